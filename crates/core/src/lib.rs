@@ -1,1 +1,39 @@
-//! mailvault engine.
+//! mailvault engine: a deduplicating, compressing, encrypting backup repository for mail
+//! stores, and the backup, restore, check and listing operations on it.
+//!
+//! The CLI (`crates/cli`) turns flags into the option structs here and calls one function
+//! per command; nothing in this crate knows about command lines.
+
+pub mod compress;
+pub mod crypto;
+pub mod error;
+pub mod id;
+pub mod index;
+pub mod maildir;
+pub mod pack;
+pub mod repo;
+pub mod snapshot;
+pub mod split;
+pub mod store;
+pub mod tree;
+
+pub use compress::Compression;
+pub use error::{Error, Result};
+pub use id::Id;
+pub use repo::{InitOptions, Repository};
+
+/// Seconds since the Unix epoch, now.
+pub fn now_unix() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs() as i64)
+        .unwrap_or(0)
+}
+
+/// This machine's host name, for snapshots and key files.
+pub fn hostname() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .or_else(|_| std::fs::read_to_string("/etc/hostname"))
+        .map(|s| s.trim().to_string())
+        .unwrap_or_else(|_| "localhost".into())
+}

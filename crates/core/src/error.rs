@@ -1,0 +1,60 @@
+//! The engine's error type: one enum, each variant naming the item it is about.
+
+use std::path::PathBuf;
+
+/// Result alias used throughout the engine.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Everything that can go wrong in the engine.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// An I/O error on a file of the mail store or the restore target.
+    #[error("{}: {source}", path.display())]
+    Io { path: PathBuf, source: std::io::Error },
+    /// An I/O error on a repository object (`what` is its path inside the repository).
+    #[error("repository {what}: {source}")]
+    Store { what: String, source: std::io::Error },
+    /// A repository object does not exist.
+    #[error("repository {0}: not found")]
+    NotFound(String),
+    /// A repository object already exists (put-if-absent refused).
+    #[error("repository {0}: already exists")]
+    AlreadyExists(String),
+    /// No key file opens with the password given.
+    #[error("wrong password: none of the repository's keys opens with it")]
+    WrongPassword,
+    /// Authenticated decryption failed: the object was damaged or tampered with.
+    #[error("{0}: damaged or tampered with (authentication failed)")]
+    Tampered(String),
+    /// A repository object is readable but its content is not what the format says.
+    #[error("{what}: corrupt: {detail}")]
+    Corrupt { what: String, detail: String },
+    /// There is no repository at the location.
+    #[error("no mailvault repository at {0}: run `mailvault init` first")]
+    NoRepository(String),
+    /// `init` on a location that already holds a repository.
+    #[error("a repository already exists at {0}")]
+    RepositoryExists(String),
+    /// The repository was written by a newer mailvault.
+    #[error("repository format version {0} is not supported by this mailvault (supports 1)")]
+    UnsupportedVersion(u32),
+    /// No snapshot matches what the user asked for.
+    #[error("no snapshot matches {0:?}")]
+    SnapshotNotFound(String),
+    /// A blob referenced by a tree is missing from the index.
+    #[error("blob {0} is not in the repository index")]
+    BlobNotFound(String),
+    /// The user asked for something that cannot be done.
+    #[error("{0}")]
+    InvalidInput(String),
+}
+
+impl Error {
+    pub(crate) fn io(path: impl Into<PathBuf>, source: std::io::Error) -> Self {
+        Error::Io { path: path.into(), source }
+    }
+    pub(crate) fn corrupt(what: impl Into<String>, detail: impl Into<String>) -> Self {
+        Error::Corrupt { what: what.into(), detail: detail.into() }
+    }
+}

@@ -1,0 +1,453 @@
+//! The repository: opening it with a password, its config, index, blobs and snapshots.
+//!
+//! Layout (all paths relative to the repository root):
+//! ```text
+//! config                 sealed JSON: format version, id, compression, chunker
+//! keys/<id>              JSON key file: the master key wrapped by Argon2id(password)
+//! data/<xx>/<id>         pack files
+//! index/<id>             sealed index files
+//! snapshots/<id>         sealed snapshot JSON
+//! ```
+//! Write order is packs -> index -> snapshot: a snapshot only exists once everything it
+//! references does.
+
+use crate::compress::{self, Compression};
+use crate::crypto::{KdfParams, KeyFile, MasterKey};
+use crate::error::{Error, Result};
+use crate::id::Id;
+use crate::index::{self, Index, Location};
+use crate::pack::{self, BlobKind, FinishedPack, PackBuilder, PackEntry};
+use crate::snapshot::Snapshot;
+use crate::split::ChunkerParams;
+use crate::store::{put_content_named, Store};
+use crate::tree;
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
+use std::collections::HashSet;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+/// The repository format this code writes and reads.
+pub const FORMAT_VERSION: u32 = 1;
+
+/// The sealed `config` object.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct Config {
+    pub version: u32,
+    pub id: String,
+    pub compression: Compression,
+    pub chunker: ChunkerParams,
+    /// Target pack size in bytes.
+    pub pack_size: u32,
+}
+
+/// Options for [`Repository::init`].
+#[derive(Clone, Debug)]
+pub struct InitOptions {
+    pub compression: Compression,
+    pub kdf: KdfParams,
+    pub pack_size: u32,
+    pub hostname: String,
+}
+
+impl Default for InitOptions {
+    fn default() -> Self {
+        InitOptions {
+            compression: Compression::Zstd,
+            kdf: KdfParams::default(),
+            pack_size: 16 << 20,
+            hostname: crate::hostname(),
+        }
+    }
+}
+
+/// An open repository.
+pub struct Repository {
+    store: Arc<dyn Store>,
+    key: MasterKey,
+    config: Config,
+    index: Index,
+    /// Index files read at open, for `check`.
+    index_files: Vec<Id>,
+}
+
+impl Repository {
+    /// Creates a new repository in an empty location.
+    pub fn init(store: Arc<dyn Store>, password: &[u8], opts: &InitOptions) -> Result<Repository> {
+        match store.stat("config") {
+            Ok(_) => return Err(Error::RepositoryExists(store.location())),
+            Err(Error::NotFound(_)) => {}
+            Err(e) => return Err(e),
+        }
+        let key = MasterKey::random();
+        let kf = KeyFile::wrap(&key, password, opts.kdf, &opts.hostname)?;
+        let kf_bytes = serde_json::to_vec_pretty(&kf).map_err(|e| Error::corrupt("key", e.to_string()))?;
+        store.put(&format!("keys/{}", Id::of_file(&kf_bytes)), &kf_bytes)?;
+        let config = Config {
+            version: FORMAT_VERSION,
+            id: hex::encode(rand::random::<[u8; 16]>()),
+            compression: opts.compression,
+            chunker: ChunkerParams::default(),
+            pack_size: opts.pack_size,
+        };
+        let cfg = serde_json::to_vec(&config).map_err(|e| Error::corrupt("config", e.to_string()))?;
+        store.put("config", &key.seal(&cfg))?;
+        Ok(Repository { store, key, config, index: Index::default(), index_files: Vec::new() })
+    }
+
+    /// Opens a repository with a password and loads its index.
+    pub fn open(store: Arc<dyn Store>, password: &[u8]) -> Result<Repository> {
+        let sealed_cfg = match store.get("config") {
+            Err(Error::NotFound(_)) => return Err(Error::NoRepository(store.location())),
+            other => other?,
+        };
+        let mut keys = store.list("keys/")?;
+        keys.sort_by(|a, b| a.path.cmp(&b.path));
+        if keys.is_empty() {
+            return Err(Error::corrupt("keys/", "the repository has no key files"));
+        }
+        let mut found = None;
+        let mut damaged = None;
+        for k in &keys {
+            let bytes = store.get(&k.path)?;
+            let kf: KeyFile = match serde_json::from_slice(&bytes) {
+                Ok(kf) => kf,
+                Err(e) => {
+                    damaged = Some(Error::corrupt(&k.path, format!("not a key file: {e}")));
+                    continue;
+                }
+            };
+            match kf.unwrap(password, &k.path) {
+                Ok(key) => {
+                    found = Some(key);
+                    break;
+                }
+                Err(Error::WrongPassword) => {}
+                Err(e) => damaged = Some(e),
+            }
+        }
+        let key = match (found, damaged) {
+            (Some(k), _) => k,
+            (None, Some(e)) => return Err(e),
+            (None, None) => return Err(Error::WrongPassword),
+        };
+        let cfg = key.open(&sealed_cfg, "config")?;
+        let config: Config = serde_json::from_slice(&cfg).map_err(|e| Error::corrupt("config", e.to_string()))?;
+        if config.version != FORMAT_VERSION {
+            return Err(Error::UnsupportedVersion(config.version));
+        }
+        let mut repo = Repository { store, key, config, index: Index::default(), index_files: Vec::new() };
+        repo.load_index()?;
+        Ok(repo)
+    }
+
+    fn load_index(&mut self) -> Result<()> {
+        let files = self.store.list("index/")?;
+        let loaded: Vec<Result<(Id, Vec<(Id, Vec<PackEntry>)>)>> = {
+            use rayon::prelude::*;
+            files
+                .par_iter()
+                .map(|f| {
+                    let id = file_id(&f.path)?;
+                    let plain = self.key.open(&self.store.get(&f.path)?, &f.path)?;
+                    Ok((id, index::decode(&plain, &f.path)?))
+                })
+                .collect()
+        };
+        for r in loaded {
+            let (id, packs) = r?;
+            for (pack, entries) in &packs {
+                self.index.add_pack(*pack, entries);
+            }
+            self.index_files.push(id);
+        }
+        Ok(())
+    }
+
+    pub fn store(&self) -> &dyn Store {
+        self.store.as_ref()
+    }
+    pub fn key(&self) -> &MasterKey {
+        &self.key
+    }
+    pub fn config(&self) -> &Config {
+        &self.config
+    }
+    pub fn index(&self) -> &Index {
+        &self.index
+    }
+    pub fn index_files(&self) -> &[Id] {
+        &self.index_files
+    }
+
+    /// Reads, opens, decompresses and verifies one blob.
+    pub fn read_blob(&self, id: &Id) -> Result<Vec<u8>> {
+        let loc = *self.index.get(id).ok_or_else(|| Error::BlobNotFound(id.to_hex()))?;
+        self.read_blob_at(id, &loc)
+    }
+
+    pub(crate) fn read_blob_at(&self, id: &Id, loc: &Location) -> Result<Vec<u8>> {
+        let path = pack::pack_path(&self.index.pack_id(loc.pack));
+        let sealed = self.store.get_range(&path, loc.offset.into(), loc.stored_len.into())?;
+        self.decode_blob(id, loc, &sealed, &path)
+    }
+
+    /// Opens a sealed blob read from its pack and checks it against its id.
+    pub(crate) fn decode_blob(&self, id: &Id, loc: &Location, sealed: &[u8], path: &str) -> Result<Vec<u8>> {
+        let what = format!("blob {} in {path}", id.short());
+        let plain = self.key.open(sealed, &what)?;
+        let raw = compress::decompress(loc.codec, &plain, loc.raw_len as usize, &what)?;
+        if self.key.blob_id(&raw) != *id {
+            return Err(Error::corrupt(what, "content does not match its id"));
+        }
+        Ok(raw)
+    }
+
+    /// Reads and decodes a tree blob.
+    pub fn read_tree<T: DeserializeOwned>(&self, id: &Id) -> Result<T> {
+        tree::decode(&self.read_blob(id)?, &format!("tree {}", id.short()))
+    }
+
+    /// All snapshots, oldest first.
+    pub fn snapshots(&self) -> Result<Vec<Snapshot>> {
+        let mut out = Vec::new();
+        for f in self.store.list("snapshots/")? {
+            out.push(self.load_snapshot_at(&f.path)?);
+        }
+        out.sort_by(|a, b| (a.time, a.id).cmp(&(b.time, b.id)));
+        Ok(out)
+    }
+
+    fn load_snapshot_at(&self, path: &str) -> Result<Snapshot> {
+        let id = file_id(path)?;
+        let plain = self.key.open(&self.store.get(path)?, path)?;
+        let mut s: Snapshot = serde_json::from_slice(&plain).map_err(|e| Error::corrupt(path, e.to_string()))?;
+        s.id = id;
+        Ok(s)
+    }
+
+    /// Finds a snapshot by `latest` or by a unique prefix of its id.
+    pub fn find_snapshot(&self, which: &str) -> Result<Snapshot> {
+        let all = self.snapshots()?;
+        if which == "latest" {
+            return all.into_iter().last().ok_or_else(|| Error::SnapshotNotFound(which.into()));
+        }
+        let m: Vec<Snapshot> = all.into_iter().filter(|s| s.id.to_hex().starts_with(which)).collect();
+        match m.len() {
+            1 => Ok(m.into_iter().next().ok_or_else(|| Error::SnapshotNotFound(which.into()))?),
+            0 => Err(Error::SnapshotNotFound(which.into())),
+            _ => Err(Error::InvalidInput(format!("snapshot prefix {which:?} is ambiguous: give more digits"))),
+        }
+    }
+
+    /// Seals and writes a snapshot; returns its id.
+    pub fn save_snapshot(&self, snap: &Snapshot) -> Result<Id> {
+        let json = serde_json::to_vec(snap).map_err(|e| Error::corrupt("snapshot", e.to_string()))?;
+        let sealed = self.key.seal(&json);
+        let id = Id::of_file(&sealed);
+        self.store.put(&Snapshot::path(&id), &sealed)?;
+        Ok(id)
+    }
+
+    /// Writes one index file for the given packs; returns its id and size.
+    pub(crate) fn write_index(&self, packs: &[(Id, Vec<PackEntry>)]) -> Result<(Id, u64)> {
+        let sealed = self.key.seal(&index::encode(packs));
+        let id = Id::of_file(&sealed);
+        put_content_named(self.store.as_ref(), &format!("index/{id}"), &sealed)?;
+        Ok((id, sealed.len() as u64))
+    }
+
+    /// Packs in `data/` that no index file lists: left by a killed backup. Their headers
+    /// are read so their blobs can be reused; returns them for the next index file.
+    pub fn recover_unindexed_packs(&mut self) -> Result<Vec<(Id, Vec<PackEntry>)>> {
+        let mut found = Vec::new();
+        for f in self.store.list("data/")? {
+            let Ok(id) = file_id(&f.path) else { continue };
+            if self.index.has_pack(&id) {
+                continue;
+            }
+            match pack::read_header(self.store.as_ref(), &self.key, &f.path, f.size) {
+                Ok(entries) => found.push((id, entries)),
+                Err(e) => tracing::warn!("skipping unreadable pack {}: {e}", f.path),
+            }
+        }
+        for (id, entries) in &found {
+            self.index.add_pack(*id, entries);
+        }
+        Ok(found)
+    }
+}
+
+/// The id in the last path component of a content-named file.
+pub(crate) fn file_id(path: &str) -> Result<Id> {
+    let name = path.rsplit('/').next().unwrap_or(path);
+    Id::from_hex(name).ok_or_else(|| Error::corrupt(path, "file name is not a hex id"))
+}
+
+/// Counters of what a [`BlobSaver`] added.
+#[derive(Default, Debug)]
+pub struct SaveStats {
+    /// Blobs that were new to the repository, and their raw and stored bytes.
+    pub data_blobs: AtomicU64,
+    pub data_raw: AtomicU64,
+    pub data_stored: AtomicU64,
+    pub tree_blobs: AtomicU64,
+    pub tree_stored: AtomicU64,
+    /// Bytes of pack and index files written.
+    pub bytes_written: AtomicU64,
+    pub packs_written: AtomicU64,
+}
+
+const SHARDS: usize = 64;
+
+/// Saves blobs during a backup: dedup against the index and this run, compress, seal,
+/// pack, write packs as they fill. Shared by all worker threads.
+pub struct BlobSaver<'r> {
+    repo: &'r Repository,
+    compression: Compression,
+    pending: Vec<Mutex<HashSet<Id>>>,
+    packers: [Mutex<PackBuilder>; 2],
+    written: Mutex<Vec<(Id, Vec<PackEntry>)>>,
+    pub stats: SaveStats,
+}
+
+impl<'r> BlobSaver<'r> {
+    pub fn new(repo: &'r Repository, compression: Compression) -> Self {
+        BlobSaver {
+            repo,
+            compression,
+            pending: (0..SHARDS).map(|_| Mutex::new(HashSet::new())).collect(),
+            packers: [Mutex::new(PackBuilder::default()), Mutex::new(PackBuilder::default())],
+            written: Mutex::new(Vec::new()),
+            stats: SaveStats::default(),
+        }
+    }
+
+    pub fn repo(&self) -> &Repository {
+        self.repo
+    }
+
+    /// Adds packs recovered from a killed run to the next index file.
+    pub fn adopt(&self, packs: Vec<(Id, Vec<PackEntry>)>) {
+        lock(&self.written).extend(packs);
+    }
+
+    /// Saves `data` as a blob unless the repository already has it; returns its id.
+    pub fn save(&self, kind: BlobKind, data: &[u8]) -> Result<Id> {
+        let id = self.repo.key.blob_id(data);
+        self.save_with_id(kind, id, data)?;
+        Ok(id)
+    }
+
+    /// As [`Self::save`] with the id already computed. Returns whether it was new.
+    pub fn save_with_id(&self, kind: BlobKind, id: Id, data: &[u8]) -> Result<bool> {
+        if self.repo.index.contains(&id) || !lock(&self.pending[id.0[0] as usize % SHARDS]).insert(id) {
+            return Ok(false);
+        }
+        let (codec, sealed) = match compress::compress(data, self.compression) {
+            Some((codec, packed)) => (codec, self.repo.key.seal(&packed)),
+            None => (compress::Codec::Raw, self.repo.key.seal(data)),
+        };
+        match kind {
+            BlobKind::Data => {
+                self.stats.data_blobs.fetch_add(1, Ordering::Relaxed);
+                self.stats.data_raw.fetch_add(data.len() as u64, Ordering::Relaxed);
+                self.stats.data_stored.fetch_add(sealed.len() as u64, Ordering::Relaxed);
+            }
+            BlobKind::Tree => {
+                self.stats.tree_blobs.fetch_add(1, Ordering::Relaxed);
+                self.stats.tree_stored.fetch_add(sealed.len() as u64, Ordering::Relaxed);
+            }
+        }
+        let full = {
+            let mut p = lock(&self.packers[kind as usize]);
+            p.add(id, kind, codec, data.len(), &sealed);
+            if p.len() >= self.repo.config.pack_size as usize {
+                Some(std::mem::take(&mut *p))
+            } else {
+                None
+            }
+        };
+        if let Some(p) = full {
+            self.write_pack(p.finish(&self.repo.key))?;
+        }
+        Ok(true)
+    }
+
+    fn write_pack(&self, p: FinishedPack) -> Result<()> {
+        put_content_named(self.repo.store(), &pack::pack_path(&p.id), &p.bytes)?;
+        self.stats.bytes_written.fetch_add(p.bytes.len() as u64, Ordering::Relaxed);
+        self.stats.packs_written.fetch_add(1, Ordering::Relaxed);
+        lock(&self.written).push((p.id, p.entries));
+        Ok(())
+    }
+
+    /// Writes the partly filled packs and one index file for everything written.
+    pub fn finish(&self) -> Result<()> {
+        for packer in &self.packers {
+            let p = std::mem::take(&mut *lock(packer));
+            if !p.is_empty() {
+                self.write_pack(p.finish(&self.repo.key))?;
+            }
+        }
+        let packs = std::mem::take(&mut *lock(&self.written));
+        if !packs.is_empty() {
+            let (_, size) = self.repo.write_index(&packs)?;
+            self.stats.bytes_written.fetch_add(size, Ordering::Relaxed);
+        }
+        Ok(())
+    }
+}
+
+/// Locks a mutex, going on if another thread panicked while holding it (the data it
+/// guards stays consistent: every critical section here is a single push or insert).
+pub(crate) fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::MemoryStore;
+
+    pub(crate) fn fast_init() -> InitOptions {
+        InitOptions { kdf: KdfParams { m_cost: 64, t_cost: 1, p_cost: 1 }, pack_size: 512, ..Default::default() }
+    }
+
+    #[test]
+    fn save_and_read_blobs_across_reopen() {
+        let store = Arc::new(MemoryStore::new());
+        let repo = Repository::init(store.clone(), b"pw", &fast_init()).unwrap();
+        let saver = BlobSaver::new(&repo, Compression::Zstd);
+        let blobs: Vec<Vec<u8>> = (0..50).map(|i| format!("blob number {i} ").repeat(i + 1).into_bytes()).collect();
+        let ids: Vec<Id> = blobs.iter().map(|b| saver.save(BlobKind::Data, b).unwrap()).collect();
+        assert_eq!(saver.save(BlobKind::Data, &blobs[3]).unwrap(), ids[3]);
+        saver.finish().unwrap();
+        assert_eq!(saver.stats.data_blobs.load(Ordering::Relaxed), 50);
+        assert!(store.list("data/").unwrap().len() > 1, "small pack size gives several packs");
+        let repo = Repository::open(store.clone(), b"pw").unwrap();
+        for (id, b) in ids.iter().zip(&blobs) {
+            assert_eq!(&repo.read_blob(id).unwrap(), b);
+        }
+        assert!(matches!(Repository::open(store.clone(), b"wrong"), Err(Error::WrongPassword)));
+        assert!(matches!(Repository::init(store, b"pw", &fast_init()), Err(Error::RepositoryExists(_))));
+    }
+
+    #[test]
+    fn unindexed_packs_are_recovered() {
+        let store = Arc::new(MemoryStore::new());
+        let repo = Repository::init(store.clone(), b"pw", &fast_init()).unwrap();
+        let saver = BlobSaver::new(&repo, Compression::Lz4);
+        let big = vec![7u8; 10_000];
+        let id = saver.save(BlobKind::Data, &big).unwrap();
+        // Write the pack but not the index, as a killed run would.
+        let p = std::mem::take(&mut *lock(&saver.packers[0]));
+        saver.write_pack(p.finish(&repo.key)).unwrap();
+        drop(saver);
+        let mut repo = Repository::open(store, b"pw").unwrap();
+        assert!(!repo.index().contains(&id));
+        let rec = repo.recover_unindexed_packs().unwrap();
+        assert_eq!(rec.len(), 1);
+        assert_eq!(repo.read_blob(&id).unwrap(), big);
+    }
+}

@@ -1,0 +1,43 @@
+//! Snapshots: one sealed JSON object per backup, named by the BLAKE3 of its file.
+
+use crate::id::Id;
+use serde::{Deserialize, Serialize};
+
+/// A finished backup.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+pub struct Snapshot {
+    /// Set from the file name when loaded; not stored.
+    #[serde(skip)]
+    pub id: Id,
+    pub version: u32,
+    /// Unix seconds when the backup started.
+    pub time: i64,
+    pub hostname: String,
+    /// The source as the user gave it: `maildir:/var/vmail`.
+    pub source: String,
+    #[serde(default)]
+    pub tags: Vec<String>,
+    /// The snapshot used to skip unchanged messages, if any.
+    pub parent: Option<Id>,
+    pub root: Id,
+    pub summary: SnapshotSummary,
+}
+
+/// Totals kept in the snapshot for `snapshots` and `stats`.
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
+pub struct SnapshotSummary {
+    pub accounts: u64,
+    pub folders: u64,
+    pub messages: u64,
+    pub bytes: u64,
+    pub messages_new: u64,
+    pub bytes_added: u64,
+    pub failed: u64,
+    pub elapsed_secs: f64,
+}
+
+impl Snapshot {
+    pub fn path(id: &Id) -> String {
+        format!("snapshots/{}", id.to_hex())
+    }
+}

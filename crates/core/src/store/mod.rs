@@ -1,0 +1,105 @@
+//! Storage backends: a small trait over named, immutable objects.
+//!
+//! Paths are `/`-separated names relative to the repository root (`config`,
+//! `keys/<id>`, `data/<xx>/<id>`, `index/<id>`, `snapshots/<id>`). Every put is atomic and
+//! refuses to replace an existing object, which is what content-named, write-once files need
+//! and what S3 offers with conditional puts (`If-None-Match: *`).
+
+mod local;
+mod memory;
+
+pub use local::LocalStore;
+pub use memory::MemoryStore;
+
+use crate::error::Result;
+
+/// One object as returned by [`Store::list`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ObjectInfo {
+    pub path: String,
+    pub size: u64,
+}
+
+/// The storage a repository lives on.
+pub trait Store: Send + Sync {
+    /// Writes `data` at `path` atomically: readers see all of it or nothing. Fails with
+    /// [`crate::Error::AlreadyExists`] if the object exists.
+    fn put(&self, path: &str, data: &[u8]) -> Result<()>;
+    /// Reads a whole object; [`crate::Error::NotFound`] if absent.
+    fn get(&self, path: &str) -> Result<Vec<u8>>;
+    /// Reads `len` bytes at `offset`; an error if the object is shorter.
+    fn get_range(&self, path: &str, offset: u64, len: u64) -> Result<Vec<u8>>;
+    /// Lists objects whose path starts with `prefix` (a directory such as `data/`),
+    /// recursively, in no particular order. Incomplete uploads are never listed.
+    fn list(&self, prefix: &str) -> Result<Vec<ObjectInfo>>;
+    /// Removes an object; removing an absent object is not an error.
+    fn delete(&self, path: &str) -> Result<()>;
+    /// The size of an object; [`crate::Error::NotFound`] if absent.
+    fn stat(&self, path: &str) -> Result<u64>;
+    /// Where the store is, for messages.
+    fn location(&self) -> String;
+}
+
+/// Puts an object that is named by its content: an existing one is the same bytes.
+pub fn put_content_named(store: &dyn Store, path: &str, data: &[u8]) -> Result<()> {
+    match store.put(path, data) {
+        Err(crate::Error::AlreadyExists(_)) => Ok(()),
+        other => other,
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod conformance {
+    //! The conformance suite every [`Store`] implementation must pass.
+    use super::*;
+    use crate::Error;
+
+    pub fn run(store: &dyn Store) {
+        assert!(store.list("").unwrap().is_empty());
+        store.put("config", b"cfg").unwrap();
+        store.put("data/ab/abcdef", b"0123456789").unwrap();
+        store.put("data/cd/cdef01", b"xyz").unwrap();
+        store.put("index/1111", b"").unwrap();
+        assert!(matches!(store.put("config", b"other"), Err(Error::AlreadyExists(_))));
+        assert_eq!(store.get("config").unwrap(), b"cfg");
+        assert_eq!(store.get_range("data/ab/abcdef", 2, 3).unwrap(), b"234");
+        assert_eq!(store.get_range("data/ab/abcdef", 0, 10).unwrap(), b"0123456789");
+        assert!(store.get_range("data/ab/abcdef", 8, 5).is_err());
+        assert!(matches!(store.get("nope"), Err(Error::NotFound(_))));
+        assert!(matches!(store.stat("nope"), Err(Error::NotFound(_))));
+        assert_eq!(store.stat("data/cd/cdef01").unwrap(), 3);
+        assert_eq!(store.get("index/1111").unwrap(), b"");
+        let mut data: Vec<_> = store.list("data/").unwrap();
+        data.sort_by(|a, b| a.path.cmp(&b.path));
+        assert_eq!(
+            data,
+            vec![
+                ObjectInfo { path: "data/ab/abcdef".into(), size: 10 },
+                ObjectInfo { path: "data/cd/cdef01".into(), size: 3 },
+            ]
+        );
+        assert_eq!(store.list("index/").unwrap().len(), 1);
+        assert!(store.list("snapshots/").unwrap().is_empty());
+        store.delete("data/cd/cdef01").unwrap();
+        store.delete("data/cd/cdef01").unwrap();
+        assert_eq!(store.list("data/").unwrap().len(), 1);
+        put_content_named(store, "data/ab/abcdef", b"0123456789").unwrap();
+        // Many writers at once: every put lands whole.
+        std::thread::scope(|s| {
+            for t in 0..4 {
+                s.spawn(move || {
+                    for i in 0..25 {
+                        let body = vec![t as u8; 1000 + i];
+                        store.put(&format!("snapshots/{t}-{i}"), &body).unwrap();
+                    }
+                });
+            }
+        });
+        let snaps = store.list("snapshots/").unwrap();
+        assert_eq!(snaps.len(), 100);
+        for o in snaps {
+            let body = store.get(&o.path).unwrap();
+            assert_eq!(body.len() as u64, o.size);
+        }
+    }
+}
