@@ -4,6 +4,7 @@
 //! The CLI (`crates/cli`) turns flags into the option structs here and calls one function
 //! per command; nothing in this crate knows about command lines.
 
+pub mod backup;
 pub mod compress;
 pub mod crypto;
 pub mod error;
@@ -12,6 +13,8 @@ pub mod index;
 pub mod maildir;
 pub mod pack;
 pub mod repo;
+pub mod report;
+pub mod restore;
 pub mod snapshot;
 pub mod split;
 pub mod store;

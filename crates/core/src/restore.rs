@@ -1,0 +1,326 @@
+//! Restore of a snapshot (or part of it) to a Maildir tree.
+//!
+//! The selected messages are sorted by where their first blob lies in the repository, so
+//! packs are read front to back, then restored in parallel. Every message is reassembled,
+//! checked against its whole-message hash, written to the folder's `tmp/`, given its mode,
+//! owner (when permitted) and mtime, and linked into `cur/` or `new/` under its original
+//! name; `link(2)` never replaces a file. A message whose key is already in the target
+//! folder is skipped when the bytes are identical and reported as a conflict otherwise.
+
+use crate::error::{Error, Result};
+use crate::id::Id;
+use crate::maildir::{self, safe_component, safe_relative};
+use crate::repo::{lock, Repository};
+use crate::report::{per_sec, Failure, Progress};
+use crate::tree::{AccountRef, AccountTree, FileEntry, FolderNode, MessageChunk, MessageEntry, RootTree, Timestamp};
+use rayon::prelude::*;
+use serde::Serialize;
+use std::collections::HashMap;
+use std::ffi::OsStr;
+use std::fs::{self, File};
+use std::io::{ErrorKind, Write};
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::Mutex;
+use std::time::{Duration, Instant, SystemTime};
+
+/// What to restore and where.
+#[derive(Clone, Debug, Default)]
+pub struct RestoreOptions {
+    /// `latest` or a snapshot id prefix.
+    pub snapshot: String,
+    /// The directory to restore into: accounts go to their place below it
+    /// (`<domain>/<user>/Maildir`); a single-Maildir snapshot restores into it directly.
+    pub target: PathBuf,
+    /// Only these accounts (all when empty).
+    pub accounts: Vec<String>,
+    /// Only these folders and their subfolders (`Sent`, `Archive/2023`; all when empty).
+    pub folders: Vec<String>,
+    /// Only these messages, by Maildir key or file name (all when empty).
+    pub messages: Vec<String>,
+    /// Worker threads; 0 means one per core.
+    pub jobs: usize,
+}
+
+/// The end-of-run summary.
+#[derive(Clone, Debug, Serialize, Default)]
+pub struct RestoreReport {
+    pub snapshot: String,
+    pub accounts: u64,
+    pub folders: u64,
+    /// Messages selected for restore.
+    pub items_total: u64,
+    /// Messages written.
+    pub items_restored: u64,
+    /// Messages already in the target with identical bytes.
+    pub items_unchanged: u64,
+    pub items_failed: u64,
+    /// Bytes of messages written.
+    pub bytes_written: u64,
+    pub elapsed_secs: f64,
+    pub items_per_sec: f64,
+    pub mb_per_sec: f64,
+    pub failures: Vec<Failure>,
+}
+
+struct Ctx<'a> {
+    repo: &'a Repository,
+    failures: Mutex<Vec<Failure>>,
+    restored: AtomicU64,
+    unchanged: AtomicU64,
+    bytes: AtomicU64,
+    progress: &'a dyn Progress,
+}
+
+impl Ctx<'_> {
+    fn fail(&self, item: impl Into<String>, e: impl std::fmt::Display) {
+        lock(&self.failures).push(Failure::new(item, e));
+    }
+}
+
+/// Matches a folder filter: the folder itself or a subfolder of it.
+fn folder_selected(name: &str, filters: &[String]) -> bool {
+    filters.is_empty()
+        || filters.iter().any(|f| {
+            let f = f.trim_matches('/');
+            name == f || name.strip_prefix(f).is_some_and(|r| r.starts_with('/'))
+        })
+}
+
+fn message_selected(e: &MessageEntry, filters: &[String]) -> bool {
+    filters.is_empty() || filters.iter().any(|m| m.as_bytes() == e.key || m.as_bytes() == e.name)
+}
+
+/// The accounts of a snapshot that `filters` select; an unknown account is an error.
+pub(crate) fn select_accounts(root: RootTree, filters: &[String]) -> Result<Vec<AccountRef>> {
+    for f in filters {
+        if !root.accounts.iter().any(|a| &a.name == f) {
+            let names: Vec<&str> = root.accounts.iter().map(|a| a.name.as_str()).collect();
+            return Err(Error::InvalidInput(format!(
+                "the snapshot has no account {f:?} (it has: {})",
+                names.join(", ")
+            )));
+        }
+    }
+    Ok(root.accounts.into_iter().filter(|a| filters.is_empty() || filters.contains(&a.name)).collect())
+}
+
+/// Restores a snapshot to a Maildir tree.
+pub fn restore(repo: &Repository, opts: &RestoreOptions, progress: &dyn Progress) -> Result<RestoreReport> {
+    let started = Instant::now();
+    let snap = repo.find_snapshot(&opts.snapshot)?;
+    let root: RootTree = repo.read_tree(&snap.root)?;
+    let accounts = select_accounts(root, &opts.accounts)?;
+    let ctx = Ctx {
+        repo,
+        failures: Mutex::new(Vec::new()),
+        restored: AtomicU64::new(0),
+        unchanged: AtomicU64::new(0),
+        bytes: AtomicU64::new(0),
+        progress,
+    };
+    let pool = rayon::ThreadPoolBuilder::new()
+        .num_threads(opts.jobs)
+        .build()
+        .map_err(|e| Error::InvalidInput(format!("cannot start {} worker threads: {e}", opts.jobs)))?;
+    let mut total = 0u64;
+    let mut folders = 0u64;
+    let mut folder_matched = opts.folders.is_empty();
+    for acc in &accounts {
+        let (n, f) = pool.install(|| restore_account(&ctx, acc, opts))?;
+        total += n;
+        folders += f;
+        folder_matched |= f > 0;
+    }
+    if !folder_matched {
+        return Err(Error::InvalidInput(format!("no folder matches {:?} in the selected accounts", opts.folders)));
+    }
+    if !opts.messages.is_empty() && total == 0 {
+        return Err(Error::InvalidInput(format!("no message matches {:?}", opts.messages)));
+    }
+    let mut failures = std::mem::take(&mut *lock(&ctx.failures));
+    failures.sort_by(|a, b| a.item.cmp(&b.item));
+    let elapsed = started.elapsed().as_secs_f64();
+    let bytes = ctx.bytes.load(Relaxed);
+    Ok(RestoreReport {
+        snapshot: snap.id.to_hex(),
+        accounts: accounts.len() as u64,
+        folders,
+        items_total: total,
+        items_restored: ctx.restored.load(Relaxed),
+        items_unchanged: ctx.unchanged.load(Relaxed),
+        items_failed: failures.len() as u64,
+        bytes_written: bytes,
+        elapsed_secs: elapsed,
+        items_per_sec: per_sec(total, elapsed),
+        mb_per_sec: per_sec(bytes, elapsed) / 1e6,
+        failures,
+    })
+}
+
+struct Job<'a> {
+    folder: &'a Path,
+    entry: MessageEntry,
+    /// A file with the same key already in the target folder.
+    existing: Option<PathBuf>,
+}
+
+fn restore_account(ctx: &Ctx, acc: &AccountRef, opts: &RestoreOptions) -> Result<(u64, u64)> {
+    if !safe_relative(&acc.rel_path) {
+        return Err(Error::corrupt(format!("account {}", acc.name), "unsafe path in snapshot"));
+    }
+    let dest = opts.target.join(OsStr::from_bytes(&acc.rel_path));
+    let tree: AccountTree = ctx.repo.read_tree(&acc.tree)?;
+    let selected: Vec<(PathBuf, &FolderNode)> = tree
+        .folders
+        .iter()
+        .filter(|f| folder_selected(&f.name, &opts.folders))
+        .map(|f| (dest.join(OsStr::from_bytes(&f.dir)), f))
+        .collect();
+    let mut jobs = Vec::new();
+    for (fdir, node) in &selected {
+        if !(node.dir.is_empty() || safe_component(&node.dir)) {
+            ctx.fail(format!("{}: {}", acc.name, node.name), "unsafe folder directory in snapshot; skipped");
+            continue;
+        }
+        for sub in ["cur", "new", "tmp"] {
+            fs::create_dir_all(fdir.join(sub)).map_err(|e| Error::io(fdir.join(sub), e))?;
+        }
+        let existing = existing_keys(fdir);
+        for c in &node.chunks {
+            let chunk: MessageChunk = ctx.repo.read_tree(c)?;
+            for entry in chunk.entries.into_iter().filter(|e| message_selected(e, &opts.messages)) {
+                if !safe_component(&entry.name) {
+                    ctx.fail(format!("{}: {}", acc.name, String::from_utf8_lossy(&entry.name)), "unsafe file name in snapshot; skipped");
+                    continue;
+                }
+                let existing = existing.get(&entry.key).cloned();
+                jobs.push(Job { folder: fdir, entry, existing });
+            }
+        }
+        if opts.messages.is_empty() {
+            for f in &node.files {
+                restore_file(ctx, fdir, f);
+            }
+        }
+    }
+    let n = jobs.len() as u64;
+    ctx.progress.add_total(n, jobs.iter().map(|j| j.entry.size).sum());
+    // Read packs front to back: order by the location of each message's first blob.
+    let index = ctx.repo.index();
+    jobs.sort_by_cached_key(|j| {
+        j.entry.content.first().and_then(|id| index.get(id)).map(|l| (l.pack, l.offset)).unwrap_or((u32::MAX, 0))
+    });
+    jobs.par_iter().for_each(|j| {
+        let item = j.folder.join(if j.entry.new { "new" } else { "cur" }).join(OsStr::from_bytes(&j.entry.name));
+        if let Err(e) = restore_message(ctx, j) {
+            ctx.fail(format!("{} ({})", item.display(), acc.name), e);
+        }
+        ctx.progress.advance(1, j.entry.size);
+    });
+    Ok((n, selected.len() as u64))
+}
+
+/// Maildir keys already present in a target folder.
+fn existing_keys(folder: &Path) -> HashMap<Vec<u8>, PathBuf> {
+    let (files, _) = maildir::list_messages(folder);
+    files.into_iter().map(|f| (f.key().to_vec(), f.path(folder))).collect()
+}
+
+/// Reassembles content from its blobs and checks it against the recorded hash and size.
+pub(crate) fn assemble(repo: &Repository, content: &[Id], size: u64, hash: Option<&Id>) -> Result<Vec<u8>> {
+    let mut data = Vec::with_capacity(size as usize);
+    for id in content {
+        data.extend_from_slice(&repo.read_blob(id)?);
+    }
+    if data.len() as u64 != size || hash.is_some_and(|h| repo.key().blob_id(&data) != *h) {
+        return Err(Error::corrupt("message", "reassembled content does not match its hash"));
+    }
+    Ok(data)
+}
+
+fn restore_message(ctx: &Ctx, j: &Job) -> Result<()> {
+    let e = &j.entry;
+    let data = assemble(ctx.repo, &e.content, e.size, Some(&e.hash))?;
+    if let Some(existing) = &j.existing {
+        return match fs::read(existing) {
+            Ok(have) if have == data => {
+                ctx.unchanged.fetch_add(1, Relaxed);
+                Ok(())
+            }
+            Ok(_) => Err(Error::InvalidInput(format!(
+                "{} already exists with other content: not overwritten",
+                existing.display()
+            ))),
+            Err(err) => Err(Error::io(existing, err)),
+        };
+    }
+    let dest = j.folder.join(if e.new { "new" } else { "cur" }).join(OsStr::from_bytes(&e.name));
+    write_new_file(&j.folder.join("tmp"), &dest, &data, e.mode, e.mtime, Some((e.uid, e.gid)))?;
+    ctx.restored.fetch_add(1, Relaxed);
+    ctx.bytes.fetch_add(data.len() as u64, Relaxed);
+    Ok(())
+}
+
+/// Writes `data` to `dest` atomically and without replacing anything: a temporary file in
+/// `tmp_dir` gets mode, owner (best effort: only root may give files away) and mtime, then
+/// is linked to `dest`.
+fn write_new_file(tmp_dir: &Path, dest: &Path, data: &[u8], mode: u32, mtime: Timestamp, owner: Option<(u32, u32)>) -> Result<()> {
+    let tmp = tmp_dir.join(format!(".mailvault-{:016x}", rand::random::<u64>()));
+    let result = (|| -> std::io::Result<()> {
+        let mut f = File::create(&tmp)?;
+        f.write_all(data)?;
+        if mode != 0 {
+            f.set_permissions(fs::Permissions::from_mode(mode))?;
+        }
+        if let Some((uid, gid)) = owner {
+            match std::os::unix::fs::fchown(&f, Some(uid), Some(gid)) {
+                Err(e) if e.kind() == ErrorKind::PermissionDenied => {}
+                other => other?,
+            }
+        }
+        let t = SystemTime::UNIX_EPOCH
+            .checked_add(Duration::new(mtime.secs.max(0) as u64, mtime.nanos))
+            .unwrap_or(SystemTime::UNIX_EPOCH);
+        let t = if mtime.secs < 0 {
+            SystemTime::UNIX_EPOCH - Duration::new(mtime.secs.unsigned_abs(), 0)
+        } else {
+            t
+        };
+        f.set_times(fs::FileTimes::new().set_modified(t).set_accessed(t))?;
+        drop(f);
+        fs::hard_link(&tmp, dest)
+    })();
+    let _ = fs::remove_file(&tmp);
+    result.map_err(|e| {
+        if e.kind() == ErrorKind::AlreadyExists {
+            Error::InvalidInput(format!("{} already exists: not overwritten", dest.display()))
+        } else {
+            Error::io(dest, e)
+        }
+    })
+}
+
+fn restore_file(ctx: &Ctx, folder: &Path, f: &FileEntry) {
+    let dest = folder.join(OsStr::from_bytes(&f.name));
+    let item = dest.display().to_string();
+    if !safe_component(&f.name) {
+        ctx.fail(item, "unsafe file name in snapshot; skipped");
+        return;
+    }
+    let data = match assemble(ctx.repo, &f.content, f.size, None) {
+        Ok(d) => d,
+        Err(e) => return ctx.fail(item, e),
+    };
+    match fs::read(&dest) {
+        Ok(have) if have == data => return,
+        Ok(_) => return ctx.fail(item, "already exists with other content: not overwritten"),
+        Err(e) if e.kind() == ErrorKind::NotFound => {}
+        Err(e) => return ctx.fail(item, e),
+    }
+    if let Err(e) = write_new_file(&folder.join("tmp"), &dest, &data, f.mode, f.mtime, None) {
+        ctx.fail(item, e);
+    }
+}
