@@ -1,1 +1,111 @@
-fn main() {}
+//! `mailvault`: the command line. Each command lives in `commands/<name>.rs`, turns its
+//! flags into the engine's option struct and calls one engine function; printing and exit
+//! codes are decided here. Exit codes: 0 success, 1 finished with some items failed,
+//! 2 fatal error.
+
+mod commands;
+mod output;
+mod progress;
+mod repo;
+
+use clap::{Parser, Subcommand};
+use std::process::ExitCode;
+
+/// Backup and restore for mail servers: deduplicated, compressed, encrypted.
+#[derive(Parser, Debug)]
+#[command(name = "mailvault", version, about, long_about = None)]
+pub struct Cli {
+    #[command(flatten)]
+    pub global: GlobalOpts,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// Options every command takes.
+#[derive(clap::Args, Debug, Clone)]
+pub struct GlobalOpts {
+    /// Repository: a directory (or `local:DIR`).
+    #[arg(short = 'r', long = "repo", env = "MAILVAULT_REPOSITORY", global = true)]
+    pub repo: Option<String>,
+    /// File holding the repository password (else MAILVAULT_PASSWORD, else a prompt).
+    #[arg(long, env = "MAILVAULT_PASSWORD_FILE", global = true)]
+    pub password_file: Option<std::path::PathBuf>,
+    /// Print the result as one JSON object.
+    #[arg(long, global = true)]
+    pub json: bool,
+    /// Worker threads (default: one per core).
+    #[arg(short = 'j', long, global = true, default_value_t = 0)]
+    pub jobs: usize,
+    /// No progress bar.
+    #[arg(short = 'q', long, global = true)]
+    pub quiet: bool,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum Command {
+    /// Create a new repository.
+    Init(commands::init::Args),
+    /// Back up a Maildir mail store (or one Maildir).
+    Backup(commands::backup::Args),
+    /// List snapshots.
+    Snapshots(commands::snapshots::Args),
+    /// List the accounts, folders or messages of a snapshot.
+    Ls(commands::ls::Args),
+    /// Restore a snapshot, or part of one, to a Maildir tree.
+    Restore(commands::restore::Args),
+    /// Verify the repository.
+    Check(commands::check::Args),
+    /// Show repository statistics.
+    Stats(commands::stats::Args),
+    /// Generate a sample mail store, back it up, restore it and verify the result.
+    Demo(commands::demo::Args),
+}
+
+/// What a command ended with.
+pub enum Outcome {
+    Ok,
+    /// Finished, but some items failed (they were listed).
+    Partial,
+}
+
+/// Restores the default SIGPIPE action so `mailvault ls | head` ends quietly, as Unix
+/// tools do, instead of panicking on a failed print.
+#[allow(unsafe_code)]
+fn default_sigpipe() {
+    // SAFETY: signal(2) with SIG_DFL installs no Rust handler and touches no Rust state; it
+    // runs first thing in main, before any other thread exists.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+    }
+}
+
+fn main() -> ExitCode {
+    default_sigpipe();
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("MAILVAULT_LOG")
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let cli = Cli::parse();
+    let g = &cli.global;
+    let result = match cli.command {
+        Command::Init(a) => commands::init::run(g, a),
+        Command::Backup(a) => commands::backup::run(g, a),
+        Command::Snapshots(a) => commands::snapshots::run(g, a),
+        Command::Ls(a) => commands::ls::run(g, a),
+        Command::Restore(a) => commands::restore::run(g, a),
+        Command::Check(a) => commands::check::run(g, a),
+        Command::Stats(a) => commands::stats::run(g, a),
+        Command::Demo(a) => commands::demo::run(g, a),
+    };
+    match result {
+        Ok(Outcome::Ok) => ExitCode::SUCCESS,
+        Ok(Outcome::Partial) => ExitCode::from(1),
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::from(2)
+        }
+    }
+}

@@ -5,11 +5,13 @@
 //! per command; nothing in this crate knows about command lines.
 
 pub mod backup;
+pub mod check;
 pub mod compress;
 pub mod crypto;
 pub mod error;
 pub mod id;
 pub mod index;
+pub mod ls;
 pub mod maildir;
 pub mod pack;
 pub mod repo;
@@ -17,6 +19,7 @@ pub mod report;
 pub mod restore;
 pub mod snapshot;
 pub mod split;
+pub mod stats;
 pub mod store;
 pub mod tree;
 

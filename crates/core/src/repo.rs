@@ -69,6 +69,8 @@ pub struct Repository {
     index: Index,
     /// Index files read at open, for `check`.
     index_files: Vec<Id>,
+    /// Index files that could not be read at open: their packs' blobs look absent.
+    index_errors: Vec<(String, Error)>,
 }
 
 impl Repository {
@@ -92,7 +94,7 @@ impl Repository {
         };
         let cfg = serde_json::to_vec(&config).map_err(|e| Error::corrupt("config", e.to_string()))?;
         store.put("config", &key.seal(&cfg))?;
-        Ok(Repository { store, key, config, index: Index::default(), index_files: Vec::new() })
+        Ok(Repository { store, key, config, index: Index::default(), index_files: Vec::new(), index_errors: Vec::new() })
     }
 
     /// Opens a repository with a password and loads its index.
@@ -136,30 +138,44 @@ impl Repository {
         if config.version != FORMAT_VERSION {
             return Err(Error::UnsupportedVersion(config.version));
         }
-        let mut repo = Repository { store, key, config, index: Index::default(), index_files: Vec::new() };
+        let mut repo = Repository { store, key, config, index: Index::default(), index_files: Vec::new(), index_errors: Vec::new() };
         repo.load_index()?;
         Ok(repo)
     }
 
     fn load_index(&mut self) -> Result<()> {
         let files = self.store.list("index/")?;
-        let loaded: Vec<Result<(Id, Vec<(Id, Vec<PackEntry>)>)>> = {
+        type Loaded = (String, Result<(Id, Vec<(Id, Vec<PackEntry>)>)>);
+        let loaded: Vec<Loaded> = {
             use rayon::prelude::*;
             files
                 .par_iter()
                 .map(|f| {
-                    let id = file_id(&f.path)?;
-                    let plain = self.key.open(&self.store.get(&f.path)?, &f.path)?;
-                    Ok((id, index::decode(&plain, &f.path)?))
+                    let r = (|| {
+                        let id = file_id(&f.path)?;
+                        let plain = self.key.open(&self.store.get(&f.path)?, &f.path)?;
+                        Ok((id, index::decode(&plain, &f.path)?))
+                    })();
+                    (f.path.clone(), r)
                 })
                 .collect()
         };
-        for r in loaded {
-            let (id, packs) = r?;
-            for (pack, entries) in &packs {
-                self.index.add_pack(*pack, entries);
+        for (path, r) in loaded {
+            match r {
+                Ok((id, packs)) => {
+                    for (pack, entries) in &packs {
+                        self.index.add_pack(*pack, entries);
+                    }
+                    self.index_files.push(id);
+                }
+                // A damaged index file must not lock the user out: its blobs look absent
+                // (a backup stores them again, a restore names what it cannot find) and
+                // `check` reports it.
+                Err(e) => {
+                    tracing::warn!("index file {path} is unreadable: {e}");
+                    self.index_errors.push((path, e));
+                }
             }
-            self.index_files.push(id);
         }
         Ok(())
     }
@@ -178,6 +194,10 @@ impl Repository {
     }
     pub fn index_files(&self) -> &[Id] {
         &self.index_files
+    }
+    /// Index files that could not be read when the repository was opened.
+    pub fn index_errors(&self) -> &[(String, Error)] {
+        &self.index_errors
     }
 
     /// Reads, opens, decompresses and verifies one blob.
@@ -216,6 +236,11 @@ impl Repository {
         }
         out.sort_by(|a, b| (a.time, a.id).cmp(&(b.time, b.id)));
         Ok(out)
+    }
+
+    /// Loads the snapshot stored at `path`.
+    pub fn snapshots_one(&self, path: &str) -> Result<Snapshot> {
+        self.load_snapshot_at(path)
     }
 
     fn load_snapshot_at(&self, path: &str) -> Result<Snapshot> {

@@ -1,0 +1,77 @@
+//! `mailvault backup`
+
+use crate::output::{bytes, print_failures, ratio};
+use crate::{progress::Bar, repo, GlobalOpts, Outcome};
+use anyhow::Result;
+use mailvault_core::backup::{backup, BackupOptions, BackupReport};
+use mailvault_core::Compression;
+
+#[derive(clap::Args, Debug)]
+pub struct Args {
+    /// What to back up: `maildir:/var/vmail` (a store of <domain>/<user>/Maildir) or
+    /// `maildir:/home/bob/Maildir` (one Maildir; name it with --account).
+    pub source: String,
+    /// The account name of a single Maildir; for a store, back up only these accounts.
+    #[arg(long)]
+    pub account: Vec<String>,
+    /// Compression for this run (default: the repository's).
+    #[arg(long, value_parser = ["zstd", "lz4", "none"])]
+    pub compression: Option<String>,
+    /// Tag the snapshot.
+    #[arg(long)]
+    pub tag: Vec<String>,
+    /// Host name recorded in the snapshot (default: this machine's).
+    #[arg(long)]
+    pub host: Option<String>,
+    /// Read every message, even those the previous snapshot has.
+    #[arg(long)]
+    pub force: bool,
+}
+
+pub fn run(g: &GlobalOpts, a: Args) -> Result<Outcome> {
+    let source = super::maildir_location(&a.source, "source")?;
+    let mut r = repo::open(g)?;
+    let opts = BackupOptions {
+        source,
+        accounts: a.account,
+        jobs: repo::jobs(g),
+        compression: a.compression.map(|c| c.parse::<Compression>()).transpose()?,
+        tags: a.tag,
+        hostname: a.host.unwrap_or_else(mailvault_core::hostname),
+        force: a.force,
+    };
+    let bar = Bar::new(g.quiet || g.json, "backup ");
+    let rep = backup(&mut r, &opts, &bar);
+    bar.finish();
+    let rep = rep?;
+    if g.json {
+        crate::output::json(&rep)?;
+    } else {
+        print_report(&rep);
+    }
+    Ok(if rep.items_failed > 0 { Outcome::Partial } else { Outcome::Ok })
+}
+
+fn print_report(r: &BackupReport) {
+    let parent = r.parent.as_deref().map(|p| format!(" (parent {})", &p[..8])).unwrap_or_default();
+    println!("snapshot {} saved{parent}", &r.snapshot[..8]);
+    println!("  accounts   {}, folders {}", r.accounts, r.folders);
+    println!(
+        "  messages   {} total: {} new, {} unchanged, {} failed",
+        r.items_total, r.items_new, r.items_unchanged, r.items_failed
+    );
+    println!("  size       {} in the snapshot, {} read", bytes(r.bytes_total), bytes(r.bytes_read));
+    println!(
+        "  added      {} to the repository (dedup {}, compression {}; {} packs written, {} resumed)",
+        bytes(r.bytes_added),
+        ratio(r.dedup_ratio),
+        ratio(r.compression_ratio),
+        r.packs_written,
+        r.packs_resumed
+    );
+    println!(
+        "  time       {:.2} s: {:.0} messages/s, {:.1} MB/s",
+        r.elapsed_secs, r.items_per_sec, r.mb_per_sec
+    );
+    print_failures(&r.failures);
+}

@@ -1,0 +1,56 @@
+//! `mailvault check`
+
+use crate::output::bytes;
+use crate::{repo, GlobalOpts, Outcome};
+use anyhow::{bail, Result};
+use mailvault_core::check::{check, CheckOptions};
+
+#[derive(clap::Args, Debug)]
+pub struct Args {
+    /// Also decrypt, decompress and verify every blob.
+    #[arg(long)]
+    pub read_data: bool,
+}
+
+pub fn run(g: &GlobalOpts, a: Args) -> Result<Outcome> {
+    let r = repo::open(g)?;
+    let rep = check(&r, &CheckOptions { read_data: a.read_data, jobs: repo::jobs(g) })?;
+    if g.json {
+        crate::output::json(&rep)?;
+    } else {
+        println!(
+            "checked {} files ({}), {} packs, {} blobs{}, {} snapshots, {} messages in {:.2} s",
+            rep.files_checked,
+            bytes(rep.bytes_checked),
+            rep.packs,
+            rep.blobs,
+            if a.read_data { format!(" ({} verified)", rep.blobs_verified) } else { String::new() },
+            rep.snapshots,
+            rep.messages,
+            rep.elapsed_secs
+        );
+        for w in &rep.warnings {
+            println!("warning: {w}");
+        }
+        for e in &rep.errors {
+            let mut place = Vec::new();
+            if let Some(f) = &e.file {
+                place.push(f.clone());
+            }
+            if let Some(b) = &e.blob {
+                place.push(format!("blob {b}"));
+            }
+            println!("error: {}: {}", place.join(", "), e.error);
+            for m in &e.messages {
+                println!("  affects {m}");
+            }
+        }
+        if rep.ok() {
+            println!("no errors found");
+        }
+    }
+    if !rep.ok() {
+        bail!("the repository is damaged: {} errors", rep.errors.len());
+    }
+    Ok(Outcome::Ok)
+}

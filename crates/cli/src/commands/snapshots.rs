@@ -1,0 +1,42 @@
+//! `mailvault snapshots`
+
+use crate::output::{bytes, time};
+use crate::{repo, GlobalOpts, Outcome};
+use anyhow::Result;
+
+#[derive(clap::Args, Debug)]
+pub struct Args {}
+
+pub fn run(g: &GlobalOpts, _a: Args) -> Result<Outcome> {
+    let r = repo::open(g)?;
+    let snaps = r.snapshots()?;
+    if g.json {
+        let v: Vec<_> = snaps
+            .iter()
+            .map(|s| {
+                serde_json::json!({
+                    "id": s.id.to_hex(), "time": s.time, "hostname": s.hostname, "source": s.source,
+                    "tags": s.tags, "parent": s.parent.map(|p| p.to_hex()), "summary": s.summary,
+                })
+            })
+            .collect();
+        crate::output::json(&v)?;
+        return Ok(Outcome::Ok);
+    }
+    println!("{:<10} {:<20} {:<14} {:>8} {:>9} {:>10}  source", "id", "time (UTC)", "host", "accounts", "messages", "size");
+    for s in &snaps {
+        println!(
+            "{:<10} {:<20} {:<14} {:>8} {:>9} {:>10}  {}{}",
+            s.id.short(),
+            time(s.time),
+            s.hostname,
+            s.summary.accounts,
+            s.summary.messages,
+            bytes(s.summary.bytes),
+            s.source,
+            if s.tags.is_empty() { String::new() } else { format!(" [{}]", s.tags.join(",")) }
+        );
+    }
+    println!("{} snapshots", snaps.len());
+    Ok(Outcome::Ok)
+}

@@ -1,0 +1,73 @@
+//! Opening the repository the flags and environment name, with its password.
+
+use crate::GlobalOpts;
+use anyhow::{bail, Context, Result};
+use mailvault_core::store::{LocalStore, Store};
+use mailvault_core::Repository;
+use std::io::IsTerminal;
+use std::sync::Arc;
+
+/// The store behind `--repo` / MAILVAULT_REPOSITORY.
+pub fn store(g: &GlobalOpts) -> Result<Arc<dyn Store>> {
+    let Some(loc) = &g.repo else {
+        bail!("no repository given: use --repo PATH or set MAILVAULT_REPOSITORY");
+    };
+    let path = loc.strip_prefix("local:").unwrap_or(loc);
+    if path.contains("://") {
+        bail!("unsupported repository location {loc:?}: give a directory");
+    }
+    let store = LocalStore::new(path);
+    // Leftovers of a killed writer are never part of the repository.
+    let _ = store.clean_temporaries();
+    Ok(Arc::new(store))
+}
+
+/// The password from --password-file, MAILVAULT_PASSWORD or a prompt on a terminal.
+pub fn password(g: &GlobalOpts, confirm: bool) -> Result<Vec<u8>> {
+    if let Some(f) = &g.password_file {
+        let mut p = std::fs::read(f).with_context(|| format!("reading password file {}", f.display()))?;
+        while p.last().is_some_and(|c| *c == b'\n' || *c == b'\r') {
+            p.pop();
+        }
+        if p.is_empty() {
+            bail!("password file {} is empty", f.display());
+        }
+        return Ok(p);
+    }
+    if let Ok(p) = std::env::var("MAILVAULT_PASSWORD") {
+        if !p.is_empty() {
+            return Ok(p.into_bytes());
+        }
+    }
+    if !std::io::stdin().is_terminal() {
+        bail!("no password: set MAILVAULT_PASSWORD_FILE or MAILVAULT_PASSWORD, or run on a terminal");
+    }
+    let p = rpassword::prompt_password("repository password: ")?;
+    if confirm && rpassword::prompt_password("again: ")? != p {
+        bail!("the passwords do not match");
+    }
+    if p.is_empty() {
+        bail!("empty password");
+    }
+    Ok(p.into_bytes())
+}
+
+/// Opens the repository and warns about index files it could not read.
+pub fn open(g: &GlobalOpts) -> Result<Repository> {
+    let store = store(g)?;
+    let pw = password(g, false)?;
+    let repo = Repository::open(store, &pw)?;
+    for (path, e) in repo.index_errors() {
+        eprintln!("warning: {path}: {e} (run `mailvault check`)");
+    }
+    Ok(repo)
+}
+
+/// Worker threads: the flag, or one per core.
+pub fn jobs(g: &GlobalOpts) -> usize {
+    if g.jobs > 0 {
+        g.jobs
+    } else {
+        std::thread::available_parallelism().map(|n| n.get()).unwrap_or(2)
+    }
+}
