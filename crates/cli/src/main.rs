@@ -25,7 +25,12 @@ pub struct Cli {
 #[derive(clap::Args, Debug, Clone)]
 pub struct GlobalOpts {
     /// Repository: a directory (or `local:DIR`).
-    #[arg(short = 'r', long = "repo", env = "MAILVAULT_REPOSITORY", global = true)]
+    #[arg(
+        short = 'r',
+        long = "repo",
+        env = "MAILVAULT_REPOSITORY",
+        global = true
+    )]
     pub repo: Option<String>,
     /// File holding the repository password (else MAILVAULT_PASSWORD, else a prompt).
     #[arg(long, env = "MAILVAULT_PASSWORD_FILE", global = true)]

@@ -25,7 +25,8 @@ pub fn store(g: &GlobalOpts) -> Result<Arc<dyn Store>> {
 /// The password from --password-file, MAILVAULT_PASSWORD or a prompt on a terminal.
 pub fn password(g: &GlobalOpts, confirm: bool) -> Result<Vec<u8>> {
     if let Some(f) = &g.password_file {
-        let mut p = std::fs::read(f).with_context(|| format!("reading password file {}", f.display()))?;
+        let mut p =
+            std::fs::read(f).with_context(|| format!("reading password file {}", f.display()))?;
         while p.last().is_some_and(|c| *c == b'\n' || *c == b'\r') {
             p.pop();
         }
@@ -40,7 +41,9 @@ pub fn password(g: &GlobalOpts, confirm: bool) -> Result<Vec<u8>> {
         }
     }
     if !std::io::stdin().is_terminal() {
-        bail!("no password: set MAILVAULT_PASSWORD_FILE or MAILVAULT_PASSWORD, or run on a terminal");
+        bail!(
+            "no password: set MAILVAULT_PASSWORD_FILE or MAILVAULT_PASSWORD, or run on a terminal"
+        );
     }
     let p = rpassword::prompt_password("repository password: ")?;
     if confirm && rpassword::prompt_password("again: ")? != p {
@@ -68,6 +71,8 @@ pub fn jobs(g: &GlobalOpts) -> usize {
     if g.jobs > 0 {
         g.jobs
     } else {
-        std::thread::available_parallelism().map(|n| n.get()).unwrap_or(2)
+        std::thread::available_parallelism()
+            .map(|n| n.get())
+            .unwrap_or(2)
     }
 }

@@ -16,7 +16,9 @@ use crate::pack::BlobKind;
 use crate::repo::{lock, BlobSaver, Repository};
 use crate::report::{per_sec, ratio, Failure, Progress};
 use crate::snapshot::{Snapshot, SnapshotSummary};
-use crate::tree::{self, AccountRef, AccountTree, FileEntry, FolderNode, MessageChunk, MessageEntry, RootTree};
+use crate::tree::{
+    self, AccountRef, AccountTree, FileEntry, FolderNode, MessageChunk, MessageEntry, RootTree,
+};
 use rayon::prelude::*;
 use serde::Serialize;
 use std::collections::HashMap;
@@ -102,7 +104,11 @@ impl Ctx<'_> {
 }
 
 /// Backs up `opts.source` into `repo` and writes a snapshot.
-pub fn backup(repo: &mut Repository, opts: &BackupOptions, progress: &dyn Progress) -> Result<BackupReport> {
+pub fn backup(
+    repo: &mut Repository,
+    opts: &BackupOptions,
+    progress: &dyn Progress,
+) -> Result<BackupReport> {
     let started = Instant::now();
     let time = crate::now_unix();
     let source = std::path::absolute(&opts.source).map_err(|e| Error::io(&opts.source, e))?;
@@ -114,10 +120,18 @@ pub fn backup(repo: &mut Repository, opts: &BackupOptions, progress: &dyn Progre
     let parent = if opts.force {
         None
     } else {
-        repo.snapshots()?.into_iter().rev().find(|s| s.source == label && s.hostname == opts.hostname)
+        repo.snapshots()?
+            .into_iter()
+            .rev()
+            .find(|s| s.source == label && s.hostname == opts.hostname)
     };
     let parent_accounts: HashMap<String, AccountRef> = match &parent {
-        Some(p) => repo.read_tree::<RootTree>(&p.root)?.accounts.into_iter().map(|a| (a.name.clone(), a)).collect(),
+        Some(p) => repo
+            .read_tree::<RootTree>(&p.root)?
+            .accounts
+            .into_iter()
+            .map(|a| (a.name.clone(), a))
+            .collect(),
         None => HashMap::new(),
     };
 
@@ -132,20 +146,26 @@ pub fn backup(repo: &mut Repository, opts: &BackupOptions, progress: &dyn Progre
     let pool = rayon::ThreadPoolBuilder::new()
         .num_threads(opts.jobs)
         .build()
-        .map_err(|e| Error::InvalidInput(format!("cannot start {} worker threads: {e}", opts.jobs)))?;
+        .map_err(|e| {
+            Error::InvalidInput(format!("cannot start {} worker threads: {e}", opts.jobs))
+        })?;
     let refs: Vec<Option<AccountRef>> = pool.install(|| {
         accounts
             .par_iter()
-            .map(|a| match backup_account(&ctx, a, parent_accounts.get(&a.name)) {
-                Ok(r) => Some(r),
-                Err(e) => {
-                    ctx.fail(format!("account {}", a.name), e);
-                    None
-                }
-            })
+            .map(
+                |a| match backup_account(&ctx, a, parent_accounts.get(&a.name)) {
+                    Ok(r) => Some(r),
+                    Err(e) => {
+                        ctx.fail(format!("account {}", a.name), e);
+                        None
+                    }
+                },
+            )
             .collect()
     });
-    let root = RootTree { accounts: refs.into_iter().flatten().collect() };
+    let root = RootTree {
+        accounts: refs.into_iter().flatten().collect(),
+    };
     let root_id = ctx.saver.save(BlobKind::Tree, &tree::encode(&root))?;
     ctx.saver.finish()?;
 
@@ -178,7 +198,9 @@ pub fn backup(repo: &mut Repository, opts: &BackupOptions, progress: &dyn Progre
     };
     // The snapshot's own size is part of what was added; it is small and fixed-width
     // enough that an estimate from a first encoding is exact to a few bytes.
-    let snap_len = serde_json::to_vec(&snap).map(|v| v.len() as u64 + 40).unwrap_or(0);
+    let snap_len = serde_json::to_vec(&snap)
+        .map(|v| v.len() as u64 + 40)
+        .unwrap_or(0);
     summary.bytes_added += snap_len;
     snap.summary = summary.clone();
     let id = repo.save_snapshot(&snap)?;
@@ -228,7 +250,11 @@ fn load_parent(repo: &Repository, r: &AccountRef) -> Result<ParentAccount> {
     Ok(p)
 }
 
-fn backup_account(ctx: &Ctx, acc: &AccountSource, parent: Option<&AccountRef>) -> Result<AccountRef> {
+fn backup_account(
+    ctx: &Ctx,
+    acc: &AccountSource,
+    parent: Option<&AccountRef>,
+) -> Result<AccountRef> {
     let repo = ctx.saver.repo();
     let parent = match parent {
         Some(r) => match load_parent(repo, r) {
@@ -252,19 +278,33 @@ fn backup_account(ctx: &Ctx, acc: &AccountSource, parent: Option<&AccountRef>) -
             }
         })
         .collect();
-    let t = AccountTree { folders: nodes.into_iter().flatten().collect() };
+    let t = AccountTree {
+        folders: nodes.into_iter().flatten().collect(),
+    };
     let messages = t.folders.iter().map(|f| f.messages).sum();
     let bytes = t.folders.iter().map(|f| f.bytes).sum();
     let tree = ctx.saver.save(BlobKind::Tree, &tree::encode(&t))?;
-    Ok(AccountRef { name: acc.name.clone(), rel_path: acc.rel_path.clone(), tree, messages, bytes })
+    Ok(AccountRef {
+        name: acc.name.clone(),
+        rel_path: acc.rel_path.clone(),
+        tree,
+        messages,
+        bytes,
+    })
 }
 
-fn backup_folder(ctx: &Ctx, acc: &AccountSource, f: &FolderSource, parent: &ParentAccount) -> Result<FolderNode> {
+fn backup_folder(
+    ctx: &Ctx,
+    acc: &AccountSource,
+    f: &FolderSource,
+    parent: &ParentAccount,
+) -> Result<FolderNode> {
     let (files, errors) = maildir::list_messages(&f.path);
     for e in errors {
         ctx.fail(format!("{}: {}", acc.name, f.name), e);
     }
-    ctx.progress.add_total(files.len() as u64, files.iter().map(|m| m.size).sum());
+    ctx.progress
+        .add_total(files.len() as u64, files.iter().map(|m| m.size).sum());
     let mut entries = Vec::with_capacity(files.len());
     let mut to_read = Vec::new();
     for file in files {
@@ -305,12 +345,21 @@ fn backup_folder(ctx: &Ctx, acc: &AccountSource, f: &FolderSource, parent: &Pare
     ctx.n.bytes_total.fetch_add(bytes, Relaxed);
     let mut chunks = Vec::new();
     for c in entries.chunks(tree::ENTRIES_PER_CHUNK) {
-        let chunk = MessageChunk { entries: c.to_vec() };
+        let chunk = MessageChunk {
+            entries: c.to_vec(),
+        };
         chunks.push(ctx.saver.save(BlobKind::Tree, &tree::encode(&chunk))?);
     }
     let files = folder_files(ctx, &f.path)?;
     ctx.n.folders.fetch_add(1, Relaxed);
-    Ok(FolderNode { name: f.name.clone(), dir: f.dir.clone(), files, chunks, messages, bytes })
+    Ok(FolderNode {
+        name: f.name.clone(),
+        dir: f.dir.clone(),
+        files,
+        chunks,
+        messages,
+        bytes,
+    })
 }
 
 fn folder_files(ctx: &Ctx, dir: &Path) -> Result<Vec<FileEntry>> {
@@ -350,7 +399,11 @@ fn save_content(ctx: &Ctx, data: &[u8]) -> Result<Vec<Id>> {
 }
 
 /// Reads one message and stores its content. `Ok(None)`: it vanished (deleted meanwhile).
-fn read_message(ctx: &Ctx, folder: &FolderSource, file: MessageFile) -> Result<Option<MessageEntry>, (PathBuf, Error)> {
+fn read_message(
+    ctx: &Ctx,
+    folder: &FolderSource,
+    file: MessageFile,
+) -> Result<Option<MessageEntry>, (PathBuf, Error)> {
     let mut file = file;
     let mut path = file.path(&folder.path);
     let data = loop {
@@ -416,7 +469,11 @@ pub(crate) fn header_summary(data: &[u8]) -> (String, String, Option<i64>) {
         })
         .unwrap_or_default();
     let subject = msg.subject().unwrap_or_default();
-    (shorten(&from), shorten(subject), msg.date().map(|d| d.to_timestamp()))
+    (
+        shorten(&from),
+        shorten(subject),
+        msg.date().map(|d| d.to_timestamp()),
+    )
 }
 
 fn shorten(s: &str) -> String {

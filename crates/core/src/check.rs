@@ -90,7 +90,9 @@ pub fn check(repo: &Repository, opts: &CheckOptions) -> Result<CheckReport> {
     let pool = rayon::ThreadPoolBuilder::new()
         .num_threads(opts.jobs)
         .build()
-        .map_err(|e| Error::InvalidInput(format!("cannot start {} worker threads: {e}", opts.jobs)))?;
+        .map_err(|e| {
+            Error::InvalidInput(format!("cannot start {} worker threads: {e}", opts.jobs))
+        })?;
     pool.install(|| check_inner(repo, opts, started))
 }
 
@@ -118,7 +120,10 @@ fn check_inner(repo: &Repository, opts: &CheckOptions, started: Instant) -> Resu
     // Packs: bytes against name, header against the index, blobs when asked.
     let mut by_pack: HashMap<Id, Vec<(Id, Location)>> = HashMap::new();
     for (id, loc) in index.iter() {
-        by_pack.entry(index.pack_id(loc.pack)).or_default().push((*id, *loc));
+        by_pack
+            .entry(index.pack_id(loc.pack))
+            .or_default()
+            .push((*id, *loc));
     }
     let packs = store.list("data/")?;
     let present: HashSet<Id> = packs.iter().filter_map(|p| file_id(&p.path).ok()).collect();
@@ -145,7 +150,14 @@ fn check_inner(repo: &Repository, opts: &CheckOptions, started: Instant) -> Resu
     packs.par_iter().for_each(|p| {
         if let Ok(id) = file_id(&p.path) {
             if index.has_pack(&id) {
-                check_pack(repo, &st, &p.path, &id, by_pack.get(&id).map(Vec::as_slice).unwrap_or_default(), opts.read_data);
+                check_pack(
+                    repo,
+                    &st,
+                    &p.path,
+                    &id,
+                    by_pack.get(&id).map(Vec::as_slice).unwrap_or_default(),
+                    opts.read_data,
+                );
             }
         }
     });
@@ -172,7 +184,11 @@ fn check_inner(repo: &Repository, opts: &CheckOptions, started: Instant) -> Resu
         if let Some(&i) = bad.get(id) {
             lock(&affected).push((i, what.to_string()));
         } else if !index.contains(id) {
-            st.error(None, Some(id), format!("blob is missing from the index; needed by {what}"));
+            st.error(
+                None,
+                Some(id),
+                format!("blob is missing from the index; needed by {what}"),
+            );
         }
     };
     for s in &snapshots {
@@ -199,7 +215,10 @@ fn check_inner(repo: &Repository, opts: &CheckOptions, started: Instant) -> Resu
                 let fname = format!("{aname} folder {}", f.name);
                 for file in &f.files {
                     for id in &file.content {
-                        report_blob(id, &format!("{fname} file {}", String::from_utf8_lossy(&file.name)));
+                        report_blob(
+                            id,
+                            &format!("{fname} file {}", String::from_utf8_lossy(&file.name)),
+                        );
                     }
                 }
                 for c in &f.chunks {
@@ -223,7 +242,14 @@ fn check_inner(repo: &Repository, opts: &CheckOptions, started: Instant) -> Resu
                             raw += index.get(id).map_or(0, |l| u64::from(l.raw_len));
                         }
                         if m.content.iter().all(|id| index.contains(id)) && raw != m.size {
-                            st.error(None, None, format!("{mname}: blobs add up to {raw} bytes, message has {}", m.size));
+                            st.error(
+                                None,
+                                None,
+                                format!(
+                                    "{mname}: blobs add up to {raw} bytes, message has {}",
+                                    m.size
+                                ),
+                            );
                         }
                     }
                 }
@@ -254,7 +280,11 @@ fn check_inner(repo: &Repository, opts: &CheckOptions, started: Instant) -> Resu
 
 /// Reads a content-named file and compares its BLAKE3 with its name; on failure returns
 /// the number of the error recorded.
-fn verify_named_file(repo: &Repository, st: &State, path: &str) -> std::result::Result<Vec<u8>, usize> {
+fn verify_named_file(
+    repo: &Repository,
+    st: &State,
+    path: &str,
+) -> std::result::Result<Vec<u8>, usize> {
     let data = match repo.store().get(path) {
         Ok(d) => d,
         Err(e) => return Err(st.error(Some(path), None, e)),
@@ -263,12 +293,23 @@ fn verify_named_file(repo: &Repository, st: &State, path: &str) -> std::result::
     st.bytes.fetch_add(data.len() as u64, Relaxed);
     match file_id(path) {
         Ok(id) if id == Id::of_file(&data) => Ok(data),
-        Ok(_) => Err(st.error(Some(path), None, "content does not match its name: the file is damaged")),
+        Ok(_) => Err(st.error(
+            Some(path),
+            None,
+            "content does not match its name: the file is damaged",
+        )),
         Err(e) => Err(st.error(Some(path), None, e)),
     }
 }
 
-fn check_pack(repo: &Repository, st: &State, path: &str, id: &Id, indexed: &[(Id, Location)], read_data: bool) {
+fn check_pack(
+    repo: &Repository,
+    st: &State,
+    path: &str,
+    id: &Id,
+    indexed: &[(Id, Location)],
+    read_data: bool,
+) {
     let mark_all = |idx: usize| {
         let mut bad = lock(&st.bad_blobs);
         for (b, _) in indexed {
@@ -286,17 +327,29 @@ fn check_pack(repo: &Repository, st: &State, path: &str, id: &Id, indexed: &[(Id
     let in_header: HashMap<Id, &PackEntry> = header.iter().map(|e| (e.id, e)).collect();
     for (blob, loc) in indexed {
         let ok = in_header.get(blob).is_some_and(|e| {
-            e.offset == loc.offset && e.stored_len == loc.stored_len && e.raw_len == loc.raw_len && e.codec == loc.codec
+            e.offset == loc.offset
+                && e.stored_len == loc.stored_len
+                && e.raw_len == loc.raw_len
+                && e.codec == loc.codec
         });
         if !ok {
-            let idx = st.error(Some(path), Some(blob), format!("index entry does not match the header of pack {}", id.short()));
+            let idx = st.error(
+                Some(path),
+                Some(blob),
+                format!(
+                    "index entry does not match the header of pack {}",
+                    id.short()
+                ),
+            );
             lock(&st.bad_blobs).insert(*blob, idx);
         }
     }
     if read_data {
         for (blob, loc) in indexed {
             let range = loc.offset as usize..(loc.offset as usize + loc.stored_len as usize);
-            let Some(sealed) = bytes.get(range) else { continue };
+            let Some(sealed) = bytes.get(range) else {
+                continue;
+            };
             match repo.decode_blob(blob, loc, sealed, path) {
                 Ok(_) => {
                     st.verified.fetch_add(1, Relaxed);
@@ -314,6 +367,14 @@ fn check_pack(repo: &Repository, st: &State, path: &str, id: &Id, indexed: &[(Id
 pub fn failures(r: &CheckReport) -> Vec<Failure> {
     r.errors
         .iter()
-        .map(|e| Failure::new(e.file.clone().or_else(|| e.blob.clone()).unwrap_or_default(), &e.error))
+        .map(|e| {
+            Failure::new(
+                e.file
+                    .clone()
+                    .or_else(|| e.blob.clone())
+                    .unwrap_or_default(),
+                &e.error,
+            )
+        })
         .collect()
 }

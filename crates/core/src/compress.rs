@@ -114,7 +114,9 @@ mod tests {
 
     #[test]
     fn incompressible_is_stored_raw() {
-        let noise: Vec<u8> = (0..4096u32).map(|i| (i.wrapping_mul(2654435761) >> 13) as u8).collect();
+        let noise: Vec<u8> = (0..4096u32)
+            .map(|i| (i.wrapping_mul(2654435761) >> 13) as u8)
+            .collect();
         let random: Vec<u8> = (0..4096).map(|_| rand::random::<u8>()).collect();
         assert!(compress(&random, Compression::Zstd).is_none());
         assert!(compress(&random, Compression::Lz4).is_none());

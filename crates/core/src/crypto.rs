@@ -94,7 +94,11 @@ impl Default for KdfParams {
     /// 64 MiB, 3 passes: OWASP's recommended floor for Argon2id is 19 MiB/2 passes; this
     /// costs ~0.1-0.2 s once per command on a server core.
     fn default() -> Self {
-        KdfParams { m_cost: 64 * 1024, t_cost: 3, p_cost: 1 }
+        KdfParams {
+            m_cost: 64 * 1024,
+            t_cost: 3,
+            p_cost: 1,
+        }
     }
 }
 
@@ -129,7 +133,12 @@ fn derive(password: &[u8], salt: &[u8], p: KdfParams) -> Result<XChaCha20Poly130
 
 impl KeyFile {
     /// Wraps `master` under `password`.
-    pub fn wrap(master: &MasterKey, password: &[u8], params: KdfParams, hostname: &str) -> Result<KeyFile> {
+    pub fn wrap(
+        master: &MasterKey,
+        password: &[u8],
+        params: KdfParams,
+        hostname: &str,
+    ) -> Result<KeyFile> {
         let mut salt = [0u8; 32];
         rand::rngs::OsRng.fill_bytes(&mut salt);
         let kek = derive(password, &salt, params)?;
@@ -164,7 +173,10 @@ impl KeyFile {
     /// Unwraps the master key; `what` names the key file for errors.
     pub fn unwrap(&self, password: &[u8], what: &str) -> Result<MasterKey> {
         if self.checksum != self.compute_checksum() {
-            return Err(Error::corrupt(what, "checksum mismatch: the key file is damaged"));
+            return Err(Error::corrupt(
+                what,
+                "checksum mismatch: the key file is damaged",
+            ));
         }
         if self.kdf != "argon2id" {
             return Err(Error::corrupt(what, format!("unknown kdf {:?}", self.kdf)));
@@ -191,7 +203,11 @@ impl KeyFile {
 mod tests {
     use super::*;
 
-    const FAST: KdfParams = KdfParams { m_cost: 64, t_cost: 1, p_cost: 1 };
+    const FAST: KdfParams = KdfParams {
+        m_cost: 64,
+        t_cost: 1,
+        p_cost: 1,
+    };
 
     #[test]
     fn seal_open_round_trip_and_tamper() {
@@ -201,7 +217,10 @@ mod tests {
         for i in 0..sealed.len() {
             let mut bad = sealed.clone();
             bad[i] ^= 0x40;
-            assert!(matches!(k.open(&bad, "x"), Err(Error::Tampered(_))), "byte {i}");
+            assert!(
+                matches!(k.open(&bad, "x"), Err(Error::Tampered(_))),
+                "byte {i}"
+            );
         }
         let other = MasterKey::random();
         assert!(other.open(&sealed, "x").is_err());
@@ -213,10 +232,17 @@ mod tests {
         let kf = KeyFile::wrap(&k, b"secret", FAST, "h").unwrap();
         let back = kf.unwrap(b"secret", "keys/a").unwrap();
         assert_eq!(back.blob_id(b"x"), k.blob_id(b"x"));
-        assert!(matches!(kf.unwrap(b"Secret", "keys/a"), Err(Error::WrongPassword)));
+        assert!(matches!(
+            kf.unwrap(b"Secret", "keys/a"),
+            Err(Error::WrongPassword)
+        ));
         let mut bad = kf.clone();
-        bad.salt.replace_range(0..1, if bad.salt.starts_with('0') { "1" } else { "0" });
-        assert!(matches!(bad.unwrap(b"secret", "keys/a"), Err(Error::Corrupt { .. })));
+        bad.salt
+            .replace_range(0..1, if bad.salt.starts_with('0') { "1" } else { "0" });
+        assert!(matches!(
+            bad.unwrap(b"secret", "keys/a"),
+            Err(Error::Corrupt { .. })
+        ));
     }
 
     #[test]

@@ -11,10 +11,16 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 pub enum Error {
     /// An I/O error on a file of the mail store or the restore target.
     #[error("{}: {source}", path.display())]
-    Io { path: PathBuf, source: std::io::Error },
+    Io {
+        path: PathBuf,
+        source: std::io::Error,
+    },
     /// An I/O error on a repository object (`what` is its path inside the repository).
     #[error("repository {what}: {source}")]
-    Store { what: String, source: std::io::Error },
+    Store {
+        what: String,
+        source: std::io::Error,
+    },
     /// A repository object does not exist.
     #[error("repository {0}: not found")]
     NotFound(String),
@@ -52,9 +58,15 @@ pub enum Error {
 
 impl Error {
     pub(crate) fn io(path: impl Into<PathBuf>, source: std::io::Error) -> Self {
-        Error::Io { path: path.into(), source }
+        Error::Io {
+            path: path.into(),
+            source,
+        }
     }
     pub(crate) fn corrupt(what: impl Into<String>, detail: impl Into<String>) -> Self {
-        Error::Corrupt { what: what.into(), detail: detail.into() }
+        Error::Corrupt {
+            what: what.into(),
+            detail: detail.into(),
+        }
     }
 }

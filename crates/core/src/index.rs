@@ -147,12 +147,20 @@ pub fn decode(b: &[u8], what: &str) -> Result<Vec<(Id, Vec<PackEntry>)>> {
         let mut entries = Vec::with_capacity(count.min(1 << 20));
         for _ in 0..count {
             let h = r.take(2)?;
-            let kind = BlobKind::from_u8(h[0]).ok_or_else(|| Error::corrupt(what, "bad blob kind"))?;
+            let kind =
+                BlobKind::from_u8(h[0]).ok_or_else(|| Error::corrupt(what, "bad blob kind"))?;
             let codec = Codec::from_u8(h[1]).ok_or_else(|| Error::corrupt(what, "bad codec"))?;
             let offset = r.u32()?;
             let stored_len = r.u32()?;
             let raw_len = r.u32()?;
-            entries.push(PackEntry { id: r.id()?, kind, codec, offset, stored_len, raw_len });
+            entries.push(PackEntry {
+                id: r.id()?,
+                kind,
+                codec,
+                offset,
+                stored_len,
+                raw_len,
+            });
         }
         packs.push((pack, entries));
     }
@@ -168,7 +176,14 @@ mod tests {
     use proptest::prelude::*;
 
     fn entry(i: u8) -> PackEntry {
-        PackEntry { id: Id([i; 32]), kind: BlobKind::Data, codec: Codec::Zstd, offset: i as u32 * 7, stored_len: 99, raw_len: 123 }
+        PackEntry {
+            id: Id([i; 32]),
+            kind: BlobKind::Data,
+            codec: Codec::Zstd,
+            offset: i as u32 * 7,
+            stored_len: 99,
+            raw_len: 123,
+        }
     }
 
     #[test]

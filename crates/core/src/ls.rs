@@ -49,7 +49,12 @@ pub enum Listing {
 }
 
 /// Lists accounts; with `account`, its folders; with `folder`, that folder's messages.
-pub fn ls(repo: &Repository, snapshot: &str, account: Option<&str>, folder: Option<&str>) -> Result<Listing> {
+pub fn ls(
+    repo: &Repository,
+    snapshot: &str,
+    account: Option<&str>,
+    folder: Option<&str>,
+) -> Result<Listing> {
     let snap = repo.find_snapshot(snapshot)?;
     let root: RootTree = repo.read_tree(&snap.root)?;
     if account.is_none() && folder.is_none() {
@@ -74,7 +79,12 @@ pub fn ls(repo: &Repository, snapshot: &str, account: Option<&str>, folder: Opti
         let t: AccountTree = repo.read_tree(&a.tree)?;
         for f in t.folders {
             match folder {
-                None => folders.push(FolderInfo { account: a.name.clone(), name: f.name, messages: f.messages, bytes: f.bytes }),
+                None => folders.push(FolderInfo {
+                    account: a.name.clone(),
+                    name: f.name,
+                    messages: f.messages,
+                    bytes: f.bytes,
+                }),
                 Some(want) if want.trim_matches('/') == f.name => {
                     matched = true;
                     for c in &f.chunks {
@@ -100,7 +110,9 @@ pub fn ls(repo: &Repository, snapshot: &str, account: Option<&str>, folder: Opti
     }
     match folder {
         None => Ok(Listing::Folders(folders)),
-        Some(f) if !matched => Err(Error::InvalidInput(format!("no folder {f:?} in the snapshot"))),
+        Some(f) if !matched => Err(Error::InvalidInput(format!(
+            "no folder {f:?} in the snapshot"
+        ))),
         Some(_) => Ok(Listing::Messages(messages)),
     }
 }

@@ -47,7 +47,9 @@ pub struct MessageFile {
 
 impl MessageFile {
     pub fn path(&self, folder: &Path) -> PathBuf {
-        folder.join(if self.new { "new" } else { "cur" }).join(OsStr::from_bytes(&self.name))
+        folder
+            .join(if self.new { "new" } else { "cur" })
+            .join(OsStr::from_bytes(&self.name))
     }
     pub fn key(&self) -> &[u8] {
         split_name(&self.name).0
@@ -103,7 +105,10 @@ fn sorted_dirs(p: &Path) -> Result<Vec<(Vec<u8>, PathBuf)>> {
 pub fn discover(root: &Path, accounts: &[String]) -> Result<Vec<AccountSource>> {
     let meta = fs::metadata(root).map_err(|e| Error::io(root, e))?;
     if !meta.is_dir() {
-        return Err(Error::InvalidInput(format!("{} is not a directory", root.display())));
+        return Err(Error::InvalidInput(format!(
+            "{} is not a directory",
+            root.display()
+        )));
     }
     if is_maildir(root) {
         let name = match accounts {
@@ -116,20 +121,35 @@ pub fn discover(root: &Path, accounts: &[String]) -> Result<Vec<AccountSource>> 
                 )))
             }
         };
-        return Ok(vec![AccountSource { name, rel_path: Vec::new(), path: root.to_path_buf() }]);
+        return Ok(vec![AccountSource {
+            name,
+            rel_path: Vec::new(),
+            path: root.to_path_buf(),
+        }]);
     }
     let mut out = Vec::new();
     for (domain, dpath) in sorted_dirs(root)? {
         for (user, upath) in sorted_dirs(&dpath)? {
             let (path, rel) = if is_maildir(&upath.join("Maildir")) {
-                (upath.join("Maildir"), [&domain[..], b"/", &user, b"/Maildir"].concat())
+                (
+                    upath.join("Maildir"),
+                    [&domain[..], b"/", &user, b"/Maildir"].concat(),
+                )
             } else if is_maildir(&upath) {
                 (upath.clone(), [&domain[..], b"/", &user].concat())
             } else {
                 continue;
             };
-            let name = format!("{}@{}", String::from_utf8_lossy(&user), String::from_utf8_lossy(&domain));
-            out.push(AccountSource { name, rel_path: rel, path });
+            let name = format!(
+                "{}@{}",
+                String::from_utf8_lossy(&user),
+                String::from_utf8_lossy(&domain)
+            );
+            out.push(AccountSource {
+                name,
+                rel_path: rel,
+                path,
+            });
         }
     }
     if out.is_empty() {
@@ -141,7 +161,10 @@ pub fn discover(root: &Path, accounts: &[String]) -> Result<Vec<AccountSource>> 
     if !accounts.is_empty() {
         for a in accounts {
             if !out.iter().any(|s| &s.name == a) {
-                return Err(Error::InvalidInput(format!("no account {a:?} in {}", root.display())));
+                return Err(Error::InvalidInput(format!(
+                    "no account {a:?} in {}",
+                    root.display()
+                )));
             }
         }
         out.retain(|s| accounts.contains(&s.name));
@@ -151,7 +174,10 @@ pub fn discover(root: &Path, accounts: &[String]) -> Result<Vec<AccountSource>> 
 
 fn default_account_name(root: &Path) -> String {
     let abs = fs::canonicalize(root).unwrap_or_else(|_| root.to_path_buf());
-    let mut parts = abs.components().rev().map(|c| c.as_os_str().to_string_lossy().to_string());
+    let mut parts = abs
+        .components()
+        .rev()
+        .map(|c| c.as_os_str().to_string_lossy().to_string());
     match parts.next() {
         Some(last) if last == "Maildir" => parts.next().unwrap_or(last),
         Some(last) => last,
@@ -161,7 +187,11 @@ fn default_account_name(root: &Path) -> String {
 
 /// The folders of a Maildir: INBOX (the root) first, then `.Name` directories by name.
 pub fn folders(maildir: &Path) -> Result<Vec<FolderSource>> {
-    let mut out = vec![FolderSource { name: "INBOX".into(), dir: Vec::new(), path: maildir.to_path_buf() }];
+    let mut out = vec![FolderSource {
+        name: "INBOX".into(),
+        dir: Vec::new(),
+        path: maildir.to_path_buf(),
+    }];
     let mut subs = Vec::new();
     for ent in fs::read_dir(maildir).map_err(|e| Error::io(maildir, e))? {
         let ent = ent.map_err(|e| Error::io(maildir, e))?;
@@ -171,7 +201,11 @@ pub fn folders(maildir: &Path) -> Result<Vec<FolderSource>> {
         }
         let path = ent.path();
         if ent.file_type().map(|t| t.is_dir()).unwrap_or(false) && is_maildir(&path) {
-            subs.push(FolderSource { name: folder_name(&name), dir: name, path });
+            subs.push(FolderSource {
+                name: folder_name(&name),
+                dir: name,
+                path,
+            });
         }
     }
     subs.sort_by(|a, b| a.dir.cmp(&b.dir));
@@ -180,7 +214,10 @@ pub fn folders(maildir: &Path) -> Result<Vec<FolderSource>> {
 }
 
 pub(crate) fn timestamp(m: &fs::Metadata) -> Timestamp {
-    Timestamp { secs: m.mtime(), nanos: m.mtime_nsec().clamp(0, 999_999_999) as u32 }
+    Timestamp {
+        secs: m.mtime(),
+        nanos: m.mtime_nsec().clamp(0, 999_999_999) as u32,
+    }
 }
 
 /// Lists the message files of a folder (`cur/` and `new/`; `tmp/` is skipped). Entries that
@@ -279,8 +316,14 @@ mod tests {
 
     #[test]
     fn names() {
-        assert_eq!(split_name(b"123.M1P2.host,S=99:2,RS"), (&b"123.M1P2.host,S=99"[..], &b"RS"[..]));
-        assert_eq!(split_name(b"123.M1P2.host"), (&b"123.M1P2.host"[..], &b""[..]));
+        assert_eq!(
+            split_name(b"123.M1P2.host,S=99:2,RS"),
+            (&b"123.M1P2.host,S=99"[..], &b"RS"[..])
+        );
+        assert_eq!(
+            split_name(b"123.M1P2.host"),
+            (&b"123.M1P2.host"[..], &b""[..])
+        );
         assert_eq!(split_name(b"a:2,b:2,S"), (&b"a:2,b"[..], &b"S"[..]));
         assert_eq!(folder_name(b""), "INBOX");
         assert_eq!(folder_name(b".Archive.2023"), "Archive/2023");
@@ -293,7 +336,12 @@ mod tests {
     #[test]
     fn discover_store_and_single() {
         let t = tempfile::tempdir().unwrap();
-        for p in ["a.org/bob/Maildir/cur", "a.org/carol/Maildir/new", "b.org/dave/cur", "b.org/junk/x"] {
+        for p in [
+            "a.org/bob/Maildir/cur",
+            "a.org/carol/Maildir/new",
+            "b.org/dave/cur",
+            "b.org/junk/x",
+        ] {
             fs::create_dir_all(t.path().join(p)).unwrap();
         }
         let accs = discover(t.path(), &[]).unwrap();

@@ -95,7 +95,11 @@ impl PackBuilder {
         let header = key.seal(&encode_header(&self.entries));
         bytes.extend_from_slice(&header);
         bytes.extend_from_slice(&(header.len() as u32).to_le_bytes());
-        FinishedPack { id: Id::of_file(&bytes), bytes, entries: self.entries }
+        FinishedPack {
+            id: Id::of_file(&bytes),
+            bytes,
+            entries: self.entries,
+        }
     }
 }
 
@@ -126,11 +130,17 @@ fn decode_header(h: &[u8], blobs_len: u64, what: &str) -> Result<Vec<PackEntry>>
         return Err(Error::corrupt(what, "not a pack header"));
     }
     if h[4] != VERSION {
-        return Err(Error::corrupt(what, format!("pack header version {}", h[4])));
+        return Err(Error::corrupt(
+            what,
+            format!("pack header version {}", h[4]),
+        ));
     }
     let count = u32_at(h, 5) as usize;
     if h.len() != 9 + count * ENTRY_LEN {
-        return Err(Error::corrupt(what, "pack header length does not match its count"));
+        return Err(Error::corrupt(
+            what,
+            "pack header length does not match its count",
+        ));
     }
     let mut entries = Vec::with_capacity(count);
     let mut offset = 0u64;
@@ -152,13 +162,21 @@ fn decode_header(h: &[u8], blobs_len: u64, what: &str) -> Result<Vec<PackEntry>>
         offset += u64::from(stored_len);
     }
     if offset != blobs_len {
-        return Err(Error::corrupt(what, "blob lengths do not add up to the pack size"));
+        return Err(Error::corrupt(
+            what,
+            "blob lengths do not add up to the pack size",
+        ));
     }
     Ok(entries)
 }
 
 /// Reads and opens the header of a pack of `size` bytes from the store.
-pub fn read_header(store: &dyn Store, key: &MasterKey, path: &str, size: u64) -> Result<Vec<PackEntry>> {
+pub fn read_header(
+    store: &dyn Store,
+    key: &MasterKey,
+    path: &str,
+    size: u64,
+) -> Result<Vec<PackEntry>> {
     if size < 4 {
         return Err(Error::corrupt(path, "too short to be a pack"));
     }
@@ -199,7 +217,17 @@ mod tests {
         let blobs: Vec<Vec<u8>> = (0..10).map(|i| vec![i as u8; 100 * i + 1]).collect();
         for (i, blob) in blobs.iter().enumerate() {
             let sealed = key.seal(blob);
-            b.add(key.blob_id(blob), if i % 2 == 0 { BlobKind::Data } else { BlobKind::Tree }, Codec::Raw, blob.len(), &sealed);
+            b.add(
+                key.blob_id(blob),
+                if i % 2 == 0 {
+                    BlobKind::Data
+                } else {
+                    BlobKind::Tree
+                },
+                Codec::Raw,
+                blob.len(),
+                &sealed,
+            );
         }
         let p = b.finish(&key);
         assert_eq!(p.id, Id::of_file(&p.bytes));
@@ -210,7 +238,9 @@ mod tests {
         assert_eq!(h, p.entries);
         assert_eq!(header_of(&p.bytes, &key, &path).unwrap(), p.entries);
         for (e, blob) in h.iter().zip(&blobs) {
-            let sealed = store.get_range(&path, e.offset.into(), e.stored_len.into()).unwrap();
+            let sealed = store
+                .get_range(&path, e.offset.into(), e.stored_len.into())
+                .unwrap();
             assert_eq!(&key.open(&sealed, "b").unwrap(), blob);
         }
         let mut bad = p.bytes.clone();

@@ -83,7 +83,8 @@ impl Repository {
         }
         let key = MasterKey::random();
         let kf = KeyFile::wrap(&key, password, opts.kdf, &opts.hostname)?;
-        let kf_bytes = serde_json::to_vec_pretty(&kf).map_err(|e| Error::corrupt("key", e.to_string()))?;
+        let kf_bytes =
+            serde_json::to_vec_pretty(&kf).map_err(|e| Error::corrupt("key", e.to_string()))?;
         store.put(&format!("keys/{}", Id::of_file(&kf_bytes)), &kf_bytes)?;
         let config = Config {
             version: FORMAT_VERSION,
@@ -92,9 +93,17 @@ impl Repository {
             chunker: ChunkerParams::default(),
             pack_size: opts.pack_size,
         };
-        let cfg = serde_json::to_vec(&config).map_err(|e| Error::corrupt("config", e.to_string()))?;
+        let cfg =
+            serde_json::to_vec(&config).map_err(|e| Error::corrupt("config", e.to_string()))?;
         store.put("config", &key.seal(&cfg))?;
-        Ok(Repository { store, key, config, index: Index::default(), index_files: Vec::new(), index_errors: Vec::new() })
+        Ok(Repository {
+            store,
+            key,
+            config,
+            index: Index::default(),
+            index_files: Vec::new(),
+            index_errors: Vec::new(),
+        })
     }
 
     /// Opens a repository with a password and loads its index.
@@ -134,11 +143,19 @@ impl Repository {
             (None, None) => return Err(Error::WrongPassword),
         };
         let cfg = key.open(&sealed_cfg, "config")?;
-        let config: Config = serde_json::from_slice(&cfg).map_err(|e| Error::corrupt("config", e.to_string()))?;
+        let config: Config =
+            serde_json::from_slice(&cfg).map_err(|e| Error::corrupt("config", e.to_string()))?;
         if config.version != FORMAT_VERSION {
             return Err(Error::UnsupportedVersion(config.version));
         }
-        let mut repo = Repository { store, key, config, index: Index::default(), index_files: Vec::new(), index_errors: Vec::new() };
+        let mut repo = Repository {
+            store,
+            key,
+            config,
+            index: Index::default(),
+            index_files: Vec::new(),
+            index_errors: Vec::new(),
+        };
         repo.load_index()?;
         Ok(repo)
     }
@@ -202,18 +219,29 @@ impl Repository {
 
     /// Reads, opens, decompresses and verifies one blob.
     pub fn read_blob(&self, id: &Id) -> Result<Vec<u8>> {
-        let loc = *self.index.get(id).ok_or_else(|| Error::BlobNotFound(id.to_hex()))?;
+        let loc = *self
+            .index
+            .get(id)
+            .ok_or_else(|| Error::BlobNotFound(id.to_hex()))?;
         self.read_blob_at(id, &loc)
     }
 
     pub(crate) fn read_blob_at(&self, id: &Id, loc: &Location) -> Result<Vec<u8>> {
         let path = pack::pack_path(&self.index.pack_id(loc.pack));
-        let sealed = self.store.get_range(&path, loc.offset.into(), loc.stored_len.into())?;
+        let sealed = self
+            .store
+            .get_range(&path, loc.offset.into(), loc.stored_len.into())?;
         self.decode_blob(id, loc, &sealed, &path)
     }
 
     /// Opens a sealed blob read from its pack and checks it against its id.
-    pub(crate) fn decode_blob(&self, id: &Id, loc: &Location, sealed: &[u8], path: &str) -> Result<Vec<u8>> {
+    pub(crate) fn decode_blob(
+        &self,
+        id: &Id,
+        loc: &Location,
+        sealed: &[u8],
+        path: &str,
+    ) -> Result<Vec<u8>> {
         let what = format!("blob {} in {path}", id.short());
         let plain = self.key.open(sealed, &what)?;
         let raw = compress::decompress(loc.codec, &plain, loc.raw_len as usize, &what)?;
@@ -234,7 +262,7 @@ impl Repository {
         for f in self.store.list("snapshots/")? {
             out.push(self.load_snapshot_at(&f.path)?);
         }
-        out.sort_by(|a, b| (a.time, a.id).cmp(&(b.time, b.id)));
+        out.sort_by_key(|s| (s.time, s.id));
         Ok(out)
     }
 
@@ -246,7 +274,8 @@ impl Repository {
     fn load_snapshot_at(&self, path: &str) -> Result<Snapshot> {
         let id = file_id(path)?;
         let plain = self.key.open(&self.store.get(path)?, path)?;
-        let mut s: Snapshot = serde_json::from_slice(&plain).map_err(|e| Error::corrupt(path, e.to_string()))?;
+        let mut s: Snapshot =
+            serde_json::from_slice(&plain).map_err(|e| Error::corrupt(path, e.to_string()))?;
         s.id = id;
         Ok(s)
     }
@@ -255,19 +284,31 @@ impl Repository {
     pub fn find_snapshot(&self, which: &str) -> Result<Snapshot> {
         let all = self.snapshots()?;
         if which == "latest" {
-            return all.into_iter().last().ok_or_else(|| Error::SnapshotNotFound(which.into()));
+            return all
+                .into_iter()
+                .last()
+                .ok_or_else(|| Error::SnapshotNotFound(which.into()));
         }
-        let m: Vec<Snapshot> = all.into_iter().filter(|s| s.id.to_hex().starts_with(which)).collect();
+        let m: Vec<Snapshot> = all
+            .into_iter()
+            .filter(|s| s.id.to_hex().starts_with(which))
+            .collect();
         match m.len() {
-            1 => Ok(m.into_iter().next().ok_or_else(|| Error::SnapshotNotFound(which.into()))?),
+            1 => Ok(m
+                .into_iter()
+                .next()
+                .ok_or_else(|| Error::SnapshotNotFound(which.into()))?),
             0 => Err(Error::SnapshotNotFound(which.into())),
-            _ => Err(Error::InvalidInput(format!("snapshot prefix {which:?} is ambiguous: give more digits"))),
+            _ => Err(Error::InvalidInput(format!(
+                "snapshot prefix {which:?} is ambiguous: give more digits"
+            ))),
         }
     }
 
     /// Seals and writes a snapshot; returns its id.
     pub fn save_snapshot(&self, snap: &Snapshot) -> Result<Id> {
-        let json = serde_json::to_vec(snap).map_err(|e| Error::corrupt("snapshot", e.to_string()))?;
+        let json =
+            serde_json::to_vec(snap).map_err(|e| Error::corrupt("snapshot", e.to_string()))?;
         let sealed = self.key.seal(&json);
         let id = Id::of_file(&sealed);
         self.store.put(&Snapshot::path(&id), &sealed)?;
@@ -342,7 +383,10 @@ impl<'r> BlobSaver<'r> {
             repo,
             compression,
             pending: (0..SHARDS).map(|_| Mutex::new(HashSet::new())).collect(),
-            packers: [Mutex::new(PackBuilder::default()), Mutex::new(PackBuilder::default())],
+            packers: [
+                Mutex::new(PackBuilder::default()),
+                Mutex::new(PackBuilder::default()),
+            ],
             written: Mutex::new(Vec::new()),
             stats: SaveStats::default(),
         }
@@ -366,7 +410,9 @@ impl<'r> BlobSaver<'r> {
 
     /// As [`Self::save`] with the id already computed. Returns whether it was new.
     pub fn save_with_id(&self, kind: BlobKind, id: Id, data: &[u8]) -> Result<bool> {
-        if self.repo.index.contains(&id) || !lock(&self.pending[id.0[0] as usize % SHARDS]).insert(id) {
+        if self.repo.index.contains(&id)
+            || !lock(&self.pending[id.0[0] as usize % SHARDS]).insert(id)
+        {
             return Ok(false);
         }
         let (codec, sealed) = match compress::compress(data, self.compression) {
@@ -376,12 +422,18 @@ impl<'r> BlobSaver<'r> {
         match kind {
             BlobKind::Data => {
                 self.stats.data_blobs.fetch_add(1, Ordering::Relaxed);
-                self.stats.data_raw.fetch_add(data.len() as u64, Ordering::Relaxed);
-                self.stats.data_stored.fetch_add(sealed.len() as u64, Ordering::Relaxed);
+                self.stats
+                    .data_raw
+                    .fetch_add(data.len() as u64, Ordering::Relaxed);
+                self.stats
+                    .data_stored
+                    .fetch_add(sealed.len() as u64, Ordering::Relaxed);
             }
             BlobKind::Tree => {
                 self.stats.tree_blobs.fetch_add(1, Ordering::Relaxed);
-                self.stats.tree_stored.fetch_add(sealed.len() as u64, Ordering::Relaxed);
+                self.stats
+                    .tree_stored
+                    .fetch_add(sealed.len() as u64, Ordering::Relaxed);
             }
         }
         let full = {
@@ -401,7 +453,9 @@ impl<'r> BlobSaver<'r> {
 
     fn write_pack(&self, p: FinishedPack) -> Result<()> {
         put_content_named(self.repo.store(), &pack::pack_path(&p.id), &p.bytes)?;
-        self.stats.bytes_written.fetch_add(p.bytes.len() as u64, Ordering::Relaxed);
+        self.stats
+            .bytes_written
+            .fetch_add(p.bytes.len() as u64, Ordering::Relaxed);
         self.stats.packs_written.fetch_add(1, Ordering::Relaxed);
         lock(&self.written).push((p.id, p.entries));
         Ok(())
@@ -436,7 +490,15 @@ mod tests {
     use crate::store::MemoryStore;
 
     pub(crate) fn fast_init() -> InitOptions {
-        InitOptions { kdf: KdfParams { m_cost: 64, t_cost: 1, p_cost: 1 }, pack_size: 512, ..Default::default() }
+        InitOptions {
+            kdf: KdfParams {
+                m_cost: 64,
+                t_cost: 1,
+                p_cost: 1,
+            },
+            pack_size: 512,
+            ..Default::default()
+        }
     }
 
     #[test]
@@ -444,18 +506,32 @@ mod tests {
         let store = Arc::new(MemoryStore::new());
         let repo = Repository::init(store.clone(), b"pw", &fast_init()).unwrap();
         let saver = BlobSaver::new(&repo, Compression::Zstd);
-        let blobs: Vec<Vec<u8>> = (0..50).map(|i| format!("blob number {i} ").repeat(i + 1).into_bytes()).collect();
-        let ids: Vec<Id> = blobs.iter().map(|b| saver.save(BlobKind::Data, b).unwrap()).collect();
+        let blobs: Vec<Vec<u8>> = (0..50)
+            .map(|i| format!("blob number {i} ").repeat(i + 1).into_bytes())
+            .collect();
+        let ids: Vec<Id> = blobs
+            .iter()
+            .map(|b| saver.save(BlobKind::Data, b).unwrap())
+            .collect();
         assert_eq!(saver.save(BlobKind::Data, &blobs[3]).unwrap(), ids[3]);
         saver.finish().unwrap();
         assert_eq!(saver.stats.data_blobs.load(Ordering::Relaxed), 50);
-        assert!(store.list("data/").unwrap().len() > 1, "small pack size gives several packs");
+        assert!(
+            store.list("data/").unwrap().len() > 1,
+            "small pack size gives several packs"
+        );
         let repo = Repository::open(store.clone(), b"pw").unwrap();
         for (id, b) in ids.iter().zip(&blobs) {
             assert_eq!(&repo.read_blob(id).unwrap(), b);
         }
-        assert!(matches!(Repository::open(store.clone(), b"wrong"), Err(Error::WrongPassword)));
-        assert!(matches!(Repository::init(store, b"pw", &fast_init()), Err(Error::RepositoryExists(_))));
+        assert!(matches!(
+            Repository::open(store.clone(), b"wrong"),
+            Err(Error::WrongPassword)
+        ));
+        assert!(matches!(
+            Repository::init(store, b"pw", &fast_init()),
+            Err(Error::RepositoryExists(_))
+        ));
     }
 
     #[test]

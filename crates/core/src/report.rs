@@ -25,7 +25,10 @@ pub struct Failure {
 
 impl Failure {
     pub fn new(item: impl Into<String>, error: impl std::fmt::Display) -> Self {
-        Failure { item: item.into(), error: error.to_string() }
+        Failure {
+            item: item.into(),
+            error: error.to_string(),
+        }
     }
 }
 

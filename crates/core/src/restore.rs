@@ -12,7 +12,9 @@ use crate::id::Id;
 use crate::maildir::{self, safe_component, safe_relative};
 use crate::repo::{lock, Repository};
 use crate::report::{per_sec, Failure, Progress};
-use crate::tree::{AccountRef, AccountTree, FileEntry, FolderNode, MessageChunk, MessageEntry, RootTree, Timestamp};
+use crate::tree::{
+    AccountRef, AccountTree, FileEntry, FolderNode, MessageChunk, MessageEntry, RootTree, Timestamp,
+};
 use rayon::prelude::*;
 use serde::Serialize;
 use std::collections::HashMap;
@@ -90,7 +92,10 @@ fn folder_selected(name: &str, filters: &[String]) -> bool {
 }
 
 fn message_selected(e: &MessageEntry, filters: &[String]) -> bool {
-    filters.is_empty() || filters.iter().any(|m| m.as_bytes() == e.key || m.as_bytes() == e.name)
+    filters.is_empty()
+        || filters
+            .iter()
+            .any(|m| m.as_bytes() == e.key || m.as_bytes() == e.name)
 }
 
 /// The accounts of a snapshot that `filters` select; an unknown account is an error.
@@ -104,11 +109,19 @@ pub(crate) fn select_accounts(root: RootTree, filters: &[String]) -> Result<Vec<
             )));
         }
     }
-    Ok(root.accounts.into_iter().filter(|a| filters.is_empty() || filters.contains(&a.name)).collect())
+    Ok(root
+        .accounts
+        .into_iter()
+        .filter(|a| filters.is_empty() || filters.contains(&a.name))
+        .collect())
 }
 
 /// Restores a snapshot to a Maildir tree.
-pub fn restore(repo: &Repository, opts: &RestoreOptions, progress: &dyn Progress) -> Result<RestoreReport> {
+pub fn restore(
+    repo: &Repository,
+    opts: &RestoreOptions,
+    progress: &dyn Progress,
+) -> Result<RestoreReport> {
     let started = Instant::now();
     let snap = repo.find_snapshot(&opts.snapshot)?;
     let root: RootTree = repo.read_tree(&snap.root)?;
@@ -124,7 +137,9 @@ pub fn restore(repo: &Repository, opts: &RestoreOptions, progress: &dyn Progress
     let pool = rayon::ThreadPoolBuilder::new()
         .num_threads(opts.jobs)
         .build()
-        .map_err(|e| Error::InvalidInput(format!("cannot start {} worker threads: {e}", opts.jobs)))?;
+        .map_err(|e| {
+            Error::InvalidInput(format!("cannot start {} worker threads: {e}", opts.jobs))
+        })?;
     let mut total = 0u64;
     let mut folders = 0u64;
     let mut folder_matched = opts.folders.is_empty();
@@ -135,10 +150,16 @@ pub fn restore(repo: &Repository, opts: &RestoreOptions, progress: &dyn Progress
         folder_matched |= f > 0;
     }
     if !folder_matched {
-        return Err(Error::InvalidInput(format!("no folder matches {:?} in the selected accounts", opts.folders)));
+        return Err(Error::InvalidInput(format!(
+            "no folder matches {:?} in the selected accounts",
+            opts.folders
+        )));
     }
     if !opts.messages.is_empty() && total == 0 {
-        return Err(Error::InvalidInput(format!("no message matches {:?}", opts.messages)));
+        return Err(Error::InvalidInput(format!(
+            "no message matches {:?}",
+            opts.messages
+        )));
     }
     let mut failures = std::mem::take(&mut *lock(&ctx.failures));
     failures.sort_by(|a, b| a.item.cmp(&b.item));
@@ -169,7 +190,10 @@ struct Job<'a> {
 
 fn restore_account(ctx: &Ctx, acc: &AccountRef, opts: &RestoreOptions) -> Result<(u64, u64)> {
     if !safe_relative(&acc.rel_path) {
-        return Err(Error::corrupt(format!("account {}", acc.name), "unsafe path in snapshot"));
+        return Err(Error::corrupt(
+            format!("account {}", acc.name),
+            "unsafe path in snapshot",
+        ));
     }
     let dest = opts.target.join(OsStr::from_bytes(&acc.rel_path));
     let tree: AccountTree = ctx.repo.read_tree(&acc.tree)?;
@@ -182,7 +206,10 @@ fn restore_account(ctx: &Ctx, acc: &AccountRef, opts: &RestoreOptions) -> Result
     let mut jobs = Vec::new();
     for (fdir, node) in &selected {
         if !(node.dir.is_empty() || safe_component(&node.dir)) {
-            ctx.fail(format!("{}: {}", acc.name, node.name), "unsafe folder directory in snapshot; skipped");
+            ctx.fail(
+                format!("{}: {}", acc.name, node.name),
+                "unsafe folder directory in snapshot; skipped",
+            );
             continue;
         }
         for sub in ["cur", "new", "tmp"] {
@@ -191,13 +218,24 @@ fn restore_account(ctx: &Ctx, acc: &AccountRef, opts: &RestoreOptions) -> Result
         let existing = existing_keys(fdir);
         for c in &node.chunks {
             let chunk: MessageChunk = ctx.repo.read_tree(c)?;
-            for entry in chunk.entries.into_iter().filter(|e| message_selected(e, &opts.messages)) {
+            for entry in chunk
+                .entries
+                .into_iter()
+                .filter(|e| message_selected(e, &opts.messages))
+            {
                 if !safe_component(&entry.name) {
-                    ctx.fail(format!("{}: {}", acc.name, String::from_utf8_lossy(&entry.name)), "unsafe file name in snapshot; skipped");
+                    ctx.fail(
+                        format!("{}: {}", acc.name, String::from_utf8_lossy(&entry.name)),
+                        "unsafe file name in snapshot; skipped",
+                    );
                     continue;
                 }
                 let existing = existing.get(&entry.key).cloned();
-                jobs.push(Job { folder: fdir, entry, existing });
+                jobs.push(Job {
+                    folder: fdir,
+                    entry,
+                    existing,
+                });
             }
         }
         if opts.messages.is_empty() {
@@ -207,14 +245,23 @@ fn restore_account(ctx: &Ctx, acc: &AccountRef, opts: &RestoreOptions) -> Result
         }
     }
     let n = jobs.len() as u64;
-    ctx.progress.add_total(n, jobs.iter().map(|j| j.entry.size).sum());
+    ctx.progress
+        .add_total(n, jobs.iter().map(|j| j.entry.size).sum());
     // Read packs front to back: order by the location of each message's first blob.
     let index = ctx.repo.index();
     jobs.sort_by_cached_key(|j| {
-        j.entry.content.first().and_then(|id| index.get(id)).map(|l| (l.pack, l.offset)).unwrap_or((u32::MAX, 0))
+        j.entry
+            .content
+            .first()
+            .and_then(|id| index.get(id))
+            .map(|l| (l.pack, l.offset))
+            .unwrap_or((u32::MAX, 0))
     });
     jobs.par_iter().for_each(|j| {
-        let item = j.folder.join(if j.entry.new { "new" } else { "cur" }).join(OsStr::from_bytes(&j.entry.name));
+        let item = j
+            .folder
+            .join(if j.entry.new { "new" } else { "cur" })
+            .join(OsStr::from_bytes(&j.entry.name));
         if let Err(e) = restore_message(ctx, j) {
             ctx.fail(format!("{} ({})", item.display(), acc.name), e);
         }
@@ -226,17 +273,28 @@ fn restore_account(ctx: &Ctx, acc: &AccountRef, opts: &RestoreOptions) -> Result
 /// Maildir keys already present in a target folder.
 fn existing_keys(folder: &Path) -> HashMap<Vec<u8>, PathBuf> {
     let (files, _) = maildir::list_messages(folder);
-    files.into_iter().map(|f| (f.key().to_vec(), f.path(folder))).collect()
+    files
+        .into_iter()
+        .map(|f| (f.key().to_vec(), f.path(folder)))
+        .collect()
 }
 
 /// Reassembles content from its blobs and checks it against the recorded hash and size.
-pub(crate) fn assemble(repo: &Repository, content: &[Id], size: u64, hash: Option<&Id>) -> Result<Vec<u8>> {
+pub(crate) fn assemble(
+    repo: &Repository,
+    content: &[Id],
+    size: u64,
+    hash: Option<&Id>,
+) -> Result<Vec<u8>> {
     let mut data = Vec::with_capacity(size as usize);
     for id in content {
         data.extend_from_slice(&repo.read_blob(id)?);
     }
     if data.len() as u64 != size || hash.is_some_and(|h| repo.key().blob_id(&data) != *h) {
-        return Err(Error::corrupt("message", "reassembled content does not match its hash"));
+        return Err(Error::corrupt(
+            "message",
+            "reassembled content does not match its hash",
+        ));
     }
     Ok(data)
 }
@@ -257,8 +315,18 @@ fn restore_message(ctx: &Ctx, j: &Job) -> Result<()> {
             Err(err) => Err(Error::io(existing, err)),
         };
     }
-    let dest = j.folder.join(if e.new { "new" } else { "cur" }).join(OsStr::from_bytes(&e.name));
-    write_new_file(&j.folder.join("tmp"), &dest, &data, e.mode, e.mtime, Some((e.uid, e.gid)))?;
+    let dest = j
+        .folder
+        .join(if e.new { "new" } else { "cur" })
+        .join(OsStr::from_bytes(&e.name));
+    write_new_file(
+        &j.folder.join("tmp"),
+        &dest,
+        &data,
+        e.mode,
+        e.mtime,
+        Some((e.uid, e.gid)),
+    )?;
     ctx.restored.fetch_add(1, Relaxed);
     ctx.bytes.fetch_add(data.len() as u64, Relaxed);
     Ok(())
@@ -267,7 +335,14 @@ fn restore_message(ctx: &Ctx, j: &Job) -> Result<()> {
 /// Writes `data` to `dest` atomically and without replacing anything: a temporary file in
 /// `tmp_dir` gets mode, owner (best effort: only root may give files away) and mtime, then
 /// is linked to `dest`.
-fn write_new_file(tmp_dir: &Path, dest: &Path, data: &[u8], mode: u32, mtime: Timestamp, owner: Option<(u32, u32)>) -> Result<()> {
+fn write_new_file(
+    tmp_dir: &Path,
+    dest: &Path,
+    data: &[u8],
+    mode: u32,
+    mtime: Timestamp,
+    owner: Option<(u32, u32)>,
+) -> Result<()> {
     let tmp = tmp_dir.join(format!(".mailvault-{:016x}", rand::random::<u64>()));
     let result = (|| -> std::io::Result<()> {
         let mut f = File::create(&tmp)?;
@@ -296,7 +371,10 @@ fn write_new_file(tmp_dir: &Path, dest: &Path, data: &[u8], mode: u32, mtime: Ti
     let _ = fs::remove_file(&tmp);
     result.map_err(|e| {
         if e.kind() == ErrorKind::AlreadyExists {
-            Error::InvalidInput(format!("{} already exists: not overwritten", dest.display()))
+            Error::InvalidInput(format!(
+                "{} already exists: not overwritten",
+                dest.display()
+            ))
         } else {
             Error::io(dest, e)
         }

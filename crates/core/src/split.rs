@@ -23,7 +23,12 @@ pub struct ChunkerParams {
 
 impl Default for ChunkerParams {
     fn default() -> Self {
-        ChunkerParams { single_max: 64 * 1024, min: 16 * 1024, avg: 32 * 1024, max: 128 * 1024 }
+        ChunkerParams {
+            single_max: 64 * 1024,
+            min: 16 * 1024,
+            avg: 32 * 1024,
+            max: 128 * 1024,
+        }
     }
 }
 
@@ -55,10 +60,21 @@ fn is_trace_field(name: &[u8]) -> bool {
         "content-length",
         "lines",
     ];
-    const PREFIXES: &[&str] = &["x-spam-", "x-virus-", "x-amavis-", "x-policyd-", "x-dspam-", "x-rspamd-"];
-    let Ok(name) = std::str::from_utf8(name) else { return false };
+    const PREFIXES: &[&str] = &[
+        "x-spam-",
+        "x-virus-",
+        "x-amavis-",
+        "x-policyd-",
+        "x-dspam-",
+        "x-rspamd-",
+    ];
+    let Ok(name) = std::str::from_utf8(name) else {
+        return false;
+    };
     EXACT.iter().any(|t| name.eq_ignore_ascii_case(t))
-        || PREFIXES.iter().any(|p| name.len() > p.len() && name[..p.len()].eq_ignore_ascii_case(p))
+        || PREFIXES
+            .iter()
+            .any(|p| name.len() > p.len() && name[..p.len()].eq_ignore_ascii_case(p))
 }
 
 /// Length of the next line including its line ending (LF, CRLF or none at the end).
@@ -78,7 +94,9 @@ pub fn trace_prefix_len(msg: &[u8]) -> usize {
     }
     loop {
         let rest = &msg[at..];
-        let Some(colon) = rest.iter().take(80).position(|&c| c == b':') else { return at };
+        let Some(colon) = rest.iter().take(80).position(|&c| c == b':') else {
+            return at;
+        };
         let name = &rest[..colon];
         if name.is_empty() || name.iter().any(|c| !c.is_ascii_graphic()) || !is_trace_field(name) {
             return at;
@@ -170,12 +188,18 @@ mod tests {
             .collect();
         let mut m1 = b"Subject: original\n\n".to_vec();
         m1.extend_from_slice(&payload);
-        let mut m2 = b"Subject: Fwd: original\n\nsee below, forwarded with some words first\n".to_vec();
+        let mut m2 =
+            b"Subject: Fwd: original\n\nsee below, forwarded with some words first\n".to_vec();
         m2.extend_from_slice(&payload);
-        let c1: std::collections::HashSet<&[u8]> = split(&m1, &p).into_iter().map(|r| &m1[r]).collect();
+        let c1: std::collections::HashSet<&[u8]> =
+            split(&m1, &p).into_iter().map(|r| &m1[r]).collect();
         let c2: Vec<&[u8]> = split(&m2, &p).into_iter().map(|r| &m2[r]).collect();
         let shared: usize = c2.iter().filter(|c| c1.contains(*c)).map(|c| c.len()).sum();
-        assert!(shared > payload.len() * 8 / 10, "shared {shared} of {}", payload.len());
+        assert!(
+            shared > payload.len() * 8 / 10,
+            "shared {shared} of {}",
+            payload.len()
+        );
     }
 
     proptest! {

@@ -51,7 +51,12 @@ pub fn stats(repo: &Repository) -> Result<Stats> {
     }
     let mut repository_bytes = 0;
     for prefix in ["keys/", "index/", "snapshots/", "data/"] {
-        repository_bytes += repo.store().list(prefix)?.iter().map(|o| o.size).sum::<u64>();
+        repository_bytes += repo
+            .store()
+            .list(prefix)?
+            .iter()
+            .map(|o| o.size)
+            .sum::<u64>();
     }
     repository_bytes += repo.store().stat("config").unwrap_or(0);
     let latest = snaps.last();

@@ -149,7 +149,9 @@ mod tests {
             subject: "s".into(),
             date: Some(3),
         };
-        let c = MessageChunk { entries: vec![e.clone()] };
+        let c = MessageChunk {
+            entries: vec![e.clone()],
+        };
         let enc = encode(&c);
         assert_eq!(enc[0], 1);
         assert_eq!(enc[1], 1, "postcard varint length of the entries vec");

@@ -1,3 +1,4 @@
+#![allow(clippy::unwrap_used)]
 //! Backup then restore gives back the same files, bytes, names, mtimes and modes.
 
 mod common;
@@ -31,17 +32,41 @@ fn store_round_trip_is_byte_exact() {
     assert_eq!(rep.items_new, rep.items_total);
     assert_eq!(rep.items_total, 3 * 23 + 5);
     // Per-recipient copies: the rest of list-N is stored once for three accounts.
-    assert!(rep.dedup_ratio.unwrap() > 1.5, "dedup ratio {:?}", rep.dedup_ratio);
+    assert!(
+        rep.dedup_ratio.unwrap() > 1.5,
+        "dedup ratio {:?}",
+        rep.dedup_ratio
+    );
 
     let repo = open_repo(&t.path().join("repo"));
     let out = t.path().join("restored");
-    let r = restore(&repo, &RestoreOptions { snapshot: "latest".into(), target: out.clone(), jobs: 4, ..Default::default() }, &NoProgress).unwrap();
+    let r = restore(
+        &repo,
+        &RestoreOptions {
+            snapshot: "latest".into(),
+            target: out.clone(),
+            jobs: 4,
+            ..Default::default()
+        },
+        &NoProgress,
+    )
+    .unwrap();
     assert!(r.failures.is_empty(), "{:?}", r.failures);
     assert_eq!(r.items_restored, rep.items_total);
     assert_same_tree(&src, &out);
 
     // Restoring again into the same place: everything is already there.
-    let again = restore(&repo, &RestoreOptions { snapshot: "latest".into(), target: out.clone(), jobs: 2, ..Default::default() }, &NoProgress).unwrap();
+    let again = restore(
+        &repo,
+        &RestoreOptions {
+            snapshot: "latest".into(),
+            target: out.clone(),
+            jobs: 2,
+            ..Default::default()
+        },
+        &NoProgress,
+    )
+    .unwrap();
     assert_eq!(again.items_unchanged, rep.items_total);
     assert_eq!(again.items_restored, 0);
     assert!(again.failures.is_empty());

@@ -35,7 +35,10 @@ pub fn run(g: &GlobalOpts, a: Args) -> Result<Outcome> {
         source,
         accounts: a.account,
         jobs: repo::jobs(g),
-        compression: a.compression.map(|c| c.parse::<Compression>()).transpose()?,
+        compression: a
+            .compression
+            .map(|c| c.parse::<Compression>())
+            .transpose()?,
         tags: a.tag,
         hostname: a.host.unwrap_or_else(mailvault_core::hostname),
         force: a.force,
@@ -49,18 +52,30 @@ pub fn run(g: &GlobalOpts, a: Args) -> Result<Outcome> {
     } else {
         print_report(&rep);
     }
-    Ok(if rep.items_failed > 0 { Outcome::Partial } else { Outcome::Ok })
+    Ok(if rep.items_failed > 0 {
+        Outcome::Partial
+    } else {
+        Outcome::Ok
+    })
 }
 
 fn print_report(r: &BackupReport) {
-    let parent = r.parent.as_deref().map(|p| format!(" (parent {})", &p[..8])).unwrap_or_default();
+    let parent = r
+        .parent
+        .as_deref()
+        .map(|p| format!(" (parent {})", &p[..8]))
+        .unwrap_or_default();
     println!("snapshot {} saved{parent}", &r.snapshot[..8]);
     println!("  accounts   {}, folders {}", r.accounts, r.folders);
     println!(
         "  messages   {} total: {} new, {} unchanged, {} failed",
         r.items_total, r.items_new, r.items_unchanged, r.items_failed
     );
-    println!("  size       {} in the snapshot, {} read", bytes(r.bytes_total), bytes(r.bytes_read));
+    println!(
+        "  size       {} in the snapshot, {} read",
+        bytes(r.bytes_total),
+        bytes(r.bytes_read)
+    );
     println!(
         "  added      {} to the repository (dedup {}, compression {}; {} packs written, {} resumed)",
         bytes(r.bytes_added),

@@ -14,7 +14,13 @@ pub struct Args {
 
 pub fn run(g: &GlobalOpts, a: Args) -> Result<Outcome> {
     let r = repo::open(g)?;
-    let rep = check(&r, &CheckOptions { read_data: a.read_data, jobs: repo::jobs(g) })?;
+    let rep = check(
+        &r,
+        &CheckOptions {
+            read_data: a.read_data,
+            jobs: repo::jobs(g),
+        },
+    )?;
     if g.json {
         crate::output::json(&rep)?;
     } else {
@@ -24,7 +30,11 @@ pub fn run(g: &GlobalOpts, a: Args) -> Result<Outcome> {
             bytes(rep.bytes_checked),
             rep.packs,
             rep.blobs,
-            if a.read_data { format!(" ({} verified)", rep.blobs_verified) } else { String::new() },
+            if a.read_data {
+                format!(" ({} verified)", rep.blobs_verified)
+            } else {
+                String::new()
+            },
             rep.snapshots,
             rep.messages,
             rep.elapsed_secs

@@ -14,7 +14,10 @@ pub struct Args {
 pub fn run(g: &GlobalOpts, a: Args) -> Result<Outcome> {
     let store = repo::store(g)?;
     let pw = repo::password(g, true)?;
-    let opts = InitOptions { compression: a.compression.parse::<Compression>()?, ..Default::default() };
+    let opts = InitOptions {
+        compression: a.compression.parse::<Compression>()?,
+        ..Default::default()
+    };
     let r = Repository::init(store.clone(), &pw, &opts)?;
     if g.json {
         crate::output::json(&serde_json::json!({
@@ -23,7 +26,12 @@ pub fn run(g: &GlobalOpts, a: Args) -> Result<Outcome> {
             "compression": r.config().compression,
         }))?;
     } else {
-        println!("created mailvault repository {} at {} (compression {})", r.config().id, store.location(), r.config().compression);
+        println!(
+            "created mailvault repository {} at {} (compression {})",
+            r.config().id,
+            store.location(),
+            r.config().compression
+        );
         println!("keep the password safe: without it the data cannot be read back");
     }
     Ok(Outcome::Ok)

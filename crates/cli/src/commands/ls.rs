@@ -27,12 +27,24 @@ pub fn run(g: &GlobalOpts, a: Args) -> Result<Outcome> {
     match listing {
         Listing::Accounts(v) => {
             for x in &v {
-                println!("{:<40} {:>8} messages {:>10}  {}", x.name, x.messages, bytes(x.bytes), x.path);
+                println!(
+                    "{:<40} {:>8} messages {:>10}  {}",
+                    x.name,
+                    x.messages,
+                    bytes(x.bytes),
+                    x.path
+                );
             }
         }
         Listing::Folders(v) => {
             for x in &v {
-                println!("{:<30} {:<30} {:>8} messages {:>10}", x.account, x.name, x.messages, bytes(x.bytes));
+                println!(
+                    "{:<30} {:<30} {:>8} messages {:>10}",
+                    x.account,
+                    x.name,
+                    x.messages,
+                    bytes(x.bytes)
+                );
             }
         }
         Listing::Messages(v) => {

@@ -44,11 +44,19 @@ pub fn run(g: &GlobalOpts, a: Args) -> Result<Outcome> {
     } else {
         print_report(&rep, &opts);
     }
-    Ok(if rep.items_failed > 0 { Outcome::Partial } else { Outcome::Ok })
+    Ok(if rep.items_failed > 0 {
+        Outcome::Partial
+    } else {
+        Outcome::Ok
+    })
 }
 
 fn print_report(r: &RestoreReport, o: &RestoreOptions) {
-    println!("restored snapshot {} to {}", &r.snapshot[..8], o.target.display());
+    println!(
+        "restored snapshot {} to {}",
+        &r.snapshot[..8],
+        o.target.display()
+    );
     println!("  accounts   {}, folders {}", r.accounts, r.folders);
     println!(
         "  messages   {} total: {} restored, {} already there, {} failed",

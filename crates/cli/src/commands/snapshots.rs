@@ -23,7 +23,10 @@ pub fn run(g: &GlobalOpts, _a: Args) -> Result<Outcome> {
         crate::output::json(&v)?;
         return Ok(Outcome::Ok);
     }
-    println!("{:<10} {:<20} {:<14} {:>8} {:>9} {:>10}  source", "id", "time (UTC)", "host", "accounts", "messages", "size");
+    println!(
+        "{:<10} {:<20} {:<14} {:>8} {:>9} {:>10}  source",
+        "id", "time (UTC)", "host", "accounts", "messages", "size"
+    );
     for s in &snaps {
         println!(
             "{:<10} {:<20} {:<14} {:>8} {:>9} {:>10}  {}{}",
@@ -34,7 +37,11 @@ pub fn run(g: &GlobalOpts, _a: Args) -> Result<Outcome> {
             s.summary.messages,
             bytes(s.summary.bytes),
             s.source,
-            if s.tags.is_empty() { String::new() } else { format!(" [{}]", s.tags.join(",")) }
+            if s.tags.is_empty() {
+                String::new()
+            } else {
+                format!(" [{}]", s.tags.join(","))
+            }
         );
     }
     println!("{} snapshots", snaps.len());

@@ -15,13 +15,37 @@ pub fn run(g: &GlobalOpts, _a: Args) -> Result<Outcome> {
         return Ok(Outcome::Ok);
     }
     println!("snapshots          {}", s.snapshots);
-    println!("latest snapshot    {} messages, {}", s.latest_messages, bytes(s.latest_bytes));
+    println!(
+        "latest snapshot    {} messages, {}",
+        s.latest_messages,
+        bytes(s.latest_bytes)
+    );
     println!("all snapshots      {}", bytes(s.all_snapshots_bytes));
-    println!("unique content     {} in {} blobs", bytes(s.data_raw_bytes), s.data_blobs);
-    println!("stored content     {} ({} compression)", bytes(s.data_stored_bytes), ratio(s.compression_ratio));
-    println!("metadata           {} in {} blobs", bytes(s.tree_stored_bytes), s.tree_blobs);
-    println!("repository         {} in {} packs, {} index files", bytes(s.repository_bytes), s.packs, s.index_files);
+    println!(
+        "unique content     {} in {} blobs",
+        bytes(s.data_raw_bytes),
+        s.data_blobs
+    );
+    println!(
+        "stored content     {} ({} compression)",
+        bytes(s.data_stored_bytes),
+        ratio(s.compression_ratio)
+    );
+    println!(
+        "metadata           {} in {} blobs",
+        bytes(s.tree_stored_bytes),
+        s.tree_blobs
+    );
+    println!(
+        "repository         {} in {} packs, {} index files",
+        bytes(s.repository_bytes),
+        s.packs,
+        s.index_files
+    );
     println!("dedup (latest)     {}", ratio(s.dedup_ratio));
-    println!("all snapshots / repository size: {}", ratio(s.space_saving_ratio));
+    println!(
+        "all snapshots / repository size: {}",
+        ratio(s.space_saving_ratio)
+    );
     Ok(Outcome::Ok)
 }

@@ -20,7 +20,10 @@ pub struct LocalStore {
 
 impl LocalStore {
     pub fn new(root: impl Into<PathBuf>) -> Self {
-        LocalStore { root: root.into(), sync: true }
+        LocalStore {
+            root: root.into(),
+            sync: true,
+        }
     }
 
     pub fn root(&self) -> &Path {
@@ -35,7 +38,10 @@ impl LocalStore {
         if e.kind() == ErrorKind::NotFound {
             Error::NotFound(path.into())
         } else {
-            Error::Store { what: path.into(), source: e }
+            Error::Store {
+                what: path.into(),
+                source: e,
+            }
         }
     }
 
@@ -76,12 +82,19 @@ impl LocalStore {
             if name.starts_with('.') {
                 continue;
             }
-            let child = if rel.is_empty() { name.to_string() } else { format!("{rel}/{name}") };
+            let child = if rel.is_empty() {
+                name.to_string()
+            } else {
+                format!("{rel}/{name}")
+            };
             let meta = ent.metadata().map_err(|e| self.err(&child, e))?;
             if meta.is_dir() {
                 self.list_dir(&ent.path(), &child, out)?;
             } else if meta.is_file() {
-                out.push(ObjectInfo { path: child, size: meta.len() });
+                out.push(ObjectInfo {
+                    path: child,
+                    size: meta.len(),
+                });
             }
         }
         Ok(())
@@ -115,7 +128,9 @@ impl Store for LocalStore {
         let _ = fs::remove_file(&tmp);
         match linked {
             Ok(()) => Ok(()),
-            Err(e) if e.kind() == ErrorKind::AlreadyExists => Err(Error::AlreadyExists(path.into())),
+            Err(e) if e.kind() == ErrorKind::AlreadyExists => {
+                Err(Error::AlreadyExists(path.into()))
+            }
             Err(e) => Err(self.err(path, e)),
         }
     }
@@ -126,11 +141,15 @@ impl Store for LocalStore {
 
     fn get_range(&self, path: &str, offset: u64, len: u64) -> Result<Vec<u8>> {
         let mut f = File::open(self.full(path)).map_err(|e| self.err(path, e))?;
-        f.seek(SeekFrom::Start(offset)).map_err(|e| self.err(path, e))?;
+        f.seek(SeekFrom::Start(offset))
+            .map_err(|e| self.err(path, e))?;
         let mut buf = vec![0u8; len as usize];
         f.read_exact(&mut buf).map_err(|e| {
             if e.kind() == ErrorKind::UnexpectedEof {
-                Error::corrupt(path, format!("range {offset}+{len} past the end of the file"))
+                Error::corrupt(
+                    path,
+                    format!("range {offset}+{len} past the end of the file"),
+                )
             } else {
                 self.err(path, e)
             }
@@ -153,14 +172,15 @@ impl Store for LocalStore {
     }
 
     fn stat(&self, path: &str) -> Result<u64> {
-        fs::metadata(self.full(path)).map(|m| m.len()).map_err(|e| self.err(path, e))
+        fs::metadata(self.full(path))
+            .map(|m| m.len())
+            .map_err(|e| self.err(path, e))
     }
 
     fn location(&self) -> String {
         self.root.display().to_string()
     }
 }
-
 
 #[cfg(test)]
 mod tests {

@@ -35,13 +35,26 @@ impl Store for MemoryStore {
         Ok(())
     }
     fn get(&self, path: &str) -> Result<Vec<u8>> {
-        self.map().get(path).map(|d| d.to_vec()).ok_or_else(|| Error::NotFound(path.into()))
+        self.map()
+            .get(path)
+            .map(|d| d.to_vec())
+            .ok_or_else(|| Error::NotFound(path.into()))
     }
     fn get_range(&self, path: &str, offset: u64, len: u64) -> Result<Vec<u8>> {
-        let d = self.map().get(path).cloned().ok_or_else(|| Error::NotFound(path.into()))?;
-        let end = offset.checked_add(len).filter(|e| *e <= d.len() as u64).ok_or_else(|| {
-            Error::corrupt(path, format!("range {offset}+{len} past the end ({} bytes)", d.len()))
-        })?;
+        let d = self
+            .map()
+            .get(path)
+            .cloned()
+            .ok_or_else(|| Error::NotFound(path.into()))?;
+        let end = offset
+            .checked_add(len)
+            .filter(|e| *e <= d.len() as u64)
+            .ok_or_else(|| {
+                Error::corrupt(
+                    path,
+                    format!("range {offset}+{len} past the end ({} bytes)", d.len()),
+                )
+            })?;
         Ok(d[offset as usize..end as usize].to_vec())
     }
     fn list(&self, prefix: &str) -> Result<Vec<ObjectInfo>> {
@@ -49,7 +62,10 @@ impl Store for MemoryStore {
             .map()
             .range(prefix.to_string()..)
             .take_while(|(k, _)| k.starts_with(prefix))
-            .map(|(k, v)| ObjectInfo { path: k.clone(), size: v.len() as u64 })
+            .map(|(k, v)| ObjectInfo {
+                path: k.clone(),
+                size: v.len() as u64,
+            })
             .collect())
     }
     fn delete(&self, path: &str) -> Result<()> {
@@ -57,7 +73,10 @@ impl Store for MemoryStore {
         Ok(())
     }
     fn stat(&self, path: &str) -> Result<u64> {
-        self.map().get(path).map(|d| d.len() as u64).ok_or_else(|| Error::NotFound(path.into()))
+        self.map()
+            .get(path)
+            .map(|d| d.len() as u64)
+            .ok_or_else(|| Error::NotFound(path.into()))
     }
     fn location(&self) -> String {
         "memory:".into()

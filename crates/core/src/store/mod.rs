@@ -60,10 +60,16 @@ pub(crate) mod conformance {
         store.put("data/ab/abcdef", b"0123456789").unwrap();
         store.put("data/cd/cdef01", b"xyz").unwrap();
         store.put("index/1111", b"").unwrap();
-        assert!(matches!(store.put("config", b"other"), Err(Error::AlreadyExists(_))));
+        assert!(matches!(
+            store.put("config", b"other"),
+            Err(Error::AlreadyExists(_))
+        ));
         assert_eq!(store.get("config").unwrap(), b"cfg");
         assert_eq!(store.get_range("data/ab/abcdef", 2, 3).unwrap(), b"234");
-        assert_eq!(store.get_range("data/ab/abcdef", 0, 10).unwrap(), b"0123456789");
+        assert_eq!(
+            store.get_range("data/ab/abcdef", 0, 10).unwrap(),
+            b"0123456789"
+        );
         assert!(store.get_range("data/ab/abcdef", 8, 5).is_err());
         assert!(matches!(store.get("nope"), Err(Error::NotFound(_))));
         assert!(matches!(store.stat("nope"), Err(Error::NotFound(_))));
@@ -74,8 +80,14 @@ pub(crate) mod conformance {
         assert_eq!(
             data,
             vec![
-                ObjectInfo { path: "data/ab/abcdef".into(), size: 10 },
-                ObjectInfo { path: "data/cd/cdef01".into(), size: 3 },
+                ObjectInfo {
+                    path: "data/ab/abcdef".into(),
+                    size: 10
+                },
+                ObjectInfo {
+                    path: "data/cd/cdef01".into(),
+                    size: 3
+                },
             ]
         );
         assert_eq!(store.list("index/").unwrap().len(), 1);

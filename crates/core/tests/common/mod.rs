@@ -1,5 +1,5 @@
 //! Helpers shared by the integration tests: repositories, small mail stores, tree compare.
-#![allow(dead_code)]
+#![allow(dead_code, clippy::unwrap_used)]
 
 use mailvault_core::crypto::KdfParams;
 use mailvault_core::store::LocalStore;
@@ -14,7 +14,14 @@ use std::sync::Arc;
 pub const PASSWORD: &[u8] = b"correct horse battery staple";
 
 pub fn fast_init() -> InitOptions {
-    InitOptions { kdf: KdfParams { m_cost: 256, t_cost: 1, p_cost: 1 }, ..Default::default() }
+    InitOptions {
+        kdf: KdfParams {
+            m_cost: 256,
+            t_cost: 1,
+            p_cost: 1,
+        },
+        ..Default::default()
+    }
 }
 
 pub fn init_repo(dir: &Path) -> Repository {
@@ -27,14 +34,23 @@ pub fn open_repo(dir: &Path) -> Repository {
 
 /// Writes a message file with an mtime.
 pub fn put_msg(maildir: &Path, folder: &str, sub: &str, name: &str, body: &[u8], mtime: i64) {
-    let dir = if folder.is_empty() { maildir.to_path_buf() } else { maildir.join(folder) };
+    let dir = if folder.is_empty() {
+        maildir.to_path_buf()
+    } else {
+        maildir.join(folder)
+    };
     for s in ["cur", "new", "tmp"] {
         fs::create_dir_all(dir.join(s)).unwrap();
     }
     let p = dir.join(sub).join(name);
     fs::write(&p, body).unwrap();
     let t = std::time::UNIX_EPOCH + std::time::Duration::from_secs(mtime as u64);
-    fs::File::options().write(true).open(&p).unwrap().set_modified(t).unwrap();
+    fs::File::options()
+        .write(true)
+        .open(&p)
+        .unwrap()
+        .set_modified(t)
+        .unwrap();
 }
 
 pub fn message(rcpt: &str, subject: &str, body: &str) -> Vec<u8> {
@@ -47,36 +63,100 @@ pub fn message(rcpt: &str, subject: &str, body: &str) -> Vec<u8> {
 /// A small store: two domains, three accounts, folders, flags, per-recipient copies,
 /// folder files, and awkward messages.
 pub fn small_store(root: &Path) {
-    let users = [("example.org", "bob"), ("example.org", "carol"), ("other.net", "dave")];
+    let users = [
+        ("example.org", "bob"),
+        ("example.org", "carol"),
+        ("other.net", "dave"),
+    ];
     for (i, (d, u)) in users.iter().enumerate() {
         let md = root.join(d).join(u).join("Maildir");
         let rcpt = format!("{u}@{d}");
         for m in 0..20 {
-            let name = format!("17000000{m:02}.M{i}P{m}.mail,S=100:2,{}", if m % 3 == 0 { "S" } else { "RS" });
-            put_msg(&md, "", "cur", &name, &message(&rcpt, &format!("list-{m}"), &"text ".repeat(50 + m)), 1_700_000_000 + m as i64);
+            let name = format!(
+                "17000000{m:02}.M{i}P{m}.mail,S=100:2,{}",
+                if m % 3 == 0 { "S" } else { "RS" }
+            );
+            put_msg(
+                &md,
+                "",
+                "cur",
+                &name,
+                &message(&rcpt, &format!("list-{m}"), &"text ".repeat(50 + m)),
+                1_700_000_000 + m as i64,
+            );
         }
-        put_msg(&md, "", "new", &format!("1700001000.M{i}P1.mail"), &message(&rcpt, &format!("new-{i}"), "fresh"), 1_700_001_000);
-        put_msg(&md, ".Sent", "cur", &format!("1700002000.M{i}P2.mail:2,S"), &message(&rcpt, &format!("sent-{i}"), "sent"), 1_700_002_000);
-        put_msg(&md, ".Archive.2023", "cur", &format!("1600000000.M{i}P3.mail:2,Sa"), &message(&rcpt, &format!("arch-{i}"), "old"), 1_600_000_000);
+        put_msg(
+            &md,
+            "",
+            "new",
+            &format!("1700001000.M{i}P1.mail"),
+            &message(&rcpt, &format!("new-{i}"), "fresh"),
+            1_700_001_000,
+        );
+        put_msg(
+            &md,
+            ".Sent",
+            "cur",
+            &format!("1700002000.M{i}P2.mail:2,S"),
+            &message(&rcpt, &format!("sent-{i}"), "sent"),
+            1_700_002_000,
+        );
+        put_msg(
+            &md,
+            ".Archive.2023",
+            "cur",
+            &format!("1600000000.M{i}P3.mail:2,Sa"),
+            &message(&rcpt, &format!("arch-{i}"), "old"),
+            1_600_000_000,
+        );
         fs::write(md.join(".Sent/maildirfolder"), b"").unwrap();
         fs::write(md.join(".Archive.2023/maildirfolder"), b"").unwrap();
         fs::write(md.join(".Archive.2023/dovecot-keywords"), b"0 $Junk\n").unwrap();
         fs::write(md.join("subscriptions"), b"Sent\nArchive/2023\n").unwrap();
-        fs::write(md.join("dovecot-uidlist"), b"3 V1700000000 N22 G0\n1 1700000000.M0P0.mail\n").unwrap();
+        fs::write(
+            md.join("dovecot-uidlist"),
+            b"3 V1700000000 N22 G0\n1 1700000000.M0P0.mail\n",
+        )
+        .unwrap();
         fs::write(md.join("dovecot.index.cache"), b"cache, not backed up").unwrap();
     }
     // Awkward messages in bob's INBOX.
     let bob = root.join("example.org/bob/Maildir");
-    put_msg(&bob, "", "cur", "odd1.M1P1.mail:2,S", b"Subject: no final newline\n\nbody", 1_650_000_000);
-    put_msg(&bob, "", "cur", "odd2.M1P1.mail:2,", b"Subject: crlf\r\n\r\nbare\rcr and \x00 nul\r\n", 1_650_000_001);
+    put_msg(
+        &bob,
+        "",
+        "cur",
+        "odd1.M1P1.mail:2,S",
+        b"Subject: no final newline\n\nbody",
+        1_650_000_000,
+    );
+    put_msg(
+        &bob,
+        "",
+        "cur",
+        "odd2.M1P1.mail:2,",
+        b"Subject: crlf\r\n\r\nbare\rcr and \x00 nul\r\n",
+        1_650_000_001,
+    );
     put_msg(&bob, "", "cur", "odd3.M1P1.mail:2,S", b"", 1_650_000_002);
-    put_msg(&bob, "", "cur", "odd4.M1P1.mail:2,S", "Subject: 8-bit h\u{e9}ader \u{fc}\n\n\u{e9}t\u{e9}\n".as_bytes(), 1_650_000_003);
+    put_msg(
+        &bob,
+        "",
+        "cur",
+        "odd4.M1P1.mail:2,S",
+        "Subject: 8-bit h\u{e9}ader \u{fc}\n\n\u{e9}t\u{e9}\n".as_bytes(),
+        1_650_000_003,
+    );
     // Non-UTF-8 folder name.
     let weird = bob.join(std::ffi::OsStr::from_bytes(b".Caf\xe9"));
     for s in ["cur", "new", "tmp"] {
         fs::create_dir_all(weird.join(s)).unwrap();
     }
-    fs::write(weird.join("cur").join("1.M1P1.mail:2,S"), message("bob@example.org", "weird", "x")).unwrap();
+    fs::write(
+        weird.join("cur").join("1.M1P1.mail:2,S"),
+        message("bob@example.org", "weird", "x"),
+    )
+    .unwrap();
 }
 
 /// Every file below `root` that a restore must give back (messages and folder files), with
@@ -88,14 +168,22 @@ pub fn tree_snapshot(root: &Path) -> BTreeMap<Vec<u8>, (Vec<u8>, i64, u32)> {
         for ent in fs::read_dir(&dir).unwrap() {
             let ent = ent.unwrap();
             let p = ent.path();
-            let rel = p.strip_prefix(root).unwrap().as_os_str().as_bytes().to_vec();
+            let rel = p
+                .strip_prefix(root)
+                .unwrap()
+                .as_os_str()
+                .as_bytes()
+                .to_vec();
             let meta = fs::symlink_metadata(&p).unwrap();
             if meta.is_dir() {
                 if ent.file_name() != "tmp" {
                     stack.push(p);
                 }
             } else if !ent.file_name().as_bytes().starts_with(b"dovecot.index") {
-                out.insert(rel, (fs::read(&p).unwrap(), meta.mtime(), meta.mode() & 0o7777));
+                out.insert(
+                    rel,
+                    (fs::read(&p).unwrap(), meta.mtime(), meta.mode() & 0o7777),
+                );
             }
         }
     }
@@ -105,13 +193,33 @@ pub fn tree_snapshot(root: &Path) -> BTreeMap<Vec<u8>, (Vec<u8>, i64, u32)> {
 pub fn assert_same_tree(a: &Path, b: &Path) {
     let ta = tree_snapshot(a);
     let tb = tree_snapshot(b);
-    let names_a: Vec<_> = ta.keys().map(|k| String::from_utf8_lossy(k).to_string()).collect();
-    let names_b: Vec<_> = tb.keys().map(|k| String::from_utf8_lossy(k).to_string()).collect();
+    let names_a: Vec<_> = ta
+        .keys()
+        .map(|k| String::from_utf8_lossy(k).to_string())
+        .collect();
+    let names_b: Vec<_> = tb
+        .keys()
+        .map(|k| String::from_utf8_lossy(k).to_string())
+        .collect();
     assert_eq!(names_a, names_b, "file names differ");
     for (k, va) in &ta {
         let vb = &tb[k];
-        assert!(va.0 == vb.0, "bytes differ for {}", String::from_utf8_lossy(k));
-        assert_eq!(va.1, vb.1, "mtime differs for {}", String::from_utf8_lossy(k));
-        assert_eq!(va.2, vb.2, "mode differs for {}", String::from_utf8_lossy(k));
+        assert!(
+            va.0 == vb.0,
+            "bytes differ for {}",
+            String::from_utf8_lossy(k)
+        );
+        assert_eq!(
+            va.1,
+            vb.1,
+            "mtime differs for {}",
+            String::from_utf8_lossy(k)
+        );
+        assert_eq!(
+            va.2,
+            vb.2,
+            "mode differs for {}",
+            String::from_utf8_lossy(k)
+        );
     }
 }
