@@ -1,0 +1,576 @@
+//! End-to-end tests of the `mailvault` binary: exit codes, reports, incremental backups,
+//! a killed backup, damage detection, wrong passwords and partial restores.
+#![allow(clippy::unwrap_used)]
+
+use serde_json::Value;
+use std::fs;
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+struct Env {
+    dir: tempfile::TempDir,
+}
+
+impl Env {
+    fn new() -> Env {
+        let e = Env {
+            dir: tempfile::tempdir().unwrap(),
+        };
+        fs::write(e.path("pass"), "s3cret\n").unwrap();
+        e
+    }
+    fn path(&self, p: &str) -> PathBuf {
+        self.dir.path().join(p)
+    }
+    fn cmd(&self, args: &[&str]) -> Command {
+        let mut c = Command::new(env!("CARGO_BIN_EXE_mailvault"));
+        c.env("MAILVAULT_REPOSITORY", self.path("repo"))
+            .env("MAILVAULT_PASSWORD_FILE", self.path("pass"))
+            .env_remove("MAILVAULT_PASSWORD")
+            .args(args);
+        c
+    }
+    fn run(&self, args: &[&str]) -> Output {
+        self.cmd(args).output().unwrap()
+    }
+    /// Runs and expects exit code `code`; returns stdout.
+    fn expect(&self, code: i32, args: &[&str]) -> String {
+        let o = self.run(args);
+        let out = String::from_utf8_lossy(&o.stdout).to_string();
+        let err = String::from_utf8_lossy(&o.stderr).to_string();
+        assert_eq!(
+            o.status.code(),
+            Some(code),
+            "mailvault {args:?}\nstdout:\n{out}\nstderr:\n{err}"
+        );
+        out + &err
+    }
+    fn json(&self, code: i32, args: &[&str]) -> Value {
+        let mut a = args.to_vec();
+        a.push("--json");
+        let o = self.run(&a);
+        assert_eq!(
+            o.status.code(),
+            Some(code),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+        serde_json::from_slice(&o.stdout).unwrap()
+    }
+}
+
+fn put(maildir: &Path, folder: &str, sub: &str, name: &str, body: &[u8], mtime: i64) {
+    let dir = maildir.join(folder);
+    for s in ["cur", "new", "tmp"] {
+        fs::create_dir_all(dir.join(s)).unwrap();
+    }
+    let p = dir.join(sub).join(name);
+    fs::write(&p, body).unwrap();
+    let t = std::time::UNIX_EPOCH + std::time::Duration::from_secs(mtime as u64);
+    fs::File::options()
+        .write(true)
+        .open(&p)
+        .unwrap()
+        .set_modified(t)
+        .unwrap();
+}
+
+fn msg(rcpt: &str, n: usize) -> Vec<u8> {
+    format!(
+        "Delivered-To: {rcpt}\nReceived: by mx for <{rcpt}>; Tue, 2 Jan 2024 00:00:00 +0000\nFrom: Team <team@example.org>\nSubject: update {n}\nDate: Tue, 2 Jan 2024 00:00:00 +0000\n\n{}\n",
+        "status report line\n".repeat(20 + n)
+    )
+    .into_bytes()
+}
+
+/// Two accounts with INBOX, Sent and Archive/2023.
+fn store(root: &Path) {
+    for user in ["bob", "carol"] {
+        let md = root.join("example.org").join(user).join("Maildir");
+        let rcpt = format!("{user}@example.org");
+        for n in 0..30 {
+            put(
+                &md,
+                "",
+                "cur",
+                &format!("17000{n:05}.M1P{n}.mx,S=1:2,S"),
+                &msg(&rcpt, n),
+                1_700_000_000 + n as i64,
+            );
+        }
+        put(
+            &md,
+            "",
+            "new",
+            "1700100000.M9P9.mx",
+            &msg(&rcpt, 99),
+            1_700_100_000,
+        );
+        put(
+            &md,
+            ".Sent",
+            "cur",
+            "1700200000.M1P1.mx:2,S",
+            &msg(&rcpt, 200),
+            1_700_200_000,
+        );
+        put(
+            &md,
+            ".Archive.2023",
+            "cur",
+            "1600000000.M1P1.mx:2,RS",
+            &msg(&rcpt, 300),
+            1_600_000_000,
+        );
+        fs::write(md.join("subscriptions"), "Sent\nArchive/2023\n").unwrap();
+    }
+}
+
+/// Relative path -> (bytes, mtime) of every file below `root` except tmp/.
+fn files(root: &Path) -> std::collections::BTreeMap<String, (Vec<u8>, i64)> {
+    let mut out = std::collections::BTreeMap::new();
+    let mut stack = vec![root.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for e in fs::read_dir(&d).unwrap() {
+            let p = e.unwrap().path();
+            if p.is_dir() {
+                if p.file_name().unwrap() != "tmp" {
+                    stack.push(p);
+                }
+            } else {
+                let rel = p.strip_prefix(root).unwrap().to_string_lossy().to_string();
+                out.insert(
+                    rel,
+                    (fs::read(&p).unwrap(), fs::metadata(&p).unwrap().mtime()),
+                );
+            }
+        }
+    }
+    out
+}
+
+fn copy_tree(from: &Path, to: &Path) {
+    let st = Command::new("cp")
+        .arg("-a")
+        .arg(from)
+        .arg(to)
+        .status()
+        .unwrap();
+    assert!(st.success());
+}
+
+#[test]
+fn wrong_password_is_a_clear_error() {
+    let e = Env::new();
+    e.expect(0, &["init"]);
+    fs::write(e.path("bad"), "not it").unwrap();
+    let o = e
+        .cmd(&["snapshots"])
+        .env("MAILVAULT_PASSWORD_FILE", e.path("bad"))
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("wrong password"));
+    let o = e
+        .cmd(&["snapshots"])
+        .env("MAILVAULT_REPOSITORY", e.path("nothing"))
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("mailvault init"));
+    // init twice is refused
+    e.expect(2, &["init"]);
+}
+
+#[test]
+fn incremental_reads_only_new_messages() {
+    let e = Env::new();
+    let src = e.path("vmail");
+    store(&src);
+    e.expect(0, &["init", "--compression", "lz4"]);
+    let first = e.json(0, &["backup", &format!("maildir:{}", src.display())]);
+    assert_eq!(first["items_total"], 66);
+    assert_eq!(first["items_new"], 66);
+    let original = files(&src);
+
+    // Flag changes, new/ -> cur/, a move to another folder, one new message, one deletion.
+    let bob = src.join("example.org/bob/Maildir");
+    fs::rename(
+        bob.join("cur/1700000000.M1P0.mx,S=1:2,S"),
+        bob.join("cur/1700000000.M1P0.mx,S=1:2,RS"),
+    )
+    .unwrap();
+    fs::rename(
+        bob.join("cur/1700000001.M1P1.mx,S=1:2,S"),
+        bob.join("cur/1700000001.M1P1.mx,S=1:2,FS"),
+    )
+    .unwrap();
+    fs::rename(
+        bob.join("new/1700100000.M9P9.mx"),
+        bob.join("cur/1700100000.M9P9.mx:2,S"),
+    )
+    .unwrap();
+    fs::rename(
+        bob.join("cur/1700000002.M1P2.mx,S=1:2,S"),
+        bob.join(".Sent/cur/1700000002.M1P2.mx,S=1:2,S"),
+    )
+    .unwrap();
+    fs::remove_file(bob.join("cur/1700000003.M1P3.mx,S=1:2,S")).unwrap();
+    let fresh = msg("bob@example.org", 1000);
+    put(&bob, "", "new", "1700300000.M1P1.mx", &fresh, 1_700_300_000);
+
+    let second = e.json(0, &["backup", &format!("maildir:{}", src.display())]);
+    assert_eq!(second["items_total"], 66);
+    assert_eq!(second["items_new"], 1, "{second}");
+    assert_eq!(second["items_unchanged"], 65);
+    assert_eq!(
+        second["bytes_read"].as_u64().unwrap(),
+        fresh.len() as u64 + 2 * "Sent\nArchive/2023\n".len() as u64
+    );
+    assert!(second["parent"].is_string());
+
+    // The new snapshot is the mutated tree; the first is still the original.
+    let snaps = e.json(0, &["snapshots"]);
+    let first_id = snaps[0]["id"].as_str().unwrap().to_string();
+    e.expect(
+        0,
+        &[
+            "restore",
+            "latest",
+            "--target",
+            &format!("maildir:{}", e.path("r2").display()),
+        ],
+    );
+    assert_eq!(files(&e.path("r2")), files(&src));
+    e.expect(
+        0,
+        &[
+            "restore",
+            &first_id[..8],
+            "--target",
+            &format!("maildir:{}", e.path("r1").display()),
+        ],
+    );
+    assert_eq!(files(&e.path("r1")), original);
+    e.expect(0, &["check", "--read-data"]);
+}
+
+#[test]
+fn partial_restores_and_conflicts() {
+    let e = Env::new();
+    let src = e.path("vmail");
+    store(&src);
+    e.expect(0, &["init"]);
+    e.expect(0, &["backup", &format!("maildir:{}", src.display())]);
+
+    let acc = e.path("acc");
+    e.expect(
+        0,
+        &[
+            "restore",
+            "latest",
+            "--target",
+            &format!("maildir:{}", acc.display()),
+            "--account",
+            "carol@example.org",
+        ],
+    );
+    assert!(acc.join("example.org/carol/Maildir/cur").is_dir());
+    assert!(!acc.join("example.org/bob").exists());
+    assert_eq!(
+        files(&acc.join("example.org/carol")),
+        files(&src.join("example.org/carol"))
+    );
+
+    let fold = e.path("fold");
+    e.expect(
+        0,
+        &[
+            "restore",
+            "latest",
+            "--target",
+            fold.to_str().unwrap(),
+            "--account",
+            "bob@example.org",
+            "--folder",
+            "Archive/2023",
+        ],
+    );
+    let got = files(&fold);
+    assert_eq!(
+        got.keys().collect::<Vec<_>>(),
+        ["example.org/bob/Maildir/.Archive.2023/cur/1600000000.M1P1.mx:2,RS"]
+    );
+
+    let listing = e.json(
+        0,
+        &[
+            "ls",
+            "latest",
+            "--account",
+            "bob@example.org",
+            "--folder",
+            "INBOX",
+        ],
+    );
+    assert_eq!(listing["kind"], "messages");
+    let items = listing["items"].as_array().unwrap();
+    assert_eq!(items.len(), 31);
+    let m = items.iter().find(|m| m["subject"] == "update 7").unwrap();
+    let key = m["key"].as_str().unwrap();
+    assert_eq!(m["flags"], "S");
+    let one = e.path("one");
+    e.expect(
+        0,
+        &[
+            "restore",
+            "latest",
+            "--target",
+            one.to_str().unwrap(),
+            "--account",
+            "bob@example.org",
+            "--message",
+            key,
+        ],
+    );
+    let got = files(&one);
+    assert_eq!(got.len(), 1);
+    let (name, (bytes, mtime)) = got.into_iter().next().unwrap();
+    assert!(name.ends_with(&format!("cur/{key}:2,S")));
+    assert_eq!(bytes, msg("bob@example.org", 7));
+    assert_eq!(mtime, 1_700_000_007);
+
+    // Unknown names are errors, not silent no-ops.
+    e.expect(
+        2,
+        &[
+            "restore",
+            "latest",
+            "--target",
+            one.to_str().unwrap(),
+            "--account",
+            "nobody@example.org",
+        ],
+    );
+    e.expect(
+        2,
+        &[
+            "restore",
+            "latest",
+            "--target",
+            one.to_str().unwrap(),
+            "--folder",
+            "NoSuchFolder",
+        ],
+    );
+
+    // A different file under the same key in the target is reported and left alone.
+    let inbox = acc.join("example.org/carol/Maildir/cur");
+    let victim = fs::read_dir(&inbox)
+        .unwrap()
+        .next()
+        .unwrap()
+        .unwrap()
+        .path();
+    fs::write(&victim, b"local edit").unwrap();
+    let out = e.expect(
+        1,
+        &[
+            "restore",
+            "latest",
+            "--target",
+            acc.to_str().unwrap(),
+            "--account",
+            "carol@example.org",
+        ],
+    );
+    assert!(out.contains("not overwritten"), "{out}");
+    assert_eq!(fs::read(&victim).unwrap(), b"local edit");
+}
+
+#[test]
+fn bad_items_are_listed_and_the_run_goes_on() {
+    let e = Env::new();
+    let src = e.path("vmail");
+    store(&src);
+    let cur = src.join("example.org/bob/Maildir/cur");
+    std::os::unix::fs::symlink("/nonexistent", cur.join("dangling:2,S")).unwrap();
+    let fifo = cur.join("fifo:2,S");
+    assert!(Command::new("mkfifo")
+        .arg(&fifo)
+        .status()
+        .unwrap()
+        .success());
+    e.expect(0, &["init"]);
+    let r = e.json(1, &["backup", &format!("maildir:{}", src.display())]);
+    assert_eq!(r["items_failed"], 2);
+    assert_eq!(r["items_new"], 66);
+    let failures = r["failures"].to_string();
+    assert!(
+        failures.contains("dangling") && failures.contains("fifo"),
+        "{failures}"
+    );
+    assert_eq!(e.json(0, &["snapshots"]).as_array().unwrap().len(), 1);
+}
+
+/// Writes `n` incompressible messages of ~`size` bytes into one Maildir.
+fn big_store(md: &Path, n: usize, size: usize) {
+    let mut x = 0x9e3779b97f4a7c15u64;
+    for i in 0..n {
+        let mut body = format!("Subject: blob {i}\n\n").into_bytes();
+        while body.len() < size {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            body.extend_from_slice(&x.to_le_bytes());
+        }
+        put(
+            md,
+            "",
+            "cur",
+            &format!("{i}.M1P1.big:2,S"),
+            &body,
+            1_700_000_000 + i as i64,
+        );
+    }
+}
+
+fn pack_files(repo: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    if let Ok(rd) = fs::read_dir(repo.join("data")) {
+        for d in rd.flatten() {
+            for f in fs::read_dir(d.path()).unwrap().flatten() {
+                if !f.file_name().to_string_lossy().starts_with('.') {
+                    out.push(f.path());
+                }
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn killed_backup_leaves_a_good_repository_and_resumes() {
+    let e = Env::new();
+    let md = e.path("big");
+    big_store(&md, 2500, 48 * 1024);
+    e.expect(0, &["init", "--compression", "none"]);
+    let mut child = e
+        .cmd(&[
+            "backup",
+            md.to_str().unwrap(),
+            "--account",
+            "big@example.org",
+            "--json",
+            "-j",
+            "2",
+        ])
+        .spawn()
+        .unwrap();
+    let started = std::time::Instant::now();
+    while pack_files(&e.path("repo")).len() < 2 && started.elapsed().as_secs() < 60 {
+        std::thread::sleep(std::time::Duration::from_millis(2));
+    }
+    child.kill().unwrap();
+    let status = child.wait().unwrap();
+    assert!(
+        !status.success(),
+        "the backup finished before it could be killed: make the store bigger"
+    );
+    let packs_left = pack_files(&e.path("repo")).len();
+    assert!(packs_left >= 2);
+    assert_eq!(e.json(0, &["snapshots"]).as_array().unwrap().len(), 0);
+    let out = e.expect(0, &["check"]);
+    assert!(out.contains("not in any index"), "{out}");
+
+    let r = e.json(
+        0,
+        &[
+            "backup",
+            md.to_str().unwrap(),
+            "--account",
+            "big@example.org",
+        ],
+    );
+    assert!(r["packs_resumed"].as_u64().unwrap() >= 2, "{r}");
+    let total = r["bytes_read"].as_u64().unwrap();
+    let added = r["bytes_added"].as_u64().unwrap();
+    assert!(
+        added < total * 95 / 100,
+        "resumed packs were not reused: added {added} of {total}"
+    );
+    e.expect(0, &["check", "--read-data"]);
+    e.expect(
+        0,
+        &[
+            "restore",
+            "latest",
+            "--target",
+            e.path("out").to_str().unwrap(),
+        ],
+    );
+    assert_eq!(files(&e.path("out")), files(&md));
+}
+
+/// Flips one byte in the middle of `file`.
+fn flip(file: &Path, at: Option<usize>) {
+    let mut b = fs::read(file).unwrap();
+    let i = at.unwrap_or(b.len() / 2);
+    b[i] ^= 0x01;
+    fs::write(file, b).unwrap();
+}
+
+#[test]
+fn any_flipped_byte_is_found_and_named() {
+    let e = Env::new();
+    let src = e.path("vmail");
+    store(&src);
+    e.expect(0, &["init"]);
+    e.expect(0, &["backup", &format!("maildir:{}", src.display())]);
+    e.expect(0, &["check", "--read-data"]);
+    let repo = e.path("repo");
+    let pristine = e.path("pristine");
+    copy_tree(&repo, &pristine);
+
+    let mut targets: Vec<PathBuf> = pack_files(&repo);
+    for dir in ["index", "snapshots"] {
+        targets.extend(
+            fs::read_dir(repo.join(dir))
+                .unwrap()
+                .map(|f| f.unwrap().path()),
+        );
+    }
+    assert!(targets.len() >= 4);
+    for t in &targets {
+        let rel = t.strip_prefix(&repo).unwrap().to_string_lossy().to_string();
+        for at in [Some(0), None] {
+            flip(t, at);
+            let out = e.expect(2, &["check"]);
+            assert!(out.contains(&rel), "check did not name {rel}:\n{out}");
+            if rel.starts_with("data/") {
+                assert!(
+                    out.contains("affects snapshot"),
+                    "no affected messages named for {rel}:\n{out}"
+                );
+            }
+            fs::remove_dir_all(&repo).unwrap();
+            copy_tree(&pristine, &repo);
+        }
+    }
+    // Key file and config: the repository does not open, and the error says which file.
+    let key = fs::read_dir(repo.join("keys"))
+        .unwrap()
+        .next()
+        .unwrap()
+        .unwrap()
+        .path();
+    flip(&key, None);
+    let out = e.expect(2, &["check"]);
+    assert!(out.contains("keys/"), "{out}");
+    fs::remove_dir_all(&repo).unwrap();
+    copy_tree(&pristine, &repo);
+    flip(&repo.join("config"), None);
+    let out = e.expect(2, &["check"]);
+    assert!(out.contains("config"), "{out}");
+}
