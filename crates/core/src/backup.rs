@@ -115,7 +115,6 @@ pub fn backup(
     let label = format!("maildir:{}", source.display());
     let accounts = maildir::discover(&source, &opts.accounts)?;
     let resumed = repo.recover_unindexed_packs()?;
-    let packs_resumed = resumed.len() as u64;
 
     let parent = if opts.force {
         None
@@ -135,7 +134,36 @@ pub fn backup(
         None => HashMap::new(),
     };
 
-    let repo = &*repo;
+    let (report, written) = run(
+        repo,
+        opts,
+        started,
+        time,
+        label,
+        parent,
+        parent_accounts,
+        accounts,
+        resumed,
+        progress,
+    )?;
+    repo.add_packs(&written);
+    Ok(report)
+}
+
+#[allow(clippy::too_many_arguments)]
+fn run(
+    repo: &Repository,
+    opts: &BackupOptions,
+    started: Instant,
+    time: i64,
+    label: String,
+    parent: Option<Snapshot>,
+    parent_accounts: HashMap<String, AccountRef>,
+    accounts: Vec<AccountSource>,
+    resumed: Vec<(Id, Vec<crate::pack::PackEntry>)>,
+    progress: &dyn Progress,
+) -> Result<(BackupReport, Vec<(Id, Vec<crate::pack::PackEntry>)>)> {
+    let packs_resumed = resumed.len() as u64;
     let ctx = Ctx {
         saver: BlobSaver::new(repo, opts.compression.unwrap_or(repo.config().compression)),
         failures: Mutex::new(Vec::new()),
@@ -167,7 +195,7 @@ pub fn backup(
         accounts: refs.into_iter().flatten().collect(),
     };
     let root_id = ctx.saver.save(BlobKind::Tree, &tree::encode(&root))?;
-    ctx.saver.finish()?;
+    let written = ctx.saver.finish()?;
 
     let mut failures = std::mem::take(&mut *lock(&ctx.failures));
     failures.sort_by(|a, b| a.item.cmp(&b.item));
@@ -207,7 +235,7 @@ pub fn backup(
 
     let bytes_read = n.bytes_read.load(Relaxed);
     let new_raw = st.data_raw.load(Relaxed);
-    Ok(BackupReport {
+    let report = BackupReport {
         snapshot: id.to_hex(),
         parent: parent.map(|p| p.id.to_hex()),
         accounts: summary.accounts,
@@ -227,7 +255,8 @@ pub fn backup(
         items_per_sec: per_sec(messages + failures.len() as u64, elapsed),
         mb_per_sec: per_sec(bytes_read, elapsed) / 1e6,
         failures,
-    })
+    };
+    Ok((report, written))
 }
 
 /// The parent snapshot's view of one account.

@@ -323,6 +323,13 @@ impl Repository {
         Ok((id, sealed.len() as u64))
     }
 
+    /// Adds packs written by this process to the in-memory index.
+    pub fn add_packs(&mut self, packs: &[(Id, Vec<PackEntry>)]) {
+        for (id, entries) in packs {
+            self.index.add_pack(*id, entries);
+        }
+    }
+
     /// Packs in `data/` that no index file lists: left by a killed backup. Their headers
     /// are read so their blobs can be reused; returns them for the next index file.
     pub fn recover_unindexed_packs(&mut self) -> Result<Vec<(Id, Vec<PackEntry>)>> {
@@ -461,8 +468,9 @@ impl<'r> BlobSaver<'r> {
         Ok(())
     }
 
-    /// Writes the partly filled packs and one index file for everything written.
-    pub fn finish(&self) -> Result<()> {
+    /// Writes the partly filled packs and one index file for everything written; returns
+    /// the packs, for [`Repository::add_packs`].
+    pub fn finish(&self) -> Result<Vec<(Id, Vec<PackEntry>)>> {
         for packer in &self.packers {
             let p = std::mem::take(&mut *lock(packer));
             if !p.is_empty() {
@@ -474,7 +482,7 @@ impl<'r> BlobSaver<'r> {
             let (_, size) = self.repo.write_index(&packs)?;
             self.stats.bytes_written.fetch_add(size, Ordering::Relaxed);
         }
-        Ok(())
+        Ok(packs)
     }
 }
 
