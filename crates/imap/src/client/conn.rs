@@ -1,0 +1,169 @@
+//! Buffered, framed I/O on one connection: whole responses in, command parts
+//! out. One read buffer holds the current response (a FETCH body is one
+//! response, so memory stays at the size of the largest message).
+
+use std::io::{self, Read, Write};
+use std::ops::Range;
+
+use super::stream::Stream;
+use crate::proto::command::{Command, Part};
+use crate::proto::framing::{FrameError, Framer};
+
+/// Writes at least this large skip the write buffer.
+const DIRECT_WRITE: usize = 32 << 10;
+/// The write buffer is flushed when it grows past this.
+const WBUF_FLUSH: usize = 64 << 10;
+/// Initial read buffer.
+const RBUF_INITIAL: usize = 64 << 10;
+
+/// A failure below the protocol: the connection is gone or unusable.
+#[derive(Debug)]
+pub(crate) enum ConnError {
+    Io(io::Error),
+    Frame(FrameError),
+}
+
+impl From<io::Error> for ConnError {
+    fn from(e: io::Error) -> Self {
+        ConnError::Io(e)
+    }
+}
+
+#[derive(Debug)]
+pub(crate) struct Conn {
+    pub(crate) stream: Stream,
+    rbuf: Vec<u8>,
+    /// Start of unconsumed bytes.
+    rstart: usize,
+    /// End of valid bytes.
+    rend: usize,
+    /// Length of the response handed out last (consumed on the next call).
+    last: usize,
+    framer: Framer,
+    wbuf: Vec<u8>,
+}
+
+impl Conn {
+    pub(crate) fn new(stream: Stream) -> Self {
+        Conn {
+            stream,
+            rbuf: vec![0; RBUF_INITIAL],
+            rstart: 0,
+            rend: 0,
+            last: 0,
+            framer: Framer::new(),
+            wbuf: Vec::with_capacity(WBUF_FLUSH * 2),
+        }
+    }
+
+    /// Whether bytes beyond the last response are already buffered.
+    pub(crate) fn has_buffered_input(&self) -> bool {
+        self.rend > self.rstart + self.last
+    }
+
+    /// Reads the next complete response; returns its range in [`Self::buf`].
+    pub(crate) fn next_response(&mut self) -> Result<Range<usize>, ConnError> {
+        self.rstart += self.last;
+        self.last = 0;
+        if self.rstart == self.rend {
+            self.rstart = 0;
+            self.rend = 0;
+        }
+        loop {
+            if let Some(len) = self
+                .framer
+                .frame(&self.rbuf[self.rstart..self.rend])
+                .map_err(ConnError::Frame)?
+            {
+                self.last = len;
+                return Ok(self.rstart..self.rstart + len);
+            }
+            // Need more bytes: make room.
+            if self.rend == self.rbuf.len() {
+                if self.rstart > 0 {
+                    self.rbuf.copy_within(self.rstart..self.rend, 0);
+                    self.rend -= self.rstart;
+                    self.rstart = 0;
+                }
+                if self.rend == self.rbuf.len() {
+                    let new_len = self.rbuf.len() * 2;
+                    self.rbuf.resize(new_len, 0);
+                }
+            }
+            let n = loop {
+                match self.stream.read(&mut self.rbuf[self.rend..]) {
+                    Ok(n) => break n,
+                    Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                    Err(e) => return Err(ConnError::Io(e)),
+                }
+            };
+            if n == 0 {
+                return Err(ConnError::Io(io::Error::new(
+                    io::ErrorKind::UnexpectedEof,
+                    "server closed the connection",
+                )));
+            }
+            self.rend += n;
+        }
+    }
+
+    /// The read buffer (index it with a range from [`Self::next_response`]).
+    pub(crate) fn buf(&self) -> &[u8] {
+        &self.rbuf
+    }
+
+    /// Drops read buffers grown for a very large message.
+    pub(crate) fn shrink(&mut self) {
+        if self.rbuf.len() > 4 * RBUF_INITIAL && self.rstart + self.last == self.rend {
+            self.rstart = 0;
+            self.rend = 0;
+            self.last = 0;
+            self.rbuf = vec![0; RBUF_INITIAL];
+        }
+    }
+
+    /// Queues bytes; large payloads are written straight through.
+    pub(crate) fn write(&mut self, bytes: &[u8]) -> io::Result<()> {
+        if bytes.len() >= DIRECT_WRITE {
+            self.flush_buf()?;
+            self.stream.write_all(bytes)?;
+        } else {
+            self.wbuf.extend_from_slice(bytes);
+            if self.wbuf.len() >= WBUF_FLUSH {
+                self.flush_buf()?;
+            }
+        }
+        Ok(())
+    }
+
+    fn flush_buf(&mut self) -> io::Result<()> {
+        if !self.wbuf.is_empty() {
+            let r = self.stream.write_all(&self.wbuf);
+            self.wbuf.clear();
+            r?;
+        }
+        Ok(())
+    }
+
+    /// Sends everything queued.
+    pub(crate) fn flush(&mut self) -> io::Result<()> {
+        self.flush_buf()?;
+        self.stream.flush()
+    }
+
+    /// Queues the parts of `cmd` from `from` up to the next continuation
+    /// wait (exclusive); returns the index after it, or `None` at the end.
+    pub(crate) fn write_until_wait(
+        &mut self,
+        cmd: &Command<'_>,
+        from: usize,
+    ) -> io::Result<Option<usize>> {
+        for (i, part) in cmd.parts.iter().enumerate().skip(from) {
+            match part {
+                Part::Bytes(b) => self.write(b)?,
+                Part::AwaitContinuation => return Ok(Some(i + 1)),
+            }
+        }
+        Ok(None)
+    }
+}

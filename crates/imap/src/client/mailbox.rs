@@ -1,0 +1,451 @@
+//! Folders: LIST/LSUB, CREATE (with special-use), DELETE, SUBSCRIBE,
+//! SELECT/EXAMINE (with CONDSTORE), STATUS; and the mapping between
+//! mailvault folder paths (`Archive/2023`, Unicode, `/`-separated) and the
+//! server's names (its own delimiter, modified UTF-7 on the wire).
+
+use super::session::Session;
+use crate::error::{Error, Result};
+use crate::proto::mutf7;
+use crate::proto::response::{Code, ListItem, Status, Untagged};
+
+/// Special-use attributes (RFC 6154).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum SpecialUse {
+    /// `\All`
+    All,
+    /// `\Archive`
+    Archive,
+    /// `\Drafts`
+    Drafts,
+    /// `\Flagged`
+    Flagged,
+    /// `\Junk`
+    Junk,
+    /// `\Sent`
+    Sent,
+    /// `\Trash`
+    Trash,
+}
+
+impl SpecialUse {
+    const ALL: [SpecialUse; 7] = [
+        SpecialUse::All,
+        SpecialUse::Archive,
+        SpecialUse::Drafts,
+        SpecialUse::Flagged,
+        SpecialUse::Junk,
+        SpecialUse::Sent,
+        SpecialUse::Trash,
+    ];
+
+    /// The attribute as on the wire (`\Sent`).
+    pub fn attribute(self) -> &'static str {
+        match self {
+            SpecialUse::All => "\\All",
+            SpecialUse::Archive => "\\Archive",
+            SpecialUse::Drafts => "\\Drafts",
+            SpecialUse::Flagged => "\\Flagged",
+            SpecialUse::Junk => "\\Junk",
+            SpecialUse::Sent => "\\Sent",
+            SpecialUse::Trash => "\\Trash",
+        }
+    }
+
+    /// Parses an attribute (case-insensitive, with the backslash).
+    pub fn from_attribute(attr: &str) -> Option<SpecialUse> {
+        SpecialUse::ALL
+            .into_iter()
+            .find(|s| s.attribute().eq_ignore_ascii_case(attr))
+    }
+}
+
+/// A folder as listed by the server.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Folder {
+    /// mailvault path: decoded, levels joined with `/`.
+    pub name: String,
+    /// The name exactly as the server sent it (modified UTF-7).
+    pub wire_name: Vec<u8>,
+    /// The server's hierarchy delimiter.
+    pub delimiter: Option<char>,
+    /// All attributes as sent.
+    pub attributes: Vec<String>,
+    /// The special use, if any.
+    pub special_use: Option<SpecialUse>,
+    /// Whether the user is subscribed.
+    pub subscribed: bool,
+    /// Whether it can hold messages (not `\Noselect` / `\NonExistent`).
+    pub selectable: bool,
+}
+
+/// What SELECT or EXAMINE reported.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct MailboxInfo {
+    /// The folder (mailvault path).
+    pub folder: String,
+    /// UIDVALIDITY: if it changed, every UID known before is void.
+    pub uidvalidity: u32,
+    /// UIDNEXT: UIDs at or above it are new.
+    pub uidnext: Option<u32>,
+    /// HIGHESTMODSEQ (CONDSTORE); `None` without CONDSTORE or with NOMODSEQ.
+    pub highestmodseq: Option<u64>,
+    /// Number of messages.
+    pub exists: u32,
+    /// `\Recent` count.
+    pub recent: u32,
+    /// FLAGS: flags defined in the mailbox.
+    pub flags: Vec<String>,
+    /// PERMANENTFLAGS (`\*` means new keywords may be created).
+    pub permanent_flags: Vec<String>,
+    /// Opened read-only (EXAMINE, or the server said READ-ONLY).
+    pub read_only: bool,
+}
+
+/// STATUS of a folder (without selecting it).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct MailboxStatus {
+    /// MESSAGES
+    pub messages: Option<u32>,
+    /// UIDNEXT
+    pub uidnext: Option<u32>,
+    /// UIDVALIDITY
+    pub uidvalidity: Option<u32>,
+    /// UNSEEN
+    pub unseen: Option<u32>,
+    /// HIGHESTMODSEQ (CONDSTORE)
+    pub highestmodseq: Option<u64>,
+}
+
+/// What CREATE did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CreateOutcome {
+    /// The folder existed already (`[ALREADYEXISTS]`); not an error.
+    pub existed: bool,
+    /// The special use was set (CREATE-SPECIAL-USE offered and accepted).
+    pub special_use_set: bool,
+}
+
+impl Session {
+    /// The server's hierarchy delimiter (`LIST "" ""`), asked once.
+    pub fn delimiter(&mut self) -> Result<Option<char>> {
+        if let Some(d) = self.delimiter {
+            return Ok(d);
+        }
+        let mut b = self.command("LIST");
+        b.sp().astring(b"").sp().astring(b"");
+        let cmd = b.finish();
+        let mut delim = None;
+        self.run_ok(cmd, "LIST", None, &mut |u| {
+            if let Untagged::List(l) = u {
+                delim = l.delimiter;
+            }
+            Ok(())
+        })?;
+        self.delimiter = Some(delim);
+        Ok(delim)
+    }
+
+    /// The server-side name (Unicode, server delimiter) of a mailvault path.
+    pub fn server_name(&mut self, folder: &str) -> Result<String> {
+        let delim = self.delimiter()?;
+        let bad = |reason: String| Error::InvalidFolderName {
+            account: self.account.clone(),
+            folder: folder.to_string(),
+            reason,
+        };
+        let levels: Vec<&str> = folder.split('/').collect();
+        if levels.iter().any(|l| l.is_empty()) {
+            return Err(bad("empty folder name or level".into()));
+        }
+        match delim {
+            None if levels.len() > 1 => Err(bad("the server has no folder hierarchy".into())),
+            None => Ok(folder.to_string()),
+            Some('/') => Ok(folder.to_string()),
+            Some(d) => {
+                if levels.iter().any(|l| l.contains(d)) {
+                    return Err(bad(format!(
+                        "a level contains {d:?}, the server's hierarchy delimiter"
+                    )));
+                }
+                Ok(levels.join(&d.to_string()))
+            }
+        }
+    }
+
+    /// LIST "" "*" with subscription and special-use information (RETURN
+    /// (SUBSCRIBED SPECIAL-USE) when LIST-EXTENDED is offered, else LIST
+    /// plus LSUB).
+    pub fn list(&mut self) -> Result<Vec<Folder>> {
+        let delim = self.delimiter()?;
+        let extended = self.caps.has("LIST-EXTENDED");
+        let mut b = self.command("LIST");
+        b.sp().astring(b"").sp().astring(b"*");
+        if extended {
+            if self.caps.has("SPECIAL-USE") {
+                b.raw(b" RETURN (SUBSCRIBED SPECIAL-USE)");
+            } else {
+                b.raw(b" RETURN (SUBSCRIBED)");
+            }
+        }
+        let cmd = b.finish();
+        let mut items = Vec::new();
+        self.run_ok(cmd, "LIST", None, &mut |u| {
+            if let Untagged::List(l) = u {
+                items.push(l);
+            }
+            Ok(())
+        })?;
+        let mut folders: Vec<Folder> = items
+            .into_iter()
+            .map(|l| folder_from_list(l, delim))
+            .collect();
+        if !extended {
+            let subscribed = self.lsub()?;
+            for f in &mut folders {
+                f.subscribed = subscribed.iter().any(|s| s.wire_name == f.wire_name);
+            }
+        }
+        Ok(folders)
+    }
+
+    /// LSUB "" "*": the subscribed folders.
+    pub fn lsub(&mut self) -> Result<Vec<Folder>> {
+        let delim = self.delimiter()?;
+        let mut b = self.command("LSUB");
+        b.sp().astring(b"").sp().astring(b"*");
+        let cmd = b.finish();
+        let mut items = Vec::new();
+        self.run_ok(cmd, "LSUB", None, &mut |u| {
+            if let Untagged::Lsub(l) = u {
+                items.push(l);
+            }
+            Ok(())
+        })?;
+        Ok(items
+            .into_iter()
+            .map(|l| {
+                let mut f = folder_from_list(l, delim);
+                f.subscribed = true;
+                f
+            })
+            .collect())
+    }
+
+    /// CREATE, with `(USE (\Sent))` when the server offers
+    /// CREATE-SPECIAL-USE. An existing folder is not an error.
+    pub fn create(
+        &mut self,
+        folder: &str,
+        special_use: Option<SpecialUse>,
+    ) -> Result<CreateOutcome> {
+        let name = self.server_name(folder)?;
+        let with_use = special_use.filter(|_| self.caps.has("CREATE-SPECIAL-USE"));
+        let mut b = self.command("CREATE");
+        b.sp().mailbox(&name);
+        if let Some(u) = with_use {
+            b.raw(b" (USE (").raw(u.attribute().as_bytes()).raw(b"))");
+        }
+        let cmd = b.finish();
+        let status = self.run(cmd, &mut |_| Ok(()))?;
+        match status.status {
+            Status::Ok => Ok(CreateOutcome {
+                existed: false,
+                special_use_set: with_use.is_some(),
+            }),
+            _ if status.code == Some(Code::AlreadyExists) => Ok(CreateOutcome {
+                existed: true,
+                special_use_set: false,
+            }),
+            _ => Err(self.command_error("CREATE", Some(folder), &status)),
+        }
+    }
+
+    /// DELETE.
+    pub fn delete(&mut self, folder: &str) -> Result<()> {
+        let name = self.server_name(folder)?;
+        let mut b = self.command("DELETE");
+        b.sp().mailbox(&name);
+        let cmd = b.finish();
+        self.run_ok(cmd, "DELETE", Some(folder), &mut |_| Ok(()))?;
+        if self.selected.as_deref() == Some(name.as_str()) {
+            self.selected = None;
+        }
+        Ok(())
+    }
+
+    /// SUBSCRIBE.
+    pub fn subscribe(&mut self, folder: &str) -> Result<()> {
+        self.simple_folder_command("SUBSCRIBE", folder)
+    }
+
+    /// UNSUBSCRIBE.
+    pub fn unsubscribe(&mut self, folder: &str) -> Result<()> {
+        self.simple_folder_command("UNSUBSCRIBE", folder)
+    }
+
+    fn simple_folder_command(&mut self, command: &'static str, folder: &str) -> Result<()> {
+        let name = self.server_name(folder)?;
+        let mut b = self.command(command);
+        b.sp().mailbox(&name);
+        let cmd = b.finish();
+        self.run_ok(cmd, command, Some(folder), &mut |_| Ok(()))?;
+        Ok(())
+    }
+
+    /// SELECT (read-write), with CONDSTORE when offered so that
+    /// HIGHESTMODSEQ is reported.
+    pub fn select(&mut self, folder: &str) -> Result<MailboxInfo> {
+        self.open(folder, false)
+    }
+
+    /// EXAMINE (read-only: fetching does not set `\Seen`, nothing changes).
+    pub fn examine(&mut self, folder: &str) -> Result<MailboxInfo> {
+        self.open(folder, true)
+    }
+
+    fn open(&mut self, folder: &str, read_only: bool) -> Result<MailboxInfo> {
+        let name = self.server_name(folder)?;
+        // ENABLE is only valid before a folder is selected; with QRESYNC on,
+        // fetch_changes also learns about expunged UIDs.
+        if self.caps.has("QRESYNC") && !self.qresync_enabled && self.selected.is_none() {
+            let enabled = self.enable(&["QRESYNC"])?;
+            self.qresync_enabled = enabled.iter().any(|e| e.eq_ignore_ascii_case("QRESYNC"));
+        }
+        let command = if read_only { "EXAMINE" } else { "SELECT" };
+        let mut b = self.command(command);
+        b.sp().mailbox(&name);
+        if self.caps.has("CONDSTORE") {
+            b.raw(b" (CONDSTORE)");
+        }
+        let cmd = b.finish();
+        let mut info = MailboxInfo {
+            folder: folder.to_string(),
+            read_only,
+            ..MailboxInfo::default()
+        };
+        let mut uidvalidity = None;
+        self.selected = None;
+        let status = self.run_ok(cmd, command, Some(folder), &mut |u| {
+            match u {
+                Untagged::Flags(f) => info.flags = f,
+                Untagged::Exists(n) => info.exists = n,
+                Untagged::Recent(n) => info.recent = n,
+                Untagged::Status(s) => match s.code {
+                    Some(Code::UidValidity(v)) => uidvalidity = Some(v),
+                    Some(Code::UidNext(v)) => info.uidnext = Some(v),
+                    Some(Code::HighestModSeq(v)) => info.highestmodseq = Some(v),
+                    Some(Code::NoModSeq) => info.highestmodseq = None,
+                    Some(Code::PermanentFlags(f)) => info.permanent_flags = f,
+                    _ => {}
+                },
+                _ => {}
+            }
+            Ok(())
+        })?;
+        if status.code == Some(Code::ReadOnly) {
+            info.read_only = true;
+        }
+        let Some(v) = uidvalidity else {
+            return Err(self.protocol_error(format!("{command} {folder:?} without UIDVALIDITY")));
+        };
+        info.uidvalidity = v;
+        self.selected = Some(name);
+        Ok(info)
+    }
+
+    /// UNSELECT (or CLOSE when UNSELECT is missing, which on a read-only
+    /// mailbox expunges nothing).
+    pub fn unselect(&mut self) -> Result<()> {
+        if self.selected.is_none() {
+            return Ok(());
+        }
+        let name = if self.caps.has("UNSELECT") {
+            "UNSELECT"
+        } else {
+            "CLOSE"
+        };
+        let cmd = self.command(name).finish();
+        self.run_ok(cmd, "UNSELECT", None, &mut |_| Ok(()))?;
+        self.selected = None;
+        Ok(())
+    }
+
+    /// STATUS (MESSAGES UIDNEXT UIDVALIDITY UNSEEN [HIGHESTMODSEQ]): cheap
+    /// change detection without selecting.
+    pub fn status(&mut self, folder: &str) -> Result<MailboxStatus> {
+        let name = self.server_name(folder)?;
+        let mut b = self.command("STATUS");
+        b.sp()
+            .mailbox(&name)
+            .raw(b" (MESSAGES UIDNEXT UIDVALIDITY UNSEEN");
+        if self.caps.has("CONDSTORE") {
+            b.raw(b" HIGHESTMODSEQ");
+        }
+        b.raw(b")");
+        let cmd = b.finish();
+        let mut st = MailboxStatus::default();
+        self.run_ok(cmd, "STATUS", Some(folder), &mut |u| {
+            if let Untagged::MailboxStatus { items, .. } = u {
+                for (k, v) in items {
+                    let v32 = u32::try_from(v).ok();
+                    match k.as_str() {
+                        "MESSAGES" => st.messages = v32,
+                        "UIDNEXT" => st.uidnext = v32,
+                        "UIDVALIDITY" => st.uidvalidity = v32,
+                        "UNSEEN" => st.unseen = v32,
+                        "HIGHESTMODSEQ" => st.highestmodseq = Some(v),
+                        _ => {}
+                    }
+                }
+            }
+            Ok(())
+        })?;
+        Ok(st)
+    }
+}
+
+/// mailvault path of a server name.
+pub fn folder_path(wire_name: &[u8], delimiter: Option<char>) -> String {
+    let decoded = mutf7::decode(wire_name)
+        .unwrap_or_else(|_| String::from_utf8_lossy(wire_name).into_owned());
+    match delimiter {
+        Some(d) if d != '/' => decoded.split(d).collect::<Vec<_>>().join("/"),
+        _ => decoded,
+    }
+}
+
+fn folder_from_list(l: ListItem, delim: Option<char>) -> Folder {
+    let special_use = l
+        .attributes
+        .iter()
+        .find_map(|a| SpecialUse::from_attribute(a));
+    let subscribed = l.has("\\Subscribed");
+    let selectable = !l.has("\\Noselect") && !l.has("\\NonExistent");
+    let delimiter = l.delimiter.or(delim);
+    Folder {
+        name: folder_path(&l.name, delimiter),
+        wire_name: l.name,
+        delimiter,
+        attributes: l.attributes,
+        special_use,
+        subscribed,
+        selectable,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn paths() {
+        assert_eq!(
+            folder_path(b"Archiv.Gesch&AOQ-ft", Some('.')),
+            "Archiv/Gesch\u{e4}ft"
+        );
+        assert_eq!(folder_path(b"INBOX/Sub", Some('/')), "INBOX/Sub");
+        assert_eq!(folder_path(b"flat", None), "flat");
+        assert_eq!(SpecialUse::from_attribute("\\sent"), Some(SpecialUse::Sent));
+        assert_eq!(SpecialUse::from_attribute("\\HasChildren"), None);
+    }
+}

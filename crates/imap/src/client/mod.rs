@@ -1,0 +1,10 @@
+//! The blocking IMAP client: [`Client`] holds connection settings, each
+//! [`Session`] is one connection (one per thread).
+
+pub mod append;
+mod conn;
+pub mod fetch;
+pub mod mailbox;
+pub mod options;
+pub mod session;
+mod stream;
