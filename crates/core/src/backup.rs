@@ -12,7 +12,7 @@ use crate::compress::Compression;
 use crate::error::{Error, Result};
 use crate::id::Id;
 use crate::maildir::{self, AccountSource, FolderSource, MessageFile};
-use crate::pack::BlobKind;
+use crate::pack::{BlobKind, PackList};
 use crate::repo::{lock, BlobSaver, Repository};
 use crate::report::{per_sec, ratio, Failure, Progress};
 use crate::snapshot::{Snapshot, SnapshotSummary};
@@ -160,9 +160,9 @@ fn run(
     parent: Option<Snapshot>,
     parent_accounts: HashMap<String, AccountRef>,
     accounts: Vec<AccountSource>,
-    resumed: Vec<(Id, Vec<crate::pack::PackEntry>)>,
+    resumed: PackList,
     progress: &dyn Progress,
-) -> Result<(BackupReport, Vec<(Id, Vec<crate::pack::PackEntry>)>)> {
+) -> Result<(BackupReport, PackList)> {
     let packs_resumed = resumed.len() as u64;
     let ctx = Ctx {
         saver: BlobSaver::new(repo, opts.compression.unwrap_or(repo.config().compression)),

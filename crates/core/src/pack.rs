@@ -48,6 +48,9 @@ pub struct PackEntry {
     pub raw_len: u32,
 }
 
+/// Packs with their entries, as written to an index file.
+pub type PackList = Vec<(Id, Vec<PackEntry>)>;
+
 /// The repository path of a pack.
 pub fn pack_path(id: &Id) -> String {
     let hex = id.to_hex();
