@@ -371,7 +371,7 @@ fn event(
         }
     }
     ev.html = chance(rng, p.html_ratio);
-    if files.len() == 1 && chance(rng, p.odd_ratio) {
+    if chance(rng, p.odd_ratio) {
         ev.odd = match rng.gen_range(0..3) {
             0 => Odd::Crlf,
             1 => Odd::NoFinalNewline,
