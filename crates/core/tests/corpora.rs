@@ -1,0 +1,197 @@
+//! Round trips of real and generated mail: the SpamAssassin corpus and generated
+//! multi-account stores, byte-exact; incremental runs reuse unchanged folders' metadata.
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use common::*;
+use mailvault_core::backup::{backup, BackupOptions};
+use mailvault_core::check::{check, CheckOptions};
+use mailvault_core::report::NoProgress;
+use mailvault_core::restore::{restore, RestoreOptions};
+use mailvault_corpus::{generate, import_eml_dir, mutate, CorpusSpec, ImportSpec, MutationSpec};
+use std::path::{Path, PathBuf};
+
+fn opts(src: &Path, accounts: Vec<String>) -> BackupOptions {
+    BackupOptions {
+        source: src.to_path_buf(),
+        accounts,
+        jobs: 4,
+        compression: None,
+        tags: vec![],
+        hostname: "t".into(),
+        force: false,
+    }
+}
+
+fn spamassassin() -> PathBuf {
+    let p = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/corpora/spamassassin");
+    assert!(
+        p.is_dir(),
+        "the SpamAssassin corpus is expected at {}",
+        p.display()
+    );
+    p
+}
+
+#[test]
+fn spamassassin_corpus_round_trip() {
+    let t = tempfile::tempdir().unwrap();
+    let md = t.path().join("Maildir");
+    let mut total = 0;
+    for sub in ["easy-ham-1", "easy-ham-2", "hard-ham-1", "spam-1", "spam-2"] {
+        let s = import_eml_dir(&spamassassin().join(sub), &md, &ImportSpec::default()).unwrap();
+        total += s.messages;
+    }
+    assert_eq!(total, 6046);
+    let mut repo = init_repo(&t.path().join("repo"));
+    let rep = backup(
+        &mut repo,
+        &opts(&md, vec!["corpus@example.org".into()]),
+        &NoProgress,
+    )
+    .unwrap();
+    assert!(rep.failures.is_empty(), "{:?}", rep.failures);
+    assert_eq!(rep.items_total, 6046);
+    let out = t.path().join("out");
+    let r = restore(
+        &repo,
+        &RestoreOptions {
+            snapshot: "latest".into(),
+            target: out.clone(),
+            jobs: 4,
+            ..Default::default()
+        },
+        &NoProgress,
+    )
+    .unwrap();
+    assert_eq!(r.items_restored, 6046);
+    assert_same_tree(&md, &out);
+    let c = check(
+        &repo,
+        &CheckOptions {
+            read_data: true,
+            jobs: 2,
+        },
+    )
+    .unwrap();
+    assert!(c.ok(), "{:?}", c.errors);
+    assert_eq!(c.messages, 6046);
+}
+
+#[test]
+fn generated_store_round_trip_and_incremental() {
+    let t = tempfile::tempdir().unwrap();
+    let src = t.path().join("vmail");
+    let spec = CorpusSpec {
+        messages: 1500,
+        ..CorpusSpec::preset("tiny").unwrap()
+    };
+    let g = generate(&spec, &src).unwrap();
+    let mut repo = init_repo(&t.path().join("repo"));
+    let r1 = backup(&mut repo, &opts(&src, vec![]), &NoProgress).unwrap();
+    assert!(r1.failures.is_empty(), "{:?}", r1.failures);
+    assert_eq!(r1.items_total as usize, g.messages);
+    assert_eq!(r1.accounts as usize, g.accounts);
+    // Half the store is per-recipient copies: they must cost (almost) nothing.
+    assert!(r1.dedup_ratio.unwrap() > 1.6, "dedup {:?}", r1.dedup_ratio);
+    let out1 = t.path().join("out1");
+    restore(
+        &repo,
+        &RestoreOptions {
+            snapshot: "latest".into(),
+            target: out1.clone(),
+            jobs: 4,
+            ..Default::default()
+        },
+        &NoProgress,
+    )
+    .unwrap();
+    assert_same_tree(&src, &out1);
+
+    let trees_before = repo
+        .index()
+        .iter()
+        .filter(|(_, l)| l.kind == mailvault_core::pack::BlobKind::Tree)
+        .count();
+    let m = mutate(&MutationSpec::default(), &src).unwrap();
+    let r2 = backup(&mut repo, &opts(&src, vec![]), &NoProgress).unwrap();
+    assert!(r2.failures.is_empty(), "{:?}", r2.failures);
+    assert_eq!(r2.items_new as usize, m.new_messages);
+    assert_eq!(
+        r2.items_unchanged as usize,
+        m.messages_after - m.new_messages
+    );
+    // Unchanged folders reuse their blobs: far fewer new tree blobs than there are folders.
+    let trees_after = repo
+        .index()
+        .iter()
+        .filter(|(_, l)| l.kind == mailvault_core::pack::BlobKind::Tree)
+        .count();
+    assert!(
+        trees_after - trees_before < g.folders,
+        "{} new tree blobs for {} folders",
+        trees_after - trees_before,
+        g.folders
+    );
+    let out2 = t.path().join("out2");
+    restore(
+        &repo,
+        &RestoreOptions {
+            snapshot: "latest".into(),
+            target: out2.clone(),
+            jobs: 4,
+            ..Default::default()
+        },
+        &NoProgress,
+    )
+    .unwrap();
+    assert_same_tree(&src, &out2);
+
+    // A third backup of an unchanged store adds no tree blob at all.
+    let r3 = backup(&mut repo, &opts(&src, vec![]), &NoProgress).unwrap();
+    assert_eq!(r3.items_new, 0);
+    assert_eq!(
+        repo.index()
+            .iter()
+            .filter(|(_, l)| l.kind == mailvault_core::pack::BlobKind::Tree)
+            .count(),
+        trees_after
+    );
+    assert_eq!(r3.packs_written, 0);
+}
+
+#[test]
+fn a_fifty_megabyte_message_round_trips() {
+    let t = tempfile::tempdir().unwrap();
+    let md = t.path().join("Maildir");
+    let mut body = b"Subject: huge\n\n".to_vec();
+    let mut x = 1u64;
+    while body.len() < 50 << 20 {
+        x = x
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        if x >> 63 == 0 {
+            body.extend_from_slice(b"base64line+/AZaz09\n");
+        } else {
+            body.extend_from_slice(&x.to_le_bytes());
+        }
+    }
+    put_msg(&md, "", "cur", "1.M1P1.h:2,S", &body, 1_700_000_000);
+    let mut repo = init_repo(&t.path().join("repo"));
+    let r = backup(&mut repo, &opts(&md, vec!["big@x".into()]), &NoProgress).unwrap();
+    assert!(r.failures.is_empty());
+    let out = t.path().join("out");
+    restore(
+        &repo,
+        &RestoreOptions {
+            snapshot: "latest".into(),
+            target: out.clone(),
+            jobs: 2,
+            ..Default::default()
+        },
+        &NoProgress,
+    )
+    .unwrap();
+    assert_same_tree(&md, &out);
+}
