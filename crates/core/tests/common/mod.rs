@@ -152,11 +152,15 @@ pub fn small_store(root: &Path) {
     for s in ["cur", "new", "tmp"] {
         fs::create_dir_all(weird.join(s)).unwrap();
     }
-    fs::write(
-        weird.join("cur").join("1.M1P1.mail:2,S"),
-        message("bob@example.org", "weird", "x"),
-    )
-    .unwrap();
+    let p = weird.join("cur").join("1.M1P1.mail:2,S");
+    fs::write(&p, message("bob@example.org", "weird", "x")).unwrap();
+    let t = std::time::UNIX_EPOCH + std::time::Duration::from_secs(1_650_000_100);
+    fs::File::options()
+        .write(true)
+        .open(&p)
+        .unwrap()
+        .set_modified(t)
+        .unwrap();
 }
 
 /// Every file below `root` that a restore must give back (messages and folder files), with

@@ -1,0 +1,84 @@
+//! Repositories written by earlier versions must always open and restore.
+//!
+//! `fixtures/repo-v1` was made by format version 1 from [`common::small_store`] (password
+//! [`common::PASSWORD`]). To write a fixture for a new format version, run
+//! `MAILVAULT_WRITE_FIXTURE=repo-vN cargo test -p mailvault-core --test fixtures` and
+//! commit the directory; never change an existing one.
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use common::*;
+use mailvault_core::backup::{backup, BackupOptions};
+use mailvault_core::check::{check, CheckOptions};
+use mailvault_core::report::NoProgress;
+use mailvault_core::restore::{restore, RestoreOptions};
+use std::path::Path;
+
+fn fixtures() -> std::path::PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures")
+}
+
+#[test]
+fn version_1_repository_opens_checks_and_restores() {
+    let t = tempfile::tempdir().unwrap();
+    let src = t.path().join("vmail");
+    small_store(&src);
+    if let Ok(name) = std::env::var("MAILVAULT_WRITE_FIXTURE") {
+        let dest = fixtures().join(name);
+        assert!(
+            !dest.exists(),
+            "{} exists: fixtures are never rewritten",
+            dest.display()
+        );
+        let mut repo = init_repo(&dest);
+        let opts = BackupOptions {
+            source: src.clone(),
+            accounts: vec![],
+            jobs: 2,
+            compression: None,
+            tags: vec!["fixture".into()],
+            hostname: "fixture".into(),
+            force: false,
+        };
+        backup(&mut repo, &opts, &NoProgress).unwrap();
+    }
+    let repo = open_repo(&fixtures().join("repo-v1"));
+    let c = check(
+        &repo,
+        &CheckOptions {
+            read_data: true,
+            jobs: 2,
+        },
+    )
+    .unwrap();
+    assert!(c.ok(), "{:?}", c.errors);
+    assert_eq!(c.snapshots, 1);
+    let out = t.path().join("out");
+    let r = restore(
+        &repo,
+        &RestoreOptions {
+            snapshot: "latest".into(),
+            target: out.clone(),
+            jobs: 2,
+            ..Default::default()
+        },
+        &NoProgress,
+    )
+    .unwrap();
+    assert!(r.failures.is_empty(), "{:?}", r.failures);
+    // Same names and bytes as the store the fixture was made from, and the same mtimes for
+    // messages. (Folder files get the time the store was made, and modes follow the umask
+    // of the machine that made it.)
+    let a = tree_snapshot(&src);
+    let b = tree_snapshot(&out);
+    assert_eq!(a.len(), b.len());
+    for (k, (bytes, mtime, _)) in &a {
+        let (bb, bm, _) = &b[k];
+        let name = String::from_utf8_lossy(k);
+        assert!(bytes == bb, "{name}: bytes differ");
+        if name.contains("/cur/") || name.contains("/new/") {
+            assert_eq!(mtime, bm, "{name}: mtime differs");
+        }
+    }
+}
