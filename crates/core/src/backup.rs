@@ -481,7 +481,7 @@ fn find_by_key(folder: &Path, key: &[u8]) -> Option<MessageFile> {
 }
 
 /// From, Subject and Date of a message, decoded, for listings. Parses only the header.
-pub(crate) fn header_summary(data: &[u8]) -> (String, String, Option<i64>) {
+pub fn header_summary(data: &[u8]) -> (String, String, Option<i64>) {
     const MAX_HEADER: usize = 256 * 1024;
     let head = &data[..data.len().min(MAX_HEADER)];
     let Some(msg) = mail_parser::MessageParser::new().parse_headers(head) else {
