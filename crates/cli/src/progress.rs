@@ -3,16 +3,23 @@
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use mailvault_core::report::Progress;
 use std::io::IsTerminal;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
 pub struct Bar {
     bar: Option<ProgressBar>,
+    bytes: AtomicU64,
+    total_bytes: AtomicU64,
 }
 
 impl Bar {
     /// A bar on stderr when it is a terminal and `quiet` is off.
     pub fn new(quiet: bool, verb: &str) -> Bar {
         if quiet || !std::io::stderr().is_terminal() {
-            return Bar { bar: None };
+            return Bar {
+                bar: None,
+                bytes: AtomicU64::new(0),
+                total_bytes: AtomicU64::new(0),
+            };
         }
         let bar = ProgressBar::with_draw_target(Some(0), ProgressDrawTarget::stderr_with_hz(5));
         let style = ProgressStyle::with_template(&format!(
@@ -20,7 +27,11 @@ impl Bar {
         ))
         .unwrap_or_else(|_| ProgressStyle::default_bar());
         bar.set_style(style);
-        Bar { bar: Some(bar) }
+        Bar {
+            bar: Some(bar),
+            bytes: AtomicU64::new(0),
+            total_bytes: AtomicU64::new(0),
+        }
     }
     pub fn finish(&self) {
         if let Some(b) = &self.bar {
@@ -30,13 +41,20 @@ impl Bar {
 }
 
 impl Progress for Bar {
-    fn add_total(&self, items: u64, _bytes: u64) {
+    fn add_total(&self, items: u64, bytes: u64) {
         if let Some(b) = &self.bar {
+            self.total_bytes.fetch_add(bytes, Relaxed);
             b.inc_length(items);
         }
     }
-    fn advance(&self, items: u64, _bytes: u64) {
+    fn advance(&self, items: u64, bytes: u64) {
         if let Some(b) = &self.bar {
+            let done = self.bytes.fetch_add(bytes, Relaxed) + bytes;
+            b.set_message(format!(
+                "{} / {}",
+                crate::output::bytes(done),
+                crate::output::bytes(self.total_bytes.load(Relaxed))
+            ));
             b.inc(items);
         }
     }

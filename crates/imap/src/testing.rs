@@ -143,6 +143,15 @@ fn passwd_entry(by_name: Option<&str>, by_uid: Option<u32>) -> Option<(u32, u32,
     })
 }
 
+/// The name of group `gid`.
+fn group_name(gid: u32) -> Option<String> {
+    let text = fs::read_to_string("/etc/group").ok()?;
+    text.lines().find_map(|l| {
+        let f: Vec<&str> = l.split(':').collect();
+        (f.get(2)?.parse::<u32>().ok()? == gid).then(|| f[0].to_string())
+    })
+}
+
 impl DovecotServer {
     /// Starts a server with default options. Fails if Dovecot is missing.
     pub fn start() -> Result<DovecotServer, HarnessError> {
@@ -228,6 +237,12 @@ impl DovecotServer {
                 })?;
             (uid, gid, name.clone(), name)
         };
+        // Unprivileged: the internal group must be one this user is in.
+        let internal_group = if is_root {
+            None
+        } else {
+            group_name(mail_gid)
+        };
 
         let tls = make_certs(&root);
         let port = free_port()?;
@@ -267,6 +282,9 @@ impl DovecotServer {
              default_login_user = {login_user}\n\
              default_vsz_limit = 1G\n",
         );
+        if let Some(g) = &internal_group {
+            let _ = writeln!(conf, "default_internal_group = {g}");
+        }
         if tls {
             let _ = write!(
                 conf,
