@@ -102,7 +102,13 @@ pub struct DovecotServer {
 /// Finds the `dovecot` binary.
 pub fn dovecot_binary() -> Result<PathBuf, HarnessError> {
     if let Some(p) = std::env::var_os("MAILVAULT_DOVECOT") {
-        return Ok(PathBuf::from(p));
+        let p = PathBuf::from(p);
+        if p.is_file() {
+            return Ok(p);
+        }
+        return Err(HarnessError::NotInstalled {
+            searched: format!("MAILVAULT_DOVECOT={}", p.display()),
+        });
     }
     let mut dirs: Vec<PathBuf> = std::env::var_os("PATH")
         .map(|p| std::env::split_paths(&p).collect())
@@ -238,11 +244,7 @@ impl DovecotServer {
             (uid, gid, name.clone(), name)
         };
         // Unprivileged: the internal group must be one this user is in.
-        let internal_group = if is_root {
-            None
-        } else {
-            group_name(mail_gid)
-        };
+        let internal_group = if is_root { None } else { group_name(mail_gid) };
 
         let tls = make_certs(&root);
         let port = free_port()?;

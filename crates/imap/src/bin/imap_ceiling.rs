@@ -63,7 +63,10 @@ fn parse_args() -> Result<Args, BoxError> {
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
-        let mut value = || it.next().ok_or_else(|| format!("{flag} needs a value\n{USAGE}"));
+        let mut value = || {
+            it.next()
+                .ok_or_else(|| format!("{flag} needs a value\n{USAGE}"))
+        };
         match flag.as_str() {
             "--maildir" => a.maildir = Some(PathBuf::from(value()?)),
             "--generate" => a.generate = value()?.parse()?,
@@ -125,7 +128,11 @@ fn run() -> Result<(), BoxError> {
         None => generate(args.generate, args.accounts),
     };
     let count: usize = folders.iter().map(|f| f.msgs.len()).sum();
-    let bytes: usize = folders.iter().flat_map(|f| &f.msgs).map(|m| m.data.len()).sum();
+    let bytes: usize = folders
+        .iter()
+        .flat_map(|f| &f.msgs)
+        .map(|m| m.data.len())
+        .sum();
     println!(
         "pre-read {count} messages, {:.1} MB, {} folders in {:.2?}",
         bytes as f64 / 1e6,
@@ -172,7 +179,11 @@ fn run() -> Result<(), BoxError> {
         }
         s.logout()?;
     }
-    println!("provisioned {} folders in {:.2?}", folders.len(), t_prov.elapsed());
+    println!(
+        "provisioned {} folders in {:.2?}",
+        folders.len(),
+        t_prov.elapsed()
+    );
 
     // Work queue of batches; each connection keeps a session per account.
     let folders = Arc::new(folders);
@@ -203,7 +214,11 @@ fn run() -> Result<(), BoxError> {
                     let job = jobs.lock().map_err(|e| e.to_string())?.pop_front();
                     let Some((fi, start, end)) = job else { break };
                     let f = &folders[fi];
-                    if session.as_ref().map(|(a, _)| a != &f.account).unwrap_or(true) {
+                    if session
+                        .as_ref()
+                        .map(|(a, _)| a != &f.account)
+                        .unwrap_or(true)
+                    {
                         if let Some((_, s)) = session.take() {
                             s.logout().map_err(|e| e.to_string())?;
                         }
@@ -212,9 +227,14 @@ fn run() -> Result<(), BoxError> {
                             .find(|(a, _)| *a == f.account)
                             .map(|(_, c)| c.clone())
                             .ok_or("no credentials")?;
-                        session = Some((f.account.clone(), client.login(&c).map_err(|e| e.to_string())?));
+                        session = Some((
+                            f.account.clone(),
+                            client.login(&c).map_err(|e| e.to_string())?,
+                        ));
                     }
-                    let Some((_, s)) = session.as_mut() else { break };
+                    let Some((_, s)) = session.as_mut() else {
+                        break;
+                    };
                     let batch: Vec<AppendMsg<'_>> = f.msgs[start..end]
                         .iter()
                         .map(|m| AppendMsg {
@@ -223,7 +243,9 @@ fn run() -> Result<(), BoxError> {
                             data: &m.data,
                         })
                         .collect();
-                    let out = s.append_batch(&f.folder, &batch).map_err(|e| e.to_string())?;
+                    let out = s
+                        .append_batch(&f.folder, &batch)
+                        .map_err(|e| e.to_string())?;
                     for o in &out {
                         if o.is_appended() {
                             ok += 1;
@@ -293,7 +315,11 @@ fn generate(n: usize, accounts: usize) -> Vec<Folder> {
             m.push(if rnd() % 12 == 0 { b'\n' } else { b' ' });
         }
         m.push(b'\n');
-        let flags = if i % 3 == 0 { vec![] } else { vec!["\\Seen".to_string()] };
+        let flags = if i % 3 == 0 {
+            vec![]
+        } else {
+            vec!["\\Seen".to_string()]
+        };
         let k = i % folders.len();
         folders[k].msgs.push(Msg {
             flags,
@@ -322,7 +348,11 @@ fn read_tree(root: &Path) -> Result<Vec<Folder>, BoxError> {
                 let u = u?.path();
                 let md = u.join("Maildir");
                 if md.join("cur").is_dir() {
-                    let name = |p: &Path| p.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+                    let name = |p: &Path| {
+                        p.file_name()
+                            .map(|n| n.to_string_lossy().into_owned())
+                            .unwrap_or_default()
+                    };
                     maildirs.push((format!("{}@{}", name(&u), name(&d)), md));
                 }
             }
@@ -333,19 +363,27 @@ fn read_tree(root: &Path) -> Result<Vec<Folder>, BoxError> {
         let mut dirs = vec![("INBOX".to_string(), md.clone())];
         for e in fs::read_dir(&md)? {
             let p = e?.path();
-            let n = p.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+            let n = p
+                .file_name()
+                .map(|n| n.to_string_lossy().into_owned())
+                .unwrap_or_default();
             if let Some(rest) = n.strip_prefix('.') {
                 if p.join("cur").is_dir() && !rest.is_empty() {
-                    let decoded = mutf7::decode(rest.as_bytes()).unwrap_or_else(|_| rest.to_string());
+                    let decoded =
+                        mutf7::decode(rest.as_bytes()).unwrap_or_else(|_| rest.to_string());
                     dirs.push((decoded.replace('.', "/"), p));
                 }
             }
         }
         for (folder, dir) in dirs {
-            let table = KeywordTable::parse(&fs::read_to_string(dir.join("dovecot-keywords")).unwrap_or_default());
+            let table = KeywordTable::parse(
+                &fs::read_to_string(dir.join("dovecot-keywords")).unwrap_or_default(),
+            );
             let mut msgs = Vec::new();
             for sub in ["cur", "new"] {
-                let Ok(rd) = fs::read_dir(dir.join(sub)) else { continue };
+                let Ok(rd) = fs::read_dir(dir.join(sub)) else {
+                    continue;
+                };
                 for e in rd {
                     let e = e?;
                     let name = e.file_name().to_string_lossy().into_owned();
@@ -358,7 +396,10 @@ fn read_tree(root: &Path) -> Result<Vec<Folder>, BoxError> {
                         .map(|d| d.as_secs() as i64);
                     msgs.push(Msg {
                         flags: maildir_to_imap(letters, &table).flags,
-                        date: secs.map(|secs| InternalDate { secs, tz_minutes: 0 }),
+                        date: secs.map(|secs| InternalDate {
+                            secs,
+                            tz_minutes: 0,
+                        }),
                         data: to_crlf(&fs::read(e.path())?).into_owned(),
                     });
                 }
