@@ -25,6 +25,7 @@ use std::fs;
 use std::io::Read;
 use std::net::{TcpListener, TcpStream};
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::thread::sleep;
@@ -350,7 +351,10 @@ impl DovecotServer {
         let stdout =
             fs::File::create(root.join("stdout.log")).map_err(io_err("create stdout.log"))?;
         let stderr = stdout.try_clone().map_err(io_err("dup stdout.log"))?;
+        // Its own process group, so that stop() also ends the imap
+        // processes, which outlive the master when a client is connected.
         let child = Command::new(bin)
+            .process_group(0)
             .arg("-F")
             .arg("-c")
             .arg(&conf_path)
@@ -534,22 +538,31 @@ impl DovecotServer {
         let Some(mut child) = self.child.take() else {
             return;
         };
-        // SIGTERM lets the master stop its children; SIGKILL would orphan them.
-        let _ = Command::new("kill")
-            .arg("-TERM")
-            .arg(child.id().to_string())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .status();
+        // SIGTERM to the whole group (the master stops cleanly, logging
+        // out clients), then SIGKILL to whatever is left of the group.
+        let group = format!("-{}", child.id());
+        let signal = |sig: &str| {
+            let _ = Command::new("kill")
+                .args([sig, "--", &group])
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .status();
+        };
+        signal("-TERM");
         let deadline = Instant::now() + Duration::from_secs(10);
+        let mut exited = false;
         while Instant::now() < deadline {
             if let Ok(Some(_)) = child.try_wait() {
-                return;
+                exited = true;
+                break;
             }
             sleep(Duration::from_millis(20));
         }
-        let _ = child.kill();
-        let _ = child.wait();
+        signal("-KILL");
+        if !exited {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
     }
 }
 

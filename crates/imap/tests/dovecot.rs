@@ -816,3 +816,40 @@ fn parallel_sessions_from_threads() {
     assert_eq!(s.status("Par").expect("status").messages, Some(400));
     s.logout().expect("logout");
 }
+
+#[test]
+fn server_going_away_is_transient_and_reported_in_doubt() {
+    let mut server = server!();
+    let mut s = login(&server, "gone@example.org");
+    let data: Vec<Vec<u8>> = (0..50)
+        .map(|i| format!("Subject: {i}\r\n\r\n{i}\r\n").into_bytes())
+        .collect();
+    let msgs: Vec<AppendMsg<'_>> = data
+        .iter()
+        .map(|d| AppendMsg {
+            flags: vec![],
+            internal_date: None,
+            data: d,
+        })
+        .collect();
+    assert!(s
+        .append_batch("INBOX", &msgs[..10])
+        .expect("append")
+        .iter()
+        .all(AppendOutcome::is_appended));
+    server.stop();
+    let err = s
+        .append_batch("INBOX", &msgs[10..])
+        .expect_err("server gone");
+    assert!(err.is_transient(), "{err:?}");
+    assert!(err.is_connection_lost(), "{err:?}");
+    assert!(s.is_broken());
+    if let Error::AppendInterrupted { outcomes, .. } = &err {
+        assert!(
+            outcomes.iter().all(Option::is_none),
+            "nothing confirmed: {outcomes:?}"
+        );
+    }
+    // A broken session fails fast instead of hanging.
+    assert!(s.noop().expect_err("broken").is_connection_lost());
+}
