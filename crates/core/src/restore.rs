@@ -366,9 +366,11 @@ fn write_new_file(
         };
         f.set_times(fs::FileTimes::new().set_modified(t).set_accessed(t))?;
         drop(f);
-        fs::hard_link(&tmp, dest)
+        rename_noreplace(&tmp, dest)
     })();
-    let _ = fs::remove_file(&tmp);
+    if result.is_err() {
+        let _ = fs::remove_file(&tmp);
+    }
     result.map_err(|e| {
         if e.kind() == ErrorKind::AlreadyExists {
             Error::InvalidInput(format!(
@@ -379,6 +381,20 @@ fn write_new_file(
             Error::io(dest, e)
         }
     })
+}
+
+/// Moves `from` to `to` unless `to` exists: renameat2(RENAME_NOREPLACE), one directory
+/// operation where link + unlink are two; falls back to those on file systems without it.
+fn rename_noreplace(from: &Path, to: &Path) -> std::io::Result<()> {
+    use rustix::fs::{renameat_with, RenameFlags, CWD};
+    match renameat_with(CWD, from, CWD, to, RenameFlags::NOREPLACE) {
+        Ok(()) => Ok(()),
+        Err(e) if e == rustix::io::Errno::INVAL || e == rustix::io::Errno::NOSYS => {
+            fs::hard_link(from, to)?;
+            fs::remove_file(from)
+        }
+        Err(e) => Err(e.into()),
+    }
 }
 
 fn restore_file(ctx: &Ctx, folder: &Path, f: &FileEntry) {

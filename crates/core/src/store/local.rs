@@ -7,22 +7,33 @@
 
 use super::{ObjectInfo, Store};
 use crate::error::{Error, Result};
+use crate::repo::lock;
+use std::collections::HashMap;
 use std::fs::{self, File};
-use std::io::{self, ErrorKind, Read, Seek, SeekFrom, Write};
+use std::io::{self, ErrorKind, Write};
+use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
 
 /// A repository in a directory of the local file system.
 pub struct LocalStore {
     root: PathBuf,
     /// fsync every object before it becomes visible (on by default; crash safety on power loss).
     sync: bool,
+    /// Open handles of recently read objects: a restore reads thousands of small ranges
+    /// from each pack, and an open(2) per range costs more than the read.
+    handles: Mutex<HashMap<String, Arc<File>>>,
 }
+
+/// Handles kept open at most (objects are immutable, so a cached handle never goes stale).
+const MAX_HANDLES: usize = 64;
 
 impl LocalStore {
     pub fn new(root: impl Into<PathBuf>) -> Self {
         LocalStore {
             root: root.into(),
             sync: true,
+            handles: Mutex::new(HashMap::new()),
         }
     }
 
@@ -67,6 +78,19 @@ impl LocalStore {
             }
         }
         Ok(removed)
+    }
+
+    fn handle(&self, path: &str) -> Result<Arc<File>> {
+        if let Some(f) = lock(&self.handles).get(path) {
+            return Ok(f.clone());
+        }
+        let f = Arc::new(File::open(self.full(path)).map_err(|e| self.err(path, e))?);
+        let mut h = lock(&self.handles);
+        if h.len() >= MAX_HANDLES {
+            h.clear();
+        }
+        h.insert(path.to_string(), f.clone());
+        Ok(f)
     }
 
     fn list_dir(&self, dir: &Path, rel: &str, out: &mut Vec<ObjectInfo>) -> Result<()> {
@@ -140,11 +164,9 @@ impl Store for LocalStore {
     }
 
     fn get_range(&self, path: &str, offset: u64, len: u64) -> Result<Vec<u8>> {
-        let mut f = File::open(self.full(path)).map_err(|e| self.err(path, e))?;
-        f.seek(SeekFrom::Start(offset))
-            .map_err(|e| self.err(path, e))?;
+        let f = self.handle(path)?;
         let mut buf = vec![0u8; len as usize];
-        f.read_exact(&mut buf).map_err(|e| {
+        f.read_exact_at(&mut buf, offset).map_err(|e| {
             if e.kind() == ErrorKind::UnexpectedEof {
                 Error::corrupt(
                     path,
@@ -165,6 +187,7 @@ impl Store for LocalStore {
     }
 
     fn delete(&self, path: &str) -> Result<()> {
+        lock(&self.handles).remove(path);
         match fs::remove_file(self.full(path)) {
             Err(e) if e.kind() != ErrorKind::NotFound => Err(self.err(path, e)),
             _ => Ok(()),
