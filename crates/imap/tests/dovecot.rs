@@ -509,7 +509,7 @@ fn refused_messages_are_reported_and_the_rest_lands() {
         .expect("login");
     s.create("Mixed", None).expect("create");
     let big = to_crlf(&[b"Subject: big\n\n".as_slice(), &vec![b'x'; 20_000]].concat()).into_owned();
-    let good: Vec<Vec<u8>> = (0..20)
+    let good: Vec<Vec<u8>> = (0..200)
         .map(|i| format!("Subject: {i}\r\n\r\nbody {i}\r\n").into_bytes())
         .collect();
     let mut msgs: Vec<AppendMsg<'_>> = good
@@ -526,6 +526,11 @@ fn refused_messages_are_reported_and_the_rest_lands() {
         internal_date: None,
         data: b"",
     };
+    msgs[150] = AppendMsg {
+        flags: vec![],
+        internal_date: None,
+        data: b"",
+    };
     // The client refuses what the server would answer BAD to, and what is too large.
     msgs[9].flags = vec!["\\Bogus".into()];
     msgs[12] = AppendMsg {
@@ -537,7 +542,7 @@ fn refused_messages_are_reported_and_the_rest_lands() {
     let out = s.append_batch("Mixed", &msgs).expect("append");
     for (i, o) in out.iter().enumerate() {
         match (i, o) {
-            (5, AppendOutcome::Refused(r)) => {
+            (5 | 150, AppendOutcome::Refused(r)) => {
                 assert!(r.by_server, "{r:?}");
                 assert!(r.response.starts_with("NO"), "{r:?}");
                 assert!(
@@ -547,12 +552,12 @@ fn refused_messages_are_reported_and_the_rest_lands() {
                 assert!(!r.is_transient());
             }
             (9 | 12 | 15, AppendOutcome::Refused(r)) => assert!(!r.by_server, "{r:?}"),
-            (_, AppendOutcome::Appended { uid: Some(_), .. }) if ![5, 9, 12, 15].contains(&i) => {}
+            (_, AppendOutcome::Appended { uid: Some(_), .. }) if ![5, 9, 12, 15, 150].contains(&i) => {}
             other => panic!("{other:?}"),
         }
     }
     let info = s.examine("Mixed").expect("examine");
-    assert_eq!(info.exists, 16);
+    assert_eq!(info.exists, 195);
     assert!(!s.is_broken());
     s.logout().expect("logout");
 }
@@ -852,4 +857,42 @@ fn server_going_away_is_transient_and_reported_in_doubt() {
     }
     // A broken session fails fast instead of hanging.
     assert!(s.noop().expect_err("broken").is_connection_lost());
+}
+
+#[test]
+fn server_size_limit_refuses_only_the_large_message() {
+    let server = server!(&DovecotOptions {
+        quota_max_mail_size: Some(5_000),
+        ..DovecotOptions::default()
+    });
+    let mut s = login(&server, "limit@example.org");
+    let big = to_crlf(&[b"Subject: big\n\n".as_slice(), &vec![b'z'; 8_000]].concat()).into_owned();
+    let small: Vec<Vec<u8>> = (0..6)
+        .map(|i| format!("Subject: {i}\r\n\r\n{i}\r\n").into_bytes())
+        .collect();
+    let mut msgs: Vec<AppendMsg<'_>> = small
+        .iter()
+        .map(|d| AppendMsg {
+            flags: vec![],
+            internal_date: None,
+            data: d,
+        })
+        .collect();
+    msgs[3] = AppendMsg {
+        flags: vec![],
+        internal_date: None,
+        data: &big,
+    };
+    let out = s.append_batch("INBOX", &msgs).expect("append");
+    for (i, o) in out.iter().enumerate() {
+        match o {
+            AppendOutcome::Refused(r) if i == 3 => {
+                eprintln!("server refused: {}", r.response);
+                assert!(r.by_server && r.response.starts_with("NO"), "{r:?}");
+            }
+            AppendOutcome::Appended { .. } if i != 3 => {}
+            other => panic!("{i}: {other:?}"),
+        }
+    }
+    assert_eq!(s.examine("INBOX").expect("examine").exists, 5);
 }

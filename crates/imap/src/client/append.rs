@@ -94,6 +94,10 @@ impl Refusal {
     }
 }
 
+/// Refused MULTIAPPEND commands of at most this many messages are retried
+/// one APPEND per message instead of being halved again.
+const BISECT_MIN: usize = 8;
+
 /// Why a batch stopped early, and which sent messages are in doubt.
 type Stopped = Box<(Error, Vec<usize>)>;
 
@@ -231,55 +235,73 @@ impl Session {
                 bytes += ready[end].data.len() + 64;
                 end += 1;
             }
-            let chunk = &ready[start..end];
-            let mut b = self.append_command(batch, mode);
-            for p in chunk {
-                add_message(&mut b, p);
-            }
-            let cmd = b.finish();
-            let sent: Vec<usize> = chunk.iter().map(|p| p.idx).collect();
-            let status = self
-                .send_and_finish(&cmd)
-                .map_err(|e| Box::new((e, sent.clone())))?;
-            if status.status == Status::Ok {
-                let uids = match &status.code {
-                    Some(Code::AppendUid { uidvalidity, uids }) => uids
-                        .expand(chunk.len())
-                        .filter(|v| v.len() == chunk.len())
-                        .map(|v| (*uidvalidity, v)),
-                    _ => None,
-                };
-                for (i, p) in chunk.iter().enumerate() {
-                    batch.outcomes[p.idx] = Some(AppendOutcome::Appended {
-                        uid: uids.as_ref().map(|(_, v)| v[i]),
-                        uidvalidity: uids.as_ref().map(|(uv, _)| *uv),
-                    });
-                }
-            } else {
-                if status.status == Status::Bad {
-                    let e = self.bad_append(&status);
-                    return Err(Box::new((e, sent)));
-                }
-                // Atomic: nothing of this command was stored.
-                if let Some(e) = self.batch_wide_failure(batch, &status) {
-                    return Err(Box::new((e, Vec::new())));
-                }
-                if chunk.len() == 1 {
-                    batch.outcomes[chunk[0].idx] =
-                        Some(AppendOutcome::Refused(Refusal::from_status(&status)));
-                } else {
-                    // Find the culprit(s) one message at a time.
-                    let depth = if mode == LiteralMode::Sync {
-                        1
-                    } else {
-                        opts.pipeline_depth.max(1)
-                    };
-                    self.append_each(batch, chunk, mode, depth)?;
-                }
-            }
+            self.multi_chunk(batch, &ready[start..end], mode)?;
             start = end;
         }
         Ok(())
+    }
+
+    /// One MULTIAPPEND command. If the server refuses it for one message's
+    /// sake, halves are tried again (a bad message among 500 costs about 18
+    /// commands, not 500), down to small groups sent one APPEND each.
+    fn multi_chunk(
+        &mut self,
+        batch: &mut Batch<'_>,
+        chunk: &[Prepared<'_>],
+        mode: LiteralMode,
+    ) -> Result<(), Stopped> {
+        let mut b = self.append_command(batch, mode);
+        for p in chunk {
+            add_message(&mut b, p);
+        }
+        let cmd = b.finish();
+        let status = self
+            .send_and_finish(&cmd)
+            .map_err(|e| Box::new((e, chunk.iter().map(|p| p.idx).collect())))?;
+        if status.status == Status::Ok {
+            let uids = match &status.code {
+                Some(Code::AppendUid { uidvalidity, uids }) => uids
+                    .expand(chunk.len())
+                    .filter(|v| v.len() == chunk.len())
+                    .map(|v| (*uidvalidity, v)),
+                _ => None,
+            };
+            for (i, p) in chunk.iter().enumerate() {
+                batch.outcomes[p.idx] = Some(AppendOutcome::Appended {
+                    uid: uids.as_ref().map(|(_, v)| v[i]),
+                    uidvalidity: uids.as_ref().map(|(uv, _)| *uv),
+                });
+            }
+            return Ok(());
+        }
+        if status.status == Status::Bad {
+            let e = self.bad_append(&status);
+            return Err(Box::new((e, chunk.iter().map(|p| p.idx).collect())));
+        }
+        // MULTIAPPEND is atomic: nothing of this command was stored.
+        if let Some(e) = self.batch_wide_failure(batch, &status) {
+            return Err(Box::new((e, Vec::new())));
+        }
+        match chunk.len() {
+            1 => {
+                batch.outcomes[chunk[0].idx] =
+                    Some(AppendOutcome::Refused(Refusal::from_status(&status)));
+                Ok(())
+            }
+            2..=BISECT_MIN => {
+                let depth = if mode == LiteralMode::Sync {
+                    1
+                } else {
+                    self.options().append.pipeline_depth.max(1)
+                };
+                self.append_each(batch, chunk, mode, depth)
+            }
+            n => {
+                let (a, b) = chunk.split_at(n / 2);
+                self.multi_chunk(batch, a, mode)?;
+                self.multi_chunk(batch, b, mode)
+            }
+        }
     }
 
     /// One APPEND per message, up to `depth` in flight.

@@ -1299,6 +1299,53 @@ mod tests {
     }
 
     proptest! {
+        /// Whatever the encoder writes as an astring, the parser reads back.
+        #[test]
+        fn astring_round_trip(name in proptest::collection::vec(any::<u8>(), 0..300)) {
+            use crate::proto::command::{CommandBuilder, LiteralMode};
+            let mut b = CommandBuilder::new("*", "LIST () \"/\"", LiteralMode::NonSync);
+            b.sp().astring(&name);
+            let wire = b.finish().transcript();
+            match parse_response(&wire) {
+                Ok(Response::Untagged(Untagged::List(l))) => prop_assert_eq!(l.name, name),
+                other => prop_assert!(false, "{:?}", other),
+            }
+        }
+
+        /// Framing does not depend on how the bytes arrive.
+        #[test]
+        fn framing_independent_of_chunking(cuts in proptest::collection::vec(0usize..400, 0..12)) {
+            use crate::proto::framing::Framer;
+            let mut stream = Vec::new();
+            stream.extend_from_slice(b"* 1 FETCH (UID 7 BODY[] {20}\r\nline one\r\nline {3}\r\n)\r\n");
+            stream.extend_from_slice(b"* LIST () \"/\" {5}\r\na\r\nb\r\n");
+            stream.extend_from_slice(b"A1 OK done\r\n");
+            let whole = {
+                let mut f = Framer::new();
+                let mut v = Vec::new();
+                let mut at = 0;
+                while let Ok(Some(n)) = f.frame(&stream[at..]) {
+                    v.push(n);
+                    at += n;
+                }
+                v
+            };
+            prop_assert_eq!(whole.len(), 3);
+            let mut cuts = cuts;
+            cuts.push(stream.len());
+            cuts.sort_unstable();
+            let mut f = Framer::new();
+            let (mut got, mut start) = (Vec::new(), 0);
+            for cut in cuts {
+                let end = cut.min(stream.len()).max(start);
+                while let Ok(Some(n)) = f.frame(&stream[start..end]) {
+                    got.push(n);
+                    start += n;
+                }
+            }
+            prop_assert_eq!(got, whole);
+        }
+
         #[test]
         fn never_panics(b in proptest::collection::vec(any::<u8>(), 0..200)) {
             let _ = parse_response(&b);
