@@ -552,7 +552,8 @@ fn refused_messages_are_reported_and_the_rest_lands() {
                 assert!(!r.is_transient());
             }
             (9 | 12 | 15, AppendOutcome::Refused(r)) => assert!(!r.by_server, "{r:?}"),
-            (_, AppendOutcome::Appended { uid: Some(_), .. }) if ![5, 9, 12, 15, 150].contains(&i) => {}
+            (_, AppendOutcome::Appended { uid: Some(_), .. })
+                if ![5, 9, 12, 15, 150].contains(&i) => {}
             other => panic!("{other:?}"),
         }
     }
