@@ -82,10 +82,10 @@ def fmt_num(v, digits=1):
 
 
 class Bench:
-    def __init__(self, args):
+    def __init__(self, args, preset, work):
         self.args = args
-        self.preset = args.preset
-        self.work = Path(args.work).resolve()
+        self.preset = preset
+        self.work = Path(work).resolve()
         self.logs = self.work / "logs"
         self.src = self.work / "src"
         self.results = {}  # scenario -> row name -> dict
@@ -617,13 +617,13 @@ class Bench:
                 add(f"peak RSS vs restic ({s})", 1, a["rss_kb"], b["rss_kb"], "RSS")
         return out
 
-    def report(self, command):
+    def report_header(self, command, benches):
         m = self.machine()
         commit = sh_out(["git", "-C", str(REPO_ROOT), "rev-parse", "--short", "HEAD"])
         dirty = sh_out(["git", "-C", str(REPO_ROOT), "status", "--porcelain", "--untracked-files=no"])
-        c = self.corpus
+        names = ", ".join(f"`{b.preset}`" for b in benches)
         L = []
-        L.append(f"# mailvault benchmark: preset `{self.preset}` (seed {self.args.seed})")
+        L.append(f"# mailvault benchmark: preset {names} (seed {self.args.seed})")
         L.append("")
         L.append(f"Run {datetime.datetime.now().strftime('%Y-%m-%d %H:%M')}, commit `{commit}`{' (with uncommitted changes)' if dirty else ''}.")
         L.append("")
@@ -634,11 +634,17 @@ class Bench:
         L.append(f"- CPUs: {m['cpus']} × {m['cpu']}; memory {m['memory']}; {m['kernel']}")
         L.append(f"- Disk: {m['disk']}")
         L.append(f"- Load average at the end: {m['load']} (the machine is shared: read ratios, not absolute times)")
-        L.append(f"- Page cache dropped before each timed run: {'yes' if self.drop_ok else 'no (not permitted or --no-drop-caches)'}")
+        dropped = any(b.drop_ok for b in benches)
+        L.append(f"- Page cache dropped before each timed run: {'yes' if dropped else 'no (not permitted, --smoke or --no-drop-caches)'}")
         for t, v in self.tools.items():
             L.append(f"- {t}: {v}")
         L.append("")
-        L.append("## Corpus")
+        return L
+
+    def report_preset(self, level="##"):
+        c = self.corpus
+        L = []
+        L.append(f"{level} Corpus `{self.preset}`")
         L.append("")
         L.append(
             f"`mailvault-corpus generate --preset {self.preset} --seed {self.args.seed}`: {c['accounts']} accounts in {c['domains']} domains, "
@@ -660,7 +666,7 @@ class Bench:
             L.append("")
             L.append(f"SpamAssassin: {self.sa['messages']:,} messages, {self.sa['bytes'] / MB:.1f} MB from {self.sa['source']}, imported with `mailvault-corpus import-eml` into one Maildir.")
         L.append("")
-        L.append("## Results")
+        L.append(f"{level} Results `{self.preset}`")
         L.append("")
         L.append("items/s and MB/s count the messages and bytes of the store (for the incremental: the whole store walked); "
                  "repo MB is `du -sb` of the repository; added MB is what the run added to it. "
@@ -669,7 +675,7 @@ class Bench:
             if s == "limits" or s not in self.results:
                 continue
             L.append("")
-            L.append(f"### {SCENARIO_TITLES[s]}")
+            L.append(f"{level}# {SCENARIO_TITLES[s]}")
             L.append("")
             L.append(self.table(s))
             mv = self.results[s].get("mailvault", {})
@@ -685,12 +691,12 @@ class Bench:
                     L.append(f"{t} restore verified against the source: {e['deep']}.")
         if "limits" in self.results and "full" not in self.results:
             L.append("")
-            L.append("### Physical limits")
+            L.append(f"{level}# Physical limits")
             L.append("")
             for k, e in self.results["limits"].items():
                 L.append(f"- {LIMITS[k]}: {e['wall']:.2f} s")
         L.append("")
-        L.append("## Targets (issue 3)")
+        L.append(f"{level} Targets (issue 3), `{self.preset}`")
         L.append("")
         L.append("| target | required (mailvault ÷ peer) | measured | met |")
         L.append("|---|---:|---:|:---:|")
@@ -698,14 +704,16 @@ class Bench:
             L.append(f"| {name} | {req} | {got} | {met} |")
         if self.notes or self.failures:
             L.append("")
-            L.append("## Notes")
+            L.append(f"{level} Notes `{self.preset}`")
             L.append("")
             for n in self.notes:
                 L.append(f"- {n}")
             for f in self.failures:
                 L.append(f"- FAILED: {f}")
         L.append("")
-        return "\n".join(L)
+        return L
+
+
 
 
 def parse_args(argv):
@@ -713,13 +721,13 @@ def parse_args(argv):
         prog="bench/run.sh",
         description="mailvault vs restic and borg, and the disk's limits, on a generated Maildir store.",
     )
-    p.add_argument("--preset", default="small", help="corpus preset: tiny, small (default), medium, large, huge")
+    p.add_argument("--preset", default="small", help="corpus preset: tiny, small (default), medium, large, huge; several comma-separated run in turn and add a peak-RSS scaling table")
     p.add_argument("--seed", type=int, default=1, help="corpus seed (default 1)")
     p.add_argument("--mutate-seed", type=int, default=2, help="mutation seed (default 2)")
     p.add_argument("--scenarios", default=",".join(SCENARIOS), help=f"comma-separated, from {','.join(SCENARIOS)} (default all)")
     p.add_argument("--tools", default=",".join(TOOLS), help=f"comma-separated, from {','.join(TOOLS)} (default all)")
     p.add_argument("--out", help="write the markdown report here too (default WORK/report.md only)")
-    p.add_argument("--work", help="work directory (default $BENCH_DIR or /tmp/mailvault-bench-PRESET); emptied first")
+    p.add_argument("--work", help="work directory (default $BENCH_DIR or /tmp/mailvault-bench; one subdirectory per preset when several); emptied first")
     p.add_argument("--spamassassin", default=str(REPO_ROOT.parent / "shared" / "corpora" / "spamassassin"), help="SpamAssassin corpus directory (*.eml files)")
     p.add_argument("--bin-dir", help="where mailvault and mailvault-corpus are (default $CARGO_TARGET_DIR/release or target/release)")
     p.add_argument("--no-build", action="store_true", help="do not run cargo build")
@@ -734,31 +742,57 @@ def parse_args(argv):
         if not a.timeout:
             a.timeout = 120
     if not a.work:
-        a.work = os.environ.get("BENCH_DIR") or f"/tmp/mailvault-bench-{a.preset}"
+        a.work = os.environ.get("BENCH_DIR") or "/tmp/mailvault-bench"
     return a
 
 
-def main(argv):
-    args = parse_args(argv)
-    command = "bench/run.sh" + ("" if not argv else " " + shlex.join(argv))
+def scaling(benches):
+    """Peak RSS of each tool's full backup across presets (the target: sub-linear)."""
+    rows = [b for b in benches if "full" in b.results]
+    if len(rows) < 2:
+        return []
+    L = ["## Scaling of peak RSS (full backup)", ""]
+    tools = [t for t in TOOLS if any(t in b.results["full"] for b in rows)]
+    L.append("| preset | messages | " + " | ".join(f"{t} MB" for t in tools) + " |")
+    L.append("|---|---:|" + "---:|" * len(tools))
+    for b in rows:
+        cells = [f"`{b.preset}`", f"{b.corpus['messages']:,}"]
+        for t in tools:
+            e = b.results["full"].get(t)
+            cells.append(fmt_num(e["rss_kb"] / 1024, 0) if e and e["rc"] == 0 and e["rss_kb"] else "–")
+        L.append("| " + " | ".join(cells) + " |")
+    first, last = rows[0], rows[-1]
+    growth = last.corpus["messages"] / max(first.corpus["messages"], 1)
+    e0 = first.results["full"].get("mailvault")
+    e1 = last.results["full"].get("mailvault")
+    if e0 and e1 and e0["rss_kb"] and e1["rss_kb"]:
+        r = e1["rss_kb"] / e0["rss_kb"]
+        L.append("")
+        L.append(f"mailvault's peak RSS grew {r:.2f}× for {growth:.1f}× the messages: {'sub-linear' if r < growth else '**not** sub-linear'}.")
+    L.append("")
+    return L
+
+
+def run_preset(args, preset, work, first):
+    """Runs the wanted scenarios on one preset; `first` is the Bench that built the tools."""
     wanted = [s.strip() for s in args.scenarios.split(",") if s.strip()]
-    for s in wanted:
-        if s not in SCENARIOS:
-            raise SystemExit(f"bench: unknown scenario {s!r}; choose from {', '.join(SCENARIOS)}")
-    b = Bench(args)
-    work = b.work
-    if work.exists():
-        shutil.rmtree(work)
-    work.mkdir(parents=True)
-    (work / "password").write_text(PASSWORD + "\n")
-    t0 = time.monotonic()
-    b.build()
-    b.find_tools()
+    b = Bench(args, preset, work)
+    if len(b.work.parts) < 3 or b.work in (REPO_ROOT, Path.home()) or REPO_ROOT.is_relative_to(b.work):
+        raise SystemExit(f"bench: refusing to empty {b.work}: give a dedicated --work directory")
+    if b.work.exists():
+        shutil.rmtree(b.work)
+    b.work.mkdir(parents=True)
+    (b.work / "password").write_text(PASSWORD + "\n")
+    if first is None:
+        b.build()
+        b.find_tools()
+    else:
+        b.bin_dir, b.corpus_bin, b.mv_bin = first.bin_dir, first.corpus_bin, first.mv_bin
+        b.tools, b.skipped = dict(first.tools), dict(first.skipped)
     b.generate()
-    needs_repo = any(s in wanted for s in ("full", "incr", "restore", "restore-account", "check"))
     if "limits" in wanted:
         b.limits()
-    if needs_repo:
+    if any(s in wanted for s in ("full", "incr", "restore", "restore-account", "check")):
         b.full()
         if "full" not in wanted:
             b.results.pop("full", None)
@@ -770,23 +804,48 @@ def main(argv):
         b.restore_account()
     if "check" in wanted:
         b.check()
-    if "spamassassin" in wanted:
+    if "spamassassin" in wanted and first is None:
         b.spamassassin()
-    report = b.report(command)
-    (work / "report.md").write_text(report)
-    (work / "results.json").write_text(json.dumps({"corpus": b.corpus, "mutation": b.mutation, "results": b.results, "notes": b.notes, "failures": b.failures}, indent=1, default=str))
+    (b.work / "results.json").write_text(
+        json.dumps({"corpus": b.corpus, "mutation": b.mutation, "results": b.results, "notes": b.notes, "failures": b.failures}, indent=1, default=str)
+    )
+    return b
+
+
+def main(argv):
+    args = parse_args(argv)
+    command = "bench/run.sh" + ("" if not argv else " " + shlex.join(argv))
+    for s in [s.strip() for s in args.scenarios.split(",") if s.strip()]:
+        if s not in SCENARIOS:
+            raise SystemExit(f"bench: unknown scenario {s!r}; choose from {', '.join(SCENARIOS)}")
+    presets = [p.strip() for p in args.preset.split(",") if p.strip()]
+    base = Path(args.work).resolve()
+    t0 = time.monotonic()
+    benches = []
+    for preset in presets:
+        work = base if len(presets) == 1 else base / preset
+        benches.append(run_preset(args, preset, work, benches[0] if benches else None))
+    first = benches[0]
+    lines = first.report_header(command, benches)
+    for b in benches:
+        lines += b.report_preset()
+    lines += scaling(benches)
+    report = "\n".join(lines)
+    (base / "report.md").write_text(report)
     if args.out:
         Path(args.out).write_text(report)
     print(report)
-    log(f"done in {time.monotonic() - t0:.0f} s; report in {work / 'report.md'}" + (f" and {args.out}" if args.out else ""))
-    if args.smoke and "mailvault" in b.skipped:
-        b.failures.append("mailvault not runnable")
+    log(f"done in {time.monotonic() - t0:.0f} s; report in {base / 'report.md'}" + (f" and {args.out}" if args.out else ""))
+    failures = [f"{b.preset}: {f}" for b in benches for f in b.failures]
+    if args.smoke and "mailvault" in first.skipped:
+        failures.append("mailvault not runnable")
     if not args.keep:
-        for d in ["src", "repos", "sa", "sa-sample", "cache"]:
-            shutil.rmtree(work / d, ignore_errors=True)
-    if b.failures:
-        log(f"{len(b.failures)} failure(s):")
-        for f in b.failures:
+        for b in benches:
+            for d in ["src", "repos", "sa", "sa-sample", "cache"]:
+                shutil.rmtree(b.work / d, ignore_errors=True)
+    if failures:
+        log(f"{len(failures)} failure(s):")
+        for f in failures:
             log(f"  {f}")
         return 1
     return 0
