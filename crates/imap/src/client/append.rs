@@ -1,7 +1,7 @@
 //! Fast APPEND for restores into a live server.
 //!
 //! Paths, fastest first (chosen from the capabilities, or forced through
-//! [`AppendStrategy`](super::options::AppendStrategy)):
+//! [`AppendStrategy`]):
 //! 1. MULTIAPPEND (RFC 3502) with LITERAL+ (RFC 7888): a whole batch is one
 //!    command written without waiting, answered by one tagged OK carrying
 //!    `[APPENDUID uidvalidity uid-set]`. MULTIAPPEND is atomic: if the server

@@ -370,7 +370,7 @@ impl Session {
         Ok(())
     }
 
-    /// STATUS (MESSAGES UIDNEXT UIDVALIDITY UNSEEN [HIGHESTMODSEQ]): cheap
+    /// STATUS (MESSAGES UIDNEXT UIDVALIDITY UNSEEN, and HIGHESTMODSEQ with CONDSTORE): cheap
     /// change detection without selecting.
     pub fn status(&mut self, folder: &str) -> Result<MailboxStatus> {
         let name = self.server_name(folder)?;

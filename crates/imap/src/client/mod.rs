@@ -1,5 +1,5 @@
-//! The blocking IMAP client: [`Client`] holds connection settings, each
-//! [`Session`] is one connection (one per thread).
+//! The blocking IMAP client: [`Client`](session::Client) holds connection settings, each
+//! [`Session`](session::Session) is one connection (one per thread).
 
 pub mod append;
 mod conn;
