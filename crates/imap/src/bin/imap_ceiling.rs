@@ -172,11 +172,25 @@ fn run() -> Result<(), BoxError> {
 
     // Provisioning (not timed): folders.
     let t_prov = Instant::now();
+    let mut session: Option<(String, mailvault_imap::Session)> = None;
     for f in &folders {
-        let mut s = client.login(&creds(&f.account))?;
-        if f.folder != "INBOX" {
-            s.create(&f.folder, None)?;
+        if session
+            .as_ref()
+            .map(|(a, _)| a != &f.account)
+            .unwrap_or(true)
+        {
+            if let Some((_, s)) = session.take() {
+                s.logout()?;
+            }
+            session = Some((f.account.clone(), client.login(&creds(&f.account))?));
         }
+        if let Some((_, s)) = session.as_mut() {
+            if f.folder != "INBOX" {
+                s.create(&f.folder, None)?;
+            }
+        }
+    }
+    if let Some((_, s)) = session {
         s.logout()?;
     }
     println!(
@@ -185,22 +199,50 @@ fn run() -> Result<(), BoxError> {
         t_prov.elapsed()
     );
 
-    // Work queue of batches; each connection keeps a session per account.
+    // Work: batches of up to --batch messages. Whole accounts are dealt to
+    // connections (largest first, to the least loaded), so a connection
+    // logs in once per account; an idle connection steals from the others.
+    // With fewer accounts than connections, connections share accounts.
     let folders = Arc::new(folders);
-    let mut jobs = VecDeque::new();
+    let mut by_account: Vec<(String, usize, Vec<(usize, usize, usize)>)> = Vec::new();
     for (fi, f) in folders.iter().enumerate() {
+        let pos = match by_account.iter().position(|(a, _, _)| *a == f.account) {
+            Some(p) => p,
+            None => {
+                by_account.push((f.account.clone(), 0, Vec::new()));
+                by_account.len() - 1
+            }
+        };
         let mut start = 0;
         while start < f.msgs.len() {
             let end = (start + args.batch).min(f.msgs.len());
-            jobs.push_back((fi, start, end));
+            by_account[pos].1 += end - start;
+            by_account[pos].2.push((fi, start, end));
             start = end;
         }
     }
-    let jobs = Arc::new(Mutex::new(jobs));
+    by_account.sort_by(|a, b| b.1.cmp(&a.1));
+    let mut queues: Vec<(usize, VecDeque<(usize, usize, usize)>)> =
+        vec![(0, VecDeque::new()); args.connections];
+    if by_account.len() >= args.connections {
+        for (_, n, jobs) in by_account {
+            if let Some(q) = queues.iter_mut().min_by_key(|(load, _)| *load) {
+                q.0 += n;
+                q.1.extend(jobs);
+            }
+        }
+    } else {
+        let all: Vec<_> = by_account.into_iter().flat_map(|(_, _, j)| j).collect();
+        for (i, j) in all.into_iter().enumerate() {
+            queues[i % args.connections].1.push_back(j);
+        }
+    }
+    let queues: Arc<Vec<Mutex<VecDeque<(usize, usize, usize)>>>> =
+        Arc::new(queues.into_iter().map(|(_, q)| Mutex::new(q)).collect());
     let t = Instant::now();
     let workers: Vec<_> = (0..args.connections)
-        .map(|_| {
-            let jobs = Arc::clone(&jobs);
+        .map(|w| {
+            let queues = Arc::clone(&queues);
             let folders = Arc::clone(&folders);
             let client = client.clone();
             let creds_for: Vec<(String, Credentials)> = folders
@@ -211,7 +253,13 @@ fn run() -> Result<(), BoxError> {
                 let mut session: Option<(String, mailvault_imap::Session)> = None;
                 let (mut ok, mut refused) = (0, 0);
                 loop {
-                    let job = jobs.lock().map_err(|e| e.to_string())?.pop_front();
+                    let mut job = queues[w].lock().map_err(|e| e.to_string())?.pop_front();
+                    for q in queues.iter() {
+                        if job.is_some() {
+                            break;
+                        }
+                        job = q.lock().map_err(|e| e.to_string())?.pop_back();
+                    }
                     let Some((fi, start, end)) = job else { break };
                     let f = &folders[fi];
                     if session
