@@ -17,7 +17,8 @@ use crate::repo::{lock, BlobSaver, Repository};
 use crate::report::{per_sec, ratio, Failure, Progress};
 use crate::snapshot::{Snapshot, SnapshotSummary};
 use crate::tree::{
-    self, AccountRef, AccountTree, FileEntry, FolderNode, MessageChunk, MessageEntry, RootTree,
+    self, AccountRef, AccountTree, ChunkRef, FileEntry, FolderNode, MessageChunk, MessageEntry,
+    NameChunk, RootTree,
 };
 use rayon::prelude::*;
 use serde::Serialize;
@@ -270,8 +271,7 @@ fn load_parent(repo: &Repository, r: &AccountRef) -> Result<ParentAccount> {
     let mut p = ParentAccount::default();
     for f in &t.folders {
         for c in &f.chunks {
-            let chunk: MessageChunk = repo.read_tree(c)?;
-            for e in chunk.entries {
+            for e in repo.read_chunk(c)? {
                 p.by_key.insert(e.key.clone(), e);
             }
         }
@@ -373,11 +373,17 @@ fn backup_folder(
     let bytes: u64 = entries.iter().map(|e| e.size).sum();
     ctx.n.bytes_total.fetch_add(bytes, Relaxed);
     let mut chunks = Vec::new();
-    for c in entries.chunks(tree::ENTRIES_PER_CHUNK) {
-        let chunk = MessageChunk {
-            entries: c.to_vec(),
-        };
-        chunks.push(ctx.saver.save(BlobKind::Tree, &tree::encode(&chunk))?);
+    for r in tree::chunk_boundaries(&entries) {
+        let (stored, names): (Vec<_>, Vec<_>) =
+            entries[r].iter().map(MessageEntry::to_parts).unzip();
+        let entries = ctx.saver.save(
+            BlobKind::Tree,
+            &tree::encode(&MessageChunk { entries: stored }),
+        )?;
+        let names = ctx
+            .saver
+            .save(BlobKind::Tree, &tree::encode(&NameChunk { names }))?;
+        chunks.push(ChunkRef { entries, names });
     }
     let files = folder_files(ctx, &f.path)?;
     ctx.n.folders.fetch_add(1, Relaxed);

@@ -13,7 +13,7 @@ use crate::index::Location;
 use crate::pack::{self, PackEntry};
 use crate::repo::{file_id, lock, Repository};
 use crate::report::Failure;
-use crate::tree::{AccountTree, MessageChunk, RootTree};
+use crate::tree::{AccountTree, RootTree};
 use rayon::prelude::*;
 use serde::Serialize;
 use std::collections::{HashMap, HashSet};
@@ -222,18 +222,24 @@ fn check_inner(repo: &Repository, opts: &CheckOptions, started: Instant) -> Resu
                     }
                 }
                 for c in &f.chunks {
-                    if !lock(&seen_chunks).insert(*c) && !bad.contains_key(c) {
+                    if !lock(&seen_chunks).insert(*c) {
                         continue;
                     }
-                    let chunk: MessageChunk = match repo.read_tree(c) {
+                    let chunk = match repo.read_chunk(c) {
                         Ok(ch) => ch,
                         Err(e) => {
-                            report_blob(c, &format!("{fname} (message list)"));
-                            st.error(None, Some(c), format!("message list of {fname}: {e}"));
+                            let what = format!("{fname} (message list)");
+                            report_blob(&c.entries, &what);
+                            report_blob(&c.names, &what);
+                            st.error(
+                                None,
+                                Some(&c.entries),
+                                format!("message list of {fname}: {e}"),
+                            );
                             continue;
                         }
                     };
-                    for m in &chunk.entries {
+                    for m in &chunk {
                         messages.fetch_add(1, Relaxed);
                         let mname = format!("{fname} message {}", String::from_utf8_lossy(&m.key));
                         let mut raw = 0u64;

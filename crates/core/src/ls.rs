@@ -3,7 +3,7 @@
 use crate::error::{Error, Result};
 use crate::repo::Repository;
 use crate::restore::select_accounts;
-use crate::tree::{AccountTree, MessageChunk, RootTree};
+use crate::tree::{AccountTree, RootTree};
 use serde::Serialize;
 
 #[derive(Clone, Debug, Serialize)]
@@ -88,8 +88,7 @@ pub fn ls(
                 Some(want) if want.trim_matches('/') == f.name => {
                     matched = true;
                     for c in &f.chunks {
-                        let chunk: MessageChunk = repo.read_tree(c)?;
-                        for m in chunk.entries {
+                        for m in repo.read_chunk(c)? {
                             messages.push(MessageInfo {
                                 account: a.name.clone(),
                                 folder: f.name.clone(),

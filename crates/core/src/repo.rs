@@ -256,6 +256,23 @@ impl Repository {
         tree::decode(&self.read_blob(id)?, &format!("tree {}", id.short()))
     }
 
+    /// Reads one chunk of a folder's messages (both of its blobs).
+    pub fn read_chunk(&self, c: &tree::ChunkRef) -> Result<Vec<tree::MessageEntry>> {
+        let m: tree::MessageChunk = self.read_tree(&c.entries)?;
+        let n: tree::NameChunk = self.read_tree(&c.names)?;
+        if m.entries.len() != n.names.len() {
+            return Err(Error::corrupt(
+                format!("tree {}", c.names.short()),
+                "name chunk and message chunk differ in length",
+            ));
+        }
+        Ok(m.entries
+            .into_iter()
+            .zip(n.names)
+            .map(|(s, n)| tree::MessageEntry::from_parts(s, n))
+            .collect())
+    }
+
     /// All snapshots, oldest first.
     pub fn snapshots(&self) -> Result<Vec<Snapshot>> {
         let mut out = Vec::new();

@@ -13,7 +13,7 @@ use crate::maildir::{self, safe_component, safe_relative};
 use crate::repo::{lock, Repository};
 use crate::report::{per_sec, Failure, Progress};
 use crate::tree::{
-    AccountRef, AccountTree, FileEntry, FolderNode, MessageChunk, MessageEntry, RootTree, Timestamp,
+    AccountRef, AccountTree, FileEntry, FolderNode, MessageEntry, RootTree, Timestamp,
 };
 use rayon::prelude::*;
 use serde::Serialize;
@@ -217,9 +217,8 @@ fn restore_account(ctx: &Ctx, acc: &AccountRef, opts: &RestoreOptions) -> Result
         }
         let existing = existing_keys(fdir);
         for c in &node.chunks {
-            let chunk: MessageChunk = ctx.repo.read_tree(c)?;
+            let chunk = ctx.repo.read_chunk(c)?;
             for entry in chunk
-                .entries
                 .into_iter()
                 .filter(|e| message_selected(e, &opts.messages))
             {

@@ -1,9 +1,12 @@
 //! Metadata trees: snapshot -> accounts -> folders -> message entries.
 //!
 //! Each level is a tree blob: one version byte, then the postcard encoding of the struct.
-//! A folder's entries are sorted by Maildir key and cut into blobs of at most
-//! [`ENTRIES_PER_CHUNK`] entries, so an unchanged folder encodes to the same bytes, gets the
-//! same blob ids, and costs nothing in the next snapshot.
+//! A folder's entries are sorted by Maildir key and cut into chunks at content-defined
+//! boundaries (where the hash of a key says so), so adding or deleting a message rewrites
+//! one small chunk and an unchanged folder encodes to the same blobs and costs nothing.
+//! Each chunk is two blobs: the entries' stable part (content, size, dates) and their
+//! volatile part (the file name's flags and `new/` vs `cur/`), so a flag change rewrites
+//! only a few bytes of names, never the content ids.
 
 use crate::error::{Error, Result};
 use crate::id::Id;
@@ -12,8 +15,12 @@ use serde::{Deserialize, Serialize};
 
 /// Version byte in front of every tree blob.
 pub const TREE_VERSION: u8 = 1;
-/// Entries per folder chunk blob (~150-300 bytes each encoded).
-pub const ENTRIES_PER_CHUNK: usize = 1000;
+/// A chunk ends after an entry whose key hash is 0 modulo this: ~32 entries per chunk.
+pub const CHUNK_AVG_ENTRIES: u16 = 32;
+/// Chunks are at least this long (bar the last) ...
+pub const CHUNK_MIN_ENTRIES: usize = 8;
+/// ... and at most this long.
+pub const CHUNK_MAX_ENTRIES: usize = 256;
 
 /// The snapshot's top tree: its accounts.
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq, Default)]
@@ -50,9 +57,18 @@ pub struct FolderNode {
     /// Files of the folder directory other than messages (dovecot-uidlist, dovecot-keywords,
     /// maildirfolder, subscriptions...).
     pub files: Vec<FileEntry>,
-    pub chunks: Vec<Id>,
+    pub chunks: Vec<ChunkRef>,
     pub messages: u64,
     pub bytes: u64,
+}
+
+/// One chunk of a folder's messages: two blobs with the same number of entries.
+#[derive(Clone, Copy, Debug, Serialize, Deserialize, PartialEq, Eq, Hash)]
+pub struct ChunkRef {
+    /// A [`MessageChunk`]: the stable part of each entry.
+    pub entries: Id,
+    /// A [`NameChunk`]: the volatile part of each entry.
+    pub names: Id,
 }
 
 /// A plain file kept with a folder.
@@ -72,8 +88,9 @@ pub struct Timestamp {
     pub nanos: u32,
 }
 
-/// One message file.
-#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
+/// One message file, as backup, restore and `ls` see it: [`StoredEntry`] and
+/// [`NameEntry`] together.
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct MessageEntry {
     /// Maildir key: the file name up to the `:2,` info part.
     pub key: Vec<u8>,
@@ -97,10 +114,109 @@ pub struct MessageEntry {
     pub date: Option<i64>,
 }
 
-/// One chunk of a folder's entries.
+/// The stable part of a message entry: what a flag change or a move between `new/` and
+/// `cur/` does not touch.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
+pub struct StoredEntry {
+    pub key: Vec<u8>,
+    pub size: u64,
+    pub mtime: Timestamp,
+    pub mode: u32,
+    pub uid: u32,
+    pub gid: u32,
+    pub hash: Id,
+    pub content: Vec<Id>,
+    pub from: String,
+    pub subject: String,
+    pub date: Option<i64>,
+}
+
+/// The volatile part: the file name is `key` followed by `info` (`:2,RS`, or nothing).
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
+pub struct NameEntry {
+    pub new: bool,
+    pub info: Vec<u8>,
+}
+
+/// Stable parts of one chunk's entries.
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq, Default)]
 pub struct MessageChunk {
-    pub entries: Vec<MessageEntry>,
+    pub entries: Vec<StoredEntry>,
+}
+
+/// Volatile parts of the same entries, in the same order.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq, Default)]
+pub struct NameChunk {
+    pub names: Vec<NameEntry>,
+}
+
+impl MessageEntry {
+    /// Splits an entry into its stored halves.
+    pub fn to_parts(&self) -> (StoredEntry, NameEntry) {
+        let info = self.name.get(self.key.len()..).unwrap_or_default().to_vec();
+        (
+            StoredEntry {
+                key: self.key.clone(),
+                size: self.size,
+                mtime: self.mtime,
+                mode: self.mode,
+                uid: self.uid,
+                gid: self.gid,
+                hash: self.hash,
+                content: self.content.clone(),
+                from: self.from.clone(),
+                subject: self.subject.clone(),
+                date: self.date,
+            },
+            NameEntry {
+                new: self.new,
+                info,
+            },
+        )
+    }
+
+    /// Joins the stored halves.
+    pub fn from_parts(s: StoredEntry, n: NameEntry) -> MessageEntry {
+        let mut name = s.key.clone();
+        name.extend_from_slice(&n.info);
+        MessageEntry {
+            key: s.key,
+            name,
+            new: n.new,
+            size: s.size,
+            mtime: s.mtime,
+            mode: s.mode,
+            uid: s.uid,
+            gid: s.gid,
+            hash: s.hash,
+            content: s.content,
+            from: s.from,
+            subject: s.subject,
+            date: s.date,
+        }
+    }
+}
+
+/// Cuts sorted entries into chunks at content-defined boundaries: a chunk ends after an
+/// entry whose key's BLAKE3 is 0 modulo [`CHUNK_AVG_ENTRIES`] (within the min and max), so
+/// an insertion or deletion moves at most the boundaries next to it.
+pub fn chunk_boundaries(entries: &[MessageEntry]) -> Vec<std::ops::Range<usize>> {
+    let mut out = Vec::new();
+    let mut start = 0;
+    for (i, e) in entries.iter().enumerate() {
+        let len = i + 1 - start;
+        let h = blake3::hash(&e.key);
+        let cut = u16::from_le_bytes([h.as_bytes()[0], h.as_bytes()[1]])
+            .is_multiple_of(CHUNK_AVG_ENTRIES);
+        if (cut && len >= CHUNK_MIN_ENTRIES) || len >= CHUNK_MAX_ENTRIES {
+            out.push(start..i + 1);
+            start = i + 1;
+        }
+    }
+    if start < entries.len() {
+        out.push(start..entries.len());
+    }
+    out
 }
 
 impl MessageEntry {
@@ -132,6 +248,48 @@ pub fn decode<T: DeserializeOwned>(bytes: &[u8], what: &str) -> Result<T> {
 mod tests {
     use super::*;
 
+    fn entry(key: &str) -> MessageEntry {
+        MessageEntry {
+            key: key.as_bytes().to_vec(),
+            name: format!("{key}:2,S").into_bytes(),
+            new: false,
+            size: 1,
+            mtime: Timestamp::default(),
+            mode: 0,
+            uid: 0,
+            gid: 0,
+            hash: Id::default(),
+            content: vec![],
+            from: String::new(),
+            subject: String::new(),
+            date: None,
+        }
+    }
+
+    #[test]
+    fn chunk_boundaries_are_local() {
+        let mut es: Vec<MessageEntry> = (0..2000)
+            .map(|i| entry(&format!("{i:06}.M1P1.host")))
+            .collect();
+        let a = chunk_boundaries(&es);
+        assert!(a.len() > 20 && a.len() < 200, "{} chunks", a.len());
+        assert!(a.iter().all(|r| r.len() <= CHUNK_MAX_ENTRIES));
+        assert_eq!(a.iter().map(|r| r.len()).sum::<usize>(), 2000);
+        // Removing one entry changes at most two chunks' key sets.
+        let keys = |es: &[MessageEntry],
+                    rs: &[std::ops::Range<usize>]|
+         -> std::collections::HashSet<Vec<Vec<u8>>> {
+            rs.iter()
+                .map(|r| es[r.clone()].iter().map(|e| e.key.clone()).collect())
+                .collect()
+        };
+        let before = keys(&es, &a);
+        es.remove(1000);
+        let b = chunk_boundaries(&es);
+        let after = keys(&es, &b);
+        assert!(after.difference(&before).count() <= 2);
+    }
+
     #[test]
     fn round_trip_and_golden_prefix() {
         let e = MessageEntry {
@@ -149,13 +307,18 @@ mod tests {
             subject: "s".into(),
             date: Some(3),
         };
+        let (stored, name) = e.to_parts();
+        assert_eq!(name.info, b":2,S");
+        assert_eq!(MessageEntry::from_parts(stored.clone(), name.clone()), e);
         let c = MessageChunk {
-            entries: vec![e.clone()],
+            entries: vec![stored],
         };
         let enc = encode(&c);
         assert_eq!(enc[0], 1);
         assert_eq!(enc[1], 1, "postcard varint length of the entries vec");
         assert_eq!(decode::<MessageChunk>(&enc, "t").unwrap(), c);
+        let n = NameChunk { names: vec![name] };
+        assert_eq!(encode(&n), b"\x01\x01\x00\x04:2,S");
         assert_eq!(e.flags(), b"S");
         assert!(decode::<MessageChunk>(&enc[..enc.len() - 3], "t").is_err());
         assert!(decode::<MessageChunk>(&[], "t").is_err());
