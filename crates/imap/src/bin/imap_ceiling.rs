@@ -30,6 +30,9 @@ use mailvault_imap::{
 
 type BoxError = Box<dyn StdError + Send + Sync>;
 
+/// A batch: folder index, message range.
+type Job = (usize, usize, usize);
+
 const USAGE: &str = "usage: imap-ceiling [--maildir ROOT | --generate N] [--url imap://HOST:PORT] \
 [--password P] [--master USER] [--connections 4] [--batch 500] [--accounts K] \
 [--strategy auto|multi|pipelined|sync] [--insecure]";
@@ -204,7 +207,7 @@ fn run() -> Result<(), BoxError> {
     // logs in once per account; an idle connection steals from the others.
     // With fewer accounts than connections, connections share accounts.
     let folders = Arc::new(folders);
-    let mut by_account: Vec<(String, usize, Vec<(usize, usize, usize)>)> = Vec::new();
+    let mut by_account: Vec<(String, usize, Vec<Job>)> = Vec::new();
     for (fi, f) in folders.iter().enumerate() {
         let pos = match by_account.iter().position(|(a, _, _)| *a == f.account) {
             Some(p) => p,
@@ -221,9 +224,8 @@ fn run() -> Result<(), BoxError> {
             start = end;
         }
     }
-    by_account.sort_by(|a, b| b.1.cmp(&a.1));
-    let mut queues: Vec<(usize, VecDeque<(usize, usize, usize)>)> =
-        vec![(0, VecDeque::new()); args.connections];
+    by_account.sort_by_key(|a| std::cmp::Reverse(a.1));
+    let mut queues: Vec<(usize, VecDeque<Job>)> = vec![(0, VecDeque::new()); args.connections];
     if by_account.len() >= args.connections {
         for (_, n, jobs) in by_account {
             if let Some(q) = queues.iter_mut().min_by_key(|(load, _)| *load) {
@@ -237,7 +239,7 @@ fn run() -> Result<(), BoxError> {
             queues[i % args.connections].1.push_back(j);
         }
     }
-    let queues: Arc<Vec<Mutex<VecDeque<(usize, usize, usize)>>>> =
+    let queues: Arc<Vec<Mutex<VecDeque<Job>>>> =
         Arc::new(queues.into_iter().map(|(_, q)| Mutex::new(q)).collect());
     let t = Instant::now();
     let workers: Vec<_> = (0..args.connections)
