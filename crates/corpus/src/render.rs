@@ -461,7 +461,7 @@ pub(crate) fn render_trace(w: &World, ev: &Event, di: usize, out: &mut Vec<u8>) 
             let (user, udom) = addr.split_once('@').unwrap_or((addr, ""));
             format!("{}-bounces+{user}={udom}@{}", l.name, l.host)
         }
-        _ if from_outside(ev) && derive(ev.seed, 6) % 3 == 0 => {
+        _ if from_outside(ev) && derive(ev.seed, 6).is_multiple_of(3) => {
             format!(
                 "bounce-{:x}@{}",
                 derive(ev.seed, 8) & 0xffff_ffff,
