@@ -86,6 +86,58 @@ pub(crate) fn parse_from_line(line: &str) -> Option<i64> {
     )
 }
 
+/// Parses an RFC 5322 date (`Thu, 22 Aug 2002 12:36:23 +0100`), leniently: the day name,
+/// seconds and zone are optional, two-digit years are accepted, zone names count as UTC.
+pub(crate) fn parse_rfc5322(value: &str) -> Option<i64> {
+    let value = match value.split_once(',') {
+        Some((_, rest)) => rest,
+        None => value,
+    };
+    let t: Vec<&str> = value.split_whitespace().collect();
+    if t.len() < 4 {
+        return None;
+    }
+    let day: u32 = t[0].parse().ok()?;
+    let month = MONTHS
+        .iter()
+        .position(|m| t[1].len() >= 3 && m.eq_ignore_ascii_case(&t[1][..3]))?
+        as u32
+        + 1;
+    let mut year: i64 = t[2].parse().ok()?;
+    if year < 50 {
+        year += 2000;
+    } else if year < 100 {
+        year += 1900;
+    }
+    let hms: Vec<i64> = t[3]
+        .split(':')
+        .map(|p| p.parse().ok())
+        .collect::<Option<_>>()?;
+    if !(2..=3).contains(&hms.len()) || !(1..=31).contains(&day) || hms[0] > 23 || hms[1] > 59 {
+        return None;
+    }
+    let offset = t
+        .get(4)
+        .filter(|z| z.len() == 5 && (z.starts_with('+') || z.starts_with('-')))
+        .and_then(|z| {
+            let n: i64 = z[1..].parse().ok()?;
+            let minutes = n / 100 * 60 + n % 100;
+            Some(if z.starts_with('-') {
+                -minutes
+            } else {
+                minutes
+            })
+        })
+        .unwrap_or(0);
+    Some(
+        days_from_civil(year, month, day) * 86_400
+            + hms[0] * 3600
+            + hms[1] * 60
+            + hms.get(2).copied().unwrap_or(0)
+            - offset * 60,
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -123,6 +175,16 @@ mod tests {
         let t = parse_from_line("From exmh-workers-admin@redhat.com  Thu Aug 22 12:36:23 2002");
         assert_eq!(t, Some(1_030_019_783));
         assert_eq!(parse_from_line("From: someone"), None);
+        assert_eq!(
+            parse_rfc5322("Thu, 22 Aug 2002 13:36:23 +0100"),
+            Some(1_030_019_783)
+        );
+        assert_eq!(parse_rfc5322("22 aug 02 12:36 GMT"), Some(1_030_019_760));
+        assert_eq!(
+            parse_rfc5322("Thu, 22 Aug 2002 07:36:23 -0500 (EST)"),
+            Some(1_030_019_783)
+        );
+        assert_eq!(parse_rfc5322("someday"), None);
         assert_eq!(parse_from_line("From x Thu Foo 22 12:36:23 2002"), None);
     }
 }

@@ -9,8 +9,8 @@ use std::path::{Path, PathBuf};
 
 use rand::Rng as _;
 
-use crate::date::parse_from_line;
-use crate::maildir::{at, file_name, keywords_file, mkdir, set_time, write_message};
+use crate::date::{parse_from_line, parse_rfc5322};
+use crate::maildir::{at, file_name, keywords_file, mkdir, set_time, write_message, write_small};
 use crate::render::bare_lfs;
 use crate::rng::{chance, rng_for};
 use crate::spec::{ImportSpec, ImportSummary, DEFAULT_START};
@@ -38,6 +38,22 @@ fn collect(dir: &Path, out: &mut Vec<PathBuf>) -> io::Result<()> {
     Ok(())
 }
 
+/// When a message was received: the date of its mbox `From ` line, else of its `Date:`.
+fn message_time(data: &[u8]) -> Option<i64> {
+    let head = String::from_utf8_lossy(&data[..data.len().min(64 << 10)]);
+    let mut lines = head.lines().map(str::trim_end);
+    if let Some(t) = lines.next().and_then(parse_from_line) {
+        return Some(t);
+    }
+    head.lines()
+        .take_while(|l| !l.trim_end().is_empty())
+        .find_map(|l| {
+            let (name, value) = l.split_once(':')?;
+            name.eq_ignore_ascii_case("date").then_some(value)
+        })
+        .and_then(parse_rfc5322)
+}
+
 /// Imports every `*.eml` under `src` (recursively, in name order) into the Maildir
 /// `maildir` (created if missing). A file whose path contains `spam` goes to `Junk`.
 pub fn import_eml_dir(src: &Path, maildir: &Path, spec: &ImportSpec) -> io::Result<ImportSummary> {
@@ -49,38 +65,31 @@ pub fn import_eml_dir(src: &Path, maildir: &Path, spec: &ImportSpec) -> io::Resu
             format!("{}: no .eml files", src.display()),
         ));
     }
-    for f in FOLDERS {
-        let dir = if f.is_empty() {
+    let folder_dir = |f: &str| {
+        if f.is_empty() {
             maildir.to_path_buf()
         } else {
             maildir.join(format!(".{f}"))
-        };
-        for sub in ["cur", "new", "tmp"] {
-            mkdir(&dir.join(sub))?;
         }
-        if !f.is_empty() {
-            fs::write(dir.join("maildirfolder"), b"").map_err(at(&dir))?;
+    };
+    for f in FOLDERS {
+        for sub in ["cur", "new", "tmp"] {
+            mkdir(&folder_dir(f).join(sub))?;
         }
     }
-    fs::write(
-        maildir.join(".Junk").join("dovecot-keywords"),
-        keywords_file(&["$Junk", "NonJunk"]),
-    )
-    .map_err(at(maildir))?;
-    fs::write(maildir.join("subscriptions"), b"V\t2\n\nArchive\nJunk\n").map_err(at(maildir))?;
 
     let mut rng = rng_for(spec.seed, 31);
     let mut counts = [0usize; 3];
     let mut bytes = 0u64;
-    let mut latest = DEFAULT_START;
+    let mut latest = i64::MIN;
+    let mut previous = DEFAULT_START;
     let mut keys = std::collections::HashSet::new();
-    for (i, path) in paths.iter().enumerate() {
+    for path in &paths {
         let data = fs::read(path).map_err(at(path))?;
-        let first_line = data.split(|b| *b == b'\n').next().unwrap_or(&[]);
-        let time = std::str::from_utf8(first_line)
-            .ok()
-            .and_then(|l| parse_from_line(l.trim_end()))
-            .unwrap_or(DEFAULT_START + i as i64 * 60);
+        // The mbox `From ` line's date, else the `Date:` header, else just after the
+        // previous message.
+        let time = message_time(&data).unwrap_or(previous + 60);
+        previous = time;
         latest = latest.max(time);
         let spam = path
             .strip_prefix(src)
@@ -135,16 +144,36 @@ pub fn import_eml_dir(src: &Path, maildir: &Path, spec: &ImportSpec) -> io::Resu
         counts[folder] += 1;
         bytes += size as u64;
     }
+    // Control files and directories dated like the newest message: the same input gives
+    // the same tree.
+    let latest = if latest == i64::MIN {
+        DEFAULT_START
+    } else {
+        latest
+    };
     for f in FOLDERS {
-        let dir = if f.is_empty() {
-            maildir.to_path_buf()
-        } else {
-            maildir.join(format!(".{f}"))
-        };
+        let dir = folder_dir(f);
+        if !f.is_empty() {
+            write_small(&dir.join("maildirfolder"), b"", latest)?;
+        }
         for sub in ["cur", "new", "tmp"] {
             set_time(&dir.join(sub), latest)?;
         }
     }
+    write_small(
+        &folder_dir("Junk").join("dovecot-keywords"),
+        &keywords_file(&["$Junk", "NonJunk"]),
+        latest,
+    )?;
+    write_small(
+        &maildir.join("subscriptions"),
+        b"V\t2\n\nArchive\nJunk\n",
+        latest,
+    )?;
+    for f in FOLDERS.iter().filter(|f| !f.is_empty()) {
+        set_time(&folder_dir(f), latest)?;
+    }
+    set_time(maildir, latest)?;
     Ok(ImportSummary {
         messages: paths.len(),
         bytes,

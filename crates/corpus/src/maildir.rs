@@ -63,7 +63,7 @@ pub(crate) fn write_message(path: &Path, parts: &[&[u8]], time: i64) -> io::Resu
 }
 
 /// Writes a small control file (keywords, subscriptions) with the given time.
-fn write_small(path: &Path, content: &[u8], time: i64) -> io::Result<()> {
+pub(crate) fn write_small(path: &Path, content: &[u8], time: i64) -> io::Result<()> {
     let mut o = OpenOptions::new();
     o.write(true).create(true).truncate(true);
     #[cfg(unix)]

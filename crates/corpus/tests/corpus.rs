@@ -424,19 +424,41 @@ fn import_keeps_bytes() -> io::Result<()> {
         b"From x@spam.example  Fri Aug 23 01:00:00 2002\r\nSubject: buy\r\n\r\nnow\r\n".to_vec();
     fs::write(src.path().join("ham/00001.abc.eml"), &ham)?;
     fs::write(src.path().join("spam-1/00001.def.eml"), &spam)?;
+    let no_from_line =
+        b"Return-Path: <b@example.org>\nDate: Sat, 24 Aug 2002 10:00:00 +0200\nSubject: x\n\ny\n"
+            .to_vec();
+    fs::write(src.path().join("ham/00002.xyz.eml"), &no_from_line)?;
     fs::write(src.path().join("LICENSE"), b"not mail")?;
     let dst = tempfile::tempdir()?;
     let maildir = dst.path().join("Maildir");
     let s = import_eml_dir(src.path(), &maildir, &ImportSpec::default())?;
-    assert_eq!(s.messages, 2);
-    assert_eq!(s.bytes, (ham.len() + spam.len()) as u64);
+    assert_eq!(s.messages, 3);
+    assert_eq!(
+        s.bytes,
+        (ham.len() + spam.len() + no_from_line.len()) as u64
+    );
     let junk: Vec<_> = fs::read_dir(maildir.join(".Junk/cur"))?.collect::<Result<_, _>>()?;
     assert_eq!(junk.len(), 1);
     assert_eq!(fs::read(junk[0].path())?, spam);
     assert_eq!(mtime(&junk[0].path())?, 1_030_064_400);
     let stats = scan(&maildir)?;
-    assert_eq!(stats.messages, 2);
+    assert_eq!(stats.messages, 3);
     assert_eq!(stats.accounts, 1);
+    let tree = read_tree(&maildir)?;
+    let dated = messages(&tree)
+        .find(|(_, data)| **data == no_from_line)
+        .map(|(p, _)| p.clone())
+        .expect("imported");
+    assert_eq!(
+        mtime(&maildir.join(dated))?,
+        1_030_176_000,
+        "from the Date: header"
+    );
+
+    // Deterministic, control files and directory times included.
+    let again = dst.path().join("Again");
+    import_eml_dir(src.path(), &again, &ImportSpec::default())?;
+    assert_eq!(read_tree(&again)?, tree);
     Ok(())
 }
 
