@@ -88,6 +88,9 @@ pub struct DovecotOptions {
     pub quota_max_mail_size: Option<u64>,
     /// Raw lines appended to the configuration.
     pub extra_config: String,
+    /// Where to create the server's temporary directory (default: the
+    /// system temp dir). `/dev/shm` takes the file system out of a benchmark.
+    pub temp_parent: Option<PathBuf>,
 }
 
 /// A running Dovecot; stopped and deleted on drop.
@@ -204,10 +207,13 @@ impl DovecotServer {
     }
 
     fn try_start(bin: &Path, opts: &DovecotOptions) -> Result<DovecotServer, HarnessError> {
-        let dir = tempfile::Builder::new()
-            .prefix("mv-dovecot-")
-            .tempdir()
-            .map_err(io_err("create temp dir"))?;
+        let mut builder = tempfile::Builder::new();
+        builder.prefix("mv-dovecot-");
+        let dir = match &opts.temp_parent {
+            Some(parent) => builder.tempdir_in(parent),
+            None => builder.tempdir(),
+        }
+        .map_err(io_err("create temp dir"))?;
         let root = dir.path().to_path_buf();
         // Dovecot's mail processes run unprivileged and must reach the mail root.
         fs::set_permissions(&root, fs::Permissions::from_mode(0o755))

@@ -62,7 +62,7 @@ fn lf_message(i: usize, rng: &mut Lcg) -> Vec<u8> {
             .as_bytes(),
         );
     }
-    if i % 7 == 0 {
+    if i.is_multiple_of(7) {
         m.extend_from_slice(b"last line without newline");
     }
     m
@@ -70,19 +70,19 @@ fn lf_message(i: usize, rng: &mut Lcg) -> Vec<u8> {
 
 fn flags_for(i: usize) -> Vec<String> {
     let mut f = Vec::new();
-    if i % 2 == 0 {
+    if i.is_multiple_of(2) {
         f.push("\\Seen".to_string());
     }
-    if i % 3 == 0 {
+    if i.is_multiple_of(3) {
         f.push("\\Answered".to_string());
     }
-    if i % 5 == 0 {
+    if i.is_multiple_of(5) {
         f.push("\\Flagged".to_string());
     }
-    if i % 11 == 0 {
+    if i.is_multiple_of(11) {
         f.push("\\Draft".to_string());
     }
-    if i % 13 == 0 {
+    if i.is_multiple_of(13) {
         f.push("\\Deleted".to_string());
     }
     if i % 4 == 1 {
@@ -356,7 +356,7 @@ fn multiappend_thousand_messages_round_trip() {
                 uidvalidity: Some(v),
             } => {
                 uids.push(*u);
-                assert!(uidvalidity.map_or(true, |x| x == *v));
+                assert!(uidvalidity.is_none() || uidvalidity == Some(*v));
                 uidvalidity = Some(*v);
             }
             other => panic!("message {i}: {other:?}"),

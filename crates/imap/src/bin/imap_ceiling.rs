@@ -11,7 +11,7 @@
 //!              [--accounts K] [--strategy auto|multi|pipelined|sync]
 //! ```
 //! Without `--url` it starts its own Dovecot (the test harness) and stops it
-//! afterwards. `ROOT` is `ROOT/<domain>/<user>/Maildir` (Dovecot's layout) or
+//! afterwards; `--temp-dir /dev/shm` puts its mail on tmpfs. `ROOT` is `ROOT/<domain>/<user>/Maildir` (Dovecot's layout) or
 //! a single Maildir.
 
 use std::collections::VecDeque;
@@ -23,7 +23,7 @@ use std::time::{Duration, Instant, UNIX_EPOCH};
 
 use mailvault_imap::maildir_flags::{maildir_to_imap, KeywordTable};
 use mailvault_imap::proto::mutf7;
-use mailvault_imap::testing::DovecotServer;
+use mailvault_imap::testing::{DovecotOptions, DovecotServer};
 use mailvault_imap::{
     to_crlf, AppendMsg, AppendStrategy, Client, ClientOptions, Credentials, InternalDate, Target,
 };
@@ -35,7 +35,7 @@ type Job = (usize, usize, usize);
 
 const USAGE: &str = "usage: imap-ceiling [--maildir ROOT | --generate N] [--url imap://HOST:PORT] \
 [--password P] [--master USER] [--connections 4] [--batch 500] [--accounts K] \
-[--strategy auto|multi|pipelined|sync] [--insecure]";
+[--strategy auto|multi|pipelined|sync] [--insecure] [--temp-dir DIR]";
 
 /// Command-line settings.
 struct Args {
@@ -49,6 +49,7 @@ struct Args {
     accounts: usize,
     strategy: AppendStrategy,
     insecure: bool,
+    temp_dir: Option<PathBuf>,
 }
 
 fn parse_args() -> Result<Args, BoxError> {
@@ -63,6 +64,7 @@ fn parse_args() -> Result<Args, BoxError> {
         accounts: 0,
         strategy: AppendStrategy::Auto,
         insecure: false,
+        temp_dir: None,
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -89,6 +91,7 @@ fn parse_args() -> Result<Args, BoxError> {
                 }
             }
             "--insecure" => a.insecure = true,
+            "--temp-dir" => a.temp_dir = Some(PathBuf::from(value()?)),
             "-h" | "--help" => {
                 println!("{USAGE}");
                 std::process::exit(0);
@@ -146,7 +149,10 @@ fn run() -> Result<(), BoxError> {
     let server = match &args.url {
         Some(_) => None,
         None => {
-            let s = DovecotServer::start()?;
+            let s = DovecotServer::start_with(&DovecotOptions {
+                temp_parent: args.temp_dir.clone(),
+                ..DovecotOptions::default()
+            })?;
             println!("started {} on port {}", s.version(), s.port());
             Some(s)
         }

@@ -381,7 +381,9 @@ impl Session {
         self.run_ok(cmd, "UID SEARCH", folder.as_deref(), &mut |u| {
             match u {
                 Untagged::Search { ids: found, .. } => ids.extend(found),
-                Untagged::ESearch(e) if e.tag.as_deref().map_or(true, |t| t == tag) => {
+                Untagged::ESearch(e)
+                    if e.tag.is_none() || e.tag.as_deref() == Some(tag.as_str()) =>
+                {
                     if let Some(all) = e.all {
                         match all.expand(MAX_SEARCH_RESULTS) {
                             Some(v) => ids.extend(v),
