@@ -23,7 +23,7 @@ pub mod proto;
 pub mod testing;
 
 pub use client::append::{AppendMsg, AppendOutcome, Refusal};
-pub use client::fetch::{Changes, FetchQuery, FetchedMessage, SearchKey};
+pub use client::fetch::{Changes, FetchQuery, FetchedMessage, SearchKey, StoreMode};
 pub use client::mailbox::{CreateOutcome, Folder, MailboxInfo, MailboxStatus, SpecialUse};
 pub use client::options::{
     AppendOptions, AppendStrategy, ClientOptions, Credentials, Security, Target, TlsOptions,
