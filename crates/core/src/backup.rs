@@ -368,23 +368,10 @@ fn backup_folder(
         })
         .collect();
     entries.extend(read.into_iter().flatten());
-    entries.sort_by(|a, b| (&a.key, &a.name).cmp(&(&b.key, &b.name)));
     let messages = entries.len() as u64;
     let bytes: u64 = entries.iter().map(|e| e.size).sum();
     ctx.n.bytes_total.fetch_add(bytes, Relaxed);
-    let mut chunks = Vec::new();
-    for r in tree::chunk_boundaries(&entries) {
-        let (stored, names): (Vec<_>, Vec<_>) =
-            entries[r].iter().map(MessageEntry::to_parts).unzip();
-        let entries = ctx.saver.save(
-            BlobKind::Tree,
-            &tree::encode(&MessageChunk { entries: stored }),
-        )?;
-        let names = ctx
-            .saver
-            .save(BlobKind::Tree, &tree::encode(&NameChunk { names }))?;
-        chunks.push(ChunkRef { entries, names });
-    }
+    let chunks = save_entries(&ctx.saver, entries)?;
     let files = folder_files(ctx, &f.path)?;
     ctx.n.folders.fetch_add(1, Relaxed);
     Ok(FolderNode {
@@ -425,12 +412,36 @@ fn folder_files(ctx: &Ctx, dir: &Path) -> Result<Vec<FileEntry>> {
 use std::os::unix::ffi::OsStrExt;
 
 fn save_content(ctx: &Ctx, data: &[u8]) -> Result<Vec<Id>> {
-    let params = ctx.saver.repo().config().chunker;
+    store_content(&ctx.saver, data)
+}
+
+/// Splits a message (or any file) into blobs ([`crate::split`]) and saves them; returns
+/// the content ids in order. For every kind of source.
+pub fn store_content(saver: &BlobSaver, data: &[u8]) -> Result<Vec<Id>> {
+    let params = saver.repo().config().chunker;
     let mut ids = Vec::new();
     for r in crate::split::split(data, &params) {
-        ids.push(ctx.saver.save(BlobKind::Data, &data[r])?);
+        ids.push(saver.save(BlobKind::Data, &data[r])?);
     }
     Ok(ids)
+}
+
+/// Sorts a folder's entries, cuts them into chunks and saves them as tree blobs. For
+/// every kind of source.
+pub fn save_entries(saver: &BlobSaver, mut entries: Vec<MessageEntry>) -> Result<Vec<ChunkRef>> {
+    entries.sort_by(|a, b| (&a.key, &a.name).cmp(&(&b.key, &b.name)));
+    let mut chunks = Vec::new();
+    for r in tree::chunk_boundaries(&entries) {
+        let (stored, names): (Vec<_>, Vec<_>) =
+            entries[r].iter().map(MessageEntry::to_parts).unzip();
+        let entries = saver.save(
+            BlobKind::Tree,
+            &tree::encode(&MessageChunk { entries: stored }),
+        )?;
+        let names = saver.save(BlobKind::Tree, &tree::encode(&NameChunk { names }))?;
+        chunks.push(ChunkRef { entries, names });
+    }
+    Ok(chunks)
 }
 
 /// Reads one message and stores its content. `Ok(None)`: it vanished (deleted meanwhile).

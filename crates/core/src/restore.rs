@@ -99,7 +99,7 @@ fn message_selected(e: &MessageEntry, filters: &[String]) -> bool {
 }
 
 /// The accounts of a snapshot that `filters` select; an unknown account is an error.
-pub(crate) fn select_accounts(root: RootTree, filters: &[String]) -> Result<Vec<AccountRef>> {
+pub fn select_accounts(root: RootTree, filters: &[String]) -> Result<Vec<AccountRef>> {
     for f in filters {
         if !root.accounts.iter().any(|a| &a.name == f) {
             let names: Vec<&str> = root.accounts.iter().map(|a| a.name.as_str()).collect();
@@ -279,7 +279,7 @@ fn existing_keys(folder: &Path) -> HashMap<Vec<u8>, PathBuf> {
 }
 
 /// Reassembles content from its blobs and checks it against the recorded hash and size.
-pub(crate) fn assemble(
+pub fn assemble(
     repo: &Repository,
     content: &[Id],
     size: u64,
