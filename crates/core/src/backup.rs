@@ -499,9 +499,8 @@ fn find_by_key(folder: &Path, key: &[u8]) -> Option<MessageFile> {
 
 /// From, Subject and Date of a message, decoded, for listings. Parses only the header.
 pub fn header_summary(data: &[u8]) -> (String, String, Option<i64>) {
-    const MAX_HEADER: usize = 256 * 1024;
-    let head = &data[..data.len().min(MAX_HEADER)];
-    let Some(msg) = mail_parser::MessageParser::new().parse_headers(head) else {
+    let head = summary_fields(data);
+    let Some(msg) = mail_parser::MessageParser::new().parse_headers(&head[..]) else {
         return (String::new(), String::new(), None);
     };
     let from = msg
@@ -520,6 +519,35 @@ pub fn header_summary(data: &[u8]) -> (String, String, Option<i64>) {
         shorten(subject),
         msg.date().map(|d| d.to_timestamp()),
     )
+}
+
+/// The From, Subject and Date fields of the header (with their continuation lines), so the
+/// parser does not spend its time on `Received` chains and DKIM signatures.
+fn summary_fields(data: &[u8]) -> Vec<u8> {
+    const MAX_HEADER: usize = 256 * 1024;
+    let head = &data[..data.len().min(MAX_HEADER)];
+    let mut out = Vec::with_capacity(512);
+    let mut keep = false;
+    for line in head.split_inclusive(|&c| c == b'\n') {
+        if line == b"\n" || line == b"\r\n" {
+            break;
+        }
+        if matches!(line.first(), Some(b' ' | b'\t')) {
+            if keep {
+                out.extend_from_slice(line);
+            }
+            continue;
+        }
+        let name = line.split(|&c| c == b':').next().unwrap_or_default();
+        keep = [&b"from"[..], b"subject", b"date"]
+            .iter()
+            .any(|f| name.eq_ignore_ascii_case(f));
+        if keep {
+            out.extend_from_slice(line);
+        }
+    }
+    out.extend_from_slice(b"\n");
+    out
 }
 
 fn shorten(s: &str) -> String {

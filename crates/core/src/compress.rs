@@ -61,12 +61,49 @@ impl Codec {
 /// zstd level used for blobs: level 3 is zstd's own default, the best speed/ratio knee.
 const ZSTD_LEVEL: i32 = 3;
 
+thread_local! {
+    // zstd contexts cost more to create than to compress a small message with: one per
+    // worker thread, reused.
+    static COMPRESSOR: std::cell::RefCell<Option<zstd::bulk::Compressor<'static>>> = const { std::cell::RefCell::new(None) };
+    static DECOMPRESSOR: std::cell::RefCell<Option<zstd::bulk::Decompressor<'static>>> = const { std::cell::RefCell::new(None) };
+}
+
+fn with_compressor<T>(
+    f: impl FnOnce(&mut zstd::bulk::Compressor<'static>) -> std::io::Result<T>,
+) -> std::io::Result<T> {
+    COMPRESSOR.with(|c| {
+        let mut c = c.borrow_mut();
+        if c.is_none() {
+            *c = Some(zstd::bulk::Compressor::new(ZSTD_LEVEL)?);
+        }
+        match c.as_mut() {
+            Some(c) => f(c),
+            None => Err(std::io::Error::other("no zstd context")),
+        }
+    })
+}
+
+fn with_decompressor<T>(
+    f: impl FnOnce(&mut zstd::bulk::Decompressor<'static>) -> std::io::Result<T>,
+) -> std::io::Result<T> {
+    DECOMPRESSOR.with(|d| {
+        let mut d = d.borrow_mut();
+        if d.is_none() {
+            *d = Some(zstd::bulk::Decompressor::new()?);
+        }
+        match d.as_mut() {
+            Some(d) => f(d),
+            None => Err(std::io::Error::other("no zstd context")),
+        }
+    })
+}
+
 /// Compresses `data`; returns `None` when the result would not be smaller (store raw).
 pub fn compress(data: &[u8], how: Compression) -> Option<(Codec, Vec<u8>)> {
     let out = match how {
         Compression::None => return None,
         Compression::Lz4 => (Codec::Lz4, lz4_flex::block::compress(data)),
-        Compression::Zstd => (Codec::Zstd, zstd::bulk::compress(data, ZSTD_LEVEL).ok()?),
+        Compression::Zstd => (Codec::Zstd, with_compressor(|c| c.compress(data)).ok()?),
     };
     (out.1.len() < data.len()).then_some(out)
 }
@@ -77,7 +114,7 @@ pub fn decompress(codec: Codec, data: &[u8], raw_len: usize, what: &str) -> Resu
         Codec::Raw => return Ok(data.to_vec()),
         Codec::Lz4 => lz4_flex::block::decompress(data, raw_len)
             .map_err(|e| Error::corrupt(what, format!("lz4: {e}")))?,
-        Codec::Zstd => zstd::bulk::decompress(data, raw_len)
+        Codec::Zstd => with_decompressor(|d| d.decompress(data, raw_len))
             .map_err(|e| Error::corrupt(what, format!("zstd: {e}")))?,
     };
     if out.len() != raw_len {
