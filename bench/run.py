@@ -112,7 +112,7 @@ class Bench:
         except OSError:
             pass
 
-    def run(self, name, cmd, env=None, cwd=None, timed=True):
+    def run(self, name, cmd, env=None, cwd=None, timed=True, limit=True):
         """Runs cmd (a list, or a string for bash -c); returns rc, wall, rss_kb, stdout."""
         self.logs.mkdir(parents=True, exist_ok=True)
         logf = self.logs / f"{name}.log"
@@ -129,7 +129,7 @@ class Bench:
             t0 = time.monotonic()
             p = subprocess.Popen(argv, env=env, cwd=cwd, stdout=subprocess.PIPE, stderr=lf, start_new_session=True)
             try:
-                out, _ = p.communicate(timeout=self.args.timeout or None)
+                out, _ = p.communicate(timeout=(self.args.timeout or None) if limit else None)
                 rc = p.returncode
             except subprocess.TimeoutExpired:
                 os.killpg(p.pid, signal.SIGKILL)
@@ -172,17 +172,22 @@ class Bench:
         target = Path(os.environ.get("CARGO_TARGET_DIR") or REPO_ROOT / "target")
         if not target.is_absolute():
             target = REPO_ROOT / target
-        self.bin_dir = Path(self.args.bin_dir).resolve() if self.args.bin_dir else target / "release"
+        profile = self.args.profile
+        out_dir = "debug" if profile == "dev" else profile
+        self.bin_dir = Path(self.args.bin_dir).resolve() if self.args.bin_dir else target / out_dir
         if not self.args.no_build:
             for pkg in ["mailvault-corpus", "mailvault"]:
-                log(f"cargo build --release -p {pkg}")
-                r = self.run(f"build-{pkg}", ["cargo", "build", "--release", "-p", pkg], cwd=REPO_ROOT, timed=False)
+                cmd = ["cargo", "build", "--profile", profile, "-p", pkg]
+                log(shlex.join(cmd))
+                r = self.run(f"build-{pkg}", cmd, cwd=REPO_ROOT, timed=False, limit=False)
                 if r["rc"] != 0:
-                    self.notes.append(f"`cargo build --release -p {pkg}` failed (see {r['log']}).")
+                    self.notes.append(f"`{shlex.join(cmd)}` failed (see {r['log']}).")
+        if profile != "release" and not self.args.bin_dir:
+            self.notes.append(f"binaries of the `{profile}` profile: timings are not representative.")
         self.corpus_bin = self.bin_dir / "mailvault-corpus"
         self.mv_bin = self.bin_dir / "mailvault"
         if not self.corpus_bin.exists():
-            raise SystemExit(f"bench: {self.corpus_bin} missing: build it with `cargo build --release -p mailvault-corpus`")
+            raise SystemExit(f"bench: {self.corpus_bin} missing: build it with `cargo build --profile {profile} -p mailvault-corpus`")
 
     def find_tools(self):
         wanted = [t.strip() for t in self.args.tools.split(",") if t.strip()]
@@ -462,13 +467,13 @@ class Bench:
             self.notes.append(f"SpamAssassin scenario skipped: {src_dir} not found.")
             return
         if self.args.smoke:
-            # A sample: the first 40 files of each part, through symlinks.
+            # A sample: the first 20 files of each part, through symlinks.
             sample = self.work / "sa-sample"
             if sample.exists():
                 shutil.rmtree(sample)
             for part in sorted(p for p in src_dir.iterdir() if p.is_dir()):
                 (sample / part.name).mkdir(parents=True)
-                for f in sorted(part.glob("*.eml"))[:40]:
+                for f in sorted(part.glob("*.eml"))[:20]:
                     (sample / part.name / f.name).symlink_to(f)
             src_dir = sample
         maildir = self.work / "sa" / "Maildir"
@@ -729,13 +734,16 @@ def parse_args(argv):
     p.add_argument("--out", help="write the markdown report here too (default WORK/report.md only)")
     p.add_argument("--work", help="work directory (default $BENCH_DIR or /tmp/mailvault-bench; one subdirectory per preset when several); emptied first")
     p.add_argument("--spamassassin", default=str(REPO_ROOT.parent / "shared" / "corpora" / "spamassassin"), help="SpamAssassin corpus directory (*.eml files)")
-    p.add_argument("--bin-dir", help="where mailvault and mailvault-corpus are (default $CARGO_TARGET_DIR/release or target/release)")
+    p.add_argument("--bin-dir", help="where mailvault and mailvault-corpus are (default $CARGO_TARGET_DIR/<profile> or target/<profile>)")
     p.add_argument("--no-build", action="store_true", help="do not run cargo build")
+    p.add_argument("--profile", help="cargo profile to build and run: release (default), or dev (default with --smoke: faster to build)")
     p.add_argument("--no-drop-caches", dest="drop_caches", action="store_false", help="do not drop the page cache before timed runs")
     p.add_argument("--timeout", type=float, default=0, help="kill a command after this many seconds (default: no limit)")
     p.add_argument("--keep", action="store_true", help="keep the work directory (corpus, repositories, logs)")
     p.add_argument("--smoke", action="store_true", help="CI mode: tiny preset, SpamAssassin sample, checks that everything runs")
     a = p.parse_args(argv)
+    if not a.profile:
+        a.profile = "dev" if a.smoke else "release"
     if a.smoke:
         a.preset = "tiny"
         a.drop_caches = False  # only checks that everything runs; spares a shared machine
