@@ -116,6 +116,13 @@ pub fn backup(
     let label = format!("maildir:{}", source.display());
     let accounts = maildir::discover(&source, &opts.accounts)?;
     let resumed = repo.recover_unindexed_packs()?;
+    let compression = opts.compression.unwrap_or(repo.config().compression);
+    if compression == Compression::Zstd && !repo.has_dictionary() {
+        let samples = sample_blobs(&accounts, &repo.config().chunker);
+        if let Some(dict) = crate::compress::train(&samples) {
+            repo.add_dictionary(&dict)?;
+        }
+    }
 
     let parent = if opts.force {
         None
@@ -258,6 +265,69 @@ fn run(
         failures,
     };
     Ok((report, written))
+}
+
+/// Pieces of a spread of messages across the store, to train the compression dictionary
+/// on: up to 4000 messages or 8 MiB, taken round-robin over folders and accounts.
+fn sample_blobs(accounts: &[AccountSource], params: &crate::split::ChunkerParams) -> Vec<Vec<u8>> {
+    const MAX_FILES: usize = 4000;
+    const MAX_BYTES: u64 = 8 << 20;
+    let mut folders: Vec<Vec<PathBuf>> = Vec::new();
+    let mut candidates = 0;
+    'outer: for acc in accounts {
+        for f in maildir::folders(&acc.path).unwrap_or_default() {
+            let (files, _) = maildir::list_messages(&f.path);
+            let paths: Vec<PathBuf> = files
+                .iter()
+                .filter(|m| m.size as usize <= crate::compress::DICT_MAX_BLOB * 2)
+                .take(256)
+                .map(|m| m.path(&f.path))
+                .collect();
+            candidates += paths.len();
+            folders.push(paths);
+            if candidates >= MAX_FILES * 4 {
+                break 'outer;
+            }
+        }
+    }
+    let mut picked = Vec::new();
+    let mut round = 0;
+    while picked.len() < MAX_FILES {
+        let before = picked.len();
+        for f in &folders {
+            if let Some(p) = f.get(round) {
+                picked.push(p.clone());
+            }
+        }
+        if picked.len() == before {
+            break;
+        }
+        round += 1;
+    }
+    picked.truncate(MAX_FILES);
+    let pieces: Vec<Vec<Vec<u8>>> = picked
+        .par_iter()
+        .map(|p| {
+            let Ok(data) = std::fs::read(p) else {
+                return Vec::new();
+            };
+            crate::split::split(&data, params)
+                .into_iter()
+                .filter(|r| r.len() <= crate::compress::DICT_MAX_BLOB)
+                .map(|r| data[r].to_vec())
+                .collect()
+        })
+        .collect();
+    let mut out = Vec::new();
+    let mut total = 0u64;
+    for p in pieces.into_iter().flatten() {
+        total += p.len() as u64;
+        if total > MAX_BYTES {
+            break;
+        }
+        out.push(p);
+    }
+    out
 }
 
 /// The parent snapshot's view of one account.

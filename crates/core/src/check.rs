@@ -112,7 +112,8 @@ fn check_inner(repo: &Repository, opts: &CheckOptions, started: Instant) -> Resu
     for (path, e) in repo.index_errors() {
         st.error(Some(path), None, e);
     }
-    let index_files = store.list("index/")?;
+    let mut index_files = store.list("index/")?;
+    index_files.extend(store.list("dicts/")?);
     index_files.par_iter().for_each(|f| {
         let _ = verify_named_file(repo, &st, &f.path);
     });

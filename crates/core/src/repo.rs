@@ -71,6 +71,8 @@ pub struct Repository {
     index_files: Vec<Id>,
     /// Index files that could not be read at open: their packs' blobs look absent.
     index_errors: Vec<(String, Error)>,
+    /// zstd dictionaries from `dicts/`.
+    dicts: compress::Dictionaries,
 }
 
 impl Repository {
@@ -103,6 +105,7 @@ impl Repository {
             index: Index::default(),
             index_files: Vec::new(),
             index_errors: Vec::new(),
+            dicts: compress::Dictionaries::default(),
         })
     }
 
@@ -155,9 +158,43 @@ impl Repository {
             index: Index::default(),
             index_files: Vec::new(),
             index_errors: Vec::new(),
+            dicts: compress::Dictionaries::default(),
         };
+        repo.load_dictionaries()?;
         repo.load_index()?;
         Ok(repo)
+    }
+
+    /// Loads `dicts/`; the dictionary in the first file by name is used for writing, so
+    /// every client picks the same one.
+    fn load_dictionaries(&mut self) -> Result<()> {
+        let mut files = self.store.list("dicts/")?;
+        files.sort_by(|a, b| a.path.cmp(&b.path));
+        let mut first = None;
+        for f in files {
+            let plain = self.key.open(&self.store.get(&f.path)?, &f.path)?;
+            let id = self.dicts.add(&plain, &f.path)?;
+            first.get_or_insert(id);
+        }
+        if let Some(id) = first {
+            self.dicts.set_encoder(id);
+        }
+        Ok(())
+    }
+
+    /// Whether the repository has a compression dictionary yet.
+    pub fn has_dictionary(&self) -> bool {
+        !self.dicts.is_empty()
+    }
+
+    /// Stores a trained dictionary (written before any blob that uses it) and reloads the
+    /// dictionaries.
+    pub fn add_dictionary(&mut self, dict: &[u8]) -> Result<()> {
+        let sealed = self.key.seal(dict);
+        let id = Id::of_file(&sealed);
+        put_content_named(self.store.as_ref(), &format!("dicts/{id}"), &sealed)?;
+        self.dicts = compress::Dictionaries::default();
+        self.load_dictionaries()
     }
 
     fn load_index(&mut self) -> Result<()> {
@@ -244,7 +281,8 @@ impl Repository {
     ) -> Result<Vec<u8>> {
         let what = format!("blob {} in {path}", id.short());
         let plain = self.key.open(sealed, &what)?;
-        let raw = compress::decompress(loc.codec, &plain, loc.raw_len as usize, &what)?;
+        let raw =
+            compress::decompress(loc.codec, &plain, loc.raw_len as usize, &what, &self.dicts)?;
         if self.key.blob_id(&raw) != *id {
             return Err(Error::corrupt(what, "content does not match its id"));
         }
@@ -439,7 +477,11 @@ impl<'r> BlobSaver<'r> {
         {
             return Ok(false);
         }
-        let (codec, sealed) = match compress::compress(data, self.compression) {
+        let dict = match kind {
+            BlobKind::Data => self.repo.dicts.encoder(),
+            BlobKind::Tree => None,
+        };
+        let (codec, sealed) = match compress::compress(data, self.compression, dict) {
             Some((codec, packed)) => (codec, self.repo.key.seal(&packed)),
             None => (compress::Codec::Raw, self.repo.key.seal(data)),
         };

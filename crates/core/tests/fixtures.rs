@@ -82,3 +82,88 @@ fn version_1_repository_opens_checks_and_restores() {
         }
     }
 }
+
+/// Relative path, BLAKE3 and mtime of every file a restore gives back, one per line.
+fn manifest(root: &Path) -> String {
+    let mut lines: Vec<String> = tree_snapshot(root)
+        .into_iter()
+        .filter(|(k, _)| {
+            let k = String::from_utf8_lossy(k);
+            k.contains("/cur/") || k.contains("/new/")
+        })
+        .map(|(k, (bytes, mtime, _))| {
+            format!(
+                "{} {mtime} {}",
+                blake3::hash(&bytes).to_hex(),
+                String::from_utf8_lossy(&k)
+            )
+        })
+        .collect();
+    lines.sort();
+    lines.join("\n") + "\n"
+}
+
+/// A repository with a trained zstd dictionary (codec 3), made from a generated store;
+/// `repo-v1-dict.manifest` lists what it must restore.
+#[test]
+fn version_1_repository_with_dictionary_restores() {
+    let t = tempfile::tempdir().unwrap();
+    let name = "repo-v1-dict";
+    if std::env::var("MAILVAULT_WRITE_FIXTURE").is_ok_and(|v| v == name) {
+        let src = t.path().join("gen");
+        let spec = mailvault_corpus::CorpusSpec {
+            messages: 400,
+            attachment_ratio: 0.0,
+            ..mailvault_corpus::CorpusSpec::preset("tiny").unwrap()
+        };
+        mailvault_corpus::generate(&spec, &src).unwrap();
+        let dest = fixtures().join(name);
+        assert!(
+            !dest.exists(),
+            "{} exists: fixtures are never rewritten",
+            dest.display()
+        );
+        let mut repo = init_repo(&dest);
+        let opts = BackupOptions {
+            source: src.clone(),
+            accounts: vec![],
+            jobs: 2,
+            compression: None,
+            tags: vec![],
+            hostname: "fixture".into(),
+            force: false,
+        };
+        backup(&mut repo, &opts, &NoProgress).unwrap();
+        assert!(
+            repo.has_dictionary(),
+            "the fixture must exercise the dictionary codec"
+        );
+        std::fs::write(fixtures().join(format!("{name}.manifest")), manifest(&src)).unwrap();
+    }
+    let repo = open_repo(&fixtures().join(name));
+    assert!(repo.has_dictionary());
+    let c = check(
+        &repo,
+        &CheckOptions {
+            read_data: true,
+            jobs: 2,
+        },
+    )
+    .unwrap();
+    assert!(c.ok(), "{:?}", c.errors);
+    let out = t.path().join("out");
+    let r = restore(
+        &repo,
+        &RestoreOptions {
+            snapshot: "latest".into(),
+            target: out.clone(),
+            jobs: 2,
+            ..Default::default()
+        },
+        &NoProgress,
+    )
+    .unwrap();
+    assert!(r.failures.is_empty(), "{:?}", r.failures);
+    let want = std::fs::read_to_string(fixtures().join(format!("{name}.manifest"))).unwrap();
+    assert_eq!(manifest(&out), want);
+}
