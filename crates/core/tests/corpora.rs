@@ -5,24 +5,10 @@
 mod common;
 
 use common::*;
-use mailvault_core::backup::{backup, BackupOptions};
-use mailvault_core::check::{check, CheckOptions};
+use mailvault_core::backup::backup;
 use mailvault_core::report::NoProgress;
-use mailvault_core::restore::{restore, RestoreOptions};
 use mailvault_corpus::{generate, import_eml_dir, mutate, CorpusSpec, ImportSpec, MutationSpec};
 use std::path::{Path, PathBuf};
-
-fn opts(src: &Path, accounts: Vec<String>) -> BackupOptions {
-    BackupOptions {
-        source: src.to_path_buf(),
-        accounts,
-        jobs: 4,
-        compression: None,
-        tags: vec![],
-        hostname: "t".into(),
-        force: false,
-    }
-}
 
 fn spamassassin() -> PathBuf {
     let p = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/corpora/spamassassin");
@@ -47,34 +33,17 @@ fn spamassassin_corpus_round_trip() {
     let mut repo = init_repo(&t.path().join("repo"));
     let rep = backup(
         &mut repo,
-        &opts(&md, vec!["corpus@example.org".into()]),
+        &backup_opts(&md, vec!["corpus@example.org".into()]),
         &NoProgress,
     )
     .unwrap();
     assert!(rep.failures.is_empty(), "{:?}", rep.failures);
     assert_eq!(rep.items_total, 6046);
     let out = t.path().join("out");
-    let r = restore(
-        &repo,
-        &RestoreOptions {
-            snapshot: "latest".into(),
-            target: out.clone(),
-            jobs: 4,
-            ..Default::default()
-        },
-        &NoProgress,
-    )
-    .unwrap();
+    let r = restore_latest(&repo, &out);
     assert_eq!(r.items_restored, 6046);
     assert_same_tree(&md, &out);
-    let c = check(
-        &repo,
-        &CheckOptions {
-            read_data: true,
-            jobs: 2,
-        },
-    )
-    .unwrap();
+    let c = check_all(&repo);
     assert!(c.ok(), "{:?}", c.errors);
     assert_eq!(c.messages, 6046);
 }
@@ -89,24 +58,14 @@ fn generated_store_round_trip_and_incremental() {
     };
     let g = generate(&spec, &src).unwrap();
     let mut repo = init_repo(&t.path().join("repo"));
-    let r1 = backup(&mut repo, &opts(&src, vec![]), &NoProgress).unwrap();
+    let r1 = backup(&mut repo, &backup_opts(&src, vec![]), &NoProgress).unwrap();
     assert!(r1.failures.is_empty(), "{:?}", r1.failures);
     assert_eq!(r1.items_total as usize, g.messages);
     assert_eq!(r1.accounts as usize, g.accounts);
     // Half the store is per-recipient copies: they must cost (almost) nothing.
     assert!(r1.dedup_ratio.unwrap() > 1.6, "dedup {:?}", r1.dedup_ratio);
     let out1 = t.path().join("out1");
-    restore(
-        &repo,
-        &RestoreOptions {
-            snapshot: "latest".into(),
-            target: out1.clone(),
-            jobs: 4,
-            ..Default::default()
-        },
-        &NoProgress,
-    )
-    .unwrap();
+    restore_latest(&repo, &out1);
     assert_same_tree(&src, &out1);
 
     let tree_bytes = |repo: &mailvault_core::Repository| -> u64 {
@@ -118,7 +77,7 @@ fn generated_store_round_trip_and_incremental() {
     };
     let trees_before = tree_bytes(&repo);
     let m = mutate(&MutationSpec::default(), &src).unwrap();
-    let r2 = backup(&mut repo, &opts(&src, vec![]), &NoProgress).unwrap();
+    let r2 = backup(&mut repo, &backup_opts(&src, vec![]), &NoProgress).unwrap();
     assert!(r2.failures.is_empty(), "{:?}", r2.failures);
     assert_eq!(r2.items_new as usize, m.new_messages);
     assert_eq!(
@@ -136,21 +95,11 @@ fn generated_store_round_trip_and_incremental() {
         "incremental metadata {added} bytes vs {trees_before} for the full backup"
     );
     let out2 = t.path().join("out2");
-    restore(
-        &repo,
-        &RestoreOptions {
-            snapshot: "latest".into(),
-            target: out2.clone(),
-            jobs: 4,
-            ..Default::default()
-        },
-        &NoProgress,
-    )
-    .unwrap();
+    restore_latest(&repo, &out2);
     assert_same_tree(&src, &out2);
 
     // A third backup of an unchanged store adds no tree blob at all.
-    let r3 = backup(&mut repo, &opts(&src, vec![]), &NoProgress).unwrap();
+    let r3 = backup(&mut repo, &backup_opts(&src, vec![]), &NoProgress).unwrap();
     assert_eq!(r3.items_new, 0);
     assert_eq!(tree_bytes(&repo), trees_after);
     assert_eq!(r3.packs_written, 0);
@@ -174,19 +123,14 @@ fn a_fifty_megabyte_message_round_trips() {
     }
     put_msg(&md, "", "cur", "1.M1P1.h:2,S", &body, 1_700_000_000);
     let mut repo = init_repo(&t.path().join("repo"));
-    let r = backup(&mut repo, &opts(&md, vec!["big@x".into()]), &NoProgress).unwrap();
-    assert!(r.failures.is_empty());
-    let out = t.path().join("out");
-    restore(
-        &repo,
-        &RestoreOptions {
-            snapshot: "latest".into(),
-            target: out.clone(),
-            jobs: 2,
-            ..Default::default()
-        },
+    let r = backup(
+        &mut repo,
+        &backup_opts(&md, vec!["big@x".into()]),
         &NoProgress,
     )
     .unwrap();
+    assert!(r.failures.is_empty());
+    let out = t.path().join("out");
+    restore_latest(&repo, &out);
     assert_same_tree(&md, &out);
 }

@@ -10,9 +10,7 @@ mod common;
 
 use common::*;
 use mailvault_core::backup::{backup, BackupOptions};
-use mailvault_core::check::{check, CheckOptions};
 use mailvault_core::report::NoProgress;
-use mailvault_core::restore::{restore, RestoreOptions};
 use std::path::Path;
 
 fn fixtures() -> std::path::PathBuf {
@@ -44,28 +42,11 @@ fn version_1_repository_opens_checks_and_restores() {
         backup(&mut repo, &opts, &NoProgress).unwrap();
     }
     let repo = open_repo(&fixtures().join("repo-v1"));
-    let c = check(
-        &repo,
-        &CheckOptions {
-            read_data: true,
-            jobs: 2,
-        },
-    )
-    .unwrap();
+    let c = check_all(&repo);
     assert!(c.ok(), "{:?}", c.errors);
     assert_eq!(c.snapshots, 1);
     let out = t.path().join("out");
-    let r = restore(
-        &repo,
-        &RestoreOptions {
-            snapshot: "latest".into(),
-            target: out.clone(),
-            jobs: 2,
-            ..Default::default()
-        },
-        &NoProgress,
-    )
-    .unwrap();
+    let r = restore_latest(&repo, &out);
     assert!(r.failures.is_empty(), "{:?}", r.failures);
     // Same names and bytes as the store the fixture was made from, and the same mtimes for
     // messages. (Folder files get the time the store was made, and modes follow the umask
@@ -142,27 +123,10 @@ fn version_1_repository_with_dictionary_restores() {
     }
     let repo = open_repo(&fixtures().join(name));
     assert!(repo.has_dictionary());
-    let c = check(
-        &repo,
-        &CheckOptions {
-            read_data: true,
-            jobs: 2,
-        },
-    )
-    .unwrap();
+    let c = check_all(&repo);
     assert!(c.ok(), "{:?}", c.errors);
     let out = t.path().join("out");
-    let r = restore(
-        &repo,
-        &RestoreOptions {
-            snapshot: "latest".into(),
-            target: out.clone(),
-            jobs: 2,
-            ..Default::default()
-        },
-        &NoProgress,
-    )
-    .unwrap();
+    let r = restore_latest(&repo, &out);
     assert!(r.failures.is_empty(), "{:?}", r.failures);
     let want = std::fs::read_to_string(fixtures().join(format!("{name}.manifest"))).unwrap();
     assert_eq!(manifest(&out), want);

@@ -4,21 +4,8 @@
 mod common;
 
 use common::*;
-use mailvault_core::backup::{backup, BackupOptions};
+use mailvault_core::backup::backup;
 use mailvault_core::report::NoProgress;
-use mailvault_core::restore::{restore, RestoreOptions};
-
-fn opts(src: &std::path::Path) -> BackupOptions {
-    BackupOptions {
-        source: src.to_path_buf(),
-        accounts: vec![],
-        jobs: 4,
-        compression: None,
-        tags: vec![],
-        hostname: "test".into(),
-        force: false,
-    }
-}
 
 #[test]
 fn store_round_trip_is_byte_exact() {
@@ -26,7 +13,7 @@ fn store_round_trip_is_byte_exact() {
     let src = t.path().join("vmail");
     small_store(&src);
     let mut repo = init_repo(&t.path().join("repo"));
-    let rep = backup(&mut repo, &opts(&src), &NoProgress).unwrap();
+    let rep = backup(&mut repo, &backup_opts(&src, vec![]), &NoProgress).unwrap();
     assert!(rep.failures.is_empty(), "{:?}", rep.failures);
     assert_eq!(rep.accounts, 3);
     assert_eq!(rep.items_new, rep.items_total);
@@ -40,33 +27,13 @@ fn store_round_trip_is_byte_exact() {
 
     let repo = open_repo(&t.path().join("repo"));
     let out = t.path().join("restored");
-    let r = restore(
-        &repo,
-        &RestoreOptions {
-            snapshot: "latest".into(),
-            target: out.clone(),
-            jobs: 4,
-            ..Default::default()
-        },
-        &NoProgress,
-    )
-    .unwrap();
+    let r = restore_latest(&repo, &out);
     assert!(r.failures.is_empty(), "{:?}", r.failures);
     assert_eq!(r.items_restored, rep.items_total);
     assert_same_tree(&src, &out);
 
     // Restoring again into the same place: everything is already there.
-    let again = restore(
-        &repo,
-        &RestoreOptions {
-            snapshot: "latest".into(),
-            target: out.clone(),
-            jobs: 2,
-            ..Default::default()
-        },
-        &NoProgress,
-    )
-    .unwrap();
+    let again = restore_latest(&repo, &out);
     assert_eq!(again.items_unchanged, rep.items_total);
     assert_eq!(again.items_restored, 0);
     assert!(again.failures.is_empty());

@@ -1,7 +1,11 @@
 //! Helpers shared by the integration tests: repositories, small mail stores, tree compare.
 #![allow(dead_code, clippy::unwrap_used)]
 
+use mailvault_core::backup::BackupOptions;
+use mailvault_core::check::{check, CheckOptions, CheckReport};
 use mailvault_core::crypto::KdfParams;
+use mailvault_core::report::NoProgress;
+use mailvault_core::restore::{restore, RestoreOptions, RestoreReport};
 use mailvault_core::store::LocalStore;
 use mailvault_core::{InitOptions, Repository};
 use std::collections::BTreeMap;
@@ -226,4 +230,40 @@ pub fn assert_same_tree(a: &Path, b: &Path) {
             String::from_utf8_lossy(k)
         );
     }
+}
+
+/// Backup options for a test: 4 threads, the repository's compression, host "test".
+pub fn backup_opts(src: &Path, accounts: Vec<String>) -> BackupOptions {
+    BackupOptions {
+        source: src.to_path_buf(),
+        accounts,
+        jobs: 4,
+        compression: None,
+        tags: vec![],
+        hostname: "test".into(),
+        force: false,
+    }
+}
+
+/// Restores the latest snapshot, all of it, to `target`.
+pub fn restore_latest(repo: &Repository, target: &Path) -> RestoreReport {
+    let opts = RestoreOptions {
+        snapshot: "latest".into(),
+        target: target.to_path_buf(),
+        jobs: 4,
+        ..Default::default()
+    };
+    restore(repo, &opts, &NoProgress).unwrap()
+}
+
+/// `check --read-data`.
+pub fn check_all(repo: &Repository) -> CheckReport {
+    check(
+        repo,
+        &CheckOptions {
+            read_data: true,
+            jobs: 2,
+        },
+    )
+    .unwrap()
 }
