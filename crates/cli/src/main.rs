@@ -38,7 +38,7 @@ pub struct GlobalOpts {
     /// Print the result as one JSON object.
     #[arg(long, global = true)]
     pub json: bool,
-    /// Worker threads (default: one per core).
+    /// Worker threads (default: two per core, at least 4).
     #[arg(short = 'j', long, global = true, default_value_t = 0)]
     pub jobs: usize,
     /// No progress bar.

@@ -257,6 +257,49 @@ fn incremental_reads_only_new_messages() {
 }
 
 #[test]
+fn unchanged_messages_are_known_by_name_unless_asked_to_stat() {
+    let e = Env::new();
+    let src = e.path("vmail");
+    store(&src);
+    e.expect(0, &["init"]);
+    e.json(0, &["backup", src.to_str().unwrap()]);
+    // Against Maildir's rules, a message edited in place under the same name.
+    let f = src.join("example.org/bob/Maildir/cur/1700000005.M1P5.mx,S=1:2,S");
+    put(
+        f.parent().unwrap().parent().unwrap(),
+        "",
+        "cur",
+        "1700000005.M1P5.mx,S=1:2,S",
+        b"Subject: edited\n\nnew text\n",
+        1_800_000_000,
+    );
+    let r = e.json(0, &["backup", src.to_str().unwrap()]);
+    assert_eq!(
+        r["items_new"], 0,
+        "a known name is not read again by default"
+    );
+    let r = e.json(0, &["backup", src.to_str().unwrap(), "--stat-unchanged"]);
+    assert_eq!(r["items_new"], 1);
+    assert_eq!(
+        r["bytes_read"].as_u64().unwrap(),
+        "Subject: edited\n\nnew text\n".len() as u64 + 2 * 18
+    );
+    e.expect(
+        0,
+        &[
+            "restore",
+            "latest",
+            "--target",
+            e.path("out").to_str().unwrap(),
+        ],
+    );
+    assert_eq!(
+        fs::read(e.path("out/example.org/bob/Maildir/cur/1700000005.M1P5.mx,S=1:2,S")).unwrap(),
+        b"Subject: edited\n\nnew text\n"
+    );
+}
+
+#[test]
 fn partial_restores_and_conflicts() {
     let e = Env::new();
     let src = e.path("vmail");

@@ -45,6 +45,9 @@ pub struct BackupOptions {
     pub hostname: String,
     /// Read every message even if the parent snapshot has it.
     pub force: bool,
+    /// Also stat messages the parent snapshot has, and read them again when their size or
+    /// mtime changed (for stores whose files are edited in place, against Maildir's rules).
+    pub stat_unchanged: bool,
 }
 
 /// The end-of-run summary.
@@ -96,6 +99,7 @@ struct Ctx<'a> {
     failures: Mutex<Vec<Failure>>,
     n: Counters,
     progress: &'a dyn Progress,
+    stat_unchanged: bool,
 }
 
 impl Ctx<'_> {
@@ -177,6 +181,7 @@ fn run(
         failures: Mutex::new(Vec::new()),
         n: Counters::default(),
         progress,
+        stat_unchanged: opts.stat_unchanged,
     };
     ctx.saver.adopt(resumed);
     let pool = rayon::ThreadPoolBuilder::new()
@@ -277,12 +282,7 @@ fn sample_blobs(accounts: &[AccountSource], params: &crate::split::ChunkerParams
     'outer: for acc in accounts {
         for f in maildir::folders(&acc.path).unwrap_or_default() {
             let (files, _) = maildir::list_messages(&f.path);
-            let paths: Vec<PathBuf> = files
-                .iter()
-                .filter(|m| m.size as usize <= crate::compress::DICT_MAX_BLOB * 2)
-                .take(256)
-                .map(|m| m.path(&f.path))
-                .collect();
+            let paths: Vec<PathBuf> = files.iter().take(256).map(|m| m.path(&f.path)).collect();
             candidates += paths.len();
             folders.push(paths);
             if candidates >= MAX_FILES * 4 {
@@ -402,30 +402,38 @@ fn backup_folder(
     for e in errors {
         ctx.fail(format!("{}: {}", acc.name, f.name), e);
     }
-    ctx.progress
-        .add_total(files.len() as u64, files.iter().map(|m| m.size).sum());
+    ctx.progress.add_total(files.len() as u64, 0);
     let mut entries = Vec::with_capacity(files.len());
     let mut to_read = Vec::new();
     for file in files {
-        match parent.by_key.get(file.key()) {
-            Some(pe) if pe.size == file.size && pe.mtime == file.mtime => {
-                let mut e = pe.clone();
-                e.name = file.name;
-                e.new = file.new;
-                e.mode = file.mode;
-                e.uid = file.uid;
-                e.gid = file.gid;
-                ctx.n.unchanged.fetch_add(1, Relaxed);
-                ctx.progress.advance(1, e.size);
-                entries.push(e);
+        let Some(pe) = parent.by_key.get(file.key()) else {
+            to_read.push(file);
+            continue;
+        };
+        // Maildir files never change once delivered: the same key is the same message,
+        // whatever its flags (name) or place. With `stat_unchanged` a changed size or mtime
+        // makes us read it again anyway, for stores edited in place.
+        let mut e = pe.clone();
+        if ctx.stat_unchanged {
+            match std::fs::metadata(file.path(&f.path)).map(|m| maildir::FileMeta::of(&m)) {
+                Ok(m) if m.size == pe.size && m.mtime == pe.mtime => {
+                    (e.mode, e.uid, e.gid) = (m.mode, m.uid, m.gid);
+                }
+                _ => {
+                    to_read.push(file);
+                    continue;
+                }
             }
-            _ => to_read.push(file),
         }
+        e.name = file.name;
+        e.new = file.new;
+        ctx.n.unchanged.fetch_add(1, Relaxed);
+        ctx.progress.advance(1, e.size);
+        entries.push(e);
     }
     let read: Vec<Option<MessageEntry>> = to_read
         .into_par_iter()
         .map(|file| {
-            let size = file.size;
             let r = match read_message(ctx, f, file) {
                 Ok(e) => e,
                 Err(e) => {
@@ -433,7 +441,7 @@ fn backup_folder(
                     None
                 }
             };
-            ctx.progress.advance(1, size);
+            ctx.progress.advance(1, r.as_ref().map_or(0, |e| e.size));
             r
         })
         .collect();
@@ -522,8 +530,8 @@ fn read_message(
 ) -> Result<Option<MessageEntry>, (PathBuf, Error)> {
     let mut file = file;
     let mut path = file.path(&folder.path);
-    let data = loop {
-        match std::fs::read(&path) {
+    let (data, meta) = loop {
+        match read_with_meta(&path) {
             Ok(d) => break d,
             Err(e) if e.kind() == ErrorKind::NotFound => {
                 // The server renamed it (flag change, new/ -> cur/) since the listing: find it
@@ -539,8 +547,6 @@ fn read_message(
             Err(e) => return Err((path.clone(), Error::io(&path, e))),
         }
     };
-    let meta = std::fs::metadata(&path).ok();
-    let mtime = meta.as_ref().map(maildir::timestamp).unwrap_or(file.mtime);
     ctx.n.bytes_read.fetch_add(data.len() as u64, Relaxed);
     ctx.n.new.fetch_add(1, Relaxed);
     let content = save_content(ctx, &data).map_err(|e| (path.clone(), e))?;
@@ -550,16 +556,26 @@ fn read_message(
         name: file.name.clone(),
         new: file.new,
         size: data.len() as u64,
-        mtime,
-        mode: file.mode,
-        uid: file.uid,
-        gid: file.gid,
+        mtime: meta.mtime,
+        mode: meta.mode,
+        uid: meta.uid,
+        gid: meta.gid,
         hash: ctx.saver.repo().key().blob_id(&data),
         content,
         from,
         subject,
         date,
     }))
+}
+
+/// Reads a whole file with one open and one fstat.
+fn read_with_meta(path: &Path) -> std::io::Result<(Vec<u8>, maildir::FileMeta)> {
+    use std::io::Read;
+    let mut f = std::fs::File::open(path)?;
+    let meta = maildir::FileMeta::of(&f.metadata()?);
+    let mut data = Vec::with_capacity(meta.size as usize);
+    f.read_to_end(&mut data)?;
+    Ok((data, meta))
 }
 
 fn find_by_key(folder: &Path, key: &[u8]) -> Option<MessageFile> {

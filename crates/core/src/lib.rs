@@ -10,6 +10,7 @@ pub mod compress;
 pub mod crypto;
 pub mod error;
 pub mod id;
+pub mod imap;
 pub mod index;
 pub mod ls;
 pub mod maildir;

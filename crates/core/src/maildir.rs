@@ -33,16 +33,33 @@ pub struct FolderSource {
     pub path: PathBuf,
 }
 
-/// One message file as listed (not read).
+/// One message file as listed: its name and place, no `stat(2)` (see [`list_messages`]).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct MessageFile {
     pub name: Vec<u8>,
     pub new: bool,
+}
+
+/// What `stat(2)` says of a message file.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FileMeta {
     pub size: u64,
     pub mtime: Timestamp,
     pub mode: u32,
     pub uid: u32,
     pub gid: u32,
+}
+
+impl FileMeta {
+    pub fn of(m: &fs::Metadata) -> FileMeta {
+        FileMeta {
+            size: m.len(),
+            mtime: timestamp(m),
+            mode: m.mode() & 0o7777,
+            uid: m.uid(),
+            gid: m.gid(),
+        }
+    }
 }
 
 impl MessageFile {
@@ -220,8 +237,11 @@ pub(crate) fn timestamp(m: &fs::Metadata) -> Timestamp {
     }
 }
 
-/// Lists the message files of a folder (`cur/` and `new/`; `tmp/` is skipped). Entries that
-/// cannot be listed or are not regular files come back as errors naming their path.
+/// Lists the message files of a folder (`cur/` and `new/`; `tmp/` is skipped) from the
+/// directories alone: no `stat(2)` per file (the file type comes from `readdir`), so an
+/// incremental backup touches nothing but the directories for messages it already has.
+/// Entries that cannot be listed or are not regular files come back as errors naming
+/// their path.
 pub fn list_messages(folder: &Path) -> (Vec<MessageFile>, Vec<Error>) {
     let mut files = Vec::new();
     let mut errors = Vec::new();
@@ -243,30 +263,25 @@ pub fn list_messages(folder: &Path) -> (Vec<MessageFile>, Vec<Error>) {
                     continue;
                 }
             };
-            let meta = match ent.metadata() {
-                Ok(m) => m,
+            match ent.file_type() {
+                Ok(t) if t.is_file() => {}
                 // Renamed or deleted by the mail server since the listing: not an error.
                 Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
                 Err(e) => {
                     errors.push(Error::io(ent.path(), e));
                     continue;
                 }
-            };
-            if !meta.is_file() {
-                errors.push(Error::io(
-                    ent.path(),
-                    io::Error::new(io::ErrorKind::InvalidInput, "not a regular file; skipped"),
-                ));
-                continue;
+                Ok(_) => {
+                    errors.push(Error::io(
+                        ent.path(),
+                        io::Error::new(io::ErrorKind::InvalidInput, "not a regular file; skipped"),
+                    ));
+                    continue;
+                }
             }
             files.push(MessageFile {
                 name: ent.file_name().as_bytes().to_vec(),
                 new,
-                size: meta.len(),
-                mtime: timestamp(&meta),
-                mode: meta.mode() & 0o7777,
-                uid: meta.uid(),
-                gid: meta.gid(),
             });
         }
     }

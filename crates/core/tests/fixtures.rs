@@ -38,6 +38,7 @@ fn version_1_repository_opens_checks_and_restores() {
             tags: vec!["fixture".into()],
             hostname: "fixture".into(),
             force: false,
+            stat_unchanged: false,
         };
         backup(&mut repo, &opts, &NoProgress).unwrap();
     }
@@ -113,6 +114,7 @@ fn version_1_repository_with_dictionary_restores() {
             tags: vec![],
             hostname: "fixture".into(),
             force: false,
+            stat_unchanged: false,
         };
         backup(&mut repo, &opts, &NoProgress).unwrap();
         assert!(

@@ -26,6 +26,11 @@ pub struct Args {
     /// Read every message, even those the previous snapshot has.
     #[arg(long)]
     pub force: bool,
+    /// Also stat the messages the previous snapshot has and read again those whose size or
+    /// mtime changed. Maildir files never change once delivered, so by default they are
+    /// recognized by name alone; use this for stores edited in place.
+    #[arg(long)]
+    pub stat_unchanged: bool,
 }
 
 pub fn run(g: &GlobalOpts, a: Args) -> Result<Outcome> {
@@ -42,6 +47,7 @@ pub fn run(g: &GlobalOpts, a: Args) -> Result<Outcome> {
         tags: a.tag,
         hostname: a.host.unwrap_or_else(mailvault_core::hostname),
         force: a.force,
+        stat_unchanged: a.stat_unchanged,
     };
     let bar = Bar::new(g.quiet || g.json, "backup ");
     let rep = backup(&mut r, &opts, &bar);

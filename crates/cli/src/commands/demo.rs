@@ -87,6 +87,7 @@ pub fn run(g: &GlobalOpts, a: Args) -> Result<Outcome> {
         tags: vec!["demo".into()],
         hostname: mailvault_core::hostname(),
         force: false,
+        stat_unchanged: false,
     };
     println!("3. full backup");
     let bar = Bar::new(g.quiet, "backup ");

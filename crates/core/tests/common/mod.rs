@@ -242,6 +242,7 @@ pub fn backup_opts(src: &Path, accounts: Vec<String>) -> BackupOptions {
         tags: vec![],
         hostname: "test".into(),
         force: false,
+        stat_unchanged: false,
     }
 }
 
