@@ -24,7 +24,9 @@ use crate::pack::BlobKind;
 use crate::repo::{lock, BlobSaver, Repository};
 use crate::report::{per_sec, ratio, Failure, Progress};
 use crate::snapshot::{Snapshot, SnapshotSummary};
-use crate::tree::{self, AccountRef, AccountTree, FileEntry, FolderNode, MessageEntry, RootTree, Timestamp};
+use crate::tree::{
+    self, AccountRef, AccountTree, FileEntry, FolderNode, MessageEntry, RootTree, Timestamp,
+};
 use mailvault_imap::maildir_flags::{imap_to_maildir, KeywordTable};
 use mailvault_imap::{from_crlf, Client, FetchQuery, FetchedMessage, SearchKey, SeqSet, Session};
 use serde::{Deserialize, Serialize};
@@ -278,7 +280,8 @@ fn backup_account(ctx: &Ctx, account: &str, parent: Option<&AccountRef>) -> Resu
                     } else {
                         None
                     };
-                    match backup_folder(ctx, s, account, &folder, parent_folders.get(&folder), sub) {
+                    match backup_folder(ctx, s, account, &folder, parent_folders.get(&folder), sub)
+                    {
                         Ok(n) => lock(&nodes).push(n),
                         Err(e) => ctx.fail(format!("{account}: {folder}"), e),
                     }
@@ -352,14 +355,17 @@ fn backup_folder(
             }
         };
         let condstore = s.capabilities().has("CONDSTORE");
-        match (state.as_ref().and_then(|s| s.highestmodseq), info.highestmodseq) {
-            (Some(old), Some(now)) if condstore => {
-                if now != old {
-                    s.fetch_changes::<mailvault_imap::Error, _>(old, |m| {
-                        set_flags(m, &mut known);
-                        Ok(())
-                    })?;
-                }
+        match (
+            state.as_ref().and_then(|s| s.highestmodseq),
+            info.highestmodseq,
+        ) {
+            // HIGHESTMODSEQ did not move: no flag changed.
+            (Some(old), Some(now)) if condstore && now == old => {}
+            (Some(old), Some(_)) if condstore => {
+                s.fetch_changes::<mailvault_imap::Error, _>(old, |m| {
+                    set_flags(m, &mut known);
+                    Ok(())
+                })?;
             }
             _ if !known.is_empty() => {
                 s.fetch::<mailvault_imap::Error, _>(&SeqSet::all(), &FetchQuery::flags(), |m| {
@@ -370,7 +376,11 @@ fn backup_folder(
             _ => {}
         }
     }
-    let new_uids: Vec<u32> = uids.iter().copied().filter(|u| !known.contains_key(u)).collect();
+    let new_uids: Vec<u32> = uids
+        .iter()
+        .copied()
+        .filter(|u| !known.contains_key(u))
+        .collect();
     let mut entries: Vec<MessageEntry> = Vec::with_capacity(uids.len());
     for e in known.into_values() {
         ctx.n.unchanged.fetch_add(1, Relaxed);
@@ -379,16 +389,21 @@ fn backup_folder(
     }
     ctx.progress.add_total(new_uids.len() as u64, 0);
     let mut failed_here: Vec<(u32, String)> = Vec::new();
-    s.fetch_batched::<Error, _>(&new_uids, ctx.opts.fetch_batch.max(1), &FetchQuery::full(), |m| {
-        match message_entry(ctx, &m, info.uidvalidity, &mut keywords) {
-            Ok(e) => {
-                ctx.progress.advance(1, e.size);
-                entries.push(e);
+    s.fetch_batched::<Error, _>(
+        &new_uids,
+        ctx.opts.fetch_batch.max(1),
+        &FetchQuery::full(),
+        |m| {
+            match message_entry(ctx, &m, info.uidvalidity, &mut keywords) {
+                Ok(e) => {
+                    ctx.progress.advance(1, e.size);
+                    entries.push(e);
+                }
+                Err(e) => failed_here.push((m.uid, e.to_string())),
             }
-            Err(e) => failed_here.push((m.uid, e.to_string())),
-        }
-        Ok(())
-    })?;
+            Ok(())
+        },
+    )?;
     for (uid, e) in failed_here {
         ctx.fail(format!("{account}: {folder}: UID {uid}"), e);
     }
@@ -402,7 +417,11 @@ fn backup_folder(
         files.push(file_entry(ctx, b"dovecot-keywords", kw.as_bytes())?);
     }
     if let Some(subs) = subscriptions {
-        files.push(file_entry(ctx, b"subscriptions", &names::subscriptions_file(subs))?);
+        files.push(file_entry(
+            ctx,
+            b"subscriptions",
+            &names::subscriptions_file(subs),
+        )?);
     }
     let st = FolderState {
         version: 1,
@@ -456,7 +475,11 @@ fn message_entry(
     let flags: Vec<&str> = m.flags.clone().unwrap_or_default();
     let mapped = imap_to_maildir(&flags, keywords);
     if !mapped.unmapped.is_empty() {
-        tracing::warn!("UID {}: flags without a Maildir letter dropped: {:?}", m.uid, mapped.unmapped);
+        tracing::warn!(
+            "UID {}: flags without a Maildir letter dropped: {:?}",
+            m.uid,
+            mapped.unmapped
+        );
     }
     let key = names::synth_key(date, m.uid, uidvalidity, data.len() as u64);
     let name = format!("{key}:2,{}", mapped.letters);

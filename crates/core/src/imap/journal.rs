@@ -84,8 +84,10 @@ impl AccountJournal {
             .open(&path)
             .map_err(err)?;
         if file.metadata().map_err(err)?.len() == 0 {
-            file.write_all(format!("# mailvault imap journal 1 {header} account={account}\n").as_bytes())
-                .map_err(err)?;
+            file.write_all(
+                format!("# mailvault imap journal 1 {header} account={account}\n").as_bytes(),
+            )
+            .map_err(err)?;
         } else {
             // A line cut short by a kill: end it, so the next record starts on its own line.
             file.write_all(b"\n").map_err(err)?;
@@ -107,7 +109,11 @@ impl AccountJournal {
     }
 
     /// Records that these messages are about to be sent.
-    pub fn pending<'k>(&self, folder: &str, keys: impl IntoIterator<Item = &'k [u8]>) -> Result<()> {
+    pub fn pending<'k>(
+        &self,
+        folder: &str,
+        keys: impl IntoIterator<Item = &'k [u8]>,
+    ) -> Result<()> {
         let f = hex::encode(folder);
         let mut buf = String::new();
         for k in keys {
@@ -140,10 +146,12 @@ impl AccountJournal {
 
     /// Flushes the journal to disk (end of a run).
     pub fn sync(&self) -> Result<()> {
-        lock(&self.file).sync_data().map_err(|source| Error::Journal {
-            path: self.path.clone(),
-            source,
-        })
+        lock(&self.file)
+            .sync_data()
+            .map_err(|source| Error::Journal {
+                path: self.path.clone(),
+                source,
+            })
     }
 }
 
@@ -193,29 +201,44 @@ mod tests {
     fn records_survive_reopen_and_torn_lines() {
         let d = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
         let run = run_dir(d.path(), "r", "s", "imap://h:143");
-        let j = AccountJournal::open(&run, "t", "bob@example.org").unwrap_or_else(|e| panic!("{e}"));
-        j.pending("INBOX", [&b"k1"[..], b"k2", b"k3"]).unwrap_or_else(|e| panic!("{e}"));
+        let j =
+            AccountJournal::open(&run, "t", "bob@example.org").unwrap_or_else(|e| panic!("{e}"));
+        j.pending("INBOX", [&b"k1"[..], b"k2", b"k3"])
+            .unwrap_or_else(|e| panic!("{e}"));
         j.accepted("INBOX", &[(b"k1", 7, 1), (b"k2", 7, 2)])
             .unwrap_or_else(|e| panic!("{e}"));
         let path = j.path().to_path_buf();
         drop(j);
         // A torn record at the end.
-        let mut f = OpenOptions::new().append(true).open(&path).unwrap_or_else(|e| panic!("{e}"));
-        f.write_all(b"A\t494e424f58\t6b33\t7").unwrap_or_else(|e| panic!("{e}"));
+        let mut f = OpenOptions::new()
+            .append(true)
+            .open(&path)
+            .unwrap_or_else(|e| panic!("{e}"));
+        f.write_all(b"A\t494e424f58\t6b33\t7")
+            .unwrap_or_else(|e| panic!("{e}"));
         drop(f);
-        let j = AccountJournal::open(&run, "t", "bob@example.org").unwrap_or_else(|e| panic!("{e}"));
+        let j =
+            AccountJournal::open(&run, "t", "bob@example.org").unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(
             j.state("INBOX", b"k1"),
-            Some(State::Accepted { uidvalidity: 7, uid: 1 })
+            Some(State::Accepted {
+                uidvalidity: 7,
+                uid: 1
+            })
         );
         assert_eq!(j.state("INBOX", b"k3"), Some(State::Pending));
         assert_eq!(j.state("Sent", b"k1"), None);
-        j.accepted("INBOX", &[(b"k3", 7, 3)]).unwrap_or_else(|e| panic!("{e}"));
+        j.accepted("INBOX", &[(b"k3", 7, 3)])
+            .unwrap_or_else(|e| panic!("{e}"));
         drop(j);
-        let j = AccountJournal::open(&run, "t", "bob@example.org").unwrap_or_else(|e| panic!("{e}"));
+        let j =
+            AccountJournal::open(&run, "t", "bob@example.org").unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(
             j.state("INBOX", b"k3"),
-            Some(State::Accepted { uidvalidity: 7, uid: 3 })
+            Some(State::Accepted {
+                uidvalidity: 7,
+                uid: 3
+            })
         );
         assert_eq!(file_name("a/b"), format!("x{}.journal", hex::encode("a/b")));
     }

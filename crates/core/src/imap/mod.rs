@@ -71,7 +71,10 @@ impl std::fmt::Debug for Password {
 pub enum Login {
     /// As the account itself; the login name is `template` with `%u` replaced by the
     /// account (`bob@example.org`), `%n` by its local part and `%d` by its domain.
-    User { template: String, password: Password },
+    User {
+        template: String,
+        password: Password,
+    },
     /// Through a master user (Dovecot `user*master`, SASL PLAIN with an authorization
     /// identity): one credential for every account.
     Master { master: String, password: Password },
@@ -94,11 +97,17 @@ impl Login {
             }
         };
         Ok(match self {
-            Login::User { template, password: p } => Credentials::User {
+            Login::User {
+                template,
+                password: p,
+            } => Credentials::User {
                 user: login_name(template, account),
                 password: password(p)?,
             },
-            Login::Master { master, password: p } => Credentials::Master {
+            Login::Master {
+                master,
+                password: p,
+            } => Credentials::Master {
                 user: account.to_string(),
                 master: master.clone(),
                 password: password(p)?,
@@ -284,7 +293,10 @@ mod tests {
     fn templates() {
         assert_eq!(login_name("%u", "bob@example.org"), "bob@example.org");
         assert_eq!(login_name("%n", "bob@example.org"), "bob");
-        assert_eq!(login_name("%d\\%n%%", "bob@example.org"), "example.org\\bob%");
+        assert_eq!(
+            login_name("%d\\%n%%", "bob@example.org"),
+            "example.org\\bob%"
+        );
         assert_eq!(login_name("x%", "bob"), "x%");
     }
 

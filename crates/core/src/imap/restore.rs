@@ -383,19 +383,14 @@ fn provision(ctx: &Ctx, acc: &AccountRef, selected: &[FolderNode]) -> Result<(u6
     let creds = credentials(ctx, &acc.name)?;
     let mut s = login_with_backoff(&ctx.client, &creds, 6)?;
     let existing: HashSet<String> = s.list()?.into_iter().map(|f| f.name).collect();
-    let mut wanted: Vec<String> = Vec::new();
-    for f in selected {
-        let name = names::imap_folder_name(&f.name);
-        // Parents first, even when the snapshot has no node for them.
-        let levels: Vec<&str> = name.split('/').collect();
-        for i in 1..=levels.len() {
-            let p = levels[..i].join("/");
-            if !wanted.contains(&p) {
-                wanted.push(p);
-            }
-        }
-    }
+    // Sorted, so parents come before their children. A parent the snapshot does not
+    // have is left to the server (Maildir++ has no such folder either).
+    let mut wanted: Vec<String> = selected
+        .iter()
+        .map(|f| names::imap_folder_name(&f.name))
+        .collect();
     wanted.sort();
+    wanted.dedup();
     let (mut created, mut special) = (0, 0);
     for name in &wanted {
         if name.eq_ignore_ascii_case("INBOX") || existing.contains(name) {
@@ -698,7 +693,8 @@ impl Worker<'_> {
             };
             let root = err.root();
             match root {
-                mailvault_imap::Error::OverQuota { .. } | mailvault_imap::Error::AuthFailed { .. } => {
+                mailvault_imap::Error::OverQuota { .. }
+                | mailvault_imap::Error::AuthFailed { .. } => {
                     let rest: Vec<&MessageEntry> =
                         retry.iter().chain(&doubt).map(|r| r.entry).collect();
                     ctx.fail_messages(self.acc, &folder.name, &rest, &err.to_string());

@@ -1,0 +1,382 @@
+//! IMAP fidelity round trip against a real Dovecot: generated Maildir store -> backup ->
+//! restore into Dovecot -> backup of that Dovecot over IMAP -> restore to a Maildir gives
+//! the same messages, flags, keywords, internal dates, folders and subscriptions, and
+//! the same bytes apart from line endings. Plus: incremental IMAP backups, a re-run that
+//! appends nothing twice, skip-existing, and a refused (zero-byte) message.
+//! Fails (does not skip) without Dovecot unless MAILVAULT_SKIP_DOVECOT=1.
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use common::{init_repo, put_msg};
+use mailvault_core::backup::{backup, BackupOptions};
+use mailvault_core::imap::backup::{backup as imap_backup, ImapBackupOptions};
+use mailvault_core::imap::names::parse_subscriptions;
+use mailvault_core::imap::restore::{restore as imap_restore, ImapRestoreOptions};
+use mailvault_core::imap::{Connection, Login, Password};
+use mailvault_core::report::NoProgress;
+use mailvault_core::restore::{restore, RestoreOptions};
+use mailvault_core::Repository;
+use mailvault_imap::maildir_flags::{maildir_to_imap, KeywordTable};
+use mailvault_imap::testing::DovecotServer;
+use mailvault_imap::{from_crlf, FetchQuery, SeqSet, StoreMode};
+use std::collections::{BTreeMap, BTreeSet};
+use std::fs;
+use std::os::unix::fs::MetadataExt;
+use std::path::Path;
+
+/// One message as the comparison sees it: LF bytes, IMAP flags (lower case, sorted),
+/// internal date.
+type Msg = (Vec<u8>, Vec<String>, i64);
+/// account rel path -> folder dir -> messages (sorted), plus subscriptions per account.
+#[derive(Debug, PartialEq)]
+struct Store {
+    folders: BTreeMap<String, BTreeMap<String, Vec<Msg>>>,
+    subscriptions: BTreeMap<String, BTreeSet<String>>,
+}
+
+fn read_store(root: &Path) -> Store {
+    let mut s = Store {
+        folders: BTreeMap::new(),
+        subscriptions: BTreeMap::new(),
+    };
+    for d in fs::read_dir(root).unwrap() {
+        let d = d.unwrap().path();
+        if !d.is_dir() {
+            continue;
+        }
+        for u in fs::read_dir(&d).unwrap() {
+            let md = u.unwrap().path().join("Maildir");
+            if !md.is_dir() {
+                continue;
+            }
+            let acc = md.strip_prefix(root).unwrap().display().to_string();
+            let subs = fs::read(md.join("subscriptions")).unwrap_or_default();
+            s.subscriptions.insert(
+                acc.clone(),
+                parse_subscriptions(&subs).into_iter().collect(),
+            );
+            let mut folders = BTreeMap::new();
+            let mut dirs = vec![(String::new(), md.clone())];
+            for f in fs::read_dir(&md).unwrap() {
+                let f = f.unwrap();
+                let name = f.file_name().to_string_lossy().into_owned();
+                if name.starts_with('.') && f.path().is_dir() {
+                    dirs.push((name, f.path()));
+                }
+            }
+            for (name, dir) in dirs {
+                let kw = fs::read_to_string(dir.join("dovecot-keywords"))
+                    .map(|t| KeywordTable::parse(&t))
+                    .unwrap_or_default();
+                let mut msgs = Vec::new();
+                for sub in ["cur", "new"] {
+                    let Ok(rd) = fs::read_dir(dir.join(sub)) else {
+                        continue;
+                    };
+                    for m in rd {
+                        let m = m.unwrap();
+                        let file = m.file_name().to_string_lossy().into_owned();
+                        let letters = file.rsplit_once(":2,").map(|x| x.1).unwrap_or("");
+                        let mapped = maildir_to_imap(letters, &kw);
+                        assert!(mapped.unmapped.is_empty(), "{file}: {mapped:?}");
+                        let mut flags: Vec<String> =
+                            mapped.flags.iter().map(|f| f.to_lowercase()).collect();
+                        flags.sort();
+                        flags.dedup();
+                        let data = fs::read(m.path()).unwrap();
+                        let mtime = m.metadata().unwrap().mtime();
+                        msgs.push((from_crlf(&data).into_owned(), flags, mtime));
+                    }
+                }
+                msgs.sort();
+                folders.insert(name, msgs);
+            }
+            s.folders.insert(acc, folders);
+        }
+    }
+    s
+}
+
+fn connection(server: &DovecotServer) -> Connection {
+    Connection {
+        client: server.client_options(),
+        login: Login::Master {
+            master: server.master_user().into(),
+            password: Password::One(server.master_password().into()),
+        },
+    }
+}
+
+fn restore_opts(server: &DovecotServer, journal: &Path) -> ImapRestoreOptions {
+    let mut o = ImapRestoreOptions::new("latest", connection(server));
+    o.journal_dir = journal.to_path_buf();
+    o.connections = 2;
+    o.parallel_accounts = 3;
+    o.batch_messages = 40;
+    o
+}
+
+fn backup_opts(server: &DovecotServer, accounts: Vec<String>) -> ImapBackupOptions {
+    ImapBackupOptions {
+        connection: connection(server),
+        accounts,
+        source: format!("imap://127.0.0.1:{}", server.port()),
+        connections: 2,
+        parallel_accounts: 3,
+        compression: None,
+        tags: vec![],
+        hostname: "test".into(),
+        force: false,
+        fetch_batch: 50,
+    }
+}
+
+fn maildir_backup(repo: &mut Repository, src: &Path) {
+    let r = backup(
+        repo,
+        &BackupOptions {
+            source: src.to_path_buf(),
+            accounts: vec![],
+            jobs: 2,
+            compression: None,
+            tags: vec![],
+            hostname: "test".into(),
+            force: false,
+            stat_unchanged: false,
+        },
+        &NoProgress,
+    )
+    .unwrap();
+    assert!(r.failures.is_empty(), "{:?}", r.failures);
+}
+
+fn maildir_restore(repo: &Repository, snapshot: &str, dest: &Path) {
+    let r = restore(
+        repo,
+        &RestoreOptions {
+            snapshot: snapshot.into(),
+            target: dest.to_path_buf(),
+            jobs: 2,
+            ..Default::default()
+        },
+        &NoProgress,
+    )
+    .unwrap();
+    assert!(r.failures.is_empty(), "{:?}", r.failures);
+}
+
+#[test]
+fn maildir_to_dovecot_and_back_is_faithful() {
+    let Some(server) = DovecotServer::start_or_skip().expect("dovecot") else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let src = dir.path().join("src");
+    let spec = mailvault_corpus::CorpusSpec {
+        messages: 400,
+        ..mailvault_corpus::CorpusSpec::preset("tiny").unwrap()
+    };
+    mailvault_corpus::generate(&spec, &src).unwrap();
+    let original = read_store(&src);
+    let mut repo = init_repo(&dir.path().join("repo"));
+    maildir_backup(&mut repo, &src);
+
+    // Into Dovecot.
+    let journal = dir.path().join("journal");
+    let r = imap_restore(&repo, &restore_opts(&server, &journal), &NoProgress).unwrap();
+    assert!(r.failures.is_empty(), "{:?}", r.failures);
+    assert_eq!(r.items_appended, 400);
+    assert_eq!(r.items_total, 400);
+    assert_eq!(r.phases.len(), 3);
+    assert_eq!(r.phases[0].name, "provisioning");
+    assert!(r.phases[0].items > 0);
+
+    // A second run appends nothing: the journal has everything.
+    let again = imap_restore(&repo, &restore_opts(&server, &journal), &NoProgress).unwrap();
+    assert_eq!((again.items_appended, again.items_journaled), (0, 400));
+    // With a fresh journal and --skip-existing, every message is found on the server.
+    let mut o = restore_opts(&server, &dir.path().join("journal2"));
+    o.skip_existing = true;
+    let skip = imap_restore(&repo, &o, &NoProgress).unwrap();
+    assert_eq!((skip.items_appended, skip.items_existing), (0, 400));
+
+    // Back up Dovecot over IMAP, restore to a Maildir, compare.
+    let accounts: Vec<String> = {
+        let snap = repo.find_snapshot("latest").unwrap();
+        let root: mailvault_core::tree::RootTree = repo.read_tree(&snap.root).unwrap();
+        root.accounts.into_iter().map(|a| a.name).collect()
+    };
+    let b = imap_backup(
+        &mut repo,
+        &backup_opts(&server, accounts.clone()),
+        &NoProgress,
+    )
+    .unwrap();
+    assert!(b.failures.is_empty(), "{:?}", b.failures);
+    assert_eq!((b.items_total, b.items_new), (400, 400));
+    let out = dir.path().join("out");
+    maildir_restore(&repo, &b.snapshot, &out);
+    let back = read_store(&out);
+    assert_eq!(back.subscriptions, original.subscriptions);
+    assert_eq!(
+        back.folders.keys().collect::<Vec<_>>(),
+        original.folders.keys().collect::<Vec<_>>()
+    );
+    for (acc, folders) in &original.folders {
+        for (f, msgs) in folders {
+            let got = &back.folders[acc][f];
+            assert_eq!(got.len(), msgs.len(), "{acc} {f}");
+            for (a, b) in msgs.iter().zip(got) {
+                assert_eq!(a.0, b.0, "{acc} {f}: bytes");
+                assert_eq!((&a.1, a.2), (&b.1, b.2), "{acc} {f}: flags and date");
+            }
+        }
+    }
+
+    // Incremental: nothing changed -> nothing fetched.
+    let inc = imap_backup(
+        &mut repo,
+        &backup_opts(&server, accounts.clone()),
+        &NoProgress,
+    )
+    .unwrap();
+    assert_eq!((inc.items_new, inc.items_unchanged), (0, 400));
+    assert_eq!(inc.parent.as_deref(), Some(b.snapshot.as_str()));
+
+    // Change flags of one message, delete another, add a third, in the first account.
+    let acc = &accounts[0];
+    let mut s = server.client().login(&server.master(acc)).unwrap();
+    s.select("INBOX").unwrap();
+    let uids = s.uid_search(&mailvault_imap::SearchKey::All).unwrap();
+    assert!(uids.len() >= 2);
+    s.uid_store(
+        &SeqSet::from_ids(&uids[..1]),
+        StoreMode::Add,
+        &["\\Flagged", "Blue"],
+    )
+    .unwrap();
+    s.uid_store(
+        &SeqSet::from_ids(&uids[1..2]),
+        StoreMode::Add,
+        &["\\Deleted"],
+    )
+    .unwrap();
+    s.expunge().unwrap();
+    s.append(
+        "INBOX",
+        &mailvault_imap::AppendMsg {
+            flags: vec!["\\Seen".into()],
+            internal_date: Some((1_700_000_000, 0).into()),
+            data: b"Subject: new\r\nMessage-ID: <new@x>\r\n\r\nhello\r\n",
+        },
+    )
+    .unwrap();
+    let mut flags_now = Vec::new();
+    s.fetch::<mailvault_imap::Error, _>(&SeqSet::from_ids(&uids[..1]), &FetchQuery::flags(), |m| {
+        flags_now = m
+            .flags
+            .unwrap_or_default()
+            .iter()
+            .map(|f| f.to_lowercase())
+            .collect();
+        Ok(())
+    })
+    .unwrap();
+    s.logout().unwrap();
+    let inc = imap_backup(
+        &mut repo,
+        &backup_opts(&server, accounts.clone()),
+        &NoProgress,
+    )
+    .unwrap();
+    assert!(inc.failures.is_empty(), "{:?}", inc.failures);
+    assert_eq!((inc.items_new, inc.items_unchanged), (1, 399));
+    let out2 = dir.path().join("out2");
+    maildir_restore(&repo, &inc.snapshot, &out2);
+    let back2 = read_store(&out2);
+    let acc_dir = {
+        let (u, d) = acc.split_once('@').unwrap();
+        format!("{d}/{u}/Maildir")
+    };
+    let inbox = &back2.folders[&acc_dir][""];
+    assert_eq!(inbox.len(), back.folders[&acc_dir][""].len());
+    assert!(inbox
+        .iter()
+        .any(|m| m.0 == b"Subject: new\nMessage-ID: <new@x>\n\nhello\n"));
+    assert!(inbox
+        .iter()
+        .any(|m| m.1.contains(&"blue".to_string()) && m.1.contains(&"\\flagged".to_string())));
+    assert!(flags_now.contains(&"blue".to_string()));
+}
+
+#[test]
+fn refused_messages_are_reported_and_the_run_goes_on() {
+    let Some(server) = DovecotServer::start_or_skip().expect("dovecot") else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let md = dir.path().join("Maildir");
+    put_msg(&md, "", "cur", "1.M1P1.h,S=0:2,S", b"", 1_700_000_000);
+    put_msg(
+        &md,
+        "",
+        "cur",
+        "2.M2P2.h:2,S",
+        b"Subject: ok\n\nbody\n",
+        1_700_000_001,
+    );
+    put_msg(
+        &md,
+        ".Sent",
+        "cur",
+        "3.M3P3.h:2,S",
+        b"Subject: sent\n\nbody\n",
+        1_700_000_002,
+    );
+    let mut repo = init_repo(&dir.path().join("repo"));
+    let r = backup(
+        &mut repo,
+        &BackupOptions {
+            source: md.clone(),
+            accounts: vec!["bob@example.org".into()],
+            jobs: 1,
+            compression: None,
+            tags: vec![],
+            hostname: "t".into(),
+            force: false,
+            stat_unchanged: false,
+        },
+        &NoProgress,
+    )
+    .unwrap();
+    assert!(r.failures.is_empty());
+    let r = imap_restore(
+        &repo,
+        &restore_opts(&server, &dir.path().join("j")),
+        &NoProgress,
+    )
+    .unwrap();
+    assert_eq!((r.items_appended, r.items_failed), (2, 1), "{r:?}");
+    assert!(
+        r.failures[0].error.contains("zero byte"),
+        "{:?}",
+        r.failures
+    );
+    assert!(r.failures[0].item.contains("1.M1P1.h,S=0"));
+
+    // Wrong credentials: a clear error naming the account.
+    let mut o = restore_opts(&server, &dir.path().join("j2"));
+    o.connection.login = Login::User {
+        template: "%u".into(),
+        password: Password::One("wrong".into()),
+    };
+    let r = imap_restore(&repo, &o, &NoProgress).unwrap();
+    assert_eq!(r.items_failed, 3);
+    assert!(
+        r.failures[0].item.contains("bob@example.org"),
+        "{:?}",
+        r.failures
+    );
+    assert!(r.failures[0].error.contains("refused"), "{:?}", r.failures);
+}
