@@ -427,6 +427,9 @@ pub struct SaveStats {
 }
 
 const SHARDS: usize = 64;
+/// Data packers: one per worker thread (threads beyond this share), so the blobs of the
+/// account a worker is on sit together and restoring one account reads few ranges.
+const DATA_PACKERS: usize = 64;
 
 /// Saves blobs during a backup: dedup against the index and this run, compress, seal,
 /// pack, write packs as they fill. Shared by all worker threads.
@@ -434,7 +437,8 @@ pub struct BlobSaver<'r> {
     repo: &'r Repository,
     compression: Compression,
     pending: Vec<Mutex<HashSet<Id>>>,
-    packers: [Mutex<PackBuilder>; 2],
+    /// `DATA_PACKERS` data packers, then the one tree packer.
+    packers: Vec<Mutex<PackBuilder>>,
     written: Mutex<Vec<(Id, Vec<PackEntry>)>>,
     pub stats: SaveStats,
 }
@@ -445,10 +449,7 @@ impl<'r> BlobSaver<'r> {
             repo,
             compression,
             pending: (0..SHARDS).map(|_| Mutex::new(HashSet::new())).collect(),
-            packers: [
-                Mutex::new(PackBuilder::default()),
-                Mutex::new(PackBuilder::default()),
-            ],
+            packers: (0..=DATA_PACKERS).map(|_| Mutex::new(PackBuilder::default())).collect(),
             written: Mutex::new(Vec::new()),
             stats: SaveStats::default(),
         }
@@ -502,8 +503,12 @@ impl<'r> BlobSaver<'r> {
                     .fetch_add(sealed.len() as u64, Ordering::Relaxed);
             }
         }
+        let slot = match kind {
+            BlobKind::Data => rayon::current_thread_index().unwrap_or(0) % DATA_PACKERS,
+            BlobKind::Tree => DATA_PACKERS,
+        };
         let full = {
-            let mut p = lock(&self.packers[kind as usize]);
+            let mut p = lock(&self.packers[slot]);
             p.add(id, kind, codec, data.len(), &sealed);
             if p.len() >= self.repo.config.pack_size as usize {
                 Some(std::mem::take(&mut *p))
