@@ -4,12 +4,15 @@ use crate::output::{bytes, print_failures, ratio};
 use crate::{progress::Bar, repo, GlobalOpts, Outcome};
 use anyhow::Result;
 use mailvault_core::backup::{backup, BackupOptions, BackupReport};
+use mailvault_core::imap::backup::{backup as imap_backup, ImapBackupOptions};
 use mailvault_core::Compression;
 
 #[derive(clap::Args, Debug)]
 pub struct Args {
-    /// What to back up: `maildir:/var/vmail` (a store of <domain>/<user>/Maildir) or
-    /// `maildir:/home/bob/Maildir` (one Maildir; name it with --account).
+    /// What to back up: `maildir:/var/vmail` (a store of <domain>/<user>/Maildir),
+    /// `maildir:/home/bob/Maildir` (one Maildir; name it with --account), or IMAP
+    /// accounts: `imap://bob@example.org@host[:port]` (one account) or `imap://host`
+    /// with --imap-master-user and --account/--accounts-file (`imaps://` for TLS).
     pub source: String,
     /// The account name of a single Maildir; for a store, back up only these accounts.
     #[arg(long)]
@@ -31,9 +34,20 @@ pub struct Args {
     /// recognized by name alone; use this for stores edited in place.
     #[arg(long)]
     pub stat_unchanged: bool,
+    #[command(flatten)]
+    pub imap: super::imap::ImapArgs,
+    /// IMAP: a file with the accounts to back up, one per line (with --imap-master-user).
+    #[arg(long)]
+    pub accounts_file: Option<std::path::PathBuf>,
 }
 
 pub fn run(g: &GlobalOpts, a: Args) -> Result<Outcome> {
+    if super::imap::is_imap(&a.source) {
+        return run_imap(g, a);
+    }
+    if a.imap.any_given() || a.accounts_file.is_some() {
+        anyhow::bail!("the IMAP flags only apply to imap:// and imaps:// sources");
+    }
     let source = super::maildir_location(&a.source, "source")?;
     let mut r = repo::open(g)?;
     let opts = BackupOptions {
@@ -95,4 +109,56 @@ fn print_report(r: &BackupReport) {
         r.elapsed_secs, r.items_per_sec, r.mb_per_sec
     );
     print_failures(&r.failures);
+}
+
+fn run_imap(g: &GlobalOpts, a: Args) -> Result<Outcome> {
+    let (url, user) = super::imap::split_user(&a.source);
+    let connection = a.imap.connection(&url)?;
+    let mut accounts: Vec<String> = user.iter().cloned().collect();
+    accounts.extend(a.account.iter().cloned());
+    if let Some(f) = &a.accounts_file {
+        let text = std::fs::read_to_string(f)
+            .map_err(|e| anyhow::anyhow!("reading accounts file {}: {e}", f.display()))?;
+        accounts.extend(
+            text.lines()
+                .map(str::trim)
+                .filter(|l| !l.is_empty() && !l.starts_with('#'))
+                .map(String::from),
+        );
+    }
+    accounts.dedup();
+    let source = match &user {
+        Some(u) => url.replacen("://", &format!("://{u}@"), 1),
+        None => connection.url(),
+    };
+    let mut r = repo::open(g)?;
+    let opts = ImapBackupOptions {
+        source,
+        accounts,
+        connection,
+        connections: a.imap.connections.max(1),
+        parallel_accounts: a.imap.accounts.max(1),
+        compression: a
+            .compression
+            .map(|c| c.parse::<Compression>())
+            .transpose()?,
+        tags: a.tag,
+        hostname: a.host.unwrap_or_else(mailvault_core::hostname),
+        force: a.force,
+        fetch_batch: 200,
+    };
+    let bar = Bar::new(g.quiet || g.json, "backup ");
+    let rep = imap_backup(&mut r, &opts, &bar);
+    bar.finish();
+    let rep = rep?;
+    if g.json {
+        crate::output::json(&rep)?;
+    } else {
+        print_report(&rep);
+    }
+    Ok(if rep.items_failed > 0 {
+        Outcome::Partial
+    } else {
+        Outcome::Ok
+    })
 }

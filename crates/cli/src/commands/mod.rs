@@ -3,6 +3,7 @@
 pub mod backup;
 pub mod check;
 pub mod demo;
+pub mod imap;
 pub mod init;
 pub mod ls;
 pub mod restore;

@@ -3,13 +3,17 @@
 use crate::output::{bytes, print_failures};
 use crate::{progress::Bar, repo, GlobalOpts, Outcome};
 use anyhow::Result;
+use mailvault_core::imap::restore::{
+    restore as imap_restore, ImapRestoreOptions, ImapRestoreReport,
+};
 use mailvault_core::restore::{restore, RestoreOptions, RestoreReport};
 
 #[derive(clap::Args, Debug)]
 pub struct Args {
     /// Snapshot id (a unique prefix is enough) or `latest`.
     pub snapshot: String,
-    /// Where to restore: `maildir:/srv/restore`. Accounts are recreated below it as
+    /// Where to restore: `maildir:/srv/restore`, or a live server `imap://host[:port]`
+    /// (`--starttls`) or `imaps://host[:port]`. Accounts are recreated below it as
     /// `<domain>/<user>/Maildir`; a single-Maildir snapshot restores into it directly.
     #[arg(long)]
     pub target: String,
@@ -22,9 +26,30 @@ pub struct Args {
     /// Only this message, by Maildir key as `ls` shows it (repeatable).
     #[arg(long)]
     pub message: Vec<String>,
+    #[command(flatten)]
+    pub imap: super::imap::ImapArgs,
+    /// IMAP: at most this many messages per second over all connections.
+    #[arg(long)]
+    pub max_rate: Option<f64>,
+    /// IMAP: look for every message in the target folder (Message-ID, size, date) and
+    /// send only those it lacks.
+    #[arg(long)]
+    pub skip_existing: bool,
+    /// IMAP: the journal directory (default: $XDG_CACHE_HOME/mailvault/imap-journal).
+    #[arg(long)]
+    pub journal: Option<std::path::PathBuf>,
+    /// IMAP: most messages per APPEND batch.
+    #[arg(long, default_value_t = 500)]
+    pub batch: usize,
 }
 
 pub fn run(g: &GlobalOpts, a: Args) -> Result<Outcome> {
+    if super::imap::is_imap(&a.target) {
+        return run_imap(g, a);
+    }
+    if a.imap.any_given() || a.skip_existing || a.max_rate.is_some() || a.journal.is_some() {
+        anyhow::bail!("the IMAP flags only apply to imap:// and imaps:// targets");
+    }
     let target = super::maildir_location(&a.target, "target")?;
     let r = repo::open(g)?;
     let opts = RestoreOptions {
@@ -69,5 +94,70 @@ fn print_report(r: &RestoreReport, o: &RestoreOptions) {
         r.items_per_sec,
         r.mb_per_sec
     );
+    print_failures(&r.failures);
+}
+
+fn run_imap(g: &GlobalOpts, a: Args) -> Result<Outcome> {
+    if !a.message.is_empty() {
+        anyhow::bail!("--message is not supported for IMAP targets yet: restore a folder");
+    }
+    let connection = a.imap.connection(&a.target)?;
+    let r = repo::open(g)?;
+    let mut opts = ImapRestoreOptions::new(&a.snapshot, connection);
+    opts.accounts = a.account;
+    opts.folders = a.folder;
+    opts.connections = a.imap.connections.max(1);
+    opts.parallel_accounts = a.imap.accounts.max(1);
+    opts.max_rate = a.max_rate;
+    opts.skip_existing = a.skip_existing;
+    opts.batch_messages = a.batch.max(1);
+    if let Some(j) = a.journal {
+        opts.journal_dir = j;
+    }
+    let bar = Bar::new(g.quiet || g.json, "restore");
+    let rep = imap_restore(&r, &opts, &bar);
+    bar.finish();
+    let rep = rep?;
+    if g.json {
+        crate::output::json(&rep)?;
+    } else {
+        print_imap_report(&rep);
+    }
+    Ok(if rep.items_failed > 0 {
+        Outcome::Partial
+    } else {
+        Outcome::Ok
+    })
+}
+
+fn print_imap_report(r: &ImapRestoreReport) {
+    println!("restored snapshot {} to {}", &r.snapshot[..8], r.target);
+    println!("  accounts   {}, folders {}", r.accounts, r.folders);
+    println!(
+        "  messages   {} total: {} appended, {} done by an earlier run, {} found on the server, {} failed",
+        r.items_total, r.items_appended, r.items_journaled, r.items_existing, r.items_failed
+    );
+    for p in &r.phases {
+        println!(
+            "  {:<12} {} items in {:.2} s ({:.0}/s): {}",
+            p.name, p.items, p.secs, p.items_per_sec, p.note
+        );
+    }
+    if r.per_account.len() <= 20 {
+        for a in &r.per_account {
+            println!(
+                "  account {}: {} messages, {} appended, {} skipped, {} failed, {:.2} s",
+                a.account, a.messages, a.appended, a.skipped, a.failed, a.secs
+            );
+        }
+    }
+    println!(
+        "  written    {} in {:.2} s: {:.0} messages/s, {:.1} MB/s",
+        bytes(r.bytes_appended),
+        r.elapsed_secs,
+        r.items_per_sec,
+        r.mb_per_sec
+    );
+    println!("  journal    {}", r.journal);
     print_failures(&r.failures);
 }
