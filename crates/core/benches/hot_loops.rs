@@ -1,0 +1,107 @@
+//! Criterion benches of the backup and restore hot loops: splitting, hashing, compressing,
+//! sealing, packing and index lookups. `cargo bench -p mailvault-core`.
+#![allow(clippy::unwrap_used)]
+
+use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
+use mailvault_core::compress::{self, Codec, Compression, Dictionaries};
+use mailvault_core::crypto::MasterKey;
+use mailvault_core::id::Id;
+use mailvault_core::index::Index;
+use mailvault_core::pack::{BlobKind, PackBuilder, PackEntry};
+use mailvault_core::split::{split, ChunkerParams};
+
+/// A message-like text of `len` bytes: headers, then words.
+fn message(len: usize, seed: u64) -> Vec<u8> {
+    let words = [
+        "the", "report", "meeting", "tomorrow", "budget", "please", "review", "attached",
+        "regards", "team",
+    ];
+    let mut m = format!("Received: from mx{seed}.example.org by mail.example.org; Mon, 1 Jan 2024\nFrom: a{seed}@example.org\nSubject: note {seed}\n\n").into_bytes();
+    let mut x = seed.wrapping_mul(6364136223846793005) | 1;
+    while m.len() < len {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        m.extend_from_slice(words[(x % 10) as usize].as_bytes());
+        m.push(if x % 13 == 0 { b'\n' } else { b' ' });
+    }
+    m.truncate(len);
+    m
+}
+
+fn bench(c: &mut Criterion) {
+    let key = MasterKey::random();
+    let sizes = [4 << 10, 64 << 10, 1 << 20];
+    let mut g = c.benchmark_group("per_blob");
+    for &n in &sizes {
+        let m = message(n, 7);
+        g.throughput(Throughput::Bytes(n as u64));
+        g.bench_with_input(BenchmarkId::new("split", n), &m, |b, m| {
+            b.iter(|| split(m, &ChunkerParams::default()))
+        });
+        g.bench_with_input(BenchmarkId::new("blob_id", n), &m, |b, m| {
+            b.iter(|| key.blob_id(m))
+        });
+        g.bench_with_input(BenchmarkId::new("zstd", n), &m, |b, m| {
+            b.iter(|| compress::compress(m, Compression::Zstd, None))
+        });
+        g.bench_with_input(BenchmarkId::new("lz4", n), &m, |b, m| {
+            b.iter(|| compress::compress(m, Compression::Lz4, None))
+        });
+        g.bench_with_input(BenchmarkId::new("seal", n), &m, |b, m| {
+            b.iter(|| key.seal(m))
+        });
+        let (codec, packed) = compress::compress(&m, Compression::Zstd, None).unwrap();
+        let dicts = Dictionaries::default();
+        g.bench_with_input(BenchmarkId::new("unzstd", n), &packed, |b, p| {
+            b.iter(|| compress::decompress(codec, p, n, "b", &dicts).unwrap())
+        });
+    }
+    g.finish();
+
+    let samples: Vec<Vec<u8>> = (0..2000).map(|i| message(3000, i)).collect();
+    let mut dicts = Dictionaries::default();
+    let id = dicts.add(&compress::train(&samples).unwrap(), "d").unwrap();
+    dicts.set_encoder(id);
+    let m = message(4 << 10, 99_999);
+    c.bench_function("zstd_dict_4k", |b| {
+        b.iter(|| compress::compress(&m, Compression::Zstd, dicts.encoder()))
+    });
+
+    let sealed = key.seal(&m);
+    c.bench_function("pack_16MiB_of_4k_blobs", |b| {
+        b.iter(|| {
+            let mut p = PackBuilder::default();
+            for i in 0..4096u32 {
+                let mut id = [0u8; 32];
+                id[..4].copy_from_slice(&i.to_le_bytes());
+                p.add(Id(id), BlobKind::Data, Codec::Zstd, m.len(), &sealed);
+            }
+            p.finish(&key)
+        })
+    });
+
+    let mut index = Index::default();
+    let entries: Vec<PackEntry> = (0..1_000_000u32)
+        .map(|i| PackEntry {
+            id: key.blob_id(&i.to_le_bytes()),
+            kind: BlobKind::Data,
+            codec: Codec::Zstd,
+            offset: i,
+            stored_len: 100,
+            raw_len: 200,
+        })
+        .collect();
+    for (n, chunk) in entries.chunks(4096).enumerate() {
+        let mut pid = [0u8; 32];
+        pid[..8].copy_from_slice(&(n as u64).to_le_bytes());
+        index.add_pack(Id(pid), chunk);
+    }
+    let probe: Vec<Id> = entries.iter().step_by(997).map(|e| e.id).collect();
+    c.bench_function("index_lookup_1M", |b| {
+        b.iter(|| probe.iter().filter(|id| index.contains(id)).count())
+    });
+}
+
+criterion_group!(benches, bench);
+criterion_main!(benches);
