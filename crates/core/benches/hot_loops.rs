@@ -23,7 +23,7 @@ fn message(len: usize, seed: u64) -> Vec<u8> {
         x ^= x >> 7;
         x ^= x << 17;
         m.extend_from_slice(words[(x % 10) as usize].as_bytes());
-        m.push(if x % 13 == 0 { b'\n' } else { b' ' });
+        m.push(if x.is_multiple_of(13) { b'\n' } else { b' ' });
     }
     m.truncate(len);
     m
