@@ -305,29 +305,21 @@ fn sample_blobs(accounts: &[AccountSource], params: &crate::split::ChunkerParams
         round += 1;
     }
     picked.truncate(MAX_FILES);
-    let pieces: Vec<Vec<Vec<u8>>> = picked
-        .par_iter()
-        .map(|p| {
-            let Ok(data) = std::fs::read(p) else {
-                return Vec::new();
-            };
-            crate::split::split(&data, params)
-                .into_iter()
-                .filter(|r| r.len() <= crate::compress::DICT_MAX_BLOB)
-                .map(|r| data[r].to_vec())
-                .collect()
-        })
-        .collect();
-    let mut out = Vec::new();
-    let mut total = 0u64;
-    for p in pieces.into_iter().flatten() {
-        total += p.len() as u64;
-        if total > MAX_BYTES {
-            break;
+    // Read in parallel until the budget is spent; only what is kept stays in memory.
+    let total = AtomicU64::new(0);
+    let out = Mutex::new(Vec::new());
+    picked.par_iter().for_each(|p| {
+        if total.load(Relaxed) >= MAX_BYTES {
+            return;
         }
-        out.push(p);
-    }
-    out
+        let Ok(data) = std::fs::read(p) else { return };
+        for r in crate::split::split(&data, params) {
+            if r.len() <= crate::compress::DICT_MAX_BLOB && total.fetch_add(r.len() as u64, Relaxed) < MAX_BYTES {
+                lock(&out).push(data[r].to_vec());
+            }
+        }
+    });
+    out.into_inner().unwrap_or_else(|p| p.into_inner())
 }
 
 /// The parent snapshot's view of one account.

@@ -449,7 +449,9 @@ impl<'r> BlobSaver<'r> {
             repo,
             compression,
             pending: (0..SHARDS).map(|_| Mutex::new(HashSet::new())).collect(),
-            packers: (0..=DATA_PACKERS).map(|_| Mutex::new(PackBuilder::default())).collect(),
+            packers: (0..=DATA_PACKERS)
+                .map(|_| Mutex::new(PackBuilder::default()))
+                .collect(),
             written: Mutex::new(Vec::new()),
             stats: SaveStats::default(),
         }
@@ -509,6 +511,9 @@ impl<'r> BlobSaver<'r> {
         };
         let full = {
             let mut p = lock(&self.packers[slot]);
+            if p.is_empty() {
+                p.reserve_for(self.repo.config.pack_size as usize);
+            }
             p.add(id, kind, codec, data.len(), &sealed);
             if p.len() >= self.repo.config.pack_size as usize {
                 Some(std::mem::take(&mut *p))
