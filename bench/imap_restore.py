@@ -1,0 +1,381 @@
+#!/usr/bin/env python3
+"""IMAP restore benchmark: `mailvault restore --target imap://` against mbsync (Debian
+`isync`) pushing the same Maildirs, and against the server's own ceiling (`imap-ceiling`:
+pre-read messages, MULTIAPPEND + LITERAL+, 4 connections), each into a fresh local
+Dovecot (mail_fsync = never), side by side in one run.
+
+    bench/imap_restore.py [--preset medium|small|...] [--smoke] [--work DIR] [--out bench/IMAP.md]
+
+Needs release builds in $CARGO_TARGET_DIR (default target/): mailvault, mailvault-corpus
+and imap-ceiling (`cargo build --release -p mailvault -p mailvault-corpus &&
+cargo build --release -p mailvault-imap --features testing --bin imap-ceiling`), dovecot
+and mbsync. `--smoke` runs the tiny preset in seconds.
+"""
+
+import argparse
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+MASTER, MASTER_PW, USER_PW = "admin", "adminpass", "secret"
+
+
+def log(msg):
+    print(f"[imap-bench] {msg}", file=sys.stderr, flush=True)
+
+
+def free_port():
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    p = s.getsockname()[1]
+    s.close()
+    return p
+
+
+class Dovecot:
+    """A throw-away Dovecot like mailvault_imap::testing's, with mail_fsync = never."""
+
+    def __init__(self, parent):
+        # Below the system temp dir: the work dir may be private (0700) and Dovecot
+        # runs its mail processes as another user.
+        self.root = Path(tempfile.mkdtemp(prefix="mv-bench-dovecot-", dir=parent or None))
+        os.chmod(self.root, 0o755)
+        for d in ["run", "state", "mail"]:
+            (self.root / d).mkdir()
+        root_user = os.geteuid() == 0
+        if root_user:
+            uid = gid = 65534
+            os.chown(self.root / "mail", uid, gid)
+            internal, login = "dovecot", "dovenull"
+        else:
+            uid, gid = os.geteuid(), os.getegid()
+            import pwd
+
+            internal = login = pwd.getpwuid(uid).pw_name
+        self.port = free_port()
+        (self.root / "master-users").write_text(f"{MASTER}:{{PLAIN}}{MASTER_PW}\n")
+        r = self.root
+        conf = f"""base_dir = {r}/run
+state_dir = {r}/state
+instance_name = mvbench-{self.port}
+protocols = imap
+listen = 127.0.0.1
+log_path = {r}/dovecot.log
+info_log_path = {r}/dovecot.log
+disable_plaintext_auth = no
+auth_mechanisms = plain login
+auth_master_user_separator = *
+mail_location = maildir:{r}/mail/%d/%n/Maildir
+mail_uid = {uid}
+mail_gid = {gid}
+first_valid_uid = 1
+first_valid_gid = 1
+mail_fsync = never
+maildir_very_dirty_syncs = yes
+imap_max_line_length = 64M
+mail_max_userip_connections = 1000
+default_internal_user = {internal}
+default_login_user = {login}
+default_vsz_limit = 1G
+ssl = no
+mail_plugins =
+passdb {{
+  driver = passwd-file
+  args = {r}/master-users
+  master = yes
+  pass = yes
+}}
+passdb {{
+  driver = static
+  args = password={USER_PW}
+}}
+userdb {{
+  driver = static
+  args = uid={uid} gid={gid} home={r}/mail/%d/%n
+}}
+namespace inbox {{
+  inbox = yes
+  separator = /
+  mailbox Drafts {{
+    special_use = \\Drafts
+  }}
+  mailbox Sent {{
+    special_use = \\Sent
+  }}
+  mailbox Trash {{
+    special_use = \\Trash
+  }}
+  mailbox Junk {{
+    special_use = \\Junk
+  }}
+  mailbox Archive {{
+    special_use = \\Archive
+  }}
+}}
+service imap-login {{
+  inet_listener imap {{
+    address = 127.0.0.1
+    port = {self.port}
+  }}
+  inet_listener imaps {{
+    port = 0
+  }}
+{"" if root_user else "  chroot ="}
+}}
+"""
+        (r / "dovecot.conf").write_text(conf)
+        self.proc = subprocess.Popen(
+            ["dovecot", "-F", "-c", str(r / "dovecot.conf")],
+            stdout=open(r / "stdout.log", "w"),
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        deadline = time.time() + 15
+        while True:
+            try:
+                with socket.create_connection(("127.0.0.1", self.port), timeout=1) as s:
+                    if s.recv(64).startswith(b"* OK"):
+                        break
+            except OSError:
+                pass
+            if time.time() > deadline or self.proc.poll() is not None:
+                raise SystemExit(f"dovecot did not start:\n{(r / 'dovecot.log').read_text() if (r / 'dovecot.log').exists() else ''}")
+            time.sleep(0.05)
+        # The auth service may come up after the greeting: wait for a master login.
+        while True:
+            try:
+                with socket.create_connection(("127.0.0.1", self.port), timeout=5) as s:
+                    s.recv(1024)
+                    s.sendall(f"a LOGIN probe@x*{MASTER} {MASTER_PW}\r\n".encode())
+                    buf = b""
+                    while b"a " not in buf:
+                        chunk = s.recv(4096)
+                        if not chunk:
+                            break
+                        buf += chunk
+                    if b"a OK" in buf:
+                        break
+            except OSError:
+                pass
+            if time.time() > deadline + 15:
+                raise SystemExit("dovecot authentication did not come up")
+            time.sleep(0.1)
+        shutil.rmtree(self.root / "mail" / "x", ignore_errors=True)
+
+    def url(self):
+        return f"imap://127.0.0.1:{self.port}"
+
+    def count(self):
+        n = 0
+        for dirpath, dirs, files in os.walk(self.root / "mail"):
+            if os.path.basename(dirpath) in ("cur", "new"):
+                n += len(files)
+        return n
+
+    def stop(self):
+        try:
+            os.killpg(self.proc.pid, signal.SIGTERM)
+        except ProcessLookupError:
+            pass
+        self.proc.wait()
+        shutil.rmtree(self.root, ignore_errors=True)
+
+
+def accounts_of(src):
+    out = []
+    for d in sorted(Path(src).iterdir()):
+        for u in sorted(d.iterdir()):
+            if (u / "Maildir").is_dir():
+                out.append((f"{u.name}@{d.name}", u / "Maildir"))
+    return out
+
+
+def timed(cmd, env=None, **kw):
+    t = time.monotonic()
+    p = subprocess.run(cmd, env=env, capture_output=True, text=True, **kw)
+    secs = time.monotonic() - t
+    if p.returncode not in (0, 1):
+        raise SystemExit(f"{cmd[0]} failed ({p.returncode}):\n{p.stdout[-2000:]}\n{p.stderr[-2000:]}")
+    return p, secs
+
+
+def mbsync_config(work, dov, acct, maildir, idx):
+    state = work / "mbsync-state" / str(idx)
+    state.mkdir(parents=True, exist_ok=True)
+    conf = work / f"mbsync-{idx}.rc"
+    conf.write_text(
+        f"""IMAPAccount a
+Host 127.0.0.1
+Port {dov.port}
+User {acct}*{MASTER}
+Pass {MASTER_PW}
+SSLType None
+AuthMechs LOGIN
+
+IMAPStore far
+Account a
+
+MaildirStore near
+Inbox {maildir}
+SubFolders Maildir++
+
+Channel c
+Far :far:
+Near :near:
+Patterns *
+Create Far
+Sync Push
+Expunge None
+CopyArrivalDate yes
+SyncState {state}/
+"""
+    )
+    return conf
+
+
+def run_mbsync(work, src, parallel, dov):
+    # mbsync renames near files (adds UIDs): give it a hard-linked copy of the store.
+    copy = work / f"mbsync-src-{parallel}"
+    shutil.rmtree(copy, ignore_errors=True)
+    subprocess.run(["cp", "-al", str(src), str(copy)], check=True)
+    accts = accounts_of(copy)
+    confs = [mbsync_config(work, dov, a, m, f"{parallel}-{i}") for i, (a, m) in enumerate(accts)]
+    t = time.monotonic()
+    running = []
+    for c in confs:
+        while len(running) >= parallel:
+            for p in running:
+                if p.poll() is not None:
+                    running.remove(p)
+                    break
+            else:
+                time.sleep(0.005)
+        running.append(subprocess.Popen(["mbsync", "-q", "-c", str(c), "-a"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+    for p in running:
+        p.wait()
+    secs = time.monotonic() - t
+    shutil.rmtree(copy, ignore_errors=True)
+    return secs
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--preset", default="medium")
+    ap.add_argument("--smoke", action="store_true", help="tiny preset, seconds")
+    ap.add_argument("--work", default=None)
+    ap.add_argument("--dovecot-dir", default=None, help="parent of the Dovecot mail dirs (default: the system temp dir; /dev/shm for tmpfs)")
+    ap.add_argument("--out", default=None, help="write the figures here (default bench/IMAP.md, not for --smoke)")
+    ap.add_argument("--connections", type=int, default=1, help="mailvault --connections (per account)")
+    ap.add_argument("--accounts", type=int, default=4, help="mailvault --accounts (in parallel)")
+    a = ap.parse_args()
+    preset = "tiny" if a.smoke else a.preset
+    repo_root = Path(__file__).resolve().parent.parent
+    bins = Path(os.environ.get("CARGO_TARGET_DIR", repo_root / "target")) / "release"
+    mv, corpus, ceiling = bins / "mailvault", bins / "mailvault-corpus", bins / "imap-ceiling"
+    for b in (mv, corpus, ceiling):
+        if not b.exists():
+            raise SystemExit(f"missing {b}: build the release binaries first (see --help)")
+    work = Path(a.work or tempfile.mkdtemp(prefix="mv-imap-bench-"))
+    work.mkdir(parents=True, exist_ok=True)
+    src = work / "src"
+    if not src.exists():
+        log(f"generating preset {preset}")
+        subprocess.run([str(corpus), "generate", "--preset", preset, str(src)], check=True, stdout=subprocess.DEVNULL)
+    n_msgs = sum(
+        len(os.listdir(os.path.join(dp, s)))
+        for dp, dirs, _ in os.walk(src)
+        for s in ("cur", "new")
+        if s in dirs
+    )
+    n_accts = len(accounts_of(src))
+    (work / "pass").write_text("bench\n")
+    (work / "imap-pass").write_text(MASTER_PW + "\n")
+    env = dict(os.environ, MAILVAULT_REPOSITORY=str(work / "repo"), MAILVAULT_PASSWORD_FILE=str(work / "pass"),
+               XDG_CACHE_HOME=str(work / "cache"))
+    if not (work / "repo").exists():
+        log("backing up the store")
+        subprocess.run([str(mv), "init"], env=env, check=True, stdout=subprocess.DEVNULL)
+        subprocess.run([str(mv), "backup", f"maildir:{src}", "-q"], env=env, check=True, stdout=subprocess.DEVNULL)
+    rows = []
+
+    def row(tool, secs, count, extra=""):
+        rows.append((tool, secs, count, count / secs if secs else 0.0, extra))
+        log(f"{tool}: {count} msgs in {secs:.2f} s = {count / secs:.0f} msgs/s {extra}")
+
+    # 1. the server's ceiling.
+    dov = Dovecot(a.dovecot_dir)
+    try:
+        p, _ = timed([str(ceiling), "--maildir", str(src), "--url", dov.url(), "--master", MASTER,
+                      "--password", MASTER_PW, "--connections", "4"])
+        m = re.search(r"appended (\d+) messages .* in ([\d.]+) s: (\d+) msgs/s", p.stdout)
+        if not m:
+            raise SystemExit(f"imap-ceiling said:\n{p.stdout}\n{p.stderr}")
+        ceil_rate = float(m.group(3))
+        row("imap-ceiling (4 conns, pre-read, load only)", float(m.group(2)), int(m.group(1)))
+    finally:
+        dov.stop()
+
+    # 2. mailvault restore, whole command by the wall clock.
+    dov = Dovecot(a.dovecot_dir)
+    try:
+        shutil.rmtree(work / "cache", ignore_errors=True)
+        p, secs = timed([str(mv), "restore", "latest", "--target", dov.url(), "--imap-master-user", MASTER,
+                         "--imap-password-file", str(work / "imap-pass"), "--connections", str(a.connections),
+                         "--accounts", str(a.accounts), "--json", "-q"], env=env)
+        rep = json.loads(p.stdout)
+        assert dov.count() == n_msgs, (dov.count(), n_msgs)
+        phases = ", ".join(f"{ph['name']} {ph['items']} in {ph['secs']:.2f} s" for ph in rep["phases"])
+        row(f"mailvault restore (--accounts {a.accounts} --connections {a.connections})", secs,
+            rep["items_appended"], f"[{phases}; failed {rep['items_failed']}]")
+        mv_rate = rep["items_appended"] / secs
+    finally:
+        dov.stop()
+
+    # 3. mbsync, one account at a time and 4 in parallel.
+    best_mbsync = 0.0
+    for par in (1, 4):
+        dov = Dovecot(a.dovecot_dir)
+        try:
+            secs = run_mbsync(work, src, par, dov)
+            got = dov.count()
+            row(f"mbsync ({par} account{'s' if par > 1 else ''} at a time)", secs, got)
+            best_mbsync = max(best_mbsync, got / secs)
+        finally:
+            dov.stop()
+
+    ratio_ceiling = mv_rate / ceil_rate
+    ratio_mbsync = mv_rate / best_mbsync if best_mbsync else 0
+    cmd = " ".join(["bench/imap_restore.py"] + sys.argv[1:])
+    lines = [
+        f"Command: `{cmd}` (preset {preset}: {n_msgs} messages, {n_accts} accounts; {os.cpu_count()} cores; "
+        f"{time.strftime('%Y-%m-%d')})",
+        "",
+        "| tool | wall s | messages | msgs/s | notes |",
+        "|---|---|---|---|---|",
+    ]
+    for tool, secs, count, rate, extra in rows:
+        lines.append(f"| {tool} | {secs:.2f} | {count} | {rate:.0f} | {extra} |")
+    lines += ["", f"mailvault / ceiling: **{ratio_ceiling:.2f}** (target >= 0.85); "
+              f"mailvault / best mbsync: **{ratio_mbsync:.2f}x** (target >= 2x)", ""]
+    text = "\n".join(lines)
+    print(text)
+    if not a.smoke:
+        out = Path(a.out) if a.out else repo_root / "bench" / "IMAP.md"
+        head = "# IMAP restore benchmark\n\n" if not out.exists() else ""
+        with open(out, "a") as f:
+            f.write(head + f"\n## {preset}\n\n" + text + "\n")
+        log(f"figures appended to {out}")
+    if not a.work:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
