@@ -81,6 +81,7 @@ impl PackBuilder {
             stored_len: sealed.len() as u32,
             raw_len: raw_len as u32,
         });
+        self.grow_for(sealed.len());
         self.buf.extend_from_slice(sealed);
     }
 
@@ -88,12 +89,15 @@ impl PackBuilder {
         self.buf.len()
     }
 
-    /// Reserves room for a pack of `target` bytes: the overshoot of the last blob and the
-    /// header fit, so the buffer never doubles (a doubled 16 MiB buffer per worker was
-    /// most of the backup's peak memory).
-    pub fn reserve_for(&mut self, target: usize) {
-        let want = target + target / 16 + (256 << 10);
-        self.buf.reserve_exact(want.saturating_sub(self.buf.len()));
+    /// Makes room for `more` bytes, growing in steps of at most 2 MiB rather than doubling:
+    /// a doubled 16 MiB buffer per worker was most of a backup's peak memory. (Large
+    /// reallocations are `mremap`s, not copies.)
+    fn grow_for(&mut self, more: usize) {
+        let need = self.buf.len() + more;
+        if need > self.buf.capacity() {
+            let step = (self.buf.capacity() / 2).clamp(64 << 10, 2 << 20);
+            self.buf.reserve_exact(need.max(self.buf.capacity() + step) - self.buf.len());
+        }
     }
 
     pub fn is_empty(&self) -> bool {

@@ -511,11 +511,8 @@ impl<'r> BlobSaver<'r> {
         };
         let full = {
             let mut p = lock(&self.packers[slot]);
-            if p.is_empty() {
-                p.reserve_for(self.repo.config.pack_size as usize);
-            }
             p.add(id, kind, codec, data.len(), &sealed);
-            if p.len() >= self.repo.config.pack_size as usize {
+            if p.len() >= self.pack_target(kind) {
                 Some(std::mem::take(&mut *p))
             } else {
                 None
@@ -525,6 +522,20 @@ impl<'r> BlobSaver<'r> {
             self.write_pack(p.finish(&self.repo.key))?;
         }
         Ok(true)
+    }
+
+    /// Size at which a pack is written. Data packers are one per worker, so with many
+    /// workers each fills smaller packs (at least 4 MiB): memory for packs being filled
+    /// stays near twice the configured pack size, whatever the number of workers.
+    fn pack_target(&self, kind: BlobKind) -> usize {
+        let size = self.repo.config.pack_size as usize;
+        match kind {
+            BlobKind::Tree => size,
+            BlobKind::Data => {
+                let workers = rayon::current_num_threads().clamp(1, DATA_PACKERS);
+                (size * 2 / workers).clamp((4 << 20).min(size), size)
+            }
+        }
     }
 
     fn write_pack(&self, p: FinishedPack) -> Result<()> {
