@@ -100,6 +100,8 @@ struct Ctx<'a> {
     n: Counters,
     progress: &'a dyn Progress,
     stat_unchanged: bool,
+    /// Read folder files even when unchanged (`stat_unchanged`).
+    force_files: bool,
 }
 
 impl Ctx<'_> {
@@ -182,6 +184,7 @@ fn run(
         n: Counters::default(),
         progress,
         stat_unchanged: opts.stat_unchanged,
+        force_files: opts.stat_unchanged,
     };
     ctx.saver.adopt(resumed);
     let pool = rayon::ThreadPoolBuilder::new()
@@ -314,7 +317,9 @@ fn sample_blobs(accounts: &[AccountSource], params: &crate::split::ChunkerParams
         }
         let Ok(data) = std::fs::read(p) else { return };
         for r in crate::split::split(&data, params) {
-            if r.len() <= crate::compress::DICT_MAX_BLOB && total.fetch_add(r.len() as u64, Relaxed) < MAX_BYTES {
+            if r.len() <= crate::compress::DICT_MAX_BLOB
+                && total.fetch_add(r.len() as u64, Relaxed) < MAX_BYTES
+            {
                 lock(&out).push(data[r].to_vec());
             }
         }
@@ -326,6 +331,8 @@ fn sample_blobs(accounts: &[AccountSource], params: &crate::split::ChunkerParams
 #[derive(Default)]
 struct ParentAccount {
     by_key: HashMap<Vec<u8>, MessageEntry>,
+    /// Folder files by (folder dir, file name).
+    files: HashMap<(Vec<u8>, Vec<u8>), FileEntry>,
 }
 
 fn load_parent(repo: &Repository, r: &AccountRef) -> Result<ParentAccount> {
@@ -336,6 +343,10 @@ fn load_parent(repo: &Repository, r: &AccountRef) -> Result<ParentAccount> {
             for e in repo.read_chunk(c)? {
                 p.by_key.insert(e.key.clone(), e);
             }
+        }
+        for file in &f.files {
+            p.files
+                .insert((f.dir.clone(), file.name.clone()), file.clone());
         }
     }
     Ok(p)
@@ -442,7 +453,7 @@ fn backup_folder(
     let bytes: u64 = entries.iter().map(|e| e.size).sum();
     ctx.n.bytes_total.fetch_add(bytes, Relaxed);
     let chunks = save_entries(&ctx.saver, entries)?;
-    let files = folder_files(ctx, &f.path)?;
+    let files = folder_files(ctx, f, parent)?;
     ctx.n.folders.fetch_add(1, Relaxed);
     Ok(FolderNode {
         name: f.name.clone(),
@@ -454,9 +465,21 @@ fn backup_folder(
     })
 }
 
-fn folder_files(ctx: &Ctx, dir: &Path) -> Result<Vec<FileEntry>> {
+/// The folder's own files; one unchanged since the parent (same size and mtime) is not
+/// read again.
+fn folder_files(ctx: &Ctx, f: &FolderSource, parent: &ParentAccount) -> Result<Vec<FileEntry>> {
+    let dir = &f.path;
     let mut out = Vec::new();
     for (name, meta) in maildir::list_folder_files(dir)? {
+        let mtime = maildir::timestamp(&meta);
+        if let Some(pf) = parent.files.get(&(f.dir.clone(), name.clone())) {
+            if pf.size == meta.len() && pf.mtime == mtime && !ctx.force_files {
+                let mut e = pf.clone();
+                e.mode = meta.mode() & 0o7777;
+                out.push(e);
+                continue;
+            }
+        }
         let path = dir.join(std::ffi::OsStr::from_bytes(&name));
         let data = match std::fs::read(&path) {
             Ok(d) => d,
@@ -471,7 +494,7 @@ fn folder_files(ctx: &Ctx, dir: &Path) -> Result<Vec<FileEntry>> {
         out.push(FileEntry {
             name,
             size: data.len() as u64,
-            mtime: maildir::timestamp(&meta),
+            mtime,
             mode: meta.mode() & 0o7777,
             content,
         });

@@ -57,7 +57,9 @@ impl MasterKey {
     /// Encrypts `plain`: returns nonce || ciphertext || tag.
     pub fn seal(&self, plain: &[u8]) -> Vec<u8> {
         let mut nonce = [0u8; 24];
-        rand::rngs::OsRng.fill_bytes(&mut nonce);
+        // The thread's CSPRNG (ChaCha12, seeded and reseeded from the OS): a getrandom(2)
+        // per blob was a syscall per blob.
+        rand::thread_rng().fill_bytes(&mut nonce);
         let mut out = Vec::with_capacity(plain.len() + SEAL_OVERHEAD);
         out.extend_from_slice(&nonce);
         // Encryption with a valid key and nonce cannot fail for in-memory buffers.
