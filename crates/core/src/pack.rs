@@ -96,7 +96,8 @@ impl PackBuilder {
         let need = self.buf.len() + more;
         if need > self.buf.capacity() {
             let step = (self.buf.capacity() / 2).clamp(64 << 10, 2 << 20);
-            self.buf.reserve_exact(need.max(self.buf.capacity() + step) - self.buf.len());
+            self.buf
+                .reserve_exact(need.max(self.buf.capacity() + step) - self.buf.len());
         }
     }
 
