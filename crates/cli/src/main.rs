@@ -50,13 +50,13 @@ pub struct GlobalOpts {
 pub enum Command {
     /// Create a new repository.
     Init(commands::init::Args),
-    /// Back up a Maildir mail store (or one Maildir).
+    /// Back up a Maildir mail store, one Maildir, or IMAP accounts.
     Backup(commands::backup::Args),
     /// List snapshots.
     Snapshots(commands::snapshots::Args),
     /// List the accounts, folders or messages of a snapshot.
     Ls(commands::ls::Args),
-    /// Restore a snapshot, or part of one, to a Maildir tree.
+    /// Restore a snapshot, or part of one, to a Maildir tree or into an IMAP server.
     Restore(commands::restore::Args),
     /// Verify the repository.
     Check(commands::check::Args),

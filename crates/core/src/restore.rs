@@ -238,7 +238,12 @@ fn restore_account(ctx: &Ctx, acc: &AccountRef, opts: &RestoreOptions) -> Result
             }
         }
         if opts.messages.is_empty() {
-            for f in &node.files {
+            // An IMAP backup's sync state is for the next IMAP backup, not for a Maildir.
+            for f in node
+                .files
+                .iter()
+                .filter(|f| f.name != crate::imap::names::STATE_FILE)
+            {
                 restore_file(ctx, fdir, f);
             }
         }
