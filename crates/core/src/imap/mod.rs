@@ -11,6 +11,7 @@
 pub mod backup;
 pub mod journal;
 pub mod names;
+pub mod prepare;
 pub mod restore;
 
 pub use mailvault_imap as client;
@@ -175,6 +176,37 @@ pub struct Phase {
 impl Phase {
     pub(crate) fn new(name: &str, items: u64, started: Instant, note: String) -> Phase {
         let secs = started.elapsed().as_secs_f64();
+        Phase {
+            name: name.into(),
+            items,
+            secs,
+            items_per_sec: crate::report::per_sec(items, secs),
+            note,
+        }
+    }
+}
+
+/// A phase that runs in pieces, one per account, overlapping other accounts' pieces of
+/// it and of other phases: it lasts from the start of its first piece to the end of its
+/// last.
+#[derive(Default)]
+pub(crate) struct Span(Mutex<Option<(Instant, Instant)>>);
+
+impl Span {
+    /// A piece that started at `started` ends now.
+    pub(crate) fn add(&self, started: Instant) {
+        let now = Instant::now();
+        let mut g = crate::repo::lock(&self.0);
+        *g = Some(match *g {
+            Some((a, b)) => (a.min(started), b.max(now)),
+            None => (started, now),
+        });
+    }
+
+    pub(crate) fn phase(&self, name: &str, items: u64, note: String) -> Phase {
+        let secs = crate::repo::lock(&self.0)
+            .map(|(a, b)| (b - a).as_secs_f64())
+            .unwrap_or(0.0);
         Phase {
             name: name.into(),
             items,

@@ -20,7 +20,8 @@
 
 use super::journal::{self, AccountJournal, State};
 use super::names::{self, Fingerprint};
-use super::{login_with_backoff, Connection, Error, Pacer, Phase, Result};
+use super::prepare::{self, PrepareError};
+use super::{login_with_backoff, Connection, Error, Pacer, Phase, Result, Span};
 use crate::id::Id;
 use crate::repo::{lock, Repository};
 use crate::report::{per_sec, Failure, Progress};
@@ -28,11 +29,11 @@ use crate::restore::{assemble, select_accounts};
 use crate::tree::{AccountRef, AccountTree, FolderNode, MessageEntry};
 use mailvault_imap::maildir_flags::{maildir_to_imap, KeywordTable};
 use mailvault_imap::{
-    to_crlf, AppendMsg, AppendOutcome, Client, Credentials, FetchQuery, InternalDate, SeqSet,
-    Session,
+    AppendMsg, AppendOutcome, Client, Credentials, FetchQuery, InternalDate, SeqSet, Session,
 };
 use serde::Serialize;
 use std::collections::{HashMap, HashSet, VecDeque};
+use std::ops::Range;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::Relaxed};
 use std::sync::Mutex;
@@ -137,6 +138,8 @@ struct Ctx<'a> {
     failed: AtomicU64,
     bytes: AtomicU64,
     per_account: Mutex<Vec<AccountFigures>>,
+    provisioning: Span,
+    data: Span,
 }
 
 impl Ctx<'_> {
@@ -199,6 +202,8 @@ pub fn restore(
         failed: AtomicU64::new(0),
         bytes: AtomicU64::new(0),
         per_account: Mutex::new(Vec::new()),
+        provisioning: Span::default(),
+        data: Span::default(),
     };
 
     // Which folders of which account: read every account tree once, up front (small).
@@ -220,50 +225,14 @@ pub fn restore(
             opts.folders
         )));
     }
-    let usable: Vec<AtomicBool> = plans.iter().map(|_| AtomicBool::new(true)).collect();
-
-    // Phase 1: provisioning.
-    let t = Instant::now();
-    let created = AtomicU64::new(0);
-    let subscribed = AtomicU64::new(0);
-    let special = AtomicU64::new(0);
-    for_each_parallel(plans.len(), opts.parallel_accounts, |i| {
-        let (acc, selected) = &plans[i];
-        match provision(&ctx, acc, selected) {
-            Ok((c, s, u)) => {
-                created.fetch_add(c, Relaxed);
-                subscribed.fetch_add(s, Relaxed);
-                special.fetch_add(u, Relaxed);
-            }
-            Err(e) => {
-                usable[i].store(false, Relaxed);
-                let n: u64 = selected.iter().map(|f| f.messages).sum();
-                ctx.failed.fetch_add(n, Relaxed);
-                ctx.fail(
-                    format!("account {}", acc.name),
-                    format!("{e}; none of its {n} messages restored"),
-                );
-            }
-        }
-    });
-    let special_note = if special.load(Relaxed) > 0 {
-        format!("special use set on {} folders", special.load(Relaxed))
-    } else {
-        "special use: the server cannot set it on CREATE (no CREATE-SPECIAL-USE); it keeps its own configuration".into()
-    };
-    let mut phases = vec![Phase::new(
-        "provisioning",
-        created.load(Relaxed) + subscribed.load(Relaxed),
-        t,
-        format!(
-            "{} folders created, {} subscriptions; {special_note}",
-            created.load(Relaxed),
-            subscribed.load(Relaxed)
-        ),
-    )];
-
-    // Phase 2: data.
-    let t = Instant::now();
+    tracing::debug!(
+        "{} accounts, {folders} folders planned at {:.3} s",
+        plans.len(),
+        started.elapsed().as_secs_f64()
+    );
+    // Provisioning and data run as one pipeline per account: an account's data starts
+    // as soon as its folders exist, over the session that created them, while other
+    // accounts are still being provisioned or restored.
     let total: u64 = plans
         .iter()
         .flat_map(|(_, f)| f.iter().map(|f| f.messages))
@@ -275,20 +244,65 @@ pub fn restore(
             .flat_map(|(_, f)| f.iter().map(|f| f.bytes))
             .sum(),
     );
-    for_each_parallel(plans.len(), opts.parallel_accounts, |i| {
-        if !usable[i].load(Relaxed) {
-            return;
-        }
+    let created = AtomicU64::new(0);
+    let subscribed = AtomicU64::new(0);
+    let special = AtomicU64::new(0);
+    // Largest accounts first, so that the run does not end with one big account on
+    // one connection while the others are done.
+    let mut order: Vec<usize> = (0..plans.len()).collect();
+    order.sort_by_key(|&i| std::cmp::Reverse(plans[i].1.iter().map(|f| f.messages).sum::<u64>()));
+    let lanes = opts.parallel_accounts.max(1);
+    for_each_parallel(order.len(), lanes, |k| {
+        let i = order[k];
         let (acc, selected) = &plans[i];
+        // An account gets more than one connection only when fewer accounts than
+        // `lanes` are left to run beside it: every connection is a login, which costs
+        // the server about as much as appending 50-100 messages (see docs/imap.md).
+        let share = (lanes / lanes.min(order.len() - k)).max(1);
+        let t = Instant::now();
+        let provisioned = provision(&ctx, acc, selected);
+        ctx.provisioning.add(t);
+        tracing::debug!(
+            "{}: provisioned at {:.3} s in {:.3} s",
+            acc.name,
+            started.elapsed().as_secs_f64(),
+            t.elapsed().as_secs_f64()
+        );
+        let session = match provisioned {
+            Ok((s, (c, sub, u))) => {
+                created.fetch_add(c, Relaxed);
+                subscribed.fetch_add(sub, Relaxed);
+                special.fetch_add(u, Relaxed);
+                s
+            }
+            Err(e) => {
+                let n: u64 = selected.iter().map(|f| f.messages).sum();
+                ctx.failed.fetch_add(n, Relaxed);
+                ctx.progress
+                    .advance(n, selected.iter().map(|f| f.bytes).sum());
+                ctx.fail(
+                    format!("account {}", acc.name),
+                    format!("{e}; none of its {n} messages restored"),
+                );
+                return;
+            }
+        };
         let t = Instant::now();
         let before = (
             ctx.appended.load(Relaxed),
             ctx.journaled.load(Relaxed) + ctx.existing.load(Relaxed),
             ctx.failed.load(Relaxed),
         );
-        if let Err(e) = restore_account(&ctx, acc, selected) {
+        if let Err(e) = restore_account(&ctx, acc, selected, session, share) {
             ctx.fail(format!("account {}", acc.name), e);
         }
+        ctx.data.add(t);
+        tracing::debug!(
+            "{}: data done at {:.3} s in {:.3} s",
+            acc.name,
+            started.elapsed().as_secs_f64(),
+            t.elapsed().as_secs_f64()
+        );
         // Figures of accounts running at the same time mix; they are exact with
         // --accounts 1 and indicative otherwise.
         lock(&ctx.per_account).push(AccountFigures {
@@ -301,23 +315,38 @@ pub fn restore(
             secs: t.elapsed().as_secs_f64(),
         });
     });
+    let special_note = if special.load(Relaxed) > 0 {
+        format!("special use set on {} folders", special.load(Relaxed))
+    } else {
+        "special use: the server cannot set it on CREATE (no CREATE-SPECIAL-USE); it keeps its own configuration".into()
+    };
     let appended = ctx.appended.load(Relaxed);
-    phases.push(Phase::new(
-        "data",
-        appended,
-        t,
-        format!(
-            "{appended} appended, {} already done by an earlier run, {} found on the server",
-            ctx.journaled.load(Relaxed),
-            ctx.existing.load(Relaxed)
+    let phases = vec![
+        ctx.provisioning.phase(
+            "provisioning",
+            created.load(Relaxed) + subscribed.load(Relaxed),
+            format!(
+                "{} folders created, {} subscriptions; {special_note}",
+                created.load(Relaxed),
+                subscribed.load(Relaxed)
+            ),
         ),
-    ));
-    phases.push(Phase::new(
-        "acls",
-        0,
-        Instant::now(),
-        "ACLs and shared folders are not in snapshots yet: nothing to restore".into(),
-    ));
+        ctx.data.phase(
+            "data",
+            appended,
+            format!(
+                "{appended} appended, {} already done by an earlier run, {} found on the server",
+                ctx.journaled.load(Relaxed),
+                ctx.existing.load(Relaxed)
+            ),
+        ),
+        Phase::new(
+            "acls",
+            0,
+            Instant::now(),
+            "ACLs and shared folders are not in snapshots yet: nothing to restore".into(),
+        ),
+    ];
 
     let mut failures = std::mem::take(&mut *lock(&ctx.failures));
     failures.sort_by(|a, b| a.item.cmp(&b.item));
@@ -344,6 +373,20 @@ pub fn restore(
         journal: ctx.run_dir.display().to_string(),
         failures,
     })
+}
+
+/// Splits `ready` into the messages at the positions `a` and those at `b` (both sorted);
+/// the others are dropped.
+fn take_two(ready: Vec<Ready>, a: &[usize], b: &[usize]) -> (Vec<Ready>, Vec<Ready>) {
+    let (mut x, mut y) = (Vec::new(), Vec::new());
+    for (i, r) in ready.into_iter().enumerate() {
+        if a.binary_search(&i).is_ok() {
+            x.push(r);
+        } else if b.binary_search(&i).is_ok() {
+            y.push(r);
+        }
+    }
+    (x, y)
 }
 
 /// Runs `f(0..n)` on up to `threads` threads.
@@ -378,8 +421,13 @@ fn folder_file(repo: &Repository, node: &FolderNode, name: &[u8]) -> Option<Vec<
     }
 }
 
-/// Folders (parents first) and subscriptions. Returns (created, subscribed, special use set).
-fn provision(ctx: &Ctx, acc: &AccountRef, selected: &[FolderNode]) -> Result<(u64, u64, u64)> {
+/// Logs in and creates the folders (parents first) and subscriptions. Returns the
+/// session, for the account's data, and (created, subscribed, special use set).
+fn provision(
+    ctx: &Ctx,
+    acc: &AccountRef,
+    selected: &[FolderNode],
+) -> Result<(Session, (u64, u64, u64))> {
     let creds = credentials(ctx, &acc.name)?;
     let mut s = login_with_backoff(&ctx.client, &creds, 6)?;
     let existing: HashSet<String> = s.list()?.into_iter().map(|f| f.name).collect();
@@ -423,8 +471,7 @@ fn provision(ctx: &Ctx, acc: &AccountRef, selected: &[FolderNode]) -> Result<(u6
             Err(e) => ctx.fail(format!("{}: subscription {name:?}", acc.name), e),
         }
     }
-    let _ = s.logout();
-    Ok((created, subscribed, special))
+    Ok((s, (created, subscribed, special)))
 }
 
 /// One batch of one folder: messages to send together.
@@ -435,6 +482,23 @@ struct Batch<'p> {
     check: bool,
 }
 
+/// A batch read, checked and converted, ready for the wire: the messages' CRLF forms lie
+/// back to back in `buf`.
+struct Prepared<'p> {
+    folder: &'p FolderPlan,
+    check: bool,
+    msgs: Vec<Ready>,
+    buf: Vec<u8>,
+}
+
+/// One message ready to send.
+struct Ready {
+    entry: MessageEntry,
+    flags: Vec<String>,
+    /// Where its CRLF form is in the batch's buffer.
+    range: Range<usize>,
+}
+
 /// A folder of the account being restored.
 struct FolderPlan {
     name: String,
@@ -443,7 +507,38 @@ struct FolderPlan {
     on_server: Mutex<Option<HashMap<Fingerprint, Vec<u32>>>>,
 }
 
-fn restore_account(ctx: &Ctx, acc: &AccountRef, selected: &[FolderNode]) -> Result<()> {
+/// Why the account cannot go on (login refused, over quota...), once one connection
+/// found out; the other connections then report their messages instead of sending them.
+#[derive(Default)]
+struct Abort {
+    set: AtomicBool,
+    reason: Mutex<Option<String>>,
+}
+
+impl Abort {
+    fn set(&self, reason: String) {
+        lock(&self.reason).get_or_insert(reason);
+        self.set.store(true, Relaxed);
+    }
+    fn reason(&self) -> Option<String> {
+        if self.set.load(Relaxed) {
+            lock(&self.reason).clone()
+        } else {
+            None
+        }
+    }
+}
+
+/// Restores an account's messages over up to `connections` sessions (`session`: one
+/// already logged in). Each connection has a thread that reads and converts its next
+/// batch while the current one is on the wire.
+fn restore_account(
+    ctx: &Ctx,
+    acc: &AccountRef,
+    selected: &[FolderNode],
+    session: Session,
+    share: usize,
+) -> Result<()> {
     let journal = AccountJournal::open(&ctx.run_dir, &ctx.header, &acc.name)?;
     let index = ctx.repo.index();
     let mut plans = Vec::new();
@@ -519,45 +614,133 @@ fn restore_account(ctx: &Ctx, acc: &AccountRef, selected: &[FolderNode]) -> Resu
             })
             .collect(),
     );
-    let conns = ctx.opts.connections.clamp(1, lock(&queue).len().max(1));
-    let abort: Mutex<Option<String>> = Mutex::new(None);
+    // Connections: at most `--connections`, at most `share`, one per batch at most, and
+    // one per MESSAGES_PER_CONNECTION messages to send (a login is not free).
+    let to_send: usize = lock(&queue).iter().map(|b| b.entries.len()).sum();
+    let conns = ctx
+        .opts
+        .connections
+        .min(share)
+        .min(lock(&queue).len())
+        .min(to_send.div_ceil(MESSAGES_PER_CONNECTION))
+        .max(1);
+    tracing::debug!("{}: {to_send} messages over {conns} connections", acc.name);
+    let abort = Abort::default();
     let creds = credentials(ctx, &acc.name)?;
+    let mut first = Some(session);
     std::thread::scope(|s| {
         for _ in 0..conns {
-            s.spawn(|| {
-                let mut w = Worker {
-                    ctx,
-                    acc: &acc.name,
-                    creds: &creds,
-                    journal: &journal,
-                    session: None,
-                };
-                loop {
-                    let Some(batch) = lock(&queue).pop_front() else {
-                        break;
-                    };
-                    if let Some(reason) = lock(&abort).clone() {
+            // The handover is a rendezvous: at most one batch prepared ahead per
+            // connection, so memory stays at two batches per connection.
+            let (tx, rx) = std::sync::mpsc::sync_channel::<Prepared>(0);
+            let (back_tx, back_rx) = std::sync::mpsc::channel::<Vec<u8>>();
+            let (queue, abort, acc) = (&queue, &abort, &acc.name);
+            s.spawn(move || {
+                let mut scratch = Vec::new();
+                while let Some(batch) = lock(queue).pop_front() {
+                    if let Some(reason) = abort.reason() {
                         let refs: Vec<&MessageEntry> = batch.entries.iter().collect();
-                        ctx.fail_messages(&acc.name, &batch.folder.name, &refs, &reason);
+                        ctx.fail_messages(acc, &batch.folder.name, &refs, &reason);
                         continue;
                     }
-                    if let Err(e) = w.run(&batch) {
-                        // The whole account is unusable (login refused, over quota...).
-                        let reason = format!("not restored: {e}");
-                        *lock(&abort) = Some(reason);
+                    let buf = back_rx.try_recv().unwrap_or_default();
+                    if tx
+                        .send(prepare(ctx, acc, batch, buf, &mut scratch))
+                        .is_err()
+                    {
+                        break;
                     }
+                }
+            });
+            let session = first.take();
+            let (creds, journal) = (&creds, &journal);
+            s.spawn(move || {
+                let mut w = Worker {
+                    ctx,
+                    acc,
+                    creds,
+                    journal,
+                    session,
+                };
+                if let Err(e) = w.session() {
+                    abort.set(format!("not restored: {e}"));
+                }
+                for p in rx {
+                    let Prepared {
+                        folder,
+                        check,
+                        msgs,
+                        buf,
+                    } = p;
+                    if let Some(reason) = abort.reason() {
+                        let refs: Vec<&MessageEntry> = msgs.iter().map(|r| &r.entry).collect();
+                        ctx.fail_messages(acc, &folder.name, &refs, &reason);
+                    } else if let Err(e) = w.run(folder, check, msgs, &buf) {
+                        // The whole account is unusable (login refused, over quota...).
+                        abort.set(format!("not restored: {e}"));
+                    }
+                    let _ = back_tx.send(buf);
                 }
                 if let Some(s) = w.session.take() {
                     let _ = s.logout();
                 }
             });
         }
+        if let Some(s) = first.take() {
+            let _ = s.logout();
+        }
     });
     journal.sync()?;
-    if let Some(reason) = lock(&abort).take() {
+    if let Some(reason) = abort.reason() {
         ctx.fail(format!("account {}", acc.name), reason);
     }
     Ok(())
+}
+
+/// Reads, checks and converts a batch into `buf` (a buffer of an earlier batch, reused).
+/// Messages that cannot be read are reported here and left out.
+fn prepare<'p>(
+    ctx: &Ctx,
+    acc: &str,
+    batch: Batch<'p>,
+    mut buf: Vec<u8>,
+    scratch: &mut Vec<u8>,
+) -> Prepared<'p> {
+    let folder = batch.folder;
+    buf.clear();
+    let mut msgs = Vec::with_capacity(batch.entries.len());
+    for e in batch.entries {
+        match prepare::read_message_crlf(ctx.repo, &e, &mut buf, scratch) {
+            Ok(range) => {
+                let letters = String::from_utf8_lossy(e.flags()).into_owned();
+                let flags = maildir_to_imap(&letters, &folder.keywords).flags;
+                msgs.push(Ready {
+                    entry: e,
+                    flags,
+                    range,
+                });
+            }
+            Err(err) => {
+                let why = match err {
+                    PrepareError::Read(err) => err.to_string(),
+                    // Read again, each blob verified, to name a damaged one.
+                    PrepareError::Mismatch => {
+                        match assemble(ctx.repo, &e.content, e.size, Some(&e.hash)) {
+                            Err(err) => err.to_string(),
+                            Ok(_) => "reassembled content does not match its hash".into(),
+                        }
+                    }
+                };
+                ctx.fail_messages(acc, &folder.name, &[&e], &why);
+            }
+        }
+    }
+    Prepared {
+        folder,
+        check: batch.check,
+        msgs,
+        buf,
+    }
 }
 
 /// One connection of an account.
@@ -569,14 +752,10 @@ struct Worker<'a> {
     session: Option<Session>,
 }
 
-/// One message ready to send.
-struct Ready<'e> {
-    entry: &'e MessageEntry,
-    flags: Vec<String>,
-    data: Vec<u8>,
-}
-
 const MAX_ATTEMPTS: u32 = 8;
+
+/// An account opens a further connection for every this many messages it has to send.
+const MESSAGES_PER_CONNECTION: usize = 500;
 
 impl Worker<'_> {
     fn session(&mut self) -> Result<&mut Session> {
@@ -593,28 +772,19 @@ impl Worker<'_> {
         }
     }
 
-    /// Sends one batch. An error means the account cannot go on (its messages are then
-    /// reported by the caller); per-message problems are reported here.
-    fn run(&mut self, batch: &Batch) -> Result<()> {
+    /// Sends one prepared batch (`buf` holds its messages). An error means the account
+    /// cannot go on (its messages are then reported by the caller); per-message problems
+    /// are reported here.
+    fn run(
+        &mut self,
+        folder: &FolderPlan,
+        check: bool,
+        mut ready: Vec<Ready>,
+        buf: &[u8],
+    ) -> Result<()> {
         let ctx = self.ctx;
-        let folder = batch.folder;
-        let mut ready = Vec::with_capacity(batch.entries.len());
-        for e in &batch.entries {
-            match assemble(ctx.repo, &e.content, e.size, Some(&e.hash)) {
-                Ok(data) => {
-                    let letters = String::from_utf8_lossy(e.flags()).into_owned();
-                    let flags = maildir_to_imap(&letters, &folder.keywords).flags;
-                    ready.push(Ready {
-                        entry: e,
-                        flags,
-                        data: to_crlf(&data).into_owned(),
-                    });
-                }
-                Err(err) => ctx.fail_messages(self.acc, &folder.name, &[e], &err.to_string()),
-            }
-        }
-        if batch.check {
-            ready = self.drop_existing(folder, ready, false)?;
+        if check {
+            ready = self.drop_existing(folder, ready, buf, false)?;
         }
         self.journal
             .pending(&folder.name, ready.iter().map(|r| r.entry.key.as_slice()))?;
@@ -630,13 +800,13 @@ impl Worker<'_> {
                         secs: r.entry.mtime.secs,
                         tz_minutes: 0,
                     }),
-                    data: &r.data,
+                    data: &buf[r.range.clone()],
                 })
                 .collect();
             let session = match self.session() {
                 Ok(s) => s,
                 Err(e) => {
-                    let rest: Vec<&MessageEntry> = ready.iter().map(|r| r.entry).collect();
+                    let rest: Vec<&MessageEntry> = ready.iter().map(|r| &r.entry).collect();
                     ctx.fail_messages(self.acc, &folder.name, &rest, &e.to_string());
                     return Err(e);
                 }
@@ -657,7 +827,8 @@ impl Worker<'_> {
             let mut doubt = Vec::new();
             let mut accepted: Vec<(&[u8], u32, u32)> = Vec::new();
             let mut done_bytes = 0u64;
-            for (i, (r, o)) in ready.into_iter().zip(outcomes).enumerate() {
+            let mut refused = Vec::new();
+            for (i, (r, o)) in ready.iter().zip(outcomes).enumerate() {
                 match o {
                     Some(AppendOutcome::Appended { uid, uidvalidity }) => {
                         accepted.push((
@@ -665,11 +836,11 @@ impl Worker<'_> {
                             uidvalidity.unwrap_or(0),
                             uid.unwrap_or(0),
                         ));
-                        done_bytes += r.data.len() as u64;
+                        done_bytes += r.range.len() as u64;
                         ctx.progress.advance(1, r.entry.size);
                     }
                     Some(AppendOutcome::Refused(refusal)) if refusal.is_transient() => {
-                        retry.push(r)
+                        retry.push(i)
                     }
                     Some(AppendOutcome::Refused(refusal)) => {
                         let why = if refusal.by_server {
@@ -677,15 +848,20 @@ impl Worker<'_> {
                         } else {
                             refusal.response.clone()
                         };
-                        ctx.fail_messages(self.acc, &folder.name, &[r.entry], &why);
+                        refused.push((i, why));
                     }
-                    None if in_doubt.contains(&i) => doubt.push(r),
-                    None => retry.push(r),
+                    None if in_doubt.contains(&i) => doubt.push(i),
+                    None => retry.push(i),
                 }
+            }
+            for (i, why) in refused {
+                ctx.fail_messages(self.acc, &folder.name, &[&ready[i].entry], &why);
             }
             ctx.appended.fetch_add(accepted.len() as u64, Relaxed);
             ctx.bytes.fetch_add(done_bytes, Relaxed);
             self.journal.accepted(&folder.name, &accepted)?;
+            drop(accepted);
+            let (mut retry, doubt) = take_two(ready, &retry, &doubt);
             let Some(err) = err else {
                 ctx.pacer.ok();
                 ready = retry;
@@ -696,7 +872,7 @@ impl Worker<'_> {
                 mailvault_imap::Error::OverQuota { .. }
                 | mailvault_imap::Error::AuthFailed { .. } => {
                     let rest: Vec<&MessageEntry> =
-                        retry.iter().chain(&doubt).map(|r| r.entry).collect();
+                        retry.iter().chain(&doubt).map(|r| &r.entry).collect();
                     ctx.fail_messages(self.acc, &folder.name, &rest, &err.to_string());
                     return Err(err.into());
                 }
@@ -705,7 +881,7 @@ impl Worker<'_> {
                     let su = names::special_use_for(&folder.name);
                     if let Err(e) = self.session().and_then(|s| Ok(s.create(&folder.name, su)?)) {
                         let rest: Vec<&MessageEntry> =
-                            retry.iter().chain(&doubt).map(|r| r.entry).collect();
+                            retry.iter().chain(&doubt).map(|r| &r.entry).collect();
                         ctx.fail_messages(self.acc, &folder.name, &rest, &e.to_string());
                         return Ok(());
                     }
@@ -724,14 +900,14 @@ impl Worker<'_> {
                 }
                 _ => {
                     let rest: Vec<&MessageEntry> =
-                        retry.iter().chain(&doubt).map(|r| r.entry).collect();
+                        retry.iter().chain(&doubt).map(|r| &r.entry).collect();
                     ctx.fail_messages(self.acc, &folder.name, &rest, &err.to_string());
                     return Ok(());
                 }
             }
             if !doubt.is_empty() {
                 // Sent but not answered: look for them before sending them again.
-                let mut left = self.drop_existing(folder, doubt, true)?;
+                let mut left = self.drop_existing(folder, doubt, buf, true)?;
                 retry.append(&mut left);
             }
             ready = retry;
@@ -741,12 +917,13 @@ impl Worker<'_> {
 
     /// Removes the messages the server already has (by fingerprint) from `ready`, recording
     /// them as accepted. `fresh`: ask the server again rather than use what it said first.
-    fn drop_existing<'e>(
+    fn drop_existing(
         &mut self,
         folder: &FolderPlan,
-        ready: Vec<Ready<'e>>,
+        ready: Vec<Ready>,
+        buf: &[u8],
         fresh: bool,
-    ) -> Result<Vec<Ready<'e>>> {
+    ) -> Result<Vec<Ready>> {
         if ready.is_empty() {
             return Ok(ready);
         }
@@ -758,16 +935,17 @@ impl Worker<'_> {
             return Ok(ready);
         };
         let mut left = Vec::new();
-        let mut found: Vec<(&[u8], u32, u32)> = Vec::new();
+        let mut found: Vec<(Vec<u8>, u32, u32)> = Vec::new();
         for r in ready {
+            let data = &buf[r.range.clone()];
             let fp = Fingerprint {
-                message_id: names::message_id(&r.data),
-                size: r.data.len() as u64,
+                message_id: names::message_id(data),
+                size: data.len() as u64,
                 date: r.entry.mtime.secs,
             };
             match have.get_mut(&fp).and_then(|uids| uids.pop()) {
                 Some(uid) => {
-                    found.push((r.entry.key.as_slice(), 0, uid));
+                    found.push((r.entry.key.clone(), 0, uid));
                     self.ctx.progress.advance(1, r.entry.size);
                 }
                 None => left.push(r),
@@ -775,6 +953,10 @@ impl Worker<'_> {
         }
         drop(guard);
         self.ctx.existing.fetch_add(found.len() as u64, Relaxed);
+        let found: Vec<(&[u8], u32, u32)> = found
+            .iter()
+            .map(|(k, v, u)| (k.as_slice(), *v, *u))
+            .collect();
         self.journal.accepted(&folder.name, &found)?;
         Ok(left)
     }
