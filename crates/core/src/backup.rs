@@ -117,7 +117,7 @@ pub fn backup(
     progress: &dyn Progress,
 ) -> Result<BackupReport> {
     let started = Instant::now();
-    let time = crate::now_unix();
+    let time = crate::now();
     let source = std::path::absolute(&opts.source).map_err(|e| Error::io(&opts.source, e))?;
     let label = format!("maildir:{}", source.display());
     let accounts = maildir::discover(&source, &opts.accounts)?;
@@ -169,7 +169,7 @@ fn run(
     repo: &Repository,
     opts: &BackupOptions,
     started: Instant,
-    time: i64,
+    time: (i64, u32),
     label: String,
     parent: Option<Snapshot>,
     parent_accounts: HashMap<String, AccountRef>,
@@ -232,7 +232,8 @@ fn run(
     let mut snap = Snapshot {
         id: Id::default(),
         version: crate::repo::FORMAT_VERSION,
-        time,
+        time: time.0,
+        time_nanos: time.1,
         hostname: opts.hostname.clone(),
         source: label,
         tags: opts.tags.clone(),

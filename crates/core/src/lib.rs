@@ -29,6 +29,14 @@ pub use error::{Error, Result};
 pub use id::Id;
 pub use repo::{InitOptions, Repository};
 
+/// Seconds and nanoseconds since the Unix epoch, now.
+pub fn now() -> (i64, u32) {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| (d.as_secs() as i64, d.subsec_nanos()))
+        .unwrap_or((0, 0))
+}
+
 /// Seconds since the Unix epoch, now.
 pub fn now_unix() -> i64 {
     std::time::SystemTime::now()

@@ -339,7 +339,7 @@ impl Repository {
         for f in self.store.list("snapshots/")? {
             out.push(self.load_snapshot_at(&f.path)?);
         }
-        out.sort_by_key(|s| (s.time, s.id));
+        out.sort_by_key(|s| (s.time, s.time_nanos, s.id));
         Ok(out)
     }
 

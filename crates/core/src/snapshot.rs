@@ -12,6 +12,9 @@ pub struct Snapshot {
     pub version: u32,
     /// Unix seconds when the backup started.
     pub time: i64,
+    /// Nanoseconds within that second, so two backups in one second keep their order.
+    #[serde(default)]
+    pub time_nanos: u32,
     pub hostname: String,
     /// The source as the user gave it: `maildir:/var/vmail`.
     pub source: String,

@@ -38,3 +38,33 @@ fn store_round_trip_is_byte_exact() {
     assert_eq!(again.items_restored, 0);
     assert!(again.failures.is_empty());
 }
+
+/// Regression: two backups within one second — `latest` must be the second (snapshots
+/// kept only whole seconds, and ties fell to the random id).
+#[test]
+fn latest_is_the_newest_even_within_one_second() {
+    let t = tempfile::tempdir().unwrap();
+    let src = t.path().join("vmail");
+    small_store(&src);
+    let mut repo = init_repo(&t.path().join("repo"));
+    let mut last = String::new();
+    for i in 0..6 {
+        put_msg(
+            &src.join("example.org/bob/Maildir"),
+            "",
+            "new",
+            &format!("9{i}.M1P1.x"),
+            b"Subject: x\n\nx\n",
+            1_700_000_000,
+        );
+        last = backup(&mut repo, &backup_opts(&src, vec![]), &NoProgress)
+            .unwrap()
+            .snapshot;
+        assert_eq!(
+            repo.find_snapshot("latest").unwrap().id.to_hex(),
+            last,
+            "after backup {i}"
+        );
+    }
+    assert!(!last.is_empty());
+}

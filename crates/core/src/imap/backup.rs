@@ -109,7 +109,7 @@ pub fn backup(
     progress: &dyn Progress,
 ) -> Result<BackupReport> {
     let started = Instant::now();
-    let time = crate::now_unix();
+    let (time, time_nanos) = crate::now();
     if opts.accounts.is_empty() {
         return Err(Error::InvalidInput(
             "no account to back up: name one in the URL (imap://user@host), with --account or --accounts-file".into(),
@@ -187,6 +187,7 @@ pub fn backup(
             id: Id::default(),
             version: crate::repo::FORMAT_VERSION,
             time,
+            time_nanos,
             hostname: opts.hostname.clone(),
             source: opts.source.clone(),
             tags: opts.tags.clone(),
