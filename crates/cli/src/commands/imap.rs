@@ -32,10 +32,13 @@ pub struct ImapArgs {
     /// Also trust the CA certificates in this PEM file.
     #[arg(long)]
     pub ca_file: Option<PathBuf>,
-    /// IMAP connections per account.
+    /// IMAP connections per account, at most. Backup deals an account's folders to them;
+    /// restore opens more than one only when fewer accounts than --accounts are left to
+    /// run beside it, one per 500 messages (every connection is a login, which costs the
+    /// server about as much as appending 50-100 messages).
     #[arg(long, default_value_t = 4)]
     pub connections: usize,
-    /// Accounts handled at the same time.
+    /// Accounts handled at the same time (restore: largest first).
     #[arg(long, default_value_t = 4)]
     pub accounts: usize,
 }
