@@ -20,7 +20,7 @@
 
 use super::journal::{self, AccountJournal, State};
 use super::names::{self, Fingerprint};
-use super::prepare::{self, PrepareError};
+use super::prepare::{self, BlobCache, PrepareError};
 use super::{login_with_backoff, Connection, Error, Pacer, Phase, Result, Span};
 use crate::id::Id;
 use crate::repo::{lock, Repository};
@@ -63,6 +63,9 @@ pub struct ImapRestoreOptions {
     pub batch_messages: usize,
     /// Most bytes per batch.
     pub batch_bytes: usize,
+    /// Opened blobs kept for messages that share them (a message delivered to several
+    /// mailboxes), in bytes; 0 turns the cache off.
+    pub blob_cache_bytes: usize,
 }
 
 impl ImapRestoreOptions {
@@ -80,6 +83,7 @@ impl ImapRestoreOptions {
             journal_dir: super::default_journal_dir(),
             batch_messages: 500,
             batch_bytes: 8 << 20,
+            blob_cache_bytes: 64 << 20,
         }
     }
 }
@@ -140,6 +144,7 @@ struct Ctx<'a> {
     per_account: Mutex<Vec<AccountFigures>>,
     provisioning: Span,
     data: Span,
+    cache: BlobCache,
 }
 
 impl Ctx<'_> {
@@ -204,6 +209,7 @@ pub fn restore(
         per_account: Mutex::new(Vec::new()),
         provisioning: Span::default(),
         data: Span::default(),
+        cache: BlobCache::new(opts.blob_cache_bytes),
     };
 
     // Which folders of which account: read every account tree once, up front (small).
@@ -247,10 +253,22 @@ pub fn restore(
     let created = AtomicU64::new(0);
     let subscribed = AtomicU64::new(0);
     let special = AtomicU64::new(0);
-    // Largest accounts first, so that the run does not end with one big account on
+    // Domains in snapshot order (their accounts share the most blobs, mail to several
+    // colleagues: together, they make the most of the blob cache), and within a domain
+    // the largest accounts first, so that a run does not end with one big account on
     // one connection while the others are done.
+    let domain = |i: usize| plans[i].0.name.rsplit_once('@').map(|(_, d)| d);
+    let mut first_seen: HashMap<Option<&str>, usize> = HashMap::new();
+    for i in 0..plans.len() {
+        first_seen.entry(domain(i)).or_insert(i);
+    }
     let mut order: Vec<usize> = (0..plans.len()).collect();
-    order.sort_by_key(|&i| std::cmp::Reverse(plans[i].1.iter().map(|f| f.messages).sum::<u64>()));
+    order.sort_by_key(|&i| {
+        (
+            first_seen.get(&domain(i)).copied().unwrap_or(i),
+            std::cmp::Reverse(plans[i].1.iter().map(|f| f.messages).sum::<u64>()),
+        )
+    });
     let lanes = opts.parallel_accounts.max(1);
     for_each_parallel(order.len(), lanes, |k| {
         let i = order[k];
@@ -320,6 +338,8 @@ pub fn restore(
     } else {
         "special use: the server cannot set it on CREATE (no CREATE-SPECIAL-USE); it keeps its own configuration".into()
     };
+    let (hits, misses) = ctx.cache.stats();
+    tracing::debug!("blob cache: {hits} hits, {misses} misses");
     let appended = ctx.appended.load(Relaxed);
     let phases = vec![
         ctx.provisioning.phase(
@@ -394,7 +414,7 @@ pub(crate) fn for_each_parallel(n: usize, threads: usize, f: impl Fn(usize) + Sy
     let next = AtomicUsize::new(0);
     std::thread::scope(|s| {
         for _ in 0..threads.clamp(1, n.max(1)) {
-            s.spawn(|| loop {
+            spawn_named(s, "imap-account", || loop {
                 let i = next.fetch_add(1, Relaxed);
                 if i >= n {
                     break;
@@ -403,6 +423,21 @@ pub(crate) fn for_each_parallel(n: usize, threads: usize, f: impl Fn(usize) + Sy
             });
         }
     });
+}
+
+/// `s.spawn(f)` with a thread name (for profilers and debuggers).
+fn spawn_named<'s, 'e: 's, F: FnOnce() + Send + 's>(
+    s: &'s std::thread::Scope<'s, 'e>,
+    name: &str,
+    f: F,
+) {
+    if let Err(e) = std::thread::Builder::new()
+        .name(name.into())
+        .spawn_scoped(s, f)
+    {
+        // What `Scope::spawn` does too.
+        panic!("cannot start a thread: {e}");
+    }
 }
 
 fn credentials(ctx: &Ctx, account: &str) -> Result<Credentials> {
@@ -635,7 +670,7 @@ fn restore_account(
             let (tx, rx) = std::sync::mpsc::sync_channel::<Prepared>(0);
             let (back_tx, back_rx) = std::sync::mpsc::channel::<Vec<u8>>();
             let (queue, abort, acc) = (&queue, &abort, &acc.name);
-            s.spawn(move || {
+            spawn_named(s, "imap-prepare", move || {
                 let mut scratch = Vec::new();
                 while let Some(batch) = lock(queue).pop_front() {
                     if let Some(reason) = abort.reason() {
@@ -654,7 +689,7 @@ fn restore_account(
             });
             let session = first.take();
             let (creds, journal) = (&creds, &journal);
-            s.spawn(move || {
+            spawn_named(s, "imap-append", move || {
                 let mut w = Worker {
                     ctx,
                     acc,
@@ -710,7 +745,7 @@ fn prepare<'p>(
     buf.clear();
     let mut msgs = Vec::with_capacity(batch.entries.len());
     for e in batch.entries {
-        match prepare::read_message_crlf(ctx.repo, &e, &mut buf, scratch) {
+        match prepare::read_message_crlf(ctx.repo, &ctx.cache, &e, &mut buf, scratch) {
             Ok(range) => {
                 let letters = String::from_utf8_lossy(e.flags()).into_owned();
                 let flags = maildir_to_imap(&letters, &folder.keywords).flags;
