@@ -219,7 +219,7 @@ fn run(
     let n = &ctx.n;
     let messages: u64 = root.accounts.iter().map(|a| a.messages).sum();
     let elapsed = started.elapsed().as_secs_f64();
-    let mut summary = SnapshotSummary {
+    let summary = SnapshotSummary {
         accounts: root.accounts.len() as u64,
         folders: n.folders.load(Relaxed),
         messages,
@@ -239,16 +239,10 @@ fn run(
         tags: opts.tags.clone(),
         parent: parent.as_ref().map(|p| p.id),
         root: root_id,
-        summary: summary.clone(),
+        summary,
     };
-    // The snapshot's own size is part of what was added; it is small and fixed-width
-    // enough that an estimate from a first encoding is exact to a few bytes.
-    let snap_len = serde_json::to_vec(&snap)
-        .map(|v| v.len() as u64 + 40)
-        .unwrap_or(0);
-    summary.bytes_added += snap_len;
-    snap.summary = summary.clone();
-    let id = repo.save_snapshot(&snap)?;
+    let id = repo.save_snapshot_counted(&mut snap)?;
+    let summary = snap.summary.clone();
 
     let bytes_read = n.bytes_read.load(Relaxed);
     let new_raw = st.data_raw.load(Relaxed);

@@ -392,6 +392,16 @@ impl Repository {
         Ok(id)
     }
 
+    /// Seals and writes a snapshot, counting the snapshot file itself in its summary's
+    /// `bytes_added` (the JSON length is fixed before sealing; sealing adds a constant).
+    pub fn save_snapshot_counted(&self, snap: &mut Snapshot) -> Result<Id> {
+        let base = serde_json::to_vec(&*snap)
+            .map(|v| v.len() as u64)
+            .unwrap_or(0);
+        snap.summary.bytes_added += base + crate::crypto::SEAL_OVERHEAD as u64;
+        self.save_snapshot(snap)
+    }
+
     /// Writes one index file for the given packs; returns its id and size.
     pub(crate) fn write_index(&self, packs: &[(Id, Vec<PackEntry>)]) -> Result<(Id, u64)> {
         let sealed = self.key.seal(&index::encode(packs));
