@@ -85,13 +85,92 @@ pub struct BackupReport {
     pub failures: Vec<Failure>,
 }
 
+/// What a backup run of any source counts as it goes.
 #[derive(Default)]
-struct Counters {
-    folders: AtomicU64,
-    new: AtomicU64,
-    unchanged: AtomicU64,
-    bytes_read: AtomicU64,
-    bytes_total: AtomicU64,
+pub(crate) struct Counters {
+    pub(crate) folders: AtomicU64,
+    pub(crate) new: AtomicU64,
+    pub(crate) unchanged: AtomicU64,
+    pub(crate) bytes_read: AtomicU64,
+    pub(crate) bytes_total: AtomicU64,
+}
+
+/// The snapshot fields a backup run of any source decides up front.
+pub(crate) struct RunMeta {
+    pub(crate) started: Instant,
+    pub(crate) time: (i64, u32),
+    pub(crate) hostname: String,
+    pub(crate) source: String,
+    pub(crate) tags: Vec<String>,
+    pub(crate) parent: Option<Snapshot>,
+    pub(crate) packs_resumed: u64,
+}
+
+/// Ends a backup run of any source: saves the root tree, writes the last packs and the
+/// index, then the snapshot, and builds the report. Returns the packs written, for
+/// [`Repository::add_packs`].
+pub(crate) fn finish_run(
+    saver: &BlobSaver,
+    n: &Counters,
+    mut failures: Vec<Failure>,
+    root: RootTree,
+    meta: RunMeta,
+) -> Result<(BackupReport, PackList)> {
+    let repo = saver.repo();
+    let root_id = saver.save(BlobKind::Tree, &tree::encode(&root))?;
+    let written = saver.finish()?;
+    failures.sort_by(|a, b| a.item.cmp(&b.item));
+    let st = &saver.stats;
+    let messages: u64 = root.accounts.iter().map(|a| a.messages).sum();
+    let elapsed = meta.started.elapsed().as_secs_f64();
+    let mut snap = Snapshot {
+        id: Id::default(),
+        version: crate::repo::FORMAT_VERSION,
+        time: meta.time.0,
+        time_nanos: meta.time.1,
+        hostname: meta.hostname,
+        source: meta.source,
+        tags: meta.tags,
+        parent: meta.parent.as_ref().map(|p| p.id),
+        root: root_id,
+        summary: SnapshotSummary {
+            accounts: root.accounts.len() as u64,
+            folders: n.folders.load(Relaxed),
+            messages,
+            bytes: n.bytes_total.load(Relaxed),
+            messages_new: n.new.load(Relaxed),
+            bytes_added: st.bytes_written.load(Relaxed),
+            failed: failures.len() as u64,
+            elapsed_secs: elapsed,
+        },
+    };
+    let id = repo.save_snapshot_counted(&mut snap)?;
+    let summary = snap.summary;
+    let bytes_read = n.bytes_read.load(Relaxed);
+    let new_raw = st.data_raw.load(Relaxed);
+    let items_total = messages + failures.len() as u64;
+    let report = BackupReport {
+        snapshot: id.to_hex(),
+        parent: meta.parent.map(|p| p.id.to_hex()),
+        accounts: summary.accounts,
+        folders: summary.folders,
+        items_total,
+        items_new: summary.messages_new,
+        items_unchanged: n.unchanged.load(Relaxed),
+        items_failed: failures.len() as u64,
+        bytes_total: summary.bytes,
+        bytes_read,
+        bytes_added: summary.bytes_added,
+        dedup_ratio: ratio(bytes_read, new_raw),
+        compression_ratio: ratio(new_raw, st.data_stored.load(Relaxed)),
+        packs_written: st.packs_written.load(Relaxed),
+        packs_resumed: meta.packs_resumed,
+        elapsed_secs: elapsed,
+        items_per_sec: per_sec(items_total, elapsed),
+        mb_per_sec: per_sec(bytes_read, elapsed) / 1e6,
+        failures,
+    };
+    Ok((report, written))
 }
 
 struct Ctx<'a> {
@@ -210,64 +289,17 @@ fn run(
     let root = RootTree {
         accounts: refs.into_iter().flatten().collect(),
     };
-    let root_id = ctx.saver.save(BlobKind::Tree, &tree::encode(&root))?;
-    let written = ctx.saver.finish()?;
-
-    let mut failures = std::mem::take(&mut *lock(&ctx.failures));
-    failures.sort_by(|a, b| a.item.cmp(&b.item));
-    let st = &ctx.saver.stats;
-    let n = &ctx.n;
-    let messages: u64 = root.accounts.iter().map(|a| a.messages).sum();
-    let elapsed = started.elapsed().as_secs_f64();
-    let summary = SnapshotSummary {
-        accounts: root.accounts.len() as u64,
-        folders: n.folders.load(Relaxed),
-        messages,
-        bytes: n.bytes_total.load(Relaxed),
-        messages_new: n.new.load(Relaxed),
-        bytes_added: st.bytes_written.load(Relaxed),
-        failed: failures.len() as u64,
-        elapsed_secs: elapsed,
-    };
-    let mut snap = Snapshot {
-        id: Id::default(),
-        version: crate::repo::FORMAT_VERSION,
-        time: time.0,
-        time_nanos: time.1,
+    let failures = std::mem::take(&mut *lock(&ctx.failures));
+    let meta = RunMeta {
+        started,
+        time,
         hostname: opts.hostname.clone(),
         source: label,
         tags: opts.tags.clone(),
-        parent: parent.as_ref().map(|p| p.id),
-        root: root_id,
-        summary,
-    };
-    let id = repo.save_snapshot_counted(&mut snap)?;
-    let summary = snap.summary.clone();
-
-    let bytes_read = n.bytes_read.load(Relaxed);
-    let new_raw = st.data_raw.load(Relaxed);
-    let report = BackupReport {
-        snapshot: id.to_hex(),
-        parent: parent.map(|p| p.id.to_hex()),
-        accounts: summary.accounts,
-        folders: summary.folders,
-        items_total: messages + failures.len() as u64,
-        items_new: summary.messages_new,
-        items_unchanged: n.unchanged.load(Relaxed),
-        items_failed: failures.len() as u64,
-        bytes_total: summary.bytes,
-        bytes_read,
-        bytes_added: summary.bytes_added,
-        dedup_ratio: ratio(bytes_read, new_raw),
-        compression_ratio: ratio(new_raw, st.data_stored.load(Relaxed)),
-        packs_written: st.packs_written.load(Relaxed),
+        parent,
         packs_resumed,
-        elapsed_secs: elapsed,
-        items_per_sec: per_sec(messages + failures.len() as u64, elapsed),
-        mb_per_sec: per_sec(bytes_read, elapsed) / 1e6,
-        failures,
     };
-    Ok((report, written))
+    finish_run(&ctx.saver, &ctx.n, failures, root, meta)
 }
 
 /// Pieces of a spread of messages across the store, to train the compression dictionary

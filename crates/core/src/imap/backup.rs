@@ -17,13 +17,13 @@
 use super::names::{self, STATE_FILE};
 use super::restore::for_each_parallel;
 use super::{login_with_backoff, Connection, Error, Result};
-use crate::backup::{header_summary, save_entries, store_content, BackupReport};
+use crate::backup::{
+    finish_run, header_summary, save_entries, store_content, BackupReport, Counters, RunMeta,
+};
 use crate::compress::Compression;
-use crate::id::Id;
 use crate::pack::BlobKind;
 use crate::repo::{lock, BlobSaver, Repository};
-use crate::report::{per_sec, ratio, Failure, Progress};
-use crate::snapshot::{Snapshot, SnapshotSummary};
+use crate::report::{Failure, Progress};
 use crate::tree::{
     self, AccountRef, AccountTree, FileEntry, FolderNode, MessageEntry, RootTree, Timestamp,
 };
@@ -32,7 +32,7 @@ use mailvault_imap::{from_crlf, Client, FetchQuery, FetchedMessage, SearchKey, S
 use serde::{Deserialize, Serialize};
 use std::collections::{HashMap, VecDeque};
 use std::os::unix::fs::MetadataExt;
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Mutex;
 use std::time::Instant;
 
@@ -65,15 +65,6 @@ pub struct FolderState {
     pub uidvalidity: u32,
     pub uidnext: Option<u32>,
     pub highestmodseq: Option<u64>,
-}
-
-#[derive(Default)]
-struct Counters {
-    folders: AtomicU64,
-    new: AtomicU64,
-    unchanged: AtomicU64,
-    bytes_read: AtomicU64,
-    bytes_total: AtomicU64,
 }
 
 struct Ctx<'a> {
@@ -165,64 +156,17 @@ pub fn backup(
                 .filter_map(|m| m.into_inner().unwrap_or_else(|p| p.into_inner()))
                 .collect(),
         };
-        let root_id = ctx.saver.save(BlobKind::Tree, &tree::encode(&root))?;
-        let written = ctx.saver.finish()?;
-        let mut failures = std::mem::take(&mut *lock(&ctx.failures));
-        failures.sort_by(|a, b| a.item.cmp(&b.item));
-        let st = &ctx.saver.stats;
-        let n = &ctx.n;
-        let messages: u64 = root.accounts.iter().map(|a| a.messages).sum();
-        let elapsed = started.elapsed().as_secs_f64();
-        let summary = SnapshotSummary {
-            accounts: root.accounts.len() as u64,
-            folders: n.folders.load(Relaxed),
-            messages,
-            bytes: n.bytes_total.load(Relaxed),
-            messages_new: n.new.load(Relaxed),
-            bytes_added: st.bytes_written.load(Relaxed),
-            failed: failures.len() as u64,
-            elapsed_secs: elapsed,
-        };
-        let mut snap = Snapshot {
-            id: Id::default(),
-            version: crate::repo::FORMAT_VERSION,
-            time,
-            time_nanos,
+        let failures = std::mem::take(&mut *lock(&ctx.failures));
+        let meta = RunMeta {
+            started,
+            time: (time, time_nanos),
             hostname: opts.hostname.clone(),
             source: opts.source.clone(),
             tags: opts.tags.clone(),
-            parent: parent.as_ref().map(|p| p.id),
-            root: root_id,
-            summary,
+            parent,
+            packs_resumed,
         };
-        let id = repo.save_snapshot_counted(&mut snap)?;
-        let summary = snap.summary.clone();
-        let bytes_read = n.bytes_read.load(Relaxed);
-        let new_raw = st.data_raw.load(Relaxed);
-        (
-            BackupReport {
-                snapshot: id.to_hex(),
-                parent: parent.map(|p| p.id.to_hex()),
-                accounts: summary.accounts,
-                folders: summary.folders,
-                items_total: messages + failures.len() as u64,
-                items_new: summary.messages_new,
-                items_unchanged: n.unchanged.load(Relaxed),
-                items_failed: failures.len() as u64,
-                bytes_total: summary.bytes,
-                bytes_read,
-                bytes_added: summary.bytes_added,
-                dedup_ratio: ratio(bytes_read, new_raw),
-                compression_ratio: ratio(new_raw, st.data_stored.load(Relaxed)),
-                packs_written: st.packs_written.load(Relaxed),
-                packs_resumed,
-                elapsed_secs: elapsed,
-                items_per_sec: per_sec(messages + failures.len() as u64, elapsed),
-                mb_per_sec: per_sec(bytes_read, elapsed) / 1e6,
-                failures,
-            },
-            written,
-        )
+        finish_run(&ctx.saver, &ctx.n, failures, root, meta)?
     };
     repo.add_packs(&written);
     Ok(report)
