@@ -227,21 +227,33 @@ pub fn backup(
         None => HashMap::new(),
     };
 
-    let (report, written) = run(
-        repo,
-        opts,
-        started,
-        time,
-        label,
-        parent,
-        parent_accounts,
-        accounts,
-        resumed,
-        progress,
-    )?;
+    let prefetch = !parent_accounts.is_empty();
+    let (report, written) = std::thread::scope(|s| {
+        if prefetch {
+            std::thread::Builder::new()
+                .name("prefetch".into())
+                .spawn_scoped(s, || repo.prefetch_trees(TREE_PREFETCH_BUDGET))
+                .ok();
+        }
+        run(
+            repo,
+            opts,
+            started,
+            time,
+            label,
+            parent,
+            parent_accounts,
+            accounts,
+            resumed,
+            progress,
+        )
+    })?;
     repo.add_packs(&written);
     Ok(report)
 }
+
+/// At most this many bytes of tree packs are read ahead for an incremental backup.
+const TREE_PREFETCH_BUDGET: u64 = 256 << 20;
 
 #[allow(clippy::too_many_arguments)]
 fn run(

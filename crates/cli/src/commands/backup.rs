@@ -49,6 +49,15 @@ pub fn run(g: &GlobalOpts, a: Args) -> Result<Outcome> {
         anyhow::bail!("the IMAP flags only apply to imap:// and imaps:// sources");
     }
     let source = super::maildir_location(&a.source, "source")?;
+    // Walk the source's directories while the key is derived and the index loaded;
+    // detached: it ends on its own, or with the process.
+    {
+        let (source, accounts) = (source.clone(), a.account.clone());
+        std::thread::Builder::new()
+            .name("warm".into())
+            .spawn(move || mailvault_core::maildir::warm_directories(&source, &accounts, 12))
+            .ok();
+    }
     let mut r = repo::open(g)?;
     let opts = BackupOptions {
         source,

@@ -25,6 +25,11 @@ pub struct LocalStore {
     handles: Mutex<HashMap<String, Arc<File>>>,
 }
 
+/// Where objects are written before they are linked into place.
+const TMP_DIR: &str = ".tmp";
+/// A temporary file untouched for this long belongs to a writer that is gone.
+const TMP_MAX_AGE: std::time::Duration = std::time::Duration::from_secs(3600);
+
 /// Handles kept open at most (objects are immutable, so a cached handle never goes stale).
 const MAX_HANDLES: usize = 64;
 
@@ -56,25 +61,35 @@ impl LocalStore {
         }
     }
 
-    /// Removes temporary files a killed writer left behind.
+    /// The directory of objects being written: `.tmp/` at the root (hidden from `list`),
+    /// one directory for all of them so that finding a killed writer's leftovers reads one
+    /// directory, not every pack shard.
+    fn tmp_dir(&self) -> PathBuf {
+        self.root.join(TMP_DIR)
+    }
+
+    /// Removes temporary files a killed writer left behind: those in `.tmp/` last written
+    /// over an hour ago (a live writer links its file within seconds, and another process
+    /// may be writing to the same repository right now). Returns how many were removed.
     pub fn clean_temporaries(&self) -> Result<usize> {
+        let dir = self.tmp_dir();
+        let rd = match fs::read_dir(&dir) {
+            Ok(rd) => rd,
+            Err(e) if e.kind() == ErrorKind::NotFound => return Ok(0),
+            Err(e) => return Err(Error::io(dir, e)),
+        };
+        let now = std::time::SystemTime::now();
         let mut removed = 0;
-        let mut stack = vec![self.root.clone()];
-        while let Some(dir) = stack.pop() {
-            let rd = match fs::read_dir(&dir) {
-                Ok(rd) => rd,
-                Err(e) if e.kind() == ErrorKind::NotFound => continue,
-                Err(e) => return Err(Error::io(dir, e)),
-            };
-            for ent in rd {
-                let ent = ent.map_err(|e| Error::io(&dir, e))?;
-                let ft = ent.file_type().map_err(|e| Error::io(ent.path(), e))?;
-                if ft.is_dir() {
-                    stack.push(ent.path());
-                } else if ent.file_name().to_string_lossy().starts_with(".tmp-") {
-                    fs::remove_file(ent.path()).map_err(|e| Error::io(ent.path(), e))?;
-                    removed += 1;
-                }
+        for ent in rd {
+            let ent = ent.map_err(|e| Error::io(&dir, e))?;
+            let stale = ent
+                .metadata()
+                .and_then(|m| m.modified())
+                .ok()
+                .and_then(|t| now.duration_since(t).ok())
+                .is_some_and(|age| age >= TMP_MAX_AGE);
+            if stale && fs::remove_file(ent.path()).is_ok() {
+                removed += 1;
             }
         }
         Ok(removed)
@@ -111,10 +126,12 @@ impl LocalStore {
             } else {
                 format!("{rel}/{name}")
             };
-            let meta = ent.metadata().map_err(|e| self.err(&child, e))?;
-            if meta.is_dir() {
+            // The type from readdir; a stat only for files, whose size is wanted.
+            let ft = ent.file_type().map_err(|e| self.err(&child, e))?;
+            if ft.is_dir() {
                 self.list_dir(&ent.path(), &child, out)?;
-            } else if meta.is_file() {
+            } else if ft.is_file() {
+                let meta = ent.metadata().map_err(|e| self.err(&child, e))?;
                 out.push(ObjectInfo {
                     path: child,
                     size: meta.len(),
@@ -129,12 +146,14 @@ impl Store for LocalStore {
     fn put(&self, path: &str, data: &[u8]) -> Result<()> {
         let full = self.full(path);
         let dir = full.parent().unwrap_or(&self.root).to_path_buf();
-        let tmp = dir.join(format!(".tmp-{:016x}", rand::random::<u64>()));
+        let tmp = self
+            .tmp_dir()
+            .join(format!("{:016x}", rand::random::<u64>()));
         let write = |tmp: &Path| -> io::Result<()> {
-            let mut f = match File::create(tmp) {
+            let mut f = match File::create_new(tmp) {
                 Err(e) if e.kind() == ErrorKind::NotFound => {
-                    fs::create_dir_all(&dir)?;
-                    File::create(tmp)?
+                    fs::create_dir_all(self.tmp_dir())?;
+                    File::create_new(tmp)?
                 }
                 other => other?,
             };
@@ -148,7 +167,12 @@ impl Store for LocalStore {
             let _ = fs::remove_file(&tmp);
             return Err(self.err(path, e));
         }
-        let linked = fs::hard_link(&tmp, &full);
+        let linked = match fs::hard_link(&tmp, &full) {
+            Err(e) if e.kind() == ErrorKind::NotFound => {
+                fs::create_dir_all(&dir).and_then(|()| fs::hard_link(&tmp, &full))
+            }
+            other => other,
+        };
         let _ = fs::remove_file(&tmp);
         match linked {
             Ok(()) => Ok(()),
@@ -203,6 +227,20 @@ impl Store for LocalStore {
     fn location(&self) -> String {
         self.root.display().to_string()
     }
+
+    /// `posix_fadvise(WILLNEED)`: the kernel starts reading the range into the page cache
+    /// and returns. The file is opened apart from the handle cache, which a prefetch of
+    /// many packs would only churn.
+    fn prefetch(&self, path: &str, offset: u64, len: u64) {
+        if let Ok(f) = File::open(self.full(path)) {
+            let _ = rustix::fs::fadvise(
+                &f,
+                offset,
+                std::num::NonZeroU64::new(len),
+                rustix::fs::Advice::WillNeed,
+            );
+        }
+    }
 }
 
 #[cfg(test)]
@@ -220,9 +258,23 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let s = LocalStore::new(dir.path());
         s.put("data/aa/x", b"1").unwrap();
-        fs::write(dir.path().join("data/aa/.tmp-123"), b"partial").unwrap();
-        assert_eq!(s.list("data/").unwrap().len(), 1);
+        // Nothing is left in .tmp/ by a put.
+        assert_eq!(fs::read_dir(dir.path().join(".tmp")).unwrap().count(), 0);
+        let old = dir.path().join(".tmp/0123");
+        let fresh = dir.path().join(".tmp/4567");
+        fs::write(&old, b"partial").unwrap();
+        fs::write(&fresh, b"being written").unwrap();
+        let hours_ago = std::time::SystemTime::now() - std::time::Duration::from_secs(7200);
+        File::options()
+            .write(true)
+            .open(&old)
+            .unwrap()
+            .set_modified(hours_ago)
+            .unwrap();
+        assert_eq!(s.list("").unwrap().len(), 1, "temporaries are not listed");
+        // Only the stale one goes: the fresh one may be another writer's.
         assert_eq!(s.clean_temporaries().unwrap(), 1);
-        assert!(!dir.path().join("data/aa/.tmp-123").exists());
+        assert!(!old.exists());
+        assert!(fresh.exists());
     }
 }

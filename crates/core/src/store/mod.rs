@@ -38,6 +38,10 @@ pub trait Store: Send + Sync {
     fn stat(&self, path: &str) -> Result<u64>;
     /// Where the store is, for messages.
     fn location(&self) -> String;
+    /// Hints that `len` bytes at `offset` will be read soon, so a store that can fetch
+    /// them in the background does (the local store asks the kernel to read ahead). Only
+    /// a hint: errors are ignored and nothing is returned.
+    fn prefetch(&self, _path: &str, _offset: u64, _len: u64) {}
 }
 
 /// Puts an object that is named by its content: an existing one is the same bytes.
