@@ -2,9 +2,9 @@
 //!
 //! The selected messages are sorted by where their first blob lies in the repository, so
 //! packs are read front to back, then restored in parallel. Every message is reassembled,
-//! checked against its whole-message hash, written to the folder's `tmp/`, given its mode,
-//! owner (when permitted) and mtime, and linked into `cur/` or `new/` under its original
-//! name; `link(2)` never replaces a file. A message whose key is already in the target
+//! checked against its whole-message hash, written as an unnamed file (or, where that is
+//! not supported, in the folder's `tmp/`), given its mode, owner (when permitted) and mtime,
+//! and linked into `cur/` or `new/` under its original name, never replacing a file. A message whose key is already in the target
 //! folder is skipped when the bytes are identical and reported as a conflict otherwise.
 
 use crate::error::{Error, Result};
@@ -345,9 +345,13 @@ fn restore_message(ctx: &Ctx, j: &Job) -> Result<()> {
     Ok(())
 }
 
-/// Writes `data` to `dest` atomically and without replacing anything: a temporary file in
-/// `tmp_dir` gets mode, owner (best effort: only root may give files away) and mtime, then
-/// is linked to `dest`.
+/// Writes `data` to `dest` atomically and without replacing anything, with mode, owner
+/// (best effort: only root may give files away) and mtime set before the file appears.
+///
+/// Where the file system allows, the file is created unnamed (`O_TMPFILE`) in `dest`'s
+/// directory and linked to its name once complete: one directory operation per message
+/// instead of the create in `tmp/` plus the rename, and a killed restore leaves nothing
+/// behind. Elsewhere (NFS, no `/proc`), a temporary file in `tmp_dir` renamed into place.
 fn write_new_file(
     tmp_dir: &Path,
     dest: &Path,
@@ -356,34 +360,21 @@ fn write_new_file(
     mtime: Timestamp,
     owner: Option<(u32, u32)>,
 ) -> Result<()> {
-    let tmp = tmp_dir.join(format!(".mailvault-{:016x}", rand::random::<u64>()));
-    let result = (|| -> std::io::Result<()> {
-        let mut f = File::create(&tmp)?;
-        f.write_all(data)?;
-        if mode != 0 {
-            f.set_permissions(fs::Permissions::from_mode(mode))?;
+    use std::sync::atomic::AtomicBool;
+    static NO_TMPFILE: AtomicBool = AtomicBool::new(false);
+    let result = if NO_TMPFILE.load(Relaxed) {
+        Err(None)
+    } else {
+        write_unnamed(dest, data, mode, mtime, owner)
+    };
+    let result = match result {
+        Ok(()) => Ok(()),
+        Err(Some(e)) => Err(e),
+        Err(None) => {
+            NO_TMPFILE.store(true, Relaxed);
+            write_renamed(tmp_dir, dest, data, mode, mtime, owner)
         }
-        if let Some((uid, gid)) = owner {
-            match std::os::unix::fs::fchown(&f, Some(uid), Some(gid)) {
-                Err(e) if e.kind() == ErrorKind::PermissionDenied => {}
-                other => other?,
-            }
-        }
-        let t = SystemTime::UNIX_EPOCH
-            .checked_add(Duration::new(mtime.secs.max(0) as u64, mtime.nanos))
-            .unwrap_or(SystemTime::UNIX_EPOCH);
-        let t = if mtime.secs < 0 {
-            SystemTime::UNIX_EPOCH - Duration::new(mtime.secs.unsigned_abs(), 0)
-        } else {
-            t
-        };
-        f.set_times(fs::FileTimes::new().set_modified(t).set_accessed(t))?;
-        drop(f);
-        rename_noreplace(&tmp, dest)
-    })();
-    if result.is_err() {
-        let _ = fs::remove_file(&tmp);
-    }
+    };
     result.map_err(|e| {
         if e.kind() == ErrorKind::AlreadyExists {
             Error::InvalidInput(format!(
@@ -394,6 +385,91 @@ fn write_new_file(
             Error::io(dest, e)
         }
     })
+}
+
+/// Mode, owner and times of a file being written.
+fn set_attributes(
+    f: &File,
+    mode: u32,
+    mtime: Timestamp,
+    owner: Option<(u32, u32)>,
+) -> std::io::Result<()> {
+    if mode != 0 {
+        f.set_permissions(fs::Permissions::from_mode(mode))?;
+    }
+    if let Some((uid, gid)) = owner {
+        match std::os::unix::fs::fchown(f, Some(uid), Some(gid)) {
+            Err(e) if e.kind() == ErrorKind::PermissionDenied => {}
+            other => other?,
+        }
+    }
+    let t = if mtime.secs < 0 {
+        SystemTime::UNIX_EPOCH - Duration::new(mtime.secs.unsigned_abs(), 0)
+    } else {
+        SystemTime::UNIX_EPOCH
+            .checked_add(Duration::new(mtime.secs as u64, mtime.nanos))
+            .unwrap_or(SystemTime::UNIX_EPOCH)
+    };
+    f.set_times(fs::FileTimes::new().set_modified(t).set_accessed(t))
+}
+
+/// `O_TMPFILE` in the destination directory, then `linkat` through `/proc/self/fd` (which
+/// fails if the name exists: nothing is replaced). `Err(None)`: not supported here.
+fn write_unnamed(
+    dest: &Path,
+    data: &[u8],
+    mode: u32,
+    mtime: Timestamp,
+    owner: Option<(u32, u32)>,
+) -> std::result::Result<(), Option<std::io::Error>> {
+    use rustix::fs::{linkat, openat, AtFlags, Mode, OFlags, CWD};
+    use rustix::io::Errno;
+    let dir = dest.parent().unwrap_or(Path::new("."));
+    let fd = match openat(
+        CWD,
+        dir,
+        OFlags::TMPFILE | OFlags::WRONLY | OFlags::CLOEXEC,
+        Mode::from_raw_mode(0o600),
+    ) {
+        Ok(fd) => fd,
+        Err(e) if e == Errno::OPNOTSUPP || e == Errno::ISDIR || e == Errno::INVAL => {
+            return Err(None)
+        }
+        Err(e) => return Err(Some(e.into())),
+    };
+    let mut f = File::from(fd);
+    f.write_all(data).map_err(Some)?;
+    set_attributes(&f, mode, mtime, owner).map_err(Some)?;
+    let proc_path = format!("/proc/self/fd/{}", std::os::fd::AsRawFd::as_raw_fd(&f));
+    match linkat(CWD, proc_path.as_str(), CWD, dest, AtFlags::SYMLINK_FOLLOW) {
+        Ok(()) => Ok(()),
+        // No /proc: the caller writes the file again the other way.
+        Err(e) if e == Errno::NOENT && !dir.as_os_str().is_empty() && dir.is_dir() => Err(None),
+        Err(e) => Err(Some(e.into())),
+    }
+}
+
+/// A temporary file in `tmp_dir` renamed to `dest` (renameat2 NOREPLACE).
+fn write_renamed(
+    tmp_dir: &Path,
+    dest: &Path,
+    data: &[u8],
+    mode: u32,
+    mtime: Timestamp,
+    owner: Option<(u32, u32)>,
+) -> std::io::Result<()> {
+    let tmp = tmp_dir.join(format!(".mailvault-{:016x}", rand::random::<u64>()));
+    let result = (|| -> std::io::Result<()> {
+        let mut f = File::create_new(&tmp)?;
+        f.write_all(data)?;
+        set_attributes(&f, mode, mtime, owner)?;
+        drop(f);
+        rename_noreplace(&tmp, dest)
+    })();
+    if result.is_err() {
+        let _ = fs::remove_file(&tmp);
+    }
+    result
 }
 
 /// Moves `from` to `to` unless `to` exists: renameat2(RENAME_NOREPLACE), one directory
@@ -429,5 +505,54 @@ fn restore_file(ctx: &Ctx, folder: &Path, f: &FileEntry) {
     }
     if let Err(e) = write_new_file(&folder.join("tmp"), &dest, &data, f.mode, f.mtime, None) {
         ctx.fail(item, e);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::MetadataExt;
+
+    fn check_written(path: &Path, data: &[u8]) {
+        assert_eq!(fs::read(path).unwrap(), data);
+        let m = fs::metadata(path).unwrap();
+        assert_eq!(m.mode() & 0o7777, 0o640);
+        assert_eq!((m.mtime(), m.mtime_nsec()), (1_000_000_000, 5));
+    }
+
+    /// Both ways of writing a message: complete with mode and mtime, never replacing a
+    /// file, and nothing left in `tmp/`.
+    #[test]
+    fn writes_never_replace_and_leave_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        for sub in ["tmp", "cur"] {
+            fs::create_dir(dir.path().join(sub)).unwrap();
+        }
+        let t = Timestamp {
+            secs: 1_000_000_000,
+            nanos: 5,
+        };
+        let tmp = dir.path().join("tmp");
+        let a = dir.path().join("cur/a");
+        match write_unnamed(&a, b"unnamed", 0o640, t, None) {
+            Ok(()) => {
+                check_written(&a, b"unnamed");
+                let again = write_unnamed(&a, b"other", 0o640, t, None);
+                assert!(matches!(again, Err(Some(e)) if e.kind() == ErrorKind::AlreadyExists));
+                check_written(&a, b"unnamed");
+            }
+            Err(None) => eprintln!("O_TMPFILE not supported here; only the fallback is tested"),
+            Err(Some(e)) => panic!("{e}"),
+        }
+        let b = dir.path().join("cur/b");
+        write_renamed(&tmp, &b, b"renamed", 0o640, t, None).unwrap();
+        check_written(&b, b"renamed");
+        let again = write_renamed(&tmp, &b, b"other", 0o640, t, None).unwrap_err();
+        assert_eq!(again.kind(), ErrorKind::AlreadyExists);
+        check_written(&b, b"renamed");
+        assert_eq!(fs::read_dir(&tmp).unwrap().count(), 0);
+        // And through the caller, the error names the file.
+        let err = write_new_file(&tmp, &b, b"x", 0o640, t, None).unwrap_err();
+        assert!(err.to_string().contains("cur/b"), "{err}");
     }
 }
