@@ -89,13 +89,15 @@ fn default_sigpipe() {
 /// decompression buffers of several MiB are carved from the per-thread heaps and stay
 /// resident once freed, fragmenting them: a 100k-message backup peaked at 160 MB RSS,
 /// 93 MB with the threshold fixed, at the same speed (BENCHMARKS.md). mimalloc was tried
-/// and kept even more (270 MB).
+/// and kept even more (270 MB). `MALLOC_MMAP_THRESHOLD_` in the environment overrides it.
 #[allow(unsafe_code)]
 fn fixed_mmap_threshold() {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
-    // SAFETY: mallopt only sets an allocator tunable; called before any other thread exists.
-    unsafe {
-        libc::mallopt(libc::M_MMAP_THRESHOLD, 1 << 20);
+    if std::env::var_os("MALLOC_MMAP_THRESHOLD_").is_none() {
+        // SAFETY: mallopt only sets an allocator tunable; called before any other thread exists.
+        unsafe {
+            libc::mallopt(libc::M_MMAP_THRESHOLD, 1 << 20);
+        }
     }
 }
 
