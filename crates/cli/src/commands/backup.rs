@@ -72,8 +72,16 @@ pub fn run(g: &GlobalOpts, a: Args) -> Result<Outcome> {
         force: a.force,
         stat_unchanged: a.stat_unchanged,
     };
+    finish(g, |bar| backup(&mut r, &opts, bar))
+}
+
+/// Runs a backup under a progress bar and prints its report (or JSON).
+fn finish<E: std::error::Error + Send + Sync + 'static>(
+    g: &GlobalOpts,
+    run: impl FnOnce(&Bar) -> std::result::Result<BackupReport, E>,
+) -> Result<Outcome> {
     let bar = Bar::new(g.quiet || g.json, "backup ");
-    let rep = backup(&mut r, &opts, &bar);
+    let rep = run(&bar);
     bar.finish();
     let rep = rep?;
     if g.json {
@@ -156,18 +164,5 @@ fn run_imap(g: &GlobalOpts, a: Args) -> Result<Outcome> {
         force: a.force,
         fetch_batch: 200,
     };
-    let bar = Bar::new(g.quiet || g.json, "backup ");
-    let rep = imap_backup(&mut r, &opts, &bar);
-    bar.finish();
-    let rep = rep?;
-    if g.json {
-        crate::output::json(&rep)?;
-    } else {
-        print_report(&rep);
-    }
-    Ok(if rep.items_failed > 0 {
-        Outcome::Partial
-    } else {
-        Outcome::Ok
-    })
+    finish(g, |bar| imap_backup(&mut r, &opts, bar))
 }
