@@ -1,9 +1,9 @@
 //! Local-directory store, the default.
 //!
-//! Atomic put-if-absent: write a hidden temporary file in the target directory, fsync it,
+//! Atomic put-if-absent: write a temporary file in the hidden `.tmp/` directory, fsync it,
 //! then `link(2)` it to its final name (which fails if the name exists, unlike `rename`)
-//! and unlink the temporary. A crash leaves at worst a `.tmp-*` file, which `list` never
-//! shows and the next open removes.
+//! and unlink the temporary. A crash leaves at worst a file in `.tmp/`, which `list` never
+//! shows and a later command removes once it is an hour old.
 
 use super::{ObjectInfo, Store};
 use crate::error::{Error, Result};
