@@ -88,6 +88,8 @@ impl Repository {
         let kf_bytes =
             serde_json::to_vec_pretty(&kf).map_err(|e| Error::corrupt("key", e.to_string()))?;
         store.put(&format!("keys/{}", Id::of_file(&kf_bytes)), &kf_bytes)?;
+        // The key before the config that makes this a repository.
+        store.flush()?;
         let config = Config {
             version: FORMAT_VERSION,
             id: hex::encode(rand::random::<[u8; 16]>()),
@@ -98,6 +100,7 @@ impl Repository {
         let cfg =
             serde_json::to_vec(&config).map_err(|e| Error::corrupt("config", e.to_string()))?;
         store.put("config", &key.seal(&cfg))?;
+        store.flush()?;
         Ok(Repository {
             store,
             key,
@@ -416,7 +419,10 @@ impl Repository {
             serde_json::to_vec(snap).map_err(|e| Error::corrupt("snapshot", e.to_string()))?;
         let sealed = self.key.seal(&json);
         let id = Id::of_file(&sealed);
+        // The index before the snapshot that needs it, and the snapshot before success.
+        self.store.flush()?;
         self.store.put(&Snapshot::path(&id), &sealed)?;
+        self.store.flush()?;
         Ok(id)
     }
 
@@ -434,6 +440,8 @@ impl Repository {
     pub(crate) fn write_index(&self, packs: &[(Id, Vec<PackEntry>)]) -> Result<(Id, u64)> {
         let sealed = self.key.seal(&index::encode(packs));
         let id = Id::of_file(&sealed);
+        // The packs before the index that lists them.
+        self.store.flush()?;
         put_content_named(self.store.as_ref(), &format!("index/{id}"), &sealed)?;
         Ok((id, sealed.len() as u64))
     }

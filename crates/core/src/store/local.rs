@@ -23,6 +23,8 @@ pub struct LocalStore {
     /// Open handles of recently read objects: a restore reads thousands of small ranges
     /// from each pack, and an open(2) per range costs more than the read.
     handles: Mutex<HashMap<String, Arc<File>>>,
+    /// Directories that got new names since the last [`Store::flush`].
+    unsynced: Mutex<std::collections::HashSet<PathBuf>>,
 }
 
 /// Where objects are written before they are linked into place.
@@ -39,6 +41,7 @@ impl LocalStore {
             root: root.into(),
             sync: true,
             handles: Mutex::new(HashMap::new()),
+            unsynced: Mutex::new(std::collections::HashSet::new()),
         }
     }
 
@@ -175,7 +178,12 @@ impl Store for LocalStore {
         };
         let _ = fs::remove_file(&tmp);
         match linked {
-            Ok(()) => Ok(()),
+            Ok(()) => {
+                if self.sync {
+                    lock(&self.unsynced).insert(dir);
+                }
+                Ok(())
+            }
             Err(e) if e.kind() == ErrorKind::AlreadyExists => {
                 Err(Error::AlreadyExists(path.into()))
             }
@@ -228,6 +236,19 @@ impl Store for LocalStore {
         self.root.display().to_string()
     }
 
+    /// An fsync of each directory a file was linked into: the fsync of a file makes its
+    /// bytes durable, not its name. (On ext4 the first of these commits the journal and
+    /// the others are nearly free.)
+    fn flush(&self) -> Result<()> {
+        let dirs: Vec<PathBuf> = lock(&self.unsynced).drain().collect();
+        for d in dirs {
+            if let Err(e) = File::open(&d).and_then(|f| f.sync_all()) {
+                return Err(Error::io(d, e));
+            }
+        }
+        Ok(())
+    }
+
     /// `posix_fadvise(WILLNEED)`: the kernel starts reading the range into the page cache
     /// and returns. The file is opened apart from the handle cache, which a prefetch of
     /// many packs would only churn.
@@ -251,6 +272,26 @@ mod tests {
     fn conformance() {
         let dir = tempfile::tempdir().unwrap();
         super::super::conformance::run(&LocalStore::new(dir.path()));
+    }
+
+    /// A put remembers the directory it linked into; flush syncs and forgets it, and
+    /// names the directory when it cannot.
+    #[test]
+    fn flush_syncs_new_names() {
+        let dir = tempfile::tempdir().unwrap();
+        let s = LocalStore::new(dir.path());
+        s.put("data/ab/x", b"1").unwrap();
+        s.put("index/y", b"2").unwrap();
+        let want: std::collections::HashSet<PathBuf> =
+            [dir.path().join("data/ab"), dir.path().join("index")].into();
+        assert_eq!(*lock(&s.unsynced), want);
+        s.flush().unwrap();
+        assert!(lock(&s.unsynced).is_empty());
+        s.put("snapshots/z", b"3").unwrap();
+        fs::remove_file(dir.path().join("snapshots/z")).unwrap();
+        fs::remove_dir(dir.path().join("snapshots")).unwrap();
+        let err = s.flush().unwrap_err().to_string();
+        assert!(err.contains("snapshots"), "{err}");
     }
 
     #[test]

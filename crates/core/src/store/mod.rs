@@ -38,6 +38,13 @@ pub trait Store: Send + Sync {
     fn stat(&self, path: &str) -> Result<u64>;
     /// Where the store is, for messages.
     fn location(&self) -> String;
+    /// Makes every put so far durable, names included: called before an object that
+    /// refers to earlier ones (an index to its packs, a snapshot to its index) and after a
+    /// snapshot. The local store fsyncs each directory it has linked new files into since
+    /// the last call; object stores are durable on a put's success.
+    fn flush(&self) -> Result<()> {
+        Ok(())
+    }
     /// Hints that `len` bytes at `offset` will be read soon, so a store that can fetch
     /// them in the background does (the local store asks the kernel to read ahead). Only
     /// a hint: errors are ignored and nothing is returned.
