@@ -200,7 +200,7 @@ pub fn backup(
     let source = std::path::absolute(&opts.source).map_err(|e| Error::io(&opts.source, e))?;
     let label = format!("maildir:{}", source.display());
     let accounts = maildir::discover(&source, &opts.accounts)?;
-    let resumed = repo.recover_unindexed_packs()?;
+    let (resumed, mark) = repo.begin_backup()?;
     let compression = opts.compression.unwrap_or(repo.config().compression);
     if compression == Compression::Zstd && !repo.has_dictionary() {
         let samples = sample_blobs(&accounts, &repo.config().chunker);
@@ -249,6 +249,10 @@ pub fn backup(
         )
     })?;
     repo.add_packs(&written);
+    if let Err(e) = repo.end_backup(mark) {
+        // Only costs the next backup a look for unindexed packs.
+        tracing::warn!("could not remove this backup's record in writers/: {e}");
+    }
     Ok(report)
 }
 
@@ -284,22 +288,36 @@ fn run(
         .map_err(|e| {
             Error::InvalidInput(format!("cannot start {} worker threads: {e}", opts.jobs))
         })?;
-    let refs: Vec<Option<AccountRef>> = pool.install(|| {
-        accounts
+    // Largest accounts first (by the parent's count; new accounts last), one task each:
+    // a large account started last would leave one worker finishing it alone.
+    let mut order: Vec<usize> = (0..accounts.len()).collect();
+    order.sort_by_key(|&i| {
+        std::cmp::Reverse(
+            parent_accounts
+                .get(&accounts[i].name)
+                .map_or(0, |r| r.messages),
+        )
+    });
+    let mut refs: Vec<(usize, Option<AccountRef>)> = pool.install(|| {
+        order
             .par_iter()
-            .map(
-                |a| match backup_account(&ctx, a, parent_accounts.get(&a.name)) {
+            .with_max_len(1)
+            .map(|&i| {
+                let a = &accounts[i];
+                let r = match backup_account(&ctx, a, parent_accounts.get(&a.name)) {
                     Ok(r) => Some(r),
                     Err(e) => {
                         ctx.fail(format!("account {}", a.name), e);
                         None
                     }
-                },
-            )
+                };
+                (i, r)
+            })
             .collect()
     });
+    refs.sort_unstable_by_key(|(i, _)| *i);
     let root = RootTree {
-        accounts: refs.into_iter().flatten().collect(),
+        accounts: refs.into_iter().filter_map(|(_, r)| r).collect(),
     };
     let failures = std::mem::take(&mut *lock(&ctx.failures));
     let meta = RunMeta {

@@ -141,7 +141,7 @@ fn check_inner(repo: &Repository, opts: &CheckOptions, started: Instant) -> Resu
     for p in &packs {
         match file_id(&p.path) {
             Ok(id) if !index.has_pack(&id) => warnings.push(format!(
-                "{}: pack not in any index (left by an interrupted backup; the next backup reuses it)",
+                "{}: pack not in any index (left by an interrupted backup; the next backup reuses it when that backup left its record in writers/)",
                 p.path
             )),
             Ok(_) => {}

@@ -16,7 +16,7 @@ use crate::crypto::{KdfParams, KeyFile, MasterKey};
 use crate::error::{Error, Result};
 use crate::id::Id;
 use crate::index::{self, Index, Location};
-use crate::pack::{self, BlobKind, FinishedPack, PackBuilder, PackEntry};
+use crate::pack::{self, BlobKind, FinishedPack, PackBuilder, PackEntry, PackList};
 use crate::snapshot::Snapshot;
 use crate::split::ChunkerParams;
 use crate::store::{put_content_named, Store};
@@ -453,6 +453,73 @@ impl Repository {
         }
     }
 
+    /// Starts a backup. Records it in `writers/` before any pack is written, so that if
+    /// it is killed the next backup knows there may be packs no index lists; and when
+    /// such a record of an earlier writer is there, looks for those packs (listing every
+    /// pack, which a repository of thousands of packs should not pay on every run) and
+    /// returns them for this run's index. Pass the mark to [`Self::end_backup`] once the
+    /// snapshot is saved.
+    pub fn begin_backup(&mut self) -> Result<(PackList, WriterMark)> {
+        let others = self.store.list("writers/")?;
+        // Which of them are gone, decided before looking at the packs: every pack a gone
+        // writer left is then seen below and listed by this run's index.
+        let stale: Vec<String> = others
+            .iter()
+            .filter(|o| self.writer_gone(&o.path))
+            .map(|o| o.path.clone())
+            .collect();
+        let recovered = if others.is_empty() {
+            Vec::new()
+        } else {
+            self.recover_unindexed_packs()?
+        };
+        let record = WriterRecord {
+            hostname: crate::hostname(),
+            pid: std::process::id(),
+            started: std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_secs() as i64),
+        };
+        let path = format!("writers/{}", hex::encode(rand::random::<[u8; 16]>()));
+        let json =
+            serde_json::to_vec(&record).map_err(|e| Error::corrupt("writer", e.to_string()))?;
+        self.store.put(&path, &self.key.seal(&json))?;
+        self.store.flush()?;
+        Ok((recovered, WriterMark { path, stale }))
+    }
+
+    /// Ends a backup whose snapshot is saved: removes its record, and the records of
+    /// writers that were gone when it began (their packs are in this run's index).
+    pub fn end_backup(&self, mark: WriterMark) -> Result<()> {
+        for p in mark.stale.iter().chain([&mark.path]) {
+            self.store.delete(p)?;
+        }
+        Ok(())
+    }
+
+    /// A writer record whose process is gone: on this host and no such process, or
+    /// older than a day, or unreadable.
+    fn writer_gone(&self, path: &str) -> bool {
+        let Ok(rec) = self
+            .store
+            .get(path)
+            .and_then(|b| self.key.open(&b, path))
+            .map_err(|_| ())
+            .and_then(|b| serde_json::from_slice::<WriterRecord>(&b).map_err(|_| ()))
+        else {
+            return true;
+        };
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs() as i64);
+        if now - rec.started > WRITER_MAX_AGE_SECS {
+            return true;
+        }
+        rec.hostname == crate::hostname()
+            && !std::path::Path::new(&format!("/proc/{}", rec.pid)).exists()
+            && std::path::Path::new("/proc/self").exists()
+    }
+
     /// Packs in `data/` that no index file lists: left by a killed backup. Their headers
     /// are read so their blobs can be reused; returns them for the next index file.
     pub fn recover_unindexed_packs(&mut self) -> Result<Vec<(Id, Vec<PackEntry>)>> {
@@ -472,6 +539,26 @@ impl Repository {
         }
         Ok(found)
     }
+}
+
+/// A backup in progress, as recorded in `writers/<random id>` (sealed JSON).
+#[derive(Serialize, Deserialize)]
+struct WriterRecord {
+    hostname: String,
+    pid: u32,
+    /// Unix seconds.
+    started: i64,
+}
+
+/// A writer record older than this belongs to a writer that is gone, wherever it ran.
+const WRITER_MAX_AGE_SECS: i64 = 24 * 3600;
+
+/// A backup's own record and the stale ones it takes over; from
+/// [`Repository::begin_backup`], for [`Repository::end_backup`].
+#[derive(Debug)]
+pub struct WriterMark {
+    path: String,
+    stale: Vec<String>,
 }
 
 /// The id in the last path component of a content-named file.
@@ -688,6 +775,75 @@ mod tests {
             Repository::init(store, b"pw", &fast_init()),
             Err(Error::RepositoryExists(_))
         ));
+    }
+
+    /// A pack written by a run that was killed, as such a run leaves it: no index.
+    fn write_unindexed_pack(repo: &Repository, data: &[u8]) -> Id {
+        let saver = BlobSaver::new(repo, Compression::Lz4);
+        let id = saver.save(BlobKind::Data, data).unwrap();
+        let p = std::mem::take(&mut *lock(&saver.packers[0]));
+        saver.write_pack(p.finish(&repo.key)).unwrap();
+        id
+    }
+
+    #[test]
+    fn writer_records_say_when_to_look_for_unindexed_packs() {
+        let store = Arc::new(MemoryStore::new());
+        let writers = || store.list("writers/").unwrap();
+        let mut repo = Repository::init(store.clone(), b"pw", &fast_init()).unwrap();
+        // A run that ends leaves no record.
+        let (found, mark) = repo.begin_backup().unwrap();
+        assert!(found.is_empty());
+        assert_eq!(writers().len(), 1);
+        repo.end_backup(mark).unwrap();
+        assert!(writers().is_empty());
+        // Without any record, packs are not looked for (that is what the records save).
+        let orphan = write_unindexed_pack(&repo, &[1u8; 5000]);
+        let (found, mark) = repo.begin_backup().unwrap();
+        assert!(found.is_empty());
+        repo.end_backup(mark).unwrap();
+        // A run killed after writing a pack leaves its record, here of a process of this
+        // host that no longer exists.
+        let (_, killed) = repo.begin_backup().unwrap();
+        let big = vec![7u8; 10_000];
+        let id = write_unindexed_pack(&repo, &big);
+        let gone = WriterRecord {
+            hostname: crate::hostname(),
+            pid: 4_000_000_000,
+            started: 0,
+        };
+        store.delete(&killed.path).unwrap();
+        store
+            .put(
+                &killed.path,
+                &repo.key.seal(&serde_json::to_vec(&gone).unwrap()),
+            )
+            .unwrap();
+        // And a record of a live writer (this process), which must stay.
+        let live = WriterRecord {
+            hostname: crate::hostname(),
+            pid: std::process::id(),
+            started: std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap()
+                .as_secs() as i64,
+        };
+        store
+            .put(
+                "writers/live",
+                &repo.key.seal(&serde_json::to_vec(&live).unwrap()),
+            )
+            .unwrap();
+        let mut repo = Repository::open(store.clone(), b"pw").unwrap();
+        assert!(!repo.index().contains(&id));
+        let (found, mark) = repo.begin_backup().unwrap();
+        // Both unindexed packs are found, the killed run's and the older orphan.
+        assert_eq!(found.len(), 2);
+        assert_eq!(repo.read_blob(&id).unwrap(), big);
+        assert!(repo.index().contains(&orphan));
+        repo.end_backup(mark).unwrap();
+        let left: Vec<String> = writers().into_iter().map(|o| o.path).collect();
+        assert_eq!(left, ["writers/live"]);
     }
 
     #[test]

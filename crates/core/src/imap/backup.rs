@@ -106,7 +106,7 @@ pub fn backup(
             "no account to back up: name one in the URL (imap://user@host), with --account or --accounts-file".into(),
         ));
     }
-    let resumed = repo.recover_unindexed_packs()?;
+    let (resumed, mark) = repo.begin_backup()?;
     let parent = if opts.force {
         None
     } else {
@@ -169,6 +169,10 @@ pub fn backup(
         finish_run(&ctx.saver, &ctx.n, failures, root, meta)?
     };
     repo.add_packs(&written);
+    if let Err(e) = repo.end_backup(mark) {
+        // Only costs the next backup a look for unindexed packs.
+        tracing::warn!("could not remove this backup's record in writers/: {e}");
+    }
     Ok(report)
 }
 
