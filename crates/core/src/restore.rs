@@ -336,9 +336,11 @@ fn restore_message(ctx: &Ctx, j: &Job) -> Result<()> {
         &j.folder.join("tmp"),
         &dest,
         &data,
-        e.mode,
-        e.mtime,
-        Some((e.uid, e.gid)),
+        Attrs {
+            mode: e.mode,
+            mtime: e.mtime,
+            owner: Some((e.uid, e.gid)),
+        },
     )?;
     ctx.restored.fetch_add(1, Relaxed);
     ctx.bytes.fetch_add(data.len() as u64, Relaxed);
@@ -352,27 +354,20 @@ fn restore_message(ctx: &Ctx, j: &Job) -> Result<()> {
 /// directory and linked to its name once complete: one directory operation per message
 /// instead of the create in `tmp/` plus the rename, and a killed restore leaves nothing
 /// behind. Elsewhere (NFS, no `/proc`), a temporary file in `tmp_dir` renamed into place.
-fn write_new_file(
-    tmp_dir: &Path,
-    dest: &Path,
-    data: &[u8],
-    mode: u32,
-    mtime: Timestamp,
-    owner: Option<(u32, u32)>,
-) -> Result<()> {
+fn write_new_file(tmp_dir: &Path, dest: &Path, data: &[u8], attrs: Attrs) -> Result<()> {
     use std::sync::atomic::AtomicBool;
     static NO_TMPFILE: AtomicBool = AtomicBool::new(false);
     let result = if NO_TMPFILE.load(Relaxed) {
         Err(None)
     } else {
-        write_unnamed(dest, data, mode, mtime, owner)
+        write_unnamed(dest, data, attrs)
     };
     let result = match result {
         Ok(()) => Ok(()),
         Err(Some(e)) => Err(e),
         Err(None) => {
             NO_TMPFILE.store(true, Relaxed);
-            write_renamed(tmp_dir, dest, data, mode, mtime, owner)
+            write_renamed(tmp_dir, dest, data, attrs)
         }
     };
     result.map_err(|e| {
@@ -387,13 +382,18 @@ fn write_new_file(
     })
 }
 
-/// Mode, owner and times of a file being written.
-fn set_attributes(
-    f: &File,
+/// What a restored file gets besides its bytes.
+#[derive(Clone, Copy)]
+struct Attrs {
     mode: u32,
     mtime: Timestamp,
+    /// (uid, gid); set where permitted.
     owner: Option<(u32, u32)>,
-) -> std::io::Result<()> {
+}
+
+/// Mode, owner and times of a file being written.
+fn set_attributes(f: &File, attrs: Attrs) -> std::io::Result<()> {
+    let Attrs { mode, mtime, owner } = attrs;
     if mode != 0 {
         f.set_permissions(fs::Permissions::from_mode(mode))?;
     }
@@ -418,9 +418,7 @@ fn set_attributes(
 fn write_unnamed(
     dest: &Path,
     data: &[u8],
-    mode: u32,
-    mtime: Timestamp,
-    owner: Option<(u32, u32)>,
+    attrs: Attrs,
 ) -> std::result::Result<(), Option<std::io::Error>> {
     use rustix::fs::{linkat, openat, AtFlags, Mode, OFlags, CWD};
     use rustix::io::Errno;
@@ -439,7 +437,7 @@ fn write_unnamed(
     };
     let mut f = File::from(fd);
     f.write_all(data).map_err(Some)?;
-    set_attributes(&f, mode, mtime, owner).map_err(Some)?;
+    set_attributes(&f, attrs).map_err(Some)?;
     let proc_path = format!("/proc/self/fd/{}", std::os::fd::AsRawFd::as_raw_fd(&f));
     match linkat(CWD, proc_path.as_str(), CWD, dest, AtFlags::SYMLINK_FOLLOW) {
         Ok(()) => Ok(()),
@@ -450,19 +448,12 @@ fn write_unnamed(
 }
 
 /// A temporary file in `tmp_dir` renamed to `dest` (renameat2 NOREPLACE).
-fn write_renamed(
-    tmp_dir: &Path,
-    dest: &Path,
-    data: &[u8],
-    mode: u32,
-    mtime: Timestamp,
-    owner: Option<(u32, u32)>,
-) -> std::io::Result<()> {
+fn write_renamed(tmp_dir: &Path, dest: &Path, data: &[u8], attrs: Attrs) -> std::io::Result<()> {
     let tmp = tmp_dir.join(format!(".mailvault-{:016x}", rand::random::<u64>()));
     let result = (|| -> std::io::Result<()> {
         let mut f = File::create_new(&tmp)?;
         f.write_all(data)?;
-        set_attributes(&f, mode, mtime, owner)?;
+        set_attributes(&f, attrs)?;
         drop(f);
         rename_noreplace(&tmp, dest)
     })();
@@ -503,7 +494,16 @@ fn restore_file(ctx: &Ctx, folder: &Path, f: &FileEntry) {
         Err(e) if e.kind() == ErrorKind::NotFound => {}
         Err(e) => return ctx.fail(item, e),
     }
-    if let Err(e) = write_new_file(&folder.join("tmp"), &dest, &data, f.mode, f.mtime, None) {
+    if let Err(e) = write_new_file(
+        &folder.join("tmp"),
+        &dest,
+        &data,
+        Attrs {
+            mode: f.mode,
+            mtime: f.mtime,
+            owner: None,
+        },
+    ) {
         ctx.fail(item, e);
     }
 }
@@ -532,12 +532,17 @@ mod tests {
             secs: 1_000_000_000,
             nanos: 5,
         };
+        let t = Attrs {
+            mode: 0o640,
+            mtime: t,
+            owner: None,
+        };
         let tmp = dir.path().join("tmp");
         let a = dir.path().join("cur/a");
-        match write_unnamed(&a, b"unnamed", 0o640, t, None) {
+        match write_unnamed(&a, b"unnamed", t) {
             Ok(()) => {
                 check_written(&a, b"unnamed");
-                let again = write_unnamed(&a, b"other", 0o640, t, None);
+                let again = write_unnamed(&a, b"other", t);
                 assert!(matches!(again, Err(Some(e)) if e.kind() == ErrorKind::AlreadyExists));
                 check_written(&a, b"unnamed");
             }
@@ -545,14 +550,14 @@ mod tests {
             Err(Some(e)) => panic!("{e}"),
         }
         let b = dir.path().join("cur/b");
-        write_renamed(&tmp, &b, b"renamed", 0o640, t, None).unwrap();
+        write_renamed(&tmp, &b, b"renamed", t).unwrap();
         check_written(&b, b"renamed");
-        let again = write_renamed(&tmp, &b, b"other", 0o640, t, None).unwrap_err();
+        let again = write_renamed(&tmp, &b, b"other", t).unwrap_err();
         assert_eq!(again.kind(), ErrorKind::AlreadyExists);
         check_written(&b, b"renamed");
         assert_eq!(fs::read_dir(&tmp).unwrap().count(), 0);
         // And through the caller, the error names the file.
-        let err = write_new_file(&tmp, &b, b"x", 0o640, t, None).unwrap_err();
+        let err = write_new_file(&tmp, &b, b"x", t).unwrap_err();
         assert!(err.to_string().contains("cur/b"), "{err}");
     }
 }

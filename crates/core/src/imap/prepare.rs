@@ -203,8 +203,8 @@ mod tests {
         assert_eq!(out, b"a\r\nb\r\n");
     }
 
-    #[test]
-    fn blob_cache_keeps_recent_blobs_within_budget() {
+    /// A repository in memory holding `blobs` (uncompressed), and their ids.
+    fn repo_with(blobs: &[&[u8]]) -> (Repository, Vec<Id>) {
         use crate::crypto::KdfParams;
         use crate::pack::BlobKind;
         use crate::repo::{BlobSaver, InitOptions};
@@ -219,7 +219,6 @@ mod tests {
         };
         let mut repo = Repository::init(std::sync::Arc::new(MemoryStore::new()), b"pw", &opts)
             .unwrap_or_else(|e| panic!("{e}"));
-        let blobs: Vec<Vec<u8>> = (0..20u8).map(|i| vec![i; 100]).collect();
         let (ids, packs) = {
             let saver = BlobSaver::new(&repo, crate::compress::Compression::None);
             let ids: Vec<Id> = blobs
@@ -233,6 +232,14 @@ mod tests {
             (ids, saver.finish().unwrap_or_else(|e| panic!("{e}")))
         };
         repo.add_packs(&packs);
+        (repo, ids)
+    }
+
+    #[test]
+    fn blob_cache_keeps_recent_blobs_within_budget() {
+        let blobs: Vec<Vec<u8>> = (0..20u8).map(|i| vec![i; 100]).collect();
+        let refs: Vec<&[u8]> = blobs.iter().map(Vec::as_slice).collect();
+        let (repo, ids) = repo_with(&refs);
         // Room for sixteen 100-byte blobs (a blob may take a sixteenth of the budget).
         let cache = BlobCache::new(1600);
         let get = |i: usize| cache.get(&repo, &ids[i]).unwrap_or_else(|e| panic!("{e}"));
@@ -262,34 +269,8 @@ mod tests {
     /// match and a missing blob are errors that leave the buffer as it was.
     #[test]
     fn messages_from_checked_blobs() {
-        use crate::crypto::KdfParams;
-        use crate::pack::BlobKind;
-        use crate::repo::{BlobSaver, InitOptions};
-        use crate::store::MemoryStore;
-        let opts = InitOptions {
-            kdf: KdfParams {
-                m_cost: 64,
-                t_cost: 1,
-                p_cost: 1,
-            },
-            ..Default::default()
-        };
-        let mut repo = Repository::init(std::sync::Arc::new(MemoryStore::new()), b"pw", &opts)
-            .unwrap_or_else(|e| panic!("{e}"));
         let (a, b) = (b"Subject: x\r".to_vec(), b"\nbody\n".to_vec());
-        let (ids, packs) = {
-            let saver = BlobSaver::new(&repo, crate::compress::Compression::None);
-            let ids: Vec<Id> = [&a, &b]
-                .iter()
-                .map(|d| {
-                    saver
-                        .save(BlobKind::Data, d)
-                        .unwrap_or_else(|e| panic!("{e}"))
-                })
-                .collect();
-            (ids, saver.finish().unwrap_or_else(|e| panic!("{e}")))
-        };
-        repo.add_packs(&packs);
+        let (repo, ids) = repo_with(&[&a, &b]);
         let entry = |content: Vec<Id>, size: u64| MessageEntry {
             key: b"k".to_vec(),
             name: b"k:2,S".to_vec(),
