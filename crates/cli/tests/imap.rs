@@ -245,3 +245,119 @@ fn killed_imap_restore_resumes_without_duplicates() {
     assert_eq!(o.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&o.stderr).contains("--imap-password-file"));
 }
+
+/// `--message` into IMAP: one message of one folder, and nothing else: the report counts
+/// one account, one folder and one message, and the server holds exactly that message
+/// where it was. An unknown key is a clear error.
+#[test]
+fn one_message_restores_into_imap_alone() {
+    let Some(server) = DovecotServer::start_or_skip().expect("dovecot") else {
+        return;
+    };
+    let e = Env {
+        dir: tempfile::tempdir().unwrap(),
+    };
+    fs::write(e.path("pass"), "s3cret\n").unwrap();
+    fs::write(
+        e.path("imap-pass"),
+        format!("{}\n", server.master_password()),
+    )
+    .unwrap();
+    let src = e.path("src");
+    let spec = mailvault_corpus::CorpusSpec {
+        messages: 80,
+        ..mailvault_corpus::CorpusSpec::preset("tiny").unwrap()
+    };
+    mailvault_corpus::generate(&spec, &src).unwrap();
+    e.expect(0, &["init"]);
+    e.expect(0, &["backup", &format!("maildir:{}", src.display())]);
+    // A message in a subfolder's cur/ of the first account that has one.
+    let (account, key, data) = {
+        let mut found = None;
+        'find: for d in fs::read_dir(&src).unwrap() {
+            let d = d.unwrap();
+            for u in fs::read_dir(d.path()).unwrap() {
+                let u = u.unwrap();
+                let md = u.path().join("Maildir");
+                for f in fs::read_dir(&md).unwrap() {
+                    let f = f.unwrap();
+                    if !f.file_name().to_string_lossy().starts_with('.') || !f.path().is_dir() {
+                        continue;
+                    }
+                    let Some(m) = fs::read_dir(f.path().join("cur"))
+                        .ok()
+                        .and_then(|mut r| r.next())
+                    else {
+                        continue;
+                    };
+                    let m = m.unwrap();
+                    let name = m.file_name().to_string_lossy().into_owned();
+                    let key = name.split(":2,").next().unwrap().to_string();
+                    let account = format!(
+                        "{}@{}",
+                        u.file_name().to_string_lossy(),
+                        d.file_name().to_string_lossy()
+                    );
+                    found = Some((account, key, fs::read(m.path()).unwrap()));
+                    break 'find;
+                }
+            }
+        }
+        found.expect("the corpus has a message in a subfolder")
+    };
+    let url = format!("imap://127.0.0.1:{}", server.port());
+    let imap_pass = e.path("imap-pass").display().to_string();
+    let args = |key: &str| -> Vec<String> {
+        [
+            "restore",
+            "latest",
+            "--target",
+            &url,
+            "--imap-master-user",
+            server.master_user(),
+            "--imap-password-file",
+            &imap_pass,
+            "--account",
+            &account,
+            "--message",
+            key,
+            "--json",
+            "-q",
+        ]
+        .map(String::from)
+        .to_vec()
+    };
+    let a = args(&key);
+    let out = e.expect(0, &a.iter().map(String::as_str).collect::<Vec<_>>());
+    let v: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(
+        (
+            v["accounts"].as_u64(),
+            v["folders"].as_u64(),
+            v["items_total"].as_u64(),
+            v["items_appended"].as_u64()
+        ),
+        (Some(1), Some(1), Some(1), Some(1)),
+        "{v}"
+    );
+    let on_server = contents(&server.mail_root());
+    let want: Vec<_> = contents(&src)
+        .into_iter()
+        .filter(|(_, msgs)| msgs.contains(&data))
+        .map(|(k, _)| (k, vec![data.clone()]))
+        .collect();
+    assert_eq!(want.len(), 1, "the message is in one folder of the source");
+    assert_eq!(on_server.into_iter().collect::<Vec<_>>(), want);
+
+    let a = args("no-such-key");
+    let o = e
+        .cmd(&a.iter().map(String::as_str).collect::<Vec<_>>())
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(2));
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("no message matches"),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+}

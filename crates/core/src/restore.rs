@@ -91,7 +91,7 @@ fn folder_selected(name: &str, filters: &[String]) -> bool {
         })
 }
 
-fn message_selected(e: &MessageEntry, filters: &[String]) -> bool {
+pub(crate) fn message_selected(e: &MessageEntry, filters: &[String]) -> bool {
     filters.is_empty()
         || filters
             .iter()

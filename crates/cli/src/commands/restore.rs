@@ -98,14 +98,12 @@ fn print_report(r: &RestoreReport, o: &RestoreOptions) {
 }
 
 fn run_imap(g: &GlobalOpts, a: Args) -> Result<Outcome> {
-    if !a.message.is_empty() {
-        anyhow::bail!("--message is not supported for IMAP targets yet: restore a folder");
-    }
     let connection = a.imap.connection(&a.target)?;
     let r = repo::open(g)?;
     let mut opts = ImapRestoreOptions::new(&a.snapshot, connection);
     opts.accounts = a.account;
     opts.folders = a.folder;
+    opts.messages = a.message;
     opts.connections = a.imap.connections.max(1);
     opts.parallel_accounts = a.imap.accounts.max(1);
     opts.max_rate = a.max_rate;

@@ -25,7 +25,7 @@ use super::{login_with_backoff, Connection, Error, Pacer, Phase, Result, Span};
 use crate::id::Id;
 use crate::repo::{lock, Repository};
 use crate::report::{per_sec, Failure, Progress};
-use crate::restore::{assemble, select_accounts};
+use crate::restore::{assemble, message_selected, select_accounts};
 use crate::tree::{AccountRef, AccountTree, FolderNode, MessageEntry};
 use mailvault_imap::maildir_flags::{maildir_to_imap, KeywordTable};
 use mailvault_imap::{
@@ -48,6 +48,9 @@ pub struct ImapRestoreOptions {
     pub accounts: Vec<String>,
     /// Only these folders and their subfolders (all when empty).
     pub folders: Vec<String>,
+    /// Only these messages, by Maildir key or file name (all when empty); only the
+    /// folders that hold them are created.
+    pub messages: Vec<String>,
     pub connection: Connection,
     /// Connections per account.
     pub connections: usize,
@@ -75,6 +78,7 @@ impl ImapRestoreOptions {
             snapshot: snapshot.into(),
             accounts: Vec::new(),
             folders: Vec::new(),
+            messages: Vec::new(),
             connection,
             connections: 4,
             parallel_accounts: 4,
@@ -230,6 +234,38 @@ pub fn restore(
             "no folder matches {:?} in the selected accounts",
             opts.folders
         )));
+    }
+    if !opts.messages.is_empty() {
+        // Keep the folders that hold a selected message, counting only those messages:
+        // restoring one message creates one folder, not the account's every folder.
+        folders = 0;
+        for (_, selected) in &mut plans {
+            let mut kept = Vec::new();
+            for mut node in std::mem::take(selected) {
+                let (mut n, mut bytes) = (0u64, 0u64);
+                for c in &node.chunks {
+                    for e in repo.read_chunk(c)? {
+                        if message_selected(&e, &opts.messages) {
+                            n += 1;
+                            bytes += e.size;
+                        }
+                    }
+                }
+                if n > 0 {
+                    (node.messages, node.bytes) = (n, bytes);
+                    kept.push(node);
+                }
+            }
+            folders += kept.len() as u64;
+            *selected = kept;
+        }
+        plans.retain(|(_, selected)| !selected.is_empty());
+        if folders == 0 {
+            return Err(Error::InvalidInput(format!(
+                "no message matches {:?} in the selected accounts and folders",
+                opts.messages
+            )));
+        }
     }
     tracing::debug!(
         "{} accounts, {folders} folders planned at {:.3} s",
@@ -600,6 +636,9 @@ fn restore_account(
                 }
             };
             for e in chunk {
+                if !message_selected(&e, &ctx.opts.messages) {
+                    continue;
+                }
                 match journal.state(&name, &e.key) {
                     Some(State::Accepted { .. }) => {
                         ctx.journaled.fetch_add(1, Relaxed);
