@@ -74,9 +74,11 @@ pub fn jobs(g: &GlobalOpts) -> usize {
     if g.jobs > 0 {
         g.jobs
     } else {
-        let cores = std::thread::available_parallelism()
-            .map(|n| n.get())
-            .unwrap_or(2);
-        (2 * cores).clamp(4, 64)
+        (2 * cores()).clamp(4, 64)
     }
+}
+
+/// The cores this process may use (2 when unknown).
+pub fn cores() -> usize {
+    std::thread::available_parallelism().map_or(2, |n| n.get())
 }

@@ -13,7 +13,7 @@ use crate::error::{Error, Result};
 use crate::id::Id;
 use crate::maildir::{self, AccountSource, FolderSource, MessageFile};
 use crate::pack::{BlobKind, PackList};
-use crate::repo::{lock, BlobSaver, Repository};
+use crate::repo::{lock, BlobSaver, Repository, WriterMark};
 use crate::report::{per_sec, ratio, Failure, Progress};
 use crate::snapshot::{Snapshot, SnapshotSummary};
 use crate::tree::{
@@ -106,6 +106,16 @@ pub(crate) struct RunMeta {
     pub(crate) packs_resumed: u64,
 }
 
+/// After a backup run of any source has saved its snapshot: its packs join the
+/// in-memory index and its record in `writers/` goes.
+pub(crate) fn end_run(repo: &mut Repository, written: &PackList, mark: WriterMark) {
+    repo.add_packs(written);
+    if let Err(e) = repo.end_backup(mark) {
+        // Only costs the next backup a look for unindexed packs.
+        tracing::warn!("could not remove this backup's record in writers/: {e}");
+    }
+}
+
 /// Ends a backup run of any source: saves the root tree, writes the last packs and the
 /// index, then the snapshot, and builds the report. Returns the packs written, for
 /// [`Repository::add_packs`].
@@ -178,9 +188,8 @@ struct Ctx<'a> {
     failures: Mutex<Vec<Failure>>,
     n: Counters,
     progress: &'a dyn Progress,
+    /// `--stat-unchanged`: known messages are stat'ed and folder files read again.
     stat_unchanged: bool,
-    /// Read folder files even when unchanged (`stat_unchanged`).
-    force_files: bool,
 }
 
 impl Ctx<'_> {
@@ -248,11 +257,7 @@ pub fn backup(
             progress,
         )
     })?;
-    repo.add_packs(&written);
-    if let Err(e) = repo.end_backup(mark) {
-        // Only costs the next backup a look for unindexed packs.
-        tracing::warn!("could not remove this backup's record in writers/: {e}");
-    }
+    end_run(repo, &written, mark);
     Ok(report)
 }
 
@@ -279,7 +284,6 @@ fn run(
         n: Counters::default(),
         progress,
         stat_unchanged: opts.stat_unchanged,
-        force_files: opts.stat_unchanged,
     };
     ctx.saver.adopt(resumed);
     let pool = rayon::ThreadPoolBuilder::new()
@@ -388,8 +392,8 @@ fn sample_blobs(accounts: &[AccountSource], params: &crate::split::ChunkerParams
 #[derive(Default)]
 struct ParentAccount {
     by_key: HashMap<Vec<u8>, MessageEntry>,
-    /// Folder files by (folder dir, file name).
-    files: HashMap<(Vec<u8>, Vec<u8>), FileEntry>,
+    /// Folder files by folder dir, then file name.
+    files: HashMap<Vec<u8>, HashMap<Vec<u8>, FileEntry>>,
 }
 
 fn load_parent(repo: &Repository, r: &AccountRef) -> Result<ParentAccount> {
@@ -401,10 +405,13 @@ fn load_parent(repo: &Repository, r: &AccountRef) -> Result<ParentAccount> {
                 p.by_key.insert(e.key.clone(), e);
             }
         }
-        for file in &f.files {
-            p.files
-                .insert((f.dir.clone(), file.name.clone()), file.clone());
-        }
+        p.files.insert(
+            f.dir.clone(),
+            f.files
+                .iter()
+                .map(|e| (e.name.clone(), e.clone()))
+                .collect(),
+        );
     }
     Ok(p)
 }
@@ -526,11 +533,12 @@ fn backup_folder(
 /// read again.
 fn folder_files(ctx: &Ctx, f: &FolderSource, parent: &ParentAccount) -> Result<Vec<FileEntry>> {
     let dir = &f.path;
+    let known = parent.files.get(&f.dir).filter(|_| !ctx.stat_unchanged);
     let mut out = Vec::new();
     for (name, meta) in maildir::list_folder_files(dir)? {
         let mtime = maildir::timestamp(&meta);
-        if let Some(pf) = parent.files.get(&(f.dir.clone(), name.clone())) {
-            if pf.size == meta.len() && pf.mtime == mtime && !ctx.force_files {
+        if let Some(pf) = known.and_then(|k| k.get(&name)) {
+            if pf.size == meta.len() && pf.mtime == mtime {
                 let mut e = pf.clone();
                 e.mode = meta.mode() & 0o7777;
                 out.push(e);

@@ -39,10 +39,7 @@ pub fn now() -> (i64, u32) {
 
 /// Seconds since the Unix epoch, now.
 pub fn now_unix() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_secs() as i64)
-        .unwrap_or(0)
+    now().0
 }
 
 /// This machine's host name, for snapshots and key files.

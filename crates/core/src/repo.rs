@@ -287,19 +287,21 @@ impl Repository {
 
     /// Reads, opens, decompresses and verifies one blob.
     pub fn read_blob(&self, id: &Id) -> Result<Vec<u8>> {
+        let (loc, sealed, path) = self.read_sealed(id)?;
+        self.decode_blob(id, &loc, &sealed, &path)
+    }
+
+    /// A blob's place, its sealed bytes and the path of its pack.
+    fn read_sealed(&self, id: &Id) -> Result<(Location, Vec<u8>, String)> {
         let loc = *self
             .index
             .get(id)
             .ok_or_else(|| Error::BlobNotFound(id.to_hex()))?;
-        self.read_blob_at(id, &loc)
-    }
-
-    pub(crate) fn read_blob_at(&self, id: &Id, loc: &Location) -> Result<Vec<u8>> {
         let path = pack::pack_path(&self.index.pack_id(loc.pack));
         let sealed = self
             .store
             .get_range(&path, loc.offset.into(), loc.stored_len.into())?;
-        self.decode_blob(id, loc, &sealed, &path)
+        Ok((loc, sealed, path))
     }
 
     /// Opens a sealed blob read from its pack and checks it against its id.
@@ -331,14 +333,7 @@ impl Repository {
     /// Reads a blob like [`Self::read_blob`] but without hashing it: for callers that
     /// verify a hash over the whole of what they assemble (message restore).
     pub fn read_blob_unverified(&self, id: &Id) -> Result<Vec<u8>> {
-        let loc = *self
-            .index
-            .get(id)
-            .ok_or_else(|| Error::BlobNotFound(id.to_hex()))?;
-        let path = pack::pack_path(&self.index.pack_id(loc.pack));
-        let sealed = self
-            .store
-            .get_range(&path, loc.offset.into(), loc.stored_len.into())?;
+        let (loc, sealed, path) = self.read_sealed(id)?;
         self.open_blob(id, &loc, &sealed, &path)
     }
 
@@ -476,9 +471,7 @@ impl Repository {
         let record = WriterRecord {
             hostname: crate::hostname(),
             pid: std::process::id(),
-            started: std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map_or(0, |d| d.as_secs() as i64),
+            started: crate::now_unix(),
         };
         let path = format!("writers/{}", hex::encode(rand::random::<[u8; 16]>()));
         let json =
@@ -509,10 +502,7 @@ impl Repository {
         else {
             return true;
         };
-        let now = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_secs() as i64);
-        if now - rec.started > WRITER_MAX_AGE_SECS {
+        if crate::now_unix() - rec.started > WRITER_MAX_AGE_SECS {
             return true;
         }
         rec.hostname == crate::hostname()
@@ -823,10 +813,7 @@ mod tests {
         let live = WriterRecord {
             hostname: crate::hostname(),
             pid: std::process::id(),
-            started: std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .unwrap()
-                .as_secs() as i64,
+            started: crate::now_unix(),
         };
         store
             .put(

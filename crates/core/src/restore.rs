@@ -4,8 +4,9 @@
 //! packs are read front to back, then restored in parallel. Every message is reassembled,
 //! checked against its whole-message hash, written as an unnamed file (or, where that is
 //! not supported, in the folder's `tmp/`), given its mode, owner (when permitted) and mtime,
-//! and linked into `cur/` or `new/` under its original name, never replacing a file. A message whose key is already in the target
-//! folder is skipped when the bytes are identical and reported as a conflict otherwise.
+//! and linked into `cur/` or `new/` under its original name, never replacing a file. A
+//! message whose key is already in the target folder is skipped when the bytes are
+//! identical and reported as a conflict otherwise.
 
 use crate::error::{Error, Result};
 use crate::id::Id;

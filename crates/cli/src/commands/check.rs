@@ -15,11 +15,7 @@ pub struct Args {
 pub fn run(g: &GlobalOpts, a: Args) -> Result<Outcome> {
     let r = repo::open(g)?;
     // Check holds a whole pack per worker: one worker per core, not the I/O-bound default.
-    let jobs = if g.jobs > 0 {
-        g.jobs
-    } else {
-        std::thread::available_parallelism().map_or(2, |n| n.get())
-    };
+    let jobs = if g.jobs > 0 { g.jobs } else { repo::cores() };
     let rep = check(
         &r,
         &CheckOptions {

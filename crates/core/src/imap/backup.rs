@@ -18,7 +18,8 @@ use super::names::{self, STATE_FILE};
 use super::restore::for_each_parallel;
 use super::{login_with_backoff, Connection, Error, Result};
 use crate::backup::{
-    finish_run, header_summary, save_entries, store_content, BackupReport, Counters, RunMeta,
+    end_run, finish_run, header_summary, save_entries, store_content, BackupReport, Counters,
+    RunMeta,
 };
 use crate::compress::Compression;
 use crate::pack::BlobKind;
@@ -100,7 +101,7 @@ pub fn backup(
     progress: &dyn Progress,
 ) -> Result<BackupReport> {
     let started = Instant::now();
-    let (time, time_nanos) = crate::now();
+    let time = crate::now();
     if opts.accounts.is_empty() {
         return Err(Error::InvalidInput(
             "no account to back up: name one in the URL (imap://user@host), with --account or --accounts-file".into(),
@@ -137,7 +138,7 @@ pub fn backup(
             failures: Mutex::new(Vec::new()),
             n: Counters::default(),
             progress,
-            time,
+            time: time.0,
             owner,
         };
         ctx.saver.adopt(resumed);
@@ -159,7 +160,7 @@ pub fn backup(
         let failures = std::mem::take(&mut *lock(&ctx.failures));
         let meta = RunMeta {
             started,
-            time: (time, time_nanos),
+            time,
             hostname: opts.hostname.clone(),
             source: opts.source.clone(),
             tags: opts.tags.clone(),
@@ -168,11 +169,7 @@ pub fn backup(
         };
         finish_run(&ctx.saver, &ctx.n, failures, root, meta)?
     };
-    repo.add_packs(&written);
-    if let Err(e) = repo.end_backup(mark) {
-        // Only costs the next backup a look for unindexed packs.
-        tracing::warn!("could not remove this backup's record in writers/: {e}");
-    }
+    end_run(repo, &written, mark);
     Ok(report)
 }
 

@@ -175,7 +175,10 @@ pub struct Phase {
 
 impl Phase {
     pub(crate) fn new(name: &str, items: u64, started: Instant, note: String) -> Phase {
-        let secs = started.elapsed().as_secs_f64();
+        Phase::of_secs(name, items, started.elapsed().as_secs_f64(), note)
+    }
+
+    fn of_secs(name: &str, items: u64, secs: f64, note: String) -> Phase {
         Phase {
             name: name.into(),
             items,
@@ -207,13 +210,7 @@ impl Span {
         let secs = crate::repo::lock(&self.0)
             .map(|(a, b)| (b - a).as_secs_f64())
             .unwrap_or(0.0);
-        Phase {
-            name: name.into(),
-            items,
-            secs,
-            items_per_sec: crate::report::per_sec(items, secs),
-            note,
-        }
+        Phase::of_secs(name, items, secs, note)
     }
 }
 

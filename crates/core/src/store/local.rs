@@ -239,12 +239,14 @@ impl Store for LocalStore {
     /// An fsync of each directory a file was linked into: the fsync of a file makes its
     /// bytes durable, not its name. (On ext4 the first of these commits the journal and
     /// the others are nearly free.)
+    /// A directory that cannot be synced stays in the set, for the next call.
     fn flush(&self) -> Result<()> {
-        let dirs: Vec<PathBuf> = lock(&self.unsynced).drain().collect();
+        let dirs: Vec<PathBuf> = lock(&self.unsynced).iter().cloned().collect();
         for d in dirs {
             if let Err(e) = File::open(&d).and_then(|f| f.sync_all()) {
                 return Err(Error::io(d, e));
             }
+            lock(&self.unsynced).remove(&d);
         }
         Ok(())
     }
@@ -292,6 +294,11 @@ mod tests {
         fs::remove_dir(dir.path().join("snapshots")).unwrap();
         let err = s.flush().unwrap_err().to_string();
         assert!(err.contains("snapshots"), "{err}");
+        // Not forgotten: still unsynced, and synced once it is there again.
+        assert!(lock(&s.unsynced).contains(&dir.path().join("snapshots")));
+        fs::create_dir(dir.path().join("snapshots")).unwrap();
+        s.flush().unwrap();
+        assert!(lock(&s.unsynced).is_empty());
     }
 
     #[test]
