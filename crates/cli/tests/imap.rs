@@ -96,60 +96,95 @@ fn count(root: &Path) -> usize {
     n
 }
 
+/// A repository holding a backup of a generated store of `messages` messages, and the
+/// way to restore it into `server` as its master user.
+struct Fixture {
+    e: Env,
+    src: PathBuf,
+    url: String,
+    master: String,
+    imap_pass: String,
+}
+
+impl Fixture {
+    fn new(server: &DovecotServer, messages: usize) -> Fixture {
+        let e = Env {
+            dir: tempfile::tempdir().unwrap(),
+        };
+        fs::write(e.path("pass"), "s3cret\n").unwrap();
+        fs::write(
+            e.path("imap-pass"),
+            format!("{}\n", server.master_password()),
+        )
+        .unwrap();
+        let src = e.path("src");
+        let spec = mailvault_corpus::CorpusSpec {
+            messages,
+            ..mailvault_corpus::CorpusSpec::preset("tiny").unwrap()
+        };
+        mailvault_corpus::generate(&spec, &src).unwrap();
+        e.expect(0, &["init"]);
+        e.expect(0, &["backup", &format!("maildir:{}", src.display())]);
+        Fixture {
+            url: format!("imap://127.0.0.1:{}", server.port()),
+            master: server.master_user().into(),
+            imap_pass: e.path("imap-pass").display().to_string(),
+            e,
+            src,
+        }
+    }
+
+    /// `mailvault restore latest --target URL` as the master user, then `extra`.
+    fn restore(&self, extra: &[&str]) -> Command {
+        let mut args = vec![
+            "restore",
+            "latest",
+            "--target",
+            &self.url,
+            "--imap-master-user",
+            &self.master,
+            "--imap-password-file",
+            &self.imap_pass,
+        ];
+        args.extend_from_slice(extra);
+        self.e.cmd(&args)
+    }
+
+    /// A restore with `--json -q`: its exit code and report (when it printed one).
+    fn restore_json(&self, extra: &[&str]) -> (Option<i32>, Option<Value>, String) {
+        let mut args = extra.to_vec();
+        args.extend_from_slice(&["--json", "-q"]);
+        let o = self.restore(&args).output().unwrap();
+        let err = String::from_utf8_lossy(&o.stderr).into_owned();
+        (o.status.code(), serde_json::from_slice(&o.stdout).ok(), err)
+    }
+}
+
 #[test]
 fn killed_imap_restore_resumes_without_duplicates() {
     let Some(server) = DovecotServer::start_or_skip().expect("dovecot") else {
         return;
     };
-    let e = Env {
-        dir: tempfile::tempdir().unwrap(),
-    };
-    fs::write(e.path("pass"), "s3cret\n").unwrap();
-    fs::write(
-        e.path("imap-pass"),
-        format!("{}\n", server.master_password()),
-    )
-    .unwrap();
-    let src = e.path("src");
-    let spec = mailvault_corpus::CorpusSpec {
-        messages: 400,
-        ..mailvault_corpus::CorpusSpec::preset("tiny").unwrap()
-    };
-    mailvault_corpus::generate(&spec, &src).unwrap();
-    e.expect(0, &["init"]);
-    e.expect(0, &["backup", &format!("maildir:{}", src.display())]);
-    let url = format!("imap://127.0.0.1:{}", server.port());
-    let imap_pass = e.path("imap-pass").display().to_string();
-    let restore = |extra: &[&str]| {
-        let mut args = vec![
-            "restore",
-            "latest",
-            "--target",
-            &url,
-            "--imap-master-user",
-            server.master_user(),
-            "--imap-password-file",
-            &imap_pass,
-        ];
-        args.extend_from_slice(extra);
-        e.cmd(&args)
-    };
+    let f = Fixture::new(&server, 400);
+    let (e, src, url) = (&f.e, &f.src, &f.url);
+    let imap_pass = &f.imap_pass;
 
     // Slow (--max-rate) so that the kill lands in the middle.
-    let mut child = restore(&[
-        "--max-rate",
-        "150",
-        "--batch",
-        "10",
-        "--connections",
-        "2",
-        "--accounts",
-        "2",
-    ])
-    .stdout(Stdio::null())
-    .stderr(Stdio::null())
-    .spawn()
-    .unwrap();
+    let mut child = f
+        .restore(&[
+            "--max-rate",
+            "150",
+            "--batch",
+            "10",
+            "--connections",
+            "2",
+            "--accounts",
+            "2",
+        ])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
     let mail = server.mail_root();
     let deadline = Instant::now() + Duration::from_secs(60);
     while count(&mail) < 60 {
@@ -162,22 +197,9 @@ fn killed_imap_restore_resumes_without_duplicates() {
     let midway = count(&mail);
     assert!(midway < 400, "killed too late: {midway}");
 
-    let out = e.expect(0, &{
-        let mut a = vec![
-            "restore",
-            "latest",
-            "--target",
-            &url,
-            "--imap-master-user",
-            server.master_user(),
-            "--imap-password-file",
-            &imap_pass,
-            "--json",
-        ];
-        a.push("-q");
-        a
-    });
-    let v: Value = serde_json::from_str(&out).unwrap();
+    let (code, v, err) = f.restore_json(&[]);
+    assert_eq!(code, Some(0), "{err}");
+    let v = v.unwrap();
     assert_eq!(v["items_failed"], 0, "{v}");
     let done_before =
         v["items_journaled"].as_u64().unwrap() + v["items_existing"].as_u64().unwrap();
@@ -189,12 +211,12 @@ fn killed_imap_restore_resumes_without_duplicates() {
     );
     assert_eq!(v["phases"][0]["name"], "provisioning");
     // Exactly the original messages, each once, in the right folders.
-    assert_eq!(contents(&mail), contents(&src));
+    assert_eq!(contents(&mail), contents(src));
 
     // Back up over IMAP: master user + accounts file, and one user in the URL.
     let accounts: Vec<String> = {
         let mut a = Vec::new();
-        for d in fs::read_dir(&src).unwrap() {
+        for d in fs::read_dir(src).unwrap() {
             let d = d.unwrap();
             for u in fs::read_dir(d.path()).unwrap() {
                 a.push(format!(
@@ -211,11 +233,11 @@ fn killed_imap_restore_resumes_without_duplicates() {
         0,
         &[
             "backup",
-            &url,
+            url,
             "--imap-master-user",
             server.master_user(),
             "--imap-password-file",
-            &imap_pass,
+            imap_pass,
             "--accounts-file",
             &e.path("accounts.txt").display().to_string(),
             "--json",
@@ -254,27 +276,12 @@ fn one_message_restores_into_imap_alone() {
     let Some(server) = DovecotServer::start_or_skip().expect("dovecot") else {
         return;
     };
-    let e = Env {
-        dir: tempfile::tempdir().unwrap(),
-    };
-    fs::write(e.path("pass"), "s3cret\n").unwrap();
-    fs::write(
-        e.path("imap-pass"),
-        format!("{}\n", server.master_password()),
-    )
-    .unwrap();
-    let src = e.path("src");
-    let spec = mailvault_corpus::CorpusSpec {
-        messages: 80,
-        ..mailvault_corpus::CorpusSpec::preset("tiny").unwrap()
-    };
-    mailvault_corpus::generate(&spec, &src).unwrap();
-    e.expect(0, &["init"]);
-    e.expect(0, &["backup", &format!("maildir:{}", src.display())]);
+    let f = Fixture::new(&server, 80);
+    let src = &f.src;
     // A message in a subfolder's cur/ of the first account that has one.
     let (account, key, data) = {
         let mut found = None;
-        'find: for d in fs::read_dir(&src).unwrap() {
+        'find: for d in fs::read_dir(src).unwrap() {
             let d = d.unwrap();
             for u in fs::read_dir(d.path()).unwrap() {
                 let u = u.unwrap();
@@ -305,31 +312,9 @@ fn one_message_restores_into_imap_alone() {
         }
         found.expect("the corpus has a message in a subfolder")
     };
-    let url = format!("imap://127.0.0.1:{}", server.port());
-    let imap_pass = e.path("imap-pass").display().to_string();
-    let args = |key: &str| -> Vec<String> {
-        [
-            "restore",
-            "latest",
-            "--target",
-            &url,
-            "--imap-master-user",
-            server.master_user(),
-            "--imap-password-file",
-            &imap_pass,
-            "--account",
-            &account,
-            "--message",
-            key,
-            "--json",
-            "-q",
-        ]
-        .map(String::from)
-        .to_vec()
-    };
-    let a = args(&key);
-    let out = e.expect(0, &a.iter().map(String::as_str).collect::<Vec<_>>());
-    let v: Value = serde_json::from_str(&out).unwrap();
+    let (code, v, err) = f.restore_json(&["--account", &account, "--message", &key]);
+    assert_eq!(code, Some(0), "{err}");
+    let v = v.unwrap();
     assert_eq!(
         (
             v["accounts"].as_u64(),
@@ -341,7 +326,7 @@ fn one_message_restores_into_imap_alone() {
         "{v}"
     );
     let on_server = contents(&server.mail_root());
-    let want: Vec<_> = contents(&src)
+    let want: Vec<_> = contents(src)
         .into_iter()
         .filter(|(_, msgs)| msgs.contains(&data))
         .map(|(k, _)| (k, vec![data.clone()]))
@@ -349,15 +334,7 @@ fn one_message_restores_into_imap_alone() {
     assert_eq!(want.len(), 1, "the message is in one folder of the source");
     assert_eq!(on_server.into_iter().collect::<Vec<_>>(), want);
 
-    let a = args("no-such-key");
-    let o = e
-        .cmd(&a.iter().map(String::as_str).collect::<Vec<_>>())
-        .output()
-        .unwrap();
-    assert_eq!(o.status.code(), Some(2));
-    assert!(
-        String::from_utf8_lossy(&o.stderr).contains("no message matches"),
-        "{}",
-        String::from_utf8_lossy(&o.stderr)
-    );
+    let (code, _, err) = f.restore_json(&["--account", &account, "--message", "no-such-key"]);
+    assert_eq!(code, Some(2));
+    assert!(err.contains("no message matches"), "{err}");
 }

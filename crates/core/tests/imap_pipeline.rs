@@ -7,11 +7,10 @@
 
 mod common;
 
-use common::{init_repo, put_msg};
-use mailvault_core::backup::{backup, BackupOptions};
+use common::{backup_opts, init_repo, master_connection, put_msg};
+use mailvault_core::backup::backup;
 use mailvault_core::imap::client::{ClientOptions, Security, Target};
 use mailvault_core::imap::restore::{restore as imap_restore, ImapRestoreOptions};
-use mailvault_core::imap::{Connection, Login, Password};
 use mailvault_core::report::NoProgress;
 use mailvault_imap::testing::DovecotServer;
 use std::collections::{BTreeMap, VecDeque};
@@ -187,16 +186,7 @@ fn cut_connections_lose_and_duplicate_nothing() {
     let mut repo = init_repo(&dir.path().join("repo"));
     let r = backup(
         &mut repo,
-        &BackupOptions {
-            source: md.clone(),
-            accounts: vec!["bob@example.org".into()],
-            jobs: 2,
-            compression: None,
-            tags: vec![],
-            hostname: "t".into(),
-            force: false,
-            stat_unchanged: false,
-        },
+        &backup_opts(&md, vec!["bob@example.org".into()]),
         &NoProgress,
     )
     .unwrap();
@@ -218,16 +208,7 @@ fn cut_connections_lose_and_duplicate_nothing() {
         security: Security::Plain,
     });
     client.io_timeout = Duration::from_secs(30);
-    let mut opts = ImapRestoreOptions::new(
-        "latest",
-        Connection {
-            client,
-            login: Login::Master {
-                master: server.master_user().into(),
-                password: Password::One(server.master_password().into()),
-            },
-        },
-    );
+    let mut opts = ImapRestoreOptions::new("latest", master_connection(&server, client));
     opts.journal_dir = dir.path().join("journal");
     opts.connections = 3;
     opts.batch_messages = 40;

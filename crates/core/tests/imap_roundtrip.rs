@@ -8,8 +8,8 @@
 
 mod common;
 
-use common::{init_repo, put_msg};
-use mailvault_core::backup::{backup, BackupOptions};
+use common::{backup_opts, init_repo, master_connection, put_msg};
+use mailvault_core::backup::backup;
 use mailvault_core::imap::backup::{backup as imap_backup, ImapBackupOptions};
 use mailvault_core::imap::names::parse_subscriptions;
 use mailvault_core::imap::restore::{restore as imap_restore, ImapRestoreOptions};
@@ -99,13 +99,7 @@ fn read_store(root: &Path) -> Store {
 }
 
 fn connection(server: &DovecotServer) -> Connection {
-    Connection {
-        client: server.client_options(),
-        login: Login::Master {
-            master: server.master_user().into(),
-            password: Password::One(server.master_password().into()),
-        },
-    }
+    master_connection(server, server.client_options())
 }
 
 fn restore_opts(server: &DovecotServer, journal: &Path) -> ImapRestoreOptions {
@@ -117,7 +111,7 @@ fn restore_opts(server: &DovecotServer, journal: &Path) -> ImapRestoreOptions {
     o
 }
 
-fn backup_opts(server: &DovecotServer, accounts: Vec<String>) -> ImapBackupOptions {
+fn imap_backup_opts(server: &DovecotServer, accounts: Vec<String>) -> ImapBackupOptions {
     ImapBackupOptions {
         connection: connection(server),
         accounts,
@@ -133,21 +127,7 @@ fn backup_opts(server: &DovecotServer, accounts: Vec<String>) -> ImapBackupOptio
 }
 
 fn maildir_backup(repo: &mut Repository, src: &Path) {
-    let r = backup(
-        repo,
-        &BackupOptions {
-            source: src.to_path_buf(),
-            accounts: vec![],
-            jobs: 2,
-            compression: None,
-            tags: vec![],
-            hostname: "test".into(),
-            force: false,
-            stat_unchanged: false,
-        },
-        &NoProgress,
-    )
-    .unwrap();
+    let r = backup(repo, &backup_opts(src, vec![]), &NoProgress).unwrap();
     assert!(r.failures.is_empty(), "{:?}", r.failures);
 }
 
@@ -209,7 +189,7 @@ fn maildir_to_dovecot_and_back_is_faithful() {
     };
     let b = imap_backup(
         &mut repo,
-        &backup_opts(&server, accounts.clone()),
+        &imap_backup_opts(&server, accounts.clone()),
         &NoProgress,
     )
     .unwrap();
@@ -237,7 +217,7 @@ fn maildir_to_dovecot_and_back_is_faithful() {
     // Incremental: nothing changed -> nothing fetched.
     let inc = imap_backup(
         &mut repo,
-        &backup_opts(&server, accounts.clone()),
+        &imap_backup_opts(&server, accounts.clone()),
         &NoProgress,
     )
     .unwrap();
@@ -286,7 +266,7 @@ fn maildir_to_dovecot_and_back_is_faithful() {
     s.logout().unwrap();
     let inc = imap_backup(
         &mut repo,
-        &backup_opts(&server, accounts.clone()),
+        &imap_backup_opts(&server, accounts.clone()),
         &NoProgress,
     )
     .unwrap();
@@ -337,16 +317,7 @@ fn refused_messages_are_reported_and_the_run_goes_on() {
     let mut repo = init_repo(&dir.path().join("repo"));
     let r = backup(
         &mut repo,
-        &BackupOptions {
-            source: md.clone(),
-            accounts: vec!["bob@example.org".into()],
-            jobs: 1,
-            compression: None,
-            tags: vec![],
-            hostname: "t".into(),
-            force: false,
-            stat_unchanged: false,
-        },
+        &backup_opts(&md, vec!["bob@example.org".into()]),
         &NoProgress,
     )
     .unwrap();

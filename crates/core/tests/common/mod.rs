@@ -4,6 +4,8 @@
 use mailvault_core::backup::BackupOptions;
 use mailvault_core::check::{check, CheckOptions, CheckReport};
 use mailvault_core::crypto::KdfParams;
+use mailvault_core::imap::client::ClientOptions;
+use mailvault_core::imap::{Connection, Login, Password};
 use mailvault_core::report::NoProgress;
 use mailvault_core::restore::{restore, RestoreOptions, RestoreReport};
 use mailvault_core::store::LocalStore;
@@ -267,4 +269,19 @@ pub fn check_all(repo: &Repository) -> CheckReport {
         },
     )
     .unwrap()
+}
+
+/// A connection to the test Dovecot as its master user, over `client` (the server's own
+/// options, or a proxy's).
+pub fn master_connection(
+    server: &mailvault_imap::testing::DovecotServer,
+    client: ClientOptions,
+) -> Connection {
+    Connection {
+        client,
+        login: Login::Master {
+            master: server.master_user().into(),
+            password: Password::One(server.master_password().into()),
+        },
+    }
 }
