@@ -51,6 +51,10 @@ fn bench(c: &mut Criterion) {
         g.bench_with_input(BenchmarkId::new("seal", n), &m, |b, m| {
             b.iter(|| key.seal(m))
         });
+        let sealed = key.seal(&m);
+        g.bench_with_input(BenchmarkId::new("open", n), &sealed, |b, s| {
+            b.iter(|| key.open(s, "b").unwrap())
+        });
         let (codec, packed) = compress::compress(&m, Compression::Zstd, None).unwrap();
         let dicts = Dictionaries::default();
         g.bench_with_input(BenchmarkId::new("unzstd", n), &packed, |b, p| {

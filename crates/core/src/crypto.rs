@@ -5,22 +5,89 @@
 //! half keys BLAKE3 for blob ids, so ids reveal nothing about content to someone without the
 //! key. The master key is stored in `keys/<id>` wrapped by a key derived from the password
 //! with Argon2id.
+//!
+//! XChaCha20-Poly1305 is computed as its definition (draft-irtf-cfrg-xchacha) gives it:
+//! HChaCha20 of the key and the nonce's first 16 bytes makes a subkey, and the IETF
+//! ChaCha20-Poly1305 of `ring` (BoringSSL's assembly) runs under that subkey with the nonce's
+//! last 8 bytes. `ring` has no XChaCha of its own, and RustCrypto's `chacha20poly1305`, which
+//! does, opened 1.13 GiB/s on this project's 2-core VM against 2.42 GiB/s here (AVX-512); the
+//! AEAD was the largest single cost of restoring and of backing up. The bytes are the same as
+//! RustCrypto's, which a test checks both ways.
 
 use crate::error::{Error, Result};
 use crate::id::Id;
-use chacha20poly1305::aead::{Aead, KeyInit};
-use chacha20poly1305::{XChaCha20Poly1305, XNonce};
 use rand::RngCore;
+use ring::aead::{Aad, LessSafeKey, Nonce, UnboundKey, CHACHA20_POLY1305};
 use serde::{Deserialize, Serialize};
 use zeroize::Zeroizing;
 
 /// Bytes added by [`MasterKey::seal`]: a 24-byte nonce and a 16-byte tag.
-pub const SEAL_OVERHEAD: usize = 24 + 16;
+pub const SEAL_OVERHEAD: usize = 24 + TAG_LEN;
+
+/// Bytes of the Poly1305 tag at the end of sealed data.
+const TAG_LEN: usize = 16;
+
+/// XChaCha20-Poly1305 under one 32-byte key (see the module's comment for how).
+#[derive(Clone)]
+struct XChaCha {
+    key: Zeroizing<[u8; 32]>,
+}
+
+impl XChaCha {
+    fn new(key: &[u8; 32]) -> XChaCha {
+        XChaCha {
+            key: Zeroizing::new(*key),
+        }
+    }
+
+    /// The IETF ChaCha20-Poly1305 key and nonce that XChaCha20 with `nonce` amounts to.
+    fn subkey(&self, nonce: &[u8; 24]) -> (LessSafeKey, Nonce) {
+        let mut sub = chacha20::hchacha::<chacha20::cipher::consts::U10>(
+            (&*self.key).into(),
+            (&nonce[..16]).into(),
+        );
+        // A 32-byte key is always accepted for CHACHA20_POLY1305.
+        let key = UnboundKey::new(&CHACHA20_POLY1305, &sub).expect("32-byte ChaCha20 key");
+        sub.iter_mut().for_each(|b| *b = 0);
+        let mut n = [0u8; 12];
+        n[4..].copy_from_slice(&nonce[16..]);
+        (LessSafeKey::new(key), Nonce::assume_unique_for_key(n))
+    }
+
+    /// nonce || ciphertext || tag of `plain` under a fresh random nonce from `rng`.
+    fn seal(&self, plain: &[u8], rng: &mut impl RngCore) -> Vec<u8> {
+        let mut nonce = [0u8; 24];
+        rng.fill_bytes(&mut nonce);
+        let mut out = Vec::with_capacity(plain.len() + SEAL_OVERHEAD);
+        out.extend_from_slice(&nonce);
+        out.extend_from_slice(plain);
+        let (key, n) = self.subkey(&nonce);
+        // Sealing fails only for inputs over 256 GiB, which no blob or object comes near.
+        let tag = key
+            .seal_in_place_separate_tag(n, Aad::empty(), &mut out[24..])
+            .expect("ChaCha20-Poly1305 input within limits");
+        out.extend_from_slice(tag.as_ref());
+        out
+    }
+
+    /// The plaintext of what [`Self::seal`] made, or `None` when it does not authenticate.
+    fn open(&self, sealed: &[u8]) -> Option<Vec<u8>> {
+        if sealed.len() < SEAL_OVERHEAD {
+            return None;
+        }
+        let nonce: &[u8; 24] = sealed[..24].try_into().ok()?;
+        let mut buf = sealed[24..].to_vec();
+        let (key, n) = self.subkey(nonce);
+        let len = key.open_in_place(n, Aad::empty(), &mut buf).ok()?.len();
+        buf.truncate(len);
+        Some(buf)
+    }
+}
 
 /// The repository's secret: encryption key and blob-id key.
 #[derive(Clone)]
 pub struct MasterKey {
-    aead: XChaCha20Poly1305,
+    aead: XChaCha,
     id_key: [u8; 32],
     raw: Zeroizing<[u8; 64]>,
 }
@@ -38,7 +105,7 @@ impl MasterKey {
         let mut id_key = [0u8; 32];
         id_key.copy_from_slice(&raw[32..]);
         MasterKey {
-            aead: XChaCha20Poly1305::new(&enc.into()),
+            aead: XChaCha::new(&enc),
             id_key,
             raw: Zeroizing::new(*raw),
         }
@@ -56,19 +123,9 @@ impl MasterKey {
 
     /// Encrypts `plain`: returns nonce || ciphertext || tag.
     pub fn seal(&self, plain: &[u8]) -> Vec<u8> {
-        let mut nonce = [0u8; 24];
         // The thread's CSPRNG (ChaCha12, seeded and reseeded from the OS): a getrandom(2)
         // per blob was a syscall per blob.
-        rand::thread_rng().fill_bytes(&mut nonce);
-        let mut out = Vec::with_capacity(plain.len() + SEAL_OVERHEAD);
-        out.extend_from_slice(&nonce);
-        // Encryption with a valid key and nonce cannot fail for in-memory buffers.
-        let ct = self
-            .aead
-            .encrypt(XNonce::from_slice(&nonce), plain)
-            .unwrap_or_default();
-        out.extend_from_slice(&ct);
-        out
+        self.aead.seal(plain, &mut rand::thread_rng())
     }
 
     /// Decrypts what [`Self::seal`] made; `what` names the object for the error.
@@ -76,10 +133,9 @@ impl MasterKey {
         if sealed.len() < SEAL_OVERHEAD {
             return Err(Error::corrupt(what, "too short to be sealed data"));
         }
-        let (nonce, ct) = sealed.split_at(24);
         self.aead
-            .decrypt(XNonce::from_slice(nonce), ct)
-            .map_err(|_| Error::Tampered(what.to_string()))
+            .open(sealed)
+            .ok_or_else(|| Error::Tampered(what.to_string()))
     }
 }
 
@@ -122,7 +178,7 @@ pub struct KeyFile {
     pub checksum: String,
 }
 
-fn derive(password: &[u8], salt: &[u8], p: KdfParams) -> Result<XChaCha20Poly1305> {
+fn derive(password: &[u8], salt: &[u8], p: KdfParams) -> Result<XChaCha> {
     let params = argon2::Params::new(p.m_cost, p.t_cost, p.p_cost, Some(32))
         .map_err(|e| Error::corrupt("key file", format!("bad Argon2 parameters: {e}")))?;
     let argon = argon2::Argon2::new(argon2::Algorithm::Argon2id, argon2::Version::V0x13, params);
@@ -130,7 +186,7 @@ fn derive(password: &[u8], salt: &[u8], p: KdfParams) -> Result<XChaCha20Poly130
     argon
         .hash_password_into(password, salt, out.as_mut())
         .map_err(|e| Error::corrupt("key file", format!("Argon2: {e}")))?;
-    Ok(XChaCha20Poly1305::new(&(*out).into()))
+    Ok(XChaCha::new(&out))
 }
 
 impl KeyFile {
@@ -144,13 +200,7 @@ impl KeyFile {
         let mut salt = [0u8; 32];
         rand::rngs::OsRng.fill_bytes(&mut salt);
         let kek = derive(password, &salt, params)?;
-        let mut nonce = [0u8; 24];
-        rand::rngs::OsRng.fill_bytes(&mut nonce);
-        let ct = kek
-            .encrypt(XNonce::from_slice(&nonce), master.raw.as_ref())
-            .map_err(|_| Error::corrupt("key file", "encryption failed"))?;
-        let mut wrapped = nonce.to_vec();
-        wrapped.extend_from_slice(&ct);
+        let wrapped = kek.seal(master.raw.as_ref(), &mut rand::rngs::OsRng);
         let mut kf = KeyFile {
             version: 1,
             kdf: "argon2id".into(),
@@ -185,14 +235,11 @@ impl KeyFile {
         }
         let salt = hex::decode(&self.salt).map_err(|_| Error::corrupt(what, "bad salt"))?;
         let wrapped = hex::decode(&self.wrapped).map_err(|_| Error::corrupt(what, "bad key"))?;
-        if wrapped.len() != 24 + 64 + 16 {
+        if wrapped.len() != SEAL_OVERHEAD + 64 {
             return Err(Error::corrupt(what, "wrapped key has the wrong length"));
         }
         let kek = derive(password, &salt, self.params)?;
-        let raw = Zeroizing::new(
-            kek.decrypt(XNonce::from_slice(&wrapped[..24]), &wrapped[24..])
-                .map_err(|_| Error::WrongPassword)?,
-        );
+        let raw = Zeroizing::new(kek.open(&wrapped).ok_or(Error::WrongPassword)?);
         let mut key = [0u8; 64];
         key.copy_from_slice(&raw);
         let mk = MasterKey::from_bytes(&key);
@@ -245,6 +292,59 @@ mod tests {
             bad.unwrap(b"secret", "keys/a"),
             Err(Error::Corrupt { .. })
         ));
+    }
+
+    /// The format is XChaCha20-Poly1305 whatever computes it: what RustCrypto's
+    /// implementation seals, this opens, and the other way round, for lengths around the
+    /// cipher's 64-byte blocks and the vector paths' 256- and 512-byte strides.
+    #[test]
+    fn same_bytes_as_rustcrypto_xchacha20poly1305() {
+        use chacha20poly1305::aead::{Aead, KeyInit};
+        use chacha20poly1305::{XChaCha20Poly1305, XNonce};
+        let key = [0x42u8; 32];
+        let ours = XChaCha::new(&key);
+        let theirs = XChaCha20Poly1305::new(&key.into());
+        let mut rng = rand::thread_rng();
+        for len in [
+            0, 1, 15, 16, 63, 64, 65, 255, 256, 257, 511, 512, 1000, 4096, 70_001,
+        ] {
+            let plain: Vec<u8> = (0..len).map(|i| (i * 7 + len) as u8).collect();
+            let sealed = ours.seal(&plain, &mut rng);
+            let nonce = XNonce::from_slice(&sealed[..24]);
+            assert_eq!(
+                theirs.decrypt(nonce, &sealed[24..]).unwrap(),
+                plain,
+                "len {len}"
+            );
+            let mut back = sealed[..24].to_vec();
+            back.extend(theirs.encrypt(nonce, plain.as_slice()).unwrap());
+            assert_eq!(back, sealed, "len {len}");
+            assert_eq!(ours.open(&back).unwrap(), plain, "len {len}");
+        }
+    }
+
+    /// A vector from draft-irtf-cfrg-xchacha-03, appendix A.3.1.
+    #[test]
+    fn xchacha_draft_test_vector() {
+        let key: [u8; 32] =
+            hex::decode("808182838485868788898a8b8c8d8e8f909192939495969798999a9b9c9d9e9f")
+                .unwrap()
+                .try_into()
+                .unwrap();
+        let nonce = hex::decode("404142434445464748494a4b4c4d4e4f5051525354555657").unwrap();
+        let aad = hex::decode("50515253c0c1c2c3c4c5c6c7").unwrap();
+        let plain = b"Ladies and Gentlemen of the class of '99: If I could offer you only one tip for the future, sunscreen would be it.";
+        let x = XChaCha::new(&key);
+        let (k, n) = x.subkey(nonce.as_slice().try_into().unwrap());
+        let mut buf = plain.to_vec();
+        let tag = k
+            .seal_in_place_separate_tag(n, Aad::from(&aad), &mut buf)
+            .unwrap();
+        assert_eq!(hex::encode(&buf[..16]), "bd6d179d3e83d43b9576579493c0e939");
+        assert_eq!(
+            hex::encode(tag.as_ref()),
+            "c0875924c1c7987947deafd8780acf49"
+        );
     }
 
     #[test]
