@@ -6,6 +6,7 @@ Dovecot (mail_fsync = never), side by side in one run.
 
     bench/imap_restore.py [--preset medium|small|...] [--smoke] [--work DIR] [--out bench/IMAP.md]
                           [--repeat N] [--dovecot-dir /dev/shm] [--accounts N] [--connections N]
+                          [--no-mbsync] [--split-cores]
 
 Needs release builds in $CARGO_TARGET_DIR (default target/): mailvault, mailvault-corpus
 and imap-ceiling (`cargo build --release -p mailvault -p mailvault-corpus &&
@@ -44,7 +45,7 @@ def free_port():
 class Dovecot:
     """A throw-away Dovecot like mailvault_imap::testing's, with mail_fsync = never."""
 
-    def __init__(self, parent):
+    def __init__(self, parent, cpus=None):
         # Below the system temp dir: the work dir may be private (0700) and Dovecot
         # runs its mail processes as another user.
         self.root = Path(tempfile.mkdtemp(prefix="mv-bench-dovecot-", dir=parent or None))
@@ -134,7 +135,7 @@ service imap-login {{
 """
         (r / "dovecot.conf").write_text(conf)
         self.proc = subprocess.Popen(
-            ["dovecot", "-F", "-c", str(r / "dovecot.conf")],
+            taskset(cpus) + ["dovecot", "-F", "-c", str(r / "dovecot.conf")],
             stdout=open(r / "stdout.log", "w"),
             stderr=subprocess.STDOUT,
             start_new_session=True,
@@ -205,6 +206,11 @@ def accounts_of(src):
     return out
 
 
+def taskset(cpus):
+    """The command prefix that runs on `cpus` only (e.g. "0"), or nothing."""
+    return ["taskset", "-c", cpus] if cpus else []
+
+
 def timed(cmd, env=None, **kw):
     import resource
 
@@ -256,7 +262,7 @@ SyncState {state}/
     return conf
 
 
-def run_mbsync(work, src, parallel, dov):
+def run_mbsync(work, src, parallel, dov, prefix=()):
     # mbsync renames near files (adds UIDs): give it a hard-linked copy of the store.
     copy = work / f"mbsync-src-{parallel}"
     shutil.rmtree(copy, ignore_errors=True)
@@ -273,7 +279,7 @@ def run_mbsync(work, src, parallel, dov):
                     break
             else:
                 time.sleep(0.005)
-        running.append(subprocess.Popen(["mbsync", "-q", "-c", str(c), "-a"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+        running.append(subprocess.Popen(list(prefix) + ["mbsync", "-q", "-c", str(c), "-a"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
     for p in running:
         p.wait()
     secs = time.monotonic() - t
@@ -291,6 +297,9 @@ def main():
     ap.add_argument("--repeat", type=int, default=1, help="ceiling and mailvault runs, alternately (the figures are medians)")
     ap.add_argument("--connections", type=int, default=None, help="mailvault --connections (at most per account; default: mailvault's)")
     ap.add_argument("--accounts", type=int, default=None, help="mailvault --accounts (in parallel; default: mailvault's)")
+    ap.add_argument("--split-cores", action="store_true",
+                    help="Dovecot on core 0, every client on core 1: the server with a core of its own, as on a separate machine")
+    ap.add_argument("--no-mbsync", action="store_true", help="skip the mbsync runs (day-to-day work on the ceiling ratio)")
     a = ap.parse_args()
     preset = "tiny" if a.smoke else a.preset
     repo_root = Path(__file__).resolve().parent.parent
@@ -326,6 +335,8 @@ def main():
         rows.append((tool, secs, count, count / secs if secs else 0.0, extra))
         log(f"{tool}: {count} msgs in {secs:.2f} s = {count / secs:.0f} msgs/s {extra}")
 
+    # With --split-cores the server and the client no longer take CPU from each other.
+    server_cpus, client = ("0", taskset("1")) if a.split_cores else (None, [])
     flags = []
     if a.connections is not None:
         flags += ["--connections", str(a.connections)]
@@ -333,9 +344,9 @@ def main():
         flags += ["--accounts", str(a.accounts)]
 
     def ceiling_run():
-        dov = Dovecot(a.dovecot_dir)
+        dov = Dovecot(a.dovecot_dir, server_cpus)
         try:
-            p, _ = timed([str(ceiling), "--maildir", str(src), "--url", dov.url(), "--master", MASTER,
+            p, _ = timed(client + [str(ceiling), "--maildir", str(src), "--url", dov.url(), "--master", MASTER,
                           "--password", MASTER_PW, "--connections", "4"])
             m = re.search(r"appended (\d+) messages .* in ([\d.]+) s: (\d+) msgs/s", p.stdout)
             if not m:
@@ -348,10 +359,10 @@ def main():
 
     def mailvault_run():
         # The whole command by the wall clock.
-        dov = Dovecot(a.dovecot_dir)
+        dov = Dovecot(a.dovecot_dir, server_cpus)
         try:
             shutil.rmtree(work / "cache", ignore_errors=True)
-            p, secs = timed([str(mv), "restore", "latest", "--target", dov.url(), "--imap-master-user", MASTER,
+            p, secs = timed(client + [str(mv), "restore", "latest", "--target", dov.url(), "--imap-master-user", MASTER,
                              "--imap-password-file", str(work / "imap-pass"), "--json", "-q"] + flags, env=env)
             rep = json.loads(p.stdout)
             assert dov.count() == n_msgs, (dov.count(), n_msgs)
@@ -377,10 +388,10 @@ def main():
 
     # 3. mbsync, one account at a time and 4 in parallel.
     best_mbsync = 0.0
-    for par in (1, 4):
-        dov = Dovecot(a.dovecot_dir)
+    for par in () if a.no_mbsync else (1, 4):
+        dov = Dovecot(a.dovecot_dir, server_cpus)
         try:
-            secs = run_mbsync(work, src, par, dov)
+            secs = run_mbsync(work, src, par, dov, client)
             got = dov.count()
             if got != n_msgs:
                 log(f"mbsync put {got} of {n_msgs} messages on the server")
@@ -392,8 +403,9 @@ def main():
 
     ratio_mbsync = mv_rate / best_mbsync if best_mbsync else 0
     cmd = " ".join(["bench/imap_restore.py"] + sys.argv[1:])
+    split = "; Dovecot on core 0, clients on core 1" if a.split_cores else ""
     lines = [
-        f"Command: `{cmd}` (preset {preset}: {n_msgs} messages, {n_accts} accounts; {os.cpu_count()} cores; "
+        f"Command: `{cmd}` (preset {preset}: {n_msgs} messages, {n_accts} accounts; {os.cpu_count()} cores{split}; "
         f"{time.strftime('%Y-%m-%d')})",
         "",
         "| tool | wall s | messages | msgs/s | notes |",
@@ -403,7 +415,8 @@ def main():
         lines.append(f"| {tool} | {secs:.2f} | {count} | {rate:.0f} | {extra} |")
     lines += ["", f"mailvault / ceiling: **{ratio_ceiling:.2f}** (target >= 0.85; median of the runs side by side: "
               f"{', '.join(f'{r:.2f}' for r in ratios)}); "
-              f"mailvault (median {mv_rate:.0f} msgs/s) / best mbsync: **{ratio_mbsync:.2f}x** (target >= 2x)", ""]
+              + (f"mailvault (median {mv_rate:.0f} msgs/s) / best mbsync: **{ratio_mbsync:.2f}x** (target >= 2x)"
+               if best_mbsync else f"mailvault median {mv_rate:.0f} msgs/s (mbsync not run)"), ""]
     text = "\n".join(lines)
     print(text)
     if not a.smoke:
