@@ -235,7 +235,7 @@ pub fn decompress(
     dicts: &Dictionaries,
 ) -> Result<Vec<u8>> {
     let out = match codec {
-        Codec::Raw => return Ok(data.to_vec()),
+        Codec::Raw => data.to_vec(),
         Codec::ZstdDict => decompress_with_dict(data, raw_len, dicts, what)?,
         Codec::Lz4 => lz4_flex::block::decompress(data, raw_len)
             .map_err(|e| Error::corrupt(what, format!("lz4: {e}")))?,
@@ -249,6 +249,21 @@ pub fn decompress(
         ));
     }
     Ok(out)
+}
+
+/// [`decompress`] of a buffer the caller gives up: a raw blob is returned as it is,
+/// without a copy (most of a mail store's bytes are attachments stored raw or nearly).
+pub fn decompress_owned(
+    codec: Codec,
+    data: Vec<u8>,
+    raw_len: usize,
+    what: &str,
+    dicts: &Dictionaries,
+) -> Result<Vec<u8>> {
+    match codec {
+        Codec::Raw if data.len() == raw_len => Ok(data),
+        _ => decompress(codec, &data, raw_len, what, dicts),
+    }
 }
 
 #[cfg(test)]
@@ -271,6 +286,26 @@ mod tests {
                     }
                 }
             }
+        }
+    }
+
+    /// A raw blob of the wrong length is damage, by either path, and the owned path
+    /// returns the same bytes as the borrowing one for every codec.
+    #[test]
+    fn raw_length_is_checked_and_owned_matches() {
+        let d = Dictionaries::default();
+        assert!(decompress(Codec::Raw, b"abc", 4, "t", &d).is_err());
+        assert!(decompress_owned(Codec::Raw, b"abc".to_vec(), 2, "t", &d).is_err());
+        assert_eq!(
+            decompress_owned(Codec::Raw, b"abc".to_vec(), 3, "t", &d).unwrap(),
+            b"abc"
+        );
+        let text = b"hello hello hello hello hello hello hello hello".repeat(20);
+        for how in [Compression::Lz4, Compression::Zstd] {
+            let (codec, packed) = compress(&text, how, None).unwrap();
+            let owned = decompress_owned(codec, packed.clone(), text.len(), "t", &d).unwrap();
+            assert_eq!(owned, text);
+            assert!(decompress_owned(codec, packed, text.len() + 1, "t", &d).is_err());
         }
     }
 

@@ -288,7 +288,8 @@ impl Repository {
     /// Reads, opens, decompresses and verifies one blob.
     pub fn read_blob(&self, id: &Id) -> Result<Vec<u8>> {
         let (loc, sealed, path) = self.read_sealed(id)?;
-        self.decode_blob(id, &loc, &sealed, &path)
+        let raw = self.open_blob(id, &loc, sealed, &path)?;
+        self.verify_blob(id, raw, &path)
     }
 
     /// A blob's place, its sealed bytes and the path of its pack.
@@ -312,7 +313,12 @@ impl Repository {
         sealed: &[u8],
         path: &str,
     ) -> Result<Vec<u8>> {
-        let raw = self.open_blob(id, loc, sealed, path)?;
+        let raw = self.open_blob(id, loc, sealed.to_vec(), path)?;
+        self.verify_blob(id, raw, path)
+    }
+
+    /// `raw` if it is the content of blob `id`, else a corruption error.
+    fn verify_blob(&self, id: &Id, raw: Vec<u8>, path: &str) -> Result<Vec<u8>> {
         if self.key.blob_id(&raw) != *id {
             let what = format!("blob {} in {path}", id.short());
             return Err(Error::corrupt(what, "content does not match its id"));
@@ -320,21 +326,21 @@ impl Repository {
         Ok(raw)
     }
 
-    /// Opens and decompresses a blob without hashing it against its id. The AEAD tag
-    /// already proves the bytes are the repository's own; the id check only adds
+    /// Opens (in place) and decompresses a blob without hashing it against its id. The
+    /// AEAD tag already proves the bytes are the repository's own; the id check only adds
     /// protection against a blob filed under the wrong id, which a caller that checks a
     /// whole-message hash afterwards gets anyway.
-    fn open_blob(&self, id: &Id, loc: &Location, sealed: &[u8], path: &str) -> Result<Vec<u8>> {
+    fn open_blob(&self, id: &Id, loc: &Location, sealed: Vec<u8>, path: &str) -> Result<Vec<u8>> {
         let what = format!("blob {} in {path}", id.short());
-        let plain = self.key.open(sealed, &what)?;
-        compress::decompress(loc.codec, &plain, loc.raw_len as usize, &what, &self.dicts)
+        let plain = self.key.open_vec(sealed, &what)?;
+        compress::decompress_owned(loc.codec, plain, loc.raw_len as usize, &what, &self.dicts)
     }
 
     /// Reads a blob like [`Self::read_blob`] but without hashing it: for callers that
     /// verify a hash over the whole of what they assemble (message restore).
     pub fn read_blob_unverified(&self, id: &Id) -> Result<Vec<u8>> {
         let (loc, sealed, path) = self.read_sealed(id)?;
-        self.open_blob(id, &loc, &sealed, &path)
+        self.open_blob(id, &loc, sealed, &path)
     }
 
     /// Reads and decodes a tree blob.
