@@ -6,7 +6,7 @@ Dovecot (mail_fsync = never), side by side in one run.
 
     bench/imap_restore.py [--preset medium|small|...] [--smoke] [--work DIR] [--out bench/IMAP.md]
                           [--repeat N] [--dovecot-dir /dev/shm] [--accounts N] [--connections N]
-                          [--no-mbsync] [--split-cores]
+                          [--no-mbsync] [--split-cores] [--bin-dir DIR]
 
 Needs release builds in $CARGO_TARGET_DIR (default target/): mailvault, mailvault-corpus
 and imap-ceiling (`cargo build --release -p mailvault -p mailvault-corpus &&
@@ -309,11 +309,12 @@ def main():
     ap.add_argument("--accounts", type=int, default=None, help="mailvault --accounts (in parallel; default: mailvault's)")
     ap.add_argument("--split-cores", action="store_true",
                     help="Dovecot on core 0, every client on core 1: the server with a core of its own, as on a separate machine")
+    ap.add_argument("--bin-dir", default=None, help="where mailvault, mailvault-corpus and imap-ceiling are (default $CARGO_TARGET_DIR/release or target/release)")
     ap.add_argument("--no-mbsync", action="store_true", help="skip the mbsync runs (day-to-day work on the ceiling ratio)")
     a = ap.parse_args()
     preset = "tiny" if a.smoke else a.preset
     repo_root = Path(__file__).resolve().parent.parent
-    bins = Path(os.environ.get("CARGO_TARGET_DIR", repo_root / "target")) / "release"
+    bins = Path(a.bin_dir) if a.bin_dir else Path(os.environ.get("CARGO_TARGET_DIR", repo_root / "target")) / "release"
     mv, corpus, ceiling = bins / "mailvault", bins / "mailvault-corpus", bins / "imap-ceiling"
     for b in (mv, corpus, ceiling):
         if not b.exists():
