@@ -1,5 +1,5 @@
-//! Message splitting and Maildir name parsing take any bytes; the split covers the
-//! message exactly.
+//! Message splitting, Maildir name parsing and the base64-runs codec take any bytes; the
+//! split covers the message exactly and the codec gives it back exactly.
 #![no_main]
 use libfuzzer_sys::fuzz_target;
 use mailvault_core::split::{split, ChunkerParams};
@@ -16,4 +16,7 @@ fuzz_target!(|data: &[u8]| {
     let (key, info) = mailvault_core::maildir::split_name(data);
     assert!(key.len() + info.len() <= data.len());
     let _ = mailvault_core::backup::header_summary(data);
+    if let Some(enc) = mailvault_core::b64::encode(data) {
+        assert_eq!(mailvault_core::b64::decode(&enc, data.len()).unwrap(), data);
+    }
 });

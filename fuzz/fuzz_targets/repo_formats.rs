@@ -8,4 +8,7 @@ fuzz_target!(|data: &[u8]| {
     let _ = tree::decode::<RootTree>(data, "fuzz");
     let _ = tree::decode::<AccountTree>(data, "fuzz");
     let _ = tree::decode::<MessageChunk>(data, "fuzz");
+    if let Some((&n, enc)) = data.split_first() {
+        let _ = mailvault_core::b64::decode(enc, usize::from(n) * 61);
+    }
 });

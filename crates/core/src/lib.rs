@@ -4,6 +4,7 @@
 //! The CLI (`crates/cli`) turns flags into the option structs here and calls one function
 //! per command; nothing in this crate knows about command lines.
 
+pub mod b64;
 pub mod backup;
 pub mod check;
 pub mod compress;
