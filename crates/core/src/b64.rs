@@ -62,110 +62,132 @@ fn run_line(data: &[u8], pos: usize) -> Option<(usize, bool, usize)> {
     (chars >= 4 && chars % 4 == 0 && chars <= MAX_LINE).then_some((chars, crlf, nl + 1))
 }
 
+/// A run being read.
+struct OpenRun {
+    chars: usize,
+    crlf: bool,
+    lines: usize,
+    /// Where its decoded bytes start in the body.
+    body_start: usize,
+    /// Where its text starts in the input.
+    text_start: usize,
+}
+
+/// The state of [`encode`]: segments so far and the body they describe.
+struct Encoder<'a> {
+    data: &'a [u8],
+    segs: Vec<Segment>,
+    body: Vec<u8>,
+    /// Bytes of the literal being read, already on the body.
+    literal: usize,
+    /// Bytes of all literals so far.
+    literal_total: usize,
+    run: Option<OpenRun>,
+}
+
+impl Encoder<'_> {
+    /// Decodes the run line `data[pos..pos + chars]` onto the body; false (body unchanged)
+    /// if it is not base64 of full groups (a padded line decodes to fewer bytes).
+    fn decode_line(&mut self, pos: usize, chars: usize) -> bool {
+        let at = self.body.len();
+        self.body.resize(at + chars / 4 * 3, 0);
+        let src = &self.data[pos..pos + chars];
+        match STANDARD.decode(src, Out::from_slice(&mut self.body[at..])) {
+            Ok(d) if d.len() == chars / 4 * 3 => true,
+            _ => {
+                self.body.truncate(at);
+                false
+            }
+        }
+    }
+
+    /// Ends the open run at `pos`: a segment if it is long enough, else its text joins the
+    /// literal.
+    fn close_run(&mut self, pos: usize) {
+        let Some(r) = self.run.take() else { return };
+        if r.lines >= MIN_LINES {
+            if self.literal > 0 {
+                // The literal's bytes went onto the body before the run's.
+                self.segs.push(Segment::Literal(self.literal));
+                self.literal = 0;
+            }
+            self.segs.push(Segment::Run {
+                chars: r.chars,
+                crlf: r.crlf,
+                lines: r.lines,
+            });
+        } else {
+            self.body.truncate(r.body_start);
+            self.add_literal(r.text_start, pos);
+        }
+    }
+
+    fn add_literal(&mut self, from: usize, to: usize) {
+        self.body.extend_from_slice(&self.data[from..to]);
+        self.literal += to - from;
+        self.literal_total += to - from;
+    }
+}
+
 /// `data` as segments, or `None` when runs cover too little of it to be worth it.
 pub fn encode(data: &[u8]) -> Option<Vec<u8>> {
     if data.len() < MIN_BLOB {
         return None;
     }
     let max_literal = data.len() / MAX_LITERAL_SHARE;
-    let mut segs: Vec<Segment> = Vec::new();
-    let mut body: Vec<u8> = Vec::with_capacity(data.len() * 3 / 4 + 64);
-    let mut literal = 0usize; // bytes of the current literal, pushed to `body` already
-    let mut literal_total = 0usize;
-    let mut pos = 0;
-    // The run being read: (chars, crlf, lines, where its bytes start in `body`, where its
-    // text starts in `data`).
-    let mut run: Option<(usize, bool, usize, usize, usize)> = None;
-    let close_run = |run: &mut Option<(usize, bool, usize, usize, usize)>,
-                     segs: &mut Vec<Segment>,
-                     body: &mut Vec<u8>,
-                     literal: &mut usize,
-                     literal_total: &mut usize,
-                     pos: usize| {
-        if let Some((chars, crlf, lines, body_start, text_start)) = run.take() {
-            if lines >= MIN_LINES {
-                if *literal > 0 {
-                    // The literal was pushed before the run's bytes.
-                    segs.push(Segment::Literal(*literal));
-                    *literal = 0;
-                }
-                segs.push(Segment::Run { chars, crlf, lines });
-            } else {
-                // Too short: its text becomes part of the literal.
-                body.truncate(body_start);
-                body.extend_from_slice(&data[text_start..pos]);
-                *literal += pos - text_start;
-                *literal_total += pos - text_start;
-            }
-        }
+    let mut e = Encoder {
+        data,
+        segs: Vec::new(),
+        body: Vec::with_capacity(data.len() * 3 / 4 + 64),
+        literal: 0,
+        literal_total: 0,
+        run: None,
     };
+    let mut pos = 0;
     while pos < data.len() {
-        if literal_total > max_literal {
+        if e.literal_total > max_literal {
             return None;
         }
-        let line = run_line(data, pos).and_then(|(chars, crlf, len)| {
-            let src = &data[pos..pos + chars];
-            let at = body.len();
-            body.resize(at + chars / 4 * 3, 0);
-            // A padded line decodes to fewer bytes: not a run line.
-            match STANDARD.decode(src, Out::from_slice(&mut body[at..])) {
-                Ok(d) if d.len() == chars / 4 * 3 => Some((chars, crlf, len)),
-                _ => {
-                    body.truncate(at);
-                    None
-                }
-            }
-        });
-        match (line, run.as_mut()) {
-            (Some((chars, crlf, len)), Some(r)) if r.0 == chars && r.1 == crlf => {
-                r.2 += 1;
+        let line = run_line(data, pos).filter(|&(chars, _, _)| e.decode_line(pos, chars));
+        match (line, e.run.as_mut()) {
+            (Some((chars, crlf, len)), Some(r)) if r.chars == chars && r.crlf == crlf => {
+                r.lines += 1;
                 pos += len;
             }
             (Some((chars, crlf, len)), _) => {
-                // A new run starts here; its first line's bytes are already in `body`.
-                let decoded = body.len() - chars / 4 * 3;
-                let moved: Vec<u8> = body.split_off(decoded);
-                close_run(
-                    &mut run,
-                    &mut segs,
-                    &mut body,
-                    &mut literal,
-                    &mut literal_total,
-                    pos,
-                );
-                run = Some((chars, crlf, 1, body.len(), pos));
-                body.extend_from_slice(&moved);
+                // A new run starts here. Its first line's bytes are on the body already;
+                // the run being closed may still put its text back before them.
+                let first = e.body.split_off(e.body.len() - chars / 4 * 3);
+                e.close_run(pos);
+                e.run = Some(OpenRun {
+                    chars,
+                    crlf,
+                    lines: 1,
+                    body_start: e.body.len(),
+                    text_start: pos,
+                });
+                e.body.extend_from_slice(&first);
                 pos += len;
             }
             (None, _) => {
-                close_run(
-                    &mut run,
-                    &mut segs,
-                    &mut body,
-                    &mut literal,
-                    &mut literal_total,
-                    pos,
-                );
+                e.close_run(pos);
                 // One line (or the rest) as literal.
                 let end = memchr::memchr(b'\n', &data[pos..]).map_or(data.len(), |n| pos + n + 1);
-                body.extend_from_slice(&data[pos..end]);
-                literal += end - pos;
-                literal_total += end - pos;
+                e.add_literal(pos, end);
                 pos = end;
             }
         }
     }
-    close_run(
-        &mut run,
-        &mut segs,
-        &mut body,
-        &mut literal,
-        &mut literal_total,
-        pos,
-    );
-    if literal > 0 {
-        segs.push(Segment::Literal(literal));
+    e.close_run(pos);
+    if e.literal > 0 {
+        e.segs.push(Segment::Literal(e.literal));
     }
+    let Encoder {
+        segs,
+        body,
+        literal_total,
+        ..
+    } = e;
     if literal_total > max_literal || !segs.iter().any(|s| matches!(s, Segment::Run { .. })) {
         return None;
     }
@@ -301,37 +323,39 @@ impl Reader<'_> {
     }
 }
 
+/// A MIME part body for tests: `n` bytes of pseudo-random data in base64 lines of `width`
+/// characters, each ended by `eol`.
+#[cfg(test)]
+pub(crate) fn test_attachment(n: usize, width: usize, eol: &str, seed: u64) -> Vec<u8> {
+    let mut x = seed | 1;
+    let bin: Vec<u8> = (0..n)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
+        .collect();
+    let text = STANDARD.encode_to_string(&bin);
+    let mut out = Vec::new();
+    for line in text.as_bytes().chunks(width) {
+        out.extend_from_slice(line);
+        out.extend_from_slice(eol.as_bytes());
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use proptest::prelude::*;
-
-    /// A MIME part: `n` bytes of pseudo-random data in base64 lines of `width` characters.
-    fn attachment(n: usize, width: usize, eol: &str, seed: u64) -> Vec<u8> {
-        let mut x = seed | 1;
-        let bin: Vec<u8> = (0..n)
-            .map(|_| {
-                x ^= x << 13;
-                x ^= x >> 7;
-                x ^= x << 17;
-                x as u8
-            })
-            .collect();
-        let text = STANDARD.encode_to_string(&bin);
-        let mut out = Vec::new();
-        for line in text.as_bytes().chunks(width) {
-            out.extend_from_slice(line);
-            out.extend_from_slice(eol.as_bytes());
-        }
-        out
-    }
 
     fn message(eol: &str) -> Vec<u8> {
         let mut m = format!(
             "From: a@example.org{eol}Subject: report{eol}Content-Type: multipart/mixed; boundary=\"b\"{eol}{eol}--b{eol}Content-Type: text/plain{eol}{eol}See attached.{eol}--b{eol}Content-Transfer-Encoding: base64{eol}{eol}"
         )
         .into_bytes();
-        m.extend(attachment(40_000, 76, eol, 7));
+        m.extend(test_attachment(40_000, 76, eol, 7));
         m.extend(format!("--b--{eol}").into_bytes());
         m
     }
@@ -359,17 +383,17 @@ mod tests {
     #[test]
     fn other_line_lengths_padding_and_mixed_endings() {
         for width in [4, 64, 72, 76, 128, 252] {
-            let a = attachment(10_000, width, "\n", width as u64);
+            let a = test_attachment(10_000, width, "\n", width as u64);
             round_trip(&a).expect("encoded");
         }
         // Width not a multiple of 4, too long, or padded: not runs, but still exact.
         for width in [75, 256, 300] {
-            let a = attachment(10_000, width, "\n", 3);
+            let a = test_attachment(10_000, width, "\n", 3);
             assert!(encode(&a).is_none() || round_trip(&a).is_some());
         }
-        let mut mixed = attachment(6_000, 76, "\n", 1);
-        mixed.extend(attachment(6_000, 76, "\r\n", 2));
-        mixed.extend(attachment(6_000, 64, "\n", 3));
+        let mut mixed = test_attachment(6_000, 76, "\n", 1);
+        mixed.extend(test_attachment(6_000, 76, "\r\n", 2));
+        mixed.extend(test_attachment(6_000, 64, "\n", 3));
         let n = round_trip(&mixed).unwrap();
         assert!(n < mixed.len() * 77 / 100);
     }
@@ -412,7 +436,7 @@ mod tests {
         ) {
             let mut data = Vec::new();
             for (n, quads, crlf, seed) in parts {
-                data.extend(attachment(n, quads * 4, if crlf { "\r\n" } else { "\n" }, seed));
+                data.extend(test_attachment(n, quads * 4, if crlf { "\r\n" } else { "\n" }, seed));
                 data.extend_from_slice(&junk);
             }
             let data = &data[cut.min(data.len())..];

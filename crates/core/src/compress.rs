@@ -326,21 +326,8 @@ mod tests {
     /// never when compression is off, and comes back exactly.
     #[test]
     fn base64_attachments_use_the_runs_codec() {
-        let mut x = 99u64;
-        let bin: Vec<u8> = (0..30_000)
-            .map(|_| {
-                x ^= x << 13;
-                x ^= x >> 7;
-                x ^= x << 17;
-                x as u8
-            })
-            .collect();
-        let b64 = base64_simd::STANDARD.encode_to_string(&bin);
         let mut part = b"Content-Transfer-Encoding: base64\n\n".to_vec();
-        for line in b64.as_bytes().chunks(76) {
-            part.extend_from_slice(line);
-            part.push(b'\n');
-        }
+        part.extend(crate::b64::test_attachment(30_000, 76, "\n", 99));
         let d = Dictionaries::default();
         for how in [Compression::Zstd, Compression::Lz4] {
             let (codec, packed) = compress(&part, how, None).unwrap();
