@@ -398,6 +398,21 @@ mod tests {
         assert!(n < mixed.len() * 77 / 100);
     }
 
+    /// The stored form is a format: this pins it (header bytes and a hash of the whole).
+    #[test]
+    fn golden_encoding() {
+        let mut m = b"Content-Type: application/pdf\r\n\r\n".to_vec();
+        m.extend(test_attachment(2_000, 76, "\r\n", 5));
+        m.extend_from_slice(b"--b--\r\n");
+        let enc = encode(&m).unwrap();
+        // version 1, 3 segments: literal 33, run CRLF of 19 x 4 chars x 35 lines, literal.
+        assert_eq!(&enc[..8], &[1, 3, 0, 33, 2, 19, 35, 0]);
+        assert_eq!(
+            blake3::hash(&enc).to_hex().as_str(),
+            "1c313c064d1fa18e79b4827ebb1d6f498194fcb06a8b818f290da65e90e9b381"
+        );
+    }
+
     #[test]
     fn text_is_left_to_zstd() {
         let text = b"Dear team,\nthe quarterly figures are attached below.\n".repeat(200);
