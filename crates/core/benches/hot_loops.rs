@@ -1,5 +1,5 @@
 //! Criterion benches of the backup and restore hot loops: splitting, hashing, compressing,
-//! sealing, packing and index lookups. `cargo bench -p mailvault-core`.
+//! sealing, the base64-runs codec, packing and index lookups. `cargo bench -p mailvault-core`.
 #![allow(clippy::unwrap_used)]
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
@@ -27,6 +27,27 @@ fn message(len: usize, seed: u64) -> Vec<u8> {
     }
     m.truncate(len);
     m
+}
+
+/// An attachment chunk: `len` bytes of base64 lines (76 characters, LF) of random data.
+fn attachment(len: usize) -> Vec<u8> {
+    let mut x = 0x9e37_79b9_7f4a_7c15u64;
+    let bin: Vec<u8> = (0..len)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
+        .collect();
+    let text = base64_simd::STANDARD.encode_to_string(&bin);
+    let mut out = Vec::with_capacity(len);
+    for line in text.as_bytes().chunks(76) {
+        out.extend_from_slice(line);
+        out.push(b'\n');
+    }
+    out.truncate(len);
+    out
 }
 
 fn bench(c: &mut Criterion) {
@@ -61,6 +82,28 @@ fn bench(c: &mut Criterion) {
             b.iter(|| compress::decompress(codec, p, n, "b", &dicts).unwrap())
         });
     }
+    g.finish();
+
+    // The base64-runs codec on an attachment chunk and on text it must pass over quickly
+    // (compress = the codec's attempt, then zstd).
+    let mut g = c.benchmark_group("b64");
+    let n = 64 << 10;
+    g.throughput(Throughput::Bytes(n as u64));
+    let a = attachment(n);
+    g.bench_function("encode_attachment", |b| {
+        b.iter(|| mailvault_core::b64::encode(&a).unwrap())
+    });
+    let enc = mailvault_core::b64::encode(&a).unwrap();
+    g.bench_function("decode_attachment", |b| {
+        b.iter(|| mailvault_core::b64::decode(&enc, n).unwrap())
+    });
+    let text = message(n, 3);
+    g.bench_function("encode_text", |b| {
+        b.iter(|| mailvault_core::b64::encode(&text))
+    });
+    g.bench_function("compress_text", |b| {
+        b.iter(|| compress::compress(&text, Compression::Zstd, None))
+    });
     g.finish();
 
     let samples: Vec<Vec<u8>> = (0..2000).map(|i| message(3000, i)).collect();

@@ -148,12 +148,7 @@ impl MasterKey {
 
     /// Decrypts what [`Self::seal`] made; `what` names the object for the error.
     pub fn open(&self, sealed: &[u8], what: &str) -> Result<Vec<u8>> {
-        if sealed.len() < SEAL_OVERHEAD {
-            return Err(Error::corrupt(what, "too short to be sealed data"));
-        }
-        self.aead
-            .open(sealed)
-            .ok_or_else(|| Error::Tampered(what.to_string()))
+        self.open_vec(sealed.to_vec(), what)
     }
 }
 
