@@ -29,27 +29,6 @@ fn message(len: usize, seed: u64) -> Vec<u8> {
     m
 }
 
-/// An attachment chunk: `len` bytes of base64 lines (76 characters, LF) of random data.
-fn attachment(len: usize) -> Vec<u8> {
-    let mut x = 0x9e37_79b9_7f4a_7c15u64;
-    let bin: Vec<u8> = (0..len)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect();
-    let text = base64_simd::STANDARD.encode_to_string(&bin);
-    let mut out = Vec::with_capacity(len);
-    for line in text.as_bytes().chunks(76) {
-        out.extend_from_slice(line);
-        out.push(b'\n');
-    }
-    out.truncate(len);
-    out
-}
-
 fn bench(c: &mut Criterion) {
     let key = MasterKey::random();
     let sizes = [4 << 10, 64 << 10, 1 << 20];
@@ -89,7 +68,8 @@ fn bench(c: &mut Criterion) {
     let mut g = c.benchmark_group("b64");
     let n = 64 << 10;
     g.throughput(Throughput::Bytes(n as u64));
-    let a = attachment(n);
+    let mut a = mailvault_core::b64::test_attachment(n, 76, "\n", 1);
+    a.truncate(n);
     g.bench_function("encode_attachment", |b| {
         b.iter(|| mailvault_core::b64::encode(&a).unwrap())
     });

@@ -351,10 +351,10 @@ impl Reader<'_> {
     }
 }
 
-/// A MIME part body for tests: `n` bytes of pseudo-random data in base64 lines of `width`
-/// characters, each ended by `eol`.
-#[cfg(test)]
-pub(crate) fn test_attachment(n: usize, width: usize, eol: &str, seed: u64) -> Vec<u8> {
+/// A MIME part body for tests and benches: `n` bytes of pseudo-random data in base64
+/// lines of `width` characters, each ended by `eol`.
+#[doc(hidden)]
+pub fn test_attachment(n: usize, width: usize, eol: &str, seed: u64) -> Vec<u8> {
     let mut x = seed | 1;
     let bin: Vec<u8> = (0..n)
         .map(|_| {
