@@ -17,12 +17,12 @@ use crate::repo::{lock, BlobSaver, Repository, WriterMark};
 use crate::report::{per_sec, ratio, Failure, Progress};
 use crate::snapshot::{Snapshot, SnapshotSummary};
 use crate::tree::{
-    self, AccountRef, AccountTree, ChunkRef, FileEntry, FolderNode, MessageChunk, MessageEntry,
-    NameChunk, RootTree,
+    self, AccountRef, AccountTree, ChunkRef, DirEntry, FileEntry, FolderNode, MessageChunk,
+    MessageEntry, NameChunk, OwnerNames, RootTree,
 };
 use rayon::prelude::*;
 use serde::Serialize;
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 use std::io::ErrorKind;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
@@ -190,6 +190,34 @@ struct Ctx<'a> {
     progress: &'a dyn Progress,
     /// `--stat-unchanged`: known messages are stat'ed and folder files read again.
     stat_unchanged: bool,
+    /// Every uid and gid recorded, for the snapshot's table of owner names.
+    owners: Mutex<Owners>,
+}
+
+/// The uids and gids seen by a backup.
+#[derive(Default)]
+pub(crate) struct Owners {
+    pub(crate) uids: BTreeSet<u32>,
+    pub(crate) gids: BTreeSet<u32>,
+}
+
+impl Owners {
+    pub(crate) fn add(&mut self, uid: u32, gid: u32) {
+        self.uids.insert(uid);
+        self.gids.insert(gid);
+    }
+    /// The names this system gives those ids (ids without a name are left out).
+    pub(crate) fn names(&self) -> OwnerNames {
+        use nix::unistd::{Gid, Group, Uid, User};
+        OwnerNames {
+            users: (self.uids.iter())
+                .filter_map(|&u| Some((u, User::from_uid(Uid::from_raw(u)).ok()??.name)))
+                .collect(),
+            groups: (self.gids.iter())
+                .filter_map(|&g| Some((g, Group::from_gid(Gid::from_raw(g)).ok()??.name)))
+                .collect(),
+        }
+    }
 }
 
 impl Ctx<'_> {
@@ -284,6 +312,7 @@ fn run(
         n: Counters::default(),
         progress,
         stat_unchanged: opts.stat_unchanged,
+        owners: Mutex::new(Owners::default()),
     };
     ctx.saver.adopt(resumed);
     let pool = rayon::ThreadPoolBuilder::new()
@@ -322,6 +351,7 @@ fn run(
     refs.sort_unstable_by_key(|(i, _)| *i);
     let root = RootTree {
         accounts: refs.into_iter().filter_map(|(_, r)| r).collect(),
+        owners: lock(&ctx.owners).names(),
     };
     let failures = std::mem::take(&mut *lock(&ctx.failures));
     let meta = RunMeta {
@@ -450,13 +480,49 @@ fn backup_account(
     let messages = t.folders.iter().map(|f| f.messages).sum();
     let bytes = t.folders.iter().map(|f| f.bytes).sum();
     let tree = ctx.saver.save(BlobKind::Tree, &tree::encode(&t))?;
+    // The directories above the Maildir, from the top: `acc.path` minus the components of
+    // `rel_path` still to come.
+    let parts: Vec<&[u8]> = if acc.rel_path.is_empty() {
+        Vec::new()
+    } else {
+        acc.rel_path.split(|&c| c == b'/').collect()
+    };
+    let mut dirs = Vec::with_capacity(parts.len());
+    for (i, name) in parts.iter().enumerate() {
+        let path = acc.path.ancestors().nth(parts.len() - 1 - i);
+        if let Some(d) = path.and_then(|p| dir_entry(ctx, name, p)) {
+            dirs.push(d);
+        }
+    }
     Ok(AccountRef {
         name: acc.name.clone(),
         rel_path: acc.rel_path.clone(),
         tree,
         messages,
         bytes,
+        dirs,
     })
+}
+
+/// Owner and mode of a directory, recorded as `name`; `None` (reported) if it cannot be
+/// stat'ed.
+fn dir_entry(ctx: &Ctx, name: &[u8], path: &Path) -> Option<DirEntry> {
+    match std::fs::metadata(path) {
+        Ok(m) => {
+            lock(&ctx.owners).add(m.uid(), m.gid());
+            Some(DirEntry {
+                name: name.to_vec(),
+                mode: m.mode() & 0o7777,
+                uid: m.uid(),
+                gid: m.gid(),
+            })
+        }
+        Err(e) if e.kind() == ErrorKind::NotFound => None,
+        Err(e) => {
+            ctx.fail(path.display().to_string(), e);
+            None
+        }
+    }
 }
 
 fn backup_folder(
@@ -516,8 +582,24 @@ fn backup_folder(
     let messages = entries.len() as u64;
     let bytes: u64 = entries.iter().map(|e| e.size).sum();
     ctx.n.bytes_total.fetch_add(bytes, Relaxed);
+    let mut owners = Owners::default();
+    for e in &entries {
+        owners.add(e.uid, e.gid);
+    }
     let chunks = save_entries(&ctx.saver, entries)?;
     let files = folder_files(ctx, f, parent)?;
+    for e in &files {
+        owners.add(e.uid, e.gid);
+    }
+    {
+        let mut all = lock(&ctx.owners);
+        all.uids.append(&mut owners.uids);
+        all.gids.append(&mut owners.gids);
+    }
+    let dirs = [&b""[..], b"cur", b"new", b"tmp"]
+        .iter()
+        .filter_map(|&d| dir_entry(ctx, d, &f.path.join(std::ffi::OsStr::from_bytes(d))))
+        .collect();
     ctx.n.folders.fetch_add(1, Relaxed);
     Ok(FolderNode {
         name: f.name.clone(),
@@ -526,6 +608,7 @@ fn backup_folder(
         chunks,
         messages,
         bytes,
+        dirs,
     })
 }
 
@@ -540,7 +623,7 @@ fn folder_files(ctx: &Ctx, f: &FolderSource, parent: &ParentAccount) -> Result<V
         if let Some(pf) = known.and_then(|k| k.get(&name)) {
             if pf.size == meta.len() && pf.mtime == mtime {
                 let mut e = pf.clone();
-                e.mode = meta.mode() & 0o7777;
+                (e.mode, e.uid, e.gid) = (meta.mode() & 0o7777, meta.uid(), meta.gid());
                 out.push(e);
                 continue;
             }
@@ -561,6 +644,8 @@ fn folder_files(ctx: &Ctx, f: &FolderSource, parent: &ParentAccount) -> Result<V
             size: data.len() as u64,
             mtime,
             mode: meta.mode() & 0o7777,
+            uid: meta.uid(),
+            gid: meta.gid(),
             content,
         });
     }

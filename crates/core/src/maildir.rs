@@ -242,50 +242,110 @@ pub(crate) fn timestamp(m: &fs::Metadata) -> Timestamp {
 /// incremental backup touches nothing but the directories for messages it already has.
 /// Entries that cannot be listed or are not regular files come back as errors naming
 /// their path.
+///
+/// The mail server renames files while we list (flag changes, `new/` to `cur/`), and
+/// `readdir` promises nothing for an entry renamed during it: it may be missed under both
+/// names. So `new/` is listed before `cur/` (a message moved between the two listings is
+/// seen in `new/`), and a directory that changed during its listing (its ctime is not
+/// older than the listing's start, within the clock's granularity) is listed again, up
+/// to [`LIST_ATTEMPTS`] times; every name seen is kept, one per key (the last seen), so a
+/// message present throughout is never left out. A stale name is resolved by key when the
+/// file is read.
 pub fn list_messages(folder: &Path) -> (Vec<MessageFile>, Vec<Error>) {
-    let mut files = Vec::new();
+    list_messages_with(folder, &mut |_, _| {})
+}
+
+/// Listings of a directory that changed during them before the names seen are taken.
+pub const LIST_ATTEMPTS: u32 = 5;
+
+/// [`list_messages`] with a hook called after each listing of `new` or `cur` (with the
+/// attempt number), for tests that rename files at the worst moment.
+pub fn list_messages_with(
+    folder: &Path,
+    after_listing: &mut dyn FnMut(&str, u32),
+) -> (Vec<MessageFile>, Vec<Error>) {
+    // Modifications up to this long before a listing starts may not show in the
+    // directory's ctime yet (the kernel's coarse clock).
+    const GRANULARITY: std::time::Duration = std::time::Duration::from_millis(50);
+    let mut by_key: std::collections::HashMap<Vec<u8>, usize> = Default::default();
+    let mut files: Vec<MessageFile> = Vec::new();
     let mut errors = Vec::new();
-    for (sub, new) in [("cur", false), ("new", true)] {
+    for (sub, new) in [("new", true), ("cur", false)] {
         let dir = folder.join(sub);
-        let rd = match fs::read_dir(&dir) {
-            Ok(rd) => rd,
-            Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
+        for attempt in 1..=LIST_ATTEMPTS {
+            let start = std::time::SystemTime::now();
+            let listed = match list_dir(&dir, &mut errors) {
+                Some(l) => l,
+                None => break,
+            };
+            after_listing(sub, attempt);
+            for name in listed {
+                let f = MessageFile { name, new };
+                match by_key.get(f.key()) {
+                    Some(&i) => files[i] = f,
+                    None => {
+                        by_key.insert(f.key().to_vec(), files.len());
+                        files.push(f);
+                    }
+                }
+            }
+            let changed = match fs::metadata(&dir) {
+                Ok(m) => {
+                    let ctime = std::time::UNIX_EPOCH
+                        + std::time::Duration::new(
+                            m.ctime().max(0) as u64,
+                            m.ctime_nsec().clamp(0, 999_999_999) as u32,
+                        );
+                    ctime + GRANULARITY >= start
+                }
+                Err(_) => false,
+            };
+            if !changed {
+                break;
+            }
+        }
+    }
+    (files, errors)
+}
+
+/// The regular files of one directory; `None` if it does not exist.
+fn list_dir(dir: &Path, errors: &mut Vec<Error>) -> Option<Vec<Vec<u8>>> {
+    let rd = match fs::read_dir(dir) {
+        Ok(rd) => rd,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return None,
+        Err(e) => {
+            errors.push(Error::io(dir, e));
+            return None;
+        }
+    };
+    let mut out = Vec::new();
+    for ent in rd {
+        let ent = match ent {
+            Ok(e) => e,
             Err(e) => {
                 errors.push(Error::io(dir, e));
                 continue;
             }
         };
-        for ent in rd {
-            let ent = match ent {
-                Ok(e) => e,
-                Err(e) => {
-                    errors.push(Error::io(&dir, e));
-                    continue;
-                }
-            };
-            match ent.file_type() {
-                Ok(t) if t.is_file() => {}
-                // Renamed or deleted by the mail server since the listing: not an error.
-                Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
-                Err(e) => {
-                    errors.push(Error::io(ent.path(), e));
-                    continue;
-                }
-                Ok(_) => {
-                    errors.push(Error::io(
-                        ent.path(),
-                        io::Error::new(io::ErrorKind::InvalidInput, "not a regular file; skipped"),
-                    ));
-                    continue;
-                }
+        match ent.file_type() {
+            Ok(t) if t.is_file() => {}
+            // Renamed or deleted by the mail server since the listing: not an error.
+            Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
+            Err(e) => {
+                errors.push(Error::io(ent.path(), e));
+                continue;
             }
-            files.push(MessageFile {
-                name: ent.file_name().as_bytes().to_vec(),
-                new,
-            });
+            Ok(_) => {
+                errors.push(Error::io(
+                    ent.path(),
+                    io::Error::new(io::ErrorKind::InvalidInput, "not a regular file; skipped"),
+                ));
+                continue;
+            }
         }
+        out.push(ent.file_name().as_bytes().to_vec());
     }
-    (files, errors)
+    Some(out)
 }
 
 /// Files of a folder directory that are kept with it: everything but the message
@@ -402,5 +462,59 @@ mod tests {
         assert!(discover(t.path(), &["nobody@x".into()]).is_err());
         let empty = tempfile::tempdir().unwrap();
         assert!(discover(empty.path(), &[]).is_err());
+    }
+
+    fn folder_with(names: &[(&str, &str)]) -> tempfile::TempDir {
+        let t = tempfile::tempdir().unwrap();
+        for s in ["cur", "new", "tmp"] {
+            fs::create_dir(t.path().join(s)).unwrap();
+        }
+        for (sub, name) in names {
+            fs::write(t.path().join(sub).join(name), b"x").unwrap();
+        }
+        // Make the directories look old, as in a store at rest.
+        for s in ["cur", "new"] {
+            let old = filetime::FileTime::from_unix_time(1_600_000_000, 0);
+            filetime::set_file_mtime(t.path().join(s), old).unwrap();
+        }
+        // And their ctime (which cannot be set) older than the clock's granularity.
+        std::thread::sleep(std::time::Duration::from_millis(120));
+        t
+    }
+
+    /// Regression (issue 10, item 21): a message moved from `new/` to `cur/` between the
+    /// listings of the two directories was in neither listing.
+    #[test]
+    fn a_message_moved_to_cur_during_the_listing_is_listed() {
+        let t = folder_with(&[("new", "1.M1P1.h"), ("cur", "2.M1P1.h:2,S")]);
+        let p = t.path().to_path_buf();
+        let mut first = true;
+        let (files, errors) = list_messages_with(&p, &mut |_, _| {
+            if std::mem::take(&mut first) {
+                fs::rename(p.join("new/1.M1P1.h"), p.join("cur/1.M1P1.h:2,S")).unwrap();
+            }
+        });
+        assert!(errors.is_empty(), "{errors:?}");
+        let mut keys: Vec<&[u8]> = files.iter().map(|f| f.key()).collect();
+        keys.sort();
+        assert_eq!(keys, [&b"1.M1P1.h"[..], b"2.M1P1.h"], "{files:?}");
+    }
+
+    /// A directory renamed in during its listing is listed again, and the message is
+    /// kept once, under its name of the last listing.
+    #[test]
+    fn a_directory_changed_during_its_listing_is_listed_again() {
+        let t = folder_with(&[("cur", "1.M1P1.h:2,")]);
+        let p = t.path().to_path_buf();
+        let mut calls = Vec::new();
+        let (files, _) = list_messages_with(&p, &mut |sub, attempt| {
+            calls.push((sub.to_string(), attempt));
+            if sub == "cur" && attempt == 1 {
+                fs::rename(p.join("cur/1.M1P1.h:2,"), p.join("cur/1.M1P1.h:2,S")).unwrap();
+            }
+        });
+        assert!(calls.contains(&("cur".into(), 2)), "{calls:?}");
+        assert_eq!(files.len(), 1, "{files:?}");
+        assert_eq!(files[0].name, b"1.M1P1.h:2,S");
     }
 }

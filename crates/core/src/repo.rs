@@ -21,7 +21,6 @@ use crate::snapshot::Snapshot;
 use crate::split::ChunkerParams;
 use crate::store::{put_content_named, Store};
 use crate::tree;
-use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -344,7 +343,7 @@ impl Repository {
     }
 
     /// Reads and decodes a tree blob.
-    pub fn read_tree<T: DeserializeOwned>(&self, id: &Id) -> Result<T> {
+    pub fn read_tree<T: tree::TreeBlob>(&self, id: &Id) -> Result<T> {
         tree::decode(&self.read_blob(id)?, &format!("tree {}", id.short()))
     }
 

@@ -7,23 +7,31 @@
 //! and linked into `cur/` or `new/` under its original name, never replacing a file. A
 //! message whose key is already in the target folder is skipped when the bytes are
 //! identical and reported as a conflict otherwise.
+//!
+//! Confinement: every directory below the target is opened relative to its parent without
+//! following symbolic links (the target itself, given by the admin, is followed once), and
+//! files are created and read relative to those directories, so a link planted in the
+//! target (`example.org -> /elsewhere`, a linked `cur/`, a linked file name) is reported
+//! and never written through. Directories get their recorded owner and mode at the end of
+//! each account, deepest first, so that none becomes unwritable before its content is in.
 
 use crate::error::{Error, Result};
 use crate::id::Id;
 use crate::maildir::{self, safe_component, safe_relative};
 use crate::repo::{lock, Repository};
 use crate::report::{per_sec, Failure, Progress};
-use crate::tree::{
-    AccountRef, AccountTree, FileEntry, FolderNode, MessageEntry, RootTree, Timestamp,
-};
+use crate::tree::{AccountRef, AccountTree, DirEntry, FileEntry, FolderNode, MessageEntry};
+use crate::tree::{OwnerNames, RootTree, Timestamp, NO_OWNER};
 use rayon::prelude::*;
+use rustix::fs::{Mode, OFlags};
+use rustix::io::Errno;
 use serde::Serialize;
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::ffi::OsStr;
 use std::fs::{self, File};
-use std::io::{ErrorKind, Write};
+use std::io::{ErrorKind, Read, Write};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
-use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Mutex;
@@ -41,13 +49,110 @@ pub struct RestoreOptions {
     pub accounts: Vec<String>,
     /// Only these folders and their subfolders (`Sent`, `Archive/2023`; all when empty).
     pub folders: Vec<String>,
-    /// Only these messages, by Maildir key or file name (all when empty).
+    /// Only these messages, by Maildir key or file name (all when empty). Only the folders
+    /// that hold them are created, with the `dovecot-keywords` their flags need.
     pub messages: Vec<String>,
     /// Worker threads; 0 means one per core.
     pub jobs: usize,
+    /// Whose the restored files and directories become (when run as root).
+    pub owners: Owners,
 }
 
-/// The end-of-run summary.
+/// Whose the restored files and directories become. Only root can give files away: run as
+/// another user, a restore sets modes and leaves every owner its own.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Owners {
+    /// The recorded owners, by name where the snapshot has the name and this system knows
+    /// it (as tar does), else by number.
+    #[default]
+    ByName,
+    /// The recorded uids and gids as they are (`--numeric-owner`).
+    Numeric,
+    /// Everything to one owner (`--chown USER:GROUP`).
+    Fixed { uid: u32, gid: u32 },
+}
+
+impl Owners {
+    /// `USER:GROUP` (names or numbers) for [`Owners::Fixed`].
+    pub fn chown(spec: &str) -> Result<Owners> {
+        use nix::unistd::{Group, User};
+        let bad = |what: &str| Error::InvalidInput(format!("--chown {spec:?}: {what}"));
+        let (user, group) = spec
+            .split_once(':')
+            .ok_or_else(|| bad("expected USER:GROUP"))?;
+        let uid = match user.parse::<u32>() {
+            Ok(n) => n,
+            Err(_) => match User::from_name(user) {
+                Ok(Some(u)) => u.uid.as_raw(),
+                _ => return Err(bad(&format!("no user {user:?} on this system"))),
+            },
+        };
+        let gid = match group.parse::<u32>() {
+            Ok(n) => n,
+            Err(_) => match Group::from_name(group) {
+                Ok(Some(g)) => g.gid.as_raw(),
+                _ => return Err(bad(&format!("no group {group:?} on this system"))),
+            },
+        };
+        Ok(Owners::Fixed { uid, gid })
+    }
+}
+
+/// Recorded owners to this system's, as [`Owners`] says.
+struct OwnerMap {
+    /// Only root gives files away; otherwise no owner is set at all.
+    root: bool,
+    policy: Owners,
+    uids: HashMap<u32, u32>,
+    gids: HashMap<u32, u32>,
+}
+
+impl OwnerMap {
+    fn new(policy: Owners, names: &OwnerNames) -> OwnerMap {
+        use nix::unistd::{Group, User};
+        let root = rustix::process::geteuid().is_root();
+        let mut m = OwnerMap {
+            root,
+            policy,
+            uids: HashMap::new(),
+            gids: HashMap::new(),
+        };
+        if root && policy == Owners::ByName {
+            for (id, name) in &names.users {
+                if let Ok(Some(u)) = User::from_name(name) {
+                    m.uids.insert(*id, u.uid.as_raw());
+                }
+            }
+            for (id, name) in &names.groups {
+                if let Ok(Some(g)) = Group::from_name(name) {
+                    m.gids.insert(*id, g.gid.as_raw());
+                }
+            }
+        }
+        m
+    }
+
+    /// The owner to give a restored file recorded as `uid`, `gid`; `None`: leave it.
+    fn get(&self, uid: u32, gid: u32) -> Option<(u32, u32)> {
+        if !self.root {
+            return None;
+        }
+        if let Owners::Fixed { uid, gid } = self.policy {
+            return Some((uid, gid));
+        }
+        if uid == NO_OWNER || gid == NO_OWNER {
+            return None;
+        }
+        Some((
+            *self.uids.get(&uid).unwrap_or(&uid),
+            *self.gids.get(&gid).unwrap_or(&gid),
+        ))
+    }
+}
+
+/// The end-of-run summary. `items_total` = `items_restored` + `items_unchanged` +
+/// `items_failed`; `failures` also lists what is not a message (folder files,
+/// directories), which `items_failed` does not count.
 #[derive(Clone, Debug, Serialize, Default)]
 pub struct RestoreReport {
     pub snapshot: String,
@@ -59,6 +164,7 @@ pub struct RestoreReport {
     pub items_restored: u64,
     /// Messages already in the target with identical bytes.
     pub items_unchanged: u64,
+    /// Messages not restored.
     pub items_failed: u64,
     /// Bytes of messages written.
     pub bytes_written: u64,
@@ -70,16 +176,35 @@ pub struct RestoreReport {
 
 struct Ctx<'a> {
     repo: &'a Repository,
+    /// The target directory as given, for messages.
+    target: &'a Path,
+    owners: OwnerMap,
     failures: Mutex<Vec<Failure>>,
+    total: AtomicU64,
     restored: AtomicU64,
     unchanged: AtomicU64,
+    failed: AtomicU64,
     bytes: AtomicU64,
     progress: &'a dyn Progress,
 }
 
 impl Ctx<'_> {
+    /// A failure that is not a message's (a folder file, a directory).
     fn fail(&self, item: impl Into<String>, e: impl std::fmt::Display) {
         lock(&self.failures).push(Failure::new(item, e));
+    }
+    /// A failure that costs `n` messages.
+    fn fail_items(&self, item: impl Into<String>, e: impl std::fmt::Display, n: u64) {
+        self.failed.fetch_add(n, Relaxed);
+        self.fail(item, e);
+    }
+    /// A path below the target, for messages.
+    fn shown(&self, parts: &[&[u8]]) -> PathBuf {
+        let mut p = self.target.to_path_buf();
+        for c in parts.iter().filter(|c| !c.is_empty()) {
+            p.push(OsStr::from_bytes(c));
+        }
+        p
     }
 }
 
@@ -126,12 +251,18 @@ pub fn restore(
     let started = Instant::now();
     let snap = repo.find_snapshot(&opts.snapshot)?;
     let root: RootTree = repo.read_tree(&snap.root)?;
+    let owners = OwnerMap::new(opts.owners, &root.owners);
     let accounts = select_accounts(root, &opts.accounts)?;
+    let n_accounts = accounts.len() as u64;
     let ctx = Ctx {
         repo,
+        target: &opts.target,
+        owners,
         failures: Mutex::new(Vec::new()),
+        total: AtomicU64::new(0),
         restored: AtomicU64::new(0),
         unchanged: AtomicU64::new(0),
+        failed: AtomicU64::new(0),
         bytes: AtomicU64::new(0),
         progress,
     };
@@ -141,39 +272,81 @@ pub fn restore(
         .map_err(|e| {
             Error::InvalidInput(format!("cannot start {} worker threads: {e}", opts.jobs))
         })?;
-    let mut total = 0u64;
     let mut folders = 0u64;
     let mut folder_matched = opts.folders.is_empty();
-    for acc in &accounts {
-        let (n, f) = pool.install(|| restore_account(&ctx, acc, opts))?;
-        total += n;
-        folders += f;
-        folder_matched |= f > 0;
-    }
-    if !folder_matched {
-        return Err(Error::InvalidInput(format!(
-            "no folder matches {:?} in the selected accounts",
-            opts.folders
-        )));
-    }
-    if !opts.messages.is_empty() && total == 0 {
-        return Err(Error::InvalidInput(format!(
-            "no message matches {:?}",
-            opts.messages
-        )));
+    if opts.messages.is_empty() {
+        let target = open_target(&opts.target)?;
+        for acc in accounts {
+            let (plan, f) = plan_account(&ctx, acc, opts)?;
+            folder_matched |= f > 0;
+            folders += plan.folders.len() as u64;
+            pool.install(|| execute_account(&ctx, target.as_fd(), plan, false));
+        }
+        if !folder_matched {
+            return Err(Error::InvalidInput(format!(
+                "no folder matches {:?} in the selected accounts",
+                opts.folders
+            )));
+        }
+    } else {
+        // Single messages: every account is planned first (the plans are small), so that
+        // a key found nowhere is an error before anything is created.
+        let mut plans = Vec::new();
+        for acc in accounts {
+            let (plan, f) = plan_account(&ctx, acc, opts)?;
+            folder_matched |= f > 0;
+            plans.push(plan);
+        }
+        if !folder_matched {
+            return Err(Error::InvalidInput(format!(
+                "no folder matches {:?} in the selected accounts",
+                opts.folders
+            )));
+        }
+        let missing: Vec<&String> = opts
+            .messages
+            .iter()
+            .filter(|m| {
+                !plans.iter().any(|p| {
+                    (p.folders.iter()).any(|f| {
+                        f.entries
+                            .iter()
+                            .any(|e| message_selected(e, &[m.to_string()]))
+                    })
+                })
+            })
+            .collect();
+        if missing.len() == opts.messages.len() {
+            return Err(Error::InvalidInput(format!(
+                "no message {} in the selected accounts and folders of the snapshot",
+                quoted(&missing)
+            )));
+        }
+        for m in missing {
+            ctx.fail(
+                format!("message {m:?}"),
+                "not in the selected accounts and folders of the snapshot",
+            );
+        }
+        let target = open_target(&opts.target)?;
+        for plan in plans {
+            folders += plan.folders.len() as u64;
+            pool.install(|| execute_account(&ctx, target.as_fd(), plan, true));
+        }
     }
     let mut failures = std::mem::take(&mut *lock(&ctx.failures));
     failures.sort_by(|a, b| a.item.cmp(&b.item));
     let elapsed = started.elapsed().as_secs_f64();
     let bytes = ctx.bytes.load(Relaxed);
+    let total = ctx.total.load(Relaxed);
     Ok(RestoreReport {
         snapshot: snap.id.to_hex(),
-        accounts: accounts.len() as u64,
+        accounts: n_accounts,
         folders,
         items_total: total,
         items_restored: ctx.restored.load(Relaxed),
         items_unchanged: ctx.unchanged.load(Relaxed),
-        items_failed: failures.len() as u64,
+        items_failed: ctx.failed.load(Relaxed),
         bytes_written: bytes,
         elapsed_secs: elapsed,
         items_per_sec: per_sec(total, elapsed),
@@ -182,76 +355,227 @@ pub fn restore(
     })
 }
 
-struct Job<'a> {
-    folder: &'a Path,
-    entry: MessageEntry,
-    /// A file with the same key already in the target folder.
-    existing: Option<PathBuf>,
+fn quoted(keys: &[&String]) -> String {
+    let q: Vec<String> = keys.iter().map(|k| format!("{k:?}")).collect();
+    q.join(", ")
 }
 
-fn restore_account(ctx: &Ctx, acc: &AccountRef, opts: &RestoreOptions) -> Result<(u64, u64)> {
+/// Creates the target directory if need be and opens it (following it if it is a link:
+/// the admin named it).
+fn open_target(target: &Path) -> Result<OwnedFd> {
+    fs::create_dir_all(target).map_err(|e| Error::io(target, e))?;
+    rustix::fs::open(
+        target,
+        OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
+        Mode::empty(),
+    )
+    .map_err(|e| Error::io(target, e.into()))
+}
+
+/// One folder to restore: its node and its selected messages.
+struct FolderPlan {
+    node: FolderNode,
+    entries: Vec<MessageEntry>,
+}
+
+/// One account to restore.
+struct AccountPlan {
+    acc: AccountRef,
+    folders: Vec<FolderPlan>,
+}
+
+/// Reads what an account's restore needs: its selected folders and messages (only folders
+/// with selected messages when single messages are asked for). Counts the messages it
+/// selects, and those it cannot (a damaged chunk, an unsafe name) as failed. Returns the
+/// plan and the number of folders the folder filter matched.
+fn plan_account(ctx: &Ctx, acc: AccountRef, opts: &RestoreOptions) -> Result<(AccountPlan, u64)> {
+    let mut plan = AccountPlan {
+        acc,
+        folders: Vec::new(),
+    };
+    let acc = &plan.acc;
+    let whole = opts.messages.is_empty();
     if !safe_relative(&acc.rel_path) {
-        return Err(Error::corrupt(
+        let n = if whole { acc.messages } else { 0 };
+        ctx.total.fetch_add(n, Relaxed);
+        ctx.fail_items(
             format!("account {}", acc.name),
-            "unsafe path in snapshot",
-        ));
+            "unsafe path in snapshot; skipped",
+            n,
+        );
+        return Ok((plan, 0));
     }
-    let dest = opts.target.join(OsStr::from_bytes(&acc.rel_path));
     let tree: AccountTree = ctx.repo.read_tree(&acc.tree)?;
-    let selected: Vec<(PathBuf, &FolderNode)> = tree
-        .folders
-        .iter()
-        .filter(|f| folder_selected(&f.name, &opts.folders))
-        .map(|f| (dest.join(OsStr::from_bytes(&f.dir)), f))
-        .collect();
-    let mut jobs = Vec::new();
-    for (fdir, node) in &selected {
-        if !(node.dir.is_empty() || safe_component(&node.dir)) {
-            ctx.fail(
-                format!("{}: {}", acc.name, node.name),
-                "unsafe folder directory in snapshot; skipped",
-            );
+    let mut matched = 0;
+    for node in tree.folders {
+        if !folder_selected(&node.name, &opts.folders) {
             continue;
         }
-        for sub in ["cur", "new", "tmp"] {
-            fs::create_dir_all(fdir.join(sub)).map_err(|e| Error::io(fdir.join(sub), e))?;
+        matched += 1;
+        let item = format!("{}: {}", acc.name, node.name);
+        if !(node.dir.is_empty() || safe_component(&node.dir)) {
+            let n = if whole { node.messages } else { 0 };
+            ctx.total.fetch_add(n, Relaxed);
+            ctx.fail_items(item, "unsafe folder directory in snapshot; skipped", n);
+            continue;
         }
-        let existing = existing_keys(fdir);
+        let mut entries = Vec::new();
+        let mut seen = 0u64;
+        let mut damaged = false;
         for c in &node.chunks {
-            let chunk = ctx.repo.read_chunk(c)?;
+            let chunk = match ctx.repo.read_chunk(c) {
+                Ok(c) => c,
+                Err(e) => {
+                    ctx.fail(&*item, e);
+                    damaged = true;
+                    continue;
+                }
+            };
+            seen += chunk.len() as u64;
             for entry in chunk
                 .into_iter()
                 .filter(|e| message_selected(e, &opts.messages))
             {
                 if !safe_component(&entry.name) {
-                    ctx.fail(
-                        format!("{}: {}", acc.name, String::from_utf8_lossy(&entry.name)),
+                    ctx.total.fetch_add(1, Relaxed);
+                    ctx.fail_items(
+                        format!("{}: {}", item, String::from_utf8_lossy(&entry.name)),
                         "unsafe file name in snapshot; skipped",
+                        1,
                     );
                     continue;
                 }
-                let existing = existing.get(&entry.key).cloned();
-                jobs.push(Job {
-                    folder: fdir,
-                    entry,
-                    existing,
-                });
+                entries.push(entry);
             }
         }
-        if opts.messages.is_empty() {
-            // An IMAP backup's sync state is for the next IMAP backup, not for a Maildir.
-            for f in node
-                .files
-                .iter()
-                .filter(|f| f.name != crate::imap::names::STATE_FILE)
-            {
-                restore_file(ctx, fdir, f);
-            }
+        if damaged && whole {
+            // The messages of the chunks that could not be read.
+            let lost = node.messages.saturating_sub(seen);
+            ctx.total.fetch_add(lost, Relaxed);
+            ctx.failed.fetch_add(lost, Relaxed);
+        }
+        if !whole && entries.is_empty() {
+            continue;
+        }
+        ctx.total.fetch_add(entries.len() as u64, Relaxed);
+        plan.folders.push(FolderPlan { node, entries });
+    }
+    Ok((plan, matched))
+}
+
+/// A folder's directories in the target, open.
+struct FolderDirs {
+    /// Where it is, for messages.
+    path: PathBuf,
+    dir: OwnedFd,
+    cur: OwnedFd,
+    new: OwnedFd,
+}
+
+impl FolderDirs {
+    fn sub(&self, new: bool) -> &OwnedFd {
+        if new {
+            &self.new
+        } else {
+            &self.cur
         }
     }
-    let n = jobs.len() as u64;
+    fn shown(&self, new: Option<bool>, name: &[u8]) -> PathBuf {
+        let p = match new {
+            Some(true) => self.path.join("new"),
+            Some(false) => self.path.join("cur"),
+            None => self.path.clone(),
+        };
+        p.join(OsStr::from_bytes(name))
+    }
+}
+
+struct Job<'a> {
+    folder: &'a FolderDirs,
+    entry: MessageEntry,
+    /// A file with the same key already in the target folder: (in `new/`, its name).
+    existing: Option<(bool, Vec<u8>)>,
+}
+
+/// Directories whose recorded owner and mode are set once their content is in: by
+/// their path below the target (components).
+type DirAttrs = BTreeMap<Vec<Vec<u8>>, DirEntry>;
+
+fn execute_account(ctx: &Ctx, target: BorrowedFd, plan: AccountPlan, single: bool) {
+    let acc = &plan.acc;
+    if plan.folders.is_empty() {
+        return;
+    }
+    let n_acc: u64 = plan.folders.iter().map(|f| f.entries.len() as u64).sum();
+    let parts: Vec<&[u8]> = if acc.rel_path.is_empty() {
+        Vec::new()
+    } else {
+        acc.rel_path.split(|&c| c == b'/').collect()
+    };
+    let mut attrs = DirAttrs::new();
+    for i in 0..parts.len() {
+        if let Some(d) = acc.dirs.get(i).filter(|d| d.name == parts[i]) {
+            attrs.insert(parts[..=i].iter().map(|p| p.to_vec()).collect(), d.clone());
+        }
+    }
+    let acc_dir = match open_path(target, &parts, &attrs, true) {
+        Ok(fd) => fd,
+        Err((at, e)) => {
+            let shown = ctx.shown(&parts[..at]);
+            return ctx.fail_items(format!("account {}", acc.name), Error::io(shown, e), n_acc);
+        }
+    };
+    let mut dirs = Vec::new();
+    let mut jobs_of = Vec::new();
+    for fp in plan.folders {
+        let item = format!("{}: {}", acc.name, fp.node.name);
+        let mut fparts = parts.clone();
+        fparts.push(&fp.node.dir);
+        let base: Vec<Vec<u8>> = fparts
+            .iter()
+            .filter(|p| !p.is_empty())
+            .map(|p| p.to_vec())
+            .collect();
+        for d in &fp.node.dirs {
+            let mut p = base.clone();
+            if !d.name.is_empty() {
+                p.push(d.name.clone());
+            }
+            attrs.insert(p, d.clone());
+        }
+        match open_folder(ctx, acc_dir.as_fd(), &fparts, &fp.node, &attrs) {
+            Ok(f) => {
+                dirs.push(f);
+                jobs_of.push(fp);
+            }
+            Err(e) => ctx.fail_items(item, e, fp.entries.len() as u64),
+        }
+    }
+    let mut jobs = Vec::new();
+    for (folder, mut fp) in dirs.iter().zip(jobs_of) {
+        if single {
+            keywords_for(ctx, folder, &fp.node, &mut fp.entries);
+            if let Some(f) = fp.node.files.iter().find(|f| f.name == b"maildirfolder") {
+                restore_file(ctx, folder, f);
+            }
+        } else {
+            // An IMAP backup's sync state is for the next IMAP backup, not for a Maildir.
+            for f in (fp.node.files.iter()).filter(|f| f.name != crate::imap::names::STATE_FILE) {
+                restore_file(ctx, folder, f);
+            }
+        }
+        let existing = existing_keys(ctx, folder);
+        for entry in fp.entries {
+            let existing = existing.get(&entry.key).cloned();
+            jobs.push(Job {
+                folder,
+                entry,
+                existing,
+            });
+        }
+    }
     ctx.progress
-        .add_total(n, jobs.iter().map(|j| j.entry.size).sum());
+        .add_total(jobs.len() as u64, jobs.iter().map(|j| j.entry.size).sum());
     // Read packs front to back: order by the location of each message's first blob.
     let index = ctx.repo.index();
     jobs.sort_by_cached_key(|j| {
@@ -263,25 +587,180 @@ fn restore_account(ctx: &Ctx, acc: &AccountRef, opts: &RestoreOptions) -> Result
             .unwrap_or((u32::MAX, 0))
     });
     jobs.par_iter().for_each(|j| {
-        let item = j
-            .folder
-            .join(if j.entry.new { "new" } else { "cur" })
-            .join(OsStr::from_bytes(&j.entry.name));
         if let Err(e) = restore_message(ctx, j) {
-            ctx.fail(format!("{} ({})", item.display(), acc.name), e);
+            let item = j.folder.shown(Some(j.entry.new), &j.entry.name);
+            ctx.fail_items(format!("{} ({})", item.display(), acc.name), e, 1);
         }
         ctx.progress.advance(1, j.entry.size);
     });
-    Ok((n, selected.len() as u64))
+    drop(jobs);
+    drop(dirs);
+    set_dir_attrs(ctx, target, &attrs);
 }
 
-/// Maildir keys already present in a target folder.
-fn existing_keys(folder: &Path) -> HashMap<Vec<u8>, PathBuf> {
-    let (files, _) = maildir::list_messages(folder);
-    files
-        .into_iter()
-        .map(|f| (f.key().to_vec(), f.path(folder)))
-        .collect()
+/// Opens (creating what is missing) the directories `parts` below `base`, none of them
+/// through a symbolic link. A directory with recorded attributes is created 0700 (its
+/// mode is set at the end), others with the default mode. Errors say at which component.
+fn open_path(
+    base: BorrowedFd,
+    parts: &[&[u8]],
+    attrs: &DirAttrs,
+    create: bool,
+) -> std::result::Result<OwnedFd, (usize, std::io::Error)> {
+    let mut fd = rustix::io::dup(base).map_err(|e| (0, e.into()))?;
+    let mut path: Vec<Vec<u8>> = Vec::new();
+    for (i, p) in parts.iter().enumerate() {
+        if p.is_empty() {
+            continue;
+        }
+        path.push(p.to_vec());
+        let mode = create.then(|| {
+            if attrs.contains_key(&path) {
+                0o700
+            } else {
+                0o777
+            }
+        });
+        fd = open_dir_at(fd.as_fd(), p, mode).map_err(|e| (i + 1, e))?;
+    }
+    Ok(fd)
+}
+
+/// Opens the directory `name` in `parent` without following a symbolic link, creating it
+/// with `create` (a mode, before the umask) if it is missing.
+fn open_dir_at(parent: BorrowedFd, name: &[u8], create: Option<u32>) -> std::io::Result<OwnedFd> {
+    if let Some(mode) = create {
+        match rustix::fs::mkdirat(parent, name, Mode::from_raw_mode(mode)) {
+            Ok(()) => {}
+            Err(e) if e == Errno::EXIST => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+    rustix::fs::openat(
+        parent,
+        name,
+        OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+        Mode::empty(),
+    )
+    .map_err(not_followed)
+}
+
+/// `ELOOP` from an `O_NOFOLLOW` open: the name is a symbolic link.
+fn not_followed(e: Errno) -> std::io::Error {
+    if e == Errno::LOOP {
+        std::io::Error::other("a symbolic link inside the target: not followed")
+    } else {
+        e.into()
+    }
+}
+
+/// Opens a folder's directory and its `cur`, `new` and `tmp`, creating them as needed.
+fn open_folder(
+    ctx: &Ctx,
+    acc_dir: BorrowedFd,
+    fparts: &[&[u8]],
+    node: &FolderNode,
+    attrs: &DirAttrs,
+) -> Result<FolderDirs> {
+    let shown = ctx.shown(fparts);
+    let all: Vec<Vec<u8>> = fparts
+        .iter()
+        .filter(|p| !p.is_empty())
+        .map(|p| p.to_vec())
+        .collect();
+    let mode_for = |sub: Option<&[u8]>| {
+        let mut p = all.clone();
+        p.extend(sub.map(|s| s.to_vec()));
+        if attrs.contains_key(&p) {
+            0o700
+        } else {
+            0o777
+        }
+    };
+    let dir = if node.dir.is_empty() {
+        rustix::io::dup(acc_dir).map_err(|e| Error::io(&shown, e.into()))?
+    } else {
+        open_dir_at(acc_dir, &node.dir, Some(mode_for(None))).map_err(|e| Error::io(&shown, e))?
+    };
+    let sub = |name: &str| {
+        open_dir_at(
+            dir.as_fd(),
+            name.as_bytes(),
+            Some(mode_for(Some(name.as_bytes()))),
+        )
+        .map_err(|e| Error::io(shown.join(name), e))
+    };
+    let cur = sub("cur")?;
+    let new = sub("new")?;
+    sub("tmp")?;
+    Ok(FolderDirs {
+        path: shown.clone(),
+        dir,
+        cur,
+        new,
+    })
+}
+
+/// Gives the directories their recorded owner and mode, deepest first.
+fn set_dir_attrs(ctx: &Ctx, target: BorrowedFd, attrs: &DirAttrs) {
+    let mut order: Vec<(&Vec<Vec<u8>>, &DirEntry)> = attrs.iter().collect();
+    order.sort_by_key(|(p, _)| std::cmp::Reverse(p.len()));
+    for (path, d) in order {
+        let parts: Vec<&[u8]> = path.iter().map(|p| &p[..]).collect();
+        let shown = ctx.shown(&parts);
+        let result = open_path(target, &parts, attrs, false)
+            .map_err(|(_, e)| e)
+            .and_then(|fd| {
+                if let Some((uid, gid)) = ctx.owners.get(d.uid, d.gid) {
+                    std::os::unix::fs::fchown(&fd, Some(uid), Some(gid))?;
+                }
+                rustix::fs::fchmod(&fd, Mode::from_raw_mode(d.mode))?;
+                Ok(())
+            });
+        if let Err(e) = result {
+            ctx.fail(shown.display().to_string(), e);
+        }
+    }
+}
+
+/// Maildir keys already present in a target folder: where each is and its name.
+fn existing_keys(ctx: &Ctx, folder: &FolderDirs) -> HashMap<Vec<u8>, (bool, Vec<u8>)> {
+    let mut out = HashMap::new();
+    for new in [false, true] {
+        let dir = match rustix::fs::Dir::read_from(folder.sub(new)) {
+            Ok(d) => d,
+            Err(e) => {
+                ctx.fail(
+                    folder.shown(Some(new), b"").display().to_string(),
+                    std::io::Error::from(e),
+                );
+                continue;
+            }
+        };
+        for ent in dir.flatten() {
+            let name = ent.file_name().to_bytes();
+            if name == b"." || name == b".." || ent.file_type() == rustix::fs::FileType::Directory {
+                continue;
+            }
+            let key = maildir::split_name(name).0.to_vec();
+            out.insert(key, (new, name.to_vec()));
+        }
+    }
+    out
+}
+
+/// Reads a file of the target without following a symbolic link.
+fn read_at(dir: BorrowedFd, name: &[u8]) -> std::io::Result<Vec<u8>> {
+    let fd = rustix::fs::openat(
+        dir,
+        name,
+        OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+        Mode::empty(),
+    )
+    .map_err(not_followed)?;
+    let mut data = Vec::new();
+    File::from(fd).read_to_end(&mut data)?;
+    Ok(data)
 }
 
 /// Reassembles content from its blobs and checks it against the recorded hash and size.
@@ -316,31 +795,29 @@ pub fn assemble(
 fn restore_message(ctx: &Ctx, j: &Job) -> Result<()> {
     let e = &j.entry;
     let data = assemble(ctx.repo, &e.content, e.size, Some(&e.hash))?;
-    if let Some(existing) = &j.existing {
-        return match fs::read(existing) {
+    if let Some((new, name)) = &j.existing {
+        let shown = j.folder.shown(Some(*new), name);
+        return match read_at(j.folder.sub(*new).as_fd(), name) {
             Ok(have) if have == data => {
                 ctx.unchanged.fetch_add(1, Relaxed);
                 Ok(())
             }
             Ok(_) => Err(Error::InvalidInput(format!(
                 "{} already exists with other content: not overwritten",
-                existing.display()
+                shown.display()
             ))),
-            Err(err) => Err(Error::io(existing, err)),
+            Err(err) => Err(Error::io(shown, err)),
         };
     }
-    let dest = j
-        .folder
-        .join(if e.new { "new" } else { "cur" })
-        .join(OsStr::from_bytes(&e.name));
     write_new_file(
-        &j.folder.join("tmp"),
-        &dest,
+        j.folder,
+        Some(e.new),
+        &e.name,
         &data,
         Attrs {
             mode: e.mode,
             mtime: e.mtime,
-            owner: Some((e.uid, e.gid)),
+            owner: ctx.owners.get(e.uid, e.gid),
         },
     )?;
     ctx.restored.fetch_add(1, Relaxed);
@@ -348,37 +825,49 @@ fn restore_message(ctx: &Ctx, j: &Job) -> Result<()> {
     Ok(())
 }
 
-/// Writes `data` to `dest` atomically and without replacing anything, with mode, owner
-/// (best effort: only root may give files away) and mtime set before the file appears.
+/// Writes `data` as `name` in the folder's `new/` or `cur/` (`new`: `Some`) or in the
+/// folder directory itself (`None`), atomically and without replacing anything, with mode,
+/// owner and mtime set before the file appears.
 ///
-/// Where the file system allows, the file is created unnamed (`O_TMPFILE`) in `dest`'s
+/// Where the file system allows, the file is created unnamed (`O_TMPFILE`) in its
 /// directory and linked to its name once complete: one directory operation per message
 /// instead of the create in `tmp/` plus the rename, and a killed restore leaves nothing
-/// behind. Elsewhere (NFS, no `/proc`), a temporary file in `tmp_dir` renamed into place.
-fn write_new_file(tmp_dir: &Path, dest: &Path, data: &[u8], attrs: Attrs) -> Result<()> {
+/// behind. Elsewhere (NFS, no `/proc`), a temporary file in `tmp/` renamed into place.
+fn write_new_file(
+    folder: &FolderDirs,
+    new: Option<bool>,
+    name: &[u8],
+    data: &[u8],
+    attrs: Attrs,
+) -> Result<()> {
     use std::sync::atomic::AtomicBool;
     static NO_TMPFILE: AtomicBool = AtomicBool::new(false);
+    let dir = match new {
+        Some(n) => folder.sub(n).as_fd(),
+        None => folder.dir.as_fd(),
+    };
     let result = if NO_TMPFILE.load(Relaxed) {
         Err(None)
     } else {
-        write_unnamed(dest, data, attrs)
+        write_unnamed(dir, name, data, attrs)
     };
     let result = match result {
         Ok(()) => Ok(()),
         Err(Some(e)) => Err(e),
         Err(None) => {
             NO_TMPFILE.store(true, Relaxed);
-            write_renamed(tmp_dir, dest, data, attrs)
+            write_renamed(folder.dir.as_fd(), dir, name, data, attrs)
         }
     };
+    let shown = folder.shown(new, name);
     result.map_err(|e| {
         if e.kind() == ErrorKind::AlreadyExists {
             Error::InvalidInput(format!(
                 "{} already exists: not overwritten",
-                dest.display()
+                shown.display()
             ))
         } else {
-            Error::io(dest, e)
+            Error::io(shown, e)
         }
     })
 }
@@ -388,21 +877,19 @@ fn write_new_file(tmp_dir: &Path, dest: &Path, data: &[u8], attrs: Attrs) -> Res
 struct Attrs {
     mode: u32,
     mtime: Timestamp,
-    /// (uid, gid); set where permitted.
+    /// (uid, gid) to set, if any.
     owner: Option<(u32, u32)>,
 }
 
 /// Mode, owner and times of a file being written.
 fn set_attributes(f: &File, attrs: Attrs) -> std::io::Result<()> {
     let Attrs { mode, mtime, owner } = attrs;
-    if mode != 0 {
-        f.set_permissions(fs::Permissions::from_mode(mode))?;
-    }
     if let Some((uid, gid)) = owner {
-        match std::os::unix::fs::fchown(f, Some(uid), Some(gid)) {
-            Err(e) if e.kind() == ErrorKind::PermissionDenied => {}
-            other => other?,
-        }
+        std::os::unix::fs::fchown(f, Some(uid), Some(gid))?;
+    }
+    // After the owner: chown clears set-id bits.
+    if mode != 0 {
+        rustix::fs::fchmod(f, Mode::from_raw_mode(mode))?;
     }
     let t = if mtime.secs < 0 {
         SystemTime::UNIX_EPOCH - Duration::new(mtime.secs.unsigned_abs(), 0)
@@ -414,19 +901,19 @@ fn set_attributes(f: &File, attrs: Attrs) -> std::io::Result<()> {
     f.set_times(fs::FileTimes::new().set_modified(t).set_accessed(t))
 }
 
-/// `O_TMPFILE` in the destination directory, then `linkat` through `/proc/self/fd` (which
-/// fails if the name exists: nothing is replaced). `Err(None)`: not supported here.
+/// `O_TMPFILE` in `dir`, then `linkat` through `/proc/self/fd` (which fails if the name
+/// exists, and never follows a link at the new name: nothing is replaced). `Err(None)`:
+/// not supported here.
 fn write_unnamed(
-    dest: &Path,
+    dir: BorrowedFd,
+    name: &[u8],
     data: &[u8],
     attrs: Attrs,
 ) -> std::result::Result<(), Option<std::io::Error>> {
-    use rustix::fs::{linkat, openat, AtFlags, Mode, OFlags, CWD};
-    use rustix::io::Errno;
-    let dir = dest.parent().unwrap_or(Path::new("."));
+    use rustix::fs::{linkat, openat, AtFlags, CWD};
     let fd = match openat(
-        CWD,
         dir,
+        c".",
         OFlags::TMPFILE | OFlags::WRONLY | OFlags::CLOEXEC,
         Mode::from_raw_mode(0o600),
     ) {
@@ -440,47 +927,67 @@ fn write_unnamed(
     f.write_all(data).map_err(Some)?;
     set_attributes(&f, attrs).map_err(Some)?;
     let proc_path = format!("/proc/self/fd/{}", std::os::fd::AsRawFd::as_raw_fd(&f));
-    match linkat(CWD, proc_path.as_str(), CWD, dest, AtFlags::SYMLINK_FOLLOW) {
+    match linkat(CWD, proc_path.as_str(), dir, name, AtFlags::SYMLINK_FOLLOW) {
         Ok(()) => Ok(()),
         // No /proc: the caller writes the file again the other way.
-        Err(e) if e == Errno::NOENT && !dir.as_os_str().is_empty() && dir.is_dir() => Err(None),
+        Err(e) if e == Errno::NOENT => Err(None),
         Err(e) => Err(Some(e.into())),
     }
 }
 
-/// A temporary file in `tmp_dir` renamed to `dest` (renameat2 NOREPLACE).
-fn write_renamed(tmp_dir: &Path, dest: &Path, data: &[u8], attrs: Attrs) -> std::io::Result<()> {
-    let tmp = tmp_dir.join(format!(".mailvault-{:016x}", rand::random::<u64>()));
+/// A temporary file in the folder's `tmp/` renamed to `name` in `dir` (renameat2
+/// NOREPLACE).
+fn write_renamed(
+    folder: BorrowedFd,
+    dir: BorrowedFd,
+    name: &[u8],
+    data: &[u8],
+    attrs: Attrs,
+) -> std::io::Result<()> {
+    let tmp_dir = open_dir_at(folder, b"tmp", Some(0o700))?;
+    let tmp = format!(".mailvault-{:016x}", rand::random::<u64>());
     let result = (|| -> std::io::Result<()> {
-        let mut f = File::create_new(&tmp)?;
+        let fd = rustix::fs::openat(
+            &tmp_dir,
+            tmp.as_str(),
+            OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+            Mode::from_raw_mode(0o600),
+        )?;
+        let mut f = File::from(fd);
         f.write_all(data)?;
         set_attributes(&f, attrs)?;
         drop(f);
-        rename_noreplace(&tmp, dest)
+        rename_noreplace(tmp_dir.as_fd(), &tmp, dir, name)
     })();
     if result.is_err() {
-        let _ = fs::remove_file(&tmp);
+        let _ = rustix::fs::unlinkat(&tmp_dir, tmp.as_str(), rustix::fs::AtFlags::empty());
     }
     result
 }
 
 /// Moves `from` to `to` unless `to` exists: renameat2(RENAME_NOREPLACE), one directory
 /// operation where link + unlink are two; falls back to those on file systems without it.
-fn rename_noreplace(from: &Path, to: &Path) -> std::io::Result<()> {
-    use rustix::fs::{renameat_with, RenameFlags, CWD};
-    match renameat_with(CWD, from, CWD, to, RenameFlags::NOREPLACE) {
+fn rename_noreplace(
+    from_dir: BorrowedFd,
+    from: &str,
+    to_dir: BorrowedFd,
+    to: &[u8],
+) -> std::io::Result<()> {
+    use rustix::fs::{linkat, renameat_with, unlinkat, AtFlags, RenameFlags};
+    match renameat_with(from_dir, from, to_dir, to, RenameFlags::NOREPLACE) {
         Ok(()) => Ok(()),
-        Err(e) if e == rustix::io::Errno::INVAL || e == rustix::io::Errno::NOSYS => {
-            fs::hard_link(from, to)?;
-            fs::remove_file(from)
+        Err(e) if e == Errno::INVAL || e == Errno::NOSYS => {
+            linkat(from_dir, from, to_dir, to, AtFlags::empty())?;
+            Ok(unlinkat(from_dir, from, AtFlags::empty())?)
         }
         Err(e) => Err(e.into()),
     }
 }
 
-fn restore_file(ctx: &Ctx, folder: &Path, f: &FileEntry) {
-    let dest = folder.join(OsStr::from_bytes(&f.name));
-    let item = dest.display().to_string();
+/// Restores a folder file; one already there with the same bytes is left, one with other
+/// bytes is reported and kept.
+fn restore_file(ctx: &Ctx, folder: &FolderDirs, f: &FileEntry) {
+    let item = folder.shown(None, &f.name).display().to_string();
     if !safe_component(&f.name) {
         ctx.fail(item, "unsafe file name in snapshot; skipped");
         return;
@@ -489,24 +996,149 @@ fn restore_file(ctx: &Ctx, folder: &Path, f: &FileEntry) {
         Ok(d) => d,
         Err(e) => return ctx.fail(item, e),
     };
-    match fs::read(&dest) {
+    match read_at(folder.dir.as_fd(), &f.name) {
         Ok(have) if have == data => return,
         Ok(_) => return ctx.fail(item, "already exists with other content: not overwritten"),
         Err(e) if e.kind() == ErrorKind::NotFound => {}
         Err(e) => return ctx.fail(item, e),
     }
-    if let Err(e) = write_new_file(
-        &folder.join("tmp"),
-        &dest,
-        &data,
-        Attrs {
-            mode: f.mode,
-            mtime: f.mtime,
-            owner: None,
-        },
-    ) {
+    let attrs = Attrs {
+        mode: f.mode,
+        mtime: f.mtime,
+        owner: ctx.owners.get(f.uid, f.gid),
+    };
+    if let Err(e) = write_new_file(folder, None, &f.name, &data, attrs) {
         ctx.fail(item, e);
     }
+}
+
+/// Dovecot's `dovecot-keywords`: `<index> <name>` per line; index 0 is the letter `a`.
+const KEYWORDS: &[u8] = b"dovecot-keywords";
+
+fn parse_keywords(data: &[u8]) -> Vec<(u8, Vec<u8>)> {
+    data.split(|&c| c == b'\n')
+        .filter_map(|line| {
+            let sp = line.iter().position(|&c| c == b' ')?;
+            let i: u8 = std::str::from_utf8(&line[..sp]).ok()?.parse().ok()?;
+            (i < 26).then(|| (i, line[sp + 1..].to_vec()))
+        })
+        .collect()
+}
+
+/// For single messages: gives the keyword letters of `entries` their meaning in the target
+/// folder. Without a `dovecot-keywords` there, the snapshot's is written; with one, the
+/// letters are mapped to its letters for the same names, and the names it lacks are added
+/// to it (a letter means different keywords in different folders).
+fn keywords_for(ctx: &Ctx, folder: &FolderDirs, node: &FolderNode, entries: &mut [MessageEntry]) {
+    let uses = entries
+        .iter()
+        .any(|e| e.flags().iter().any(u8::is_ascii_lowercase));
+    let Some(file) = node.files.iter().find(|f| f.name == KEYWORDS) else {
+        return;
+    };
+    if !uses {
+        return;
+    }
+    let item = folder.shown(None, KEYWORDS).display().to_string();
+    let theirs = match read_at(folder.dir.as_fd(), KEYWORDS) {
+        Ok(d) => d,
+        Err(e) if e.kind() == ErrorKind::NotFound => return restore_file(ctx, folder, file),
+        Err(e) => return ctx.fail(item, e),
+    };
+    let ours = match assemble(ctx.repo, &file.content, file.size, None) {
+        Ok(d) => parse_keywords(&d),
+        Err(e) => return ctx.fail(item, e),
+    };
+    let mut known = parse_keywords(&theirs);
+    let mut added = Vec::new();
+    // Snapshot letter index -> target letter index.
+    let mut map: [Option<u8>; 26] = [None; 26];
+    for (i, name) in &ours {
+        let to = match known.iter().find(|(_, n)| n == name) {
+            Some((j, _)) => Some(*j),
+            None => (0..26u8)
+                .find(|j| !known.iter().any(|(k, _)| k == j))
+                .inspect(|&j| {
+                    known.push((j, name.clone()));
+                    added.push((j, name.clone()));
+                }),
+        };
+        if to.is_none() {
+            ctx.fail(
+                &*item,
+                format!(
+                    "no letter left for keyword {:?}",
+                    String::from_utf8_lossy(name)
+                ),
+            );
+        }
+        map[*i as usize] = to;
+    }
+    if !added.is_empty() {
+        let mut data = theirs.clone();
+        if !data.is_empty() && !data.ends_with(b"\n") {
+            data.push(b'\n');
+        }
+        for (j, name) in &added {
+            data.extend_from_slice(format!("{j} ").as_bytes());
+            data.extend_from_slice(name);
+            data.push(b'\n');
+        }
+        if let Err(e) = replace_file(folder, KEYWORDS, &data) {
+            return ctx.fail(item, e);
+        }
+    }
+    for e in entries.iter_mut() {
+        let (key, info) = maildir::split_name(&e.name);
+        if !info.iter().any(u8::is_ascii_lowercase) {
+            continue;
+        }
+        let mut flags: Vec<u8> = info
+            .iter()
+            .filter_map(|&c| match c {
+                b'a'..=b'z' => map[(c - b'a') as usize].map(|j| b'a' + j),
+                c => Some(c),
+            })
+            .collect();
+        flags.sort_unstable();
+        flags.dedup();
+        let sep = &e.name[key.len()..e.name.len() - info.len()];
+        let mut name = key.to_vec();
+        name.extend_from_slice(sep);
+        name.extend_from_slice(&flags);
+        e.name = name;
+    }
+}
+
+/// Replaces a folder file of the target (keeping its owner and mode): a temporary in
+/// `tmp/` renamed over it.
+fn replace_file(folder: &FolderDirs, name: &[u8], data: &[u8]) -> std::io::Result<()> {
+    let st = rustix::fs::statat(&folder.dir, name, rustix::fs::AtFlags::SYMLINK_NOFOLLOW)?;
+    let tmp_dir = open_dir_at(folder.dir.as_fd(), b"tmp", Some(0o700))?;
+    let tmp = format!(".mailvault-{:016x}", rand::random::<u64>());
+    let result = (|| -> std::io::Result<()> {
+        let fd = rustix::fs::openat(
+            &tmp_dir,
+            tmp.as_str(),
+            OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+            Mode::from_raw_mode(0o600),
+        )?;
+        let mut f = File::from(fd);
+        f.write_all(data)?;
+        let _ = std::os::unix::fs::fchown(&f, Some(st.st_uid), Some(st.st_gid));
+        rustix::fs::fchmod(&f, Mode::from_raw_mode(st.st_mode & 0o7777))?;
+        drop(f);
+        Ok(rustix::fs::renameat(
+            &tmp_dir,
+            tmp.as_str(),
+            &folder.dir,
+            name,
+        )?)
+    })();
+    if result.is_err() {
+        let _ = rustix::fs::unlinkat(&tmp_dir, tmp.as_str(), rustix::fs::AtFlags::empty());
+    }
+    result
 }
 
 #[cfg(test)]
@@ -521,12 +1153,16 @@ mod tests {
         assert_eq!((m.mtime(), m.mtime_nsec()), (1_000_000_000, 5));
     }
 
+    fn open(p: &Path) -> OwnedFd {
+        rustix::fs::open(p, OFlags::RDONLY | OFlags::DIRECTORY, Mode::empty()).unwrap()
+    }
+
     /// Both ways of writing a message: complete with mode and mtime, never replacing a
     /// file, and nothing left in `tmp/`.
     #[test]
     fn writes_never_replace_and_leave_nothing() {
         let dir = tempfile::tempdir().unwrap();
-        for sub in ["tmp", "cur"] {
+        for sub in ["tmp", "cur", "new"] {
             fs::create_dir(dir.path().join(sub)).unwrap();
         }
         let t = Timestamp {
@@ -538,12 +1174,18 @@ mod tests {
             mtime: t,
             owner: None,
         };
+        let folder = FolderDirs {
+            path: dir.path().to_path_buf(),
+            dir: open(dir.path()),
+            cur: open(&dir.path().join("cur")),
+            new: open(&dir.path().join("new")),
+        };
         let tmp = dir.path().join("tmp");
         let a = dir.path().join("cur/a");
-        match write_unnamed(&a, b"unnamed", t) {
+        match write_unnamed(folder.cur.as_fd(), b"a", b"unnamed", t) {
             Ok(()) => {
                 check_written(&a, b"unnamed");
-                let again = write_unnamed(&a, b"other", t);
+                let again = write_unnamed(folder.cur.as_fd(), b"a", b"other", t);
                 assert!(matches!(again, Err(Some(e)) if e.kind() == ErrorKind::AlreadyExists));
                 check_written(&a, b"unnamed");
             }
@@ -551,14 +1193,23 @@ mod tests {
             Err(Some(e)) => panic!("{e}"),
         }
         let b = dir.path().join("cur/b");
-        write_renamed(&tmp, &b, b"renamed", t).unwrap();
+        write_renamed(folder.dir.as_fd(), folder.cur.as_fd(), b"b", b"renamed", t).unwrap();
         check_written(&b, b"renamed");
-        let again = write_renamed(&tmp, &b, b"other", t).unwrap_err();
+        let again =
+            write_renamed(folder.dir.as_fd(), folder.cur.as_fd(), b"b", b"other", t).unwrap_err();
         assert_eq!(again.kind(), ErrorKind::AlreadyExists);
         check_written(&b, b"renamed");
         assert_eq!(fs::read_dir(&tmp).unwrap().count(), 0);
         // And through the caller, the error names the file.
-        let err = write_new_file(&tmp, &b, b"x", t).unwrap_err();
+        let err = write_new_file(&folder, Some(false), b"b", b"x", t).unwrap_err();
         assert!(err.to_string().contains("cur/b"), "{err}");
+    }
+
+    #[test]
+    fn keyword_files_parse() {
+        assert_eq!(
+            parse_keywords(b"0 $Label1\n1 $Forwarded\nbad\n30 x\n"),
+            vec![(0, b"$Label1".to_vec()), (1, b"$Forwarded".to_vec())]
+        );
     }
 }

@@ -7,14 +7,21 @@
 //! Each chunk is two blobs: the entries' stable part (content, size, dates) and their
 //! volatile part (the file name's flags and `new/` vs `cur/`), so a flag change rewrites
 //! only a few bytes of names, never the content ids.
+//!
+//! Version 2 of the root and account trees adds owners and modes of directories and
+//! folder files and the owners' names; version-1 blobs still decode (into the old structs,
+//! then converted, with those fields empty). Chunks are still version 1.
 
 use crate::error::{Error, Result};
 use crate::id::Id;
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
-/// Version byte in front of every tree blob.
+/// Version byte in front of chunk blobs ([`MessageChunk`], [`NameChunk`]).
 pub const TREE_VERSION: u8 = 1;
+/// Version byte in front of [`RootTree`] and [`AccountTree`] blobs since owners and
+/// directory modes are recorded.
+pub const TREE_VERSION_2: u8 = 2;
 /// A chunk ends after an entry whose key hash is 0 modulo this: ~32 entries per chunk.
 pub const CHUNK_AVG_ENTRIES: u16 = 32;
 /// Chunks are at least this long (bar the last) ...
@@ -26,6 +33,27 @@ pub const CHUNK_MAX_ENTRIES: usize = 256;
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq, Default)]
 pub struct RootTree {
     pub accounts: Vec<AccountRef>,
+    /// Names of the owners recorded in the snapshot (as tar keeps them), so that a
+    /// restore on another server maps owners by name.
+    pub owners: OwnerNames,
+}
+
+/// User and group names of the uids and gids a snapshot records, where the backed-up
+/// system knew them; sorted by id.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq, Default)]
+pub struct OwnerNames {
+    pub users: Vec<(u32, String)>,
+    pub groups: Vec<(u32, String)>,
+}
+
+/// Owner and mode of a directory (or, with [`FileEntry`], of a file).
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
+pub struct DirEntry {
+    /// One path component; empty for the folder directory itself.
+    pub name: Vec<u8>,
+    pub mode: u32,
+    pub uid: u32,
+    pub gid: u32,
 }
 
 /// One account in a snapshot.
@@ -39,6 +67,9 @@ pub struct AccountRef {
     pub tree: Id,
     pub messages: u64,
     pub bytes: u64,
+    /// Owner and mode of each directory of `rel_path`, from the top (`example.org`,
+    /// `bob`, `Maildir`); empty for a single Maildir (its root is INBOX's directory).
+    pub dirs: Vec<DirEntry>,
 }
 
 /// An account's folders.
@@ -60,6 +91,8 @@ pub struct FolderNode {
     pub chunks: Vec<ChunkRef>,
     pub messages: u64,
     pub bytes: u64,
+    /// Owner and mode of the folder directory (name empty) and of its `cur`, `new`, `tmp`.
+    pub dirs: Vec<DirEntry>,
 }
 
 /// One chunk of a folder's messages: two blobs with the same number of entries.
@@ -78,6 +111,8 @@ pub struct FileEntry {
     pub size: u64,
     pub mtime: Timestamp,
     pub mode: u32,
+    pub uid: u32,
+    pub gid: u32,
     pub content: Vec<Id>,
 }
 
@@ -226,20 +261,146 @@ impl MessageEntry {
     }
 }
 
+/// A struct stored as a tree blob: its version byte, and how blobs of older versions
+/// decode into it.
+pub trait TreeBlob: Serialize + DeserializeOwned {
+    const VERSION: u8;
+    /// Decodes the body of a blob of an older `version`; `None`: no such version.
+    fn decode_old(_version: u8, _body: &[u8]) -> Option<postcard::Result<Self>> {
+        None
+    }
+}
+
+impl TreeBlob for MessageChunk {
+    const VERSION: u8 = TREE_VERSION;
+}
+impl TreeBlob for NameChunk {
+    const VERSION: u8 = TREE_VERSION;
+}
+impl TreeBlob for RootTree {
+    const VERSION: u8 = TREE_VERSION_2;
+    fn decode_old(version: u8, body: &[u8]) -> Option<postcard::Result<Self>> {
+        (version == 1).then(|| postcard::from_bytes::<v1::RootTree>(body).map(Into::into))
+    }
+}
+impl TreeBlob for AccountTree {
+    const VERSION: u8 = TREE_VERSION_2;
+    fn decode_old(version: u8, body: &[u8]) -> Option<postcard::Result<Self>> {
+        (version == 1).then(|| postcard::from_bytes::<v1::AccountTree>(body).map(Into::into))
+    }
+}
+
+/// The version-1 forms of the trees that changed in version 2.
+mod v1 {
+    use super::{ChunkRef, Id, Timestamp};
+    use serde::Deserialize;
+
+    #[derive(Deserialize)]
+    pub struct RootTree {
+        accounts: Vec<AccountRef>,
+    }
+    #[derive(Deserialize)]
+    struct AccountRef {
+        name: String,
+        rel_path: Vec<u8>,
+        tree: Id,
+        messages: u64,
+        bytes: u64,
+    }
+    #[derive(Deserialize)]
+    pub struct AccountTree {
+        folders: Vec<FolderNode>,
+    }
+    #[derive(Deserialize)]
+    struct FolderNode {
+        name: String,
+        dir: Vec<u8>,
+        files: Vec<FileEntry>,
+        chunks: Vec<ChunkRef>,
+        messages: u64,
+        bytes: u64,
+    }
+    #[derive(Deserialize)]
+    struct FileEntry {
+        name: Vec<u8>,
+        size: u64,
+        mtime: Timestamp,
+        mode: u32,
+        content: Vec<Id>,
+    }
+
+    impl From<RootTree> for super::RootTree {
+        fn from(r: RootTree) -> Self {
+            super::RootTree {
+                accounts: r
+                    .accounts
+                    .into_iter()
+                    .map(|a| super::AccountRef {
+                        name: a.name,
+                        rel_path: a.rel_path,
+                        tree: a.tree,
+                        messages: a.messages,
+                        bytes: a.bytes,
+                        dirs: Vec::new(),
+                    })
+                    .collect(),
+                owners: Default::default(),
+            }
+        }
+    }
+
+    impl From<AccountTree> for super::AccountTree {
+        fn from(t: AccountTree) -> Self {
+            let folders = t.folders.into_iter().map(|f| super::FolderNode {
+                name: f.name,
+                dir: f.dir,
+                files: f
+                    .files
+                    .into_iter()
+                    .map(|e| super::FileEntry {
+                        name: e.name,
+                        size: e.size,
+                        mtime: e.mtime,
+                        // Version 1 kept no owner: the restore's own (see `restore`).
+                        mode: e.mode,
+                        uid: super::NO_OWNER,
+                        gid: super::NO_OWNER,
+                        content: e.content,
+                    })
+                    .collect(),
+                chunks: f.chunks,
+                messages: f.messages,
+                bytes: f.bytes,
+                dirs: Vec::new(),
+            });
+            super::AccountTree {
+                folders: folders.collect(),
+            }
+        }
+    }
+}
+
+/// The uid or gid of a file whose owner was not recorded (version-1 trees): the restore
+/// leaves the owner it creates the file with.
+pub const NO_OWNER: u32 = u32::MAX;
+
 /// Encodes a tree blob.
-pub fn encode<T: Serialize>(value: &T) -> Vec<u8> {
-    let mut out = vec![TREE_VERSION];
+pub fn encode<T: TreeBlob>(value: &T) -> Vec<u8> {
+    let mut out = vec![T::VERSION];
     // postcard serialization of these plain structs into a Vec cannot fail.
     out.extend(postcard::to_allocvec(value).unwrap_or_default());
     out
 }
 
 /// Decodes a tree blob; `what` names it for errors.
-pub fn decode<T: DeserializeOwned>(bytes: &[u8], what: &str) -> Result<T> {
+pub fn decode<T: TreeBlob>(bytes: &[u8], what: &str) -> Result<T> {
+    let tree_err = |e: postcard::Error| Error::corrupt(what, format!("tree: {e}"));
     match bytes.first() {
-        Some(&TREE_VERSION) => postcard::from_bytes(&bytes[1..])
-            .map_err(|e| Error::corrupt(what, format!("tree: {e}"))),
-        Some(v) => Err(Error::corrupt(what, format!("tree version {v}"))),
+        Some(&v) if v == T::VERSION => postcard::from_bytes(&bytes[1..]).map_err(tree_err),
+        Some(&v) => match T::decode_old(v, &bytes[1..]) {
+            Some(r) => r.map_err(tree_err),
+            None => Err(Error::corrupt(what, format!("tree version {v}"))),
+        },
         None => Err(Error::corrupt(what, "empty tree blob")),
     }
 }

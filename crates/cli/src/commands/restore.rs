@@ -6,7 +6,7 @@ use anyhow::Result;
 use mailvault_core::imap::restore::{
     restore as imap_restore, ImapRestoreOptions, ImapRestoreReport,
 };
-use mailvault_core::restore::{restore, RestoreOptions, RestoreReport};
+use mailvault_core::restore::{restore, Owners, RestoreOptions, RestoreReport};
 
 #[derive(clap::Args, Debug)]
 pub struct Args {
@@ -41,6 +41,14 @@ pub struct Args {
     /// IMAP: most messages per APPEND batch.
     #[arg(long, default_value_t = 500)]
     pub batch: usize,
+    /// Maildir, as root: give files and directories their recorded uid and gid as numbers
+    /// (by default owners are mapped by their recorded user and group names).
+    #[arg(long, conflicts_with = "chown")]
+    pub numeric_owner: bool,
+    /// Maildir, as root: give every restored file and directory this owner
+    /// (`USER:GROUP`, names or numbers), e.g. `vmail:vmail` on another server.
+    #[arg(long, value_name = "USER:GROUP")]
+    pub chown: Option<String>,
 }
 
 pub fn run(g: &GlobalOpts, a: Args) -> Result<Outcome> {
@@ -51,6 +59,11 @@ pub fn run(g: &GlobalOpts, a: Args) -> Result<Outcome> {
         anyhow::bail!("the IMAP flags only apply to imap:// and imaps:// targets");
     }
     let target = super::maildir_location(&a.target, "target")?;
+    let owners = match (&a.chown, a.numeric_owner) {
+        (Some(spec), _) => Owners::chown(spec)?,
+        (None, true) => Owners::Numeric,
+        (None, false) => Owners::ByName,
+    };
     let r = repo::open(g)?;
     let opts = RestoreOptions {
         snapshot: a.snapshot,
@@ -59,6 +72,7 @@ pub fn run(g: &GlobalOpts, a: Args) -> Result<Outcome> {
         folders: a.folder,
         messages: a.message,
         jobs: repo::jobs(g),
+        owners,
     };
     let bar = Bar::new(g.quiet || g.json, "restore");
     let rep = restore(&r, &opts, &bar);
@@ -69,7 +83,7 @@ pub fn run(g: &GlobalOpts, a: Args) -> Result<Outcome> {
     } else {
         print_report(&rep, &opts);
     }
-    Ok(if rep.items_failed > 0 {
+    Ok(if !rep.failures.is_empty() {
         Outcome::Partial
     } else {
         Outcome::Ok
@@ -98,6 +112,9 @@ fn print_report(r: &RestoreReport, o: &RestoreOptions) {
 }
 
 fn run_imap(g: &GlobalOpts, a: Args) -> Result<Outcome> {
+    if a.numeric_owner || a.chown.is_some() {
+        anyhow::bail!("--numeric-owner and --chown only apply to Maildir targets");
+    }
     let connection = a.imap.connection(&a.target)?;
     let r = repo::open(g)?;
     let mut opts = ImapRestoreOptions::new(&a.snapshot, connection);

@@ -156,6 +156,11 @@ pub fn backup(
                 .into_iter()
                 .filter_map(|m| m.into_inner().unwrap_or_else(|p| p.into_inner()))
                 .collect(),
+            owners: {
+                let mut o = crate::backup::Owners::default();
+                o.add(ctx.owner.0, ctx.owner.1);
+                o.names()
+            },
         };
         let failures = std::mem::take(&mut *lock(&ctx.failures));
         let meta = RunMeta {
@@ -246,6 +251,7 @@ fn backup_account(ctx: &Ctx, account: &str, parent: Option<&AccountRef>) -> Resu
         tree,
         messages,
         bytes,
+        dirs: Vec::new(),
     })
 }
 
@@ -383,6 +389,7 @@ fn backup_folder(
         chunks,
         messages,
         bytes,
+        dirs: Vec::new(),
     })
 }
 
@@ -395,6 +402,8 @@ fn file_entry(ctx: &Ctx, name: &[u8], data: &[u8]) -> Result<FileEntry> {
             nanos: 0,
         },
         mode: 0o600,
+        uid: ctx.owner.0,
+        gid: ctx.owner.1,
         content: store_content(&ctx.saver, data)?,
     })
 }
