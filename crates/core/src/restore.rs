@@ -11,6 +11,7 @@
 use crate::error::{Error, Result};
 use crate::id::Id;
 use crate::maildir::{self, safe_component, safe_relative};
+use crate::model::{folder_selected, message_selected, select_accounts};
 use crate::repo::{lock, Repository};
 use crate::report::{per_sec, Failure, Progress};
 use crate::tree::{
@@ -81,40 +82,6 @@ impl Ctx<'_> {
     fn fail(&self, item: impl Into<String>, e: impl std::fmt::Display) {
         lock(&self.failures).push(Failure::new(item, e));
     }
-}
-
-/// Matches a folder filter: the folder itself or a subfolder of it.
-fn folder_selected(name: &str, filters: &[String]) -> bool {
-    filters.is_empty()
-        || filters.iter().any(|f| {
-            let f = f.trim_matches('/');
-            name == f || name.strip_prefix(f).is_some_and(|r| r.starts_with('/'))
-        })
-}
-
-pub(crate) fn message_selected(e: &MessageEntry, filters: &[String]) -> bool {
-    filters.is_empty()
-        || filters
-            .iter()
-            .any(|m| m.as_bytes() == e.key || m.as_bytes() == e.name)
-}
-
-/// The accounts of a snapshot that `filters` select; an unknown account is an error.
-pub fn select_accounts(root: RootTree, filters: &[String]) -> Result<Vec<AccountRef>> {
-    for f in filters {
-        if !root.accounts.iter().any(|a| &a.name == f) {
-            let names: Vec<&str> = root.accounts.iter().map(|a| a.name.as_str()).collect();
-            return Err(Error::InvalidInput(format!(
-                "the snapshot has no account {f:?} (it has: {})",
-                names.join(", ")
-            )));
-        }
-    }
-    Ok(root
-        .accounts
-        .into_iter()
-        .filter(|a| filters.is_empty() || filters.contains(&a.name))
-        .collect())
 }
 
 /// Restores a snapshot to a Maildir tree.
@@ -201,7 +168,7 @@ fn restore_account(ctx: &Ctx, acc: &AccountRef, opts: &RestoreOptions) -> Result
     let selected: Vec<(PathBuf, &FolderNode)> = tree
         .folders
         .iter()
-        .filter(|f| folder_selected(&f.name, &opts.folders))
+        .filter(|f| folder_selected(f, &opts.folders))
         .map(|f| (dest.join(OsStr::from_bytes(&f.dir)), f))
         .collect();
     let mut jobs = Vec::new();
