@@ -34,7 +34,6 @@ fn unsafe_char(c: char) -> bool {
         || matches!(c, '\u{200e}' | '\u{200f}' | '\u{061c}')
 }
 
-
 pub fn bytes(n: u64) -> String {
     const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
     let mut v = n as f64;

@@ -62,7 +62,11 @@ pub fn open(g: &GlobalOpts) -> Result<Repository> {
     let pw = password(g, false)?;
     let repo = Repository::open(store, &pw)?;
     for (path, e) in repo.index_errors() {
-        eprintln!("warning: {path}: {e} (run `mailvault check`)");
+        let warning = format!("{path}: {e}");
+        eprintln!(
+            "warning: {} (run `mailvault check`)",
+            crate::output::safe(&warning)
+        );
     }
     Ok(repo)
 }

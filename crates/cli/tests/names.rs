@@ -99,8 +99,7 @@ fn restored(root: &Path) -> Vec<String> {
             let p = e.unwrap().path();
             if p.is_dir() {
                 stack.push(p);
-            } else if p.parent().unwrap().ends_with("cur") || p.parent().unwrap().ends_with("new")
-            {
+            } else if p.parent().unwrap().ends_with("cur") || p.parent().unwrap().ends_with("new") {
                 out.push(p.strip_prefix(root).unwrap().to_string_lossy().into_owned());
             }
         }
@@ -118,11 +117,15 @@ fn check_human_folder_names(e: &Env, tag: &str) {
     let acc = "bob@example.org";
     let folders = listed_folders(&e.out(&["ls", "latest", "--account", acc]));
     for want in ["Entw\u{fc}rfe", "Entw\u{fc}rfe/Alt", "Reports & Stats"] {
-        assert!(folders.iter().any(|f| f == want), "{tag}: {want} in {folders:?}");
+        assert!(
+            folders.iter().any(|f| f == want),
+            "{tag}: {want} in {folders:?}"
+        );
     }
     assert!(
-        !folders.iter().any(|f| f.contains('&')
-            && f != "Reports & Stats"),
+        !folders
+            .iter()
+            .any(|f| f.contains('&') && f != "Reports & Stats"),
         "{tag}: modified UTF-7 shown: {folders:?}"
     );
     let v = e.json(&["ls", "latest", "--account", acc]);
@@ -151,10 +154,7 @@ fn check_human_folder_names(e: &Env, tag: &str) {
     // restore --folder by the human names: the folder and its subfolder, on disk as
     // Dovecot names them.
     for (i, (filter, want)) in [
-        (
-            "Entw\u{fc}rfe",
-            &[".Entw&APw-rfe", ".Entw&APw-rfe.Alt"][..],
-        ),
+        ("Entw\u{fc}rfe", &[".Entw&APw-rfe", ".Entw&APw-rfe.Alt"][..]),
         ("Reports & Stats", &[".Reports &- Stats"][..]),
         ("Entw\u{fc}rfe/Alt", &[".Entw&APw-rfe.Alt"][..]),
     ]
@@ -280,7 +280,12 @@ fn terminal_escapes_in_mail_data_are_never_printed_raw() {
         format!("From: {from}\nSubject: {subject}\n\nbody\n").as_bytes(),
     );
     // A folder and a key with an escape in their names.
-    put(&md, ".Evil\x1b[2J", "1700000001.M2P2.mx\x1b]2;key\x07:2,S", &msg("x"));
+    put(
+        &md,
+        ".Evil\x1b[2J",
+        "1700000001.M2P2.mx\x1b]2;key\x07:2,S",
+        &msg("x"),
+    );
     e.expect(0, &["init"]);
     e.expect(
         0,
@@ -315,7 +320,11 @@ fn terminal_escapes_in_mail_data_are_never_printed_raw() {
             }
         }
     }
-    assert!(bad.is_empty(), "raw control characters:\n{}", bad.join("\n"));
+    assert!(
+        bad.is_empty(),
+        "raw control characters:\n{}",
+        bad.join("\n")
+    );
     let inbox = String::from_utf8_lossy(&outputs[2].1.stdout).into_owned();
     assert!(
         inbox.contains("\\x1b]2;pwned\\x07Mallory") && inbox.contains("\\x1b[2J"),
@@ -347,7 +356,10 @@ fn terminal_escapes_in_mail_data_are_never_printed_raw() {
 
     // JSON is exact.
     let v = e.json(&["ls", "latest", "--folder", "INBOX"]);
-    assert_eq!(v["items"][0]["from"], "\x1b]2;pwned\x07Mallory <m@example.org>");
+    assert_eq!(
+        v["items"][0]["from"],
+        "\x1b]2;pwned\x07Mallory <m@example.org>"
+    );
     assert_eq!(
         v["items"][0]["subject"],
         "\x1b[2J\x1b[31mhello \u{9b}1m \u{202e}txt.exe"
@@ -360,7 +372,12 @@ fn terminal_escapes_in_mail_data_are_never_printed_raw() {
 #[test]
 fn unknown_location_schemes_are_refused() {
     let e = Env::new();
-    put(&e.path("src/example.org/bob/Maildir"), "", "1.M1P1.mx:2,S", &msg("m"));
+    put(
+        &e.path("src/example.org/bob/Maildir"),
+        "",
+        "1.M1P1.mx:2,S",
+        &msg("m"),
+    );
     // --repo: an unknown scheme is refused before anything is created.
     for repo in ["s3:bucket/mail", "maildr:/srv/repo", "sftp://host/repo"] {
         let o = e.expect(2, &["--repo", repo, "init"]);
@@ -406,7 +423,14 @@ fn unknown_location_schemes_are_refused() {
     );
     e.expect(
         0,
-        &["--repo", "local:r:1", "restore", "latest", "--target", "maildir:t:2"],
+        &[
+            "--repo",
+            "local:r:1",
+            "restore",
+            "latest",
+            "--target",
+            "maildir:t:2",
+        ],
     );
     assert!(e.path("t:2/example.org/bob/Maildir/cur").is_dir());
 }
@@ -415,9 +439,17 @@ fn unknown_location_schemes_are_refused() {
 #[test]
 fn log_lines_have_no_colour_codes_off_a_terminal() {
     let e = Env::new();
-    put(&e.path("src/example.org/bob/Maildir"), "", "1.M1P1.mx:2,S", &msg("m"));
+    put(
+        &e.path("src/example.org/bob/Maildir"),
+        "",
+        "1.M1P1.mx:2,S",
+        &msg("m"),
+    );
     e.expect(0, &["init"]);
-    e.expect(0, &["backup", &format!("maildir:{}", e.path("src").display())]);
+    e.expect(
+        0,
+        &["backup", &format!("maildir:{}", e.path("src").display())],
+    );
     // A damaged index file: a warning that every version logs.
     let index = fs::read_dir(e.path("repo/index"))
         .unwrap()
@@ -433,6 +465,9 @@ fn log_lines_have_no_colour_codes_off_a_terminal() {
         .output()
         .unwrap();
     let err = String::from_utf8_lossy(&o.stderr);
-    assert!(err.contains("WARN") || err.contains("DEBUG"), "no log line: {err}");
+    assert!(
+        err.contains("WARN") || err.contains("DEBUG"),
+        "no log line: {err}"
+    );
     assert!(!err.contains('\x1b'), "colour codes in a pipe: {err:?}");
 }

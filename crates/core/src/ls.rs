@@ -1,8 +1,8 @@
 //! Listing a snapshot's accounts, folders and messages.
 
 use crate::error::{Error, Result};
+use crate::model::{folder_matches, folder_name, select_accounts, FolderMatch};
 use crate::repo::Repository;
-use crate::model::{folder_matches, folder_name, select_accounts, selection::FolderMatch};
 use crate::tree::{AccountTree, RootTree};
 use serde::Serialize;
 

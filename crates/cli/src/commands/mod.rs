@@ -113,7 +113,14 @@ mod tests {
             mail("imaps://mail:993"),
             Some(Location::Imap("imaps://mail:993".into()))
         );
-        for bad in ["mbox:/srv/x", "maildr:/srv/x", "a:b", "local:/r", "imap:/x", "maildir:"] {
+        for bad in [
+            "mbox:/srv/x",
+            "maildr:/srv/x",
+            "a:b",
+            "local:/r",
+            "imap:/x",
+            "maildir:",
+        ] {
             assert_eq!(mail(bad), None, "{bad}");
         }
         assert_eq!(repo("local:/r"), dir("/r"));
@@ -124,6 +131,9 @@ mod tests {
         }
         let e = location("mbox:/srv/x", "target", Role::Mail).unwrap_err();
         let e = e.to_string();
-        assert!(e.contains("mbox:") && e.contains("maildir:, imap://, imaps://"), "{e}");
+        assert!(
+            e.contains("mbox:") && e.contains("maildir:, imap://, imaps://"),
+            "{e}"
+        );
     }
 }

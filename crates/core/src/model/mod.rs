@@ -5,5 +5,5 @@
 pub mod selection;
 
 pub use selection::{
-    folder_matches, folder_name, folder_selected, message_selected, select_accounts,
+    folder_matches, folder_name, folder_selected, message_selected, select_accounts, FolderMatch,
 };

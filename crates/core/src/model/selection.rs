@@ -140,7 +140,10 @@ mod tests {
 
     #[test]
     fn maildir_folders_have_their_decoded_names() {
-        assert_eq!(folder_name(&maildir_node(b".Entw&APw-rfe")), "Entw\u{fc}rfe");
+        assert_eq!(
+            folder_name(&maildir_node(b".Entw&APw-rfe")),
+            "Entw\u{fc}rfe"
+        );
         assert_eq!(
             folder_name(&maildir_node(b".Reports &- Stats")),
             "Reports & Stats"
@@ -157,7 +160,14 @@ mod tests {
 
     #[test]
     fn imap_folders_keep_their_names() {
-        for name in ["Entw\u{fc}rfe", "Tom &- Jerry", "A&B", "v1.2", "Sent", "a/b"] {
+        for name in [
+            "Entw\u{fc}rfe",
+            "Tom &- Jerry",
+            "A&B",
+            "v1.2",
+            "Sent",
+            "a/b",
+        ] {
             assert_eq!(folder_name(&imap_node(name)), name);
         }
     }
@@ -171,7 +181,10 @@ mod tests {
             assert_eq!(folder_matches(&f, filter), FolderMatch::Itself, "{filter}");
             assert_eq!(folder_matches(&sub, filter), FolderMatch::Below, "{filter}");
         }
-        assert_eq!(folder_matches(&sub, "Entw\u{fc}rfe/Alt"), FolderMatch::Itself);
+        assert_eq!(
+            folder_matches(&sub, "Entw\u{fc}rfe/Alt"),
+            FolderMatch::Itself
+        );
         assert!(!sel(&f, "Entw"));
         assert!(!sel(&maildir_node(b".Entw&APw-rfe2"), "Entw\u{fc}rfe"));
         let amp = maildir_node(b".Reports &- Stats");
