@@ -238,6 +238,31 @@ fn folders_are_shown_and_taken_by_their_decoded_names() {
     let v = e.json(&["ls", "latest", "--folder", "Entw&APw-rfe"]);
     assert_eq!(v["items"][0]["folder"], "Entw\u{fc}rfe");
 
+    // Into IMAP, by the decoded name: that folder alone, under its own name.
+    let other = DovecotServer::start().expect("second dovecot");
+    fs::write(e.path("master-pass"), other.master_password()).unwrap();
+    e.expect(
+        0,
+        &[
+            "restore",
+            "latest",
+            "--target",
+            &format!("imap://127.0.0.1:{}", other.port()),
+            "--imap-master-user",
+            other.master_user(),
+            "--imap-password-file",
+            &e.path("master-pass").display().to_string(),
+            "--folder",
+            "Reports & Stats",
+        ],
+    );
+    let mut s = other.client().login(&other.user(acc)).unwrap();
+    let mut names: Vec<String> = s.list().unwrap().into_iter().map(|f| f.name).collect();
+    names.sort();
+    assert_eq!(names, ["INBOX", "Reports & Stats"]);
+    assert_eq!(s.examine("Reports & Stats").unwrap().exists, 1);
+    s.logout().unwrap();
+
     let e = Env::new();
     e.expect(0, &["init"]);
     fs::write(e.path("imap-pass"), server.password()).unwrap();
