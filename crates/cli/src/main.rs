@@ -9,6 +9,7 @@ mod progress;
 mod repo;
 
 use clap::{Parser, Subcommand};
+use std::io::IsTerminal;
 use std::process::ExitCode;
 
 /// Backup and restore for mail servers: deduplicated, compressed, encrypted.
@@ -24,7 +25,8 @@ pub struct Cli {
 /// Options every command takes.
 #[derive(clap::Args, Debug, Clone)]
 pub struct GlobalOpts {
-    /// Repository: a directory (or `local:DIR`).
+    /// Repository: a directory (or `local:DIR`; a directory whose name has a `:` before
+    /// any `/` is written `./a:b`).
     #[arg(
         short = 'r',
         long = "repo",
@@ -103,6 +105,12 @@ fn fixed_mmap_threshold() {
     }
 }
 
+/// Colours in log lines only on a terminal, and not when NO_COLOR is set
+/// (<https://no-color.org>): in a file or a pipe they are noise.
+fn log_colours() -> bool {
+    std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty())
+}
+
 fn main() -> ExitCode {
     default_sigpipe();
     fixed_mmap_threshold();
@@ -112,8 +120,10 @@ fn main() -> ExitCode {
                 .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
         )
         .with_writer(std::io::stderr)
+        .with_ansi(log_colours())
         .init();
     let cli = Cli::parse();
+    tracing::debug!("mailvault {}", env!("CARGO_PKG_VERSION"));
     let g = &cli.global;
     let result = match cli.command {
         Command::Init(a) => commands::init::run(g, a),
@@ -129,7 +139,7 @@ fn main() -> ExitCode {
         Ok(Outcome::Ok) => ExitCode::SUCCESS,
         Ok(Outcome::Partial) => ExitCode::from(1),
         Err(e) => {
-            eprintln!("error: {e:#}");
+            eprintln!("error: {}", output::safe(&format!("{e:#}")));
             ExitCode::from(2)
         }
     }

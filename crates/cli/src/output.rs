@@ -1,6 +1,38 @@
-//! Human-readable formatting of sizes, rates and lists of failures.
+//! Human-readable formatting of sizes, rates and lists of failures, and [`safe`], through
+//! which every text that comes from mail data or a repository passes on its way to a
+//! terminal.
 
 use mailvault_core::report::Failure;
+use std::borrow::Cow;
+use std::fmt::Write;
+
+/// `s` with every character that could act on a terminal or reorder what it shows made
+/// visible: C0 controls (newlines and tabs too), DEL and C1 controls as `\x1b`, bidi
+/// embeddings, overrides, isolates and marks as `\u{202e}`. Mail decoded from hostile
+/// headers (`ESC]2;...` sets the window title, `ESC[2J` clears the screen) then prints as
+/// text. JSON output needs none of this: serde escapes controls there.
+pub fn safe(s: &str) -> Cow<'_, str> {
+    if !s.chars().any(unsafe_char) {
+        return Cow::Borrowed(s);
+    }
+    let mut out = String::with_capacity(s.len() + 8);
+    for c in s.chars() {
+        if !unsafe_char(c) {
+            out.push(c);
+        } else if u32::from(c) < 0x100 {
+            let _ = write!(out, "\\x{:02x}", u32::from(c));
+        } else {
+            let _ = write!(out, "\\u{{{:x}}}", u32::from(c));
+        }
+    }
+    Cow::Owned(out)
+}
+
+fn unsafe_char(c: char) -> bool {
+    c.is_control() // C0, DEL, C1
+        || matches!(c, '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
+        || matches!(c, '\u{200e}' | '\u{200f}' | '\u{061c}')
+}
 
 pub fn bytes(n: u64) -> String {
     const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
@@ -54,7 +86,7 @@ pub fn print_failures(failures: &[Failure]) {
     }
     println!("failed ({}):", failures.len());
     for f in failures {
-        println!("  {}: {}", f.item, f.error);
+        println!("  {}: {}", safe(&f.item), safe(&f.error));
     }
 }
 
@@ -71,5 +103,19 @@ mod tests {
         assert_eq!(super::bytes(1536), "1.5 KiB");
         assert_eq!(super::time(0), "1970-01-01 00:00:00");
         assert_eq!(super::time(1_700_000_000), "2023-11-14 22:13:20");
+    }
+
+    #[test]
+    fn controls_are_made_visible() {
+        use super::safe;
+        assert_eq!(safe("Gesch\u{e4}ft & Co"), "Gesch\u{e4}ft & Co");
+        assert_eq!(
+            safe("\u{1b}]2;pwned\u{7}\u{1b}[2J"),
+            "\\x1b]2;pwned\\x07\\x1b[2J"
+        );
+        assert_eq!(safe("a\tb\r\nc\u{7f}"), "a\\x09b\\x0d\\x0ac\\x7f");
+        assert_eq!(safe("\u{9b}31m"), "\\x9b31m");
+        assert_eq!(safe("abc\u{202e}fdp.exe"), "abc\\u{202e}fdp.exe");
+        assert_eq!(safe("\u{2066}x\u{2069}"), "\\u{2066}x\\u{2069}");
     }
 }

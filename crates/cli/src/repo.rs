@@ -1,5 +1,6 @@
 //! Opening the repository the flags and environment name, with its password.
 
+use crate::commands::{Location, Role};
 use crate::GlobalOpts;
 use anyhow::{bail, Context, Result};
 use mailvault_core::store::{LocalStore, Store};
@@ -12,10 +13,10 @@ pub fn store(g: &GlobalOpts) -> Result<Arc<dyn Store>> {
     let Some(loc) = &g.repo else {
         bail!("no repository given: use --repo PATH or set MAILVAULT_REPOSITORY");
     };
-    let path = loc.strip_prefix("local:").unwrap_or(loc);
-    if path.contains("://") {
-        bail!("unsupported repository location {loc:?}: give a directory");
-    }
+    let path = match crate::commands::location(loc, "repository", Role::Repository)? {
+        Location::Dir(p) => p,
+        Location::Imap(_) => bail!("repository {loc:?}: give a directory"),
+    };
     let store = LocalStore::new(path);
     // Leftovers of a killed writer are never part of the repository.
     let _ = store.clean_temporaries();
@@ -61,7 +62,11 @@ pub fn open(g: &GlobalOpts) -> Result<Repository> {
     let pw = password(g, false)?;
     let repo = Repository::open(store, &pw)?;
     for (path, e) in repo.index_errors() {
-        eprintln!("warning: {path}: {e} (run `mailvault check`)");
+        let warning = format!("{path}: {e}");
+        eprintln!(
+            "warning: {} (run `mailvault check`)",
+            crate::output::safe(&warning)
+        );
     }
     Ok(repo)
 }

@@ -15,6 +15,7 @@ pub mod imap;
 pub mod index;
 pub mod ls;
 pub mod maildir;
+pub mod model;
 pub mod pack;
 pub mod repo;
 pub mod report;

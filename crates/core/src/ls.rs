@@ -1,8 +1,8 @@
 //! Listing a snapshot's accounts, folders and messages.
 
 use crate::error::{Error, Result};
+use crate::model::{folder_matches, folder_name, select_accounts, FolderMatch};
 use crate::repo::Repository;
-use crate::restore::select_accounts;
 use crate::tree::{AccountTree, RootTree};
 use serde::Serialize;
 
@@ -17,7 +17,10 @@ pub struct AccountInfo {
 #[derive(Clone, Debug, Serialize)]
 pub struct FolderInfo {
     pub account: String,
+    /// The name people use (`Entwürfe`): what `--folder` takes.
     pub name: String,
+    /// The folder's Maildir++ directory as stored (`.Entw&APw-rfe`; empty for INBOX).
+    pub dir: String,
     pub messages: u64,
     pub bytes: u64,
 }
@@ -25,6 +28,7 @@ pub struct FolderInfo {
 #[derive(Clone, Debug, Serialize)]
 pub struct MessageInfo {
     pub account: String,
+    /// The folder's name as people use it.
     pub folder: String,
     /// The Maildir key: what `restore --message` takes.
     pub key: String,
@@ -75,23 +79,26 @@ pub fn ls(
     let mut folders = Vec::new();
     let mut messages = Vec::new();
     let mut matched = false;
+    let mut names = Vec::new();
     for a in accounts {
         let t: AccountTree = repo.read_tree(&a.tree)?;
         for f in t.folders {
+            let name = folder_name(&f).into_owned();
             match folder {
                 None => folders.push(FolderInfo {
                     account: a.name.clone(),
-                    name: f.name,
+                    dir: String::from_utf8_lossy(&f.dir).into(),
+                    name,
                     messages: f.messages,
                     bytes: f.bytes,
                 }),
-                Some(want) if want.trim_matches('/') == f.name => {
+                Some(want) if folder_matches(&f, want) == FolderMatch::Itself => {
                     matched = true;
                     for c in &f.chunks {
                         for m in repo.read_chunk(c)? {
                             messages.push(MessageInfo {
                                 account: a.name.clone(),
-                                folder: f.name.clone(),
+                                folder: name.clone(),
                                 key: String::from_utf8_lossy(&m.key).into(),
                                 flags: String::from_utf8_lossy(m.flags()).into(),
                                 size: m.size,
@@ -103,15 +110,26 @@ pub fn ls(
                         }
                     }
                 }
-                Some(_) => {}
+                Some(_) => names.push(name),
             }
         }
     }
     match folder {
         None => Ok(Listing::Folders(folders)),
-        Some(f) if !matched => Err(Error::InvalidInput(format!(
-            "no folder {f:?} in the snapshot"
-        ))),
+        Some(f) if !matched => {
+            names.sort();
+            names.dedup();
+            const SHOWN: usize = 20;
+            let more = names.len().saturating_sub(SHOWN);
+            names.truncate(SHOWN);
+            if more > 0 {
+                names.push(format!("and {more} more"));
+            }
+            Err(Error::InvalidInput(format!(
+                "no folder {f:?} in the snapshot (it has: {})",
+                names.join(", ")
+            )))
+        }
         Some(_) => Ok(Listing::Messages(messages)),
     }
 }

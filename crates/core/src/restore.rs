@@ -18,6 +18,7 @@
 use crate::error::{Error, Result};
 use crate::id::Id;
 use crate::maildir::{self, safe_component, safe_relative};
+use crate::model::{folder_selected, message_selected, select_accounts};
 use crate::repo::{lock, Repository};
 use crate::report::{per_sec, Failure, Progress};
 use crate::tree::{AccountRef, AccountTree, DirEntry, FileEntry, FolderNode, MessageEntry};
@@ -208,40 +209,6 @@ impl Ctx<'_> {
     }
 }
 
-/// Matches a folder filter: the folder itself or a subfolder of it.
-fn folder_selected(name: &str, filters: &[String]) -> bool {
-    filters.is_empty()
-        || filters.iter().any(|f| {
-            let f = f.trim_matches('/');
-            name == f || name.strip_prefix(f).is_some_and(|r| r.starts_with('/'))
-        })
-}
-
-pub(crate) fn message_selected(e: &MessageEntry, filters: &[String]) -> bool {
-    filters.is_empty()
-        || filters
-            .iter()
-            .any(|m| m.as_bytes() == e.key || m.as_bytes() == e.name)
-}
-
-/// The accounts of a snapshot that `filters` select; an unknown account is an error.
-pub fn select_accounts(root: RootTree, filters: &[String]) -> Result<Vec<AccountRef>> {
-    for f in filters {
-        if !root.accounts.iter().any(|a| &a.name == f) {
-            let names: Vec<&str> = root.accounts.iter().map(|a| a.name.as_str()).collect();
-            return Err(Error::InvalidInput(format!(
-                "the snapshot has no account {f:?} (it has: {})",
-                names.join(", ")
-            )));
-        }
-    }
-    Ok(root
-        .accounts
-        .into_iter()
-        .filter(|a| filters.is_empty() || filters.contains(&a.name))
-        .collect())
-}
-
 /// Restores a snapshot to a Maildir tree.
 pub fn restore(
     repo: &Repository,
@@ -408,7 +375,7 @@ fn plan_account(ctx: &Ctx, acc: AccountRef, opts: &RestoreOptions) -> Result<(Ac
     let tree: AccountTree = ctx.repo.read_tree(&acc.tree)?;
     let mut matched = 0;
     for node in tree.folders {
-        if !folder_selected(&node.name, &opts.folders) {
+        if !folder_selected(&node, &opts.folders) {
             continue;
         }
         matched += 1;

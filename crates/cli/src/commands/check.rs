@@ -1,6 +1,6 @@
 //! `mailvault check`
 
-use crate::output::bytes;
+use crate::output::{bytes, safe};
 use crate::{repo, GlobalOpts, Outcome};
 use anyhow::{bail, Result};
 use mailvault_core::check::{check, CheckOptions};
@@ -42,7 +42,7 @@ pub fn run(g: &GlobalOpts, a: Args) -> Result<Outcome> {
             rep.elapsed_secs
         );
         for w in &rep.warnings {
-            println!("warning: {w}");
+            println!("warning: {}", safe(w));
         }
         for e in &rep.errors {
             let mut place = Vec::new();
@@ -52,9 +52,9 @@ pub fn run(g: &GlobalOpts, a: Args) -> Result<Outcome> {
             if let Some(b) = &e.blob {
                 place.push(format!("blob {b}"));
             }
-            println!("error: {}: {}", place.join(", "), e.error);
+            println!("error: {}: {}", safe(&place.join(", ")), safe(&e.error));
             for m in &e.messages {
-                println!("  affects {m}");
+                println!("  affects {}", safe(m));
             }
         }
         if rep.ok() {

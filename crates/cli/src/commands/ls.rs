@@ -1,6 +1,6 @@
 //! `mailvault ls`
 
-use crate::output::{bytes, time};
+use crate::output::{bytes, safe, time};
 use crate::{repo, GlobalOpts, Outcome};
 use anyhow::Result;
 use mailvault_core::ls::{ls, Listing};
@@ -12,7 +12,8 @@ pub struct Args {
     /// List this account's folders.
     #[arg(long)]
     pub account: Option<String>,
-    /// List this folder's messages.
+    /// List this folder's messages: its name as `ls --account` shows it (`Entwürfe`,
+    /// `Archive/2023`).
     #[arg(long)]
     pub folder: Option<String>,
 }
@@ -29,10 +30,10 @@ pub fn run(g: &GlobalOpts, a: Args) -> Result<Outcome> {
             for x in &v {
                 println!(
                     "{:<40} {:>8} messages {:>10}  {}",
-                    x.name,
+                    safe(&x.name),
                     x.messages,
                     bytes(x.bytes),
-                    x.path
+                    safe(&x.path)
                 );
             }
         }
@@ -40,8 +41,8 @@ pub fn run(g: &GlobalOpts, a: Args) -> Result<Outcome> {
             for x in &v {
                 println!(
                     "{:<30} {:<30} {:>8} messages {:>10}",
-                    x.account,
-                    x.name,
+                    safe(&x.account),
+                    safe(&x.name),
                     x.messages,
                     bytes(x.bytes)
                 );
@@ -52,11 +53,11 @@ pub fn run(g: &GlobalOpts, a: Args) -> Result<Outcome> {
                 println!(
                     "{}  {:<6} {:>9}  {:<40}  {:<30.30}  {}",
                     time(m.internal_date),
-                    m.flags,
+                    safe(&m.flags),
                     bytes(m.size),
-                    m.key,
-                    m.from,
-                    m.subject
+                    safe(&m.key),
+                    safe(&m.from),
+                    safe(&m.subject)
                 );
             }
         }

@@ -13,13 +13,127 @@ pub mod stats;
 use anyhow::{bail, Result};
 use std::path::PathBuf;
 
+/// Where a backup source, a restore `--target` or `--repo` points.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Location {
+    /// A directory: a plain path, `maildir:PATH` or `local:PATH`.
+    Dir(PathBuf),
+    /// An IMAP server, `imap://...` or `imaps://...`, as given.
+    Imap(String),
+}
+
+/// What a location names, and so which schemes it takes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Role {
+    /// Mail: a backup source or a restore target.
+    Mail,
+    /// A repository.
+    Repository,
+}
+
+impl Role {
+    fn schemes(self) -> &'static str {
+        match self {
+            Role::Mail => "maildir:, imap://, imaps://",
+            Role::Repository => "local:",
+        }
+    }
+}
+
+/// Parses a location. A prefix `word:` before any `/` is a scheme (`maildir:`, `imap://`,
+/// `local:`); a scheme the role does not know is an error that lists those it knows, so
+/// that `mbox:/srv/x` or a typo never becomes a directory `mbox:` in the current one.
+/// Anything else is a path; a directory whose name has a `:` before any `/` is written
+/// `./a:b`.
+pub fn location(s: &str, what: &str, role: Role) -> Result<Location> {
+    let Some((scheme, rest)) = scheme(s) else {
+        return Ok(Location::Dir(PathBuf::from(s)));
+    };
+    let dir = |rest: &str| {
+        if rest.is_empty() {
+            bail!("{what} {s:?}: no path after `{scheme}:`");
+        }
+        Ok(Location::Dir(PathBuf::from(rest)))
+    };
+    match (role, scheme.to_ascii_lowercase().as_str()) {
+        (Role::Mail, "maildir") => dir(rest),
+        (Role::Repository, "local") => dir(rest),
+        (Role::Mail, "imap" | "imaps") if rest.starts_with("//") => Ok(Location::Imap(s.into())),
+        (Role::Mail, "imap" | "imaps") => {
+            bail!("{what} {s:?}: an IMAP server is written {scheme}://host[:port]")
+        }
+        _ => bail!(
+            "{what} {s:?}: unknown scheme `{scheme}:` (known: {}); a path whose first \
+             component has a `:` is written ./{s}",
+            role.schemes()
+        ),
+    }
+}
+
+/// The scheme of a location and what follows its `:`, if it starts with one: a letter,
+/// then letters, digits, `+`, `-` or `.` (RFC 3986), then `:`, so before any `/`.
+fn scheme(s: &str) -> Option<(&str, &str)> {
+    let (word, rest) = s.split_once(':')?;
+    let mut chars = word.chars();
+    let first = chars.next()?;
+    let ok = first.is_ascii_alphabetic()
+        && chars.all(|c| c.is_ascii_alphanumeric() || matches!(c, '+' | '-' | '.'));
+    ok.then_some((word, rest))
+}
+
 /// Parses `maildir:/path` (or a bare path) into the Maildir path.
 pub fn maildir_location(s: &str, what: &str) -> Result<PathBuf> {
-    if let Some(p) = s.strip_prefix("maildir:") {
-        return Ok(PathBuf::from(p));
+    match location(s, what, Role::Mail)? {
+        Location::Dir(p) => Ok(p),
+        Location::Imap(_) => bail!("{what} {s:?}: an IMAP server, where a directory is needed"),
     }
-    if let Some((scheme, _)) = s.split_once("://") {
-        bail!("{what} {s:?}: {scheme}:// is not supported yet; use maildir:/path");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{location, Location, Role};
+    use std::path::PathBuf;
+
+    fn dir(p: &str) -> Option<Location> {
+        Some(Location::Dir(PathBuf::from(p)))
     }
-    Ok(PathBuf::from(s))
+
+    #[test]
+    fn locations() {
+        let mail = |s: &str| location(s, "target", Role::Mail).ok();
+        let repo = |s: &str| location(s, "repository", Role::Repository).ok();
+        assert_eq!(mail("maildir:/srv/x"), dir("/srv/x"));
+        assert_eq!(mail("MAILDIR:rel"), dir("rel"));
+        assert_eq!(mail("/srv/x"), dir("/srv/x"));
+        assert_eq!(mail("rel/dir"), dir("rel/dir"));
+        assert_eq!(mail("./a:b"), dir("./a:b"));
+        assert_eq!(mail("/srv/a:b"), dir("/srv/a:b"));
+        assert_eq!(mail("my dir: x"), dir("my dir: x"));
+        assert_eq!(
+            mail("imaps://mail:993"),
+            Some(Location::Imap("imaps://mail:993".into()))
+        );
+        for bad in [
+            "mbox:/srv/x",
+            "maildr:/srv/x",
+            "a:b",
+            "local:/r",
+            "imap:/x",
+            "maildir:",
+        ] {
+            assert_eq!(mail(bad), None, "{bad}");
+        }
+        assert_eq!(repo("local:/r"), dir("/r"));
+        assert_eq!(repo("/r"), dir("/r"));
+        assert_eq!(repo("./s3:x"), dir("./s3:x"));
+        for bad in ["s3:bucket/x", "maildir:/r", "imap://host", "sftp://h/r"] {
+            assert_eq!(repo(bad), None, "{bad}");
+        }
+        let e = location("mbox:/srv/x", "target", Role::Mail).unwrap_err();
+        let e = e.to_string();
+        assert!(
+            e.contains("mbox:") && e.contains("maildir:, imap://, imaps://"),
+            "{e}"
+        );
+    }
 }

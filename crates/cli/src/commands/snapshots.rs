@@ -1,6 +1,6 @@
 //! `mailvault snapshots`
 
-use crate::output::{bytes, time};
+use crate::output::{bytes, safe, time};
 use crate::{repo, GlobalOpts, Outcome};
 use anyhow::Result;
 
@@ -32,15 +32,15 @@ pub fn run(g: &GlobalOpts, _a: Args) -> Result<Outcome> {
             "{:<10} {:<20} {:<14} {:>8} {:>9} {:>10}  {}{}",
             s.id.short(),
             time(s.time),
-            s.hostname,
+            safe(&s.hostname),
             s.summary.accounts,
             s.summary.messages,
             bytes(s.summary.bytes),
-            s.source,
+            safe(&s.source),
             if s.tags.is_empty() {
                 String::new()
             } else {
-                format!(" [{}]", s.tags.join(","))
+                format!(" [{}]", safe(&s.tags.join(",")))
             }
         );
     }

@@ -23,9 +23,10 @@ use super::names::{self, Fingerprint};
 use super::prepare::{self, BlobCache, PrepareError};
 use super::{login_with_backoff, Connection, Error, Pacer, Phase, Result, Span};
 use crate::id::Id;
+use crate::model::{folder_selected, message_selected, select_accounts};
 use crate::repo::{lock, Repository};
 use crate::report::{per_sec, Failure, Progress};
-use crate::restore::{assemble, message_selected, select_accounts};
+use crate::restore::assemble;
 use crate::tree::{AccountRef, AccountTree, FolderNode, MessageEntry};
 use mailvault_imap::maildir_flags::{maildir_to_imap, KeywordTable};
 use mailvault_imap::{
@@ -167,14 +168,6 @@ impl Ctx<'_> {
     }
 }
 
-fn folder_selected(name: &str, filters: &[String]) -> bool {
-    filters.is_empty()
-        || filters.iter().any(|f| {
-            let f = f.trim_matches('/');
-            name == f || name.strip_prefix(f).is_some_and(|r| r.starts_with('/'))
-        })
-}
-
 /// Restores a snapshot into an IMAP server.
 pub fn restore(
     repo: &Repository,
@@ -224,7 +217,7 @@ pub fn restore(
         let selected: Vec<FolderNode> = tree
             .folders
             .into_iter()
-            .filter(|f| folder_selected(&f.name, &opts.folders))
+            .filter(|f| folder_selected(f, &opts.folders))
             .collect();
         folders += selected.len() as u64;
         plans.push((acc.clone(), selected));
