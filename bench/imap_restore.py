@@ -2,7 +2,9 @@
 """IMAP restore benchmark: `mailvault restore --target imap://` against mbsync (Debian
 `isync`) pushing the same Maildirs, and against the server's own ceiling (`imap-ceiling`:
 pre-read messages, MULTIAPPEND + LITERAL+, 4 connections), each into a fresh local
-Dovecot (mail_fsync = never), side by side in one run.
+Dovecot (mail_fsync = never), side by side in one run: --repeat rounds (default 3), every
+tool once per round, the order rotated from round to round, medians reported. A run after
+which the server does not hold exactly the store's messages fails the benchmark (exit 1).
 
     bench/imap_restore.py [--preset medium|small|...] [--smoke] [--work DIR] [--out bench/IMAP.md]
                           [--repeat N] [--dovecot-dir /dev/shm] [--accounts N] [--connections N]

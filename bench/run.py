@@ -151,6 +151,47 @@ def subtree(entries, rel):
     return {k: v for k, v in entries.items() if k == rel or k.startswith(rel + "/")}
 
 
+def self_test(work):
+    """Checks that compare_manifests sees each kind of damage a restore can do (run before
+    every benchmark; milliseconds): a comparison that cannot fail would flatter every tool."""
+    src, copy = Path(work) / "self-test" / "src", Path(work) / "self-test" / "copy"
+    shutil.rmtree(src.parent, ignore_errors=True)
+    (src / "a" / "cur").mkdir(parents=True)
+    (src / "a" / "tmp").mkdir()
+    (src / "a" / "cur" / "m1:2,S").write_bytes(b"Subject: x\n\nbody\n")
+    (src / "a" / "cur" / "m2:2,").write_bytes(b"Subject: y\n\n" + bytes(range(256)))
+    os.utime(src / "a" / "cur" / "m1:2,S", ns=(1_600_000_000_123_456_789,) * 2)
+
+    def damaged(what, change):
+        shutil.rmtree(copy, ignore_errors=True)
+        subprocess.run(["cp", "-a", str(src), str(copy)], check=True)
+        change(copy)
+        diff = compare_manifests(manifest(src), manifest(copy))
+        if diff is None or what not in diff:
+            raise SystemExit(f"bench: self-test: the restore comparison missed {what!r} (it said {diff!r})")
+
+    def flip(c):
+        f = c / "a" / "cur" / "m2:2,"
+        b = bytearray(f.read_bytes())
+        b[-1] ^= 1
+        st = f.stat()
+        f.write_bytes(bytes(b))
+        os.utime(f, ns=(st.st_atime_ns, st.st_mtime_ns))
+
+    if compare_manifests(manifest(src), manifest(src)) is not None:
+        raise SystemExit("bench: self-test: a tree differs from itself")
+    damaged("contents", flip)
+    damaged("mtime", lambda c: os.utime(c / "a" / "cur" / "m1:2,S", ns=(1_600_000_000_000_000_000,) * 2))
+    damaged("size", lambda c: (c / "a" / "cur" / "m1:2,S").write_bytes(b"Subject: x\n\nbody\n\n"))
+    damaged("mode", lambda c: os.chmod(c / "a" / "cur" / "m1:2,S", 0o640))
+    damaged("mode", lambda c: os.chmod(c / "a" / "cur", 0o700))
+    damaged("missing", lambda c: os.unlink(c / "a" / "cur" / "m2:2,"))
+    damaged("missing", lambda c: os.rmdir(c / "a" / "tmp"))
+    damaged("not in the source", lambda c: (c / "a" / "cur" / "m3:2,").write_bytes(b"x"))
+    damaged("kind", lambda c: (os.unlink(c / "a" / "cur" / "m2:2,"), os.symlink("m1:2,S", c / "a" / "cur" / "m2:2,")))
+    shutil.rmtree(src.parent)
+
+
 def tool_of(row):
     """The tool a table row runs (a variant's tool, else the row itself)."""
     return VARIANTS[row][0] if row in VARIANTS else row
@@ -719,6 +760,8 @@ class Bench:
             if error:
                 e["rc"], e["error"] = "restore differs", error
                 self.failures.append(f"{tool} / spamassassin: restore differs from the source: {error} (log: {r['log']})")
+            else:
+                log(f"{'spamassassin':16} {tool:14} restore identical to the source")
             shutil.rmtree(target, ignore_errors=True)
 
     # ---------------------------------------------------------------- report
@@ -1045,6 +1088,7 @@ def run_preset(args, preset, work, first):
     if b.work.exists():
         shutil.rmtree(b.work)
     b.work.mkdir(parents=True)
+    self_test(b.work)
     (b.work / "password").write_text(PASSWORD + "\n")
     if first is None:
         b.build()
