@@ -9,7 +9,8 @@ markdown report with a table per scenario, the mailvault/peer ratios and the iss
 
     bench/run.sh                       # preset small (10k messages, ~0.45 GB)
     bench/run.sh --preset large        # 100k messages, ~4 GB
-    bench/run.sh --smoke               # CI: preset tiny, checks that everything runs
+    bench/run.sh --smoke               # CI: preset tiny, one round, checks that everything runs
+                                       # and that every tool's restore is identical to the source
     bench/run.sh --help
 
 Every scenario runs --repeat times (default 3), the tools in a rotated order each round, and
@@ -1034,7 +1035,7 @@ def parse_args(argv):
     p.add_argument("--repeat", type=int, help="runs of every timed command, the tools in a rotated order each round; the tables give medians (default 3, 1 with --smoke)")
     p.add_argument("--timeout", type=float, default=0, help="kill a command after this many seconds (default: no limit)")
     p.add_argument("--keep", action="store_true", help="keep the work directory (corpus, repositories, logs)")
-    p.add_argument("--smoke", action="store_true", help="CI mode: tiny preset, SpamAssassin sample, checks that everything runs")
+    p.add_argument("--smoke", action="store_true", help="CI mode: tiny preset, SpamAssassin sample, one round; checks that everything runs and that every restore is identical to the source")
     a = p.parse_args(argv)
     if not a.profile:
         a.profile = "dev" if a.smoke else "release"
