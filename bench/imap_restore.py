@@ -2,7 +2,9 @@
 """IMAP restore benchmark: `mailvault restore --target imap://` against mbsync (Debian
 `isync`) pushing the same Maildirs, and against the server's own ceiling (`imap-ceiling`:
 pre-read messages, MULTIAPPEND + LITERAL+, 4 connections), each into a fresh local
-Dovecot (mail_fsync = never), side by side in one run.
+Dovecot (mail_fsync = never), side by side in one run: --repeat rounds (default 3), every
+tool once per round, the order rotated from round to round, medians reported. A run after
+which the server does not hold exactly the store's messages fails the benchmark (exit 1).
 
     bench/imap_restore.py [--preset medium|small|...] [--smoke] [--work DIR] [--out bench/IMAP.md]
                           [--repeat N] [--dovecot-dir /dev/shm] [--accounts N] [--connections N]
@@ -21,6 +23,7 @@ import re
 import shutil
 import signal
 import socket
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -304,7 +307,9 @@ def main():
     ap.add_argument("--work", default=None)
     ap.add_argument("--dovecot-dir", default=None, help="parent of the Dovecot mail dirs (default: the system temp dir; /dev/shm for tmpfs)")
     ap.add_argument("--out", default=None, help="write the figures here (default bench/IMAP.md, not for --smoke)")
-    ap.add_argument("--repeat", type=int, default=1, help="ceiling and mailvault runs, alternately (the figures are medians)")
+    ap.add_argument("--repeat", type=int, default=None,
+                    help="rounds of runs (default 3, 1 with --smoke): each round runs the ceiling, mailvault and mbsync "
+                         "(1 and 4 accounts at a time) once, in an order rotated from round to round; the figures are medians")
     ap.add_argument("--connections", type=int, default=None, help="mailvault --connections (at most per account; default: mailvault's)")
     ap.add_argument("--accounts", type=int, default=None, help="mailvault --accounts (in parallel; default: mailvault's)")
     ap.add_argument("--split-cores", action="store_true",
@@ -312,6 +317,10 @@ def main():
     ap.add_argument("--bin-dir", default=None, help="where mailvault, mailvault-corpus and imap-ceiling are (default $CARGO_TARGET_DIR/release or target/release)")
     ap.add_argument("--no-mbsync", action="store_true", help="skip the mbsync runs (day-to-day work on the ceiling ratio)")
     a = ap.parse_args()
+    if a.repeat is None:
+        a.repeat = 1 if a.smoke else 3
+    if a.repeat < 1:
+        ap.error("--repeat must be at least 1")
     preset = "tiny" if a.smoke else a.preset
     repo_root = Path(__file__).resolve().parent.parent
     bins = Path(a.bin_dir) if a.bin_dir else Path(os.environ.get("CARGO_TARGET_DIR", repo_root / "target")) / "release"
@@ -362,11 +371,16 @@ def main():
             m = re.search(r"appended (\d+) messages .* in ([\d.]+) s: (\d+) msgs/s", p.stdout)
             if not m:
                 raise SystemExit(f"imap-ceiling said:\n{p.stdout}\n{p.stderr}")
+            got = dov.count()
+            if got != n_msgs:
+                failures.append(f"imap-ceiling put {got} of {n_msgs} messages on the server")
             row("imap-ceiling (4 conns, pre-read, load only)", float(m.group(2)), int(m.group(1)),
                 f"[server CPU {dov.cpu():.2f} s, provisioning and load; steal {p.steal:.2f} s over the whole command]")
             return float(m.group(3))
         finally:
             dov.stop()
+
+    failures = []
 
     def mailvault_run():
         # The whole command by the wall clock.
@@ -376,7 +390,9 @@ def main():
             p, secs = timed(client + [str(mv), "restore", "latest", "--target", dov.url(), "--imap-master-user", MASTER,
                              "--imap-password-file", str(work / "imap-pass"), "--json", "-q"] + flags, env=env)
             rep = json.loads(p.stdout)
-            assert dov.count() == n_msgs, (dov.count(), n_msgs)
+            got = dov.count()
+            if got != n_msgs:
+                failures.append(f"mailvault put {got} of {n_msgs} messages on the server")
             phases = ", ".join(f"{ph['name']} {ph['items']} in {ph['secs']:.2f} s" for ph in rep["phases"])
             row(f"mailvault restore ({' '.join(flags) or 'default flags'})", secs, rep["items_appended"],
                 f"[{phases}; failed {rep['items_failed']}; client CPU {p.cpu:.2f} s; server CPU {dov.cpu():.2f} s; steal {p.steal:.2f} s]")
@@ -384,35 +400,41 @@ def main():
         finally:
             dov.stop()
 
-    # 1. and 2.: the server's ceiling and mailvault, alternately (--repeat times): the
-    # machine is shared, so each ratio is taken between neighbouring runs.
-    ratios, mv_rates = [], []
-    for _ in range(a.repeat):
-        ceil_rate = ceiling_run()
-        mv_rate = mailvault_run()
-        ratios.append(mv_rate / ceil_rate)
-        mv_rates.append(mv_rate)
-    ratios.sort()
-    mv_rates.sort()
-    ratio_ceiling = ratios[len(ratios) // 2]
-    mv_rate = mv_rates[len(mv_rates) // 2]
-
-    # 3. mbsync, one account at a time and 4 in parallel.
-    best_mbsync = 0.0
-    for par in () if a.no_mbsync else (1, 4):
+    def mbsync_run(par):
+        # One account at a time, or `par` in parallel; the whole run by the wall clock.
         dov = Dovecot(a.dovecot_dir, server_cpus)
         try:
             secs = run_mbsync(work, src, par, dov, client)
             got = dov.count()
             if got != n_msgs:
-                log(f"mbsync put {got} of {n_msgs} messages on the server")
-            row(f"mbsync ({par} account{'s' if par > 1 else ''} at a time)", secs, got,
-                f"[server CPU {dov.cpu():.2f} s]")
-            best_mbsync = max(best_mbsync, got / secs)
+                failures.append(f"mbsync ({par} at a time) put {got} of {n_msgs} messages on the server")
+            row(f"mbsync ({par} account{'s' if par > 1 else ''} at a time)", secs, got, f"[server CPU {dov.cpu():.2f} s]")
+            return got / secs
         finally:
             dov.stop()
 
+    # The server's ceiling, mailvault and mbsync, --repeat rounds, each round in an order
+    # rotated by one from the last (no tool always first on a fresh machine state, or always
+    # right after the same neighbour): the machine is shared, so the figures are medians, and
+    # the ceiling ratio is taken between runs of the same round.
+    jobs = [("ceiling", ceiling_run), ("mailvault", mailvault_run)]
+    if not a.no_mbsync:
+        jobs += [("mbsync-1", lambda: mbsync_run(1)), ("mbsync-4", lambda: mbsync_run(4))]
+    rates = {name: [] for name, _ in jobs}
+    ratios = []
+    for i in range(a.repeat):
+        k = i % len(jobs)
+        got = {}
+        for name, fn in jobs[k:] + jobs[:k]:
+            got[name] = fn()
+            rates[name].append(got[name])
+        ratios.append(got["mailvault"] / got["ceiling"])
+    med = {name: statistics.median(r) for name, r in rates.items()}
+    ratio_ceiling = statistics.median(ratios)
+    mv_rate = med["mailvault"]
+    best_mbsync = max((med[n] for n in ("mbsync-1", "mbsync-4") if n in med), default=0.0)
     ratio_mbsync = mv_rate / best_mbsync if best_mbsync else 0
+
     cmd = " ".join(["bench/imap_restore.py"] + sys.argv[1:])
     split = "; Dovecot on core 0, clients on core 1" if a.split_cores else ""
     lines = [
@@ -424,12 +446,23 @@ def main():
     ]
     for tool, secs, count, rate, extra in rows:
         lines.append(f"| {tool} | {secs:.2f} | {count} | {rate:.0f} | {extra} |")
+    names = {"ceiling": "imap-ceiling", "mailvault": "mailvault restore", "mbsync-1": "mbsync (1 account at a time)",
+             "mbsync-4": "mbsync (4 accounts at a time)"}
+    lines += ["", f"Medians of {a.repeat} run{'s' if a.repeat > 1 else ''} each (rounds in rotated order): "
+              + "; ".join(f"{names[n]} {med[n]:.0f} msgs/s" for n in rates) + "."]
     lines += ["", f"mailvault / ceiling: **{ratio_ceiling:.2f}** (target >= 0.85; median of the runs side by side: "
               f"{', '.join(f'{r:.2f}' for r in ratios)}); "
               + (f"mailvault (median {mv_rate:.0f} msgs/s) / best mbsync: **{ratio_mbsync:.2f}x** (target >= 2x)"
                if best_mbsync else f"mailvault median {mv_rate:.0f} msgs/s (mbsync not run)"), ""]
     text = "\n".join(lines)
     print(text)
+    if failures:
+        # A run that lost or added messages makes every figure above meaningless: not kept.
+        for f in failures:
+            log(f"FAILED: {f}")
+        if not a.work:
+            shutil.rmtree(work, ignore_errors=True)
+        sys.exit(1)
     if not a.smoke:
         out = Path(a.out) if a.out else repo_root / "bench" / "IMAP.md"
         head = "# IMAP restore benchmark\n\n" if not out.exists() else ""
