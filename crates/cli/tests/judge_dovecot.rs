@@ -125,6 +125,9 @@ impl Source {
             .iter()
             .map(|(a, _)| record(&l, a).unwrap_or_else(|e| panic!("recording the source: {e}")))
             .collect::<Vec<_>>();
+        for s in &states {
+            eprintln!("source {}", s.summary());
+        }
         // What the judge relies on: the store looks like a real server's.
         let mail = server.mail_root();
         assert!(

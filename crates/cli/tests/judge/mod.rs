@@ -291,6 +291,18 @@ impl State {
         }
     }
 
+    /// One line for the test's log: what the judge recorded.
+    pub fn summary(&self) -> String {
+        format!(
+            "{}: {} folders, {} messages ({} with $Forwarded), subscriptions {:?}",
+            self.account,
+            self.folders.len(),
+            self.messages(),
+            self.with_keyword("$Forwarded"),
+            self.subscriptions
+        )
+    }
+
     /// Whether the server refused something while recording.
     pub fn has_errors(&self) -> bool {
         !self.errors.is_empty() || self.folders.values().any(|f| f.error.is_some())
