@@ -104,7 +104,13 @@ pub fn special_use_for(folder: &str) -> Option<SpecialUse> {
 /// name, so that keys differ between folders even where every folder has the same
 /// UIDVALIDITY, as on Cyrus). The key never changes while the message exists on the
 /// server, so flag changes only rewrite the name.
-pub fn synth_key(folder: &str, internal_date: i64, uid: u32, uidvalidity: u32, size: u64) -> String {
+pub fn synth_key(
+    folder: &str,
+    internal_date: i64,
+    uid: u32,
+    uidvalidity: u32,
+    size: u64,
+) -> String {
     let f = &blake3::hash(folder.as_bytes()).to_hex()[..8];
     format!("{internal_date}.M{uid}P{uidvalidity}V{f}.{KEY_HOST},S={size}")
 }
@@ -306,9 +312,8 @@ mod tests {
 
     #[test]
     fn fingerprints_tolerate_a_dropped_final_cr() {
-        let sizes = |d: &[u8]| -> Vec<u64> {
-            Fingerprint::candidates(d, 1).map(|f| f.size).collect()
-        };
+        let sizes =
+            |d: &[u8]| -> Vec<u64> { Fingerprint::candidates(d, 1).map(|f| f.size).collect() };
         assert_eq!(sizes(b"Subject: x\r\n\r\nbody\r\n"), [20]);
         assert_eq!(sizes(b"Subject: x\r\n\r\nbody\r"), [19, 18]);
         assert_eq!(sizes(b"a\r\r"), [3, 2, 1]);

@@ -411,7 +411,10 @@ pub fn restore(
         match reason {
             Some(why) if left > 0 => ctx.fail(
                 format!("account {}", acc.name),
-                format!("{why}; {left} of its {} messages not restored", plan.messages()),
+                format!(
+                    "{why}; {left} of its {} messages not restored",
+                    plan.messages()
+                ),
             ),
             Some(why) => ctx.fail(format!("account {}", acc.name), why),
             None if left > 0 => ctx.fail(
@@ -438,7 +441,9 @@ pub fn restore(
     if set > 0 {
         note.push_str(&format!("; special use set on {set} folders"));
     }
-    let incapable = provisioned.iter().any(|p| !p.special_capable && p.special_wanted > 0);
+    let incapable = provisioned
+        .iter()
+        .any(|p| !p.special_capable && p.special_wanted > 0);
     if wanted > set && incapable {
         note.push_str(&format!(
             "; special use: the server cannot set it on CREATE (no CREATE-SPECIAL-USE) for {} folders; it keeps its own configuration",
@@ -460,7 +465,8 @@ pub fn restore(
             secs: *lock(s),
         })
         .collect();
-    let total_of = |f: fn(&Counts) -> &AtomicU64| counts.iter().map(|n| f(n).load(Relaxed)).sum::<u64>();
+    let total_of =
+        |f: fn(&Counts) -> &AtomicU64| counts.iter().map(|n| f(n).load(Relaxed)).sum::<u64>();
     let appended = total_of(|n| &n.appended);
     let journaled = total_of(|n| &n.journaled);
     let existing = total_of(|n| &n.existing);
@@ -620,6 +626,19 @@ fn provision(ctx: &Ctx, plan: &AccountPlan) -> Result<(Session, Provisioned)> {
         }
         match s.subscribe(name) {
             Ok(()) => p.subscribed += 1,
+            // A subscription to a folder that no longer exists: Dovecot refuses to
+            // SUBSCRIBE to a missing folder but keeps the subscription when a folder is
+            // deleted, which is how it came about.
+            Err(e) if !existing.contains(name) && !selected.contains(name.as_str()) => {
+                let dangling = s.create(name, None).and_then(|_| {
+                    s.subscribe(name)?;
+                    s.delete(name)
+                });
+                match dangling {
+                    Ok(()) => p.subscribed += 1,
+                    Err(_) => ctx.fail(format!("{}: subscription {name:?}", acc.name), e),
+                }
+            }
             Err(e) => ctx.fail(format!("{}: subscription {name:?}", acc.name), e),
         }
     }
@@ -710,7 +729,10 @@ impl Abort {
 /// Dovecot store), else the UID in the synthesized keys of an IMAP backup, else internal
 /// date (mtime) and name; messages a `dovecot-uidlist` lacks (delivered since Dovecot
 /// last looked) come after those it has, by date and name.
-fn arrival_order(uidlist: Option<&HashMap<Vec<u8>, u32>>, e: &MessageEntry) -> (u8, i64, u32, Vec<u8>) {
+fn arrival_order(
+    uidlist: Option<&HashMap<Vec<u8>, u32>>,
+    e: &MessageEntry,
+) -> (u8, i64, u32, Vec<u8>) {
     if let Some(uid) = uidlist.and_then(|l| l.get(&e.key)) {
         return (0, i64::from(*uid), 0, Vec::new());
     }
@@ -742,8 +764,8 @@ fn restore_account(
         let keywords = folder_file(ctx.repo, node, b"dovecot-keywords")
             .map(|d| KeywordTable::parse(&String::from_utf8_lossy(&d)))
             .unwrap_or_default();
-        let uidlist = folder_file(ctx.repo, node, b"dovecot-uidlist")
-            .map(|d| names::parse_uidlist(&d));
+        let uidlist =
+            folder_file(ctx.repo, node, b"dovecot-uidlist").map(|d| names::parse_uidlist(&d));
         plans.push(FolderPlan {
             name: name.clone(),
             keywords,
@@ -766,7 +788,10 @@ fn restore_account(
         }
         if unread {
             // The messages of unreadable chunks are counted by the account's tally.
-            tracing::warn!("{}: {name}: part of the folder's list is unreadable", acc.name);
+            tracing::warn!(
+                "{}: {name}: part of the folder's list is unreadable",
+                acc.name
+            );
         }
         // A message the journal says was accepted counts only if the server still has
         // it: deleted since, it is restored again; without a UID to look for (no
@@ -849,8 +874,7 @@ fn restore_account(
         .min(jobs.len())
         .min(to_send.div_ceil(MESSAGES_PER_CONNECTION))
         .max(1);
-    let queue: Mutex<VecDeque<Vec<Batch>>> =
-        Mutex::new(jobs.into_iter().map(|(_, b)| b).collect());
+    let queue: Mutex<VecDeque<Vec<Batch>>> = Mutex::new(jobs.into_iter().map(|(_, b)| b).collect());
     tracing::debug!("{}: {to_send} messages over {conns} connections", acc.name);
     let abort = Abort::default();
     let creds = credentials(ctx, &acc.name)?;
@@ -876,8 +900,15 @@ fn restore_account(
                         if let Err(back) = tx.send(prepare(ctx, n, acc, batch, buf)) {
                             // The connection's thread is gone: its batch is not sent.
                             let p = back.0;
-                            let refs: Vec<&MessageEntry> = p.msgs.iter().map(|r| &r.entry).collect();
-                            ctx.fail_messages(n, acc, &p.folder.name, &refs, "not restored: the connection ended");
+                            let refs: Vec<&MessageEntry> =
+                                p.msgs.iter().map(|r| &r.entry).collect();
+                            ctx.fail_messages(
+                                n,
+                                acc,
+                                &p.folder.name,
+                                &refs,
+                                "not restored: the connection ended",
+                            );
                         }
                     }
                 }
@@ -951,7 +982,13 @@ fn uids_on_server(s: &mut Session, folder: &str) -> Result<Option<(u32, HashSet<
 /// Reads, checks and converts a batch into `buf` (a buffer of an earlier batch, reused),
 /// in pack order (packs front to back), while the messages keep the folder's order.
 /// Messages that cannot be read are reported here and left out.
-fn prepare<'p>(ctx: &Ctx, n: &Counts, acc: &str, batch: Batch<'p>, mut buf: Vec<u8>) -> Prepared<'p> {
+fn prepare<'p>(
+    ctx: &Ctx,
+    n: &Counts,
+    acc: &str,
+    batch: Batch<'p>,
+    mut buf: Vec<u8>,
+) -> Prepared<'p> {
     let folder = batch.folder;
     buf.clear();
     let index = ctx.repo.index();
