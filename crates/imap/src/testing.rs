@@ -7,7 +7,13 @@
 //! `openssl` command exists), accepts any user with one password, has a
 //! master user (`admin`, usable as `user*admin` or through SASL PLAIN with an
 //! authorization identity), writes `ROOT/mail/<domain>/<user>/Maildir`, and
-//! stops when dropped.
+//! stops when dropped. Options run the mail processes as a given system user
+//! ([`DovecotOptions::mail_user`], as a real installation does with `vmail`),
+//! or serve an existing mail root ([`DovecotOptions::mail_root`], e.g. a
+//! restore's target); [`DovecotServer::deliver`] delivers through the LDA
+//! (`dovecot-lda`), which leaves the message in `new/`.
+//!
+//! [`cyrus`] is the same for Cyrus IMAP.
 //!
 //! Tests that need it should call [`DovecotServer::start_or_skip`]: it fails
 //! when Dovecot is missing (so CI cannot pass by accident) unless
@@ -34,6 +40,8 @@ use std::time::{Duration, Instant};
 use crate::client::options::{ClientOptions, Credentials, Target, TlsOptions};
 use crate::client::session::Client;
 
+pub mod cyrus;
+
 /// Password of every user.
 pub const USER_PASSWORD: &str = "secret";
 /// The master user.
@@ -50,8 +58,14 @@ pub enum HarnessError {
         /// Where it was looked for.
         searched: String,
     },
+    /// No Cyrus IMAP.
+    #[error("Cyrus IMAP not found (looked in {searched}); run scripts/setup.sh (it unpacks Debian's cyrus-imapd into /opt/mailvault-cyrus), point MAILVAULT_CYRUS_DIR at such a directory, or set MAILVAULT_SKIP_CYRUS=1 to skip these tests")]
+    CyrusNotInstalled {
+        /// Where it was looked for.
+        searched: String,
+    },
     /// A file or process operation failed.
-    #[error("test Dovecot: {what}: {source}")]
+    #[error("test mail server: {what}: {source}")]
     Io {
         /// What was being done.
         what: String,
@@ -60,7 +74,7 @@ pub enum HarnessError {
         source: std::io::Error,
     },
     /// Dovecot did not come up.
-    #[error("test Dovecot did not start: {detail}\n--- log ---\n{log}")]
+    #[error("test mail server did not start: {detail}\n--- log ---\n{log}")]
     Start {
         /// What happened.
         detail: String,
@@ -70,6 +84,18 @@ pub enum HarnessError {
     /// A client could not be built for it.
     #[error("test Dovecot client: {0}")]
     Client(#[from] crate::Error),
+    /// The LDA refused a message.
+    #[error("dovecot-lda for {account} (folder {folder}) failed with {status}: {output}")]
+    Deliver {
+        /// The recipient.
+        account: String,
+        /// The folder asked for (`INBOX` when none).
+        folder: String,
+        /// Its exit status.
+        status: std::process::ExitStatus,
+        /// What it printed.
+        output: String,
+    },
 }
 
 fn io_err(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> HarnessError {
@@ -91,12 +117,21 @@ pub struct DovecotOptions {
     /// Where to create the server's temporary directory (default: the
     /// system temp dir). `/dev/shm` takes the file system out of a benchmark.
     pub temp_parent: Option<PathBuf>,
+    /// When the harness runs as root: run the mail processes (and the LDA)
+    /// as this system user (uid and gid from /etc/passwd) instead of
+    /// `nobody`; a new mail root is made theirs. Dovecot then creates every
+    /// folder 0700, as on a real server. Ignored when not root.
+    pub mail_user: Option<String>,
+    /// Serve this existing directory (`<domain>/<user>/Maildir` below it)
+    /// instead of a new, empty mail root; it is used as it is (no chown).
+    pub mail_root: Option<PathBuf>,
 }
 
 /// A running Dovecot; stopped and deleted on drop.
 #[derive(Debug)]
 pub struct DovecotServer {
     dir: tempfile::TempDir,
+    mail_root: PathBuf,
     child: Option<Child>,
     port: u16,
     tls_port: Option<u16>,
@@ -131,6 +166,24 @@ pub fn dovecot_binary() -> Result<PathBuf, HarnessError> {
             .collect::<Vec<_>>()
             .join(":"),
     })
+}
+
+/// Finds Dovecot's LDA, `dovecot-lda`.
+fn lda_binary() -> Result<PathBuf, HarnessError> {
+    if let Some(p) = std::env::var_os("MAILVAULT_DOVECOT_LDA") {
+        return Ok(PathBuf::from(p));
+    }
+    let dirs = [
+        "/usr/lib/dovecot",
+        "/usr/libexec/dovecot",
+        "/usr/local/libexec/dovecot",
+    ];
+    dirs.iter()
+        .map(|d| Path::new(d).join("dovecot-lda"))
+        .find(|p| p.is_file())
+        .ok_or_else(|| HarnessError::NotInstalled {
+            searched: format!("dovecot-lda in {}", dirs.join(":")),
+        })
 }
 
 fn skip_requested() -> bool {
@@ -218,19 +271,39 @@ impl DovecotServer {
         // Dovecot's mail processes run unprivileged and must reach the mail root.
         fs::set_permissions(&root, fs::Permissions::from_mode(0o755))
             .map_err(io_err("chmod temp dir"))?;
-        let mail = root.join("mail");
-        for d in ["run", "state", "mail"] {
+        for d in ["run", "state"] {
             fs::create_dir(root.join(d)).map_err(io_err(format!("create {d}")))?;
         }
+        let mail = match &opts.mail_root {
+            Some(m) => m.clone(),
+            None => {
+                let m = root.join("mail");
+                fs::create_dir(&m).map_err(io_err("create mail"))?;
+                m
+            }
+        };
         let euid = fs::metadata("/proc/self")
             .map(|m| m.uid())
             .map_err(io_err("find own uid"))?;
         let is_root = euid == 0;
         let (mail_uid, mail_gid, internal_user, login_user) = if is_root {
-            let (uid, gid, _) =
-                passwd_entry(Some("nobody"), None).unwrap_or((65534, 65534, "nobody".into()));
-            std::os::unix::fs::chown(&mail, Some(uid), Some(gid))
-                .map_err(io_err("chown mail root"))?;
+            let (uid, gid, _) = match &opts.mail_user {
+                Some(user) => {
+                    passwd_entry(Some(user), None).ok_or_else(|| HarnessError::Start {
+                        detail: format!(
+                        "mail user {user:?} has no /etc/passwd entry (scripts/setup.sh creates it)"
+                    ),
+                        log: String::new(),
+                    })?
+                }
+                None => {
+                    passwd_entry(Some("nobody"), None).unwrap_or((65534, 65534, "nobody".into()))
+                }
+            };
+            if opts.mail_root.is_none() {
+                std::os::unix::fs::chown(&mail, Some(uid), Some(gid))
+                    .map_err(io_err("chown mail root"))?;
+            }
             let internal = if passwd_entry(Some("dovecot"), None).is_some() {
                 "dovecot"
             } else {
@@ -263,6 +336,7 @@ impl DovecotServer {
         .map_err(io_err("write master-users"))?;
 
         let r = root.display();
+        let m = mail.display();
         let mut conf = String::new();
         let instance = format!("mvtest-{port}");
         let _ = write!(
@@ -278,7 +352,7 @@ impl DovecotServer {
              disable_plaintext_auth = no\n\
              auth_mechanisms = plain login\n\
              auth_master_user_separator = *\n\
-             mail_location = maildir:{r}/mail/%d/%n/Maildir\n\
+             mail_location = maildir:{m}/%d/%n/Maildir\n\
              mail_uid = {mail_uid}\n\
              mail_gid = {mail_gid}\n\
              first_valid_uid = 1\n\
@@ -319,7 +393,7 @@ impl DovecotServer {
             conf,
             "passdb {{\n  driver = passwd-file\n  args = {r}/master-users\n  master = yes\n  pass = yes\n}}\n\
              passdb {{\n  driver = static\n  args = password={USER_PASSWORD}\n}}\n\
-             userdb {{\n  driver = static\n  args = uid={mail_uid} gid={mail_gid} home={r}/mail/%d/%n\n}}\n\
+             userdb {{\n  driver = static\n  args = uid={mail_uid} gid={mail_gid} home={m}/%d/%n\n}}\n\
              namespace inbox {{\n  inbox = yes\n  separator = /\n\
              \x20 mailbox Drafts {{\n    special_use = \\Drafts\n  }}\n\
              \x20 mailbox Sent {{\n    special_use = \\Sent\n  }}\n\
@@ -371,6 +445,7 @@ impl DovecotServer {
             .map_err(io_err(format!("run {}", bin.display())))?;
         let mut server = DovecotServer {
             dir,
+            mail_root: mail,
             child: Some(child),
             port,
             tls_port,
@@ -449,7 +524,52 @@ impl DovecotServer {
 
     /// Where Dovecot keeps mail: `mail_root()/<domain>/<user>/Maildir`.
     pub fn mail_root(&self) -> PathBuf {
-        self.dir.path().join("mail")
+        self.mail_root.clone()
+    }
+
+    /// Delivers `message` to `account` (into `folder`, default INBOX) through
+    /// Dovecot's LDA, as an MTA would: the message lands in `new/`.
+    /// `MAILVAULT_DOVECOT_LDA` may name the binary.
+    pub fn deliver(
+        &self,
+        account: &str,
+        folder: Option<&str>,
+        message: &[u8],
+    ) -> Result<(), HarnessError> {
+        use std::io::Write as _;
+        let lda = lda_binary()?;
+        let mut cmd = Command::new(&lda);
+        cmd.arg("-c")
+            .arg(self.dir.path().join("dovecot.conf"))
+            .args(["-d", account, "-f", "sender@example.net"]);
+        if let Some(f) = folder {
+            cmd.args(["-m", f]);
+        }
+        let mut child = cmd
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .map_err(io_err(format!("run {}", lda.display())))?;
+        if let Some(mut stdin) = child.stdin.take() {
+            stdin
+                .write_all(message)
+                .map_err(io_err("write to dovecot-lda"))?;
+        }
+        let out = child
+            .wait_with_output()
+            .map_err(io_err("wait for dovecot-lda"))?;
+        if out.status.success() {
+            return Ok(());
+        }
+        let mut output = String::from_utf8_lossy(&out.stdout).into_owned();
+        output.push_str(&String::from_utf8_lossy(&out.stderr));
+        Err(HarnessError::Deliver {
+            account: account.into(),
+            folder: folder.unwrap_or("INBOX").into(),
+            status: out.status,
+            output,
+        })
     }
 
     /// The Maildir of `user@domain` (or of a user without domain).
@@ -541,34 +661,38 @@ impl DovecotServer {
 
     /// Stops the server now (also done on drop).
     pub fn stop(&mut self) {
-        let Some(mut child) = self.child.take() else {
-            return;
-        };
-        // SIGTERM to the whole group (the master stops cleanly, logging
-        // out clients), then SIGKILL to whatever is left of the group.
-        let group = format!("-{}", child.id());
-        let signal = |sig: &str| {
-            let _ = Command::new("kill")
-                .args([sig, "--", &group])
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .status();
-        };
-        signal("-TERM");
-        let deadline = Instant::now() + Duration::from_secs(10);
-        let mut exited = false;
-        while Instant::now() < deadline {
-            if let Ok(Some(_)) = child.try_wait() {
-                exited = true;
-                break;
-            }
-            sleep(Duration::from_millis(20));
+        if let Some(child) = self.child.take() {
+            stop_group(child);
         }
-        signal("-KILL");
-        if !exited {
-            let _ = child.kill();
-            let _ = child.wait();
+    }
+}
+
+/// Stops a server started in its own process group: SIGTERM to the whole
+/// group (the master stops cleanly, logging out clients), then SIGKILL to
+/// whatever is left of it.
+fn stop_group(mut child: Child) {
+    let group = format!("-{}", child.id());
+    let signal = |sig: &str| {
+        let _ = Command::new("kill")
+            .args([sig, "--", &group])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status();
+    };
+    signal("-TERM");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let mut exited = false;
+    while Instant::now() < deadline {
+        if let Ok(Some(_)) = child.try_wait() {
+            exited = true;
+            break;
         }
+        sleep(Duration::from_millis(20));
+    }
+    signal("-KILL");
+    if !exited {
+        let _ = child.kill();
+        let _ = child.wait();
     }
 }
 

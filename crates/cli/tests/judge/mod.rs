@@ -1,0 +1,670 @@
+//! What the judge tests (judge_dovecot.rs, judge_cyrus.rs) share: the messages they feed
+//! the servers, the independent IMAP client that populates an account and records its
+//! state (imap_judge.py, Python's imaplib: the judge is not our own code), the comparison
+//! of two recorded states, and of owners and modes of two mail trees, with failure lines
+//! that name the account, folder, message and field, before and after.
+#![allow(dead_code, clippy::unwrap_used)]
+
+use serde_json::Value;
+use std::collections::{BTreeMap, BTreeSet, HashSet};
+use std::fmt::Write as _;
+use std::fs;
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+/// The `mailvault` binary with its own repository, password and cache.
+pub struct Env {
+    pub dir: tempfile::TempDir,
+}
+
+impl Env {
+    pub fn new() -> Env {
+        let e = Env {
+            dir: tempfile::tempdir().unwrap(),
+        };
+        fs::write(e.path("pass"), "s3cret\n").unwrap();
+        e
+    }
+    pub fn path(&self, p: &str) -> PathBuf {
+        self.dir.path().join(p)
+    }
+    pub fn cmd(&self, args: &[&str]) -> Command {
+        let mut c = Command::new(env!("CARGO_BIN_EXE_mailvault"));
+        c.env("MAILVAULT_REPOSITORY", self.path("repo"))
+            .env("MAILVAULT_PASSWORD_FILE", self.path("pass"))
+            .env("XDG_CACHE_HOME", self.path("cache"))
+            .env_remove("MAILVAULT_PASSWORD")
+            .args(args);
+        c
+    }
+    /// Runs `mailvault ARGS`; its exit code, stdout and stderr.
+    pub fn run(&self, args: &[&str]) -> (Option<i32>, String, String) {
+        let o = self.cmd(args).output().unwrap();
+        (
+            o.status.code(),
+            String::from_utf8_lossy(&o.stdout).into_owned(),
+            String::from_utf8_lossy(&o.stderr).into_owned(),
+        )
+    }
+    /// Runs `mailvault ARGS` and fails the test unless it exits 0.
+    pub fn ok(&self, args: &[&str]) -> String {
+        let (code, out, err) = self.run(args);
+        assert_eq!(code, Some(0), "mailvault {args:?}\n{out}\n{err}");
+        out
+    }
+    /// Whether `mailvault SUBCOMMAND --help` lists `flag` (options other helpers add).
+    pub fn has_flag(&self, subcommand: &str, flag: &str) -> bool {
+        let (_, out, _) = self.run(&[subcommand, "--help"]);
+        out.contains(flag)
+    }
+}
+
+/// Running as root: the judges then run the servers as a dedicated mail user and back
+/// up and restore as root, as an administrator does.
+pub fn is_root() -> bool {
+    fs::metadata("/proc/self").unwrap().uid() == 0
+}
+
+/// A directory of distinct, non-empty messages (`0001.eml`…): `n` from the corpus
+/// generator, plus up to `real` real ones from the SpamAssassin corpus when it is on this
+/// machine (`MAILVAULT_JUDGE_REAL_MAIL` may name another directory of message files).
+pub fn messages(n: usize, real: usize) -> tempfile::TempDir {
+    let gen = tempfile::tempdir().unwrap();
+    let spec = mailvault_corpus::CorpusSpec {
+        messages: n * 2,
+        accounts: 2,
+        domains: 1,
+        ..mailvault_corpus::CorpusSpec::preset("tiny").unwrap()
+    };
+    mailvault_corpus::generate(&spec, gen.path()).unwrap();
+    let mut files = Vec::new();
+    walk_files(gen.path(), &mut files);
+    files.sort();
+    let mut seen = HashSet::new();
+    let mut bodies: Vec<Vec<u8>> = Vec::new();
+    for f in files {
+        let data = fs::read(&f).unwrap();
+        if bodies.len() < n && !data.is_empty() && seen.insert(data.clone()) {
+            bodies.push(data);
+        }
+    }
+    let real_dir = std::env::var_os("MAILVAULT_JUDGE_REAL_MAIL")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from("/work/shared/corpora/spamassassin/easy-ham-1"));
+    if real > 0 && real_dir.is_dir() {
+        let mut files = Vec::new();
+        walk_files(&real_dir, &mut files);
+        files.sort();
+        let mut added = 0;
+        for f in files {
+            let data = fs::read(&f).unwrap();
+            if added < real && !data.is_empty() && seen.insert(data.clone()) {
+                bodies.push(data);
+                added += 1;
+            }
+        }
+    }
+    let out = tempfile::tempdir().unwrap();
+    for (i, b) in bodies.iter().enumerate() {
+        fs::write(out.path().join(format!("{i:04}.eml")), b).unwrap();
+    }
+    out
+}
+
+fn walk_files(dir: &Path, out: &mut Vec<PathBuf>) {
+    for e in fs::read_dir(dir).unwrap() {
+        let p = e.unwrap().path();
+        if p.is_dir() {
+            walk_files(&p, out);
+        } else if p.is_file() {
+            out.push(p);
+        }
+    }
+}
+
+/// How the judge reaches an account: port, account, and the admin (Dovecot's master
+/// user, Cyrus' proxy admin) with its password.
+#[derive(Clone, Debug)]
+pub struct Login {
+    pub port: u16,
+    pub admin: String,
+    pub password: String,
+}
+
+fn script() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/judge/imap_judge.py")
+}
+
+fn python(args: &[&str]) -> Result<String, String> {
+    let py = std::env::var("MAILVAULT_PYTHON").unwrap_or_else(|_| "python3".into());
+    let o = Command::new(&py)
+        .arg(script())
+        .args(args)
+        .output()
+        .map_err(|e| format!("cannot run {py} (scripts/setup.sh installs python3): {e}"))?;
+    if o.status.success() {
+        Ok(String::from_utf8_lossy(&o.stdout).into_owned())
+    } else {
+        Err(format!(
+            "imap_judge.py {} failed ({}): {}{}",
+            args.first().unwrap_or(&""),
+            o.status,
+            String::from_utf8_lossy(&o.stderr),
+            String::from_utf8_lossy(&o.stdout)
+        ))
+    }
+}
+
+fn login_args<'a>(l: &'a Login, port: &'a str, account: &'a str) -> Vec<&'a str> {
+    vec![
+        "--port",
+        port,
+        "--account",
+        account,
+        "--admin",
+        &l.admin,
+        "--password",
+        &l.password,
+    ]
+}
+
+/// Fills `account` through IMAP (see imap_judge.py): `rich` is the full plan (nested and
+/// non-ASCII folders, special use, subscriptions, copies, moves, expunges), else INBOX and
+/// Sent. `server` is `dovecot` or `cyrus` (special use is set on CREATE on Cyrus).
+pub fn populate(l: &Login, account: &str, messages: &Path, rich: bool, server: &str) {
+    let port = l.port.to_string();
+    let mut args = vec!["populate"];
+    args.extend(login_args(l, &port, account));
+    let m = messages.display().to_string();
+    args.extend([
+        "--messages",
+        &m,
+        "--plan",
+        if rich { "rich" } else { "plain" },
+        "--server",
+        server,
+    ]);
+    if let Err(e) = python(&args) {
+        panic!("populating {account}: {e}");
+    }
+}
+
+/// The account's state over IMAP, or why it could not be read.
+pub fn record(l: &Login, account: &str) -> Result<State, String> {
+    let port = l.port.to_string();
+    let mut args = vec!["record"];
+    args.extend(login_args(l, &port, account));
+    let out = python(&args)?;
+    let v: Value = serde_json::from_str(&out).map_err(|e| format!("{e}: {out}"))?;
+    Ok(State::from_json(&v))
+}
+
+/// One account as IMAP shows it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct State {
+    pub account: String,
+    pub folders: BTreeMap<String, Folder>,
+    pub subscriptions: BTreeSet<String>,
+    /// Commands the server refused while recording (LSUB; EXAMINE in `Folder::error`).
+    pub errors: Vec<String>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Folder {
+    pub special_use: Vec<String>,
+    pub uidvalidity: u64,
+    pub uidnext: u64,
+    /// In UID order.
+    pub messages: Vec<Message>,
+    /// Why the server would not open it (then nothing else is known).
+    pub error: Option<String>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Message {
+    pub uid: u64,
+    pub flags: Vec<String>,
+    pub keywords: Vec<String>,
+    pub internaldate: i64,
+    pub size: u64,
+    pub sha256: String,
+}
+
+impl Message {
+    fn describe(&self) -> String {
+        format!(
+            "UID {} (size {}, date {}, sha256 {})",
+            self.uid,
+            self.size,
+            self.internaldate,
+            &self.sha256[..12]
+        )
+    }
+}
+
+fn strings(v: &Value) -> Vec<String> {
+    v.as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s.as_str().unwrap().to_string())
+        .collect()
+}
+
+impl State {
+    fn from_json(v: &Value) -> State {
+        let folders = v["folders"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|f| {
+                let messages = f["messages"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .map(|m| Message {
+                        uid: m["uid"].as_u64().unwrap(),
+                        flags: strings(&m["flags"]),
+                        keywords: strings(&m["keywords"]),
+                        internaldate: m["internaldate"].as_i64().unwrap(),
+                        size: m["size"].as_u64().unwrap(),
+                        sha256: m["sha256"].as_str().unwrap().to_string(),
+                    })
+                    .collect();
+                (
+                    f["name"].as_str().unwrap().to_string(),
+                    Folder {
+                        special_use: strings(&f["special_use"]),
+                        uidvalidity: f["uidvalidity"].as_u64().unwrap(),
+                        uidnext: f["uidnext"].as_u64().unwrap(),
+                        messages,
+                        error: f["error"].as_str().map(str::to_string),
+                    },
+                )
+            })
+            .collect();
+        State {
+            account: v["account"].as_str().unwrap().to_string(),
+            folders,
+            subscriptions: strings(&v["subscriptions"]).into_iter().collect(),
+            errors: strings(&v["errors"]),
+        }
+    }
+
+    /// Whether the server refused something while recording.
+    pub fn has_errors(&self) -> bool {
+        !self.errors.is_empty() || self.folders.values().any(|f| f.error.is_some())
+    }
+
+    pub fn messages(&self) -> usize {
+        self.folders.values().map(|f| f.messages.len()).sum()
+    }
+
+    /// Messages that have `keyword`.
+    pub fn with_keyword(&self, keyword: &str) -> usize {
+        self.folders
+            .values()
+            .flat_map(|f| &f.messages)
+            .filter(|m| m.keywords.iter().any(|k| k == keyword))
+            .count()
+    }
+}
+
+/// What must survive.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Fidelity {
+    /// Everything, UIDVALIDITY, UIDNEXT and UIDs included.
+    Exact,
+    /// Everything but UIDVALIDITY, UIDNEXT and UIDs; the UID order of each folder must
+    /// be the original's (what clients show as the order of arrival).
+    SameOrder,
+    /// Everything but UIDVALIDITY, UIDNEXT, UIDs and their order.
+    AnyOrder,
+}
+
+const MAX_LINES_PER_KIND: usize = 4;
+
+/// Differences of `after` from `before` (empty: identical at this fidelity), one line
+/// each, naming account, folder, message and field with both values. Many alike are
+/// summarized.
+pub fn compare(before: &State, after: &State, fidelity: Fidelity) -> Vec<String> {
+    let acc = &before.account;
+    let mut out = Vec::new();
+    for e in &after.errors {
+        out.push(format!("{acc}: the server refused: {e}"));
+    }
+    let refused: Vec<_> = after
+        .folders
+        .iter()
+        .filter_map(|(name, f)| f.error.as_ref().map(|e| (name, e)))
+        .collect();
+    if let Some((name, e)) = refused.first() {
+        out.push(format!(
+            "{acc}: the server cannot open {} of {} folders, e.g. {name:?}: {e}",
+            refused.len(),
+            after.folders.len()
+        ));
+    }
+    let missing: Vec<_> = before
+        .subscriptions
+        .difference(&after.subscriptions)
+        .collect();
+    let extra: Vec<_> = after
+        .subscriptions
+        .difference(&before.subscriptions)
+        .collect();
+    if after.errors.is_empty() && (!missing.is_empty() || !extra.is_empty()) {
+        out.push(format!(
+            "{acc}: subscriptions differ: lost {missing:?}, added {extra:?}"
+        ));
+    }
+    for name in before.folders.keys() {
+        if !after.folders.contains_key(name) {
+            let n = before.folders[name].messages.len();
+            out.push(format!("{acc}: folder {name:?} ({n} messages) missing"));
+        }
+    }
+    for name in after.folders.keys() {
+        if !before.folders.contains_key(name) {
+            out.push(format!("{acc}: folder {name:?} was not there before"));
+        }
+    }
+    for (name, b) in &before.folders {
+        let Some(a) = after.folders.get(name).filter(|a| a.error.is_none()) else {
+            continue;
+        };
+        let at = format!("{acc}/{name}");
+        if b.special_use != a.special_use {
+            out.push(format!(
+                "{at}: special use before {:?}, after {:?}",
+                b.special_use, a.special_use
+            ));
+        }
+        if fidelity == Fidelity::Exact {
+            for (what, x, y) in [
+                ("UIDVALIDITY", b.uidvalidity, a.uidvalidity),
+                ("UIDNEXT", b.uidnext, a.uidnext),
+            ] {
+                if x != y {
+                    out.push(format!("{at}: {what} before {x}, after {y}"));
+                }
+            }
+        }
+        out.extend(compare_messages(&at, &b.messages, &a.messages, fidelity));
+    }
+    out
+}
+
+fn compare_messages(at: &str, b: &[Message], a: &[Message], fidelity: Fidelity) -> Vec<String> {
+    // (before, after) pairs: by UID when exact, else by content.
+    let mut pairs = Vec::new();
+    let mut lost = Vec::new();
+    let mut used = vec![false; a.len()];
+    for m in b {
+        let hit = match fidelity {
+            Fidelity::Exact => a.iter().position(|x| x.uid == m.uid),
+            _ => a
+                .iter()
+                .enumerate()
+                .position(|(i, x)| {
+                    !used[i] && x.sha256 == m.sha256 && x.internaldate == m.internaldate
+                })
+                .or_else(|| {
+                    a.iter()
+                        .enumerate()
+                        .position(|(i, x)| !used[i] && x.sha256 == m.sha256)
+                }),
+        };
+        match hit {
+            Some(i) => {
+                used[i] = true;
+                pairs.push((m, &a[i]));
+            }
+            None => lost.push(m),
+        }
+    }
+    // Lines grouped by kind, so that one cause on 40 messages is one line and a count.
+    let mut kinds: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for m in &lost {
+        kinds
+            .entry("message missing after restore".into())
+            .or_default()
+            .push(m.describe());
+    }
+    for (i, m) in a.iter().enumerate() {
+        if !used[i] {
+            kinds
+                .entry("message not there before".into())
+                .or_default()
+                .push(m.describe());
+        }
+    }
+    for (x, y) in &pairs {
+        let id = if x.uid == y.uid {
+            format!("UID {}", x.uid)
+        } else {
+            format!("UID {} (now {})", x.uid, y.uid)
+        };
+        if x.flags != y.flags {
+            kinds
+                .entry("flags differ".into())
+                .or_default()
+                .push(format!("{id}: before {:?}, after {:?}", x.flags, y.flags));
+        }
+        if x.keywords != y.keywords {
+            let gone: Vec<_> = x
+                .keywords
+                .iter()
+                .filter(|k| !y.keywords.contains(k))
+                .collect();
+            let new: Vec<_> = y
+                .keywords
+                .iter()
+                .filter(|k| !x.keywords.contains(k))
+                .collect();
+            kinds
+                .entry(format!("keywords lost {gone:?}, added {new:?}"))
+                .or_default()
+                .push(format!(
+                    "{id}: before {:?}, after {:?}",
+                    x.keywords, y.keywords
+                ));
+        }
+        if x.internaldate != y.internaldate {
+            kinds
+                .entry("INTERNALDATE differs".into())
+                .or_default()
+                .push(format!(
+                    "{id}: before {}, after {}",
+                    x.internaldate, y.internaldate
+                ));
+        }
+        if x.size != y.size || x.sha256 != y.sha256 {
+            kinds
+                .entry("content differs".into())
+                .or_default()
+                .push(format!(
+                    "{id}: before size {} sha256 {}, after size {} sha256 {}",
+                    x.size, x.sha256, y.size, y.sha256
+                ));
+        }
+    }
+    let mut out = Vec::new();
+    for (kind, items) in kinds {
+        let mut line = format!("{at}: {kind} on {} message(s): ", items.len());
+        line.push_str(&items[..items.len().min(MAX_LINES_PER_KIND)].join("; "));
+        if items.len() > MAX_LINES_PER_KIND {
+            let _ = write!(line, "; and {} more", items.len() - MAX_LINES_PER_KIND);
+        }
+        out.push(line);
+    }
+    if fidelity == Fidelity::SameOrder {
+        if let Some(line) = order_difference(at, &pairs) {
+            out.push(line);
+        }
+    }
+    out
+}
+
+/// When the new UIDs of the matched messages are not in the original UID order: how many
+/// are out of place and the first one.
+pub fn order_difference(at: &str, pairs: &[(&Message, &Message)]) -> Option<String> {
+    let mut sorted: Vec<_> = pairs.to_vec();
+    sorted.sort_by_key(|(x, _)| x.uid);
+    let mut first = None;
+    let mut out_of_place = 0;
+    for w in sorted.windows(2) {
+        if w[1].1.uid < w[0].1.uid {
+            out_of_place += 1;
+            first.get_or_insert((w[0], w[1]));
+        }
+    }
+    let ((p, pn), (q, qn)) = first?;
+    Some(format!(
+        "{at}: UID order differs from the original on {out_of_place} of {} messages: original UID {} \
+         (sha256 {}) came before original UID {} (sha256 {}), but they now have UIDs {} and {}; \
+         original order (old UIDs by new UID): {:?}",
+        sorted.len(),
+        p.uid,
+        &p.sha256[..12],
+        q.uid,
+        &q.sha256[..12],
+        pn.uid,
+        qn.uid,
+        {
+            let mut by_new: Vec<_> = sorted.iter().map(|(x, y)| (y.uid, x.uid)).collect();
+            by_new.sort();
+            by_new.into_iter().map(|(_, old)| old).take(40).collect::<Vec<_>>()
+        }
+    ))
+}
+
+/// The UID-order difference of two states, for reporting where order is not asserted.
+pub fn order_differences(before: &State, after: &State) -> Vec<String> {
+    let mut out = Vec::new();
+    for (name, b) in &before.folders {
+        if let Some(a) = after.folders.get(name) {
+            let lines = compare_messages(
+                &format!("{}/{name}", before.account),
+                &b.messages,
+                &a.messages,
+                Fidelity::SameOrder,
+            );
+            out.extend(lines.into_iter().filter(|l| l.contains("UID order")));
+        }
+    }
+    out
+}
+
+/// Kind, owner, group and permission bits of every file and directory below `root`,
+/// by path relative to it, without what Dovecot rebuilds by itself (its index and cache
+/// files, locks) and without `tmp/` contents.
+pub fn tree_meta(root: &Path) -> BTreeMap<String, (char, u32, u32, u32)> {
+    let mut out = BTreeMap::new();
+    walk_meta(root, root, &mut out);
+    out
+}
+
+fn walk_meta(root: &Path, dir: &Path, out: &mut BTreeMap<String, (char, u32, u32, u32)>) {
+    for e in fs::read_dir(dir).unwrap() {
+        let e = e.unwrap();
+        let name = e.file_name().to_string_lossy().into_owned();
+        if name.starts_with("dovecot.index")
+            || name.starts_with("dovecot.list.index")
+            || name.starts_with("dovecot.mailbox.log")
+            || name.ends_with(".lock")
+            || name == "maildirsize"
+        {
+            continue;
+        }
+        let p = e.path();
+        let md = fs::symlink_metadata(&p).unwrap();
+        let kind = if md.is_dir() {
+            'd'
+        } else if md.file_type().is_symlink() {
+            'l'
+        } else {
+            'f'
+        };
+        let rel = p.strip_prefix(root).unwrap().display().to_string();
+        out.insert(rel, (kind, md.uid(), md.gid(), md.mode() & 0o7777));
+        if md.is_dir() && name != "tmp" {
+            walk_meta(root, &p, out);
+        }
+    }
+}
+
+/// Differences of owners and modes: paths missing or added, and each change of
+/// (owner, group, mode) as one line with a count and examples.
+pub fn compare_meta(
+    before: &BTreeMap<String, (char, u32, u32, u32)>,
+    after: &BTreeMap<String, (char, u32, u32, u32)>,
+) -> Vec<String> {
+    let show = |m: &(char, u32, u32, u32)| {
+        format!(
+            "{} {}:{} {:04o}",
+            if m.0 == 'd' { "dir" } else { "file" },
+            id_name("/etc/passwd", m.1),
+            id_name("/etc/group", m.2),
+            m.3
+        )
+    };
+    let mut kinds: BTreeMap<String, Vec<&str>> = BTreeMap::new();
+    for (p, m) in before {
+        match after.get(p) {
+            None => kinds
+                .entry("missing after restore".into())
+                .or_default()
+                .push(p),
+            Some(n) if n != m => kinds
+                .entry(format!("before {}, after {}", show(m), show(n)))
+                .or_default()
+                .push(p),
+            Some(_) => {}
+        }
+    }
+    for p in after.keys() {
+        if !before.contains_key(p) {
+            kinds.entry("not there before".into()).or_default().push(p);
+        }
+    }
+    kinds
+        .into_iter()
+        .map(|(k, paths)| {
+            let n = paths.len();
+            let shown: Vec<_> = paths.into_iter().take(MAX_LINES_PER_KIND).collect();
+            format!("owner/mode: {k}: {n} path(s), e.g. {shown:?}")
+        })
+        .collect()
+}
+
+/// The name of uid/gid `id` in `file` (/etc/passwd, /etc/group), else the number.
+fn id_name(file: &str, id: u32) -> String {
+    fs::read_to_string(file)
+        .unwrap_or_default()
+        .lines()
+        .find_map(|l| {
+            let f: Vec<&str> = l.split(':').collect();
+            (f.get(2)?.parse::<u32>().ok()? == id).then(|| f[0].to_string())
+        })
+        .unwrap_or_else(|| id.to_string())
+}
+
+/// Fails the test with every line of `diffs` (grouped under `what`) if there are any.
+pub fn assert_none(what: &str, diffs: &[String]) {
+    if !diffs.is_empty() {
+        panic!(
+            "{what}: {} difference(s):\n  {}",
+            diffs.len(),
+            diffs.join("\n  ")
+        );
+    }
+}
+
+/// Message files below `root` in `new/` directories.
+pub fn in_new(root: &Path) -> usize {
+    tree_meta(root)
+        .keys()
+        .filter(|p| p.rsplit('/').nth(1) == Some("new"))
+        .count()
+}
