@@ -32,6 +32,9 @@ enum Cut {
     /// 300 ms later: the server saves what it got and the client never hears of it
     /// (messages in doubt, to be found on the server rather than sent again).
     Mute,
+    /// Like `Mute`, and from then on the server is gone: every new connection is closed
+    /// at once (a crashed server).
+    Crash,
 }
 
 /// A TCP proxy to `upstream` that cuts the connection carrying the client's byte number
@@ -48,9 +51,14 @@ fn proxy(upstream: u16, cuts: Vec<(u64, Cut)>) -> Proxy {
     let sent = Arc::new(AtomicU64::new(0));
     let cuts_done = Arc::new(AtomicUsize::new(0));
     let done = Arc::clone(&cuts_done);
+    let crashed = Arc::new(AtomicBool::new(false));
     std::thread::spawn(move || {
         for client in listener.incoming() {
             let Ok(mut client) = client else { return };
+            if crashed.load(SeqCst) {
+                drop(client);
+                continue;
+            }
             let mut server = TcpStream::connect(("127.0.0.1", upstream)).unwrap();
             let muted = Arc::new(AtomicBool::new(false));
             let (mut c2, mut s2) = (client.try_clone().unwrap(), server.try_clone().unwrap());
@@ -69,6 +77,7 @@ fn proxy(upstream: u16, cuts: Vec<(u64, Cut)>) -> Proxy {
                 let _ = c2.shutdown(Shutdown::Both);
             });
             let (cuts, sent, done) = (Arc::clone(&cuts), Arc::clone(&sent), Arc::clone(&done));
+            let crashed = Arc::clone(&crashed);
             std::thread::spawn(move || {
                 let mut buf = vec![0u8; 16 << 10];
                 loop {
@@ -95,7 +104,10 @@ fn proxy(upstream: u16, cuts: Vec<(u64, Cut)>) -> Proxy {
                             let _ = client.shutdown(Shutdown::Both);
                             return;
                         }
-                        Some((_, Cut::Mute)) => {
+                        Some((_, how @ (Cut::Mute | Cut::Crash))) => {
+                            if matches!(how, Cut::Crash) {
+                                crashed.store(true, SeqCst);
+                            }
                             muted.store(true, SeqCst);
                             done.fetch_add(1, SeqCst);
                             let (c, s) = (client.try_clone().unwrap(), server.try_clone().unwrap());
@@ -236,4 +248,59 @@ fn cut_connections_lose_and_duplicate_nothing() {
     // A re-run (same target, same journal) sends nothing.
     let r = imap_restore(&repo, &opts, &NoProgress).unwrap();
     assert_eq!((r.items_appended, r.items_journaled), (0, 1100), "{r:?}");
+}
+
+/// Item 15 of issue 10: the server crashes in the middle of a batch (its answers never
+/// come, and it takes no connection afterwards): every message is still accounted for,
+/// appended, found or failed, none missing from the report.
+#[test]
+fn server_crash_leaves_no_message_unaccounted() {
+    let Some(server) = DovecotServer::start_or_skip().expect("dovecot") else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let md = dir.path().join("Maildir");
+    for i in 0..300u32 {
+        let body = format!("line {i} of some text\n").repeat(40);
+        let msg =
+            format!("From: a@example.org\nSubject: m{i}\nMessage-ID: <m{i}@example.org>\n\n{body}");
+        put_msg(
+            &md,
+            ["", ".Sent"][i as usize % 2],
+            "cur",
+            &format!("{}.M{i}P1.h:2,S", 1_700_000_000 + i),
+            msg.as_bytes(),
+            1_700_000_000 + i as i64,
+        );
+    }
+    let mut repo = init_repo(&dir.path().join("repo"));
+    let r = backup(
+        &mut repo,
+        &backup_opts(&md, vec!["bob@example.org".into()]),
+        &NoProgress,
+    )
+    .unwrap();
+    assert!(r.failures.is_empty(), "{:?}", r.failures);
+    let p = proxy(server.port(), vec![(120_000, Cut::Crash)]);
+    let mut client = ClientOptions::new(Target {
+        host: "127.0.0.1".into(),
+        port: p.port,
+        security: Security::Plain,
+    });
+    client.io_timeout = Duration::from_secs(10);
+    let mut opts = ImapRestoreOptions::new("latest", master_connection(&server, client));
+    opts.journal_dir = dir.path().join("journal");
+    opts.connections = 2;
+    opts.batch_messages = 40;
+    let r = imap_restore(&repo, &opts, &NoProgress).unwrap();
+    assert_eq!(p.cuts_done.load(SeqCst), 1);
+    assert_eq!(r.items_total, 300);
+    assert!(r.items_failed > 0, "{r:?}");
+    assert_eq!(
+        r.items_appended + r.items_journaled + r.items_existing + r.items_failed,
+        300,
+        "messages unaccounted for: {r:?}"
+    );
+    let a = &r.per_account[0];
+    assert_eq!(a.appended + a.skipped + a.failed, 300, "{a:?}");
 }

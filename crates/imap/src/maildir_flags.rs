@@ -6,6 +6,10 @@
 //! `\Deleted`, `D` `\Draft`, `P` (passed) the `$Forwarded` keyword.
 //! Lower-case `a`..`z` are keywords numbered 0..25 in `dovecot-keywords`
 //! (lines `0 $Label1`).
+//!
+//! `P` is read as `$Forwarded` (Courier and older mailvault snapshots write
+//! it), but never written: Dovecot ignores `P` and keeps `$Forwarded` as a
+//! keyword letter, so [`imap_to_maildir`] gives it one from the table.
 
 /// System flags and their Maildir letters.
 const SYSTEM: [(char, &str); 6] = [
@@ -143,7 +147,10 @@ pub fn imap_to_maildir<S: AsRef<str>>(flags: &[S], keywords: &mut KeywordTable) 
     let mut out = MaildirFlags::default();
     for f in flags {
         let f = f.as_ref();
-        if let Some((c, _)) = SYSTEM.iter().find(|(_, n)| n.eq_ignore_ascii_case(f)) {
+        let system = SYSTEM
+            .iter()
+            .find(|(c, n)| *c != 'P' && n.eq_ignore_ascii_case(f));
+        if let Some((c, _)) = system {
             letters.push(*c);
         } else if f.starts_with('\\') {
             if !f.eq_ignore_ascii_case("\\Recent") {
@@ -182,10 +189,11 @@ mod tests {
             ]
         );
         assert!(m.unmapped.is_empty());
+        // `$Forwarded` goes back as a keyword letter, which Dovecot reads (it ignores P).
         let mut t = KeywordTable::new();
         let back = imap_to_maildir(&m.flags, &mut t);
-        assert_eq!(back.letters, "DFPRST");
-        assert_eq!(t, KeywordTable::new());
+        assert_eq!(back.letters, "DFRSTa");
+        assert_eq!(t.to_file_string(), "0 $Forwarded\n");
     }
 
     #[test]

@@ -38,6 +38,10 @@ pub struct Args {
     /// IMAP: the journal directory (default: $XDG_CACHE_HOME/mailvault/imap-journal).
     #[arg(long)]
     pub journal: Option<std::path::PathBuf>,
+    /// IMAP: create the accounts the server does not have yet (Cyrus: the admin, given
+    /// with --imap-master-user, CREATEs `user/<account>`). Dovecot needs nothing.
+    #[arg(long)]
+    pub create_accounts: bool,
     /// IMAP: most messages per APPEND batch.
     #[arg(long, default_value_t = 500)]
     pub batch: usize,
@@ -55,7 +59,12 @@ pub fn run(g: &GlobalOpts, a: Args) -> Result<Outcome> {
     if super::imap::is_imap(&a.target) {
         return run_imap(g, a);
     }
-    if a.imap.any_given() || a.skip_existing || a.max_rate.is_some() || a.journal.is_some() {
+    if a.imap.any_given()
+        || a.skip_existing
+        || a.create_accounts
+        || a.max_rate.is_some()
+        || a.journal.is_some()
+    {
         anyhow::bail!("the IMAP flags only apply to imap:// and imaps:// targets");
     }
     let target = super::maildir_location(&a.target, "target")?;
@@ -83,11 +92,7 @@ pub fn run(g: &GlobalOpts, a: Args) -> Result<Outcome> {
     } else {
         print_report(&rep, &opts);
     }
-    Ok(if !rep.failures.is_empty() {
-        Outcome::Partial
-    } else {
-        Outcome::Ok
-    })
+    Ok(outcome(rep.items_failed, &rep.failures))
 }
 
 fn print_report(r: &RestoreReport, o: &RestoreOptions) {
@@ -125,6 +130,7 @@ fn run_imap(g: &GlobalOpts, a: Args) -> Result<Outcome> {
     opts.parallel_accounts = a.imap.accounts.max(1);
     opts.max_rate = a.max_rate;
     opts.skip_existing = a.skip_existing;
+    opts.create_accounts = a.create_accounts;
     opts.batch_messages = a.batch.max(1);
     if let Some(j) = a.journal {
         opts.journal_dir = j;
@@ -138,16 +144,28 @@ fn run_imap(g: &GlobalOpts, a: Args) -> Result<Outcome> {
     } else {
         print_imap_report(&rep);
     }
-    Ok(if rep.items_failed > 0 {
+    Ok(outcome(rep.items_failed, &rep.failures))
+}
+
+/// Exit code 1 whenever the report lists a failure, even one that is not a message.
+fn outcome(items_failed: u64, failures: &[mailvault_core::report::Failure]) -> Outcome {
+    if items_failed > 0 || !failures.is_empty() {
         Outcome::Partial
     } else {
         Outcome::Ok
-    })
+    }
 }
 
 fn print_imap_report(r: &ImapRestoreReport) {
     println!("restored snapshot {} to {}", &r.snapshot[..8], r.target);
-    println!("  accounts   {}, folders {}", r.accounts, r.folders);
+    if r.accounts_created > 0 {
+        println!(
+            "  accounts   {} ({} created), folders {}",
+            r.accounts, r.accounts_created, r.folders
+        );
+    } else {
+        println!("  accounts   {}, folders {}", r.accounts, r.folders);
+    }
     println!(
         "  messages   {} total: {} appended, {} done by an earlier run, {} found on the server, {} failed",
         r.items_total, r.items_appended, r.items_journaled, r.items_existing, r.items_failed
@@ -166,13 +184,17 @@ fn print_imap_report(r: &ImapRestoreReport) {
             );
         }
     }
-    println!(
-        "  written    {} in {:.2} s: {:.0} messages/s, {:.1} MB/s",
-        bytes(r.bytes_appended),
-        r.elapsed_secs,
-        r.items_per_sec,
-        r.mb_per_sec
-    );
+    if r.items_appended == 0 {
+        println!("  written    nothing, in {:.2} s", r.elapsed_secs);
+    } else {
+        println!(
+            "  written    {} in {:.2} s: {:.0} messages/s, {:.1} MB/s",
+            bytes(r.bytes_appended),
+            r.elapsed_secs,
+            r.items_per_sec,
+            r.mb_per_sec
+        );
+    }
     println!("  journal    {}", r.journal);
     print_failures(&r.failures);
 }

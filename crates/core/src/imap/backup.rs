@@ -342,7 +342,7 @@ fn backup_folder(
         ctx.opts.fetch_batch.max(1),
         &FetchQuery::full(),
         |m| {
-            match message_entry(ctx, &m, info.uidvalidity, &mut keywords) {
+            match message_entry(ctx, folder, &m, info.uidvalidity, &mut keywords) {
                 Ok(e) => {
                     ctx.progress.advance(1, e.size);
                     entries.push(e);
@@ -411,6 +411,7 @@ fn file_entry(ctx: &Ctx, name: &[u8], data: &[u8]) -> Result<FileEntry> {
 /// Stores one fetched message and makes its entry.
 fn message_entry(
     ctx: &Ctx,
+    folder: &str,
     m: &FetchedMessage<'_>,
     uidvalidity: u32,
     keywords: &mut KeywordTable,
@@ -432,7 +433,7 @@ fn message_entry(
             mapped.unmapped
         );
     }
-    let key = names::synth_key(date, m.uid, uidvalidity, data.len() as u64);
+    let key = names::synth_key(folder, date, m.uid, uidvalidity, data.len() as u64);
     let name = format!("{key}:2,{}", mapped.letters);
     let (from, subject, hdate) = header_summary(&data);
     ctx.n.new.fetch_add(1, Relaxed);

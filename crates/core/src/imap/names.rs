@@ -1,46 +1,85 @@
 //! Pure conversions between the Maildir and IMAP views of one mailbox: Maildir++
 //! directories of IMAP folders, synthesized Maildir names of IMAP messages, Dovecot's
-//! `subscriptions` file, special-use by folder name, and the fingerprint that finds a
-//! message on a server (Message-ID, size of the CRLF form, internal date).
+//! `subscriptions` file, Dovecot's `dovecot-uidlist` (the original UID order), special-use
+//! by folder name, and the fingerprint that finds a message on a server (Message-ID, size
+//! of the CRLF form, internal date).
 
 use mailvault_imap::client::fetch::header_value;
 use mailvault_imap::proto::mutf7;
 use mailvault_imap::SpecialUse;
+use std::collections::HashMap;
 
 /// The file name under which an IMAP backup keeps a folder's sync state.
 pub const STATE_FILE: &[u8] = b"mailvault-imap-state";
 /// The program part of synthesized Maildir keys (where Dovecot puts the host name).
 pub const KEY_HOST: &str = "mailvault";
 
+/// The escape character of Maildir++ directory names, as Dovecot's listescape plugin
+/// writes them (its default `listescape_char`): `\` followed by two lower-case hex digits.
+pub const ESCAPE: char = '\\';
+
 /// The Maildir++ directory of an IMAP folder, as Dovecot names it: empty for INBOX,
 /// else `.` followed by the levels in modified UTF-7 joined with `.` (`Archive/2023` ->
-/// `.Archive.2023`, `Geschäft` -> `.Gesch&AOQ-ft`). A `.` inside a level cannot be
-/// represented in Maildir++ and becomes `_`.
+/// `.Archive.2023`, `Geschäft` -> `.Gesch&AOQ-ft`). Within a level, what Maildir++
+/// cannot hold is escaped as Dovecot's listescape plugin does: `.` (the separator on
+/// disk) as `\2e`, the escape character `\` as `\5c`, and a leading `~` as `\7e`; so
+/// `a.b` and `a_b` are `.a\2eb` and `.a_b`, one directory per folder.
 pub fn maildir_dir(folder: &str) -> Vec<u8> {
     if folder.eq_ignore_ascii_case("INBOX") {
         return Vec::new();
     }
-    let levels: Vec<String> = folder
-        .split('/')
-        .map(|l| mutf7::encode(l).replace('.', "_"))
-        .collect();
-    format!(".{}", levels.join(".")).into_bytes()
+    let mut out = String::new();
+    for level in folder.split('/') {
+        out.push('.');
+        for (i, c) in mutf7::encode(level).chars().enumerate() {
+            if c == '.' || c == ESCAPE || (i == 0 && c == '~') {
+                out.push_str(&format!("{ESCAPE}{:02x}", c as u32));
+            } else {
+                out.push(c);
+            }
+        }
+    }
+    out.into_bytes()
 }
 
 /// The IMAP name of a snapshot folder. Dovecot's Maildir++ directories hold names in
 /// modified UTF-7, which a Maildir backup keeps as they are (`Gesch&AOQ-ft`): such
-/// levels are decoded; anything else is used as it is.
+/// levels are decoded, and the escapes of [`maildir_dir`] (`\2e` …) undone; anything
+/// else is used as it is.
 pub fn imap_folder_name(name: &str) -> String {
-    if !name.contains('&') {
+    if !name.contains('&') && !name.contains(ESCAPE) {
         return name.to_string();
     }
     name.split('/')
-        .map(|l| match mutf7::decode(l.as_bytes()) {
-            Ok(d) => d,
-            Err(_) => l.to_string(),
+        .map(|l| {
+            let l = unescape_level(l);
+            match mutf7::decode(l.as_bytes()) {
+                Ok(d) if l.contains('&') => d,
+                _ => l,
+            }
         })
         .collect::<Vec<_>>()
         .join("/")
+}
+
+/// Undoes the `\NN` escapes of one level (anything else is kept as it is).
+fn unescape_level(level: &str) -> String {
+    let b = level.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        let hex = |c: u8| (c as char).to_digit(16);
+        if b[i] == ESCAPE as u8 && i + 2 < b.len() {
+            if let (Some(h), Some(l)) = (hex(b[i + 1]), hex(b[i + 2])) {
+                out.push((h * 16 + l) as u8);
+                i += 3;
+                continue;
+            }
+        }
+        out.push(b[i]);
+        i += 1;
+    }
+    String::from_utf8(out).unwrap_or_else(|_| level.to_string())
 }
 
 /// The special use a folder gets from its (top-level) name, as mail clients name them.
@@ -60,14 +99,24 @@ pub fn special_use_for(folder: &str) -> Option<SpecialUse> {
 }
 
 /// The Maildir key of a message backed up over IMAP, Dovecot style:
-/// `<internaldate>.M<uid>P<uidvalidity>.mailvault,S=<size>` (`size` of the stored, LF
-/// form). The key never changes while the message exists on the server, so flag changes
-/// only rewrite the name.
-pub fn synth_key(internal_date: i64, uid: u32, uidvalidity: u32, size: u64) -> String {
-    format!("{internal_date}.M{uid}P{uidvalidity}.{KEY_HOST},S={size}")
+/// `<internaldate>.M<uid>P<uidvalidity>V<folder>.mailvault,S=<size>` (`size` of the
+/// stored, LF form; `<folder>` the first 8 hex digits of the BLAKE3 of the folder's
+/// name, so that keys differ between folders even where every folder has the same
+/// UIDVALIDITY, as on Cyrus). The key never changes while the message exists on the
+/// server, so flag changes only rewrite the name.
+pub fn synth_key(
+    folder: &str,
+    internal_date: i64,
+    uid: u32,
+    uidvalidity: u32,
+    size: u64,
+) -> String {
+    let f = &blake3::hash(folder.as_bytes()).to_hex()[..8];
+    format!("{internal_date}.M{uid}P{uidvalidity}V{f}.{KEY_HOST},S={size}")
 }
 
-/// The UID and UIDVALIDITY in a key made by [`synth_key`].
+/// The UID and UIDVALIDITY in a key made by [`synth_key`] (also of the form without
+/// the folder part, written before 2026-11-23).
 pub fn parse_key(key: &[u8]) -> Option<(u32, u32)> {
     let s = std::str::from_utf8(key).ok()?;
     let (_, rest) = s.split_once(".M")?;
@@ -76,7 +125,54 @@ pub fn parse_key(key: &[u8]) -> Option<(u32, u32)> {
     if !rest.starts_with(KEY_HOST) {
         return None;
     }
+    let uidvalidity = match uidvalidity.split_once('V') {
+        Some((v, f)) if f.len() == 8 && f.bytes().all(|b| b.is_ascii_hexdigit()) => v,
+        Some(_) => return None,
+        None => uidvalidity,
+    };
     Some((uid.parse().ok()?, uidvalidity.parse().ok()?))
+}
+
+/// The UIDs of a Dovecot `dovecot-uidlist` file, by Maildir key: version 3 (a header
+/// line `3 V<uidvalidity> N<uidnext> …`, then `<uid> [<field>…] :<file name>`) and
+/// version 1 (`1 <uidvalidity> <uidnext>`, then `<uid> <file name>`). The key is the file
+/// name up to its `:` (Dovecot keeps the name without flags). Lines that do not parse
+/// are left out.
+pub fn parse_uidlist(data: &[u8]) -> HashMap<Vec<u8>, u32> {
+    let mut out = HashMap::new();
+    let mut lines = data.split(|&b| b == b'\n');
+    let v3 = match lines.next() {
+        Some(h) if h.starts_with(b"3 ") => true,
+        Some(h) if h.starts_with(b"1 ") => false,
+        _ => return out,
+    };
+    for line in lines {
+        let Some(sp) = line.iter().position(|&b| b == b' ') else {
+            continue;
+        };
+        let Some(uid) = std::str::from_utf8(&line[..sp])
+            .ok()
+            .and_then(|u| u.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        let rest = &line[sp + 1..];
+        let name = if v3 {
+            // Extension fields (`W1394 S1355`) come before ` :`; a line may also start
+            // with `:` directly.
+            match rest.iter().position(|&b| b == b':') {
+                Some(i) if i == 0 || rest[i - 1] == b' ' => &rest[i + 1..],
+                _ => continue,
+            }
+        } else {
+            rest
+        };
+        let key = name.split(|&b| b == b':').next().unwrap_or(name);
+        if !key.is_empty() {
+            out.insert(key.to_vec(), uid);
+        }
+    }
+    out
 }
 
 /// The folders in a Dovecot `subscriptions` file: version 2 (`V\t2` header, a blank
@@ -125,6 +221,22 @@ pub struct Fingerprint {
     pub date: i64,
 }
 
+impl Fingerprint {
+    /// The fingerprints a server may hold for a message whose CRLF form is `data`: its
+    /// own, and, when it ends in lone CRs, the same with up to that many bytes fewer
+    /// (Dovecot drops a lone CR at the very end of an APPEND).
+    pub fn candidates(data: &[u8], date: i64) -> impl Iterator<Item = Fingerprint> {
+        let message_id = message_id(data);
+        let size = data.len() as u64;
+        let lone_crs = data.iter().rev().take_while(|&&b| b == b'\r').count() as u64;
+        (0..=lone_crs).map(move |d| Fingerprint {
+            message_id: message_id.clone(),
+            size: size - d,
+            date,
+        })
+    }
+}
+
 /// The Message-ID of a message (unfolded, trimmed), from its header block.
 pub fn message_id(data: &[u8]) -> Option<String> {
     let end = data
@@ -144,7 +256,14 @@ mod tests {
         assert_eq!(maildir_dir("INBOX"), b"");
         assert_eq!(maildir_dir("Archive/2023"), b".Archive.2023");
         assert_eq!(maildir_dir("Gesch\u{e4}ft"), b".Gesch&AOQ-ft");
-        assert_eq!(maildir_dir("v1.2"), b".v1_2");
+        // One directory per folder: the separator inside a level is escaped as
+        // Dovecot's listescape does.
+        assert_eq!(maildir_dir("v1.2"), b".v1\\2e2");
+        assert_eq!(maildir_dir("a_b"), b".a_b");
+        assert_eq!(maildir_dir("~x/a\\b"), b".\\7ex.a\\5cb");
+        assert_eq!(imap_folder_name("v1\\2e2/a\\5cb"), "v1.2/a\\b");
+        assert_eq!(imap_folder_name("Gesch&AOQ-ft\\2e1"), "Gesch\u{e4}ft.1");
+        assert_eq!(imap_folder_name("a\\zz"), "a\\zz");
         assert_eq!(imap_folder_name("Gesch&AOQ-ft/x"), "Gesch\u{e4}ft/x");
         assert_eq!(imap_folder_name("A&B"), "A&B");
         assert_eq!(special_use_for("Sent"), Some(SpecialUse::Sent));
@@ -153,9 +272,17 @@ mod tests {
 
     #[test]
     fn keys() {
-        let k = synth_key(1_700_000_000, 42, 1234, 99);
-        assert_eq!(k, "1700000000.M42P1234.mailvault,S=99");
+        let k = synth_key("INBOX", 1_700_000_000, 42, 1234, 99);
+        let f = &blake3::hash(b"INBOX").to_hex()[..8];
+        assert_eq!(k, format!("1700000000.M42P1234V{f}.mailvault,S=99"));
         assert_eq!(parse_key(k.as_bytes()), Some((42, 1234)));
+        // Cyrus: every folder of an account has the same UIDVALIDITY; keys still differ.
+        assert_ne!(k, synth_key("Sent", 1_700_000_000, 42, 1234, 99));
+        // Keys of older IMAP backups.
+        assert_eq!(
+            parse_key(b"1700000000.M42P1234.mailvault,S=99"),
+            Some((42, 1234))
+        );
         assert_eq!(parse_key(b"1700000000.M1P2.mail01,S=10"), None);
     }
 
@@ -168,6 +295,28 @@ mod tests {
             parse_subscriptions(b"Sent\nArchive.2023\n"),
             ["Sent", "Archive/2023"]
         );
+    }
+
+    #[test]
+    fn uidlists() {
+        let v3 = b"3 V1700000000 N5 G0123\n1 :1.M1P1.h\n3 W120 S118 :3.M3P3.h:2,S\n2 :2.M2P2.h,S=5\nbad\n";
+        let m = parse_uidlist(v3);
+        assert_eq!(m.len(), 3);
+        assert_eq!(m[&b"1.M1P1.h"[..]], 1);
+        assert_eq!(m[&b"3.M3P3.h"[..]], 3);
+        assert_eq!(m[&b"2.M2P2.h,S=5"[..]], 2);
+        let v1 = parse_uidlist(b"1 1700000000 3\n1 1.M1P1.h:2,S\n2 2.M2P2.h\n");
+        assert_eq!((v1[&b"1.M1P1.h"[..]], v1[&b"2.M2P2.h"[..]]), (1, 2));
+        assert!(parse_uidlist(b"garbage\n1 :x\n").is_empty());
+    }
+
+    #[test]
+    fn fingerprints_tolerate_a_dropped_final_cr() {
+        let sizes =
+            |d: &[u8]| -> Vec<u64> { Fingerprint::candidates(d, 1).map(|f| f.size).collect() };
+        assert_eq!(sizes(b"Subject: x\r\n\r\nbody\r\n"), [20]);
+        assert_eq!(sizes(b"Subject: x\r\n\r\nbody\r"), [19, 18]);
+        assert_eq!(sizes(b"a\r\r"), [3, 2, 1]);
     }
 
     #[test]

@@ -5,5 +5,6 @@
 pub mod selection;
 
 pub use selection::{
-    folder_matches, folder_name, folder_selected, message_selected, select_accounts, FolderMatch,
+    folder_matches, folder_name, folder_name_selected, folder_selected, message_selected,
+    select_accounts, FolderMatch,
 };

@@ -85,6 +85,15 @@ pub fn folder_selected(node: &FolderNode, filters: &[String]) -> bool {
             .any(|f| folder_matches(node, f) != FolderMatch::No)
 }
 
+/// Whether `--folder` filters select a folder known only by its decoded name (a
+/// subscription, which may name a folder the snapshot does not have).
+pub fn folder_name_selected(name: &str, filters: &[String]) -> bool {
+    filters.is_empty()
+        || filters
+            .iter()
+            .any(|f| relation(name, f.trim_matches('/')) != FolderMatch::No)
+}
+
 /// Whether `--message` filters select a message: none given, or one is its Maildir key or
 /// its whole file name.
 pub fn message_selected(e: &MessageEntry, filters: &[String]) -> bool {

@@ -1,0 +1,199 @@
+//! IMAP restore and backup against a real Cyrus IMAP 3.6 (issue 10): accounts that do
+//! not exist yet are created by the admin with `create_accounts`; special use is set on
+//! the folders created (Cyrus has CREATE-SPECIAL-USE) and the report says so only then;
+//! folders `a.b` and `a_b` (Cyrus allows dots in names, and gives every folder of an
+//! account the same UIDVALIDITY) stay two folders, every message kept, through an IMAP
+//! backup and a Maildir restore.
+//! Fails (does not skip) without Cyrus unless MAILVAULT_SKIP_CYRUS=1.
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use common::{backup_opts, init_repo, message, put_msg};
+use mailvault_core::backup::backup;
+use mailvault_core::imap::backup::{backup as imap_backup, ImapBackupOptions};
+use mailvault_core::imap::restore::{restore as imap_restore, ImapRestoreOptions};
+use mailvault_core::imap::{Connection, Login, Password};
+use mailvault_core::report::NoProgress;
+use mailvault_core::restore::{restore, RestoreOptions};
+use mailvault_imap::testing::cyrus::CyrusServer;
+use mailvault_imap::{AppendMsg, SearchKey};
+use std::fs;
+use std::path::Path;
+
+fn connection(server: &CyrusServer) -> Connection {
+    Connection {
+        client: server.client_options(),
+        login: Login::Master {
+            master: server.admin_user().into(),
+            password: Password::One(server.admin_password().into()),
+        },
+    }
+}
+
+/// Message files per Maildir folder directory of `md`.
+fn files(md: &Path) -> Vec<(String, usize)> {
+    let mut out = Vec::new();
+    for e in fs::read_dir(md).unwrap() {
+        let e = e.unwrap();
+        let name = e.file_name().to_string_lossy().into_owned();
+        if !e.path().is_dir() || !(name.starts_with('.') || name == "cur") {
+            continue;
+        }
+        let dir = if name == "cur" {
+            md.to_path_buf()
+        } else {
+            e.path()
+        };
+        let n = ["cur", "new"]
+            .iter()
+            .map(|s| fs::read_dir(dir.join(s)).map(|r| r.count()).unwrap_or(0))
+            .sum();
+        out.push((if name == "cur" { String::new() } else { name }, n));
+    }
+    out.sort();
+    out
+}
+
+#[test]
+fn accounts_are_created_by_the_admin_where_missing() {
+    let Some(server) = CyrusServer::start_or_skip().expect("cyrus") else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let src = dir.path().join("src");
+    let accounts = ["bob@example.org", "carol@example.org"];
+    for (i, acc) in accounts.iter().enumerate() {
+        let (user, domain) = acc.split_once('@').unwrap();
+        let md = src.join(domain).join(user).join("Maildir");
+        for (f, j) in [("", 1), (".Sent", 2), (".Projects", 3)] {
+            put_msg(
+                &md,
+                f,
+                "cur",
+                &format!("{j}.M{i}P{j}.h:2,S"),
+                &message(acc, &format!("m{i}{j}"), "x"),
+                1_700_000_000 + j,
+            );
+        }
+        // The login exists (sasldb); the mailbox does not.
+        server.add_user(acc, server.password()).unwrap();
+    }
+    let mut repo = init_repo(&dir.path().join("repo"));
+    let r = backup(&mut repo, &backup_opts(&src, vec![]), &NoProgress).unwrap();
+    assert!(r.failures.is_empty(), "{:?}", r.failures);
+
+    let mut o = ImapRestoreOptions::new("latest", connection(&server));
+    o.journal_dir = dir.path().join("j");
+    // Without --create-accounts: every message of both accounts fails, and says why.
+    let r = imap_restore(&repo, &o, &NoProgress).unwrap();
+    assert_eq!((r.items_appended, r.items_failed), (0, 6), "{r:?}");
+    assert_eq!(r.accounts_created, 0);
+
+    o.create_accounts = true;
+    let r = imap_restore(&repo, &o, &NoProgress).unwrap();
+    assert!(r.failures.is_empty(), "{:?}", r.failures);
+    assert_eq!((r.accounts_created, r.items_appended), (2, 6), "{r:?}");
+    // Cyrus has CREATE-SPECIAL-USE: Sent got it, and the note does not say otherwise.
+    let note = &r.phases[0].note;
+    assert!(note.contains("special use set on 2 folders"), "{note}");
+    assert!(!note.contains("cannot"), "{note}");
+    for acc in accounts {
+        let mut s = server.client().login(&server.admin(acc)).unwrap();
+        let sent = s
+            .list()
+            .unwrap()
+            .into_iter()
+            .find(|f| f.name == "Sent")
+            .unwrap();
+        assert_eq!(
+            sent.special_use,
+            Some(mailvault_imap::SpecialUse::Sent),
+            "{sent:?}"
+        );
+        for f in ["INBOX", "Sent", "Projects"] {
+            s.examine(f).unwrap();
+            assert_eq!(s.uid_search(&SearchKey::All).unwrap().len(), 1, "{acc} {f}");
+        }
+        s.logout().unwrap();
+    }
+    // A re-run: nothing to create, nothing sent, no word on special use.
+    let r = imap_restore(&repo, &o, &NoProgress).unwrap();
+    assert_eq!((r.accounts_created, r.items_appended), (0, 0), "{r:?}");
+    assert_eq!(r.items_journaled, 6);
+    assert!(
+        !r.phases[0].note.contains("special use"),
+        "{:?}",
+        r.phases[0]
+    );
+}
+
+#[test]
+fn dotted_folders_with_one_uidvalidity_stay_apart() {
+    let Some(server) = CyrusServer::start_or_skip().expect("cyrus") else {
+        return;
+    };
+    let acc = "bob@example.org";
+    server.create_account(acc).unwrap();
+    let mut s = server.client().login(&server.admin(acc)).unwrap();
+    for f in ["a.b", "a_b"] {
+        s.create(f, None).unwrap();
+        for i in 0..3 {
+            s.append(
+                f,
+                &AppendMsg {
+                    flags: vec!["\\Seen".into()],
+                    internal_date: Some((1_700_000_000, 0).into()),
+                    data: format!("Subject: {i}\r\n\r\nsame size\r\n").as_bytes(),
+                },
+            )
+            .unwrap();
+        }
+    }
+    let (a, b) = (s.examine("a.b").unwrap(), s.examine("a_b").unwrap());
+    s.logout().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let mut repo = init_repo(&dir.path().join("repo"));
+    let opts = ImapBackupOptions {
+        connection: connection(&server),
+        accounts: vec![acc.into()],
+        source: server.url(),
+        connections: 1,
+        parallel_accounts: 1,
+        compression: None,
+        tags: vec![],
+        hostname: "test".into(),
+        force: false,
+        fetch_batch: 50,
+    };
+    let b_rep = imap_backup(&mut repo, &opts, &NoProgress).unwrap();
+    assert!(b_rep.failures.is_empty(), "{:?}", b_rep.failures);
+    let out = dir.path().join("out");
+    let r = restore(
+        &repo,
+        &RestoreOptions {
+            snapshot: b_rep.snapshot.clone(),
+            target: out.clone(),
+            jobs: 2,
+            ..Default::default()
+        },
+        &NoProgress,
+    )
+    .unwrap();
+    assert!(
+        r.failures.is_empty(),
+        "uidvalidity {} and {}: {:?}",
+        a.uidvalidity,
+        b.uidvalidity,
+        r.failures
+    );
+    let md = out.join("example.org/bob/Maildir");
+    assert_eq!(
+        files(&md),
+        [
+            (String::new(), 0),
+            (".a\\2eb".to_string(), 3),
+            (".a_b".to_string(), 3)
+        ]
+    );
+}
