@@ -161,6 +161,44 @@ pub struct KdfParams {
     pub p_cost: u32,
 }
 
+/// The largest Argon2 parameters a key file may ask for: 4 GiB of memory, 64 passes, 64
+/// lanes. A key file is plaintext anyone with write access can edit; without bounds, one
+/// asking for terabytes would exhaust the machine's memory before the password is even
+/// tried. The default (64 MiB, 3 passes, 1 lane) is far below them.
+pub const KDF_MAX: KdfParams = KdfParams {
+    m_cost: 4 * 1024 * 1024,
+    t_cost: 64,
+    p_cost: 64,
+};
+
+/// The key file format this code reads and writes.
+pub const KEY_FILE_VERSION: u32 = 1;
+
+impl KdfParams {
+    /// An error naming `what` if the parameters are outside [`KDF_MAX`] or below what
+    /// Argon2 accepts (at least 1 pass and lane, at least 8 KiB of memory per lane).
+    pub fn validate(&self, what: &str) -> Result<()> {
+        let bad = |field: &str, v: u32, max: u32| {
+            Error::corrupt(
+                what,
+                format!("Argon2 {field} {v} is out of bounds (at most {max})"),
+            )
+        };
+        if self.m_cost > KDF_MAX.m_cost {
+            return Err(bad("m_cost (KiB)", self.m_cost, KDF_MAX.m_cost));
+        }
+        if self.t_cost > KDF_MAX.t_cost {
+            return Err(bad("t_cost", self.t_cost, KDF_MAX.t_cost));
+        }
+        if self.p_cost > KDF_MAX.p_cost {
+            return Err(bad("p_cost", self.p_cost, KDF_MAX.p_cost));
+        }
+        argon2::Params::new(self.m_cost, self.t_cost, self.p_cost, Some(32))
+            .map(|_| ())
+            .map_err(|e| Error::corrupt(what, format!("bad Argon2 parameters: {e}")))
+    }
+}
+
 impl Default for KdfParams {
     /// 64 MiB, 3 passes: OWASP's recommended floor for Argon2id is 19 MiB/2 passes; this
     /// costs ~0.1-0.2 s once per command on a server core.
@@ -192,6 +230,7 @@ pub struct KeyFile {
 }
 
 fn derive(password: &[u8], salt: &[u8], p: KdfParams) -> Result<XChaCha> {
+    p.validate("key file")?;
     let params = argon2::Params::new(p.m_cost, p.t_cost, p.p_cost, Some(32))
         .map_err(|e| Error::corrupt("key file", format!("bad Argon2 parameters: {e}")))?;
     let argon = argon2::Argon2::new(argon2::Algorithm::Argon2id, argon2::Version::V0x13, params);
@@ -215,7 +254,7 @@ impl KeyFile {
         let kek = derive(password, &salt, params)?;
         let wrapped = kek.seal(master.raw.as_ref(), &mut rand::rngs::OsRng);
         let mut kf = KeyFile {
-            version: 1,
+            version: KEY_FILE_VERSION,
             kdf: "argon2id".into(),
             params,
             salt: hex::encode(salt),
@@ -235,22 +274,52 @@ impl KeyFile {
         blake3::hash(&json).to_hex().to_string()
     }
 
-    /// Unwraps the master key; `what` names the key file for errors.
-    pub fn unwrap(&self, password: &[u8], what: &str) -> Result<MasterKey> {
+    /// Reads a key file's JSON and checks everything that can be checked without the
+    /// password: checksum, version, kdf, Argon2 bounds, salt and wrapped key. `what` names
+    /// the file for errors.
+    pub fn parse(bytes: &[u8], what: &str) -> Result<KeyFile> {
+        let kf: KeyFile = serde_json::from_slice(bytes)
+            .map_err(|e| Error::corrupt(what, format!("not a key file: {e}")))?;
+        kf.validate(what)?;
+        Ok(kf)
+    }
+
+    fn validate(&self, what: &str) -> Result<()> {
         if self.checksum != self.compute_checksum() {
             return Err(Error::corrupt(
                 what,
                 "checksum mismatch: the key file is damaged",
             ));
         }
+        if self.version != KEY_FILE_VERSION {
+            return Err(Error::corrupt(
+                what,
+                format!(
+                    "key file version {} is not supported (this mailvault reads version {KEY_FILE_VERSION})",
+                    self.version
+                ),
+            ));
+        }
         if self.kdf != "argon2id" {
             return Err(Error::corrupt(what, format!("unknown kdf {:?}", self.kdf)));
         }
+        self.params.validate(what)?;
         let salt = hex::decode(&self.salt).map_err(|_| Error::corrupt(what, "bad salt"))?;
+        if salt.len() < argon2::MIN_SALT_LEN || salt.len() > argon2::MAX_SALT_LEN {
+            return Err(Error::corrupt(what, "salt has the wrong length"));
+        }
         let wrapped = hex::decode(&self.wrapped).map_err(|_| Error::corrupt(what, "bad key"))?;
         if wrapped.len() != SEAL_OVERHEAD + 64 {
             return Err(Error::corrupt(what, "wrapped key has the wrong length"));
         }
+        Ok(())
+    }
+
+    /// Unwraps the master key; `what` names the key file for errors.
+    pub fn unwrap(&self, password: &[u8], what: &str) -> Result<MasterKey> {
+        self.validate(what)?;
+        let salt = hex::decode(&self.salt).map_err(|_| Error::corrupt(what, "bad salt"))?;
+        let wrapped = hex::decode(&self.wrapped).map_err(|_| Error::corrupt(what, "bad key"))?;
         let kek = derive(password, &salt, self.params)?;
         let raw = Zeroizing::new(kek.open(&wrapped).ok_or(Error::WrongPassword)?);
         let mut key = [0u8; 64];
