@@ -70,6 +70,22 @@ impl XChaCha {
         out
     }
 
+    /// The first `n` bytes of the plaintext of what [`Self::seal`] made, decrypted
+    /// without checking the tag: XChaCha20's keystream from block 1 (block 0 keys
+    /// Poly1305), as the AEAD's definition has it.
+    fn peek(&self, sealed: &[u8], n: usize) -> Option<Vec<u8>> {
+        use chacha20::cipher::{KeyIvInit, StreamCipher, StreamCipherSeek};
+        if sealed.len() < SEAL_OVERHEAD {
+            return None;
+        }
+        let body = &sealed[24..sealed.len() - TAG_LEN];
+        let mut out = body[..n.min(body.len())].to_vec();
+        let mut c = chacha20::XChaCha20::new((&*self.key).into(), sealed[..24].into());
+        c.seek(64u64);
+        c.apply_keystream(&mut out);
+        Some(out)
+    }
+
     /// The plaintext of what [`Self::seal`] made, or `None` when it does not authenticate.
     fn open(&self, sealed: &[u8]) -> Option<Vec<u8>> {
         self.open_vec(sealed.to_vec())
@@ -137,6 +153,16 @@ impl MasterKey {
         self.aead
             .open_vec(sealed)
             .ok_or_else(|| Error::Tampered(what.to_string()))
+    }
+
+    /// The first `n` bytes (or fewer, if shorter) of sealed data, decrypted **without
+    /// authenticating** it: for a glance at a blob's first bytes (the zstd frame header
+    /// that names its dictionary) where the bytes are known good otherwise (`check` has
+    /// compared the pack with its name). Never for content that is used.
+    pub fn peek_unauthenticated(&self, sealed: &[u8], n: usize, what: &str) -> Result<Vec<u8>> {
+        self.aead
+            .peek(sealed, n)
+            .ok_or_else(|| Error::corrupt(what, "too short to be sealed data"))
     }
 
     /// Encrypts `plain`: returns nonce || ciphertext || tag.
@@ -432,6 +458,20 @@ mod tests {
             hex::encode(tag.as_ref()),
             "c0875924c1c7987947deafd8780acf49"
         );
+    }
+
+    #[test]
+    fn peek_gives_the_first_bytes_of_the_plaintext() {
+        let k = MasterKey::random();
+        for len in [0usize, 1, 17, 64, 65, 300] {
+            let plain: Vec<u8> = (0..len).map(|i| (i * 13) as u8).collect();
+            let sealed = k.seal(&plain);
+            for n in [0, 1, 18, 64, 100, 1000] {
+                let got = k.peek_unauthenticated(&sealed, n, "x").unwrap();
+                assert_eq!(got, plain[..n.min(len)], "len {len} n {n}");
+            }
+        }
+        assert!(k.peek_unauthenticated(&[0; 39], 4, "x").is_err());
     }
 
     #[test]

@@ -16,6 +16,7 @@ pub mod index;
 pub mod ls;
 pub mod maildir;
 pub mod pack;
+pub mod repair;
 pub mod repo;
 pub mod report;
 pub mod restore;
