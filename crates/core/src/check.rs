@@ -424,6 +424,18 @@ fn check_inner(repo: &Repository, opts: &CheckOptions, started: Instant) -> Resu
         errors[i].messages += n;
         errors[i].affected.push(what);
     }
+    // A missing dictionary that no snapshot needs (their messages dropped by a repair)
+    // costs nothing restorable: a warning.
+    let mut unused = HashSet::new();
+    for (i, e) in errors.iter().enumerate() {
+        if e.kind == DamageKind::Dictionary && e.file.is_none() && !snaps_of.contains_key(&i) {
+            warnings.push(format!(
+                "{} ({} blobs need it; no snapshot needs them)",
+                e.error, e.blobs
+            ));
+            unused.insert(i);
+        }
+    }
     let unindexed_packs = warnings.iter().any(|w| w.contains("not in any index"));
     for (i, e) in errors.iter_mut().enumerate() {
         e.affected.sort();
@@ -449,6 +461,12 @@ fn check_inner(repo: &Repository, opts: &CheckOptions, started: Instant) -> Resu
             e.error = format!("{} messages: {}", e.affected.len(), e.error);
         }
     }
+    let errors = errors
+        .into_iter()
+        .enumerate()
+        .filter(|(i, _)| !unused.contains(i))
+        .map(|(_, e)| e)
+        .collect();
     Ok(CheckReport {
         files_checked: st.files.load(Relaxed),
         bytes_checked: st.bytes.load(Relaxed),
