@@ -64,6 +64,8 @@ pub enum Command {
     Check(commands::check::Args),
     /// Show repository statistics.
     Stats(commands::stats::Args),
+    /// Repair the index or the snapshots after damage `check` found.
+    Repair(commands::repair::Args),
     /// Generate a sample mail store, back it up, restore it and verify the result.
     Demo(commands::demo::Args),
 }
@@ -133,6 +135,7 @@ fn main() -> ExitCode {
         Command::Restore(a) => commands::restore::run(g, a),
         Command::Check(a) => commands::check::run(g, a),
         Command::Stats(a) => commands::stats::run(g, a),
+        Command::Repair(a) => commands::repair::run(g, a),
         Command::Demo(a) => commands::demo::run(g, a),
     };
     match result {

@@ -56,16 +56,28 @@ pub fn password(g: &GlobalOpts, confirm: bool) -> Result<Vec<u8>> {
     Ok(p.into_bytes())
 }
 
-/// Opens the repository and warns about index files it could not read.
+/// Opens the repository and warns, one line per file, about the files it could not read
+/// (index files, dictionaries, snapshots): each costs what it holds, never the command.
 pub fn open(g: &GlobalOpts) -> Result<Repository> {
     let store = store(g)?;
     let pw = password(g, false)?;
     let repo = Repository::open(store, &pw)?;
     for (path, e) in repo.index_errors() {
-        let warning = format!("{path}: {e}");
         eprintln!(
-            "warning: {} (run `mailvault check`)",
-            crate::output::safe(&warning)
+            "warning: {}: its packs' blobs look absent (run `mailvault check`, then `mailvault repair index`)",
+            crate::output::safe(&format!("{path}: {e}"))
+        );
+    }
+    for (path, e) in repo.dictionary_errors() {
+        eprintln!(
+            "warning: {}: blobs compressed with it cannot be read (run `mailvault check`)",
+            crate::output::safe(&format!("{path}: {e}"))
+        );
+    }
+    for d in &repo.snapshots()?.damaged {
+        eprintln!(
+            "warning: {}: this snapshot is skipped (run `mailvault check`, then `mailvault repair snapshots`)",
+            crate::output::safe(&format!("{}: {}", d.path, d.error))
         );
     }
     Ok(repo)

@@ -153,6 +153,7 @@ pub(crate) fn finish_run(
             failed: failures.len() as u64,
             elapsed_secs: elapsed,
         },
+        original: None,
     };
     let id = repo.save_snapshot_counted(&mut snap)?;
     let summary = snap.summary;

@@ -1,24 +1,33 @@
 //! Verification of a repository.
 //!
-//! `check` reads every repository file and compares it with its name (packs, index files
-//! and snapshots are named by the BLAKE3 of their bytes), so any flipped byte anywhere is
-//! found and the file named; it opens every pack header and compares it with the index,
-//! opens every snapshot and walks every tree, and names the messages that damaged or
-//! missing blobs belong to. With `read_data` it also decrypts, decompresses and verifies
-//! every blob against its id.
+//! `check` reads every repository file and compares it with its name (packs, index files,
+//! dictionaries, snapshots and key files are named by the BLAKE3 of their bytes), so any
+//! flipped byte anywhere is found and the file named; it opens every pack header and
+//! compares it with the index; for every blob compressed with a dictionary it reads the
+//! dictionary id from the blob's zstd frame header and checks that the dictionary is
+//! there; it opens every snapshot and walks every tree, so every blob a snapshot needs is
+//! known to be in the index, in a pack that is there and whole. With `read_data` it also
+//! decrypts, decompresses and verifies every blob against its id (so does plain check for
+//! the blobs of a pack whose bytes do not match its name: to tell which of them are lost).
+//!
+//! Problems are grouped: one error per damaged or missing file, per missing dictionary,
+//! and one for all blobs missing from the index, each with how many blobs it costs and
+//! which snapshots and messages lose content (all of them in the report, a few in the
+//! CLI's text), and the `mailvault repair` command that deals with it.
 
+use crate::compress::{self, Codec};
 use crate::error::{Error, Result};
 use crate::id::Id;
 use crate::index::Location;
 use crate::pack::{self, PackEntry};
 use crate::repo::{file_id, lock, Repository};
 use crate::report::Failure;
-use crate::tree::{AccountTree, RootTree};
+use crate::tree::{AccountTree, ChunkRef, RootTree};
 use rayon::prelude::*;
 use serde::Serialize;
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeSet, HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 #[derive(Clone, Debug, Default)]
@@ -29,16 +38,71 @@ pub struct CheckOptions {
     pub jobs: usize,
 }
 
-/// One problem found.
+/// What a [`CheckError`] is about.
+#[derive(Clone, Copy, Debug, Serialize, PartialEq, Eq, Hash)]
+#[serde(rename_all = "lowercase")]
+pub enum DamageKind {
+    /// An index file that is unreadable or damaged, or entries that disagree with a pack.
+    Index,
+    /// A pack that is missing, damaged, or holds blobs that do not verify.
+    Pack,
+    /// A dictionary file that is unreadable or damaged, or one that blobs need and that
+    /// is missing.
+    Dictionary,
+    /// A file in `snapshots/` that cannot be read.
+    Snapshot,
+    /// Blobs that snapshots need and that no index lists.
+    Unindexed,
+    /// A tree blob that is there but cannot be decoded.
+    Tree,
+    /// Messages whose blobs do not add up to their size.
+    Size,
+    /// A damaged key file (the repository opened with another).
+    Key,
+}
+
+/// One problem found, with what it costs.
 #[derive(Clone, Debug, Serialize, PartialEq, Eq)]
 pub struct CheckError {
+    pub kind: DamageKind,
     /// The repository file concerned, if any.
     pub file: Option<String>,
-    /// The blob concerned, if any.
+    /// The one blob concerned, if the problem is about one blob.
     pub blob: Option<String>,
     pub error: String,
-    /// Messages (snapshot, account, folder, key) whose content is affected.
-    pub messages: Vec<String>,
+    /// Blobs that cannot be read because of it.
+    pub blobs: u64,
+    /// Snapshots (short ids) with content that cannot be restored because of it.
+    pub snapshots: Vec<String>,
+    /// Messages (counted once per snapshot) that cannot be restored because of it.
+    pub messages: u64,
+    /// Every message, folder file or tree concerned: `snapshot <id> account <a> folder <f>
+    /// message <key>` (the text output shows a few).
+    pub affected: Vec<String>,
+    /// Ids of the blobs concerned.
+    pub blob_ids: Vec<String>,
+    /// Per-blob details (`blob <id>: content does not match its id`).
+    pub details: Vec<String>,
+    /// What to run about it.
+    pub repair: Option<String>,
+}
+
+impl CheckError {
+    fn new(kind: DamageKind, file: Option<&str>, error: impl std::fmt::Display) -> CheckError {
+        CheckError {
+            kind,
+            file: file.map(str::to_string),
+            blob: None,
+            error: error.to_string(),
+            blobs: 0,
+            snapshots: Vec::new(),
+            messages: 0,
+            affected: Vec::new(),
+            blob_ids: Vec::new(),
+            details: Vec::new(),
+            repair: None,
+        }
+    }
 }
 
 #[derive(Clone, Debug, Serialize, Default)]
@@ -48,6 +112,8 @@ pub struct CheckReport {
     pub packs: u64,
     pub blobs: u64,
     pub blobs_verified: u64,
+    /// Blobs compressed with a dictionary whose dictionary was found.
+    pub dictionary_blobs: u64,
     pub snapshots: u64,
     pub messages: u64,
     pub errors: Vec<CheckError>,
@@ -62,27 +128,70 @@ impl CheckReport {
     }
 }
 
+/// What a seen message chunk turned out to hold, kept so that every snapshot sharing the
+/// chunk is told what it loses.
+struct ChunkOutcome {
+    messages: u64,
+    /// Messages with content that cannot be read: key and the errors concerned.
+    bad: Vec<(String, Vec<usize>)>,
+}
+
 struct State {
     errors: Mutex<Vec<CheckError>>,
-    /// Blobs that cannot be read back, with the file they were in.
+    /// Grouped errors by key (`dict:<id>`, `pack:<path>`, ...).
+    groups: Mutex<HashMap<String, usize>>,
+    /// Blobs that cannot be read back, with the error they belong to.
     bad_blobs: Mutex<HashMap<Id, usize>>,
     files: AtomicU64,
     bytes: AtomicU64,
     verified: AtomicU64,
+    dict_blobs: AtomicU64,
 }
 
 impl State {
-    fn error(&self, file: Option<&str>, blob: Option<&Id>, error: impl std::fmt::Display) -> usize {
+    fn push(&self, e: CheckError) -> usize {
         let mut errs = lock(&self.errors);
-        errs.push(CheckError {
-            file: file.map(str::to_string),
-            blob: blob.map(Id::to_hex),
-            error: error.to_string(),
-            messages: Vec::new(),
-        });
+        errs.push(e);
         errs.len() - 1
     }
+
+    fn error(&self, kind: DamageKind, file: Option<&str>, error: impl std::fmt::Display) -> usize {
+        self.push(CheckError::new(kind, file, error))
+    }
+
+    /// The error of group `key`, made by `make` the first time.
+    fn group(&self, key: String, make: impl FnOnce() -> CheckError) -> usize {
+        let mut g = lock(&self.groups);
+        if let Some(&i) = g.get(&key) {
+            return i;
+        }
+        let i = self.push(make());
+        g.insert(key, i);
+        i
+    }
+
+    /// Counts `blob` as lost to error `idx`, with an optional detail.
+    fn lose(&self, idx: usize, blob: &Id, detail: Option<String>) {
+        if lock(&self.bad_blobs).insert(*blob, idx).is_some() {
+            return;
+        }
+        let mut errs = lock(&self.errors);
+        let e = &mut errs[idx];
+        e.blobs += 1;
+        e.blob_ids.push(blob.to_hex());
+        if let Some(d) = detail {
+            e.details.push(d);
+        }
+    }
+
+    fn set_repair(&self, idx: usize, repair: &str) {
+        lock(&self.errors)[idx].repair = Some(repair.to_string());
+    }
 }
+
+const REPAIR_INDEX: &str = "mailvault repair index";
+const REPAIR_SNAPSHOTS: &str = "mailvault repair snapshots";
+const REPAIR_BOTH: &str = "mailvault repair index, then mailvault repair snapshots";
 
 /// Checks the repository.
 pub fn check(repo: &Repository, opts: &CheckOptions) -> Result<CheckReport> {
@@ -96,29 +205,350 @@ pub fn check(repo: &Repository, opts: &CheckOptions) -> Result<CheckReport> {
     pool.install(|| check_inner(repo, opts, started))
 }
 
-fn check_inner(repo: &Repository, opts: &CheckOptions, started: Instant) -> Result<CheckReport> {
-    let st = State {
+/// The blobs that cannot be read back (missing, damaged, in a missing pack, needing a
+/// missing dictionary; with `read_data`, failing verification), as `check` finds them,
+/// without walking the snapshots: for `repair snapshots`.
+pub(crate) fn unreadable_blobs(repo: &Repository, read_data: bool) -> Result<HashSet<Id>> {
+    let st = new_state();
+    let mut warnings = Vec::new();
+    check_packs(repo, &st, read_data, &mut warnings)?;
+    let bad = lock(&st.bad_blobs).keys().copied().collect();
+    Ok(bad)
+}
+
+fn new_state() -> State {
+    State {
         errors: Mutex::new(Vec::new()),
+        groups: Mutex::new(HashMap::new()),
         bad_blobs: Mutex::new(HashMap::new()),
         files: AtomicU64::new(0),
         bytes: AtomicU64::new(0),
         verified: AtomicU64::new(0),
-    };
+        dict_blobs: AtomicU64::new(0),
+    }
+}
+
+fn check_inner(repo: &Repository, opts: &CheckOptions, started: Instant) -> Result<CheckReport> {
+    let st = new_state();
     let mut warnings = Vec::new();
     let store = repo.store();
     let index = repo.index();
 
-    // Index files: the ones that did not open, and every one's bytes against its name.
+    // Index files, dictionaries and key files: the ones that did not open, and every
+    // one's bytes against its name.
+    let unreadable: HashSet<&str> = repo
+        .index_errors()
+        .iter()
+        .chain(repo.dictionary_errors())
+        .map(|(p, _)| p.as_str())
+        .collect();
     for (path, e) in repo.index_errors() {
-        st.error(Some(path), None, e);
+        let i = st.error(DamageKind::Index, Some(path), e);
+        st.set_repair(i, REPAIR_INDEX);
     }
-    let mut index_files = store.list("index/")?;
-    index_files.extend(store.list("dicts/")?);
-    index_files.par_iter().for_each(|f| {
-        let _ = verify_named_file(repo, &st, &f.path);
+    for (path, e) in repo.dictionary_errors() {
+        let i = st.error(DamageKind::Dictionary, Some(path), e);
+        st.set_repair(i, REPAIR_SNAPSHOTS);
+    }
+    let mut named = store.list("index/")?;
+    named.extend(store.list("dicts/")?);
+    named.extend(store.list("keys/")?);
+    named.par_iter().for_each(|f| {
+        let kind = if f.path.starts_with("index/") {
+            DamageKind::Index
+        } else if f.path.starts_with("dicts/") {
+            DamageKind::Dictionary
+        } else {
+            DamageKind::Key
+        };
+        if !unreadable.contains(f.path.as_str()) {
+            if let Err(i) = verify_named_file(repo, &st, &f.path, kind) {
+                if kind == DamageKind::Index {
+                    st.set_repair(i, REPAIR_INDEX);
+                }
+            }
+        }
     });
+    for w in store.list("writers/")? {
+        if let Err(e) = store
+            .get(&w.path)
+            .and_then(|b| repo.key().open(&b, &w.path))
+        {
+            warnings.push(format!(
+                "{}: not a writer record ({e}): backups ignore it; remove it",
+                w.path
+            ));
+        }
+    }
 
-    // Packs: bytes against name, header against the index, blobs when asked.
+    let packs = check_packs(repo, &st, opts.read_data, &mut warnings)?;
+
+    // Snapshots: one error per file that cannot be read.
+    let snaps = store.list("snapshots/")?;
+    let loaded: Vec<Option<crate::snapshot::Snapshot>> = snaps
+        .par_iter()
+        .map(|f| {
+            verify_named_file(repo, &st, &f.path, DamageKind::Snapshot)
+                .map_err(|i| st.set_repair(i, REPAIR_SNAPSHOTS))
+                .ok()?;
+            match repo.snapshots_one(&f.path) {
+                Ok(s) => Some(s),
+                Err(e) => {
+                    let i = st.error(DamageKind::Snapshot, Some(&f.path), e);
+                    st.set_repair(i, REPAIR_SNAPSHOTS);
+                    None
+                }
+            }
+        })
+        .collect();
+    let mut snapshots: Vec<_> = loaded.into_iter().flatten().collect();
+    snapshots.sort_by_key(|s| (s.time, s.time_nanos, s.id));
+
+    // Trees: every blob each snapshot needs.
+    let messages = AtomicU64::new(0);
+    let chunks: Mutex<HashMap<ChunkRef, Arc<Result<ChunkOutcome, Vec<usize>>>>> =
+        Mutex::new(HashMap::new());
+    // (error, snapshot, what, messages)
+    let affected: Mutex<Vec<(usize, String, String, u64)>> = Mutex::new(Vec::new());
+    let attribute = |idx: usize, snap: &str, what: String, n: u64| {
+        lock(&affected).push((idx, snap.to_string(), what, n));
+    };
+    // The errors that make blob `id` unreadable, if any.
+    let blob_errors = |id: &Id| -> Option<usize> {
+        if let Some(&i) = lock(&st.bad_blobs).get(id) {
+            return Some(i);
+        }
+        if index.contains(id) {
+            return None;
+        }
+        let i = st.group("unindexed".into(), || {
+            CheckError::new(
+                DamageKind::Unindexed,
+                None,
+                "blobs the snapshots need are not in the index",
+            )
+        });
+        st.lose(i, id, None);
+        Some(i)
+    };
+    // A tree blob that could not be read: its error, or a new one.
+    let tree_error = |id: &Id, what: &str, e: Error| -> usize {
+        blob_errors(id).unwrap_or_else(|| {
+            let mut err = CheckError::new(DamageKind::Tree, None, format!("{what}: {e}"));
+            err.blob = Some(id.to_hex());
+            let i = st.push(err);
+            st.lose(i, id, None);
+            st.set_repair(i, REPAIR_SNAPSHOTS);
+            i
+        })
+    };
+    for s in &snapshots {
+        let sid = s.id.short();
+        let sname = format!("snapshot {sid}");
+        let root: RootTree = match repo.read_tree(&s.root) {
+            Ok(r) => r,
+            Err(e) => {
+                let i = tree_error(&s.root, &format!("root tree of {sname}"), e);
+                attribute(i, &sid, format!("{sname} (all of it)"), s.summary.messages);
+                continue;
+            }
+        };
+        for acc in &root.accounts {
+            let aname = format!("{sname} account {}", acc.name);
+            let t: AccountTree = match repo.read_tree(&acc.tree) {
+                Ok(t) => t,
+                Err(e) => {
+                    let i = tree_error(&acc.tree, &format!("tree of {aname}"), e);
+                    attribute(i, &sid, format!("{aname} (all of it)"), acc.messages);
+                    continue;
+                }
+            };
+            t.folders.par_iter().for_each(|f| {
+                let fname = format!("{aname} folder {}", f.name);
+                for file in &f.files {
+                    for id in &file.content {
+                        if let Some(i) = blob_errors(id) {
+                            attribute(
+                                i,
+                                &sid,
+                                format!("{fname} file {}", String::from_utf8_lossy(&file.name)),
+                                0,
+                            );
+                        }
+                    }
+                }
+                for c in &f.chunks {
+                    let cached = lock(&chunks).get(c).cloned();
+                    let outcome = match cached {
+                        Some(o) => o,
+                        None => {
+                            let o = Arc::new(check_chunk(repo, &st, c, &blob_errors, &tree_error));
+                            if let Ok(ok) = &*o {
+                                messages.fetch_add(ok.messages, Relaxed);
+                            }
+                            lock(&chunks).insert(*c, o.clone());
+                            o
+                        }
+                    };
+                    match &*outcome {
+                        Ok(o) => {
+                            for (key, idxs) in &o.bad {
+                                for &i in idxs {
+                                    attribute(i, &sid, format!("{fname} message {key}"), 1);
+                                }
+                            }
+                        }
+                        Err(idxs) => {
+                            for &i in idxs {
+                                attribute(
+                                    i,
+                                    &sid,
+                                    format!(
+                                        "{fname} (a message list, of its {} messages)",
+                                        f.messages
+                                    ),
+                                    0,
+                                );
+                            }
+                        }
+                    }
+                }
+            });
+        }
+    }
+
+    let mut errors = std::mem::take(&mut *lock(&st.errors));
+    let mut snaps_of: HashMap<usize, BTreeSet<String>> = HashMap::new();
+    for (i, sid, what, n) in std::mem::take(&mut *lock(&affected)) {
+        snaps_of.entry(i).or_default().insert(sid);
+        errors[i].messages += n;
+        errors[i].affected.push(what);
+    }
+    // A missing dictionary that no snapshot needs (their messages dropped by a repair)
+    // costs nothing restorable: a warning.
+    let mut unused = HashSet::new();
+    for (i, e) in errors.iter().enumerate() {
+        if e.kind == DamageKind::Dictionary && e.file.is_none() && !snaps_of.contains_key(&i) {
+            warnings.push(format!(
+                "{} ({} blobs need it; no snapshot needs them)",
+                e.error, e.blobs
+            ));
+            unused.insert(i);
+        }
+    }
+    let unindexed_packs = warnings.iter().any(|w| w.contains("not in any index"));
+    for (i, e) in errors.iter_mut().enumerate() {
+        e.affected.sort();
+        e.affected.dedup();
+        e.details.sort();
+        e.snapshots = snaps_of
+            .remove(&i)
+            .unwrap_or_default()
+            .into_iter()
+            .collect();
+        if e.kind == DamageKind::Unindexed {
+            e.error = format!("{} blobs the snapshots need are not in the index", e.blobs);
+            e.repair = Some(
+                if unindexed_packs {
+                    REPAIR_BOTH
+                } else {
+                    REPAIR_SNAPSHOTS
+                }
+                .into(),
+            );
+        }
+        if e.kind == DamageKind::Size {
+            e.error = format!("{} messages: {}", e.affected.len(), e.error);
+        }
+    }
+    let errors = errors
+        .into_iter()
+        .enumerate()
+        .filter(|(i, _)| !unused.contains(i))
+        .map(|(_, e)| e)
+        .collect();
+    Ok(CheckReport {
+        files_checked: st.files.load(Relaxed),
+        bytes_checked: st.bytes.load(Relaxed),
+        packs,
+        blobs: index.len() as u64,
+        blobs_verified: st.verified.load(Relaxed),
+        dictionary_blobs: st.dict_blobs.load(Relaxed),
+        snapshots: snapshots.len() as u64,
+        messages: messages.load(Relaxed),
+        errors,
+        warnings,
+        elapsed_secs: started.elapsed().as_secs_f64(),
+    })
+}
+
+/// Reads one message chunk and finds its messages whose blobs cannot be read.
+fn check_chunk(
+    repo: &Repository,
+    st: &State,
+    c: &ChunkRef,
+    blob_errors: &(dyn Fn(&Id) -> Option<usize> + Sync),
+    tree_error: &(dyn Fn(&Id, &str, Error) -> usize + Sync),
+) -> Result<ChunkOutcome, Vec<usize>> {
+    let chunk = match repo.read_chunk(c) {
+        Ok(ch) => ch,
+        Err(e) => {
+            let mut idxs: Vec<usize> = [c.entries, c.names]
+                .iter()
+                .filter_map(|id| blob_errors(id))
+                .collect();
+            if idxs.is_empty() {
+                idxs.push(tree_error(&c.entries, "message list", e));
+            }
+            idxs.dedup();
+            return Err(idxs);
+        }
+    };
+    let index = repo.index();
+    let mut out = ChunkOutcome {
+        messages: chunk.len() as u64,
+        bad: Vec::new(),
+    };
+    for m in &chunk {
+        let key = String::from_utf8_lossy(&m.key).to_string();
+        let mut idxs: Vec<usize> = m.content.iter().filter_map(|id| blob_errors(id)).collect();
+        if idxs.is_empty() {
+            let raw: u64 = m
+                .content
+                .iter()
+                .map(|id| index.get(id).map_or(0, |l| u64::from(l.raw_len)))
+                .sum();
+            if raw != m.size {
+                idxs.push(st.group("size".into(), || {
+                    let mut e = CheckError::new(
+                        DamageKind::Size,
+                        None,
+                        "their blobs do not add up to their size",
+                    );
+                    e.repair = Some(REPAIR_SNAPSHOTS.into());
+                    e
+                }));
+            }
+        }
+        idxs.sort_unstable();
+        idxs.dedup();
+        if !idxs.is_empty() {
+            out.bad.push((key, idxs));
+        }
+    }
+    Ok(out)
+}
+
+/// Checks every pack the index names and every pack in `data/`; fills the state's bad
+/// blobs. Returns the number of files in `data/`.
+fn check_packs(
+    repo: &Repository,
+    st: &State,
+    read_data: bool,
+    warnings: &mut Vec<String>,
+) -> Result<u64> {
+    let store = repo.store();
+    let index = repo.index();
     let mut by_pack: HashMap<Id, Vec<(Id, Location)>> = HashMap::new();
     for (id, loc) in index.iter() {
         by_pack
@@ -131,17 +561,22 @@ fn check_inner(repo: &Repository, opts: &CheckOptions, started: Instant) -> Resu
     for pack_id in index.packs() {
         if !present.contains(pack_id) {
             let path = pack::pack_path(pack_id);
-            let idx = st.error(Some(&path), None, "pack is missing from the repository");
-            let mut bad = lock(&st.bad_blobs);
-            for (id, _) in by_pack.get(pack_id).map(Vec::as_slice).unwrap_or_default() {
-                bad.insert(*id, idx);
+            let blobs = by_pack.get(pack_id).map(Vec::as_slice).unwrap_or_default();
+            let i = st.error(
+                DamageKind::Pack,
+                Some(&path),
+                "pack is missing from the repository",
+            );
+            st.set_repair(i, REPAIR_BOTH);
+            for (id, _) in blobs {
+                st.lose(i, id, None);
             }
         }
     }
     for p in &packs {
         match file_id(&p.path) {
             Ok(id) if !index.has_pack(&id) => warnings.push(format!(
-                "{}: pack not in any index (left by an interrupted backup; the next backup reuses it when that backup left its record in writers/)",
+                "{}: pack not in any index (left by an interrupted backup; the next backup reuses it when that backup left its record in writers/, or run `{REPAIR_INDEX}`)",
                 p.path
             )),
             Ok(_) => {}
@@ -153,136 +588,16 @@ fn check_inner(repo: &Repository, opts: &CheckOptions, started: Instant) -> Resu
             if index.has_pack(&id) {
                 check_pack(
                     repo,
-                    &st,
+                    st,
                     &p.path,
                     &id,
                     by_pack.get(&id).map(Vec::as_slice).unwrap_or_default(),
-                    opts.read_data,
+                    read_data,
                 );
             }
         }
     });
-
-    // Snapshots and trees.
-    let snaps = store.list("snapshots/")?;
-    snaps.par_iter().for_each(|f| {
-        let _ = verify_named_file(repo, &st, &f.path);
-    });
-    let mut snapshots = Vec::new();
-    for f in &snaps {
-        match repo.snapshots_one(&f.path) {
-            Ok(s) => snapshots.push(s),
-            Err(e) => {
-                st.error(Some(&f.path), None, e);
-            }
-        }
-    }
-    let messages = AtomicU64::new(0);
-    let seen_chunks = Mutex::new(HashSet::new());
-    let bad = std::mem::take(&mut *lock(&st.bad_blobs));
-    let affected: Mutex<Vec<(usize, String)>> = Mutex::new(Vec::new());
-    let report_blob = |id: &Id, what: &str| {
-        if let Some(&i) = bad.get(id) {
-            lock(&affected).push((i, what.to_string()));
-        } else if !index.contains(id) {
-            st.error(
-                None,
-                Some(id),
-                format!("blob is missing from the index; needed by {what}"),
-            );
-        }
-    };
-    for s in &snapshots {
-        let sname = format!("snapshot {}", s.id.short());
-        let root: RootTree = match repo.read_tree(&s.root) {
-            Ok(r) => r,
-            Err(e) => {
-                report_blob(&s.root, &sname);
-                st.error(None, Some(&s.root), format!("root tree of {sname}: {e}"));
-                continue;
-            }
-        };
-        for acc in &root.accounts {
-            let aname = format!("{sname} account {}", acc.name);
-            let t: AccountTree = match repo.read_tree(&acc.tree) {
-                Ok(t) => t,
-                Err(e) => {
-                    report_blob(&acc.tree, &aname);
-                    st.error(None, Some(&acc.tree), format!("tree of {aname}: {e}"));
-                    continue;
-                }
-            };
-            t.folders.par_iter().for_each(|f| {
-                let fname = format!("{aname} folder {}", f.name);
-                for file in &f.files {
-                    for id in &file.content {
-                        report_blob(
-                            id,
-                            &format!("{fname} file {}", String::from_utf8_lossy(&file.name)),
-                        );
-                    }
-                }
-                for c in &f.chunks {
-                    if !lock(&seen_chunks).insert(*c) {
-                        continue;
-                    }
-                    let chunk = match repo.read_chunk(c) {
-                        Ok(ch) => ch,
-                        Err(e) => {
-                            let what = format!("{fname} (message list)");
-                            report_blob(&c.entries, &what);
-                            report_blob(&c.names, &what);
-                            st.error(
-                                None,
-                                Some(&c.entries),
-                                format!("message list of {fname}: {e}"),
-                            );
-                            continue;
-                        }
-                    };
-                    for m in &chunk {
-                        messages.fetch_add(1, Relaxed);
-                        let mname = format!("{fname} message {}", String::from_utf8_lossy(&m.key));
-                        let mut raw = 0u64;
-                        for id in &m.content {
-                            report_blob(id, &mname);
-                            raw += index.get(id).map_or(0, |l| u64::from(l.raw_len));
-                        }
-                        if m.content.iter().all(|id| index.contains(id)) && raw != m.size {
-                            st.error(
-                                None,
-                                None,
-                                format!(
-                                    "{mname}: blobs add up to {raw} bytes, message has {}",
-                                    m.size
-                                ),
-                            );
-                        }
-                    }
-                }
-            });
-        }
-    }
-    let mut errors = std::mem::take(&mut *lock(&st.errors));
-    for (i, m) in std::mem::take(&mut *lock(&affected)) {
-        errors[i].messages.push(m);
-    }
-    for e in &mut errors {
-        e.messages.sort();
-        e.messages.dedup();
-    }
-    Ok(CheckReport {
-        files_checked: st.files.load(Relaxed),
-        bytes_checked: st.bytes.load(Relaxed),
-        packs: packs.len() as u64,
-        blobs: index.len() as u64,
-        blobs_verified: st.verified.load(Relaxed),
-        snapshots: snapshots.len() as u64,
-        messages: messages.load(Relaxed),
-        errors,
-        warnings,
-        elapsed_secs: started.elapsed().as_secs_f64(),
-    })
+    Ok(packs.len() as u64)
 }
 
 /// Reads a content-named file and compares its BLAKE3 with its name; on failure returns
@@ -291,21 +606,22 @@ fn verify_named_file(
     repo: &Repository,
     st: &State,
     path: &str,
+    kind: DamageKind,
 ) -> std::result::Result<Vec<u8>, usize> {
     let data = match repo.store().get(path) {
         Ok(d) => d,
-        Err(e) => return Err(st.error(Some(path), None, e)),
+        Err(e) => return Err(st.error(kind, Some(path), e)),
     };
     st.files.fetch_add(1, Relaxed);
     st.bytes.fetch_add(data.len() as u64, Relaxed);
     match file_id(path) {
         Ok(id) if id == Id::of_file(&data) => Ok(data),
         Ok(_) => Err(st.error(
+            kind,
             Some(path),
-            None,
             "content does not match its name: the file is damaged",
         )),
-        Err(e) => Err(st.error(Some(path), None, e)),
+        Err(e) => Err(st.error(kind, Some(path), e)),
     }
 }
 
@@ -317,21 +633,40 @@ fn check_pack(
     indexed: &[(Id, Location)],
     read_data: bool,
 ) {
-    let mark_all = |idx: usize| {
-        let mut bad = lock(&st.bad_blobs);
+    let lose_all = |idx: usize| {
         for (b, _) in indexed {
-            bad.insert(*b, idx);
+            st.lose(idx, b, None);
         }
     };
-    let bytes = match verify_named_file(repo, st, path) {
-        Ok(b) => b,
-        Err(idx) => return mark_all(idx),
+    let (bytes, damaged) = match verify_named_file(repo, st, path, DamageKind::Pack) {
+        Ok(b) => (b, None),
+        Err(idx) => match repo.store().get(path) {
+            // Damaged: find out which of its blobs are lost by reading each.
+            Ok(b) => (b, Some(idx)),
+            Err(_) => return lose_all(idx),
+        },
     };
+    if let Some(i) = damaged {
+        st.set_repair(i, REPAIR_BOTH);
+    }
     let header: Vec<PackEntry> = match pack::header_of(&bytes, repo.key(), path) {
         Ok(h) => h,
-        Err(e) => return mark_all(st.error(Some(path), None, e)),
+        Err(e) => {
+            let idx = damaged.unwrap_or_else(|| st.error(DamageKind::Pack, Some(path), e));
+            st.set_repair(idx, REPAIR_BOTH);
+            return lose_all(idx);
+        }
     };
     let in_header: HashMap<Id, &PackEntry> = header.iter().map(|e| (e.id, e)).collect();
+    let group = |what: &str, error: &str, kind: DamageKind, repair: &str| {
+        damaged.unwrap_or_else(|| {
+            st.group(format!("{what}:{path}"), || {
+                let mut e = CheckError::new(kind, Some(path), error);
+                e.repair = Some(repair.into());
+                e
+            })
+        })
+    };
     for (blob, loc) in indexed {
         let ok = in_header.get(blob).is_some_and(|e| {
             e.offset == loc.offset
@@ -340,21 +675,101 @@ fn check_pack(
                 && e.codec == loc.codec
         });
         if !ok {
-            let idx = st.error(
-                Some(path),
-                Some(blob),
-                format!(
-                    "index entry does not match the header of pack {}",
+            let i = group(
+                "header",
+                &format!(
+                    "index entries do not match the header of pack {}",
                     id.short()
                 ),
+                DamageKind::Index,
+                REPAIR_INDEX,
             );
-            lock(&st.bad_blobs).insert(*blob, idx);
+            st.lose(
+                i,
+                blob,
+                Some(format!(
+                    "blob {}: index entry does not match the pack header",
+                    blob.short()
+                )),
+            );
         }
     }
-    if read_data {
+    let sealed_of = |loc: &Location| {
+        let start = loc.offset as usize;
+        bytes.get(start..start + loc.stored_len as usize)
+    };
+    // Blobs compressed with a dictionary: the dictionary their frame names must be there.
+    // Their first bytes are decrypted without the tag check, which the pack's hash makes
+    // unnecessary (and which `read_data` does anyway).
+    for (blob, loc) in indexed {
+        if loc.codec != Codec::ZstdDict || damaged.is_some() {
+            continue;
+        }
+        let Some(sealed) = sealed_of(loc) else {
+            continue;
+        };
+        let what = format!("blob {} in {path}", blob.short());
+        let dict = repo
+            .key()
+            .peek_unauthenticated(sealed, compress::FRAME_HEADER_MAX, &what)
+            .ok()
+            .and_then(|start| compress::frame_dictionary(&start));
+        match dict {
+            Some(d) if repo.dictionaries().has(d) => {
+                st.dict_blobs.fetch_add(1, Relaxed);
+            }
+            Some(d) => {
+                let i = st.group(format!("dict:{d:08x}"), || {
+                    let mut e = CheckError::new(
+                        DamageKind::Dictionary,
+                        None,
+                        format!("zstd dictionary {d:08x} is missing from dicts/ (no dictionary file holds it)"),
+                    );
+                    e.repair = Some(REPAIR_SNAPSHOTS.into());
+                    e
+                });
+                st.lose(i, blob, None);
+            }
+            None => {
+                let i = group(
+                    "nodict",
+                    "blobs stored as dictionary-compressed name no dictionary",
+                    DamageKind::Pack,
+                    REPAIR_BOTH,
+                );
+                st.lose(
+                    i,
+                    blob,
+                    Some(format!("{what}: zstd frame names no dictionary")),
+                );
+            }
+        }
+    }
+    if read_data || damaged.is_some() {
+        let bad_already: HashSet<Id> = {
+            let bad = lock(&st.bad_blobs);
+            indexed
+                .iter()
+                .filter(|(b, _)| bad.contains_key(b))
+                .map(|(b, _)| *b)
+                .collect()
+        };
         for (blob, loc) in indexed {
-            let range = loc.offset as usize..(loc.offset as usize + loc.stored_len as usize);
-            let Some(sealed) = bytes.get(range) else {
+            if bad_already.contains(blob) {
+                continue;
+            }
+            let Some(sealed) = sealed_of(loc) else {
+                let i = group(
+                    "blobs",
+                    "blobs do not verify",
+                    DamageKind::Pack,
+                    REPAIR_BOTH,
+                );
+                st.lose(
+                    i,
+                    blob,
+                    Some(format!("blob {}: past the end of the pack", blob.short())),
+                );
                 continue;
             };
             match repo.decode_blob(blob, loc, sealed, path) {
@@ -362,8 +777,13 @@ fn check_pack(
                     st.verified.fetch_add(1, Relaxed);
                 }
                 Err(e) => {
-                    let idx = st.error(Some(path), Some(blob), e);
-                    lock(&st.bad_blobs).insert(*blob, idx);
+                    let i = group(
+                        "blobs",
+                        "blobs do not verify",
+                        DamageKind::Pack,
+                        REPAIR_BOTH,
+                    );
+                    st.lose(i, blob, Some(e.to_string()));
                 }
             }
         }

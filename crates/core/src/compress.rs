@@ -119,6 +119,21 @@ impl Dictionaries {
     pub fn is_empty(&self) -> bool {
         self.by_id.is_empty()
     }
+
+    /// Whether dictionary `id` (a zstd dictionary id) is loaded.
+    pub fn has(&self, id: u32) -> bool {
+        self.by_id.contains_key(&id)
+    }
+}
+
+/// Bytes at the start of a zstd frame that always hold its header, and so the id of the
+/// dictionary it needs (`ZSTD_FRAMEHEADERSIZE_MAX`).
+pub const FRAME_HEADER_MAX: usize = 18;
+
+/// The dictionary a zstd frame needs, from its first bytes (at most
+/// [`FRAME_HEADER_MAX`] needed); `None` when it names none.
+pub fn frame_dictionary(start: &[u8]) -> Option<u32> {
+    zstd::zstd_safe::get_dict_id_from_frame(start).map(|id| id.get())
 }
 
 /// Trains a dictionary on sample blobs; `None` when there is too little to learn from.

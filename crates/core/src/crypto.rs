@@ -70,6 +70,22 @@ impl XChaCha {
         out
     }
 
+    /// The first `n` bytes of the plaintext of what [`Self::seal`] made, decrypted
+    /// without checking the tag: XChaCha20's keystream from block 1 (block 0 keys
+    /// Poly1305), as the AEAD's definition has it.
+    fn peek(&self, sealed: &[u8], n: usize) -> Option<Vec<u8>> {
+        use chacha20::cipher::{KeyIvInit, StreamCipher, StreamCipherSeek};
+        if sealed.len() < SEAL_OVERHEAD {
+            return None;
+        }
+        let body = &sealed[24..sealed.len() - TAG_LEN];
+        let mut out = body[..n.min(body.len())].to_vec();
+        let mut c = chacha20::XChaCha20::new((&*self.key).into(), sealed[..24].into());
+        c.seek(64u64);
+        c.apply_keystream(&mut out);
+        Some(out)
+    }
+
     /// The plaintext of what [`Self::seal`] made, or `None` when it does not authenticate.
     fn open(&self, sealed: &[u8]) -> Option<Vec<u8>> {
         self.open_vec(sealed.to_vec())
@@ -139,6 +155,16 @@ impl MasterKey {
             .ok_or_else(|| Error::Tampered(what.to_string()))
     }
 
+    /// The first `n` bytes (or fewer, if shorter) of sealed data, decrypted **without
+    /// authenticating** it: for a glance at a blob's first bytes (the zstd frame header
+    /// that names its dictionary) where the bytes are known good otherwise (`check` has
+    /// compared the pack with its name). Never for content that is used.
+    pub fn peek_unauthenticated(&self, sealed: &[u8], n: usize, what: &str) -> Result<Vec<u8>> {
+        self.aead
+            .peek(sealed, n)
+            .ok_or_else(|| Error::corrupt(what, "too short to be sealed data"))
+    }
+
     /// Encrypts `plain`: returns nonce || ciphertext || tag.
     pub fn seal(&self, plain: &[u8]) -> Vec<u8> {
         // The thread's CSPRNG (ChaCha12, seeded and reseeded from the OS): a getrandom(2)
@@ -159,6 +185,44 @@ pub struct KdfParams {
     pub m_cost: u32,
     pub t_cost: u32,
     pub p_cost: u32,
+}
+
+/// The largest Argon2 parameters a key file may ask for: 4 GiB of memory, 64 passes, 64
+/// lanes. A key file is plaintext anyone with write access can edit; without bounds, one
+/// asking for terabytes would exhaust the machine's memory before the password is even
+/// tried. The default (64 MiB, 3 passes, 1 lane) is far below them.
+pub const KDF_MAX: KdfParams = KdfParams {
+    m_cost: 4 * 1024 * 1024,
+    t_cost: 64,
+    p_cost: 64,
+};
+
+/// The key file format this code reads and writes.
+pub const KEY_FILE_VERSION: u32 = 1;
+
+impl KdfParams {
+    /// An error naming `what` if the parameters are outside [`KDF_MAX`] or below what
+    /// Argon2 accepts (at least 1 pass and lane, at least 8 KiB of memory per lane).
+    pub fn validate(&self, what: &str) -> Result<()> {
+        let bad = |field: &str, v: u32, max: u32| {
+            Error::corrupt(
+                what,
+                format!("Argon2 {field} {v} is out of bounds (at most {max})"),
+            )
+        };
+        if self.m_cost > KDF_MAX.m_cost {
+            return Err(bad("m_cost (KiB)", self.m_cost, KDF_MAX.m_cost));
+        }
+        if self.t_cost > KDF_MAX.t_cost {
+            return Err(bad("t_cost", self.t_cost, KDF_MAX.t_cost));
+        }
+        if self.p_cost > KDF_MAX.p_cost {
+            return Err(bad("p_cost", self.p_cost, KDF_MAX.p_cost));
+        }
+        argon2::Params::new(self.m_cost, self.t_cost, self.p_cost, Some(32))
+            .map(|_| ())
+            .map_err(|e| Error::corrupt(what, format!("bad Argon2 parameters: {e}")))
+    }
 }
 
 impl Default for KdfParams {
@@ -192,6 +256,7 @@ pub struct KeyFile {
 }
 
 fn derive(password: &[u8], salt: &[u8], p: KdfParams) -> Result<XChaCha> {
+    p.validate("key file")?;
     let params = argon2::Params::new(p.m_cost, p.t_cost, p.p_cost, Some(32))
         .map_err(|e| Error::corrupt("key file", format!("bad Argon2 parameters: {e}")))?;
     let argon = argon2::Argon2::new(argon2::Algorithm::Argon2id, argon2::Version::V0x13, params);
@@ -215,7 +280,7 @@ impl KeyFile {
         let kek = derive(password, &salt, params)?;
         let wrapped = kek.seal(master.raw.as_ref(), &mut rand::rngs::OsRng);
         let mut kf = KeyFile {
-            version: 1,
+            version: KEY_FILE_VERSION,
             kdf: "argon2id".into(),
             params,
             salt: hex::encode(salt),
@@ -235,22 +300,52 @@ impl KeyFile {
         blake3::hash(&json).to_hex().to_string()
     }
 
-    /// Unwraps the master key; `what` names the key file for errors.
-    pub fn unwrap(&self, password: &[u8], what: &str) -> Result<MasterKey> {
+    /// Reads a key file's JSON and checks everything that can be checked without the
+    /// password: checksum, version, kdf, Argon2 bounds, salt and wrapped key. `what` names
+    /// the file for errors.
+    pub fn parse(bytes: &[u8], what: &str) -> Result<KeyFile> {
+        let kf: KeyFile = serde_json::from_slice(bytes)
+            .map_err(|e| Error::corrupt(what, format!("not a key file: {e}")))?;
+        kf.validate(what)?;
+        Ok(kf)
+    }
+
+    fn validate(&self, what: &str) -> Result<()> {
         if self.checksum != self.compute_checksum() {
             return Err(Error::corrupt(
                 what,
                 "checksum mismatch: the key file is damaged",
             ));
         }
+        if self.version != KEY_FILE_VERSION {
+            return Err(Error::corrupt(
+                what,
+                format!(
+                    "key file version {} is not supported (this mailvault reads version {KEY_FILE_VERSION})",
+                    self.version
+                ),
+            ));
+        }
         if self.kdf != "argon2id" {
             return Err(Error::corrupt(what, format!("unknown kdf {:?}", self.kdf)));
         }
+        self.params.validate(what)?;
         let salt = hex::decode(&self.salt).map_err(|_| Error::corrupt(what, "bad salt"))?;
+        if salt.len() < argon2::MIN_SALT_LEN || salt.len() > argon2::MAX_SALT_LEN {
+            return Err(Error::corrupt(what, "salt has the wrong length"));
+        }
         let wrapped = hex::decode(&self.wrapped).map_err(|_| Error::corrupt(what, "bad key"))?;
         if wrapped.len() != SEAL_OVERHEAD + 64 {
             return Err(Error::corrupt(what, "wrapped key has the wrong length"));
         }
+        Ok(())
+    }
+
+    /// Unwraps the master key; `what` names the key file for errors.
+    pub fn unwrap(&self, password: &[u8], what: &str) -> Result<MasterKey> {
+        self.validate(what)?;
+        let salt = hex::decode(&self.salt).map_err(|_| Error::corrupt(what, "bad salt"))?;
+        let wrapped = hex::decode(&self.wrapped).map_err(|_| Error::corrupt(what, "bad key"))?;
         let kek = derive(password, &salt, self.params)?;
         let raw = Zeroizing::new(kek.open(&wrapped).ok_or(Error::WrongPassword)?);
         let mut key = [0u8; 64];
@@ -363,6 +458,20 @@ mod tests {
             hex::encode(tag.as_ref()),
             "c0875924c1c7987947deafd8780acf49"
         );
+    }
+
+    #[test]
+    fn peek_gives_the_first_bytes_of_the_plaintext() {
+        let k = MasterKey::random();
+        for len in [0usize, 1, 17, 64, 65, 300] {
+            let plain: Vec<u8> = (0..len).map(|i| (i * 13) as u8).collect();
+            let sealed = k.seal(&plain);
+            for n in [0, 1, 18, 64, 100, 1000] {
+                let got = k.peek_unauthenticated(&sealed, n, "x").unwrap();
+                assert_eq!(got, plain[..n.min(len)], "len {len} n {n}");
+            }
+        }
+        assert!(k.peek_unauthenticated(&[0; 39], 4, "x").is_err());
     }
 
     #[test]

@@ -42,6 +42,14 @@ pub enum Error {
     /// `init` on a location that already holds a repository.
     #[error("a repository already exists at {0}")]
     RepositoryExists(String),
+    /// A location with repository files (`parts`: which directories) but no `config`:
+    /// neither opened nor initialized over.
+    #[error("{location} holds parts of a mailvault repository ({parts}) but its config is missing: put `config` back from a copy of the repository; `mailvault init` refuses such a location, since a new config and key could not read what is there")]
+    ConfigMissing { location: String, parts: String },
+    /// No key file opens with the password given, and some key files are damaged: each
+    /// key file with what became of it.
+    #[error("no key file opens the repository: {}", .0.iter().map(|(k, why)| format!("{k}: {why}")).collect::<Vec<_>>().join("; "))]
+    NoKeyOpens(Vec<(String, String)>),
     /// The repository was written by a newer mailvault.
     #[error("repository format version {0} is not supported by this mailvault (supports 1)")]
     UnsupportedVersion(u32),

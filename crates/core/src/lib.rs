@@ -17,6 +17,7 @@ pub mod ls;
 pub mod maildir;
 pub mod model;
 pub mod pack;
+pub mod repair;
 pub mod repo;
 pub mod report;
 pub mod restore;

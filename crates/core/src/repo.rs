@@ -19,7 +19,7 @@ use crate::index::{self, Index, Location};
 use crate::pack::{self, BlobKind, FinishedPack, PackBuilder, PackEntry, PackList};
 use crate::snapshot::Snapshot;
 use crate::split::ChunkerParams;
-use crate::store::{put_content_named, Store};
+use crate::store::{put_content_named, ObjectInfo, Store};
 use crate::tree;
 use serde::{Deserialize, Serialize};
 use std::collections::{HashMap, HashSet};
@@ -70,6 +70,9 @@ pub struct Repository {
     index_files: Vec<Id>,
     /// Index files that could not be read at open: their packs' blobs look absent.
     index_errors: Vec<(String, Error)>,
+    /// Dictionary files that could not be read at open: blobs compressed with them cannot
+    /// be read.
+    dict_errors: Vec<(String, Error)>,
     /// zstd dictionaries from `dicts/`.
     dicts: compress::Dictionaries,
 }
@@ -81,6 +84,12 @@ impl Repository {
             Ok(_) => return Err(Error::RepositoryExists(store.location())),
             Err(Error::NotFound(_)) => {}
             Err(e) => return Err(e),
+        }
+        if let Some(parts) = repository_parts(store.as_ref())? {
+            return Err(Error::ConfigMissing {
+                location: store.location(),
+                parts,
+            });
         }
         let key = MasterKey::random();
         let kf = KeyFile::wrap(&key, password, opts.kdf, &opts.hostname)?;
@@ -107,6 +116,7 @@ impl Repository {
             index: Index::default(),
             index_files: Vec::new(),
             index_errors: Vec::new(),
+            dict_errors: Vec::new(),
             dicts: compress::Dictionaries::default(),
         })
     }
@@ -114,7 +124,15 @@ impl Repository {
     /// Opens a repository with a password and loads its index.
     pub fn open(store: Arc<dyn Store>, password: &[u8]) -> Result<Repository> {
         let sealed_cfg = match store.get("config") {
-            Err(Error::NotFound(_)) => return Err(Error::NoRepository(store.location())),
+            Err(Error::NotFound(_)) => {
+                return Err(match repository_parts(store.as_ref())? {
+                    Some(parts) => Error::ConfigMissing {
+                        location: store.location(),
+                        parts,
+                    },
+                    None => Error::NoRepository(store.location()),
+                })
+            }
             other => other?,
         };
         let mut keys = store.list("keys/")?;
@@ -122,31 +140,7 @@ impl Repository {
         if keys.is_empty() {
             return Err(Error::corrupt("keys/", "the repository has no key files"));
         }
-        let mut found = None;
-        let mut damaged = None;
-        for k in &keys {
-            let bytes = store.get(&k.path)?;
-            let kf: KeyFile = match serde_json::from_slice(&bytes) {
-                Ok(kf) => kf,
-                Err(e) => {
-                    damaged = Some(Error::corrupt(&k.path, format!("not a key file: {e}")));
-                    continue;
-                }
-            };
-            match kf.unwrap(password, &k.path) {
-                Ok(key) => {
-                    found = Some(key);
-                    break;
-                }
-                Err(Error::WrongPassword) => {}
-                Err(e) => damaged = Some(e),
-            }
-        }
-        let key = match (found, damaged) {
-            (Some(k), _) => k,
-            (None, Some(e)) => return Err(e),
-            (None, None) => return Err(Error::WrongPassword),
-        };
+        let key = unlock(store.as_ref(), &keys, password)?;
         let cfg = key.open(&sealed_cfg, "config")?;
         let config: Config =
             serde_json::from_slice(&cfg).map_err(|e| Error::corrupt("config", e.to_string()))?;
@@ -160,6 +154,7 @@ impl Repository {
             index: Index::default(),
             index_files: Vec::new(),
             index_errors: Vec::new(),
+            dict_errors: Vec::new(),
             dicts: compress::Dictionaries::default(),
         };
         repo.load_dictionaries()?;
@@ -173,10 +168,21 @@ impl Repository {
         let mut files = self.store.list("dicts/")?;
         files.sort_by(|a, b| a.path.cmp(&b.path));
         let mut first = None;
+        self.dict_errors.clear();
         for f in files {
-            let plain = self.key.open(&self.store.get(&f.path)?, &f.path)?;
-            let id = self.dicts.add(&plain, &f.path)?;
-            first.get_or_insert(id);
+            let loaded = self
+                .store
+                .get(&f.path)
+                .and_then(|sealed| self.key.open(&sealed, &f.path))
+                .and_then(|plain| self.dicts.add(&plain, &f.path));
+            match loaded {
+                Ok(id) => {
+                    first.get_or_insert(id);
+                }
+                // Like an index file: a damaged dictionary costs the blobs that need it
+                // (named by `check`), not the repository.
+                Err(e) => self.dict_errors.push((f.path, e)),
+            }
         }
         if let Some(id) = first {
             self.dicts.set_encoder(id);
@@ -283,6 +289,14 @@ impl Repository {
     pub fn index_errors(&self) -> &[(String, Error)] {
         &self.index_errors
     }
+    /// Dictionary files that could not be read when the repository was opened.
+    pub fn dictionary_errors(&self) -> &[(String, Error)] {
+        &self.dict_errors
+    }
+    /// The zstd dictionaries that were loaded.
+    pub fn dictionaries(&self) -> &compress::Dictionaries {
+        &self.dicts
+    }
 
     /// Reads, opens, decompresses and verifies one blob.
     pub fn read_blob(&self, id: &Id) -> Result<Vec<u8>> {
@@ -364,13 +378,23 @@ impl Repository {
             .collect())
     }
 
-    /// All snapshots, oldest first.
-    pub fn snapshots(&self) -> Result<Vec<Snapshot>> {
-        let mut out = Vec::new();
-        for f in self.store.list("snapshots/")? {
-            out.push(self.load_snapshot_at(&f.path)?);
+    /// All snapshots, oldest first, and the files in `snapshots/` that cannot be read (a
+    /// stray file, a truncated or tampered one): one damaged file costs that snapshot
+    /// only, never the others.
+    pub fn snapshots(&self) -> Result<Snapshots> {
+        let mut out = Snapshots::default();
+        let mut files = self.store.list("snapshots/")?;
+        files.sort_by(|a, b| a.path.cmp(&b.path));
+        for f in files {
+            match self.load_snapshot_at(&f.path) {
+                Ok(s) => out.list.push(s),
+                Err(error) => out.damaged.push(DamagedSnapshot {
+                    path: f.path,
+                    error,
+                }),
+            }
         }
-        out.sort_by_key(|s| (s.time, s.time_nanos, s.id));
+        out.list.sort_by_key(|s| (s.time, s.time_nanos, s.id));
         Ok(out)
     }
 
@@ -382,31 +406,34 @@ impl Repository {
     fn load_snapshot_at(&self, path: &str) -> Result<Snapshot> {
         let id = file_id(path)?;
         let plain = self.key.open(&self.store.get(path)?, path)?;
-        let mut s: Snapshot =
-            serde_json::from_slice(&plain).map_err(|e| Error::corrupt(path, e.to_string()))?;
+        let mut s = Snapshot::from_json(&plain, path)?;
         s.id = id;
         Ok(s)
     }
 
-    /// Finds a snapshot by `latest` or by a unique prefix of its id.
+    /// Finds a snapshot by `latest` (the latest readable one) or by a unique prefix of its
+    /// id. A prefix that names only a damaged snapshot file gets that file's error.
     pub fn find_snapshot(&self, which: &str) -> Result<Snapshot> {
-        let all = self.snapshots()?;
+        let Snapshots { list, damaged } = self.snapshots()?;
         if which == "latest" {
-            return all
+            return list
                 .into_iter()
                 .last()
                 .ok_or_else(|| Error::SnapshotNotFound(which.into()));
         }
-        let m: Vec<Snapshot> = all
+        let mut m: Vec<Snapshot> = list
             .into_iter()
             .filter(|s| s.id.to_hex().starts_with(which))
             .collect();
         match m.len() {
-            1 => Ok(m
+            1 => Ok(m.remove(0)),
+            0 => match damaged
                 .into_iter()
-                .next()
-                .ok_or_else(|| Error::SnapshotNotFound(which.into()))?),
-            0 => Err(Error::SnapshotNotFound(which.into())),
+                .find(|d| d.path.trim_start_matches("snapshots/").starts_with(which))
+            {
+                Some(d) => Err(d.error),
+                None => Err(Error::SnapshotNotFound(which.into())),
+            },
             _ => Err(Error::InvalidInput(format!(
                 "snapshot prefix {which:?} is ambiguous: give more digits"
             ))),
@@ -462,13 +489,24 @@ impl Repository {
     pub fn begin_backup(&mut self) -> Result<(PackList, WriterMark)> {
         let others = self.store.list("writers/")?;
         // Which of them are gone, decided before looking at the packs: every pack a gone
-        // writer left is then seen below and listed by this run's index.
-        let stale: Vec<String> = others
-            .iter()
-            .filter(|o| self.writer_gone(&o.path))
-            .map(|o| o.path.clone())
-            .collect();
-        let recovered = if others.is_empty() {
+        // writer left is then seen below and listed by this run's index. A file that is
+        // not a record is reported and left alone: it says nothing about killed writers.
+        let mut stale = Vec::new();
+        let mut records = 0;
+        for o in &others {
+            match self.writer_state(&o.path) {
+                WriterState::Live => records += 1,
+                WriterState::Gone => {
+                    records += 1;
+                    stale.push(o.path.clone());
+                }
+                WriterState::Unreadable(e) => tracing::warn!(
+                    "ignoring {}: {e} (remove it if it is not a record of a backup running now)",
+                    o.path
+                ),
+            }
+        }
+        let recovered = if records == 0 {
             Vec::new()
         } else {
             self.recover_unindexed_packs()?
@@ -495,45 +533,125 @@ impl Repository {
         Ok(())
     }
 
-    /// A writer record whose process is gone: on this host and no such process, or
-    /// older than a day, or unreadable.
-    fn writer_gone(&self, path: &str) -> bool {
-        let Ok(rec) = self
+    /// What the record at `path` says of its writer: gone when on this host and no such
+    /// process, or older than a day; unreadable when it is not a record at all (a stray
+    /// or damaged file, which is no reason to think a writer was killed).
+    fn writer_state(&self, path: &str) -> WriterState {
+        let rec = self
             .store
             .get(path)
             .and_then(|b| self.key.open(&b, path))
-            .map_err(|_| ())
-            .and_then(|b| serde_json::from_slice::<WriterRecord>(&b).map_err(|_| ()))
-        else {
-            return true;
+            .and_then(|b| {
+                serde_json::from_slice::<WriterRecord>(&b)
+                    .map_err(|e| Error::corrupt(path, format!("not a writer record: {e}")))
+            });
+        let rec = match rec {
+            Ok(r) => r,
+            Err(e) => return WriterState::Unreadable(e),
         };
-        if crate::now_unix() - rec.started > WRITER_MAX_AGE_SECS {
-            return true;
+        let gone = crate::now_unix() - rec.started > WRITER_MAX_AGE_SECS
+            || (rec.hostname == crate::hostname()
+                && !std::path::Path::new(&format!("/proc/{}", rec.pid)).exists()
+                && std::path::Path::new("/proc/self").exists());
+        if gone {
+            WriterState::Gone
+        } else {
+            WriterState::Live
         }
-        rec.hostname == crate::hostname()
-            && !std::path::Path::new(&format!("/proc/{}", rec.pid)).exists()
-            && std::path::Path::new("/proc/self").exists()
     }
 
-    /// Packs in `data/` that no index file lists: left by a killed backup. Their headers
-    /// are read so their blobs can be reused; returns them for the next index file.
+    /// Packs in `data/` that no index file lists: left by a killed backup. Each is read
+    /// whole and verified (its name against the BLAKE3 of its bytes, every blob against
+    /// its id) before its blobs are reused: an entry in the index shadows any later
+    /// location of the same blob, so a bogus one must never get there. A pack that fails
+    /// is reported and left out. Returns the packs for the next index file.
     pub fn recover_unindexed_packs(&mut self) -> Result<Vec<(Id, Vec<PackEntry>)>> {
-        let mut found = Vec::new();
-        for f in self.store.list("data/")? {
-            let Ok(id) = file_id(&f.path) else { continue };
-            if self.index.has_pack(&id) {
-                continue;
-            }
-            match pack::read_header(self.store.as_ref(), &self.key, &f.path, f.size) {
-                Ok(entries) => found.push((id, entries)),
-                Err(e) => tracing::warn!("skipping unreadable pack {}: {e}", f.path),
-            }
-        }
+        use rayon::prelude::*;
+        let candidates: Vec<(Id, String)> = self
+            .store
+            .list("data/")?
+            .into_iter()
+            .filter_map(|f| Some((file_id(&f.path).ok()?, f.path)))
+            .filter(|(id, _)| !self.index.has_pack(id))
+            .collect();
+        let found: Vec<(Id, Vec<PackEntry>)> = candidates
+            .par_iter()
+            .filter_map(|(id, path)| match self.verify_pack(path) {
+                Ok(v) if v.name_matches && v.bad.is_empty() => Some((*id, v.good)),
+                Ok(v) => {
+                    let why = match v.bad.first() {
+                        Some((_, e)) if v.name_matches => e.to_string(),
+                        _ => "content does not match its name".to_string(),
+                    };
+                    tracing::warn!("not reusing unindexed pack {path}: {why}");
+                    None
+                }
+                Err(e) => {
+                    tracing::warn!("not reusing unindexed pack {path}: {e}");
+                    None
+                }
+            })
+            .collect();
         for (id, entries) in &found {
             self.index.add_pack(*id, entries);
         }
         Ok(found)
     }
+
+    /// Reads the pack at `path` whole and verifies it: its bytes against its name, its
+    /// header, and every blob the header lists (opened, decompressed and hashed against
+    /// its id). An error only when the header cannot be read.
+    pub(crate) fn verify_pack(&self, path: &str) -> Result<PackVerdict> {
+        let bytes = self.store.get(path)?;
+        let name_matches = file_id(path).is_ok_and(|id| id == Id::of_file(&bytes));
+        let mut v = PackVerdict {
+            name_matches,
+            good: Vec::new(),
+            bad: Vec::new(),
+        };
+        for e in pack::header_of(&bytes, &self.key, path)? {
+            match self.verify_entry(&e, &bytes, path) {
+                Ok(()) => v.good.push(e),
+                Err(err) => v.bad.push((e, err)),
+            }
+        }
+        Ok(v)
+    }
+
+    /// Checks that the blob a pack header entry describes, in the pack's `bytes`, opens,
+    /// decompresses and hashes to its id.
+    pub(crate) fn verify_entry(&self, e: &PackEntry, bytes: &[u8], path: &str) -> Result<()> {
+        let start = e.offset as usize;
+        let sealed = bytes
+            .get(start..start + e.stored_len as usize)
+            .ok_or_else(|| Error::corrupt(path, "blob past the end of the pack"))?;
+        let loc = Location {
+            pack: 0,
+            offset: e.offset,
+            stored_len: e.stored_len,
+            raw_len: e.raw_len,
+            kind: e.kind,
+            codec: e.codec,
+        };
+        self.decode_blob(&e.id, &loc, sealed, path).map(|_| ())
+    }
+}
+
+/// What [`Repository::verify_pack`] found in one pack.
+pub(crate) struct PackVerdict {
+    /// The BLAKE3 of its bytes is its name.
+    pub name_matches: bool,
+    /// Header entries whose blobs verified.
+    pub good: Vec<PackEntry>,
+    /// Header entries whose blobs did not, with why.
+    pub bad: Vec<(PackEntry, Error)>,
+}
+
+/// See [`Repository::writer_state`].
+enum WriterState {
+    Live,
+    Gone,
+    Unreadable(Error),
 }
 
 /// A backup in progress, as recorded in `writers/<random id>` (sealed JSON).
@@ -554,6 +672,101 @@ const WRITER_MAX_AGE_SECS: i64 = 24 * 3600;
 pub struct WriterMark {
     path: String,
     stale: Vec<String>,
+}
+
+/// A file in `snapshots/` that cannot be read as a snapshot.
+#[derive(Debug)]
+pub struct DamagedSnapshot {
+    /// Its path in the repository (`snapshots/<id>`).
+    pub path: String,
+    pub error: Error,
+}
+
+/// What [`Repository::snapshots`] found: the readable snapshots, oldest first (the value
+/// derefs to them), and the damaged files.
+#[derive(Debug, Default)]
+pub struct Snapshots {
+    pub list: Vec<Snapshot>,
+    pub damaged: Vec<DamagedSnapshot>,
+}
+
+impl std::ops::Deref for Snapshots {
+    type Target = Vec<Snapshot>;
+    fn deref(&self) -> &Vec<Snapshot> {
+        &self.list
+    }
+}
+
+impl IntoIterator for Snapshots {
+    type Item = Snapshot;
+    type IntoIter = std::vec::IntoIter<Snapshot>;
+    fn into_iter(self) -> Self::IntoIter {
+        self.list.into_iter()
+    }
+}
+
+impl<'a> IntoIterator for &'a Snapshots {
+    type Item = &'a Snapshot;
+    type IntoIter = std::slice::Iter<'a, Snapshot>;
+    fn into_iter(self) -> Self::IntoIter {
+        self.list.iter()
+    }
+}
+
+/// The master key from the first key file that opens with `password`. When none does,
+/// every key file's outcome is reported: a damaged key file must not hide that the
+/// password is wrong for the others, nor a wrong password that a key file is damaged.
+fn unlock(store: &dyn Store, keys: &[ObjectInfo], password: &[u8]) -> Result<MasterKey> {
+    let mut outcomes = Vec::new();
+    let mut all_wrong = true;
+    for k in keys {
+        let tried = store
+            .get(&k.path)
+            .and_then(|bytes| KeyFile::parse(&bytes, &k.path))
+            .and_then(|kf| kf.unwrap(password, &k.path));
+        match tried {
+            Ok(key) => {
+                for (path, why) in &outcomes {
+                    tracing::warn!("key file {path}: {why}");
+                }
+                return Ok(key);
+            }
+            Err(Error::WrongPassword) => {
+                outcomes.push((k.path.clone(), "wrong password".to_string()));
+            }
+            Err(e) => {
+                all_wrong = false;
+                outcomes.push((k.path.clone(), e.to_string()));
+            }
+        }
+    }
+    if all_wrong {
+        Err(Error::WrongPassword)
+    } else {
+        Err(Error::NoKeyOpens(outcomes))
+    }
+}
+
+/// The directories of a repository besides `config`.
+const REPOSITORY_DIRS: [&str; 6] = [
+    "keys/",
+    "data/",
+    "index/",
+    "snapshots/",
+    "dicts/",
+    "writers/",
+];
+
+/// Which of the repository's directories hold files (`"keys/, data/"`), if any: a location
+/// without `config` but with these is a repository that lost its config, not an empty one.
+fn repository_parts(store: &dyn Store) -> Result<Option<String>> {
+    let mut parts = Vec::new();
+    for dir in REPOSITORY_DIRS {
+        if !store.list(dir)?.is_empty() {
+            parts.push(dir);
+        }
+    }
+    Ok((!parts.is_empty()).then(|| parts.join(", ")))
 }
 
 /// The id in the last path component of a content-named file.
@@ -854,5 +1067,251 @@ mod tests {
         let rec = repo.recover_unindexed_packs().unwrap();
         assert_eq!(rec.len(), 1);
         assert_eq!(repo.read_blob(&id).unwrap(), big);
+    }
+
+    /// A killed writer's record, as a gone process of this host leaves it.
+    fn gone_writer_record(repo: &Repository, store: &MemoryStore) {
+        let gone = WriterRecord {
+            hostname: crate::hostname(),
+            pid: 4_000_000_000,
+            started: 0,
+        };
+        store
+            .put(
+                "writers/0000gone",
+                &repo.key.seal(&serde_json::to_vec(&gone).unwrap()),
+            )
+            .unwrap();
+    }
+
+    /// Issue 10, item 24: recovery indexes a pack only when its name is the hash of its
+    /// bytes and every blob hashes to its id; a junk file in writers/ is no stale record.
+    #[test]
+    fn recovery_verifies_packs_and_ignores_junk_in_writers() {
+        let store = Arc::new(MemoryStore::new());
+        let mut repo = Repository::init(store.clone(), b"pw", &fast_init()).unwrap();
+        let good = vec![1u8; 3000];
+        let good_id = write_unindexed_pack(&repo, &good);
+        // Junk in writers/ alone starts no recovery, and stays.
+        store.put("writers/README", b"not a record").unwrap();
+        let (found, mark) = repo.begin_backup().unwrap();
+        assert!(found.is_empty(), "junk in writers/ triggered a recovery");
+        assert!(!repo.index().contains(&good_id));
+        repo.end_backup(mark).unwrap();
+        assert!(store.stat("writers/README").is_ok());
+
+        // A pack whose header files a blob under another blob's id: its name matches
+        // its bytes, its header opens, only the id check can tell.
+        let wanted = vec![2u8; 3000];
+        let wanted_id = repo.key.blob_id(&wanted);
+        let mut b = PackBuilder::default();
+        let other = vec![3u8; 3000];
+        b.add(
+            wanted_id,
+            BlobKind::Data,
+            compress::Codec::Raw,
+            other.len(),
+            &repo.key.seal(&other),
+        );
+        let bogus = b.finish(&repo.key);
+        store
+            .put(&pack::pack_path(&bogus.id), &bogus.bytes)
+            .unwrap();
+        // A good pack stored under a name that is not its hash.
+        let mut b = PackBuilder::default();
+        let third = vec![4u8; 3000];
+        let third_id = repo.key.blob_id(&third);
+        b.add(
+            third_id,
+            BlobKind::Data,
+            compress::Codec::Raw,
+            third.len(),
+            &repo.key.seal(&third),
+        );
+        let renamed = b.finish(&repo.key);
+        store
+            .put(&pack::pack_path(&Id([0xab; 32])), &renamed.bytes)
+            .unwrap();
+
+        gone_writer_record(&repo, &store);
+        let mut repo = Repository::open(store.clone(), b"pw").unwrap();
+        let (found, mark) = repo.begin_backup().unwrap();
+        let found: Vec<Id> = found.into_iter().map(|(id, _)| id).collect();
+        assert!(repo.index().contains(&good_id));
+        assert!(
+            !repo.index().contains(&wanted_id),
+            "a blob that does not match its id was indexed"
+        );
+        assert!(!repo.index().contains(&third_id));
+        assert_eq!(found.len(), 1, "{found:?}");
+        assert_eq!(repo.read_blob(&good_id).unwrap(), good);
+        repo.end_backup(mark).unwrap();
+        let left: Vec<String> = store
+            .list("writers/")
+            .unwrap()
+            .into_iter()
+            .map(|o| o.path)
+            .collect();
+        assert_eq!(left, ["writers/README"]);
+    }
+
+    /// Issue 10, item 10: `init` refuses a location with parts of a repository, and
+    /// opening one without its config says so instead of suggesting `init`.
+    #[test]
+    fn a_repository_without_config_is_neither_opened_nor_initialized_over() {
+        let store = Arc::new(MemoryStore::new());
+        let repo = Repository::init(store.clone(), b"pw", &fast_init()).unwrap();
+        write_unindexed_pack(&repo, b"some data");
+        store.delete("config").unwrap();
+        let e = Repository::open(store.clone(), b"pw").err().unwrap();
+        assert!(matches!(e, Error::ConfigMissing { .. }), "{e}");
+        let msg = e.to_string();
+        assert!(
+            msg.contains("config is missing") && msg.contains("keys/"),
+            "{msg}"
+        );
+        assert!(!msg.contains("mailvault init` first"), "{msg}");
+        let e = Repository::init(store.clone(), b"pw", &fast_init())
+            .err()
+            .unwrap();
+        assert!(matches!(e, Error::ConfigMissing { .. }), "{e}");
+        assert_eq!(
+            store.list("keys/").unwrap().len(),
+            1,
+            "a second key was added"
+        );
+        // Any one part is enough.
+        for part in [
+            "data/aa/x",
+            "index/x",
+            "snapshots/x",
+            "dicts/x",
+            "writers/x",
+        ] {
+            let store = Arc::new(MemoryStore::new());
+            store.put(part, b"x").unwrap();
+            assert!(
+                matches!(
+                    Repository::init(store, b"pw", &fast_init()),
+                    Err(Error::ConfigMissing { .. })
+                ),
+                "{part}"
+            );
+        }
+        // An empty location has no repository, and init works there.
+        let store = Arc::new(MemoryStore::new());
+        assert!(matches!(
+            Repository::open(store.clone(), b"pw"),
+            Err(Error::NoRepository(_))
+        ));
+        Repository::init(store, b"pw", &fast_init()).unwrap();
+    }
+
+    fn put_key_file(store: &MemoryStore, kf: &KeyFile) -> String {
+        let bytes = serde_json::to_vec_pretty(kf).unwrap();
+        let path = format!("keys/{}", Id::of_file(&bytes));
+        store.put(&path, &bytes).unwrap();
+        path
+    }
+
+    /// Issue 10, item 25: with several key files each one's outcome is reported, a
+    /// damaged one does not hide a wrong password, and key files outside the bounds or
+    /// of another version are refused before any key derivation.
+    #[test]
+    fn every_key_file_outcome_is_reported_and_key_files_are_bounded() {
+        let store = Arc::new(MemoryStore::new());
+        let repo = Repository::init(store.clone(), b"pw", &fast_init()).unwrap();
+        let good = store.list("keys/").unwrap()[0].path.clone();
+        // A damaged second key file, sorting first.
+        store.put("keys/0000", b"{ not json").unwrap();
+        let e = Repository::open(store.clone(), b"wrong").err().unwrap();
+        let msg = e.to_string();
+        assert!(matches!(e, Error::NoKeyOpens(_)), "{msg}");
+        assert!(msg.contains(&format!("{good}: wrong password")), "{msg}");
+        assert!(
+            msg.contains("keys/0000: ") && msg.contains("not a key file"),
+            "{msg}"
+        );
+        // The right password opens despite the damaged file.
+        Repository::open(store.clone(), b"pw").unwrap();
+        store.delete("keys/0000").unwrap();
+
+        let fast = fast_init().kdf;
+        let forged = |f: &dyn Fn(&mut KeyFile)| {
+            let mut kf = KeyFile::wrap(&repo.key, b"pw", fast, "h").unwrap();
+            f(&mut kf);
+            kf.checksum.clear();
+            let json = serde_json::to_vec(&kf).unwrap();
+            kf.checksum = blake3::hash(&json).to_hex().to_string();
+            kf
+        };
+        for (what, kf) in [
+            ("t_cost", forged(&|k| k.params.t_cost = 1000)),
+            ("m_cost", forged(&|k| k.params.m_cost = u32::MAX)),
+            ("p_cost", forged(&|k| k.params.p_cost = 1000)),
+            ("version 2", forged(&|k| k.version = 2)),
+        ] {
+            let store = MemoryStore::new();
+            let path = put_key_file(&store, &kf);
+            let e = KeyFile::parse(&store.get(&path).unwrap(), &path)
+                .err()
+                .unwrap()
+                .to_string();
+            assert!(e.contains(what), "{what}: {e}");
+            assert!(
+                matches!(kf.unwrap(b"pw", &path), Err(Error::Corrupt { .. })),
+                "{what}"
+            );
+        }
+        assert!(KdfParams {
+            m_cost: 5 << 20,
+            t_cost: 1,
+            p_cost: 1
+        }
+        .validate("k")
+        .is_err());
+        KdfParams::default().validate("k").unwrap();
+    }
+
+    /// Issue 10, item 9: a damaged file in snapshots/ costs that snapshot only.
+    #[test]
+    fn damaged_snapshot_files_cost_only_themselves() {
+        let store = Arc::new(MemoryStore::new());
+        let repo = Repository::init(store.clone(), b"pw", &fast_init()).unwrap();
+        let saver = BlobSaver::new(&repo, Compression::Lz4);
+        let root = saver
+            .save(BlobKind::Tree, &tree::encode(&tree::RootTree::default()))
+            .unwrap();
+        saver.finish().unwrap();
+        let snap = |time| Snapshot {
+            id: Id::default(),
+            version: FORMAT_VERSION,
+            time,
+            time_nanos: 0,
+            hostname: "h".into(),
+            source: "maildir:/x".into(),
+            tags: Vec::new(),
+            parent: None,
+            root,
+            summary: Default::default(),
+            original: None,
+        };
+        let a = repo.save_snapshot(&snap(1)).unwrap();
+        let b = repo.save_snapshot(&snap(2)).unwrap();
+        let c = repo.save_snapshot(&snap(3)).unwrap();
+        let mut bytes = store.get(&Snapshot::path(&c)).unwrap();
+        bytes.truncate(bytes.len() / 2);
+        store.overwrite(&Snapshot::path(&c), bytes);
+        store.put("snapshots/README", b"hello").unwrap();
+        let all = repo.snapshots().unwrap();
+        let ids: Vec<Id> = all.iter().map(|s| s.id).collect();
+        assert_eq!(ids, [a, b]);
+        let mut damaged: Vec<&str> = all.damaged.iter().map(|d| d.path.as_str()).collect();
+        damaged.sort();
+        assert_eq!(damaged, [Snapshot::path(&c).as_str(), "snapshots/README"]);
+        assert_eq!(repo.find_snapshot("latest").unwrap().id, b);
+        assert_eq!(repo.find_snapshot(&a.to_hex()[..10]).unwrap().id, a);
+        let e = repo.find_snapshot(&c.to_hex()[..10]).err().unwrap();
+        assert!(matches!(e, Error::Tampered(_)), "{e}");
     }
 }

@@ -1,5 +1,6 @@
 //! Snapshots: one sealed JSON object per backup, named by the BLAKE3 of its file.
 
+use crate::error::{Error, Result};
 use crate::id::Id;
 use serde::{Deserialize, Serialize};
 
@@ -24,6 +25,10 @@ pub struct Snapshot {
     pub parent: Option<Id>,
     pub root: Id,
     pub summary: SnapshotSummary,
+    /// Set on a snapshot written by `repair snapshots`: the id of the damaged snapshot it
+    /// replaces (whose unrestorable messages it leaves out).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub original: Option<Id>,
 }
 
 /// Totals kept in the snapshot for `snapshots` and `stats`.
@@ -42,5 +47,18 @@ pub struct SnapshotSummary {
 impl Snapshot {
     pub fn path(id: &Id) -> String {
         format!("snapshots/{}", id.to_hex())
+    }
+
+    /// Reads a snapshot's JSON (the opened content of `path`); the id is left unset.
+    pub fn from_json(json: &[u8], path: &str) -> Result<Snapshot> {
+        let s: Snapshot =
+            serde_json::from_slice(json).map_err(|e| Error::corrupt(path, e.to_string()))?;
+        if s.version != 1 {
+            return Err(Error::corrupt(
+                path,
+                format!("snapshot version {} is not supported", s.version),
+            ));
+        }
+        Ok(s)
     }
 }

@@ -3,7 +3,7 @@
 use crate::output::{bytes, safe};
 use crate::{repo, GlobalOpts, Outcome};
 use anyhow::{bail, Result};
-use mailvault_core::check::{check, CheckOptions};
+use mailvault_core::check::{check, CheckError, CheckOptions};
 
 #[derive(clap::Args, Debug)]
 pub struct Args {
@@ -45,24 +45,94 @@ pub fn run(g: &GlobalOpts, a: Args) -> Result<Outcome> {
             println!("warning: {}", safe(w));
         }
         for e in &rep.errors {
-            let mut place = Vec::new();
-            if let Some(f) = &e.file {
-                place.push(f.clone());
-            }
-            if let Some(b) = &e.blob {
-                place.push(format!("blob {b}"));
-            }
-            println!("error: {}: {}", safe(&place.join(", ")), safe(&e.error));
-            for m in &e.messages {
-                println!("  affects {}", safe(m));
-            }
+            print_error(e);
         }
         if rep.ok() {
             println!("no errors found");
         }
     }
     if !rep.ok() {
-        bail!("the repository is damaged: {} errors", rep.errors.len());
+        let mut repairs: Vec<&str> = rep
+            .errors
+            .iter()
+            .filter_map(|e| e.repair.as_deref())
+            .collect();
+        repairs.sort();
+        repairs.dedup();
+        let hint = if repairs.is_empty() {
+            String::new()
+        } else {
+            format!(
+                ": run {}",
+                repairs
+                    .iter()
+                    .map(|r| format!("`{r}`"))
+                    .collect::<Vec<_>>()
+                    .join("; ")
+            )
+        };
+        bail!(
+            "the repository is damaged: {} errors{hint}",
+            rep.errors.len()
+        );
     }
     Ok(Outcome::Ok)
+}
+
+/// Items of a long list shown in the text output (`--json` has them all).
+const SHOWN: usize = 5;
+
+/// One error, summarized: what is damaged, what it costs, a few examples, what to run.
+fn print_error(e: &CheckError) {
+    let mut place = Vec::new();
+    if let Some(f) = &e.file {
+        place.push(f.clone());
+    }
+    if let Some(b) = &e.blob {
+        place.push(format!("blob {b}"));
+    }
+    if place.is_empty() {
+        println!("error: {}", safe(&e.error));
+    } else {
+        println!("error: {}: {}", safe(&place.join(", ")), safe(&e.error));
+    }
+    for d in e.details.iter().take(SHOWN) {
+        println!("  {}", safe(d));
+    }
+    if e.details.len() > SHOWN {
+        println!("  ... and {} more", e.details.len() - SHOWN);
+    }
+    if e.blobs > 0 || !e.snapshots.is_empty() {
+        println!(
+            "  {} blobs lost; {} messages in {} snapshots affected{}",
+            e.blobs,
+            e.messages,
+            e.snapshots.len(),
+            if e.snapshots.is_empty() {
+                String::new()
+            } else {
+                format!(
+                    " ({})",
+                    e.snapshots
+                        .iter()
+                        .take(10)
+                        .cloned()
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                )
+            }
+        );
+    }
+    for m in e.affected.iter().take(SHOWN) {
+        println!("  affects {}", safe(m));
+    }
+    if e.affected.len() > SHOWN {
+        println!(
+            "  ... and {} more (`--json` lists them all)",
+            e.affected.len() - SHOWN
+        );
+    }
+    if let Some(r) = &e.repair {
+        println!("  to repair: `{r}`");
+    }
 }

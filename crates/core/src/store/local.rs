@@ -11,7 +11,7 @@ use crate::repo::lock;
 use std::collections::HashMap;
 use std::fs::{self, File};
 use std::io::{self, ErrorKind, Write};
-use std::os::unix::fs::FileExt;
+use std::os::unix::fs::{DirBuilderExt, FileExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
@@ -31,6 +31,32 @@ pub struct LocalStore {
 const TMP_DIR: &str = ".tmp";
 /// A temporary file untouched for this long belongs to a writer that is gone.
 const TMP_MAX_AGE: std::time::Duration = std::time::Duration::from_secs(3600);
+
+/// Repository files are readable by their owner only, directories usable by their owner
+/// only, whatever the umask (as restic does): a key file readable by others would let any
+/// local user try passwords offline.
+const FILE_MODE: u32 = 0o600;
+const DIR_MODE: u32 = 0o700;
+
+/// Creates `dir` and its missing parents with [`DIR_MODE`].
+fn create_dirs(dir: &Path) -> io::Result<()> {
+    fs::DirBuilder::new()
+        .recursive(true)
+        .mode(DIR_MODE)
+        .create(dir)
+}
+
+/// Creates a new file with [`FILE_MODE`]; set again after creation, since the umask can
+/// only take bits away and a umask such as 0o277 would take the owner's write bit.
+fn create_file(path: &Path) -> io::Result<File> {
+    let f = File::options()
+        .write(true)
+        .create_new(true)
+        .mode(FILE_MODE)
+        .open(path)?;
+    f.set_permissions(fs::Permissions::from_mode(FILE_MODE))?;
+    Ok(f)
+}
 
 /// Handles kept open at most (objects are immutable, so a cached handle never goes stale).
 const MAX_HANDLES: usize = 64;
@@ -153,10 +179,10 @@ impl Store for LocalStore {
             .tmp_dir()
             .join(format!("{:016x}", rand::random::<u64>()));
         let write = |tmp: &Path| -> io::Result<()> {
-            let mut f = match File::create_new(tmp) {
+            let mut f = match create_file(tmp) {
                 Err(e) if e.kind() == ErrorKind::NotFound => {
-                    fs::create_dir_all(self.tmp_dir())?;
-                    File::create_new(tmp)?
+                    create_dirs(&self.tmp_dir())?;
+                    create_file(tmp)?
                 }
                 other => other?,
             };
@@ -172,7 +198,7 @@ impl Store for LocalStore {
         }
         let linked = match fs::hard_link(&tmp, &full) {
             Err(e) if e.kind() == ErrorKind::NotFound => {
-                fs::create_dir_all(&dir).and_then(|()| fs::hard_link(&tmp, &full))
+                create_dirs(&dir).and_then(|()| fs::hard_link(&tmp, &full))
             }
             other => other,
         };

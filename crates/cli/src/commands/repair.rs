@@ -1,0 +1,121 @@
+//! `mailvault repair index | snapshots`
+
+use crate::{repo, GlobalOpts, Outcome};
+use anyhow::Result;
+use mailvault_core::repair::{repair_index, repair_snapshots, RepairOptions};
+
+#[derive(clap::Args, Debug)]
+pub struct Args {
+    #[command(subcommand)]
+    pub what: What,
+}
+
+#[derive(clap::Subcommand, Debug)]
+pub enum What {
+    /// Rebuild the index from the packs (each pack read whole and every blob verified),
+    /// then remove the old index files.
+    Index(Opts),
+    /// Replace snapshots that need lost blobs by ones without the messages that cannot be
+    /// restored (tagged `repaired`); move unreadable snapshot files to damaged/.
+    Snapshots(Opts),
+}
+
+#[derive(clap::Args, Debug)]
+pub struct Opts {
+    /// Print what would be done; change nothing.
+    #[arg(long, short = 'n')]
+    pub dry_run: bool,
+}
+
+/// Items of a long list shown in the text output (`--json` has them all).
+const SHOWN: usize = 5;
+
+pub fn run(g: &GlobalOpts, a: Args) -> Result<Outcome> {
+    let mut r = repo::open(g)?;
+    let would = |dry: bool| if dry { "would be " } else { "" };
+    match a.what {
+        What::Index(o) => {
+            let rep = repair_index(&r, &RepairOptions { dry_run: o.dry_run })?;
+            if g.json {
+                crate::output::json(&rep)?;
+                return Ok(Outcome::Ok);
+            }
+            println!(
+                "{} packs with {} blobs {}indexed ({} not in the old index; {} in the old index are missing)",
+                rep.packs,
+                rep.blobs,
+                would(o.dry_run),
+                rep.packs_added,
+                rep.packs_missing
+            );
+            for p in &rep.packs_damaged {
+                println!("damaged pack (its good blobs are indexed): {p}");
+            }
+            for f in rep.packs_skipped.iter().chain(&rep.blobs_skipped) {
+                println!("left out: {}: {}", f.item, f.error);
+            }
+            if let Some(w) = &rep.index_written {
+                println!(
+                    "wrote {w}; removed {} old index files",
+                    rep.index_removed.len()
+                );
+            }
+            if o.dry_run {
+                println!("dry run: nothing written");
+            }
+        }
+        What::Snapshots(o) => {
+            let rep = repair_snapshots(&mut r, &RepairOptions { dry_run: o.dry_run })?;
+            if g.json {
+                crate::output::json(&rep)?;
+                return Ok(Outcome::Ok);
+            }
+            for m in &rep.moved {
+                println!(
+                    "{}: unreadable ({}): {}moved to damaged/{}",
+                    m.item,
+                    m.error,
+                    would(o.dry_run),
+                    m.item
+                );
+            }
+            for s in &rep.repaired {
+                println!(
+                    "snapshot {}: {} messages, {} folder files and {} message lists or trees cannot be restored",
+                    &s.snapshot[..8],
+                    s.messages_dropped,
+                    s.files_dropped,
+                    s.trees_dropped
+                );
+                for d in s.dropped.iter().take(SHOWN) {
+                    println!("  drops {d}");
+                }
+                if s.dropped.len() > SHOWN {
+                    println!(
+                        "  ... and {} more (`--json` lists them all)",
+                        s.dropped.len() - SHOWN
+                    );
+                }
+                match &s.replaced_by {
+                    Some(n) => println!("  replaced by snapshot {} (tagged repaired)", &n[..8]),
+                    None if o.dry_run => {
+                        println!("  would be replaced by a snapshot without them (tagged repaired)")
+                    }
+                    None => println!("  nothing of it could be kept: moved to damaged/"),
+                }
+            }
+            println!(
+                "{} snapshots checked, {} {}repaired, {} unreadable files {}moved",
+                rep.snapshots_checked,
+                rep.repaired.len(),
+                would(o.dry_run),
+                rep.moved.len(),
+                would(o.dry_run)
+            );
+            if o.dry_run {
+                println!("dry run: nothing written");
+            }
+        }
+    }
+    Ok(Outcome::Ok)
+}

@@ -1,0 +1,447 @@
+//! One damaged file never takes the repository down (issue 10, items 9–12, 20, 23): the
+//! `mailvault` binary against repositories with a file deleted, truncated, tampered with
+//! or swapped, and the repairs.
+#![allow(clippy::unwrap_used)]
+
+use serde_json::Value;
+use std::fs;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+struct Env {
+    dir: tempfile::TempDir,
+}
+
+impl Env {
+    fn new() -> Env {
+        let e = Env {
+            dir: tempfile::tempdir().unwrap(),
+        };
+        fs::write(e.path("pass"), "s3cret\n").unwrap();
+        e
+    }
+    fn path(&self, p: &str) -> PathBuf {
+        self.dir.path().join(p)
+    }
+    fn repo(&self) -> PathBuf {
+        self.path("repo")
+    }
+    fn cmd(&self, args: &[&str]) -> Command {
+        let mut c = Command::new(env!("CARGO_BIN_EXE_mailvault"));
+        c.env("MAILVAULT_REPOSITORY", self.repo())
+            .env("MAILVAULT_PASSWORD_FILE", self.path("pass"))
+            .env_remove("MAILVAULT_PASSWORD")
+            .args(args);
+        c
+    }
+    fn run(&self, args: &[&str]) -> Output {
+        self.cmd(args).output().unwrap()
+    }
+    /// Runs and expects exit code `code`; returns stdout and stderr.
+    fn expect(&self, code: i32, args: &[&str]) -> String {
+        let o = self.run(args);
+        let out = String::from_utf8_lossy(&o.stdout).to_string();
+        let err = String::from_utf8_lossy(&o.stderr).to_string();
+        assert_eq!(
+            o.status.code(),
+            Some(code),
+            "mailvault {args:?}\nstdout:\n{out}\nstderr:\n{err}"
+        );
+        out + &err
+    }
+    fn json(&self, code: i32, args: &[&str]) -> Value {
+        let mut a = args.to_vec();
+        a.push("--json");
+        let o = self.run(&a);
+        assert_eq!(
+            o.status.code(),
+            Some(code),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+        serde_json::from_slice(&o.stdout).unwrap()
+    }
+    fn files(&self, dir: &str) -> Vec<PathBuf> {
+        let mut out = Vec::new();
+        walk(&self.repo().join(dir), &mut out);
+        out.retain(|p| p.is_file());
+        out.sort();
+        out
+    }
+}
+
+fn walk(dir: &Path, out: &mut Vec<PathBuf>) {
+    let Ok(rd) = fs::read_dir(dir) else { return };
+    for e in rd.flatten() {
+        let p = e.path();
+        if e.file_name().to_string_lossy().starts_with('.') {
+            continue;
+        }
+        out.push(p.clone());
+        if p.is_dir() {
+            walk(&p, out);
+        }
+    }
+}
+
+/// A Maildir of `n` mail-like messages (enough, with `n` ≥ 300, for a dictionary).
+fn maildir(md: &Path, n: usize, tag: &str) {
+    for sub in ["cur", "new", "tmp"] {
+        fs::create_dir_all(md.join(sub)).unwrap();
+    }
+    for i in 0..n {
+        let body = format!(
+            "Return-Path: <news@example.org>\nDelivered-To: bob@example.org\nFrom: News <news@example.org>\nTo: bob@example.org\nSubject: {tag} issue {i}\nDate: Mon, 1 Jan 2024 10:00:00 +0000\nMessage-ID: <{tag}{i}@example.org>\n\nHello Bob,\n\nthis is issue {i} of our newsletter about {tag}. It reads much like the\nother issues, as newsletters do, with a few words changed: {}.\n\nRegards,\nthe team\n",
+            (0..(i % 17 + 350)).map(|k| format!("item{}", k * i % 997)).collect::<Vec<_>>().join(" ")
+        );
+        fs::write(md.join("cur").join(format!("{tag}{i}.M1P1.mx:2,S")), body).unwrap();
+    }
+}
+
+fn messages_in(dir: &Path) -> usize {
+    let mut out = Vec::new();
+    walk(dir, &mut out);
+    out.iter()
+        .filter(|p| p.is_file() && p.parent().is_some_and(|d| d.ends_with("cur")))
+        .count()
+}
+
+/// Item 20: repository files are 0600 and directories 0700 under the usual 022 umask.
+#[test]
+fn repository_files_are_private_whatever_the_umask() {
+    let e = Env::new();
+    let md = e.path("md");
+    maildir(&md, 5, "a");
+    for args in [vec!["init"], vec!["backup", md.to_str().unwrap()]] {
+        let o = Command::new("sh")
+            .arg("-c")
+            .arg("umask 022 && exec \"$0\" \"$@\"")
+            .arg(env!("CARGO_BIN_EXE_mailvault"))
+            .args(&args)
+            .env("MAILVAULT_REPOSITORY", e.repo())
+            .env("MAILVAULT_PASSWORD_FILE", e.path("pass"))
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    }
+    let mut all = vec![e.repo()];
+    walk(&e.repo(), &mut all);
+    assert!(all.len() > 8);
+    for p in all {
+        let mode = fs::metadata(&p).unwrap().permissions().mode() & 0o777;
+        let want = if p.is_dir() { 0o700 } else { 0o600 };
+        assert_eq!(mode, want, "{} has mode {mode:o}", p.display());
+    }
+}
+
+/// Item 9: a truncated snapshot, a tampered one and a stray README in snapshots/ cost
+/// those files only: the others list, restore, back up; check names each one.
+#[test]
+fn a_damaged_snapshot_file_costs_that_snapshot_only() {
+    let e = Env::new();
+    let md = e.path("md");
+    maildir(&md, 10, "a");
+    e.expect(0, &["init"]);
+    let src = md.to_str().unwrap();
+    e.expect(0, &["backup", src]);
+    let first = e.json(0, &["snapshots"])[0]["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    maildir(&md, 12, "b");
+    e.expect(0, &["backup", src]);
+    maildir(&md, 14, "c");
+    e.expect(0, &["backup", src]);
+    let snaps = e.files("snapshots");
+    assert_eq!(snaps.len(), 3);
+    let damaged: Vec<PathBuf> = snaps
+        .iter()
+        .filter(|p| !p.ends_with(&first))
+        .cloned()
+        .collect();
+    let b = fs::read(&damaged[0]).unwrap();
+    fs::write(&damaged[0], &b[..b.len() / 2]).unwrap();
+    let mut b = fs::read(&damaged[1]).unwrap();
+    b[40] ^= 1;
+    fs::write(&damaged[1], &b).unwrap();
+    fs::write(e.repo().join("snapshots/README"), "notes").unwrap();
+    let names: Vec<String> = damaged
+        .iter()
+        .map(|p| p.file_name().unwrap().to_string_lossy().to_string())
+        .chain(["README".to_string()])
+        .collect();
+
+    let out = e.expect(0, &["snapshots"]);
+    assert!(out.contains(&first[..8]), "{out}");
+    for n in &names {
+        let line = out
+            .lines()
+            .find(|l| l.contains(n.as_str()))
+            .unwrap_or_else(|| panic!("no warning names {n}:\n{out}"));
+        assert!(
+            line.contains("warning") && line.contains("repair snapshots"),
+            "{line}"
+        );
+    }
+    e.expect(0, &["ls", "latest"]);
+    e.expect(0, &["stats"]);
+    e.expect(
+        0,
+        &[
+            "restore",
+            &first[..8],
+            "--target",
+            e.path("out").to_str().unwrap(),
+        ],
+    );
+    assert_eq!(messages_in(&e.path("out")), 10);
+    e.expect(0, &["backup", src]);
+    assert_eq!(e.json(0, &["snapshots"]).as_array().unwrap().len(), 2);
+    let out = e.expect(2, &["check"]);
+    for n in &names {
+        assert!(
+            out.lines()
+                .any(|l| l.starts_with("error: snapshots/") && l.contains(n.as_str())),
+            "check does not name {n}:\n{out}"
+        );
+    }
+    assert!(out.contains("mailvault repair snapshots"), "{out}");
+
+    // The repair moves the unreadable files away; check passes again.
+    e.expect(0, &["repair", "snapshots", "--dry-run"]);
+    assert_eq!(e.files("snapshots").len(), 5);
+    e.expect(0, &["repair", "snapshots"]);
+    assert_eq!(e.files("snapshots").len(), 2);
+    assert_eq!(e.files("damaged/snapshots").len(), 3);
+    e.expect(0, &["check"]);
+}
+
+/// Item 10: a repository that lost its config is not taken for an empty location.
+#[test]
+fn init_refuses_a_repository_that_lost_its_config() {
+    let e = Env::new();
+    let md = e.path("md");
+    maildir(&md, 5, "a");
+    e.expect(0, &["init"]);
+    e.expect(0, &["backup", md.to_str().unwrap()]);
+    fs::remove_file(e.repo().join("config")).unwrap();
+    let out = e.expect(2, &["snapshots"]);
+    assert!(out.contains("config is missing"), "{out}");
+    assert!(!out.contains("run `mailvault init`"), "{out}");
+    let out = e.expect(2, &["init"]);
+    assert!(out.contains("config is missing"), "{out}");
+    assert_eq!(e.files("keys").len(), 1, "init added a key");
+    assert!(!e.repo().join("config").exists());
+}
+
+/// Item 11: a deleted dictionary is found by plain check, summarized in a few lines
+/// (all of it in --json), and the repair drops only what needed it.
+#[test]
+fn check_finds_a_deleted_dictionary_and_summarizes_it() {
+    let e = Env::new();
+    let md = e.path("md");
+    maildir(&md, 400, "a");
+    // Messages that are one base64-runs blob each, which no dictionary compresses: they
+    // survive the loss of the dictionary.
+    let line = "QUJDREVGR0hJSktMTU5PUFFSU1RVVldYWVphYmNkZWZnaGlqa2xtbm9wcXJzdHV2d3h5ejAxMjM0\n";
+    for i in 0..5 {
+        let body = format!("Subject: b64 {i}\n\n{}", line.repeat(40 + i));
+        fs::write(md.join(format!("cur/b64{i}.M1P1.mx:2,S")), body).unwrap();
+    }
+    e.expect(0, &["init"]);
+    e.expect(0, &["backup", md.to_str().unwrap()]);
+    let dicts = e.files("dicts");
+    assert_eq!(
+        dicts.len(),
+        1,
+        "no dictionary was trained: make the store bigger"
+    );
+    e.expect(0, &["check"]);
+    fs::remove_file(&dicts[0]).unwrap();
+    let out = e.expect(2, &["check"]);
+    assert!(
+        out.contains("dictionary") && out.contains("missing"),
+        "{out}"
+    );
+    assert!(out.lines().count() < 30, "not summarized:\n{out}");
+    assert!(out.contains("messages in 1 snapshots"), "{out}");
+    assert!(out.contains("mailvault repair snapshots"), "{out}");
+    let rep = e.json(2, &["check"]);
+    let errs = rep["errors"].as_array().unwrap();
+    assert_eq!(errs.len(), 1, "{rep}");
+    let lost = errs[0]["messages"].as_u64().unwrap();
+    assert!(lost > 300, "{rep}");
+    assert_eq!(errs[0]["affected"].as_array().unwrap().len() as u64, lost);
+
+    e.expect(0, &["repair", "snapshots"]);
+    e.expect(0, &["check", "--read-data"]);
+    let snaps = e.json(0, &["snapshots"]);
+    assert_eq!(snaps.as_array().unwrap().len(), 1);
+    assert!(snaps[0]["tags"].to_string().contains("repaired"), "{snaps}");
+    e.expect(
+        0,
+        &[
+            "restore",
+            "latest",
+            "--target",
+            e.path("out").to_str().unwrap(),
+        ],
+    );
+    assert_eq!(messages_in(&e.path("out")) as u64, 405 - lost);
+    assert!(405 - lost >= 5);
+}
+
+/// Item 12: a deleted index file: check points at `repair index`, which rebuilds it from
+/// the packs; everything restores again.
+#[test]
+fn repair_index_rebuilds_a_deleted_index() {
+    let e = Env::new();
+    let md = e.path("md");
+    maildir(&md, 30, "a");
+    e.expect(0, &["init"]);
+    e.expect(0, &["backup", md.to_str().unwrap()]);
+    maildir(&md, 40, "b");
+    e.expect(0, &["backup", md.to_str().unwrap()]);
+    let index = e.files("index");
+    assert_eq!(index.len(), 2);
+    fs::remove_file(&index[0]).unwrap();
+    let out = e.expect(2, &["check"]);
+    assert!(out.contains("mailvault repair index"), "{out}");
+    // repair snapshots refuses while packs are in no index: it would drop their content.
+    let out = e.expect(2, &["repair", "snapshots"]);
+    assert!(out.contains("repair index"), "{out}");
+    e.expect(0, &["repair", "index", "--dry-run"]);
+    assert_eq!(e.files("index").len(), 1);
+    e.expect(0, &["repair", "index"]);
+    assert_eq!(e.files("index").len(), 1);
+    assert!(
+        !e.files("index").contains(&index[1]),
+        "the old index was kept"
+    );
+    e.expect(0, &["check", "--read-data"]);
+    e.expect(
+        0,
+        &[
+            "restore",
+            "latest",
+            "--target",
+            e.path("out").to_str().unwrap(),
+        ],
+    );
+    assert_eq!(messages_in(&e.path("out")), 70);
+}
+
+/// Item 12: a deleted pack: repair index then repair snapshots keep everything else, and
+/// check passes.
+#[test]
+fn repair_snapshots_drops_only_what_a_lost_pack_held() {
+    let e = Env::new();
+    let md = e.path("md");
+    maildir(&md, 30, "a");
+    e.expect(0, &["init", "--compression", "none"]);
+    e.expect(0, &["backup", md.to_str().unwrap()]);
+    maildir(&md, 40, "b");
+    e.expect(0, &["backup", md.to_str().unwrap()]);
+    // The data pack of the second backup only (the first backup's is older).
+    let rep = e.json(0, &["check"]);
+    assert_eq!(rep["errors"].as_array().unwrap().len(), 0);
+    let packs = e.files("data");
+    let mut by_age: Vec<(std::time::SystemTime, PathBuf, u64)> = packs
+        .iter()
+        .map(|p| {
+            let m = fs::metadata(p).unwrap();
+            (m.modified().unwrap(), p.clone(), m.len())
+        })
+        .collect();
+    by_age.sort();
+    // The largest pack of the second backup holds the new messages.
+    let second: Vec<_> = by_age[by_age.len() / 2..].to_vec();
+    let victim = second.iter().max_by_key(|x| x.2).unwrap().1.clone();
+    fs::remove_file(&victim).unwrap();
+    let out = e.expect(2, &["check"]);
+    assert!(out.contains("pack is missing"), "{out}");
+    assert!(
+        out.contains("repair index, then mailvault repair snapshots"),
+        "{out}"
+    );
+    let plan = e.expect(0, &["repair", "snapshots", "--dry-run"]);
+    assert!(plan.contains("cannot be restored"), "{plan}");
+    e.expect(0, &["repair", "index"]);
+    e.expect(0, &["repair", "snapshots"]);
+    e.expect(0, &["check", "--read-data"]);
+    let snaps = e.json(0, &["snapshots"]);
+    let snaps = snaps.as_array().unwrap();
+    assert_eq!(snaps.len(), 2);
+    // The first snapshot's messages are all there.
+    e.expect(
+        0,
+        &[
+            "restore",
+            "latest",
+            "--target",
+            e.path("out").to_str().unwrap(),
+        ],
+    );
+    assert!(messages_in(&e.path("out")) >= 30);
+}
+
+/// Item 23: two sealed blobs of the same size swapped inside a pack (nothing else fixed
+/// up): check --read-data and restore name the blobs that do not match their ids.
+#[test]
+fn swapped_blobs_are_named_by_their_ids() {
+    let e = Env::new();
+    let md = e.path("md");
+    for sub in ["cur", "new", "tmp"] {
+        fs::create_dir_all(md.join(sub)).unwrap();
+    }
+    // Two messages of the same length, stored raw: equal sealed sizes, one pack.
+    fs::write(md.join("cur/1.M1P1.mx:2,S"), "Subject: one\n\nfirst body\n").unwrap();
+    fs::write(md.join("cur/2.M1P1.mx:2,S"), "Subject: two\n\nother body\n").unwrap();
+    e.expect(0, &["init", "--compression", "none"]);
+    e.expect(0, &["backup", md.to_str().unwrap()]);
+    let packs = e.files("data");
+    let mut swapped = false;
+    for p in &packs {
+        let b = fs::read(p).unwrap();
+        // Data blobs: sealed = 24-byte nonce + body + 16-byte tag; the bodies are 25 bytes.
+        let len = 24 + 25 + 16;
+        let hlen = u32::from_le_bytes(b[b.len() - 4..].try_into().unwrap()) as usize;
+        if b.len() - 4 - hlen == 2 * len {
+            let mut s = b[len..2 * len].to_vec();
+            s.extend_from_slice(&b[..len]);
+            s.extend_from_slice(&b[2 * len..]);
+            fs::write(p, s).unwrap();
+            swapped = true;
+        }
+    }
+    assert!(swapped, "no pack with two blobs of equal size");
+    let out = e.expect(2, &["check", "--read-data"]);
+    assert!(
+        out.matches("content does not match its id").count() == 2,
+        "{out}"
+    );
+    let rep = e.json(2, &["check", "--read-data"]);
+    let blob_ids: Vec<String> = rep["errors"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|e| e["blob_ids"].as_array().unwrap().clone())
+        .map(|v| v.as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(blob_ids.len(), 2, "{rep}");
+    let out = e.expect(
+        1,
+        &[
+            "restore",
+            "latest",
+            "--target",
+            e.path("out").to_str().unwrap(),
+        ],
+    );
+    assert!(out.contains("does not match its id"), "{out}");
+    assert!(
+        blob_ids.iter().any(|id| out.contains(&id[..8])),
+        "restore does not name the blob:\n{out}"
+    );
+}

@@ -1,0 +1,375 @@
+//! Repairs, the answers to what `check` finds.
+//!
+//! - [`repair_index`] rebuilds the index from the packs themselves (as restic's `repair
+//!   index` does): every pack in `data/` is read whole and every blob verified (opened,
+//!   decompressed, hashed against its id) before it is listed; the new index file is made
+//!   durable before the old ones are deleted, so a repair killed at any point leaves a
+//!   repository that opens (at worst with both the old and the new index files).
+//! - [`repair_snapshots`] replaces each snapshot that needs blobs that cannot be read
+//!   (not in the index, in a missing or damaged pack, compressed with a missing
+//!   dictionary) by one without the messages, folder files, message lists or accounts that
+//!   cannot be restored: tagged `repaired`, with the replaced snapshot's id in `original`.
+//!   The new snapshot is durable before the old one is removed; a killed repair leaves
+//!   both, and running it again finds the replacement and only removes the old one.
+//!   Snapshot files that cannot be read at all are moved to `damaged/snapshots/`.
+//!
+//! Both have a dry run that computes the same plan and writes nothing.
+
+use crate::backup::save_entries;
+use crate::compress::Compression;
+use crate::error::{Error, Result};
+use crate::id::Id;
+use crate::pack::{BlobKind, PackList};
+use crate::repo::{file_id, BlobSaver, Repository};
+use crate::report::Failure;
+use crate::snapshot::Snapshot;
+use crate::tree::{self, AccountTree, FolderNode, MessageEntry, RootTree};
+use rayon::prelude::*;
+use serde::Serialize;
+use std::collections::HashSet;
+
+/// The tag of snapshots written by [`repair_snapshots`].
+pub const REPAIRED_TAG: &str = "repaired";
+
+/// Where [`repair_snapshots`] moves snapshot files that cannot be read.
+pub const DAMAGED_DIR: &str = "damaged/";
+
+#[derive(Clone, Debug, Default)]
+pub struct RepairOptions {
+    /// Compute and report the plan; write and delete nothing.
+    pub dry_run: bool,
+}
+
+/// What [`repair_index`] did (or, in a dry run, would do).
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct IndexRepair {
+    pub dry_run: bool,
+    /// Packs listed by the new index, and their blobs.
+    pub packs: u64,
+    pub blobs: u64,
+    /// Packs the old index did not list (a killed backup's, or ones whose index was lost).
+    pub packs_added: u64,
+    /// Packs the old index listed that are not in `data/`.
+    pub packs_missing: u64,
+    /// Files in `data/` not indexed at all, and why.
+    pub packs_skipped: Vec<Failure>,
+    /// Blobs left out because they do not verify, and why.
+    pub blobs_skipped: Vec<Failure>,
+    /// Packs whose bytes do not match their name (their good blobs are indexed).
+    pub packs_damaged: Vec<String>,
+    pub index_written: Option<String>,
+    pub index_removed: Vec<String>,
+}
+
+/// Rebuilds the index from the packs in `data/`.
+pub fn repair_index(repo: &Repository, opts: &RepairOptions) -> Result<IndexRepair> {
+    let store = repo.store();
+    // Index files first, then packs: every pack an index listed now is seen below (packs
+    // are durable before their index), so deleting these loses nothing.
+    let old_index = store.list("index/")?;
+    let files = store.list("data/")?;
+    let verdicts: Vec<(String, Result<(Id, crate::repo::PackVerdict)>)> = files
+        .par_iter()
+        .map(|f| {
+            let r = file_id(&f.path).and_then(|id| Ok((id, repo.verify_pack(&f.path)?)));
+            (f.path.clone(), r)
+        })
+        .collect();
+    let mut rep = IndexRepair {
+        dry_run: opts.dry_run,
+        ..Default::default()
+    };
+    let mut packs: PackList = Vec::new();
+    let mut present = HashSet::new();
+    for (path, r) in verdicts {
+        match r {
+            Ok((id, v)) => {
+                present.insert(id);
+                if !v.name_matches {
+                    rep.packs_damaged.push(path.clone());
+                }
+                for (e, err) in v.bad {
+                    rep.blobs_skipped
+                        .push(Failure::new(format!("blob {} in {path}", e.id), err));
+                }
+                if v.good.is_empty() {
+                    rep.packs_skipped
+                        .push(Failure::new(&path, "no blob in it verifies"));
+                    continue;
+                }
+                if !repo.index().has_pack(&id) {
+                    rep.packs_added += 1;
+                }
+                rep.blobs += v.good.len() as u64;
+                packs.push((id, v.good));
+            }
+            Err(e) => rep.packs_skipped.push(Failure::new(&path, e)),
+        }
+    }
+    rep.packs = packs.len() as u64;
+    rep.packs_missing = repo
+        .index()
+        .packs()
+        .iter()
+        .filter(|p| !present.contains(*p))
+        .count() as u64;
+    packs.sort_by_key(|(id, _)| *id);
+    if opts.dry_run {
+        return Ok(rep);
+    }
+    let written = if packs.is_empty() {
+        None
+    } else {
+        let (id, _) = repo.write_index(&packs)?;
+        Some(format!("index/{id}"))
+    };
+    // The new index durable before any old one goes.
+    store.flush()?;
+    for f in old_index {
+        if Some(&f.path) != written.as_ref() {
+            store.delete(&f.path)?;
+            rep.index_removed.push(f.path);
+        }
+    }
+    rep.index_written = written;
+    Ok(rep)
+}
+
+/// What [`repair_snapshots`] did (or would do) to one snapshot.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct SnapshotRepair {
+    /// The damaged snapshot.
+    pub snapshot: String,
+    /// The snapshot that replaces it (none in a dry run, or when nothing of it is left).
+    pub replaced_by: Option<String>,
+    pub messages_dropped: u64,
+    pub files_dropped: u64,
+    /// Folder message lists, account trees or the root that could not be read.
+    pub trees_dropped: u64,
+    /// What was dropped: `account <a> folder <f> message <key>` ...
+    pub dropped: Vec<String>,
+}
+
+/// What [`repair_snapshots`] did (or, in a dry run, would do).
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct SnapshotsRepair {
+    pub dry_run: bool,
+    pub snapshots_checked: u64,
+    pub repaired: Vec<SnapshotRepair>,
+    /// Snapshot files that cannot be read, moved to `damaged/snapshots/`.
+    pub moved: Vec<Failure>,
+}
+
+/// Replaces snapshots that need blobs that cannot be read by ones without what is lost.
+pub fn repair_snapshots(repo: &mut Repository, opts: &RepairOptions) -> Result<SnapshotsRepair> {
+    let unindexed: Vec<String> = repo
+        .store()
+        .list("data/")?
+        .into_iter()
+        .filter(|f| file_id(&f.path).is_ok_and(|id| !repo.index().has_pack(&id)))
+        .map(|f| f.path)
+        .collect();
+    if !unindexed.is_empty() {
+        return Err(Error::InvalidInput(format!(
+            "{} packs are in no index ({} ...): they may hold what the snapshots need; run `mailvault repair index` first",
+            unindexed.len(),
+            unindexed[0]
+        )));
+    }
+    let bad = crate::check::unreadable_blobs(repo, false)?;
+    let usable = |id: &Id| repo.index().contains(id) && !bad.contains(id);
+    let snaps = repo.snapshots()?;
+    let mut rep = SnapshotsRepair {
+        dry_run: opts.dry_run,
+        snapshots_checked: snaps.len() as u64,
+        ..Default::default()
+    };
+    for d in &snaps.damaged {
+        rep.moved.push(Failure::new(&d.path, &d.error));
+    }
+    let saver = BlobSaver::new(repo, Compression::Zstd);
+    let mut plans = Vec::new();
+    for s in snaps.iter() {
+        let mut r = SnapshotRepair {
+            snapshot: s.id.to_hex(),
+            ..Default::default()
+        };
+        let new_root = rebuild_root(repo, &saver, s, &usable, &mut r, opts.dry_run)?;
+        if r.messages_dropped + r.files_dropped + r.trees_dropped > 0 {
+            plans.push((s.clone(), new_root, r));
+        }
+    }
+    if opts.dry_run {
+        rep.repaired = plans.into_iter().map(|(_, _, r)| r).collect();
+        return Ok(rep);
+    }
+    let written = saver.finish()?;
+    drop(saver);
+    repo.add_packs(&written);
+    let store = repo.store();
+    for (old, root, mut r) in plans {
+        if let Some((root, messages, bytes)) = root {
+            let existing = snaps
+                .iter()
+                .find(|x| x.original == Some(old.id) && x.root == root);
+            let id = match existing {
+                // A repair killed after writing the replacement: only the old one is left
+                // to remove.
+                Some(x) => x.id,
+                None => {
+                    let mut new = old.clone();
+                    new.root = root;
+                    new.original = Some(old.id);
+                    if !new.tags.iter().any(|t| t == REPAIRED_TAG) {
+                        new.tags.push(REPAIRED_TAG.into());
+                    }
+                    new.summary.messages = messages;
+                    new.summary.bytes = bytes;
+                    new.summary.failed += r.messages_dropped;
+                    repo.save_snapshot(&new)?
+                }
+            };
+            r.replaced_by = Some(id.to_hex());
+        }
+        // The replacement is durable (save_snapshot flushes): the damaged one can go.
+        move_to_damaged(store, &Snapshot::path(&old.id))?;
+        rep.repaired.push(r);
+    }
+    for d in &snaps.damaged {
+        move_to_damaged(store, &d.path)?;
+    }
+    Ok(rep)
+}
+
+/// Copies a repository file below `damaged/` (durably), then removes it.
+fn move_to_damaged(store: &dyn crate::store::Store, path: &str) -> Result<()> {
+    let bytes = store.get(path)?;
+    match store.put(&format!("{DAMAGED_DIR}{path}"), &bytes) {
+        Ok(()) | Err(Error::AlreadyExists(_)) => {}
+        Err(e) => return Err(e),
+    }
+    store.flush()?;
+    store.delete(path)
+}
+
+/// The root tree of `s` without what cannot be restored, saved through `saver` (unless a
+/// dry run), with the messages and bytes it keeps; `None` when nothing is left.
+fn rebuild_root(
+    repo: &Repository,
+    saver: &BlobSaver,
+    s: &Snapshot,
+    usable: &dyn Fn(&Id) -> bool,
+    r: &mut SnapshotRepair,
+    dry_run: bool,
+) -> Result<Option<(Id, u64, u64)>> {
+    let root: RootTree = match repo.read_tree(&s.root) {
+        Ok(t) if usable(&s.root) => t,
+        _ => {
+            r.trees_dropped += 1;
+            r.messages_dropped += s.summary.messages;
+            r.dropped.push("the whole snapshot (its root tree)".into());
+            return Ok(None);
+        }
+    };
+    let mut accounts = Vec::new();
+    for acc in root.accounts {
+        let t: AccountTree = match repo.read_tree(&acc.tree) {
+            Ok(t) if usable(&acc.tree) => t,
+            _ => {
+                r.trees_dropped += 1;
+                r.messages_dropped += acc.messages;
+                r.dropped.push(format!("account {} (its tree)", acc.name));
+                continue;
+            }
+        };
+        let before = (r.messages_dropped, r.files_dropped, r.trees_dropped);
+        let mut folders = Vec::new();
+        for f in t.folders {
+            folders.push(rebuild_folder(
+                repo, saver, &acc.name, f, usable, r, dry_run,
+            )?);
+        }
+        let mut acc = acc;
+        if before != (r.messages_dropped, r.files_dropped, r.trees_dropped) {
+            acc.messages = folders.iter().map(|f| f.messages).sum();
+            acc.bytes = folders.iter().map(|f| f.bytes).sum();
+            let tree = tree::encode(&AccountTree { folders });
+            acc.tree = if dry_run {
+                repo.key().blob_id(&tree)
+            } else {
+                saver.save(BlobKind::Tree, &tree)?
+            };
+        }
+        accounts.push(acc);
+    }
+    let messages = accounts.iter().map(|a| a.messages).sum();
+    let bytes = accounts.iter().map(|a| a.bytes).sum();
+    let tree = tree::encode(&RootTree { accounts });
+    let id = if dry_run {
+        repo.key().blob_id(&tree)
+    } else {
+        saver.save(BlobKind::Tree, &tree)?
+    };
+    Ok(Some((id, messages, bytes)))
+}
+
+/// One folder without what cannot be restored; unchanged when nothing is lost.
+fn rebuild_folder(
+    repo: &Repository,
+    saver: &BlobSaver,
+    account: &str,
+    mut f: FolderNode,
+    usable: &dyn Fn(&Id) -> bool,
+    r: &mut SnapshotRepair,
+    dry_run: bool,
+) -> Result<FolderNode> {
+    let fname = format!("account {account} folder {}", f.name);
+    let mut changed = false;
+    f.files.retain(|file| {
+        let ok = file.content.iter().all(usable);
+        if !ok {
+            changed = true;
+            r.files_dropped += 1;
+            r.dropped.push(format!(
+                "{fname} file {}",
+                String::from_utf8_lossy(&file.name)
+            ));
+        }
+        ok
+    });
+    let mut kept: Vec<MessageEntry> = Vec::new();
+    for c in &f.chunks {
+        let chunk = match repo.read_chunk(c) {
+            Ok(ch) if usable(&c.entries) && usable(&c.names) => ch,
+            _ => {
+                changed = true;
+                r.trees_dropped += 1;
+                r.dropped.push(format!("{fname} (a message list)"));
+                continue;
+            }
+        };
+        for m in chunk {
+            if m.content.iter().all(usable) {
+                kept.push(m);
+            } else {
+                changed = true;
+                r.messages_dropped += 1;
+                r.dropped.push(format!(
+                    "{fname} message {}",
+                    String::from_utf8_lossy(&m.key)
+                ));
+            }
+        }
+    }
+    if !changed {
+        return Ok(f);
+    }
+    f.messages = kept.len() as u64;
+    f.bytes = kept.iter().map(|m| m.size).sum();
+    f.chunks = if dry_run {
+        Vec::new()
+    } else {
+        save_entries(saver, kept)?
+    };
+    Ok(f)
+}
