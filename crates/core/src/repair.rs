@@ -304,7 +304,10 @@ fn rebuild_root(
     }
     let messages = accounts.iter().map(|a| a.messages).sum();
     let bytes = accounts.iter().map(|a| a.bytes).sum();
-    let tree = tree::encode(&RootTree { accounts });
+    let tree = tree::encode(&RootTree {
+        accounts,
+        owners: root.owners,
+    });
     let id = if dry_run {
         repo.key().blob_id(&tree)
     } else {

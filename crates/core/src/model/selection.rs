@@ -144,6 +144,7 @@ mod tests {
             chunks: Vec::new(),
             messages: 0,
             bytes: 0,
+            dirs: Vec::new(),
         }
     }
 
