@@ -536,15 +536,17 @@ fn execute_account(ctx: &Ctx, target: BorrowedFd, plan: AccountPlan, single: boo
             .filter(|p| !p.is_empty())
             .map(|p| p.to_vec())
             .collect();
+        let mut mine = DirAttrs::new();
         for d in &fp.node.dirs {
             let mut p = base.clone();
             if !d.name.is_empty() {
                 p.push(d.name.clone());
             }
-            attrs.insert(p, d.clone());
+            mine.insert(p, d.clone());
         }
-        match open_folder(ctx, acc_dir.as_fd(), &fparts, &fp.node, &attrs) {
+        match open_folder(ctx, acc_dir.as_fd(), &fparts, &fp.node, &mine) {
             Ok(f) => {
+                attrs.append(&mut mine);
                 dirs.push(f);
                 jobs_of.push(fp);
             }
@@ -642,7 +644,12 @@ fn open_dir_at(parent: BorrowedFd, name: &[u8], create: Option<u32>) -> std::io:
         OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
         Mode::empty(),
     )
-    .map_err(not_followed)
+    .map_err(|e| {
+        // A link to a directory opened with O_DIRECTORY | O_NOFOLLOW: ENOTDIR.
+        let link = rustix::fs::statat(parent, name, rustix::fs::AtFlags::SYMLINK_NOFOLLOW)
+            .is_ok_and(|st| rustix::fs::FileType::from_raw_mode(st.st_mode).is_symlink());
+        not_followed(if link { Errno::LOOP } else { e })
+    })
 }
 
 /// `ELOOP` from an `O_NOFOLLOW` open: the name is a symbolic link.
@@ -1203,6 +1210,45 @@ mod tests {
         // And through the caller, the error names the file.
         let err = write_new_file(&folder, Some(false), b"b", b"x", t).unwrap_err();
         assert!(err.to_string().contains("cur/b"), "{err}");
+    }
+
+    /// Issue 10, item 1: owners map by recorded name (as tar does) unless numbers are
+    /// asked for; only root sets owners at all.
+    #[test]
+    fn owners_map_by_name_or_number() {
+        let names = OwnerNames {
+            users: vec![(1234, "nobody".into()), (7, "no-such-user-here".into())],
+            groups: vec![(1234, "nogroup".into())],
+        };
+        let by_name = OwnerMap::new(Owners::ByName, &names);
+        let numeric = OwnerMap::new(Owners::Numeric, &names);
+        let fixed = OwnerMap::new(Owners::Fixed { uid: 1, gid: 2 }, &names);
+        if !by_name.root {
+            assert_eq!(by_name.get(1234, 1234), None);
+            return;
+        }
+        assert_eq!(by_name.get(1234, 1234), Some((65534, 65534)));
+        assert_eq!(
+            by_name.get(7, 8),
+            Some((7, 8)),
+            "unknown names keep the number"
+        );
+        assert_eq!(numeric.get(1234, 1234), Some((1234, 1234)));
+        assert_eq!(fixed.get(1234, NO_OWNER), Some((1, 2)));
+        assert_eq!(by_name.get(NO_OWNER, NO_OWNER), None, "not recorded (v1)");
+        assert!(matches!(
+            Owners::chown("nobody:nogroup"),
+            Ok(Owners::Fixed {
+                uid: 65534,
+                gid: 65534
+            })
+        ));
+        assert!(matches!(
+            Owners::chown("5:6"),
+            Ok(Owners::Fixed { uid: 5, gid: 6 })
+        ));
+        assert!(Owners::chown("no-such-user-here:x").is_err());
+        assert!(Owners::chown("nobody").is_err());
     }
 
     #[test]
