@@ -385,6 +385,14 @@ fn messages_renamed_during_backups_are_never_dropped() {
                 std::thread::sleep(std::time::Duration::from_millis(5));
             }
         });
+        // Stops the renaming thread however this ends (a failed assertion included).
+        struct Stop<'a>(&'a AtomicBool);
+        impl Drop for Stop<'_> {
+            fn drop(&mut self) {
+                self.0.store(true, Ordering::Relaxed);
+            }
+        }
+        let _stop = Stop(&stop);
         for run in 0..5 {
             let mut o = backup_opts(&md, vec!["bob".into()]);
             o.force = run % 2 == 0;
@@ -392,6 +400,5 @@ fn messages_renamed_during_backups_are_never_dropped() {
             assert!(rep.failures.is_empty(), "run {run}: {:?}", rep.failures);
             assert_eq!(rep.items_total, N as u64, "run {run}: {rep:?}");
         }
-        stop.store(true, Ordering::Relaxed);
     });
 }
