@@ -513,8 +513,8 @@ fn execute_account(ctx: &Ctx, target: BorrowedFd, plan: AccountPlan, single: boo
         acc.rel_path.split(|&c| c == b'/').collect()
     };
     let mut attrs = DirAttrs::new();
-    for i in 0..parts.len() {
-        if let Some(d) = acc.dirs.get(i).filter(|d| d.name == parts[i]) {
+    for (i, part) in parts.iter().enumerate() {
+        if let Some(d) = acc.dirs.get(i).filter(|d| d.name == *part) {
             attrs.insert(parts[..=i].iter().map(|p| p.to_vec()).collect(), d.clone());
         }
     }
