@@ -375,7 +375,7 @@ fn messages_renamed_during_backups_are_never_dropped() {
                     for ent in std::fs::read_dir(md.join(sub)).unwrap().flatten() {
                         let name = ent.file_name().to_string_lossy().to_string();
                         let key = name.split(":2,").next().unwrap().to_string();
-                        let flags = if round % 2 == 0 { "S" } else { "" };
+                        let flags = if round.is_multiple_of(2) { "S" } else { "" };
                         let _ = std::fs::rename(
                             ent.path(),
                             md.join("cur").join(format!("{key}:2,{flags}")),
@@ -393,9 +393,9 @@ fn messages_renamed_during_backups_are_never_dropped() {
             }
         }
         let _stop = Stop(&stop);
-        for run in 0..5 {
+        for run in 0..5u32 {
             let mut o = backup_opts(&md, vec!["bob".into()]);
-            o.force = run % 2 == 0;
+            o.force = run.is_multiple_of(2);
             let rep = backup(&mut repo, &o, &NoProgress).unwrap();
             assert!(rep.failures.is_empty(), "run {run}: {:?}", rep.failures);
             assert_eq!(rep.items_total, N as u64, "run {run}: {rep:?}");
