@@ -272,6 +272,7 @@ pub fn restore(
         .map_err(|e| {
             Error::InvalidInput(format!("cannot start {} worker threads: {e}", opts.jobs))
         })?;
+    raise_fd_limit();
     let mut folders = 0u64;
     let mut folder_matched = opts.folders.is_empty();
     if opts.messages.is_empty() {
@@ -353,6 +354,19 @@ pub fn restore(
         mb_per_sec: per_sec(bytes, elapsed) / 1e6,
         failures,
     })
+}
+
+/// A restore holds three directories open per folder of a batch of up to
+/// [`FOLDER_BATCH`] folders (the folder, `cur/`, `new/`): the soft limit on open files
+/// goes up to the hard one, as Go programs do. If it is still too low, the folders past
+/// it are reported (too many open files), not lost silently.
+fn raise_fd_limit() {
+    use rustix::process::{getrlimit, setrlimit, Resource};
+    let mut l = getrlimit(Resource::Nofile);
+    if l.current < l.maximum {
+        l.current = l.maximum;
+        let _ = setrlimit(Resource::Nofile, l);
+    }
 }
 
 fn quoted(keys: &[&String]) -> String {
@@ -497,6 +511,9 @@ struct Job<'a> {
     existing: Option<(bool, Vec<u8>)>,
 }
 
+/// Folders whose directories are open at once (three descriptors each).
+const FOLDER_BATCH: usize = 1000;
+
 /// Directories whose recorded owner and mode are set once their content is in: by
 /// their path below the target (components).
 type DirAttrs = BTreeMap<Vec<Vec<u8>>, DirEntry>;
@@ -525,78 +542,84 @@ fn execute_account(ctx: &Ctx, target: BorrowedFd, plan: AccountPlan, single: boo
             return ctx.fail_items(format!("account {}", acc.name), Error::io(shown, e), n_acc);
         }
     };
-    let mut dirs = Vec::new();
-    let mut jobs_of = Vec::new();
-    for fp in plan.folders {
-        let item = format!("{}: {}", acc.name, fp.node.name);
-        let mut fparts = parts.clone();
-        fparts.push(&fp.node.dir);
-        let base: Vec<Vec<u8>> = fparts
-            .iter()
-            .filter(|p| !p.is_empty())
-            .map(|p| p.to_vec())
-            .collect();
-        let mut mine = DirAttrs::new();
-        for d in &fp.node.dirs {
-            let mut p = base.clone();
-            if !d.name.is_empty() {
-                p.push(d.name.clone());
+    // Folders in batches, each with its directories open while its messages are written.
+    let mut rest = plan.folders;
+    while !rest.is_empty() {
+        let batch: Vec<FolderPlan> = rest.drain(..rest.len().min(FOLDER_BATCH)).collect();
+        let mut dirs = Vec::new();
+        let mut jobs_of = Vec::new();
+        for fp in batch {
+            let item = format!("{}: {}", acc.name, fp.node.name);
+            let mut fparts = parts.clone();
+            fparts.push(&fp.node.dir);
+            let base: Vec<Vec<u8>> = fparts
+                .iter()
+                .filter(|p| !p.is_empty())
+                .map(|p| p.to_vec())
+                .collect();
+            let mut mine = DirAttrs::new();
+            for d in &fp.node.dirs {
+                let mut p = base.clone();
+                if !d.name.is_empty() {
+                    p.push(d.name.clone());
+                }
+                mine.insert(p, d.clone());
             }
-            mine.insert(p, d.clone());
-        }
-        match open_folder(ctx, acc_dir.as_fd(), &fparts, &fp.node, &mine) {
-            Ok(f) => {
-                attrs.append(&mut mine);
-                dirs.push(f);
-                jobs_of.push(fp);
+            match open_folder(ctx, acc_dir.as_fd(), &fparts, &fp.node, &mine) {
+                Ok(f) => {
+                    attrs.append(&mut mine);
+                    dirs.push(f);
+                    jobs_of.push(fp);
+                }
+                Err(e) => ctx.fail_items(item, e, fp.entries.len() as u64),
             }
-            Err(e) => ctx.fail_items(item, e, fp.entries.len() as u64),
         }
+        let mut jobs = Vec::new();
+        for (folder, mut fp) in dirs.iter().zip(jobs_of) {
+            if single {
+                keywords_for(ctx, folder, &fp.node, &mut fp.entries);
+                if let Some(f) = fp.node.files.iter().find(|f| f.name == b"maildirfolder") {
+                    restore_file(ctx, folder, f);
+                }
+            } else {
+                // An IMAP backup's sync state is for the next IMAP backup, not for a Maildir.
+                for f in (fp.node.files.iter()).filter(|f| f.name != crate::imap::names::STATE_FILE)
+                {
+                    restore_file(ctx, folder, f);
+                }
+            }
+            let existing = existing_keys(ctx, folder);
+            for entry in fp.entries {
+                let existing = existing.get(&entry.key).cloned();
+                jobs.push(Job {
+                    folder,
+                    entry,
+                    existing,
+                });
+            }
+        }
+        ctx.progress
+            .add_total(jobs.len() as u64, jobs.iter().map(|j| j.entry.size).sum());
+        // Read packs front to back: order by the location of each message's first blob.
+        let index = ctx.repo.index();
+        jobs.sort_by_cached_key(|j| {
+            j.entry
+                .content
+                .first()
+                .and_then(|id| index.get(id))
+                .map(|l| (l.pack, l.offset))
+                .unwrap_or((u32::MAX, 0))
+        });
+        jobs.par_iter().for_each(|j| {
+            if let Err(e) = restore_message(ctx, j) {
+                let item = j.folder.shown(Some(j.entry.new), &j.entry.name);
+                ctx.fail_items(format!("{} ({})", item.display(), acc.name), e, 1);
+            }
+            ctx.progress.advance(1, j.entry.size);
+        });
+        drop(jobs);
+        drop(dirs);
     }
-    let mut jobs = Vec::new();
-    for (folder, mut fp) in dirs.iter().zip(jobs_of) {
-        if single {
-            keywords_for(ctx, folder, &fp.node, &mut fp.entries);
-            if let Some(f) = fp.node.files.iter().find(|f| f.name == b"maildirfolder") {
-                restore_file(ctx, folder, f);
-            }
-        } else {
-            // An IMAP backup's sync state is for the next IMAP backup, not for a Maildir.
-            for f in (fp.node.files.iter()).filter(|f| f.name != crate::imap::names::STATE_FILE) {
-                restore_file(ctx, folder, f);
-            }
-        }
-        let existing = existing_keys(ctx, folder);
-        for entry in fp.entries {
-            let existing = existing.get(&entry.key).cloned();
-            jobs.push(Job {
-                folder,
-                entry,
-                existing,
-            });
-        }
-    }
-    ctx.progress
-        .add_total(jobs.len() as u64, jobs.iter().map(|j| j.entry.size).sum());
-    // Read packs front to back: order by the location of each message's first blob.
-    let index = ctx.repo.index();
-    jobs.sort_by_cached_key(|j| {
-        j.entry
-            .content
-            .first()
-            .and_then(|id| index.get(id))
-            .map(|l| (l.pack, l.offset))
-            .unwrap_or((u32::MAX, 0))
-    });
-    jobs.par_iter().for_each(|j| {
-        if let Err(e) = restore_message(ctx, j) {
-            let item = j.folder.shown(Some(j.entry.new), &j.entry.name);
-            ctx.fail_items(format!("{} ({})", item.display(), acc.name), e, 1);
-        }
-        ctx.progress.advance(1, j.entry.size);
-    });
-    drop(jobs);
-    drop(dirs);
     set_dir_attrs(ctx, target, &attrs);
 }
 
