@@ -646,3 +646,82 @@ fn any_flipped_byte_is_found_and_named() {
     let out = e.expect(2, &["check"]);
     assert!(out.contains("config"), "{out}");
 }
+
+/// Issue 10, items 1 and 7: `--chown` gives every restored file and directory one owner
+/// (as root), `--numeric-owner` the recorded ids; a restore that lists failures exits 1
+/// and its counts add up.
+#[test]
+fn restore_owners_and_a_failing_restore_exits_1() {
+    use std::os::unix::fs::PermissionsExt;
+    let e = Env::new();
+    let src = e.path("vmail");
+    store(&src);
+    fs::set_permissions(
+        src.join("example.org/bob/Maildir/.Sent"),
+        fs::Permissions::from_mode(0o700),
+    )
+    .unwrap();
+    e.expect(0, &["init"]);
+    e.expect(0, &["backup", &format!("maildir:{}", src.display())]);
+    let root = fs::metadata("/proc/self").unwrap().uid() == 0;
+    let out = e.path("out");
+    let target = format!("maildir:{}", out.display());
+    e.expect(
+        0,
+        &[
+            "restore",
+            "latest",
+            "--target",
+            &target,
+            "--chown",
+            "nobody:nogroup",
+        ],
+    );
+    let sent = fs::metadata(out.join("example.org/bob/Maildir/.Sent")).unwrap();
+    assert_eq!(sent.mode() & 0o7777, 0o700);
+    if root {
+        assert_eq!((sent.uid(), sent.gid()), (65534, 65534));
+        let m = out.join("example.org/bob/Maildir/.Sent/cur/1700200000.M1P1.mx:2,S");
+        let m = fs::metadata(m).unwrap();
+        assert_eq!((m.uid(), m.gid()), (65534, 65534));
+    }
+    let err = e.expect(
+        2,
+        &[
+            "restore", "latest", "--target", &target, "--chown", "nobody",
+        ],
+    );
+    assert!(err.contains("USER:GROUP"), "{err}");
+    let out2 = e.path("out2");
+    e.expect(
+        0,
+        &[
+            "restore",
+            "latest",
+            "--target",
+            &format!("maildir:{}", out2.display()),
+            "--numeric-owner",
+        ],
+    );
+    // A link planted in the target: reported, exit 1, and the counts add up.
+    let out3 = e.path("out3");
+    fs::create_dir_all(&out3).unwrap();
+    std::os::unix::fs::symlink(e.path("elsewhere"), out3.join("example.org")).unwrap();
+    let r = e.json(
+        1,
+        &[
+            "restore",
+            "latest",
+            "--target",
+            &format!("maildir:{}", out3.display()),
+        ],
+    );
+    let n = |k: &str| r[k].as_u64().unwrap();
+    assert_eq!(n("items_total"), 66);
+    assert_eq!(n("items_failed"), 66);
+    assert_eq!(
+        n("items_total"),
+        n("items_restored") + n("items_unchanged") + n("items_failed")
+    );
+    assert!(!e.path("elsewhere").exists());
+}

@@ -565,21 +565,50 @@ fn backup_folder(
         ctx.progress.advance(1, e.size);
         entries.push(e);
     }
-    let read: Vec<Option<MessageEntry>> = to_read
-        .into_par_iter()
-        .map(|file| {
-            let r = match read_message(ctx, f, file) {
-                Ok(e) => e,
+    // A file gone when opened was renamed by the server (flag change, new/ -> cur/) or
+    // deleted since the listing: the folder is listed again and the renamed ones read
+    // under their new names; a key found nowhere was deleted, which is not an error.
+    let mut pending = to_read;
+    for round in 1..=VANISHED_ROUNDS {
+        let read: Vec<Read> = pending
+            .into_par_iter()
+            .map(|file| match read_message(ctx, f, file) {
+                Ok(r) => r,
                 Err(e) => {
                     ctx.fail(e.0.display().to_string(), e.1);
-                    None
+                    Read::Failed
                 }
-            };
-            ctx.progress.advance(1, r.as_ref().map_or(0, |e| e.size));
-            r
-        })
-        .collect();
-    entries.extend(read.into_iter().flatten());
+            })
+            .collect();
+        let mut vanished = Vec::new();
+        for r in read {
+            match r {
+                Read::Entry(e) => {
+                    ctx.progress.advance(1, e.size);
+                    entries.push(e);
+                }
+                Read::Vanished(file) => vanished.push(file),
+                Read::Failed => ctx.progress.advance(1, 0),
+            }
+        }
+        if vanished.is_empty() {
+            break;
+        }
+        let (now, _) = maildir::list_messages(&f.path);
+        let mut now: HashMap<Vec<u8>, MessageFile> =
+            now.into_iter().map(|m| (m.key().to_vec(), m)).collect();
+        pending = Vec::new();
+        for file in vanished {
+            match now.remove(file.key()) {
+                Some(renamed) if round < VANISHED_ROUNDS => pending.push(renamed),
+                Some(renamed) => ctx.fail(
+                    renamed.path(&f.path).display().to_string(),
+                    "renamed again each time it was read; not in this snapshot",
+                ),
+                None => ctx.progress.advance(1, 0),
+            }
+        }
+    }
     let messages = entries.len() as u64;
     let bytes: u64 = entries.iter().map(|e| e.size).sum();
     ctx.n.bytes_total.fetch_add(bytes, Relaxed);
@@ -688,36 +717,35 @@ pub fn save_entries(saver: &BlobSaver, mut entries: Vec<MessageEntry>) -> Result
     Ok(chunks)
 }
 
-/// Reads one message and stores its content. `Ok(None)`: it vanished (deleted meanwhile).
+/// Times a folder is listed again for messages renamed before they could be read.
+const VANISHED_ROUNDS: u32 = 10;
+
+/// What reading a listed message gave.
+enum Read {
+    Entry(MessageEntry),
+    /// Not there under its listed name any more (renamed or deleted).
+    Vanished(MessageFile),
+    /// Reported.
+    Failed,
+}
+
+/// Reads one message and stores its content.
 fn read_message(
     ctx: &Ctx,
     folder: &FolderSource,
     file: MessageFile,
-) -> Result<Option<MessageEntry>, (PathBuf, Error)> {
-    let mut file = file;
-    let mut path = file.path(&folder.path);
-    let (data, meta) = loop {
-        match read_with_meta(&path) {
-            Ok(d) => break d,
-            Err(e) if e.kind() == ErrorKind::NotFound => {
-                // The server renamed it (flag change, new/ -> cur/) since the listing: find it
-                // by its key. No file with that key: it was deleted, which is not an error.
-                match find_by_key(&folder.path, file.key()) {
-                    Some(renamed) if renamed.name != file.name || renamed.new != file.new => {
-                        file = renamed;
-                        path = file.path(&folder.path);
-                    }
-                    _ => return Ok(None),
-                }
-            }
-            Err(e) => return Err((path.clone(), Error::io(&path, e))),
-        }
+) -> Result<Read, (PathBuf, Error)> {
+    let path = file.path(&folder.path);
+    let (data, meta) = match read_with_meta(&path) {
+        Ok(d) => d,
+        Err(e) if e.kind() == ErrorKind::NotFound => return Ok(Read::Vanished(file)),
+        Err(e) => return Err((path.clone(), Error::io(&path, e))),
     };
     ctx.n.bytes_read.fetch_add(data.len() as u64, Relaxed);
     ctx.n.new.fetch_add(1, Relaxed);
     let content = save_content(ctx, &data).map_err(|e| (path.clone(), e))?;
     let (from, subject, date) = header_summary(&data);
-    Ok(Some(MessageEntry {
+    Ok(Read::Entry(MessageEntry {
         key: file.key().to_vec(),
         name: file.name.clone(),
         new: file.new,
@@ -742,11 +770,6 @@ fn read_with_meta(path: &Path) -> std::io::Result<(Vec<u8>, maildir::FileMeta)> 
     let mut data = Vec::with_capacity(meta.size as usize);
     f.read_to_end(&mut data)?;
     Ok((data, meta))
-}
-
-fn find_by_key(folder: &Path, key: &[u8]) -> Option<MessageFile> {
-    let (files, _) = maildir::list_messages(folder);
-    files.into_iter().find(|f| f.key() == key)
 }
 
 /// From, Subject and Date of a message, decoded, for listings. Parses only the header.

@@ -239,6 +239,7 @@ pub fn restore(
         .map_err(|e| {
             Error::InvalidInput(format!("cannot start {} worker threads: {e}", opts.jobs))
         })?;
+    raise_fd_limit();
     let mut folders = 0u64;
     let mut folder_matched = opts.folders.is_empty();
     if opts.messages.is_empty() {
@@ -320,6 +321,19 @@ pub fn restore(
         mb_per_sec: per_sec(bytes, elapsed) / 1e6,
         failures,
     })
+}
+
+/// A restore holds three directories open per folder of a batch of up to
+/// [`FOLDER_BATCH`] folders (the folder, `cur/`, `new/`): the soft limit on open files
+/// goes up to the hard one, as Go programs do. If it is still too low, the folders past
+/// it are reported (too many open files), not lost silently.
+fn raise_fd_limit() {
+    use rustix::process::{getrlimit, setrlimit, Resource};
+    let mut l = getrlimit(Resource::Nofile);
+    if l.current < l.maximum {
+        l.current = l.maximum;
+        let _ = setrlimit(Resource::Nofile, l);
+    }
 }
 
 fn quoted(keys: &[&String]) -> String {
@@ -464,6 +478,9 @@ struct Job<'a> {
     existing: Option<(bool, Vec<u8>)>,
 }
 
+/// Folders whose directories are open at once (three descriptors each).
+const FOLDER_BATCH: usize = 1000;
+
 /// Directories whose recorded owner and mode are set once their content is in: by
 /// their path below the target (components).
 type DirAttrs = BTreeMap<Vec<Vec<u8>>, DirEntry>;
@@ -480,8 +497,8 @@ fn execute_account(ctx: &Ctx, target: BorrowedFd, plan: AccountPlan, single: boo
         acc.rel_path.split(|&c| c == b'/').collect()
     };
     let mut attrs = DirAttrs::new();
-    for i in 0..parts.len() {
-        if let Some(d) = acc.dirs.get(i).filter(|d| d.name == parts[i]) {
+    for (i, part) in parts.iter().enumerate() {
+        if let Some(d) = acc.dirs.get(i).filter(|d| d.name == *part) {
             attrs.insert(parts[..=i].iter().map(|p| p.to_vec()).collect(), d.clone());
         }
     }
@@ -492,76 +509,84 @@ fn execute_account(ctx: &Ctx, target: BorrowedFd, plan: AccountPlan, single: boo
             return ctx.fail_items(format!("account {}", acc.name), Error::io(shown, e), n_acc);
         }
     };
-    let mut dirs = Vec::new();
-    let mut jobs_of = Vec::new();
-    for fp in plan.folders {
-        let item = format!("{}: {}", acc.name, fp.node.name);
-        let mut fparts = parts.clone();
-        fparts.push(&fp.node.dir);
-        let base: Vec<Vec<u8>> = fparts
-            .iter()
-            .filter(|p| !p.is_empty())
-            .map(|p| p.to_vec())
-            .collect();
-        for d in &fp.node.dirs {
-            let mut p = base.clone();
-            if !d.name.is_empty() {
-                p.push(d.name.clone());
+    // Folders in batches, each with its directories open while its messages are written.
+    let mut rest = plan.folders;
+    while !rest.is_empty() {
+        let batch: Vec<FolderPlan> = rest.drain(..rest.len().min(FOLDER_BATCH)).collect();
+        let mut dirs = Vec::new();
+        let mut jobs_of = Vec::new();
+        for fp in batch {
+            let item = format!("{}: {}", acc.name, fp.node.name);
+            let mut fparts = parts.clone();
+            fparts.push(&fp.node.dir);
+            let base: Vec<Vec<u8>> = fparts
+                .iter()
+                .filter(|p| !p.is_empty())
+                .map(|p| p.to_vec())
+                .collect();
+            let mut mine = DirAttrs::new();
+            for d in &fp.node.dirs {
+                let mut p = base.clone();
+                if !d.name.is_empty() {
+                    p.push(d.name.clone());
+                }
+                mine.insert(p, d.clone());
             }
-            attrs.insert(p, d.clone());
-        }
-        match open_folder(ctx, acc_dir.as_fd(), &fparts, &fp.node, &attrs) {
-            Ok(f) => {
-                dirs.push(f);
-                jobs_of.push(fp);
+            match open_folder(ctx, acc_dir.as_fd(), &fparts, &fp.node, &mine) {
+                Ok(f) => {
+                    attrs.append(&mut mine);
+                    dirs.push(f);
+                    jobs_of.push(fp);
+                }
+                Err(e) => ctx.fail_items(item, e, fp.entries.len() as u64),
             }
-            Err(e) => ctx.fail_items(item, e, fp.entries.len() as u64),
         }
+        let mut jobs = Vec::new();
+        for (folder, mut fp) in dirs.iter().zip(jobs_of) {
+            if single {
+                keywords_for(ctx, folder, &fp.node, &mut fp.entries);
+                if let Some(f) = fp.node.files.iter().find(|f| f.name == b"maildirfolder") {
+                    restore_file(ctx, folder, f);
+                }
+            } else {
+                // An IMAP backup's sync state is for the next IMAP backup, not for a Maildir.
+                for f in (fp.node.files.iter()).filter(|f| f.name != crate::imap::names::STATE_FILE)
+                {
+                    restore_file(ctx, folder, f);
+                }
+            }
+            let existing = existing_keys(ctx, folder);
+            for entry in fp.entries {
+                let existing = existing.get(&entry.key).cloned();
+                jobs.push(Job {
+                    folder,
+                    entry,
+                    existing,
+                });
+            }
+        }
+        ctx.progress
+            .add_total(jobs.len() as u64, jobs.iter().map(|j| j.entry.size).sum());
+        // Read packs front to back: order by the location of each message's first blob.
+        let index = ctx.repo.index();
+        jobs.sort_by_cached_key(|j| {
+            j.entry
+                .content
+                .first()
+                .and_then(|id| index.get(id))
+                .map(|l| (l.pack, l.offset))
+                .unwrap_or((u32::MAX, 0))
+        });
+        jobs.par_iter().for_each(|j| {
+            if let Err(e) = restore_message(ctx, j) {
+                let item = j.folder.shown(Some(j.entry.new), &j.entry.name);
+                ctx.fail_items(format!("{} ({})", item.display(), acc.name), e, 1);
+            }
+            ctx.progress.advance(1, j.entry.size);
+        });
+        drop(jobs);
+        drop(dirs);
     }
-    let mut jobs = Vec::new();
-    for (folder, mut fp) in dirs.iter().zip(jobs_of) {
-        if single {
-            keywords_for(ctx, folder, &fp.node, &mut fp.entries);
-            if let Some(f) = fp.node.files.iter().find(|f| f.name == b"maildirfolder") {
-                restore_file(ctx, folder, f);
-            }
-        } else {
-            // An IMAP backup's sync state is for the next IMAP backup, not for a Maildir.
-            for f in (fp.node.files.iter()).filter(|f| f.name != crate::imap::names::STATE_FILE) {
-                restore_file(ctx, folder, f);
-            }
-        }
-        let existing = existing_keys(ctx, folder);
-        for entry in fp.entries {
-            let existing = existing.get(&entry.key).cloned();
-            jobs.push(Job {
-                folder,
-                entry,
-                existing,
-            });
-        }
-    }
-    ctx.progress
-        .add_total(jobs.len() as u64, jobs.iter().map(|j| j.entry.size).sum());
-    // Read packs front to back: order by the location of each message's first blob.
-    let index = ctx.repo.index();
-    jobs.sort_by_cached_key(|j| {
-        j.entry
-            .content
-            .first()
-            .and_then(|id| index.get(id))
-            .map(|l| (l.pack, l.offset))
-            .unwrap_or((u32::MAX, 0))
-    });
-    jobs.par_iter().for_each(|j| {
-        if let Err(e) = restore_message(ctx, j) {
-            let item = j.folder.shown(Some(j.entry.new), &j.entry.name);
-            ctx.fail_items(format!("{} ({})", item.display(), acc.name), e, 1);
-        }
-        ctx.progress.advance(1, j.entry.size);
-    });
-    drop(jobs);
-    drop(dirs);
     set_dir_attrs(ctx, target, &attrs);
 }
 
@@ -609,7 +634,12 @@ fn open_dir_at(parent: BorrowedFd, name: &[u8], create: Option<u32>) -> std::io:
         OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
         Mode::empty(),
     )
-    .map_err(not_followed)
+    .map_err(|e| {
+        // A link to a directory opened with O_DIRECTORY | O_NOFOLLOW: ENOTDIR.
+        let link = rustix::fs::statat(parent, name, rustix::fs::AtFlags::SYMLINK_NOFOLLOW)
+            .is_ok_and(|st| rustix::fs::FileType::from_raw_mode(st.st_mode).is_symlink());
+        not_followed(if link { Errno::LOOP } else { e })
+    })
 }
 
 /// `ELOOP` from an `O_NOFOLLOW` open: the name is a symbolic link.
@@ -1170,6 +1200,45 @@ mod tests {
         // And through the caller, the error names the file.
         let err = write_new_file(&folder, Some(false), b"b", b"x", t).unwrap_err();
         assert!(err.to_string().contains("cur/b"), "{err}");
+    }
+
+    /// Issue 10, item 1: owners map by recorded name (as tar does) unless numbers are
+    /// asked for; only root sets owners at all.
+    #[test]
+    fn owners_map_by_name_or_number() {
+        let names = OwnerNames {
+            users: vec![(1234, "nobody".into()), (7, "no-such-user-here".into())],
+            groups: vec![(1234, "nogroup".into())],
+        };
+        let by_name = OwnerMap::new(Owners::ByName, &names);
+        let numeric = OwnerMap::new(Owners::Numeric, &names);
+        let fixed = OwnerMap::new(Owners::Fixed { uid: 1, gid: 2 }, &names);
+        if !by_name.root {
+            assert_eq!(by_name.get(1234, 1234), None);
+            return;
+        }
+        assert_eq!(by_name.get(1234, 1234), Some((65534, 65534)));
+        assert_eq!(
+            by_name.get(7, 8),
+            Some((7, 8)),
+            "unknown names keep the number"
+        );
+        assert_eq!(numeric.get(1234, 1234), Some((1234, 1234)));
+        assert_eq!(fixed.get(1234, NO_OWNER), Some((1, 2)));
+        assert_eq!(by_name.get(NO_OWNER, NO_OWNER), None, "not recorded (v1)");
+        assert!(matches!(
+            Owners::chown("nobody:nogroup"),
+            Ok(Owners::Fixed {
+                uid: 65534,
+                gid: 65534
+            })
+        ));
+        assert!(matches!(
+            Owners::chown("5:6"),
+            Ok(Owners::Fixed { uid: 5, gid: 6 })
+        ));
+        assert!(Owners::chown("no-such-user-here:x").is_err());
+        assert!(Owners::chown("nobody").is_err());
     }
 
     #[test]

@@ -482,6 +482,18 @@ mod tests {
         assert_eq!(encode(&n), b"\x01\x01\x00\x04:2,S");
         assert_eq!(e.flags(), b"S");
         assert!(decode::<MessageChunk>(&enc[..enc.len() - 3], "t").is_err());
+        // Root and account trees are version 2; a chunk's version byte is not theirs.
+        assert_eq!(encode(&RootTree::default()), [2, 0, 0, 0]);
+        // Version-1 root and account trees still decode.
+        assert_eq!(
+            decode::<RootTree>(&[1, 0], "t").unwrap(),
+            RootTree::default()
+        );
+        assert_eq!(
+            decode::<AccountTree>(&[1, 0], "t").unwrap(),
+            AccountTree::default()
+        );
+        assert!(decode::<RootTree>(&[3, 0], "t").is_err());
         assert!(decode::<MessageChunk>(&[], "t").is_err());
     }
 }

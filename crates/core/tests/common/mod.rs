@@ -285,3 +285,69 @@ pub fn master_connection(
         },
     }
 }
+
+/// Mode and owner of every directory and file below `root` that a restore must give back
+/// (`tmp/`'s content and Dovecot caches left out): `(is_dir, mode, uid, gid)` by path.
+pub fn owner_snapshot(root: &Path) -> BTreeMap<String, (bool, u32, u32, u32)> {
+    let mut out = BTreeMap::new();
+    let mut stack = vec![root.to_path_buf()];
+    while let Some(dir) = stack.pop() {
+        for ent in fs::read_dir(&dir).unwrap() {
+            let p = ent.unwrap().path();
+            let rel = p.strip_prefix(root).unwrap().to_string_lossy().to_string();
+            let m = fs::symlink_metadata(&p).unwrap();
+            if p.file_name()
+                .unwrap()
+                .as_bytes()
+                .starts_with(b"dovecot.index")
+            {
+                continue;
+            }
+            if m.is_dir() && p.file_name().unwrap() != "tmp" {
+                stack.push(p);
+            }
+            out.insert(rel, (m.is_dir(), m.mode() & 0o7777, m.uid(), m.gid()));
+        }
+    }
+    out
+}
+
+/// Gives a store the modes of a real one (directories 0700, messages 0600, some folder
+/// files 0640) and, as root, the owner `uid:gid`.
+pub fn chmod_store(root: &Path, owner: Option<(u32, u32)>) {
+    use std::os::unix::fs::PermissionsExt;
+    let mut stack = vec![root.to_path_buf()];
+    while let Some(dir) = stack.pop() {
+        for ent in fs::read_dir(&dir).unwrap() {
+            let p = ent.unwrap().path();
+            let m = fs::symlink_metadata(&p).unwrap();
+            let name = p.file_name().unwrap().to_string_lossy().to_string();
+            let mode = if m.is_dir() {
+                stack.push(p.clone());
+                0o700
+            } else if name == "subscriptions" || name == "dovecot-keywords" {
+                0o640
+            } else {
+                0o600
+            };
+            fs::set_permissions(&p, fs::Permissions::from_mode(mode)).unwrap();
+            if let Some((u, g)) = owner {
+                std::os::unix::fs::lchown(&p, Some(u), Some(g)).unwrap();
+            }
+        }
+    }
+}
+
+/// Restores with options.
+pub fn restore_with(repo: &Repository, opts: RestoreOptions) -> RestoreReport {
+    restore(repo, &opts, &NoProgress).unwrap()
+}
+
+/// The counts of a restore report add up.
+pub fn assert_counts_add_up(r: &RestoreReport) {
+    assert_eq!(
+        r.items_total,
+        r.items_restored + r.items_unchanged + r.items_failed,
+        "{r:?}"
+    );
+}
