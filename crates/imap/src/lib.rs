@@ -8,8 +8,8 @@
 //!   restores, streamed FETCH and CONDSTORE changes for backups.
 //! - [`crlf`] and [`maildir_flags`]: the bridges between Maildir files and
 //!   IMAP (line endings, flag letters).
-//! - `testing` (feature `testing`): a throw-away Dovecot for integration
-//!   tests.
+//! - `testing` (feature `testing`): a throw-away Dovecot (and, in
+//!   `testing::cyrus`, Cyrus IMAP) for integration tests.
 //!
 //! The engine uses threads, so everything here is synchronous: one
 //! [`Session`] per connection, moved to the thread that drives it.

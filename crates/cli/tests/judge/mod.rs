@@ -680,3 +680,62 @@ pub fn in_new(root: &Path) -> usize {
         .filter(|p| p.rsplit('/').nth(1) == Some("new"))
         .count()
 }
+
+/// The comparison itself: identical states pass at every fidelity; a lost keyword, a
+/// changed date, a missing message, a lost subscription and a new UID order are each
+/// named, and UIDs count only where asked.
+#[test]
+fn judge_compare_names_each_difference() {
+    let msg = |uid, sha: &str, date| Message {
+        uid,
+        flags: vec!["\\Seen".into()],
+        keywords: vec!["$Forwarded".into()],
+        internaldate: date,
+        size: 10,
+        sha256: format!("{sha:0<64}"),
+    };
+    let folder = |messages| Folder {
+        special_use: vec![],
+        uidvalidity: 7,
+        uidnext: 4,
+        messages,
+        error: None,
+    };
+    let before = State {
+        account: "a@example.org".into(),
+        folders: [(
+            "INBOX".to_string(),
+            folder(vec![msg(1, "a", 1), msg(2, "b", 2), msg(3, "c", 3)]),
+        )]
+        .into(),
+        subscriptions: ["INBOX".to_string(), "Gone".to_string()].into(),
+        errors: vec![],
+    };
+    for f in [Fidelity::Exact, Fidelity::SameOrder, Fidelity::AnyOrder] {
+        assert!(compare(&before, &before, f).is_empty());
+    }
+    // New UIDs in another order: only Exact and SameOrder see it.
+    let mut reordered = before.clone();
+    let inbox = reordered.folders.get_mut("INBOX").unwrap();
+    inbox.messages = vec![msg(1, "b", 2), msg(2, "a", 1), msg(3, "c", 3)];
+    assert!(compare(&before, &reordered, Fidelity::AnyOrder).is_empty());
+    let d = compare(&before, &reordered, Fidelity::SameOrder);
+    assert!(d.len() == 1 && d[0].contains("UID order differs"), "{d:?}");
+    assert!(!compare(&before, &reordered, Fidelity::Exact).is_empty());
+    // Lost keyword, changed date, missing message, lost subscription.
+    let mut damaged = before.clone();
+    let inbox = damaged.folders.get_mut("INBOX").unwrap();
+    inbox.messages[0].keywords.clear();
+    inbox.messages[1].internaldate = 99;
+    inbox.messages.pop();
+    damaged.subscriptions.remove("Gone");
+    let d = compare(&before, &damaged, Fidelity::AnyOrder).join("\n");
+    for want in [
+        "keywords lost [\"$Forwarded\"]",
+        "INTERNALDATE differs on 1 message(s): UID 2: before 2, after 99",
+        "message missing after restore on 1 message(s): UID 3",
+        "subscriptions differ: lost [\"Gone\"]",
+    ] {
+        assert!(d.contains(want), "{want} in\n{d}");
+    }
+}
