@@ -338,3 +338,95 @@ fn one_message_restores_into_imap_alone() {
     assert_eq!(code, Some(2));
     assert!(err.contains("no message matches"), "{err}");
 }
+
+/// A repository holding a backup of one small account `bob@example.org` whose INBOX
+/// has `subscriptions` with this content.
+fn small_fixture(server: &DovecotServer, subscriptions: &[u8]) -> Fixture {
+    let e = Env {
+        dir: tempfile::tempdir().unwrap(),
+    };
+    fs::write(e.path("pass"), "s3cret\n").unwrap();
+    fs::write(
+        e.path("imap-pass"),
+        format!("{}\n", server.master_password()),
+    )
+    .unwrap();
+    let src = e.path("src");
+    let md = src.join("example.org/bob/Maildir");
+    for (f, i) in [("", 1), (".Sent", 2)] {
+        let dir = md.join(f);
+        for s in ["cur", "new", "tmp"] {
+            fs::create_dir_all(dir.join(s)).unwrap();
+        }
+        fs::write(
+            dir.join("cur").join(format!("{i}.M{i}P1.h:2,S")),
+            format!("Subject: m{i}\nMessage-ID: <m{i}@x>\n\nbody\n"),
+        )
+        .unwrap();
+    }
+    fs::write(md.join("subscriptions"), subscriptions).unwrap();
+    e.expect(0, &["init"]);
+    e.expect(0, &["backup", &format!("maildir:{}", src.display())]);
+    Fixture {
+        url: format!("imap://127.0.0.1:{}", server.port()),
+        master: server.master_user().into(),
+        imap_pass: e.path("imap-pass").display().to_string(),
+        e,
+        src,
+    }
+}
+
+/// Issue 10, item 7: a restore whose report lists a failure exits 1, even when every
+/// message was restored (here a subscription the server cannot take).
+#[test]
+fn listed_failures_exit_1() {
+    let Some(server) = DovecotServer::start_or_skip().expect("dovecot") else {
+        return;
+    };
+    let f = small_fixture(&server, b"V\t2\n\nSent\nbad\t\tname\n");
+    let (code, v, err) = f.restore_json(&[]);
+    let v = v.unwrap();
+    assert_eq!(v["items_appended"], 2, "{v}");
+    assert_eq!(v["items_failed"], 0, "{v}");
+    assert_eq!(v["failures"].as_array().unwrap().len(), 1, "{v}");
+    assert_eq!(code, Some(1), "{err}");
+    // The human report of a run that wrote nothing gives no rate.
+    let o = f.restore(&[]).output().unwrap();
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(out.contains("written    nothing"), "{out}");
+}
+
+/// Issue 10, item 14: `--create-accounts` needs the admin (a master user); on Dovecot,
+/// which makes an account's INBOX at its first login, it creates nothing.
+#[test]
+fn create_accounts_on_dovecot() {
+    let Some(server) = DovecotServer::start_or_skip().expect("dovecot") else {
+        return;
+    };
+    let f = small_fixture(&server, b"V\t2\n\nSent\n");
+    let user_pass = f.e.path("user-pass");
+    fs::write(&user_pass, server.password()).unwrap();
+    let o =
+        f.e.cmd(&[
+            "restore",
+            "latest",
+            "--target",
+            &f.url,
+            "--imap-password-file",
+            &user_pass.display().to_string(),
+            "--create-accounts",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("master user"), "{err}");
+    let (code, v, err) = f.restore_json(&["--create-accounts"]);
+    assert_eq!(code, Some(0), "{err}");
+    let v = v.unwrap();
+    assert_eq!(
+        (v["accounts_created"].as_u64(), v["items_appended"].as_u64()),
+        (Some(0), Some(2)),
+        "{v}"
+    );
+}

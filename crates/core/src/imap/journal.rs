@@ -12,7 +12,9 @@
 //! ```
 //!
 //! A `P` without a later `A` is *in doubt*: the message may be on the server. The next
-//! run looks for it there (Message-ID, size and date) before sending it again. A last
+//! run looks for it there (Message-ID, size and date) before sending it again. An `A`
+//! is trusted only while the server still has that UID under that UIDVALIDITY (the
+//! restore asks it first): a message deleted since is restored again by a later run. A last
 //! line cut short by a kill is ignored. Records are written with one `write(2)` per
 //! batch, before the batch is sent (`P`) and after the server answered (`A`); they
 //! survive a killed process. A power loss may lose the last records: run the next

@@ -692,8 +692,11 @@ struct FolderPlan {
     keywords: KeywordTable,
     /// UIDVALIDITY and fingerprints of what the server had when last asked (multiset),
     /// for checks.
-    on_server: Mutex<Option<(u32, HashMap<Fingerprint, Vec<u32>>)>>,
+    on_server: Mutex<Option<(u32, OnServer)>>,
 }
+
+/// Fingerprints of a folder's messages on the server -> their UIDs (a multiset).
+type OnServer = HashMap<Fingerprint, Vec<u32>>;
 
 /// Why the account cannot go on (login refused, over quota...), once one connection
 /// found out; the other connections then report their messages instead of sending them.
@@ -1243,9 +1246,9 @@ impl Worker<'_> {
 
     /// UIDVALIDITY and fingerprints of every message in a folder (a multiset:
     /// fingerprint -> UIDs).
-    fn fingerprints(&mut self, folder: &str) -> Result<(u32, HashMap<Fingerprint, Vec<u32>>)> {
+    fn fingerprints(&mut self, folder: &str) -> Result<(u32, OnServer)> {
         let s = self.session()?;
-        let mut out: HashMap<Fingerprint, Vec<u32>> = HashMap::new();
+        let mut out = OnServer::new();
         let uidvalidity = match s.examine(folder) {
             Ok(info) => info.uidvalidity,
             Err(mailvault_imap::Error::NoSuchFolder { .. }) => return Ok((0, out)),
