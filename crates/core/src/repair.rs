@@ -162,6 +162,8 @@ pub struct SnapshotsRepair {
 
 /// Replaces snapshots that need blobs that cannot be read by ones without what is lost.
 pub fn repair_snapshots(repo: &mut Repository, opts: &RepairOptions) -> Result<SnapshotsRepair> {
+    // Packs in no index may hold what the snapshots need: their good blobs must be
+    // indexed first. (A pack `repair index` left out has no blob that verifies.)
     let unindexed: Vec<String> = repo
         .store()
         .list("data/")?
@@ -169,11 +171,17 @@ pub fn repair_snapshots(repo: &mut Repository, opts: &RepairOptions) -> Result<S
         .filter(|f| file_id(&f.path).is_ok_and(|id| !repo.index().has_pack(&id)))
         .map(|f| f.path)
         .collect();
-    if !unindexed.is_empty() {
+    let usable_elsewhere: Vec<&String> = unindexed
+        .par_iter()
+        .filter(|path| {
+            repo.verify_pack(path)
+                .is_ok_and(|v| v.good.iter().any(|e| !repo.index().contains(&e.id)))
+        })
+        .collect();
+    if let Some(first) = usable_elsewhere.first() {
         return Err(Error::InvalidInput(format!(
-            "{} packs are in no index ({} ...): they may hold what the snapshots need; run `mailvault repair index` first",
-            unindexed.len(),
-            unindexed[0]
+            "{} packs in no index ({first} ...) hold blobs that verify: they may be what the snapshots need; run `mailvault repair index` first",
+            usable_elsewhere.len(),
         )));
     }
     let bad = crate::check::unreadable_blobs(repo, false)?;
