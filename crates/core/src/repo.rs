@@ -719,7 +719,7 @@ impl<'a> IntoIterator for &'a Snapshots {
 /// password is wrong for the others, nor a wrong password that a key file is damaged.
 fn unlock(store: &dyn Store, keys: &[ObjectInfo], password: &[u8]) -> Result<MasterKey> {
     let mut outcomes = Vec::new();
-    let mut all_wrong = true;
+    let mut damaged = Vec::new();
     for k in keys {
         let tried = store
             .get(&k.path)
@@ -727,24 +727,23 @@ fn unlock(store: &dyn Store, keys: &[ObjectInfo], password: &[u8]) -> Result<Mas
             .and_then(|kf| kf.unwrap(password, &k.path));
         match tried {
             Ok(key) => {
-                for (path, why) in &outcomes {
-                    tracing::warn!("key file {path}: {why}");
+                for e in &damaged {
+                    tracing::warn!("{e}");
                 }
                 return Ok(key);
             }
-            Err(Error::WrongPassword) => {
-                outcomes.push((k.path.clone(), "wrong password".to_string()));
-            }
+            Err(Error::WrongPassword) => outcomes.push(format!("{}: wrong password", k.path)),
             Err(e) => {
-                all_wrong = false;
-                outcomes.push((k.path.clone(), e.to_string()));
+                outcomes.push(e.to_string());
+                damaged.push(e);
             }
         }
     }
-    if all_wrong {
-        Err(Error::WrongPassword)
-    } else {
-        Err(Error::NoKeyOpens(outcomes))
+    match (damaged.len(), outcomes.len()) {
+        (0, _) => Err(Error::WrongPassword),
+        // The one key file is damaged: that is the whole story.
+        (1, 1) => Err(damaged.remove(0)),
+        _ => Err(Error::NoKeyOpens(outcomes)),
     }
 }
 
