@@ -461,4 +461,10 @@ fn swapped_blobs_are_named_by_their_ids() {
         blob_ids.iter().any(|id| out.contains(&id[..8])),
         "restore does not name the blob:\n{out}"
     );
+    // The repairs: the pack's good blobs (none here but the header's) move to a new pack,
+    // the damaged pack is set aside, the messages that cannot be restored are dropped.
+    e.expect(0, &["repair", "index"]);
+    assert_eq!(e.files("damaged/data").len(), 1);
+    e.expect(0, &["repair", "snapshots"]);
+    e.expect(0, &["check", "--read-data"]);
 }

@@ -609,12 +609,16 @@ impl Repository {
             name_matches,
             good: Vec::new(),
             bad: Vec::new(),
+            damaged_bytes: None,
         };
         for e in pack::header_of(&bytes, &self.key, path)? {
             match self.verify_entry(&e, &bytes, path) {
                 Ok(()) => v.good.push(e),
                 Err(err) => v.bad.push((e, err)),
             }
+        }
+        if !name_matches {
+            v.damaged_bytes = Some(bytes);
         }
         Ok(v)
     }
@@ -646,6 +650,8 @@ pub(crate) struct PackVerdict {
     pub good: Vec<PackEntry>,
     /// Header entries whose blobs did not, with why.
     pub bad: Vec<(PackEntry, Error)>,
+    /// The pack's bytes, when they do not match its name (for salvaging its good blobs).
+    pub damaged_bytes: Option<Vec<u8>>,
 }
 
 /// See [`Repository::writer_state`].
