@@ -7,7 +7,12 @@
 //! data/<xx>/<id>         pack files
 //! index/<id>             sealed index files
 //! snapshots/<id>         sealed snapshot JSON
+//! dicts/<id>             sealed zstd dictionaries
+//! writers/<random>       sealed records of backups in progress
+//! damaged/...            files the repairs set aside
 //! ```
+//! A damaged index file, dictionary or snapshot file costs what it holds, never the
+//! repository: it opens, the file is reported, and `check` names it.
 //! Write order is packs -> index -> snapshot: a snapshot only exists once everything it
 //! references does.
 
