@@ -4,8 +4,8 @@
 # second judge; its package conflicts with Dovecot's, so it is not installed as a package),
 # sasl2-bin (its password database), python3 (the judges' independent IMAP client), the
 # `vmail` and `cyrus` system users the judges run the servers as, restic and borg (benchmark
-# peers), isync (mbsync), hyperfine, GNU time, openssl, and the rustfmt/clippy components.
-# Safe to run again.
+# peers), isync (mbsync), hyperfine, GNU time, openssl, the rustfmt/clippy components, and
+# nightly with cargo-fuzz (for the fuzz targets). Safe to run again.
 set -euo pipefail
 need=()
 command -v dovecot >/dev/null || need+=(dovecot-imapd)
@@ -61,3 +61,8 @@ fi
 # Debian starts a system-wide Dovecot on install; the tests start their own on free ports.
 if command -v systemctl >/dev/null; then systemctl stop dovecot >/dev/null 2>&1 || true; fi
 if command -v rustup >/dev/null; then rustup component add rustfmt clippy >/dev/null 2>&1 || true; fi
+# The fuzz targets (.ci/run runs each briefly) need a nightly toolchain and cargo-fuzz.
+if command -v rustup >/dev/null; then
+  rustup toolchain list | grep -q '^nightly' || rustup toolchain install nightly --profile minimal >/dev/null
+  cargo fuzz --version >/dev/null 2>&1 || cargo install --locked cargo-fuzz >/dev/null
+fi

@@ -274,11 +274,24 @@ fn check_finds_a_deleted_dictionary_and_summarizes_it() {
     assert!(lost > 300, "{rep}");
     assert_eq!(errs[0]["affected"].as_array().unwrap().len() as u64, lost);
 
+    // `repair index` leaves out the blobs that need the lost dictionary (and the packs
+    // that hold nothing else), which must not keep `repair snapshots` from running.
+    e.expect(0, &["repair", "index"]);
+    let damaged = e.files("snapshots").remove(0);
+    let damaged_bytes = fs::read(&damaged).unwrap();
     e.expect(0, &["repair", "snapshots"]);
     e.expect(0, &["check", "--read-data"]);
     let snaps = e.json(0, &["snapshots"]);
     assert_eq!(snaps.as_array().unwrap().len(), 1);
     assert!(snaps[0]["tags"].to_string().contains("repaired"), "{snaps}");
+    // A repair killed after writing the replacement, before removing the damaged one:
+    // check points at the repair again, which then only removes it.
+    fs::write(&damaged, &damaged_bytes).unwrap();
+    let out = e.expect(2, &["check"]);
+    assert!(out.contains("mailvault repair snapshots"), "{out}");
+    e.expect(0, &["repair", "snapshots"]);
+    assert_eq!(e.json(0, &["snapshots"]), snaps);
+    e.expect(0, &["check"]);
     e.expect(
         0,
         &[
@@ -313,6 +326,7 @@ fn repair_index_rebuilds_a_deleted_index() {
     assert!(out.contains("repair index"), "{out}");
     e.expect(0, &["repair", "index", "--dry-run"]);
     assert_eq!(e.files("index").len(), 1);
+    let old_bytes = fs::read(&index[1]).unwrap();
     e.expect(0, &["repair", "index"]);
     assert_eq!(e.files("index").len(), 1);
     assert!(
@@ -320,6 +334,9 @@ fn repair_index_rebuilds_a_deleted_index() {
         "the old index was kept"
     );
     e.expect(0, &["check", "--read-data"]);
+    // A repair killed before removing the old index file leaves a good repository.
+    fs::write(&index[1], old_bytes).unwrap();
+    e.expect(0, &["check"]);
     e.expect(
         0,
         &[
@@ -444,4 +461,10 @@ fn swapped_blobs_are_named_by_their_ids() {
         blob_ids.iter().any(|id| out.contains(&id[..8])),
         "restore does not name the blob:\n{out}"
     );
+    // The repairs: the pack's good blobs (none here but the header's) move to a new pack,
+    // the damaged pack is set aside, the messages that cannot be restored are dropped.
+    e.expect(0, &["repair", "index"]);
+    assert_eq!(e.files("damaged/data").len(), 1);
+    e.expect(0, &["repair", "snapshots"]);
+    e.expect(0, &["check", "--read-data"]);
 }

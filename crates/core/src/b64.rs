@@ -270,9 +270,10 @@ fn expand(enc: &[u8], raw_len: usize, mut emit: impl FnMut(&[u8]) -> bool) -> Re
         };
         let (text, body) = match s {
             Segment::Literal(n) => (n as u64, n as u64),
+            // Saturating: a forged line count must fail the length check, not overflow.
             Segment::Run { chars, crlf, lines } => (
-                lines as u64 * (chars as u64 + 1 + u64::from(crlf)),
-                lines as u64 * (chars as u64 / 4 * 3),
+                (lines as u64).saturating_mul(chars as u64 + 1 + u64::from(crlf)),
+                (lines as u64).saturating_mul(chars as u64 / 4 * 3),
             ),
         };
         text_len = text_len.saturating_add(text);
@@ -392,6 +393,16 @@ mod tests {
         let enc = encode(data)?;
         assert_eq!(decode(&enc, data.len()).unwrap(), data);
         Some(enc.len())
+    }
+
+    /// Found by the `decompress` fuzz target: a run whose line count is near 2^64
+    /// overflowed the length computation (a panic) instead of failing the length check.
+    #[test]
+    fn a_huge_line_count_is_an_error() {
+        let mut enc = vec![1, 1, 1, 55];
+        enc.extend([0xff; 9]);
+        enc.push(0x01);
+        assert!(decode(&enc, 49408).is_err());
     }
 
     #[test]

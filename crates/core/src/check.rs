@@ -136,6 +136,9 @@ struct ChunkOutcome {
     bad: Vec<(String, Vec<usize>)>,
 }
 
+/// A chunk's outcome, or the errors that make it unreadable.
+type ChunkResult = Result<ChunkOutcome, Vec<usize>>;
+
 struct State {
     errors: Mutex<Vec<CheckError>>,
     /// Grouped errors by key (`dict:<id>`, `pack:<path>`, ...).
@@ -306,8 +309,7 @@ fn check_inner(repo: &Repository, opts: &CheckOptions, started: Instant) -> Resu
 
     // Trees: every blob each snapshot needs.
     let messages = AtomicU64::new(0);
-    let chunks: Mutex<HashMap<ChunkRef, Arc<Result<ChunkOutcome, Vec<usize>>>>> =
-        Mutex::new(HashMap::new());
+    let chunks: Mutex<HashMap<ChunkRef, Arc<ChunkResult>>> = Mutex::new(HashMap::new());
     // (error, snapshot, what, messages)
     let affected: Mutex<Vec<(usize, String, String, u64)>> = Mutex::new(Vec::new());
     let attribute = |idx: usize, snap: &str, what: String, n: u64| {
@@ -489,13 +491,13 @@ fn check_chunk(
     c: &ChunkRef,
     blob_errors: &(dyn Fn(&Id) -> Option<usize> + Sync),
     tree_error: &(dyn Fn(&Id, &str, Error) -> usize + Sync),
-) -> Result<ChunkOutcome, Vec<usize>> {
+) -> ChunkResult {
     let chunk = match repo.read_chunk(c) {
         Ok(ch) => ch,
         Err(e) => {
             let mut idxs: Vec<usize> = [c.entries, c.names]
                 .iter()
-                .filter_map(|id| blob_errors(id))
+                .filter_map(blob_errors)
                 .collect();
             if idxs.is_empty() {
                 idxs.push(tree_error(&c.entries, "message list", e));
@@ -511,7 +513,7 @@ fn check_chunk(
     };
     for m in &chunk {
         let key = String::from_utf8_lossy(&m.key).to_string();
-        let mut idxs: Vec<usize> = m.content.iter().filter_map(|id| blob_errors(id)).collect();
+        let mut idxs: Vec<usize> = m.content.iter().filter_map(blob_errors).collect();
         if idxs.is_empty() {
             let raw: u64 = m
                 .content

@@ -48,8 +48,8 @@ pub enum Error {
     ConfigMissing { location: String, parts: String },
     /// No key file opens with the password given, and some key files are damaged: each
     /// key file with what became of it.
-    #[error("no key file opens the repository: {}", .0.iter().map(|(k, why)| format!("{k}: {why}")).collect::<Vec<_>>().join("; "))]
-    NoKeyOpens(Vec<(String, String)>),
+    #[error("no key file opens the repository: {}", .0.join("; "))]
+    NoKeyOpens(Vec<String>),
     /// The repository was written by a newer mailvault.
     #[error("repository format version {0} is not supported by this mailvault (supports 1)")]
     UnsupportedVersion(u32),

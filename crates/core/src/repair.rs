@@ -68,10 +68,23 @@ pub fn repair_index(repo: &Repository, opts: &RepairOptions) -> Result<IndexRepa
     // are durable before their index), so deleting these loses nothing.
     let old_index = store.list("index/")?;
     let files = store.list("data/")?;
+    // A pack whose bytes do not match its name has its good blobs copied into a new pack
+    // (written now, before the index that lists it); the damaged one is moved aside once
+    // the new index is durable.
     let verdicts: Vec<(String, Result<(Id, crate::repo::PackVerdict)>)> = files
         .par_iter()
         .map(|f| {
-            let r = file_id(&f.path).and_then(|id| Ok((id, repo.verify_pack(&f.path)?)));
+            let r = file_id(&f.path).and_then(|id| {
+                let mut v = repo.verify_pack(&f.path)?;
+                match v.damaged_bytes.take() {
+                    Some(bytes) if !v.good.is_empty() => {
+                        let (new, entries) = salvage(repo, &bytes, &v.good, opts.dry_run)?;
+                        v.good = entries;
+                        Ok((new, v))
+                    }
+                    _ => Ok((id, v)),
+                }
+            });
             (f.path.clone(), r)
         })
         .collect();
@@ -87,6 +100,9 @@ pub fn repair_index(repo: &Repository, opts: &RepairOptions) -> Result<IndexRepa
                 present.insert(id);
                 if !v.name_matches {
                     rep.packs_damaged.push(path.clone());
+                }
+                if let Ok(file) = file_id(&path) {
+                    present.insert(file);
                 }
                 for (e, err) in v.bad {
                     rep.blobs_skipped
@@ -132,7 +148,34 @@ pub fn repair_index(repo: &Repository, opts: &RepairOptions) -> Result<IndexRepa
         }
     }
     rep.index_written = written;
+    for p in &rep.packs_damaged {
+        move_to_damaged(store, p)?;
+    }
     Ok(rep)
+}
+
+/// Copies the blobs `good` of a damaged pack's `bytes` (verified) into a new pack, one per
+/// blob kind, and writes it (unless a dry run); returns its id and entries. One kind per
+/// pack is what backups write, so there is one pack.
+fn salvage(
+    repo: &Repository,
+    bytes: &[u8],
+    good: &[crate::pack::PackEntry],
+    dry_run: bool,
+) -> Result<(Id, Vec<crate::pack::PackEntry>)> {
+    let mut b = crate::pack::PackBuilder::default();
+    for e in good {
+        let start = e.offset as usize;
+        let sealed = bytes
+            .get(start..start + e.stored_len as usize)
+            .ok_or_else(|| Error::corrupt("pack", "blob past the end of the pack"))?;
+        b.add(e.id, e.kind, e.codec, e.raw_len as usize, sealed);
+    }
+    let p = b.finish(repo.key());
+    if !dry_run {
+        crate::store::put_content_named(repo.store(), &crate::pack::pack_path(&p.id), &p.bytes)?;
+    }
+    Ok((p.id, p.entries))
 }
 
 /// What [`repair_snapshots`] did (or would do) to one snapshot.
@@ -162,6 +205,8 @@ pub struct SnapshotsRepair {
 
 /// Replaces snapshots that need blobs that cannot be read by ones without what is lost.
 pub fn repair_snapshots(repo: &mut Repository, opts: &RepairOptions) -> Result<SnapshotsRepair> {
+    // Packs in no index may hold what the snapshots need: their good blobs must be
+    // indexed first. (A pack `repair index` left out has no blob that verifies.)
     let unindexed: Vec<String> = repo
         .store()
         .list("data/")?
@@ -169,11 +214,17 @@ pub fn repair_snapshots(repo: &mut Repository, opts: &RepairOptions) -> Result<S
         .filter(|f| file_id(&f.path).is_ok_and(|id| !repo.index().has_pack(&id)))
         .map(|f| f.path)
         .collect();
-    if !unindexed.is_empty() {
+    let usable_elsewhere: Vec<&String> = unindexed
+        .par_iter()
+        .filter(|path| {
+            repo.verify_pack(path)
+                .is_ok_and(|v| v.good.iter().any(|e| !repo.index().contains(&e.id)))
+        })
+        .collect();
+    if let Some(first) = usable_elsewhere.first() {
         return Err(Error::InvalidInput(format!(
-            "{} packs are in no index ({} ...): they may hold what the snapshots need; run `mailvault repair index` first",
-            unindexed.len(),
-            unindexed[0]
+            "{} packs in no index ({first} ...) hold blobs that verify: they may be what the snapshots need; run `mailvault repair index` first",
+            usable_elsewhere.len(),
         )));
     }
     let bad = crate::check::unreadable_blobs(repo, false)?;

@@ -7,7 +7,12 @@
 //! data/<xx>/<id>         pack files
 //! index/<id>             sealed index files
 //! snapshots/<id>         sealed snapshot JSON
+//! dicts/<id>             sealed zstd dictionaries
+//! writers/<random>       sealed records of backups in progress
+//! damaged/...            files the repairs set aside
 //! ```
+//! A damaged index file, dictionary or snapshot file costs what it holds, never the
+//! repository: it opens, the file is reported, and `check` names it.
 //! Write order is packs -> index -> snapshot: a snapshot only exists once everything it
 //! references does.
 
@@ -608,12 +613,16 @@ impl Repository {
             name_matches,
             good: Vec::new(),
             bad: Vec::new(),
+            damaged_bytes: None,
         };
         for e in pack::header_of(&bytes, &self.key, path)? {
             match self.verify_entry(&e, &bytes, path) {
                 Ok(()) => v.good.push(e),
                 Err(err) => v.bad.push((e, err)),
             }
+        }
+        if !name_matches {
+            v.damaged_bytes = Some(bytes);
         }
         Ok(v)
     }
@@ -645,6 +654,8 @@ pub(crate) struct PackVerdict {
     pub good: Vec<PackEntry>,
     /// Header entries whose blobs did not, with why.
     pub bad: Vec<(PackEntry, Error)>,
+    /// The pack's bytes, when they do not match its name (for salvaging its good blobs).
+    pub damaged_bytes: Option<Vec<u8>>,
 }
 
 /// See [`Repository::writer_state`].
@@ -718,7 +729,7 @@ impl<'a> IntoIterator for &'a Snapshots {
 /// password is wrong for the others, nor a wrong password that a key file is damaged.
 fn unlock(store: &dyn Store, keys: &[ObjectInfo], password: &[u8]) -> Result<MasterKey> {
     let mut outcomes = Vec::new();
-    let mut all_wrong = true;
+    let mut damaged = Vec::new();
     for k in keys {
         let tried = store
             .get(&k.path)
@@ -726,24 +737,23 @@ fn unlock(store: &dyn Store, keys: &[ObjectInfo], password: &[u8]) -> Result<Mas
             .and_then(|kf| kf.unwrap(password, &k.path));
         match tried {
             Ok(key) => {
-                for (path, why) in &outcomes {
-                    tracing::warn!("key file {path}: {why}");
+                for e in &damaged {
+                    tracing::warn!("{e}");
                 }
                 return Ok(key);
             }
-            Err(Error::WrongPassword) => {
-                outcomes.push((k.path.clone(), "wrong password".to_string()));
-            }
+            Err(Error::WrongPassword) => outcomes.push(format!("{}: wrong password", k.path)),
             Err(e) => {
-                all_wrong = false;
-                outcomes.push((k.path.clone(), e.to_string()));
+                outcomes.push(e.to_string());
+                damaged.push(e);
             }
         }
     }
-    if all_wrong {
-        Err(Error::WrongPassword)
-    } else {
-        Err(Error::NoKeyOpens(outcomes))
+    match (damaged.len(), outcomes.len()) {
+        (0, _) => Err(Error::WrongPassword),
+        // The one key file is damaged: that is the whole story.
+        (1, 1) => Err(damaged.remove(0)),
+        _ => Err(Error::NoKeyOpens(outcomes)),
     }
 }
 
