@@ -133,6 +133,11 @@ impl OwnerMap {
         m
     }
 
+    /// `--chown`: everything gets one owner.
+    fn fixed(&self) -> bool {
+        self.root && matches!(self.policy, Owners::Fixed { .. })
+    }
+
     /// The owner to give a restored file recorded as `uid`, `gid`; `None`: leave it.
     fn get(&self, uid: u32, gid: u32) -> Option<(u32, u32)> {
         if !self.root {
@@ -498,11 +503,12 @@ fn execute_account(ctx: &Ctx, target: BorrowedFd, plan: AccountPlan, single: boo
     };
     let mut attrs = DirAttrs::new();
     for (i, part) in parts.iter().enumerate() {
-        if let Some(d) = acc.dirs.get(i).filter(|d| d.name == *part) {
-            attrs.insert(parts[..=i].iter().map(|p| p.to_vec()).collect(), d.clone());
+        let recorded = acc.dirs.get(i).filter(|d| d.name == *part).cloned();
+        if let Some(d) = recorded.or_else(|| ctx.owners.fixed().then(|| unrecorded_dir(part))) {
+            attrs.insert(parts[..=i].iter().map(|p| p.to_vec()).collect(), d);
         }
     }
-    let acc_dir = match open_path(target, &parts, &attrs, true) {
+    let acc_dir = match open_path(target, &parts, true) {
         Ok(fd) => fd,
         Err((at, e)) => {
             let shown = ctx.shown(&parts[..at]);
@@ -532,7 +538,18 @@ fn execute_account(ctx: &Ctx, target: BorrowedFd, plan: AccountPlan, single: boo
                 }
                 mine.insert(p, d.clone());
             }
-            match open_folder(ctx, acc_dir.as_fd(), &fparts, &fp.node, &mine) {
+            if ctx.owners.fixed() {
+                // `--chown` gives every directory of the folder its owner, recorded or not
+                // (an IMAP backup or a version-1 snapshot records none).
+                for sub in [&[][..], b"cur", b"new", b"tmp"] {
+                    let mut p = base.clone();
+                    if !sub.is_empty() {
+                        p.push(sub.to_vec());
+                    }
+                    mine.entry(p).or_insert_with(|| unrecorded_dir(sub));
+                }
+            }
+            match open_folder(ctx, acc_dir.as_fd(), &fparts, &fp.node) {
                 Ok(f) => {
                     attrs.append(&mut mine);
                     dirs.push(f);
@@ -591,12 +608,11 @@ fn execute_account(ctx: &Ctx, target: BorrowedFd, plan: AccountPlan, single: boo
 }
 
 /// Opens (creating what is missing) the directories `parts` below `base`, none of them
-/// through a symbolic link. A directory with recorded attributes is created 0700 (its
-/// mode is set at the end), others with the default mode. Errors say at which component.
+/// through a symbolic link. Directories are created 0700 (mail is private): a recorded
+/// mode is set at the end, once their content is in. Errors say at which component.
 fn open_path(
     base: BorrowedFd,
     parts: &[&[u8]],
-    attrs: &DirAttrs,
     create: bool,
 ) -> std::result::Result<OwnedFd, (usize, std::io::Error)> {
     let mut fd = rustix::io::dup(base).map_err(|e| (0, e.into()))?;
@@ -606,14 +622,7 @@ fn open_path(
             continue;
         }
         path.push(p.to_vec());
-        let mode = create.then(|| {
-            if attrs.contains_key(&path) {
-                0o700
-            } else {
-                0o777
-            }
-        });
-        fd = open_dir_at(fd.as_fd(), p, mode).map_err(|e| (i + 1, e))?;
+        fd = open_dir_at(fd.as_fd(), p, create.then_some(0o700)).map_err(|e| (i + 1, e))?;
     }
     Ok(fd)
 }
@@ -657,35 +666,16 @@ fn open_folder(
     acc_dir: BorrowedFd,
     fparts: &[&[u8]],
     node: &FolderNode,
-    attrs: &DirAttrs,
 ) -> Result<FolderDirs> {
     let shown = ctx.shown(fparts);
-    let all: Vec<Vec<u8>> = fparts
-        .iter()
-        .filter(|p| !p.is_empty())
-        .map(|p| p.to_vec())
-        .collect();
-    let mode_for = |sub: Option<&[u8]>| {
-        let mut p = all.clone();
-        p.extend(sub.map(|s| s.to_vec()));
-        if attrs.contains_key(&p) {
-            0o700
-        } else {
-            0o777
-        }
-    };
     let dir = if node.dir.is_empty() {
         rustix::io::dup(acc_dir).map_err(|e| Error::io(&shown, e.into()))?
     } else {
-        open_dir_at(acc_dir, &node.dir, Some(mode_for(None))).map_err(|e| Error::io(&shown, e))?
+        open_dir_at(acc_dir, &node.dir, Some(0o700)).map_err(|e| Error::io(&shown, e))?
     };
     let sub = |name: &str| {
-        open_dir_at(
-            dir.as_fd(),
-            name.as_bytes(),
-            Some(mode_for(Some(name.as_bytes()))),
-        )
-        .map_err(|e| Error::io(shown.join(name), e))
+        open_dir_at(dir.as_fd(), name.as_bytes(), Some(0o700))
+            .map_err(|e| Error::io(shown.join(name), e))
     };
     let cur = sub("cur")?;
     let new = sub("new")?;
@@ -698,6 +688,17 @@ fn open_folder(
     })
 }
 
+/// A directory the snapshot records nothing of, listed only so that `--chown` gives it
+/// its owner: no recorded owner, and its mode (0700 when the restore created it) is kept.
+fn unrecorded_dir(name: &[u8]) -> DirEntry {
+    DirEntry {
+        name: name.to_vec(),
+        mode: 0,
+        uid: NO_OWNER,
+        gid: NO_OWNER,
+    }
+}
+
 /// Gives the directories their recorded owner and mode, deepest first.
 fn set_dir_attrs(ctx: &Ctx, target: BorrowedFd, attrs: &DirAttrs) {
     let mut order: Vec<(&Vec<Vec<u8>>, &DirEntry)> = attrs.iter().collect();
@@ -705,13 +706,15 @@ fn set_dir_attrs(ctx: &Ctx, target: BorrowedFd, attrs: &DirAttrs) {
     for (path, d) in order {
         let parts: Vec<&[u8]> = path.iter().map(|p| &p[..]).collect();
         let shown = ctx.shown(&parts);
-        let result = open_path(target, &parts, attrs, false)
+        let result = open_path(target, &parts, false)
             .map_err(|(_, e)| e)
             .and_then(|fd| {
                 if let Some((uid, gid)) = ctx.owners.get(d.uid, d.gid) {
                     std::os::unix::fs::fchown(&fd, Some(uid), Some(gid))?;
                 }
-                rustix::fs::fchmod(&fd, Mode::from_raw_mode(d.mode))?;
+                if d.uid != NO_OWNER {
+                    rustix::fs::fchmod(&fd, Mode::from_raw_mode(d.mode))?;
+                }
                 Ok(())
             });
         if let Err(e) = result {
