@@ -321,6 +321,12 @@ fn repair_index_rebuilds_a_deleted_index() {
     fs::remove_file(&index[0]).unwrap();
     let out = e.expect(2, &["check"]);
     assert!(out.contains("mailvault repair index"), "{out}");
+    // One error for all the blobs missing from the index, not one per blob.
+    let rep = e.json(2, &["check"]);
+    let errs = rep["errors"].as_array().unwrap();
+    assert_eq!(errs.len(), 1, "{rep}");
+    assert_eq!(errs[0]["kind"], "unindexed");
+    assert!(errs[0]["messages"].as_u64().unwrap() >= 30, "{rep}");
     // repair snapshots refuses while packs are in no index: it would drop their content.
     let out = e.expect(2, &["repair", "snapshots"]);
     assert!(out.contains("repair index"), "{out}");
