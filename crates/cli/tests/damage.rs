@@ -321,6 +321,12 @@ fn repair_index_rebuilds_a_deleted_index() {
     fs::remove_file(&index[0]).unwrap();
     let out = e.expect(2, &["check"]);
     assert!(out.contains("mailvault repair index"), "{out}");
+    // One error for all the blobs missing from the index, not one per blob.
+    let rep = e.json(2, &["check"]);
+    let errs = rep["errors"].as_array().unwrap();
+    assert_eq!(errs.len(), 1, "{rep}");
+    assert_eq!(errs[0]["kind"], "unindexed");
+    assert!(errs[0]["messages"].as_u64().unwrap() >= 30, "{rep}");
     // repair snapshots refuses while packs are in no index: it would drop their content.
     let out = e.expect(2, &["repair", "snapshots"]);
     assert!(out.contains("repair index"), "{out}");
@@ -358,23 +364,18 @@ fn repair_snapshots_drops_only_what_a_lost_pack_held() {
     maildir(&md, 30, "a");
     e.expect(0, &["init", "--compression", "none"]);
     e.expect(0, &["backup", md.to_str().unwrap()]);
+    let first_packs = e.files("data");
     maildir(&md, 40, "b");
     e.expect(0, &["backup", md.to_str().unwrap()]);
-    // The data pack of the second backup only (the first backup's is older).
     let rep = e.json(0, &["check"]);
     assert_eq!(rep["errors"].as_array().unwrap().len(), 0);
-    let packs = e.files("data");
-    let mut by_age: Vec<(std::time::SystemTime, PathBuf, u64)> = packs
-        .iter()
-        .map(|p| {
-            let m = fs::metadata(p).unwrap();
-            (m.modified().unwrap(), p.clone(), m.len())
-        })
-        .collect();
-    by_age.sort();
-    // The largest pack of the second backup holds the new messages.
-    let second: Vec<_> = by_age[by_age.len() / 2..].to_vec();
-    let victim = second.iter().max_by_key(|x| x.2).unwrap().1.clone();
+    // The largest pack of the second backup: a data pack of new messages only.
+    let victim = e
+        .files("data")
+        .into_iter()
+        .filter(|p| !first_packs.contains(p))
+        .max_by_key(|p| fs::metadata(p).unwrap().len())
+        .unwrap();
     fs::remove_file(&victim).unwrap();
     let out = e.expect(2, &["check"]);
     assert!(out.contains("pack is missing"), "{out}");
@@ -416,7 +417,8 @@ fn swapped_blobs_are_named_by_their_ids() {
     fs::write(md.join("cur/1.M1P1.mx:2,S"), "Subject: one\n\nfirst body\n").unwrap();
     fs::write(md.join("cur/2.M1P1.mx:2,S"), "Subject: two\n\nother body\n").unwrap();
     e.expect(0, &["init", "--compression", "none"]);
-    e.expect(0, &["backup", md.to_str().unwrap()]);
+    // One worker: one data pack (each worker fills its own).
+    e.expect(0, &["backup", md.to_str().unwrap(), "-j", "1"]);
     let packs = e.files("data");
     let mut swapped = false;
     for p in &packs {

@@ -265,10 +265,15 @@ fn check_inner(repo: &Repository, opts: &CheckOptions, started: Instant) -> Resu
             DamageKind::Key
         };
         if !unreadable.contains(f.path.as_str()) {
-            if let Err(i) = verify_named_file(repo, &st, &f.path, kind) {
-                if kind == DamageKind::Index {
-                    st.set_repair(i, REPAIR_INDEX);
+            match verify_named_file(repo, &st, &f.path, kind) {
+                Err(i) if kind == DamageKind::Index => st.set_repair(i, REPAIR_INDEX),
+                // A key file must also be one this mailvault can use.
+                Ok(bytes) if kind == DamageKind::Key => {
+                    if let Err(e) = crate::crypto::KeyFile::parse(&bytes, &f.path) {
+                        st.error(kind, Some(&f.path), e);
+                    }
                 }
+                _ => {}
             }
         }
     });

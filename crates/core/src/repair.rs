@@ -16,7 +16,6 @@
 //! Both have a dry run that computes the same plan and writes nothing.
 
 use crate::backup::save_entries;
-use crate::compress::Compression;
 use crate::error::{Error, Result};
 use crate::id::Id;
 use crate::pack::{BlobKind, PackList};
@@ -238,7 +237,7 @@ pub fn repair_snapshots(repo: &mut Repository, opts: &RepairOptions) -> Result<S
     for d in &snaps.damaged {
         rep.moved.push(Failure::new(&d.path, &d.error));
     }
-    let saver = BlobSaver::new(repo, Compression::Zstd);
+    let saver = BlobSaver::new(repo, repo.config().compression);
     let mut plans = Vec::new();
     for s in snaps.iter() {
         let mut r = SnapshotRepair {
