@@ -2,63 +2,13 @@
 //! a killed backup, damage detection, wrong passwords and partial restores.
 #![allow(clippy::unwrap_used)]
 
-use serde_json::Value;
+mod common;
+
+use common::Env;
 use std::fs;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
-
-struct Env {
-    dir: tempfile::TempDir,
-}
-
-impl Env {
-    fn new() -> Env {
-        let e = Env {
-            dir: tempfile::tempdir().unwrap(),
-        };
-        fs::write(e.path("pass"), "s3cret\n").unwrap();
-        e
-    }
-    fn path(&self, p: &str) -> PathBuf {
-        self.dir.path().join(p)
-    }
-    fn cmd(&self, args: &[&str]) -> Command {
-        let mut c = Command::new(env!("CARGO_BIN_EXE_mailvault"));
-        c.env("MAILVAULT_REPOSITORY", self.path("repo"))
-            .env("MAILVAULT_PASSWORD_FILE", self.path("pass"))
-            .env_remove("MAILVAULT_PASSWORD")
-            .args(args);
-        c
-    }
-    fn run(&self, args: &[&str]) -> Output {
-        self.cmd(args).output().unwrap()
-    }
-    /// Runs and expects exit code `code`; returns stdout.
-    fn expect(&self, code: i32, args: &[&str]) -> String {
-        let o = self.run(args);
-        let out = String::from_utf8_lossy(&o.stdout).to_string();
-        let err = String::from_utf8_lossy(&o.stderr).to_string();
-        assert_eq!(
-            o.status.code(),
-            Some(code),
-            "mailvault {args:?}\nstdout:\n{out}\nstderr:\n{err}"
-        );
-        out + &err
-    }
-    fn json(&self, code: i32, args: &[&str]) -> Value {
-        let mut a = args.to_vec();
-        a.push("--json");
-        let o = self.run(&a);
-        assert_eq!(
-            o.status.code(),
-            Some(code),
-            "{args:?}: {}",
-            String::from_utf8_lossy(&o.stderr)
-        );
-        serde_json::from_slice(&o.stdout).unwrap()
-    }
-}
+use std::process::Command;
 
 fn put(maildir: &Path, folder: &str, sub: &str, name: &str, body: &[u8], mtime: i64) {
     let dir = maildir.join(folder);
