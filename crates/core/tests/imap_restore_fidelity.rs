@@ -10,12 +10,12 @@
 
 mod common;
 
-use common::{backup_opts, init_repo, master_connection, message, put_msg, small_store};
-use mailvault_core::backup::backup;
+use common::{
+    init_repo, maildir_backup, maildir_restore, master_connection, message, put_msg, small_store,
+};
 use mailvault_core::imap::backup::{backup as imap_backup, ImapBackupOptions};
 use mailvault_core::imap::restore::{restore as imap_restore, ImapRestoreOptions};
 use mailvault_core::report::NoProgress;
-use mailvault_core::restore::{restore, RestoreOptions};
 use mailvault_core::Repository;
 use mailvault_imap::testing::{DovecotOptions, DovecotServer};
 use mailvault_imap::{AppendMsg, FetchQuery, SearchKey, SeqSet, Session, StoreMode};
@@ -81,26 +81,10 @@ fn messages(s: &mut Session, folder: &str) -> Vec<(u32, String, Vec<String>)> {
     out
 }
 
-fn maildir_backup(repo: &mut Repository, src: &Path, accounts: Vec<String>) {
-    let r = backup(repo, &backup_opts(src, accounts), &NoProgress).unwrap();
-    assert!(r.failures.is_empty(), "{:?}", r.failures);
-}
-
 /// Restores `snapshot` to a Maildir below `dest` and gives it to the owner of `dest`
 /// (Dovecot's mail user), as an admin restoring for Dovecot would.
 fn maildir_restore_for(repo: &Repository, snapshot: &str, dest: &Path) {
-    let r = restore(
-        repo,
-        &RestoreOptions {
-            snapshot: snapshot.into(),
-            target: dest.to_path_buf(),
-            jobs: 2,
-            ..Default::default()
-        },
-        &NoProgress,
-    )
-    .unwrap();
-    assert!(r.failures.is_empty(), "{:?}", r.failures);
+    maildir_restore(repo, snapshot, dest);
     let meta = fs::metadata(dest).unwrap();
     let mut stack = vec![dest.to_path_buf()];
     while let Some(d) = stack.pop() {

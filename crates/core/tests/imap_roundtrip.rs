@@ -8,15 +8,12 @@
 
 mod common;
 
-use common::{backup_opts, init_repo, master_connection, put_msg};
-use mailvault_core::backup::backup;
+use common::{init_repo, maildir_backup, maildir_restore, master_connection, put_msg};
 use mailvault_core::imap::backup::{backup as imap_backup, ImapBackupOptions};
 use mailvault_core::imap::names::parse_subscriptions;
 use mailvault_core::imap::restore::{restore as imap_restore, ImapRestoreOptions};
 use mailvault_core::imap::{Connection, Login, Password};
 use mailvault_core::report::NoProgress;
-use mailvault_core::restore::{restore, RestoreOptions};
-use mailvault_core::Repository;
 use mailvault_imap::maildir_flags::{maildir_to_imap, KeywordTable};
 use mailvault_imap::testing::DovecotServer;
 use mailvault_imap::{from_crlf, FetchQuery, SeqSet, StoreMode};
@@ -126,26 +123,6 @@ fn imap_backup_opts(server: &DovecotServer, accounts: Vec<String>) -> ImapBackup
     }
 }
 
-fn maildir_backup(repo: &mut Repository, src: &Path) {
-    let r = backup(repo, &backup_opts(src, vec![]), &NoProgress).unwrap();
-    assert!(r.failures.is_empty(), "{:?}", r.failures);
-}
-
-fn maildir_restore(repo: &Repository, snapshot: &str, dest: &Path) {
-    let r = restore(
-        repo,
-        &RestoreOptions {
-            snapshot: snapshot.into(),
-            target: dest.to_path_buf(),
-            jobs: 2,
-            ..Default::default()
-        },
-        &NoProgress,
-    )
-    .unwrap();
-    assert!(r.failures.is_empty(), "{:?}", r.failures);
-}
-
 #[test]
 fn maildir_to_dovecot_and_back_is_faithful() {
     let Some(server) = DovecotServer::start_or_skip().expect("dovecot") else {
@@ -160,7 +137,7 @@ fn maildir_to_dovecot_and_back_is_faithful() {
     mailvault_corpus::generate(&spec, &src).unwrap();
     let original = read_store(&src);
     let mut repo = init_repo(&dir.path().join("repo"));
-    maildir_backup(&mut repo, &src);
+    maildir_backup(&mut repo, &src, vec![]);
 
     // Into Dovecot.
     let journal = dir.path().join("journal");
@@ -315,13 +292,7 @@ fn refused_messages_are_reported_and_the_run_goes_on() {
         1_700_000_002,
     );
     let mut repo = init_repo(&dir.path().join("repo"));
-    let r = backup(
-        &mut repo,
-        &backup_opts(&md, vec!["bob@example.org".into()]),
-        &NoProgress,
-    )
-    .unwrap();
-    assert!(r.failures.is_empty());
+    maildir_backup(&mut repo, &md, vec!["bob@example.org".into()]);
     let r = imap_restore(
         &repo,
         &restore_opts(&server, &dir.path().join("j")),

@@ -1,7 +1,7 @@
 //! Helpers shared by the integration tests: repositories, small mail stores, tree compare.
 #![allow(dead_code, clippy::unwrap_used)]
 
-use mailvault_core::backup::BackupOptions;
+use mailvault_core::backup::{backup, BackupOptions, BackupReport};
 use mailvault_core::check::{check, CheckOptions, CheckReport};
 use mailvault_core::crypto::KdfParams;
 use mailvault_core::imap::client::ClientOptions;
@@ -246,6 +246,28 @@ pub fn backup_opts(src: &Path, accounts: Vec<String>) -> BackupOptions {
         force: false,
         stat_unchanged: false,
     }
+}
+
+/// Backs the mail root `src` up (the accounts named, or all); fails the test on any failure.
+pub fn maildir_backup(repo: &mut Repository, src: &Path, accounts: Vec<String>) -> BackupReport {
+    let r = backup(repo, &backup_opts(src, accounts), &NoProgress).unwrap();
+    assert!(r.failures.is_empty(), "{:?}", r.failures);
+    r
+}
+
+/// Restores `snapshot` to a Maildir below `dest` (2 threads); fails the test on any failure.
+pub fn maildir_restore(repo: &Repository, snapshot: &str, dest: &Path) -> RestoreReport {
+    let r = restore_with(
+        repo,
+        RestoreOptions {
+            snapshot: snapshot.into(),
+            target: dest.to_path_buf(),
+            jobs: 2,
+            ..Default::default()
+        },
+    );
+    assert!(r.failures.is_empty(), "{:?}", r.failures);
+    r
 }
 
 /// Restores the latest snapshot, all of it, to `target`.
