@@ -944,6 +944,23 @@ fn write_renamed(
     data: &[u8],
     attrs: Attrs,
 ) -> std::io::Result<()> {
+    through_tmp(
+        folder,
+        data,
+        |f| set_attributes(f, attrs),
+        |tmp_dir, tmp| rename_noreplace(tmp_dir, tmp, dir, name),
+    )
+}
+
+/// Writes `data` to a new temporary file in the `tmp/` of `folder`, gives it its
+/// attributes (`attrs`) and puts it in place (`place`, given `tmp/` and the temporary's
+/// name); the temporary is removed when a step fails.
+fn through_tmp(
+    folder: BorrowedFd,
+    data: &[u8],
+    attrs: impl FnOnce(&File) -> std::io::Result<()>,
+    place: impl FnOnce(BorrowedFd, &str) -> std::io::Result<()>,
+) -> std::io::Result<()> {
     let tmp_dir = open_dir_at(folder, b"tmp", Some(0o700))?;
     let tmp = format!(".mailvault-{:016x}", rand::random::<u64>());
     let result = (|| -> std::io::Result<()> {
@@ -955,9 +972,9 @@ fn write_renamed(
         )?;
         let mut f = File::from(fd);
         f.write_all(data)?;
-        set_attributes(&f, attrs)?;
+        attrs(&f)?;
         drop(f);
-        rename_noreplace(tmp_dir.as_fd(), &tmp, dir, name)
+        place(tmp_dir.as_fd(), &tmp)
     })();
     if result.is_err() {
         let _ = rustix::fs::unlinkat(&tmp_dir, tmp.as_str(), rustix::fs::AtFlags::empty());
@@ -1114,31 +1131,18 @@ fn keywords_for(ctx: &Ctx, folder: &FolderDirs, node: &FolderNode, entries: &mut
 /// `tmp/` renamed over it.
 fn replace_file(folder: &FolderDirs, name: &[u8], data: &[u8]) -> std::io::Result<()> {
     let st = rustix::fs::statat(&folder.dir, name, rustix::fs::AtFlags::SYMLINK_NOFOLLOW)?;
-    let tmp_dir = open_dir_at(folder.dir.as_fd(), b"tmp", Some(0o700))?;
-    let tmp = format!(".mailvault-{:016x}", rand::random::<u64>());
-    let result = (|| -> std::io::Result<()> {
-        let fd = rustix::fs::openat(
-            &tmp_dir,
-            tmp.as_str(),
-            OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC,
-            Mode::from_raw_mode(0o600),
-        )?;
-        let mut f = File::from(fd);
-        f.write_all(data)?;
-        let _ = std::os::unix::fs::fchown(&f, Some(st.st_uid), Some(st.st_gid));
-        rustix::fs::fchmod(&f, Mode::from_raw_mode(st.st_mode & 0o7777))?;
-        drop(f);
-        Ok(rustix::fs::renameat(
-            &tmp_dir,
-            tmp.as_str(),
-            &folder.dir,
-            name,
-        )?)
-    })();
-    if result.is_err() {
-        let _ = rustix::fs::unlinkat(&tmp_dir, tmp.as_str(), rustix::fs::AtFlags::empty());
-    }
-    result
+    through_tmp(
+        folder.dir.as_fd(),
+        data,
+        |f| {
+            let _ = std::os::unix::fs::fchown(f, Some(st.st_uid), Some(st.st_gid));
+            Ok(rustix::fs::fchmod(
+                f,
+                Mode::from_raw_mode(st.st_mode & 0o7777),
+            )?)
+        },
+        |tmp_dir, tmp| Ok(rustix::fs::renameat(tmp_dir, tmp, &folder.dir, name)?),
+    )
 }
 
 #[cfg(test)]
