@@ -477,3 +477,50 @@ fn dotted_folder_names_stay_apart() {
         assert_eq!(got, want, "{f}");
     }
 }
+
+/// A folder of an IMAP backup keeps its name through an IMAP restore, even one that looks
+/// like modified UTF-7 (`Tom &- Jerry` is a name of its own, not `Tom & Jerry`), as `ls`
+/// and `--folder` show it.
+#[test]
+fn imap_folder_names_are_restored_as_they_are() {
+    let Some(source) = DovecotServer::start_or_skip().expect("dovecot") else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let acc = "bob@example.org";
+    let folders = ["Tom &- Jerry", "Entw\u{fc}rfe"];
+    let mut s = login(&source, acc);
+    for f in folders {
+        s.create(f, None).unwrap();
+        s.append(
+            f,
+            &AppendMsg {
+                flags: vec!["\\Seen".into()],
+                internal_date: Some((1_700_000_000, 0).into()),
+                data: format!("Subject: {f}\r\n\r\nbody\r\n").as_bytes(),
+            },
+        )
+        .unwrap();
+    }
+    s.logout().unwrap();
+    let mut repo = init_repo(&dir.path().join("repo"));
+    let b = imap_backup(&mut repo, &imap_backup_opts(&source, &[acc]), &NoProgress).unwrap();
+    assert!(b.failures.is_empty(), "{:?}", b.failures);
+
+    let target = DovecotServer::start().unwrap();
+    let r = imap_restore(
+        &repo,
+        &restore_opts(&target, &dir.path().join("j")),
+        &NoProgress,
+    )
+    .unwrap();
+    assert!(r.failures.is_empty(), "{:?}", r.failures);
+    let mut s = login(&target, acc);
+    let mut names: Vec<String> = s.list().unwrap().into_iter().map(|f| f.name).collect();
+    names.sort();
+    assert_eq!(names, ["Entw\u{fc}rfe", "INBOX", "Tom &- Jerry"]);
+    for f in folders {
+        let got: Vec<String> = messages(&mut s, f).into_iter().map(|m| m.1).collect();
+        assert_eq!(got, [f], "{f}");
+    }
+}

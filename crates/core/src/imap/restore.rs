@@ -29,7 +29,9 @@ use super::names::{self, Fingerprint};
 use super::prepare::{self, BlobCache, PrepareError};
 use super::{login_with_backoff, Connection, Error, Login, Pacer, Phase, Result, Span};
 use crate::id::Id;
-use crate::model::{folder_name_selected, folder_selected, message_selected, select_accounts};
+use crate::model::{
+    folder_name, folder_name_selected, folder_selected, message_selected, select_accounts,
+};
 use crate::repo::{lock, Repository};
 use crate::report::{per_sec, Failure, Progress};
 use crate::restore::assemble;
@@ -586,7 +588,7 @@ fn provision(ctx: &Ctx, plan: &AccountPlan) -> Result<(Session, Provisioned)> {
     let mut wanted: Vec<String> = plan
         .folders
         .iter()
-        .map(|f| names::imap_folder_name(&f.name))
+        .map(|f| folder_name(f).into_owned())
         .collect();
     wanted.sort();
     wanted.dedup();
@@ -756,7 +758,7 @@ fn restore_account(
     let mut plans = Vec::new();
     let mut lists: Vec<Vec<(MessageEntry, bool)>> = Vec::new();
     for node in &plan.folders {
-        let name = names::imap_folder_name(&node.name);
+        let name = folder_name(node).into_owned();
         let keywords = folder_file(ctx.repo, node, b"dovecot-keywords")
             .map(|d| KeywordTable::parse(&String::from_utf8_lossy(&d)))
             .unwrap_or_default();
