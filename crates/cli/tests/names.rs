@@ -327,6 +327,8 @@ fn terminal_escapes_in_mail_data_are_never_printed_raw() {
     );
     let stdout = String::from_utf8_lossy(&o.stdout);
     assert!(stdout.contains("\\x1b]2;key\\x07"), "{stdout}");
+    // The list is headed by the number of its lines, named as such.
+    assert!(stdout.contains("\n1 failure:\n"), "{stdout}");
     assert!(raw_controls(&o.stdout).is_empty() && raw_controls(&o.stderr).is_empty());
 
     // JSON is exact.
@@ -339,6 +341,25 @@ fn terminal_escapes_in_mail_data_are_never_printed_raw() {
         v["items"][0]["subject"],
         "\x1b[2J\x1b[31mhello \u{9b}1m \u{202e}txt.exe"
     );
+
+    // A stray file in snapshots/ whose name holds escapes: check and repair name it.
+    fs::write(
+        e.repo().join("snapshots/README\x1b]2;stray\x07"),
+        b"hello\n",
+    )
+    .unwrap();
+    for (code, args) in [
+        (2, &["check"][..]),
+        (0, &["repair", "snapshots", "--dry-run"]),
+    ] {
+        let o = e.expect_output(code, args);
+        let out = String::from_utf8_lossy(&o.stdout);
+        assert!(out.contains("README\\x1b]2;stray\\x07"), "{args:?}: {out}");
+        assert!(
+            raw_controls(&o.stdout).is_empty() && raw_controls(&o.stderr).is_empty(),
+            "{args:?}: {out}"
+        );
+    }
 }
 
 /// Issue 10, item 22: `--target mbox:/srv/x` or a typo such as `maildr:/srv/x` became a
