@@ -138,10 +138,24 @@ fn check_human_folder_names(e: &Env, tag: &str) {
         dirs.sort();
         assert_eq!(dirs, want, "{tag}: --folder {filter}: {got:?}");
     }
-    // An unknown folder names those there are.
-    let o = e.expect_output(2, &["ls", "latest", "--folder", "Entwurf"]);
-    let err = String::from_utf8_lossy(&o.stderr);
-    assert!(err.contains("Entw\u{fc}rfe"), "{tag}: {err}");
+    // An unknown folder names those there are, for ls and restore alike.
+    let target = format!(
+        "maildir:{}",
+        e.path(&format!("restore-{tag}-none")).display()
+    );
+    for args in [
+        &["ls", "latest", "--folder", "Entwurf"][..],
+        &[
+            "restore", "latest", "--target", &target, "--folder", "Entwurf",
+        ],
+    ] {
+        let o = e.expect_output(2, args);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(
+            err.contains("Entw\u{fc}rfe/Alt") && err.contains("Reports & Stats"),
+            "{tag}: {args:?}: {err}"
+        );
+    }
 }
 
 /// Issue 10, item 6: `--folder 'Entwürfe'` and `--folder 'Reports & Stats'` failed on a

@@ -18,7 +18,7 @@
 use crate::error::{Error, Result};
 use crate::id::Id;
 use crate::maildir::{self, safe_component, safe_relative};
-use crate::model::{folder_selected, message_selected, select_accounts};
+use crate::model::{folder_selected, message_selected, no_folder_matches, select_accounts};
 use crate::repo::{lock, Repository};
 use crate::report::{per_sec, Failure, Progress};
 use crate::tree::{AccountRef, AccountTree, DirEntry, FileEntry, FolderNode, MessageEntry};
@@ -249,32 +249,26 @@ pub fn restore(
     let mut folder_matched = opts.folders.is_empty();
     if opts.messages.is_empty() {
         let target = open_target(&opts.target)?;
-        for acc in accounts {
+        for acc in accounts.iter().cloned() {
             let (plan, f) = plan_account(&ctx, acc, opts)?;
             folder_matched |= f > 0;
             folders += plan.folders.len() as u64;
             pool.install(|| execute_account(&ctx, target.as_fd(), plan, false));
         }
         if !folder_matched {
-            return Err(Error::InvalidInput(format!(
-                "no folder matches {:?} in the selected accounts",
-                opts.folders
-            )));
+            return Err(no_folder_matches(repo, &accounts, &opts.folders));
         }
     } else {
         // Single messages: every account is planned first (the plans are small), so that
         // a key found nowhere is an error before anything is created.
         let mut plans = Vec::new();
-        for acc in accounts {
+        for acc in accounts.iter().cloned() {
             let (plan, f) = plan_account(&ctx, acc, opts)?;
             folder_matched |= f > 0;
             plans.push(plan);
         }
         if !folder_matched {
-            return Err(Error::InvalidInput(format!(
-                "no folder matches {:?} in the selected accounts",
-                opts.folders
-            )));
+            return Err(no_folder_matches(repo, &accounts, &opts.folders));
         }
         let missing: Vec<&String> = opts
             .messages
