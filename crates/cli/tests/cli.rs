@@ -675,3 +675,63 @@ fn restore_owners_and_a_failing_restore_exits_1() {
     );
     assert!(!e.path("elsewhere").exists());
 }
+
+/// Issue 10, item 1: without root, owners cannot be given away; a restore with
+/// `--chown` (or of a snapshot recording other owners) says so once, as a warning, and
+/// succeeds. As root the restore runs as `nobody` (setpriv) to see it.
+#[test]
+fn owners_not_restored_without_root_are_said_once() {
+    let e = Env::new();
+    let src = e.path("vmail");
+    store(&src);
+    e.expect(0, &["init"]);
+    e.expect(0, &["backup", &format!("maildir:{}", src.display())]);
+    let root = fs::metadata("/proc/self").unwrap().uid() == 0;
+    let out = e.path("out");
+    let args = [
+        "restore",
+        "latest",
+        "--target",
+        &format!("maildir:{}", out.display()),
+        "--chown",
+        "root:root",
+    ];
+    let mut cmd = e.cmd(&args);
+    if root {
+        let st = Command::new("chown")
+            .args(["-R", "nobody:nogroup"])
+            .arg(e.dir.path())
+            .status()
+            .unwrap();
+        assert!(st.success());
+        let mut as_nobody = Command::new("setpriv");
+        as_nobody
+            .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+            .arg(cmd.get_program())
+            .args(cmd.get_args())
+            .current_dir(e.dir.path());
+        for (k, v) in cmd.get_envs() {
+            match v {
+                Some(v) => as_nobody.env(k, v),
+                None => as_nobody.env_remove(k),
+            };
+        }
+        cmd = as_nobody;
+    }
+    let o = cmd.output().unwrap();
+    let stdout = String::from_utf8_lossy(&o.stdout);
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    assert_eq!(
+        stdout
+            .matches("warning: owners are not restored: the restore does not run as root")
+            .count(),
+        1,
+        "{stdout}"
+    );
+    assert!(out.join("example.org/bob/Maildir/cur").is_dir());
+}

@@ -34,7 +34,7 @@ use std::io::{ErrorKind, Read, Write};
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::sync::Mutex;
 use std::time::{Duration, Instant, SystemTime};
 
@@ -103,6 +103,10 @@ impl Owners {
 struct OwnerMap {
     /// Only root gives files away; otherwise no owner is set at all.
     root: bool,
+    /// Not root: our own uid and gid, and whether an owner other than them was left
+    /// unset (said once, in the report's warnings).
+    me: (u32, u32),
+    not_given: AtomicBool,
     policy: Owners,
     uids: HashMap<u32, u32>,
     gids: HashMap<u32, u32>,
@@ -114,6 +118,11 @@ impl OwnerMap {
         let root = rustix::process::geteuid().is_root();
         let mut m = OwnerMap {
             root,
+            me: (
+                rustix::process::geteuid().as_raw(),
+                rustix::process::getegid().as_raw(),
+            ),
+            not_given: AtomicBool::new(false),
             policy,
             uids: HashMap::new(),
             gids: HashMap::new(),
@@ -140,14 +149,19 @@ impl OwnerMap {
 
     /// The owner to give a restored file recorded as `uid`, `gid`; `None`: leave it.
     fn get(&self, uid: u32, gid: u32) -> Option<(u32, u32)> {
+        let (uid, gid) = match self.policy {
+            Owners::Fixed { uid, gid } => (uid, gid),
+            _ if uid == NO_OWNER || gid == NO_OWNER => return None,
+            _ => (uid, gid),
+        };
         if !self.root {
+            if (uid, gid) != self.me {
+                self.not_given.store(true, Relaxed);
+            }
             return None;
         }
-        if let Owners::Fixed { uid, gid } = self.policy {
+        if matches!(self.policy, Owners::Fixed { .. }) {
             return Some((uid, gid));
-        }
-        if uid == NO_OWNER || gid == NO_OWNER {
-            return None;
         }
         Some((
             *self.uids.get(&uid).unwrap_or(&uid),
@@ -178,6 +192,9 @@ pub struct RestoreReport {
     pub items_per_sec: f64,
     pub mb_per_sec: f64,
     pub failures: Vec<Failure>,
+    /// What the restore did not do but is not a failure: owners left unset because the
+    /// restore does not run as root.
+    pub warnings: Vec<String>,
 }
 
 struct Ctx<'a> {
@@ -306,6 +323,14 @@ pub fn restore(
     let elapsed = started.elapsed().as_secs_f64();
     let bytes = ctx.bytes.load(Relaxed);
     let total = ctx.total.load(Relaxed);
+    let mut warnings = Vec::new();
+    if ctx.owners.not_given.load(Relaxed) {
+        warnings.push(
+            "owners are not restored: the restore does not run as root (only root can give \
+             files to another user); the files belong to the user running it"
+                .to_string(),
+        );
+    }
     Ok(RestoreReport {
         snapshot: snap.id.to_hex(),
         accounts: n_accounts,
@@ -319,6 +344,7 @@ pub fn restore(
         items_per_sec: per_sec(total, elapsed),
         mb_per_sec: per_sec(bytes, elapsed) / 1e6,
         failures,
+        warnings,
     })
 }
 
@@ -1240,6 +1266,31 @@ mod tests {
         ));
         assert!(Owners::chown("no-such-user-here:x").is_err());
         assert!(Owners::chown("nobody").is_err());
+    }
+
+    /// Without root no owner is set; one other than the user's own (recorded, or given
+    /// with `--chown`) is noted once, for the report's warning.
+    #[test]
+    fn owners_not_given_without_root_are_noted() {
+        let names = OwnerNames {
+            users: vec![],
+            groups: vec![],
+        };
+        let not_root = |policy| {
+            let mut m = OwnerMap::new(policy, &names);
+            m.root = false;
+            m.me = (1000, 1000);
+            m
+        };
+        let own = not_root(Owners::ByName);
+        assert_eq!(own.get(1000, 1000), None);
+        assert_eq!(own.get(NO_OWNER, NO_OWNER), None);
+        assert!(!own.not_given.load(Relaxed), "nothing to give");
+        assert_eq!(own.get(0, 0), None);
+        assert!(own.not_given.load(Relaxed));
+        let fixed = not_root(Owners::Fixed { uid: 1, gid: 2 });
+        assert_eq!(fixed.get(NO_OWNER, NO_OWNER), None);
+        assert!(fixed.not_given.load(Relaxed), "--chown to another user");
     }
 
     #[test]

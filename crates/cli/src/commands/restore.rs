@@ -113,6 +113,9 @@ fn print_report(r: &RestoreReport, o: &RestoreOptions) {
         r.items_per_sec,
         r.mb_per_sec
     );
+    for w in &r.warnings {
+        println!("warning: {}", safe(w));
+    }
     print_failures(&r.failures);
 }
 
