@@ -11,9 +11,10 @@
 mod common;
 
 use common::{
-    init_repo, maildir_backup, maildir_restore, master_connection, message, put_msg, small_store,
+    imap_backup_opts, imap_restore_opts, init_repo, maildir_backup, maildir_restore, message,
+    put_msg, small_store,
 };
-use mailvault_core::imap::backup::{backup as imap_backup, ImapBackupOptions};
+use mailvault_core::imap::backup::backup as imap_backup;
 use mailvault_core::imap::restore::{restore as imap_restore, ImapRestoreOptions};
 use mailvault_core::report::NoProgress;
 use mailvault_core::Repository;
@@ -23,29 +24,11 @@ use std::fs;
 use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 
+/// [`imap_restore_opts`] with batches of 7 messages: these small folders span batches.
 fn restore_opts(server: &DovecotServer, journal: &Path) -> ImapRestoreOptions {
-    let mut o =
-        ImapRestoreOptions::new("latest", master_connection(server, server.client_options()));
-    o.journal_dir = journal.to_path_buf();
-    o.connections = 2;
-    o.parallel_accounts = 3;
+    let mut o = imap_restore_opts(server, journal);
     o.batch_messages = 7;
     o
-}
-
-fn imap_backup_opts(server: &DovecotServer, accounts: &[&str]) -> ImapBackupOptions {
-    ImapBackupOptions {
-        connection: master_connection(server, server.client_options()),
-        accounts: accounts.iter().map(|a| a.to_string()).collect(),
-        source: format!("imap://127.0.0.1:{}", server.port()),
-        connections: 2,
-        parallel_accounts: 2,
-        compression: None,
-        tags: vec![],
-        hostname: "test".into(),
-        force: false,
-        fetch_batch: 50,
-    }
 }
 
 fn login(server: &DovecotServer, account: &str) -> Session {
@@ -190,7 +173,12 @@ fn forwarded_survives_imap_backup_and_maildir_restore() {
     .unwrap();
     s.logout().unwrap();
     let mut repo = init_repo(&dir.path().join("repo"));
-    let b = imap_backup(&mut repo, &imap_backup_opts(&source, &[acc]), &NoProgress).unwrap();
+    let b = imap_backup(
+        &mut repo,
+        &imap_backup_opts(&source, vec![acc.into()]),
+        &NoProgress,
+    )
+    .unwrap();
     assert!(b.failures.is_empty(), "{:?}", b.failures);
 
     let Some(target) = DovecotServer::start_or_skip().expect("dovecot") else {
@@ -464,7 +452,12 @@ fn dotted_folder_names_stay_apart() {
     };
     assert_eq!(on_disk(&source.maildir(acc)), [".a\\2eb", ".a_b"]);
     let mut repo = init_repo(&dir.path().join("repo"));
-    let b = imap_backup(&mut repo, &imap_backup_opts(&source, &[acc]), &NoProgress).unwrap();
+    let b = imap_backup(
+        &mut repo,
+        &imap_backup_opts(&source, vec![acc.into()]),
+        &NoProgress,
+    )
+    .unwrap();
     assert!(b.failures.is_empty(), "{:?}", b.failures);
 
     let target = DovecotServer::start_with(&opts).unwrap();
@@ -504,7 +497,12 @@ fn imap_folder_names_are_restored_as_they_are() {
     }
     s.logout().unwrap();
     let mut repo = init_repo(&dir.path().join("repo"));
-    let b = imap_backup(&mut repo, &imap_backup_opts(&source, &[acc]), &NoProgress).unwrap();
+    let b = imap_backup(
+        &mut repo,
+        &imap_backup_opts(&source, vec![acc.into()]),
+        &NoProgress,
+    )
+    .unwrap();
     assert!(b.failures.is_empty(), "{:?}", b.failures);
 
     let target = DovecotServer::start().unwrap();

@@ -8,11 +8,13 @@
 
 mod common;
 
-use common::{init_repo, maildir_backup, maildir_restore, master_connection, put_msg};
-use mailvault_core::imap::backup::{backup as imap_backup, ImapBackupOptions};
+use common::{
+    imap_backup_opts, imap_restore_opts, init_repo, maildir_backup, maildir_restore, put_msg,
+};
+use mailvault_core::imap::backup::backup as imap_backup;
 use mailvault_core::imap::names::parse_subscriptions;
-use mailvault_core::imap::restore::{restore as imap_restore, ImapRestoreOptions};
-use mailvault_core::imap::{Connection, Login, Password};
+use mailvault_core::imap::restore::restore as imap_restore;
+use mailvault_core::imap::{Login, Password};
 use mailvault_core::report::NoProgress;
 use mailvault_imap::maildir_flags::{maildir_to_imap, KeywordTable};
 use mailvault_imap::testing::DovecotServer;
@@ -95,34 +97,6 @@ fn read_store(root: &Path) -> Store {
     s
 }
 
-fn connection(server: &DovecotServer) -> Connection {
-    master_connection(server, server.client_options())
-}
-
-fn restore_opts(server: &DovecotServer, journal: &Path) -> ImapRestoreOptions {
-    let mut o = ImapRestoreOptions::new("latest", connection(server));
-    o.journal_dir = journal.to_path_buf();
-    o.connections = 2;
-    o.parallel_accounts = 3;
-    o.batch_messages = 40;
-    o
-}
-
-fn imap_backup_opts(server: &DovecotServer, accounts: Vec<String>) -> ImapBackupOptions {
-    ImapBackupOptions {
-        connection: connection(server),
-        accounts,
-        source: format!("imap://127.0.0.1:{}", server.port()),
-        connections: 2,
-        parallel_accounts: 3,
-        compression: None,
-        tags: vec![],
-        hostname: "test".into(),
-        force: false,
-        fetch_batch: 50,
-    }
-}
-
 #[test]
 fn maildir_to_dovecot_and_back_is_faithful() {
     let Some(server) = DovecotServer::start_or_skip().expect("dovecot") else {
@@ -141,7 +115,7 @@ fn maildir_to_dovecot_and_back_is_faithful() {
 
     // Into Dovecot.
     let journal = dir.path().join("journal");
-    let r = imap_restore(&repo, &restore_opts(&server, &journal), &NoProgress).unwrap();
+    let r = imap_restore(&repo, &imap_restore_opts(&server, &journal), &NoProgress).unwrap();
     assert!(r.failures.is_empty(), "{:?}", r.failures);
     assert_eq!(r.items_appended, 400);
     assert_eq!(r.items_total, 400);
@@ -150,10 +124,10 @@ fn maildir_to_dovecot_and_back_is_faithful() {
     assert!(r.phases[0].items > 0);
 
     // A second run appends nothing: the journal has everything.
-    let again = imap_restore(&repo, &restore_opts(&server, &journal), &NoProgress).unwrap();
+    let again = imap_restore(&repo, &imap_restore_opts(&server, &journal), &NoProgress).unwrap();
     assert_eq!((again.items_appended, again.items_journaled), (0, 400));
     // With a fresh journal and --skip-existing, every message is found on the server.
-    let mut o = restore_opts(&server, &dir.path().join("journal2"));
+    let mut o = imap_restore_opts(&server, &dir.path().join("journal2"));
     o.skip_existing = true;
     let skip = imap_restore(&repo, &o, &NoProgress).unwrap();
     assert_eq!((skip.items_appended, skip.items_existing), (0, 400));
@@ -295,7 +269,7 @@ fn refused_messages_are_reported_and_the_run_goes_on() {
     maildir_backup(&mut repo, &md, vec!["bob@example.org".into()]);
     let r = imap_restore(
         &repo,
-        &restore_opts(&server, &dir.path().join("j")),
+        &imap_restore_opts(&server, &dir.path().join("j")),
         &NoProgress,
     )
     .unwrap();
@@ -308,7 +282,7 @@ fn refused_messages_are_reported_and_the_run_goes_on() {
     assert!(r.failures[0].item.contains("1.M1P1.h,S=0"));
 
     // Wrong credentials: a clear error naming the account.
-    let mut o = restore_opts(&server, &dir.path().join("j2"));
+    let mut o = imap_restore_opts(&server, &dir.path().join("j2"));
     o.connection.login = Login::User {
         template: "%u".into(),
         password: Password::One("wrong".into()),
