@@ -64,6 +64,18 @@ fn messages(s: &mut Session, folder: &str) -> Vec<(u32, String, Vec<String>)> {
     out
 }
 
+/// An IMAP backup of `account` of `source`; its snapshot id. Fails the test on any failure.
+fn imap_backup_of(repo: &mut Repository, source: &DovecotServer, account: &str) -> String {
+    let b = imap_backup(
+        repo,
+        &imap_backup_opts(source, vec![account.into()]),
+        &NoProgress,
+    )
+    .unwrap();
+    assert!(b.failures.is_empty(), "{:?}", b.failures);
+    b.snapshot
+}
+
 /// Restores `snapshot` to a Maildir below `dest` and gives it to the owner of `dest`
 /// (Dovecot's mail user), as an admin restoring for Dovecot would.
 fn maildir_restore_for(repo: &Repository, snapshot: &str, dest: &Path) {
@@ -173,18 +185,12 @@ fn forwarded_survives_imap_backup_and_maildir_restore() {
     .unwrap();
     s.logout().unwrap();
     let mut repo = init_repo(&dir.path().join("repo"));
-    let b = imap_backup(
-        &mut repo,
-        &imap_backup_opts(&source, vec![acc.into()]),
-        &NoProgress,
-    )
-    .unwrap();
-    assert!(b.failures.is_empty(), "{:?}", b.failures);
+    let snapshot = imap_backup_of(&mut repo, &source, acc);
 
     let Some(target) = DovecotServer::start_or_skip().expect("dovecot") else {
         return;
     };
-    maildir_restore_for(&repo, &b.snapshot, &target.mail_root());
+    maildir_restore_for(&repo, &snapshot, &target.mail_root());
     let mut s = login(&target, acc);
     let got = messages(&mut s, "INBOX");
     assert_eq!(got.len(), 1);
@@ -452,16 +458,10 @@ fn dotted_folder_names_stay_apart() {
     };
     assert_eq!(on_disk(&source.maildir(acc)), [".a\\2eb", ".a_b"]);
     let mut repo = init_repo(&dir.path().join("repo"));
-    let b = imap_backup(
-        &mut repo,
-        &imap_backup_opts(&source, vec![acc.into()]),
-        &NoProgress,
-    )
-    .unwrap();
-    assert!(b.failures.is_empty(), "{:?}", b.failures);
+    let snapshot = imap_backup_of(&mut repo, &source, acc);
 
     let target = DovecotServer::start_with(&opts).unwrap();
-    maildir_restore_for(&repo, &b.snapshot, &target.mail_root());
+    maildir_restore_for(&repo, &snapshot, &target.mail_root());
     assert_eq!(on_disk(&target.maildir(acc)), [".a\\2eb", ".a_b"]);
     let mut s = login(&target, acc);
     for f in ["a.b", "a_b"] {
@@ -497,13 +497,7 @@ fn imap_folder_names_are_restored_as_they_are() {
     }
     s.logout().unwrap();
     let mut repo = init_repo(&dir.path().join("repo"));
-    let b = imap_backup(
-        &mut repo,
-        &imap_backup_opts(&source, vec![acc.into()]),
-        &NoProgress,
-    )
-    .unwrap();
-    assert!(b.failures.is_empty(), "{:?}", b.failures);
+    imap_backup_of(&mut repo, &source, acc);
 
     let target = DovecotServer::start().unwrap();
     let r = imap_restore(
