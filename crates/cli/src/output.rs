@@ -80,11 +80,15 @@ fn civil_from_days(z: i64) -> (i64, u32, u32) {
     (if m <= 2 { y + 1 } else { y }, m, d)
 }
 
+/// The failures of a run, one line each, under a header that counts the lines (one line
+/// may stand for a message, a folder, a file or a subscription: their number need not be
+/// the items-failed figure).
 pub fn print_failures(failures: &[Failure]) {
     if failures.is_empty() {
         return;
     }
-    println!("failed ({}):", failures.len());
+    let n = failures.len();
+    println!("{n} {}:", if n == 1 { "failure" } else { "failures" });
     for f in failures {
         println!("  {}: {}", safe(&f.item), safe(&f.error));
     }

@@ -2,63 +2,13 @@
 //! a killed backup, damage detection, wrong passwords and partial restores.
 #![allow(clippy::unwrap_used)]
 
-use serde_json::Value;
+mod common;
+
+use common::Env;
 use std::fs;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
-
-struct Env {
-    dir: tempfile::TempDir,
-}
-
-impl Env {
-    fn new() -> Env {
-        let e = Env {
-            dir: tempfile::tempdir().unwrap(),
-        };
-        fs::write(e.path("pass"), "s3cret\n").unwrap();
-        e
-    }
-    fn path(&self, p: &str) -> PathBuf {
-        self.dir.path().join(p)
-    }
-    fn cmd(&self, args: &[&str]) -> Command {
-        let mut c = Command::new(env!("CARGO_BIN_EXE_mailvault"));
-        c.env("MAILVAULT_REPOSITORY", self.path("repo"))
-            .env("MAILVAULT_PASSWORD_FILE", self.path("pass"))
-            .env_remove("MAILVAULT_PASSWORD")
-            .args(args);
-        c
-    }
-    fn run(&self, args: &[&str]) -> Output {
-        self.cmd(args).output().unwrap()
-    }
-    /// Runs and expects exit code `code`; returns stdout.
-    fn expect(&self, code: i32, args: &[&str]) -> String {
-        let o = self.run(args);
-        let out = String::from_utf8_lossy(&o.stdout).to_string();
-        let err = String::from_utf8_lossy(&o.stderr).to_string();
-        assert_eq!(
-            o.status.code(),
-            Some(code),
-            "mailvault {args:?}\nstdout:\n{out}\nstderr:\n{err}"
-        );
-        out + &err
-    }
-    fn json(&self, code: i32, args: &[&str]) -> Value {
-        let mut a = args.to_vec();
-        a.push("--json");
-        let o = self.run(&a);
-        assert_eq!(
-            o.status.code(),
-            Some(code),
-            "{args:?}: {}",
-            String::from_utf8_lossy(&o.stderr)
-        );
-        serde_json::from_slice(&o.stdout).unwrap()
-    }
-}
+use std::process::Command;
 
 fn put(maildir: &Path, folder: &str, sub: &str, name: &str, body: &[u8], mtime: i64) {
     let dir = maildir.join(folder);
@@ -724,4 +674,64 @@ fn restore_owners_and_a_failing_restore_exits_1() {
         n("items_restored") + n("items_unchanged") + n("items_failed")
     );
     assert!(!e.path("elsewhere").exists());
+}
+
+/// Issue 10, item 1: without root, owners cannot be given away; a restore with
+/// `--chown` (or of a snapshot recording other owners) says so once, as a warning, and
+/// succeeds. As root the restore runs as `nobody` (setpriv) to see it.
+#[test]
+fn owners_not_restored_without_root_are_said_once() {
+    let e = Env::new();
+    let src = e.path("vmail");
+    store(&src);
+    e.expect(0, &["init"]);
+    e.expect(0, &["backup", &format!("maildir:{}", src.display())]);
+    let root = fs::metadata("/proc/self").unwrap().uid() == 0;
+    let out = e.path("out");
+    let args = [
+        "restore",
+        "latest",
+        "--target",
+        &format!("maildir:{}", out.display()),
+        "--chown",
+        "root:root",
+    ];
+    let mut cmd = e.cmd(&args);
+    if root {
+        let st = Command::new("chown")
+            .args(["-R", "nobody:nogroup"])
+            .arg(e.dir.path())
+            .status()
+            .unwrap();
+        assert!(st.success());
+        let mut as_nobody = Command::new("setpriv");
+        as_nobody
+            .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+            .arg(cmd.get_program())
+            .args(cmd.get_args())
+            .current_dir(e.dir.path());
+        for (k, v) in cmd.get_envs() {
+            match v {
+                Some(v) => as_nobody.env(k, v),
+                None => as_nobody.env_remove(k),
+            };
+        }
+        cmd = as_nobody;
+    }
+    let o = cmd.output().unwrap();
+    let stdout = String::from_utf8_lossy(&o.stdout);
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    assert_eq!(
+        stdout
+            .matches("warning: owners are not restored: the restore does not run as root")
+            .count(),
+        1,
+        "{stdout}"
+    );
+    assert!(out.join("example.org/bob/Maildir/cur").is_dir());
 }

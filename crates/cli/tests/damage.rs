@@ -3,72 +3,21 @@
 //! or swapped, and the repairs.
 #![allow(clippy::unwrap_used)]
 
-use serde_json::Value;
+mod common;
+
+use common::Env;
 use std::fs;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::Command;
 
-struct Env {
-    dir: tempfile::TempDir,
-}
-
-impl Env {
-    fn new() -> Env {
-        let e = Env {
-            dir: tempfile::tempdir().unwrap(),
-        };
-        fs::write(e.path("pass"), "s3cret\n").unwrap();
-        e
-    }
-    fn path(&self, p: &str) -> PathBuf {
-        self.dir.path().join(p)
-    }
-    fn repo(&self) -> PathBuf {
-        self.path("repo")
-    }
-    fn cmd(&self, args: &[&str]) -> Command {
-        let mut c = Command::new(env!("CARGO_BIN_EXE_mailvault"));
-        c.env("MAILVAULT_REPOSITORY", self.repo())
-            .env("MAILVAULT_PASSWORD_FILE", self.path("pass"))
-            .env_remove("MAILVAULT_PASSWORD")
-            .args(args);
-        c
-    }
-    fn run(&self, args: &[&str]) -> Output {
-        self.cmd(args).output().unwrap()
-    }
-    /// Runs and expects exit code `code`; returns stdout and stderr.
-    fn expect(&self, code: i32, args: &[&str]) -> String {
-        let o = self.run(args);
-        let out = String::from_utf8_lossy(&o.stdout).to_string();
-        let err = String::from_utf8_lossy(&o.stderr).to_string();
-        assert_eq!(
-            o.status.code(),
-            Some(code),
-            "mailvault {args:?}\nstdout:\n{out}\nstderr:\n{err}"
-        );
-        out + &err
-    }
-    fn json(&self, code: i32, args: &[&str]) -> Value {
-        let mut a = args.to_vec();
-        a.push("--json");
-        let o = self.run(&a);
-        assert_eq!(
-            o.status.code(),
-            Some(code),
-            "{args:?}: {}",
-            String::from_utf8_lossy(&o.stderr)
-        );
-        serde_json::from_slice(&o.stdout).unwrap()
-    }
-    fn files(&self, dir: &str) -> Vec<PathBuf> {
-        let mut out = Vec::new();
-        walk(&self.repo().join(dir), &mut out);
-        out.retain(|p| p.is_file());
-        out.sort();
-        out
-    }
+/// The files below `dir` of the repository, sorted.
+fn repo_files(e: &Env, dir: &str) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    walk(&e.repo().join(dir), &mut out);
+    out.retain(|p| p.is_file());
+    out.sort();
+    out
 }
 
 fn walk(dir: &Path, out: &mut Vec<PathBuf>) {
@@ -153,7 +102,7 @@ fn a_damaged_snapshot_file_costs_that_snapshot_only() {
     e.expect(0, &["backup", src]);
     maildir(&md, 14, "c");
     e.expect(0, &["backup", src]);
-    let snaps = e.files("snapshots");
+    let snaps = repo_files(&e, "snapshots");
     assert_eq!(snaps.len(), 3);
     let damaged: Vec<PathBuf> = snaps
         .iter()
@@ -210,10 +159,10 @@ fn a_damaged_snapshot_file_costs_that_snapshot_only() {
 
     // The repair moves the unreadable files away; check passes again.
     e.expect(0, &["repair", "snapshots", "--dry-run"]);
-    assert_eq!(e.files("snapshots").len(), 5);
+    assert_eq!(repo_files(&e, "snapshots").len(), 5);
     e.expect(0, &["repair", "snapshots"]);
-    assert_eq!(e.files("snapshots").len(), 2);
-    assert_eq!(e.files("damaged/snapshots").len(), 3);
+    assert_eq!(repo_files(&e, "snapshots").len(), 2);
+    assert_eq!(repo_files(&e, "damaged/snapshots").len(), 3);
     e.expect(0, &["check"]);
 }
 
@@ -231,7 +180,7 @@ fn init_refuses_a_repository_that_lost_its_config() {
     assert!(!out.contains("run `mailvault init`"), "{out}");
     let out = e.expect(2, &["init"]);
     assert!(out.contains("config is missing"), "{out}");
-    assert_eq!(e.files("keys").len(), 1, "init added a key");
+    assert_eq!(repo_files(&e, "keys").len(), 1, "init added a key");
     assert!(!e.repo().join("config").exists());
 }
 
@@ -251,7 +200,7 @@ fn check_finds_a_deleted_dictionary_and_summarizes_it() {
     }
     e.expect(0, &["init"]);
     e.expect(0, &["backup", md.to_str().unwrap()]);
-    let dicts = e.files("dicts");
+    let dicts = repo_files(&e, "dicts");
     assert_eq!(
         dicts.len(),
         1,
@@ -277,7 +226,7 @@ fn check_finds_a_deleted_dictionary_and_summarizes_it() {
     // `repair index` leaves out the blobs that need the lost dictionary (and the packs
     // that hold nothing else), which must not keep `repair snapshots` from running.
     e.expect(0, &["repair", "index"]);
-    let damaged = e.files("snapshots").remove(0);
+    let damaged = repo_files(&e, "snapshots").remove(0);
     let damaged_bytes = fs::read(&damaged).unwrap();
     e.expect(0, &["repair", "snapshots"]);
     e.expect(0, &["check", "--read-data"]);
@@ -316,7 +265,7 @@ fn repair_index_rebuilds_a_deleted_index() {
     e.expect(0, &["backup", md.to_str().unwrap()]);
     maildir(&md, 40, "b");
     e.expect(0, &["backup", md.to_str().unwrap()]);
-    let index = e.files("index");
+    let index = repo_files(&e, "index");
     assert_eq!(index.len(), 2);
     fs::remove_file(&index[0]).unwrap();
     let out = e.expect(2, &["check"]);
@@ -331,12 +280,12 @@ fn repair_index_rebuilds_a_deleted_index() {
     let out = e.expect(2, &["repair", "snapshots"]);
     assert!(out.contains("repair index"), "{out}");
     e.expect(0, &["repair", "index", "--dry-run"]);
-    assert_eq!(e.files("index").len(), 1);
+    assert_eq!(repo_files(&e, "index").len(), 1);
     let old_bytes = fs::read(&index[1]).unwrap();
     e.expect(0, &["repair", "index"]);
-    assert_eq!(e.files("index").len(), 1);
+    assert_eq!(repo_files(&e, "index").len(), 1);
     assert!(
-        !e.files("index").contains(&index[1]),
+        !repo_files(&e, "index").contains(&index[1]),
         "the old index was kept"
     );
     e.expect(0, &["check", "--read-data"]);
@@ -364,14 +313,13 @@ fn repair_snapshots_drops_only_what_a_lost_pack_held() {
     maildir(&md, 30, "a");
     e.expect(0, &["init", "--compression", "none"]);
     e.expect(0, &["backup", md.to_str().unwrap()]);
-    let first_packs = e.files("data");
+    let first_packs = repo_files(&e, "data");
     maildir(&md, 40, "b");
     e.expect(0, &["backup", md.to_str().unwrap()]);
     let rep = e.json(0, &["check"]);
     assert_eq!(rep["errors"].as_array().unwrap().len(), 0);
     // The largest pack of the second backup: a data pack of new messages only.
-    let victim = e
-        .files("data")
+    let victim = repo_files(&e, "data")
         .into_iter()
         .filter(|p| !first_packs.contains(p))
         .max_by_key(|p| fs::metadata(p).unwrap().len())
@@ -419,7 +367,7 @@ fn swapped_blobs_are_named_by_their_ids() {
     e.expect(0, &["init", "--compression", "none"]);
     // One worker: one data pack (each worker fills its own).
     e.expect(0, &["backup", md.to_str().unwrap(), "-j", "1"]);
-    let packs = e.files("data");
+    let packs = repo_files(&e, "data");
     let mut swapped = false;
     for p in &packs {
         let b = fs::read(p).unwrap();
@@ -466,7 +414,7 @@ fn swapped_blobs_are_named_by_their_ids() {
     // The repairs: the pack's good blobs (none here but the header's) move to a new pack,
     // the damaged pack is set aside, the messages that cannot be restored are dropped.
     e.expect(0, &["repair", "index"]);
-    assert_eq!(e.files("damaged/data").len(), 1);
+    assert_eq!(repo_files(&e, "damaged/data").len(), 1);
     e.expect(0, &["repair", "snapshots"]);
     e.expect(0, &["check", "--read-data"]);
 }

@@ -4,6 +4,9 @@
 //! Fails (does not skip) without Dovecot unless MAILVAULT_SKIP_DOVECOT=1.
 #![allow(clippy::unwrap_used)]
 
+mod common;
+
+use common::Env;
 use mailvault_imap::testing::DovecotServer;
 use serde_json::Value;
 use std::collections::BTreeMap;
@@ -11,32 +14,6 @@ use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
-
-struct Env {
-    dir: tempfile::TempDir,
-}
-
-impl Env {
-    fn path(&self, p: &str) -> PathBuf {
-        self.dir.path().join(p)
-    }
-    fn cmd(&self, args: &[&str]) -> Command {
-        let mut c = Command::new(env!("CARGO_BIN_EXE_mailvault"));
-        c.env("MAILVAULT_REPOSITORY", self.path("repo"))
-            .env("MAILVAULT_PASSWORD_FILE", self.path("pass"))
-            .env("XDG_CACHE_HOME", self.path("cache"))
-            .env_remove("MAILVAULT_PASSWORD")
-            .args(args);
-        c
-    }
-    fn expect(&self, code: i32, args: &[&str]) -> String {
-        let o = self.cmd(args).output().unwrap();
-        let out = String::from_utf8_lossy(&o.stdout).to_string();
-        let err = String::from_utf8_lossy(&o.stderr).to_string();
-        assert_eq!(o.status.code(), Some(code), "{args:?}\n{out}\n{err}");
-        out
-    }
-}
 
 /// (account Maildir, folder dir) -> sorted message contents (LF).
 fn contents(root: &Path) -> BTreeMap<(String, String), Vec<Vec<u8>>> {
@@ -108,23 +85,25 @@ struct Fixture {
 
 impl Fixture {
     fn new(server: &DovecotServer, messages: usize) -> Fixture {
-        let e = Env {
-            dir: tempfile::tempdir().unwrap(),
-        };
-        fs::write(e.path("pass"), "s3cret\n").unwrap();
-        fs::write(
-            e.path("imap-pass"),
-            format!("{}\n", server.master_password()),
-        )
-        .unwrap();
+        let e = Env::new();
         let src = e.path("src");
         let spec = mailvault_corpus::CorpusSpec {
             messages,
             ..mailvault_corpus::CorpusSpec::preset("tiny").unwrap()
         };
         mailvault_corpus::generate(&spec, &src).unwrap();
-        e.expect(0, &["init"]);
-        e.expect(0, &["backup", &format!("maildir:{}", src.display())]);
+        Fixture::backed_up(server, e, src)
+    }
+
+    /// A new repository in `e` holding a backup of the mail root `src`.
+    fn backed_up(server: &DovecotServer, e: Env, src: PathBuf) -> Fixture {
+        fs::write(
+            e.path("imap-pass"),
+            format!("{}\n", server.master_password()),
+        )
+        .unwrap();
+        e.ok(&["init"]);
+        e.ok(&["backup", &format!("maildir:{}", src.display())]);
         Fixture {
             url: format!("imap://127.0.0.1:{}", server.port()),
             master: server.master_user().into(),
@@ -229,20 +208,17 @@ fn killed_imap_restore_resumes_without_duplicates() {
         a
     };
     fs::write(e.path("accounts.txt"), accounts.join("\n")).unwrap();
-    let out = e.expect(
-        0,
-        &[
-            "backup",
-            url,
-            "--imap-master-user",
-            server.master_user(),
-            "--imap-password-file",
-            imap_pass,
-            "--accounts-file",
-            &e.path("accounts.txt").display().to_string(),
-            "--json",
-        ],
-    );
+    let out = e.ok(&[
+        "backup",
+        url,
+        "--imap-master-user",
+        server.master_user(),
+        "--imap-password-file",
+        imap_pass,
+        "--accounts-file",
+        &e.path("accounts.txt").display().to_string(),
+        "--json",
+    ]);
     let v: Value = serde_json::from_str(&out).unwrap();
     assert_eq!(
         (v["items_total"].as_u64(), v["accounts"].as_u64()),
@@ -250,16 +226,13 @@ fn killed_imap_restore_resumes_without_duplicates() {
     );
     fs::write(e.path("user-pass"), server.password()).unwrap();
     let one = format!("imap://{}@127.0.0.1:{}", accounts[0], server.port());
-    let out = e.expect(
-        0,
-        &[
-            "backup",
-            &one,
-            "--imap-password-file",
-            &e.path("user-pass").display().to_string(),
-            "--json",
-        ],
-    );
+    let out = e.ok(&[
+        "backup",
+        &one,
+        "--imap-password-file",
+        &e.path("user-pass").display().to_string(),
+        "--json",
+    ]);
     let v: Value = serde_json::from_str(&out).unwrap();
     assert_eq!(v["accounts"], 1, "{v}");
     // The IMAP password is not the repository's: a clear error without it.
@@ -342,15 +315,7 @@ fn one_message_restores_into_imap_alone() {
 /// A repository holding a backup of one small account `bob@example.org` whose INBOX
 /// has `subscriptions` with this content.
 fn small_fixture(server: &DovecotServer, subscriptions: &[u8]) -> Fixture {
-    let e = Env {
-        dir: tempfile::tempdir().unwrap(),
-    };
-    fs::write(e.path("pass"), "s3cret\n").unwrap();
-    fs::write(
-        e.path("imap-pass"),
-        format!("{}\n", server.master_password()),
-    )
-    .unwrap();
+    let e = Env::new();
     let src = e.path("src");
     let md = src.join("example.org/bob/Maildir");
     for (f, i) in [("", 1), (".Sent", 2)] {
@@ -365,15 +330,7 @@ fn small_fixture(server: &DovecotServer, subscriptions: &[u8]) -> Fixture {
         .unwrap();
     }
     fs::write(md.join("subscriptions"), subscriptions).unwrap();
-    e.expect(0, &["init"]);
-    e.expect(0, &["backup", &format!("maildir:{}", src.display())]);
-    Fixture {
-        url: format!("imap://127.0.0.1:{}", server.port()),
-        master: server.master_user().into(),
-        imap_pass: e.path("imap-pass").display().to_string(),
-        e,
-        src,
-    }
+    Fixture::backed_up(server, e, src)
 }
 
 /// Issue 10, item 7: a restore whose report lists a failure exits 1, even when every

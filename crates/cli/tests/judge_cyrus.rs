@@ -9,6 +9,7 @@
 //! Fails (does not skip) without Cyrus unless MAILVAULT_SKIP_CYRUS=1.
 #![allow(clippy::unwrap_used)]
 
+mod common;
 mod judge;
 
 use judge::{assert_none, compare, messages, populate, record, Env, Fidelity, Login, State};
@@ -104,7 +105,7 @@ fn cyrus_judge_imap_backup_and_restore_keep_all_but_uids() {
         args.push("--create-accounts");
     }
     let mut diffs = Vec::new();
-    let (code, out, err) = e.run(&args);
+    let (code, out, err) = e.run_text(&args);
     if code != Some(0) {
         diffs.push(format!("mailvault {args:?} exited {code:?}\n{out}\n{err}"));
     }

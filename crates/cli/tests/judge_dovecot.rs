@@ -15,6 +15,7 @@
 //! Fails (does not skip) without Dovecot unless MAILVAULT_SKIP_DOVECOT=1.
 #![allow(clippy::unwrap_used)]
 
+mod common;
 mod judge;
 
 use judge::{
@@ -218,7 +219,7 @@ impl Source {
 
 fn run_restore(e: &Env, args: &[String], diffs: &mut Vec<String>) {
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
-    let (code, out, err) = e.run(&args);
+    let (code, out, err) = e.run_text(&args);
     if code != Some(0) {
         diffs.push(format!("mailvault {args:?} exited {code:?}\n{out}\n{err}"));
     }

@@ -5,64 +5,14 @@
 //! The IMAP part needs Dovecot (skipped only with MAILVAULT_SKIP_DOVECOT=1).
 #![allow(clippy::unwrap_used)]
 
+mod common;
+
+use common::Env;
 use mailvault_imap::testing::DovecotServer;
 use mailvault_imap::AppendMsg;
-use serde_json::Value;
 use std::fs;
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
-
-struct Env {
-    dir: tempfile::TempDir,
-}
-
-impl Env {
-    fn new() -> Env {
-        let e = Env {
-            dir: tempfile::tempdir().unwrap(),
-        };
-        fs::write(e.path("pass"), "s3cret\n").unwrap();
-        e
-    }
-    fn path(&self, p: &str) -> PathBuf {
-        self.dir.path().join(p)
-    }
-    fn cmd(&self, args: &[&str]) -> Command {
-        let mut c = Command::new(env!("CARGO_BIN_EXE_mailvault"));
-        c.env("MAILVAULT_REPOSITORY", self.path("repo"))
-            .env("MAILVAULT_PASSWORD_FILE", self.path("pass"))
-            .env("XDG_CACHE_HOME", self.path("cache"))
-            .env_remove("MAILVAULT_PASSWORD")
-            .env_remove("MAILVAULT_LOG")
-            .current_dir(self.dir.path())
-            .args(args);
-        c
-    }
-    /// Runs and expects exit code `code`; returns the output.
-    #[track_caller]
-    fn expect(&self, code: i32, args: &[&str]) -> Output {
-        let o = self.cmd(args).output().unwrap();
-        assert_eq!(
-            o.status.code(),
-            Some(code),
-            "mailvault {args:?}\nstdout:\n{}\nstderr:\n{}",
-            String::from_utf8_lossy(&o.stdout),
-            String::from_utf8_lossy(&o.stderr)
-        );
-        o
-    }
-    /// Stdout of a run that must succeed.
-    #[track_caller]
-    fn out(&self, args: &[&str]) -> String {
-        String::from_utf8(self.expect(0, args).stdout).unwrap()
-    }
-    #[track_caller]
-    fn json(&self, args: &[&str]) -> Value {
-        let mut a = args.to_vec();
-        a.push("--json");
-        serde_json::from_slice(&self.expect(0, &a).stdout).unwrap()
-    }
-}
+use std::path::Path;
+use std::process::Output;
 
 fn put(maildir: &Path, folder: &str, name: &str, body: &[u8]) {
     let dir = maildir.join(folder);
@@ -115,7 +65,7 @@ fn restored(root: &Path) -> Vec<String> {
 #[track_caller]
 fn check_human_folder_names(e: &Env, tag: &str) {
     let acc = "bob@example.org";
-    let folders = listed_folders(&e.out(&["ls", "latest", "--account", acc]));
+    let folders = listed_folders(&e.ok(&["ls", "latest", "--account", acc]));
     for want in ["Entw\u{fc}rfe", "Entw\u{fc}rfe/Alt", "Reports & Stats"] {
         assert!(
             folders.iter().any(|f| f == want),
@@ -128,7 +78,7 @@ fn check_human_folder_names(e: &Env, tag: &str) {
             .any(|f| f.contains('&') && f != "Reports & Stats"),
         "{tag}: modified UTF-7 shown: {folders:?}"
     );
-    let v = e.json(&["ls", "latest", "--account", acc]);
+    let v = e.json(0, &["ls", "latest", "--account", acc]);
     let entw = v["items"]
         .as_array()
         .unwrap()
@@ -138,14 +88,14 @@ fn check_human_folder_names(e: &Env, tag: &str) {
     assert_eq!(entw["dir"], ".Entw&APw-rfe", "{tag}");
 
     // ls --folder by the human name, and by the stored one for Maildir snapshots.
-    let v = e.json(&["ls", "latest", "--folder", "Reports & Stats"]);
+    let v = e.json(0, &["ls", "latest", "--folder", "Reports & Stats"]);
     let items = v["items"].as_array().unwrap();
     assert_eq!(items.len(), 1, "{tag}: {v}");
     assert_eq!(items[0]["folder"], "Reports & Stats", "{tag}");
     assert_eq!(items[0]["subject"], "stats", "{tag}");
-    let out = e.out(&["ls", "latest", "--folder", "Entw\u{fc}rfe"]);
+    let out = e.ok(&["ls", "latest", "--folder", "Entw\u{fc}rfe"]);
     assert!(out.contains("draft"), "{tag}: {out}");
-    let v = e.json(&["ls", "latest", "--folder", "Entw\u{fc}rfe"]);
+    let v = e.json(0, &["ls", "latest", "--folder", "Entw\u{fc}rfe"]);
     let subjects: Vec<&str> = (v["items"].as_array().unwrap().iter())
         .map(|m| m["subject"].as_str().unwrap())
         .collect();
@@ -162,7 +112,7 @@ fn check_human_folder_names(e: &Env, tag: &str) {
     .enumerate()
     {
         let target = e.path(&format!("restore-{tag}-{i}"));
-        e.expect(
+        e.expect_output(
             0,
             &[
                 "restore",
@@ -188,10 +138,24 @@ fn check_human_folder_names(e: &Env, tag: &str) {
         dirs.sort();
         assert_eq!(dirs, want, "{tag}: --folder {filter}: {got:?}");
     }
-    // An unknown folder names those there are.
-    let o = e.expect(2, &["ls", "latest", "--folder", "Entwurf"]);
-    let err = String::from_utf8_lossy(&o.stderr);
-    assert!(err.contains("Entw\u{fc}rfe"), "{tag}: {err}");
+    // An unknown folder names those there are, for ls and restore alike.
+    let target = format!(
+        "maildir:{}",
+        e.path(&format!("restore-{tag}-none")).display()
+    );
+    for args in [
+        &["ls", "latest", "--folder", "Entwurf"][..],
+        &[
+            "restore", "latest", "--target", &target, "--folder", "Entwurf",
+        ],
+    ] {
+        let o = e.expect_output(2, args);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(
+            err.contains("Entw\u{fc}rfe/Alt") && err.contains("Reports & Stats"),
+            "{tag}: {args:?}: {err}"
+        );
+    }
 }
 
 /// Issue 10, item 6: `--folder 'Entwürfe'` and `--folder 'Reports & Stats'` failed on a
@@ -225,8 +189,8 @@ fn folders_are_shown_and_taken_by_their_decoded_names() {
     assert!(server.maildir(acc).join(".Reports &- Stats").is_dir());
 
     let e = Env::new();
-    e.expect(0, &["init"]);
-    e.expect(
+    e.expect_output(0, &["init"]);
+    e.expect_output(
         0,
         &[
             "backup",
@@ -235,13 +199,13 @@ fn folders_are_shown_and_taken_by_their_decoded_names() {
     );
     check_human_folder_names(&e, "maildir");
     // The on-disk forms still work for Maildir snapshots.
-    let v = e.json(&["ls", "latest", "--folder", "Entw&APw-rfe"]);
+    let v = e.json(0, &["ls", "latest", "--folder", "Entw&APw-rfe"]);
     assert_eq!(v["items"][0]["folder"], "Entw\u{fc}rfe");
 
     // Into IMAP, by the decoded name: that folder alone, under its own name.
     let other = DovecotServer::start().expect("second dovecot");
     fs::write(e.path("master-pass"), other.master_password()).unwrap();
-    e.expect(
+    e.expect_output(
         0,
         &[
             "restore",
@@ -264,9 +228,9 @@ fn folders_are_shown_and_taken_by_their_decoded_names() {
     s.logout().unwrap();
 
     let e = Env::new();
-    e.expect(0, &["init"]);
+    e.expect_output(0, &["init"]);
     fs::write(e.path("imap-pass"), server.password()).unwrap();
-    e.expect(
+    e.expect_output(
         0,
         &[
             "backup",
@@ -311,8 +275,8 @@ fn terminal_escapes_in_mail_data_are_never_printed_raw() {
         "1700000001.M2P2.mx\x1b]2;key\x07:2,S",
         &msg("x"),
     );
-    e.expect(0, &["init"]);
-    e.expect(
+    e.expect_output(0, &["init"]);
+    e.expect_output(
         0,
         &[
             "backup",
@@ -366,7 +330,7 @@ fn terminal_escapes_in_mail_data_are_never_printed_raw() {
         "1700000001.M2P2.mx\x1b]2;key\x07:2,S",
         b"other bytes\n",
     );
-    let o = e.expect(
+    let o = e.expect_output(
         1,
         &[
             "restore",
@@ -377,10 +341,12 @@ fn terminal_escapes_in_mail_data_are_never_printed_raw() {
     );
     let stdout = String::from_utf8_lossy(&o.stdout);
     assert!(stdout.contains("\\x1b]2;key\\x07"), "{stdout}");
+    // The list is headed by the number of its lines, named as such.
+    assert!(stdout.contains("\n1 failure:\n"), "{stdout}");
     assert!(raw_controls(&o.stdout).is_empty() && raw_controls(&o.stderr).is_empty());
 
     // JSON is exact.
-    let v = e.json(&["ls", "latest", "--folder", "INBOX"]);
+    let v = e.json(0, &["ls", "latest", "--folder", "INBOX"]);
     assert_eq!(
         v["items"][0]["from"],
         "\x1b]2;pwned\x07Mallory <m@example.org>"
@@ -389,6 +355,25 @@ fn terminal_escapes_in_mail_data_are_never_printed_raw() {
         v["items"][0]["subject"],
         "\x1b[2J\x1b[31mhello \u{9b}1m \u{202e}txt.exe"
     );
+
+    // A stray file in snapshots/ whose name holds escapes: check and repair name it.
+    fs::write(
+        e.repo().join("snapshots/README\x1b]2;stray\x07"),
+        b"hello\n",
+    )
+    .unwrap();
+    for (code, args) in [
+        (2, &["check"][..]),
+        (0, &["repair", "snapshots", "--dry-run"]),
+    ] {
+        let o = e.expect_output(code, args);
+        let out = String::from_utf8_lossy(&o.stdout);
+        assert!(out.contains("README\\x1b]2;stray\\x07"), "{args:?}: {out}");
+        assert!(
+            raw_controls(&o.stdout).is_empty() && raw_controls(&o.stderr).is_empty(),
+            "{args:?}: {out}"
+        );
+    }
 }
 
 /// Issue 10, item 22: `--target mbox:/srv/x` or a typo such as `maildr:/srv/x` became a
@@ -405,21 +390,21 @@ fn unknown_location_schemes_are_refused() {
     );
     // --repo: an unknown scheme is refused before anything is created.
     for repo in ["s3:bucket/mail", "maildr:/srv/repo", "sftp://host/repo"] {
-        let o = e.expect(2, &["--repo", repo, "init"]);
+        let o = e.expect_output(2, &["--repo", repo, "init"]);
         let err = String::from_utf8_lossy(&o.stderr);
         assert!(err.contains("local:"), "{repo}: {err}");
     }
     // A directory with a colon in its name, written as a path.
-    e.expect(0, &["--repo", "./r:1", "init"]);
+    e.expect_output(0, &["--repo", "./r:1", "init"]);
     assert!(e.path("r:1/config").is_file());
-    e.expect(0, &["--repo", "./r:1", "backup", "src"]);
+    e.expect_output(0, &["--repo", "./r:1", "backup", "src"]);
     let before: Vec<String> = fs::read_dir(e.dir.path())
         .unwrap()
         .map(|d| d.unwrap().file_name().to_string_lossy().into_owned())
         .collect();
 
     for target in ["mbox:/srv/x", "maildr:x", "mbox:x"] {
-        let o = e.expect(
+        let o = e.expect_output(
             2,
             &["--repo", "./r:1", "restore", "latest", "--target", target],
         );
@@ -429,7 +414,7 @@ fn unknown_location_schemes_are_refused() {
             "{target}: {err}"
         );
     }
-    let o = e.expect(2, &["--repo", "./r:1", "backup", "mbox:src"]);
+    let o = e.expect_output(2, &["--repo", "./r:1", "backup", "mbox:src"]);
     assert!(String::from_utf8_lossy(&o.stderr).contains("maildir:"));
     // Nothing was created for the refused locations.
     let after: Vec<String> = fs::read_dir(e.dir.path())
@@ -438,7 +423,7 @@ fn unknown_location_schemes_are_refused() {
         .collect();
     assert_eq!(after, before);
 
-    e.expect(
+    e.expect_output(
         0,
         &["--repo", "./r:1", "restore", "latest", "--target", "./t:1"],
     );
@@ -446,7 +431,7 @@ fn unknown_location_schemes_are_refused() {
         restored(&e.path("t:1")),
         ["example.org/bob/Maildir/cur/1.M1P1.mx:2,S"]
     );
-    e.expect(
+    e.expect_output(
         0,
         &[
             "--repo",
@@ -470,8 +455,8 @@ fn log_lines_have_no_colour_codes_off_a_terminal() {
         "1.M1P1.mx:2,S",
         &msg("m"),
     );
-    e.expect(0, &["init"]);
-    e.expect(
+    e.expect_output(0, &["init"]);
+    e.expect_output(
         0,
         &["backup", &format!("maildir:{}", e.path("src").display())],
     );

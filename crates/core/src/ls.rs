@@ -1,7 +1,7 @@
 //! Listing a snapshot's accounts, folders and messages.
 
 use crate::error::{Error, Result};
-use crate::model::{folder_matches, folder_name, select_accounts, FolderMatch};
+use crate::model::{folder_list, folder_matches, folder_name, select_accounts, FolderMatch};
 use crate::repo::Repository;
 use crate::tree::{AccountTree, RootTree};
 use serde::Serialize;
@@ -116,20 +116,10 @@ pub fn ls(
     }
     match folder {
         None => Ok(Listing::Folders(folders)),
-        Some(f) if !matched => {
-            names.sort();
-            names.dedup();
-            const SHOWN: usize = 20;
-            let more = names.len().saturating_sub(SHOWN);
-            names.truncate(SHOWN);
-            if more > 0 {
-                names.push(format!("and {more} more"));
-            }
-            Err(Error::InvalidInput(format!(
-                "no folder {f:?} in the snapshot (it has: {})",
-                names.join(", ")
-            )))
-        }
+        Some(f) if !matched => Err(Error::InvalidInput(format!(
+            "no folder {f:?} in the snapshot (it has: {})",
+            folder_list(names)
+        ))),
         Some(_) => Ok(Listing::Messages(messages)),
     }
 }

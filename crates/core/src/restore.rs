@@ -18,7 +18,7 @@
 use crate::error::{Error, Result};
 use crate::id::Id;
 use crate::maildir::{self, safe_component, safe_relative};
-use crate::model::{folder_selected, message_selected, select_accounts};
+use crate::model::{folder_selected, message_selected, no_folder_matches, select_accounts};
 use crate::repo::{lock, Repository};
 use crate::report::{per_sec, Failure, Progress};
 use crate::tree::{AccountRef, AccountTree, DirEntry, FileEntry, FolderNode, MessageEntry};
@@ -34,7 +34,7 @@ use std::io::{ErrorKind, Read, Write};
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::sync::Mutex;
 use std::time::{Duration, Instant, SystemTime};
 
@@ -103,6 +103,10 @@ impl Owners {
 struct OwnerMap {
     /// Only root gives files away; otherwise no owner is set at all.
     root: bool,
+    /// Not root: our own uid and gid, and whether an owner other than them was left
+    /// unset (said once, in the report's warnings).
+    me: (u32, u32),
+    not_given: AtomicBool,
     policy: Owners,
     uids: HashMap<u32, u32>,
     gids: HashMap<u32, u32>,
@@ -114,6 +118,11 @@ impl OwnerMap {
         let root = rustix::process::geteuid().is_root();
         let mut m = OwnerMap {
             root,
+            me: (
+                rustix::process::geteuid().as_raw(),
+                rustix::process::getegid().as_raw(),
+            ),
+            not_given: AtomicBool::new(false),
             policy,
             uids: HashMap::new(),
             gids: HashMap::new(),
@@ -140,14 +149,19 @@ impl OwnerMap {
 
     /// The owner to give a restored file recorded as `uid`, `gid`; `None`: leave it.
     fn get(&self, uid: u32, gid: u32) -> Option<(u32, u32)> {
+        let (uid, gid) = match self.policy {
+            Owners::Fixed { uid, gid } => (uid, gid),
+            _ if uid == NO_OWNER || gid == NO_OWNER => return None,
+            _ => (uid, gid),
+        };
         if !self.root {
+            if (uid, gid) != self.me {
+                self.not_given.store(true, Relaxed);
+            }
             return None;
         }
-        if let Owners::Fixed { uid, gid } = self.policy {
+        if matches!(self.policy, Owners::Fixed { .. }) {
             return Some((uid, gid));
-        }
-        if uid == NO_OWNER || gid == NO_OWNER {
-            return None;
         }
         Some((
             *self.uids.get(&uid).unwrap_or(&uid),
@@ -178,6 +192,9 @@ pub struct RestoreReport {
     pub items_per_sec: f64,
     pub mb_per_sec: f64,
     pub failures: Vec<Failure>,
+    /// What the restore did not do but is not a failure: owners left unset because the
+    /// restore does not run as root.
+    pub warnings: Vec<String>,
 }
 
 struct Ctx<'a> {
@@ -249,32 +266,26 @@ pub fn restore(
     let mut folder_matched = opts.folders.is_empty();
     if opts.messages.is_empty() {
         let target = open_target(&opts.target)?;
-        for acc in accounts {
+        for acc in accounts.iter().cloned() {
             let (plan, f) = plan_account(&ctx, acc, opts)?;
             folder_matched |= f > 0;
             folders += plan.folders.len() as u64;
             pool.install(|| execute_account(&ctx, target.as_fd(), plan, false));
         }
         if !folder_matched {
-            return Err(Error::InvalidInput(format!(
-                "no folder matches {:?} in the selected accounts",
-                opts.folders
-            )));
+            return Err(no_folder_matches(repo, &accounts, &opts.folders));
         }
     } else {
         // Single messages: every account is planned first (the plans are small), so that
         // a key found nowhere is an error before anything is created.
         let mut plans = Vec::new();
-        for acc in accounts {
+        for acc in accounts.iter().cloned() {
             let (plan, f) = plan_account(&ctx, acc, opts)?;
             folder_matched |= f > 0;
             plans.push(plan);
         }
         if !folder_matched {
-            return Err(Error::InvalidInput(format!(
-                "no folder matches {:?} in the selected accounts",
-                opts.folders
-            )));
+            return Err(no_folder_matches(repo, &accounts, &opts.folders));
         }
         let missing: Vec<&String> = opts
             .messages
@@ -312,6 +323,14 @@ pub fn restore(
     let elapsed = started.elapsed().as_secs_f64();
     let bytes = ctx.bytes.load(Relaxed);
     let total = ctx.total.load(Relaxed);
+    let mut warnings = Vec::new();
+    if ctx.owners.not_given.load(Relaxed) {
+        warnings.push(
+            "owners are not restored: the restore does not run as root (only root can give \
+             files to another user); the files belong to the user running it"
+                .to_string(),
+        );
+    }
     Ok(RestoreReport {
         snapshot: snap.id.to_hex(),
         accounts: n_accounts,
@@ -325,6 +344,7 @@ pub fn restore(
         items_per_sec: per_sec(total, elapsed),
         mb_per_sec: per_sec(bytes, elapsed) / 1e6,
         failures,
+        warnings,
     })
 }
 
@@ -944,6 +964,23 @@ fn write_renamed(
     data: &[u8],
     attrs: Attrs,
 ) -> std::io::Result<()> {
+    through_tmp(
+        folder,
+        data,
+        |f| set_attributes(f, attrs),
+        |tmp_dir, tmp| rename_noreplace(tmp_dir, tmp, dir, name),
+    )
+}
+
+/// Writes `data` to a new temporary file in the `tmp/` of `folder`, gives it its
+/// attributes (`attrs`) and puts it in place (`place`, given `tmp/` and the temporary's
+/// name); the temporary is removed when a step fails.
+fn through_tmp(
+    folder: BorrowedFd,
+    data: &[u8],
+    attrs: impl FnOnce(&File) -> std::io::Result<()>,
+    place: impl FnOnce(BorrowedFd, &str) -> std::io::Result<()>,
+) -> std::io::Result<()> {
     let tmp_dir = open_dir_at(folder, b"tmp", Some(0o700))?;
     let tmp = format!(".mailvault-{:016x}", rand::random::<u64>());
     let result = (|| -> std::io::Result<()> {
@@ -955,9 +992,9 @@ fn write_renamed(
         )?;
         let mut f = File::from(fd);
         f.write_all(data)?;
-        set_attributes(&f, attrs)?;
+        attrs(&f)?;
         drop(f);
-        rename_noreplace(tmp_dir.as_fd(), &tmp, dir, name)
+        place(tmp_dir.as_fd(), &tmp)
     })();
     if result.is_err() {
         let _ = rustix::fs::unlinkat(&tmp_dir, tmp.as_str(), rustix::fs::AtFlags::empty());
@@ -1114,31 +1151,18 @@ fn keywords_for(ctx: &Ctx, folder: &FolderDirs, node: &FolderNode, entries: &mut
 /// `tmp/` renamed over it.
 fn replace_file(folder: &FolderDirs, name: &[u8], data: &[u8]) -> std::io::Result<()> {
     let st = rustix::fs::statat(&folder.dir, name, rustix::fs::AtFlags::SYMLINK_NOFOLLOW)?;
-    let tmp_dir = open_dir_at(folder.dir.as_fd(), b"tmp", Some(0o700))?;
-    let tmp = format!(".mailvault-{:016x}", rand::random::<u64>());
-    let result = (|| -> std::io::Result<()> {
-        let fd = rustix::fs::openat(
-            &tmp_dir,
-            tmp.as_str(),
-            OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC,
-            Mode::from_raw_mode(0o600),
-        )?;
-        let mut f = File::from(fd);
-        f.write_all(data)?;
-        let _ = std::os::unix::fs::fchown(&f, Some(st.st_uid), Some(st.st_gid));
-        rustix::fs::fchmod(&f, Mode::from_raw_mode(st.st_mode & 0o7777))?;
-        drop(f);
-        Ok(rustix::fs::renameat(
-            &tmp_dir,
-            tmp.as_str(),
-            &folder.dir,
-            name,
-        )?)
-    })();
-    if result.is_err() {
-        let _ = rustix::fs::unlinkat(&tmp_dir, tmp.as_str(), rustix::fs::AtFlags::empty());
-    }
-    result
+    through_tmp(
+        folder.dir.as_fd(),
+        data,
+        |f| {
+            let _ = std::os::unix::fs::fchown(f, Some(st.st_uid), Some(st.st_gid));
+            Ok(rustix::fs::fchmod(
+                f,
+                Mode::from_raw_mode(st.st_mode & 0o7777),
+            )?)
+        },
+        |tmp_dir, tmp| Ok(rustix::fs::renameat(tmp_dir, tmp, &folder.dir, name)?),
+    )
 }
 
 #[cfg(test)]
@@ -1242,6 +1266,31 @@ mod tests {
         ));
         assert!(Owners::chown("no-such-user-here:x").is_err());
         assert!(Owners::chown("nobody").is_err());
+    }
+
+    /// Without root no owner is set; one other than the user's own (recorded, or given
+    /// with `--chown`) is noted once, for the report's warning.
+    #[test]
+    fn owners_not_given_without_root_are_noted() {
+        let names = OwnerNames {
+            users: vec![],
+            groups: vec![],
+        };
+        let not_root = |policy| {
+            let mut m = OwnerMap::new(policy, &names);
+            m.root = false;
+            m.me = (1000, 1000);
+            m
+        };
+        let own = not_root(Owners::ByName);
+        assert_eq!(own.get(1000, 1000), None);
+        assert_eq!(own.get(NO_OWNER, NO_OWNER), None);
+        assert!(!own.not_given.load(Relaxed), "nothing to give");
+        assert_eq!(own.get(0, 0), None);
+        assert!(own.not_given.load(Relaxed));
+        let fixed = not_root(Owners::Fixed { uid: 1, gid: 2 });
+        assert_eq!(fixed.get(NO_OWNER, NO_OWNER), None);
+        assert!(fixed.not_given.load(Relaxed), "--chown to another user");
     }
 
     #[test]

@@ -10,12 +10,13 @@
 
 mod common;
 
-use common::{backup_opts, init_repo, master_connection, message, put_msg, small_store};
-use mailvault_core::backup::backup;
-use mailvault_core::imap::backup::{backup as imap_backup, ImapBackupOptions};
+use common::{
+    imap_backup_opts, imap_restore_opts, init_repo, maildir_backup, maildir_restore, message,
+    put_msg, small_store,
+};
+use mailvault_core::imap::backup::backup as imap_backup;
 use mailvault_core::imap::restore::{restore as imap_restore, ImapRestoreOptions};
 use mailvault_core::report::NoProgress;
-use mailvault_core::restore::{restore, RestoreOptions};
 use mailvault_core::Repository;
 use mailvault_imap::testing::{DovecotOptions, DovecotServer};
 use mailvault_imap::{AppendMsg, FetchQuery, SearchKey, SeqSet, Session, StoreMode};
@@ -23,29 +24,11 @@ use std::fs;
 use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 
+/// [`imap_restore_opts`] with batches of 7 messages: these small folders span batches.
 fn restore_opts(server: &DovecotServer, journal: &Path) -> ImapRestoreOptions {
-    let mut o =
-        ImapRestoreOptions::new("latest", master_connection(server, server.client_options()));
-    o.journal_dir = journal.to_path_buf();
-    o.connections = 2;
-    o.parallel_accounts = 3;
+    let mut o = imap_restore_opts(server, journal);
     o.batch_messages = 7;
     o
-}
-
-fn imap_backup_opts(server: &DovecotServer, accounts: &[&str]) -> ImapBackupOptions {
-    ImapBackupOptions {
-        connection: master_connection(server, server.client_options()),
-        accounts: accounts.iter().map(|a| a.to_string()).collect(),
-        source: format!("imap://127.0.0.1:{}", server.port()),
-        connections: 2,
-        parallel_accounts: 2,
-        compression: None,
-        tags: vec![],
-        hostname: "test".into(),
-        force: false,
-        fetch_batch: 50,
-    }
 }
 
 fn login(server: &DovecotServer, account: &str) -> Session {
@@ -81,26 +64,22 @@ fn messages(s: &mut Session, folder: &str) -> Vec<(u32, String, Vec<String>)> {
     out
 }
 
-fn maildir_backup(repo: &mut Repository, src: &Path, accounts: Vec<String>) {
-    let r = backup(repo, &backup_opts(src, accounts), &NoProgress).unwrap();
-    assert!(r.failures.is_empty(), "{:?}", r.failures);
+/// An IMAP backup of `account` of `source`; its snapshot id. Fails the test on any failure.
+fn imap_backup_of(repo: &mut Repository, source: &DovecotServer, account: &str) -> String {
+    let b = imap_backup(
+        repo,
+        &imap_backup_opts(source, vec![account.into()]),
+        &NoProgress,
+    )
+    .unwrap();
+    assert!(b.failures.is_empty(), "{:?}", b.failures);
+    b.snapshot
 }
 
 /// Restores `snapshot` to a Maildir below `dest` and gives it to the owner of `dest`
 /// (Dovecot's mail user), as an admin restoring for Dovecot would.
 fn maildir_restore_for(repo: &Repository, snapshot: &str, dest: &Path) {
-    let r = restore(
-        repo,
-        &RestoreOptions {
-            snapshot: snapshot.into(),
-            target: dest.to_path_buf(),
-            jobs: 2,
-            ..Default::default()
-        },
-        &NoProgress,
-    )
-    .unwrap();
-    assert!(r.failures.is_empty(), "{:?}", r.failures);
+    maildir_restore(repo, snapshot, dest);
     let meta = fs::metadata(dest).unwrap();
     let mut stack = vec![dest.to_path_buf()];
     while let Some(d) = stack.pop() {
@@ -206,13 +185,12 @@ fn forwarded_survives_imap_backup_and_maildir_restore() {
     .unwrap();
     s.logout().unwrap();
     let mut repo = init_repo(&dir.path().join("repo"));
-    let b = imap_backup(&mut repo, &imap_backup_opts(&source, &[acc]), &NoProgress).unwrap();
-    assert!(b.failures.is_empty(), "{:?}", b.failures);
+    let snapshot = imap_backup_of(&mut repo, &source, acc);
 
     let Some(target) = DovecotServer::start_or_skip().expect("dovecot") else {
         return;
     };
-    maildir_restore_for(&repo, &b.snapshot, &target.mail_root());
+    maildir_restore_for(&repo, &snapshot, &target.mail_root());
     let mut s = login(&target, acc);
     let got = messages(&mut s, "INBOX");
     assert_eq!(got.len(), 1);
@@ -480,16 +458,61 @@ fn dotted_folder_names_stay_apart() {
     };
     assert_eq!(on_disk(&source.maildir(acc)), [".a\\2eb", ".a_b"]);
     let mut repo = init_repo(&dir.path().join("repo"));
-    let b = imap_backup(&mut repo, &imap_backup_opts(&source, &[acc]), &NoProgress).unwrap();
-    assert!(b.failures.is_empty(), "{:?}", b.failures);
+    let snapshot = imap_backup_of(&mut repo, &source, acc);
 
     let target = DovecotServer::start_with(&opts).unwrap();
-    maildir_restore_for(&repo, &b.snapshot, &target.mail_root());
+    maildir_restore_for(&repo, &snapshot, &target.mail_root());
     assert_eq!(on_disk(&target.maildir(acc)), [".a\\2eb", ".a_b"]);
     let mut s = login(&target, acc);
     for f in ["a.b", "a_b"] {
         let got: Vec<String> = messages(&mut s, f).into_iter().map(|m| m.1).collect();
         let want: Vec<String> = (0..3).map(|i| format!("{f} {i}")).collect();
         assert_eq!(got, want, "{f}");
+    }
+}
+
+/// A folder of an IMAP backup keeps its name through an IMAP restore, even one that looks
+/// like modified UTF-7 (`Tom &- Jerry` is a name of its own, not `Tom & Jerry`), as `ls`
+/// and `--folder` show it.
+#[test]
+fn imap_folder_names_are_restored_as_they_are() {
+    let Some(source) = DovecotServer::start_or_skip().expect("dovecot") else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let acc = "bob@example.org";
+    let folders = ["Tom &- Jerry", "Entw\u{fc}rfe"];
+    let mut s = login(&source, acc);
+    for f in folders {
+        s.create(f, None).unwrap();
+        s.append(
+            f,
+            &AppendMsg {
+                flags: vec!["\\Seen".into()],
+                internal_date: Some((1_700_000_000, 0).into()),
+                data: format!("Subject: {f}\r\n\r\nbody\r\n").as_bytes(),
+            },
+        )
+        .unwrap();
+    }
+    s.logout().unwrap();
+    let mut repo = init_repo(&dir.path().join("repo"));
+    imap_backup_of(&mut repo, &source, acc);
+
+    let target = DovecotServer::start().unwrap();
+    let r = imap_restore(
+        &repo,
+        &restore_opts(&target, &dir.path().join("j")),
+        &NoProgress,
+    )
+    .unwrap();
+    assert!(r.failures.is_empty(), "{:?}", r.failures);
+    let mut s = login(&target, acc);
+    let mut names: Vec<String> = s.list().unwrap().into_iter().map(|f| f.name).collect();
+    names.sort();
+    assert_eq!(names, ["Entw\u{fc}rfe", "INBOX", "Tom &- Jerry"]);
+    for f in folders {
+        let got: Vec<String> = messages(&mut s, f).into_iter().map(|m| m.1).collect();
+        assert_eq!(got, [f], "{f}");
     }
 }

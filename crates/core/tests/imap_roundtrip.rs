@@ -8,15 +8,14 @@
 
 mod common;
 
-use common::{backup_opts, init_repo, master_connection, put_msg};
-use mailvault_core::backup::backup;
-use mailvault_core::imap::backup::{backup as imap_backup, ImapBackupOptions};
+use common::{
+    imap_backup_opts, imap_restore_opts, init_repo, maildir_backup, maildir_restore, put_msg,
+};
+use mailvault_core::imap::backup::backup as imap_backup;
 use mailvault_core::imap::names::parse_subscriptions;
-use mailvault_core::imap::restore::{restore as imap_restore, ImapRestoreOptions};
-use mailvault_core::imap::{Connection, Login, Password};
+use mailvault_core::imap::restore::restore as imap_restore;
+use mailvault_core::imap::{Login, Password};
 use mailvault_core::report::NoProgress;
-use mailvault_core::restore::{restore, RestoreOptions};
-use mailvault_core::Repository;
 use mailvault_imap::maildir_flags::{maildir_to_imap, KeywordTable};
 use mailvault_imap::testing::DovecotServer;
 use mailvault_imap::{from_crlf, FetchQuery, SeqSet, StoreMode};
@@ -98,54 +97,6 @@ fn read_store(root: &Path) -> Store {
     s
 }
 
-fn connection(server: &DovecotServer) -> Connection {
-    master_connection(server, server.client_options())
-}
-
-fn restore_opts(server: &DovecotServer, journal: &Path) -> ImapRestoreOptions {
-    let mut o = ImapRestoreOptions::new("latest", connection(server));
-    o.journal_dir = journal.to_path_buf();
-    o.connections = 2;
-    o.parallel_accounts = 3;
-    o.batch_messages = 40;
-    o
-}
-
-fn imap_backup_opts(server: &DovecotServer, accounts: Vec<String>) -> ImapBackupOptions {
-    ImapBackupOptions {
-        connection: connection(server),
-        accounts,
-        source: format!("imap://127.0.0.1:{}", server.port()),
-        connections: 2,
-        parallel_accounts: 3,
-        compression: None,
-        tags: vec![],
-        hostname: "test".into(),
-        force: false,
-        fetch_batch: 50,
-    }
-}
-
-fn maildir_backup(repo: &mut Repository, src: &Path) {
-    let r = backup(repo, &backup_opts(src, vec![]), &NoProgress).unwrap();
-    assert!(r.failures.is_empty(), "{:?}", r.failures);
-}
-
-fn maildir_restore(repo: &Repository, snapshot: &str, dest: &Path) {
-    let r = restore(
-        repo,
-        &RestoreOptions {
-            snapshot: snapshot.into(),
-            target: dest.to_path_buf(),
-            jobs: 2,
-            ..Default::default()
-        },
-        &NoProgress,
-    )
-    .unwrap();
-    assert!(r.failures.is_empty(), "{:?}", r.failures);
-}
-
 #[test]
 fn maildir_to_dovecot_and_back_is_faithful() {
     let Some(server) = DovecotServer::start_or_skip().expect("dovecot") else {
@@ -160,11 +111,11 @@ fn maildir_to_dovecot_and_back_is_faithful() {
     mailvault_corpus::generate(&spec, &src).unwrap();
     let original = read_store(&src);
     let mut repo = init_repo(&dir.path().join("repo"));
-    maildir_backup(&mut repo, &src);
+    maildir_backup(&mut repo, &src, vec![]);
 
     // Into Dovecot.
     let journal = dir.path().join("journal");
-    let r = imap_restore(&repo, &restore_opts(&server, &journal), &NoProgress).unwrap();
+    let r = imap_restore(&repo, &imap_restore_opts(&server, &journal), &NoProgress).unwrap();
     assert!(r.failures.is_empty(), "{:?}", r.failures);
     assert_eq!(r.items_appended, 400);
     assert_eq!(r.items_total, 400);
@@ -173,10 +124,10 @@ fn maildir_to_dovecot_and_back_is_faithful() {
     assert!(r.phases[0].items > 0);
 
     // A second run appends nothing: the journal has everything.
-    let again = imap_restore(&repo, &restore_opts(&server, &journal), &NoProgress).unwrap();
+    let again = imap_restore(&repo, &imap_restore_opts(&server, &journal), &NoProgress).unwrap();
     assert_eq!((again.items_appended, again.items_journaled), (0, 400));
     // With a fresh journal and --skip-existing, every message is found on the server.
-    let mut o = restore_opts(&server, &dir.path().join("journal2"));
+    let mut o = imap_restore_opts(&server, &dir.path().join("journal2"));
     o.skip_existing = true;
     let skip = imap_restore(&repo, &o, &NoProgress).unwrap();
     assert_eq!((skip.items_appended, skip.items_existing), (0, 400));
@@ -315,16 +266,10 @@ fn refused_messages_are_reported_and_the_run_goes_on() {
         1_700_000_002,
     );
     let mut repo = init_repo(&dir.path().join("repo"));
-    let r = backup(
-        &mut repo,
-        &backup_opts(&md, vec!["bob@example.org".into()]),
-        &NoProgress,
-    )
-    .unwrap();
-    assert!(r.failures.is_empty());
+    maildir_backup(&mut repo, &md, vec!["bob@example.org".into()]);
     let r = imap_restore(
         &repo,
-        &restore_opts(&server, &dir.path().join("j")),
+        &imap_restore_opts(&server, &dir.path().join("j")),
         &NoProgress,
     )
     .unwrap();
@@ -337,7 +282,7 @@ fn refused_messages_are_reported_and_the_run_goes_on() {
     assert!(r.failures[0].item.contains("1.M1P1.h,S=0"));
 
     // Wrong credentials: a clear error naming the account.
-    let mut o = restore_opts(&server, &dir.path().join("j2"));
+    let mut o = imap_restore_opts(&server, &dir.path().join("j2"));
     o.connection.login = Login::User {
         template: "%u".into(),
         password: Password::One("wrong".into()),

@@ -245,18 +245,7 @@ impl DovecotServer {
     /// in the meantime.
     pub fn start_with(opts: &DovecotOptions) -> Result<DovecotServer, HarnessError> {
         let bin = dovecot_binary()?;
-        let mut last = None;
-        for _ in 0..3 {
-            match DovecotServer::try_start(&bin, opts) {
-                Ok(s) => return Ok(s),
-                Err(e @ HarnessError::Start { .. }) => last = Some(e),
-                Err(e) => return Err(e),
-            }
-        }
-        Err(last.unwrap_or_else(|| HarnessError::Start {
-            detail: "no attempt made".into(),
-            log: String::new(),
-        }))
+        three_tries(|| DovecotServer::try_start(&bin, opts))
     }
 
     fn try_start(bin: &Path, opts: &DovecotOptions) -> Result<DovecotServer, HarnessError> {
@@ -456,40 +445,9 @@ impl DovecotServer {
     }
 
     fn wait_ready(&mut self) -> Result<(), HarnessError> {
-        let deadline = Instant::now() + Duration::from_secs(15);
         let ports: Vec<u16> = std::iter::once(self.port).chain(self.tls_port).collect();
-        loop {
-            if let Some(child) = self.child.as_mut() {
-                if let Ok(Some(status)) = child.try_wait() {
-                    self.child = None;
-                    return Err(HarnessError::Start {
-                        detail: format!("dovecot exited with {status}"),
-                        log: self.log(),
-                    });
-                }
-            }
-            let ready = ports.iter().all(|&p| {
-                // A greeting proves the login process is serving.
-                TcpStream::connect(("127.0.0.1", p)).is_ok_and(|mut s| {
-                    let _ = s.set_read_timeout(Some(Duration::from_millis(500)));
-                    p != self.port || {
-                        let mut buf = [0u8; 64];
-                        s.read(&mut buf)
-                            .is_ok_and(|n| buf[..n].starts_with(b"* OK"))
-                    }
-                })
-            });
-            if ready {
-                return Ok(());
-            }
-            if Instant::now() > deadline {
-                return Err(HarnessError::Start {
-                    detail: format!("ports {ports:?} not ready after 15 s"),
-                    log: self.log(),
-                });
-            }
-            sleep(Duration::from_millis(50));
-        }
+        let dir = self.dir.path();
+        wait_ready(&mut self.child, "dovecot", &ports, 15, || dovecot_log(dir))
     }
 
     /// The plain/STARTTLS port on 127.0.0.1.
@@ -600,20 +558,12 @@ impl DovecotServer {
 
     /// The server log so far.
     pub fn log(&self) -> String {
-        let mut s = fs::read_to_string(self.dir.path().join("dovecot.log")).unwrap_or_default();
-        s.push_str(&fs::read_to_string(self.dir.path().join("stdout.log")).unwrap_or_default());
-        s
+        dovecot_log(self.dir.path())
     }
 
     /// Client options for the plain port.
     pub fn client_options(&self) -> ClientOptions {
-        let mut o = ClientOptions::new(Target {
-            host: "127.0.0.1".into(),
-            port: self.port,
-            security: crate::Security::Plain,
-        });
-        o.io_timeout = Duration::from_secs(60);
-        o
+        plain_client_options(self.port)
     }
 
     /// Client options for TLS (`imaps`, trusting the generated CA), if on.
@@ -635,11 +585,7 @@ impl DovecotServer {
 
     /// A client for the plain port.
     pub fn client(&self) -> Client {
-        match Client::new(self.client_options()) {
-            Ok(c) => c,
-            // Plain targets need no TLS setup, so this cannot fail.
-            Err(e) => unreachable!("plain client: {e}"),
-        }
+        plain_client(self.port)
     }
 
     /// Logs in as `account` itself.
@@ -664,6 +610,95 @@ impl DovecotServer {
         if let Some(child) = self.child.take() {
             stop_group(child);
         }
+    }
+}
+
+/// The server log of a Dovecot in `dir`: its own log, then what it printed.
+fn dovecot_log(dir: &Path) -> String {
+    let mut s = fs::read_to_string(dir.join("dovecot.log")).unwrap_or_default();
+    s.push_str(&fs::read_to_string(dir.join("stdout.log")).unwrap_or_default());
+    s
+}
+
+/// Runs `start` up to three times while it fails to start (a port taken in the
+/// meantime); other errors end it at once.
+fn three_tries<T>(mut start: impl FnMut() -> Result<T, HarnessError>) -> Result<T, HarnessError> {
+    let mut last = None;
+    for _ in 0..3 {
+        match start() {
+            Ok(s) => return Ok(s),
+            Err(e @ HarnessError::Start { .. }) => last = Some(e),
+            Err(e) => return Err(e),
+        }
+    }
+    Err(last.unwrap_or_else(|| HarnessError::Start {
+        detail: "no attempt made".into(),
+        log: String::new(),
+    }))
+}
+
+/// Waits up to `secs` seconds until every port of a server (`what`, for the errors)
+/// takes connections and the first one greets with `* OK`; fails, with the server's
+/// `log`, if its process `child` exits first.
+fn wait_ready(
+    child: &mut Option<Child>,
+    what: &str,
+    ports: &[u16],
+    secs: u64,
+    log: impl Fn() -> String,
+) -> Result<(), HarnessError> {
+    let deadline = Instant::now() + Duration::from_secs(secs);
+    loop {
+        if let Some(c) = child.as_mut() {
+            if let Ok(Some(status)) = c.try_wait() {
+                *child = None;
+                return Err(HarnessError::Start {
+                    detail: format!("{what} exited with {status}"),
+                    log: log(),
+                });
+            }
+        }
+        let ready = ports.iter().enumerate().all(|(i, &p)| {
+            // A greeting proves the login process is serving.
+            TcpStream::connect(("127.0.0.1", p)).is_ok_and(|mut s| {
+                let _ = s.set_read_timeout(Some(Duration::from_millis(1000)));
+                i > 0 || {
+                    let mut buf = [0u8; 64];
+                    s.read(&mut buf)
+                        .is_ok_and(|n| buf[..n].starts_with(b"* OK"))
+                }
+            })
+        });
+        if ready {
+            return Ok(());
+        }
+        if Instant::now() > deadline {
+            return Err(HarnessError::Start {
+                detail: format!("{what}: ports {ports:?} not ready after {secs} s"),
+                log: log(),
+            });
+        }
+        sleep(Duration::from_millis(50));
+    }
+}
+
+/// Client options for a plain port on 127.0.0.1 (60 s I/O timeout).
+fn plain_client_options(port: u16) -> ClientOptions {
+    let mut o = ClientOptions::new(Target {
+        host: "127.0.0.1".into(),
+        port,
+        security: crate::Security::Plain,
+    });
+    o.io_timeout = Duration::from_secs(60);
+    o
+}
+
+/// A client for a plain port on 127.0.0.1.
+fn plain_client(port: u16) -> Client {
+    match Client::new(plain_client_options(port)) {
+        Ok(c) => c,
+        // Plain targets need no TLS setup, so this cannot fail.
+        Err(e) => unreachable!("plain client: {e}"),
     }
 }
 

@@ -113,12 +113,14 @@ fn print_error(e: &CheckError) {
             } else {
                 format!(
                     " ({})",
-                    e.snapshots
-                        .iter()
-                        .take(10)
-                        .cloned()
-                        .collect::<Vec<_>>()
-                        .join(", ")
+                    safe(
+                        &e.snapshots
+                            .iter()
+                            .take(10)
+                            .cloned()
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    )
                 )
             }
         );

@@ -1,5 +1,6 @@
 //! `mailvault repair index | snapshots`
 
+use crate::output::safe;
 use crate::{repo, GlobalOpts, Outcome};
 use anyhow::Result;
 use mailvault_core::repair::{repair_index, repair_snapshots, RepairOptions};
@@ -49,10 +50,10 @@ pub fn run(g: &GlobalOpts, a: Args) -> Result<Outcome> {
                 rep.packs_missing
             );
             for p in &rep.packs_damaged {
-                println!("damaged pack (its good blobs are indexed): {p}");
+                println!("damaged pack (its good blobs are indexed): {}", safe(p));
             }
             for f in rep.packs_skipped.iter().chain(&rep.blobs_skipped) {
-                println!("left out: {}: {}", f.item, f.error);
+                println!("left out: {}: {}", safe(&f.item), safe(&f.error));
             }
             if let Some(w) = &rep.index_written {
                 println!(
@@ -73,10 +74,10 @@ pub fn run(g: &GlobalOpts, a: Args) -> Result<Outcome> {
             for m in &rep.moved {
                 println!(
                     "{}: unreadable ({}): {}moved to damaged/{}",
-                    m.item,
-                    m.error,
+                    safe(&m.item),
+                    safe(&m.error),
                     would(o.dry_run),
-                    m.item
+                    safe(&m.item)
                 );
             }
             for s in &rep.repaired {
@@ -88,7 +89,7 @@ pub fn run(g: &GlobalOpts, a: Args) -> Result<Outcome> {
                     s.trees_dropped
                 );
                 for d in s.dropped.iter().take(SHOWN) {
-                    println!("  drops {d}");
+                    println!("  drops {}", safe(d));
                 }
                 if s.dropped.len() > SHOWN {
                     println!(

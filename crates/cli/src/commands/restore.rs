@@ -1,6 +1,6 @@
 //! `mailvault restore`
 
-use crate::output::{bytes, print_failures};
+use crate::output::{bytes, print_failures, safe};
 use crate::{progress::Bar, repo, GlobalOpts, Outcome};
 use anyhow::Result;
 use mailvault_core::imap::restore::{
@@ -99,7 +99,7 @@ fn print_report(r: &RestoreReport, o: &RestoreOptions) {
     println!(
         "restored snapshot {} to {}",
         &r.snapshot[..8],
-        o.target.display()
+        safe(&o.target.display().to_string())
     );
     println!("  accounts   {}, folders {}", r.accounts, r.folders);
     println!(
@@ -113,6 +113,9 @@ fn print_report(r: &RestoreReport, o: &RestoreOptions) {
         r.items_per_sec,
         r.mb_per_sec
     );
+    for w in &r.warnings {
+        println!("warning: {}", safe(w));
+    }
     print_failures(&r.failures);
 }
 
@@ -157,7 +160,11 @@ fn outcome(items_failed: u64, failures: &[mailvault_core::report::Failure]) -> O
 }
 
 fn print_imap_report(r: &ImapRestoreReport) {
-    println!("restored snapshot {} to {}", &r.snapshot[..8], r.target);
+    println!(
+        "restored snapshot {} to {}",
+        &r.snapshot[..8],
+        safe(&r.target)
+    );
     if r.accounts_created > 0 {
         println!(
             "  accounts   {} ({} created), folders {}",
@@ -173,14 +180,23 @@ fn print_imap_report(r: &ImapRestoreReport) {
     for p in &r.phases {
         println!(
             "  {:<12} {} items in {:.2} s ({:.0}/s): {}",
-            p.name, p.items, p.secs, p.items_per_sec, p.note
+            p.name,
+            p.items,
+            p.secs,
+            p.items_per_sec,
+            safe(&p.note)
         );
     }
     if r.per_account.len() <= 20 {
         for a in &r.per_account {
             println!(
                 "  account {}: {} messages, {} appended, {} skipped, {} failed, {:.2} s",
-                a.account, a.messages, a.appended, a.skipped, a.failed, a.secs
+                safe(&a.account),
+                a.messages,
+                a.appended,
+                a.skipped,
+                a.failed,
+                a.secs
             );
         }
     }
@@ -195,6 +211,6 @@ fn print_imap_report(r: &ImapRestoreReport) {
             r.mb_per_sec
         );
     }
-    println!("  journal    {}", r.journal);
+    println!("  journal    {}", safe(&r.journal));
     print_failures(&r.failures);
 }

@@ -13,52 +13,7 @@ use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-/// The `mailvault` binary with its own repository, password and cache.
-pub struct Env {
-    pub dir: tempfile::TempDir,
-}
-
-impl Env {
-    pub fn new() -> Env {
-        let e = Env {
-            dir: tempfile::tempdir().unwrap(),
-        };
-        fs::write(e.path("pass"), "s3cret\n").unwrap();
-        e
-    }
-    pub fn path(&self, p: &str) -> PathBuf {
-        self.dir.path().join(p)
-    }
-    pub fn cmd(&self, args: &[&str]) -> Command {
-        let mut c = Command::new(env!("CARGO_BIN_EXE_mailvault"));
-        c.env("MAILVAULT_REPOSITORY", self.path("repo"))
-            .env("MAILVAULT_PASSWORD_FILE", self.path("pass"))
-            .env("XDG_CACHE_HOME", self.path("cache"))
-            .env_remove("MAILVAULT_PASSWORD")
-            .args(args);
-        c
-    }
-    /// Runs `mailvault ARGS`; its exit code, stdout and stderr.
-    pub fn run(&self, args: &[&str]) -> (Option<i32>, String, String) {
-        let o = self.cmd(args).output().unwrap();
-        (
-            o.status.code(),
-            String::from_utf8_lossy(&o.stdout).into_owned(),
-            String::from_utf8_lossy(&o.stderr).into_owned(),
-        )
-    }
-    /// Runs `mailvault ARGS` and fails the test unless it exits 0.
-    pub fn ok(&self, args: &[&str]) -> String {
-        let (code, out, err) = self.run(args);
-        assert_eq!(code, Some(0), "mailvault {args:?}\n{out}\n{err}");
-        out
-    }
-    /// Whether `mailvault SUBCOMMAND --help` lists `flag` (options other helpers add).
-    pub fn has_flag(&self, subcommand: &str, flag: &str) -> bool {
-        let (_, out, _) = self.run(&[subcommand, "--help"]);
-        out.contains(flag)
-    }
-}
+pub use crate::common::Env;
 
 /// Running as root: the judges then run the servers as a dedicated mail user and back
 /// up and restore as root, as an administrator does.

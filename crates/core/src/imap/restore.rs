@@ -29,7 +29,10 @@ use super::names::{self, Fingerprint};
 use super::prepare::{self, BlobCache, PrepareError};
 use super::{login_with_backoff, Connection, Error, Login, Pacer, Phase, Result, Span};
 use crate::id::Id;
-use crate::model::{folder_name_selected, folder_selected, message_selected, select_accounts};
+use crate::model::{
+    folder_list, folder_name, folder_name_selected, folder_selected, message_selected,
+    select_accounts,
+};
 use crate::repo::{lock, Repository};
 use crate::report::{per_sec, Failure, Progress};
 use crate::restore::assemble;
@@ -275,6 +278,7 @@ pub fn restore(
     // Which folders of which account: read every account tree once, up front (small).
     let mut plans = Vec::new();
     let mut folders = 0u64;
+    let mut all_names = Vec::new();
     for acc in &accounts {
         let tree: AccountTree = repo.read_tree(&acc.tree)?;
         let subscriptions = tree
@@ -284,6 +288,9 @@ pub fn restore(
             .and_then(|n| folder_file(repo, n, b"subscriptions"))
             .map(|d| names::parse_subscriptions(&d))
             .unwrap_or_default();
+        if !opts.folders.is_empty() {
+            all_names.extend(tree.folders.iter().map(|f| folder_name(f).into_owned()));
+        }
         let selected: Vec<FolderNode> = tree
             .folders
             .into_iter()
@@ -298,8 +305,9 @@ pub fn restore(
     }
     if !opts.folders.is_empty() && folders == 0 {
         return Err(Error::InvalidInput(format!(
-            "no folder matches {:?} in the selected accounts",
-            opts.folders
+            "no folder matches {:?} in the selected accounts (they have: {})",
+            opts.folders,
+            folder_list(all_names)
         )));
     }
     if !opts.messages.is_empty() {
@@ -586,7 +594,7 @@ fn provision(ctx: &Ctx, plan: &AccountPlan) -> Result<(Session, Provisioned)> {
     let mut wanted: Vec<String> = plan
         .folders
         .iter()
-        .map(|f| names::imap_folder_name(&f.name))
+        .map(|f| folder_name(f).into_owned())
         .collect();
     wanted.sort();
     wanted.dedup();
@@ -756,7 +764,7 @@ fn restore_account(
     let mut plans = Vec::new();
     let mut lists: Vec<Vec<(MessageEntry, bool)>> = Vec::new();
     for node in &plan.folders {
-        let name = names::imap_folder_name(&node.name);
+        let name = folder_name(node).into_owned();
         let keywords = folder_file(ctx.repo, node, b"dovecot-keywords")
             .map(|d| KeywordTable::parse(&String::from_utf8_lossy(&d)))
             .unwrap_or_default();

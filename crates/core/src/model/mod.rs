@@ -5,6 +5,6 @@
 pub mod selection;
 
 pub use selection::{
-    folder_matches, folder_name, folder_name_selected, folder_selected, message_selected,
-    select_accounts, FolderMatch,
+    folder_list, folder_matches, folder_name, folder_name_selected, folder_selected,
+    message_selected, no_folder_matches, select_accounts, FolderMatch,
 };

@@ -9,7 +9,8 @@
 use crate::error::{Error, Result};
 use crate::imap::names::imap_folder_name;
 use crate::maildir;
-use crate::tree::{AccountRef, FolderNode, MessageEntry, RootTree};
+use crate::repo::Repository;
+use crate::tree::{AccountRef, AccountTree, FolderNode, MessageEntry, RootTree};
 use std::borrow::Cow;
 
 /// The name people use for a folder: UTF-8, levels separated by `/` (`Entwürfe`,
@@ -92,6 +93,35 @@ pub fn folder_name_selected(name: &str, filters: &[String]) -> bool {
         || filters
             .iter()
             .any(|f| relation(name, f.trim_matches('/')) != FolderMatch::No)
+}
+
+/// Folder names for an error message: sorted, each once, the first 20 and how many more.
+pub fn folder_list(mut names: Vec<String>) -> String {
+    const SHOWN: usize = 20;
+    names.sort();
+    names.dedup();
+    let more = names.len().saturating_sub(SHOWN);
+    names.truncate(SHOWN);
+    if more > 0 {
+        names.push(format!("and {more} more"));
+    }
+    names.join(", ")
+}
+
+/// The error of a restore whose `--folder` filters match no folder of `accounts`: it
+/// lists the folders they have (by the names `ls` shows, at most 20).
+pub fn no_folder_matches(repo: &Repository, accounts: &[AccountRef], filters: &[String]) -> Error {
+    let mut names = Vec::new();
+    for a in accounts {
+        match repo.read_tree::<AccountTree>(&a.tree) {
+            Ok(t) => names.extend(t.folders.iter().map(|f| folder_name(f).into_owned())),
+            Err(e) => return e,
+        }
+    }
+    Error::InvalidInput(format!(
+        "no folder matches {filters:?} in the selected accounts (they have: {})",
+        folder_list(names)
+    ))
 }
 
 /// Whether `--message` filters select a message: none given, or one is its Maildir key or

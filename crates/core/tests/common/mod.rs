@@ -1,10 +1,12 @@
 //! Helpers shared by the integration tests: repositories, small mail stores, tree compare.
 #![allow(dead_code, clippy::unwrap_used)]
 
-use mailvault_core::backup::BackupOptions;
+use mailvault_core::backup::{backup, BackupOptions, BackupReport};
 use mailvault_core::check::{check, CheckOptions, CheckReport};
 use mailvault_core::crypto::KdfParams;
+use mailvault_core::imap::backup::ImapBackupOptions;
 use mailvault_core::imap::client::ClientOptions;
+use mailvault_core::imap::restore::ImapRestoreOptions;
 use mailvault_core::imap::{Connection, Login, Password};
 use mailvault_core::report::NoProgress;
 use mailvault_core::restore::{restore, RestoreOptions, RestoreReport};
@@ -248,6 +250,28 @@ pub fn backup_opts(src: &Path, accounts: Vec<String>) -> BackupOptions {
     }
 }
 
+/// Backs the mail root `src` up (the accounts named, or all); fails the test on any failure.
+pub fn maildir_backup(repo: &mut Repository, src: &Path, accounts: Vec<String>) -> BackupReport {
+    let r = backup(repo, &backup_opts(src, accounts), &NoProgress).unwrap();
+    assert!(r.failures.is_empty(), "{:?}", r.failures);
+    r
+}
+
+/// Restores `snapshot` to a Maildir below `dest` (2 threads); fails the test on any failure.
+pub fn maildir_restore(repo: &Repository, snapshot: &str, dest: &Path) -> RestoreReport {
+    let r = restore_with(
+        repo,
+        RestoreOptions {
+            snapshot: snapshot.into(),
+            target: dest.to_path_buf(),
+            jobs: 2,
+            ..Default::default()
+        },
+    );
+    assert!(r.failures.is_empty(), "{:?}", r.failures);
+    r
+}
+
 /// Restores the latest snapshot, all of it, to `target`.
 pub fn restore_latest(repo: &Repository, target: &Path) -> RestoreReport {
     let opts = RestoreOptions {
@@ -283,6 +307,41 @@ pub fn master_connection(
             master: server.master_user().into(),
             password: Password::One(server.master_password().into()),
         },
+    }
+}
+
+/// Options for an IMAP restore into the test Dovecot as its master user: 2 connections,
+/// 3 accounts at a time, batches of 40 messages, the journal in `journal`.
+pub fn imap_restore_opts(
+    server: &mailvault_imap::testing::DovecotServer,
+    journal: &Path,
+) -> ImapRestoreOptions {
+    let mut o =
+        ImapRestoreOptions::new("latest", master_connection(server, server.client_options()));
+    o.journal_dir = journal.to_path_buf();
+    o.connections = 2;
+    o.parallel_accounts = 3;
+    o.batch_messages = 40;
+    o
+}
+
+/// Options for an IMAP backup of `accounts` of the test Dovecot as its master user:
+/// 2 connections, 3 accounts at a time, uncompressed, host "test".
+pub fn imap_backup_opts(
+    server: &mailvault_imap::testing::DovecotServer,
+    accounts: Vec<String>,
+) -> ImapBackupOptions {
+    ImapBackupOptions {
+        connection: master_connection(server, server.client_options()),
+        accounts,
+        source: server.url(),
+        connections: 2,
+        parallel_accounts: 3,
+        compression: None,
+        tags: vec![],
+        hostname: "test".into(),
+        force: false,
+        fetch_batch: 50,
     }
 }
 

@@ -25,17 +25,14 @@
 
 use std::fmt::Write as _;
 use std::fs;
-use std::io::{Read, Write as _};
-use std::net::TcpStream;
+use std::io::Write as _;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::thread::sleep;
-use std::time::{Duration, Instant};
 
 use super::{free_port, io_err, passwd_entry, HarnessError, MASTER_USER, USER_PASSWORD};
-use crate::client::options::{ClientOptions, Credentials, Target};
+use crate::client::options::{ClientOptions, Credentials};
 use crate::client::session::Client;
 
 /// The password of the admin (the same as Dovecot's master user's).
@@ -119,18 +116,7 @@ impl CyrusServer {
     /// Starts a server (retrying with another port if one was taken).
     pub fn start() -> Result<CyrusServer, HarnessError> {
         let install = find_install()?;
-        let mut last = None;
-        for _ in 0..3 {
-            match CyrusServer::try_start(&install) {
-                Ok(s) => return Ok(s),
-                Err(e @ HarnessError::Start { .. }) => last = Some(e),
-                Err(e) => return Err(e),
-            }
-        }
-        Err(last.unwrap_or_else(|| HarnessError::Start {
-            detail: "no attempt made".into(),
-            log: String::new(),
-        }))
+        super::three_tries(|| CyrusServer::try_start(&install))
     }
 
     fn try_start(install: &Install) -> Result<CyrusServer, HarnessError> {
@@ -254,34 +240,10 @@ impl CyrusServer {
     }
 
     fn wait_ready(&mut self) -> Result<(), HarnessError> {
-        let deadline = Instant::now() + Duration::from_secs(20);
-        loop {
-            if let Some(child) = self.child.as_mut() {
-                if let Ok(Some(status)) = child.try_wait() {
-                    self.child = None;
-                    return Err(HarnessError::Start {
-                        detail: format!("Cyrus master exited with {status}"),
-                        log: self.log(),
-                    });
-                }
-            }
-            let ready = TcpStream::connect(("127.0.0.1", self.port)).is_ok_and(|mut s| {
-                let _ = s.set_read_timeout(Some(Duration::from_millis(1000)));
-                let mut buf = [0u8; 64];
-                s.read(&mut buf)
-                    .is_ok_and(|n| buf[..n].starts_with(b"* OK"))
-            });
-            if ready {
-                return Ok(());
-            }
-            if Instant::now() > deadline {
-                return Err(HarnessError::Start {
-                    detail: format!("Cyrus: port {} not ready after 20 s", self.port),
-                    log: self.log(),
-                });
-            }
-            sleep(Duration::from_millis(50));
-        }
+        let dir = self.dir.path();
+        super::wait_ready(&mut self.child, "Cyrus master", &[self.port], 20, || {
+            cyrus_log(dir)
+        })
     }
 
     /// Adds (or replaces) a sasldb user: `bob@example.org` is user `bob` in
@@ -368,27 +330,17 @@ impl CyrusServer {
 
     /// What the master printed (Cyrus itself logs to syslog only).
     pub fn log(&self) -> String {
-        fs::read_to_string(self.dir.path().join("stdout.log")).unwrap_or_default()
+        cyrus_log(self.dir.path())
     }
 
     /// Client options for the port.
     pub fn client_options(&self) -> ClientOptions {
-        let mut o = ClientOptions::new(Target {
-            host: "127.0.0.1".into(),
-            port: self.port,
-            security: crate::Security::Plain,
-        });
-        o.io_timeout = Duration::from_secs(60);
-        o
+        super::plain_client_options(self.port)
     }
 
     /// A client for the port.
     pub fn client(&self) -> Client {
-        match Client::new(self.client_options()) {
-            Ok(c) => c,
-            // Plain targets need no TLS setup, so this cannot fail.
-            Err(e) => unreachable!("plain client: {e}"),
-        }
+        super::plain_client(self.port)
     }
 
     /// Logs in as `account` itself.
@@ -420,6 +372,11 @@ impl Drop for CyrusServer {
     fn drop(&mut self) {
         self.stop();
     }
+}
+
+/// What the master of a Cyrus in `dir` printed.
+fn cyrus_log(dir: &Path) -> String {
+    fs::read_to_string(dir.join("stdout.log")).unwrap_or_default()
 }
 
 fn chown_tree(path: &Path, uid: u32, gid: u32) -> Result<(), HarnessError> {
