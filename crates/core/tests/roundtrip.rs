@@ -133,12 +133,7 @@ fn owners_and_modes_of_directories_and_files_round_trip() {
 fn restore_never_follows_links_inside_the_target() {
     use std::os::unix::fs::symlink;
     let t = tempfile::tempdir().unwrap();
-    let src = t.path().join("vmail");
-    small_store(&src);
-    let mut repo = init_repo(&t.path().join("repo"));
-    let rep = backup(&mut repo, &backup_opts(&src, vec![]), &NoProgress).unwrap();
-    assert!(rep.failures.is_empty(), "{:?}", rep.failures);
-    let repo = open_repo(&t.path().join("repo"));
+    let repo = backed_up_small_store(t.path());
     let out = t.path().join("restored");
     let elsewhere = t.path().join("elsewhere");
     for d in ["domain", "cur", "files"] {
@@ -251,11 +246,7 @@ fn an_overlong_folder_name_costs_that_folder_only() {
 #[test]
 fn restore_counts_add_up_when_files_fail_too() {
     let t = tempfile::tempdir().unwrap();
-    let src = t.path().join("vmail");
-    small_store(&src);
-    let mut repo = init_repo(&t.path().join("repo"));
-    backup(&mut repo, &backup_opts(&src, vec![]), &NoProgress).unwrap();
-    let repo = open_repo(&t.path().join("repo"));
+    let repo = backed_up_small_store(t.path());
     let out = t.path().join("restored");
     let first = restore_latest(&repo, &out);
     assert!(first.failures.is_empty());
@@ -281,11 +272,7 @@ fn restore_counts_add_up_when_files_fail_too() {
 #[test]
 fn single_messages_bring_their_keywords_and_nothing_else() {
     let t = tempfile::tempdir().unwrap();
-    let src = t.path().join("vmail");
-    small_store(&src);
-    let mut repo = init_repo(&t.path().join("repo"));
-    backup(&mut repo, &backup_opts(&src, vec![]), &NoProgress).unwrap();
-    let repo = open_repo(&t.path().join("repo"));
+    let repo = backed_up_small_store(t.path());
     let opts = |target: &std::path::Path, key: &str| RestoreOptions {
         snapshot: "latest".into(),
         target: target.to_path_buf(),

@@ -236,6 +236,17 @@ pub fn assert_same_tree(a: &Path, b: &Path) {
     }
 }
 
+/// `small_store` in `dir/vmail`, backed up whole into a new repository `dir/repo` (no
+/// failures), which is returned opened afresh.
+pub fn backed_up_small_store(dir: &Path) -> Repository {
+    let src = dir.join("vmail");
+    small_store(&src);
+    let mut repo = init_repo(&dir.join("repo"));
+    let rep = backup(&mut repo, &backup_opts(&src, vec![]), &NoProgress).unwrap();
+    assert!(rep.failures.is_empty(), "{:?}", rep.failures);
+    open_repo(&dir.join("repo"))
+}
+
 /// Backup options for a test: 4 threads, the repository's compression, host "test".
 pub fn backup_opts(src: &Path, accounts: Vec<String>) -> BackupOptions {
     BackupOptions {
