@@ -5,10 +5,11 @@
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 use mailvault_core::compress::{self, Codec, Compression, Dictionaries};
 use mailvault_core::crypto::MasterKey;
+use mailvault_core::format::{Object, Version};
 use mailvault_core::id::Id;
 use mailvault_core::index::Index;
 use mailvault_core::pack::{BlobKind, PackBuilder, PackEntry};
-use mailvault_core::split::{split, ChunkerParams};
+use mailvault_core::split::{split, Chunker, ChunkerParams};
 
 /// A message-like text of `len` bytes: headers, then words.
 fn message(len: usize, seed: u64) -> Vec<u8> {
@@ -29,6 +30,26 @@ fn message(len: usize, seed: u64) -> Vec<u8> {
     m
 }
 
+/// Format 2's keyed chunker against format 1's public table and fastcdc's own iterator:
+/// the same cut code with another table, so the same speed is expected.
+fn chunkers(c: &mut Criterion) {
+    let key = MasterKey::random();
+    let p = ChunkerParams::default();
+    let data: Vec<u8> = (0..4u64 << 20)
+        .map(|i| (i.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 56) as u8)
+        .collect();
+    let mut g = c.benchmark_group("chunker_4MiB");
+    g.throughput(Throughput::Bytes(data.len() as u64));
+    g.bench_function("fastcdc_crate", |b| {
+        b.iter(|| fastcdc::v2020::FastCDC::new(&data, p.min, p.avg, p.max).count())
+    });
+    let public = Chunker::public(p);
+    g.bench_function("public_table", |b| b.iter(|| public.chunks(&data).count()));
+    let keyed = Chunker::keyed(p, key.gear_table());
+    g.bench_function("keyed_table", |b| b.iter(|| keyed.chunks(&data).count()));
+    g.finish();
+}
+
 fn bench(c: &mut Criterion) {
     let key = MasterKey::random();
     let sizes = [4 << 10, 64 << 10, 1 << 20];
@@ -36,8 +57,9 @@ fn bench(c: &mut Criterion) {
     for &n in &sizes {
         let m = message(n, 7);
         g.throughput(Throughput::Bytes(n as u64));
+        let chunker = Chunker::keyed(ChunkerParams::default(), key.gear_table());
         g.bench_with_input(BenchmarkId::new("split", n), &m, |b, m| {
-            b.iter(|| split(m, &ChunkerParams::default()))
+            b.iter(|| split(m, &chunker))
         });
         g.bench_with_input(BenchmarkId::new("blob_id", n), &m, |b, m| {
             b.iter(|| key.blob_id(m))
@@ -54,6 +76,13 @@ fn bench(c: &mut Criterion) {
         let sealed = key.seal(&m);
         g.bench_with_input(BenchmarkId::new("open", n), &sealed, |b, s| {
             b.iter(|| key.open(s, "b").unwrap())
+        });
+        // Format 2: the associated data that binds a blob's kind and id.
+        let id = key.blob_id(&m);
+        let aad = Object::Blob(BlobKind::Data, &id).aad();
+        let sealed = key.seal_ad(&m, &aad);
+        g.bench_with_input(BenchmarkId::new("open_ad", n), &sealed, |b, s| {
+            b.iter(|| key.open_vec_ad(s.clone(), &aad, "b").unwrap())
         });
         let (codec, packed) = compress::compress(&m, Compression::Zstd, None).unwrap();
         let dicts = Dictionaries::default();
@@ -104,7 +133,7 @@ fn bench(c: &mut Criterion) {
                 id[..4].copy_from_slice(&i.to_le_bytes());
                 p.add(Id(id), BlobKind::Data, Codec::Zstd, m.len(), &sealed);
             }
-            p.finish(&key)
+            p.finish(&key, Version::V2)
         })
     });
 
@@ -122,7 +151,7 @@ fn bench(c: &mut Criterion) {
     for (n, chunk) in entries.chunks(4096).enumerate() {
         let mut pid = [0u8; 32];
         pid[..8].copy_from_slice(&(n as u64).to_le_bytes());
-        index.add_pack(Id(pid), chunk);
+        index.add_pack(Id(pid), Version::V2, chunk);
     }
     let probe: Vec<Id> = entries.iter().step_by(997).map(|e| e.id).collect();
     c.bench_function("index_lookup_1M", |b| {
@@ -130,5 +159,5 @@ fn bench(c: &mut Criterion) {
     });
 }
 
-criterion_group!(benches, bench);
+criterion_group!(benches, bench, chunkers);
 criterion_main!(benches);

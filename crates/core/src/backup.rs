@@ -135,7 +135,7 @@ pub(crate) fn finish_run(
     let elapsed = meta.started.elapsed().as_secs_f64();
     let mut snap = Snapshot {
         id: Id::default(),
-        version: crate::repo::FORMAT_VERSION,
+        version: saver.repo().version().number(),
         time: meta.time.0,
         time_nanos: meta.time.1,
         hostname: meta.hostname,
@@ -241,7 +241,7 @@ pub fn backup(
     let (resumed, mark) = repo.begin_backup()?;
     let compression = opts.compression.unwrap_or(repo.config().compression);
     if compression == Compression::Zstd && !repo.has_dictionary() {
-        let samples = sample_blobs(&accounts, &repo.config().chunker);
+        let samples = sample_blobs(&accounts, repo.chunker());
         if let Some(dict) = crate::compress::train(&samples) {
             repo.add_dictionary(&dict)?;
         }
@@ -369,7 +369,7 @@ fn run(
 
 /// Pieces of a spread of messages across the store, to train the compression dictionary
 /// on: up to 4000 messages or 8 MiB, taken round-robin over folders and accounts.
-fn sample_blobs(accounts: &[AccountSource], params: &crate::split::ChunkerParams) -> Vec<Vec<u8>> {
+fn sample_blobs(accounts: &[AccountSource], chunker: &crate::split::Chunker) -> Vec<Vec<u8>> {
     const MAX_FILES: usize = 4000;
     const MAX_BYTES: u64 = 8 << 20;
     let mut folders: Vec<Vec<PathBuf>> = Vec::new();
@@ -408,7 +408,7 @@ fn sample_blobs(accounts: &[AccountSource], params: &crate::split::ChunkerParams
             return;
         }
         let Ok(data) = std::fs::read(p) else { return };
-        for r in crate::split::split(&data, params) {
+        for r in crate::split::split(&data, chunker) {
             if r.len() <= crate::compress::DICT_MAX_BLOB
                 && total.fetch_add(r.len() as u64, Relaxed) < MAX_BYTES
             {
@@ -691,9 +691,8 @@ fn save_content(ctx: &Ctx, data: &[u8]) -> Result<Vec<Id>> {
 /// Splits a message (or any file) into blobs ([`crate::split`]) and saves them; returns
 /// the content ids in order. For every kind of source.
 pub fn store_content(saver: &BlobSaver, data: &[u8]) -> Result<Vec<Id>> {
-    let params = saver.repo().config().chunker;
     let mut ids = Vec::new();
-    for r in crate::split::split(data, &params) {
+    for r in crate::split::split(data, saver.repo().chunker()) {
         ids.push(saver.save(BlobKind::Data, &data[r])?);
     }
     Ok(ids)

@@ -278,10 +278,7 @@ fn check_inner(repo: &Repository, opts: &CheckOptions, started: Instant) -> Resu
         }
     });
     for w in store.list("writers/")? {
-        if let Err(e) = store
-            .get(&w.path)
-            .and_then(|b| repo.key().open(&b, &w.path))
-        {
+        if let Err(e) = repo.open_writer_record(&w.path) {
             warnings.push(format!(
                 "{}: not a writer record ({e}): backups ignore it; remove it",
                 w.path
@@ -621,13 +618,8 @@ fn verify_named_file(
     };
     st.files.fetch_add(1, Relaxed);
     st.bytes.fetch_add(data.len() as u64, Relaxed);
-    match file_id(path) {
-        Ok(id) if id == Id::of_file(&data) => Ok(data),
-        Ok(_) => Err(st.error(
-            kind,
-            Some(path),
-            "content does not match its name: the file is damaged",
-        )),
+    match repo.verify_name(path, &data) {
+        Ok(()) => Ok(data),
         Err(e) => Err(st.error(kind, Some(path), e)),
     }
 }
@@ -656,14 +648,30 @@ fn check_pack(
     if let Some(i) = damaged {
         st.set_repair(i, REPAIR_BOTH);
     }
-    let header: Vec<PackEntry> = match pack::header_of(&bytes, repo.key(), path) {
-        Ok(h) => h,
-        Err(e) => {
-            let idx = damaged.unwrap_or_else(|| st.error(DamageKind::Pack, Some(path), e));
-            st.set_repair(idx, REPAIR_BOTH);
+    let (version, header): (_, Vec<PackEntry>) =
+        match pack::header_of(&bytes, repo.key(), path, repo.pack_versions()) {
+            Ok(h) => h,
+            Err(e) => {
+                let idx = damaged.unwrap_or_else(|| st.error(DamageKind::Pack, Some(path), e));
+                st.set_repair(idx, REPAIR_BOTH);
+                return lose_all(idx);
+            }
+        };
+    // The index says which format the pack is in; its header must agree.
+    if let Some((_, loc)) = indexed.first() {
+        let listed = repo.index().pack_version(loc.pack);
+        if listed != version {
+            let idx = damaged.unwrap_or_else(|| {
+                st.error(
+                    DamageKind::Index,
+                    Some(path),
+                    format!("the index lists it as a format-{listed} pack; it is format {version}"),
+                )
+            });
+            st.set_repair(idx, REPAIR_INDEX);
             return lose_all(idx);
         }
-    };
+    }
     let in_header: HashMap<Id, &PackEntry> = header.iter().map(|e| (e.id, e)).collect();
     let group = |what: &str, error: &str, kind: DamageKind, repair: &str| {
         damaged.unwrap_or_else(|| {
@@ -779,7 +787,7 @@ fn check_pack(
                 );
                 continue;
             };
-            match repo.decode_blob(blob, loc, sealed, path) {
+            match repo.decode_blob(blob, loc, version, sealed, path) {
                 Ok(_) => {
                     st.verified.fetch_add(1, Relaxed);
                 }

@@ -54,8 +54,9 @@ impl XChaCha {
         (LessSafeKey::new(key), Nonce::assume_unique_for_key(n))
     }
 
-    /// nonce || ciphertext || tag of `plain` under a fresh random nonce from `rng`.
-    fn seal(&self, plain: &[u8], rng: &mut impl RngCore) -> Vec<u8> {
+    /// nonce || ciphertext || tag of `plain` and associated data `ad` (format 1 objects
+    /// have none) under a fresh random nonce from `rng`.
+    fn seal(&self, plain: &[u8], ad: &[u8], rng: &mut impl RngCore) -> Vec<u8> {
         let mut nonce = [0u8; 24];
         rng.fill_bytes(&mut nonce);
         let mut out = Vec::with_capacity(plain.len() + SEAL_OVERHEAD);
@@ -64,7 +65,7 @@ impl XChaCha {
         let (key, n) = self.subkey(&nonce);
         // Sealing fails only for inputs over 256 GiB, which no blob or object comes near.
         let tag = key
-            .seal_in_place_separate_tag(n, Aad::empty(), &mut out[24..])
+            .seal_in_place_separate_tag(n, Aad::from(ad), &mut out[24..])
             .expect("ChaCha20-Poly1305 input within limits");
         out.extend_from_slice(tag.as_ref());
         out
@@ -86,21 +87,22 @@ impl XChaCha {
         Some(out)
     }
 
-    /// The plaintext of what [`Self::seal`] made, or `None` when it does not authenticate.
-    fn open(&self, sealed: &[u8]) -> Option<Vec<u8>> {
-        self.open_vec(sealed.to_vec())
+    /// The plaintext of what [`Self::seal`] made with `ad`, or `None` when it does not
+    /// authenticate.
+    fn open(&self, sealed: &[u8], ad: &[u8]) -> Option<Vec<u8>> {
+        self.open_vec(sealed.to_vec(), ad)
     }
 
     /// [`Self::open`] in the sealed buffer itself: decrypted and moved to its start in one
     /// pass (ring's `open_within`), no second buffer.
-    fn open_vec(&self, mut sealed: Vec<u8>) -> Option<Vec<u8>> {
+    fn open_vec(&self, mut sealed: Vec<u8>, ad: &[u8]) -> Option<Vec<u8>> {
         if sealed.len() < SEAL_OVERHEAD {
             return None;
         }
         let nonce: [u8; 24] = sealed[..24].try_into().ok()?;
         let (key, n) = self.subkey(&nonce);
         let len = key
-            .open_within(n, Aad::empty(), &mut sealed, 24..)
+            .open_within(n, Aad::from(ad), &mut sealed, 24..)
             .ok()?
             .len();
         sealed.truncate(len);
@@ -147,12 +149,40 @@ impl MasterKey {
 
     /// [`Self::open`] of a buffer the caller gives up, decrypted in place.
     pub fn open_vec(&self, sealed: Vec<u8>, what: &str) -> Result<Vec<u8>> {
+        self.open_vec_ad(sealed, &[], what)
+    }
+
+    /// [`Self::open_vec`] of what [`Self::seal_ad`] sealed with associated data `ad`.
+    pub fn open_vec_ad(&self, sealed: Vec<u8>, ad: &[u8], what: &str) -> Result<Vec<u8>> {
         if sealed.len() < SEAL_OVERHEAD {
             return Err(Error::corrupt(what, "too short to be sealed data"));
         }
         self.aead
-            .open_vec(sealed)
+            .open_vec(sealed, ad)
             .ok_or_else(|| Error::Tampered(what.to_string()))
+    }
+
+    /// Whether `sealed` opens with associated data `ad`, without keeping the plaintext.
+    pub fn opens_with(&self, sealed: &[u8], ad: &[u8]) -> bool {
+        sealed.len() >= SEAL_OVERHEAD && self.aead.open(sealed, ad).is_some()
+    }
+
+    /// The gear table of format 2's keyed chunker: 256 64-bit values from BLAKE3's
+    /// extendable output, keyed by a key derived from the master key, so that chunk
+    /// boundaries (and the sizes they leave visible) differ from one repository to the
+    /// next, as restic's per-repository polynomial and borg's chunker seed do.
+    pub fn gear_table(&self) -> Box<[u64; 256]> {
+        let k = blake3::derive_key("mailvault 2026-11-23 chunker gear table", self.raw.as_ref());
+        let mut xof = blake3::Hasher::new_keyed(&k).finalize_xof();
+        let mut bytes = [0u8; 256 * 8];
+        xof.fill(&mut bytes);
+        let mut gear = Box::new([0u64; 256]);
+        for (g, b) in gear.iter_mut().zip(bytes.chunks_exact(8)) {
+            let mut x = [0u8; 8];
+            x.copy_from_slice(b);
+            *g = u64::from_le_bytes(x);
+        }
+        gear
     }
 
     /// The first `n` bytes (or fewer, if shorter) of sealed data, decrypted **without
@@ -165,11 +195,18 @@ impl MasterKey {
             .ok_or_else(|| Error::corrupt(what, "too short to be sealed data"))
     }
 
-    /// Encrypts `plain`: returns nonce || ciphertext || tag.
+    /// Encrypts `plain` with no associated data (format 1): returns nonce || ciphertext
+    /// || tag.
     pub fn seal(&self, plain: &[u8]) -> Vec<u8> {
+        self.seal_ad(plain, &[])
+    }
+
+    /// Encrypts `plain` and authenticates it with `ad`, which must be given again to
+    /// open it (format 2 binds each object's type and name this way).
+    pub fn seal_ad(&self, plain: &[u8], ad: &[u8]) -> Vec<u8> {
         // The thread's CSPRNG (ChaCha12, seeded and reseeded from the OS): a getrandom(2)
         // per blob was a syscall per blob.
-        self.aead.seal(plain, &mut rand::thread_rng())
+        self.aead.seal(plain, ad, &mut rand::thread_rng())
     }
 
     /// Decrypts what [`Self::seal`] made; `what` names the object for the error.
@@ -278,7 +315,7 @@ impl KeyFile {
         let mut salt = [0u8; 32];
         rand::rngs::OsRng.fill_bytes(&mut salt);
         let kek = derive(password, &salt, params)?;
-        let wrapped = kek.seal(master.raw.as_ref(), &mut rand::rngs::OsRng);
+        let wrapped = kek.seal(master.raw.as_ref(), &[], &mut rand::rngs::OsRng);
         let mut kf = KeyFile {
             version: KEY_FILE_VERSION,
             kdf: "argon2id".into(),
@@ -347,7 +384,7 @@ impl KeyFile {
         let salt = hex::decode(&self.salt).map_err(|_| Error::corrupt(what, "bad salt"))?;
         let wrapped = hex::decode(&self.wrapped).map_err(|_| Error::corrupt(what, "bad key"))?;
         let kek = derive(password, &salt, self.params)?;
-        let raw = Zeroizing::new(kek.open(&wrapped).ok_or(Error::WrongPassword)?);
+        let raw = Zeroizing::new(kek.open(&wrapped, &[]).ok_or(Error::WrongPassword)?);
         let mut key = [0u8; 64];
         key.copy_from_slice(&raw);
         let mk = MasterKey::from_bytes(&key);
@@ -422,7 +459,7 @@ mod tests {
             0, 1, 15, 16, 63, 64, 65, 255, 256, 257, 511, 512, 1000, 4096, 70_001,
         ] {
             let plain: Vec<u8> = (0..len).map(|i| (i * 7 + len) as u8).collect();
-            let sealed = ours.seal(&plain, &mut rng);
+            let sealed = ours.seal(&plain, &[], &mut rng);
             let nonce = XNonce::from_slice(&sealed[..24]);
             assert_eq!(
                 theirs.decrypt(nonce, &sealed[24..]).unwrap(),
@@ -432,7 +469,7 @@ mod tests {
             let mut back = sealed[..24].to_vec();
             back.extend(theirs.encrypt(nonce, plain.as_slice()).unwrap());
             assert_eq!(back, sealed, "len {len}");
-            assert_eq!(ours.open(&back).unwrap(), plain, "len {len}");
+            assert_eq!(ours.open(&back, &[]).unwrap(), plain, "len {len}");
         }
     }
 

@@ -51,8 +51,23 @@ pub enum Error {
     #[error("no key file opens the repository: {}", .0.join("; "))]
     NoKeyOpens(Vec<String>),
     /// The repository was written by a newer mailvault.
-    #[error("repository format version {0} is not supported by this mailvault (supports 1)")]
+    #[error("repository format version {0} is not supported by this mailvault (it reads formats 1 and 2): use a newer mailvault")]
     UnsupportedVersion(u32),
+    /// An object of one repository format found in a repository of another (in a
+    /// format-2 repository, a format-1 object: left by an unfinished `mailvault
+    /// migrate`, or put there).
+    #[error("{what}: a format-{found} object in a format-{expected} repository{}", if *.found < *.expected { " (left by an unfinished `mailvault migrate`? run it again; otherwise the file was put there)" } else { " (staged by an unfinished `mailvault migrate`: run it again to finish)" })]
+    OtherFormat {
+        what: String,
+        found: u32,
+        expected: u32,
+    },
+    /// A format-2 object that does not open as what its place says it is: swapped with
+    /// another, renamed, replayed in the wrong place, or damaged.
+    #[error(
+        "{what}: does not open as {expected}: it was swapped, renamed or moved here, or is damaged"
+    )]
+    Misplaced { what: String, expected: String },
     /// No snapshot matches what the user asked for.
     #[error("no snapshot matches {0:?}")]
     SnapshotNotFound(String),

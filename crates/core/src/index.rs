@@ -1,19 +1,23 @@
 //! Index files and the in-memory index: blob id -> (pack, offset, length).
 //!
 //! ```text
-//! index file = seal("MVIX" 0x01 pack_count:u32 pack*)
-//! pack       = pack_id:[32] count:u32 entry*
+//! format 1: index file = seal("MVIX" 0x01 pack_count:u32 pack*)
+//!           pack       = pack_id:[32] count:u32 entry*
+//! format 2: index file = seal[Index(id)]("MVIX" 0x02 pack_count:u32 pack*)
+//!           pack       = pack_id:[32] pack_version:u8 count:u32 entry*
 //! entry      = kind:u8 codec:u8 offset:u32 stored_len:u32 raw_len:u32 id:[32]   (46 bytes)
 //! ```
+//! `pack_version` is the format the pack was written in: a repository migrated from
+//! format 1 keeps its format-1 data packs, whose blobs are sealed without associated data.
 
 use crate::compress::Codec;
 use crate::error::{Error, Result};
+use crate::format::Version;
 use crate::id::Id;
-use crate::pack::{BlobKind, PackEntry};
+use crate::pack::{BlobKind, IndexedPack, PackEntry};
 use std::collections::HashMap;
 
 const MAGIC: &[u8; 4] = b"MVIX";
-const VERSION: u8 = 1;
 const ENTRY_LEN: usize = 46;
 
 /// Where a blob is: 20 bytes per blob in memory, plus its 32-byte id as the map key.
@@ -32,6 +36,8 @@ pub struct Location {
 #[derive(Default)]
 pub struct Index {
     packs: Vec<Id>,
+    /// The format each pack in `packs` was written in.
+    versions: Vec<Version>,
     pack_pos: HashMap<Id, u32>,
     blobs: HashMap<Id, Location>,
 }
@@ -45,6 +51,10 @@ impl Index {
     }
     pub fn pack_id(&self, pos: u32) -> Id {
         self.packs[pos as usize]
+    }
+    /// The format the pack at `pos` was written in.
+    pub fn pack_version(&self, pos: u32) -> Version {
+        self.versions[pos as usize]
     }
     pub fn has_pack(&self, id: &Id) -> bool {
         self.pack_pos.contains_key(id)
@@ -63,9 +73,10 @@ impl Index {
     }
 
     /// Adds a pack's entries; a blob already known elsewhere keeps its first location.
-    pub fn add_pack(&mut self, pack: Id, entries: &[PackEntry]) {
+    pub fn add_pack(&mut self, pack: Id, version: Version, entries: &[PackEntry]) {
         let pos = *self.pack_pos.entry(pack).or_insert_with(|| {
             self.packs.push(pack);
+            self.versions.push(version);
             (self.packs.len() - 1) as u32
         });
         self.blobs.reserve(entries.len());
@@ -82,17 +93,29 @@ impl Index {
     }
 }
 
-/// Encodes the plaintext of one index file.
-pub fn encode(packs: &[(Id, Vec<PackEntry>)]) -> Vec<u8> {
-    let n: usize = packs.iter().map(|(_, e)| 36 + e.len() * ENTRY_LEN).sum();
+/// Encodes the plaintext of one index file of format `version`. A format-1 index file
+/// can only list format-1 packs.
+pub fn encode(packs: &[IndexedPack], version: Version) -> Result<Vec<u8>> {
+    let n: usize = packs.iter().map(|p| 37 + p.entries.len() * ENTRY_LEN).sum();
     let mut out = Vec::with_capacity(9 + n);
     out.extend_from_slice(MAGIC);
-    out.push(VERSION);
+    out.push(version.number() as u8);
     out.extend_from_slice(&(packs.len() as u32).to_le_bytes());
-    for (id, entries) in packs {
-        out.extend_from_slice(&id.0);
-        out.extend_from_slice(&(entries.len() as u32).to_le_bytes());
-        for e in entries {
+    for p in packs {
+        out.extend_from_slice(&p.id.0);
+        match version {
+            Version::V1 if p.version != Version::V1 => {
+                return Err(Error::InvalidInput(format!(
+                    "pack {} is format {} and cannot be listed in a format-1 index",
+                    p.id.short(),
+                    p.version
+                )))
+            }
+            Version::V1 => {}
+            Version::V2 => out.push(p.version.number() as u8),
+        }
+        out.extend_from_slice(&(p.entries.len() as u32).to_le_bytes());
+        for e in &p.entries {
             out.push(e.kind as u8);
             out.push(e.codec as u8);
             out.extend_from_slice(&e.offset.to_le_bytes());
@@ -101,7 +124,7 @@ pub fn encode(packs: &[(Id, Vec<PackEntry>)]) -> Vec<u8> {
             out.extend_from_slice(&e.id.0);
         }
     }
-    out
+    Ok(out)
 }
 
 struct Reader<'a> {
@@ -129,20 +152,36 @@ impl<'a> Reader<'a> {
     }
 }
 
-/// Decodes the plaintext of one index file.
-pub fn decode(b: &[u8], what: &str) -> Result<Vec<(Id, Vec<PackEntry>)>> {
+/// Decodes the plaintext of one index file of format `version` (the repository's: the
+/// file's own version byte must agree).
+pub fn decode(b: &[u8], version: Version, what: &str) -> Result<Vec<IndexedPack>> {
     let mut r = Reader { b, at: 0, what };
     if r.take(4)? != MAGIC {
         return Err(Error::corrupt(what, "not an index file"));
     }
     let v = r.take(1)?[0];
-    if v != VERSION {
-        return Err(Error::corrupt(what, format!("index version {v}")));
+    if u32::from(v) != version.number() {
+        return Err(Error::corrupt(
+            what,
+            format!("index version {v} in a format-{version} repository"),
+        ));
     }
     let npacks = r.u32()? as usize;
     let mut packs = Vec::with_capacity(npacks.min(1 << 16));
     for _ in 0..npacks {
         let pack = r.id()?;
+        let pack_version = match version {
+            Version::V1 => Version::V1,
+            Version::V2 => {
+                let v = r.take(1)?[0];
+                Version::from_number(v.into()).map_err(|_| {
+                    Error::corrupt(
+                        what,
+                        format!("pack {} has unknown format {v}", pack.short()),
+                    )
+                })?
+            }
+        };
         let count = r.u32()? as usize;
         let mut entries = Vec::with_capacity(count.min(1 << 20));
         for _ in 0..count {
@@ -162,7 +201,11 @@ pub fn decode(b: &[u8], what: &str) -> Result<Vec<(Id, Vec<PackEntry>)>> {
                 raw_len,
             });
         }
-        packs.push((pack, entries));
+        packs.push(IndexedPack {
+            id: pack,
+            version: pack_version,
+            entries,
+        });
     }
     if r.at != b.len() {
         return Err(Error::corrupt(what, "trailing bytes after the index"));
@@ -186,28 +229,49 @@ mod tests {
         }
     }
 
+    fn pack(id: u8, version: Version, entries: Vec<PackEntry>) -> IndexedPack {
+        IndexedPack {
+            id: Id([id; 32]),
+            version,
+            entries,
+        }
+    }
+
     #[test]
     fn golden_layout() {
-        let enc = encode(&[(Id([0xaa; 32]), vec![entry(1)])]);
+        let enc = encode(&[pack(0xaa, Version::V1, vec![entry(1)])], Version::V1).unwrap();
         assert_eq!(&enc[..9], b"MVIX\x01\x01\x00\x00\x00");
         assert_eq!(enc.len(), 9 + 36 + 46);
         assert_eq!(&enc[45..47], &[0, 1]);
+        let enc = encode(&[pack(0xaa, Version::V1, vec![entry(1)])], Version::V2).unwrap();
+        assert_eq!(&enc[..9], b"MVIX\x02\x01\x00\x00\x00");
+        assert_eq!(enc.len(), 9 + 37 + 46);
+        assert_eq!(enc[41], 1, "the pack's own format");
+        assert_eq!(&enc[46..48], &[0, 1]);
+        // A format-1 index cannot list a format-2 pack; a version byte must match.
+        assert!(encode(&[pack(1, Version::V2, vec![])], Version::V1).is_err());
+        assert!(decode(&enc, Version::V1, "t").is_err());
     }
 
     proptest! {
         #[test]
-        fn round_trip(packs in proptest::collection::vec((any::<[u8; 32]>(), proptest::collection::vec(any::<u8>(), 0..20)), 0..8)) {
-            let packs: Vec<(Id, Vec<PackEntry>)> = packs.into_iter().map(|(p, es)| (Id(p), es.into_iter().map(entry).collect())).collect();
-            let enc = encode(&packs);
-            prop_assert_eq!(decode(&enc, "t").unwrap(), packs);
-            if !enc.is_empty() {
-                prop_assert!(decode(&enc[..enc.len() - 1], "t").is_err());
+        fn round_trip(packs in proptest::collection::vec((any::<[u8; 32]>(), any::<bool>(), proptest::collection::vec(any::<u8>(), 0..20)), 0..8)) {
+            for v in [Version::V1, Version::V2] {
+                let packs: Vec<IndexedPack> = packs.iter().map(|(p, two, es)| IndexedPack {
+                    id: Id(*p),
+                    version: if *two && v == Version::V2 { Version::V2 } else { Version::V1 },
+                    entries: es.iter().copied().map(entry).collect(),
+                }).collect();
+                let enc = encode(&packs, v).unwrap();
+                prop_assert_eq!(decode(&enc, v, "t").unwrap(), packs);
+                prop_assert!(decode(&enc[..enc.len() - 1], v, "t").is_err());
             }
         }
 
         #[test]
         fn decode_never_panics(data in proptest::collection::vec(any::<u8>(), 0..300)) {
-            let _ = decode(&data, "t");
+            let _ = decode(&data, Version::V1, "t");
+            let _ = decode(&data, Version::V2, "t");
         }
     }
 }

@@ -10,6 +10,7 @@ pub mod check;
 pub mod compress;
 pub mod crypto;
 pub mod error;
+pub mod format;
 pub mod id;
 pub mod imap;
 pub mod index;

@@ -1,23 +1,31 @@
 //! Pack files: many sealed blobs in one repository object.
 //!
 //! ```text
-//! pack   = blob* header header_len
-//! blob   = seal(encoded bytes)              one per blob, at the offsets the header implies
-//! header = seal("MVPK" 0x01 count:u32 entry*)
+//! format 1: pack = blob* header header_len
+//!           header = seal("MVPK" 0x01 count:u32 entry*)
+//!           header_len = u32 LE length of the sealed header (plaintext)
+//! format 2: pack = blob* header trailer
+//!           header  = seal[PackHeader]("MVPK" 0x02 count:u32 entry*)
+//!           trailer = seal[PackTrailer](header_len:u32)        (44 bytes)
+//! blob   = seal(encoded bytes), in format 2 seal[Blob(kind, id)], at the offsets the
+//!          header implies
 //! entry  = kind:u8 codec:u8 stored_len:u32 raw_len:u32 id:[32]   (42 bytes, little endian)
-//! header_len = u32 LE length of the sealed header
 //! ```
 //! A pack is named by the plain BLAKE3 of its bytes, so any damage shows as a name mismatch.
+//! Format 2 seals the header's length, so a pack's size no longer tells how many blobs it
+//! holds.
 
 use crate::compress::Codec;
-use crate::crypto::MasterKey;
+use crate::crypto::{MasterKey, SEAL_OVERHEAD};
 use crate::error::{Error, Result};
+use crate::format::{Object, Version};
 use crate::id::Id;
 use crate::store::Store;
 
 const MAGIC: &[u8; 4] = b"MVPK";
-const VERSION: u8 = 1;
 const ENTRY_LEN: usize = 42;
+/// Length of a format-2 pack's sealed trailer.
+pub const TRAILER_LEN: usize = SEAL_OVERHEAD + 4;
 
 /// What a blob holds: message content or metadata. They go to different packs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -48,8 +56,16 @@ pub struct PackEntry {
     pub raw_len: u32,
 }
 
+/// A pack with its format and entries, as an index file lists it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct IndexedPack {
+    pub id: Id,
+    pub version: Version,
+    pub entries: Vec<PackEntry>,
+}
+
 /// Packs with their entries, as written to an index file.
-pub type PackList = Vec<(Id, Vec<PackEntry>)>;
+pub type PackList = Vec<IndexedPack>;
 
 /// The repository path of a pack.
 pub fn pack_path(id: &Id) -> String {
@@ -67,6 +83,7 @@ pub struct PackBuilder {
 /// A finished pack, ready to be stored.
 pub struct FinishedPack {
     pub id: Id,
+    pub version: Version,
     pub bytes: Vec<u8>,
     pub entries: Vec<PackEntry>,
 }
@@ -105,24 +122,36 @@ impl PackBuilder {
         self.entries.is_empty()
     }
 
-    /// Seals the header onto the blobs and names the pack.
-    pub fn finish(self, key: &MasterKey) -> FinishedPack {
+    /// Seals the header onto the blobs (as `version` has it) and names the pack.
+    pub fn finish(self, key: &MasterKey, version: Version) -> FinishedPack {
         let mut bytes = self.buf;
-        let header = key.seal(&encode_header(&self.entries));
-        bytes.extend_from_slice(&header);
-        bytes.extend_from_slice(&(header.len() as u32).to_le_bytes());
+        let plain = encode_header(&self.entries, version);
+        match version {
+            Version::V1 => {
+                let header = key.seal(&plain);
+                bytes.extend_from_slice(&header);
+                bytes.extend_from_slice(&(header.len() as u32).to_le_bytes());
+            }
+            Version::V2 => {
+                let header = key.seal_ad(&plain, &Object::PackHeader.aad());
+                bytes.extend_from_slice(&header);
+                let len = (header.len() as u32).to_le_bytes();
+                bytes.extend_from_slice(&key.seal_ad(&len, &Object::PackTrailer.aad()));
+            }
+        }
         FinishedPack {
             id: Id::of_file(&bytes),
+            version,
             bytes,
             entries: self.entries,
         }
     }
 }
 
-fn encode_header(entries: &[PackEntry]) -> Vec<u8> {
+fn encode_header(entries: &[PackEntry], version: Version) -> Vec<u8> {
     let mut h = Vec::with_capacity(9 + entries.len() * ENTRY_LEN);
     h.extend_from_slice(MAGIC);
-    h.push(VERSION);
+    h.push(version.number() as u8);
     h.extend_from_slice(&(entries.len() as u32).to_le_bytes());
     for e in entries {
         h.push(e.kind as u8);
@@ -140,15 +169,21 @@ fn u32_at(b: &[u8], at: usize) -> u32 {
     u32::from_le_bytes(x)
 }
 
-/// Parses a header's plaintext; `blobs_len` is where the header starts in the pack.
-fn decode_header(h: &[u8], blobs_len: u64, what: &str) -> Result<Vec<PackEntry>> {
+/// Parses a header's plaintext of a pack of `version`; `blobs_len` is where the header
+/// starts in the pack.
+pub fn decode_header(
+    h: &[u8],
+    version: Version,
+    blobs_len: u64,
+    what: &str,
+) -> Result<Vec<PackEntry>> {
     if h.len() < 9 || &h[..4] != MAGIC {
         return Err(Error::corrupt(what, "not a pack header"));
     }
-    if h[4] != VERSION {
+    if u32::from(h[4]) != version.number() {
         return Err(Error::corrupt(
             what,
-            format!("pack header version {}", h[4]),
+            format!("pack header version {} in a format-{version} pack", h[4]),
         ));
     }
     let count = u32_at(h, 5) as usize;
@@ -186,39 +221,91 @@ fn decode_header(h: &[u8], blobs_len: u64, what: &str) -> Result<Vec<PackEntry>>
     Ok(entries)
 }
 
-/// Reads and opens the header of a pack of `size` bytes from the store.
+/// Reads and opens the header of a pack of `size` bytes from the store (two or three
+/// ranged reads). `allowed` are the pack formats the caller accepts: a pack of another
+/// is an error that says which it is.
 pub fn read_header(
     store: &dyn Store,
     key: &MasterKey,
     path: &str,
     size: u64,
-) -> Result<Vec<PackEntry>> {
-    if size < 4 {
-        return Err(Error::corrupt(path, "too short to be a pack"));
-    }
-    let tail = store.get_range(path, size - 4, 4)?;
-    let hlen = u64::from(u32_at(&tail, 0));
-    if hlen + 4 > size {
-        return Err(Error::corrupt(path, "header length larger than the pack"));
-    }
-    let sealed = store.get_range(path, size - 4 - hlen, hlen)?;
-    let plain = key.open(&sealed, &format!("{path} (header)"))?;
-    decode_header(&plain, size - 4 - hlen, path)
+    allowed: &[Version],
+) -> Result<(Version, Vec<PackEntry>)> {
+    parse_tail(key, path, size, allowed, |start, len| {
+        store.get_range(path, start, len)
+    })
 }
 
-/// Parses the header of a pack held whole in memory.
-pub fn header_of(bytes: &[u8], key: &MasterKey, path: &str) -> Result<Vec<PackEntry>> {
-    let size = bytes.len() as u64;
+/// Parses the header of a pack held whole in memory; see [`read_header`].
+pub fn header_of(
+    bytes: &[u8],
+    key: &MasterKey,
+    path: &str,
+    allowed: &[Version],
+) -> Result<(Version, Vec<PackEntry>)> {
+    parse_tail(key, path, bytes.len() as u64, allowed, |start, len| {
+        Ok(bytes[start as usize..(start + len) as usize].to_vec())
+    })
+}
+
+/// The header of a pack of `size` bytes whose ranges `get(start, len)` reads. A format-2
+/// pack is recognized by its trailer, which opens only under the repository's key as a
+/// pack trailer; anything else is read as format 1 if that is allowed.
+fn parse_tail(
+    key: &MasterKey,
+    path: &str,
+    size: u64,
+    allowed: &[Version],
+    get: impl Fn(u64, u64) -> Result<Vec<u8>>,
+) -> Result<(Version, Vec<PackEntry>)> {
+    let header_what = format!("{path} (header)");
+    let trailer = TRAILER_LEN as u64;
+    if size >= trailer {
+        let tail = get(size - trailer, trailer)?;
+        if let Ok(len) = key.open_vec_ad(tail, &Object::PackTrailer.aad(), path) {
+            if !allowed.contains(&Version::V2) {
+                return Err(Error::corrupt(
+                    path,
+                    "a format-2 pack in a format-1 repository",
+                ));
+            }
+            let hlen = u64::from(u32_at(&len, 0));
+            if len.len() != 4 || hlen + trailer > size {
+                return Err(Error::corrupt(path, "header length larger than the pack"));
+            }
+            let start = size - trailer - hlen;
+            let plain =
+                key.open_vec_ad(get(start, hlen)?, &Object::PackHeader.aad(), &header_what)?;
+            let entries = decode_header(&plain, Version::V2, start, path)?;
+            return Ok((Version::V2, entries));
+        }
+    }
     if size < 4 {
         return Err(Error::corrupt(path, "too short to be a pack"));
     }
-    let hlen = u64::from(u32_at(bytes, bytes.len() - 4));
+    let tail = get(size - 4, 4)?;
+    let hlen = u64::from(u32_at(&tail, 0));
     if hlen + 4 > size {
-        return Err(Error::corrupt(path, "header length larger than the pack"));
+        return Err(Error::corrupt(
+            path,
+            match allowed.contains(&Version::V2) {
+                true => "not a pack (its trailer does not open, and it is no format-1 pack either)",
+                false => "header length larger than the pack",
+            },
+        ));
     }
-    let start = (size - 4 - hlen) as usize;
-    let plain = key.open(&bytes[start..bytes.len() - 4], &format!("{path} (header)"))?;
-    decode_header(&plain, start as u64, path)
+    let start = size - 4 - hlen;
+    let sealed = get(start, hlen)?;
+    if !allowed.contains(&Version::V1) {
+        // Say what it is when it is a format-1 pack (sealed without associated data).
+        return Err(match key.opens_with(&sealed, &[]) {
+            true => Error::corrupt(path, "a format-1 pack in a format-2 repository"),
+            false => Error::corrupt(path, "its trailer does not open: damaged or not a pack"),
+        });
+    }
+    let plain = key.open_vec(sealed, &header_what)?;
+    let entries = decode_header(&plain, Version::V1, start, path)?;
+    Ok((Version::V1, entries))
 }
 
 #[cfg(test)]
@@ -228,6 +315,12 @@ mod tests {
 
     #[test]
     fn pack_round_trip_and_damage() {
+        for v in [Version::V1, Version::V2] {
+            round_trip_and_damage(v);
+        }
+    }
+
+    fn round_trip_and_damage(v: Version) {
         let key = MasterKey::random();
         let mut b = PackBuilder::default();
         let blobs: Vec<Vec<u8>> = (0..10).map(|i| vec![i as u8; 100 * i + 1]).collect();
@@ -245,14 +338,29 @@ mod tests {
                 &sealed,
             );
         }
-        let p = b.finish(&key);
+        let p = b.finish(&key, v);
         assert_eq!(p.id, Id::of_file(&p.bytes));
         let store = MemoryStore::new();
         let path = pack_path(&p.id);
         store.put(&path, &p.bytes).unwrap();
-        let h = read_header(&store, &key, &path, p.bytes.len() as u64).unwrap();
+        let both = [Version::V1, Version::V2];
+        let (got, h) = read_header(&store, &key, &path, p.bytes.len() as u64, &both).unwrap();
+        assert_eq!(got, v);
         assert_eq!(h, p.entries);
-        assert_eq!(header_of(&p.bytes, &key, &path).unwrap(), p.entries);
+        assert_eq!(
+            header_of(&p.bytes, &key, &path, &both).unwrap(),
+            (v, p.entries.clone())
+        );
+        // A pack of the other format is refused by name.
+        let other = [if v == Version::V1 {
+            Version::V2
+        } else {
+            Version::V1
+        }];
+        let e = header_of(&p.bytes, &key, &path, &other)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains(&format!("a format-{v} pack")), "{e}");
         for (e, blob) in h.iter().zip(&blobs) {
             let sealed = store
                 .get_range(&path, e.offset.into(), e.stored_len.into())
@@ -262,6 +370,9 @@ mod tests {
         let mut bad = p.bytes.clone();
         let n = bad.len();
         bad[n - 10] ^= 1;
-        assert!(header_of(&bad, &key, &path).is_err());
+        assert!(header_of(&bad, &key, &path, &both).is_err());
+        let mut bad = p.bytes.clone();
+        bad[n - 60] ^= 1;
+        assert!(header_of(&bad, &key, &path, &both).is_err());
     }
 }

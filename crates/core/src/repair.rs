@@ -74,10 +74,11 @@ pub fn repair_index(repo: &Repository, opts: &RepairOptions) -> Result<IndexRepa
         .par_iter()
         .map(|f| {
             let r = file_id(&f.path).and_then(|id| {
-                let mut v = repo.verify_pack(&f.path)?;
+                let mut v = repo.verify_pack(&f.path, repo.pack_versions())?;
                 match v.damaged_bytes.take() {
                     Some(bytes) if !v.good.is_empty() => {
-                        let (new, entries) = salvage(repo, &bytes, &v.good, opts.dry_run)?;
+                        let (new, entries) =
+                            salvage(repo, &bytes, &v.good, v.version, opts.dry_run)?;
                         v.good = entries;
                         Ok((new, v))
                     }
@@ -116,7 +117,11 @@ pub fn repair_index(repo: &Repository, opts: &RepairOptions) -> Result<IndexRepa
                     rep.packs_added += 1;
                 }
                 rep.blobs += v.good.len() as u64;
-                packs.push((id, v.good));
+                packs.push(crate::pack::IndexedPack {
+                    id,
+                    version: v.version,
+                    entries: v.good,
+                });
             }
             Err(e) => rep.packs_skipped.push(Failure::new(&path, e)),
         }
@@ -128,7 +133,7 @@ pub fn repair_index(repo: &Repository, opts: &RepairOptions) -> Result<IndexRepa
         .iter()
         .filter(|p| !present.contains(*p))
         .count() as u64;
-    packs.sort_by_key(|(id, _)| *id);
+    packs.sort_by_key(|p| p.id);
     if opts.dry_run {
         return Ok(rep);
     }
@@ -160,6 +165,7 @@ fn salvage(
     repo: &Repository,
     bytes: &[u8],
     good: &[crate::pack::PackEntry],
+    version: crate::format::Version,
     dry_run: bool,
 ) -> Result<(Id, Vec<crate::pack::PackEntry>)> {
     let mut b = crate::pack::PackBuilder::default();
@@ -170,7 +176,8 @@ fn salvage(
             .ok_or_else(|| Error::corrupt("pack", "blob past the end of the pack"))?;
         b.add(e.id, e.kind, e.codec, e.raw_len as usize, sealed);
     }
-    let p = b.finish(repo.key());
+    // The blobs keep their sealing, so the new pack is of the damaged one's format.
+    let p = b.finish(repo.key(), version);
     if !dry_run {
         crate::store::put_content_named(repo.store(), &crate::pack::pack_path(&p.id), &p.bytes)?;
     }
@@ -216,7 +223,7 @@ pub fn repair_snapshots(repo: &mut Repository, opts: &RepairOptions) -> Result<S
     let usable_elsewhere: Vec<&String> = unindexed
         .par_iter()
         .filter(|path| {
-            repo.verify_pack(path)
+            repo.verify_pack(path, repo.pack_versions())
                 .is_ok_and(|v| v.good.iter().any(|e| !repo.index().contains(&e.id)))
         })
         .collect();

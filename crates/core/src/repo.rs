@@ -2,7 +2,7 @@
 //!
 //! Layout (all paths relative to the repository root):
 //! ```text
-//! config                 sealed JSON: format version, id, compression, chunker
+//! config                 sealed JSON: format version, id, compression, chunker, padding
 //! keys/<id>              JSON key file: the master key wrapped by Argon2id(password)
 //! data/<xx>/<id>         pack files
 //! index/<id>             sealed index files
@@ -15,24 +15,26 @@
 //! repository: it opens, the file is reported, and `check` names it.
 //! Write order is packs -> index -> snapshot: a snapshot only exists once everything it
 //! references does.
+//!
+//! Formats 1 and 2 are read and written (`crate::format`); every seal and open goes
+//! through [`Repository::seal_object`] / [`Repository::open_object`], which bind an
+//! object's type and name in format 2.
 
 use crate::compress::{self, Compression};
 use crate::crypto::{KdfParams, KeyFile, MasterKey};
 use crate::error::{Error, Result};
+use crate::format::{self, Object, Version};
 use crate::id::Id;
 use crate::index::{self, Index, Location};
-use crate::pack::{self, BlobKind, FinishedPack, PackBuilder, PackEntry, PackList};
+use crate::pack::{self, BlobKind, FinishedPack, IndexedPack, PackBuilder, PackEntry, PackList};
 use crate::snapshot::Snapshot;
-use crate::split::ChunkerParams;
+use crate::split::{Chunker, ChunkerParams};
 use crate::store::{put_content_named, ObjectInfo, Store};
 use crate::tree;
 use serde::{Deserialize, Serialize};
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-
-/// The repository format this code writes and reads.
-pub const FORMAT_VERSION: u32 = 1;
 
 /// The sealed `config` object.
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
@@ -43,6 +45,15 @@ pub struct Config {
     pub chunker: ChunkerParams,
     /// Target pack size in bytes.
     pub pack_size: u32,
+    /// Format 2: every blob's sealed content is padded to a size bucket
+    /// ([`format::pad`]).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub pad: bool,
+    /// Format 2: the repository was migrated from format 1 and keeps format-1 data packs
+    /// (their blobs sealed without associated data, checked against their ids by hash).
+    /// A format-2 repository without it refuses every format-1 pack.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub format1_packs: bool,
 }
 
 /// Options for [`Repository::init`].
@@ -52,6 +63,10 @@ pub struct InitOptions {
     pub kdf: KdfParams,
     pub pack_size: u32,
     pub hostname: String,
+    /// The format to write (format 1 only for repositories older mailvault builds read).
+    pub version: Version,
+    /// Pad every blob to a size bucket (format 2 only).
+    pub pad: bool,
 }
 
 impl Default for InitOptions {
@@ -61,6 +76,8 @@ impl Default for InitOptions {
             kdf: KdfParams::default(),
             pack_size: 16 << 20,
             hostname: crate::hostname(),
+            version: format::CURRENT,
+            pad: false,
         }
     }
 }
@@ -70,6 +87,10 @@ pub struct Repository {
     store: Arc<dyn Store>,
     key: MasterKey,
     config: Config,
+    /// The format, from the config.
+    version: Version,
+    /// How messages are cut: the config's parameters, and in format 2 the keyed table.
+    chunker: Chunker,
     index: Index,
     /// Index files read at open, for `check`.
     index_files: Vec<Id>,
@@ -96,6 +117,11 @@ impl Repository {
                 parts,
             });
         }
+        if opts.pad && opts.version == Version::V1 {
+            return Err(Error::InvalidInput(
+                "padding needs repository format 2".into(),
+            ));
+        }
         let key = MasterKey::random();
         let kf = KeyFile::wrap(&key, password, opts.kdf, &opts.hostname)?;
         let kf_bytes =
@@ -104,18 +130,20 @@ impl Repository {
         // The key before the config that makes this a repository.
         store.flush()?;
         let config = Config {
-            version: FORMAT_VERSION,
+            version: opts.version.number(),
             id: hex::encode(rand::random::<[u8; 16]>()),
             compression: opts.compression,
             chunker: ChunkerParams::default(),
             pack_size: opts.pack_size,
+            pad: opts.pad,
+            format1_packs: false,
         };
-        let cfg =
-            serde_json::to_vec(&config).map_err(|e| Error::corrupt("config", e.to_string()))?;
-        store.put("config", &key.seal(&cfg))?;
+        store.put("config", &seal_config(&key, &config)?)?;
         store.flush()?;
         Ok(Repository {
             store,
+            chunker: chunker_for(&key, &config, opts.version),
+            version: opts.version,
             key,
             config,
             index: Index::default(),
@@ -146,14 +174,11 @@ impl Repository {
             return Err(Error::corrupt("keys/", "the repository has no key files"));
         }
         let key = unlock(store.as_ref(), &keys, password)?;
-        let cfg = key.open(&sealed_cfg, "config")?;
-        let config: Config =
-            serde_json::from_slice(&cfg).map_err(|e| Error::corrupt("config", e.to_string()))?;
-        if config.version != FORMAT_VERSION {
-            return Err(Error::UnsupportedVersion(config.version));
-        }
+        let (config, version) = open_config(&key, sealed_cfg)?;
         let mut repo = Repository {
             store,
+            chunker: chunker_for(&key, &config, version),
+            version,
             key,
             config,
             index: Index::default(),
@@ -178,7 +203,7 @@ impl Repository {
             let loaded = self
                 .store
                 .get(&f.path)
-                .and_then(|sealed| self.key.open(&sealed, &f.path))
+                .and_then(|sealed| self.open_named(Named::Dictionary, &f.path, sealed))
                 .and_then(|plain| self.dicts.add(&plain, &f.path));
             match loaded {
                 Ok(id) => {
@@ -203,8 +228,7 @@ impl Repository {
     /// Stores a trained dictionary (written before any blob that uses it) and reloads the
     /// dictionaries.
     pub fn add_dictionary(&mut self, dict: &[u8]) -> Result<()> {
-        let sealed = self.key.seal(dict);
-        let id = Id::of_file(&sealed);
+        let (id, sealed) = self.seal_named(Named::Dictionary, dict);
         put_content_named(self.store.as_ref(), &format!("dicts/{id}"), &sealed)?;
         self.dicts = compress::Dictionaries::default();
         self.load_dictionaries()
@@ -212,7 +236,7 @@ impl Repository {
 
     fn load_index(&mut self) -> Result<()> {
         let files = self.store.list("index/")?;
-        type Loaded = (String, Result<(Id, Vec<(Id, Vec<PackEntry>)>)>);
+        type Loaded = (String, Result<(Id, PackList)>);
         let loaded: Vec<Loaded> = {
             use rayon::prelude::*;
             files
@@ -220,8 +244,9 @@ impl Repository {
                 .map(|f| {
                     let r = (|| {
                         let id = file_id(&f.path)?;
-                        let plain = self.key.open(&self.store.get(&f.path)?, &f.path)?;
-                        Ok((id, index::decode(&plain, &f.path)?))
+                        let sealed = self.store.get(&f.path)?;
+                        let plain = self.open_named(Named::Index, &f.path, sealed)?;
+                        Ok((id, self.decode_index(&plain, &f.path)?))
                     })();
                     (f.path.clone(), r)
                 })
@@ -230,8 +255,8 @@ impl Repository {
         for (path, r) in loaded {
             match r {
                 Ok((id, packs)) => {
-                    for (pack, entries) in &packs {
-                        self.index.add_pack(*pack, entries);
+                    for p in &packs {
+                        self.index.add_pack(p.id, p.version, &p.entries);
                     }
                     self.index_files.push(id);
                 }
@@ -284,6 +309,111 @@ impl Repository {
     pub fn config(&self) -> &Config {
         &self.config
     }
+    /// The repository's format.
+    pub fn version(&self) -> Version {
+        self.version
+    }
+    /// How this repository cuts large messages.
+    pub fn chunker(&self) -> &Chunker {
+        &self.chunker
+    }
+    /// The pack formats this repository may hold: its own, and format 1 in a repository
+    /// migrated from it.
+    pub fn pack_versions(&self) -> &'static [Version] {
+        match (self.version, self.config.format1_packs) {
+            (Version::V1, _) => &[Version::V1],
+            (Version::V2, false) => &[Version::V2],
+            (Version::V2, true) => &[Version::V1, Version::V2],
+        }
+    }
+
+    /// Seals `plain` as `obj`: in format 2 with the object's associated data, in format 1
+    /// without.
+    pub fn seal_object(&self, obj: Object, plain: &[u8]) -> Vec<u8> {
+        seal_as(&self.key, self.version, obj, plain)
+    }
+
+    /// Opens what [`Self::seal_object`] sealed as `obj`; `what` names it for errors. In
+    /// format 2, an object that does not open as `obj` is an error saying that
+    /// it was expected there (swapped, renamed, replayed or damaged), or, when it opens
+    /// without associated data, that it is a format-1 object.
+    pub fn open_object(&self, obj: Object, sealed: Vec<u8>, what: &str) -> Result<Vec<u8>> {
+        open_as(&self.key, self.version, obj, sealed, what)
+    }
+
+    /// Seals a content-named metadata file (index, snapshot, dictionary): its id and
+    /// bytes. Format 1 names it by the plain BLAKE3 of its sealed bytes; format 2 by the
+    /// keyed BLAKE3 of its plaintext, bound into the seal, so that the name is checked
+    /// whenever the file is opened.
+    pub(crate) fn seal_named(&self, kind: Named, plain: &[u8]) -> (Id, Vec<u8>) {
+        match self.version {
+            Version::V1 => {
+                let sealed = self.key.seal(plain);
+                (Id::of_file(&sealed), sealed)
+            }
+            Version::V2 => {
+                let id = self.key.blob_id(plain);
+                (id, self.key.seal_ad(plain, &kind.object(&id).aad()))
+            }
+        }
+    }
+
+    /// Opens the content-named file at `path` (see [`Self::seal_named`]). In format 2 its
+    /// name must be the keyed hash of what it opens to: a renamed or substituted file is
+    /// an error naming it.
+    pub(crate) fn open_named(&self, kind: Named, path: &str, sealed: Vec<u8>) -> Result<Vec<u8>> {
+        match self.version {
+            Version::V1 => self.key.open_vec(sealed, path),
+            Version::V2 => {
+                let id = file_id(path)?;
+                let plain = self.open_object(kind.object(&id), sealed, path)?;
+                if self.key.blob_id(&plain) != id {
+                    return Err(Error::corrupt(path, "content does not match its name"));
+                }
+                Ok(plain)
+            }
+        }
+    }
+
+    /// Checks a content-named file's bytes against its name: for packs and key files
+    /// (and in format 1 every named file) the BLAKE3 of the bytes, in format 2 for
+    /// index, snapshot and dictionary files that it opens under its name.
+    pub(crate) fn verify_name(&self, path: &str, bytes: &[u8]) -> Result<()> {
+        let named = match path.split('/').next() {
+            Some("index") => Some(Named::Index),
+            Some("snapshots") => Some(Named::Snapshot),
+            Some("dicts") => Some(Named::Dictionary),
+            _ => None,
+        };
+        match (self.version, named) {
+            (Version::V2, Some(kind)) => self.open_named(kind, path, bytes.to_vec()).map(|_| ()),
+            _ => match file_id(path)? == Id::of_file(bytes) {
+                true => Ok(()),
+                false => Err(Error::corrupt(
+                    path,
+                    "content does not match its name: the file is damaged",
+                )),
+            },
+        }
+    }
+
+    fn decode_index(&self, plain: &[u8], path: &str) -> Result<PackList> {
+        let packs = index::decode(plain, self.version, path)?;
+        if let Some(p) = packs
+            .iter()
+            .find(|p| !self.pack_versions().contains(&p.version))
+        {
+            return Err(Error::corrupt(
+                path,
+                format!(
+                    "lists pack {} as format {}, which this repository does not hold",
+                    p.id.short(),
+                    p.version
+                ),
+            ));
+        }
+        Ok(packs)
+    }
     pub fn index(&self) -> &Index {
         &self.index
     }
@@ -303,11 +433,17 @@ impl Repository {
         &self.dicts
     }
 
-    /// Reads, opens, decompresses and verifies one blob.
+    /// Reads, opens, decompresses and verifies one blob. In a format-2 pack the AEAD
+    /// tag, which binds the blob's id and kind, proves it; a format-1 blob is hashed
+    /// against its id.
     pub fn read_blob(&self, id: &Id) -> Result<Vec<u8>> {
         let (loc, sealed, path) = self.read_sealed(id)?;
-        let raw = self.open_blob(id, &loc, sealed, &path)?;
-        self.verify_blob(id, raw, &path)
+        let version = self.index.pack_version(loc.pack);
+        let raw = self.open_blob(id, &loc, version, sealed, &path)?;
+        match version {
+            Version::V1 => self.verify_blob(id, raw, &path),
+            Version::V2 => Ok(raw),
+        }
     }
 
     /// A blob's place, its sealed bytes and the path of its pack.
@@ -323,15 +459,18 @@ impl Repository {
         Ok((loc, sealed, path))
     }
 
-    /// Opens a sealed blob read from its pack and checks it against its id.
+    /// Opens a sealed blob read from a pack of format `version` and hashes it against
+    /// its id whatever the format (for `check` and for packs about to be indexed, which
+    /// also catch a writer that filed a blob under a wrong id).
     pub(crate) fn decode_blob(
         &self,
         id: &Id,
         loc: &Location,
+        version: Version,
         sealed: &[u8],
         path: &str,
     ) -> Result<Vec<u8>> {
-        let raw = self.open_blob(id, loc, sealed.to_vec(), path)?;
+        let raw = self.open_blob(id, loc, version, sealed.to_vec(), path)?;
         self.verify_blob(id, raw, path)
     }
 
@@ -344,25 +483,58 @@ impl Repository {
         Ok(raw)
     }
 
-    /// Opens (in place) and decompresses a blob without hashing it against its id. The
-    /// AEAD tag already proves the bytes are the repository's own; the id check only adds
+    /// Opens (in place) and decompresses a blob without hashing it against its id. In
+    /// a format-2 pack the tag proves the blob is the one sealed as `id` of its kind; in
+    /// a format-1 pack only that it is the repository's own, and the id check adds the
     /// protection against a blob filed under the wrong id, which a caller that checks a
     /// whole-message hash afterwards gets anyway.
-    fn open_blob(&self, id: &Id, loc: &Location, sealed: Vec<u8>, path: &str) -> Result<Vec<u8>> {
+    fn open_blob(
+        &self,
+        id: &Id,
+        loc: &Location,
+        version: Version,
+        sealed: Vec<u8>,
+        path: &str,
+    ) -> Result<Vec<u8>> {
         let what = format!("blob {} in {path}", id.short());
-        let plain = self.key.open_vec(sealed, &what)?;
+        let plain = match version {
+            Version::V1 => self.key.open_vec(sealed, &what)?,
+            Version::V2 => {
+                let obj = Object::Blob(loc.kind, id);
+                self.key
+                    .open_vec_ad(sealed, &obj.aad(), &what)
+                    .map_err(|_| Error::Misplaced {
+                        what: what.clone(),
+                        expected: obj.describe(),
+                    })?
+            }
+        };
+        let plain = match self.config.pad && version == Version::V2 {
+            true => format::unpad(plain, &what)?,
+            false => plain,
+        };
         compress::decompress_owned(loc.codec, plain, loc.raw_len as usize, &what, &self.dicts)
     }
 
-    /// Reads a blob like [`Self::read_blob`] but without hashing it: for callers that
-    /// verify a hash over the whole of what they assemble (message restore).
+    /// Reads a blob like [`Self::read_blob`] but, in a format-1 pack, without hashing it:
+    /// for callers that verify a hash over the whole of what they assemble (message
+    /// restore).
     pub fn read_blob_unverified(&self, id: &Id) -> Result<Vec<u8>> {
         let (loc, sealed, path) = self.read_sealed(id)?;
-        self.open_blob(id, &loc, sealed, &path)
+        let version = self.index.pack_version(loc.pack);
+        self.open_blob(id, &loc, version, sealed, &path)
     }
 
-    /// Reads and decodes a tree blob.
+    /// Reads and decodes a tree blob; a blob the index lists as data is refused.
     pub fn read_tree<T: tree::TreeBlob>(&self, id: &Id) -> Result<T> {
+        if let Some(loc) = self.index.get(id) {
+            if loc.kind != BlobKind::Tree {
+                return Err(Error::corrupt(
+                    format!("tree {}", id.short()),
+                    "the index lists it as a data blob, not a tree",
+                ));
+            }
+        }
         tree::decode(&self.read_blob(id)?, &format!("tree {}", id.short()))
     }
 
@@ -410,8 +582,8 @@ impl Repository {
 
     fn load_snapshot_at(&self, path: &str) -> Result<Snapshot> {
         let id = file_id(path)?;
-        let plain = self.key.open(&self.store.get(path)?, path)?;
-        let mut s = Snapshot::from_json(&plain, path)?;
+        let plain = self.open_named(Named::Snapshot, path, self.store.get(path)?)?;
+        let mut s = Snapshot::from_json(&plain, self.version, path)?;
         s.id = id;
         Ok(s)
     }
@@ -447,10 +619,11 @@ impl Repository {
 
     /// Seals and writes a snapshot; returns its id.
     pub fn save_snapshot(&self, snap: &Snapshot) -> Result<Id> {
+        let mut snap = snap.clone();
+        snap.version = self.version.number();
         let json =
-            serde_json::to_vec(snap).map_err(|e| Error::corrupt("snapshot", e.to_string()))?;
-        let sealed = self.key.seal(&json);
-        let id = Id::of_file(&sealed);
+            serde_json::to_vec(&snap).map_err(|e| Error::corrupt("snapshot", e.to_string()))?;
+        let (id, sealed) = self.seal_named(Named::Snapshot, &json);
         // The index before the snapshot that needs it, and the snapshot before success.
         self.store.flush()?;
         self.store.put(&Snapshot::path(&id), &sealed)?;
@@ -469,9 +642,8 @@ impl Repository {
     }
 
     /// Writes one index file for the given packs; returns its id and size.
-    pub(crate) fn write_index(&self, packs: &[(Id, Vec<PackEntry>)]) -> Result<(Id, u64)> {
-        let sealed = self.key.seal(&index::encode(packs));
-        let id = Id::of_file(&sealed);
+    pub(crate) fn write_index(&self, packs: &[IndexedPack]) -> Result<(Id, u64)> {
+        let (id, sealed) = self.seal_named(Named::Index, &index::encode(packs, self.version)?);
         // The packs before the index that lists them.
         self.store.flush()?;
         put_content_named(self.store.as_ref(), &format!("index/{id}"), &sealed)?;
@@ -479,9 +651,26 @@ impl Repository {
     }
 
     /// Adds packs written by this process to the in-memory index.
-    pub fn add_packs(&mut self, packs: &[(Id, Vec<PackEntry>)]) {
-        for (id, entries) in packs {
-            self.index.add_pack(*id, entries);
+    pub fn add_packs(&mut self, packs: &[IndexedPack]) {
+        for p in packs {
+            self.index.add_pack(p.id, p.version, &p.entries);
+        }
+    }
+
+    /// Seals a blob's stored form (compressed or raw) for its pack: format 2 binds its
+    /// kind and id, and pads it when the repository asks for padding.
+    pub(crate) fn seal_blob(
+        &self,
+        kind: BlobKind,
+        id: &Id,
+        stored: std::borrow::Cow<[u8]>,
+    ) -> Vec<u8> {
+        match (self.version, self.config.pad) {
+            (Version::V2, true) => {
+                let padded = format::pad(stored.into_owned());
+                self.seal_object(Object::Blob(kind, id), &padded)
+            }
+            _ => self.seal_object(Object::Blob(kind, id), &stored),
         }
     }
 
@@ -521,10 +710,12 @@ impl Repository {
             pid: std::process::id(),
             started: crate::now_unix(),
         };
-        let path = format!("writers/{}", hex::encode(rand::random::<[u8; 16]>()));
+        let name = hex::encode(rand::random::<[u8; 16]>());
+        let path = format!("writers/{name}");
         let json =
             serde_json::to_vec(&record).map_err(|e| Error::corrupt("writer", e.to_string()))?;
-        self.store.put(&path, &self.key.seal(&json))?;
+        self.store
+            .put(&path, &self.seal_object(Object::Writer(&name), &json))?;
         self.store.flush()?;
         Ok((recovered, WriterMark { path, stale }))
     }
@@ -542,14 +733,10 @@ impl Repository {
     /// process, or older than a day; unreadable when it is not a record at all (a stray
     /// or damaged file, which is no reason to think a writer was killed).
     fn writer_state(&self, path: &str) -> WriterState {
-        let rec = self
-            .store
-            .get(path)
-            .and_then(|b| self.key.open(&b, path))
-            .and_then(|b| {
-                serde_json::from_slice::<WriterRecord>(&b)
-                    .map_err(|e| Error::corrupt(path, format!("not a writer record: {e}")))
-            });
+        let rec = self.open_writer_record(path).and_then(|b| {
+            serde_json::from_slice::<WriterRecord>(&b)
+                .map_err(|e| Error::corrupt(path, format!("not a writer record: {e}")))
+        });
         let rec = match rec {
             Ok(r) => r,
             Err(e) => return WriterState::Unreadable(e),
@@ -565,12 +752,18 @@ impl Repository {
         }
     }
 
+    /// Reads and opens the writer record at `path` (`writers/<name>`).
+    pub(crate) fn open_writer_record(&self, path: &str) -> Result<Vec<u8>> {
+        let name = path.rsplit('/').next().unwrap_or(path);
+        self.open_object(Object::Writer(name), self.store.get(path)?, path)
+    }
+
     /// Packs in `data/` that no index file lists: left by a killed backup. Each is read
     /// whole and verified (its name against the BLAKE3 of its bytes, every blob against
     /// its id) before its blobs are reused: an entry in the index shadows any later
     /// location of the same blob, so a bogus one must never get there. A pack that fails
     /// is reported and left out. Returns the packs for the next index file.
-    pub fn recover_unindexed_packs(&mut self) -> Result<Vec<(Id, Vec<PackEntry>)>> {
+    pub fn recover_unindexed_packs(&mut self) -> Result<PackList> {
         use rayon::prelude::*;
         let candidates: Vec<(Id, String)> = self
             .store
@@ -579,10 +772,16 @@ impl Repository {
             .filter_map(|f| Some((file_id(&f.path).ok()?, f.path)))
             .filter(|(id, _)| !self.index.has_pack(id))
             .collect();
-        let found: Vec<(Id, Vec<PackEntry>)> = candidates
+        // Only packs of the repository's own format: a backup writes nothing else.
+        let own = [self.version];
+        let found: PackList = candidates
             .par_iter()
-            .filter_map(|(id, path)| match self.verify_pack(path) {
-                Ok(v) if v.name_matches && v.bad.is_empty() => Some((*id, v.good)),
+            .filter_map(|(id, path)| match self.verify_pack(path, &own) {
+                Ok(v) if v.name_matches && v.bad.is_empty() => Some(IndexedPack {
+                    id: *id,
+                    version: v.version,
+                    entries: v.good,
+                }),
                 Ok(v) => {
                     let why = match v.bad.first() {
                         Some((_, e)) if v.name_matches => e.to_string(),
@@ -597,26 +796,27 @@ impl Repository {
                 }
             })
             .collect();
-        for (id, entries) in &found {
-            self.index.add_pack(*id, entries);
-        }
+        self.add_packs(&found);
         Ok(found)
     }
 
     /// Reads the pack at `path` whole and verifies it: its bytes against its name, its
-    /// header, and every blob the header lists (opened, decompressed and hashed against
-    /// its id). An error only when the header cannot be read.
-    pub(crate) fn verify_pack(&self, path: &str) -> Result<PackVerdict> {
+    /// header (of one of the formats `allowed`), and every blob the header lists (opened,
+    /// decompressed and hashed against its id). An error only when the header cannot be
+    /// read.
+    pub(crate) fn verify_pack(&self, path: &str, allowed: &[Version]) -> Result<PackVerdict> {
         let bytes = self.store.get(path)?;
         let name_matches = file_id(path).is_ok_and(|id| id == Id::of_file(&bytes));
+        let (version, entries) = pack::header_of(&bytes, &self.key, path, allowed)?;
         let mut v = PackVerdict {
             name_matches,
+            version,
             good: Vec::new(),
             bad: Vec::new(),
             damaged_bytes: None,
         };
-        for e in pack::header_of(&bytes, &self.key, path)? {
-            match self.verify_entry(&e, &bytes, path) {
+        for e in entries {
+            match self.verify_entry(&e, version, &bytes, path) {
                 Ok(()) => v.good.push(e),
                 Err(err) => v.bad.push((e, err)),
             }
@@ -629,7 +829,13 @@ impl Repository {
 
     /// Checks that the blob a pack header entry describes, in the pack's `bytes`, opens,
     /// decompresses and hashes to its id.
-    pub(crate) fn verify_entry(&self, e: &PackEntry, bytes: &[u8], path: &str) -> Result<()> {
+    pub(crate) fn verify_entry(
+        &self,
+        e: &PackEntry,
+        version: Version,
+        bytes: &[u8],
+        path: &str,
+    ) -> Result<()> {
         let start = e.offset as usize;
         let sealed = bytes
             .get(start..start + e.stored_len as usize)
@@ -642,7 +848,111 @@ impl Repository {
             kind: e.kind,
             codec: e.codec,
         };
-        self.decode_blob(&e.id, &loc, sealed, path).map(|_| ())
+        self.decode_blob(&e.id, &loc, version, sealed, path)
+            .map(|_| ())
+    }
+}
+
+/// The content-named metadata files: their directory decides the object they are sealed
+/// as.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Named {
+    Index,
+    Snapshot,
+    Dictionary,
+}
+
+impl Named {
+    fn object(self, id: &Id) -> Object<'_> {
+        match self {
+            Named::Index => Object::Index(id),
+            Named::Snapshot => Object::Snapshot(id),
+            Named::Dictionary => Object::Dictionary(id),
+        }
+    }
+}
+
+/// [`Repository::seal_object`] for a given key and format (also before a repository is
+/// open: the config).
+pub(crate) fn seal_as(key: &MasterKey, version: Version, obj: Object, plain: &[u8]) -> Vec<u8> {
+    match version {
+        Version::V1 => key.seal(plain),
+        Version::V2 => key.seal_ad(plain, &obj.aad()),
+    }
+}
+
+/// [`Repository::open_object`] for a given key and format.
+pub(crate) fn open_as(
+    key: &MasterKey,
+    version: Version,
+    obj: Object,
+    sealed: Vec<u8>,
+    what: &str,
+) -> Result<Vec<u8>> {
+    match version {
+        Version::V1 => match key.open_vec(sealed.clone(), what) {
+            Err(Error::Tampered(_)) if key.opens_with(&sealed, &obj.aad()) => {
+                Err(Error::OtherFormat {
+                    what: what.into(),
+                    found: 2,
+                    expected: 1,
+                })
+            }
+            other => other,
+        },
+        Version::V2 => match key.open_vec_ad(sealed.clone(), &obj.aad(), what) {
+            Err(Error::Tampered(_)) if key.opens_with(&sealed, &[]) => Err(Error::OtherFormat {
+                what: what.into(),
+                found: 1,
+                expected: 2,
+            }),
+            Err(Error::Tampered(_)) => Err(Error::Misplaced {
+                what: what.into(),
+                expected: obj.describe(),
+            }),
+            other => other,
+        },
+    }
+}
+
+/// The sealed bytes of `config`: format 2 seals it as [`Object::Config`], format 1
+/// without associated data.
+pub(crate) fn seal_config(key: &MasterKey, config: &Config) -> Result<Vec<u8>> {
+    let version = Version::from_number(config.version)?;
+    let json = serde_json::to_vec(config).map_err(|e| Error::corrupt("config", e.to_string()))?;
+    Ok(seal_as(key, version, Object::Config, &json))
+}
+
+/// Opens `config` and tells its format: sealed as [`Object::Config`] it is format 2 or
+/// later (a later one is refused by its number), sealed without associated data format
+/// 1. The version it states must agree with how it was sealed.
+pub(crate) fn open_config(key: &MasterKey, sealed: Vec<u8>) -> Result<(Config, Version)> {
+    let parse = |plain: &[u8]| -> Result<Config> {
+        serde_json::from_slice(plain).map_err(|e| Error::corrupt("config", e.to_string()))
+    };
+    let opened = key.open_vec_ad(sealed.clone(), &Object::Config.aad(), "config");
+    let (config, sealed_as) = match opened {
+        Ok(plain) => (parse(&plain)?, Version::V2),
+        Err(_) => (parse(&key.open_vec(sealed, "config")?)?, Version::V1),
+    };
+    let version = Version::from_number(config.version)?;
+    if version != sealed_as {
+        return Err(Error::corrupt(
+            "config",
+            format!(
+                "states format {} but is sealed as format {sealed_as}",
+                config.version
+            ),
+        ));
+    }
+    Ok((config, version))
+}
+
+/// The chunker a repository of `version` cuts with.
+fn chunker_for(key: &MasterKey, config: &Config, version: Version) -> Chunker {
+    match version {
+        Version::V1 => Chunker::public(config.chunker),
+        Version::V2 => Chunker::keyed(config.chunker, key.gear_table()),
     }
 }
 
@@ -650,6 +960,8 @@ impl Repository {
 pub(crate) struct PackVerdict {
     /// The BLAKE3 of its bytes is its name.
     pub name_matches: bool,
+    /// The format its header says it is in.
+    pub version: Version,
     /// Header entries whose blobs verified.
     pub good: Vec<PackEntry>,
     /// Header entries whose blobs did not, with why.
@@ -812,7 +1124,7 @@ pub struct BlobSaver<'r> {
     pending: Vec<Mutex<HashSet<Id>>>,
     /// `DATA_PACKERS` data packers, then the one tree packer.
     packers: Vec<Mutex<PackBuilder>>,
-    written: Mutex<Vec<(Id, Vec<PackEntry>)>>,
+    written: Mutex<PackList>,
     pub stats: SaveStats,
 }
 
@@ -835,7 +1147,7 @@ impl<'r> BlobSaver<'r> {
     }
 
     /// Adds packs recovered from a killed run to the next index file.
-    pub fn adopt(&self, packs: Vec<(Id, Vec<PackEntry>)>) {
+    pub fn adopt(&self, packs: PackList) {
         lock(&self.written).extend(packs);
     }
 
@@ -857,10 +1169,11 @@ impl<'r> BlobSaver<'r> {
             BlobKind::Data => self.repo.dicts.encoder(),
             BlobKind::Tree => None,
         };
-        let (codec, sealed) = match compress::compress(data, self.compression, dict) {
-            Some((codec, packed)) => (codec, self.repo.key.seal(&packed)),
-            None => (compress::Codec::Raw, self.repo.key.seal(data)),
+        let (codec, packed) = match compress::compress(data, self.compression, dict) {
+            Some((codec, packed)) => (codec, std::borrow::Cow::Owned(packed)),
+            None => (compress::Codec::Raw, std::borrow::Cow::Borrowed(data)),
         };
+        let sealed = self.repo.seal_blob(kind, &id, packed);
         match kind {
             BlobKind::Data => {
                 self.stats.data_blobs.fetch_add(1, Ordering::Relaxed);
@@ -892,7 +1205,7 @@ impl<'r> BlobSaver<'r> {
             }
         };
         if let Some(p) = full {
-            self.write_pack(p.finish(&self.repo.key))?;
+            self.write_pack(p.finish(&self.repo.key, self.repo.version))?;
         }
         Ok(true)
     }
@@ -917,17 +1230,21 @@ impl<'r> BlobSaver<'r> {
             .bytes_written
             .fetch_add(p.bytes.len() as u64, Ordering::Relaxed);
         self.stats.packs_written.fetch_add(1, Ordering::Relaxed);
-        lock(&self.written).push((p.id, p.entries));
+        lock(&self.written).push(IndexedPack {
+            id: p.id,
+            version: p.version,
+            entries: p.entries,
+        });
         Ok(())
     }
 
     /// Writes the partly filled packs and one index file for everything written; returns
     /// the packs, for [`Repository::add_packs`].
-    pub fn finish(&self) -> Result<Vec<(Id, Vec<PackEntry>)>> {
+    pub fn finish(&self) -> Result<PackList> {
         for packer in &self.packers {
             let p = std::mem::take(&mut *lock(packer));
             if !p.is_empty() {
-                self.write_pack(p.finish(&self.repo.key))?;
+                self.write_pack(p.finish(&self.repo.key, self.repo.version))?;
             }
         }
         let packs = std::mem::take(&mut *lock(&self.written));
@@ -1000,7 +1317,7 @@ mod tests {
         let saver = BlobSaver::new(repo, Compression::Lz4);
         let id = saver.save(BlobKind::Data, data).unwrap();
         let p = std::mem::take(&mut *lock(&saver.packers[0]));
-        saver.write_pack(p.finish(&repo.key)).unwrap();
+        saver.write_pack(p.finish(&repo.key, repo.version)).unwrap();
         id
     }
 
@@ -1031,10 +1348,11 @@ mod tests {
             started: 0,
         };
         store.delete(&killed.path).unwrap();
+        let name = killed.path.trim_start_matches("writers/");
         store
             .put(
                 &killed.path,
-                &repo.key.seal(&serde_json::to_vec(&gone).unwrap()),
+                &repo.seal_object(Object::Writer(name), &serde_json::to_vec(&gone).unwrap()),
             )
             .unwrap();
         // And a record of a live writer (this process), which must stay.
@@ -1046,7 +1364,7 @@ mod tests {
         store
             .put(
                 "writers/live",
-                &repo.key.seal(&serde_json::to_vec(&live).unwrap()),
+                &repo.seal_object(Object::Writer("live"), &serde_json::to_vec(&live).unwrap()),
             )
             .unwrap();
         let mut repo = Repository::open(store.clone(), b"pw").unwrap();
@@ -1070,7 +1388,7 @@ mod tests {
         let id = saver.save(BlobKind::Data, &big).unwrap();
         // Write the pack but not the index, as a killed run would.
         let p = std::mem::take(&mut *lock(&saver.packers[0]));
-        saver.write_pack(p.finish(&repo.key)).unwrap();
+        saver.write_pack(p.finish(&repo.key, repo.version)).unwrap();
         drop(saver);
         let mut repo = Repository::open(store, b"pw").unwrap();
         assert!(!repo.index().contains(&id));
@@ -1089,7 +1407,10 @@ mod tests {
         store
             .put(
                 "writers/0000gone",
-                &repo.key.seal(&serde_json::to_vec(&gone).unwrap()),
+                &repo.seal_object(
+                    Object::Writer("0000gone"),
+                    &serde_json::to_vec(&gone).unwrap(),
+                ),
             )
             .unwrap();
     }
@@ -1121,9 +1442,9 @@ mod tests {
             BlobKind::Data,
             compress::Codec::Raw,
             other.len(),
-            &repo.key.seal(&other),
+            &repo.seal_blob(BlobKind::Data, &wanted_id, other.as_slice().into()),
         );
-        let bogus = b.finish(&repo.key);
+        let bogus = b.finish(&repo.key, repo.version);
         store
             .put(&pack::pack_path(&bogus.id), &bogus.bytes)
             .unwrap();
@@ -1136,9 +1457,9 @@ mod tests {
             BlobKind::Data,
             compress::Codec::Raw,
             third.len(),
-            &repo.key.seal(&third),
+            &repo.seal_blob(BlobKind::Data, &third_id, third.as_slice().into()),
         );
-        let renamed = b.finish(&repo.key);
+        let renamed = b.finish(&repo.key, repo.version);
         store
             .put(&pack::pack_path(&Id([0xab; 32])), &renamed.bytes)
             .unwrap();
@@ -1146,7 +1467,7 @@ mod tests {
         gone_writer_record(&repo, &store);
         let mut repo = Repository::open(store.clone(), b"pw").unwrap();
         let (found, mark) = repo.begin_backup().unwrap();
-        let found: Vec<Id> = found.into_iter().map(|(id, _)| id).collect();
+        let found: Vec<Id> = found.into_iter().map(|p| p.id).collect();
         assert!(repo.index().contains(&good_id));
         assert!(
             !repo.index().contains(&wanted_id),
@@ -1295,7 +1616,7 @@ mod tests {
         saver.finish().unwrap();
         let snap = |time| Snapshot {
             id: Id::default(),
-            version: FORMAT_VERSION,
+            version: 2,
             time,
             time_nanos: 0,
             hostname: "h".into(),
@@ -1325,6 +1646,6 @@ mod tests {
         assert_eq!(repo.find_snapshot("latest").unwrap().id, b);
         assert_eq!(repo.find_snapshot(&a.to_hex()[..10]).unwrap().id, a);
         let e = repo.find_snapshot(&c.to_hex()[..10]).err().unwrap();
-        assert!(matches!(e, Error::Tampered(_)), "{e}");
+        assert!(matches!(e, Error::Misplaced { .. }), "{e}");
     }
 }

@@ -1,6 +1,8 @@
-//! Snapshots: one sealed JSON object per backup, named by the BLAKE3 of its file.
+//! Snapshots: one sealed JSON object per backup. Format 1 names it by the BLAKE3 of its
+//! file, format 2 by the keyed BLAKE3 of its JSON, bound into its seal (`crate::repo`).
 
 use crate::error::{Error, Result};
+use crate::format::Version;
 use crate::id::Id;
 use serde::{Deserialize, Serialize};
 
@@ -10,6 +12,7 @@ pub struct Snapshot {
     /// Set from the file name when loaded; not stored.
     #[serde(skip)]
     pub id: Id,
+    /// The repository's format number (set when saved).
     pub version: u32,
     /// Unix seconds when the backup started.
     pub time: i64,
@@ -49,14 +52,18 @@ impl Snapshot {
         format!("snapshots/{}", id.to_hex())
     }
 
-    /// Reads a snapshot's JSON (the opened content of `path`); the id is left unset.
-    pub fn from_json(json: &[u8], path: &str) -> Result<Snapshot> {
+    /// Reads a snapshot's JSON (the opened content of `path`) in a repository of format
+    /// `format`, whose number the snapshot's `version` must be; the id is left unset.
+    pub fn from_json(json: &[u8], format: Version, path: &str) -> Result<Snapshot> {
         let s: Snapshot =
             serde_json::from_slice(json).map_err(|e| Error::corrupt(path, e.to_string()))?;
-        if s.version != 1 {
+        if s.version != format.number() {
             return Err(Error::corrupt(
                 path,
-                format!("snapshot version {} is not supported", s.version),
+                format!(
+                    "snapshot version {} in a format-{format} repository",
+                    s.version
+                ),
             ));
         }
         Ok(s)

@@ -114,9 +114,90 @@ pub fn trace_prefix_len(msg: &[u8]) -> usize {
     }
 }
 
+/// FastCDC (the 2020 variant, normalization level 1, as `fastcdc::v2020::FastCDC` runs
+/// it) with a gear table of the repository's own. Format 1 uses the crate's public
+/// table, so boundaries depend on content alone and a stored size can tell an observer
+/// which known attachment arrived; format 2 derives the table from the master key
+/// ([`crate::crypto::MasterKey::gear_table`]). The cut itself is the crate's
+/// `cut_gear`, so both tables run the same, tested code.
+#[derive(Clone)]
+pub struct Chunker {
+    params: ChunkerParams,
+    gear: Box<[u64; 256]>,
+    gear_ls: Box<[u64; 256]>,
+}
+
+impl std::fmt::Debug for Chunker {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // The table is secret in format 2.
+        f.debug_struct("Chunker")
+            .field("params", &self.params)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Chunker {
+    /// A chunker with fastcdc's public gear table (format 1).
+    pub fn public(params: ChunkerParams) -> Chunker {
+        let (gear, gear_ls) = fastcdc::v2020::get_gear_with_seed(0);
+        Chunker {
+            params,
+            gear,
+            gear_ls,
+        }
+    }
+
+    /// A chunker with the given gear table (format 2: the repository's keyed one).
+    pub fn keyed(params: ChunkerParams, gear: Box<[u64; 256]>) -> Chunker {
+        let mut gear_ls = Box::new([0u64; 256]);
+        for (ls, g) in gear_ls.iter_mut().zip(gear.iter()) {
+            *ls = g << 1;
+        }
+        Chunker {
+            params,
+            gear,
+            gear_ls,
+        }
+    }
+
+    pub fn params(&self) -> &ChunkerParams {
+        &self.params
+    }
+
+    /// The content-defined chunks of `data`, as offsets and lengths, in order.
+    pub fn chunks<'a>(&'a self, data: &'a [u8]) -> impl Iterator<Item = Range<usize>> + 'a {
+        use fastcdc::v2020::{cut_gear, logarithm2, MASKS};
+        let p = &self.params;
+        let bits = logarithm2(p.avg);
+        let (mask_s, mask_l) = (MASKS[bits as usize + 1], MASKS[bits as usize - 1]);
+        let mut at = 0;
+        std::iter::from_fn(move || {
+            if at >= data.len() {
+                return None;
+            }
+            let (_, len) = cut_gear(
+                &data[at..],
+                p.min as usize,
+                p.avg as usize,
+                p.max as usize,
+                mask_s,
+                mask_l,
+                mask_s << 1,
+                mask_l << 1,
+                &self.gear,
+                &self.gear_ls,
+            );
+            let r = at..at + len;
+            at += len;
+            Some(r)
+        })
+    }
+}
+
 /// Cuts `msg` into the byte ranges stored as blobs, in order; the ranges cover the
 /// message exactly. An empty message has no ranges.
-pub fn split(msg: &[u8], p: &ChunkerParams) -> Vec<Range<usize>> {
+pub fn split(msg: &[u8], chunker: &Chunker) -> Vec<Range<usize>> {
+    let p = chunker.params();
     let mut out = Vec::new();
     let prefix = trace_prefix_len(msg);
     if prefix > 0 {
@@ -130,8 +211,8 @@ pub fn split(msg: &[u8], p: &ChunkerParams) -> Vec<Range<usize>> {
         out.push(prefix..msg.len());
         return out;
     }
-    for c in fastcdc::v2020::FastCDC::new(rest, p.min, p.avg, p.max) {
-        out.push(prefix + c.offset..prefix + c.offset + c.length);
+    for c in chunker.chunks(rest) {
+        out.push(prefix + c.start..prefix + c.end);
     }
     out
 }
@@ -156,8 +237,9 @@ mod tests {
     fn per_recipient_copies_share_the_rest() {
         let a = copy_for("bob@example.org");
         let b = copy_for("carol@example.org");
-        let ra = split(&a, &ChunkerParams::default());
-        let rb = split(&b, &ChunkerParams::default());
+        let c = Chunker::public(ChunkerParams::default());
+        let ra = split(&a, &c);
+        let rb = split(&b, &c);
         assert_eq!(ra.len(), 2);
         assert_eq!(&a[ra[1].clone()], BODY);
         assert_eq!(&b[rb[1].clone()], BODY);
@@ -174,18 +256,77 @@ mod tests {
         assert_eq!(trace_prefix_len(b"\x00\xffReceived: x\n"), 0);
     }
 
-    #[test]
-    fn large_rest_is_chunked_and_forwarded_attachment_dedups() {
-        let p = ChunkerParams::default();
-        let mut rng = 12345u64;
-        let payload: Vec<u8> = (0..400_000)
+    fn pseudo_random(n: usize, seed: u64) -> Vec<u8> {
+        let mut rng = seed;
+        (0..n)
             .map(|_| {
                 rng ^= rng << 13;
                 rng ^= rng >> 7;
                 rng ^= rng << 17;
                 b'A' + (rng % 26) as u8
             })
-            .collect();
+            .collect()
+    }
+
+    /// With the public table the chunker cuts exactly where fastcdc's own iterator does
+    /// (the crate's tests vouch for that code; this ties ours to it).
+    #[test]
+    fn public_table_cuts_where_fastcdc_does() {
+        for (n, seed, p) in [
+            (400_000, 1, ChunkerParams::default()),
+            (1_000_000, 2, ChunkerParams::default()),
+            (
+                300_000,
+                3,
+                ChunkerParams {
+                    single_max: 4096,
+                    min: 256,
+                    avg: 1024,
+                    max: 4096,
+                },
+            ),
+        ] {
+            let data = pseudo_random(n, seed);
+            let ours: Vec<Range<usize>> = Chunker::public(p).chunks(&data).collect();
+            let theirs: Vec<Range<usize>> =
+                fastcdc::v2020::FastCDC::new(&data, p.min, p.avg, p.max)
+                    .map(|c| c.offset..c.offset + c.length)
+                    .collect();
+            assert_eq!(ours, theirs);
+        }
+    }
+
+    /// Two repositories cut the same data at different places; each one always the same.
+    #[test]
+    fn keyed_tables_cut_differently_per_repository() {
+        let data = pseudo_random(2_000_000, 7);
+        let p = ChunkerParams::default();
+        let a = crate::crypto::MasterKey::random();
+        let b = crate::crypto::MasterKey::random();
+        let ca: Vec<_> = Chunker::keyed(p, a.gear_table()).chunks(&data).collect();
+        let ca2: Vec<_> = Chunker::keyed(p, a.gear_table()).chunks(&data).collect();
+        let cb: Vec<_> = Chunker::keyed(p, b.gear_table()).chunks(&data).collect();
+        let public: Vec<_> = Chunker::public(p).chunks(&data).collect();
+        assert_eq!(ca, ca2);
+        let ends = |c: &[Range<usize>]| -> std::collections::HashSet<usize> {
+            c.iter().map(|r| r.end).collect()
+        };
+        let shared = ends(&ca).intersection(&ends(&cb)).count();
+        assert!(shared <= 2, "{shared} shared boundaries of {}", ca.len());
+        assert!(ends(&ca).intersection(&ends(&public)).count() <= 2);
+        // Chunk sizes stay in the configured range, averaging near `avg`.
+        for c in &ca[..ca.len() - 1] {
+            assert!(c.len() >= p.min as usize && c.len() <= p.max as usize);
+        }
+        let avg = data.len() / ca.len();
+        assert!(avg > 20_000 && avg < 48_000, "average {avg}");
+    }
+
+    #[test]
+    fn large_rest_is_chunked_and_forwarded_attachment_dedups() {
+        let key = crate::crypto::MasterKey::random();
+        let p = Chunker::keyed(ChunkerParams::default(), key.gear_table());
+        let payload = pseudo_random(400_000, 12345);
         let mut m1 = b"Subject: original\n\n".to_vec();
         m1.extend_from_slice(&payload);
         let mut m2 =
@@ -207,7 +348,7 @@ mod tests {
         fn ranges_cover_the_message(msg in proptest::collection::vec(prop_oneof![Just(b'\n'), Just(b':'), Just(b' '), Just(b'R'), any::<u8>()], 0..3000), big in 0usize..3) {
             let mut msg = msg;
             if big > 0 { msg = msg.repeat(100 * big); }
-            let p = ChunkerParams { single_max: 4096, min: 256, avg: 1024, max: 4096 };
+            let p = Chunker::public(ChunkerParams { single_max: 4096, min: 256, avg: 1024, max: 4096 });
             let ranges = split(&msg, &p);
             let mut at = 0;
             for r in &ranges {

@@ -8,6 +8,10 @@ use serde::Serialize;
 
 #[derive(Clone, Debug, Serialize)]
 pub struct Stats {
+    /// The repository's format (1 or 2).
+    pub format_version: u32,
+    /// Whether its blobs are padded to size buckets (`init --pad`).
+    pub padded: bool,
     pub snapshots: u64,
     pub packs: u64,
     pub index_files: u64,
@@ -63,6 +67,8 @@ pub fn stats(repo: &Repository) -> Result<Stats> {
     let latest_bytes = latest.map_or(0, |s| s.summary.bytes);
     let all: u64 = snaps.iter().map(|s| s.summary.bytes).sum();
     Ok(Stats {
+        format_version: repo.version().number(),
+        padded: repo.config().pad,
         snapshots: snaps.len() as u64,
         packs: repo.index().packs().len() as u64,
         index_files: repo.index_files().len() as u64,

@@ -14,6 +14,11 @@ pub fn run(g: &GlobalOpts, _a: Args) -> Result<Outcome> {
         crate::output::json(&s)?;
         return Ok(Outcome::Ok);
     }
+    println!(
+        "format             {}{}",
+        s.format_version,
+        if s.padded { " (blobs padded)" } else { "" }
+    );
     println!("snapshots          {}", s.snapshots);
     println!(
         "latest snapshot    {} messages, {}",
