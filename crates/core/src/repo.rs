@@ -353,7 +353,13 @@ impl Repository {
             }
             Version::V2 => {
                 let id = self.key.blob_id(plain);
-                (id, self.key.seal_ad(plain, &kind.object(&id).aad()))
+                let aad = kind.object(&id).aad();
+                let sealed = match self.config.pad {
+                    // An index file's size would give the number of blobs a backup added.
+                    true => self.key.seal_ad(&format::pad(plain.to_vec()), &aad),
+                    false => self.key.seal_ad(plain, &aad),
+                };
+                (id, sealed)
             }
         }
     }
@@ -367,6 +373,10 @@ impl Repository {
             Version::V2 => {
                 let id = file_id(path)?;
                 let plain = self.open_object(kind.object(&id), sealed, path)?;
+                let plain = match self.config.pad {
+                    true => format::unpad(plain, path)?,
+                    false => plain,
+                };
                 if self.key.blob_id(&plain) != id {
                     return Err(Error::corrupt(path, "content does not match its name"));
                 }
@@ -919,9 +929,19 @@ pub(crate) fn open_as(
 /// without associated data.
 pub(crate) fn seal_config(key: &MasterKey, config: &Config) -> Result<Vec<u8>> {
     let version = Version::from_number(config.version)?;
-    let json = serde_json::to_vec(config).map_err(|e| Error::corrupt("config", e.to_string()))?;
+    let mut json =
+        serde_json::to_vec(config).map_err(|e| Error::corrupt("config", e.to_string()))?;
+    if version == Version::V2 {
+        // Padded to a fixed length: the config's size would tell the compression and the
+        // padding flag.
+        json.push(0x80);
+        json.resize(json.len().max(CONFIG_PADDED_LEN), 0);
+    }
     Ok(seal_as(key, version, Object::Config, &json))
 }
+
+/// The plaintext length of a format-2 config (unless the JSON is longer).
+const CONFIG_PADDED_LEN: usize = 1024;
 
 /// Opens `config` and tells its format: sealed as [`Object::Config`] it is format 2 or
 /// later (a later one is refused by its number), sealed without associated data format
@@ -932,7 +952,7 @@ pub(crate) fn open_config(key: &MasterKey, sealed: Vec<u8>) -> Result<(Config, V
     };
     let opened = key.open_vec_ad(sealed.clone(), &Object::Config.aad(), "config");
     let (config, sealed_as) = match opened {
-        Ok(plain) => (parse(&plain)?, Version::V2),
+        Ok(plain) => (parse(&format::unpad(plain, "config")?)?, Version::V2),
         Err(_) => (parse(&key.open_vec(sealed, "config")?)?, Version::V1),
     };
     let version = Version::from_number(config.version)?;
@@ -1281,8 +1301,23 @@ mod tests {
 
     #[test]
     fn save_and_read_blobs_across_reopen() {
+        for (version, pad) in [
+            (Version::V1, false),
+            (Version::V2, false),
+            (Version::V2, true),
+        ] {
+            save_and_read_blobs(version, pad);
+        }
+    }
+
+    fn save_and_read_blobs(version: Version, pad: bool) {
         let store = Arc::new(MemoryStore::new());
-        let repo = Repository::init(store.clone(), b"pw", &fast_init()).unwrap();
+        let opts = InitOptions {
+            version,
+            pad,
+            ..fast_init()
+        };
+        let repo = Repository::init(store.clone(), b"pw", &opts).unwrap();
         let saver = BlobSaver::new(&repo, Compression::Zstd);
         let blobs: Vec<Vec<u8>> = (0..50)
             .map(|i| format!("blob number {i} ").repeat(i + 1).into_bytes())
@@ -1299,8 +1334,23 @@ mod tests {
             "small pack size gives several packs"
         );
         let repo = Repository::open(store.clone(), b"pw").unwrap();
+        assert_eq!((repo.version(), repo.config().pad), (version, pad));
         for (id, b) in ids.iter().zip(&blobs) {
             assert_eq!(&repo.read_blob(id).unwrap(), b);
+            assert_eq!(&repo.read_blob_unverified(id).unwrap(), b);
+        }
+        if version == Version::V2 {
+            // Every blob is sealed with its kind and id: under another id it does not open.
+            let (loc, sealed, path) = repo.read_sealed(&ids[0]).unwrap();
+            let e = repo
+                .open_blob(&ids[1], &loc, Version::V2, sealed, &path)
+                .unwrap_err();
+            assert!(matches!(e, Error::Misplaced { .. }), "{e}");
+            // The config is padded to a fixed size whatever its content.
+            assert_eq!(
+                store.get("config").unwrap().len(),
+                CONFIG_PADDED_LEN + crate::crypto::SEAL_OVERHEAD
+            );
         }
         assert!(matches!(
             Repository::open(store.clone(), b"wrong"),
