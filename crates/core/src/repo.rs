@@ -1362,6 +1362,40 @@ mod tests {
         ));
     }
 
+    /// The config's stated version must be one this code knows, and agree with how the
+    /// config is sealed: a later format is refused by its number, a format-1 config
+    /// claiming format 2 (or the other way round) is refused as corrupt.
+    #[test]
+    fn config_versions_are_checked() {
+        let key = MasterKey::random();
+        let config = |version| Config {
+            version,
+            id: "x".into(),
+            compression: Compression::Zstd,
+            chunker: ChunkerParams::default(),
+            pack_size: 1 << 20,
+            pad: false,
+            format1_packs: false,
+        };
+        for v in [Version::V1, Version::V2] {
+            let sealed = seal_config(&key, &config(v.number())).unwrap();
+            assert_eq!(open_config(&key, sealed).unwrap().1, v);
+        }
+        let json = |v| serde_json::to_vec(&config(v)).unwrap();
+        let later = key.seal_ad(&format::pad(json(3)), &Object::Config.aad());
+        assert!(matches!(
+            open_config(&key, later),
+            Err(Error::UnsupportedVersion(3))
+        ));
+        let e = open_config(&key, key.seal(&json(2)))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("sealed as format 1"), "{e}");
+        let v1_as_v2 = key.seal_ad(&format::pad(json(1)), &Object::Config.aad());
+        let e = open_config(&key, v1_as_v2).unwrap_err().to_string();
+        assert!(e.contains("sealed as format 2"), "{e}");
+    }
+
     /// A pack written by a run that was killed, as such a run leaves it: no index.
     fn write_unindexed_pack(repo: &Repository, data: &[u8]) -> Id {
         let saver = BlobSaver::new(repo, Compression::Lz4);
