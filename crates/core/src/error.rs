@@ -53,6 +53,14 @@ pub enum Error {
     /// The repository was written by a newer mailvault.
     #[error("repository format version {0} is not supported by this mailvault (supports 1)")]
     UnsupportedVersion(u32),
+    /// This host has seen the repository with a higher format version than its config now
+    /// says: the config was replaced by an older one (see `seen`).
+    #[error("repository {repository}: its config says format version {found}, but this host has seen it with version {seen}: the config was replaced by an older one (a rollback); put back the newer config from a copy of the repository")]
+    FormatRollback {
+        repository: String,
+        seen: u32,
+        found: u32,
+    },
     /// No snapshot matches what the user asked for.
     #[error("no snapshot matches {0:?}")]
     SnapshotNotFound(String),

@@ -10,6 +10,10 @@ pub struct Args {
     /// Also decrypt, decompress and verify every blob.
     #[arg(long)]
     pub read_data: bool,
+    /// Snapshots this host saw that are gone were removed on purpose (on another host):
+    /// drop them from this host's record instead of reporting a rollback.
+    #[arg(long)]
+    pub accept_removed: bool,
 }
 
 pub fn run(g: &GlobalOpts, a: Args) -> Result<Outcome> {
@@ -21,6 +25,8 @@ pub fn run(g: &GlobalOpts, a: Args) -> Result<Outcome> {
         &CheckOptions {
             read_data: a.read_data,
             jobs,
+            state: repo::state(),
+            accept_removed: a.accept_removed,
         },
     )?;
     if g.json {
