@@ -3,8 +3,9 @@
 use crate::commands::{Location, Role};
 use crate::GlobalOpts;
 use anyhow::{bail, Context, Result};
+use mailvault_core::seen::{StateDir, STATE_DIR_ENV};
 use mailvault_core::store::{LocalStore, Store};
-use mailvault_core::Repository;
+use mailvault_core::{Id, Repository};
 use std::io::IsTerminal;
 use std::sync::Arc;
 
@@ -81,6 +82,32 @@ pub fn open(g: &GlobalOpts) -> Result<Repository> {
         );
     }
     Ok(repo)
+}
+
+/// This host's state directory, where the commands that list snapshots keep their record
+/// of the repository (`mailvault_core::seen`); a warning when the environment names none.
+pub fn state() -> Option<StateDir> {
+    let s = StateDir::from_env();
+    if s.is_none() {
+        eprintln!(
+            "warning: no state directory (set {STATE_DIR_ENV}, XDG_STATE_HOME or HOME): snapshots removed from the repository are not noticed"
+        );
+    }
+    s
+}
+
+/// Prints the warnings of this host's snapshot record, and one about snapshots it saw that
+/// are gone: `check` tells more (and the command goes on).
+pub fn warn_seen(missing: &[Id], warnings: &[String]) {
+    for w in warnings {
+        eprintln!("warning: {}", crate::output::safe(w));
+    }
+    if !missing.is_empty() {
+        eprintln!(
+            "warning: {} snapshots this host saw in the repository are gone (deleted, or an older copy of the repository put back): run `mailvault check`",
+            missing.len()
+        );
+    }
 }
 
 /// Worker threads: the flag, or two per core (at least 4). Workers block on reads and

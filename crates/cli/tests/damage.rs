@@ -70,6 +70,7 @@ fn repository_files_are_private_whatever_the_umask() {
             .args(&args)
             .env("MAILVAULT_REPOSITORY", e.repo())
             .env("MAILVAULT_PASSWORD_FILE", e.path("pass"))
+            .env("MAILVAULT_STATE_DIR", e.state_dir())
             .output()
             .unwrap();
         assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));

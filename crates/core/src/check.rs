@@ -14,6 +14,10 @@
 //! and one for all blobs missing from the index, each with how many blobs it costs and
 //! which snapshots and messages lose content (all of them in the report, a few in the
 //! CLI's text), and the `mailvault repair` command that deals with it.
+//!
+//! With a state directory it also compares the snapshots in `snapshots/` with this host's
+//! record of the repository ([`crate::seen`]): snapshots this host saw that are gone are a
+//! rollback error until they are accepted as removed on purpose (`accept_removed`).
 
 use crate::compress::{self, Codec};
 use crate::error::{Error, Result};
@@ -22,6 +26,7 @@ use crate::index::Location;
 use crate::pack::{self, PackEntry};
 use crate::repo::{file_id, lock, Repository};
 use crate::report::Failure;
+use crate::seen::{self, StateDir};
 use crate::tree::{AccountTree, ChunkRef, RootTree};
 use rayon::prelude::*;
 use serde::Serialize;
@@ -36,6 +41,13 @@ pub struct CheckOptions {
     pub read_data: bool,
     /// Worker threads; 0 means one per core.
     pub jobs: usize,
+    /// This host's state directory: the snapshots in `snapshots/` are compared with its
+    /// record of the repository and recorded there ([`crate::seen`]). `None`: no record is
+    /// read or kept.
+    pub state: Option<StateDir>,
+    /// Snapshots the record has and `snapshots/` no longer has were removed on purpose
+    /// (on another host): drop them from the record instead of reporting a rollback.
+    pub accept_removed: bool,
 }
 
 /// What a [`CheckError`] is about.
@@ -59,6 +71,9 @@ pub enum DamageKind {
     Size,
     /// A damaged key file (the repository opened with another).
     Key,
+    /// Snapshots this host saw in the repository that are gone from `snapshots/`: deleted,
+    /// or an older copy of the repository put back.
+    Rollback,
 }
 
 /// One problem found, with what it costs.
@@ -195,6 +210,7 @@ impl State {
 const REPAIR_INDEX: &str = "mailvault repair index";
 const REPAIR_SNAPSHOTS: &str = "mailvault repair snapshots";
 const REPAIR_BOTH: &str = "mailvault repair index, then mailvault repair snapshots";
+const ACCEPT_REMOVED: &str = "mailvault check --accept-removed";
 
 /// Checks the repository.
 pub fn check(repo: &Repository, opts: &CheckOptions) -> Result<CheckReport> {
@@ -288,8 +304,14 @@ fn check_inner(repo: &Repository, opts: &CheckOptions, started: Instant) -> Resu
 
     let packs = check_packs(repo, &st, opts.read_data, &mut warnings)?;
 
-    // Snapshots: one error per file that cannot be read.
+    // Snapshots: one error per file that cannot be read. This host's record is loaded
+    // before the listing, so that a snapshot written meanwhile is not taken for a missing one.
+    let mut record = opts.state.as_ref().map(|s| seen::Record::of(s, repo));
     let snaps = store.list("snapshots/")?;
+    let missing = match &mut record {
+        Some(r) => r.observe(seen::ids_in(snaps.iter().map(|f| f.path.as_str()))),
+        None => Vec::new(),
+    };
     let loaded: Vec<Option<crate::snapshot::Snapshot>> = snaps
         .par_iter()
         .map(|f| {
@@ -465,12 +487,26 @@ fn check_inner(repo: &Repository, opts: &CheckOptions, started: Instant) -> Resu
             e.error = format!("{} messages: {}", e.affected.len(), e.error);
         }
     }
-    let errors = errors
+    let mut errors: Vec<CheckError> = errors
         .into_iter()
         .enumerate()
         .filter(|(i, _)| !unused.contains(i))
         .map(|(_, e)| e)
         .collect();
+    if let Some(mut record) = record {
+        if !missing.is_empty() && opts.accept_removed {
+            record.forget(&missing);
+            warnings.push(format!(
+                "{} snapshots this host saw are gone and accepted as removed on purpose: {}",
+                missing.len(),
+                short_ids(&missing)
+            ));
+        } else if !missing.is_empty() {
+            errors.push(rollback_error(&missing));
+        }
+        record.save();
+        warnings.extend(record.take_warnings());
+    }
     Ok(CheckReport {
         files_checked: st.files.load(Relaxed),
         bytes_checked: st.bytes.load(Relaxed),
@@ -484,6 +520,32 @@ fn check_inner(repo: &Repository, opts: &CheckOptions, started: Instant) -> Resu
         warnings,
         elapsed_secs: started.elapsed().as_secs_f64(),
     })
+}
+
+/// The error for snapshots this host saw that are gone.
+fn rollback_error(missing: &[Id]) -> CheckError {
+    let mut e = CheckError::new(
+        DamageKind::Rollback,
+        None,
+        format!(
+            "rollback: {} snapshots this host saw in the repository are gone from snapshots/ ({}): deleted, or an older copy of the repository put back; if they were removed on purpose (on another host), accept that with `{ACCEPT_REMOVED}`",
+            missing.len(),
+            short_ids(missing)
+        ),
+    );
+    e.affected = missing.iter().map(|id| format!("snapshot {id}")).collect();
+    e.repair = Some(ACCEPT_REMOVED.into());
+    e
+}
+
+/// A few short ids, for a message (`--json` has them all).
+fn short_ids(ids: &[Id]) -> String {
+    const SHOWN: usize = 5;
+    let mut s: Vec<String> = ids.iter().take(SHOWN).map(Id::short).collect();
+    if ids.len() > SHOWN {
+        s.push(format!("and {} more", ids.len() - SHOWN));
+    }
+    s.join(", ")
 }
 
 /// Reads one message chunk and finds its messages whose blobs cannot be read.

@@ -22,6 +22,7 @@ pub mod repair;
 pub mod repo;
 pub mod report;
 pub mod restore;
+pub mod seen;
 pub mod snapshot;
 pub mod split;
 pub mod stats;

@@ -37,6 +37,9 @@ pub const DAMAGED_DIR: &str = "damaged/";
 pub struct RepairOptions {
     /// Compute and report the plan; write and delete nothing.
     pub dry_run: bool,
+    /// This host's state directory: the snapshots `repair snapshots` removes are taken out
+    /// of its record of the repository ([`crate::seen`]), so they are not reported missing.
+    pub state: Option<crate::seen::StateDir>,
 }
 
 /// What [`repair_index`] did (or, in a dry run, would do).
@@ -259,6 +262,19 @@ pub fn repair_snapshots(repo: &mut Repository, opts: &RepairOptions) -> Result<S
     if opts.dry_run {
         rep.repaired = plans.into_iter().map(|(_, _, r)| r).collect();
         return Ok(rep);
+    }
+    // Removed on purpose: out of this host's record before they go.
+    if let Some(state) = &opts.state {
+        let mut record = crate::seen::Record::of(state, repo);
+        let mut removing: Vec<Id> = plans.iter().map(|(s, _, _)| s.id).collect();
+        removing.extend(crate::seen::ids_in(
+            snaps.damaged.iter().map(|d| d.path.as_str()),
+        ));
+        record.forget(&removing);
+        record.save();
+        for w in record.take_warnings() {
+            tracing::warn!("{w}");
+        }
     }
     let written = saver.finish()?;
     drop(saver);

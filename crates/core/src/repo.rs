@@ -189,6 +189,7 @@ impl Repository {
         };
         repo.load_dictionaries()?;
         repo.load_index()?;
+        crate::seen::check_format(&repo.config.id, repo.config.version)?;
         Ok(repo)
     }
 

@@ -79,7 +79,24 @@ pub fn run(g: &GlobalOpts, a: Args) -> Result<Outcome> {
         force: a.force,
         stat_unchanged: a.stat_unchanged,
     };
-    finish(g, |bar| backup(&mut r, &opts, bar))
+    let out = finish(g, |bar| backup(&mut r, &opts, bar))?;
+    record_seen(&r);
+    Ok(out)
+}
+
+/// Records the snapshots now in the repository, the new one among them, in this host's
+/// record; warns about those it saw that are gone. Never fails the backup.
+fn record_seen(r: &mailvault_core::Repository) {
+    let Some(state) = repo::state() else {
+        return;
+    };
+    match mailvault_core::seen::record_listing(&state, r) {
+        Ok(o) => repo::warn_seen(&o.missing, &o.warnings),
+        Err(e) => eprintln!(
+            "warning: {}",
+            crate::output::safe(&format!("listing snapshots for this host's record: {e}"))
+        ),
+    }
 }
 
 /// Runs a backup under a progress bar and prints its report (or JSON).
@@ -171,5 +188,7 @@ fn run_imap(g: &GlobalOpts, a: Args) -> Result<Outcome> {
         force: a.force,
         fetch_batch: 200,
     };
-    finish(g, |bar| imap_backup(&mut r, &opts, bar))
+    let out = finish(g, |bar| imap_backup(&mut r, &opts, bar))?;
+    record_seen(&r);
+    Ok(out)
 }

@@ -3,13 +3,17 @@
 use crate::output::{bytes, safe};
 use crate::{repo, GlobalOpts, Outcome};
 use anyhow::{bail, Result};
-use mailvault_core::check::{check, CheckError, CheckOptions};
+use mailvault_core::check::{check, CheckError, CheckOptions, DamageKind};
 
 #[derive(clap::Args, Debug)]
 pub struct Args {
     /// Also decrypt, decompress and verify every blob.
     #[arg(long)]
     pub read_data: bool,
+    /// Snapshots this host saw that are gone were removed on purpose (on another host):
+    /// drop them from this host's record instead of reporting a rollback.
+    #[arg(long)]
+    pub accept_removed: bool,
 }
 
 pub fn run(g: &GlobalOpts, a: Args) -> Result<Outcome> {
@@ -21,6 +25,8 @@ pub fn run(g: &GlobalOpts, a: Args) -> Result<Outcome> {
         &CheckOptions {
             read_data: a.read_data,
             jobs,
+            state: repo::state(),
+            accept_removed: a.accept_removed,
         },
     )?;
     if g.json {
@@ -52,24 +58,17 @@ pub fn run(g: &GlobalOpts, a: Args) -> Result<Outcome> {
         }
     }
     if !rep.ok() {
-        let mut repairs: Vec<&str> = rep
+        let mut repairs: Vec<String> = rep
             .errors
             .iter()
-            .filter_map(|e| e.repair.as_deref())
+            .filter_map(|e| Some(repair_hint(e, e.repair.as_deref()?)))
             .collect();
         repairs.sort();
         repairs.dedup();
         let hint = if repairs.is_empty() {
             String::new()
         } else {
-            format!(
-                ": run {}",
-                repairs
-                    .iter()
-                    .map(|r| format!("`{r}`"))
-                    .collect::<Vec<_>>()
-                    .join("; ")
-            )
+            format!(": run {}", repairs.join("; "))
         };
         bail!(
             "the repository is damaged: {} errors{hint}",
@@ -135,6 +134,15 @@ fn print_error(e: &CheckError) {
         );
     }
     if let Some(r) = &e.repair {
-        println!("  to repair: `{r}`");
+        println!("  to repair: {}", repair_hint(e, r));
+    }
+}
+
+/// What to run about `e`: a rollback is accepted only when it was no rollback at all.
+fn repair_hint(e: &CheckError, repair: &str) -> String {
+    if e.kind == DamageKind::Rollback {
+        format!("`{repair}` if the missing snapshots were removed on purpose")
+    } else {
+        format!("`{repair}`")
     }
 }

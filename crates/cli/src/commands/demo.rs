@@ -143,6 +143,7 @@ pub fn run(g: &GlobalOpts, a: Args) -> Result<Outcome> {
         &CheckOptions {
             read_data: true,
             jobs,
+            ..Default::default()
         },
     )?;
     if !c.ok() {

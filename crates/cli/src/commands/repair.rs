@@ -36,7 +36,13 @@ pub fn run(g: &GlobalOpts, a: Args) -> Result<Outcome> {
     let would = |dry: bool| if dry { "would be " } else { "" };
     match a.what {
         What::Index(o) => {
-            let rep = repair_index(&r, &RepairOptions { dry_run: o.dry_run })?;
+            let rep = repair_index(
+                &r,
+                &RepairOptions {
+                    dry_run: o.dry_run,
+                    ..Default::default()
+                },
+            )?;
             if g.json {
                 crate::output::json(&rep)?;
                 return Ok(Outcome::Ok);
@@ -66,7 +72,13 @@ pub fn run(g: &GlobalOpts, a: Args) -> Result<Outcome> {
             }
         }
         What::Snapshots(o) => {
-            let rep = repair_snapshots(&mut r, &RepairOptions { dry_run: o.dry_run })?;
+            let rep = repair_snapshots(
+                &mut r,
+                &RepairOptions {
+                    dry_run: o.dry_run,
+                    state: repo::state(),
+                },
+            )?;
             if g.json {
                 crate::output::json(&rep)?;
                 return Ok(Outcome::Ok);

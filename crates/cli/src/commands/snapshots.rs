@@ -3,13 +3,21 @@
 use crate::output::{bytes, safe, time};
 use crate::{repo, GlobalOpts, Outcome};
 use anyhow::Result;
+use mailvault_core::seen;
 
 #[derive(clap::Args, Debug)]
 pub struct Args {}
 
 pub fn run(g: &GlobalOpts, _a: Args) -> Result<Outcome> {
     let r = repo::open(g)?;
+    // This host's record, loaded before the listing it is compared with.
+    let mut record = repo::state().map(|s| seen::Record::of(&s, &r));
     let snaps = r.snapshots()?;
+    if let Some(rec) = &mut record {
+        let missing = rec.observe(seen::present(&snaps));
+        rec.save();
+        repo::warn_seen(&missing, &rec.take_warnings());
+    }
     if g.json {
         let v: Vec<_> = snaps
             .iter()

@@ -1,5 +1,6 @@
 //! What the CLI tests share: the `mailvault` binary run in a directory of its own, with its
-//! own repository (`repo`), password file (`pass`), cache and working directory.
+//! own repository (`repo`), password file (`pass`), cache, state directory and working
+//! directory.
 #![allow(dead_code, clippy::unwrap_used)]
 
 use serde_json::Value;
@@ -27,6 +28,11 @@ impl Env {
     pub fn repo(&self) -> PathBuf {
         self.path("repo")
     }
+    /// This test's state directory (MAILVAULT_STATE_DIR): the snapshot records, so that
+    /// tests never share the host's.
+    pub fn state_dir(&self) -> PathBuf {
+        self.path("state")
+    }
     /// `mailvault ARGS` on this repository, with the environment cleared of what would
     /// change its behaviour, run in this directory.
     pub fn cmd(&self, args: &[&str]) -> Command {
@@ -34,6 +40,7 @@ impl Env {
         c.env("MAILVAULT_REPOSITORY", self.repo())
             .env("MAILVAULT_PASSWORD_FILE", self.path("pass"))
             .env("XDG_CACHE_HOME", self.path("cache"))
+            .env("MAILVAULT_STATE_DIR", self.state_dir())
             .env_remove("MAILVAULT_PASSWORD")
             .env_remove("MAILVAULT_LOG")
             .current_dir(self.dir.path())

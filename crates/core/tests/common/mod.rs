@@ -301,6 +301,7 @@ pub fn check_all(repo: &Repository) -> CheckReport {
         &CheckOptions {
             read_data: true,
             jobs: 2,
+            ..Default::default()
         },
     )
     .unwrap()
