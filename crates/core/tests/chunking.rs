@@ -99,7 +99,12 @@ fn the_same_message_is_cut_differently_in_two_format_2_repositories() {
     let att = attachment("report", 1 << 20);
     store_with(
         &src,
-        &[&with_attachment("alice@example.org", "report", "see attached", &att)],
+        &[&with_attachment(
+            "alice@example.org",
+            "report",
+            "see attached",
+            &att,
+        )],
     );
     let a = lengths_after_backup(&t.path().join("a"), &src, Version::V2);
     let b = lengths_after_backup(&t.path().join("b"), &src, Version::V2);
@@ -149,6 +154,12 @@ fn a_forwarded_copy_still_deduplicates_in_a_format_2_repository() {
     eprintln!("forwarded copy stored anew: format 2 {v2:.3}, format 1 {v1:.3}");
     // The first chunk (the new headers and text up to the first cut in the attachment)
     // and the last: a few average chunks of 32 KiB out of 1.4 MB.
-    assert!(v2 < 0.15, "format 2 stored {v2:.3} of the forwarded copy anew");
-    assert!(v1 < 0.15, "format 1 stored {v1:.3} of the forwarded copy anew");
+    assert!(
+        v2 < 0.15,
+        "format 2 stored {v2:.3} of the forwarded copy anew"
+    );
+    assert!(
+        v1 < 0.15,
+        "format 1 stored {v1:.3} of the forwarded copy anew"
+    );
 }

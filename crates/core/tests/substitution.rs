@@ -16,8 +16,8 @@ use mailvault_core::check::{CheckError, CheckReport, DamageKind};
 use mailvault_core::format::{Object, Version};
 use mailvault_core::index::{self, Location};
 use mailvault_core::pack::{self, BlobKind, IndexedPack, PackBuilder};
-use mailvault_core::restore::{restore, RestoreOptions, RestoreReport};
 use mailvault_core::report::NoProgress;
+use mailvault_core::restore::{restore, RestoreOptions, RestoreReport};
 use mailvault_core::snapshot::Snapshot;
 use mailvault_core::{Error, Id, InitOptions, Repository};
 use std::collections::HashMap;
@@ -56,7 +56,11 @@ fn setup(dir: &Path) -> Setup {
             "",
             "cur",
             &format!("1700009000.M{i}P9.mail:2,S"),
-            &message("bob@example.org", &format!("same-size-{c}"), &c.repeat(3000)),
+            &message(
+                "bob@example.org",
+                &format!("same-size-{c}"),
+                &c.repeat(3000),
+            ),
             1_700_009_000 + i as i64,
         );
     }
@@ -107,7 +111,11 @@ fn assert_nothing_wrong(src: &Path, out: &Path) -> usize {
 }
 
 /// Restores `which` into `out`, 2 threads.
-fn restore_snapshot(repo: &Repository, which: &str, out: &Path) -> mailvault_core::Result<RestoreReport> {
+fn restore_snapshot(
+    repo: &Repository,
+    which: &str,
+    out: &Path,
+) -> mailvault_core::Result<RestoreReport> {
     let opts = RestoreOptions {
         snapshot: which.into(),
         target: out.to_path_buf(),
@@ -139,8 +147,7 @@ fn assert_restore_fails_naming(s: &Setup, needles: &[String]) -> RestoreReport {
 fn assert_restore_refused(s: &Setup, which: &str) -> Error {
     let repo = s.open();
     let e = restore_snapshot(&repo, which, &s.out)
-        .err()
-        .expect("the restore of a substituted repository succeeded");
+        .expect_err("the restore of a substituted repository succeeded");
     assert_eq!(assert_nothing_wrong(&s.src, &s.out), 0);
     e
 }
@@ -294,7 +301,10 @@ fn swapped_blobs_in_a_pack_are_detected_and_never_restored() {
         assert_restore_fails_naming(&s, &[misplaced(&a), misplaced(&b)]);
         let e = assert_check_names_file(&s, DamageKind::Pack, &path);
         for id in [a, b] {
-            assert!(e.blob_ids.contains(&id.to_hex()), "renamed {renamed}: {e:?}");
+            assert!(
+                e.blob_ids.contains(&id.to_hex()),
+                "renamed {renamed}: {e:?}"
+            );
         }
         assert!(
             e.details.iter().any(|d| d.contains("does not open as")),
@@ -322,12 +332,8 @@ fn swapped_pack_headers_are_detected() {
         // Where each pack's blobs end: the header's length is sealed in the trailer.
         let tail_of = |path: &str| -> usize {
             let bytes = fs::read(s.file(path)).unwrap();
-            let (_, entries) =
-                pack::header_of(&bytes, repo.key(), path, &[Version::V2]).unwrap();
-            entries
-                .iter()
-                .map(|e| e.stored_len as usize)
-                .sum::<usize>()
+            let (_, entries) = pack::header_of(&bytes, repo.key(), path, &[Version::V2]).unwrap();
+            entries.iter().map(|e| e.stored_len as usize).sum::<usize>()
         };
         let (pe, qe) = (tail_of(&p), tail_of(&q));
         let (pb, qb) = (fs::read(s.file(&p)).unwrap(), fs::read(s.file(&q)).unwrap());
@@ -340,7 +346,10 @@ fn swapped_pack_headers_are_detected() {
         fs::write(s.file(&q), q_new).unwrap();
         let (p, q) = match renamed {
             false => (p, q),
-            true => (rename_pack_to_its_hash(&s, &p), rename_pack_to_its_hash(&s, &q)),
+            true => (
+                rename_pack_to_its_hash(&s, &p),
+                rename_pack_to_its_hash(&s, &q),
+            ),
         };
         // Whatever a restore gives back is right.
         let repo = s.open();
@@ -450,7 +459,10 @@ fn swapped_index_offsets_are_detected_and_never_restored() {
     let path = pack_file(&repo, &la);
     drop(repo);
     rewrite_index(&s, |packs| {
-        let p = packs.iter_mut().find(|p| pack::pack_path(&p.id) == path).unwrap();
+        let p = packs
+            .iter_mut()
+            .find(|p| pack::pack_path(&p.id) == path)
+            .unwrap();
         let ia = p.entries.iter().position(|e| e.id == a).unwrap();
         let ib = p.entries.iter().position(|e| e.id == b).unwrap();
         let (ea, eb) = (p.entries[ia], p.entries[ib]);
@@ -525,14 +537,15 @@ fn a_data_blob_is_never_read_as_a_tree_nor_a_tree_as_data() {
     let repo = s.open();
     let r = restore_snapshot(&repo, "latest", &s.out);
     if let Ok(r) = &r {
-        assert!(!r.failures.is_empty(), "an account tree filed as data was read");
+        assert!(
+            !r.failures.is_empty(),
+            "an account tree filed as data was read"
+        );
     }
     assert_nothing_wrong(&s.src, &s.out);
     let e = assert_check_names_blob(&s, &account);
     assert!(
-        e.details
-            .iter()
-            .any(|d| d.contains(&misplaced(&account)))
+        e.details.iter().any(|d| d.contains(&misplaced(&account)))
             || e.error.contains("not a tree"),
         "{e:?}"
     );
@@ -615,7 +628,9 @@ fn format_1_objects_in_a_format_2_repository_are_refused() {
     for p in &mut packs {
         p.version = Version::V1;
     }
-    let sealed = repo.key().seal(&index::encode(&packs, Version::V1).unwrap());
+    let sealed = repo
+        .key()
+        .seal(&index::encode(&packs, Version::V1).unwrap());
     let path = format!("index/{}", Id::of_file(&sealed));
     fs::write(s.file(&path), sealed).unwrap();
     drop(repo);
@@ -625,7 +640,14 @@ fn format_1_objects_in_a_format_2_repository_are_refused() {
     let (p, e) = &repo.index_errors()[0];
     assert_eq!(p, &path);
     assert!(
-        matches!(e, Error::OtherFormat { found: 1, expected: 2, .. }),
+        matches!(
+            e,
+            Error::OtherFormat {
+                found: 1,
+                expected: 2,
+                ..
+            }
+        ),
         "{e}"
     );
     drop(repo);
@@ -657,7 +679,13 @@ fn format_1_objects_in_a_format_2_repository_are_refused() {
                 .key()
                 .open_vec_ad(sealed.to_vec(), &Object::Blob(e.kind, &e.id).aad(), "b")
                 .unwrap();
-            b.add(e.id, e.kind, e.codec, e.raw_len as usize, &repo.key().seal(&plain));
+            b.add(
+                e.id,
+                e.kind,
+                e.codec,
+                e.raw_len as usize,
+                &repo.key().seal(&plain),
+            );
             blobs.push(e.id);
         }
         let v1 = b.finish(repo.key(), Version::V1);
@@ -726,7 +754,14 @@ fn a_downgraded_config_reads_no_format_2_object() {
     assert!(!repo.index_errors().is_empty());
     for (_, e) in repo.index_errors() {
         assert!(
-            matches!(e, Error::OtherFormat { found: 2, expected: 1, .. }),
+            matches!(
+                e,
+                Error::OtherFormat {
+                    found: 2,
+                    expected: 1,
+                    ..
+                }
+            ),
             "{e}"
         );
     }
@@ -734,7 +769,14 @@ fn a_downgraded_config_reads_no_format_2_object() {
     assert!(snaps.list.is_empty());
     for d in &snaps.damaged {
         assert!(
-            matches!(d.error, Error::OtherFormat { found: 2, expected: 1, .. }),
+            matches!(
+                d.error,
+                Error::OtherFormat {
+                    found: 2,
+                    expected: 1,
+                    ..
+                }
+            ),
             "{}",
             d.error
         );
