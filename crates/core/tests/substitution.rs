@@ -12,6 +12,7 @@
 mod common;
 
 use common::*;
+use mailvault_core::backup::{backup, BackupOptions};
 use mailvault_core::check::{CheckError, CheckReport, DamageKind};
 use mailvault_core::format::{Object, Version};
 use mailvault_core::index::{self, Location};
@@ -73,10 +74,16 @@ fn setup(dir: &Path) -> Setup {
     }
 }
 
-/// Backs `src` up into a new repository `dir/repo`; returns it opened afresh.
+/// Backs `src` up into a new repository `dir/repo` with one worker (one data pack: the
+/// blobs to swap are in it); returns it opened afresh.
 fn backed_up(dir: &Path, src: &Path) -> Repository {
     let mut repo = init_repo(&dir.join("repo"));
-    maildir_backup(&mut repo, src, vec![]);
+    let opts = BackupOptions {
+        jobs: 1,
+        ..backup_opts(src, vec![])
+    };
+    let r = backup(&mut repo, &opts, &NoProgress).unwrap();
+    assert!(r.failures.is_empty(), "{:?}", r.failures);
     open_repo(&dir.join("repo"))
 }
 
@@ -201,7 +208,7 @@ fn same_size_pair(repo: &Repository) -> ((Id, Location), (Id, Location)) {
     (v[0], v[1])
 }
 
-/// Two data blobs of one pack (of different sizes when there are).
+/// Two data blobs of one pack, of different sizes.
 fn two_data_blobs(repo: &Repository) -> ((Id, Location), (Id, Location)) {
     let mut data: Vec<(Id, Location)> = repo
         .index()
@@ -210,12 +217,14 @@ fn two_data_blobs(repo: &Repository) -> ((Id, Location), (Id, Location)) {
         .map(|(i, l)| (*i, *l))
         .collect();
     data.sort_by_key(|(i, l)| (l.pack, l.offset, *i));
-    let a = data[0];
-    let b = *data
-        .iter()
-        .find(|(_, l)| l.pack == a.1.pack && l.stored_len != a.1.stored_len)
-        .expect("one pack with two data blobs of different sizes");
-    (a, b)
+    data.iter()
+        .find_map(|a| {
+            let b = data
+                .iter()
+                .find(|(_, l)| l.pack == a.1.pack && l.stored_len != a.1.stored_len)?;
+            Some((*a, *b))
+        })
+        .expect("one pack with two data blobs of different sizes")
 }
 
 /// The opened plaintext of the format-2 index file at `path`.
