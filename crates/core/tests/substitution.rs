@@ -14,17 +14,19 @@ mod common;
 use common::*;
 use mailvault_core::backup::{backup, BackupOptions};
 use mailvault_core::check::{CheckError, CheckReport, DamageKind};
-use mailvault_core::format::{Object, Version};
+use mailvault_core::format::{self, Object, Version};
 use mailvault_core::index::{self, Location};
 use mailvault_core::pack::{self, BlobKind, IndexedPack, PackBuilder};
 use mailvault_core::report::NoProgress;
 use mailvault_core::restore::{restore, RestoreOptions, RestoreReport};
 use mailvault_core::snapshot::Snapshot;
+use mailvault_core::store::LocalStore;
 use mailvault_core::{Error, Id, InitOptions, Repository};
 use std::collections::HashMap;
 use std::fs;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 /// The backed-up store and its repository: `dir/vmail` and `dir/repo`.
 struct Setup {
@@ -48,6 +50,11 @@ impl Setup {
 /// but have the same length and compress alike, so that their blobs have the same sealed
 /// size; backed up into a new format-2 repository.
 fn setup(dir: &Path) -> Setup {
+    setup_padded(dir, false)
+}
+
+/// [`setup`], with `init --pad` when `pad`.
+fn setup_padded(dir: &Path, pad: bool) -> Setup {
     let src = dir.join("vmail");
     small_store(&src);
     let bob = src.join("example.org/bob/Maildir");
@@ -65,8 +72,8 @@ fn setup(dir: &Path) -> Setup {
             1_700_009_000 + i as i64,
         );
     }
-    let r = backed_up(dir, &src);
-    assert_eq!(r.version(), Version::V2);
+    let r = backed_up(dir, &src, pad);
+    assert_eq!((r.version(), r.config().pad), (Version::V2, pad));
     Setup {
         src,
         repo: dir.join("repo"),
@@ -74,10 +81,12 @@ fn setup(dir: &Path) -> Setup {
     }
 }
 
-/// Backs `src` up into a new repository `dir/repo` with one worker (one data pack: the
+/// Backs `src` up into a new repository `dir/repo` (padded when `pad`) with one worker (one data pack: the
 /// blobs to swap are in it); returns it opened afresh.
-fn backed_up(dir: &Path, src: &Path) -> Repository {
-    let mut repo = init_repo(&dir.join("repo"));
+fn backed_up(dir: &Path, src: &Path, pad: bool) -> Repository {
+    let store = Arc::new(LocalStore::new(dir.join("repo")));
+    let init = InitOptions { pad, ..fast_init() };
+    let mut repo = Repository::init(store, PASSWORD, &init).unwrap();
     let opts = BackupOptions {
         jobs: 1,
         ..backup_opts(src, vec![])
@@ -235,6 +244,10 @@ fn open_index_file(repo: &Repository, path: &Path) -> Vec<IndexedPack> {
         .key()
         .open_vec_ad(sealed, &Object::Index(&id).aad(), "index")
         .unwrap();
+    let plain = match repo.config().pad {
+        true => format::unpad(plain, "index").unwrap(),
+        false => plain,
+    };
     index::decode(&plain, Version::V2, "index").unwrap()
 }
 
@@ -251,7 +264,11 @@ fn rewrite_index(s: &Setup, edit: impl FnOnce(&mut Vec<IndexedPack>)) {
     edit(&mut packs);
     let plain = index::encode(&packs, Version::V2).unwrap();
     let id = repo.key().blob_id(&plain);
-    let sealed = repo.key().seal_ad(&plain, &Object::Index(&id).aad());
+    let padded = match repo.config().pad {
+        true => format::pad(plain),
+        false => plain,
+    };
+    let sealed = repo.key().seal_ad(&padded, &Object::Index(&id).aad());
     fs::write(s.file(&format!("index/{id}")), sealed).unwrap();
 }
 
@@ -292,9 +309,9 @@ fn misplaced(id: &Id) -> String {
 /// still do not open as the ids the index files them under.
 #[test]
 fn swapped_blobs_in_a_pack_are_detected_and_never_restored() {
-    for renamed in [false, true] {
+    for (renamed, pad) in [(false, false), (true, false), (true, true)] {
         let t = tempfile::tempdir().unwrap();
-        let s = setup(t.path());
+        let s = setup_padded(t.path(), pad);
         let repo = s.open();
         let ((a, la), (b, lb)) = same_size_pair(&repo);
         let mut path = pack_file(&repo, &la);
@@ -328,9 +345,9 @@ fn swapped_blobs_in_a_pack_are_detected_and_never_restored() {
 /// their new hashes.
 #[test]
 fn swapped_pack_headers_are_detected() {
-    for renamed in [false, true] {
+    for (renamed, pad) in [(false, false), (true, false), (true, true)] {
         let t = tempfile::tempdir().unwrap();
-        let s = setup(t.path());
+        let s = setup_padded(t.path(), pad);
         let repo = s.open();
         let pick = |kind| {
             let (_, loc) = repo.index().iter().find(|(_, l)| l.kind == kind).unwrap();
@@ -404,8 +421,14 @@ fn second_snapshot(s: &Setup) {
 /// c. Two snapshot files with each other's bytes: each fails to open under its name.
 #[test]
 fn swapped_snapshots_are_detected_and_never_restored() {
+    for pad in [false, true] {
+        swapped_snapshots(pad);
+    }
+}
+
+fn swapped_snapshots(pad: bool) {
     let t = tempfile::tempdir().unwrap();
-    let s = setup(t.path());
+    let s = setup_padded(t.path(), pad);
     second_snapshot(&s);
     let files = snapshot_files(&s);
     assert_eq!(files.len(), 2);
@@ -461,8 +484,14 @@ fn a_renamed_snapshot_is_detected() {
 /// length: each place holds a blob sealed as the other.
 #[test]
 fn swapped_index_offsets_are_detected_and_never_restored() {
+    for pad in [false, true] {
+        swapped_index_offsets(pad);
+    }
+}
+
+fn swapped_index_offsets(pad: bool) {
     let t = tempfile::tempdir().unwrap();
-    let s = setup(t.path());
+    let s = setup_padded(t.path(), pad);
     let repo = s.open();
     let ((a, la), (b, _)) = two_data_blobs(&repo);
     let path = pack_file(&repo, &la);
@@ -748,10 +777,7 @@ fn a_downgraded_config_reads_no_format_2_object() {
     let json = serde_json::to_vec(&config).unwrap();
     fs::write(s.file("config"), repo.key().seal(&json)).unwrap();
     drop(repo);
-    let repo = match mailvault_core::Repository::open(
-        std::sync::Arc::new(mailvault_core::store::LocalStore::new(&s.repo)),
-        PASSWORD,
-    ) {
+    let repo = match Repository::open(Arc::new(LocalStore::new(&s.repo)), PASSWORD) {
         Ok(r) => r,
         Err(e) => {
             eprintln!("a downgraded config does not open: {e}");
@@ -808,7 +834,7 @@ fn a_format_1_repository_round_trips() {
         version: Version::V1,
         ..fast_init()
     };
-    let store = std::sync::Arc::new(mailvault_core::store::LocalStore::new(&dir));
+    let store = Arc::new(LocalStore::new(&dir));
     let mut repo = Repository::init(store, PASSWORD, &opts).unwrap();
     maildir_backup(&mut repo, &src, vec![]);
     let repo = open_repo(&dir);
