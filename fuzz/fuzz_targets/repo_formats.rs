@@ -1,10 +1,13 @@
 //! Decoders of repository formats must reject any input without panicking.
 #![no_main]
 use libfuzzer_sys::fuzz_target;
+use mailvault_core::format::Version;
 use mailvault_core::tree::{self, AccountTree, MessageChunk, RootTree};
 
 fuzz_target!(|data: &[u8]| {
-    let _ = mailvault_core::index::decode(data, "fuzz");
+    for v in [Version::V1, Version::V2] {
+        let _ = mailvault_core::index::decode(data, v, "fuzz");
+    }
     let _ = tree::decode::<RootTree>(data, "fuzz");
     let _ = tree::decode::<AccountTree>(data, "fuzz");
     let _ = tree::decode::<MessageChunk>(data, "fuzz");

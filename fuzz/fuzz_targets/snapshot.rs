@@ -3,6 +3,13 @@
 #![no_main]
 use libfuzzer_sys::fuzz_target;
 
+use mailvault_core::format::Version;
+use mailvault_core::snapshot::Snapshot;
+
 fuzz_target!(|data: &[u8]| {
-    let _ = mailvault_core::snapshot::Snapshot::from_json(data, "snapshots/fuzz");
+    for v in [Version::V1, Version::V2] {
+        if let Ok(s) = Snapshot::from_json(data, v, "snapshots/fuzz") {
+            assert_eq!(s.version, v.number());
+        }
+    }
 });

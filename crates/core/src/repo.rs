@@ -367,10 +367,15 @@ impl Repository {
 
     /// Opens the content-named file at `path` (see [`Self::seal_named`]). In format 2 its
     /// name must be the keyed hash of what it opens to: a renamed or substituted file is
-    /// an error naming it.
+    /// an error naming it. In format 1, a format-2 file is refused as one
+    /// ([`Error::OtherFormat`]), not as damaged.
     pub(crate) fn open_named(&self, kind: Named, path: &str, sealed: Vec<u8>) -> Result<Vec<u8>> {
         match self.version {
-            Version::V1 => self.key.open_vec(sealed, path),
+            // A format-2 file (named by its id) is told apart from a damaged one.
+            Version::V1 => match file_id(path) {
+                Ok(id) => self.open_object(kind.object(&id), sealed, path),
+                Err(_) => self.key.open_vec(sealed, path),
+            },
             Version::V2 => {
                 let id = file_id(path)?;
                 let plain = self.open_object(kind.object(&id), sealed, path)?;
@@ -967,6 +972,12 @@ pub(crate) fn open_config(key: &MasterKey, sealed: Vec<u8>) -> Result<(Config, V
         ));
     }
     Ok((config, version))
+}
+
+/// [`open_config`] for the fuzz target `config`; not an API.
+#[doc(hidden)]
+pub fn open_config_for_fuzz(key: &MasterKey, sealed: Vec<u8>) -> Result<(Config, Version)> {
+    open_config(key, sealed)
 }
 
 /// The chunker a repository of `version` cuts with.
