@@ -53,7 +53,6 @@ pub enum Error {
     /// The repository was written by a newer mailvault.
     #[error("repository format version {0} is not supported by this mailvault (it reads formats 1 and 2): use a newer mailvault")]
     UnsupportedVersion(u32),
-<<<<<<< HEAD
     /// An object of one repository format found in a repository of another (in a
     /// format-2 repository, a format-1 object: left by an unfinished `mailvault
     /// migrate`, or put there).
@@ -69,7 +68,6 @@ pub enum Error {
         "{what}: does not open as {expected}: it was swapped, renamed or moved here, or is damaged"
     )]
     Misplaced { what: String, expected: String },
-=======
     /// This host has seen the repository with a higher format version than its config now
     /// says: the config was replaced by an older one (see `seen`).
     #[error("repository {repository}: its config says format version {found}, but this host has seen it with version {seen}: the config was replaced by an older one (a rollback); put back the newer config from a copy of the repository")]
@@ -78,7 +76,6 @@ pub enum Error {
         seen: u32,
         found: u32,
     },
->>>>>>> seen
     /// No snapshot matches what the user asked for.
     #[error("no snapshot matches {0:?}")]
     SnapshotNotFound(String),
