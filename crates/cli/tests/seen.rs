@@ -65,7 +65,7 @@ fn a_deleted_snapshot_is_a_rollback_until_accepted() {
     let mut want = ids.clone();
     want.sort();
     assert_eq!(rec["snapshots"], serde_json::json!(want), "{rec}");
-    assert_eq!(rec["format_version"], 1);
+    assert_eq!(rec["format_version"], 2);
     assert_eq!(rec["location"], e.repo().to_str().unwrap());
 
     let gone = &ids[0];
@@ -143,14 +143,15 @@ fn an_older_config_is_a_format_rollback() {
     two_snapshots(&e);
     let path = record_path(&e);
     let mut rec = record(&e);
-    rec["format_version"] = 2.into();
+    // As if this host had seen a later format than the config now says.
+    rec["format_version"] = 3.into();
     fs::write(&path, rec.to_string()).unwrap();
     for cmd in [&["snapshots"][..], &["ls", "latest"], &["check"]] {
         let (code, _, err) = e.run_text(cmd);
         assert_eq!(code, Some(2), "{cmd:?}: {err}");
         assert!(
-            err.contains("config says format version 1")
-                && err.contains("seen it with version 2")
+            err.contains("config says format version 2")
+                && err.contains("seen it with version 3")
                 && err.contains("rollback"),
             "{err}"
         );
