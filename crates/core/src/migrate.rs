@@ -344,7 +344,8 @@ fn take_over(repo: &Repository, dry_run: bool) -> Result<()> {
         Err(Error::NotFound(_)) => None,
         Err(e) => return Err(e),
     };
-    if let Some(b) = existing {
+    if let Some(b) = &existing {
+        let b = b.clone();
         let rec = open_as(key, Version::V2, obj, b, MIGRATE_STATE)
             .ok()
             .and_then(|b| serde_json::from_slice::<WriterRecord>(&b).ok());
@@ -366,7 +367,20 @@ fn take_over(repo: &Repository, dry_run: bool) -> Result<()> {
     }
     let json = serde_json::to_vec(&WriterRecord::this_process())
         .map_err(|e| Error::corrupt(MIGRATE_STATE, e.to_string()))?;
-    store.replace(MIGRATE_STATE, &seal_as(key, Version::V2, obj, &json))?;
+    let sealed = seal_as(key, Version::V2, obj, &json);
+    match existing {
+        // Taking over a stopped run's record.
+        Some(_) => store.replace(MIGRATE_STATE, &sealed)?,
+        // Put-if-absent: of two migrates started at once, one gets here first.
+        None => store.put(MIGRATE_STATE, &sealed).map_err(|e| match e {
+            Error::AlreadyExists(_) => Error::InvalidInput(format!(
+                "{}: another migration began just now: let it finish",
+                store.location()
+            )),
+            e => e,
+        })?,
+    }
+    store.flush()?;
     if let Some(w) = store.list("writers/")?.first() {
         if !repo.unfinished_migration() {
             store.delete(MIGRATE_STATE)?;

@@ -337,6 +337,37 @@ fn migrate_refuses_a_running_writer_and_damage_and_changes_nothing() {
     assert_eq!(listing(&dir), before);
 }
 
+/// A tree blob that does not verify stops the migration before its commit: what it staged
+/// is removed, and the repository is as it was.
+#[test]
+fn a_tree_blob_that_does_not_verify_undoes_the_migration() {
+    let t = tempfile::tempdir().unwrap();
+    let dir = t.path().join("repo");
+    copy_dir(&fixtures().join("repo-v1"), &dir);
+    let repo = open_repo(&dir);
+    let root = repo.find_snapshot("latest").unwrap().root;
+    let loc = *repo.index().get(&root).unwrap();
+    let pack = dir.join(mailvault_core::pack::pack_path(
+        &repo.index().pack_id(loc.pack),
+    ));
+    let mut b = std::fs::read(&pack).unwrap();
+    b[loc.offset as usize + 30] ^= 1;
+    std::fs::write(&pack, b).unwrap();
+    let listing = || {
+        let mut v: Vec<ObjectInfo> = LocalStore::new(&dir).list("").unwrap();
+        v.sort_by(|a, b| a.path.cmp(&b.path));
+        v
+    };
+    let before = listing();
+    let mut repo = open_repo(&dir);
+    let e = migrate(&mut repo, &MigrateOptions::default())
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains(&root.short()), "{e}");
+    assert_eq!(listing(), before);
+    assert_eq!(open_repo(&dir).version(), Version::V1);
+}
+
 /// A store that fails every write from the `n`th on (counting puts, deletes and
 /// replaces), as a process killed there would stop writing.
 struct FailingStore {
