@@ -351,7 +351,8 @@ fn take_over(repo: &Repository, dry_run: bool) -> Result<()> {
             .and_then(|b| serde_json::from_slice::<WriterRecord>(&b).ok());
         // A record of this very process is a run of ours that stopped: taken over.
         let me = WriterRecord::this_process();
-        let live = |r: &WriterRecord| !r.gone() && !(r.hostname == me.hostname && r.pid == me.pid);
+        let mine = |r: &WriterRecord| r.hostname == me.hostname && r.pid == me.pid;
+        let live = |r: &WriterRecord| !(r.gone() || mine(r));
         if let Some(r) = rec.filter(live) {
             return Err(Error::InvalidInput(format!(
                 "{}: a migration is running (process {} on {}, since {}): let it finish",
