@@ -56,6 +56,9 @@ pub struct MigrateReport {
     pub leftovers_removed: u64,
     /// Snapshots written again in format 2.
     pub snapshots: u64,
+    /// Each snapshot's old id and its new one (a snapshot's format-2 id is the keyed hash
+    /// of its content).
+    pub renamed: Vec<Renamed>,
     /// Dictionaries written again in format 2.
     pub dictionaries: u64,
     /// Index files replaced, and the format-2 index files written (one).
@@ -72,6 +75,13 @@ pub struct MigrateReport {
     pub data_packs_kept: u64,
     pub data_pack_bytes_kept: u64,
     pub elapsed_secs: f64,
+}
+
+/// A snapshot's id before and after the migration (hex).
+#[derive(Clone, Debug, Serialize, PartialEq, Eq)]
+pub struct Renamed {
+    pub old: String,
+    pub new: String,
 }
 
 /// Migrates the repository to format 2, or finishes a migration a killed run left.
@@ -299,7 +309,11 @@ fn stage(repo: &Repository, plan: &Plan, rep: &mut MigrateReport) -> Result<()> 
     let by_id: HashMap<Id, &Snapshot> = plan.snapshots.iter().map(|s| (s.id, s)).collect();
     let mut new_ids: HashMap<Id, Id> = HashMap::new();
     for s in &plan.snapshots {
-        write_snapshot(&v2, s, &by_id, &mut new_ids)?;
+        let new = write_snapshot(&v2, s, &by_id, &mut new_ids)?;
+        rep.renamed.push(Renamed {
+            old: s.id.to_hex(),
+            new: new.to_hex(),
+        });
     }
     store.flush()
 }

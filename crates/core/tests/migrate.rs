@@ -247,12 +247,18 @@ fn snapshot_parents_are_mapped_to_the_new_ids() {
     let before = repo.snapshots().unwrap();
     assert_eq!(before.len(), 2);
     assert_eq!(before[1].parent, Some(before[0].id));
-    run(&mut repo);
+    let renamed = run(&mut repo).renamed;
     let after = repo.snapshots().unwrap();
     assert_eq!(after.len(), 2);
     assert!(after.damaged.is_empty());
     assert!(after.iter().all(|s| !before.iter().any(|b| b.id == s.id)));
     assert_eq!(after[1].parent, Some(after[0].id), "parent not mapped");
+    let rep = &renamed;
+    for (b, a) in before.iter().zip(after.iter()) {
+        assert!(rep
+            .iter()
+            .any(|r| r.old == b.id.to_hex() && r.new == a.id.to_hex()));
+    }
     assert_eq!(after[0].root, before[0].root);
     assert_eq!(after[1].summary, before[1].summary);
 }

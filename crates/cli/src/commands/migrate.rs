@@ -12,6 +12,9 @@ pub struct Args {
     pub dry_run: bool,
 }
 
+/// Renamed snapshots shown in the text output.
+const SHOWN: usize = 5;
+
 pub fn run(g: &GlobalOpts, a: Args) -> Result<Outcome> {
     let mut r = repo::open(g)?;
     let rep = migrate(&mut r, &MigrateOptions { dry_run: a.dry_run })?;
@@ -64,6 +67,18 @@ pub fn run(g: &GlobalOpts, a: Args) -> Result<Outcome> {
         rep.data_packs_kept,
         bytes(rep.data_pack_bytes_kept)
     );
+    if !rep.renamed.is_empty() {
+        println!("snapshot ids change (format 2 names a snapshot by its content):");
+        for r in rep.renamed.iter().take(SHOWN) {
+            println!("  {} -> {}", &r.old[..8], &r.new[..8]);
+        }
+        if rep.renamed.len() > SHOWN {
+            println!(
+                "  ... and {} more (--json lists all)",
+                rep.renamed.len() - SHOWN
+            );
+        }
+    }
     if !a.dry_run {
         println!("done in {:.1}s", rep.elapsed_secs);
     }
