@@ -9,6 +9,7 @@
 //! snapshots/<id>         sealed snapshot JSON
 //! dicts/<id>             sealed zstd dictionaries
 //! writers/<random>       sealed records of backups in progress
+//! migrate/state          sealed record of an unfinished `mailvault migrate`
 //! damaged/...            files the repairs set aside
 //! ```
 //! A damaged index file, dictionary or snapshot file costs what it holds, never the
