@@ -66,6 +66,9 @@ pub enum Command {
     Stats(commands::stats::Args),
     /// Repair the index or the snapshots after damage `check` found.
     Repair(commands::repair::Args),
+    /// Rewrite a format-1 repository's metadata as format 2 (data packs are kept), or
+    /// finish a migration that was interrupted.
+    Migrate(commands::migrate::Args),
     /// Generate a sample mail store, back it up, restore it and verify the result.
     Demo(commands::demo::Args),
 }
@@ -136,6 +139,7 @@ fn main() -> ExitCode {
         Command::Check(a) => commands::check::run(g, a),
         Command::Stats(a) => commands::stats::run(g, a),
         Command::Repair(a) => commands::repair::run(g, a),
+        Command::Migrate(a) => commands::migrate::run(g, a),
         Command::Demo(a) => commands::demo::run(g, a),
     };
     match result {

@@ -75,6 +75,9 @@ pub fn open(g: &GlobalOpts) -> Result<Repository> {
             crate::output::safe(&format!("{path}: {e}"))
         );
     }
+    if repo.unfinished_migration() {
+        eprintln!("warning: a `mailvault migrate` is unfinished: run it again to finish it");
+    }
     for d in &repo.snapshots()?.damaged {
         eprintln!(
             "warning: {}: this snapshot is skipped (run `mailvault check`, then `mailvault repair snapshots`)",

@@ -280,7 +280,7 @@ fn check_inner(repo: &Repository, opts: &CheckOptions, started: Instant) -> Resu
         } else {
             DamageKind::Key
         };
-        if !unreadable.contains(f.path.as_str()) {
+        if !unreadable.contains(f.path.as_str()) && !repo.migration_leftover_file(&f.path) {
             match verify_named_file(repo, &st, &f.path, kind) {
                 Err(i) if kind == DamageKind::Index => st.set_repair(i, REPAIR_INDEX),
                 // A key file must also be one this mailvault can use.
@@ -303,6 +303,12 @@ fn check_inner(repo: &Repository, opts: &CheckOptions, started: Instant) -> Resu
     }
 
     let packs = check_packs(repo, &st, opts.read_data, &mut warnings)?;
+    if repo.unfinished_migration() {
+        warnings.push(format!(
+            "{}; until then files of the other format are its leftovers and are skipped",
+            crate::repo::UNFINISHED_MIGRATION
+        ));
+    }
 
     // Snapshots: one error per file that cannot be read. This host's record is loaded
     // before the listing, so that a snapshot written meanwhile is not taken for a missing one.
@@ -315,6 +321,9 @@ fn check_inner(repo: &Repository, opts: &CheckOptions, started: Instant) -> Resu
     let loaded: Vec<Option<crate::snapshot::Snapshot>> = snaps
         .par_iter()
         .map(|f| {
+            if repo.migration_leftover_file(&f.path) {
+                return None;
+            }
             verify_named_file(repo, &st, &f.path, DamageKind::Snapshot)
                 .map_err(|i| st.set_repair(i, REPAIR_SNAPSHOTS))
                 .ok()?;
@@ -641,6 +650,7 @@ fn check_packs(
     }
     for p in &packs {
         match file_id(&p.path) {
+            Ok(id) if !index.has_pack(&id) && repo.migration_leftover_pack(&p.path, p.size) => {}
             Ok(id) if !index.has_pack(&id) => warnings.push(format!(
                 "{}: pack not in any index (left by an interrupted backup; the next backup reuses it when that backup left its record in writers/, or run `{REPAIR_INDEX}`)",
                 p.path

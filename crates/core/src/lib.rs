@@ -16,6 +16,7 @@ pub mod imap;
 pub mod index;
 pub mod ls;
 pub mod maildir;
+pub mod migrate;
 pub mod model;
 pub mod pack;
 pub mod repair;

@@ -65,6 +65,7 @@ pub struct IndexRepair {
 
 /// Rebuilds the index from the packs in `data/`.
 pub fn repair_index(repo: &Repository, opts: &RepairOptions) -> Result<IndexRepair> {
+    repo.refuse_if_migrating()?;
     let store = repo.store();
     // Index files first, then packs: every pack an index listed now is seen below (packs
     // are durable before their index), so deleting these loses nothing.
@@ -214,6 +215,7 @@ pub struct SnapshotsRepair {
 
 /// Replaces snapshots that need blobs that cannot be read by ones without what is lost.
 pub fn repair_snapshots(repo: &mut Repository, opts: &RepairOptions) -> Result<SnapshotsRepair> {
+    repo.refuse_if_migrating()?;
     // Packs in no index may hold what the snapshots need: their good blobs must be
     // indexed first. (A pack `repair index` left out has no blob that verifies.)
     let unindexed: Vec<String> = repo
@@ -315,7 +317,7 @@ pub fn repair_snapshots(repo: &mut Repository, opts: &RepairOptions) -> Result<S
 }
 
 /// Copies a repository file below `damaged/` (durably), then removes it.
-fn move_to_damaged(store: &dyn crate::store::Store, path: &str) -> Result<()> {
+pub(crate) fn move_to_damaged(store: &dyn crate::store::Store, path: &str) -> Result<()> {
     let bytes = store.get(path)?;
     match store.put(&format!("{DAMAGED_DIR}{path}"), &bytes) {
         Ok(()) | Err(Error::AlreadyExists(_)) => {}

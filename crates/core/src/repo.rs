@@ -9,6 +9,7 @@
 //! snapshots/<id>         sealed snapshot JSON
 //! dicts/<id>             sealed zstd dictionaries
 //! writers/<random>       sealed records of backups in progress
+//! migrate/state          sealed record of an unfinished `mailvault migrate`
 //! damaged/...            files the repairs set aside
 //! ```
 //! A damaged index file, dictionary or snapshot file costs what it holds, never the
@@ -101,7 +102,15 @@ pub struct Repository {
     dict_errors: Vec<(String, Error)>,
     /// zstd dictionaries from `dicts/`.
     dicts: compress::Dictionaries,
+    /// `migrate/state` was there at open: a `mailvault migrate` is unfinished (see
+    /// `crate::migrate`), and files of the other format are its leftovers.
+    migrating: bool,
+    /// Index and dictionary files skipped at open as leftovers of that migration.
+    leftovers: Vec<String>,
 }
+
+/// The record an unfinished `mailvault migrate` leaves (`crate::migrate`).
+pub const MIGRATE_STATE: &str = "migrate/state";
 
 impl Repository {
     /// Creates a new repository in an empty location.
@@ -151,6 +160,8 @@ impl Repository {
             index_errors: Vec::new(),
             dict_errors: Vec::new(),
             dicts: compress::Dictionaries::default(),
+            migrating: false,
+            leftovers: Vec::new(),
         })
     }
 
@@ -186,11 +197,144 @@ impl Repository {
             index_errors: Vec::new(),
             dict_errors: Vec::new(),
             dicts: compress::Dictionaries::default(),
+            migrating: false,
+            leftovers: Vec::new(),
         };
-        repo.load_dictionaries()?;
-        repo.load_index()?;
+        repo.load()?;
         crate::seen::check_format(&repo.config.id, repo.config.version)?;
+        repo.refuse_downgraded_config()?;
         Ok(repo)
+    }
+
+    /// Reads the config again and loads the dictionaries and the index: after `migrate`
+    /// replaced the config.
+    pub(crate) fn reload(&mut self) -> Result<()> {
+        let (config, version) = open_config(&self.key, self.store.get("config")?)?;
+        self.chunker = chunker_for(&self.key, &config, version);
+        self.config = config;
+        self.version = version;
+        self.index = Index::default();
+        self.index_files.clear();
+        self.index_errors.clear();
+        self.dicts = compress::Dictionaries::default();
+        self.load()
+    }
+
+    /// Loads the dictionaries and the index, noting first whether a migration is
+    /// unfinished.
+    fn load(&mut self) -> Result<()> {
+        self.migrating = match self.store.stat(MIGRATE_STATE) {
+            Ok(_) => true,
+            Err(Error::NotFound(_)) => false,
+            Err(e) => return Err(e),
+        };
+        self.leftovers.clear();
+        self.load_dictionaries()?;
+        self.load_index()
+    }
+
+    /// The format-2 repository this format-1 one becomes when migrated: the same store
+    /// and key, the config at format 2 keeping the format-1 data packs, an empty index
+    /// and no dictionaries (what `migrate` writes through: tree blobs, which use none).
+    pub(crate) fn migrated_view(&self) -> Repository {
+        let config = Config {
+            version: Version::V2.number(),
+            format1_packs: true,
+            ..self.config.clone()
+        };
+        Repository {
+            store: self.store.clone(),
+            key: self.key.clone(),
+            chunker: chunker_for(&self.key, &config, Version::V2),
+            version: Version::V2,
+            config,
+            index: Index::default(),
+            index_files: Vec::new(),
+            index_errors: Vec::new(),
+            dict_errors: Vec::new(),
+            dicts: compress::Dictionaries::default(),
+            migrating: true,
+            leftovers: Vec::new(),
+        }
+    }
+
+    /// Whether a `mailvault migrate` is unfinished (its record `migrate/state` is there).
+    pub fn unfinished_migration(&self) -> bool {
+        self.migrating
+    }
+
+    /// An error for commands that write while a migration is unfinished.
+    pub(crate) fn refuse_if_migrating(&self) -> Result<()> {
+        match self.migrating {
+            true => Err(Error::InvalidInput(format!(
+                "{}: {UNFINISHED_MIGRATION}",
+                self.store.location()
+            ))),
+            false => Ok(()),
+        }
+    }
+
+    /// Whether `e`, met reading a file, says the file is a leftover of an unfinished
+    /// migration: a file of the other format (staged format-2 files before the migration's
+    /// commit, replaced format-1 files after it) while `migrate/state` is there. Readers
+    /// skip such files quietly; without the record they stay errors.
+    pub fn migration_leftover(&self, e: &Error) -> bool {
+        self.migrating && matches!(e, Error::OtherFormat { .. })
+    }
+
+    /// Whether the content-named file at `path` (index, snapshot, dictionary) is a
+    /// [`Self::migration_leftover`]: for `check`, which reads every file.
+    pub fn migration_leftover_file(&self, path: &str) -> bool {
+        self.migrating
+            && self
+                .store
+                .get(path)
+                .and_then(|b| self.verify_name(path, &b))
+                .is_err_and(|e| self.migration_leftover(&e))
+    }
+
+    /// A format-1 config over format-2 index files, with no migration under way, is an
+    /// older config put back (one from before `migrate`, replayed by someone who can
+    /// write to the storage): opening it would hide every format-2 snapshot and make
+    /// backups write format 1 again. Refused, on every host, whatever it has seen.
+    fn refuse_downgraded_config(&self) -> Result<()> {
+        let newer = self
+            .index_errors
+            .iter()
+            .any(|(_, e)| matches!(e, Error::OtherFormat { found, expected: 1, .. } if *found > 1));
+        if self.version == Version::V1 && !self.migrating && newer {
+            return Err(Error::corrupt(
+                "config",
+                "it states format 1, but the repository's index files are format 2: an older config was put back (a rollback); put back the format-2 config from a copy of the repository",
+            ));
+        }
+        Ok(())
+    }
+
+    /// Index and dictionary files skipped at open as [`Self::migration_leftover`]s.
+    pub fn migration_leftovers(&self) -> &[String] {
+        &self.leftovers
+    }
+
+    /// Whether the pack at `path` (`size` bytes), which no index lists, is a leftover of
+    /// an unfinished migration: a pack of the other format holding only tree blobs that
+    /// the index has elsewhere (the staged format-2 tree packs, or the replaced format-1
+    /// ones), so removing it loses nothing.
+    pub fn migration_leftover_pack(&self, path: &str, size: u64) -> bool {
+        if !self.migrating {
+            return false;
+        }
+        let other = match self.version {
+            Version::V1 => Version::V2,
+            Version::V2 => Version::V1,
+        };
+        pack::read_header(self.store.as_ref(), &self.key, path, size, &[other]).is_ok_and(
+            |(_, entries)| {
+                entries
+                    .iter()
+                    .all(|e| e.kind == BlobKind::Tree && self.index.contains(&e.id))
+            },
+        )
     }
 
     /// Loads `dicts/`; the dictionary in the first file by name is used for writing, so
@@ -210,6 +354,7 @@ impl Repository {
                 Ok(id) => {
                     first.get_or_insert(id);
                 }
+                Err(e) if self.migration_leftover(&e) => self.leftovers.push(f.path),
                 // Like an index file: a damaged dictionary costs the blobs that need it
                 // (named by `check`), not the repository.
                 Err(e) => self.dict_errors.push((f.path, e)),
@@ -242,15 +387,7 @@ impl Repository {
             use rayon::prelude::*;
             files
                 .par_iter()
-                .map(|f| {
-                    let r = (|| {
-                        let id = file_id(&f.path)?;
-                        let sealed = self.store.get(&f.path)?;
-                        let plain = self.open_named(Named::Index, &f.path, sealed)?;
-                        Ok((id, self.decode_index(&plain, &f.path)?))
-                    })();
-                    (f.path.clone(), r)
-                })
+                .map(|f| (f.path.clone(), self.read_index_file(&f.path)))
                 .collect()
         };
         for (path, r) in loaded {
@@ -261,6 +398,7 @@ impl Repository {
                     }
                     self.index_files.push(id);
                 }
+                Err(e) if self.migration_leftover(&e) => self.leftovers.push(path),
                 // A damaged index file must not lock the user out: its blobs look absent
                 // (a backup stores them again, a restore names what it cannot find) and
                 // `check` reports it.
@@ -271,6 +409,19 @@ impl Repository {
             }
         }
         Ok(())
+    }
+
+    /// Reads, opens and decodes the index file at `path`: its id and the packs it lists.
+    pub(crate) fn read_index_file(&self, path: &str) -> Result<(Id, PackList)> {
+        let id = file_id(path)?;
+        let sealed = self.store.get(path)?;
+        let plain = self.open_named(Named::Index, path, sealed)?;
+        Ok((id, self.decode_index(&plain, path)?))
+    }
+
+    /// Reads and opens the dictionary file at `path`.
+    pub(crate) fn read_dictionary_file(&self, path: &str) -> Result<Vec<u8>> {
+        self.open_named(Named::Dictionary, path, self.store.get(path)?)
     }
 
     /// Asks the store to read ahead the parts of packs that hold metadata (tree blobs),
@@ -371,7 +522,7 @@ impl Repository {
     /// ([`Error::OtherFormat`]), not as damaged.
     pub(crate) fn open_named(&self, kind: Named, path: &str, sealed: Vec<u8>) -> Result<Vec<u8>> {
         match self.version {
-            // A format-2 file (named by its id) is told apart from a damaged one.
+            // A format-2 file (staged by `migrate`) is told apart from a damaged one.
             Version::V1 => match file_id(path) {
                 Ok(id) => self.open_object(kind.object(&id), sealed, path),
                 Err(_) => self.key.open_vec(sealed, path),
@@ -405,10 +556,20 @@ impl Repository {
             (Version::V2, Some(kind)) => self.open_named(kind, path, bytes.to_vec()).map(|_| ()),
             _ => match file_id(path)? == Id::of_file(bytes) {
                 true => Ok(()),
-                false => Err(Error::corrupt(
-                    path,
-                    "content does not match its name: the file is damaged",
-                )),
+                false => {
+                    // A format-2 file in a format-1 repository says so.
+                    if let Some(kind) = named {
+                        if let Err(e @ Error::OtherFormat { .. }) =
+                            self.open_named(kind, path, bytes.to_vec())
+                        {
+                            return Err(e);
+                        }
+                    }
+                    Err(Error::corrupt(
+                        path,
+                        "content does not match its name: the file is damaged",
+                    ))
+                }
             },
         }
     }
@@ -581,6 +742,7 @@ impl Repository {
         for f in files {
             match self.load_snapshot_at(&f.path) {
                 Ok(s) => out.list.push(s),
+                Err(e) if self.migration_leftover(&e) => {}
                 Err(error) => out.damaged.push(DamagedSnapshot {
                     path: f.path,
                     error,
@@ -697,6 +859,7 @@ impl Repository {
     /// returns them for this run's index. Pass the mark to [`Self::end_backup`] once the
     /// snapshot is saved.
     pub fn begin_backup(&mut self) -> Result<(PackList, WriterMark)> {
+        self.refuse_if_migrating()?;
         let others = self.store.list("writers/")?;
         // Which of them are gone, decided before looking at the packs: every pack a gone
         // writer left is then seen below and listed by this run's index. A file that is
@@ -721,11 +884,7 @@ impl Repository {
         } else {
             self.recover_unindexed_packs()?
         };
-        let record = WriterRecord {
-            hostname: crate::hostname(),
-            pid: std::process::id(),
-            started: crate::now_unix(),
-        };
+        let record = WriterRecord::this_process();
         let name = hex::encode(rand::random::<[u8; 16]>());
         let path = format!("writers/{name}");
         let json =
@@ -733,6 +892,14 @@ impl Repository {
         self.store
             .put(&path, &self.seal_object(Object::Writer(&name), &json))?;
         self.store.flush()?;
+        // A migration that began since: it saw no record, so this run must not write.
+        // (It checks writers/ after writing its record, this run after writing its own:
+        // one of the two sees the other.)
+        if !matches!(self.store.stat(MIGRATE_STATE), Err(Error::NotFound(_))) {
+            self.store.delete(&path)?;
+            self.migrating = true;
+            self.refuse_if_migrating()?;
+        }
         Ok((recovered, WriterMark { path, stale }))
     }
 
@@ -757,11 +924,7 @@ impl Repository {
             Ok(r) => r,
             Err(e) => return WriterState::Unreadable(e),
         };
-        let gone = crate::now_unix() - rec.started > WRITER_MAX_AGE_SECS
-            || (rec.hostname == crate::hostname()
-                && !std::path::Path::new(&format!("/proc/{}", rec.pid)).exists()
-                && std::path::Path::new("/proc/self").exists());
-        if gone {
+        if rec.gone() {
             WriterState::Gone
         } else {
             WriterState::Live
@@ -868,6 +1031,10 @@ impl Repository {
             .map(|_| ())
     }
 }
+
+/// What commands that write say while a migration is unfinished.
+pub(crate) const UNFINISHED_MIGRATION: &str =
+    "unfinished migration: run `mailvault migrate` again to finish it first";
 
 /// The content-named metadata files: their directory decides the object they are sealed
 /// as.
@@ -1009,13 +1176,33 @@ enum WriterState {
     Unreadable(Error),
 }
 
-/// A backup in progress, as recorded in `writers/<random id>` (sealed JSON).
+/// A backup in progress, as recorded in `writers/<random id>` (sealed JSON); also the
+/// record of a migration in progress (`crate::migrate`).
 #[derive(Serialize, Deserialize)]
-struct WriterRecord {
-    hostname: String,
-    pid: u32,
+pub(crate) struct WriterRecord {
+    pub(crate) hostname: String,
+    pub(crate) pid: u32,
     /// Unix seconds.
-    started: i64,
+    pub(crate) started: i64,
+}
+
+impl WriterRecord {
+    /// The record of this process, now.
+    pub(crate) fn this_process() -> WriterRecord {
+        WriterRecord {
+            hostname: crate::hostname(),
+            pid: std::process::id(),
+            started: crate::now_unix(),
+        }
+    }
+
+    /// Whether its writer is gone: on this host and no such process, or older than a day.
+    pub(crate) fn gone(&self) -> bool {
+        crate::now_unix() - self.started > WRITER_MAX_AGE_SECS
+            || (self.hostname == crate::hostname()
+                && !std::path::Path::new(&format!("/proc/{}", self.pid)).exists()
+                && std::path::Path::new("/proc/self").exists())
+    }
 }
 
 /// A writer record older than this belongs to a writer that is gone, wherever it ran.

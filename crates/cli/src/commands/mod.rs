@@ -6,6 +6,7 @@ pub mod demo;
 pub mod imap;
 pub mod init;
 pub mod ls;
+pub mod migrate;
 pub mod repair;
 pub mod restore;
 pub mod snapshots;

@@ -3,7 +3,8 @@
 //! Atomic put-if-absent: write a temporary file in the hidden `.tmp/` directory, fsync it,
 //! then `link(2)` it to its final name (which fails if the name exists, unlike `rename`)
 //! and unlink the temporary. A crash leaves at worst a file in `.tmp/`, which `list` never
-//! shows and a later command removes once it is an hour old.
+//! shows and a later command removes once it is an hour old. `replace` renames its
+//! temporary over the old name instead, and fsyncs the directory before it returns.
 
 use super::{ObjectInfo, Store};
 use crate::error::{Error, Result};
@@ -217,6 +218,30 @@ impl Store for LocalStore {
         }
     }
 
+    /// A temporary file, fsynced, renamed over the old name (atomic, unlike a link it
+    /// replaces), then the directory fsynced: durable on return.
+    fn replace(&self, path: &str, data: &[u8]) -> Result<()> {
+        let full = self.full(path);
+        let dir = full.parent().unwrap_or(&self.root).to_path_buf();
+        let tmp = self
+            .tmp_dir()
+            .join(format!("{:016x}", rand::random::<u64>()));
+        let write = || -> io::Result<()> {
+            create_dirs(&self.tmp_dir())?;
+            let mut f = create_file(&tmp)?;
+            f.write_all(data)?;
+            f.sync_all()?;
+            create_dirs(&dir)?;
+            fs::rename(&tmp, &full)?;
+            File::open(&dir)?.sync_all()
+        };
+        lock(&self.handles).remove(path);
+        write().map_err(|e| {
+            let _ = fs::remove_file(&tmp);
+            self.err(path, e)
+        })
+    }
+
     fn get(&self, path: &str) -> Result<Vec<u8>> {
         fs::read(self.full(path)).map_err(|e| self.err(path, e))
     }
@@ -246,9 +271,16 @@ impl Store for LocalStore {
 
     fn delete(&self, path: &str) -> Result<()> {
         lock(&self.handles).remove(path);
-        match fs::remove_file(self.full(path)) {
+        let full = self.full(path);
+        match fs::remove_file(&full) {
             Err(e) if e.kind() != ErrorKind::NotFound => Err(self.err(path, e)),
-            _ => Ok(()),
+            _ => {
+                // The removal is made durable by the next flush, like a new name.
+                if let (true, Some(dir)) = (self.sync, full.parent()) {
+                    lock(&self.unsynced).insert(dir.to_path_buf());
+                }
+                Ok(())
+            }
         }
     }
 

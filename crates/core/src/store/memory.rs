@@ -34,6 +34,10 @@ impl Store for MemoryStore {
         m.insert(path.into(), Arc::new(data.to_vec()));
         Ok(())
     }
+    fn replace(&self, path: &str, data: &[u8]) -> Result<()> {
+        self.map().insert(path.into(), Arc::new(data.to_vec()));
+        Ok(())
+    }
     fn get(&self, path: &str) -> Result<Vec<u8>> {
         self.map()
             .get(path)

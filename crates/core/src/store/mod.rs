@@ -3,7 +3,8 @@
 //! Paths are `/`-separated names relative to the repository root (`config`,
 //! `keys/<id>`, `data/<xx>/<id>`, `index/<id>`, `snapshots/<id>`). Every put is atomic and
 //! refuses to replace an existing object, which is what content-named, write-once files need
-//! and what S3 offers with conditional puts (`If-None-Match: *`).
+//! and what S3 offers with conditional puts (`If-None-Match: *`). The one exception is
+//! [`Store::replace`], an atomic overwrite for `config` (S3: a plain put).
 
 mod local;
 mod memory;
@@ -25,6 +26,10 @@ pub trait Store: Send + Sync {
     /// Writes `data` at `path` atomically: readers see all of it or nothing. Fails with
     /// [`crate::Error::AlreadyExists`] if the object exists.
     fn put(&self, path: &str, data: &[u8]) -> Result<()>;
+    /// Writes `data` at `path` whether or not an object is there, atomically and durably
+    /// (when it returns): readers see the old bytes or the new, never a mix or nothing.
+    /// Only `config` is ever replaced, at the commit point of `mailvault migrate`.
+    fn replace(&self, path: &str, data: &[u8]) -> Result<()>;
     /// Reads a whole object; [`crate::Error::NotFound`] if absent.
     fn get(&self, path: &str) -> Result<Vec<u8>>;
     /// Reads `len` bytes at `offset`; an error if the object is shorter.
@@ -38,7 +43,7 @@ pub trait Store: Send + Sync {
     fn stat(&self, path: &str) -> Result<u64>;
     /// Where the store is, for messages.
     fn location(&self) -> String;
-    /// Makes every put so far durable, names included: called before an object that
+    /// Makes every put (and delete) so far durable, names included: called before an object that
     /// refers to earlier ones (an index to its packs, a snapshot to its index) and after a
     /// snapshot. The local store fsyncs each directory it has linked new files into since
     /// the last call; object stores are durable on a put's success.
@@ -107,6 +112,20 @@ pub(crate) mod conformance {
         store.delete("data/cd/cdef01").unwrap();
         assert_eq!(store.list("data/").unwrap().len(), 1);
         put_content_named(store, "data/ab/abcdef", b"0123456789").unwrap();
+        // Replace overwrites whole, and creates.
+        store.replace("config", b"new config").unwrap();
+        assert_eq!(store.get("config").unwrap(), b"new config");
+        store.replace("config", b"c").unwrap();
+        assert_eq!(store.get("config").unwrap(), b"c");
+        assert_eq!(store.stat("config").unwrap(), 1);
+        store.replace("migrate/x", b"1").unwrap();
+        assert_eq!(store.get("migrate/x").unwrap(), b"1");
+        store.delete("migrate/x").unwrap();
+        assert!(store
+            .list("")
+            .unwrap()
+            .iter()
+            .all(|o| !o.path.starts_with("migrate/")));
         // Many writers at once: every put lands whole.
         std::thread::scope(|s| {
             for t in 0..4 {
