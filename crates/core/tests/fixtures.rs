@@ -19,11 +19,22 @@ fn fixtures() -> std::path::PathBuf {
 
 #[test]
 fn version_1_repository_opens_checks_and_restores() {
+    fixture_opens_checks_and_restores("repo-v1", 1);
+}
+
+/// `fixtures/repo-v2`: format 2 (associated data, keyed chunking, sealed pack trailers),
+/// made on 2026-11-23 the same way.
+#[test]
+fn version_2_repository_opens_checks_and_restores() {
+    fixture_opens_checks_and_restores("repo-v2", 2);
+}
+
+fn fixture_opens_checks_and_restores(fixture: &str, version: u32) {
     let t = tempfile::tempdir().unwrap();
     let src = t.path().join("vmail");
     small_store(&src);
-    if let Ok(name) = std::env::var("MAILVAULT_WRITE_FIXTURE") {
-        let dest = fixtures().join(name);
+    if std::env::var("MAILVAULT_WRITE_FIXTURE").is_ok_and(|n| n == fixture) {
+        let dest = fixtures().join(fixture);
         assert!(
             !dest.exists(),
             "{} exists: fixtures are never rewritten",
@@ -42,7 +53,8 @@ fn version_1_repository_opens_checks_and_restores() {
         };
         backup(&mut repo, &opts, &NoProgress).unwrap();
     }
-    let repo = open_repo(&fixtures().join("repo-v1"));
+    let repo = open_repo(&fixtures().join(fixture));
+    assert_eq!(repo.version().number(), version);
     let c = check_all(&repo);
     assert!(c.ok(), "{:?}", c.errors);
     assert_eq!(c.snapshots, 1);
