@@ -230,7 +230,8 @@ def timed(cmd, env=None, **kw):
     p = subprocess.run(cmd, env=env, capture_output=True, text=True, **kw)
     secs = time.monotonic() - t
     r1 = resource.getrusage(resource.RUSAGE_CHILDREN)
-    p.cpu = (r1.ru_utime - r0.ru_utime) + (r1.ru_stime - r0.ru_stime)
+    p.user, p.sys = r1.ru_utime - r0.ru_utime, r1.ru_stime - r0.ru_stime
+    p.cpu = p.user + p.sys
     # Steal during the command: the VM's cores were someone else's for this long.
     p.steal = steal_secs() - s0
     if p.returncode not in (0, 1):
@@ -395,7 +396,7 @@ def main():
                 failures.append(f"mailvault put {got} of {n_msgs} messages on the server")
             phases = ", ".join(f"{ph['name']} {ph['items']} in {ph['secs']:.2f} s" for ph in rep["phases"])
             row(f"mailvault restore ({' '.join(flags) or 'default flags'})", secs, rep["items_appended"],
-                f"[{phases}; failed {rep['items_failed']}; client CPU {p.cpu:.2f} s; server CPU {dov.cpu():.2f} s; steal {p.steal:.2f} s]")
+                f"[{phases}; failed {rep['items_failed']}; client CPU {p.cpu:.2f} s (user {p.user:.2f}, sys {p.sys:.2f}); server CPU {dov.cpu():.2f} s; steal {p.steal:.2f} s]")
             return rep["items_appended"] / secs
         finally:
             dov.stop()
