@@ -53,10 +53,11 @@ pub enum Error {
     /// The repository was written by a newer mailvault.
     #[error("repository format version {0} is not supported by this mailvault (it reads formats 1 and 2): use a newer mailvault")]
     UnsupportedVersion(u32),
-    /// An object of one repository format found in a repository of another (in a
-    /// format-2 repository, a format-1 object: left by an unfinished `mailvault
-    /// migrate`, or put there).
-    #[error("{what}: a format-{found} object in a format-{expected} repository{}", if *.found < *.expected { " (left by an unfinished `mailvault migrate`? run it again; otherwise the file was put there)" } else { " (staged by an unfinished `mailvault migrate`: run it again to finish)" })]
+    /// An object of one repository format found in a repository of another, outside a
+    /// migration (whose leftovers are skipped quietly while it is unfinished).
+    // While a migration is under way its leftovers are skipped, never reported: this
+    // error is about a file that does not belong.
+    #[error("{what}: a format-{found} object in a format-{expected} repository: it does not belong here (put there, or copied from an older state of the repository)")]
     OtherFormat {
         what: String,
         found: u32,
