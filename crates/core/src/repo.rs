@@ -680,10 +680,7 @@ impl Repository {
                 let obj = Object::Blob(loc.kind, id);
                 self.key
                     .open_vec_ad(sealed, &obj.aad(), &what)
-                    .map_err(|_| Error::Misplaced {
-                        what: what.clone(),
-                        expected: obj.describe(),
-                    })?
+                    .map_err(|_| self.blob_open_error(&obj, loc, path, what.clone()))?
             }
         };
         let plain = match self.config.pad && version == Version::V2 {
@@ -691,6 +688,28 @@ impl Repository {
             false => plain,
         };
         compress::decompress_owned(loc.codec, plain, loc.raw_len as usize, &what, &self.dicts)
+    }
+
+    /// Why a format-2 blob did not open as `obj`: a format-1 blob (sealed without
+    /// associated data) says so; anything else is misplaced or damaged. The failed open
+    /// consumed the sealed bytes, so they are read again: this costs only on the error
+    /// path.
+    fn blob_open_error(&self, obj: &Object, loc: &Location, path: &str, what: String) -> Error {
+        let format1 = self
+            .store
+            .get_range(path, loc.offset.into(), loc.stored_len.into())
+            .is_ok_and(|sealed| self.key.opens_with(&sealed, &[]));
+        match format1 {
+            true => Error::OtherFormat {
+                what,
+                found: 1,
+                expected: 2,
+            },
+            false => Error::Misplaced {
+                what,
+                expected: obj.describe(),
+            },
+        }
     }
 
     /// Reads a blob like [`Self::read_blob`] but, in a format-1 pack, without hashing it:

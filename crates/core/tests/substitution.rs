@@ -743,7 +743,11 @@ fn format_1_objects_in_a_format_2_repository_are_refused() {
             Version::V2 => {
                 assert!(repo.index_errors().is_empty());
                 drop(repo);
-                let needles: Vec<String> = blobs.iter().map(misplaced).collect();
+                // The restore names each blob as a format-1 object, not just misplaced.
+                let needles: Vec<String> = blobs
+                    .iter()
+                    .map(|b| format!("blob {} in {new_path}: {FORMAT_1_IN_2}", b.short()))
+                    .collect();
                 assert_restore_fails_naming(&s, &needles);
                 let e = assert_check_names_file(&s, DamageKind::Pack, &new_path);
                 assert!(
