@@ -26,7 +26,6 @@
 use crate::error::{Error, Result};
 use crate::format::{Object, Version};
 use crate::id::Id;
-use crate::index::Location;
 use crate::pack::{self, BlobKind, IndexedPack, PackEntry};
 use crate::repo::{
     file_id, open_as, seal_as, seal_config, BlobSaver, Named, Repository, WriterRecord,
@@ -308,19 +307,7 @@ fn stage(repo: &Repository, plan: &Plan, rep: &mut MigrateReport) -> Result<()> 
             let path = pack::pack_path(pack_id);
             let bytes = store.get(&path)?;
             for e in entries {
-                let start = e.offset as usize;
-                let sealed = bytes
-                    .get(start..start + e.stored_len as usize)
-                    .ok_or_else(|| Error::corrupt(&path, "blob past the end of the pack"))?;
-                let loc = Location {
-                    pack: 0,
-                    offset: e.offset,
-                    stored_len: e.stored_len,
-                    raw_len: e.raw_len,
-                    kind: e.kind,
-                    codec: e.codec,
-                };
-                let raw = repo.decode_blob(&e.id, &loc, Version::V1, sealed, &path)?;
+                let raw = repo.decode_entry(e, Version::V1, &bytes, &path)?;
                 saver.save_with_id(BlobKind::Tree, e.id, &raw)?;
             }
             Ok(())

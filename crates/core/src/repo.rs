@@ -149,10 +149,15 @@ impl Repository {
         };
         store.put("config", &seal_config(&key, &config)?)?;
         store.flush()?;
-        Ok(Repository {
+        Ok(Repository::unloaded(store, key, config, opts.version))
+    }
+
+    /// A repository of `version` with nothing loaded yet (no index, no dictionaries).
+    fn unloaded(store: Arc<dyn Store>, key: MasterKey, config: Config, version: Version) -> Self {
+        Repository {
             store,
-            chunker: chunker_for(&key, &config, opts.version),
-            version: opts.version,
+            chunker: chunker_for(&key, &config, version),
+            version,
             key,
             config,
             index: Index::default(),
@@ -162,7 +167,7 @@ impl Repository {
             dicts: compress::Dictionaries::default(),
             migrating: false,
             leftovers: Vec::new(),
-        })
+        }
     }
 
     /// Opens a repository with a password and loads its index.
@@ -186,20 +191,7 @@ impl Repository {
         }
         let key = unlock(store.as_ref(), &keys, password)?;
         let (config, version) = open_config(&key, sealed_cfg)?;
-        let mut repo = Repository {
-            store,
-            chunker: chunker_for(&key, &config, version),
-            version,
-            key,
-            config,
-            index: Index::default(),
-            index_files: Vec::new(),
-            index_errors: Vec::new(),
-            dict_errors: Vec::new(),
-            dicts: compress::Dictionaries::default(),
-            migrating: false,
-            leftovers: Vec::new(),
-        };
+        let mut repo = Repository::unloaded(store, key, config, version);
         repo.load()?;
         crate::seen::check_format(&repo.config.id, repo.config.version)?;
         repo.refuse_downgraded_config()?;
@@ -243,18 +235,8 @@ impl Repository {
             ..self.config.clone()
         };
         Repository {
-            store: self.store.clone(),
-            key: self.key.clone(),
-            chunker: chunker_for(&self.key, &config, Version::V2),
-            version: Version::V2,
-            config,
-            index: Index::default(),
-            index_files: Vec::new(),
-            index_errors: Vec::new(),
-            dict_errors: Vec::new(),
-            dicts: compress::Dictionaries::default(),
             migrating: true,
-            leftovers: Vec::new(),
+            ..Repository::unloaded(self.store.clone(), self.key.clone(), config, Version::V2)
         }
     }
 
@@ -1014,8 +996,8 @@ impl Repository {
             damaged_bytes: None,
         };
         for e in entries {
-            match self.verify_entry(&e, version, &bytes, path) {
-                Ok(()) => v.good.push(e),
+            match self.decode_entry(&e, version, &bytes, path) {
+                Ok(_) => v.good.push(e),
                 Err(err) => v.bad.push((e, err)),
             }
         }
@@ -1025,15 +1007,15 @@ impl Repository {
         Ok(v)
     }
 
-    /// Checks that the blob a pack header entry describes, in the pack's `bytes`, opens,
-    /// decompresses and hashes to its id.
-    pub(crate) fn verify_entry(
+    /// The blob a pack header entry describes, in the `bytes` of a pack of `version`:
+    /// opened, decompressed and checked to hash to its id.
+    pub(crate) fn decode_entry(
         &self,
         e: &PackEntry,
         version: Version,
         bytes: &[u8],
         path: &str,
-    ) -> Result<()> {
+    ) -> Result<Vec<u8>> {
         let start = e.offset as usize;
         let sealed = bytes
             .get(start..start + e.stored_len as usize)
@@ -1047,7 +1029,6 @@ impl Repository {
             codec: e.codec,
         };
         self.decode_blob(&e.id, &loc, version, sealed, path)
-            .map(|_| ())
     }
 }
 

@@ -77,26 +77,6 @@ fn fixture_opens_checks_and_restores(fixture: &str, version: u32) {
     }
 }
 
-/// Relative path, BLAKE3 and mtime of every file a restore gives back, one per line.
-fn manifest(root: &Path) -> String {
-    let mut lines: Vec<String> = tree_snapshot(root)
-        .into_iter()
-        .filter(|(k, _)| {
-            let k = String::from_utf8_lossy(k);
-            k.contains("/cur/") || k.contains("/new/")
-        })
-        .map(|(k, (bytes, mtime, _))| {
-            format!(
-                "{} {mtime} {}",
-                blake3::hash(&bytes).to_hex(),
-                String::from_utf8_lossy(&k)
-            )
-        })
-        .collect();
-    lines.sort();
-    lines.join("\n") + "\n"
-}
-
 /// A repository with a trained zstd dictionary (codec 3), made from a generated store;
 /// `repo-v1-dict.manifest` lists what it must restore.
 #[test]

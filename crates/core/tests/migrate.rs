@@ -55,27 +55,6 @@ fn run(repo: &mut Repository) -> MigrateReport {
     migrate(repo, &MigrateOptions::default()).unwrap()
 }
 
-/// Relative path, BLAKE3 and mtime of every message a restore gives back (as
-/// `tests/fixtures.rs` writes the fixture's manifest).
-fn manifest(root: &Path) -> String {
-    let mut lines: Vec<String> = tree_snapshot(root)
-        .into_iter()
-        .filter(|(k, _)| {
-            let k = String::from_utf8_lossy(k);
-            k.contains("/cur/") || k.contains("/new/")
-        })
-        .map(|(k, (bytes, mtime, _))| {
-            format!(
-                "{} {mtime} {}",
-                blake3::hash(&bytes).to_hex(),
-                String::from_utf8_lossy(&k)
-            )
-        })
-        .collect();
-    lines.sort();
-    lines.join("\n") + "\n"
-}
-
 fn dict_manifest() -> String {
     std::fs::read_to_string(fixtures().join("repo-v1-dict.manifest")).unwrap()
 }

@@ -422,3 +422,24 @@ pub fn assert_counts_add_up(r: &RestoreReport) {
         "{r:?}"
     );
 }
+
+/// Relative path, BLAKE3 and mtime of every message a restore gives back, one per line
+/// (the form of the fixtures' `*.manifest` files).
+pub fn manifest(root: &Path) -> String {
+    let mut lines: Vec<String> = tree_snapshot(root)
+        .into_iter()
+        .filter(|(k, _)| {
+            let k = String::from_utf8_lossy(k);
+            k.contains("/cur/") || k.contains("/new/")
+        })
+        .map(|(k, (bytes, mtime, _))| {
+            format!(
+                "{} {mtime} {}",
+                blake3::hash(&bytes).to_hex(),
+                String::from_utf8_lossy(&k)
+            )
+        })
+        .collect();
+    lines.sort();
+    lines.join("\n") + "\n"
+}
