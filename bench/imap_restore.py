@@ -345,7 +345,7 @@ def main():
     (work / "pass").write_text("bench\n")
     (work / "imap-pass").write_text(MASTER_PW + "\n")
     env = dict(os.environ, MAILVAULT_REPOSITORY=str(work / "repo"), MAILVAULT_PASSWORD_FILE=str(work / "pass"),
-               XDG_CACHE_HOME=str(work / "cache"))
+               XDG_CACHE_HOME=str(work / "cache"), MAILVAULT_STATE_DIR=str(work / "state"))
     if not (work / "repo").exists():
         log("backing up the store")
         subprocess.run([str(mv), "init"], env=env, check=True, stdout=subprocess.DEVNULL)

@@ -410,6 +410,9 @@ class Bench:
             env["MAILVAULT_REPOSITORY"] = str(repo)
             env["MAILVAULT_PASSWORD_FILE"] = str(self.work / "password")
             env["XDG_CACHE_HOME"] = str(cache)
+            # This host's record of the repository goes with it too: a copy put back (the
+            # incremental's parent) is not a rollback of the repository it was copied from.
+            env["MAILVAULT_STATE_DIR"] = str(cache / "state")
         elif tool == "restic":
             env["RESTIC_REPOSITORY"] = str(repo)
             env["RESTIC_PASSWORD_FILE"] = str(self.work / "password")
