@@ -280,11 +280,11 @@ fn check_inner(repo: &Repository, opts: &CheckOptions, started: Instant) -> Resu
         } else {
             DamageKind::Key
         };
-        if !unreadable.contains(f.path.as_str()) && !repo.migration_leftover_file(&f.path) {
+        if !unreadable.contains(f.path.as_str()) {
             match verify_named_file(repo, &st, &f.path, kind) {
                 Err(i) if kind == DamageKind::Index => st.set_repair(i, REPAIR_INDEX),
                 // A key file must also be one this mailvault can use.
-                Ok(bytes) if kind == DamageKind::Key => {
+                Ok(Some(bytes)) if kind == DamageKind::Key => {
                     if let Err(e) = crate::crypto::KeyFile::parse(&bytes, &f.path) {
                         st.error(kind, Some(&f.path), e);
                     }
@@ -321,12 +321,9 @@ fn check_inner(repo: &Repository, opts: &CheckOptions, started: Instant) -> Resu
     let loaded: Vec<Option<crate::snapshot::Snapshot>> = snaps
         .par_iter()
         .map(|f| {
-            if repo.migration_leftover_file(&f.path) {
-                return None;
-            }
             verify_named_file(repo, &st, &f.path, DamageKind::Snapshot)
                 .map_err(|i| st.set_repair(i, REPAIR_SNAPSHOTS))
-                .ok()?;
+                .ok()??;
             match repo.snapshots_one(&f.path) {
                 Ok(s) => Some(s),
                 Err(e) => {
@@ -676,22 +673,28 @@ fn check_packs(
     Ok(packs.len() as u64)
 }
 
-/// Reads a content-named file and compares its BLAKE3 with its name; on failure returns
-/// the number of the error recorded.
+/// Reads a content-named file and checks it against its name
+/// ([`Repository::verify_name`]): its bytes, or `None` for a leftover of an unfinished
+/// migration (a file of the other format, skipped); on failure the number of the error
+/// recorded.
 fn verify_named_file(
     repo: &Repository,
     st: &State,
     path: &str,
     kind: DamageKind,
-) -> std::result::Result<Vec<u8>, usize> {
+) -> std::result::Result<Option<Vec<u8>>, usize> {
     let data = match repo.store().get(path) {
         Ok(d) => d,
         Err(e) => return Err(st.error(kind, Some(path), e)),
     };
+    let verdict = repo.verify_name(path, &data);
+    if verdict.as_ref().is_err_and(|e| repo.migration_leftover(e)) {
+        return Ok(None);
+    }
     st.files.fetch_add(1, Relaxed);
     st.bytes.fetch_add(data.len() as u64, Relaxed);
-    match repo.verify_name(path, &data) {
-        Ok(()) => Ok(data),
+    match verdict {
+        Ok(()) => Ok(Some(data)),
         Err(e) => Err(st.error(kind, Some(path), e)),
     }
 }
@@ -710,7 +713,9 @@ fn check_pack(
         }
     };
     let (bytes, damaged) = match verify_named_file(repo, st, path, DamageKind::Pack) {
-        Ok(b) => (b, None),
+        Ok(Some(b)) => (b, None),
+        // Packs are named by their bytes' hash whatever their format: never a leftover.
+        Ok(None) => return,
         Err(idx) => match repo.store().get(path) {
             // Damaged: find out which of its blobs are lost by reading each.
             Ok(b) => (b, Some(idx)),

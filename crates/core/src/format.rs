@@ -27,9 +27,6 @@ pub enum Version {
 /// The format new repositories get.
 pub const CURRENT: Version = Version::V2;
 
-/// Every format this code reads (and writes).
-pub const KNOWN: &str = "1 and 2";
-
 impl Version {
     pub fn number(self) -> u32 {
         self as u32

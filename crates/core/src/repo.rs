@@ -265,7 +265,7 @@ impl Repository {
     }
 
     /// Whether the content-named file at `path` (index, snapshot, dictionary) is a
-    /// [`Self::migration_leftover`]: for `check`, which reads every file.
+    /// [`Self::migration_leftover`] (read and opened: for `migrate`'s cleanup).
     pub fn migration_leftover_file(&self, path: &str) -> bool {
         self.migrating
             && self
