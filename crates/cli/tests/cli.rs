@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::Env;
+use common::{copy_tree, Env};
 use std::fs;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
@@ -129,16 +129,6 @@ fn assert_same_files(got: &Path, want: &Path) {
         want.display(),
         diffs.join("\n")
     );
-}
-
-fn copy_tree(from: &Path, to: &Path) {
-    let st = Command::new("cp")
-        .arg("-a")
-        .arg(from)
-        .arg(to)
-        .status()
-        .unwrap();
-    assert!(st.success());
 }
 
 #[test]

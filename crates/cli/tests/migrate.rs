@@ -5,7 +5,7 @@
 
 mod common;
 
-use common::Env;
+use common::{copy_tree, Env};
 use std::fs;
 use std::path::Path;
 use std::process::Command;
@@ -42,17 +42,6 @@ fn mail_store(root: &Path, accounts: usize, n: usize, round: usize) {
             .unwrap();
         }
     }
-}
-
-fn cp(from: &Path, to: &Path) {
-    let _ = fs::remove_dir_all(to);
-    let st = Command::new("cp")
-        .arg("-a")
-        .arg(from)
-        .arg(to)
-        .status()
-        .unwrap();
-    assert!(st.success());
 }
 
 /// A format-1 repository with three snapshots (each the next one's parent), in `repo`.
@@ -123,7 +112,7 @@ fn migrate_killed_at_any_time_checks_clean_and_finishes() {
     let e = Env::new();
     v1_repository(&e);
     let template = e.path("template");
-    cp(&e.repo(), &template);
+    copy_tree(&e.repo(), &template);
     // How long the migration itself takes here (from its record appearing to the end;
     // opening the repository, the key derivation, comes before), to spread the kills
     // over it.
@@ -146,7 +135,7 @@ fn migrate_killed_at_any_time_checks_clean_and_finishes() {
         // The same repository put back at format 1 is, to this host's record, a rollback
         // of its config: each round starts as a host that has not seen it.
         let _ = fs::remove_dir_all(e.state_dir());
-        cp(&template, &e.repo());
+        copy_tree(&template, &e.repo());
         let mut child = e.cmd(&["migrate", "-q"]).spawn().unwrap();
         let began = wait_for_state(&mut child);
         std::thread::sleep((whole * tenth / 10).saturating_sub(began.elapsed()));

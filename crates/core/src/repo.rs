@@ -811,12 +811,15 @@ impl Repository {
     }
 
     /// Seals and writes a snapshot, counting the snapshot file itself in its summary's
-    /// `bytes_added` (the JSON length is fixed before sealing; sealing adds a constant).
+    /// `bytes_added` (the JSON length is fixed before sealing; sealing adds a constant,
+    /// after the padding of a padded repository).
     pub fn save_snapshot_counted(&self, snap: &mut Snapshot) -> Result<Id> {
-        let base = serde_json::to_vec(&*snap)
-            .map(|v| v.len() as u64)
-            .unwrap_or(0);
-        snap.summary.bytes_added += base + crate::crypto::SEAL_OVERHEAD as u64;
+        let base = serde_json::to_vec(&*snap).map(|v| v.len()).unwrap_or(0);
+        let stored = match self.version == Version::V2 && self.config.pad {
+            true => format::padme(base + 1),
+            false => base,
+        };
+        snap.summary.bytes_added += (stored + crate::crypto::SEAL_OVERHEAD) as u64;
         self.save_snapshot(snap)
     }
 

@@ -5,7 +5,7 @@
 
 use serde_json::Value;
 use std::fs;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 /// A temporary directory holding the repository, its password and whatever a test puts
@@ -95,4 +95,16 @@ impl Env {
         let (_, out, _) = self.run_text(&[subcommand, "--help"]);
         out.contains(flag)
     }
+}
+
+/// `cp -a from to`, replacing `to` if it is there.
+pub fn copy_tree(from: &Path, to: &Path) {
+    let _ = fs::remove_dir_all(to);
+    let st = Command::new("cp")
+        .arg("-a")
+        .arg(from)
+        .arg(to)
+        .status()
+        .unwrap();
+    assert!(st.success());
 }
