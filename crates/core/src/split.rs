@@ -322,11 +322,23 @@ mod tests {
         assert!(avg > 20_000 && avg < 48_000, "average {avg}");
     }
 
+    /// A forwarded attachment shares all its chunks but those before the chunker falls
+    /// back into step after the new text: a couple of chunks at most. (A fixed table, so
+    /// that the test is the same every run: with a random one, 400 KB was once 79%
+    /// shared, under a bound that was a guess.)
     #[test]
     fn large_rest_is_chunked_and_forwarded_attachment_dedups() {
-        let key = crate::crypto::MasterKey::random();
-        let p = Chunker::keyed(ChunkerParams::default(), key.gear_table());
-        let payload = pseudo_random(400_000, 12345);
+        let params = ChunkerParams::default();
+        let mut gear = Box::new([0u64; 256]);
+        let mut x = 0x0123_4567_89ab_cdefu64;
+        for g in gear.iter_mut() {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            *g = x;
+        }
+        let p = Chunker::keyed(params, gear);
+        let payload = pseudo_random(2_000_000, 12345);
         let mut m1 = b"Subject: original\n\n".to_vec();
         m1.extend_from_slice(&payload);
         let mut m2 =
@@ -336,8 +348,9 @@ mod tests {
             split(&m1, &p).into_iter().map(|r| &m1[r]).collect();
         let c2: Vec<&[u8]> = split(&m2, &p).into_iter().map(|r| &m2[r]).collect();
         let shared: usize = c2.iter().filter(|c| c1.contains(*c)).map(|c| c.len()).sum();
+        let resync = 2 * params.max as usize;
         assert!(
-            shared > payload.len() * 8 / 10,
+            shared >= payload.len() - resync,
             "shared {shared} of {}",
             payload.len()
         );
