@@ -314,12 +314,17 @@ mod tests {
         let shared = ends(&ca).intersection(&ends(&cb)).count();
         assert!(shared <= 2, "{shared} shared boundaries of {}", ca.len());
         assert!(ends(&ca).intersection(&ends(&public)).count() <= 2);
-        // Chunk sizes stay in the configured range, averaging near `avg`.
+        // Chunk sizes stay in the configured range, and average what the public table's
+        // do on the same data (the same cut, another table): within 30%, where the mean
+        // of ~40 chunks varies by ~5% from one table to another.
         for c in &ca[..ca.len() - 1] {
             assert!(c.len() >= p.min as usize && c.len() <= p.max as usize);
         }
-        let avg = data.len() / ca.len();
-        assert!(avg > 20_000 && avg < 48_000, "average {avg}");
+        let (keyed, public) = (ca.len() as f64, public.len() as f64);
+        assert!(
+            (0.7..1.43).contains(&(keyed / public)),
+            "{keyed} chunks with the keyed table, {public} with the public one"
+        );
     }
 
     /// A forwarded attachment shares all its chunks but those before the chunker falls
