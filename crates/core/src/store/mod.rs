@@ -8,9 +8,11 @@
 
 mod local;
 mod memory;
+mod metered;
 
 pub use local::LocalStore;
 pub use memory::MemoryStore;
+pub use metered::{Metered, RequestCounts};
 
 use crate::error::Result;
 
