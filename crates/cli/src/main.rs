@@ -26,7 +26,10 @@ pub struct Cli {
 #[derive(clap::Args, Debug, Clone)]
 pub struct GlobalOpts {
     /// Repository: a directory (or `local:DIR`; a directory whose name has a `:` before
-    /// any `/` is written `./a:b`).
+    /// any `/` is written `./a:b`), or S3-compatible object storage,
+    /// `s3:http[s]://HOST[:PORT]/BUCKET[/PREFIX]` (credentials from AWS_ACCESS_KEY_ID /
+    /// AWS_SECRET_ACCESS_KEY / AWS_SESSION_TOKEN or AWS_PROFILE; region from
+    /// AWS_DEFAULT_REGION, default us-east-1).
     #[arg(
         short = 'r',
         long = "repo",
@@ -46,6 +49,34 @@ pub struct GlobalOpts {
     /// No progress bar.
     #[arg(short = 'q', long, global = true)]
     pub quiet: bool,
+    #[command(flatten)]
+    pub storage: StorageOpts,
+}
+
+/// How the repository's storage is reached (object storage mostly).
+#[derive(clap::Args, Debug, Clone)]
+#[command(next_help_heading = "Storage")]
+pub struct StorageOpts {
+    /// Requests to the storage in flight at most (object storage; default 8).
+    #[arg(long, global = true, env = "MAILVAULT_STORE_CONNECTIONS")]
+    pub store_connections: Option<usize>,
+    /// Upload at most this many KiB/s.
+    #[arg(long, global = true, value_name = "KIB_S")]
+    pub limit_upload: Option<u64>,
+    /// Download at most this many KiB/s.
+    #[arg(long, global = true, value_name = "KIB_S")]
+    pub limit_download: Option<u64>,
+    /// Where object-storage repositories keep their local cache (default
+    /// $XDG_CACHE_HOME/mailvault, else ~/.cache/mailvault).
+    #[arg(long, global = true, env = "MAILVAULT_CACHE_DIR")]
+    pub cache_dir: Option<std::path::PathBuf>,
+    /// No local cache: every run reads the index, snapshots and trees from the storage.
+    #[arg(long, global = true)]
+    pub no_cache: bool,
+    /// S3 bucket addressing: `auto` (virtual-host style for *.amazonaws.com, path style
+    /// for everything else), `path` or `virtual`.
+    #[arg(long, global = true, default_value = "auto", value_parser = ["auto", "path", "virtual"])]
+    pub s3_addressing: String,
 }
 
 #[derive(Subcommand, Debug)]
@@ -142,6 +173,11 @@ fn main() -> ExitCode {
         Command::Migrate(a) => commands::migrate::run(g, a),
         Command::Demo(a) => commands::demo::run(g, a),
     };
+    // What the storage was asked, after the command's own output (in --json it is part
+    // of the object): on object storage, where requests cost, every command says it.
+    if let Some(u) = repo::usage().filter(|_| repo::remote() && !g.json && !g.quiet) {
+        eprintln!("{}", output::usage_line(&u));
+    }
     match result {
         Ok(Outcome::Ok) => ExitCode::SUCCESS,
         Ok(Outcome::Partial) => ExitCode::from(1),

@@ -94,9 +94,31 @@ pub fn print_failures(failures: &[Failure]) {
     }
 }
 
+/// Prints a command's result as one JSON object; what the storage was asked during the
+/// run is added to it as `storage`.
 pub fn json<T: serde::Serialize>(v: &T) -> anyhow::Result<()> {
-    println!("{}", serde_json::to_string_pretty(v)?);
+    let mut v = serde_json::to_value(v)?;
+    if let (Some(obj), Some(usage)) = (v.as_object_mut(), crate::repo::usage()) {
+        obj.insert("storage".into(), serde_json::to_value(usage)?);
+    }
+    println!("{}", serde_json::to_string_pretty(&v)?);
     Ok(())
+}
+
+/// One line saying what the storage was asked: requests by verb, bytes each way.
+pub fn usage_line(u: &mailvault_core::store::StoreUsage) -> String {
+    let r = &u.requests;
+    format!(
+        "storage: {} requests (GET {}, PUT {}, LIST {}, HEAD {}, DELETE {}), {} up, {} down",
+        r.total(),
+        r.get,
+        r.put,
+        r.list,
+        r.head,
+        r.delete,
+        bytes(r.bytes_up),
+        bytes(r.bytes_down)
+    )
 }
 
 #[cfg(test)]

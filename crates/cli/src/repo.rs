@@ -4,24 +4,81 @@ use crate::commands::{Location, Role};
 use crate::GlobalOpts;
 use anyhow::{bail, Context, Result};
 use mailvault_core::seen::{StateDir, STATE_DIR_ENV};
-use mailvault_core::store::{LocalStore, Store};
+use mailvault_core::store::{
+    default_cache_root, Addressing, LocalStore, S3Options, S3Store, Stack, StackOptions, Store,
+    StoreUsage, DEFAULT_CONNECTIONS,
+};
 use mailvault_core::{Id, Repository};
 use std::io::IsTerminal;
 use std::sync::Arc;
+use std::sync::OnceLock;
 
-/// The store behind `--repo` / MAILVAULT_REPOSITORY.
+/// The store behind `--repo` / MAILVAULT_REPOSITORY, with its wrappers; the stack is
+/// kept for the report of what the storage was asked ([`usage`]).
 pub fn store(g: &GlobalOpts) -> Result<Arc<dyn Store>> {
+    Ok(stack(g)?.store.clone())
+}
+
+/// The storage stack of this run, once [`store`] built it.
+static STACK: OnceLock<Stack> = OnceLock::new();
+
+fn stack(g: &GlobalOpts) -> Result<&'static Stack> {
+    if let Some(s) = STACK.get() {
+        return Ok(s);
+    }
     let Some(loc) = &g.repo else {
         bail!("no repository given: use --repo PATH or set MAILVAULT_REPOSITORY");
     };
-    let path = match crate::commands::location(loc, "repository", Role::Repository)? {
-        Location::Dir(p) => p,
-        Location::Imap(_) => bail!("repository {loc:?}: give a directory"),
+    let o = &g.storage;
+    let opts = StackOptions {
+        connections: o.store_connections.unwrap_or(DEFAULT_CONNECTIONS).max(1),
+        upload_kib: o.limit_upload,
+        download_kib: o.limit_download,
+        cache_root: match o.no_cache {
+            true => None,
+            false => o.cache_dir.clone().or_else(default_cache_root),
+        },
     };
-    let store = LocalStore::new(path);
-    // Leftovers of a killed writer are never part of the repository.
-    let _ = store.clean_temporaries();
-    Ok(Arc::new(store))
+    let s = match crate::commands::location(loc, "repository", Role::Repository)? {
+        Location::Dir(p) => {
+            let store = LocalStore::new(p);
+            // Leftovers of a killed writer are never part of the repository.
+            let _ = store.clean_temporaries();
+            Stack::local(Arc::new(store))
+        }
+        Location::S3(url) => {
+            let mut s3 = S3Options::from_url_and_env(&url)?;
+            s3.addressing = match o.s3_addressing.as_str() {
+                "path" => Addressing::Path,
+                "virtual" => Addressing::VirtualHost,
+                _ => Addressing::Auto,
+            };
+            Stack::remote(Arc::new(S3Store::new(s3)?), &opts)
+        }
+        Location::Imap(_) => bail!("repository {loc:?}: give a directory or an s3: location"),
+    };
+    Ok(STACK.get_or_init(|| s))
+}
+
+/// Gets the storage ready for a new repository: on object storage, creates the bucket
+/// when it is missing and checks that the server keeps objects write-once, which
+/// everything the repository does depends on.
+pub fn prepare_new(g: &GlobalOpts) -> Result<()> {
+    if let Some(s3) = &stack(g)?.s3 {
+        s3.create_bucket()?;
+        s3.check_conditional_puts()?;
+    }
+    Ok(())
+}
+
+/// What the storage was asked in this run, if a store was opened.
+pub fn usage() -> Option<StoreUsage> {
+    STACK.get().map(Stack::usage)
+}
+
+/// Whether this run's repository is on object storage.
+pub fn remote() -> bool {
+    STACK.get().is_some_and(|s| s.s3.is_some())
 }
 
 /// The password from --password-file, MAILVAULT_PASSWORD or a prompt on a terminal.

@@ -86,9 +86,65 @@ pub enum Error {
     /// The user asked for something that cannot be done.
     #[error("{0}")]
     InvalidInput(String),
+    /// A request to a storage service failed. `location` names the repository (never
+    /// credentials), `detail` says what happened and, where the user can act, what to do.
+    #[error("{location}: {detail}")]
+    Backend {
+        location: String,
+        kind: BackendKind,
+        detail: String,
+    },
+}
+
+/// What kind of failure a storage service reported: whether to retry, and what the user
+/// can do about it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum BackendKind {
+    /// Wrong or missing credentials, or no permission: retrying does not help.
+    Auth,
+    /// The bucket does not exist.
+    NoSuchBucket,
+    /// The service could not be reached (no such host, connection refused).
+    Unreachable,
+    /// The TLS handshake failed (certificate, protocol).
+    Tls,
+    /// The service ignores conditional puts (`If-None-Match: *`), which write-once
+    /// objects need.
+    NoConditionalPut,
+    /// A failure that may pass: 5xx, `SlowDown`, 429, a timeout, a reset connection.
+    Transient,
+    /// Anything else the service refused.
+    Other,
 }
 
 impl Error {
+    /// Whether trying the same request again may succeed: transient service failures
+    /// (5xx, `SlowDown`, timeouts, reset connections) and a service that could not be
+    /// reached; never authentication, permission or missing-bucket errors.
+    pub fn is_transient(&self) -> bool {
+        matches!(
+            self,
+            Error::Backend {
+                kind: BackendKind::Transient | BackendKind::Unreachable,
+                ..
+            }
+        )
+    }
+
+    /// A storage-service error.
+    pub fn backend(
+        location: impl Into<String>,
+        kind: BackendKind,
+        detail: impl Into<String>,
+    ) -> Self {
+        Error::Backend {
+            location: location.into(),
+            kind,
+            detail: detail.into(),
+        }
+    }
+
     pub(crate) fn io(path: impl Into<PathBuf>, source: std::io::Error) -> Self {
         Error::Io {
             path: path.into(),

@@ -184,13 +184,18 @@ impl Repository {
             }
             other => other?,
         };
-        let mut keys = store.list("keys/")?;
-        keys.sort_by(|a, b| a.path.cmp(&b.path));
-        if keys.is_empty() {
-            return Err(Error::corrupt("keys/", "the repository has no key files"));
-        }
-        let key = unlock(store.as_ref(), &keys, password)?;
-        let (config, version) = open_config(&key, sealed_cfg)?;
+        // Key files from a local cache first (no request); when none of them opens the
+        // config, the fresh listing decides.
+        let cached = store.list_cached("keys/")?;
+        let opened = match cached.is_empty() {
+            true => None,
+            false => open_with_keys(store.as_ref(), cached, password, &sealed_cfg).ok(),
+        };
+        let (key, config, version) = match opened {
+            Some(o) => o,
+            None => open_with_keys(store.as_ref(), store.list("keys/")?, password, &sealed_cfg)?,
+        };
+        store.bind(&config.id);
         let mut repo = Repository::unloaded(store, key, config, version);
         repo.load()?;
         crate::seen::check_format(&repo.config.id, repo.config.version)?;
@@ -612,9 +617,9 @@ impl Repository {
             .get(id)
             .ok_or_else(|| Error::BlobNotFound(id.to_hex()))?;
         let path = pack::pack_path(&self.index.pack_id(loc.pack));
-        let sealed = self
-            .store
-            .get_range(&path, loc.offset.into(), loc.stored_len.into())?;
+        let sealed =
+            self.store
+                .get_pack_range(&path, loc.offset.into(), loc.stored_len.into(), loc.kind)?;
         Ok((loc, sealed, path))
     }
 
@@ -1060,6 +1065,22 @@ impl Named {
 
 /// [`Repository::seal_object`] for a given key and format (also before a repository is
 /// open: the config).
+/// Unlocks a key file of `keys` with the password and opens the config with its key.
+fn open_with_keys(
+    store: &dyn Store,
+    mut keys: Vec<ObjectInfo>,
+    password: &[u8],
+    sealed_cfg: &[u8],
+) -> Result<(MasterKey, Config, Version)> {
+    keys.sort_by(|a, b| a.path.cmp(&b.path));
+    if keys.is_empty() {
+        return Err(Error::corrupt("keys/", "the repository has no key files"));
+    }
+    let key = unlock(store, &keys, password)?;
+    let (config, version) = open_config(&key, sealed_cfg.to_vec())?;
+    Ok((key, config, version))
+}
+
 pub(crate) fn seal_as(key: &MasterKey, version: Version, obj: Object, plain: &[u8]) -> Vec<u8> {
     match version {
         Version::V1 => key.seal(plain),
@@ -1427,7 +1448,7 @@ impl<'r> BlobSaver<'r> {
             }
         };
         if let Some(p) = full {
-            self.write_pack(p.finish(&self.repo.key, self.repo.version))?;
+            self.write_pack(p.finish(&self.repo.key, self.repo.version), kind)?;
         }
         Ok(true)
     }
@@ -1446,8 +1467,16 @@ impl<'r> BlobSaver<'r> {
         }
     }
 
-    fn write_pack(&self, p: FinishedPack) -> Result<()> {
-        put_content_named(self.repo.store(), &pack::pack_path(&p.id), &p.bytes)?;
+    fn write_pack(&self, p: FinishedPack, kind: BlobKind) -> Result<()> {
+        // Content-named: a pack already there is the same bytes.
+        match self
+            .repo
+            .store()
+            .put_pack(&pack::pack_path(&p.id), &p.bytes, kind)
+        {
+            Err(Error::AlreadyExists(_)) | Ok(()) => {}
+            Err(e) => return Err(e),
+        }
         self.stats
             .bytes_written
             .fetch_add(p.bytes.len() as u64, Ordering::Relaxed);
@@ -1463,10 +1492,14 @@ impl<'r> BlobSaver<'r> {
     /// Writes the partly filled packs and one index file for everything written; returns
     /// the packs, for [`Repository::add_packs`].
     pub fn finish(&self) -> Result<PackList> {
-        for packer in &self.packers {
+        for (slot, packer) in self.packers.iter().enumerate() {
             let p = std::mem::take(&mut *lock(packer));
+            let kind = match slot {
+                DATA_PACKERS => BlobKind::Tree,
+                _ => BlobKind::Data,
+            };
             if !p.is_empty() {
-                self.write_pack(p.finish(&self.repo.key, self.repo.version))?;
+                self.write_pack(p.finish(&self.repo.key, self.repo.version), kind)?;
             }
         }
         let packs = std::mem::take(&mut *lock(&self.written));
@@ -1603,7 +1636,9 @@ mod tests {
         let saver = BlobSaver::new(repo, Compression::Lz4);
         let id = saver.save(BlobKind::Data, data).unwrap();
         let p = std::mem::take(&mut *lock(&saver.packers[0]));
-        saver.write_pack(p.finish(&repo.key, repo.version)).unwrap();
+        saver
+            .write_pack(p.finish(&repo.key, repo.version), BlobKind::Data)
+            .unwrap();
         id
     }
 
@@ -1674,7 +1709,9 @@ mod tests {
         let id = saver.save(BlobKind::Data, &big).unwrap();
         // Write the pack but not the index, as a killed run would.
         let p = std::mem::take(&mut *lock(&saver.packers[0]));
-        saver.write_pack(p.finish(&repo.key, repo.version)).unwrap();
+        saver
+            .write_pack(p.finish(&repo.key, repo.version), BlobKind::Data)
+            .unwrap();
         drop(saver);
         let mut repo = Repository::open(store, b"pw").unwrap();
         assert!(!repo.index().contains(&id));

@@ -7,7 +7,7 @@ use anyhow::{bail, Context, Result};
 use mailvault_core::backup::{backup, BackupOptions};
 use mailvault_core::check::{check, CheckOptions};
 use mailvault_core::restore::{restore, RestoreOptions};
-use mailvault_core::store::LocalStore;
+use mailvault_core::store::{LocalStore, Metered, Store};
 use mailvault_core::{InitOptions, Repository};
 use mailvault_corpus::{generate, mutate, CorpusSpec, MutationSpec};
 use std::collections::BTreeMap;
@@ -69,15 +69,20 @@ pub fn run(g: &GlobalOpts, a: Args) -> Result<Outcome> {
 
     let password = b"demo";
     std::fs::write(dir.join("password"), password)?;
+    // The repository: `--repo` when given (a local directory or object storage), else
+    // one in the working directory.
+    let store: Arc<dyn Store> = match g.repo {
+        Some(_) => {
+            repo::prepare_new(g)?;
+            repo::store(g)?
+        }
+        None => Arc::new(Metered::new(Arc::new(LocalStore::new(&repo_dir)))),
+    };
     println!(
         "2. creating an encrypted repository in {}",
-        repo_dir.display()
+        store.location()
     );
-    let mut r = Repository::init(
-        Arc::new(LocalStore::new(&repo_dir)),
-        password,
-        &InitOptions::default(),
-    )?;
+    let mut r = Repository::init(store, password, &InitOptions::default())?;
 
     let opts = BackupOptions {
         source: src.clone(),
@@ -158,7 +163,7 @@ pub fn run(g: &GlobalOpts, a: Args) -> Result<Outcome> {
     println!("\ndone. Try the commands yourself:");
     println!(
         "   export MAILVAULT_REPOSITORY={} MAILVAULT_PASSWORD_FILE={}",
-        repo_dir.display(),
+        r.store().location(),
         dir.join("password").display()
     );
     println!("   mailvault snapshots; mailvault ls latest; mailvault stats");

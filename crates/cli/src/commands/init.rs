@@ -22,6 +22,7 @@ pub struct Args {
 pub fn run(g: &GlobalOpts, a: Args) -> Result<Outcome> {
     let store = repo::store(g)?;
     let pw = repo::password(g, true)?;
+    repo::prepare_new(g)?;
     let opts = InitOptions {
         compression: a.compression.parse::<Compression>()?,
         version: mailvault_core::format::Version::from_number(a.format)?,

@@ -22,6 +22,8 @@ pub enum Location {
     Dir(PathBuf),
     /// An IMAP server, `imap://...` or `imaps://...`, as given.
     Imap(String),
+    /// An S3-compatible object store, `s3:http[s]://HOST[:PORT]/BUCKET[/PREFIX]`, as given.
+    S3(String),
 }
 
 /// What a location names, and so which schemes it takes.
@@ -37,7 +39,7 @@ impl Role {
     fn schemes(self) -> &'static str {
         match self {
             Role::Mail => "maildir:, imap://, imaps://",
-            Role::Repository => "local:",
+            Role::Repository => "local:, s3:http[s]://HOST[:PORT]/BUCKET[/PREFIX]",
         }
     }
 }
@@ -60,6 +62,10 @@ pub fn location(s: &str, what: &str, role: Role) -> Result<Location> {
     match (role, scheme.to_ascii_lowercase().as_str()) {
         (Role::Mail, "maildir") => dir(rest),
         (Role::Repository, "local") => dir(rest),
+        (Role::Repository, "s3") => {
+            mailvault_core::store::parse_s3_url(s)?;
+            Ok(Location::S3(s.into()))
+        }
         (Role::Mail, "imap" | "imaps") if rest.starts_with("//") => Ok(Location::Imap(s.into())),
         (Role::Mail, "imap" | "imaps") => {
             bail!("{what} {s:?}: an IMAP server is written {scheme}://host[:port]")
@@ -88,6 +94,7 @@ pub fn maildir_location(s: &str, what: &str) -> Result<PathBuf> {
     match location(s, what, Role::Mail)? {
         Location::Dir(p) => Ok(p),
         Location::Imap(_) => bail!("{what} {s:?}: an IMAP server, where a directory is needed"),
+        Location::S3(_) => bail!("{what} {s:?}: an object store, where a directory is needed"),
     }
 }
 
@@ -128,7 +135,17 @@ mod tests {
         assert_eq!(repo("local:/r"), dir("/r"));
         assert_eq!(repo("/r"), dir("/r"));
         assert_eq!(repo("./s3:x"), dir("./s3:x"));
-        for bad in ["s3:bucket/x", "maildir:/r", "imap://host", "sftp://h/r"] {
+        assert_eq!(
+            repo("s3:http://127.0.0.1:9000/bucket/pfx"),
+            Some(Location::S3("s3:http://127.0.0.1:9000/bucket/pfx".into()))
+        );
+        for bad in [
+            "s3:bucket/x",
+            "s3:http://h",
+            "maildir:/r",
+            "imap://host",
+            "sftp://h/r",
+        ] {
             assert_eq!(repo(bad), None, "{bad}");
         }
         let e = location("mbox:/srv/x", "target", Role::Mail).unwrap_err();

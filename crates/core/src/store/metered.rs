@@ -7,6 +7,7 @@
 
 use super::{ObjectInfo, Store};
 use crate::error::Result;
+use crate::pack::BlobKind;
 use serde::Serialize;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
@@ -125,6 +126,15 @@ impl Store for Metered {
     }
     fn prefetch(&self, path: &str, offset: u64, len: u64) {
         self.inner.prefetch(path, offset, len)
+    }
+    fn put_pack(&self, path: &str, data: &[u8], kind: BlobKind) -> Result<()> {
+        self.up(data, self.inner.put_pack(path, data, kind))
+    }
+    fn get_pack_range(&self, path: &str, offset: u64, len: u64, kind: BlobKind) -> Result<Vec<u8>> {
+        self.down(self.inner.get_pack_range(path, offset, len, kind))
+    }
+    fn bind(&self, repository_id: &str) {
+        self.inner.bind(repository_id)
     }
 }
 

@@ -9,12 +9,17 @@
 mod local;
 mod memory;
 mod metered;
+mod s3;
+mod stack;
 
 pub use local::LocalStore;
 pub use memory::MemoryStore;
 pub use metered::{Metered, RequestCounts};
+pub use s3::{parse_url as parse_s3_url, Addressing, Credentials, S3Options, S3Store};
+pub use stack::{default_cache_root, Stack, StackOptions, StoreUsage, DEFAULT_CONNECTIONS};
 
 use crate::error::Result;
+use crate::pack::BlobKind;
 
 /// One object as returned by [`Store::list`].
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -56,6 +61,33 @@ pub trait Store: Send + Sync {
     /// them in the background does (the local store asks the kernel to read ahead). Only
     /// a hint: errors are ignored and nothing is returned.
     fn prefetch(&self, _path: &str, _offset: u64, _len: u64) {}
+
+    /// Puts a pack (as [`Store::put`]) holding blobs of one `kind`: a store with a local
+    /// cache keeps tree packs, which every later backup and restore reads again.
+    fn put_pack(&self, path: &str, data: &[u8], _kind: BlobKind) -> Result<()> {
+        self.put(path, data)
+    }
+    /// Reads a range of a pack holding blobs of one `kind` (as [`Store::get_range`]): a
+    /// store with a local cache serves tree packs from it, fetching a missing one whole.
+    fn get_pack_range(
+        &self,
+        path: &str,
+        offset: u64,
+        len: u64,
+        _kind: BlobKind,
+    ) -> Result<Vec<u8>> {
+        self.get_range(path, offset, len)
+    }
+    /// Lists `prefix` as [`Store::list`] does, or from a local cache where the store has
+    /// one: only for prefixes whose objects are added under new names and never changed
+    /// (`keys/`), where a listing that misses the newest objects costs a second, fresh
+    /// [`Store::list`] and nothing else.
+    fn list_cached(&self, prefix: &str) -> Result<Vec<ObjectInfo>> {
+        self.list(prefix)
+    }
+    /// Tells the store which repository it holds (its config id), once the config is
+    /// open: a local cache keeps its files under that id.
+    fn bind(&self, _repository_id: &str) {}
 }
 
 /// Puts an object that is named by its content: an existing one is the same bytes.

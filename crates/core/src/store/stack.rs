@@ -1,0 +1,88 @@
+//! The store a command works on: the backend and the wrappers around it, built in one
+//! place, and what the storage was asked during the run ([`StoreUsage`]) for every
+//! command's report.
+//!
+//! A local directory gets only the request counter. Object storage gets, from the top:
+//! the local cache (metadata that every run needs again is read from disk), retries of
+//! transient failures, the request counter (below the retries: every request sent is
+//! counted, as the provider bills it), and the limits on requests in flight and bandwidth.
+
+use super::{Metered, RequestCounts, S3Store, Store};
+use serde::Serialize;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+/// Requests in flight at most on object storage, unless configured.
+pub const DEFAULT_CONNECTIONS: usize = 8;
+
+/// How to build the stack for a remote store.
+#[derive(Clone, Debug, Default)]
+pub struct StackOptions {
+    /// Requests in flight at most.
+    pub connections: usize,
+    /// Upload cap in KiB/s.
+    pub upload_kib: Option<u64>,
+    /// Download cap in KiB/s.
+    pub download_kib: Option<u64>,
+    /// The root of the local cache; `None`: no cache.
+    pub cache_root: Option<PathBuf>,
+}
+
+/// What the storage was asked during a run.
+#[derive(Clone, Copy, Debug, Default, Serialize)]
+pub struct StoreUsage {
+    /// Requests by verb and bytes each way.
+    pub requests: RequestCounts,
+}
+
+/// A store with its wrappers, and handles on the ones that count.
+pub struct Stack {
+    /// The top of the stack: what the repository uses.
+    pub store: Arc<dyn Store>,
+    /// The S3 backend, when the repository is on object storage.
+    pub s3: Option<Arc<S3Store>>,
+    metered: Arc<Metered>,
+}
+
+impl Stack {
+    /// A local directory (or any store without a network): counted only.
+    pub fn local(store: Arc<dyn Store>) -> Stack {
+        let metered = Arc::new(Metered::new(store));
+        Stack {
+            store: metered.clone(),
+            s3: None,
+            metered,
+        }
+    }
+
+    /// An S3 store with the wrappers object storage needs.
+    pub fn remote(s3: Arc<S3Store>, _opts: &StackOptions) -> Stack {
+        let metered = Arc::new(Metered::new(s3.clone()));
+        Stack {
+            store: metered.clone(),
+            s3: Some(s3),
+            metered,
+        }
+    }
+
+    /// What the storage was asked so far.
+    pub fn usage(&self) -> StoreUsage {
+        StoreUsage {
+            requests: self.metered.counts(),
+        }
+    }
+}
+
+/// The default root of the local cache: `$XDG_CACHE_HOME/mailvault`, else
+/// `$HOME/.cache/mailvault`.
+pub fn default_cache_root() -> Option<PathBuf> {
+    let env = |k: &str| {
+        std::env::var_os(k)
+            .filter(|v| !v.is_empty())
+            .map(PathBuf::from)
+    };
+    env("XDG_CACHE_HOME")
+        .filter(|p| p.is_absolute())
+        .or_else(|| env("HOME").map(|h| h.join(".cache")))
+        .map(|p| p.join("mailvault"))
+}
