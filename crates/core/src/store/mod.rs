@@ -6,17 +6,25 @@
 //! and what S3 offers with conditional puts (`If-None-Match: *`). The one exception is
 //! [`Store::replace`], an atomic overwrite for `config` (S3: a plain put).
 
+mod faulty;
+mod limit;
 mod local;
 mod memory;
 mod metered;
+mod retry;
 mod s3;
 mod stack;
+mod uploads;
 
+pub use faulty::FaultyStore;
+pub use limit::Limit;
 pub use local::LocalStore;
 pub use memory::MemoryStore;
 pub use metered::{Metered, RequestCounts};
+pub use retry::{Retry, RetryPolicy, RetryStats};
 pub use s3::{parse_url as parse_s3_url, Addressing, Credentials, S3Options, S3Store};
 pub use stack::{default_cache_root, Stack, StackOptions, StoreUsage, DEFAULT_CONNECTIONS};
+pub use uploads::Uploads;
 
 use crate::error::Result;
 use crate::pack::BlobKind;

@@ -491,13 +491,15 @@ fn classify(location: &str, opts: &S3Options, path: &str, e: object_store::Error
         .iter()
         .any(|w| lower.contains(w));
     match kind {
-        Some(H::Connect) if tls => return backend(
-            BackendKind::Tls,
-            format!(
+        Some(H::Connect) if tls => {
+            return backend(
+                BackendKind::Tls,
+                format!(
                 "TLS with {} failed: {chain} (check the certificate, or the http/https in the URL)",
                 opts.endpoint
             ),
-        ),
+            )
+        }
         Some(H::Connect) => {
             return backend(
                 BackendKind::Unreachable,

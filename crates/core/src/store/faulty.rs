@@ -1,0 +1,204 @@
+//! A fault-injecting [`Store`] wrapper, for tests of the wrappers above it and of whole
+//! runs over a store that fails now and then.
+//!
+//! It fails a share of requests with a transient [`Error::Backend`], half of them before
+//! the request reaches the inner store (the request was lost) and half after (the
+//! response was lost: a put is stored all the same, as on a real service). It can also
+//! fail the next few requests with a chosen kind, slow every request down, hold puts
+//! until released, and tell how many requests were in flight at most.
+
+use super::{ObjectInfo, Store};
+use crate::error::{BackendKind, Error, Result};
+use crate::pack::BlobKind;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::SeqCst};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::time::Duration;
+
+/// Wraps a store and fails some of its requests (see the module docs).
+pub struct FaultyStore {
+    inner: Arc<dyn Store>,
+    every: u64,
+    delay: Duration,
+    scripted: Mutex<(u64, BackendKind)>,
+    requests: AtomicU64,
+    failures: AtomicU64,
+    in_flight: AtomicUsize,
+    max_in_flight: AtomicUsize,
+    held: Mutex<bool>,
+    released: Condvar,
+}
+
+/// When a failing request fails.
+#[derive(Clone, Copy, PartialEq)]
+enum When {
+    Before,
+    After,
+}
+
+impl FaultyStore {
+    /// Passes every request through, until told otherwise.
+    pub fn new(inner: Arc<dyn Store>) -> FaultyStore {
+        FaultyStore {
+            inner,
+            every: 0,
+            delay: Duration::ZERO,
+            scripted: Mutex::new((0, BackendKind::Transient)),
+            requests: AtomicU64::new(0),
+            failures: AtomicU64::new(0),
+            in_flight: AtomicUsize::new(0),
+            max_in_flight: AtomicUsize::new(0),
+            held: Mutex::new(false),
+            released: Condvar::new(),
+        }
+    }
+
+    /// Fails one request in `n` (the `n`-th, the `2n`-th…) transiently; 0: none.
+    pub fn fail_every(mut self, n: u64) -> FaultyStore {
+        self.every = n;
+        self
+    }
+
+    /// Sleeps `d` in every request.
+    pub fn delay(mut self, d: Duration) -> FaultyStore {
+        self.delay = d;
+        self
+    }
+
+    /// Fails the next `count` requests with `kind`, before they reach the inner store.
+    pub fn fail_next(&self, count: u64, kind: BackendKind) {
+        *lock(&self.scripted) = (count, kind);
+    }
+
+    /// Makes puts wait until [`FaultyStore::release`].
+    pub fn hold(&self) {
+        *lock(&self.held) = true;
+    }
+
+    /// Lets held puts go on.
+    pub fn release(&self) {
+        *lock(&self.held) = false;
+        self.released.notify_all();
+    }
+
+    /// Requests made so far, failed ones included.
+    pub fn requests(&self) -> u64 {
+        self.requests.load(SeqCst)
+    }
+
+    /// Requests failed so far.
+    pub fn failures(&self) -> u64 {
+        self.failures.load(SeqCst)
+    }
+
+    /// The most requests that were in flight at once.
+    pub fn max_in_flight(&self) -> usize {
+        self.max_in_flight.load(SeqCst)
+    }
+
+    fn request<T>(&self, path: &str, put: bool, f: impl FnOnce() -> Result<T>) -> Result<T> {
+        let now = self.in_flight.fetch_add(1, SeqCst) + 1;
+        self.max_in_flight.fetch_max(now, SeqCst);
+        let r = self.attempt(path, put, f);
+        self.in_flight.fetch_sub(1, SeqCst);
+        r
+    }
+
+    fn attempt<T>(&self, path: &str, put: bool, f: impl FnOnce() -> Result<T>) -> Result<T> {
+        if put {
+            let mut held = lock(&self.held);
+            while *held {
+                held = self.released.wait(held).unwrap_or_else(|p| p.into_inner());
+            }
+        }
+        if !self.delay.is_zero() {
+            std::thread::sleep(self.delay);
+        }
+        let n = self.requests.fetch_add(1, SeqCst) + 1;
+        let scripted = {
+            let mut s = lock(&self.scripted);
+            match s.0 {
+                0 => None,
+                _ => {
+                    s.0 -= 1;
+                    Some(s.1)
+                }
+            }
+        };
+        let fault = match scripted {
+            Some(kind) => Some((kind, When::Before)),
+            None if self.every > 0 && n % self.every == 0 => {
+                let when = match (n / self.every) % 2 {
+                    0 => When::Before,
+                    _ => When::After,
+                };
+                Some((BackendKind::Transient, when))
+            }
+            None => None,
+        };
+        let Some((kind, when)) = fault else {
+            return f();
+        };
+        self.failures.fetch_add(1, SeqCst);
+        if when == When::After {
+            // The request is carried out; only its answer is lost.
+            let _ = f();
+        }
+        Err(Error::backend(
+            self.inner.location(),
+            kind,
+            format!("injected fault on {path}"),
+        ))
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    // A poisoned lock only means a test thread panicked; the value is still whole.
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+impl Store for FaultyStore {
+    fn put(&self, path: &str, data: &[u8]) -> Result<()> {
+        self.request(path, true, || self.inner.put(path, data))
+    }
+    fn replace(&self, path: &str, data: &[u8]) -> Result<()> {
+        self.request(path, true, || self.inner.replace(path, data))
+    }
+    fn get(&self, path: &str) -> Result<Vec<u8>> {
+        self.request(path, false, || self.inner.get(path))
+    }
+    fn get_range(&self, path: &str, offset: u64, len: u64) -> Result<Vec<u8>> {
+        self.request(path, false, || self.inner.get_range(path, offset, len))
+    }
+    fn list(&self, prefix: &str) -> Result<Vec<ObjectInfo>> {
+        self.request(prefix, false, || self.inner.list(prefix))
+    }
+    fn delete(&self, path: &str) -> Result<()> {
+        self.request(path, false, || self.inner.delete(path))
+    }
+    fn stat(&self, path: &str) -> Result<u64> {
+        self.request(path, false, || self.inner.stat(path))
+    }
+    fn location(&self) -> String {
+        self.inner.location()
+    }
+    fn flush(&self) -> Result<()> {
+        self.inner.flush()
+    }
+    fn prefetch(&self, path: &str, offset: u64, len: u64) {
+        self.inner.prefetch(path, offset, len)
+    }
+    fn put_pack(&self, path: &str, data: &[u8], kind: BlobKind) -> Result<()> {
+        self.request(path, true, || self.inner.put_pack(path, data, kind))
+    }
+    fn get_pack_range(&self, path: &str, offset: u64, len: u64, kind: BlobKind) -> Result<Vec<u8>> {
+        self.request(path, false, || {
+            self.inner.get_pack_range(path, offset, len, kind)
+        })
+    }
+    fn list_cached(&self, prefix: &str) -> Result<Vec<ObjectInfo>> {
+        self.request(prefix, false, || self.inner.list_cached(prefix))
+    }
+    fn bind(&self, repository_id: &str) {
+        self.inner.bind(repository_id)
+    }
+}

@@ -1,0 +1,405 @@
+//! A [`Store`] wrapper that retries transient failures with exponential backoff and full
+//! jitter, and counts the retries for the report.
+//!
+//! Only errors for which [`Error::is_transient`] holds are retried (5xx, `SlowDown`,
+//! timeouts, reset connections, an unreachable service); authentication, missing bucket,
+//! not found, already exists and every other error are returned at once. An unreachable
+//! service is retried only once some request through this wrapper has reached it: a wrong
+//! endpoint fails fast with one clear error, a service restarting mid-run is waited for.
+//!
+//! A put whose earlier attempt failed transiently may have been stored all the same (the
+//! answer was lost): when the retry finds the object there, it reads it back, and the
+//! same bytes are a success. Not every object is content-named (`writers/<name>`,
+//! snapshots), so the bytes are compared rather than assumed.
+
+use super::{ObjectInfo, Store};
+use crate::error::{BackendKind, Error, Result};
+use crate::pack::BlobKind;
+use rand::Rng;
+use serde::Serialize;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// How often and how long to retry.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RetryPolicy {
+    /// Attempts in all, the first included.
+    pub max_attempts: u32,
+    /// The backoff ceiling of the first retry; each further retry doubles it.
+    pub base: Duration,
+    /// The largest backoff ceiling.
+    pub cap: Duration,
+}
+
+impl Default for RetryPolicy {
+    fn default() -> Self {
+        RetryPolicy {
+            max_attempts: 8,
+            base: Duration::from_millis(100),
+            cap: Duration::from_secs(10),
+        }
+    }
+}
+
+impl RetryPolicy {
+    /// The wait before retry number `retry` (0 for the first): uniformly random between
+    /// zero and `min(cap, base * 2^retry)` ("full jitter").
+    pub fn backoff(&self, retry: u32) -> Duration {
+        let ceiling = self
+            .base
+            .checked_mul(1u32.checked_shl(retry).unwrap_or(u32::MAX))
+            .unwrap_or(self.cap)
+            .min(self.cap);
+        let nanos = u64::try_from(ceiling.as_nanos()).unwrap_or(u64::MAX);
+        Duration::from_nanos(rand::thread_rng().gen_range(0..=nanos))
+    }
+}
+
+/// Retries made, in all and by verb (as [`super::RequestCounts`] names them).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct RetryStats {
+    pub total: u64,
+    /// Whole and ranged reads.
+    pub get: u64,
+    /// Puts and replaces.
+    pub put: u64,
+    pub list: u64,
+    /// Stats.
+    pub head: u64,
+    pub delete: u64,
+}
+
+#[derive(Clone, Copy, Debug)]
+enum Verb {
+    Get,
+    Put,
+    List,
+    Head,
+    Delete,
+}
+
+#[derive(Default)]
+struct Counters {
+    get: AtomicU64,
+    put: AtomicU64,
+    list: AtomicU64,
+    head: AtomicU64,
+    delete: AtomicU64,
+}
+
+/// Retries transient failures of the inner store (see the module docs).
+pub struct Retry {
+    inner: Arc<dyn Store>,
+    policy: RetryPolicy,
+    /// Whether some request has reached the service.
+    reached: AtomicBool,
+    counts: Counters,
+}
+
+impl Retry {
+    pub fn new(inner: Arc<dyn Store>, policy: RetryPolicy) -> Retry {
+        Retry {
+            inner,
+            policy,
+            reached: AtomicBool::new(false),
+            counts: Counters::default(),
+        }
+    }
+
+    /// The retries so far.
+    pub fn stats(&self) -> RetryStats {
+        let c = &self.counts;
+        let s = RetryStats {
+            total: 0,
+            get: c.get.load(Relaxed),
+            put: c.put.load(Relaxed),
+            list: c.list.load(Relaxed),
+            head: c.head.load(Relaxed),
+            delete: c.delete.load(Relaxed),
+        };
+        RetryStats {
+            total: s.get + s.put + s.list + s.head + s.delete,
+            ..s
+        }
+    }
+
+    fn counter(&self, verb: Verb) -> &AtomicU64 {
+        match verb {
+            Verb::Get => &self.counts.get,
+            Verb::Put => &self.counts.put,
+            Verb::List => &self.counts.list,
+            Verb::Head => &self.counts.head,
+            Verb::Delete => &self.counts.delete,
+        }
+    }
+
+    /// Runs `f` until it succeeds, fails for good, or the attempts are used up; the
+    /// error returned is the inner store's own.
+    fn run<T>(&self, verb: Verb, path: &str, mut f: impl FnMut() -> Result<T>) -> Result<T> {
+        let mut attempt = 1;
+        loop {
+            let e = match f() {
+                Ok(v) => {
+                    self.reached.store(true, Relaxed);
+                    return Ok(v);
+                }
+                Err(e) => e,
+            };
+            let unreachable = matches!(
+                e,
+                Error::Backend {
+                    kind: BackendKind::Unreachable,
+                    ..
+                }
+            );
+            if !matches!(e, Error::Backend { .. }) {
+                // The service answered (not found, already exists…).
+                self.reached.store(true, Relaxed);
+            }
+            let retry = e.is_transient()
+                && attempt < self.policy.max_attempts
+                && (!unreachable || self.reached.load(Relaxed));
+            if !retry {
+                if e.is_transient() && attempt > 1 {
+                    tracing::warn!("{verb:?} {path}: giving up after {attempt} attempts: {e}");
+                }
+                return Err(e);
+            }
+            let wait = self.policy.backoff(attempt - 1);
+            tracing::info!(
+                "{verb:?} {path}: {e}; retrying in {} ms (attempt {} of {})",
+                wait.as_millis(),
+                attempt + 1,
+                self.policy.max_attempts,
+            );
+            self.counter(verb).fetch_add(1, Relaxed);
+            std::thread::sleep(wait);
+            attempt += 1;
+        }
+    }
+
+    /// A put-if-absent `f` of `data` at `path`, retried; an object found there after a
+    /// failed attempt is read back and, holding `data`, taken for that attempt's.
+    fn put_once(&self, path: &str, data: &[u8], mut f: impl FnMut() -> Result<()>) -> Result<()> {
+        let mut failed = false;
+        self.run(Verb::Put, path, || match f() {
+            Err(Error::AlreadyExists(p)) if failed => {
+                match self.run(Verb::Get, path, || self.inner.get(path))? == data {
+                    true => {
+                        tracing::info!("put {path}: stored by an earlier attempt");
+                        Ok(())
+                    }
+                    false => Err(Error::AlreadyExists(p)),
+                }
+            }
+            r => {
+                failed |= r.is_err();
+                r
+            }
+        })
+    }
+}
+
+impl Store for Retry {
+    fn put(&self, path: &str, data: &[u8]) -> Result<()> {
+        self.put_once(path, data, || self.inner.put(path, data))
+    }
+    fn replace(&self, path: &str, data: &[u8]) -> Result<()> {
+        self.run(Verb::Put, path, || self.inner.replace(path, data))
+    }
+    fn get(&self, path: &str) -> Result<Vec<u8>> {
+        self.run(Verb::Get, path, || self.inner.get(path))
+    }
+    fn get_range(&self, path: &str, offset: u64, len: u64) -> Result<Vec<u8>> {
+        self.run(Verb::Get, path, || self.inner.get_range(path, offset, len))
+    }
+    fn list(&self, prefix: &str) -> Result<Vec<ObjectInfo>> {
+        self.run(Verb::List, prefix, || self.inner.list(prefix))
+    }
+    fn delete(&self, path: &str) -> Result<()> {
+        self.run(Verb::Delete, path, || self.inner.delete(path))
+    }
+    fn stat(&self, path: &str) -> Result<u64> {
+        self.run(Verb::Head, path, || self.inner.stat(path))
+    }
+    fn location(&self) -> String {
+        self.inner.location()
+    }
+    fn flush(&self) -> Result<()> {
+        self.inner.flush()
+    }
+    fn prefetch(&self, path: &str, offset: u64, len: u64) {
+        self.inner.prefetch(path, offset, len)
+    }
+    fn put_pack(&self, path: &str, data: &[u8], kind: BlobKind) -> Result<()> {
+        self.put_once(path, data, || self.inner.put_pack(path, data, kind))
+    }
+    fn get_pack_range(&self, path: &str, offset: u64, len: u64, kind: BlobKind) -> Result<Vec<u8>> {
+        self.run(Verb::Get, path, || {
+            self.inner.get_pack_range(path, offset, len, kind)
+        })
+    }
+    fn list_cached(&self, prefix: &str) -> Result<Vec<ObjectInfo>> {
+        self.run(Verb::List, prefix, || self.inner.list_cached(prefix))
+    }
+    fn bind(&self, repository_id: &str) {
+        self.inner.bind(repository_id)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::{FaultyStore, MemoryStore};
+
+    fn fast() -> RetryPolicy {
+        RetryPolicy {
+            max_attempts: 8,
+            base: Duration::from_millis(1),
+            cap: Duration::from_millis(5),
+        }
+    }
+
+    fn stack(faulty: FaultyStore) -> (Arc<FaultyStore>, Retry) {
+        let f = Arc::new(faulty);
+        (f.clone(), Retry::new(f, fast()))
+    }
+
+    #[test]
+    fn passes_the_conformance_suite_over_a_flaky_store() {
+        let (f, r) = stack(FaultyStore::new(Arc::new(MemoryStore::new())).fail_every(3));
+        crate::store::conformance::run(&r);
+        assert!(f.failures() > 10, "{} failures", f.failures());
+        assert_eq!(r.stats().total, f.failures());
+    }
+
+    #[test]
+    fn transient_failures_are_retried_and_counted_by_verb() {
+        let mem = Arc::new(MemoryStore::new());
+        mem.put("a", b"1").unwrap();
+        let (f, r) = stack(FaultyStore::new(mem));
+        f.fail_next(3, BackendKind::Transient);
+        assert_eq!(r.get("a").unwrap(), b"1");
+        f.fail_next(2, BackendKind::Transient);
+        r.list("").unwrap();
+        f.fail_next(1, BackendKind::Transient);
+        r.stat("a").unwrap();
+        f.fail_next(1, BackendKind::Transient);
+        r.put("b", b"2").unwrap();
+        f.fail_next(1, BackendKind::Transient);
+        r.delete("b").unwrap();
+        assert_eq!(
+            r.stats(),
+            RetryStats {
+                total: 8,
+                get: 3,
+                put: 1,
+                list: 2,
+                head: 1,
+                delete: 1,
+            }
+        );
+    }
+
+    #[test]
+    fn gives_up_after_max_attempts_with_the_original_error() {
+        let (f, r) = stack(FaultyStore::new(Arc::new(MemoryStore::new())));
+        f.fail_next(100, BackendKind::Transient);
+        match r.get("a") {
+            Err(Error::Backend {
+                kind: BackendKind::Transient,
+                detail,
+                ..
+            }) => assert!(detail.contains("injected fault on a"), "{detail}"),
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(f.requests(), 8);
+        assert_eq!(r.stats().get, 7);
+    }
+
+    #[test]
+    fn permanent_errors_are_not_retried() {
+        let mem = Arc::new(MemoryStore::new());
+        mem.put("a", b"1").unwrap();
+        let (f, r) = stack(FaultyStore::new(mem));
+        for kind in [
+            BackendKind::Auth,
+            BackendKind::NoSuchBucket,
+            BackendKind::NoConditionalPut,
+            BackendKind::Tls,
+            BackendKind::Other,
+        ] {
+            f.fail_next(1, kind);
+            let before = f.requests();
+            assert!(matches!(r.get("a"), Err(Error::Backend { kind: k, .. }) if k == kind));
+            assert_eq!(f.requests(), before + 1, "{kind:?} retried");
+        }
+        assert!(matches!(r.get("nope"), Err(Error::NotFound(_))));
+        assert!(matches!(r.put("a", b"1"), Err(Error::AlreadyExists(_))));
+        assert_eq!(r.stats().total, 0);
+    }
+
+    #[test]
+    fn an_unreachable_service_fails_fast_until_reached_once() {
+        let mem = Arc::new(MemoryStore::new());
+        mem.put("a", b"1").unwrap();
+        let (f, r) = stack(FaultyStore::new(mem));
+        // A wrong endpoint: one request, one error.
+        f.fail_next(100, BackendKind::Unreachable);
+        assert!(matches!(
+            r.get("a"),
+            Err(Error::Backend {
+                kind: BackendKind::Unreachable,
+                ..
+            })
+        ));
+        assert_eq!(f.requests(), 1);
+        // Once the service has answered, a restart is waited for.
+        f.fail_next(0, BackendKind::Transient);
+        r.get("a").unwrap();
+        f.fail_next(3, BackendKind::Unreachable);
+        assert_eq!(r.get("a").unwrap(), b"1");
+        assert_eq!(r.stats().get, 3);
+    }
+
+    #[test]
+    fn a_put_stored_by_a_failed_attempt_is_a_success() {
+        // A put whose answer was lost is stored; its retry finds it.
+        let mem = Arc::new(MemoryStore::new());
+        let (f, r) = stack(FaultyStore::new(mem.clone()).fail_every(2));
+        f.put("pad", b"").unwrap(); // request 1 passes; the next one fails after storing.
+        r.put("writers/w", b"record").unwrap();
+        assert_eq!(mem.get("writers/w").unwrap(), b"record");
+        assert_eq!(r.stats().put, 1);
+        // Other bytes under the same name are still refused.
+        let (f, r) = stack(FaultyStore::new(mem.clone()));
+        f.fail_next(1, BackendKind::Transient);
+        assert!(matches!(
+            r.put("writers/w", b"other"),
+            Err(Error::AlreadyExists(p)) if p == "writers/w"
+        ));
+        // And a put that finds the object on its first attempt fails as before.
+        assert!(matches!(
+            r.put_pack("writers/w", b"record", BlobKind::Data),
+            Err(Error::AlreadyExists(_))
+        ));
+    }
+
+    #[test]
+    fn backoff_is_full_jitter_below_a_doubling_ceiling() {
+        let p = RetryPolicy {
+            max_attempts: 8,
+            base: Duration::from_millis(100),
+            cap: Duration::from_secs(10),
+        };
+        for _ in 0..200 {
+            assert!(p.backoff(0) <= Duration::from_millis(100));
+            assert!(p.backoff(3) <= Duration::from_millis(800));
+            assert!(p.backoff(40) <= Duration::from_secs(10));
+        }
+        let waits: Vec<_> = (0..200).map(|_| p.backoff(6)).collect();
+        assert!(waits.iter().any(|w| *w < Duration::from_millis(3200)));
+        assert!(waits.iter().any(|w| *w > Duration::from_millis(3200)));
+    }
+}
