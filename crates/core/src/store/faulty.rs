@@ -126,7 +126,7 @@ impl FaultyStore {
         };
         let fault = match scripted {
             Some(kind) => Some((kind, When::Before)),
-            None if self.every > 0 && n % self.every == 0 => {
+            None if self.every > 0 && n.is_multiple_of(self.every) => {
                 let when = match (n / self.every) % 2 {
                     0 => When::Before,
                     _ => When::After,

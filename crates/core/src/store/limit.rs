@@ -250,7 +250,7 @@ mod tests {
         let l = Limit::new(mem, 4).with_download_kib(Some(512));
         let start = Instant::now();
         assert_eq!(l.get_range("big", 0, 512 << 10).unwrap().len(), 512 << 10);
-        // Charged after the bytes are in: the next request waits for the first.
+        // Each read is charged once its bytes are in: 512 KiB (1 s), then 1 MiB (2 s).
         assert_eq!(l.get("big").unwrap().len(), 1 << 20);
         l.stat("big").unwrap();
         let took = start.elapsed();

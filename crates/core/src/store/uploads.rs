@@ -105,9 +105,18 @@ impl Uploads {
 }
 
 fn upload(inner: &dyn Store, shared: &Shared, job: Job) {
-    let r = match inner.put_pack(&job.path, &job.data, BlobKind::Data) {
-        Err(Error::AlreadyExists(_)) => Ok(()),
-        r => r,
+    // A panic in the inner store fails this upload, rather than leaving a flush waiting
+    // for it for ever.
+    let put = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        inner.put_pack(&job.path, &job.data, BlobKind::Data)
+    }));
+    let r = match put {
+        Ok(Err(Error::AlreadyExists(_))) => Ok(()),
+        Ok(r) => r,
+        Err(_) => Err(Error::Store {
+            what: job.path.clone(),
+            source: std::io::Error::other("the upload thread panicked"),
+        }),
     };
     let mut s = shared.state();
     s.queued.remove(&job.path);
@@ -267,17 +276,28 @@ mod tests {
         crate::store::conformance::run(&Uploads::new(Arc::new(MemoryStore::new()), 2, 2).unwrap());
     }
 
-    fn held() -> (Arc<MemoryStore>, Arc<FaultyStore>, Uploads) {
+    /// Releases held puts when dropped, before the [`Uploads`] declared ahead of it: a
+    /// failed assertion then fails the test rather than hanging it.
+    struct Release(Arc<FaultyStore>);
+
+    impl Drop for Release {
+        fn drop(&mut self) {
+            self.0.release();
+        }
+    }
+
+    /// 2 uploaders, 3 places in the queue, over a store that holds puts.
+    fn held() -> (Arc<MemoryStore>, Arc<FaultyStore>, Uploads, Release) {
         let mem = Arc::new(MemoryStore::new());
         let f = Arc::new(FaultyStore::new(mem.clone()));
         f.hold();
         let u = Uploads::new(f.clone(), 2, 3).unwrap();
-        (mem, f, u)
+        (mem, f.clone(), u, Release(f))
     }
 
     #[test]
     fn data_packs_return_at_once_and_flush_waits_for_them() {
-        let (mem, f, u) = held();
+        let (mem, f, u, _release) = held();
         for i in 0..5 {
             u.put_pack(&format!("data/{i}"), &[i; 100], BlobKind::Data)
                 .unwrap();
@@ -287,11 +307,9 @@ mod tests {
         std::thread::scope(|s| {
             let flush = s.spawn(|| u.flush());
             std::thread::sleep(Duration::from_millis(100));
-            assert!(
-                !flush.is_finished(),
-                "flush returned before the packs were stored"
-            );
+            let early = flush.is_finished();
             f.release();
+            assert!(!early, "flush returned before the packs were stored");
             flush.join().unwrap().unwrap();
         });
         assert_eq!(mem.list("data/").unwrap().len(), 5);
@@ -302,7 +320,7 @@ mod tests {
 
     #[test]
     fn queued_packs_are_read_from_the_queue() {
-        let (mem, f, u) = held();
+        let (mem, f, u, _release) = held();
         u.put_pack("data/p", b"0123456789", BlobKind::Data).unwrap();
         assert_eq!(u.get("data/p").unwrap(), b"0123456789");
         assert_eq!(u.get_range("data/p", 2, 3).unwrap(), b"234");
@@ -346,7 +364,7 @@ mod tests {
 
     #[test]
     fn a_failed_upload_surfaces_at_flush_and_refuses_later_puts() {
-        let (mem, f, u) = held();
+        let (mem, f, u, _release) = held();
         u.put_pack("data/a", b"a", BlobKind::Data).unwrap();
         f.fail_next(1, BackendKind::Auth);
         f.release();
@@ -369,7 +387,7 @@ mod tests {
     #[test]
     fn memory_is_bounded_by_uploaders_plus_queue() {
         // 2 uploaders and 3 places in the queue: the 6th put waits.
-        let (mem, f, u) = held();
+        let (mem, f, u, _release) = held();
         let done = std::sync::atomic::AtomicUsize::new(0);
         std::thread::scope(|s| {
             let producer = s.spawn(|| {
@@ -380,9 +398,11 @@ mod tests {
                 }
             });
             std::thread::sleep(Duration::from_millis(200));
-            assert_eq!(done.load(std::sync::atomic::Ordering::SeqCst), 5);
-            assert!(!producer.is_finished());
+            let queued = done.load(std::sync::atomic::Ordering::SeqCst);
+            let finished = producer.is_finished();
             f.release();
+            assert_eq!(queued, 5);
+            assert!(!finished);
             producer.join().unwrap();
         });
         u.flush().unwrap();
