@@ -88,8 +88,17 @@ pub struct Cached {
     verified: Mutex<HashSet<String>>,
     /// One lock per tree pack being fetched: two threads download it once.
     fetching: Mutex<HashMap<String, Arc<Mutex<()>>>>,
+    /// The last listing of `snapshots/` and when it was made: a command lists snapshots
+    /// several times (warnings at open, the parent, this host's record), and a listing a
+    /// few seconds old, kept up to date with this process's own puts and deletes, is as
+    /// good as a new one for all of them.
+    snapshot_listing: Mutex<Option<(std::time::Instant, Vec<ObjectInfo>)>>,
     counts: Counters,
 }
+
+/// How long a listing of `snapshots/` is reused.
+const LISTING_REUSE: std::time::Duration = std::time::Duration::from_secs(30);
+const SNAPSHOTS: &str = "snapshots/";
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     // A poisoned lock only means another thread panicked; the data is still whole.
@@ -177,6 +186,7 @@ impl Cached {
             early_listing: Mutex::new(None),
             verified: Mutex::new(HashSet::new()),
             fetching: Mutex::new(HashMap::new()),
+            snapshot_listing: Mutex::new(None),
             counts: Counters::default(),
         }
     }
@@ -464,6 +474,15 @@ fn remove(file: &Path) {
 impl Store for Cached {
     fn put(&self, path: &str, data: &[u8]) -> Result<()> {
         self.inner.put(path, data)?;
+        if let Some((_, list)) = lock(&self.snapshot_listing)
+            .as_mut()
+            .filter(|_| path.starts_with(SNAPSHOTS))
+        {
+            list.push(ObjectInfo {
+                path: path.to_string(),
+                size: data.len() as u64,
+            });
+        }
         if let Some(dir) = self.bound().filter(|_| whole_object(path)) {
             self.keep(&dir.join(path), data);
         }
@@ -500,7 +519,17 @@ impl Store for Cached {
         self.inner.get_range(path, offset, len)
     }
     fn list(&self, prefix: &str) -> Result<Vec<ObjectInfo>> {
+        if prefix == SNAPSHOTS && self.bound().is_some() {
+            if let Some((at, list)) = lock(&self.snapshot_listing).as_ref() {
+                if at.elapsed() < LISTING_REUSE {
+                    return Ok(list.clone());
+                }
+            }
+        }
         let listing = self.inner.list(prefix)?;
+        if prefix == SNAPSHOTS {
+            *lock(&self.snapshot_listing) = Some((std::time::Instant::now(), listing.clone()));
+        }
         match self.bound() {
             Some(dir) => self.prune(&dir, prefix, &listing),
             None if prefix == "keys/" => *lock(&self.early_listing) = Some(listing.clone()),
@@ -510,6 +539,9 @@ impl Store for Cached {
     }
     fn delete(&self, path: &str) -> Result<()> {
         self.inner.delete(path)?;
+        if let Some((_, list)) = lock(&self.snapshot_listing).as_mut() {
+            list.retain(|o| o.path != path);
+        }
         self.forget(path);
         Ok(())
     }
@@ -877,6 +909,30 @@ mod tests {
         c.delete("snapshots/s2").unwrap();
         assert_eq!(files(&dir), ["data/ef/ef01"]);
         assert!(matches!(c.get("snapshots/s2"), Err(Error::NotFound(_))));
+    }
+
+    #[test]
+    fn a_recent_snapshot_listing_is_reused_with_this_process_changes() {
+        let t = tempfile::tempdir().unwrap();
+        let mem = MemoryStore::new();
+        mem.put("snapshots/s1", b"one").unwrap();
+        let (m, c) = stack(&mem, t.path(), true);
+        assert_eq!(c.list("snapshots/").unwrap().len(), 1);
+        c.put("snapshots/s2", b"two").unwrap();
+        c.delete("snapshots/s1").unwrap();
+        let lists = m.counts().list;
+        let paths: Vec<String> = c
+            .list("snapshots/")
+            .unwrap()
+            .into_iter()
+            .map(|o| o.path)
+            .collect();
+        assert_eq!(paths, ["snapshots/s2"]);
+        assert_eq!(m.counts().list, lists, "the listing was reused");
+        // Other prefixes are always listed.
+        c.list("index/").unwrap();
+        c.list("index/").unwrap();
+        assert_eq!(m.counts().list, lists + 2);
     }
 
     #[test]
