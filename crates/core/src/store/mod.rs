@@ -6,6 +6,7 @@
 //! and what S3 offers with conditional puts (`If-None-Match: *`). The one exception is
 //! [`Store::replace`], an atomic overwrite for `config` (S3: a plain put).
 
+mod cache;
 mod faulty;
 mod limit;
 mod local;
@@ -16,6 +17,7 @@ mod s3;
 mod stack;
 mod uploads;
 
+pub use cache::{CacheStats, Cached};
 pub use faulty::FaultyStore;
 pub use limit::Limit;
 pub use local::LocalStore;
