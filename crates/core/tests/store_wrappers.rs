@@ -1,8 +1,9 @@
 //! Issue 12, the store wrappers together: a whole backup, incremental backup, restore and
 //! `check --read-data` over a store that fails one request in five transiently (half of
 //! them after the request was carried out: a put stored, its answer lost), through the
-//! wrappers object storage gets: background uploads above retries, the request counter
-//! and the limits. Nothing is lost, every byte comes back, and the retries are counted.
+//! wrappers object storage gets: the local cache, background uploads above retries, the
+//! request counter and the limits. Nothing is lost, every byte comes back, and the retries
+//! are counted.
 #![allow(clippy::unwrap_used)]
 
 mod common;
@@ -11,9 +12,10 @@ use common::*;
 use mailvault_core::backup::backup;
 use mailvault_core::report::NoProgress;
 use mailvault_core::store::{
-    FaultyStore, Limit, MemoryStore, Metered, Retry, RetryPolicy, Store, Uploads,
+    Cached, FaultyStore, Limit, MemoryStore, Metered, Retry, RetryPolicy, Store, Uploads,
 };
 use mailvault_core::{InitOptions, Repository};
+use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -24,18 +26,21 @@ struct Wrapped {
     metered: Arc<Metered>,
 }
 
-/// Uploads(Retry(Metered(Limit(faulty MemoryStore)))), with millisecond backoffs.
-fn wrapped(mem: &MemoryStore) -> Wrapped {
+/// Cached(Uploads(Retry(Metered(Limit(faulty MemoryStore))))), with millisecond backoffs.
+fn wrapped(mem: &MemoryStore, cache: &Path) -> Wrapped {
     let faulty = Arc::new(FaultyStore::new(Arc::new(mem.clone())).fail_every(5));
     let limit = Arc::new(Limit::new(faulty.clone(), 3));
     let metered = Arc::new(Metered::new(limit));
+    // Enough attempts that no request fails every one of them, however concurrent
+    // requests interleave.
     let policy = RetryPolicy {
+        max_attempts: 30,
         base: Duration::from_millis(1),
         cap: Duration::from_millis(20),
-        ..RetryPolicy::default()
     };
     let retry = Arc::new(Retry::new(metered.clone(), policy));
-    let store = Arc::new(Uploads::new(retry.clone(), 3, 2).unwrap());
+    let uploads = Arc::new(Uploads::new(retry.clone(), 3, 2).unwrap());
+    let store = Arc::new(Cached::new(uploads, cache.to_path_buf()));
     Wrapped {
         store,
         faulty,
@@ -70,9 +75,10 @@ fn backup_restore_and_check_through_the_wrappers_over_a_flaky_store() {
         );
     }
     let mem = MemoryStore::new();
+    let cache = t.path().join("cache");
 
     // Full backup, with small packs so that many go through the upload queue.
-    let w = wrapped(&mem);
+    let w = wrapped(&mem, &cache);
     let opts = InitOptions {
         pack_size: 4096,
         ..fast_init()
@@ -97,7 +103,7 @@ fn backup_restore_and_check_through_the_wrappers_over_a_flaky_store() {
         &message("bob@example.org", "late", "one more"),
         1_800_000_000,
     );
-    let w = wrapped(&mem);
+    let w = wrapped(&mem, &cache);
     let mut repo = Repository::open(w.store.clone(), PASSWORD).unwrap();
     let rep = backup(&mut repo, &backup_opts(&src, vec![]), &NoProgress).unwrap();
     assert!(rep.failures.is_empty(), "{:?}", rep.failures);
@@ -106,7 +112,7 @@ fn backup_restore_and_check_through_the_wrappers_over_a_flaky_store() {
     assert!(w.retry.stats().total > 0);
 
     // Restore and check, again over a fresh stack.
-    let w = wrapped(&mem);
+    let w = wrapped(&mem, &cache);
     let repo = Repository::open(w.store.clone(), PASSWORD).unwrap();
     let out = t.path().join("restored");
     let r = restore_latest(&repo, &out);

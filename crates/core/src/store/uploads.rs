@@ -397,6 +397,13 @@ mod tests {
                     done.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
                 }
             });
+            // Wait for the first 5 (however loaded the machine), then give the 6th time.
+            let start = std::time::Instant::now();
+            while done.load(std::sync::atomic::Ordering::SeqCst) < 5
+                && start.elapsed() < Duration::from_secs(20)
+            {
+                std::thread::sleep(Duration::from_millis(5));
+            }
             std::thread::sleep(Duration::from_millis(200));
             let queued = done.load(std::sync::atomic::Ordering::SeqCst);
             let finished = producer.is_finished();
