@@ -79,6 +79,18 @@ enum Verb {
     Delete,
 }
 
+impl std::fmt::Display for Verb {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Verb::Get => "GET",
+            Verb::Put => "PUT",
+            Verb::List => "LIST",
+            Verb::Head => "HEAD",
+            Verb::Delete => "DELETE",
+        })
+    }
+}
+
 #[derive(Default)]
 struct Counters {
     get: AtomicU64,
@@ -162,13 +174,13 @@ impl Retry {
                 && (!unreachable || self.reached.load(Relaxed));
             if !retry {
                 if e.is_transient() && attempt > 1 {
-                    tracing::warn!("{verb:?} {path}: giving up after {attempt} attempts: {e}");
+                    tracing::warn!("{verb} {path}: giving up after {attempt} attempts: {e}");
                 }
                 return Err(e);
             }
             let wait = self.policy.backoff(attempt - 1);
             tracing::info!(
-                "{verb:?} {path}: {e}; retrying in {} ms (attempt {} of {})",
+                "{verb} {path}: {e}; retrying in {} ms (attempt {} of {})",
                 wait.as_millis(),
                 attempt + 1,
                 self.policy.max_attempts,
@@ -187,7 +199,7 @@ impl Retry {
             Err(Error::AlreadyExists(p)) if failed => {
                 match self.run(Verb::Get, path, || self.inner.get(path))? == data {
                     true => {
-                        tracing::info!("put {path}: stored by an earlier attempt");
+                        tracing::info!("PUT {path}: stored by an earlier attempt");
                         Ok(())
                     }
                     false => Err(Error::AlreadyExists(p)),
