@@ -119,6 +119,9 @@ pub fn usage_line(u: &mailvault_core::store::StoreUsage) -> String {
         bytes(r.bytes_up),
         bytes(r.bytes_down)
     );
+    if let Some(r) = u.retries.filter(|r| r.total > 0) {
+        let _ = write!(line, "; {} retried", r.total);
+    }
     if let Some(c) = &u.cache {
         let _ = write!(line, "; cache {} hits, {} misses", c.hits, c.misses);
     }

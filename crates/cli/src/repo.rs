@@ -53,7 +53,7 @@ fn stack(g: &GlobalOpts) -> Result<&'static Stack> {
                 "virtual" => Addressing::VirtualHost,
                 _ => Addressing::Auto,
             };
-            Stack::remote(Arc::new(S3Store::new(s3)?), &opts)
+            Stack::remote(Arc::new(S3Store::new(s3)?), &opts)?
         }
         Location::Imap(_) => bail!("repository {loc:?}: give a directory or an s3: location"),
     };

@@ -122,6 +122,18 @@ impl PackBuilder {
         self.entries.is_empty()
     }
 
+    /// Moves every blob of `other` into this pack, after its own.
+    pub fn absorb(&mut self, other: PackBuilder) {
+        let base = self.buf.len() as u32;
+        self.grow_for(other.buf.len());
+        self.buf.extend_from_slice(&other.buf);
+        self.entries
+            .extend(other.entries.into_iter().map(|e| PackEntry {
+                offset: e.offset + base,
+                ..e
+            }));
+    }
+
     /// Seals the header onto the blobs (as `version` has it) and names the pack.
     pub fn finish(self, key: &MasterKey, version: Version) -> FinishedPack {
         let mut bytes = self.buf;
@@ -312,6 +324,34 @@ fn parse_tail(
 mod tests {
     use super::*;
     use crate::store::MemoryStore;
+
+    #[test]
+    fn absorbed_packs_keep_every_blob_at_its_place() {
+        let key = MasterKey::random();
+        let blobs: Vec<Vec<u8>> = (0..6).map(|i| vec![i as u8 + 1; 50 * i + 3]).collect();
+        let (mut a, mut b) = (PackBuilder::default(), PackBuilder::default());
+        for (i, blob) in blobs.iter().enumerate() {
+            let into = if i < 2 { &mut a } else { &mut b };
+            let sealed = key.seal(blob);
+            into.add(
+                key.blob_id(blob),
+                BlobKind::Data,
+                Codec::Raw,
+                blob.len(),
+                &sealed,
+            );
+        }
+        a.absorb(b);
+        a.absorb(PackBuilder::default());
+        let p = a.finish(&key, Version::V2);
+        let (_, h) = header_of(&p.bytes, &key, "p", &[Version::V2]).unwrap();
+        assert_eq!(h.len(), blobs.len());
+        for (e, blob) in h.iter().zip(&blobs) {
+            let at = e.offset as usize..(e.offset + e.stored_len) as usize;
+            assert_eq!(&key.open_vec(p.bytes[at].to_vec(), "blob").unwrap(), blob);
+            assert_eq!(e.id, key.blob_id(blob));
+        }
+    }
 
     #[test]
     fn pack_round_trip_and_damage() {

@@ -1492,12 +1492,23 @@ impl<'r> BlobSaver<'r> {
     /// Writes the partly filled packs and one index file for everything written; returns
     /// the packs, for [`Repository::add_packs`].
     pub fn finish(&self) -> Result<PackList> {
-        for (slot, packer) in self.packers.iter().enumerate() {
+        // The data packers' partly filled packs are joined into as few packs as fit the
+        // pack size: one object instead of one per worker (a small incremental backup
+        // writes one data pack, not four).
+        let mut data = PackBuilder::default();
+        for packer in &self.packers[..DATA_PACKERS] {
             let p = std::mem::take(&mut *lock(packer));
-            let kind = match slot {
-                DATA_PACKERS => BlobKind::Tree,
-                _ => BlobKind::Data,
-            };
+            if !data.is_empty() && data.len() + p.len() > self.repo.config.pack_size as usize {
+                let full = std::mem::take(&mut data);
+                self.write_pack(
+                    full.finish(&self.repo.key, self.repo.version),
+                    BlobKind::Data,
+                )?;
+            }
+            data.absorb(p);
+        }
+        let trees = std::mem::take(&mut *lock(&self.packers[DATA_PACKERS]));
+        for (p, kind) in [(data, BlobKind::Data), (trees, BlobKind::Tree)] {
             if !p.is_empty() {
                 self.write_pack(p.finish(&self.repo.key, self.repo.version), kind)?;
             }

@@ -7,13 +7,18 @@
 //! transient failures, the request counter (below the retries: every request sent is
 //! counted, as the provider bills it), and the limits on requests in flight and bandwidth.
 
-use super::{CacheStats, Cached, Metered, RequestCounts, S3Store, Store};
+use super::{CacheStats, Cached, Limit, Metered, RequestCounts, Retry, RetryPolicy, RetryStats};
+use super::{S3Store, Store, Uploads};
+use crate::error::Result;
 use serde::Serialize;
 use std::path::PathBuf;
 use std::sync::Arc;
 
 /// Requests in flight at most on object storage, unless configured.
 pub const DEFAULT_CONNECTIONS: usize = 8;
+
+/// Data packs uploaded at once at most (each up to the pack size, 16 MiB by default).
+const UPLOADERS: usize = 4;
 
 /// How to build the stack for a remote store.
 #[derive(Clone, Debug, Default)]
@@ -33,6 +38,9 @@ pub struct StackOptions {
 pub struct StoreUsage {
     /// Requests by verb and bytes each way.
     pub requests: RequestCounts,
+    /// Requests sent again after a transient failure (object storage).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub retries: Option<RetryStats>,
     /// The local cache's hits and misses, when there is one.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub cache: Option<CacheStats>,
@@ -45,6 +53,7 @@ pub struct Stack {
     /// The S3 backend, when the repository is on object storage.
     pub s3: Option<Arc<S3Store>>,
     metered: Arc<Metered>,
+    retry: Option<Arc<Retry>>,
     cache: Option<Arc<Cached>>,
 }
 
@@ -56,31 +65,47 @@ impl Stack {
             store: metered.clone(),
             s3: None,
             metered,
+            retry: None,
             cache: None,
         }
     }
 
-    /// An S3 store with the wrappers object storage needs.
-    pub fn remote(s3: Arc<S3Store>, opts: &StackOptions) -> Stack {
-        let metered = Arc::new(Metered::new(s3.clone()));
-        let below_cache: Arc<dyn Store> = metered.clone();
+    /// An S3 store with the wrappers object storage needs, from the top: the cache;
+    /// background uploads of data packs; retries (above the uploads' requests, so a
+    /// failed upload is sent again; below the uploads, so that the queue's bytes are
+    /// still there); the counter (every request sent, retries included); the limits on
+    /// requests in flight and bandwidth.
+    pub fn remote(s3: Arc<S3Store>, opts: &StackOptions) -> Result<Stack> {
+        let connections = opts.connections.max(1);
+        let limited: Arc<dyn Store> = Arc::new(
+            Limit::new(s3.clone(), connections)
+                .with_upload_kib(opts.upload_kib)
+                .with_download_kib(opts.download_kib),
+        );
+        let metered = Arc::new(Metered::new(limited));
+        let retry = Arc::new(Retry::new(metered.clone(), RetryPolicy::default()));
+        // Packs queued plus packs being sent: memory for about twice this many packs.
+        let uploaders = connections.min(UPLOADERS);
+        let uploads: Arc<dyn Store> = Arc::new(Uploads::new(retry.clone(), uploaders, uploaders)?);
         let cache =
-            (opts.cache_root.clone()).map(|root| Arc::new(Cached::new(below_cache.clone(), root)));
-        Stack {
+            (opts.cache_root.clone()).map(|root| Arc::new(Cached::new(uploads.clone(), root)));
+        Ok(Stack {
             store: match &cache {
                 Some(c) => c.clone(),
-                None => below_cache,
+                None => uploads,
             },
             s3: Some(s3),
             metered,
+            retry: Some(retry),
             cache,
-        }
+        })
     }
 
     /// What the storage was asked so far.
     pub fn usage(&self) -> StoreUsage {
         StoreUsage {
             requests: self.metered.counts(),
+            retries: self.retry.as_ref().map(|r| r.stats()),
             cache: self.cache.as_ref().map(|c| c.stats()),
         }
     }
