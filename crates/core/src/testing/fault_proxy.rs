@@ -75,6 +75,8 @@ struct Shared {
     seen: AtomicU64,
     faulted: AtomicU64,
     counts: Counters,
+    /// The request lines seen, in order.
+    log: Mutex<Vec<String>>,
     stopped: AtomicBool,
 }
 
@@ -106,6 +108,7 @@ impl FaultProxy {
             seen: AtomicU64::new(0),
             faulted: AtomicU64::new(0),
             counts: Counters::default(),
+            log: Mutex::new(Vec::new()),
             stopped: AtomicBool::new(false),
         });
         let s = shared.clone();
@@ -156,6 +159,15 @@ impl FaultProxy {
             drops: c.drops.load(Relaxed),
             lost_answers: c.lost_answers.load(Relaxed),
         }
+    }
+
+    /// The request lines seen so far (`GET /bucket/key?query HTTP/1.1`), in order.
+    pub fn requests_seen(&self) -> Vec<String> {
+        self.shared
+            .log
+            .lock()
+            .map(|l| l.clone())
+            .unwrap_or_default()
     }
 }
 
@@ -265,6 +277,9 @@ fn serve(mut c: TcpStream, s: &Shared) -> std::io::Result<()> {
 fn count(s: &Shared, request_line: &str) {
     let c = &s.counts;
     c.requests.fetch_add(1, Relaxed);
+    if let Ok(mut log) = s.log.lock() {
+        log.push(request_line.to_string());
+    }
     let mut parts = request_line.split(' ');
     let method = parts.next().unwrap_or("");
     let target = parts.next().unwrap_or("");
