@@ -224,7 +224,7 @@ fn serve(mut c: TcpStream, s: &Shared) -> std::io::Result<()> {
 
     let i = s.seen.fetch_add(1, Relaxed) + 1;
     let every = s.every.load(Relaxed);
-    let fault = match every > 0 && i % every == 0 {
+    let fault = match every > 0 && i.is_multiple_of(every) {
         false => None,
         true => s.kinds.lock().ok().and_then(|k| {
             let n = s.faulted.fetch_add(1, Relaxed) as usize;

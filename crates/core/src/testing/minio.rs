@@ -186,7 +186,9 @@ impl Minio {
         };
         let started = Instant::now();
         loop {
-            if m.live() {
+            // Live is not ready: for a moment after /minio/health/live answers, S3 requests
+            // get `503 XMinioServerNotInitialized`. Ready is when a bucket can be made.
+            if m.live() && m.store("ready", "").is_ok() {
                 return Ok(m);
             }
             let log = std::fs::read_to_string(m.dir.join("log")).unwrap_or_default();
