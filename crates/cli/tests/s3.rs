@@ -419,3 +419,36 @@ fn s3_unchanged_incremental_makes_at_most_10_requests() {
         "{seen:#?}"
     );
 }
+
+/// `mailvault demo --repo s3:…` runs its whole tour on object storage, here in a
+/// repository under a key prefix of a bucket that `init` does not own alone.
+#[test]
+fn s3_demo_under_a_prefix() {
+    let m = Minio::shared();
+    let bucket = m.bucket("demo");
+    m.store(&bucket, "")
+        .unwrap()
+        .put("someone-else/config", b"not ours")
+        .unwrap();
+    let mut e = Env::s3("demo");
+    e.location = Some(m.url(&bucket, "mail/vault"));
+    let out = e.ok(&[
+        "demo",
+        "--preset",
+        "tiny",
+        "--dir",
+        e.path("demo").to_str().unwrap(),
+    ]);
+    assert!(out.contains(e.location.as_ref().unwrap().as_str()), "{out}");
+    assert!(bucket_store(&e).stat("config").is_ok());
+    let o = e
+        .cmd(&["snapshots", "--json"])
+        .env("MAILVAULT_PASSWORD_FILE", e.path("demo/password"))
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(0));
+    let snaps: Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(snaps.as_array().unwrap().len(), 2, "{snaps}");
+    let root = m.store(&bucket, "").unwrap();
+    assert_eq!(root.get("someone-else/config").unwrap(), b"not ours");
+}
