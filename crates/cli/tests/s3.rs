@@ -258,9 +258,10 @@ fn s3_killed_backup_checks_clean_and_the_next_one_finishes() {
 fn s3_two_hosts_back_up_at_once() {
     let e = Env::s3("two-hosts");
     e.expect(0, &["init"]);
+    corpus(&e.path("vmail-a"), 6);
+    corpus(&e.path("vmail-b"), 7);
     let spawn = |host: &str| {
         let src = e.path(&format!("vmail-{host}"));
-        corpus(&src, if host == "a" { 6 } else { 7 });
         e.cmd(&["backup", &maildir(&src), "--host", host, "--json"])
             .env("XDG_CACHE_HOME", e.path(&format!("cache-{host}")))
             .env("MAILVAULT_STATE_DIR", e.path(&format!("state-{host}")))
