@@ -453,3 +453,36 @@ fn s3_demo_under_a_prefix() {
     let root = m.store(&bucket, "").unwrap();
     assert_eq!(root.get("someone-else/config").unwrap(), b"not ours");
 }
+
+/// Every request a command makes is in its report: the counts of `--json` equal what a
+/// counting proxy saw on the wire (no faults: no retries).
+#[test]
+#[ignore = "backup prints its --json report before record_seen lists snapshots/: one request uncounted (issue 12): enable when fixed"]
+fn s3_reports_count_every_request() {
+    let mut e = Env::s3("counted");
+    let src = e.path("vmail");
+    corpus(&src, 9);
+    e.expect(0, &["init"]);
+    let proxy = FaultProxy::start(&Minio::shared().address()).unwrap();
+    e.location = Some(through(&e, &proxy));
+    let target = maildir(&e.path("out"));
+    let mut wrong = Vec::new();
+    for args in [
+        &["backup", &maildir(&src)][..],
+        &["restore", "latest", "--target", &target],
+        &["check", "--read-data"],
+        &["stats"],
+    ] {
+        let before = proxy.stats().requests;
+        let r = e.json(0, args);
+        let wire = proxy.stats().requests - before;
+        if requests(&r) != wire {
+            wrong.push(format!(
+                "{args:?}: {} counted, {wire} on the wire: {}",
+                requests(&r),
+                r["storage"]["requests"]
+            ));
+        }
+    }
+    assert!(wrong.is_empty(), "{wrong:#?}");
+}
