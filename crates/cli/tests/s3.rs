@@ -116,6 +116,12 @@ fn s3_backup_incremental_restore_and_check() {
     assert_same_files(&e.path("r1"), &e.path("original"));
     let check = e.json(0, &["check", "--read-data"]);
     assert!(requests(&check) > 0, "{check}");
+    // The listing commands too.
+    assert_eq!(e.json(0, &["snapshots"]).as_array().unwrap().len(), 2);
+    let ls = e.ok(&["ls", "latest"]);
+    assert_eq!(ls.lines().filter(|l| l.contains('@')).count(), 6, "{ls}");
+    let stats = e.json(0, &["stats"]);
+    assert!(requests(&stats) > 0, "{stats}");
 }
 
 /// A flipped byte in a stored pack (rewritten in MinIO behind mailvault's back) is found
