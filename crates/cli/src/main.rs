@@ -173,17 +173,18 @@ fn main() -> ExitCode {
         Command::Migrate(a) => commands::migrate::run(g, a),
         Command::Demo(a) => commands::demo::run(g, a),
     };
-    // What the storage was asked, after the command's own output (in --json it is part
-    // of the object): on object storage, where requests cost, every command says it.
-    if let Some(u) = repo::usage().filter(|_| repo::remote() && !g.json && !g.quiet) {
-        eprintln!("{}", output::usage_line(&u));
-    }
-    match result {
+    let code = match result {
         Ok(Outcome::Ok) => ExitCode::SUCCESS,
         Ok(Outcome::Partial) => ExitCode::from(1),
         Err(e) => {
             eprintln!("error: {}", output::safe(&format!("{e:#}")));
             ExitCode::from(2)
         }
+    };
+    // What the storage was asked, after the command's own output (in --json it is part
+    // of the object): on object storage, where requests cost, every command says it.
+    if let Some(u) = repo::usage().filter(|_| repo::remote() && !g.json && !g.quiet) {
+        eprintln!("{}", output::usage_line(&u));
     }
+    code
 }

@@ -108,7 +108,7 @@ pub fn json<T: serde::Serialize>(v: &T) -> anyhow::Result<()> {
 /// One line saying what the storage was asked: requests by verb, bytes each way.
 pub fn usage_line(u: &mailvault_core::store::StoreUsage) -> String {
     let r = &u.requests;
-    format!(
+    let mut line = format!(
         "storage: {} requests (GET {}, PUT {}, LIST {}, HEAD {}, DELETE {}), {} up, {} down",
         r.total(),
         r.get,
@@ -118,7 +118,11 @@ pub fn usage_line(u: &mailvault_core::store::StoreUsage) -> String {
         r.delete,
         bytes(r.bytes_up),
         bytes(r.bytes_down)
-    )
+    );
+    if let Some(c) = &u.cache {
+        let _ = write!(line, "; cache {} hits, {} misses", c.hits, c.misses);
+    }
+    line
 }
 
 #[cfg(test)]

@@ -17,6 +17,17 @@ pub struct Args {
 }
 
 pub fn run(g: &GlobalOpts, a: Args) -> Result<Outcome> {
+    // Check reads the repository itself, never this host's cache: a damaged object in the
+    // storage must not pass because a good copy of it is here. It gets a cache of its own,
+    // empty and removed at the end (as restic's check does), so that each tree pack of
+    // object storage is fetched whole once rather than by one ranged GET per tree.
+    let fresh = tempfile::Builder::new()
+        .prefix("mailvault-check-")
+        .tempdir()?;
+    let mut g = g.clone();
+    g.storage.cache_dir = Some(fresh.path().to_path_buf());
+    g.storage.no_cache = false;
+    let g = &g;
     let r = repo::open(g)?;
     // Check holds a whole pack per worker: one worker per core, not the I/O-bound default.
     let jobs = if g.jobs > 0 { g.jobs } else { repo::cores() };

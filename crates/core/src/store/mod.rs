@@ -6,12 +6,14 @@
 //! and what S3 offers with conditional puts (`If-None-Match: *`). The one exception is
 //! [`Store::replace`], an atomic overwrite for `config` (S3: a plain put).
 
+mod cache;
 mod local;
 mod memory;
 mod metered;
 mod s3;
 mod stack;
 
+pub use cache::{CacheStats, Cached};
 pub use local::LocalStore;
 pub use memory::MemoryStore;
 pub use metered::{Metered, RequestCounts};

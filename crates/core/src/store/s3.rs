@@ -487,14 +487,16 @@ fn classify(location: &str, opts: &S3Options, path: &str, e: object_store::Error
         source = s.source();
     }
     let lower = format!("{text} {chain}").to_ascii_lowercase();
-    let tls = ["certificate", "tls", "ssl", "handshake"]
+    // rustls says "invalid peer certificate: …", or "received corrupt message" when the
+    // server does not speak TLS at all.
+    let tls = ["certificate", "tls", "ssl", "handshake", "corrupt message"]
         .iter()
         .any(|w| lower.contains(w));
     match kind {
         Some(H::Connect) if tls => return backend(
             BackendKind::Tls,
             format!(
-                "TLS with {} failed: {chain} (check the certificate, or the http/https in the URL)",
+                "TLS with {} failed: {chain} (check the server's certificate, or whether it speaks https at all)",
                 opts.endpoint
             ),
         ),

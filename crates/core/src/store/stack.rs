@@ -7,7 +7,7 @@
 //! transient failures, the request counter (below the retries: every request sent is
 //! counted, as the provider bills it), and the limits on requests in flight and bandwidth.
 
-use super::{Metered, RequestCounts, S3Store, Store};
+use super::{CacheStats, Cached, Metered, RequestCounts, S3Store, Store};
 use serde::Serialize;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -33,6 +33,9 @@ pub struct StackOptions {
 pub struct StoreUsage {
     /// Requests by verb and bytes each way.
     pub requests: RequestCounts,
+    /// The local cache's hits and misses, when there is one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cache: Option<CacheStats>,
 }
 
 /// A store with its wrappers, and handles on the ones that count.
@@ -42,6 +45,7 @@ pub struct Stack {
     /// The S3 backend, when the repository is on object storage.
     pub s3: Option<Arc<S3Store>>,
     metered: Arc<Metered>,
+    cache: Option<Arc<Cached>>,
 }
 
 impl Stack {
@@ -52,16 +56,24 @@ impl Stack {
             store: metered.clone(),
             s3: None,
             metered,
+            cache: None,
         }
     }
 
     /// An S3 store with the wrappers object storage needs.
-    pub fn remote(s3: Arc<S3Store>, _opts: &StackOptions) -> Stack {
+    pub fn remote(s3: Arc<S3Store>, opts: &StackOptions) -> Stack {
         let metered = Arc::new(Metered::new(s3.clone()));
+        let below_cache: Arc<dyn Store> = metered.clone();
+        let cache =
+            (opts.cache_root.clone()).map(|root| Arc::new(Cached::new(below_cache.clone(), root)));
         Stack {
-            store: metered.clone(),
+            store: match &cache {
+                Some(c) => c.clone(),
+                None => below_cache,
+            },
             s3: Some(s3),
             metered,
+            cache,
         }
     }
 
@@ -69,6 +81,7 @@ impl Stack {
     pub fn usage(&self) -> StoreUsage {
         StoreUsage {
             requests: self.metered.counts(),
+            cache: self.cache.as_ref().map(|c| c.stats()),
         }
     }
 }

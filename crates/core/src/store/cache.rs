@@ -1,0 +1,1014 @@
+//! A [`Store`] wrapper that keeps what every run reads again in a local directory: the
+//! key files, index files, snapshots, dictionaries and tree packs.
+//!
+//! On-disk layout, under the cache root (`$XDG_CACHE_HOME/mailvault`, else
+//! `$HOME/.cache/mailvault`, or `--cache-dir`):
+//!
+//! ```text
+//! CACHEDIR.TAG                 the cache directory tag: backup tools skip the tree
+//! locations/<blake3 hex>       the id of the repository last opened at a location (the
+//!                              hash of the store's `location()`): key files before `bind`
+//! <repository id>/keys/<id>    copies of repository objects, same relative path, each
+//! <repository id>/index/<id>   its bytes exactly as in the repository followed by a
+//! <repository id>/snapshots/.. 32-byte BLAKE3 trailer of those bytes
+//! <repository id>/dicts/<id>
+//! <repository id>/data/<xx>/<id>   tree packs only (never data packs)
+//! ```
+//!
+//! The repository id is the config's (hex, checked: never a path outside the root). Files
+//! are written to a temporary file (`.part-*`) in the same directory and renamed, so
+//! processes sharing the cache never see half a file; files are 0600, directories 0700.
+//! Every read checks the trailer (a tree pack once per process, then ranges are read in
+//! place): a damaged file is removed, counted and fetched again, never an error, and the
+//! cache failing to read or write only costs requests. `config`, `writers/`, `migrate/`
+//! and data packs always go to the store. A listing of the store drops cached files it no
+//! longer has (forgotten or pruned by another host).
+
+use super::{ObjectInfo, Store};
+use crate::error::{Error, Result};
+use crate::pack::BlobKind;
+use serde::Serialize;
+use std::collections::{HashMap, HashSet};
+use std::fs;
+use std::io::{self, Write};
+use std::os::unix::fs::{DirBuilderExt, FileExt};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::{Arc, Mutex, MutexGuard, RwLock};
+use std::time::{Duration, SystemTime};
+
+/// The bytes after each cached object: the BLAKE3 hash of the object.
+const TRAILER: u64 = 32;
+
+/// The directories whose objects are cached whole.
+const WHOLE: [&str; 4] = ["keys", "index", "snapshots", "dicts"];
+
+/// The standard cache directory tag (<https://bford.info/cachedir/>).
+const CACHEDIR_TAG: &[u8] = b"Signature: 8a477f597d28d172789f06886806bc55\n\
+# This file is a cache directory tag created by mailvault.\n\
+# For information about cache directory tags, see: https://bford.info/cachedir/\n";
+
+/// Prefix of temporary files; leftovers of killed processes older than this are removed
+/// when their directory is pruned.
+const PART: &str = ".part-";
+const STALE_PART: Duration = Duration::from_secs(3600);
+
+/// What the cache did during a run.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct CacheStats {
+    /// Objects (or tree-pack ranges) served from the cache.
+    pub hits: u64,
+    /// Cacheable objects fetched from the store (refetches included).
+    pub misses: u64,
+    /// Cached files found damaged, removed and fetched again.
+    pub refetches: u64,
+    /// Bytes served from the cache.
+    pub bytes_served: u64,
+}
+
+#[derive(Default)]
+struct Counters {
+    hits: AtomicU64,
+    misses: AtomicU64,
+    refetches: AtomicU64,
+    bytes_served: AtomicU64,
+}
+
+/// The local cache over a store. Until [`Store::bind`] names the repository it caches
+/// nothing (it reads cached key files for [`Store::list_cached`] only).
+pub struct Cached {
+    inner: Arc<dyn Store>,
+    root: PathBuf,
+    /// `root/<repository id>` once bound.
+    dir: RwLock<Option<PathBuf>>,
+    /// Key files read, and the key listing made, before `bind`: written and pruned at bind.
+    early_keys: Mutex<HashMap<String, Vec<u8>>>,
+    early_listing: Mutex<Option<Vec<ObjectInfo>>>,
+    /// Tree packs whose cached file this process has verified.
+    verified: Mutex<HashSet<String>>,
+    /// One lock per tree pack being fetched: two threads download it once.
+    fetching: Mutex<HashMap<String, Arc<Mutex<()>>>>,
+    /// The last listing of `snapshots/` and when it was made: a command lists snapshots
+    /// several times (warnings at open, the parent, this host's record), and a listing a
+    /// few seconds old, kept up to date with this process's own puts and deletes, is as
+    /// good as a new one for all of them.
+    snapshot_listing: Mutex<Option<(std::time::Instant, Vec<ObjectInfo>)>>,
+    counts: Counters,
+}
+
+/// How long a listing of `snapshots/` is reused.
+const LISTING_REUSE: std::time::Duration = std::time::Duration::from_secs(30);
+const SNAPSHOTS: &str = "snapshots/";
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    // A poisoned lock only means another thread panicked; the data is still whole.
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// A repository id that is safe as a directory name: hex only.
+fn valid_id(id: &str) -> bool {
+    !id.is_empty() && id.len() <= 128 && id.bytes().all(|b| b.is_ascii_hexdigit())
+}
+
+/// A file name that is safe in the cache (and never a temporary file's).
+fn safe_name(s: &str) -> bool {
+    !s.is_empty()
+        && s.len() <= 128
+        && s.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+}
+
+/// `keys/<id>`, `index/<id>`, `snapshots/<id>`, `dicts/<id>`: cached whole.
+fn whole_object(path: &str) -> bool {
+    match path.split_once('/') {
+        Some((dir, name)) => WHOLE.contains(&dir) && safe_name(name),
+        None => false,
+    }
+}
+
+/// `data/<xx>/<id>`: a pack path, cached when it holds trees.
+fn pack_object(path: &str) -> bool {
+    let mut parts = path.split('/');
+    matches!(
+        (parts.next(), parts.next(), parts.next(), parts.next()),
+        (Some("data"), Some(xx), Some(id), None) if safe_name(xx) && safe_name(id)
+    )
+}
+
+/// `data` with its trailer if the trailer matches, else `None`.
+fn strip_trailer(mut data: Vec<u8>) -> Option<Vec<u8>> {
+    let n = data.len().checked_sub(TRAILER as usize)?;
+    if blake3::hash(&data[..n]).as_bytes() != &data[n..] {
+        return None;
+    }
+    data.truncate(n);
+    Some(data)
+}
+
+fn make_dir(dir: &Path) -> io::Result<()> {
+    fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(dir)
+}
+
+/// Writes `parts` to `file` atomically (temporary file in the same directory, 0600, then
+/// renamed over whatever is there).
+fn write_atomic(file: &Path, parts: &[&[u8]]) -> io::Result<()> {
+    let dir = file
+        .parent()
+        .ok_or_else(|| io::Error::other("no parent directory"))?;
+    make_dir(dir)?;
+    let mut tmp = tempfile::Builder::new().prefix(PART).tempfile_in(dir)?;
+    for p in parts {
+        tmp.write_all(p)?;
+    }
+    tmp.persist(file).map_err(|e| e.error)?;
+    Ok(())
+}
+
+/// What a cached tree pack gave for a range.
+enum PackRead {
+    Hit(Vec<u8>),
+    Miss,
+    /// The verified file is shorter than the range: the store decides.
+    OutOfRange,
+}
+
+impl Cached {
+    /// A cache under `root` (created when first needed) over `inner`.
+    pub fn new(inner: Arc<dyn Store>, root: PathBuf) -> Cached {
+        Cached {
+            inner,
+            root,
+            dir: RwLock::new(None),
+            early_keys: Mutex::new(HashMap::new()),
+            early_listing: Mutex::new(None),
+            verified: Mutex::new(HashSet::new()),
+            fetching: Mutex::new(HashMap::new()),
+            snapshot_listing: Mutex::new(None),
+            counts: Counters::default(),
+        }
+    }
+
+    /// What the cache did so far.
+    pub fn stats(&self) -> CacheStats {
+        let c = &self.counts;
+        CacheStats {
+            hits: c.hits.load(Relaxed),
+            misses: c.misses.load(Relaxed),
+            refetches: c.refetches.load(Relaxed),
+            bytes_served: c.bytes_served.load(Relaxed),
+        }
+    }
+
+    fn bound(&self) -> Option<PathBuf> {
+        self.dir.read().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    /// The pointer file for this store's location.
+    fn pointer(&self) -> PathBuf {
+        let hash = blake3::hash(self.inner.location().as_bytes());
+        self.root.join("locations").join(hash.to_hex().as_str())
+    }
+
+    /// The cache directory of the repository last bound at this location, if any.
+    fn pointed_dir(&self) -> Option<PathBuf> {
+        let id = fs::read_to_string(self.pointer()).ok()?;
+        let id = id.trim();
+        valid_id(id).then(|| self.root.join(id))
+    }
+
+    fn hit(&self, bytes: usize) {
+        self.counts.hits.fetch_add(1, Relaxed);
+        self.counts.bytes_served.fetch_add(bytes as u64, Relaxed);
+    }
+
+    /// A damaged cache file: removed, counted.
+    fn damaged(&self, file: &Path) {
+        tracing::warn!(
+            "cache file {} is damaged: removed, fetching it again",
+            file.display()
+        );
+        self.counts.refetches.fetch_add(1, Relaxed);
+        remove(file);
+    }
+
+    /// The cached object at `file`, verified; `None` when absent, unreadable or damaged.
+    fn read_whole(&self, file: &Path) -> Option<Vec<u8>> {
+        let data = match fs::read(file) {
+            Ok(d) => d,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return None,
+            Err(e) => {
+                tracing::warn!("cache file {}: {e}", file.display());
+                return None;
+            }
+        };
+        match strip_trailer(data) {
+            Some(d) => Some(d),
+            None => {
+                self.damaged(file);
+                None
+            }
+        }
+    }
+
+    /// Keeps `data` at `file`; a failure is only logged (the cache is an optimization).
+    fn keep(&self, file: &Path, data: &[u8]) -> bool {
+        let hash = blake3::hash(data);
+        match write_atomic(file, &[data, hash.as_bytes()]) {
+            Ok(()) => true,
+            Err(e) => {
+                tracing::warn!("cannot write cache file {}: {e}", file.display());
+                false
+            }
+        }
+    }
+
+    /// A whole object from the cache of `dir`, else from the store (then kept).
+    fn get_whole(&self, dir: &Path, path: &str) -> Result<Vec<u8>> {
+        let file = dir.join(path);
+        if let Some(d) = self.read_whole(&file) {
+            self.hit(d.len());
+            return Ok(d);
+        }
+        self.counts.misses.fetch_add(1, Relaxed);
+        let data = self.inner.get(path)?;
+        self.keep(&file, &data);
+        Ok(data)
+    }
+
+    /// A range of the cached tree pack at `file` (verified once per process).
+    fn read_pack(&self, file: &Path, path: &str, offset: u64, len: u64) -> PackRead {
+        let end = match offset.checked_add(len) {
+            Some(e) => e,
+            None => return PackRead::OutOfRange,
+        };
+        let slice = |d: &[u8]| d.get(offset as usize..end as usize).map(<[u8]>::to_vec);
+        if !lock(&self.verified).contains(path) {
+            let Some(whole) = self.read_whole(file) else {
+                return PackRead::Miss;
+            };
+            lock(&self.verified).insert(path.to_string());
+            return slice(&whole).map_or(PackRead::OutOfRange, PackRead::Hit);
+        }
+        let f = match fs::File::open(file) {
+            Ok(f) => f,
+            Err(e) => {
+                if e.kind() != io::ErrorKind::NotFound {
+                    tracing::warn!("cache file {}: {e}", file.display());
+                }
+                lock(&self.verified).remove(path);
+                return PackRead::Miss;
+            }
+        };
+        let size = match f.metadata() {
+            Ok(m) => m.len().saturating_sub(TRAILER),
+            Err(_) => return PackRead::Miss,
+        };
+        if end > size {
+            return PackRead::OutOfRange;
+        }
+        let mut buf = vec![0; len as usize];
+        match f.read_exact_at(&mut buf, offset) {
+            Ok(()) => PackRead::Hit(buf),
+            Err(e) => {
+                tracing::warn!("cache file {}: {e}", file.display());
+                PackRead::Miss
+            }
+        }
+    }
+
+    /// A range of a tree pack: from the cache, else the whole pack is fetched with one
+    /// request, kept, and the range served from it.
+    fn tree_range(&self, dir: &Path, path: &str, offset: u64, len: u64) -> Result<Vec<u8>> {
+        let file = dir.join(path);
+        let served = |r: PackRead| match r {
+            PackRead::Hit(d) => {
+                self.hit(d.len());
+                Some(Ok(d))
+            }
+            PackRead::OutOfRange => {
+                Some(self.inner.get_pack_range(path, offset, len, BlobKind::Tree))
+            }
+            PackRead::Miss => None,
+        };
+        if let Some(r) = served(self.read_pack(&file, path, offset, len)) {
+            return r;
+        }
+        // A miss: one thread fetches, the others wait for it and then read the cache.
+        let gate = lock(&self.fetching)
+            .entry(path.to_string())
+            .or_default()
+            .clone();
+        let _held = lock(&gate);
+        if let Some(r) = served(self.read_pack(&file, path, offset, len)) {
+            return r;
+        }
+        self.counts.misses.fetch_add(1, Relaxed);
+        let whole = self.inner.get(path)?;
+        if self.keep(&file, &whole) {
+            lock(&self.verified).insert(path.to_string());
+        }
+        let end = offset.checked_add(len).filter(|e| *e <= whole.len() as u64);
+        match end {
+            Some(end) => Ok(whole[offset as usize..end as usize].to_vec()),
+            None => Err(Error::corrupt(
+                path,
+                format!("range {offset}+{len} past the end ({} bytes)", whole.len()),
+            )),
+        }
+    }
+
+    /// Removes the cached copy of `path`, if any.
+    fn forget(&self, path: &str) {
+        if let Some(dir) = self.bound() {
+            if whole_object(path) || pack_object(path) {
+                remove(&dir.join(path));
+                lock(&self.verified).remove(path);
+            }
+        }
+    }
+
+    /// Removes cached files under `prefix` that `listing` (the store's, of `prefix`) does
+    /// not have, or has with another size.
+    fn prune(&self, dir: &Path, prefix: &str, listing: &[ObjectInfo]) {
+        let listed: HashMap<&str, u64> =
+            listing.iter().map(|o| (o.path.as_str(), o.size)).collect();
+        for top in WHOLE.iter().chain(&["data"]) {
+            let top_dir = format!("{top}/");
+            if top_dir.starts_with(prefix) || prefix.starts_with(&top_dir) {
+                self.prune_dir(&dir.join(top), &top_dir, prefix, &listed);
+            }
+        }
+    }
+
+    fn prune_dir(&self, dir: &Path, rel: &str, prefix: &str, listed: &HashMap<&str, u64>) {
+        let Ok(entries) = fs::read_dir(dir) else {
+            return;
+        };
+        for e in entries.flatten() {
+            let name = e.file_name();
+            let Some(name) = name.to_str() else { continue };
+            let Ok(meta) = e.metadata() else { continue };
+            let path = format!("{rel}{name}");
+            if meta.is_dir() {
+                if safe_name(name) && (path.starts_with(prefix) || prefix.starts_with(&path)) {
+                    self.prune_dir(&e.path(), &format!("{path}/"), prefix, listed);
+                }
+                continue;
+            }
+            if name.starts_with(PART) {
+                let old = meta
+                    .modified()
+                    .ok()
+                    .and_then(|m| SystemTime::now().duration_since(m).ok())
+                    .is_some_and(|age| age > STALE_PART);
+                if old {
+                    remove(&e.path());
+                }
+                continue;
+            }
+            if !safe_name(name) || !path.starts_with(prefix) {
+                continue;
+            }
+            let size = meta.len().checked_sub(TRAILER);
+            if listed.get(path.as_str()).copied() != size {
+                remove(&e.path());
+                lock(&self.verified).remove(&path);
+            }
+        }
+    }
+
+    /// The key files cached in `dir`.
+    fn cached_keys(dir: &Path) -> Vec<ObjectInfo> {
+        let Ok(entries) = fs::read_dir(dir.join("keys")) else {
+            return Vec::new();
+        };
+        entries
+            .flatten()
+            .filter_map(|e| {
+                let name = e.file_name().into_string().ok()?;
+                let size = e.metadata().ok()?.len().checked_sub(TRAILER)?;
+                safe_name(&name).then(|| ObjectInfo {
+                    path: format!("keys/{name}"),
+                    size,
+                })
+            })
+            .collect()
+    }
+
+    /// Makes `root/<id>` the cache directory; false (and a warning) when it cannot be.
+    fn open_dir(&self, id: &str) -> bool {
+        let dir = self.root.join(id);
+        let made = make_dir(&dir).and_then(|()| {
+            let tag = self.root.join("CACHEDIR.TAG");
+            match tag.exists() {
+                true => Ok(()),
+                false => write_atomic(&tag, &[CACHEDIR_TAG]),
+            }
+        });
+        if let Err(e) = made {
+            tracing::warn!("cache {}: {e}: running without a cache", dir.display());
+            return false;
+        }
+        let pointer = self.pointer();
+        if fs::read_to_string(&pointer).ok().as_deref() != Some(id) {
+            if let Err(e) = write_atomic(&pointer, &[id.as_bytes()]) {
+                tracing::warn!("cache {}: {e}", pointer.display());
+            }
+        }
+        true
+    }
+}
+
+/// Removes a cache file; absent is fine, anything else is logged.
+fn remove(file: &Path) {
+    if let Err(e) = fs::remove_file(file) {
+        if e.kind() != io::ErrorKind::NotFound {
+            tracing::warn!("cannot remove cache file {}: {e}", file.display());
+        }
+    }
+}
+
+impl Store for Cached {
+    fn put(&self, path: &str, data: &[u8]) -> Result<()> {
+        self.inner.put(path, data)?;
+        if let Some((_, list)) = lock(&self.snapshot_listing)
+            .as_mut()
+            .filter(|_| path.starts_with(SNAPSHOTS))
+        {
+            list.push(ObjectInfo {
+                path: path.to_string(),
+                size: data.len() as u64,
+            });
+        }
+        if let Some(dir) = self.bound().filter(|_| whole_object(path)) {
+            self.keep(&dir.join(path), data);
+        }
+        Ok(())
+    }
+    fn replace(&self, path: &str, data: &[u8]) -> Result<()> {
+        self.forget(path);
+        self.inner.replace(path, data)
+    }
+    fn get(&self, path: &str) -> Result<Vec<u8>> {
+        if !whole_object(path) {
+            return self.inner.get(path);
+        }
+        if let Some(dir) = self.bound() {
+            return self.get_whole(&dir, path);
+        }
+        if !path.starts_with("keys/") {
+            return self.inner.get(path);
+        }
+        // A key file before `bind` (while the repository is opened): from the cache of
+        // the repository last seen here, else from the store, kept for `bind`.
+        if let Some(d) = self
+            .pointed_dir()
+            .and_then(|dir| self.read_whole(&dir.join(path)))
+        {
+            self.hit(d.len());
+            return Ok(d);
+        }
+        let data = self.inner.get(path)?;
+        lock(&self.early_keys).insert(path.to_string(), data.clone());
+        Ok(data)
+    }
+    fn get_range(&self, path: &str, offset: u64, len: u64) -> Result<Vec<u8>> {
+        self.inner.get_range(path, offset, len)
+    }
+    fn list(&self, prefix: &str) -> Result<Vec<ObjectInfo>> {
+        if prefix == SNAPSHOTS && self.bound().is_some() {
+            if let Some((at, list)) = lock(&self.snapshot_listing).as_ref() {
+                if at.elapsed() < LISTING_REUSE {
+                    return Ok(list.clone());
+                }
+            }
+        }
+        let listing = self.inner.list(prefix)?;
+        if prefix == SNAPSHOTS {
+            *lock(&self.snapshot_listing) = Some((std::time::Instant::now(), listing.clone()));
+        }
+        match self.bound() {
+            Some(dir) => self.prune(&dir, prefix, &listing),
+            None if prefix == "keys/" => *lock(&self.early_listing) = Some(listing.clone()),
+            None => {}
+        }
+        Ok(listing)
+    }
+    fn delete(&self, path: &str) -> Result<()> {
+        self.inner.delete(path)?;
+        if let Some((_, list)) = lock(&self.snapshot_listing).as_mut() {
+            list.retain(|o| o.path != path);
+        }
+        self.forget(path);
+        Ok(())
+    }
+    fn stat(&self, path: &str) -> Result<u64> {
+        self.inner.stat(path)
+    }
+    fn location(&self) -> String {
+        self.inner.location()
+    }
+    fn flush(&self) -> Result<()> {
+        self.inner.flush()
+    }
+    fn prefetch(&self, path: &str, offset: u64, len: u64) {
+        let cached = pack_object(path) && self.bound().is_some_and(|d| d.join(path).exists());
+        if !cached {
+            self.inner.prefetch(path, offset, len)
+        }
+    }
+    fn put_pack(&self, path: &str, data: &[u8], kind: BlobKind) -> Result<()> {
+        self.inner.put_pack(path, data, kind)?;
+        if kind == BlobKind::Tree && pack_object(path) {
+            if let Some(dir) = self.bound() {
+                if self.keep(&dir.join(path), data) {
+                    lock(&self.verified).insert(path.to_string());
+                }
+            }
+        }
+        Ok(())
+    }
+    fn get_pack_range(&self, path: &str, offset: u64, len: u64, kind: BlobKind) -> Result<Vec<u8>> {
+        match self.bound() {
+            Some(dir) if kind == BlobKind::Tree && pack_object(path) => {
+                self.tree_range(&dir, path, offset, len)
+            }
+            _ => self.inner.get_pack_range(path, offset, len, kind),
+        }
+    }
+    fn list_cached(&self, prefix: &str) -> Result<Vec<ObjectInfo>> {
+        if prefix == "keys/" {
+            if let Some(dir) = self.bound().or_else(|| self.pointed_dir()) {
+                let keys = Cached::cached_keys(&dir);
+                if !keys.is_empty() {
+                    return Ok(keys);
+                }
+            }
+        }
+        self.list(prefix)
+    }
+    fn bind(&self, repository_id: &str) {
+        self.inner.bind(repository_id);
+        if !valid_id(repository_id) {
+            tracing::warn!("repository id {repository_id:?} is not hex: running without a cache");
+            return;
+        }
+        if !self.open_dir(repository_id) {
+            return;
+        }
+        let dir = self.root.join(repository_id);
+        for (path, data) in lock(&self.early_keys).drain() {
+            self.keep(&dir.join(&path), &data);
+        }
+        if let Some(listing) = lock(&self.early_listing).take() {
+            self.prune(&dir, "keys/", &listing);
+        }
+        *self.dir.write().unwrap_or_else(|p| p.into_inner()) = Some(dir);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::{MemoryStore, Metered};
+    use std::os::unix::fs::PermissionsExt;
+
+    const ID: &str = "0123456789abcdef0123456789abcdef";
+
+    /// Memory, counted, cached (under `root`), bound to [`ID`] when `bind`.
+    fn stack(mem: &MemoryStore, root: &Path, bind: bool) -> (Arc<Metered>, Cached) {
+        let metered = Arc::new(Metered::new(Arc::new(mem.clone())));
+        let cached = Cached::new(metered.clone(), root.to_path_buf());
+        if bind {
+            cached.bind(ID);
+        }
+        (metered, cached)
+    }
+
+    /// Every file under `dir`, relative.
+    fn files(dir: &Path) -> Vec<String> {
+        fn walk(base: &Path, dir: &Path, out: &mut Vec<String>) {
+            for e in fs::read_dir(dir).into_iter().flatten().flatten() {
+                if e.file_type().unwrap().is_dir() {
+                    walk(base, &e.path(), out);
+                } else {
+                    let rel = e.path().strip_prefix(base).unwrap().to_owned();
+                    out.push(rel.to_string_lossy().into_owned());
+                }
+            }
+        }
+        let mut out = Vec::new();
+        walk(dir, dir, &mut out);
+        out.sort();
+        out
+    }
+
+    fn flip(file: &Path, at: usize) {
+        let mut b = fs::read(file).unwrap();
+        b[at] ^= 0x20;
+        fs::write(file, b).unwrap();
+    }
+
+    #[test]
+    fn passes_the_conformance_suite_unbound_and_bound() {
+        let t = tempfile::tempdir().unwrap();
+        let (_, unbound) = stack(&MemoryStore::new(), t.path(), false);
+        crate::store::conformance::run(&unbound);
+        assert!(files(t.path()).is_empty(), "unbound: nothing cached");
+        let (_, bound) = stack(&MemoryStore::new(), t.path(), true);
+        crate::store::conformance::run(&bound);
+        let cached = files(&t.path().join(ID));
+        assert!(cached.contains(&"index/1111".to_string()), "{cached:?}");
+        assert_eq!(
+            cached
+                .iter()
+                .filter(|f| f.starts_with("snapshots/"))
+                .count(),
+            100
+        );
+        assert!(!cached
+            .iter()
+            .any(|f| f.starts_with("data/") || f == "config"));
+    }
+
+    #[test]
+    fn cached_objects_are_read_without_requests_and_verified() {
+        let t = tempfile::tempdir().unwrap();
+        let mem = MemoryStore::new();
+        mem.put("index/aa", b"index bytes").unwrap();
+        mem.put("snapshots/bb", b"snapshot").unwrap();
+        mem.put("config", b"cfg").unwrap();
+        mem.put("writers/cc", b"w").unwrap();
+        let (m, c) = stack(&mem, t.path(), true);
+        for _ in 0..3 {
+            assert_eq!(c.get("index/aa").unwrap(), b"index bytes");
+            assert_eq!(c.get("snapshots/bb").unwrap(), b"snapshot");
+            assert_eq!(c.get("config").unwrap(), b"cfg");
+            assert_eq!(c.get("writers/cc").unwrap(), b"w");
+        }
+        // Two misses, then hits; config and writers/ every time.
+        assert_eq!(m.counts().get, 2 + 3 * 2);
+        assert_eq!(
+            c.stats(),
+            CacheStats {
+                hits: 4,
+                misses: 2,
+                refetches: 0,
+                bytes_served: 2 * (11 + 8),
+            }
+        );
+        // Stored as in the repository, plus the BLAKE3 of those bytes.
+        let file = fs::read(t.path().join(ID).join("index/aa")).unwrap();
+        assert_eq!(&file[..11], b"index bytes");
+        assert_eq!(&file[11..], blake3::hash(b"index bytes").as_bytes());
+    }
+
+    #[test]
+    fn a_damaged_cached_index_file_is_refetched() {
+        let t = tempfile::tempdir().unwrap();
+        let mem = MemoryStore::new();
+        let (m, c) = stack(&mem, t.path(), true);
+        c.put("index/aa", b"the index").unwrap();
+        let file = t.path().join(ID).join("index/aa");
+        flip(&file, 3);
+        assert_eq!(c.get("index/aa").unwrap(), b"the index");
+        assert_eq!(c.stats().refetches, 1);
+        assert_eq!(m.counts().get, 1);
+        // Kept again, whole: the next read is a hit.
+        assert_eq!(c.get("index/aa").unwrap(), b"the index");
+        assert_eq!(m.counts().get, 1);
+        // A truncated file (shorter than the trailer) too.
+        fs::write(&file, b"x").unwrap();
+        assert_eq!(c.get("index/aa").unwrap(), b"the index");
+        assert_eq!(c.stats().refetches, 2);
+    }
+
+    #[test]
+    fn tree_packs_are_fetched_whole_once_and_served_in_ranges() {
+        let t = tempfile::tempdir().unwrap();
+        let mem = MemoryStore::new();
+        let pack: Vec<u8> = (0..=255).collect();
+        mem.put("data/ab/abcd", &pack).unwrap();
+        mem.put("data/cd/cdef", &pack).unwrap();
+        let (m, c) = stack(&mem, t.path(), true);
+        for off in [0u64, 10, 100, 250] {
+            let r = c
+                .get_pack_range("data/ab/abcd", off, 6, BlobKind::Tree)
+                .unwrap();
+            assert_eq!(r, pack[off as usize..off as usize + 6]);
+        }
+        assert_eq!(m.counts().get, 1);
+        assert_eq!(m.counts().bytes_down, 256);
+        // Past the end: the store's error, as without a cache.
+        assert!(c
+            .get_pack_range("data/ab/abcd", 250, 10, BlobKind::Tree)
+            .is_err());
+        // Data packs go to the store every time and are never kept.
+        for _ in 0..2 {
+            let r = c
+                .get_pack_range("data/cd/cdef", 1, 2, BlobKind::Data)
+                .unwrap();
+            assert_eq!(r, [1, 2]);
+        }
+        assert_eq!(c.get("data/cd/cdef").unwrap(), pack);
+        assert_eq!(files(&t.path().join(ID)), ["data/ab/abcd"]);
+        // Another process: verifies the file once, then reads ranges in place.
+        let (m2, c2) = stack(&mem, t.path(), true);
+        for _ in 0..3 {
+            let r = c2
+                .get_pack_range("data/ab/abcd", 7, 3, BlobKind::Tree)
+                .unwrap();
+            assert_eq!(r, [7, 8, 9]);
+        }
+        assert_eq!(m2.counts().total(), 0);
+        assert_eq!(c2.stats().hits, 3);
+    }
+
+    #[test]
+    fn a_damaged_cached_tree_pack_is_refetched() {
+        let t = tempfile::tempdir().unwrap();
+        let mem = MemoryStore::new();
+        let pack: Vec<u8> = (0..200).map(|i| i as u8).collect();
+        let (_, c) = stack(&mem, t.path(), true);
+        c.put_pack("data/ab/abcd", &pack, BlobKind::Tree).unwrap();
+        // Kept on put (a tree pack written by this host's backup).
+        let file = t.path().join(ID).join("data/ab/abcd");
+        assert_eq!(fs::read(&file).unwrap().len(), 200 + 32);
+        // Damaged outside the range read: still caught.
+        flip(&file, 150);
+        let (m, c2) = stack(&mem, t.path(), true);
+        let r = c2
+            .get_pack_range("data/ab/abcd", 10, 4, BlobKind::Tree)
+            .unwrap();
+        assert_eq!(r, [10, 11, 12, 13]);
+        assert_eq!(c2.stats().refetches, 1);
+        assert_eq!(m.counts().get, 1);
+        assert_eq!(fs::read(&file).unwrap()[..200], pack[..]);
+    }
+
+    /// A store whose gets are slow: threads that miss at once overlap.
+    struct Slow(MemoryStore);
+    impl Store for Slow {
+        fn put(&self, path: &str, data: &[u8]) -> Result<()> {
+            self.0.put(path, data)
+        }
+        fn replace(&self, path: &str, data: &[u8]) -> Result<()> {
+            self.0.replace(path, data)
+        }
+        fn get(&self, path: &str) -> Result<Vec<u8>> {
+            std::thread::sleep(Duration::from_millis(100));
+            self.0.get(path)
+        }
+        fn get_range(&self, path: &str, offset: u64, len: u64) -> Result<Vec<u8>> {
+            self.0.get_range(path, offset, len)
+        }
+        fn list(&self, prefix: &str) -> Result<Vec<ObjectInfo>> {
+            self.0.list(prefix)
+        }
+        fn delete(&self, path: &str) -> Result<()> {
+            self.0.delete(path)
+        }
+        fn stat(&self, path: &str) -> Result<u64> {
+            self.0.stat(path)
+        }
+        fn location(&self) -> String {
+            "slow:".into()
+        }
+    }
+
+    #[test]
+    fn threads_missing_one_tree_pack_download_it_once() {
+        let t = tempfile::tempdir().unwrap();
+        let mem = MemoryStore::new();
+        mem.put("data/ab/abcd", &[7; 1000]).unwrap();
+        let metered = Arc::new(Metered::new(Arc::new(Slow(mem))));
+        let c = Cached::new(metered.clone(), t.path().to_path_buf());
+        c.bind(ID);
+        std::thread::scope(|s| {
+            for i in 0..8 {
+                let c = &c;
+                s.spawn(move || {
+                    let r = c
+                        .get_pack_range("data/ab/abcd", i * 10, 10, BlobKind::Tree)
+                        .unwrap();
+                    assert_eq!(r, [7; 10]);
+                });
+            }
+        });
+        assert_eq!(metered.counts().get, 1);
+        assert_eq!(c.stats().misses, 1);
+        assert_eq!(c.stats().hits, 7);
+    }
+
+    #[test]
+    fn processes_sharing_a_cache_see_whole_files() {
+        let t = tempfile::tempdir().unwrap();
+        let mem = MemoryStore::new();
+        let body = |i: usize| vec![i as u8; 256 << 10];
+        for i in 0..8 {
+            mem.put(&format!("index/{i:02x}"), &body(i)).unwrap();
+            mem.put(&format!("data/{i:02x}/{i:02x}ff"), &body(i))
+                .unwrap();
+        }
+        // Two "processes" (each its own cache object), four threads each, cold cache.
+        let (_, a) = stack(&mem, t.path(), true);
+        let (_, b) = stack(&mem, t.path(), true);
+        std::thread::scope(|s| {
+            for c in [&a, &b, &a, &b, &a, &b, &a, &b] {
+                s.spawn(move || {
+                    for round in 0..3 {
+                        for i in 0..8 {
+                            let got = c.get(&format!("index/{i:02x}")).unwrap();
+                            assert!(got == body(i), "index {i} torn");
+                            let path = format!("data/{i:02x}/{i:02x}ff");
+                            let r = c.get_pack_range(&path, 1000, 10, BlobKind::Tree);
+                            assert_eq!(r.unwrap(), [i as u8; 10]);
+                        }
+                        if round == 1 {
+                            c.list("").unwrap();
+                        }
+                    }
+                });
+            }
+        });
+        for c in [&a, &b] {
+            assert_eq!(c.stats().refetches, 0, "a torn file was read");
+        }
+    }
+
+    #[test]
+    fn a_listing_drops_what_the_store_no_longer_has() {
+        let t = tempfile::tempdir().unwrap();
+        let mem = MemoryStore::new();
+        let (_, c) = stack(&mem, t.path(), true);
+        c.put("snapshots/s1", b"one").unwrap();
+        c.put("snapshots/s2", b"two").unwrap();
+        c.put("index/i1", b"idx").unwrap();
+        c.put_pack("data/ab/abcd", b"trees", BlobKind::Tree)
+            .unwrap();
+        c.put_pack("data/ef/ef01", b"trees 2", BlobKind::Tree)
+            .unwrap();
+        // Another host forgets a snapshot and prunes a pack and an index file.
+        mem.delete("snapshots/s1").unwrap();
+        mem.delete("data/ab/abcd").unwrap();
+        mem.delete("index/i1").unwrap();
+        assert_eq!(c.list("snapshots/").unwrap().len(), 1);
+        let dir = t.path().join(ID);
+        assert_eq!(
+            files(&dir),
+            ["data/ab/abcd", "data/ef/ef01", "index/i1", "snapshots/s2"]
+        );
+        c.list("data/").unwrap();
+        assert_eq!(files(&dir), ["data/ef/ef01", "index/i1", "snapshots/s2"]);
+        c.list("").unwrap();
+        assert_eq!(files(&dir), ["data/ef/ef01", "snapshots/s2"]);
+        // A delete through the cache drops the copy at once.
+        c.delete("snapshots/s2").unwrap();
+        assert_eq!(files(&dir), ["data/ef/ef01"]);
+        assert!(matches!(c.get("snapshots/s2"), Err(Error::NotFound(_))));
+    }
+
+    #[test]
+    fn a_recent_snapshot_listing_is_reused_with_this_process_changes() {
+        let t = tempfile::tempdir().unwrap();
+        let mem = MemoryStore::new();
+        mem.put("snapshots/s1", b"one").unwrap();
+        let (m, c) = stack(&mem, t.path(), true);
+        assert_eq!(c.list("snapshots/").unwrap().len(), 1);
+        c.put("snapshots/s2", b"two").unwrap();
+        c.delete("snapshots/s1").unwrap();
+        let lists = m.counts().list;
+        let paths: Vec<String> = c
+            .list("snapshots/")
+            .unwrap()
+            .into_iter()
+            .map(|o| o.path)
+            .collect();
+        assert_eq!(paths, ["snapshots/s2"]);
+        assert_eq!(m.counts().list, lists, "the listing was reused");
+        // Other prefixes are always listed.
+        c.list("index/").unwrap();
+        c.list("index/").unwrap();
+        assert_eq!(m.counts().list, lists + 2);
+    }
+
+    #[test]
+    fn key_files_are_listed_from_the_cache_before_bind() {
+        let t = tempfile::tempdir().unwrap();
+        let mem = MemoryStore::new();
+        mem.put("keys/k1", b"key one").unwrap();
+        // First open: listed and read from the store, kept at bind.
+        let (m, c) = stack(&mem, t.path(), false);
+        assert_eq!(c.list_cached("keys/").unwrap().len(), 1);
+        assert_eq!(c.get("keys/k1").unwrap(), b"key one");
+        assert!(files(t.path()).is_empty(), "nothing kept before bind");
+        c.bind(ID);
+        assert_eq!(m.counts().total(), 2);
+        // Second open: no request for the keys.
+        let (m, c) = stack(&mem, t.path(), false);
+        assert_eq!(
+            c.list_cached("keys/").unwrap(),
+            [ObjectInfo {
+                path: "keys/k1".into(),
+                size: 7
+            }]
+        );
+        assert_eq!(c.get("keys/k1").unwrap(), b"key one");
+        assert_eq!(m.counts().total(), 0);
+        // A cache without a pointer for the location: asks the store.
+        let (m, c) = stack(&MemoryStore::new(), &t.path().join("elsewhere"), false);
+        assert!(c.list_cached("keys/").unwrap().is_empty());
+        assert_eq!(m.counts().list, 1);
+    }
+
+    #[test]
+    fn bind_refuses_ids_that_are_not_hex() {
+        let t = tempfile::tempdir().unwrap();
+        let root = t.path().join("cache");
+        let mem = MemoryStore::new();
+        mem.put("index/aa", b"i").unwrap();
+        for bad in ["../escape", "", "abc/def", "/tmp", "zz"] {
+            let c = Cached::new(Arc::new(mem.clone()), root.clone());
+            c.bind(bad);
+            assert_eq!(c.get("index/aa").unwrap(), b"i");
+            assert_eq!(c.stats(), CacheStats::default(), "{bad}");
+        }
+        assert!(files(t.path()).is_empty());
+        // Paths that are not plain names are never kept either.
+        let (_, c) = stack(&mem, &root, true);
+        mem.put("index/../../x", b"i").unwrap();
+        assert_eq!(c.get("index/../../x").unwrap(), b"i");
+        assert!(!files(&root).iter().any(|f| f.contains('x')));
+    }
+
+    #[test]
+    fn files_are_private_and_the_root_is_tagged() {
+        let t = tempfile::tempdir().unwrap();
+        let root = t.path().join("cache");
+        let (_, c) = stack(&MemoryStore::new(), &root, true);
+        c.put("index/aa", b"i").unwrap();
+        let tag = fs::read(root.join("CACHEDIR.TAG")).unwrap();
+        assert!(tag.starts_with(b"Signature: 8a477f597d28d172789f06886806bc55"));
+        let mode = |p: &Path| fs::metadata(p).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode(&root.join(ID)), 0o700);
+        assert_eq!(mode(&root.join(ID).join("index")), 0o700);
+        assert_eq!(mode(&root.join(ID).join("index/aa")), 0o600);
+        assert_eq!(files(&root.join("locations")).len(), 1);
+    }
+
+    #[test]
+    fn an_unusable_cache_directory_costs_requests_not_errors() {
+        let t = tempfile::tempdir().unwrap();
+        let root = t.path().join("file");
+        fs::write(&root, b"not a directory").unwrap();
+        let mem = MemoryStore::new();
+        mem.put("index/aa", b"i").unwrap();
+        let (m, c) = stack(&mem, &root, true);
+        assert_eq!(c.get("index/aa").unwrap(), b"i");
+        assert_eq!(c.get("index/aa").unwrap(), b"i");
+        assert_eq!(m.counts().get, 2);
+    }
+}

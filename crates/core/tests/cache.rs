@@ -1,0 +1,206 @@
+#![allow(clippy::unwrap_used)]
+//! The local cache (`store::Cached`) over a counted store: what a repository open and an
+//! unchanged incremental backup still ask the storage (issue 12: at most 10 requests).
+
+mod common;
+
+use common::*;
+use mailvault_core::backup::backup;
+use mailvault_core::report::NoProgress;
+use mailvault_core::store::{Cached, MemoryStore, Metered, ObjectInfo, Store};
+use mailvault_core::{Repository, Result};
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+
+/// Records every request with its path, under the counter.
+#[derive(Clone, Default)]
+struct Recorder {
+    mem: MemoryStore,
+    log: Arc<Mutex<Vec<String>>>,
+}
+
+impl Recorder {
+    fn note(&self, verb: &str, path: &str) {
+        self.log.lock().unwrap().push(format!("{verb} {path}"));
+    }
+    fn take(&self) -> Vec<String> {
+        std::mem::take(&mut *self.log.lock().unwrap())
+    }
+}
+
+impl Store for Recorder {
+    fn put(&self, path: &str, data: &[u8]) -> Result<()> {
+        self.note("PUT", path);
+        self.mem.put(path, data)
+    }
+    fn replace(&self, path: &str, data: &[u8]) -> Result<()> {
+        self.note("PUT", path);
+        self.mem.replace(path, data)
+    }
+    fn get(&self, path: &str) -> Result<Vec<u8>> {
+        self.note("GET", path);
+        self.mem.get(path)
+    }
+    fn get_range(&self, path: &str, offset: u64, len: u64) -> Result<Vec<u8>> {
+        self.note("GET", path);
+        self.mem.get_range(path, offset, len)
+    }
+    fn list(&self, prefix: &str) -> Result<Vec<ObjectInfo>> {
+        self.note("LIST", prefix);
+        self.mem.list(prefix)
+    }
+    fn delete(&self, path: &str) -> Result<()> {
+        self.note("DELETE", path);
+        self.mem.delete(path)
+    }
+    fn stat(&self, path: &str) -> Result<u64> {
+        self.note("HEAD", path);
+        self.mem.stat(path)
+    }
+    fn location(&self) -> String {
+        self.mem.location()
+    }
+}
+
+/// One process's store: the recorder, counted, cached under `cache`.
+fn process(rec: &Recorder, cache: &Path) -> (Arc<Metered>, Arc<Cached>) {
+    let metered = Arc::new(Metered::new(Arc::new(rec.clone())));
+    let cached = Arc::new(Cached::new(metered.clone(), cache.to_path_buf()));
+    (metered, cached)
+}
+
+fn open(store: Arc<Cached>) -> Repository {
+    Repository::open(store, PASSWORD).unwrap()
+}
+
+/// A message body of about 1 KiB, different for each `i`.
+fn body(i: usize) -> String {
+    (0..200)
+        .map(|j| format!("w{} ", (i * 7 + j) % 500))
+        .collect()
+}
+
+/// A repository with one backup of a small store, made through a cache at `cache`.
+fn repository_with_a_backup(t: &Path, rec: &Recorder, cache: &Path) {
+    small_store(&t.join("vmail"));
+    let (_, store) = process(rec, cache);
+    Repository::init(store.clone(), PASSWORD, &fast_init()).unwrap();
+    let mut repo = open(store);
+    // A dictionary file too (the small store has too few messages to train one).
+    let samples: Vec<Vec<u8>> = (0..400)
+        .map(|i| message(&format!("u{i}@example.org"), &format!("s{i}"), &body(i)))
+        .collect();
+    repo.add_dictionary(&mailvault_core::compress::train(&samples).unwrap())
+        .unwrap();
+    let r = backup(
+        &mut repo,
+        &backup_opts(&t.join("vmail"), vec![]),
+        &NoProgress,
+    )
+    .unwrap();
+    assert!(r.failures.is_empty(), "{:?}", r.failures);
+    rec.take();
+}
+
+#[test]
+fn a_second_open_reads_no_key_index_or_dictionary_file() {
+    let t = tempfile::tempdir().unwrap();
+    let cache = t.path().join("cache");
+    let rec = Recorder::default();
+    repository_with_a_backup(t.path(), &rec, &cache);
+
+    // A host with an empty cache reads them all (so the files are there to read).
+    let (_, cold) = process(&rec, &t.path().join("cold"));
+    open(cold.clone());
+    let log = rec.take();
+    for dir in ["keys/", "index/", "dicts/"] {
+        assert!(
+            log.iter().any(|l| l.starts_with(&format!("GET {dir}"))),
+            "{dir}: {log:?}"
+        );
+    }
+    assert_eq!(cold.stats().hits, 0);
+
+    // Opened again with that cache: the config only.
+    let (metered, warm) = process(&rec, &t.path().join("cold"));
+    open(warm.clone());
+    let log = rec.take();
+    assert_eq!(
+        log.iter()
+            .filter(|l| l.starts_with("GET "))
+            .collect::<Vec<_>>(),
+        ["GET config"]
+    );
+    assert!(!log.contains(&"LIST keys/".to_string()), "{log:?}");
+    assert_eq!(metered.counts().get, 1);
+    assert!(warm.stats().hits >= 3, "{:?}", warm.stats());
+    assert_eq!(warm.stats().misses, 0);
+}
+
+#[test]
+fn an_unchanged_incremental_backup_makes_at_most_ten_requests() {
+    let t = tempfile::tempdir().unwrap();
+    let cache = t.path().join("cache");
+    let rec = Recorder::default();
+    repository_with_a_backup(t.path(), &rec, &cache);
+
+    // The next run, a new process: open and back up the same, unchanged store.
+    let (metered, store) = process(&rec, &cache);
+    let mut repo = open(store.clone());
+    let r = backup(
+        &mut repo,
+        &backup_opts(&t.path().join("vmail"), vec![]),
+        &NoProgress,
+    )
+    .unwrap();
+    assert!(r.failures.is_empty(), "{:?}", r.failures);
+    assert_eq!(r.items_new, 0);
+    assert!(r.parent.is_some());
+    let log = rec.take();
+    let counts = metered.counts();
+    eprintln!("requests: {counts:?}\n{}", log.join("\n"));
+    eprintln!("cache: {:?}", store.stats());
+    assert!(counts.total() <= 10, "{} requests: {log:?}", counts.total());
+    assert!(!log.iter().any(|l| l.starts_with("LIST data")), "{log:?}");
+    assert!(!log.iter().any(|l| l.starts_with("GET data/")), "{log:?}");
+    assert!(!log.iter().any(|l| l.starts_with("GET index/")), "{log:?}");
+    assert!(
+        !log.iter().any(|l| l.starts_with("GET snapshots/")),
+        "{log:?}"
+    );
+    assert!(store.stats().hits > 0);
+    assert_eq!(store.stats().misses, 0);
+}
+
+#[test]
+fn a_damaged_cache_gives_the_right_backup_and_restore() {
+    let t = tempfile::tempdir().unwrap();
+    let cache = t.path().join("cache");
+    let rec = Recorder::default();
+    repository_with_a_backup(t.path(), &rec, &cache);
+    // Flip a byte in every cached file (tree packs, index, snapshot, keys, dicts).
+    let mut flipped = 0;
+    let mut stack = vec![cache.clone()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).unwrap().flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                if !p.ends_with("locations") {
+                    stack.push(p);
+                }
+            } else if !p.ends_with("CACHEDIR.TAG") {
+                let mut b = std::fs::read(&p).unwrap();
+                b[0] ^= 1;
+                std::fs::write(&p, b).unwrap();
+                flipped += 1;
+            }
+        }
+    }
+    assert!(flipped >= 4, "{flipped}");
+    let (_, store) = process(&rec, &cache);
+    let repo = open(store.clone());
+    let out = t.path().join("restored");
+    maildir_restore(&repo, "latest", &out);
+    assert_same_tree(&t.path().join("vmail"), &out);
+    assert!(store.stats().refetches >= 4, "{:?}", store.stats());
+}
