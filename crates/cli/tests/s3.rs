@@ -352,8 +352,8 @@ fn one_clear_line(e: &Env, args: &[&str], vars: &[(&str, &str)], what: &str) {
     assert!(lines[0].contains(what), "{args:?}: {lines:?}");
 }
 
-/// Wrong credentials, a missing bucket and an unreachable endpoint: one clear line naming
-/// the repository and what to do; exit code 2.
+/// Wrong credentials, a missing bucket, an unreachable endpoint, no such host, https to a
+/// plain-http server: one clear line naming the repository and what to do; exit code 2.
 #[test]
 fn s3_wrong_credentials_missing_bucket_and_unreachable_endpoint() {
     let e = Env::s3("errors");
@@ -387,6 +387,19 @@ fn s3_wrong_credentials_missing_bucket_and_unreachable_endpoint() {
     for args in [&["init"][..], &["snapshots"], &["backup", &maildir(&src)]] {
         one_clear_line(&unreachable, args, &[], "cannot reach");
     }
+    // No such host (`.invalid` never resolves, RFC 2606).
+    unreachable.location = Some("s3:http://no-such-host.invalid:9000/nobody-here".into());
+    one_clear_line(&unreachable, &["snapshots"], &[], "cannot reach");
+    // https to a server that speaks plain http.
+    let mut tls = Env::s3("tls");
+    tls.location = Some(
+        tls.location
+            .take()
+            .unwrap()
+            .replacen("s3:http://", "s3:https://", 1),
+    );
+    one_clear_line(&tls, &["init"], &[], "TLS");
+    one_clear_line(&tls, &["snapshots"], &[], "TLS");
 }
 
 /// An incremental backup of an unchanged store makes at most 10 requests in all, as the
