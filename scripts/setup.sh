@@ -4,8 +4,9 @@
 # second judge; its package conflicts with Dovecot's, so it is not installed as a package),
 # sasl2-bin (its password database), python3 (the judges' independent IMAP client), the
 # `vmail` and `cyrus` system users the judges run the servers as, restic and borg (benchmark
-# peers), isync (mbsync), hyperfine, GNU time, openssl, the rustfmt/clippy components, and
-# nightly with cargo-fuzz (for the fuzz targets). Safe to run again.
+# peers), isync (mbsync), hyperfine, GNU time, openssl, MinIO (the S3 server the object-storage
+# tests start, built with go once and kept), the rustfmt/clippy components, and nightly with
+# cargo-fuzz (for the fuzz targets). Safe to run again.
 set -euo pipefail
 need=()
 command -v dovecot >/dev/null || need+=(dovecot-imapd)
@@ -60,6 +61,46 @@ if [ "$(id -u)" -eq 0 ]; then
 fi
 # Debian starts a system-wide Dovecot on install; the tests start their own on free ports.
 if command -v systemctl >/dev/null; then systemctl stop dovecot >/dev/null 2>&1 || true; fi
+# MinIO for the S3 tests (mailvault_core::testing::minio finds it the same way: MAILVAULT_MINIO,
+# PATH, $(go env GOPATH)/bin, ~/go/bin). MinIO's RELEASE.* tags are not semver, so the module
+# version is pinned as go resolved @latest on 2026-11-24. Built only when no binary exists
+# (a few minutes on a fresh machine; go's module and build caches make a rebuild quick).
+MINIO_MODULE=github.com/minio/minio@v0.0.0-20260212201848-7aac2a2c5b7c
+go_bin=$(command -v go || true)
+[ -n "$go_bin" ] || { [ -x /usr/local/go/bin/go ] && go_bin=/usr/local/go/bin/go; }
+if [ -n "${MAILVAULT_MINIO:-}" ] && [ ! -x "$MAILVAULT_MINIO" ]; then
+  echo "setup: MAILVAULT_MINIO=$MAILVAULT_MINIO is not an executable minio binary" >&2
+  exit 1
+fi
+minio_bin=${MAILVAULT_MINIO:-$(command -v minio || true)}
+if [ -z "$minio_bin" ]; then
+  for d in ${go_bin:+"$("$go_bin" env GOPATH)/bin"} "$HOME/go/bin"; do
+    if [ -x "$d/minio" ]; then minio_bin=$d/minio; break; fi
+  done
+fi
+if [ -z "$minio_bin" ] || [ ! -x "$minio_bin" ]; then
+  if [ -z "$go_bin" ]; then
+    if [ "$(id -u)" -ne 0 ]; then
+      echo "setup: MinIO and go are missing: install golang-go (or go in /usr/local/go), or point MAILVAULT_MINIO at a minio binary" >&2
+      exit 1
+    fi
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get install -y -qq golang-go >/dev/null || { apt-get update -qq && apt-get install -y -qq golang-go >/dev/null; }
+    go_bin=$(command -v go)
+  fi
+  # MinIO needs a newer go than Debian 12's (1.19); go >= 1.21 fetches the toolchain
+  # MinIO's go.mod asks for by itself.
+  go_minor=$("$go_bin" env GOVERSION | sed -n 's/^go1\.\([0-9]*\).*/\1/p')
+  if [ "${go_minor:-0}" -lt 21 ]; then
+    echo "setup: $("$go_bin" version) is too old to build MinIO: install go >= 1.21 from https://go.dev/dl into /usr/local/go, or point MAILVAULT_MINIO at a minio binary" >&2
+    exit 1
+  fi
+  echo "setup: building MinIO ($MINIO_MODULE) with $("$go_bin" version), once" >&2
+  "$go_bin" install "$MINIO_MODULE"
+  gobin=$("$go_bin" env GOBIN)
+  minio_bin="${gobin:-$("$go_bin" env GOPATH)/bin}/minio"
+  [ -x "$minio_bin" ] || { echo "setup: go install did not produce $minio_bin" >&2; exit 1; }
+fi
 if command -v rustup >/dev/null; then rustup component add rustfmt clippy >/dev/null 2>&1 || true; fi
 # The fuzz targets (.ci/run runs each briefly) need a nightly toolchain and cargo-fuzz.
 if command -v rustup >/dev/null; then

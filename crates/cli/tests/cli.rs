@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::{copy_tree, Env};
+use common::{assert_same_files, copy_tree, files, Env};
 use std::fs;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
@@ -75,60 +75,6 @@ fn store(root: &Path) {
         );
         fs::write(md.join("subscriptions"), "Sent\nArchive/2023\n").unwrap();
     }
-}
-
-/// Relative path -> (bytes, mtime) of every file below `root` except tmp/.
-fn files(root: &Path) -> std::collections::BTreeMap<String, (Vec<u8>, i64)> {
-    let mut out = std::collections::BTreeMap::new();
-    let mut stack = vec![root.to_path_buf()];
-    while let Some(d) = stack.pop() {
-        for e in fs::read_dir(&d).unwrap() {
-            let p = e.unwrap().path();
-            if p.is_dir() {
-                if p.file_name().unwrap() != "tmp" {
-                    stack.push(p);
-                }
-            } else {
-                let rel = p.strip_prefix(root).unwrap().to_string_lossy().to_string();
-                out.insert(
-                    rel,
-                    (fs::read(&p).unwrap(), fs::metadata(&p).unwrap().mtime()),
-                );
-            }
-        }
-    }
-    out
-}
-
-/// Compares two trees from [`files`], naming what differs instead of dumping bytes.
-#[track_caller]
-fn assert_same_files(got: &Path, want: &Path) {
-    let (g, w) = (files(got), files(want));
-    let mut diffs = Vec::new();
-    for (k, (bytes, mtime)) in &w {
-        match g.get(k) {
-            None => diffs.push(format!("missing {k}")),
-            Some((b, m)) if b != bytes => diffs.push(format!(
-                "{k}: bytes differ ({} vs {})",
-                b.len(),
-                bytes.len()
-            )),
-            Some((_, m)) if m != mtime => diffs.push(format!("{k}: mtime {m} vs {mtime}")),
-            Some(_) => {}
-        }
-    }
-    diffs.extend(
-        g.keys()
-            .filter(|k| !w.contains_key(*k))
-            .map(|k| format!("extra {k}")),
-    );
-    assert!(
-        diffs.is_empty(),
-        "{} vs {}:\n{}",
-        got.display(),
-        want.display(),
-        diffs.join("\n")
-    );
 }
 
 #[test]

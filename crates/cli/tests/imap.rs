@@ -6,52 +6,13 @@
 
 mod common;
 
-use common::Env;
+use common::{contents, Env};
 use mailvault_imap::testing::DovecotServer;
 use serde_json::Value;
-use std::collections::BTreeMap;
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
-
-/// (account Maildir, folder dir) -> sorted message contents (LF).
-fn contents(root: &Path) -> BTreeMap<(String, String), Vec<Vec<u8>>> {
-    let mut out = BTreeMap::new();
-    for d in fs::read_dir(root).unwrap() {
-        for u in fs::read_dir(d.unwrap().path()).unwrap() {
-            let md = u.unwrap().path().join("Maildir");
-            if !md.is_dir() {
-                continue;
-            }
-            let acc = md.strip_prefix(root).unwrap().display().to_string();
-            let mut dirs = vec![(String::new(), md.clone())];
-            for f in fs::read_dir(&md).unwrap() {
-                let f = f.unwrap();
-                let n = f.file_name().to_string_lossy().into_owned();
-                if n.starts_with('.') && f.path().is_dir() {
-                    dirs.push((n, f.path()));
-                }
-            }
-            for (name, dir) in dirs {
-                let mut msgs = Vec::new();
-                for sub in ["cur", "new"] {
-                    if let Ok(rd) = fs::read_dir(dir.join(sub)) {
-                        for m in rd {
-                            let data = fs::read(m.unwrap().path()).unwrap();
-                            msgs.push(mailvault_imap::from_crlf(&data).into_owned());
-                        }
-                    }
-                }
-                msgs.sort();
-                if !msgs.is_empty() {
-                    out.insert((acc.clone(), name), msgs);
-                }
-            }
-        }
-    }
-    out
-}
 
 /// Message files below a mail root (cheap: names only).
 fn count(root: &Path) -> usize {

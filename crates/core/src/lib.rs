@@ -28,6 +28,8 @@ pub mod snapshot;
 pub mod split;
 pub mod stats;
 pub mod store;
+#[cfg(feature = "testing")]
+pub mod testing;
 pub mod tree;
 
 pub use compress::Compression;

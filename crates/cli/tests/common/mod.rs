@@ -1,10 +1,14 @@
 //! What the CLI tests share: the `mailvault` binary run in a directory of its own, with its
-//! own repository (`repo`), password file (`pass`), cache, state directory and working
-//! directory.
+//! own repository (`repo`, or a bucket on the test MinIO: [`Env::s3`]), password file
+//! (`pass`), cache, state directory and working directory; and comparing restored trees.
 #![allow(dead_code, clippy::unwrap_used)]
 
+use mailvault_core::testing::minio::Minio;
 use serde_json::Value;
+use std::collections::BTreeMap;
+use std::ffi::OsString;
 use std::fs;
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
@@ -12,15 +16,38 @@ use std::process::{Command, Output};
 /// there, and the way to run `mailvault` on it.
 pub struct Env {
     pub dir: tempfile::TempDir,
+    /// The repository when it is not the directory `repo` (an `s3:` location).
+    pub location: Option<String>,
+    /// Variables set (or, for `None`, removed) in every run: the S3 credentials.
+    pub vars: Vec<(&'static str, Option<String>)>,
 }
 
 impl Env {
     pub fn new() -> Env {
         let e = Env {
             dir: tempfile::tempdir().unwrap(),
+            location: None,
+            vars: Vec::new(),
         };
         fs::write(e.path("pass"), "s3cret\n").unwrap();
         e
+    }
+    /// A repository in a fresh bucket of the test MinIO (one per test process, started on
+    /// first use), reached with its credentials. `hint` (the test's name) is part of the
+    /// bucket's name. The bucket is created by `mailvault init`.
+    pub fn s3(hint: &str) -> Env {
+        let m = Minio::shared();
+        let mut e = Env::new();
+        e.location = Some(m.url(&m.bucket(hint), ""));
+        e.vars = m.env();
+        e
+    }
+    /// The repository location given to `mailvault`.
+    pub fn location(&self) -> OsString {
+        match &self.location {
+            Some(l) => l.into(),
+            None => self.repo().into(),
+        }
     }
     pub fn path(&self, p: &str) -> PathBuf {
         self.dir.path().join(p)
@@ -37,7 +64,7 @@ impl Env {
     /// change its behaviour, run in this directory.
     pub fn cmd(&self, args: &[&str]) -> Command {
         let mut c = Command::new(env!("CARGO_BIN_EXE_mailvault"));
-        c.env("MAILVAULT_REPOSITORY", self.repo())
+        c.env("MAILVAULT_REPOSITORY", self.location())
             .env("MAILVAULT_PASSWORD_FILE", self.path("pass"))
             .env("XDG_CACHE_HOME", self.path("cache"))
             .env("MAILVAULT_STATE_DIR", self.state_dir())
@@ -45,6 +72,12 @@ impl Env {
             .env_remove("MAILVAULT_LOG")
             .current_dir(self.dir.path())
             .args(args);
+        for (k, v) in &self.vars {
+            match v {
+                Some(v) => c.env(k, v),
+                None => c.env_remove(k),
+            };
+        }
         c
     }
     pub fn run(&self, args: &[&str]) -> Output {
@@ -107,4 +140,96 @@ pub fn copy_tree(from: &Path, to: &Path) {
         .status()
         .unwrap();
     assert!(st.success());
+}
+
+/// Relative path -> (bytes, mtime) of every file below `root` except tmp/.
+pub fn files(root: &Path) -> std::collections::BTreeMap<String, (Vec<u8>, i64)> {
+    let mut out = std::collections::BTreeMap::new();
+    let mut stack = vec![root.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for e in fs::read_dir(&d).unwrap() {
+            let p = e.unwrap().path();
+            if p.is_dir() {
+                if p.file_name().unwrap() != "tmp" {
+                    stack.push(p);
+                }
+            } else {
+                let rel = p.strip_prefix(root).unwrap().to_string_lossy().to_string();
+                out.insert(
+                    rel,
+                    (fs::read(&p).unwrap(), fs::metadata(&p).unwrap().mtime()),
+                );
+            }
+        }
+    }
+    out
+}
+
+/// Compares two trees from [`files`], naming what differs instead of dumping bytes.
+#[track_caller]
+pub fn assert_same_files(got: &Path, want: &Path) {
+    let (g, w) = (files(got), files(want));
+    let mut diffs = Vec::new();
+    for (k, (bytes, mtime)) in &w {
+        match g.get(k) {
+            None => diffs.push(format!("missing {k}")),
+            Some((b, m)) if b != bytes => diffs.push(format!(
+                "{k}: bytes differ ({} vs {})",
+                b.len(),
+                bytes.len()
+            )),
+            Some((_, m)) if m != mtime => diffs.push(format!("{k}: mtime {m} vs {mtime}")),
+            Some(_) => {}
+        }
+    }
+    diffs.extend(
+        g.keys()
+            .filter(|k| !w.contains_key(*k))
+            .map(|k| format!("extra {k}")),
+    );
+    assert!(
+        diffs.is_empty(),
+        "{} vs {}:\n{}",
+        got.display(),
+        want.display(),
+        diffs.join("\n")
+    );
+}
+
+/// (account Maildir, folder dir) -> sorted message contents (LF).
+pub fn contents(root: &Path) -> BTreeMap<(String, String), Vec<Vec<u8>>> {
+    let mut out = BTreeMap::new();
+    for d in fs::read_dir(root).unwrap() {
+        for u in fs::read_dir(d.unwrap().path()).unwrap() {
+            let md = u.unwrap().path().join("Maildir");
+            if !md.is_dir() {
+                continue;
+            }
+            let acc = md.strip_prefix(root).unwrap().display().to_string();
+            let mut dirs = vec![(String::new(), md.clone())];
+            for f in fs::read_dir(&md).unwrap() {
+                let f = f.unwrap();
+                let n = f.file_name().to_string_lossy().into_owned();
+                if n.starts_with('.') && f.path().is_dir() {
+                    dirs.push((n, f.path()));
+                }
+            }
+            for (name, dir) in dirs {
+                let mut msgs = Vec::new();
+                for sub in ["cur", "new"] {
+                    if let Ok(rd) = fs::read_dir(dir.join(sub)) {
+                        for m in rd {
+                            let data = fs::read(m.unwrap().path()).unwrap();
+                            msgs.push(mailvault_imap::from_crlf(&data).into_owned());
+                        }
+                    }
+                }
+                msgs.sort();
+                if !msgs.is_empty() {
+                    out.insert((acc.clone(), name), msgs);
+                }
+            }
+        }
+    }
+    out
 }

@@ -108,9 +108,12 @@ pub fn put_content_named(store: &dyn Store, path: &str, data: &[u8]) -> Result<(
     }
 }
 
-#[cfg(test)]
-pub(crate) mod conformance {
-    //! The conformance suite every [`Store`] implementation must pass.
+#[cfg(any(test, feature = "testing"))]
+#[allow(clippy::unwrap_used)] // test support: a failed step fails the test that runs it
+pub mod conformance {
+    //! The conformance suite every [`Store`] implementation must pass (feature `testing`
+    //! makes it public, for the S3 store on MinIO in `tests/s3_store.rs`). It needs an
+    //! empty store.
     use super::*;
     use crate::Error;
 
