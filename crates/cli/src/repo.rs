@@ -64,9 +64,10 @@ fn stack(g: &GlobalOpts) -> Result<&'static Stack> {
 /// when it is missing and checks that the server keeps objects write-once, which
 /// everything the repository does depends on.
 pub fn prepare_new(g: &GlobalOpts) -> Result<()> {
-    if let Some(s3) = &stack(g)?.s3 {
+    let stack = stack(g)?;
+    if let Some(s3) = &stack.s3 {
         s3.create_bucket()?;
-        s3.check_conditional_puts()?;
+        s3.check_conditional_puts(stack.store.as_ref())?;
     }
     Ok(())
 }

@@ -17,10 +17,9 @@ use serde_json::Value;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-/// The Retry wrapper reports the retries it made as `storage.retries` in `--json` (a
-/// number, or an object with `total`). LEAD: set this to `true` once the Retry wrapper is
-/// in the stack: a faulted run whose report has no retry count then fails.
-const RETRIES_REPORTED: bool = false;
+/// The Retry wrapper reports the retries it made as `storage.retries` in `--json` (an
+/// object with `total`): a faulted run whose report has no retry count fails.
+const RETRIES_REPORTED: bool = true;
 
 /// The retries a `--json` report counts, if it counts them.
 fn retries(report: &Value) -> Option<u64> {
@@ -160,7 +159,6 @@ fn s3_flipped_byte_in_a_pack_is_found_and_named() {
 /// backup has nothing to add) or duplicated (one snapshot, no pack outside the index);
 /// the reports count the retries.
 #[test]
-#[ignore = "needs the Retry wrapper in the stack, above Uploads (issue 12): enable when merged, with RETRIES_REPORTED"]
 fn s3_faults_are_retried_and_nothing_is_lost() {
     let mut e = Env::s3("faults");
     let src = e.path("vmail");

@@ -405,6 +405,15 @@ impl S3Store {
                     code.unwrap_or_default()
                 ),
             )),
+            (s, c) if s >= 500 || s == 429 => Err(Error::backend(
+                &self.location,
+                BackendKind::Transient,
+                format!(
+                    "creating bucket {} failed: HTTP {s}{}: try again",
+                    o.bucket,
+                    c.map(|c| format!(" {c}")).unwrap_or_default()
+                ),
+            )),
             (s, c) => Err(other(format!(
                 "creating bucket {} failed: HTTP {s}{}",
                 o.bucket,
@@ -417,11 +426,13 @@ impl S3Store {
     /// (`If-None-Match: *`): the write-once objects of a repository depend on it. A server
     /// that ignores the header would replace objects silently; it is refused with
     /// [`BackendKind::NoConditionalPut`].
-    pub fn check_conditional_puts(&self) -> Result<()> {
+    /// `store` is this store, or a stack over it (so that the probe's requests are
+    /// counted and retried like any other).
+    pub fn check_conditional_puts(&self, store: &dyn Store) -> Result<()> {
         let path = format!("probe/{}", hex::encode(rand::random::<[u8; 8]>()));
-        self.put(&path, b"1")?;
-        let second = self.put(&path, b"2");
-        let _ = self.delete(&path);
+        store.put(&path, b"1")?;
+        let second = store.put(&path, b"2");
+        let _ = store.delete(&path);
         match second {
             Err(Error::AlreadyExists(_)) => Ok(()),
             Err(e) => Err(e),
