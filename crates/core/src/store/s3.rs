@@ -439,7 +439,7 @@ impl S3Store {
             Ok(()) => Err(Error::backend(
                 &self.location,
                 BackendKind::NoConditionalPut,
-                "the server ignores conditional puts (If-None-Match: *) and would overwrite objects that must be written once: use a server that supports them (MinIO, Ceph RGW 17+, AWS S3)",
+                "the server ignores conditional puts (If-None-Match: *) and would overwrite objects that must be written once: use a server that supports them (such as MinIO or AWS S3)",
             )),
         }
     }
