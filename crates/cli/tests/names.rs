@@ -389,11 +389,16 @@ fn unknown_location_schemes_are_refused() {
         &msg("m"),
     );
     // --repo: an unknown scheme is refused before anything is created.
-    for repo in ["s3:bucket/mail", "maildr:/srv/repo", "sftp://host/repo"] {
+    for repo in ["maildr:/srv/repo", "sftp://host/repo"] {
         let o = e.expect_output(2, &["--repo", repo, "init"]);
         let err = String::from_utf8_lossy(&o.stderr);
-        assert!(err.contains("local:"), "{repo}: {err}");
+        assert!(err.contains("local:") && err.contains("s3:http"), "{repo}: {err}");
     }
+    // `s3:` without a server is not a directory either: the error gives the syntax.
+    let o = e.expect_output(2, &["--repo", "s3:bucket/mail", "init"]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("s3:http[s]://HOST[:PORT]/BUCKET"), "{err}");
+    assert!(!e.path("s3:bucket").exists());
     // A directory with a colon in its name, written as a path.
     e.expect_output(0, &["--repo", "./r:1", "init"]);
     assert!(e.path("r:1/config").is_file());
