@@ -708,6 +708,18 @@ impl Repository {
         self.open_blob(id, &loc, version, sealed, &path)
     }
 
+    /// Opens blob `id` from its sealed bytes, read by the caller from its pack (a restore
+    /// reads many blobs in one span): as [`Self::read_blob_unverified`] opens them.
+    pub(crate) fn open_sealed(&self, id: &Id, sealed: Vec<u8>) -> Result<Vec<u8>> {
+        let loc = *self
+            .index
+            .get(id)
+            .ok_or_else(|| Error::BlobNotFound(id.to_hex()))?;
+        let path = pack::pack_path(&self.index.pack_id(loc.pack));
+        let version = self.index.pack_version(loc.pack);
+        self.open_blob(id, &loc, version, sealed, &path)
+    }
+
     /// Reads and decodes a tree blob; a blob the index lists as data is refused.
     pub fn read_tree<T: tree::TreeBlob>(&self, id: &Id) -> Result<T> {
         if let Some(loc) = self.index.get(id) {

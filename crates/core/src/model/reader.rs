@@ -1,0 +1,311 @@
+//! Reading the blobs of many messages by pack span, as restic's restorer reads each pack
+//! once: one ranged read fetches many blobs.
+//!
+//! Restores hand over their messages (jobs) in the order they are written, sorted by where
+//! their first blob lies. [`plan`] cuts that list into groups of consecutive jobs whose
+//! blobs take about [`SpanOptions::group_bytes`] of packs, and gives each group its spans:
+//! per pack, the group's blobs sorted by offset, neighbours at most [`SpanOptions::gap`]
+//! apart merged into one range (the bytes between them are read and dropped), up to
+//! [`SpanOptions::max_span`]. [`read_by_spans`] fetches the spans with
+//! [`SpanOptions::readers`] reads in flight, in order, at most [`SpanOptions::ahead`] groups
+//! ahead of the one being written (memory stays near `(ahead + 1) * group_bytes`), and hands
+//! each group with its fetched spans ([`Fetched`]) to the caller, which decodes and writes
+//! its messages in parallel from memory.
+//!
+//! On object storage every read is a request: a restore of 100k messages that read blob
+//! by blob made 100k GETs; by span it makes about one per group and pack. Blobs are
+//! opened by [`Repository::open_sealed`] exactly as a single read opens them, and the
+//! caller checks each message's whole hash as before. A blob the plan does not cover (not
+//! in the index) or whose span could not be read is read alone, so its error is the one a
+//! single read gives and names the blob and its pack.
+
+use crate::error::Result;
+use crate::id::Id;
+use crate::index::Index;
+use crate::pack::{self, BlobKind};
+use crate::repo::{lock, Repository};
+use std::collections::HashMap;
+use std::ops::Range;
+use std::sync::{Condvar, Mutex};
+
+/// How spans are planned and fetched.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SpanOptions {
+    /// Blobs of one pack at most this many bytes apart are read in one span.
+    pub gap: u64,
+    /// A span is at most this long (a blob longer than this is a span of its own).
+    pub max_span: u64,
+    /// About how many bytes of spans a group of jobs needs (a group ends with the job
+    /// that reaches it).
+    pub group_bytes: u64,
+    /// Spans read at once.
+    pub readers: usize,
+    /// Groups fetched ahead of the one being written.
+    pub ahead: usize,
+}
+
+impl Default for SpanOptions {
+    fn default() -> Self {
+        SpanOptions {
+            gap: 256 << 10,
+            max_span: 16 << 20,
+            group_bytes: 16 << 20,
+            readers: crate::store::DEFAULT_CONNECTIONS,
+            ahead: 2,
+        }
+    }
+}
+
+/// One ranged read of a pack.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Span {
+    /// The pack's position in the index.
+    pub pack: u32,
+    /// The kind of the pack's blobs (for the store's caches).
+    pub kind: BlobKind,
+    pub offset: u64,
+    pub len: u64,
+}
+
+/// Where a blob is in its group's spans.
+#[derive(Clone, Copy, Debug)]
+struct BlobAt {
+    span: usize,
+    offset: usize,
+    len: usize,
+}
+
+/// Consecutive jobs and the spans that hold their blobs.
+#[derive(Debug, Default)]
+pub struct Group {
+    /// Positions in the job list.
+    pub jobs: Range<usize>,
+    /// Ordered by pack, then offset.
+    pub spans: Vec<Span>,
+    blobs: HashMap<Id, BlobAt>,
+}
+
+impl Group {
+    /// Bytes the group's spans read.
+    pub fn bytes(&self) -> u64 {
+        self.spans.iter().map(|s| s.len).sum()
+    }
+}
+
+/// Cuts `jobs` (in the order they are written) into groups and plans each group's spans.
+/// `content` gives a job's blobs; blobs not in the index are left to single reads.
+pub fn plan<J>(
+    index: &Index,
+    jobs: &[J],
+    content: impl Fn(&J) -> &[Id],
+    opts: &SpanOptions,
+) -> Vec<Group> {
+    let mut groups = Vec::new();
+    let mut start = 0;
+    // Per pack, the end of the last blob taken into the group, and the group's span bytes
+    // as the merge rule will count them (exact when blobs come in pack order, which the
+    // sort by first blob mostly gives; a blob before the end counts whole).
+    let mut ends: HashMap<u32, u64> = HashMap::new();
+    let mut bytes = 0u64;
+    for (i, job) in jobs.iter().enumerate() {
+        for loc in content(job).iter().filter_map(|id| index.get(id)) {
+            let (s, e) = (u64::from(loc.offset), end_of(loc));
+            bytes += match ends.get(&loc.pack) {
+                Some(&m) if s >= m && s - m <= opts.gap => e - m,
+                Some(&m) if s < m => e.saturating_sub(m).max(e - s),
+                _ => e - s,
+            };
+            let m = ends.entry(loc.pack).or_insert(e);
+            *m = (*m).max(e);
+        }
+        if bytes >= opts.group_bytes || i + 1 == jobs.len() {
+            groups.push(spans_of(index, jobs, &content, start..i + 1, opts));
+            start = i + 1;
+            ends.clear();
+            bytes = 0;
+        }
+    }
+    groups
+}
+
+fn end_of(loc: &crate::index::Location) -> u64 {
+    u64::from(loc.offset) + u64::from(loc.stored_len)
+}
+
+/// The spans of the jobs `range`.
+fn spans_of<J>(
+    index: &Index,
+    jobs: &[J],
+    content: &impl Fn(&J) -> &[Id],
+    range: Range<usize>,
+    opts: &SpanOptions,
+) -> Group {
+    let mut blobs: Vec<(Id, crate::index::Location)> = Vec::new();
+    let mut seen: HashMap<Id, ()> = HashMap::new();
+    for job in &jobs[range.clone()] {
+        for id in content(job) {
+            if let Some(loc) = index.get(id) {
+                if seen.insert(*id, ()).is_none() {
+                    blobs.push((*id, *loc));
+                }
+            }
+        }
+    }
+    blobs.sort_by_key(|(_, l)| (l.pack, l.offset));
+    let mut group = Group {
+        jobs: range,
+        ..Default::default()
+    };
+    for (id, loc) in blobs {
+        let (s, e) = (u64::from(loc.offset), end_of(&loc));
+        let merged = match group.spans.last_mut() {
+            Some(sp)
+                if sp.pack == loc.pack
+                    && s <= sp.offset + sp.len + opts.gap
+                    && e.max(sp.offset + sp.len) - sp.offset <= opts.max_span =>
+            {
+                sp.len = e.max(sp.offset + sp.len) - sp.offset;
+                true
+            }
+            _ => false,
+        };
+        if !merged {
+            group.spans.push(Span {
+                pack: loc.pack,
+                kind: loc.kind,
+                offset: s,
+                len: e - s,
+            });
+        }
+        let span = group.spans.len() - 1;
+        group.blobs.insert(
+            id,
+            BlobAt {
+                span,
+                offset: (s - group.spans[span].offset) as usize,
+                len: loc.stored_len as usize,
+            },
+        );
+    }
+    group
+}
+
+/// A group's spans as read, for opening its blobs.
+pub struct Fetched<'a> {
+    repo: &'a Repository,
+    group: &'a Group,
+    spans: Vec<Option<Result<Vec<u8>>>>,
+}
+
+impl Fetched<'_> {
+    /// Opens blob `id` from the group's spans (decrypted, decompressed, not hashed: as
+    /// [`Repository::read_blob_unverified`]), or reads it alone when no span holds it or
+    /// its span could not be read.
+    pub fn blob_unverified(&self, id: &Id) -> Result<Vec<u8>> {
+        if let Some(at) = self.group.blobs.get(id) {
+            if let Some(Some(Ok(span))) = self.spans.get(at.span) {
+                if let Some(sealed) = span.get(at.offset..at.offset + at.len) {
+                    return self.repo.open_sealed(id, sealed.to_vec());
+                }
+            }
+        }
+        self.repo.read_blob_unverified(id)
+    }
+}
+
+/// What the readers and the writer share.
+struct State {
+    /// The next span to read (over all groups, in order).
+    next: usize,
+    /// Groups handed to the writer and done with.
+    done: usize,
+    /// Read spans waiting for their group to be written.
+    slots: Vec<Option<Result<Vec<u8>>>>,
+    /// The writer has stopped (finished or panicked): readers stop too.
+    stop: bool,
+}
+
+/// Stops the readers when the writer returns or unwinds.
+struct StopOnDrop<'a>(&'a Mutex<State>, &'a Condvar);
+
+impl Drop for StopOnDrop<'_> {
+    fn drop(&mut self) {
+        lock(self.0).stop = true;
+        self.1.notify_all();
+    }
+}
+
+/// Plans `jobs` (see [`plan`]), reads the spans and calls `write` for each group in order
+/// with its jobs and their fetched spans.
+pub fn read_by_spans<J: Sync>(
+    repo: &Repository,
+    jobs: &[J],
+    content: impl Fn(&J) -> &[Id],
+    opts: &SpanOptions,
+    mut write: impl FnMut(&[J], &Fetched),
+) {
+    let index = repo.index();
+    let groups = plan(index, jobs, content, opts);
+    // Span (over all groups) -> its group, and each group's first span.
+    let mut group_of = Vec::new();
+    let mut first = Vec::with_capacity(groups.len() + 1);
+    for (g, group) in groups.iter().enumerate() {
+        first.push(group_of.len());
+        group_of.extend(std::iter::repeat_n(g, group.spans.len()));
+    }
+    first.push(group_of.len());
+    let all: Vec<&Span> = groups.iter().flat_map(|g| &g.spans).collect();
+    let state = Mutex::new(State {
+        next: 0,
+        done: 0,
+        slots: (0..all.len()).map(|_| None).collect(),
+        stop: false,
+    });
+    let ready = Condvar::new();
+    let ahead = opts.ahead;
+    let reader = || loop {
+        let i = {
+            let mut st = lock(&state);
+            loop {
+                if st.stop || st.next >= all.len() {
+                    return;
+                }
+                if group_of[st.next] <= st.done + ahead {
+                    break;
+                }
+                st = ready.wait(st).unwrap_or_else(|e| e.into_inner());
+            }
+            st.next += 1;
+            st.next - 1
+        };
+        let s = all[i];
+        let path = pack::pack_path(&index.pack_id(s.pack));
+        let got = repo.store().get_pack_range(&path, s.offset, s.len, s.kind);
+        lock(&state).slots[i] = Some(got);
+        ready.notify_all();
+    };
+    std::thread::scope(|scope| {
+        let readers = opts.readers.clamp(1, all.len().max(1));
+        for _ in 0..readers {
+            scope.spawn(reader);
+        }
+        let _stop = StopOnDrop(&state, &ready);
+        for (g, group) in groups.iter().enumerate() {
+            let spans = {
+                let mut st = lock(&state);
+                while st.slots[first[g]..first[g + 1]].iter().any(Option::is_none) {
+                    st = ready.wait(st).unwrap_or_else(|e| e.into_inner());
+                }
+                st.slots[first[g]..first[g + 1]]
+                    .iter_mut()
+                    .map(Option::take)
+                    .collect()
+            };
+            let fetched = Fetched { repo, group, spans };
+            write(&jobs[group.jobs.clone()], &fetched);
+            drop(fetched);
+            lock(&state).done = g + 1;
+            ready.notify_all();
+        }
+    });
+}
