@@ -15,7 +15,8 @@
 //! files are created and read relative to those directories, so a link planted in the
 //! target (`example.org -> /elsewhere`, a linked `cur/`, a linked file name) is reported
 //! and never written through. Directories get their recorded owner and mode at the end of
-//! each account, deepest first, so that none becomes unwritable before its content is in.
+//! each batch of accounts (accounts are restored in batches whose messages are read
+//! together), deepest first, so that none becomes unwritable before its content is in.
 
 use crate::error::{Error, Result};
 use crate::id::Id;
@@ -278,12 +279,25 @@ pub fn restore(
     let mut folder_matched = opts.folders.is_empty();
     if opts.messages.is_empty() {
         let target = open_target(&opts.target)?;
+        // Accounts in batches (of folders and of messages), restored together.
+        let mut batch = Vec::new();
+        let (mut batch_folders, mut batch_messages) = (0, 0);
         for acc in accounts.iter().cloned() {
             let (plan, f) = plan_account(&ctx, acc, opts)?;
             folder_matched |= f > 0;
             folders += plan.folders.len() as u64;
-            pool.install(|| execute_account(&ctx, target.as_fd(), plan, false));
+            batch_folders += plan.folders.len();
+            batch_messages += (plan.folders.iter())
+                .map(|f| f.entries.len() as u64)
+                .sum::<u64>();
+            batch.push(plan);
+            if batch_folders >= FOLDER_BATCH || batch_messages >= ACCOUNT_BATCH_MESSAGES {
+                let plans = std::mem::take(&mut batch);
+                pool.install(|| execute_batch(&ctx, target.as_fd(), plans, false));
+                (batch_folders, batch_messages) = (0, 0);
+            }
         }
+        pool.install(|| execute_batch(&ctx, target.as_fd(), batch, false));
         if !folder_matched {
             return Err(no_folder_matches(repo, &accounts, &opts.folders));
         }
@@ -325,10 +339,8 @@ pub fn restore(
             );
         }
         let target = open_target(&opts.target)?;
-        for plan in plans {
-            folders += plan.folders.len() as u64;
-            pool.install(|| execute_account(&ctx, target.as_fd(), plan, true));
-        }
+        folders += plans.iter().map(|p| p.folders.len() as u64).sum::<u64>();
+        pool.install(|| execute_batch(&ctx, target.as_fd(), plans, true));
     }
     let mut failures = std::mem::take(&mut *lock(&ctx.failures));
     failures.sort_by(|a, b| a.item.cmp(&b.item));
@@ -510,6 +522,8 @@ impl FolderDirs {
 
 struct Job<'a> {
     folder: &'a FolderDirs,
+    /// The account's name, for messages.
+    account: &'a str,
     entry: MessageEntry,
     /// A file with the same key already in the target folder: (in `new/`, its name).
     existing: Option<(bool, Vec<u8>)>,
@@ -522,39 +536,74 @@ const FOLDER_BATCH: usize = 1000;
 /// their path below the target (components).
 type DirAttrs = BTreeMap<Vec<Vec<u8>>, DirEntry>;
 
-fn execute_account(ctx: &Ctx, target: BorrowedFd, plan: AccountPlan, single: bool) {
-    let acc = &plan.acc;
-    if plan.folders.is_empty() {
-        return;
-    }
-    let n_acc: u64 = plan.folders.iter().map(|f| f.entries.len() as u64).sum();
-    let parts: Vec<&[u8]> = if acc.rel_path.is_empty() {
-        Vec::new()
-    } else {
-        acc.rel_path.split(|&c| c == b'/').collect()
-    };
-    let mut attrs = DirAttrs::new();
-    for (i, part) in parts.iter().enumerate() {
-        let recorded = acc.dirs.get(i).filter(|d| d.name == *part).cloned();
-        if let Some(d) = recorded.or_else(|| ctx.owners.fixed().then(|| unrecorded_dir(part))) {
-            attrs.insert(parts[..=i].iter().map(|p| p.to_vec()).collect(), d);
+/// Accounts restored together hold at most this many messages (their plans are in
+/// memory), unless one account alone has more.
+const ACCOUNT_BATCH_MESSAGES: u64 = 50_000;
+
+/// An account of a batch: where it goes below the target and the directories whose
+/// owner and mode are set once its content is in.
+struct BatchAccount {
+    acc: AccountRef,
+    parts: Vec<Vec<u8>>,
+    attrs: DirAttrs,
+}
+
+/// Restores a batch of accounts. Their messages are read together, by pack span in pack
+/// order, so a pack range that several accounts need is read once, not once per account.
+fn execute_batch(ctx: &Ctx, target: BorrowedFd, plans: Vec<AccountPlan>, single: bool) {
+    let mut accs: Vec<BatchAccount> = Vec::new();
+    let mut rest: Vec<(usize, FolderPlan)> = Vec::new();
+    for plan in plans {
+        let acc = plan.acc;
+        if plan.folders.is_empty() {
+            continue;
         }
-    }
-    let acc_dir = match open_path(target, &parts, true) {
-        Ok(fd) => fd,
-        Err((at, e)) => {
+        let n_acc: u64 = plan.folders.iter().map(|f| f.entries.len() as u64).sum();
+        let parts: Vec<&[u8]> = if acc.rel_path.is_empty() {
+            Vec::new()
+        } else {
+            acc.rel_path.split(|&c| c == b'/').collect()
+        };
+        let mut attrs = DirAttrs::new();
+        for (i, part) in parts.iter().enumerate() {
+            let recorded = acc.dirs.get(i).filter(|d| d.name == *part).cloned();
+            if let Some(d) = recorded.or_else(|| ctx.owners.fixed().then(|| unrecorded_dir(part))) {
+                attrs.insert(parts[..=i].iter().map(|p| p.to_vec()).collect(), d);
+            }
+        }
+        // Created now, opened again for each batch of folders.
+        if let Err((at, e)) = open_path(target, &parts, true) {
             let shown = ctx.shown(&parts[..at]);
-            return ctx.fail_items(format!("account {}", acc.name), Error::io(shown, e), n_acc);
+            ctx.fail_items(format!("account {}", acc.name), Error::io(shown, e), n_acc);
+            continue;
         }
-    };
+        let parts = parts.iter().map(|p| p.to_vec()).collect();
+        rest.extend(plan.folders.into_iter().map(|f| (accs.len(), f)));
+        accs.push(BatchAccount { acc, parts, attrs });
+    }
     // Folders in batches, each with its directories open while its messages are written.
-    let mut rest = plan.folders;
     while !rest.is_empty() {
-        let batch: Vec<FolderPlan> = rest.drain(..rest.len().min(FOLDER_BATCH)).collect();
+        let batch: Vec<(usize, FolderPlan)> = rest.drain(..rest.len().min(FOLDER_BATCH)).collect();
+        let mut acc_dirs: HashMap<usize, OwnedFd> = HashMap::new();
         let mut dirs = Vec::new();
         let mut jobs_of = Vec::new();
-        for fp in batch {
+        for (a, fp) in batch {
+            let BatchAccount { acc, parts, attrs } = &mut accs[a];
             let item = format!("{}: {}", acc.name, fp.node.name);
+            let parts: Vec<&[u8]> = parts.iter().map(|p| &p[..]).collect();
+            let acc_dir = match acc_dirs.entry(a) {
+                std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
+                std::collections::hash_map::Entry::Vacant(v) => {
+                    match open_path(target, &parts, true) {
+                        Ok(fd) => v.insert(fd),
+                        Err((at, e)) => {
+                            let e = Error::io(ctx.shown(&parts[..at]), e);
+                            ctx.fail_items(item, e, fp.entries.len() as u64);
+                            continue;
+                        }
+                    }
+                }
+            };
             let mut fparts = parts.clone();
             fparts.push(&fp.node.dir);
             let base: Vec<Vec<u8>> = fparts
@@ -584,14 +633,15 @@ fn execute_account(ctx: &Ctx, target: BorrowedFd, plan: AccountPlan, single: boo
             match open_folder(ctx, acc_dir.as_fd(), &fparts, &fp.node) {
                 Ok(f) => {
                     attrs.append(&mut mine);
-                    dirs.push(f);
+                    dirs.push((a, f));
                     jobs_of.push(fp);
                 }
                 Err(e) => ctx.fail_items(item, e, fp.entries.len() as u64),
             }
         }
+        drop(acc_dirs);
         let mut jobs = Vec::new();
-        for (folder, mut fp) in dirs.iter().zip(jobs_of) {
+        for ((a, folder), mut fp) in dirs.iter().zip(jobs_of) {
             if single {
                 keywords_for(ctx, folder, &fp.node, &mut fp.entries);
                 if let Some(f) = fp.node.files.iter().find(|f| f.name == b"maildirfolder") {
@@ -609,6 +659,7 @@ fn execute_account(ctx: &Ctx, target: BorrowedFd, plan: AccountPlan, single: boo
                 let existing = existing.get(&entry.key).cloned();
                 jobs.push(Job {
                     folder,
+                    account: &accs[*a].acc.name,
                     entry,
                     existing,
                 });
@@ -636,7 +687,7 @@ fn execute_account(ctx: &Ctx, target: BorrowedFd, plan: AccountPlan, single: boo
                 group.par_iter().for_each(|j| {
                     if let Err(e) = restore_message(ctx, j, fetched) {
                         let item = j.folder.shown(Some(j.entry.new), &j.entry.name);
-                        ctx.fail_items(format!("{} ({})", item.display(), acc.name), e, 1);
+                        ctx.fail_items(format!("{} ({})", item.display(), j.account), e, 1);
                     }
                     ctx.progress.advance(1, j.entry.size);
                 })
@@ -645,7 +696,9 @@ fn execute_account(ctx: &Ctx, target: BorrowedFd, plan: AccountPlan, single: boo
         drop(jobs);
         drop(dirs);
     }
-    set_dir_attrs(ctx, target, &attrs);
+    for a in &accs {
+        set_dir_attrs(ctx, target, &a.attrs);
+    }
 }
 
 fn job_content<'a>(j: &'a Job) -> &'a [Id] {
@@ -1417,16 +1470,22 @@ mod tests {
         /// every tenth message of `.Archive` is a copy of one in INBOX (one blob, two
         /// messages).
         fn maildir(root: &Path, n: u64) {
+            maildir_from(root, n, 0)
+        }
+
+        /// [`maildir`] with its own messages for every `base`.
+        fn maildir_from(root: &Path, n: u64, base: u64) {
             for (f, folder) in ["", ".Sent", ".Archive"].iter().enumerate() {
                 for sub in ["cur", "new", "tmp"] {
                     fs::create_dir_all(root.join(folder).join(sub)).unwrap();
                 }
                 for i in 0..n {
-                    let seed = if f == 2 && i % 10 == 0 {
-                        i
-                    } else {
-                        f as u64 * n + i
-                    };
+                    let seed = base
+                        + if f == 2 && i % 10 == 0 {
+                            i
+                        } else {
+                            f as u64 * n + i
+                        };
                     let mut m = format!("From: a@example.org\nSubject: {seed}\n\n").into_bytes();
                     m.extend(body(seed, 2000 + (seed as usize * 37) % 5000));
                     let name = format!("{}.M{f}P{i}.host:2,S", 1_600_000_000 + i);
@@ -1454,6 +1513,15 @@ mod tests {
         /// A repository with small packs (64 KiB) on `store`, holding a backup of `src`,
         /// opened again (as a restore opens it).
         fn backed_up(store: Arc<dyn Store>, src: &Path) -> Repository {
+            backed_up_accounts(store, src, vec!["bob".into()])
+        }
+
+        /// [`backed_up`] for a mail store of `accounts` (all: empty).
+        fn backed_up_accounts(
+            store: Arc<dyn Store>,
+            src: &Path,
+            accounts: Vec<String>,
+        ) -> Repository {
             let opts = crate::repo::InitOptions {
                 kdf: KdfParams {
                     m_cost: 64,
@@ -1468,7 +1536,7 @@ mod tests {
                 &mut repo,
                 &BackupOptions {
                     source: src.to_path_buf(),
-                    accounts: vec!["bob".into()],
+                    accounts,
                     jobs: 2,
                     compression: None,
                     tags: vec![],
@@ -1490,16 +1558,20 @@ mod tests {
         fn planned(repo: &Repository, folders: &[&str]) -> (usize, Vec<Vec<Id>>, usize) {
             let snap = repo.find_snapshot("latest").unwrap();
             let root: RootTree = repo.read_tree(&snap.root).unwrap();
-            let acc: AccountTree = repo.read_tree(&root.accounts[0].tree).unwrap();
             let mut contents = Vec::new();
-            let mut trees = 1;
-            for node in &acc.folders {
-                if !folders.is_empty() && !folders.contains(&&node.name[..]) {
-                    continue;
-                }
-                trees += 2 * node.chunks.len();
-                for c in &node.chunks {
-                    contents.extend(repo.read_chunk(c).unwrap().into_iter().map(|e| e.content));
+            let mut trees = 0;
+            for acc in &root.accounts {
+                let acc: AccountTree = repo.read_tree(&acc.tree).unwrap();
+                trees += 1;
+                for node in &acc.folders {
+                    if !folders.is_empty() && !folders.contains(&&node.name[..]) {
+                        continue;
+                    }
+                    trees += 2 * node.chunks.len();
+                    for c in &node.chunks {
+                        let entries = repo.read_chunk(c).unwrap();
+                        contents.extend(entries.into_iter().map(|e| e.content));
+                    }
                 }
             }
             let groups = plan(repo.index(), &contents, |c| c, &SpanOptions::default());
@@ -1547,6 +1619,38 @@ mod tests {
             // Besides: the snapshot file, the root tree, the account's trees.
             assert_eq!(gets, (spans + 2 + trees) as u64, "{trees} tree blobs");
             assert!(gets * 5 < 300, "{gets} GETs for 300 messages");
+        }
+
+        /// Accounts are restored together: a pack span that holds several accounts'
+        /// messages is read once, not once per account.
+        #[test]
+        fn accounts_share_their_span_reads() {
+            let t = tempfile::tempdir().unwrap();
+            let src = t.path().join("src");
+            let users = ["ann", "bob", "cid", "dan"];
+            for (i, user) in users.iter().enumerate() {
+                let dir = src.join("example.org").join(user).join("Maildir");
+                maildir_from(&dir, 25, 1000 * i as u64);
+            }
+            let recording = recording(Arc::new(MemoryStore::new()));
+            let repo = backed_up_accounts(recording.clone(), &src, vec![]);
+            let (spans, contents, _) = planned(&repo, &[]);
+            assert_eq!(contents.len(), 300);
+            lock(&recording.data_reads).clear();
+            let out = t.path().join("out");
+            let r = restore_to(&repo, &out, &[]);
+            assert!(r.failures.is_empty(), "{:?}", r.failures);
+            assert_eq!((r.accounts, r.items_restored), (4, 300));
+            for user in users {
+                let rel = Path::new("example.org").join(user).join("Maildir");
+                assert_eq!(
+                    messages(&out.join(&rel)),
+                    messages(&src.join(&rel)),
+                    "{user}"
+                );
+            }
+            let reads = lock(&recording.data_reads).len();
+            assert_eq!(reads, spans, "one read per planned span, for all accounts");
         }
 
         /// A restore of one folder reads only spans that hold its blobs, as many as its

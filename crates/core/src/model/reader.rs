@@ -309,3 +309,113 @@ pub fn read_by_spans<J: Sync>(
         }
     });
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::compress::Codec;
+    use crate::format::Version;
+    use crate::pack::PackEntry;
+
+    fn id(n: u8) -> Id {
+        Id([n; 32])
+    }
+
+    /// Two packs: blobs 1..=4 in pack A at 0, 100, 1000 (gap 800) and 5000 (gap 3000);
+    /// blob 5 in pack B.
+    fn index() -> Index {
+        let e = |n: u8, offset: u32, stored_len: u32| PackEntry {
+            id: id(n),
+            kind: BlobKind::Data,
+            codec: Codec::Raw,
+            offset,
+            stored_len,
+            raw_len: stored_len,
+        };
+        let mut index = Index::default();
+        let a = [
+            e(1, 0, 100),
+            e(2, 100, 100),
+            e(3, 1000, 200),
+            e(4, 5000, 100),
+        ];
+        index.add_pack(id(0xa0), Version::V2, &a);
+        index.add_pack(id(0xb0), Version::V2, &[e(5, 0, 50)]);
+        index
+    }
+
+    fn opts(gap: u64, max_span: u64, group_bytes: u64) -> SpanOptions {
+        SpanOptions {
+            gap,
+            max_span,
+            group_bytes,
+            ..Default::default()
+        }
+    }
+
+    fn ranges(g: &Group) -> Vec<(u32, u64, u64)> {
+        g.spans.iter().map(|s| (s.pack, s.offset, s.len)).collect()
+    }
+
+    /// Nearby blobs of a pack merge into one span (gap and span size permitting), far
+    /// ones and other packs' do not; a blob two messages share is read once; a blob the
+    /// index lacks is left out (it is read alone).
+    #[test]
+    fn nearby_blobs_merge_into_spans() {
+        let index = index();
+        let jobs = vec![
+            vec![id(5), id(1)],
+            vec![id(2), id(3)],
+            vec![id(4), id(1)],
+            vec![id(9)],
+        ];
+        let all = |o| plan(&index, &jobs, |j| j, &o);
+        let g = all(opts(1000, 1 << 20, 1 << 20));
+        assert_eq!(g.len(), 1);
+        assert_eq!(g[0].jobs, 0..4);
+        assert_eq!(
+            ranges(&g[0]),
+            vec![(0, 0, 1200), (0, 5000, 100), (1, 0, 50)]
+        );
+        assert_eq!(g[0].bytes(), 1350);
+        assert!(!g[0].blobs.contains_key(&id(9)));
+        let at = g[0].blobs[&id(3)];
+        assert_eq!((at.span, at.offset, at.len), (0, 1000, 200));
+        // Touching blobs always merge; a gap over the limit splits.
+        let g = all(opts(0, 1 << 20, 1 << 20));
+        assert_eq!(
+            ranges(&g[0]),
+            vec![(0, 0, 200), (0, 1000, 200), (0, 5000, 100), (1, 0, 50)]
+        );
+        // No span longer than the cap.
+        let g = all(opts(10_000, 1000, 1 << 20));
+        assert_eq!(
+            ranges(&g[0]),
+            vec![(0, 0, 200), (0, 1000, 200), (0, 5000, 100), (1, 0, 50)]
+        );
+        let g = all(opts(10_000, 5100, 1 << 20));
+        assert_eq!(ranges(&g[0]), vec![(0, 0, 5100), (1, 0, 50)]);
+    }
+
+    /// Groups end with the job that reaches the byte budget, so a window of groups bounds
+    /// the memory; each group plans only its own jobs' blobs.
+    #[test]
+    fn groups_are_bounded() {
+        let index = index();
+        let jobs = vec![
+            vec![id(1)],
+            vec![id(2)],
+            vec![id(3)],
+            vec![id(4)],
+            vec![id(5)],
+        ];
+        let g = plan(&index, &jobs, |j| j, &opts(1000, 1 << 20, 250));
+        let cut: Vec<_> = g.iter().map(|g| g.jobs.clone()).collect();
+        // 100 + 100 (touching): 200; + 800 gap + 200: over 250 with job 2.
+        assert_eq!(cut, vec![0..3, 3..5]);
+        assert_eq!(ranges(&g[0]), vec![(0, 0, 1200)]);
+        assert_eq!(ranges(&g[1]), vec![(0, 5000, 100), (1, 0, 50)]);
+        assert!(g.iter().all(|g| g.bytes() <= 1200));
+        assert!(plan(&index, &jobs[..0], |j| j, &opts(0, 0, 0)).is_empty());
+    }
+}
