@@ -682,6 +682,7 @@ fn execute_batch(ctx: &Ctx, target: BorrowedFd, plans: Vec<AccountPlan>, single:
             ctx.repo,
             &jobs,
             job_content,
+            |_| true,
             &ctx.spans,
             |group, fetched| {
                 group.par_iter().for_each(|j| {
@@ -1574,7 +1575,13 @@ mod tests {
                     }
                 }
             }
-            let groups = plan(repo.index(), &contents, |c| c, &SpanOptions::default());
+            let groups = plan(
+                repo.index(),
+                &contents,
+                |c| c,
+                |_| true,
+                &SpanOptions::default(),
+            );
             assert_eq!(groups.len(), 1, "the test's messages fit in one group");
             (groups[0].spans.len(), contents, trees)
         }

@@ -93,11 +93,13 @@ impl Group {
 }
 
 /// Cuts `jobs` (in the order they are written) into groups and plans each group's spans.
-/// `content` gives a job's blobs; blobs not in the index are left to single reads.
+/// `content` gives a job's blobs, of which only those `wanted` are planned (a caller that
+/// keeps opened blobs leaves those out); blobs not in the index are left to single reads.
 pub fn plan<J>(
     index: &Index,
     jobs: &[J],
     content: impl Fn(&J) -> &[Id],
+    wanted: impl Fn(&Id) -> bool,
     opts: &SpanOptions,
 ) -> Vec<Group> {
     let mut groups = Vec::new();
@@ -108,7 +110,8 @@ pub fn plan<J>(
     let mut ends: HashMap<u32, u64> = HashMap::new();
     let mut bytes = 0u64;
     for (i, job) in jobs.iter().enumerate() {
-        for loc in content(job).iter().filter_map(|id| index.get(id)) {
+        let blobs = content(job).iter().filter(|id| wanted(id));
+        for loc in blobs.filter_map(|id| index.get(id)) {
             let (s, e) = (u64::from(loc.offset), end_of(loc));
             bytes += match ends.get(&loc.pack) {
                 Some(&m) if s >= m && s - m <= opts.gap => e - m,
@@ -119,7 +122,7 @@ pub fn plan<J>(
             *m = (*m).max(e);
         }
         if bytes >= opts.group_bytes || i + 1 == jobs.len() {
-            groups.push(spans_of(index, jobs, &content, start..i + 1, opts));
+            groups.push(spans_of(index, jobs, &content, &wanted, start..i + 1, opts));
             start = i + 1;
             ends.clear();
             bytes = 0;
@@ -137,13 +140,14 @@ fn spans_of<J>(
     index: &Index,
     jobs: &[J],
     content: &impl Fn(&J) -> &[Id],
+    wanted: &impl Fn(&Id) -> bool,
     range: Range<usize>,
     opts: &SpanOptions,
 ) -> Group {
     let mut blobs: Vec<(Id, crate::index::Location)> = Vec::new();
     let mut seen: HashMap<Id, ()> = HashMap::new();
     for job in &jobs[range.clone()] {
-        for id in content(job) {
+        for id in content(job).iter().filter(|id| wanted(id)) {
             if let Some(loc) = index.get(id) {
                 if seen.insert(*id, ()).is_none() {
                     blobs.push((*id, *loc));
@@ -198,18 +202,30 @@ pub struct Fetched<'a> {
 }
 
 impl Fetched<'_> {
-    /// Opens blob `id` from the group's spans (decrypted, decompressed, not hashed: as
-    /// [`Repository::read_blob_unverified`]), or reads it alone when no span holds it or
-    /// its span could not be read.
-    pub fn blob_unverified(&self, id: &Id) -> Result<Vec<u8>> {
-        if let Some(at) = self.group.blobs.get(id) {
-            if let Some(Some(Ok(span))) = self.spans.get(at.span) {
-                if let Some(sealed) = span.get(at.offset..at.offset + at.len) {
-                    return self.repo.open_sealed(id, sealed.to_vec());
-                }
-            }
+    /// Opens blob `id` from the group's spans as [`Repository::read_blob`] does, or reads
+    /// it alone when no span holds it or its span could not be read.
+    pub fn blob(&self, id: &Id) -> Result<Vec<u8>> {
+        match self.sealed(id) {
+            Some(sealed) => self.repo.open_sealed(id, sealed.to_vec(), true),
+            None => self.repo.read_blob(id),
         }
-        self.repo.read_blob_unverified(id)
+    }
+
+    /// [`Self::blob`] without hashing a format-1 blob against its id, as
+    /// [`Repository::read_blob_unverified`] (for callers that check a whole message).
+    pub fn blob_unverified(&self, id: &Id) -> Result<Vec<u8>> {
+        match self.sealed(id) {
+            Some(sealed) => self.repo.open_sealed(id, sealed.to_vec(), false),
+            None => self.repo.read_blob_unverified(id),
+        }
+    }
+
+    fn sealed(&self, id: &Id) -> Option<&[u8]> {
+        let at = self.group.blobs.get(id)?;
+        match self.spans.get(at.span)? {
+            Some(Ok(span)) => span.get(at.offset..at.offset + at.len),
+            _ => None,
+        }
     }
 }
 
@@ -237,15 +253,16 @@ impl Drop for StopOnDrop<'_> {
 
 /// Plans `jobs` (see [`plan`]), reads the spans and calls `write` for each group in order
 /// with its jobs and their fetched spans.
-pub fn read_by_spans<J: Sync>(
+pub fn read_by_spans<J>(
     repo: &Repository,
     jobs: &[J],
     content: impl Fn(&J) -> &[Id],
+    wanted: impl Fn(&Id) -> bool,
     opts: &SpanOptions,
     mut write: impl FnMut(&[J], &Fetched),
 ) {
     let index = repo.index();
-    let groups = plan(index, jobs, content, opts);
+    let groups = plan(index, jobs, content, wanted, opts);
     // Span (over all groups) -> its group, and each group's first span.
     let mut group_of = Vec::new();
     let mut first = Vec::with_capacity(groups.len() + 1);
@@ -369,7 +386,7 @@ mod tests {
             vec![id(4), id(1)],
             vec![id(9)],
         ];
-        let all = |o| plan(&index, &jobs, |j| j, &o);
+        let all = |o| plan(&index, &jobs, |j| j, |_| true, &o);
         let g = all(opts(1000, 1 << 20, 1 << 20));
         assert_eq!(g.len(), 1);
         assert_eq!(g[0].jobs, 0..4);
@@ -409,13 +426,13 @@ mod tests {
             vec![id(4)],
             vec![id(5)],
         ];
-        let g = plan(&index, &jobs, |j| j, &opts(1000, 1 << 20, 250));
+        let g = plan(&index, &jobs, |j| j, |_| true, &opts(1000, 1 << 20, 250));
         let cut: Vec<_> = g.iter().map(|g| g.jobs.clone()).collect();
         // 100 + 100 (touching): 200; + 800 gap + 200: over 250 with job 2.
         assert_eq!(cut, vec![0..3, 3..5]);
         assert_eq!(ranges(&g[0]), vec![(0, 0, 1200)]);
         assert_eq!(ranges(&g[1]), vec![(0, 5000, 100), (1, 0, 50)]);
         assert!(g.iter().all(|g| g.bytes() <= 1200));
-        assert!(plan(&index, &jobs[..0], |j| j, &opts(0, 0, 0)).is_empty());
+        assert!(plan(&index, &jobs[..0], |j| j, |_| true, &opts(0, 0, 0)).is_empty());
     }
 }
