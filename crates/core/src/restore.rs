@@ -1390,7 +1390,7 @@ mod tests {
         use super::super::*;
         use crate::backup::{backup, BackupOptions};
         use crate::crypto::KdfParams;
-        use crate::model::reader::{plan, SpanOptions};
+        use crate::model::reader::{plan, read_by_spans, SpanOptions};
         use crate::pack::BlobKind;
         use crate::report::NoProgress;
         use crate::store::{LocalStore, MemoryStore, Metered, ObjectInfo, Store};
@@ -1626,6 +1626,62 @@ mod tests {
             // Besides: the snapshot file, the root tree, the account's trees.
             assert_eq!(gets, (spans + 2 + trees) as u64, "{trees} tree blobs");
             assert!(gets * 5 < 300, "{gets} GETs for 300 messages");
+        }
+
+        /// The readers stay within the window: while group `g` is written, no span of a
+        /// group past `g + ahead` has been read; every blob opens from the spans as a
+        /// single read opens it, and nothing is read twice.
+        #[test]
+        fn span_reads_stay_within_the_window() {
+            let t = tempfile::tempdir().unwrap();
+            let src = t.path().join("src");
+            maildir(&src, 100);
+            let recording = recording(Arc::new(MemoryStore::new()));
+            let repo = backed_up(recording.clone(), &src);
+            let (_, contents, _) = planned(&repo, &[]);
+            let opts = SpanOptions {
+                group_bytes: 100 << 10,
+                readers: 4,
+                ahead: 1,
+                ..Default::default()
+            };
+            let groups = plan(repo.index(), &contents, |c| c, |_| true, &opts);
+            assert!(groups.len() >= 5, "{} groups", groups.len());
+            // Spans in groups 0..=g, for each g.
+            let upto: Vec<usize> = (groups.iter())
+                .scan(0, |n, g| {
+                    *n += g.spans.len();
+                    Some(*n)
+                })
+                .collect();
+            // Single reads to compare with, not recorded.
+            let plain = Repository::open(recording.inner.clone(), b"pw").unwrap();
+            lock(&recording.data_reads).clear();
+            let mut g = 0;
+            let mut written = 0;
+            read_by_spans(
+                &repo,
+                &contents,
+                |c| c,
+                |_| true,
+                &opts,
+                |jobs, fetched| {
+                    let reads = lock(&recording.data_reads).len();
+                    let limit = upto[(g + opts.ahead).min(groups.len() - 1)];
+                    assert!(
+                        reads <= limit,
+                        "group {g}: {reads} spans read, {limit} allowed"
+                    );
+                    assert!(reads >= upto[g], "group {g} handed over before its spans");
+                    for id in jobs.iter().flatten() {
+                        assert_eq!(fetched.blob(id).unwrap(), plain.read_blob(id).unwrap());
+                    }
+                    written += jobs.len();
+                    g += 1;
+                },
+            );
+            assert_eq!((g, written), (groups.len(), contents.len()));
+            assert_eq!(lock(&recording.data_reads).len(), upto[groups.len() - 1]);
         }
 
         /// Accounts are restored together: a pack span that holds several accounts'
