@@ -1684,6 +1684,63 @@ mod tests {
             assert_eq!(lock(&recording.data_reads).len(), upto[groups.len() - 1]);
         }
 
+        /// A blob that several groups need (a message in two folders) is read by the
+        /// first and kept for the others, and opens from there as a single read opens
+        /// it. Without keeping, each group reads it again.
+        #[test]
+        fn shared_blobs_are_read_once() {
+            let t = tempfile::tempdir().unwrap();
+            let src = t.path().join("src");
+            maildir(&src, 100);
+            let recording = recording(Arc::new(MemoryStore::new()));
+            let repo = backed_up(recording.clone(), &src);
+            // In folder order: the copies in Archive come far from their originals.
+            let (_, contents, _) = planned(&repo, &[]);
+            let mut uses: HashMap<Id, usize> = HashMap::new();
+            for id in contents.iter().flatten() {
+                *uses.entry(*id).or_default() += 1;
+            }
+            assert_eq!(uses.values().filter(|&&n| n > 1).count(), 10, "ten copies");
+            let opts = |keep_bytes| SpanOptions {
+                group_bytes: 100 << 10,
+                keep_bytes,
+                ..Default::default()
+            };
+            let read_by = |keep_bytes| {
+                let groups = plan(repo.index(), &contents, |c| c, |_| true, &opts(keep_bytes));
+                assert!(groups.len() >= 5, "{} groups", groups.len());
+                let mut n: HashMap<Id, usize> = HashMap::new();
+                for id in uses.keys() {
+                    n.insert(*id, groups.iter().filter(|g| g.reads(id)).count());
+                }
+                (n, groups.iter().map(|g| g.spans.len()).sum::<usize>())
+            };
+            let (once, spans) = read_by(64 << 20);
+            assert!(
+                once.values().all(|&n| n == 1),
+                "every blob read by one group"
+            );
+            let (again, _) = read_by(0);
+            let twice = (again.iter()).filter(|(id, n)| uses[*id] > 1 && **n > 1);
+            assert_eq!(twice.count(), 10, "without keeping, copies are read again");
+            // And read so: the kept blobs open as single reads do.
+            let plain = Repository::open(recording.inner.clone(), b"pw").unwrap();
+            lock(&recording.data_reads).clear();
+            read_by_spans(
+                &repo,
+                &contents,
+                |c| c,
+                |_| true,
+                &opts(64 << 20),
+                |jobs, f| {
+                    for id in jobs.iter().flatten() {
+                        assert_eq!(f.blob(id).unwrap(), plain.read_blob(id).unwrap());
+                    }
+                },
+            );
+            assert_eq!(lock(&recording.data_reads).len(), spans);
+        }
+
         /// Accounts are restored together: a pack span that holds several accounts'
         /// messages is read once, not once per account.
         #[test]

@@ -8,9 +8,12 @@
 //! apart merged into one range (the bytes between them are read and dropped), up to
 //! [`SpanOptions::max_span`]. [`read_by_spans`] fetches the spans with
 //! [`SpanOptions::readers`] reads in flight, in order, at most [`SpanOptions::ahead`] groups
-//! ahead of the one being written (memory stays near `(ahead + 1) * group_bytes`), and hands
-//! each group with its fetched spans ([`Fetched`]) to the caller, which decodes and writes
-//! its messages in parallel from memory.
+//! ahead of the one being written, and hands each group with its fetched spans
+//! ([`Fetched`]) to the caller, which decodes and writes its messages in parallel from
+//! memory. A blob that later groups need again (deduplicated: one message in many
+//! mailboxes) is kept, sealed, from the group that read it to its last use, up to
+//! [`SpanOptions::keep_bytes`], instead of being read again by every group that needs it.
+//! Memory stays near `(ahead + 1) * group_bytes + keep_bytes`.
 //!
 //! On object storage every read is a request: a restore of 100k messages that read blob
 //! by blob made 100k GETs; by span it makes about one per group and pack. Blobs are
@@ -42,6 +45,10 @@ pub struct SpanOptions {
     pub readers: usize,
     /// Groups fetched ahead of the one being written.
     pub ahead: usize,
+    /// Sealed bytes of blobs that later groups need again (a message delivered to many
+    /// mailboxes is one blob), kept from the group that read them to their last use
+    /// rather than read again in every group.
+    pub keep_bytes: u64,
 }
 
 impl Default for SpanOptions {
@@ -52,6 +59,7 @@ impl Default for SpanOptions {
             group_bytes: 16 << 20,
             readers: crate::store::DEFAULT_CONNECTIONS,
             ahead: 2,
+            keep_bytes: 64 << 20,
         }
     }
 }
@@ -83,12 +91,22 @@ pub struct Group {
     /// Ordered by pack, then offset.
     pub spans: Vec<Span>,
     blobs: HashMap<Id, BlobAt>,
+    /// Blobs of these spans kept for later groups, and kept blobs whose last use is in
+    /// this group (dropped once it is written).
+    keep: Vec<Id>,
+    release: Vec<Id>,
 }
 
 impl Group {
     /// Bytes the group's spans read.
     pub fn bytes(&self) -> u64 {
         self.spans.iter().map(|s| s.len).sum()
+    }
+
+    /// Whether the group's spans read blob `id` (else it is kept from an earlier group,
+    /// or read alone).
+    pub fn reads(&self, id: &Id) -> bool {
+        self.blobs.contains_key(id)
     }
 }
 
@@ -102,15 +120,27 @@ pub fn plan<J>(
     wanted: impl Fn(&Id) -> bool,
     opts: &SpanOptions,
 ) -> Vec<Group> {
-    let mut groups = Vec::new();
+    let mut groups: Vec<Group> = Vec::new();
     let mut start = 0;
+    // The last job that needs each blob; the blobs kept (sealed length) and when they go.
+    let mut last: HashMap<Id, usize> = HashMap::new();
+    for (i, job) in jobs.iter().enumerate() {
+        for id in content(job).iter().filter(|id| wanted(id)) {
+            last.insert(*id, i);
+        }
+    }
+    let mut kept: HashMap<Id, u64> = HashMap::new();
+    let mut kept_bytes = 0u64;
+    let mut goes: std::collections::BTreeMap<usize, Vec<Id>> = Default::default();
     // Per pack, the end of the last blob taken into the group, and the group's span bytes
     // as the merge rule will count them (exact when blobs come in pack order, which the
     // sort by first blob mostly gives; a blob before the end counts whole).
     let mut ends: HashMap<u32, u64> = HashMap::new();
     let mut bytes = 0u64;
     for (i, job) in jobs.iter().enumerate() {
-        let blobs = content(job).iter().filter(|id| wanted(id));
+        let blobs = content(job)
+            .iter()
+            .filter(|id| wanted(id) && !kept.contains_key(id));
         for loc in blobs.filter_map(|id| index.get(id)) {
             let (s, e) = (u64::from(loc.offset), end_of(loc));
             bytes += match ends.get(&loc.pack) {
@@ -122,7 +152,31 @@ pub fn plan<J>(
             *m = (*m).max(e);
         }
         if bytes >= opts.group_bytes || i + 1 == jobs.len() {
-            groups.push(spans_of(index, jobs, &content, &wanted, start..i + 1, opts));
+            let read = |id: &Id| wanted(id) && !kept.contains_key(id);
+            let mut group = spans_of(index, jobs, &content, &read, start..i + 1, opts);
+            // Keep what later groups need, soonest needed first, within the budget.
+            let mut later: Vec<(usize, Id, u64)> = (group.blobs.iter())
+                .filter(|(id, _)| last.get(*id).is_some_and(|&l| l > i))
+                .map(|(id, at)| (last[id], *id, at.len as u64))
+                .collect();
+            later.sort_unstable();
+            for (l, id, len) in later {
+                if kept_bytes + len > opts.keep_bytes {
+                    break;
+                }
+                kept_bytes += len;
+                kept.insert(id, len);
+                goes.entry(l).or_default().push(id);
+                group.keep.push(id);
+            }
+            // Kept blobs last used in this group go once it is written.
+            while let Some(e) = goes.first_entry().filter(|e| *e.key() <= i) {
+                for id in e.remove() {
+                    kept_bytes -= kept.remove(&id).unwrap_or(0);
+                    group.release.push(id);
+                }
+            }
+            groups.push(group);
             start = i + 1;
             ends.clear();
             bytes = 0;
@@ -194,11 +248,12 @@ fn spans_of<J>(
     group
 }
 
-/// A group's spans as read, for opening its blobs.
+/// A group's spans as read, and the blobs kept from earlier groups, for opening its blobs.
 pub struct Fetched<'a> {
     repo: &'a Repository,
     group: &'a Group,
     spans: Vec<Option<Result<Vec<u8>>>>,
+    kept: &'a HashMap<Id, Vec<u8>>,
 }
 
 impl Fetched<'_> {
@@ -221,7 +276,9 @@ impl Fetched<'_> {
     }
 
     fn sealed(&self, id: &Id) -> Option<&[u8]> {
-        let at = self.group.blobs.get(id)?;
+        let Some(at) = self.group.blobs.get(id) else {
+            return self.kept.get(id).map(Vec::as_slice);
+        };
         match self.spans.get(at.span)? {
             Some(Ok(span)) => span.get(at.offset..at.offset + at.len),
             _ => None,
@@ -307,6 +364,7 @@ pub fn read_by_spans<J>(
             scope.spawn(reader);
         }
         let _stop = StopOnDrop(&state, &ready);
+        let mut kept = HashMap::new();
         for (g, group) in groups.iter().enumerate() {
             let spans = {
                 let mut st = lock(&state);
@@ -318,9 +376,21 @@ pub fn read_by_spans<J>(
                     .map(Option::take)
                     .collect()
             };
-            let fetched = Fetched { repo, group, spans };
+            let fetched = Fetched {
+                repo,
+                group,
+                spans,
+                kept: &kept,
+            };
             write(&jobs[group.jobs.clone()], &fetched);
+            let keep: Vec<(Id, Vec<u8>)> = (group.keep.iter())
+                .filter_map(|id| Some((*id, fetched.sealed(id)?.to_vec())))
+                .collect();
             drop(fetched);
+            kept.extend(keep);
+            for id in &group.release {
+                kept.remove(id);
+            }
             lock(&state).done = g + 1;
             ready.notify_all();
         }
@@ -434,5 +504,47 @@ mod tests {
         assert_eq!(ranges(&g[1]), vec![(0, 5000, 100), (1, 0, 50)]);
         assert!(g.iter().all(|g| g.bytes() <= 1200));
         assert!(plan(&index, &jobs[..0], |j| j, |_| true, &opts(0, 0, 0)).is_empty());
+    }
+
+    /// A blob a later group needs again is kept from the group that read it until its
+    /// last use, within the budget; past the budget it is read again.
+    #[test]
+    fn blobs_needed_again_are_kept_within_the_budget() {
+        let index = index();
+        let jobs = vec![
+            vec![id(1)],
+            vec![id(4), id(3)],
+            vec![id(1), id(5)],
+            vec![id(3)],
+        ];
+        let with = |keep_bytes| {
+            let o = SpanOptions {
+                keep_bytes,
+                ..opts(0, 1 << 20, 1)
+            };
+            plan(&index, &jobs, |j| j, |_| true, &o)
+        };
+        let g = with(300);
+        assert_eq!(g.len(), 4, "one job per group");
+        assert_eq!(
+            (g[0].keep.clone(), g[1].keep.clone()),
+            (vec![id(1)], vec![id(3)])
+        );
+        assert!(!g[2].reads(&id(1)) && g[2].reads(&id(5)) && !g[3].reads(&id(3)));
+        assert_eq!(g[3].spans.len(), 0);
+        assert_eq!(
+            (g[2].release.clone(), g[3].release.clone()),
+            (vec![id(1)], vec![id(3)])
+        );
+        // Room for blob 1 (100 bytes) only: blob 3 (200) is read again.
+        let g = with(150);
+        assert_eq!(
+            (g[0].keep.clone(), g[1].keep.clone()),
+            (vec![id(1)], vec![])
+        );
+        assert!(!g[2].reads(&id(1)) && g[3].reads(&id(3)));
+        let g = with(0);
+        assert!(g.iter().all(|g| g.keep.is_empty() && g.release.is_empty()));
+        assert!(g[2].reads(&id(1)) && g[3].reads(&id(3)));
     }
 }
