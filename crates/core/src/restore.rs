@@ -61,7 +61,8 @@ pub struct RestoreOptions {
     pub jobs: usize,
     /// Whose the restored files and directories become (when run as root).
     pub owners: Owners,
-    /// Pack spans read at once; 0: [`crate::store::DEFAULT_CONNECTIONS`].
+    /// Pack spans read at once; 0: as many as the store suits
+    /// ([`SpanOptions::for_store`]).
     pub reads: usize,
 }
 
@@ -251,13 +252,9 @@ pub fn restore(
     let owners = OwnerMap::new(opts.owners, &root.owners);
     let accounts = select_accounts(root, &opts.accounts)?;
     let n_accounts = accounts.len() as u64;
-    let mut spans = SpanOptions::default();
-    if opts.reads > 0 {
-        spans.readers = opts.reads;
-    }
     let ctx = Ctx {
         repo,
-        spans,
+        spans: SpanOptions::for_store(repo.store(), opts.reads),
         target: &opts.target,
         owners,
         failures: Mutex::new(Vec::new()),

@@ -1013,7 +1013,7 @@ fn prepare<'p>(
         entry_content,
         // Blobs the cache holds are not read again.
         |id| !ctx.cache.contains(id),
-        &SpanOptions::default(),
+        &SpanOptions::for_store(ctx.repo.store(), 0),
         |group, fetched| {
             for (e, _, _) in group {
                 let blob = |id: &Id| fetched.blob(id);
