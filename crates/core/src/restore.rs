@@ -280,7 +280,15 @@ pub fn restore(
         let mut batch = Vec::new();
         let (mut batch_folders, mut batch_messages) = (0, 0);
         for acc in accounts.iter().cloned() {
-            let (plan, f) = plan_account(&ctx, acc, opts)?;
+            let (plan, f) = match plan_account(&ctx, acc, opts) {
+                Ok(p) => p,
+                Err(e) => {
+                    // The accounts planned so far are restored, as they were before
+                    // accounts were batched.
+                    pool.install(|| execute_batch(&ctx, target.as_fd(), batch, false));
+                    return Err(e);
+                }
+            };
             folder_matched |= f > 0;
             folders += plan.folders.len() as u64;
             batch_folders += plan.folders.len();
@@ -1768,6 +1776,53 @@ mod tests {
             }
             let reads = lock(&recording.data_reads).len();
             assert_eq!(reads, spans, "one read per planned span, for all accounts");
+        }
+
+        /// An account whose tree cannot be read stops the restore with its error, after
+        /// the accounts planned before it (batched, not yet written) are restored.
+        #[test]
+        fn accounts_before_an_unreadable_one_are_restored() {
+            let t = tempfile::tempdir().unwrap();
+            let src = t.path().join("src");
+            for (i, user) in ["ann", "bob"].iter().enumerate() {
+                let dir = src.join("example.org").join(user).join("Maildir");
+                maildir_from(&dir, 5, 1000 * i as u64);
+            }
+            let store_dir = t.path().join("repo");
+            let repo = backed_up_accounts(Arc::new(LocalStore::new(&store_dir)), &src, vec![]);
+            let snap = repo.find_snapshot("latest").unwrap();
+            let root: RootTree = repo.read_tree(&snap.root).unwrap();
+            assert_eq!(root.accounts[1].name, "bob@example.org");
+            let loc = *repo.index().get(&root.accounts[1].tree).unwrap();
+            let file = store_dir.join(crate::pack::pack_path(&repo.index().pack_id(loc.pack)));
+            let mut bytes = fs::read(&file).unwrap();
+            bytes[(loc.offset + loc.stored_len / 2) as usize] ^= 1;
+            let mut perm = fs::metadata(&file).unwrap().permissions();
+            std::os::unix::fs::PermissionsExt::set_mode(&mut perm, 0o600);
+            fs::set_permissions(&file, perm).unwrap();
+            fs::write(&file, bytes).unwrap();
+            let out = t.path().join("out");
+            let opts = RestoreOptions {
+                snapshot: "latest".into(),
+                target: out.clone(),
+                jobs: 2,
+                ..Default::default()
+            };
+            let err = restore(&repo, &opts, &NoProgress).unwrap_err();
+            assert!(
+                err.to_string().contains(&root.accounts[1].tree.short()),
+                "{err}"
+            );
+            let ann = Path::new("example.org/ann/Maildir");
+            assert_eq!(
+                messages(&out.join(ann)).len(),
+                15,
+                "ann's messages restored"
+            );
+            assert!(
+                messages(&out.join(ann)) == messages(&src.join(ann)),
+                "byte-exact"
+            );
         }
 
         /// A restore of one folder reads only spans that hold its blobs, as many as its
