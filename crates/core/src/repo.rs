@@ -602,11 +602,24 @@ impl Repository {
     /// against its id.
     pub fn read_blob(&self, id: &Id) -> Result<Vec<u8>> {
         let (loc, sealed, path) = self.read_sealed(id)?;
+        self.open_read(id, &loc, sealed, &path, true)
+    }
+
+    /// Opens blob `id` read (sealed) from `path` at `loc`, as [`Self::read_blob`] does
+    /// (`verify`) or as [`Self::read_blob_unverified`] does.
+    fn open_read(
+        &self,
+        id: &Id,
+        loc: &Location,
+        sealed: Vec<u8>,
+        path: &str,
+        verify: bool,
+    ) -> Result<Vec<u8>> {
         let version = self.index.pack_version(loc.pack);
-        let raw = self.open_blob(id, &loc, version, sealed, &path)?;
+        let raw = self.open_blob(id, loc, version, sealed, path)?;
         match version {
-            Version::V1 => self.verify_blob(id, raw, &path),
-            Version::V2 => Ok(raw),
+            Version::V1 if verify => self.verify_blob(id, raw, path),
+            _ => Ok(raw),
         }
     }
 
@@ -704,8 +717,19 @@ impl Repository {
     /// restore).
     pub fn read_blob_unverified(&self, id: &Id) -> Result<Vec<u8>> {
         let (loc, sealed, path) = self.read_sealed(id)?;
-        let version = self.index.pack_version(loc.pack);
-        self.open_blob(id, &loc, version, sealed, &path)
+        self.open_read(id, &loc, sealed, &path, false)
+    }
+
+    /// Opens blob `id` from its sealed bytes, read by the caller from its pack (a restore
+    /// reads many blobs in one span): as [`Self::read_blob`] opens them (`verify`) or as
+    /// [`Self::read_blob_unverified`] does.
+    pub(crate) fn open_sealed(&self, id: &Id, sealed: Vec<u8>, verify: bool) -> Result<Vec<u8>> {
+        let loc = *self
+            .index
+            .get(id)
+            .ok_or_else(|| Error::BlobNotFound(id.to_hex()))?;
+        let path = pack::pack_path(&self.index.pack_id(loc.pack));
+        self.open_read(id, &loc, sealed, &path, verify)
     }
 
     /// Reads and decodes a tree blob; a blob the index lists as data is refused.

@@ -1,7 +1,9 @@
 //! Restore of a snapshot (or part of it) to a Maildir tree.
 //!
 //! The selected messages are sorted by where their first blob lies in the repository, so
-//! packs are read front to back, then restored in parallel. Every message is reassembled,
+//! packs are read front to back, and their blobs are read by pack span
+//! ([`crate::model::reader`]: nearby blobs in one ranged read, several reads in flight,
+//! a bounded window ahead), then restored in parallel from memory. Every message is reassembled,
 //! checked against its whole-message hash, written as an unnamed file (or, where that is
 //! not supported, in the folder's `tmp/`), given its mode, owner (when permitted) and mtime,
 //! and linked into `cur/` or `new/` under its original name, never replacing a file. A
@@ -13,11 +15,13 @@
 //! files are created and read relative to those directories, so a link planted in the
 //! target (`example.org -> /elsewhere`, a linked `cur/`, a linked file name) is reported
 //! and never written through. Directories get their recorded owner and mode at the end of
-//! each account, deepest first, so that none becomes unwritable before its content is in.
+//! each batch of accounts (accounts are restored in batches whose messages are read
+//! together), deepest first, so that none becomes unwritable before its content is in.
 
 use crate::error::{Error, Result};
 use crate::id::Id;
 use crate::maildir::{self, safe_component, safe_relative};
+use crate::model::reader::{read_by_spans, Fetched, SpanOptions};
 use crate::model::{folder_selected, message_selected, no_folder_matches, select_accounts};
 use crate::repo::{lock, Repository};
 use crate::report::{per_sec, Failure, Progress};
@@ -57,6 +61,9 @@ pub struct RestoreOptions {
     pub jobs: usize,
     /// Whose the restored files and directories become (when run as root).
     pub owners: Owners,
+    /// Pack spans read at once; 0: as many as the store suits
+    /// ([`SpanOptions::for_store`]).
+    pub reads: usize,
 }
 
 /// Whose the restored files and directories become. Only root can give files away: run as
@@ -199,6 +206,8 @@ pub struct RestoreReport {
 
 struct Ctx<'a> {
     repo: &'a Repository,
+    /// How messages' blobs are read.
+    spans: SpanOptions,
     /// The target directory as given, for messages.
     target: &'a Path,
     owners: OwnerMap,
@@ -245,6 +254,7 @@ pub fn restore(
     let n_accounts = accounts.len() as u64;
     let ctx = Ctx {
         repo,
+        spans: SpanOptions::for_store(repo.store(), opts.reads),
         target: &opts.target,
         owners,
         failures: Mutex::new(Vec::new()),
@@ -266,12 +276,33 @@ pub fn restore(
     let mut folder_matched = opts.folders.is_empty();
     if opts.messages.is_empty() {
         let target = open_target(&opts.target)?;
+        // Accounts in batches (of folders and of messages), restored together.
+        let mut batch = Vec::new();
+        let (mut batch_folders, mut batch_messages) = (0, 0);
         for acc in accounts.iter().cloned() {
-            let (plan, f) = plan_account(&ctx, acc, opts)?;
+            let (plan, f) = match plan_account(&ctx, acc, opts) {
+                Ok(p) => p,
+                Err(e) => {
+                    // The accounts planned so far are restored, as they were before
+                    // accounts were batched.
+                    pool.install(|| execute_batch(&ctx, target.as_fd(), batch, false));
+                    return Err(e);
+                }
+            };
             folder_matched |= f > 0;
             folders += plan.folders.len() as u64;
-            pool.install(|| execute_account(&ctx, target.as_fd(), plan, false));
+            batch_folders += plan.folders.len();
+            batch_messages += (plan.folders.iter())
+                .map(|f| f.entries.len() as u64)
+                .sum::<u64>();
+            batch.push(plan);
+            if batch_folders >= FOLDER_BATCH || batch_messages >= ACCOUNT_BATCH_MESSAGES {
+                let plans = std::mem::take(&mut batch);
+                pool.install(|| execute_batch(&ctx, target.as_fd(), plans, false));
+                (batch_folders, batch_messages) = (0, 0);
+            }
         }
+        pool.install(|| execute_batch(&ctx, target.as_fd(), batch, false));
         if !folder_matched {
             return Err(no_folder_matches(repo, &accounts, &opts.folders));
         }
@@ -313,10 +344,8 @@ pub fn restore(
             );
         }
         let target = open_target(&opts.target)?;
-        for plan in plans {
-            folders += plan.folders.len() as u64;
-            pool.install(|| execute_account(&ctx, target.as_fd(), plan, true));
-        }
+        folders += plans.iter().map(|p| p.folders.len() as u64).sum::<u64>();
+        pool.install(|| execute_batch(&ctx, target.as_fd(), plans, true));
     }
     let mut failures = std::mem::take(&mut *lock(&ctx.failures));
     failures.sort_by(|a, b| a.item.cmp(&b.item));
@@ -498,6 +527,8 @@ impl FolderDirs {
 
 struct Job<'a> {
     folder: &'a FolderDirs,
+    /// The account's name, for messages.
+    account: &'a str,
     entry: MessageEntry,
     /// A file with the same key already in the target folder: (in `new/`, its name).
     existing: Option<(bool, Vec<u8>)>,
@@ -510,39 +541,74 @@ const FOLDER_BATCH: usize = 1000;
 /// their path below the target (components).
 type DirAttrs = BTreeMap<Vec<Vec<u8>>, DirEntry>;
 
-fn execute_account(ctx: &Ctx, target: BorrowedFd, plan: AccountPlan, single: bool) {
-    let acc = &plan.acc;
-    if plan.folders.is_empty() {
-        return;
-    }
-    let n_acc: u64 = plan.folders.iter().map(|f| f.entries.len() as u64).sum();
-    let parts: Vec<&[u8]> = if acc.rel_path.is_empty() {
-        Vec::new()
-    } else {
-        acc.rel_path.split(|&c| c == b'/').collect()
-    };
-    let mut attrs = DirAttrs::new();
-    for (i, part) in parts.iter().enumerate() {
-        let recorded = acc.dirs.get(i).filter(|d| d.name == *part).cloned();
-        if let Some(d) = recorded.or_else(|| ctx.owners.fixed().then(|| unrecorded_dir(part))) {
-            attrs.insert(parts[..=i].iter().map(|p| p.to_vec()).collect(), d);
+/// Accounts restored together hold at most this many messages (their plans are in
+/// memory), unless one account alone has more.
+const ACCOUNT_BATCH_MESSAGES: u64 = 50_000;
+
+/// An account of a batch: where it goes below the target and the directories whose
+/// owner and mode are set once its content is in.
+struct BatchAccount {
+    acc: AccountRef,
+    parts: Vec<Vec<u8>>,
+    attrs: DirAttrs,
+}
+
+/// Restores a batch of accounts. Their messages are read together, by pack span in pack
+/// order, so a pack range that several accounts need is read once, not once per account.
+fn execute_batch(ctx: &Ctx, target: BorrowedFd, plans: Vec<AccountPlan>, single: bool) {
+    let mut accs: Vec<BatchAccount> = Vec::new();
+    let mut rest: Vec<(usize, FolderPlan)> = Vec::new();
+    for plan in plans {
+        let acc = plan.acc;
+        if plan.folders.is_empty() {
+            continue;
         }
-    }
-    let acc_dir = match open_path(target, &parts, true) {
-        Ok(fd) => fd,
-        Err((at, e)) => {
+        let n_acc: u64 = plan.folders.iter().map(|f| f.entries.len() as u64).sum();
+        let parts: Vec<&[u8]> = if acc.rel_path.is_empty() {
+            Vec::new()
+        } else {
+            acc.rel_path.split(|&c| c == b'/').collect()
+        };
+        let mut attrs = DirAttrs::new();
+        for (i, part) in parts.iter().enumerate() {
+            let recorded = acc.dirs.get(i).filter(|d| d.name == *part).cloned();
+            if let Some(d) = recorded.or_else(|| ctx.owners.fixed().then(|| unrecorded_dir(part))) {
+                attrs.insert(parts[..=i].iter().map(|p| p.to_vec()).collect(), d);
+            }
+        }
+        // Created now, opened again for each batch of folders.
+        if let Err((at, e)) = open_path(target, &parts, true) {
             let shown = ctx.shown(&parts[..at]);
-            return ctx.fail_items(format!("account {}", acc.name), Error::io(shown, e), n_acc);
+            ctx.fail_items(format!("account {}", acc.name), Error::io(shown, e), n_acc);
+            continue;
         }
-    };
+        let parts = parts.iter().map(|p| p.to_vec()).collect();
+        rest.extend(plan.folders.into_iter().map(|f| (accs.len(), f)));
+        accs.push(BatchAccount { acc, parts, attrs });
+    }
     // Folders in batches, each with its directories open while its messages are written.
-    let mut rest = plan.folders;
     while !rest.is_empty() {
-        let batch: Vec<FolderPlan> = rest.drain(..rest.len().min(FOLDER_BATCH)).collect();
+        let batch: Vec<(usize, FolderPlan)> = rest.drain(..rest.len().min(FOLDER_BATCH)).collect();
+        let mut acc_dirs: HashMap<usize, OwnedFd> = HashMap::new();
         let mut dirs = Vec::new();
         let mut jobs_of = Vec::new();
-        for fp in batch {
+        for (a, fp) in batch {
+            let BatchAccount { acc, parts, attrs } = &mut accs[a];
             let item = format!("{}: {}", acc.name, fp.node.name);
+            let parts: Vec<&[u8]> = parts.iter().map(|p| &p[..]).collect();
+            let acc_dir = match acc_dirs.entry(a) {
+                std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
+                std::collections::hash_map::Entry::Vacant(v) => {
+                    match open_path(target, &parts, true) {
+                        Ok(fd) => v.insert(fd),
+                        Err((at, e)) => {
+                            let e = Error::io(ctx.shown(&parts[..at]), e);
+                            ctx.fail_items(item, e, fp.entries.len() as u64);
+                            continue;
+                        }
+                    }
+                }
+            };
             let mut fparts = parts.clone();
             fparts.push(&fp.node.dir);
             let base: Vec<Vec<u8>> = fparts
@@ -572,14 +638,15 @@ fn execute_account(ctx: &Ctx, target: BorrowedFd, plan: AccountPlan, single: boo
             match open_folder(ctx, acc_dir.as_fd(), &fparts, &fp.node) {
                 Ok(f) => {
                     attrs.append(&mut mine);
-                    dirs.push(f);
+                    dirs.push((a, f));
                     jobs_of.push(fp);
                 }
                 Err(e) => ctx.fail_items(item, e, fp.entries.len() as u64),
             }
         }
+        drop(acc_dirs);
         let mut jobs = Vec::new();
-        for (folder, mut fp) in dirs.iter().zip(jobs_of) {
+        for ((a, folder), mut fp) in dirs.iter().zip(jobs_of) {
             if single {
                 keywords_for(ctx, folder, &fp.node, &mut fp.entries);
                 if let Some(f) = fp.node.files.iter().find(|f| f.name == b"maildirfolder") {
@@ -597,6 +664,7 @@ fn execute_account(ctx: &Ctx, target: BorrowedFd, plan: AccountPlan, single: boo
                 let existing = existing.get(&entry.key).cloned();
                 jobs.push(Job {
                     folder,
+                    account: &accs[*a].acc.name,
                     entry,
                     existing,
                 });
@@ -614,17 +682,33 @@ fn execute_account(ctx: &Ctx, target: BorrowedFd, plan: AccountPlan, single: boo
                 .map(|l| (l.pack, l.offset))
                 .unwrap_or((u32::MAX, 0))
         });
-        jobs.par_iter().for_each(|j| {
-            if let Err(e) = restore_message(ctx, j) {
-                let item = j.folder.shown(Some(j.entry.new), &j.entry.name);
-                ctx.fail_items(format!("{} ({})", item.display(), acc.name), e, 1);
-            }
-            ctx.progress.advance(1, j.entry.size);
-        });
+        // Then read by pack span, each group of messages written once its spans are in.
+        read_by_spans(
+            ctx.repo,
+            &jobs,
+            job_content,
+            |_| true,
+            &ctx.spans,
+            |group, fetched| {
+                group.par_iter().for_each(|j| {
+                    if let Err(e) = restore_message(ctx, j, fetched) {
+                        let item = j.folder.shown(Some(j.entry.new), &j.entry.name);
+                        ctx.fail_items(format!("{} ({})", item.display(), j.account), e, 1);
+                    }
+                    ctx.progress.advance(1, j.entry.size);
+                })
+            },
+        );
         drop(jobs);
         drop(dirs);
     }
-    set_dir_attrs(ctx, target, &attrs);
+    for a in &accs {
+        set_dir_attrs(ctx, target, &a.attrs);
+    }
+}
+
+fn job_content<'a>(j: &'a Job) -> &'a [Id] {
+    &j.entry.content
 }
 
 /// Opens (creating what is missing) the directories `parts` below `base`, none of them
@@ -790,15 +874,26 @@ pub fn assemble(
     size: u64,
     hash: Option<&Id>,
 ) -> Result<Vec<u8>> {
-    // With a whole-content hash to check, the blobs need not be hashed one by one too;
-    // if the whole does not match, read them again verified to name the culprit.
+    // With a whole-content hash to check, the blobs need not be hashed one by one too.
+    assemble_by(repo, content, size, hash, |id| match hash {
+        Some(_) => repo.read_blob_unverified(id),
+        None => repo.read_blob(id),
+    })
+}
+
+/// [`assemble`] with the blobs given by `blob` (hashed against their ids or not: with
+/// `hash`, the whole is checked); if the whole does not match, the blobs are read again
+/// verified to name the culprit.
+fn assemble_by(
+    repo: &Repository,
+    content: &[Id],
+    size: u64,
+    hash: Option<&Id>,
+    blob: impl Fn(&Id) -> Result<Vec<u8>>,
+) -> Result<Vec<u8>> {
     let mut data = Vec::with_capacity(size as usize);
     for id in content {
-        let blob = match hash {
-            Some(_) => repo.read_blob_unverified(id)?,
-            None => repo.read_blob(id)?,
-        };
-        data.extend_from_slice(&blob);
+        data.extend_from_slice(&blob(id)?);
     }
     if data.len() as u64 != size || hash.is_some_and(|h| repo.key().blob_id(&data) != *h) {
         for id in content {
@@ -812,9 +907,11 @@ pub fn assemble(
     Ok(data)
 }
 
-fn restore_message(ctx: &Ctx, j: &Job) -> Result<()> {
+fn restore_message(ctx: &Ctx, j: &Job, fetched: &Fetched) -> Result<()> {
     let e = &j.entry;
-    let data = assemble(ctx.repo, &e.content, e.size, Some(&e.hash))?;
+    let data = assemble_by(ctx.repo, &e.content, e.size, Some(&e.hash), |id| {
+        fetched.blob_unverified(id)
+    })?;
     if let Some((new, name)) = &j.existing {
         let shown = j.folder.shown(Some(*new), name);
         return match read_at(j.folder.sub(*new).as_fd(), name) {
@@ -1291,6 +1388,524 @@ mod tests {
         let fixed = not_root(Owners::Fixed { uid: 1, gid: 2 });
         assert_eq!(fixed.get(NO_OWNER, NO_OWNER), None);
         assert!(fixed.not_given.load(Relaxed), "--chown to another user");
+    }
+
+    mod spans {
+        //! Issue 12: restores read pack spans, not blobs.
+        use super::super::*;
+        use crate::backup::{backup, BackupOptions};
+        use crate::crypto::KdfParams;
+        use crate::model::reader::{plan, read_by_spans, SpanOptions};
+        use crate::pack::BlobKind;
+        use crate::report::NoProgress;
+        use crate::store::{LocalStore, MemoryStore, Metered, ObjectInfo, Store};
+        use crate::tree::{AccountTree, RootTree};
+        use std::collections::BTreeMap;
+        use std::sync::Arc;
+
+        /// Passes everything through and records the data-pack ranges read.
+        struct Recording {
+            inner: Arc<dyn Store>,
+            data_reads: Mutex<Vec<(String, u64, u64)>>,
+        }
+
+        fn recording(inner: Arc<dyn Store>) -> Arc<Recording> {
+            Arc::new(Recording {
+                inner,
+                data_reads: Mutex::new(Vec::new()),
+            })
+        }
+
+        impl Store for Recording {
+            fn put(&self, path: &str, data: &[u8]) -> Result<()> {
+                self.inner.put(path, data)
+            }
+            fn replace(&self, path: &str, data: &[u8]) -> Result<()> {
+                self.inner.replace(path, data)
+            }
+            fn get(&self, path: &str) -> Result<Vec<u8>> {
+                self.inner.get(path)
+            }
+            fn get_range(&self, path: &str, offset: u64, len: u64) -> Result<Vec<u8>> {
+                self.inner.get_range(path, offset, len)
+            }
+            fn get_pack_range(
+                &self,
+                path: &str,
+                offset: u64,
+                len: u64,
+                kind: BlobKind,
+            ) -> Result<Vec<u8>> {
+                if kind == BlobKind::Data {
+                    lock(&self.data_reads).push((path.to_string(), offset, len));
+                }
+                self.inner.get_pack_range(path, offset, len, kind)
+            }
+            fn list(&self, prefix: &str) -> Result<Vec<ObjectInfo>> {
+                self.inner.list(prefix)
+            }
+            fn delete(&self, path: &str) -> Result<()> {
+                self.inner.delete(path)
+            }
+            fn stat(&self, path: &str) -> Result<u64> {
+                self.inner.stat(path)
+            }
+            fn location(&self) -> String {
+                self.inner.location()
+            }
+        }
+
+        /// Incompressible-ish text, different for every seed.
+        fn body(seed: u64, len: usize) -> Vec<u8> {
+            let mut x = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
+            (0..len)
+                .map(|i| {
+                    x ^= x << 13;
+                    x ^= x >> 7;
+                    x ^= x << 17;
+                    if i % 70 == 69 {
+                        b'\n'
+                    } else {
+                        b'a' + (x % 26) as u8
+                    }
+                })
+                .collect()
+        }
+
+        /// A Maildir of three folders (INBOX, .Sent, .Archive) with `n` messages each;
+        /// every tenth message of `.Archive` is a copy of one in INBOX (one blob, two
+        /// messages).
+        fn maildir(root: &Path, n: u64) {
+            maildir_from(root, n, 0)
+        }
+
+        /// [`maildir`] with its own messages for every `base`.
+        fn maildir_from(root: &Path, n: u64, base: u64) {
+            for (f, folder) in ["", ".Sent", ".Archive"].iter().enumerate() {
+                for sub in ["cur", "new", "tmp"] {
+                    fs::create_dir_all(root.join(folder).join(sub)).unwrap();
+                }
+                for i in 0..n {
+                    let seed = base
+                        + if f == 2 && i % 10 == 0 {
+                            i
+                        } else {
+                            f as u64 * n + i
+                        };
+                    let mut m = format!("From: a@example.org\nSubject: {seed}\n\n").into_bytes();
+                    m.extend(body(seed, 2000 + (seed as usize * 37) % 5000));
+                    let name = format!("{}.M{f}P{i}.host:2,S", 1_600_000_000 + i);
+                    fs::write(root.join(folder).join("cur").join(name), m).unwrap();
+                }
+            }
+        }
+
+        /// Every file below `cur/` and `new/` of every folder, by path.
+        fn messages(root: &Path) -> BTreeMap<PathBuf, Vec<u8>> {
+            let mut out = BTreeMap::new();
+            for folder in ["", ".Sent", ".Archive"] {
+                for sub in ["cur", "new"] {
+                    let dir = root.join(folder).join(sub);
+                    for e in fs::read_dir(&dir).into_iter().flatten() {
+                        let p = e.unwrap().path();
+                        let rel = p.strip_prefix(root).unwrap().to_path_buf();
+                        out.insert(rel, fs::read(&p).unwrap());
+                    }
+                }
+            }
+            out
+        }
+
+        /// A repository with small packs (64 KiB) on `store`, holding a backup of `src`,
+        /// opened again (as a restore opens it).
+        fn backed_up(store: Arc<dyn Store>, src: &Path) -> Repository {
+            backed_up_accounts(store, src, vec!["bob".into()])
+        }
+
+        /// [`backed_up`] for a mail store of `accounts` (all: empty).
+        fn backed_up_accounts(
+            store: Arc<dyn Store>,
+            src: &Path,
+            accounts: Vec<String>,
+        ) -> Repository {
+            let opts = crate::repo::InitOptions {
+                kdf: KdfParams {
+                    m_cost: 64,
+                    t_cost: 1,
+                    p_cost: 1,
+                },
+                pack_size: 64 << 10,
+                ..Default::default()
+            };
+            let mut repo = Repository::init(store.clone(), b"pw", &opts).unwrap();
+            let r = backup(
+                &mut repo,
+                &BackupOptions {
+                    source: src.to_path_buf(),
+                    accounts,
+                    jobs: 2,
+                    compression: None,
+                    tags: vec![],
+                    hostname: "h".into(),
+                    force: false,
+                    stat_unchanged: false,
+                },
+                &NoProgress,
+            )
+            .unwrap();
+            assert!(r.failures.is_empty(), "{:?}", r.failures);
+            Repository::open(store, b"pw").unwrap()
+        }
+
+        /// The spans the restore of the messages of `folders` (all: empty) plans, when
+        /// they fit in one group (then the order of the messages does not matter).
+        /// Also the number of tree blobs the restore reads (the account's tree and its
+        /// folders' chunks, two blobs each).
+        fn planned(repo: &Repository, folders: &[&str]) -> (usize, Vec<Vec<Id>>, usize) {
+            let snap = repo.find_snapshot("latest").unwrap();
+            let root: RootTree = repo.read_tree(&snap.root).unwrap();
+            let mut contents = Vec::new();
+            let mut trees = 0;
+            for acc in &root.accounts {
+                let acc: AccountTree = repo.read_tree(&acc.tree).unwrap();
+                trees += 1;
+                for node in &acc.folders {
+                    if !folders.is_empty() && !folders.contains(&&node.name[..]) {
+                        continue;
+                    }
+                    trees += 2 * node.chunks.len();
+                    for c in &node.chunks {
+                        let entries = repo.read_chunk(c).unwrap();
+                        contents.extend(entries.into_iter().map(|e| e.content));
+                    }
+                }
+            }
+            let groups = plan(
+                repo.index(),
+                &contents,
+                |c| c,
+                |_| true,
+                &SpanOptions::default(),
+            );
+            assert_eq!(groups.len(), 1, "the test's messages fit in one group");
+            (groups[0].spans.len(), contents, trees)
+        }
+
+        fn restore_to(repo: &Repository, target: &Path, folders: &[&str]) -> RestoreReport {
+            let opts = RestoreOptions {
+                snapshot: "latest".into(),
+                target: target.to_path_buf(),
+                folders: folders.iter().map(|f| f.to_string()).collect(),
+                jobs: 2,
+                ..Default::default()
+            };
+            restore(repo, &opts, &NoProgress).unwrap()
+        }
+
+        /// A restore of 300 messages reads each pack span once: as many data reads as
+        /// the plan has spans (one per pack here, packs being small), far fewer than
+        /// messages, and byte-exact. Before, every blob was its own read.
+        #[test]
+        fn a_restore_reads_spans_not_blobs() {
+            let t = tempfile::tempdir().unwrap();
+            let src = t.path().join("src");
+            maildir(&src, 100);
+            let recording = recording(Arc::new(MemoryStore::new()));
+            let metered = Arc::new(Metered::new(recording.clone()));
+            let repo = backed_up(metered.clone(), &src);
+            let (spans, contents, trees) = planned(&repo, &[]);
+            let blobs: usize = contents.iter().map(Vec::len).sum();
+            let packs = repo.index().packs().len();
+            assert!(spans <= packs, "{spans} spans, {packs} packs");
+            assert!(blobs >= 300, "{blobs} blobs");
+            lock(&recording.data_reads).clear();
+            let before = metered.counts();
+            let out = t.path().join("out");
+            let r = restore_to(&repo, &out, &[]);
+            let gets = metered.counts().get - before.get;
+            assert!(r.failures.is_empty(), "{:?}", r.failures);
+            assert_eq!(r.items_restored, 300);
+            assert_eq!(messages(&out), messages(&src), "byte-exact");
+            let data_reads = lock(&recording.data_reads).len();
+            assert_eq!(data_reads, spans, "one read per planned span");
+            // Besides: the snapshot file, the root tree, the account's trees.
+            assert_eq!(gets, (spans + 2 + trees) as u64, "{trees} tree blobs");
+            assert!(gets * 5 < 300, "{gets} GETs for 300 messages");
+        }
+
+        /// The readers stay within the window: while group `g` is written, no span of a
+        /// group past `g + ahead` has been read; every blob opens from the spans as a
+        /// single read opens it, and nothing is read twice.
+        #[test]
+        fn span_reads_stay_within_the_window() {
+            let t = tempfile::tempdir().unwrap();
+            let src = t.path().join("src");
+            maildir(&src, 100);
+            let recording = recording(Arc::new(MemoryStore::new()));
+            let repo = backed_up(recording.clone(), &src);
+            let (_, contents, _) = planned(&repo, &[]);
+            let opts = SpanOptions {
+                group_bytes: 100 << 10,
+                readers: 4,
+                ahead: 1,
+                ..Default::default()
+            };
+            let groups = plan(repo.index(), &contents, |c| c, |_| true, &opts);
+            assert!(groups.len() >= 5, "{} groups", groups.len());
+            // Spans in groups 0..=g, for each g.
+            let upto: Vec<usize> = (groups.iter())
+                .scan(0, |n, g| {
+                    *n += g.spans.len();
+                    Some(*n)
+                })
+                .collect();
+            // Single reads to compare with, not recorded.
+            let plain = Repository::open(recording.inner.clone(), b"pw").unwrap();
+            lock(&recording.data_reads).clear();
+            let mut g = 0;
+            let mut written = 0;
+            read_by_spans(
+                &repo,
+                &contents,
+                |c| c,
+                |_| true,
+                &opts,
+                |jobs, fetched| {
+                    let reads = lock(&recording.data_reads).len();
+                    let limit = upto[(g + opts.ahead).min(groups.len() - 1)];
+                    assert!(
+                        reads <= limit,
+                        "group {g}: {reads} spans read, {limit} allowed"
+                    );
+                    assert!(reads >= upto[g], "group {g} handed over before its spans");
+                    for id in jobs.iter().flatten() {
+                        assert_eq!(fetched.blob(id).unwrap(), plain.read_blob(id).unwrap());
+                    }
+                    written += jobs.len();
+                    g += 1;
+                },
+            );
+            assert_eq!((g, written), (groups.len(), contents.len()));
+            assert_eq!(lock(&recording.data_reads).len(), upto[groups.len() - 1]);
+        }
+
+        /// A blob that several groups need (a message in two folders) is read by the
+        /// first and kept for the others, and opens from there as a single read opens
+        /// it. Without keeping, each group reads it again.
+        #[test]
+        fn shared_blobs_are_read_once() {
+            let t = tempfile::tempdir().unwrap();
+            let src = t.path().join("src");
+            maildir(&src, 100);
+            let recording = recording(Arc::new(MemoryStore::new()));
+            let repo = backed_up(recording.clone(), &src);
+            // In folder order: the copies in Archive come far from their originals.
+            let (_, contents, _) = planned(&repo, &[]);
+            let mut uses: HashMap<Id, usize> = HashMap::new();
+            for id in contents.iter().flatten() {
+                *uses.entry(*id).or_default() += 1;
+            }
+            assert_eq!(uses.values().filter(|&&n| n > 1).count(), 10, "ten copies");
+            let opts = |keep_bytes| SpanOptions {
+                group_bytes: 100 << 10,
+                keep_bytes,
+                ..Default::default()
+            };
+            let read_by = |keep_bytes| {
+                let groups = plan(repo.index(), &contents, |c| c, |_| true, &opts(keep_bytes));
+                assert!(groups.len() >= 5, "{} groups", groups.len());
+                let mut n: HashMap<Id, usize> = HashMap::new();
+                for id in uses.keys() {
+                    n.insert(*id, groups.iter().filter(|g| g.reads(id)).count());
+                }
+                (n, groups.iter().map(|g| g.spans.len()).sum::<usize>())
+            };
+            let (once, spans) = read_by(64 << 20);
+            assert!(
+                once.values().all(|&n| n == 1),
+                "every blob read by one group"
+            );
+            let (again, _) = read_by(0);
+            let twice = (again.iter()).filter(|(id, n)| uses[*id] > 1 && **n > 1);
+            assert_eq!(twice.count(), 10, "without keeping, copies are read again");
+            // And read so: the kept blobs open as single reads do.
+            let plain = Repository::open(recording.inner.clone(), b"pw").unwrap();
+            lock(&recording.data_reads).clear();
+            read_by_spans(
+                &repo,
+                &contents,
+                |c| c,
+                |_| true,
+                &opts(64 << 20),
+                |jobs, f| {
+                    for id in jobs.iter().flatten() {
+                        assert_eq!(f.blob(id).unwrap(), plain.read_blob(id).unwrap());
+                    }
+                },
+            );
+            assert_eq!(lock(&recording.data_reads).len(), spans);
+        }
+
+        /// Accounts are restored together: a pack span that holds several accounts'
+        /// messages is read once, not once per account.
+        #[test]
+        fn accounts_share_their_span_reads() {
+            let t = tempfile::tempdir().unwrap();
+            let src = t.path().join("src");
+            let users = ["ann", "bob", "cid", "dan"];
+            for (i, user) in users.iter().enumerate() {
+                let dir = src.join("example.org").join(user).join("Maildir");
+                maildir_from(&dir, 25, 1000 * i as u64);
+            }
+            let recording = recording(Arc::new(MemoryStore::new()));
+            let repo = backed_up_accounts(recording.clone(), &src, vec![]);
+            let (spans, contents, _) = planned(&repo, &[]);
+            assert_eq!(contents.len(), 300);
+            lock(&recording.data_reads).clear();
+            let out = t.path().join("out");
+            let r = restore_to(&repo, &out, &[]);
+            assert!(r.failures.is_empty(), "{:?}", r.failures);
+            assert_eq!((r.accounts, r.items_restored), (4, 300));
+            for user in users {
+                let rel = Path::new("example.org").join(user).join("Maildir");
+                assert_eq!(
+                    messages(&out.join(&rel)),
+                    messages(&src.join(&rel)),
+                    "{user}"
+                );
+            }
+            let reads = lock(&recording.data_reads).len();
+            assert_eq!(reads, spans, "one read per planned span, for all accounts");
+        }
+
+        /// An account whose tree cannot be read stops the restore with its error, after
+        /// the accounts planned before it (batched, not yet written) are restored.
+        #[test]
+        fn accounts_before_an_unreadable_one_are_restored() {
+            let t = tempfile::tempdir().unwrap();
+            let src = t.path().join("src");
+            for (i, user) in ["ann", "bob"].iter().enumerate() {
+                let dir = src.join("example.org").join(user).join("Maildir");
+                maildir_from(&dir, 5, 1000 * i as u64);
+            }
+            let store_dir = t.path().join("repo");
+            let repo = backed_up_accounts(Arc::new(LocalStore::new(&store_dir)), &src, vec![]);
+            let snap = repo.find_snapshot("latest").unwrap();
+            let root: RootTree = repo.read_tree(&snap.root).unwrap();
+            assert_eq!(root.accounts[1].name, "bob@example.org");
+            let loc = *repo.index().get(&root.accounts[1].tree).unwrap();
+            let file = store_dir.join(crate::pack::pack_path(&repo.index().pack_id(loc.pack)));
+            let mut bytes = fs::read(&file).unwrap();
+            bytes[(loc.offset + loc.stored_len / 2) as usize] ^= 1;
+            let mut perm = fs::metadata(&file).unwrap().permissions();
+            std::os::unix::fs::PermissionsExt::set_mode(&mut perm, 0o600);
+            fs::set_permissions(&file, perm).unwrap();
+            fs::write(&file, bytes).unwrap();
+            let out = t.path().join("out");
+            let opts = RestoreOptions {
+                snapshot: "latest".into(),
+                target: out.clone(),
+                jobs: 2,
+                ..Default::default()
+            };
+            let err = restore(&repo, &opts, &NoProgress).unwrap_err();
+            assert!(
+                err.to_string().contains(&root.accounts[1].tree.short()),
+                "{err}"
+            );
+            let ann = Path::new("example.org/ann/Maildir");
+            assert_eq!(
+                messages(&out.join(ann)).len(),
+                15,
+                "ann's messages restored"
+            );
+            assert!(
+                messages(&out.join(ann)) == messages(&src.join(ann)),
+                "byte-exact"
+            );
+        }
+
+        /// A restore of one folder reads only spans that hold its blobs, as many as its
+        /// plan has.
+        #[test]
+        fn a_partial_restore_reads_only_its_spans() {
+            let t = tempfile::tempdir().unwrap();
+            let src = t.path().join("src");
+            maildir(&src, 100);
+            let recording = recording(Arc::new(MemoryStore::new()));
+            let repo = backed_up(recording.clone(), &src);
+            let (spans, contents, _) = planned(&repo, &["Sent"]);
+            lock(&recording.data_reads).clear();
+            let out = t.path().join("out");
+            let r = restore_to(&repo, &out, &["Sent"]);
+            assert!(r.failures.is_empty(), "{:?}", r.failures);
+            assert_eq!(r.items_restored, 100);
+            let want: BTreeMap<_, _> = messages(&src)
+                .into_iter()
+                .filter(|(p, _)| p.starts_with(".Sent"))
+                .collect();
+            assert_eq!(messages(&out), want, "byte-exact, and nothing else");
+            let reads = lock(&recording.data_reads).clone();
+            assert_eq!(reads.len(), spans, "one read per planned span");
+            assert!(
+                reads.len() * 5 < 100,
+                "{} reads for 100 messages",
+                reads.len()
+            );
+            let index = repo.index();
+            for (path, offset, len) in &reads {
+                let holds = contents.iter().flatten().any(|id| {
+                    let l = index.get(id).unwrap();
+                    crate::pack::pack_path(&index.pack_id(l.pack)) == *path
+                        && u64::from(l.offset) >= *offset
+                        && u64::from(l.offset) + u64::from(l.stored_len) <= offset + len
+                });
+                assert!(holds, "{path} {offset}+{len} holds none of Sent's blobs");
+            }
+        }
+
+        /// A damaged blob read in a span fails its message only, named with the blob and
+        /// its pack; every other message is restored.
+        #[test]
+        fn a_damaged_blob_in_a_span_is_named() {
+            let t = tempfile::tempdir().unwrap();
+            let src = t.path().join("src");
+            maildir(&src, 30);
+            let store_dir = t.path().join("repo");
+            let repo = backed_up(Arc::new(LocalStore::new(&store_dir)), &src);
+            // The first blob of one message of Sent: flip a byte in its middle.
+            let snap = repo.find_snapshot("latest").unwrap();
+            let root: RootTree = repo.read_tree(&snap.root).unwrap();
+            let acc: AccountTree = repo.read_tree(&root.accounts[0].tree).unwrap();
+            let sent = acc.folders.iter().find(|f| f.name == "Sent").unwrap();
+            let entry = repo.read_chunk(&sent.chunks[0]).unwrap().remove(7);
+            let id = entry.content[0];
+            let loc = *repo.index().get(&id).unwrap();
+            let pack = crate::pack::pack_path(&repo.index().pack_id(loc.pack));
+            let file = store_dir.join(&pack);
+            let mut bytes = fs::read(&file).unwrap();
+            bytes[(loc.offset + loc.stored_len / 2) as usize] ^= 1;
+            let mut perm = fs::metadata(&file).unwrap().permissions();
+            std::os::unix::fs::PermissionsExt::set_mode(&mut perm, 0o600);
+            fs::set_permissions(&file, perm).unwrap();
+            fs::write(&file, bytes).unwrap();
+            let out = t.path().join("out");
+            let r = restore_to(&repo, &out, &[]);
+            assert_eq!(
+                (r.items_restored, r.items_failed),
+                (89, 1),
+                "{:?}",
+                r.failures
+            );
+            let name = String::from_utf8_lossy(&entry.name).to_string();
+            let f = &r.failures[0];
+            assert!(f.item.contains(&name), "{f:?}");
+            assert!(f.error.contains(&id.short()), "{f:?}");
+            assert!(f.error.contains(&pack), "{f:?}");
+            let mut want = messages(&src);
+            want.retain(|p, _| !p.ends_with(&name));
+            assert_eq!(messages(&out), want);
+        }
     }
 
     #[test]

@@ -82,6 +82,7 @@ pub fn run(g: &GlobalOpts, a: Args) -> Result<Outcome> {
         messages: a.message,
         jobs: repo::jobs(g),
         owners,
+        reads: g.storage.store_connections.unwrap_or(0),
     };
     let bar = Bar::new(g.quiet || g.json, "restore");
     let rep = restore(&r, &opts, &bar);

@@ -97,8 +97,18 @@ impl BlobCache {
 
     /// The blob `id`, from the cache or read (and checked against its id) and kept.
     pub fn get(&self, repo: &Repository, id: &Id) -> crate::Result<Arc<Vec<u8>>> {
+        self.get_with(id, || repo.read_blob(id))
+    }
+
+    /// [`Self::get`] with the blob, when it is not in the cache, from `read` (which
+    /// checks it against its id as [`Repository::read_blob`] does).
+    pub fn get_with(
+        &self,
+        id: &Id,
+        read: impl FnOnce() -> crate::Result<Vec<u8>>,
+    ) -> crate::Result<Arc<Vec<u8>>> {
         if self.budget == 0 {
-            return Ok(Arc::new(repo.read_blob(id)?));
+            return Ok(Arc::new(read()?));
         }
         {
             let mut g = lock(&self.inner);
@@ -113,7 +123,7 @@ impl BlobCache {
             }
             c.misses += 1;
         }
-        let data = Arc::new(repo.read_blob(id)?);
+        let data = Arc::new(read()?);
         // A blob bigger than a sixteenth of the budget would push out too much.
         if data.len() <= self.budget / 16 {
             let mut g = lock(&self.inner);
@@ -136,6 +146,11 @@ impl BlobCache {
         Ok(data)
     }
 
+    /// Whether the cache holds blob `id` (now: it may be pushed out before it is used).
+    pub fn contains(&self, id: &Id) -> bool {
+        self.budget > 0 && lock(&self.inner).map.contains_key(id)
+    }
+
     /// (hits, misses) so far.
     pub fn stats(&self) -> (u64, u64) {
         let c = lock(&self.inner);
@@ -143,20 +158,22 @@ impl BlobCache {
     }
 }
 
-/// Reads `e`'s content and appends its CRLF form to `buf`; returns where it is. Each blob
-/// is checked against its id when read and the message against its size; on any error
-/// `buf` is left as it was.
+/// Reads `e`'s content (its blobs from `cache`, else from `read`, which checks each
+/// against its id: [`Repository::read_blob`], or a restore's
+/// [`crate::model::reader::Fetched::blob`]) and appends its CRLF form to `buf`; returns
+/// where it is. The message is checked against its size; on any error `buf` is left as it
+/// was.
 pub fn read_message_crlf(
-    repo: &Repository,
     cache: &BlobCache,
     e: &MessageEntry,
     buf: &mut Vec<u8>,
+    read: impl Fn(&Id) -> crate::Result<Vec<u8>>,
 ) -> Result<Range<usize>, PrepareError> {
     let start = buf.len();
     let mut prev = 0u8;
     let mut size = 0u64;
     for id in &e.content {
-        let blob = match cache.get(repo, id) {
+        let blob = match cache.get_with(id, || read(id)) {
             Ok(b) => b,
             Err(err) => {
                 buf.truncate(start);
@@ -289,20 +306,20 @@ mod tests {
         let cache = BlobCache::new(1 << 20);
         let mut buf = b"before".to_vec();
         let good = entry(ids.clone(), (a.len() + b.len()) as u64);
-        let r =
-            read_message_crlf(&repo, &cache, &good, &mut buf).unwrap_or_else(|e| panic!("{e:?}"));
+        let r = read_message_crlf(&cache, &good, &mut buf, |id| repo.read_blob(id))
+            .unwrap_or_else(|e| panic!("{e:?}"));
         assert_eq!(&buf[r], b"Subject: x\r\nbody\r\n");
         let kept = buf.clone();
         let short = entry(ids.clone(), 3);
         assert!(matches!(
-            read_message_crlf(&repo, &cache, &short, &mut buf),
+            read_message_crlf(&cache, &short, &mut buf, |id| repo.read_blob(id)),
             Err(PrepareError::Mismatch)
         ));
         assert_eq!(buf, kept);
         let fresh = BlobCache::new(0);
         let missing = entry(vec![ids[0], Id([7; 32])], good.size);
         assert!(matches!(
-            read_message_crlf(&repo, &fresh, &missing, &mut buf),
+            read_message_crlf(&fresh, &missing, &mut buf, |id| repo.read_blob(id)),
             Err(PrepareError::Read(crate::Error::BlobNotFound(_)))
         ));
         assert_eq!(buf, kept);

@@ -29,6 +29,7 @@ use super::names::{self, Fingerprint};
 use super::prepare::{self, BlobCache, PrepareError};
 use super::{login_with_backoff, Connection, Error, Login, Pacer, Phase, Result, Span};
 use crate::id::Id;
+use crate::model::reader::{read_by_spans, SpanOptions};
 use crate::model::{
     folder_list, folder_name, folder_name_selected, folder_selected, message_selected,
     select_accounts,
@@ -984,8 +985,9 @@ fn uids_on_server(s: &mut Session, folder: &str) -> Result<Option<(u32, HashSet<
 }
 
 /// Reads, checks and converts a batch into `buf` (a buffer of an earlier batch, reused),
-/// in pack order (packs front to back), while the messages keep the folder's order.
-/// Messages that cannot be read are reported here and left out.
+/// in pack order (packs front to back) and by pack span (nearby blobs in one read, see
+/// [`crate::model::reader`]), while the messages keep the folder's order. Messages that
+/// cannot be read are reported here and left out.
 fn prepare<'p>(
     ctx: &Ctx,
     n: &Counts,
@@ -1004,9 +1006,24 @@ fn prepare<'p>(
             .map(|l| (l.pack, l.offset))
             .unwrap_or((u32::MAX, 0))
     });
+    let mut read = Vec::with_capacity(entries.len());
+    read_by_spans(
+        ctx.repo,
+        &entries,
+        entry_content,
+        // Blobs the cache holds are not read again.
+        |id| !ctx.cache.contains(id),
+        &SpanOptions::for_store(ctx.repo.store(), 0),
+        |group, fetched| {
+            for (e, _, _) in group {
+                let blob = |id: &Id| fetched.blob(id);
+                read.push(prepare::read_message_crlf(&ctx.cache, e, &mut buf, blob));
+            }
+        },
+    );
     let mut msgs = Vec::with_capacity(entries.len());
-    for (e, check, pos) in entries {
-        match prepare::read_message_crlf(ctx.repo, &ctx.cache, &e, &mut buf) {
+    for ((e, check, pos), got) in entries.into_iter().zip(read) {
+        match got {
             Ok(range) => {
                 let letters = String::from_utf8_lossy(e.flags()).into_owned();
                 let flags = maildir_to_imap(&letters, &folder.keywords).flags;
@@ -1031,6 +1048,10 @@ fn prepare<'p>(
     }
     msgs.sort_by_key(|r| r.pos);
     Prepared { folder, msgs, buf }
+}
+
+fn entry_content<C, P>(entry: &(MessageEntry, C, P)) -> &[Id] {
+    &entry.0.content
 }
 
 /// One connection of an account.

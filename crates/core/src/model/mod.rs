@@ -1,7 +1,9 @@
 //! The snapshot as people name it: which accounts, folders and messages a command's
 //! `--account`, `--folder` and `--message` pick ([`selection`]), and the names they see
-//! for folders. `ls`, the Maildir restore and the IMAP restore all select through here.
+//! for folders. `ls`, the Maildir restore and the IMAP restore all select through here, and read
+//! their messages' blobs by pack span through [`reader`].
 
+pub mod reader;
 pub mod selection;
 
 pub use selection::{
