@@ -392,7 +392,10 @@ fn unknown_location_schemes_are_refused() {
     for repo in ["maildr:/srv/repo", "sftp://host/repo"] {
         let o = e.expect_output(2, &["--repo", repo, "init"]);
         let err = String::from_utf8_lossy(&o.stderr);
-        assert!(err.contains("local:") && err.contains("s3:http"), "{repo}: {err}");
+        assert!(
+            err.contains("local:") && err.contains("s3:http"),
+            "{repo}: {err}"
+        );
     }
     // `s3:` without a server is not a directory either: the error gives the syntax.
     let o = e.expect_output(2, &["--repo", "s3:bucket/mail", "init"]);
