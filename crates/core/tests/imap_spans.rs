@@ -57,7 +57,7 @@ impl Store for DataReads {
 }
 
 /// 400 messages restored into Dovecot in batches of 40, without the blob cache (so every
-/// message's blobs are read): at most one read per data pack and batch (plus one per
+/// message's blobs are read): a few reads per data pack and batch (plus one per
 /// folder file), where reading blob by blob took one per blob (about two per message).
 #[test]
 fn an_imap_restore_reads_spans_not_blobs() {
@@ -79,8 +79,8 @@ fn an_imap_restore_reads_spans_not_blobs() {
     maildir_backup(&mut repo, &src, vec![]);
     let repo = Repository::open(store.clone(), PASSWORD).unwrap();
 
-    // The bound: batches (per folder, 40 messages each) times data packs, plus the
-    // folders' files (each read alone).
+    // What the restore needs: batches (per folder, 40 messages each), data packs, the
+    // messages' blobs and the folders' files (each read alone).
     let snap = repo.find_snapshot("latest").unwrap();
     let root: RootTree = repo.read_tree(&snap.root).unwrap();
     let (mut batches, mut files, mut blobs) = (0u64, 0u64, 0u64);
@@ -104,9 +104,12 @@ fn an_imap_restore_reads_spans_not_blobs() {
     assert!(r.failures.is_empty(), "{:?}", r.failures);
     assert_eq!(r.items_appended, 400);
     let reads = store.reads.load(Relaxed);
+    // Reading blob by blob made one read per blob; by span, a batch reads a few spans per
+    // pack (blobs more than 256 KiB apart are read apart, so the number depends on where
+    // the backup's threads put each message): at least four times fewer reads than blobs.
     assert!(
-        reads <= batches * packs + files,
-        "{reads} reads: {batches} batches, {packs} packs, {files} file blobs"
+        reads * 4 <= blobs + files,
+        "{reads} reads for {blobs} blobs: {batches} batches, {packs} packs, {files} file blobs"
     );
     assert!(
         reads * 4 < blobs,
