@@ -1396,63 +1396,16 @@ mod tests {
         use crate::backup::{backup, BackupOptions};
         use crate::crypto::KdfParams;
         use crate::model::reader::{plan, read_by_spans, SpanOptions};
-        use crate::pack::BlobKind;
         use crate::report::NoProgress;
-        use crate::store::{LocalStore, MemoryStore, Metered, ObjectInfo, Store};
+        use crate::store::{LocalStore, MemoryStore, Metered, Store};
         use crate::tree::{AccountTree, RootTree};
         use std::collections::BTreeMap;
         use std::sync::Arc;
 
-        /// Passes everything through and records the data-pack ranges read.
-        struct Recording {
-            inner: Arc<dyn Store>,
-            data_reads: Mutex<Vec<(String, u64, u64)>>,
-        }
+        use crate::testing::data_reads::DataReads;
 
-        fn recording(inner: Arc<dyn Store>) -> Arc<Recording> {
-            Arc::new(Recording {
-                inner,
-                data_reads: Mutex::new(Vec::new()),
-            })
-        }
-
-        impl Store for Recording {
-            fn put(&self, path: &str, data: &[u8]) -> Result<()> {
-                self.inner.put(path, data)
-            }
-            fn replace(&self, path: &str, data: &[u8]) -> Result<()> {
-                self.inner.replace(path, data)
-            }
-            fn get(&self, path: &str) -> Result<Vec<u8>> {
-                self.inner.get(path)
-            }
-            fn get_range(&self, path: &str, offset: u64, len: u64) -> Result<Vec<u8>> {
-                self.inner.get_range(path, offset, len)
-            }
-            fn get_pack_range(
-                &self,
-                path: &str,
-                offset: u64,
-                len: u64,
-                kind: BlobKind,
-            ) -> Result<Vec<u8>> {
-                if kind == BlobKind::Data {
-                    lock(&self.data_reads).push((path.to_string(), offset, len));
-                }
-                self.inner.get_pack_range(path, offset, len, kind)
-            }
-            fn list(&self, prefix: &str) -> Result<Vec<ObjectInfo>> {
-                self.inner.list(prefix)
-            }
-            fn delete(&self, path: &str) -> Result<()> {
-                self.inner.delete(path)
-            }
-            fn stat(&self, path: &str) -> Result<u64> {
-                self.inner.stat(path)
-            }
-            fn location(&self) -> String {
-                self.inner.location()
-            }
+        fn recording(inner: Arc<dyn Store>) -> Arc<DataReads> {
+            DataReads::new(inner)
         }
 
         /// Incompressible-ish text, different for every seed.
@@ -1618,7 +1571,7 @@ mod tests {
             let packs = repo.index().packs().len();
             assert!(spans <= packs, "{spans} spans, {packs} packs");
             assert!(blobs >= 300, "{blobs} blobs");
-            lock(&recording.data_reads).clear();
+            recording.reads().clear();
             let before = metered.counts();
             let out = t.path().join("out");
             let r = restore_to(&repo, &out, &[]);
@@ -1626,7 +1579,7 @@ mod tests {
             assert!(r.failures.is_empty(), "{:?}", r.failures);
             assert_eq!(r.items_restored, 300);
             assert_eq!(messages(&out), messages(&src), "byte-exact");
-            let data_reads = lock(&recording.data_reads).len();
+            let data_reads = recording.reads().len();
             assert_eq!(data_reads, spans, "one read per planned span");
             // Besides: the snapshot file, the root tree, the account's trees.
             assert_eq!(gets, (spans + 2 + trees) as u64, "{trees} tree blobs");
@@ -1660,8 +1613,8 @@ mod tests {
                 })
                 .collect();
             // Single reads to compare with, not recorded.
-            let plain = Repository::open(recording.inner.clone(), b"pw").unwrap();
-            lock(&recording.data_reads).clear();
+            let plain = Repository::open(recording.inner(), b"pw").unwrap();
+            recording.reads().clear();
             let mut g = 0;
             let mut written = 0;
             read_by_spans(
@@ -1671,7 +1624,7 @@ mod tests {
                 |_| true,
                 &opts,
                 |jobs, fetched| {
-                    let reads = lock(&recording.data_reads).len();
+                    let reads = recording.reads().len();
                     let limit = upto[(g + opts.ahead).min(groups.len() - 1)];
                     assert!(
                         reads <= limit,
@@ -1686,7 +1639,7 @@ mod tests {
                 },
             );
             assert_eq!((g, written), (groups.len(), contents.len()));
-            assert_eq!(lock(&recording.data_reads).len(), upto[groups.len() - 1]);
+            assert_eq!(recording.reads().len(), upto[groups.len() - 1]);
         }
 
         /// A blob that several groups need (a message in two folders) is read by the
@@ -1729,8 +1682,8 @@ mod tests {
             let twice = (again.iter()).filter(|(id, n)| uses[*id] > 1 && **n > 1);
             assert_eq!(twice.count(), 10, "without keeping, copies are read again");
             // And read so: the kept blobs open as single reads do.
-            let plain = Repository::open(recording.inner.clone(), b"pw").unwrap();
-            lock(&recording.data_reads).clear();
+            let plain = Repository::open(recording.inner(), b"pw").unwrap();
+            recording.reads().clear();
             read_by_spans(
                 &repo,
                 &contents,
@@ -1743,7 +1696,7 @@ mod tests {
                     }
                 },
             );
-            assert_eq!(lock(&recording.data_reads).len(), spans);
+            assert_eq!(recording.reads().len(), spans);
         }
 
         /// Accounts are restored together: a pack span that holds several accounts'
@@ -1761,7 +1714,7 @@ mod tests {
             let repo = backed_up_accounts(recording.clone(), &src, vec![]);
             let (spans, contents, _) = planned(&repo, &[]);
             assert_eq!(contents.len(), 300);
-            lock(&recording.data_reads).clear();
+            recording.reads().clear();
             let out = t.path().join("out");
             let r = restore_to(&repo, &out, &[]);
             assert!(r.failures.is_empty(), "{:?}", r.failures);
@@ -1774,7 +1727,7 @@ mod tests {
                     "{user}"
                 );
             }
-            let reads = lock(&recording.data_reads).len();
+            let reads = recording.reads().len();
             assert_eq!(reads, spans, "one read per planned span, for all accounts");
         }
 
@@ -1835,7 +1788,7 @@ mod tests {
             let recording = recording(Arc::new(MemoryStore::new()));
             let repo = backed_up(recording.clone(), &src);
             let (spans, contents, _) = planned(&repo, &["Sent"]);
-            lock(&recording.data_reads).clear();
+            recording.reads().clear();
             let out = t.path().join("out");
             let r = restore_to(&repo, &out, &["Sent"]);
             assert!(r.failures.is_empty(), "{:?}", r.failures);
@@ -1845,7 +1798,7 @@ mod tests {
                 .filter(|(p, _)| p.starts_with(".Sent"))
                 .collect();
             assert_eq!(messages(&out), want, "byte-exact, and nothing else");
-            let reads = lock(&recording.data_reads).clone();
+            let reads = recording.reads().clone();
             assert_eq!(reads.len(), spans, "one read per planned span");
             assert!(
                 reads.len() * 5 < 100,

@@ -5,56 +5,13 @@ mod common;
 
 use common::{fast_init, imap_restore_opts, maildir_backup, PASSWORD};
 use mailvault_core::imap::restore::restore as imap_restore;
-use mailvault_core::pack::BlobKind;
 use mailvault_core::report::NoProgress;
-use mailvault_core::store::{LocalStore, ObjectInfo, Store};
+use mailvault_core::store::LocalStore;
+use mailvault_core::testing::data_reads::DataReads;
 use mailvault_core::tree::{AccountTree, RootTree};
-use mailvault_core::{Repository, Result};
+use mailvault_core::Repository;
 use mailvault_imap::testing::DovecotServer;
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
-
-/// Passes everything through and counts the reads of data packs.
-struct DataReads {
-    inner: LocalStore,
-    reads: AtomicU64,
-}
-
-impl Store for DataReads {
-    fn put(&self, path: &str, data: &[u8]) -> Result<()> {
-        self.inner.put(path, data)
-    }
-    fn replace(&self, path: &str, data: &[u8]) -> Result<()> {
-        self.inner.replace(path, data)
-    }
-    fn get(&self, path: &str) -> Result<Vec<u8>> {
-        self.inner.get(path)
-    }
-    fn get_range(&self, path: &str, offset: u64, len: u64) -> Result<Vec<u8>> {
-        self.inner.get_range(path, offset, len)
-    }
-    fn get_pack_range(&self, path: &str, offset: u64, len: u64, kind: BlobKind) -> Result<Vec<u8>> {
-        if kind == BlobKind::Data {
-            self.reads.fetch_add(1, Relaxed);
-        }
-        self.inner.get_pack_range(path, offset, len, kind)
-    }
-    fn list(&self, prefix: &str) -> Result<Vec<ObjectInfo>> {
-        self.inner.list(prefix)
-    }
-    fn delete(&self, path: &str) -> Result<()> {
-        self.inner.delete(path)
-    }
-    fn stat(&self, path: &str) -> Result<u64> {
-        self.inner.stat(path)
-    }
-    fn location(&self) -> String {
-        self.inner.location()
-    }
-    fn flush(&self) -> Result<()> {
-        self.inner.flush()
-    }
-}
 
 /// 400 messages restored into Dovecot in batches of 40, without the blob cache (so every
 /// message's blobs are read): a few reads per data pack and batch (plus one per
@@ -71,10 +28,7 @@ fn an_imap_restore_reads_spans_not_blobs() {
         ..mailvault_corpus::CorpusSpec::preset("tiny").unwrap()
     };
     mailvault_corpus::generate(&spec, &src).unwrap();
-    let store = Arc::new(DataReads {
-        inner: LocalStore::new(dir.path().join("repo")),
-        reads: AtomicU64::new(0),
-    });
+    let store = DataReads::new(Arc::new(LocalStore::new(dir.path().join("repo"))));
     let mut repo = Repository::init(store.clone(), PASSWORD, &fast_init()).unwrap();
     maildir_backup(&mut repo, &src, vec![]);
     let repo = Repository::open(store.clone(), PASSWORD).unwrap();
@@ -96,14 +50,14 @@ fn an_imap_restore_reads_spans_not_blobs() {
         }
     }
     let packs = repo.index().packs().len() as u64;
-    store.reads.store(0, Relaxed);
+    store.reads().clear();
 
     let mut o = imap_restore_opts(&server, &dir.path().join("journal"));
     o.blob_cache_bytes = 0;
     let r = imap_restore(&repo, &o, &NoProgress).unwrap();
     assert!(r.failures.is_empty(), "{:?}", r.failures);
     assert_eq!(r.items_appended, 400);
-    let reads = store.reads.load(Relaxed);
+    let reads = store.reads().len() as u64;
     // Reading blob by blob made one read per blob; by span, a batch reads a few spans per
     // pack (blobs more than 256 KiB apart are read apart, so the number depends on where
     // the backup's threads put each message): at least four times fewer reads than blobs.

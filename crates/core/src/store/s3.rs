@@ -314,11 +314,6 @@ impl S3Store {
         Ok(S3Store { opts, s3, location })
     }
 
-    /// The options this store was made with.
-    pub fn options(&self) -> &S3Options {
-        &self.opts
-    }
-
     fn key(&self, path: &str) -> ObjPath {
         match self.opts.prefix.is_empty() {
             true => ObjPath::from(path),
