@@ -21,13 +21,12 @@
 use crate::error::{Error, Result};
 use crate::id::Id;
 use crate::maildir::{self, safe_component, safe_relative};
-use crate::model::reader::{read_by_spans, Fetched, SpanOptions};
+use crate::model::reader::{read_by_packs, Alone, Blobs, SpanOptions};
 use crate::model::{folder_selected, message_selected, no_folder_matches, select_accounts};
 use crate::repo::{lock, Repository};
 use crate::report::{per_sec, Failure, Progress};
 use crate::tree::{AccountRef, AccountTree, DirEntry, FileEntry, FolderNode, MessageEntry};
 use crate::tree::{OwnerNames, RootTree, Timestamp, NO_OWNER};
-use rayon::prelude::*;
 use rustix::fs::{Mode, OFlags};
 use rustix::io::Errno;
 use serde::Serialize;
@@ -208,6 +207,8 @@ struct Ctx<'a> {
     repo: &'a Repository,
     /// How messages' blobs are read.
     spans: SpanOptions,
+    /// Folders restored together (their directories open): see [`folder_batch`].
+    folder_batch: usize,
     /// The target directory as given, for messages.
     target: &'a Path,
     owners: OwnerMap,
@@ -255,6 +256,7 @@ pub fn restore(
     let ctx = Ctx {
         repo,
         spans: SpanOptions::for_store(repo.store(), opts.reads),
+        folder_batch: folder_batch(),
         target: &opts.target,
         owners,
         failures: Mutex::new(Vec::new()),
@@ -271,7 +273,6 @@ pub fn restore(
         .map_err(|e| {
             Error::InvalidInput(format!("cannot start {} worker threads: {e}", opts.jobs))
         })?;
-    raise_fd_limit();
     let mut folders = 0u64;
     let mut folder_matched = opts.folders.is_empty();
     if opts.messages.is_empty() {
@@ -296,7 +297,7 @@ pub fn restore(
                 .map(|f| f.entries.len() as u64)
                 .sum::<u64>();
             batch.push(plan);
-            if batch_folders >= FOLDER_BATCH || batch_messages >= ACCOUNT_BATCH_MESSAGES {
+            if batch_folders >= ctx.folder_batch || batch_messages >= ACCOUNT_BATCH_MESSAGES {
                 let plans = std::mem::take(&mut batch);
                 pool.install(|| execute_batch(&ctx, target.as_fd(), plans, false));
                 (batch_folders, batch_messages) = (0, 0);
@@ -377,17 +378,23 @@ pub fn restore(
     })
 }
 
-/// A restore holds three directories open per folder of a batch of up to
-/// [`FOLDER_BATCH`] folders (the folder, `cur/`, `new/`): the soft limit on open files
-/// goes up to the hard one, as Go programs do. If it is still too low, the folders past
-/// it are reported (too many open files), not lost silently.
-fn raise_fd_limit() {
+/// A restore holds three directories open per folder of a batch (the folder, `cur/`,
+/// `new/`): the soft limit on open files goes up to the hard one, as Go programs do, and
+/// a batch has as many folders as a third of it allows (less some for everything else),
+/// from [`MIN_FOLDER_BATCH`] to [`MAX_FOLDER_BATCH`]. Every pack span is read once per
+/// batch, so the fewer batches, the fewer reads. If the limit is still too low, the
+/// folders past it are reported (too many open files), not lost silently.
+fn folder_batch() -> usize {
     use rustix::process::{getrlimit, setrlimit, Resource};
     let mut l = getrlimit(Resource::Nofile);
     if l.current < l.maximum {
         l.current = l.maximum;
-        let _ = setrlimit(Resource::Nofile, l);
+        if setrlimit(Resource::Nofile, l).is_err() {
+            l = getrlimit(Resource::Nofile);
+        }
     }
+    let open = l.current.unwrap_or(u64::MAX).saturating_sub(256) / 3;
+    (open as usize).clamp(MIN_FOLDER_BATCH, MAX_FOLDER_BATCH)
 }
 
 fn quoted(keys: &[&String]) -> String {
@@ -529,13 +536,24 @@ struct Job<'a> {
     folder: &'a FolderDirs,
     /// The account's name, for messages.
     account: &'a str,
-    entry: MessageEntry,
-    /// A file with the same key already in the target folder: (in `new/`, its name).
-    existing: Option<(bool, Vec<u8>)>,
+    what: What,
 }
 
-/// Folders whose directories are open at once (three descriptors each).
-const FOLDER_BATCH: usize = 1000;
+/// What a job writes.
+enum What {
+    Message {
+        entry: MessageEntry,
+        /// A file with the same key already in the target folder: (in `new/`, its name).
+        existing: Option<(bool, Vec<u8>)>,
+    },
+    /// A file of the folder (`dovecot-keywords`, `dovecot-uidlist`, ...).
+    File(FileEntry),
+}
+
+/// Folders whose directories are open at once (three descriptors each): see
+/// [`folder_batch`].
+const MIN_FOLDER_BATCH: usize = 100;
+const MAX_FOLDER_BATCH: usize = 20_000;
 
 /// Directories whose recorded owner and mode are set once their content is in: by
 /// their path below the target (components).
@@ -543,7 +561,7 @@ type DirAttrs = BTreeMap<Vec<Vec<u8>>, DirEntry>;
 
 /// Accounts restored together hold at most this many messages (their plans are in
 /// memory), unless one account alone has more.
-const ACCOUNT_BATCH_MESSAGES: u64 = 50_000;
+const ACCOUNT_BATCH_MESSAGES: u64 = 200_000;
 
 /// An account of a batch: where it goes below the target and the directories whose
 /// owner and mode are set once its content is in.
@@ -588,7 +606,8 @@ fn execute_batch(ctx: &Ctx, target: BorrowedFd, plans: Vec<AccountPlan>, single:
     }
     // Folders in batches, each with its directories open while its messages are written.
     while !rest.is_empty() {
-        let batch: Vec<(usize, FolderPlan)> = rest.drain(..rest.len().min(FOLDER_BATCH)).collect();
+        let batch: Vec<(usize, FolderPlan)> =
+            rest.drain(..rest.len().min(ctx.folder_batch)).collect();
         let mut acc_dirs: HashMap<usize, OwnedFd> = HashMap::new();
         let mut dirs = Vec::new();
         let mut jobs_of = Vec::new();
@@ -650,53 +669,57 @@ fn execute_batch(ctx: &Ctx, target: BorrowedFd, plans: Vec<AccountPlan>, single:
             if single {
                 keywords_for(ctx, folder, &fp.node, &mut fp.entries);
                 if let Some(f) = fp.node.files.iter().find(|f| f.name == b"maildirfolder") {
-                    restore_file(ctx, folder, f);
+                    restore_file(ctx, folder, f, &Alone(ctx.repo));
                 }
             } else {
-                // An IMAP backup's sync state is for the next IMAP backup, not for a Maildir.
-                for f in (fp.node.files.iter()).filter(|f| f.name != crate::imap::names::STATE_FILE)
+                // Read with the messages, from the same spans. An IMAP backup's sync state
+                // is for the next IMAP backup, not for a Maildir.
+                let files = std::mem::take(&mut fp.node.files);
+                for f in files
+                    .into_iter()
+                    .filter(|f| f.name != crate::imap::names::STATE_FILE)
                 {
-                    restore_file(ctx, folder, f);
+                    jobs.push(Job {
+                        folder,
+                        account: &accs[*a].acc.name,
+                        what: What::File(f),
+                    });
                 }
             }
             let existing = existing_keys(ctx, folder);
-            for entry in fp.entries {
+            for mut entry in fp.entries {
                 let existing = existing.get(&entry.key).cloned();
+                // Kept for `ls`, not needed here: a batch holds many messages.
+                (entry.from, entry.subject) = (String::new(), String::new());
                 jobs.push(Job {
                     folder,
                     account: &accs[*a].acc.name,
-                    entry,
-                    existing,
+                    what: What::Message { entry, existing },
                 });
             }
         }
-        ctx.progress
-            .add_total(jobs.len() as u64, jobs.iter().map(|j| j.entry.size).sum());
-        // Read packs front to back: order by the location of each message's first blob.
-        let index = ctx.repo.index();
-        jobs.sort_by_cached_key(|j| {
-            j.entry
-                .content
-                .first()
-                .and_then(|id| index.get(id))
-                .map(|l| (l.pack, l.offset))
-                .unwrap_or((u32::MAX, 0))
+        let messages = jobs.iter().filter_map(|j| match &j.what {
+            What::Message { entry, .. } => Some(entry.size),
+            What::File(_) => None,
         });
-        // Then read by pack span, each group of messages written once its spans are in.
-        read_by_spans(
+        let (n, bytes) = messages.fold((0, 0), |(n, b), size| (n + 1, b + size));
+        ctx.progress.add_total(n, bytes);
+        // Each pack span read once, front to back; a message is written as soon as the
+        // last span holding its blobs is in.
+        read_by_packs(
             ctx.repo,
             &jobs,
             job_content,
-            |_| true,
             &ctx.spans,
-            |group, fetched| {
-                group.par_iter().for_each(|j| {
-                    if let Err(e) = restore_message(ctx, j, fetched) {
-                        let item = j.folder.shown(Some(j.entry.new), &j.entry.name);
+            |j, blobs| match &j.what {
+                What::File(f) => restore_file(ctx, j.folder, f, blobs),
+                What::Message { entry, existing } => {
+                    if let Err(e) = restore_message(ctx, j.folder, entry, existing, blobs) {
+                        let item = j.folder.shown(Some(entry.new), &entry.name);
                         ctx.fail_items(format!("{} ({})", item.display(), j.account), e, 1);
                     }
-                    ctx.progress.advance(1, j.entry.size);
-                })
+                    ctx.progress.advance(1, entry.size);
+                }
             },
         );
         drop(jobs);
@@ -708,7 +731,10 @@ fn execute_batch(ctx: &Ctx, target: BorrowedFd, plans: Vec<AccountPlan>, single:
 }
 
 fn job_content<'a>(j: &'a Job) -> &'a [Id] {
-    &j.entry.content
+    match &j.what {
+        What::Message { entry, .. } => &entry.content,
+        What::File(f) => &f.content,
+    }
 }
 
 /// Opens (creating what is missing) the directories `parts` below `base`, none of them
@@ -907,14 +933,19 @@ fn assemble_by(
     Ok(data)
 }
 
-fn restore_message(ctx: &Ctx, j: &Job, fetched: &Fetched) -> Result<()> {
-    let e = &j.entry;
+fn restore_message(
+    ctx: &Ctx,
+    folder: &FolderDirs,
+    e: &MessageEntry,
+    existing: &Option<(bool, Vec<u8>)>,
+    blobs: &dyn Blobs,
+) -> Result<()> {
     let data = assemble_by(ctx.repo, &e.content, e.size, Some(&e.hash), |id| {
-        fetched.blob_unverified(id)
+        blobs.blob_unverified(id)
     })?;
-    if let Some((new, name)) = &j.existing {
-        let shown = j.folder.shown(Some(*new), name);
-        return match read_at(j.folder.sub(*new).as_fd(), name) {
+    if let Some((new, name)) = existing {
+        let shown = folder.shown(Some(*new), name);
+        return match read_at(folder.sub(*new).as_fd(), name) {
             Ok(have) if have == data => {
                 ctx.unchanged.fetch_add(1, Relaxed);
                 Ok(())
@@ -927,7 +958,7 @@ fn restore_message(ctx: &Ctx, j: &Job, fetched: &Fetched) -> Result<()> {
         };
     }
     write_new_file(
-        j.folder,
+        folder,
         Some(e.new),
         &e.name,
         &data,
@@ -1120,13 +1151,13 @@ fn rename_noreplace(
 
 /// Restores a folder file; one already there with the same bytes is left, one with other
 /// bytes is reported and kept.
-fn restore_file(ctx: &Ctx, folder: &FolderDirs, f: &FileEntry) {
+fn restore_file(ctx: &Ctx, folder: &FolderDirs, f: &FileEntry, blobs: &dyn Blobs) {
     let item = folder.shown(None, &f.name).display().to_string();
     if !safe_component(&f.name) {
         ctx.fail(item, "unsafe file name in snapshot; skipped");
         return;
     }
-    let data = match assemble(ctx.repo, &f.content, f.size, None) {
+    let data = match assemble_by(ctx.repo, &f.content, f.size, None, |id| blobs.blob(id)) {
         Ok(d) => d,
         Err(e) => return ctx.fail(item, e),
     };
@@ -1176,7 +1207,9 @@ fn keywords_for(ctx: &Ctx, folder: &FolderDirs, node: &FolderNode, entries: &mut
     let item = folder.shown(None, KEYWORDS).display().to_string();
     let theirs = match read_at(folder.dir.as_fd(), KEYWORDS) {
         Ok(d) => d,
-        Err(e) if e.kind() == ErrorKind::NotFound => return restore_file(ctx, folder, file),
+        Err(e) if e.kind() == ErrorKind::NotFound => {
+            return restore_file(ctx, folder, file, &Alone(ctx.repo))
+        }
         Err(e) => return ctx.fail(item, e),
     };
     let ours = match assemble(ctx.repo, &file.content, file.size, None) {
@@ -1395,7 +1428,7 @@ mod tests {
         use super::super::*;
         use crate::backup::{backup, BackupOptions};
         use crate::crypto::KdfParams;
-        use crate::model::reader::{plan, read_by_spans, SpanOptions};
+        use crate::model::reader::{plan, read_by_packs, read_by_spans, PackPlan, SpanOptions};
         use crate::report::NoProgress;
         use crate::store::{LocalStore, MemoryStore, Metered, Store};
         use crate::tree::{AccountTree, RootTree};
@@ -1438,6 +1471,8 @@ mod tests {
                 for sub in ["cur", "new", "tmp"] {
                     fs::create_dir_all(root.join(folder).join(sub)).unwrap();
                 }
+                let uidlist = format!("3 V{base} N{}\n", n + 1);
+                fs::write(root.join(folder).join("dovecot-uidlist"), uidlist).unwrap();
                 for i in 0..n {
                     let seed = base
                         + if f == 2 && i % 10 == 0 {
@@ -1453,10 +1488,15 @@ mod tests {
             }
         }
 
-        /// Every file below `cur/` and `new/` of every folder, by path.
+        /// Every file below `cur/` and `new/` of every folder, and its `dovecot-uidlist`,
+        /// by path.
         fn messages(root: &Path) -> BTreeMap<PathBuf, Vec<u8>> {
             let mut out = BTreeMap::new();
             for folder in ["", ".Sent", ".Archive"] {
+                let uidlist = Path::new(folder).join("dovecot-uidlist");
+                if let Ok(data) = fs::read(root.join(&uidlist)) {
+                    out.insert(uidlist, data);
+                }
                 for sub in ["cur", "new"] {
                     let dir = root.join(folder).join(sub);
                     for e in fs::read_dir(&dir).into_iter().flatten() {
@@ -1510,14 +1550,13 @@ mod tests {
             Repository::open(store, b"pw").unwrap()
         }
 
-        /// The spans the restore of the messages of `folders` (all: empty) plans, when
-        /// they fit in one group (then the order of the messages does not matter).
-        /// Also the number of tree blobs the restore reads (the account's tree and its
-        /// folders' chunks, two blobs each).
+        /// The spans the restore of the messages of `folders` (all: empty) reads, each
+        /// once. Also the number of tree blobs the restore reads (the account's tree and
+        /// its folders' chunks, two blobs each).
         fn planned(repo: &Repository, folders: &[&str]) -> (usize, Vec<Vec<Id>>, usize) {
             let snap = repo.find_snapshot("latest").unwrap();
             let root: RootTree = repo.read_tree(&snap.root).unwrap();
-            let mut contents = Vec::new();
+            let (mut contents, mut files) = (Vec::new(), Vec::new());
             let mut trees = 0;
             for acc in &root.accounts {
                 let acc: AccountTree = repo.read_tree(&acc.tree).unwrap();
@@ -1531,17 +1570,27 @@ mod tests {
                         let entries = repo.read_chunk(c).unwrap();
                         contents.extend(entries.into_iter().map(|e| e.content));
                     }
+                    files.extend(node.files.iter().map(|f| f.content.clone()));
                 }
             }
-            let groups = plan(
-                repo.index(),
-                &contents,
-                |c| c,
-                |_| true,
-                &SpanOptions::default(),
-            );
-            assert_eq!(groups.len(), 1, "the test's messages fit in one group");
-            (groups[0].spans.len(), contents, trees)
+            // The folder files are read from the same spans.
+            let all: Vec<Vec<Id>> = contents.iter().chain(&files).cloned().collect();
+            let plan = PackPlan::new(repo.index(), &all, |c| c, &SpanOptions::default());
+            (plan.spans.len(), contents, trees)
+        }
+
+        /// No byte of a pack was read twice.
+        fn read_once(reads: &[(String, u64, u64)]) {
+            let mut r = reads.to_vec();
+            r.sort();
+            for w in r.windows(2) {
+                assert!(
+                    w[0].0 != w[1].0 || w[0].1 + w[0].2 <= w[1].1,
+                    "read twice: {:?} and {:?}",
+                    w[0],
+                    w[1]
+                );
+            }
         }
 
         fn restore_to(repo: &Repository, target: &Path, folders: &[&str]) -> RestoreReport {
@@ -1581,6 +1630,7 @@ mod tests {
             assert_eq!(messages(&out), messages(&src), "byte-exact");
             let data_reads = recording.reads().len();
             assert_eq!(data_reads, spans, "one read per planned span");
+            read_once(&recording.reads());
             // Besides: the snapshot file, the root tree, the account's trees.
             assert_eq!(gets, (spans + 2 + trees) as u64, "{trees} tree blobs");
             assert!(gets * 5 < 300, "{gets} GETs for 300 messages");
@@ -1699,6 +1749,87 @@ mod tests {
             assert_eq!(recording.reads().len(), spans);
         }
 
+        /// Reading by packs: every span is read once whatever the order of the jobs,
+        /// each job is delivered once, after the last span holding its blobs, and every
+        /// blob opens as a single read opens it, whether its job got it from the span
+        /// being delivered or from the spool (in memory, or on disk past the budget).
+        #[test]
+        fn packs_are_read_once_in_any_job_order() {
+            let t = tempfile::tempdir().unwrap();
+            let src = t.path().join("src");
+            // 150 deliveries of 50 messages: three copies of each body, each with its own
+            // trace prefix (two blobs a message; the body's blob shared by three).
+            for sub in ["cur", "new", "tmp"] {
+                fs::create_dir_all(src.join(sub)).unwrap();
+            }
+            for i in 0..150u64 {
+                let mut m = format!(
+                    "Received: from h{i} by mx; Tue, 1 Sep 2020 00:00:00 +0000\n\
+                     From: a@example.org\nSubject: {}\n\n",
+                    i % 50
+                )
+                .into_bytes();
+                m.extend(body(i % 50, 3000));
+                let name = format!("{}.M{i}.host:2,S", 1_600_000_000 + i);
+                fs::write(src.join("cur").join(name), m).unwrap();
+            }
+            let recording = recording(Arc::new(MemoryStore::new()));
+            let repo = backed_up(recording.clone(), &src);
+            let (_, mut contents, _) = planned(&repo, &[]);
+            assert!(contents.iter().all(|c| c.len() == 2), "prefix and body");
+            // Far from pack order: reversed, then every other one first.
+            contents.reverse();
+            let (even, odd): (Vec<_>, Vec<_>) = contents
+                .into_iter()
+                .enumerate()
+                .partition(|(i, _)| i % 2 == 0);
+            let contents: Vec<Vec<Id>> = even.into_iter().chain(odd).map(|(_, c)| c).collect();
+            let plain = Repository::open(recording.inner(), b"pw").unwrap();
+            // One blob per span (no merging): every two-blob message needs two spans.
+            for keep_bytes in [64 << 20, 0] {
+                let opts = SpanOptions {
+                    gap: 0,
+                    max_span: 1,
+                    keep_bytes,
+                    readers: 3,
+                    ahead: 1,
+                    ..Default::default()
+                };
+                let plan = PackPlan::new(repo.index(), &contents, |c| c, &opts);
+                let split = contents.iter().filter(|c| {
+                    let spans: std::collections::HashSet<_> = c
+                        .iter()
+                        .map(|id| repo.index().get(id).unwrap().offset)
+                        .collect();
+                    spans.len() > 1
+                });
+                assert_eq!(split.count(), 150, "every message over two spans");
+                recording.reads().clear();
+                let delivered: Vec<AtomicU64> =
+                    (0..contents.len()).map(|_| AtomicU64::new(0)).collect();
+                let pos = |c: &Vec<Id>| (contents.iter()).position(|x| std::ptr::eq(x, c)).unwrap();
+                read_by_packs(
+                    &repo,
+                    &contents,
+                    |c| c,
+                    &opts,
+                    |c, blobs| {
+                        delivered[pos(c)].fetch_add(1, Relaxed);
+                        for id in c {
+                            assert_eq!(blobs.blob(id).unwrap(), plain.read_blob(id).unwrap());
+                        }
+                    },
+                );
+                assert!(
+                    delivered.iter().all(|n| n.load(Relaxed) == 1),
+                    "each job once"
+                );
+                let reads = recording.reads().clone();
+                assert_eq!(reads.len(), plan.spans.len(), "keep_bytes {keep_bytes}");
+                read_once(&reads);
+            }
+        }
+
         /// Accounts are restored together: a pack span that holds several accounts'
         /// messages is read once, not once per account.
         #[test]
@@ -1729,6 +1860,7 @@ mod tests {
             }
             let reads = recording.reads().len();
             assert_eq!(reads, spans, "one read per planned span, for all accounts");
+            read_once(&recording.reads());
         }
 
         /// An account whose tree cannot be read stops the restore with its error, after
@@ -1769,8 +1901,8 @@ mod tests {
             let ann = Path::new("example.org/ann/Maildir");
             assert_eq!(
                 messages(&out.join(ann)).len(),
-                15,
-                "ann's messages restored"
+                15 + 3,
+                "ann's messages (and folder files) restored"
             );
             assert!(
                 messages(&out.join(ann)) == messages(&src.join(ann)),

@@ -29,7 +29,7 @@ use super::names::{self, Fingerprint};
 use super::prepare::{self, BlobCache, PrepareError};
 use super::{login_with_backoff, Connection, Error, Login, Pacer, Phase, Result, Span};
 use crate::id::Id;
-use crate::model::reader::{read_by_spans, SpanOptions};
+use crate::model::reader::{read_by_spans, Blobs, SpanOptions};
 use crate::model::{
     folder_list, folder_name, folder_name_selected, folder_selected, message_selected,
     select_accounts,

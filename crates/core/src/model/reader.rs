@@ -27,6 +27,7 @@ use crate::id::Id;
 use crate::index::Index;
 use crate::pack::{self, BlobKind};
 use crate::repo::{lock, Repository};
+use std::borrow::Cow;
 use std::collections::HashMap;
 use std::ops::Range;
 use std::sync::{Condvar, Mutex};
@@ -229,14 +230,27 @@ fn spans_of<J>(
             }
         }
     }
-    blobs.sort_by_key(|(_, l)| (l.pack, l.offset));
-    let mut group = Group {
+    let (spans, blobs) = merge(blobs, opts);
+    Group {
         jobs: range,
+        spans,
+        blobs,
         ..Default::default()
-    };
+    }
+}
+
+/// Spans over `blobs` (each once): per pack, by offset, neighbours at most
+/// [`SpanOptions::gap`] apart merged up to [`SpanOptions::max_span`]; and where each blob is.
+fn merge(
+    mut blobs: Vec<(Id, crate::index::Location)>,
+    opts: &SpanOptions,
+) -> (Vec<Span>, HashMap<Id, BlobAt>) {
+    blobs.sort_by_key(|(_, l)| (l.pack, l.offset));
+    let mut spans: Vec<Span> = Vec::new();
+    let mut at = HashMap::with_capacity(blobs.len());
     for (id, loc) in blobs {
         let (s, e) = (u64::from(loc.offset), end_of(&loc));
-        let merged = match group.spans.last_mut() {
+        let merged = match spans.last_mut() {
             Some(sp)
                 if sp.pack == loc.pack
                     && s <= sp.offset + sp.len + opts.gap
@@ -248,24 +262,51 @@ fn spans_of<J>(
             _ => false,
         };
         if !merged {
-            group.spans.push(Span {
+            spans.push(Span {
                 pack: loc.pack,
                 kind: loc.kind,
                 offset: s,
                 len: e - s,
             });
         }
-        let span = group.spans.len() - 1;
-        group.blobs.insert(
+        let span = spans.len() - 1;
+        at.insert(
             id,
             BlobAt {
                 span,
-                offset: (s - group.spans[span].offset) as usize,
+                offset: (s - spans[span].offset) as usize,
                 len: loc.stored_len as usize,
             },
         );
     }
-    group
+    (spans, at)
+}
+
+/// Where a caller gets the sealed blobs it opens: the spans read for it, blobs kept from
+/// earlier reads, or (neither) a read of the blob alone, so that its error is the one a
+/// single read gives, naming the blob and its pack.
+pub trait Blobs {
+    fn repo(&self) -> &Repository;
+
+    /// The blob's sealed bytes, if already read.
+    fn sealed(&self, id: &Id) -> Option<Cow<'_, [u8]>>;
+
+    /// Opens blob `id` as [`Repository::read_blob`] does.
+    fn blob(&self, id: &Id) -> Result<Vec<u8>> {
+        match self.sealed(id) {
+            Some(sealed) => self.repo().open_sealed(id, sealed.into_owned(), true),
+            None => self.repo().read_blob(id),
+        }
+    }
+
+    /// [`Self::blob`] without hashing a format-1 blob against its id, as
+    /// [`Repository::read_blob_unverified`] (for callers that check a whole message).
+    fn blob_unverified(&self, id: &Id) -> Result<Vec<u8>> {
+        match self.sealed(id) {
+            Some(sealed) => self.repo().open_sealed(id, sealed.into_owned(), false),
+            None => self.repo().read_blob_unverified(id),
+        }
+    }
 }
 
 /// A group's spans as read, and the blobs kept from earlier groups, for opening its blobs.
@@ -276,26 +317,18 @@ pub struct Fetched<'a> {
     kept: &'a HashMap<Id, Vec<u8>>,
 }
 
+impl Blobs for Fetched<'_> {
+    fn repo(&self) -> &Repository {
+        self.repo
+    }
+
+    fn sealed(&self, id: &Id) -> Option<Cow<'_, [u8]>> {
+        self.slice(id).map(Cow::Borrowed)
+    }
+}
+
 impl Fetched<'_> {
-    /// Opens blob `id` from the group's spans as [`Repository::read_blob`] does, or reads
-    /// it alone when no span holds it or its span could not be read.
-    pub fn blob(&self, id: &Id) -> Result<Vec<u8>> {
-        match self.sealed(id) {
-            Some(sealed) => self.repo.open_sealed(id, sealed.to_vec(), true),
-            None => self.repo.read_blob(id),
-        }
-    }
-
-    /// [`Self::blob`] without hashing a format-1 blob against its id, as
-    /// [`Repository::read_blob_unverified`] (for callers that check a whole message).
-    pub fn blob_unverified(&self, id: &Id) -> Result<Vec<u8>> {
-        match self.sealed(id) {
-            Some(sealed) => self.repo.open_sealed(id, sealed.to_vec(), false),
-            None => self.repo.read_blob_unverified(id),
-        }
-    }
-
-    fn sealed(&self, id: &Id) -> Option<&[u8]> {
+    fn slice(&self, id: &Id) -> Option<&[u8]> {
         let Some(at) = self.group.blobs.get(id) else {
             return self.kept.get(id).map(Vec::as_slice);
         };
@@ -404,7 +437,7 @@ pub fn read_by_spans<J>(
             };
             write(&jobs[group.jobs.clone()], &fetched);
             let keep: Vec<(Id, Vec<u8>)> = (group.keep.iter())
-                .filter_map(|id| Some((*id, fetched.sealed(id)?.to_vec())))
+                .filter_map(|id| Some((*id, fetched.slice(id)?.to_vec())))
                 .collect();
             drop(fetched);
             kept.extend(keep);
@@ -415,6 +448,347 @@ pub fn read_by_spans<J>(
             ready.notify_all();
         }
     });
+}
+
+/// The plan of a restore that reads each pack once, front to back: every blob the jobs
+/// need, once, in spans over the packs (see [`read_by_packs`]).
+pub struct PackPlan {
+    /// Ordered by pack, then offset.
+    pub spans: Vec<Span>,
+    blobs: HashMap<Id, BlobAt>,
+    /// Per span, the jobs that need a blob of it (each once).
+    users: Vec<Vec<u32>>,
+    /// Per job, how many spans hold its blobs.
+    spans_of_job: Vec<u32>,
+}
+
+impl PackPlan {
+    /// Plans the spans of `jobs`' blobs; blobs not in the index are left to single reads.
+    pub fn new<J>(
+        index: &Index,
+        jobs: &[J],
+        content: impl Fn(&J) -> &[Id],
+        opts: &SpanOptions,
+    ) -> PackPlan {
+        let mut blobs: Vec<(Id, crate::index::Location)> = Vec::new();
+        let mut seen: std::collections::HashSet<Id> = Default::default();
+        for job in jobs {
+            for id in content(job) {
+                if let Some(loc) = index.get(id) {
+                    if seen.insert(*id) {
+                        blobs.push((*id, *loc));
+                    }
+                }
+            }
+        }
+        drop(seen);
+        let (spans, blobs) = merge(blobs, opts);
+        let mut users = vec![Vec::new(); spans.len()];
+        let mut spans_of_job = Vec::with_capacity(jobs.len());
+        for (j, job) in jobs.iter().enumerate() {
+            let mut mine: Vec<usize> = content(job)
+                .iter()
+                .filter_map(|id| Some(blobs.get(id)?.span))
+                .collect();
+            mine.sort_unstable();
+            mine.dedup();
+            for &s in &mine {
+                users[s].push(j as u32);
+            }
+            spans_of_job.push(mine.len() as u32);
+        }
+        PackPlan {
+            spans,
+            blobs,
+            users,
+            spans_of_job,
+        }
+    }
+
+    /// Bytes the spans read.
+    pub fn bytes(&self) -> u64 {
+        self.spans.iter().map(|s| s.len).sum()
+    }
+}
+
+/// Reads the spans of `jobs`' blobs, each once, in pack order, and calls `deliver` for
+/// each job once the last span holding its blobs is in (in parallel, on the current rayon
+/// pool), so jobs complete in the order their packs are read, not in list order.
+///
+/// This is restic's restorer's way, for targets where jobs are independent files (a
+/// Maildir restore): every pack range is fetched once, one request per span, whatever the
+/// order of the messages. A job whose blobs lie in several spans (a message whose body is
+/// deduplicated against a far earlier copy) gets the blobs of its earlier spans from a
+/// spool: sealed bytes, kept from their span until the last job that needs them is
+/// delivered, in memory up to [`SpanOptions::keep_bytes`] and past that in a temporary
+/// file (sealed bytes are ciphertext: nothing readable reaches the disk). A blob the spool
+/// could not keep (the disk full) is read alone when its job is delivered.
+///
+/// Memory: [`SpanOptions::readers`] reads in flight, [`SpanOptions::ahead`] spans read and
+/// waiting, the span being delivered, and the spool's memory part. IMAP restores, which
+/// append in order, read by [`read_by_spans`] instead.
+pub fn read_by_packs<J: Sync>(
+    repo: &Repository,
+    jobs: &[J],
+    content: impl Fn(&J) -> &[Id] + Sync,
+    opts: &SpanOptions,
+    deliver: impl Fn(&J, &dyn Blobs) + Sync,
+) {
+    use rayon::prelude::*;
+    let index = repo.index();
+    let plan = PackPlan::new(index, jobs, &content, opts);
+    let spool = Spool::new(opts.keep_bytes);
+    let distinct = |j: usize| {
+        let mut ids = content(&jobs[j]).to_vec();
+        ids.sort_unstable();
+        ids.dedup();
+        ids
+    };
+    // Jobs that need no span (no content, or blobs the index lacks: read alone).
+    let none: Vec<usize> = (0..jobs.len())
+        .filter(|&j| plan.spans_of_job[j] == 0)
+        .collect();
+    none.par_iter().for_each(|&j| {
+        deliver(
+            &jobs[j],
+            &InSpan {
+                repo,
+                plan: &plan,
+                span: usize::MAX,
+                bytes: None,
+                spool: &spool,
+            },
+        )
+    });
+    if plan.spans.is_empty() {
+        return;
+    }
+    let mut remaining = plan.spans_of_job.clone();
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let (tx, rx) = crossbeam_channel::bounded::<(usize, Result<Vec<u8>>)>(opts.ahead.max(1));
+    std::thread::scope(|scope| {
+        let readers = opts.readers.clamp(1, plan.spans.len());
+        for _ in 0..readers {
+            let tx = tx.clone();
+            let (plan, next) = (&plan, &next);
+            scope.spawn(move || loop {
+                let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                let Some(s) = plan.spans.get(i) else {
+                    return;
+                };
+                let path = pack::pack_path(&index.pack_id(s.pack));
+                let got = repo.store().get_pack_range(&path, s.offset, s.len, s.kind);
+                // The receiver is gone when the writer stopped (or unwound): stop too.
+                if tx.send((i, got)).is_err() {
+                    return;
+                }
+            });
+        }
+        drop(tx);
+        for (s, got) in rx.iter() {
+            let bytes = got.ok();
+            let sealed = |id: &Id| {
+                let at = plan.blobs.get(id)?;
+                bytes.as_ref()?.get(at.offset..at.offset + at.len)
+            };
+            // Blobs of this span that jobs completing later need go to the spool.
+            for &j in &plan.users[s] {
+                if remaining[j as usize] > 1 {
+                    for id in distinct(j as usize) {
+                        if plan.blobs.get(&id).is_some_and(|at| at.span == s) {
+                            spool.need(&id, sealed(&id));
+                        }
+                    }
+                }
+            }
+            let done: Vec<usize> = plan.users[s]
+                .iter()
+                .map(|&j| j as usize)
+                .filter(|&j| remaining[j] == 1)
+                .collect();
+            for &j in &plan.users[s] {
+                remaining[j as usize] -= 1;
+            }
+            let here = InSpan {
+                repo,
+                plan: &plan,
+                span: s,
+                bytes: bytes.as_deref(),
+                spool: &spool,
+            };
+            done.par_iter().for_each(|&j| {
+                deliver(&jobs[j], &here);
+                for id in distinct(j) {
+                    if plan.blobs.get(&id).is_some_and(|at| at.span != s) {
+                        spool.release(&id);
+                    }
+                }
+            });
+        }
+    });
+    tracing::debug!(
+        jobs = jobs.len(),
+        spans = plan.spans.len(),
+        bytes = plan.bytes(),
+        spilled = lock(&spool.inner).end,
+        "read by packs"
+    );
+}
+
+/// Every blob read alone (a restore of single messages, whose few blobs are not worth a
+/// plan).
+pub struct Alone<'a>(pub &'a Repository);
+
+impl Blobs for Alone<'_> {
+    fn repo(&self) -> &Repository {
+        self.0
+    }
+
+    fn sealed(&self, _: &Id) -> Option<Cow<'_, [u8]>> {
+        None
+    }
+}
+
+/// A span being delivered, and the spool, as [`Blobs`].
+struct InSpan<'a> {
+    repo: &'a Repository,
+    plan: &'a PackPlan,
+    span: usize,
+    /// The span's bytes (`None`: it could not be read, or there is none).
+    bytes: Option<&'a [u8]>,
+    spool: &'a Spool,
+}
+
+impl Blobs for InSpan<'_> {
+    fn repo(&self) -> &Repository {
+        self.repo
+    }
+
+    fn sealed(&self, id: &Id) -> Option<Cow<'_, [u8]>> {
+        let at = self.plan.blobs.get(id)?;
+        if at.span == self.span {
+            return self
+                .bytes?
+                .get(at.offset..at.offset + at.len)
+                .map(Cow::Borrowed);
+        }
+        self.spool.get(id).map(Cow::Owned)
+    }
+}
+
+/// Sealed blobs kept between the span that read them and the last job that needs them:
+/// counted per job, in memory up to a budget, then appended to one unnamed temporary file
+/// (one inode, however many blobs: a file per blob made the file system's inode
+/// allocation the restore's bottleneck; unnamed, it is gone with the process, killed or
+/// not). Its space is not reused: it grows to what was spilled, at most the restore's size.
+struct Spool {
+    budget: u64,
+    inner: Mutex<SpoolInner>,
+    /// Created on the first spill; `None` inside: it could not be (blobs are read again).
+    file: std::sync::OnceLock<Option<std::fs::File>>,
+}
+
+#[derive(Default)]
+struct SpoolInner {
+    blobs: HashMap<Id, Spooled>,
+    memory: u64,
+    /// The end of the file.
+    end: u64,
+}
+
+struct Spooled {
+    /// Jobs still to be delivered that need it.
+    refs: u32,
+    held: Held,
+}
+
+enum Held {
+    Memory(Vec<u8>),
+    /// Offset and length in the file.
+    Disk(u64, usize),
+    /// Not kept (the span was not read, or the disk refused it): read alone.
+    Nowhere,
+}
+
+impl Spool {
+    fn new(budget: u64) -> Spool {
+        Spool {
+            budget,
+            inner: Mutex::new(SpoolInner::default()),
+            file: std::sync::OnceLock::new(),
+        }
+    }
+
+    fn file(&self) -> Option<&std::fs::File> {
+        self.file
+            .get_or_init(|| match tempfile::tempfile() {
+                Ok(f) => Some(f),
+                Err(e) => {
+                    tracing::warn!("restore spool: cannot create a temporary file: {e}");
+                    None
+                }
+            })
+            .as_ref()
+    }
+
+    /// One more job needs blob `id` later; `sealed`: its bytes from the span just read.
+    fn need(&self, id: &Id, sealed: Option<&[u8]>) {
+        use std::os::unix::fs::FileExt;
+        let mut st = lock(&self.inner);
+        if let Some(b) = st.blobs.get_mut(id) {
+            b.refs += 1;
+            return;
+        }
+        let held = match sealed {
+            None => Held::Nowhere,
+            Some(b) if st.memory + b.len() as u64 <= self.budget => {
+                st.memory += b.len() as u64;
+                Held::Memory(b.to_vec())
+            }
+            Some(b) => match self.file().map(|f| f.write_all_at(b, st.end)) {
+                Some(Ok(())) => {
+                    st.end += b.len() as u64;
+                    Held::Disk(st.end - b.len() as u64, b.len())
+                }
+                Some(Err(e)) => {
+                    tracing::warn!("restore spool: cannot write: {e}");
+                    Held::Nowhere
+                }
+                None => Held::Nowhere,
+            },
+        };
+        st.blobs.insert(*id, Spooled { refs: 1, held });
+    }
+
+    fn get(&self, id: &Id) -> Option<Vec<u8>> {
+        use std::os::unix::fs::FileExt;
+        let (offset, len) = match &lock(&self.inner).blobs.get(id)?.held {
+            Held::Memory(b) => return Some(b.clone()),
+            Held::Disk(offset, len) => (*offset, *len),
+            Held::Nowhere => return None,
+        };
+        // Outside the lock: written before it was listed, and never overwritten.
+        let mut buf = vec![0; len];
+        self.file()?.read_exact_at(&mut buf, offset).ok()?;
+        Some(buf)
+    }
+
+    fn release(&self, id: &Id) {
+        let mut st = lock(&self.inner);
+        let Some(b) = st.blobs.get_mut(id) else {
+            return;
+        };
+        b.refs -= 1;
+        if b.refs == 0 {
+            if let Some(Spooled {
+                held: Held::Memory(m),
+                ..
+            }) = st.blobs.remove(id)
+            {
+                st.memory -= m.len() as u64;
+            }
+        }
+    }
 }
 
 #[cfg(test)]
