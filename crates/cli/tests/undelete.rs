@@ -463,3 +463,19 @@ fn undelete_into_dovecot_appends_the_deleted_ones_once() {
     assert_eq!(v["restore"]["items_journaled"], 5, "{v}");
     assert_eq!(server_state(&server), want);
 }
+
+/// The same on object storage (the test MinIO): the listing and a Maildir undelete.
+#[test]
+fn undelete_from_s3() {
+    let h = history(Env::s3("undelete"));
+    assert_eq!(h.listed(&[]), h.expected(&[0, 1, 2, 3, 4], 0));
+    let target = h.e.path("t");
+    let v = h.undelete(0, &target, &[]);
+    assert_eq!(v["restore"]["items_restored"], 5, "{v}");
+    let want: BTreeMap<String, (Vec<u8>, i64)> = h
+        .deleted
+        .iter()
+        .map(|(m, _, _)| (relative(m, m.dir), (m.data.clone(), m.mtime)))
+        .collect();
+    assert_eq!(messages(&target), want);
+}
