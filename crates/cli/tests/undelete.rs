@@ -285,7 +285,10 @@ fn ls_deleted_lists_exactly_the_deleted_messages() {
     ] {
         assert!(line.contains(part), "{part:?} not in {line:?}");
     }
-    assert!(out.contains("5 messages deleted"), "{out}");
+    assert!(
+        out.contains(&format!("deleted from {ACCOUNT}: 5 messages")),
+        "{out}"
+    );
 
     // No snapshot argument with --deleted; an unknown account is an error naming it.
     h.e.expect(2, &["ls", "latest", "--deleted", "--account", ACCOUNT]);

@@ -120,9 +120,9 @@ pub fn print_deleted(d: &Deleted) {
 /// What the list was found against.
 pub fn deleted_summary(d: &Deleted) -> String {
     format!(
-        "{} messages deleted from {}: held by {} snapshots of {} on {}, not by the latest, {} ({})",
-        d.messages.len(),
+        "deleted from {}: {} messages; compared: {} snapshots of {} on {} with the latest, {} ({})",
         safe(&d.account),
+        d.messages.len(),
         d.compared.len(),
         safe(&d.source),
         safe(&d.hostname),

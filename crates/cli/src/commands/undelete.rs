@@ -6,7 +6,7 @@ use crate::output::safe;
 use crate::{progress::Bar, repo, GlobalOpts, Outcome};
 use anyhow::Result;
 use mailvault_core::undelete::{
-    undelete, undelete_imap, window_start, DeletedOptions, UndeleteOptions, LABEL,
+    undelete, undelete_imap, window_start, Deleted, DeletedOptions, UndeleteOptions, LABEL,
 };
 
 #[derive(clap::Args, Debug)]
@@ -61,7 +61,7 @@ pub fn run(g: &GlobalOpts, a: Args) -> Result<Outcome> {
                     println!("undeleted into {}", safe(&r.target));
                     print_imap_counts(r);
                 }
-                None => nothing(&opts, &a.to.target),
+                None => nothing(&opts, &rep.deleted, &a.to.target),
             }
         }
         let r = rep.restore.as_ref();
@@ -85,7 +85,7 @@ pub fn run(g: &GlobalOpts, a: Args) -> Result<Outcome> {
                 );
                 print_counts(r);
             }
-            None => nothing(&opts, &a.to.target),
+            None => nothing(&opts, &rep.deleted, &a.to.target),
         }
     }
     let r = rep.restore.as_ref();
@@ -93,9 +93,13 @@ pub fn run(g: &GlobalOpts, a: Args) -> Result<Outcome> {
 }
 
 /// What a run that restored nothing says.
-fn nothing(opts: &UndeleteOptions, target: &str) {
+fn nothing(opts: &UndeleteOptions, d: &Deleted, target: &str) {
     if opts.dry_run {
-        println!("dry run: nothing restored to {}", safe(target));
+        println!(
+            "dry run: {} messages would be restored to {}",
+            d.messages.len(),
+            safe(target)
+        );
     } else {
         println!("nothing to restore");
     }
