@@ -482,3 +482,35 @@ fn undelete_from_s3() {
         .collect();
     assert_eq!(messages(&target), want);
 }
+
+/// A snapshot file that cannot be read is reported (exit code 1) and the others are
+/// still compared: only what that snapshot alone held is missing from the list.
+#[test]
+fn a_damaged_snapshot_is_reported_and_the_others_compared() {
+    let h = History::new();
+    let f = h.e.repo().join("snapshots").join(&h.snaps[0]);
+    let b = fs::read(&f).unwrap();
+    fs::write(&f, &b[..b.len() / 2]).unwrap();
+    let v = h.e.json(1, &["ls", "--deleted", "--account", ACCOUNT]);
+    let failures = v["failures"].as_array().unwrap();
+    assert_eq!(failures.len(), 1, "{v}");
+    assert!(
+        failures[0]["item"].as_str().unwrap().contains(&h.snaps[0]),
+        "{v}"
+    );
+    let mut listed: Vec<String> = v["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["key"].as_str().unwrap().to_string())
+        .collect();
+    let mut want: Vec<String> = (h.expected(&[1, 2, 3, 4], 1).into_iter())
+        .map(|m| m.1)
+        .collect();
+    listed.sort();
+    want.sort();
+    assert_eq!(listed, want);
+    let target = h.e.path("t");
+    let v = h.undelete(1, &target, &[]);
+    assert_eq!(v["restore"]["items_restored"], 4, "{v}");
+}

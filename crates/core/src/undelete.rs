@@ -18,8 +18,8 @@ use crate::imap::restore::ImapRestoreReport;
 use crate::imap::restore::{restore_picked as imap_restore_picked, ImapRestoreOptions};
 use crate::imap::Result as ImapResult;
 use crate::model::{folder_name, folder_selected, PickedAccount, PickedFolder};
-use crate::repo::Repository;
-use crate::report::Progress;
+use crate::repo::{Repository, Snapshots};
+use crate::report::{Failure, Progress};
 use crate::restore::{restore_picked, RestoreOptions, RestoreReport};
 use crate::snapshot::Snapshot;
 use crate::tree::{AccountRef, AccountTree, ChunkRef, FolderNode, MessageEntry};
@@ -83,6 +83,10 @@ pub struct Deleted {
     pub compared: Vec<String>,
     /// Sorted by folder, then internal date, then key.
     pub messages: Vec<DeletedMessage>,
+    /// What could not be read: damaged snapshot files, and the trees of compared
+    /// snapshots (the messages only they list are missing from `messages`). The latest
+    /// snapshot's trees must be read: without them nothing is found.
+    pub failures: Vec<Failure>,
     /// The account as the latest snapshot has it: where it goes below a Maildir target.
     #[serde(skip)]
     account_ref: Option<AccountRef>,
@@ -96,7 +100,7 @@ pub struct Deleted {
 
 /// Finds the deleted messages of `opts.account` (see the module's documentation).
 pub fn find_deleted(repo: &Repository, opts: &DeletedOptions) -> Result<Deleted> {
-    let list = repo.snapshots()?.list;
+    let Snapshots { list, damaged } = repo.snapshots()?;
     // The newest snapshot that holds the account.
     let mut latest = None;
     for (i, s) in list.iter().enumerate().rev() {
@@ -129,6 +133,9 @@ pub fn find_deleted(repo: &Repository, opts: &DeletedOptions) -> Result<Deleted>
         source: latest.source.clone(),
         compared: Vec::new(),
         messages: Vec::new(),
+        failures: (damaged.into_iter())
+            .map(|d| Failure::new(d.path, d.error))
+            .collect(),
         account_ref: Some(account),
         owners,
         nodes: Vec::new(),
@@ -144,13 +151,27 @@ pub fn find_deleted(repo: &Repository, opts: &DeletedOptions) -> Result<Deleted>
             && opts.since.is_none_or(|t| s.time >= t)
     });
     for snap in group {
-        let root: RootTree = repo.read_tree(&snap.root)?;
+        let item = format!("snapshot {}", snap.id.short());
+        let root: RootTree = match repo.read_tree(&snap.root) {
+            Ok(r) => r,
+            Err(e) => {
+                out.failures.push(Failure::new(item, e));
+                continue;
+            }
+        };
         let Some(acc) = root.accounts.iter().find(|a| a.name == opts.account) else {
             continue;
         };
         out.compared.push(snap.id.to_hex());
         merge_owners(&mut out.owners, &root.owners);
-        let tree: AccountTree = repo.read_tree(&acc.tree)?;
+        let item = format!("{item}: {}", opts.account);
+        let tree: AccountTree = match repo.read_tree(&acc.tree) {
+            Ok(t) => t,
+            Err(e) => {
+                out.failures.push(Failure::new(item, e));
+                continue;
+            }
+        };
         for mut node in tree.folders {
             if !folder_selected(&node, &opts.folders) {
                 continue;
@@ -158,12 +179,17 @@ pub fn find_deleted(repo: &Repository, opts: &DeletedOptions) -> Result<Deleted>
             let chunk_refs = std::mem::take(&mut node.chunks);
             let mut here = None;
             for c in &chunk_refs {
-                scan_chunk(repo, c, snap, &kept, &mut chunks, &mut found, || {
+                let r = scan_chunk(repo, c, snap, &kept, &mut chunks, &mut found, || {
                     *here.get_or_insert_with(|| {
                         out.nodes.push(node.clone());
                         out.nodes.len() - 1
                     })
-                })?;
+                });
+                if let Err(e) = r {
+                    let folder = folder_name(&node);
+                    out.failures
+                        .push(Failure::new(format!("{item}: {folder}"), e));
+                }
             }
         }
     }

@@ -1,6 +1,6 @@
 //! `mailvault ls`
 
-use crate::output::{bytes, safe, time};
+use crate::output::{bytes, print_failures, safe, time};
 use crate::{repo, GlobalOpts, Outcome};
 use anyhow::Result;
 use mailvault_core::ls::{ls, Listing};
@@ -52,8 +52,12 @@ pub fn run(g: &GlobalOpts, a: Args) -> Result<Outcome> {
         } else {
             print_deleted(&d);
             println!("{}", deleted_summary(&d));
+            print_failures(&d.failures);
         }
-        return Ok(Outcome::Ok);
+        return Ok(match d.failures.is_empty() {
+            true => Outcome::Ok,
+            false => Outcome::Partial,
+        });
     }
     let snapshot = a.snapshot.unwrap_or_default();
     let listing = ls(&r, &snapshot, a.account.as_deref(), a.folder.as_deref())?;

@@ -2,9 +2,10 @@
 
 use super::ls::{deleted_summary, print_deleted};
 use super::restore::{outcome, print_counts, print_imap_counts, TargetArgs};
-use crate::output::safe;
+use crate::output::{print_failures, safe};
 use crate::{progress::Bar, repo, GlobalOpts, Outcome};
 use anyhow::Result;
+use mailvault_core::report::Failure;
 use mailvault_core::undelete::{
     undelete, undelete_imap, window_start, Deleted, DeletedOptions, UndeleteOptions, LABEL,
 };
@@ -56,6 +57,7 @@ pub fn run(g: &GlobalOpts, a: Args) -> Result<Outcome> {
         } else {
             print_deleted(&rep.deleted);
             println!("{}", deleted_summary(&rep.deleted));
+            print_failures(&rep.deleted.failures);
             match &rep.restore {
                 Some(r) => {
                     println!("undeleted into {}", safe(&r.target));
@@ -64,8 +66,11 @@ pub fn run(g: &GlobalOpts, a: Args) -> Result<Outcome> {
                 None => nothing(&opts, &rep.deleted, &a.to.target),
             }
         }
-        let r = rep.restore.as_ref();
-        return Ok(r.map_or(Outcome::Ok, |r| outcome(r.items_failed, &r.failures)));
+        let r = rep
+            .restore
+            .as_ref()
+            .map(|r| (r.items_failed, &r.failures[..]));
+        return Ok(result(&rep.deleted, r));
     }
     let restore = a.to.maildir_options(g)?;
     let r = repo::open(g)?;
@@ -77,6 +82,7 @@ pub fn run(g: &GlobalOpts, a: Args) -> Result<Outcome> {
     } else {
         print_deleted(&rep.deleted);
         println!("{}", deleted_summary(&rep.deleted));
+        print_failures(&rep.deleted.failures);
         match &rep.restore {
             Some(r) => {
                 println!(
@@ -88,8 +94,20 @@ pub fn run(g: &GlobalOpts, a: Args) -> Result<Outcome> {
             None => nothing(&opts, &rep.deleted, &a.to.target),
         }
     }
-    let r = rep.restore.as_ref();
-    Ok(r.map_or(Outcome::Ok, |r| outcome(r.items_failed, &r.failures)))
+    let r = rep
+        .restore
+        .as_ref()
+        .map(|r| (r.items_failed, &r.failures[..]));
+    Ok(result(&rep.deleted, r))
+}
+
+/// Exit code 1 when something could not be read or restored.
+fn result(d: &Deleted, restore: Option<(u64, &[Failure])>) -> Outcome {
+    match restore {
+        _ if !d.failures.is_empty() => Outcome::Partial,
+        Some((failed, failures)) => outcome(failed, failures),
+        None => Outcome::Ok,
+    }
 }
 
 /// What a run that restored nothing says.
