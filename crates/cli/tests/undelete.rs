@@ -103,7 +103,9 @@ fn history(e: Env) -> History {
             fs::create_dir_all(md.join(d).join(sub)).unwrap();
         }
     }
-    fs::write(md.join("dovecot-keywords"), "0 $Label1\n1 Project-X\n").unwrap();
+    fs::write(md.join("dovecot-keywords"), "0 $Label1\n").unwrap();
+    // Another folder, another table: its `a` is another keyword.
+    fs::write(md.join(".Lists/dovecot-keywords"), "0 Project-X\n").unwrap();
     fs::write(md.join(".Archive/maildirfolder"), "").unwrap();
     fs::write(md.join(".Lists/maildirfolder"), "").unwrap();
     let m1 = Msg {
@@ -120,7 +122,7 @@ fn history(e: Env) -> History {
     let a1 = msg(".Archive", "cur", "1700000011.M11P1.host:2,S", 11);
     // In a folder that does not change until it is deleted: the second snapshot shares
     // the first's list of it.
-    let l1 = msg(".Lists", "cur", "1700000031.M31P1.host:2,RS", 31);
+    let l1 = msg(".Lists", "cur", "1700000031.M31P1.host:2,RSa", 31);
     // One message in two folders.
     let c8 = msg("", "cur", "1700000008.M8P1.host:2,S", 8);
     let c8a = Msg {
@@ -345,7 +347,9 @@ fn undelete_to_a_maildir_brings_back_the_deleted_ones_once() {
     assert_eq!(v["restore"]["items_restored"], 0, "{v}");
     assert_eq!(messages(&live), expect);
 
-    // --into-folder: all in one folder; --folder: only those of that folder.
+    // --into-folder: all in one folder, whose keyword table gets both folders'
+    // keywords: the letter `a` of the one from Lists becomes `b`. --folder: only the
+    // messages of that folder.
     let into = h.e.path("into");
     let v = h.undelete(0, &into, &["--into-folder", "Restored"]);
     assert_eq!(v["restore"]["items_restored"], 5, "{v}");
@@ -353,9 +357,17 @@ fn undelete_to_a_maildir_brings_back_the_deleted_ones_once() {
     let want_into: BTreeMap<_, _> = h
         .deleted
         .iter()
-        .map(|(m, _, _)| (relative(m, ".Restored"), (m.data.clone(), m.mtime)))
+        .map(|(m, _, _)| {
+            let m = Msg {
+                name: m.name.replace(":2,RSa", ":2,RSb"),
+                ..m.clone()
+            };
+            (relative(&m, ".Restored"), (m.data.clone(), m.mtime))
+        })
         .collect();
     assert_eq!(got, want_into);
+    let kw = fs::read_to_string(maildir(&into).join(".Restored/dovecot-keywords")).unwrap();
+    assert_eq!(kw, "0 $Label1\n1 Project-X\n");
     let only = h.e.path("only");
     let v = h.undelete(0, &only, &["--folder", "Archive"]);
     assert_eq!(v["restore"]["items_restored"], 1, "{v}");
@@ -372,7 +384,7 @@ fn server_state(server: &DovecotServer) -> Vec<(String, Vec<u8>, Vec<String>)> {
     let mut s = server.client().login(&server.user(ACCOUNT)).unwrap();
     let mut out = Vec::new();
     let names: Vec<String> = s.list().unwrap().into_iter().map(|f| f.name).collect();
-    for folder in ["INBOX", "Archive", "Lists"] {
+    for folder in ["INBOX", "Archive", "Lists", "Restored"] {
         if !names.iter().any(|n| n == folder) {
             continue;
         }
@@ -454,7 +466,7 @@ fn undelete_into_dovecot_appends_the_deleted_ones_once() {
         (
             "Lists".to_string(),
             l1.data.clone(),
-            flags(&["\\Answered", "\\Seen"]),
+            flags(&["Project-X", "\\Answered", "\\Seen"]),
         ),
     ]);
     want.sort();
@@ -465,6 +477,23 @@ fn undelete_into_dovecot_appends_the_deleted_ones_once() {
     assert_eq!(v["restore"]["items_appended"], 0, "{v}");
     assert_eq!(v["restore"]["items_journaled"], 5, "{v}");
     assert_eq!(server_state(&server), want);
+
+    // --into-folder: a new folder gets them all, each with its own flags and keywords
+    // (the keyword letters of each source folder's own table); again, nothing added.
+    args.extend_from_slice(&["--into-folder", "Restored"]);
+    let v = h.e.json(0, &args);
+    assert_eq!(v["restore"]["items_appended"], 5, "{v}");
+    let mut want_into = want.clone();
+    want_into.extend(
+        (want.iter())
+            .filter(|m| !before.contains(m))
+            .map(|(_, body, flags)| ("Restored".to_string(), body.clone(), flags.clone())),
+    );
+    want_into.sort();
+    assert_eq!(server_state(&server), want_into);
+    let v = h.e.json(0, &args);
+    assert_eq!(v["restore"]["items_appended"], 0, "{v}");
+    assert_eq!(server_state(&server), want_into);
 }
 
 /// The same on object storage (the test MinIO): the listing and a Maildir undelete.
