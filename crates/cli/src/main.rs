@@ -102,6 +102,9 @@ pub enum Command {
     Migrate(commands::migrate::Args),
     /// Generate a sample mail store, back it up, restore it and verify the result.
     Demo(commands::demo::Args),
+    /// Put back the messages deleted from an account: those a snapshot held that the
+    /// latest one holds nowhere in the account.
+    Undelete(commands::undelete::Args),
 }
 
 /// What a command ended with.
@@ -172,6 +175,7 @@ fn main() -> ExitCode {
         Command::Repair(a) => commands::repair::run(g, a),
         Command::Migrate(a) => commands::migrate::run(g, a),
         Command::Demo(a) => commands::demo::run(g, a),
+        Command::Undelete(a) => commands::undelete::run(g, a),
     };
     let code = match result {
         Ok(Outcome::Ok) => ExitCode::SUCCESS,

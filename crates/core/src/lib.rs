@@ -31,6 +31,7 @@ pub mod store;
 #[cfg(feature = "testing")]
 pub mod testing;
 pub mod tree;
+pub mod undelete;
 
 pub use compress::Compression;
 pub use error::{Error, Result};

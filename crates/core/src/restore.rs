@@ -22,7 +22,9 @@ use crate::error::{Error, Result};
 use crate::id::Id;
 use crate::maildir::{self, safe_component, safe_relative};
 use crate::model::reader::{read_by_packs, Alone, Blobs, SpanOptions};
-use crate::model::{folder_selected, message_selected, no_folder_matches, select_accounts};
+use crate::model::{
+    folder_selected, message_selected, no_folder_matches, select_accounts, PickedAccount,
+};
 use crate::repo::{lock, Repository};
 use crate::report::{per_sec, Failure, Progress};
 use crate::tree::{AccountRef, AccountTree, DirEntry, FileEntry, FolderNode, MessageEntry};
@@ -253,26 +255,8 @@ pub fn restore(
     let owners = OwnerMap::new(opts.owners, &root.owners);
     let accounts = select_accounts(root, &opts.accounts)?;
     let n_accounts = accounts.len() as u64;
-    let ctx = Ctx {
-        repo,
-        spans: SpanOptions::for_store(repo.store(), opts.reads),
-        folder_batch: folder_batch(),
-        target: &opts.target,
-        owners,
-        failures: Mutex::new(Vec::new()),
-        total: AtomicU64::new(0),
-        restored: AtomicU64::new(0),
-        unchanged: AtomicU64::new(0),
-        failed: AtomicU64::new(0),
-        bytes: AtomicU64::new(0),
-        progress,
-    };
-    let pool = rayon::ThreadPoolBuilder::new()
-        .num_threads(opts.jobs)
-        .build()
-        .map_err(|e| {
-            Error::InvalidInput(format!("cannot start {} worker threads: {e}", opts.jobs))
-        })?;
+    let ctx = Ctx::new(repo, opts, owners, progress);
+    let pool = worker_pool(opts.jobs)?;
     let mut folders = 0u64;
     let mut folder_matched = opts.folders.is_empty();
     if opts.messages.is_empty() {
@@ -348,34 +332,139 @@ pub fn restore(
         folders += plans.iter().map(|p| p.folders.len() as u64).sum::<u64>();
         pool.install(|| execute_batch(&ctx, target.as_fd(), plans, true));
     }
-    let mut failures = std::mem::take(&mut *lock(&ctx.failures));
-    failures.sort_by(|a, b| a.item.cmp(&b.item));
-    let elapsed = started.elapsed().as_secs_f64();
-    let bytes = ctx.bytes.load(Relaxed);
-    let total = ctx.total.load(Relaxed);
-    let mut warnings = Vec::new();
-    if ctx.owners.not_given.load(Relaxed) {
-        warnings.push(
-            "owners are not restored: the restore does not run as root (only root can give \
-             files to another user); the files belong to the user running it"
-                .to_string(),
-        );
+    Ok(ctx.report(snap.id.to_hex(), n_accounts, folders, started))
+}
+
+/// Restores messages picked one by one (`undelete`: each from the snapshot that last
+/// held it) as single messages are restored (`--message`): only their folders are
+/// created, with the `dovecot-keywords` their flags need; a key already in the target
+/// folder with identical bytes is left as it is. `owners`: the recorded owners' names
+/// (of the snapshots the messages come from); `label` names the restore in its report.
+pub fn restore_picked(
+    repo: &Repository,
+    opts: &RestoreOptions,
+    owners: &OwnerNames,
+    picked: Vec<PickedAccount>,
+    label: &str,
+    progress: &dyn Progress,
+) -> Result<RestoreReport> {
+    let started = Instant::now();
+    let ctx = Ctx::new(repo, opts, OwnerMap::new(opts.owners, owners), progress);
+    let pool = worker_pool(opts.jobs)?;
+    let n_accounts = picked.len() as u64;
+    let mut plans = Vec::new();
+    for p in picked {
+        let mut plan = AccountPlan {
+            acc: p.account,
+            folders: Vec::new(),
+        };
+        let n: u64 = p.folders.iter().map(|f| f.entries.len() as u64).sum();
+        ctx.total.fetch_add(n, Relaxed);
+        if !safe_relative(&plan.acc.rel_path) {
+            let item = format!("account {}", plan.acc.name);
+            ctx.fail_items(item, "unsafe path in snapshot; skipped", n);
+            continue;
+        }
+        for f in p.folders {
+            let item = format!("{}: {}", plan.acc.name, f.node.name);
+            if !(f.node.dir.is_empty() || safe_component(&f.node.dir)) {
+                let n = f.entries.len() as u64;
+                ctx.fail_items(item, "unsafe folder directory in snapshot; skipped", n);
+                continue;
+            }
+            let mut entries = Vec::new();
+            for e in f.entries {
+                if safe_component(&e.name) {
+                    entries.push(e);
+                } else {
+                    let shown = String::from_utf8_lossy(&e.name);
+                    let what = "unsafe file name in snapshot; skipped";
+                    ctx.fail_items(format!("{item}: {shown}"), what, 1);
+                }
+            }
+            if !entries.is_empty() {
+                plan.folders.push(FolderPlan {
+                    node: f.node,
+                    entries,
+                });
+            }
+        }
+        plans.push(plan);
     }
-    Ok(RestoreReport {
-        snapshot: snap.id.to_hex(),
-        accounts: n_accounts,
-        folders,
-        items_total: total,
-        items_restored: ctx.restored.load(Relaxed),
-        items_unchanged: ctx.unchanged.load(Relaxed),
-        items_failed: ctx.failed.load(Relaxed),
-        bytes_written: bytes,
-        elapsed_secs: elapsed,
-        items_per_sec: per_sec(total, elapsed),
-        mb_per_sec: per_sec(bytes, elapsed) / 1e6,
-        failures,
-        warnings,
-    })
+    let folders = plans.iter().map(|p| p.folders.len() as u64).sum();
+    let target = open_target(&opts.target)?;
+    pool.install(|| execute_batch(&ctx, target.as_fd(), plans, true));
+    Ok(ctx.report(label.to_string(), n_accounts, folders, started))
+}
+
+/// The pool of `jobs` worker threads (0: one per core) that writes messages.
+fn worker_pool(jobs: usize) -> Result<rayon::ThreadPool> {
+    rayon::ThreadPoolBuilder::new()
+        .num_threads(jobs)
+        .build()
+        .map_err(|e| Error::InvalidInput(format!("cannot start {jobs} worker threads: {e}")))
+}
+
+impl<'a> Ctx<'a> {
+    fn new(
+        repo: &'a Repository,
+        opts: &'a RestoreOptions,
+        owners: OwnerMap,
+        progress: &'a dyn Progress,
+    ) -> Ctx<'a> {
+        Ctx {
+            repo,
+            spans: SpanOptions::for_store(repo.store(), opts.reads),
+            folder_batch: folder_batch(),
+            target: &opts.target,
+            owners,
+            failures: Mutex::new(Vec::new()),
+            total: AtomicU64::new(0),
+            restored: AtomicU64::new(0),
+            unchanged: AtomicU64::new(0),
+            failed: AtomicU64::new(0),
+            bytes: AtomicU64::new(0),
+            progress,
+        }
+    }
+
+    /// The report of a restore that began at `started`.
+    fn report(
+        &self,
+        snapshot: String,
+        accounts: u64,
+        folders: u64,
+        started: Instant,
+    ) -> RestoreReport {
+        let mut failures = std::mem::take(&mut *lock(&self.failures));
+        failures.sort_by(|a, b| a.item.cmp(&b.item));
+        let elapsed = started.elapsed().as_secs_f64();
+        let bytes = self.bytes.load(Relaxed);
+        let total = self.total.load(Relaxed);
+        let mut warnings = Vec::new();
+        if self.owners.not_given.load(Relaxed) {
+            warnings.push(
+                "owners are not restored: the restore does not run as root (only root can give \
+                 files to another user); the files belong to the user running it"
+                    .to_string(),
+            );
+        }
+        RestoreReport {
+            snapshot,
+            accounts,
+            folders,
+            items_total: total,
+            items_restored: self.restored.load(Relaxed),
+            items_unchanged: self.unchanged.load(Relaxed),
+            items_failed: self.failed.load(Relaxed),
+            bytes_written: bytes,
+            elapsed_secs: elapsed,
+            items_per_sec: per_sec(total, elapsed),
+            mb_per_sec: per_sec(bytes, elapsed) / 1e6,
+            failures,
+            warnings,
+        }
+    }
 }
 
 /// A restore holds three directories open per folder of a batch (the folder, `cur/`,

@@ -1,26 +1,66 @@
 //! `mailvault ls`
 
-use crate::output::{bytes, safe, time};
+use crate::output::{bytes, print_failures, safe, time};
 use crate::{repo, GlobalOpts, Outcome};
 use anyhow::Result;
 use mailvault_core::ls::{ls, Listing};
+use mailvault_core::undelete::{find_deleted, window_start, Deleted, DeletedOptions};
 
 #[derive(clap::Args, Debug)]
 pub struct Args {
-    /// Snapshot id (a unique prefix is enough) or `latest`.
-    pub snapshot: String,
+    /// Snapshot id (a unique prefix is enough) or `latest`; none with --deleted.
+    #[arg(required_unless_present = "deleted", conflicts_with = "deleted")]
+    pub snapshot: Option<String>,
     /// List this account's folders.
     #[arg(long)]
     pub account: Option<String>,
     /// List this folder's messages: its name as `ls --account` shows it (`Entwürfe`,
-    /// `Archive/2023`).
+    /// `Archive/2023`). With --deleted: only those last held in it or its subfolders.
     #[arg(long)]
     pub folder: Option<String>,
+    /// List the messages deleted from --account: held by a snapshot of the window and
+    /// nowhere in the account by the latest snapshot (matched by content: a message moved
+    /// to another folder is not deleted).
+    #[arg(long, requires = "account")]
+    pub deleted: bool,
+    /// With --deleted: compare only the snapshots of this last period (`7d`, `2w`, `36h`);
+    /// default: all.
+    #[arg(long, value_name = "DURATION", requires = "deleted")]
+    pub within: Option<String>,
+    /// With --deleted: compare only the snapshots taken at or after this time
+    /// (`2025-03-01`, `2025-03-01 14:30:00` local time, or RFC 3339).
+    #[arg(
+        long,
+        value_name = "DATE",
+        requires = "deleted",
+        conflicts_with = "within"
+    )]
+    pub since: Option<String>,
 }
 
 pub fn run(g: &GlobalOpts, a: Args) -> Result<Outcome> {
     let r = repo::open(g)?;
-    let listing = ls(&r, &a.snapshot, a.account.as_deref(), a.folder.as_deref())?;
+    if a.deleted {
+        let opts = DeletedOptions {
+            account: a.account.unwrap_or_default(),
+            folders: a.folder.into_iter().collect(),
+            since: window_start(a.within.as_deref(), a.since.as_deref())?,
+        };
+        let d = find_deleted(&r, &opts)?;
+        if g.json {
+            crate::output::json(&d)?;
+        } else {
+            print_deleted(&d);
+            println!("{}", deleted_summary(&d));
+            print_failures(&d.failures);
+        }
+        return Ok(match d.failures.is_empty() {
+            true => Outcome::Ok,
+            false => Outcome::Partial,
+        });
+    }
+    let snapshot = a.snapshot.unwrap_or_default();
+    let listing = ls(&r, &snapshot, a.account.as_deref(), a.folder.as_deref())?;
     if g.json {
         crate::output::json(&listing)?;
         return Ok(Outcome::Ok);
@@ -63,4 +103,34 @@ pub fn run(g: &GlobalOpts, a: Args) -> Result<Outcome> {
         }
     }
     Ok(Outcome::Ok)
+}
+
+/// One line per deleted message: internal date, From, Subject, folder, and the first and
+/// last snapshot that held it.
+pub fn print_deleted(d: &Deleted) {
+    for m in &d.messages {
+        println!(
+            "{}  {:<30.30}  {:<40.40}  {:<20}  {} {}",
+            time(m.internal_date),
+            safe(&m.from),
+            safe(&m.subject),
+            safe(&m.folder),
+            &m.first_snapshot[..8],
+            &m.last_snapshot[..8],
+        );
+    }
+}
+
+/// What the list was found against.
+pub fn deleted_summary(d: &Deleted) -> String {
+    format!(
+        "deleted from {}: {} messages; compared: {} snapshots of {} on {} with the latest, {} ({})",
+        safe(&d.account),
+        d.messages.len(),
+        d.compared.len(),
+        safe(&d.source),
+        safe(&d.hostname),
+        &d.latest[..8],
+        time(d.latest_time)
+    )
 }

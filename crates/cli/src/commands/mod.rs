@@ -11,6 +11,7 @@ pub mod repair;
 pub mod restore;
 pub mod snapshots;
 pub mod stats;
+pub mod undelete;
 
 use anyhow::{bail, Result};
 use std::path::PathBuf;

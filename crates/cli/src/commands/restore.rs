@@ -12,11 +12,6 @@ use mailvault_core::restore::{restore, Owners, RestoreOptions, RestoreReport};
 pub struct Args {
     /// Snapshot id (a unique prefix is enough) or `latest`.
     pub snapshot: String,
-    /// Where to restore: `maildir:/srv/restore`, or a live server `imap://host[:port]`
-    /// (`--starttls`) or `imaps://host[:port]`. Accounts are recreated below it as
-    /// `<domain>/<user>/Maildir`; a single-Maildir snapshot restores into it directly.
-    #[arg(long)]
-    pub target: String,
     /// Only this account (repeatable).
     #[arg(long)]
     pub account: Vec<String>,
@@ -26,6 +21,18 @@ pub struct Args {
     /// Only this message, by Maildir key as `ls` shows it (repeatable).
     #[arg(long)]
     pub message: Vec<String>,
+    #[command(flatten)]
+    pub to: TargetArgs,
+}
+
+/// Where a restore writes and how: the flags `restore` and `undelete` share.
+#[derive(clap::Args, Debug)]
+pub struct TargetArgs {
+    /// Where to restore: `maildir:/srv/restore`, or a live server `imap://host[:port]`
+    /// (`--starttls`) or `imaps://host[:port]`. Accounts are recreated below it as
+    /// `<domain>/<user>/Maildir`; a single-Maildir snapshot restores into it directly.
+    #[arg(long)]
+    pub target: String,
     #[command(flatten)]
     pub imap: super::imap::ImapArgs,
     /// IMAP: at most this many messages per second over all connections.
@@ -55,35 +62,69 @@ pub struct Args {
     pub chown: Option<String>,
 }
 
+impl TargetArgs {
+    /// Whether the target is an IMAP server.
+    pub fn is_imap(&self) -> bool {
+        super::imap::is_imap(&self.target)
+    }
+
+    /// The options of a restore to a Maildir target, selecting everything.
+    pub fn maildir_options(&self, g: &GlobalOpts) -> Result<RestoreOptions> {
+        if self.imap.any_given()
+            || self.skip_existing
+            || self.create_accounts
+            || self.max_rate.is_some()
+            || self.journal.is_some()
+        {
+            anyhow::bail!("the IMAP flags only apply to imap:// and imaps:// targets");
+        }
+        let target = super::maildir_location(&self.target, "target")?;
+        let owners = match (&self.chown, self.numeric_owner) {
+            (Some(spec), _) => Owners::chown(spec)?,
+            (None, true) => Owners::Numeric,
+            (None, false) => Owners::ByName,
+        };
+        Ok(RestoreOptions {
+            target,
+            jobs: repo::jobs(g),
+            owners,
+            reads: g.storage.store_connections.unwrap_or(0),
+            ..RestoreOptions::default()
+        })
+    }
+
+    /// The options of a restore of `snapshot` into an IMAP server, selecting everything.
+    pub fn imap_options(&self, snapshot: &str) -> Result<ImapRestoreOptions> {
+        if self.numeric_owner || self.chown.is_some() {
+            anyhow::bail!("--numeric-owner and --chown only apply to Maildir targets");
+        }
+        let connection = self.imap.connection(&self.target)?;
+        let mut opts = ImapRestoreOptions::new(snapshot, connection);
+        opts.connections = self.imap.connections.max(1);
+        opts.parallel_accounts = self.imap.accounts.max(1);
+        opts.max_rate = self.max_rate;
+        opts.skip_existing = self.skip_existing;
+        opts.create_accounts = self.create_accounts;
+        opts.batch_messages = self.batch.max(1);
+        if let Some(j) = &self.journal {
+            opts.journal_dir = j.clone();
+        }
+        Ok(opts)
+    }
+}
+
 pub fn run(g: &GlobalOpts, a: Args) -> Result<Outcome> {
-    if super::imap::is_imap(&a.target) {
+    if a.to.is_imap() {
         return run_imap(g, a);
     }
-    if a.imap.any_given()
-        || a.skip_existing
-        || a.create_accounts
-        || a.max_rate.is_some()
-        || a.journal.is_some()
-    {
-        anyhow::bail!("the IMAP flags only apply to imap:// and imaps:// targets");
-    }
-    let target = super::maildir_location(&a.target, "target")?;
-    let owners = match (&a.chown, a.numeric_owner) {
-        (Some(spec), _) => Owners::chown(spec)?,
-        (None, true) => Owners::Numeric,
-        (None, false) => Owners::ByName,
-    };
-    let r = repo::open(g)?;
     let opts = RestoreOptions {
         snapshot: a.snapshot,
-        target,
         accounts: a.account,
         folders: a.folder,
         messages: a.message,
-        jobs: repo::jobs(g),
-        owners,
-        reads: g.storage.store_connections.unwrap_or(0),
+        ..a.to.maildir_options(g)?
     };
+    let r = repo::open(g)?;
     let bar = Bar::new(g.quiet || g.json, "restore");
     let rep = restore(&r, &opts, &bar);
     bar.finish();
@@ -102,6 +143,11 @@ fn print_report(r: &RestoreReport, o: &RestoreOptions) {
         &r.snapshot[..8],
         safe(&o.target.display().to_string())
     );
+    print_counts(r);
+}
+
+/// A Maildir restore's report but its first line.
+pub fn print_counts(r: &RestoreReport) {
     println!("  accounts   {}, folders {}", r.accounts, r.folders);
     println!(
         "  messages   {} total: {} restored, {} already there, {} failed",
@@ -121,24 +167,11 @@ fn print_report(r: &RestoreReport, o: &RestoreOptions) {
 }
 
 fn run_imap(g: &GlobalOpts, a: Args) -> Result<Outcome> {
-    if a.numeric_owner || a.chown.is_some() {
-        anyhow::bail!("--numeric-owner and --chown only apply to Maildir targets");
-    }
-    let connection = a.imap.connection(&a.target)?;
+    let mut opts = a.to.imap_options(&a.snapshot)?;
     let r = repo::open(g)?;
-    let mut opts = ImapRestoreOptions::new(&a.snapshot, connection);
     opts.accounts = a.account;
     opts.folders = a.folder;
     opts.messages = a.message;
-    opts.connections = a.imap.connections.max(1);
-    opts.parallel_accounts = a.imap.accounts.max(1);
-    opts.max_rate = a.max_rate;
-    opts.skip_existing = a.skip_existing;
-    opts.create_accounts = a.create_accounts;
-    opts.batch_messages = a.batch.max(1);
-    if let Some(j) = a.journal {
-        opts.journal_dir = j;
-    }
     let bar = Bar::new(g.quiet || g.json, "restore");
     let rep = imap_restore(&r, &opts, &bar);
     bar.finish();
@@ -152,7 +185,7 @@ fn run_imap(g: &GlobalOpts, a: Args) -> Result<Outcome> {
 }
 
 /// Exit code 1 whenever the report lists a failure, even one that is not a message.
-fn outcome(items_failed: u64, failures: &[mailvault_core::report::Failure]) -> Outcome {
+pub fn outcome(items_failed: u64, failures: &[mailvault_core::report::Failure]) -> Outcome {
     if items_failed > 0 || !failures.is_empty() {
         Outcome::Partial
     } else {
@@ -166,6 +199,11 @@ fn print_imap_report(r: &ImapRestoreReport) {
         &r.snapshot[..8],
         safe(&r.target)
     );
+    print_imap_counts(r);
+}
+
+/// An IMAP restore's report but its first line.
+pub fn print_imap_counts(r: &ImapRestoreReport) {
     if r.accounts_created > 0 {
         println!(
             "  accounts   {} ({} created), folders {}",

@@ -32,7 +32,7 @@ use crate::id::Id;
 use crate::model::reader::{read_by_spans, Blobs, SpanOptions};
 use crate::model::{
     folder_list, folder_name, folder_name_selected, folder_selected, message_selected,
-    select_accounts,
+    select_accounts, PickedAccount,
 };
 use crate::repo::{lock, Repository};
 use crate::report::{per_sec, Failure, Progress};
@@ -211,6 +211,9 @@ struct AccountPlan {
     folders: Vec<FolderNode>,
     /// The subscriptions of the snapshot's INBOX (IMAP names), selected or not.
     subscriptions: Vec<String>,
+    /// Messages picked one by one ([`restore_picked`]), per folder (in the order of
+    /// `folders`, whose chunks are then empty); empty for a snapshot's selection.
+    given: Vec<Vec<MessageEntry>>,
 }
 
 impl AccountPlan {
@@ -243,38 +246,10 @@ pub fn restore(
     progress: &dyn Progress,
 ) -> Result<ImapRestoreReport> {
     let started = Instant::now();
-    if opts.create_accounts && !matches!(opts.connection.login, Login::Master { .. }) {
-        return Err(Error::InvalidInput(
-            "creating accounts needs the server's admin: log in through a master user (--imap-master-user)".into(),
-        ));
-    }
     let snap = repo.find_snapshot(&opts.snapshot)?;
     let root = repo.read_tree(&snap.root)?;
     let accounts = select_accounts(root, &opts.accounts)?;
-    let target = opts.connection.url();
-    let run_dir = journal::run_dir(
-        &opts.journal_dir,
-        &repo.config().id,
-        &snap.id.to_hex(),
-        &target,
-    );
-    let ctx = Ctx {
-        repo,
-        opts,
-        client: Client::new(opts.connection.client.clone())?,
-        pacer: Pacer::new(opts.max_rate),
-        header: format!(
-            "repo={} snapshot={} target={target}",
-            repo.config().id,
-            snap.id.to_hex()
-        ),
-        run_dir,
-        progress,
-        failures: Mutex::new(Vec::new()),
-        provisioning: Span::default(),
-        data: Span::default(),
-        cache: BlobCache::new(opts.blob_cache_bytes),
-    };
+    let ctx = Ctx::new(repo, opts, &snap.id.to_hex(), progress)?;
 
     // Which folders of which account: read every account tree once, up front (small).
     let mut plans = Vec::new();
@@ -302,6 +277,7 @@ pub fn restore(
             acc: acc.clone(),
             folders: selected,
             subscriptions,
+            given: Vec::new(),
         });
     }
     if !opts.folders.is_empty() && folders == 0 {
@@ -348,6 +324,91 @@ pub fn restore(
         plans.len(),
         started.elapsed().as_secs_f64()
     );
+    run(ctx, plans, folders, started, snap.id.to_hex())
+}
+
+/// Restores messages picked one by one (`undelete`: each from the snapshot that last
+/// held it) as single messages are restored (`--message`): only their folders are
+/// created (no subscriptions), each message appended with the flags and keywords of its
+/// entry, through the journal of (repository, `label`, target), so a re-run appends
+/// nothing twice. `opts.snapshot`, `accounts`, `folders` and `messages` are not used.
+pub fn restore_picked(
+    repo: &Repository,
+    opts: &ImapRestoreOptions,
+    picked: Vec<PickedAccount>,
+    label: &str,
+    progress: &dyn Progress,
+) -> Result<ImapRestoreReport> {
+    let started = Instant::now();
+    let ctx = Ctx::new(repo, opts, label, progress)?;
+    let mut folders = 0;
+    let plans: Vec<AccountPlan> = picked
+        .into_iter()
+        .map(|p| {
+            let (mut nodes, mut given) = (Vec::new(), Vec::new());
+            for mut f in p.folders {
+                f.node.chunks.clear();
+                f.node.messages = f.entries.len() as u64;
+                f.node.bytes = f.entries.iter().map(|e| e.size).sum();
+                nodes.push(f.node);
+                given.push(f.entries);
+            }
+            folders += nodes.len() as u64;
+            AccountPlan {
+                acc: p.account,
+                folders: nodes,
+                subscriptions: Vec::new(),
+                given,
+            }
+        })
+        .collect();
+    run(ctx, plans, folders, started, label.to_string())
+}
+
+impl<'a> Ctx<'a> {
+    /// The context of a restore of `snapshot` (a snapshot id, or what names the restore
+    /// in its journal and report).
+    fn new(
+        repo: &'a Repository,
+        opts: &'a ImapRestoreOptions,
+        snapshot: &str,
+        progress: &'a dyn Progress,
+    ) -> Result<Ctx<'a>> {
+        if opts.create_accounts && !matches!(opts.connection.login, Login::Master { .. }) {
+            return Err(Error::InvalidInput(
+                "creating accounts needs the server's admin: log in through a master user (--imap-master-user)".into(),
+            ));
+        }
+        let target = opts.connection.url();
+        let run_dir = journal::run_dir(&opts.journal_dir, &repo.config().id, snapshot, &target);
+        Ok(Ctx {
+            repo,
+            opts,
+            client: Client::new(opts.connection.client.clone())?,
+            pacer: Pacer::new(opts.max_rate),
+            header: format!(
+                "repo={} snapshot={snapshot} target={target}",
+                repo.config().id,
+            ),
+            run_dir,
+            progress,
+            failures: Mutex::new(Vec::new()),
+            provisioning: Span::default(),
+            data: Span::default(),
+            cache: BlobCache::new(opts.blob_cache_bytes),
+        })
+    }
+}
+
+/// Provisions and restores the accounts of `plans`, and reports.
+fn run(
+    ctx: Ctx,
+    plans: Vec<AccountPlan>,
+    folders: u64,
+    started: Instant,
+    snapshot: String,
+) -> Result<ImapRestoreReport> {
+    let (opts, progress) = (ctx.opts, ctx.progress);
     // Provisioning and data run as one pipeline per account: an account's data starts
     // as soon as its folders exist, over the session that created them, while other
     // accounts are still being provisioned or restored.
@@ -500,8 +561,8 @@ pub fn restore(
     let elapsed = started.elapsed().as_secs_f64();
     let bytes = total_of(|n| &n.bytes);
     Ok(ImapRestoreReport {
-        snapshot: snap.id.to_hex(),
-        target,
+        snapshot,
+        target: opts.connection.url(),
         accounts: plans.len() as u64,
         accounts_created,
         folders,
@@ -764,7 +825,7 @@ fn restore_account(
     let journal = AccountJournal::open(&ctx.run_dir, &ctx.header, &acc.name)?;
     let mut plans = Vec::new();
     let mut lists: Vec<Vec<(MessageEntry, bool)>> = Vec::new();
-    for node in &plan.folders {
+    for (fi, node) in plan.folders.iter().enumerate() {
         let name = folder_name(node).into_owned();
         let keywords = folder_file(ctx.repo, node, b"dovecot-keywords")
             .map(|d| KeywordTable::parse(&String::from_utf8_lossy(&d)))
@@ -776,7 +837,7 @@ fn restore_account(
             keywords,
             on_server: Mutex::new(None),
         });
-        let mut entries = Vec::new();
+        let mut entries = plan.given.get(fi).cloned().unwrap_or_default();
         let mut unread = false;
         for c in &node.chunks {
             match ctx.repo.read_chunk(c) {

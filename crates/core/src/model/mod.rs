@@ -8,5 +8,5 @@ pub mod selection;
 
 pub use selection::{
     folder_list, folder_matches, folder_name, folder_name_selected, folder_selected,
-    message_selected, no_folder_matches, select_accounts, FolderMatch,
+    message_selected, no_folder_matches, select_accounts, FolderMatch, PickedAccount, PickedFolder,
 };

@@ -152,6 +152,28 @@ pub fn select_accounts(root: RootTree, filters: &[String]) -> Result<Vec<Account
         .collect())
 }
 
+/// Messages picked one by one (by `undelete`) rather than selected by filters: an account
+/// and, per folder, the messages to restore there. Both restores take it in place of a
+/// snapshot's selection ([`crate::restore::restore_picked`],
+/// [`crate::imap::restore::restore_picked`]).
+#[derive(Clone, Debug)]
+pub struct PickedAccount {
+    /// The account as a snapshot has it (its place below the target, its directories).
+    pub account: AccountRef,
+    pub folders: Vec<PickedFolder>,
+}
+
+/// One folder's picked messages. A folder may appear more than once (messages from
+/// different snapshots or source folders): each with the node whose files give its
+/// messages' keyword letters their meaning (`dovecot-keywords`).
+#[derive(Clone, Debug)]
+pub struct PickedFolder {
+    /// Where the messages go (name, directory, owner and mode) and the folder files their
+    /// flags need; its `chunks` are not read.
+    pub node: FolderNode,
+    pub entries: Vec<MessageEntry>,
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
