@@ -14,6 +14,7 @@ pub mod format;
 pub mod id;
 pub mod imap;
 pub mod index;
+pub mod lock;
 pub mod ls;
 pub mod maildir;
 pub mod migrate;
