@@ -215,6 +215,8 @@ const ACCEPT_REMOVED: &str = "mailvault check --accept-removed";
 /// Checks the repository.
 pub fn check(repo: &Repository, opts: &CheckOptions) -> Result<CheckReport> {
     let started = Instant::now();
+    // A shared lock: no prune deletes a pack while it is checked.
+    let _lock = repo.lock_for_reading("check")?;
     let pool = rayon::ThreadPoolBuilder::new()
         .num_threads(opts.jobs)
         .build()

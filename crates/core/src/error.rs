@@ -98,6 +98,10 @@ pub enum Error {
     /// replaced it): the command is refused rather than reading packs that may be gone.
     #[error("{file}: removed since the repository was opened (a prune ran meanwhile): run the command again")]
     IndexChanged { file: String },
+    /// `prune` stopped before changing anything (or before deleting anything): `what`
+    /// (a snapshot, index file, pack or blob) and why.
+    #[error("prune refused: {what} {reason}")]
+    PruneRefused { what: String, reason: String },
     /// A request to a storage service failed. `location` names the repository (never
     /// credentials), `detail` says what happened and, where the user can act, what to do.
     #[error("{location}: {detail}")]

@@ -20,6 +20,7 @@ pub mod maildir;
 pub mod migrate;
 pub mod model;
 pub mod pack;
+pub mod prune;
 pub mod repair;
 pub mod repo;
 pub mod report;

@@ -1,0 +1,528 @@
+//! `mailvault prune`: removes the packs and blobs no snapshot uses.
+//!
+//! Under the repository's exclusive lock (`crate::lock`), so that no backup, restore or
+//! check runs meanwhile: every snapshot's trees are walked for the blob ids they use (ids
+//! only); each pack listed by the index is then kept, deleted (no used blob) or repacked
+//! (more than `max_unused` percent of its blob bytes unused: its used blobs are read,
+//! verified and written, still sealed, into new packs of the same format); packs no index
+//! lists (left by killed backups) are deleted. The order makes a kill at any point safe:
+//!
+//! 1. the new packs are written and made durable;
+//! 2. new index files listing every kept pack (and the new ones) are written, durable;
+//! 3. the index files they replace are deleted (durable);
+//! 4. only then are the packs deleted (durable).
+//!
+//! Until step 3 ends the old index files still list every old pack, which is still there;
+//! after it the new ones list only packs that are there. A kill leaves packs no index
+//! lists (new ones before step 2, old ones after step 3), which `check` reports as a
+//! warning and the next prune deletes.
+
+use crate::error::{Error, Result};
+use crate::format::Version;
+use crate::id::Id;
+use crate::index::Location;
+use crate::lock::LockKind;
+use crate::pack::{self, BlobKind, IndexedPack, PackBuilder, PackEntry};
+use crate::repo::{file_id, Repository, MIGRATE_STATE};
+use crate::report::Progress;
+use crate::snapshot::Snapshot;
+use crate::tree::{AccountTree, MessageChunk, RootTree};
+use serde::Serialize;
+use std::collections::{HashMap, HashSet};
+use std::time::Instant;
+
+/// What to prune.
+#[derive(Clone, Debug)]
+pub struct PruneOptions {
+    /// A pack whose unused blob bytes exceed this share (percent) of its blob bytes is
+    /// repacked.
+    pub max_unused: f64,
+    /// Plan only: change nothing.
+    pub dry_run: bool,
+}
+
+impl Default for PruneOptions {
+    fn default() -> Self {
+        PruneOptions {
+            max_unused: 5.0,
+            dry_run: false,
+        }
+    }
+}
+
+/// What a prune did (or, with `dry_run`, would do).
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct PruneReport {
+    pub dry_run: bool,
+    /// Snapshots whose blobs were kept.
+    pub snapshots: u64,
+    /// Packs listed by the index before.
+    pub packs_before: u64,
+    /// Packs deleted because none of their blobs is used.
+    pub packs_deleted: u64,
+    /// Packs whose used blobs were written again, then deleted.
+    pub packs_repacked: u64,
+    /// Packs kept as they are.
+    pub packs_kept: u64,
+    /// Packs no index listed (left by killed backups or prunes), deleted.
+    pub packs_unindexed: u64,
+    /// New packs written by repacking.
+    pub packs_written: u64,
+    /// Blobs the snapshots use.
+    pub blobs_used: u64,
+    /// Blobs (copies) removed.
+    pub blobs_removed: u64,
+    /// Blobs written again into new packs.
+    pub blobs_repacked: u64,
+    /// Index files written, and index files deleted.
+    pub index_files_written: u64,
+    pub index_files_deleted: u64,
+    /// Bytes of packs and index files written.
+    pub bytes_written: u64,
+    /// Bytes of packs and index files deleted.
+    pub bytes_deleted: u64,
+    /// `size_before - size_after`.
+    pub bytes_freed: u64,
+    /// The repository's size (packs, index files, snapshots, dictionaries) before and
+    /// after (with `dry_run`: as it would be, from the plan).
+    pub size_before: u64,
+    pub size_after: u64,
+    pub elapsed_secs: f64,
+}
+
+/// An error for a prune that must not go on, naming what stops it.
+fn refused(what: impl Into<String>, reason: impl Into<String>) -> Error {
+    Error::PruneRefused {
+        what: what.into(),
+        reason: reason.into(),
+    }
+}
+
+/// What happens to one pack.
+enum Action {
+    Keep,
+    Delete,
+    /// Its used blobs (entries) are written again.
+    Repack(Vec<PackEntry>),
+}
+
+struct PackPlan {
+    id: Id,
+    version: Version,
+    /// Every entry the index lists for it.
+    entries: Vec<PackEntry>,
+    size: u64,
+    action: Action,
+}
+
+/// Index files hold at most this many blob entries (46 bytes each, about 4.6 MB).
+const INDEX_FILE_ENTRIES: usize = 100_000;
+
+/// Test hook: with `MAILVAULT_PRUNE_KILL_AFTER=k` in the environment, the process sends
+/// itself SIGKILL right after the k-th change prune makes to the repository (a put or a
+/// delete): for the crash tests. Never set it otherwise.
+pub const KILL_AFTER_ENV: &str = "MAILVAULT_PRUNE_KILL_AFTER";
+
+/// Counts prune's changes to the repository, for [`KILL_AFTER_ENV`].
+struct Mutations {
+    done: u64,
+    kill_after: Option<u64>,
+}
+
+impl Mutations {
+    fn new() -> Self {
+        Mutations {
+            done: 0,
+            kill_after: std::env::var(KILL_AFTER_ENV)
+                .ok()
+                .and_then(|v| v.parse().ok()),
+        }
+    }
+
+    fn one(&mut self) {
+        self.done += 1;
+        if self.kill_after == Some(self.done) {
+            let _ = rustix::process::kill_process(
+                rustix::process::getpid(),
+                rustix::process::Signal::KILL,
+            );
+        }
+    }
+}
+
+/// Removes what no snapshot uses (see the module docs). Refuses, changing nothing, when a
+/// snapshot, an index file or a tree cannot be read (what they use cannot be known), while
+/// a migration is unfinished, or when a used blob's pack is missing.
+pub fn prune(
+    repo: &mut Repository,
+    opts: &PruneOptions,
+    progress: &dyn Progress,
+) -> Result<PruneReport> {
+    let started = Instant::now();
+    if !(0.0..=100.0).contains(&opts.max_unused) {
+        return Err(Error::InvalidInput(format!(
+            "--max-unused {}: give a percentage from 0 to 100",
+            opts.max_unused
+        )));
+    }
+    repo.refuse_if_migrating()?;
+    let kind = match opts.dry_run {
+        true => LockKind::Shared,
+        false => LockKind::Exclusive,
+    };
+    let lock = repo.lock(kind, "prune")?;
+    // What is there now that no one writes: the index as it is under the lock.
+    repo.reload_index()?;
+    if !matches!(repo.store().stat(MIGRATE_STATE), Err(Error::NotFound(_))) {
+        return Err(refused(
+            MIGRATE_STATE,
+            "a migration is unfinished: run `mailvault migrate` first",
+        ));
+    }
+    if let Some((path, e)) = repo.index_errors().first() {
+        return Err(refused(
+            path.as_str(),
+            format!("cannot be read ({e}): its packs would look unused; run `mailvault repair index` first"),
+        ));
+    }
+    let snaps = repo.snapshots()?;
+    if let Some(d) = snaps.damaged.first() {
+        return Err(refused(
+            d.path.as_str(),
+            format!("cannot be read ({}): the blobs it uses cannot be known; run `mailvault repair snapshots` first", d.error),
+        ));
+    }
+    let mut rep = PruneReport {
+        dry_run: opts.dry_run,
+        snapshots: snaps.len() as u64,
+        ..Default::default()
+    };
+    let used = used_blobs(repo, &snaps, progress)?;
+    rep.blobs_used = used.len() as u64;
+    rep.size_before = repository_size(repo)?;
+
+    let plans = plan(repo, &used, opts.max_unused, &mut rep)?;
+    let unindexed: Vec<(String, u64)> = (repo.store().list("data/")?.into_iter())
+        .filter_map(|o| {
+            let id = file_id(&o.path).ok()?;
+            (!repo.index().has_pack(&id)).then_some((o.path, o.size))
+        })
+        .collect();
+    rep.packs_unindexed = unindexed.len() as u64;
+    let nothing_to_do = unindexed.is_empty()
+        && plans
+            .iter()
+            .all(|p| matches!(p.action, Action::Keep) && p.size > 0);
+    if nothing_to_do {
+        rep.size_after = rep.size_before;
+        rep.elapsed_secs = started.elapsed().as_secs_f64();
+        return Ok(rep);
+    }
+    let removed_bytes: u64 = (plans.iter())
+        .filter(|p| !matches!(p.action, Action::Keep))
+        .map(|p| p.size)
+        .sum::<u64>()
+        + unindexed.iter().map(|u| u.1).sum::<u64>();
+    if opts.dry_run {
+        // Estimated: the blobs repacked are written again, with new headers.
+        let rewritten: u64 = (plans.iter())
+            .map(|p| match &p.action {
+                Action::Repack(keep) => keep.iter().map(|e| e.stored_len as u64 + 42).sum(),
+                _ => 0,
+            })
+            .sum();
+        rep.bytes_deleted = removed_bytes;
+        rep.bytes_written = rewritten;
+        rep.size_after = (rep.size_before + rewritten).saturating_sub(removed_bytes);
+        rep.bytes_freed = rep.size_before.saturating_sub(rep.size_after);
+        rep.elapsed_secs = started.elapsed().as_secs_f64();
+        return Ok(rep);
+    }
+
+    let mut m = Mutations::new();
+    // 1. New packs, durable.
+    let written = repack(repo, &plans, &mut m, &mut rep, progress)?;
+    repo.store().flush()?;
+    // 2. The new index: every kept pack as the index listed it, and the new packs.
+    let mut listed: Vec<IndexedPack> = (plans.iter())
+        .filter(|p| matches!(p.action, Action::Keep))
+        .map(|p| IndexedPack {
+            id: p.id,
+            version: p.version,
+            entries: p.entries.clone(),
+        })
+        .collect();
+    listed.extend(written);
+    let mut new_files = HashSet::new();
+    for chunk in index_chunks(&listed) {
+        let (id, size) = repo.write_index(chunk)?;
+        m.one();
+        new_files.insert(id);
+        rep.index_files_written += 1;
+        rep.bytes_written += size;
+    }
+    repo.store().flush()?;
+    // 3. The index files the new ones replace.
+    lock.verify()?;
+    let old: Vec<Id> = (repo.index_files().iter())
+        .filter(|id| !new_files.contains(*id))
+        .copied()
+        .collect();
+    for id in &old {
+        let path = format!("index/{id}");
+        rep.bytes_deleted += repo.store().stat(&path).unwrap_or(0);
+        repo.store().delete(&path)?;
+        m.one();
+        rep.index_files_deleted += 1;
+    }
+    repo.store().flush()?;
+    // 4. The packs: none is listed by an index any more.
+    lock.verify()?;
+    let doomed = (plans.iter())
+        .filter(|p| !matches!(p.action, Action::Keep))
+        .map(|p| (pack::pack_path(&p.id), p.size))
+        .chain(unindexed);
+    for (path, size) in doomed {
+        repo.store().delete(&path)?;
+        m.one();
+        rep.bytes_deleted += size;
+    }
+    repo.store().flush()?;
+    drop(lock);
+    repo.reload_index()?;
+    rep.size_after = repository_size(repo)?;
+    rep.bytes_freed = rep.size_before.saturating_sub(rep.size_after);
+    rep.elapsed_secs = started.elapsed().as_secs_f64();
+    Ok(rep)
+}
+
+/// Every blob id the snapshots use: their trees (root, account and chunk trees) and the
+/// content the trees name. Each tree is read once however many snapshots share it; a
+/// tree that cannot be read stops the prune, naming the snapshot.
+fn used_blobs(repo: &Repository, snaps: &[Snapshot], progress: &dyn Progress) -> Result<HashSet<Id>> {
+    let mut used = HashSet::new();
+    progress.add_total(snaps.len() as u64, 0);
+    for s in snaps {
+        let what = |tree: &Id, e: Error| {
+            refused(
+                format!("snapshot {}", s.id.short()),
+                format!("its tree {} cannot be read ({e}): the blobs it uses cannot be known; run `mailvault check`", tree.short()),
+            )
+        };
+        if used.insert(s.root) {
+            let root: RootTree = repo.read_tree(&s.root).map_err(|e| what(&s.root, e))?;
+            for a in root.accounts {
+                if !used.insert(a.tree) {
+                    continue;
+                }
+                let t: AccountTree = repo.read_tree(&a.tree).map_err(|e| what(&a.tree, e))?;
+                for f in t.folders {
+                    for file in f.files {
+                        used.extend(file.content);
+                    }
+                    for c in f.chunks {
+                        used.insert(c.names);
+                        if !used.insert(c.entries) {
+                            continue;
+                        }
+                        let m: MessageChunk =
+                            repo.read_tree(&c.entries).map_err(|e| what(&c.entries, e))?;
+                        for e in m.entries {
+                            used.extend(e.content);
+                        }
+                    }
+                }
+            }
+        }
+        progress.advance(1, 0);
+    }
+    Ok(used)
+}
+
+/// The size of what the repository holds: packs, index files, snapshots, dictionaries.
+fn repository_size(repo: &Repository) -> Result<u64> {
+    let mut n = 0;
+    for dir in ["data/", "index/", "snapshots/", "dicts/"] {
+        n += repo.store().list(dir)?.iter().map(|o| o.size).sum::<u64>();
+    }
+    Ok(n)
+}
+
+/// Decides each indexed pack's fate. A used blob counts in the one pack the in-memory
+/// index gives for it; its other copies are unused.
+fn plan(
+    repo: &Repository,
+    used: &HashSet<Id>,
+    max_unused: f64,
+    rep: &mut PruneReport,
+) -> Result<Vec<PackPlan>> {
+    let sizes: HashMap<Id, u64> = (repo.store().list("data/")?.into_iter())
+        .filter_map(|o| Some((file_id(&o.path).ok()?, o.size)))
+        .collect();
+    let index = repo.index();
+    let mut seen = HashSet::new();
+    let mut plans = Vec::new();
+    for file in repo.index_files() {
+        let path = format!("index/{file}");
+        let (_, packs) = repo.read_index_file(&path)?;
+        for p in packs {
+            if !seen.insert(p.id) {
+                continue;
+            }
+            let canonical = |e: &PackEntry| {
+                used.contains(&e.id)
+                    && index.get(&e.id).is_some_and(|l| {
+                        index.pack_id(l.pack) == p.id && l.offset == e.offset
+                    })
+            };
+            let keep: Vec<PackEntry> = p.entries.iter().filter(|e| canonical(e)).copied().collect();
+            let total: u64 = p.entries.iter().map(|e| e.stored_len as u64).sum();
+            let used_bytes: u64 = keep.iter().map(|e| e.stored_len as u64).sum();
+            let size = sizes.get(&p.id).copied();
+            let action = match size {
+                None if !keep.is_empty() => {
+                    return Err(refused(
+                        pack::pack_path(&p.id),
+                        format!("is missing, and holds {} blobs snapshots use: run `mailvault check`, then `mailvault repair index` and `mailvault repair snapshots`", keep.len()),
+                    ))
+                }
+                // Missing and unused: only its index entries go.
+                None => Action::Delete,
+                Some(_) if keep.is_empty() => Action::Delete,
+                Some(_) if (total - used_bytes) as f64 > total as f64 * max_unused / 100.0 => {
+                    Action::Repack(keep.clone())
+                }
+                Some(_) => Action::Keep,
+            };
+            match &action {
+                Action::Keep => rep.packs_kept += 1,
+                Action::Delete => rep.packs_deleted += 1,
+                Action::Repack(_) => rep.packs_repacked += 1,
+            }
+            if !matches!(action, Action::Keep) {
+                rep.blobs_removed += (p.entries.len() - keep.len()) as u64;
+            }
+            plans.push(PackPlan {
+                id: p.id,
+                version: p.version,
+                entries: p.entries,
+                size: size.unwrap_or(0),
+                action,
+            });
+        }
+    }
+    rep.packs_before = plans.len() as u64;
+    Ok(plans)
+}
+
+/// Writes the used blobs of the packs to repack into new packs: each read (only the used
+/// blobs, contiguous ones in one read), verified (opened, decompressed, hashed against its
+/// id) and copied sealed as it is into a pack of the same format and kind, so that a
+/// format-1 pack of a migrated repository is repacked into format-1 packs. Returns the new
+/// packs.
+fn repack(
+    repo: &Repository,
+    plans: &[PackPlan],
+    m: &mut Mutations,
+    rep: &mut PruneReport,
+    progress: &dyn Progress,
+) -> Result<Vec<IndexedPack>> {
+    let target = repo.config().pack_size as usize;
+    let mut builders: HashMap<(BlobKind, Version), PackBuilder> = HashMap::new();
+    let mut written = Vec::new();
+    let mut write = |b: PackBuilder, kind: BlobKind, version: Version, rep: &mut PruneReport| {
+        let p = b.finish(repo.key(), version);
+        match repo.store().put_pack(&pack::pack_path(&p.id), &p.bytes, kind) {
+            Ok(()) | Err(Error::AlreadyExists(_)) => {}
+            Err(e) => return Err(e),
+        }
+        m.one();
+        rep.packs_written += 1;
+        rep.bytes_written += p.bytes.len() as u64;
+        written.push(IndexedPack {
+            id: p.id,
+            version: p.version,
+            entries: p.entries,
+        });
+        Ok(())
+    };
+    for p in plans {
+        let Action::Repack(keep) = &p.action else {
+            continue;
+        };
+        let path = pack::pack_path(&p.id);
+        let mut keep = keep.clone();
+        keep.sort_by_key(|e| e.offset);
+        progress.add_total(keep.len() as u64, 0);
+        // Runs of blobs that follow each other, read at once.
+        let mut i = 0;
+        while i < keep.len() {
+            let start = keep[i].offset;
+            let mut end = i + 1;
+            while end < keep.len()
+                && keep[end].offset == keep[end - 1].offset + keep[end - 1].stored_len
+            {
+                end += 1;
+            }
+            let run = &keep[i..end];
+            let last = run[run.len() - 1];
+            let len = (last.offset + last.stored_len - start) as u64;
+            let bytes = repo
+                .store()
+                .get_pack_range(&path, start as u64, len, run[0].kind)?;
+            for e in run {
+                let at = (e.offset - start) as usize;
+                let sealed = bytes
+                    .get(at..at + e.stored_len as usize)
+                    .ok_or_else(|| Error::corrupt(&path, "shorter than its index says"))?;
+                let loc = Location {
+                    pack: 0,
+                    offset: e.offset,
+                    stored_len: e.stored_len,
+                    raw_len: e.raw_len,
+                    kind: e.kind,
+                    codec: e.codec,
+                };
+                repo.decode_blob(&e.id, &loc, p.version, sealed, &path)
+                    .map_err(|err| {
+                        refused(
+                            format!("blob {} in {path}", e.id.short()),
+                            format!("does not verify ({err}), and snapshots use it: nothing was deleted; run `mailvault check --read-data`"),
+                        )
+                    })?;
+                let b = builders.entry((e.kind, p.version)).or_default();
+                b.add(e.id, e.kind, e.codec, e.raw_len as usize, sealed);
+                rep.blobs_repacked += 1;
+                if b.len() >= target {
+                    let full = std::mem::take(b);
+                    write(full, e.kind, p.version, rep)?;
+                }
+                progress.advance(1, e.stored_len as u64);
+            }
+            i = end;
+        }
+    }
+    let mut rest: Vec<_> = builders.into_iter().filter(|(_, b)| !b.is_empty()).collect();
+    rest.sort_by_key(|((kind, version), _)| (*kind as u8, version.number()));
+    for ((kind, version), b) in rest {
+        write(b, kind, version, rep)?;
+    }
+    Ok(written)
+}
+
+/// The packs in groups of at most [`INDEX_FILE_ENTRIES`] entries, one index file each.
+fn index_chunks(packs: &[IndexedPack]) -> Vec<&[IndexedPack]> {
+    let mut out = Vec::new();
+    let (mut start, mut n) = (0, 0);
+    for (i, p) in packs.iter().enumerate() {
+        if n > 0 && n + p.entries.len() > INDEX_FILE_ENTRIES {
+            out.push(&packs[start..i]);
+            (start, n) = (i, 0);
+        }
+        n += p.entries.len();
+    }
+    if start < packs.len() {
+        out.push(&packs[start..]);
+    }
+    out
+}
