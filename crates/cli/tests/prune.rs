@@ -12,6 +12,7 @@ use mailvault_core::testing::minio::Minio;
 use mailvault_corpus::{generate, mutate, CorpusSpec, MutationSpec};
 use serde_json::Value;
 use std::path::Path;
+use std::process::Stdio;
 
 fn maildir(p: &Path) -> String {
     format!("maildir:{}", p.display())
@@ -217,6 +218,9 @@ fn prune_and_backup_together(e: &Env) {
         .unwrap();
         let mut backup = e.cmd(&["backup", &maildir(&src), "--json"]);
         let mut prune = e.cmd(&["prune", "--json", "--max-unused", "0"]);
+        for c in [&mut backup, &mut prune] {
+            c.stdout(Stdio::piped()).stderr(Stdio::piped());
+        }
         let (b, p) = (backup.spawn().unwrap(), prune.spawn().unwrap());
         let (b, p) = (b.wait_with_output().unwrap(), p.wait_with_output().unwrap());
         for (what, o) in [("backup", &b), ("prune", &p)] {
