@@ -249,6 +249,26 @@ pub struct RepoLock {
     held: Option<Held>,
 }
 
+/// See [`RepoLock::watch`]; holds no lock itself.
+#[derive(Clone, Default)]
+pub struct LockWatch(Option<Arc<Shared>>);
+
+impl LockWatch {
+    /// See [`RepoLock::verify`].
+    pub fn verify(&self) -> Result<()> {
+        let Some(s) = &self.0 else { return Ok(()) };
+        let age = crate::repo::lock(&s.written).elapsed();
+        if age + s.stale / 6 >= s.stale {
+            let path = crate::repo::lock(&s.current).0.clone();
+            return Err(Error::LockLost {
+                path,
+                age_secs: age.as_secs(),
+            });
+        }
+        Ok(())
+    }
+}
+
 struct Held {
     shared: Arc<Shared>,
     stop: Option<mpsc::Sender<()>>,
@@ -285,19 +305,16 @@ impl RepoLock {
     }
 
     /// An error unless the lock is still good: refreshed recently enough that no other
-    /// process can have taken it for stale (with a margin of a refresh period). A prune
-    /// calls it before it deletes anything, a backup before it saves its snapshot.
+    /// process can have taken it for stale (with a margin of a sixth of the stale
+    /// time). A prune calls it before it deletes anything, a backup before it saves its
+    /// snapshot.
     pub fn verify(&self) -> Result<()> {
-        let Some(h) = &self.held else { return Ok(()) };
-        let age = crate::repo::lock(&h.shared.written).elapsed();
-        if age + h.shared.stale / 6 >= h.shared.stale {
-            let path = crate::repo::lock(&h.shared.current).0.clone();
-            return Err(Error::LockLost {
-                path,
-                age_secs: age.as_secs(),
-            });
-        }
-        Ok(())
+        self.watch().verify()
+    }
+
+    /// A handle that can [`LockWatch::verify`] this lock from elsewhere.
+    pub fn watch(&self) -> LockWatch {
+        LockWatch(self.held.as_ref().map(|h| h.shared.clone()))
     }
 
     /// Takes a lock of `kind` for `operation`, waiting up to `opts.wait` for conflicting

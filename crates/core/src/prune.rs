@@ -526,3 +526,139 @@ fn index_chunks(packs: &[IndexedPack]) -> Vec<&[IndexedPack]> {
     }
     out
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::compress::Compression;
+    use crate::crypto::KdfParams;
+    use crate::lock::LockOptions;
+    use crate::repo::{BlobSaver, InitOptions};
+    use crate::report::NoProgress;
+    use crate::store::{MemoryStore, Store};
+    use std::sync::Arc;
+
+    fn init() -> Arc<MemoryStore> {
+        let store = Arc::new(MemoryStore::new());
+        let opts = InitOptions {
+            kdf: KdfParams {
+                m_cost: 64,
+                t_cost: 1,
+                p_cost: 1,
+            },
+            pack_size: 512,
+            ..Default::default()
+        };
+        Repository::init(store.clone(), b"pw", &opts).unwrap();
+        store
+    }
+
+    fn open(store: &Arc<MemoryStore>) -> Repository {
+        Repository::open(store.clone(), b"pw").unwrap()
+    }
+
+    /// A data blob in an indexed pack that no snapshot uses.
+    fn unused_blob(repo: &Repository) -> Id {
+        let saver = BlobSaver::new(repo, Compression::Lz4);
+        let id = saver.save(BlobKind::Data, &[9u8; 4000]).unwrap();
+        saver.finish().unwrap();
+        id
+    }
+
+    #[test]
+    fn a_restore_holding_its_lock_blocks_prune_until_it_ends() {
+        let store = init();
+        let reader = open(&store);
+        unused_blob(&reader);
+        let held = reader.lock_for_reading("restore").unwrap();
+        let mut pruner = open(&store);
+        let e = prune(&mut pruner, &PruneOptions::default(), &NoProgress)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("locked by restore on host"), "{e}");
+        assert_eq!(store.list("data/").unwrap().len(), 1, "prune deleted a pack");
+        // A dry run only reads: it goes alongside.
+        let dry = PruneOptions {
+            dry_run: true,
+            ..Default::default()
+        };
+        assert_eq!(prune(&mut pruner, &dry, &NoProgress).unwrap().packs_deleted, 1);
+        drop(held);
+        let rep = prune(&mut pruner, &PruneOptions::default(), &NoProgress).unwrap();
+        assert_eq!(rep.packs_deleted, 1);
+        assert!(store.list("data/").unwrap().is_empty());
+        assert!(store.list("locks/").unwrap().is_empty());
+    }
+
+    /// A backup or a restore whose repository was opened before a prune: the backup reads
+    /// the index again once it holds its lock (so it never deduplicates against a blob
+    /// the prune removed), a restore or check is refused.
+    #[test]
+    fn commands_opened_before_a_prune_do_not_use_its_removed_packs() {
+        let store = init();
+        let mut backup = open(&store);
+        let blob = unused_blob(&backup);
+        let mut reader = open(&store);
+        reader.reload_index().unwrap();
+        backup.reload_index().unwrap();
+        assert!(backup.index().contains(&blob));
+        let mut pruner = open(&store);
+        prune(&mut pruner, &PruneOptions::default(), &NoProgress).unwrap();
+        let (_, mark) = backup.begin_backup().unwrap();
+        assert!(!backup.index().contains(&blob), "the index was not read again");
+        backup.end_backup(mark).unwrap();
+        let e = reader.lock_for_reading("restore").unwrap_err();
+        assert!(matches!(e, Error::IndexChanged { .. }), "{e}");
+        assert!(store.list("locks/").unwrap().is_empty());
+    }
+
+    #[test]
+    fn a_stale_lock_does_not_stop_prune_and_a_live_one_does() {
+        let store = init();
+        let mut repo = open(&store);
+        unused_blob(&repo);
+        repo.set_lock_options(LockOptions::default());
+        // A killed backup's lock (its process gone): stale at once.
+        let dead = crate::lock::LockRecord {
+            hostname: crate::hostname(),
+            pid: 4_000_000_000,
+            time: crate::now_unix(),
+            created: crate::now_unix(),
+            exclusive: false,
+            operation: "backup".into(),
+            lock: "1".into(),
+        };
+        let json = serde_json::to_vec(&dead).unwrap();
+        store
+            .put(
+                "locks/dead",
+                &repo.seal_object(crate::format::Object::Writer("locks/dead"), &json),
+            )
+            .unwrap();
+        // A backup on another host that refreshed its lock a minute ago.
+        let live = crate::lock::LockRecord {
+            hostname: "elsewhere".into(),
+            pid: 1,
+            time: crate::now_unix() - 60,
+            ..dead.clone()
+        };
+        let json = serde_json::to_vec(&live).unwrap();
+        store
+            .put(
+                "locks/live",
+                &repo.seal_object(crate::format::Object::Writer("locks/live"), &json),
+            )
+            .unwrap();
+        let e = prune(&mut repo, &PruneOptions::default(), &NoProgress)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("by backup on host elsewhere (pid 1)"), "{e}");
+        store.delete("locks/live").unwrap();
+        assert_eq!(
+            prune(&mut repo, &PruneOptions::default(), &NoProgress)
+                .unwrap()
+                .packs_deleted,
+            1
+        );
+    }
+}

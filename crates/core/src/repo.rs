@@ -1315,9 +1315,10 @@ pub struct WriterMark {
 }
 
 impl WriterMark {
-    /// An error unless this backup's lock is still good (see [`RepoLock::verify`]).
-    pub fn verify(&self) -> Result<()> {
-        self.lock.verify()
+    /// A handle on this backup's lock, to check that it is still good before the
+    /// snapshot is saved (see [`RepoLock::verify`]).
+    pub fn watch(&self) -> crate::lock::LockWatch {
+        self.lock.watch()
     }
 }
 
