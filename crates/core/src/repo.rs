@@ -966,7 +966,10 @@ impl Repository {
     pub fn lock(&self, kind: LockKind, operation: &str) -> Result<RepoLock> {
         let mut opts = self.lock_options.clone();
         opts.no_lock &= kind == LockKind::Shared && operation != "backup";
-        RepoLock::acquire(self.lock_store(), kind, operation, &opts)
+        let lock = RepoLock::acquire(self.lock_store(), kind, operation, &opts)?;
+        // What was listed before the lock (snapshots) may have changed meanwhile.
+        self.store.refresh_listings();
+        Ok(lock)
     }
 
     /// A shared lock for a command that reads (restore, check), taken after the
