@@ -49,6 +49,11 @@ fn count(e: &Env, dir: &str) -> usize {
 /// only they use (their tree packs), and packs that are partly used (S1's and S2's data
 /// packs). Returns S3's id; the store as S3 saw it is in `want`.
 fn history(e: &Env) -> String {
+    history_of(e, &["init"])
+}
+
+/// [`history`] in a repository made by `init` (`mailvault` and its arguments).
+fn history_of(e: &Env, init: &[&str]) -> String {
     let src = e.path("vmail");
     generate(
         &CorpusSpec {
@@ -58,7 +63,7 @@ fn history(e: &Env) -> String {
         &src,
     )
     .unwrap();
-    e.ok(&["init"]);
+    e.ok(init);
     let s1 = e.json(0, &["backup", &maildir(&src)]);
     let churn = |seed, new_ratio| MutationSpec {
         seed,
@@ -103,8 +108,8 @@ fn intact(e: &Env, snapshot: &str, want: &Path, target: &str) {
     assert_same_files(&out, want);
 }
 
-fn prune_deletes_and_repacks(e: &Env) {
-    let s3 = history(e);
+fn prune_deletes_and_repacks(e: &Env, init: &[&str]) {
+    let s3 = history_of(e, init);
     let before = size(e);
     let packs_before = count(e, "data/");
     let dry = e.json(0, &["prune", "--dry-run"]);
@@ -113,14 +118,26 @@ fn prune_deletes_and_repacks(e: &Env) {
     assert!(rep["packs_deleted"].as_u64().unwrap() >= 1, "{rep}");
     assert!(rep["packs_repacked"].as_u64().unwrap() >= 1, "{rep}");
     assert!(rep["blobs_removed"].as_u64().unwrap() >= 1, "{rep}");
-    for k in ["packs_deleted", "packs_repacked", "packs_kept", "blobs_removed"] {
-        assert_eq!(dry[k], rep[k], "the dry run planned otherwise: {k}\n{dry}\n{rep}");
+    for k in [
+        "packs_deleted",
+        "packs_repacked",
+        "packs_kept",
+        "blobs_removed",
+    ] {
+        assert_eq!(
+            dry[k], rep[k],
+            "the dry run planned otherwise: {k}\n{dry}\n{rep}"
+        );
     }
     // The sizes it reports are the repository's, and it shrank by what it freed.
     let after = size(e);
     assert_eq!(rep["size_before"].as_u64().unwrap(), before, "{rep}");
     assert_eq!(rep["size_after"].as_u64().unwrap(), after, "{rep}");
-    assert_eq!(rep["bytes_freed"].as_u64().unwrap(), before - after, "{rep}");
+    assert_eq!(
+        rep["bytes_freed"].as_u64().unwrap(),
+        before - after,
+        "{rep}"
+    );
     assert!(after < before, "{before} -> {after}");
     let deleted = rep["packs_deleted"].as_u64().unwrap() + rep["packs_repacked"].as_u64().unwrap();
     assert_eq!(
@@ -130,7 +147,12 @@ fn prune_deletes_and_repacks(e: &Env) {
     intact(e, &s3, &e.path("want"), "r1");
     // Nothing is left to do.
     let again = e.json(0, &["prune"]);
-    for k in ["packs_deleted", "packs_repacked", "packs_unindexed", "bytes_freed"] {
+    for k in [
+        "packs_deleted",
+        "packs_repacked",
+        "packs_unindexed",
+        "bytes_freed",
+    ] {
         assert_eq!(again[k], 0, "{k}: {again}");
     }
     assert_eq!(count(e, "locks/"), 0);
@@ -138,12 +160,26 @@ fn prune_deletes_and_repacks(e: &Env) {
 
 #[test]
 fn prune_deletes_unused_packs_and_repacks_partly_used_ones() {
-    prune_deletes_and_repacks(&Env::new());
+    prune_deletes_and_repacks(&Env::new(), &["init"]);
 }
 
 #[test]
 fn s3_prune_deletes_unused_packs_and_repacks_partly_used_ones() {
-    prune_deletes_and_repacks(&Env::s3("prune"));
+    prune_deletes_and_repacks(&Env::s3("prune"), &["init"]);
+}
+
+/// Format-1 packs are repacked into format-1 packs (their blobs copied sealed as they
+/// are): in a format-1 repository, and in one migrated from it (`format1_packs`).
+#[test]
+fn prune_in_format1_and_migrated_repositories() {
+    prune_deletes_and_repacks(&Env::new(), &["init", "--format", "1"]);
+    let e = Env::new();
+    history_of(&e, &["init", "--format", "1"]);
+    e.ok(&["migrate"]);
+    let rep = e.json(0, &["prune"]);
+    assert!(rep["packs_repacked"].as_u64().unwrap() >= 1, "{rep}");
+    assert_eq!(rep["snapshots"], 1, "{rep}");
+    intact(&e, "latest", &e.path("want"), "r");
 }
 
 /// Kills prune (SIGKILL, from inside, right after its k-th put or delete) at every
@@ -159,10 +195,14 @@ fn prune_killed_at_any_point_leaves_a_sound_repository() {
     copy_tree(&base.repo(), &probe.repo());
     copy_tree(&base.state_dir(), &probe.state_dir());
     let rep = probe.json(0, &["prune"]);
-    let total = ["packs_written", "index_files_written", "index_files_deleted"]
-        .iter()
-        .map(|k| rep[k].as_u64().unwrap())
-        .sum::<u64>()
+    let total = [
+        "packs_written",
+        "index_files_written",
+        "index_files_deleted",
+    ]
+    .iter()
+    .map(|k| rep[k].as_u64().unwrap())
+    .sum::<u64>()
         + ["packs_deleted", "packs_repacked", "packs_unindexed"]
             .iter()
             .map(|k| rep[k].as_u64().unwrap())

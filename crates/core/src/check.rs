@@ -651,7 +651,7 @@ fn check_packs(
         match file_id(&p.path) {
             Ok(id) if !index.has_pack(&id) && repo.migration_leftover_pack(&p.path, p.size) => {}
             Ok(id) if !index.has_pack(&id) => warnings.push(format!(
-                "{}: pack not in any index (left by an interrupted backup; the next backup reuses it when that backup left its record in writers/, or run `{REPAIR_INDEX}`)",
+                "{}: pack not in any index (left by an interrupted backup or prune; the next backup reuses it when a killed backup left its lock, `mailvault prune` deletes it, or run `{REPAIR_INDEX}`)",
                 p.path
             )),
             Ok(_) => {}

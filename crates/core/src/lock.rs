@@ -124,7 +124,12 @@ pub enum Found {
     Lock(LockRecord),
     /// A record an older mailvault writes for a running backup: a shared lock that never
     /// withdraws.
-    Writer { hostname: String, pid: u32, started: i64, gone: bool },
+    Writer {
+        hostname: String,
+        pid: u32,
+        started: i64,
+        gone: bool,
+    },
     /// Not a record (a stray or damaged file): ignored, with a warning.
     Unreadable(Error),
 }
@@ -465,7 +470,9 @@ impl Drop for RepoLock {
         }
         let path = crate::repo::lock(&h.shared.current).0.clone();
         if let Err(e) = h.shared.locks.store.delete(&path) {
-            tracing::warn!("could not remove the lock {path}: {e} (`mailvault unlock` removes it once stale)");
+            tracing::warn!(
+                "could not remove the lock {path}: {e} (`mailvault unlock` removes it once stale)"
+            );
         }
         let _ = h.shared.locks.store.flush();
     }
@@ -482,11 +489,7 @@ pub struct UnlockReport {
 
 /// Removes stale locks (and stale `writers/` records), or every lock with `remove_all`.
 /// Files that are not records are left alone (and listed as kept).
-pub(crate) fn unlock(
-    locks: &LockStore,
-    remove_all: bool,
-    stale: Duration,
-) -> Result<UnlockReport> {
+pub(crate) fn unlock(locks: &LockStore, remove_all: bool, stale: Duration) -> Result<UnlockReport> {
     let mut rep = UnlockReport::default();
     for f in locks.list()? {
         let junk = matches!(f.found, Found::Unreadable(_));

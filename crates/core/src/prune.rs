@@ -299,7 +299,11 @@ pub fn prune(
 /// Every blob id the snapshots use: their trees (root, account and chunk trees) and the
 /// content the trees name. Each tree is read once however many snapshots share it; a
 /// tree that cannot be read stops the prune, naming the snapshot.
-fn used_blobs(repo: &Repository, snaps: &[Snapshot], progress: &dyn Progress) -> Result<HashSet<Id>> {
+fn used_blobs(
+    repo: &Repository,
+    snaps: &[Snapshot],
+    progress: &dyn Progress,
+) -> Result<HashSet<Id>> {
     let mut used = HashSet::new();
     progress.add_total(snaps.len() as u64, 0);
     for s in snaps {
@@ -325,8 +329,9 @@ fn used_blobs(repo: &Repository, snaps: &[Snapshot], progress: &dyn Progress) ->
                         if !used.insert(c.entries) {
                             continue;
                         }
-                        let m: MessageChunk =
-                            repo.read_tree(&c.entries).map_err(|e| what(&c.entries, e))?;
+                        let m: MessageChunk = repo
+                            .read_tree(&c.entries)
+                            .map_err(|e| what(&c.entries, e))?;
                         for e in m.entries {
                             used.extend(e.content);
                         }
@@ -371,9 +376,9 @@ fn plan(
             }
             let canonical = |e: &PackEntry| {
                 used.contains(&e.id)
-                    && index.get(&e.id).is_some_and(|l| {
-                        index.pack_id(l.pack) == p.id && l.offset == e.offset
-                    })
+                    && index
+                        .get(&e.id)
+                        .is_some_and(|l| index.pack_id(l.pack) == p.id && l.offset == e.offset)
             };
             let keep: Vec<PackEntry> = p.entries.iter().filter(|e| canonical(e)).copied().collect();
             let total: u64 = p.entries.iter().map(|e| e.stored_len as u64).sum();
@@ -432,7 +437,10 @@ fn repack(
     let mut written = Vec::new();
     let mut write = |b: PackBuilder, kind: BlobKind, version: Version, rep: &mut PruneReport| {
         let p = b.finish(repo.key(), version);
-        match repo.store().put_pack(&pack::pack_path(&p.id), &p.bytes, kind) {
+        match repo
+            .store()
+            .put_pack(&pack::pack_path(&p.id), &p.bytes, kind)
+        {
             Ok(()) | Err(Error::AlreadyExists(_)) => {}
             Err(e) => return Err(e),
         }
@@ -502,7 +510,10 @@ fn repack(
             i = end;
         }
     }
-    let mut rest: Vec<_> = builders.into_iter().filter(|(_, b)| !b.is_empty()).collect();
+    let mut rest: Vec<_> = builders
+        .into_iter()
+        .filter(|(_, b)| !b.is_empty())
+        .collect();
     rest.sort_by_key(|((kind, version), _)| (*kind as u8, version.number()));
     for ((kind, version), b) in rest {
         write(b, kind, version, rep)?;
@@ -576,13 +587,20 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("locked by restore on host"), "{e}");
-        assert_eq!(store.list("data/").unwrap().len(), 1, "prune deleted a pack");
+        assert_eq!(
+            store.list("data/").unwrap().len(),
+            1,
+            "prune deleted a pack"
+        );
         // A dry run only reads: it goes alongside.
         let dry = PruneOptions {
             dry_run: true,
             ..Default::default()
         };
-        assert_eq!(prune(&mut pruner, &dry, &NoProgress).unwrap().packs_deleted, 1);
+        assert_eq!(
+            prune(&mut pruner, &dry, &NoProgress).unwrap().packs_deleted,
+            1
+        );
         drop(held);
         let rep = prune(&mut pruner, &PruneOptions::default(), &NoProgress).unwrap();
         assert_eq!(rep.packs_deleted, 1);
@@ -605,7 +623,10 @@ mod tests {
         let mut pruner = open(&store);
         prune(&mut pruner, &PruneOptions::default(), &NoProgress).unwrap();
         let (_, mark) = backup.begin_backup().unwrap();
-        assert!(!backup.index().contains(&blob), "the index was not read again");
+        assert!(
+            !backup.index().contains(&blob),
+            "the index was not read again"
+        );
         backup.end_backup(mark).unwrap();
         let e = reader.lock_for_reading("restore").unwrap_err();
         assert!(matches!(e, Error::IndexChanged { .. }), "{e}");
