@@ -189,10 +189,14 @@ pub(crate) struct LockStore {
 }
 
 impl LockStore {
-    /// Every record in `locks/` and `writers/`, each with what it is.
-    pub(crate) fn list(&self) -> Result<Vec<FoundLock>> {
+    /// Every record in `locks/` and, with `writers`, in `writers/`, each with what it
+    /// is; `except` (one's own record) is left out unread.
+    pub(crate) fn list(&self, except: Option<&str>, writers: bool) -> Result<Vec<FoundLock>> {
         let mut out = Vec::new();
         for o in self.store.list(LOCKS)? {
+            if Some(o.path.as_str()) == except {
+                continue;
+            }
             let found = self
                 .store
                 .get(&o.path)
@@ -210,6 +214,15 @@ impl LockStore {
                 path: o.path,
             });
         }
+        if writers {
+            out.extend(self.list_writers()?);
+        }
+        Ok(out)
+    }
+
+    /// The records in `writers/` (of older mailvaults' backups), each with what it is.
+    pub(crate) fn list_writers(&self) -> Result<Vec<FoundLock>> {
+        let mut out = Vec::new();
         for o in self.store.list(WRITERS)? {
             let name = o.path.rsplit('/').next().unwrap_or(&o.path);
             let found = self
@@ -252,6 +265,8 @@ impl LockStore {
 /// removed. [`RepoLock::none`] holds nothing (`--no-lock`).
 pub struct RepoLock {
     held: Option<Held>,
+    /// The other records seen when the lock was taken (none conflicting, or stale).
+    found: Vec<FoundLock>,
 }
 
 /// See [`RepoLock::watch`]; holds no lock itself.
@@ -301,7 +316,16 @@ impl std::fmt::Debug for RepoLock {
 impl RepoLock {
     /// No lock (`--no-lock`).
     pub fn none() -> RepoLock {
-        RepoLock { held: None }
+        RepoLock {
+            held: None,
+            found: Vec::new(),
+        }
+    }
+
+    /// The other records in `locks/` (and, for an exclusive lock, `writers/`) when the
+    /// lock was taken: none of them conflicting, or stale.
+    pub(crate) fn found(&self) -> &[FoundLock] {
+        &self.found
     }
 
     /// The path of the record now in place, if a lock is held.
@@ -364,7 +388,9 @@ impl RepoLock {
                     p
                 }
             };
-            let found = match locks.list() {
+            // A shared lock conflicts with no backup of an older mailvault: `writers/` is
+            // read for exclusive ones only.
+            let found = match locks.list(Some(&path), rec.exclusive) {
                 Ok(f) => f,
                 Err(e) => {
                     let _ = locks.store.delete(&path);
@@ -373,7 +399,7 @@ impl RepoLock {
             };
             let conflicts: Vec<&FoundLock> = found
                 .iter()
-                .filter(|f| f.path != path && !f.is_stale(opts.stale))
+                .filter(|f| !f.is_stale(opts.stale))
                 .filter(|f| match &f.found {
                     Found::Lock(r) => r.lock != rec.lock && (r.exclusive || rec.exclusive),
                     Found::Writer { .. } => rec.exclusive,
@@ -384,7 +410,7 @@ impl RepoLock {
                 })
                 .collect();
             if conflicts.is_empty() {
-                return Ok(RepoLock::hold(locks, path, rec, opts));
+                return Ok(RepoLock::hold(locks, path, rec, opts, found));
             }
             // An older conflicting lock (or a backup of an older mailvault, which never
             // withdraws) goes first: withdraw and try again. Younger ones are waited for.
@@ -416,7 +442,13 @@ impl RepoLock {
         }
     }
 
-    fn hold(locks: LockStore, path: String, rec: LockRecord, opts: &LockOptions) -> RepoLock {
+    fn hold(
+        locks: LockStore,
+        path: String,
+        rec: LockRecord,
+        opts: &LockOptions,
+        found: Vec<FoundLock>,
+    ) -> RepoLock {
         let shared = Arc::new(Shared {
             locks,
             current: Mutex::new((path, rec)),
@@ -442,6 +474,7 @@ impl RepoLock {
                 stop: Some(stop),
                 thread,
             }),
+            found,
         }
     }
 }
@@ -491,7 +524,7 @@ pub struct UnlockReport {
 /// Files that are not records are left alone (and listed as kept).
 pub(crate) fn unlock(locks: &LockStore, remove_all: bool, stale: Duration) -> Result<UnlockReport> {
     let mut rep = UnlockReport::default();
-    for f in locks.list()? {
+    for f in locks.list(None, true)? {
         let junk = matches!(f.found, Found::Unreadable(_));
         if !junk && (remove_all || f.is_stale(stale)) {
             locks.store.delete(&f.path)?;

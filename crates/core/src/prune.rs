@@ -29,6 +29,7 @@ use crate::snapshot::Snapshot;
 use crate::tree::{AccountTree, MessageChunk, RootTree};
 use serde::Serialize;
 use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 
 /// What to prune.
@@ -125,23 +126,23 @@ pub const KILL_AFTER_ENV: &str = "MAILVAULT_PRUNE_KILL_AFTER";
 
 /// Counts prune's changes to the repository, for [`KILL_AFTER_ENV`].
 struct Mutations {
-    done: u64,
+    done: AtomicU64,
     kill_after: Option<u64>,
 }
 
 impl Mutations {
     fn new() -> Self {
         Mutations {
-            done: 0,
+            done: AtomicU64::new(0),
             kill_after: std::env::var(KILL_AFTER_ENV)
                 .ok()
                 .and_then(|v| v.parse().ok()),
         }
     }
 
-    fn one(&mut self) {
-        self.done += 1;
-        if self.kill_after == Some(self.done) {
+    fn one(&self) {
+        let done = self.done.fetch_add(1, Ordering::SeqCst) + 1;
+        if self.kill_after == Some(done) {
             let _ = rustix::process::kill_process(
                 rustix::process::getpid(),
                 rustix::process::Signal::KILL,
@@ -239,9 +240,9 @@ pub fn prune(
         return Ok(rep);
     }
 
-    let mut m = Mutations::new();
+    let m = Mutations::new();
     // 1. New packs, durable.
-    let written = repack(repo, &plans, &mut m, &mut rep, progress)?;
+    let written = repack(repo, &plans, &m, &mut rep, progress)?;
     repo.store().flush()?;
     // 2. The new index: every kept pack as the index listed it, and the new packs.
     let mut listed: Vec<IndexedPack> = (plans.iter())
@@ -264,29 +265,25 @@ pub fn prune(
     repo.store().flush()?;
     // 3. The index files the new ones replace.
     lock.verify()?;
-    let old: Vec<Id> = (repo.index_files().iter())
+    let old: Vec<(String, u64)> = (repo.index_files().iter())
         .filter(|id| !new_files.contains(*id))
-        .copied()
+        .map(|id| {
+            let path = format!("index/{id}");
+            let size = repo.store().stat(&path).unwrap_or(0);
+            (path, size)
+        })
         .collect();
-    for id in &old {
-        let path = format!("index/{id}");
-        rep.bytes_deleted += repo.store().stat(&path).unwrap_or(0);
-        repo.store().delete(&path)?;
-        m.one();
-        rep.index_files_deleted += 1;
-    }
+    rep.index_files_deleted = old.len() as u64;
+    rep.bytes_deleted += delete_all(repo, old, &m)?;
     repo.store().flush()?;
     // 4. The packs: none is listed by an index any more.
     lock.verify()?;
     let doomed = (plans.iter())
         .filter(|p| !matches!(p.action, Action::Keep))
         .map(|p| (pack::pack_path(&p.id), p.size))
-        .chain(unindexed);
-    for (path, size) in doomed {
-        repo.store().delete(&path)?;
-        m.one();
-        rep.bytes_deleted += size;
-    }
+        .chain(unindexed)
+        .collect();
+    rep.bytes_deleted += delete_all(repo, doomed, &m)?;
     repo.store().flush()?;
     drop(lock);
     repo.reload_index()?;
@@ -428,7 +425,7 @@ fn plan(
 fn repack(
     repo: &Repository,
     plans: &[PackPlan],
-    m: &mut Mutations,
+    m: &Mutations,
     rep: &mut PruneReport,
     progress: &dyn Progress,
 ) -> Result<Vec<IndexedPack>> {
@@ -519,6 +516,29 @@ fn repack(
         write(b, kind, version, rep)?;
     }
     Ok(written)
+}
+
+/// Deletes in parallel: this many at once (on object storage each is a request; the
+/// store's connection limit applies).
+const DELETERS: usize = 8;
+
+/// Deletes the objects (path, size); returns the bytes deleted.
+fn delete_all(repo: &Repository, objects: Vec<(String, u64)>, m: &Mutations) -> Result<u64> {
+    use rayon::prelude::*;
+    let pool = rayon::ThreadPoolBuilder::new()
+        .num_threads(DELETERS)
+        .build()
+        .map_err(|e| Error::InvalidInput(format!("cannot start {DELETERS} threads: {e}")))?;
+    pool.install(|| {
+        objects
+            .par_iter()
+            .map(|(path, size)| {
+                repo.store().delete(path)?;
+                m.one();
+                Ok(*size)
+            })
+            .sum()
+    })
 }
 
 /// The packs in groups of at most [`INDEX_FILE_ENTRIES`] entries, one index file each.

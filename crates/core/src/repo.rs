@@ -907,18 +907,18 @@ impl Repository {
         // Which writers are gone, decided before looking at the packs: every pack a gone
         // writer left is then seen below and listed by this run's index. A file that is
         // not a record is reported and left alone: it says nothing about killed writers.
-        let own = lock.path();
+        // The locks seen when the lock was taken (files that are not records were
+        // reported then), and the `writers/` records of older mailvaults' backups.
+        let writers = self.lock_store().list_writers()?;
         let mut stale = Vec::new();
-        for f in self.lock_store().list()? {
-            if Some(&f.path) == own.as_ref() {
-                continue;
-            }
+        for f in lock.found().iter().chain(&writers) {
             match &f.found {
-                Found::Unreadable(e) => tracing::warn!(
+                Found::Unreadable(e) if f.path.starts_with(crate::lock::WRITERS) => tracing::warn!(
                     "ignoring {}: {e} (remove it if it is not a record of a backup running now)",
                     f.path
                 ),
-                _ if f.is_stale(self.lock_options.stale) => stale.push(f.path),
+                Found::Unreadable(_) => {}
+                _ if f.is_stale(self.lock_options.stale) => stale.push(f.path.clone()),
                 _ => {}
             }
         }
