@@ -23,13 +23,14 @@ use crate::id::Id;
 use crate::index::Location;
 use crate::lock::LockKind;
 use crate::pack::{self, BlobKind, IndexedPack, PackBuilder, PackEntry};
-use crate::repo::{file_id, Repository, MIGRATE_STATE};
+use crate::repo::{file_id, lock, Repository, MIGRATE_STATE};
 use crate::report::Progress;
 use crate::snapshot::Snapshot;
 use crate::tree::{AccountTree, MessageChunk, RootTree};
 use serde::Serialize;
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
 use std::time::Instant;
 
 /// What to prune.
@@ -294,51 +295,68 @@ pub fn prune(
 }
 
 /// Every blob id the snapshots use: their trees (root, account and chunk trees) and the
-/// content the trees name. Each tree is read once however many snapshots share it; a
-/// tree that cannot be read stops the prune, naming the snapshot.
+/// content the trees name. Each tree is read once however many snapshots share it (the
+/// account trees in parallel); a tree that cannot be read stops the prune, naming the
+/// snapshot.
 fn used_blobs(
     repo: &Repository,
     snaps: &[Snapshot],
     progress: &dyn Progress,
 ) -> Result<HashSet<Id>> {
-    let mut used = HashSet::new();
+    use rayon::prelude::*;
+    let unknown = |snapshot: &Id, tree: &Id, e: Error| {
+        refused(
+            format!("snapshot {}", snapshot.short()),
+            format!("its tree {} cannot be read ({e}): the blobs it uses cannot be known; run `mailvault check`", tree.short()),
+        )
+    };
+    let used = Mutex::new(HashSet::new());
+    // The account trees not seen yet, with the snapshot that names them.
+    let mut accounts: Vec<(Id, Id)> = Vec::new();
     progress.add_total(snaps.len() as u64, 0);
     for s in snaps {
-        let what = |tree: &Id, e: Error| {
-            refused(
-                format!("snapshot {}", s.id.short()),
-                format!("its tree {} cannot be read ({e}): the blobs it uses cannot be known; run `mailvault check`", tree.short()),
-            )
-        };
-        if used.insert(s.root) {
-            let root: RootTree = repo.read_tree(&s.root).map_err(|e| what(&s.root, e))?;
+        if lock(&used).insert(s.root) {
+            let root: RootTree = repo
+                .read_tree(&s.root)
+                .map_err(|e| unknown(&s.id, &s.root, e))?;
+            let mut u = lock(&used);
             for a in root.accounts {
-                if !used.insert(a.tree) {
-                    continue;
-                }
-                let t: AccountTree = repo.read_tree(&a.tree).map_err(|e| what(&a.tree, e))?;
-                for f in t.folders {
-                    for file in f.files {
-                        used.extend(file.content);
-                    }
-                    for c in f.chunks {
-                        used.insert(c.names);
-                        if !used.insert(c.entries) {
-                            continue;
-                        }
-                        let m: MessageChunk = repo
-                            .read_tree(&c.entries)
-                            .map_err(|e| what(&c.entries, e))?;
-                        for e in m.entries {
-                            used.extend(e.content);
-                        }
-                    }
+                if u.insert(a.tree) {
+                    accounts.push((s.id, a.tree));
                 }
             }
         }
         progress.advance(1, 0);
     }
-    Ok(used)
+    accounts.par_iter().try_for_each(|(snapshot, tree)| {
+        let t: AccountTree = repo
+            .read_tree(tree)
+            .map_err(|e| unknown(snapshot, tree, e))?;
+        for f in t.folders {
+            let mut chunks = Vec::new();
+            {
+                let mut u = lock(&used);
+                for file in f.files {
+                    u.extend(file.content);
+                }
+                for c in f.chunks {
+                    u.insert(c.names);
+                    if u.insert(c.entries) {
+                        chunks.push(c.entries);
+                    }
+                }
+            }
+            for c in chunks {
+                let m: MessageChunk = repo.read_tree(&c).map_err(|e| unknown(snapshot, &c, e))?;
+                let mut u = lock(&used);
+                for e in m.entries {
+                    u.extend(e.content);
+                }
+            }
+        }
+        Ok::<(), Error>(())
+    })?;
+    Ok(used.into_inner().unwrap_or_else(|p| p.into_inner()))
 }
 
 /// The size of what the repository holds: packs, index files, snapshots, dictionaries.
@@ -417,46 +435,40 @@ fn plan(
     Ok(plans)
 }
 
-/// Writes the used blobs of the packs to repack into new packs: each read (only the used
-/// blobs, contiguous ones in one read), verified (opened, decompressed, hashed against its
-/// id) and copied sealed as it is into a pack of the same format and kind, so that a
-/// format-1 pack of a migrated repository is repacked into format-1 packs. Returns the new
-/// packs.
-fn repack(
-    repo: &Repository,
-    plans: &[PackPlan],
-    m: &Mutations,
-    rep: &mut PruneReport,
-    progress: &dyn Progress,
-) -> Result<Vec<IndexedPack>> {
-    let target = repo.config().pack_size as usize;
-    let mut builders: HashMap<(BlobKind, Version), PackBuilder> = HashMap::new();
-    let mut written = Vec::new();
-    let mut write = |b: PackBuilder, kind: BlobKind, version: Version, rep: &mut PruneReport| {
-        let p = b.finish(repo.key(), version);
-        match repo
-            .store()
-            .put_pack(&pack::pack_path(&p.id), &p.bytes, kind)
-        {
+/// What [`repack`] wrote, shared by its threads.
+struct Repacked<'a> {
+    repo: &'a Repository,
+    m: &'a Mutations,
+    /// Packs being filled, by kind and format.
+    builders: Mutex<HashMap<(BlobKind, Version), PackBuilder>>,
+    written: Mutex<Vec<IndexedPack>>,
+    bytes: AtomicU64,
+    blobs: AtomicU64,
+}
+
+impl Repacked<'_> {
+    fn write(&self, b: PackBuilder, kind: BlobKind, version: Version) -> Result<()> {
+        let p = b.finish(self.repo.key(), version);
+        match (self.repo.store()).put_pack(&pack::pack_path(&p.id), &p.bytes, kind) {
             Ok(()) | Err(Error::AlreadyExists(_)) => {}
             Err(e) => return Err(e),
         }
-        m.one();
-        rep.packs_written += 1;
-        rep.bytes_written += p.bytes.len() as u64;
-        written.push(IndexedPack {
+        self.m.one();
+        self.bytes
+            .fetch_add(p.bytes.len() as u64, Ordering::Relaxed);
+        lock(&self.written).push(IndexedPack {
             id: p.id,
             version: p.version,
             entries: p.entries,
         });
         Ok(())
-    };
-    for p in plans {
-        let Action::Repack(keep) = &p.action else {
-            continue;
-        };
+    }
+
+    /// Reads, verifies and adds the used blobs `keep` of one pack.
+    fn pack(&self, p: &PackPlan, keep: &[PackEntry], progress: &dyn Progress) -> Result<()> {
         let path = pack::pack_path(&p.id);
-        let mut keep = keep.clone();
+        let target = self.repo.config().pack_size as usize;
+        let mut keep = keep.to_vec();
         keep.sort_by_key(|e| e.offset);
         progress.add_total(keep.len() as u64, 0);
         // Runs of blobs that follow each other, read at once.
@@ -472,9 +484,8 @@ fn repack(
             let run = &keep[i..end];
             let last = run[run.len() - 1];
             let len = (last.offset + last.stored_len - start) as u64;
-            let bytes = repo
-                .store()
-                .get_pack_range(&path, start as u64, len, run[0].kind)?;
+            let bytes =
+                (self.repo.store()).get_pack_range(&path, start as u64, len, run[0].kind)?;
             for e in run {
                 let at = (e.offset - start) as usize;
                 let sealed = bytes
@@ -488,35 +499,86 @@ fn repack(
                     kind: e.kind,
                     codec: e.codec,
                 };
-                repo.decode_blob(&e.id, &loc, p.version, sealed, &path)
+                self.repo
+                    .decode_blob(&e.id, &loc, p.version, sealed, &path)
                     .map_err(|err| {
                         refused(
                             format!("blob {} in {path}", e.id.short()),
                             format!("does not verify ({err}), and snapshots use it: nothing was deleted; run `mailvault check --read-data`"),
                         )
                     })?;
-                let b = builders.entry((e.kind, p.version)).or_default();
-                b.add(e.id, e.kind, e.codec, e.raw_len as usize, sealed);
-                rep.blobs_repacked += 1;
-                if b.len() >= target {
-                    let full = std::mem::take(b);
-                    write(full, e.kind, p.version, rep)?;
+                let full = {
+                    let mut builders = lock(&self.builders);
+                    let b = builders.entry((e.kind, p.version)).or_default();
+                    b.add(e.id, e.kind, e.codec, e.raw_len as usize, sealed);
+                    (b.len() >= target).then(|| std::mem::take(b))
+                };
+                self.blobs.fetch_add(1, Ordering::Relaxed);
+                if let Some(b) = full {
+                    self.write(b, e.kind, p.version)?;
                 }
                 progress.advance(1, e.stored_len as u64);
             }
             i = end;
         }
+        Ok(())
     }
-    let mut rest: Vec<_> = builders
+}
+
+/// Writes the used blobs of the packs to repack into new packs (several packs at once):
+/// each read (only the used blobs, contiguous ones in one read), verified (opened,
+/// decompressed, hashed against its id) and copied sealed as it is into a pack of the same
+/// format and kind, so that a format-1 pack of a migrated repository is repacked into
+/// format-1 packs. Returns the new packs.
+fn repack(
+    repo: &Repository,
+    plans: &[PackPlan],
+    m: &Mutations,
+    rep: &mut PruneReport,
+    progress: &dyn Progress,
+) -> Result<Vec<IndexedPack>> {
+    use rayon::prelude::*;
+    let r = Repacked {
+        repo,
+        m,
+        builders: Mutex::new(HashMap::new()),
+        written: Mutex::new(Vec::new()),
+        bytes: AtomicU64::new(0),
+        blobs: AtomicU64::new(0),
+    };
+    let work: Vec<(&PackPlan, &Vec<PackEntry>)> = (plans.iter())
+        .filter_map(|p| match &p.action {
+            Action::Repack(keep) => Some((p, keep)),
+            _ => None,
+        })
+        .collect();
+    let pool = rayon::ThreadPoolBuilder::new()
+        .num_threads(REPACKERS)
+        .build()
+        .map_err(|e| Error::InvalidInput(format!("cannot start {REPACKERS} threads: {e}")))?;
+    pool.install(|| {
+        work.par_iter()
+            .try_for_each(|(p, keep)| r.pack(p, keep, progress))
+    })?;
+    let mut rest: Vec<_> = (r.builders.lock().map(|mut b| std::mem::take(&mut *b)))
+        .unwrap_or_default()
         .into_iter()
         .filter(|(_, b)| !b.is_empty())
         .collect();
     rest.sort_by_key(|((kind, version), _)| (*kind as u8, version.number()));
     for ((kind, version), b) in rest {
-        write(b, kind, version, rep)?;
+        r.write(b, kind, version)?;
     }
+    rep.bytes_written += r.bytes.load(Ordering::Relaxed);
+    rep.blobs_repacked = r.blobs.load(Ordering::Relaxed);
+    let written = r.written.into_inner().unwrap_or_else(|p| p.into_inner());
+    rep.packs_written = written.len() as u64;
     Ok(written)
 }
+
+/// Packs repacked at once (reads, verification and writes overlap; on object storage
+/// the store's connection limit applies).
+const REPACKERS: usize = 4;
 
 /// Deletes in parallel: this many at once (on object storage each is a request; the
 /// store's connection limit applies).
