@@ -256,7 +256,11 @@ impl LockStore {
         let json = serde_json::to_vec(rec).map_err(|e| Error::corrupt(&path, e.to_string()))?;
         let sealed = seal_as(&self.key, self.version, lock_object(&path), &json);
         self.store.put(&path, &sealed)?;
-        self.store.flush()?;
+        // Durable (a local directory's fsync). A flush also waits for a backup's queued
+        // uploads and reports their failure, which is the backup's to see, not the lock's.
+        if let Err(e) = self.store.flush() {
+            tracing::debug!("flush after writing the lock {path}: {e}");
+        }
         Ok(path)
     }
 }

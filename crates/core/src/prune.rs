@@ -764,4 +764,28 @@ mod tests {
             1
         );
     }
+
+    /// `--no-lock` lets a restore or check read beside an exclusive lock (read-only
+    /// credentials); a backup takes its lock whatever the option says.
+    #[test]
+    fn no_lock_is_for_reading_only() {
+        let store = init();
+        let pruner = open(&store);
+        let held = pruner.lock(LockKind::Exclusive, "prune").unwrap();
+        let mut reader = open(&store);
+        let e = reader.lock_for_reading("restore").unwrap_err();
+        assert!(matches!(e, Error::Locked { .. }), "{e}");
+        reader.set_lock_options(LockOptions {
+            no_lock: true,
+            ..Default::default()
+        });
+        let l = reader.lock_for_reading("restore").unwrap();
+        assert!(l.path().is_none());
+        assert_eq!(store.list("locks/").unwrap().len(), 1);
+        let e = reader.begin_backup().unwrap_err();
+        assert!(matches!(e, Error::Locked { .. }), "{e}");
+        drop(held);
+        let (_, mark) = reader.begin_backup().unwrap();
+        reader.end_backup(mark).unwrap();
+    }
 }
