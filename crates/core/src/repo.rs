@@ -967,8 +967,13 @@ impl Repository {
         let mut opts = self.lock_options.clone();
         opts.no_lock &= kind == LockKind::Shared && operation != "backup";
         let lock = RepoLock::acquire(self.lock_store(), kind, operation, &opts)?;
-        // What was listed before the lock (snapshots) may have changed meanwhile.
-        self.store.refresh_listings();
+        // What was listed before the lock (snapshots) may have changed meanwhile: what an
+        // exclusive lock's holder (prune) lists must include every snapshot written
+        // before it. (A shared lock's holder, reading, at worst misses a snapshot that
+        // is newer, or finds one gone.)
+        if kind == LockKind::Exclusive {
+            self.store.refresh_listings();
+        }
         Ok(lock)
     }
 

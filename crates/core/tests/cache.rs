@@ -1,6 +1,6 @@
 #![allow(clippy::unwrap_used)]
 //! The local cache (`store::Cached`) over a counted store: what a repository open and an
-//! unchanged incremental backup still ask the storage (issue 12: at most 10 requests).
+//! unchanged incremental backup still ask the storage (issue 12: at most 10 requests; 12 since backups take a lock, issue 13).
 
 mod common;
 
