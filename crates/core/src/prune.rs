@@ -21,7 +21,7 @@ use crate::error::{Error, Result};
 use crate::format::Version;
 use crate::id::Id;
 use crate::index::Location;
-use crate::lock::LockKind;
+use crate::lock::{Found, LockKind};
 use crate::pack::{self, BlobKind, IndexedPack, PackBuilder, PackEntry};
 use crate::repo::{file_id, lock, Repository, MIGRATE_STATE};
 use crate::report::Progress;
@@ -264,8 +264,18 @@ pub fn prune(
         rep.bytes_written += size;
     }
     repo.store().flush()?;
-    // 3. The index files the new ones replace.
+    // 3. The index files the new ones replace. A backup of an older mailvault does not
+    // look for locks: one that began meanwhile stops the prune before it deletes anything
+    // (best effort: every host should run a mailvault that locks before prune is used).
     lock.verify()?;
+    if let Some(w) = (repo.lock_store().list_writers()?.into_iter()).find(|w| {
+        !matches!(w.found, Found::Unreadable(_)) && !w.is_stale(repo.lock_options().stale)
+    }) {
+        return Err(refused(
+            w.path,
+            "a backup of an older mailvault began during the prune: nothing was deleted; run prune again once it has ended",
+        ));
+    }
     let old: Vec<(String, u64)> = (repo.index_files().iter())
         .filter(|id| !new_files.contains(*id))
         .map(|id| {
@@ -787,5 +797,89 @@ mod tests {
         drop(held);
         let (_, mark) = reader.begin_backup().unwrap();
         reader.end_backup(mark).unwrap();
+    }
+
+    /// A store where a record appears in `writers/` (as an older mailvault's backup
+    /// starting) once that directory has been listed once after `record` was set: after
+    /// the prune took its lock.
+    struct OlderBackupStarts {
+        inner: Arc<MemoryStore>,
+        record: Mutex<Option<Vec<u8>>>,
+        listed: Mutex<u32>,
+    }
+
+    impl Store for OlderBackupStarts {
+        fn put(&self, path: &str, data: &[u8]) -> Result<()> {
+            self.inner.put(path, data)
+        }
+        fn replace(&self, path: &str, data: &[u8]) -> Result<()> {
+            self.inner.replace(path, data)
+        }
+        fn get(&self, path: &str) -> Result<Vec<u8>> {
+            self.inner.get(path)
+        }
+        fn get_range(&self, path: &str, offset: u64, len: u64) -> Result<Vec<u8>> {
+            self.inner.get_range(path, offset, len)
+        }
+        fn list(&self, prefix: &str) -> Result<Vec<crate::store::ObjectInfo>> {
+            let mut record = lock(&self.record);
+            if prefix == "writers/" && record.is_some() {
+                let mut n = lock(&self.listed);
+                *n += 1;
+                if *n == 2 {
+                    if let Some(r) = record.take() {
+                        self.inner.put("writers/w1", &r)?;
+                    }
+                }
+            }
+            drop(record);
+            self.inner.list(prefix)
+        }
+        fn delete(&self, path: &str) -> Result<()> {
+            self.inner.delete(path)
+        }
+        fn stat(&self, path: &str) -> Result<u64> {
+            self.inner.stat(path)
+        }
+        fn location(&self) -> String {
+            self.inner.location()
+        }
+    }
+
+    #[test]
+    fn an_older_mailvaults_backup_starting_during_prune_stops_it_before_any_delete() {
+        let store = init();
+        let repo = open(&store);
+        unused_blob(&repo);
+        let rec = serde_json::to_vec(&crate::repo::WriterRecord::this_process()).unwrap();
+        let sealed = repo.seal_object(crate::format::Object::Writer("w1"), &rec);
+        let wrapped = Arc::new(OlderBackupStarts {
+            inner: store.clone(),
+            record: Mutex::new(None),
+            listed: Mutex::new(0),
+        });
+        // A second pack, so that the prune writes an index file.
+        let mut repo = Repository::open(wrapped.clone(), b"pw").unwrap();
+        let saver = BlobSaver::new(&repo, Compression::Lz4);
+        saver.save(BlobKind::Data, &[1u8; 3000]).unwrap();
+        saver.finish().unwrap();
+        repo.reload_index().unwrap();
+        let packs = store.list("data/").unwrap().len();
+        let index = store.list("index/").unwrap().len();
+        *lock(&wrapped.record) = Some(sealed);
+        let e = prune(&mut repo, &PruneOptions::default(), &NoProgress).unwrap_err();
+        assert!(
+            matches!(&e, Error::PruneRefused { what, .. } if what == "writers/w1"),
+            "{e}"
+        );
+        assert_eq!(
+            store.list("data/").unwrap().len(),
+            packs,
+            "a pack was deleted"
+        );
+        assert!(
+            store.list("index/").unwrap().len() >= index,
+            "an index file was deleted"
+        );
     }
 }
