@@ -49,6 +49,15 @@ pub struct GlobalOpts {
     /// No progress bar.
     #[arg(short = 'q', long, global = true)]
     pub quiet: bool,
+    /// How long to wait for a conflicting lock on the repository (a prune waits for
+    /// running backups, restores and checks; they wait for a running prune), e.g. `30s`,
+    /// `10m`, `1h`.
+    #[arg(long, global = true, env = "MAILVAULT_RETRY_LOCK", value_name = "DURATION", default_value = "10m", value_parser = humantime::parse_duration)]
+    pub retry_lock: std::time::Duration,
+    /// Take no lock (restore and check, for read-only credentials): a prune running
+    /// meanwhile may delete what they read.
+    #[arg(long, global = true)]
+    pub no_lock: bool,
     #[command(flatten)]
     pub storage: StorageOpts,
 }
@@ -105,6 +114,10 @@ pub enum Command {
     /// Put back the messages deleted from an account: those a snapshot held that the
     /// latest one holds nowhere in the account.
     Undelete(commands::undelete::Args),
+    /// Remove the packs and blobs no snapshot uses; repack packs that are mostly unused.
+    Prune(commands::prune::Args),
+    /// Remove stale locks (of commands that were killed), or all of them.
+    Unlock(commands::unlock::Args),
 }
 
 /// What a command ended with.
@@ -176,6 +189,8 @@ fn main() -> ExitCode {
         Command::Migrate(a) => commands::migrate::run(g, a),
         Command::Demo(a) => commands::demo::run(g, a),
         Command::Undelete(a) => commands::undelete::run(g, a),
+        Command::Prune(a) => commands::prune::run(g, a),
+        Command::Unlock(a) => commands::unlock::run(g, a),
     };
     let code = match result {
         Ok(Outcome::Ok) => ExitCode::SUCCESS,

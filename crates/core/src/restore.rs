@@ -250,6 +250,8 @@ pub fn restore(
     progress: &dyn Progress,
 ) -> Result<RestoreReport> {
     let started = Instant::now();
+    // A shared lock: no prune deletes a pack while this restore reads it.
+    let _lock = repo.lock_for_reading("restore")?;
     let snap = repo.find_snapshot(&opts.snapshot)?;
     let root: RootTree = repo.read_tree(&snap.root)?;
     let owners = OwnerMap::new(opts.owners, &root.owners);
@@ -349,6 +351,7 @@ pub fn restore_picked(
     progress: &dyn Progress,
 ) -> Result<RestoreReport> {
     let started = Instant::now();
+    let _lock = repo.lock_for_reading("undelete")?;
     let ctx = Ctx::new(repo, opts, OwnerMap::new(opts.owners, owners), progress);
     let pool = worker_pool(opts.jobs)?;
     let n_accounts = picked.len() as u64;

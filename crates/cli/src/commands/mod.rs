@@ -7,11 +7,13 @@ pub mod imap;
 pub mod init;
 pub mod ls;
 pub mod migrate;
+pub mod prune;
 pub mod repair;
 pub mod restore;
 pub mod snapshots;
 pub mod stats;
 pub mod undelete;
+pub mod unlock;
 
 use anyhow::{bail, Result};
 use std::path::PathBuf;

@@ -171,6 +171,7 @@ pub fn backup(
             tags: opts.tags.clone(),
             parent,
             packs_resumed,
+            lock: mark.watch(),
         };
         finish_run(&ctx.saver, &ctx.n, failures, root, meta)?
     };

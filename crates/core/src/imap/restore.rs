@@ -246,6 +246,8 @@ pub fn restore(
     progress: &dyn Progress,
 ) -> Result<ImapRestoreReport> {
     let started = Instant::now();
+    // A shared lock: no prune deletes a pack while this restore reads it.
+    let _lock = repo.lock_for_reading("restore")?;
     let snap = repo.find_snapshot(&opts.snapshot)?;
     let root = repo.read_tree(&snap.root)?;
     let accounts = select_accounts(root, &opts.accounts)?;
@@ -340,6 +342,7 @@ pub fn restore_picked(
     progress: &dyn Progress,
 ) -> Result<ImapRestoreReport> {
     let started = Instant::now();
+    let _lock = repo.lock_for_reading("undelete")?;
     let ctx = Ctx::new(repo, opts, label, progress)?;
     let mut folders = 0;
     let plans: Vec<AccountPlan> = picked
