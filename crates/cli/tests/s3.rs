@@ -401,12 +401,12 @@ fn s3_wrong_credentials_missing_bucket_and_unreachable_endpoint() {
     one_clear_line(&tls, &["snapshots"], &[], "TLS");
 }
 
-/// An incremental backup of an unchanged store makes at most 12 requests in all, as the
-/// report counts them and as the wire sees them (a counting proxy), and lists no `data/`
-/// (the lock costs a PUT, a LIST of `locks/` and a DELETE, and once locked `writers/` and
-/// `index/` are listed: docs/storage.md).
+/// An incremental backup of an unchanged store makes at most 10 requests in all (the
+/// issue's target; restic makes 13), as the report counts them and as the wire sees them
+/// (a counting proxy), and lists no `data/` (the lock costs a PUT, a LIST of `locks/` and
+/// a DELETE, and once locked `index/` is listed again: docs/storage.md).
 #[test]
-fn s3_unchanged_incremental_makes_at_most_12_requests() {
+fn s3_unchanged_incremental_makes_at_most_10_requests() {
     let mut e = Env::s3("unchanged");
     let src = e.path("vmail");
     corpus(&src, 8);
@@ -429,7 +429,7 @@ fn s3_unchanged_incremental_makes_at_most_12_requests() {
         .collect();
     let wire = seen.len() as u64;
     assert!(
-        counted <= 12 && wire <= 12,
+        counted <= 10 && wire <= 10,
         "an unchanged incremental made {counted} requests by its report ({}), {wire} on the wire: {data_reads} reads of data/ and {others:#?}",
         r["storage"]["requests"],
     );

@@ -87,6 +87,9 @@ impl LockRecord {
     pub fn is_stale(&self, stale: Duration) -> bool {
         crate::now_unix() - self.time > stale.as_secs() as i64
             || (self.hostname == crate::hostname() && !process_exists(self.pid))
+            || (self.hostname == crate::hostname()
+                && self.pid == std::process::id()
+                && !crate::repo::lock(&HELD).contains(&self.lock))
     }
 
     /// Which of two conflicting locks goes first: the older by `created`, then by id.
@@ -110,6 +113,12 @@ impl LockRecord {
         )
     }
 }
+
+/// The ids of the locks this process holds: a record of this process whose lock is not
+/// among them was left by a command of this process that failed and could not remove it
+/// (its store refused the delete), and is stale as if the process were gone.
+static HELD: std::sync::Mutex<std::collections::BTreeSet<String>> =
+    std::sync::Mutex::new(std::collections::BTreeSet::new());
 
 /// Whether a process of this host with `pid` exists (true when that cannot be known).
 fn process_exists(pid: u32) -> bool {
@@ -200,7 +209,20 @@ impl LockStore {
             let found = self
                 .store
                 .get(&o.path)
-                .and_then(|b| open_as(&self.key, self.version, lock_object(&o.path), b, &o.path))
+                .and_then(|b| {
+                    // A lock taken before a migration's commit is of the other format.
+                    let obj = lock_object(&o.path);
+                    open_as(&self.key, self.version, obj, b.clone(), &o.path).or_else(|e| match e {
+                        Error::OtherFormat { .. } => {
+                            let other = match self.version {
+                                Version::V1 => Version::V2,
+                                Version::V2 => Version::V1,
+                            };
+                            open_as(&self.key, other, obj, b, &o.path)
+                        }
+                        e => Err(e),
+                    })
+                })
                 .and_then(|b| {
                     serde_json::from_slice::<LockRecord>(&b)
                         .map_err(|e| Error::corrupt(&o.path, format!("not a lock record: {e}")))
@@ -362,7 +384,7 @@ impl RepoLock {
             return Ok(RepoLock::none());
         }
         let now = crate::now_unix();
-        let mut rec = LockRecord {
+        let rec = LockRecord {
             hostname: crate::hostname(),
             pid: std::process::id(),
             time: now,
@@ -371,6 +393,16 @@ impl RepoLock {
             operation: operation.into(),
             lock: hex::encode(rand::random::<[u8; 16]>()),
         };
+        let id = rec.lock.clone();
+        crate::repo::lock(&HELD).insert(id.clone());
+        let taken = Self::take(locks, rec, opts);
+        if taken.is_err() {
+            crate::repo::lock(&HELD).remove(&id);
+        }
+        taken
+    }
+
+    fn take(locks: LockStore, mut rec: LockRecord, opts: &LockOptions) -> Result<RepoLock> {
         let deadline = Instant::now() + opts.wait;
         let mut pause = Duration::from_millis(200);
         let mut mine: Option<String> = None;
@@ -501,6 +533,8 @@ impl Drop for RepoLock {
         let Some(mut h) = self.held.take() else {
             return;
         };
+        let id = crate::repo::lock(&h.shared.current).1.lock.clone();
+        crate::repo::lock(&HELD).remove(&id);
         drop(h.stop.take());
         if let Some(t) = h.thread.take() {
             let _ = t.join();

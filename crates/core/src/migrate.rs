@@ -26,6 +26,7 @@
 use crate::error::{Error, Result};
 use crate::format::{Object, Version};
 use crate::id::Id;
+use crate::lock::LockKind;
 use crate::pack::{self, BlobKind, IndexedPack, PackEntry};
 use crate::repo::{
     file_id, open_as, seal_as, seal_config, BlobSaver, Named, Repository, WriterRecord,
@@ -105,7 +106,11 @@ pub fn migrate(repo: &mut Repository, opts: &MigrateOptions) -> Result<MigrateRe
         }
         (Version::V2, true) => {
             // Killed after the commit: only the leftovers are to go.
-            take_over(repo, opts.dry_run)?;
+            let lock = match opts.dry_run {
+                true => crate::lock::RepoLock::none(),
+                false => repo.lock(LockKind::Exclusive, "migrate")?,
+            };
+            take_over(repo, opts.dry_run, lock.path().as_deref())?;
             rep.leftovers_removed = remove_leftovers(repo, opts.dry_run)?;
             if !opts.dry_run {
                 note_in_record(opts, repo, &[]);
@@ -119,7 +124,10 @@ pub fn migrate(repo: &mut Repository, opts: &MigrateOptions) -> Result<MigrateRe
             if opts.dry_run {
                 rep.leftovers_removed = leftovers(repo)?.len() as u64;
             } else {
-                take_over(repo, false)?;
+                // Exclusive: a backup that begins now waits for the migration to end (and
+                // one running now makes this wait), whatever the order of their checks.
+                let lock = repo.lock(LockKind::Exclusive, "migrate")?;
+                take_over(repo, false, lock.path().as_deref())?;
                 rep.leftovers_removed = remove_leftovers(repo, false)?;
                 match stage(repo, &plan, &mut rep) {
                     Ok(()) => {}
@@ -173,7 +181,7 @@ fn note_in_record(opts: &MigrateOptions, repo: &Repository, replaced: &[crate::I
 /// migration lists.
 fn refuse_unless_clean(repo: &Repository) -> Result<()> {
     let location = repo.store().location();
-    if let Some(w) = first_record(repo.store())? {
+    if let Some(w) = first_record(repo, None)? {
         return Err(Error::InvalidInput(format!(
             "{location}: a backup is running or was killed, or another command holds a lock ({w}): let it finish, or run a backup to take over what a killed one left (`mailvault unlock` removes stale locks), then migrate"
         )));
@@ -359,21 +367,25 @@ fn write_snapshot(
     Ok(id)
 }
 
-/// The first record of a command that locks the repository (`locks/`) or of a backup of
-/// an older mailvault (`writers/`), if any.
-fn first_record(store: &dyn crate::store::Store) -> Result<Option<String>> {
-    for dir in [crate::lock::LOCKS, crate::lock::WRITERS] {
-        if let Some(o) = store.list(dir)?.into_iter().next() {
-            return Ok(Some(o.path));
-        }
-    }
-    Ok(None)
+/// The first record of a command that locks the repository (`locks/`, other than `mine`)
+/// or of a backup of an older mailvault (`writers/`), if any, that stops a migration: a
+/// live lock, or a killed backup's (its packs are for a backup to take over first), or a
+/// file that is not a record; the stale lock of another killed command (a migration
+/// stopped here) is no matter.
+fn first_record(repo: &Repository, mine: Option<&str>) -> Result<Option<String>> {
+    let stale = repo.lock_options().stale;
+    let found = repo.lock_store().list(mine, true)?;
+    let blocking = found.into_iter().find(|f| match &f.found {
+        crate::lock::Found::Lock(r) => r.operation == "backup" || !f.is_stale(stale),
+        _ => true,
+    });
+    Ok(blocking.map(|f| f.path))
 }
 
 /// Writes this process's record to `migrate/state`, after making sure no other migrate
 /// is running (a record of a live process) and, once it is written, that no backup began
 /// meanwhile (a backup checks for the record after writing its own in `writers/`).
-fn take_over(repo: &Repository, dry_run: bool) -> Result<()> {
+fn take_over(repo: &Repository, dry_run: bool, my_lock: Option<&str>) -> Result<()> {
     let store = repo.store();
     let key = repo.key();
     let obj = Object::Writer(MIGRATE_STATE);
@@ -420,7 +432,7 @@ fn take_over(repo: &Repository, dry_run: bool) -> Result<()> {
         })?,
     }
     store.flush()?;
-    if let Some(w) = first_record(store)? {
+    if let Some(w) = first_record(repo, my_lock)? {
         if !repo.unfinished_migration() {
             store.delete(MIGRATE_STATE)?;
         }

@@ -905,18 +905,15 @@ impl Repository {
             self.reload_index()?;
         }
         // Which writers are gone, decided before looking at the packs: every pack a gone
-        // writer left is then seen below and listed by this run's index. A file that is
-        // not a record is reported and left alone: it says nothing about killed writers.
-        // The locks seen when the lock was taken (files that are not records were
-        // reported then), and the `writers/` records of older mailvaults' backups.
-        let writers = self.lock_store().list_writers()?;
+        // writer left is then seen below and listed by this run's index. The locks seen
+        // when the lock was taken (files that are not records were reported then). The
+        // `writers/` records of older mailvaults' backups are not listed (a request, for
+        // every backup): packs a killed older backup left are for `prune` to remove.
+        // A migration that began since this repository was opened holds an exclusive
+        // lock, so taking this one waited for it or failed.
         let mut stale = Vec::new();
-        for f in lock.found().iter().chain(&writers) {
+        for f in lock.found() {
             match &f.found {
-                Found::Unreadable(e) if f.path.starts_with(crate::lock::WRITERS) => tracing::warn!(
-                    "ignoring {}: {e} (remove it if it is not a record of a backup running now)",
-                    f.path
-                ),
                 Found::Unreadable(_) => {}
                 _ if f.is_stale(self.lock_options.stale) => stale.push(f.path.clone()),
                 _ => {}
@@ -927,17 +924,6 @@ impl Repository {
         } else {
             self.recover_unindexed_packs()?
         };
-        // A migration that began since: it saw no record, so this run must not write.
-        // (It checks locks/ and writers/ after writing its record, this run after writing
-        // its own: one of the two sees the other.)
-        if !matches!(self.store.stat(MIGRATE_STATE), Err(Error::NotFound(_))) {
-            drop(lock);
-            self.migrating = true;
-            return Err(Error::InvalidInput(format!(
-                "{}: {UNFINISHED_MIGRATION}",
-                self.store.location()
-            )));
-        }
         Ok((recovered, WriterMark { lock, stale }))
     }
 
@@ -1829,19 +1815,22 @@ mod tests {
     }
 
     /// A killed writer's record, as a gone process of this host leaves it.
+    /// The lock of a backup that was killed: its process is gone.
     fn gone_writer_record(repo: &Repository, store: &MemoryStore) {
-        let gone = WriterRecord {
+        let gone = crate::lock::LockRecord {
             hostname: crate::hostname(),
             pid: 4_000_000_000,
-            started: 0,
+            time: crate::now_unix(),
+            created: crate::now_unix(),
+            exclusive: false,
+            operation: "backup".into(),
+            lock: "0000gone".into(),
         };
+        let path = format!("{}0000gone", crate::lock::LOCKS);
         store
             .put(
-                "writers/0000gone",
-                &repo.seal_object(
-                    Object::Writer("0000gone"),
-                    &serde_json::to_vec(&gone).unwrap(),
-                ),
+                &path,
+                &repo.seal_object(Object::Writer(&path), &serde_json::to_vec(&gone).unwrap()),
             )
             .unwrap();
     }
