@@ -315,7 +315,7 @@ fn check_inner(repo: &Repository, opts: &CheckOptions, started: Instant) -> Resu
     let mut record = opts.state.as_ref().map(|s| seen::Record::of(s, repo));
     let snaps = store.list("snapshots/")?;
     let missing = match &mut record {
-        Some(r) => r.observe(seen::ids_in(snaps.iter().map(|f| f.path.as_str()))),
+        Some(r) => r.observe_in(repo, seen::ids_in(snaps.iter().map(|f| f.path.as_str()))),
         None => Vec::new(),
     };
     let loaded: Vec<Option<crate::snapshot::Snapshot>> = snaps
