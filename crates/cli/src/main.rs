@@ -102,6 +102,11 @@ pub enum Command {
     Migrate(commands::migrate::Args),
     /// Generate a sample mail store, back it up, restore it and verify the result.
     Demo(commands::demo::Args),
+    /// Remove snapshots by a retention policy (restic's --keep-* rules) or by id; never
+    /// those tagged `hold`.
+    Forget(commands::forget::Args),
+    /// Add, remove or set the tags of snapshots (each changed snapshot gets a new id).
+    Tag(commands::tag::Args),
 }
 
 /// What a command ended with.
@@ -172,6 +177,8 @@ fn main() -> ExitCode {
         Command::Repair(a) => commands::repair::run(g, a),
         Command::Migrate(a) => commands::migrate::run(g, a),
         Command::Demo(a) => commands::demo::run(g, a),
+        Command::Forget(a) => commands::forget::run(g, a),
+        Command::Tag(a) => commands::tag::run(g, a),
     };
     let code = match result {
         Ok(Outcome::Ok) => ExitCode::SUCCESS,

@@ -3,6 +3,7 @@
 pub mod backup;
 pub mod check;
 pub mod demo;
+pub mod forget;
 pub mod imap;
 pub mod init;
 pub mod ls;
@@ -11,6 +12,7 @@ pub mod repair;
 pub mod restore;
 pub mod snapshots;
 pub mod stats;
+pub mod tag;
 
 use anyhow::{bail, Result};
 use std::path::PathBuf;
