@@ -185,6 +185,13 @@ fn forget_keep_daily_and_weekly_with_a_hold_and_no_rollback_anywhere() {
     fs::remove_file(e.repo().join("snapshots").join(&victim)).unwrap();
     assert!(e.expect(2, &["check"]).contains("rollback"));
     assert!(check_elsewhere(&e, 2).contains("rollback"));
+    // A forget record written without the key does not open: the rollback stays, and
+    // the record is named.
+    let forged = format!("forgotten/{}", "ab".repeat(32));
+    let json = format!(r#"{{"hostname":"x","time":0,"snapshots":["{victim}"]}}"#);
+    fs::write(e.repo().join(&forged), json).unwrap();
+    let out = check_elsewhere(&e, 2);
+    assert!(out.contains("rollback") && out.contains(&forged), "{out}");
 }
 
 #[test]
