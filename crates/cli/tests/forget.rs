@@ -80,7 +80,8 @@ fn check_elsewhere(e: &Env, code: i32) -> String {
         .env("MAILVAULT_STATE_DIR", e.path("other-host"))
         .output()
         .unwrap();
-    let text = String::from_utf8_lossy(&o.stdout).into_owned() + &String::from_utf8_lossy(&o.stderr);
+    let text =
+        String::from_utf8_lossy(&o.stdout).into_owned() + &String::from_utf8_lossy(&o.stderr);
     assert_eq!(o.status.code(), Some(code), "{text}");
     text
 }
@@ -102,9 +103,16 @@ fn forget_keep_daily_and_weekly_with_a_hold_and_no_rollback_anywhere() {
     let out = e.ok(&["tag", &ids_by_day[1], "--add", "hold"]);
     let (old, new) = out.split_once(" -> ").unwrap();
     assert_eq!(old, &ids_by_day[1][..8], "{out}");
-    let held = e.json(0, &["snapshots"]).as_array().unwrap().iter().find(|s| {
-        s["id"].as_str().unwrap().starts_with(&new[..8])
-    }).unwrap()["id"].as_str().unwrap().to_string();
+    let held = e
+        .json(0, &["snapshots"])
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["id"].as_str().unwrap().starts_with(&new[..8]))
+        .unwrap()["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
     assert!(!e.repo().join("snapshots").join(&ids_by_day[1]).exists());
     ids_by_day[1] = held.clone();
     // Both hosts have seen every snapshot (the other one before the tag too).
@@ -126,11 +134,28 @@ fn forget_keep_daily_and_weekly_with_a_hold_and_no_rollback_anywhere() {
     let dry = e.ok(&[&policy[..], &["--dry-run"]].concat());
     assert_eq!(files(&e.repo().join("snapshots")), before);
     assert_eq!(files(&e.repo().join("forgotten")).len(), 1);
-    assert!(dry.contains("applying policy: keep 3 daily, 2 weekly snapshots"), "{dry}");
-    assert!(dry.contains("6 snapshots would be removed, 5 kept"), "{dry}");
-    let line = |id: &str| dry.lines().find(|l| l.contains(&id[..8])).unwrap().to_string();
-    assert!(line(&held).starts_with("keep") && line(&held).ends_with("hold"), "{dry}");
-    assert!(line(&ids_by_day[10]).ends_with("daily snapshot, weekly snapshot"), "{dry}");
+    assert!(
+        dry.contains("applying policy: keep 3 daily, 2 weekly snapshots"),
+        "{dry}"
+    );
+    assert!(
+        dry.contains("6 snapshots would be removed, 5 kept"),
+        "{dry}"
+    );
+    let line = |id: &str| {
+        dry.lines()
+            .find(|l| l.contains(&id[..8]))
+            .unwrap()
+            .to_string()
+    };
+    assert!(
+        line(&held).starts_with("keep") && line(&held).ends_with("hold"),
+        "{dry}"
+    );
+    assert!(
+        line(&ids_by_day[10]).ends_with("daily snapshot, weekly snapshot"),
+        "{dry}"
+    );
     assert!(line(&ids_by_day[5]).ends_with("weekly snapshot"), "{dry}");
     assert!(line(&ids_by_day[9]).starts_with("remove"), "{dry}");
     let dry_json = e.json(0, &[&policy[..], &["--dry-run"]].concat());
@@ -161,9 +186,15 @@ fn forget_keep_daily_and_weekly_with_a_hold_and_no_rollback_anywhere() {
 
     // No rollback: not on this host, not on the other one that saw them all.
     let out = e.ok(&["check"]);
-    assert!(out.contains("no errors found") && !out.contains("rollback"), "{out}");
+    assert!(
+        out.contains("no errors found") && !out.contains("rollback"),
+        "{out}"
+    );
     let out = check_elsewhere(&e, 0);
-    assert!(out.contains("no errors found") && !out.contains("rollback"), "{out}");
+    assert!(
+        out.contains("no errors found") && !out.contains("rollback"),
+        "{out}"
+    );
 
     // Named explicitly, the held snapshot stays (exit 1, and says why); another goes.
     let out = e.expect(1, &["forget", &held]);
@@ -230,7 +261,12 @@ fn backup_time_is_local_time_or_rfc3339_and_garbage_is_refused() {
         .map(|s| s["time"].as_i64().unwrap())
         .collect();
     assert_eq!(times, [1_745_571_600, 1_745_571_600 + 86_400]);
-    for bad in ["yesterday", "2025-04-25", "2025-02-30 10:00:00", "2025-04-25T11:00:00"] {
+    for bad in [
+        "yesterday",
+        "2025-04-25",
+        "2025-02-30 10:00:00",
+        "2025-04-25T11:00:00",
+    ] {
         let out = e.expect(2, &["backup", md, "--time", bad]);
         assert!(out.contains("YYYY-MM-DD HH:MM:SS"), "{bad}: {out}");
     }
@@ -290,5 +326,8 @@ fn s3_forget_and_tag() {
     );
     assert!(e.ok(&["check"]).contains("no errors found"));
     let out = check_elsewhere(&e, 0);
-    assert!(out.contains("no errors found") && !out.contains("rollback"), "{out}");
+    assert!(
+        out.contains("no errors found") && !out.contains("rollback"),
+        "{out}"
+    );
 }

@@ -17,6 +17,7 @@
 //! without the key cannot write one.
 
 use crate::error::{Error, Result};
+use crate::format::Version;
 use crate::id::Id;
 use crate::repo::{file_id, Named, Repository};
 use crate::seen::{Record, StateDir};
@@ -58,7 +59,8 @@ impl Within {
     /// then hours as elapsed time.
     fn before(&self, t: Timestamp, tz: &TimeZone) -> Timestamp {
         let z = t.to_zoned(tz.clone());
-        let months = i64::from(z.year()) * 12 + i64::from(z.month()) - 1
+        let months = i64::from(z.year()) * 12 + i64::from(z.month())
+            - 1
             - i64::from(self.years) * 12
             - i64::from(self.months);
         let (year, month) = (months.div_euclid(12), months.rem_euclid(12) + 1);
@@ -98,7 +100,9 @@ impl FromStr for Within {
             if digits == 0 {
                 return Err(bad("a number is missing"));
             }
-            let n: u32 = rest[..digits].parse().map_err(|_| bad("number too large"))?;
+            let n: u32 = rest[..digits]
+                .parse()
+                .map_err(|_| bad("number too large"))?;
             let field = match rest.as_bytes().get(digits) {
                 Some(b'y') => &mut w.years,
                 Some(b'm') => &mut w.months,
@@ -627,7 +631,8 @@ pub fn remove_snapshots(
         time: crate::now_unix(),
         snapshots: ids.iter().map(Id::to_hex).collect(),
     };
-    let json = serde_json::to_vec(&rec).map_err(|e| Error::corrupt("forget record", e.to_string()))?;
+    let json =
+        serde_json::to_vec(&rec).map_err(|e| Error::corrupt("forget record", e.to_string()))?;
     let (id, sealed) = repo.seal_named(Named::Forgotten, &json);
     let path = format!("{FORGOTTEN_DIR}{id}");
     let store = repo.store();
@@ -659,6 +664,8 @@ pub fn forgotten(repo: &Repository) -> Result<(BTreeSet<Id>, Vec<String>)> {
             });
         match rec {
             Ok(r) => ids.extend(r.snapshots.iter().filter_map(|h| Id::from_hex(h))),
+            // Written before `migrate`: it lists format-1 ids, which are gone anyway.
+            Err(Error::OtherFormat { found: 1, .. }) if repo.version() == Version::V2 => {}
             Err(e) => warnings.push(format!(
                 "{}: cannot be read ({e}): the snapshots it lists count as missing",
                 f.path

@@ -119,7 +119,11 @@ mod tests {
             "2025-04-25T11:00:00+02:00",
             "2025-04-25 11:00:00+02:00",
         ] {
-            assert_eq!(parse_time_in(rfc, &berlin).unwrap(), (1_745_571_600, 0), "{rfc}");
+            assert_eq!(
+                parse_time_in(rfc, &berlin).unwrap(),
+                (1_745_571_600, 0),
+                "{rfc}"
+            );
         }
         assert_eq!(
             parse_time_in("2025-04-25T09:00:00.25Z", &berlin).unwrap(),

@@ -165,8 +165,13 @@ fn print_report(rep: &ForgetReport) {
             );
         }
     }
-    let kept: usize = rep.groups.iter().map(|g| g.snapshots.len()).sum::<usize>() - rep.removed.len();
-    let verb = if rep.dry_run { "would be removed" } else { "removed" };
+    let kept: usize =
+        rep.groups.iter().map(|g| g.snapshots.len()).sum::<usize>() - rep.removed.len();
+    let verb = if rep.dry_run {
+        "would be removed"
+    } else {
+        "removed"
+    };
     println!("\n{} snapshots {verb}, {kept} kept", rep.removed.len());
     if !rep.held.is_empty() {
         println!(

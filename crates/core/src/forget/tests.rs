@@ -2,7 +2,11 @@
 //! durations and grouping.
 
 use super::*;
+use crate::crypto::KdfParams;
+use crate::repo::InitOptions;
 use crate::snapshot::SnapshotSummary;
+use crate::store::{MemoryStore, Store};
+use std::sync::Arc;
 
 fn snap(n: usize, time: &str, tags: &[&str]) -> Snapshot {
     let ts: Timestamp = time.parse().unwrap();
@@ -85,9 +89,7 @@ fn restics_documented_example() {
                 keep_within_daily: w("7d"),
                 ..Default::default()
             },
-            [10, 8, 7, 6]
-                .map(|n| (n, daily("daily within 7d")))
-                .into(),
+            [10, 8, 7, 6].map(|n| (n, daily("daily within 7d"))).into(),
         ),
         (
             Policy {
@@ -276,9 +278,7 @@ fn restic_golden_files() {
         p(&|p| p.keep_monthly = 6),
         p(&|p| (p.keep_daily, p.keep_weekly, p.keep_monthly) = (2, 2, 6)),
         p(&|p| p.keep_yearly = 10),
-        p(&|p| {
-            (p.keep_daily, p.keep_weekly, p.keep_monthly, p.keep_yearly) = (7, 2, 3, 10)
-        }),
+        p(&|p| (p.keep_daily, p.keep_weekly, p.keep_monthly, p.keep_yearly) = (7, 2, 3, 10)),
         p(&|p| p.keep_tag = vec!["foo".into()]),
         p(&|p| p.keep_tag = vec!["foo,bar".into()]),
         p(&|p| p.keep_tag = vec!["foo".into(), "bar".into()]),
@@ -459,4 +459,115 @@ fn restic_list() -> Vec<Snapshot> {
         .enumerate()
         .map(|(n, (t, tags))| snap(n, &format!("{}Z", t.replace(' ', "T")), tags))
         .collect()
+}
+
+fn memory_repo(version: Version) -> (Arc<MemoryStore>, Repository) {
+    let store = Arc::new(MemoryStore::new());
+    let opts = InitOptions {
+        version,
+        kdf: KdfParams {
+            m_cost: 64,
+            t_cost: 1,
+            p_cost: 1,
+        },
+        ..Default::default()
+    };
+    let repo = Repository::init(store.clone(), b"pw", &opts).unwrap();
+    (store, repo)
+}
+
+/// Removal: out of this host's record, a forget record other hosts read, the files gone;
+/// legal hold; a dry run; in both formats.
+#[test]
+fn forget_writes_a_record_before_deleting_and_other_hosts_read_it() {
+    for version in [Version::V1, Version::V2] {
+        let (store, repo) = memory_repo(version);
+        let mut ids = Vec::new();
+        for (n, tags) in [(0, vec!["hold"]), (1, vec![]), (2, vec![]), (3, vec![])] {
+            let mut s = snap(n, &format!("2025-01-0{}T10:00:00Z", n + 1), &tags);
+            s.version = version.number();
+            ids.push(repo.save_snapshot(&s).unwrap());
+        }
+        let here = tempfile::tempdir().unwrap();
+        let there = tempfile::tempdir().unwrap();
+        let (here, there) = (StateDir::new(here.path()), StateDir::new(there.path()));
+        for st in [&here, &there] {
+            let mut r = Record::of(st, &repo);
+            assert!(r.observe_in(&repo, ids.iter().copied()).is_empty());
+            r.save();
+        }
+        let mut opts = ForgetOptions {
+            policy: Policy {
+                keep_last: 1,
+                ..Default::default()
+            },
+            dry_run: true,
+            state: Some(here.clone()),
+            ..Default::default()
+        };
+        let rep = forget(&repo, &opts).unwrap();
+        let gone = [ids[2], ids[1]].map(|i| i.to_hex());
+        assert_eq!(rep.removed, gone);
+        assert_eq!(store.list("snapshots/").unwrap().len(), 4);
+        assert!(store.list(FORGOTTEN_DIR).unwrap().is_empty());
+        let items = &rep.groups[0].snapshots;
+        assert_eq!(items[0].reasons, ["last snapshot"]);
+        assert_eq!(items[3].reasons, ["hold"]);
+        assert!(items[3].keep && !items[1].keep);
+
+        opts.dry_run = false;
+        let rep = forget(&repo, &opts).unwrap();
+        assert_eq!(rep.removed, gone);
+        let left: Vec<Id> = repo.snapshots().unwrap().iter().map(|s| s.id).collect();
+        assert_eq!(left, [ids[0], ids[3]]);
+        let (listed, warnings) = forgotten(&repo).unwrap();
+        assert!(warnings.is_empty(), "{warnings:?}");
+        assert_eq!(listed, BTreeSet::from([ids[1], ids[2]]));
+        // Neither host takes them for a rollback.
+        for st in [&here, &there] {
+            let mut r = Record::of(st, &repo);
+            assert!(r.observe_in(&repo, left.iter().copied()).is_empty());
+            r.save();
+            assert!(r.take_warnings().is_empty());
+        }
+        // Explicit ids: the held one stays.
+        let rep = forget(
+            &repo,
+            &ForgetOptions {
+                snapshots: vec![ids[0].to_hex()[..8].to_string(), ids[3].to_hex()],
+                state: Some(here.clone()),
+                ..Default::default()
+            },
+        )
+        .unwrap();
+        assert_eq!(rep.held, [ids[0].to_hex()]);
+        assert_eq!(rep.removed, [ids[3].to_hex()]);
+        let left: Vec<Id> = repo.snapshots().unwrap().iter().map(|s| s.id).collect();
+        assert_eq!(left, [ids[0]]);
+        assert_eq!(store.list(FORGOTTEN_DIR).unwrap().len(), 2);
+    }
+}
+
+/// A forget record under another name, or not sealed with the key, lists nothing.
+#[test]
+fn a_moved_or_forged_forget_record_lists_nothing() {
+    let (store, repo) = memory_repo(Version::V2);
+    let id = repo
+        .save_snapshot(&snap(1, "2025-01-01T10:00:00Z", &[]))
+        .unwrap();
+    let (path, _) = remove_snapshots(&repo, &[id], None).unwrap();
+    let path = path.unwrap();
+    assert_eq!(forgotten(&repo).unwrap().0, BTreeSet::from([id]));
+    let bytes = store.get(&path).unwrap();
+    store.delete(&path).unwrap();
+    let moved = format!("{FORGOTTEN_DIR}{}", "cd".repeat(32));
+    store.put(&moved, &bytes).unwrap();
+    let forged = format!("{FORGOTTEN_DIR}{}", "ab".repeat(32));
+    let json = format!(r#"{{"hostname":"x","time":0,"snapshots":["{id}"]}}"#);
+    store.put(&forged, json.as_bytes()).unwrap();
+    let (ids, warnings) = forgotten(&repo).unwrap();
+    assert!(ids.is_empty());
+    assert_eq!(warnings.len(), 2, "{warnings:?}");
+    assert!(warnings.iter().any(|w| w.contains(&moved)));
+    assert!(warnings.iter().any(|w| w.contains(&forged)));
 }
