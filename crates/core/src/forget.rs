@@ -282,7 +282,7 @@ pub fn apply_at(
     now: Timestamp,
 ) -> Vec<Decision> {
     let mut list: Vec<&Snapshot> = snaps.iter().collect();
-    list.sort_by(|a, b| (b.time, b.time_nanos).cmp(&(a.time, a.time_nanos)));
+    list.sort_by_key(|s| std::cmp::Reverse((s.time, s.time_nanos)));
     let times: Vec<Timestamp> = list.iter().map(|s| timestamp(s)).collect();
     let latest = times.iter().copied().filter(|t| *t < now).max();
     // With no snapshot before now restic measures from the year 1: all are within.

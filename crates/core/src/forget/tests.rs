@@ -28,7 +28,9 @@ fn snap(n: usize, time: &str, tags: &[&str]) -> Snapshot {
 }
 
 /// (index in the list, reasons) of the kept snapshots, newest first.
-fn kept(d: &[Decision]) -> Vec<(usize, Vec<String>)> {
+type Kept = Vec<(usize, Vec<String>)>;
+
+fn kept(d: &[Decision]) -> Kept {
     d.iter()
         .filter(|d| d.keep)
         .map(|d| {
@@ -71,7 +73,7 @@ fn restics_documented_example() {
     let utc = TimeZone::UTC;
     // (policy, the snapshots kept, by their place in the list above)
     let daily = |why: &str| vec![why.to_string()];
-    let cases: Vec<(Policy, Vec<(usize, Vec<String>)>)> = vec![
+    let cases: Vec<(Policy, Kept)> = vec![
         (
             // "forget --keep-daily 5 will keep only one snapshot per day for the last five
             // days that had a snapshot": the previous Friday's last one is kept.
