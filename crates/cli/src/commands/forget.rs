@@ -154,7 +154,7 @@ fn print_report(rep: &ForgetReport) {
             "", "id", "time (local)", "host", "tags"
         );
         for s in &grp.snapshots {
-            println!(
+            let line = format!(
                 "{:<7} {:<10} {:<20} {:<14} {:<16} {}",
                 if s.keep { "keep" } else { "remove" },
                 &s.id[..8],
@@ -163,6 +163,7 @@ fn print_report(rep: &ForgetReport) {
                 safe(&s.tags.join(",")),
                 safe(&s.reasons.join(", "))
             );
+            println!("{}", line.trim_end());
         }
     }
     let kept: usize =
