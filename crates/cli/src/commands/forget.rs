@@ -104,15 +104,26 @@ pub fn run(g: &GlobalOpts, a: Args) -> Result<Outcome> {
         dry_run: a.dry_run,
         state: repo::state(),
     };
-    let r = repo::open(g)?;
+    if a.prune && !PRUNE_WIRED {
+        anyhow::bail!(
+            "--prune: prune is not in this build yet; run forget without it (prune later)"
+        );
+    }
+    let mut r = repo::open(g)?;
     let rep = forget(&r, &opts)?;
-    if g.json {
-        crate::output::json(&rep)?;
-    } else {
+    if !g.json {
         print_report(&rep);
     }
-    if a.prune && !rep.removed.is_empty() {
-        prune_step(g, &r, a.dry_run)?;
+    // restic prunes only when snapshots were removed.
+    let pruned = match a.prune && !rep.removed.is_empty() {
+        true => Some(prune_step(g, &mut r, a.dry_run)?),
+        false => None,
+    };
+    if g.json {
+        match pruned {
+            Some(p) => crate::output::json(&serde_json::json!({ "forget": rep, "prune": p }))?,
+            None => crate::output::json(&rep)?,
+        }
     }
     Ok(match rep.held.is_empty() {
         true => Outcome::Ok,
@@ -121,9 +132,19 @@ pub fn run(g: &GlobalOpts, a: Args) -> Result<Outcome> {
     })
 }
 
-/// `forget --prune`: the prune after the forget.
-fn prune_step(_g: &GlobalOpts, _r: &mailvault_core::Repository, _dry_run: bool) -> Result<()> {
-    anyhow::bail!("--prune: prune is not available in this build yet; the snapshots were forgotten, run `mailvault prune` once it is")
+/// Whether [`prune_step`] runs a prune (`mailvault_core::prune`, from the branch that
+/// brings it); until then `--prune` is refused before anything is removed.
+const PRUNE_WIRED: bool = false;
+
+/// `forget --prune`: the prune after the forget, with its default options (a dry run
+/// when the forget was one); prints its report unless `--json`, and returns it for the
+/// JSON.
+fn prune_step(
+    _g: &GlobalOpts,
+    _r: &mut mailvault_core::Repository,
+    _dry_run: bool,
+) -> Result<serde_json::Value> {
+    anyhow::bail!("--prune: prune is not in this build yet")
 }
 
 fn print_report(rep: &ForgetReport) {
