@@ -573,3 +573,84 @@ fn a_moved_or_forged_forget_record_lists_nothing() {
     assert!(warnings.iter().any(|w| w.contains(&moved)));
     assert!(warnings.iter().any(|w| w.contains(&forged)));
 }
+
+/// The policy applies per host and source; `hosts` and `tags` narrow what it sees.
+#[test]
+fn groups_and_filters() {
+    let (_store, repo) = memory_repo(Version::V2);
+    let mut save = |n: usize, host: &str, source: &str, tags: &[&str]| {
+        let mut s = snap(n, &format!("2025-01-{:02}T10:00:00Z", n + 1), tags);
+        s.hostname = host.into();
+        s.source = source.into();
+        repo.save_snapshot(&s).unwrap()
+    };
+    let a1 = save(0, "a", "maildir:/x", &[]);
+    let a2 = save(1, "a", "maildir:/x", &["t"]);
+    let a3 = save(2, "a", "maildir:/y", &[]);
+    let b1 = save(3, "b", "maildir:/x", &["t"]);
+    let b2 = save(4, "b", "maildir:/x", &[]);
+    let last1 = Policy {
+        keep_last: 1,
+        ..Default::default()
+    };
+    let run = |opts: ForgetOptions| {
+        let mut r = forget(
+            &repo,
+            &ForgetOptions {
+                dry_run: true,
+                ..opts
+            },
+        )
+        .unwrap();
+        r.removed.sort();
+        r
+    };
+    let hex = |ids: &[Id]| {
+        let mut v: Vec<String> = ids.iter().map(Id::to_hex).collect();
+        v.sort();
+        v
+    };
+    let r = run(ForgetOptions {
+        policy: last1.clone(),
+        ..Default::default()
+    });
+    assert_eq!(r.groups.len(), 3);
+    assert_eq!(r.removed, hex(&[a1, b1]));
+    let r = run(ForgetOptions {
+        policy: last1.clone(),
+        hosts: vec!["a".into()],
+        ..Default::default()
+    });
+    assert_eq!(r.removed, hex(&[a1]));
+    let r = run(ForgetOptions {
+        policy: last1.clone(),
+        group_by: "".parse().unwrap(),
+        ..Default::default()
+    });
+    assert_eq!(r.groups.len(), 1);
+    assert_eq!(r.removed, hex(&[a1, a2, a3, b1]));
+    let r = run(ForgetOptions {
+        policy: last1.clone(),
+        tags: vec!["t".into()],
+        group_by: "".parse().unwrap(),
+        ..Default::default()
+    });
+    assert_eq!(r.removed, hex(&[a2]));
+    let _ = b2;
+    // No policy and no ids, or both: refused.
+    assert!(matches!(
+        forget(&repo, &ForgetOptions::default()),
+        Err(Error::InvalidInput(_))
+    ));
+    assert!(matches!(
+        forget(
+            &repo,
+            &ForgetOptions {
+                policy: last1,
+                snapshots: vec!["latest".into()],
+                ..Default::default()
+            }
+        ),
+        Err(Error::InvalidInput(_))
+    ));
+}
