@@ -578,7 +578,7 @@ fn a_moved_or_forged_forget_record_lists_nothing() {
 #[test]
 fn groups_and_filters() {
     let (_store, repo) = memory_repo(Version::V2);
-    let mut save = |n: usize, host: &str, source: &str, tags: &[&str]| {
+    let save = |n: usize, host: &str, source: &str, tags: &[&str]| {
         let mut s = snap(n, &format!("2025-01-{:02}T10:00:00Z", n + 1), tags);
         s.hostname = host.into();
         s.source = source.into();
