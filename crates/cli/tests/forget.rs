@@ -238,6 +238,15 @@ fn forget_refuses_no_policy_and_removing_a_whole_group() {
     let out = e.expect(2, &["forget", "--keep-within", "1w"]);
     assert!(out.contains("2y5m7d3h"), "{out}");
     assert_eq!(ids(&e.json(0, &["snapshots"])).len(), DAYS.len());
+    // --prune where prune is not wired yet: refused before anything is removed.
+    if e.expect_output(0, &["forget", "--help"]).status.success()
+        && e.run(&["forget", "--keep-last", "1", "--prune"])
+            .status
+            .code()
+            == Some(2)
+    {
+        assert_eq!(ids(&e.json(0, &["snapshots"])).len(), DAYS.len());
+    }
     // keep-within is relative to the newest snapshot (2025), not to now.
     let rep = e.json(0, &["forget", "--keep-within", "2d", "--dry-run"]);
     assert_eq!(rep["removed"].as_array().unwrap().len(), DAYS.len() - 3);
