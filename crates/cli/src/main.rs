@@ -118,6 +118,11 @@ pub enum Command {
     Prune(commands::prune::Args),
     /// Remove stale locks (of commands that were killed), or all of them.
     Unlock(commands::unlock::Args),
+    /// Remove snapshots by a retention policy (restic's --keep-* rules) or by id; never
+    /// those tagged `hold`.
+    Forget(commands::forget::Args),
+    /// Add, remove or set the tags of snapshots (each changed snapshot gets a new id).
+    Tag(commands::tag::Args),
 }
 
 /// What a command ended with.
@@ -191,6 +196,8 @@ fn main() -> ExitCode {
         Command::Undelete(a) => commands::undelete::run(g, a),
         Command::Prune(a) => commands::prune::run(g, a),
         Command::Unlock(a) => commands::unlock::run(g, a),
+        Command::Forget(a) => commands::forget::run(g, a),
+        Command::Tag(a) => commands::tag::run(g, a),
     };
     let code = match result {
         Ok(Outcome::Ok) => ExitCode::SUCCESS,

@@ -41,6 +41,9 @@ pub struct PruneOptions {
     pub max_unused: f64,
     /// Plan only: change nothing.
     pub dry_run: bool,
+    /// With `dry_run`: plan as if these snapshots were gone (`forget --prune --dry-run`
+    /// shows what the prune after the forget would free, as restic does).
+    pub as_if_gone: Vec<crate::id::Id>,
 }
 
 impl Default for PruneOptions {
@@ -48,6 +51,7 @@ impl Default for PruneOptions {
         PruneOptions {
             max_unused: 5.0,
             dry_run: false,
+            as_if_gone: Vec::new(),
         }
     }
 }
@@ -187,7 +191,10 @@ pub fn prune(
             format!("cannot be read ({e}): its packs would look unused; run `mailvault repair index` first"),
         ));
     }
-    let snaps = repo.snapshots()?;
+    let mut snaps = repo.snapshots()?;
+    if opts.dry_run {
+        snaps.list.retain(|s| !opts.as_if_gone.contains(&s.id));
+    }
     if let Some(d) = snaps.damaged.first() {
         return Err(refused(
             d.path.as_str(),

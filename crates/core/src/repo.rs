@@ -1126,6 +1126,8 @@ pub(crate) enum Named {
     Index,
     Snapshot,
     Dictionary,
+    /// `forgotten/<id>` (`crate::forget`).
+    Forgotten,
 }
 
 impl Named {
@@ -1134,6 +1136,7 @@ impl Named {
             Named::Index => Object::Index(id),
             Named::Snapshot => Object::Snapshot(id),
             Named::Dictionary => Object::Dictionary(id),
+            Named::Forgotten => Object::Forgotten(id),
         }
     }
 }
@@ -1389,7 +1392,7 @@ fn unlock(store: &dyn Store, keys: &[ObjectInfo], password: &[u8]) -> Result<Mas
 }
 
 /// The directories of a repository besides `config`.
-const REPOSITORY_DIRS: [&str; 7] = [
+const REPOSITORY_DIRS: [&str; 8] = [
     "keys/",
     "data/",
     "index/",
@@ -1397,6 +1400,7 @@ const REPOSITORY_DIRS: [&str; 7] = [
     "dicts/",
     "writers/",
     "locks/",
+    "forgotten/",
 ];
 
 /// Which of the repository's directories hold files (`"keys/, data/"`), if any: a location

@@ -3,6 +3,7 @@
 pub mod backup;
 pub mod check;
 pub mod demo;
+pub mod forget;
 pub mod imap;
 pub mod init;
 pub mod ls;
@@ -12,6 +13,7 @@ pub mod repair;
 pub mod restore;
 pub mod snapshots;
 pub mod stats;
+pub mod tag;
 pub mod undelete;
 pub mod unlock;
 

@@ -23,6 +23,7 @@ pub fn run(g: &GlobalOpts, a: Args) -> Result<Outcome> {
         &PruneOptions {
             max_unused: a.max_unused,
             dry_run: a.dry_run,
+            as_if_gone: Vec::new(),
         },
         &NoProgress,
     )?;
@@ -30,6 +31,12 @@ pub fn run(g: &GlobalOpts, a: Args) -> Result<Outcome> {
         crate::output::json(&rep)?;
         return Ok(Outcome::Ok);
     }
+    print_report(&rep);
+    Ok(Outcome::Ok)
+}
+
+/// The text report of a prune (also `forget --prune`'s).
+pub fn print_report(rep: &mailvault_core::prune::PruneReport) {
     let would = if rep.dry_run { "would be " } else { "" };
     println!(
         "{} snapshots use {} blobs; of {} packs: {} {would}deleted, {} {would}repacked, {} kept; {} packs no index lists {would}deleted",
@@ -52,5 +59,4 @@ pub fn run(g: &GlobalOpts, a: Args) -> Result<Outcome> {
         bytes(rep.bytes_freed),
         rep.elapsed_secs
     );
-    Ok(Outcome::Ok)
 }
