@@ -9,6 +9,7 @@ pub mod ls;
 pub mod migrate;
 pub mod repair;
 pub mod restore;
+pub mod run;
 pub mod snapshots;
 pub mod stats;
 
