@@ -399,9 +399,14 @@ fn last_prune(state: &StateDir, repo_id: &str) -> Option<u64> {
 
 /// Records that this host pruned repository `repo_id` at `now`.
 fn note_prune(state: &StateDir, repo_id: &str, now: u64) -> Result<()> {
+    use std::os::unix::fs::DirBuilderExt;
     let path = prune_path(state, repo_id).context("the repository id cannot name a file")?;
     let dir = path.parent().context("no parent directory")?;
-    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(dir)
+        .with_context(|| format!("creating {}", dir.display()))?;
     let mut tmp = tempfile::NamedTempFile::new_in(dir)?;
     std::io::Write::write_all(&mut tmp, format!("{now}\n").as_bytes())?;
     tmp.persist(&path)
