@@ -48,7 +48,7 @@ source = "maildir:{a}"
 source = "maildir:{b}"
 tags = ["second"]
 "#,
-        repo = e.repo().display(),
+        repo = e.location().to_str().unwrap(),
         pass = e.path("pass").display(),
         metrics = e.path("metrics/mailvault.prom").display(),
         a = e.path("a").display(),
@@ -258,6 +258,51 @@ fn the_nightly_profile_runs_end_to_end() {
 }
 
 #[test]
+fn the_nightly_profile_runs_on_object_storage() {
+    let e = Env::s3("nightly");
+    store(&e.path("a"), "alice", 0, 3);
+    store(&e.path("b"), "bob", 0, 2);
+    fs::create_dir_all(e.path("metrics")).unwrap();
+    e.expect(0, &["init"]);
+    let cfg = config(&e, "");
+    for night in 0..2 {
+        store(&e.path("a"), "alice", 3 + night, 1);
+        let mut c = e.cmd(&[
+            "--config",
+            cfg.to_str().unwrap(),
+            "run",
+            "--profile",
+            "nightly",
+            "--json",
+        ]);
+        c.env_remove("MAILVAULT_REPOSITORY");
+        let o = c.output().unwrap();
+        assert!(
+            o.status.success(),
+            "{}{}",
+            String::from_utf8_lossy(&o.stdout),
+            String::from_utf8_lossy(&o.stderr)
+        );
+        let r: Value = serde_json::from_slice(&o.stdout).unwrap();
+        assert_eq!(r["backups"][0]["report"]["items_total"], 4 + night, "{r}");
+        assert_eq!(r["check"]["status"], "done", "{r}");
+        assert!(r["storage"]["requests"]["get"].as_u64().unwrap() > 0, "{r}");
+    }
+    assert_eq!(snapshots(&e).len(), 4);
+    let (s, _) = parse_metrics(&e.path("metrics/mailvault.prom"));
+    let a = format!("maildir:{}", e.path("a").display());
+    assert_eq!(value(&s, "mailvault_items", "run", &a), Some(5.0));
+    assert!(value(&s, "mailvault_repository_bytes", "run", "").unwrap() > 0.0);
+    for x in &s {
+        assert_eq!(
+            x.labels["repository"],
+            e.location().to_str().unwrap(),
+            "{x:?}"
+        );
+    }
+}
+
+#[test]
 fn a_failing_source_is_reported_and_the_others_still_run() {
     let e = Env::new();
     store(&e.path("b"), "bob", 0, 3);
@@ -384,6 +429,27 @@ fn configuration_errors_name_the_key_the_file_and_the_profiles() {
     assert_eq!(o.status.code(), Some(2));
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(err.contains("give only one"), "{err}");
+    // A password file others can read is warned about (the repository is not there: the
+    // run then fails).
+    let mut cmd = e.cmd(&[
+        "--config",
+        cfg.to_str().unwrap(),
+        "run",
+        "--profile",
+        "nightly",
+    ]);
+    cmd.env_remove("MAILVAULT_REPOSITORY");
+    let o = cmd.output().unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("can be read by others") && err.contains("chmod 600"),
+        "{err}"
+    );
+    use std::os::unix::fs::PermissionsExt;
+    fs::set_permissions(e.path("pass"), fs::Permissions::from_mode(0o600)).unwrap();
+    let o = cmd.output().unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!err.contains("can be read by others"), "{err}");
     // MAILVAULT_CONFIG names the file too.
     let mut cmd = e.cmd(&["run", "--profile", "weekly"]);
     cmd.env("MAILVAULT_CONFIG", &cfg);
