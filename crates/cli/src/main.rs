@@ -113,6 +113,11 @@ pub enum Command {
     Migrate(commands::migrate::Args),
     /// Generate a sample mail store, back it up, restore it and verify the result.
     Demo(commands::demo::Args),
+    /// Remove snapshots by a retention policy (restic's --keep-* rules) or by id; never
+    /// those tagged `hold`.
+    Forget(commands::forget::Args),
+    /// Add, remove or set the tags of snapshots (each changed snapshot gets a new id).
+    Tag(commands::tag::Args),
     /// Run a profile of the configuration file: back up its sources, forget by its policy,
     /// prune when due, check.
     Run(commands::run::Args),
@@ -192,6 +197,8 @@ fn main() -> ExitCode {
         Command::Repair(a) => commands::repair::run(g, a),
         Command::Migrate(a) => commands::migrate::run(g, a),
         Command::Demo(a) => commands::demo::run(g, a),
+        Command::Forget(a) => commands::forget::run(g, a),
+        Command::Tag(a) => commands::tag::run(g, a),
         Command::Run(a) => commands::run::run(g, a),
     };
     write_metrics(g, &name, &result, started);

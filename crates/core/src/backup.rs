@@ -227,14 +227,24 @@ impl Ctx<'_> {
     }
 }
 
-/// Backs up `opts.source` into `repo` and writes a snapshot.
+/// Backs up `opts.source` into `repo` and writes a snapshot, dated now.
 pub fn backup(
     repo: &mut Repository,
     opts: &BackupOptions,
     progress: &dyn Progress,
 ) -> Result<BackupReport> {
+    backup_at(repo, opts, crate::now(), progress)
+}
+
+/// [`backup`] with the snapshot dated `time` (Unix seconds and nanoseconds) instead of
+/// now: `backup --time`, for imports of old stores and tests of forget policies.
+pub fn backup_at(
+    repo: &mut Repository,
+    opts: &BackupOptions,
+    time: (i64, u32),
+    progress: &dyn Progress,
+) -> Result<BackupReport> {
     let started = Instant::now();
-    let time = crate::now();
     let source = std::path::absolute(&opts.source).map_err(|e| Error::io(&opts.source, e))?;
     let label = format!("maildir:{}", source.display());
     let accounts = maildir::discover(&source, &opts.accounts)?;

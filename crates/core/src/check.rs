@@ -302,6 +302,9 @@ fn check_inner(repo: &Repository, opts: &CheckOptions, started: Instant) -> Resu
         }
     }
 
+    // Forget records (crate::forget): one that does not open is named.
+    warnings.extend(crate::forget::forgotten(repo)?.1);
+
     let packs = check_packs(repo, &st, opts.read_data, &mut warnings)?;
     if repo.unfinished_migration() {
         warnings.push(format!(
@@ -315,7 +318,7 @@ fn check_inner(repo: &Repository, opts: &CheckOptions, started: Instant) -> Resu
     let mut record = opts.state.as_ref().map(|s| seen::Record::of(s, repo));
     let snaps = store.list("snapshots/")?;
     let missing = match &mut record {
-        Some(r) => r.observe(seen::ids_in(snaps.iter().map(|f| f.path.as_str()))),
+        Some(r) => r.observe_in(repo, seen::ids_in(snaps.iter().map(|f| f.path.as_str()))),
         None => Vec::new(),
     };
     let loaded: Vec<Option<crate::snapshot::Snapshot>> = snaps
@@ -511,7 +514,12 @@ fn check_inner(repo: &Repository, opts: &CheckOptions, started: Instant) -> Resu
             errors.push(rollback_error(&missing));
         }
         record.save();
-        warnings.extend(record.take_warnings());
+        for w in record.take_warnings() {
+            // A forget record that does not open is named once.
+            if !warnings.contains(&w) {
+                warnings.push(w);
+            }
+        }
     }
     Ok(CheckReport {
         files_checked: st.files.load(Relaxed),

@@ -80,6 +80,8 @@ pub enum Object<'a> {
     PackTrailer,
     /// A blob of `kind` with id `id`.
     Blob(BlobKind, &'a Id),
+    /// `forgotten/<id>`: a record of snapshots removed on purpose (`crate::forget`).
+    Forgotten(&'a Id),
 }
 
 /// The start of every format-2 associated data: the format's name and a zero byte. It
@@ -119,6 +121,10 @@ impl Object<'_> {
                 a.push(*kind as u8);
                 a.extend_from_slice(&id.0);
             }
+            Object::Forgotten(id) => {
+                a.push(9);
+                a.extend_from_slice(&id.0);
+            }
         }
         a
     }
@@ -135,6 +141,7 @@ impl Object<'_> {
             Object::PackTrailer => "a pack trailer".into(),
             Object::Blob(BlobKind::Data, id) => format!("data blob {}", id.short()),
             Object::Blob(BlobKind::Tree, id) => format!("tree blob {}", id.short()),
+            Object::Forgotten(id) => format!("forget record {}", id.short()),
         }
     }
 }
@@ -211,6 +218,7 @@ mod tests {
             Object::Blob(BlobKind::Data, &a),
             Object::Blob(BlobKind::Tree, &a),
             Object::Blob(BlobKind::Data, &b),
+            Object::Forgotten(&a),
         ];
         let set: std::collections::HashSet<Vec<u8>> = all.iter().map(|o| o.aad()).collect();
         assert_eq!(set.len(), all.len());

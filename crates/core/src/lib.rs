@@ -10,6 +10,7 @@ pub mod check;
 pub mod compress;
 pub mod crypto;
 pub mod error;
+pub mod forget;
 pub mod format;
 pub mod id;
 pub mod imap;
@@ -28,6 +29,7 @@ pub mod snapshot;
 pub mod split;
 pub mod stats;
 pub mod store;
+pub mod tag;
 #[cfg(feature = "testing")]
 pub mod testing;
 pub mod tree;

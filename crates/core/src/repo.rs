@@ -1075,6 +1075,8 @@ pub(crate) enum Named {
     Index,
     Snapshot,
     Dictionary,
+    /// `forgotten/<id>` (`crate::forget`).
+    Forgotten,
 }
 
 impl Named {
@@ -1083,6 +1085,7 @@ impl Named {
             Named::Index => Object::Index(id),
             Named::Snapshot => Object::Snapshot(id),
             Named::Dictionary => Object::Dictionary(id),
+            Named::Forgotten => Object::Forgotten(id),
         }
     }
 }

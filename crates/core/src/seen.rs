@@ -3,7 +3,8 @@
 //! a repository shows that someone deleted snapshot files or put back an older copy of the
 //! repository or of its config; a record kept on the host does. `check` reports snapshots
 //! this host saw that are gone (a rollback, [`crate::check::DamageKind::Rollback`]),
-//! `backup` and `snapshots` warn about them, and opening a repository whose config says a
+//! `backup` and `snapshots` warn about them (except those a forget record in the
+//! repository lists, [`Record::observe_in`]), and opening a repository whose config says a
 //! lower format version than this host has seen fails ([`Error::FormatRollback`]).
 //!
 //! One small JSON file per repository, named by the config's `id`:
@@ -305,6 +306,37 @@ impl Record {
         missing
     }
 
+    /// [`Record::observe`], then the snapshots it finds missing that a forget record in
+    /// `repo` lists ([`crate::forget::forgotten`]: `forget` or `tag` removed them on
+    /// purpose, on this host or another) are forgotten instead of returned. Read after
+    /// the listing: a forget writes its record before it deletes. A record that cannot
+    /// be read is a warning, and its snapshots stay missing.
+    pub fn observe_in(
+        &mut self,
+        repo: &Repository,
+        present: impl IntoIterator<Item = Id>,
+    ) -> Vec<Id> {
+        let missing = self.observe(present);
+        if missing.is_empty() {
+            return missing;
+        }
+        let forgotten = match crate::forget::forgotten(repo) {
+            Ok((ids, warnings)) => {
+                self.warnings.extend(warnings);
+                ids
+            }
+            Err(e) => {
+                self.warnings
+                    .push(format!("cannot list the forget records: {e}"));
+                return missing;
+            }
+        };
+        let (gone, missing): (Vec<Id>, Vec<Id>) =
+            missing.into_iter().partition(|id| forgotten.contains(id));
+        self.forget(&gone);
+        missing
+    }
+
     /// Takes `ids` out of the record on purpose (a repair or a forget removed them, or the
     /// user accepted that they were removed elsewhere): they are never reported missing.
     pub fn forget(&mut self, ids: &[Id]) {
@@ -405,7 +437,7 @@ pub struct Observed {
 pub fn record_listing(state: &StateDir, repo: &Repository) -> Result<Observed> {
     let mut rec = Record::of(state, repo);
     let files = repo.store().list("snapshots/")?;
-    let missing = rec.observe(ids_in(files.iter().map(|f| f.path.as_str())));
+    let missing = rec.observe_in(repo, ids_in(files.iter().map(|f| f.path.as_str())));
     rec.save();
     Ok(Observed {
         missing,

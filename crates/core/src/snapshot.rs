@@ -69,3 +69,79 @@ impl Snapshot {
         Ok(s)
     }
 }
+
+/// Parses a snapshot time given by the user (`backup --time`): `YYYY-MM-DD HH:MM:SS` in
+/// this machine's time zone (as restic), or RFC 3339 with an offset
+/// (`2026-11-24T05:00:00+01:00`, `...Z`). Returns Unix seconds and nanoseconds.
+pub fn parse_time(s: &str) -> Result<(i64, u32)> {
+    parse_time_in(s, &jiff::tz::TimeZone::system())
+}
+
+/// [`parse_time`] with local times in `tz`.
+pub fn parse_time_in(s: &str, tz: &jiff::tz::TimeZone) -> Result<(i64, u32)> {
+    let t = s.trim();
+    let ts = match t.parse::<jiff::Timestamp>() {
+        Ok(ts) => Ok(ts),
+        Err(_) => jiff::civil::DateTime::strptime("%Y-%m-%d %H:%M:%S", t)
+            .and_then(|dt| dt.to_zoned(tz.clone()))
+            .map(|z| z.timestamp()),
+    }
+    .map_err(|e| {
+        Error::InvalidInput(format!(
+            "time {s:?} is not a time: write \"YYYY-MM-DD HH:MM:SS\" (local time) or RFC 3339 with an offset, \"2026-11-24T05:00:00+01:00\" ({e})"
+        ))
+    })?;
+    let (secs, nanos) = (ts.as_second(), ts.subsec_nanosecond());
+    Ok(match nanos < 0 {
+        true => (secs - 1, (nanos + 1_000_000_000) as u32),
+        false => (secs, nanos as u32),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn times_in_local_time_or_with_an_offset() {
+        let berlin = jiff::tz::TimeZone::get("Europe/Berlin").unwrap();
+        // 2025-04-25 11:00 in Berlin (summer time) is 09:00 UTC.
+        assert_eq!(
+            parse_time_in("2025-04-25 11:00:00", &berlin).unwrap(),
+            (1_745_571_600, 0)
+        );
+        assert_eq!(
+            parse_time_in("2025-04-25 09:00:00", &jiff::tz::TimeZone::UTC).unwrap(),
+            (1_745_571_600, 0)
+        );
+        for rfc in [
+            "2025-04-25T09:00:00Z",
+            "2025-04-25T11:00:00+02:00",
+            "2025-04-25 11:00:00+02:00",
+        ] {
+            assert_eq!(
+                parse_time_in(rfc, &berlin).unwrap(),
+                (1_745_571_600, 0),
+                "{rfc}"
+            );
+        }
+        assert_eq!(
+            parse_time_in("2025-04-25T09:00:00.25Z", &berlin).unwrap(),
+            (1_745_571_600, 250_000_000)
+        );
+        for bad in [
+            "",
+            "yesterday",
+            "2025-04-25",
+            "2025-13-01 00:00:00",
+            "2025-04-25 25:00:00",
+            "25.04.2025 11:00:00",
+            "2025-04-25T11:00:00",
+        ] {
+            match parse_time_in(bad, &berlin) {
+                Err(Error::InvalidInput(m)) => assert!(m.contains("YYYY-MM-DD HH:MM:SS"), "{m}"),
+                other => panic!("{bad:?}: {other:?}"),
+            }
+        }
+    }
+}

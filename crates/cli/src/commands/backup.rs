@@ -3,8 +3,8 @@
 use crate::output::{bytes, print_failures, ratio};
 use crate::{progress::Bar, repo, GlobalOpts, Outcome};
 use anyhow::Result;
-use mailvault_core::backup::{backup, BackupOptions, BackupReport};
-use mailvault_core::imap::backup::{backup as imap_backup, ImapBackupOptions};
+use mailvault_core::backup::{backup_at, BackupOptions, BackupReport};
+use mailvault_core::imap::backup::{backup_at as imap_backup_at, ImapBackupOptions};
 use mailvault_core::Compression;
 
 #[derive(clap::Args, Debug)]
@@ -26,6 +26,11 @@ pub struct Args {
     /// Host name recorded in the snapshot (default: this machine's).
     #[arg(long)]
     pub host: Option<String>,
+    /// The snapshot's time instead of now: "YYYY-MM-DD HH:MM:SS" in this machine's time
+    /// zone, or RFC 3339 with an offset ("2026-11-24T05:00:00+01:00"), for imports of old
+    /// stores and tests of forget policies.
+    #[arg(long, value_parser = mailvault_core::snapshot::parse_time)]
+    pub time: Option<(i64, u32)>,
     /// Read every message, even those the previous snapshot has.
     #[arg(long)]
     pub force: bool,
@@ -105,7 +110,8 @@ fn execute_source(g: &GlobalOpts, a: Args) -> Result<BackupReport> {
         force: a.force,
         stat_unchanged: a.stat_unchanged,
     };
-    let out = finish(g, |bar| backup(&mut r, &opts, bar))?;
+    let time = a.time.unwrap_or_else(mailvault_core::now);
+    let out = finish(g, |bar| backup_at(&mut r, &opts, time, bar))?;
     record_seen(&r);
     Ok(out)
 }
@@ -204,7 +210,8 @@ fn run_imap(g: &GlobalOpts, a: Args) -> Result<BackupReport> {
         force: a.force,
         fetch_batch: 200,
     };
-    let out = finish(g, |bar| imap_backup(&mut r, &opts, bar))?;
+    let time = a.time.unwrap_or_else(mailvault_core::now);
+    let out = finish(g, |bar| imap_backup_at(&mut r, &opts, time, bar))?;
     record_seen(&r);
     Ok(out)
 }

@@ -3,6 +3,7 @@
 pub mod backup;
 pub mod check;
 pub mod demo;
+pub mod forget;
 pub mod imap;
 pub mod init;
 pub mod ls;
@@ -12,6 +13,7 @@ pub mod restore;
 pub mod run;
 pub mod snapshots;
 pub mod stats;
+pub mod tag;
 
 use anyhow::{bail, Result};
 use std::path::PathBuf;

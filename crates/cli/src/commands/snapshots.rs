@@ -14,7 +14,7 @@ pub fn run(g: &GlobalOpts, _a: Args) -> Result<Outcome> {
     let mut record = repo::state().map(|s| seen::Record::of(&s, &r));
     let snaps = r.snapshots()?;
     if let Some(rec) = &mut record {
-        let missing = rec.observe(seen::present(&snaps));
+        let missing = rec.observe_in(&r, seen::present(&snaps));
         rec.save();
         repo::warn_seen(&missing, &rec.take_warnings());
     }

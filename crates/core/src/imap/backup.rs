@@ -94,14 +94,24 @@ pub fn account_rel_path(account: &str) -> Vec<u8> {
     .into_bytes()
 }
 
-/// Backs up IMAP accounts into `repo` and writes a snapshot.
+/// Backs up IMAP accounts into `repo` and writes a snapshot, dated now.
 pub fn backup(
     repo: &mut Repository,
     opts: &ImapBackupOptions,
     progress: &dyn Progress,
 ) -> Result<BackupReport> {
+    backup_at(repo, opts, crate::now(), progress)
+}
+
+/// [`backup`] with the snapshot dated `time` (Unix seconds and nanoseconds) instead of
+/// now (`backup --time`).
+pub fn backup_at(
+    repo: &mut Repository,
+    opts: &ImapBackupOptions,
+    time: (i64, u32),
+    progress: &dyn Progress,
+) -> Result<BackupReport> {
     let started = Instant::now();
-    let time = crate::now();
     if opts.accounts.is_empty() {
         return Err(Error::InvalidInput(
             "no account to back up: name one in the URL (imap://user@host), with --account or --accounts-file".into(),
