@@ -51,6 +51,15 @@ pub struct GlobalOpts {
     /// No progress bar.
     #[arg(short = 'q', long, global = true)]
     pub quiet: bool,
+    /// How long to wait for a conflicting lock on the repository (a prune waits for
+    /// running backups, restores and checks; they wait for a running prune), e.g. `30s`,
+    /// `10m`, `1h`.
+    #[arg(long, global = true, env = "MAILVAULT_RETRY_LOCK", value_name = "DURATION", default_value = "10m", value_parser = humantime::parse_duration)]
+    pub retry_lock: std::time::Duration,
+    /// Take no lock (restore and check, for read-only credentials): a prune running
+    /// meanwhile may delete what they read.
+    #[arg(long, global = true)]
+    pub no_lock: bool,
     /// Configuration file with the profiles `run` takes (default
     /// /etc/mailvault/mailvault.toml when it exists).
     #[arg(long, env = "MAILVAULT_CONFIG", global = true)]
@@ -113,6 +122,10 @@ pub enum Command {
     Migrate(commands::migrate::Args),
     /// Generate a sample mail store, back it up, restore it and verify the result.
     Demo(commands::demo::Args),
+    /// Remove the packs and blobs no snapshot uses; repack packs that are mostly unused.
+    Prune(commands::prune::Args),
+    /// Remove stale locks (of commands that were killed), or all of them.
+    Unlock(commands::unlock::Args),
     /// Remove snapshots by a retention policy (restic's --keep-* rules) or by id; never
     /// those tagged `hold`.
     Forget(commands::forget::Args),
@@ -197,6 +210,8 @@ fn main() -> ExitCode {
         Command::Repair(a) => commands::repair::run(g, a),
         Command::Migrate(a) => commands::migrate::run(g, a),
         Command::Demo(a) => commands::demo::run(g, a),
+        Command::Prune(a) => commands::prune::run(g, a),
+        Command::Unlock(a) => commands::unlock::run(g, a),
         Command::Forget(a) => commands::forget::run(g, a),
         Command::Tag(a) => commands::tag::run(g, a),
         Command::Run(a) => commands::run::run(g, a),

@@ -3,6 +3,7 @@
 use crate::commands::{Location, Role};
 use crate::GlobalOpts;
 use anyhow::{bail, Context, Result};
+use mailvault_core::lock::LockOptions;
 use mailvault_core::seen::{StateDir, STATE_DIR_ENV};
 use mailvault_core::store::{
     default_cache_root, Addressing, LocalStore, S3Options, S3Store, Stack, StackOptions, Store,
@@ -136,7 +137,12 @@ pub fn password(g: &GlobalOpts, confirm: bool) -> Result<Vec<u8>> {
 pub fn open(g: &GlobalOpts) -> Result<Repository> {
     let store = store(g)?;
     let pw = password(g, false)?;
-    let repo = Repository::open(store, &pw)?;
+    let mut repo = Repository::open(store, &pw)?;
+    repo.set_lock_options(LockOptions {
+        wait: g.retry_lock,
+        no_lock: g.no_lock,
+        ..LockOptions::default()
+    });
     for (path, e) in repo.index_errors() {
         eprintln!(
             "warning: {}: its packs' blobs look absent (run `mailvault check`, then `mailvault repair index`)",

@@ -401,10 +401,12 @@ fn s3_wrong_credentials_missing_bucket_and_unreachable_endpoint() {
     one_clear_line(&tls, &["snapshots"], &[], "TLS");
 }
 
-/// An incremental backup of an unchanged store makes at most 10 requests in all, as the
-/// report counts them and as the wire sees them (a counting proxy), and lists no `data/`.
+/// An incremental backup of an unchanged store makes at most 12 requests in all, as the
+/// report counts them and as the wire sees them (a counting proxy), and lists no `data/`
+/// (the lock costs a PUT, a LIST of `locks/` and a DELETE, and once locked `writers/` and
+/// `index/` are listed: docs/storage.md).
 #[test]
-fn s3_unchanged_incremental_makes_at_most_10_requests() {
+fn s3_unchanged_incremental_makes_at_most_12_requests() {
     let mut e = Env::s3("unchanged");
     let src = e.path("vmail");
     corpus(&src, 8);
@@ -427,7 +429,7 @@ fn s3_unchanged_incremental_makes_at_most_10_requests() {
         .collect();
     let wire = seen.len() as u64;
     assert!(
-        counted <= 10 && wire <= 10,
+        counted <= 12 && wire <= 12,
         "an unchanged incremental made {counted} requests by its report ({}), {wire} on the wire: {data_reads} reads of data/ and {others:#?}",
         r["storage"]["requests"],
     );

@@ -104,6 +104,8 @@ pub(crate) struct RunMeta {
     pub(crate) tags: Vec<String>,
     pub(crate) parent: Option<Snapshot>,
     pub(crate) packs_resumed: u64,
+    /// This run's lock: still good when the snapshot is saved, or no snapshot.
+    pub(crate) lock: crate::lock::LockWatch,
 }
 
 /// After a backup run of any source has saved its snapshot: its packs join the
@@ -155,6 +157,9 @@ pub(crate) fn finish_run(
         },
         original: None,
     };
+    // A lock that may have been taken for stale (not refreshed for long) may have let a
+    // prune delete packs this run deduplicated against: no snapshot then.
+    meta.lock.verify()?;
     let id = repo.save_snapshot_counted(&mut snap)?;
     let summary = snap.summary;
     let bytes_read = n.bytes_read.load(Relaxed);
@@ -293,6 +298,7 @@ pub fn backup_at(
             parent_accounts,
             accounts,
             resumed,
+            mark.watch(),
             progress,
         )
     })?;
@@ -314,6 +320,7 @@ fn run(
     parent_accounts: HashMap<String, AccountRef>,
     accounts: Vec<AccountSource>,
     resumed: PackList,
+    watch: crate::lock::LockWatch,
     progress: &dyn Progress,
 ) -> Result<(BackupReport, PackList)> {
     let packs_resumed = resumed.len() as u64;
@@ -373,6 +380,7 @@ fn run(
         tags: opts.tags.clone(),
         parent,
         packs_resumed,
+        lock: watch,
     };
     finish_run(&ctx.saver, &ctx.n, failures, root, meta)
 }

@@ -215,6 +215,8 @@ const ACCEPT_REMOVED: &str = "mailvault check --accept-removed";
 /// Checks the repository.
 pub fn check(repo: &Repository, opts: &CheckOptions) -> Result<CheckReport> {
     let started = Instant::now();
+    // A shared lock: no prune deletes a pack while it is checked.
+    let _lock = repo.lock_for_reading("check")?;
     let pool = rayon::ThreadPoolBuilder::new()
         .num_threads(opts.jobs)
         .build()
@@ -657,7 +659,7 @@ fn check_packs(
         match file_id(&p.path) {
             Ok(id) if !index.has_pack(&id) && repo.migration_leftover_pack(&p.path, p.size) => {}
             Ok(id) if !index.has_pack(&id) => warnings.push(format!(
-                "{}: pack not in any index (left by an interrupted backup; the next backup reuses it when that backup left its record in writers/, or run `{REPAIR_INDEX}`)",
+                "{}: pack not in any index (left by an interrupted backup or prune; the next backup reuses it when a killed backup left its lock, `mailvault prune` deletes it, or run `{REPAIR_INDEX}`)",
                 p.path
             )),
             Ok(_) => {}

@@ -86,6 +86,22 @@ pub enum Error {
     /// The user asked for something that cannot be done.
     #[error("{0}")]
     InvalidInput(String),
+    /// Another process holds a conflicting lock on the repository (`holder` says who:
+    /// "exclusively by prune on host H (pid P) since T"; `path` is its record).
+    #[error("repository locked {holder} ({path}): wait for it to end (--retry-lock), or, if it is not running any more, run `mailvault unlock`")]
+    Locked { holder: String, path: String },
+    /// This process's lock was not refreshed for so long that another process may have
+    /// taken it for stale: the operation stops before it changes anything more.
+    #[error("the repository lock {path} was last refreshed {age_secs} s ago and may be taken for stale: stopped (nothing was lost); run the command again")]
+    LockLost { path: String, age_secs: u64 },
+    /// An index file read when the repository was opened was removed since (a prune
+    /// replaced it): the command is refused rather than reading packs that may be gone.
+    #[error("{file}: removed since the repository was opened (a prune ran meanwhile): run the command again")]
+    IndexChanged { file: String },
+    /// `prune` stopped before changing anything (or before deleting anything): `what`
+    /// (a snapshot, index file, pack or blob) and why.
+    #[error("prune refused: {what} {reason}")]
+    PruneRefused { what: String, reason: String },
     /// A request to a storage service failed. `location` names the repository (never
     /// credentials), `detail` says what happened and, where the user can act, what to do.
     #[error("{location}: {detail}")]

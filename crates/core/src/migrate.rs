@@ -173,10 +173,9 @@ fn note_in_record(opts: &MigrateOptions, repo: &Repository, replaced: &[crate::I
 /// migration lists.
 fn refuse_unless_clean(repo: &Repository) -> Result<()> {
     let location = repo.store().location();
-    if let Some(w) = repo.store().list("writers/")?.first() {
+    if let Some(w) = first_record(repo.store())? {
         return Err(Error::InvalidInput(format!(
-            "{location}: a backup is running or was killed ({}): let it finish, or run a backup to take over what a killed one left, then migrate",
-            w.path
+            "{location}: a backup is running or was killed, or another command holds a lock ({w}): let it finish, or run a backup to take over what a killed one left (`mailvault unlock` removes stale locks), then migrate"
         )));
     }
     if let Some((path, e)) = repo.index_errors().first() {
@@ -360,6 +359,17 @@ fn write_snapshot(
     Ok(id)
 }
 
+/// The first record of a command that locks the repository (`locks/`) or of a backup of
+/// an older mailvault (`writers/`), if any.
+fn first_record(store: &dyn crate::store::Store) -> Result<Option<String>> {
+    for dir in [crate::lock::LOCKS, crate::lock::WRITERS] {
+        if let Some(o) = store.list(dir)?.into_iter().next() {
+            return Ok(Some(o.path));
+        }
+    }
+    Ok(None)
+}
+
 /// Writes this process's record to `migrate/state`, after making sure no other migrate
 /// is running (a record of a live process) and, once it is written, that no backup began
 /// meanwhile (a backup checks for the record after writing its own in `writers/`).
@@ -410,14 +420,13 @@ fn take_over(repo: &Repository, dry_run: bool) -> Result<()> {
         })?,
     }
     store.flush()?;
-    if let Some(w) = store.list("writers/")?.first() {
+    if let Some(w) = first_record(store)? {
         if !repo.unfinished_migration() {
             store.delete(MIGRATE_STATE)?;
         }
         return Err(Error::InvalidInput(format!(
-            "{}: a backup began ({}): let it finish, then migrate",
+            "{}: a backup began ({w}): let it finish, then migrate",
             store.location(),
-            w.path
         )));
     }
     Ok(())

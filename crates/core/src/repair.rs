@@ -63,9 +63,19 @@ pub struct IndexRepair {
     pub index_removed: Vec<String>,
 }
 
+/// The lock a repair takes: exclusive, shared for a dry run (which only reads).
+fn repair_lock(opts: &RepairOptions) -> crate::lock::LockKind {
+    match opts.dry_run {
+        true => crate::lock::LockKind::Shared,
+        false => crate::lock::LockKind::Exclusive,
+    }
+}
+
 /// Rebuilds the index from the packs in `data/`.
 pub fn repair_index(repo: &Repository, opts: &RepairOptions) -> Result<IndexRepair> {
     repo.refuse_if_migrating()?;
+    // Alone in the repository: no backup writes packs meanwhile, no prune deletes them.
+    let _lock = repo.lock(repair_lock(opts), "repair")?;
     let store = repo.store();
     // Index files first, then packs: every pack an index listed now is seen below (packs
     // are durable before their index), so deleting these loses nothing.
@@ -216,6 +226,10 @@ pub struct SnapshotsRepair {
 /// Replaces snapshots that need blobs that cannot be read by ones without what is lost.
 pub fn repair_snapshots(repo: &mut Repository, opts: &RepairOptions) -> Result<SnapshotsRepair> {
     repo.refuse_if_migrating()?;
+    let _lock = repo.lock(repair_lock(opts), "repair")?;
+    if !repo.index_is_current()? {
+        repo.reload_index()?;
+    }
     // Packs in no index may hold what the snapshots need: their good blobs must be
     // indexed first. (A pack `repair index` left out has no blob that verifies.)
     let unindexed: Vec<String> = repo

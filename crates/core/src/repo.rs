@@ -8,7 +8,8 @@
 //! index/<id>             sealed index files
 //! snapshots/<id>         sealed snapshot JSON
 //! dicts/<id>             sealed zstd dictionaries
-//! writers/<random>       sealed records of backups in progress
+//! locks/<random>         sealed lock records (`crate::lock`)
+//! writers/<random>       sealed records of backups in progress (older mailvaults)
 //! migrate/state          sealed record of an unfinished `mailvault migrate`
 //! damaged/...            files the repairs set aside
 //! ```
@@ -27,6 +28,7 @@ use crate::error::{Error, Result};
 use crate::format::{self, Object, Version};
 use crate::id::Id;
 use crate::index::{self, Index, Location};
+use crate::lock::{Found, LockKind, LockOptions, LockStore, RepoLock, UnlockReport};
 use crate::pack::{self, BlobKind, FinishedPack, IndexedPack, PackBuilder, PackEntry, PackList};
 use crate::snapshot::Snapshot;
 use crate::split::{Chunker, ChunkerParams};
@@ -107,6 +109,8 @@ pub struct Repository {
     migrating: bool,
     /// Index and dictionary files skipped at open as leftovers of that migration.
     leftovers: Vec<String>,
+    /// How commands lock the repository.
+    lock_options: LockOptions,
 }
 
 /// The record an unfinished `mailvault migrate` leaves (`crate::migrate`).
@@ -167,6 +171,7 @@ impl Repository {
             dicts: compress::Dictionaries::default(),
             migrating: false,
             leftovers: Vec::new(),
+            lock_options: LockOptions::default(),
         }
     }
 
@@ -885,83 +890,143 @@ impl Repository {
         }
     }
 
-    /// Starts a backup. Records it in `writers/` before any pack is written, so that if
-    /// it is killed the next backup knows there may be packs no index lists; and when
-    /// such a record of an earlier writer is there, looks for those packs (listing every
-    /// pack, which a repository of thousands of packs should not pay on every run) and
-    /// returns them for this run's index. Pass the mark to [`Self::end_backup`] once the
-    /// snapshot is saved.
+    /// Starts a backup. Takes a shared lock (`locks/`, see `crate::lock`) before any pack
+    /// is written, so that a prune waits for it and, if it is killed, the next backup
+    /// knows there may be packs no index lists; when such a stale record of an earlier
+    /// writer is there (a lock, or an older mailvault's `writers/` record), looks for those
+    /// packs (listing every pack, which a repository of thousands of packs should not pay
+    /// on every run) and returns them for this run's index. When a prune ran between
+    /// opening and locking, the index is read again. Pass the mark to
+    /// [`Self::end_backup`] once the snapshot is saved.
     pub fn begin_backup(&mut self) -> Result<(PackList, WriterMark)> {
         self.refuse_if_migrating()?;
-        let others = self.store.list("writers/")?;
-        // Which of them are gone, decided before looking at the packs: every pack a gone
+        let lock = self.lock(LockKind::Shared, "backup")?;
+        if !self.index_is_current()? {
+            self.reload_index()?;
+        }
+        // Which writers are gone, decided before looking at the packs: every pack a gone
         // writer left is then seen below and listed by this run's index. A file that is
         // not a record is reported and left alone: it says nothing about killed writers.
+        // The locks seen when the lock was taken (files that are not records were
+        // reported then), and the `writers/` records of older mailvaults' backups.
+        let writers = self.lock_store().list_writers()?;
         let mut stale = Vec::new();
-        let mut records = 0;
-        for o in &others {
-            match self.writer_state(&o.path) {
-                WriterState::Live => records += 1,
-                WriterState::Gone => {
-                    records += 1;
-                    stale.push(o.path.clone());
-                }
-                WriterState::Unreadable(e) => tracing::warn!(
+        for f in lock.found().iter().chain(&writers) {
+            match &f.found {
+                Found::Unreadable(e) if f.path.starts_with(crate::lock::WRITERS) => tracing::warn!(
                     "ignoring {}: {e} (remove it if it is not a record of a backup running now)",
-                    o.path
+                    f.path
                 ),
+                Found::Unreadable(_) => {}
+                _ if f.is_stale(self.lock_options.stale) => stale.push(f.path.clone()),
+                _ => {}
             }
         }
-        let recovered = if records == 0 {
+        let recovered = if stale.is_empty() {
             Vec::new()
         } else {
             self.recover_unindexed_packs()?
         };
-        let record = WriterRecord::this_process();
-        let name = hex::encode(rand::random::<[u8; 16]>());
-        let path = format!("writers/{name}");
-        let json =
-            serde_json::to_vec(&record).map_err(|e| Error::corrupt("writer", e.to_string()))?;
-        self.store
-            .put(&path, &self.seal_object(Object::Writer(&name), &json))?;
-        self.store.flush()?;
         // A migration that began since: it saw no record, so this run must not write.
-        // (It checks writers/ after writing its record, this run after writing its own:
-        // one of the two sees the other.)
+        // (It checks locks/ and writers/ after writing its record, this run after writing
+        // its own: one of the two sees the other.)
         if !matches!(self.store.stat(MIGRATE_STATE), Err(Error::NotFound(_))) {
-            self.store.delete(&path)?;
+            drop(lock);
             self.migrating = true;
-            self.refuse_if_migrating()?;
+            return Err(Error::InvalidInput(format!(
+                "{}: {UNFINISHED_MIGRATION}",
+                self.store.location()
+            )));
         }
-        Ok((recovered, WriterMark { path, stale }))
+        Ok((recovered, WriterMark { lock, stale }))
     }
 
-    /// Ends a backup whose snapshot is saved: removes its record, and the records of
-    /// writers that were gone when it began (their packs are in this run's index).
+    /// Ends a backup whose snapshot is saved: removes the records of writers that were
+    /// gone when it began (their packs are in this run's index), then releases its lock.
     pub fn end_backup(&self, mark: WriterMark) -> Result<()> {
-        for p in mark.stale.iter().chain([&mark.path]) {
+        for p in &mark.stale {
             self.store.delete(p)?;
         }
+        drop(mark.lock);
         Ok(())
     }
 
-    /// What the record at `path` says of its writer: gone when on this host and no such
-    /// process, or older than a day; unreadable when it is not a record at all (a stray
-    /// or damaged file, which is no reason to think a writer was killed).
-    fn writer_state(&self, path: &str) -> WriterState {
-        let rec = self.open_writer_record(path).and_then(|b| {
-            serde_json::from_slice::<WriterRecord>(&b)
-                .map_err(|e| Error::corrupt(path, format!("not a writer record: {e}")))
-        });
-        let rec = match rec {
-            Ok(r) => r,
-            Err(e) => return WriterState::Unreadable(e),
-        };
-        if rec.gone() {
-            WriterState::Gone
-        } else {
-            WriterState::Live
+    /// How this repository's commands lock it.
+    pub fn set_lock_options(&mut self, opts: LockOptions) {
+        self.lock_options = opts;
+    }
+
+    /// See [`Self::set_lock_options`].
+    pub fn lock_options(&self) -> &LockOptions {
+        &self.lock_options
+    }
+
+    /// Takes a lock on the repository for `operation` (see `crate::lock`), waiting as the
+    /// lock options say; none with `no_lock`, which only reads may use.
+    pub fn lock(&self, kind: LockKind, operation: &str) -> Result<RepoLock> {
+        let mut opts = self.lock_options.clone();
+        opts.no_lock &= kind == LockKind::Shared && operation != "backup";
+        let lock = RepoLock::acquire(self.lock_store(), kind, operation, &opts)?;
+        // What was listed before the lock (snapshots) may have changed meanwhile: what an
+        // exclusive lock's holder (prune) lists must include every snapshot written
+        // before it. (A shared lock's holder, reading, at worst misses a snapshot that
+        // is newer, or finds one gone.)
+        if kind == LockKind::Exclusive {
+            self.store.refresh_listings();
         }
+        Ok(lock)
+    }
+
+    /// A shared lock for a command that reads (restore, check), taken after the
+    /// repository was opened: when a prune ran in between, the index read at open lists
+    /// packs that may be gone, and the command is refused (run it again).
+    pub fn lock_for_reading(&self, operation: &str) -> Result<RepoLock> {
+        let lock = self.lock(LockKind::Shared, operation)?;
+        if let Some(gone) = self.gone_index_file()? {
+            return Err(Error::IndexChanged { file: gone });
+        }
+        Ok(lock)
+    }
+
+    /// Removes stale locks, or all of them with `remove_all` (`mailvault unlock`).
+    pub fn unlock(&self, remove_all: bool) -> Result<UnlockReport> {
+        crate::lock::unlock(&self.lock_store(), remove_all, self.lock_options.stale)
+    }
+
+    /// What reads and writes lock records.
+    pub(crate) fn lock_store(&self) -> LockStore {
+        LockStore {
+            store: self.store.clone(),
+            key: self.key.clone(),
+            version: self.version,
+        }
+    }
+
+    /// Whether every index file read at open is still there (a prune removes the index
+    /// files it replaced).
+    pub fn index_is_current(&self) -> Result<bool> {
+        Ok(self.gone_index_file()?.is_none())
+    }
+
+    /// An index file read at open that is no longer there.
+    fn gone_index_file(&self) -> Result<Option<String>> {
+        let listed: HashSet<String> = (self.store.list("index/")?.into_iter())
+            .map(|o| o.path)
+            .collect();
+        Ok(self
+            .index_files
+            .iter()
+            .map(|id| format!("index/{id}"))
+            .find(|p| !listed.contains(p)))
+    }
+
+    /// Reads the index again (after a prune replaced index files).
+    pub fn reload_index(&mut self) -> Result<()> {
+        self.index = Index::default();
+        self.index_files.clear();
+        self.index_errors.clear();
+        self.leftovers.clear();
+        self.load_index()
     }
 
     /// Reads and opens the writer record at `path` (`writers/<name>`).
@@ -1220,13 +1285,6 @@ pub(crate) struct PackVerdict {
     pub damaged_bytes: Option<Vec<u8>>,
 }
 
-/// See [`Repository::writer_state`].
-enum WriterState {
-    Live,
-    Gone,
-    Unreadable(Error),
-}
-
 /// A backup in progress, as recorded in `writers/<random id>` (sealed JSON); also the
 /// record of a migration in progress (`crate::migrate`).
 #[derive(Serialize, Deserialize)]
@@ -1263,8 +1321,16 @@ const WRITER_MAX_AGE_SECS: i64 = 24 * 3600;
 /// [`Repository::begin_backup`], for [`Repository::end_backup`].
 #[derive(Debug)]
 pub struct WriterMark {
-    path: String,
+    lock: RepoLock,
     stale: Vec<String>,
+}
+
+impl WriterMark {
+    /// A handle on this backup's lock, to check that it is still good before the
+    /// snapshot is saved (see [`RepoLock::verify`]).
+    pub fn watch(&self) -> crate::lock::LockWatch {
+        self.lock.watch()
+    }
 }
 
 /// A file in `snapshots/` that cannot be read as a snapshot.
@@ -1340,13 +1406,14 @@ fn unlock(store: &dyn Store, keys: &[ObjectInfo], password: &[u8]) -> Result<Mas
 }
 
 /// The directories of a repository besides `config`.
-const REPOSITORY_DIRS: [&str; 6] = [
+const REPOSITORY_DIRS: [&str; 7] = [
     "keys/",
     "data/",
     "index/",
     "snapshots/",
     "dicts/",
     "writers/",
+    "locks/",
 ];
 
 /// Which of the repository's directories hold files (`"keys/, data/"`), if any: a location
@@ -1683,38 +1750,41 @@ mod tests {
     #[test]
     fn writer_records_say_when_to_look_for_unindexed_packs() {
         let store = Arc::new(MemoryStore::new());
-        let writers = || store.list("writers/").unwrap();
+        let locks = || store.list("locks/").unwrap();
         let mut repo = Repository::init(store.clone(), b"pw", &fast_init()).unwrap();
-        // A run that ends leaves no record.
+        // A run holds a lock while it runs, and one that ends leaves no record.
         let (found, mark) = repo.begin_backup().unwrap();
         assert!(found.is_empty());
-        assert_eq!(writers().len(), 1);
+        assert_eq!(locks().len(), 1);
         repo.end_backup(mark).unwrap();
-        assert!(writers().is_empty());
+        assert!(locks().is_empty());
         // Without any record, packs are not looked for (that is what the records save).
         let orphan = write_unindexed_pack(&repo, &[1u8; 5000]);
         let (found, mark) = repo.begin_backup().unwrap();
         assert!(found.is_empty());
         repo.end_backup(mark).unwrap();
-        // A run killed after writing a pack leaves its record, here of a process of this
+        // A run killed after writing a pack leaves its lock, here of a process of this
         // host that no longer exists.
-        let (_, killed) = repo.begin_backup().unwrap();
         let big = vec![7u8; 10_000];
         let id = write_unindexed_pack(&repo, &big);
-        let gone = WriterRecord {
+        let gone = crate::lock::LockRecord {
             hostname: crate::hostname(),
             pid: 4_000_000_000,
-            started: 0,
+            time: crate::now_unix(),
+            created: crate::now_unix(),
+            exclusive: false,
+            operation: "backup".into(),
+            lock: "0".into(),
         };
-        store.delete(&killed.path).unwrap();
-        let name = killed.path.trim_start_matches("writers/");
+        let json = serde_json::to_vec(&gone).unwrap();
         store
             .put(
-                &killed.path,
-                &repo.seal_object(Object::Writer(name), &serde_json::to_vec(&gone).unwrap()),
+                "locks/gone",
+                &repo.seal_object(Object::Writer("locks/gone"), &json),
             )
             .unwrap();
-        // And a record of a live writer (this process), which must stay.
+        // And the record an older mailvault's live backup (this process) writes, which
+        // must stay.
         let live = WriterRecord {
             hostname: crate::hostname(),
             pid: std::process::id(),
@@ -1734,7 +1804,10 @@ mod tests {
         assert_eq!(repo.read_blob(&id).unwrap(), big);
         assert!(repo.index().contains(&orphan));
         repo.end_backup(mark).unwrap();
-        let left: Vec<String> = writers().into_iter().map(|o| o.path).collect();
+        assert!(locks().is_empty());
+        let left: Vec<String> = (store.list("writers/").unwrap().into_iter())
+            .map(|o| o.path)
+            .collect();
         assert_eq!(left, ["writers/live"]);
     }
 

@@ -247,6 +247,8 @@ pub fn restore(
     progress: &dyn Progress,
 ) -> Result<RestoreReport> {
     let started = Instant::now();
+    // A shared lock: no prune deletes a pack while this restore reads it.
+    let _lock = repo.lock_for_reading("restore")?;
     let snap = repo.find_snapshot(&opts.snapshot)?;
     let root: RootTree = repo.read_tree(&snap.root)?;
     let owners = OwnerMap::new(opts.owners, &root.owners);

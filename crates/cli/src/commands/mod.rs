@@ -8,12 +8,14 @@ pub mod imap;
 pub mod init;
 pub mod ls;
 pub mod migrate;
+pub mod prune;
 pub mod repair;
 pub mod restore;
 pub mod run;
 pub mod snapshots;
 pub mod stats;
 pub mod tag;
+pub mod unlock;
 
 use anyhow::{bail, Result};
 use std::path::PathBuf;

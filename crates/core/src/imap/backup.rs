@@ -181,6 +181,7 @@ pub fn backup_at(
             tags: opts.tags.clone(),
             parent,
             packs_resumed,
+            lock: mark.watch(),
         };
         finish_run(&ctx.saver, &ctx.n, failures, root, meta)?
     };

@@ -248,6 +248,8 @@ pub fn restore(
             "creating accounts needs the server's admin: log in through a master user (--imap-master-user)".into(),
         ));
     }
+    // A shared lock: no prune deletes a pack while this restore reads it.
+    let _lock = repo.lock_for_reading("restore")?;
     let snap = repo.find_snapshot(&opts.snapshot)?;
     let root = repo.read_tree(&snap.root)?;
     let accounts = select_accounts(root, &opts.accounts)?;

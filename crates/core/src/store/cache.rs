@@ -554,6 +554,10 @@ impl Store for Cached {
     fn flush(&self) -> Result<()> {
         self.inner.flush()
     }
+    fn refresh_listings(&self) {
+        *lock(&self.snapshot_listing) = None;
+        self.inner.refresh_listings();
+    }
     fn prefetch(&self, path: &str, offset: u64, len: u64) {
         let cached = pack_object(path) && self.bound().is_some_and(|d| d.join(path).exists());
         if !cached {

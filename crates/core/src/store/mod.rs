@@ -98,6 +98,10 @@ pub trait Store: Send + Sync {
     /// Tells the store which repository it holds (its config id), once the config is
     /// open: a local cache keeps its files under that id.
     fn bind(&self, _repository_id: &str) {}
+    /// Forgets listings kept for reuse (a cache's listing of `snapshots/`): from now on
+    /// every listing is fresh. Called once a lock on the repository is taken, since what
+    /// was listed before may have changed while the lock was waited for.
+    fn refresh_listings(&self) {}
 }
 
 /// Puts an object that is named by its content: an existing one is the same bytes.

@@ -1,0 +1,56 @@
+//! `mailvault prune`
+
+use crate::output::bytes;
+use crate::{repo, GlobalOpts, Outcome};
+use anyhow::Result;
+use mailvault_core::prune::{prune, PruneOptions};
+use mailvault_core::report::NoProgress;
+
+#[derive(clap::Args, Debug)]
+pub struct Args {
+    /// Repack a pack when more than this percentage of its blob bytes is unused.
+    #[arg(long, value_name = "PERCENT", default_value_t = 5.0)]
+    pub max_unused: f64,
+    /// Show what would be deleted and repacked; change nothing.
+    #[arg(long, short = 'n')]
+    pub dry_run: bool,
+}
+
+pub fn run(g: &GlobalOpts, a: Args) -> Result<Outcome> {
+    let mut r = repo::open(g)?;
+    let rep = prune(
+        &mut r,
+        &PruneOptions {
+            max_unused: a.max_unused,
+            dry_run: a.dry_run,
+        },
+        &NoProgress,
+    )?;
+    if g.json {
+        crate::output::json(&rep)?;
+        return Ok(Outcome::Ok);
+    }
+    let would = if rep.dry_run { "would be " } else { "" };
+    println!(
+        "{} snapshots use {} blobs; of {} packs: {} {would}deleted, {} {would}repacked, {} kept; {} packs no index lists {would}deleted",
+        rep.snapshots,
+        rep.blobs_used,
+        rep.packs_before,
+        rep.packs_deleted,
+        rep.packs_repacked,
+        rep.packs_kept,
+        rep.packs_unindexed
+    );
+    println!(
+        "{} blobs {would}removed, {} {would}repacked into {} new packs",
+        rep.blobs_removed, rep.blobs_repacked, rep.packs_written
+    );
+    println!(
+        "repository {} -> {} ({} {would}freed) in {:.2} s",
+        bytes(rep.size_before),
+        bytes(rep.size_after),
+        bytes(rep.bytes_freed),
+        rep.elapsed_secs
+    );
+    Ok(Outcome::Ok)
+}

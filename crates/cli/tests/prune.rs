@@ -1,0 +1,307 @@
+//! `mailvault prune` and the repository locks, end to end: unused packs deleted and
+//! partly used ones repacked, with every remaining snapshot restoring byte for byte and
+//! `check --read-data` passing; a SIGKILL sweep over prune; a prune and a backup started
+//! together, on a local directory and on MinIO; `unlock`.
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use common::{assert_same_files, copy_tree, Env};
+use mailvault_core::store::{parse_s3_url, LocalStore, Store};
+use mailvault_core::testing::minio::Minio;
+use mailvault_corpus::{generate, mutate, CorpusSpec, MutationSpec};
+use serde_json::Value;
+use std::path::Path;
+use std::process::Stdio;
+
+fn maildir(p: &Path) -> String {
+    format!("maildir:{}", p.display())
+}
+
+/// The test's repository as a store, reached directly (not through `mailvault`).
+fn store(e: &Env) -> Box<dyn Store> {
+    match &e.location {
+        None => Box::new(LocalStore::new(e.repo())),
+        Some(l) => {
+            let (_, bucket, prefix) = parse_s3_url(l).unwrap();
+            Box::new(Minio::shared().store(&bucket, &prefix).unwrap())
+        }
+    }
+}
+
+/// What the repository holds, as prune counts it: packs, index files, snapshots,
+/// dictionaries.
+fn size(e: &Env) -> u64 {
+    let s = store(e);
+    ["data/", "index/", "snapshots/", "dicts/"]
+        .iter()
+        .map(|d| s.list(d).unwrap().iter().map(|o| o.size).sum::<u64>())
+        .sum()
+}
+
+fn count(e: &Env, dir: &str) -> usize {
+    store(e).list(dir).unwrap().len()
+}
+
+/// Three snapshots of a changing store: S1 of the `tiny` corpus, S2 after 15% of the
+/// messages were deleted and 10% delivered, S3 after 15% more were deleted. S1 and S2
+/// are then removed (their files deleted, as `forget` does), so that prune has packs
+/// only they use (their tree packs), and packs that are partly used (S1's and S2's data
+/// packs). Returns S3's id; the store as S3 saw it is in `want`.
+fn history(e: &Env) -> String {
+    history_of(e, &["init"])
+}
+
+/// [`history`] in a repository made by `init` (`mailvault` and its arguments).
+fn history_of(e: &Env, init: &[&str]) -> String {
+    let src = e.path("vmail");
+    generate(
+        &CorpusSpec {
+            seed: 7,
+            ..CorpusSpec::preset("tiny").unwrap()
+        },
+        &src,
+    )
+    .unwrap();
+    e.ok(init);
+    let s1 = e.json(0, &["backup", &maildir(&src)]);
+    let churn = |seed, new_ratio| MutationSpec {
+        seed,
+        flag_rename_ratio: 0.05,
+        new_ratio,
+        delete_ratio: 0.15,
+    };
+    mutate(&churn(3, 0.10), &src).unwrap();
+    let s2 = e.json(0, &["backup", &maildir(&src)]);
+    mutate(&churn(4, 0.0), &src).unwrap();
+    let s3 = e.json(0, &["backup", &maildir(&src)]);
+    copy_tree(&src, &e.path("want"));
+    // Another store, backed up once: its packs hold nothing the others use.
+    let other = e.path("other");
+    generate(
+        &CorpusSpec {
+            seed: 8,
+            ..CorpusSpec::preset("tiny").unwrap()
+        },
+        &other,
+    )
+    .unwrap();
+    let s0 = e.json(0, &["backup", &maildir(&other)]);
+    let st = store(e);
+    for s in [&s0, &s1, &s2] {
+        st.delete(&format!("snapshots/{}", s["snapshot"].as_str().unwrap()))
+            .unwrap();
+    }
+    // This host saw them: the removal is on purpose.
+    e.ok(&["check", "--accept-removed"]);
+    s3["snapshot"].as_str().unwrap().to_string()
+}
+
+/// `check --read-data` passes and the snapshot restores exactly what it backed up.
+#[track_caller]
+fn intact(e: &Env, snapshot: &str, want: &Path, target: &str) {
+    let check = e.json(0, &["check", "--read-data"]);
+    assert_eq!(check["errors"].as_array().unwrap().len(), 0, "{check}");
+    let out = e.path(target);
+    let _ = std::fs::remove_dir_all(&out);
+    e.ok(&["restore", snapshot, "--target", &maildir(&out)]);
+    assert_same_files(&out, want);
+}
+
+fn prune_deletes_and_repacks(e: &Env, init: &[&str]) {
+    let s3 = history_of(e, init);
+    let before = size(e);
+    let packs_before = count(e, "data/");
+    let dry = e.json(0, &["prune", "--dry-run"]);
+    assert_eq!(size(e), before, "a dry run changed the repository");
+    let rep: Value = e.json(0, &["prune"]);
+    assert!(rep["packs_deleted"].as_u64().unwrap() >= 1, "{rep}");
+    assert!(rep["packs_repacked"].as_u64().unwrap() >= 1, "{rep}");
+    assert!(rep["blobs_removed"].as_u64().unwrap() >= 1, "{rep}");
+    for k in [
+        "packs_deleted",
+        "packs_repacked",
+        "packs_kept",
+        "blobs_removed",
+    ] {
+        assert_eq!(
+            dry[k], rep[k],
+            "the dry run planned otherwise: {k}\n{dry}\n{rep}"
+        );
+    }
+    // The sizes it reports are the repository's, and it shrank by what it freed.
+    let after = size(e);
+    assert_eq!(rep["size_before"].as_u64().unwrap(), before, "{rep}");
+    assert_eq!(rep["size_after"].as_u64().unwrap(), after, "{rep}");
+    assert_eq!(
+        rep["bytes_freed"].as_u64().unwrap(),
+        before - after,
+        "{rep}"
+    );
+    assert!(after < before, "{before} -> {after}");
+    let deleted = rep["packs_deleted"].as_u64().unwrap() + rep["packs_repacked"].as_u64().unwrap();
+    assert_eq!(
+        count(e, "data/") as u64,
+        packs_before as u64 - deleted + rep["packs_written"].as_u64().unwrap()
+    );
+    intact(e, &s3, &e.path("want"), "r1");
+    // Nothing is left to do.
+    let again = e.json(0, &["prune"]);
+    for k in [
+        "packs_deleted",
+        "packs_repacked",
+        "packs_unindexed",
+        "bytes_freed",
+    ] {
+        assert_eq!(again[k], 0, "{k}: {again}");
+    }
+    assert_eq!(count(e, "locks/"), 0);
+}
+
+#[test]
+fn prune_deletes_unused_packs_and_repacks_partly_used_ones() {
+    prune_deletes_and_repacks(&Env::new(), &["init"]);
+}
+
+#[test]
+fn s3_prune_deletes_unused_packs_and_repacks_partly_used_ones() {
+    prune_deletes_and_repacks(&Env::s3("prune"), &["init"]);
+}
+
+/// Format-1 packs are repacked into format-1 packs (their blobs copied sealed as they
+/// are): in a format-1 repository, and in one migrated from it (`format1_packs`).
+#[test]
+fn prune_in_format1_and_migrated_repositories() {
+    prune_deletes_and_repacks(&Env::new(), &["init", "--format", "1"]);
+    let e = Env::new();
+    history_of(&e, &["init", "--format", "1"]);
+    e.ok(&["migrate"]);
+    let rep = e.json(0, &["prune"]);
+    assert!(rep["packs_repacked"].as_u64().unwrap() >= 1, "{rep}");
+    assert_eq!(rep["snapshots"], 1, "{rep}");
+    intact(&e, "latest", &e.path("want"), "r");
+}
+
+/// Kills prune (SIGKILL, from inside, right after its k-th put or delete) at every
+/// point, on a copy of one repository each time: the repository it leaves checks clean
+/// with `--read-data`, restores the remaining snapshot exactly, and a second prune
+/// finishes the job (after which no pack is left that no index lists).
+#[test]
+fn prune_killed_at_any_point_leaves_a_sound_repository() {
+    let base = Env::new();
+    let s3 = history(&base);
+    // How many changes a whole prune makes, on a copy.
+    let probe = Env::new();
+    copy_tree(&base.repo(), &probe.repo());
+    copy_tree(&base.state_dir(), &probe.state_dir());
+    let rep = probe.json(0, &["prune"]);
+    let total = [
+        "packs_written",
+        "index_files_written",
+        "index_files_deleted",
+    ]
+    .iter()
+    .map(|k| rep[k].as_u64().unwrap())
+    .sum::<u64>()
+        + ["packs_deleted", "packs_repacked", "packs_unindexed"]
+            .iter()
+            .map(|k| rep[k].as_u64().unwrap())
+            .sum::<u64>();
+    assert!(total >= 5, "{rep}");
+    for k in 1..=total {
+        let e = Env::new();
+        copy_tree(&base.repo(), &e.repo());
+        copy_tree(&base.state_dir(), &e.state_dir());
+        let out = e
+            .cmd(&["prune"])
+            .env("MAILVAULT_PRUNE_KILL_AFTER", k.to_string())
+            .output()
+            .unwrap();
+        use std::os::unix::process::ExitStatusExt;
+        assert_eq!(
+            out.status.signal(),
+            Some(9),
+            "k={k}: not killed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        // Its lock stays, stale (its process is gone): no command waits for it.
+        assert_eq!(count(&e, "locks/"), 1, "k={k}");
+        intact(&e, &s3, &base.path("want"), "r");
+        let again = e.json(0, &["prune"]);
+        assert_eq!(again["snapshots"], 1, "k={k}: {again}");
+        intact(&e, &s3, &base.path("want"), "r");
+        let check = e.json(0, &["check"]);
+        let w = check["warnings"].to_string();
+        assert!(!w.contains("not in any index"), "k={k}: {w}");
+        // The killed run's lock is what `unlock` removes.
+        let un = e.json(0, &["unlock"]);
+        assert_eq!(un["removed"].as_array().unwrap().len(), 1, "k={k}: {un}");
+        assert_eq!(count(&e, "locks/"), 0);
+    }
+}
+
+/// A prune and a backup started at the same moment both end well, whichever gets the
+/// lock first. The backup is of the other store, whose snapshot was removed: every blob
+/// it needs is in packs the prune would delete, and without the locks a backup that read
+/// the index before the prune deleted them deduplicates against blobs that are then gone.
+/// Its snapshot and the one kept before restore exactly.
+fn prune_and_backup_together(e: &Env) {
+    let s3 = history(e);
+    let other = e.path("other");
+    for round in 0..3 {
+        let mut backup = e.cmd(&["backup", &maildir(&other), "--json"]);
+        let mut prune = e.cmd(&["prune", "--json"]);
+        for c in [&mut backup, &mut prune] {
+            c.stdout(Stdio::piped()).stderr(Stdio::piped());
+        }
+        let (b, p) = (backup.spawn().unwrap(), prune.spawn().unwrap());
+        let (b, p) = (b.wait_with_output().unwrap(), p.wait_with_output().unwrap());
+        for (what, o) in [("backup", &b), ("prune", &p)] {
+            assert!(
+                o.status.success(),
+                "round {round}: {what}: {}{}",
+                String::from_utf8_lossy(&o.stdout),
+                String::from_utf8_lossy(&o.stderr)
+            );
+        }
+        let snap: Value = serde_json::from_slice(&b.stdout).unwrap();
+        let id = snap["snapshot"].as_str().unwrap();
+        intact(e, id, &other, "now");
+        intact(e, &s3, &e.path("want"), "kept");
+        assert_eq!(count(e, "locks/"), 0);
+        // Removed again: the next round's prune finds its blobs unused.
+        store(e).delete(&format!("snapshots/{id}")).unwrap();
+        e.ok(&["check", "--accept-removed"]);
+    }
+}
+
+#[test]
+fn prune_and_backup_started_together_both_end_well() {
+    prune_and_backup_together(&Env::new());
+}
+
+#[test]
+fn s3_prune_and_backup_started_together_both_end_well() {
+    prune_and_backup_together(&Env::s3("prune-together"));
+}
+
+/// A snapshot that cannot be read stops prune before it changes anything: its blobs
+/// cannot be known.
+#[test]
+fn an_unreadable_snapshot_stops_prune() {
+    let e = Env::new();
+    let s3 = history(&e);
+    let before = size(&e);
+    let path = e.repo().join("snapshots").join(&s3);
+    let mut bytes = std::fs::read(&path).unwrap();
+    let n = bytes.len();
+    bytes[n - 1] ^= 1;
+    std::fs::remove_file(&path).unwrap();
+    std::fs::write(&path, &bytes).unwrap();
+    let out = e.expect(2, &["prune"]);
+    assert!(
+        out.contains("prune refused") && out.contains(&format!("snapshots/{s3}")),
+        "{out}"
+    );
+    assert_eq!(size(&e), before);
+}

@@ -1,0 +1,713 @@
+//! Repository locks: who is using the repository, so that a prune never deletes what a
+//! running backup, restore or check relies on.
+//!
+//! A lock is a sealed JSON record `locks/<random name>` ([`LockRecord`]: host, pid, time,
+//! exclusive or shared, operation). Backup, restore and check take a **shared** lock;
+//! prune takes an **exclusive** one. Taking a lock: write one's own record, then list
+//! `locks/` (and the `writers/` records older mailvaults write for a running backup, read
+//! as shared locks): a live conflicting lock that is older (by `created`, then `lock` id)
+//! makes this one withdraw its record and try again later; a conflicting lock that is
+//! younger is waited for with one's own record kept (the younger one withdraws when it
+//! sees it, or, when it did not see this one, finishes). So two that start together never
+//! both run, and never both withdraw forever. A lock is **refreshed** every
+//! [`REFRESH`] by a thread that writes a new record and deletes the old one (objects are
+//! write-once); it is **stale** when not refreshed for [`STALE`], or at once when it was
+//! taken on this host by a process that is gone. `mailvault unlock` removes stale locks.
+
+use crate::crypto::MasterKey;
+use crate::error::{Error, Result};
+use crate::format::{Object, Version};
+use crate::repo::{open_as, seal_as, WriterRecord};
+use crate::store::Store;
+use serde::{Deserialize, Serialize};
+use std::sync::mpsc;
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+/// Where locks are.
+pub const LOCKS: &str = "locks/";
+/// Where older mailvaults record a running backup (read as shared locks).
+pub const WRITERS: &str = "writers/";
+/// A held lock writes a fresh record this often.
+pub const REFRESH: Duration = Duration::from_secs(5 * 60);
+/// A lock not refreshed for this long is stale, wherever it was taken.
+pub const STALE: Duration = Duration::from_secs(30 * 60);
+
+/// Shared (backup, restore, check) or exclusive (prune).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LockKind {
+    Shared,
+    Exclusive,
+}
+
+/// How commands lock the repository.
+#[derive(Clone, Debug)]
+pub struct LockOptions {
+    /// How long to wait for a conflicting lock to go before giving up.
+    pub wait: Duration,
+    /// Take no lock at all (read-only credentials; restore and check only).
+    pub no_lock: bool,
+    /// How often a held lock is refreshed ([`REFRESH`]; shorter in tests).
+    pub refresh: Duration,
+    /// When a lock not refreshed is stale ([`STALE`]; shorter in tests).
+    pub stale: Duration,
+}
+
+impl Default for LockOptions {
+    fn default() -> Self {
+        LockOptions {
+            wait: Duration::ZERO,
+            no_lock: false,
+            refresh: REFRESH,
+            stale: STALE,
+        }
+    }
+}
+
+/// The sealed JSON of `locks/<name>`.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
+pub struct LockRecord {
+    pub hostname: String,
+    pub pid: u32,
+    /// When this record was written (Unix seconds): the lock's last refresh.
+    pub time: i64,
+    /// When the lock was first taken (Unix seconds); with `lock`, its rank.
+    pub created: i64,
+    pub exclusive: bool,
+    /// `backup`, `restore`, `check`, `prune`...
+    pub operation: String,
+    /// The lock's id (random hex), the same in every record a refresh writes.
+    pub lock: String,
+}
+
+impl LockRecord {
+    /// Whether the lock is stale: not refreshed for `stale`, or taken on this host by a
+    /// process that is gone.
+    pub fn is_stale(&self, stale: Duration) -> bool {
+        crate::now_unix() - self.time > stale.as_secs() as i64
+            || (self.hostname == crate::hostname() && !process_exists(self.pid))
+    }
+
+    /// Which of two conflicting locks goes first: the older by `created`, then by id.
+    fn rank(&self) -> (i64, &str) {
+        (self.created, &self.lock)
+    }
+
+    fn describe(&self) -> String {
+        let since = std::time::UNIX_EPOCH + Duration::from_secs(self.created.max(0) as u64);
+        format!(
+            "{} {} on host {} (pid {}) since {}",
+            if self.exclusive {
+                "exclusively by"
+            } else {
+                "by"
+            },
+            self.operation,
+            self.hostname,
+            self.pid,
+            humantime::format_rfc3339_seconds(since)
+        )
+    }
+}
+
+/// Whether a process of this host with `pid` exists (true when that cannot be known).
+fn process_exists(pid: u32) -> bool {
+    !std::path::Path::new("/proc/self").exists()
+        || std::path::Path::new(&format!("/proc/{pid}")).exists()
+}
+
+/// What a file in `locks/` or `writers/` is.
+#[derive(Debug)]
+pub enum Found {
+    /// A lock record.
+    Lock(LockRecord),
+    /// A record an older mailvault writes for a running backup: a shared lock that never
+    /// withdraws.
+    Writer {
+        hostname: String,
+        pid: u32,
+        started: i64,
+        gone: bool,
+    },
+    /// Not a record (a stray or damaged file): ignored, with a warning.
+    Unreadable(Error),
+}
+
+/// One file of `locks/` or `writers/` and what it is.
+#[derive(Debug)]
+pub struct FoundLock {
+    pub path: String,
+    pub found: Found,
+}
+
+impl FoundLock {
+    /// Whether the holder is gone (a record that is not one is not stale: it is junk).
+    pub fn is_stale(&self, stale: Duration) -> bool {
+        match &self.found {
+            Found::Lock(r) => r.is_stale(stale),
+            Found::Writer { gone, .. } => *gone,
+            Found::Unreadable(_) => false,
+        }
+    }
+
+    fn describe(&self) -> String {
+        match &self.found {
+            Found::Lock(r) => r.describe(),
+            Found::Writer {
+                hostname,
+                pid,
+                started,
+                ..
+            } => LockRecord {
+                hostname: hostname.clone(),
+                pid: *pid,
+                time: *started,
+                created: *started,
+                exclusive: false,
+                operation: "backup".into(),
+                lock: String::new(),
+            }
+            .describe(),
+            Found::Unreadable(e) => e.to_string(),
+        }
+    }
+}
+
+/// The associated data a lock record is sealed with: a writer record's, with the path
+/// (`locks/<name>`) as its name, so that it differs from any `writers/` record.
+fn lock_object(path: &str) -> Object<'_> {
+    Object::Writer(path)
+}
+
+/// Everything needed to read and write lock records, without the repository.
+#[derive(Clone)]
+pub(crate) struct LockStore {
+    pub(crate) store: Arc<dyn Store>,
+    pub(crate) key: MasterKey,
+    pub(crate) version: Version,
+}
+
+impl LockStore {
+    /// Every record in `locks/` and, with `writers`, in `writers/`, each with what it
+    /// is; `except` (one's own record) is left out unread.
+    pub(crate) fn list(&self, except: Option<&str>, writers: bool) -> Result<Vec<FoundLock>> {
+        let mut out = Vec::new();
+        for o in self.store.list(LOCKS)? {
+            if Some(o.path.as_str()) == except {
+                continue;
+            }
+            let found = self
+                .store
+                .get(&o.path)
+                .and_then(|b| open_as(&self.key, self.version, lock_object(&o.path), b, &o.path))
+                .and_then(|b| {
+                    serde_json::from_slice::<LockRecord>(&b)
+                        .map_err(|e| Error::corrupt(&o.path, format!("not a lock record: {e}")))
+                });
+            out.push(FoundLock {
+                found: match found {
+                    Ok(r) => Found::Lock(r),
+                    Err(Error::NotFound(_)) => continue, // removed meanwhile
+                    Err(e) => Found::Unreadable(e),
+                },
+                path: o.path,
+            });
+        }
+        if writers {
+            out.extend(self.list_writers()?);
+        }
+        Ok(out)
+    }
+
+    /// The records in `writers/` (of older mailvaults' backups), each with what it is.
+    pub(crate) fn list_writers(&self) -> Result<Vec<FoundLock>> {
+        let mut out = Vec::new();
+        for o in self.store.list(WRITERS)? {
+            let name = o.path.rsplit('/').next().unwrap_or(&o.path);
+            let found = self
+                .store
+                .get(&o.path)
+                .and_then(|b| open_as(&self.key, self.version, Object::Writer(name), b, &o.path))
+                .and_then(|b| {
+                    serde_json::from_slice::<WriterRecord>(&b)
+                        .map_err(|e| Error::corrupt(&o.path, format!("not a writer record: {e}")))
+                });
+            out.push(FoundLock {
+                found: match found {
+                    Ok(w) => Found::Writer {
+                        gone: w.gone(),
+                        hostname: w.hostname,
+                        pid: w.pid,
+                        started: w.started,
+                    },
+                    Err(Error::NotFound(_)) => continue,
+                    Err(e) => Found::Unreadable(e),
+                },
+                path: o.path,
+            });
+        }
+        Ok(out)
+    }
+
+    /// Writes `rec` under a new name; returns the path.
+    fn put(&self, rec: &LockRecord) -> Result<String> {
+        let path = format!("{LOCKS}{}", hex::encode(rand::random::<[u8; 16]>()));
+        let json = serde_json::to_vec(rec).map_err(|e| Error::corrupt(&path, e.to_string()))?;
+        let sealed = seal_as(&self.key, self.version, lock_object(&path), &json);
+        self.store.put(&path, &sealed)?;
+        // Durable (a local directory's fsync). A flush also waits for a backup's queued
+        // uploads and reports their failure, which is the backup's to see, not the lock's.
+        if let Err(e) = self.store.flush() {
+            tracing::debug!("flush after writing the lock {path}: {e}");
+        }
+        Ok(path)
+    }
+}
+
+/// A lock this process holds: refreshed by a thread until dropped, when its record is
+/// removed. [`RepoLock::none`] holds nothing (`--no-lock`).
+pub struct RepoLock {
+    held: Option<Held>,
+    /// The other records seen when the lock was taken (none conflicting, or stale).
+    found: Vec<FoundLock>,
+}
+
+/// See [`RepoLock::watch`]; holds no lock itself.
+#[derive(Clone, Default)]
+pub struct LockWatch(Option<Arc<Shared>>);
+
+impl LockWatch {
+    /// See [`RepoLock::verify`].
+    pub fn verify(&self) -> Result<()> {
+        let Some(s) = &self.0 else { return Ok(()) };
+        let age = crate::repo::lock(&s.written).elapsed();
+        if age + s.stale / 6 >= s.stale {
+            let path = crate::repo::lock(&s.current).0.clone();
+            return Err(Error::LockLost {
+                path,
+                age_secs: age.as_secs(),
+            });
+        }
+        Ok(())
+    }
+}
+
+struct Held {
+    shared: Arc<Shared>,
+    stop: Option<mpsc::Sender<()>>,
+    thread: Option<JoinHandle<()>>,
+}
+
+struct Shared {
+    locks: LockStore,
+    /// The current record's path, and the record.
+    current: Mutex<(String, LockRecord)>,
+    /// When the record now in place was written.
+    written: Mutex<Instant>,
+    stale: Duration,
+}
+
+impl std::fmt::Debug for RepoLock {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match &self.held {
+            Some(h) => write!(f, "RepoLock({})", crate::repo::lock(&h.shared.current).0),
+            None => write!(f, "RepoLock(none)"),
+        }
+    }
+}
+
+impl RepoLock {
+    /// No lock (`--no-lock`).
+    pub fn none() -> RepoLock {
+        RepoLock {
+            held: None,
+            found: Vec::new(),
+        }
+    }
+
+    /// The other records in `locks/` (and, for an exclusive lock, `writers/`) when the
+    /// lock was taken: none of them conflicting, or stale.
+    pub(crate) fn found(&self) -> &[FoundLock] {
+        &self.found
+    }
+
+    /// The path of the record now in place, if a lock is held.
+    pub fn path(&self) -> Option<String> {
+        (self.held.as_ref()).map(|h| crate::repo::lock(&h.shared.current).0.clone())
+    }
+
+    /// An error unless the lock is still good: refreshed recently enough that no other
+    /// process can have taken it for stale (with a margin of a sixth of the stale
+    /// time). A prune calls it before it deletes anything, a backup before it saves its
+    /// snapshot.
+    pub fn verify(&self) -> Result<()> {
+        self.watch().verify()
+    }
+
+    /// A handle that can [`LockWatch::verify`] this lock from elsewhere.
+    pub fn watch(&self) -> LockWatch {
+        LockWatch(self.held.as_ref().map(|h| h.shared.clone()))
+    }
+
+    /// Takes a lock of `kind` for `operation`, waiting up to `opts.wait` for conflicting
+    /// locks to go.
+    pub(crate) fn acquire(
+        locks: LockStore,
+        kind: LockKind,
+        operation: &str,
+        opts: &LockOptions,
+    ) -> Result<RepoLock> {
+        if opts.no_lock {
+            return Ok(RepoLock::none());
+        }
+        let now = crate::now_unix();
+        let mut rec = LockRecord {
+            hostname: crate::hostname(),
+            pid: std::process::id(),
+            time: now,
+            created: now,
+            exclusive: kind == LockKind::Exclusive,
+            operation: operation.into(),
+            lock: hex::encode(rand::random::<[u8; 16]>()),
+        };
+        let deadline = Instant::now() + opts.wait;
+        let mut pause = Duration::from_millis(200);
+        let mut mine: Option<String> = None;
+        loop {
+            let path = match &mine {
+                // Waiting with the record in place: it must not go stale meanwhile.
+                Some(p) if crate::now_unix() - rec.time >= opts.refresh.as_secs() as i64 => {
+                    rec.time = crate::now_unix();
+                    let new = locks.put(&rec)?;
+                    locks.store.delete(p)?;
+                    mine = Some(new.clone());
+                    new
+                }
+                Some(p) => p.clone(),
+                None => {
+                    rec.time = crate::now_unix();
+                    let p = locks.put(&rec)?;
+                    mine = Some(p.clone());
+                    p
+                }
+            };
+            // A shared lock conflicts with no backup of an older mailvault: `writers/` is
+            // read for exclusive ones only.
+            let found = match locks.list(Some(&path), rec.exclusive) {
+                Ok(f) => f,
+                Err(e) => {
+                    let _ = locks.store.delete(&path);
+                    return Err(e);
+                }
+            };
+            let conflicts: Vec<&FoundLock> = found
+                .iter()
+                .filter(|f| !f.is_stale(opts.stale))
+                .filter(|f| match &f.found {
+                    Found::Lock(r) => r.lock != rec.lock && (r.exclusive || rec.exclusive),
+                    Found::Writer { .. } => rec.exclusive,
+                    Found::Unreadable(e) => {
+                        tracing::warn!("ignoring {}: {e} (not a lock record)", f.path);
+                        false
+                    }
+                })
+                .collect();
+            if conflicts.is_empty() {
+                return Ok(RepoLock::hold(locks, path, rec, opts, found));
+            }
+            // An older conflicting lock (or a backup of an older mailvault, which never
+            // withdraws) goes first: withdraw and try again. Younger ones are waited for.
+            let older = conflicts.iter().any(|f| match &f.found {
+                Found::Lock(r) => r.rank() < rec.rank(),
+                _ => true,
+            });
+            if older || Instant::now() >= deadline {
+                locks.store.delete(&path)?;
+                locks.store.flush()?;
+                mine = None;
+            }
+            if Instant::now() >= deadline {
+                let holder = conflicts
+                    .iter()
+                    .find(|f| !matches!(&f.found, Found::Lock(r) if r.rank() > rec.rank()))
+                    .or(conflicts.first())
+                    .map(|f| (f.path.clone(), f.describe()))
+                    .unwrap_or_default();
+                return Err(Error::Locked {
+                    holder: holder.1,
+                    path: holder.0,
+                });
+            }
+            let jitter = Duration::from_millis(rand::random::<u64>() % 200);
+            let left = deadline.saturating_duration_since(Instant::now());
+            std::thread::sleep((pause + jitter).min(left));
+            pause = (pause * 2).min(Duration::from_secs(10));
+        }
+    }
+
+    fn hold(
+        locks: LockStore,
+        path: String,
+        rec: LockRecord,
+        opts: &LockOptions,
+        found: Vec<FoundLock>,
+    ) -> RepoLock {
+        let shared = Arc::new(Shared {
+            locks,
+            current: Mutex::new((path, rec)),
+            written: Mutex::new(Instant::now()),
+            stale: opts.stale,
+        });
+        let (stop, rx) = mpsc::channel::<()>();
+        let s = shared.clone();
+        let every = opts.refresh;
+        let thread = std::thread::Builder::new()
+            .name("lock refresh".into())
+            .spawn(move || {
+                while let Err(mpsc::RecvTimeoutError::Timeout) = rx.recv_timeout(every) {
+                    if let Err(e) = s.refresh() {
+                        tracing::warn!("could not refresh the repository lock: {e}");
+                    }
+                }
+            })
+            .ok();
+        RepoLock {
+            held: Some(Held {
+                shared,
+                stop: Some(stop),
+                thread,
+            }),
+            found,
+        }
+    }
+}
+
+impl Shared {
+    /// Writes a new record of the lock, then removes the old one.
+    fn refresh(&self) -> Result<()> {
+        let (old, mut rec) = crate::repo::lock(&self.current).clone();
+        rec.time = crate::now_unix();
+        let new = self.locks.put(&rec)?;
+        *crate::repo::lock(&self.written) = Instant::now();
+        *crate::repo::lock(&self.current) = (new, rec);
+        self.locks.store.delete(&old)?;
+        Ok(())
+    }
+}
+
+impl Drop for RepoLock {
+    fn drop(&mut self) {
+        let Some(mut h) = self.held.take() else {
+            return;
+        };
+        drop(h.stop.take());
+        if let Some(t) = h.thread.take() {
+            let _ = t.join();
+        }
+        let path = crate::repo::lock(&h.shared.current).0.clone();
+        if let Err(e) = h.shared.locks.store.delete(&path) {
+            tracing::warn!(
+                "could not remove the lock {path}: {e} (`mailvault unlock` removes it once stale)"
+            );
+        }
+        let _ = h.shared.locks.store.flush();
+    }
+}
+
+/// What [`unlock`] removed and left.
+#[derive(Debug, Default, Serialize)]
+pub struct UnlockReport {
+    /// Records removed.
+    pub removed: Vec<String>,
+    /// Live locks left in place (not with `remove_all`), described.
+    pub kept: Vec<String>,
+}
+
+/// Removes stale locks (and stale `writers/` records), or every lock with `remove_all`.
+/// Files that are not records are left alone (and listed as kept).
+pub(crate) fn unlock(locks: &LockStore, remove_all: bool, stale: Duration) -> Result<UnlockReport> {
+    let mut rep = UnlockReport::default();
+    for f in locks.list(None, true)? {
+        let junk = matches!(f.found, Found::Unreadable(_));
+        if !junk && (remove_all || f.is_stale(stale)) {
+            locks.store.delete(&f.path)?;
+            rep.removed.push(f.path);
+        } else {
+            rep.kept.push(format!("{}: {}", f.path, f.describe()));
+        }
+    }
+    locks.store.flush()?;
+    Ok(rep)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::MemoryStore;
+
+    fn locks() -> (Arc<MemoryStore>, LockStore) {
+        let store = Arc::new(MemoryStore::new());
+        let ls = LockStore {
+            store: store.clone(),
+            key: MasterKey::random(),
+            version: Version::V2,
+        };
+        (store, ls)
+    }
+
+    fn fast(wait_ms: u64) -> LockOptions {
+        LockOptions {
+            wait: Duration::from_millis(wait_ms),
+            refresh: Duration::from_millis(50),
+            stale: Duration::from_secs(30),
+            no_lock: false,
+        }
+    }
+
+    /// A record as another process left it.
+    fn plant(ls: &LockStore, rec: LockRecord) -> String {
+        ls.put(&rec).unwrap()
+    }
+
+    fn record(exclusive: bool, host: &str, pid: u32, age: i64) -> LockRecord {
+        let t = crate::now_unix() - age;
+        LockRecord {
+            hostname: host.into(),
+            pid,
+            time: t,
+            created: t,
+            exclusive,
+            operation: if exclusive { "prune" } else { "backup" }.into(),
+            lock: hex::encode(rand::random::<[u8; 16]>()),
+        }
+    }
+
+    #[test]
+    fn shared_locks_coexist_and_exclusive_ones_exclude() {
+        let (store, ls) = locks();
+        let a = RepoLock::acquire(ls.clone(), LockKind::Shared, "backup", &fast(0)).unwrap();
+        let b = RepoLock::acquire(ls.clone(), LockKind::Shared, "restore", &fast(0)).unwrap();
+        assert_eq!(store.list(LOCKS).unwrap().len(), 2);
+        let e = RepoLock::acquire(ls.clone(), LockKind::Exclusive, "prune", &fast(300))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("locked by") && e.contains("on host"), "{e}");
+        // The refused one withdrew its record.
+        assert_eq!(store.list(LOCKS).unwrap().len(), 2);
+        drop((a, b));
+        assert!(store.list(LOCKS).unwrap().is_empty());
+        let p = RepoLock::acquire(ls.clone(), LockKind::Exclusive, "prune", &fast(0)).unwrap();
+        let e = RepoLock::acquire(ls.clone(), LockKind::Shared, "backup", &fast(0))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("locked exclusively by prune on host")
+                && e.contains(&format!("(pid {})", std::process::id())),
+            "{e}"
+        );
+        drop(p);
+        RepoLock::acquire(ls, LockKind::Shared, "backup", &fast(0)).unwrap();
+    }
+
+    #[test]
+    fn a_waiting_lock_gets_the_repository_when_the_holder_ends() {
+        let (_, ls) = locks();
+        let p = RepoLock::acquire(ls.clone(), LockKind::Exclusive, "prune", &fast(0)).unwrap();
+        let t = std::thread::spawn({
+            let ls = ls.clone();
+            move || RepoLock::acquire(ls, LockKind::Shared, "backup", &fast(20_000)).map(|_| ())
+        });
+        std::thread::sleep(Duration::from_millis(500));
+        drop(p);
+        t.join().unwrap().unwrap();
+    }
+
+    #[test]
+    fn locks_are_refreshed_and_stale_ones_are_ignored_and_unlocked() {
+        let (store, ls) = locks();
+        let l = RepoLock::acquire(ls.clone(), LockKind::Shared, "check", &fast(0)).unwrap();
+        let first = l.path().unwrap();
+        std::thread::sleep(Duration::from_millis(300));
+        let now = l.path().unwrap();
+        assert_ne!(first, now, "not refreshed");
+        assert!(store.get(&first).is_err(), "the old record stays");
+        assert_eq!(store.list(LOCKS).unwrap().len(), 1);
+        l.verify().unwrap();
+        drop(l);
+        // Stale: not refreshed for too long (another host), or a gone process here.
+        let old = plant(&ls, record(true, "elsewhere", 1, 3600));
+        let gone = plant(&ls, record(true, &crate::hostname(), 4_000_000_000, 0));
+        let live = plant(&ls, record(false, "elsewhere", 1, 0));
+        store.put("locks/junk", b"x").unwrap();
+        // Neither stale exclusive lock stops a backup.
+        drop(RepoLock::acquire(ls.clone(), LockKind::Shared, "backup", &fast(0)).unwrap());
+        let rep = unlock(&ls, false, STALE).unwrap();
+        let mut removed = rep.removed.clone();
+        removed.sort();
+        let mut want = vec![old, gone];
+        want.sort();
+        assert_eq!(removed, want);
+        assert_eq!(rep.kept.len(), 2, "{:?}", rep.kept);
+        assert!(store.get(&live).is_ok());
+        let rep = unlock(&ls, true, STALE).unwrap();
+        assert_eq!(rep.removed, [live]);
+        assert_eq!(store.list(LOCKS).unwrap().len(), 1, "junk is left alone");
+    }
+
+    #[test]
+    fn an_older_backup_record_is_a_shared_lock() {
+        let (_, ls) = locks();
+        let w = WriterRecord::this_process();
+        let json = serde_json::to_vec(&w).unwrap();
+        ls.store
+            .put(
+                "writers/abc",
+                &seal_as(&ls.key, ls.version, Object::Writer("abc"), &json),
+            )
+            .unwrap();
+        RepoLock::acquire(ls.clone(), LockKind::Shared, "backup", &fast(0)).unwrap();
+        let e = RepoLock::acquire(ls, LockKind::Exclusive, "prune", &fast(0))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("by backup on host"), "{e}");
+    }
+
+    /// Many takers at once, each of either kind: never two holders when one is
+    /// exclusive, and every one ends up holding the lock.
+    #[test]
+    fn takers_that_start_together_all_get_through_one_exclusive_at_a_time() {
+        let (_, ls) = locks();
+        let active = Arc::new(Mutex::new((0u32, 0u32))); // (shared, exclusive)
+        std::thread::scope(|s| {
+            for i in 0..6 {
+                let ls = ls.clone();
+                let active = active.clone();
+                s.spawn(move || {
+                    let kind = match i % 3 {
+                        0 => LockKind::Exclusive,
+                        _ => LockKind::Shared,
+                    };
+                    let l = RepoLock::acquire(ls, kind, "t", &fast(60_000)).unwrap();
+                    {
+                        let mut a = crate::repo::lock(&active);
+                        match kind {
+                            LockKind::Exclusive => a.1 += 1,
+                            LockKind::Shared => a.0 += 1,
+                        }
+                        assert!(a.1 == 0 || (a.1 == 1 && a.0 == 0), "{a:?}");
+                    }
+                    std::thread::sleep(Duration::from_millis(100));
+                    {
+                        let mut a = crate::repo::lock(&active);
+                        match kind {
+                            LockKind::Exclusive => a.1 -= 1,
+                            LockKind::Shared => a.0 -= 1,
+                        }
+                    }
+                    drop(l);
+                });
+            }
+        });
+    }
+}
