@@ -22,6 +22,7 @@
 //! ```
 
 use anyhow::{bail, Context, Result};
+use mailvault_core::forget::{Policy, Within};
 use serde::Deserialize;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -144,9 +145,9 @@ impl Source {
     }
 }
 
-/// The forget policy of a profile: `[profiles.NAME.forget]`, the flags of `mailvault
-/// forget` (restic's semantics: a snapshot is kept if any rule keeps it; snapshots tagged
-/// `hold` are always kept).
+/// The forget policy of a profile: `[profiles.NAME.forget]`, the `--keep-*` flags of
+/// `mailvault forget` with the same values (restic's semantics: a snapshot is kept if any
+/// rule keeps it; snapshots tagged `hold` are always kept; durations as `2y5m7d3h`).
 #[derive(Debug, Default, Clone, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields, rename_all = "kebab-case")]
 pub struct ForgetPolicy {
@@ -156,25 +157,40 @@ pub struct ForgetPolicy {
     pub keep_weekly: Option<u32>,
     pub keep_monthly: Option<u32>,
     pub keep_yearly: Option<u32>,
-    /// Keep every snapshot younger than this (`"30d"`, humantime syntax).
-    #[serde(default, with = "humantime_serde_opt")]
-    pub keep_within: Option<Duration>,
+    pub keep_within: Option<Within>,
+    pub keep_within_hourly: Option<Within>,
+    pub keep_within_daily: Option<Within>,
+    pub keep_within_weekly: Option<Within>,
+    pub keep_within_monthly: Option<Within>,
+    pub keep_within_yearly: Option<Within>,
     #[serde(default)]
     pub keep_tag: Vec<String>,
 }
 
 impl ForgetPolicy {
-    /// Whether the policy keeps anything at all: an empty policy would forget every
-    /// snapshot, which no profile can mean.
+    /// The engine's policy, as `mailvault forget` builds it from its flags.
+    pub fn policy(&self) -> Policy {
+        Policy {
+            keep_last: self.keep_last.unwrap_or(0),
+            keep_hourly: self.keep_hourly.unwrap_or(0),
+            keep_daily: self.keep_daily.unwrap_or(0),
+            keep_weekly: self.keep_weekly.unwrap_or(0),
+            keep_monthly: self.keep_monthly.unwrap_or(0),
+            keep_yearly: self.keep_yearly.unwrap_or(0),
+            keep_within: self.keep_within,
+            keep_within_hourly: self.keep_within_hourly,
+            keep_within_daily: self.keep_within_daily,
+            keep_within_weekly: self.keep_within_weekly,
+            keep_within_monthly: self.keep_within_monthly,
+            keep_within_yearly: self.keep_within_yearly,
+            keep_tag: self.keep_tag.clone(),
+        }
+    }
+
+    /// Whether the policy keeps nothing at all: it would forget every snapshot, which no
+    /// profile can mean (`forget` refuses it too).
     pub fn is_empty(&self) -> bool {
-        self.keep_last.is_none()
-            && self.keep_hourly.is_none()
-            && self.keep_daily.is_none()
-            && self.keep_weekly.is_none()
-            && self.keep_monthly.is_none()
-            && self.keep_yearly.is_none()
-            && self.keep_within.is_none()
-            && self.keep_tag.is_empty()
+        self.policy().is_empty()
     }
 }
 
@@ -266,6 +282,7 @@ host = "mail"
 keep-daily = 7
 keep-weekly = 4
 keep-within = "2d"
+keep-within-daily = "1m"
 keep-tag = ["keep"]
 "#;
 
@@ -279,7 +296,10 @@ keep-tag = ["keep"]
         assert_eq!(p.sources.len(), 2);
         let f = p.forget.clone().unwrap();
         assert_eq!(f.keep_daily, Some(7));
-        assert_eq!(f.keep_within, Some(Duration::from_secs(2 * 86_400)));
+        assert_eq!(f.keep_within, Some("2d".parse().unwrap()));
+        assert_eq!(f.policy().keep_within_daily, Some("1m".parse().unwrap()));
+        assert_eq!(f.policy().keep_weekly, 4);
+        assert_eq!(f.policy().keep_last, 0);
         let args: Vec<String> = p.sources[0]
             .backup_args(p)
             .into_iter()
@@ -337,6 +357,11 @@ keep-tag = ["keep"]
         assert!(e.contains("weekly"), "{e}");
         let e = format!("{:#}", parse("[profiles.a.forget]\n").unwrap_err());
         assert!(e.contains("keeps nothing"), "{e}");
+        let e = format!(
+            "{:#}",
+            parse("[profiles.a.forget]\nkeep-within = \"2 weeks\"\n").unwrap_err()
+        );
+        assert!(e.contains("2 weeks"), "{e}");
     }
 
     #[test]

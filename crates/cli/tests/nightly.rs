@@ -169,7 +169,8 @@ fn the_nightly_profile_runs_end_to_end() {
     store(&e.path("b"), "bob", 0, 3);
     fs::create_dir_all(e.path("metrics")).unwrap();
     e.expect(0, &["init"]);
-    let cfg = config(&e, "");
+    let policy = "prune-every = \"7d\"\n[profiles.nightly.forget]\nkeep-last = 1\n";
+    let cfg = config(&e, policy);
     let cfg = cfg.to_str().unwrap();
     let metrics = e.path("metrics/mailvault.prom");
 
@@ -195,6 +196,14 @@ fn the_nightly_profile_runs_end_to_end() {
     assert_eq!(r["backups"][1]["report"]["items_total"], 3, "{r}");
     assert_eq!(r["check"]["status"], "done", "{r}");
     assert_eq!(r["errors"].as_array().unwrap().len(), 0, "{r}");
+    // Nothing to forget yet; the first prune is due (none was recorded).
+    assert_eq!(r["forget"]["status"], "done", "{r}");
+    assert_eq!(
+        r["forget"]["report"]["removed"].as_array().unwrap().len(),
+        0,
+        "{r}"
+    );
+    assert_eq!(r["prune"]["status"], "done", "{r}");
     let a = format!("maildir:{}", e.path("a").display());
     let b = format!("maildir:{}", e.path("b").display());
     assert_eq!(
@@ -236,14 +245,50 @@ fn the_nightly_profile_runs_end_to_end() {
         &["--metrics-file", metrics.to_str().unwrap(), "snapshots"],
     );
 
-    // The second night: two new messages in one store, nothing new in the other.
+    // The first snapshot of `b` goes under legal hold.
+    let held = e.json(0, &["snapshots"])[1]["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    e.expect(0, &["tag", &held, "--add", "hold"]);
+
+    // The second night: two new messages in one store, nothing new in the other. The
+    // policy keeps the newest snapshot of each source, and the one under hold.
     store(&e.path("a"), "alice", 5, 2);
     std::thread::sleep(std::time::Duration::from_millis(1100));
     let r = run(0);
     assert_eq!(r["backups"][0]["report"]["items_total"], 7, "{r}");
     assert_eq!(r["backups"][0]["report"]["items_new"], 2, "{r}");
     assert_eq!(r["backups"][1]["report"]["items_new"], 0, "{r}");
-    assert_eq!(snapshots(&e).len(), 4);
+    assert_eq!(
+        r["forget"]["report"]["removed"].as_array().unwrap().len(),
+        1,
+        "{r}"
+    );
+    let summary = r["forget"]["summary"].as_str().unwrap();
+    assert!(
+        summary.contains("1 snapshots removed, 3 kept (1 under legal hold)"),
+        "{r}"
+    );
+    assert_eq!(r["prune"]["status"], "skipped", "{r}");
+    assert!(
+        r["prune"]["reason"].as_str().unwrap().contains("next due"),
+        "{r}"
+    );
+    // The check after the forget finds no rollback: the forgotten snapshot left this
+    // host's record.
+    assert_eq!(
+        r["check"]["report"]["errors"].as_array().unwrap().len(),
+        0,
+        "{r}"
+    );
+    let snaps = snapshots(&e);
+    assert_eq!(snaps.len(), 3, "{snaps:?}");
+    assert_eq!(snaps.iter().filter(|s| s.0 == a).count(), 1, "{snaps:?}");
+    assert!(
+        snaps.iter().any(|s| s.1.contains(&"hold".to_string())),
+        "{snaps:?}"
+    );
     let (s, _) = parse_metrics(&metrics);
     assert_eq!(value(&s, "mailvault_items", "run", &a), Some(7.0));
     assert_eq!(value(&s, "mailvault_read_bytes", "run", &b), Some(0.0));
@@ -251,10 +296,53 @@ fn the_nightly_profile_runs_end_to_end() {
         value(&s, "mailvault_last_success_timestamp_seconds", "run", "").unwrap() > first_success
     );
     assert_eq!(value(&s, "mailvault_success", "snapshots", ""), Some(1.0));
+    assert_eq!(value(&s, "mailvault_success", "run", ""), Some(1.0));
     assert_eq!(
         value(&s, "mailvault_repository_bytes", "run", ""),
         Some(du(&e.repo()) as f64)
     );
+
+    // A week later (the recorded prune moved back): the prune is due again, and what the
+    // forgotten snapshot alone used goes.
+    let dir = e.state_dir().join("prune");
+    let files: Vec<_> = fs::read_dir(&dir)
+        .unwrap()
+        .map(|f| f.unwrap().path())
+        .collect();
+    assert_eq!(files.len(), 1, "{files:?}");
+    let last: u64 = fs::read_to_string(&files[0])
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    fs::write(&files[0], format!("{}\n", last - 8 * 86_400)).unwrap();
+    let r = run(0);
+    assert_eq!(r["prune"]["status"], "done", "{r}");
+    assert!(
+        r["prune"]["report"]["bytes_freed"].as_u64().unwrap() > 0,
+        "{r}"
+    );
+    let now: u64 = fs::read_to_string(&files[0])
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    assert!(now >= last, "{now} {last}");
+    e.expect(0, &["check", "--read-data"]);
+    // Every remaining snapshot restores byte for byte (the stores did not change since).
+    let snaps = e.json(0, &["snapshots"]);
+    assert_eq!(snaps.as_array().unwrap().len(), 3, "{snaps}");
+    for (i, s) in snaps.as_array().unwrap().iter().enumerate() {
+        let target = e.path(&format!("restored-{i}"));
+        let t = format!("maildir:{}", target.display());
+        e.expect(0, &["restore", s["id"].as_str().unwrap(), "--target", &t]);
+        let source = s["source"]
+            .as_str()
+            .unwrap()
+            .strip_prefix("maildir:")
+            .unwrap();
+        common::assert_same_files(&target, Path::new(source));
+    }
 }
 
 #[test]
@@ -264,7 +352,8 @@ fn the_nightly_profile_runs_on_object_storage() {
     store(&e.path("b"), "bob", 0, 2);
     fs::create_dir_all(e.path("metrics")).unwrap();
     e.expect(0, &["init"]);
-    let cfg = config(&e, "");
+    let policy = "prune-every = \"7d\"\n[profiles.nightly.forget]\nkeep-last = 1\n";
+    let cfg = config(&e, policy);
     for night in 0..2 {
         store(&e.path("a"), "alice", 3 + night, 1);
         let mut c = e.cmd(&[
@@ -286,9 +375,21 @@ fn the_nightly_profile_runs_on_object_storage() {
         let r: Value = serde_json::from_slice(&o.stdout).unwrap();
         assert_eq!(r["backups"][0]["report"]["items_total"], 4 + night, "{r}");
         assert_eq!(r["check"]["status"], "done", "{r}");
+        assert_eq!(
+            r["check"]["report"]["errors"].as_array().unwrap().len(),
+            0,
+            "{r}"
+        );
+        assert_eq!(
+            r["forget"]["report"]["removed"].as_array().unwrap().len(),
+            2 * night,
+            "{r}"
+        );
+        let prune = ["done", "skipped"][night];
+        assert_eq!(r["prune"]["status"], prune, "{r}");
         assert!(r["storage"]["requests"]["get"].as_u64().unwrap() > 0, "{r}");
     }
-    assert_eq!(snapshots(&e).len(), 4);
+    assert_eq!(snapshots(&e).len(), 2);
     let (s, _) = parse_metrics(&e.path("metrics/mailvault.prom"));
     let a = format!("maildir:{}", e.path("a").display());
     assert_eq!(value(&s, "mailvault_items", "run", &a), Some(5.0));

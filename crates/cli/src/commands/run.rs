@@ -18,6 +18,9 @@ use anyhow::{bail, Context, Result};
 use clap::Parser;
 use mailvault_core::backup::BackupReport;
 use mailvault_core::check::CheckReport;
+use mailvault_core::forget::{forget, ForgetOptions, HOLD_TAG};
+use mailvault_core::prune::{prune, PruneOptions};
+use mailvault_core::report::NoProgress;
 use mailvault_core::seen::StateDir;
 use serde::Serialize;
 use std::path::{Path, PathBuf};
@@ -302,13 +305,40 @@ fn warn_if_readable_by_others(f: &Path) {
 }
 
 /// The forget step: the profile's policy applied to the repository, per group of host and
-/// source, snapshots tagged `hold` kept whatever the policy.
-///
-/// To wire: `mailvault_core::forget::forget` with the policy converted to
-/// `mailvault_core::forget::Policy` (the "forget" branch), and this host's snapshot record
-/// told of the removed snapshots (`seen::Record::forget`) as `mailvault forget` does.
-fn forget_step(_g: &GlobalOpts, _policy: &ForgetPolicy) -> Result<Step> {
-    bail!("forget is not in this build of mailvault yet (issue 13)")
+/// source (`mailvault forget`'s defaults), snapshots tagged `hold` kept whatever the
+/// policy; the removed snapshots leave this host's record first.
+fn forget_step(g: &GlobalOpts, policy: &ForgetPolicy) -> Result<Step> {
+    let r = repo::open(g)?;
+    let rep = forget(
+        &r,
+        &ForgetOptions {
+            policy: policy.policy(),
+            state: repo::state(),
+            ..ForgetOptions::default()
+        },
+    )?;
+    for w in &rep.warnings {
+        eprintln!("warning: {}", safe(w));
+    }
+    let kept = rep
+        .groups
+        .iter()
+        .flat_map(|g| &g.snapshots)
+        .filter(|s| s.keep);
+    let (kept, held) = kept.fold((0, 0), |(k, h), s| {
+        (
+            k + 1,
+            h + usize::from(s.reasons.iter().any(|r| r == HOLD_TAG)),
+        )
+    });
+    Ok(Step::Done {
+        summary: format!(
+            "{}: {} snapshots removed, {kept} kept ({held} under legal hold)",
+            rep.policy,
+            rep.removed.len()
+        ),
+        report: serde_json::to_value(&rep)?,
+    })
 }
 
 /// The prune step, run when the last prune of this host is at least `every` old.
@@ -347,12 +377,21 @@ fn prune_when_due(g: &GlobalOpts, every: Duration) -> Result<Step> {
     Ok(step)
 }
 
-/// The prune step itself.
-///
-/// To wire: `mailvault_core::prune::prune` with the options `mailvault prune` uses by
-/// default (the "prune" branch), its report as `Step::Done`.
-fn prune_step(_g: &GlobalOpts) -> Result<Step> {
-    bail!("prune is not in this build of mailvault yet (issue 13)")
+/// The prune step itself: `mailvault prune` with its defaults.
+fn prune_step(g: &GlobalOpts) -> Result<Step> {
+    let mut r = repo::open(g)?;
+    let rep = prune(&mut r, &PruneOptions::default(), &NoProgress)?;
+    Ok(Step::Done {
+        summary: format!(
+            "{} packs deleted, {} repacked, {} freed; repository {} -> {}",
+            rep.packs_deleted,
+            rep.packs_repacked,
+            bytes(rep.bytes_freed),
+            bytes(rep.size_before),
+            bytes(rep.size_after)
+        ),
+        report: serde_json::to_value(&rep)?,
+    })
 }
 
 /// A quick check: `mailvault check` without --read-data.
