@@ -6,7 +6,9 @@
 # `vmail` and `cyrus` system users the judges run the servers as, restic and borg (benchmark
 # peers), isync (mbsync), hyperfine, GNU time, openssl, MinIO (the S3 server the object-storage
 # tests start, built with go once and kept), the rustfmt/clippy components, and nightly with
-# cargo-fuzz (for the fuzz targets). Safe to run again.
+# cargo-fuzz (for the fuzz targets), systemd (`systemd-analyze verify` checks contrib/systemd)
+# and python3-prometheus-client (its parser reads the metrics file in the tests). Safe to run
+# again.
 set -euo pipefail
 need=()
 command -v dovecot >/dev/null || need+=(dovecot-imapd)
@@ -18,6 +20,8 @@ command -v hyperfine >/dev/null || need+=(hyperfine)
 command -v openssl >/dev/null || need+=(openssl)
 command -v python3 >/dev/null || need+=(python3)
 command -v saslpasswd2 >/dev/null || need+=(sasl2-bin)
+command -v systemd-analyze >/dev/null || need+=(systemd)
+/usr/bin/python3 -c 'import prometheus_client.parser' 2>/dev/null || need+=(python3-prometheus-client)
 # Cyrus' own libraries come from its unpacked packages (below); these are the rest.
 cyrus_libs=(libclamav12 libical3 libicu72 libjansson4 libkrb5-3 libldap-2.5-0 libpcre3 libpq5
   libsqlite3-0 libwrap0 libxapian30 libxml2 libzephyr4 libcom-err2 libsasl2-modules-db)

@@ -4,16 +4,18 @@
 //! 2 fatal error.
 
 mod commands;
+mod config;
+mod metrics;
 mod output;
 mod progress;
 mod repo;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, FromArgMatches, Subcommand};
 use std::io::IsTerminal;
 use std::process::ExitCode;
 
 /// Backup and restore for mail servers: deduplicated, compressed, encrypted.
-#[derive(Parser, Debug)]
+#[derive(clap::Parser, Debug)]
 #[command(name = "mailvault", version, about, long_about = None)]
 pub struct Cli {
     #[command(flatten)]
@@ -58,6 +60,15 @@ pub struct GlobalOpts {
     /// meanwhile may delete what they read.
     #[arg(long, global = true)]
     pub no_lock: bool,
+    /// Configuration file with the profiles `run` takes (default
+    /// /etc/mailvault/mailvault.toml when it exists).
+    #[arg(long, env = "MAILVAULT_CONFIG", global = true)]
+    pub config: Option<std::path::PathBuf>,
+    /// At the end of the command, success or failure, write its metrics into this file
+    /// (Prometheus text format, for node_exporter's textfile collector); the series of
+    /// other commands in it are kept.
+    #[arg(long, env = "MAILVAULT_METRICS_FILE", global = true)]
+    pub metrics_file: Option<std::path::PathBuf>,
     #[command(flatten)]
     pub storage: StorageOpts,
 }
@@ -123,6 +134,9 @@ pub enum Command {
     Forget(commands::forget::Args),
     /// Add, remove or set the tags of snapshots (each changed snapshot gets a new id).
     Tag(commands::tag::Args),
+    /// Run a profile of the configuration file: back up its sources, forget by its policy,
+    /// prune when due, check.
+    Run(commands::run::Args),
 }
 
 /// What a command ended with.
@@ -179,7 +193,13 @@ fn main() -> ExitCode {
         .with_writer(std::io::stderr)
         .with_ansi(log_colours())
         .init();
-    let cli = Cli::parse();
+    let started = std::time::Instant::now();
+    let matches = Cli::command().get_matches();
+    let name = matches.subcommand_name().unwrap_or("").to_string();
+    let cli = match Cli::from_arg_matches(&matches) {
+        Ok(c) => c,
+        Err(e) => e.exit(),
+    };
     tracing::debug!("mailvault {}", env!("CARGO_PKG_VERSION"));
     let g = &cli.global;
     let result = match cli.command {
@@ -198,7 +218,9 @@ fn main() -> ExitCode {
         Command::Unlock(a) => commands::unlock::run(g, a),
         Command::Forget(a) => commands::forget::run(g, a),
         Command::Tag(a) => commands::tag::run(g, a),
+        Command::Run(a) => commands::run::run(g, a),
     };
+    write_metrics(g, &name, &result, started);
     let code = match result {
         Ok(Outcome::Ok) => ExitCode::SUCCESS,
         Ok(Outcome::Partial) => ExitCode::from(1),
@@ -213,4 +235,33 @@ fn main() -> ExitCode {
         eprintln!("{}", output::usage_line(&u));
     }
     code
+}
+
+/// Writes the metrics file of `--metrics-file` (or of the profile `run` ran), if any; a
+/// failure to write it is a warning, never the command's result.
+fn write_metrics(
+    g: &GlobalOpts,
+    command: &str,
+    result: &anyhow::Result<Outcome>,
+    started: std::time::Instant,
+) {
+    let Some(path) = g.metrics_file.clone().or_else(metrics::profile_file) else {
+        return;
+    };
+    let end = metrics::Ending {
+        command,
+        repository: g.repo.as_deref(),
+        ok: matches!(result, Ok(Outcome::Ok)),
+        fatal: result.is_err(),
+        duration_secs: started.elapsed().as_secs_f64(),
+        now: std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0.0, |d| d.as_secs_f64()),
+    };
+    if let Err(e) = metrics::write(&path, &end) {
+        eprintln!(
+            "warning: {}",
+            output::safe(&format!("writing metrics file {}: {e}", path.display()))
+        );
+    }
 }

@@ -23,10 +23,29 @@ pub fn store(g: &GlobalOpts) -> Result<Arc<dyn Store>> {
 /// The storage stack of this run, once [`store`] built it.
 static STACK: OnceLock<Stack> = OnceLock::new();
 
+/// The cache root [`STACK`] was built with.
+static STACK_CACHE: OnceLock<Option<std::path::PathBuf>> = OnceLock::new();
+
 fn stack(g: &GlobalOpts) -> Result<&'static Stack> {
+    let o = &g.storage;
+    let cache_root = match o.no_cache {
+        true => None,
+        false => o.cache_dir.clone().or_else(default_cache_root),
+    };
     if let Some(s) = STACK.get() {
-        return Ok(s);
+        if STACK_CACHE.get() == Some(&cache_root) {
+            return Ok(s);
+        }
+        // A command run inside another (`run`'s check) that wants a cache of its own: a
+        // stack of its own, kept to the end of the process (once or twice a run).
+        return Ok(Box::leak(Box::new(build_stack(g, cache_root)?)));
     }
+    let s = build_stack(g, cache_root.clone())?;
+    let _ = STACK_CACHE.set(cache_root);
+    Ok(STACK.get_or_init(|| s))
+}
+
+fn build_stack(g: &GlobalOpts, cache_root: Option<std::path::PathBuf>) -> Result<Stack> {
     let Some(loc) = &g.repo else {
         bail!("no repository given: use --repo PATH or set MAILVAULT_REPOSITORY");
     };
@@ -35,10 +54,7 @@ fn stack(g: &GlobalOpts) -> Result<&'static Stack> {
         connections: o.store_connections.unwrap_or(DEFAULT_CONNECTIONS).max(1),
         upload_kib: o.limit_upload,
         download_kib: o.limit_download,
-        cache_root: match o.no_cache {
-            true => None,
-            false => o.cache_dir.clone().or_else(default_cache_root),
-        },
+        cache_root,
     };
     let s = match crate::commands::location(loc, "repository", Role::Repository)? {
         Location::Dir(p) => {
@@ -58,7 +74,7 @@ fn stack(g: &GlobalOpts) -> Result<&'static Stack> {
         }
         Location::Imap(_) => bail!("repository {loc:?}: give a directory or an s3: location"),
     };
-    Ok(STACK.get_or_init(|| s))
+    Ok(s)
 }
 
 /// Gets the storage ready for a new repository: on object storage, creates the bucket

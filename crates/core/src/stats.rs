@@ -54,7 +54,14 @@ pub fn stats(repo: &Repository) -> Result<Stats> {
         }
     }
     let mut repository_bytes = 0;
-    for prefix in ["keys/", "index/", "snapshots/", "data/"] {
+    for prefix in [
+        "keys/",
+        "index/",
+        "snapshots/",
+        "data/",
+        "dicts/",
+        "forgotten/",
+    ] {
         repository_bytes += repo
             .store()
             .list(prefix)?

@@ -52,6 +52,32 @@ pub struct Args {
 const WARM_THREADS: usize = 12;
 
 pub fn run(g: &GlobalOpts, a: Args) -> Result<Outcome> {
+    let rep = execute(g, a)?;
+    if g.json {
+        crate::output::json(&rep)?;
+    } else {
+        print_report(&rep);
+    }
+    Ok(if rep.items_failed > 0 {
+        Outcome::Partial
+    } else {
+        Outcome::Ok
+    })
+}
+
+/// Runs the backup `a` describes (under a progress bar) and notes its figures for the
+/// metrics file; its report. `run --profile` calls it for each source.
+pub fn execute(g: &GlobalOpts, a: Args) -> Result<BackupReport> {
+    let source = a.source.clone();
+    let rep = execute_source(g, a);
+    crate::metrics::note_source(match &rep {
+        Ok(r) => crate::metrics::SourceFigures::of(&source, r),
+        Err(_) => crate::metrics::SourceFigures::failed(&source),
+    });
+    rep
+}
+
+fn execute_source(g: &GlobalOpts, a: Args) -> Result<BackupReport> {
     if super::imap::is_imap(&a.source) {
         return run_imap(g, a);
     }
@@ -105,28 +131,18 @@ fn record_seen(r: &mailvault_core::Repository) {
     }
 }
 
-/// Runs a backup under a progress bar and prints its report (or JSON).
+/// Runs a backup under a progress bar.
 fn finish<E: std::error::Error + Send + Sync + 'static>(
     g: &GlobalOpts,
     run: impl FnOnce(&Bar) -> std::result::Result<BackupReport, E>,
-) -> Result<Outcome> {
+) -> Result<BackupReport> {
     let bar = Bar::new(g.quiet || g.json, "backup ");
     let rep = run(&bar);
     bar.finish();
-    let rep = rep?;
-    if g.json {
-        crate::output::json(&rep)?;
-    } else {
-        print_report(&rep);
-    }
-    Ok(if rep.items_failed > 0 {
-        Outcome::Partial
-    } else {
-        Outcome::Ok
-    })
+    Ok(rep?)
 }
 
-fn print_report(r: &BackupReport) {
+pub fn print_report(r: &BackupReport) {
     let parent = r
         .parent
         .as_deref()
@@ -158,7 +174,7 @@ fn print_report(r: &BackupReport) {
     print_failures(&r.failures);
 }
 
-fn run_imap(g: &GlobalOpts, a: Args) -> Result<Outcome> {
+fn run_imap(g: &GlobalOpts, a: Args) -> Result<BackupReport> {
     let (url, user) = super::imap::split_user(&a.source);
     let connection = a.imap.connection(&url)?;
     let mut accounts: Vec<String> = user.iter().cloned().collect();

@@ -3,7 +3,7 @@
 use crate::output::{bytes, safe};
 use crate::{repo, GlobalOpts, Outcome};
 use anyhow::{bail, Result};
-use mailvault_core::check::{check, CheckError, CheckOptions, DamageKind};
+use mailvault_core::check::{check, CheckError, CheckOptions, CheckReport, DamageKind};
 
 #[derive(clap::Args, Debug)]
 pub struct Args {
@@ -17,6 +17,20 @@ pub struct Args {
 }
 
 pub fn run(g: &GlobalOpts, a: Args) -> Result<Outcome> {
+    let rep = execute(g, &a)?;
+    if g.json {
+        crate::output::json(&rep)?;
+    } else {
+        print_report(&rep, a.read_data);
+    }
+    if !rep.ok() {
+        bail!("{}", damaged(&rep));
+    }
+    Ok(Outcome::Ok)
+}
+
+/// Checks the repository as `a` says; its report. `run --profile` calls it for its check.
+pub fn execute(g: &GlobalOpts, a: &Args) -> Result<CheckReport> {
     // Check reads the repository itself, never this host's cache: a damaged object in the
     // storage must not pass because a good copy of it is here. It gets a cache of its own,
     // empty and removed at the end (as restic's check does), so that each tree pack of
@@ -40,53 +54,55 @@ pub fn run(g: &GlobalOpts, a: Args) -> Result<Outcome> {
             accept_removed: a.accept_removed,
         },
     )?;
-    if g.json {
-        crate::output::json(&rep)?;
-    } else {
-        println!(
-            "checked {} files ({}), {} packs, {} blobs{}, {} snapshots, {} messages in {:.2} s",
-            rep.files_checked,
-            bytes(rep.bytes_checked),
-            rep.packs,
-            rep.blobs,
-            if a.read_data {
-                format!(" ({} verified)", rep.blobs_verified)
-            } else {
-                String::new()
-            },
-            rep.snapshots,
-            rep.messages,
-            rep.elapsed_secs
-        );
-        for w in &rep.warnings {
-            println!("warning: {}", safe(w));
-        }
-        for e in &rep.errors {
-            print_error(e);
-        }
-        if rep.ok() {
-            println!("no errors found");
-        }
-    }
-    if !rep.ok() {
-        let mut repairs: Vec<String> = rep
-            .errors
-            .iter()
-            .filter_map(|e| Some(repair_hint(e, e.repair.as_deref()?)))
-            .collect();
-        repairs.sort();
-        repairs.dedup();
-        let hint = if repairs.is_empty() {
-            String::new()
+    Ok(rep)
+}
+
+/// The report in text.
+pub fn print_report(rep: &CheckReport, read_data: bool) {
+    println!(
+        "checked {} files ({}), {} packs, {} blobs{}, {} snapshots, {} messages in {:.2} s",
+        rep.files_checked,
+        bytes(rep.bytes_checked),
+        rep.packs,
+        rep.blobs,
+        if read_data {
+            format!(" ({} verified)", rep.blobs_verified)
         } else {
-            format!(": run {}", repairs.join("; "))
-        };
-        bail!(
-            "the repository is damaged: {} errors{hint}",
-            rep.errors.len()
-        );
+            String::new()
+        },
+        rep.snapshots,
+        rep.messages,
+        rep.elapsed_secs
+    );
+    for w in &rep.warnings {
+        println!("warning: {}", safe(w));
     }
-    Ok(Outcome::Ok)
+    for e in &rep.errors {
+        print_error(e);
+    }
+    if rep.ok() {
+        println!("no errors found");
+    }
+}
+
+/// What a damaged repository's check says: the errors and what to run.
+pub fn damaged(rep: &CheckReport) -> String {
+    let mut repairs: Vec<String> = rep
+        .errors
+        .iter()
+        .filter_map(|e| Some(repair_hint(e, e.repair.as_deref()?)))
+        .collect();
+    repairs.sort();
+    repairs.dedup();
+    let hint = if repairs.is_empty() {
+        String::new()
+    } else {
+        format!(": run {}", repairs.join("; "))
+    };
+    format!(
+        "the repository is damaged: {} errors{hint}",
+        rep.errors.len()
+    )
 }
 
 /// Items of a long list shown in the text output (`--json` has them all).

@@ -11,6 +11,7 @@ pub mod migrate;
 pub mod prune;
 pub mod repair;
 pub mod restore;
+pub mod run;
 pub mod snapshots;
 pub mod stats;
 pub mod tag;

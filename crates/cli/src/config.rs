@@ -1,0 +1,377 @@
+//! The configuration file: named profiles, each holding what `mailvault run --profile NAME`
+//! needs for one night's work (repository, password file, sources, backup options, forget
+//! policy, prune schedule, check, metrics file). TOML, read with serde; a key this code
+//! does not know is an error naming it and the file, so that a typo never silently drops
+//! a setting. Only the CLI reads this file: the engine gets option structs.
+//!
+//! ```toml
+//! [profiles.nightly]
+//! repository = "/srv/backup/mail"
+//! password-file = "/etc/mailvault/password"
+//! host = "mx1"
+//! tags = ["nightly"]
+//! prune-every = "7d"
+//! metrics-file = "/var/lib/prometheus/node-exporter/mailvault.prom"
+//!
+//! [[profiles.nightly.sources]]
+//! source = "maildir:/var/vmail"
+//!
+//! [profiles.nightly.forget]
+//! keep-daily = 7
+//! keep-weekly = 4
+//! ```
+
+use anyhow::{bail, Context, Result};
+use mailvault_core::forget::{Policy, Within};
+use serde::Deserialize;
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+/// Where the configuration is read from when neither `--config` nor MAILVAULT_CONFIG names
+/// a file (only when it exists).
+pub const DEFAULT_PATH: &str = "/etc/mailvault/mailvault.toml";
+
+/// The whole file.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct Config {
+    #[serde(default)]
+    pub profiles: BTreeMap<String, Profile>,
+}
+
+/// One profile: `[profiles.NAME]`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct Profile {
+    /// The repository, written as `--repo` takes it.
+    pub repository: Option<String>,
+    /// The file holding the repository password (the password itself never goes here).
+    pub password_file: Option<PathBuf>,
+    /// What to back up, in this order.
+    #[serde(default)]
+    pub sources: Vec<Source>,
+    /// Worker threads (`--jobs`).
+    pub jobs: Option<usize>,
+    /// Host name recorded in the snapshots (`backup --host`); a source may override it.
+    pub host: Option<String>,
+    /// Tags of every snapshot (`backup --tag`); a source's tags are added.
+    #[serde(default)]
+    pub tags: Vec<String>,
+    /// The retention policy applied after the backups; none: nothing is forgotten.
+    pub forget: Option<ForgetPolicy>,
+    /// Prune when the last prune of the repository on this host is at least this old
+    /// (`"7d"`, `"12h"`, humantime syntax); none: never prune. The time of the last prune is
+    /// kept in this host's state directory ([`crate::commands::run`]).
+    #[serde(default, with = "humantime_serde_opt")]
+    pub prune_every: Option<Duration>,
+    /// A quick check (`mailvault check`, without --read-data) at the end; on by default.
+    #[serde(default = "yes")]
+    pub check: bool,
+    /// Where to write the Prometheus metrics (`--metrics-file`, which wins).
+    pub metrics_file: Option<PathBuf>,
+}
+
+fn yes() -> bool {
+    true
+}
+
+/// One source of a profile: `[[profiles.NAME.sources]]`, with the options `backup` takes.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct Source {
+    /// `maildir:/var/vmail`, `imap://host`, ... as `mailvault backup SOURCE` takes it.
+    pub source: String,
+    /// `backup --account` (several allowed).
+    #[serde(default)]
+    pub accounts: Vec<String>,
+    /// `backup --host`: overrides the profile's.
+    pub host: Option<String>,
+    /// `backup --tag`: added to the profile's.
+    #[serde(default)]
+    pub tags: Vec<String>,
+    /// `backup --compression`.
+    pub compression: Option<String>,
+    /// `backup --accounts-file` (IMAP).
+    pub accounts_file: Option<PathBuf>,
+    /// `backup --imap-password-file`.
+    pub imap_password_file: Option<PathBuf>,
+    /// `backup --imap-master-user`.
+    pub imap_master_user: Option<String>,
+    /// `backup --starttls`.
+    #[serde(default)]
+    pub starttls: bool,
+    /// `backup --ca-file`.
+    pub ca_file: Option<PathBuf>,
+}
+
+impl Source {
+    /// The `mailvault backup` arguments this source stands for, with the profile's host and
+    /// tags: the profile runs exactly what the command line would.
+    pub fn backup_args(&self, profile: &Profile) -> Vec<std::ffi::OsString> {
+        let mut a: Vec<std::ffi::OsString> = vec!["backup".into(), self.source.clone().into()];
+        let mut flag = |name: &str, v: std::ffi::OsString| {
+            a.push(format!("--{name}").into());
+            a.push(v);
+        };
+        for acc in &self.accounts {
+            flag("account", acc.into());
+        }
+        if let Some(h) = self.host.as_ref().or(profile.host.as_ref()) {
+            flag("host", h.into());
+        }
+        for t in profile.tags.iter().chain(&self.tags) {
+            flag("tag", t.into());
+        }
+        if let Some(c) = &self.compression {
+            flag("compression", c.into());
+        }
+        if let Some(f) = &self.accounts_file {
+            flag("accounts-file", f.into());
+        }
+        if let Some(f) = &self.imap_password_file {
+            flag("imap-password-file", f.into());
+        }
+        if let Some(u) = &self.imap_master_user {
+            flag("imap-master-user", u.into());
+        }
+        if let Some(f) = &self.ca_file {
+            flag("ca-file", f.into());
+        }
+        if self.starttls {
+            a.push("--starttls".into());
+        }
+        a
+    }
+}
+
+/// The forget policy of a profile: `[profiles.NAME.forget]`, the `--keep-*` flags of
+/// `mailvault forget` with the same values (restic's semantics: a snapshot is kept if any
+/// rule keeps it; snapshots tagged `hold` are always kept; durations as `2y5m7d3h`).
+#[derive(Debug, Default, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "kebab-case")]
+pub struct ForgetPolicy {
+    pub keep_last: Option<u32>,
+    pub keep_hourly: Option<u32>,
+    pub keep_daily: Option<u32>,
+    pub keep_weekly: Option<u32>,
+    pub keep_monthly: Option<u32>,
+    pub keep_yearly: Option<u32>,
+    pub keep_within: Option<Within>,
+    pub keep_within_hourly: Option<Within>,
+    pub keep_within_daily: Option<Within>,
+    pub keep_within_weekly: Option<Within>,
+    pub keep_within_monthly: Option<Within>,
+    pub keep_within_yearly: Option<Within>,
+    #[serde(default)]
+    pub keep_tag: Vec<String>,
+}
+
+impl ForgetPolicy {
+    /// The engine's policy, as `mailvault forget` builds it from its flags.
+    pub fn policy(&self) -> Policy {
+        Policy {
+            keep_last: self.keep_last.unwrap_or(0),
+            keep_hourly: self.keep_hourly.unwrap_or(0),
+            keep_daily: self.keep_daily.unwrap_or(0),
+            keep_weekly: self.keep_weekly.unwrap_or(0),
+            keep_monthly: self.keep_monthly.unwrap_or(0),
+            keep_yearly: self.keep_yearly.unwrap_or(0),
+            keep_within: self.keep_within,
+            keep_within_hourly: self.keep_within_hourly,
+            keep_within_daily: self.keep_within_daily,
+            keep_within_weekly: self.keep_within_weekly,
+            keep_within_monthly: self.keep_within_monthly,
+            keep_within_yearly: self.keep_within_yearly,
+            keep_tag: self.keep_tag.clone(),
+        }
+    }
+
+    /// Whether the policy keeps nothing at all: it would forget every snapshot, which no
+    /// profile can mean (`forget` refuses it too).
+    pub fn is_empty(&self) -> bool {
+        self.policy().is_empty()
+    }
+}
+
+/// Durations written as humantime strings (`"7d"`, `"1w 2d"`).
+mod humantime_serde_opt {
+    use serde::{Deserialize, Deserializer};
+    use std::time::Duration;
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Duration>, D::Error> {
+        let s = String::deserialize(d)?;
+        humantime::parse_duration(&s).map(Some).map_err(|e| {
+            serde::de::Error::custom(format!("{s:?}: {e} (write e.g. \"7d\", \"12h\")"))
+        })
+    }
+}
+
+/// Which file to read: `--config` / MAILVAULT_CONFIG, else [`DEFAULT_PATH`] when it exists.
+pub fn path(given: Option<&Path>) -> Option<PathBuf> {
+    match given {
+        Some(p) => Some(p.to_path_buf()),
+        None => Some(PathBuf::from(DEFAULT_PATH)).filter(|p| p.exists()),
+    }
+}
+
+/// Reads and parses a configuration file.
+pub fn load(path: &Path) -> Result<Config> {
+    let text = std::fs::read_to_string(path)
+        .with_context(|| format!("reading configuration file {}", path.display()))?;
+    parse(&text).with_context(|| format!("configuration file {}", path.display()))
+}
+
+/// Parses a configuration; errors name the key and its line.
+pub fn parse(text: &str) -> Result<Config> {
+    let c: Config = toml::from_str(text)?;
+    for (name, p) in &c.profiles {
+        if p.forget.as_ref().is_some_and(ForgetPolicy::is_empty) {
+            bail!("profile {name:?}: [forget] keeps nothing: give at least one keep-* rule");
+        }
+    }
+    Ok(c)
+}
+
+impl Config {
+    /// Profile `name`, or an error listing those there are.
+    pub fn profile(&self, name: &str, path: &Path) -> Result<&Profile> {
+        self.profiles.get(name).with_context(|| {
+            let known: Vec<&str> = self.profiles.keys().map(String::as_str).collect();
+            format!(
+                "no profile {name:?} in {} (profiles there: {})",
+                path.display(),
+                if known.is_empty() {
+                    "none".to_string()
+                } else {
+                    known.join(", ")
+                }
+            )
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const EXAMPLE: &str = r#"
+[profiles.nightly]
+repository = "/srv/backup/mail"
+password-file = "/etc/mailvault/password"
+host = "mx1"
+tags = ["nightly"]
+jobs = 4
+prune-every = "7d"
+check = false
+metrics-file = "/var/lib/node_exporter/mailvault.prom"
+
+[[profiles.nightly.sources]]
+source = "maildir:/var/vmail"
+accounts = ["bob@example.org"]
+tags = ["vmail"]
+
+[[profiles.nightly.sources]]
+source = "imaps://mail.example.org"
+imap-master-user = "backup"
+imap-password-file = "/etc/mailvault/imap"
+accounts-file = "/etc/mailvault/accounts"
+host = "mail"
+
+[profiles.nightly.forget]
+keep-daily = 7
+keep-weekly = 4
+keep-within = "2d"
+keep-within-daily = "1m"
+keep-tag = ["keep"]
+"#;
+
+    #[test]
+    fn a_full_profile_parses() {
+        let c = parse(EXAMPLE).unwrap();
+        let p = c.profile("nightly", Path::new("x")).unwrap();
+        assert_eq!(p.repository.as_deref(), Some("/srv/backup/mail"));
+        assert_eq!(p.prune_every, Some(Duration::from_secs(7 * 86_400)));
+        assert!(!p.check);
+        assert_eq!(p.sources.len(), 2);
+        let f = p.forget.clone().unwrap();
+        assert_eq!(f.keep_daily, Some(7));
+        assert_eq!(f.keep_within, Some("2d".parse().unwrap()));
+        assert_eq!(f.policy().keep_within_daily, Some("1m".parse().unwrap()));
+        assert_eq!(f.policy().keep_weekly, 4);
+        assert_eq!(f.policy().keep_last, 0);
+        let args: Vec<String> = p.sources[0]
+            .backup_args(p)
+            .into_iter()
+            .map(|s| s.into_string().unwrap())
+            .collect();
+        assert_eq!(
+            args,
+            [
+                "backup",
+                "maildir:/var/vmail",
+                "--account",
+                "bob@example.org",
+                "--host",
+                "mx1",
+                "--tag",
+                "nightly",
+                "--tag",
+                "vmail"
+            ]
+        );
+        let args = p.sources[1].backup_args(p);
+        assert!(args.iter().any(|a| a == "mail"), "{args:?}");
+        assert!(!args.iter().any(|a| a == "mx1"), "{args:?}");
+    }
+
+    #[test]
+    fn check_is_on_by_default() {
+        let c = parse("[profiles.a]\nrepository = \"/r\"\n").unwrap();
+        assert!(c.profiles["a"].check);
+        assert_eq!(c.profiles["a"].prune_every, None);
+    }
+
+    #[test]
+    fn unknown_keys_are_errors_naming_them() {
+        for (text, key) in [
+            ("[profiles.a]\nrepo = \"/r\"\n", "repo"),
+            ("[profiles.a.forget]\nkeep-dayly = 3\n", "keep-dayly"),
+            (
+                "[profiles.a]\n[[profiles.a.sources]]\nsource = \"/m\"\naccount = \"x\"\n",
+                "account",
+            ),
+            ("[profile.a]\n", "profile"),
+        ] {
+            let e = format!("{:#}", parse(text).unwrap_err());
+            assert!(e.contains(key), "{text}: {e}");
+        }
+    }
+
+    #[test]
+    fn bad_values_are_errors() {
+        let e = format!(
+            "{:#}",
+            parse("[profiles.a]\nprune-every = \"weekly\"\n").unwrap_err()
+        );
+        assert!(e.contains("weekly"), "{e}");
+        let e = format!("{:#}", parse("[profiles.a.forget]\n").unwrap_err());
+        assert!(e.contains("keeps nothing"), "{e}");
+        let e = format!(
+            "{:#}",
+            parse("[profiles.a.forget]\nkeep-within = \"2 weeks\"\n").unwrap_err()
+        );
+        assert!(e.contains("2 weeks"), "{e}");
+    }
+
+    #[test]
+    fn a_missing_profile_names_those_there_are() {
+        let c = parse(EXAMPLE).unwrap();
+        let e = c.profile("weekly", Path::new("/etc/m.toml")).unwrap_err();
+        let e = e.to_string();
+        assert!(
+            e.contains("\"weekly\"") && e.contains("/etc/m.toml") && e.contains("nightly"),
+            "{e}"
+        );
+    }
+}
