@@ -26,7 +26,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from run import compare_manifests, du_bytes, manifest  # noqa: E402
-from s3 import timed  # noqa: E402
+from s3 import binaries, timed  # noqa: E402
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 PASSWORD = "bench-password-not-secret"
@@ -74,13 +74,7 @@ def main():
     if work.exists():
         shutil.rmtree(work)
     work.mkdir(parents=True)
-    profile = "dev" if args.smoke else "release"
-    if args.bin_dir:
-        bins = Path(args.bin_dir).resolve()
-    else:
-        subprocess.run(["cargo", "build", "--profile", profile, "-p", "mailvault", "-p", "mailvault-corpus"], cwd=REPO_ROOT, check=True)
-        bins = REPO_ROOT / "target" / ("debug" if profile == "dev" else profile)
-    mv, corpus = str(bins / "mailvault"), str(bins / "mailvault-corpus")
+    mv, corpus = binaries(args.bin_dir, args.smoke)
     tools = [t for t in args.tools.split(",") if t]
     if "restic" in tools and not shutil.which("restic"):
         log("restic missing: skipped")

@@ -134,6 +134,19 @@ def timed(cmd, env, logf):
     return rc, wall, ru.ru_maxrss / 1024, out.decode(errors="replace")
 
 
+def binaries(bin_dir, smoke):
+    """The mailvault and mailvault-corpus binaries: those in `bin_dir`, else built (a debug
+    build for a smoke run, release otherwise)."""
+    profile = "dev" if smoke else "release"
+    if bin_dir:
+        bins = Path(bin_dir).resolve()
+    else:
+        subprocess.run(["cargo", "build", "--profile", profile, "-p", "mailvault", "-p", "mailvault-corpus"],
+                       cwd=REPO_ROOT, check=True)
+        bins = REPO_ROOT / "target" / ("debug" if profile == "dev" else profile)
+    return str(bins / "mailvault"), str(bins / "mailvault-corpus")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--preset", default="large")
@@ -149,13 +162,7 @@ def main():
         args.preset, args.wait = "tiny", 11.0
     work = Path(args.work or REPO_ROOT / "target" / "s3bench").resolve()
     work.mkdir(parents=True, exist_ok=True)
-    profile = "dev" if args.smoke else "release"
-    if args.bin_dir:
-        bins = Path(args.bin_dir).resolve()
-    else:
-        subprocess.run(["cargo", "build", "--profile", profile, "-p", "mailvault", "-p", "mailvault-corpus"], cwd=REPO_ROOT, check=True)
-        bins = REPO_ROOT / "target" / ("debug" if profile == "dev" else profile)
-    mv, corpus = str(bins / "mailvault"), str(bins / "mailvault-corpus")
+    mv, corpus = binaries(args.bin_dir, args.smoke)
     tools = [t for t in args.tools.split(",") if t]
     if "restic" in tools and not shutil.which("restic"):
         log("restic missing: skipped")

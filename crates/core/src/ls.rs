@@ -3,7 +3,7 @@
 use crate::error::{Error, Result};
 use crate::model::{folder_list, folder_matches, folder_name, select_accounts, FolderMatch};
 use crate::repo::Repository;
-use crate::tree::{AccountTree, RootTree};
+use crate::tree::{AccountTree, MessageEntry, RootTree};
 use serde::Serialize;
 
 #[derive(Clone, Debug, Serialize)]
@@ -41,6 +41,23 @@ pub struct MessageInfo {
     pub date: Option<i64>,
     pub from: String,
     pub subject: String,
+}
+
+impl MessageInfo {
+    /// What `ls` shows of message `m` of `folder` in `account`.
+    pub fn of(account: &str, folder: &str, m: MessageEntry) -> MessageInfo {
+        MessageInfo {
+            account: account.into(),
+            folder: folder.into(),
+            key: String::from_utf8_lossy(&m.key).into(),
+            flags: String::from_utf8_lossy(m.flags()).into(),
+            size: m.size,
+            internal_date: m.mtime.secs,
+            date: m.date,
+            from: m.from,
+            subject: m.subject,
+        }
+    }
 }
 
 /// What `ls` shows: accounts, or one level down when narrowed.
@@ -96,17 +113,7 @@ pub fn ls(
                     matched = true;
                     for c in &f.chunks {
                         for m in repo.read_chunk(c)? {
-                            messages.push(MessageInfo {
-                                account: a.name.clone(),
-                                folder: name.clone(),
-                                key: String::from_utf8_lossy(&m.key).into(),
-                                flags: String::from_utf8_lossy(m.flags()).into(),
-                                size: m.size,
-                                internal_date: m.mtime.secs,
-                                date: m.date,
-                                from: m.from,
-                                subject: m.subject,
-                            });
+                            messages.push(MessageInfo::of(&a.name, &name, m));
                         }
                     }
                 }

@@ -42,19 +42,10 @@ pub struct DeletedOptions {
 /// One deleted message: the version of the newest snapshot that held it.
 #[derive(Clone, Debug, Serialize)]
 pub struct DeletedMessage {
-    /// The folder that last held it, by the name `ls` shows.
-    pub folder: String,
-    /// Its Maildir key.
-    pub key: String,
-    /// Maildir flags and keyword letters of its last version.
-    pub flags: String,
-    pub size: u64,
-    /// Internal date (the file's mtime), Unix seconds.
-    pub internal_date: i64,
-    /// The Date header, Unix seconds.
-    pub date: Option<i64>,
-    pub from: String,
-    pub subject: String,
+    /// As `ls` shows it: its folder is the one that last held it; flags of its last
+    /// version.
+    #[serde(flatten)]
+    pub message: crate::ls::MessageInfo,
     /// The oldest snapshot of the window that held it, and its time.
     pub first_snapshot: String,
     pub first_time: i64,
@@ -196,9 +187,11 @@ pub fn find_deleted(repo: &Repository, opts: &DeletedOptions) -> Result<Deleted>
     out.compared.reverse();
     let mut messages: Vec<DeletedMessage> = found.into_values().collect();
     for m in &mut messages {
-        m.folder = folder_name(&out.nodes[m.node]).into_owned();
+        m.message.account = out.account.clone();
+        m.message.folder = folder_name(&out.nodes[m.node]).into_owned();
     }
     messages.sort_by(|a, b| {
+        let (a, b) = (&a.message, &b.message);
         (&a.folder, a.internal_date, &a.key).cmp(&(&b.folder, b.internal_date, &b.key))
     });
     out.messages = messages;
@@ -242,14 +235,8 @@ fn scan_chunk(
         found.insert(
             e.hash,
             DeletedMessage {
-                folder: String::new(),
-                key: String::from_utf8_lossy(&e.key).into(),
-                flags: String::from_utf8_lossy(e.flags()).into(),
-                size: e.size,
-                internal_date: e.mtime.secs,
-                date: e.date,
-                from: e.from.clone(),
-                subject: e.subject.clone(),
+                // Account and folder are named once every snapshot is read.
+                message: crate::ls::MessageInfo::of("", "", e.clone()),
                 first_snapshot: snap.id.to_hex(),
                 first_time: snap.time,
                 last_snapshot: snap.id.to_hex(),

@@ -111,10 +111,10 @@ pub fn print_deleted(d: &Deleted) {
     for m in &d.messages {
         println!(
             "{}  {:<30.30}  {:<40.40}  {:<20}  {} {}",
-            time(m.internal_date),
-            safe(&m.from),
-            safe(&m.subject),
-            safe(&m.folder),
+            time(m.message.internal_date),
+            safe(&m.message.from),
+            safe(&m.message.subject),
+            safe(&m.message.folder),
             &m.first_snapshot[..8],
             &m.last_snapshot[..8],
         );

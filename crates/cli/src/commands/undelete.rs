@@ -5,7 +5,9 @@ use super::restore::{outcome, print_counts, print_imap_counts, TargetArgs};
 use crate::output::{print_failures, safe};
 use crate::{progress::Bar, repo, GlobalOpts, Outcome};
 use anyhow::Result;
+use mailvault_core::imap::restore::ImapRestoreReport;
 use mailvault_core::report::Failure;
+use mailvault_core::restore::RestoreReport;
 use mailvault_core::undelete::{
     undelete, undelete_imap, window_start, Deleted, DeletedOptions, UndeleteOptions, LABEL,
 };
@@ -52,53 +54,53 @@ pub fn run(g: &GlobalOpts, a: Args) -> Result<Outcome> {
         let rep = undelete_imap(&r, &opts, &imap, &bar);
         bar.finish();
         let rep = rep?;
-        if g.json {
-            crate::output::json(&rep)?;
-        } else {
-            print_deleted(&rep.deleted);
-            println!("{}", deleted_summary(&rep.deleted));
-            print_failures(&rep.deleted.failures);
-            match &rep.restore {
-                Some(r) => {
-                    println!("undeleted into {}", safe(&r.target));
-                    print_imap_counts(r);
-                }
-                None => nothing(&opts, &rep.deleted, &a.to.target),
-            }
-        }
-        let r = rep
-            .restore
-            .as_ref()
-            .map(|r| (r.items_failed, &r.failures[..]));
-        return Ok(result(&rep.deleted, r));
+        let shown = |r: &ImapRestoreReport| {
+            println!("undeleted into {}", safe(&r.target));
+            print_imap_counts(r);
+        };
+        let restored = (rep.restore.as_ref()).map(|r| (r, r.items_failed, r.failures.clone()));
+        return report(g, &opts, &a.to.target, &rep, &rep.deleted, restored, shown);
     }
     let restore = a.to.maildir_options(g)?;
     let r = repo::open(g)?;
     let rep = undelete(&r, &opts, &restore, &bar);
     bar.finish();
     let rep = rep?;
+    let shown = |r: &RestoreReport| {
+        println!(
+            "undeleted to {}",
+            safe(&restore.target.display().to_string())
+        );
+        print_counts(r);
+    };
+    let restored = (rep.restore.as_ref()).map(|r| (r, r.items_failed, r.failures.clone()));
+    report(g, &opts, &a.to.target, &rep, &rep.deleted, restored, shown)
+}
+
+/// Prints an undelete's report (or its JSON): the deleted messages, then what the
+/// restore did (`shown`), or what restoring nothing means; and gives the exit code.
+fn report<R>(
+    g: &GlobalOpts,
+    opts: &UndeleteOptions,
+    target: &str,
+    rep: &impl serde::Serialize,
+    deleted: &Deleted,
+    restored: Option<(&R, u64, Vec<Failure>)>,
+    shown: impl Fn(&R),
+) -> Result<Outcome> {
     if g.json {
-        crate::output::json(&rep)?;
+        crate::output::json(rep)?;
     } else {
-        print_deleted(&rep.deleted);
-        println!("{}", deleted_summary(&rep.deleted));
-        print_failures(&rep.deleted.failures);
-        match &rep.restore {
-            Some(r) => {
-                println!(
-                    "undeleted to {}",
-                    safe(&restore.target.display().to_string())
-                );
-                print_counts(r);
-            }
-            None => nothing(&opts, &rep.deleted, &a.to.target),
+        print_deleted(deleted);
+        println!("{}", deleted_summary(deleted));
+        print_failures(&deleted.failures);
+        match &restored {
+            Some((r, _, _)) => shown(r),
+            None => nothing(opts, deleted, target),
         }
     }
-    let r = rep
-        .restore
-        .as_ref()
-        .map(|r| (r.items_failed, &r.failures[..]));
-    Ok(result(&rep.deleted, r))
+    let r = restored.as_ref().map(|(_, n, f)| (*n, &f[..]));
+    Ok(result(deleted, r))
 }
 
 /// Exit code 1 when something could not be read or restored.
