@@ -22,7 +22,7 @@
 //! ```
 
 use anyhow::{bail, Context, Result};
-use mailvault_core::forget::{Policy, Within};
+use mailvault_core::forget::Policy;
 use serde::Deserialize;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -59,7 +59,7 @@ pub struct Profile {
     #[serde(default)]
     pub tags: Vec<String>,
     /// The retention policy applied after the backups; none: nothing is forgotten.
-    pub forget: Option<ForgetPolicy>,
+    pub forget: Option<Policy>,
     /// Prune when the last prune of the repository on this host is at least this old
     /// (`"7d"`, `"12h"`, humantime syntax); none: never prune. The time of the last prune is
     /// kept in this host's state directory ([`crate::commands::run`]).
@@ -145,55 +145,6 @@ impl Source {
     }
 }
 
-/// The forget policy of a profile: `[profiles.NAME.forget]`, the `--keep-*` flags of
-/// `mailvault forget` with the same values (restic's semantics: a snapshot is kept if any
-/// rule keeps it; snapshots tagged `hold` are always kept; durations as `2y5m7d3h`).
-#[derive(Debug, Default, Clone, PartialEq, Eq, Deserialize)]
-#[serde(deny_unknown_fields, rename_all = "kebab-case")]
-pub struct ForgetPolicy {
-    pub keep_last: Option<u32>,
-    pub keep_hourly: Option<u32>,
-    pub keep_daily: Option<u32>,
-    pub keep_weekly: Option<u32>,
-    pub keep_monthly: Option<u32>,
-    pub keep_yearly: Option<u32>,
-    pub keep_within: Option<Within>,
-    pub keep_within_hourly: Option<Within>,
-    pub keep_within_daily: Option<Within>,
-    pub keep_within_weekly: Option<Within>,
-    pub keep_within_monthly: Option<Within>,
-    pub keep_within_yearly: Option<Within>,
-    #[serde(default)]
-    pub keep_tag: Vec<String>,
-}
-
-impl ForgetPolicy {
-    /// The engine's policy, as `mailvault forget` builds it from its flags.
-    pub fn policy(&self) -> Policy {
-        Policy {
-            keep_last: self.keep_last.unwrap_or(0),
-            keep_hourly: self.keep_hourly.unwrap_or(0),
-            keep_daily: self.keep_daily.unwrap_or(0),
-            keep_weekly: self.keep_weekly.unwrap_or(0),
-            keep_monthly: self.keep_monthly.unwrap_or(0),
-            keep_yearly: self.keep_yearly.unwrap_or(0),
-            keep_within: self.keep_within,
-            keep_within_hourly: self.keep_within_hourly,
-            keep_within_daily: self.keep_within_daily,
-            keep_within_weekly: self.keep_within_weekly,
-            keep_within_monthly: self.keep_within_monthly,
-            keep_within_yearly: self.keep_within_yearly,
-            keep_tag: self.keep_tag.clone(),
-        }
-    }
-
-    /// Whether the policy keeps nothing at all: it would forget every snapshot, which no
-    /// profile can mean (`forget` refuses it too).
-    pub fn is_empty(&self) -> bool {
-        self.policy().is_empty()
-    }
-}
-
 /// Durations written as humantime strings (`"7d"`, `"1w 2d"`).
 mod humantime_serde_opt {
     use serde::{Deserialize, Deserializer};
@@ -226,7 +177,7 @@ pub fn load(path: &Path) -> Result<Config> {
 pub fn parse(text: &str) -> Result<Config> {
     let c: Config = toml::from_str(text)?;
     for (name, p) in &c.profiles {
-        if p.forget.as_ref().is_some_and(ForgetPolicy::is_empty) {
+        if p.forget.as_ref().is_some_and(Policy::is_empty) {
             bail!("profile {name:?}: [forget] keeps nothing: give at least one keep-* rule");
         }
     }
@@ -295,11 +246,11 @@ keep-tag = ["keep"]
         assert!(!p.check);
         assert_eq!(p.sources.len(), 2);
         let f = p.forget.clone().unwrap();
-        assert_eq!(f.keep_daily, Some(7));
+        assert_eq!(f.keep_daily, 7);
         assert_eq!(f.keep_within, Some("2d".parse().unwrap()));
-        assert_eq!(f.policy().keep_within_daily, Some("1m".parse().unwrap()));
-        assert_eq!(f.policy().keep_weekly, 4);
-        assert_eq!(f.policy().keep_last, 0);
+        assert_eq!(f.keep_within_daily, Some("1m".parse().unwrap()));
+        assert_eq!(f.keep_weekly, 4);
+        assert_eq!(f.keep_last, 0);
         let args: Vec<String> = p.sources[0]
             .backup_args(p)
             .into_iter()

@@ -149,9 +149,10 @@ impl fmt::Display for Within {
 
 /// Which snapshots to keep: restic's `--keep-*` options. Counts are 0 when unused and
 /// [`UNLIMITED`] for all; a snapshot is kept when any rule keeps it. Read from a profile
-/// as TOML (`keep_daily = 7`, `keep_within = "1m"`, `keep_tag = ["monthly"]`).
+/// as TOML with the flags' names (`keep-daily = 7`, `keep-within = "1m"`,
+/// `keep-tag = ["monthly"]`).
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(default, deny_unknown_fields)]
+#[serde(default, deny_unknown_fields, rename_all = "kebab-case")]
 pub struct Policy {
     pub keep_last: u32,
     pub keep_hourly: u32,

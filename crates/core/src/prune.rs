@@ -20,7 +20,6 @@
 use crate::error::{Error, Result};
 use crate::format::Version;
 use crate::id::Id;
-use crate::index::Location;
 use crate::lock::{Found, LockKind};
 use crate::pack::{self, BlobKind, IndexedPack, PackBuilder, PackEntry};
 use crate::repo::{file_id, lock, Repository, MIGRATE_STATE};
@@ -508,16 +507,8 @@ impl Repacked<'_> {
                 let sealed = bytes
                     .get(at..at + e.stored_len as usize)
                     .ok_or_else(|| Error::corrupt(&path, "shorter than its index says"))?;
-                let loc = Location {
-                    pack: 0,
-                    offset: e.offset,
-                    stored_len: e.stored_len,
-                    raw_len: e.raw_len,
-                    kind: e.kind,
-                    codec: e.codec,
-                };
                 self.repo
-                    .decode_blob(&e.id, &loc, p.version, sealed, &path)
+                    .decode_entry_in(e, p.version, &bytes, start, &path)
                     .map_err(|err| {
                         refused(
                             format!("blob {} in {path}", e.id.short()),

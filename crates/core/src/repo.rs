@@ -1099,9 +1099,21 @@ impl Repository {
         bytes: &[u8],
         path: &str,
     ) -> Result<Vec<u8>> {
-        let start = e.offset as usize;
-        let sealed = bytes
-            .get(start..start + e.stored_len as usize)
+        self.decode_entry_in(e, version, bytes, 0, path)
+    }
+
+    /// [`Self::decode_entry`] in `bytes` read from the pack at offset `base` (a range).
+    pub(crate) fn decode_entry_in(
+        &self,
+        e: &PackEntry,
+        version: Version,
+        bytes: &[u8],
+        base: u32,
+        path: &str,
+    ) -> Result<Vec<u8>> {
+        let start = e.offset.checked_sub(base).map(|s| s as usize);
+        let sealed = start
+            .and_then(|s| bytes.get(s..s + e.stored_len as usize))
             .ok_or_else(|| Error::corrupt(path, "blob past the end of the pack"))?;
         let loc = Location {
             pack: 0,

@@ -11,13 +11,14 @@
 //! Unix epoch. No state directory, or no such file: the prune is due.
 
 use super::{backup, check};
-use crate::config::{self, ForgetPolicy, Profile};
+use crate::config::{self, Profile};
 use crate::output::{bytes, safe};
 use crate::{metrics, repo, GlobalOpts, Outcome};
 use anyhow::{bail, Context, Result};
 use clap::Parser;
 use mailvault_core::backup::BackupReport;
 use mailvault_core::check::CheckReport;
+use mailvault_core::forget::Policy;
 use mailvault_core::forget::{forget, ForgetOptions, HOLD_TAG};
 use mailvault_core::prune::{prune, PruneOptions};
 use mailvault_core::report::NoProgress;
@@ -307,12 +308,12 @@ fn warn_if_readable_by_others(f: &Path) {
 /// The forget step: the profile's policy applied to the repository, per group of host and
 /// source (`mailvault forget`'s defaults), snapshots tagged `hold` kept whatever the
 /// policy; the removed snapshots leave this host's record first.
-fn forget_step(g: &GlobalOpts, policy: &ForgetPolicy) -> Result<Step> {
+fn forget_step(g: &GlobalOpts, policy: &Policy) -> Result<Step> {
     let r = repo::open(g)?;
     let rep = forget(
         &r,
         &ForgetOptions {
-            policy: policy.policy(),
+            policy: policy.clone(),
             state: repo::state(),
             ..ForgetOptions::default()
         },

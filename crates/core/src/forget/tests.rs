@@ -214,7 +214,7 @@ fn durations_parse_as_restic() {
 #[test]
 fn policy_from_toml_names() {
     let p: Policy = serde_json::from_str(
-        r#"{"keep_daily": 7, "keep_weekly": 2, "keep_within": "1m", "keep_tag": ["a,b"]}"#,
+        r#"{"keep-daily": 7, "keep-weekly": 2, "keep-within": "1m", "keep-tag": ["a,b"]}"#,
     )
     .unwrap();
     assert_eq!(p.keep_daily, 7);
@@ -230,7 +230,7 @@ fn policy_from_toml_names() {
         p.to_string(),
         r#"keep 7 daily, 2 weekly snapshots, all snapshots with tags ["a,b"], all snapshots within 1m of the newest"#
     );
-    assert!(serde_json::from_str::<Policy>(r#"{"keep_dayly": 7}"#).is_err());
+    assert!(serde_json::from_str::<Policy>(r#"{"keep-dayly": 7}"#).is_err());
 }
 
 #[test]
