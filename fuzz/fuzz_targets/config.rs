@@ -3,8 +3,8 @@
 //! panicking; what opens states the format it was sealed as.
 #![no_main]
 use libfuzzer_sys::fuzz_target;
-use mailvault_core::crypto::MasterKey;
-use mailvault_core::format::{Object, Version};
+use mailvault_core::repo::crypto::MasterKey;
+use mailvault_core::repo::format::{Object, Version};
 use mailvault_core::repo::open_config_for_fuzz;
 use std::sync::LazyLock;
 

@@ -2,7 +2,7 @@
 //! panicking, and what each compression makes comes back exactly.
 #![no_main]
 use libfuzzer_sys::fuzz_target;
-use mailvault_core::compress::{self, Codec, Compression, Dictionaries};
+use mailvault_core::repo::compress::{self, Codec, Compression, Dictionaries};
 use std::sync::LazyLock;
 
 /// A dictionary trained once on generated mail-like samples.

@@ -2,8 +2,8 @@
 //! encodes back to the same bytes.
 #![no_main]
 use libfuzzer_sys::fuzz_target;
-use mailvault_core::format::Version;
-use mailvault_core::index::{decode, encode};
+use mailvault_core::repo::format::Version;
+use mailvault_core::repo::index::{decode, encode};
 
 fuzz_target!(|data: &[u8]| {
     for v in [Version::V1, Version::V2] {

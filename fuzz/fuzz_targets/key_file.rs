@@ -2,7 +2,7 @@
 //! or rejected without panicking; cheap ones are then tried with a password.
 #![no_main]
 use libfuzzer_sys::fuzz_target;
-use mailvault_core::crypto::KeyFile;
+use mailvault_core::repo::crypto::KeyFile;
 
 fuzz_target!(|data: &[u8]| {
     if let Ok(kf) = KeyFile::parse(data, "keys/fuzz") {

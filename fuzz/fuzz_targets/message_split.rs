@@ -3,8 +3,8 @@
 //! and the codec gives it back exactly.
 #![no_main]
 use libfuzzer_sys::fuzz_target;
-use mailvault_core::crypto::MasterKey;
-use mailvault_core::split::{split, Chunker, ChunkerParams};
+use mailvault_core::repo::crypto::MasterKey;
+use mailvault_core::repo::split::{split, Chunker, ChunkerParams};
 use std::sync::LazyLock;
 
 const PARAMS: ChunkerParams = ChunkerParams { single_max: 4096, min: 256, avg: 1024, max: 4096 };
@@ -26,8 +26,8 @@ fuzz_target!(|data: &[u8]| {
     }
     let (key, info) = mailvault_core::maildir::split_name(data);
     assert!(key.len() + info.len() <= data.len());
-    let _ = mailvault_core::backup::header_summary(data);
-    if let Some(enc) = mailvault_core::b64::encode(data) {
-        assert_eq!(mailvault_core::b64::decode(&enc, data.len()).unwrap(), data);
+    let _ = mailvault_core::ops::backup::header_summary(data);
+    if let Some(enc) = mailvault_core::repo::b64::encode(data) {
+        assert_eq!(mailvault_core::repo::b64::decode(&enc, data.len()).unwrap(), data);
     }
 });

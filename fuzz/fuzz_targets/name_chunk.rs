@@ -2,7 +2,7 @@
 //! without panicking; what decodes encodes back to the same blob.
 #![no_main]
 use libfuzzer_sys::fuzz_target;
-use mailvault_core::tree::{self, AccountTree, NameChunk};
+use mailvault_core::repo::tree::{self, AccountTree, NameChunk};
 
 fuzz_target!(|data: &[u8]| {
     if let Ok(n) = tree::decode::<NameChunk>(data, "fuzz") {

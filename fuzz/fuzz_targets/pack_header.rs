@@ -4,9 +4,9 @@
 //! covers the blob bytes exactly. Any bytes as a whole pack, too.
 #![no_main]
 use libfuzzer_sys::fuzz_target;
-use mailvault_core::crypto::MasterKey;
-use mailvault_core::format::{Object, Version};
-use mailvault_core::pack::header_of;
+use mailvault_core::repo::crypto::MasterKey;
+use mailvault_core::repo::format::{Object, Version};
+use mailvault_core::repo::pack::header_of;
 use std::sync::LazyLock;
 
 static KEY: LazyLock<MasterKey> = LazyLock::new(MasterKey::random);

@@ -2,7 +2,7 @@
 //! padded comes back exactly, at the length Padmé gives.
 #![no_main]
 use libfuzzer_sys::fuzz_target;
-use mailvault_core::format::{pad, padme, unpad};
+use mailvault_core::repo::format::{pad, padme, unpad};
 
 fuzz_target!(|data: &[u8]| {
     if let Ok(inner) = unpad(data.to_vec(), "fuzz") {

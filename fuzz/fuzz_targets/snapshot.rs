@@ -3,8 +3,8 @@
 #![no_main]
 use libfuzzer_sys::fuzz_target;
 
-use mailvault_core::format::Version;
-use mailvault_core::snapshot::Snapshot;
+use mailvault_core::repo::format::Version;
+use mailvault_core::repo::snapshot::Snapshot;
 
 fuzz_target!(|data: &[u8]| {
     for v in [Version::V1, Version::V2] {

@@ -22,7 +22,7 @@
 //! ```
 
 use anyhow::{bail, Context, Result};
-use mailvault_core::forget::Policy;
+use mailvault_core::ops::forget::Policy;
 use serde::Deserialize;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};

@@ -10,7 +10,7 @@
 //! a temporary file in the same directory and renamed over the old one, under a lock
 //! (`PATH.lock`) so that two commands ending together both keep their series.
 
-use mailvault_core::backup::BackupReport;
+use mailvault_core::ops::backup::BackupReport;
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::io::Write as _;

@@ -3,8 +3,8 @@
 use crate::commands::{Location, Role};
 use crate::GlobalOpts;
 use anyhow::{bail, Context, Result};
-use mailvault_core::lock::LockOptions;
-use mailvault_core::seen::{StateDir, STATE_DIR_ENV};
+use mailvault_core::repo::lock::LockOptions;
+use mailvault_core::repo::seen::{StateDir, STATE_DIR_ENV};
 use mailvault_core::store::{
     default_cache_root, Addressing, LocalStore, S3Options, S3Store, Stack, StackOptions, Store,
     StoreUsage, DEFAULT_CONNECTIONS,
@@ -168,7 +168,7 @@ pub fn open(g: &GlobalOpts) -> Result<Repository> {
 }
 
 /// This host's state directory, where the commands that list snapshots keep their record
-/// of the repository (`mailvault_core::seen`); a warning when the environment names none.
+/// of the repository (`mailvault_core::repo::seen`); a warning when the environment names none.
 pub fn state() -> Option<StateDir> {
     let s = StateDir::from_env();
     if s.is_none() {

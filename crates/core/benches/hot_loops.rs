@@ -3,13 +3,13 @@
 #![allow(clippy::unwrap_used)]
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
-use mailvault_core::compress::{self, Codec, Compression, Dictionaries};
-use mailvault_core::crypto::MasterKey;
-use mailvault_core::format::{Object, Version};
-use mailvault_core::id::Id;
-use mailvault_core::index::Index;
-use mailvault_core::pack::{BlobKind, PackBuilder, PackEntry};
-use mailvault_core::split::{split, Chunker, ChunkerParams};
+use mailvault_core::repo::compress::{self, Codec, Compression, Dictionaries};
+use mailvault_core::repo::crypto::MasterKey;
+use mailvault_core::repo::format::{Object, Version};
+use mailvault_core::repo::id::Id;
+use mailvault_core::repo::index::Index;
+use mailvault_core::repo::pack::{BlobKind, PackBuilder, PackEntry};
+use mailvault_core::repo::split::{split, Chunker, ChunkerParams};
 
 /// A message-like text of `len` bytes: headers, then words.
 fn message(len: usize, seed: u64) -> Vec<u8> {
@@ -117,18 +117,18 @@ fn bench(c: &mut Criterion) {
     let mut g = c.benchmark_group("b64");
     let n = 64 << 10;
     g.throughput(Throughput::Bytes(n as u64));
-    let mut a = mailvault_core::b64::test_attachment(n, 76, "\n", 1);
+    let mut a = mailvault_core::repo::b64::test_attachment(n, 76, "\n", 1);
     a.truncate(n);
     g.bench_function("encode_attachment", |b| {
-        b.iter(|| mailvault_core::b64::encode(&a).unwrap())
+        b.iter(|| mailvault_core::repo::b64::encode(&a).unwrap())
     });
-    let enc = mailvault_core::b64::encode(&a).unwrap();
+    let enc = mailvault_core::repo::b64::encode(&a).unwrap();
     g.bench_function("decode_attachment", |b| {
-        b.iter(|| mailvault_core::b64::decode(&enc, n).unwrap())
+        b.iter(|| mailvault_core::repo::b64::decode(&enc, n).unwrap())
     });
     let text = message(n, 3);
     g.bench_function("encode_text", |b| {
-        b.iter(|| mailvault_core::b64::encode(&text))
+        b.iter(|| mailvault_core::repo::b64::encode(&text))
     });
     g.bench_function("compress_text", |b| {
         b.iter(|| compress::compress(&text, Compression::Zstd, None))

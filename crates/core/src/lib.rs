@@ -4,42 +4,20 @@
 //! The CLI (`crates/cli`) turns flags into the option structs here and calls one function
 //! per command; nothing in this crate knows about command lines.
 
-pub mod b64;
-pub mod backup;
-pub mod check;
-pub mod compress;
-pub mod crypto;
 pub mod error;
-pub mod forget;
-pub mod format;
-pub mod id;
 pub mod imap;
-pub mod index;
-pub mod lock;
-pub mod ls;
 pub mod maildir;
-pub mod migrate;
 pub mod model;
-pub mod pack;
-pub mod prune;
-pub mod repair;
+pub mod ops;
 pub mod repo;
 pub mod report;
-pub mod restore;
-pub mod seen;
-pub mod snapshot;
-pub mod split;
-pub mod stats;
 pub mod store;
-pub mod tag;
 #[cfg(feature = "testing")]
 pub mod testing;
-pub mod tree;
-pub mod undelete;
 
-pub use compress::Compression;
 pub use error::{Error, Result};
-pub use id::Id;
+pub use repo::compress::Compression;
+pub use repo::id::Id;
 pub use repo::{InitOptions, Repository};
 
 /// Seconds and nanoseconds since the Unix epoch, now.

@@ -7,7 +7,7 @@
 //! `.Name.Sub` directory is the folder `Name/Sub`.
 
 use crate::error::{Error, Result};
-use crate::tree::Timestamp;
+use crate::repo::tree::Timestamp;
 use std::ffi::OsStr;
 use std::fs;
 use std::io;

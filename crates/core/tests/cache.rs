@@ -5,7 +5,7 @@
 mod common;
 
 use common::*;
-use mailvault_core::backup::backup;
+use mailvault_core::ops::backup::backup;
 use mailvault_core::report::NoProgress;
 use mailvault_core::store::{Cached, MemoryStore, Metered, ObjectInfo, Store};
 use mailvault_core::{Repository, Result};
@@ -90,7 +90,7 @@ fn repository_with_a_backup(t: &Path, rec: &Recorder, cache: &Path) {
     let samples: Vec<Vec<u8>> = (0..400)
         .map(|i| message(&format!("u{i}@example.org"), &format!("s{i}"), &body(i)))
         .collect();
-    repo.add_dictionary(&mailvault_core::compress::train(&samples).unwrap())
+    repo.add_dictionary(&mailvault_core::repo::compress::train(&samples).unwrap())
         .unwrap();
     let r = backup(
         &mut repo,

@@ -9,7 +9,7 @@
 mod common;
 
 use common::*;
-use mailvault_core::backup::{backup, BackupOptions};
+use mailvault_core::ops::backup::{backup, BackupOptions};
 use mailvault_core::report::NoProgress;
 use std::path::Path;
 

@@ -135,7 +135,7 @@ fn maildir_to_dovecot_and_back_is_faithful() {
     // Back up Dovecot over IMAP, restore to a Maildir, compare.
     let accounts: Vec<String> = {
         let snap = repo.find_snapshot("latest").unwrap();
-        let root: mailvault_core::tree::RootTree = repo.read_tree(&snap.root).unwrap();
+        let root: mailvault_core::repo::tree::RootTree = repo.read_tree(&snap.root).unwrap();
         root.accounts.into_iter().map(|a| a.name).collect()
     };
     let b = imap_backup(

@@ -5,10 +5,10 @@ mod common;
 
 use common::{fast_init, imap_restore_opts, maildir_backup, PASSWORD};
 use mailvault_core::imap::restore::restore as imap_restore;
+use mailvault_core::repo::tree::{AccountTree, RootTree};
 use mailvault_core::report::NoProgress;
 use mailvault_core::store::LocalStore;
 use mailvault_core::testing::data_reads::DataReads;
-use mailvault_core::tree::{AccountTree, RootTree};
 use mailvault_core::Repository;
 use mailvault_imap::testing::DovecotServer;
 use std::sync::Arc;

@@ -7,8 +7,8 @@ mod common;
 
 use common::*;
 use mailvault_core::error::Error;
-use mailvault_core::format::Version;
-use mailvault_core::migrate::{migrate, MigrateOptions, MigrateReport};
+use mailvault_core::ops::migrate::{migrate, MigrateOptions, MigrateReport};
+use mailvault_core::repo::format::Version;
 use mailvault_core::store::{LocalStore, MemoryStore, ObjectInfo, Store};
 use mailvault_core::{InitOptions, Repository};
 use std::path::Path;
@@ -348,7 +348,7 @@ fn a_tree_blob_that_does_not_verify_undoes_the_migration() {
     let repo = open_repo(&dir);
     let root = repo.find_snapshot("latest").unwrap().root;
     let loc = *repo.index().get(&root).unwrap();
-    let pack = dir.join(mailvault_core::pack::pack_path(
+    let pack = dir.join(mailvault_core::repo::pack::pack_path(
         &repo.index().pack_id(loc.pack),
     ));
     let mut b = std::fs::read(&pack).unwrap();
@@ -471,7 +471,7 @@ fn migration_stopped_at_every_write_is_finished_by_migrate_again() {
                 c.warnings
             );
             // Repairs and backups wait for it.
-            let e = mailvault_core::repair::repair_index(&repo, &Default::default())
+            let e = mailvault_core::ops::repair::repair_index(&repo, &Default::default())
                 .unwrap_err()
                 .to_string();
             assert!(e.contains("unfinished migration"), "{e}");
@@ -479,7 +479,7 @@ fn migration_stopped_at_every_write_is_finished_by_migrate_again() {
             for d in ["cur", "new", "tmp"] {
                 std::fs::create_dir_all(src.join(d)).unwrap();
             }
-            let e = mailvault_core::backup::backup(
+            let e = mailvault_core::ops::backup::backup(
                 &mut repo,
                 &backup_opts(&src, vec![]),
                 &mailvault_core::report::NoProgress,

@@ -4,9 +4,9 @@
 mod common;
 
 use common::*;
-use mailvault_core::backup::backup;
+use mailvault_core::ops::backup::backup;
+use mailvault_core::ops::restore::{Owners, RestoreOptions};
 use mailvault_core::report::NoProgress;
-use mailvault_core::restore::{Owners, RestoreOptions};
 use std::os::unix::ffi::OsStrExt;
 
 #[test]
@@ -46,7 +46,7 @@ fn store_round_trip_is_byte_exact() {
 /// (which costs some space and nothing else).
 #[test]
 fn every_repository_format_round_trips() {
-    use mailvault_core::format::Version;
+    use mailvault_core::repo::format::Version;
     let t = tempfile::tempdir().unwrap();
     let src = t.path().join("vmail");
     small_store(&src);
@@ -88,7 +88,7 @@ fn every_repository_format_round_trips() {
         let r = restore_latest(&repo, &out);
         assert!(r.failures.is_empty(), "{:?}", r.failures);
         assert_same_tree(&src, &out);
-        let stats = mailvault_core::stats::stats(&repo).unwrap();
+        let stats = mailvault_core::ops::stats::stats(&repo).unwrap();
         assert_eq!(stats.format_version, version.number());
         sizes.push(stats.data_stored_bytes);
     }
@@ -257,9 +257,9 @@ fn restore_never_follows_links_inside_the_target() {
 /// reported by name and the rest of the account restores.
 #[test]
 fn an_overlong_folder_name_costs_that_folder_only() {
-    use mailvault_core::pack::BlobKind;
+    use mailvault_core::repo::pack::BlobKind;
+    use mailvault_core::repo::tree::{self, AccountTree, RootTree};
     use mailvault_core::repo::BlobSaver;
-    use mailvault_core::tree::{self, AccountTree, RootTree};
     let t = tempfile::tempdir().unwrap();
     let src = t.path().join("vmail");
     small_store(&src);
@@ -342,7 +342,7 @@ fn single_messages_bring_their_keywords_and_nothing_else() {
     let key = "1600000000.M0P3.mail";
     // An unknown key: an error naming it, nothing created.
     let none = t.path().join("none");
-    let err = mailvault_core::restore::restore(&repo, &opts(&none, "nope.M1"), &NoProgress)
+    let err = mailvault_core::ops::restore::restore(&repo, &opts(&none, "nope.M1"), &NoProgress)
         .unwrap_err()
         .to_string();
     assert!(err.contains("nope.M1"), "{err}");

@@ -9,7 +9,7 @@
 mod common;
 
 use common::*;
-use mailvault_core::backup::backup;
+use mailvault_core::ops::backup::backup;
 use mailvault_core::report::NoProgress;
 use mailvault_core::store::{
     Cached, FaultyStore, Limit, MemoryStore, Metered, Retry, RetryPolicy, Store, Uploads,

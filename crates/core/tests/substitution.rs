@@ -12,14 +12,14 @@
 mod common;
 
 use common::*;
-use mailvault_core::backup::{backup, BackupOptions};
-use mailvault_core::check::{CheckError, CheckReport, DamageKind};
-use mailvault_core::format::{self, Object, Version};
-use mailvault_core::index::{self, Location};
-use mailvault_core::pack::{self, BlobKind, IndexedPack, PackBuilder};
+use mailvault_core::ops::backup::{backup, BackupOptions};
+use mailvault_core::ops::check::{CheckError, CheckReport, DamageKind};
+use mailvault_core::ops::restore::{restore, RestoreOptions, RestoreReport};
+use mailvault_core::repo::format::{self, Object, Version};
+use mailvault_core::repo::index::{self, Location};
+use mailvault_core::repo::pack::{self, BlobKind, IndexedPack, PackBuilder};
+use mailvault_core::repo::snapshot::Snapshot;
 use mailvault_core::report::NoProgress;
-use mailvault_core::restore::{restore, RestoreOptions, RestoreReport};
-use mailvault_core::snapshot::Snapshot;
 use mailvault_core::store::LocalStore;
 use mailvault_core::{Error, Id, InitOptions, Repository};
 use std::collections::HashMap;
@@ -522,7 +522,7 @@ fn swapped_index_offsets(pad: bool) {
 /// The ids of the latest snapshot's root tree and of its first account's tree.
 fn latest_trees(repo: &Repository) -> (Id, Id) {
     let snap = repo.find_snapshot("latest").unwrap();
-    let root: mailvault_core::tree::RootTree = repo.read_tree(&snap.root).unwrap();
+    let root: mailvault_core::repo::tree::RootTree = repo.read_tree(&snap.root).unwrap();
     (snap.root, root.accounts[0].tree)
 }
 

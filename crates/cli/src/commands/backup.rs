@@ -3,8 +3,8 @@
 use crate::output::{bytes, print_failures, ratio};
 use crate::{progress::Bar, repo, GlobalOpts, Outcome};
 use anyhow::Result;
-use mailvault_core::backup::{backup_at, BackupOptions, BackupReport};
 use mailvault_core::imap::backup::{backup_at as imap_backup_at, ImapBackupOptions};
+use mailvault_core::ops::backup::{backup_at, BackupOptions, BackupReport};
 use mailvault_core::Compression;
 
 #[derive(clap::Args, Debug)]
@@ -29,7 +29,7 @@ pub struct Args {
     /// The snapshot's time instead of now: "YYYY-MM-DD HH:MM:SS" in this machine's time
     /// zone, or RFC 3339 with an offset ("2026-11-24T05:00:00+01:00"), for imports of old
     /// stores and tests of forget policies.
-    #[arg(long, value_parser = mailvault_core::snapshot::parse_time)]
+    #[arg(long, value_parser = mailvault_core::repo::snapshot::parse_time)]
     pub time: Option<(i64, u32)>,
     /// Read every message, even those the previous snapshot has.
     #[arg(long)]
@@ -122,7 +122,7 @@ fn record_seen(r: &mailvault_core::Repository) {
     let Some(state) = repo::state() else {
         return;
     };
-    match mailvault_core::seen::record_listing(&state, r) {
+    match mailvault_core::repo::seen::record_listing(&state, r) {
         Ok(o) => repo::warn_seen(&o.missing, &o.warnings),
         Err(e) => eprintln!(
             "warning: {}",

@@ -3,7 +3,7 @@
 use crate::output::{bytes, safe};
 use crate::{repo, GlobalOpts, Outcome};
 use anyhow::{bail, Result};
-use mailvault_core::check::{check, CheckError, CheckOptions, CheckReport, DamageKind};
+use mailvault_core::ops::check::{check, CheckError, CheckOptions, CheckReport, DamageKind};
 
 #[derive(clap::Args, Debug)]
 pub struct Args {

@@ -4,9 +4,9 @@
 
 use crate::{progress::Bar, repo, GlobalOpts, Outcome};
 use anyhow::{bail, Context, Result};
-use mailvault_core::backup::{backup, BackupOptions};
-use mailvault_core::check::{check, CheckOptions};
-use mailvault_core::restore::{restore, RestoreOptions};
+use mailvault_core::ops::backup::{backup, BackupOptions};
+use mailvault_core::ops::check::{check, CheckOptions};
+use mailvault_core::ops::restore::{restore, RestoreOptions};
 use mailvault_core::store::{LocalStore, Metered, Store};
 use mailvault_core::{InitOptions, Repository};
 use mailvault_corpus::{generate, mutate, CorpusSpec, MutationSpec};
@@ -175,7 +175,7 @@ pub fn run(g: &GlobalOpts, a: Args) -> Result<Outcome> {
     })
 }
 
-fn summary_backup(b: &mailvault_core::backup::BackupReport) {
+fn summary_backup(b: &mailvault_core::ops::backup::BackupReport) {
     println!(
         "   {} messages ({} read, {} unchanged), {:.1} MB read, {:.1} MB added, dedup {}, compression {}, {:.2} s: {:.0} messages/s, {:.0} MB/s",
         b.items_total,

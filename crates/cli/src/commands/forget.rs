@@ -3,7 +3,7 @@
 use crate::output::safe;
 use crate::{repo, GlobalOpts, Outcome};
 use anyhow::Result;
-use mailvault_core::forget::{forget, ForgetOptions, ForgetReport, GroupBy, Policy, Within};
+use mailvault_core::ops::forget::{forget, ForgetOptions, ForgetReport, GroupBy, Policy, Within};
 
 #[derive(clap::Args, Debug)]
 pub struct Args {
@@ -72,7 +72,7 @@ pub struct Args {
 /// A `--keep-*` count: a number, or `unlimited`.
 fn count(s: &str) -> std::result::Result<u32, String> {
     match s {
-        "unlimited" => Ok(mailvault_core::forget::UNLIMITED),
+        "unlimited" => Ok(mailvault_core::ops::forget::UNLIMITED),
         n => n
             .parse()
             .map_err(|_| format!("{s:?}: give a number of snapshots, or `unlimited`")),
@@ -127,7 +127,7 @@ pub fn run(g: &GlobalOpts, a: Args) -> Result<Outcome> {
     })
 }
 
-/// Whether [`prune_step`] runs a prune (`mailvault_core::prune`, from the branch that
+/// Whether [`prune_step`] runs a prune (`mailvault_core::ops::prune`, from the branch that
 /// brings it); until then `--prune` is refused before anything is removed.
 /// `forget --prune`: the prune after the forget, with its default options (a dry run
 /// when the forget was one); prints its report unless `--json`, and returns it for the
@@ -138,7 +138,7 @@ fn prune_step(
     dry_run: bool,
     removed: &[String],
 ) -> Result<serde_json::Value> {
-    use mailvault_core::prune::{prune, PruneOptions};
+    use mailvault_core::ops::prune::{prune, PruneOptions};
     let opts = PruneOptions {
         dry_run,
         // A dry forget removed nothing: its prune plans as if it had.

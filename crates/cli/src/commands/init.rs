@@ -25,7 +25,7 @@ pub fn run(g: &GlobalOpts, a: Args) -> Result<Outcome> {
     repo::prepare_new(g)?;
     let opts = InitOptions {
         compression: a.compression.parse::<Compression>()?,
-        version: mailvault_core::format::Version::from_number(a.format)?,
+        version: mailvault_core::repo::format::Version::from_number(a.format)?,
         pad: a.pad,
         ..Default::default()
     };

@@ -3,8 +3,8 @@
 use crate::output::{bytes, print_failures, safe, time};
 use crate::{repo, GlobalOpts, Outcome};
 use anyhow::Result;
-use mailvault_core::ls::{ls, Listing};
-use mailvault_core::undelete::{find_deleted, window_start, Deleted, DeletedOptions};
+use mailvault_core::ops::ls::{ls, Listing};
+use mailvault_core::ops::undelete::{find_deleted, window_start, Deleted, DeletedOptions};
 
 #[derive(clap::Args, Debug)]
 pub struct Args {

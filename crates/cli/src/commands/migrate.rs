@@ -3,7 +3,7 @@
 use crate::output::bytes;
 use crate::{repo, GlobalOpts, Outcome};
 use anyhow::Result;
-use mailvault_core::migrate::{migrate, MigrateOptions};
+use mailvault_core::ops::migrate::{migrate, MigrateOptions};
 
 #[derive(clap::Args, Debug)]
 pub struct Args {

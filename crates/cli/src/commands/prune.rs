@@ -3,7 +3,7 @@
 use crate::output::bytes;
 use crate::{repo, GlobalOpts, Outcome};
 use anyhow::Result;
-use mailvault_core::prune::{prune, PruneOptions};
+use mailvault_core::ops::prune::{prune, PruneOptions};
 use mailvault_core::report::NoProgress;
 
 #[derive(clap::Args, Debug)]
@@ -36,7 +36,7 @@ pub fn run(g: &GlobalOpts, a: Args) -> Result<Outcome> {
 }
 
 /// The text report of a prune (also `forget --prune`'s).
-pub fn print_report(rep: &mailvault_core::prune::PruneReport) {
+pub fn print_report(rep: &mailvault_core::ops::prune::PruneReport) {
     let would = if rep.dry_run { "would be " } else { "" };
     println!(
         "{} snapshots use {} blobs; of {} packs: {} {would}deleted, {} {would}repacked, {} kept; {} packs no index lists {would}deleted",

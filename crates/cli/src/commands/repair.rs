@@ -3,7 +3,7 @@
 use crate::output::safe;
 use crate::{repo, GlobalOpts, Outcome};
 use anyhow::Result;
-use mailvault_core::repair::{repair_index, repair_snapshots, RepairOptions};
+use mailvault_core::ops::repair::{repair_index, repair_snapshots, RepairOptions};
 
 #[derive(clap::Args, Debug)]
 pub struct Args {

@@ -6,7 +6,7 @@ use anyhow::Result;
 use mailvault_core::imap::restore::{
     restore as imap_restore, ImapRestoreOptions, ImapRestoreReport,
 };
-use mailvault_core::restore::{restore, Owners, RestoreOptions, RestoreReport};
+use mailvault_core::ops::restore::{restore, Owners, RestoreOptions, RestoreReport};
 
 #[derive(clap::Args, Debug)]
 pub struct Args {

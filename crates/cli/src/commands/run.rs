@@ -7,7 +7,7 @@
 //!
 //! When a prune is due: the profile's `prune-every`, against the time this host last
 //! pruned the repository with `run`, kept in this host's state directory (the one of
-//! `mailvault_core::seen`) as `<state>/prune/<repository id>`: one line, seconds since the
+//! `mailvault_core::repo::seen`) as `<state>/prune/<repository id>`: one line, seconds since the
 //! Unix epoch. No state directory, or no such file: the prune is due.
 
 use super::{backup, check};
@@ -16,13 +16,13 @@ use crate::output::{bytes, safe};
 use crate::{metrics, repo, GlobalOpts, Outcome};
 use anyhow::{bail, Context, Result};
 use clap::Parser;
-use mailvault_core::backup::BackupReport;
-use mailvault_core::check::CheckReport;
-use mailvault_core::forget::Policy;
-use mailvault_core::forget::{forget, ForgetOptions, HOLD_TAG};
-use mailvault_core::prune::{prune, PruneOptions};
+use mailvault_core::ops::backup::BackupReport;
+use mailvault_core::ops::check::CheckReport;
+use mailvault_core::ops::forget::Policy;
+use mailvault_core::ops::forget::{forget, ForgetOptions, HOLD_TAG};
+use mailvault_core::ops::prune::{prune, PruneOptions};
+use mailvault_core::repo::seen::StateDir;
 use mailvault_core::report::NoProgress;
-use mailvault_core::seen::StateDir;
 use serde::Serialize;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -191,16 +191,17 @@ pub fn run(g: &GlobalOpts, a: Args) -> Result<Outcome> {
         step_errors += 1;
     }
     metrics::note_errors(step_errors);
-    let repository_bytes = match repo::open(g).and_then(|r| Ok(mailvault_core::stats::stats(&r)?)) {
-        Ok(s) => {
-            metrics::note_repository_bytes(s.repository_bytes);
-            Some(s.repository_bytes)
-        }
-        Err(e) => {
-            eprintln!("warning: {}", safe(&format!("repository size: {e:#}")));
-            None
-        }
-    };
+    let repository_bytes =
+        match repo::open(g).and_then(|r| Ok(mailvault_core::ops::stats::stats(&r)?)) {
+            Ok(s) => {
+                metrics::note_repository_bytes(s.repository_bytes);
+                Some(s.repository_bytes)
+            }
+            Err(e) => {
+                eprintln!("warning: {}", safe(&format!("repository size: {e:#}")));
+                None
+            }
+        };
     let report = RunReport {
         profile: a.profile,
         config: path,

@@ -9,7 +9,7 @@ pub struct Args {}
 
 pub fn run(g: &GlobalOpts, _a: Args) -> Result<Outcome> {
     let r = repo::open(g)?;
-    let s = mailvault_core::stats::stats(&r)?;
+    let s = mailvault_core::ops::stats::stats(&r)?;
     if g.json {
         crate::output::json(&s)?;
         return Ok(Outcome::Ok);

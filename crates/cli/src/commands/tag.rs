@@ -3,7 +3,7 @@
 use crate::output::safe;
 use crate::{repo, GlobalOpts, Outcome};
 use anyhow::Result;
-use mailvault_core::tag::{tag, TagOptions};
+use mailvault_core::ops::tag::{tag, TagOptions};
 
 #[derive(clap::Args, Debug)]
 pub struct Args {

@@ -17,17 +17,17 @@
 use super::names::{self, STATE_FILE};
 use super::restore::for_each_parallel;
 use super::{login_with_backoff, Connection, Error, Result};
-use crate::backup::{
+use crate::ops::backup::{
     end_run, finish_run, header_summary, save_entries, store_content, BackupReport, Counters,
     RunMeta,
 };
-use crate::compress::Compression;
-use crate::pack::BlobKind;
-use crate::repo::{lock, BlobSaver, Repository};
-use crate::report::{Failure, Progress};
-use crate::tree::{
+use crate::repo::compress::Compression;
+use crate::repo::pack::BlobKind;
+use crate::repo::tree::{
     self, AccountRef, AccountTree, FileEntry, FolderNode, MessageEntry, RootTree, Timestamp,
 };
+use crate::repo::{lock, BlobSaver, Repository};
+use crate::report::{Failure, Progress};
 use mailvault_imap::maildir_flags::{imap_to_maildir, KeywordTable};
 use mailvault_imap::{from_crlf, Client, FetchQuery, FetchedMessage, SearchKey, SeqSet, Session};
 use serde::{Deserialize, Serialize};
@@ -167,7 +167,7 @@ pub fn backup_at(
                 .filter_map(|m| m.into_inner().unwrap_or_else(|p| p.into_inner()))
                 .collect(),
             owners: {
-                let mut o = crate::backup::Owners::default();
+                let mut o = crate::ops::backup::Owners::default();
                 o.add(ctx.owner.0, ctx.owner.1);
                 o.names()
             },
@@ -269,7 +269,7 @@ fn backup_account(ctx: &Ctx, account: &str, parent: Option<&AccountRef>) -> Resu
 /// Reads a folder file of a parent snapshot's folder.
 fn parent_file(repo: &Repository, node: &FolderNode, name: &[u8]) -> Option<Vec<u8>> {
     let f = node.files.iter().find(|f| f.name == name)?;
-    crate::restore::assemble(repo, &f.content, f.size, None).ok()
+    crate::ops::restore::assemble(repo, &f.content, f.size, None).ok()
 }
 
 fn backup_folder(

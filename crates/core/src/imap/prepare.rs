@@ -16,9 +16,9 @@
 //! mailbox, and no longer assembling multi-blob messages in a scratch buffer first, cut
 //! the client's CPU by about 7% on the `large` preset (bench/IMAP.md).
 
-use crate::id::Id;
+use crate::repo::id::Id;
+use crate::repo::tree::MessageEntry;
 use crate::repo::{lock, Repository};
-use crate::tree::MessageEntry;
 use std::collections::{BTreeMap, HashMap};
 use std::ops::Range;
 use std::sync::{Arc, Mutex};
@@ -222,8 +222,8 @@ mod tests {
 
     /// A repository in memory holding `blobs` (uncompressed), and their ids.
     fn repo_with(blobs: &[&[u8]]) -> (Repository, Vec<Id>) {
-        use crate::crypto::KdfParams;
-        use crate::pack::BlobKind;
+        use crate::repo::crypto::KdfParams;
+        use crate::repo::pack::BlobKind;
         use crate::repo::{BlobSaver, InitOptions};
         use crate::store::MemoryStore;
         let opts = InitOptions {
@@ -237,7 +237,7 @@ mod tests {
         let mut repo = Repository::init(std::sync::Arc::new(MemoryStore::new()), b"pw", &opts)
             .unwrap_or_else(|e| panic!("{e}"));
         let (ids, packs) = {
-            let saver = BlobSaver::new(&repo, crate::compress::Compression::None);
+            let saver = BlobSaver::new(&repo, crate::repo::compress::Compression::None);
             let ids: Vec<Id> = blobs
                 .iter()
                 .map(|b| {

@@ -28,16 +28,16 @@ use super::journal::{self, AccountJournal, State};
 use super::names::{self, Fingerprint};
 use super::prepare::{self, BlobCache, PrepareError};
 use super::{login_with_backoff, Connection, Error, Login, Pacer, Phase, Result, Span};
-use crate::id::Id;
 use crate::model::reader::{read_by_spans, Blobs, SpanOptions};
 use crate::model::{
     folder_list, folder_name, folder_name_selected, folder_selected, message_selected,
     select_accounts, PickedAccount,
 };
+use crate::ops::restore::assemble;
+use crate::repo::id::Id;
+use crate::repo::tree::{AccountRef, AccountTree, FolderNode, MessageEntry};
 use crate::repo::{lock, Repository};
 use crate::report::{per_sec, Failure, Progress};
-use crate::restore::assemble;
-use crate::tree::{AccountRef, AccountTree, FolderNode, MessageEntry};
 use mailvault_imap::maildir_flags::{maildir_to_imap, KeywordTable};
 use mailvault_imap::{
     AppendMsg, AppendOutcome, Client, Credentials, FetchQuery, InternalDate, SearchKey, SeqSet,

@@ -23,9 +23,9 @@
 //! single read gives and names the blob and its pack.
 
 use crate::error::Result;
-use crate::id::Id;
-use crate::index::Index;
-use crate::pack::{self, BlobKind};
+use crate::repo::id::Id;
+use crate::repo::index::Index;
+use crate::repo::pack::{self, BlobKind};
 use crate::repo::{lock, Repository};
 use std::borrow::Cow;
 use std::collections::HashMap;
@@ -206,7 +206,7 @@ pub fn plan<J>(
     groups
 }
 
-fn end_of(loc: &crate::index::Location) -> u64 {
+fn end_of(loc: &crate::repo::index::Location) -> u64 {
     u64::from(loc.offset) + u64::from(loc.stored_len)
 }
 
@@ -219,7 +219,7 @@ fn spans_of<J>(
     range: Range<usize>,
     opts: &SpanOptions,
 ) -> Group {
-    let mut blobs: Vec<(Id, crate::index::Location)> = Vec::new();
+    let mut blobs: Vec<(Id, crate::repo::index::Location)> = Vec::new();
     let mut seen: HashMap<Id, ()> = HashMap::new();
     for job in &jobs[range.clone()] {
         for id in content(job).iter().filter(|id| wanted(id)) {
@@ -242,7 +242,7 @@ fn spans_of<J>(
 /// Spans over `blobs` (each once): per pack, by offset, neighbours at most
 /// [`SpanOptions::gap`] apart merged up to [`SpanOptions::max_span`]; and where each blob is.
 fn merge(
-    mut blobs: Vec<(Id, crate::index::Location)>,
+    mut blobs: Vec<(Id, crate::repo::index::Location)>,
     opts: &SpanOptions,
 ) -> (Vec<Span>, HashMap<Id, BlobAt>) {
     blobs.sort_by_key(|(_, l)| (l.pack, l.offset));
@@ -470,7 +470,7 @@ impl PackPlan {
         content: impl Fn(&J) -> &[Id],
         opts: &SpanOptions,
     ) -> PackPlan {
-        let mut blobs: Vec<(Id, crate::index::Location)> = Vec::new();
+        let mut blobs: Vec<(Id, crate::repo::index::Location)> = Vec::new();
         let mut seen: std::collections::HashSet<Id> = Default::default();
         for job in jobs {
             for id in content(job) {
@@ -794,9 +794,9 @@ impl Spool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::compress::Codec;
-    use crate::format::Version;
-    use crate::pack::PackEntry;
+    use crate::repo::compress::Codec;
+    use crate::repo::format::Version;
+    use crate::repo::pack::PackEntry;
 
     fn id(n: u8) -> Id {
         Id([n; 32])

@@ -14,7 +14,7 @@
 
 use super::{ObjectInfo, Store};
 use crate::error::{BackendKind, Error, Result};
-use crate::pack::BlobKind;
+use crate::repo::pack::BlobKind;
 use rand::Rng;
 use serde::Serialize;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};

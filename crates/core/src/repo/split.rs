@@ -118,7 +118,7 @@ pub fn trace_prefix_len(msg: &[u8]) -> usize {
 /// it) with a gear table of the repository's own. Format 1 uses the crate's public
 /// table, so boundaries depend on content alone and a stored size can tell an observer
 /// which known attachment arrived; format 2 derives the table from the master key
-/// ([`crate::crypto::MasterKey::gear_table`]). The cut itself is the crate's
+/// ([`crate::repo::crypto::MasterKey::gear_table`]). The cut itself is the crate's
 /// `cut_gear`, so both tables run the same, tested code.
 #[derive(Clone)]
 pub struct Chunker {
@@ -301,8 +301,8 @@ mod tests {
     fn keyed_tables_cut_differently_per_repository() {
         let data = pseudo_random(2_000_000, 7);
         let p = ChunkerParams::default();
-        let a = crate::crypto::MasterKey::random();
-        let b = crate::crypto::MasterKey::random();
+        let a = crate::repo::crypto::MasterKey::random();
+        let b = crate::repo::crypto::MasterKey::random();
         let ca: Vec<_> = Chunker::keyed(p, a.gear_table()).chunks(&data).collect();
         let ca2: Vec<_> = Chunker::keyed(p, a.gear_table()).chunks(&data).collect();
         let cb: Vec<_> = Chunker::keyed(p, b.gear_table()).chunks(&data).collect();

@@ -16,18 +16,18 @@
 //! CLI's text), and the `mailvault repair` command that deals with it.
 //!
 //! With a state directory it also compares the snapshots in `snapshots/` with this host's
-//! record of the repository ([`crate::seen`]): snapshots this host saw that are gone are a
+//! record of the repository ([`crate::repo::seen`]): snapshots this host saw that are gone are a
 //! rollback error until they are accepted as removed on purpose (`accept_removed`).
 
-use crate::compress::{self, Codec};
 use crate::error::{Error, Result};
-use crate::id::Id;
-use crate::index::Location;
-use crate::pack::{self, PackEntry};
+use crate::repo::compress::{self, Codec};
+use crate::repo::id::Id;
+use crate::repo::index::Location;
+use crate::repo::pack::{self, PackEntry};
+use crate::repo::seen::{self, StateDir};
+use crate::repo::tree::{AccountTree, ChunkRef, RootTree};
 use crate::repo::{file_id, lock, Repository};
 use crate::report::Failure;
-use crate::seen::{self, StateDir};
-use crate::tree::{AccountTree, ChunkRef, RootTree};
 use rayon::prelude::*;
 use serde::Serialize;
 use std::collections::{BTreeSet, HashMap, HashSet};
@@ -42,7 +42,7 @@ pub struct CheckOptions {
     /// Worker threads; 0 means one per core.
     pub jobs: usize,
     /// This host's state directory: the snapshots in `snapshots/` are compared with its
-    /// record of the repository and recorded there ([`crate::seen`]). `None`: no record is
+    /// record of the repository and recorded there ([`crate::repo::seen`]). `None`: no record is
     /// read or kept.
     pub state: Option<StateDir>,
     /// Snapshots the record has and `snapshots/` no longer has were removed on purpose
@@ -287,7 +287,7 @@ fn check_inner(repo: &Repository, opts: &CheckOptions, started: Instant) -> Resu
                 Err(i) if kind == DamageKind::Index => st.set_repair(i, REPAIR_INDEX),
                 // A key file must also be one this mailvault can use.
                 Ok(Some(bytes)) if kind == DamageKind::Key => {
-                    if let Err(e) = crate::crypto::KeyFile::parse(&bytes, &f.path) {
+                    if let Err(e) = crate::repo::crypto::KeyFile::parse(&bytes, &f.path) {
                         st.error(kind, Some(&f.path), e);
                     }
                 }
@@ -304,8 +304,8 @@ fn check_inner(repo: &Repository, opts: &CheckOptions, started: Instant) -> Resu
         }
     }
 
-    // Forget records (crate::forget): one that does not open is named.
-    warnings.extend(crate::forget::forgotten(repo)?.1);
+    // Forget records (crate::ops::forget): one that does not open is named.
+    warnings.extend(crate::ops::forget::forgotten(repo)?.1);
 
     let packs = check_packs(repo, &st, opts.read_data, &mut warnings)?;
     if repo.unfinished_migration() {
@@ -323,7 +323,7 @@ fn check_inner(repo: &Repository, opts: &CheckOptions, started: Instant) -> Resu
         Some(r) => r.observe_in(repo, seen::ids_in(snaps.iter().map(|f| f.path.as_str()))),
         None => Vec::new(),
     };
-    let loaded: Vec<Option<crate::snapshot::Snapshot>> = snaps
+    let loaded: Vec<Option<crate::repo::snapshot::Snapshot>> = snaps
         .par_iter()
         .map(|f| {
             verify_named_file(repo, &st, &f.path, DamageKind::Snapshot)

@@ -2,8 +2,8 @@
 //! file, format 2 by the keyed BLAKE3 of its JSON, bound into its seal (`crate::repo`).
 
 use crate::error::{Error, Result};
-use crate::format::Version;
-use crate::id::Id;
+use crate::repo::format::Version;
+use crate::repo::id::Id;
 use serde::{Deserialize, Serialize};
 
 /// A finished backup.

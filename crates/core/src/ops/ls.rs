@@ -2,8 +2,8 @@
 
 use crate::error::{Error, Result};
 use crate::model::{folder_list, folder_matches, folder_name, select_accounts, FolderMatch};
+use crate::repo::tree::{AccountTree, MessageEntry, RootTree};
 use crate::repo::Repository;
-use crate::tree::{AccountTree, MessageEntry, RootTree};
 use serde::Serialize;
 
 #[derive(Clone, Debug, Serialize)]

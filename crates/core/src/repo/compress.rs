@@ -55,7 +55,7 @@ pub enum Codec {
     Lz4 = 2,
     /// zstd with a repository dictionary, named by the frame header's dictionary id.
     ZstdDict = 3,
-    /// Base64 line runs stored decoded, the rest as it is ([`crate::b64`]).
+    /// Base64 line runs stored decoded, the rest as it is ([`crate::repo::b64`]).
     Base64Runs = 4,
 }
 
@@ -237,7 +237,7 @@ pub fn compress(
     dict: Option<&Dictionary>,
 ) -> Option<(Codec, Vec<u8>)> {
     if how != Compression::None {
-        if let Some(enc) = crate::b64::encode(data) {
+        if let Some(enc) = crate::repo::b64::encode(data) {
             return Some((Codec::Base64Runs, enc));
         }
     }
@@ -262,7 +262,7 @@ pub fn decompress(
 ) -> Result<Vec<u8>> {
     let out = match codec {
         Codec::Raw => data.to_vec(),
-        Codec::Base64Runs => crate::b64::decode(data, raw_len)
+        Codec::Base64Runs => crate::repo::b64::decode(data, raw_len)
             .map_err(|e| Error::corrupt(what, format!("base64 runs: {e}")))?,
         Codec::ZstdDict => decompress_with_dict(data, raw_len, dicts, what)?,
         Codec::Lz4 => lz4_flex::block::decompress(data, raw_len)
@@ -342,7 +342,7 @@ mod tests {
     #[test]
     fn base64_attachments_use_the_runs_codec() {
         let mut part = b"Content-Transfer-Encoding: base64\n\n".to_vec();
-        part.extend(crate::b64::test_attachment(30_000, 76, "\n", 99));
+        part.extend(crate::repo::b64::test_attachment(30_000, 76, "\n", 99));
         let d = Dictionaries::default();
         for how in [Compression::Zstd, Compression::Lz4] {
             let (codec, packed) = compress(&part, how, None).unwrap();

@@ -14,9 +14,9 @@
 //! write-once); it is **stale** when not refreshed for [`STALE`], or at once when it was
 //! taken on this host by a process that is gone. `mailvault unlock` removes stale locks.
 
-use crate::crypto::MasterKey;
 use crate::error::{Error, Result};
-use crate::format::{Object, Version};
+use crate::repo::crypto::MasterKey;
+use crate::repo::format::{Object, Version};
 use crate::repo::{open_as, seal_as, WriterRecord};
 use crate::store::Store;
 use serde::{Deserialize, Serialize};

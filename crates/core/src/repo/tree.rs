@@ -13,7 +13,7 @@
 //! then converted, with those fields empty). Chunks are still version 1.
 
 use crate::error::{Error, Result};
-use crate::id::Id;
+use crate::repo::id::Id;
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 

@@ -9,8 +9,8 @@
 //! error says what was expected. Pure code: bytes in, bytes out.
 
 use crate::error::{Error, Result};
-use crate::id::Id;
-use crate::pack::BlobKind;
+use crate::repo::id::Id;
+use crate::repo::pack::BlobKind;
 use serde::{Deserialize, Serialize};
 
 /// A repository format version.
@@ -80,7 +80,7 @@ pub enum Object<'a> {
     PackTrailer,
     /// A blob of `kind` with id `id`.
     Blob(BlobKind, &'a Id),
-    /// `forgotten/<id>`: a record of snapshots removed on purpose (`crate::forget`).
+    /// `forgotten/<id>`: a record of snapshots removed on purpose (`crate::ops::forget`).
     Forgotten(&'a Id),
 }
 

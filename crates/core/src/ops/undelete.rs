@@ -8,22 +8,22 @@
 //! another folder or re-flagged is not deleted, and a message held twice is one message.
 //! What is restored of each is the version of the newest snapshot that held it: its
 //! folder, file name (flags), `new/` or `cur/`, mtime, mode and owner, through the
-//! restores' entry points for picked messages ([`crate::restore::restore_picked`],
+//! restores' entry points for picked messages ([`crate::ops::restore::restore_picked`],
 //! [`crate::imap::restore::restore_picked`]), so a Maildir undelete is byte-exact and
 //! an IMAP undelete has the IMAP restore's journal.
 
 use crate::error::{Error, Result};
-use crate::id::Id;
 use crate::imap::restore::ImapRestoreReport;
 use crate::imap::restore::{restore_picked as imap_restore_picked, ImapRestoreOptions};
 use crate::imap::Result as ImapResult;
 use crate::model::{folder_name, folder_selected, PickedAccount, PickedFolder};
+use crate::ops::restore::{restore_picked, RestoreOptions, RestoreReport};
+use crate::repo::id::Id;
+use crate::repo::snapshot::Snapshot;
+use crate::repo::tree::{AccountRef, AccountTree, ChunkRef, FolderNode, MessageEntry};
+use crate::repo::tree::{OwnerNames, RootTree};
 use crate::repo::{Repository, Snapshots};
 use crate::report::{Failure, Progress};
-use crate::restore::{restore_picked, RestoreOptions, RestoreReport};
-use crate::snapshot::Snapshot;
-use crate::tree::{AccountRef, AccountTree, ChunkRef, FolderNode, MessageEntry};
-use crate::tree::{OwnerNames, RootTree};
 use serde::Serialize;
 use std::collections::{BTreeMap, HashMap, HashSet};
 
@@ -45,7 +45,7 @@ pub struct DeletedMessage {
     /// As `ls` shows it: its folder is the one that last held it; flags of its last
     /// version.
     #[serde(flatten)]
-    pub message: crate::ls::MessageInfo,
+    pub message: crate::ops::ls::MessageInfo,
     /// The oldest snapshot of the window that held it, and its time.
     pub first_snapshot: String,
     pub first_time: i64,
@@ -236,7 +236,7 @@ fn scan_chunk(
             e.hash,
             DeletedMessage {
                 // Account and folder are named once every snapshot is read.
-                message: crate::ls::MessageInfo::of("", "", e.clone()),
+                message: crate::ops::ls::MessageInfo::of("", "", e.clone()),
                 first_snapshot: snap.id.to_hex(),
                 first_time: snap.time,
                 last_snapshot: snap.id.to_hex(),

@@ -15,14 +15,14 @@
 //!
 //! Both have a dry run that computes the same plan and writes nothing.
 
-use crate::backup::save_entries;
 use crate::error::{Error, Result};
-use crate::id::Id;
-use crate::pack::{BlobKind, PackList};
+use crate::ops::backup::save_entries;
+use crate::repo::id::Id;
+use crate::repo::pack::{BlobKind, PackList};
+use crate::repo::snapshot::Snapshot;
+use crate::repo::tree::{self, AccountTree, FolderNode, MessageEntry, RootTree};
 use crate::repo::{file_id, BlobSaver, Repository};
 use crate::report::Failure;
-use crate::snapshot::Snapshot;
-use crate::tree::{self, AccountTree, FolderNode, MessageEntry, RootTree};
 use rayon::prelude::*;
 use serde::Serialize;
 use std::collections::HashSet;
@@ -38,8 +38,8 @@ pub struct RepairOptions {
     /// Compute and report the plan; write and delete nothing.
     pub dry_run: bool,
     /// This host's state directory: the snapshots `repair snapshots` removes are taken out
-    /// of its record of the repository ([`crate::seen`]), so they are not reported missing.
-    pub state: Option<crate::seen::StateDir>,
+    /// of its record of the repository ([`crate::repo::seen`]), so they are not reported missing.
+    pub state: Option<crate::repo::seen::StateDir>,
 }
 
 /// What [`repair_index`] did (or, in a dry run, would do).
@@ -64,10 +64,10 @@ pub struct IndexRepair {
 }
 
 /// The lock a repair takes: exclusive, shared for a dry run (which only reads).
-fn repair_lock(opts: &RepairOptions) -> crate::lock::LockKind {
+fn repair_lock(opts: &RepairOptions) -> crate::repo::lock::LockKind {
     match opts.dry_run {
-        true => crate::lock::LockKind::Shared,
-        false => crate::lock::LockKind::Exclusive,
+        true => crate::repo::lock::LockKind::Shared,
+        false => crate::repo::lock::LockKind::Exclusive,
     }
 }
 
@@ -131,7 +131,7 @@ pub fn repair_index(repo: &Repository, opts: &RepairOptions) -> Result<IndexRepa
                     rep.packs_added += 1;
                 }
                 rep.blobs += v.good.len() as u64;
-                packs.push(crate::pack::IndexedPack {
+                packs.push(crate::repo::pack::IndexedPack {
                     id,
                     version: v.version,
                     entries: v.good,
@@ -178,11 +178,11 @@ pub fn repair_index(repo: &Repository, opts: &RepairOptions) -> Result<IndexRepa
 fn salvage(
     repo: &Repository,
     bytes: &[u8],
-    good: &[crate::pack::PackEntry],
-    version: crate::format::Version,
+    good: &[crate::repo::pack::PackEntry],
+    version: crate::repo::format::Version,
     dry_run: bool,
-) -> Result<(Id, Vec<crate::pack::PackEntry>)> {
-    let mut b = crate::pack::PackBuilder::default();
+) -> Result<(Id, Vec<crate::repo::pack::PackEntry>)> {
+    let mut b = crate::repo::pack::PackBuilder::default();
     for e in good {
         let start = e.offset as usize;
         let sealed = bytes
@@ -193,7 +193,11 @@ fn salvage(
     // The blobs keep their sealing, so the new pack is of the damaged one's format.
     let p = b.finish(repo.key(), version);
     if !dry_run {
-        crate::store::put_content_named(repo.store(), &crate::pack::pack_path(&p.id), &p.bytes)?;
+        crate::store::put_content_named(
+            repo.store(),
+            &crate::repo::pack::pack_path(&p.id),
+            &p.bytes,
+        )?;
     }
     Ok((p.id, p.entries))
 }
@@ -252,7 +256,7 @@ pub fn repair_snapshots(repo: &mut Repository, opts: &RepairOptions) -> Result<S
             usable_elsewhere.len(),
         )));
     }
-    let bad = crate::check::unreadable_blobs(repo, false)?;
+    let bad = crate::ops::check::unreadable_blobs(repo, false)?;
     let usable = |id: &Id| repo.index().contains(id) && !bad.contains(id);
     let snaps = repo.snapshots()?;
     let mut rep = SnapshotsRepair {
@@ -281,9 +285,9 @@ pub fn repair_snapshots(repo: &mut Repository, opts: &RepairOptions) -> Result<S
     }
     // Removed on purpose: out of this host's record before they go.
     if let Some(state) = &opts.state {
-        let mut record = crate::seen::Record::of(state, repo);
+        let mut record = crate::repo::seen::Record::of(state, repo);
         let mut removing: Vec<Id> = plans.iter().map(|(s, _, _)| s.id).collect();
-        removing.extend(crate::seen::ids_in(
+        removing.extend(crate::repo::seen::ids_in(
             snaps.damaged.iter().map(|d| d.path.as_str()),
         ));
         record.forget(&removing);

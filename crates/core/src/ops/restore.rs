@@ -19,16 +19,16 @@
 //! together), deepest first, so that none becomes unwritable before its content is in.
 
 use crate::error::{Error, Result};
-use crate::id::Id;
 use crate::maildir::{self, safe_component, safe_relative};
 use crate::model::reader::{read_by_packs, Alone, Blobs, SpanOptions};
 use crate::model::{
     folder_selected, message_selected, no_folder_matches, select_accounts, PickedAccount,
 };
+use crate::repo::id::Id;
+use crate::repo::tree::{AccountRef, AccountTree, DirEntry, FileEntry, FolderNode, MessageEntry};
+use crate::repo::tree::{OwnerNames, RootTree, Timestamp, NO_OWNER};
 use crate::repo::{lock, Repository};
 use crate::report::{per_sec, Failure, Progress};
-use crate::tree::{AccountRef, AccountTree, DirEntry, FileEntry, FolderNode, MessageEntry};
-use crate::tree::{OwnerNames, RootTree, Timestamp, NO_OWNER};
 use rustix::fs::{Mode, OFlags};
 use rustix::io::Errno;
 use serde::Serialize;
@@ -1518,12 +1518,12 @@ mod tests {
     mod spans {
         //! Issue 12: restores read pack spans, not blobs.
         use super::super::*;
-        use crate::backup::{backup, BackupOptions};
-        use crate::crypto::KdfParams;
         use crate::model::reader::{plan, read_by_packs, read_by_spans, PackPlan, SpanOptions};
+        use crate::ops::backup::{backup, BackupOptions};
+        use crate::repo::crypto::KdfParams;
+        use crate::repo::tree::{AccountTree, RootTree};
         use crate::report::NoProgress;
         use crate::store::{LocalStore, MemoryStore, Metered, Store};
-        use crate::tree::{AccountTree, RootTree};
         use std::collections::BTreeMap;
         use std::sync::Arc;
 
@@ -1971,7 +1971,9 @@ mod tests {
             let root: RootTree = repo.read_tree(&snap.root).unwrap();
             assert_eq!(root.accounts[1].name, "bob@example.org");
             let loc = *repo.index().get(&root.accounts[1].tree).unwrap();
-            let file = store_dir.join(crate::pack::pack_path(&repo.index().pack_id(loc.pack)));
+            let file = store_dir.join(crate::repo::pack::pack_path(
+                &repo.index().pack_id(loc.pack),
+            ));
             let mut bytes = fs::read(&file).unwrap();
             bytes[(loc.offset + loc.stored_len / 2) as usize] ^= 1;
             let mut perm = fs::metadata(&file).unwrap().permissions();
@@ -2033,7 +2035,7 @@ mod tests {
             for (path, offset, len) in &reads {
                 let holds = contents.iter().flatten().any(|id| {
                     let l = index.get(id).unwrap();
-                    crate::pack::pack_path(&index.pack_id(l.pack)) == *path
+                    crate::repo::pack::pack_path(&index.pack_id(l.pack)) == *path
                         && u64::from(l.offset) >= *offset
                         && u64::from(l.offset) + u64::from(l.stored_len) <= offset + len
                 });
@@ -2058,7 +2060,7 @@ mod tests {
             let entry = repo.read_chunk(&sent.chunks[0]).unwrap().remove(7);
             let id = entry.content[0];
             let loc = *repo.index().get(&id).unwrap();
-            let pack = crate::pack::pack_path(&repo.index().pack_id(loc.pack));
+            let pack = crate::repo::pack::pack_path(&repo.index().pack_id(loc.pack));
             let file = store_dir.join(&pack);
             let mut bytes = fs::read(&file).unwrap();
             bytes[(loc.offset + loc.stored_len / 2) as usize] ^= 1;

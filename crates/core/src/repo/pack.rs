@@ -15,11 +15,11 @@
 //! Format 2 seals the header's length, so a pack's size no longer tells how many blobs it
 //! holds.
 
-use crate::compress::Codec;
-use crate::crypto::{MasterKey, SEAL_OVERHEAD};
 use crate::error::{Error, Result};
-use crate::format::{Object, Version};
-use crate::id::Id;
+use crate::repo::compress::Codec;
+use crate::repo::crypto::{MasterKey, SEAL_OVERHEAD};
+use crate::repo::format::{Object, Version};
+use crate::repo::id::Id;
 use crate::store::Store;
 
 const MAGIC: &[u8; 4] = b"MVPK";

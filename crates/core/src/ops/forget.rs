@@ -10,18 +10,18 @@
 //! and removes the rest.
 //!
 //! Removing a snapshot file would look like a rollback to every host that saw it
-//! ([`crate::seen`]). So before any snapshot file is deleted, this host's record drops
+//! ([`crate::repo::seen`]). So before any snapshot file is deleted, this host's record drops
 //! its ids, and a sealed, content-named **forget record** `forgotten/<id>` listing them
 //! is written durably into the repository ([`remove_snapshots`], also used by `tag`):
 //! other hosts take the ids listed there as removed on purpose ([`forgotten`]). Someone
 //! without the key cannot write one.
 
 use crate::error::{Error, Result};
-use crate::format::Version;
-use crate::id::Id;
+use crate::repo::format::Version;
+use crate::repo::id::Id;
+use crate::repo::seen::{Record, StateDir};
+use crate::repo::snapshot::Snapshot;
 use crate::repo::{file_id, Named, Repository};
-use crate::seen::{Record, StateDir};
-use crate::snapshot::Snapshot;
 use jiff::civil::{Date, DateTime};
 use jiff::tz::TimeZone;
 use jiff::{SignedDuration, Timestamp};

@@ -1,4 +1,4 @@
-//! `mailvault migrate`: rewrites a format-1 repository as format 2 (`crate::format`).
+//! `mailvault migrate`: rewrites a format-1 repository as format 2 (`crate::repo::format`).
 //!
 //! What is rewritten is the metadata: every tree blob is read, verified against its id
 //! and sealed again into new format-2 tree packs (bound to its kind and id); dictionaries,
@@ -24,15 +24,15 @@
 //! removes what was staged and the record, leaving the repository as it was.
 
 use crate::error::{Error, Result};
-use crate::format::{Object, Version};
-use crate::id::Id;
-use crate::lock::LockKind;
-use crate::pack::{self, BlobKind, IndexedPack, PackEntry};
+use crate::repo::format::{Object, Version};
+use crate::repo::id::Id;
+use crate::repo::lock::LockKind;
+use crate::repo::pack::{self, BlobKind, IndexedPack, PackEntry};
+use crate::repo::snapshot::Snapshot;
 use crate::repo::{
     file_id, open_as, seal_as, seal_config, BlobSaver, Named, Repository, WriterRecord,
     MIGRATE_STATE,
 };
-use crate::snapshot::Snapshot;
 use crate::store::put_content_named;
 use rayon::prelude::*;
 use serde::Serialize;
@@ -45,7 +45,7 @@ pub struct MigrateOptions {
     pub dry_run: bool,
     /// This host's state directory: the old snapshot ids leave its record of the
     /// repository (they are replaced, not rolled back) and the record notes format 2.
-    pub state: Option<crate::seen::StateDir>,
+    pub state: Option<crate::repo::seen::StateDir>,
 }
 
 /// What [`migrate`] did (or, in a dry run, would do).
@@ -107,7 +107,7 @@ pub fn migrate(repo: &mut Repository, opts: &MigrateOptions) -> Result<MigrateRe
         (Version::V2, true) => {
             // Killed after the commit: only the leftovers are to go.
             let lock = match opts.dry_run {
-                true => crate::lock::RepoLock::none(),
+                true => crate::repo::lock::RepoLock::none(),
                 false => repo.lock(LockKind::Exclusive, "migrate")?,
             };
             take_over(repo, opts.dry_run, lock.path().as_deref())?;
@@ -163,12 +163,12 @@ pub fn migrate(repo: &mut Repository, opts: &MigrateOptions) -> Result<MigrateRe
 }
 
 /// Takes the snapshots `replaced` out of this host's record of the repository and notes
-/// its format version there (see `crate::seen`); a failure is a warning.
+/// its format version there (see `crate::repo::seen`); a failure is a warning.
 fn note_in_record(opts: &MigrateOptions, repo: &Repository, replaced: &[crate::Id]) {
     let Some(state) = &opts.state else {
         return;
     };
-    let mut record = crate::seen::Record::of(state, repo);
+    let mut record = crate::repo::seen::Record::of(state, repo);
     record.forget(replaced);
     record.save();
     for w in record.take_warnings() {
@@ -376,7 +376,7 @@ fn first_record(repo: &Repository, mine: Option<&str>) -> Result<Option<String>>
     let stale = repo.lock_options().stale;
     let found = repo.lock_store().list(mine, true)?;
     let blocking = found.into_iter().find(|f| match &f.found {
-        crate::lock::Found::Lock(r) => r.operation == "backup" || !f.is_stale(stale),
+        crate::repo::lock::Found::Lock(r) => r.operation == "backup" || !f.is_stale(stale),
         _ => true,
     });
     Ok(blocking.map(|f| f.path))

@@ -1,25 +1,25 @@
 //! Backup of a Maildir store into a repository.
 //!
 //! Accounts, folders and new messages are processed in parallel on a thread pool of
-//! `jobs` threads; every worker reads a message, splits it ([`crate::split`]), and hands
+//! `jobs` threads; every worker reads a message, splits it ([`crate::repo::split`]), and hands
 //! the pieces to the shared [`BlobSaver`], which deduplicates, compresses, seals and
 //! writes full packs. Messages whose Maildir key, size and mtime match the parent
 //! snapshot are not read at all: a flag change (a rename), a move from `new/` to `cur/` or
 //! to another folder keeps the key. Memory holds the index, one account's parent entries
 //! per worker, and the packs being filled.
 
-use crate::compress::Compression;
 use crate::error::{Error, Result};
-use crate::id::Id;
 use crate::maildir::{self, AccountSource, FolderSource, MessageFile};
-use crate::pack::{BlobKind, PackList};
-use crate::repo::{lock, BlobSaver, Repository, WriterMark};
-use crate::report::{per_sec, ratio, Failure, Progress};
-use crate::snapshot::{Snapshot, SnapshotSummary};
-use crate::tree::{
+use crate::repo::compress::Compression;
+use crate::repo::id::Id;
+use crate::repo::pack::{BlobKind, PackList};
+use crate::repo::snapshot::{Snapshot, SnapshotSummary};
+use crate::repo::tree::{
     self, AccountRef, AccountTree, ChunkRef, DirEntry, FileEntry, FolderNode, MessageChunk,
     MessageEntry, NameChunk, OwnerNames, RootTree,
 };
+use crate::repo::{lock, BlobSaver, Repository, WriterMark};
+use crate::report::{per_sec, ratio, Failure, Progress};
 use rayon::prelude::*;
 use serde::Serialize;
 use std::collections::{BTreeSet, HashMap};
@@ -105,7 +105,7 @@ pub(crate) struct RunMeta {
     pub(crate) parent: Option<Snapshot>,
     pub(crate) packs_resumed: u64,
     /// This run's lock: still good when the snapshot is saved, or no snapshot.
-    pub(crate) lock: crate::lock::LockWatch,
+    pub(crate) lock: crate::repo::lock::LockWatch,
 }
 
 /// After a backup run of any source has saved its snapshot: its packs join the
@@ -257,7 +257,7 @@ pub fn backup_at(
     let compression = opts.compression.unwrap_or(repo.config().compression);
     if compression == Compression::Zstd && !repo.has_dictionary() {
         let samples = sample_blobs(&accounts, repo.chunker());
-        if let Some(dict) = crate::compress::train(&samples) {
+        if let Some(dict) = crate::repo::compress::train(&samples) {
             repo.add_dictionary(&dict)?;
         }
     }
@@ -320,7 +320,7 @@ fn run(
     parent_accounts: HashMap<String, AccountRef>,
     accounts: Vec<AccountSource>,
     resumed: PackList,
-    watch: crate::lock::LockWatch,
+    watch: crate::repo::lock::LockWatch,
     progress: &dyn Progress,
 ) -> Result<(BackupReport, PackList)> {
     let packs_resumed = resumed.len() as u64;
@@ -387,7 +387,7 @@ fn run(
 
 /// Pieces of a spread of messages across the store, to train the compression dictionary
 /// on: up to 4000 messages or 8 MiB, taken round-robin over folders and accounts.
-fn sample_blobs(accounts: &[AccountSource], chunker: &crate::split::Chunker) -> Vec<Vec<u8>> {
+fn sample_blobs(accounts: &[AccountSource], chunker: &crate::repo::split::Chunker) -> Vec<Vec<u8>> {
     const MAX_FILES: usize = 4000;
     const MAX_BYTES: u64 = 8 << 20;
     let mut folders: Vec<Vec<PathBuf>> = Vec::new();
@@ -426,8 +426,8 @@ fn sample_blobs(accounts: &[AccountSource], chunker: &crate::split::Chunker) -> 
             return;
         }
         let Ok(data) = std::fs::read(p) else { return };
-        for r in crate::split::split(&data, chunker) {
-            if r.len() <= crate::compress::DICT_MAX_BLOB
+        for r in crate::repo::split::split(&data, chunker) {
+            if r.len() <= crate::repo::compress::DICT_MAX_BLOB
                 && total.fetch_add(r.len() as u64, Relaxed) < MAX_BYTES
             {
                 lock(&out).push(data[r].to_vec());
@@ -706,11 +706,11 @@ fn save_content(ctx: &Ctx, data: &[u8]) -> Result<Vec<Id>> {
     store_content(&ctx.saver, data)
 }
 
-/// Splits a message (or any file) into blobs ([`crate::split`]) and saves them; returns
+/// Splits a message (or any file) into blobs ([`crate::repo::split`]) and saves them; returns
 /// the content ids in order. For every kind of source.
 pub fn store_content(saver: &BlobSaver, data: &[u8]) -> Result<Vec<Id>> {
     let mut ids = Vec::new();
-    for r in crate::split::split(data, saver.repo().chunker()) {
+    for r in crate::repo::split::split(data, saver.repo().chunker()) {
         ids.push(saver.save(BlobKind::Data, &data[r])?);
     }
     Ok(ids)

@@ -10,11 +10,11 @@
 //! `pack_version` is the format the pack was written in: a repository migrated from
 //! format 1 keeps its format-1 data packs, whose blobs are sealed without associated data.
 
-use crate::compress::Codec;
 use crate::error::{Error, Result};
-use crate::format::Version;
-use crate::id::Id;
-use crate::pack::{BlobKind, IndexedPack, PackEntry};
+use crate::repo::compress::Codec;
+use crate::repo::format::Version;
+use crate::repo::id::Id;
+use crate::repo::pack::{BlobKind, IndexedPack, PackEntry};
 use std::collections::HashMap;
 
 const MAGIC: &[u8; 4] = b"MVIX";

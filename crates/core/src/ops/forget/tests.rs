@@ -2,9 +2,9 @@
 //! durations and grouping.
 
 use super::*;
-use crate::crypto::KdfParams;
+use crate::repo::crypto::KdfParams;
+use crate::repo::snapshot::SnapshotSummary;
 use crate::repo::InitOptions;
-use crate::snapshot::SnapshotSummary;
 use crate::store::{MemoryStore, Store};
 use std::sync::Arc;
 

@@ -2,7 +2,7 @@
 //! it removed itself, and the highest repository format version it has seen. Nothing inside
 //! a repository shows that someone deleted snapshot files or put back an older copy of the
 //! repository or of its config; a record kept on the host does. `check` reports snapshots
-//! this host saw that are gone (a rollback, [`crate::check::DamageKind::Rollback`]),
+//! this host saw that are gone (a rollback, [`crate::ops::check::DamageKind::Rollback`]),
 //! `backup` and `snapshots` warn about them (except those a forget record in the
 //! repository lists, [`Record::observe_in`]), and opening a repository whose config says a
 //! lower format version than this host has seen fails ([`Error::FormatRollback`]).
@@ -14,7 +14,7 @@
 //! read is replaced and one that cannot be written is left as it is, each with a warning.
 
 use crate::error::{Error, Result};
-use crate::id::Id;
+use crate::repo::id::Id;
 use crate::repo::{file_id, Repository, Snapshots};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeSet;
@@ -307,7 +307,7 @@ impl Record {
     }
 
     /// [`Record::observe`], then the snapshots it finds missing that a forget record in
-    /// `repo` lists ([`crate::forget::forgotten`]: `forget` or `tag` removed them on
+    /// `repo` lists ([`crate::ops::forget::forgotten`]: `forget` or `tag` removed them on
     /// purpose, on this host or another) are forgotten instead of returned. Read after
     /// the listing: a forget writes its record before it deletes. A record that cannot
     /// be read is a warning, and its snapshots stay missing.
@@ -320,7 +320,7 @@ impl Record {
         if missing.is_empty() {
             return missing;
         }
-        let forgotten = match crate::forget::forgotten(repo) {
+        let forgotten = match crate::ops::forget::forgotten(repo) {
             Ok((ids, warnings)) => {
                 self.warnings.extend(warnings);
                 ids

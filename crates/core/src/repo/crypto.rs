@@ -15,7 +15,7 @@
 //! RustCrypto's, which a test checks both ways.
 
 use crate::error::{Error, Result};
-use crate::id::Id;
+use crate::repo::id::Id;
 use rand::RngCore;
 use ring::aead::{Aad, LessSafeKey, Nonce, UnboundKey, CHACHA20_POLY1305};
 use serde::{Deserialize, Serialize};

@@ -1,6 +1,6 @@
 //! `mailvault prune`: removes the packs and blobs no snapshot uses.
 //!
-//! Under the repository's exclusive lock (`crate::lock`), so that no backup, restore or
+//! Under the repository's exclusive lock (`crate::repo::lock`), so that no backup, restore or
 //! check runs meanwhile: every snapshot's trees are walked for the blob ids they use (ids
 //! only); each pack listed by the index is then kept, deleted (no used blob) or repacked
 //! (more than `max_unused` percent of its blob bytes unused: its used blobs are read,
@@ -18,14 +18,14 @@
 //! warning and the next prune deletes.
 
 use crate::error::{Error, Result};
-use crate::format::Version;
-use crate::id::Id;
-use crate::lock::{Found, LockKind};
-use crate::pack::{self, BlobKind, IndexedPack, PackBuilder, PackEntry};
+use crate::repo::format::Version;
+use crate::repo::id::Id;
+use crate::repo::lock::{Found, LockKind};
+use crate::repo::pack::{self, BlobKind, IndexedPack, PackBuilder, PackEntry};
+use crate::repo::snapshot::Snapshot;
+use crate::repo::tree::{AccountTree, MessageChunk, RootTree};
 use crate::repo::{file_id, lock, Repository, MIGRATE_STATE};
 use crate::report::Progress;
-use crate::snapshot::Snapshot;
-use crate::tree::{AccountTree, MessageChunk, RootTree};
 use serde::Serialize;
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -42,7 +42,7 @@ pub struct PruneOptions {
     pub dry_run: bool,
     /// With `dry_run`: plan as if these snapshots were gone (`forget --prune --dry-run`
     /// shows what the prune after the forget would free, as restic does).
-    pub as_if_gone: Vec<crate::id::Id>,
+    pub as_if_gone: Vec<crate::repo::id::Id>,
 }
 
 impl Default for PruneOptions {
@@ -631,9 +631,9 @@ fn index_chunks(packs: &[IndexedPack]) -> Vec<&[IndexedPack]> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::compress::Compression;
-    use crate::crypto::KdfParams;
-    use crate::lock::LockOptions;
+    use crate::repo::compress::Compression;
+    use crate::repo::crypto::KdfParams;
+    use crate::repo::lock::LockOptions;
     use crate::repo::{BlobSaver, InitOptions};
     use crate::report::NoProgress;
     use crate::store::{MemoryStore, Store};
@@ -730,7 +730,7 @@ mod tests {
         unused_blob(&repo);
         repo.set_lock_options(LockOptions::default());
         // A killed backup's lock (its process gone): stale at once.
-        let dead = crate::lock::LockRecord {
+        let dead = crate::repo::lock::LockRecord {
             hostname: crate::hostname(),
             pid: 4_000_000_000,
             time: crate::now_unix(),
@@ -743,11 +743,11 @@ mod tests {
         store
             .put(
                 "locks/dead",
-                &repo.seal_object(crate::format::Object::Writer("locks/dead"), &json),
+                &repo.seal_object(crate::repo::format::Object::Writer("locks/dead"), &json),
             )
             .unwrap();
         // A backup on another host that refreshed its lock a minute ago.
-        let live = crate::lock::LockRecord {
+        let live = crate::repo::lock::LockRecord {
             hostname: "elsewhere".into(),
             pid: 1,
             time: crate::now_unix() - 60,
@@ -757,7 +757,7 @@ mod tests {
         store
             .put(
                 "locks/live",
-                &repo.seal_object(crate::format::Object::Writer("locks/live"), &json),
+                &repo.seal_object(crate::repo::format::Object::Writer("locks/live"), &json),
             )
             .unwrap();
         let e = prune(&mut repo, &PruneOptions::default(), &NoProgress)
@@ -850,7 +850,7 @@ mod tests {
         let repo = open(&store);
         unused_blob(&repo);
         let rec = serde_json::to_vec(&crate::repo::WriterRecord::this_process()).unwrap();
-        let sealed = repo.seal_object(crate::format::Object::Writer("w1"), &rec);
+        let sealed = repo.seal_object(crate::repo::format::Object::Writer("w1"), &rec);
         let wrapped = Arc::new(OlderBackupStarts {
             inner: store.clone(),
             record: Mutex::new(None),

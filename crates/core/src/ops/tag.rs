@@ -1,14 +1,14 @@
 //! `tag`: changing the tags of snapshots. A snapshot is immutable and named by its
 //! content, so a changed one is written as a new snapshot (same content but the tags, so a
 //! new id), made durable, and the old file is then removed as `forget` removes one
-//! ([`crate::forget::remove_snapshots`]: out of this host's record, listed in a forget
+//! ([`crate::ops::forget::remove_snapshots`]: out of this host's record, listed in a forget
 //! record, deleted), so that no host takes the old id's absence for a rollback. Killed in
 //! between, both are there with the same root: harmless (run `tag` again, or forget the
 //! old one).
 
 use crate::error::{Error, Result};
-use crate::forget::remove_snapshots;
-use crate::seen::StateDir;
+use crate::ops::forget::remove_snapshots;
+use crate::repo::seen::StateDir;
 use serde::Serialize;
 use std::collections::BTreeSet;
 
@@ -21,7 +21,7 @@ pub struct TagOptions {
     pub add: Vec<String>,
     pub remove: Vec<String>,
     pub set: Option<Vec<String>>,
-    /// This host's state directory (see [`crate::forget::ForgetOptions::state`]).
+    /// This host's state directory (see [`crate::ops::forget::ForgetOptions::state`]).
     pub state: Option<StateDir>,
 }
 
@@ -70,7 +70,7 @@ pub fn tag(repo: &crate::Repository, opts: &TagOptions) -> Result<TagReport> {
     repo.refuse_if_migrating()?;
     // Shared: a prune (exclusive) never lists snapshots while one is being swapped for
     // its retagged copy (it could miss both, and delete what they use).
-    let _lock = repo.lock(crate::lock::LockKind::Shared, "tag")?;
+    let _lock = repo.lock(crate::repo::lock::LockKind::Shared, "tag")?;
     let mut rep = TagReport::default();
     let mut done = BTreeSet::new();
     let mut replaced = Vec::new();

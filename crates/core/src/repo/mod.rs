@@ -8,7 +8,7 @@
 //! index/<id>             sealed index files
 //! snapshots/<id>         sealed snapshot JSON
 //! dicts/<id>             sealed zstd dictionaries
-//! locks/<random>         sealed lock records (`crate::lock`)
+//! locks/<random>         sealed lock records (`crate::repo::lock`)
 //! writers/<random>       sealed records of backups in progress (older mailvaults)
 //! migrate/state          sealed record of an unfinished `mailvault migrate`
 //! damaged/...            files the repairs set aside
@@ -18,23 +18,35 @@
 //! Write order is packs -> index -> snapshot: a snapshot only exists once everything it
 //! references does.
 //!
-//! Formats 1 and 2 are read and written (`crate::format`); every seal and open goes
+//! Formats 1 and 2 are read and written (`crate::repo::format`); every seal and open goes
 //! through [`Repository::seal_object`] / [`Repository::open_object`], which bind an
 //! object's type and name in format 2.
 
-use crate::compress::{self, Compression};
-use crate::crypto::{KdfParams, KeyFile, MasterKey};
+pub mod b64;
+pub mod compress;
+pub mod crypto;
+pub mod format;
+pub mod id;
+pub mod index;
+pub mod lock;
+pub mod pack;
+pub mod seen;
+pub mod snapshot;
+pub mod split;
+pub mod tree;
+
 use crate::error::{Error, Result};
-use crate::format::{self, Object, Version};
-use crate::id::Id;
-use crate::index::{self, Index, Location};
-use crate::lock::{Found, LockKind, LockOptions, LockStore, RepoLock, UnlockReport};
-use crate::pack::{self, BlobKind, FinishedPack, IndexedPack, PackBuilder, PackEntry, PackList};
-use crate::snapshot::Snapshot;
-use crate::split::{Chunker, ChunkerParams};
 use crate::store::{put_content_named, ObjectInfo, Store};
-use crate::tree;
+use compress::Compression;
+use crypto::{KdfParams, KeyFile, MasterKey};
+use format::{Object, Version};
+use id::Id;
+use index::{Index, Location};
+use lock::{Found, LockKind, LockOptions, LockStore, RepoLock, UnlockReport};
+use pack::{BlobKind, FinishedPack, IndexedPack, PackBuilder, PackEntry, PackList};
 use serde::{Deserialize, Serialize};
+use snapshot::Snapshot;
+use split::{Chunker, ChunkerParams};
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -105,7 +117,7 @@ pub struct Repository {
     /// zstd dictionaries from `dicts/`.
     dicts: compress::Dictionaries,
     /// `migrate/state` was there at open: a `mailvault migrate` is unfinished (see
-    /// `crate::migrate`), and files of the other format are its leftovers.
+    /// `crate::ops::migrate`), and files of the other format are its leftovers.
     migrating: bool,
     /// Index and dictionary files skipped at open as leftovers of that migration.
     leftovers: Vec<String>,
@@ -113,7 +125,7 @@ pub struct Repository {
     lock_options: LockOptions,
 }
 
-/// The record an unfinished `mailvault migrate` leaves (`crate::migrate`).
+/// The record an unfinished `mailvault migrate` leaves (`crate::ops::migrate`).
 pub const MIGRATE_STATE: &str = "migrate/state";
 
 impl Repository {
@@ -203,7 +215,7 @@ impl Repository {
         store.bind(&config.id);
         let mut repo = Repository::unloaded(store, key, config, version);
         repo.load()?;
-        crate::seen::check_format(&repo.config.id, repo.config.version)?;
+        crate::repo::seen::check_format(&repo.config.id, repo.config.version)?;
         repo.refuse_downgraded_config()?;
         Ok(repo)
     }
@@ -853,7 +865,7 @@ impl Repository {
             true => format::padme(base + 1),
             false => base,
         };
-        snap.summary.bytes_added += (stored + crate::crypto::SEAL_OVERHEAD) as u64;
+        snap.summary.bytes_added += (stored + crate::repo::crypto::SEAL_OVERHEAD) as u64;
         self.save_snapshot(snap)
     }
 
@@ -890,7 +902,7 @@ impl Repository {
         }
     }
 
-    /// Starts a backup. Takes a shared lock (`locks/`, see `crate::lock`) before any pack
+    /// Starts a backup. Takes a shared lock (`locks/`, see `crate::repo::lock`) before any pack
     /// is written, so that a prune waits for it and, if it is killed, the next backup
     /// knows there may be packs no index lists; when such a stale record of an earlier
     /// writer is there (a lock, or an older mailvault's `writers/` record), looks for those
@@ -947,7 +959,7 @@ impl Repository {
         &self.lock_options
     }
 
-    /// Takes a lock on the repository for `operation` (see `crate::lock`), waiting as the
+    /// Takes a lock on the repository for `operation` (see `crate::repo::lock`), waiting as the
     /// lock options say; none with `no_lock`, which only reads may use.
     pub fn lock(&self, kind: LockKind, operation: &str) -> Result<RepoLock> {
         let mut opts = self.lock_options.clone();
@@ -976,7 +988,7 @@ impl Repository {
 
     /// Removes stale locks, or all of them with `remove_all` (`mailvault unlock`).
     pub fn unlock(&self, remove_all: bool) -> Result<UnlockReport> {
-        crate::lock::unlock(&self.lock_store(), remove_all, self.lock_options.stale)
+        crate::repo::lock::unlock(&self.lock_store(), remove_all, self.lock_options.stale)
     }
 
     /// What reads and writes lock records.
@@ -1138,7 +1150,7 @@ pub(crate) enum Named {
     Index,
     Snapshot,
     Dictionary,
-    /// `forgotten/<id>` (`crate::forget`).
+    /// `forgotten/<id>` (`crate::ops::forget`).
     Forgotten,
 }
 
@@ -1284,7 +1296,7 @@ pub(crate) struct PackVerdict {
 }
 
 /// A backup in progress, as recorded in `writers/<random id>` (sealed JSON); also the
-/// record of a migration in progress (`crate::migrate`).
+/// record of a migration in progress (`crate::ops::migrate`).
 #[derive(Serialize, Deserialize)]
 pub(crate) struct WriterRecord {
     pub(crate) hostname: String,
@@ -1326,7 +1338,7 @@ pub struct WriterMark {
 impl WriterMark {
     /// A handle on this backup's lock, to check that it is still good before the
     /// snapshot is saved (see [`RepoLock::verify`]).
-    pub fn watch(&self) -> crate::lock::LockWatch {
+    pub fn watch(&self) -> crate::repo::lock::LockWatch {
         self.lock.watch()
     }
 }
@@ -1688,7 +1700,7 @@ mod tests {
             // The config is padded to a fixed size whatever its content.
             assert_eq!(
                 store.get("config").unwrap().len(),
-                CONFIG_PADDED_LEN + crate::crypto::SEAL_OVERHEAD
+                CONFIG_PADDED_LEN + crate::repo::crypto::SEAL_OVERHEAD
             );
         }
         assert!(matches!(
@@ -1766,7 +1778,7 @@ mod tests {
         // host that no longer exists.
         let big = vec![7u8; 10_000];
         let id = write_unindexed_pack(&repo, &big);
-        let gone = crate::lock::LockRecord {
+        let gone = crate::repo::lock::LockRecord {
             hostname: crate::hostname(),
             pid: 4_000_000_000,
             time: crate::now_unix(),
@@ -1833,7 +1845,7 @@ mod tests {
     /// A killed writer's record, as a gone process of this host leaves it.
     /// The lock of a backup that was killed: its process is gone.
     fn gone_writer_record(repo: &Repository, store: &MemoryStore) {
-        let gone = crate::lock::LockRecord {
+        let gone = crate::repo::lock::LockRecord {
             hostname: crate::hostname(),
             pid: 4_000_000_000,
             time: crate::now_unix(),
@@ -1842,7 +1854,7 @@ mod tests {
             operation: "backup".into(),
             lock: "0000gone".into(),
         };
-        let path = format!("{}0000gone", crate::lock::LOCKS);
+        let path = format!("{}0000gone", crate::repo::lock::LOCKS);
         store
             .put(
                 &path,
