@@ -6,16 +6,18 @@
 
 pub mod error;
 pub mod imap;
-pub mod maildir;
 pub mod model;
 pub mod ops;
 pub mod repo;
 pub mod report;
+pub mod source;
 pub mod store;
 #[cfg(feature = "testing")]
 pub mod testing;
 
 pub use error::{Error, Result};
+/// Maildir stores on disk (moved to [`source::maildir`]).
+pub use source::maildir;
 pub use repo::compress::Compression;
 pub use repo::id::Id;
 pub use repo::{InitOptions, Repository};

@@ -8,7 +8,8 @@
 //! The wire protocol is `mailvault-imap`'s; this module only decides what to send and
 //! keeps the books. What is normalized on the way is written down in `docs/imap.md`.
 
-pub mod backup;
+/// IMAP backups (moved to [`crate::source::imap`], the IMAP [`crate::source::Source`]).
+pub use crate::source::imap as backup;
 pub mod journal;
 pub mod names;
 pub mod prepare;

@@ -1,53 +1,50 @@
-//! Backup of a Maildir store into a repository.
+//! The backup pipeline, one for every [`Source`] (Maildir, IMAP; docs/architecture.md).
 //!
-//! Accounts, folders and new messages are processed in parallel on a thread pool of
-//! `jobs` threads; every worker reads a message, splits it ([`crate::repo::split`]), and hands
-//! the pieces to the shared [`BlobSaver`], which deduplicates, compresses, seals and
-//! writes full packs. Messages whose Maildir key, size and mtime match the parent
-//! snapshot are not read at all: a flag change (a rename), a move from `new/` to `cur/` or
-//! to another folder keeps the key. Memory holds the index, one account's parent entries
-//! per worker, and the packs being filled.
+//! A source finds accounts and folders, decides what is unchanged since the parent
+//! snapshot and reads what is new; everything else is here, once: the parent snapshot
+//! (same source label and host) and its account trees, the writer record and lock, the
+//! compression dictionary, the [`BlobSaver`] (dedup, compression, packs) every message
+//! and folder file goes through ([`store_content`]), the Maildir names of messages given
+//! by flags ([`FolderWriter::store`]), folder entries cut into tree chunks
+//! ([`save_entries`]), owners, counters, progress, failures, the [`BackupReport`] and the
+//! snapshot. Accounts and folders run in parallel as the source's [`Parallelism`] says:
+//! on a rayon pool of `jobs` threads, or over sessions (connections) per account.
+
+pub use crate::source::maildir::{backup, backup_at, BackupOptions};
 
 use crate::error::{Error, Result};
-use crate::maildir::{self, AccountSource, FolderSource, MessageFile};
 use crate::repo::compress::Compression;
 use crate::repo::id::Id;
 use crate::repo::pack::{BlobKind, PackList};
 use crate::repo::snapshot::{Snapshot, SnapshotSummary};
 use crate::repo::tree::{
     self, AccountRef, AccountTree, ChunkRef, DirEntry, FileEntry, FolderNode, MessageChunk,
-    MessageEntry, NameChunk, OwnerNames, RootTree,
+    MessageEntry, NameChunk, OwnerNames, RootTree, Timestamp,
 };
 use crate::repo::{lock, BlobSaver, Repository, WriterMark};
 use crate::report::{per_sec, ratio, Failure, Progress};
+use crate::source::{
+    Account, FileData, Failures, Folder, FolderFile, FolderWriter, MessageMeta, NewMessage,
+    Parallelism, ParentAccount, Samples, Source,
+};
+use mailvault_imap::maildir_flags::{imap_to_maildir, KeywordTable};
 use rayon::prelude::*;
 use serde::Serialize;
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeSet, HashMap, VecDeque};
 use std::io::ErrorKind;
-use std::os::unix::fs::MetadataExt;
-use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
-use std::sync::Mutex;
+use std::sync::{Mutex, OnceLock};
 use std::time::Instant;
 
-/// What to back up and how.
+/// What the pipeline needs besides the source.
 #[derive(Clone, Debug)]
-pub struct BackupOptions {
-    /// A store root (`/var/vmail`) or a single Maildir.
-    pub source: PathBuf,
-    /// The account name of a single Maildir, or the accounts of a store to back up.
-    pub accounts: Vec<String>,
-    /// Worker threads; 0 means one per core.
-    pub jobs: usize,
+pub struct RunOptions {
     /// Overrides the repository's compression for this run.
     pub compression: Option<Compression>,
     pub tags: Vec<String>,
     pub hostname: String,
-    /// Read every message even if the parent snapshot has it.
+    /// No parent snapshot: read every message.
     pub force: bool,
-    /// Also stat messages the parent snapshot has, and read them again when their size or
-    /// mtime changed (for stores whose files are edited in place, against Maildir's rules).
-    pub stat_unchanged: bool,
 }
 
 /// The end-of-run summary.
@@ -189,15 +186,31 @@ pub(crate) fn finish_run(
     Ok((report, written))
 }
 
-struct Ctx<'a> {
+/// The state a backup run shares between its workers.
+pub(crate) struct Ctx<'a> {
     saver: BlobSaver<'a>,
-    failures: Mutex<Vec<Failure>>,
+    failures: Failures,
     n: Counters,
     progress: &'a dyn Progress,
-    /// `--stat-unchanged`: known messages are stat'ed and folder files read again.
-    stat_unchanged: bool,
     /// Every uid and gid recorded, for the snapshot's table of owner names.
     owners: Mutex<Owners>,
+    /// The snapshot's time (seconds): the mtime of folder files a source makes up.
+    time: i64,
+    /// The user running the backup, owner of what a source makes up.
+    process_owner: OnceLock<(u32, u32)>,
+    /// [`Source::state_file`].
+    state_file: Option<&'static [u8]>,
+}
+
+impl Ctx<'_> {
+    fn process_owner(&self) -> (u32, u32) {
+        *self.process_owner.get_or_init(|| {
+            use std::os::unix::fs::MetadataExt;
+            std::fs::metadata("/proc/self")
+                .map(|m| (m.uid(), m.gid()))
+                .unwrap_or((0, 0))
+        })
+    }
 }
 
 /// The uids and gids seen by a backup.
@@ -226,42 +239,32 @@ impl Owners {
     }
 }
 
-impl Ctx<'_> {
-    fn fail(&self, item: impl Into<String>, e: impl std::fmt::Display) {
-        lock(&self.failures).push(Failure::new(item, e));
-    }
-}
-
-/// Backs up `opts.source` into `repo` and writes a snapshot, dated now.
-pub fn backup(
+/// Backs `source` up into `repo` and writes a snapshot dated `time` (Unix seconds and
+/// nanoseconds; `backup --time`, else [`crate::now`]). The one backup pipeline.
+pub fn run<S: Source>(
     repo: &mut Repository,
-    opts: &BackupOptions,
-    progress: &dyn Progress,
-) -> Result<BackupReport> {
-    backup_at(repo, opts, crate::now(), progress)
-}
-
-/// [`backup`] with the snapshot dated `time` (Unix seconds and nanoseconds) instead of
-/// now: `backup --time`, for imports of old stores and tests of forget policies.
-pub fn backup_at(
-    repo: &mut Repository,
-    opts: &BackupOptions,
+    source: &S,
+    opts: &RunOptions,
     time: (i64, u32),
     progress: &dyn Progress,
-) -> Result<BackupReport> {
+) -> Result<BackupReport, S::Error> {
     let started = Instant::now();
-    let source = std::path::absolute(&opts.source).map_err(|e| Error::io(&opts.source, e))?;
-    let label = format!("maildir:{}", source.display());
-    let accounts = maildir::discover(&source, &opts.accounts)?;
+    let label = source.label();
+    let accounts = source.accounts()?;
     let (resumed, mark) = repo.begin_backup()?;
     let compression = opts.compression.unwrap_or(repo.config().compression);
     if compression == Compression::Zstd && !repo.has_dictionary() {
-        let samples = sample_blobs(&accounts, repo.chunker());
+        let samples = Samples {
+            chunker: repo.chunker(),
+            total: AtomicU64::new(0),
+            out: Mutex::new(Vec::new()),
+        };
+        source.samples(&accounts, &samples);
+        let samples = samples.out.into_inner().unwrap_or_else(|p| p.into_inner());
         if let Some(dict) = crate::repo::compress::train(&samples) {
             repo.add_dictionary(&dict)?;
         }
     }
-
     let parent = if opts.force {
         None
     } else {
@@ -279,7 +282,6 @@ pub fn backup_at(
             .collect(),
         None => HashMap::new(),
     };
-
     let prefetch = !parent_accounts.is_empty();
     let (report, written) = std::thread::scope(|s| {
         if prefetch {
@@ -288,19 +290,35 @@ pub fn backup_at(
                 .spawn_scoped(s, || repo.prefetch_trees(TREE_PREFETCH_BUDGET))
                 .ok();
         }
-        run(
-            repo,
-            opts,
+        let repo: &Repository = repo;
+        let packs_resumed = resumed.len() as u64;
+        let ctx = Ctx {
+            saver: BlobSaver::new(repo, compression),
+            failures: Failures::default(),
+            n: Counters::default(),
+            progress,
+            owners: Mutex::new(Owners::default()),
+            time: time.0,
+            process_owner: OnceLock::new(),
+            state_file: source.state_file(),
+        };
+        ctx.saver.adopt(resumed);
+        let accounts = backup_accounts(&ctx, source, &accounts, &parent_accounts)?;
+        let root = RootTree {
+            accounts,
+            owners: lock(&ctx.owners).names(),
+        };
+        let meta = RunMeta {
             started,
             time,
-            label,
+            hostname: opts.hostname.clone(),
+            source: label,
+            tags: opts.tags.clone(),
             parent,
-            parent_accounts,
-            accounts,
-            resumed,
-            mark.watch(),
-            progress,
-        )
+            packs_resumed,
+            lock: mark.watch(),
+        };
+        finish_run(&ctx.saver, &ctx.n, ctx.failures.take(), root, meta).map_err(S::Error::from)
     })?;
     end_run(repo, &written, mark);
     Ok(report)
@@ -309,208 +327,168 @@ pub fn backup_at(
 /// At most this many bytes of tree packs are read ahead for an incremental backup.
 const TREE_PREFETCH_BUDGET: u64 = 256 << 20;
 
-#[allow(clippy::too_many_arguments)]
-fn run(
-    repo: &Repository,
-    opts: &BackupOptions,
-    started: Instant,
-    time: (i64, u32),
-    label: String,
-    parent: Option<Snapshot>,
-    parent_accounts: HashMap<String, AccountRef>,
-    accounts: Vec<AccountSource>,
-    resumed: PackList,
-    watch: crate::repo::lock::LockWatch,
-    progress: &dyn Progress,
-) -> Result<(BackupReport, PackList)> {
-    let packs_resumed = resumed.len() as u64;
-    let ctx = Ctx {
-        saver: BlobSaver::new(repo, opts.compression.unwrap_or(repo.config().compression)),
-        failures: Mutex::new(Vec::new()),
-        n: Counters::default(),
-        progress,
-        stat_unchanged: opts.stat_unchanged,
-        owners: Mutex::new(Owners::default()),
-    };
-    ctx.saver.adopt(resumed);
-    let pool = rayon::ThreadPoolBuilder::new()
-        .num_threads(opts.jobs)
-        .build()
-        .map_err(|e| {
-            Error::InvalidInput(format!("cannot start {} worker threads: {e}", opts.jobs))
-        })?;
-    // Largest accounts first (by the parent's count; new accounts last), one task each:
-    // a large account started last would leave one worker finishing it alone.
+/// Backs up every account, in parallel as the source allows; their refs in `accounts`
+/// order (failed ones left out and reported).
+fn backup_accounts<S: Source>(
+    ctx: &Ctx,
+    source: &S,
+    accounts: &[Account],
+    parents: &HashMap<String, AccountRef>,
+) -> Result<Vec<AccountRef>, S::Error> {
+    // Largest accounts first (by the parent's count; new accounts last): a large account
+    // started last would leave one worker finishing it alone.
     let mut order: Vec<usize> = (0..accounts.len()).collect();
     order.sort_by_key(|&i| {
-        std::cmp::Reverse(
-            parent_accounts
-                .get(&accounts[i].name)
-                .map_or(0, |r| r.messages),
-        )
+        std::cmp::Reverse(parents.get(&accounts[i].name).map_or(0, |r| r.messages))
     });
-    let mut refs: Vec<(usize, Option<AccountRef>)> = pool.install(|| {
-        order
-            .par_iter()
-            .with_max_len(1)
-            .map(|&i| {
-                let a = &accounts[i];
-                let r = match backup_account(&ctx, a, parent_accounts.get(&a.name)) {
-                    Ok(r) => Some(r),
-                    Err(e) => {
-                        ctx.fail(format!("account {}", a.name), e);
-                        None
-                    }
-                };
-                (i, r)
+    let one = |i: usize| -> Option<AccountRef> {
+        let a = &accounts[i];
+        match backup_account(ctx, source, a, parents.get(&a.name)) {
+            Ok(r) => Some(r),
+            Err(e) => {
+                ctx.failures.fail(format!("account {}", a.name), e);
+                None
+            }
+        }
+    };
+    let mut refs: Vec<(usize, Option<AccountRef>)> = match source.parallelism() {
+        Parallelism::Pool { jobs } => {
+            let pool = rayon::ThreadPoolBuilder::new()
+                .num_threads(jobs)
+                .build()
+                .map_err(|e| {
+                    Error::InvalidInput(format!("cannot start {jobs} worker threads: {e}"))
+                })?;
+            pool.install(|| {
+                order
+                    .par_iter()
+                    .with_max_len(1)
+                    .map(|&i| (i, one(i)))
+                    .collect()
             })
-            .collect()
-    });
+        }
+        Parallelism::Sessions { accounts: n, .. } => {
+            let slots: Vec<Mutex<Option<AccountRef>>> =
+                accounts.iter().map(|_| Mutex::new(None)).collect();
+            crate::imap::restore::for_each_parallel(order.len(), n, |k| {
+                let i = order[k];
+                *lock(&slots[i]) = one(i);
+            });
+            slots
+                .into_iter()
+                .map(|m| m.into_inner().unwrap_or_else(|p| p.into_inner()))
+                .enumerate()
+                .collect()
+        }
+    };
     refs.sort_unstable_by_key(|(i, _)| *i);
-    let root = RootTree {
-        accounts: refs.into_iter().filter_map(|(_, r)| r).collect(),
-        owners: lock(&ctx.owners).names(),
-    };
-    let failures = std::mem::take(&mut *lock(&ctx.failures));
-    let meta = RunMeta {
-        started,
-        time,
-        hostname: opts.hostname.clone(),
-        source: label,
-        tags: opts.tags.clone(),
-        parent,
-        packs_resumed,
-        lock: watch,
-    };
-    finish_run(&ctx.saver, &ctx.n, failures, root, meta)
+    Ok(refs.into_iter().filter_map(|(_, r)| r).collect())
 }
 
-/// Pieces of a spread of messages across the store, to train the compression dictionary
-/// on: up to 4000 messages or 8 MiB, taken round-robin over folders and accounts.
-fn sample_blobs(accounts: &[AccountSource], chunker: &crate::repo::split::Chunker) -> Vec<Vec<u8>> {
-    const MAX_FILES: usize = 4000;
-    const MAX_BYTES: u64 = 8 << 20;
-    let mut folders: Vec<Vec<PathBuf>> = Vec::new();
-    let mut candidates = 0;
-    'outer: for acc in accounts {
-        for f in maildir::folders(&acc.path).unwrap_or_default() {
-            let (files, _) = maildir::list_messages(&f.path);
-            let paths: Vec<PathBuf> = files.iter().take(256).map(|m| m.path(&f.path)).collect();
-            candidates += paths.len();
-            folders.push(paths);
-            if candidates >= MAX_FILES * 4 {
-                break 'outer;
-            }
-        }
-    }
-    let mut picked = Vec::new();
-    let mut round = 0;
-    while picked.len() < MAX_FILES {
-        let before = picked.len();
-        for f in &folders {
-            if let Some(p) = f.get(round) {
-                picked.push(p.clone());
-            }
-        }
-        if picked.len() == before {
-            break;
-        }
-        round += 1;
-    }
-    picked.truncate(MAX_FILES);
-    // Read in parallel until the budget is spent; only what is kept stays in memory.
-    let total = AtomicU64::new(0);
-    let out = Mutex::new(Vec::new());
-    picked.par_iter().for_each(|p| {
-        if total.load(Relaxed) >= MAX_BYTES {
-            return;
-        }
-        let Ok(data) = std::fs::read(p) else { return };
-        for r in crate::repo::split::split(&data, chunker) {
-            if r.len() <= crate::repo::compress::DICT_MAX_BLOB
-                && total.fetch_add(r.len() as u64, Relaxed) < MAX_BYTES
-            {
-                lock(&out).push(data[r].to_vec());
-            }
-        }
-    });
-    out.into_inner().unwrap_or_else(|p| p.into_inner())
-}
-
-/// The parent snapshot's view of one account.
-#[derive(Default)]
-struct ParentAccount {
-    by_key: HashMap<Vec<u8>, MessageEntry>,
-    /// Folder files by folder dir, then file name.
-    files: HashMap<Vec<u8>, HashMap<Vec<u8>, FileEntry>>,
-}
-
-fn load_parent(repo: &Repository, r: &AccountRef) -> Result<ParentAccount> {
-    let t: AccountTree = repo.read_tree(&r.tree)?;
-    let mut p = ParentAccount::default();
-    for f in &t.folders {
-        for c in &f.chunks {
-            for e in repo.read_chunk(c)? {
-                p.by_key.insert(e.key.clone(), e);
-            }
-        }
-        p.files.insert(
-            f.dir.clone(),
-            f.files
-                .iter()
-                .map(|e| (e.name.clone(), e.clone()))
-                .collect(),
-        );
-    }
-    Ok(p)
-}
-
-fn backup_account(
+fn backup_account<S: Source>(
     ctx: &Ctx,
-    acc: &AccountSource,
+    source: &S,
+    acc: &Account,
     parent: Option<&AccountRef>,
-) -> Result<AccountRef> {
+) -> Result<AccountRef, S::Error> {
     let repo = ctx.saver.repo();
+    let mut session = source.open(acc)?;
+    let listing = match source.folders(acc, &mut session, &ctx.failures) {
+        Ok(l) => l,
+        Err(e) => {
+            source.close(session);
+            return Err(e);
+        }
+    };
     let parent = match parent {
-        Some(r) => match load_parent(repo, r) {
-            Ok(p) => p,
+        Some(r) => match repo.read_tree::<AccountTree>(&r.tree) {
+            Ok(t) => ParentAccount {
+                folders: t.folders.into_iter().map(|f| (f.dir.clone(), f)).collect(),
+                by_key: OnceLock::new(),
+            },
             Err(e) => {
                 // A damaged parent only costs speed: read everything again.
-                ctx.fail(format!("account {} (parent snapshot)", acc.name), &e);
+                ctx.failures
+                    .fail(format!("account {} (parent snapshot)", acc.name), &e);
                 ParentAccount::default()
             }
         },
         None => ParentAccount::default(),
     };
-    let folders = maildir::folders(&acc.path)?;
-    let nodes: Vec<Option<FolderNode>> = folders
-        .par_iter()
-        .map(|f| match backup_folder(ctx, acc, f, &parent) {
+    let subscriptions = listing.subscriptions.as_deref();
+    let folder = |session: &mut S::Session, f: &Folder| -> Option<FolderNode> {
+        let subs = subscriptions.filter(|_| f.dir.is_empty());
+        match backup_folder(ctx, source, session, acc, f, &parent, subs) {
             Ok(n) => Some(n),
             Err(e) => {
-                ctx.fail(f.path.display().to_string(), e);
+                ctx.failures.fail(source.folder_item(acc, f), e);
                 None
             }
-        })
-        .collect();
-    let t = AccountTree {
-        folders: nodes.into_iter().flatten().collect(),
+        }
     };
+    let mut folders: Vec<FolderNode> = match source.parallelism() {
+        Parallelism::Pool { .. } => {
+            source.close(session);
+            (listing.folders.par_iter())
+                .filter_map(|f| match source.open(acc) {
+                    Ok(mut s) => {
+                        let n = folder(&mut s, f);
+                        source.close(s);
+                        n
+                    }
+                    Err(e) => {
+                        ctx.failures.fail(source.folder_item(acc, f), e);
+                        None
+                    }
+                })
+                .collect()
+        }
+        Parallelism::Sessions { sessions, .. } => {
+            let queue: Mutex<VecDeque<&Folder>> = Mutex::new(listing.folders.iter().collect());
+            let nodes: Mutex<Vec<FolderNode>> = Mutex::new(Vec::new());
+            let lanes = sessions.clamp(1, listing.folders.len().max(1));
+            let first = Mutex::new(Some(session));
+            std::thread::scope(|sc| {
+                for _ in 0..lanes {
+                    sc.spawn(|| {
+                        let mut session: Option<S::Session> = lock(&first).take();
+                        loop {
+                            let Some(f) = lock(&queue).pop_front() else {
+                                break;
+                            };
+                            if session.as_ref().is_none_or(|s| !source.usable(s)) {
+                                match source.open(acc) {
+                                    Ok(s) => session = Some(s),
+                                    Err(e) => {
+                                        ctx.failures.fail(source.folder_item(acc, f), e);
+                                        continue;
+                                    }
+                                }
+                            }
+                            let Some(s) = session.as_mut() else { continue };
+                            if let Some(n) = folder(s, f) {
+                                lock(&nodes).push(n);
+                            }
+                        }
+                        if let Some(s) = session {
+                            source.close(s);
+                        }
+                    });
+                }
+            });
+            nodes.into_inner().unwrap_or_else(|p| p.into_inner())
+        }
+    };
+    // INBOX first, then by directory.
+    folders.sort_by(|a, b| (!a.dir.is_empty(), &a.dir).cmp(&(!b.dir.is_empty(), &b.dir)));
+    let t = AccountTree { folders };
     let messages = t.folders.iter().map(|f| f.messages).sum();
     let bytes = t.folders.iter().map(|f| f.bytes).sum();
     let tree = ctx.saver.save(BlobKind::Tree, &tree::encode(&t))?;
-    // The directories above the Maildir, from the top: `acc.path` minus the components of
-    // `rel_path` still to come.
-    let parts: Vec<&[u8]> = if acc.rel_path.is_empty() {
-        Vec::new()
-    } else {
-        acc.rel_path.split(|&c| c == b'/').collect()
-    };
-    let mut dirs = Vec::with_capacity(parts.len());
-    for (i, name) in parts.iter().enumerate() {
-        let path = acc.path.ancestors().nth(parts.len() - 1 - i);
-        if let Some(d) = path.and_then(|p| dir_entry(ctx, name, p)) {
-            dirs.push(d);
+    {
+        let mut owners = lock(&ctx.owners);
+        for d in &listing.dirs {
+            owners.add(d.uid, d.gid);
         }
     }
     Ok(AccountRef {
@@ -519,191 +497,353 @@ fn backup_account(
         tree,
         messages,
         bytes,
-        dirs,
+        dirs: listing.dirs,
     })
 }
 
-/// Owner and mode of a directory, recorded as `name`; `None` (reported) if it cannot be
-/// stat'ed.
-fn dir_entry(ctx: &Ctx, name: &[u8], path: &Path) -> Option<DirEntry> {
-    match std::fs::metadata(path) {
-        Ok(m) => {
-            lock(&ctx.owners).add(m.uid(), m.gid());
-            Some(DirEntry {
-                name: name.to_vec(),
-                mode: m.mode() & 0o7777,
-                uid: m.uid(),
-                gid: m.gid(),
-            })
-        }
-        Err(e) if e.kind() == ErrorKind::NotFound => None,
-        Err(e) => {
-            ctx.fail(path.display().to_string(), e);
-            None
-        }
-    }
-}
-
-fn backup_folder(
+fn backup_folder<S: Source>(
     ctx: &Ctx,
-    acc: &AccountSource,
-    f: &FolderSource,
+    source: &S,
+    session: &mut S::Session,
+    acc: &Account,
+    folder: &Folder,
     parent: &ParentAccount,
-) -> Result<FolderNode> {
-    let (files, errors) = maildir::list_messages(&f.path);
-    for e in errors {
-        ctx.fail(format!("{}: {}", acc.name, f.name), e);
-    }
-    ctx.progress.add_total(files.len() as u64, 0);
-    let mut entries = Vec::with_capacity(files.len());
-    let mut to_read = Vec::new();
-    for file in files {
-        let Some(pe) = parent.by_key.get(file.key()) else {
-            to_read.push(file);
-            continue;
-        };
-        // Maildir files never change once delivered: the same key is the same message,
-        // whatever its flags (name) or place. With `stat_unchanged` a changed size or mtime
-        // makes us read it again anyway, for stores edited in place.
-        let mut e = pe.clone();
-        if ctx.stat_unchanged {
-            match std::fs::metadata(file.path(&f.path)).map(|m| maildir::FileMeta::of(&m)) {
-                Ok(m) if m.size == pe.size && m.mtime == pe.mtime => {
-                    (e.mode, e.uid, e.gid) = (m.mode, m.uid, m.gid);
-                }
-                _ => {
-                    to_read.push(file);
-                    continue;
-                }
-            }
-        }
-        e.name = file.name;
-        e.new = file.new;
-        ctx.n.unchanged.fetch_add(1, Relaxed);
-        ctx.progress.advance(1, e.size);
-        entries.push(e);
-    }
-    // A file gone when opened was renamed by the server (flag change, new/ -> cur/) or
-    // deleted since the listing: the folder is listed again and the renamed ones read
-    // under their new names; a key found nowhere was deleted, which is not an error.
-    let mut pending = to_read;
-    for round in 1..=VANISHED_ROUNDS {
-        let read: Vec<Read> = pending
-            .into_par_iter()
-            .map(|file| match read_message(ctx, f, file) {
-                Ok(r) => r,
-                Err(e) => {
-                    ctx.fail(e.0.display().to_string(), e.1);
-                    Read::Failed
-                }
-            })
-            .collect();
-        let mut vanished = Vec::new();
-        for r in read {
-            match r {
-                Read::Entry(e) => {
-                    ctx.progress.advance(1, e.size);
-                    entries.push(e);
-                }
-                Read::Vanished(file) => vanished.push(file),
-                Read::Failed => ctx.progress.advance(1, 0),
-            }
-        }
-        if vanished.is_empty() {
-            break;
-        }
-        let (now, _) = maildir::list_messages(&f.path);
-        let mut now: HashMap<Vec<u8>, MessageFile> =
-            now.into_iter().map(|m| (m.key().to_vec(), m)).collect();
-        pending = Vec::new();
-        for file in vanished {
-            match now.remove(file.key()) {
-                Some(renamed) if round < VANISHED_ROUNDS => pending.push(renamed),
-                Some(renamed) => ctx.fail(
-                    renamed.path(&f.path).display().to_string(),
-                    "renamed again each time it was read; not in this snapshot",
-                ),
-                None => ctx.progress.advance(1, 0),
-            }
-        }
-    }
-    let messages = entries.len() as u64;
-    let bytes: u64 = entries.iter().map(|e| e.size).sum();
-    ctx.n.bytes_total.fetch_add(bytes, Relaxed);
-    let mut owners = Owners::default();
-    for e in &entries {
-        owners.add(e.uid, e.gid);
-    }
-    let chunks = save_entries(&ctx.saver, entries)?;
-    let files = folder_files(ctx, f, parent)?;
-    for e in &files {
-        owners.add(e.uid, e.gid);
-    }
-    {
-        let mut all = lock(&ctx.owners);
-        all.uids.append(&mut owners.uids);
-        all.gids.append(&mut owners.gids);
-    }
-    let dirs = [&b""[..], b"cur", b"new", b"tmp"]
-        .iter()
-        .filter_map(|&d| dir_entry(ctx, d, &f.path.join(std::ffi::OsStr::from_bytes(d))))
-        .collect();
-    ctx.n.folders.fetch_add(1, Relaxed);
-    Ok(FolderNode {
-        name: f.name.clone(),
-        dir: f.dir.clone(),
-        files,
-        chunks,
-        messages,
-        bytes,
-        dirs,
-    })
+    subscriptions: Option<&[String]>,
+) -> Result<FolderNode, S::Error> {
+    let parent_folder = parent.folders.get(&folder.dir).or_else(|| {
+        // Found by name when its directory is spelled otherwise now.
+        parent.folders.values().find(|f| f.name == folder.name)
+    });
+    let mut out = FolderWriter {
+        ctx,
+        account: &acc.name,
+        folder,
+        parent_account: parent,
+        parent: parent_folder,
+        entries: Vec::new(),
+        files: Vec::new(),
+        dirs: Vec::new(),
+        keywords: Mutex::new(KeywordTable::new()),
+    };
+    source.backup_folder(session, acc, folder, &mut out)?;
+    Ok(out.finish(subscriptions)?)
 }
 
-/// The folder's own files; one unchanged since the parent (same size and mtime) is not
-/// read again.
-fn folder_files(ctx: &Ctx, f: &FolderSource, parent: &ParentAccount) -> Result<Vec<FileEntry>> {
-    let dir = &f.path;
-    let known = parent.files.get(&f.dir).filter(|_| !ctx.stat_unchanged);
-    let mut out = Vec::new();
-    for (name, meta) in maildir::list_folder_files(dir)? {
-        let mtime = maildir::timestamp(&meta);
-        if let Some(pf) = known.and_then(|k| k.get(&name)) {
-            if pf.size == meta.len() && pf.mtime == mtime {
-                let mut e = pf.clone();
-                (e.mode, e.uid, e.gid) = (meta.mode() & 0o7777, meta.uid(), meta.gid());
-                out.push(e);
-                continue;
-            }
+/// The pipeline's side of [`Source::backup_folder`].
+impl<'a> FolderWriter<'a> {
+    /// The account being backed up.
+    pub fn account(&self) -> &str {
+        self.account
+    }
+
+    /// The failure list (a message or file that could not be read; the folder goes on).
+    pub fn failures(&self) -> &Failures {
+        &self.ctx.failures
+    }
+
+    /// Records a failure; see [`Failures::fail`].
+    pub fn fail(&self, item: impl Into<String>, e: impl std::fmt::Display) {
+        self.ctx.failures.fail(item, e);
+    }
+
+    /// `n` messages more to read (progress).
+    pub fn expect(&self, n: u64) {
+        self.ctx.progress.add_total(n, 0);
+    }
+
+    /// A message expected and not stored (gone meanwhile, or failed): progress only.
+    pub fn skipped(&self) {
+        self.ctx.progress.advance(1, 0);
+    }
+
+    /// `n` bytes read from the source besides what [`NewMessage::read`] and
+    /// [`FileData::Path`] count (an mbox's bytes between messages, a scan).
+    pub fn count_read(&self, n: u64) {
+        self.ctx.n.bytes_read.fetch_add(n, Relaxed);
+    }
+
+    /// The parent snapshot's folder of the same `dir` (or name), if any.
+    pub fn parent(&self) -> Option<&'a FolderNode> {
+        self.parent
+    }
+
+    /// The parent snapshot's entry of the message with Maildir key `key`, in any folder
+    /// of the account (a Maildir message moved between folders keeps its key). The
+    /// account's entries are read on the first call.
+    pub fn parent_by_key(&self, key: &[u8]) -> Option<&'a MessageEntry> {
+        let pa = self.parent_account;
+        pa.by_key
+            .get_or_init(|| {
+                let repo = self.ctx.saver.repo();
+                let mut by_key = HashMap::new();
+                for f in pa.folders.values() {
+                    for c in &f.chunks {
+                        match repo.read_chunk(c) {
+                            Ok(es) => by_key.extend(es.into_iter().map(|e| (e.key.clone(), e))),
+                            Err(e) => {
+                                self.fail(
+                                    format!("account {} (parent snapshot)", self.account),
+                                    &e,
+                                );
+                                // A damaged parent only costs speed: read everything again.
+                                return HashMap::new();
+                            }
+                        }
+                    }
+                }
+                by_key
+            })
+            .get(key)
+    }
+
+    /// The parent folder's entries ([`parent`](Self::parent)); none without one.
+    pub fn parent_entries(&self) -> Result<Vec<MessageEntry>> {
+        let mut out = Vec::new();
+        for c in self.parent.iter().flat_map(|p| &p.chunks) {
+            out.extend(self.ctx.saver.repo().read_chunk(c)?);
         }
-        let path = dir.join(std::ffi::OsStr::from_bytes(&name));
-        let data = match std::fs::read(&path) {
-            Ok(d) => d,
-            Err(e) if e.kind() == ErrorKind::NotFound => continue,
-            Err(e) => {
-                ctx.fail(path.display().to_string(), e);
-                continue;
+        Ok(out)
+    }
+
+    /// The parent folder's file `name`.
+    pub fn parent_file(&self, name: &[u8]) -> Option<&'a FileEntry> {
+        self.parent?.files.iter().find(|f| f.name == name)
+    }
+
+    /// The content of the parent folder's file `name` (`None` if it cannot be read).
+    pub fn parent_file_data(&self, name: &[u8]) -> Option<Vec<u8>> {
+        let f = self.parent_file(name)?;
+        crate::ops::restore::assemble(self.ctx.saver.repo(), &f.content, f.size, None).ok()
+    }
+
+    /// The sync state the source kept in the parent folder ([`Source::state_file`]).
+    pub fn parent_state(&self) -> Option<Vec<u8>> {
+        self.parent_file_data(self.ctx.state_file?)
+    }
+
+    /// Keeps this folder's sync state, read back by the next backup's
+    /// [`parent_state`](Self::parent_state).
+    pub fn set_state(&mut self, data: Vec<u8>) -> Result<()> {
+        let Some(name) = self.ctx.state_file else {
+            return Err(Error::InvalidInput(
+                "a source without a state file kept a sync state".into(),
+            ));
+        };
+        self.file(FolderFile {
+            name: name.to_vec(),
+            data: FileData::Bytes(data),
+            meta: None,
+        })
+    }
+
+    /// Starts the folder's keyword letters from the parent's `dovecot-keywords`, so that
+    /// the names of the parent's entries keep their meaning (call it when entries of the
+    /// parent are kept).
+    pub fn resume_keywords(&mut self) {
+        if let Some(d) = self.parent_file_data(b"dovecot-keywords") {
+            *lock(&self.keywords) = KeywordTable::parse(&String::from_utf8_lossy(&d));
+        }
+    }
+
+    /// The Maildir name of a message with key `key` and IMAP `flags`: `key:2,` and the
+    /// letters (keywords get theirs from the folder's table, new ones added in call
+    /// order). Flags without a letter are dropped, with a warning.
+    pub fn maildir_name(&self, key: &[u8], flags: &[&str]) -> Vec<u8> {
+        let mapped = imap_to_maildir(flags, &mut lock(&self.keywords));
+        if !mapped.unmapped.is_empty() {
+            tracing::warn!(
+                "{}: {}: {}: flags without a Maildir letter dropped: {:?}",
+                self.account,
+                self.folder.name,
+                String::from_utf8_lossy(key),
+                mapped.unmapped
+            );
+        }
+        [key, b":2,", mapped.letters.as_bytes()].concat()
+    }
+
+    /// Keeps a message the parent has (its entry, renamed or moved as it is now)
+    /// without reading it.
+    pub fn unchanged(&mut self, e: MessageEntry) {
+        self.ctx.n.unchanged.fetch_add(1, Relaxed);
+        self.ctx.progress.advance(1, e.size);
+        self.entries.push(e);
+    }
+
+    /// Stores a new message's content and makes its entry, for [`add`](Self::add); may be
+    /// called from several threads at once (messages read in parallel).
+    pub fn store(&self, msg: NewMessage<'_>) -> Result<MessageEntry> {
+        let ctx = self.ctx;
+        let data = msg.data;
+        ctx.n.bytes_read.fetch_add(msg.read, Relaxed);
+        ctx.n.new.fetch_add(1, Relaxed);
+        let content = store_content(&ctx.saver, data)?;
+        let hash = ctx.saver.repo().key().blob_id(data);
+        let size = data.len() as u64;
+        let (key, name, new, mtime, (mode, uid, gid)) = match msg.meta {
+            MessageMeta::Maildir { name, new, file } => (
+                crate::maildir::split_name(&name).0.to_vec(),
+                name,
+                new,
+                file.mtime,
+                (file.mode, file.uid, file.gid),
+            ),
+            MessageMeta::Flags {
+                flags,
+                internal_date,
+                uid,
+                validity,
+            } => {
+                let key = crate::imap::names::synth_key(
+                    &self.folder.name,
+                    internal_date,
+                    uid,
+                    validity,
+                    size,
+                );
+                let name = self.maildir_name(key.as_bytes(), flags);
+                let (u, g) = ctx.process_owner();
+                let mtime = Timestamp {
+                    secs: internal_date,
+                    nanos: 0,
+                };
+                (key.into_bytes(), name, false, mtime, (0o600, u, g))
             }
         };
-        ctx.n.bytes_read.fetch_add(data.len() as u64, Relaxed);
-        let content = save_content(ctx, &data)?;
-        out.push(FileEntry {
+        let (from, subject, date) = header_summary(data);
+        Ok(MessageEntry {
+            key,
             name,
+            new,
+            size,
+            mtime,
+            mode,
+            uid,
+            gid,
+            hash,
+            content,
+            from,
+            subject,
+            date,
+        })
+    }
+
+    /// Adds a message stored by [`store`](Self::store).
+    pub fn add(&mut self, e: MessageEntry) {
+        self.ctx.progress.advance(1, e.size);
+        self.entries.push(e);
+    }
+
+    /// Stores a new message and adds it: [`store`](Self::store) then [`add`](Self::add).
+    pub fn message(&mut self, msg: NewMessage<'_>) -> Result<()> {
+        let e = self.store(msg)?;
+        self.add(e);
+        Ok(())
+    }
+
+    /// Stores a folder file. One given by path is read whole (a file gone by then is left
+    /// out; one that cannot be read is reported and left out).
+    pub fn file(&mut self, f: FolderFile) -> Result<()> {
+        let ctx = self.ctx;
+        let data = match f.data {
+            FileData::Bytes(b) => b,
+            FileData::Path(path) => match std::fs::read(&path) {
+                Ok(d) => {
+                    ctx.n.bytes_read.fetch_add(d.len() as u64, Relaxed);
+                    d
+                }
+                Err(e) if e.kind() == ErrorKind::NotFound => return Ok(()),
+                Err(e) => {
+                    self.fail(path.display().to_string(), e);
+                    return Ok(());
+                }
+            },
+        };
+        let content = store_content(&ctx.saver, &data)?;
+        let (mtime, mode, uid, gid) = match f.meta {
+            Some(m) => (m.mtime, m.mode, m.uid, m.gid),
+            None => {
+                let (u, g) = ctx.process_owner();
+                let mtime = Timestamp {
+                    secs: ctx.time,
+                    nanos: 0,
+                };
+                (mtime, 0o600, u, g)
+            }
+        };
+        self.files.push(FileEntry {
+            name: f.name,
             size: data.len() as u64,
             mtime,
-            mode: meta.mode() & 0o7777,
-            uid: meta.uid(),
-            gid: meta.gid(),
+            mode,
+            uid,
+            gid,
             content,
         });
+        Ok(())
     }
-    Ok(out)
-}
 
-use std::os::unix::ffi::OsStrExt;
+    /// Keeps a folder file the parent has, unchanged (with its owner and mode as they
+    /// are now).
+    pub fn keep_file(&mut self, e: FileEntry) {
+        self.files.push(e);
+    }
 
-fn save_content(ctx: &Ctx, data: &[u8]) -> Result<Vec<Id>> {
-    store_content(&ctx.saver, data)
+    /// Records a directory of the folder (its owner and mode; `name` empty for the folder
+    /// itself).
+    pub fn dir(&mut self, d: DirEntry) {
+        self.dirs.push(d);
+    }
+
+    /// Ends the folder: the generated files, the entries cut into tree chunks, its node.
+    fn finish(mut self, subscriptions: Option<&[String]>) -> Result<FolderNode> {
+        let ctx = self.ctx;
+        let kw = lock(&self.keywords).to_file_string();
+        if !kw.is_empty() {
+            self.file(FolderFile {
+                name: b"dovecot-keywords".to_vec(),
+                data: FileData::Bytes(kw.into_bytes()),
+                meta: None,
+            })?;
+        }
+        if let Some(subs) = subscriptions {
+            self.file(FolderFile {
+                name: b"subscriptions".to_vec(),
+                data: FileData::Bytes(crate::imap::names::subscriptions_file(subs)),
+                meta: None,
+            })?;
+        }
+        let messages = self.entries.len() as u64;
+        let bytes: u64 = self.entries.iter().map(|e| e.size).sum();
+        ctx.n.bytes_total.fetch_add(bytes, Relaxed);
+        let mut owners = Owners::default();
+        for e in &self.entries {
+            owners.add(e.uid, e.gid);
+        }
+        for e in &self.files {
+            owners.add(e.uid, e.gid);
+        }
+        for d in &self.dirs {
+            owners.add(d.uid, d.gid);
+        }
+        {
+            let mut all = lock(&ctx.owners);
+            all.uids.append(&mut owners.uids);
+            all.gids.append(&mut owners.gids);
+        }
+        let chunks = save_entries(&ctx.saver, self.entries)?;
+        self.files.sort_by(|a, b| a.name.cmp(&b.name));
+        ctx.n.folders.fetch_add(1, Relaxed);
+        Ok(FolderNode {
+            name: self.folder.name.clone(),
+            dir: self.folder.dir.clone(),
+            files: self.files,
+            chunks,
+            messages,
+            bytes,
+            dirs: self.dirs,
+        })
+    }
 }
 
 /// Splits a message (or any file) into blobs ([`crate::repo::split`]) and saves them; returns
@@ -732,61 +872,6 @@ pub fn save_entries(saver: &BlobSaver, mut entries: Vec<MessageEntry>) -> Result
         chunks.push(ChunkRef { entries, names });
     }
     Ok(chunks)
-}
-
-/// Times a folder is listed again for messages renamed before they could be read.
-const VANISHED_ROUNDS: u32 = 10;
-
-/// What reading a listed message gave.
-enum Read {
-    Entry(MessageEntry),
-    /// Not there under its listed name any more (renamed or deleted).
-    Vanished(MessageFile),
-    /// Reported.
-    Failed,
-}
-
-/// Reads one message and stores its content.
-fn read_message(
-    ctx: &Ctx,
-    folder: &FolderSource,
-    file: MessageFile,
-) -> Result<Read, (PathBuf, Error)> {
-    let path = file.path(&folder.path);
-    let (data, meta) = match read_with_meta(&path) {
-        Ok(d) => d,
-        Err(e) if e.kind() == ErrorKind::NotFound => return Ok(Read::Vanished(file)),
-        Err(e) => return Err((path.clone(), Error::io(&path, e))),
-    };
-    ctx.n.bytes_read.fetch_add(data.len() as u64, Relaxed);
-    ctx.n.new.fetch_add(1, Relaxed);
-    let content = save_content(ctx, &data).map_err(|e| (path.clone(), e))?;
-    let (from, subject, date) = header_summary(&data);
-    Ok(Read::Entry(MessageEntry {
-        key: file.key().to_vec(),
-        name: file.name.clone(),
-        new: file.new,
-        size: data.len() as u64,
-        mtime: meta.mtime,
-        mode: meta.mode,
-        uid: meta.uid,
-        gid: meta.gid,
-        hash: ctx.saver.repo().key().blob_id(&data),
-        content,
-        from,
-        subject,
-        date,
-    }))
-}
-
-/// Reads a whole file with one open and one fstat.
-fn read_with_meta(path: &Path) -> std::io::Result<(Vec<u8>, maildir::FileMeta)> {
-    use std::io::Read;
-    let mut f = std::fs::File::open(path)?;
-    let meta = maildir::FileMeta::of(&f.metadata()?);
-    let mut data = Vec::with_capacity(meta.size as usize);
-    f.read_to_end(&mut data)?;
-    Ok((data, meta))
 }
 
 /// From, Subject and Date of a message, decoded, for listings. Parses only the header.

@@ -1,13 +1,24 @@
-//! Maildir stores on disk: finding accounts and folders, listing message files, parsing
-//! Maildir file names. Reading and writing message bytes is left to backup and restore.
+//! Maildir stores on disk as a [`Source`]: finding accounts and folders, listing message
+//! files, parsing Maildir file names, and [`MaildirSource`], which backs them up through
+//! the one pipeline ([`crate::ops::backup::run`]). Writing Maildirs is the restore's.
 //!
 //! A mail store is `ROOT/<domain>/<user>/Maildir` (Dovecot's `/var/vmail/%d/%n/Maildir`;
 //! `ROOT/<domain>/<user>` holding `cur/` directly works too); a directory with `cur/` or
 //! `new/` is a single Maildir, one account. Folders are Maildir++: the root is INBOX, each
 //! `.Name.Sub` directory is the folder `Name/Sub`.
 
+use super::{
+    AccountListing, Failures, FileData, FolderFile, FolderWriter, MessageMeta, NewMessage,
+    Parallelism, Samples, Source,
+};
 use crate::error::{Error, Result};
-use crate::repo::tree::Timestamp;
+use crate::ops::backup::{BackupReport, RunOptions};
+use crate::repo::compress::Compression;
+use crate::repo::tree::{DirEntry, MessageEntry};
+use crate::repo::Repository;
+use crate::report::Progress;
+use rayon::prelude::*;
+use std::collections::HashMap;
 use std::ffi::OsStr;
 use std::fs;
 use std::io;
@@ -15,51 +26,19 @@ use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
-/// One account found in a store.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct AccountSource {
-    /// `user@domain`, or the name given for a single Maildir.
-    pub name: String,
-    /// The Maildir below the store root (empty for a single Maildir), raw bytes.
-    pub rel_path: Vec<u8>,
-    pub path: PathBuf,
-}
+/// One account found in a store (its `path` is the Maildir).
+pub type AccountSource = super::Account;
 
-/// One folder of a Maildir.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct FolderSource {
-    pub name: String,
-    pub dir: Vec<u8>,
-    pub path: PathBuf,
-}
+/// One folder of a Maildir (its `path` is the folder's directory).
+pub type FolderSource = super::Folder;
+
+pub use super::FileMeta;
 
 /// One message file as listed: its name and place, no `stat(2)` (see [`list_messages`]).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct MessageFile {
     pub name: Vec<u8>,
     pub new: bool,
-}
-
-/// What `stat(2)` says of a message file.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct FileMeta {
-    pub size: u64,
-    pub mtime: Timestamp,
-    pub mode: u32,
-    pub uid: u32,
-    pub gid: u32,
-}
-
-impl FileMeta {
-    pub fn of(m: &fs::Metadata) -> FileMeta {
-        FileMeta {
-            size: m.len(),
-            mtime: timestamp(m),
-            mode: m.mode() & 0o7777,
-            uid: m.uid(),
-            gid: m.gid(),
-        }
-    }
 }
 
 impl MessageFile {
@@ -228,13 +207,6 @@ pub fn folders(maildir: &Path) -> Result<Vec<FolderSource>> {
     subs.sort_by(|a, b| a.dir.cmp(&b.dir));
     out.extend(subs);
     Ok(out)
-}
-
-pub(crate) fn timestamp(m: &fs::Metadata) -> Timestamp {
-    Timestamp {
-        secs: m.mtime(),
-        nanos: m.mtime_nsec().clamp(0, 999_999_999) as u32,
-    }
 }
 
 /// Lists the message files of a folder (`cur/` and `new/`; `tmp/` is skipped) from the
@@ -416,6 +388,350 @@ pub fn safe_component(name: &[u8]) -> bool {
 /// Checks a relative path from a repository: no absolute path, no `..`.
 pub fn safe_relative(path: &[u8]) -> bool {
     path.is_empty() || (path[0] != b'/' && path.split(|&c| c == b'/').all(safe_component))
+}
+
+/// What to back up and how.
+#[derive(Clone, Debug)]
+pub struct BackupOptions {
+    /// A store root (`/var/vmail`) or a single Maildir.
+    pub source: PathBuf,
+    /// The account name of a single Maildir, or the accounts of a store to back up.
+    pub accounts: Vec<String>,
+    /// Worker threads; 0 means one per core.
+    pub jobs: usize,
+    /// Overrides the repository's compression for this run.
+    pub compression: Option<Compression>,
+    pub tags: Vec<String>,
+    pub hostname: String,
+    /// Read every message even if the parent snapshot has it.
+    pub force: bool,
+    /// Also stat messages the parent snapshot has, and read them again when their size or
+    /// mtime changed (for stores whose files are edited in place, against Maildir's rules).
+    pub stat_unchanged: bool,
+}
+
+/// Backs up `opts.source` into `repo` and writes a snapshot, dated now.
+pub fn backup(
+    repo: &mut Repository,
+    opts: &BackupOptions,
+    progress: &dyn Progress,
+) -> Result<BackupReport> {
+    backup_at(repo, opts, crate::now(), progress)
+}
+
+/// [`backup`] with the snapshot dated `time` (Unix seconds and nanoseconds) instead of
+/// now: `backup --time`, for imports of old stores and tests of forget policies.
+pub fn backup_at(
+    repo: &mut Repository,
+    opts: &BackupOptions,
+    time: (i64, u32),
+    progress: &dyn Progress,
+) -> Result<BackupReport> {
+    let source = MaildirSource::new(opts)?;
+    let run = RunOptions {
+        compression: opts.compression,
+        tags: opts.tags.clone(),
+        hostname: opts.hostname.clone(),
+        force: opts.force,
+    };
+    crate::ops::backup::run(repo, &source, &run, time, progress)
+}
+
+/// A Maildir store (or one Maildir) as a [`Source`]. Accounts, folders and new messages
+/// are read in parallel on the pipeline's pool. A message whose Maildir key the parent
+/// snapshot has is neither read nor stat'ed: Maildir files never change once delivered,
+/// so a flag change (a rename), a move from `new/` to `cur/` or to another folder keeps
+/// the key, and only the entry's name and place change.
+#[derive(Clone, Debug)]
+pub struct MaildirSource {
+    /// The store root or the Maildir, absolute.
+    root: PathBuf,
+    accounts: Vec<String>,
+    jobs: usize,
+    /// `--stat-unchanged`: known messages are stat'ed and folder files read again.
+    stat_unchanged: bool,
+}
+
+impl MaildirSource {
+    pub fn new(opts: &BackupOptions) -> Result<MaildirSource> {
+        Ok(MaildirSource {
+            root: std::path::absolute(&opts.source).map_err(|e| Error::io(&opts.source, e))?,
+            accounts: opts.accounts.clone(),
+            jobs: opts.jobs,
+            stat_unchanged: opts.stat_unchanged,
+        })
+    }
+}
+
+/// Times a folder is listed again for messages renamed before they could be read.
+const VANISHED_ROUNDS: u32 = 10;
+
+impl Source for MaildirSource {
+    type Session = ();
+    type Error = Error;
+
+    fn label(&self) -> String {
+        format!("maildir:{}", self.root.display())
+    }
+
+    fn parallelism(&self) -> Parallelism {
+        Parallelism::Pool { jobs: self.jobs }
+    }
+
+    fn accounts(&self) -> Result<Vec<AccountSource>> {
+        discover(&self.root, &self.accounts)
+    }
+
+    fn open(&self, _account: &AccountSource) -> Result<()> {
+        Ok(())
+    }
+
+    fn folders(
+        &self,
+        acc: &AccountSource,
+        _session: &mut (),
+        failures: &Failures,
+    ) -> Result<AccountListing> {
+        let folders = folders(&acc.path)?;
+        // The directories above the Maildir, from the top: `acc.path` minus the components
+        // of `rel_path` still to come.
+        let parts: Vec<&[u8]> = if acc.rel_path.is_empty() {
+            Vec::new()
+        } else {
+            acc.rel_path.split(|&c| c == b'/').collect()
+        };
+        let mut dirs = Vec::with_capacity(parts.len());
+        for (i, name) in parts.iter().enumerate() {
+            let path = acc.path.ancestors().nth(parts.len() - 1 - i);
+            if let Some(d) = path.and_then(|p| dir_entry(failures, name, p)) {
+                dirs.push(d);
+            }
+        }
+        Ok(AccountListing {
+            folders,
+            dirs,
+            subscriptions: None,
+        })
+    }
+
+    fn folder_item(&self, _account: &AccountSource, folder: &FolderSource) -> String {
+        folder.path.display().to_string()
+    }
+
+    fn backup_folder(
+        &self,
+        _session: &mut (),
+        acc: &AccountSource,
+        f: &FolderSource,
+        out: &mut FolderWriter<'_>,
+    ) -> Result<()> {
+        let (files, errors) = list_messages(&f.path);
+        for e in errors {
+            out.fail(format!("{}: {}", acc.name, f.name), e);
+        }
+        out.expect(files.len() as u64);
+        let mut to_read = Vec::new();
+        for file in files {
+            let Some(pe) = out.parent_by_key(file.key()) else {
+                to_read.push(file);
+                continue;
+            };
+            // Maildir files never change once delivered: the same key is the same
+            // message, whatever its flags (name) or place. With `stat_unchanged` a changed
+            // size or mtime makes us read it again anyway, for stores edited in place.
+            let mut e = pe.clone();
+            if self.stat_unchanged {
+                match fs::metadata(file.path(&f.path)).map(|m| FileMeta::of(&m)) {
+                    Ok(m) if m.size == pe.size && m.mtime == pe.mtime => {
+                        (e.mode, e.uid, e.gid) = (m.mode, m.uid, m.gid);
+                    }
+                    _ => {
+                        to_read.push(file);
+                        continue;
+                    }
+                }
+            }
+            e.name = file.name;
+            e.new = file.new;
+            out.unchanged(e);
+        }
+        // A file gone when opened was renamed by the server (flag change, new/ -> cur/)
+        // or deleted since the listing: the folder is listed again and the renamed ones
+        // read under their new names; a key found nowhere was deleted, which is not an
+        // error.
+        let mut pending = to_read;
+        for round in 1..=VANISHED_ROUNDS {
+            let w: &FolderWriter = out;
+            let read: Vec<Read> = pending
+                .into_par_iter()
+                .map(|file| match read_message(w, f, file) {
+                    Ok(r) => r,
+                    Err((path, e)) => {
+                        w.fail(path.display().to_string(), e);
+                        Read::Failed
+                    }
+                })
+                .collect();
+            let mut vanished = Vec::new();
+            for r in read {
+                match r {
+                    Read::Entry(e) => out.add(e),
+                    Read::Vanished(file) => vanished.push(file),
+                    Read::Failed => out.skipped(),
+                }
+            }
+            if vanished.is_empty() {
+                break;
+            }
+            let (now, _) = list_messages(&f.path);
+            let mut now: HashMap<Vec<u8>, MessageFile> =
+                now.into_iter().map(|m| (m.key().to_vec(), m)).collect();
+            pending = Vec::new();
+            for file in vanished {
+                match now.remove(file.key()) {
+                    Some(renamed) if round < VANISHED_ROUNDS => pending.push(renamed),
+                    Some(renamed) => out.fail(
+                        renamed.path(&f.path).display().to_string(),
+                        "renamed again each time it was read; not in this snapshot",
+                    ),
+                    None => out.skipped(),
+                }
+            }
+        }
+        // The folder's own files; one unchanged since the parent (same size and mtime) is
+        // not read again.
+        let known = out.parent().filter(|_| !self.stat_unchanged);
+        for (name, meta) in list_folder_files(&f.path)? {
+            let meta = FileMeta::of(&meta);
+            let pf = known.and_then(|k| k.files.iter().find(|e| e.name == name));
+            if let Some(pf) = pf.filter(|pf| pf.size == meta.size && pf.mtime == meta.mtime) {
+                let mut e = pf.clone();
+                (e.mode, e.uid, e.gid) = (meta.mode, meta.uid, meta.gid);
+                out.keep_file(e);
+                continue;
+            }
+            let path = f.path.join(OsStr::from_bytes(&name));
+            out.file(FolderFile {
+                name,
+                data: FileData::Path(path),
+                meta: Some(meta),
+            })?;
+        }
+        for d in [&b""[..], b"cur", b"new", b"tmp"] {
+            if let Some(d) = dir_entry(out.failures(), d, &f.path.join(OsStr::from_bytes(d))) {
+                out.dir(d);
+            }
+        }
+        Ok(())
+    }
+
+    /// Up to [`Samples::MAX_MESSAGES`] messages taken round-robin over folders and
+    /// accounts, read in parallel until the budget is spent.
+    fn samples(&self, accounts: &[AccountSource], samples: &Samples) {
+        let max = Samples::MAX_MESSAGES;
+        let mut folders: Vec<Vec<PathBuf>> = Vec::new();
+        let mut candidates = 0;
+        'outer: for acc in accounts {
+            for f in self::folders(&acc.path).unwrap_or_default() {
+                let (files, _) = list_messages(&f.path);
+                let paths: Vec<PathBuf> =
+                    files.iter().take(256).map(|m| m.path(&f.path)).collect();
+                candidates += paths.len();
+                folders.push(paths);
+                if candidates >= max * 4 {
+                    break 'outer;
+                }
+            }
+        }
+        let mut picked = Vec::new();
+        let mut round = 0;
+        while picked.len() < max {
+            let before = picked.len();
+            for f in &folders {
+                if let Some(p) = f.get(round) {
+                    picked.push(p.clone());
+                }
+            }
+            if picked.len() == before {
+                break;
+            }
+            round += 1;
+        }
+        picked.truncate(max);
+        // Only what is kept stays in memory.
+        picked.par_iter().for_each(|p| {
+            if samples.full() {
+                return;
+            }
+            if let Ok(data) = fs::read(p) {
+                samples.offer(&data);
+            }
+        });
+    }
+}
+
+/// Owner and mode of a directory, recorded as `name`; `None` (reported unless it is
+/// missing) if it cannot be stat'ed.
+fn dir_entry(failures: &Failures, name: &[u8], path: &Path) -> Option<DirEntry> {
+    match fs::metadata(path) {
+        Ok(m) => Some(DirEntry {
+            name: name.to_vec(),
+            mode: m.mode() & 0o7777,
+            uid: m.uid(),
+            gid: m.gid(),
+        }),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => None,
+        Err(e) => {
+            failures.fail(path.display().to_string(), e);
+            None
+        }
+    }
+}
+
+/// What reading a listed message gave.
+enum Read {
+    Entry(MessageEntry),
+    /// Not there under its listed name any more (renamed or deleted).
+    Vanished(MessageFile),
+    /// Reported.
+    Failed,
+}
+
+/// Reads one message and stores it.
+fn read_message(
+    out: &FolderWriter,
+    folder: &FolderSource,
+    file: MessageFile,
+) -> Result<Read, (PathBuf, Error)> {
+    let path = file.path(&folder.path);
+    let (data, meta) = match read_with_meta(&path) {
+        Ok(d) => d,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Read::Vanished(file)),
+        Err(e) => return Err((path.clone(), Error::io(&path, e))),
+    };
+    let msg = NewMessage {
+        data: &data,
+        read: data.len() as u64,
+        meta: MessageMeta::Maildir {
+            name: file.name,
+            new: file.new,
+            file: meta,
+        },
+    };
+    match out.store(msg) {
+        Ok(e) => Ok(Read::Entry(e)),
+        Err(e) => Err((path, e)),
+    }
+}
+
+/// Reads a whole file with one open and one fstat.
+fn read_with_meta(path: &Path) -> io::Result<(Vec<u8>, FileMeta)> {
+    use std::io::Read;
+    let mut f = fs::File::open(path)?;
+    let meta = FileMeta::of(&f.metadata()?);
+    let mut data = Vec::with_capacity(meta.size as usize);
+    f.read_to_end(&mut data)?;
+    Ok((data, meta))
 }
 
 #[cfg(test)]

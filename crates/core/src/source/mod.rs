@@ -1,0 +1,319 @@
+//! Where backups read mail from: the [`Source`] trait, and its implementations
+//! ([`maildir`]: Maildir stores on disk, [`imap`]: accounts on an IMAP server).
+//!
+//! There is one backup pipeline ([`crate::ops::backup::run`]); a source only finds
+//! accounts and folders, decides what changed since the parent snapshot (a Maildir key,
+//! an IMAP UID/UIDVALIDITY/MODSEQ, an mbox's size and head hash, a file's size, mtime
+//! and inode) and hands the pipeline, folder by folder, the messages and folder files to
+//! store through a [`FolderWriter`]. Everything else is the pipeline's, once for every
+//! source: the parent snapshot and its trees, locks and writer marks, the `BlobSaver`
+//! (dedup, compression, packs), the compression dictionary (from the samples a source
+//! offers), the Maildir names of messages given by flags and keywords (with the folder's
+//! `dovecot-keywords`), the sync state file, `subscriptions`, owners, counters, progress,
+//! failures, the report and the snapshot.
+//!
+//! How a new source is written against it: `/work/wt/notes/source-trait.md` and
+//! `docs/architecture.md` (Backup pipeline).
+
+pub mod imap;
+pub mod maildir;
+
+use crate::repo::tree::{DirEntry, FileEntry, FolderNode, MessageEntry, Timestamp};
+use crate::report::Failure;
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::{Mutex, OnceLock};
+
+/// A mail store a backup reads from. The pipeline ([`crate::ops::backup::run`]) calls
+/// [`accounts`](Source::accounts) once, then per account [`open`](Source::open) and
+/// [`folders`](Source::folders), then per folder [`backup_folder`](Source::backup_folder),
+/// in parallel as [`parallelism`](Source::parallelism) says.
+pub trait Source: Sync {
+    /// What one worker holds while it backs up folders of an account: nothing (`()`) for
+    /// files on disk, a logged-in session for a server.
+    type Session: Send;
+    /// The source's error; the pipeline's own (repository) errors convert into it.
+    type Error: std::error::Error + From<crate::Error> + Send + Sync + 'static;
+
+    /// The snapshot's source label (`maildir:/var/vmail`, `imap://host:993`); the parent
+    /// snapshot is the latest one with the same label and host.
+    fn label(&self) -> String;
+
+    /// How the pipeline may run accounts, folders and messages in parallel.
+    fn parallelism(&self) -> Parallelism;
+
+    /// The accounts to back up, in snapshot order (an error ends the backup before it
+    /// starts: nothing is written).
+    fn accounts(&self) -> Result<Vec<Account>, Self::Error>;
+
+    /// A session for `account` (a login; nothing for files). With
+    /// [`Parallelism::Pool`] one is opened per folder, so it must be cheap there.
+    fn open(&self, account: &Account) -> Result<Self::Session, Self::Error>;
+
+    /// Whether a session can still be used (a dropped connection: the pipeline opens
+    /// another for the next folder).
+    fn usable(&self, _session: &Self::Session) -> bool {
+        true
+    }
+
+    /// Ends a session (logout).
+    fn close(&self, _session: Self::Session) {}
+
+    /// The folders of an account, the account's directories (owner and mode) and its
+    /// subscriptions. Problems that do not stop the account go to `failures`.
+    fn folders(
+        &self,
+        account: &Account,
+        session: &mut Self::Session,
+        failures: &Failures,
+    ) -> Result<AccountListing, Self::Error>;
+
+    /// Backs up one folder into `out`: what the parent has unchanged
+    /// ([`FolderWriter::unchanged`]), new messages ([`FolderWriter::message`], or
+    /// [`FolderWriter::store`] from several threads then [`FolderWriter::add`]), folder
+    /// files ([`FolderWriter::file`], [`FolderWriter::keep_file`]), the sync state
+    /// ([`FolderWriter::set_state`]) and the folder's directories. An error fails the
+    /// folder (reported as [`folder_item`](Source::folder_item)); a message that cannot
+    /// be read is reported with [`FolderWriter::fail`] and the folder goes on.
+    fn backup_folder(
+        &self,
+        session: &mut Self::Session,
+        account: &Account,
+        folder: &Folder,
+        out: &mut FolderWriter<'_>,
+    ) -> Result<(), Self::Error>;
+
+    /// How a failed folder is named in the report.
+    fn folder_item(&self, account: &Account, folder: &Folder) -> String {
+        format!("{}: {}", account.name, folder.name)
+    }
+
+    /// The folder file in which the source keeps its per-folder sync state (IMAP's
+    /// UIDVALIDITY and HIGHESTMODSEQ, an mbox's size and head hash), if it keeps one:
+    /// [`FolderWriter::parent_state`] reads it back from the parent snapshot.
+    fn state_file(&self) -> Option<&'static [u8]> {
+        None
+    }
+
+    /// Offers messages to train the repository's compression dictionary on (the first
+    /// zstd backup): a spread of messages across accounts and folders, each given to
+    /// [`Samples::offer`] until [`Samples::full`]. By default none (no dictionary).
+    fn samples(&self, _accounts: &[Account], _samples: &Samples) {}
+}
+
+/// How the pipeline runs a source in parallel.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Parallelism {
+    /// Everything on one rayon pool of `jobs` threads (0: one per core): accounts
+    /// (largest first), the folders of an account, and [`Source::backup_folder`] runs on
+    /// the pool, so it may read a folder's messages in parallel (`par_iter` with
+    /// [`FolderWriter::store`]). For files on disk.
+    Pool { jobs: usize },
+    /// `accounts` accounts at a time, each over up to `sessions` sessions (connections)
+    /// with its folders dealt to them; within a folder messages come one at a time. For
+    /// servers.
+    Sessions { accounts: usize, sessions: usize },
+}
+
+/// One account of a source.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Account {
+    /// `user@domain`, or the name given for a single Maildir or mbox.
+    pub name: String,
+    /// Where a restore into a store puts the account's Maildir, below the store root
+    /// (`example.org/bob/Maildir`; empty for a single Maildir), raw bytes.
+    pub rel_path: Vec<u8>,
+    /// The source's own locator of the account (a directory, a file); empty if it needs
+    /// none (IMAP).
+    pub path: PathBuf,
+}
+
+/// One folder of an account.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Folder {
+    /// The folder's name, `/`-separated (`INBOX`, `Archive/2023`).
+    pub name: String,
+    /// Its Maildir++ directory (empty for INBOX, `.Archive.2023`): the folder's identity
+    /// across snapshots (the parent folder is the one with the same `dir`).
+    pub dir: Vec<u8>,
+    /// The source's own locator of the folder; empty if it needs none.
+    pub path: PathBuf,
+}
+
+/// What [`Source::folders`] found in an account.
+#[derive(Clone, Debug, Default)]
+pub struct AccountListing {
+    /// The folders, in any order (the snapshot has INBOX first, then by `dir`).
+    pub folders: Vec<Folder>,
+    /// The directories above the account's Maildir, from the top (a store's
+    /// `example.org`, `bob`, `Maildir`), with their owner and mode; empty when the source
+    /// has none.
+    pub dirs: Vec<DirEntry>,
+    /// Subscribed folders (IMAP LSUB): the pipeline writes them as INBOX's
+    /// `subscriptions` file. `None` when the source has no such list, or keeps the file
+    /// itself (a Maildir's own `subscriptions` is one of its folder files).
+    pub subscriptions: Option<Vec<String>>,
+}
+
+/// What `stat(2)` says of a file (a message file, a folder file).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FileMeta {
+    pub size: u64,
+    pub mtime: Timestamp,
+    pub mode: u32,
+    pub uid: u32,
+    pub gid: u32,
+}
+
+impl FileMeta {
+    pub fn of(m: &std::fs::Metadata) -> FileMeta {
+        use std::os::unix::fs::MetadataExt;
+        FileMeta {
+            size: m.len(),
+            mtime: timestamp(m),
+            mode: m.mode() & 0o7777,
+            uid: m.uid(),
+            gid: m.gid(),
+        }
+    }
+}
+
+/// The mtime of a file.
+pub(crate) fn timestamp(m: &std::fs::Metadata) -> Timestamp {
+    use std::os::unix::fs::MetadataExt;
+    Timestamp {
+        secs: m.mtime(),
+        nanos: m.mtime_nsec().clamp(0, 999_999_999) as u32,
+    }
+}
+
+/// A new message a source read, for [`FolderWriter::store`].
+#[derive(Debug)]
+pub struct NewMessage<'a> {
+    /// The bytes to store, as a Maildir holds them (LF line ends).
+    pub data: &'a [u8],
+    /// Bytes read from the source for it (the report's `bytes_read`: IMAP's CRLF size).
+    pub read: u64,
+    /// Its place, name and flags.
+    pub meta: MessageMeta<'a>,
+}
+
+/// How a source describes a message's place, flags and date.
+#[derive(Debug)]
+pub enum MessageMeta<'a> {
+    /// A native Maildir file: its name (key, then `:2,` and flag letters), in `new/` or
+    /// `cur/`, and its `stat`.
+    Maildir {
+        name: Vec<u8>,
+        new: bool,
+        file: FileMeta,
+    },
+    /// Flags and keywords as IMAP names them (`\Seen`, `$Label1`), the internal date
+    /// (Unix seconds) and a stable id: the pipeline makes the Maildir key
+    /// ([`crate::imap::names::synth_key`] of the folder name, date, `uid`, `validity` and
+    /// size), the name (`:2,` and letters; keyword letters from the folder's
+    /// `dovecot-keywords`, which it writes), mtime = internal date, mode 0600 and the
+    /// owner running the backup.
+    Flags {
+        flags: &'a [&'a str],
+        internal_date: i64,
+        /// IMAP's UID; for other sources a number unique in the folder and stable for as
+        /// long as the message is there (an mbox: its number).
+        uid: u32,
+        /// IMAP's UIDVALIDITY; for other sources a number that changes whenever `uid`s
+        /// are given anew.
+        validity: u32,
+    },
+}
+
+/// A folder file a source hands the pipeline ([`FolderWriter::file`]).
+#[derive(Debug)]
+pub struct FolderFile {
+    /// Its name in the folder's directory (`dovecot-uidlist`, `subscriptions`).
+    pub name: Vec<u8>,
+    pub data: FileData,
+    /// Its `stat`; `None` for a file the source makes up (then: mode 0600, owned by the
+    /// user running the backup, mtime the snapshot's time).
+    pub meta: Option<FileMeta>,
+}
+
+/// The content of a folder file.
+#[derive(Debug)]
+pub enum FileData {
+    Bytes(Vec<u8>),
+    /// A file to read (a file gone by then is left out quietly: deleted meanwhile).
+    Path(PathBuf),
+}
+
+/// The failure list of a backup run: what could not be backed up, and why.
+#[derive(Debug, Default)]
+pub struct Failures(Mutex<Vec<Failure>>);
+
+impl Failures {
+    /// Records that `item` (a path, `account: folder`, `account: folder: UID n`) failed.
+    pub fn fail(&self, item: impl Into<String>, e: impl std::fmt::Display) {
+        crate::repo::lock(&self.0).push(Failure::new(item, e));
+    }
+
+    pub(crate) fn take(&self) -> Vec<Failure> {
+        std::mem::take(&mut *crate::repo::lock(&self.0))
+    }
+}
+
+/// Messages for the compression dictionary ([`Source::samples`]): split as the
+/// repository splits, kept up to a budget. Safe to offer from several threads.
+pub struct Samples<'a> {
+    pub(crate) chunker: &'a crate::repo::split::Chunker,
+    pub(crate) total: std::sync::atomic::AtomicU64,
+    pub(crate) out: Mutex<Vec<Vec<u8>>>,
+}
+
+impl Samples<'_> {
+    /// At most this many messages are worth offering.
+    pub const MAX_MESSAGES: usize = 4000;
+    /// Sample bytes kept.
+    pub const MAX_BYTES: u64 = 8 << 20;
+
+    /// Whether the budget is spent (offer nothing more).
+    pub fn full(&self) -> bool {
+        self.total.load(std::sync::atomic::Ordering::Relaxed) >= Self::MAX_BYTES
+    }
+
+    /// Offers one message.
+    pub fn offer(&self, data: &[u8]) {
+        use std::sync::atomic::Ordering::Relaxed;
+        for r in crate::repo::split::split(data, self.chunker) {
+            if r.len() <= crate::repo::compress::DICT_MAX_BLOB
+                && self.total.fetch_add(r.len() as u64, Relaxed) < Self::MAX_BYTES
+            {
+                crate::repo::lock(&self.out).push(data[r].to_vec());
+            }
+        }
+    }
+}
+
+/// The parent snapshot's view of one account, as the pipeline loaded it.
+#[derive(Default)]
+pub(crate) struct ParentAccount {
+    /// Its folders by `dir`.
+    pub(crate) folders: HashMap<Vec<u8>, FolderNode>,
+    /// Every message of the account by key, read on first use.
+    pub(crate) by_key: OnceLock<HashMap<Vec<u8>, MessageEntry>>,
+}
+
+/// Where a source puts one folder's backup: the pipeline's side of
+/// [`Source::backup_folder`]. Its methods are implemented in [`crate::ops::backup`].
+pub struct FolderWriter<'a> {
+    pub(crate) ctx: &'a crate::ops::backup::Ctx<'a>,
+    pub(crate) account: &'a str,
+    pub(crate) folder: &'a Folder,
+    pub(crate) parent_account: &'a ParentAccount,
+    /// The parent's folder of the same `dir`.
+    pub(crate) parent: Option<&'a FolderNode>,
+    pub(crate) entries: Vec<MessageEntry>,
+    pub(crate) files: Vec<FileEntry>,
+    pub(crate) dirs: Vec<DirEntry>,
+    /// Keyword letters of messages given by flags; written as `dovecot-keywords` when
+    /// not empty.
+    pub(crate) keywords: Mutex<mailvault_imap::maildir_flags::KeywordTable>,
+}
