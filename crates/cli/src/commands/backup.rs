@@ -3,8 +3,9 @@
 use crate::output::{bytes, print_failures, ratio};
 use crate::{progress::Bar, repo, GlobalOpts, Outcome};
 use anyhow::Result;
-use mailvault_core::imap::backup::{backup_at as imap_backup_at, ImapBackupOptions};
-use mailvault_core::ops::backup::{backup_at, BackupOptions, BackupReport};
+use mailvault_core::ops::backup::BackupReport;
+use mailvault_core::source::imap::{backup_at as imap_backup_at, ImapBackupOptions};
+use mailvault_core::source::maildir::{backup_at, BackupOptions};
 use mailvault_core::Compression;
 
 #[derive(clap::Args, Debug)]
@@ -92,7 +93,7 @@ fn execute_source(g: &GlobalOpts, a: Args) -> Result<BackupReport> {
         std::thread::Builder::new()
             .name("warm".into())
             .spawn(move || {
-                mailvault_core::maildir::warm_directories(&source, &accounts, WARM_THREADS)
+                mailvault_core::source::maildir::warm_directories(&source, &accounts, WARM_THREADS)
             })
             .ok();
     }

@@ -24,7 +24,7 @@ use crate::repo::tree::{
 use crate::repo::{lock, BlobSaver, Repository, WriterMark};
 use crate::report::{per_sec, ratio, Failure, Progress};
 use crate::source::{
-    Account, FileData, Failures, Folder, FolderFile, FolderWriter, MessageMeta, NewMessage,
+    Account, Failures, FileData, Folder, FolderFile, FolderWriter, MessageMeta, NewMessage,
     Parallelism, ParentAccount, Samples, Source,
 };
 use mailvault_imap::maildir_flags::{imap_to_maildir, KeywordTable};
@@ -403,7 +403,10 @@ fn backup_account<S: Source>(
     let parent = match parent {
         Some(r) => match repo.read_tree::<AccountTree>(&r.tree) {
             Ok(t) => ParentAccount {
-                folders: t.folders.into_iter().map(|f| (f.dir.clone(), f)).collect(),
+                by_dir: (t.folders.iter().enumerate())
+                    .map(|(i, f)| (f.dir.clone(), i))
+                    .collect(),
+                folders: t.folders,
                 by_key: OnceLock::new(),
             },
             Err(e) => {
@@ -415,6 +418,9 @@ fn backup_account<S: Source>(
         },
         None => ParentAccount::default(),
     };
+    if source.keys_across_folders() {
+        parent.load_keys(repo, &ctx.failures, &acc.name);
+    }
     let subscriptions = listing.subscriptions.as_deref();
     let folder = |session: &mut S::Session, f: &Folder| -> Option<FolderNode> {
         let subs = subscriptions.filter(|_| f.dir.is_empty());
@@ -510,10 +516,11 @@ fn backup_folder<S: Source>(
     parent: &ParentAccount,
     subscriptions: Option<&[String]>,
 ) -> Result<FolderNode, S::Error> {
-    let parent_folder = parent.folders.get(&folder.dir).or_else(|| {
+    let parent_folder = match parent.by_dir.get(&folder.dir) {
+        Some(&i) => parent.folders.get(i),
         // Found by name when its directory is spelled otherwise now.
-        parent.folders.values().find(|f| f.name == folder.name)
-    });
+        None => parent.folders.iter().find(|f| f.name == folder.name),
+    };
     let mut out = FolderWriter {
         ctx,
         account: &acc.name,
@@ -527,6 +534,33 @@ fn backup_folder<S: Source>(
     };
     source.backup_folder(session, acc, folder, &mut out)?;
     Ok(out.finish(subscriptions)?)
+}
+
+impl ParentAccount {
+    /// Every message of the account by key, read on the first call (a damaged parent is
+    /// reported and only costs speed: everything is read again).
+    fn load_keys(
+        &self,
+        repo: &Repository,
+        failures: &Failures,
+        account: &str,
+    ) -> &HashMap<Vec<u8>, MessageEntry> {
+        self.by_key.get_or_init(|| {
+            let mut by_key = HashMap::new();
+            for f in &self.folders {
+                for c in &f.chunks {
+                    match repo.read_chunk(c) {
+                        Ok(es) => by_key.extend(es.into_iter().map(|e| (e.key.clone(), e))),
+                        Err(e) => {
+                            failures.fail(format!("account {account} (parent snapshot)"), &e);
+                            return HashMap::new();
+                        }
+                    }
+                }
+            }
+            by_key
+        })
+    }
 }
 
 /// The pipeline's side of [`Source::backup_folder`].
@@ -572,27 +606,7 @@ impl<'a> FolderWriter<'a> {
     /// account's entries are read on the first call.
     pub fn parent_by_key(&self, key: &[u8]) -> Option<&'a MessageEntry> {
         let pa = self.parent_account;
-        pa.by_key
-            .get_or_init(|| {
-                let repo = self.ctx.saver.repo();
-                let mut by_key = HashMap::new();
-                for f in pa.folders.values() {
-                    for c in &f.chunks {
-                        match repo.read_chunk(c) {
-                            Ok(es) => by_key.extend(es.into_iter().map(|e| (e.key.clone(), e))),
-                            Err(e) => {
-                                self.fail(
-                                    format!("account {} (parent snapshot)", self.account),
-                                    &e,
-                                );
-                                // A damaged parent only costs speed: read everything again.
-                                return HashMap::new();
-                            }
-                        }
-                    }
-                }
-                by_key
-            })
+        pa.load_keys(self.ctx.saver.repo(), &self.ctx.failures, self.account)
             .get(key)
     }
 

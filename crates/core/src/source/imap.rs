@@ -14,9 +14,7 @@
 //! parallel, each over several connections (folders dealt to them); messages stream one
 //! at a time (bounded memory).
 
-use super::{
-    AccountListing, Failures, FolderWriter, MessageMeta, NewMessage, Parallelism, Source,
-};
+use super::{AccountListing, Failures, FolderWriter, MessageMeta, NewMessage, Parallelism, Source};
 use crate::imap::names::{self, STATE_FILE};
 use crate::imap::{login_with_backoff, Connection, Error, Result};
 use crate::ops::backup::{BackupReport, RunOptions};

@@ -514,6 +514,10 @@ impl Source for MaildirSource {
         })
     }
 
+    fn keys_across_folders(&self) -> bool {
+        true
+    }
+
     fn folder_item(&self, _account: &AccountSource, folder: &FolderSource) -> String {
         folder.path.display().to_string()
     }
@@ -634,8 +638,7 @@ impl Source for MaildirSource {
         'outer: for acc in accounts {
             for f in self::folders(&acc.path).unwrap_or_default() {
                 let (files, _) = list_messages(&f.path);
-                let paths: Vec<PathBuf> =
-                    files.iter().take(256).map(|m| m.path(&f.path)).collect();
+                let paths: Vec<PathBuf> = files.iter().take(256).map(|m| m.path(&f.path)).collect();
                 candidates += paths.len();
                 folders.push(paths);
                 if candidates >= max * 4 {

@@ -95,6 +95,14 @@ pub trait Source: Sync {
         None
     }
 
+    /// Whether the source finds unchanged messages by key across the account's folders
+    /// ([`FolderWriter::parent_by_key`]; a Maildir message moved to another folder keeps
+    /// its key): the pipeline then reads the parent's entries of an account before its
+    /// folders start, rather than in the first folder that asks while the others wait.
+    fn keys_across_folders(&self) -> bool {
+        false
+    }
+
     /// Offers messages to train the repository's compression dictionary on (the first
     /// zstd backup): a spread of messages across accounts and folders, each given to
     /// [`Samples::offer`] until [`Samples::full`]. By default none (no dictionary).
@@ -295,8 +303,10 @@ impl Samples<'_> {
 /// The parent snapshot's view of one account, as the pipeline loaded it.
 #[derive(Default)]
 pub(crate) struct ParentAccount {
-    /// Its folders by `dir`.
-    pub(crate) folders: HashMap<Vec<u8>, FolderNode>,
+    /// Its folders, in the tree's order.
+    pub(crate) folders: Vec<FolderNode>,
+    /// Index in `folders` by `dir`.
+    pub(crate) by_dir: HashMap<Vec<u8>, usize>,
     /// Every message of the account by key, read on first use.
     pub(crate) by_key: OnceLock<HashMap<Vec<u8>, MessageEntry>>,
 }
