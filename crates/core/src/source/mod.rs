@@ -12,8 +12,19 @@
 //! `dovecot-keywords`), the sync state file, `subscriptions`, owners, counters, progress,
 //! failures, the report and the snapshot.
 //!
-//! How a new source is written against it: `/work/wt/notes/source-trait.md` and
-//! `docs/architecture.md` (Backup pipeline).
+//! A new source (mbox, EML, files) is a struct implementing [`Source`] in its own module
+//! here, plus a `backup_at(repo, &Options, time, progress)` that builds it and calls
+//! [`crate::ops::backup::run`] (as [`maildir::backup_at`] and [`imap::backup_at`] do):
+//! [`Source::accounts`] and [`Source::folders`] say what there is; in
+//! [`Source::backup_folder`] it looks at the parent ([`FolderWriter::parent`],
+//! [`FolderWriter::parent_by_key`], [`FolderWriter::parent_entries`],
+//! [`FolderWriter::parent_state`]) and hands over kept entries
+//! ([`FolderWriter::unchanged`]), new messages ([`FolderWriter::message`], as a Maildir
+//! file or by flags, keywords, date and id: [`MessageMeta`]), folder files
+//! ([`FolderWriter::file`], as bytes or a path) and its sync state
+//! ([`FolderWriter::set_state`]). It joins the conformance suite
+//! (`crates/core/tests/source_conformance.rs`) with one test. docs/architecture.md
+//! (Backup pipeline) draws the whole.
 
 pub mod imap;
 pub mod maildir;
