@@ -17,6 +17,7 @@ pub mod imap;
 pub mod index;
 pub mod lock;
 pub mod ls;
+pub mod mail;
 pub mod maildir;
 pub mod migrate;
 pub mod model;
