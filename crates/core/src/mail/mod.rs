@@ -9,7 +9,9 @@ pub mod flags;
 pub mod layout;
 pub mod mbox;
 
-pub use mbox::{MboxMessage, MboxReader, MboxState, MboxWriter, Written};
+pub use eml::{EmlNames, Sidecar, SidecarEntry};
+pub use layout::Tree;
+pub use mbox::{Change, MboxMessage, MboxReader, MboxState, MboxWriter, Written};
 
 /// What a mail format keeps about a message besides its bytes: what a source hands the
 /// pipeline per message and what a target gets back.
