@@ -163,12 +163,15 @@ for i, (key, w) in enumerate(zip(keys, want)):
 print("ok", len(keys))
 "#;
 
+/// Bytes, flags, keywords, internal date.
+type Case = (&'static [u8], Vec<&'static str>, Vec<&'static str>, i64);
+
 #[test]
 fn our_mbox_is_read_by_python_mailbox_and_email() {
     if !python3() {
         return;
     }
-    let cases: Vec<(&[u8], Vec<&str>, Vec<&str>, i64)> =
+    let cases: Vec<Case> =
         vec![
         (b"Subject: one\n\nhello\n", vec![], vec![], 1795503600),
         (
