@@ -87,6 +87,10 @@ pub struct MboxMessage {
     pub bytes: Vec<u8>,
     /// Whether `Content-Length` delimited it.
     pub content_length: bool,
+    /// Whether it is the "DON'T DELETE THIS MESSAGE -- FOLDER INTERNAL DATA" message that
+    /// UW-IMAP, Pine and Dovecot keep first in an mbox (an `X-IMAP:` header and that
+    /// subject): the folder's state, not mail; a source skips it.
+    pub folder_internal: bool,
 }
 
 /// A line reader over a `BufRead` with a line cap and a push-back buffer.
@@ -273,6 +277,11 @@ impl<R: BufRead> MboxReader<R> {
             Some(l) => parse_from_line(l),
             None => (None, None),
         };
+        let folder_internal =
+            offset == 0 && header_value(&raw[..header_end(&raw)], b"X-IMAP").is_some() && {
+                let subject = header_value(&raw[..header_end(&raw)], b"Subject").unwrap_or(b"");
+                memchr::memmem::find(subject, b"FOLDER INTERNAL DATA").is_some()
+            };
         let (bytes, mut meta) = decode(raw, cl);
         meta.internal_date = date;
         Ok(Some(MboxMessage {
@@ -286,6 +295,7 @@ impl<R: BufRead> MboxReader<R> {
             meta,
             bytes,
             content_length: cl,
+            folder_internal,
         }))
     }
 
@@ -430,23 +440,41 @@ struct Field<'a> {
     name: Option<&'a [u8]>,
 }
 
-fn fields(block: &[u8]) -> Vec<Field<'_>> {
-    let mut out: Vec<Field<'_>> = Vec::new();
-    let mut p = 0;
-    while p < block.len() {
-        let e = memchr::memchr(b'\n', &block[p..]).map_or(block.len(), |i| p + i + 1);
-        let line = &block[p..e];
-        match out.last_mut() {
-            Some(f) if line[0] == b' ' || line[0] == b'\t' => f.end = e,
-            _ => out.push(Field {
-                start: p,
-                end: e,
-                name: field_name(line),
-            }),
-        }
-        p = e;
+fn is_continuation(line: &[u8]) -> bool {
+    matches!(line.first(), Some(b' ' | b'\t'))
+}
+
+/// The field starting at `p` (a line start before the end of `block`).
+fn field_at(block: &[u8], p: usize) -> Field<'_> {
+    let line_end = |p: usize| memchr::memchr(b'\n', &block[p..]).map_or(block.len(), |i| p + i + 1);
+    let first = line_end(p);
+    let mut end = first;
+    while end < block.len() && is_continuation(&block[end..]) {
+        end = line_end(end);
     }
-    out
+    Field {
+        start: p,
+        end,
+        name: field_name(&block[p..first]),
+    }
+}
+
+/// The field ending at `end` (a line start after `floor`, itself a field start): its
+/// first line is the last line before `end` that is not a continuation, or `floor`.
+fn field_before(block: &[u8], floor: usize, end: usize) -> Field<'_> {
+    let mut start = end;
+    loop {
+        start = memchr::memrchr(b'\n', &block[floor..start - 1]).map_or(floor, |i| floor + i + 1);
+        if start == floor || !is_continuation(&block[start..]) {
+            break;
+        }
+    }
+    let first = memchr::memchr(b'\n', &block[start..end]).map_or(end, |i| start + i + 1);
+    Field {
+        start,
+        end,
+        name: field_name(&block[start..first]),
+    }
 }
 
 fn field_name(line: &[u8]) -> Option<&[u8]> {
@@ -463,15 +491,29 @@ fn is_metadata(name: Option<&[u8]>) -> bool {
     })
 }
 
-/// The fields of the runs of metadata headers that open and close the header block.
-fn metadata_runs<'a>(fields: &'a [Field<'a>]) -> impl Iterator<Item = &'a Field<'a>> {
-    let lead = fields.iter().take_while(|f| is_metadata(f.name)).count();
-    let trail = fields[lead..]
-        .iter()
-        .rev()
-        .take_while(|f| is_metadata(f.name))
-        .count();
-    fields[..lead].iter().chain(&fields[fields.len() - trail..])
+/// The fields of the runs of metadata headers that open and close the header block
+/// `block`. Only the runs are parsed: a huge block costs no memory.
+fn metadata_runs(block: &[u8]) -> Vec<Field<'_>> {
+    let mut out = Vec::new();
+    let mut p = 0;
+    while p < block.len() {
+        let f = field_at(block, p);
+        if !is_metadata(f.name) {
+            break;
+        }
+        p = f.end;
+        out.push(f);
+    }
+    let mut e = block.len();
+    while e > p {
+        let f = field_before(block, p, e);
+        if !is_metadata(f.name) {
+            break;
+        }
+        e = f.start;
+        out.push(f);
+    }
+    out
 }
 
 fn field_value<'a>(block: &'a [u8], f: &Field<'_>) -> &'a [u8] {
@@ -480,31 +522,36 @@ fn field_value<'a>(block: &'a [u8], f: &Field<'_>) -> &'a [u8] {
     &text[colon..]
 }
 
+/// The value of the first header `name` of a header block (anywhere in it).
+fn header_value<'a>(block: &'a [u8], name: &[u8]) -> Option<&'a [u8]> {
+    let mut p = 0;
+    while p < block.len() {
+        let f = field_at(block, p);
+        if f.name.is_some_and(|n| n.eq_ignore_ascii_case(name)) {
+            return Some(field_value(block, &f));
+        }
+        p = f.end;
+    }
+    None
+}
+
 /// `Content-Length` of a header block (anywhere in it), if one parses.
 fn content_length(block: &[u8]) -> Option<u64> {
-    fields(block)
-        .iter()
-        .find(|f| {
-            f.name
-                .is_some_and(|n| n.eq_ignore_ascii_case(b"Content-Length"))
-        })
-        .and_then(|f| {
-            std::str::from_utf8(field_value(block, f))
-                .ok()?
-                .trim()
-                .parse()
-                .ok()
-        })
+    std::str::from_utf8(header_value(block, b"Content-Length")?)
+        .ok()?
+        .trim()
+        .parse()
+        .ok()
 }
 
 /// Reads and removes the metadata headers (see the module's documentation).
 fn strip_metadata(m: Vec<u8>, cl: bool) -> (Vec<u8>, Meta) {
     let h = header_end(&m);
-    let fields = fields(&m[..h]);
+    let runs = metadata_runs(&m[..h]);
     let mut found = Found::default();
     let mut drop: Vec<(usize, usize)> = Vec::new();
     let mut no_final_newline = false;
-    for f in metadata_runs(&fields) {
+    for f in &runs {
         let Some(name) = f.name else { continue };
         if name.eq_ignore_ascii_case(b"Content-Length") && !cl {
             continue;

@@ -164,6 +164,29 @@ fn metadata_names_inside_the_block_are_the_messages() {
 }
 
 #[test]
+fn folder_internal_data_message_is_marked() {
+    let input = b"From MAILER-DAEMON Tue Nov 24 07:00:00 2026\n\
+Date: Tue, 24 Nov 2026 07:00:00 +0000\n\
+From: Mail System Internal Data <MAILER-DAEMON@mail.example.org>\n\
+Subject: DON'T DELETE THIS MESSAGE -- FOLDER INTERNAL DATA\n\
+X-IMAP: 1795503600 0000000002 $Label1\n\
+Status: RO\n\
+\n\
+This text is part of the internal format of your mail folder.\n\
+\n\
+From a Tue Nov 24 07:00:00 2026\n\
+Subject: DON'T DELETE THIS MESSAGE -- FOLDER INTERNAL DATA\n\
+X-IMAP: 1\n\
+\n\
+x\n";
+    let m = read_all(input);
+    assert!(m[0].folder_internal);
+    // Only the first message of a file can be.
+    assert!(!m[1].folder_internal);
+    assert!(!read_all(b"From a Tue Nov 24 07:00:00 2026\nX-IMAP: 1\n\nx\n")[0].folder_internal);
+}
+
+#[test]
 fn leading_bytes_before_the_first_from_line_are_a_message() {
     let input = b"garbage\nmore\n\nFrom a Tue Nov 24 07:00:00 2026\n\nx\n";
     let m = read_all(input);
@@ -567,8 +590,7 @@ fn has_metadata_at_block_ends(m: &[u8]) -> bool {
     if m.last() != Some(&b'\n') {
         m.push(b'\n');
     }
-    let fields = fields(&m[..header_end(&m)]);
-    let found = metadata_runs(&fields).next().is_some();
+    let found = !metadata_runs(&m[..header_end(&m)]).is_empty();
     found
 }
 
