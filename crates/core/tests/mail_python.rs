@@ -227,3 +227,97 @@ fn our_mbox_is_read_by_python_mailbox_and_email() {
         assert_eq!(b.meta.internal_date, Some(*date));
     }
 }
+
+/// Python reads an EML export laid out by our codecs (argv 1: the tree; argv 2: the
+/// expectations, JSON: folder path, subject, date, flags per message): `email` parses
+/// each file, names sort by date, the sidecar names every file. Prints "ok N".
+const PYTHON_READS_EML: &str = r##"
+import email, email.policy, json, os, sys
+root, want = sys.argv[1], json.load(open(sys.argv[2]))
+seen = 0
+for folder, msgs in want.items():
+    d = os.path.join(root, folder)
+    names = sorted(n for n in os.listdir(d) if n.endswith(".eml"))
+    assert len(names) == len(msgs), (folder, names)
+    by_date = sorted(msgs, key=lambda m: m["date"])
+    side = {}
+    for line in open(os.path.join(d, ".mailvault-flags"), encoding="ascii"):
+        if line.startswith("#"):
+            continue
+        name, date, *flags = line.split()
+        side[name] = (int(date), flags)
+    for name, m in zip(names, by_date):
+        with open(os.path.join(d, name), "rb") as f:
+            raw = f.read()
+        assert raw == bytes.fromhex(m["bytes"]), (name, raw)
+        parsed = email.message_from_bytes(raw, policy=email.policy.default)
+        assert parsed["Subject"] == m["subject"], (name, parsed["Subject"], m["subject"])
+        assert side[name] == (m["date"], m["flags"]), (name, side[name], m)
+        seen += 1
+print("ok", seen)
+"##;
+
+#[test]
+fn our_eml_export_is_read_by_python_email() {
+    use mailvault_core::mail::layout::{folder_to_path, path_to_folder, Tree};
+    use mailvault_core::mail::{EmlNames, Sidecar, SidecarEntry};
+
+    if !python3() {
+        return;
+    }
+    let t = tempfile::tempdir().unwrap();
+    let root = t.path().join("eml");
+    let msgs: [(&str, &str, i64, &[&str]); 5] = [
+        ("INBOX", "first", 1795503600, &["\\Seen"]),
+        (
+            "INBOX",
+            "second, earlier",
+            1795500000,
+            &["\\Seen", "\\Flagged", "$Label1"],
+        ),
+        ("INBOX", "second, earlier", 1795500000, &[]),
+        ("Archive/2023", "Grüße", 1700000000, &["\\Answered"]),
+        ("../escape", "stays inside", 1, &["\\Deleted", "\\Draft"]),
+    ];
+    let mut want: std::collections::BTreeMap<String, Vec<serde_json::Value>> = Default::default();
+    let mut trees: std::collections::BTreeMap<String, (EmlNames, Sidecar)> = Default::default();
+    for (folder, subject, date, flags) in msgs {
+        let bytes = format!("Subject: {subject}\r\nFrom: a@example.org\r\n\r\nbody\r\n");
+        let bytes = if subject.is_ascii() {
+            bytes.into_bytes()
+        } else {
+            format!("Subject: =?utf-8?q?Gr=C3=BC=C3=9Fe?=\r\n\r\nbody\r\n").into_bytes()
+        };
+        let rel = folder_to_path(folder, Tree::Eml);
+        assert_eq!(path_to_folder(&rel, Tree::Eml).as_deref(), Some(folder));
+        let dir = root.join(&rel);
+        assert!(dir.starts_with(&root));
+        std::fs::create_dir_all(&dir).unwrap();
+        let (names, sidecar) = trees.entry(rel.to_string_lossy().into_owned()).or_default();
+        let name = names.name(date, &bytes);
+        std::fs::write(dir.join(&name), &bytes).unwrap();
+        let meta = Meta::from_imap(flags, Some(date));
+        sidecar.entries.push(SidecarEntry {
+            name: name.clone().into_bytes(),
+            meta: meta.clone(),
+        });
+        want.entry(rel.to_string_lossy().into_owned())
+            .or_default()
+            .push(serde_json::json!({
+                "bytes": hex::encode(&bytes),
+                "subject": subject,
+                "date": date,
+                "flags": meta.imap_list(),
+            }));
+    }
+    for (rel, (_, sidecar)) in &trees {
+        std::fs::write(root.join(rel).join(".mailvault-flags"), sidecar.to_bytes()).unwrap();
+    }
+    let json = t.path().join("want.json");
+    std::fs::write(&json, serde_json::to_vec(&want).unwrap()).unwrap();
+    assert_eq!(
+        run_python(PYTHON_READS_EML, &[&root, &json]).trim(),
+        format!("ok {}", msgs.len())
+    );
+    assert!(root.join("%2E.").join("escape").is_dir());
+}

@@ -1,6 +1,6 @@
 //! EML exports: one `.eml` file per message, its bytes untouched. Names sort by internal
 //! date and stay unique in a folder (`20261124T070000Z-<first 8 hex of the message's
-//! BLAKE3>.eml`, then `-2`, `-3`... before `.eml` on a collision); the file's mtime is the
+//! BLAKE3>.eml`, then `_2`, `_3`... before `.eml` on a collision, sorting after the first); the file's mtime is the
 //! internal date (set by the target). Flags, keywords and the date are kept in a sidecar
 //! file per folder, [`SIDECAR`], one line per message file:
 //!
@@ -61,7 +61,7 @@ impl EmlNames {
         let mut name = format!("{base}.eml");
         let mut n = 2u64;
         while self.used.contains(name.as_bytes()) {
-            name = format!("{base}-{n}.eml");
+            name = format!("{base}_{n}.eml");
             n += 1;
         }
         self.used.insert(name.as_bytes().to_vec());
@@ -222,13 +222,15 @@ mod tests {
                 &blake3::hash(b"one").to_hex()[..8]
             )
         );
-        assert_eq!(n.name(1795503600, b"one"), a.replace(".eml", "-2.eml"));
-        assert_eq!(n.name(1795503600, b"one"), a.replace(".eml", "-3.eml"));
+        assert_eq!(n.name(1795503600, b"one"), a.replace(".eml", "_2.eml"));
+        assert_eq!(n.name(1795503600, b"one"), a.replace(".eml", "_3.eml"));
+        // A taken name's successors sort after it.
+        assert!(a < a.replace(".eml", "_2.eml"));
         let earlier = n.name(1795503599, b"two");
         let later = n.name(1795503601, b"zero");
         assert!(earlier < a && a < later);
         n.insert_existing(b"19700101T000000Z-af1349b9.eml");
-        assert_eq!(n.name(0, b""), "19700101T000000Z-af1349b9-2.eml");
+        assert_eq!(n.name(0, b""), "19700101T000000Z-af1349b9_2.eml");
         assert!(is_eml(b"x.EML") && !is_eml(b".eml") && !is_eml(b"x.emlx"));
     }
 
