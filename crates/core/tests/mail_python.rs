@@ -286,7 +286,7 @@ fn our_eml_export_is_read_by_python_email() {
         let bytes = if subject.is_ascii() {
             bytes.into_bytes()
         } else {
-            format!("Subject: =?utf-8?q?Gr=C3=BC=C3=9Fe?=\r\n\r\nbody\r\n").into_bytes()
+            b"Subject: =?utf-8?q?Gr=C3=BC=C3=9Fe?=\r\n\r\nbody\r\n".to_vec()
         };
         let rel = folder_to_path(folder, Tree::Eml);
         assert_eq!(path_to_folder(&rel, Tree::Eml).as_deref(), Some(folder));
