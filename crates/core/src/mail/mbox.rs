@@ -681,7 +681,6 @@ pub struct Written {
 pub struct MboxWriter<W> {
     w: W,
     offset: u64,
-    buf: Vec<u8>,
 }
 
 impl<W: Write> MboxWriter<W> {
@@ -692,11 +691,7 @@ impl<W: Write> MboxWriter<W> {
 
     /// A writer appending to an mbox of `offset` bytes (which ends with its separator).
     pub fn at(w: W, offset: u64) -> Self {
-        MboxWriter {
-            w,
-            offset,
-            buf: Vec::new(),
-        }
+        MboxWriter { w, offset }
     }
 
     /// Writes one message; `sender` goes into the From line when it is a single word
@@ -707,14 +702,16 @@ impl<W: Write> MboxWriter<W> {
         meta: &Meta,
         sender: Option<&str>,
     ) -> Result<Written, MailError> {
-        let (buf, lossy) = encode(bytes, meta, sender)?;
-        self.buf = buf;
+        let (from_line, quoted, date_ok) = encode(bytes, meta, sender)?;
         let offset = self.offset;
-        self.w
-            .write_all(&self.buf)
-            .map_err(|source| MailError::Io { offset, source })?;
-        let len = self.buf.len() as u64;
+        let len = (from_line.len() + quoted.len() + 1) as u64;
+        for part in [from_line.as_bytes(), &quoted, b"\n"] {
+            self.w
+                .write_all(part)
+                .map_err(|source| MailError::Io { offset, source })?;
+        }
         self.offset += len;
+        let lossy = !date_ok || !reads_back(quoted, bytes, meta);
         Ok(Written { offset, len, lossy })
     }
 
@@ -728,8 +725,13 @@ impl<W: Write> MboxWriter<W> {
     }
 }
 
-/// One message as the writer writes it, and whether it reads back differently.
-fn encode(bytes: &[u8], meta: &Meta, sender: Option<&str>) -> Result<(Vec<u8>, bool), MailError> {
+/// One message as the writer writes it: its From line, the message with metadata headers
+/// and quoting (the separator's empty line follows), and whether the date could be written.
+fn encode(
+    bytes: &[u8],
+    meta: &Meta,
+    sender: Option<&str>,
+) -> Result<(String, Vec<u8>, bool), MailError> {
     let sender = sender
         .filter(|s| !s.is_empty() && !s.chars().any(|c| c.is_whitespace() || c.is_control()))
         .unwrap_or(DEFAULT_SENDER);
@@ -737,13 +739,9 @@ fn encode(bytes: &[u8], meta: &Meta, sender: Option<&str>) -> Result<(Vec<u8>, b
     let date_ok = date.is_some();
     let date = date.or_else(|| asctime(0)).unwrap_or_default();
 
-    let mut m = bytes.to_vec();
-    let added_newline = m.last() != Some(&b'\n');
-    if added_newline {
-        m.push(b'\n');
-    }
-    let eol: &[u8] = match memchr::memchr(b'\n', &m) {
-        Some(i) if i > 0 && m[i - 1] == b'\r' => b"\r\n",
+    let added_newline = bytes.last() != Some(&b'\n');
+    let eol: &[u8] = match memchr::memchr(b'\n', bytes) {
+        Some(i) if i > 0 && bytes[i - 1] == b'\r' => b"\r\n",
         _ => b"\n",
     };
     let mut headers = Vec::new();
@@ -753,12 +751,23 @@ fn encode(bytes: &[u8], meta: &Meta, sender: Option<&str>) -> Result<(Vec<u8>, b
         headers.extend_from_slice(b": yes");
         headers.extend_from_slice(eol);
     }
+    let mut m = Vec::with_capacity(bytes.len() + headers.len() + 1);
+    m.extend_from_slice(bytes);
+    if added_newline {
+        m.push(b'\n');
+    }
     let h = header_end(&m);
     m.splice(h..h, headers);
-    let quoted = requote(&m, true);
+    if memchr::memmem::find(&m, b"From ").is_some() {
+        m = requote(&m, true);
+    }
+    Ok((format!("From {sender} {date}\n"), m, date_ok))
+}
 
-    // What a reader makes of it: Content-Length delimits when it lands just before or
-    // just after the separator's empty line.
+/// Whether reading `quoted` (as [`encode`] made it, followed by the separator) gives back
+/// `bytes` with `meta`'s flags and keywords. `Content-Length` delimits it when it lands
+/// just before or just after the separator's empty line.
+fn reads_back(quoted: Vec<u8>, bytes: &[u8], meta: &Meta) -> bool {
     let h = header_end(&quoted);
     let landing = content_length(&quoted[..h])
         .filter(|_| h < quoted.len())
@@ -772,21 +781,13 @@ fn encode(bytes: &[u8], meta: &Meta, sender: Option<&str>) -> Result<(Vec<u8>, b
             let len = quoted.len() as u64;
             (end == len || end == len + 1).then_some(end == len + 1)
         });
-    let mut out = Vec::with_capacity(quoted.len() + 64);
-    out.extend_from_slice(format!("From {sender} {date}\n").as_bytes());
-    out.extend_from_slice(&quoted);
     let mut raw = quoted;
     if landing != Some(false) {
         raw.push(b'\n');
     }
     let (back, back_meta) = decode(raw, landing.is_some());
-    out.push(b'\n');
     let want = Meta::from_imap(&meta.imap_list(), meta.internal_date);
-    let lossy = !date_ok
-        || back != bytes
-        || back_meta.flags != want.flags
-        || back_meta.keywords != want.keywords;
-    Ok((out, lossy))
+    back == bytes && back_meta.flags == want.flags && back_meta.keywords == want.keywords
 }
 
 /// What is kept of an mbox between two backups, to tell one that only grew

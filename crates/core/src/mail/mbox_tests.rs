@@ -85,6 +85,47 @@ fn mboxcl2_content_length_spans_from_lines() {
 }
 
 #[test]
+fn dovecot_mbox_with_uids_keywords_and_content_length() {
+    let input = b"From MAILER-DAEMON Tue Nov 24 07:00:00 2026\n\
+Return-Path: <a@example.org>\n\
+Subject: x\n\
+X-IMAPbase: 1795503600 0000000003 $Label1 Junk\n\
+Status: RO\n\
+X-UID: 1\n\
+Content-Length: 28\n\
+X-Keywords: Junk\n\
+\n\
+body\n\
+\n\
+From an unquoted line\n\
+\n\
+From a@example.org Tue Nov 24 07:00:01 2026\n\
+Subject: y\n\
+X-UID: 2\n\
+Status: O\n\
+X-Status: F\n\
+Content-Length: 2\n\
+X-Keywords: $Label1 Junk\n\
+\n\
+z\n\
+\n";
+    let m = read_all(input);
+    assert_eq!(
+        texts(&m),
+        [
+            "Return-Path: <a@example.org>\nSubject: x\n\nbody\n\nFrom an unquoted line\n",
+            "Subject: y\n\nz\n"
+        ]
+    );
+    assert!(m[0].content_length && m[1].content_length);
+    assert!(!m[0].folder_internal);
+    assert_eq!(m[0].meta.flags, ["\\Seen"]);
+    assert_eq!(m[0].meta.keywords, ["Junk"]);
+    assert_eq!(m[1].meta.flags, ["\\Flagged"]);
+    assert_eq!(m[1].meta.keywords, ["$Label1", "Junk"]);
+}
+
+#[test]
 fn content_length_landing_on_from_line_or_end() {
     // No empty line between: the length lands on the From line.
     let input = b"From a Tue Nov 24 07:00:00 2026\nContent-Length: 2\n\nx\nFrom b Tue Nov 24 07:00:00 2026\n\ny\n";
