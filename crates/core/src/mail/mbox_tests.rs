@@ -671,3 +671,52 @@ proptest! {
         }
     }
 }
+
+/// Lines an mbox may hold, well-formed or not.
+fn mbox_bytes() -> impl Strategy<Value = Vec<u8>> {
+    let line = prop_oneof![
+        Just(b"From a Tue Nov 24 07:00:00 2026\n".to_vec()),
+        Just(b"From a Tue Nov 24 07:00:00 2026\r\n".to_vec()),
+        Just(b"From nobody\n".to_vec()),
+        Just(b"Content-Length: 3\n".to_vec()),
+        Just(b"Content-Length: 0\n".to_vec()),
+        Just(b"Content-Length: 99999999999999999999\n".to_vec()),
+        Just(b"Status: RO\n".to_vec()),
+        Just(b"X-Keywords: a, b\n".to_vec()),
+        Just(b"X-Mozilla-Status: ffff\n".to_vec()),
+        Just(b"X-Mailvault-No-Final-Newline: yes\n".to_vec()),
+        Just(b"X-IMAP: 1\n".to_vec()),
+        Just(b">From x\n".to_vec()),
+        Just(b"\n".to_vec()),
+        Just(b"\r\n".to_vec()),
+        Just(b" \n".to_vec()),
+        proptest::collection::vec(any::<u8>(), 0..40),
+    ];
+    proptest::collection::vec(line, 0..30).prop_map(|ls| ls.concat())
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(3000))]
+
+    /// Whatever the input: no panic, no error, and the messages tile it, each from its
+    /// offset to its end, in order, up to the end of the input.
+    #[test]
+    fn any_input_is_tiled_by_messages(input in mbox_bytes(), cap in 64usize..200) {
+        for cap in [cap, DEFAULT_LINE_CAP] {
+            let mut r = MboxReader::new(&input[..]).with_line_cap(cap);
+            let mut at = 0;
+            for m in r.by_ref() {
+                let m = m.unwrap();
+                prop_assert_eq!(m.offset, at);
+                prop_assert!(m.end > m.offset);
+                prop_assert!(m.bytes.len() as u64 <= m.end - m.offset);
+                if let Some(l) = &m.from_line {
+                    prop_assert!(input[m.offset as usize..].starts_with(l));
+                }
+                at = m.end;
+            }
+            prop_assert_eq!(at, input.len() as u64);
+            prop_assert_eq!(r.consumed(), input.len() as u64);
+        }
+    }
+}
