@@ -18,7 +18,7 @@ pub use mbox::{Change, MboxMessage, MboxReader, MboxState, MboxWriter, Written};
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Meta {
     /// IMAP system flags (`\Seen`, `\Answered`, `\Flagged`, `\Deleted`, `\Draft`), named
-    /// as `mailvault_imap::maildir_flags` names them, in that order ([`flags::SYSTEM`]).
+    /// as `mailvault_imap::maildir_flags` names them, in that order ([`flags::system`]).
     pub flags: Vec<String>,
     /// IMAP keywords (`$Forwarded`, `Junk`, ...), in the order found, without repeats.
     pub keywords: Vec<String>,
