@@ -857,6 +857,8 @@ fn write_file<T: Target>(ctx: &Ctx<T>, folder: &T::Folder, f: &FileEntry, blobs:
 /// each with its place in the folder's order.
 struct Batch<'p, F> {
     folder: &'p F,
+    /// The folder's `dovecot-keywords` (when the target wants keyword names).
+    keywords: &'p KeywordTable,
     entries: Vec<(MessageEntry, usize)>,
 }
 
@@ -864,8 +866,12 @@ struct Batch<'p, F> {
 /// folder's order.
 struct Prepared<'p, F> {
     folder: &'p F,
-    msgs: Vec<(MessageEntry, Meta, std::result::Result<Vec<u8>, String>)>,
+    msgs: Vec<Read>,
 }
+
+/// A message of a batch: its entry, its [`Meta`] and its checked bytes or why they could
+/// not be read.
+type Read = (MessageEntry, Meta, std::result::Result<Vec<u8>, String>);
 
 /// Why an account cannot go on, once one lane found out; the other lanes then count
 /// their messages as failed instead of writing them.
@@ -1002,7 +1008,7 @@ fn restore_account_ordered<T: Target>(
         .collect();
     // Per folder, its batches in order; folders largest first, so lanes end together.
     let mut jobs: Vec<(usize, Vec<Batch<T::Folder>>)> = Vec::new();
-    for ((folder, _), list) in open.iter().zip(lists) {
+    for (((folder, _), list), keywords) in open.iter().zip(lists).zip(&keywords) {
         let mut batches = Vec::new();
         let mut cur: Vec<(MessageEntry, usize)> = Vec::new();
         let mut bytes = 0usize;
@@ -1012,7 +1018,8 @@ fn restore_account_ordered<T: Target>(
                 && (cur.len() >= caps.batch_messages.max(1) || bytes + size > caps.batch_bytes)
             {
                 batches.push(Batch {
-                    folder: &*folder,
+                    folder,
+                    keywords,
                     entries: std::mem::take(&mut cur),
                 });
                 bytes = 0;
@@ -1022,7 +1029,8 @@ fn restore_account_ordered<T: Target>(
         }
         if !cur.is_empty() {
             batches.push(Batch {
-                folder: &*folder,
+                folder,
+                keywords,
                 entries: cur,
             });
         }
@@ -1045,54 +1053,37 @@ fn restore_account_ordered<T: Target>(
         .min(jobs.len())
         .min(to_send.div_ceil(per_lane))
         .max(1);
-    let folder_index = |f: &T::Folder| open.iter().position(|(o, _)| std::ptr::eq(o, f));
     let queue: Mutex<VecDeque<Vec<Batch<T::Folder>>>> =
         Mutex::new(jobs.into_iter().map(|(_, b)| b).collect());
     let abort = Abort::default();
-    let fail_all =
-        |folder: &T::Folder, entries: &mut dyn Iterator<Item = &MessageEntry>, why: &str| {
-            for e in entries {
-                let item = ctx.target.item(folder, Item::Message(e));
-                ctx.n.fail_items(item, why, 1);
-                ctx.progress.advance(1, e.size);
-            }
-        };
     std::thread::scope(|s| {
         for _ in 0..lanes {
             // The handover is a rendezvous: at most one batch prepared ahead per lane,
             // so memory stays at two batches per lane.
             let (tx, rx) = std::sync::mpsc::sync_channel::<Prepared<T::Folder>>(0);
-            let (queue, abort, fail_all, keywords, folder_index) =
-                (&queue, &abort, &fail_all, &keywords, &folder_index);
+            let (queue, abort) = (&queue, &abort);
             spawn_named(s, "restore-read", move || {
                 // One folder at a time, its batches in order, all over this lane.
                 while let Some(batches) = lock(queue).pop_front() {
                     for batch in batches {
                         if let Some(reason) = abort.reason() {
-                            fail_all(
-                                batch.folder,
-                                &mut batch.entries.iter().map(|(e, _)| e),
-                                &reason,
-                            );
+                            let entries = batch.entries.iter().map(|(e, _)| e);
+                            fail_all(ctx, batch.folder, entries, &reason);
                             continue;
                         }
-                        let table = folder_index(batch.folder).and_then(|i| keywords.get(i));
-                        let p = prepare(ctx, batch, table);
+                        let p = prepare(ctx, batch);
                         if let Err(back) = tx.send(p) {
                             // The writer is gone: its batch is not written.
                             let p = back.0;
-                            fail_all(
-                                p.folder,
-                                &mut p.msgs.iter().map(|(e, _, _)| e),
-                                "not restored: the lane ended",
-                            );
+                            let why = "not restored: the lane ended";
+                            fail_all(ctx, p.folder, p.msgs.iter().map(|(e, _, _)| e), why);
                         }
                     }
                 }
             });
             spawn_named(s, "restore-write", move || {
                 for p in rx {
-                    write_prepared(ctx, p, abort, fail_all);
+                    write_prepared(ctx, p, abort);
                 }
             });
         }
@@ -1105,11 +1096,7 @@ fn restore_account_ordered<T: Target>(
 /// Reads and checks a batch, in pack order (packs front to back) and by pack span
 /// (nearby blobs in one read), while the messages keep the folder's order. Blobs the
 /// cache holds are not read again.
-fn prepare<'p, T: Target>(
-    ctx: &Ctx<T>,
-    batch: Batch<'p, T::Folder>,
-    keywords: Option<&KeywordTable>,
-) -> Prepared<'p, T::Folder> {
+fn prepare<'p, T: Target>(ctx: &Ctx<T>, batch: Batch<'p, T::Folder>) -> Prepared<'p, T::Folder> {
     let index = ctx.repo.index();
     let mut entries = batch.entries;
     entries.sort_by_cached_key(|(e, _)| {
@@ -1119,8 +1106,7 @@ fn prepare<'p, T: Target>(
             .map(|l| (l.pack, l.offset))
             .unwrap_or((u32::MAX, 0))
     });
-    let empty = KeywordTable::default();
-    let keywords = keywords.unwrap_or(&empty);
+    let keywords = batch.keywords;
     let mut read = Vec::with_capacity(entries.len());
     read_by_spans(
         ctx.repo,
@@ -1137,10 +1123,7 @@ fn prepare<'p, T: Target>(
             }
         },
     );
-    let mut msgs: Vec<(
-        usize,
-        (MessageEntry, Meta, std::result::Result<Vec<u8>, String>),
-    )> = entries
+    let mut msgs: Vec<(usize, Read)> = entries
         .into_iter()
         .zip(read)
         .map(|((e, pos), data)| {
@@ -1155,16 +1138,25 @@ fn prepare<'p, T: Target>(
     }
 }
 
-/// Writes a prepared batch and counts what became of each message.
-fn write_prepared<T: Target>(
+/// Counts `entries` of `folder` as failed, for `why`.
+fn fail_all<'e, T: Target>(
     ctx: &Ctx<T>,
-    p: Prepared<T::Folder>,
-    abort: &Abort,
-    fail_all: &(dyn Fn(&T::Folder, &mut dyn Iterator<Item = &MessageEntry>, &str) + Sync),
+    folder: &T::Folder,
+    entries: impl Iterator<Item = &'e MessageEntry>,
+    why: &str,
 ) {
+    for e in entries {
+        let item = ctx.target.item(folder, Item::Message(e));
+        ctx.n.fail_items(item, why, 1);
+        ctx.progress.advance(1, e.size);
+    }
+}
+
+/// Writes a prepared batch and counts what became of each message.
+fn write_prepared<T: Target>(ctx: &Ctx<T>, p: Prepared<T::Folder>, abort: &Abort) {
     let folder = p.folder;
     if let Some(reason) = abort.reason() {
-        return fail_all(folder, &mut p.msgs.iter().map(|(e, _, _)| e), &reason);
+        return fail_all(ctx, folder, p.msgs.iter().map(|(e, _, _)| e), &reason);
     }
     let mut ready = Vec::with_capacity(p.msgs.len());
     for (e, m, data) in &p.msgs {
@@ -1200,7 +1192,7 @@ fn write_prepared<T: Target>(
                 count(ctx, folder, m.entry, o.map_err(|e| e.to_string()));
                 ctx.progress.advance(1, m.entry.size);
             }
-            None => fail_all(folder, &mut std::iter::once(m.entry), &why),
+            None => fail_all(ctx, folder, std::iter::once(m.entry), &why),
         }
     }
 }
@@ -1805,9 +1797,19 @@ mod tests {
                 "{} reads for 100 messages",
                 reads.len()
             );
+            // Sent's folder files are read from the spans too; one may lie in a span of
+            // its own, depending on where the backup's threads put it.
+            let snap = repo.find_snapshot("latest").unwrap();
+            let root: RootTree = repo.read_tree(&snap.root).unwrap();
+            let mut files = Vec::new();
+            for acc in &root.accounts {
+                let acc: AccountTree = repo.read_tree(&acc.tree).unwrap();
+                let sent = acc.folders.iter().filter(|n| n.name == "Sent");
+                files.extend(sent.flat_map(|n| n.files.iter().map(|f| f.content.clone())));
+            }
             let index = repo.index();
             for (path, offset, len) in &reads {
-                let holds = contents.iter().flatten().any(|id| {
+                let holds = contents.iter().chain(&files).flatten().any(|id| {
                     let l = index.get(id).unwrap();
                     crate::repo::pack::pack_path(&index.pack_id(l.pack)) == *path
                         && u64::from(l.offset) >= *offset
