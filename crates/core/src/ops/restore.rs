@@ -17,9 +17,8 @@
 //! order by groups ([`read_by_spans`]) while the previous one is being written.
 
 use crate::error::{Error, Result};
-use crate::imap::prepare::BlobCache;
 use crate::maildir::{safe_component, safe_relative};
-use crate::model::reader::{read_by_packs, read_by_spans, Blobs, SpanOptions};
+use crate::model::reader::{read_by_packs, read_by_spans, BlobCache, Blobs, SpanOptions};
 use crate::model::{
     folder_name, folder_selected, message_selected, no_folder_matches, select_accounts,
     PickedAccount,

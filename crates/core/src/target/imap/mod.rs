@@ -12,7 +12,7 @@
 //!    LF -> CRLF, one MULTIAPPEND per batch when the server offers it;
 //! 3. **acls**: not in snapshots yet, reported as such.
 //!
-//! Every batch is written to the [`journal`](crate::imap::journal) before it is sent and
+//! Every batch is written to the [`journal`] before it is sent and
 //! when the server answered. A re-run trusts an accepted record only when the server still
 //! has that UID ([`Target::already_restored`]: such messages are not even read), and
 //! checks messages in doubt on the server (Message-ID, size, date) before sending them
@@ -21,10 +21,11 @@
 //! ([`crate::imap::Pacer`]), and a message the server refuses is reported with the
 //! server's words while the run goes on.
 
+pub mod crlf;
+pub mod journal;
+
 use super::{AccountInfo, Caps, Failures, FolderInfo, Item, Message, Order, Outcome, Target};
-use crate::imap::journal::{self, AccountJournal, State};
 use crate::imap::names::{self, Fingerprint};
-use crate::imap::prepare::crlf_into;
 use crate::imap::{login_with_backoff, Error, Login, Pacer, Phase, Result, Span};
 use crate::model::PickedAccount;
 use crate::ops::restore::{restore_into, restore_picked_into, RestoreReport, Selection};
@@ -32,6 +33,8 @@ use crate::repo::tree::MessageEntry;
 use crate::repo::{lock, Repository};
 use crate::report::per_sec;
 use crate::report::{Failure, Progress};
+use crlf::crlf_into;
+use journal::{AccountJournal, State};
 use mailvault_imap::{
     AppendMsg, AppendOutcome, Client, Credentials, FetchQuery, InternalDate, SearchKey, SeqSet,
     Session,
