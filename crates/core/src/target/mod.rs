@@ -20,7 +20,8 @@
 //! batch after batch (ordered groups, [`crate::model::reader::read_by_spans`]).
 //!
 //! Writing a target: see `docs/architecture.md` (Restore) and the two implementations,
-//! [`maildir`] (any order, parallel) and the IMAP target (in order, batched).
+//! [`maildir`] (any order, parallel) and [`imap`] (in order, batched). Every target runs
+//! the conformance suite, `crates/core/tests/target_conformance.rs`.
 
 use crate::repo::tree::{AccountRef, FileEntry, FolderNode, MessageEntry, Timestamp};
 use crate::repo::{lock, Repository};
