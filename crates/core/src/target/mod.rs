@@ -274,12 +274,13 @@ pub trait Target: Sync {
         Ok(())
     }
 
-    /// Ends a folder once every message has been given (mbox: close its file; IMAP: sync
-    /// the journal). Errors go to `failures`.
+    /// Ends a folder once every message has been given (mbox: close its file). Errors go
+    /// to `failures`.
     fn finish_folder(&self, _folder: Self::Folder, _failures: &Failures) {}
 
     /// Ends an account once all its folders are done (Maildir: directories get their
-    /// recorded owner and mode, deepest first). Errors go to `failures`.
+    /// recorded owner and mode, deepest first; IMAP: the journal synced, the sessions
+    /// logged out). Errors go to `failures`.
     fn finish_account(&self, _account: Self::Account, _failures: &Failures) {}
 
     /// How a failure about `item` of `folder` is named in the report (a Maildir: the
