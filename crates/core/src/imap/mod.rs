@@ -1,8 +1,9 @@
 //! IMAP as a target and a source: restore a snapshot into a live IMAP server
 //! ([`restore`], the "external restore") and back accounts up from one ([`backup`]) into
 //! the same snapshot model as Maildir stores, so that any snapshot restores to a Maildir
-//! or to IMAP alike. [`journal`] owns the restore journal that makes a re-run never
-//! append a message twice; [`names`] the pure conversions between the two worlds
+//! or to IMAP alike (the restore is the IMAP target of the one restore pipeline,
+//! [`crate::target::imap`], which also keeps its journal); [`names`] the pure conversions
+//! between the two worlds
 //! (Maildir++ directories, synthesized Maildir names, `subscriptions` files).
 //!
 //! The wire protocol is `mailvault-imap`'s; this module only decides what to send and
@@ -10,9 +11,7 @@
 
 /// IMAP backups (moved to [`crate::source::imap`], the IMAP [`crate::source::Source`]).
 pub use crate::source::imap as backup;
-pub mod journal;
 pub mod names;
-pub mod prepare;
 pub mod restore;
 
 pub use mailvault_imap as client;

@@ -791,6 +791,99 @@ impl Spool {
     }
 }
 
+/// Opened (decrypted, decompressed) blobs, least recently used out first, up to a byte
+/// budget, shared by every thread of a restore that writes in order (IMAP): the same
+/// message delivered to several mailboxes is one blob in the repository, and decrypting
+/// and decompressing it again for every mailbox was a third of the IMAP restore's client
+/// CPU.
+pub struct BlobCache {
+    budget: usize,
+    inner: Mutex<CacheInner>,
+}
+
+#[derive(Default)]
+struct CacheInner {
+    map: HashMap<Id, (std::sync::Arc<Vec<u8>>, u64)>,
+    /// Use tick -> blob, oldest first.
+    order: std::collections::BTreeMap<u64, Id>,
+    tick: u64,
+    bytes: usize,
+    hits: u64,
+    misses: u64,
+}
+
+impl BlobCache {
+    /// A cache of at most `budget` bytes of blobs (0: no cache).
+    pub fn new(budget: usize) -> BlobCache {
+        BlobCache {
+            budget,
+            inner: Mutex::new(CacheInner::default()),
+        }
+    }
+
+    /// The blob `id`, from the cache or read (and checked against its id) and kept.
+    pub fn get(&self, repo: &Repository, id: &Id) -> crate::Result<std::sync::Arc<Vec<u8>>> {
+        self.get_with(id, || repo.read_blob(id))
+    }
+
+    /// [`Self::get`] with the blob, when it is not in the cache, from `read` (which
+    /// checks it against its id as [`Repository::read_blob`] does).
+    pub fn get_with(
+        &self,
+        id: &Id,
+        read: impl FnOnce() -> crate::Result<Vec<u8>>,
+    ) -> crate::Result<std::sync::Arc<Vec<u8>>> {
+        if self.budget == 0 {
+            return Ok(std::sync::Arc::new(read()?));
+        }
+        {
+            let mut g = lock(&self.inner);
+            let c = &mut *g;
+            c.tick += 1;
+            if let Some((data, used)) = c.map.get_mut(id) {
+                c.order.remove(used);
+                *used = c.tick;
+                c.order.insert(c.tick, *id);
+                c.hits += 1;
+                return Ok(std::sync::Arc::clone(data));
+            }
+            c.misses += 1;
+        }
+        let data = std::sync::Arc::new(read()?);
+        // A blob bigger than a sixteenth of the budget would push out too much.
+        if data.len() <= self.budget / 16 {
+            let mut g = lock(&self.inner);
+            let c = &mut *g;
+            c.tick += 1;
+            if !c.map.contains_key(id) {
+                c.map.insert(*id, (std::sync::Arc::clone(&data), c.tick));
+                c.order.insert(c.tick, *id);
+                c.bytes += data.len();
+                while c.bytes > self.budget {
+                    let Some((_, old)) = c.order.pop_first() else {
+                        break;
+                    };
+                    if let Some((d, _)) = c.map.remove(&old) {
+                        c.bytes -= d.len();
+                    }
+                }
+            }
+        }
+        Ok(data)
+    }
+
+    /// Whether the cache holds blob `id` (now: it may be pushed out before it is used).
+    pub fn contains(&self, id: &Id) -> bool {
+        self.budget > 0 && lock(&self.inner).map.contains_key(id)
+    }
+
+    /// (hits, misses) so far.
+    pub fn stats(&self) -> (u64, u64) {
+        let c = lock(&self.inner);
+        (c.hits, c.misses)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -948,5 +1041,66 @@ mod tests {
         let g = with(0);
         assert!(g.iter().all(|g| g.keep.is_empty() && g.release.is_empty()));
         assert!(g[2].reads(&id(1)) && g[3].reads(&id(3)));
+    }
+
+    /// A repository in memory holding `blobs` (uncompressed), and their ids.
+    fn repo_with(blobs: &[&[u8]]) -> (Repository, Vec<Id>) {
+        use crate::repo::crypto::KdfParams;
+        use crate::repo::pack::BlobKind;
+        use crate::repo::{BlobSaver, InitOptions};
+        use crate::store::MemoryStore;
+        let opts = InitOptions {
+            kdf: KdfParams {
+                m_cost: 64,
+                t_cost: 1,
+                p_cost: 1,
+            },
+            ..Default::default()
+        };
+        let mut repo = Repository::init(std::sync::Arc::new(MemoryStore::new()), b"pw", &opts)
+            .unwrap_or_else(|e| panic!("{e}"));
+        let (ids, packs) = {
+            let saver = BlobSaver::new(&repo, crate::repo::compress::Compression::None);
+            let ids: Vec<Id> = blobs
+                .iter()
+                .map(|b| {
+                    saver
+                        .save(BlobKind::Data, b)
+                        .unwrap_or_else(|e| panic!("{e}"))
+                })
+                .collect();
+            (ids, saver.finish().unwrap_or_else(|e| panic!("{e}")))
+        };
+        repo.add_packs(&packs);
+        (repo, ids)
+    }
+
+    #[test]
+    fn blob_cache_keeps_recent_blobs_within_budget() {
+        let blobs: Vec<Vec<u8>> = (0..20u8).map(|i| vec![i; 100]).collect();
+        let refs: Vec<&[u8]> = blobs.iter().map(Vec::as_slice).collect();
+        let (repo, ids) = repo_with(&refs);
+        // Room for sixteen 100-byte blobs (a blob may take a sixteenth of the budget).
+        let cache = BlobCache::new(1600);
+        let get = |i: usize| cache.get(&repo, &ids[i]).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(*get(0), blobs[0]);
+        assert_eq!(*get(0), blobs[0]);
+        assert_eq!(cache.stats(), (1, 1));
+        for (i, b) in blobs.iter().enumerate().skip(1) {
+            assert_eq!(*get(i), *b);
+        }
+        assert_eq!(lock(&cache.inner).bytes, 1600);
+        // The most recent is there, the oldest was pushed out.
+        get(19);
+        assert_eq!(cache.stats(), (2, 20));
+        assert_eq!(*get(0), blobs[0]);
+        assert_eq!(cache.stats(), (2, 21));
+        // Off: every read goes to the repository.
+        let off = BlobCache::new(0);
+        assert_eq!(
+            *off.get(&repo, &ids[1]).unwrap_or_else(|e| panic!("{e}")),
+            blobs[1]
+        );
+        assert_eq!(off.stats(), (0, 0));
     }
 }

@@ -20,7 +20,7 @@
 //! survive a killed process. A power loss may lose the last records: run the next
 //! restore with `--skip-existing`.
 
-use super::{Error, Result};
+use crate::imap::{Error, Result};
 use crate::repo::lock;
 use std::collections::HashMap;
 use std::fs::{self, File, OpenOptions};
