@@ -12,6 +12,7 @@ pub mod repo;
 pub mod report;
 pub mod source;
 pub mod store;
+pub mod target;
 #[cfg(feature = "testing")]
 pub mod testing;
 

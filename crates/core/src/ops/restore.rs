@@ -1,47 +1,47 @@
-//! Restore of a snapshot (or part of it) to a Maildir tree.
+//! The restore pipeline: a snapshot (or part of it), or messages picked one by one, into
+//! any [`Target`] (a Maildir tree, an IMAP server; see [`crate::target`]).
 //!
-//! The selected messages are sorted by where their first blob lies in the repository, so
-//! packs are read front to back, and their blobs are read by pack span
-//! ([`crate::model::reader`]: nearby blobs in one ranged read, several reads in flight,
-//! a bounded window ahead), then restored in parallel from memory. Every message is reassembled,
-//! checked against its whole-message hash, written as an unnamed file (or, where that is
-//! not supported, in the folder's `tmp/`), given its mode, owner (when permitted) and mtime,
-//! and linked into `cur/` or `new/` under its original name, never replacing a file. A
-//! message whose key is already in the target folder is skipped when the bytes are
-//! identical and reported as a conflict otherwise.
+//! Owned here, once for every target: the selection (`--account`, `--folder`,
+//! `--message`; [`restore_picked_into`] for `undelete`), the plan (accounts in batches,
+//! folders, messages), reading their blobs by pack span ([`crate::model::reader`]),
+//! reassembling every message and checking it against its whole-message hash (a damaged
+//! blob is named with the message), the flags, keyword names and internal date every
+//! target gets ([`crate::target::Meta`]), the counts, failures, progress and the report.
 //!
-//! Confinement: every directory below the target is opened relative to its parent without
-//! following symbolic links (the target itself, given by the admin, is followed once), and
-//! files are created and read relative to those directories, so a link planted in the
-//! target (`example.org -> /elsewhere`, a linked `cur/`, a linked file name) is reported
-//! and never written through. Directories get their recorded owner and mode at the end of
-//! each batch of accounts (accounts are restored in batches whose messages are read
-//! together), deepest first, so that none becomes unwritable before its content is in.
+//! How blobs are read follows the target's [`Caps`]. A target that takes messages in any
+//! order ([`Order::Any`]: Maildir) gets the messages of a batch of accounts sorted by
+//! where their blobs lie, each pack span read once, front to back, and each message
+//! written, in parallel, as soon as the last span holding its blobs is in
+//! ([`read_by_packs`]). A target that appends in order ([`Order::Folder`]: IMAP, mbox)
+//! gets each folder's messages in arrival order, in batches, each batch read in pack
+//! order by groups ([`read_by_spans`]) while the previous one is being written.
 
 use crate::error::{Error, Result};
-use crate::maildir::{self, safe_component, safe_relative};
-use crate::model::reader::{read_by_packs, Alone, Blobs, SpanOptions};
+use crate::imap::prepare::BlobCache;
+use crate::maildir::{safe_component, safe_relative};
+use crate::model::reader::{read_by_packs, read_by_spans, Blobs, SpanOptions};
 use crate::model::{
-    folder_selected, message_selected, no_folder_matches, select_accounts, PickedAccount,
+    folder_name, folder_selected, message_selected, no_folder_matches, select_accounts,
+    PickedAccount,
 };
 use crate::repo::id::Id;
-use crate::repo::tree::{AccountRef, AccountTree, DirEntry, FileEntry, FolderNode, MessageEntry};
-use crate::repo::tree::{OwnerNames, RootTree, Timestamp, NO_OWNER};
+use crate::repo::tree::{AccountRef, AccountTree, FileEntry, FolderNode, MessageEntry};
+use crate::repo::tree::{OwnerNames, RootTree};
 use crate::repo::{lock, Repository};
-use crate::report::{per_sec, Failure, Progress};
-use rustix::fs::{Mode, OFlags};
-use rustix::io::Errno;
+use crate::report::{per_sec, Progress};
+use crate::target::maildir::MaildirTarget;
+use crate::target::{
+    meta, AccountInfo, Caps, Failures, FolderInfo, Item, Message, Meta, Order, Outcome, Target,
+};
+use mailvault_imap::maildir_flags::KeywordTable;
 use serde::Serialize;
-use std::collections::{BTreeMap, HashMap};
-use std::ffi::OsStr;
-use std::fs::{self, File};
-use std::io::{ErrorKind, Read, Write};
-use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
-use std::os::unix::ffi::OsStrExt;
-use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
+use std::collections::{HashMap, VecDeque};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed};
 use std::sync::Mutex;
-use std::time::{Duration, Instant, SystemTime};
+use std::time::Instant;
+
+pub use crate::target::maildir::Owners;
 
 /// What to restore and where.
 #[derive(Clone, Debug, Default)]
@@ -67,114 +67,36 @@ pub struct RestoreOptions {
     pub reads: usize,
 }
 
-/// Whose the restored files and directories become. Only root can give files away: run as
-/// another user, a restore sets modes and leaves every owner its own.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum Owners {
-    /// The recorded owners, by name where the snapshot has the name and this system knows
-    /// it (as tar does), else by number.
-    #[default]
-    ByName,
-    /// The recorded uids and gids as they are (`--numeric-owner`).
-    Numeric,
-    /// Everything to one owner (`--chown USER:GROUP`).
-    Fixed { uid: u32, gid: u32 },
+/// What a restore takes from a snapshot, whatever the target.
+#[derive(Clone, Debug, Default)]
+pub struct Selection {
+    /// `latest` or a snapshot id prefix.
+    pub snapshot: String,
+    /// Only these accounts (all when empty).
+    pub accounts: Vec<String>,
+    /// Only these folders and their subfolders (all when empty).
+    pub folders: Vec<String>,
+    /// Only these messages, by Maildir key or file name (all when empty): only the folders
+    /// that hold them are restored.
+    pub messages: Vec<String>,
+    /// Pack spans read at once; 0: as many as the store suits.
+    pub reads: usize,
+    /// [`Order::Folder`] targets: opened blobs kept for messages that share them (a
+    /// message delivered to several mailboxes), in bytes; 0 turns the cache off.
+    pub cache_bytes: usize,
 }
 
-impl Owners {
-    /// `USER:GROUP` (names or numbers) for [`Owners::Fixed`].
-    pub fn chown(spec: &str) -> Result<Owners> {
-        use nix::unistd::{Group, User};
-        let bad = |what: &str| Error::InvalidInput(format!("--chown {spec:?}: {what}"));
-        let (user, group) = spec
-            .split_once(':')
-            .ok_or_else(|| bad("expected USER:GROUP"))?;
-        let uid = match user.parse::<u32>() {
-            Ok(n) => n,
-            Err(_) => match User::from_name(user) {
-                Ok(Some(u)) => u.uid.as_raw(),
-                _ => return Err(bad(&format!("no user {user:?} on this system"))),
-            },
-        };
-        let gid = match group.parse::<u32>() {
-            Ok(n) => n,
-            Err(_) => match Group::from_name(group) {
-                Ok(Some(g)) => g.gid.as_raw(),
-                _ => return Err(bad(&format!("no group {group:?} on this system"))),
-            },
-        };
-        Ok(Owners::Fixed { uid, gid })
-    }
-}
-
-/// Recorded owners to this system's, as [`Owners`] says.
-struct OwnerMap {
-    /// Only root gives files away; otherwise no owner is set at all.
-    root: bool,
-    /// Not root: our own uid and gid, and whether an owner other than them was left
-    /// unset (said once, in the report's warnings).
-    me: (u32, u32),
-    not_given: AtomicBool,
-    policy: Owners,
-    uids: HashMap<u32, u32>,
-    gids: HashMap<u32, u32>,
-}
-
-impl OwnerMap {
-    fn new(policy: Owners, names: &OwnerNames) -> OwnerMap {
-        use nix::unistd::{Group, User};
-        let root = rustix::process::geteuid().is_root();
-        let mut m = OwnerMap {
-            root,
-            me: (
-                rustix::process::geteuid().as_raw(),
-                rustix::process::getegid().as_raw(),
-            ),
-            not_given: AtomicBool::new(false),
-            policy,
-            uids: HashMap::new(),
-            gids: HashMap::new(),
-        };
-        if root && policy == Owners::ByName {
-            for (id, name) in &names.users {
-                if let Ok(Some(u)) = User::from_name(name) {
-                    m.uids.insert(*id, u.uid.as_raw());
-                }
-            }
-            for (id, name) in &names.groups {
-                if let Ok(Some(g)) = Group::from_name(name) {
-                    m.gids.insert(*id, g.gid.as_raw());
-                }
-            }
+impl RestoreOptions {
+    /// The selection part.
+    pub fn selection(&self) -> Selection {
+        Selection {
+            snapshot: self.snapshot.clone(),
+            accounts: self.accounts.clone(),
+            folders: self.folders.clone(),
+            messages: self.messages.clone(),
+            reads: self.reads,
+            cache_bytes: 0,
         }
-        m
-    }
-
-    /// `--chown`: everything gets one owner.
-    fn fixed(&self) -> bool {
-        self.root && matches!(self.policy, Owners::Fixed { .. })
-    }
-
-    /// The owner to give a restored file recorded as `uid`, `gid`; `None`: leave it.
-    fn get(&self, uid: u32, gid: u32) -> Option<(u32, u32)> {
-        let (uid, gid) = match self.policy {
-            Owners::Fixed { uid, gid } => (uid, gid),
-            _ if uid == NO_OWNER || gid == NO_OWNER => return None,
-            _ => (uid, gid),
-        };
-        if !self.root {
-            if (uid, gid) != self.me {
-                self.not_given.store(true, Relaxed);
-            }
-            return None;
-        }
-        if matches!(self.policy, Owners::Fixed { .. }) {
-            return Some((uid, gid));
-        }
-        Some((
-            *self.uids.get(&uid).unwrap_or(&uid),
-            *self.gids.get(&gid).unwrap_or(&gid),
-        ))
     }
 }
 
@@ -199,47 +121,40 @@ pub struct RestoreReport {
     pub elapsed_secs: f64,
     pub items_per_sec: f64,
     pub mb_per_sec: f64,
-    pub failures: Vec<Failure>,
+    pub failures: Vec<crate::report::Failure>,
     /// What the restore did not do but is not a failure: owners left unset because the
     /// restore does not run as root.
     pub warnings: Vec<String>,
 }
 
-struct Ctx<'a> {
-    repo: &'a Repository,
-    /// How messages' blobs are read.
-    spans: SpanOptions,
-    /// Folders restored together (their directories open): see [`folder_batch`].
-    folder_batch: usize,
-    /// The target directory as given, for messages.
-    target: &'a Path,
-    owners: OwnerMap,
-    failures: Mutex<Vec<Failure>>,
+/// The counts of a restore, shared by its threads.
+#[derive(Default)]
+struct Tally {
+    failures: Failures,
     total: AtomicU64,
     restored: AtomicU64,
     unchanged: AtomicU64,
     failed: AtomicU64,
     bytes: AtomicU64,
-    progress: &'a dyn Progress,
 }
 
-impl Ctx<'_> {
-    /// A failure that is not a message's (a folder file, a directory).
-    fn fail(&self, item: impl Into<String>, e: impl std::fmt::Display) {
-        lock(&self.failures).push(Failure::new(item, e));
-    }
+struct Ctx<'a, T> {
+    repo: &'a Repository,
+    /// How messages' blobs are read.
+    spans: SpanOptions,
+    target: &'a T,
+    caps: Caps,
+    n: Tally,
+    progress: &'a dyn Progress,
+    /// Opened blobs kept for messages that share them ([`Order::Folder`]).
+    cache: BlobCache,
+}
+
+impl Tally {
     /// A failure that costs `n` messages.
     fn fail_items(&self, item: impl Into<String>, e: impl std::fmt::Display, n: u64) {
         self.failed.fetch_add(n, Relaxed);
-        self.fail(item, e);
-    }
-    /// A path below the target, for messages.
-    fn shown(&self, parts: &[&[u8]]) -> PathBuf {
-        let mut p = self.target.to_path_buf();
-        for c in parts.iter().filter(|c| !c.is_empty()) {
-            p.push(OsStr::from_bytes(c));
-        }
-        p
+        self.failures.add(item, e);
     }
 }
 
@@ -249,30 +164,67 @@ pub fn restore(
     opts: &RestoreOptions,
     progress: &dyn Progress,
 ) -> Result<RestoreReport> {
+    let open =
+        |names: &OwnerNames| MaildirTarget::open(&opts.target, opts.owners, names, opts.jobs);
+    Ok(restore_into(repo, &opts.selection(), progress, open)?.0)
+}
+
+/// Restores messages picked one by one (`undelete`: each from the snapshot that last
+/// held it) to a Maildir tree, as single messages are restored (`--message`): only their
+/// folders are created, with the `dovecot-keywords` their flags need; a key already in
+/// the target folder with identical bytes is left as it is. `owners`: the recorded
+/// owners' names (of the snapshots the messages come from); `label` names the restore in
+/// its report.
+pub fn restore_picked(
+    repo: &Repository,
+    opts: &RestoreOptions,
+    owners: &OwnerNames,
+    picked: Vec<PickedAccount>,
+    label: &str,
+    progress: &dyn Progress,
+) -> Result<RestoreReport> {
+    let _lock = repo.lock_for_reading("undelete")?;
+    let target = MaildirTarget::open(&opts.target, opts.owners, owners, opts.jobs)?;
+    restore_picked_into(repo, picked, label, (opts.reads, 0), progress, &target)
+}
+
+/// Restores a snapshot's selection into the target `open` gives (called with the
+/// snapshot's recorded owner names once the snapshot is found, and, when single messages
+/// are selected, once they are all found). Returns the report and the target, for what
+/// it has to add to the report.
+pub fn restore_into<T: Target>(
+    repo: &Repository,
+    sel: &Selection,
+    progress: &dyn Progress,
+    open: impl FnOnce(&OwnerNames) -> std::result::Result<T, T::Error>,
+) -> Result<(RestoreReport, T)>
+where
+    Error: From<T::Error>,
+{
     let started = Instant::now();
     // A shared lock: no prune deletes a pack while this restore reads it.
     let _lock = repo.lock_for_reading("restore")?;
-    let snap = repo.find_snapshot(&opts.snapshot)?;
+    let snap = repo.find_snapshot(&sel.snapshot)?;
     let root: RootTree = repo.read_tree(&snap.root)?;
-    let owners = OwnerMap::new(opts.owners, &root.owners);
-    let accounts = select_accounts(root, &opts.accounts)?;
+    let names = root.owners.clone();
+    let accounts = select_accounts(root, &sel.accounts)?;
     let n_accounts = accounts.len() as u64;
-    let ctx = Ctx::new(repo, opts, owners, progress);
-    let pool = worker_pool(opts.jobs)?;
     let mut folders = 0u64;
-    let mut folder_matched = opts.folders.is_empty();
-    if opts.messages.is_empty() {
-        let target = open_target(&opts.target)?;
+    let mut folder_matched = sel.folders.is_empty();
+    if sel.messages.is_empty() {
+        let target = open(&names)?;
+        let ctx = Ctx::new(repo, &target, (sel.reads, sel.cache_bytes), progress);
+        let pool = worker_pool(&ctx.caps)?;
         // Accounts in batches (of folders and of messages), restored together.
         let mut batch = Vec::new();
         let (mut batch_folders, mut batch_messages) = (0, 0);
         for acc in accounts.iter().cloned() {
-            let (plan, f) = match plan_account(&ctx, acc, opts) {
+            let (plan, f) = match plan_account(&ctx, acc, sel) {
                 Ok(p) => p,
                 Err(e) => {
                     // The accounts planned so far are restored, as they were before
                     // accounts were batched.
-                    pool.install(|| execute_batch(&ctx, target.as_fd(), batch, false));
+                    pool.install(|| execute_batch(&ctx, batch, false));
                     return Err(e);
                 }
             };
@@ -283,96 +235,102 @@ pub fn restore(
                 .map(|f| f.entries.len() as u64)
                 .sum::<u64>();
             batch.push(plan);
-            if batch_folders >= ctx.folder_batch || batch_messages >= ACCOUNT_BATCH_MESSAGES {
+            if batch_folders >= ctx.caps.open_folders.max(1)
+                || batch_messages >= ACCOUNT_BATCH_MESSAGES
+                || ctx.caps.order == Order::Folder
+            {
                 let plans = std::mem::take(&mut batch);
-                pool.install(|| execute_batch(&ctx, target.as_fd(), plans, false));
+                pool.install(|| execute_batch(&ctx, plans, false));
                 (batch_folders, batch_messages) = (0, 0);
             }
         }
-        pool.install(|| execute_batch(&ctx, target.as_fd(), batch, false));
+        pool.install(|| execute_batch(&ctx, batch, false));
         if !folder_matched {
-            return Err(no_folder_matches(repo, &accounts, &opts.folders));
+            return Err(no_folder_matches(repo, &accounts, &sel.folders));
         }
-    } else {
-        // Single messages: every account is planned first (the plans are small), so that
-        // a key found nowhere is an error before anything is created.
-        let mut plans = Vec::new();
-        for acc in accounts.iter().cloned() {
-            let (plan, f) = plan_account(&ctx, acc, opts)?;
-            folder_matched |= f > 0;
-            plans.push(plan);
-        }
-        if !folder_matched {
-            return Err(no_folder_matches(repo, &accounts, &opts.folders));
-        }
-        let missing: Vec<&String> = opts
-            .messages
-            .iter()
-            .filter(|m| {
-                !plans.iter().any(|p| {
-                    (p.folders.iter()).any(|f| {
-                        f.entries
-                            .iter()
-                            .any(|e| message_selected(e, &[m.to_string()]))
-                    })
+        let report = ctx.report(snap.id.to_hex(), n_accounts, folders, started);
+        return Ok((report, target));
+    }
+    // Single messages: every account is planned first (the plans are small), so that a
+    // key found nowhere is an error before anything is created.
+    let planner = Ctx::<()>::planner(repo, progress);
+    let mut plans = Vec::new();
+    for acc in accounts.iter().cloned() {
+        let (plan, f) = plan_account(&planner, acc, sel)?;
+        folder_matched |= f > 0;
+        plans.push(plan);
+    }
+    if !folder_matched {
+        return Err(no_folder_matches(repo, &accounts, &sel.folders));
+    }
+    let missing: Vec<&String> = (sel.messages.iter())
+        .filter(|m| {
+            !plans.iter().any(|p| {
+                (p.folders.iter()).any(|f| {
+                    f.entries
+                        .iter()
+                        .any(|e| message_selected(e, &[m.to_string()]))
                 })
             })
-            .collect();
-        if missing.len() == opts.messages.len() {
-            return Err(Error::InvalidInput(format!(
-                "no message {} in the selected accounts and folders of the snapshot",
-                quoted(&missing)
-            )));
-        }
-        for m in missing {
-            ctx.fail(
-                format!("message {m:?}"),
-                "not in the selected accounts and folders of the snapshot",
-            );
-        }
-        let target = open_target(&opts.target)?;
-        folders += plans.iter().map(|p| p.folders.len() as u64).sum::<u64>();
-        pool.install(|| execute_batch(&ctx, target.as_fd(), plans, true));
+        })
+        .collect();
+    if missing.len() == sel.messages.len() {
+        return Err(Error::InvalidInput(format!(
+            "no message {} in the selected accounts and folders of the snapshot",
+            quoted(&missing)
+        )));
     }
-    Ok(ctx.report(snap.id.to_hex(), n_accounts, folders, started))
+    for m in missing {
+        planner.n.failures.add(
+            format!("message {m:?}"),
+            "not in the selected accounts and folders of the snapshot",
+        );
+    }
+    let target = open(&names)?;
+    let mut ctx = Ctx::new(repo, &target, (sel.reads, sel.cache_bytes), progress);
+    ctx.n = planner.n;
+    let pool = worker_pool(&ctx.caps)?;
+    folders += plans.iter().map(|p| p.folders.len() as u64).sum::<u64>();
+    pool.install(|| execute_batch(&ctx, plans, true));
+    let report = ctx.report(snap.id.to_hex(), n_accounts, folders, started);
+    Ok((report, target))
 }
 
-/// Restores messages picked one by one (`undelete`: each from the snapshot that last
-/// held it) as single messages are restored (`--message`): only their folders are
-/// created, with the `dovecot-keywords` their flags need; a key already in the target
-/// folder with identical bytes is left as it is. `owners`: the recorded owners' names
-/// (of the snapshots the messages come from); `label` names the restore in its report.
-pub fn restore_picked(
+/// Restores messages picked one by one into `target` (see [`restore_picked`]); the
+/// caller holds the repository's lock.
+pub fn restore_picked_into<T: Target>(
     repo: &Repository,
-    opts: &RestoreOptions,
-    owners: &OwnerNames,
     picked: Vec<PickedAccount>,
     label: &str,
+    (reads, cache_bytes): (usize, usize),
     progress: &dyn Progress,
+    target: &T,
 ) -> Result<RestoreReport> {
     let started = Instant::now();
-    let _lock = repo.lock_for_reading("undelete")?;
-    let ctx = Ctx::new(repo, opts, OwnerMap::new(opts.owners, owners), progress);
-    let pool = worker_pool(opts.jobs)?;
+    let ctx = Ctx::new(repo, target, (reads, cache_bytes), progress);
+    let pool = worker_pool(&ctx.caps)?;
     let n_accounts = picked.len() as u64;
     let mut plans = Vec::new();
     for p in picked {
         let mut plan = AccountPlan {
             acc: p.account,
             folders: Vec::new(),
+            subscriptions: Vec::new(),
         };
         let n: u64 = p.folders.iter().map(|f| f.entries.len() as u64).sum();
-        ctx.total.fetch_add(n, Relaxed);
+        ctx.n.total.fetch_add(n, Relaxed);
         if !safe_relative(&plan.acc.rel_path) {
             let item = format!("account {}", plan.acc.name);
-            ctx.fail_items(item, "unsafe path in snapshot; skipped", n);
+            ctx.n
+                .fail_items(item, "unsafe path in snapshot; skipped", n);
             continue;
         }
         for f in p.folders {
             let item = format!("{}: {}", plan.acc.name, f.node.name);
             if !(f.node.dir.is_empty() || safe_component(&f.node.dir)) {
                 let n = f.entries.len() as u64;
-                ctx.fail_items(item, "unsafe folder directory in snapshot; skipped", n);
+                ctx.n
+                    .fail_items(item, "unsafe folder directory in snapshot; skipped", n);
                 continue;
             }
             let mut entries = Vec::new();
@@ -382,7 +340,7 @@ pub fn restore_picked(
                 } else {
                     let shown = String::from_utf8_lossy(&e.name);
                     let what = "unsafe file name in snapshot; skipped";
-                    ctx.fail_items(format!("{item}: {shown}"), what, 1);
+                    ctx.n.fail_items(format!("{item}: {shown}"), what, 1);
                 }
             }
             if !entries.is_empty() {
@@ -395,39 +353,64 @@ pub fn restore_picked(
         plans.push(plan);
     }
     let folders = plans.iter().map(|p| p.folders.len() as u64).sum();
-    let target = open_target(&opts.target)?;
-    pool.install(|| execute_batch(&ctx, target.as_fd(), plans, true));
+    pool.install(|| execute_batch(&ctx, plans, true));
     Ok(ctx.report(label.to_string(), n_accounts, folders, started))
 }
 
-/// The pool of `jobs` worker threads (0: one per core) that writes messages.
-fn worker_pool(jobs: usize) -> Result<rayon::ThreadPool> {
+/// The pool of worker threads (the target's `jobs`; 0: one per core) that writes
+/// messages.
+fn worker_pool(caps: &Caps) -> Result<rayon::ThreadPool> {
+    let jobs = caps.jobs;
     rayon::ThreadPoolBuilder::new()
         .num_threads(jobs)
         .build()
         .map_err(|e| Error::InvalidInput(format!("cannot start {jobs} worker threads: {e}")))
 }
 
-impl<'a> Ctx<'a> {
-    fn new(
-        repo: &'a Repository,
-        opts: &'a RestoreOptions,
-        owners: OwnerMap,
-        progress: &'a dyn Progress,
-    ) -> Ctx<'a> {
+impl<'a> Ctx<'a, ()> {
+    /// A context for planning only, before the target is open.
+    fn planner(repo: &'a Repository, progress: &'a dyn Progress) -> Ctx<'a, ()> {
         Ctx {
             repo,
-            spans: SpanOptions::for_store(repo.store(), opts.reads),
-            folder_batch: folder_batch(),
-            target: &opts.target,
-            owners,
-            failures: Mutex::new(Vec::new()),
-            total: AtomicU64::new(0),
-            restored: AtomicU64::new(0),
-            unchanged: AtomicU64::new(0),
-            failed: AtomicU64::new(0),
-            bytes: AtomicU64::new(0),
+            spans: SpanOptions::default(),
+            target: &(),
+            caps: NO_CAPS,
+            n: Tally::default(),
             progress,
+            cache: BlobCache::new(0),
+        }
+    }
+}
+
+/// The capabilities of no target (a context that only plans).
+const NO_CAPS: Caps = Caps {
+    order: Order::Any,
+    jobs: 1,
+    open_folders: 1,
+    accounts: 1,
+    lanes: 1,
+    batch_messages: 1,
+    batch_bytes: 0,
+    lane_messages: 0,
+    folder_files: false,
+    keywords: false,
+};
+
+impl<'a, T: Target> Ctx<'a, T> {
+    fn new(
+        repo: &'a Repository,
+        target: &'a T,
+        (reads, cache_bytes): (usize, usize),
+        progress: &'a dyn Progress,
+    ) -> Ctx<'a, T> {
+        Ctx {
+            repo,
+            spans: SpanOptions::for_store(repo.store(), reads),
+            target,
+            caps: target.caps(),
+            n: Tally::default(),
+            progress,
+            cache: BlobCache::new(cache_bytes),
         }
     }
 
@@ -439,71 +422,31 @@ impl<'a> Ctx<'a> {
         folders: u64,
         started: Instant,
     ) -> RestoreReport {
-        let mut failures = std::mem::take(&mut *lock(&self.failures));
-        failures.sort_by(|a, b| a.item.cmp(&b.item));
         let elapsed = started.elapsed().as_secs_f64();
-        let bytes = self.bytes.load(Relaxed);
-        let total = self.total.load(Relaxed);
-        let mut warnings = Vec::new();
-        if self.owners.not_given.load(Relaxed) {
-            warnings.push(
-                "owners are not restored: the restore does not run as root (only root can give \
-                 files to another user); the files belong to the user running it"
-                    .to_string(),
-            );
-        }
+        let n = &self.n;
+        let bytes = n.bytes.load(Relaxed);
+        let total = n.total.load(Relaxed);
         RestoreReport {
             snapshot,
             accounts,
             folders,
             items_total: total,
-            items_restored: self.restored.load(Relaxed),
-            items_unchanged: self.unchanged.load(Relaxed),
-            items_failed: self.failed.load(Relaxed),
+            items_restored: n.restored.load(Relaxed),
+            items_unchanged: n.unchanged.load(Relaxed),
+            items_failed: n.failed.load(Relaxed),
             bytes_written: bytes,
             elapsed_secs: elapsed,
             items_per_sec: per_sec(total, elapsed),
             mb_per_sec: per_sec(bytes, elapsed) / 1e6,
-            failures,
-            warnings,
+            failures: n.failures.take(),
+            warnings: self.target.warnings(),
         }
     }
-}
-
-/// A restore holds three directories open per folder of a batch (the folder, `cur/`,
-/// `new/`): the soft limit on open files goes up to the hard one, as Go programs do, and
-/// a batch has as many folders as a third of it allows (less some for everything else),
-/// from [`MIN_FOLDER_BATCH`] to [`MAX_FOLDER_BATCH`]. Every pack span is read once per
-/// batch, so the fewer batches, the fewer reads. If the limit is still too low, the
-/// folders past it are reported (too many open files), not lost silently.
-fn folder_batch() -> usize {
-    use rustix::process::{getrlimit, setrlimit, Resource};
-    let mut l = getrlimit(Resource::Nofile);
-    if l.current < l.maximum {
-        l.current = l.maximum;
-        if setrlimit(Resource::Nofile, l).is_err() {
-            l = getrlimit(Resource::Nofile);
-        }
-    }
-    let open = l.current.unwrap_or(u64::MAX).saturating_sub(256) / 3;
-    (open as usize).clamp(MIN_FOLDER_BATCH, MAX_FOLDER_BATCH)
 }
 
 fn quoted(keys: &[&String]) -> String {
     let q: Vec<String> = keys.iter().map(|k| format!("{k:?}")).collect();
     q.join(", ")
-}
-
-/// Creates the target directory if need be and opens it (following it if it is a link:
-/// the admin named it).
-fn open_target(target: &Path) -> Result<OwnedFd> {
-    fs::create_dir_all(target).map_err(|e| Error::io(target, e))?;
-    rustix::fs::open(
-        target,
-        OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
-        Mode::empty(),
-    )
-    .map_err(|e| Error::io(target, e.into()))
 }
 
 /// One folder to restore: its node and its selected messages.
@@ -516,41 +459,53 @@ struct FolderPlan {
 struct AccountPlan {
     acc: AccountRef,
     folders: Vec<FolderPlan>,
+    /// The subscriptions of the snapshot's INBOX (IMAP names) that fall within the
+    /// selection.
+    subscriptions: Vec<String>,
 }
+
+/// Accounts restored together hold at most this many messages (their plans are in
+/// memory), unless one account alone has more.
+const ACCOUNT_BATCH_MESSAGES: u64 = 200_000;
 
 /// Reads what an account's restore needs: its selected folders and messages (only folders
 /// with selected messages when single messages are asked for). Counts the messages it
 /// selects, and those it cannot (a damaged chunk, an unsafe name) as failed. Returns the
 /// plan and the number of folders the folder filter matched.
-fn plan_account(ctx: &Ctx, acc: AccountRef, opts: &RestoreOptions) -> Result<(AccountPlan, u64)> {
+fn plan_account<T>(ctx: &Ctx<T>, acc: AccountRef, sel: &Selection) -> Result<(AccountPlan, u64)> {
     let mut plan = AccountPlan {
         acc,
         folders: Vec::new(),
+        subscriptions: Vec::new(),
     };
     let acc = &plan.acc;
-    let whole = opts.messages.is_empty();
+    let n = &ctx.n;
+    let whole = sel.messages.is_empty();
     if !safe_relative(&acc.rel_path) {
-        let n = if whole { acc.messages } else { 0 };
-        ctx.total.fetch_add(n, Relaxed);
-        ctx.fail_items(
+        let count = if whole { acc.messages } else { 0 };
+        n.total.fetch_add(count, Relaxed);
+        n.fail_items(
             format!("account {}", acc.name),
             "unsafe path in snapshot; skipped",
-            n,
+            count,
         );
         return Ok((plan, 0));
     }
     let tree: AccountTree = ctx.repo.read_tree(&acc.tree)?;
+    if ctx.caps.order == Order::Folder {
+        plan.subscriptions = subscriptions(ctx.repo, &tree, sel);
+    }
     let mut matched = 0;
     for node in tree.folders {
-        if !folder_selected(&node, &opts.folders) {
+        if !folder_selected(&node, &sel.folders) {
             continue;
         }
         matched += 1;
         let item = format!("{}: {}", acc.name, node.name);
         if !(node.dir.is_empty() || safe_component(&node.dir)) {
-            let n = if whole { node.messages } else { 0 };
-            ctx.total.fetch_add(n, Relaxed);
-            ctx.fail_items(item, "unsafe folder directory in snapshot; skipped", n);
+            let count = if whole { node.messages } else { 0 };
+            n.total.fetch_add(count, Relaxed);
+            n.fail_items(item, "unsafe folder directory in snapshot; skipped", count);
             continue;
         }
         let mut entries = Vec::new();
@@ -560,7 +515,7 @@ fn plan_account(ctx: &Ctx, acc: AccountRef, opts: &RestoreOptions) -> Result<(Ac
             let chunk = match ctx.repo.read_chunk(c) {
                 Ok(c) => c,
                 Err(e) => {
-                    ctx.fail(&*item, e);
+                    n.failures.add(&*item, e);
                     damaged = true;
                     continue;
                 }
@@ -568,11 +523,11 @@ fn plan_account(ctx: &Ctx, acc: AccountRef, opts: &RestoreOptions) -> Result<(Ac
             seen += chunk.len() as u64;
             for entry in chunk
                 .into_iter()
-                .filter(|e| message_selected(e, &opts.messages))
+                .filter(|e| message_selected(e, &sel.messages))
             {
                 if !safe_component(&entry.name) {
-                    ctx.total.fetch_add(1, Relaxed);
-                    ctx.fail_items(
+                    n.total.fetch_add(1, Relaxed);
+                    n.fail_items(
                         format!("{}: {}", item, String::from_utf8_lossy(&entry.name)),
                         "unsafe file name in snapshot; skipped",
                         1,
@@ -585,208 +540,225 @@ fn plan_account(ctx: &Ctx, acc: AccountRef, opts: &RestoreOptions) -> Result<(Ac
         if damaged && whole {
             // The messages of the chunks that could not be read.
             let lost = node.messages.saturating_sub(seen);
-            ctx.total.fetch_add(lost, Relaxed);
-            ctx.failed.fetch_add(lost, Relaxed);
+            n.total.fetch_add(lost, Relaxed);
+            n.failed.fetch_add(lost, Relaxed);
         }
         if !whole && entries.is_empty() {
             continue;
         }
-        ctx.total.fetch_add(entries.len() as u64, Relaxed);
+        n.total.fetch_add(entries.len() as u64, Relaxed);
         plan.folders.push(FolderPlan { node, entries });
     }
     Ok((plan, matched))
 }
 
-/// A folder's directories in the target, open.
-struct FolderDirs {
-    /// Where it is, for messages.
-    path: PathBuf,
-    dir: OwnedFd,
-    cur: OwnedFd,
-    new: OwnedFd,
+/// The subscriptions (IMAP names) of an account's INBOX that fall within the selection:
+/// those of the folders restored (their names, decoded); with `--folder` also those of its
+/// subfolders the snapshot lacks, and without a selection every one (a subscription may
+/// name a folder that no longer exists). Single messages bring none.
+fn subscriptions(repo: &Repository, tree: &AccountTree, sel: &Selection) -> Vec<String> {
+    if !sel.messages.is_empty() {
+        return Vec::new();
+    }
+    let Some(inbox) = tree.folders.iter().find(|f| f.dir.is_empty()) else {
+        return Vec::new();
+    };
+    let Some(data) = folder_file(repo, inbox, b"subscriptions") else {
+        return Vec::new();
+    };
+    crate::imap::names::parse_subscriptions(&data)
+        .into_iter()
+        .filter(|name| {
+            crate::model::folder_name_selected(name, &sel.folders)
+                || tree
+                    .folders
+                    .iter()
+                    .any(|f| folder_selected(f, &sel.folders) && folder_name(f) == name.as_str())
+        })
+        .collect()
 }
 
-impl FolderDirs {
-    fn sub(&self, new: bool) -> &OwnedFd {
-        if new {
-            &self.new
-        } else {
-            &self.cur
+/// Reads a folder file of the snapshot; one that cannot be read is logged and taken as
+/// missing.
+fn folder_file(repo: &Repository, node: &FolderNode, name: &[u8]) -> Option<Vec<u8>> {
+    let f = node.files.iter().find(|f| f.name == name)?;
+    match assemble(repo, &f.content, f.size, None) {
+        Ok(d) => Some(d),
+        Err(e) => {
+            tracing::warn!("{}: {}: {e}", node.name, String::from_utf8_lossy(name));
+            None
         }
     }
-    fn shown(&self, new: Option<bool>, name: &[u8]) -> PathBuf {
-        let p = match new {
-            Some(true) => self.path.join("new"),
-            Some(false) => self.path.join("cur"),
-            None => self.path.clone(),
-        };
-        p.join(OsStr::from_bytes(name))
-    }
 }
 
-struct Job<'a> {
-    folder: &'a FolderDirs,
-    /// The account's name, for messages.
-    account: &'a str,
-    what: What,
+/// An account of a batch, open in the target.
+struct OpenAccount<A> {
+    acc: AccountRef,
+    open: A,
 }
 
-/// What a job writes.
+/// What a job of an [`Order::Any`] batch writes.
 enum What {
     Message {
         entry: MessageEntry,
-        /// A file with the same key already in the target folder: (in `new/`, its name).
-        existing: Option<(bool, Vec<u8>)>,
+        meta: Meta,
     },
     /// A file of the folder (`dovecot-keywords`, `dovecot-uidlist`, ...).
     File(FileEntry),
 }
 
-/// Folders whose directories are open at once (three descriptors each): see
-/// [`folder_batch`].
-const MIN_FOLDER_BATCH: usize = 100;
-const MAX_FOLDER_BATCH: usize = 20_000;
-
-/// Directories whose recorded owner and mode are set once their content is in: by
-/// their path below the target (components).
-type DirAttrs = BTreeMap<Vec<Vec<u8>>, DirEntry>;
-
-/// Accounts restored together hold at most this many messages (their plans are in
-/// memory), unless one account alone has more.
-const ACCOUNT_BATCH_MESSAGES: u64 = 200_000;
-
-/// An account of a batch: where it goes below the target and the directories whose
-/// owner and mode are set once its content is in.
-struct BatchAccount {
-    acc: AccountRef,
-    parts: Vec<Vec<u8>>,
-    attrs: DirAttrs,
+struct Job<'a, F> {
+    folder: &'a F,
+    what: What,
 }
 
-/// Restores a batch of accounts. Their messages are read together, by pack span in pack
-/// order, so a pack range that several accounts need is read once, not once per account.
-fn execute_batch(ctx: &Ctx, target: BorrowedFd, plans: Vec<AccountPlan>, single: bool) {
-    let mut accs: Vec<BatchAccount> = Vec::new();
-    let mut rest: Vec<(usize, FolderPlan)> = Vec::new();
+fn job_content<'a, F>(j: &'a Job<F>) -> &'a [Id] {
+    match &j.what {
+        What::Message { entry, .. } => &entry.content,
+        What::File(f) => &f.content,
+    }
+}
+
+/// Opens the accounts of a batch in the target; an account that cannot be opened costs
+/// its messages.
+fn open_accounts<T: Target>(
+    ctx: &Ctx<T>,
+    plans: Vec<AccountPlan>,
+) -> Vec<(OpenAccount<T::Account>, Vec<FolderPlan>)> {
+    let mut out = Vec::new();
     for plan in plans {
-        let acc = plan.acc;
         if plan.folders.is_empty() {
             continue;
         }
         let n_acc: u64 = plan.folders.iter().map(|f| f.entries.len() as u64).sum();
-        let parts: Vec<&[u8]> = if acc.rel_path.is_empty() {
-            Vec::new()
-        } else {
-            acc.rel_path.split(|&c| c == b'/').collect()
+        let mut names: Vec<String> = (plan.folders.iter())
+            .map(|f| folder_name(&f.node).into_owned())
+            .collect();
+        names.sort();
+        names.dedup();
+        let info = AccountInfo {
+            account: &plan.acc,
+            subscriptions: &plan.subscriptions,
+            folders: &names,
+            messages: n_acc,
+            failures: &ctx.n.failures,
         };
-        let mut attrs = DirAttrs::new();
-        for (i, part) in parts.iter().enumerate() {
-            let recorded = acc.dirs.get(i).filter(|d| d.name == *part).cloned();
-            if let Some(d) = recorded.or_else(|| ctx.owners.fixed().then(|| unrecorded_dir(part))) {
-                attrs.insert(parts[..=i].iter().map(|p| p.to_vec()).collect(), d);
+        match ctx.target.open_account(&info) {
+            Ok(open) => out.push((
+                OpenAccount {
+                    acc: plan.acc,
+                    open,
+                },
+                plan.folders,
+            )),
+            Err(e) => {
+                let item = format!("account {}", plan.acc.name);
+                ctx.n.fail_items(item, e, n_acc);
             }
         }
-        // Created now, opened again for each batch of folders.
-        if let Err((at, e)) = open_path(target, &parts, true) {
-            let shown = ctx.shown(&parts[..at]);
-            ctx.fail_items(format!("account {}", acc.name), Error::io(shown, e), n_acc);
-            continue;
-        }
-        let parts = parts.iter().map(|p| p.to_vec()).collect();
-        rest.extend(plan.folders.into_iter().map(|f| (accs.len(), f)));
-        accs.push(BatchAccount { acc, parts, attrs });
     }
-    // Folders in batches, each with its directories open while its messages are written.
+    out
+}
+
+/// The keyword table of a folder of the snapshot, when the target wants keyword names.
+fn keyword_table<T>(ctx: &Ctx<T>, node: &FolderNode) -> KeywordTable {
+    if !ctx.caps.keywords {
+        return KeywordTable::default();
+    }
+    folder_file(ctx.repo, node, b"dovecot-keywords")
+        .map(|d| KeywordTable::parse(&String::from_utf8_lossy(&d)))
+        .unwrap_or_default()
+}
+
+/// Opens a folder in the target; one that cannot be opened costs its messages.
+fn open_folder<T: Target>(
+    ctx: &Ctx<T>,
+    acc: &OpenAccount<T::Account>,
+    fp: &FolderPlan,
+    picked: bool,
+) -> Option<T::Folder> {
+    let name = folder_name(&fp.node);
+    let info = FolderInfo {
+        account: &acc.acc,
+        node: &fp.node,
+        name: &name,
+        picked,
+        entries: &fp.entries,
+        failures: &ctx.n.failures,
+        repo: ctx.repo,
+    };
+    match ctx.target.open_folder(&acc.open, &info) {
+        Ok(f) => Some(f),
+        Err(e) => {
+            let item = format!("{}: {}", acc.acc.name, fp.node.name);
+            let n = fp.entries.len() as u64;
+            ctx.n.fail_items(item, e, n);
+            None
+        }
+    }
+}
+
+/// Restores a batch of accounts (`picked`: single messages, not whole folders).
+fn execute_batch<T: Target>(ctx: &Ctx<T>, plans: Vec<AccountPlan>, picked: bool) {
+    match ctx.caps.order {
+        Order::Any => execute_any(ctx, plans, picked),
+        Order::Folder => execute_ordered(ctx, plans, picked),
+    }
+}
+
+/// [`Order::Any`]: the batch's messages are read together, by pack span in pack order, so
+/// a pack range that several accounts need is read once, not once per account.
+fn execute_any<T: Target>(ctx: &Ctx<T>, plans: Vec<AccountPlan>, picked: bool) {
+    let mut rest: Vec<(usize, FolderPlan)> = Vec::new();
+    let (accs, folders): (Vec<_>, Vec<_>) = open_accounts(ctx, plans).into_iter().unzip();
+    for (a, fs) in folders.into_iter().enumerate() {
+        rest.extend(fs.into_iter().map(|f| (a, f)));
+    }
+    // Folders in batches, each open in the target while its messages are written.
     while !rest.is_empty() {
-        let batch: Vec<(usize, FolderPlan)> =
-            rest.drain(..rest.len().min(ctx.folder_batch)).collect();
-        let mut acc_dirs: HashMap<usize, OwnedFd> = HashMap::new();
-        let mut dirs = Vec::new();
-        let mut jobs_of = Vec::new();
+        let batch: Vec<(usize, FolderPlan)> = rest
+            .drain(..rest.len().min(ctx.caps.open_folders.max(1)))
+            .collect();
+        let mut open = Vec::new();
         for (a, fp) in batch {
-            let BatchAccount { acc, parts, attrs } = &mut accs[a];
-            let item = format!("{}: {}", acc.name, fp.node.name);
-            let parts: Vec<&[u8]> = parts.iter().map(|p| &p[..]).collect();
-            let acc_dir = match acc_dirs.entry(a) {
-                std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
-                std::collections::hash_map::Entry::Vacant(v) => {
-                    match open_path(target, &parts, true) {
-                        Ok(fd) => v.insert(fd),
-                        Err((at, e)) => {
-                            let e = Error::io(ctx.shown(&parts[..at]), e);
-                            ctx.fail_items(item, e, fp.entries.len() as u64);
-                            continue;
-                        }
-                    }
-                }
-            };
-            let mut fparts = parts.clone();
-            fparts.push(&fp.node.dir);
-            let base: Vec<Vec<u8>> = fparts
-                .iter()
-                .filter(|p| !p.is_empty())
-                .map(|p| p.to_vec())
-                .collect();
-            let mut mine = DirAttrs::new();
-            for d in &fp.node.dirs {
-                let mut p = base.clone();
-                if !d.name.is_empty() {
-                    p.push(d.name.clone());
-                }
-                mine.insert(p, d.clone());
-            }
-            if ctx.owners.fixed() {
-                // `--chown` gives every directory of the folder its owner, recorded or not
-                // (an IMAP backup or a version-1 snapshot records none).
-                for sub in [&[][..], b"cur", b"new", b"tmp"] {
-                    let mut p = base.clone();
-                    if !sub.is_empty() {
-                        p.push(sub.to_vec());
-                    }
-                    mine.entry(p).or_insert_with(|| unrecorded_dir(sub));
-                }
-            }
-            match open_folder(ctx, acc_dir.as_fd(), &fparts, &fp.node) {
-                Ok(f) => {
-                    attrs.append(&mut mine);
-                    dirs.push((a, f));
-                    jobs_of.push(fp);
-                }
-                Err(e) => ctx.fail_items(item, e, fp.entries.len() as u64),
+            if let Some(f) = open_folder(ctx, &accs[a], &fp, picked) {
+                open.push((f, fp));
             }
         }
-        drop(acc_dirs);
         let mut jobs = Vec::new();
-        for ((a, folder), mut fp) in dirs.iter().zip(jobs_of) {
-            if single {
-                keywords_for(ctx, folder, &fp.node, &mut fp.entries);
-                if let Some(f) = fp.node.files.iter().find(|f| f.name == b"maildirfolder") {
-                    restore_file(ctx, folder, f, &Alone(ctx.repo));
-                }
-            } else {
+        for (folder, fp) in &mut open {
+            if !picked && ctx.caps.folder_files {
                 // Read with the messages, from the same spans. An IMAP backup's sync state
-                // is for the next IMAP backup, not for a Maildir.
-                let files = std::mem::take(&mut fp.node.files);
-                for f in files
+                // is for the next IMAP backup, not for a restore.
+                for f in std::mem::take(&mut fp.node.files)
                     .into_iter()
                     .filter(|f| f.name != crate::imap::names::STATE_FILE)
                 {
-                    jobs.push(Job {
-                        folder,
-                        account: &accs[*a].acc.name,
-                        what: What::File(f),
-                    });
+                    if safe_component(&f.name) {
+                        jobs.push(Job {
+                            folder: &*folder,
+                            what: What::File(f),
+                        });
+                    } else {
+                        let item = ctx.target.item(folder, Item::File(&f.name));
+                        ctx.n
+                            .failures
+                            .add(item, "unsafe file name in snapshot; skipped");
+                    }
                 }
             }
-            let existing = existing_keys(ctx, folder);
-            for mut entry in fp.entries {
-                let existing = existing.get(&entry.key).cloned();
+            let keywords = keyword_table(ctx, &fp.node);
+            for mut entry in std::mem::take(&mut fp.entries) {
+                if ctx.target.already_restored(folder, &entry) {
+                    ctx.n.unchanged.fetch_add(1, Relaxed);
+                    continue;
+                }
                 // Kept for `ls`, not needed here: a batch holds many messages.
                 (entry.from, entry.subject) = (String::new(), String::new());
+                let meta = meta(&entry, &keywords);
                 jobs.push(Job {
-                    folder,
-                    account: &accs[*a].acc.name,
-                    what: What::Message { entry, existing },
+                    folder: &*folder,
+                    what: What::Message { entry, meta },
                 });
             }
         }
@@ -804,185 +776,475 @@ fn execute_batch(ctx: &Ctx, target: BorrowedFd, plans: Vec<AccountPlan>, single:
             job_content,
             &ctx.spans,
             |j, blobs| match &j.what {
-                What::File(f) => restore_file(ctx, j.folder, f, blobs),
-                What::Message { entry, existing } => {
-                    if let Err(e) = restore_message(ctx, j.folder, entry, existing, blobs) {
-                        let item = j.folder.shown(Some(entry.new), &entry.name);
-                        ctx.fail_items(format!("{} ({})", item.display(), j.account), e, 1);
-                    }
+                What::File(f) => write_file(ctx, j.folder, f, blobs),
+                What::Message { entry, meta } => {
+                    write_message(ctx, j.folder, entry, meta, blobs);
                     ctx.progress.advance(1, entry.size);
                 }
             },
         );
         drop(jobs);
-        drop(dirs);
-    }
-    for a in &accs {
-        set_dir_attrs(ctx, target, &a.attrs);
-    }
-}
-
-fn job_content<'a>(j: &'a Job) -> &'a [Id] {
-    match &j.what {
-        What::Message { entry, .. } => &entry.content,
-        What::File(f) => &f.content,
-    }
-}
-
-/// Opens (creating what is missing) the directories `parts` below `base`, none of them
-/// through a symbolic link. Directories are created 0700 (mail is private): a recorded
-/// mode is set at the end, once their content is in. Errors say at which component.
-fn open_path(
-    base: BorrowedFd,
-    parts: &[&[u8]],
-    create: bool,
-) -> std::result::Result<OwnedFd, (usize, std::io::Error)> {
-    let mut fd = rustix::io::dup(base).map_err(|e| (0, e.into()))?;
-    let mut path: Vec<Vec<u8>> = Vec::new();
-    for (i, p) in parts.iter().enumerate() {
-        if p.is_empty() {
-            continue;
-        }
-        path.push(p.to_vec());
-        fd = open_dir_at(fd.as_fd(), p, create.then_some(0o700)).map_err(|e| (i + 1, e))?;
-    }
-    Ok(fd)
-}
-
-/// Opens the directory `name` in `parent` without following a symbolic link, creating it
-/// with `create` (a mode, before the umask) if it is missing.
-fn open_dir_at(parent: BorrowedFd, name: &[u8], create: Option<u32>) -> std::io::Result<OwnedFd> {
-    if let Some(mode) = create {
-        match rustix::fs::mkdirat(parent, name, Mode::from_raw_mode(mode)) {
-            Ok(()) => {}
-            Err(e) if e == Errno::EXIST => {}
-            Err(e) => return Err(e.into()),
+        for (folder, _) in open {
+            ctx.target.finish_folder(folder, &ctx.n.failures);
         }
     }
-    rustix::fs::openat(
-        parent,
-        name,
-        OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
-        Mode::empty(),
+    for a in accs {
+        ctx.target.finish_account(a.open, &ctx.n.failures);
+    }
+}
+
+/// Reassembles, checks and writes one message.
+fn write_message<T: Target>(
+    ctx: &Ctx<T>,
+    folder: &T::Folder,
+    entry: &MessageEntry,
+    meta: &Meta,
+    blobs: &dyn Blobs,
+) {
+    let written = assemble_by(
+        ctx.repo,
+        &entry.content,
+        entry.size,
+        Some(&entry.hash),
+        |id| blobs.blob_unverified(id),
     )
-    .map_err(|e| {
-        // A link to a directory opened with O_DIRECTORY | O_NOFOLLOW: ENOTDIR.
-        let link = rustix::fs::statat(parent, name, rustix::fs::AtFlags::SYMLINK_NOFOLLOW)
-            .is_ok_and(|st| rustix::fs::FileType::from_raw_mode(st.st_mode).is_symlink());
-        not_followed(if link { Errno::LOOP } else { e })
-    })
+    .map_err(|e| e.to_string())
+    .and_then(|data| {
+        let msg = Message {
+            entry,
+            meta,
+            data: &data,
+        };
+        ctx.target.write(folder, &msg).map_err(|e| e.to_string())
+    });
+    count(ctx, folder, entry, written);
 }
 
-/// `ELOOP` from an `O_NOFOLLOW` open: the name is a symbolic link.
-fn not_followed(e: Errno) -> std::io::Error {
-    if e == Errno::LOOP {
-        std::io::Error::other("a symbolic link inside the target: not followed")
-    } else {
-        e.into()
-    }
-}
-
-/// Opens a folder's directory and its `cur`, `new` and `tmp`, creating them as needed.
-fn open_folder(
-    ctx: &Ctx,
-    acc_dir: BorrowedFd,
-    fparts: &[&[u8]],
-    node: &FolderNode,
-) -> Result<FolderDirs> {
-    let shown = ctx.shown(fparts);
-    let dir = if node.dir.is_empty() {
-        rustix::io::dup(acc_dir).map_err(|e| Error::io(&shown, e.into()))?
-    } else {
-        open_dir_at(acc_dir, &node.dir, Some(0o700)).map_err(|e| Error::io(&shown, e))?
-    };
-    let sub = |name: &str| {
-        open_dir_at(dir.as_fd(), name.as_bytes(), Some(0o700))
-            .map_err(|e| Error::io(shown.join(name), e))
-    };
-    let cur = sub("cur")?;
-    let new = sub("new")?;
-    sub("tmp")?;
-    Ok(FolderDirs {
-        path: shown.clone(),
-        dir,
-        cur,
-        new,
-    })
-}
-
-/// A directory the snapshot records nothing of, listed only so that `--chown` gives it
-/// its owner: no recorded owner, and its mode (0700 when the restore created it) is kept.
-fn unrecorded_dir(name: &[u8]) -> DirEntry {
-    DirEntry {
-        name: name.to_vec(),
-        mode: 0,
-        uid: NO_OWNER,
-        gid: NO_OWNER,
-    }
-}
-
-/// Gives the directories their recorded owner and mode, deepest first.
-fn set_dir_attrs(ctx: &Ctx, target: BorrowedFd, attrs: &DirAttrs) {
-    let mut order: Vec<(&Vec<Vec<u8>>, &DirEntry)> = attrs.iter().collect();
-    order.sort_by_key(|(p, _)| std::cmp::Reverse(p.len()));
-    for (path, d) in order {
-        let parts: Vec<&[u8]> = path.iter().map(|p| &p[..]).collect();
-        let shown = ctx.shown(&parts);
-        let result = open_path(target, &parts, false)
-            .map_err(|(_, e)| e)
-            .and_then(|fd| {
-                if let Some((uid, gid)) = ctx.owners.get(d.uid, d.gid) {
-                    std::os::unix::fs::fchown(&fd, Some(uid), Some(gid))?;
-                }
-                if d.uid != NO_OWNER {
-                    rustix::fs::fchmod(&fd, Mode::from_raw_mode(d.mode))?;
-                }
-                Ok(())
-            });
-        if let Err(e) = result {
-            ctx.fail(shown.display().to_string(), e);
+/// Counts what became of a message.
+fn count<T: Target>(
+    ctx: &Ctx<T>,
+    folder: &T::Folder,
+    entry: &MessageEntry,
+    outcome: std::result::Result<Outcome, String>,
+) {
+    match outcome {
+        Ok(Outcome::Written { bytes }) => {
+            ctx.n.restored.fetch_add(1, Relaxed);
+            ctx.n.bytes.fetch_add(bytes, Relaxed);
+        }
+        Ok(Outcome::AlreadyThere) => {
+            ctx.n.unchanged.fetch_add(1, Relaxed);
+        }
+        Err(e) => {
+            let item = ctx.target.item(folder, Item::Message(entry));
+            ctx.n.fail_items(item, e, 1);
         }
     }
 }
 
-/// Maildir keys already present in a target folder: where each is and its name.
-fn existing_keys(ctx: &Ctx, folder: &FolderDirs) -> HashMap<Vec<u8>, (bool, Vec<u8>)> {
-    let mut out = HashMap::new();
-    for new in [false, true] {
-        let dir = match rustix::fs::Dir::read_from(folder.sub(new)) {
-            Ok(d) => d,
-            Err(e) => {
-                ctx.fail(
-                    folder.shown(Some(new), b"").display().to_string(),
-                    std::io::Error::from(e),
-                );
+/// Reassembles and writes a folder file.
+fn write_file<T: Target>(ctx: &Ctx<T>, folder: &T::Folder, f: &FileEntry, blobs: &dyn Blobs) {
+    let item = || ctx.target.item(folder, Item::File(&f.name));
+    match assemble_by(ctx.repo, &f.content, f.size, None, |id| blobs.blob(id)) {
+        Ok(data) => {
+            if let Err(e) = ctx.target.write_file(folder, f, &data) {
+                ctx.n.failures.add(item(), e);
+            }
+        }
+        Err(e) => ctx.n.failures.add(item(), e),
+    }
+}
+
+/// A batch of one folder for an [`Order::Folder`] target: messages to write together,
+/// each with its place in the folder's order.
+struct Batch<'p, F> {
+    folder: &'p F,
+    entries: Vec<(MessageEntry, usize)>,
+}
+
+/// A batch read and checked: each message's bytes (or why it could not be read), in the
+/// folder's order.
+struct Prepared<'p, F> {
+    folder: &'p F,
+    msgs: Vec<(MessageEntry, Meta, std::result::Result<Vec<u8>, String>)>,
+}
+
+/// Why an account cannot go on, once one lane found out; the other lanes then count
+/// their messages as failed instead of writing them.
+#[derive(Default)]
+struct Abort(Mutex<Option<String>>);
+
+impl Abort {
+    fn set(&self, reason: String) {
+        lock(&self.0).get_or_insert(reason);
+    }
+    fn reason(&self) -> Option<String> {
+        lock(&self.0).clone()
+    }
+}
+
+/// The order a folder's messages are written in, so that UID order on an IMAP server (or
+/// the order of an mbox) is the original arrival order: the folder's `dovecot-uidlist`
+/// (Maildir backups of a Dovecot store), else the UID in the synthesized keys of an IMAP
+/// backup, else internal date (mtime) and key; messages a `dovecot-uidlist` lacks
+/// (delivered since Dovecot last looked) come after those it has, by date and key.
+fn arrival_order(
+    uidlist: Option<&HashMap<Vec<u8>, u32>>,
+    e: &MessageEntry,
+) -> (u8, i64, u32, Vec<u8>) {
+    if let Some(uid) = uidlist.and_then(|l| l.get(&e.key)) {
+        return (0, i64::from(*uid), 0, Vec::new());
+    }
+    if uidlist.is_none() {
+        if let Some((uid, _)) = crate::imap::names::parse_key(&e.key) {
+            return (1, i64::from(uid), 0, Vec::new());
+        }
+    }
+    (2, e.mtime.secs, e.mtime.nanos, e.key.clone())
+}
+
+/// [`Order::Folder`]: accounts run at once ([`Caps::accounts`]), each over up to
+/// [`Caps::lanes`] lanes taking one folder at a time; each lane has a thread that reads
+/// and checks its next batch (in pack order, by groups of spans) while the current one
+/// is being written.
+fn execute_ordered<T: Target>(ctx: &Ctx<T>, plans: Vec<AccountPlan>, picked: bool) {
+    let total: u64 = (plans.iter().flat_map(|p| &p.folders))
+        .map(|f| f.entries.len() as u64)
+        .sum();
+    let bytes: u64 = (plans.iter().flat_map(|p| &p.folders))
+        .flat_map(|f| &f.entries)
+        .map(|e| e.size)
+        .sum();
+    ctx.progress.add_total(total, bytes);
+    let size = |p: &AccountPlan| -> u64 { p.folders.iter().map(|f| f.entries.len() as u64).sum() };
+    // Domains in snapshot order (their accounts share the most blobs, mail to several
+    // colleagues: together, they make the most of the blob cache), and within a domain
+    // the largest accounts first, so that a run does not end with one big account on
+    // one lane while the others are done.
+    let domain = |i: usize| {
+        plans[i]
+            .acc
+            .name
+            .rsplit_once('@')
+            .map(|(_, d)| d.to_string())
+    };
+    let mut first_seen: HashMap<Option<String>, usize> = HashMap::new();
+    for i in 0..plans.len() {
+        first_seen.entry(domain(i)).or_insert(i);
+    }
+    let mut order: Vec<usize> = (0..plans.len()).collect();
+    order.sort_by_key(|&i| {
+        (
+            first_seen.get(&domain(i)).copied().unwrap_or(i),
+            std::cmp::Reverse(size(&plans[i])),
+        )
+    });
+    let n_plans = order.len();
+    let slots: Vec<Mutex<Option<AccountPlan>>> =
+        plans.into_iter().map(|p| Mutex::new(Some(p))).collect();
+    let lanes = ctx.caps.accounts.max(1);
+    for_each_parallel(n_plans, lanes, "restore-account", |k| {
+        let Some(plan) = lock(&slots[order[k]]).take() else {
+            return;
+        };
+        // An account gets more than one lane only when fewer accounts than `lanes` are
+        // left to run beside it.
+        let share = (lanes / lanes.min(n_plans - k)).max(1);
+        let n_acc = size(&plan);
+        let mut accs = open_accounts(ctx, vec![plan]);
+        let Some((acc, folders)) = accs.pop() else {
+            ctx.progress.advance(n_acc, 0);
+            return;
+        };
+        restore_account_ordered(ctx, &acc, folders, share, picked);
+        ctx.target.finish_account(acc.open, &ctx.n.failures);
+    });
+}
+
+/// Restores one account's folders in order (see [`execute_ordered`]).
+fn restore_account_ordered<T: Target>(
+    ctx: &Ctx<T>,
+    acc: &OpenAccount<T::Account>,
+    folders: Vec<FolderPlan>,
+    share: usize,
+    picked: bool,
+) {
+    let caps = &ctx.caps;
+    let mut open = Vec::new();
+    for fp in folders {
+        match open_folder(ctx, acc, &fp, picked) {
+            Some(f) => open.push((f, fp)),
+            None => {
+                let bytes = fp.entries.iter().map(|e| e.size).sum();
+                ctx.progress.advance(fp.entries.len() as u64, bytes);
+            }
+        }
+    }
+    // Per folder, its messages in arrival order.
+    let mut lists = Vec::with_capacity(open.len());
+    for (folder, fp) in &mut open {
+        let uidlist = folder_file(ctx.repo, &fp.node, b"dovecot-uidlist")
+            .map(|d| crate::imap::names::parse_uidlist(&d));
+        let mut list = Vec::with_capacity(fp.entries.len());
+        for mut e in std::mem::take(&mut fp.entries) {
+            if ctx.target.already_restored(folder, &e) {
+                ctx.n.unchanged.fetch_add(1, Relaxed);
+                ctx.progress.advance(1, e.size);
                 continue;
+            }
+            (e.from, e.subject) = (String::new(), String::new());
+            list.push(e);
+        }
+        list.sort_by_cached_key(|e| arrival_order(uidlist.as_ref(), e));
+        lists.push(list);
+    }
+    let open = open;
+    let keywords: Vec<KeywordTable> = (open.iter())
+        .map(|(_, fp)| keyword_table(ctx, &fp.node))
+        .collect();
+    // Per folder, its batches in order; folders largest first, so lanes end together.
+    let mut jobs: Vec<(usize, Vec<Batch<T::Folder>>)> = Vec::new();
+    for ((folder, _), list) in open.iter().zip(lists) {
+        let mut batches = Vec::new();
+        let mut cur: Vec<(MessageEntry, usize)> = Vec::new();
+        let mut bytes = 0usize;
+        for (pos, e) in list.into_iter().enumerate() {
+            let size = e.size as usize + e.size as usize / 32;
+            if !cur.is_empty()
+                && (cur.len() >= caps.batch_messages.max(1) || bytes + size > caps.batch_bytes)
+            {
+                batches.push(Batch {
+                    folder: &*folder,
+                    entries: std::mem::take(&mut cur),
+                });
+                bytes = 0;
+            }
+            bytes += size;
+            cur.push((e, pos));
+        }
+        if !cur.is_empty() {
+            batches.push(Batch {
+                folder: &*folder,
+                entries: cur,
+            });
+        }
+        if !batches.is_empty() {
+            let count = batches.iter().map(|b| b.entries.len()).sum();
+            jobs.push((count, batches));
+        }
+    }
+    jobs.sort_by_key(|(count, _)| std::cmp::Reverse(*count));
+    let to_send: usize = jobs.iter().map(|(c, _)| c).sum();
+    // Lanes: at most the target's, at most `share`, one per folder at most, and one per
+    // `lane_messages` messages to write.
+    let per_lane = if caps.lane_messages == 0 {
+        usize::MAX
+    } else {
+        caps.lane_messages
+    };
+    let lanes = (caps.lanes)
+        .min(share)
+        .min(jobs.len())
+        .min(to_send.div_ceil(per_lane))
+        .max(1);
+    let folder_index = |f: &T::Folder| open.iter().position(|(o, _)| std::ptr::eq(o, f));
+    let queue: Mutex<VecDeque<Vec<Batch<T::Folder>>>> =
+        Mutex::new(jobs.into_iter().map(|(_, b)| b).collect());
+    let abort = Abort::default();
+    let fail_all =
+        |folder: &T::Folder, entries: &mut dyn Iterator<Item = &MessageEntry>, why: &str| {
+            for e in entries {
+                let item = ctx.target.item(folder, Item::Message(e));
+                ctx.n.fail_items(item, why, 1);
+                ctx.progress.advance(1, e.size);
             }
         };
-        for ent in dir.flatten() {
-            let name = ent.file_name().to_bytes();
-            if name == b"." || name == b".." || ent.file_type() == rustix::fs::FileType::Directory {
-                continue;
-            }
-            let key = maildir::split_name(name).0.to_vec();
-            out.insert(key, (new, name.to_vec()));
+    std::thread::scope(|s| {
+        for _ in 0..lanes {
+            // The handover is a rendezvous: at most one batch prepared ahead per lane,
+            // so memory stays at two batches per lane.
+            let (tx, rx) = std::sync::mpsc::sync_channel::<Prepared<T::Folder>>(0);
+            let (queue, abort, fail_all, keywords, folder_index) =
+                (&queue, &abort, &fail_all, &keywords, &folder_index);
+            spawn_named(s, "restore-read", move || {
+                // One folder at a time, its batches in order, all over this lane.
+                while let Some(batches) = lock(queue).pop_front() {
+                    for batch in batches {
+                        if let Some(reason) = abort.reason() {
+                            fail_all(
+                                batch.folder,
+                                &mut batch.entries.iter().map(|(e, _)| e),
+                                &reason,
+                            );
+                            continue;
+                        }
+                        let table = folder_index(batch.folder).and_then(|i| keywords.get(i));
+                        let p = prepare(ctx, batch, table);
+                        if let Err(back) = tx.send(p) {
+                            // The writer is gone: its batch is not written.
+                            let p = back.0;
+                            fail_all(
+                                p.folder,
+                                &mut p.msgs.iter().map(|(e, _, _)| e),
+                                "not restored: the lane ended",
+                            );
+                        }
+                    }
+                }
+            });
+            spawn_named(s, "restore-write", move || {
+                for p in rx {
+                    write_prepared(ctx, p, abort, fail_all);
+                }
+            });
         }
+    });
+    for (folder, _) in open {
+        ctx.target.finish_folder(folder, &ctx.n.failures);
     }
-    out
 }
 
-/// Reads a file of the target without following a symbolic link.
-fn read_at(dir: BorrowedFd, name: &[u8]) -> std::io::Result<Vec<u8>> {
-    let fd = rustix::fs::openat(
-        dir,
-        name,
-        OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
-        Mode::empty(),
-    )
-    .map_err(not_followed)?;
-    let mut data = Vec::new();
-    File::from(fd).read_to_end(&mut data)?;
-    Ok(data)
+/// Reads and checks a batch, in pack order (packs front to back) and by pack span
+/// (nearby blobs in one read), while the messages keep the folder's order. Blobs the
+/// cache holds are not read again.
+fn prepare<'p, T: Target>(
+    ctx: &Ctx<T>,
+    batch: Batch<'p, T::Folder>,
+    keywords: Option<&KeywordTable>,
+) -> Prepared<'p, T::Folder> {
+    let index = ctx.repo.index();
+    let mut entries = batch.entries;
+    entries.sort_by_cached_key(|(e, _)| {
+        e.content
+            .first()
+            .and_then(|id: &Id| index.get(id))
+            .map(|l| (l.pack, l.offset))
+            .unwrap_or((u32::MAX, 0))
+    });
+    let empty = KeywordTable::default();
+    let keywords = keywords.unwrap_or(&empty);
+    let mut read = Vec::with_capacity(entries.len());
+    read_by_spans(
+        ctx.repo,
+        &entries,
+        |(e, _)| &e.content,
+        |id| !ctx.cache.contains(id),
+        &ctx.spans,
+        |group, fetched| {
+            for (e, _) in group {
+                let data = assemble_by(ctx.repo, &e.content, e.size, Some(&e.hash), |id| {
+                    (ctx.cache.get_with(id, || fetched.blob_unverified(id))).map(Shared)
+                });
+                read.push(data.map_err(|e| e.to_string()));
+            }
+        },
+    );
+    let mut msgs: Vec<(
+        usize,
+        (MessageEntry, Meta, std::result::Result<Vec<u8>, String>),
+    )> = entries
+        .into_iter()
+        .zip(read)
+        .map(|((e, pos), data)| {
+            let m = meta(&e, keywords);
+            (pos, (e, m, data))
+        })
+        .collect();
+    msgs.sort_by_key(|(pos, _)| *pos);
+    Prepared {
+        folder: batch.folder,
+        msgs: msgs.into_iter().map(|(_, m)| m).collect(),
+    }
+}
+
+/// Writes a prepared batch and counts what became of each message.
+fn write_prepared<T: Target>(
+    ctx: &Ctx<T>,
+    p: Prepared<T::Folder>,
+    abort: &Abort,
+    fail_all: &(dyn Fn(&T::Folder, &mut dyn Iterator<Item = &MessageEntry>, &str) + Sync),
+) {
+    let folder = p.folder;
+    if let Some(reason) = abort.reason() {
+        return fail_all(folder, &mut p.msgs.iter().map(|(e, _, _)| e), &reason);
+    }
+    let mut ready = Vec::with_capacity(p.msgs.len());
+    for (e, m, data) in &p.msgs {
+        match data {
+            Ok(data) => ready.push(Message {
+                entry: e,
+                meta: m,
+                data,
+            }),
+            Err(why) => {
+                count(ctx, folder, e, Err(why.clone()));
+                ctx.progress.advance(1, e.size);
+            }
+        }
+    }
+    if ready.is_empty() {
+        return;
+    }
+    match ctx.target.write_batch(folder, &ready) {
+        Ok(outcomes) => {
+            let n = outcomes.len();
+            for (m, o) in ready.iter().zip(outcomes) {
+                count(ctx, folder, m.entry, o.map_err(|e| e.to_string()));
+                ctx.progress.advance(1, m.entry.size);
+            }
+            fail_all(
+                folder,
+                &mut ready[n.min(ready.len())..].iter().map(|m| m.entry),
+                "not restored",
+            );
+        }
+        Err(e) => {
+            // The whole account is unusable (login refused, over quota, server gone...).
+            let why = format!("not restored: {e}");
+            abort.set(why.clone());
+            fail_all(folder, &mut ready.iter().map(|m| m.entry), &why);
+        }
+    }
+}
+
+/// A blob shared with the cache.
+struct Shared(std::sync::Arc<Vec<u8>>);
+
+impl AsRef<[u8]> for Shared {
+    fn as_ref(&self) -> &[u8] {
+        &self.0
+    }
+}
+
+/// Runs `f(0..n)` on up to `threads` threads named `name`.
+pub(crate) fn for_each_parallel(n: usize, threads: usize, name: &str, f: impl Fn(usize) + Sync) {
+    let next = AtomicUsize::new(0);
+    std::thread::scope(|s| {
+        for _ in 0..threads.clamp(1, n.max(1)) {
+            spawn_named(s, name, || loop {
+                let i = next.fetch_add(1, Relaxed);
+                if i >= n {
+                    break;
+                }
+                f(i);
+            });
+        }
+    });
+}
+
+/// `s.spawn(f)` with a thread name (for profilers and debuggers).
+pub(crate) fn spawn_named<'s, 'e: 's, F: FnOnce() + Send + 's>(
+    s: &'s std::thread::Scope<'s, 'e>,
+    name: &str,
+    f: F,
+) {
+    if let Err(e) = std::thread::Builder::new()
+        .name(name.into())
+        .spawn_scoped(s, f)
+    {
+        // What `Scope::spawn` does too.
+        panic!("cannot start a thread: {e}");
+    }
 }
 
 /// Reassembles content from its blobs and checks it against the recorded hash and size.
@@ -1002,16 +1264,16 @@ pub fn assemble(
 /// [`assemble`] with the blobs given by `blob` (hashed against their ids or not: with
 /// `hash`, the whole is checked); if the whole does not match, the blobs are read again
 /// verified to name the culprit.
-fn assemble_by(
+fn assemble_by<B: AsRef<[u8]>>(
     repo: &Repository,
     content: &[Id],
     size: u64,
     hash: Option<&Id>,
-    blob: impl Fn(&Id) -> Result<Vec<u8>>,
+    blob: impl Fn(&Id) -> Result<B>,
 ) -> Result<Vec<u8>> {
     let mut data = Vec::with_capacity(size as usize);
     for id in content {
-        data.extend_from_slice(&blob(id)?);
+        data.extend_from_slice(blob(id)?.as_ref());
     }
     if data.len() as u64 != size || hash.is_some_and(|h| repo.key().blob_id(&data) != *h) {
         for id in content {
@@ -1025,496 +1287,8 @@ fn assemble_by(
     Ok(data)
 }
 
-fn restore_message(
-    ctx: &Ctx,
-    folder: &FolderDirs,
-    e: &MessageEntry,
-    existing: &Option<(bool, Vec<u8>)>,
-    blobs: &dyn Blobs,
-) -> Result<()> {
-    let data = assemble_by(ctx.repo, &e.content, e.size, Some(&e.hash), |id| {
-        blobs.blob_unverified(id)
-    })?;
-    if let Some((new, name)) = existing {
-        let shown = folder.shown(Some(*new), name);
-        return match read_at(folder.sub(*new).as_fd(), name) {
-            Ok(have) if have == data => {
-                ctx.unchanged.fetch_add(1, Relaxed);
-                Ok(())
-            }
-            Ok(_) => Err(Error::InvalidInput(format!(
-                "{} already exists with other content: not overwritten",
-                shown.display()
-            ))),
-            Err(err) => Err(Error::io(shown, err)),
-        };
-    }
-    write_new_file(
-        folder,
-        Some(e.new),
-        &e.name,
-        &data,
-        Attrs {
-            mode: e.mode,
-            mtime: e.mtime,
-            owner: ctx.owners.get(e.uid, e.gid),
-        },
-    )?;
-    ctx.restored.fetch_add(1, Relaxed);
-    ctx.bytes.fetch_add(data.len() as u64, Relaxed);
-    Ok(())
-}
-
-/// Writes `data` as `name` in the folder's `new/` or `cur/` (`new`: `Some`) or in the
-/// folder directory itself (`None`), atomically and without replacing anything, with mode,
-/// owner and mtime set before the file appears.
-///
-/// Where the file system allows, the file is created unnamed (`O_TMPFILE`) in its
-/// directory and linked to its name once complete: one directory operation per message
-/// instead of the create in `tmp/` plus the rename, and a killed restore leaves nothing
-/// behind. Elsewhere (NFS, no `/proc`), a temporary file in `tmp/` renamed into place.
-fn write_new_file(
-    folder: &FolderDirs,
-    new: Option<bool>,
-    name: &[u8],
-    data: &[u8],
-    attrs: Attrs,
-) -> Result<()> {
-    use std::sync::atomic::AtomicBool;
-    static NO_TMPFILE: AtomicBool = AtomicBool::new(false);
-    let dir = match new {
-        Some(n) => folder.sub(n).as_fd(),
-        None => folder.dir.as_fd(),
-    };
-    let result = if NO_TMPFILE.load(Relaxed) {
-        Err(None)
-    } else {
-        write_unnamed(dir, name, data, attrs)
-    };
-    let result = match result {
-        Ok(()) => Ok(()),
-        Err(Some(e)) => Err(e),
-        Err(None) => {
-            NO_TMPFILE.store(true, Relaxed);
-            write_renamed(folder.dir.as_fd(), dir, name, data, attrs)
-        }
-    };
-    let shown = folder.shown(new, name);
-    result.map_err(|e| {
-        if e.kind() == ErrorKind::AlreadyExists {
-            Error::InvalidInput(format!(
-                "{} already exists: not overwritten",
-                shown.display()
-            ))
-        } else {
-            Error::io(shown, e)
-        }
-    })
-}
-
-/// What a restored file gets besides its bytes.
-#[derive(Clone, Copy)]
-struct Attrs {
-    mode: u32,
-    mtime: Timestamp,
-    /// (uid, gid) to set, if any.
-    owner: Option<(u32, u32)>,
-}
-
-/// Mode, owner and times of a file being written.
-fn set_attributes(f: &File, attrs: Attrs) -> std::io::Result<()> {
-    let Attrs { mode, mtime, owner } = attrs;
-    if let Some((uid, gid)) = owner {
-        std::os::unix::fs::fchown(f, Some(uid), Some(gid))?;
-    }
-    // After the owner: chown clears set-id bits.
-    if mode != 0 {
-        rustix::fs::fchmod(f, Mode::from_raw_mode(mode))?;
-    }
-    let t = if mtime.secs < 0 {
-        SystemTime::UNIX_EPOCH - Duration::new(mtime.secs.unsigned_abs(), 0)
-    } else {
-        SystemTime::UNIX_EPOCH
-            .checked_add(Duration::new(mtime.secs as u64, mtime.nanos))
-            .unwrap_or(SystemTime::UNIX_EPOCH)
-    };
-    f.set_times(fs::FileTimes::new().set_modified(t).set_accessed(t))
-}
-
-/// `O_TMPFILE` in `dir`, then `linkat` through `/proc/self/fd` (which fails if the name
-/// exists, and never follows a link at the new name: nothing is replaced). `Err(None)`:
-/// not supported here.
-fn write_unnamed(
-    dir: BorrowedFd,
-    name: &[u8],
-    data: &[u8],
-    attrs: Attrs,
-) -> std::result::Result<(), Option<std::io::Error>> {
-    use rustix::fs::{linkat, openat, AtFlags, CWD};
-    let fd = match openat(
-        dir,
-        c".",
-        OFlags::TMPFILE | OFlags::WRONLY | OFlags::CLOEXEC,
-        Mode::from_raw_mode(0o600),
-    ) {
-        Ok(fd) => fd,
-        Err(e) if e == Errno::OPNOTSUPP || e == Errno::ISDIR || e == Errno::INVAL => {
-            return Err(None)
-        }
-        Err(e) => return Err(Some(e.into())),
-    };
-    let mut f = File::from(fd);
-    f.write_all(data).map_err(Some)?;
-    set_attributes(&f, attrs).map_err(Some)?;
-    let proc_path = format!("/proc/self/fd/{}", std::os::fd::AsRawFd::as_raw_fd(&f));
-    match linkat(CWD, proc_path.as_str(), dir, name, AtFlags::SYMLINK_FOLLOW) {
-        Ok(()) => Ok(()),
-        // No /proc: the caller writes the file again the other way.
-        Err(e) if e == Errno::NOENT => Err(None),
-        Err(e) => Err(Some(e.into())),
-    }
-}
-
-/// A temporary file in the folder's `tmp/` renamed to `name` in `dir` (renameat2
-/// NOREPLACE).
-fn write_renamed(
-    folder: BorrowedFd,
-    dir: BorrowedFd,
-    name: &[u8],
-    data: &[u8],
-    attrs: Attrs,
-) -> std::io::Result<()> {
-    through_tmp(
-        folder,
-        data,
-        |f| set_attributes(f, attrs),
-        |tmp_dir, tmp| rename_noreplace(tmp_dir, tmp, dir, name),
-    )
-}
-
-/// Writes `data` to a new temporary file in the `tmp/` of `folder`, gives it its
-/// attributes (`attrs`) and puts it in place (`place`, given `tmp/` and the temporary's
-/// name); the temporary is removed when a step fails.
-fn through_tmp(
-    folder: BorrowedFd,
-    data: &[u8],
-    attrs: impl FnOnce(&File) -> std::io::Result<()>,
-    place: impl FnOnce(BorrowedFd, &str) -> std::io::Result<()>,
-) -> std::io::Result<()> {
-    let tmp_dir = open_dir_at(folder, b"tmp", Some(0o700))?;
-    let tmp = format!(".mailvault-{:016x}", rand::random::<u64>());
-    let result = (|| -> std::io::Result<()> {
-        let fd = rustix::fs::openat(
-            &tmp_dir,
-            tmp.as_str(),
-            OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC,
-            Mode::from_raw_mode(0o600),
-        )?;
-        let mut f = File::from(fd);
-        f.write_all(data)?;
-        attrs(&f)?;
-        drop(f);
-        place(tmp_dir.as_fd(), &tmp)
-    })();
-    if result.is_err() {
-        let _ = rustix::fs::unlinkat(&tmp_dir, tmp.as_str(), rustix::fs::AtFlags::empty());
-    }
-    result
-}
-
-/// Moves `from` to `to` unless `to` exists: renameat2(RENAME_NOREPLACE), one directory
-/// operation where link + unlink are two; falls back to those on file systems without it.
-fn rename_noreplace(
-    from_dir: BorrowedFd,
-    from: &str,
-    to_dir: BorrowedFd,
-    to: &[u8],
-) -> std::io::Result<()> {
-    use rustix::fs::{linkat, renameat_with, unlinkat, AtFlags, RenameFlags};
-    match renameat_with(from_dir, from, to_dir, to, RenameFlags::NOREPLACE) {
-        Ok(()) => Ok(()),
-        Err(e) if e == Errno::INVAL || e == Errno::NOSYS => {
-            linkat(from_dir, from, to_dir, to, AtFlags::empty())?;
-            Ok(unlinkat(from_dir, from, AtFlags::empty())?)
-        }
-        Err(e) => Err(e.into()),
-    }
-}
-
-/// Restores a folder file; one already there with the same bytes is left, one with other
-/// bytes is reported and kept.
-fn restore_file(ctx: &Ctx, folder: &FolderDirs, f: &FileEntry, blobs: &dyn Blobs) {
-    let item = folder.shown(None, &f.name).display().to_string();
-    if !safe_component(&f.name) {
-        ctx.fail(item, "unsafe file name in snapshot; skipped");
-        return;
-    }
-    let data = match assemble_by(ctx.repo, &f.content, f.size, None, |id| blobs.blob(id)) {
-        Ok(d) => d,
-        Err(e) => return ctx.fail(item, e),
-    };
-    match read_at(folder.dir.as_fd(), &f.name) {
-        Ok(have) if have == data => return,
-        Ok(_) => return ctx.fail(item, "already exists with other content: not overwritten"),
-        Err(e) if e.kind() == ErrorKind::NotFound => {}
-        Err(e) => return ctx.fail(item, e),
-    }
-    let attrs = Attrs {
-        mode: f.mode,
-        mtime: f.mtime,
-        owner: ctx.owners.get(f.uid, f.gid),
-    };
-    if let Err(e) = write_new_file(folder, None, &f.name, &data, attrs) {
-        ctx.fail(item, e);
-    }
-}
-
-/// Dovecot's `dovecot-keywords`: `<index> <name>` per line; index 0 is the letter `a`.
-const KEYWORDS: &[u8] = b"dovecot-keywords";
-
-fn parse_keywords(data: &[u8]) -> Vec<(u8, Vec<u8>)> {
-    data.split(|&c| c == b'\n')
-        .filter_map(|line| {
-            let sp = line.iter().position(|&c| c == b' ')?;
-            let i: u8 = std::str::from_utf8(&line[..sp]).ok()?.parse().ok()?;
-            (i < 26).then(|| (i, line[sp + 1..].to_vec()))
-        })
-        .collect()
-}
-
-/// For single messages: gives the keyword letters of `entries` their meaning in the target
-/// folder. Without a `dovecot-keywords` there, the snapshot's is written; with one, the
-/// letters are mapped to its letters for the same names, and the names it lacks are added
-/// to it (a letter means different keywords in different folders).
-fn keywords_for(ctx: &Ctx, folder: &FolderDirs, node: &FolderNode, entries: &mut [MessageEntry]) {
-    let uses = entries
-        .iter()
-        .any(|e| e.flags().iter().any(u8::is_ascii_lowercase));
-    let Some(file) = node.files.iter().find(|f| f.name == KEYWORDS) else {
-        return;
-    };
-    if !uses {
-        return;
-    }
-    let item = folder.shown(None, KEYWORDS).display().to_string();
-    let theirs = match read_at(folder.dir.as_fd(), KEYWORDS) {
-        Ok(d) => d,
-        Err(e) if e.kind() == ErrorKind::NotFound => {
-            return restore_file(ctx, folder, file, &Alone(ctx.repo))
-        }
-        Err(e) => return ctx.fail(item, e),
-    };
-    let ours = match assemble(ctx.repo, &file.content, file.size, None) {
-        Ok(d) => parse_keywords(&d),
-        Err(e) => return ctx.fail(item, e),
-    };
-    let mut known = parse_keywords(&theirs);
-    let mut added = Vec::new();
-    // Snapshot letter index -> target letter index.
-    let mut map: [Option<u8>; 26] = [None; 26];
-    for (i, name) in &ours {
-        let to = match known.iter().find(|(_, n)| n == name) {
-            Some((j, _)) => Some(*j),
-            None => (0..26u8)
-                .find(|j| !known.iter().any(|(k, _)| k == j))
-                .inspect(|&j| {
-                    known.push((j, name.clone()));
-                    added.push((j, name.clone()));
-                }),
-        };
-        if to.is_none() {
-            ctx.fail(
-                &*item,
-                format!(
-                    "no letter left for keyword {:?}",
-                    String::from_utf8_lossy(name)
-                ),
-            );
-        }
-        map[*i as usize] = to;
-    }
-    if !added.is_empty() {
-        let mut data = theirs.clone();
-        if !data.is_empty() && !data.ends_with(b"\n") {
-            data.push(b'\n');
-        }
-        for (j, name) in &added {
-            data.extend_from_slice(format!("{j} ").as_bytes());
-            data.extend_from_slice(name);
-            data.push(b'\n');
-        }
-        if let Err(e) = replace_file(folder, KEYWORDS, &data) {
-            return ctx.fail(item, e);
-        }
-    }
-    for e in entries.iter_mut() {
-        let (key, info) = maildir::split_name(&e.name);
-        if !info.iter().any(u8::is_ascii_lowercase) {
-            continue;
-        }
-        let mut flags: Vec<u8> = info
-            .iter()
-            .filter_map(|&c| match c {
-                b'a'..=b'z' => map[(c - b'a') as usize].map(|j| b'a' + j),
-                c => Some(c),
-            })
-            .collect();
-        flags.sort_unstable();
-        flags.dedup();
-        let sep = &e.name[key.len()..e.name.len() - info.len()];
-        let mut name = key.to_vec();
-        name.extend_from_slice(sep);
-        name.extend_from_slice(&flags);
-        e.name = name;
-    }
-}
-
-/// Replaces a folder file of the target (keeping its owner and mode): a temporary in
-/// `tmp/` renamed over it.
-fn replace_file(folder: &FolderDirs, name: &[u8], data: &[u8]) -> std::io::Result<()> {
-    let st = rustix::fs::statat(&folder.dir, name, rustix::fs::AtFlags::SYMLINK_NOFOLLOW)?;
-    through_tmp(
-        folder.dir.as_fd(),
-        data,
-        |f| {
-            let _ = std::os::unix::fs::fchown(f, Some(st.st_uid), Some(st.st_gid));
-            Ok(rustix::fs::fchmod(
-                f,
-                Mode::from_raw_mode(st.st_mode & 0o7777),
-            )?)
-        },
-        |tmp_dir, tmp| Ok(rustix::fs::renameat(tmp_dir, tmp, &folder.dir, name)?),
-    )
-}
-
 #[cfg(test)]
 mod tests {
-    use super::*;
-    use std::os::unix::fs::MetadataExt;
-
-    fn check_written(path: &Path, data: &[u8]) {
-        assert_eq!(fs::read(path).unwrap(), data);
-        let m = fs::metadata(path).unwrap();
-        assert_eq!(m.mode() & 0o7777, 0o640);
-        assert_eq!((m.mtime(), m.mtime_nsec()), (1_000_000_000, 5));
-    }
-
-    fn open(p: &Path) -> OwnedFd {
-        rustix::fs::open(p, OFlags::RDONLY | OFlags::DIRECTORY, Mode::empty()).unwrap()
-    }
-
-    /// Both ways of writing a message: complete with mode and mtime, never replacing a
-    /// file, and nothing left in `tmp/`.
-    #[test]
-    fn writes_never_replace_and_leave_nothing() {
-        let dir = tempfile::tempdir().unwrap();
-        for sub in ["tmp", "cur", "new"] {
-            fs::create_dir(dir.path().join(sub)).unwrap();
-        }
-        let t = Timestamp {
-            secs: 1_000_000_000,
-            nanos: 5,
-        };
-        let t = Attrs {
-            mode: 0o640,
-            mtime: t,
-            owner: None,
-        };
-        let folder = FolderDirs {
-            path: dir.path().to_path_buf(),
-            dir: open(dir.path()),
-            cur: open(&dir.path().join("cur")),
-            new: open(&dir.path().join("new")),
-        };
-        let tmp = dir.path().join("tmp");
-        let a = dir.path().join("cur/a");
-        match write_unnamed(folder.cur.as_fd(), b"a", b"unnamed", t) {
-            Ok(()) => {
-                check_written(&a, b"unnamed");
-                let again = write_unnamed(folder.cur.as_fd(), b"a", b"other", t);
-                assert!(matches!(again, Err(Some(e)) if e.kind() == ErrorKind::AlreadyExists));
-                check_written(&a, b"unnamed");
-            }
-            Err(None) => eprintln!("O_TMPFILE not supported here; only the fallback is tested"),
-            Err(Some(e)) => panic!("{e}"),
-        }
-        let b = dir.path().join("cur/b");
-        write_renamed(folder.dir.as_fd(), folder.cur.as_fd(), b"b", b"renamed", t).unwrap();
-        check_written(&b, b"renamed");
-        let again =
-            write_renamed(folder.dir.as_fd(), folder.cur.as_fd(), b"b", b"other", t).unwrap_err();
-        assert_eq!(again.kind(), ErrorKind::AlreadyExists);
-        check_written(&b, b"renamed");
-        assert_eq!(fs::read_dir(&tmp).unwrap().count(), 0);
-        // And through the caller, the error names the file.
-        let err = write_new_file(&folder, Some(false), b"b", b"x", t).unwrap_err();
-        assert!(err.to_string().contains("cur/b"), "{err}");
-    }
-
-    /// Issue 10, item 1: owners map by recorded name (as tar does) unless numbers are
-    /// asked for; only root sets owners at all.
-    #[test]
-    fn owners_map_by_name_or_number() {
-        let names = OwnerNames {
-            users: vec![(1234, "nobody".into()), (7, "no-such-user-here".into())],
-            groups: vec![(1234, "nogroup".into())],
-        };
-        let by_name = OwnerMap::new(Owners::ByName, &names);
-        let numeric = OwnerMap::new(Owners::Numeric, &names);
-        let fixed = OwnerMap::new(Owners::Fixed { uid: 1, gid: 2 }, &names);
-        if !by_name.root {
-            assert_eq!(by_name.get(1234, 1234), None);
-            return;
-        }
-        assert_eq!(by_name.get(1234, 1234), Some((65534, 65534)));
-        assert_eq!(
-            by_name.get(7, 8),
-            Some((7, 8)),
-            "unknown names keep the number"
-        );
-        assert_eq!(numeric.get(1234, 1234), Some((1234, 1234)));
-        assert_eq!(fixed.get(1234, NO_OWNER), Some((1, 2)));
-        assert_eq!(by_name.get(NO_OWNER, NO_OWNER), None, "not recorded (v1)");
-        assert!(matches!(
-            Owners::chown("nobody:nogroup"),
-            Ok(Owners::Fixed {
-                uid: 65534,
-                gid: 65534
-            })
-        ));
-        assert!(matches!(
-            Owners::chown("5:6"),
-            Ok(Owners::Fixed { uid: 5, gid: 6 })
-        ));
-        assert!(Owners::chown("no-such-user-here:x").is_err());
-        assert!(Owners::chown("nobody").is_err());
-    }
-
-    /// Without root no owner is set; one other than the user's own (recorded, or given
-    /// with `--chown`) is noted once, for the report's warning.
-    #[test]
-    fn owners_not_given_without_root_are_noted() {
-        let names = OwnerNames {
-            users: vec![],
-            groups: vec![],
-        };
-        let not_root = |policy| {
-            let mut m = OwnerMap::new(policy, &names);
-            m.root = false;
-            m.me = (1000, 1000);
-            m
-        };
-        let own = not_root(Owners::ByName);
-        assert_eq!(own.get(1000, 1000), None);
-        assert_eq!(own.get(NO_OWNER, NO_OWNER), None);
-        assert!(!own.not_given.load(Relaxed), "nothing to give");
-        assert_eq!(own.get(0, 0), None);
-        assert!(own.not_given.load(Relaxed));
-        let fixed = not_root(Owners::Fixed { uid: 1, gid: 2 });
-        assert_eq!(fixed.get(NO_OWNER, NO_OWNER), None);
-        assert!(fixed.not_given.load(Relaxed), "--chown to another user");
-    }
-
     mod spans {
         //! Issue 12: restores read pack spans, not blobs.
         use super::super::*;
@@ -1528,6 +1302,8 @@ mod tests {
         use std::sync::Arc;
 
         use crate::testing::data_reads::DataReads;
+        use std::fs;
+        use std::path::Path;
 
         fn recording(inner: Arc<dyn Store>) -> Arc<DataReads> {
             DataReads::new(inner)
@@ -2085,13 +1861,5 @@ mod tests {
             want.retain(|p, _| !p.ends_with(&name));
             assert_eq!(messages(&out), want);
         }
-    }
-
-    #[test]
-    fn keyword_files_parse() {
-        assert_eq!(
-            parse_keywords(b"0 $Label1\n1 $Forwarded\nbad\n30 x\n"),
-            vec![(0, b"$Label1".to_vec()), (1, b"$Forwarded".to_vec())]
-        );
     }
 }
