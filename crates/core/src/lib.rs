@@ -6,6 +6,7 @@
 
 pub mod error;
 pub mod imap;
+pub mod mail;
 pub mod model;
 pub mod ops;
 pub mod repo;

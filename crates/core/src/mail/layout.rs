@@ -1,0 +1,293 @@
+//! Folder names (`INBOX`, `Archive/2023`, `Entwürfe`: the engine's decoded names, `/`
+//! between levels) as relative paths of mbox and EML trees, and back.
+//!
+//! - **mbox trees** ([`Tree::Mbox`], Thunderbird's layout): a folder is a file; its
+//!   subfolders are in the directory `<name>.sbd/` beside it (`Archive/2023` is
+//!   `Archive.sbd/2023`); INBOX is the file `Inbox`. Reading, directories without `.sbd`
+//!   hold subfolders too (mutt's and Dovecot's trees), and [`is_index_file`] names the
+//!   files that are not folders (`.msf` and the like).
+//! - **EML trees** ([`Tree::Eml`]): a folder is a directory of `.eml` files
+//!   (`Archive/2023/`); INBOX is `INBOX/`.
+//! - **spools** (`/var/mail/<user>`): [`spool_user`] and [`spool_file`].
+//!
+//! A name never leaves the tree: each level is one path component, and a level that is
+//! empty, starts with `.` (`.`, `..`, hidden files), or holds `%` or a control character
+//! has those bytes written `%XX` (an empty level is `%`). In an mbox tree a level that
+//! would look like an index file has its last `.` escaped too. Reading undoes it; bytes
+//! that are not UTF-8 stay `%XX` in the folder name.
+
+use std::ffi::OsStr;
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Component, Path, PathBuf};
+
+/// The two folder trees.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Tree {
+    /// Thunderbird's mbox folder tree: `Archive.sbd/2023`.
+    Mbox,
+    /// Directories of `.eml` files: `Archive/2023/`.
+    Eml,
+}
+
+/// The relative path of `folder` in a tree.
+pub fn folder_to_path(folder: &str, tree: Tree) -> PathBuf {
+    let levels: Vec<&str> = folder.split('/').collect();
+    let mut path = PathBuf::new();
+    for (i, level) in levels.iter().enumerate() {
+        let last = i + 1 == levels.len();
+        let mut c = if i == 0 && levels.len() == 1 && level.eq_ignore_ascii_case("INBOX") {
+            match tree {
+                Tree::Mbox => "Inbox".to_string(),
+                Tree::Eml => "INBOX".to_string(),
+            }
+        } else if i == 0 && level.eq_ignore_ascii_case("INBOX") {
+            "INBOX".to_string()
+        } else {
+            escape(level.as_bytes())
+        };
+        if tree == Tree::Mbox {
+            if last && is_index_file(c.as_bytes()) {
+                if let Some(dot) = c.rfind('.') {
+                    c.replace_range(dot..=dot, "%2E");
+                }
+            }
+            if !last {
+                c.push_str(".sbd");
+            }
+        }
+        path.push(c);
+    }
+    path
+}
+
+/// The folder at relative path `path` of a tree (the mbox file, or the EML directory);
+/// `None` for a path that cannot be a folder (absolute, `..`, empty).
+pub fn path_to_folder(path: &Path, tree: Tree) -> Option<String> {
+    let mut levels: Vec<&[u8]> = Vec::new();
+    for c in path.components() {
+        match c {
+            Component::Normal(s) => levels.push(s.as_bytes()),
+            Component::CurDir => {}
+            _ => return None,
+        }
+    }
+    let n = levels.len();
+    let mut names = Vec::with_capacity(n);
+    for (i, level) in levels.into_iter().enumerate() {
+        let level = match tree {
+            Tree::Mbox if i + 1 < n => level.strip_suffix(b".sbd").unwrap_or(level),
+            _ => level,
+        };
+        names.push(unescape(level));
+    }
+    let first = names.first_mut()?;
+    if first.eq_ignore_ascii_case("INBOX") {
+        *first = "INBOX".to_string();
+    }
+    Some(names.join("/"))
+}
+
+/// Whether a file of an mbox tree is not a folder: an index or state file of a mail
+/// client (`*.msf`, `*.dat`, `*.html`, `*.json`, `*.sqlite`, `*.lock`, `*.tmp`, `*.bak`,
+/// `*~`, `dovecot*`), or a hidden one (`.imap`, `.subscriptions`...).
+pub fn is_index_file(name: &[u8]) -> bool {
+    const SUFFIXES: [&[u8]; 9] = [
+        b".msf", b".dat", b".html", b".json", b".sqlite", b".lock", b".tmp", b".bak", b"~",
+    ];
+    name.is_empty()
+        || name[0] == b'.'
+        || name.starts_with(b"dovecot")
+        || SUFFIXES
+            .iter()
+            .any(|s| name.len() >= s.len() && name[name.len() - s.len()..].eq_ignore_ascii_case(s))
+}
+
+/// The user a spool file (`/var/mail/<user>`) belongs to; `None` for lock, index and
+/// hidden files beside the spools.
+pub fn spool_user(file_name: &OsStr) -> Option<String> {
+    let name = file_name.as_bytes();
+    if is_index_file(name) || name.ends_with(b".pop") {
+        return None;
+    }
+    Some(unescape(name))
+}
+
+/// The spool file name of an account (`bob@example.org` is `bob`), escaped as a path
+/// component.
+pub fn spool_file(account: &str) -> String {
+    let user = account.rsplit_once('@').map_or(account, |(u, _)| u);
+    let mut c = escape(user.as_bytes());
+    if is_index_file(c.as_bytes()) {
+        if let Some(dot) = c.rfind('.') {
+            c.replace_range(dot..=dot, "%2E");
+        } else if let Some(stripped) = c.strip_suffix('~') {
+            c = format!("{stripped}%7E");
+        }
+    }
+    c
+}
+
+/// One level as a path component (see the module's documentation).
+fn escape(level: &[u8]) -> String {
+    if level.is_empty() {
+        return "%".into();
+    }
+    let mut out = String::with_capacity(level.len());
+    let text = String::from_utf8_lossy(level);
+    for (i, ch) in text.char_indices() {
+        if ch == '%' || ch == '/' || ch.is_control() || (i == 0 && ch == '.') {
+            let mut buf = [0u8; 4];
+            for b in ch.encode_utf8(&mut buf).bytes() {
+                out.push_str(&format!("%{b:02X}"));
+            }
+        } else {
+            out.push(ch);
+        }
+    }
+    out
+}
+
+/// A path component back to a level: `%XX` decoded; bytes that are not UTF-8 written
+/// `%XX`.
+fn unescape(c: &[u8]) -> String {
+    if c == b"%" {
+        return String::new();
+    }
+    let mut bytes = Vec::with_capacity(c.len());
+    let mut i = 0;
+    while i < c.len() {
+        let hex = (c[i] == b'%')
+            .then(|| c.get(i + 1..i + 3))
+            .flatten()
+            .and_then(|h| std::str::from_utf8(h).ok())
+            .and_then(|h| u8::from_str_radix(h, 16).ok());
+        match hex {
+            Some(b) => {
+                bytes.push(b);
+                i += 3;
+            }
+            None => {
+                bytes.push(c[i]);
+                i += 1;
+            }
+        }
+    }
+    let mut out = String::with_capacity(bytes.len());
+    for chunk in bytes.utf8_chunks() {
+        out.push_str(chunk.valid());
+        for b in chunk.invalid() {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn both(folder: &str, mbox: &str, eml: &str) {
+        assert_eq!(
+            folder_to_path(folder, Tree::Mbox),
+            Path::new(mbox),
+            "{folder}"
+        );
+        assert_eq!(
+            folder_to_path(folder, Tree::Eml),
+            Path::new(eml),
+            "{folder}"
+        );
+        let back = |p: &str, t| path_to_folder(Path::new(p), t);
+        let want = if folder.eq_ignore_ascii_case("inbox") {
+            "INBOX"
+        } else {
+            folder
+        };
+        assert_eq!(back(mbox, Tree::Mbox).as_deref(), Some(want), "{mbox}");
+        assert_eq!(back(eml, Tree::Eml).as_deref(), Some(want), "{eml}");
+    }
+
+    #[test]
+    fn folders_and_paths() {
+        both("INBOX", "Inbox", "INBOX");
+        both("inbox", "Inbox", "INBOX");
+        both("INBOX/Sub", "INBOX.sbd/Sub", "INBOX/Sub");
+        both("Archive", "Archive", "Archive");
+        both("Archive/2023", "Archive.sbd/2023", "Archive/2023");
+        both("Entwürfe/日本", "Entwürfe.sbd/日本", "Entwürfe/日本");
+        both("a.sbd/b", "a.sbd.sbd/b", "a.sbd/b");
+    }
+
+    #[test]
+    fn names_that_would_leave_the_tree_are_escaped() {
+        both("..", "%2E.", "%2E.");
+        both(
+            "../../etc/passwd",
+            "%2E..sbd/%2E..sbd/etc.sbd/passwd",
+            "%2E./%2E./etc/passwd",
+        );
+        both("/abs", "%.sbd/abs", "%/abs");
+        both("a//b", "a.sbd/%.sbd/b", "a/%/b");
+        both(".", "%2E", "%2E");
+        both(".hidden", "%2Ehidden", "%2Ehidden");
+        both(
+            "nul\0and\nnewline",
+            "nul%00and%0Anewline",
+            "nul%00and%0Anewline",
+        );
+        both("100%", "100%25", "100%25");
+        both("foo.msf", "foo%2Emsf", "foo.msf");
+        for folder in ["..", "/abs", "a/../../b", ".", "x/."] {
+            for tree in [Tree::Mbox, Tree::Eml] {
+                let p = folder_to_path(folder, tree);
+                assert!(
+                    p.components().all(|c| matches!(c, Component::Normal(_))),
+                    "{folder} -> {p:?}"
+                );
+            }
+        }
+        assert_eq!(path_to_folder(Path::new("../x"), Tree::Eml), None);
+        assert_eq!(path_to_folder(Path::new("/x"), Tree::Eml), None);
+        assert_eq!(path_to_folder(Path::new(""), Tree::Eml), None);
+        // Non-UTF-8 bytes stay visible.
+        let p = Path::new(OsStr::from_bytes(b"caf\xe9"));
+        assert_eq!(path_to_folder(p, Tree::Eml).as_deref(), Some("caf%E9"));
+        // mutt-style trees: plain directories hold subfolders.
+        assert_eq!(
+            path_to_folder(Path::new("Archive/2023"), Tree::Mbox).as_deref(),
+            Some("Archive/2023")
+        );
+    }
+
+    #[test]
+    fn index_files_and_spools() {
+        for skip in [
+            &b"Inbox.msf"[..],
+            b"msgFilterRules.dat",
+            b"filterlog.html",
+            b".imap",
+            b"folderTree.json",
+            b"global-messages-db.sqlite",
+            b"bob.lock",
+            b"dovecot.index.log",
+            b"Drafts~",
+        ] {
+            assert!(is_index_file(skip), "{}", String::from_utf8_lossy(skip));
+        }
+        for keep in [&b"Inbox"[..], b"Archive", b"Sent Messages", b"msf"] {
+            assert!(!is_index_file(keep));
+        }
+        assert_eq!(spool_user(OsStr::new("bob")).as_deref(), Some("bob"));
+        assert_eq!(spool_user(OsStr::new("bob.lock")), None);
+        assert_eq!(spool_user(OsStr::new(".bob.pop")), None);
+        assert_eq!(spool_user(OsStr::new("bob.pop")), None);
+        assert_eq!(spool_file("bob@example.org"), "bob");
+        assert_eq!(spool_file("bob"), "bob");
+        assert_eq!(spool_file("../x@example.org"), "%2E.%2Fx");
+        assert_eq!(spool_file("x.lock@example.org"), "x%2Elock");
+        assert_eq!(
+            spool_user(OsStr::new(&spool_file("x.lock@e"))).as_deref(),
+            Some("x.lock")
+        );
+    }
+}
