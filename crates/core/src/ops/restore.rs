@@ -164,8 +164,9 @@ pub fn restore(
     opts: &RestoreOptions,
     progress: &dyn Progress,
 ) -> Result<RestoreReport> {
-    let open =
-        |names: &OwnerNames| MaildirTarget::open(&opts.target, opts.owners, names, opts.jobs);
+    let open = |_: &str, names: &OwnerNames| {
+        MaildirTarget::open(&opts.target, opts.owners, names, opts.jobs)
+    };
     Ok(restore_into(repo, &opts.selection(), progress, open)?.0)
 }
 
@@ -189,18 +190,15 @@ pub fn restore_picked(
 }
 
 /// Restores a snapshot's selection into the target `open` gives (called with the
-/// snapshot's recorded owner names once the snapshot is found, and, when single messages
+/// snapshot's id and recorded owner names once the snapshot is found, and, when single messages
 /// are selected, once they are all found). Returns the report and the target, for what
 /// it has to add to the report.
 pub fn restore_into<T: Target>(
     repo: &Repository,
     sel: &Selection,
     progress: &dyn Progress,
-    open: impl FnOnce(&OwnerNames) -> std::result::Result<T, T::Error>,
-) -> Result<(RestoreReport, T)>
-where
-    Error: From<T::Error>,
-{
+    open: impl FnOnce(&str, &OwnerNames) -> Result<T>,
+) -> Result<(RestoreReport, T)> {
     let started = Instant::now();
     // A shared lock: no prune deletes a pack while this restore reads it.
     let _lock = repo.lock_for_reading("restore")?;
@@ -212,7 +210,7 @@ where
     let mut folders = 0u64;
     let mut folder_matched = sel.folders.is_empty();
     if sel.messages.is_empty() {
-        let target = open(&names)?;
+        let target = open(&snap.id.to_hex(), &names)?;
         let ctx = Ctx::new(repo, &target, (sel.reads, sel.cache_bytes), progress);
         let pool = worker_pool(&ctx.caps)?;
         // Accounts in batches (of folders and of messages), restored together.
@@ -276,7 +274,7 @@ where
         .collect();
     if missing.len() == sel.messages.len() {
         return Err(Error::InvalidInput(format!(
-            "no message {} in the selected accounts and folders of the snapshot",
+            "no message matches {} in the selected accounts and folders of the snapshot",
             quoted(&missing)
         )));
     }
@@ -286,7 +284,7 @@ where
             "not in the selected accounts and folders of the snapshot",
         );
     }
-    let target = open(&names)?;
+    let target = open(&snap.id.to_hex(), &names)?;
     let mut ctx = Ctx::new(repo, &target, (sel.reads, sel.cache_bytes), progress);
     ctx.n = planner.n;
     let pool = worker_pool(&ctx.caps)?;
@@ -1185,24 +1183,24 @@ fn write_prepared<T: Target>(
     if ready.is_empty() {
         return;
     }
-    match ctx.target.write_batch(folder, &ready) {
-        Ok(outcomes) => {
-            let n = outcomes.len();
-            for (m, o) in ready.iter().zip(outcomes) {
-                count(ctx, folder, m.entry, o.map_err(|e| e.to_string()));
-                ctx.progress.advance(1, m.entry.size);
-            }
-            fail_all(
-                folder,
-                &mut ready[n.min(ready.len())..].iter().map(|m| m.entry),
-                "not restored",
-            );
-        }
+    let mut done: Vec<Option<std::result::Result<Outcome, T::Error>>> =
+        ready.iter().map(|_| None).collect();
+    let why = match ctx.target.write_batch(folder, &ready, &mut done) {
+        Ok(()) => "not restored".to_string(),
         Err(e) => {
             // The whole account is unusable (login refused, over quota, server gone...).
             let why = format!("not restored: {e}");
             abort.set(why.clone());
-            fail_all(folder, &mut ready.iter().map(|m| m.entry), &why);
+            why
+        }
+    };
+    for (m, d) in ready.iter().zip(done) {
+        match d {
+            Some(o) => {
+                count(ctx, folder, m.entry, o.map_err(|e| e.to_string()));
+                ctx.progress.advance(1, m.entry.size);
+            }
+            None => fail_all(folder, &mut std::iter::once(m.entry), &why),
         }
     }
 }

@@ -1,0 +1,1063 @@
+//! The Maildir target: a restore writes a tree of Maildirs (`<domain>/<user>/Maildir`
+//! below the target, or one Maildir), each message under its original name, owner, mode
+//! and mtime.
+//!
+//! Messages come in any order from many threads ([`Order::Any`]): each is written as an
+//! unnamed file (or, where that is not supported, in the folder's `tmp/`), given its
+//! mode, owner (when permitted) and mtime, and linked into `cur/` or `new/` under its
+//! original name, never replacing a file. A message whose key is already in the target
+//! folder is counted as already there when the bytes are identical and reported as a
+//! conflict otherwise.
+//!
+//! Confinement: every directory below the target is opened relative to its parent without
+//! following symbolic links (the target itself, given by the admin, is followed once), and
+//! files are created and read relative to those directories, so a link planted in the
+//! target (`example.org -> /elsewhere`, a linked `cur/`, a linked file name) is reported
+//! and never written through. Directories get their recorded owner and mode when their
+//! account is finished, deepest first, so that none becomes unwritable before its content
+//! is in.
+
+use super::{AccountInfo, Caps, Failures, FolderInfo, Item, Message, Order, Outcome, Target};
+use crate::error::{Error, Result};
+use crate::maildir;
+use crate::repo::lock;
+use crate::repo::tree::{DirEntry, FileEntry, OwnerNames, Timestamp, NO_OWNER};
+use rustix::fs::{Mode, OFlags};
+use rustix::io::Errno;
+use std::collections::{BTreeMap, HashMap};
+use std::ffi::OsStr;
+use std::fs::{self, File};
+use std::io::{ErrorKind, Read, Write};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
+use std::sync::Mutex;
+use std::time::{Duration, SystemTime};
+
+/// Whose the restored files and directories become. Only root can give files away: run as
+/// another user, a restore sets modes and leaves every owner its own.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Owners {
+    /// The recorded owners, by name where the snapshot has the name and this system knows
+    /// it (as tar does), else by number.
+    #[default]
+    ByName,
+    /// The recorded uids and gids as they are (`--numeric-owner`).
+    Numeric,
+    /// Everything to one owner (`--chown USER:GROUP`).
+    Fixed { uid: u32, gid: u32 },
+}
+
+impl Owners {
+    /// `USER:GROUP` (names or numbers) for [`Owners::Fixed`].
+    pub fn chown(spec: &str) -> Result<Owners> {
+        use nix::unistd::{Group, User};
+        let bad = |what: &str| Error::InvalidInput(format!("--chown {spec:?}: {what}"));
+        let (user, group) = spec
+            .split_once(':')
+            .ok_or_else(|| bad("expected USER:GROUP"))?;
+        let uid = match user.parse::<u32>() {
+            Ok(n) => n,
+            Err(_) => match User::from_name(user) {
+                Ok(Some(u)) => u.uid.as_raw(),
+                _ => return Err(bad(&format!("no user {user:?} on this system"))),
+            },
+        };
+        let gid = match group.parse::<u32>() {
+            Ok(n) => n,
+            Err(_) => match Group::from_name(group) {
+                Ok(Some(g)) => g.gid.as_raw(),
+                _ => return Err(bad(&format!("no group {group:?} on this system"))),
+            },
+        };
+        Ok(Owners::Fixed { uid, gid })
+    }
+}
+
+/// Recorded owners to this system's, as [`Owners`] says.
+struct OwnerMap {
+    /// Only root gives files away; otherwise no owner is set at all.
+    root: bool,
+    /// Not root: our own uid and gid, and whether an owner other than them was left
+    /// unset (said once, in the report's warnings).
+    me: (u32, u32),
+    not_given: AtomicBool,
+    policy: Owners,
+    uids: HashMap<u32, u32>,
+    gids: HashMap<u32, u32>,
+}
+
+impl OwnerMap {
+    fn new(policy: Owners, names: &OwnerNames) -> OwnerMap {
+        use nix::unistd::{Group, User};
+        let root = rustix::process::geteuid().is_root();
+        let mut m = OwnerMap {
+            root,
+            me: (
+                rustix::process::geteuid().as_raw(),
+                rustix::process::getegid().as_raw(),
+            ),
+            not_given: AtomicBool::new(false),
+            policy,
+            uids: HashMap::new(),
+            gids: HashMap::new(),
+        };
+        if root && policy == Owners::ByName {
+            for (id, name) in &names.users {
+                if let Ok(Some(u)) = User::from_name(name) {
+                    m.uids.insert(*id, u.uid.as_raw());
+                }
+            }
+            for (id, name) in &names.groups {
+                if let Ok(Some(g)) = Group::from_name(name) {
+                    m.gids.insert(*id, g.gid.as_raw());
+                }
+            }
+        }
+        m
+    }
+
+    /// `--chown`: everything gets one owner.
+    fn fixed(&self) -> bool {
+        self.root && matches!(self.policy, Owners::Fixed { .. })
+    }
+
+    /// The owner to give a restored file recorded as `uid`, `gid`; `None`: leave it.
+    fn get(&self, uid: u32, gid: u32) -> Option<(u32, u32)> {
+        let (uid, gid) = match self.policy {
+            Owners::Fixed { uid, gid } => (uid, gid),
+            _ if uid == NO_OWNER || gid == NO_OWNER => return None,
+            _ => (uid, gid),
+        };
+        if !self.root {
+            if (uid, gid) != self.me {
+                self.not_given.store(true, Relaxed);
+            }
+            return None;
+        }
+        if matches!(self.policy, Owners::Fixed { .. }) {
+            return Some((uid, gid));
+        }
+        Some((
+            *self.uids.get(&uid).unwrap_or(&uid),
+            *self.gids.get(&gid).unwrap_or(&gid),
+        ))
+    }
+}
+
+/// A restore holds three directories open per folder of a batch (the folder, `cur/`,
+/// `new/`): the soft limit on open files goes up to the hard one, as Go programs do, and
+/// a batch has as many folders as a third of it allows (less some for everything else),
+/// from [`MIN_FOLDER_BATCH`] to [`MAX_FOLDER_BATCH`]. Every pack span is read once per
+/// batch, so the fewer batches, the fewer reads. If the limit is still too low, the
+/// folders past it are reported (too many open files), not lost silently.
+fn folder_batch() -> usize {
+    use rustix::process::{getrlimit, setrlimit, Resource};
+    let mut l = getrlimit(Resource::Nofile);
+    if l.current < l.maximum {
+        l.current = l.maximum;
+        if setrlimit(Resource::Nofile, l).is_err() {
+            l = getrlimit(Resource::Nofile);
+        }
+    }
+    let open = l.current.unwrap_or(u64::MAX).saturating_sub(256) / 3;
+    (open as usize).clamp(MIN_FOLDER_BATCH, MAX_FOLDER_BATCH)
+}
+
+/// Folders whose directories are open at once (three descriptors each): see
+/// [`folder_batch`].
+const MIN_FOLDER_BATCH: usize = 100;
+const MAX_FOLDER_BATCH: usize = 20_000;
+
+/// Directories whose recorded owner and mode are set once their content is in: by
+/// their path below the target (components).
+type DirAttrs = BTreeMap<Vec<Vec<u8>>, DirEntry>;
+
+/// Creates the target directory if need be and opens it (following it if it is a link:
+/// the admin named it).
+fn open_target(target: &Path) -> Result<OwnedFd> {
+    fs::create_dir_all(target).map_err(|e| Error::io(target, e))?;
+    rustix::fs::open(
+        target,
+        OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
+        Mode::empty(),
+    )
+    .map_err(|e| Error::io(target, e.into()))
+}
+
+/// A Maildir tree as a restore target.
+pub struct MaildirTarget {
+    /// The target directory as given, for messages.
+    path: PathBuf,
+    root: OwnedFd,
+    owners: OwnerMap,
+    jobs: usize,
+    open_folders: usize,
+}
+
+impl MaildirTarget {
+    /// Creates the directory `path` if need be and opens it. `owners`: whose the restored
+    /// files become, `names` the snapshot's recorded owner names; `jobs`: threads writing
+    /// (0: one per core).
+    pub fn open(
+        path: &Path,
+        owners: Owners,
+        names: &OwnerNames,
+        jobs: usize,
+    ) -> Result<MaildirTarget> {
+        Ok(MaildirTarget {
+            path: path.to_path_buf(),
+            root: open_target(path)?,
+            owners: OwnerMap::new(owners, names),
+            jobs,
+            open_folders: folder_batch(),
+        })
+    }
+
+    /// A path below the target, for messages.
+    fn shown(&self, parts: &[&[u8]]) -> PathBuf {
+        let mut p = self.path.clone();
+        for c in parts.iter().filter(|c| !c.is_empty()) {
+            p.push(OsStr::from_bytes(c));
+        }
+        p
+    }
+}
+
+/// An account being restored: where it lies below the target, and the directories whose
+/// owner and mode are set once its content is in.
+pub struct MaildirAccount {
+    name: String,
+    parts: Vec<Vec<u8>>,
+    attrs: Mutex<DirAttrs>,
+}
+
+/// A folder being restored: its directories open, the keys already there.
+pub struct MaildirFolder {
+    account: String,
+    dirs: FolderDirs,
+    /// A file with the same key already in the target folder: (in `new/`, its name).
+    existing: HashMap<Vec<u8>, (bool, Vec<u8>)>,
+    /// Picked messages: their keyword letters in the target's `dovecot-keywords`.
+    letters: Option<LetterMap>,
+}
+
+impl Target for MaildirTarget {
+    type Account = MaildirAccount;
+    type Folder = MaildirFolder;
+    type Error = Error;
+
+    fn caps(&self) -> Caps {
+        Caps {
+            order: Order::Any,
+            jobs: self.jobs,
+            open_folders: self.open_folders,
+            accounts: 1,
+            lanes: 1,
+            batch_messages: 1,
+            batch_bytes: 0,
+            lane_messages: 0,
+            folder_files: true,
+            keywords: false,
+        }
+    }
+
+    fn open_account(&self, info: &AccountInfo) -> Result<MaildirAccount> {
+        let acc = info.account;
+        let parts: Vec<&[u8]> = if acc.rel_path.is_empty() {
+            Vec::new()
+        } else {
+            acc.rel_path.split(|&c| c == b'/').collect()
+        };
+        let mut attrs = DirAttrs::new();
+        for (i, part) in parts.iter().enumerate() {
+            let recorded = acc.dirs.get(i).filter(|d| d.name == *part).cloned();
+            if let Some(d) = recorded.or_else(|| self.owners.fixed().then(|| unrecorded_dir(part)))
+            {
+                attrs.insert(parts[..=i].iter().map(|p| p.to_vec()).collect(), d);
+            }
+        }
+        // Created now, opened again for each folder.
+        if let Err((at, e)) = open_path(self.root.as_fd(), &parts, true) {
+            return Err(Error::io(self.shown(&parts[..at]), e));
+        }
+        Ok(MaildirAccount {
+            name: acc.name.clone(),
+            parts: parts.iter().map(|p| p.to_vec()).collect(),
+            attrs: Mutex::new(attrs),
+        })
+    }
+
+    fn open_folder(&self, acc: &MaildirAccount, info: &FolderInfo) -> Result<MaildirFolder> {
+        let parts: Vec<&[u8]> = acc.parts.iter().map(|p| &p[..]).collect();
+        let acc_dir = open_path(self.root.as_fd(), &parts, true)
+            .map_err(|(at, e)| Error::io(self.shown(&parts[..at]), e))?;
+        let node = info.node;
+        let mut fparts = parts.clone();
+        fparts.push(&node.dir);
+        let base: Vec<Vec<u8>> = fparts
+            .iter()
+            .filter(|p| !p.is_empty())
+            .map(|p| p.to_vec())
+            .collect();
+        let mut mine = DirAttrs::new();
+        for d in &node.dirs {
+            let mut p = base.clone();
+            if !d.name.is_empty() {
+                p.push(d.name.clone());
+            }
+            mine.insert(p, d.clone());
+        }
+        if self.owners.fixed() {
+            // `--chown` gives every directory of the folder its owner, recorded or not
+            // (an IMAP backup or a version-1 snapshot records none).
+            for sub in [&[][..], b"cur", b"new", b"tmp"] {
+                let mut p = base.clone();
+                if !sub.is_empty() {
+                    p.push(sub.to_vec());
+                }
+                mine.entry(p).or_insert_with(|| unrecorded_dir(sub));
+            }
+        }
+        let dirs = open_folder_dirs(self.shown(&fparts), acc_dir.as_fd(), &node.dir)?;
+        lock(&acc.attrs).append(&mut mine);
+        let mut letters = None;
+        if info.picked {
+            // Single messages bring the folder files that give their flags meaning.
+            letters = keywords_for(self, &dirs, info);
+            if let Some(f) = node.files.iter().find(|f| f.name == b"maildirfolder") {
+                let written = match info.file(&f.name) {
+                    Some(Ok(data)) => write_folder_file(self, &dirs, f, &data),
+                    Some(Err(e)) => Err(e),
+                    None => Ok(()),
+                };
+                if let Err(e) = written {
+                    let item = dirs.shown(None, &f.name).display().to_string();
+                    info.failures.add(item, e);
+                }
+            }
+        }
+        let existing = existing_keys(&dirs, info.failures);
+        Ok(MaildirFolder {
+            account: acc.name.clone(),
+            dirs,
+            existing,
+            letters,
+        })
+    }
+
+    fn write(&self, folder: &MaildirFolder, msg: &Message) -> Result<Outcome> {
+        let (e, data) = (msg.entry, msg.data);
+        let dirs = &folder.dirs;
+        if let Some((new, name)) = folder.existing.get(&e.key) {
+            let shown = dirs.shown(Some(*new), name);
+            return match read_at(dirs.sub(*new).as_fd(), name) {
+                Ok(have) if have == data => Ok(Outcome::AlreadyThere),
+                Ok(_) => Err(Error::InvalidInput(format!(
+                    "{} already exists with other content: not overwritten",
+                    shown.display()
+                ))),
+                Err(err) => Err(Error::io(shown, err)),
+            };
+        }
+        let mapped = folder.letters.as_ref().and_then(|m| renamed(&e.name, m));
+        write_new_file(
+            dirs,
+            Some(e.new),
+            mapped.as_deref().unwrap_or(&e.name),
+            data,
+            Attrs {
+                mode: e.mode,
+                mtime: e.mtime,
+                owner: self.owners.get(e.uid, e.gid),
+            },
+        )?;
+        Ok(Outcome::Written {
+            bytes: data.len() as u64,
+        })
+    }
+
+    fn write_file(&self, folder: &MaildirFolder, file: &FileEntry, data: &[u8]) -> Result<()> {
+        write_folder_file(self, &folder.dirs, file, data)
+    }
+
+    fn finish_account(&self, acc: MaildirAccount, failures: &Failures) {
+        let attrs = acc.attrs.into_inner().unwrap_or_else(|p| p.into_inner());
+        set_dir_attrs(self, &attrs, failures);
+    }
+
+    fn item(&self, folder: &MaildirFolder, item: Item) -> String {
+        match item {
+            Item::Message(e) => {
+                let mapped = folder.letters.as_ref().and_then(|m| renamed(&e.name, m));
+                let name = mapped.as_deref().unwrap_or(&e.name);
+                let path = folder.dirs.shown(Some(e.new), name);
+                format!("{} ({})", path.display(), folder.account)
+            }
+            Item::File(name) => folder.dirs.shown(None, name).display().to_string(),
+        }
+    }
+
+    fn warnings(&self) -> Vec<String> {
+        if self.owners.not_given.load(Relaxed) {
+            vec![
+                "owners are not restored: the restore does not run as root (only root can give \
+                 files to another user); the files belong to the user running it"
+                    .to_string(),
+            ]
+        } else {
+            Vec::new()
+        }
+    }
+}
+
+/// A folder's directories in the target, open.
+struct FolderDirs {
+    /// Where it is, for messages.
+    path: PathBuf,
+    dir: OwnedFd,
+    cur: OwnedFd,
+    new: OwnedFd,
+}
+
+impl FolderDirs {
+    fn sub(&self, new: bool) -> &OwnedFd {
+        if new {
+            &self.new
+        } else {
+            &self.cur
+        }
+    }
+    fn shown(&self, new: Option<bool>, name: &[u8]) -> PathBuf {
+        let p = match new {
+            Some(true) => self.path.join("new"),
+            Some(false) => self.path.join("cur"),
+            None => self.path.clone(),
+        };
+        p.join(OsStr::from_bytes(name))
+    }
+}
+
+/// Opens (creating what is missing) the directories `parts` below `base`, none of them
+/// through a symbolic link. Directories are created 0700 (mail is private): a recorded
+/// mode is set at the end, once their content is in. Errors say at which component.
+fn open_path(
+    base: BorrowedFd,
+    parts: &[&[u8]],
+    create: bool,
+) -> std::result::Result<OwnedFd, (usize, std::io::Error)> {
+    let mut fd = rustix::io::dup(base).map_err(|e| (0, e.into()))?;
+    let mut path: Vec<Vec<u8>> = Vec::new();
+    for (i, p) in parts.iter().enumerate() {
+        if p.is_empty() {
+            continue;
+        }
+        path.push(p.to_vec());
+        fd = open_dir_at(fd.as_fd(), p, create.then_some(0o700)).map_err(|e| (i + 1, e))?;
+    }
+    Ok(fd)
+}
+
+/// Opens the directory `name` in `parent` without following a symbolic link, creating it
+/// with `create` (a mode, before the umask) if it is missing.
+fn open_dir_at(parent: BorrowedFd, name: &[u8], create: Option<u32>) -> std::io::Result<OwnedFd> {
+    if let Some(mode) = create {
+        match rustix::fs::mkdirat(parent, name, Mode::from_raw_mode(mode)) {
+            Ok(()) => {}
+            Err(e) if e == Errno::EXIST => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+    rustix::fs::openat(
+        parent,
+        name,
+        OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+        Mode::empty(),
+    )
+    .map_err(|e| {
+        // A link to a directory opened with O_DIRECTORY | O_NOFOLLOW: ENOTDIR.
+        let link = rustix::fs::statat(parent, name, rustix::fs::AtFlags::SYMLINK_NOFOLLOW)
+            .is_ok_and(|st| rustix::fs::FileType::from_raw_mode(st.st_mode).is_symlink());
+        not_followed(if link { Errno::LOOP } else { e })
+    })
+}
+
+/// `ELOOP` from an `O_NOFOLLOW` open: the name is a symbolic link.
+fn not_followed(e: Errno) -> std::io::Error {
+    if e == Errno::LOOP {
+        std::io::Error::other("a symbolic link inside the target: not followed")
+    } else {
+        e.into()
+    }
+}
+
+/// Opens a folder's directory and its `cur`, `new` and `tmp`, creating them as needed.
+fn open_folder_dirs(shown: PathBuf, acc_dir: BorrowedFd, node_dir: &[u8]) -> Result<FolderDirs> {
+    let dir = if node_dir.is_empty() {
+        rustix::io::dup(acc_dir).map_err(|e| Error::io(&shown, e.into()))?
+    } else {
+        open_dir_at(acc_dir, node_dir, Some(0o700)).map_err(|e| Error::io(&shown, e))?
+    };
+    let sub = |name: &str| {
+        open_dir_at(dir.as_fd(), name.as_bytes(), Some(0o700))
+            .map_err(|e| Error::io(shown.join(name), e))
+    };
+    let cur = sub("cur")?;
+    let new = sub("new")?;
+    sub("tmp")?;
+    Ok(FolderDirs {
+        path: shown.clone(),
+        dir,
+        cur,
+        new,
+    })
+}
+
+/// A directory the snapshot records nothing of, listed only so that `--chown` gives it
+/// its owner: no recorded owner, and its mode (0700 when the restore created it) is kept.
+fn unrecorded_dir(name: &[u8]) -> DirEntry {
+    DirEntry {
+        name: name.to_vec(),
+        mode: 0,
+        uid: NO_OWNER,
+        gid: NO_OWNER,
+    }
+}
+
+/// Gives the directories their recorded owner and mode, deepest first.
+fn set_dir_attrs(t: &MaildirTarget, attrs: &DirAttrs, failures: &Failures) {
+    let mut order: Vec<(&Vec<Vec<u8>>, &DirEntry)> = attrs.iter().collect();
+    order.sort_by_key(|(p, _)| std::cmp::Reverse(p.len()));
+    for (path, d) in order {
+        let parts: Vec<&[u8]> = path.iter().map(|p| &p[..]).collect();
+        let shown = t.shown(&parts);
+        let result = open_path(t.root.as_fd(), &parts, false)
+            .map_err(|(_, e)| e)
+            .and_then(|fd| {
+                if let Some((uid, gid)) = t.owners.get(d.uid, d.gid) {
+                    std::os::unix::fs::fchown(&fd, Some(uid), Some(gid))?;
+                }
+                if d.uid != NO_OWNER {
+                    rustix::fs::fchmod(&fd, Mode::from_raw_mode(d.mode))?;
+                }
+                Ok(())
+            });
+        if let Err(e) = result {
+            failures.add(shown.display().to_string(), e);
+        }
+    }
+}
+
+/// Maildir keys already present in a target folder: where each is and its name.
+fn existing_keys(folder: &FolderDirs, failures: &Failures) -> HashMap<Vec<u8>, (bool, Vec<u8>)> {
+    let mut out = HashMap::new();
+    for new in [false, true] {
+        let dir = match rustix::fs::Dir::read_from(folder.sub(new)) {
+            Ok(d) => d,
+            Err(e) => {
+                failures.add(
+                    folder.shown(Some(new), b"").display().to_string(),
+                    std::io::Error::from(e),
+                );
+                continue;
+            }
+        };
+        for ent in dir.flatten() {
+            let name = ent.file_name().to_bytes();
+            if name == b"." || name == b".." || ent.file_type() == rustix::fs::FileType::Directory {
+                continue;
+            }
+            let key = maildir::split_name(name).0.to_vec();
+            out.insert(key, (new, name.to_vec()));
+        }
+    }
+    out
+}
+
+/// Reads a file of the target without following a symbolic link.
+fn read_at(dir: BorrowedFd, name: &[u8]) -> std::io::Result<Vec<u8>> {
+    let fd = rustix::fs::openat(
+        dir,
+        name,
+        OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+        Mode::empty(),
+    )
+    .map_err(not_followed)?;
+    let mut data = Vec::new();
+    File::from(fd).read_to_end(&mut data)?;
+    Ok(data)
+}
+
+/// Writes `data` as `name` in the folder's `new/` or `cur/` (`new`: `Some`) or in the
+/// folder directory itself (`None`), atomically and without replacing anything, with mode,
+/// owner and mtime set before the file appears.
+///
+/// Where the file system allows, the file is created unnamed (`O_TMPFILE`) in its
+/// directory and linked to its name once complete: one directory operation per message
+/// instead of the create in `tmp/` plus the rename, and a killed restore leaves nothing
+/// behind. Elsewhere (NFS, no `/proc`), a temporary file in `tmp/` renamed into place.
+fn write_new_file(
+    folder: &FolderDirs,
+    new: Option<bool>,
+    name: &[u8],
+    data: &[u8],
+    attrs: Attrs,
+) -> Result<()> {
+    use std::sync::atomic::AtomicBool;
+    static NO_TMPFILE: AtomicBool = AtomicBool::new(false);
+    let dir = match new {
+        Some(n) => folder.sub(n).as_fd(),
+        None => folder.dir.as_fd(),
+    };
+    let result = if NO_TMPFILE.load(Relaxed) {
+        Err(None)
+    } else {
+        write_unnamed(dir, name, data, attrs)
+    };
+    let result = match result {
+        Ok(()) => Ok(()),
+        Err(Some(e)) => Err(e),
+        Err(None) => {
+            NO_TMPFILE.store(true, Relaxed);
+            write_renamed(folder.dir.as_fd(), dir, name, data, attrs)
+        }
+    };
+    let shown = folder.shown(new, name);
+    result.map_err(|e| {
+        if e.kind() == ErrorKind::AlreadyExists {
+            Error::InvalidInput(format!(
+                "{} already exists: not overwritten",
+                shown.display()
+            ))
+        } else {
+            Error::io(shown, e)
+        }
+    })
+}
+
+/// What a restored file gets besides its bytes.
+#[derive(Clone, Copy)]
+struct Attrs {
+    mode: u32,
+    mtime: Timestamp,
+    /// (uid, gid) to set, if any.
+    owner: Option<(u32, u32)>,
+}
+
+/// Mode, owner and times of a file being written.
+fn set_attributes(f: &File, attrs: Attrs) -> std::io::Result<()> {
+    let Attrs { mode, mtime, owner } = attrs;
+    if let Some((uid, gid)) = owner {
+        std::os::unix::fs::fchown(f, Some(uid), Some(gid))?;
+    }
+    // After the owner: chown clears set-id bits.
+    if mode != 0 {
+        rustix::fs::fchmod(f, Mode::from_raw_mode(mode))?;
+    }
+    let t = if mtime.secs < 0 {
+        SystemTime::UNIX_EPOCH - Duration::new(mtime.secs.unsigned_abs(), 0)
+    } else {
+        SystemTime::UNIX_EPOCH
+            .checked_add(Duration::new(mtime.secs as u64, mtime.nanos))
+            .unwrap_or(SystemTime::UNIX_EPOCH)
+    };
+    f.set_times(fs::FileTimes::new().set_modified(t).set_accessed(t))
+}
+
+/// `O_TMPFILE` in `dir`, then `linkat` through `/proc/self/fd` (which fails if the name
+/// exists, and never follows a link at the new name: nothing is replaced). `Err(None)`:
+/// not supported here.
+fn write_unnamed(
+    dir: BorrowedFd,
+    name: &[u8],
+    data: &[u8],
+    attrs: Attrs,
+) -> std::result::Result<(), Option<std::io::Error>> {
+    use rustix::fs::{linkat, openat, AtFlags, CWD};
+    let fd = match openat(
+        dir,
+        c".",
+        OFlags::TMPFILE | OFlags::WRONLY | OFlags::CLOEXEC,
+        Mode::from_raw_mode(0o600),
+    ) {
+        Ok(fd) => fd,
+        Err(e) if e == Errno::OPNOTSUPP || e == Errno::ISDIR || e == Errno::INVAL => {
+            return Err(None)
+        }
+        Err(e) => return Err(Some(e.into())),
+    };
+    let mut f = File::from(fd);
+    f.write_all(data).map_err(Some)?;
+    set_attributes(&f, attrs).map_err(Some)?;
+    let proc_path = format!("/proc/self/fd/{}", std::os::fd::AsRawFd::as_raw_fd(&f));
+    match linkat(CWD, proc_path.as_str(), dir, name, AtFlags::SYMLINK_FOLLOW) {
+        Ok(()) => Ok(()),
+        // No /proc: the caller writes the file again the other way.
+        Err(e) if e == Errno::NOENT => Err(None),
+        Err(e) => Err(Some(e.into())),
+    }
+}
+
+/// A temporary file in the folder's `tmp/` renamed to `name` in `dir` (renameat2
+/// NOREPLACE).
+fn write_renamed(
+    folder: BorrowedFd,
+    dir: BorrowedFd,
+    name: &[u8],
+    data: &[u8],
+    attrs: Attrs,
+) -> std::io::Result<()> {
+    through_tmp(
+        folder,
+        data,
+        |f| set_attributes(f, attrs),
+        |tmp_dir, tmp| rename_noreplace(tmp_dir, tmp, dir, name),
+    )
+}
+
+/// Writes `data` to a new temporary file in the `tmp/` of `folder`, gives it its
+/// attributes (`attrs`) and puts it in place (`place`, given `tmp/` and the temporary's
+/// name); the temporary is removed when a step fails.
+fn through_tmp(
+    folder: BorrowedFd,
+    data: &[u8],
+    attrs: impl FnOnce(&File) -> std::io::Result<()>,
+    place: impl FnOnce(BorrowedFd, &str) -> std::io::Result<()>,
+) -> std::io::Result<()> {
+    let tmp_dir = open_dir_at(folder, b"tmp", Some(0o700))?;
+    let tmp = format!(".mailvault-{:016x}", rand::random::<u64>());
+    let result = (|| -> std::io::Result<()> {
+        let fd = rustix::fs::openat(
+            &tmp_dir,
+            tmp.as_str(),
+            OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+            Mode::from_raw_mode(0o600),
+        )?;
+        let mut f = File::from(fd);
+        f.write_all(data)?;
+        attrs(&f)?;
+        drop(f);
+        place(tmp_dir.as_fd(), &tmp)
+    })();
+    if result.is_err() {
+        let _ = rustix::fs::unlinkat(&tmp_dir, tmp.as_str(), rustix::fs::AtFlags::empty());
+    }
+    result
+}
+
+/// Moves `from` to `to` unless `to` exists: renameat2(RENAME_NOREPLACE), one directory
+/// operation where link + unlink are two; falls back to those on file systems without it.
+fn rename_noreplace(
+    from_dir: BorrowedFd,
+    from: &str,
+    to_dir: BorrowedFd,
+    to: &[u8],
+) -> std::io::Result<()> {
+    use rustix::fs::{linkat, renameat_with, unlinkat, AtFlags, RenameFlags};
+    match renameat_with(from_dir, from, to_dir, to, RenameFlags::NOREPLACE) {
+        Ok(()) => Ok(()),
+        Err(e) if e == Errno::INVAL || e == Errno::NOSYS => {
+            linkat(from_dir, from, to_dir, to, AtFlags::empty())?;
+            Ok(unlinkat(from_dir, from, AtFlags::empty())?)
+        }
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// Writes a folder file; one already there with the same bytes is left, one with other
+/// bytes is reported and kept.
+fn write_folder_file(
+    t: &MaildirTarget,
+    folder: &FolderDirs,
+    f: &FileEntry,
+    data: &[u8],
+) -> Result<()> {
+    let shown = folder.shown(None, &f.name);
+    match read_at(folder.dir.as_fd(), &f.name) {
+        Ok(have) if have == data => return Ok(()),
+        Ok(_) => {
+            return Err(Error::InvalidInput(
+                "already exists with other content: not overwritten".into(),
+            ))
+        }
+        Err(e) if e.kind() == ErrorKind::NotFound => {}
+        Err(e) => return Err(Error::io(shown, e)),
+    }
+    let attrs = Attrs {
+        mode: f.mode,
+        mtime: f.mtime,
+        owner: t.owners.get(f.uid, f.gid),
+    };
+    write_new_file(folder, None, &f.name, data, attrs)
+}
+
+/// Dovecot's `dovecot-keywords`: `<index> <name>` per line; index 0 is the letter `a`.
+const KEYWORDS: &[u8] = b"dovecot-keywords";
+
+fn parse_keywords(data: &[u8]) -> Vec<(u8, Vec<u8>)> {
+    data.split(|&c| c == b'\n')
+        .filter_map(|line| {
+            let sp = line.iter().position(|&c| c == b' ')?;
+            let i: u8 = std::str::from_utf8(&line[..sp]).ok()?.parse().ok()?;
+            (i < 26).then(|| (i, line[sp + 1..].to_vec()))
+        })
+        .collect()
+}
+
+/// Snapshot keyword letter index -> the target folder's letter index.
+type LetterMap = [Option<u8>; 26];
+
+/// For single messages: gives the keyword letters of the folder's messages their meaning
+/// in the target folder. Without a `dovecot-keywords` there, the snapshot's is written;
+/// with one, the letters are mapped to its letters for the same names (the map returned,
+/// applied by [`renamed`]), and the names it lacks are added to it (a letter means
+/// different keywords in different folders).
+fn keywords_for(t: &MaildirTarget, folder: &FolderDirs, info: &FolderInfo) -> Option<LetterMap> {
+    let failures = info.failures;
+    let uses = (info.entries.iter()).any(|e| e.flags().iter().any(u8::is_ascii_lowercase));
+    let file = info.node.files.iter().find(|f| f.name == KEYWORDS)?;
+    if !uses {
+        return None;
+    }
+    let item = folder.shown(None, KEYWORDS).display().to_string();
+    let ours = match info.file(KEYWORDS)? {
+        Ok(d) => d,
+        Err(e) => {
+            failures.add(item, e);
+            return None;
+        }
+    };
+    let theirs = match read_at(folder.dir.as_fd(), KEYWORDS) {
+        Ok(d) => d,
+        Err(e) if e.kind() == ErrorKind::NotFound => {
+            if let Err(e) = write_folder_file(t, folder, file, &ours) {
+                failures.add(item, e);
+            }
+            return None;
+        }
+        Err(e) => {
+            failures.add(item, e);
+            return None;
+        }
+    };
+    let ours = parse_keywords(&ours);
+    let mut known = parse_keywords(&theirs);
+    let mut added = Vec::new();
+    let mut map: LetterMap = [None; 26];
+    for (i, name) in &ours {
+        let to = match known.iter().find(|(_, n)| n == name) {
+            Some((j, _)) => Some(*j),
+            None => (0..26u8)
+                .find(|j| !known.iter().any(|(k, _)| k == j))
+                .inspect(|&j| {
+                    known.push((j, name.clone()));
+                    added.push((j, name.clone()));
+                }),
+        };
+        if to.is_none() {
+            failures.add(
+                &*item,
+                format!(
+                    "no letter left for keyword {:?}",
+                    String::from_utf8_lossy(name)
+                ),
+            );
+        }
+        map[*i as usize] = to;
+    }
+    if !added.is_empty() {
+        let mut data = theirs.clone();
+        if !data.is_empty() && !data.ends_with(b"\n") {
+            data.push(b'\n');
+        }
+        for (j, name) in &added {
+            data.extend_from_slice(format!("{j} ").as_bytes());
+            data.extend_from_slice(name);
+            data.push(b'\n');
+        }
+        if let Err(e) = replace_file(folder, KEYWORDS, &data) {
+            failures.add(item, e);
+            return None;
+        }
+    }
+    Some(map)
+}
+
+/// A message's file name with its keyword letters mapped through `map`
+/// ([`keywords_for`]); `None` when it has none.
+fn renamed(name: &[u8], map: &LetterMap) -> Option<Vec<u8>> {
+    let (key, info) = maildir::split_name(name);
+    if !info.iter().any(u8::is_ascii_lowercase) {
+        return None;
+    }
+    let mut flags: Vec<u8> = info
+        .iter()
+        .filter_map(|&c| match c {
+            b'a'..=b'z' => map[(c - b'a') as usize].map(|j| b'a' + j),
+            c => Some(c),
+        })
+        .collect();
+    flags.sort_unstable();
+    flags.dedup();
+    let sep = &name[key.len()..name.len() - info.len()];
+    let mut out = key.to_vec();
+    out.extend_from_slice(sep);
+    out.extend_from_slice(&flags);
+    Some(out)
+}
+
+/// Replaces a folder file of the target (keeping its owner and mode): a temporary in
+/// `tmp/` renamed over it.
+fn replace_file(folder: &FolderDirs, name: &[u8], data: &[u8]) -> std::io::Result<()> {
+    let st = rustix::fs::statat(&folder.dir, name, rustix::fs::AtFlags::SYMLINK_NOFOLLOW)?;
+    through_tmp(
+        folder.dir.as_fd(),
+        data,
+        |f| {
+            let _ = std::os::unix::fs::fchown(f, Some(st.st_uid), Some(st.st_gid));
+            Ok(rustix::fs::fchmod(
+                f,
+                Mode::from_raw_mode(st.st_mode & 0o7777),
+            )?)
+        },
+        |tmp_dir, tmp| Ok(rustix::fs::renameat(tmp_dir, tmp, &folder.dir, name)?),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::MetadataExt;
+
+    fn check_written(path: &Path, data: &[u8]) {
+        assert_eq!(fs::read(path).unwrap(), data);
+        let m = fs::metadata(path).unwrap();
+        assert_eq!(m.mode() & 0o7777, 0o640);
+        assert_eq!((m.mtime(), m.mtime_nsec()), (1_000_000_000, 5));
+    }
+
+    fn open(p: &Path) -> OwnedFd {
+        rustix::fs::open(p, OFlags::RDONLY | OFlags::DIRECTORY, Mode::empty()).unwrap()
+    }
+
+    /// Both ways of writing a message: complete with mode and mtime, never replacing a
+    /// file, and nothing left in `tmp/`.
+    #[test]
+    fn writes_never_replace_and_leave_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        for sub in ["tmp", "cur", "new"] {
+            fs::create_dir(dir.path().join(sub)).unwrap();
+        }
+        let t = Timestamp {
+            secs: 1_000_000_000,
+            nanos: 5,
+        };
+        let t = Attrs {
+            mode: 0o640,
+            mtime: t,
+            owner: None,
+        };
+        let folder = FolderDirs {
+            path: dir.path().to_path_buf(),
+            dir: open(dir.path()),
+            cur: open(&dir.path().join("cur")),
+            new: open(&dir.path().join("new")),
+        };
+        let tmp = dir.path().join("tmp");
+        let a = dir.path().join("cur/a");
+        match write_unnamed(folder.cur.as_fd(), b"a", b"unnamed", t) {
+            Ok(()) => {
+                check_written(&a, b"unnamed");
+                let again = write_unnamed(folder.cur.as_fd(), b"a", b"other", t);
+                assert!(matches!(again, Err(Some(e)) if e.kind() == ErrorKind::AlreadyExists));
+                check_written(&a, b"unnamed");
+            }
+            Err(None) => eprintln!("O_TMPFILE not supported here; only the fallback is tested"),
+            Err(Some(e)) => panic!("{e}"),
+        }
+        let b = dir.path().join("cur/b");
+        write_renamed(folder.dir.as_fd(), folder.cur.as_fd(), b"b", b"renamed", t).unwrap();
+        check_written(&b, b"renamed");
+        let again =
+            write_renamed(folder.dir.as_fd(), folder.cur.as_fd(), b"b", b"other", t).unwrap_err();
+        assert_eq!(again.kind(), ErrorKind::AlreadyExists);
+        check_written(&b, b"renamed");
+        assert_eq!(fs::read_dir(&tmp).unwrap().count(), 0);
+        // And through the caller, the error names the file.
+        let err = write_new_file(&folder, Some(false), b"b", b"x", t).unwrap_err();
+        assert!(err.to_string().contains("cur/b"), "{err}");
+    }
+
+    /// Issue 10, item 1: owners map by recorded name (as tar does) unless numbers are
+    /// asked for; only root sets owners at all.
+    #[test]
+    fn owners_map_by_name_or_number() {
+        let names = OwnerNames {
+            users: vec![(1234, "nobody".into()), (7, "no-such-user-here".into())],
+            groups: vec![(1234, "nogroup".into())],
+        };
+        let by_name = OwnerMap::new(Owners::ByName, &names);
+        let numeric = OwnerMap::new(Owners::Numeric, &names);
+        let fixed = OwnerMap::new(Owners::Fixed { uid: 1, gid: 2 }, &names);
+        if !by_name.root {
+            assert_eq!(by_name.get(1234, 1234), None);
+            return;
+        }
+        assert_eq!(by_name.get(1234, 1234), Some((65534, 65534)));
+        assert_eq!(
+            by_name.get(7, 8),
+            Some((7, 8)),
+            "unknown names keep the number"
+        );
+        assert_eq!(numeric.get(1234, 1234), Some((1234, 1234)));
+        assert_eq!(fixed.get(1234, NO_OWNER), Some((1, 2)));
+        assert_eq!(by_name.get(NO_OWNER, NO_OWNER), None, "not recorded (v1)");
+        assert!(matches!(
+            Owners::chown("nobody:nogroup"),
+            Ok(Owners::Fixed {
+                uid: 65534,
+                gid: 65534
+            })
+        ));
+        assert!(matches!(
+            Owners::chown("5:6"),
+            Ok(Owners::Fixed { uid: 5, gid: 6 })
+        ));
+        assert!(Owners::chown("no-such-user-here:x").is_err());
+        assert!(Owners::chown("nobody").is_err());
+    }
+
+    /// Without root no owner is set; one other than the user's own (recorded, or given
+    /// with `--chown`) is noted once, for the report's warning.
+    #[test]
+    fn owners_not_given_without_root_are_noted() {
+        let names = OwnerNames {
+            users: vec![],
+            groups: vec![],
+        };
+        let not_root = |policy| {
+            let mut m = OwnerMap::new(policy, &names);
+            m.root = false;
+            m.me = (1000, 1000);
+            m
+        };
+        let own = not_root(Owners::ByName);
+        assert_eq!(own.get(1000, 1000), None);
+        assert_eq!(own.get(NO_OWNER, NO_OWNER), None);
+        assert!(!own.not_given.load(Relaxed), "nothing to give");
+        assert_eq!(own.get(0, 0), None);
+        assert!(own.not_given.load(Relaxed));
+        let fixed = not_root(Owners::Fixed { uid: 1, gid: 2 });
+        assert_eq!(fixed.get(NO_OWNER, NO_OWNER), None);
+        assert!(fixed.not_given.load(Relaxed), "--chown to another user");
+    }
+
+    #[test]
+    fn keyword_files_parse() {
+        assert_eq!(
+            parse_keywords(b"0 $Label1\n1 $Forwarded\nbad\n30 x\n"),
+            vec![(0, b"$Label1".to_vec()), (1, b"$Forwarded".to_vec())]
+        );
+    }
+}
