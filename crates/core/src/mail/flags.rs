@@ -153,12 +153,7 @@ pub(crate) fn header_lines(meta: &Meta, eol: &[u8], out: &mut Vec<u8>) -> Result
         .filter(|f| !f.starts_with('\\'))
         .chain(&meta.keywords)
     {
-        if k.is_empty()
-            || k.chars()
-                .any(|c| c.is_whitespace() || c.is_control() || c == ',')
-        {
-            return Err(MailError::Keyword { keyword: k.clone() });
-        }
+        check_keyword(k)?;
         if !keywords.iter().any(|x| x.eq_ignore_ascii_case(k)) {
             keywords.push(k);
         }
@@ -167,6 +162,19 @@ pub(crate) fn header_lines(meta: &Meta, eol: &[u8], out: &mut Vec<u8>) -> Result
         out.extend_from_slice(b"X-Keywords: ");
         out.extend_from_slice(keywords.join(" ").as_bytes());
         out.extend_from_slice(eol);
+    }
+    Ok(())
+}
+
+/// Refuses a keyword an mbox header cannot carry (empty, white space, comma, control).
+pub(crate) fn check_keyword(k: &str) -> Result<(), MailError> {
+    if k.is_empty()
+        || k.chars()
+            .any(|c| c.is_whitespace() || c.is_control() || c == ',')
+    {
+        return Err(MailError::Keyword {
+            keyword: k.to_string(),
+        });
     }
     Ok(())
 }

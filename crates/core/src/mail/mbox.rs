@@ -681,6 +681,8 @@ pub struct Written {
 pub struct MboxWriter<W> {
     w: W,
     offset: u64,
+    /// The `X-IMAPbase:` value still to write into the first message.
+    imap_base: Option<String>,
 }
 
 impl<W: Write> MboxWriter<W> {
@@ -691,7 +693,41 @@ impl<W: Write> MboxWriter<W> {
 
     /// A writer appending to an mbox of `offset` bytes (which ends with its separator).
     pub fn at(w: W, offset: u64) -> Self {
-        MboxWriter { w, offset }
+        MboxWriter {
+            w,
+            offset,
+            imap_base: None,
+        }
+    }
+
+    /// Declares the folder's keywords up front: the first message (when the writer starts
+    /// a new file) gets `X-IMAPbase: <uid_validity> 0 <keywords>`. Dovecot reads a
+    /// message's `X-Keywords:` only for keywords its folder's `X-IMAPbase:` lists (and
+    /// drops the others when it rewrites the file); other readers ignore the header, and
+    /// ours removes it as metadata. Keywords that an mbox cannot carry are refused.
+    pub fn declare_keywords<S: AsRef<str>>(
+        mut self,
+        uid_validity: u32,
+        keywords: &[S],
+    ) -> Result<Self, MailError> {
+        let mut line = format!("{}", uid_validity.max(1));
+        let mut seen: Vec<&str> = Vec::new();
+        for k in keywords {
+            let k = k.as_ref();
+            flags::check_keyword(k)?;
+            if !seen.iter().any(|x| x.eq_ignore_ascii_case(k)) {
+                seen.push(k);
+            }
+        }
+        line.push_str(" 0");
+        for k in seen {
+            line.push(' ');
+            line.push_str(k);
+        }
+        if self.offset == 0 {
+            self.imap_base = Some(line);
+        }
+        Ok(self)
     }
 
     /// Writes one message; `sender` goes into the From line when it is a single word
@@ -702,7 +738,8 @@ impl<W: Write> MboxWriter<W> {
         meta: &Meta,
         sender: Option<&str>,
     ) -> Result<Written, MailError> {
-        let (from_line, quoted, date_ok) = encode(bytes, meta, sender)?;
+        let imap_base = self.imap_base.take();
+        let (from_line, quoted, date_ok) = encode(bytes, meta, sender, imap_base.as_deref())?;
         let offset = self.offset;
         let len = (from_line.len() + quoted.len() + 1) as u64;
         for part in [from_line.as_bytes(), &quoted, b"\n"] {
@@ -731,6 +768,7 @@ fn encode(
     bytes: &[u8],
     meta: &Meta,
     sender: Option<&str>,
+    imap_base: Option<&str>,
 ) -> Result<(String, Vec<u8>, bool), MailError> {
     let sender = sender
         .filter(|s| !s.is_empty() && !s.chars().any(|c| c.is_whitespace() || c.is_control()))
@@ -745,6 +783,11 @@ fn encode(
         _ => b"\n",
     };
     let mut headers = Vec::new();
+    if let Some(base) = imap_base {
+        headers.extend_from_slice(b"X-IMAPbase: ");
+        headers.extend_from_slice(base.as_bytes());
+        headers.extend_from_slice(eol);
+    }
     flags::header_lines(meta, eol, &mut headers)?;
     if added_newline {
         headers.extend_from_slice(NO_FINAL_NEWLINE.as_bytes());

@@ -431,6 +431,38 @@ end\n\
 }
 
 #[test]
+fn declared_keywords_go_into_the_first_message() {
+    let meta = Meta::from_imap(&["Junk"], Some(NOV24));
+    let mut w = MboxWriter::new(Vec::new())
+        .declare_keywords(7, &["$Label1", "Junk", "junk"])
+        .unwrap();
+    assert!(!w.write(b"A: 1\n\nx\n", &meta, None).unwrap().lossy);
+    w.write(b"A: 2\n\ny\n", &Meta::default(), None).unwrap();
+    let out = String::from_utf8(w.finish().unwrap()).unwrap();
+    assert_eq!(
+        out,
+        "From MAILER-DAEMON Tue Nov 24 07:00:00 2026\n\
+A: 1\nX-IMAPbase: 7 0 $Label1 Junk\nStatus: O\nX-Keywords: Junk\n\nx\n\n\
+From MAILER-DAEMON Thu Jan  1 00:00:00 1970\nA: 2\nStatus: O\n\ny\n\n"
+    );
+    let m = read_all(out.as_bytes());
+    assert_eq!(texts(&m), ["A: 1\n\nx\n", "A: 2\n\ny\n"]);
+    assert_eq!(m[0].meta.keywords, ["Junk"]);
+    // Appending to a file: its first message has the header already.
+    let mut w = MboxWriter::at(Vec::new(), 100)
+        .declare_keywords(7, &["Junk"])
+        .unwrap();
+    w.write(b"A: 3\n\nz\n", &meta, None).unwrap();
+    assert!(!String::from_utf8(w.finish().unwrap())
+        .unwrap()
+        .contains("X-IMAPbase"));
+    assert!(matches!(
+        MboxWriter::new(Vec::new()).declare_keywords(1, &["a b"]),
+        Err(MailError::Keyword { .. })
+    ));
+}
+
+#[test]
 fn writer_sender_crlf_and_offsets() {
     let mut w = MboxWriter::at(Vec::new(), 1000);
     let meta = Meta {
