@@ -15,8 +15,10 @@
 //! How a new source is written against it: `/work/wt/notes/source-trait.md` and
 //! `docs/architecture.md` (Backup pipeline).
 
+pub mod eml;
 pub mod imap;
 pub mod maildir;
+pub mod mbox;
 
 use crate::repo::tree::{DirEntry, FileEntry, FolderNode, MessageEntry, Timestamp};
 use crate::report::Failure;
