@@ -10,6 +10,7 @@
 //! snapshot. Accounts and folders run in parallel as the source's [`Parallelism`] says:
 //! on a rayon pool of `jobs` threads, or over sessions (connections) per account.
 
+/// The Maildir backup, where its callers have always found it ([`crate::source::maildir`]).
 pub use crate::source::maildir::{backup, backup_at, BackupOptions};
 
 use crate::error::{Error, Result};
@@ -24,8 +25,8 @@ use crate::repo::tree::{
 use crate::repo::{lock, BlobSaver, Repository, WriterMark};
 use crate::report::{per_sec, ratio, Failure, Progress};
 use crate::source::{
-    Account, Failures, FileData, Folder, FolderFile, FolderWriter, MessageMeta, NewMessage,
-    Parallelism, ParentAccount, Samples, Source,
+    Account, Failures, FileData, Folder, FolderFile, FolderWriter, MessageId, MessageMeta,
+    NewMessage, Parallelism, ParentAccount, Samples, Source,
 };
 use mailvault_imap::maildir_flags::{imap_to_maildir, KeywordTable};
 use rayon::prelude::*;
@@ -705,23 +706,26 @@ impl<'a> FolderWriter<'a> {
             MessageMeta::Flags {
                 flags,
                 internal_date,
-                uid,
-                validity,
+                id,
             } => {
-                let key = crate::imap::names::synth_key(
-                    &self.folder.name,
-                    internal_date,
-                    uid,
-                    validity,
-                    size,
-                );
-                let name = self.maildir_name(key.as_bytes(), flags);
+                let key = match id {
+                    MessageId::Uid { uid, validity } => crate::imap::names::synth_key(
+                        &self.folder.name,
+                        internal_date,
+                        uid,
+                        validity,
+                        size,
+                    )
+                    .into_bytes(),
+                    MessageId::Key(k) => k,
+                };
+                let name = self.maildir_name(&key, flags);
                 let (u, g) = ctx.process_owner();
                 let mtime = Timestamp {
                     secs: internal_date,
                     nanos: 0,
                 };
-                (key.into_bytes(), name, false, mtime, (0o600, u, g))
+                (key, name, false, mtime, (0o600, u, g))
             }
         };
         let (from, subject, date) = header_summary(data);

@@ -14,7 +14,9 @@
 //! parallel, each over several connections (folders dealt to them); messages stream one
 //! at a time (bounded memory).
 
-use super::{AccountListing, Failures, FolderWriter, MessageMeta, NewMessage, Parallelism, Source};
+use super::{
+    AccountListing, Failures, FolderWriter, MessageId, MessageMeta, NewMessage, Parallelism, Source,
+};
 use crate::imap::names::{self, STATE_FILE};
 use crate::imap::{login_with_backoff, Connection, Error, Result};
 use crate::ops::backup::{BackupReport, RunOptions};
@@ -290,8 +292,10 @@ fn store_message(out: &mut FolderWriter, m: &FetchedMessage<'_>, uidvalidity: u3
         meta: MessageMeta::Flags {
             flags: &flags,
             internal_date: m.internal_date.map(|d| d.secs).unwrap_or(0),
-            uid: m.uid,
-            validity: uidvalidity,
+            id: MessageId::Uid {
+                uid: m.uid,
+                validity: uidvalidity,
+            },
         },
     })?;
     Ok(())

@@ -12,8 +12,19 @@
 //! `dovecot-keywords`), the sync state file, `subscriptions`, owners, counters, progress,
 //! failures, the report and the snapshot.
 //!
-//! How a new source is written against it: `/work/wt/notes/source-trait.md` and
-//! `docs/architecture.md` (Backup pipeline).
+//! A new source (mbox, EML, files) is a struct implementing [`Source`] in its own module
+//! here, plus a `backup_at(repo, &Options, time, progress)` that builds it and calls
+//! [`crate::ops::backup::run`] (as [`maildir::backup_at`] and [`imap::backup_at`] do):
+//! [`Source::accounts`] and [`Source::folders`] say what there is; in
+//! [`Source::backup_folder`] it looks at the parent ([`FolderWriter::parent`],
+//! [`FolderWriter::parent_by_key`], [`FolderWriter::parent_entries`],
+//! [`FolderWriter::parent_state`]) and hands over kept entries
+//! ([`FolderWriter::unchanged`]), new messages ([`FolderWriter::message`], as a Maildir
+//! file or by flags, keywords, date and id: [`MessageMeta`]), folder files
+//! ([`FolderWriter::file`], as bytes or a path) and its sync state
+//! ([`FolderWriter::set_state`]). It joins the conformance suite
+//! (`crates/core/tests/source_conformance.rs`) with one test. docs/architecture.md
+//! (Backup pipeline) draws the whole.
 
 pub mod eml;
 pub mod imap;
@@ -219,21 +230,28 @@ pub enum MessageMeta<'a> {
         file: FileMeta,
     },
     /// Flags and keywords as IMAP names them (`\Seen`, `$Label1`), the internal date
-    /// (Unix seconds) and a stable id: the pipeline makes the Maildir key
-    /// ([`crate::imap::names::synth_key`] of the folder name, date, `uid`, `validity` and
-    /// size), the name (`:2,` and letters; keyword letters from the folder's
+    /// (Unix seconds) and a stable id: the pipeline makes the Maildir key from the id,
+    /// the name (`:2,` and letters; keyword letters from the folder's
     /// `dovecot-keywords`, which it writes), mtime = internal date, mode 0600 and the
     /// owner running the backup.
     Flags {
         flags: &'a [&'a str],
         internal_date: i64,
-        /// IMAP's UID; for other sources a number unique in the folder and stable for as
-        /// long as the message is there (an mbox: its number).
-        uid: u32,
-        /// IMAP's UIDVALIDITY; for other sources a number that changes whenever `uid`s
-        /// are given anew.
-        validity: u32,
+        id: MessageId,
     },
+}
+
+/// What a message given by flags is known by; its Maildir key is made from it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum MessageId {
+    /// IMAP's UID and UIDVALIDITY (for other sources: a number unique in the folder and
+    /// stable while the message is there, and one that changes whenever the numbers are
+    /// given anew): the key is [`crate::imap::names::synth_key`] of the folder name,
+    /// internal date, both and the size.
+    Uid { uid: u32, validity: u32 },
+    /// The source's own key, used as it is: unique in the folder, stable while the
+    /// message is there, no `/`, `:` or NUL (an EML file's name without `.eml`).
+    Key(Vec<u8>),
 }
 
 /// A folder file a source hands the pipeline ([`FolderWriter::file`]).
