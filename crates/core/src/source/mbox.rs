@@ -15,7 +15,8 @@
 //! validity: its messages get new keys, but their content, already in the repository, is
 //! not stored again.
 
-use super::{Account, AccountListing, Failures, Folder, FolderWriter, MessageMeta, NewMessage};
+use super::NewMessage;
+use super::{Account, AccountListing, Failures, Folder, FolderWriter, MessageId, MessageMeta};
 use super::{Parallelism, Samples, Source};
 use crate::error::{Error, Result};
 use crate::mail::layout::{self, Tree};
@@ -393,8 +394,10 @@ impl MboxSource {
                     meta: MessageMeta::Flags {
                         flags: &flags,
                         internal_date: m.meta.internal_date.unwrap_or(file_mtime),
-                        uid: (before + i as u64 + 1) as u32,
-                        validity,
+                        id: MessageId::Uid {
+                            uid: (before + i as u64 + 1) as u32,
+                            validity,
+                        },
                     },
                 })
             })
