@@ -243,6 +243,12 @@ impl Source for MboxSource {
                     });
                 }
                 out.sort_by(|a, b| a.name.cmp(&b.name));
+                if out.is_empty() {
+                    return Err(Error::InvalidInput(format!(
+                        "{}: no mbox file in this spool directory (a store of folder trees holds <domain>/<user>/ directories)",
+                        self.path.display()
+                    )));
+                }
                 Ok(out)
             }
             MboxLayout::Store => {
