@@ -411,7 +411,7 @@ fn unknown_location_schemes_are_refused() {
         .map(|d| d.unwrap().file_name().to_string_lossy().into_owned())
         .collect();
 
-    for target in ["mbox:/srv/x", "maildr:x", "mbox:x"] {
+    for target in ["mbx:/srv/x", "maildr:x"] {
         let o = e.expect_output(
             2,
             &["--repo", "./r:1", "restore", "latest", "--target", target],

@@ -11,13 +11,25 @@ use mailvault_core::Compression;
 #[derive(clap::Args, Debug)]
 pub struct Args {
     /// What to back up: `maildir:/var/vmail` (a store of <domain>/<user>/Maildir),
-    /// `maildir:/home/bob/Maildir` (one Maildir; name it with --account), or IMAP
+    /// `maildir:/home/bob/Maildir` (one Maildir; name it with --account), IMAP
     /// accounts: `imap://bob@example.org@host[:port]` (one account) or `imap://host`
-    /// with --imap-master-user and --account/--accounts-file (`imaps://` for TLS).
+    /// with --imap-master-user and --account/--accounts-file (`imaps://` for TLS),
+    /// mbox files: `mbox:/var/mail` (a spool, one file per user; --domain), `mbox:DIR`
+    /// of `<domain>/<user>/` folder trees (as `restore --target mbox:` writes a store),
+    /// `mbox:FILE --account A [--folder F]` (one file), `mbox:DIR --account A` (a mail
+    /// client's folder tree), or `eml:DIR --account A` (.eml files, folders as
+    /// directories).
     pub source: String,
-    /// The account name of a single Maildir; for a store, back up only these accounts.
+    /// The account name of a single Maildir, an mbox file or folder tree, or an EML
+    /// tree; for a store, back up only these accounts.
     #[arg(long)]
     pub account: Vec<String>,
+    /// mbox spool (`mbox:/var/mail`): the domain of its users' accounts (`user@domain`).
+    #[arg(long)]
+    pub domain: Option<String>,
+    /// One mbox file (`mbox:FILE --account A`): the folder it is (default INBOX).
+    #[arg(long)]
+    pub folder: Option<String>,
     /// Compression for this run (default: the repository's).
     #[arg(long, value_parser = ["zstd", "lz4", "none"])]
     pub compression: Option<String>,
@@ -85,6 +97,14 @@ fn execute_source(g: &GlobalOpts, a: Args) -> Result<BackupReport> {
     if a.imap.any_given() || a.accounts_file.is_some() {
         anyhow::bail!("the IMAP flags only apply to imap:// and imaps:// sources");
     }
+    match super::location(&a.source, "source", super::Role::Mail)? {
+        super::Location::Mbox(p) => return run_mbox(g, a, p),
+        super::Location::Eml(p) => return run_eml(g, a, p),
+        _ => {}
+    }
+    if a.domain.is_some() || a.folder.is_some() {
+        anyhow::bail!("--domain and --folder only apply to mbox: sources");
+    }
     let source = super::maildir_location(&a.source, "source")?;
     // Walk the source's directories while the key is derived and the index loaded;
     // detached: it ends on its own, or with the process.
@@ -110,6 +130,100 @@ fn execute_source(g: &GlobalOpts, a: Args) -> Result<BackupReport> {
         hostname: a.host.unwrap_or_else(mailvault_core::hostname),
         force: a.force,
         stat_unchanged: a.stat_unchanged,
+    };
+    let time = a.time.unwrap_or_else(mailvault_core::now);
+    let out = finish(g, |bar| backup_at(&mut r, &opts, time, bar))?;
+    record_seen(&r);
+    Ok(out)
+}
+
+/// The options every kind of source shares.
+fn run_options(a: &Args) -> Result<mailvault_core::ops::backup::RunOptions> {
+    Ok(mailvault_core::ops::backup::RunOptions {
+        compression: a
+            .compression
+            .as_deref()
+            .map(str::parse::<Compression>)
+            .transpose()?,
+        tags: a.tag.clone(),
+        hostname: a.host.clone().unwrap_or_else(mailvault_core::hostname),
+        force: a.force,
+    })
+}
+
+/// The one account an mbox file or tree, or an EML tree, is backed up as.
+fn one_account(a: &Args, what: &str) -> Result<String> {
+    match a.account.as_slice() {
+        [one] => Ok(one.clone()),
+        [] => anyhow::bail!("{what}: name the account with --account"),
+        _ => anyhow::bail!("{what}: one --account only"),
+    }
+}
+
+fn run_mbox(g: &GlobalOpts, a: Args, path: std::path::PathBuf) -> Result<BackupReport> {
+    use mailvault_core::source::mbox::{backup_at, MboxLayout, MboxOptions};
+    let what = format!("mbox source {}", path.display());
+    let layout = if path.is_dir() {
+        if a.folder.is_some() {
+            anyhow::bail!(
+                "{what}: --folder names the folder of one mbox file, and this is a directory"
+            );
+        }
+        if a.account.is_empty() {
+            if mailvault_core::source::mbox::is_store(&path)? {
+                if a.domain.is_some() {
+                    anyhow::bail!("{what}: holds <domain>/<user>/ folder trees, not a spool: --domain does not apply");
+                }
+                MboxLayout::Store
+            } else {
+                MboxLayout::Spool {
+                    domain: a.domain.clone(),
+                }
+            }
+        } else {
+            if a.domain.is_some() {
+                anyhow::bail!("{what}: --domain is for a spool (no --account), --account for one account's folder tree");
+            }
+            MboxLayout::Tree {
+                account: one_account(&a, &what)?,
+            }
+        }
+    } else {
+        if a.domain.is_some() {
+            anyhow::bail!(
+                "{what}: --domain is for a spool directory; name one file's account with --account"
+            );
+        }
+        MboxLayout::File {
+            account: one_account(&a, &what)?,
+            folder: a.folder.clone().unwrap_or_else(|| "INBOX".into()),
+        }
+    };
+    let mut r = repo::open(g)?;
+    let opts = MboxOptions {
+        path,
+        layout,
+        jobs: repo::jobs(g),
+        run: run_options(&a)?,
+    };
+    let time = a.time.unwrap_or_else(mailvault_core::now);
+    let out = finish(g, |bar| backup_at(&mut r, &opts, time, bar))?;
+    record_seen(&r);
+    Ok(out)
+}
+
+fn run_eml(g: &GlobalOpts, a: Args, path: std::path::PathBuf) -> Result<BackupReport> {
+    use mailvault_core::source::eml::{backup_at, EmlOptions};
+    let what = format!("EML source {}", path.display());
+    if a.domain.is_some() || a.folder.is_some() {
+        anyhow::bail!("{what}: --domain and --folder only apply to mbox: sources");
+    }
+    let mut r = repo::open(g)?;
+    let opts = EmlOptions {
+        path,
+        account: one_account(&a, &what)?,
+        jobs: repo::jobs(g),
+        run: run_options(&a)?,
     };
     let time = a.time.unwrap_or_else(mailvault_core::now);
     let out = finish(g, |bar| backup_at(&mut r, &opts, time, bar))?;

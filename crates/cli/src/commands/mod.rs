@@ -28,6 +28,10 @@ pub enum Location {
     Dir(PathBuf),
     /// An IMAP server, `imap://...` or `imaps://...`, as given.
     Imap(String),
+    /// mbox files: `mbox:PATH` (a spool directory, one file, or a folder tree).
+    Mbox(PathBuf),
+    /// `.eml` files in a folder tree: `eml:PATH`.
+    Eml(PathBuf),
     /// An S3-compatible object store, `s3:http[s]://HOST[:PORT]/BUCKET[/PREFIX]`, as given.
     S3(String),
 }
@@ -44,7 +48,7 @@ pub enum Role {
 impl Role {
     fn schemes(self) -> &'static str {
         match self {
-            Role::Mail => "maildir:, imap://, imaps://",
+            Role::Mail => "maildir:, mbox:, eml:, imap://, imaps://",
             Role::Repository => "local:, s3:http[s]://HOST[:PORT]/BUCKET[/PREFIX]",
         }
     }
@@ -52,21 +56,24 @@ impl Role {
 
 /// Parses a location. A prefix `word:` before any `/` is a scheme (`maildir:`, `imap://`,
 /// `local:`); a scheme the role does not know is an error that lists those it knows, so
-/// that `mbox:/srv/x` or a typo never becomes a directory `mbox:` in the current one.
+/// that `mbx:/srv/x` or a typo never becomes a directory `mbox:` in the current one.
 /// Anything else is a path; a directory whose name has a `:` before any `/` is written
 /// `./a:b`.
 pub fn location(s: &str, what: &str, role: Role) -> Result<Location> {
     let Some((scheme, rest)) = scheme(s) else {
         return Ok(Location::Dir(PathBuf::from(s)));
     };
-    let dir = |rest: &str| {
+    let path = |rest: &str| {
         if rest.is_empty() {
             bail!("{what} {s:?}: no path after `{scheme}:`");
         }
-        Ok(Location::Dir(PathBuf::from(rest)))
+        Ok(PathBuf::from(rest))
     };
+    let dir = |rest: &str| path(rest).map(Location::Dir);
     match (role, scheme.to_ascii_lowercase().as_str()) {
         (Role::Mail, "maildir") => dir(rest),
+        (Role::Mail, "mbox") => path(rest).map(Location::Mbox),
+        (Role::Mail, "eml") => path(rest).map(Location::Eml),
         (Role::Repository, "local") => dir(rest),
         (Role::Repository, "s3") => {
             mailvault_core::store::parse_s3_url(s)?;
@@ -100,6 +107,9 @@ pub fn maildir_location(s: &str, what: &str) -> Result<PathBuf> {
     match location(s, what, Role::Mail)? {
         Location::Dir(p) => Ok(p),
         Location::Imap(_) => bail!("{what} {s:?}: an IMAP server, where a directory is needed"),
+        Location::Mbox(_) | Location::Eml(_) => {
+            bail!("{what} {s:?}: mbox or EML files, where a Maildir is needed")
+        }
         Location::S3(_) => bail!("{what} {s:?}: an object store, where a directory is needed"),
     }
 }
@@ -128,8 +138,13 @@ mod tests {
             mail("imaps://mail:993"),
             Some(Location::Imap("imaps://mail:993".into()))
         );
+        assert_eq!(
+            mail("mbox:/var/mail"),
+            Some(Location::Mbox("/var/mail".into()))
+        );
+        assert_eq!(mail("EML:out"), Some(Location::Eml("out".into())));
         for bad in [
-            "mbox:/srv/x",
+            "mbx:/srv/x",
             "maildr:/srv/x",
             "a:b",
             "local:/r",
@@ -154,10 +169,10 @@ mod tests {
         ] {
             assert_eq!(repo(bad), None, "{bad}");
         }
-        let e = location("mbox:/srv/x", "target", Role::Mail).unwrap_err();
+        let e = location("mbx:/srv/x", "target", Role::Mail).unwrap_err();
         let e = e.to_string();
         assert!(
-            e.contains("mbox:") && e.contains("maildir:, imap://, imaps://"),
+            e.contains("mbx:") && e.contains("maildir:, mbox:, eml:, imap://, imaps://"),
             "{e}"
         );
     }

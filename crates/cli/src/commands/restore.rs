@@ -31,6 +31,9 @@ pub struct TargetArgs {
     /// Where to restore: `maildir:/srv/restore`, or a live server `imap://host[:port]`
     /// (`--starttls`) or `imaps://host[:port]`. Accounts are recreated below it as
     /// `<domain>/<user>/Maildir`; a single-Maildir snapshot restores into it directly.
+    /// Or an export (restore only): `mbox:DIR` (one mboxrd file per folder, Thunderbird's
+    /// tree) or `eml:DIR` (one `.eml` per message, flags in `.mailvault-flags`), each
+    /// account in `DIR/<domain>/<user>`.
     #[arg(long)]
     pub target: String,
     #[command(flatten)]
@@ -117,6 +120,11 @@ pub fn run(g: &GlobalOpts, a: Args) -> Result<Outcome> {
     if a.to.is_imap() {
         return run_imap(g, a);
     }
+    match super::location(&a.to.target, "target", super::Role::Mail)? {
+        super::Location::Mbox(p) => return run_export(g, a, p, Export::Mbox),
+        super::Location::Eml(p) => return run_export(g, a, p, Export::Eml),
+        _ => {}
+    }
     let opts = RestoreOptions {
         snapshot: a.snapshot,
         accounts: a.account,
@@ -133,6 +141,64 @@ pub fn run(g: &GlobalOpts, a: Args) -> Result<Outcome> {
         crate::output::json(&rep)?;
     } else {
         print_report(&rep, &opts);
+    }
+    Ok(outcome(rep.items_failed, &rep.failures))
+}
+
+/// The export formats a restore writes.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Export {
+    Mbox,
+    Eml,
+}
+
+/// `restore --target mbox:DIR` or `eml:DIR`.
+fn run_export(g: &GlobalOpts, a: Args, dir: std::path::PathBuf, fmt: Export) -> Result<Outcome> {
+    use mailvault_core::ops::restore::{restore_into, Selection};
+    use mailvault_core::target::{eml::EmlTarget, mbox::MboxTarget};
+    let t = &a.to;
+    if t.imap.any_given()
+        || t.skip_existing
+        || t.create_accounts
+        || t.max_rate.is_some()
+        || t.journal.is_some()
+    {
+        anyhow::bail!("the IMAP flags only apply to imap:// and imaps:// targets");
+    }
+    if t.numeric_owner || t.chown.is_some() {
+        anyhow::bail!("--numeric-owner and --chown only apply to Maildir targets");
+    }
+    let sel = Selection {
+        snapshot: a.snapshot,
+        accounts: a.account,
+        folders: a.folder,
+        messages: a.message,
+        reads: g.storage.store_connections.unwrap_or(0),
+        cache_bytes: 64 << 20,
+    };
+    let jobs = repo::jobs(g);
+    let r = repo::open(g)?;
+    let bar = Bar::new(g.quiet || g.json, "restore");
+    let rep = match fmt {
+        Export::Mbox => {
+            restore_into(&r, &sel, &bar, |_, _| MboxTarget::open(&dir, jobs)).map(|x| x.0)
+        }
+        Export::Eml => {
+            restore_into(&r, &sel, &bar, |_, _| EmlTarget::open(&dir, jobs)).map(|x| x.0)
+        }
+    };
+    bar.finish();
+    let rep = rep?;
+    if g.json {
+        crate::output::json(&rep)?;
+    } else {
+        let scheme = if fmt == Export::Mbox { "mbox" } else { "eml" };
+        println!(
+            "restored snapshot {} to {scheme}:{}",
+            &rep.snapshot[..8],
+            safe(&dir.display().to_string())
+        );
+        print_counts(&rep);
     }
     Ok(outcome(rep.items_failed, &rep.failures))
 }

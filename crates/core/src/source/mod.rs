@@ -26,8 +26,10 @@
 //! (`crates/core/tests/source_conformance.rs`) with one test. docs/architecture.md
 //! (Backup pipeline) draws the whole.
 
+pub mod eml;
 pub mod imap;
 pub mod maildir;
+pub mod mbox;
 
 use crate::repo::tree::{DirEntry, FileEntry, FolderNode, MessageEntry, Timestamp};
 use crate::report::Failure;

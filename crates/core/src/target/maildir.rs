@@ -176,7 +176,7 @@ type DirAttrs = BTreeMap<Vec<Vec<u8>>, DirEntry>;
 
 /// Creates the target directory if need be and opens it (following it if it is a link:
 /// the admin named it).
-fn open_target(target: &Path) -> Result<OwnedFd> {
+pub(crate) fn open_target(target: &Path) -> Result<OwnedFd> {
     fs::create_dir_all(target).map_err(|e| Error::io(target, e))?;
     rustix::fs::open(
         target,
@@ -442,7 +442,7 @@ impl FolderDirs {
 /// Opens (creating what is missing) the directories `parts` below `base`, none of them
 /// through a symbolic link. Directories are created 0700 (mail is private): a recorded
 /// mode is set at the end, once their content is in. Errors say at which component.
-fn open_path(
+pub(crate) fn open_path(
     base: BorrowedFd,
     parts: &[&[u8]],
     create: bool,
@@ -461,7 +461,11 @@ fn open_path(
 
 /// Opens the directory `name` in `parent` without following a symbolic link, creating it
 /// with `create` (a mode, before the umask) if it is missing.
-fn open_dir_at(parent: BorrowedFd, name: &[u8], create: Option<u32>) -> std::io::Result<OwnedFd> {
+pub(crate) fn open_dir_at(
+    parent: BorrowedFd,
+    name: &[u8],
+    create: Option<u32>,
+) -> std::io::Result<OwnedFd> {
     if let Some(mode) = create {
         match rustix::fs::mkdirat(parent, name, Mode::from_raw_mode(mode)) {
             Ok(()) => {}
@@ -576,7 +580,7 @@ fn existing_keys(folder: &FolderDirs, failures: &Failures) -> HashMap<Vec<u8>, (
 }
 
 /// Reads a file of the target without following a symbolic link.
-fn read_at(dir: BorrowedFd, name: &[u8]) -> std::io::Result<Vec<u8>> {
+pub(crate) fn read_at(dir: BorrowedFd, name: &[u8]) -> std::io::Result<Vec<u8>> {
     let fd = rustix::fs::openat(
         dir,
         name,
@@ -638,15 +642,15 @@ fn write_new_file(
 
 /// What a restored file gets besides its bytes.
 #[derive(Clone, Copy)]
-struct Attrs {
-    mode: u32,
-    mtime: Timestamp,
+pub(crate) struct Attrs {
+    pub(crate) mode: u32,
+    pub(crate) mtime: Timestamp,
     /// (uid, gid) to set, if any.
-    owner: Option<(u32, u32)>,
+    pub(crate) owner: Option<(u32, u32)>,
 }
 
 /// Mode, owner and times of a file being written.
-fn set_attributes(f: &File, attrs: Attrs) -> std::io::Result<()> {
+pub(crate) fn set_attributes(f: &File, attrs: Attrs) -> std::io::Result<()> {
     let Attrs { mode, mtime, owner } = attrs;
     if let Some((uid, gid)) = owner {
         std::os::unix::fs::fchown(f, Some(uid), Some(gid))?;
@@ -748,7 +752,7 @@ fn through_tmp(
 
 /// Moves `from` to `to` unless `to` exists: renameat2(RENAME_NOREPLACE), one directory
 /// operation where link + unlink are two; falls back to those on file systems without it.
-fn rename_noreplace(
+pub(crate) fn rename_noreplace(
     from_dir: BorrowedFd,
     from: &str,
     to_dir: BorrowedFd,

@@ -28,8 +28,10 @@ use crate::repo::{lock, Repository};
 use crate::report::Failure;
 use std::sync::Mutex;
 
+pub mod eml;
 pub mod imap;
 pub mod maildir;
+pub mod mbox;
 
 /// How a target wants its messages.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

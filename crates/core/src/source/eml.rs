@@ -1,0 +1,301 @@
+//! A tree of `.eml` files as a [`Source`]: one account, each directory a folder (its
+//! files directly below the root are INBOX), one message per `.eml` file, the file's
+//! mtime its internal date. Flags and keywords come from the folder's sidecar
+//! ([`crate::mail::eml::SIDECAR`], written by `restore --target eml:`), so that an
+//! export imported back keeps them. The codec is [`crate::mail::eml`].
+//!
+//! A message's Maildir key is its file name without `.eml` (bytes a Maildir name cannot
+//! hold written `%XX`). Like a Maildir file, an `.eml` file that the parent snapshot has
+//! with the same size and mtime is not read again; a changed sidecar only renames it.
+
+use super::{Account, AccountListing, Failures, FileMeta, Folder, FolderWriter, MessageMeta};
+use super::{NewMessage, Parallelism, Source};
+use crate::error::{Error, Result};
+use crate::mail::eml::{is_eml, Sidecar, SIDECAR};
+use crate::mail::layout::{self, Tree};
+use crate::ops::backup::{BackupReport, RunOptions};
+use crate::repo::tree::MessageEntry;
+use crate::repo::Repository;
+use crate::report::Progress;
+use rayon::prelude::*;
+use std::collections::HashMap;
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+
+/// What to back up and how.
+#[derive(Clone, Debug)]
+pub struct EmlOptions {
+    /// The tree's root directory.
+    pub path: PathBuf,
+    /// The account its mail belongs to.
+    pub account: String,
+    /// Worker threads; 0 means one per core.
+    pub jobs: usize,
+    pub run: RunOptions,
+}
+
+/// Backs up an EML tree into `repo` and writes a snapshot dated `time`.
+pub fn backup_at(
+    repo: &mut Repository,
+    opts: &EmlOptions,
+    time: (i64, u32),
+    progress: &dyn Progress,
+) -> Result<BackupReport> {
+    let source = EmlSource::new(opts)?;
+    crate::ops::backup::run(repo, &source, &opts.run, time, progress)
+}
+
+/// A tree of `.eml` files as a [`Source`].
+#[derive(Clone, Debug)]
+pub struct EmlSource {
+    root: PathBuf,
+    account: String,
+    jobs: usize,
+}
+
+impl EmlSource {
+    pub fn new(opts: &EmlOptions) -> Result<EmlSource> {
+        let root = std::path::absolute(&opts.path).map_err(|e| Error::io(&opts.path, e))?;
+        if !std::fs::metadata(&root)
+            .map_err(|e| Error::io(&root, e))?
+            .is_dir()
+        {
+            return Err(Error::InvalidInput(format!(
+                "{}: an EML source is a directory of .eml files",
+                root.display()
+            )));
+        }
+        Ok(EmlSource {
+            root,
+            account: opts.account.clone(),
+            jobs: opts.jobs,
+        })
+    }
+}
+
+/// The Maildir key of the message in file `name` (a final `.eml` removed; `.EML` and
+/// other spellings kept, so that two files never share a key): bytes outside
+/// `A-Za-z0-9._+=,-` (and so `:` and `/`, which a Maildir name cannot hold) as `%XX`.
+pub fn key_of(name: &[u8]) -> Vec<u8> {
+    let stem = name.strip_suffix(b".eml").unwrap_or(name);
+    let mut out = Vec::with_capacity(stem.len());
+    for &c in stem {
+        if c.is_ascii_alphanumeric() || b"._+=,-".contains(&c) {
+            out.push(c);
+        } else {
+            out.extend_from_slice(format!("%{c:02X}").as_bytes());
+        }
+    }
+    out
+}
+
+fn folder(name: &str, path: PathBuf) -> Folder {
+    Folder {
+        name: name.to_string(),
+        dir: crate::imap::names::maildir_dir(name),
+        path,
+    }
+}
+
+/// Every directory below `root` (`rel`: the path so far) as a folder; the root itself is
+/// INBOX when it holds `.eml` files. Symbolic links and special files are reported.
+fn walk(root: &Path, rel: &Path, out: &mut Vec<Folder>, failures: &Failures) {
+    let dir = root.join(rel);
+    let entries = match std::fs::read_dir(&dir) {
+        Ok(e) => e,
+        Err(e) => {
+            failures.fail(dir.display().to_string(), e);
+            return;
+        }
+    };
+    let mut entries: Vec<_> = entries.filter_map(|e| e.ok()).collect();
+    entries.sort_by_key(|e| e.file_name());
+    let mut has_mail = false;
+    for e in entries {
+        let Ok(ft) = e.file_type() else { continue };
+        let name = e.file_name();
+        if ft.is_dir() {
+            let rel = rel.join(&name);
+            match layout::path_to_folder(&rel, Tree::Eml) {
+                Some(f) => out.push(folder(&f, root.join(&rel))),
+                None => failures.fail(root.join(&rel).display().to_string(), "not a folder name"),
+            }
+            walk(root, &rel, out, failures);
+        } else if ft.is_file() {
+            has_mail |= is_eml(name.as_bytes());
+        } else if is_eml(name.as_bytes()) {
+            failures.fail(
+                e.path().display().to_string(),
+                "not a regular file (a symbolic link or a special file): not backed up",
+            );
+        }
+    }
+    if rel.as_os_str().is_empty() && has_mail {
+        if out.iter().any(|f| f.name == "INBOX") {
+            failures.fail(
+                dir.display().to_string(),
+                "has .eml files and an INBOX directory: its own .eml files are not backed up (move them into INBOX/)",
+            );
+        } else {
+            out.push(folder("INBOX", dir));
+        }
+    }
+}
+
+impl Source for EmlSource {
+    type Session = ();
+    type Error = Error;
+
+    fn label(&self) -> String {
+        format!("eml:{}", self.root.display())
+    }
+
+    fn parallelism(&self) -> Parallelism {
+        Parallelism::Pool { jobs: self.jobs }
+    }
+
+    fn accounts(&self) -> Result<Vec<Account>> {
+        Ok(vec![Account {
+            name: self.account.clone(),
+            rel_path: Vec::new(),
+            path: self.root.clone(),
+        }])
+    }
+
+    fn open(&self, _account: &Account) -> Result<()> {
+        Ok(())
+    }
+
+    fn folders(
+        &self,
+        account: &Account,
+        _session: &mut (),
+        failures: &Failures,
+    ) -> Result<AccountListing> {
+        let mut folders = Vec::new();
+        walk(&account.path, Path::new(""), &mut folders, failures);
+        Ok(AccountListing {
+            folders,
+            dirs: Vec::new(),
+            subscriptions: None,
+        })
+    }
+
+    fn folder_item(&self, _account: &Account, folder: &Folder) -> String {
+        folder.path.display().to_string()
+    }
+
+    fn backup_folder(
+        &self,
+        _session: &mut (),
+        _account: &Account,
+        folder: &Folder,
+        out: &mut FolderWriter<'_>,
+    ) -> Result<()> {
+        let dir = &folder.path;
+        let sidecar = match std::fs::read(dir.join(SIDECAR)) {
+            Ok(d) => Sidecar::parse(&d).unwrap_or_else(|e| {
+                out.fail(dir.join(SIDECAR).display().to_string(), e);
+                Sidecar::default()
+            }),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Sidecar::default(),
+            Err(e) => {
+                out.fail(dir.join(SIDECAR).display().to_string(), e);
+                Sidecar::default()
+            }
+        };
+        let mut files = Vec::new();
+        for e in std::fs::read_dir(dir).map_err(|e| Error::io(dir, e))? {
+            let e = e.map_err(|e| Error::io(dir, e))?;
+            let name = e.file_name();
+            if is_eml(name.as_bytes()) && e.file_type().is_ok_and(|t| t.is_file()) {
+                files.push(name.as_bytes().to_vec());
+            }
+        }
+        files.sort();
+        out.expect(files.len() as u64);
+        // Names of kept entries are made again from the sidecar: start from the parent's
+        // keyword letters so that they keep their meaning.
+        out.resume_keywords();
+        let parent: HashMap<Vec<u8>, MessageEntry> = out
+            .parent_entries()?
+            .into_iter()
+            .map(|e| (e.key.clone(), e))
+            .collect();
+        let flags_of = |name: &[u8]| -> Vec<String> {
+            sidecar.get(name).map(|m| m.imap_list()).unwrap_or_default()
+        };
+        let mut to_read = Vec::new();
+        for name in files {
+            let path = dir.join(std::ffi::OsStr::from_bytes(&name));
+            let meta = match std::fs::symlink_metadata(&path) {
+                Ok(m) => FileMeta::of(&m),
+                Err(e) => {
+                    if e.kind() != std::io::ErrorKind::NotFound {
+                        out.fail(path.display().to_string(), e);
+                    }
+                    out.skipped();
+                    continue;
+                }
+            };
+            let key = key_of(&name);
+            match parent.get(&key) {
+                Some(p) if p.size == meta.size && p.mtime == meta.mtime => {
+                    let list = flags_of(&name);
+                    let flags: Vec<&str> = list.iter().map(String::as_str).collect();
+                    let mut e = p.clone();
+                    e.name = out.maildir_name(&key, &flags);
+                    (e.mode, e.uid, e.gid) = (meta.mode, meta.uid, meta.gid);
+                    out.unchanged(e);
+                }
+                _ => to_read.push((name, key, path)),
+            }
+        }
+        let w: &FolderWriter = out;
+        let stored: Vec<Option<MessageEntry>> = to_read
+            .par_iter()
+            .map(|(name, key, path)| {
+                let read = std::fs::File::open(path).and_then(|mut f| {
+                    let meta = FileMeta::of(&f.metadata()?);
+                    let mut data = Vec::with_capacity(meta.size as usize);
+                    std::io::Read::read_to_end(&mut f, &mut data)?;
+                    Ok((meta, data))
+                });
+                let (meta, data) = match read {
+                    Ok(r) => r,
+                    Err(e) => {
+                        if e.kind() != std::io::ErrorKind::NotFound {
+                            w.fail(path.display().to_string(), e);
+                        }
+                        return None;
+                    }
+                };
+                let list = flags_of(name);
+                let flags: Vec<&str> = list.iter().map(String::as_str).collect();
+                let msg = NewMessage {
+                    data: &data,
+                    read: data.len() as u64,
+                    meta: MessageMeta::Maildir {
+                        name: w.maildir_name(key, &flags),
+                        new: false,
+                        file: meta,
+                    },
+                };
+                match w.store(msg) {
+                    Ok(e) => Some(e),
+                    Err(e) => {
+                        w.fail(path.display().to_string(), e);
+                        None
+                    }
+                }
+            })
+            .collect();
+        for e in stored {
+            match e {
+                Some(e) => out.add(e),
+                None => out.skipped(),
+            }
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,483 @@
+//! mbox files as a [`Source`]: a spool (`/var/mail`, one file per user, each the user's
+//! INBOX), one mbox file as one folder of an account, or a mail client's folder tree of
+//! mbox files (Thunderbird's `Archive.sbd/2023`, mutt's and Dovecot's plain directories).
+//! The codec is [`crate::mail::mbox`]; this module finds the files and keeps the books.
+//!
+//! Each message goes to the pipeline with its flags, keywords and internal date
+//! ([`MessageMeta::Flags`]): its Maildir key is made from the folder, the date, its number
+//! in the file (`uid`) and a `validity` that changes whenever the numbers are given anew.
+//!
+//! Incremental: the folder's state file ([`STATE_FILE`]) keeps the file's size, the hashes
+//! of its head and of the bytes before its end ([`MboxState`]), the number of messages and
+//! the validity. A file that only grew is read from its old end (the report's
+//! `bytes_read` counts only the new bytes) and the parent's entries are kept; an unchanged
+//! one is not read at all; a rewritten one (an expunge) is read again under a new
+//! validity: its messages get new keys, but their content, already in the repository, is
+//! not stored again.
+
+use super::NewMessage;
+use super::{Account, AccountListing, Failures, Folder, FolderWriter, MessageId, MessageMeta};
+use super::{Parallelism, Samples, Source};
+use crate::error::{Error, Result};
+use crate::mail::layout::{self, Tree};
+use crate::mail::mbox::{Change, MboxMessage, MboxReader, MboxState};
+use crate::ops::backup::{BackupReport, RunOptions};
+use crate::repo::Repository;
+use crate::report::Progress;
+use rayon::prelude::*;
+use serde::{Deserialize, Serialize};
+use std::fs::File;
+use std::io::BufReader;
+use std::os::unix::fs::{FileExt, MetadataExt};
+use std::path::{Path, PathBuf};
+
+/// The folder file in which an mbox backup keeps a folder's [`FolderState`].
+pub const STATE_FILE: &[u8] = b"mailvault-mbox-state";
+
+/// Messages stored in parallel at a time, at most (and at most [`BATCH_BYTES`]).
+const BATCH_MESSAGES: usize = 256;
+const BATCH_BYTES: usize = 16 << 20;
+
+/// What is backed up.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum MboxLayout {
+    /// A spool directory: each file is a user's INBOX, the account `user@domain` (`user`
+    /// without a domain).
+    Spool { domain: Option<String> },
+    /// One mbox file: one folder of one account.
+    File { account: String, folder: String },
+    /// A mail client's folder tree of one account.
+    Tree { account: String },
+    /// A store of folder trees, `<domain>/<user>/` (as `restore --target mbox:` writes a
+    /// snapshot of a Maildir store): each is the account `user@domain`.
+    Store,
+}
+
+/// What to back up and how.
+#[derive(Clone, Debug)]
+pub struct MboxOptions {
+    /// The spool directory, the file or the tree.
+    pub path: PathBuf,
+    pub layout: MboxLayout,
+    /// Worker threads; 0 means one per core.
+    pub jobs: usize,
+    pub run: RunOptions,
+}
+
+/// A folder's sync state, kept in [`STATE_FILE`] (JSON).
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
+pub struct FolderState {
+    pub version: u32,
+    /// Numbers the messages' keys; a new one whenever the file is read from the start
+    /// again after it changed.
+    pub validity: u32,
+    pub mbox: MboxState,
+}
+
+/// Backs up mbox files into `repo` and writes a snapshot dated `time`.
+pub fn backup_at(
+    repo: &mut Repository,
+    opts: &MboxOptions,
+    time: (i64, u32),
+    progress: &dyn Progress,
+) -> Result<BackupReport> {
+    let source = MboxSource::new(opts)?;
+    crate::ops::backup::run(repo, &source, &opts.run, time, progress)
+}
+
+/// mbox files as a [`Source`].
+#[derive(Clone, Debug)]
+pub struct MboxSource {
+    path: PathBuf,
+    layout: MboxLayout,
+    jobs: usize,
+}
+
+impl MboxSource {
+    pub fn new(opts: &MboxOptions) -> Result<MboxSource> {
+        let path = std::path::absolute(&opts.path).map_err(|e| Error::io(&opts.path, e))?;
+        let meta = std::fs::metadata(&path).map_err(|e| Error::io(&path, e))?;
+        match (&opts.layout, meta.is_dir()) {
+            (MboxLayout::File { .. }, true) => {
+                return Err(Error::InvalidInput(format!(
+                    "{} is a directory: name a file, or back up the folder tree with --account only",
+                    path.display()
+                )))
+            }
+            (MboxLayout::Spool { .. } | MboxLayout::Tree { .. } | MboxLayout::Store, false) => {
+                return Err(Error::InvalidInput(format!(
+                    "{} is not a directory: a spool or a folder tree is a directory (one mbox file needs --account)",
+                    path.display()
+                )))
+            }
+            _ => {}
+        }
+        Ok(MboxSource {
+            path,
+            layout: opts.layout.clone(),
+            jobs: opts.jobs,
+        })
+    }
+}
+
+/// `<domain>/<user>/Maildir` of an account, where a restore into a store puts it.
+fn rel_path(account: &str) -> Vec<u8> {
+    super::imap::account_rel_path(account)
+}
+
+fn folder(name: &str, path: PathBuf) -> Folder {
+    Folder {
+        name: name.to_string(),
+        dir: crate::imap::names::maildir_dir(name),
+        path,
+    }
+}
+
+/// The mbox files of a folder tree below `dir` (`rel`: the path so far), as folders;
+/// symbolic links and special files are reported and left out.
+fn walk_tree(root: &Path, rel: &Path, out: &mut Vec<Folder>, failures: &Failures) {
+    let dir = root.join(rel);
+    let entries = match std::fs::read_dir(&dir) {
+        Ok(e) => e,
+        Err(e) => {
+            failures.fail(dir.display().to_string(), e);
+            return;
+        }
+    };
+    let mut names: Vec<_> = entries.filter_map(|e| e.ok()).collect();
+    names.sort_by_key(|e| e.file_name());
+    for e in names {
+        let name = e.file_name();
+        let rel = rel.join(&name);
+        let path = root.join(&rel);
+        let Ok(ft) = e.file_type() else { continue };
+        if ft.is_dir() {
+            walk_tree(root, &rel, out, failures);
+        } else if ft.is_file() {
+            use std::os::unix::ffi::OsStrExt;
+            if layout::is_index_file(name.as_bytes()) {
+                continue;
+            }
+            match layout::path_to_folder(&rel, Tree::Mbox) {
+                Some(f) => out.push(folder(&f, path)),
+                None => failures.fail(path.display().to_string(), "not a folder name"),
+            }
+        } else if !layout::is_index_file(std::os::unix::ffi::OsStrExt::as_bytes(name.as_os_str())) {
+            failures.fail(
+                path.display().to_string(),
+                "not a regular file or directory (a symbolic link or a special file): not backed up",
+            );
+        }
+    }
+}
+
+/// The directories directly below `dir` whose names are UTF-8 (sorted), with their paths;
+/// symbolic links are not followed.
+fn sub_dirs(dir: &Path) -> Result<Vec<(String, PathBuf)>> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(dir).map_err(|e| Error::io(dir, e))? {
+        let e = e.map_err(|e| Error::io(dir, e))?;
+        if !e.file_type().is_ok_and(|t| t.is_dir()) {
+            continue;
+        }
+        if let Ok(name) = e.file_name().into_string() {
+            if !name.starts_with('.') {
+                out.push((name, e.path()));
+            }
+        }
+    }
+    out.sort();
+    Ok(out)
+}
+
+/// Whether `dir` looks like a store of `<domain>/<user>/` folder trees rather than a
+/// spool: it has directories and no regular files other than index and lock files.
+pub fn is_store(dir: &Path) -> Result<bool> {
+    let (mut dirs, mut files) = (0, 0);
+    for e in std::fs::read_dir(dir).map_err(|e| Error::io(dir, e))? {
+        let e = e.map_err(|e| Error::io(dir, e))?;
+        let Ok(t) = e.file_type() else { continue };
+        if t.is_dir() {
+            dirs += 1;
+        } else if t.is_file() && layout::spool_user(&e.file_name()).is_some() {
+            files += 1;
+        }
+    }
+    Ok(dirs > 0 && files == 0)
+}
+
+impl Source for MboxSource {
+    type Session = ();
+    type Error = Error;
+
+    fn label(&self) -> String {
+        format!("mbox:{}", self.path.display())
+    }
+
+    fn parallelism(&self) -> Parallelism {
+        Parallelism::Pool { jobs: self.jobs }
+    }
+
+    fn accounts(&self) -> Result<Vec<Account>> {
+        match &self.layout {
+            MboxLayout::Spool { domain } => {
+                let mut out = Vec::new();
+                let entries =
+                    std::fs::read_dir(&self.path).map_err(|e| Error::io(&self.path, e))?;
+                for e in entries {
+                    let e = e.map_err(|e| Error::io(&self.path, e))?;
+                    if !e.file_type().is_ok_and(|t| t.is_file()) {
+                        continue;
+                    }
+                    let Some(user) = layout::spool_user(&e.file_name()) else {
+                        continue;
+                    };
+                    let name = match domain {
+                        Some(d) => format!("{user}@{d}"),
+                        None => user,
+                    };
+                    out.push(Account {
+                        rel_path: rel_path(&name),
+                        name,
+                        path: e.path(),
+                    });
+                }
+                out.sort_by(|a, b| a.name.cmp(&b.name));
+                if out.is_empty() {
+                    return Err(Error::InvalidInput(format!(
+                        "{}: no mbox file in this spool directory (a store of folder trees holds <domain>/<user>/ directories)",
+                        self.path.display()
+                    )));
+                }
+                Ok(out)
+            }
+            MboxLayout::Store => {
+                let mut out = Vec::new();
+                for (domain, dpath) in sub_dirs(&self.path)? {
+                    for (user, upath) in sub_dirs(&dpath)? {
+                        let name = format!("{user}@{domain}");
+                        out.push(Account {
+                            rel_path: rel_path(&name),
+                            name,
+                            path: upath,
+                        });
+                    }
+                }
+                Ok(out)
+            }
+            MboxLayout::File { account, .. } | MboxLayout::Tree { account } => Ok(vec![Account {
+                name: account.clone(),
+                rel_path: Vec::new(),
+                path: self.path.clone(),
+            }]),
+        }
+    }
+
+    fn open(&self, _account: &Account) -> Result<()> {
+        Ok(())
+    }
+
+    fn folders(
+        &self,
+        account: &Account,
+        _session: &mut (),
+        failures: &Failures,
+    ) -> Result<AccountListing> {
+        let folders = match &self.layout {
+            MboxLayout::Spool { .. } => vec![folder("INBOX", account.path.clone())],
+            MboxLayout::File { folder: f, .. } => vec![folder(f, account.path.clone())],
+            MboxLayout::Tree { .. } | MboxLayout::Store => {
+                let mut out = Vec::new();
+                walk_tree(&account.path, Path::new(""), &mut out, failures);
+                out
+            }
+        };
+        Ok(AccountListing {
+            folders,
+            dirs: Vec::new(),
+            subscriptions: None,
+        })
+    }
+
+    fn folder_item(&self, _account: &Account, folder: &Folder) -> String {
+        folder.path.display().to_string()
+    }
+
+    fn state_file(&self) -> Option<&'static [u8]> {
+        Some(STATE_FILE)
+    }
+
+    fn samples(&self, accounts: &[Account], samples: &Samples) {
+        for a in accounts {
+            let listing = self.folders(a, &mut (), &Failures::default());
+            for f in listing.map(|l| l.folders).unwrap_or_default() {
+                let Ok(file) = File::open(&f.path) else {
+                    continue;
+                };
+                for m in MboxReader::new(BufReader::new(file)).take(64).flatten() {
+                    if samples.full() {
+                        return;
+                    }
+                    samples.offer(&m.bytes);
+                }
+            }
+        }
+    }
+
+    fn backup_folder(
+        &self,
+        _session: &mut (),
+        account: &Account,
+        folder: &Folder,
+        out: &mut FolderWriter<'_>,
+    ) -> Result<()> {
+        let path = &folder.path;
+        let file = File::open(path).map_err(|e| Error::io(path, e))?;
+        let meta = file.metadata().map_err(|e| Error::io(path, e))?;
+        let size = meta.len();
+        let mtime = meta.mtime();
+        let read_at = |off: u64, buf: &mut [u8]| file.read_exact_at(buf, off);
+        let parent: Option<FolderState> = out
+            .parent_state()
+            .and_then(|d| serde_json::from_slice(&d).ok());
+        let change = match &parent {
+            Some(p) if out.parent().is_some() => p
+                .mbox
+                .compare(size, read_at)
+                .map_err(|e| Error::io(path, e))?,
+            _ => Change::Rewritten,
+        };
+        let (validity, first_uid, from) = match (&parent, change) {
+            (Some(p), Change::Unchanged | Change::Grown { .. }) => {
+                // The parent's messages stay as they were: their keys, names and keyword
+                // letters.
+                out.resume_keywords();
+                for e in out.parent_entries()? {
+                    out.unchanged(e);
+                }
+                let from = match change {
+                    Change::Grown { from } => from,
+                    _ => size,
+                };
+                (p.validity, p.mbox.messages as u32 + 1, from)
+            }
+            (p, _) => (
+                p.as_ref().map_or(1, |p| p.validity.wrapping_add(1).max(1)),
+                1,
+                0,
+            ),
+        };
+        let mut count = u64::from(first_uid - 1);
+        let mut complete = true;
+        if from < size {
+            let mut reader = std::fs::File::open(path).map_err(|e| Error::io(path, e))?;
+            use std::io::Seek;
+            reader
+                .seek(std::io::SeekFrom::Start(from))
+                .map_err(|e| Error::io(path, e))?;
+            let mut messages = MboxReader::at(BufReader::with_capacity(1 << 20, reader), from);
+            let mut batch: Vec<MboxMessage> = Vec::new();
+            let mut batch_bytes = 0;
+            loop {
+                let (end, failed) = match messages.next() {
+                    None => (true, None),
+                    Some(Err(e)) => (true, Some(e)),
+                    Some(Ok(m)) if m.folder_internal => {
+                        out.count_read(m.end - m.offset);
+                        continue;
+                    }
+                    Some(Ok(m)) => {
+                        batch_bytes += m.bytes.len();
+                        batch.push(m);
+                        (false, None)
+                    }
+                };
+                if !batch.is_empty()
+                    && (end || batch.len() >= BATCH_MESSAGES || batch_bytes >= BATCH_BYTES)
+                {
+                    self.store_batch(out, account, folder, &batch, validity, count, mtime)?;
+                    count += batch.len() as u64;
+                    batch.clear();
+                    batch_bytes = 0;
+                }
+                if let Some(e) = failed {
+                    // What was read is kept; the next backup reads the file again.
+                    complete = false;
+                    out.fail(path.display().to_string(), e);
+                }
+                if end {
+                    break;
+                }
+            }
+        }
+        if complete {
+            let state = FolderState {
+                version: 1,
+                validity,
+                mbox: MboxState::of(size, count, |off, buf| file.read_exact_at(buf, off))
+                    .map_err(|e| Error::io(path, e))?,
+            };
+            let data = serde_json::to_vec(&state)
+                .map_err(|e| Error::InvalidInput(format!("mbox state: {e}")))?;
+            out.set_state(data)?;
+        }
+        Ok(())
+    }
+}
+
+impl MboxSource {
+    /// Stores a batch of messages in parallel and adds them in file order.
+    #[allow(clippy::too_many_arguments)]
+    fn store_batch(
+        &self,
+        out: &mut FolderWriter<'_>,
+        account: &Account,
+        folder: &Folder,
+        batch: &[MboxMessage],
+        validity: u32,
+        before: u64,
+        file_mtime: i64,
+    ) -> Result<()> {
+        out.expect(batch.len() as u64);
+        let w: &FolderWriter = out;
+        let stored: Vec<Result<_>> = batch
+            .par_iter()
+            .enumerate()
+            .map(|(i, m)| {
+                let list = m.meta.imap_list();
+                let flags: Vec<&str> = list.iter().map(String::as_str).collect();
+                w.store(NewMessage {
+                    data: &m.bytes,
+                    read: m.end - m.offset,
+                    meta: MessageMeta::Flags {
+                        flags: &flags,
+                        internal_date: m.meta.internal_date.unwrap_or(file_mtime),
+                        id: MessageId::Uid {
+                            uid: (before + i as u64 + 1) as u32,
+                            validity,
+                        },
+                    },
+                })
+            })
+            .collect();
+        for (m, r) in batch.iter().zip(stored) {
+            match r {
+                Ok(e) => out.add(e),
+                Err(e @ Error::Io { .. }) => {
+                    out.fail(
+                        format!(
+                            "{}: {}: byte {}",
+                            account.name,
+                            folder.path.display(),
+                            m.offset
+                        ),
+                        e,
+                    );
+                    out.skipped();
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,439 @@
+//! The mbox target: `restore --target mbox:DIR` writes one mboxrd file per folder, in a
+//! mail client's folder tree (Thunderbird's layout, [`Tree::Mbox`]: `Inbox`,
+//! `Archive.sbd/2023`), each account in its own directory below the target
+//! ([`account_dir`]: `example.org/bob` for `example.org/bob/Maildir`; a single-Maildir
+//! snapshot's folders go into the target itself). Flags and keywords go into `Status:`,
+//! `X-Status:` and `X-Keywords:`, the internal date into the `From ` line, the folder's
+//! keywords into the first message's `X-IMAPbase:` (so that Dovecot reads `X-Keywords:`);
+//! the codec is [`crate::mail::mbox`].
+//!
+//! A folder's messages come in its arrival order, in batches ([`Order::Folder`]). A
+//! folder file that is not there yet is written under a hidden temporary name and renamed
+//! into place (never replacing a file) when the folder is finished, so that a killed
+//! restore leaves no half mbox (a re-run writes it again). A folder file already there is
+//! appended to, and the messages whose bytes it already holds (by BLAKE3, as many times
+//! as it holds them) are not written again, so that a re-run never duplicates. A batch
+//! whose writing fails is cut off the file again and its messages fail.
+//!
+//! Directories are opened as the Maildir target opens them: relative to their parent,
+//! never through a symbolic link.
+
+use super::maildir::{open_path, open_target, rename_noreplace};
+use super::Target;
+use super::{AccountInfo, Caps, Failures, FolderInfo, Item, Message, Meta, Order, Outcome};
+use crate::error::{Error, Result};
+use crate::mail::layout::{folder_to_path, Tree};
+use crate::mail::{self, MboxReader, MboxWriter};
+use crate::repo::lock;
+use crate::repo::tree::AccountRef;
+use rustix::fs::{Mode, OFlags};
+use std::collections::HashMap;
+use std::ffi::OsStr;
+use std::fs::File;
+use std::io::{BufReader, Read, Seek, SeekFrom, Write};
+use std::os::fd::{AsFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Component, Path, PathBuf};
+use std::sync::Mutex;
+
+/// Messages, and bytes, per batch.
+const BATCH_MESSAGES: usize = 256;
+const BATCH_BYTES: usize = 16 << 20;
+
+/// The directory of an account below an mbox or EML target, as path components: its
+/// `rel_path` without a trailing `Maildir` (`example.org/bob/Maildir` is
+/// `example.org/bob`); empty (the target itself) for a single-Maildir snapshot.
+pub(crate) fn account_dir(acc: &AccountRef) -> Vec<Vec<u8>> {
+    let mut parts: Vec<Vec<u8>> = acc
+        .rel_path
+        .split(|&c| c == b'/')
+        .filter(|p| !p.is_empty())
+        .map(|p| p.to_vec())
+        .collect();
+    if parts.len() > 1 && parts.last().is_some_and(|p| p == b"Maildir") {
+        parts.pop();
+    }
+    parts
+}
+
+/// A folder's relative path in a tree as components (directories, then the folder's own
+/// file or directory).
+pub(crate) fn folder_parts(name: &str, tree: Tree) -> Vec<Vec<u8>> {
+    folder_to_path(name, tree)
+        .components()
+        .filter_map(|c| match c {
+            Component::Normal(s) => Some(s.as_bytes().to_vec()),
+            _ => None,
+        })
+        .collect()
+}
+
+/// The pipeline's [`Meta`] as the mail codecs take it.
+pub(crate) fn mail_meta(m: &Meta) -> mail::Meta {
+    mail::Meta {
+        flags: mail::flags::sorted(&m.flags.imap()),
+        keywords: m.keywords.clone(),
+        internal_date: Some(m.internal_date.secs),
+    }
+}
+
+/// `parts` below `base`, for messages.
+pub(crate) fn shown(base: &Path, parts: &[Vec<u8>]) -> PathBuf {
+    let mut p = base.to_path_buf();
+    for c in parts {
+        p.push(OsStr::from_bytes(c));
+    }
+    p
+}
+
+/// A tree of mbox files as a restore target.
+pub struct MboxTarget {
+    path: PathBuf,
+    root: OwnedFd,
+    accounts: usize,
+    warnings: Mutex<Vec<String>>,
+}
+
+impl MboxTarget {
+    /// Creates the directory `path` if need be and opens it; `jobs`: accounts written at
+    /// once (0: one per core).
+    pub fn open(path: &Path, jobs: usize) -> Result<MboxTarget> {
+        let accounts = if jobs == 0 {
+            std::thread::available_parallelism().map_or(1, |n| n.get())
+        } else {
+            jobs
+        };
+        Ok(MboxTarget {
+            path: path.to_path_buf(),
+            root: open_target(path)?,
+            accounts,
+            warnings: Mutex::new(Vec::new()),
+        })
+    }
+}
+
+/// An account being restored: its directory below the target.
+pub struct MboxAccount {
+    name: String,
+    parts: Vec<Vec<u8>>,
+}
+
+/// A folder being restored: its file, open for writing.
+pub struct MboxFolder {
+    account: String,
+    folder: String,
+    /// The folder file's path, for messages.
+    path: PathBuf,
+    /// The directory holding it, and its name there.
+    dir: OwnedFd,
+    name: Vec<u8>,
+    state: Mutex<Option<Writing>>,
+}
+
+/// A folder file being written.
+struct Writing {
+    writer: MboxWriter<File>,
+    /// The file (the writer writes through a handle of its own, unbuffered: a message
+    /// written is in the file), to cut a failed batch off and to sync it.
+    file: File,
+    /// The file's length after the last batch written.
+    end: u64,
+    /// A new file: its temporary name in the folder's directory, renamed at the end.
+    tmp: Option<String>,
+    /// An existing file: the BLAKE3 of the messages it holds, and how many times.
+    have: HashMap<[u8; 32], usize>,
+}
+
+impl Writing {
+    /// A writer again at `end`, the bytes after it cut off.
+    fn reset(&mut self, to: u64) -> std::io::Result<()> {
+        self.file.set_len(to)?;
+        let mut f = self.file.try_clone()?;
+        f.seek(SeekFrom::Start(to))?;
+        self.end = to;
+        self.writer = MboxWriter::at(f, to);
+        Ok(())
+    }
+}
+
+impl Target for MboxTarget {
+    type Account = MboxAccount;
+    type Folder = MboxFolder;
+    type Error = Error;
+
+    fn caps(&self) -> Caps {
+        Caps {
+            order: Order::Folder,
+            jobs: 0,
+            open_folders: usize::MAX,
+            accounts: self.accounts,
+            lanes: 1,
+            batch_messages: BATCH_MESSAGES,
+            batch_bytes: BATCH_BYTES,
+            lane_messages: 0,
+            folder_files: false,
+            keywords: true,
+        }
+    }
+
+    fn open_account(&self, info: &AccountInfo) -> Result<MboxAccount> {
+        let parts = account_dir(info.account);
+        let p: Vec<&[u8]> = parts.iter().map(|p| &p[..]).collect();
+        open_path(self.root.as_fd(), &p, true)
+            .map_err(|(at, e)| Error::io(shown(&self.path, &parts[..at]), e))?;
+        Ok(MboxAccount {
+            name: info.account.name.clone(),
+            parts,
+        })
+    }
+
+    fn open_folder(&self, acc: &MboxAccount, info: &FolderInfo) -> Result<MboxFolder> {
+        let mut parts = acc.parts.clone();
+        parts.extend(folder_parts(info.name, Tree::Mbox));
+        let path = shown(&self.path, &parts);
+        let Some(name) = parts.pop() else {
+            return Err(Error::InvalidInput(format!(
+                "folder {:?} of {}: no file name for it",
+                info.name, acc.name
+            )));
+        };
+        let p: Vec<&[u8]> = parts.iter().map(|p| &p[..]).collect();
+        let dir = open_path(self.root.as_fd(), &p, true)
+            .map_err(|(at, e)| Error::io(shown(&self.path, &parts[..at]), e))?;
+        let writing = open_file(&dir, &name, info).map_err(|e| Error::io(&path, e))?;
+        Ok(MboxFolder {
+            account: acc.name.clone(),
+            folder: info.name.to_string(),
+            path,
+            dir,
+            name,
+            state: Mutex::new(Some(writing)),
+        })
+    }
+
+    fn write(&self, folder: &MboxFolder, msg: &Message) -> Result<Outcome> {
+        let mut done = [None];
+        self.write_batch(folder, std::slice::from_ref(msg), &mut done)?;
+        let [d] = done;
+        d.unwrap_or_else(|| Err(Error::InvalidInput("not written".into())))
+    }
+
+    fn write_batch(
+        &self,
+        folder: &MboxFolder,
+        msgs: &[Message],
+        done: &mut [Option<Result<Outcome>>],
+    ) -> Result<()> {
+        let mut state = lock(&folder.state);
+        let Some(w) = state.as_mut() else {
+            return Err(Error::InvalidInput(format!(
+                "{}: already finished",
+                folder.path.display()
+            )));
+        };
+        let start = w.end;
+        let mut end = start;
+        let mut lossy = Vec::new();
+        let mut failed = None;
+        for (i, m) in msgs.iter().enumerate() {
+            if !w.have.is_empty() {
+                let h = *blake3::hash(m.data).as_bytes();
+                if let Some(n) = w.have.get_mut(&h).filter(|n| **n > 0) {
+                    *n -= 1;
+                    done[i] = Some(Ok(Outcome::AlreadyThere));
+                    continue;
+                }
+            }
+            match w.writer.write(m.data, &mail_meta(m.meta), None) {
+                Ok(written) => {
+                    end = written.offset + written.len;
+                    if written.lossy {
+                        lossy.push(i);
+                    }
+                    done[i] = Some(Ok(Outcome::Written { bytes: written.len }));
+                }
+                Err(mail::MailError::Io { source, .. }) => {
+                    failed = Some(Error::io(&folder.path, source));
+                    break;
+                }
+                // Refused before anything of it was written (a keyword an mbox cannot
+                // carry): this message fails, the batch goes on.
+                Err(e) => {
+                    done[i] = Some(Err(Error::InvalidInput(format!(
+                        "{}: message {}: {e}",
+                        folder.path.display(),
+                        String::from_utf8_lossy(&m.entry.key)
+                    ))));
+                }
+            }
+        }
+        if let Some(e) = failed {
+            // The batch is cut off the file again: none of it counts as written.
+            let msg = e.to_string();
+            for d in done.iter_mut() {
+                if matches!(d, Some(Ok(Outcome::Written { .. })) | None) {
+                    *d = Some(Err(Error::InvalidInput(msg.clone())));
+                }
+            }
+            if let Err(e2) = w.reset(start) {
+                *state = None;
+                return Err(Error::io(&folder.path, e2));
+            }
+            return Ok(());
+        }
+        w.end = end;
+        if !lossy.is_empty() {
+            let mut warn = lock(&self.warnings);
+            for i in lossy {
+                warn.push(format!(
+                    "{} ({}, folder {}): message {} does not read back exactly from mbox (a header \
+                     of its own is named like mbox metadata, or its date cannot be written)",
+                    folder.path.display(),
+                    folder.account,
+                    folder.folder,
+                    String::from_utf8_lossy(&msgs[i].entry.key)
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    fn finish_folder(&self, folder: MboxFolder, failures: &Failures) {
+        let item = format!("{} ({})", folder.path.display(), folder.account);
+        let Some(w) = folder.state.into_inner().unwrap_or_else(|p| p.into_inner()) else {
+            return;
+        };
+        let Writing {
+            writer, file, tmp, ..
+        } = w;
+        let result = (|| -> std::io::Result<()> {
+            writer.finish().map_err(std::io::Error::other)?;
+            file.sync_all()?;
+            if let Some(tmp) = &tmp {
+                rename_noreplace(folder.dir.as_fd(), tmp, folder.dir.as_fd(), &folder.name)?;
+            }
+            Ok(())
+        })();
+        if let Err(e) = result {
+            if let Some(tmp) = &tmp {
+                let _ =
+                    rustix::fs::unlinkat(&folder.dir, tmp.as_str(), rustix::fs::AtFlags::empty());
+            }
+            failures.add(item, e);
+        }
+    }
+
+    fn item(&self, folder: &MboxFolder, item: Item) -> String {
+        match item {
+            Item::Message(e) => format!(
+                "{} ({}): message {}",
+                folder.path.display(),
+                folder.account,
+                String::from_utf8_lossy(&e.key)
+            ),
+            Item::File(name) => format!(
+                "{} ({}): {}",
+                folder.path.display(),
+                folder.account,
+                String::from_utf8_lossy(name)
+            ),
+        }
+    }
+
+    fn warnings(&self) -> Vec<String> {
+        lock(&self.warnings).clone()
+    }
+}
+
+/// Opens the folder file `name` in `dir` without following a symbolic link: an existing
+/// one for appending (the messages it holds hashed), else a new temporary file beside it.
+fn open_file(dir: &OwnedFd, name: &[u8], info: &FolderInfo) -> std::io::Result<Writing> {
+    use rustix::fs::openat;
+    let flags = OFlags::RDWR | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+    match openat(dir, name, flags, Mode::empty()) {
+        Ok(fd) => {
+            let mut file = File::from(fd);
+            let st = file.metadata()?;
+            if !st.is_file() {
+                return Err(std::io::Error::other("not a regular file"));
+            }
+            let mut have: HashMap<[u8; 32], usize> = HashMap::new();
+            for m in MboxReader::new(BufReader::new(&file)) {
+                let m = m.map_err(std::io::Error::other)?;
+                if !m.folder_internal {
+                    *have.entry(*blake3::hash(&m.bytes).as_bytes()).or_default() += 1;
+                }
+            }
+            // What it ends with: a message is appended after an empty line.
+            let mut end = st.len();
+            if end > 0 {
+                let mut last = [0u8; 2];
+                let n = end.min(2);
+                file.seek(SeekFrom::Start(end - n))?;
+                file.read_exact(&mut last[..n as usize])?;
+                let tail = &last[..n as usize];
+                let pad: &[u8] = if tail == b"\n\n" || tail == b"\n" && n == 1 {
+                    b""
+                } else if tail.ends_with(b"\n") {
+                    b"\n"
+                } else {
+                    b"\n\n"
+                };
+                file.seek(SeekFrom::Start(end))?;
+                file.write_all(pad)?;
+                end += pad.len() as u64;
+            }
+            let mut w = file.try_clone()?;
+            w.seek(SeekFrom::Start(end))?;
+            Ok(Writing {
+                writer: MboxWriter::at(w, end),
+                file,
+                end,
+                tmp: None,
+                have,
+            })
+        }
+        Err(e) if e == rustix::io::Errno::NOENT => {
+            let tmp = format!(".mailvault-{:016x}.tmp", rand::random::<u64>());
+            let fd = openat(
+                dir,
+                tmp.as_str(),
+                flags | OFlags::CREATE | OFlags::EXCL,
+                Mode::from_raw_mode(0o600),
+            )?;
+            let file = File::from(fd);
+            let writer = MboxWriter::new(file.try_clone()?);
+            let writer = match writer.declare_keywords(1, &folder_keywords(info)) {
+                Ok(w) => w,
+                Err(e) => {
+                    let _ = rustix::fs::unlinkat(dir, tmp.as_str(), rustix::fs::AtFlags::empty());
+                    return Err(std::io::Error::other(e));
+                }
+            };
+            Ok(Writing {
+                writer,
+                file,
+                end: 0,
+                tmp: Some(tmp),
+                have: HashMap::new(),
+            })
+        }
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// The keywords of a folder (its `dovecot-keywords`, and `$Forwarded` when a message
+/// has Maildir's `P`) that an mbox can carry, for `X-IMAPbase:`.
+fn folder_keywords(info: &FolderInfo) -> Vec<String> {
+    let mut out = Vec::new();
+    if let Some(Ok(data)) = info.file(b"dovecot-keywords") {
+        let table =
+            mailvault_imap::maildir_flags::KeywordTable::parse(&String::from_utf8_lossy(&data));
+        out.extend(('a'..='z').filter_map(|c| table.name_of(c).map(str::to_string)));
+    }
+    if info.entries.iter().any(|e| e.flags().contains(&b'P')) {
+        out.push("$Forwarded".to_string());
+    }
+    out.retain(|k| mail::flags::check_keyword(k).is_ok());
+    out
+}
