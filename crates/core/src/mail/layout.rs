@@ -13,7 +13,7 @@
 //! A name never leaves the tree: each level is one path component, and a level that is
 //! empty, starts with `.` (`.`, `..`, hidden files), or holds `%` or a control character
 //! has those bytes written `%XX` (an empty level is `%`). In an mbox tree a level that
-//! would look like an index file has its last `.` escaped too. Reading undoes it; bytes
+//! would look like an index file has the byte that makes it one escaped too (`not_index`). Reading undoes it; bytes
 //! that are not UTF-8 stay `%XX` in the folder name.
 
 use std::ffi::OsStr;
@@ -46,10 +46,8 @@ pub fn folder_to_path(folder: &str, tree: Tree) -> PathBuf {
             escape(level.as_bytes())
         };
         if tree == Tree::Mbox {
-            if last && is_index_file(c.as_bytes()) {
-                if let Some(dot) = c.rfind('.') {
-                    c.replace_range(dot..=dot, "%2E");
-                }
+            if last {
+                c = not_index(c);
             }
             if !last {
                 c.push_str(".sbd");
@@ -89,17 +87,25 @@ pub fn path_to_folder(path: &Path, tree: Tree) -> Option<String> {
 
 /// Whether a file of an mbox tree is not a folder: an index or state file of a mail
 /// client (`*.msf`, `*.dat`, `*.html`, `*.json`, `*.sqlite`, `*.lock`, `*.tmp`, `*.bak`,
-/// `*~`, `dovecot*`), or a hidden one (`.imap`, `.subscriptions`...).
+/// `*~`, Dovecot's `dovecot.*` and `dovecot-*`), or a hidden one (`.imap`,
+/// `.subscriptions`...).
 pub fn is_index_file(name: &[u8]) -> bool {
-    const SUFFIXES: [&[u8]; 9] = [
-        b".msf", b".dat", b".html", b".json", b".sqlite", b".lock", b".tmp", b".bak", b"~",
-    ];
     name.is_empty()
         || name[0] == b'.'
-        || name.starts_with(b"dovecot")
-        || SUFFIXES
-            .iter()
-            .any(|s| name.len() >= s.len() && name[name.len() - s.len()..].eq_ignore_ascii_case(s))
+        || name.starts_with(b"dovecot.")
+        || name.starts_with(b"dovecot-")
+        || name.ends_with(b"~")
+        || has_index_suffix(name)
+}
+
+/// Whether `name` ends with a mail client's index or state file suffix (`.msf`...).
+fn has_index_suffix(name: &[u8]) -> bool {
+    const SUFFIXES: [&[u8]; 8] = [
+        b".msf", b".dat", b".html", b".json", b".sqlite", b".lock", b".tmp", b".bak",
+    ];
+    SUFFIXES
+        .iter()
+        .any(|s| name.len() >= s.len() && name[name.len() - s.len()..].eq_ignore_ascii_case(s))
 }
 
 /// The user a spool file (`/var/mail/<user>`) belongs to; `None` for lock, index and
@@ -116,14 +122,28 @@ pub fn spool_user(file_name: &OsStr) -> Option<String> {
 /// component.
 pub fn spool_file(account: &str) -> String {
     let user = account.rsplit_once('@').map_or(account, |(u, _)| u);
-    let mut c = escape(user.as_bytes());
-    if is_index_file(c.as_bytes()) {
+    not_index(escape(user.as_bytes()))
+}
+
+/// A path component `c` (escaped) changed, if it would be taken for an index file, so that
+/// it is not, whatever the name: a final `~`, the `.` of an index suffix (`.msf`) and the
+/// `d` of a `dovecot.`/`dovecot-` prefix are written `%XX` (reading undoes it). A folder
+/// named `dovecot` or `list.json` is a folder, never skipped.
+fn not_index(mut c: String) -> String {
+    if !is_index_file(c.as_bytes()) {
+        return c;
+    }
+    if let Some(stripped) = c.strip_suffix('~') {
+        c = format!("{stripped}%7E");
+    } else if has_index_suffix(c.as_bytes()) {
         if let Some(dot) = c.rfind('.') {
             c.replace_range(dot..=dot, "%2E");
-        } else if let Some(stripped) = c.strip_suffix('~') {
-            c = format!("{stripped}%7E");
         }
     }
+    if c.starts_with("dovecot") {
+        c.replace_range(0..1, "%64");
+    }
+    debug_assert!(!is_index_file(c.as_bytes()), "{c}");
     c
 }
 
@@ -237,6 +257,22 @@ mod tests {
         );
         both("100%", "100%25", "100%25");
         both("foo.msf", "foo%2Emsf", "foo.msf");
+        // Regression: a folder named like an index file (the corpus has a mailing list
+        // folder `Lists/dovecot`) was exported under that name and skipped on import.
+        for name in [
+            "dovecot",
+            "Lists/dovecot",
+            "dovecot.index",
+            "dovecot-uidlist",
+            "Drafts~",
+            "list.json",
+            "x.msf~",
+        ] {
+            let p = folder_to_path(name, Tree::Mbox);
+            let file = p.file_name().map(|f| f.as_bytes()).unwrap_or_default();
+            assert!(!is_index_file(file), "{name} -> {p:?}");
+            assert_eq!(path_to_folder(&p, Tree::Mbox).as_deref(), Some(name));
+        }
         for folder in ["..", "/abs", "a/../../b", ".", "x/."] {
             for tree in [Tree::Mbox, Tree::Eml] {
                 let p = folder_to_path(folder, tree);
@@ -274,7 +310,13 @@ mod tests {
         ] {
             assert!(is_index_file(skip), "{}", String::from_utf8_lossy(skip));
         }
-        for keep in [&b"Inbox"[..], b"Archive", b"Sent Messages", b"msf"] {
+        for keep in [
+            &b"Inbox"[..],
+            b"Archive",
+            b"Sent Messages",
+            b"msf",
+            b"dovecot",
+        ] {
             assert!(!is_index_file(keep));
         }
         assert_eq!(spool_user(OsStr::new("bob")).as_deref(), Some("bob"));
@@ -283,6 +325,7 @@ mod tests {
         assert_eq!(spool_user(OsStr::new("bob.pop")), None);
         assert_eq!(spool_file("bob@example.org"), "bob");
         assert_eq!(spool_file("bob"), "bob");
+        assert_eq!(spool_file("dovecot.x@example.org"), "%64ovecot.x");
         assert_eq!(spool_file("../x@example.org"), "%2E.%2Fx");
         assert_eq!(spool_file("x.lock@example.org"), "x%2Elock");
         assert_eq!(

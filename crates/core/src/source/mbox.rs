@@ -112,6 +112,13 @@ impl MboxSource {
             }
             _ => {}
         }
+        if let Some(m) = maildir_within(&path, &opts.layout) {
+            return Err(Error::InvalidInput(format!(
+                "{} is a Maildir, not mbox files: back it up as maildir:{}",
+                m.display(),
+                path.display()
+            )));
+        }
         Ok(MboxSource {
             path,
             layout: opts.layout.clone(),
@@ -133,6 +140,41 @@ fn folder(name: &str, path: PathBuf) -> Folder {
     }
 }
 
+/// Whether `dir` is a Maildir (has `cur/` and `new/`).
+fn is_maildir(dir: &Path) -> bool {
+    dir.join("cur").is_dir() && dir.join("new").is_dir()
+}
+
+/// A Maildir where the layout expects mbox files: the tree itself, or an account of a
+/// store (`<domain>/<user>/` or its `Maildir/`).
+fn maildir_within(path: &Path, layout: &MboxLayout) -> Option<PathBuf> {
+    match layout {
+        MboxLayout::Tree { .. } => is_maildir(path).then(|| path.to_path_buf()),
+        MboxLayout::Store => sub_dirs(path)
+            .ok()?
+            .into_iter()
+            .flat_map(|(_, d)| sub_dirs(&d).unwrap_or_default())
+            .flat_map(|(_, u)| [u.clone(), u.join("Maildir")])
+            .find(|d| is_maildir(d)),
+        _ => None,
+    }
+}
+
+/// Whether the file at `path` can be an mbox: empty, or starting with `From `.
+fn starts_as_mbox(path: &Path) -> std::io::Result<bool> {
+    use std::io::Read;
+    let mut head = [0u8; 5];
+    let mut f = File::open(path)?;
+    let mut n = 0;
+    while n < head.len() {
+        match f.read(&mut head[n..])? {
+            0 => break,
+            k => n += k,
+        }
+    }
+    Ok(n == 0 || &head[..n] == b"From ")
+}
+
 /// The mbox files of a folder tree below `dir` (`rel`: the path so far), as folders;
 /// symbolic links and special files are reported and left out.
 fn walk_tree(root: &Path, rel: &Path, out: &mut Vec<Folder>, failures: &Failures) {
@@ -152,11 +194,32 @@ fn walk_tree(root: &Path, rel: &Path, out: &mut Vec<Folder>, failures: &Failures
         let path = root.join(&rel);
         let Ok(ft) = e.file_type() else { continue };
         if ft.is_dir() {
-            walk_tree(root, &rel, out, failures);
+            if is_maildir(&path) {
+                failures.fail(
+                    path.display().to_string(),
+                    "a Maildir inside an mbox tree: not backed up (back it up with maildir:)",
+                );
+            } else {
+                walk_tree(root, &rel, out, failures);
+            }
         } else if ft.is_file() {
             use std::os::unix::ffi::OsStrExt;
             if layout::is_index_file(name.as_bytes()) {
                 continue;
+            }
+            match starts_as_mbox(&path) {
+                Ok(true) => {}
+                Ok(false) => {
+                    failures.fail(
+                        path.display().to_string(),
+                        "not an mbox file (it does not start with a `From ` line): not backed up",
+                    );
+                    continue;
+                }
+                Err(e) => {
+                    failures.fail(path.display().to_string(), e);
+                    continue;
+                }
             }
             match layout::path_to_folder(&rel, Tree::Mbox) {
                 Some(f) => out.push(folder(&f, path)),
