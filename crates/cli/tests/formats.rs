@@ -45,8 +45,11 @@ fn msg(subject: &str, body: &str) -> Vec<u8> {
 
 /// One account's Maildir: INBOX (flags, keywords, a `From ` line and a `>From ` line in a
 /// body, a message in `new/`), Sent, Archive and Archive/2023 (nested), Entwürfe
-/// (non-ASCII, `&APw-` in modified UTF-7).
+/// (non-ASCII, `&APw-` in modified UTF-7), and Trash, empty.
 fn account(md: &Path) {
+    for sub in ["cur", "new", "tmp"] {
+        fs::create_dir_all(md.join(".Trash").join(sub)).unwrap();
+    }
     let flags = ["S", "RS", "FS", "DS", "ST", "PS", "Sab", "b", ""];
     for (n, f) in flags.iter().enumerate() {
         let body = format!("line one of {n}\nFrom the start, a body line\n>From quoted\nend\n");
@@ -180,6 +183,14 @@ fn same_view(got: &Path, want: &Path) {
     assert_eq!(got, want);
 }
 
+/// The messages of an mbox file as the codec reads them.
+fn read_mbox(p: &Path) -> Vec<Vec<u8>> {
+    let f = fs::File::open(p).unwrap();
+    MboxReader::new(std::io::BufReader::new(f))
+        .map(|m| m.unwrap().bytes)
+        .collect()
+}
+
 /// Every file below `root` (relative paths), sorted.
 fn tree(root: &Path) -> Vec<String> {
     let mut out = Vec::new();
@@ -217,7 +228,7 @@ fn maildir_to_mbox_and_back() {
     let acc = e.path("out/example.org/bob");
     assert_eq!(
         tree(&acc),
-        ["Archive", "Archive.sbd/2023", "Entwürfe", "Inbox", "Sent"],
+        ["Archive", "Archive.sbd/2023", "Entwürfe", "Inbox", "Sent", "Trash"],
         "Thunderbird's layout, one mbox file per folder, no temporary left"
     );
     let inbox = fs::read(acc.join("Inbox")).unwrap();
@@ -236,6 +247,26 @@ fn maildir_to_mbox_and_back() {
         "{r}"
     );
     assert_eq!(fs::read(acc.join("Inbox")).unwrap(), inbox);
+
+    // A file that lost its last message gets just that one back, where it was.
+    let last = text.rfind("\n\nFrom MAILER-DAEMON ").unwrap() + 2;
+    fs::write(acc.join("Inbox"), &inbox[..last]).unwrap();
+    // A file that is not the export's: kept, appended to.
+    let foreign = b"From someone Mon Jan  1 00:00:00 2024\nSubject: mine\n\nkeep me".to_vec();
+    fs::write(acc.join("Sent"), &foreign).unwrap();
+    let r = e.json(0, &["restore", "latest", "--target", "mbox:out"]);
+    assert_eq!(
+        (r["items_restored"].as_u64(), r["items_unchanged"].as_u64()),
+        (Some(4), Some(18)),
+        "{r}"
+    );
+    assert_eq!(fs::read(acc.join("Inbox")).unwrap(), inbox);
+    let sent = read_mbox(&acc.join("Sent"));
+    assert_eq!(sent.len(), 4);
+    assert_eq!(sent[0], b"Subject: mine\n\nkeep me\n");
+    // The export's own Sent again, for the import below.
+    fs::remove_file(acc.join("Sent")).unwrap();
+    e.ok(&["restore", "latest", "--target", "mbox:out", "--folder", "Sent"]);
 
     e.ok(&[
         "backup",
@@ -272,6 +303,35 @@ fn maildir_to_eml_and_back() {
     let r = e.json(0, &["restore", "latest", "--target", "eml:out"]);
     assert_eq!(r["items_unchanged"], 22, "{r}");
     assert_eq!(tree(&acc), files);
+    // One file and a sidecar lost: that file comes back, the sidecar is whole again.
+    let sidecar = fs::read(acc.join("INBOX/.mailvault-flags")).unwrap();
+    let gone = files.iter().find(|f| f.starts_with("INBOX/") && f.ends_with(".eml")).unwrap();
+    fs::remove_file(acc.join(gone)).unwrap();
+    fs::write(acc.join("INBOX/.mailvault-flags"), b"").unwrap();
+    let r = e.json(0, &["restore", "latest", "--target", "eml:out"]);
+    assert_eq!(
+        (r["items_restored"].as_u64(), r["items_unchanged"].as_u64()),
+        (Some(1), Some(21)),
+        "{r}"
+    );
+    assert_eq!(tree(&acc), files);
+    let lines = |b: &[u8]| {
+        let mut l: Vec<String> = String::from_utf8_lossy(b).lines().map(String::from).collect();
+        l.sort();
+        l
+    };
+    assert_eq!(
+        lines(&fs::read(acc.join("INBOX/.mailvault-flags")).unwrap()),
+        lines(&sidecar)
+    );
+    // Dates: each file's mtime is its message's internal date.
+    let want = view(&md);
+    for f in files.iter().filter(|f| f.starts_with("Sent/") && f.ends_with(".eml")) {
+        let m = fs::metadata(acc.join(f)).unwrap();
+        let bytes = String::from_utf8(fs::read(acc.join(f)).unwrap()).unwrap();
+        let orig = want[".Sent"].iter().find(|k| k.0 == bytes).unwrap();
+        assert_eq!(m.mtime(), orig.3, "{f}");
+    }
 
     e.ok(&[
         "backup",
@@ -657,5 +717,60 @@ fn mbox_variants_and_malformed_files_round_trip() {
             .map(|m| m.unwrap().bytes)
             .collect();
         assert_eq!(again, want, "{name}");
+    }
+}
+
+/// A message whose own header block ends with a header named like mbox metadata
+/// (`Status:`) cannot come back from an mbox exactly: the restore says so, naming it.
+#[test]
+fn lossy_mbox_messages_are_reported() {
+    let e = Env::new();
+    init(&e);
+    let md = e.path("src");
+    put(
+        &md,
+        "",
+        "cur",
+        "1700000000.M1P1.mx:2,S",
+        b"Subject: old mbox\nStatus: RO\n\nbody\n",
+        1_700_000_000,
+    );
+    put(&md, "", "cur", "1700000001.M2P1.mx:2,S", &msg("fine", "x\n"), 1_700_000_001);
+    e.ok(&["backup", "maildir:src", "--account", "bob@example.org"]);
+    let r = e.json(0, &["restore", "latest", "--target", "mbox:out"]);
+    assert_eq!(r["items_restored"], 2, "{r}");
+    let w = r["warnings"].as_array().unwrap();
+    assert_eq!(w.len(), 1, "{r}");
+    let w = w[0].as_str().unwrap();
+    assert!(w.contains("1700000000.M1P1.mx") && w.contains("Inbox"), "{w}");
+    assert_eq!(read_mbox(&e.path("out/Inbox")).len(), 2);
+}
+
+/// A symbolic link planted in the target is not written through: the account fails,
+/// named, and nothing lands where the link points.
+#[test]
+fn links_in_the_target_are_not_followed() {
+    let e = Env::new();
+    init(&e);
+    account(&e.path("src/example.org/bob/Maildir"));
+    e.ok(&["backup", "src"]);
+    for scheme in ["mbox", "eml"] {
+        let out = e.path(&format!("{scheme}-out"));
+        let elsewhere = e.path(&format!("{scheme}-elsewhere"));
+        fs::create_dir_all(&out).unwrap();
+        fs::create_dir_all(&elsewhere).unwrap();
+        std::os::unix::fs::symlink(&elsewhere, out.join("example.org")).unwrap();
+        let r = e.json(
+            1,
+            &[
+                "restore",
+                "latest",
+                "--target",
+                &format!("{scheme}:{scheme}-out"),
+            ],
+        );
+        assert_eq!(r["items_failed"], 22, "{r}");
+        assert!(r["failures"].to_string().contains("symbolic link"), "{r}");
+        assert_eq!(fs::read_dir(&elsewhere).unwrap().count(), 0, "{scheme}");
     }
 }
