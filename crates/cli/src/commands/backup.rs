@@ -14,7 +14,8 @@ pub struct Args {
     /// `maildir:/home/bob/Maildir` (one Maildir; name it with --account), IMAP
     /// accounts: `imap://bob@example.org@host[:port]` (one account) or `imap://host`
     /// with --imap-master-user and --account/--accounts-file (`imaps://` for TLS),
-    /// mbox files: `mbox:/var/mail` (a spool, one file per user; --domain),
+    /// mbox files: `mbox:/var/mail` (a spool, one file per user; --domain), `mbox:DIR`
+    /// of `<domain>/<user>/` folder trees (as `restore --target mbox:` writes a store),
     /// `mbox:FILE --account A [--folder F]` (one file), `mbox:DIR --account A` (a mail
     /// client's folder tree), or `eml:DIR --account A` (.eml files, folders as
     /// directories).
@@ -169,8 +170,15 @@ fn run_mbox(g: &GlobalOpts, a: Args, path: std::path::PathBuf) -> Result<BackupR
             );
         }
         if a.account.is_empty() {
-            MboxLayout::Spool {
-                domain: a.domain.clone(),
+            if mailvault_core::source::mbox::is_store(&path)? {
+                if a.domain.is_some() {
+                    anyhow::bail!("{what}: holds <domain>/<user>/ folder trees, not a spool: --domain does not apply");
+                }
+                MboxLayout::Store
+            } else {
+                MboxLayout::Spool {
+                    domain: a.domain.clone(),
+                }
             }
         } else {
             if a.domain.is_some() {

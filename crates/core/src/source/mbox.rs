@@ -48,6 +48,9 @@ pub enum MboxLayout {
     File { account: String, folder: String },
     /// A mail client's folder tree of one account.
     Tree { account: String },
+    /// A store of folder trees, `<domain>/<user>/` (as `restore --target mbox:` writes a
+    /// snapshot of a Maildir store): each is the account `user@domain`.
+    Store,
 }
 
 /// What to back up and how.
@@ -101,7 +104,7 @@ impl MboxSource {
                     path.display()
                 )))
             }
-            (MboxLayout::Spool { .. } | MboxLayout::Tree { .. }, false) => {
+            (MboxLayout::Spool { .. } | MboxLayout::Tree { .. } | MboxLayout::Store, false) => {
                 return Err(Error::InvalidInput(format!(
                     "{} is not a directory: a spool or a folder tree is a directory (one mbox file needs --account)",
                     path.display()
@@ -168,6 +171,41 @@ fn walk_tree(root: &Path, rel: &Path, out: &mut Vec<Folder>, failures: &Failures
     }
 }
 
+/// The directories directly below `dir` whose names are UTF-8 (sorted), with their paths;
+/// symbolic links are not followed.
+fn sub_dirs(dir: &Path) -> Result<Vec<(String, PathBuf)>> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(dir).map_err(|e| Error::io(dir, e))? {
+        let e = e.map_err(|e| Error::io(dir, e))?;
+        if !e.file_type().is_ok_and(|t| t.is_dir()) {
+            continue;
+        }
+        if let Ok(name) = e.file_name().into_string() {
+            if !name.starts_with('.') {
+                out.push((name, e.path()));
+            }
+        }
+    }
+    out.sort();
+    Ok(out)
+}
+
+/// Whether `dir` looks like a store of `<domain>/<user>/` folder trees rather than a
+/// spool: it has directories and no regular files other than index and lock files.
+pub fn is_store(dir: &Path) -> Result<bool> {
+    let (mut dirs, mut files) = (0, 0);
+    for e in std::fs::read_dir(dir).map_err(|e| Error::io(dir, e))? {
+        let e = e.map_err(|e| Error::io(dir, e))?;
+        let Ok(t) = e.file_type() else { continue };
+        if t.is_dir() {
+            dirs += 1;
+        } else if t.is_file() && layout::spool_user(&e.file_name()).is_some() {
+            files += 1;
+        }
+    }
+    Ok(dirs > 0 && files == 0)
+}
+
 impl Source for MboxSource {
     type Session = ();
     type Error = Error;
@@ -205,6 +243,26 @@ impl Source for MboxSource {
                     });
                 }
                 out.sort_by(|a, b| a.name.cmp(&b.name));
+                if out.is_empty() {
+                    return Err(Error::InvalidInput(format!(
+                        "{}: no mbox file in this spool directory (a store of folder trees holds <domain>/<user>/ directories)",
+                        self.path.display()
+                    )));
+                }
+                Ok(out)
+            }
+            MboxLayout::Store => {
+                let mut out = Vec::new();
+                for (domain, dpath) in sub_dirs(&self.path)? {
+                    for (user, upath) in sub_dirs(&dpath)? {
+                        let name = format!("{user}@{domain}");
+                        out.push(Account {
+                            rel_path: rel_path(&name),
+                            name,
+                            path: upath,
+                        });
+                    }
+                }
                 Ok(out)
             }
             MboxLayout::File { account, .. } | MboxLayout::Tree { account } => Ok(vec![Account {
@@ -228,7 +286,7 @@ impl Source for MboxSource {
         let folders = match &self.layout {
             MboxLayout::Spool { .. } => vec![folder("INBOX", account.path.clone())],
             MboxLayout::File { folder: f, .. } => vec![folder(f, account.path.clone())],
-            MboxLayout::Tree { .. } => {
+            MboxLayout::Tree { .. } | MboxLayout::Store => {
                 let mut out = Vec::new();
                 walk_tree(&account.path, Path::new(""), &mut out, failures);
                 out
