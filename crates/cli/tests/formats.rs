@@ -228,7 +228,14 @@ fn maildir_to_mbox_and_back() {
     let acc = e.path("out/example.org/bob");
     assert_eq!(
         tree(&acc),
-        ["Archive", "Archive.sbd/2023", "Entwürfe", "Inbox", "Sent", "Trash"],
+        [
+            "Archive",
+            "Archive.sbd/2023",
+            "Entwürfe",
+            "Inbox",
+            "Sent",
+            "Trash"
+        ],
         "Thunderbird's layout, one mbox file per folder, no temporary left"
     );
     let inbox = fs::read(acc.join("Inbox")).unwrap();
@@ -266,7 +273,9 @@ fn maildir_to_mbox_and_back() {
     assert_eq!(sent[0], b"Subject: mine\n\nkeep me\n");
     // The export's own Sent again, for the import below.
     fs::remove_file(acc.join("Sent")).unwrap();
-    e.ok(&["restore", "latest", "--target", "mbox:out", "--folder", "Sent"]);
+    e.ok(&[
+        "restore", "latest", "--target", "mbox:out", "--folder", "Sent",
+    ]);
 
     e.ok(&[
         "backup",
@@ -303,9 +312,41 @@ fn maildir_to_eml_and_back() {
     let r = e.json(0, &["restore", "latest", "--target", "eml:out"]);
     assert_eq!(r["items_unchanged"], 22, "{r}");
     assert_eq!(tree(&acc), files);
+    // A file of someone else's, with its sidecar line: kept.
+    let mine = b"mine.eml 1700000000 \\Flagged Mine\n";
+    let mut sidecar = fs::read(acc.join("Sent/.mailvault-flags")).unwrap();
+    sidecar.extend_from_slice(mine);
+    fs::write(acc.join("Sent/.mailvault-flags"), &sidecar).unwrap();
+    fs::write(acc.join("Sent/mine.eml"), msg("mine", "mine\n")).unwrap();
+    fs::remove_file(
+        acc.join(
+            files
+                .iter()
+                .find(|f| f.starts_with("Sent/") && f.ends_with(".eml"))
+                .unwrap(),
+        ),
+    )
+    .unwrap();
+    let r = e.json(0, &["restore", "latest", "--target", "eml:out"]);
+    assert_eq!(r["items_restored"], 1, "{r}");
+    let now = String::from_utf8(fs::read(acc.join("Sent/.mailvault-flags")).unwrap()).unwrap();
+    assert!(
+        now.starts_with(&String::from_utf8_lossy(&sidecar).into_owned()),
+        "merged: {now}"
+    );
+    fs::remove_file(acc.join("Sent/mine.eml")).unwrap();
+    fs::write(
+        acc.join("Sent/.mailvault-flags"),
+        now.replace(std::str::from_utf8(mine).unwrap(), ""),
+    )
+    .unwrap();
+
     // One file and a sidecar lost: that file comes back, the sidecar is whole again.
     let sidecar = fs::read(acc.join("INBOX/.mailvault-flags")).unwrap();
-    let gone = files.iter().find(|f| f.starts_with("INBOX/") && f.ends_with(".eml")).unwrap();
+    let gone = files
+        .iter()
+        .find(|f| f.starts_with("INBOX/") && f.ends_with(".eml"))
+        .unwrap();
     fs::remove_file(acc.join(gone)).unwrap();
     fs::write(acc.join("INBOX/.mailvault-flags"), b"").unwrap();
     let r = e.json(0, &["restore", "latest", "--target", "eml:out"]);
@@ -316,7 +357,10 @@ fn maildir_to_eml_and_back() {
     );
     assert_eq!(tree(&acc), files);
     let lines = |b: &[u8]| {
-        let mut l: Vec<String> = String::from_utf8_lossy(b).lines().map(String::from).collect();
+        let mut l: Vec<String> = String::from_utf8_lossy(b)
+            .lines()
+            .map(String::from)
+            .collect();
         l.sort();
         l
     };
@@ -326,7 +370,10 @@ fn maildir_to_eml_and_back() {
     );
     // Dates: each file's mtime is its message's internal date.
     let want = view(&md);
-    for f in files.iter().filter(|f| f.starts_with("Sent/") && f.ends_with(".eml")) {
+    for f in files
+        .iter()
+        .filter(|f| f.starts_with("Sent/") && f.ends_with(".eml"))
+    {
         let m = fs::metadata(acc.join(f)).unwrap();
         let bytes = String::from_utf8(fs::read(acc.join(f)).unwrap()).unwrap();
         let orig = want[".Sent"].iter().find(|k| k.0 == bytes).unwrap();
@@ -607,6 +654,10 @@ fn spool_of_twelve_users_and_its_incrementals() {
 
     // And the snapshot has exactly the messages of the files.
     e.ok(&["restore", "latest", "--target", "mbox:back"]);
+    // The export is a store of <domain>/<user>/ trees: backed up again, the same accounts.
+    let r = e.json(0, &["backup", "mbox:back"]);
+    assert_eq!(r["accounts"], 12, "{r}");
+    assert_eq!(r["items_total"], total as u64 + 2, "{r}");
     for (u, msgs) in &boxes {
         let f = fs::File::open(e.path(&format!("back/example.org/{u}/Inbox"))).unwrap();
         let got: Vec<Vec<u8>> = MboxReader::new(std::io::BufReader::new(f))
@@ -735,14 +786,24 @@ fn lossy_mbox_messages_are_reported() {
         b"Subject: old mbox\nStatus: RO\n\nbody\n",
         1_700_000_000,
     );
-    put(&md, "", "cur", "1700000001.M2P1.mx:2,S", &msg("fine", "x\n"), 1_700_000_001);
+    put(
+        &md,
+        "",
+        "cur",
+        "1700000001.M2P1.mx:2,S",
+        &msg("fine", "x\n"),
+        1_700_000_001,
+    );
     e.ok(&["backup", "maildir:src", "--account", "bob@example.org"]);
     let r = e.json(0, &["restore", "latest", "--target", "mbox:out"]);
     assert_eq!(r["items_restored"], 2, "{r}");
     let w = r["warnings"].as_array().unwrap();
     assert_eq!(w.len(), 1, "{r}");
     let w = w[0].as_str().unwrap();
-    assert!(w.contains("1700000000.M1P1.mx") && w.contains("Inbox"), "{w}");
+    assert!(
+        w.contains("1700000000.M1P1.mx") && w.contains("Inbox"),
+        "{w}"
+    );
     assert_eq!(read_mbox(&e.path("out/Inbox")).len(), 2);
 }
 
