@@ -835,3 +835,56 @@ fn links_in_the_target_are_not_followed() {
         assert_eq!(fs::read_dir(&elsewhere).unwrap().count(), 0, "{scheme}");
     }
 }
+
+/// A restore killed while writing an mbox leaves no half file under the folder's name
+/// (it is written under a temporary name and renamed when complete); a re-run writes it
+/// whole.
+#[test]
+fn a_killed_mbox_restore_leaves_no_half_file() {
+    let e = Env::new();
+    init(&e);
+    let md = e.path("src");
+    let n = 3000;
+    for i in 0..n {
+        put(
+            &md,
+            "",
+            "cur",
+            &format!("{}.M{i}P1.mx:2,S", 1_700_000_000 + i),
+            &msg(
+                &format!("bulk {i}"),
+                &format!("{i} {}\n", "x".repeat(70)).repeat(50),
+            ),
+            1_700_000_000 + i as i64,
+        );
+    }
+    e.ok(&["backup", "maildir:src", "--account", "bob@example.org"]);
+    let mut child = e
+        .cmd(&["restore", "latest", "--target", "mbox:out", "--quiet"])
+        .spawn()
+        .unwrap();
+    let out = e.path("out");
+    let started = std::time::Instant::now();
+    let seen = loop {
+        let names: Vec<String> = fs::read_dir(&out)
+            .map(|d| {
+                d.map(|x| x.unwrap().file_name().to_string_lossy().into_owned())
+                    .collect()
+            })
+            .unwrap_or_default();
+        if !names.is_empty() {
+            break names;
+        }
+        assert!(started.elapsed().as_secs() < 60, "nothing written");
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    };
+    child.kill().unwrap();
+    child.wait().unwrap();
+    assert!(
+        !seen.iter().any(|n| n == "Inbox") && !out.join("Inbox").exists(),
+        "a half mbox under the folder's name: {seen:?}"
+    );
+    let r = e.json(0, &["restore", "latest", "--target", "mbox:out"]);
+    assert_eq!(r["items_restored"], n, "{r}");
+    assert_eq!(read_mbox(&out.join("Inbox")).len(), n as usize);
+}
