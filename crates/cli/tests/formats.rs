@@ -772,7 +772,8 @@ fn mbox_variants_and_malformed_files_round_trip() {
 }
 
 /// A message whose own header block ends with a header named like mbox metadata
-/// (`Status:`) cannot come back from an mbox exactly: the restore says so, naming it.
+/// (`Status:`) cannot come back from an mbox exactly: the restore says so, naming it, and
+/// a re-run knows it is there.
 #[test]
 fn lossy_mbox_messages_are_reported() {
     let e = Env::new();
@@ -805,6 +806,11 @@ fn lossy_mbox_messages_are_reported() {
         "{w}"
     );
     assert_eq!(read_mbox(&e.path("out/Inbox")).len(), 2);
+    // A re-run does not write it again.
+    let before = fs::read(e.path("out/Inbox")).unwrap();
+    let r = e.json(0, &["restore", "latest", "--target", "mbox:out"]);
+    assert_eq!(r["items_unchanged"], 2, "{r}");
+    assert_eq!(fs::read(e.path("out/Inbox")).unwrap(), before);
 }
 
 /// A symbolic link planted in the target is not written through: the account fails,
