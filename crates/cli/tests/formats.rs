@@ -894,3 +894,37 @@ fn a_killed_mbox_restore_leaves_no_half_file() {
     assert_eq!(r["items_restored"], n, "{r}");
     assert_eq!(read_mbox(&out.join("Inbox")).len(), n as usize);
 }
+
+/// Exports from a repository on object storage (MinIO): the same trees, read back the
+/// same.
+#[test]
+fn exports_from_an_s3_repository() {
+    let e = Env::s3("formats-export");
+    init(&e);
+    let md = e.path("src/example.org/bob/Maildir");
+    account(&md);
+    e.ok(&["backup", "src"]);
+    for scheme in ["mbox", "eml"] {
+        let r = e.json(
+            0,
+            &[
+                "restore",
+                "latest",
+                "--target",
+                &format!("{scheme}:{scheme}-out"),
+            ],
+        );
+        assert_eq!(r["items_restored"], 22, "{scheme}: {r}");
+    }
+    e.ok(&["backup", "mbox:mbox-out"]);
+    e.ok(&["restore", "latest", "--target", "maildir:back"]);
+    same_view(&e.path("back/example.org/bob/Maildir"), &md);
+    e.ok(&[
+        "backup",
+        "eml:eml-out/example.org/bob",
+        "--account",
+        "bob@example.org",
+    ]);
+    e.ok(&["restore", "latest", "--target", "maildir:back-eml"]);
+    same_view(&e.path("back-eml"), &md);
+}
