@@ -2,7 +2,8 @@
 # Installs what the tests and benchmarks need on a fresh Debian machine: Dovecot (the real
 # IMAP server the tests start), Cyrus IMAP 3.6 unpacked into /opt/mailvault-cyrus (the
 # second judge; its package conflicts with Dovecot's, so it is not installed as a package),
-# sasl2-bin (its password database), python3 (the judges' independent IMAP client), the
+# sasl2-bin (its password database), python3 (the judges' independent IMAP client; its mailbox and email
+# modules read and write the mbox and EML of tests/formats.rs), the
 # `vmail` and `cyrus` system users the judges run the servers as, restic and borg (benchmark
 # peers), isync (mbsync), hyperfine, GNU time, openssl, MinIO (the S3 server the object-storage
 # tests start, built with go once and kept), the rustfmt/clippy components, and nightly with

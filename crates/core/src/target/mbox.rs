@@ -236,15 +236,24 @@ impl Target for MboxTarget {
         let mut lossy = Vec::new();
         let mut failed = None;
         for (i, m) in msgs.iter().enumerate() {
+            let meta = mail_meta(m.meta);
             if !w.have.is_empty() {
+                // As the file holds it: the bytes, or (a message that does not read back
+                // exactly) what reading it back gives.
                 let h = *blake3::hash(m.data).as_bytes();
-                if let Some(n) = w.have.get_mut(&h).filter(|n| **n > 0) {
-                    *n -= 1;
+                let found = match w.have.get(&h) {
+                    Some(n) if *n > 0 => Some(h),
+                    _ => read_back(m.data, &meta).filter(|h| w.have.get(h).is_some_and(|n| *n > 0)),
+                };
+                if let Some(h) = found {
+                    if let Some(n) = w.have.get_mut(&h) {
+                        *n -= 1;
+                    }
                     done[i] = Some(Ok(Outcome::AlreadyThere));
                     continue;
                 }
             }
-            match w.writer.write(m.data, &mail_meta(m.meta), None) {
+            match w.writer.write(m.data, &meta, None) {
                 Ok(written) => {
                     end = written.offset + written.len;
                     if written.lossy {
@@ -436,4 +445,16 @@ fn folder_keywords(info: &FolderInfo) -> Vec<String> {
     }
     out.retain(|k| mail::flags::check_keyword(k).is_ok());
     out
+}
+
+/// The BLAKE3 of a message as an mbox reader reads it back once written: not its bytes
+/// when it is lossy ([`mail::Written::lossy`]).
+fn read_back(data: &[u8], meta: &mail::Meta) -> Option<[u8; 32]> {
+    let mut w = MboxWriter::new(Vec::new());
+    if !w.write(data, meta, None).ok()?.lossy {
+        return None;
+    }
+    let out = w.finish().ok()?;
+    let m = MboxReader::new(&out[..]).next()?.ok()?;
+    Some(*blake3::hash(&m.bytes).as_bytes())
 }

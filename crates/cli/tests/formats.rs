@@ -1,0 +1,930 @@
+//! Issue 14: mail in and out of mbox and EML through the `mailvault` binary. Round trips
+//! Maildir -> mbox/EML export -> import -> Maildir; exports read (and mbox files written)
+//! by Python's `mailbox` and `email`, independent parsers; a spool of 12 users and its
+//! incrementals; mbox variants and malformed files backed up and restored byte-exact.
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use common::Env;
+use mailvault_core::mail::MboxReader;
+use serde_json::Value;
+use std::collections::BTreeMap;
+use std::fs;
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+fn put(maildir: &Path, folder: &str, sub: &str, name: &str, body: &[u8], mtime: i64) {
+    let dir = maildir.join(folder);
+    for s in ["cur", "new", "tmp"] {
+        fs::create_dir_all(dir.join(s)).unwrap();
+    }
+    let p = dir.join(sub).join(name);
+    fs::write(&p, body).unwrap();
+    set_mtime(&p, mtime);
+}
+
+fn set_mtime(p: &Path, mtime: i64) {
+    let t = std::time::UNIX_EPOCH + std::time::Duration::from_secs(mtime as u64);
+    fs::File::options()
+        .write(true)
+        .open(p)
+        .unwrap()
+        .set_modified(t)
+        .unwrap();
+}
+
+fn msg(subject: &str, body: &str) -> Vec<u8> {
+    format!(
+        "From: Team <team@example.org>\nTo: bob@example.org\nSubject: {subject}\nDate: Tue, 2 Jan 2024 00:00:00 +0000\nMessage-ID: <{}@example.org>\n\n{body}",
+        subject.replace(' ', ".")
+    )
+    .into_bytes()
+}
+
+/// One account's Maildir: INBOX (flags, keywords, a `From ` line and a `>From ` line in a
+/// body, a message in `new/`), Sent, Archive and Archive/2023 (nested), Entwürfe
+/// (non-ASCII, `&APw-` in modified UTF-7), and Trash, empty.
+fn account(md: &Path) {
+    for sub in ["cur", "new", "tmp"] {
+        fs::create_dir_all(md.join(".Trash").join(sub)).unwrap();
+    }
+    let flags = ["S", "RS", "FS", "DS", "ST", "PS", "Sab", "b", ""];
+    for (n, f) in flags.iter().enumerate() {
+        let body = format!("line one of {n}\nFrom the start, a body line\n>From quoted\nend\n");
+        put(
+            md,
+            "",
+            "cur",
+            &format!("17000{n:05}.M{n}P1.mx:2,{f}"),
+            &msg(&format!("inbox {n}"), &body),
+            1_700_000_000 + 1000 * n as i64,
+        );
+    }
+    fs::write(md.join("dovecot-keywords"), "0 $Label1\n1 Work\n").unwrap();
+    put(
+        md,
+        "",
+        "new",
+        "1700100000.M9P9.mx",
+        &msg("new one", "fresh\n"),
+        1_700_100_000,
+    );
+    for (folder, subject, t) in [
+        (".Sent", "sent", 1_700_200_000),
+        (".Archive", "archive", 1_600_000_000),
+        (".Archive.2023", "archive 2023", 1_672_531_200),
+        (".Entw&APw-rfe", "entwurf", 1_700_300_000),
+    ] {
+        for n in 0..3 {
+            put(
+                md,
+                folder,
+                "cur",
+                &format!("{t}.M{n}P2.mx:2,S"),
+                &msg(&format!("{subject} {n}"), &format!("text {n}\n")),
+                t + n,
+            );
+        }
+    }
+}
+
+/// A message as every format keeps it: bytes, system flags (Maildir letters), keyword
+/// names, internal date.
+type Kept = (String, String, Vec<String>, i64);
+
+/// A Maildir's messages by folder directory (`""` is INBOX), sorted: what a round trip
+/// must keep.
+fn view(md: &Path) -> BTreeMap<String, Vec<Kept>> {
+    let mut out = BTreeMap::new();
+    let mut dirs = vec![(String::new(), md.to_path_buf())];
+    for e in fs::read_dir(md).unwrap() {
+        let e = e.unwrap();
+        let name = e.file_name().to_string_lossy().into_owned();
+        if name.starts_with('.') && e.path().is_dir() {
+            dirs.push((name, e.path()));
+        }
+    }
+    for (folder, dir) in dirs {
+        let kw: Vec<(char, String)> = fs::read_to_string(dir.join("dovecot-keywords"))
+            .unwrap_or_default()
+            .lines()
+            .filter_map(|l| {
+                let (i, n) = l.split_once(' ')?;
+                Some(((b'a' + i.parse::<u8>().ok()?) as char, n.to_string()))
+            })
+            .collect();
+        let mut msgs = Vec::new();
+        for sub in ["cur", "new"] {
+            let Ok(rd) = fs::read_dir(dir.join(sub)) else {
+                continue;
+            };
+            for f in rd {
+                let f = f.unwrap();
+                let name = f.file_name().to_string_lossy().into_owned();
+                let info = name.split_once(":2,").map_or("", |x| x.1);
+                let mut sys: Vec<char> = info
+                    .chars()
+                    .filter(|c| c.is_ascii_uppercase() && *c != 'P')
+                    .collect();
+                sys.sort();
+                // Maildir's P is the keyword $Forwarded (as Dovecot has it): either way.
+                let mut kws: Vec<String> = info
+                    .chars()
+                    .filter(|c| c.is_ascii_lowercase() || *c == 'P')
+                    .map(|c| match c {
+                        'P' => "$Forwarded".to_string(),
+                        c => kw.iter().find(|k| k.0 == c).unwrap().1.clone(),
+                    })
+                    .collect();
+
+                kws.sort();
+                kws.dedup();
+                let m = f.metadata().unwrap();
+                msgs.push((
+                    String::from_utf8(fs::read(f.path()).unwrap()).unwrap(),
+                    sys.into_iter().collect(),
+                    kws,
+                    m.mtime(),
+                ));
+            }
+        }
+        msgs.sort();
+        out.insert(folder, msgs);
+    }
+    out
+}
+
+/// `got` has the messages, flags, keywords and dates of `want`, folder by folder.
+#[track_caller]
+fn same_view(got: &Path, want: &Path) {
+    let (got, want) = (view(got), view(want));
+    let show = |v: &BTreeMap<String, Vec<Kept>>| -> Vec<String> {
+        v.iter()
+            .flat_map(|(f, msgs)| {
+                msgs.iter().map(move |m| {
+                    let subject =
+                        m.0.lines()
+                            .find(|l| l.starts_with("Subject:"))
+                            .unwrap_or("");
+                    format!(
+                        "{f} {subject} [{}] {:?} {} ({} bytes)",
+                        m.1,
+                        m.2,
+                        m.3,
+                        m.0.len()
+                    )
+                })
+            })
+            .collect()
+    };
+    assert_eq!(show(&got), show(&want));
+    assert_eq!(got, want);
+}
+
+/// The messages of an mbox file as the codec reads them.
+fn read_mbox(p: &Path) -> Vec<Vec<u8>> {
+    let f = fs::File::open(p).unwrap();
+    MboxReader::new(std::io::BufReader::new(f))
+        .map(|m| m.unwrap().bytes)
+        .collect()
+}
+
+/// Every file below `root` (relative paths), sorted.
+fn tree(root: &Path) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut stack = vec![root.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for e in fs::read_dir(&d).unwrap() {
+            let p = e.unwrap().path();
+            if p.is_dir() {
+                stack.push(p);
+            } else {
+                out.push(p.strip_prefix(root).unwrap().to_string_lossy().into_owned());
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
+fn init(e: &Env) {
+    e.ok(&["init"]);
+}
+
+/// Maildir -> backup -> restore --target mbox:OUT -> backup mbox:OUT --account A ->
+/// restore --target maildir:BACK: the same messages, flags, keywords, dates and folders;
+/// a second export into the same place writes nothing and duplicates nothing.
+#[test]
+fn maildir_to_mbox_and_back() {
+    let e = Env::new();
+    init(&e);
+    let md = e.path("src/example.org/bob/Maildir");
+    account(&md);
+    e.ok(&["backup", "src"]);
+    let r = e.json(0, &["restore", "latest", "--target", "mbox:out"]);
+    assert_eq!(r["items_restored"], 22, "{r}");
+    let acc = e.path("out/example.org/bob");
+    assert_eq!(
+        tree(&acc),
+        [
+            "Archive",
+            "Archive.sbd/2023",
+            "Entwürfe",
+            "Inbox",
+            "Sent",
+            "Trash"
+        ],
+        "Thunderbird's layout, one mbox file per folder, no temporary left"
+    );
+    let inbox = fs::read(acc.join("Inbox")).unwrap();
+    let text = String::from_utf8_lossy(&inbox);
+    assert!(text.starts_with("From MAILER-DAEMON "), "{text}");
+    assert!(text.contains("\n>From the start"), "mboxrd quoting: {text}");
+    assert!(text.contains("\n>>From quoted"), "mboxrd quoting: {text}");
+    assert!(text.contains("X-Keywords: $Label1 Work"), "{text}");
+    assert!(text.contains("X-IMAPbase: "), "keywords declared: {text}");
+
+    // A re-run appends nothing.
+    let r = e.json(0, &["restore", "latest", "--target", "mbox:out"]);
+    assert_eq!(
+        (r["items_restored"].as_u64(), r["items_unchanged"].as_u64()),
+        (Some(0), Some(22)),
+        "{r}"
+    );
+    assert_eq!(fs::read(acc.join("Inbox")).unwrap(), inbox);
+
+    // A file that lost its last message gets just that one back, where it was.
+    let last = text.rfind("\n\nFrom MAILER-DAEMON ").unwrap() + 2;
+    fs::write(acc.join("Inbox"), &inbox[..last]).unwrap();
+    // A file that is not the export's: kept, appended to.
+    let foreign = b"From someone Mon Jan  1 00:00:00 2024\nSubject: mine\n\nkeep me".to_vec();
+    fs::write(acc.join("Sent"), &foreign).unwrap();
+    let r = e.json(0, &["restore", "latest", "--target", "mbox:out"]);
+    assert_eq!(
+        (r["items_restored"].as_u64(), r["items_unchanged"].as_u64()),
+        (Some(4), Some(18)),
+        "{r}"
+    );
+    assert_eq!(fs::read(acc.join("Inbox")).unwrap(), inbox);
+    let sent = read_mbox(&acc.join("Sent"));
+    assert_eq!(sent.len(), 4);
+    assert_eq!(sent[0], b"Subject: mine\n\nkeep me\n");
+    // The export's own Sent again, for the import below.
+    fs::remove_file(acc.join("Sent")).unwrap();
+    e.ok(&[
+        "restore", "latest", "--target", "mbox:out", "--folder", "Sent",
+    ]);
+
+    e.ok(&[
+        "backup",
+        "mbox:out/example.org/bob",
+        "--account",
+        "bob@example.org",
+    ]);
+    e.ok(&["restore", "latest", "--target", "maildir:back"]);
+    same_view(&e.path("back"), &md);
+}
+
+/// The same round trip through EML: one file per message, dated, flags in the sidecar.
+#[test]
+fn maildir_to_eml_and_back() {
+    let e = Env::new();
+    init(&e);
+    let md = e.path("src/example.org/bob/Maildir");
+    account(&md);
+    e.ok(&["backup", "src"]);
+    let r = e.json(0, &["restore", "latest", "--target", "eml:out"]);
+    assert_eq!(r["items_restored"], 22, "{r}");
+    let acc = e.path("out/example.org/bob");
+    let files = tree(&acc);
+    let emls: Vec<&String> = files.iter().filter(|f| f.ends_with(".eml")).collect();
+    assert_eq!(emls.len(), 22, "{files:?}");
+    for dir in ["INBOX", "Sent", "Archive", "Archive/2023", "Entwürfe"] {
+        assert!(
+            files.contains(&format!("{dir}/.mailvault-flags")),
+            "{dir}: {files:?}"
+        );
+    }
+    assert!(!files.iter().any(|f| f.ends_with(".tmp")), "{files:?}");
+    // A re-run writes nothing new.
+    let r = e.json(0, &["restore", "latest", "--target", "eml:out"]);
+    assert_eq!(r["items_unchanged"], 22, "{r}");
+    assert_eq!(tree(&acc), files);
+    // A file of someone else's, with its sidecar line: kept.
+    let mine = b"mine.eml 1700000000 \\Flagged Mine\n";
+    let mut sidecar = fs::read(acc.join("Sent/.mailvault-flags")).unwrap();
+    sidecar.extend_from_slice(mine);
+    fs::write(acc.join("Sent/.mailvault-flags"), &sidecar).unwrap();
+    fs::write(acc.join("Sent/mine.eml"), msg("mine", "mine\n")).unwrap();
+    fs::remove_file(
+        acc.join(
+            files
+                .iter()
+                .find(|f| f.starts_with("Sent/") && f.ends_with(".eml"))
+                .unwrap(),
+        ),
+    )
+    .unwrap();
+    let r = e.json(0, &["restore", "latest", "--target", "eml:out"]);
+    assert_eq!(r["items_restored"], 1, "{r}");
+    let now = String::from_utf8(fs::read(acc.join("Sent/.mailvault-flags")).unwrap()).unwrap();
+    assert!(
+        now.starts_with(&String::from_utf8_lossy(&sidecar).into_owned()),
+        "merged: {now}"
+    );
+    fs::remove_file(acc.join("Sent/mine.eml")).unwrap();
+    fs::write(
+        acc.join("Sent/.mailvault-flags"),
+        now.replace(std::str::from_utf8(mine).unwrap(), ""),
+    )
+    .unwrap();
+
+    // One file and a sidecar lost: that file comes back, the sidecar is whole again.
+    let sidecar = fs::read(acc.join("INBOX/.mailvault-flags")).unwrap();
+    let gone = files
+        .iter()
+        .find(|f| f.starts_with("INBOX/") && f.ends_with(".eml"))
+        .unwrap();
+    fs::remove_file(acc.join(gone)).unwrap();
+    fs::write(acc.join("INBOX/.mailvault-flags"), b"").unwrap();
+    let r = e.json(0, &["restore", "latest", "--target", "eml:out"]);
+    assert_eq!(
+        (r["items_restored"].as_u64(), r["items_unchanged"].as_u64()),
+        (Some(1), Some(21)),
+        "{r}"
+    );
+    assert_eq!(tree(&acc), files);
+    let lines = |b: &[u8]| {
+        let mut l: Vec<String> = String::from_utf8_lossy(b)
+            .lines()
+            .map(String::from)
+            .collect();
+        l.sort();
+        l
+    };
+    assert_eq!(
+        lines(&fs::read(acc.join("INBOX/.mailvault-flags")).unwrap()),
+        lines(&sidecar)
+    );
+    // Dates: each file's mtime is its message's internal date.
+    let want = view(&md);
+    for f in files
+        .iter()
+        .filter(|f| f.starts_with("Sent/") && f.ends_with(".eml"))
+    {
+        let m = fs::metadata(acc.join(f)).unwrap();
+        let bytes = String::from_utf8(fs::read(acc.join(f)).unwrap()).unwrap();
+        let orig = want[".Sent"].iter().find(|k| k.0 == bytes).unwrap();
+        assert_eq!(m.mtime(), orig.3, "{f}");
+    }
+
+    e.ok(&[
+        "backup",
+        "eml:out/example.org/bob",
+        "--account",
+        "bob@example.org",
+    ]);
+    e.ok(&["restore", "latest", "--target", "maildir:back"]);
+    same_view(&e.path("back"), &md);
+}
+
+/// python3, or `None` (the test is skipped) unless MAILVAULT_CI is set (then it fails).
+fn python() -> Option<PathBuf> {
+    let ok = Command::new("python3")
+        .arg("-c")
+        .arg("import mailbox, email")
+        .status()
+        .is_ok_and(|s| s.success());
+    if ok {
+        return Some(PathBuf::from("python3"));
+    }
+    assert!(
+        std::env::var_os("MAILVAULT_CI").is_none(),
+        "python3 with mailbox and email is needed (MAILVAULT_CI is set)"
+    );
+    eprintln!("python3 not found: skipped");
+    None
+}
+
+fn run_python(py: &Path, script: &str, args: &[&Path]) -> Value {
+    let o = Command::new(py)
+        .arg("-c")
+        .arg(script)
+        .args(args)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    serde_json::from_slice(&o.stdout).unwrap()
+}
+
+/// Reads every mbox file given with Python's `mailbox.mbox`: per message its bytes (hex,
+/// mboxrd unquoted, the writer's metadata headers dropped), `get_flags()` and the From
+/// line's date.
+const READ_MBOX: &str = r#"
+import calendar, json, mailbox, re, sys, time
+out = []
+for path in sys.argv[1:]:
+    for m in mailbox.mbox(path, create=False):
+        pass
+    box = mailbox.mbox(path, create=False)
+    for key in box.keys():
+        raw = box.get_bytes(key)
+        msg = box.get_message(key)
+        head, sep, body = raw.partition(b"\n\n")
+        lines = [l for l in head.split(b"\n") if not re.match(rb"(?i)(status|x-status|x-keywords|x-imapbase|x-mailvault-no-final-newline):", l)]
+        data = b"\n".join(lines) + sep + body
+        data = re.sub(rb"(?m)^>(>*From )", rb"\1", data)
+        date = msg.get_from().split(" ", 1)[1]
+        secs = calendar.timegm(time.strptime(date, "%a %b %d %H:%M:%S %Y"))
+        out.append([data.hex(), "".join(sorted(msg.get_flags())), secs])
+print(json.dumps(out))
+"#;
+
+/// Parses every `.eml` file given with Python's `email`: its subject, and whether the
+/// parser found defects.
+const READ_EML: &str = r#"
+import email, email.policy, json, sys
+out = []
+for path in sys.argv[1:]:
+    with open(path, "rb") as f:
+        m = email.message_from_binary_file(f, policy=email.policy.default)
+    out.append([str(m["subject"]), len(m.defects), m.get_content().count("\n")])
+print(json.dumps(sorted(out)))
+"#;
+
+/// Writes an mbox with Python's `mailbox`: three messages with flags and dates.
+const WRITE_MBOX: &str = r#"
+import json, mailbox, sys, time
+box = mailbox.mbox(sys.argv[1])
+for i, flags in enumerate(["RO", "ROAF", "O"]):
+    m = mailbox.mboxMessage(b"From: a@example.org\nSubject: py %d\n\nbody %d\n" % (i, i))
+    m.set_flags(flags)
+    m.set_from("a@example.org", time.gmtime(1700000000 + 3600 * i))
+    box.add(m)
+box.flush()
+box.close()
+print("[]")
+"#;
+
+/// Python's `mailbox` reads every mbox file of an export (bytes, flags, From-line
+/// dates as the Maildir had them), `email` parses every `.eml` file, and an mbox that
+/// `mailbox` writes is imported with its flags and dates.
+#[test]
+fn exports_read_and_written_by_python() {
+    let Some(py) = python() else { return };
+    let e = Env::new();
+    init(&e);
+    let md = e.path("src/example.org/bob/Maildir");
+    account(&md);
+    e.ok(&["backup", "src"]);
+    e.ok(&["restore", "latest", "--target", "mbox:out"]);
+    e.ok(&["restore", "latest", "--target", "eml:eml"]);
+
+    // What python must find: every message, its system flags as mbox letters, its date.
+    let mut want: Vec<(String, String, i64)> = Vec::new();
+    for msgs in view(&md).values() {
+        for (bytes, sys, _, mtime) in msgs {
+            let mut f: Vec<char> = sys
+                .chars()
+                .filter_map(|c| match c {
+                    'S' => Some('R'),
+                    'R' => Some('A'),
+                    'F' => Some('F'),
+                    'T' => Some('D'),
+                    'D' => Some('T'),
+                    _ => None,
+                })
+                .collect();
+            f.push('O');
+            f.sort();
+            want.push((hex(bytes.as_bytes()), f.into_iter().collect(), *mtime));
+        }
+    }
+    want.sort();
+    let acc = e.path("out/example.org/bob");
+    let files: Vec<PathBuf> = tree(&acc).iter().map(|f| acc.join(f)).collect();
+    let paths: Vec<&Path> = files.iter().map(|p| p.as_path()).collect();
+    let got = run_python(&py, READ_MBOX, &paths);
+    let mut got: Vec<(String, String, i64)> = got
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| {
+            (
+                m[0].as_str().unwrap().to_string(),
+                m[1].as_str().unwrap().to_string(),
+                m[2].as_i64().unwrap(),
+            )
+        })
+        .collect();
+    got.sort();
+    assert_eq!(got, want);
+
+    let eml = e.path("eml/example.org/bob");
+    let files: Vec<PathBuf> = tree(&eml)
+        .iter()
+        .filter(|f| f.ends_with(".eml"))
+        .map(|f| eml.join(f))
+        .collect();
+    let paths: Vec<&Path> = files.iter().map(|p| p.as_path()).collect();
+    let got = run_python(&py, READ_EML, &paths);
+    assert_eq!(got.as_array().unwrap().len(), 22);
+    for m in got.as_array().unwrap() {
+        assert_eq!(m[1], 0, "defects: {m}");
+    }
+    assert!(got
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|m| m[0] == "Entwurf 0" || m[0] == "entwurf 0"));
+
+    // Python writes, mailvault imports.
+    run_python(&py, WRITE_MBOX, &[&e.path("py.mbox")]);
+    e.ok(&["backup", "mbox:py.mbox", "--account", "alice@example.org"]);
+    e.ok(&["restore", "latest", "--target", "maildir:pyback"]);
+    let v = view(&e.path("pyback"));
+    let inbox = &v[""];
+    let got: Vec<(String, i64)> = inbox.iter().map(|m| (m.1.clone(), m.3)).collect();
+    let mut want = vec![
+        ("S".to_string(), 1_700_000_000),
+        ("FRS".to_string(), 1_700_003_600),
+        (String::new(), 1_700_007_200),
+    ];
+    want.sort();
+    let mut got = got;
+    got.sort();
+    assert_eq!(got, want);
+    for (i, m) in inbox.iter().enumerate() {
+        let text = &m.0;
+        assert!(
+            text.starts_with("From: a@example.org\nSubject: py "),
+            "{i}: {text}"
+        );
+        assert!(
+            !text.contains("Status:"),
+            "metadata headers removed: {text}"
+        );
+    }
+}
+
+fn hex(b: &[u8]) -> String {
+    b.iter().map(|c| format!("{c:02x}")).collect()
+}
+
+/// One mbox message as written by a delivery agent: about 12 KiB that compress little,
+/// so that storing one again would show in `bytes_added`.
+fn spool_msg(user: &str, n: usize, t: i64) -> Vec<u8> {
+    let date = mailvault_core::mail::mbox::asctime(t).unwrap();
+    // xorshift64, seeded by the message: text that compresses little.
+    let mut x: u64 = 0x9E37_79B9_7F4A_7C15 ^ (t as u64) ^ ((n as u64) << 32);
+    for b in user.bytes() {
+        x = x.rotate_left(8) ^ u64::from(b);
+    }
+    let mut body = String::new();
+    for _ in 0..192 {
+        for _ in 0..4 {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            body.push_str(&format!("{x:016x}"));
+        }
+        body.push('\n');
+    }
+    format!(
+        "From sender@example.net {date}\nFrom: sender@example.net\nTo: {user}@example.org\nSubject: {user} {n}\n\n{body}\n"
+    )
+    .into_bytes()
+}
+
+/// A spool of 12 users: 12 accounts. Messages appended to 3 of them: the incremental
+/// reads exactly the appended bytes. One mbox rewritten with a message removed (an
+/// expunge): the next backup has the right messages and stores no kept message again.
+#[test]
+fn spool_of_twelve_users_and_its_incrementals() {
+    let e = Env::new();
+    init(&e);
+    let spool = e.path("spool");
+    fs::create_dir(&spool).unwrap();
+    let users: Vec<String> = (0..12).map(|i| format!("user{i:02}")).collect();
+    let mut boxes: BTreeMap<String, Vec<Vec<u8>>> = BTreeMap::new();
+    for (i, u) in users.iter().enumerate() {
+        let msgs: Vec<Vec<u8>> = (0..3 + i % 4)
+            .map(|n| spool_msg(u, n, 1_700_000_000 + 60 * n as i64))
+            .collect();
+        fs::write(spool.join(u), msgs.concat()).unwrap();
+        boxes.insert(u.clone(), msgs);
+    }
+    let r = e.json(0, &["backup", "mbox:spool", "--domain", "example.org"]);
+    assert_eq!(r["accounts"], 12, "{r}");
+    let total: usize = boxes.values().map(|m| m.len()).sum();
+    assert_eq!(r["items_total"], total as u64, "{r}");
+
+    // Appends to three of them.
+    let mut appended = 0u64;
+    for u in ["user01", "user05", "user09"] {
+        let extra = spool_msg(u, 50, 1_800_000_000);
+        appended += extra.len() as u64;
+        let mut f = fs::OpenOptions::new()
+            .append(true)
+            .open(spool.join(u))
+            .unwrap();
+        std::io::Write::write_all(&mut f, &extra).unwrap();
+        boxes.get_mut(u).unwrap().push(extra);
+    }
+    let r = e.json(0, &["backup", "mbox:spool", "--domain", "example.org"]);
+    assert_eq!(
+        r["bytes_read"], appended,
+        "only the appended bytes are read: {r}"
+    );
+    assert_eq!(r["items_total"], total as u64 + 3, "{r}");
+
+    // user05 loses its second message, as after an expunge.
+    let msgs = boxes.get_mut("user05").unwrap();
+    let removed = msgs.remove(1);
+    fs::write(spool.join("user05"), msgs.concat()).unwrap();
+    let r = e.json(0, &["backup", "mbox:spool", "--domain", "example.org"]);
+    assert_eq!(r["items_total"], total as u64 + 2, "{r}");
+    let added = r["bytes_added"].as_u64().unwrap();
+    assert!(
+        added < removed.len() as u64 / 2,
+        "the kept messages are not stored again: {added} bytes added: {r}"
+    );
+
+    // And the snapshot has exactly the messages of the files.
+    e.ok(&["restore", "latest", "--target", "mbox:back"]);
+    // The export is a store of <domain>/<user>/ trees: backed up again, the same accounts.
+    let r = e.json(0, &["backup", "mbox:back"]);
+    assert_eq!(r["accounts"], 12, "{r}");
+    assert_eq!(r["items_total"], total as u64 + 2, "{r}");
+    for (u, msgs) in &boxes {
+        let f = fs::File::open(e.path(&format!("back/example.org/{u}/Inbox"))).unwrap();
+        let got: Vec<Vec<u8>> = MboxReader::new(std::io::BufReader::new(f))
+            .map(|m| m.unwrap().bytes)
+            .collect();
+        let want: Vec<Vec<u8>> = msgs.iter().map(|m| body_of(m)).collect();
+        assert_eq!(got, want, "{u}");
+    }
+}
+
+/// What the mbox reader makes of one delivered message: without its From line (and the
+/// final empty line, which belongs to the separator).
+fn body_of(m: &[u8]) -> Vec<u8> {
+    let start = m.iter().position(|&c| c == b'\n').unwrap() + 1;
+    let mut b = m[start..].to_vec();
+    if b.ends_with(b"\n\n") {
+        b.pop();
+    }
+    b
+}
+
+/// mbox variants and malformed files through the CLI: each backed up and restored
+/// byte-exact (to a Maildir and to mbox again), as the codec reads them, nothing lost.
+#[test]
+fn mbox_variants_and_malformed_files_round_trip() {
+    let e = Env::new();
+    init(&e);
+    let d = "Tue Nov 24 07:00:00 2026";
+    let cases: Vec<(&str, Vec<u8>)> = vec![
+        (
+            "mboxo",
+            format!("From a@b {d}\nSubject: o\n\nbody\n>From quoted by mboxo\n\nFrom a@b {d}\nSubject: o2\n\nx\n\n").into_bytes(),
+        ),
+        (
+            "mboxcl2",
+            {
+                let body = "From inside the body\n\nFrom here too\n";
+                format!("From a@b {d}\nSubject: cl2\nContent-Length: {}\n\n{body}\nFrom a@b {d}\nSubject: next\n\ny\n", body.len()).into_bytes()
+            },
+        ),
+        (
+            "crlf",
+            format!("From a@b {d}\r\nSubject: crlf\r\n\r\nline\r\n\r\nFrom a@b {d}\r\nSubject: crlf2\r\n\r\nz\r\n").into_bytes(),
+        ),
+        (
+            "no-final-newline",
+            format!("From a@b {d}\nSubject: nfn\n\nfirst\n\nFrom a@b {d}\nSubject: nfn2\n\nno newline at the end").into_bytes(),
+        ),
+        (
+            "nul",
+            format!("From a@b {d}\nSubject: nul\n\nbefore\0after\n\0\n").into_bytes(),
+        ),
+        (
+            "truncated",
+            format!("From a@b {d}\nSubject: whole\n\nfine\n\nFrom a@b {d}\nSubject: cut\nContent-Length: 5000\n\npartial bo").into_bytes(),
+        ),
+    ];
+    for (name, data) in &cases {
+        let file = e.path(&format!("{name}.mbox"));
+        fs::write(&file, data).unwrap();
+        let want: Vec<Vec<u8>> = MboxReader::new(&data[..])
+            .map(|m| m.unwrap())
+            .filter(|m| !m.folder_internal)
+            .map(|m| m.bytes)
+            .collect();
+        assert!(want.len() >= 2 || *name == "nul", "{name}: {want:?}");
+        let account = format!("{name}@example.org");
+        let r = e.json(
+            0,
+            &[
+                "backup",
+                &format!("mbox:{name}.mbox"),
+                "--account",
+                &account,
+            ],
+        );
+        assert_eq!(r["items_total"], want.len() as u64, "{name}: {r}");
+        // To a Maildir: each message's file is the message, byte for byte.
+        let back = format!("back-{name}");
+        e.ok(&[
+            "restore",
+            "latest",
+            "--account",
+            &account,
+            "--target",
+            &format!("maildir:{back}"),
+        ]);
+        let mut got: Vec<Vec<u8>> = view(&e.path(&back))[""]
+            .iter()
+            .map(|m| m.0.clone().into_bytes())
+            .collect();
+        let mut sorted_want = want.clone();
+        got.sort();
+        sorted_want.sort();
+        assert_eq!(got, sorted_want, "{name}");
+        // To mbox again, and read back: the same messages in the same order.
+        let out = format!("out-{name}");
+        e.ok(&[
+            "restore",
+            "latest",
+            "--account",
+            &account,
+            "--target",
+            &format!("mbox:{out}"),
+        ]);
+        let f = fs::File::open(e.path(&format!("{out}/Inbox"))).unwrap();
+        let again: Vec<Vec<u8>> = MboxReader::new(std::io::BufReader::new(f))
+            .map(|m| m.unwrap().bytes)
+            .collect();
+        assert_eq!(again, want, "{name}");
+    }
+}
+
+/// A message whose own header block ends with a header named like mbox metadata
+/// (`Status:`) cannot come back from an mbox exactly: the restore says so, naming it, and
+/// a re-run knows it is there.
+#[test]
+fn lossy_mbox_messages_are_reported() {
+    let e = Env::new();
+    init(&e);
+    let md = e.path("src");
+    put(
+        &md,
+        "",
+        "cur",
+        "1700000000.M1P1.mx:2,S",
+        b"Subject: old mbox\nStatus: RO\n\nbody\n",
+        1_700_000_000,
+    );
+    put(
+        &md,
+        "",
+        "cur",
+        "1700000001.M2P1.mx:2,S",
+        &msg("fine", "x\n"),
+        1_700_000_001,
+    );
+    e.ok(&["backup", "maildir:src", "--account", "bob@example.org"]);
+    let r = e.json(0, &["restore", "latest", "--target", "mbox:out"]);
+    assert_eq!(r["items_restored"], 2, "{r}");
+    let w = r["warnings"].as_array().unwrap();
+    assert_eq!(w.len(), 1, "{r}");
+    let w = w[0].as_str().unwrap();
+    assert!(
+        w.contains("1700000000.M1P1.mx") && w.contains("Inbox"),
+        "{w}"
+    );
+    assert_eq!(read_mbox(&e.path("out/Inbox")).len(), 2);
+    // A re-run does not write it again.
+    let before = fs::read(e.path("out/Inbox")).unwrap();
+    let r = e.json(0, &["restore", "latest", "--target", "mbox:out"]);
+    assert_eq!(r["items_unchanged"], 2, "{r}");
+    assert_eq!(fs::read(e.path("out/Inbox")).unwrap(), before);
+}
+
+/// A symbolic link planted in the target is not written through: the account fails,
+/// named, and nothing lands where the link points.
+#[test]
+fn links_in_the_target_are_not_followed() {
+    let e = Env::new();
+    init(&e);
+    account(&e.path("src/example.org/bob/Maildir"));
+    e.ok(&["backup", "src"]);
+    for scheme in ["mbox", "eml"] {
+        let out = e.path(&format!("{scheme}-out"));
+        let elsewhere = e.path(&format!("{scheme}-elsewhere"));
+        fs::create_dir_all(&out).unwrap();
+        fs::create_dir_all(&elsewhere).unwrap();
+        std::os::unix::fs::symlink(&elsewhere, out.join("example.org")).unwrap();
+        let r = e.json(
+            1,
+            &[
+                "restore",
+                "latest",
+                "--target",
+                &format!("{scheme}:{scheme}-out"),
+            ],
+        );
+        assert_eq!(r["items_failed"], 22, "{r}");
+        assert!(r["failures"].to_string().contains("symbolic link"), "{r}");
+        assert_eq!(fs::read_dir(&elsewhere).unwrap().count(), 0, "{scheme}");
+    }
+}
+
+/// A restore killed while writing an mbox leaves no half file under the folder's name
+/// (it is written under a temporary name and renamed when complete); a re-run writes it
+/// whole.
+#[test]
+fn a_killed_mbox_restore_leaves_no_half_file() {
+    let e = Env::new();
+    init(&e);
+    let md = e.path("src");
+    let n = 3000;
+    for i in 0..n {
+        put(
+            &md,
+            "",
+            "cur",
+            &format!("{}.M{i}P1.mx:2,S", 1_700_000_000 + i),
+            &msg(
+                &format!("bulk {i}"),
+                &format!("{i} {}\n", "x".repeat(70)).repeat(50),
+            ),
+            1_700_000_000 + i as i64,
+        );
+    }
+    e.ok(&["backup", "maildir:src", "--account", "bob@example.org"]);
+    let mut child = e
+        .cmd(&["restore", "latest", "--target", "mbox:out", "--quiet"])
+        .spawn()
+        .unwrap();
+    let out = e.path("out");
+    let started = std::time::Instant::now();
+    let seen = loop {
+        let names: Vec<String> = fs::read_dir(&out)
+            .map(|d| {
+                d.map(|x| x.unwrap().file_name().to_string_lossy().into_owned())
+                    .collect()
+            })
+            .unwrap_or_default();
+        if !names.is_empty() {
+            break names;
+        }
+        assert!(started.elapsed().as_secs() < 60, "nothing written");
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    };
+    child.kill().unwrap();
+    child.wait().unwrap();
+    assert!(
+        !seen.iter().any(|n| n == "Inbox") && !out.join("Inbox").exists(),
+        "a half mbox under the folder's name: {seen:?}"
+    );
+    let r = e.json(0, &["restore", "latest", "--target", "mbox:out"]);
+    assert_eq!(r["items_restored"], n, "{r}");
+    assert_eq!(read_mbox(&out.join("Inbox")).len(), n as usize);
+}
+
+/// Exports from a repository on object storage (MinIO): the same trees, read back the
+/// same.
+#[test]
+fn exports_from_an_s3_repository() {
+    let e = Env::s3("formats-export");
+    init(&e);
+    let md = e.path("src/example.org/bob/Maildir");
+    account(&md);
+    e.ok(&["backup", "src"]);
+    for scheme in ["mbox", "eml"] {
+        let r = e.json(
+            0,
+            &[
+                "restore",
+                "latest",
+                "--target",
+                &format!("{scheme}:{scheme}-out"),
+            ],
+        );
+        assert_eq!(r["items_restored"], 22, "{scheme}: {r}");
+    }
+    e.ok(&["backup", "mbox:mbox-out"]);
+    e.ok(&["restore", "latest", "--target", "maildir:back"]);
+    same_view(&e.path("back/example.org/bob/Maildir"), &md);
+    e.ok(&[
+        "backup",
+        "eml:eml-out/example.org/bob",
+        "--account",
+        "bob@example.org",
+    ]);
+    e.ok(&["restore", "latest", "--target", "maildir:back-eml"]);
+    same_view(&e.path("back-eml"), &md);
+}
