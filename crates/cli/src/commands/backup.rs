@@ -117,24 +117,18 @@ fn execute_source(g: &GlobalOpts, a: Args) -> Result<BackupReport> {
             })
             .ok();
     }
-    let mut r = repo::open(g)?;
+    let run = run_options(&a)?;
     let opts = BackupOptions {
         source,
         accounts: a.account,
         jobs: repo::jobs(g),
-        compression: a
-            .compression
-            .map(|c| c.parse::<Compression>())
-            .transpose()?,
-        tags: a.tag,
-        hostname: a.host.unwrap_or_else(mailvault_core::hostname),
-        force: a.force,
+        compression: run.compression,
+        tags: run.tags,
+        hostname: run.hostname,
+        force: run.force,
         stat_unchanged: a.stat_unchanged,
     };
-    let time = a.time.unwrap_or_else(mailvault_core::now);
-    let out = finish(g, |bar| backup_at(&mut r, &opts, time, bar))?;
-    record_seen(&r);
-    Ok(out)
+    run_backup(g, a.time, |r, time, bar| backup_at(r, &opts, time, bar))
 }
 
 /// The options every kind of source shares.
@@ -199,17 +193,13 @@ fn run_mbox(g: &GlobalOpts, a: Args, path: std::path::PathBuf) -> Result<BackupR
             folder: a.folder.clone().unwrap_or_else(|| "INBOX".into()),
         }
     };
-    let mut r = repo::open(g)?;
     let opts = MboxOptions {
         path,
         layout,
         jobs: repo::jobs(g),
         run: run_options(&a)?,
     };
-    let time = a.time.unwrap_or_else(mailvault_core::now);
-    let out = finish(g, |bar| backup_at(&mut r, &opts, time, bar))?;
-    record_seen(&r);
-    Ok(out)
+    run_backup(g, a.time, |r, time, bar| backup_at(r, &opts, time, bar))
 }
 
 fn run_eml(g: &GlobalOpts, a: Args, path: std::path::PathBuf) -> Result<BackupReport> {
@@ -218,15 +208,29 @@ fn run_eml(g: &GlobalOpts, a: Args, path: std::path::PathBuf) -> Result<BackupRe
     if a.domain.is_some() || a.folder.is_some() {
         anyhow::bail!("{what}: --domain and --folder only apply to mbox: sources");
     }
-    let mut r = repo::open(g)?;
     let opts = EmlOptions {
         path,
         account: one_account(&a, &what)?,
         jobs: repo::jobs(g),
         run: run_options(&a)?,
     };
-    let time = a.time.unwrap_or_else(mailvault_core::now);
-    let out = finish(g, |bar| backup_at(&mut r, &opts, time, bar))?;
+    run_backup(g, a.time, |r, time, bar| backup_at(r, &opts, time, bar))
+}
+
+/// Opens the repository, runs one backup dated `time` (default now) under a progress
+/// bar, and records the snapshots seen: every kind of source.
+fn run_backup<E: std::error::Error + Send + Sync + 'static>(
+    g: &GlobalOpts,
+    time: Option<(i64, u32)>,
+    backup: impl FnOnce(
+        &mut mailvault_core::Repository,
+        (i64, u32),
+        &Bar,
+    ) -> std::result::Result<BackupReport, E>,
+) -> Result<BackupReport> {
+    let mut r = repo::open(g)?;
+    let time = time.unwrap_or_else(mailvault_core::now);
+    let out = finish(g, |bar| backup(&mut r, time, bar))?;
     record_seen(&r);
     Ok(out)
 }
@@ -309,24 +313,20 @@ fn run_imap(g: &GlobalOpts, a: Args) -> Result<BackupReport> {
         Some(u) => url.replacen("://", &format!("://{u}@"), 1),
         None => connection.url(),
     };
-    let mut r = repo::open(g)?;
+    let run = run_options(&a)?;
     let opts = ImapBackupOptions {
         source,
         accounts,
         connection,
         connections: a.imap.connections.max(1),
         parallel_accounts: a.imap.accounts.max(1),
-        compression: a
-            .compression
-            .map(|c| c.parse::<Compression>())
-            .transpose()?,
-        tags: a.tag,
-        hostname: a.host.unwrap_or_else(mailvault_core::hostname),
-        force: a.force,
+        compression: run.compression,
+        tags: run.tags,
+        hostname: run.hostname,
+        force: run.force,
         fetch_batch: 200,
     };
-    let time = a.time.unwrap_or_else(mailvault_core::now);
-    let out = finish(g, |bar| imap_backup_at(&mut r, &opts, time, bar))?;
-    record_seen(&r);
-    Ok(out)
+    run_backup(g, a.time, |r, time, bar| {
+        imap_backup_at(r, &opts, time, bar)
+    })
 }

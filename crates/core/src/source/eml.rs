@@ -89,14 +89,6 @@ pub fn key_of(name: &[u8]) -> Vec<u8> {
     out
 }
 
-fn folder(name: &str, path: PathBuf) -> Folder {
-    Folder {
-        name: name.to_string(),
-        dir: crate::imap::names::maildir_dir(name),
-        path,
-    }
-}
-
 /// Every directory below `root` (`rel`: the path so far) as a folder; the root itself is
 /// INBOX when it holds `.eml` files. Symbolic links and special files are reported.
 fn walk(root: &Path, rel: &Path, out: &mut Vec<Folder>, failures: &Failures) {
@@ -117,7 +109,7 @@ fn walk(root: &Path, rel: &Path, out: &mut Vec<Folder>, failures: &Failures) {
         if ft.is_dir() {
             let rel = rel.join(&name);
             match layout::path_to_folder(&rel, Tree::Eml) {
-                Some(f) => out.push(folder(&f, root.join(&rel))),
+                Some(f) => out.push(Folder::named(&f, root.join(&rel))),
                 None => failures.fail(root.join(&rel).display().to_string(), "not a folder name"),
             }
             walk(root, &rel, out, failures);
@@ -137,7 +129,7 @@ fn walk(root: &Path, rel: &Path, out: &mut Vec<Folder>, failures: &Failures) {
                 "has .eml files and an INBOX directory: its own .eml files are not backed up (move them into INBOX/)",
             );
         } else {
-            out.push(folder("INBOX", dir));
+            out.push(Folder::named("INBOX", dir));
         }
     }
 }

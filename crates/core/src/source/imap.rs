@@ -168,11 +168,7 @@ impl Source for ImapSource<'_> {
     ) -> Result<AccountListing> {
         let folders = (s.list()?.into_iter())
             .filter(|f| f.selectable)
-            .map(|f| super::Folder {
-                dir: names::maildir_dir(&f.name),
-                name: f.name,
-                path: Default::default(),
-            })
+            .map(|f| super::Folder::named(&f.name, Default::default()))
             .collect();
         let mut subscribed: Vec<String> = s.lsub()?.into_iter().map(|f| f.name).collect();
         subscribed.sort();

@@ -132,14 +132,6 @@ fn rel_path(account: &str) -> Vec<u8> {
     super::imap::account_rel_path(account)
 }
 
-fn folder(name: &str, path: PathBuf) -> Folder {
-    Folder {
-        name: name.to_string(),
-        dir: crate::imap::names::maildir_dir(name),
-        path,
-    }
-}
-
 /// Whether `dir` is a Maildir (has `cur/` and `new/`).
 fn is_maildir(dir: &Path) -> bool {
     dir.join("cur").is_dir() && dir.join("new").is_dir()
@@ -222,7 +214,7 @@ fn walk_tree(root: &Path, rel: &Path, out: &mut Vec<Folder>, failures: &Failures
                 }
             }
             match layout::path_to_folder(&rel, Tree::Mbox) {
-                Some(f) => out.push(folder(&f, path)),
+                Some(f) => out.push(Folder::named(&f, path)),
                 None => failures.fail(path.display().to_string(), "not a folder name"),
             }
         } else if !layout::is_index_file(std::os::unix::ffi::OsStrExt::as_bytes(name.as_os_str())) {
@@ -347,8 +339,8 @@ impl Source for MboxSource {
         failures: &Failures,
     ) -> Result<AccountListing> {
         let folders = match &self.layout {
-            MboxLayout::Spool { .. } => vec![folder("INBOX", account.path.clone())],
-            MboxLayout::File { folder: f, .. } => vec![folder(f, account.path.clone())],
+            MboxLayout::Spool { .. } => vec![Folder::named("INBOX", account.path.clone())],
+            MboxLayout::File { folder: f, .. } => vec![Folder::named(f, account.path.clone())],
             MboxLayout::Tree { .. } | MboxLayout::Store => {
                 let mut out = Vec::new();
                 walk_tree(&account.path, Path::new(""), &mut out, failures);

@@ -161,6 +161,19 @@ pub struct Folder {
     pub path: PathBuf,
 }
 
+impl Folder {
+    /// The folder `name` (`/`-separated) found at `path`, with the Maildir++ directory
+    /// Dovecot gives it ([`crate::imap::names::maildir_dir`]): for sources that name
+    /// folders rather than keep Maildir++ directories (IMAP, mbox, EML).
+    pub fn named(name: &str, path: PathBuf) -> Folder {
+        Folder {
+            name: name.to_string(),
+            dir: crate::imap::names::maildir_dir(name),
+            path,
+        }
+    }
+}
+
 /// What [`Source::folders`] found in an account.
 #[derive(Clone, Debug, Default)]
 pub struct AccountListing {

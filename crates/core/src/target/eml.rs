@@ -14,7 +14,7 @@
 //! never through a symbolic link.
 
 use super::maildir::{open_path, open_target, read_at, rename_noreplace, set_attributes, Attrs};
-use super::mbox::{account_dir, folder_parts, mail_meta, shown};
+use super::mbox::{folder_parts, mail_meta, shown, TreeAccount};
 use super::{AccountInfo, Caps, Failures, FolderInfo, Item, Message, Order, Outcome, Target};
 use crate::error::{Error, Result};
 use crate::mail::eml::{is_eml, SIDECAR};
@@ -49,12 +49,6 @@ impl EmlTarget {
             jobs,
         })
     }
-}
-
-/// An account being restored: its directory below the target.
-pub struct EmlAccount {
-    name: String,
-    parts: Vec<Vec<u8>>,
 }
 
 /// A folder being restored: its directory open, the files already there.
@@ -97,7 +91,7 @@ impl EmlFolder {
 }
 
 impl Target for EmlTarget {
-    type Account = EmlAccount;
+    type Account = TreeAccount;
     type Folder = EmlFolder;
     type Error = Error;
 
@@ -116,18 +110,11 @@ impl Target for EmlTarget {
         }
     }
 
-    fn open_account(&self, info: &AccountInfo) -> Result<EmlAccount> {
-        let parts = account_dir(info.account);
-        let p: Vec<&[u8]> = parts.iter().map(|p| &p[..]).collect();
-        open_path(self.root.as_fd(), &p, true)
-            .map_err(|(at, e)| Error::io(shown(&self.path, &parts[..at]), e))?;
-        Ok(EmlAccount {
-            name: info.account.name.clone(),
-            parts,
-        })
+    fn open_account(&self, info: &AccountInfo) -> Result<TreeAccount> {
+        TreeAccount::open(&self.root, &self.path, info)
     }
 
-    fn open_folder(&self, acc: &EmlAccount, info: &FolderInfo) -> Result<EmlFolder> {
+    fn open_folder(&self, acc: &TreeAccount, info: &FolderInfo) -> Result<EmlFolder> {
         let mut parts = acc.parts.clone();
         parts.extend(folder_parts(info.name, Tree::Eml));
         let path = shown(&self.path, &parts);

@@ -112,10 +112,26 @@ impl MboxTarget {
     }
 }
 
-/// An account being restored: its directory below the target.
-pub struct MboxAccount {
-    name: String,
-    parts: Vec<Vec<u8>>,
+/// An account being restored into a tree of files (mbox or EML): its directory below
+/// the target ([`account_dir`]), created.
+pub struct TreeAccount {
+    pub(crate) name: String,
+    pub(crate) parts: Vec<Vec<u8>>,
+}
+
+impl TreeAccount {
+    /// Creates the account's directory below `root` (the target at `path`), never through
+    /// a symbolic link.
+    pub(crate) fn open(root: &OwnedFd, path: &Path, info: &AccountInfo) -> Result<TreeAccount> {
+        let parts = account_dir(info.account);
+        let p: Vec<&[u8]> = parts.iter().map(|p| &p[..]).collect();
+        open_path(root.as_fd(), &p, true)
+            .map_err(|(at, e)| Error::io(shown(path, &parts[..at]), e))?;
+        Ok(TreeAccount {
+            name: info.account.name.clone(),
+            parts,
+        })
+    }
 }
 
 /// A folder being restored: its file, open for writing.
@@ -157,7 +173,7 @@ impl Writing {
 }
 
 impl Target for MboxTarget {
-    type Account = MboxAccount;
+    type Account = TreeAccount;
     type Folder = MboxFolder;
     type Error = Error;
 
@@ -176,18 +192,11 @@ impl Target for MboxTarget {
         }
     }
 
-    fn open_account(&self, info: &AccountInfo) -> Result<MboxAccount> {
-        let parts = account_dir(info.account);
-        let p: Vec<&[u8]> = parts.iter().map(|p| &p[..]).collect();
-        open_path(self.root.as_fd(), &p, true)
-            .map_err(|(at, e)| Error::io(shown(&self.path, &parts[..at]), e))?;
-        Ok(MboxAccount {
-            name: info.account.name.clone(),
-            parts,
-        })
+    fn open_account(&self, info: &AccountInfo) -> Result<TreeAccount> {
+        TreeAccount::open(&self.root, &self.path, info)
     }
 
-    fn open_folder(&self, acc: &MboxAccount, info: &FolderInfo) -> Result<MboxFolder> {
+    fn open_folder(&self, acc: &TreeAccount, info: &FolderInfo) -> Result<MboxFolder> {
         let mut parts = acc.parts.clone();
         parts.extend(folder_parts(info.name, Tree::Mbox));
         let path = shown(&self.path, &parts);
