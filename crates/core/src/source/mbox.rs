@@ -424,8 +424,13 @@ impl Source for MboxSource {
         };
         let mut count = u64::from(first_uid - 1);
         let mut complete = true;
+        // Where what was read ends: the state describes exactly that much of the file, so
+        // that bytes appended while it was read are read by the next backup, not twice.
+        let mut end_read = size;
         if from < size {
-            let mut reader = std::fs::File::open(path).map_err(|e| Error::io(path, e))?;
+            // The same open file as the size and the state describe (a second open could
+            // find another file, renamed into place meanwhile).
+            let mut reader = file.try_clone().map_err(|e| Error::io(path, e))?;
             use std::io::Seek;
             reader
                 .seek(std::io::SeekFrom::Start(from))
@@ -464,12 +469,13 @@ impl Source for MboxSource {
                     break;
                 }
             }
+            end_read = messages.position();
         }
         if complete {
             let state = FolderState {
                 version: 1,
                 validity,
-                mbox: MboxState::of(size, count, |off, buf| file.read_exact_at(buf, off))
+                mbox: MboxState::of(end_read, count, |off, buf| file.read_exact_at(buf, off))
                     .map_err(|e| Error::io(path, e))?,
             };
             let data = serde_json::to_vec(&state)

@@ -13,8 +13,8 @@
 //! Directories are opened as the Maildir target opens them: relative to their parent,
 //! never through a symbolic link.
 
-use super::maildir::{open_path, open_target, read_at, rename_noreplace, set_attributes, Attrs};
-use super::mbox::{folder_parts, mail_meta, shown, TreeAccount};
+use super::maildir::{open_target, read_at, rename_noreplace, set_attributes, Attrs};
+use super::mbox::{folder_parts, mail_meta, open_dirs, shown, TreeAccount};
 use super::{AccountInfo, Caps, Failures, FolderInfo, Item, Message, Order, Outcome, Target};
 use crate::error::{Error, Result};
 use crate::mail::eml::{is_eml, SIDECAR};
@@ -118,9 +118,7 @@ impl Target for EmlTarget {
         let mut parts = acc.parts.clone();
         parts.extend(folder_parts(info.name, Tree::Eml));
         let path = shown(&self.path, &parts);
-        let p: Vec<&[u8]> = parts.iter().map(|p| &p[..]).collect();
-        let dir = open_path(self.root.as_fd(), &p, true)
-            .map_err(|(at, e)| Error::io(shown(&self.path, &parts[..at]), e))?;
+        let dir = open_dirs(&self.root, &self.path, &parts)?;
         let mut names = EmlNames::new();
         let mut existing: HashMap<u64, Vec<Vec<u8>>> = HashMap::new();
         let listing = rustix::fs::Dir::read_from(&dir).map_err(|e| Error::io(&path, e.into()))?;

@@ -112,6 +112,13 @@ impl MboxTarget {
     }
 }
 
+/// Opens (creating what is missing) the directory `parts` below `root`, the target at
+/// `path`, never through a symbolic link; an error names the directory that failed.
+pub(crate) fn open_dirs(root: &OwnedFd, path: &Path, parts: &[Vec<u8>]) -> Result<OwnedFd> {
+    let p: Vec<&[u8]> = parts.iter().map(|p| &p[..]).collect();
+    open_path(root.as_fd(), &p, true).map_err(|(at, e)| Error::io(shown(path, &parts[..at]), e))
+}
+
 /// An account being restored into a tree of files (mbox or EML): its directory below
 /// the target ([`account_dir`]), created.
 pub struct TreeAccount {
@@ -124,9 +131,7 @@ impl TreeAccount {
     /// a symbolic link.
     pub(crate) fn open(root: &OwnedFd, path: &Path, info: &AccountInfo) -> Result<TreeAccount> {
         let parts = account_dir(info.account);
-        let p: Vec<&[u8]> = parts.iter().map(|p| &p[..]).collect();
-        open_path(root.as_fd(), &p, true)
-            .map_err(|(at, e)| Error::io(shown(path, &parts[..at]), e))?;
+        open_dirs(root, path, &parts)?;
         Ok(TreeAccount {
             name: info.account.name.clone(),
             parts,
@@ -206,9 +211,7 @@ impl Target for MboxTarget {
                 info.name, acc.name
             )));
         };
-        let p: Vec<&[u8]> = parts.iter().map(|p| &p[..]).collect();
-        let dir = open_path(self.root.as_fd(), &p, true)
-            .map_err(|(at, e)| Error::io(shown(&self.path, &parts[..at]), e))?;
+        let dir = open_dirs(&self.root, &self.path, &parts)?;
         let writing = open_file(&dir, &name, info).map_err(|e| Error::io(&path, e))?;
         Ok(MboxFolder {
             account: acc.name.clone(),
