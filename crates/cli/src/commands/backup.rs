@@ -312,8 +312,14 @@ pub fn print_report(r: &BackupReport) {
         .unwrap_or_default();
     println!("snapshot {} saved{parent}", &r.snapshot[..8]);
     println!("  accounts   {}, folders {}", r.accounts, r.folders);
+    // A `file:` backup's items are files.
+    let what = if r.source.starts_with("file:") {
+        "files   "
+    } else {
+        "messages"
+    };
     println!(
-        "  messages   {} total: {} new, {} unchanged, {} failed",
+        "  {what}   {} total: {} new, {} unchanged, {} failed",
         r.items_total, r.items_new, r.items_unchanged, r.items_failed
     );
     println!(
