@@ -97,10 +97,13 @@ pub struct MboxSource {
     path: PathBuf,
     layout: MboxLayout,
     jobs: usize,
-    /// Folder trees walked by [`Source::samples`], by account path, with what failed
-    /// there: [`Source::folders`] takes them instead of walking each tree again.
-    walked: Arc<Mutex<HashMap<PathBuf, (Vec<Folder>, Vec<Failure>)>>>,
+    /// Folder trees walked by [`Source::samples`]: [`Source::folders`] takes them instead
+    /// of walking each tree again.
+    walked: Arc<Mutex<HashMap<PathBuf, Walked>>>,
 }
+
+/// An account's folder tree as walked (by account path): its folders and what failed.
+type Walked = (Vec<Folder>, Vec<Failure>);
 
 impl MboxSource {
     pub fn new(opts: &MboxOptions) -> Result<MboxSource> {
