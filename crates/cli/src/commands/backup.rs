@@ -117,15 +117,11 @@ fn execute_source(g: &GlobalOpts, a: Args) -> Result<BackupReport> {
             })
             .ok();
     }
-    let run = run_options(&a)?;
     let opts = BackupOptions {
+        run: run_options(&a)?,
         source,
         accounts: a.account,
         jobs: repo::jobs(g),
-        compression: run.compression,
-        tags: run.tags,
-        hostname: run.hostname,
-        force: run.force,
         stat_unchanged: a.stat_unchanged,
     };
     run_backup(g, a.time, |r, time, bar| backup_at(r, &opts, time, bar))
@@ -313,17 +309,13 @@ fn run_imap(g: &GlobalOpts, a: Args) -> Result<BackupReport> {
         Some(u) => url.replacen("://", &format!("://{u}@"), 1),
         None => connection.url(),
     };
-    let run = run_options(&a)?;
     let opts = ImapBackupOptions {
+        run: run_options(&a)?,
         source,
         accounts,
         connection,
         connections: a.imap.connections.max(1),
         parallel_accounts: a.imap.accounts.max(1),
-        compression: run.compression,
-        tags: run.tags,
-        hostname: run.hostname,
-        force: run.force,
         fetch_batch: 200,
     };
     run_backup(g, a.time, |r, time, bar| {

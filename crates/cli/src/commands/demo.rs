@@ -4,9 +4,9 @@
 
 use crate::{progress::Bar, repo, GlobalOpts, Outcome};
 use anyhow::{bail, Context, Result};
-use mailvault_core::ops::backup::{backup, BackupOptions};
+use mailvault_core::ops::backup::{backup, BackupOptions, RunOptions};
 use mailvault_core::ops::check::{check, CheckOptions};
-use mailvault_core::ops::restore::{restore, RestoreOptions};
+use mailvault_core::ops::restore::{restore, RestoreOptions, Selection};
 use mailvault_core::store::{LocalStore, Metered, Store};
 use mailvault_core::{InitOptions, Repository};
 use mailvault_corpus::{generate, mutate, CorpusSpec, MutationSpec};
@@ -88,11 +88,13 @@ pub fn run(g: &GlobalOpts, a: Args) -> Result<Outcome> {
         source: src.clone(),
         accounts: vec![],
         jobs,
-        compression: None,
-        tags: vec!["demo".into()],
-        hostname: mailvault_core::hostname(),
-        force: false,
         stat_unchanged: false,
+        run: RunOptions {
+            compression: None,
+            tags: vec!["demo".into()],
+            hostname: mailvault_core::hostname(),
+            force: false,
+        },
     };
     println!("3. full backup");
     let bar = Bar::new(g.quiet, "backup ");
@@ -115,7 +117,10 @@ pub fn run(g: &GlobalOpts, a: Args) -> Result<Outcome> {
     let rr = restore(
         &r,
         &RestoreOptions {
-            snapshot: "latest".into(),
+            select: Selection {
+                snapshot: "latest".into(),
+                ..Default::default()
+            },
             target: out.clone(),
             jobs,
             ..Default::default()

@@ -6,7 +6,7 @@ use anyhow::Result;
 use mailvault_core::imap::restore::{
     restore as imap_restore, ImapRestoreOptions, ImapRestoreReport,
 };
-use mailvault_core::ops::restore::{restore, Owners, RestoreOptions, RestoreReport};
+use mailvault_core::ops::restore::{restore, Owners, RestoreOptions, RestoreReport, Selection};
 
 #[derive(clap::Args, Debug)]
 pub struct Args {
@@ -23,6 +23,19 @@ pub struct Args {
     pub message: Vec<String>,
     #[command(flatten)]
     pub to: TargetArgs,
+}
+
+impl Args {
+    /// The snapshot and what `--account`, `--folder` and `--message` select of it.
+    fn selection(&self) -> Selection {
+        Selection {
+            snapshot: self.snapshot.clone(),
+            accounts: self.account.clone(),
+            folders: self.folder.clone(),
+            messages: self.message.clone(),
+            ..Selection::default()
+        }
+    }
 }
 
 /// Where a restore writes and how: the flags `restore` and `undelete` share.
@@ -71,8 +84,8 @@ impl TargetArgs {
         super::imap::is_imap(&self.target)
     }
 
-    /// The options of a restore to a Maildir target, selecting everything.
-    pub fn maildir_options(&self, g: &GlobalOpts) -> Result<RestoreOptions> {
+    /// The options of a restore of `select` to a Maildir target.
+    pub fn maildir_options(&self, g: &GlobalOpts, select: Selection) -> Result<RestoreOptions> {
         if self.imap.any_given()
             || self.skip_existing
             || self.create_accounts
@@ -88,11 +101,13 @@ impl TargetArgs {
             (None, false) => Owners::ByName,
         };
         Ok(RestoreOptions {
+            select: Selection {
+                reads: g.storage.store_connections.unwrap_or(0),
+                ..select
+            },
             target,
             jobs: repo::jobs(g),
             owners,
-            reads: g.storage.store_connections.unwrap_or(0),
-            ..RestoreOptions::default()
         })
     }
 
@@ -125,13 +140,7 @@ pub fn run(g: &GlobalOpts, a: Args) -> Result<Outcome> {
         super::Location::Eml(p) => return run_export(g, a, p, Export::Eml),
         _ => {}
     }
-    let opts = RestoreOptions {
-        snapshot: a.snapshot,
-        accounts: a.account,
-        folders: a.folder,
-        messages: a.message,
-        ..a.to.maildir_options(g)?
-    };
+    let opts = a.to.maildir_options(g, a.selection())?;
     let r = repo::open(g)?;
     let bar = Bar::new(g.quiet || g.json, "restore");
     let rep = restore(&r, &opts, &bar);
@@ -154,7 +163,7 @@ enum Export {
 
 /// `restore --target mbox:DIR` or `eml:DIR`.
 fn run_export(g: &GlobalOpts, a: Args, dir: std::path::PathBuf, fmt: Export) -> Result<Outcome> {
-    use mailvault_core::ops::restore::{restore_into, Selection};
+    use mailvault_core::ops::restore::restore_into;
     use mailvault_core::target::{eml::EmlTarget, mbox::MboxTarget};
     let t = &a.to;
     if t.imap.any_given()
@@ -169,12 +178,9 @@ fn run_export(g: &GlobalOpts, a: Args, dir: std::path::PathBuf, fmt: Export) -> 
         anyhow::bail!("--numeric-owner and --chown only apply to Maildir targets");
     }
     let sel = Selection {
-        snapshot: a.snapshot,
-        accounts: a.account,
-        folders: a.folder,
-        messages: a.message,
         reads: g.storage.store_connections.unwrap_or(0),
         cache_bytes: 64 << 20,
+        ..a.selection()
     };
     let jobs = repo::jobs(g);
     let r = repo::open(g)?;

@@ -61,7 +61,7 @@ pub fn run(g: &GlobalOpts, a: Args) -> Result<Outcome> {
         let restored = (rep.restore.as_ref()).map(|r| (r, r.items_failed, r.failures.clone()));
         return report(g, &opts, &a.to.target, &rep, &rep.deleted, restored, shown);
     }
-    let restore = a.to.maildir_options(g)?;
+    let restore = a.to.maildir_options(g, Default::default())?;
     let r = repo::open(g)?;
     let rep = undelete(&r, &opts, &restore, &bar);
     bar.finish();
