@@ -84,8 +84,8 @@ impl TargetArgs {
         super::imap::is_imap(&self.target)
     }
 
-    /// The options of a restore of `select` to a Maildir target.
-    pub fn maildir_options(&self, g: &GlobalOpts, select: Selection) -> Result<RestoreOptions> {
+    /// Refuses the IMAP flags for a target that is not an IMAP server.
+    fn no_imap_flags(&self) -> Result<()> {
         if self.imap.any_given()
             || self.skip_existing
             || self.create_accounts
@@ -94,6 +94,20 @@ impl TargetArgs {
         {
             anyhow::bail!("the IMAP flags only apply to imap:// and imaps:// targets");
         }
+        Ok(())
+    }
+
+    /// Refuses the owner flags for a target that is not a Maildir.
+    fn no_owner_flags(&self) -> Result<()> {
+        if self.numeric_owner || self.chown.is_some() {
+            anyhow::bail!("--numeric-owner and --chown only apply to Maildir targets");
+        }
+        Ok(())
+    }
+
+    /// The options of a restore of `select` to a Maildir target.
+    pub fn maildir_options(&self, g: &GlobalOpts, select: Selection) -> Result<RestoreOptions> {
+        self.no_imap_flags()?;
         let target = super::maildir_location(&self.target, "target")?;
         let owners = match (&self.chown, self.numeric_owner) {
             (Some(spec), _) => Owners::chown(spec)?,
@@ -111,13 +125,15 @@ impl TargetArgs {
         })
     }
 
-    /// The options of a restore of `snapshot` into an IMAP server, selecting everything.
-    pub fn imap_options(&self, snapshot: &str) -> Result<ImapRestoreOptions> {
-        if self.numeric_owner || self.chown.is_some() {
-            anyhow::bail!("--numeric-owner and --chown only apply to Maildir targets");
-        }
+    /// The options of a restore of `select` into an IMAP server.
+    pub fn imap_options(&self, select: Selection) -> Result<ImapRestoreOptions> {
+        self.no_owner_flags()?;
         let connection = self.imap.connection(&self.target)?;
-        let mut opts = ImapRestoreOptions::new(snapshot, connection);
+        let mut opts = ImapRestoreOptions::new(&select.snapshot, connection);
+        opts.select = Selection {
+            cache_bytes: opts.select.cache_bytes,
+            ..select
+        };
         opts.connections = self.imap.connections.max(1);
         opts.parallel_accounts = self.imap.accounts.max(1);
         opts.max_rate = self.max_rate;
@@ -165,21 +181,11 @@ enum Export {
 fn run_export(g: &GlobalOpts, a: Args, dir: std::path::PathBuf, fmt: Export) -> Result<Outcome> {
     use mailvault_core::ops::restore::restore_into;
     use mailvault_core::target::{eml::EmlTarget, mbox::MboxTarget};
-    let t = &a.to;
-    if t.imap.any_given()
-        || t.skip_existing
-        || t.create_accounts
-        || t.max_rate.is_some()
-        || t.journal.is_some()
-    {
-        anyhow::bail!("the IMAP flags only apply to imap:// and imaps:// targets");
-    }
-    if t.numeric_owner || t.chown.is_some() {
-        anyhow::bail!("--numeric-owner and --chown only apply to Maildir targets");
-    }
+    a.to.no_imap_flags()?;
+    a.to.no_owner_flags()?;
     let sel = Selection {
         reads: g.storage.store_connections.unwrap_or(0),
-        cache_bytes: 64 << 20,
+        cache_bytes: Selection::CACHE_BYTES,
         ..a.selection()
     };
     let jobs = repo::jobs(g);
@@ -239,11 +245,8 @@ pub fn print_counts(r: &RestoreReport) {
 }
 
 fn run_imap(g: &GlobalOpts, a: Args) -> Result<Outcome> {
-    let mut opts = a.to.imap_options(&a.snapshot)?;
+    let opts = a.to.imap_options(a.selection())?;
     let r = repo::open(g)?;
-    opts.accounts = a.account;
-    opts.folders = a.folder;
-    opts.messages = a.message;
     let bar = Bar::new(g.quiet || g.json, "restore");
     let rep = imap_restore(&r, &opts, &bar);
     bar.finish();

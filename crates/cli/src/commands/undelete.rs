@@ -8,7 +8,7 @@ use anyhow::Result;
 use mailvault_core::imap::restore::ImapRestoreReport;
 use mailvault_core::ops::restore::RestoreReport;
 use mailvault_core::ops::undelete::{
-    undelete, undelete_imap, window_start, Deleted, DeletedOptions, UndeleteOptions, LABEL,
+    undelete, undelete_imap, window_start, Deleted, DeletedOptions, UndeleteOptions,
 };
 use mailvault_core::report::Failure;
 
@@ -49,7 +49,7 @@ pub fn run(g: &GlobalOpts, a: Args) -> Result<Outcome> {
     };
     let bar = Bar::new(g.quiet || g.json, "undelete");
     if a.to.is_imap() {
-        let imap = a.to.imap_options(LABEL)?;
+        let imap = a.to.imap_options(Default::default())?;
         let r = repo::open(g)?;
         let rep = undelete_imap(&r, &opts, &imap, &bar);
         bar.finish();

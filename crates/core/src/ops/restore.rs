@@ -78,6 +78,12 @@ pub struct Selection {
     pub cache_bytes: usize,
 }
 
+impl Selection {
+    /// The blob cache of a restore into an [`Order::Folder`] target (IMAP, mbox), in
+    /// bytes.
+    pub const CACHE_BYTES: usize = 64 << 20;
+}
+
 /// The end-of-run summary. `items_total` = `items_restored` + `items_unchanged` +
 /// `items_failed`; `failures` also lists what is not a message (folder files,
 /// directories), which `items_failed` does not count.
