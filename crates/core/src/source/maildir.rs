@@ -716,7 +716,7 @@ fn read_message(
 }
 
 /// Reads a whole file with one open and one fstat.
-fn read_with_meta(path: &Path) -> io::Result<(Vec<u8>, FileMeta)> {
+pub(crate) fn read_with_meta(path: &Path) -> io::Result<(Vec<u8>, FileMeta)> {
     use std::io::Read;
     let mut f = fs::File::open(path)?;
     let meta = FileMeta::of(&f.metadata()?);
