@@ -226,7 +226,9 @@ fn run_backup<E: std::error::Error + Send + Sync + 'static>(
 ) -> Result<BackupReport> {
     let mut r = repo::open(g)?;
     let time = time.unwrap_or_else(mailvault_core::now);
-    let out = finish(g, |bar| backup(&mut r, time, bar))?;
+    let out = Bar::run(g.quiet || g.json, "backup ", |bar| {
+        backup(&mut r, time, bar)
+    })?;
     record_seen(&r);
     Ok(out)
 }
@@ -244,17 +246,6 @@ fn record_seen(r: &mailvault_core::Repository) {
             crate::output::safe(&format!("listing snapshots for this host's record: {e}"))
         ),
     }
-}
-
-/// Runs a backup under a progress bar.
-fn finish<E: std::error::Error + Send + Sync + 'static>(
-    g: &GlobalOpts,
-    run: impl FnOnce(&Bar) -> std::result::Result<BackupReport, E>,
-) -> Result<BackupReport> {
-    let bar = Bar::new(g.quiet || g.json, "backup ");
-    let rep = run(&bar);
-    bar.finish();
-    Ok(rep?)
 }
 
 pub fn print_report(r: &BackupReport) {

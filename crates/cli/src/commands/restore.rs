@@ -158,10 +158,7 @@ pub fn run(g: &GlobalOpts, a: Args) -> Result<Outcome> {
     }
     let opts = a.to.maildir_options(g, a.selection())?;
     let r = repo::open(g)?;
-    let bar = Bar::new(g.quiet || g.json, "restore");
-    let rep = restore(&r, &opts, &bar);
-    bar.finish();
-    let rep = rep?;
+    let rep = Bar::run(g.quiet || g.json, "restore", |bar| restore(&r, &opts, bar))?;
     if g.json {
         crate::output::json(&rep)?;
     } else {
@@ -190,17 +187,12 @@ fn run_export(g: &GlobalOpts, a: Args, dir: std::path::PathBuf, fmt: Export) -> 
     };
     let jobs = repo::jobs(g);
     let r = repo::open(g)?;
-    let bar = Bar::new(g.quiet || g.json, "restore");
-    let rep = match fmt {
+    let rep = Bar::run(g.quiet || g.json, "restore", |bar| match fmt {
         Export::Mbox => {
-            restore_into(&r, &sel, &bar, |_, _| MboxTarget::open(&dir, jobs)).map(|x| x.0)
+            restore_into(&r, &sel, bar, |_, _| MboxTarget::open(&dir, jobs)).map(|x| x.0)
         }
-        Export::Eml => {
-            restore_into(&r, &sel, &bar, |_, _| EmlTarget::open(&dir, jobs)).map(|x| x.0)
-        }
-    };
-    bar.finish();
-    let rep = rep?;
+        Export::Eml => restore_into(&r, &sel, bar, |_, _| EmlTarget::open(&dir, jobs)).map(|x| x.0),
+    })?;
     if g.json {
         crate::output::json(&rep)?;
     } else {
@@ -247,10 +239,9 @@ pub fn print_counts(r: &RestoreReport) {
 fn run_imap(g: &GlobalOpts, a: Args) -> Result<Outcome> {
     let opts = a.to.imap_options(a.selection())?;
     let r = repo::open(g)?;
-    let bar = Bar::new(g.quiet || g.json, "restore");
-    let rep = imap_restore(&r, &opts, &bar);
-    bar.finish();
-    let rep = rep?;
+    let rep = Bar::run(g.quiet || g.json, "restore", |bar| {
+        imap_restore(&r, &opts, bar)
+    })?;
     if g.json {
         crate::output::json(&rep)?;
     } else {
