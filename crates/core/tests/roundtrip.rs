@@ -176,7 +176,6 @@ fn owners_and_modes_of_directories_and_files_round_trip() {
                 target: out2.clone(),
                 jobs: 2,
                 owners: Owners::Fixed { uid: 1, gid: 2 },
-                ..Default::default()
             },
         );
         assert!(r.failures.is_empty(), "{:?}", r.failures);
