@@ -248,11 +248,12 @@ pub fn print_counts(r: &RestoreReport) {
         "  messages   {} total: {} restored, {} already there, {} failed",
         r.items_total, r.items_restored, r.items_unchanged, r.items_failed
     );
-    if r.files_restored > 0 {
+    if r.files_restored + r.files_unchanged > 0 {
         println!(
-            "  files      {} restored ({})",
+            "  files      {} restored ({}), {} already there",
             r.files_restored,
-            bytes(r.file_bytes_written)
+            bytes(r.file_bytes_written),
+            r.files_unchanged
         );
     }
     println!(

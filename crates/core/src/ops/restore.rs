@@ -107,6 +107,8 @@ pub struct RestoreReport {
     pub files_restored: u64,
     /// Their bytes.
     pub file_bytes_written: u64,
+    /// Large files already in the target, complete (same size and mtime): not written.
+    pub files_unchanged: u64,
     pub elapsed_secs: f64,
     pub items_per_sec: f64,
     pub mb_per_sec: f64,
@@ -127,6 +129,7 @@ struct Tally {
     bytes: AtomicU64,
     files: AtomicU64,
     file_bytes: AtomicU64,
+    files_present: AtomicU64,
 }
 
 struct Ctx<'a, T> {
@@ -443,6 +446,7 @@ impl<'a, T: Target> Ctx<'a, T> {
             bytes_written: bytes,
             files_restored: n.files.load(Relaxed),
             file_bytes_written: file_bytes,
+            files_unchanged: n.files_present.load(Relaxed),
             elapsed_secs: elapsed,
             items_per_sec: per_sec(total, elapsed),
             mb_per_sec: per_sec(bytes + file_bytes, elapsed) / 1e6,
@@ -801,6 +805,8 @@ fn execute_any<T: Target>(ctx: &Ctx<T>, plans: Vec<AccountPlan>, picked: bool) {
                         ctx.n
                             .failures
                             .add(item, "unsafe file name in snapshot; skipped");
+                    } else if !f.lists.is_empty() && ctx.target.file_present(folder, &f) {
+                        ctx.n.files_present.fetch_add(1, Relaxed);
                     } else if f.lists.is_empty() {
                         jobs.push(Job {
                             folder: &*folder,
