@@ -72,7 +72,11 @@ fn build_stack(g: &GlobalOpts, cache_root: Option<std::path::PathBuf>) -> Result
             };
             Stack::remote(Arc::new(S3Store::new(s3)?), &opts)?
         }
-        Location::Imap(_) | Location::Mbox(_) | Location::Eml(_) => {
+        Location::Imap(_)
+        | Location::Mbox(_)
+        | Location::Eml(_)
+        | Location::Files(_)
+        | Location::Plain(_) => {
             bail!("repository {loc:?}: give a directory or an s3: location")
         }
     };

@@ -17,9 +17,20 @@ pub struct Args {
     /// mbox files: `mbox:/var/mail` (a spool, one file per user; --domain), `mbox:DIR`
     /// of `<domain>/<user>/` folder trees (as `restore --target mbox:` writes a store),
     /// `mbox:FILE --account A [--folder F]` (one file), `mbox:DIR --account A` (a mail
-    /// client's folder tree), or `eml:DIR --account A` (.eml files, folders as
-    /// directories).
+    /// client's folder tree), `eml:DIR --account A` (.eml files, folders as
+    /// directories), or files and directory trees as files: `file:PATH [file:PATH...]`
+    /// (mail databases: NSF, PST, EDB, SQL dumps; one account per PATH).
     pub source: String,
+    /// Further `file:PATH`s, backed up in the same snapshot.
+    #[arg(value_name = "file:PATH")]
+    pub more: Vec<String>,
+    /// `file:` sources: back up only files matching this glob (on the whole path or the
+    /// file name: `*.nsf`, `/srv/db/**`); repeatable.
+    #[arg(long)]
+    pub include: Vec<String>,
+    /// `file:` sources: leave out files and directories matching this glob; repeatable.
+    #[arg(long)]
+    pub exclude: Vec<String>,
     /// The account name of a single Maildir, an mbox file or folder tree, or an EML
     /// tree; for a store, back up only these accounts.
     #[arg(long)]
@@ -96,6 +107,12 @@ fn execute_source(g: &GlobalOpts, a: Args) -> Result<BackupReport> {
     }
     if a.imap.any_given() || a.accounts_file.is_some() {
         anyhow::bail!("the IMAP flags only apply to imap:// and imaps:// sources");
+    }
+    if let super::Location::Files(p) = super::location(&a.source, "source", super::Role::Mail)? {
+        return run_files(g, a, p);
+    }
+    if !a.more.is_empty() || !a.include.is_empty() || !a.exclude.is_empty() {
+        anyhow::bail!("several sources, --include and --exclude only apply to file: sources");
     }
     match super::location(&a.source, "source", super::Role::Mail)? {
         super::Location::Mbox(p) => return run_mbox(g, a, p),
@@ -211,6 +228,32 @@ fn run_eml(g: &GlobalOpts, a: Args, path: std::path::PathBuf) -> Result<BackupRe
     let opts = EmlOptions {
         path,
         account: one_account(&a, &what)?,
+        jobs: repo::jobs(g),
+        run: run_options(&a)?,
+    };
+    run_backup(g, a.time, |r, time, bar| backup_at(r, &opts, time, bar))
+}
+
+/// `backup file:PATH [file:PATH...]`: files and directory trees as files.
+fn run_files(g: &GlobalOpts, a: Args, first: std::path::PathBuf) -> Result<BackupReport> {
+    use mailvault_core::source::file::{backup_at, FileOptions};
+    if !a.account.is_empty() || a.domain.is_some() || a.folder.is_some() || a.stat_unchanged {
+        anyhow::bail!(
+            "file: sources: --account, --domain, --folder and --stat-unchanged do not apply \
+             (each PATH is an account, named by its path)"
+        );
+    }
+    let mut paths = vec![first];
+    for s in &a.more {
+        match super::location(s, "source", super::Role::Mail)? {
+            super::Location::Files(p) => paths.push(p),
+            _ => anyhow::bail!("source {s:?}: only file:PATH sources can be given together"),
+        }
+    }
+    let opts = FileOptions {
+        paths,
+        include: a.include.clone(),
+        exclude: a.exclude.clone(),
         jobs: repo::jobs(g),
         run: run_options(&a)?,
     };

@@ -32,6 +32,10 @@ pub enum Location {
     Mbox(PathBuf),
     /// `.eml` files in a folder tree: `eml:PATH`.
     Eml(PathBuf),
+    /// Files and directory trees backed up as files: `file:PATH` (a backup source).
+    Files(PathBuf),
+    /// A plain directory tree a `file:` snapshot is restored into: `dir:PATH`.
+    Plain(PathBuf),
     /// An S3-compatible object store, `s3:http[s]://HOST[:PORT]/BUCKET[/PREFIX]`, as given.
     S3(String),
 }
@@ -48,7 +52,7 @@ pub enum Role {
 impl Role {
     fn schemes(self) -> &'static str {
         match self {
-            Role::Mail => "maildir:, mbox:, eml:, imap://, imaps://",
+            Role::Mail => "maildir:, mbox:, eml:, file:, dir:, imap://, imaps://",
             Role::Repository => "local:, s3:http[s]://HOST[:PORT]/BUCKET[/PREFIX]",
         }
     }
@@ -74,6 +78,8 @@ pub fn location(s: &str, what: &str, role: Role) -> Result<Location> {
         (Role::Mail, "maildir") => dir(rest),
         (Role::Mail, "mbox") => path(rest).map(Location::Mbox),
         (Role::Mail, "eml") => path(rest).map(Location::Eml),
+        (Role::Mail, "file") => path(rest).map(Location::Files),
+        (Role::Mail, "dir") => path(rest).map(Location::Plain),
         (Role::Repository, "local") => dir(rest),
         (Role::Repository, "s3") => {
             mailvault_core::store::parse_s3_url(s)?;
@@ -109,6 +115,9 @@ pub fn maildir_location(s: &str, what: &str) -> Result<PathBuf> {
         Location::Imap(_) => bail!("{what} {s:?}: an IMAP server, where a directory is needed"),
         Location::Mbox(_) | Location::Eml(_) => {
             bail!("{what} {s:?}: mbox or EML files, where a Maildir is needed")
+        }
+        Location::Files(_) | Location::Plain(_) => {
+            bail!("{what} {s:?}: plain files, where a Maildir is needed")
         }
         Location::S3(_) => bail!("{what} {s:?}: an object store, where a directory is needed"),
     }

@@ -123,7 +123,23 @@ pub fn run(g: &GlobalOpts, a: Args) -> Result<Outcome> {
     match super::location(&a.to.target, "target", super::Role::Mail)? {
         super::Location::Mbox(p) => return run_export(g, a, p, Export::Mbox),
         super::Location::Eml(p) => return run_export(g, a, p, Export::Eml),
+        super::Location::Files(_) => {
+            anyhow::bail!(
+                "target {:?}: file: is a backup source; restore files to dir:DIR",
+                a.to.target
+            )
+        }
         _ => {}
+    }
+    // `dir:DIR`: a plain directory tree (a `file:` snapshot's files at their paths).
+    let plain = match super::location(&a.to.target, "target", super::Role::Mail)? {
+        super::Location::Plain(p) => Some(p),
+        _ => None,
+    };
+    let mut a = a;
+    if let Some(p) = &plain {
+        // A plain path now (`maildir_options` reads it as a directory).
+        a.to.target = format!("maildir:{}", p.display());
     }
     let opts = RestoreOptions {
         snapshot: a.snapshot,
@@ -134,7 +150,17 @@ pub fn run(g: &GlobalOpts, a: Args) -> Result<Outcome> {
     };
     let r = repo::open(g)?;
     let bar = Bar::new(g.quiet || g.json, "restore");
-    let rep = restore(&r, &opts, &bar);
+    let rep = match plain {
+        Some(_) => {
+            use mailvault_core::target::maildir::MaildirTarget;
+            let open = |_: &str, names: &mailvault_core::repo::tree::OwnerNames| {
+                MaildirTarget::plain(&opts.target, opts.owners, names, opts.jobs)
+            };
+            mailvault_core::ops::restore::restore_into(&r, &opts.selection(), &bar, open)
+                .map(|x| x.0)
+        }
+        None => restore(&r, &opts, &bar),
+    };
     bar.finish();
     let rep = rep?;
     if g.json {
@@ -219,6 +245,13 @@ pub fn print_counts(r: &RestoreReport) {
         "  messages   {} total: {} restored, {} already there, {} failed",
         r.items_total, r.items_restored, r.items_unchanged, r.items_failed
     );
+    if r.files_restored > 0 {
+        println!(
+            "  files      {} restored ({})",
+            r.files_restored,
+            bytes(r.file_bytes_written)
+        );
+    }
     println!(
         "  written    {} in {:.2} s: {:.0} messages/s, {:.1} MB/s",
         bytes(r.bytes_written),

@@ -18,9 +18,10 @@ use crate::repo::compress::Compression;
 use crate::repo::id::Id;
 use crate::repo::pack::{BlobKind, PackList};
 use crate::repo::snapshot::{Snapshot, SnapshotSummary};
+use crate::repo::split::ChunkerParams;
 use crate::repo::tree::{
-    self, AccountRef, AccountTree, ChunkRef, DirEntry, FileEntry, FolderNode, MessageChunk,
-    MessageEntry, NameChunk, OwnerNames, RootTree, Timestamp,
+    self, AccountRef, AccountTree, ChunkRef, ContentList, DirEntry, FileEntry, FolderNode,
+    MessageChunk, MessageEntry, NameChunk, OwnerNames, RootTree, Timestamp,
 };
 use crate::repo::{lock, BlobSaver, Repository, WriterMark};
 use crate::report::{per_sec, ratio, Failure, Progress};
@@ -91,6 +92,8 @@ pub(crate) struct Counters {
     pub(crate) unchanged: AtomicU64,
     pub(crate) bytes_read: AtomicU64,
     pub(crate) bytes_total: AtomicU64,
+    /// Files of a `file:` backup (new or unchanged): items of the report like messages.
+    pub(crate) files: AtomicU64,
 }
 
 /// The snapshot fields a backup run of any source decides up front.
@@ -162,7 +165,7 @@ pub(crate) fn finish_run(
     let summary = snap.summary;
     let bytes_read = n.bytes_read.load(Relaxed);
     let new_raw = st.data_raw.load(Relaxed);
-    let items_total = messages + failures.len() as u64;
+    let items_total = messages + n.files.load(Relaxed) + failures.len() as u64;
     let report = BackupReport {
         snapshot: id.to_hex(),
         parent: meta.parent.map(|p| p.id.to_hex()),
@@ -628,7 +631,7 @@ impl<'a> FolderWriter<'a> {
     /// The content of the parent folder's file `name` (`None` if it cannot be read).
     pub fn parent_file_data(&self, name: &[u8]) -> Option<Vec<u8>> {
         let f = self.parent_file(name)?;
-        crate::ops::restore::assemble(self.ctx.saver.repo(), &f.content, f.size, None).ok()
+        crate::ops::restore::assemble_file(self.ctx.saver.repo(), f).ok()
     }
 
     /// The sync state the source kept in the parent folder ([`Source::state_file`]).
@@ -760,45 +763,90 @@ impl<'a> FolderWriter<'a> {
     }
 
     /// Stores a folder file. One given by path is read whole (a file gone by then is left
-    /// out; one that cannot be read is reported and left out).
+    /// out; one that cannot be read is reported and left out); a large one in windows
+    /// ([`FileData::Large`]).
     pub fn file(&mut self, f: FolderFile) -> Result<()> {
+        if let Some(e) = self.store_file(f)? {
+            self.files.push(e);
+        }
+        Ok(())
+    }
+
+    /// Stores a folder file and makes its entry, for [`keep_file`](Self::keep_file); may
+    /// be called from several threads at once. `None`: gone, or reported as failed. A
+    /// [`FileData::Large`] file counts as an item of the report (a `file:` backup's).
+    pub fn store_file(&self, f: FolderFile) -> Result<Option<FileEntry>> {
         let ctx = self.ctx;
-        let data = match f.data {
-            FileData::Bytes(b) => b,
+        let skip = |path: &std::path::Path, e: std::io::Error| {
+            if e.kind() != ErrorKind::NotFound {
+                self.fail(path.display().to_string(), e);
+            }
+            Ok(None)
+        };
+        let (size, content, lists) = match f.data {
+            FileData::Bytes(b) => (b.len() as u64, store_content(&ctx.saver, &b)?, Vec::new()),
             FileData::Path(path) => match std::fs::read(&path) {
                 Ok(d) => {
                     ctx.n.bytes_read.fetch_add(d.len() as u64, Relaxed);
-                    d
+                    (d.len() as u64, store_content(&ctx.saver, &d)?, Vec::new())
                 }
-                Err(e) if e.kind() == ErrorKind::NotFound => return Ok(()),
-                Err(e) => {
-                    self.fail(path.display().to_string(), e);
-                    return Ok(());
-                }
+                Err(e) => return skip(&path, e),
             },
+            FileData::Large(path) => {
+                use std::os::unix::fs::OpenOptionsExt;
+                // Never through a link put where the source listed a file.
+                let file = match (std::fs::OpenOptions::new().read(true))
+                    .custom_flags(rustix::fs::OFlags::NOFOLLOW.bits() as i32)
+                    .open(&path)
+                {
+                    Ok(f) => f,
+                    Err(e) => return skip(&path, e),
+                };
+                let stored = match store_large(&ctx.saver, file, &path, &ctx.n.bytes_read) {
+                    Ok(s) => s,
+                    // The repository's own errors end the folder; the file's are its own.
+                    Err(Error::Io { path: p, source }) if p == path => return skip(&path, source),
+                    Err(e) => return Err(e),
+                };
+                ctx.n.new.fetch_add(1, Relaxed);
+                ctx.n.files.fetch_add(1, Relaxed);
+                ctx.n.bytes_total.fetch_add(stored.size, Relaxed);
+                ctx.progress.advance(1, stored.size);
+                (stored.size, stored.content, stored.lists)
+            }
         };
-        let content = store_content(&ctx.saver, &data)?;
-        let (mtime, mode, uid, gid) = match f.meta {
-            Some(m) => (m.mtime, m.mode, m.uid, m.gid),
+        let (mtime, mode, uid, gid, inode) = match f.meta {
+            Some(m) => (m.mtime, m.mode, m.uid, m.gid, m.inode),
             None => {
                 let (u, g) = ctx.process_owner();
                 let mtime = Timestamp {
                     secs: ctx.time,
                     nanos: 0,
                 };
-                (mtime, 0o600, u, g)
+                (mtime, 0o600, u, g, 0)
             }
         };
-        self.files.push(FileEntry {
+        Ok(Some(FileEntry {
             name: f.name,
-            size: data.len() as u64,
+            size,
             mtime,
             mode,
             uid,
             gid,
             content,
-        });
-        Ok(())
+            lists,
+            inode,
+        }))
+    }
+
+    /// Keeps a file of a `file:` backup the parent has (same size, mtime and inode)
+    /// without reading it, counted as an unchanged item.
+    pub fn unchanged_file(&mut self, e: FileEntry) {
+        self.ctx.n.unchanged.fetch_add(1, Relaxed);
+        self.ctx.n.files.fetch_add(1, Relaxed);
+        self.ctx.n.bytes_total.fetch_add(e.size, Relaxed);
+        self.ctx.progress.advance(1, e.size);
+        self.files.push(e);
     }
 
     /// Keeps a folder file the parent has, unchanged (with its owner and mode as they
@@ -872,6 +920,117 @@ pub fn store_content(saver: &BlobSaver, data: &[u8]) -> Result<Vec<Id>> {
         ids.push(saver.save(BlobKind::Data, &data[r])?);
     }
     Ok(ids)
+}
+
+/// A large file is read and chunked in windows of this many bytes: two in memory at once
+/// (the one being chunked and saved, the next being read).
+pub const LARGE_WINDOW: usize = 32 << 20;
+
+/// A large file's content as [`store_large`] stored it.
+#[derive(Debug, Default, Clone)]
+pub struct StoredLarge {
+    /// The data blob ids, when they are few (a small file); else empty ...
+    pub content: Vec<Id>,
+    /// ... and these [`ContentList`] blobs hold them, in order.
+    pub lists: Vec<Id>,
+    /// Bytes read: the file's size (as read, if it grew or shrank meanwhile).
+    pub size: u64,
+}
+
+/// Stores the bytes of `reader` as one file's content, for a file of any size (a mail
+/// database): read in windows of [`LARGE_WINDOW`] bytes (the next read while the current
+/// one is chunked and saved), each window cut on the rayon pool
+/// ([`Chunker::chunks_parallel`]: the same cuts as a serial pass over the whole file) into
+/// page-sized chunks ([`ChunkerParams::FILES`]), which are hashed, compressed
+/// ([`BlobSaver::save_file_chunk`]), sealed and packed in parallel. More than
+/// [`tree::LIST_MIN_IDS`] ids go into [`ContentList`] tree blobs, cut where the ids say
+/// ([`tree::list_boundaries`]), so that a file changed in one place shares its other lists
+/// with the previous snapshot. `read` counts the bytes read; a read error is
+/// [`Error::Io`] naming `what`.
+pub fn store_large(
+    saver: &BlobSaver,
+    mut reader: impl std::io::Read + Send,
+    what: &std::path::Path,
+    read: &AtomicU64,
+) -> Result<StoredLarge> {
+    let chunker = saver.repo().chunker().with_params(ChunkerParams::FILES);
+    let parts = rayon::current_num_threads().max(1) * 4;
+    let mut ids: Vec<Id> = Vec::new();
+    let mut size = 0u64;
+    let mut fill = |buf: &mut Vec<u8>| -> Result<bool> {
+        let before = buf.len();
+        let eof = fill_window(&mut reader, buf, LARGE_WINDOW).map_err(|e| Error::io(what, e))?;
+        read.fetch_add((buf.len() - before) as u64, Relaxed);
+        Ok(eof)
+    };
+    let mut cur: Vec<u8> = Vec::with_capacity(LARGE_WINDOW);
+    let mut next: Vec<u8> = Vec::with_capacity(LARGE_WINDOW);
+    let mut eof = fill(&mut cur)?;
+    loop {
+        let mut ranges = chunker.chunks_parallel(&cur, parts);
+        // The last chunk may be cut short by the window's end: it is cut again with the
+        // next window.
+        if !eof {
+            ranges.pop();
+        }
+        let consumed = ranges.last().map_or(0, |r| r.end);
+        next.clear();
+        next.extend_from_slice(&cur[consumed..]);
+        let (saved, more) = rayon::join(
+            || -> Result<Vec<Id>> {
+                (ranges.par_iter())
+                    .map(|r| saver.save_file_chunk(&cur[r.clone()]))
+                    .collect()
+            },
+            || if eof { Ok(true) } else { fill(&mut next) },
+        );
+        ids.extend(saved?);
+        size += consumed as u64;
+        if eof {
+            break;
+        }
+        eof = more?;
+        std::mem::swap(&mut cur, &mut next);
+    }
+    if ids.len() <= tree::LIST_MIN_IDS {
+        return Ok(StoredLarge {
+            content: ids,
+            lists: Vec::new(),
+            size,
+        });
+    }
+    let lists = (tree::list_boundaries(&ids).into_iter())
+        .map(|r| {
+            let list = ContentList {
+                ids: ids[r].to_vec(),
+            };
+            saver.save(BlobKind::Tree, &tree::encode(&list))
+        })
+        .collect::<Result<Vec<Id>>>()?;
+    Ok(StoredLarge {
+        content: Vec::new(),
+        lists,
+        size,
+    })
+}
+
+/// Reads from `r` until `buf` holds `want` bytes or the input ends; whether it ended.
+fn fill_window(
+    r: &mut impl std::io::Read,
+    buf: &mut Vec<u8>,
+    want: usize,
+) -> std::io::Result<bool> {
+    use std::io::Read;
+    while buf.len() < want {
+        let n = r
+            .by_ref()
+            .take((want - buf.len()) as u64)
+            .read_to_end(buf)?;
+        if n == 0 {
+            return Ok(true);
+        }
+    }
+    Ok(false)
 }
 
 /// Sorts a folder's entries, cuts them into chunks and saves them as tree blobs. For

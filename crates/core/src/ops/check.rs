@@ -403,14 +403,18 @@ fn check_inner(repo: &Repository, opts: &CheckOptions, started: Instant) -> Resu
             t.folders.par_iter().for_each(|f| {
                 let fname = format!("{aname} folder {}", f.name);
                 for file in &f.files {
-                    for id in &file.content {
+                    let what = || format!("{fname} file {}", String::from_utf8_lossy(&file.name));
+                    // A large file's ids are in content lists: each read (and so checked).
+                    let mut ids = file.content.clone();
+                    for l in &file.lists {
+                        match repo.read_tree::<crate::repo::tree::ContentList>(l) {
+                            Ok(list) => ids.extend(list.ids),
+                            Err(e) => attribute(tree_error(l, &what(), e), &sid, what(), 0),
+                        }
+                    }
+                    for id in &ids {
                         if let Some(i) = blob_errors(id) {
-                            attribute(
-                                i,
-                                &sid,
-                                format!("{fname} file {}", String::from_utf8_lossy(&file.name)),
-                                0,
-                            );
+                            attribute(i, &sid, what(), 0);
                         }
                     }
                 }

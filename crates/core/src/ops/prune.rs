@@ -349,11 +349,22 @@ fn used_blobs(
             .read_tree(tree)
             .map_err(|e| unknown(snapshot, tree, e))?;
         for f in t.folders {
+            // A large file's content lists, and the data blobs they name.
+            let mut listed = Vec::new();
+            for file in &f.files {
+                for l in &file.lists {
+                    let list: crate::repo::tree::ContentList =
+                        repo.read_tree(l).map_err(|e| unknown(snapshot, l, e))?;
+                    listed.extend(list.ids);
+                }
+            }
             let mut chunks = Vec::new();
             {
                 let mut u = lock(&used);
+                u.extend(listed);
                 for file in f.files {
                     u.extend(file.content);
+                    u.extend(file.lists);
                 }
                 for c in f.chunks {
                     u.insert(c.names);

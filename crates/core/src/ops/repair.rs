@@ -422,7 +422,11 @@ fn rebuild_folder(
     let fname = format!("account {account} folder {}", f.name);
     let mut changed = false;
     f.files.retain(|file| {
-        let ok = file.content.iter().all(usable);
+        // A large file's content lists must be usable and readable, and their ids too.
+        let ok = file.lists.iter().all(usable)
+            && repo
+                .file_content(file)
+                .is_ok_and(|ids| ids.iter().all(usable));
         if !ok {
             changed = true;
             r.files_dropped += 1;

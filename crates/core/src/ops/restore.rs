@@ -36,8 +36,8 @@ use mailvault_imap::maildir_flags::KeywordTable;
 use serde::Serialize;
 use std::collections::{HashMap, VecDeque};
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed};
-use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::Relaxed};
+use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 pub use crate::target::maildir::Owners;
@@ -117,6 +117,11 @@ pub struct RestoreReport {
     pub items_failed: u64,
     /// Bytes of messages written.
     pub bytes_written: u64,
+    /// Files of folders written whole: a Maildir's `dovecot-uidlist` and the like, the
+    /// files of a `file:` snapshot (a failed one is listed in `failures`).
+    pub files_restored: u64,
+    /// Their bytes.
+    pub file_bytes_written: u64,
     pub elapsed_secs: f64,
     pub items_per_sec: f64,
     pub mb_per_sec: f64,
@@ -135,6 +140,8 @@ struct Tally {
     unchanged: AtomicU64,
     failed: AtomicU64,
     bytes: AtomicU64,
+    files: AtomicU64,
+    file_bytes: AtomicU64,
 }
 
 struct Ctx<'a, T> {
@@ -150,6 +157,12 @@ struct Ctx<'a, T> {
 }
 
 impl Tally {
+    /// A folder file of `size` bytes written.
+    fn wrote_file(&self, size: u64) {
+        self.files.fetch_add(1, Relaxed);
+        self.file_bytes.fetch_add(size, Relaxed);
+    }
+
     /// A failure that costs `n` messages.
     fn fail_items(&self, item: impl Into<String>, e: impl std::fmt::Display, n: u64) {
         self.failed.fetch_add(n, Relaxed);
@@ -327,7 +340,7 @@ pub fn restore_picked_into<T: Target>(
         }
         for f in p.folders {
             let item = format!("{}: {}", plan.acc.name, f.node.name);
-            if !(f.node.dir.is_empty() || safe_component(&f.node.dir)) {
+            if !safe_relative(&f.node.dir) {
                 let n = f.entries.len() as u64;
                 ctx.n
                     .fail_items(item, "unsafe folder directory in snapshot; skipped", n);
@@ -425,6 +438,7 @@ impl<'a, T: Target> Ctx<'a, T> {
         let elapsed = started.elapsed().as_secs_f64();
         let n = &self.n;
         let bytes = n.bytes.load(Relaxed);
+        let file_bytes = n.file_bytes.load(Relaxed);
         let total = n.total.load(Relaxed);
         RestoreReport {
             snapshot,
@@ -435,9 +449,11 @@ impl<'a, T: Target> Ctx<'a, T> {
             items_unchanged: n.unchanged.load(Relaxed),
             items_failed: n.failed.load(Relaxed),
             bytes_written: bytes,
+            files_restored: n.files.load(Relaxed),
+            file_bytes_written: file_bytes,
             elapsed_secs: elapsed,
             items_per_sec: per_sec(total, elapsed),
-            mb_per_sec: per_sec(bytes, elapsed) / 1e6,
+            mb_per_sec: per_sec(bytes + file_bytes, elapsed) / 1e6,
             failures: n.failures.take(),
             warnings: self.target.warnings(),
         }
@@ -502,7 +518,7 @@ fn plan_account<T>(ctx: &Ctx<T>, acc: AccountRef, sel: &Selection) -> Result<(Ac
         }
         matched += 1;
         let item = format!("{}: {}", acc.name, node.name);
-        if !(node.dir.is_empty() || safe_component(&node.dir)) {
+        if !safe_relative(&node.dir) {
             let count = if whole { node.messages } else { 0 };
             n.total.fetch_add(count, Relaxed);
             n.fail_items(item, "unsafe folder directory in snapshot; skipped", count);
@@ -582,7 +598,7 @@ fn subscriptions(repo: &Repository, tree: &AccountTree, sel: &Selection) -> Vec<
 /// missing.
 fn folder_file(repo: &Repository, node: &FolderNode, name: &[u8]) -> Option<Vec<u8>> {
     let f = node.files.iter().find(|f| f.name == name)?;
-    match assemble(repo, &f.content, f.size, None) {
+    match assemble_file(repo, f) {
         Ok(d) => Some(d),
         Err(e) => {
             tracing::warn!("{}: {}: {e}", node.name, String::from_utf8_lossy(name));
@@ -605,6 +621,59 @@ enum What {
     },
     /// A file of the folder (`dovecot-keywords`, `dovecot-uidlist`, ...).
     File(FileEntry),
+    /// A piece of a large file (one with content lists): its blobs from `offset` on.
+    Piece {
+        file: Arc<LargeFile>,
+        offset: u64,
+        len: u64,
+        ids: Vec<Id>,
+    },
+}
+
+/// A large file being restored in pieces ([`Target::write_file_at`]), each written as
+/// soon as its spans are in; the last one done ends it ([`Target::finish_file`]).
+struct LargeFile {
+    entry: FileEntry,
+    /// Pieces not written yet.
+    left: AtomicUsize,
+    /// A piece failed: the file is abandoned when the last one is done.
+    failed: AtomicBool,
+}
+
+/// Bytes of a large file written at once: memory is bounded by this (times the threads)
+/// whatever the file's size.
+const PIECE_BYTES: u64 = 8 << 20;
+
+/// Cuts a large file into pieces of about [`PIECE_BYTES`], by the raw lengths the index
+/// records of its blobs.
+fn pieces(repo: &Repository, f: &FileEntry) -> Result<Vec<(u64, u64, Vec<Id>)>> {
+    let ids = repo.file_content(f)?;
+    let index = repo.index();
+    let mut out: Vec<(u64, u64, Vec<Id>)> = Vec::new();
+    let (mut offset, mut start, mut len, mut cur) = (0u64, 0u64, 0u64, Vec::new());
+    for id in ids {
+        let raw = index
+            .get(&id)
+            .ok_or_else(|| Error::BlobNotFound(id.to_hex()))?
+            .raw_len;
+        cur.push(id);
+        len += u64::from(raw);
+        offset += u64::from(raw);
+        if len >= PIECE_BYTES {
+            out.push((start, len, std::mem::take(&mut cur)));
+            (start, len) = (offset, 0);
+        }
+    }
+    if !cur.is_empty() {
+        out.push((start, len, cur));
+    }
+    if offset != f.size {
+        return Err(Error::corrupt(
+            format!("file {}", String::from_utf8_lossy(&f.name)),
+            format!("its blobs hold {offset} bytes, its size is {}", f.size),
+        ));
+    }
+    Ok(out)
 }
 
 struct Job<'a, F> {
@@ -616,6 +685,7 @@ fn job_content<'a, F>(j: &'a Job<F>) -> &'a [Id] {
     match &j.what {
         What::Message { entry, .. } => &entry.content,
         What::File(f) => &f.content,
+        What::Piece { ids, .. } => ids,
     }
 }
 
@@ -734,16 +804,48 @@ fn execute_any<T: Target>(ctx: &Ctx<T>, plans: Vec<AccountPlan>, picked: bool) {
                     .into_iter()
                     .filter(|f| f.name != crate::imap::names::STATE_FILE)
                 {
-                    if safe_component(&f.name) {
+                    if !safe_component(&f.name) {
+                        let item = ctx.target.item(folder, Item::File(&f.name));
+                        ctx.n
+                            .failures
+                            .add(item, "unsafe file name in snapshot; skipped");
+                    } else if f.lists.is_empty() {
                         jobs.push(Job {
                             folder: &*folder,
                             what: What::File(f),
                         });
                     } else {
-                        let item = ctx.target.item(folder, Item::File(&f.name));
-                        ctx.n
-                            .failures
-                            .add(item, "unsafe file name in snapshot; skipped");
+                        // A large file: written piece by piece, at its offsets.
+                        match pieces(ctx.repo, &f) {
+                            Ok(p) if !p.is_empty() => {
+                                let file = Arc::new(LargeFile {
+                                    left: AtomicUsize::new(p.len()),
+                                    failed: AtomicBool::new(false),
+                                    entry: f,
+                                });
+                                for (offset, len, ids) in p {
+                                    let file = file.clone();
+                                    let what = What::Piece {
+                                        file,
+                                        offset,
+                                        len,
+                                        ids,
+                                    };
+                                    jobs.push(Job {
+                                        folder: &*folder,
+                                        what,
+                                    });
+                                }
+                            }
+                            Ok(_) => jobs.push(Job {
+                                folder: &*folder,
+                                what: What::File(f),
+                            }),
+                            Err(e) => {
+                                let item = ctx.target.item(folder, Item::File(&f.name));
+                                ctx.n.failures.add(item, e);
+                            }
+                        }
                     }
                 }
             }
@@ -764,10 +866,16 @@ fn execute_any<T: Target>(ctx: &Ctx<T>, plans: Vec<AccountPlan>, picked: bool) {
         }
         let messages = jobs.iter().filter_map(|j| match &j.what {
             What::Message { entry, .. } => Some(entry.size),
-            What::File(_) => None,
+            What::File(_) | What::Piece { .. } => None,
         });
         let (n, bytes) = messages.fold((0, 0), |(n, b), size| (n + 1, b + size));
-        ctx.progress.add_total(n, bytes);
+        let pieces: u64 = (jobs.iter())
+            .map(|j| match &j.what {
+                What::Piece { len, .. } => *len,
+                _ => 0,
+            })
+            .sum();
+        ctx.progress.add_total(n, bytes + pieces);
         // Each pack span read once, front to back; a message is written as soon as the
         // last span holding its blobs is in.
         read_by_packs(
@@ -777,6 +885,12 @@ fn execute_any<T: Target>(ctx: &Ctx<T>, plans: Vec<AccountPlan>, picked: bool) {
             &ctx.spans,
             |j, blobs| match &j.what {
                 What::File(f) => write_file(ctx, j.folder, f, blobs),
+                What::Piece {
+                    file,
+                    offset,
+                    len,
+                    ids,
+                } => write_piece(ctx, j.folder, file, *offset, *len, ids, blobs),
                 What::Message { entry, meta } => {
                     write_message(ctx, j.folder, entry, meta, blobs);
                     ctx.progress.advance(1, entry.size);
@@ -846,13 +960,49 @@ fn count<T: Target>(
 fn write_file<T: Target>(ctx: &Ctx<T>, folder: &T::Folder, f: &FileEntry, blobs: &dyn Blobs) {
     let item = || ctx.target.item(folder, Item::File(&f.name));
     match assemble_by(ctx.repo, &f.content, f.size, None, |id| blobs.blob(id)) {
-        Ok(data) => {
-            if let Err(e) = ctx.target.write_file(folder, f, &data) {
+        Ok(data) => match ctx.target.write_file(folder, f, &data) {
+            Ok(()) => ctx.n.wrote_file(f.size),
+            Err(e) => ctx.n.failures.add(item(), e),
+        },
+        Err(e) => ctx.n.failures.add(item(), e),
+    }
+}
+
+/// Reassembles and writes a piece of a large file; the last piece done ends the file.
+fn write_piece<T: Target>(
+    ctx: &Ctx<T>,
+    folder: &T::Folder,
+    file: &LargeFile,
+    offset: u64,
+    len: u64,
+    ids: &[Id],
+    blobs: &dyn Blobs,
+) {
+    let f = &file.entry;
+    let item = || ctx.target.item(folder, Item::File(&f.name));
+    if !file.failed.load(Relaxed) {
+        let written = assemble_by(ctx.repo, ids, len, None, |id| blobs.blob(id))
+            .map_err(|e| e.to_string())
+            .and_then(|data| {
+                (ctx.target.write_file_at(folder, f, offset, &data)).map_err(|e| e.to_string())
+            });
+        if let Err(e) = written {
+            // The first failure is the one reported.
+            if !file.failed.swap(true, Relaxed) {
                 ctx.n.failures.add(item(), e);
             }
         }
-        Err(e) => ctx.n.failures.add(item(), e),
     }
+    if file.left.fetch_sub(1, Relaxed) == 1 {
+        let ok = !file.failed.load(Relaxed);
+        match ctx.target.finish_file(folder, f, ok) {
+            Ok(()) if ok => ctx.n.wrote_file(f.size),
+            Ok(()) => {}
+            Err(e) if ok => ctx.n.failures.add(item(), e),
+            Err(_) => {}
+        }
+    }
+    ctx.progress.advance(0, len);
 }
 
 /// A batch of one folder for an [`Order::Folder`] target: messages to write together,
@@ -1239,7 +1389,13 @@ pub(crate) fn spawn_named<'s, 'e: 's, F: FnOnce() + Send + 's>(
     }
 }
 
-/// Reassembles content from its blobs and checks it against the recorded hash and size.
+/// Reads a whole file of a folder (its content lists too, for a large one).
+pub fn assemble_file(repo: &Repository, f: &FileEntry) -> Result<Vec<u8>> {
+    assemble(repo, &repo.file_content(f)?, f.size, None)
+}
+
+/// Reassembles content from its blobs (each read and checked), and checks the whole
+/// against `size` and, if given, `hash`.
 pub fn assemble(
     repo: &Repository,
     content: &[Id],

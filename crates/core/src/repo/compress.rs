@@ -148,10 +148,17 @@ pub fn train(samples: &[Vec<u8>]) -> Option<Vec<u8>> {
 /// zstd level used for blobs: level 3 is zstd's own default, the best speed/ratio knee.
 const ZSTD_LEVEL: i32 = 3;
 
+/// zstd level used for the chunks of large files (`crate::source::file`): measured on
+/// database-like 4 KiB chunks, level -1 compresses twice as fast as level 3 for 0.8% more
+/// bytes, level -3 another 10% faster over a whole backup for 1.3% more, level -5 three
+/// times as fast as level 3 for 6% more. No dictionary: it is trained on mail.
+pub const FILE_ZSTD_LEVEL: i32 = -3;
+
 thread_local! {
     // zstd contexts cost more to create than to compress a small message with: one per
     // worker thread, reused.
     static COMPRESSOR: std::cell::RefCell<Option<zstd::bulk::Compressor<'static>>> = const { std::cell::RefCell::new(None) };
+    static FILE_COMPRESSOR: std::cell::RefCell<Option<zstd::bulk::Compressor<'static>>> = const { std::cell::RefCell::new(None) };
     static DECOMPRESSOR: std::cell::RefCell<Option<zstd::bulk::Decompressor<'static>>> = const { std::cell::RefCell::new(None) };
     static CCTX: std::cell::RefCell<zstd::zstd_safe::CCtx<'static>> = std::cell::RefCell::new(zstd::zstd_safe::CCtx::create());
     static DCTX: std::cell::RefCell<zstd::zstd_safe::DCtx<'static>> = std::cell::RefCell::new(zstd::zstd_safe::DCtx::create());
@@ -199,10 +206,21 @@ fn decompress_with_dict(
 fn with_compressor<T>(
     f: impl FnOnce(&mut zstd::bulk::Compressor<'static>) -> std::io::Result<T>,
 ) -> std::io::Result<T> {
-    COMPRESSOR.with(|c| {
+    with_compressor_at(&COMPRESSOR, ZSTD_LEVEL, f)
+}
+
+type CompressorSlot =
+    std::thread::LocalKey<std::cell::RefCell<Option<zstd::bulk::Compressor<'static>>>>;
+
+fn with_compressor_at<T>(
+    slot: &'static CompressorSlot,
+    level: i32,
+    f: impl FnOnce(&mut zstd::bulk::Compressor<'static>) -> std::io::Result<T>,
+) -> std::io::Result<T> {
+    slot.with(|c| {
         let mut c = c.borrow_mut();
         if c.is_none() {
-            *c = Some(zstd::bulk::Compressor::new(ZSTD_LEVEL)?);
+            *c = Some(zstd::bulk::Compressor::new(level)?);
         }
         match c.as_mut() {
             Some(c) => f(c),
@@ -248,6 +266,22 @@ pub fn compress(
         }
         Compression::Lz4 => (Codec::Lz4, lz4_flex::block::compress(data)),
         Compression::Zstd => (Codec::Zstd, with_compressor(|c| c.compress(data)).ok()?),
+    };
+    (out.1.len() < data.len()).then_some(out)
+}
+
+/// Compresses a chunk of a large file (`crate::source::file`): zstd at
+/// [`FILE_ZSTD_LEVEL`] when `how` is zstd, lz4 when lz4, without the base64 probe or a
+/// dictionary (database pages are neither mail nor base64 lines); `None` (store raw) when
+/// that does not make it smaller. Read back by [`decompress`] like any blob.
+pub fn compress_file_chunk(data: &[u8], how: Compression) -> Option<(Codec, Vec<u8>)> {
+    let out = match how {
+        Compression::None => return None,
+        Compression::Lz4 => (Codec::Lz4, lz4_flex::block::compress(data)),
+        Compression::Zstd => (
+            Codec::Zstd,
+            with_compressor_at(&FILE_COMPRESSOR, FILE_ZSTD_LEVEL, |c| c.compress(data)).ok()?,
+        ),
     };
     (out.1.len() < data.len()).then_some(out)
 }

@@ -779,6 +779,19 @@ impl Repository {
             .collect())
     }
 
+    /// The data blob ids of a file, in order: its own, or those of its content lists
+    /// (each read and checked; a large file of a `file:` backup).
+    pub fn file_content(&self, f: &tree::FileEntry) -> Result<Vec<Id>> {
+        if f.lists.is_empty() {
+            return Ok(f.content.clone());
+        }
+        let mut ids = f.content.clone();
+        for l in &f.lists {
+            ids.extend(self.read_tree::<tree::ContentList>(l)?.ids);
+        }
+        Ok(ids)
+    }
+
     /// All snapshots, oldest first, and the files in `snapshots/` that cannot be read (a
     /// stray file, a truncated or tampered one): one damaged file costs that snapshot
     /// only, never the others.
@@ -1508,16 +1521,38 @@ impl<'r> BlobSaver<'r> {
 
     /// As [`Self::save`] with the id already computed. Returns whether it was new.
     pub fn save_with_id(&self, kind: BlobKind, id: Id, data: &[u8]) -> Result<bool> {
+        let dict = match kind {
+            BlobKind::Data => self.repo.dicts.encoder(),
+            BlobKind::Tree => None,
+        };
+        self.save_compressed(kind, id, data, |d| {
+            compress::compress(d, self.compression, dict)
+        })
+    }
+
+    /// Saves a chunk of a large file ([`crate::source::file`]) as a data blob, compressed
+    /// by [`compress::compress_file_chunk`]; returns its id.
+    pub fn save_file_chunk(&self, data: &[u8]) -> Result<Id> {
+        let id = self.repo.key.blob_id(data);
+        self.save_compressed(BlobKind::Data, id, data, |d| {
+            compress::compress_file_chunk(d, self.compression)
+        })?;
+        Ok(id)
+    }
+
+    fn save_compressed(
+        &self,
+        kind: BlobKind,
+        id: Id,
+        data: &[u8],
+        compress: impl FnOnce(&[u8]) -> Option<(compress::Codec, Vec<u8>)>,
+    ) -> Result<bool> {
         if self.repo.index.contains(&id)
             || !lock(&self.pending[id.0[0] as usize % SHARDS]).insert(id)
         {
             return Ok(false);
         }
-        let dict = match kind {
-            BlobKind::Data => self.repo.dicts.encoder(),
-            BlobKind::Tree => None,
-        };
-        let (codec, packed) = match compress::compress(data, self.compression, dict) {
+        let (codec, packed) = match compress(data) {
             Some((codec, packed)) => (codec, std::borrow::Cow::Owned(packed)),
             None => (compress::Codec::Raw, std::borrow::Cow::Borrowed(data)),
         };

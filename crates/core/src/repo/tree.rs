@@ -10,7 +10,9 @@
 //!
 //! Version 2 of the root and account trees adds owners and modes of directories and
 //! folder files and the owners' names; version-1 blobs still decode (into the old structs,
-//! then converted, with those fields empty). Chunks are still version 1.
+//! then converted, with those fields empty). Version 3 of the account tree gives files
+//! content lists ([`ContentList`]: a large file's chunk ids in tree blobs of their own)
+//! and inode numbers; version-2 blobs still decode. Chunks are still version 1.
 
 use crate::error::{Error, Result};
 use crate::repo::id::Id;
@@ -104,8 +106,9 @@ pub struct ChunkRef {
     pub names: Id,
 }
 
-/// A plain file kept with a folder.
-#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
+/// A plain file kept with a folder: a Maildir's `dovecot-uidlist`, or any file of a
+/// `file:` backup (a mail database).
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq, Default)]
 pub struct FileEntry {
     pub name: Vec<u8>,
     pub size: u64,
@@ -113,7 +116,15 @@ pub struct FileEntry {
     pub mode: u32,
     pub uid: u32,
     pub gid: u32,
+    /// The data blobs, in order; empty when the file's ids are in [`Self::lists`].
     pub content: Vec<Id>,
+    /// A large file's data blob ids, kept in [`ContentList`] tree blobs (these, in order):
+    /// a 1 GiB file has ~260,000 ids, which the folder's node would otherwise carry in
+    /// every snapshot. Read them with `Repository::file_content`. Version 3.
+    pub lists: Vec<Id>,
+    /// The inode number at backup (0: not recorded): with `size` and `mtime`, a `file:`
+    /// backup reads again only a file whose three changed. Version 3.
+    pub inode: u64,
 }
 
 /// Seconds and nanoseconds since the Unix epoch.
@@ -284,9 +295,74 @@ impl TreeBlob for RootTree {
     }
 }
 impl TreeBlob for AccountTree {
-    const VERSION: u8 = TREE_VERSION_2;
+    const VERSION: u8 = TREE_VERSION_3;
     fn decode_old(version: u8, body: &[u8]) -> Option<postcard::Result<Self>> {
-        (version == 1).then(|| postcard::from_bytes::<v1::AccountTree>(body).map(Into::into))
+        match version {
+            1 => Some(postcard::from_bytes::<v1::AccountTree>(body).map(Into::into)),
+            2 => Some(postcard::from_bytes::<v2::AccountTree>(body).map(Into::into)),
+            _ => None,
+        }
+    }
+}
+
+/// The version-2 form of the account tree: files without content lists or inodes.
+mod v2 {
+    use super::{ChunkRef, DirEntry, Id, Timestamp};
+    use serde::{Deserialize, Serialize};
+
+    // Serialize: for the test that version-2 blobs still decode.
+    #[derive(Deserialize, Serialize)]
+    pub struct AccountTree {
+        pub(super) folders: Vec<FolderNode>,
+    }
+    #[derive(Deserialize, Serialize)]
+    pub(super) struct FolderNode {
+        pub(super) name: String,
+        pub(super) dir: Vec<u8>,
+        pub(super) files: Vec<FileEntry>,
+        pub(super) chunks: Vec<ChunkRef>,
+        pub(super) messages: u64,
+        pub(super) bytes: u64,
+        pub(super) dirs: Vec<DirEntry>,
+    }
+    #[derive(Deserialize, Serialize)]
+    pub(super) struct FileEntry {
+        pub(super) name: Vec<u8>,
+        pub(super) size: u64,
+        pub(super) mtime: Timestamp,
+        pub(super) mode: u32,
+        pub(super) uid: u32,
+        pub(super) gid: u32,
+        pub(super) content: Vec<Id>,
+    }
+
+    impl From<AccountTree> for super::AccountTree {
+        fn from(t: AccountTree) -> Self {
+            let folders = t.folders.into_iter().map(|f| super::FolderNode {
+                name: f.name,
+                dir: f.dir,
+                files: (f.files.into_iter())
+                    .map(|e| super::FileEntry {
+                        name: e.name,
+                        size: e.size,
+                        mtime: e.mtime,
+                        mode: e.mode,
+                        uid: e.uid,
+                        gid: e.gid,
+                        content: e.content,
+                        lists: Vec::new(),
+                        inode: 0,
+                    })
+                    .collect(),
+                chunks: f.chunks,
+                messages: f.messages,
+                bytes: f.bytes,
+                dirs: f.dirs,
+            });
+            super::AccountTree {
+                folders: folders.collect(),
+            }
+        }
     }
 }
 
@@ -366,6 +442,8 @@ mod v1 {
                         uid: super::NO_OWNER,
                         gid: super::NO_OWNER,
                         content: e.content,
+                        lists: Vec::new(),
+                        inode: 0,
                     })
                     .collect(),
                 chunks: f.chunks,
@@ -405,9 +483,88 @@ pub fn decode<T: TreeBlob>(bytes: &[u8], what: &str) -> Result<T> {
     }
 }
 
+/// Version byte of [`AccountTree`] blobs since files have content lists and inodes, and
+/// of [`ContentList`] blobs.
+pub const TREE_VERSION_3: u8 = 3;
+/// A content list ends after an id whose first two bytes (little endian) are 0 modulo
+/// this: ~64 ids per list (256 KiB of a file in 4 KiB chunks) ...
+pub const LIST_AVG_IDS: u16 = 64;
+/// ... once it has at least this many ids (bar the last) ...
+pub const LIST_MIN_IDS: usize = 16;
+/// ... and always at this many.
+pub const LIST_MAX_IDS: usize = 1024;
+
+/// A run of a file's data blob ids. A file's ids are cut into lists at content-defined
+/// points ([`list_boundaries`]), so that a file changed in one place rewrites the one list
+/// there and shares the others with its previous version.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq, Default)]
+pub struct ContentList {
+    pub ids: Vec<Id>,
+}
+
+impl TreeBlob for ContentList {
+    const VERSION: u8 = TREE_VERSION_3;
+}
+
+/// Cuts a file's data blob ids into [`ContentList`]s: a list ends after an id whose first
+/// two bytes are 0 modulo [`LIST_AVG_IDS`], within [`LIST_MIN_IDS`] and [`LIST_MAX_IDS`].
+pub fn list_boundaries(ids: &[Id]) -> Vec<std::ops::Range<usize>> {
+    let mut out = Vec::new();
+    let mut start = 0;
+    for (i, id) in ids.iter().enumerate() {
+        let len = i + 1 - start;
+        let cut = u16::from_le_bytes([id.0[0], id.0[1]]).is_multiple_of(LIST_AVG_IDS);
+        if (cut && len >= LIST_MIN_IDS) || len >= LIST_MAX_IDS {
+            out.push(start..i + 1);
+            start = i + 1;
+        }
+    }
+    if start < ids.len() {
+        out.push(start..ids.len());
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// An account tree written before content lists and inodes (version 2) still
+    /// decodes: its files with no lists and inode 0; trees are now written as version 3.
+    #[test]
+    fn version_2_account_trees_still_decode() {
+        let file = v2::FileEntry {
+            name: b"dovecot-uidlist".to_vec(),
+            size: 3,
+            mtime: Timestamp { secs: 5, nanos: 6 },
+            mode: 0o600,
+            uid: 8,
+            gid: 9,
+            content: vec![Id([4; 32])],
+        };
+        let old = v2::AccountTree {
+            folders: vec![v2::FolderNode {
+                name: "INBOX".into(),
+                dir: Vec::new(),
+                files: vec![file],
+                chunks: Vec::new(),
+                messages: 0,
+                bytes: 0,
+                dirs: Vec::new(),
+            }],
+        };
+        let mut blob = vec![TREE_VERSION_2];
+        blob.extend(postcard::to_allocvec(&old).unwrap());
+        let t: AccountTree = decode(&blob, "t").unwrap();
+        let f = &t.folders[0].files[0];
+        assert_eq!((f.size, f.uid, f.gid, f.mode), (3, 8, 9, 0o600));
+        assert_eq!(
+            (f.content.clone(), f.lists.clone(), f.inode),
+            (vec![Id([4; 32])], vec![], 0)
+        );
+        assert_eq!(encode(&t)[0], TREE_VERSION_3);
+        assert_eq!(decode::<AccountTree>(&encode(&t), "t").unwrap(), t);
+    }
 
     fn entry(key: &str) -> MessageEntry {
         MessageEntry {

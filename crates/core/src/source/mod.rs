@@ -27,6 +27,7 @@
 //! (Backup pipeline) draws the whole.
 
 pub mod eml;
+pub mod file;
 pub mod imap;
 pub mod maildir;
 pub mod mbox;
@@ -197,6 +198,9 @@ pub struct FileMeta {
     pub mode: u32,
     pub uid: u32,
     pub gid: u32,
+    /// The inode number (a `file:` backup reads again only a file whose size, mtime or
+    /// inode changed).
+    pub inode: u64,
 }
 
 impl FileMeta {
@@ -208,6 +212,7 @@ impl FileMeta {
             mode: m.mode() & 0o7777,
             uid: m.uid(),
             gid: m.gid(),
+            inode: m.ino(),
         }
     }
 }
@@ -284,6 +289,11 @@ pub enum FileData {
     Bytes(Vec<u8>),
     /// A file to read (a file gone by then is left out quietly: deleted meanwhile).
     Path(PathBuf),
+    /// A file of any size to read in bounded windows and cut into page-sized chunks,
+    /// chunked and stored in parallel, its chunk ids kept in content lists
+    /// ([`crate::ops::backup::store_large`]): a mail database, for `file:` backups. Gone
+    /// by then: left out quietly, as with `Path`.
+    Large(PathBuf),
 }
 
 /// The failure list of a backup run: what could not be backed up, and why.

@@ -194,6 +194,9 @@ pub struct MaildirTarget {
     owners: OwnerMap,
     jobs: usize,
     open_folders: usize,
+    /// A plain directory tree (`dir:`): folders without messages get no `cur`, `new`
+    /// and `tmp`, temporaries go next to their files.
+    plain: bool,
 }
 
 impl MaildirTarget {
@@ -212,7 +215,23 @@ impl MaildirTarget {
             owners: OwnerMap::new(owners, names),
             jobs,
             open_folders: folder_batch(),
+            plain: false,
         })
+    }
+
+    /// A plain directory tree as a target (`restore --target dir:DIR`), for `file:`
+    /// snapshots: each account's files below DIR at their path, folders as directories,
+    /// large files written in pieces and sparse where they hold whole pages of zeros. A
+    /// snapshot with messages still gets Maildir folders for them.
+    pub fn plain(
+        path: &Path,
+        owners: Owners,
+        names: &OwnerNames,
+        jobs: usize,
+    ) -> Result<MaildirTarget> {
+        let mut t = MaildirTarget::open(path, owners, names, jobs)?;
+        t.plain = true;
+        Ok(t)
     }
 
     /// A path below the target, for messages.
@@ -241,6 +260,15 @@ pub struct MaildirFolder {
     existing: HashMap<Vec<u8>, (bool, Vec<u8>)>,
     /// Picked messages: their keyword letters in the target's `dovecot-keywords`.
     letters: Option<LetterMap>,
+    /// Large files being written in pieces, by name.
+    large: Mutex<HashMap<Vec<u8>, std::sync::Arc<Partial>>>,
+}
+
+/// A large file being written: unnamed (`O_TMPFILE`) until it is complete, or where that
+/// is not supported a temporary name in its directory.
+struct Partial {
+    file: File,
+    tmp: Option<String>,
 }
 
 impl Target for MaildirTarget {
@@ -295,7 +323,9 @@ impl Target for MaildirTarget {
             .map_err(|(at, e)| Error::io(self.shown(&parts[..at]), e))?;
         let node = info.node;
         let mut fparts = parts.clone();
-        fparts.push(&node.dir);
+        // A `file:` folder's directory may be several components (`a/b`).
+        fparts.extend(node.dir.split(|&c| c == b'/'));
+        let plain = self.plain && info.entries.is_empty() && node.chunks.is_empty();
         let base: Vec<Vec<u8>> = fparts
             .iter()
             .filter(|p| !p.is_empty())
@@ -312,7 +342,12 @@ impl Target for MaildirTarget {
         if self.owners.fixed() {
             // `--chown` gives every directory of the folder its owner, recorded or not
             // (an IMAP backup or a version-1 snapshot records none).
-            for sub in [&[][..], b"cur", b"new", b"tmp"] {
+            let subs: &[&[u8]] = if plain {
+                &[b""]
+            } else {
+                &[b"", b"cur", b"new", b"tmp"]
+            };
+            for &sub in subs {
                 let mut p = base.clone();
                 if !sub.is_empty() {
                     p.push(sub.to_vec());
@@ -320,7 +355,8 @@ impl Target for MaildirTarget {
                 mine.entry(p).or_insert_with(|| unrecorded_dir(sub));
             }
         }
-        let dirs = open_folder_dirs(self.shown(&fparts), acc_dir.as_fd(), &node.dir)?;
+        let dir_parts: Vec<&[u8]> = node.dir.split(|&c| c == b'/').collect();
+        let dirs = open_folder_dirs(self.shown(&fparts), acc_dir.as_fd(), &dir_parts, plain)?;
         lock(&acc.attrs).append(&mut mine);
         let mut letters = None;
         if info.picked {
@@ -338,12 +374,17 @@ impl Target for MaildirTarget {
                 }
             }
         }
-        let existing = existing_keys(&dirs, info.failures);
+        let existing = if plain {
+            HashMap::new()
+        } else {
+            existing_keys(&dirs, info.failures)
+        };
         Ok(MaildirFolder {
             account: acc.name.clone(),
             dirs,
             existing,
             letters,
+            large: Mutex::new(HashMap::new()),
         })
     }
 
@@ -380,6 +421,68 @@ impl Target for MaildirTarget {
 
     fn write_file(&self, folder: &MaildirFolder, file: &FileEntry, data: &[u8]) -> Result<()> {
         write_folder_file(self, &folder.dirs, file, data)
+    }
+
+    fn write_file_at(
+        &self,
+        folder: &MaildirFolder,
+        file: &FileEntry,
+        offset: u64,
+        data: &[u8],
+    ) -> Result<()> {
+        let shown = || folder.dirs.shown(None, &file.name);
+        let partial = {
+            let mut large = lock(&folder.large);
+            match large.get(&file.name) {
+                Some(p) => p.clone(),
+                None => {
+                    let p = std::sync::Arc::new(
+                        start_large(&folder.dirs, file).map_err(|e| Error::io(shown(), e))?,
+                    );
+                    large.insert(file.name.clone(), p.clone());
+                    p
+                }
+            }
+        };
+        write_sparse(&partial.file, offset, data).map_err(|e| Error::io(shown(), e))
+    }
+
+    fn finish_file(&self, folder: &MaildirFolder, file: &FileEntry, ok: bool) -> Result<()> {
+        let shown = folder.dirs.shown(None, &file.name);
+        let Some(partial) = lock(&folder.large).remove(&file.name) else {
+            return Ok(());
+        };
+        let Ok(partial) = std::sync::Arc::try_unwrap(partial) else {
+            return Err(Error::InvalidInput(format!(
+                "{}: still being written",
+                shown.display()
+            )));
+        };
+        let attrs = Attrs {
+            mode: file.mode,
+            mtime: file.mtime,
+            owner: self.owners.get(file.uid, file.gid),
+        };
+        let dir = folder.dirs.dir.as_fd();
+        let placed = if ok {
+            end_large(dir, &partial, &file.name, attrs)
+        } else {
+            Ok(())
+        };
+        if let Some(tmp) = partial.tmp.as_ref().filter(|_| !ok || placed.is_err()) {
+            // Abandoned or not placed: the temporary goes (an unnamed one goes by itself).
+            let _ = rustix::fs::unlinkat(dir, tmp.as_str(), rustix::fs::AtFlags::empty());
+        }
+        placed.map_err(|e| {
+            if e.kind() == ErrorKind::AlreadyExists {
+                Error::InvalidInput(format!(
+                    "{} already exists: not overwritten",
+                    shown.display()
+                ))
+            } else {
+                Error::io(shown, e)
+            }
+        })
     }
 
     fn finish_account(&self, acc: MaildirAccount, failures: &Failures) {
@@ -419,6 +522,8 @@ struct FolderDirs {
     dir: OwnedFd,
     cur: OwnedFd,
     new: OwnedFd,
+    /// A plain directory (no `cur`, `new`, `tmp`: those two are `dir` again).
+    plain: bool,
 }
 
 impl FolderDirs {
@@ -496,13 +601,25 @@ fn not_followed(e: Errno) -> std::io::Error {
     }
 }
 
-/// Opens a folder's directory and its `cur`, `new` and `tmp`, creating them as needed.
-fn open_folder_dirs(shown: PathBuf, acc_dir: BorrowedFd, node_dir: &[u8]) -> Result<FolderDirs> {
-    let dir = if node_dir.is_empty() {
-        rustix::io::dup(acc_dir).map_err(|e| Error::io(&shown, e.into()))?
-    } else {
-        open_dir_at(acc_dir, node_dir, Some(0o700)).map_err(|e| Error::io(&shown, e))?
-    };
+/// Opens a folder's directory (`node_dir`: its components below the account's) and its
+/// `cur`, `new` and `tmp` (unless `plain`), creating them as needed.
+fn open_folder_dirs(
+    shown: PathBuf,
+    acc_dir: BorrowedFd,
+    node_dir: &[&[u8]],
+    plain: bool,
+) -> Result<FolderDirs> {
+    let dir = open_path(acc_dir, node_dir, true).map_err(|(_, e)| Error::io(&shown, e))?;
+    if plain {
+        let dup = || rustix::io::dup(&dir).map_err(|e| Error::io(&shown, e.into()));
+        return Ok(FolderDirs {
+            path: shown.clone(),
+            cur: dup()?,
+            new: dup()?,
+            dir,
+            plain,
+        });
+    }
     let sub = |name: &str| {
         open_dir_at(dir.as_fd(), name.as_bytes(), Some(0o700))
             .map_err(|e| Error::io(shown.join(name), e))
@@ -515,6 +632,7 @@ fn open_folder_dirs(shown: PathBuf, acc_dir: BorrowedFd, node_dir: &[u8]) -> Res
         dir,
         cur,
         new,
+        plain,
     })
 }
 
@@ -624,7 +742,7 @@ fn write_new_file(
         Err(Some(e)) => Err(e),
         Err(None) => {
             NO_TMPFILE.store(true, Relaxed);
-            write_renamed(folder.dir.as_fd(), dir, name, data, attrs)
+            write_renamed(folder.dir.as_fd(), folder.plain, dir, name, data, attrs)
         }
     };
     let shown = folder.shown(new, name);
@@ -707,6 +825,7 @@ fn write_unnamed(
 /// NOREPLACE).
 fn write_renamed(
     folder: BorrowedFd,
+    plain: bool,
     dir: BorrowedFd,
     name: &[u8],
     data: &[u8],
@@ -714,22 +833,28 @@ fn write_renamed(
 ) -> std::io::Result<()> {
     through_tmp(
         folder,
+        plain,
         data,
         |f| set_attributes(f, attrs),
         |tmp_dir, tmp| rename_noreplace(tmp_dir, tmp, dir, name),
     )
 }
 
-/// Writes `data` to a new temporary file in the `tmp/` of `folder`, gives it its
-/// attributes (`attrs`) and puts it in place (`place`, given `tmp/` and the temporary's
-/// name); the temporary is removed when a step fails.
+/// Writes `data` to a new temporary file in the `tmp/` of `folder` (in `folder` itself
+/// when `plain`), gives it its attributes (`attrs`) and puts it in place (`place`, given
+/// that directory and the temporary's name); the temporary is removed when a step fails.
 fn through_tmp(
     folder: BorrowedFd,
+    plain: bool,
     data: &[u8],
     attrs: impl FnOnce(&File) -> std::io::Result<()>,
     place: impl FnOnce(BorrowedFd, &str) -> std::io::Result<()>,
 ) -> std::io::Result<()> {
-    let tmp_dir = open_dir_at(folder, b"tmp", Some(0o700))?;
+    let tmp_dir = if plain {
+        rustix::io::dup(folder)?
+    } else {
+        open_dir_at(folder, b"tmp", Some(0o700))?
+    };
     let tmp = format!(".mailvault-{:016x}", rand::random::<u64>());
     let result = (|| -> std::io::Result<()> {
         let fd = rustix::fs::openat(
@@ -766,6 +891,82 @@ pub(crate) fn rename_noreplace(
             Ok(unlinkat(from_dir, from, AtFlags::empty())?)
         }
         Err(e) => Err(e.into()),
+    }
+}
+
+/// Starts a large file in `folder`: unnamed (`O_TMPFILE`), or where that is not supported
+/// a new temporary name beside it; as long as the file will be (a sparse file until its
+/// pieces are in: pages of zeros are never written).
+fn start_large(folder: &FolderDirs, f: &FileEntry) -> std::io::Result<Partial> {
+    use rustix::fs::openat;
+    let flags = OFlags::WRONLY | OFlags::CLOEXEC;
+    let (fd, tmp) = match openat(
+        &folder.dir,
+        c".",
+        OFlags::TMPFILE | flags,
+        Mode::from_raw_mode(0o600),
+    ) {
+        Ok(fd) if std::path::Path::new("/proc/self/fd").exists() => (fd, None),
+        Ok(_) | Err(Errno::OPNOTSUPP | Errno::ISDIR | Errno::INVAL) => {
+            let tmp = format!(".mailvault-{:016x}", rand::random::<u64>());
+            let fd = openat(
+                &folder.dir,
+                tmp.as_str(),
+                flags | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW,
+                Mode::from_raw_mode(0o600),
+            )?;
+            (fd, Some(tmp))
+        }
+        Err(e) => return Err(e.into()),
+    };
+    let file = File::from(fd);
+    file.set_len(f.size)?;
+    Ok(Partial { file, tmp })
+}
+
+/// Writes `data` at `offset`, leaving out whole 4 KiB pages (by file offset) of zeros:
+/// the file was made its full length first, so they read back as zeros, and take no
+/// space (restored sparse as it was, or sparser).
+fn write_sparse(f: &File, offset: u64, data: &[u8]) -> std::io::Result<()> {
+    use std::os::unix::fs::FileExt;
+    const PAGE: u64 = 4096;
+    let end = offset + data.len() as u64;
+    let mut at = offset;
+    // The run of non-zero pages being gathered: from `run` to `at`.
+    let mut run = offset;
+    while at < end {
+        let next = ((at / PAGE + 1) * PAGE).min(end);
+        let page = &data[(at - offset) as usize..(next - offset) as usize];
+        if page.iter().all(|&b| b == 0) {
+            if run < at {
+                f.write_all_at(&data[(run - offset) as usize..(at - offset) as usize], run)?;
+            }
+            run = next;
+        }
+        at = next;
+    }
+    if run < end {
+        f.write_all_at(&data[(run - offset) as usize..], run)?;
+    }
+    Ok(())
+}
+
+/// Gives a complete large file its attributes and its name (never replacing a file).
+fn end_large(dir: BorrowedFd, p: &Partial, name: &[u8], attrs: Attrs) -> std::io::Result<()> {
+    use rustix::fs::{linkat, AtFlags, CWD};
+    set_attributes(&p.file, attrs)?;
+    match &p.tmp {
+        Some(tmp) => rename_noreplace(dir, tmp, dir, name),
+        None => {
+            let proc_path = format!("/proc/self/fd/{}", std::os::fd::AsRawFd::as_raw_fd(&p.file));
+            Ok(linkat(
+                CWD,
+                proc_path.as_str(),
+                dir,
+                name,
+                AtFlags::SYMLINK_FOLLOW,
+            )?)
+        }
     }
 }
 
@@ -917,6 +1118,7 @@ fn replace_file(folder: &FolderDirs, name: &[u8], data: &[u8]) -> std::io::Resul
     let st = rustix::fs::statat(&folder.dir, name, rustix::fs::AtFlags::SYMLINK_NOFOLLOW)?;
     through_tmp(
         folder.dir.as_fd(),
+        folder.plain,
         data,
         |f| {
             let _ = std::os::unix::fs::fchown(f, Some(st.st_uid), Some(st.st_gid));
@@ -967,6 +1169,7 @@ mod tests {
             dir: open(dir.path()),
             cur: open(&dir.path().join("cur")),
             new: open(&dir.path().join("new")),
+            plain: false,
         };
         let tmp = dir.path().join("tmp");
         let a = dir.path().join("cur/a");
@@ -981,10 +1184,25 @@ mod tests {
             Err(Some(e)) => panic!("{e}"),
         }
         let b = dir.path().join("cur/b");
-        write_renamed(folder.dir.as_fd(), folder.cur.as_fd(), b"b", b"renamed", t).unwrap();
+        write_renamed(
+            folder.dir.as_fd(),
+            false,
+            folder.cur.as_fd(),
+            b"b",
+            b"renamed",
+            t,
+        )
+        .unwrap();
         check_written(&b, b"renamed");
-        let again =
-            write_renamed(folder.dir.as_fd(), folder.cur.as_fd(), b"b", b"other", t).unwrap_err();
+        let again = write_renamed(
+            folder.dir.as_fd(),
+            false,
+            folder.cur.as_fd(),
+            b"b",
+            b"other",
+            t,
+        )
+        .unwrap_err();
         assert_eq!(again.kind(), ErrorKind::AlreadyExists);
         check_written(&b, b"renamed");
         assert_eq!(fs::read_dir(&tmp).unwrap().count(), 0);

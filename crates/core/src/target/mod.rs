@@ -199,9 +199,7 @@ impl FolderInfo<'_> {
     /// (a Maildir restoring picked messages maps keyword letters through it).
     pub fn file(&self, name: &[u8]) -> Option<crate::Result<Vec<u8>>> {
         let f = self.node.files.iter().find(|f| f.name == name)?;
-        Some(crate::ops::restore::assemble(
-            self.repo, &f.content, f.size, None,
-        ))
+        Some(crate::ops::restore::assemble_file(self.repo, f))
     }
 }
 
@@ -272,6 +270,31 @@ pub trait Target: Sync {
         _folder: &Self::Folder,
         _file: &FileEntry,
         _data: &[u8],
+    ) -> Result<(), Self::Error> {
+        Ok(())
+    }
+
+    /// Writes `data` at `offset` of a large file of the folder (one with content lists:
+    /// a mail database of a `file:` backup), when [`Caps::folder_files`]. Pieces come in
+    /// any order, from many threads; the file is [`finish_file`](Self::finish_file)ed
+    /// once all are written.
+    fn write_file_at(
+        &self,
+        _folder: &Self::Folder,
+        _file: &FileEntry,
+        _offset: u64,
+        _data: &[u8],
+    ) -> Result<(), Self::Error> {
+        Ok(())
+    }
+
+    /// Ends a large file once every piece was given: `ok` false if one failed (the target
+    /// then drops what it wrote). An error is listed, costing no message.
+    fn finish_file(
+        &self,
+        _folder: &Self::Folder,
+        _file: &FileEntry,
+        _ok: bool,
     ) -> Result<(), Self::Error> {
         Ok(())
     }
