@@ -6,11 +6,14 @@ exported with `restore --target mbox:OUT` (one mbox folder tree per account, OUT
 <user>/), and OUT is backed up into a second repository (`mbox:OUT`). Both backups are
 timed in turns, the page cache dropped before each when allowed; reported: wall seconds,
 MB/s over the messages' bytes (the snapshots' `bytes_total`, the same for both when the
-export is faithful, which is checked), peak RSS, and the ratio. Then an mbox incremental
+export is faithful, which is checked), CPU seconds (user + sys: steadier than wall time on
+a shared machine), peak RSS, and the ratios. With `--before DIR` the mbox backup is also
+run, in the same turns, by the mailvault binary in DIR (an older build, to compare). Then an mbox incremental
 after appending to a few files reads only the new bytes (its `bytes_read` is checked).
 
     bench/mbox.py                  # preset small, release build, 3 rounds
     bench/mbox.py --smoke          # CI: preset tiny, debug build, one round
+    bench/mbox.py --bin-dir target/release --before /tmp/old   # against an older build
 
 Issue 14's target: the mbox backup runs at least as fast, in MB/s, as the Maildir backup of
 the same messages. Standard library only.
@@ -19,6 +22,7 @@ the same messages. Standard library only.
 import argparse
 import json
 import os
+import resource
 import shutil
 import statistics
 import subprocess
@@ -69,7 +73,10 @@ class Bench:
         if cold:
             self.cold = drop_caches() and self.cold
         log = self.logs / f"{self.n:02d}-{name}.log"
+        before = resource.getrusage(resource.RUSAGE_CHILDREN)
         rc, wall, rss, out = timed(cmd, self.env(repo) if repo else dict(os.environ), log)
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        self.cpu = (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
         if rc != 0:
             raise SystemExit(f"bench: {name} failed (exit {rc}), see {log}")
         return wall, rss, out
@@ -83,28 +90,31 @@ class Bench:
         self.run(f"init-{name}", [self.mv, "init", "--quiet"], repo)
         return repo
 
-    def backup(self, name, source, extra=()):
+    def backup(self, name, source, mv=None):
         repo = self.fresh_repo(name)
-        wall, rss, out = self.run(f"backup-{name}", [self.mv, "backup", source, "--json", "--quiet", *extra], repo, cold=True)
-        return repo, wall, rss, json.loads(out)
+        wall, rss, out = self.run(f"backup-{name}", [mv or self.mv, "backup", source, "--json", "--quiet"], repo, cold=True)
+        return repo, wall, rss, self.cpu, json.loads(out)
 
     def main(self):
         a = self.args
         src = self.work / "maildir"
         self.run("generate", [self.corpus, "generate", "--preset", a.preset, "--seed", "1", "--json", str(src)])
-        repo, _, _, first = self.backup("maildir-0", f"maildir:{src}")
+        repo, _, _, _, first = self.backup("maildir-0", f"maildir:{src}")
         out = self.work / "mbox"
         wall, _, _ = self.run("export", [self.mv, "restore", "latest", "--target", f"mbox:{out}", "--json", "--quiet"], repo)
         export_secs = wall
-        rows = {"maildir": [], "mbox": []}
+        kinds = ["maildir", "mbox"] + (["mbox (before)"] if a.before else [])
+        rows = {k: [] for k in kinds}
         reports = {}
         for i in range(a.repeat):
-            order = ["maildir", "mbox"] if i % 2 == 0 else ["mbox", "maildir"]
+            order = kinds if i % 2 == 0 else kinds[::-1]
             for kind in order:
                 source = f"maildir:{src}" if kind == "maildir" else f"mbox:{out}"
-                r, wall, rss, rep = self.backup(f"{kind}-{i}", source)
-                rows[kind].append((wall, rss))
-                reports[kind] = (r, rep)
+                mv = str(Path(a.before).resolve() / "mailvault") if kind == "mbox (before)" else None
+                r, wall, rss, cpu, rep = self.backup(f"{kind.replace(' (', '-').rstrip(')')}-{i}", source, mv)
+                rows[kind].append((wall, rss, cpu))
+                if kind != "mbox (before)":
+                    reports[kind] = (r, rep)
         mt, mb = reports["maildir"][1], reports["mbox"][1]
         problems = []
         for k in ("accounts", "items_total", "bytes_total"):
@@ -135,18 +145,20 @@ class Bench:
             f"preset {self.args.preset}: {snap['accounts']} accounts, {snap['items_total']} messages, {mb:.1f} MB of messages; "
             f"{self.args.repeat} rounds, medians; page cache {'dropped' if self.cold else 'NOT dropped'} before each backup",
             "",
-            "| full backup of | wall s | MB/s | peak RSS MB |",
-            "|---|---:|---:|---:|",
+            "| full backup of | wall s | MB/s | CPU s (user+sys) | peak RSS MB |",
+            "|---|---:|---:|---:|---:|",
         ]
-        med = {}
+        med, cpus = {}, {}
         for kind, rs in rows.items():
-            wall = statistics.median(w for w, _ in rs)
-            rss = statistics.median(r for _, r in rs)
-            med[kind] = wall
-            lines.append(f"| {kind} | {wall:.2f} | {mb / wall:.1f} | {rss:.0f} |")
+            wall = statistics.median(w for w, _, _ in rs)
+            rss = statistics.median(r for _, r, _ in rs)
+            cpu = statistics.median(c for _, _, c in rs)
+            med[kind], cpus[kind] = wall, cpu
+            lines.append(f"| {kind} | {wall:.2f} | {mb / wall:.1f} | {cpu:.2f} | {rss:.0f} |")
         lines += [
             "",
-            f"mbox MB/s / Maildir MB/s: **{med['maildir'] / med['mbox']:.2f}** (target >= 1)",
+            f"mbox MB/s / Maildir MB/s: **{med['maildir'] / med['mbox']:.2f}** (target >= 1); "
+            f"mbox CPU / Maildir CPU: {cpus['mbox'] / cpus['maildir']:.2f}",
             f"export (restore --target mbox:): {export_secs:.2f} s",
             f"incremental after appending {appended} bytes to 3 mbox files: {incr['bytes_read']} bytes read, "
             f"{incr['items_new']} new, {incr['items_unchanged']} unchanged, {incr['elapsed_secs']:.2f} s",
@@ -167,6 +179,7 @@ def main():
     ap.add_argument("--work", default=None, help="work directory (default /tmp/mailvault-bench-mbox); emptied first")
     ap.add_argument("--bin-dir", default=None, help="directory with mailvault and mailvault-corpus (default: build)")
     ap.add_argument("--out", default=None, help="write the markdown figures here too")
+    ap.add_argument("--before", default=None, help="directory with an older mailvault: its mbox backup runs in the same turns")
     ap.add_argument("--keep", action="store_true", help="keep the work directory")
     args = ap.parse_args()
     if args.smoke:

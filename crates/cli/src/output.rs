@@ -80,6 +80,23 @@ fn civil_from_days(z: i64) -> (i64, u32, u32) {
     (if m <= 2 { y + 1 } else { y }, m, d)
 }
 
+/// Items of a long list shown in the text output (`--json` has them all).
+pub const SHOWN: usize = 5;
+
+/// The first [`SHOWN`] items of a list, one indented line each (`line` gives its text),
+/// then how many more there are.
+pub fn print_some<T>(items: &[T], line: impl Fn(&T) -> String) {
+    for i in items.iter().take(SHOWN) {
+        println!("  {}", line(i));
+    }
+    if items.len() > SHOWN {
+        println!(
+            "  ... and {} more (`--json` lists them all)",
+            items.len() - SHOWN
+        );
+    }
+}
+
 /// The failures of a run, one line each, under a header that counts the lines (one line
 /// may stand for a message, a folder, a file or a subscription: their number need not be
 /// the items-failed figure).

@@ -38,6 +38,14 @@ impl Bar {
             b.finish_and_clear();
         }
     }
+
+    /// Runs `f` under a bar (as [`Bar::new`] makes it), cleared when `f` returns.
+    pub fn run<R>(quiet: bool, verb: &str, f: impl FnOnce(&Bar) -> R) -> R {
+        let bar = Bar::new(quiet, verb);
+        let out = f(&bar);
+        bar.finish();
+        out
+    }
 }
 
 impl Progress for Bar {

@@ -9,7 +9,7 @@
 mod common;
 
 use common::*;
-use mailvault_core::ops::backup::{backup, BackupOptions};
+use mailvault_core::ops::backup::{backup, BackupOptions, RunOptions};
 use mailvault_core::report::NoProgress;
 use std::path::Path;
 
@@ -45,11 +45,13 @@ fn fixture_opens_checks_and_restores(fixture: &str, version: u32) {
             source: src.clone(),
             accounts: vec![],
             jobs: 2,
-            compression: None,
-            tags: vec!["fixture".into()],
-            hostname: "fixture".into(),
-            force: false,
             stat_unchanged: false,
+            run: RunOptions {
+                compression: None,
+                tags: vec!["fixture".into()],
+                hostname: "fixture".into(),
+                force: false,
+            },
         };
         backup(&mut repo, &opts, &NoProgress).unwrap();
     }
@@ -102,11 +104,13 @@ fn version_1_repository_with_dictionary_restores() {
             source: src.clone(),
             accounts: vec![],
             jobs: 2,
-            compression: None,
-            tags: vec![],
-            hostname: "fixture".into(),
-            force: false,
             stat_unchanged: false,
+            run: RunOptions {
+                compression: None,
+                tags: vec![],
+                hostname: "fixture".into(),
+                force: false,
+            },
         };
         backup(&mut repo, &opts, &NoProgress).unwrap();
         assert!(

@@ -13,7 +13,8 @@ use common::{init_repo, maildir_backup, message, put_msg};
 use mailvault_core::imap::backup::{backup as imap_backup, ImapBackupOptions};
 use mailvault_core::imap::restore::{restore as imap_restore, ImapRestoreOptions};
 use mailvault_core::imap::{Connection, Login, Password};
-use mailvault_core::ops::restore::{restore, RestoreOptions};
+use mailvault_core::ops::backup::RunOptions;
+use mailvault_core::ops::restore::{restore, RestoreOptions, Selection};
 use mailvault_core::report::NoProgress;
 use mailvault_imap::testing::cyrus::CyrusServer;
 use mailvault_imap::{AppendMsg, SearchKey};
@@ -158,11 +159,13 @@ fn dotted_folders_with_one_uidvalidity_stay_apart() {
         source: server.url(),
         connections: 1,
         parallel_accounts: 1,
-        compression: None,
-        tags: vec![],
-        hostname: "test".into(),
-        force: false,
         fetch_batch: 50,
+        run: RunOptions {
+            compression: None,
+            tags: vec![],
+            hostname: "test".into(),
+            force: false,
+        },
     };
     let b_rep = imap_backup(&mut repo, &opts, &NoProgress).unwrap();
     assert!(b_rep.failures.is_empty(), "{:?}", b_rep.failures);
@@ -170,7 +173,10 @@ fn dotted_folders_with_one_uidvalidity_stay_apart() {
     let r = restore(
         &repo,
         &RestoreOptions {
-            snapshot: b_rep.snapshot.clone(),
+            select: Selection {
+                snapshot: b_rep.snapshot.clone(),
+                ..Default::default()
+            },
             target: out.clone(),
             jobs: 2,
             ..Default::default()

@@ -311,7 +311,7 @@ fn folder_restore_brings_its_subscriptions() {
     let mut repo = init_repo(&dir.path().join("repo"));
     maildir_backup(&mut repo, &md, vec!["bob@example.org".into()]);
     let mut o = restore_opts(&server, &dir.path().join("j"));
-    o.folders = vec!["Archive".into()];
+    o.select.folders = vec!["Archive".into()];
     let r = imap_restore(&repo, &o, &NoProgress).unwrap();
     assert!(r.failures.is_empty(), "{:?}", r.failures);
     assert_eq!(r.items_appended, 2);
@@ -343,7 +343,7 @@ fn deleted_message_can_be_restored_again() {
     let mut repo = init_repo(&dir.path().join("repo"));
     maildir_backup(&mut repo, &md, vec!["bob@example.org".into()]);
     let mut o = restore_opts(&server, &dir.path().join("j"));
-    o.messages = vec!["1.M1P1.h".into()];
+    o.select.messages = vec!["1.M1P1.h".into()];
     let r = imap_restore(&repo, &o, &NoProgress).unwrap();
     assert_eq!(r.items_appended, 1, "{r:?}");
     // A re-run: the journal knows, the server has it, nothing is sent.
@@ -363,7 +363,7 @@ fn deleted_message_can_be_restored_again() {
     assert_eq!(messages(&mut s, "INBOX").len(), 1);
     // And the whole restore afterwards sends the two others only.
     let mut all = restore_opts(&server, &dir.path().join("j"));
-    all.messages.clear();
+    all.select.messages.clear();
     let r = imap_restore(&repo, &all, &NoProgress).unwrap();
     assert_eq!((r.items_appended, r.items_journaled), (2, 1), "{r:?}");
     assert_eq!(messages(&mut s, "INBOX").len(), 3);

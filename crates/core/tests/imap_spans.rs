@@ -53,7 +53,7 @@ fn an_imap_restore_reads_spans_not_blobs() {
     store.reads().clear();
 
     let mut o = imap_restore_opts(&server, &dir.path().join("journal"));
-    o.blob_cache_bytes = 0;
+    o.select.cache_bytes = 0;
     let r = imap_restore(&repo, &o, &NoProgress).unwrap();
     assert!(r.failures.is_empty(), "{:?}", r.failures);
     assert_eq!(r.items_appended, 400);

@@ -5,7 +5,7 @@ mod common;
 
 use common::*;
 use mailvault_core::ops::backup::backup;
-use mailvault_core::ops::restore::{Owners, RestoreOptions};
+use mailvault_core::ops::restore::{Owners, RestoreOptions, Selection};
 use mailvault_core::report::NoProgress;
 use std::os::unix::ffi::OsStrExt;
 
@@ -169,11 +169,13 @@ fn owners_and_modes_of_directories_and_files_round_trip() {
         let r = restore_with(
             &repo,
             RestoreOptions {
-                snapshot: "latest".into(),
+                select: Selection {
+                    snapshot: "latest".into(),
+                    ..Default::default()
+                },
                 target: out2.clone(),
                 jobs: 2,
                 owners: Owners::Fixed { uid: 1, gid: 2 },
-                ..Default::default()
             },
         );
         assert!(r.failures.is_empty(), "{:?}", r.failures);
@@ -332,10 +334,13 @@ fn single_messages_bring_their_keywords_and_nothing_else() {
     let t = tempfile::tempdir().unwrap();
     let repo = backed_up_small_store(t.path());
     let opts = |target: &std::path::Path, key: &str| RestoreOptions {
-        snapshot: "latest".into(),
+        select: Selection {
+            snapshot: "latest".into(),
+            accounts: vec!["bob@example.org".into()],
+            messages: vec![key.into()],
+            ..Default::default()
+        },
         target: target.to_path_buf(),
-        accounts: vec!["bob@example.org".into()],
-        messages: vec![key.into()],
         jobs: 2,
         ..Default::default()
     };
@@ -440,7 +445,7 @@ fn messages_renamed_during_backups_are_never_dropped() {
         let _stop = Stop(&stop);
         for run in 0..5u32 {
             let mut o = backup_opts(&md, vec!["bob".into()]);
-            o.force = run.is_multiple_of(2);
+            o.run.force = run.is_multiple_of(2);
             let rep = backup(&mut repo, &o, &NoProgress).unwrap();
             assert!(rep.failures.is_empty(), "run {run}: {:?}", rep.failures);
             assert_eq!(rep.items_total, N as u64, "run {run}: {rep:?}");

@@ -12,12 +12,12 @@
 
 mod common;
 
-use common::{backup_opts, imap_backup_opts, init_repo, put_msg};
+use common::{backup_opts, imap_backup_opts, init_repo, put_msg, test_run};
 use mailvault_core::imap::names::{
     imap_folder_name, maildir_dir, parse_subscriptions, subscriptions_file,
 };
 use mailvault_core::maildir::split_name;
-use mailvault_core::ops::backup::{run, RunOptions};
+use mailvault_core::ops::backup::run;
 use mailvault_core::ops::restore::assemble;
 use mailvault_core::repo::tree::{AccountTree, RootTree};
 use mailvault_core::report::NoProgress;
@@ -178,12 +178,7 @@ where
     S::Error: std::fmt::Debug,
 {
     let mut repo = init_repo(&dir.join("repo"));
-    let opts = RunOptions {
-        compression: None,
-        tags: vec![],
-        hostname: "test".into(),
-        force: false,
-    };
+    let opts = test_run();
     let first = run(&mut repo, source, &opts, mailvault_core::now(), &NoProgress).unwrap();
     assert!(first.failures.is_empty(), "{:?}", first.failures);
     let n = mail_set().len() as u64;
@@ -396,7 +391,7 @@ fn maildir_trees_match_a_repository_made_before_the_trait() {
     }
     let mut repo = open_repo(&repo_dir);
     let mut opts = backup_opts(&src, vec![]);
-    opts.hostname = "fixture".into();
+    opts.run.hostname = "fixture".into();
     let rep = backup(&mut repo, &opts, &NoProgress);
     let _ = fs::remove_dir_all(base);
     let rep = rep.unwrap();

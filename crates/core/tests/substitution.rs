@@ -14,7 +14,7 @@ mod common;
 use common::*;
 use mailvault_core::ops::backup::{backup, BackupOptions};
 use mailvault_core::ops::check::{CheckError, CheckReport, DamageKind};
-use mailvault_core::ops::restore::{restore, RestoreOptions, RestoreReport};
+use mailvault_core::ops::restore::{restore, RestoreOptions, RestoreReport, Selection};
 use mailvault_core::repo::format::{self, Object, Version};
 use mailvault_core::repo::index::{self, Location};
 use mailvault_core::repo::pack::{self, BlobKind, IndexedPack, PackBuilder};
@@ -133,7 +133,10 @@ fn restore_snapshot(
     out: &Path,
 ) -> mailvault_core::Result<RestoreReport> {
     let opts = RestoreOptions {
-        snapshot: which.into(),
+        select: Selection {
+            snapshot: which.into(),
+            ..Default::default()
+        },
         target: out.to_path_buf(),
         jobs: 2,
         ..Default::default()

@@ -13,7 +13,7 @@ mod common;
 use common::{imap_restore_opts, init_repo, maildir_backup, put_msg};
 use mailvault_core::imap::names::parse_subscriptions;
 use mailvault_core::imap::restore::restore as imap_restore;
-use mailvault_core::ops::restore::{restore, RestoreOptions};
+use mailvault_core::ops::restore::{restore, RestoreOptions, Selection};
 use mailvault_core::report::NoProgress;
 use mailvault_core::Repository;
 use mailvault_imap::maildir_flags::{maildir_to_imap, KeywordTable};
@@ -160,7 +160,10 @@ impl Case for MaildirCase {
     }
     fn restore(&self, repo: &Repository) -> (u64, u64) {
         let opts = RestoreOptions {
-            snapshot: "latest".into(),
+            select: Selection {
+                snapshot: "latest".into(),
+                ..Default::default()
+            },
             target: self.root.clone(),
             jobs: 2,
             ..Default::default()

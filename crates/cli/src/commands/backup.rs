@@ -134,15 +134,11 @@ fn execute_source(g: &GlobalOpts, a: Args) -> Result<BackupReport> {
             })
             .ok();
     }
-    let run = run_options(&a)?;
     let opts = BackupOptions {
+        run: run_options(&a)?,
         source,
         accounts: a.account,
         jobs: repo::jobs(g),
-        compression: run.compression,
-        tags: run.tags,
-        hostname: run.hostname,
-        force: run.force,
         stat_unchanged: a.stat_unchanged,
     };
     run_backup(g, a.time, |r, time, bar| backup_at(r, &opts, time, bar))
@@ -273,7 +269,9 @@ fn run_backup<E: std::error::Error + Send + Sync + 'static>(
 ) -> Result<BackupReport> {
     let mut r = repo::open(g)?;
     let time = time.unwrap_or_else(mailvault_core::now);
-    let out = finish(g, |bar| backup(&mut r, time, bar))?;
+    let out = Bar::run(g.quiet || g.json, "backup ", |bar| {
+        backup(&mut r, time, bar)
+    })?;
     record_seen(&r);
     Ok(out)
 }
@@ -293,17 +291,6 @@ fn record_seen(r: &mailvault_core::Repository) {
     }
 }
 
-/// Runs a backup under a progress bar.
-fn finish<E: std::error::Error + Send + Sync + 'static>(
-    g: &GlobalOpts,
-    run: impl FnOnce(&Bar) -> std::result::Result<BackupReport, E>,
-) -> Result<BackupReport> {
-    let bar = Bar::new(g.quiet || g.json, "backup ");
-    let rep = run(&bar);
-    bar.finish();
-    Ok(rep?)
-}
-
 pub fn print_report(r: &BackupReport) {
     let parent = r
         .parent
@@ -312,8 +299,14 @@ pub fn print_report(r: &BackupReport) {
         .unwrap_or_default();
     println!("snapshot {} saved{parent}", &r.snapshot[..8]);
     println!("  accounts   {}, folders {}", r.accounts, r.folders);
+    // A `file:` backup's items are files.
+    let what = if r.source.starts_with("file:") {
+        "files   "
+    } else {
+        "messages"
+    };
     println!(
-        "  messages   {} total: {} new, {} unchanged, {} failed",
+        "  {what}   {} total: {} new, {} unchanged, {} failed",
         r.items_total, r.items_new, r.items_unchanged, r.items_failed
     );
     println!(
@@ -356,17 +349,13 @@ fn run_imap(g: &GlobalOpts, a: Args) -> Result<BackupReport> {
         Some(u) => url.replacen("://", &format!("://{u}@"), 1),
         None => connection.url(),
     };
-    let run = run_options(&a)?;
     let opts = ImapBackupOptions {
+        run: run_options(&a)?,
         source,
         accounts,
         connection,
         connections: a.imap.connections.max(1),
         parallel_accounts: a.imap.accounts.max(1),
-        compression: run.compression,
-        tags: run.tags,
-        hostname: run.hostname,
-        force: run.force,
         fetch_batch: 200,
     };
     run_backup(g, a.time, |r, time, bar| {

@@ -1,6 +1,6 @@
 //! `mailvault check`
 
-use crate::output::{bytes, safe};
+use crate::output::{bytes, print_some, safe};
 use crate::{repo, GlobalOpts, Outcome};
 use anyhow::{bail, Result};
 use mailvault_core::ops::check::{check, CheckError, CheckOptions, CheckReport, DamageKind};
@@ -105,9 +105,6 @@ pub fn damaged(rep: &CheckReport) -> String {
     )
 }
 
-/// Items of a long list shown in the text output (`--json` has them all).
-const SHOWN: usize = 5;
-
 /// One error, summarized: what is damaged, what it costs, a few examples, what to run.
 fn print_error(e: &CheckError) {
     let mut place = Vec::new();
@@ -122,12 +119,7 @@ fn print_error(e: &CheckError) {
     } else {
         println!("error: {}: {}", safe(&place.join(", ")), safe(&e.error));
     }
-    for d in e.details.iter().take(SHOWN) {
-        println!("  {}", safe(d));
-    }
-    if e.details.len() > SHOWN {
-        println!("  ... and {} more", e.details.len() - SHOWN);
-    }
+    print_some(&e.details, |d| safe(d).into_owned());
     if e.blobs > 0 || !e.snapshots.is_empty() {
         println!(
             "  {} blobs lost; {} messages in {} snapshots affected{}",
@@ -151,15 +143,7 @@ fn print_error(e: &CheckError) {
             }
         );
     }
-    for m in e.affected.iter().take(SHOWN) {
-        println!("  affects {}", safe(m));
-    }
-    if e.affected.len() > SHOWN {
-        println!(
-            "  ... and {} more (`--json` lists them all)",
-            e.affected.len() - SHOWN
-        );
-    }
+    print_some(&e.affected, |m| format!("affects {}", safe(m)));
     if let Some(r) = &e.repair {
         println!("  to repair: {}", repair_hint(e, r));
     }

@@ -4,9 +4,9 @@
 
 use crate::{progress::Bar, repo, GlobalOpts, Outcome};
 use anyhow::{bail, Context, Result};
-use mailvault_core::ops::backup::{backup, BackupOptions};
+use mailvault_core::ops::backup::{backup, BackupOptions, RunOptions};
 use mailvault_core::ops::check::{check, CheckOptions};
-use mailvault_core::ops::restore::{restore, RestoreOptions};
+use mailvault_core::ops::restore::{restore, RestoreOptions, Selection};
 use mailvault_core::store::{LocalStore, Metered, Store};
 use mailvault_core::{InitOptions, Repository};
 use mailvault_corpus::{generate, mutate, CorpusSpec, MutationSpec};
@@ -88,16 +88,16 @@ pub fn run(g: &GlobalOpts, a: Args) -> Result<Outcome> {
         source: src.clone(),
         accounts: vec![],
         jobs,
-        compression: None,
-        tags: vec!["demo".into()],
-        hostname: mailvault_core::hostname(),
-        force: false,
         stat_unchanged: false,
+        run: RunOptions {
+            compression: None,
+            tags: vec!["demo".into()],
+            hostname: mailvault_core::hostname(),
+            force: false,
+        },
     };
     println!("3. full backup");
-    let bar = Bar::new(g.quiet, "backup ");
-    let b1 = backup(&mut r, &opts, &bar)?;
-    bar.finish();
+    let b1 = Bar::run(g.quiet, "backup ", |bar| backup(&mut r, &opts, bar))?;
     summary_backup(&b1);
 
     let m = mutate(&MutationSpec::default(), &src).context("changing the sample store")?;
@@ -105,24 +105,20 @@ pub fn run(g: &GlobalOpts, a: Args) -> Result<Outcome> {
         "4. a day of mail: {} flag changes, {} new messages, {} deleted; incremental backup",
         m.flag_renames, m.new_messages, m.deleted
     );
-    let bar = Bar::new(g.quiet, "backup ");
-    let b2 = backup(&mut r, &opts, &bar)?;
-    bar.finish();
+    let b2 = Bar::run(g.quiet, "backup ", |bar| backup(&mut r, &opts, bar))?;
     summary_backup(&b2);
 
     println!("5. restoring the latest snapshot to {}", out.display());
-    let bar = Bar::new(g.quiet, "restore");
-    let rr = restore(
-        &r,
-        &RestoreOptions {
+    let opts = RestoreOptions {
+        select: Selection {
             snapshot: "latest".into(),
-            target: out.clone(),
-            jobs,
             ..Default::default()
         },
-        &bar,
-    )?;
-    bar.finish();
+        target: out.clone(),
+        jobs,
+        ..Default::default()
+    };
+    let rr = Bar::run(g.quiet, "restore", |bar| restore(&r, &opts, bar))?;
     println!(
         "   {} messages, {:.1} MB in {:.2} s: {:.0} messages/s, {:.0} MB/s",
         rr.items_restored,

@@ -68,23 +68,23 @@ pub fn run(g: &GlobalOpts, a: Args) -> Result<Outcome> {
     match listing {
         Listing::Accounts(v) => {
             for x in &v {
+                let (n, what, b) = counted(x.messages, x.bytes, x.files, x.file_bytes);
                 println!(
-                    "{:<40} {:>8} messages {:>10}  {}",
+                    "{:<40} {n:>8} {what} {:>10}  {}",
                     safe(&x.name),
-                    x.messages,
-                    bytes(x.bytes),
+                    bytes(b),
                     safe(&x.path)
                 );
             }
         }
         Listing::Folders(v) => {
             for x in &v {
+                let (n, what, b) = counted(x.messages, x.bytes, x.files, x.file_bytes);
                 println!(
-                    "{:<30} {:<30} {:>8} messages {:>10}",
+                    "{:<30} {:<30} {n:>8} {what} {:>10}",
                     safe(&x.account),
                     safe(&x.name),
-                    x.messages,
-                    bytes(x.bytes)
+                    bytes(b)
                 );
             }
         }
@@ -101,8 +101,29 @@ pub fn run(g: &GlobalOpts, a: Args) -> Result<Outcome> {
                 );
             }
         }
+        Listing::Files(v) => {
+            for f in &v {
+                println!(
+                    "{}  {:04o} {:>10}  {}",
+                    time(f.mtime),
+                    f.mode,
+                    bytes(f.size),
+                    safe(&f.name)
+                );
+            }
+        }
     }
     Ok(Outcome::Ok)
+}
+
+/// What a line of `ls` counts: messages, or for what has none but files (a `file:`
+/// backup), its files.
+fn counted(messages: u64, bytes: u64, files: u64, file_bytes: u64) -> (u64, &'static str, u64) {
+    if messages == 0 && files > 0 {
+        (files, "files   ", file_bytes)
+    } else {
+        (messages, "messages", bytes)
+    }
 }
 
 /// One line per deleted message: internal date, From, Subject, folder, and the first and

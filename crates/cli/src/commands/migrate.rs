@@ -1,6 +1,6 @@
 //! `mailvault migrate`
 
-use crate::output::bytes;
+use crate::output::{bytes, print_some};
 use crate::{repo, GlobalOpts, Outcome};
 use anyhow::Result;
 use mailvault_core::ops::migrate::{migrate, MigrateOptions};
@@ -11,9 +11,6 @@ pub struct Args {
     #[arg(long, short = 'n')]
     pub dry_run: bool,
 }
-
-/// Renamed snapshots shown in the text output.
-const SHOWN: usize = 5;
 
 pub fn run(g: &GlobalOpts, a: Args) -> Result<Outcome> {
     let mut r = repo::open(g)?;
@@ -73,15 +70,9 @@ pub fn run(g: &GlobalOpts, a: Args) -> Result<Outcome> {
     );
     if !rep.renamed.is_empty() {
         println!("snapshot ids change (format 2 names a snapshot by its content):");
-        for r in rep.renamed.iter().take(SHOWN) {
-            println!("  {} -> {}", &r.old[..8], &r.new[..8]);
-        }
-        if rep.renamed.len() > SHOWN {
-            println!(
-                "  ... and {} more (--json lists all)",
-                rep.renamed.len() - SHOWN
-            );
-        }
+        print_some(&rep.renamed, |r| {
+            format!("{} -> {}", &r.old[..8], &r.new[..8])
+        });
     }
     if !a.dry_run {
         println!("done in {:.1}s", rep.elapsed_secs);

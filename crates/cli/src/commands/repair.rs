@@ -1,6 +1,6 @@
 //! `mailvault repair index | snapshots`
 
-use crate::output::safe;
+use crate::output::{print_some, safe};
 use crate::{repo, GlobalOpts, Outcome};
 use anyhow::Result;
 use mailvault_core::ops::repair::{repair_index, repair_snapshots, RepairOptions};
@@ -27,9 +27,6 @@ pub struct Opts {
     #[arg(long, short = 'n')]
     pub dry_run: bool,
 }
-
-/// Items of a long list shown in the text output (`--json` has them all).
-const SHOWN: usize = 5;
 
 pub fn run(g: &GlobalOpts, a: Args) -> Result<Outcome> {
     let mut r = repo::open(g)?;
@@ -100,15 +97,7 @@ pub fn run(g: &GlobalOpts, a: Args) -> Result<Outcome> {
                     s.files_dropped,
                     s.trees_dropped
                 );
-                for d in s.dropped.iter().take(SHOWN) {
-                    println!("  drops {}", safe(d));
-                }
-                if s.dropped.len() > SHOWN {
-                    println!(
-                        "  ... and {} more (`--json` lists them all)",
-                        s.dropped.len() - SHOWN
-                    );
-                }
+                print_some(&s.dropped, |d| format!("drops {}", safe(d)));
                 match &s.replaced_by {
                     Some(n) => println!("  replaced by snapshot {} (tagged repaired)", &n[..8]),
                     None if o.dry_run => {

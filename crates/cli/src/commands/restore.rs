@@ -6,7 +6,7 @@ use anyhow::Result;
 use mailvault_core::imap::restore::{
     restore as imap_restore, ImapRestoreOptions, ImapRestoreReport,
 };
-use mailvault_core::ops::restore::{restore, Owners, RestoreOptions, RestoreReport};
+use mailvault_core::ops::restore::{restore, Owners, RestoreOptions, RestoreReport, Selection};
 
 #[derive(clap::Args, Debug)]
 pub struct Args {
@@ -23,6 +23,19 @@ pub struct Args {
     pub message: Vec<String>,
     #[command(flatten)]
     pub to: TargetArgs,
+}
+
+impl Args {
+    /// The snapshot and what `--account`, `--folder` and `--message` select of it.
+    fn selection(&self) -> Selection {
+        Selection {
+            snapshot: self.snapshot.clone(),
+            accounts: self.account.clone(),
+            folders: self.folder.clone(),
+            messages: self.message.clone(),
+            ..Selection::default()
+        }
+    }
 }
 
 /// Where a restore writes and how: the flags `restore` and `undelete` share.
@@ -71,8 +84,8 @@ impl TargetArgs {
         super::imap::is_imap(&self.target)
     }
 
-    /// The options of a restore to a Maildir target, selecting everything.
-    pub fn maildir_options(&self, g: &GlobalOpts) -> Result<RestoreOptions> {
+    /// Refuses the IMAP flags for a target that is not an IMAP server.
+    fn no_imap_flags(&self) -> Result<()> {
         if self.imap.any_given()
             || self.skip_existing
             || self.create_accounts
@@ -81,6 +94,20 @@ impl TargetArgs {
         {
             anyhow::bail!("the IMAP flags only apply to imap:// and imaps:// targets");
         }
+        Ok(())
+    }
+
+    /// Refuses the owner flags for a target that is not a Maildir.
+    fn no_owner_flags(&self) -> Result<()> {
+        if self.numeric_owner || self.chown.is_some() {
+            anyhow::bail!("--numeric-owner and --chown only apply to Maildir targets");
+        }
+        Ok(())
+    }
+
+    /// The options of a restore of `select` to a Maildir target.
+    pub fn maildir_options(&self, g: &GlobalOpts, select: Selection) -> Result<RestoreOptions> {
+        self.no_imap_flags()?;
         let target = super::maildir_location(&self.target, "target")?;
         let owners = match (&self.chown, self.numeric_owner) {
             (Some(spec), _) => Owners::chown(spec)?,
@@ -88,21 +115,25 @@ impl TargetArgs {
             (None, false) => Owners::ByName,
         };
         Ok(RestoreOptions {
+            select: Selection {
+                reads: g.storage.store_connections.unwrap_or(0),
+                ..select
+            },
             target,
             jobs: repo::jobs(g),
             owners,
-            reads: g.storage.store_connections.unwrap_or(0),
-            ..RestoreOptions::default()
         })
     }
 
-    /// The options of a restore of `snapshot` into an IMAP server, selecting everything.
-    pub fn imap_options(&self, snapshot: &str) -> Result<ImapRestoreOptions> {
-        if self.numeric_owner || self.chown.is_some() {
-            anyhow::bail!("--numeric-owner and --chown only apply to Maildir targets");
-        }
+    /// The options of a restore of `select` into an IMAP server.
+    pub fn imap_options(&self, select: Selection) -> Result<ImapRestoreOptions> {
+        self.no_owner_flags()?;
         let connection = self.imap.connection(&self.target)?;
-        let mut opts = ImapRestoreOptions::new(snapshot, connection);
+        let mut opts = ImapRestoreOptions::new(&select.snapshot, connection);
+        opts.select = Selection {
+            cache_bytes: opts.select.cache_bytes,
+            ..select
+        };
         opts.connections = self.imap.connections.max(1);
         opts.parallel_accounts = self.imap.accounts.max(1);
         opts.max_rate = self.max_rate;
@@ -141,28 +172,18 @@ pub fn run(g: &GlobalOpts, a: Args) -> Result<Outcome> {
         // A plain path now (`maildir_options` reads it as a directory).
         a.to.target = format!("maildir:{}", p.display());
     }
-    let opts = RestoreOptions {
-        snapshot: a.snapshot,
-        accounts: a.account,
-        folders: a.folder,
-        messages: a.message,
-        ..a.to.maildir_options(g)?
-    };
+    let opts = a.to.maildir_options(g, a.selection())?;
     let r = repo::open(g)?;
-    let bar = Bar::new(g.quiet || g.json, "restore");
-    let rep = match plain {
+    let rep = Bar::run(g.quiet || g.json, "restore", |bar| match plain {
         Some(_) => {
             use mailvault_core::target::maildir::MaildirTarget;
             let open = |_: &str, names: &mailvault_core::repo::tree::OwnerNames| {
                 MaildirTarget::plain(&opts.target, opts.owners, names, opts.jobs)
             };
-            mailvault_core::ops::restore::restore_into(&r, &opts.selection(), &bar, open)
-                .map(|x| x.0)
+            mailvault_core::ops::restore::restore_into(&r, &opts.select, bar, open).map(|x| x.0)
         }
-        None => restore(&r, &opts, &bar),
-    };
-    bar.finish();
-    let rep = rep?;
+        None => restore(&r, &opts, bar),
+    })?;
     if g.json {
         crate::output::json(&rep)?;
     } else {
@@ -180,41 +201,23 @@ enum Export {
 
 /// `restore --target mbox:DIR` or `eml:DIR`.
 fn run_export(g: &GlobalOpts, a: Args, dir: std::path::PathBuf, fmt: Export) -> Result<Outcome> {
-    use mailvault_core::ops::restore::{restore_into, Selection};
+    use mailvault_core::ops::restore::restore_into;
     use mailvault_core::target::{eml::EmlTarget, mbox::MboxTarget};
-    let t = &a.to;
-    if t.imap.any_given()
-        || t.skip_existing
-        || t.create_accounts
-        || t.max_rate.is_some()
-        || t.journal.is_some()
-    {
-        anyhow::bail!("the IMAP flags only apply to imap:// and imaps:// targets");
-    }
-    if t.numeric_owner || t.chown.is_some() {
-        anyhow::bail!("--numeric-owner and --chown only apply to Maildir targets");
-    }
+    a.to.no_imap_flags()?;
+    a.to.no_owner_flags()?;
     let sel = Selection {
-        snapshot: a.snapshot,
-        accounts: a.account,
-        folders: a.folder,
-        messages: a.message,
         reads: g.storage.store_connections.unwrap_or(0),
-        cache_bytes: 64 << 20,
+        cache_bytes: Selection::CACHE_BYTES,
+        ..a.selection()
     };
     let jobs = repo::jobs(g);
     let r = repo::open(g)?;
-    let bar = Bar::new(g.quiet || g.json, "restore");
-    let rep = match fmt {
+    let rep = Bar::run(g.quiet || g.json, "restore", |bar| match fmt {
         Export::Mbox => {
-            restore_into(&r, &sel, &bar, |_, _| MboxTarget::open(&dir, jobs)).map(|x| x.0)
+            restore_into(&r, &sel, bar, |_, _| MboxTarget::open(&dir, jobs)).map(|x| x.0)
         }
-        Export::Eml => {
-            restore_into(&r, &sel, &bar, |_, _| EmlTarget::open(&dir, jobs)).map(|x| x.0)
-        }
-    };
-    bar.finish();
-    let rep = rep?;
+        Export::Eml => restore_into(&r, &sel, bar, |_, _| EmlTarget::open(&dir, jobs)).map(|x| x.0),
+    })?;
     if g.json {
         crate::output::json(&rep)?;
     } else {
@@ -245,11 +248,12 @@ pub fn print_counts(r: &RestoreReport) {
         "  messages   {} total: {} restored, {} already there, {} failed",
         r.items_total, r.items_restored, r.items_unchanged, r.items_failed
     );
-    if r.files_restored > 0 {
+    if r.files_restored + r.files_unchanged > 0 {
         println!(
-            "  files      {} restored ({})",
+            "  files      {} restored ({}), {} already there",
             r.files_restored,
-            bytes(r.file_bytes_written)
+            bytes(r.file_bytes_written),
+            r.files_unchanged
         );
     }
     println!(
@@ -266,15 +270,11 @@ pub fn print_counts(r: &RestoreReport) {
 }
 
 fn run_imap(g: &GlobalOpts, a: Args) -> Result<Outcome> {
-    let mut opts = a.to.imap_options(&a.snapshot)?;
+    let opts = a.to.imap_options(a.selection())?;
     let r = repo::open(g)?;
-    opts.accounts = a.account;
-    opts.folders = a.folder;
-    opts.messages = a.message;
-    let bar = Bar::new(g.quiet || g.json, "restore");
-    let rep = imap_restore(&r, &opts, &bar);
-    bar.finish();
-    let rep = rep?;
+    let rep = Bar::run(g.quiet || g.json, "restore", |bar| {
+        imap_restore(&r, &opts, bar)
+    })?;
     if g.json {
         crate::output::json(&rep)?;
     } else {

@@ -8,7 +8,7 @@ use anyhow::Result;
 use mailvault_core::imap::restore::ImapRestoreReport;
 use mailvault_core::ops::restore::RestoreReport;
 use mailvault_core::ops::undelete::{
-    undelete, undelete_imap, window_start, Deleted, DeletedOptions, UndeleteOptions, LABEL,
+    undelete, undelete_imap, window_start, Deleted, DeletedOptions, UndeleteOptions,
 };
 use mailvault_core::report::Failure;
 
@@ -47,13 +47,13 @@ pub fn run(g: &GlobalOpts, a: Args) -> Result<Outcome> {
         into_folder: a.into_folder.clone(),
         dry_run: a.dry_run,
     };
-    let bar = Bar::new(g.quiet || g.json, "undelete");
+    let quiet = g.quiet || g.json;
     if a.to.is_imap() {
-        let imap = a.to.imap_options(LABEL)?;
+        let imap = a.to.imap_options(Default::default())?;
         let r = repo::open(g)?;
-        let rep = undelete_imap(&r, &opts, &imap, &bar);
-        bar.finish();
-        let rep = rep?;
+        let rep = Bar::run(quiet, "undelete", |bar| {
+            undelete_imap(&r, &opts, &imap, bar)
+        })?;
         let shown = |r: &ImapRestoreReport| {
             println!("undeleted into {}", safe(&r.target));
             print_imap_counts(r);
@@ -61,11 +61,9 @@ pub fn run(g: &GlobalOpts, a: Args) -> Result<Outcome> {
         let restored = (rep.restore.as_ref()).map(|r| (r, r.items_failed, r.failures.clone()));
         return report(g, &opts, &a.to.target, &rep, &rep.deleted, restored, shown);
     }
-    let restore = a.to.maildir_options(g)?;
+    let restore = a.to.maildir_options(g, Default::default())?;
     let r = repo::open(g)?;
-    let rep = undelete(&r, &opts, &restore, &bar);
-    bar.finish();
-    let rep = rep?;
+    let rep = Bar::run(quiet, "undelete", |bar| undelete(&r, &opts, &restore, bar))?;
     let shown = |r: &RestoreReport| {
         println!(
             "undeleted to {}",

@@ -128,6 +128,34 @@ impl<R: BufRead> Lines<R> {
         Ok(self.advanced(out, start))
     }
 
+    /// At a line start with nothing put back: appends the complete lines that the input
+    /// has buffered, up to the first one starting `From ` (or through the last newline);
+    /// none when it cannot tell. [`line`](Self::line) would read each such line whole
+    /// (none is looked for beyond the cap) and none is a separator, so the caller skips
+    /// its per-line checks: the reader's fast path over message bodies, one `memmem`
+    /// search per buffer instead of a call per line.
+    fn plain_lines(&mut self, out: &mut Vec<u8>) -> io::Result<usize> {
+        if !self.line_start || self.back_pos < self.back.len() {
+            return Ok(0);
+        }
+        let buf = self.r.fill_buf()?;
+        // Lines longer than the cap are read in pieces by `line`; looking no further than
+        // the cap keeps every line taken here shorter than it.
+        let buf = &buf[..buf.len().min(self.cap)];
+        let n = if buf.starts_with(b"From ") {
+            0
+        } else {
+            match memchr::memmem::find(buf, b"\nFrom ") {
+                Some(i) => i + 1,
+                None => memchr::memrchr(b'\n', buf).map_or(0, |i| i + 1),
+            }
+        };
+        let start = out.len();
+        out.extend_from_slice(&buf[..n]);
+        self.r.consume(n);
+        Ok(self.advanced(out, start))
+    }
+
     /// Appends up to `n` bytes (fewer only at the end of input) to `out`.
     fn bytes(&mut self, n: u64, out: &mut Vec<u8>) -> io::Result<u64> {
         let start = out.len();
@@ -244,6 +272,14 @@ impl<R: BufRead> MboxReader<R> {
         let mut prev_empty = false;
         let mut in_headers = true;
         loop {
+            if !in_headers {
+                // Whole body lines that are not `From ` lines: only whether the last one
+                // was empty matters.
+                let s = raw.len();
+                if self.lines.plain_lines(&mut raw)? > 0 {
+                    prev_empty = ends_with_empty_line(&raw[s..]);
+                }
+            }
             let at_start = self.lines.line_start;
             let off = self.lines.offset;
             let s = raw.len();
@@ -282,7 +318,9 @@ impl<R: BufRead> MboxReader<R> {
                 let subject = header_value(&raw[..header_end(&raw)], b"Subject").unwrap_or(b"");
                 memchr::memmem::find(subject, b"FOLDER INTERNAL DATA").is_some()
             };
-        let (bytes, mut meta) = decode(raw, cl);
+        let (mut bytes, mut meta) = decode(raw, cl);
+        // The buffer grew by doubling: give back what the message does not use (in place).
+        bytes.shrink_to_fit();
         meta.internal_date = date;
         Ok(Some(MboxMessage {
             offset,
@@ -361,6 +399,11 @@ impl<R: BufRead> Iterator for MboxReader<R> {
 
 fn is_empty_line(line: &[u8]) -> bool {
     line == b"\n" || line == b"\r\n"
+}
+
+/// Whether the last line of `lines` (whole lines, the first at a line start) is empty.
+fn ends_with_empty_line(lines: &[u8]) -> bool {
+    is_empty_line(lines) || lines.ends_with(b"\n\n") || lines.ends_with(b"\n\r\n")
 }
 
 fn is_separator(line: &[u8], prev_empty: bool) -> bool {
@@ -567,13 +610,15 @@ fn strip_metadata(m: Vec<u8>, cl: bool) -> (Vec<u8>, Meta) {
         return (m, meta);
     }
     drop.sort_unstable();
-    let mut out = Vec::with_capacity(m.len());
-    let mut p = 0;
-    for (s, e) in drop {
-        out.extend_from_slice(&m[p..s]);
+    // In place: what follows each dropped field moves down (no second message buffer).
+    let mut out = m;
+    let (mut w, mut p) = (0, 0);
+    for (s, e) in drop.into_iter().chain([(out.len(), out.len())]) {
+        out.copy_within(p..s, w);
+        w += s - p;
         p = e;
     }
-    out.extend_from_slice(&m[p..]);
+    out.truncate(w);
     if no_final_newline && out.last() == Some(&b'\n') {
         out.pop();
     }

@@ -752,3 +752,29 @@ proptest! {
         }
     }
 }
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(2000))]
+
+    /// The fast path over body lines (whole lines the input has buffered) reads the same
+    /// messages as line by line: whatever the buffer size, the same messages come out.
+    #[test]
+    fn buffer_size_does_not_change_the_messages(
+        input in mbox_bytes(),
+        cap in 64usize..200,
+        buffer in 1usize..100,
+    ) {
+        for cap in [cap, DEFAULT_LINE_CAP] {
+            let whole: Vec<MboxMessage> = MboxReader::new(&input[..])
+                .with_line_cap(cap)
+                .collect::<Result<_, _>>()
+                .unwrap();
+            let small: Vec<MboxMessage> =
+                MboxReader::new(io::BufReader::with_capacity(buffer, &input[..]))
+                    .with_line_cap(cap)
+                    .collect::<Result<_, _>>()
+                    .unwrap();
+            prop_assert_eq!(whole, small);
+        }
+    }
+}

@@ -53,6 +53,8 @@ pub struct RunOptions {
 #[derive(Clone, Debug, Serialize)]
 pub struct BackupReport {
     pub snapshot: String,
+    /// The snapshot's source label (`maildir:/var/vmail`, `file:/srv/db`).
+    pub source: String,
     pub parent: Option<String>,
     pub accounts: u64,
     pub folders: u64,
@@ -168,6 +170,7 @@ pub(crate) fn finish_run(
     let items_total = messages + n.files.load(Relaxed) + failures.len() as u64;
     let report = BackupReport {
         snapshot: id.to_hex(),
+        source: snap.source.clone(),
         parent: meta.parent.map(|p| p.id.to_hex()),
         accounts: summary.accounts,
         folders: summary.folders,

@@ -2,7 +2,7 @@
 
 use crate::error::{Error, Result};
 use crate::model::{folder_list, folder_matches, folder_name, select_accounts, FolderMatch};
-use crate::repo::tree::{AccountTree, MessageEntry, RootTree};
+use crate::repo::tree::{AccountTree, FolderNode, MessageEntry, RootTree};
 use crate::repo::Repository;
 use serde::Serialize;
 
@@ -12,6 +12,9 @@ pub struct AccountInfo {
     pub path: String,
     pub messages: u64,
     pub bytes: u64,
+    /// Files of an account without messages (a `file:` backup's), and their bytes.
+    pub files: u64,
+    pub file_bytes: u64,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -23,6 +26,23 @@ pub struct FolderInfo {
     pub dir: String,
     pub messages: u64,
     pub bytes: u64,
+    /// Its files (a Maildir's `dovecot-uidlist`...; a `file:` backup's files), and their
+    /// bytes.
+    pub files: u64,
+    pub file_bytes: u64,
+}
+
+/// A file of a folder without messages (a directory of a `file:` backup).
+#[derive(Clone, Debug, Serialize)]
+pub struct FileInfo {
+    pub account: String,
+    pub folder: String,
+    pub name: String,
+    pub size: u64,
+    /// The file's mtime, Unix seconds.
+    pub mtime: i64,
+    /// Permission bits.
+    pub mode: u32,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -67,6 +87,15 @@ pub enum Listing {
     Accounts(Vec<AccountInfo>),
     Folders(Vec<FolderInfo>),
     Messages(Vec<MessageInfo>),
+    /// The files of a folder without messages.
+    Files(Vec<FileInfo>),
+}
+
+/// How many files `folders` hold, and their bytes.
+fn count_files<'a>(folders: impl IntoIterator<Item = &'a FolderNode>) -> (u64, u64) {
+    (folders.into_iter())
+        .flat_map(|f| &f.files)
+        .fold((0, 0), |(n, b), f| (n + 1, b + f.size))
 }
 
 /// Lists accounts; with `account`, its folders; with `folder`, that folder's messages.
@@ -79,22 +108,29 @@ pub fn ls(
     let snap = repo.find_snapshot(snapshot)?;
     let root: RootTree = repo.read_tree(&snap.root)?;
     if account.is_none() && folder.is_none() {
-        return Ok(Listing::Accounts(
-            root.accounts
-                .into_iter()
-                .map(|a| AccountInfo {
-                    path: String::from_utf8_lossy(&a.rel_path).into(),
-                    name: a.name,
-                    messages: a.messages,
-                    bytes: a.bytes,
-                })
-                .collect(),
-        ));
+        let mut out = Vec::new();
+        for a in root.accounts {
+            // An account without messages is read for its files (a `file:` backup).
+            let (files, file_bytes) = match a.messages {
+                0 => count_files(&repo.read_tree::<AccountTree>(&a.tree)?.folders),
+                _ => (0, 0),
+            };
+            out.push(AccountInfo {
+                path: String::from_utf8_lossy(&a.rel_path).into(),
+                name: a.name,
+                messages: a.messages,
+                bytes: a.bytes,
+                files,
+                file_bytes,
+            });
+        }
+        return Ok(Listing::Accounts(out));
     }
     let filter: Vec<String> = account.map(|a| vec![a.to_string()]).unwrap_or_default();
     let accounts = select_accounts(root, &filter)?;
     let mut folders = Vec::new();
     let mut messages = Vec::new();
+    let mut files = Vec::new();
     let mut matched = false;
     let mut names = Vec::new();
     for a in accounts {
@@ -102,15 +138,30 @@ pub fn ls(
         for f in t.folders {
             let name = folder_name(&f).into_owned();
             match folder {
-                None => folders.push(FolderInfo {
-                    account: a.name.clone(),
-                    dir: String::from_utf8_lossy(&f.dir).into(),
-                    name,
-                    messages: f.messages,
-                    bytes: f.bytes,
-                }),
+                None => {
+                    let (n, b) = count_files([&f]);
+                    folders.push(FolderInfo {
+                        account: a.name.clone(),
+                        dir: String::from_utf8_lossy(&f.dir).into(),
+                        name,
+                        messages: f.messages,
+                        bytes: f.bytes,
+                        files: n,
+                        file_bytes: b,
+                    })
+                }
                 Some(want) if folder_matches(&f, want) == FolderMatch::Itself => {
                     matched = true;
+                    if f.chunks.is_empty() {
+                        files.extend(f.files.iter().map(|e| FileInfo {
+                            account: a.name.clone(),
+                            folder: name.clone(),
+                            name: String::from_utf8_lossy(&e.name).into(),
+                            size: e.size,
+                            mtime: e.mtime.secs,
+                            mode: e.mode,
+                        }));
+                    }
                     for c in &f.chunks {
                         for m in repo.read_chunk(c)? {
                             messages.push(MessageInfo::of(&a.name, &name, m));
@@ -127,6 +178,7 @@ pub fn ls(
             "no folder {f:?} in the snapshot (it has: {})",
             folder_list(names)
         ))),
+        Some(_) if messages.is_empty() && !files.is_empty() => Ok(Listing::Files(files)),
         Some(_) => Ok(Listing::Messages(messages)),
     }
 }

@@ -45,25 +45,17 @@ pub use crate::target::maildir::Owners;
 /// What to restore and where.
 #[derive(Clone, Debug, Default)]
 pub struct RestoreOptions {
-    /// `latest` or a snapshot id prefix.
-    pub snapshot: String,
+    /// What to take from the snapshot (snapshot, accounts, folders, messages; only the
+    /// folders that hold the selected messages are created, with the `dovecot-keywords`
+    /// their flags need) and how many pack spans to read at once.
+    pub select: Selection,
     /// The directory to restore into: accounts go to their place below it
     /// (`<domain>/<user>/Maildir`); a single-Maildir snapshot restores into it directly.
     pub target: PathBuf,
-    /// Only these accounts (all when empty).
-    pub accounts: Vec<String>,
-    /// Only these folders and their subfolders (`Sent`, `Archive/2023`; all when empty).
-    pub folders: Vec<String>,
-    /// Only these messages, by Maildir key or file name (all when empty). Only the folders
-    /// that hold them are created, with the `dovecot-keywords` their flags need.
-    pub messages: Vec<String>,
     /// Worker threads; 0 means one per core.
     pub jobs: usize,
     /// Whose the restored files and directories become (when run as root).
     pub owners: Owners,
-    /// Pack spans read at once; 0: as many as the store suits
-    /// ([`SpanOptions::for_store`]).
-    pub reads: usize,
 }
 
 /// What a restore takes from a snapshot, whatever the target.
@@ -73,30 +65,23 @@ pub struct Selection {
     pub snapshot: String,
     /// Only these accounts (all when empty).
     pub accounts: Vec<String>,
-    /// Only these folders and their subfolders (all when empty).
+    /// Only these folders and their subfolders (`Sent`, `Archive/2023`; all when empty).
     pub folders: Vec<String>,
     /// Only these messages, by Maildir key or file name (all when empty): only the folders
     /// that hold them are restored.
     pub messages: Vec<String>,
-    /// Pack spans read at once; 0: as many as the store suits.
+    /// Pack spans read at once; 0: as many as the store suits
+    /// ([`SpanOptions::for_store`]).
     pub reads: usize,
     /// [`Order::Folder`] targets: opened blobs kept for messages that share them (a
     /// message delivered to several mailboxes), in bytes; 0 turns the cache off.
     pub cache_bytes: usize,
 }
 
-impl RestoreOptions {
-    /// The selection part.
-    pub fn selection(&self) -> Selection {
-        Selection {
-            snapshot: self.snapshot.clone(),
-            accounts: self.accounts.clone(),
-            folders: self.folders.clone(),
-            messages: self.messages.clone(),
-            reads: self.reads,
-            cache_bytes: 0,
-        }
-    }
+impl Selection {
+    /// The blob cache of a restore into an [`Order::Folder`] target (IMAP, mbox), in
+    /// bytes.
+    pub const CACHE_BYTES: usize = 64 << 20;
 }
 
 /// The end-of-run summary. `items_total` = `items_restored` + `items_unchanged` +
@@ -122,6 +107,8 @@ pub struct RestoreReport {
     pub files_restored: u64,
     /// Their bytes.
     pub file_bytes_written: u64,
+    /// Large files already in the target, complete (same size and mtime): not written.
+    pub files_unchanged: u64,
     pub elapsed_secs: f64,
     pub items_per_sec: f64,
     pub mb_per_sec: f64,
@@ -142,6 +129,7 @@ struct Tally {
     bytes: AtomicU64,
     files: AtomicU64,
     file_bytes: AtomicU64,
+    files_present: AtomicU64,
 }
 
 struct Ctx<'a, T> {
@@ -179,7 +167,7 @@ pub fn restore(
     let open = |_: &str, names: &OwnerNames| {
         MaildirTarget::open(&opts.target, opts.owners, names, opts.jobs)
     };
-    Ok(restore_into(repo, &opts.selection(), progress, open)?.0)
+    Ok(restore_into(repo, &opts.select, progress, open)?.0)
 }
 
 /// Restores messages picked one by one (`undelete`: each from the snapshot that last
@@ -198,7 +186,14 @@ pub fn restore_picked(
 ) -> Result<RestoreReport> {
     let _lock = repo.lock_for_reading("undelete")?;
     let target = MaildirTarget::open(&opts.target, opts.owners, owners, opts.jobs)?;
-    restore_picked_into(repo, picked, label, (opts.reads, 0), progress, &target)
+    restore_picked_into(
+        repo,
+        picked,
+        label,
+        (opts.select.reads, 0),
+        progress,
+        &target,
+    )
 }
 
 /// Restores a snapshot's selection into the target `open` gives (called with the
@@ -451,6 +446,7 @@ impl<'a, T: Target> Ctx<'a, T> {
             bytes_written: bytes,
             files_restored: n.files.load(Relaxed),
             file_bytes_written: file_bytes,
+            files_unchanged: n.files_present.load(Relaxed),
             elapsed_secs: elapsed,
             items_per_sec: per_sec(total, elapsed),
             mb_per_sec: per_sec(bytes + file_bytes, elapsed) / 1e6,
@@ -809,6 +805,8 @@ fn execute_any<T: Target>(ctx: &Ctx<T>, plans: Vec<AccountPlan>, picked: bool) {
                         ctx.n
                             .failures
                             .add(item, "unsafe file name in snapshot; skipped");
+                    } else if !f.lists.is_empty() && ctx.target.file_present(folder, &f) {
+                        ctx.n.files_present.fetch_add(1, Relaxed);
                     } else if f.lists.is_empty() {
                         jobs.push(Job {
                             folder: &*folder,
@@ -1441,7 +1439,7 @@ mod tests {
         //! Issue 12: restores read pack spans, not blobs.
         use super::super::*;
         use crate::model::reader::{plan, read_by_packs, read_by_spans, PackPlan, SpanOptions};
-        use crate::ops::backup::{backup, BackupOptions};
+        use crate::ops::backup::{backup, BackupOptions, RunOptions};
         use crate::repo::crypto::KdfParams;
         use crate::repo::tree::{AccountTree, RootTree};
         use crate::report::NoProgress;
@@ -1553,11 +1551,13 @@ mod tests {
                     source: src.to_path_buf(),
                     accounts,
                     jobs: 2,
-                    compression: None,
-                    tags: vec![],
-                    hostname: "h".into(),
-                    force: false,
                     stat_unchanged: false,
+                    run: RunOptions {
+                        compression: None,
+                        tags: vec![],
+                        hostname: "h".into(),
+                        force: false,
+                    },
                 },
                 &NoProgress,
             )
@@ -1611,9 +1611,12 @@ mod tests {
 
         fn restore_to(repo: &Repository, target: &Path, folders: &[&str]) -> RestoreReport {
             let opts = RestoreOptions {
-                snapshot: "latest".into(),
+                select: Selection {
+                    snapshot: "latest".into(),
+                    folders: folders.iter().map(|f| f.to_string()).collect(),
+                    ..Default::default()
+                },
                 target: target.to_path_buf(),
-                folders: folders.iter().map(|f| f.to_string()).collect(),
                 jobs: 2,
                 ..Default::default()
             };
@@ -1991,7 +1994,10 @@ mod tests {
             fs::write(&file, bytes).unwrap();
             let out = t.path().join("out");
             let opts = RestoreOptions {
-                snapshot: "latest".into(),
+                select: Selection {
+                    snapshot: "latest".into(),
+                    ..Default::default()
+                },
                 target: out.clone(),
                 jobs: 2,
                 ..Default::default()

@@ -338,7 +338,7 @@ pub struct UndeleteReport<R> {
 pub const LABEL: &str = "undelete";
 
 /// Restores the deleted messages to a Maildir tree (`restore.target`, with its owners,
-/// jobs and reads; its selection fields are not used).
+/// jobs and `select.reads`; the rest of `restore.select` is not used).
 pub fn undelete(
     repo: &Repository,
     opts: &UndeleteOptions,

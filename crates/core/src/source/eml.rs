@@ -8,6 +8,7 @@
 //! hold written `%XX`). Like a Maildir file, an `.eml` file that the parent snapshot has
 //! with the same size and mtime is not read again; a changed sidecar only renames it.
 
+use super::maildir::read_with_meta;
 use super::{Account, AccountListing, Failures, FileMeta, Folder, FolderWriter, MessageMeta};
 use super::{NewMessage, Parallelism, Source};
 use crate::error::{Error, Result};
@@ -247,13 +248,7 @@ impl Source for EmlSource {
         let stored: Vec<Option<MessageEntry>> = to_read
             .par_iter()
             .map(|(name, key, path)| {
-                let read = std::fs::File::open(path).and_then(|mut f| {
-                    let meta = FileMeta::of(&f.metadata()?);
-                    let mut data = Vec::with_capacity(meta.size as usize);
-                    std::io::Read::read_to_end(&mut f, &mut data)?;
-                    Ok((meta, data))
-                });
-                let (meta, data) = match read {
+                let (data, meta) = match read_with_meta(path) {
                     Ok(r) => r,
                     Err(e) => {
                         if e.kind() != std::io::ErrorKind::NotFound {

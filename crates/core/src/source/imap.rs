@@ -20,7 +20,6 @@ use super::{
 use crate::imap::names::{self, STATE_FILE};
 use crate::imap::{login_with_backoff, Connection, Error, Result};
 use crate::ops::backup::{BackupReport, RunOptions};
-use crate::repo::compress::Compression;
 use crate::repo::tree::MessageEntry;
 use crate::repo::Repository;
 use crate::report::Progress;
@@ -41,13 +40,9 @@ pub struct ImapBackupOptions {
     pub connections: usize,
     /// Accounts backed up at the same time.
     pub parallel_accounts: usize,
-    pub compression: Option<Compression>,
-    pub tags: Vec<String>,
-    pub hostname: String,
-    /// Fetch every message even if the parent snapshot has it.
-    pub force: bool,
     /// UIDs per FETCH command.
     pub fetch_batch: usize,
+    pub run: RunOptions,
 }
 
 /// A folder's sync state, kept in the folder file [`STATE_FILE`] (JSON).
@@ -86,13 +81,7 @@ pub fn backup_at(
     progress: &dyn Progress,
 ) -> Result<BackupReport> {
     let source = ImapSource::new(opts)?;
-    let run = RunOptions {
-        compression: opts.compression,
-        tags: opts.tags.clone(),
-        hostname: opts.hostname.clone(),
-        force: opts.force,
-    };
-    crate::ops::backup::run(repo, &source, &run, time, progress)
+    crate::ops::backup::run(repo, &source, &opts.run, time, progress)
 }
 
 /// IMAP accounts on one server as a [`Source`]: `parallel_accounts` accounts at a time,

@@ -13,7 +13,6 @@ use super::{
 };
 use crate::error::{Error, Result};
 use crate::ops::backup::{BackupReport, RunOptions};
-use crate::repo::compress::Compression;
 use crate::repo::tree::{DirEntry, MessageEntry};
 use crate::repo::Repository;
 use crate::report::Progress;
@@ -399,15 +398,10 @@ pub struct BackupOptions {
     pub accounts: Vec<String>,
     /// Worker threads; 0 means one per core.
     pub jobs: usize,
-    /// Overrides the repository's compression for this run.
-    pub compression: Option<Compression>,
-    pub tags: Vec<String>,
-    pub hostname: String,
-    /// Read every message even if the parent snapshot has it.
-    pub force: bool,
     /// Also stat messages the parent snapshot has, and read them again when their size or
     /// mtime changed (for stores whose files are edited in place, against Maildir's rules).
     pub stat_unchanged: bool,
+    pub run: RunOptions,
 }
 
 /// Backs up `opts.source` into `repo` and writes a snapshot, dated now.
@@ -428,13 +422,7 @@ pub fn backup_at(
     progress: &dyn Progress,
 ) -> Result<BackupReport> {
     let source = MaildirSource::new(opts)?;
-    let run = RunOptions {
-        compression: opts.compression,
-        tags: opts.tags.clone(),
-        hostname: opts.hostname.clone(),
-        force: opts.force,
-    };
-    crate::ops::backup::run(repo, &source, &run, time, progress)
+    crate::ops::backup::run(repo, &source, &opts.run, time, progress)
 }
 
 /// A Maildir store (or one Maildir) as a [`Source`]. Accounts, folders and new messages
@@ -728,7 +716,7 @@ fn read_message(
 }
 
 /// Reads a whole file with one open and one fstat.
-fn read_with_meta(path: &Path) -> io::Result<(Vec<u8>, FileMeta)> {
+pub(crate) fn read_with_meta(path: &Path) -> io::Result<(Vec<u8>, FileMeta)> {
     use std::io::Read;
     let mut f = fs::File::open(path)?;
     let meta = FileMeta::of(&f.metadata()?);

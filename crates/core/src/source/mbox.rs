@@ -21,22 +21,28 @@ use super::{Parallelism, Samples, Source};
 use crate::error::{Error, Result};
 use crate::mail::layout::{self, Tree};
 use crate::mail::mbox::{Change, MboxMessage, MboxReader, MboxState};
+use crate::mail::MailError;
 use crate::ops::backup::{BackupReport, RunOptions};
+use crate::repo::lock;
+use crate::repo::tree::MessageEntry;
 use crate::repo::Repository;
-use crate::report::Progress;
+use crate::report::{Failure, Progress};
 use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
+use std::collections::HashMap;
 use std::fs::File;
 use std::io::BufReader;
 use std::os::unix::fs::{FileExt, MetadataExt};
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
 
 /// The folder file in which an mbox backup keeps a folder's [`FolderState`].
 pub const STATE_FILE: &[u8] = b"mailvault-mbox-state";
 
-/// Messages stored in parallel at a time, at most (and at most [`BATCH_BYTES`]).
+/// Messages stored in parallel at a time, at most (and at most [`BATCH_BYTES`]); the next
+/// batch is read meanwhile.
 const BATCH_MESSAGES: usize = 256;
-const BATCH_BYTES: usize = 16 << 20;
+const BATCH_BYTES: usize = 8 << 20;
 
 /// What is backed up.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -91,7 +97,13 @@ pub struct MboxSource {
     path: PathBuf,
     layout: MboxLayout,
     jobs: usize,
+    /// Folder trees walked by [`Source::samples`]: [`Source::folders`] takes them instead
+    /// of walking each tree again.
+    walked: Arc<Mutex<HashMap<PathBuf, Walked>>>,
 }
+
+/// An account's folder tree as walked (by account path): its folders and what failed.
+type Walked = (Vec<Folder>, Vec<Failure>);
 
 impl MboxSource {
     pub fn new(opts: &MboxOptions) -> Result<MboxSource> {
@@ -123,7 +135,26 @@ impl MboxSource {
             path,
             layout: opts.layout.clone(),
             jobs: opts.jobs,
+            walked: Arc::default(),
         })
+    }
+
+    /// The folders of an account: its tree's as [`Source::samples`] walked it, if it did,
+    /// else walked now.
+    fn list_folders(&self, account: &Account, failures: &Failures) -> Vec<Folder> {
+        match &self.layout {
+            MboxLayout::Spool { .. } => vec![Folder::named("INBOX", account.path.clone())],
+            MboxLayout::File { folder: f, .. } => vec![Folder::named(f, account.path.clone())],
+            MboxLayout::Tree { .. } | MboxLayout::Store => {
+                if let Some((folders, failed)) = lock(&self.walked).remove(&account.path) {
+                    lock(&failures.0).extend(failed);
+                    return folders;
+                }
+                let mut out = Vec::new();
+                walk_tree(&account.path, Path::new(""), &mut out, failures);
+                out
+            }
+        }
     }
 }
 
@@ -338,17 +369,8 @@ impl Source for MboxSource {
         _session: &mut (),
         failures: &Failures,
     ) -> Result<AccountListing> {
-        let folders = match &self.layout {
-            MboxLayout::Spool { .. } => vec![Folder::named("INBOX", account.path.clone())],
-            MboxLayout::File { folder: f, .. } => vec![Folder::named(f, account.path.clone())],
-            MboxLayout::Tree { .. } | MboxLayout::Store => {
-                let mut out = Vec::new();
-                walk_tree(&account.path, Path::new(""), &mut out, failures);
-                out
-            }
-        };
         Ok(AccountListing {
-            folders,
+            folders: self.list_folders(account, failures),
             dirs: Vec::new(),
             subscriptions: None,
         })
@@ -364,8 +386,12 @@ impl Source for MboxSource {
 
     fn samples(&self, accounts: &[Account], samples: &Samples) {
         for a in accounts {
-            let listing = self.folders(a, &mut (), &Failures::default());
-            for f in listing.map(|l| l.folders).unwrap_or_default() {
+            let failures = Failures::default();
+            let folders = self.list_folders(a, &failures);
+            if matches!(self.layout, MboxLayout::Tree { .. } | MboxLayout::Store) {
+                lock(&self.walked).insert(a.path.clone(), (folders.clone(), failures.take()));
+            }
+            for f in &folders {
                 let Ok(file) = File::open(&f.path) else {
                     continue;
                 };
@@ -436,37 +462,26 @@ impl Source for MboxSource {
                 .seek(std::io::SeekFrom::Start(from))
                 .map_err(|e| Error::io(path, e))?;
             let mut messages = MboxReader::at(BufReader::with_capacity(1 << 20, reader), from);
-            let mut batch: Vec<MboxMessage> = Vec::new();
-            let mut batch_bytes = 0;
-            loop {
-                let (end, failed) = match messages.next() {
-                    None => (true, None),
-                    Some(Err(e)) => (true, Some(e)),
-                    Some(Ok(m)) if m.folder_internal => {
-                        out.count_read(m.end - m.offset);
-                        continue;
-                    }
-                    Some(Ok(m)) => {
-                        batch_bytes += m.bytes.len();
-                        batch.push(m);
-                        (false, None)
-                    }
+            // The next batch is read while this one is stored.
+            let mut next = Some(read_batch(&mut messages, out));
+            while let Some((batch, failed, end)) = next.take() {
+                let w: &FolderWriter = out;
+                let stored = if end {
+                    store_batch(w, &batch, validity, count, mtime)
+                } else {
+                    let (stored, n) = rayon::join(
+                        || store_batch(w, &batch, validity, count, mtime),
+                        || read_batch(&mut messages, w),
+                    );
+                    next = Some(n);
+                    stored
                 };
-                if !batch.is_empty()
-                    && (end || batch.len() >= BATCH_MESSAGES || batch_bytes >= BATCH_BYTES)
-                {
-                    self.store_batch(out, account, folder, &batch, validity, count, mtime)?;
-                    count += batch.len() as u64;
-                    batch.clear();
-                    batch_bytes = 0;
-                }
+                add_batch(out, account, folder, &batch, stored)?;
+                count += batch.len() as u64;
                 if let Some(e) = failed {
                     // What was read is kept; the next backup reads the file again.
                     complete = false;
                     out.fail(path.display().to_string(), e);
-                }
-                if end {
-                    break;
                 }
             }
             end_read = messages.position();
@@ -486,59 +501,144 @@ impl Source for MboxSource {
     }
 }
 
-impl MboxSource {
-    /// Stores a batch of messages in parallel and adds them in file order.
-    #[allow(clippy::too_many_arguments)]
-    fn store_batch(
-        &self,
-        out: &mut FolderWriter<'_>,
-        account: &Account,
-        folder: &Folder,
-        batch: &[MboxMessage],
-        validity: u32,
-        before: u64,
-        file_mtime: i64,
-    ) -> Result<()> {
-        out.expect(batch.len() as u64);
-        let w: &FolderWriter = out;
-        let stored: Vec<Result<_>> = batch
-            .par_iter()
-            .enumerate()
-            .map(|(i, m)| {
-                let list = m.meta.imap_list();
-                let flags: Vec<&str> = list.iter().map(String::as_str).collect();
-                w.store(NewMessage {
-                    data: &m.bytes,
-                    read: m.end - m.offset,
-                    meta: MessageMeta::Flags {
-                        flags: &flags,
-                        internal_date: m.meta.internal_date.unwrap_or(file_mtime),
-                        id: MessageId::Uid {
-                            uid: (before + i as u64 + 1) as u32,
-                            validity,
-                        },
-                    },
-                })
-            })
-            .collect();
-        for (m, r) in batch.iter().zip(stored) {
-            match r {
-                Ok(e) => out.add(e),
-                Err(e @ Error::Io { .. }) => {
-                    out.fail(
-                        format!(
-                            "{}: {}: byte {}",
-                            account.name,
-                            folder.path.display(),
-                            m.offset
-                        ),
-                        e,
-                    );
-                    out.skipped();
+/// Reads the next messages of a folder, up to [`BATCH_MESSAGES`] and [`BATCH_BYTES`]: them,
+/// the error that ended the reading, if any, and whether the reading ended.
+fn read_batch<R: std::io::BufRead>(
+    messages: &mut MboxReader<R>,
+    out: &FolderWriter<'_>,
+) -> (Vec<MboxMessage>, Option<MailError>, bool) {
+    let mut batch = Vec::new();
+    let mut bytes = 0;
+    loop {
+        match messages.next() {
+            None => return (batch, None, true),
+            Some(Err(e)) => return (batch, Some(e), true),
+            Some(Ok(m)) if m.folder_internal => out.count_read(m.end - m.offset),
+            Some(Ok(m)) => {
+                bytes += m.bytes.len();
+                batch.push(m);
+                if batch.len() >= BATCH_MESSAGES || bytes >= BATCH_BYTES {
+                    return (batch, None, false);
                 }
-                Err(e) => return Err(e),
             }
         }
-        Ok(())
+    }
+}
+
+/// Stores a batch of messages in parallel (`before` messages of the file came before it).
+fn store_batch(
+    out: &FolderWriter<'_>,
+    batch: &[MboxMessage],
+    validity: u32,
+    before: u64,
+    file_mtime: i64,
+) -> Vec<Result<MessageEntry>> {
+    out.expect(batch.len() as u64);
+    batch
+        .par_iter()
+        .enumerate()
+        .map(|(i, m)| {
+            let list = m.meta.imap_list();
+            let flags: Vec<&str> = list.iter().map(String::as_str).collect();
+            out.store(NewMessage {
+                data: &m.bytes,
+                read: m.end - m.offset,
+                meta: MessageMeta::Flags {
+                    flags: &flags,
+                    internal_date: m.meta.internal_date.unwrap_or(file_mtime),
+                    id: MessageId::Uid {
+                        uid: (before + i as u64 + 1) as u32,
+                        validity,
+                    },
+                },
+            })
+        })
+        .collect()
+}
+
+/// Adds a stored batch in file order.
+fn add_batch(
+    out: &mut FolderWriter<'_>,
+    account: &Account,
+    folder: &Folder,
+    batch: &[MboxMessage],
+    stored: Vec<Result<MessageEntry>>,
+) -> Result<()> {
+    for (m, r) in batch.iter().zip(stored) {
+        match r {
+            Ok(e) => out.add(e),
+            Err(e @ Error::Io { .. }) => {
+                out.fail(
+                    format!(
+                        "{}: {}: byte {}",
+                        account.name,
+                        folder.path.display(),
+                        m.offset
+                    ),
+                    e,
+                );
+                out.skipped();
+            }
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+    use crate::repo::split::{Chunker, ChunkerParams};
+    use std::sync::atomic::AtomicU64;
+
+    /// The dictionary's samples and the backup share one walk of a folder tree: after
+    /// `samples`, `folders` gives the listing samples made (with what failed there)
+    /// without reading the tree again; without `samples`, it walks the tree.
+    #[test]
+    fn samples_and_folders_walk_the_tree_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let tree = dir.path().join("tree");
+        std::fs::create_dir_all(tree.join("Archive.sbd")).unwrap();
+        let m = b"From a Tue Nov 24 07:00:00 2026\nSubject: x\n\nbody\n\n";
+        std::fs::write(tree.join("Inbox"), m).unwrap();
+        std::fs::write(tree.join("Archive.sbd").join("2023"), m).unwrap();
+        std::fs::write(tree.join("notes.txt"), b"not mbox").unwrap();
+        let source = MboxSource::new(&MboxOptions {
+            path: tree.clone(),
+            layout: MboxLayout::Tree {
+                account: "a@b".into(),
+            },
+            jobs: 1,
+            run: RunOptions {
+                compression: None,
+                tags: Vec::new(),
+                hostname: "h".into(),
+                force: false,
+            },
+        })
+        .unwrap();
+        let accounts = source.accounts().unwrap();
+        let chunker = Chunker::public(ChunkerParams::default());
+        let samples = Samples {
+            chunker: &chunker,
+            total: AtomicU64::new(0),
+            out: Mutex::new(Vec::new()),
+        };
+        source.samples(&accounts, &samples);
+        assert_eq!(lock(&samples.out).len(), 2);
+        // The tree is gone now: the listing is still the one samples made.
+        std::fs::rename(&tree, dir.path().join("moved")).unwrap();
+        let failures = Failures::default();
+        let listing = source.folders(&accounts[0], &mut (), &failures).unwrap();
+        let names: Vec<&str> = listing.folders.iter().map(|f| f.name.as_str()).collect();
+        assert_eq!(names, ["Archive/2023", "INBOX"]);
+        let failed = failures.take();
+        assert_eq!(failed.len(), 1, "{failed:?}");
+        assert!(failed[0].item.ends_with("notes.txt"), "{failed:?}");
+        // Taken once: asked again, it walks the tree (gone).
+        let listing = source.folders(&accounts[0], &mut (), &failures).unwrap();
+        assert!(listing.folders.is_empty());
+        assert_eq!(failures.take().len(), 1);
     }
 }

@@ -423,6 +423,16 @@ impl Target for MaildirTarget {
         write_folder_file(self, &folder.dirs, file, data)
     }
 
+    fn file_present(&self, folder: &MaildirFolder, file: &FileEntry) -> bool {
+        let flags = rustix::fs::AtFlags::SYMLINK_NOFOLLOW;
+        rustix::fs::statat(&folder.dirs.dir, file.name.as_slice(), flags).is_ok_and(|st| {
+            rustix::fs::FileType::from_raw_mode(st.st_mode).is_file()
+                && st.st_size as u64 == file.size
+                && st.st_mtime == file.mtime.secs
+                && st.st_mtime_nsec as u32 == file.mtime.nanos
+        })
+    }
+
     fn write_file_at(
         &self,
         folder: &MaildirFolder,

@@ -274,6 +274,13 @@ pub trait Target: Sync {
         Ok(())
     }
 
+    /// Whether a large file is there already, complete (a re-run of a killed restore):
+    /// then it is not read nor written again. A plain directory answers by size and
+    /// mtime, as rsync does.
+    fn file_present(&self, _folder: &Self::Folder, _file: &FileEntry) -> bool {
+        false
+    }
+
     /// Writes `data` at `offset` of a large file of the folder (one with content lists:
     /// a mail database of a `file:` backup), when [`Caps::folder_files`]. Pieces come in
     /// any order, from many threads; the file is [`finish_file`](Self::finish_file)ed

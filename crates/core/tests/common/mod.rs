@@ -5,9 +5,9 @@ use mailvault_core::imap::backup::ImapBackupOptions;
 use mailvault_core::imap::client::ClientOptions;
 use mailvault_core::imap::restore::ImapRestoreOptions;
 use mailvault_core::imap::{Connection, Login, Password};
-use mailvault_core::ops::backup::{backup, BackupOptions, BackupReport};
+use mailvault_core::ops::backup::{backup, BackupOptions, BackupReport, RunOptions};
 use mailvault_core::ops::check::{check, CheckOptions, CheckReport};
-use mailvault_core::ops::restore::{restore, RestoreOptions, RestoreReport};
+use mailvault_core::ops::restore::{restore, RestoreOptions, RestoreReport, Selection};
 use mailvault_core::repo::crypto::KdfParams;
 use mailvault_core::report::NoProgress;
 use mailvault_core::store::LocalStore;
@@ -253,11 +253,8 @@ pub fn backup_opts(src: &Path, accounts: Vec<String>) -> BackupOptions {
         source: src.to_path_buf(),
         accounts,
         jobs: 4,
-        compression: None,
-        tags: vec![],
-        hostname: "test".into(),
-        force: false,
         stat_unchanged: false,
+        run: test_run(),
     }
 }
 
@@ -273,7 +270,10 @@ pub fn maildir_restore(repo: &Repository, snapshot: &str, dest: &Path) -> Restor
     let r = restore_with(
         repo,
         RestoreOptions {
-            snapshot: snapshot.into(),
+            select: Selection {
+                snapshot: snapshot.into(),
+                ..Default::default()
+            },
             target: dest.to_path_buf(),
             jobs: 2,
             ..Default::default()
@@ -286,7 +286,10 @@ pub fn maildir_restore(repo: &Repository, snapshot: &str, dest: &Path) -> Restor
 /// Restores the latest snapshot, all of it, to `target`.
 pub fn restore_latest(repo: &Repository, target: &Path) -> RestoreReport {
     let opts = RestoreOptions {
-        snapshot: "latest".into(),
+        select: Selection {
+            snapshot: "latest".into(),
+            ..Default::default()
+        },
         target: target.to_path_buf(),
         jobs: 4,
         ..Default::default()
@@ -337,6 +340,16 @@ pub fn imap_restore_opts(
     o
 }
 
+/// The repository's compression, no tags, host "test", a parent when there is one.
+pub fn test_run() -> RunOptions {
+    RunOptions {
+        compression: None,
+        tags: vec![],
+        hostname: "test".into(),
+        force: false,
+    }
+}
+
 /// Options for an IMAP backup of `accounts` of the test Dovecot as its master user:
 /// 2 connections, 3 accounts at a time, uncompressed, host "test".
 pub fn imap_backup_opts(
@@ -349,11 +362,8 @@ pub fn imap_backup_opts(
         source: server.url(),
         connections: 2,
         parallel_accounts: 3,
-        compression: None,
-        tags: vec![],
-        hostname: "test".into(),
-        force: false,
         fetch_batch: 50,
+        run: test_run(),
     }
 }
 

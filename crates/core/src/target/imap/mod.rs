@@ -50,15 +50,10 @@ use std::time::{Duration, Instant};
 /// What to restore and where.
 #[derive(Clone, Debug)]
 pub struct ImapRestoreOptions {
-    /// `latest` or a snapshot id prefix.
-    pub snapshot: String,
-    /// Only these accounts (all when empty).
-    pub accounts: Vec<String>,
-    /// Only these folders and their subfolders (all when empty).
-    pub folders: Vec<String>,
-    /// Only these messages, by Maildir key or file name (all when empty); only the
-    /// folders that hold them are created.
-    pub messages: Vec<String>,
+    /// What to take from the snapshot (only the folders that hold the selected messages
+    /// are created), pack spans read at once, and the bytes of opened blobs kept for
+    /// messages that share them (a message delivered to several mailboxes).
+    pub select: Selection,
     pub connection: crate::imap::Connection,
     /// Connections per account.
     pub connections: usize,
@@ -78,19 +73,17 @@ pub struct ImapRestoreOptions {
     pub batch_messages: usize,
     /// Most bytes per batch.
     pub batch_bytes: usize,
-    /// Opened blobs kept for messages that share them (a message delivered to several
-    /// mailboxes), in bytes; 0 turns the cache off.
-    pub blob_cache_bytes: usize,
 }
 
 impl ImapRestoreOptions {
     /// Defaults for everything but what and where.
     pub fn new(snapshot: &str, connection: crate::imap::Connection) -> Self {
         ImapRestoreOptions {
-            snapshot: snapshot.into(),
-            accounts: Vec::new(),
-            folders: Vec::new(),
-            messages: Vec::new(),
+            select: Selection {
+                snapshot: snapshot.into(),
+                cache_bytes: Selection::CACHE_BYTES,
+                ..Selection::default()
+            },
             connection,
             connections: 4,
             parallel_accounts: 4,
@@ -100,7 +93,6 @@ impl ImapRestoreOptions {
             journal_dir: crate::imap::default_journal_dir(),
             batch_messages: 500,
             batch_bytes: 8 << 20,
-            blob_cache_bytes: 64 << 20,
         }
     }
 }
@@ -158,21 +150,13 @@ pub fn restore(
     opts: &ImapRestoreOptions,
     progress: &dyn Progress,
 ) -> Result<ImapRestoreReport> {
-    let sel = Selection {
-        snapshot: opts.snapshot.clone(),
-        accounts: opts.accounts.clone(),
-        folders: opts.folders.clone(),
-        messages: opts.messages.clone(),
-        reads: 0,
-        cache_bytes: opts.blob_cache_bytes,
-    };
     let open = |snapshot: &str, _: &_| {
         ImapTarget::new(repo, opts, snapshot).map_err(|e| match e {
             Error::Repo(e) => e,
             e => crate::Error::InvalidInput(e.to_string()),
         })
     };
-    let (r, target) = restore_into(repo, &sel, progress, open)?;
+    let (r, target) = restore_into(repo, &opts.select, progress, open)?;
     Ok(target.report(r))
 }
 
@@ -180,7 +164,7 @@ pub fn restore(
 /// held it) as single messages are restored (`--message`): only their folders are
 /// created (no subscriptions), each message appended with the flags and keywords of its
 /// entry, through the journal of (repository, `label`, target), so a re-run appends
-/// nothing twice. `opts.snapshot`, `accounts`, `folders` and `messages` are not used.
+/// nothing twice. Of `opts.select`, only `reads` and `cache_bytes` are used.
 pub fn restore_picked(
     repo: &Repository,
     opts: &ImapRestoreOptions,
@@ -190,7 +174,7 @@ pub fn restore_picked(
 ) -> Result<ImapRestoreReport> {
     let _lock = repo.lock_for_reading("undelete")?;
     let target = ImapTarget::new(repo, opts, label)?;
-    let cache = (0, opts.blob_cache_bytes);
+    let cache = (opts.select.reads, opts.select.cache_bytes);
     let r = restore_picked_into(repo, picked, label, cache, progress, &target)?;
     Ok(target.report(r))
 }
