@@ -181,7 +181,8 @@ mod tests {
         let e = location("mbx:/srv/x", "target", Role::Mail).unwrap_err();
         let e = e.to_string();
         assert!(
-            e.contains("mbx:") && e.contains("maildir:, mbox:, eml:, file:, dir:, imap://, imaps://"),
+            e.contains("mbx:")
+                && e.contains("maildir:, mbox:, eml:, file:, dir:, imap://, imaps://"),
             "{e}"
         );
     }
