@@ -872,6 +872,7 @@ mod tests {
         let saver = BlobSaver::new(&repo, Compression::Lz4);
         saver.save(BlobKind::Data, &[1u8; 3000]).unwrap();
         saver.finish().unwrap();
+        drop(saver);
         repo.reload_index().unwrap();
         let packs = store.list("data/").unwrap().len();
         let index = store.list("index/").unwrap().len();

@@ -1487,6 +1487,86 @@ pub struct BlobSaver<'r> {
     packers: Vec<Mutex<PackBuilder>>,
     written: Mutex<PackList>,
     pub stats: SaveStats,
+    /// Threads writing full packs to the store, started with the first.
+    writers: Mutex<Option<PackWriters>>,
+}
+
+/// Threads that write finished packs to the store while the workers go on filling the
+/// next ones: a pack's write (and on a local disk its fsync, tens of milliseconds on a
+/// VM's disk; on S3 its upload) no longer stalls a worker. At most one pack per thread
+/// waits in the queue, so memory stays bounded.
+struct PackWriters {
+    tx: std::sync::mpsc::SyncSender<(FinishedPack, BlobKind)>,
+    threads: Vec<std::thread::JoinHandle<()>>,
+    done: Arc<WritersDone>,
+}
+
+/// What the pack writers did: the packs written and their bytes, or the first error;
+/// and the buffers of packs written, for the next ones.
+#[derive(Default)]
+struct WritersDone {
+    packs: Mutex<Vec<(IndexedPack, u64)>>,
+    error: Mutex<Option<Error>>,
+    spare: Mutex<Vec<Vec<u8>>>,
+}
+
+impl PackWriters {
+    fn start(store: Arc<dyn Store>) -> PackWriters {
+        let n = if store.location().starts_with("s3:") {
+            4
+        } else {
+            2
+        };
+        let (tx, rx) = std::sync::mpsc::sync_channel::<(FinishedPack, BlobKind)>(n);
+        let rx = Arc::new(Mutex::new(rx));
+        let done = Arc::new(WritersDone::default());
+        let threads = (0..n)
+            .filter_map(|i| {
+                let (rx, done, store) = (rx.clone(), done.clone(), store.clone());
+                std::thread::Builder::new()
+                    .name(format!("pack-writer-{i}"))
+                    .spawn(move || loop {
+                        let next = lock(&rx).recv();
+                        let Ok((p, kind)) = next else { return };
+                        if lock(&done.error).is_some() {
+                            continue; // the backup fails anyway: drain the queue
+                        }
+                        // Content-named: a pack already there is the same bytes.
+                        match store.put_pack(&pack::pack_path(&p.id), &p.bytes, kind) {
+                            Err(Error::AlreadyExists(_)) | Ok(()) => {
+                                let len = p.bytes.len() as u64;
+                                let indexed = IndexedPack {
+                                    id: p.id,
+                                    version: p.version,
+                                    entries: p.entries,
+                                };
+                                lock(&done.packs).push((indexed, len));
+                                // Mapped pages, for a pack to come (a fresh buffer costs a
+                                // page fault and a zeroed page per 4 KiB).
+                                let mut spare = lock(&done.spare);
+                                if spare.len() < 2 * n {
+                                    spare.push(p.bytes);
+                                }
+                            }
+                            Err(e) => {
+                                lock(&done.error).get_or_insert(e);
+                            }
+                        }
+                    })
+                    .ok()
+            })
+            .collect();
+        PackWriters { tx, threads, done }
+    }
+
+    /// Waits for every queued pack to be written.
+    fn join(self) -> Arc<WritersDone> {
+        drop(self.tx);
+        for t in self.threads {
+            let _ = t.join();
+        }
+        self.done
+    }
 }
 
 impl<'r> BlobSaver<'r> {
@@ -1500,6 +1580,7 @@ impl<'r> BlobSaver<'r> {
                 .collect(),
             written: Mutex::new(Vec::new()),
             stats: SaveStats::default(),
+            writers: Mutex::new(None),
         }
     }
 
@@ -1582,7 +1663,10 @@ impl<'r> BlobSaver<'r> {
             let mut p = lock(&self.packers[slot]);
             p.add(id, kind, codec, data.len(), &sealed);
             if p.len() >= self.pack_target(kind) {
-                Some(std::mem::take(&mut *p))
+                let spare = (lock(&self.writers).as_ref())
+                    .and_then(|w| lock(&w.done.spare).pop())
+                    .unwrap_or_default();
+                Some(std::mem::replace(&mut *p, PackBuilder::with_buffer(spare)))
             } else {
                 None
             }
@@ -1607,7 +1691,46 @@ impl<'r> BlobSaver<'r> {
         }
     }
 
+    /// Hands a full pack to the writer threads (written synchronously if none could be
+    /// started); an earlier write's error is returned here, so the backup stops soon.
     fn write_pack(&self, p: FinishedPack, kind: BlobKind) -> Result<()> {
+        let tx = {
+            let mut w = lock(&self.writers);
+            let w = w.get_or_insert_with(|| PackWriters::start(self.repo.store.clone()));
+            if let Some(e) = lock(&w.done.error).take() {
+                return Err(e);
+            }
+            (!w.threads.is_empty()).then(|| w.tx.clone())
+        };
+        match tx {
+            Some(tx) => match tx.send((p, kind)) {
+                Ok(()) => Ok(()),
+                Err(std::sync::mpsc::SendError((p, kind))) => self.write_pack_now(p, kind),
+            },
+            None => self.write_pack_now(p, kind),
+        }
+    }
+
+    /// Waits for the packs handed to the writer threads and records them (stats, the
+    /// list for the index); their first error, if any.
+    fn join_writers(&self) -> Result<()> {
+        let Some(w) = lock(&self.writers).take() else {
+            return Ok(());
+        };
+        let done = w.join();
+        for (p, len) in std::mem::take(&mut *lock(&done.packs)) {
+            self.stats.bytes_written.fetch_add(len, Ordering::Relaxed);
+            self.stats.packs_written.fetch_add(1, Ordering::Relaxed);
+            lock(&self.written).push(p);
+        }
+        let error = lock(&done.error).take();
+        match error {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
+    }
+
+    fn write_pack_now(&self, p: FinishedPack, kind: BlobKind) -> Result<()> {
         // Content-named: a pack already there is the same bytes.
         match self
             .repo
@@ -1653,12 +1776,25 @@ impl<'r> BlobSaver<'r> {
                 self.write_pack(p.finish(&self.repo.key, self.repo.version), kind)?;
             }
         }
+        // Every pack is in the store before the index that names them.
+        self.join_writers()?;
         let packs = std::mem::take(&mut *lock(&self.written));
         if !packs.is_empty() {
             let (_, size) = self.repo.write_index(&packs)?;
             self.stats.bytes_written.fetch_add(size, Ordering::Relaxed);
         }
         Ok(packs)
+    }
+}
+
+impl Drop for BlobSaver<'_> {
+    /// A saver dropped without `finish` (a failed run) still waits for the packs being
+    /// written: none is left half-written by a thread outliving it (a later run adopts
+    /// packs no index names).
+    fn drop(&mut self) {
+        if let Some(w) = lock(&self.writers).take() {
+            w.join();
+        }
     }
 }
 
@@ -1683,6 +1819,78 @@ mod tests {
             pack_size: 512,
             ..Default::default()
         }
+    }
+
+    /// A store whose pack writes fail once `fail` is set (the disk full, the bucket gone).
+    struct PacksFail {
+        inner: MemoryStore,
+        fail: std::sync::atomic::AtomicBool,
+    }
+
+    impl Store for PacksFail {
+        fn put(&self, path: &str, data: &[u8]) -> Result<()> {
+            if path.starts_with("data/") && self.fail.load(Ordering::Relaxed) {
+                return Err(Error::Store {
+                    what: path.to_string(),
+                    source: std::io::Error::other("no space left"),
+                });
+            }
+            self.inner.put(path, data)
+        }
+        fn replace(&self, path: &str, data: &[u8]) -> Result<()> {
+            self.inner.replace(path, data)
+        }
+        fn get(&self, path: &str) -> Result<Vec<u8>> {
+            self.inner.get(path)
+        }
+        fn get_range(&self, path: &str, offset: u64, len: u64) -> Result<Vec<u8>> {
+            self.inner.get_range(path, offset, len)
+        }
+        fn list(&self, prefix: &str) -> Result<Vec<crate::store::ObjectInfo>> {
+            self.inner.list(prefix)
+        }
+        fn delete(&self, path: &str) -> Result<()> {
+            self.inner.delete(path)
+        }
+        fn stat(&self, path: &str) -> Result<u64> {
+            self.inner.stat(path)
+        }
+        fn location(&self) -> String {
+            "memory".into()
+        }
+    }
+
+    /// Packs are written by background threads: every pack they wrote is in the index
+    /// `finish` writes, and a pack write that fails makes `save` or `finish` fail (no
+    /// index naming a pack that is not there, no snapshot).
+    #[test]
+    fn packs_written_in_the_background_are_indexed_and_their_errors_returned() {
+        let store = Arc::new(PacksFail {
+            inner: MemoryStore::new(),
+            fail: Default::default(),
+        });
+        let repo = Repository::init(store.clone(), b"pw", &fast_init()).unwrap();
+        let saver = BlobSaver::new(&repo, Compression::None);
+        let blobs: Vec<Vec<u8>> = (0..200u32).map(|i| i.to_le_bytes().repeat(100)).collect();
+        let ids: Vec<Id> = (blobs.iter())
+            .map(|b| saver.save(BlobKind::Data, b).unwrap())
+            .collect();
+        let packs = saver.finish().unwrap();
+        assert!(packs.len() > 10, "{} packs", packs.len());
+        assert_eq!(store.list("data/").unwrap().len(), packs.len());
+        drop(saver);
+        let repo = Repository::open(store.clone(), b"pw").unwrap();
+        for (id, b) in ids.iter().zip(&blobs) {
+            assert_eq!(&repo.read_blob(id).unwrap(), b);
+        }
+        store.fail.store(true, Ordering::Relaxed);
+        let saver = BlobSaver::new(&repo, Compression::None);
+        let saved: Result<Vec<Id>> = (0..200u32)
+            .map(|i| saver.save(BlobKind::Data, &(i + 1000).to_le_bytes().repeat(100)))
+            .collect();
+        let err = saved.and_then(|_| saver.finish().map(|_| ())).unwrap_err();
+        assert!(err.to_string().contains("no space left"), "{err}");
+        assert_eq!(store.list("index/").unwrap().len(), 1, "no new index file");
     }
 
     #[test]

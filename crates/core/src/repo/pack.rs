@@ -89,6 +89,16 @@ pub struct FinishedPack {
 }
 
 impl PackBuilder {
+    /// An empty pack that fills `buf` (cleared; a buffer of a pack already written, so
+    /// that its pages need not be mapped and zeroed again).
+    pub fn with_buffer(mut buf: Vec<u8>) -> PackBuilder {
+        buf.clear();
+        PackBuilder {
+            buf,
+            entries: Vec::new(),
+        }
+    }
+
     pub fn add(&mut self, id: Id, kind: BlobKind, codec: Codec, raw_len: usize, sealed: &[u8]) {
         self.entries.push(PackEntry {
             id,
