@@ -258,7 +258,7 @@ pub fn print_counts(r: &RestoreReport) {
     }
     println!(
         "  written    {} in {:.2} s: {:.0} messages/s, {:.1} MB/s",
-        bytes(r.bytes_written),
+        bytes(r.bytes_written + r.file_bytes_written),
         r.elapsed_secs,
         r.items_per_sec,
         r.mb_per_sec
