@@ -174,10 +174,6 @@ impl Source for EmlSource {
         })
     }
 
-    fn folder_item(&self, _account: &Account, folder: &Folder) -> String {
-        folder.path.display().to_string()
-    }
-
     fn backup_folder(
         &self,
         _session: &mut (),

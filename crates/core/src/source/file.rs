@@ -311,10 +311,6 @@ impl Source for FileSource {
         })
     }
 
-    fn folder_item(&self, _account: &Account, folder: &Folder) -> String {
-        folder.path.display().to_string()
-    }
-
     fn backup_folder(
         &self,
         _session: &mut (),
@@ -739,34 +735,24 @@ mod tests {
     /// A path that does not exist, and a bad glob, are errors before anything is written.
     #[test]
     fn bad_paths_and_globs_are_named() {
-        let err = FileSource::new(&FileOptions {
-            paths: vec!["/no/such/path".into()],
-            include: vec![],
-            exclude: vec![],
-            jobs: 1,
-            run: RunOptions {
-                compression: None,
-                tags: Vec::new(),
-                hostname: "h".into(),
-                force: false,
-            },
-        })
-        .unwrap_err();
+        let source = |path: &Path, include: &str| {
+            FileSource::new(&FileOptions {
+                paths: vec![path.to_path_buf()],
+                include: vec![include.to_string()],
+                exclude: vec![],
+                jobs: 1,
+                run: RunOptions {
+                    compression: None,
+                    tags: Vec::new(),
+                    hostname: "h".into(),
+                    force: false,
+                },
+            })
+        };
+        let err = source(Path::new("/no/such/path"), "*").unwrap_err();
         assert!(err.to_string().contains("/no/such/path"), "{err}");
         let dir = tempfile::tempdir().unwrap();
-        let err = FileSource::new(&FileOptions {
-            paths: vec![dir.path().into()],
-            include: vec!["a[".into()],
-            exclude: vec![],
-            jobs: 1,
-            run: RunOptions {
-                compression: None,
-                tags: Vec::new(),
-                hostname: "h".into(),
-                force: false,
-            },
-        })
-        .unwrap_err();
+        let err = source(dir.path(), "a[").unwrap_err();
         assert!(err.to_string().contains("--include \"a[\""), "{err}");
     }
 }

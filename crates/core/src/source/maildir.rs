@@ -506,10 +506,6 @@ impl Source for MaildirSource {
         true
     }
 
-    fn folder_item(&self, _account: &AccountSource, folder: &FolderSource) -> String {
-        folder.path.display().to_string()
-    }
-
     fn backup_folder(
         &self,
         _session: &mut (),

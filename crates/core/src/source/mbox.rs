@@ -376,10 +376,6 @@ impl Source for MboxSource {
         })
     }
 
-    fn folder_item(&self, _account: &Account, folder: &Folder) -> String {
-        folder.path.display().to_string()
-    }
-
     fn state_file(&self) -> Option<&'static [u8]> {
         Some(STATE_FILE)
     }

@@ -98,8 +98,14 @@ pub trait Source: Sync {
     ) -> Result<(), Self::Error>;
 
     /// How a failed folder is named in the report.
+    /// By default its path where the source has one (a directory, a file), else
+    /// `account: folder` (a server's).
     fn folder_item(&self, account: &Account, folder: &Folder) -> String {
-        format!("{}: {}", account.name, folder.name)
+        if folder.path.as_os_str().is_empty() {
+            format!("{}: {}", account.name, folder.name)
+        } else {
+            folder.path.display().to_string()
+        }
     }
 
     /// The folder file in which the source keeps its per-folder sync state (IMAP's

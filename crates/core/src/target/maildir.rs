@@ -806,20 +806,12 @@ fn write_unnamed(
     data: &[u8],
     attrs: Attrs,
 ) -> std::result::Result<(), Option<std::io::Error>> {
-    use rustix::fs::{linkat, openat, AtFlags, CWD};
-    let fd = match openat(
-        dir,
-        c".",
-        OFlags::TMPFILE | OFlags::WRONLY | OFlags::CLOEXEC,
-        Mode::from_raw_mode(0o600),
-    ) {
-        Ok(fd) => fd,
-        Err(e) if e == Errno::OPNOTSUPP || e == Errno::ISDIR || e == Errno::INVAL => {
-            return Err(None)
-        }
-        Err(e) => return Err(Some(e.into())),
+    use rustix::fs::{linkat, AtFlags, CWD};
+    let mut f = match open_unnamed(dir) {
+        Ok(Some(f)) => f,
+        Ok(None) => return Err(None),
+        Err(e) => return Err(Some(e)),
     };
-    let mut f = File::from(fd);
     f.write_all(data).map_err(Some)?;
     set_attributes(&f, attrs).map_err(Some)?;
     let proc_path = format!("/proc/self/fd/{}", std::os::fd::AsRawFd::as_raw_fd(&f));
@@ -904,32 +896,43 @@ pub(crate) fn rename_noreplace(
     }
 }
 
+/// A new unnamed file (`O_TMPFILE`, mode 0600) in `dir`; `None` where the file system
+/// does not support it.
+fn open_unnamed(dir: BorrowedFd) -> std::io::Result<Option<File>> {
+    match rustix::fs::openat(
+        dir,
+        c".",
+        OFlags::TMPFILE | OFlags::WRONLY | OFlags::CLOEXEC,
+        Mode::from_raw_mode(0o600),
+    ) {
+        Ok(fd) => Ok(Some(File::from(fd))),
+        Err(Errno::OPNOTSUPP | Errno::ISDIR | Errno::INVAL) => Ok(None),
+        Err(e) => Err(e.into()),
+    }
+}
+
 /// Starts a large file in `folder`: unnamed (`O_TMPFILE`), or where that is not supported
 /// a new temporary name beside it; as long as the file will be (a sparse file until its
 /// pieces are in: pages of zeros are never written).
 fn start_large(folder: &FolderDirs, f: &FileEntry) -> std::io::Result<Partial> {
-    use rustix::fs::openat;
-    let flags = OFlags::WRONLY | OFlags::CLOEXEC;
-    let (fd, tmp) = match openat(
-        &folder.dir,
-        c".",
-        OFlags::TMPFILE | flags,
-        Mode::from_raw_mode(0o600),
-    ) {
-        Ok(fd) if std::path::Path::new("/proc/self/fd").exists() => (fd, None),
-        Ok(_) | Err(Errno::OPNOTSUPP | Errno::ISDIR | Errno::INVAL) => {
+    let unnamed = match open_unnamed(folder.dir.as_fd())? {
+        // Linked to its name through /proc when complete.
+        Some(file) if std::path::Path::new("/proc/self/fd").exists() => Some(file),
+        _ => None,
+    };
+    let (file, tmp) = match unnamed {
+        Some(file) => (file, None),
+        None => {
             let tmp = format!(".mailvault-{:016x}", rand::random::<u64>());
-            let fd = openat(
+            let fd = rustix::fs::openat(
                 &folder.dir,
                 tmp.as_str(),
-                flags | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW,
+                OFlags::WRONLY | OFlags::CLOEXEC | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW,
                 Mode::from_raw_mode(0o600),
             )?;
-            (fd, Some(tmp))
+            (File::from(fd), Some(tmp))
         }
-        Err(e) => return Err(e.into()),
     };
-    let file = File::from(fd);
     file.set_len(f.size)?;
     Ok(Partial { file, tmp })
 }
