@@ -82,10 +82,9 @@ fn small_tree(root: &Path) {
     set_mtime(&root.join("data/index"), 1_100_000_000, 5);
 }
 
-/// Whether a restore gives directories back their mtimes. Not yet: the account tree
-/// (version 3) records a directory's mode and owner (`DirEntry`), not its mtime, so
-/// directories carry the time of the restore. Files' mtimes are compared always.
-const DIR_MTIMES_KEPT: bool = false;
+/// Whether a restore gives directories back their mtimes: yes, the account tree (version
+/// 3) records each folder directory's mtime and the restore sets it last, deepest first.
+const DIR_MTIMES_KEPT: bool = true;
 
 /// What a restore must give back of one node below a root.
 #[derive(Debug, PartialEq)]

@@ -537,6 +537,7 @@ fn backup_folder<S: Source>(
         entries: Vec::new(),
         files: Vec::new(),
         dirs: Vec::new(),
+        mtime: None,
         keywords: Mutex::new(KeywordTable::new()),
     };
     source.backup_folder(session, acc, folder, &mut out)?;
@@ -858,6 +859,12 @@ impl<'a> FolderWriter<'a> {
         self.files.push(e);
     }
 
+    /// Records the folder directory's mtime (a `file:` backup's directories: restored
+    /// once their content is in).
+    pub fn dir_mtime(&mut self, mtime: Timestamp) {
+        self.mtime = Some(mtime);
+    }
+
     /// Records a directory of the folder (its owner and mode; `name` empty for the folder
     /// itself).
     pub fn dir(&mut self, d: DirEntry) {
@@ -911,6 +918,7 @@ impl<'a> FolderWriter<'a> {
             messages,
             bytes,
             dirs: self.dirs,
+            mtime: self.mtime,
         })
     }
 }

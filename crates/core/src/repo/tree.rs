@@ -95,6 +95,9 @@ pub struct FolderNode {
     pub bytes: u64,
     /// Owner and mode of the folder directory (name empty) and of its `cur`, `new`, `tmp`.
     pub dirs: Vec<DirEntry>,
+    /// The folder directory's mtime, where the source keeps it (a `file:` backup's
+    /// directories; a Maildir's changes with every delivery and is not kept). Version 3.
+    pub mtime: Option<Timestamp>,
 }
 
 /// One chunk of a folder's messages: two blobs with the same number of entries.
@@ -305,7 +308,8 @@ impl TreeBlob for AccountTree {
     }
 }
 
-/// The version-2 form of the account tree: files without content lists or inodes.
+/// The version-2 form of the account tree: files without content lists or inodes,
+/// folders without their directory's mtime.
 mod v2 {
     use super::{ChunkRef, DirEntry, Id, Timestamp};
     use serde::{Deserialize, Serialize};
@@ -358,6 +362,7 @@ mod v2 {
                 messages: f.messages,
                 bytes: f.bytes,
                 dirs: f.dirs,
+                mtime: None,
             });
             super::AccountTree {
                 folders: folders.collect(),
@@ -450,6 +455,7 @@ mod v1 {
                 messages: f.messages,
                 bytes: f.bytes,
                 dirs: Vec::new(),
+                mtime: None,
             });
             super::AccountTree {
                 folders: folders.collect(),

@@ -321,9 +321,13 @@ impl Source for FileSource {
         let root = self.root(account)?;
         let dir = &folder.path;
         let m = std::fs::symlink_metadata(dir).map_err(|e| Error::io(dir, e))?;
-        // The directory itself: the root's is recorded with the account's directories.
+        // The directory itself: the root's owner and mode are recorded with the account's
+        // directories; every directory's mtime with its folder.
         if !folder.dir.is_empty() {
             out.dir(dir_entry(b"", &m));
+        }
+        if root.only.is_none() {
+            out.dir_mtime(super::timestamp(&m));
         }
         let mut names: Vec<OsString> = match &root.only {
             Some(name) => vec![name.clone()],
@@ -689,6 +693,19 @@ mod tests {
             std::fs::metadata(back.join("data/index")).unwrap().mode() & 0o7777,
             0o750
         );
+        // Directories get their mtimes back (set last, deepest first).
+        for rel in ["", "data", "data/index"] {
+            let (a, b) = (root.join(rel), back.join(rel));
+            let (ma, mb) = (
+                std::fs::metadata(&a).unwrap(),
+                std::fs::metadata(&b).unwrap(),
+            );
+            assert_eq!(
+                ma.modified().unwrap(),
+                mb.modified().unwrap(),
+                "directory {rel:?}"
+            );
+        }
         assert!(!back.join("cache").exists() && !back.join("data/skip.log").exists());
         let blocks = std::fs::metadata(back.join("data/sparse.db"))
             .unwrap()

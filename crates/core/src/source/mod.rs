@@ -372,6 +372,8 @@ pub struct FolderWriter<'a> {
     pub(crate) entries: Vec<MessageEntry>,
     pub(crate) files: Vec<FileEntry>,
     pub(crate) dirs: Vec<DirEntry>,
+    /// The folder directory's mtime, when the source keeps it.
+    pub(crate) mtime: Option<Timestamp>,
     /// Keyword letters of messages given by flags; written as `dovecot-keywords` when
     /// not empty.
     pub(crate) keywords: Mutex<mailvault_imap::maildir_flags::KeywordTable>,

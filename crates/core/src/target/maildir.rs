@@ -250,6 +250,8 @@ pub struct MaildirAccount {
     name: String,
     parts: Vec<Vec<u8>>,
     attrs: Mutex<DirAttrs>,
+    /// Folder directories whose recorded mtime is set last (a `file:` backup's).
+    mtimes: Mutex<BTreeMap<Vec<Vec<u8>>, Timestamp>>,
 }
 
 /// A folder being restored: its directories open, the keys already there.
@@ -314,6 +316,7 @@ impl Target for MaildirTarget {
             name: acc.name.clone(),
             parts: parts.iter().map(|p| p.to_vec()).collect(),
             attrs: Mutex::new(attrs),
+            mtimes: Mutex::new(BTreeMap::new()),
         })
     }
 
@@ -358,6 +361,9 @@ impl Target for MaildirTarget {
         let dir_parts: Vec<&[u8]> = node.dir.split(|&c| c == b'/').collect();
         let dirs = open_folder_dirs(self.shown(&fparts), acc_dir.as_fd(), &dir_parts, plain)?;
         lock(&acc.attrs).append(&mut mine);
+        if let Some(t) = node.mtime {
+            lock(&acc.mtimes).insert(base.clone(), t);
+        }
         let mut letters = None;
         if info.picked {
             // Single messages bring the folder files that give their flags meaning.
@@ -498,6 +504,8 @@ impl Target for MaildirTarget {
     fn finish_account(&self, acc: MaildirAccount, failures: &Failures) {
         let attrs = acc.attrs.into_inner().unwrap_or_else(|p| p.into_inner());
         set_dir_attrs(self, &attrs, failures);
+        let mtimes = acc.mtimes.into_inner().unwrap_or_else(|p| p.into_inner());
+        set_dir_mtimes(self, &mtimes, failures);
     }
 
     fn item(&self, folder: &MaildirFolder, item: Item) -> String {
@@ -677,6 +685,37 @@ fn set_dir_attrs(t: &MaildirTarget, attrs: &DirAttrs, failures: &Failures) {
             });
         if let Err(e) = result {
             failures.add(shown.display().to_string(), e);
+        }
+    }
+}
+
+/// Gives directories their recorded mtime, deepest first, once everything in them is
+/// written (an entry made in a directory changes its mtime).
+fn set_dir_mtimes(
+    t: &MaildirTarget,
+    mtimes: &BTreeMap<Vec<Vec<u8>>, Timestamp>,
+    failures: &Failures,
+) {
+    use rustix::fs::{futimens, Timespec, Timestamps};
+    let mut order: Vec<(&Vec<Vec<u8>>, &Timestamp)> = mtimes.iter().collect();
+    order.sort_by_key(|(p, _)| std::cmp::Reverse(p.len()));
+    for (path, m) in order {
+        let parts: Vec<&[u8]> = path.iter().map(|p| &p[..]).collect();
+        let at = Timespec {
+            tv_sec: m.secs,
+            tv_nsec: m.nanos.into(),
+        };
+        let result = open_path(t.root.as_fd(), &parts, false)
+            .map_err(|(_, e)| e)
+            .and_then(|fd| {
+                let times = Timestamps {
+                    last_access: at,
+                    last_modification: at,
+                };
+                Ok(futimens(&fd, &times)?)
+            });
+        if let Err(e) = result {
+            failures.add(t.shown(&parts).display().to_string(), e);
         }
     }
 }
