@@ -53,9 +53,10 @@ fn is_sparse(p: &Path) -> bool {
     m.blocks() * 512 < m.len()
 }
 
-/// The small tree: nested directories with their own modes, a file owned by another user
-/// (when run as root), an executable, an empty file, a sparse file and a file (and a
-/// directory) with an mtime in the past. Directory mtimes are set last.
+/// The small tree: nested directories with their own modes, a file and a link owned by
+/// another user (when run as root), an executable, an empty file, a sparse file, symbolic
+/// links and a file (and a directory) with an mtime in the past. Directory mtimes are set
+/// last.
 fn small_tree(root: &Path) {
     fs::create_dir_all(root.join("etc/conf.d")).unwrap();
     fs::create_dir_all(root.join("data/index/deep")).unwrap();
@@ -74,8 +75,20 @@ fn small_tree(root: &Path) {
     .unwrap();
     fs::write(root.join("data/old.log"), "from 2001\n").unwrap();
     set_mtime(&root.join("data/old.log"), 978_307_200, 123_456_789);
-    // Another owner, where the test may give one (as root).
+    // Symbolic links, kept as links: relative, absolute, dangling; with their own
+    // mtime (set without following them).
+    std::os::unix::fs::symlink("index/deep/terms.idx", root.join("data/current")).unwrap();
+    std::os::unix::fs::symlink("/etc/hostname", root.join("etc/hostname")).unwrap();
+    std::os::unix::fs::symlink("gone.db", root.join("data/dangling")).unwrap();
+    let touched = std::process::Command::new("touch")
+        .args(["-h", "-d", "@1234567890.5"])
+        .arg(root.join("data/current"))
+        .status()
+        .unwrap();
+    assert!(touched.success());
+    // Another owner, where the test may give one (as root), for a file and a link.
     let _ = std::os::unix::fs::chown(root.join("etc/server.conf"), Some(4321), Some(4322));
+    let _ = std::os::unix::fs::lchown(root.join("etc/hostname"), Some(4321), Some(4322));
     chmod(&root.join("etc/conf.d"), 0o700);
     chmod(&root.join("data/index"), 0o750);
     set_mtime(&root.join("data/index/deep"), 1_000_000_000, 0);
@@ -83,7 +96,7 @@ fn small_tree(root: &Path) {
 }
 
 /// Whether a restore gives directories back their mtimes: yes, the account tree (version
-/// 3) records each folder directory's mtime and the restore sets it last, deepest first.
+/// 4) records each folder directory's mtime and the restore sets it last, deepest first.
 const DIR_MTIMES_KEPT: bool = true;
 
 /// What a restore must give back of one node below a root.

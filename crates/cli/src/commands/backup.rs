@@ -300,10 +300,10 @@ pub fn print_report(r: &BackupReport) {
     println!("snapshot {} saved{parent}", &r.snapshot[..8]);
     println!("  accounts   {}, folders {}", r.accounts, r.folders);
     // A `file:` backup's items are files.
-    let what = if r.source.starts_with("file:") {
-        "files   "
+    let (what, per) = if r.source.starts_with("file:") {
+        ("files   ", "files")
     } else {
-        "messages"
+        ("messages", "messages")
     };
     println!(
         "  {what}   {} total: {} new, {} unchanged, {} failed",
@@ -323,7 +323,7 @@ pub fn print_report(r: &BackupReport) {
         r.packs_resumed
     );
     println!(
-        "  time       {:.2} s: {:.0} messages/s, {:.1} MB/s",
+        "  time       {:.2} s: {:.0} {per}/s, {:.1} MB/s",
         r.elapsed_secs, r.items_per_sec, r.mb_per_sec
     );
     print_failures(&r.failures);

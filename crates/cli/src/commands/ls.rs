@@ -103,8 +103,9 @@ pub fn run(g: &GlobalOpts, a: Args) -> Result<Outcome> {
         }
         Listing::Files(v) => {
             for f in &v {
+                let link = (f.link.as_ref()).map_or(String::new(), |l| format!(" -> {}", safe(l)));
                 println!(
-                    "{}  {:04o} {:>10}  {}",
+                    "{}  {:04o} {:>10}  {}{link}",
                     time(f.mtime),
                     f.mode,
                     bytes(f.size),

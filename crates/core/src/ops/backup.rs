@@ -787,8 +787,16 @@ impl<'a> FolderWriter<'a> {
             }
             Ok(None)
         };
+        let mut link = None;
         let (size, content, lists) = match f.data {
             FileData::Bytes(b) => (b.len() as u64, store_content(&ctx.saver, &b)?, Vec::new()),
+            FileData::Link(target) => {
+                link = Some(target);
+                ctx.n.new.fetch_add(1, Relaxed);
+                ctx.n.files.fetch_add(1, Relaxed);
+                ctx.progress.advance(1, 0);
+                (0, Vec::new(), Vec::new())
+            }
             FileData::Path(path) => match std::fs::read(&path) {
                 Ok(d) => {
                     ctx.n.bytes_read.fetch_add(d.len() as u64, Relaxed);
@@ -840,6 +848,7 @@ impl<'a> FolderWriter<'a> {
             content,
             lists,
             inode,
+            link,
         }))
     }
 

@@ -43,6 +43,9 @@ pub struct FileInfo {
     pub mtime: i64,
     /// Permission bits.
     pub mode: u32,
+    /// A symbolic link's target.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub link: Option<String>,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -160,6 +163,8 @@ pub fn ls(
                             size: e.size,
                             mtime: e.mtime.secs,
                             mode: e.mode,
+                            link:
+                                (e.link.as_ref()).map(|l| String::from_utf8_lossy(l).into_owned()),
                         }));
                     }
                     for c in &f.chunks {

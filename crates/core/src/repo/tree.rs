@@ -12,7 +12,8 @@
 //! folder files and the owners' names; version-1 blobs still decode (into the old structs,
 //! then converted, with those fields empty). Version 3 of the account tree gives files
 //! content lists ([`ContentList`]: a large file's chunk ids in tree blobs of their own)
-//! and inode numbers; version-2 blobs still decode. Chunks are still version 1.
+//! and inode numbers; version 4 gives folders their directory's mtime and files their
+//! symbolic link target. Older blobs still decode. Chunks are still version 1.
 
 use crate::error::{Error, Result};
 use crate::repo::id::Id;
@@ -96,7 +97,7 @@ pub struct FolderNode {
     /// Owner and mode of the folder directory (name empty) and of its `cur`, `new`, `tmp`.
     pub dirs: Vec<DirEntry>,
     /// The folder directory's mtime, where the source keeps it (a `file:` backup's
-    /// directories; a Maildir's changes with every delivery and is not kept). Version 3.
+    /// directories; a Maildir's changes with every delivery and is not kept). Version 4.
     pub mtime: Option<Timestamp>,
 }
 
@@ -128,6 +129,9 @@ pub struct FileEntry {
     /// The inode number at backup (0: not recorded): with `size` and `mtime`, a `file:`
     /// backup reads again only a file whose three changed. Version 3.
     pub inode: u64,
+    /// A symbolic link's target (a `file:` backup's links, never followed): the entry has
+    /// no content and size 0, and only a `dir:` restore makes the link. Version 4.
+    pub link: Option<Vec<u8>>,
 }
 
 /// Seconds and nanoseconds since the Unix epoch.
@@ -298,12 +302,79 @@ impl TreeBlob for RootTree {
     }
 }
 impl TreeBlob for AccountTree {
-    const VERSION: u8 = TREE_VERSION_3;
+    const VERSION: u8 = TREE_VERSION_4;
     fn decode_old(version: u8, body: &[u8]) -> Option<postcard::Result<Self>> {
         match version {
             1 => Some(postcard::from_bytes::<v1::AccountTree>(body).map(Into::into)),
             2 => Some(postcard::from_bytes::<v2::AccountTree>(body).map(Into::into)),
+            3 => Some(postcard::from_bytes::<v3::AccountTree>(body).map(Into::into)),
             _ => None,
+        }
+    }
+}
+
+/// The version-3 form of the account tree: folders without their directory's mtime,
+/// files without link targets.
+mod v3 {
+    use super::{ChunkRef, DirEntry, Id, Timestamp};
+    use serde::{Deserialize, Serialize};
+
+    // Serialize: for the test that version-3 blobs still decode.
+    #[derive(Deserialize, Serialize)]
+    pub struct AccountTree {
+        pub(super) folders: Vec<FolderNode>,
+    }
+    #[derive(Deserialize, Serialize)]
+    pub(super) struct FolderNode {
+        pub(super) name: String,
+        pub(super) dir: Vec<u8>,
+        pub(super) files: Vec<FileEntry>,
+        pub(super) chunks: Vec<ChunkRef>,
+        pub(super) messages: u64,
+        pub(super) bytes: u64,
+        pub(super) dirs: Vec<DirEntry>,
+    }
+    #[derive(Deserialize, Serialize)]
+    pub(super) struct FileEntry {
+        pub(super) name: Vec<u8>,
+        pub(super) size: u64,
+        pub(super) mtime: Timestamp,
+        pub(super) mode: u32,
+        pub(super) uid: u32,
+        pub(super) gid: u32,
+        pub(super) content: Vec<Id>,
+        pub(super) lists: Vec<Id>,
+        pub(super) inode: u64,
+    }
+
+    impl From<AccountTree> for super::AccountTree {
+        fn from(t: AccountTree) -> Self {
+            let folders = t.folders.into_iter().map(|f| super::FolderNode {
+                name: f.name,
+                dir: f.dir,
+                files: (f.files.into_iter())
+                    .map(|e| super::FileEntry {
+                        name: e.name,
+                        size: e.size,
+                        mtime: e.mtime,
+                        mode: e.mode,
+                        uid: e.uid,
+                        gid: e.gid,
+                        content: e.content,
+                        lists: e.lists,
+                        inode: e.inode,
+                        link: None,
+                    })
+                    .collect(),
+                chunks: f.chunks,
+                messages: f.messages,
+                bytes: f.bytes,
+                dirs: f.dirs,
+                mtime: None,
+            });
+            super::AccountTree {
+                folders: folders.collect(),
+            }
         }
     }
 }
@@ -356,6 +427,7 @@ mod v2 {
                         content: e.content,
                         lists: Vec::new(),
                         inode: 0,
+                        link: None,
                     })
                     .collect(),
                 chunks: f.chunks,
@@ -449,6 +521,7 @@ mod v1 {
                         content: e.content,
                         lists: Vec::new(),
                         inode: 0,
+                        link: None,
                     })
                     .collect(),
                 chunks: f.chunks,
@@ -489,9 +562,12 @@ pub fn decode<T: TreeBlob>(bytes: &[u8], what: &str) -> Result<T> {
     }
 }
 
-/// Version byte of [`AccountTree`] blobs since files have content lists and inodes, and
-/// of [`ContentList`] blobs.
+/// Version byte of [`ContentList`] blobs, and of [`AccountTree`] blobs while files had
+/// content lists and inodes but folders no mtime and files no link target.
 pub const TREE_VERSION_3: u8 = 3;
+/// Version byte of [`AccountTree`] blobs since folders have their directory's mtime and
+/// files their link target.
+pub const TREE_VERSION_4: u8 = 4;
 /// A content list ends after an id whose first two bytes (little endian) are 0 modulo
 /// this: ~64 ids per list (256 KiB of a file in 4 KiB chunks) ...
 pub const LIST_AVG_IDS: u16 = 64;
@@ -568,7 +644,47 @@ mod tests {
             (f.content.clone(), f.lists.clone(), f.inode),
             (vec![Id([4; 32])], vec![], 0)
         );
-        assert_eq!(encode(&t)[0], TREE_VERSION_3);
+        assert_eq!(encode(&t)[0], TREE_VERSION_4);
+        assert_eq!(decode::<AccountTree>(&encode(&t), "t").unwrap(), t);
+    }
+
+    /// An account tree written before directory mtimes and links (version 3, as the
+    /// first `file:` backups wrote them) still decodes, lists and inodes kept.
+    #[test]
+    fn version_3_account_trees_still_decode() {
+        let file = v3::FileEntry {
+            name: b"names.nsf".to_vec(),
+            size: 1 << 30,
+            mtime: Timestamp { secs: 5, nanos: 6 },
+            mode: 0o640,
+            uid: 8,
+            gid: 9,
+            content: Vec::new(),
+            lists: vec![Id([3; 32]), Id([4; 32])],
+            inode: 77,
+        };
+        let old = v3::AccountTree {
+            folders: vec![v3::FolderNode {
+                name: ".".into(),
+                dir: Vec::new(),
+                files: vec![file],
+                chunks: Vec::new(),
+                messages: 0,
+                bytes: 0,
+                dirs: Vec::new(),
+            }],
+        };
+        let mut blob = vec![TREE_VERSION_3];
+        blob.extend(postcard::to_allocvec(&old).unwrap());
+        let t: AccountTree = decode(&blob, "t").unwrap();
+        let f = &t.folders[0].files[0];
+        assert_eq!(
+            (f.size, f.uid, f.gid, f.mode, f.inode),
+            (1 << 30, 8, 9, 0o640, 77)
+        );
+        assert_eq!(f.lists, vec![Id([3; 32]), Id([4; 32])]);
+        assert_eq!((f.link.clone(), t.folders[0].mtime), (None, None));
+        assert_eq!(encode(&t)[0], TREE_VERSION_4);
         assert_eq!(decode::<AccountTree>(&encode(&t), "t").unwrap(), t);
     }
 

@@ -20,7 +20,7 @@ use super::{Account, AccountListing, Failures, FileData, FileMeta, Folder, Folde
 use super::{FolderWriter, Parallelism, Source};
 use crate::error::{Error, Result};
 use crate::ops::backup::{BackupReport, RunOptions};
-use crate::repo::tree::DirEntry;
+use crate::repo::tree::{DirEntry, FileEntry};
 use crate::repo::Repository;
 use crate::report::Progress;
 use globset::{Glob, GlobSet, GlobSetBuilder};
@@ -360,35 +360,50 @@ impl Source for FileSource {
             if root.only.is_none() && !self.filter.included(&path) {
                 continue;
             }
-            if !ft.is_file() {
-                let what = if ft.is_symlink() {
-                    "a symbolic link: not followed, not backed up"
-                } else {
-                    "a socket, FIFO or device: not backed up"
-                };
+            let data = if ft.is_file() {
+                FileData::Large(path)
+            } else if ft.is_symlink() {
+                // The link itself, never what it points to.
+                match std::fs::read_link(&path) {
+                    Ok(target) => FileData::Link(target.into_os_string().into_vec()),
+                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+                    Err(e) => {
+                        out.fail(path.display().to_string(), e);
+                        continue;
+                    }
+                }
+            } else {
+                let what = "a socket, FIFO or device: not backed up";
                 out.fail(path.display().to_string(), what);
                 continue;
-            }
+            };
             let meta = FileMeta::of(&meta);
             let name = name.into_vec();
+            let same = |p: &FileEntry| match &data {
+                FileData::Link(target) => p.link.as_ref() == Some(target) && p.mtime == meta.mtime,
+                _ => {
+                    p.link.is_none()
+                        && p.size == meta.size
+                        && p.mtime == meta.mtime
+                        && p.inode == meta.inode
+                }
+            };
             match out.parent_file(&name) {
-                Some(p)
-                    if p.size == meta.size && p.mtime == meta.mtime && p.inode == meta.inode =>
-                {
+                Some(p) if same(p) => {
                     let mut e = p.clone();
                     (e.mode, e.uid, e.gid) = (meta.mode, meta.uid, meta.gid);
                     out.unchanged_file(e);
                 }
-                _ => to_read.push((name, path, meta)),
+                _ => to_read.push((name, data, meta)),
             }
         }
         out.expect(to_read.len() as u64);
         let w: &FolderWriter = out;
         let stored = (to_read.into_par_iter())
-            .map(|(name, path, meta)| {
+            .map(|(name, data, meta)| {
                 w.store_file(FolderFile {
                     name,
-                    data: FileData::Large(path),
+                    data,
                     meta: Some(meta),
                 })
             })
@@ -623,6 +638,101 @@ mod tests {
         assert!(std::fs::read(restored(out.path(), &db)).unwrap() == v2);
         let check = crate::ops::check::check(&repo, &Default::default()).unwrap();
         assert!(check.errors.is_empty(), "{:?}", check.errors);
+    }
+
+    /// Symbolic links are kept as links, never followed: relative, absolute (out of the
+    /// tree), dangling, to a directory and to `..`. They come back as the same links with
+    /// their mtimes, a backup with nothing changed keeps them as unchanged, a restore run
+    /// again leaves them, one changed meanwhile is reported and kept, and a Maildir target
+    /// makes none (a link in a mail store could lead the mail server out of it). A FIFO
+    /// is reported and left out.
+    #[test]
+    fn symbolic_links_are_kept_and_never_followed() {
+        use std::os::unix::fs::symlink;
+        let src = tempfile::tempdir().unwrap();
+        let root = src.path();
+        std::fs::create_dir_all(root.join("data")).unwrap();
+        std::fs::write(root.join("data/real.db"), b"pages").unwrap();
+        let links: [(&str, &str); 5] = [
+            ("data/current", "real.db"),
+            ("data/abs", "/etc/passwd"),
+            ("data/dangling", "no/such/file"),
+            ("data/etc", "/etc"),
+            ("data/up", ".."),
+        ];
+        let old = rustix::fs::Timespec {
+            tv_sec: 1_400_000_000,
+            tv_nsec: 5,
+        };
+        for (at, to) in links {
+            symlink(to, root.join(at)).unwrap();
+            let times = rustix::fs::Timestamps {
+                last_access: old,
+                last_modification: old,
+            };
+            let nofollow = rustix::fs::AtFlags::SYMLINK_NOFOLLOW;
+            rustix::fs::utimensat(rustix::fs::CWD, root.join(at), &times, nofollow).unwrap();
+        }
+        let fifo = root.join("data/pipe");
+        let fifo_kind = rustix::fs::FileType::Fifo;
+        let mode = rustix::fs::Mode::from_raw_mode(0o600);
+        rustix::fs::mknodat(rustix::fs::CWD, &fifo, fifo_kind, mode, 0).unwrap();
+
+        let mut repo = repository();
+        let first = backup(&mut repo, &[root], &[], &[], 1_000);
+        assert_eq!(
+            (first.items_total, first.items_new),
+            (7, 6),
+            "real.db, five links, the FIFO failed"
+        );
+        assert_eq!(first.failures.len(), 1, "{:?}", first.failures);
+        assert!(first.failures[0].item.ends_with("data/pipe"));
+        let out = tempfile::tempdir().unwrap();
+        let rep = restore(&repo, "latest", out.path());
+        assert!(rep.failures.is_empty(), "{:?}", rep.failures);
+        let back = restored(out.path(), root);
+        for (at, to) in links {
+            let b = back.join(at);
+            assert_eq!(std::fs::read_link(&b).unwrap(), Path::new(to), "{at}");
+            let m = std::fs::symlink_metadata(&b).unwrap();
+            assert_eq!((m.mtime(), m.mtime_nsec()), (1_400_000_000, 5), "{at}");
+        }
+        assert_eq!(std::fs::read(back.join("data/current")).unwrap(), b"pages");
+        assert!(!back.join("data/pipe").exists());
+
+        let second = backup(&mut repo, &[root], &[], &[], 2_000);
+        assert_eq!((second.items_unchanged, second.bytes_read), (6, 0));
+        let again = restore(&repo, "latest", out.path());
+        assert!(again.failures.is_empty(), "{:?}", again.failures);
+        // A link changed at the target meanwhile is reported, not replaced.
+        std::fs::remove_file(back.join("data/dangling")).unwrap();
+        symlink("elsewhere", back.join("data/dangling")).unwrap();
+        let again = restore(&repo, "latest", out.path());
+        assert_eq!(again.failures.len(), 1, "{:?}", again.failures);
+        assert!(again.failures[0].error.contains("another target"));
+        assert_eq!(
+            std::fs::read_link(back.join("data/dangling")).unwrap(),
+            Path::new("elsewhere")
+        );
+
+        // Into a Maildir target: the file comes back, the links are reported.
+        let out = tempfile::tempdir().unwrap();
+        let sel = Selection {
+            snapshot: "latest".into(),
+            ..Default::default()
+        };
+        let open = |_: &str, names: &crate::repo::tree::OwnerNames| {
+            MaildirTarget::open(out.path(), Owners::ByName, names, 2)
+        };
+        let rep = restore_into(&repo, &sel, &NoProgress, open).unwrap().0;
+        assert_eq!(rep.failures.len(), 5, "{:?}", rep.failures);
+        assert!(rep
+            .failures
+            .iter()
+            .all(|f| f.error.contains("only to a dir:")));
+        let back = restored(out.path(), root);
+        assert_eq!(std::fs::read(back.join("data/real.db")).unwrap(), b"pages");
+        assert!(std::fs::symlink_metadata(back.join("data/abs")).is_err());
     }
 
     /// A tree: subdirectories with their modes, files with their modes and mtimes, an

@@ -300,6 +300,8 @@ pub enum FileData {
     /// ([`crate::ops::backup::store_large`]): a mail database, for `file:` backups. Gone
     /// by then: left out quietly, as with `Path`.
     Large(PathBuf),
+    /// A symbolic link, by its target (a `file:` backup's: never followed).
+    Link(Vec<u8>),
 }
 
 /// The failure list of a backup run: what could not be backed up, and why.

@@ -1031,6 +1031,14 @@ fn write_folder_file(
     data: &[u8],
 ) -> Result<()> {
     let shown = folder.shown(None, &f.name);
+    if let Some(target) = &f.link {
+        return write_link(t, folder, f, target).map_err(|e| match e.kind() {
+            ErrorKind::InvalidInput | ErrorKind::AlreadyExists => {
+                Error::InvalidInput(e.to_string())
+            }
+            _ => Error::io(shown, e),
+        });
+    }
     match read_at(folder.dir.as_fd(), &f.name) {
         Ok(have) if have == data => return Ok(()),
         Ok(_) => {
@@ -1047,6 +1055,64 @@ fn write_folder_file(
         owner: t.owners.get(f.uid, f.gid),
     };
     write_new_file(folder, None, &f.name, data, attrs)
+}
+
+/// Makes a symbolic link of a `file:` snapshot, with its owner and mtime; one already
+/// there with the same target is left, anything else there is reported and kept. Only a
+/// `dir:` target makes links: in a mail store a link from a repository could lead the
+/// mail server out of it. The restore never writes through a link it made: directories
+/// are opened, and files created, without following links.
+fn write_link(
+    t: &MaildirTarget,
+    folder: &FolderDirs,
+    f: &FileEntry,
+    target: &[u8],
+) -> std::io::Result<()> {
+    use rustix::fs::{AtFlags, Timespec, Timestamps};
+    use rustix::io::Errno;
+    let invalid = |what: &str| std::io::Error::new(ErrorKind::InvalidInput, what.to_string());
+    if !t.plain {
+        return Err(invalid("a symbolic link: restored only to a dir: target"));
+    }
+    if target.is_empty() || target.contains(&0) {
+        return Err(invalid(
+            "a symbolic link with an empty target or a NUL byte",
+        ));
+    }
+    let (dir, name) = (folder.dir.as_fd(), f.name.as_slice());
+    match rustix::fs::readlinkat(dir, name, Vec::new()) {
+        Ok(have) if have.as_bytes() == target => return Ok(()),
+        Ok(_) => {
+            return Err(invalid(
+                "already exists with another target: not overwritten",
+            ))
+        }
+        Err(Errno::NOENT) => {}
+        Err(Errno::INVAL) => return Err(invalid("already exists, not a link: not overwritten")),
+        Err(e) => return Err(e.into()),
+    }
+    rustix::fs::symlinkat(target, dir, name).map_err(|e| match e {
+        Errno::EXIST => invalid("already exists: not overwritten"),
+        e => e.into(),
+    })?;
+    let nofollow = AtFlags::SYMLINK_NOFOLLOW;
+    if let Some((uid, gid)) = t.owners.get(f.uid, f.gid) {
+        let (u, g) = (
+            rustix::fs::Uid::from_raw(uid),
+            rustix::fs::Gid::from_raw(gid),
+        );
+        rustix::fs::chownat(dir, name, Some(u), Some(g), nofollow)?;
+    }
+    let at = Timespec {
+        tv_sec: f.mtime.secs,
+        tv_nsec: f.mtime.nanos.into(),
+    };
+    let times = Timestamps {
+        last_access: at,
+        last_modification: at,
+    };
+    rustix::fs::utimensat(dir, name, &times, nofollow)?;
+    Ok(())
 }
 
 /// Dovecot's `dovecot-keywords`: `<index> <name>` per line; index 0 is the letter `a`.
