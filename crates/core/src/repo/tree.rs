@@ -306,36 +306,38 @@ impl TreeBlob for AccountTree {
     fn decode_old(version: u8, body: &[u8]) -> Option<postcard::Result<Self>> {
         match version {
             1 => Some(postcard::from_bytes::<v1::AccountTree>(body).map(Into::into)),
-            2 => Some(postcard::from_bytes::<v2::AccountTree>(body).map(Into::into)),
-            3 => Some(postcard::from_bytes::<v3::AccountTree>(body).map(Into::into)),
+            2 => Some(postcard::from_bytes::<old::AccountTree<old::FileV2>>(body).map(Into::into)),
+            3 => Some(postcard::from_bytes::<old::AccountTree<old::FileV3>>(body).map(Into::into)),
             _ => None,
         }
     }
 }
 
-/// The version-3 form of the account tree: folders without their directory's mtime,
-/// files without link targets.
-mod v3 {
+/// The version-2 and version-3 forms of the account tree, which differ only in their
+/// files: version 2's have no content lists or inodes, and neither has folder mtimes or
+/// file links (version 4).
+mod old {
     use super::{ChunkRef, DirEntry, Id, Timestamp};
     use serde::{Deserialize, Serialize};
 
-    // Serialize: for the test that version-3 blobs still decode.
+    // Serialize: for the tests that old blobs still decode.
     #[derive(Deserialize, Serialize)]
-    pub struct AccountTree {
-        pub(super) folders: Vec<FolderNode>,
+    pub struct AccountTree<F> {
+        pub(super) folders: Vec<FolderNode<F>>,
     }
     #[derive(Deserialize, Serialize)]
-    pub(super) struct FolderNode {
+    pub(super) struct FolderNode<F> {
         pub(super) name: String,
         pub(super) dir: Vec<u8>,
-        pub(super) files: Vec<FileEntry>,
+        pub(super) files: Vec<F>,
         pub(super) chunks: Vec<ChunkRef>,
         pub(super) messages: u64,
         pub(super) bytes: u64,
         pub(super) dirs: Vec<DirEntry>,
     }
+    /// A version-2 file.
     #[derive(Deserialize, Serialize)]
-    pub(super) struct FileEntry {
+    pub(super) struct FileV2 {
         pub(super) name: Vec<u8>,
         pub(super) size: u64,
         pub(super) mtime: Timestamp,
@@ -343,93 +345,48 @@ mod v3 {
         pub(super) uid: u32,
         pub(super) gid: u32,
         pub(super) content: Vec<Id>,
+    }
+    /// A version-3 file: version 2's, then its content lists and inode.
+    #[derive(Deserialize, Serialize)]
+    pub(super) struct FileV3 {
+        pub(super) v2: FileV2,
         pub(super) lists: Vec<Id>,
         pub(super) inode: u64,
     }
 
-    impl From<AccountTree> for super::AccountTree {
-        fn from(t: AccountTree) -> Self {
-            let folders = t.folders.into_iter().map(|f| super::FolderNode {
-                name: f.name,
-                dir: f.dir,
-                files: (f.files.into_iter())
-                    .map(|e| super::FileEntry {
-                        name: e.name,
-                        size: e.size,
-                        mtime: e.mtime,
-                        mode: e.mode,
-                        uid: e.uid,
-                        gid: e.gid,
-                        content: e.content,
-                        lists: e.lists,
-                        inode: e.inode,
-                        link: None,
-                    })
-                    .collect(),
-                chunks: f.chunks,
-                messages: f.messages,
-                bytes: f.bytes,
-                dirs: f.dirs,
-                mtime: None,
-            });
-            super::AccountTree {
-                folders: folders.collect(),
+    impl From<FileV2> for super::FileEntry {
+        fn from(e: FileV2) -> Self {
+            super::FileEntry {
+                name: e.name,
+                size: e.size,
+                mtime: e.mtime,
+                mode: e.mode,
+                uid: e.uid,
+                gid: e.gid,
+                content: e.content,
+                lists: Vec::new(),
+                inode: 0,
+                link: None,
             }
         }
     }
-}
 
-/// The version-2 form of the account tree: files without content lists or inodes,
-/// folders without their directory's mtime.
-mod v2 {
-    use super::{ChunkRef, DirEntry, Id, Timestamp};
-    use serde::{Deserialize, Serialize};
-
-    // Serialize: for the test that version-2 blobs still decode.
-    #[derive(Deserialize, Serialize)]
-    pub struct AccountTree {
-        pub(super) folders: Vec<FolderNode>,
-    }
-    #[derive(Deserialize, Serialize)]
-    pub(super) struct FolderNode {
-        pub(super) name: String,
-        pub(super) dir: Vec<u8>,
-        pub(super) files: Vec<FileEntry>,
-        pub(super) chunks: Vec<ChunkRef>,
-        pub(super) messages: u64,
-        pub(super) bytes: u64,
-        pub(super) dirs: Vec<DirEntry>,
-    }
-    #[derive(Deserialize, Serialize)]
-    pub(super) struct FileEntry {
-        pub(super) name: Vec<u8>,
-        pub(super) size: u64,
-        pub(super) mtime: Timestamp,
-        pub(super) mode: u32,
-        pub(super) uid: u32,
-        pub(super) gid: u32,
-        pub(super) content: Vec<Id>,
+    impl From<FileV3> for super::FileEntry {
+        fn from(e: FileV3) -> Self {
+            super::FileEntry {
+                lists: e.lists,
+                inode: e.inode,
+                ..e.v2.into()
+            }
+        }
     }
 
-    impl From<AccountTree> for super::AccountTree {
-        fn from(t: AccountTree) -> Self {
+    impl<F: Into<super::FileEntry>> From<AccountTree<F>> for super::AccountTree {
+        fn from(t: AccountTree<F>) -> Self {
             let folders = t.folders.into_iter().map(|f| super::FolderNode {
                 name: f.name,
                 dir: f.dir,
-                files: (f.files.into_iter())
-                    .map(|e| super::FileEntry {
-                        name: e.name,
-                        size: e.size,
-                        mtime: e.mtime,
-                        mode: e.mode,
-                        uid: e.uid,
-                        gid: e.gid,
-                        content: e.content,
-                        lists: Vec::new(),
-                        inode: 0,
-                        link: None,
-                    })
-                    .collect(),
+                files: f.files.into_iter().map(Into::into).collect(),
                 chunks: f.chunks,
                 messages: f.messages,
                 bytes: f.bytes,
@@ -611,21 +568,11 @@ pub fn list_boundaries(ids: &[Id]) -> Vec<std::ops::Range<usize>> {
 mod tests {
     use super::*;
 
-    /// An account tree written before content lists and inodes (version 2) still
-    /// decodes: its files with no lists and inode 0; trees are now written as version 3.
-    #[test]
-    fn version_2_account_trees_still_decode() {
-        let file = v2::FileEntry {
-            name: b"dovecot-uidlist".to_vec(),
-            size: 3,
-            mtime: Timestamp { secs: 5, nanos: 6 },
-            mode: 0o600,
-            uid: 8,
-            gid: 9,
-            content: vec![Id([4; 32])],
-        };
-        let old = v2::AccountTree {
-            folders: vec![v2::FolderNode {
+    /// Encodes a one-folder account tree of an old version holding `file`, and decodes it
+    /// as today's.
+    fn decode_old_tree<F: Serialize>(version: u8, file: F) -> AccountTree {
+        let old = old::AccountTree {
+            folders: vec![old::FolderNode {
                 name: "INBOX".into(),
                 dir: Vec::new(),
                 files: vec![file],
@@ -635,57 +582,78 @@ mod tests {
                 dirs: Vec::new(),
             }],
         };
-        let mut blob = vec![TREE_VERSION_2];
+        let mut blob = vec![version];
         blob.extend(postcard::to_allocvec(&old).unwrap());
         let t: AccountTree = decode(&blob, "t").unwrap();
+        assert_eq!(encode(&t)[0], TREE_VERSION_4);
+        assert_eq!(decode::<AccountTree>(&encode(&t), "t").unwrap(), t);
+        assert_eq!(t.folders[0].mtime, None);
+        t
+    }
+
+    fn file_v2() -> old::FileV2 {
+        old::FileV2 {
+            name: b"names.nsf".to_vec(),
+            size: 3,
+            mtime: Timestamp { secs: 5, nanos: 6 },
+            mode: 0o600,
+            uid: 8,
+            gid: 9,
+            content: vec![Id([4; 32])],
+        }
+    }
+
+    /// An account tree written before content lists and inodes (version 2) still
+    /// decodes: its files with no lists and inode 0.
+    #[test]
+    fn version_2_account_trees_still_decode() {
+        let t = decode_old_tree(TREE_VERSION_2, file_v2());
         let f = &t.folders[0].files[0];
         assert_eq!((f.size, f.uid, f.gid, f.mode), (3, 8, 9, 0o600));
         assert_eq!(
-            (f.content.clone(), f.lists.clone(), f.inode),
-            (vec![Id([4; 32])], vec![], 0)
+            (f.content.clone(), f.lists.clone(), f.inode, f.link.clone()),
+            (vec![Id([4; 32])], vec![], 0, None)
         );
-        assert_eq!(encode(&t)[0], TREE_VERSION_4);
-        assert_eq!(decode::<AccountTree>(&encode(&t), "t").unwrap(), t);
     }
 
     /// An account tree written before directory mtimes and links (version 3, as the
-    /// first `file:` backups wrote them) still decodes, lists and inodes kept.
+    /// first `file:` backups wrote them) still decodes, lists and inodes kept. The file
+    /// is encoded as version 3 declared it, flat, so that a nested `FileV3` that changed
+    /// the wire would fail here.
     #[test]
     fn version_3_account_trees_still_decode() {
-        let file = v3::FileEntry {
-            name: b"names.nsf".to_vec(),
+        #[derive(Serialize)]
+        struct FlatV3 {
+            name: Vec<u8>,
+            size: u64,
+            mtime: Timestamp,
+            mode: u32,
+            uid: u32,
+            gid: u32,
+            content: Vec<Id>,
+            lists: Vec<Id>,
+            inode: u64,
+        }
+        let v2 = file_v2();
+        let flat = FlatV3 {
+            name: v2.name,
             size: 1 << 30,
-            mtime: Timestamp { secs: 5, nanos: 6 },
+            mtime: v2.mtime,
             mode: 0o640,
-            uid: 8,
-            gid: 9,
+            uid: v2.uid,
+            gid: v2.gid,
             content: Vec::new(),
             lists: vec![Id([3; 32]), Id([4; 32])],
             inode: 77,
         };
-        let old = v3::AccountTree {
-            folders: vec![v3::FolderNode {
-                name: ".".into(),
-                dir: Vec::new(),
-                files: vec![file],
-                chunks: Vec::new(),
-                messages: 0,
-                bytes: 0,
-                dirs: Vec::new(),
-            }],
-        };
-        let mut blob = vec![TREE_VERSION_3];
-        blob.extend(postcard::to_allocvec(&old).unwrap());
-        let t: AccountTree = decode(&blob, "t").unwrap();
+        let t = decode_old_tree(TREE_VERSION_3, flat);
         let f = &t.folders[0].files[0];
         assert_eq!(
             (f.size, f.uid, f.gid, f.mode, f.inode),
             (1 << 30, 8, 9, 0o640, 77)
         );
         assert_eq!(f.lists, vec![Id([3; 32]), Id([4; 32])]);
-        assert_eq!((f.link.clone(), t.folders[0].mtime), (None, None));
-        assert_eq!(encode(&t)[0], TREE_VERSION_4);
-        assert_eq!(decode::<AccountTree>(&encode(&t), "t").unwrap(), t);
+        assert_eq!(f.link, None);
     }
 
     fn entry(key: &str) -> MessageEntry {
