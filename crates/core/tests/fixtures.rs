@@ -47,10 +47,8 @@ fn fixture_opens_checks_and_restores(fixture: &str, version: u32) {
             jobs: 2,
             stat_unchanged: false,
             run: RunOptions {
-                compression: None,
                 tags: vec!["fixture".into()],
-                hostname: "fixture".into(),
-                force: false,
+                ..RunOptions::new("fixture")
             },
         };
         backup(&mut repo, &opts, &NoProgress).unwrap();
@@ -105,12 +103,7 @@ fn version_1_repository_with_dictionary_restores() {
             accounts: vec![],
             jobs: 2,
             stat_unchanged: false,
-            run: RunOptions {
-                compression: None,
-                tags: vec![],
-                hostname: "fixture".into(),
-                force: false,
-            },
+            run: RunOptions::new("fixture"),
         };
         backup(&mut repo, &opts, &NoProgress).unwrap();
         assert!(

@@ -160,12 +160,7 @@ fn dotted_folders_with_one_uidvalidity_stay_apart() {
         connections: 1,
         parallel_accounts: 1,
         fetch_batch: 50,
-        run: RunOptions {
-            compression: None,
-            tags: vec![],
-            hostname: "test".into(),
-            force: false,
-        },
+        run: RunOptions::new("test"),
     };
     let b_rep = imap_backup(&mut repo, &opts, &NoProgress).unwrap();
     assert!(b_rep.failures.is_empty(), "{:?}", b_rep.failures);

@@ -90,10 +90,8 @@ pub fn run(g: &GlobalOpts, a: Args) -> Result<Outcome> {
         jobs,
         stat_unchanged: false,
         run: RunOptions {
-            compression: None,
             tags: vec!["demo".into()],
-            hostname: mailvault_core::hostname(),
-            force: false,
+            ..RunOptions::new(mailvault_core::hostname())
         },
     };
     println!("3. full backup");

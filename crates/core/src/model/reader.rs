@@ -72,7 +72,7 @@ impl SpanOptions {
     /// `medium` preset: 8 readers made a local restore 10% slower than 2).
     pub fn for_store(store: &dyn crate::store::Store, reads: usize) -> SpanOptions {
         let readers = match reads {
-            0 if store.location().starts_with("s3:") => crate::store::DEFAULT_CONNECTIONS,
+            0 if crate::store::on_network(store) => crate::store::DEFAULT_CONNECTIONS,
             0 => 2,
             n => n,
         };

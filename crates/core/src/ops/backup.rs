@@ -49,6 +49,19 @@ pub struct RunOptions {
     pub force: bool,
 }
 
+impl RunOptions {
+    /// A run from `hostname` with the repository's compression, no tags, and a parent
+    /// when there is one.
+    pub fn new(hostname: impl Into<String>) -> RunOptions {
+        RunOptions {
+            compression: None,
+            tags: Vec::new(),
+            hostname: hostname.into(),
+            force: false,
+        }
+    }
+}
+
 /// The end-of-run summary.
 #[derive(Clone, Debug, Serialize)]
 pub struct BackupReport {

@@ -1552,12 +1552,7 @@ mod tests {
                     accounts,
                     jobs: 2,
                     stat_unchanged: false,
-                    run: RunOptions {
-                        compression: None,
-                        tags: vec![],
-                        hostname: "h".into(),
-                        force: false,
-                    },
+                    run: RunOptions::new("h"),
                 },
                 &NoProgress,
             )

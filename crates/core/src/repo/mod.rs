@@ -1489,6 +1489,10 @@ pub struct BlobSaver<'r> {
     pub stats: SaveStats,
     /// Threads writing full packs to the store, started with the first.
     writers: Mutex<Option<PackWriters>>,
+    /// The first pack write that failed, as it was said. Every later pack write and
+    /// `finish` fail with it: other folders' entries may name blobs of that pack (they
+    /// were deduplicated against it), so no index or snapshot may be written.
+    failed: Mutex<Option<String>>,
 }
 
 /// Threads that write finished packs to the store while the workers go on filling the
@@ -1512,7 +1516,7 @@ struct WritersDone {
 
 impl PackWriters {
     fn start(store: Arc<dyn Store>) -> PackWriters {
-        let n = if store.location().starts_with("s3:") {
+        let n = if crate::store::on_network(&*store) {
             4
         } else {
             2
@@ -1531,21 +1535,14 @@ impl PackWriters {
                         if lock(&done.error).is_some() {
                             continue; // the backup fails anyway: drain the queue
                         }
-                        // Content-named: a pack already there is the same bytes.
-                        match store.put_pack(&pack::pack_path(&p.id), &p.bytes, kind) {
-                            Err(Error::AlreadyExists(_)) | Ok(()) => {
-                                let len = p.bytes.len() as u64;
-                                let indexed = IndexedPack {
-                                    id: p.id,
-                                    version: p.version,
-                                    entries: p.entries,
-                                };
-                                lock(&done.packs).push((indexed, len));
+                        match put_pack(&*store, p, kind) {
+                            Ok((indexed, buf)) => {
+                                lock(&done.packs).push((indexed, buf.len() as u64));
                                 // Mapped pages, for a pack to come (a fresh buffer costs a
                                 // page fault and a zeroed page per 4 KiB).
                                 let mut spare = lock(&done.spare);
                                 if spare.len() < 2 * n {
-                                    spare.push(p.bytes);
+                                    spare.push(buf);
                                 }
                             }
                             Err(e) => {
@@ -1569,6 +1566,21 @@ impl PackWriters {
     }
 }
 
+/// Puts a finished pack; content-named, so one already there is the same bytes. Returns
+/// its index entry and its buffer (for the next pack).
+fn put_pack(store: &dyn Store, p: FinishedPack, kind: BlobKind) -> Result<(IndexedPack, Vec<u8>)> {
+    match store.put_pack(&pack::pack_path(&p.id), &p.bytes, kind) {
+        Err(Error::AlreadyExists(_)) | Ok(()) => {}
+        Err(e) => return Err(e),
+    }
+    let indexed = IndexedPack {
+        id: p.id,
+        version: p.version,
+        entries: p.entries,
+    };
+    Ok((indexed, p.bytes))
+}
+
 impl<'r> BlobSaver<'r> {
     pub fn new(repo: &'r Repository, compression: Compression) -> Self {
         BlobSaver {
@@ -1581,6 +1593,7 @@ impl<'r> BlobSaver<'r> {
             written: Mutex::new(Vec::new()),
             stats: SaveStats::default(),
             writers: Mutex::new(None),
+            failed: Mutex::new(None),
         }
     }
 
@@ -1694,62 +1707,68 @@ impl<'r> BlobSaver<'r> {
     /// Hands a full pack to the writer threads (written synchronously if none could be
     /// started); an earlier write's error is returned here, so the backup stops soon.
     fn write_pack(&self, p: FinishedPack, kind: BlobKind) -> Result<()> {
+        self.check_failed()?;
         let tx = {
             let mut w = lock(&self.writers);
             let w = w.get_or_insert_with(|| PackWriters::start(self.repo.store.clone()));
             if let Some(e) = lock(&w.done.error).take() {
-                return Err(e);
+                return Err(self.pack_failed(e));
             }
             (!w.threads.is_empty()).then(|| w.tx.clone())
         };
-        match tx {
+        let p = match tx {
             Some(tx) => match tx.send((p, kind)) {
-                Ok(()) => Ok(()),
-                Err(std::sync::mpsc::SendError((p, kind))) => self.write_pack_now(p, kind),
+                Ok(()) => return Ok(()),
+                Err(std::sync::mpsc::SendError((p, _))) => p,
             },
-            None => self.write_pack_now(p, kind),
-        }
+            None => p,
+        };
+        let (indexed, buf) =
+            put_pack(self.repo.store(), p, kind).map_err(|e| self.pack_failed(e))?;
+        self.record(indexed, buf.len() as u64);
+        Ok(())
     }
 
-    /// Waits for the packs handed to the writer threads and records them (stats, the
-    /// list for the index); their first error, if any.
+    /// Waits for the packs handed to the writer threads and records them; their first
+    /// error, or an earlier one, if any.
     fn join_writers(&self) -> Result<()> {
-        let Some(w) = lock(&self.writers).take() else {
-            return Ok(());
-        };
-        let done = w.join();
-        for (p, len) in std::mem::take(&mut *lock(&done.packs)) {
-            self.stats.bytes_written.fetch_add(len, Ordering::Relaxed);
-            self.stats.packs_written.fetch_add(1, Ordering::Relaxed);
-            lock(&self.written).push(p);
+        if let Some(w) = lock(&self.writers).take() {
+            let done = w.join();
+            for (p, len) in std::mem::take(&mut *lock(&done.packs)) {
+                self.record(p, len);
+            }
+            let error = lock(&done.error).take();
+            if let Some(e) = error {
+                return Err(self.pack_failed(e));
+            }
         }
-        let error = lock(&done.error).take();
-        match error {
-            Some(e) => Err(e),
+        self.check_failed()
+    }
+
+    /// A pack written: counted, and listed for the index.
+    fn record(&self, p: IndexedPack, len: u64) {
+        self.stats.bytes_written.fetch_add(len, Ordering::Relaxed);
+        self.stats.packs_written.fetch_add(1, Ordering::Relaxed);
+        lock(&self.written).push(p);
+    }
+
+    /// Remembers the first failed pack write (see `failed`); returns its error.
+    fn pack_failed(&self, e: Error) -> Error {
+        lock(&self.failed).get_or_insert_with(|| e.to_string());
+        e
+    }
+
+    /// The failure of an earlier pack write, if there was one.
+    fn check_failed(&self) -> Result<()> {
+        match &*lock(&self.failed) {
+            Some(first) => Err(Error::Store {
+                what: "data/".into(),
+                source: std::io::Error::other(format!(
+                    "an earlier pack write failed, so this run saves nothing more: {first}"
+                )),
+            }),
             None => Ok(()),
         }
-    }
-
-    fn write_pack_now(&self, p: FinishedPack, kind: BlobKind) -> Result<()> {
-        // Content-named: a pack already there is the same bytes.
-        match self
-            .repo
-            .store()
-            .put_pack(&pack::pack_path(&p.id), &p.bytes, kind)
-        {
-            Err(Error::AlreadyExists(_)) | Ok(()) => {}
-            Err(e) => return Err(e),
-        }
-        self.stats
-            .bytes_written
-            .fetch_add(p.bytes.len() as u64, Ordering::Relaxed);
-        self.stats.packs_written.fetch_add(1, Ordering::Relaxed);
-        lock(&self.written).push(IndexedPack {
-            id: p.id,
-            version: p.version,
-            entries: p.entries,
-        });
-        Ok(())
     }
 
     /// Writes the partly filled packs and one index file for everything written; returns
@@ -1821,54 +1840,17 @@ mod tests {
         }
     }
 
-    /// A store whose pack writes fail once `fail` is set (the disk full, the bucket gone).
-    struct PacksFail {
-        inner: MemoryStore,
-        fail: std::sync::atomic::AtomicBool,
-    }
-
-    impl Store for PacksFail {
-        fn put(&self, path: &str, data: &[u8]) -> Result<()> {
-            if path.starts_with("data/") && self.fail.load(Ordering::Relaxed) {
-                return Err(Error::Store {
-                    what: path.to_string(),
-                    source: std::io::Error::other("no space left"),
-                });
-            }
-            self.inner.put(path, data)
-        }
-        fn replace(&self, path: &str, data: &[u8]) -> Result<()> {
-            self.inner.replace(path, data)
-        }
-        fn get(&self, path: &str) -> Result<Vec<u8>> {
-            self.inner.get(path)
-        }
-        fn get_range(&self, path: &str, offset: u64, len: u64) -> Result<Vec<u8>> {
-            self.inner.get_range(path, offset, len)
-        }
-        fn list(&self, prefix: &str) -> Result<Vec<crate::store::ObjectInfo>> {
-            self.inner.list(prefix)
-        }
-        fn delete(&self, path: &str) -> Result<()> {
-            self.inner.delete(path)
-        }
-        fn stat(&self, path: &str) -> Result<u64> {
-            self.inner.stat(path)
-        }
-        fn location(&self) -> String {
-            "memory".into()
-        }
-    }
-
     /// Packs are written by background threads: every pack they wrote is in the index
-    /// `finish` writes, and a pack write that fails makes `save` or `finish` fail (no
-    /// index naming a pack that is not there, no snapshot).
+    /// `finish` writes. A pack write that fails (the disk full, the bucket gone) makes
+    /// `save` or `finish` fail, and `finish` fails even after a `save` returned that
+    /// error (a backup goes on with its other folders, whose entries may name blobs of
+    /// the lost pack): no index naming a pack that is not there, no snapshot.
     #[test]
     fn packs_written_in_the_background_are_indexed_and_their_errors_returned() {
-        let store = Arc::new(PacksFail {
-            inner: MemoryStore::new(),
-            fail: Default::default(),
-        });
+        use crate::error::BackendKind;
+        use crate::store::FaultyStore;
+        let mem = Arc::new(MemoryStore::new());
+        let store = Arc::new(FaultyStore::new(mem.clone()).only_under("data/"));
         let repo = Repository::init(store.clone(), b"pw", &fast_init()).unwrap();
         let saver = BlobSaver::new(&repo, Compression::None);
         let blobs: Vec<Vec<u8>> = (0..200u32).map(|i| i.to_le_bytes().repeat(100)).collect();
@@ -1877,20 +1859,28 @@ mod tests {
             .collect();
         let packs = saver.finish().unwrap();
         assert!(packs.len() > 10, "{} packs", packs.len());
-        assert_eq!(store.list("data/").unwrap().len(), packs.len());
+        assert_eq!(mem.list("data/").unwrap().len(), packs.len());
         drop(saver);
         let repo = Repository::open(store.clone(), b"pw").unwrap();
         for (id, b) in ids.iter().zip(&blobs) {
             assert_eq!(&repo.read_blob(id).unwrap(), b);
         }
-        store.fail.store(true, Ordering::Relaxed);
+        // One pack write fails; the others would succeed.
+        store.fail_next(1, BackendKind::Other);
         let saver = BlobSaver::new(&repo, Compression::None);
-        let saved: Result<Vec<Id>> = (0..200u32)
-            .map(|i| saver.save(BlobKind::Data, &(i + 1000).to_le_bytes().repeat(100)))
-            .collect();
-        let err = saved.and_then(|_| saver.finish().map(|_| ())).unwrap_err();
-        assert!(err.to_string().contains("no space left"), "{err}");
-        assert_eq!(store.list("index/").unwrap().len(), 1, "no new index file");
+        let mut first = None;
+        for i in 0..200u32 {
+            let saved = saver.save(BlobKind::Data, &(i + 1000).to_le_bytes().repeat(100));
+            if let Err(e) = saved {
+                first.get_or_insert(e.to_string());
+            }
+        }
+        let first = first.expect("a save returns the failed pack write");
+        assert!(first.contains("injected fault on data/"), "{first}");
+        let err = saver.finish().unwrap_err().to_string();
+        assert!(err.contains("an earlier pack write failed"), "{err}");
+        assert!(err.contains("injected fault on data/"), "{err}");
+        assert_eq!(mem.list("index/").unwrap().len(), 1, "no new index file");
     }
 
     #[test]

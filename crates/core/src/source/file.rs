@@ -550,12 +550,7 @@ mod tests {
             include: include.iter().map(|s| s.to_string()).collect(),
             exclude: exclude.iter().map(|s| s.to_string()).collect(),
             jobs: 2,
-            run: RunOptions {
-                compression: None,
-                tags: Vec::new(),
-                hostname: "h".into(),
-                force: false,
-            },
+            run: RunOptions::new("h"),
         };
         backup_at(repo, &opts, (t, 0), &NoProgress).unwrap()
     }
@@ -868,12 +863,7 @@ mod tests {
                 include: vec![include.to_string()],
                 exclude: vec![],
                 jobs: 1,
-                run: RunOptions {
-                    compression: None,
-                    tags: Vec::new(),
-                    hostname: "h".into(),
-                    force: false,
-                },
+                run: RunOptions::new("h"),
             })
         };
         let err = source(Path::new("/no/such/path"), "*").unwrap_err();

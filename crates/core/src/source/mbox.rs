@@ -606,12 +606,7 @@ mod tests {
                 account: "a@b".into(),
             },
             jobs: 1,
-            run: RunOptions {
-                compression: None,
-                tags: Vec::new(),
-                hostname: "h".into(),
-                force: false,
-            },
+            run: RunOptions::new("h"),
         })
         .unwrap();
         let accounts = source.accounts().unwrap();

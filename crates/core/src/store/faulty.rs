@@ -18,6 +18,8 @@ use std::time::Duration;
 pub struct FaultyStore {
     inner: Arc<dyn Store>,
     every: u64,
+    /// Only requests for paths below this fail ("": all).
+    under: String,
     delay: Duration,
     scripted: Mutex<(u64, BackendKind)>,
     requests: AtomicU64,
@@ -41,6 +43,7 @@ impl FaultyStore {
         FaultyStore {
             inner,
             every: 0,
+            under: String::new(),
             delay: Duration::ZERO,
             scripted: Mutex::new((0, BackendKind::Transient)),
             requests: AtomicU64::new(0),
@@ -55,6 +58,13 @@ impl FaultyStore {
     /// Fails one request in `n` (the `n`-th, the `2n`-th…) transiently; 0: none.
     pub fn fail_every(mut self, n: u64) -> FaultyStore {
         self.every = n;
+        self
+    }
+
+    /// Fails only requests for paths that start with `prefix` (`data/`: pack writes and
+    /// reads); the others pass, and do not count down [`FaultyStore::fail_next`].
+    pub fn only_under(mut self, prefix: &str) -> FaultyStore {
+        self.under = prefix.to_string();
         self
     }
 
@@ -114,6 +124,9 @@ impl FaultyStore {
             std::thread::sleep(self.delay);
         }
         let n = self.requests.fetch_add(1, SeqCst) + 1;
+        if !path.starts_with(&self.under) {
+            return f();
+        }
         let scripted = {
             let mut s = lock(&self.scripted);
             match s.0 {

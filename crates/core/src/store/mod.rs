@@ -104,6 +104,12 @@ pub trait Store: Send + Sync {
     fn refresh_listings(&self) {}
 }
 
+/// Whether a store's requests wait on the network (object storage), so that more of them
+/// in flight pay: readers and pack writers are sized by it.
+pub fn on_network(store: &dyn Store) -> bool {
+    store.location().starts_with("s3:")
+}
+
 /// Puts an object that is named by its content: an existing one is the same bytes.
 pub fn put_content_named(store: &dyn Store, path: &str, data: &[u8]) -> Result<()> {
     match store.put(path, data) {

@@ -342,12 +342,7 @@ pub fn imap_restore_opts(
 
 /// The repository's compression, no tags, host "test", a parent when there is one.
 pub fn test_run() -> RunOptions {
-    RunOptions {
-        compression: None,
-        tags: vec![],
-        hostname: "test".into(),
-        force: false,
-    }
+    RunOptions::new("test")
 }
 
 /// Options for an IMAP backup of `accounts` of the test Dovecot as its master user:
