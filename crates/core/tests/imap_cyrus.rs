@@ -3,7 +3,9 @@
 //! the folders created (Cyrus has CREATE-SPECIAL-USE) and the report says so only then;
 //! folders `a.b` and `a_b` (Cyrus allows dots in names, and gives every folder of an
 //! account the same UIDVALIDITY) stay two folders, every message kept, through an IMAP
-//! backup and a Maildir restore.
+//! backup and a Maildir restore; an APPEND refused without a reason (`NO System I/O
+//! error`, which Cyrus answers when it cannot stage a message) is tried again, and
+//! reported when it goes on.
 //! Fails (does not skip) without Cyrus unless MAILVAULT_SKIP_CYRUS=1.
 #![allow(clippy::unwrap_used)]
 
@@ -19,7 +21,8 @@ use mailvault_core::report::NoProgress;
 use mailvault_imap::testing::cyrus::CyrusServer;
 use mailvault_imap::{AppendMsg, SearchKey};
 use std::fs;
-use std::path::Path;
+use std::path::{Path, PathBuf};
+use std::sync::{Mutex, Once};
 
 fn connection(server: &CyrusServer) -> Connection {
     Connection {
@@ -195,4 +198,99 @@ fn dotted_folders_with_one_uidvalidity_stay_apart() {
             (".a_b".to_string(), 3)
         ]
     );
+}
+
+/// The warnings logged that a refused message is sent again, for the account
+/// `WATCHED`; and a file to remove at the first of them.
+static RETRIES: Mutex<Vec<String>> = Mutex::new(Vec::new());
+static REMOVE_ON_RETRY: Mutex<Option<PathBuf>> = Mutex::new(None);
+const WATCHED: &str = "stage@example.org";
+
+/// A log writer (for the whole test binary) that records, and acts on, the warnings of
+/// a retried APPEND of `WATCHED`.
+struct Watch;
+
+impl std::io::Write for Watch {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        let line = String::from_utf8_lossy(buf);
+        if line.contains(WATCHED) && line.contains("trying again") {
+            RETRIES.lock().unwrap().push(line.trim().to_string());
+            if let Some(path) = REMOVE_ON_RETRY.lock().unwrap().take() {
+                fs::remove_file(path).unwrap();
+            }
+        }
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+fn watch_logs() {
+    static ONCE: Once = Once::new();
+    ONCE.call_once(|| {
+        let subscriber = tracing_subscriber::fmt()
+            .with_ansi(false)
+            .with_writer(|| Watch)
+            .finish();
+        tracing::subscriber::set_global_default(subscriber).unwrap();
+    });
+}
+
+/// Cyrus stages every APPEND in its partition's `stage.` directory, made by the first
+/// APPEND; two processes that race to make it both fail to open their file, one fails to
+/// make the directory (it exists), and that APPEND is refused with `NO System I/O error`
+/// and no response code (it broke `accounts_are_created_by_the_admin_where_missing` in
+/// CI once). A file in its place makes every APPEND fail so: each message is sent three
+/// times in all, then reported with what the server said. Removed at the first warning
+/// that the run tries again, as the race's winner makes the directory, every message
+/// lands and none is reported.
+#[test]
+fn appends_refused_without_a_reason_are_tried_again_then_reported() {
+    watch_logs();
+    let Some(server) = CyrusServer::start_or_skip().expect("cyrus") else {
+        return;
+    };
+    server.create_account(WATCHED).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let src = dir.path().join("src");
+    let md = src.join("example.org/stage/Maildir");
+    for j in 1..=3 {
+        let name = format!("{j}.M{j}P1.h:2,S");
+        let data = message(WATCHED, &format!("m{j}"), "x");
+        put_msg(&md, "", "cur", &name, &data, 1_700_000_000 + j);
+    }
+    let mut repo = init_repo(&dir.path().join("repo"));
+    maildir_backup(&mut repo, &src, vec![]);
+    let stage = server.root().join("spool/stage.");
+    fs::write(&stage, b"not a directory").unwrap();
+
+    let mut o = ImapRestoreOptions::new("latest", connection(&server));
+    o.journal_dir = dir.path().join("j");
+    let r = imap_restore(&repo, &o, &NoProgress).unwrap();
+    assert_eq!((r.items_appended, r.items_failed), (0, 3), "{r:?}");
+    for f in &r.failures {
+        assert!(f.item.starts_with("stage@example.org: INBOX: "), "{f:?}");
+        assert!(f.error.contains("System I/O error"), "{f:?}");
+    }
+    {
+        let retries = RETRIES.lock().unwrap();
+        // One warning per attempt that is followed by another: attempts 1 and 2.
+        assert_eq!(retries.len(), 2, "{retries:#?}");
+        assert!(retries[0].contains("System I/O error"), "{retries:?}");
+        assert!(retries[1].contains("(attempt 2)"), "{retries:?}");
+    }
+
+    *REMOVE_ON_RETRY.lock().unwrap() = Some(stage.clone());
+    let r = imap_restore(&repo, &o, &NoProgress).unwrap();
+    assert!(r.failures.is_empty(), "{:?}", r.failures);
+    assert_eq!(r.items_appended, 3, "{r:?}");
+    // The fault was there at the first attempt, and gone at the second.
+    assert!(REMOVE_ON_RETRY.lock().unwrap().is_none());
+    assert_eq!(RETRIES.lock().unwrap().len(), 3);
+    assert!(stage.is_dir(), "Cyrus made its staging directory");
+    let mut s = server.client().login(&server.admin(WATCHED)).unwrap();
+    s.examine("INBOX").unwrap();
+    assert_eq!(s.uid_search(&SearchKey::All).unwrap().len(), 3);
+    s.logout().unwrap();
 }

@@ -14,6 +14,16 @@
 //! Messages larger than the server's APPENDLIMIT (or the client's own
 //! limit), or with flags that are not IMAP atoms, are refused locally and
 //! never sent.
+//!
+//! Until the server has stored one message of a session, its APPENDs go one
+//! at a time with synchronizing literals. Cyrus stages a message before it
+//! reads the literal, and when staging fails it answers `NO System I/O error`
+//! without reading a LITERAL+ literal: the message's lines then run as
+//! commands of the session. Staging fails when two sessions race to make the
+//! partition's staging directory at the first APPENDs a server gets (a
+//! restore into a new server), and when the spool cannot be written. A
+//! synchronizing literal is only sent after the server's `+`, so a refusal
+//! costs nothing; once a message is stored the directory exists.
 
 use super::options::AppendStrategy;
 use super::session::{Got, Session};
@@ -75,6 +85,13 @@ impl Refusal {
     /// Whether trying again later may succeed (`[THROTTLED]`...).
     pub fn is_transient(&self) -> bool {
         self.code.as_ref().is_some_and(Code::is_transient)
+    }
+
+    /// Whether the server refused without a response code, so without saying whether
+    /// it is the message (`NO Message contains invalid header`) or a passing fault of
+    /// its own (Cyrus: `NO System I/O error`): one more try may tell.
+    pub fn is_unexplained(&self) -> bool {
+        self.by_server && self.code.is_none()
     }
 
     fn local(response: String) -> Self {
@@ -157,12 +174,27 @@ impl Session {
         let opts = self.options().append.clone();
         let multi = self.caps.has("MULTIAPPEND");
         let mode = self.literal_mode();
+        // One at a time, waiting for `+`, until the server stores one (see the
+        // module's notes).
+        let mut first = 0;
+        while !self.appended && first < ready.len() && mode != LiteralMode::Sync {
+            let one = &ready[first..first + 1];
+            if let Err(stopped) = self.append_each(&mut batch, one, LiteralMode::Sync, 1) {
+                return Err(self.interrupted(batch, *stopped));
+            }
+            self.appended = matches!(
+                batch.outcomes[one[0].idx],
+                Some(AppendOutcome::Appended { .. })
+            );
+            first += 1;
+        }
+        let ready = &ready[first..];
         let result = match opts.strategy {
             AppendStrategy::Auto | AppendStrategy::MultiAppend if multi => {
-                self.append_multi(&mut batch, &ready, mode)
+                self.append_multi(&mut batch, ready, mode)
             }
             AppendStrategy::Synchronous => {
-                self.append_each(&mut batch, &ready, LiteralMode::Sync, 1)
+                self.append_each(&mut batch, ready, LiteralMode::Sync, 1)
             }
             _ => {
                 let depth = if mode == LiteralMode::Sync {
@@ -170,7 +202,7 @@ impl Session {
                 } else {
                     opts.pipeline_depth.max(1)
                 };
-                self.append_each(&mut batch, &ready, mode, depth)
+                self.append_each(&mut batch, ready, mode, depth)
             }
         };
         match result {
@@ -188,16 +220,18 @@ impl Session {
                 }
                 Ok(out)
             }
-            Err(stopped) => {
-                let (source, in_doubt) = *stopped;
-                Err(Error::AppendInterrupted {
-                    account: self.account.clone(),
-                    folder: folder.to_string(),
-                    outcomes: batch.outcomes,
-                    in_doubt,
-                    source: Box::new(source),
-                })
-            }
+            Err(stopped) => Err(self.interrupted(batch, *stopped)),
+        }
+    }
+
+    /// The error of a batch that stopped early: what is known per message.
+    fn interrupted(&self, batch: Batch<'_>, (source, in_doubt): (Error, Vec<usize>)) -> Error {
+        Error::AppendInterrupted {
+            account: self.account.clone(),
+            folder: batch.folder.to_string(),
+            outcomes: batch.outcomes,
+            in_doubt,
+            source: Box::new(source),
         }
     }
 

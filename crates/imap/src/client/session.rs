@@ -89,6 +89,7 @@ impl Client {
             logged_in: false,
             closing: false,
             qresync_enabled: false,
+            appended: false,
         };
         s.greeting()?;
         if opts.target.security == Security::StartTls {
@@ -154,6 +155,8 @@ pub struct Session {
     closing: bool,
     /// QRESYNC was enabled (VANISHED replaces EXPUNGE).
     pub(crate) qresync_enabled: bool,
+    /// The server has stored a message this session sent (see `append_batch`).
+    pub(crate) appended: bool,
 }
 
 impl Session {

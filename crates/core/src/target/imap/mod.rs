@@ -242,6 +242,18 @@ type OnServer = HashMap<Fingerprint, Vec<u32>>;
 
 const MAX_ATTEMPTS: u32 = 8;
 
+/// How often a message the server refused without a reason (no response code) is sent
+/// in all. Such a refusal may pass: Cyrus answers `NO System I/O error` to the first
+/// APPENDs of two processes that race to create its staging directory, and the next
+/// try succeeds. It may also be the message itself (`NO Message contains invalid
+/// header`), so not many tries.
+const UNEXPLAINED_ATTEMPTS: u32 = 3;
+
+/// The wait before attempt `attempt + 1`: 200 ms, doubling, at most 25.6 s.
+fn backoff(attempt: u32) -> Duration {
+    Duration::from_millis(100 << attempt.min(8))
+}
+
 /// An account opens a further connection for every this many messages it has to send:
 /// a login costs the server about as much as appending 50-100 messages (docs/imap.md).
 const MESSAGES_PER_CONNECTION: usize = 500;
@@ -779,6 +791,9 @@ impl<'a> Lane<'a> {
             // in doubt (to look for first), in the folder's order.
             let mut left = vec![false; ready.len()];
             let mut doubt = vec![false; ready.len()];
+            // Refusals to try again: the server asked to wait (`throttled`), or gave no
+            // reason (`again`, the first such answer).
+            let (mut throttled, mut again) = (false, None);
             for (i, (r, o)) in ready.iter().zip(outcomes).enumerate() {
                 match o {
                     Some(AppendOutcome::Appended { uid, uidvalidity }) => {
@@ -790,8 +805,19 @@ impl<'a> Lane<'a> {
                         let bytes = r.range.len() as u64;
                         done[r.i] = Some(Ok(Outcome::Written { bytes }));
                     }
-                    Some(AppendOutcome::Refused(refusal)) if refusal.is_transient() => {
-                        left[i] = true
+                    Some(AppendOutcome::Refused(refusal))
+                        if refusal.is_transient() && attempt < MAX_ATTEMPTS =>
+                    {
+                        left[i] = true;
+                        throttled = true;
+                    }
+                    Some(AppendOutcome::Refused(refusal))
+                        if refusal.is_unexplained() && attempt < UNEXPLAINED_ATTEMPTS =>
+                    {
+                        left[i] = true;
+                        if again.is_none() {
+                            again = Some(refusal.response.clone());
+                        }
                     }
                     Some(AppendOutcome::Refused(refusal)) => {
                         let why = if refusal.by_server {
@@ -816,8 +842,21 @@ impl<'a> Lane<'a> {
                 left[i - 1]
             });
             journaled?;
+            if throttled {
+                t.pacer.throttled();
+            }
+            if let Some(why) = again {
+                tracing::warn!(
+                    "{}: {}: refused by the server without a reason code: {why}; trying again (attempt {attempt})",
+                    self.acc.name,
+                    folder.name,
+                );
+                std::thread::sleep(backoff(attempt));
+            }
             let Some(err) = err else {
-                t.pacer.ok();
+                if !throttled {
+                    t.pacer.ok();
+                }
                 continue;
             };
             let root = err.root();
@@ -843,7 +882,7 @@ impl<'a> Lane<'a> {
                     if err.is_connection_lost() {
                         self.session = None;
                     }
-                    std::thread::sleep(Duration::from_millis(100 << attempt.min(8)));
+                    std::thread::sleep(backoff(attempt));
                 }
                 _ => return Err(Stop::Batch(err.to_string())),
             }
