@@ -840,15 +840,15 @@ impl<'a> FolderWriter<'a> {
                 (stored.size, stored.content, stored.lists)
             }
         };
-        let (mtime, mode, uid, gid, inode) = match f.meta {
-            Some(m) => (m.mtime, m.mode, m.uid, m.gid, m.inode),
+        let (mtime, mode, uid, gid, (inode, dev, nlink)) = match f.meta {
+            Some(m) => (m.mtime, m.mode, m.uid, m.gid, (m.inode, m.dev, m.nlink)),
             None => {
                 let (u, g) = ctx.process_owner();
                 let mtime = Timestamp {
                     secs: ctx.time,
                     nanos: 0,
                 };
-                (mtime, 0o600, u, g, 0)
+                (mtime, 0o600, u, g, (0, 0, 0))
             }
         };
         Ok(Some(FileEntry {
@@ -862,6 +862,8 @@ impl<'a> FolderWriter<'a> {
             lists,
             inode,
             link,
+            dev,
+            nlink,
         }))
     }
 

@@ -13,7 +13,9 @@
 //! then converted, with those fields empty). Version 3 of the account tree gives files
 //! content lists ([`ContentList`]: a large file's chunk ids in tree blobs of their own)
 //! and inode numbers; version 4 gives folders their directory's mtime and files their
-//! symbolic link target. Older blobs still decode. Chunks are still version 1.
+//! symbolic link target; version 5 gives files their device number and link count, so
+//! that a restore knows which are hard links of one file. Older blobs still decode.
+//! Chunks are still version 1.
 
 use crate::error::{Error, Result};
 use crate::repo::id::Id;
@@ -132,6 +134,13 @@ pub struct FileEntry {
     /// A symbolic link's target (a `file:` backup's links, never followed): the entry has
     /// no content and size 0, and only a `dir:` restore makes the link. Version 4.
     pub link: Option<Vec<u8>>,
+    /// The device number at backup (`st_dev`; 0: not recorded): regular files of an
+    /// account with the same nonzero `dev` and `inode` and `nlink` above 1 are hard links
+    /// of one file, which a `dir:` restore writes once and links. Version 5.
+    pub dev: u64,
+    /// The number of hard links of the file at backup (`st_nlink`; 0: not recorded).
+    /// Version 5.
+    pub nlink: u32,
 }
 
 /// Seconds and nanoseconds since the Unix epoch.
@@ -302,29 +311,40 @@ impl TreeBlob for RootTree {
     }
 }
 impl TreeBlob for AccountTree {
-    const VERSION: u8 = TREE_VERSION_4;
+    const VERSION: u8 = TREE_VERSION_5;
     fn decode_old(version: u8, body: &[u8]) -> Option<postcard::Result<Self>> {
+        /// An old account tree whose folders decode as `N`.
+        fn with<N: DeserializeOwned + Into<FolderNode>>(
+            body: &[u8],
+        ) -> postcard::Result<AccountTree> {
+            postcard::from_bytes::<old::AccountTree<N>>(body).map(Into::into)
+        }
         match version {
             1 => Some(postcard::from_bytes::<v1::AccountTree>(body).map(Into::into)),
-            2 => Some(postcard::from_bytes::<old::AccountTree<old::FileV2>>(body).map(Into::into)),
-            3 => Some(postcard::from_bytes::<old::AccountTree<old::FileV3>>(body).map(Into::into)),
+            2 => Some(with::<old::FolderNode<old::FileV2>>(body)),
+            3 => Some(with::<old::FolderNode<old::FileV3>>(body)),
+            4 => Some(with::<old::FolderNodeV4>(body)),
             _ => None,
         }
     }
 }
 
-/// The version-2 and version-3 forms of the account tree, which differ only in their
-/// files: version 2's have no content lists or inodes, and neither has folder mtimes or
-/// file links (version 4).
+/// The version-2, -3 and -4 forms of the account tree. Versions 2 and 3 differ only in
+/// their files (version 2's have no content lists or inodes) and have no folder mtimes or
+/// file links; version 4 adds both (each old form nests the one before it: postcard
+/// encodes a nested struct as its fields, in order), and lacks the files' device and
+/// link count (version 5).
 mod old {
     use super::{ChunkRef, DirEntry, Id, Timestamp};
     use serde::{Deserialize, Serialize};
 
     // Serialize: for the tests that old blobs still decode.
+    /// An old account tree, its folders of the form `N`.
     #[derive(Deserialize, Serialize)]
-    pub struct AccountTree<F> {
-        pub(super) folders: Vec<FolderNode<F>>,
+    pub struct AccountTree<N> {
+        pub(super) folders: Vec<N>,
     }
+    /// A version-2 or -3 folder, its files of the form `F`.
     #[derive(Deserialize, Serialize)]
     pub(super) struct FolderNode<F> {
         pub(super) name: String,
@@ -353,6 +373,18 @@ mod old {
         pub(super) lists: Vec<Id>,
         pub(super) inode: u64,
     }
+    /// A version-4 file: version 3's, then its link target.
+    #[derive(Deserialize, Serialize)]
+    pub(super) struct FileV4 {
+        pub(super) v3: FileV3,
+        pub(super) link: Option<Vec<u8>>,
+    }
+    /// A version-4 folder: version 3's with version-4 files, then its directory's mtime.
+    #[derive(Deserialize, Serialize)]
+    pub(super) struct FolderNodeV4 {
+        pub(super) node: FolderNode<FileV4>,
+        pub(super) mtime: Option<Timestamp>,
+    }
 
     impl From<FileV2> for super::FileEntry {
         fn from(e: FileV2) -> Self {
@@ -367,6 +399,8 @@ mod old {
                 lists: Vec::new(),
                 inode: 0,
                 link: None,
+                dev: 0,
+                nlink: 0,
             }
         }
     }
@@ -381,9 +415,18 @@ mod old {
         }
     }
 
-    impl<F: Into<super::FileEntry>> From<AccountTree<F>> for super::AccountTree {
-        fn from(t: AccountTree<F>) -> Self {
-            let folders = t.folders.into_iter().map(|f| super::FolderNode {
+    impl From<FileV4> for super::FileEntry {
+        fn from(e: FileV4) -> Self {
+            super::FileEntry {
+                link: e.link,
+                ..e.v3.into()
+            }
+        }
+    }
+
+    impl<F: Into<super::FileEntry>> From<FolderNode<F>> for super::FolderNode {
+        fn from(f: FolderNode<F>) -> Self {
+            super::FolderNode {
                 name: f.name,
                 dir: f.dir,
                 files: f.files.into_iter().map(Into::into).collect(),
@@ -392,9 +435,23 @@ mod old {
                 bytes: f.bytes,
                 dirs: f.dirs,
                 mtime: None,
-            });
+            }
+        }
+    }
+
+    impl From<FolderNodeV4> for super::FolderNode {
+        fn from(f: FolderNodeV4) -> Self {
+            super::FolderNode {
+                mtime: f.mtime,
+                ..f.node.into()
+            }
+        }
+    }
+
+    impl<N: Into<super::FolderNode>> From<AccountTree<N>> for super::AccountTree {
+        fn from(t: AccountTree<N>) -> Self {
             super::AccountTree {
-                folders: folders.collect(),
+                folders: t.folders.into_iter().map(Into::into).collect(),
             }
         }
     }
@@ -479,6 +536,8 @@ mod v1 {
                         lists: Vec::new(),
                         inode: 0,
                         link: None,
+                        dev: 0,
+                        nlink: 0,
                     })
                     .collect(),
                 chunks: f.chunks,
@@ -522,9 +581,12 @@ pub fn decode<T: TreeBlob>(bytes: &[u8], what: &str) -> Result<T> {
 /// Version byte of [`ContentList`] blobs, and of [`AccountTree`] blobs while files had
 /// content lists and inodes but folders no mtime and files no link target.
 pub const TREE_VERSION_3: u8 = 3;
-/// Version byte of [`AccountTree`] blobs since folders have their directory's mtime and
-/// files their link target.
+/// Version byte of [`AccountTree`] blobs while folders had their directory's mtime and
+/// files their link target, but files no device number or link count.
 pub const TREE_VERSION_4: u8 = 4;
+/// Version byte of [`AccountTree`] blobs since files have their device number and link
+/// count (hard links).
+pub const TREE_VERSION_5: u8 = 5;
 /// A content list ends after an id whose first two bytes (little endian) are 0 modulo
 /// this: ~64 ids per list (256 KiB of a file in 4 KiB chunks) ...
 pub const LIST_AVG_IDS: u16 = 64;
@@ -568,26 +630,39 @@ pub fn list_boundaries(ids: &[Id]) -> Vec<std::ops::Range<usize>> {
 mod tests {
     use super::*;
 
-    /// Encodes a one-folder account tree of an old version holding `file`, and decodes it
-    /// as today's.
-    fn decode_old_tree<F: Serialize>(version: u8, file: F) -> AccountTree {
+    /// A version-2 or -3 folder holding `file`.
+    fn old_folder<F>(file: F) -> old::FolderNode<F> {
+        old::FolderNode {
+            name: "INBOX".into(),
+            dir: Vec::new(),
+            files: vec![file],
+            chunks: Vec::new(),
+            messages: 0,
+            bytes: 0,
+            dirs: Vec::new(),
+        }
+    }
+
+    /// Encodes a one-folder account tree of an old version, and decodes it as today's.
+    fn decode_old_folder<N: Serialize>(version: u8, folder: N) -> AccountTree {
         let old = old::AccountTree {
-            folders: vec![old::FolderNode {
-                name: "INBOX".into(),
-                dir: Vec::new(),
-                files: vec![file],
-                chunks: Vec::new(),
-                messages: 0,
-                bytes: 0,
-                dirs: Vec::new(),
-            }],
+            folders: vec![folder],
         };
         let mut blob = vec![version];
         blob.extend(postcard::to_allocvec(&old).unwrap());
         let t: AccountTree = decode(&blob, "t").unwrap();
-        assert_eq!(encode(&t)[0], TREE_VERSION_4);
+        assert_eq!(encode(&t)[0], TREE_VERSION_5);
         assert_eq!(decode::<AccountTree>(&encode(&t), "t").unwrap(), t);
+        t
+    }
+
+    /// As [`decode_old_folder`], of a version-2 or -3 folder holding `file`: it has no
+    /// mtime, and the file no device or link count.
+    fn decode_old_tree<F: Serialize>(version: u8, file: F) -> AccountTree {
+        let t = decode_old_folder(version, old_folder(file));
         assert_eq!(t.folders[0].mtime, None);
+        let f = &t.folders[0].files[0];
+        assert_eq!((f.dev, f.nlink), (0, 0));
         t
     }
 
@@ -654,6 +729,145 @@ mod tests {
         );
         assert_eq!(f.lists, vec![Id([3; 32]), Id([4; 32])]);
         assert_eq!(f.link, None);
+    }
+
+    /// An account tree written before devices and link counts (version 4: folder mtimes
+    /// and symbolic links) still decodes, mtime and link kept, device and link count 0
+    /// (not recorded: no file is taken for a hard link). The tree is encoded as version
+    /// 4 declared it, flat, and must be what the nested old forms encode.
+    #[test]
+    fn version_4_account_trees_still_decode() {
+        #[derive(Serialize)]
+        struct FlatFileV4 {
+            name: Vec<u8>,
+            size: u64,
+            mtime: Timestamp,
+            mode: u32,
+            uid: u32,
+            gid: u32,
+            content: Vec<Id>,
+            lists: Vec<Id>,
+            inode: u64,
+            link: Option<Vec<u8>>,
+        }
+        #[derive(Serialize)]
+        struct FlatFolderV4 {
+            name: String,
+            dir: Vec<u8>,
+            files: Vec<FlatFileV4>,
+            chunks: Vec<ChunkRef>,
+            messages: u64,
+            bytes: u64,
+            dirs: Vec<DirEntry>,
+            mtime: Option<Timestamp>,
+        }
+        let mtime = Timestamp { secs: 5, nanos: 6 };
+        let dir_mtime = Some(Timestamp { secs: 7, nanos: 8 });
+        let dirs = vec![DirEntry {
+            name: Vec::new(),
+            mode: 0o750,
+            uid: 8,
+            gid: 9,
+        }];
+        let flat = FlatFolderV4 {
+            name: "data".into(),
+            dir: b"data".to_vec(),
+            files: vec![
+                FlatFileV4 {
+                    name: b"names.nsf".to_vec(),
+                    size: 3,
+                    mtime,
+                    mode: 0o640,
+                    uid: 8,
+                    gid: 9,
+                    content: vec![Id([4; 32])],
+                    lists: Vec::new(),
+                    inode: 77,
+                    link: None,
+                },
+                FlatFileV4 {
+                    name: b"current".to_vec(),
+                    size: 0,
+                    mtime,
+                    mode: 0o777,
+                    uid: 8,
+                    gid: 9,
+                    content: Vec::new(),
+                    lists: Vec::new(),
+                    inode: 78,
+                    link: Some(b"names.nsf".to_vec()),
+                },
+            ],
+            chunks: Vec::new(),
+            messages: 0,
+            bytes: 0,
+            dirs: dirs.clone(),
+            mtime: dir_mtime,
+        };
+        let nested = old::FolderNodeV4 {
+            node: old::FolderNode {
+                name: "data".into(),
+                dir: b"data".to_vec(),
+                files: (flat.files.iter())
+                    .map(|f| old::FileV4 {
+                        v3: old::FileV3 {
+                            v2: old::FileV2 {
+                                name: f.name.clone(),
+                                size: f.size,
+                                mtime: f.mtime,
+                                mode: f.mode,
+                                uid: f.uid,
+                                gid: f.gid,
+                                content: f.content.clone(),
+                            },
+                            lists: f.lists.clone(),
+                            inode: f.inode,
+                        },
+                        link: f.link.clone(),
+                    })
+                    .collect(),
+                chunks: Vec::new(),
+                messages: 0,
+                bytes: 0,
+                dirs: dirs.clone(),
+            },
+            mtime: dir_mtime,
+        };
+        assert_eq!(
+            postcard::to_allocvec(&flat).unwrap(),
+            postcard::to_allocvec(&nested).unwrap()
+        );
+        let t = decode_old_folder(TREE_VERSION_4, flat);
+        let file = |name: &[u8], mode, inode, content, link: Option<Vec<u8>>| FileEntry {
+            name: name.to_vec(),
+            size: if link.is_some() { 0 } else { 3 },
+            mtime,
+            mode,
+            uid: 8,
+            gid: 9,
+            content,
+            lists: Vec::new(),
+            inode,
+            link,
+            dev: 0,
+            nlink: 0,
+        };
+        let want = AccountTree {
+            folders: vec![FolderNode {
+                name: "data".into(),
+                dir: b"data".to_vec(),
+                files: vec![
+                    file(b"names.nsf", 0o640, 77, vec![Id([4; 32])], None),
+                    file(b"current", 0o777, 78, vec![], Some(b"names.nsf".to_vec())),
+                ],
+                chunks: Vec::new(),
+                messages: 0,
+                bytes: 0,
+                dirs,
+                mtime: dir_mtime,
+            }],
+        };
+        assert_eq!(t, want);
     }
 
     fn entry(key: &str) -> MessageEntry {
@@ -741,6 +955,7 @@ mod tests {
             AccountTree::default()
         );
         assert!(decode::<RootTree>(&[3, 0], "t").is_err());
+        assert!(decode::<AccountTree>(&[TREE_VERSION_5 + 1, 0], "t").is_err());
         assert!(decode::<MessageChunk>(&[], "t").is_err());
     }
 }

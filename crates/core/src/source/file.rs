@@ -12,9 +12,10 @@
 //! is an account of its directory holding just that file.
 //!
 //! `--include` / `--exclude` globs ([`Filter`]) choose files (and exclude directories).
-//! Symbolic links are never followed, and like sockets, FIFOs and devices they are
-//! reported, not backed up. `restore --target dir:DIR` writes the tree back below DIR
-//! (`crate::target::maildir`, plain), sparse files sparse.
+//! Symbolic links are kept as links, never followed; sockets, FIFOs and devices are
+//! reported, not backed up. Each file's device, inode and link count are recorded, so
+//! that hard links within a PATH are known. `restore --target dir:DIR` writes the tree
+//! back below DIR (`crate::target::maildir`, plain), sparse files sparse.
 
 use super::{Account, AccountListing, Failures, FileData, FileMeta, Folder, FolderFile};
 use super::{FolderWriter, Parallelism, Source};
@@ -390,8 +391,11 @@ impl Source for FileSource {
             };
             match out.parent_file(&name) {
                 Some(p) if same(p) => {
+                    // Owner, mode and links as they are now: `ln a b` changes a's link
+                    // count, not its mtime.
                     let mut e = p.clone();
                     (e.mode, e.uid, e.gid) = (meta.mode, meta.uid, meta.gid);
+                    (e.dev, e.nlink) = (meta.dev, meta.nlink);
                     out.unchanged_file(e);
                 }
                 _ => to_read.push((name, data, meta)),

@@ -207,6 +207,11 @@ pub struct FileMeta {
     /// The inode number (a `file:` backup reads again only a file whose size, mtime or
     /// inode changed).
     pub inode: u64,
+    /// The device number (`st_dev`): with `inode`, which paths are hard links of one
+    /// file.
+    pub dev: u64,
+    /// The number of hard links (`st_nlink`).
+    pub nlink: u32,
 }
 
 impl FileMeta {
@@ -219,6 +224,8 @@ impl FileMeta {
             uid: m.uid(),
             gid: m.gid(),
             inode: m.ino(),
+            dev: m.dev(),
+            nlink: u32::try_from(m.nlink()).unwrap_or(u32::MAX),
         }
     }
 }
