@@ -30,7 +30,8 @@ use crate::repo::{lock, Repository};
 use crate::report::{per_sec, Progress};
 use crate::target::maildir::MaildirTarget;
 use crate::target::{
-    meta, AccountInfo, Caps, Failures, FolderInfo, Item, Message, Meta, Order, Outcome, Target,
+    meta, AccountInfo, Caps, Failures, FolderInfo, HardLink, Item, Message, Meta, Order, Outcome,
+    Target,
 };
 use mailvault_imap::maildir_flags::KeywordTable;
 use serde::Serialize;
@@ -105,9 +106,13 @@ pub struct RestoreReport {
     /// Files of folders written whole: a Maildir's `dovecot-uidlist` and the like, the
     /// files of a `file:` snapshot (a failed one is listed in `failures`).
     pub files_restored: u64,
+    /// Files of a `file:` snapshot made as hard links of another file restored (`dir:`
+    /// targets), not written.
+    pub files_linked: u64,
     /// Their bytes.
     pub file_bytes_written: u64,
-    /// Large files already in the target, complete (same size and mtime): not written.
+    /// Large files already in the target, complete (same size and mtime), and hard links
+    /// already there: not written.
     pub files_unchanged: u64,
     pub elapsed_secs: f64,
     pub items_per_sec: f64,
@@ -130,6 +135,7 @@ struct Tally {
     files: AtomicU64,
     file_bytes: AtomicU64,
     files_present: AtomicU64,
+    files_linked: AtomicU64,
 }
 
 struct Ctx<'a, T> {
@@ -402,6 +408,7 @@ const NO_CAPS: Caps = Caps {
     lane_messages: 0,
     folder_files: false,
     keywords: false,
+    hard_links: false,
 };
 
 impl<'a, T: Target> Ctx<'a, T> {
@@ -445,6 +452,7 @@ impl<'a, T: Target> Ctx<'a, T> {
             items_failed: n.failed.load(Relaxed),
             bytes_written: bytes,
             files_restored: n.files.load(Relaxed),
+            files_linked: n.files_linked.load(Relaxed),
             file_bytes_written: file_bytes,
             files_unchanged: n.files_present.load(Relaxed),
             elapsed_secs: elapsed,
@@ -777,7 +785,14 @@ fn execute_batch<T: Target>(ctx: &Ctx<T>, plans: Vec<AccountPlan>, picked: bool)
 fn execute_any<T: Target>(ctx: &Ctx<T>, plans: Vec<AccountPlan>, picked: bool) {
     let mut rest: Vec<(usize, FolderPlan)> = Vec::new();
     let (accs, folders): (Vec<_>, Vec<_>) = open_accounts(ctx, plans).into_iter().unzip();
-    for (a, fs) in folders.into_iter().enumerate() {
+    // Each account's hard links, made once its folders are written.
+    let mut links = Vec::new();
+    for (a, mut fs) in folders.into_iter().enumerate() {
+        links.push(if !picked && ctx.caps.folder_files && ctx.caps.hard_links {
+            take_hard_links(&mut fs)
+        } else {
+            Vec::new()
+        });
         rest.extend(fs.into_iter().map(|f| (a, f)));
     }
     // Folders in batches, each open in the target while its messages are written.
@@ -900,9 +915,58 @@ fn execute_any<T: Target>(ctx: &Ctx<T>, plans: Vec<AccountPlan>, picked: bool) {
             ctx.target.finish_folder(folder, &ctx.n.failures);
         }
     }
-    for a in accs {
+    for (a, links) in accs.into_iter().zip(links) {
+        if !links.is_empty() {
+            // Before the account is finished: it gives directories their mtimes.
+            let done = ctx.target.link_files(&a.open, &links, &ctx.n.failures);
+            ctx.n.files_linked.fetch_add(done.made, Relaxed);
+            ctx.n.files_present.fetch_add(done.present, Relaxed);
+        }
         ctx.target.finish_account(a.open, &ctx.n.failures);
     }
+}
+
+/// Takes the hard links out of an account's folder files (a `file:` snapshot's): of the
+/// regular files recorded with the same device and inode and more than one link, the
+/// first in the plan's order (folders in order, their files in order) stays, to be
+/// written; the others are left out of their folders and returned, as links to it
+/// ([`Target::link_files`]). A file the restore skips (an unsafe name, an IMAP backup's
+/// sync state) stays where it is, to be skipped there.
+fn take_hard_links(folders: &mut [FolderPlan]) -> Vec<HardLink> {
+    use std::collections::hash_map::Entry;
+    let mut first: HashMap<(u64, u64), HardLink> = HashMap::new();
+    let mut links = Vec::new();
+    for fp in folders {
+        let dir = &fp.node.dir;
+        fp.node.files.retain(|f| {
+            let linked = f.link.is_none() && f.dev != 0 && f.inode != 0 && f.nlink > 1;
+            if !linked || f.name == crate::imap::names::STATE_FILE || !safe_component(&f.name) {
+                return true;
+            }
+            match first.entry((f.dev, f.inode)) {
+                Entry::Vacant(v) => {
+                    v.insert(HardLink {
+                        dir: Vec::new(),
+                        name: Vec::new(),
+                        to_dir: dir.clone(),
+                        to_name: f.name.clone(),
+                        size: f.size,
+                        mtime: f.mtime,
+                    });
+                    true
+                }
+                Entry::Occupied(o) => {
+                    links.push(HardLink {
+                        dir: dir.clone(),
+                        name: f.name.clone(),
+                        ..o.get().clone()
+                    });
+                    false
+                }
+            }
+        });
+    }
+    links
 }
 
 /// Reassembles, checks and writes one message.
@@ -1909,6 +1973,7 @@ mod tests {
                         lane_messages: 0,
                         folder_files: false,
                         keywords: false,
+                        hard_links: false,
                     }
                 }
                 fn open_account(&self, _: &AccountInfo) -> std::io::Result<()> {

@@ -15,7 +15,8 @@
 //! Symbolic links are kept as links, never followed; sockets, FIFOs and devices are
 //! reported, not backed up. Each file's device, inode and link count are recorded, so
 //! that hard links within a PATH are known. `restore --target dir:DIR` writes the tree
-//! back below DIR (`crate::target::maildir`, plain), sparse files sparse.
+//! back below DIR (`crate::target::maildir`, plain), sparse files sparse, hard links as
+//! hard links.
 
 use super::{Account, AccountListing, Failures, FileData, FileMeta, Folder, FolderFile};
 use super::{FolderWriter, Parallelism, Source};
@@ -732,6 +733,138 @@ mod tests {
         let back = restored(out.path(), root);
         assert_eq!(std::fs::read(back.join("data/real.db")).unwrap(), b"pages");
         assert!(std::fs::symlink_metadata(back.join("data/abs")).is_err());
+    }
+
+    /// Hard links within a PATH come back as hard links from a `dir:` restore: `a` and
+    /// `sub/b` (a small file) and `big` and `sub/deep/big` (a large one, restored in
+    /// pieces) are one file each, `c` (a copy with the same bytes and mtime) stays a file
+    /// of its own. Each file is written once and linked, before the directories get their
+    /// mtimes. Restored again, the links are there (unchanged, nothing failed); a link
+    /// name taken by another file is reported and kept. After `ln a d` and `ln c e` (no
+    /// mtime changes, so `a` and `c` are unchanged files for the backup, whose link
+    /// counts must be taken anew), the next snapshot restores a, sub/b and d as one file
+    /// and c and e as another. A file whose restore failed (its directory a planted
+    /// symbolic link) has its links reported, naming it.
+    #[test]
+    fn hard_links_are_restored_as_hard_links() {
+        let src = tempfile::tempdir().unwrap();
+        let root = src.path();
+        std::fs::create_dir_all(root.join("sub/deep")).unwrap();
+        std::fs::create_dir_all(root.join("p")).unwrap();
+        std::fs::create_dir_all(root.join("q")).unwrap();
+        std::fs::write(root.join("a"), b"one file, two names\n").unwrap();
+        std::fs::hard_link(root.join("a"), root.join("sub/b")).unwrap();
+        std::fs::copy(root.join("a"), root.join("c")).unwrap();
+        let mtime = std::fs::metadata(root.join("a"))
+            .unwrap()
+            .modified()
+            .unwrap();
+        let set_mtime = |rel: &str| {
+            let f = std::fs::File::options().write(true).open(root.join(rel));
+            f.unwrap().set_modified(mtime).unwrap();
+        };
+        set_mtime("c");
+        std::fs::write(root.join("big"), database_like(300 << 10, 3)).unwrap();
+        std::fs::hard_link(root.join("big"), root.join("sub/deep/big")).unwrap();
+        std::fs::write(root.join("p/one"), b"linked across folders\n").unwrap();
+        std::fs::hard_link(root.join("p/one"), root.join("q/two")).unwrap();
+        let inode = |p: &Path| {
+            let m = std::fs::symlink_metadata(p).unwrap();
+            (m.ino(), m.nlink())
+        };
+        let dir_mtime = |p: &Path| std::fs::metadata(p).unwrap().modified().unwrap();
+
+        let mut repo = repository();
+        let first = backup(&mut repo, &[root], &[], &[], 1_000);
+        assert!(first.failures.is_empty(), "{:?}", first.failures);
+        assert_eq!(first.items_total, 7);
+        let out = tempfile::tempdir().unwrap();
+        let rep = restore(&repo, "latest", out.path());
+        assert!(rep.failures.is_empty(), "{:?}", rep.failures);
+        assert_eq!((rep.files_restored, rep.files_linked), (4, 3));
+        let back = restored(out.path(), root);
+        let (a, b, c) = (back.join("a"), back.join("sub/b"), back.join("c"));
+        assert_eq!(inode(&a), (inode(&b).0, 2), "a and sub/b are one file");
+        assert_eq!(inode(&c).1, 1, "c is a file of its own");
+        assert_ne!(inode(&c).0, inode(&a).0);
+        let big = back.join("big");
+        assert_eq!(inode(&big), (inode(&back.join("sub/deep/big")).0, 2));
+        assert_eq!(
+            inode(&back.join("p/one")),
+            (inode(&back.join("q/two")).0, 2)
+        );
+        for rel in ["a", "sub/b", "c", "big", "sub/deep/big"] {
+            let (want, got) = (root.join(rel), back.join(rel));
+            assert!(std::fs::read(&want).unwrap() == std::fs::read(&got).unwrap());
+            assert_eq!(
+                std::fs::metadata(&got).unwrap().modified().unwrap(),
+                std::fs::metadata(&want).unwrap().modified().unwrap(),
+                "{rel}"
+            );
+        }
+        // Links made before the directories got their mtimes.
+        for rel in ["", "sub", "sub/deep", "q"] {
+            assert_eq!(
+                dir_mtime(&back.join(rel)),
+                dir_mtime(&root.join(rel)),
+                "{rel:?}"
+            );
+        }
+
+        // Again over itself: the links are there, nothing written, nothing failed.
+        let again = restore(&repo, "latest", out.path());
+        assert!(again.failures.is_empty(), "{:?}", again.failures);
+        assert_eq!(again.files_linked, 0);
+        assert_eq!(again.files_unchanged, 4, "big and the three links");
+        assert_eq!(inode(&a), (inode(&b).0, 2));
+        // A link name taken by another file: reported, kept.
+        std::fs::remove_file(&b).unwrap();
+        std::fs::write(&b, b"mine").unwrap();
+        let again = restore(&repo, "latest", out.path());
+        assert_eq!(again.failures.len(), 1, "{:?}", again.failures);
+        assert!(again.failures[0].item.ends_with("sub/b"));
+        assert!(again.failures[0]
+            .error
+            .contains("already exists: not overwritten"));
+        assert_eq!(std::fs::read(&b).unwrap(), b"mine");
+
+        // New links to files that are unchanged for the backup.
+        std::fs::hard_link(root.join("a"), root.join("d")).unwrap();
+        std::fs::hard_link(root.join("c"), root.join("e")).unwrap();
+        let second = backup(&mut repo, &[root], &[], &[], 2_000);
+        assert!(second.failures.is_empty(), "{:?}", second.failures);
+        assert_eq!((second.items_total, second.items_unchanged), (9, 7));
+        let out = tempfile::tempdir().unwrap();
+        let rep = restore(&repo, "latest", out.path());
+        assert!(rep.failures.is_empty(), "{:?}", rep.failures);
+        assert_eq!((rep.files_restored, rep.files_linked), (4, 5));
+        let back = restored(out.path(), root);
+        let a = inode(&back.join("a"));
+        assert_eq!(a.1, 3);
+        assert_eq!(inode(&back.join("sub/b")), a);
+        assert_eq!(inode(&back.join("d")), a);
+        let c = inode(&back.join("c"));
+        assert_eq!((inode(&back.join("e")), c.1), (c, 2));
+        assert_ne!(c.0, a.0);
+
+        // The file linked to not restored: its folder's directory is a planted link.
+        let out = tempfile::tempdir().unwrap();
+        let back = restored(out.path(), root);
+        std::fs::create_dir_all(&back).unwrap();
+        let elsewhere = tempfile::tempdir().unwrap();
+        std::os::unix::fs::symlink(elsewhere.path(), back.join("p")).unwrap();
+        let rep = restore(&repo, "latest", out.path());
+        assert_eq!(rep.failures.len(), 2, "{:?}", rep.failures);
+        assert!(rep.failures.iter().any(|f| f.item.ends_with(": p")));
+        let link = rep.failures.iter().find(|f| f.item.ends_with("q/two"));
+        let p_one = back.join("p/one");
+        let want = format!("hard link to {}, which was not restored", p_one.display());
+        assert!(link.unwrap().error.contains(&want), "{:?}", rep.failures);
+        assert!(std::fs::read_dir(elsewhere.path())
+            .unwrap()
+            .next()
+            .is_none());
+        assert_eq!(inode(&back.join("sub/b")), inode(&back.join("a")));
     }
 
     /// A tree: subdirectories with their modes, files with their modes and mtimes, an

@@ -107,6 +107,7 @@ impl Target for EmlTarget {
             lane_messages: 0,
             folder_files: false,
             keywords: true,
+            hard_links: false,
         }
     }
 

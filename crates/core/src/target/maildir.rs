@@ -17,7 +17,8 @@
 //! account is finished, deepest first, so that none becomes unwritable before its content
 //! is in.
 
-use super::{AccountInfo, Caps, Failures, FolderInfo, Item, Message, Order, Outcome, Target};
+use super::{AccountInfo, Caps, Failures, FolderInfo, HardLink, Item, Message, Order};
+use super::{Linked, Outcome, Target};
 use crate::error::{Error, Result};
 use crate::maildir;
 use crate::repo::lock;
@@ -290,6 +291,7 @@ impl Target for MaildirTarget {
             lane_messages: 0,
             folder_files: true,
             keywords: false,
+            hard_links: self.plain,
         }
     }
 
@@ -499,6 +501,29 @@ impl Target for MaildirTarget {
                 Error::io(shown, e)
             }
         })
+    }
+
+    fn link_files(&self, acc: &MaildirAccount, links: &[HardLink], failures: &Failures) -> Linked {
+        let mut done = Linked::default();
+        // The last directory opened on either side, for the next link in it (links come
+        // folder by folder, and mostly to files of one folder).
+        let (mut dir, mut to_dir) = (None, None);
+        for l in links {
+            let at = |dir: &[u8], name: &[u8]| {
+                let mut p: Vec<&[u8]> = acc.parts.iter().map(|p| &p[..]).collect();
+                p.extend(dir.split(|&c| c == b'/'));
+                p.push(name);
+                self.shown(&p)
+            };
+            let shown = at(&l.dir, &l.name);
+            let to_shown = || at(&l.to_dir, &l.to_name);
+            match link_file(self, acc, l, (&mut dir, &mut to_dir), (&shown, &to_shown)) {
+                Ok(true) => done.made += 1,
+                Ok(false) => done.present += 1,
+                Err(e) => failures.add(shown.display().to_string(), e),
+            }
+        }
+        done
     }
 
     fn finish_account(&self, acc: MaildirAccount, failures: &Failures) {
@@ -1113,6 +1138,91 @@ fn write_link(
     };
     rustix::fs::utimensat(dir, name, &times, nofollow)?;
     Ok(())
+}
+
+/// A folder directory of an account, kept open for the next hard link in it.
+type OpenDir = Option<(Vec<u8>, OwnedFd)>;
+
+/// Opens the folder directory `dir` of `acc` (none of it through a symbolic link), or
+/// takes it from `cache`, where it stays.
+fn open_cached<'c>(
+    t: &MaildirTarget,
+    acc: &MaildirAccount,
+    dir: &[u8],
+    cache: &'c mut OpenDir,
+) -> std::io::Result<BorrowedFd<'c>> {
+    if cache.as_ref().is_none_or(|(d, _)| d != dir) {
+        let mut parts: Vec<&[u8]> = acc.parts.iter().map(|p| &p[..]).collect();
+        parts.extend(dir.split(|&c| c == b'/'));
+        let fd = open_path(t.root.as_fd(), &parts, false).map_err(|(_, e)| e)?;
+        *cache = Some((dir.to_vec(), fd));
+    }
+    let cache: &'c OpenDir = cache;
+    match cache {
+        Some((_, fd)) => Ok(fd.as_fd()),
+        None => Err(ErrorKind::NotFound.into()),
+    }
+}
+
+/// Makes one hard link of a `file:` snapshot: `true` made, `false` already there (the
+/// same file under the link's name: a re-run). The file linked to must be the one
+/// restored: a regular file of the recorded size and mtime, not another file found under
+/// its name (`shown`, `to_shown`: the paths of the link and of that file, for errors); a
+/// link name taken by anything else is reported and kept. Both directories are opened
+/// without following symbolic links, and `linkat` follows none either.
+fn link_file(
+    t: &MaildirTarget,
+    acc: &MaildirAccount,
+    l: &HardLink,
+    (dir_cache, to_dir_cache): (&mut OpenDir, &mut OpenDir),
+    (shown, to_shown): (&Path, &dyn Fn() -> PathBuf),
+) -> Result<bool> {
+    use rustix::fs::{statat, AtFlags, FileType};
+    let not_restored = || {
+        Error::InvalidInput(format!(
+            "hard link to {}, which was not restored",
+            to_shown().display()
+        ))
+    };
+    let nofollow = AtFlags::SYMLINK_NOFOLLOW;
+    // Its folder missing, or not opened (a link planted in its place): its restore
+    // failed, and was reported.
+    let to_dir = open_cached(t, acc, &l.to_dir, to_dir_cache).map_err(|_| not_restored())?;
+    let file = match statat(to_dir, l.to_name.as_slice(), nofollow) {
+        Ok(st)
+            if FileType::from_raw_mode(st.st_mode).is_file()
+                && st.st_size as u64 == l.size
+                && (st.st_mtime, st.st_mtime_nsec as u32) == (l.mtime.secs, l.mtime.nanos) =>
+        {
+            st
+        }
+        Ok(_) => {
+            return Err(Error::InvalidInput(format!(
+                "hard link to {}, which is another file in the target: not linked",
+                to_shown().display()
+            )))
+        }
+        Err(Errno::NOENT) => return Err(not_restored()),
+        Err(e) => return Err(Error::io(to_shown(), e.into())),
+    };
+    let dir = open_cached(t, acc, &l.dir, dir_cache).map_err(|e| Error::io(shown, e))?;
+    match rustix::fs::linkat(
+        to_dir,
+        l.to_name.as_slice(),
+        dir,
+        l.name.as_slice(),
+        AtFlags::empty(),
+    ) {
+        Ok(()) => Ok(true),
+        Err(Errno::EXIST) => match statat(dir, l.name.as_slice(), nofollow) {
+            Ok(st) if (st.st_dev, st.st_ino) == (file.st_dev, file.st_ino) => Ok(false),
+            _ => Err(Error::InvalidInput(format!(
+                "{} already exists: not overwritten",
+                shown.display()
+            ))),
+        },
+        Err(e) => Err(Error::io(shown, e.into())),
+    }
 }
 
 /// Dovecot's `dovecot-keywords`: `<index> <name>` per line; index 0 is the letter `a`.

@@ -194,6 +194,7 @@ impl Target for MboxTarget {
             lane_messages: 0,
             folder_files: false,
             keywords: true,
+            hard_links: false,
         }
     }
 

@@ -77,6 +77,11 @@ pub struct Caps {
     /// reads each folder's `dovecot-keywords` before its messages. A Maildir does not
     /// (its file names keep the letters, its `dovecot-keywords` is restored as it was).
     pub keywords: bool,
+    /// Whether the target makes hard links ([`Target::link_files`]): the pipeline then
+    /// writes each file of a `file:` snapshot once, however many hard links of it the
+    /// account has, and gives the others as links. Only a `dir:` target; the others get
+    /// every path written as a file of its own.
+    pub hard_links: bool,
 }
 
 /// An IMAP-style system flag set, from the Maildir letters `S`, `R`, `F`, `T`, `D`.
@@ -162,6 +167,33 @@ impl Failures {
     }
 }
 
+/// A file of a `file:` snapshot that was a hard link of another file of its account (the
+/// same device and inode at backup), for [`Target::link_files`]: that one is written, this
+/// one linked to it. Directories are [`FolderNode::dir`]s (below the account's), names
+/// are file names; both were checked as every folder file's are.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct HardLink {
+    /// The link's folder directory and name.
+    pub dir: Vec<u8>,
+    pub name: Vec<u8>,
+    /// The file it links to: the first of its links in the restore's order, and the
+    /// size and mtime it is restored with (a target links only to a file that has them:
+    /// not to another file found under its name).
+    pub to_dir: Vec<u8>,
+    pub to_name: Vec<u8>,
+    pub size: u64,
+    pub mtime: Timestamp,
+}
+
+/// What [`Target::link_files`] did.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Linked {
+    /// Links made.
+    pub made: u64,
+    /// Links already there (a re-run): the same file under both names.
+    pub present: u64,
+}
+
 /// An account about to be restored.
 pub struct AccountInfo<'a> {
     pub account: &'a AccountRef,
@@ -207,7 +239,8 @@ impl FolderInfo<'_> {
 /// folder [`Target::open_folder`], [`Target::already_restored`] for each of its messages
 /// (before they are read), [`Target::write_file`] for its files (when
 /// [`Caps::folder_files`]), [`Target::write`] or [`Target::write_batch`] for the messages,
-/// [`Target::finish_folder`]; and last [`Target::finish_account`]. With [`Order::Any`],
+/// [`Target::finish_folder`]; then [`Target::link_files`] (when [`Caps::hard_links`]) and
+/// last [`Target::finish_account`]. With [`Order::Any`],
 /// `write` and `write_file` are called from many threads at once, for messages of many
 /// folders and accounts; with [`Order::Folder`], `write_batch` from [`Caps::lanes`]
 /// threads per account, each on one folder at a time, batches of a folder in order.
@@ -309,6 +342,19 @@ pub trait Target: Sync {
     /// Ends a folder once every message has been given (mbox: close its file). Errors go
     /// to `failures`.
     fn finish_folder(&self, _folder: Self::Folder, _failures: &Failures) {}
+
+    /// Makes the hard links of an account (when [`Caps::hard_links`]), once all its
+    /// folders are done and before [`finish_account`](Self::finish_account). A link whose
+    /// file was not written, or whose name is taken by another file, is listed in
+    /// `failures`, costing no message.
+    fn link_files(
+        &self,
+        _account: &Self::Account,
+        _links: &[HardLink],
+        _failures: &Failures,
+    ) -> Linked {
+        Linked::default()
+    }
 
     /// Ends an account once all its folders are done (Maildir: directories get their
     /// recorded owner and mode, deepest first; IMAP: the journal synced, the sessions

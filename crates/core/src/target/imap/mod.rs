@@ -494,6 +494,7 @@ impl Target for ImapTarget {
             lane_messages: MESSAGES_PER_CONNECTION,
             folder_files: false,
             keywords: true,
+            hard_links: false,
         }
     }
 
