@@ -1,10 +1,11 @@
 //! Issue 14, large files: `backup file:PATH...` and `restore SNAPSHOT --target dir:DIR`
 //! through the `mailvault` binary. A 64 MiB database-like file (4 KiB pages, part
 //! incompressible) and a small tree (subdirectories, modes, an owner, a sparse file, an
-//! empty file, an mtime in the past) are backed up; 10% of the pages are rewritten and a
+//! empty file, a hard link, an mtime in the past) are backed up; 10% of the pages are rewritten and a
 //! block inserted near the start, and backed up again (it must add well under the first
 //! and read the whole changed file); a third backup of nothing changed reads nothing.
-//! Every snapshot is restored and compared: bytes, modes, owners, mtimes, sparseness.
+//! Every snapshot is restored and compared: bytes, modes, owners, mtimes, sparseness,
+//! hard links.
 //! Then `--include`/`--exclude`, a path that does not exist, and an `s3:` repository.
 #![allow(clippy::unwrap_used)]
 
@@ -55,8 +56,8 @@ fn is_sparse(p: &Path) -> bool {
 
 /// The small tree: nested directories with their own modes, a file and a link owned by
 /// another user (when run as root), an executable, an empty file, a sparse file, symbolic
-/// links and a file (and a directory) with an mtime in the past. Directory mtimes are set
-/// last.
+/// links, a file with a second name (a hard link: [`HARD_LINK`]) and a file (and a
+/// directory) with an mtime in the past. Directory mtimes are set last.
 fn small_tree(root: &Path) {
     fs::create_dir_all(root.join("etc/conf.d")).unwrap();
     fs::create_dir_all(root.join("data/index/deep")).unwrap();
@@ -86,6 +87,8 @@ fn small_tree(root: &Path) {
         .status()
         .unwrap();
     assert!(touched.success());
+    // A hard link: one file, two names in two directories.
+    fs::hard_link(root.join(HARD_LINK.0), root.join(HARD_LINK.1)).unwrap();
     // Another owner, where the test may give one (as root), for a file and a link.
     let _ = std::os::unix::fs::chown(root.join("etc/server.conf"), Some(4321), Some(4322));
     let _ = std::os::unix::fs::lchown(root.join("etc/hostname"), Some(4321), Some(4322));
@@ -93,6 +96,23 @@ fn small_tree(root: &Path) {
     chmod(&root.join("data/index"), 0o750);
     set_mtime(&root.join("data/index/deep"), 1_000_000_000, 0);
     set_mtime(&root.join("data/index"), 1_100_000_000, 5);
+}
+
+/// The two names of one file in [`small_tree`].
+const HARD_LINK: (&str, &str) = ("etc/server.conf", "data/server.conf.bak");
+
+/// Whether the two names of [`HARD_LINK`] below `root` are one file, with two links.
+#[track_caller]
+fn assert_hard_link(root: &Path) {
+    let (a, b) = (root.join(HARD_LINK.0), root.join(HARD_LINK.1));
+    let (ma, mb) = (fs::metadata(&a).unwrap(), fs::metadata(&b).unwrap());
+    assert_eq!(
+        (ma.ino(), ma.nlink()),
+        (mb.ino(), 2),
+        "{} and {} are not one file",
+        a.display(),
+        b.display()
+    );
 }
 
 /// Whether a restore gives directories back their mtimes: yes, the account tree (version
@@ -242,6 +262,7 @@ fn a_database_file_and_a_tree_back_up_incrementally_and_restore_exactly() {
     fs::write(&s.db, &v1).unwrap();
     chmod(&s.db, 0o660);
     small_tree(&s.tree);
+    assert_hard_link(&s.tree);
     assert!(
         is_sparse(&s.tree.join("data/sparse.img")),
         "the test's file system keeps no holes"
@@ -296,13 +317,22 @@ fn a_database_file_and_a_tree_back_up_incrementally_and_restore_exactly() {
         (&second, s.db.clone(), s.tree.clone()),
         (&third, s.db.clone(), s.tree.clone()),
     ];
+    // (The hard link comes back as a hard link, counted in the report: once as text.)
     for (n, (report, want_db, want_tree)) in want.iter().enumerate() {
         let out = format!("out{n}");
         let snap = report["snapshot"].as_str().unwrap();
-        e.ok(&["restore", snap, "--target", &dir(&e, &out)]);
+        let args = ["restore", snap, "--target", &dir(&e, &out)];
+        if n == 0 {
+            let text = e.ok(&args);
+            assert!(text.contains(" and 1 hard link, "), "{text}");
+        } else {
+            let rep = e.json(0, &args);
+            assert_eq!(u(&rep, "files_linked"), 1, "{rep}");
+        }
         let out = e.path(&out);
         assert_same_tree(&restored(&out, &s.db), want_db);
         assert_same_tree(&restored(&out, &s.tree), want_tree);
+        assert_hard_link(&restored(&out, &s.tree));
         let sparse = restored(&out, &s.tree.join("data/sparse.img"));
         assert!(
             is_sparse(&sparse),

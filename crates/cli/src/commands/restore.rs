@@ -248,9 +248,14 @@ pub fn print_counts(r: &RestoreReport) {
         "  messages   {} total: {} restored, {} already there, {} failed",
         r.items_total, r.items_restored, r.items_unchanged, r.items_failed
     );
-    if r.files_restored + r.files_unchanged > 0 {
+    if r.files_restored + r.files_linked + r.files_unchanged > 0 {
+        let links = match r.files_linked {
+            0 => String::new(),
+            1 => " and 1 hard link".to_string(),
+            n => format!(" and {n} hard links"),
+        };
         println!(
-            "  files      {} restored ({}), {} already there",
+            "  files      {} restored ({}){links}, {} already there",
             r.files_restored,
             bytes(r.file_bytes_written),
             r.files_unchanged
