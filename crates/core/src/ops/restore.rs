@@ -111,8 +111,8 @@ pub struct RestoreReport {
     pub files_linked: u64,
     /// Their bytes.
     pub file_bytes_written: u64,
-    /// Large files already in the target, complete (same size and mtime), and hard links
-    /// already there: not written.
+    /// Files already in the target (the same bytes; a large file: complete, the same size
+    /// and mtime), and hard links and symbolic links already there: not written.
     pub files_unchanged: u64,
     pub elapsed_secs: f64,
     pub items_per_sec: f64,
@@ -1023,7 +1023,10 @@ fn write_file<T: Target>(ctx: &Ctx<T>, folder: &T::Folder, f: &FileEntry, blobs:
     let item = || ctx.target.item(folder, Item::File(&f.name));
     match assemble_by(ctx.repo, &f.content, f.size, None, |id| blobs.blob(id)) {
         Ok(data) => match ctx.target.write_file(folder, f, &data) {
-            Ok(()) => ctx.n.wrote_file(f.size),
+            Ok(Outcome::Written { .. }) => ctx.n.wrote_file(f.size),
+            Ok(Outcome::AlreadyThere) => {
+                ctx.n.files_present.fetch_add(1, Relaxed);
+            }
             Err(e) => ctx.n.failures.add(item(), e),
         },
         Err(e) => ctx.n.failures.add(item(), e),

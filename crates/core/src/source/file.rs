@@ -815,7 +815,11 @@ mod tests {
         let again = restore(&repo, "latest", out.path());
         assert!(again.failures.is_empty(), "{:?}", again.failures);
         assert_eq!(again.files_linked, 0);
-        assert_eq!(again.files_unchanged, 4, "big and the three links");
+        assert_eq!(
+            again.files_unchanged, 7,
+            "the four files and the three links"
+        );
+        assert_eq!(again.files_restored, 0);
         assert_eq!(inode(&a), (inode(&b).0, 2));
         // A link name taken by another file: reported, kept.
         std::fs::remove_file(&b).unwrap();
@@ -960,8 +964,8 @@ mod tests {
         // with their size and mtime are left, the small ones compared; nothing reported.
         let again = restore(&repo, "latest", out.path());
         assert!(again.failures.is_empty(), "{:?}", again.failures);
-        // (The small ones, identical, count as restored, as a Maildir's folder files do.)
-        assert_eq!((again.files_unchanged, again.files_restored), (2, 2));
+        // The small ones, compared and identical, are already there too.
+        assert_eq!((again.files_unchanged, again.files_restored), (4, 0));
         // One changed meanwhile is not overwritten: reported.
         std::fs::write(back.join("data/sparse.db"), b"other").unwrap();
         let again = restore(&repo, "latest", out.path());

@@ -372,7 +372,7 @@ impl Target for MaildirTarget {
             letters = keywords_for(self, &dirs, info);
             if let Some(f) = node.files.iter().find(|f| f.name == b"maildirfolder") {
                 let written = match info.file(&f.name) {
-                    Some(Ok(data)) => write_folder_file(self, &dirs, f, &data),
+                    Some(Ok(data)) => write_folder_file(self, &dirs, f, &data).map(|_| ()),
                     Some(Err(e)) => Err(e),
                     None => Ok(()),
                 };
@@ -427,7 +427,7 @@ impl Target for MaildirTarget {
         })
     }
 
-    fn write_file(&self, folder: &MaildirFolder, file: &FileEntry, data: &[u8]) -> Result<()> {
+    fn write_file(&self, folder: &MaildirFolder, file: &FileEntry, data: &[u8]) -> Result<Outcome> {
         write_folder_file(self, &folder.dirs, file, data)
     }
 
@@ -1054,7 +1054,7 @@ fn write_folder_file(
     folder: &FolderDirs,
     f: &FileEntry,
     data: &[u8],
-) -> Result<()> {
+) -> Result<Outcome> {
     let shown = folder.shown(None, &f.name);
     if let Some(target) = &f.link {
         return write_link(t, folder, f, target).map_err(|e| match e.kind() {
@@ -1065,7 +1065,7 @@ fn write_folder_file(
         });
     }
     match read_at(folder.dir.as_fd(), &f.name) {
-        Ok(have) if have == data => return Ok(()),
+        Ok(have) if have == data => return Ok(Outcome::AlreadyThere),
         Ok(_) => {
             return Err(Error::InvalidInput(
                 "already exists with other content: not overwritten".into(),
@@ -1079,7 +1079,10 @@ fn write_folder_file(
         mtime: f.mtime,
         owner: t.owners.get(f.uid, f.gid),
     };
-    write_new_file(folder, None, &f.name, data, attrs)
+    write_new_file(folder, None, &f.name, data, attrs)?;
+    Ok(Outcome::Written {
+        bytes: data.len() as u64,
+    })
 }
 
 /// Makes a symbolic link of a `file:` snapshot, with its owner and mtime; one already
@@ -1092,7 +1095,7 @@ fn write_link(
     folder: &FolderDirs,
     f: &FileEntry,
     target: &[u8],
-) -> std::io::Result<()> {
+) -> std::io::Result<Outcome> {
     use rustix::fs::{AtFlags, Timespec, Timestamps};
     use rustix::io::Errno;
     let invalid = |what: &str| std::io::Error::new(ErrorKind::InvalidInput, what.to_string());
@@ -1106,7 +1109,7 @@ fn write_link(
     }
     let (dir, name) = (folder.dir.as_fd(), f.name.as_slice());
     match rustix::fs::readlinkat(dir, name, Vec::new()) {
-        Ok(have) if have.as_bytes() == target => return Ok(()),
+        Ok(have) if have.as_bytes() == target => return Ok(Outcome::AlreadyThere),
         Ok(_) => {
             return Err(invalid(
                 "already exists with another target: not overwritten",
@@ -1137,7 +1140,7 @@ fn write_link(
         last_modification: at,
     };
     rustix::fs::utimensat(dir, name, &times, nofollow)?;
-    Ok(())
+    Ok(Outcome::Written { bytes: 0 })
 }
 
 /// A folder directory of an account, kept open for the next hard link in it.

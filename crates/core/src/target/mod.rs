@@ -296,15 +296,18 @@ pub trait Target: Sync {
         Ok(())
     }
 
-    /// Writes a file of the folder (when [`Caps::folder_files`]). An error is listed,
-    /// costing no message.
+    /// Writes a file of the folder (when [`Caps::folder_files`]): what became of it
+    /// ([`Outcome::AlreadyThere`]: the same file was there, a re-run). An error is
+    /// listed, costing no message.
     fn write_file(
         &self,
         _folder: &Self::Folder,
         _file: &FileEntry,
-        _data: &[u8],
-    ) -> Result<(), Self::Error> {
-        Ok(())
+        data: &[u8],
+    ) -> Result<Outcome, Self::Error> {
+        Ok(Outcome::Written {
+            bytes: data.len() as u64,
+        })
     }
 
     /// Whether a large file is there already, complete (a re-run of a killed restore):
