@@ -305,8 +305,14 @@ pub fn print_report(r: &BackupReport) {
     } else {
         ("messages", "messages")
     };
+    // Other names of a hard-linked file, read once under its first.
+    let linked = match r.files_linked {
+        0 => String::new(),
+        1 => ", 1 more name of a file read once (a hard link)".to_string(),
+        n => format!(", {n} more names of files read once (hard links)"),
+    };
     println!(
-        "  {what}   {} total: {} new, {} unchanged, {} failed",
+        "  {what}   {} total: {} new, {} unchanged{linked}, {} failed",
         r.items_total, r.items_new, r.items_unchanged, r.items_failed
     );
     println!(

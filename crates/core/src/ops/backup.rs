@@ -77,6 +77,8 @@ pub struct BackupReport {
     pub items_new: u64,
     /// Messages taken from the parent snapshot without reading them.
     pub items_unchanged: u64,
+    /// Other names of a hard-linked file (`file:`) read once, under its first name.
+    pub files_linked: u64,
     pub items_failed: u64,
     /// Logical size of all messages in the snapshot.
     pub bytes_total: u64,
@@ -109,6 +111,8 @@ pub(crate) struct Counters {
     pub(crate) bytes_total: AtomicU64,
     /// Files of a `file:` backup (new or unchanged): items of the report like messages.
     pub(crate) files: AtomicU64,
+    /// Names of a hard-linked file whose content was read under another name.
+    pub(crate) linked: AtomicU64,
 }
 
 /// The snapshot fields a backup run of any source decides up front.
@@ -190,6 +194,7 @@ pub(crate) fn finish_run(
         items_total,
         items_new: summary.messages_new,
         items_unchanged: n.unchanged.load(Relaxed),
+        files_linked: n.linked.load(Relaxed),
         items_failed: failures.len() as u64,
         bytes_total: summary.bytes,
         bytes_read,
@@ -870,11 +875,22 @@ impl<'a> FolderWriter<'a> {
     /// Keeps a file of a `file:` backup the parent has (same size, mtime and inode)
     /// without reading it, counted as an unchanged item.
     pub fn unchanged_file(&mut self, e: FileEntry) {
-        self.ctx.n.unchanged.fetch_add(1, Relaxed);
+        self.count_file(&self.ctx.n.unchanged, e);
+    }
+
+    /// Keeps a file of a `file:` backup not read, counted as an item and in `as_`.
+    fn count_file(&mut self, as_: &AtomicU64, e: FileEntry) {
+        as_.fetch_add(1, Relaxed);
         self.ctx.n.files.fetch_add(1, Relaxed);
         self.ctx.n.bytes_total.fetch_add(e.size, Relaxed);
         self.ctx.progress.advance(1, e.size);
         self.files.push(e);
+    }
+
+    /// Keeps another name of a hard-linked file this run read under a first name (its
+    /// entry, with this name), counted as an item neither new nor unchanged: linked.
+    pub fn linked_file(&mut self, e: FileEntry) {
+        self.count_file(&self.ctx.n.linked, e);
     }
 
     /// Keeps a folder file the parent has, unchanged (with its owner and mode as they

@@ -27,10 +27,12 @@ use crate::repo::Repository;
 use crate::report::Progress;
 use globset::{Glob, GlobSet, GlobSetBuilder};
 use rayon::prelude::*;
+use std::collections::HashMap;
 use std::ffi::OsString;
 use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
 
 /// What to back up and how.
 #[derive(Clone, Debug)]
@@ -114,7 +116,16 @@ pub struct FileSource {
     roots: Vec<Root>,
     filter: Filter,
     jobs: usize,
+    /// The entries of the hard-linked files (`nlink` > 1) this run read or kept, by
+    /// device and inode, with how many of their names are still to come: a file's other
+    /// names take its content instead of reading it again; an entry is dropped once all
+    /// its names are in (memory stays with the files whose names are still ahead).
+    linked: Arc<Mutex<Linked>>,
 }
+
+/// A hard-linked file's entry and how many of its names are still to come, by (device,
+/// inode).
+type Linked = HashMap<(u64, u64), (FileEntry, u32)>;
 
 /// One PATH: a directory, or a file (then its directory, holding only it).
 #[derive(Clone, Debug)]
@@ -173,6 +184,7 @@ impl FileSource {
             roots,
             filter: Filter::new(&opts.include, &opts.exclude)?,
             jobs: opts.jobs,
+            linked: Arc::default(),
         })
     }
 
@@ -345,6 +357,7 @@ impl Source for FileSource {
         };
         names.sort();
         let mut to_read = Vec::new();
+        let mut later = Vec::new();
         for name in names {
             let path = dir.join(&name);
             let meta = match std::fs::symlink_metadata(&path) {
@@ -397,14 +410,52 @@ impl Source for FileSource {
                     let mut e = p.clone();
                     (e.mode, e.uid, e.gid) = (meta.mode, meta.uid, meta.gid);
                     (e.dev, e.nlink) = (meta.dev, meta.nlink);
+                    self.remember(&e);
                     out.unchanged_file(e);
+                }
+                _ if meta.nlink > 1 && matches!(data, FileData::Large(_)) => {
+                    // Another name of a file this run read: its content, not read again
+                    // (its first name in this folder: once that one is stored).
+                    if let Some(e) = self.read_as(&meta, &name) {
+                        out.linked_file(e);
+                    } else if to_read.iter().any(|(_, _, m)| same_file(m, &meta)) {
+                        later.push((name, data, meta));
+                    } else {
+                        to_read.push((name, data, meta));
+                    }
                 }
                 _ => to_read.push((name, data, meta)),
             }
         }
         out.expect(to_read.len() as u64);
+        self.store_files(out, to_read)?;
+        // A name whose first name was gone or failed reads the file itself.
+        let mut left = Vec::new();
+        for (name, data, meta) in later {
+            match self.read_as(&meta, &name) {
+                Some(e) => out.linked_file(e),
+                None => left.push((name, data, meta)),
+            }
+        }
+        out.expect(left.len() as u64);
+        self.store_files(out, left)
+    }
+}
+
+/// Whether two `stat`s are of one file, unchanged between them.
+fn same_file(a: &FileMeta, b: &FileMeta) -> bool {
+    (a.dev, a.inode, a.size, a.mtime) == (b.dev, b.inode, b.size, b.mtime)
+}
+
+impl FileSource {
+    /// Stores `files` in parallel and keeps their entries.
+    fn store_files(
+        &self,
+        out: &mut FolderWriter<'_>,
+        files: Vec<(Vec<u8>, FileData, FileMeta)>,
+    ) -> Result<()> {
         let w: &FolderWriter = out;
-        let stored = (to_read.into_par_iter())
+        let stored = (files.into_par_iter())
             .map(|(name, data, meta)| {
                 w.store_file(FolderFile {
                     name,
@@ -414,9 +465,63 @@ impl Source for FileSource {
             })
             .collect::<Result<Vec<_>>>()?;
         for e in stored.into_iter().flatten() {
+            self.remember(&e);
             out.keep_file(e);
         }
         Ok(())
+    }
+
+    /// Keeps the entry of a hard-linked file (read, or unchanged since the parent) for
+    /// its other names, or counts one more of its names in.
+    fn remember(&self, e: &FileEntry) {
+        use std::collections::hash_map::Entry;
+        if e.nlink < 2 || e.link.is_some() {
+            return;
+        }
+        let mut linked = crate::repo::lock(&self.linked);
+        match linked.entry((e.dev, e.inode)) {
+            Entry::Vacant(v) => {
+                v.insert((e.clone(), e.nlink - 1));
+            }
+            // Another of its names, read or kept under its own.
+            Entry::Occupied(mut o) => {
+                o.get_mut().1 = o.get().1.saturating_sub(1);
+                if o.get().1 == 0 {
+                    o.remove();
+                }
+            }
+        }
+    }
+
+    /// The entry of a file this run stored under another name, as the file `name` with
+    /// the `stat` `meta` (`None` unless it is the same file, unchanged since).
+    fn read_as(&self, meta: &FileMeta, name: &[u8]) -> Option<FileEntry> {
+        let mut linked = crate::repo::lock(&self.linked);
+        let key = (meta.dev, meta.inode);
+        let (e, left) = linked.get_mut(&key)?;
+        let was = FileMeta {
+            size: e.size,
+            mtime: e.mtime,
+            inode: e.inode,
+            dev: e.dev,
+            ..*meta
+        };
+        if !same_file(&was, meta) {
+            return None;
+        }
+        let named = FileEntry {
+            name: name.to_vec(),
+            mode: meta.mode,
+            uid: meta.uid,
+            gid: meta.gid,
+            nlink: meta.nlink,
+            ..e.clone()
+        };
+        *left = left.saturating_sub(1);
+        if *left == 0 {
+            linked.remove(&key);
+        }
+        Some(named)
     }
 }
 
@@ -778,6 +883,8 @@ mod tests {
         let first = backup(&mut repo, &[root], &[], &[], 1_000);
         assert!(first.failures.is_empty(), "{:?}", first.failures);
         assert_eq!(first.items_total, 7);
+        // Three names are links; folders read at the same time may each read a file.
+        assert_eq!(first.items_new + first.files_linked, 7);
         let out = tempfile::tempdir().unwrap();
         let rep = restore(&repo, "latest", out.path());
         assert!(rep.failures.is_empty(), "{:?}", rep.failures);
@@ -838,6 +945,8 @@ mod tests {
         let second = backup(&mut repo, &[root], &[], &[], 2_000);
         assert!(second.failures.is_empty(), "{:?}", second.failures);
         assert_eq!((second.items_total, second.items_unchanged), (9, 7));
+        // d and e: new names of files unchanged since the first backup, not read.
+        assert_eq!((second.files_linked, second.bytes_read), (2, 0));
         let out = tempfile::tempdir().unwrap();
         let rep = restore(&repo, "latest", out.path());
         assert!(rep.failures.is_empty(), "{:?}", rep.failures);
@@ -869,6 +978,65 @@ mod tests {
             .next()
             .is_none());
         assert_eq!(inode(&back.join("sub/b")), inode(&back.join("a")));
+    }
+
+    /// A hard-linked file is read once, under its first name: its names in one folder
+    /// always, in folders read one after the other too (one worker); each name restores
+    /// as a link of the one file.
+    #[test]
+    fn a_hard_linked_file_is_read_once() {
+        let src = tempfile::tempdir().unwrap();
+        let root = src.path();
+        std::fs::create_dir_all(root.join("x")).unwrap();
+        std::fs::create_dir_all(root.join("y/z")).unwrap();
+        let db = database_like(1 << 20, 5);
+        std::fs::write(root.join("db"), &db).unwrap();
+        for other in ["db.link", "x/db", "y/z/db"] {
+            std::fs::hard_link(root.join("db"), root.join(other)).unwrap();
+        }
+        std::fs::write(root.join("small"), b"small\n").unwrap();
+        std::fs::hard_link(root.join("small"), root.join("x/small")).unwrap();
+        let run = |jobs: usize| {
+            let mut repo = repository();
+            let opts = FileOptions {
+                paths: vec![root.to_path_buf()],
+                include: Vec::new(),
+                exclude: Vec::new(),
+                jobs,
+                run: RunOptions::new("h"),
+            };
+            let source = FileSource::new(&opts).unwrap();
+            let r = crate::ops::backup::run(&mut repo, &source, &opts.run, (1_000, 0), &NoProgress);
+            let r = r.unwrap();
+            assert!(r.failures.is_empty(), "{:?}", r.failures);
+            // Every name was seen: nothing kept for names to come.
+            assert!(crate::repo::lock(&source.linked).is_empty());
+            assert_eq!(r.items_total, 6);
+            assert_eq!(r.items_new + r.files_linked, 6, "{r:?}");
+            (repo, r)
+        };
+
+        let (repo, r) = run(1);
+        assert_eq!((r.items_new, r.files_linked), (2, 4), "{r:?}");
+        assert_eq!(r.bytes_read, db.len() as u64 + 6, "each file read once");
+        assert_eq!(r.bytes_total, 4 * db.len() as u64 + 12);
+        let out = tempfile::tempdir().unwrap();
+        let rep = restore(&repo, "latest", out.path());
+        assert!(rep.failures.is_empty(), "{:?}", rep.failures);
+        assert_eq!((rep.files_restored, rep.files_linked), (2, 4));
+        let back = restored(out.path(), root);
+        let ino = std::fs::metadata(back.join("db")).unwrap().ino();
+        for name in ["db", "db.link", "x/db", "y/z/db"] {
+            let m = std::fs::metadata(back.join(name)).unwrap();
+            assert_eq!((m.ino(), m.nlink()), (ino, 4), "{name}");
+            assert!(std::fs::read(back.join(name)).unwrap() == db, "{name}");
+        }
+        assert_eq!(std::fs::read(back.join("x/small")).unwrap(), b"small\n");
+
+        // Folders read at once may each read a file; names in one folder never.
+        let (_, r) = run(2);
+        assert!(r.files_linked >= 1, "{r:?}");
+        assert!(r.bytes_read <= 3 * db.len() as u64 + 12, "{r:?}");
     }
 
     /// A tree: subdirectories with their modes, files with their modes and mtimes, an
