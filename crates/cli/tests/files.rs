@@ -263,11 +263,7 @@ fn a_database_file_and_a_tree_back_up_incrementally_and_restore_exactly() {
     let e = Env::new();
     e.ok(&["init"]);
     let s = sources(&e);
-    let mib: usize = std::env::var("MAILVAULT_FILES_DB_MB")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(1024);
-    let v1 = database_like(mib << 20, 14);
+    let v1 = database_like(common::env_mib("MAILVAULT_FILES_DB_MB", 1024) << 20, 14);
     fs::write(&s.db, &v1).unwrap();
     chmod(&s.db, 0o660);
     small_tree(&s.tree);

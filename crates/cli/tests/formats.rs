@@ -991,10 +991,7 @@ fn same_messages(a: &Path, b: &Path) -> u64 {
 #[test]
 fn a_large_mbox_is_backed_up_in_bounded_memory() {
     use std::io::Write;
-    let mib: u64 = std::env::var("MAILVAULT_BIG_MBOX_MB")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(256);
+    let mib = common::env_mib("MAILVAULT_BIG_MBOX_MB", 256) as u64;
     let size = mib << 20;
     let e = Env::new();
     init(&e);

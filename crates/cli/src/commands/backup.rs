@@ -1,6 +1,6 @@
 //! `mailvault backup`
 
-use crate::output::{bytes, print_failures, ratio};
+use crate::output::{bytes, count, print_failures, ratio};
 use crate::{progress::Bar, repo, GlobalOpts, Outcome};
 use anyhow::Result;
 use mailvault_core::ops::backup::BackupReport;
@@ -308,8 +308,7 @@ pub fn print_report(r: &BackupReport) {
     // Other names of a hard-linked file, read once under its first.
     let linked = match r.files_linked {
         0 => String::new(),
-        1 => ", 1 more name of a file read once (a hard link)".to_string(),
-        n => format!(", {n} more names of files read once (hard links)"),
+        n => format!(", {} (read once)", count(n, "hard link", "hard links")),
     };
     println!(
         "  {what}   {} total: {} new, {} unchanged{linked}, {} failed",

@@ -1,6 +1,6 @@
 //! `mailvault restore`
 
-use crate::output::{bytes, print_failures, safe};
+use crate::output::{bytes, count, print_failures, safe};
 use crate::{progress::Bar, repo, GlobalOpts, Outcome};
 use anyhow::Result;
 use mailvault_core::imap::restore::{
@@ -251,8 +251,7 @@ pub fn print_counts(r: &RestoreReport) {
     if r.files_restored + r.files_linked + r.files_unchanged > 0 {
         let links = match r.files_linked {
             0 => String::new(),
-            1 => " and 1 hard link".to_string(),
-            n => format!(" and {n} hard links"),
+            n => format!(" and {}", count(n, "hard link", "hard links")),
         };
         println!(
             "  files      {} restored ({}){links}, {} already there",

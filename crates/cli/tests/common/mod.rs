@@ -131,6 +131,14 @@ impl Env {
 }
 
 /// `cp -a from to`, replacing `to` if it is there.
+/// The size in MiB the environment variable `var` asks a test for, else `default`.
+pub fn env_mib(var: &str, default: usize) -> usize {
+    std::env::var(var)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
 pub fn copy_tree(from: &Path, to: &Path) {
     let _ = fs::remove_dir_all(to);
     let st = Command::new("cp")

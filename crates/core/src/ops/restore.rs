@@ -939,11 +939,13 @@ fn take_hard_links(folders: &mut [FolderPlan]) -> Vec<HardLink> {
     for fp in folders {
         let dir = &fp.node.dir;
         fp.node.files.retain(|f| {
-            let linked = f.link.is_none() && f.dev != 0 && f.inode != 0 && f.nlink > 1;
-            if !linked || f.name == crate::imap::names::STATE_FILE || !safe_component(&f.name) {
+            let Some(key) = f.hard_link_key() else {
+                return true;
+            };
+            if f.name == crate::imap::names::STATE_FILE || !safe_component(&f.name) {
                 return true;
             }
-            match first.entry((f.dev, f.inode)) {
+            match first.entry(key) {
                 Entry::Vacant(v) => {
                     v.insert(HardLink {
                         dir: Vec::new(),

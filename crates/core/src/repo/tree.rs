@@ -143,6 +143,16 @@ pub struct FileEntry {
     pub nlink: u32,
 }
 
+impl FileEntry {
+    /// The (device, inode) of a regular file recorded with more than one link: the key
+    /// its other names share. `None` for a symbolic link, a file with one link, or an
+    /// entry that recorded neither.
+    pub fn hard_link_key(&self) -> Option<(u64, u64)> {
+        let linked = self.link.is_none() && self.dev != 0 && self.inode != 0 && self.nlink > 1;
+        linked.then_some((self.dev, self.inode))
+    }
+}
+
 /// Seconds and nanoseconds since the Unix epoch.
 #[derive(Clone, Copy, Debug, Serialize, Deserialize, PartialEq, Eq, Default, PartialOrd, Ord)]
 pub struct Timestamp {

@@ -27,12 +27,12 @@ use crate::repo::Repository;
 use crate::report::Progress;
 use globset::{Glob, GlobSet, GlobSetBuilder};
 use rayon::prelude::*;
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::ffi::OsString;
 use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
+use std::sync::Mutex;
 
 /// What to back up and how.
 #[derive(Clone, Debug)]
@@ -111,7 +111,7 @@ impl Filter {
 }
 
 /// Files and directory trees as a [`Source`].
-#[derive(Clone, Debug)]
+#[derive(Debug)]
 pub struct FileSource {
     roots: Vec<Root>,
     filter: Filter,
@@ -120,7 +120,7 @@ pub struct FileSource {
     /// device and inode, with how many of their names are still to come: a file's other
     /// names take its content instead of reading it again; an entry is dropped once all
     /// its names are in (memory stays with the files whose names are still ahead).
-    linked: Arc<Mutex<Linked>>,
+    linked: Mutex<Linked>,
 }
 
 /// A hard-linked file's entry and how many of its names are still to come, by (device,
@@ -184,7 +184,7 @@ impl FileSource {
             roots,
             filter: Filter::new(&opts.include, &opts.exclude)?,
             jobs: opts.jobs,
-            linked: Arc::default(),
+            linked: Mutex::default(),
         })
     }
 
@@ -357,7 +357,8 @@ impl Source for FileSource {
         };
         names.sort();
         let mut to_read = Vec::new();
-        let mut later = Vec::new();
+        // The hard-linked files of `to_read`, and their names to take after them.
+        let (mut reading, mut later) = (HashSet::new(), Vec::new());
         for name in names {
             let path = dir.join(&name);
             let meta = match std::fs::symlink_metadata(&path) {
@@ -414,11 +415,12 @@ impl Source for FileSource {
                     out.unchanged_file(e);
                 }
                 _ if meta.nlink > 1 && matches!(data, FileData::Large(_)) => {
-                    // Another name of a file this run read: its content, not read again
-                    // (its first name in this folder: once that one is stored).
+                    // Another name of a file this run read or kept: its content, not read
+                    // again; one whose first name in this folder is still to be read
+                    // waits for it.
                     if let Some(e) = self.read_as(&meta, &name) {
                         out.linked_file(e);
-                    } else if to_read.iter().any(|(_, _, m)| same_file(m, &meta)) {
+                    } else if !reading.insert((meta.dev, meta.inode)) {
                         later.push((name, data, meta));
                     } else {
                         to_read.push((name, data, meta));
@@ -440,11 +442,6 @@ impl Source for FileSource {
         out.expect(left.len() as u64);
         self.store_files(out, left)
     }
-}
-
-/// Whether two `stat`s are of one file, unchanged between them.
-fn same_file(a: &FileMeta, b: &FileMeta) -> bool {
-    (a.dev, a.inode, a.size, a.mtime) == (b.dev, b.inode, b.size, b.mtime)
 }
 
 impl FileSource {
@@ -475,11 +472,11 @@ impl FileSource {
     /// its other names, or counts one more of its names in.
     fn remember(&self, e: &FileEntry) {
         use std::collections::hash_map::Entry;
-        if e.nlink < 2 || e.link.is_some() {
+        let Some(key) = e.hard_link_key() else {
             return;
-        }
+        };
         let mut linked = crate::repo::lock(&self.linked);
-        match linked.entry((e.dev, e.inode)) {
+        match linked.entry(key) {
             Entry::Vacant(v) => {
                 v.insert((e.clone(), e.nlink - 1));
             }
@@ -499,14 +496,8 @@ impl FileSource {
         let mut linked = crate::repo::lock(&self.linked);
         let key = (meta.dev, meta.inode);
         let (e, left) = linked.get_mut(&key)?;
-        let was = FileMeta {
-            size: e.size,
-            mtime: e.mtime,
-            inode: e.inode,
-            dev: e.dev,
-            ..*meta
-        };
-        if !same_file(&was, meta) {
+        // Changed since (or while) it was read: read again.
+        if (e.size, e.mtime) != (meta.size, meta.mtime) {
             return None;
         }
         let named = FileEntry {

@@ -255,6 +255,16 @@ pub struct MaildirAccount {
     mtimes: Mutex<BTreeMap<Vec<Vec<u8>>, Timestamp>>,
 }
 
+impl MaildirAccount {
+    /// The path components of the folder directory `dir` (a `file:` folder's may be
+    /// several: `a/b`) below the target's root.
+    fn folder_parts<'a>(&'a self, dir: &'a [u8]) -> Vec<&'a [u8]> {
+        let mut parts: Vec<&[u8]> = self.parts.iter().map(|p| &p[..]).collect();
+        parts.extend(dir.split(|&c| c == b'/'));
+        parts
+    }
+}
+
 /// A folder being restored: its directories open, the keys already there.
 pub struct MaildirFolder {
     account: String,
@@ -327,9 +337,7 @@ impl Target for MaildirTarget {
         let acc_dir = open_path(self.root.as_fd(), &parts, true)
             .map_err(|(at, e)| Error::io(self.shown(&parts[..at]), e))?;
         let node = info.node;
-        let mut fparts = parts.clone();
-        // A `file:` folder's directory may be several components (`a/b`).
-        fparts.extend(node.dir.split(|&c| c == b'/'));
+        let fparts = acc.folder_parts(&node.dir);
         let plain = self.plain && info.entries.is_empty() && node.chunks.is_empty();
         let base: Vec<Vec<u8>> = fparts
             .iter()
@@ -509,18 +517,13 @@ impl Target for MaildirTarget {
         // folder by folder, and mostly to files of one folder).
         let (mut dir, mut to_dir) = (None, None);
         for l in links {
-            let at = |dir: &[u8], name: &[u8]| {
-                let mut p: Vec<&[u8]> = acc.parts.iter().map(|p| &p[..]).collect();
-                p.extend(dir.split(|&c| c == b'/'));
-                p.push(name);
-                self.shown(&p)
-            };
-            let shown = at(&l.dir, &l.name);
-            let to_shown = || at(&l.to_dir, &l.to_name);
-            match link_file(self, acc, l, (&mut dir, &mut to_dir), (&shown, &to_shown)) {
+            match link_file(self, acc, l, &mut dir, &mut to_dir) {
                 Ok(true) => done.made += 1,
                 Ok(false) => done.present += 1,
-                Err(e) => failures.add(shown.display().to_string(), e),
+                Err(e) => failures.add(
+                    file_path(self, acc, &l.dir, &l.name).display().to_string(),
+                    e,
+                ),
             }
         }
         done
@@ -1143,6 +1146,13 @@ fn write_link(
     Ok(Outcome::Written { bytes: 0 })
 }
 
+/// The path of the file `name` of the folder directory `dir` of `acc`, as shown.
+fn file_path(t: &MaildirTarget, acc: &MaildirAccount, dir: &[u8], name: &[u8]) -> PathBuf {
+    let mut parts = acc.folder_parts(dir);
+    parts.push(name);
+    t.shown(&parts)
+}
+
 /// A folder directory of an account, kept open for the next hard link in it.
 type OpenDir = Option<(Vec<u8>, OwnedFd)>;
 
@@ -1155,9 +1165,7 @@ fn open_cached<'c>(
     cache: &'c mut OpenDir,
 ) -> std::io::Result<BorrowedFd<'c>> {
     if cache.as_ref().is_none_or(|(d, _)| d != dir) {
-        let mut parts: Vec<&[u8]> = acc.parts.iter().map(|p| &p[..]).collect();
-        parts.extend(dir.split(|&c| c == b'/'));
-        let fd = open_path(t.root.as_fd(), &parts, false).map_err(|(_, e)| e)?;
+        let fd = open_path(t.root.as_fd(), &acc.folder_parts(dir), false).map_err(|(_, e)| e)?;
         *cache = Some((dir.to_vec(), fd));
     }
     let cache: &'c OpenDir = cache;
@@ -1170,17 +1178,20 @@ fn open_cached<'c>(
 /// Makes one hard link of a `file:` snapshot: `true` made, `false` already there (the
 /// same file under the link's name: a re-run). The file linked to must be the one
 /// restored: a regular file of the recorded size and mtime, not another file found under
-/// its name (`shown`, `to_shown`: the paths of the link and of that file, for errors); a
-/// link name taken by anything else is reported and kept. Both directories are opened
-/// without following symbolic links, and `linkat` follows none either.
+/// its name; a link name taken by anything else is reported and kept. Both directories
+/// are opened without following symbolic links (each kept in its cache for the next
+/// link), and `linkat` follows none either.
 fn link_file(
     t: &MaildirTarget,
     acc: &MaildirAccount,
     l: &HardLink,
-    (dir_cache, to_dir_cache): (&mut OpenDir, &mut OpenDir),
-    (shown, to_shown): (&Path, &dyn Fn() -> PathBuf),
+    dir_cache: &mut OpenDir,
+    to_dir_cache: &mut OpenDir,
 ) -> Result<bool> {
     use rustix::fs::{statat, AtFlags, FileType};
+    // The paths of the link and of the file, for errors.
+    let shown = &file_path(t, acc, &l.dir, &l.name);
+    let to_shown = || file_path(t, acc, &l.to_dir, &l.to_name);
     let not_restored = || {
         Error::InvalidInput(format!(
             "hard link to {}, which was not restored",
