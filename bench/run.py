@@ -1030,7 +1030,9 @@ def parse_args(argv):
     p.add_argument("--tools", default=",".join(TOOLS), help=f"comma-separated, from {','.join(TOOLS)} (default all)")
     p.add_argument("--out", help="write the markdown report here too (default WORK/report.md only)")
     p.add_argument("--work", help="work directory (default $BENCH_DIR or /tmp/mailvault-bench; one subdirectory per preset when several); emptied first")
-    p.add_argument("--spamassassin", default=str(REPO_ROOT.parent / "shared" / "corpora" / "spamassassin"), help="SpamAssassin corpus directory (*.eml files)")
+    full_sa = REPO_ROOT.parent / "shared" / "corpora" / "spamassassin"
+    p.add_argument("--spamassassin", default=str(full_sa if full_sa.is_dir() else REPO_ROOT / "testdata" / "spamassassin"),
+                   help="SpamAssassin corpus directory (*.eml files; default: the whole corpus in ../shared/corpora/spamassassin when it is there, else the 613-message subset in testdata/spamassassin)")
     p.add_argument("--bin-dir", help="where mailvault and mailvault-corpus are (default $CARGO_TARGET_DIR/<profile> or target/<profile>)")
     p.add_argument("--no-build", action="store_true", help="do not run cargo build")
     p.add_argument("--profile", help="cargo profile to build and run: release (default), or dev (default with --smoke: faster to build)")

@@ -4,4 +4,5 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
-cargo test --workspace "$@"
+# --no-fail-fast: every test binary runs, and cargo lists every one that failed at the end.
+cargo test --workspace --no-fail-fast "$@"

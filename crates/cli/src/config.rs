@@ -175,13 +175,64 @@ pub fn load(path: &Path) -> Result<Config> {
 
 /// Parses a configuration; errors name the key and its line.
 pub fn parse(text: &str) -> Result<Config> {
-    let c: Config = toml::from_str(text)?;
+    let c: Config = toml::from_str(text).map_err(|e| toml_error(text, &e))?;
     for (name, p) in &c.profiles {
         if p.forget.as_ref().is_some_and(Policy::is_empty) {
             bail!("profile {name:?}: [forget] keeps nothing: give at least one keep-* rule");
         }
     }
     Ok(c)
+}
+
+/// A TOML error as one line: where it is and what is wrong, never the offending line
+/// itself (toml quotes it, and it may be `password = "..."` written where a file name
+/// belongs, which then went to the journal). A string value of a key that looks like a
+/// secret is left out of the message too.
+fn toml_error(text: &str, e: &toml::de::Error) -> anyhow::Error {
+    let (line, column) = e.span().map_or((0, 0), |span| {
+        let before = &text[..span.start.min(text.len())];
+        let line_start = before.rfind('\n').map_or(0, |i| i + 1);
+        (
+            before.matches('\n').count() + 1,
+            before[line_start..].chars().count() + 1,
+        )
+    });
+    let line_text = text.lines().nth(line.saturating_sub(1)).unwrap_or_default();
+    let key = line_text
+        .split('=')
+        .next()
+        .unwrap_or_default()
+        .trim()
+        .to_ascii_lowercase();
+    let secret = ["pass", "secret", "token", "credential"]
+        .iter()
+        .any(|w| key.contains(w));
+    let mut message = e.message().trim().replace('\n', " ");
+    if secret {
+        // `invalid type: string "hunter2", expected ...`: the value goes.
+        message = redact_quoted(&message);
+    }
+    if secret && !key.ends_with("-file") && !key.ends_with("_file") {
+        message.push_str(
+            " (a password never goes in the configuration file: write `password-file = \"/etc/mailvault/password\"`, a file only root can read)",
+        );
+    }
+    match line {
+        0 => anyhow::anyhow!("{message}"),
+        _ => anyhow::anyhow!("line {line}, column {column}: {message}"),
+    }
+}
+
+/// `s` with the text between every pair of double quotes replaced by `…`.
+fn redact_quoted(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for (i, part) in s.split('"').enumerate() {
+        if i > 0 {
+            out.push('"');
+        }
+        out.push_str(if i % 2 == 1 { "…" } else { part });
+    }
+    out
 }
 
 impl Config {
@@ -313,6 +364,28 @@ keep-tag = ["keep"]
             parse("[profiles.a.forget]\nkeep-within = \"2 weeks\"\n").unwrap_err()
         );
         assert!(e.contains("2 weeks"), "{e}");
+    }
+
+    /// Issue 24 items 5 and 14: a TOML error is one line with its place, and quotes
+    /// neither a password written into the file nor the line it is on.
+    #[test]
+    fn errors_quote_no_secret_and_fit_on_one_line() {
+        for text in [
+            "[profiles.a]\npassword = \"hunter2-secret\"\n",
+            "[profiles.a]\npassword-file = 17\nx = \"hunter2-secret\"\n",
+            "[profiles.a]\npassword-file = [\"hunter2-secret\"]\n",
+            "[profiles.a]\npassword-file = \"hunter2-secret\n",
+        ] {
+            let e = format!("{:#}", parse(text).unwrap_err());
+            assert!(!e.contains("hunter2"), "{text:?}: {e}");
+            assert!(!e.contains('\n'), "{text:?}: {e}");
+            assert!(e.starts_with("line "), "{text:?}: {e}");
+        }
+        let e = format!(
+            "{:#}",
+            parse("[profiles.a]\npassword = \"x\"\n").unwrap_err()
+        );
+        assert!(e.contains("line 2") && e.contains("password-file"), "{e}");
     }
 
     #[test]

@@ -9,6 +9,7 @@ mod metrics;
 mod output;
 mod progress;
 mod repo;
+mod secret;
 
 use clap::{CommandFactory, FromArgMatches, Subcommand};
 use std::io::IsTerminal;
@@ -182,17 +183,30 @@ fn log_colours() -> bool {
     std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty())
 }
 
+/// The log: with `MAILVAULT_LOG` (`debug`, `mailvault_core=trace`…) tracing's own lines,
+/// timestamped, with level and module; without it, only warnings and errors, written as
+/// the commands write theirs (`warning: …`). Every line passes through
+/// [`secret::RedactingStderr`].
+fn init_logging() {
+    use tracing_subscriber::EnvFilter;
+    match EnvFilter::try_from_env("MAILVAULT_LOG") {
+        Ok(filter) => tracing_subscriber::fmt()
+            .with_env_filter(filter)
+            .with_writer(secret::RedactingStderr)
+            .with_ansi(log_colours())
+            .init(),
+        Err(_) => tracing_subscriber::fmt()
+            .with_env_filter(EnvFilter::new("warn"))
+            .with_writer(secret::RedactingStderr)
+            .event_format(output::PlainEvents)
+            .init(),
+    }
+}
+
 fn main() -> ExitCode {
     default_sigpipe();
     fixed_mmap_threshold();
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("MAILVAULT_LOG")
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
-        )
-        .with_writer(std::io::stderr)
-        .with_ansi(log_colours())
-        .init();
+    init_logging();
     let started = std::time::Instant::now();
     let matches = Cli::command().get_matches();
     let name = matches.subcommand_name().unwrap_or("").to_string();

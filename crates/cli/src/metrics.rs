@@ -206,7 +206,7 @@ fn series(end: &Ending, n: &Noted) -> Vec<Sample> {
         .repository
         .as_deref()
         .or(end.repository)
-        .map(without_userinfo)
+        .map(|r| crate::secret::redact(r).into_owned())
         .unwrap_or_default();
     let labels = |source: &str| {
         let mut s = String::new();
@@ -344,20 +344,6 @@ fn escape(v: &str) -> String {
         .replace('\n', "\\n")
 }
 
-/// A location without the user information of a URL (`s3:https://key:secret@host/b` gives
-/// `s3:https://host/b`): labels are read by anyone who can read the metrics.
-fn without_userinfo(loc: &str) -> String {
-    let Some(i) = loc.find("://") else {
-        return loc.to_string();
-    };
-    let rest = &loc[i + 3..];
-    let end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
-    match rest[..end].rfind('@') {
-        Some(at) => format!("{}{}", &loc[..i + 3], &rest[at + 1..]),
-        None => loc.to_string(),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -365,12 +351,12 @@ mod tests {
     #[test]
     fn user_information_is_removed() {
         assert_eq!(
-            without_userinfo("s3:https://AK:SECRET@s3.example.org/b/p"),
+            crate::secret::redact("s3:https://AK:SECRET@s3.example.org/b/p"),
             "s3:https://s3.example.org/b/p"
         );
-        assert_eq!(without_userinfo("/srv/a@b/repo"), "/srv/a@b/repo");
+        assert_eq!(crate::secret::redact("/srv/a@b/repo"), "/srv/a@b/repo");
         assert_eq!(
-            without_userinfo("s3:http://h:9000/b@x"),
+            crate::secret::redact("s3:http://h:9000/b@x"),
             "s3:http://h:9000/b@x"
         );
     }

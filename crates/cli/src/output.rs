@@ -10,10 +10,13 @@ use std::fmt::Write;
 /// visible: C0 controls (newlines and tabs too), DEL and C1 controls as `\x1b`, bidi
 /// embeddings, overrides, isolates and marks as `\u{202e}`. Mail decoded from hostile
 /// headers (`ESC]2;...` sets the window title, `ESC[2J` clears the screen) then prints as
-/// text. JSON output needs none of this: serde escapes controls there.
+/// text. JSON output needs none of this: serde escapes controls there. Credentials in URLs
+/// are taken out on the way ([`crate::secret::redact`]): errors and warnings quote
+/// locations.
 pub fn safe(s: &str) -> Cow<'_, str> {
+    let s = crate::secret::redact(s);
     if !s.chars().any(unsafe_char) {
-        return Cow::Borrowed(s);
+        return s;
     }
     let mut out = String::with_capacity(s.len() + 8);
     for c in s.chars() {
@@ -26,6 +29,37 @@ pub fn safe(s: &str) -> Cow<'_, str> {
         }
     }
     Cow::Owned(out)
+}
+
+/// Log events as the commands' own lines: `warning: message` (`error: message`), no
+/// timestamp or module, control characters escaped as [`safe`] does.
+pub struct PlainEvents;
+
+impl<S, N> tracing_subscriber::fmt::FormatEvent<S, N> for PlainEvents
+where
+    S: tracing::Subscriber + for<'a> tracing_subscriber::registry::LookupSpan<'a>,
+    N: for<'a> tracing_subscriber::fmt::FormatFields<'a> + 'static,
+{
+    fn format_event(
+        &self,
+        ctx: &tracing_subscriber::fmt::FmtContext<'_, S, N>,
+        mut writer: tracing_subscriber::fmt::format::Writer<'_>,
+        event: &tracing::Event<'_>,
+    ) -> std::fmt::Result {
+        let level = match *event.metadata().level() {
+            tracing::Level::ERROR => "error",
+            tracing::Level::WARN => "warning",
+            tracing::Level::INFO => "info",
+            _ => "debug",
+        };
+        let mut fields = String::new();
+        tracing_subscriber::fmt::FormatFields::format_fields(
+            ctx,
+            tracing_subscriber::fmt::format::Writer::new(&mut fields),
+            event,
+        )?;
+        writeln!(writer, "{level}: {}", safe(&fields))
+    }
 }
 
 fn unsafe_char(c: char) -> bool {

@@ -2,7 +2,7 @@
 
 use crate::commands::{Location, Role};
 use crate::GlobalOpts;
-use anyhow::{bail, Context, Result};
+use anyhow::{bail, Result};
 use mailvault_core::repo::lock::LockOptions;
 use mailvault_core::repo::seen::{StateDir, STATE_DIR_ENV};
 use mailvault_core::store::{
@@ -108,15 +108,7 @@ pub fn remote() -> bool {
 /// The password from --password-file, MAILVAULT_PASSWORD or a prompt on a terminal.
 pub fn password(g: &GlobalOpts, confirm: bool) -> Result<Vec<u8>> {
     if let Some(f) = &g.password_file {
-        let mut p =
-            std::fs::read(f).with_context(|| format!("reading password file {}", f.display()))?;
-        while p.last().is_some_and(|c| *c == b'\n' || *c == b'\r') {
-            p.pop();
-        }
-        if p.is_empty() {
-            bail!("password file {} is empty", f.display());
-        }
-        return Ok(p);
+        return crate::secret::read_file("password file", f);
     }
     if let Ok(p) = std::env::var("MAILVAULT_PASSWORD") {
         if !p.is_empty() {
@@ -152,13 +144,13 @@ pub fn open(g: &GlobalOpts) -> Result<Repository> {
     for (path, e) in repo.index_errors() {
         eprintln!(
             "warning: {}: its packs' blobs look absent (run `mailvault check`, then `mailvault repair index`)",
-            crate::output::safe(&format!("{path}: {e}"))
+            crate::output::safe(&mailvault_core::error::at_place(path, &e.to_string()))
         );
     }
     for (path, e) in repo.dictionary_errors() {
         eprintln!(
             "warning: {}: blobs compressed with it cannot be read (run `mailvault check`)",
-            crate::output::safe(&format!("{path}: {e}"))
+            crate::output::safe(&mailvault_core::error::at_place(path, &e.to_string()))
         );
     }
     if repo.unfinished_migration() {
@@ -167,7 +159,7 @@ pub fn open(g: &GlobalOpts) -> Result<Repository> {
     for d in &repo.snapshots()?.damaged {
         eprintln!(
             "warning: {}: this snapshot is skipped (run `mailvault check`, then `mailvault repair snapshots`)",
-            crate::output::safe(&format!("{}: {}", d.path, d.error))
+            crate::output::safe(&mailvault_core::error::at_place(&d.path, &d.error.to_string()))
         );
     }
     Ok(repo)

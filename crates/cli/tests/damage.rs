@@ -426,3 +426,58 @@ fn swapped_blobs(format: &str, error: &str) {
     e.expect(0, &["repair", "snapshots"]);
     e.expect(0, &["check", "--read-data"]);
 }
+
+/// Issue 24 item 13: a restore that needs blobs no index lists says what happened and
+/// what to run, not only which blob it missed.
+#[test]
+fn a_restore_missing_blobs_points_to_repair_index() {
+    let e = Env::new();
+    let md = e.path("md");
+    maildir(&md, 5, "a");
+    e.expect(0, &["init"]);
+    e.expect(0, &["backup", md.to_str().unwrap()]);
+    let index = repo_files(&e, "index");
+    // The snapshot's trees are cached locally; with the index gone the data blobs are
+    // what the restore cannot find.
+    for f in &index {
+        fs::remove_file(f).unwrap();
+    }
+    let out = e.run_text(&[
+        "restore",
+        "latest",
+        "--target",
+        e.path("out").to_str().unwrap(),
+    ]);
+    let text = format!("{}{}", out.1, out.2);
+    assert_ne!(out.0, Some(0), "{text}");
+    assert!(text.contains("mailvault repair index"), "{text}");
+}
+
+/// Issue 24 item 13: a file in data/ named like a pack that is not one is not called
+/// "left by an interrupted backup": check says what it is and what to do.
+#[test]
+fn check_tells_a_foreign_file_in_data_from_an_unindexed_pack() {
+    let e = Env::new();
+    let md = e.path("md");
+    maildir(&md, 5, "a");
+    e.expect(0, &["init"]);
+    e.expect(0, &["backup", md.to_str().unwrap()]);
+    let pack = repo_files(&e, "data")[0].clone();
+    let name = "ab".repeat(32);
+    let foreign = pack
+        .parent()
+        .unwrap()
+        .parent()
+        .unwrap()
+        .join("ab")
+        .join(&name);
+    fs::create_dir_all(foreign.parent().unwrap()).unwrap();
+    fs::write(&foreign, b"not a pack at all, but named like one\n").unwrap();
+    let out = e.expect(0, &["check"]);
+    let line = out
+        .lines()
+        .find(|l| l.contains(&name))
+        .unwrap_or_else(|| panic!("{name} not named: {out}"));
+    assert!(line.contains("not a pack of this repository"), "{line}");
+    assert!(!line.contains("interrupted backup"), "{line}");
+}

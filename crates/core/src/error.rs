@@ -81,7 +81,7 @@ pub enum Error {
     #[error("no snapshot matches {0:?}")]
     SnapshotNotFound(String),
     /// A blob referenced by a tree is missing from the index.
-    #[error("blob {0} is not in the repository index")]
+    #[error("blob {0} is not in the repository index: an index file is missing or damaged, or the pack that held it is gone; run `mailvault check` to see which, then `mailvault repair index` (it rebuilds the index from the packs there are)")]
     BlobNotFound(String),
     /// The user asked for something that cannot be done.
     #[error("{0}")]
@@ -172,5 +172,15 @@ impl Error {
             what: what.into(),
             detail: detail.into(),
         }
+    }
+}
+
+/// `message` about the file or object at `place`, as `place: message`, unless the message
+/// already starts with it (errors carry the item they are about, so a caller that adds
+/// the place again would print it twice).
+pub fn at_place(place: &str, message: &str) -> String {
+    match message.strip_prefix(place) {
+        Some(rest) if rest.starts_with(": ") => message.to_string(),
+        _ => format!("{place}: {message}"),
     }
 }

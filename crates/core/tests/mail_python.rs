@@ -321,3 +321,78 @@ fn our_eml_export_is_read_by_python_email() {
     );
     assert!(root.join("%2E.").join("escape").is_dir());
 }
+
+/// Python's `email.header` encodes a subject in every charset of the WHATWG encoding
+/// standard that Python has a codec for (and a few words written by hand: unpadded base64,
+/// Q with underscores, words split mid-character across lines), prints each header with
+/// its own decoding, and `ls`'s header summary must decode it to the same text.
+const PYTHON_HEADERS: &str = r#"
+import json
+from email.header import Header, decode_header, make_header
+cases = [
+    ("utf-8", "Grüße aus Köln ✓"),
+    ("ibm866", "Привет"), ("iso-8859-2", "Zażółć gęślą"), ("iso-8859-3", "Ġħ"),
+    ("iso-8859-4", "Ķīļ"), ("iso-8859-5", "Привет"), ("iso-8859-6", "مرحبا"),
+    ("iso-8859-7", "Καλημέρα"), ("iso-8859-8", "שלום"), ("iso-8859-10", "Ŋŧ"),
+    ("iso-8859-13", "Ąčę"), ("iso-8859-14", "Ḃḟ"), ("iso-8859-15", "€uro"),
+    ("iso-8859-16", "Șț"), ("koi8-r", "Привет"), ("koi8-u", "Привіт"),
+    ("macintosh", "Café"), ("windows-874", "สวัสดี"), ("windows-1250", "Zażółć"),
+    ("windows-1251", "Привет"), ("windows-1252", "Café “quoted”"), ("windows-1253", "Καλημέρα"),
+    ("windows-1254", "Günaydın"), ("windows-1255", "שלום"), ("windows-1256", "مرحبا"),
+    ("windows-1257", "Ąčę"), ("windows-1258", "Xin chào"), ("x-mac-cyrillic", "Привет"),
+    ("gbk", "你好世界"), ("gb2312", "你好世界"), ("gb18030", "你好世界𠀀"), ("big5", "你好世界"),
+    ("euc-jp", "こんにちは世界"), ("iso-2022-jp", "こんにちは世界"), ("shift_jis", "こんにちは世界"),
+    ("euc-kr", "안녕하세요"),
+]
+py_codec = {"ibm866": "cp866", "x-mac-cyrillic": "mac_cyrillic", "macintosh": "mac_roman",
+            "windows-874": "cp874"}
+out = []
+for charset, text in cases:
+    # The charset label as a mail carries it, the bytes as Python's codec makes them.
+    raw = text.encode(py_codec.get(charset, charset))
+    import base64
+    h = "=?%s?B?%s?=" % (charset, base64.b64encode(raw).decode())
+    # email.header splits the word; a label Python's codecs lack (windows-874) is
+    # decoded with the codec of the same encoding.
+    (data, cs), = decode_header(h)
+    out.append((h, data.decode(py_codec.get(cs, cs))))
+for h in [
+    "=?utf-8?B?eHB0bw?=",          # unpadded base64: 'xpto'
+    "=?utf-8?B?eA?=",              # 'x'
+    "=?UTF-8?b?w6k?= and =?utf-8?B?w6nDqQ?=",
+    "=?iso-8859-1?Q?caf=E9_cr=E8me?=",
+    "=?utf-8?B?5L2g5aW9?= =?utf-8?B?5LiW55WM?=",
+    str(Header("Ünïcödé " * 12, "utf-8").encode()),
+    str(Header("日本語の件名です" * 6, "iso-2022-jp").encode()),
+]:
+    out.append((h, str(make_header(decode_header(h)))))
+print(json.dumps(out))
+"#;
+
+#[test]
+fn encoded_words_decode_as_pythons_email_header_does() {
+    if !python3() {
+        return;
+    }
+    let cases: Vec<(String, String)> =
+        serde_json::from_str(&run_python(PYTHON_HEADERS, &[])).unwrap();
+    assert!(cases.len() > 40, "{}", cases.len());
+    let mut wrong = Vec::new();
+    for (header, expected) in &cases {
+        let msg = format!("From: a@example.org\nSubject: {header}\n\nbody\n");
+        let (_, subject, _) = mailvault_core::ops::backup::header_summary(msg.as_bytes());
+        // The summary is cut at 160 characters; compare what it keeps.
+        let expected: String = expected.trim().chars().take(160).collect();
+        if subject.trim_end_matches('…') != expected {
+            wrong.push(format!(
+                "{header}\n  python: {expected:?}\n  ours:   {subject:?}"
+            ));
+        }
+    }
+    assert!(
+        wrong.is_empty(),
+        "{} differ:\n{}",
+        wrong.len(),
+        wrong.join("\n")
+    );
+}

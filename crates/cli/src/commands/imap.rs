@@ -1,7 +1,7 @@
 //! The flags `backup` and `restore` share for IMAP sources and targets, turned into the
 //! engine's [`Connection`].
 
-use anyhow::{bail, Context, Result};
+use anyhow::{bail, Result};
 use mailvault_core::imap::client::{ClientOptions, Target};
 use mailvault_core::imap::{Connection, Login, Password};
 use std::path::PathBuf;
@@ -65,17 +65,16 @@ impl ImapArgs {
         let Some(f) = &self.imap_password_file else {
             bail!("an IMAP password is needed: give --imap-password-file FILE (the repository's password comes from --password-file / MAILVAULT_PASSWORD_FILE)");
         };
-        let password = if f.is_dir() {
-            Password::PerAccount(f.clone())
-        } else {
-            let p = std::fs::read_to_string(f)
-                .with_context(|| format!("reading IMAP password file {}", f.display()))?;
-            let p = p.trim_end_matches(['\n', '\r']).to_string();
-            if p.is_empty() {
-                bail!("IMAP password file {} is empty", f.display());
-            }
-            Password::One(p)
-        };
+        let password =
+            if f.is_dir() {
+                crate::secret::warn_if_readable_by_others("IMAP password directory", f);
+                Password::PerAccount(f.clone())
+            } else {
+                let p = crate::secret::read_file("IMAP password file", f)?;
+                Password::One(String::from_utf8(p).map_err(|_| {
+                    anyhow::anyhow!("IMAP password file {} is not UTF-8", f.display())
+                })?)
+            };
         let login = match &self.imap_master_user {
             Some(m) => Login::Master {
                 master: m.clone(),

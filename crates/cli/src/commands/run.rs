@@ -24,7 +24,7 @@ use mailvault_core::ops::prune::{prune, PruneOptions};
 use mailvault_core::repo::seen::StateDir;
 use mailvault_core::report::NoProgress;
 use serde::Serialize;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 #[derive(clap::Args, Debug)]
@@ -283,27 +283,11 @@ fn with_profile(g: &GlobalOpts, p: &Profile, name: &str) -> Result<GlobalOpts> {
             ),
             _ => g.password_file = Some(f.clone()),
         }
-        warn_if_readable_by_others(f);
     }
     if g.jobs == 0 {
         g.jobs = p.jobs.unwrap_or(0);
     }
     Ok(g)
-}
-
-/// A password file others can read is worth a warning (the run goes on: the file is what
-/// the admin chose).
-fn warn_if_readable_by_others(f: &Path) {
-    use std::os::unix::fs::PermissionsExt;
-    if let Ok(m) = std::fs::metadata(f) {
-        if m.permissions().mode() & 0o077 != 0 {
-            eprintln!(
-                "warning: password file {} can be read by others than its owner (mode {:o}): chmod 600 it",
-                safe(&f.display().to_string()),
-                m.permissions().mode() & 0o777
-            );
-        }
-    }
 }
 
 /// The forget step: the profile's policy applied to the repository, per group of host and

@@ -30,6 +30,9 @@ impl Env {
             vars: Vec::new(),
         };
         fs::write(e.path("pass"), "s3cret\n").unwrap();
+        // As an admin keeps it: mailvault warns about a password file others can read.
+        use std::os::unix::fs::PermissionsExt;
+        fs::set_permissions(e.path("pass"), fs::Permissions::from_mode(0o600)).unwrap();
         e
     }
     /// A repository in a fresh bucket of the test MinIO (one per test process, started on

@@ -1152,7 +1152,50 @@ fn summary_fields(data: &[u8]) -> Vec<u8> {
         }
     }
     out.extend_from_slice(b"\n");
+    pad_base64_words(&out)
+}
+
+/// `head` with every base64 encoded word (`=?cs?B?...?=`) padded with `=` to a multiple of
+/// four characters. Written by hand because mail-parser 0.11 drops the last one or two
+/// bytes of an unpadded word (`=?utf-8?B?eHB0bw?=` gives `xpt`), which RFC 2047 writers
+/// such as Python's `email` and many MUAs produce; everything else is left as it is.
+fn pad_base64_words(head: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(head.len() + 8);
+    let mut rest = head;
+    while let Some(start) = find(rest, b"=?") {
+        out.extend_from_slice(&rest[..start]);
+        let word = &rest[start..];
+        // =?charset?B?payload?=
+        let parsed = (|| {
+            let cs_end = 2 + find(&word[2..], b"?")?;
+            let enc = word.get(cs_end + 1..cs_end + 3)?;
+            if !enc.eq_ignore_ascii_case(b"B?") {
+                return None;
+            }
+            let payload = cs_end + 3;
+            let end = payload + find(&word[payload..], b"?=")?;
+            Some((payload, end))
+        })();
+        let Some((payload, end)) = parsed else {
+            out.extend_from_slice(b"=?");
+            rest = &word[2..];
+            continue;
+        };
+        let body = &word[payload..end];
+        out.extend_from_slice(&word[..end]);
+        let significant = body.iter().filter(|c| !c.is_ascii_whitespace()).count();
+        if !body.contains(&b'=') && significant % 4 != 0 {
+            out.extend(std::iter::repeat_n(b'=', 4 - significant % 4));
+        }
+        out.extend_from_slice(b"?=");
+        rest = &word[end + 2..];
+    }
+    out.extend_from_slice(rest);
     out
+}
+
+fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
+    hay.windows(needle.len()).position(|w| w == needle)
 }
 
 fn shorten(s: &str) -> String {

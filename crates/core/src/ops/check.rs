@@ -104,11 +104,17 @@ pub struct CheckError {
 
 impl CheckError {
     fn new(kind: DamageKind, file: Option<&str>, error: impl std::fmt::Display) -> CheckError {
+        let error = error.to_string();
+        // The file is its own field: an error that names it first says it once.
+        let error = match file.and_then(|f| error.strip_prefix(f)?.strip_prefix(": ")) {
+            Some(rest) => rest.to_string(),
+            None => error,
+        };
         CheckError {
             kind,
             file: file.map(str::to_string),
             blob: None,
-            error: error.to_string(),
+            error,
             blobs: 0,
             snapshots: Vec::new(),
             messages: 0,
@@ -659,15 +665,43 @@ fn check_packs(
             }
         }
     }
+    let unindexed: Vec<&str> = packs
+        .iter()
+        .filter(|p| {
+            file_id(&p.path).is_ok_and(|id| {
+                !index.has_pack(&id) && !repo.migration_leftover_pack(&p.path, p.size)
+            })
+        })
+        .map(|p| p.path.as_str())
+        .collect();
+    // A file in data/ that no index lists is what a killed backup leaves, or something that
+    // does not belong: it is read and verified (as a backup would before reusing it), so
+    // the advice fits what it is.
+    let verdicts: Vec<String> = unindexed
+        .par_iter()
+        .map(|path| match repo.verify_pack(path, &[repo.version()]) {
+            Ok(v) if v.name_matches && v.bad.is_empty() => format!(
+                "{path}: pack not in any index (left by an interrupted backup or prune; the next backup reuses it when a killed backup left its lock, `mailvault prune` deletes it, or run `{REPAIR_INDEX}` to index it now)"
+            ),
+            verdict => {
+                let why = match verdict {
+                    Ok(v) if !v.name_matches => "its bytes do not match its name".to_string(),
+                    Ok(v) => v.bad.first().map_or_else(String::new, |(_, e)| e.to_string()),
+                    Err(e) => e.to_string(),
+                };
+                format!(
+                    "{path}: not a pack of this repository, and no index lists it ({why}): it was copied into data/ or damaged, not left by a backup; no snapshot needs it. `mailvault prune` deletes it: move it out of the repository first if it is yours"
+                )
+            }
+        })
+        .collect();
+    warnings.extend(verdicts);
     for p in &packs {
-        match file_id(&p.path) {
-            Ok(id) if !index.has_pack(&id) && repo.migration_leftover_pack(&p.path, p.size) => {}
-            Ok(id) if !index.has_pack(&id) => warnings.push(format!(
-                "{}: pack not in any index (left by an interrupted backup or prune; the next backup reuses it when a killed backup left its lock, `mailvault prune` deletes it, or run `{REPAIR_INDEX}`)",
+        if file_id(&p.path).is_err() {
+            warnings.push(format!(
+                "{}: not a repository file (its name is not a pack id): it does not belong in data/; move it out of the repository",
                 p.path
-            )),
-            Ok(_) => {}
-            Err(_) => warnings.push(format!("{}: not a repository file", p.path)),
+            ));
         }
     }
     packs.par_iter().for_each(|p| {

@@ -406,8 +406,9 @@ impl Repository {
                 // A damaged index file must not lock the user out: its blobs look absent
                 // (a backup stores them again, a restore names what it cannot find) and
                 // `check` reports it.
+                // The caller reports it (`index_errors`): a log line would say it twice.
                 Err(e) => {
-                    tracing::warn!("index file {path} is unreadable: {e}");
+                    tracing::debug!("index file {path} is unreadable: {e}");
                     self.index_errors.push((path, e));
                 }
             }

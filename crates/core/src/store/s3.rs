@@ -148,8 +148,14 @@ pub fn parse_url(url: &str) -> Result<(String, String, String)> {
         .filter(|(s, _)| *s == "http" || *s == "https")
         .ok_or_else(|| bad("give http:// or https:// and the server"))?;
     let (host, path) = rest.split_once('/').unwrap_or((rest, ""));
-    if host.is_empty() || host.contains(['@', '?', '#', ' ']) {
-        return Err(bad("no server, or credentials, a query or spaces in it"));
+    if let Some((_, server)) = host.rsplit_once('@') {
+        // The URL is not quoted: it holds a secret.
+        return Err(Error::InvalidInput(format!(
+            "repository s3:{scheme}://{server}/…: credentials in the URL are refused (they would show in process lists, logs and shell history): give them in AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (AWS_SESSION_TOKEN), or a profile of the shared credentials file (AWS_PROFILE, AWS_SHARED_CREDENTIALS_FILE)"
+        )));
+    }
+    if host.is_empty() || host.contains(['?', '#', ' ']) {
+        return Err(bad("no server, or a query or spaces in it"));
     }
     let path = path.trim_matches('/');
     let (bucket, prefix) = path.split_once('/').unwrap_or((path, ""));
@@ -665,9 +671,12 @@ mod tests {
         ] {
             assert!(p(bad).is_err(), "{bad} accepted");
         }
-        assert!(p("s3:http://user:pw@h/bucket")
-            .unwrap_err()
-            .contains("credentials"));
+        let e = p("s3:http://user:pw@h/bucket").unwrap_err();
+        assert!(
+            e.contains("credentials") && e.contains("AWS_SECRET_ACCESS_KEY"),
+            "{e}"
+        );
+        assert!(!e.contains("pw") && !e.contains("user"), "{e}");
     }
 
     #[test]

@@ -46,7 +46,14 @@ impl Target {
             return Err(bad("expected imap://host[:port] or imaps://host[:port]"));
         };
         let rest = rest.strip_suffix('/').unwrap_or(rest);
-        if rest.contains('/') || rest.contains('@') || rest.contains('?') {
+        if let Some((_, server)) = rest.split('/').next().unwrap_or(rest).rsplit_once('@') {
+            // The URL is not quoted: it holds a secret.
+            return Err(Error::InvalidTarget {
+                target: format!("{}{server}", &url[..url.len() - rest.len()]),
+                reason: "credentials in the URL are refused (they would show in process lists and logs): give the password in --imap-password-file and the user with --imap-user-template or --imap-master-user".into(),
+            });
+        }
+        if rest.contains('/') || rest.contains('?') {
             return Err(bad(
                 "only host and port are allowed (credentials and paths go in options)",
             ));
@@ -297,6 +304,14 @@ mod tests {
         ] {
             assert!(Target::parse(bad).is_err(), "{bad}");
         }
+        let e = Target::parse("imaps://bob:s3cret@mail.example.org:993/")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("credentials") && e.contains("mail.example.org"),
+            "{e}"
+        );
+        assert!(!e.contains("s3cret") && !e.contains("bob"), "{e}");
     }
 
     #[test]
