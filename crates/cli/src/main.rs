@@ -98,6 +98,11 @@ pub struct StorageOpts {
     /// for everything else), `path` or `virtual`.
     #[arg(long, global = true, default_value = "auto", value_parser = ["auto", "path", "virtual"])]
     pub s3_addressing: String,
+    /// Object storage that fails every request (no answer, 5xx) for this long stops the
+    /// command with exit code 2, instead of each request retrying on its own; what was
+    /// done is kept and the command can be run again.
+    #[arg(long, global = true, env = "MAILVAULT_GIVE_UP_AFTER", value_name = "DURATION", default_value = "2m", value_parser = humantime::parse_duration)]
+    pub give_up_after: std::time::Duration,
 }
 
 #[derive(Subcommand, Debug)]
@@ -233,6 +238,17 @@ fn main() -> ExitCode {
         Command::Forget(a) => commands::forget::run(g, a),
         Command::Tag(a) => commands::tag::run(g, a),
         Command::Run(a) => commands::run::run(g, a),
+    };
+    // Storage given up on (`--give-up-after`): the command's items failed with it, its
+    // report said so per item; the run failed as a whole, and is said to once.
+    let result = match (result, repo::given_up()) {
+        (r, Some(why)) => {
+            if let Err(e) = r {
+                tracing::debug!("{e:#}");
+            }
+            Err(anyhow::anyhow!("{why}"))
+        }
+        (r, None) => r,
     };
     write_metrics(g, &name, &result, started);
     let code = match result {

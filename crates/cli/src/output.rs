@@ -143,10 +143,23 @@ pub fn print_failures(failures: &[Failure]) {
     if failures.is_empty() {
         return;
     }
+    // Once the storage was given up on, every item left failed for that one reason, which
+    // the command's error says: counted here, not listed.
+    let (not_sent, failures): (Vec<&Failure>, Vec<&Failure>) = failures
+        .iter()
+        .partition(|f| f.error.contains(mailvault_core::store::GIVEN_UP));
     let n = failures.len();
-    println!("{n} {}:", if n == 1 { "failure" } else { "failures" });
+    if n > 0 {
+        println!("{n} {}:", if n == 1 { "failure" } else { "failures" });
+    }
     for f in failures {
         println!("  {}: {}", safe(&f.item), safe(&f.error));
+    }
+    if !not_sent.is_empty() {
+        println!(
+            "{} not done: the storage was given up on (below)",
+            count(not_sent.len() as u64, "item", "items")
+        );
     }
 }
 

@@ -55,6 +55,7 @@ fn build_stack(g: &GlobalOpts, cache_root: Option<std::path::PathBuf>) -> Result
         upload_kib: o.limit_upload,
         download_kib: o.limit_download,
         cache_root,
+        give_up_after: o.give_up_after,
     };
     let s = match crate::commands::location(loc, "repository", Role::Repository)? {
         Location::Dir(p) => {
@@ -98,6 +99,11 @@ pub fn prepare_new(g: &GlobalOpts) -> Result<()> {
 /// What the storage was asked in this run, if a store was opened.
 pub fn usage() -> Option<StoreUsage> {
     STACK.get().map(Stack::usage)
+}
+
+/// Why this run gave up on its storage, if it did (`--give-up-after`).
+pub fn given_up() -> Option<String> {
+    STACK.get().and_then(Stack::given_up)
 }
 
 /// Whether this run's repository is on object storage.

@@ -565,3 +565,58 @@ fn s3_imap_restore_and_backup() {
     assert_eq!(contents(&e.path("out")), contents(&src));
     e.ok(&["check", "--read-data"]);
 }
+
+/// Issue 24 item 11: a restore whose storage dies under it (every request dropped from
+/// some point on, as a killed server's would be: when it opens the repository, when it
+/// reads the first data pack) stops within a bounded time (`--give-up-after`), says so
+/// once, exits 2, and a run once the storage is back finishes the restore.
+#[test]
+fn s3_a_restore_against_dead_storage_gives_up_and_resumes() {
+    let mut e = Env::s3("dead-storage");
+    let src = e.path("vmail");
+    corpus(&src, 6);
+    e.expect(0, &["init"]);
+    e.expect(0, &["backup", &maildir(&src)]);
+    let proxy = FaultProxy::start(&Minio::shared().address()).unwrap();
+    e.location = Some(through(&e, &proxy));
+    let out = e.path("out");
+    for dies_at in ["/config", "/data/"] {
+        proxy.die_at(dies_at);
+        let started = std::time::Instant::now();
+        let (code, stdout, stderr) = e.run_text(&[
+            "restore",
+            "latest",
+            "--target",
+            &maildir(&out),
+            "--give-up-after",
+            "3s",
+        ]);
+        let took = started.elapsed();
+        assert_eq!(code, Some(2), "{dies_at}: {stdout}{stderr}");
+        assert!(
+            took < std::time::Duration::from_secs(60),
+            "{dies_at}: took {took:?}"
+        );
+        // One error, said once (opening the repository is one request: its own
+        // attempts may end before the breaker's time; a restore's many requests never).
+        assert_eq!(stderr.matches("error:").count(), 1, "{dies_at}: {stderr}");
+        if dies_at == "/data/" {
+            let said = stdout.matches("failed every request").count()
+                + stderr.matches("failed every request").count();
+            assert_eq!(said, 1, "{dies_at}: {stdout}{stderr}");
+            assert!(
+                stderr.contains("run the command again"),
+                "{dies_at}: {stderr}"
+            );
+        }
+        assert!(
+            stdout.lines().count() + stderr.lines().count() < 20,
+            "{dies_at}: {stdout}{stderr}"
+        );
+        proxy.set_faults(0, &[]);
+    }
+    // Back: the same restore finishes what the first did not.
+    let r = e.json(0, &["restore", "latest", "--target", &maildir(&out)]);
+    assert_eq!(r["items_failed"], 0, "{r}");
+    assert_same_files(&out, &src);
+}

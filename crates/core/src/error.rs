@@ -130,6 +130,9 @@ pub enum BackendKind {
     NoConditionalPut,
     /// A failure that may pass: 5xx, `SlowDown`, 429, a timeout, a reset connection.
     Transient,
+    /// The service failed every request for so long that the run gave up on it (see
+    /// `store::retry`): not retried; the operation stops.
+    Down,
     /// Anything else the service refused.
     Other,
 }

@@ -37,6 +37,7 @@ fn wrapped(mem: &MemoryStore, cache: &Path) -> Wrapped {
         max_attempts: 30,
         base: Duration::from_millis(1),
         cap: Duration::from_millis(20),
+        ..RetryPolicy::default()
     };
     let retry = Arc::new(Retry::new(metered.clone(), policy));
     let uploads = Arc::new(Uploads::new(retry.clone(), 3, 2).unwrap());

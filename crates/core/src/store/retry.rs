@@ -7,6 +7,14 @@
 //! service is retried only once some request through this wrapper has reached it: a wrong
 //! endpoint fails fast with one clear error, a service restarting mid-run is waited for.
 //!
+//! A storage service that fails every request is given up on as a whole, not request by
+//! request: when every request through this wrapper has failed transiently for
+//! [`RetryPolicy::give_up_after`] (and at least [`RetryPolicy::give_up_failures`] in a
+//! row), the breaker opens, every request waiting or to come fails at once with
+//! [`BackendKind::Down`], and the operation ends within a bounded time with one error
+//! instead of retrying each of its thousands of reads for an hour. One success closes
+//! the streak.
+//!
 //! A put whose earlier attempt failed transiently may have been stored all the same (the
 //! answer was lost): when the retry finds the object there, it reads it back, and the
 //! same bytes are a success. Not every object is content-named (`writers/<name>`,
@@ -18,8 +26,8 @@ use crate::repo::pack::BlobKind;
 use rand::Rng;
 use serde::Serialize;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
-use std::sync::Arc;
-use std::time::Duration;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 /// How often and how long to retry.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -30,7 +38,20 @@ pub struct RetryPolicy {
     pub base: Duration,
     /// The largest backoff ceiling.
     pub cap: Duration,
+    /// How long every request may fail (no success in between) before the storage is
+    /// taken for down and the run stops.
+    pub give_up_after: Duration,
+    /// Failed attempts in a row the breaker needs besides the time, so that one slow
+    /// request alone never opens it.
+    pub give_up_failures: u64,
 }
+
+/// The detail of the error every request fails with once the storage was given up on.
+pub const GIVEN_UP: &str = "not sent: the storage was given up on";
+
+/// How long a storage service may fail every request before a run gives up on it, by
+/// default.
+pub const DEFAULT_GIVE_UP_AFTER: Duration = Duration::from_secs(120);
 
 impl Default for RetryPolicy {
     fn default() -> Self {
@@ -38,6 +59,8 @@ impl Default for RetryPolicy {
             max_attempts: 8,
             base: Duration::from_millis(100),
             cap: Duration::from_secs(10),
+            give_up_after: DEFAULT_GIVE_UP_AFTER,
+            give_up_failures: 8,
         }
     }
 }
@@ -100,6 +123,17 @@ struct Counters {
     delete: AtomicU64,
 }
 
+/// The streak of failures the breaker watches, shared by every request.
+#[derive(Default)]
+struct Breaker {
+    /// When the streak began (the first failure since the last success).
+    since: Option<Instant>,
+    /// Failed attempts in the streak.
+    failures: u64,
+    /// Set when the breaker opened: what every request now fails with.
+    open: Option<String>,
+}
+
 /// Retries transient failures of the inner store (see the module docs).
 pub struct Retry {
     inner: Arc<dyn Store>,
@@ -107,6 +141,7 @@ pub struct Retry {
     /// Whether some request has reached the service.
     reached: AtomicBool,
     counts: Counters,
+    breaker: Mutex<Breaker>,
 }
 
 impl Retry {
@@ -116,6 +151,50 @@ impl Retry {
             policy,
             reached: AtomicBool::new(false),
             counts: Counters::default(),
+            breaker: Mutex::new(Breaker::default()),
+        }
+    }
+
+    /// Why the storage was given up on, once it was: every request failed for the
+    /// policy's time (see the module docs).
+    pub fn given_up(&self) -> Option<String> {
+        crate::repo::lock(&self.breaker).open.clone()
+    }
+
+    /// The error every request fails with once the breaker is open: short, since every
+    /// item left fails with it; [`Retry::given_up`] says why, once.
+    fn down(&self) -> Option<Error> {
+        self.given_up()?;
+        Some(Error::backend(
+            self.inner.location(),
+            BackendKind::Down,
+            GIVEN_UP,
+        ))
+    }
+
+    /// Notes a request's result in the breaker's streak.
+    fn note(&self, failed: Option<&Error>) {
+        let mut b = crate::repo::lock(&self.breaker);
+        let Some(e) = failed else {
+            if b.open.is_none() {
+                (b.since, b.failures) = (None, 0);
+            }
+            return;
+        };
+        let since = *b.since.get_or_insert_with(Instant::now);
+        b.failures += 1;
+        let failing = since.elapsed();
+        if b.open.is_none()
+            && b.failures >= self.policy.give_up_failures
+            && failing >= self.policy.give_up_after
+        {
+            let why = format!(
+                "the storage failed every request for {} s ({} attempts in a row, the last: {e}): stopped; what was done is kept, run the command again once the storage answers",
+                failing.as_secs(),
+                b.failures
+            );
+            tracing::debug!("{why}");
+            b.open = Some(why);
         }
     }
 
@@ -151,13 +230,22 @@ impl Retry {
     fn run<T>(&self, verb: Verb, path: &str, mut f: impl FnMut() -> Result<T>) -> Result<T> {
         let mut attempt = 1;
         loop {
+            if let Some(down) = self.down() {
+                return Err(down);
+            }
             let e = match f() {
                 Ok(v) => {
                     self.reached.store(true, Relaxed);
+                    self.note(None);
                     return Ok(v);
                 }
                 Err(e) => e,
             };
+            if e.is_transient() {
+                self.note(Some(&e));
+            } else {
+                self.note(None);
+            }
             let unreachable = matches!(
                 e,
                 Error::Backend {
@@ -174,7 +262,8 @@ impl Retry {
                 && (!unreachable || self.reached.load(Relaxed));
             if !retry {
                 if e.is_transient() && attempt > 1 {
-                    tracing::warn!("{verb} {path}: giving up after {attempt} attempts: {e}");
+                    // The operation reports the item the request was for.
+                    tracing::debug!("{verb} {path}: giving up after {attempt} attempts: {e}");
                 }
                 return Err(e);
             }
@@ -270,6 +359,7 @@ mod tests {
             max_attempts: 8,
             base: Duration::from_millis(1),
             cap: Duration::from_millis(5),
+            ..RetryPolicy::default()
         }
     }
 
@@ -405,12 +495,75 @@ mod tests {
         ));
     }
 
+    /// Issue 24 item 11: a store that fails every request is given up on as a whole once
+    /// it has failed for the policy's time: every request after that, from any thread,
+    /// fails at once (no more attempts reach it), and one success before that resets
+    /// the streak.
+    #[test]
+    fn a_store_failing_every_request_is_given_up_on_as_a_whole() {
+        let mem = Arc::new(MemoryStore::new());
+        mem.put("a", b"1").unwrap();
+        let f = Arc::new(FaultyStore::new(mem));
+        let policy = RetryPolicy {
+            give_up_after: Duration::from_millis(150),
+            give_up_failures: 8,
+            ..fast()
+        };
+        let r = Retry::new(f.clone(), policy);
+        // Failures for less than the time, then a success: no breaker.
+        f.fail_next(7, BackendKind::Transient);
+        assert_eq!(r.get("a").unwrap(), b"1");
+        assert!(r.given_up().is_none());
+        // Dead storage: requests fail until the time is up, then all fail at once.
+        f.fail_next(u64::MAX / 2, BackendKind::Transient);
+        let started = Instant::now();
+        let mut tried = 0;
+        let down = loop {
+            tried += 1;
+            match r.get("a") {
+                Err(Error::Backend {
+                    kind: BackendKind::Down,
+                    detail,
+                    ..
+                }) => break r.given_up().unwrap_or(detail),
+                Err(e) => assert!(e.is_transient(), "{e}"),
+                Ok(_) => panic!("a dead store answered"),
+            }
+            assert!(started.elapsed() < Duration::from_secs(10), "never gave up");
+        };
+        assert!(tried > 1, "{tried}");
+        assert!(started.elapsed() >= Duration::from_millis(150));
+        assert!(down.contains("failed every request"), "{down}");
+        assert_eq!(r.given_up().as_deref(), Some(down.as_str()));
+        let before = f.requests();
+        std::thread::scope(|s| {
+            for _ in 0..4 {
+                s.spawn(|| {
+                    let e = r.put("b", b"2").unwrap_err();
+                    assert!(
+                        matches!(
+                            e,
+                            Error::Backend {
+                                kind: BackendKind::Down,
+                                ..
+                            }
+                        ),
+                        "{e}"
+                    );
+                });
+            }
+        });
+        assert_eq!(f.requests(), before, "requests reached a store given up on");
+        assert!(!Error::backend("x", BackendKind::Down, "d").is_transient());
+    }
+
     #[test]
     fn backoff_is_full_jitter_below_a_doubling_ceiling() {
         let p = RetryPolicy {
             max_attempts: 8,
             base: Duration::from_millis(100),
             cap: Duration::from_secs(10),
+            ..RetryPolicy::default()
         };
         for _ in 0..200 {
             assert!(p.backoff(0) <= Duration::from_millis(100));

@@ -31,6 +31,9 @@ pub struct StackOptions {
     pub download_kib: Option<u64>,
     /// The root of the local cache; `None`: no cache.
     pub cache_root: Option<PathBuf>,
+    /// How long the storage may fail every request before the run gives up on it
+    /// ([`RetryPolicy::give_up_after`]).
+    pub give_up_after: std::time::Duration,
 }
 
 /// What the storage was asked during a run.
@@ -83,7 +86,11 @@ impl Stack {
                 .with_download_kib(opts.download_kib),
         );
         let metered = Arc::new(Metered::new(limited));
-        let retry = Arc::new(Retry::new(metered.clone(), RetryPolicy::default()));
+        let policy = RetryPolicy {
+            give_up_after: opts.give_up_after,
+            ..RetryPolicy::default()
+        };
+        let retry = Arc::new(Retry::new(metered.clone(), policy));
         // Packs queued plus packs being sent: memory for about twice this many packs.
         let uploaders = connections.min(UPLOADERS);
         let uploads: Arc<dyn Store> = Arc::new(Uploads::new(retry.clone(), uploaders, uploaders)?);
@@ -99,6 +106,12 @@ impl Stack {
             retry: Some(retry),
             cache,
         })
+    }
+
+    /// Why the run gave up on the storage, once it did: it failed every request for
+    /// the policy's time (object storage only).
+    pub fn given_up(&self) -> Option<String> {
+        self.retry.as_ref().and_then(|r| r.given_up())
     }
 
     /// What the storage was asked so far.

@@ -78,6 +78,8 @@ struct Shared {
     /// The request lines seen, in order.
     log: Mutex<Vec<String>>,
     stopped: AtomicBool,
+    /// [`FaultProxy::die_at`]'s trigger.
+    die_at: Mutex<Option<String>>,
 }
 
 /// A running proxy; stopped when dropped.
@@ -110,6 +112,7 @@ impl FaultProxy {
             counts: Counters::default(),
             log: Mutex::new(Vec::new()),
             stopped: AtomicBool::new(false),
+            die_at: Mutex::new(None),
         });
         let s = shared.clone();
         std::thread::Builder::new()
@@ -138,6 +141,15 @@ impl FaultProxy {
         self.shared.seen.store(0, Relaxed);
         self.shared.faulted.store(0, Relaxed);
         self.shared.every.store(every, Relaxed);
+    }
+
+    /// From the first request whose request line contains `trigger` on, that one
+    /// included, every request is dropped without an answer, as by a server killed at
+    /// that moment (until [`FaultProxy::set_faults`] sets another plan).
+    pub fn die_at(&self, trigger: &str) {
+        if let Ok(mut d) = self.shared.die_at.lock() {
+            *d = Some(trigger.to_string());
+        }
     }
 
     /// `http://127.0.0.1:PORT`: the endpoint clients use instead of the server's.
@@ -222,6 +234,16 @@ fn serve(mut c: TcpStream, s: &Shared) -> std::io::Result<()> {
     let request_line = head.lines().next().unwrap_or("");
     count(s, request_line);
 
+    if let Ok(mut d) = s.die_at.lock() {
+        if d.as_deref().is_some_and(|t| request_line.contains(t)) {
+            *d = None;
+            if let Ok(mut k) = s.kinds.lock() {
+                *k = vec![Fault::Drop];
+            }
+            s.seen.store(0, Relaxed);
+            s.every.store(1, Relaxed);
+        }
+    }
     let i = s.seen.fetch_add(1, Relaxed) + 1;
     let every = s.every.load(Relaxed);
     let fault = match every > 0 && i.is_multiple_of(every) {
