@@ -952,11 +952,11 @@ impl<'a> Lane<'a> {
             Err(e) => return Err(e.into()),
         };
         s.fetch::<mailvault_imap::Error, _>(&SeqSet::all(), &FetchQuery::fingerprint(), |m| {
-            let fp = Fingerprint {
-                message_id: m.message_id(),
-                size: m.size.unwrap_or(0),
-                date: m.internal_date.map(|d| d.secs).unwrap_or(0),
-            };
+            let fp = Fingerprint::on_server(
+                m.header,
+                m.size.unwrap_or(0),
+                m.internal_date.map(|d| d.secs).unwrap_or(0),
+            );
             out.entry(fp).or_default().push(m.uid);
             Ok(())
         })?;
