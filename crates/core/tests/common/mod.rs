@@ -463,9 +463,16 @@ pub fn server_normalized_messages() -> Vec<(&'static str, Vec<u8>)> {
     let raw = |subject: &'static str, m: &[u8]| (subject, m.to_vec());
     let mut long = vec![b'x'; 10_000];
     long.push(b'\n');
+    // Line ends of one, two and three CRs over 60 KiB: past the servers' read buffers.
+    let mut many = Vec::new();
+    for i in 0..2_000 {
+        many.extend(std::iter::repeat_n(b'q', i % 53));
+        many.extend_from_slice([&b"\r\r\n"[..], b"\n", b"\r\r\r\n"][i % 3]);
+    }
     vec![
         plain("crcrlf-mid-body", b"first\r\r\nsecond\n"),
         plain("crcrcrlf", b"first\r\r\r\nsecond\n"),
+        plain("many-crcrlf", &many),
         raw(
             "crcrlf-throughout",
             b"Subject: crcrlf-throughout\r\r\nMessage-ID: <t@example.org>\r\r\n\r\r\nbody\r\r\nmore\r\r\n",
