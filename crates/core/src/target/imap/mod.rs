@@ -15,7 +15,8 @@
 //! Every batch is written to the [`journal`] before it is sent and
 //! when the server answered. A re-run trusts an accepted record only when the server still
 //! has that UID ([`Target::already_restored`]: such messages are not even read), and
-//! checks messages in doubt on the server (Message-ID, size, date) before sending them
+//! checks messages in doubt on the server (Message-ID, size, date, tolerating what the
+//! servers change on APPEND: [`crate::imap::names::Fingerprint`]) before sending them
 //! again; `skip_existing` does that check for every message. Dropped connections
 //! reconnect with backoff, throttling slows every connection down
 //! ([`crate::imap::Pacer`]), and a message the server refuses is reported with the
