@@ -214,6 +214,15 @@ pub fn subscriptions_file(folders: &[String]) -> Vec<u8> {
 
 /// What identifies a message on a server without its UID: Message-ID, size of the CRLF
 /// form (RFC822.SIZE) and internal date (seconds).
+///
+/// Servers change some messages on APPEND (docs/imap.md, "What the servers change on
+/// APPEND", has the table): Dovecot drops one CR of every run of CRs before an LF
+/// (`\r\r\n` is stored as `\r\n`) and a lone CR at the very end, and turns NUL bytes into
+/// 0x80; Cyrus turns every 8-bit byte of the header into `X`. So the Message-ID is taken
+/// in a canonical form ([`message_id`], the same function for our bytes and for the
+/// server's header), and the size of a message is matched against each size a server
+/// stores it with ([`Fingerprint::candidates`]). The server's bytes are never fetched
+/// (that would read every message of the folder); what it gives is its RFC822.SIZE.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct Fingerprint {
     pub message_id: Option<String>,
@@ -222,29 +231,68 @@ pub struct Fingerprint {
 }
 
 impl Fingerprint {
-    /// The fingerprints a server may hold for a message whose CRLF form is `data`: its
-    /// own, and, when it ends in lone CRs, the same with up to that many bytes fewer
-    /// (Dovecot drops a lone CR at the very end of an APPEND).
+    /// The fingerprint of a message on the server, from `FetchQuery::fingerprint`:
+    /// its Message-ID header field (`header`), RFC822.SIZE and INTERNALDATE.
+    pub fn on_server(header: Option<&[u8]>, size: u64, date: i64) -> Fingerprint {
+        Fingerprint {
+            message_id: header.and_then(message_id),
+            size,
+            date,
+        }
+    }
+
+    /// The fingerprints a server may hold for a message whose CRLF form (as sent) is
+    /// `data`: its own size, and the size Dovecot stores it with when that differs
+    /// ([`dovecot_size`]; Cyrus keeps the size). Exact sizes, not a range: a message
+    /// matches only a server copy of one of these sizes.
     pub fn candidates(data: &[u8], date: i64) -> impl Iterator<Item = Fingerprint> {
         let message_id = message_id(data);
         let size = data.len() as u64;
-        let lone_crs = data.iter().rev().take_while(|&&b| b == b'\r').count() as u64;
-        (0..=lone_crs).map(move |d| Fingerprint {
+        let dovecot = dovecot_size(data);
+        let sizes = if dovecot == size {
+            vec![size]
+        } else {
+            vec![size, dovecot]
+        };
+        sizes.into_iter().map(move |size| Fingerprint {
             message_id: message_id.clone(),
-            size: size - d,
+            size,
             date,
         })
     }
 }
 
-/// The Message-ID of a message (unfolded, trimmed), from its header block.
+/// The size Dovecot (2.3) stores a message with whose CRLF form is `data`: one byte less
+/// for every run of two or more CRs before an LF (`\r\r\n` becomes `\r\n`, `\r\r\r\n`
+/// becomes `\r\r\n`) and one less when it ends in a CR (`\r\r` at the end becomes
+/// `\r`). NUL bytes become 0x80 (same size); nothing else changes.
+pub fn dovecot_size(data: &[u8]) -> u64 {
+    let runs = data.windows(3).filter(|w| w == b"\r\r\n").count() as u64;
+    data.len() as u64 - runs - u64::from(data.last() == Some(&b'\r'))
+}
+
+/// The Message-ID of a message (unfolded, trimmed), from its header block, in the
+/// canonical form both sides of a fingerprint use: every NUL and 8-bit byte is `X`
+/// (Cyrus stores 8-bit header bytes as `X`, Dovecot NUL bytes as 0x80). The header ends
+/// at the first empty line, a line of nothing but CRs counting as empty (`\r\r\n`
+/// line ends), so a Message-ID in the body is never taken for the message's.
 pub fn message_id(data: &[u8]) -> Option<String> {
-    let end = data
-        .windows(2)
-        .position(|w| w == b"\n\n")
-        .or_else(|| data.windows(4).position(|w| w == b"\r\n\r\n"))
-        .unwrap_or(data.len());
-    header_value(&data[..end.min(data.len())], "Message-ID")
+    let mut end = data.len();
+    let mut start = 0;
+    for (i, &b) in data.iter().enumerate() {
+        if b == b'\n' {
+            if data[start..i].iter().all(|&c| c == b'\r') {
+                end = start;
+                break;
+            }
+            start = i + 1;
+        }
+    }
+    let header: Vec<u8> = data[..end]
+        .iter()
+        .map(|&b| if b == 0 || b >= 0x80 { b'X' } else { b })
+        .collect();
+    header_value(&header, "Message-ID")
 }
 
 #[cfg(test)]
@@ -311,12 +359,16 @@ mod tests {
     }
 
     #[test]
-    fn fingerprints_tolerate_a_dropped_final_cr() {
+    fn fingerprints_tolerate_what_dovecot_drops() {
         let sizes =
             |d: &[u8]| -> Vec<u64> { Fingerprint::candidates(d, 1).map(|f| f.size).collect() };
         assert_eq!(sizes(b"Subject: x\r\n\r\nbody\r\n"), [20]);
         assert_eq!(sizes(b"Subject: x\r\n\r\nbody\r"), [19, 18]);
-        assert_eq!(sizes(b"a\r\r"), [3, 2, 1]);
+        // What the probe against Dovecot 2.3 found (docs/imap.md).
+        assert_eq!(sizes(b"a\r\r"), [3, 2]);
+        assert_eq!(sizes(b"a\r\r\nb\r\r\r\nc\r\n"), [12, 10]);
+        assert_eq!(sizes(b"a\rb\r\n\rc\0"), [8]);
+        assert_eq!(sizes(b"a\r\r\n\r\r"), [6, 4]);
     }
 
     #[test]
@@ -326,5 +378,25 @@ mod tests {
             Some("<a@b>")
         );
         assert_eq!(message_id(b"Subject: x\n\nbody"), None);
+        // Line ends of `\r\r\n`: the header still ends at its empty line.
+        assert_eq!(
+            message_id(b"Subject: x\r\r\n\r\r\nMessage-ID: <in-body@x>\r\r\n"),
+            None
+        );
+        assert_eq!(
+            message_id(b"Message-ID: <a@x>\r\r\n\r\r\nb").as_deref(),
+            Some("<a@x>")
+        );
+        // 8-bit and NUL bytes as `X`: what Cyrus stores, and Dovecot's 0x80 for NUL.
+        let utf8 = "Message-ID: <gr\u{fc}\u{df}e@x>\r\n\r\n";
+        assert_eq!(message_id(utf8.as_bytes()).as_deref(), Some("<grXXXXe@x>"));
+        assert_eq!(
+            message_id(b"Message-ID: <grXXXXe@x>\r\n\r\n").as_deref(),
+            Some("<grXXXXe@x>")
+        );
+        assert_eq!(
+            message_id(b"Message-ID: <a\0b\x80@x>\r\n").as_deref(),
+            Some("<aXbX@x>")
+        );
     }
 }

@@ -448,3 +448,130 @@ pub fn manifest(root: &Path) -> String {
     lines.sort();
     lines.join("\n") + "\n"
 }
+
+/// Messages that Dovecot or Cyrus store other than they were sent, or refuse (the
+/// table in docs/imap.md, "What the servers change on APPEND"): (Subject, Maildir file
+/// bytes). Subjects are ASCII and name the case; `twin` is there twice (two files, the
+/// same bytes). A restore sends bare LFs as CRLF.
+pub fn server_normalized_messages() -> Vec<(&'static str, Vec<u8>)> {
+    let plain = |subject: &'static str, body: &[u8]| {
+        let mut m =
+            format!("Subject: {subject}\nMessage-ID: <{subject}@example.org>\n\n").into_bytes();
+        m.extend_from_slice(body);
+        (subject, m)
+    };
+    let raw = |subject: &'static str, m: &[u8]| (subject, m.to_vec());
+    let mut long = vec![b'x'; 10_000];
+    long.push(b'\n');
+    // Line ends of one, two and three CRs over 60 KiB: past the servers' read buffers.
+    let mut many = Vec::new();
+    for i in 0..2_000 {
+        many.extend(std::iter::repeat_n(b'q', i % 53));
+        many.extend_from_slice([&b"\r\r\n"[..], b"\n", b"\r\r\r\n"][i % 3]);
+    }
+    vec![
+        plain("crcrlf-mid-body", b"first\r\r\nsecond\n"),
+        plain("crcrcrlf", b"first\r\r\r\nsecond\n"),
+        plain("many-crcrlf", &many),
+        raw(
+            "crcrlf-throughout",
+            b"Subject: crcrlf-throughout\r\r\nMessage-ID: <t@example.org>\r\r\n\r\r\nbody\r\r\nmore\r\r\n",
+        ),
+        raw(
+            "crcrlf-no-message-id",
+            b"Subject: crcrlf-no-message-id\r\r\nFrom: a@example.org\r\r\n\r\r\nforwarded:\r\r\nMessage-ID: <inner@example.org>\r\r\n",
+        ),
+        plain("bare-cr", b"a\rb\n"),
+        plain("lone-cr-at-end", b"body\r"),
+        plain("two-crs-at-end", b"body\r\r"),
+        plain("bare-lf", b"a\nb\n"),
+        plain("mixed-endings", b"a\r\nb\nc\r\n"),
+        plain("lf-cr", b"a\n\rb\n"),
+        plain("nul-in-body", b"a\0b\n"),
+        raw(
+            "nul-in-header",
+            b"Subject: nul-in-header\nX-Junk: a\0b\nMessage-ID: <nul-in-header@example.org>\n\nb\n",
+        ),
+        raw(
+            "8bit-header",
+            "Subject: 8bit-header\nX-Name: gr\u{fc}\u{df}e\nMessage-ID: <gr\u{fc}\u{df}e@example.org>\n\nb\n"
+                .as_bytes(),
+        ),
+        raw(
+            "latin1-message-id",
+            b"Subject: latin1-message-id\nMessage-ID: <gr\xfc\xdfe@example.org>\n\nb\n",
+        ),
+        raw(
+            "header-without-colon",
+            b"Subject: header-without-colon\nno colon here\nMessage-ID: <nc@example.org>\n\nb\n",
+        ),
+        plain("no-final-newline", b"abc"),
+        plain("trailing-whitespace", b"a   \nb\t\n"),
+        plain("long-line", &long),
+        raw(
+            "folded-message-id",
+            b"Subject: folded-message-id\nMessage-ID:\n <folded@example.org>\n\nb\n",
+        ),
+        raw("no-message-id", b"Subject: no-message-id\n\nbody\r\r\n"),
+        plain("twin", b"one of two\r\r\n"),
+        plain("twin", b"one of two\r\r\n"),
+    ]
+}
+
+/// The Subjects of [`server_normalized_messages`] that Cyrus refuses (NUL bytes, a
+/// header line without a colon).
+pub const CYRUS_REFUSES: [&str; 3] = ["nul-in-body", "nul-in-header", "header-without-colon"];
+
+/// Puts [`server_normalized_messages`] into the INBOX of Maildir `md`; their number.
+pub fn put_server_normalized(md: &Path) -> usize {
+    let msgs = server_normalized_messages();
+    for (i, (_, m)) in msgs.iter().enumerate() {
+        // The twins share their date too: identical messages.
+        let t = if i + 1 == msgs.len() { i - 1 } else { i };
+        put_msg(
+            md,
+            "",
+            "cur",
+            &format!("{i}.M{i}P1.h:2,S"),
+            m,
+            1_700_000_000 + t as i64,
+        );
+    }
+    msgs.len()
+}
+
+/// How many messages of `folder` carry each Subject, as the server's SEARCH ALL and
+/// FETCH of the Subject field show them (not through mailvault's fingerprints).
+pub fn copies_by_subject(s: &mut mailvault_imap::Session, folder: &str) -> BTreeMap<String, usize> {
+    s.examine(folder).unwrap();
+    let uids = s.uid_search(&mailvault_imap::SearchKey::All).unwrap();
+    let mut out = BTreeMap::new();
+    let q = mailvault_imap::FetchQuery {
+        header_fields: vec!["Subject".into()],
+        ..Default::default()
+    };
+    let mut fetched = 0;
+    s.fetch::<mailvault_imap::Error, _>(&mailvault_imap::SeqSet::from_ids(&uids), &q, |m| {
+        let subject = mailvault_imap::client::fetch::header_value(m.header.unwrap(), "Subject")
+            .unwrap_or_default();
+        *out.entry(subject).or_insert(0) += 1;
+        fetched += 1;
+        Ok(())
+    })
+    .unwrap();
+    assert_eq!(fetched, uids.len(), "SEARCH ALL and FETCH disagree");
+    s.unselect().unwrap();
+    out
+}
+
+/// What [`copies_by_subject`] should find after restoring [`server_normalized_messages`]
+/// once (or any number of times with `skip_existing`), without the `refused` ones.
+pub fn expected_copies(refused: &[&str]) -> BTreeMap<String, usize> {
+    let mut out = BTreeMap::new();
+    for (subject, _) in server_normalized_messages() {
+        if !refused.contains(&subject) {
+            *out.entry(subject.to_string()).or_insert(0) += 1;
+        }
+    }
+    out
+}

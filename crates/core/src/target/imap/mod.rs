@@ -15,7 +15,8 @@
 //! Every batch is written to the [`journal`] before it is sent and
 //! when the server answered. A re-run trusts an accepted record only when the server still
 //! has that UID ([`Target::already_restored`]: such messages are not even read), and
-//! checks messages in doubt on the server (Message-ID, size, date) before sending them
+//! checks messages in doubt on the server (Message-ID, size, date, tolerating what the
+//! servers change on APPEND: [`crate::imap::names::Fingerprint`]) before sending them
 //! again; `skip_existing` does that check for every message. Dropped connections
 //! reconnect with backoff, throttling slows every connection down
 //! ([`crate::imap::Pacer`]), and a message the server refuses is reported with the
@@ -952,11 +953,11 @@ impl<'a> Lane<'a> {
             Err(e) => return Err(e.into()),
         };
         s.fetch::<mailvault_imap::Error, _>(&SeqSet::all(), &FetchQuery::fingerprint(), |m| {
-            let fp = Fingerprint {
-                message_id: m.message_id(),
-                size: m.size.unwrap_or(0),
-                date: m.internal_date.map(|d| d.secs).unwrap_or(0),
-            };
+            let fp = Fingerprint::on_server(
+                m.header,
+                m.size.unwrap_or(0),
+                m.internal_date.map(|d| d.secs).unwrap_or(0),
+            );
             out.entry(fp).or_default().push(m.uid);
             Ok(())
         })?;
