@@ -143,8 +143,14 @@ impl MboxSource {
     /// else walked now.
     fn list_folders(&self, account: &Account, failures: &Failures) -> Vec<Folder> {
         match &self.layout {
-            MboxLayout::Spool { .. } => vec![Folder::named("INBOX", account.path.clone())],
-            MboxLayout::File { folder: f, .. } => vec![Folder::named(f, account.path.clone())],
+            MboxLayout::Spool { .. } => take_file(&account.path, failures)
+                .then(|| Folder::named("INBOX", account.path.clone()))
+                .into_iter()
+                .collect(),
+            MboxLayout::File { folder: f, .. } => take_file(&account.path, failures)
+                .then(|| Folder::named(f, account.path.clone()))
+                .into_iter()
+                .collect(),
             MboxLayout::Tree { .. } | MboxLayout::Store => {
                 if let Some((folders, failed)) = lock(&self.walked).remove(&account.path) {
                     lock(&failures.0).extend(failed);
@@ -183,19 +189,74 @@ fn maildir_within(path: &Path, layout: &MboxLayout) -> Option<PathBuf> {
     }
 }
 
-/// Whether the file at `path` can be an mbox: empty, or starting with `From `.
-fn starts_as_mbox(path: &Path) -> std::io::Result<bool> {
-    use std::io::Read;
-    let mut head = [0u8; 5];
-    let mut f = File::open(path)?;
+/// How a file starts, taken as an mbox ([`mbox_start`]).
+#[derive(Debug, PartialEq, Eq)]
+enum Start {
+    /// An mbox: empty, or its first line that is not empty is a `From ` line, after
+    /// `skip` bytes of empty lines (not a message: reported).
+    Mbox { skip: u64 },
+    /// Not an mbox, and why (reported; the file is not backed up).
+    Not(&'static str),
+}
+
+/// The bytes of a file's head looked at for its first line that is not empty.
+const HEAD: usize = 64 * 1024;
+
+/// How the file `f` starts: an mbox when its first line that is not empty (`\n` or
+/// `\r\n`) is a `From ` line without a NUL byte; binary data (a NUL byte before that
+/// line ends) or any other first line is not an mbox.
+fn mbox_start(f: &File) -> std::io::Result<Start> {
+    let mut head = vec![0u8; HEAD];
     let mut n = 0;
     while n < head.len() {
-        match f.read(&mut head[n..])? {
+        match f.read_at(&mut head[n..], n as u64)? {
             0 => break,
             k => n += k,
         }
     }
-    Ok(n == 0 || &head[..n] == b"From ")
+    let head = &head[..n];
+    let mut p = 0;
+    while head[p..].starts_with(b"\n") || head[p..].starts_with(b"\r\n") {
+        p += if head[p] == b'\n' { 1 } else { 2 };
+    }
+    let line = &head[p..];
+    let line = memchr::memchr(b'\n', line).map_or(line, |i| &line[..i]);
+    Ok(if memchr::memchr(0, &head[..p + line.len()]).is_some() {
+        Start::Not("binary data (a NUL byte in its first line): not an mbox file, not backed up")
+    } else if p == n || line.starts_with(b"From ") {
+        Start::Mbox { skip: p as u64 }
+    } else {
+        Start::Not(
+            "not an mbox file (its first line that is not empty does not start with `From `): not backed up",
+        )
+    })
+}
+
+/// Whether the file at `path` is taken as an mbox ([`mbox_start`]); what is not, and
+/// empty lines before its first `From ` line, are reported to `failures`.
+fn take_file(path: &Path, failures: &Failures) -> bool {
+    let start = File::open(path).and_then(|f| mbox_start(&f));
+    match start {
+        Ok(Start::Mbox { skip }) => {
+            if skip > 0 {
+                failures.fail(path.display().to_string(), leading(skip));
+            }
+            true
+        }
+        Ok(Start::Not(why)) => {
+            failures.fail(path.display().to_string(), why);
+            false
+        }
+        Err(e) => {
+            failures.fail(path.display().to_string(), e);
+            false
+        }
+    }
+}
+
+/// What is said of `skip` bytes of empty lines before a file's first `From ` line.
+fn leading(skip: u64) -> String {
+    format!("bytes 0..{skip} before its first `From ` line are empty lines: not a message, not backed up (the messages after them are)")
 }
 
 /// The mbox files of a folder tree below `dir` (`rel`: the path so far), as folders;
@@ -230,22 +291,11 @@ fn walk_tree(root: &Path, rel: &Path, out: &mut Vec<Folder>, failures: &Failures
             if layout::is_index_file(name.as_bytes()) {
                 continue;
             }
-            match starts_as_mbox(&path) {
-                Ok(true) => {}
-                Ok(false) => {
-                    failures.fail(
-                        path.display().to_string(),
-                        "not an mbox file (it does not start with a `From ` line): not backed up",
-                    );
-                    continue;
-                }
-                Err(e) => {
-                    failures.fail(path.display().to_string(), e);
-                    continue;
-                }
+            if !take_file(&path, failures) {
+                continue;
             }
             match layout::path_to_folder(&rel, Tree::Mbox) {
-                Some(f) => out.push(Folder::named(&f, path)),
+                Some(f) => out.push(Folder::in_tree(&f, path)),
                 None => failures.fail(path.display().to_string(), "not a folder name"),
             }
         } else if !layout::is_index_file(std::os::unix::ffi::OsStrExt::as_bytes(name.as_os_str())) {
@@ -438,11 +488,23 @@ impl Source for MboxSource {
                 };
                 (p.validity, p.mbox.messages as u32 + 1, from)
             }
-            (p, _) => (
-                p.as_ref().map_or(1, |p| p.validity.wrapping_add(1).max(1)),
-                1,
-                0,
-            ),
+            (p, _) => {
+                // Read from its first `From ` line: empty lines before it are not a
+                // message (the listing reported them).
+                let skip = match mbox_start(&file).map_err(|e| Error::io(path, e))? {
+                    Start::Mbox { skip } => skip,
+                    Start::Not(why) => {
+                        // Changed since it was listed.
+                        out.fail(path.display().to_string(), why);
+                        return Ok(());
+                    }
+                };
+                (
+                    p.as_ref().map_or(1, |p| p.validity.wrapping_add(1).max(1)),
+                    1,
+                    skip,
+                )
+            }
         };
         let mut count = u64::from(first_uid - 1);
         let mut complete = true;
