@@ -22,7 +22,11 @@
 //! `X-Mozilla-*` there) and in the run that closes it (mutt, Dovecot, Python and this
 //! writer append there) are read for flags and keywords and removed from the message
 //! bytes. The same names in the middle of the header block belong to the message and are
-//! kept. `Content-Length` is removed only when it delimited the message.
+//! kept. `Content-Length` is removed only when it delimited the message. When a message's
+//! own header block opens or closes with such a name, or its first line is a `From `
+//! line, this writer puts a marker ([`ADDED`]) before the headers it adds and carries that
+//! first line in [`FROM_LINE`]: the reader then removes only the marker and the metadata
+//! headers after it, and puts the line back, so such messages come back exactly too.
 //!
 //! **Final newline.** The writer ends a message that lacks a final newline with one and
 //! says so in an `X-Mailvault-No-Final-Newline: yes` metadata header, which the reader

@@ -13,7 +13,12 @@
 //! restore leaves no half mbox (a re-run writes it again). A folder file already there is
 //! appended to, and the messages whose bytes it already holds (by BLAKE3, as many times
 //! as it holds them) are not written again, so that a re-run never duplicates. A batch
-//! whose writing fails is cut off the file again and its messages fail.
+//! whose writing fails is cut off the file again and its messages fail. A message that an
+//! mbox cannot give back exactly ([`mail::Written::lossy`]) is written and fails.
+//!
+//! Folder names map one to one to paths ([`crate::mail::layout`]); a folder whose place is
+//! taken fails with its name ([`folder_error`]), and one that lands on the file of another
+//! folder of the same restore (a case-insensitive file system) is refused ([`Claims`]).
 //!
 //! Directories are opened as the Maildir target opens them: relative to their parent,
 //! never through a symbolic link.
