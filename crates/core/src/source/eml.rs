@@ -96,18 +96,31 @@ pub fn key_of(name: &[u8]) -> Vec<u8> {
 /// sidecar and hidden or index files ([`layout::is_index_file`]).
 fn walk(root: &Path, rel: &Path, out: &mut Vec<Folder>, failures: &Failures) {
     let dir = root.join(rel);
-    let entries = match std::fs::read_dir(&dir) {
+    let listing = match std::fs::read_dir(&dir) {
         Ok(e) => e,
         Err(e) => {
             failures.fail(dir.display().to_string(), e);
             return;
         }
     };
-    let mut entries: Vec<_> = entries.filter_map(|e| e.ok()).collect();
+    let mut entries = Vec::new();
+    for e in listing {
+        match e {
+            Ok(e) => entries.push(e),
+            // An entry that cannot be read is reported, not skipped.
+            Err(e) => failures.fail(dir.display().to_string(), e),
+        }
+    }
     entries.sort_by_key(|e| e.file_name());
     let mut has_mail = false;
     for e in entries {
-        let Ok(ft) = e.file_type() else { continue };
+        let ft = match e.file_type() {
+            Ok(ft) => ft,
+            Err(err) => {
+                failures.fail(e.path().display().to_string(), err);
+                continue;
+            }
+        };
         let name = e.file_name();
         if ft.is_dir() {
             let rel = rel.join(&name);

@@ -270,13 +270,26 @@ fn walk_tree(root: &Path, rel: &Path, out: &mut Vec<Folder>, failures: &Failures
             return;
         }
     };
-    let mut names: Vec<_> = entries.filter_map(|e| e.ok()).collect();
+    let mut names = Vec::new();
+    for e in entries {
+        match e {
+            Ok(e) => names.push(e),
+            // An entry that cannot be read is reported, not skipped.
+            Err(e) => failures.fail(dir.display().to_string(), e),
+        }
+    }
     names.sort_by_key(|e| e.file_name());
     for e in names {
         let name = e.file_name();
         let rel = rel.join(&name);
         let path = root.join(&rel);
-        let Ok(ft) = e.file_type() else { continue };
+        let ft = match e.file_type() {
+            Ok(ft) => ft,
+            Err(err) => {
+                failures.fail(e.path().display().to_string(), err);
+                continue;
+            }
+        };
         if ft.is_dir() {
             if is_maildir(&path) {
                 failures.fail(
