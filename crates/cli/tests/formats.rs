@@ -1370,3 +1370,37 @@ fn export_folder_names_map_one_to_one() {
         ]
     );
 }
+
+/// Issue 24, item 12: two folders never land in one file, even where the file system
+/// gives two names one file (here a hard link; a case-insensitive file system does the
+/// same with `Foo` and `foo`): the second folder is refused, naming both, and nothing of
+/// it is appended to the first's file.
+#[test]
+fn two_folders_never_land_in_one_file() {
+    let e = Env::new();
+    init(&e);
+    let md = e.path("src");
+    for (dir, subject) in [("", "inbox"), (".Sent", "sent"), (".Trash", "trash")] {
+        put(
+            &md,
+            dir,
+            "cur",
+            "1700000000.M1P1.mx:2,S",
+            &msg(subject, "x\n"),
+            1_700_000_000,
+        );
+    }
+    e.ok(&["backup", "maildir:src", "--account", "bob@example.org"]);
+    fs::create_dir_all(e.path("out")).unwrap();
+    fs::write(e.path("out/Sent"), b"").unwrap();
+    fs::hard_link(e.path("out/Sent"), e.path("out/Trash")).unwrap();
+    let r = e.json(1, &["restore", "latest", "--target", "mbox:out"]);
+    assert_eq!(
+        (r["items_restored"].as_u64(), r["items_failed"].as_u64()),
+        (Some(2), Some(1)),
+        "{r}"
+    );
+    let f = failures(&r);
+    assert!(f.contains("never merged"), "{f}");
+    assert_eq!(read_mbox(&e.path("out/Sent")).len(), 1);
+}
