@@ -1131,13 +1131,21 @@ fn files_that_are_not_mbox_files_are_reported() {
     )
     .unwrap();
     fs::write(e.path("spool/bob"), b"PK\x03\x04\x00\x00binary\n").unwrap();
+    // A link and a directory in a spool are not mail files: reported, not followed.
+    std::os::unix::fs::symlink(e.path("lead.mbox"), e.path("spool/carol")).unwrap();
+    fs::create_dir(e.path("spool/dave")).unwrap();
+    fs::write(e.path("spool/alice.lock"), b"").unwrap();
     let r = e.json(1, &["backup", "mbox:spool", "--domain", "example.org"]);
     assert_eq!(
         (r["items_total"].as_u64(), r["items_failed"].as_u64()),
-        (Some(2), Some(1)),
+        (Some(4), Some(3)),
         "{r}"
     );
-    assert!(failures(&r).contains("spool/bob"), "{r}");
+    let f = failures(&r);
+    for reported in ["spool/bob", "spool/carol", "spool/dave"] {
+        assert!(f.contains(reported), "{reported}: {f}");
+    }
+    assert!(!f.contains("alice"), "{f}");
 }
 
 /// Issue 24, item 8: an EML source reports every file it does not take (but its own

@@ -100,6 +100,9 @@ pub struct MboxSource {
     /// Folder trees walked by [`Source::samples`]: [`Source::folders`] takes them instead
     /// of walking each tree again.
     walked: Arc<Mutex<HashMap<PathBuf, Walked>>>,
+    /// What [`Source::accounts`] found and did not take (a directory or a link in a spool,
+    /// a file among a store's domains): reported by the first [`Source::folders`].
+    passed_over: Arc<Mutex<Vec<Failure>>>,
 }
 
 /// An account's folder tree as walked (by account path): its folders and what failed.
@@ -136,6 +139,7 @@ impl MboxSource {
             layout: opts.layout.clone(),
             jobs: opts.jobs,
             walked: Arc::default(),
+            passed_over: Arc::default(),
         })
     }
 
@@ -339,6 +343,31 @@ fn sub_dirs(dir: &Path) -> Result<Vec<(String, PathBuf)>> {
     Ok(out)
 }
 
+/// [`sub_dirs`], with what else `dir` holds added to `passed_over`: files and links
+/// (index, lock and hidden files aside, [`layout::is_index_file`]), and names that are not
+/// UTF-8.
+fn sub_dirs_reporting(
+    dir: &Path,
+    passed_over: &mut Vec<Failure>,
+) -> Result<Vec<(String, PathBuf)>> {
+    for e in std::fs::read_dir(dir).map_err(|e| Error::io(dir, e))? {
+        let e = e.map_err(|e| Error::io(dir, e))?;
+        use std::os::unix::ffi::OsStrExt;
+        if layout::is_index_file(e.file_name().as_bytes()) {
+            continue;
+        }
+        let why = if !e.file_type().is_ok_and(|t| t.is_dir()) {
+            "not a directory (a store holds <domain>/<user>/ folder trees): not backed up"
+        } else if e.file_name().to_str().is_none() {
+            "a name that is not UTF-8, so not a domain or user: not backed up"
+        } else {
+            continue;
+        };
+        passed_over.push(Failure::new(e.path().display().to_string(), why));
+    }
+    sub_dirs(dir)
+}
+
 /// Whether `dir` looks like a store of `<domain>/<user>/` folder trees rather than a
 /// spool: it has directories and no regular files other than index and lock files.
 pub fn is_store(dir: &Path) -> Result<bool> {
@@ -373,14 +402,19 @@ impl Source for MboxSource {
                 let mut out = Vec::new();
                 let entries =
                     std::fs::read_dir(&self.path).map_err(|e| Error::io(&self.path, e))?;
+                let mut passed_over = Vec::new();
                 for e in entries {
                     let e = e.map_err(|e| Error::io(&self.path, e))?;
-                    if !e.file_type().is_ok_and(|t| t.is_file()) {
-                        continue;
-                    }
                     let Some(user) = layout::spool_user(&e.file_name()) else {
                         continue;
                     };
+                    if !e.file_type().is_ok_and(|t| t.is_file()) {
+                        passed_over.push(Failure::new(
+                            e.path().display().to_string(),
+                            "not a regular file (a directory, a symbolic link or a special file) in a spool: not backed up",
+                        ));
+                        continue;
+                    }
                     let name = match domain {
                         Some(d) => format!("{user}@{d}"),
                         None => user,
@@ -392,6 +426,7 @@ impl Source for MboxSource {
                     });
                 }
                 out.sort_by(|a, b| a.name.cmp(&b.name));
+                lock(&self.passed_over).extend(passed_over);
                 if out.is_empty() {
                     return Err(Error::InvalidInput(format!(
                         "{}: no mbox file in this spool directory (a store of folder trees holds <domain>/<user>/ directories)",
@@ -402,8 +437,9 @@ impl Source for MboxSource {
             }
             MboxLayout::Store => {
                 let mut out = Vec::new();
-                for (domain, dpath) in sub_dirs(&self.path)? {
-                    for (user, upath) in sub_dirs(&dpath)? {
+                let mut passed_over = Vec::new();
+                for (domain, dpath) in sub_dirs_reporting(&self.path, &mut passed_over)? {
+                    for (user, upath) in sub_dirs_reporting(&dpath, &mut passed_over)? {
                         let name = format!("{user}@{domain}");
                         out.push(Account {
                             rel_path: rel_path(&name),
@@ -412,6 +448,7 @@ impl Source for MboxSource {
                         });
                     }
                 }
+                lock(&self.passed_over).extend(passed_over);
                 Ok(out)
             }
             MboxLayout::File { account, .. } | MboxLayout::Tree { account } => Ok(vec![Account {
@@ -432,6 +469,7 @@ impl Source for MboxSource {
         _session: &mut (),
         failures: &Failures,
     ) -> Result<AccountListing> {
+        lock(&failures.0).append(&mut lock(&self.passed_over));
         Ok(AccountListing {
             folders: self.list_folders(account, failures),
             dirs: Vec::new(),
