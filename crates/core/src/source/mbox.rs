@@ -701,6 +701,41 @@ mod tests {
     use crate::repo::split::{Chunker, ChunkerParams};
     use std::sync::atomic::AtomicU64;
 
+    /// Issue 24, item 8: what is an mbox, from a file's head.
+    #[test]
+    fn files_that_start_as_mbox() {
+        let dir = tempfile::tempdir().unwrap();
+        let start = |data: &[u8]| {
+            let p = dir.path().join("f");
+            std::fs::write(&p, data).unwrap();
+            mbox_start(&File::open(&p).unwrap()).unwrap()
+        };
+        let d = "Tue Nov 24 07:00:00 2026";
+        assert_eq!(start(b""), Start::Mbox { skip: 0 });
+        assert_eq!(
+            start(format!("From a {d}\nx\0y\n").as_bytes()),
+            Start::Mbox { skip: 0 }
+        );
+        assert_eq!(
+            start(format!("\n\r\nFrom a {d}\n").as_bytes()),
+            Start::Mbox { skip: 3 }
+        );
+        assert_eq!(start(b"\n\n"), Start::Mbox { skip: 2 });
+        for not in [
+            &b"Subject: x\n\nFrom a\n"[..],
+            b"\nFrom: a@b\n",
+            b" From a\n",
+            b"PK\x03\x04",
+        ] {
+            assert!(
+                matches!(start(not), Start::Not(w) if w.contains("not an mbox")),
+                "{not:?}"
+            );
+        }
+        assert!(matches!(start(b"From \0\x01\n"), Start::Not(w) if w.contains("binary")));
+        assert!(matches!(start(b"\0\0From a\n"), Start::Not(w) if w.contains("binary")));
+    }
+
     /// The dictionary's samples and the backup share one walk of a folder tree: after
     /// `samples`, `folders` gives the listing samples made (with what failed there)
     /// without reading the tree again; without `samples`, it walks the tree.
