@@ -771,9 +771,11 @@ fn mbox_variants_and_malformed_files_round_trip() {
     }
 }
 
-/// A message whose own header block ends with a header named like mbox metadata
-/// (`Status:`) cannot come back from an mbox exactly: the restore says so, naming it, and
-/// a re-run knows it is there.
+/// Issue 24, item 10: a message that an mbox cannot give back exactly (here its own
+/// `Content-Length:` lands on the end of the quoted body, so every mbox reader takes the
+/// body as it stands, `>From ` quoting included) is written, but the restore reports it
+/// as failed, naming it, and exits 1; a re-run does not write it again and reports it
+/// again.
 #[test]
 fn lossy_mbox_messages_are_reported() {
     let e = Env::new();
@@ -784,7 +786,7 @@ fn lossy_mbox_messages_are_reported() {
         "",
         "cur",
         "1700000000.M1P1.mx:2,S",
-        b"Subject: old mbox\nStatus: RO\n\nbody\n",
+        b"Subject: cl\nContent-Length: 11\n\nFrom a\nxx\n",
         1_700_000_000,
     );
     put(
@@ -796,20 +798,26 @@ fn lossy_mbox_messages_are_reported() {
         1_700_000_001,
     );
     e.ok(&["backup", "maildir:src", "--account", "bob@example.org"]);
-    let r = e.json(0, &["restore", "latest", "--target", "mbox:out"]);
-    assert_eq!(r["items_restored"], 2, "{r}");
-    let w = r["warnings"].as_array().unwrap();
-    assert_eq!(w.len(), 1, "{r}");
-    let w = w[0].as_str().unwrap();
+    let r = e.json(1, &["restore", "latest", "--target", "mbox:out"]);
+    assert_eq!(
+        (r["items_restored"].as_u64(), r["items_failed"].as_u64()),
+        (Some(1), Some(1)),
+        "{r}"
+    );
+    let f = r["failures"].to_string();
     assert!(
-        w.contains("1700000000.M1P1.mx") && w.contains("Inbox"),
-        "{w}"
+        f.contains("1700000000.M1P1.mx") && f.contains("Inbox") && f.contains("exactly"),
+        "{f}"
     );
     assert_eq!(read_mbox(&e.path("out/Inbox")).len(), 2);
-    // A re-run does not write it again.
+    // A re-run does not write it again, and says so again.
     let before = fs::read(e.path("out/Inbox")).unwrap();
-    let r = e.json(0, &["restore", "latest", "--target", "mbox:out"]);
-    assert_eq!(r["items_unchanged"], 2, "{r}");
+    let r = e.json(1, &["restore", "latest", "--target", "mbox:out"]);
+    assert_eq!(
+        (r["items_unchanged"].as_u64(), r["items_failed"].as_u64()),
+        (Some(1), Some(1)),
+        "{r}"
+    );
     assert_eq!(fs::read(e.path("out/Inbox")).unwrap(), before);
 }
 
@@ -1039,4 +1047,368 @@ fn a_large_mbox_is_backed_up_in_bounded_memory() {
     );
     e.ok(&["restore", "latest", "--target", "mbox:out"]);
     assert_eq!(same_messages(&file, &e.path("out/Inbox")), n);
+}
+
+/// The failures of a `--json` report, as one string.
+fn failures(r: &Value) -> String {
+    r["failures"].to_string()
+}
+
+/// Issue 24, item 8: an mbox source takes a file only when its first line that is not
+/// empty is a `From ` line without binary data; anything else is reported with its path
+/// and why, and the run exits 1. Empty lines before the first `From ` line of an mbox are
+/// reported with their byte range, and its messages are backed up.
+#[test]
+fn files_that_are_not_mbox_files_are_reported() {
+    let e = Env::new();
+    init(&e);
+    let d = "Tue Nov 24 07:00:00 2026";
+    fs::write(
+        e.path("notmbox.txt"),
+        format!("Subject: hello\n\nnot an mbox\n\nFrom a@b {d}\nSubject: x\n\ny\n"),
+    )
+    .unwrap();
+    fs::write(
+        e.path("junk.bin"),
+        b"From \x00\x00\x00\x01\x02\xff\xfe\n\x00\x00\x7fELF\n",
+    )
+    .unwrap();
+    for (file, why) in [("notmbox.txt", "not an mbox"), ("junk.bin", "binary")] {
+        let r = e.json(
+            1,
+            &[
+                "backup",
+                &format!("mbox:{file}"),
+                "--account",
+                "a@example.org",
+            ],
+        );
+        // The report is the file's one item: failed, no folder.
+        assert_eq!(
+            (r["folders"].as_u64(), r["items_failed"].as_u64()),
+            (Some(0), Some(1)),
+            "{file}: {r}"
+        );
+        let f = failures(&r);
+        assert!(f.contains(file) && f.contains(why), "{file}: {f}");
+    }
+
+    fs::write(
+        e.path("lead.mbox"),
+        format!("\n\r\n\nFrom a@b {d}\nSubject: lead\n\nbody\n"),
+    )
+    .unwrap();
+    let r = e.json(
+        1,
+        &["backup", "mbox:lead.mbox", "--account", "lead@example.org"],
+    );
+    assert_eq!(
+        (r["items_total"].as_u64(), r["items_failed"].as_u64()),
+        (Some(2), Some(1)),
+        "the message, and the report of the empty lines: {r}"
+    );
+    let f = failures(&r);
+    assert!(f.contains("lead.mbox") && f.contains("bytes 0..4"), "{f}");
+    e.ok(&[
+        "restore",
+        "latest",
+        "--account",
+        "lead@example.org",
+        "--target",
+        "maildir:lead",
+    ]);
+    let got: Vec<String> = view(&e.path("lead"))[""]
+        .iter()
+        .map(|m| m.0.clone())
+        .collect();
+    assert_eq!(got, ["Subject: lead\n\nbody\n"]);
+
+    // A spool: the user whose file is not an mbox is reported, the others backed up.
+    fs::create_dir(e.path("spool")).unwrap();
+    fs::write(
+        e.path("spool/alice"),
+        format!("From a@b {d}\nSubject: a\n\nx\n"),
+    )
+    .unwrap();
+    fs::write(e.path("spool/bob"), b"PK\x03\x04\x00\x00binary\n").unwrap();
+    // A link and a directory in a spool are not mail files: reported, not followed.
+    std::os::unix::fs::symlink(e.path("lead.mbox"), e.path("spool/carol")).unwrap();
+    fs::create_dir(e.path("spool/dave")).unwrap();
+    fs::write(e.path("spool/alice.lock"), b"").unwrap();
+    let r = e.json(1, &["backup", "mbox:spool", "--domain", "example.org"]);
+    assert_eq!(
+        (r["items_total"].as_u64(), r["items_failed"].as_u64()),
+        (Some(4), Some(3)),
+        "{r}"
+    );
+    let f = failures(&r);
+    for reported in ["spool/bob", "spool/carol", "spool/dave"] {
+        assert!(f.contains(reported), "{reported}: {f}");
+    }
+    assert!(!f.contains("alice"), "{f}");
+}
+
+/// Issue 24, item 8: an EML source reports every file it does not take (but its own
+/// `.mailvault-flags` and hidden or index files), and a symbolic link to a directory is
+/// reported, not followed.
+#[test]
+fn an_eml_source_reports_what_it_does_not_take() {
+    let e = Env::new();
+    init(&e);
+    let tree = e.path("eml");
+    fs::create_dir_all(tree.join("INBOX")).unwrap();
+    fs::create_dir_all(e.path("elsewhere")).unwrap();
+    fs::write(tree.join("INBOX/1.eml"), msg("taken", "x\n")).unwrap();
+    fs::write(tree.join("INBOX/notes.txt"), b"a note\n").unwrap();
+    fs::write(tree.join("INBOX/message.msg"), msg("not eml", "x\n")).unwrap();
+    fs::write(tree.join("INBOX/.mailvault-flags"), b"").unwrap();
+    fs::write(tree.join("INBOX/.hidden"), b"").unwrap();
+    fs::write(tree.join("README"), b"top\n").unwrap();
+    fs::write(e.path("elsewhere/2.eml"), msg("elsewhere", "y\n")).unwrap();
+    std::os::unix::fs::symlink(e.path("elsewhere"), tree.join("Linked")).unwrap();
+    let r = e.json(1, &["backup", "eml:eml", "--account", "a@example.org"]);
+    assert_eq!(
+        (r["items_total"].as_u64(), r["items_failed"].as_u64()),
+        (Some(5), Some(4)),
+        "one message taken, four files reported: {r}"
+    );
+    let f = failures(&r);
+    for reported in ["notes.txt", "message.msg", "README", "Linked"] {
+        assert!(f.contains(reported), "{reported}: {f}");
+    }
+    for quiet in [".mailvault-flags", ".hidden", "1.eml"] {
+        assert!(!f.contains(quiet), "{quiet}: {f}");
+    }
+    assert!(f.contains("symbolic link"), "{f}");
+}
+
+/// Subjects of each mbox file given (`mailbox.mbox`) or `.eml` file (`email`), as
+/// `[path, [subjects...]]`: what another reader sees of the headers.
+const READ_SUBJECTS: &str = r#"
+import email, email.policy, json, mailbox, sys
+out = []
+for path in sys.argv[1:]:
+    if path.endswith(".eml"):
+        with open(path, "rb") as f:
+            out.append([path, [str(email.message_from_binary_file(f)["subject"])]])
+    else:
+        out.append([path, [str(m["subject"]) for m in mailbox.mbox(path, create=False)]])
+print(json.dumps(out))
+"#;
+
+/// Issue 24, item 10: messages with header lines of their own named like mbox metadata
+/// (`Status:`, `X-Keywords:`, at the end or the start of their header block, in CRLF, or
+/// beside a marker of the writer's own name) and a message whose first line is a `From `
+/// line go through mbox export -> mbox backup -> restore byte for byte, with their flags;
+/// Python's `mailbox` sees every message's headers in the export.
+#[test]
+fn a_message_s_own_metadata_headers_and_from_line_come_back_exact() {
+    let e = Env::new();
+    init(&e);
+    let md = e.path("src");
+    let msgs: Vec<(&str, &[u8], &str)> = vec![
+        ("own status", b"Subject: own status\nStatus: RO\nX-Keywords: mine\n\nbody 1\n", "S"),
+        (
+            "opens with metadata",
+            b"X-Status: A\nX-Keywords: first\nSubject: opens with metadata\n\nbody 2\n",
+            "RS",
+        ),
+        (
+            "starts with From",
+            b"From someone@example.org Mon Jan  1 00:00:00 2024\nSubject: starts with From\nFrom: a@example.org\n\nbody 3\nFrom here\n",
+            "",
+        ),
+        (
+            "marker of its own",
+            b"Subject: marker of its own\nX-Mailvault-Added: Status\n\nbody 4\n",
+            "F",
+        ),
+        ("crlf", b"Subject: crlf\r\nStatus: R\r\n\r\nbody 5\r\n", "S"),
+        ("plain", b"Subject: plain\n\nbody 6\n", "S"),
+    ];
+    for (n, (_, data, flags)) in msgs.iter().enumerate() {
+        put(
+            &md,
+            "",
+            "cur",
+            &format!("{}.M{n}P1.mx:2,{flags}", 1_700_000_000 + n),
+            data,
+            1_700_000_000 + n as i64,
+        );
+    }
+    e.ok(&["backup", "maildir:src", "--account", "bob@example.org"]);
+    let r = e.json(0, &["restore", "latest", "--target", "mbox:out"]);
+    assert_eq!(r["items_restored"], msgs.len() as u64, "{r}");
+    assert_eq!(r["warnings"].as_array().map_or(0, |w| w.len()), 0, "{r}");
+    e.ok(&["backup", "mbox:out", "--account", "bob@example.org"]);
+    e.ok(&["restore", "latest", "--target", "maildir:back"]);
+    same_view(&e.path("back"), &md);
+
+    let Some(py) = python() else { return };
+    let got = run_python(&py, READ_SUBJECTS, &[&e.path("out/Inbox")]);
+    let mut subjects: Vec<String> = got[0][1]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s.as_str().unwrap().to_string())
+        .collect();
+    subjects.sort();
+    let mut want: Vec<String> = msgs.iter().map(|m| m.0.to_string()).collect();
+    want.sort();
+    assert_eq!(subjects, want);
+}
+
+/// Issue 24, item 12: folder names map one to one in mbox and EML exports: `Inbox` beside
+/// `INBOX`, and `Foo.sbd` beside `Foo/Bar`, each get a file or directory of their own
+/// (never merged, never a raw OS error), which the source and Python read back as they
+/// were. A place taken by something else is reported, naming the folder.
+#[test]
+fn export_folder_names_map_one_to_one() {
+    let e = Env::new();
+    init(&e);
+    let md = e.path("src");
+    for (dir, subject) in [
+        ("", "the inbox"),
+        (".Inbox", "a folder named Inbox"),
+        (".Foo", "a folder named Foo"),
+        (".Foo\\2esbd", "a folder named Foo.sbd"),
+        (".Foo.Bar", "a folder Bar in Foo"),
+    ] {
+        put(
+            &md,
+            dir,
+            "cur",
+            "1700000000.M1P1.mx:2,S",
+            &msg(subject, "x\n"),
+            1_700_000_000,
+        );
+    }
+    e.ok(&["backup", "maildir:src", "--account", "bob@example.org"]);
+
+    let r = e.json(0, &["restore", "latest", "--target", "mbox:out"]);
+    assert_eq!(r["items_restored"], 5, "{r}");
+    let files = tree(&e.path("out"));
+    assert_eq!(
+        files,
+        ["%49nbox", "Foo", "Foo%2Esbd", "Foo.sbd/Bar", "Inbox"]
+    );
+    let r = e.json(0, &["restore", "latest", "--target", "eml:eml"]);
+    assert_eq!(r["items_restored"], 5, "{r}");
+    let emls = tree(&e.path("eml"));
+    let dirs: Vec<&str> = emls
+        .iter()
+        .filter(|f| f.ends_with(".eml"))
+        .map(|f| f.rsplit_once('/').unwrap().0)
+        .collect();
+    assert_eq!(dirs, ["%49nbox", "Foo.sbd", "Foo", "Foo/Bar", "INBOX"]);
+
+    // Read back by the sources: the same folders and messages.
+    e.ok(&["backup", "mbox:out", "--account", "bob@example.org"]);
+    e.ok(&["restore", "latest", "--target", "maildir:back-mbox"]);
+    same_view(&e.path("back-mbox"), &md);
+    e.ok(&["backup", "eml:eml", "--account", "bob@example.org"]);
+    e.ok(&["restore", "latest", "--target", "maildir:back-eml"]);
+    same_view(&e.path("back-eml"), &md);
+
+    // Places taken by something else: reported with the folder, the rest restored.
+    fs::create_dir_all(e.path("taken/Inbox")).unwrap();
+    fs::create_dir_all(e.path("taken-eml")).unwrap();
+    fs::write(e.path("taken-eml/INBOX"), b"a file\n").unwrap();
+    for (scheme, out, what) in [
+        ("mbox", "taken", "a directory"),
+        ("eml", "taken-eml", "not a directory"),
+    ] {
+        let r = e.json(
+            1,
+            &["restore", "latest", "--target", &format!("{scheme}:{out}")],
+        );
+        assert_eq!(r["items_failed"], 1, "{scheme}: {r}");
+        assert_eq!(r["items_restored"], 4, "{scheme}: {r}");
+        let f = failures(&r);
+        assert!(
+            f.contains("folder INBOX") && f.contains(what) && !f.contains("os error"),
+            "{scheme}: {f}"
+        );
+    }
+
+    let Some(py) = python() else { return };
+    let mut paths: Vec<PathBuf> = files.iter().map(|f| e.path("out").join(f)).collect();
+    paths.extend(
+        emls.iter()
+            .filter(|f| f.ends_with(".eml"))
+            .map(|f| e.path("eml").join(f)),
+    );
+    let refs: Vec<&Path> = paths.iter().map(|p| p.as_path()).collect();
+    let got = run_python(&py, READ_SUBJECTS, &refs);
+    let seen: Vec<(String, Vec<String>)> = got
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|x| {
+            let p = Path::new(x[0].as_str().unwrap());
+            let rel = p
+                .strip_prefix(e.dir.path())
+                .unwrap()
+                .to_string_lossy()
+                .into_owned();
+            let s = x[1]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|s| s.as_str().unwrap().to_string())
+                .collect();
+            (rel, s)
+        })
+        .map(|(p, s)| (p.rsplit_once('/').map_or(p.clone(), |x| x.0.to_string()), s))
+        .collect();
+    let want = |s: &str| vec![s.to_string()];
+    assert_eq!(
+        seen,
+        [
+            ("out".to_string(), want("a folder named Inbox")),
+            ("out".to_string(), want("a folder named Foo")),
+            ("out".to_string(), want("a folder named Foo.sbd")),
+            ("out/Foo.sbd".to_string(), want("a folder Bar in Foo")),
+            ("out".to_string(), want("the inbox")),
+            ("eml/%49nbox".to_string(), want("a folder named Inbox")),
+            ("eml/Foo.sbd".to_string(), want("a folder named Foo.sbd")),
+            ("eml/Foo".to_string(), want("a folder named Foo")),
+            ("eml/Foo/Bar".to_string(), want("a folder Bar in Foo")),
+            ("eml/INBOX".to_string(), want("the inbox")),
+        ]
+    );
+}
+
+/// Issue 24, item 12: two folders never land in one file, even where the file system
+/// gives two names one file (here a hard link; a case-insensitive file system does the
+/// same with `Foo` and `foo`): the second folder is refused, naming both, and nothing of
+/// it is appended to the first's file.
+#[test]
+fn two_folders_never_land_in_one_file() {
+    let e = Env::new();
+    init(&e);
+    let md = e.path("src");
+    for (dir, subject) in [("", "inbox"), (".Sent", "sent"), (".Trash", "trash")] {
+        put(
+            &md,
+            dir,
+            "cur",
+            "1700000000.M1P1.mx:2,S",
+            &msg(subject, "x\n"),
+            1_700_000_000,
+        );
+    }
+    e.ok(&["backup", "maildir:src", "--account", "bob@example.org"]);
+    fs::create_dir_all(e.path("out")).unwrap();
+    fs::write(e.path("out/Sent"), b"").unwrap();
+    fs::hard_link(e.path("out/Sent"), e.path("out/Trash")).unwrap();
+    let r = e.json(1, &["restore", "latest", "--target", "mbox:out"]);
+    assert_eq!(
+        (r["items_restored"].as_u64(), r["items_failed"].as_u64()),
+        (Some(2), Some(1)),
+        "{r}"
+    );
+    let f = failures(&r);
+    assert!(f.contains("never merged"), "{f}");
+    assert_eq!(read_mbox(&e.path("out/Sent")).len(), 1);
 }

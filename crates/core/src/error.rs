@@ -86,6 +86,16 @@ pub enum Error {
     /// The user asked for something that cannot be done.
     #[error("{0}")]
     InvalidInput(String),
+    /// A folder of a restore into a tree of files (mbox, EML) cannot be written where its
+    /// name puts it (a directory where its file goes, a file taken meanwhile...); or a
+    /// message of it cannot be written so that it reads back exactly. Nothing was merged
+    /// into another folder or overwritten.
+    #[error("folder {folder}: {}: {detail}", path.display())]
+    Folder {
+        folder: String,
+        path: PathBuf,
+        detail: String,
+    },
     /// Another process holds a conflicting lock on the repository (`holder` says who:
     /// "exclusively by prune on host H (pid P) since T"; `path` is its record).
     #[error("repository locked {holder} ({path}): wait for it to end (--retry-lock), or, if it is not running any more, run `mailvault unlock`")]

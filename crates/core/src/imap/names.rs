@@ -28,6 +28,22 @@ pub fn maildir_dir(folder: &str) -> Vec<u8> {
     if folder.eq_ignore_ascii_case("INBOX") {
         return Vec::new();
     }
+    levels_dir(folder)
+}
+
+/// The Maildir++ directory of a folder of a file tree (mbox, EML): as [`maildir_dir`],
+/// except that only `INBOX` itself is INBOX. In such a tree a folder spelt `Inbox` is
+/// one of its own, beside INBOX (`crate::mail::layout` keeps them apart), so it gets a
+/// directory of its own, `.Inbox`, as a Maildir source names it: never merged into INBOX.
+pub fn tree_maildir_dir(folder: &str) -> Vec<u8> {
+    if folder == "INBOX" {
+        return Vec::new();
+    }
+    levels_dir(folder)
+}
+
+/// The Maildir++ directory of the levels of `folder` (see [`maildir_dir`]).
+fn levels_dir(folder: &str) -> Vec<u8> {
     let mut out = String::new();
     for level in folder.split('/') {
         out.push('.');
@@ -303,6 +319,10 @@ mod tests {
     fn dirs_and_names() {
         assert_eq!(maildir_dir("INBOX"), b"");
         assert_eq!(maildir_dir("Archive/2023"), b".Archive.2023");
+        assert_eq!(maildir_dir("Inbox"), b"");
+        assert_eq!(tree_maildir_dir("Inbox"), b".Inbox");
+        assert_eq!(tree_maildir_dir("INBOX"), b"");
+        assert_eq!(tree_maildir_dir("a.b/c"), maildir_dir("a.b/c"));
         assert_eq!(maildir_dir("Gesch\u{e4}ft"), b".Gesch&AOQ-ft");
         // One directory per folder: the separator inside a level is escaped as
         // Dovecot's listescape does.

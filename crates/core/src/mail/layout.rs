@@ -13,8 +13,13 @@
 //! A name never leaves the tree: each level is one path component, and a level that is
 //! empty, starts with `.` (`.`, `..`, hidden files), or holds `%` or a control character
 //! has those bytes written `%XX` (an empty level is `%`). In an mbox tree a level that
-//! would look like an index file has the byte that makes it one escaped too (`not_index`). Reading undoes it; bytes
-//! that are not UTF-8 stay `%XX` in the folder name.
+//! would look like an index file has the byte that makes it one escaped too (`not_index`),
+//! and a level ending in `.sbd` has that `.` escaped (`Foo.sbd` is `Foo%2Esbd`, so it is
+//! not the directory of `Foo`'s subfolders). A first level spelt like INBOX in another
+//! case (`Inbox` beside `INBOX`) has its first letter escaped (`%49nbox`): reading takes
+//! every unescaped spelling for INBOX. So each folder has a path of its own, and two
+//! folders are never written into one. Reading undoes the escapes; bytes that are not
+//! UTF-8 stay `%XX` in the folder name.
 
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
@@ -35,17 +40,20 @@ pub fn folder_to_path(folder: &str, tree: Tree) -> PathBuf {
     let mut path = PathBuf::new();
     for (i, level) in levels.iter().enumerate() {
         let last = i + 1 == levels.len();
-        let mut c = if i == 0 && levels.len() == 1 && level.eq_ignore_ascii_case("INBOX") {
+        let mut c = if i == 0 && levels.len() == 1 && *level == "INBOX" {
             match tree {
                 Tree::Mbox => "Inbox".to_string(),
                 Tree::Eml => "INBOX".to_string(),
             }
-        } else if i == 0 && level.eq_ignore_ascii_case("INBOX") {
-            "INBOX".to_string()
+        } else if i == 0 && level.eq_ignore_ascii_case("INBOX") && *level != "INBOX" {
+            // `Inbox` beside `INBOX` is a folder of its own: reading takes every
+            // unescaped spelling of the first level for INBOX, so this one is escaped.
+            format!("%{:02X}{}", level.as_bytes()[0], &level[1..])
         } else {
             escape(level.as_bytes())
         };
         if tree == Tree::Mbox {
+            c = not_sbd(c);
             if last {
                 c = not_index(c);
             }
@@ -76,11 +84,16 @@ pub fn path_to_folder(path: &Path, tree: Tree) -> Option<String> {
             Tree::Mbox if i + 1 < n => level.strip_suffix(b".sbd").unwrap_or(level),
             _ => level,
         };
-        names.push(unescape(level));
+        // Any spelling of INBOX as it stands is INBOX; an escaped one (`%49nbox`) is a
+        // folder of its own.
+        if i == 0 && level.eq_ignore_ascii_case(b"INBOX") {
+            names.push("INBOX".to_string());
+        } else {
+            names.push(unescape(level));
+        }
     }
-    let first = names.first_mut()?;
-    if first.eq_ignore_ascii_case("INBOX") {
-        *first = "INBOX".to_string();
+    if names.is_empty() {
+        return None;
     }
     Some(names.join("/"))
 }
@@ -144,6 +157,18 @@ fn not_index(mut c: String) -> String {
         c.replace_range(0..1, "%64");
     }
     debug_assert!(!is_index_file(c.as_bytes()), "{c}");
+    c
+}
+
+/// A component `c` (escaped) of an mbox tree that ends in `.sbd` (a folder named
+/// `Foo.sbd`) with that `.` written `%2E`: `Foo.sbd` is the directory of `Foo`'s
+/// subfolders, so the folder `Foo.sbd` is the file `Foo%2Esbd` (and its subfolders are in
+/// `Foo%2Esbd.sbd/`), one path per folder.
+fn not_sbd(mut c: String) -> String {
+    let n = c.len();
+    if n >= 4 && c.as_bytes()[n - 4..].eq_ignore_ascii_case(b".sbd") {
+        c.replace_range(n - 4..n - 3, "%2E");
+    }
     c
 }
 
@@ -230,12 +255,68 @@ mod tests {
     #[test]
     fn folders_and_paths() {
         both("INBOX", "Inbox", "INBOX");
-        both("inbox", "Inbox", "INBOX");
         both("INBOX/Sub", "INBOX.sbd/Sub", "INBOX/Sub");
         both("Archive", "Archive", "Archive");
         both("Archive/2023", "Archive.sbd/2023", "Archive/2023");
         both("Entwürfe/日本", "Entwürfe.sbd/日本", "Entwürfe/日本");
-        both("a.sbd/b", "a.sbd.sbd/b", "a.sbd/b");
+        both("a.sbd/b", "a%2Esbd.sbd/b", "a.sbd/b");
+    }
+
+    /// Issue 24, item 12: two folders never share a path.
+    #[test]
+    fn folder_paths_are_one_to_one() {
+        both("Foo.sbd", "Foo%2Esbd", "Foo.sbd");
+        both("Foo/Bar", "Foo.sbd/Bar", "Foo/Bar");
+        both("Foo.SBD/x.sbd", "Foo%2ESBD.sbd/x%2Esbd", "Foo.SBD/x.sbd");
+        for (name, mbox, eml) in [
+            ("Inbox", "%49nbox", "%49nbox"),
+            ("inbox/Sub", "%69nbox.sbd/Sub", "%69nbox/Sub"),
+            ("INBOX/Sub", "INBOX.sbd/Sub", "INBOX/Sub"),
+        ] {
+            assert_eq!(folder_to_path(name, Tree::Mbox), Path::new(mbox));
+            assert_eq!(folder_to_path(name, Tree::Eml), Path::new(eml));
+            for (p, t) in [(mbox, Tree::Mbox), (eml, Tree::Eml)] {
+                assert_eq!(path_to_folder(Path::new(p), t).as_deref(), Some(name));
+            }
+        }
+        // Any unescaped spelling read is INBOX (a mail client's `inbox`).
+        assert_eq!(
+            path_to_folder(Path::new("inbox"), Tree::Mbox).as_deref(),
+            Some("INBOX")
+        );
+        let names = [
+            "INBOX",
+            "Inbox",
+            "inbox",
+            "INBOX/a",
+            "Inbox/a",
+            "Foo",
+            "Foo.sbd",
+            "Foo/Bar",
+            "Foo.sbd/Bar",
+            "Foo/sbd",
+            "a.b",
+            "a%2Eb",
+            "x.msf",
+            "x%2Emsf",
+            "%",
+            "",
+            ".x",
+        ];
+        for tree in [Tree::Mbox, Tree::Eml] {
+            let mut seen = std::collections::HashMap::new();
+            for n in names {
+                let p = folder_to_path(n, tree);
+                if let Some(other) = seen.insert(p.clone(), n) {
+                    panic!("{other:?} and {n:?} both at {p:?}");
+                }
+                // A file of an mbox tree is never the directory of another's subfolders.
+                if tree == Tree::Mbox {
+                    let f = p.to_string_lossy().into_owned();
+                    assert!(!f.ends_with(".sbd"), "{n:?} at {f}");
+                }
+            }
+        }
     }
 
     #[test]

@@ -22,7 +22,11 @@
 //! `X-Mozilla-*` there) and in the run that closes it (mutt, Dovecot, Python and this
 //! writer append there) are read for flags and keywords and removed from the message
 //! bytes. The same names in the middle of the header block belong to the message and are
-//! kept. `Content-Length` is removed only when it delimited the message.
+//! kept. `Content-Length` is removed only when it delimited the message. When a message's
+//! own header block opens or closes with such a name, or its first line is a `From `
+//! line, this writer puts a marker ([`ADDED`]) before the headers it adds and carries that
+//! first line in [`FROM_LINE`]: the reader then removes only the marker and the metadata
+//! headers after it, and puts the line back, so such messages come back exactly too.
 //!
 //! **Final newline.** The writer ends a message that lacks a final newline with one and
 //! says so in an `X-Mailvault-No-Final-Newline: yes` metadata header, which the reader
@@ -43,7 +47,7 @@ use super::flags::{self, Found};
 use super::{MailError, Meta};
 
 /// Headers an mbox writer adds to a message (compared case-insensitively).
-pub const METADATA_HEADERS: [&str; 11] = [
+pub const METADATA_HEADERS: [&str; 13] = [
     "Status",
     "X-Status",
     "X-Keywords",
@@ -55,10 +59,25 @@ pub const METADATA_HEADERS: [&str; 11] = [
     "X-Mozilla-Keys",
     "Content-Length",
     NO_FINAL_NEWLINE,
+    ADDED,
+    FROM_LINE,
 ];
 
 /// The metadata header this writer adds to a message that did not end with a newline.
 pub const NO_FINAL_NEWLINE: &str = "X-Mailvault-No-Final-Newline";
+
+/// The marker this writer puts before the headers it adds, when the message's own
+/// header block opens or closes with a header named like mbox metadata (its own
+/// `Status:`, say) or its first line is a `From ` line: its value names the headers that
+/// follow (`X-Mailvault-Added: Status X-Keywords`). A reader removes the marker and the
+/// metadata headers after it, and keeps every header line before it as the message's.
+pub const ADDED: &str = "X-Mailvault-Added";
+
+/// The header that carries a message's own first line when that line matches `>*From `
+/// (`X-Mailvault-From-Line: From someone Mon Jan  1 00:00:00 2024`): written in the
+/// message's place, it would be a separator or, quoted, a first line that is not a
+/// header, and other readers would see no headers. Reading puts the line back.
+pub const FROM_LINE: &str = "X-Mailvault-From-Line";
 
 /// Lines longer than this are read in pieces (a piece is never a separator).
 pub const DEFAULT_LINE_CAP: usize = 1 << 20;
@@ -535,7 +554,8 @@ fn is_metadata(name: Option<&[u8]>) -> bool {
 }
 
 /// The fields of the runs of metadata headers that open and close the header block
-/// `block`. Only the runs are parsed: a huge block costs no memory.
+/// `block`, in the order they stand (the opening run, then the closing run). Only the
+/// runs are parsed: a huge block costs no memory.
 fn metadata_runs(block: &[u8]) -> Vec<Field<'_>> {
     let mut out = Vec::new();
     let mut p = 0;
@@ -547,6 +567,7 @@ fn metadata_runs(block: &[u8]) -> Vec<Field<'_>> {
         p = f.end;
         out.push(f);
     }
+    let opening = out.len();
     let mut e = block.len();
     while e > p {
         let f = field_before(block, p, e);
@@ -556,7 +577,20 @@ fn metadata_runs(block: &[u8]) -> Vec<Field<'_>> {
         e = f.start;
         out.push(f);
     }
+    out[opening..].reverse();
     out
+}
+
+/// Where the writer's own headers start among `runs` (of a block `h` bytes long): at
+/// its last [`ADDED`] marker that the fields after it join, without a gap, to the end of
+/// the header block. `None`: no marker of the writer's.
+fn writer_run(runs: &[Field<'_>], h: usize) -> Option<usize> {
+    let i = runs.iter().rposition(|f| {
+        f.name
+            .is_some_and(|n| n.eq_ignore_ascii_case(ADDED.as_bytes()))
+    })?;
+    let joined = runs[i..].windows(2).all(|w| w[0].end == w[1].start);
+    (joined && runs.last().is_some_and(|f| f.end == h)).then_some(i)
 }
 
 fn field_value<'a>(block: &'a [u8], f: &Field<'_>) -> &'a [u8] {
@@ -587,13 +621,19 @@ fn content_length(block: &[u8]) -> Option<u64> {
         .ok()
 }
 
-/// Reads and removes the metadata headers (see the module's documentation).
+/// Reads and removes the metadata headers (see the module's documentation): with the
+/// writer's [`ADDED`] marker, only the marker and the metadata headers after it; else
+/// the runs that open and close the header block.
 fn strip_metadata(m: Vec<u8>, cl: bool) -> (Vec<u8>, Meta) {
     let h = header_end(&m);
-    let runs = metadata_runs(&m[..h]);
+    let mut runs = metadata_runs(&m[..h]);
+    if let Some(i) = writer_run(&runs, h) {
+        runs.drain(..i);
+    }
     let mut found = Found::default();
     let mut drop: Vec<(usize, usize)> = Vec::new();
     let mut no_final_newline = false;
+    let mut first_line: Option<(usize, usize)> = None;
     for f in &runs {
         let Some(name) = f.name else { continue };
         if name.eq_ignore_ascii_case(b"Content-Length") && !cl {
@@ -602,6 +642,16 @@ fn strip_metadata(m: Vec<u8>, cl: bool) -> (Vec<u8>, Meta) {
         if name.eq_ignore_ascii_case(NO_FINAL_NEWLINE.as_bytes()) {
             no_final_newline = true;
         }
+        if name.eq_ignore_ascii_case(FROM_LINE.as_bytes()) && first_line.is_none() {
+            // `Name: ` and the line, through its line ending.
+            let colon = memchr::memchr(b':', &m[f.start..f.end]).map_or(f.end, |c| f.start + c);
+            let start = if m.get(colon + 1) == Some(&b' ') {
+                colon + 2
+            } else {
+                colon + 1
+            };
+            first_line = Some((start.min(f.end), f.end));
+        }
         found.header(name, field_value(&m, f));
         drop.push((f.start, f.end));
     }
@@ -609,6 +659,7 @@ fn strip_metadata(m: Vec<u8>, cl: bool) -> (Vec<u8>, Meta) {
     if drop.is_empty() {
         return (m, meta);
     }
+    let line = first_line.map(|(s, e)| m[s..e].to_vec());
     drop.sort_unstable();
     // In place: what follows each dropped field moves down (no second message buffer).
     let mut out = m;
@@ -619,6 +670,9 @@ fn strip_metadata(m: Vec<u8>, cl: bool) -> (Vec<u8>, Meta) {
         p = e;
     }
     out.truncate(w);
+    if let Some(line) = line {
+        out.splice(0..0, line);
+    }
     if no_final_newline && out.last() == Some(&b'\n') {
         out.pop();
     }
@@ -712,9 +766,9 @@ pub struct Written {
     /// Bytes written for it (From line to separator, included).
     pub len: u64,
     /// Reading it back does not give the same bytes, flags, keywords or date: its own
-    /// header block opens or closes with a header named like mbox metadata (`Status:`...),
-    /// which any mbox reader takes for the file's, or its date cannot be written. The
-    /// caller reports it; the message is written all the same.
+    /// `Content-Length:` delimits it where the quoted body ends (every mbox reader then
+    /// takes the body as it stands, quoting included), or its date cannot be written.
+    /// The caller reports it; the message is written all the same.
     pub lossy: bool,
 }
 
@@ -827,6 +881,21 @@ fn encode(
         Some(i) if i > 0 && bytes[i - 1] == b'\r' => b"\r\n",
         _ => b"\n",
     };
+    let mut m = Vec::with_capacity(bytes.len() + 256);
+    m.extend_from_slice(bytes);
+    if added_newline {
+        m.push(b'\n');
+    }
+    // The message's own first line, when it matches `>*From `: carried in a header.
+    let first_line = {
+        let gts = m.iter().take_while(|&&b| b == b'>').count();
+        m[gts..].starts_with(b"From ").then(|| {
+            let end = memchr::memchr(b'\n', &m).map_or(m.len(), |i| i + 1);
+            m.drain(..end).collect::<Vec<u8>>()
+        })
+    };
+    let h = header_end(&m);
+    let marked = first_line.is_some() || !metadata_runs(&m[..h]).is_empty();
     let mut headers = Vec::new();
     if let Some(base) = imap_base {
         headers.extend_from_slice(b"X-IMAPbase: ");
@@ -834,17 +903,34 @@ fn encode(
         headers.extend_from_slice(eol);
     }
     flags::header_lines(meta, eol, &mut headers)?;
+    if let Some(line) = &first_line {
+        headers.extend_from_slice(FROM_LINE.as_bytes());
+        headers.extend_from_slice(b": ");
+        headers.extend_from_slice(line);
+        if line.last() != Some(&b'\n') {
+            headers.extend_from_slice(eol);
+        }
+    }
     if added_newline {
         headers.extend_from_slice(NO_FINAL_NEWLINE.as_bytes());
         headers.extend_from_slice(b": yes");
         headers.extend_from_slice(eol);
     }
-    let mut m = Vec::with_capacity(bytes.len() + headers.len() + 1);
-    m.extend_from_slice(bytes);
-    if added_newline {
-        m.push(b'\n');
+    if marked {
+        // The marker first, naming what follows.
+        let mut names = Vec::new();
+        let mut p = 0;
+        while p < headers.len() {
+            let f = field_at(&headers, p);
+            if let Some(n) = f.name {
+                names.push(String::from_utf8_lossy(n).into_owned());
+            }
+            p = f.end;
+        }
+        let mut marker = format!("{ADDED}: {}", names.join(" ")).into_bytes();
+        marker.extend_from_slice(eol);
+        headers.splice(0..0, marker);
     }
-    let h = header_end(&m);
     m.splice(h..h, headers);
     if memchr::memmem::find(&m, b"From ").is_some() {
         m = requote(&m, true);

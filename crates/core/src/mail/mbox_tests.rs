@@ -511,18 +511,47 @@ From Tue Nov 24 07:00:00 2026 a line like a separator\n";
     assert_eq!(m[0].meta, meta);
 }
 
+/// Issue 24, item 10: a message's own header lines named like mbox metadata, at either
+/// end of its header block, and its own first line when it is a `From ` line, come back
+/// exactly: the writer marks the headers it adds (`X-Mailvault-Added:`), and carries
+/// the first line in `X-Mailvault-From-Line:`, so that other readers see the headers.
 #[test]
-fn own_metadata_headers_are_reported_lossy() {
-    let meta = Meta::default();
+fn own_metadata_headers_and_from_lines_come_back() {
+    let meta = Meta::from_imap(&["\\Seen", "Work"], Some(NOV24));
     for msg in [
         &b"Subject: x\nStatus: RO\n\nb\n"[..],
         b"X-Mozilla-Status: 0001\nSubject: x\n\nb\n",
         b"Status: O\n",
+        b"Status: O",
+        b"Subject: x\r\nX-Keywords: mine\r\n\r\nb\r\n",
+        b"Subject: x\nX-Mailvault-Added: Status\n\nb\n",
+        b"From someone Mon Jan  1 00:00:00 2024\nSubject: x\n\nFrom b\n",
+        b"From someone Mon Jan  1 00:00:00 2024\r\nStatus: RO\r\n\r\nb\r\n",
+        b">From quoted\nSubject: x\n\nb\n",
+        b"From x",
+        b"From x\n\nbody",
     ] {
         let (out, w) = write_one(msg, &meta);
-        assert!(w.lossy, "{}", String::from_utf8_lossy(msg));
-        assert_ne!(read_all(&out)[0].bytes, msg);
+        let shown = String::from_utf8_lossy(msg);
+        assert!(!w.lossy, "{shown}");
+        let m = read_all(&out);
+        assert_eq!(m.len(), 1, "{shown}: {}", String::from_utf8_lossy(&out));
+        assert_eq!(
+            m[0].bytes,
+            msg,
+            "{shown}: {}",
+            String::from_utf8_lossy(&out)
+        );
+        assert_eq!(m[0].meta, meta, "{shown}");
+        // What the writer added is marked, and the message's first header is a header.
+        let text = String::from_utf8_lossy(&out);
+        assert!(text.contains("X-Mailvault-Added: Status"), "{text}");
+        let second = text.lines().nth(1).unwrap_or("");
+        assert!(!second.starts_with('>') && second.contains(':'), "{text}");
     }
+    // A message that needs no marker gets none: other readers see what they saw before.
+    let (out, _) = write_one(b"Subject: x\n\nb\n", &meta);
+    assert!(!String::from_utf8_lossy(&out).contains("X-Mailvault-Added"));
     // In the middle of the block they are the message's, and come back.
     let msg = b"Subject: x\nStatus: RO\nTo: y\n\nb\n";
     let (out, w) = write_one(msg, &meta);
@@ -535,6 +564,11 @@ fn own_metadata_headers_are_reported_lossy() {
     let m = read_all(&out);
     assert!(m[0].content_length);
     assert_eq!(m[0].bytes, msg);
+    // One that delimits it where its quoted body ends cannot come back: lossy.
+    let msg = b"Subject: x\nContent-Length: 11\n\nFrom a\nxx\n";
+    let (out, w) = write_one(msg, &meta);
+    assert!(w.lossy);
+    assert_ne!(read_all(&out)[0].bytes, msg);
 }
 
 fn state_of(file: &[u8], messages: u64) -> MboxState {
@@ -652,21 +686,13 @@ fn message() -> impl Strategy<Value = Vec<u8>> {
         Just(b"\0nul\0\n".to_vec()),
         Just(b"X-Other: 1\n".to_vec()),
         Just(b"Status: RO\n".to_vec()),
+        Just(b"X-Keywords: k\r\n".to_vec()),
+        Just(b"X-Mailvault-Added: Status\n".to_vec()),
+        Just(b"X-Mailvault-From-Line: From y\n".to_vec()),
         Just(b"Content-Length: 5\n".to_vec()),
         proptest::collection::vec(any::<u8>(), 0..20),
     ];
     proptest::collection::vec(line, 0..12).prop_map(|ls| ls.concat())
-}
-
-/// Whether a message's own header block opens or closes with an mbox metadata header:
-/// the one case the writer reports as lossy.
-fn has_metadata_at_block_ends(m: &[u8]) -> bool {
-    let mut m = m.to_vec();
-    if m.last() != Some(&b'\n') {
-        m.push(b'\n');
-    }
-    let found = !metadata_runs(&m[..header_end(&m)]).is_empty();
-    found
 }
 
 proptest! {
@@ -689,7 +715,9 @@ proptest! {
         for (bytes, f, k, date) in &msgs {
             let meta = Meta::from_imap(&f.iter().chain(k).collect::<Vec<_>>(), Some(*date));
             let written = w.write(bytes, &meta, None).unwrap();
-            prop_assert!(!written.lossy || has_metadata_at_block_ends(bytes) || bytes.windows(15).any(|w| w == b"Content-Length:"));
+            // Only a Content-Length of its own can make a message lossy (issue 24, item
+            // 10: its own metadata headers and From lines come back).
+            prop_assert!(!written.lossy || bytes.windows(15).any(|w| w == b"Content-Length:"));
             want.push((bytes.clone(), meta, written));
         }
         let out = w.finish().unwrap();
@@ -714,6 +742,9 @@ fn mbox_bytes() -> impl Strategy<Value = Vec<u8>> {
         Just(b"Content-Length: 0\n".to_vec()),
         Just(b"Content-Length: 99999999999999999999\n".to_vec()),
         Just(b"Status: RO\n".to_vec()),
+        Just(b"X-Keywords: k\r\n".to_vec()),
+        Just(b"X-Mailvault-Added: Status\n".to_vec()),
+        Just(b"X-Mailvault-From-Line: From y\n".to_vec()),
         Just(b"X-Keywords: a, b\n".to_vec()),
         Just(b"X-Mozilla-Status: ffff\n".to_vec()),
         Just(b"X-Mailvault-No-Final-Newline: yes\n".to_vec()),

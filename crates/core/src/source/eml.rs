@@ -91,35 +91,64 @@ pub fn key_of(name: &[u8]) -> Vec<u8> {
 }
 
 /// Every directory below `root` (`rel`: the path so far) as a folder; the root itself is
-/// INBOX when it holds `.eml` files. Symbolic links and special files are reported.
+/// INBOX when it holds `.eml` files. Every other file is reported (symbolic links, to
+/// directories too, are not followed; special files; files without `.eml`), except the
+/// sidecar and hidden or index files ([`layout::is_index_file`]).
 fn walk(root: &Path, rel: &Path, out: &mut Vec<Folder>, failures: &Failures) {
     let dir = root.join(rel);
-    let entries = match std::fs::read_dir(&dir) {
+    let listing = match std::fs::read_dir(&dir) {
         Ok(e) => e,
         Err(e) => {
             failures.fail(dir.display().to_string(), e);
             return;
         }
     };
-    let mut entries: Vec<_> = entries.filter_map(|e| e.ok()).collect();
+    let mut entries = Vec::new();
+    for e in listing {
+        match e {
+            Ok(e) => entries.push(e),
+            // An entry that cannot be read is reported, not skipped.
+            Err(e) => failures.fail(dir.display().to_string(), e),
+        }
+    }
     entries.sort_by_key(|e| e.file_name());
     let mut has_mail = false;
     for e in entries {
-        let Ok(ft) = e.file_type() else { continue };
+        let ft = match e.file_type() {
+            Ok(ft) => ft,
+            Err(err) => {
+                failures.fail(e.path().display().to_string(), err);
+                continue;
+            }
+        };
         let name = e.file_name();
         if ft.is_dir() {
             let rel = rel.join(&name);
             match layout::path_to_folder(&rel, Tree::Eml) {
-                Some(f) => out.push(Folder::named(&f, root.join(&rel))),
+                Some(f) => out.push(Folder::in_tree(&f, root.join(&rel))),
                 None => failures.fail(root.join(&rel).display().to_string(), "not a folder name"),
             }
             walk(root, &rel, out, failures);
         } else if ft.is_file() {
-            has_mail |= is_eml(name.as_bytes());
-        } else if is_eml(name.as_bytes()) {
+            if is_eml(name.as_bytes()) {
+                has_mail = true;
+            } else if !layout::is_index_file(name.as_bytes()) {
+                // Its own sidecar, hidden and index files are not mail; any other file is
+                // reported.
+                failures.fail(
+                    e.path().display().to_string(),
+                    "not an .eml file: not backed up (an EML tree holds one .eml file per message)",
+                );
+            }
+        } else if ft.is_symlink() {
             failures.fail(
                 e.path().display().to_string(),
-                "not a regular file (a symbolic link or a special file): not backed up",
+                "a symbolic link: not followed, not backed up",
+            );
+        } else {
+            failures.fail(
+                e.path().display().to_string(),
+                "not a regular file or directory (a special file): not backed up",
             );
         }
     }

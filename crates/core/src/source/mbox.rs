@@ -100,6 +100,9 @@ pub struct MboxSource {
     /// Folder trees walked by [`Source::samples`]: [`Source::folders`] takes them instead
     /// of walking each tree again.
     walked: Arc<Mutex<HashMap<PathBuf, Walked>>>,
+    /// What [`Source::accounts`] found and did not take (a directory or a link in a spool,
+    /// a file among a store's domains): reported by the first [`Source::folders`].
+    passed_over: Arc<Mutex<Vec<Failure>>>,
 }
 
 /// An account's folder tree as walked (by account path): its folders and what failed.
@@ -136,6 +139,7 @@ impl MboxSource {
             layout: opts.layout.clone(),
             jobs: opts.jobs,
             walked: Arc::default(),
+            passed_over: Arc::default(),
         })
     }
 
@@ -143,8 +147,14 @@ impl MboxSource {
     /// else walked now.
     fn list_folders(&self, account: &Account, failures: &Failures) -> Vec<Folder> {
         match &self.layout {
-            MboxLayout::Spool { .. } => vec![Folder::named("INBOX", account.path.clone())],
-            MboxLayout::File { folder: f, .. } => vec![Folder::named(f, account.path.clone())],
+            MboxLayout::Spool { .. } => take_file(&account.path, failures)
+                .then(|| Folder::named("INBOX", account.path.clone()))
+                .into_iter()
+                .collect(),
+            MboxLayout::File { folder: f, .. } => take_file(&account.path, failures)
+                .then(|| Folder::named(f, account.path.clone()))
+                .into_iter()
+                .collect(),
             MboxLayout::Tree { .. } | MboxLayout::Store => {
                 if let Some((folders, failed)) = lock(&self.walked).remove(&account.path) {
                     lock(&failures.0).extend(failed);
@@ -183,19 +193,74 @@ fn maildir_within(path: &Path, layout: &MboxLayout) -> Option<PathBuf> {
     }
 }
 
-/// Whether the file at `path` can be an mbox: empty, or starting with `From `.
-fn starts_as_mbox(path: &Path) -> std::io::Result<bool> {
-    use std::io::Read;
-    let mut head = [0u8; 5];
-    let mut f = File::open(path)?;
+/// How a file starts, taken as an mbox ([`mbox_start`]).
+#[derive(Debug, PartialEq, Eq)]
+enum Start {
+    /// An mbox: empty, or its first line that is not empty is a `From ` line, after
+    /// `skip` bytes of empty lines (not a message: reported).
+    Mbox { skip: u64 },
+    /// Not an mbox, and why (reported; the file is not backed up).
+    Not(&'static str),
+}
+
+/// The bytes of a file's head looked at for its first line that is not empty.
+const HEAD: usize = 64 * 1024;
+
+/// How the file `f` starts: an mbox when its first line that is not empty (`\n` or
+/// `\r\n`) is a `From ` line without a NUL byte; binary data (a NUL byte before that
+/// line ends) or any other first line is not an mbox.
+fn mbox_start(f: &File) -> std::io::Result<Start> {
+    let mut head = vec![0u8; HEAD];
     let mut n = 0;
     while n < head.len() {
-        match f.read(&mut head[n..])? {
+        match f.read_at(&mut head[n..], n as u64)? {
             0 => break,
             k => n += k,
         }
     }
-    Ok(n == 0 || &head[..n] == b"From ")
+    let head = &head[..n];
+    let mut p = 0;
+    while head[p..].starts_with(b"\n") || head[p..].starts_with(b"\r\n") {
+        p += if head[p] == b'\n' { 1 } else { 2 };
+    }
+    let line = &head[p..];
+    let line = memchr::memchr(b'\n', line).map_or(line, |i| &line[..i]);
+    Ok(if memchr::memchr(0, &head[..p + line.len()]).is_some() {
+        Start::Not("binary data (a NUL byte in its first line): not an mbox file, not backed up")
+    } else if p == n || line.starts_with(b"From ") {
+        Start::Mbox { skip: p as u64 }
+    } else {
+        Start::Not(
+            "not an mbox file (its first line that is not empty does not start with `From `): not backed up",
+        )
+    })
+}
+
+/// Whether the file at `path` is taken as an mbox ([`mbox_start`]); what is not, and
+/// empty lines before its first `From ` line, are reported to `failures`.
+fn take_file(path: &Path, failures: &Failures) -> bool {
+    let start = File::open(path).and_then(|f| mbox_start(&f));
+    match start {
+        Ok(Start::Mbox { skip }) => {
+            if skip > 0 {
+                failures.fail(path.display().to_string(), leading(skip));
+            }
+            true
+        }
+        Ok(Start::Not(why)) => {
+            failures.fail(path.display().to_string(), why);
+            false
+        }
+        Err(e) => {
+            failures.fail(path.display().to_string(), e);
+            false
+        }
+    }
+}
+
+/// What is said of `skip` bytes of empty lines before a file's first `From ` line.
+fn leading(skip: u64) -> String {
+    format!("bytes 0..{skip} before its first `From ` line are empty lines: not a message, not backed up (the messages after them are)")
 }
 
 /// The mbox files of a folder tree below `dir` (`rel`: the path so far), as folders;
@@ -209,13 +274,26 @@ fn walk_tree(root: &Path, rel: &Path, out: &mut Vec<Folder>, failures: &Failures
             return;
         }
     };
-    let mut names: Vec<_> = entries.filter_map(|e| e.ok()).collect();
+    let mut names = Vec::new();
+    for e in entries {
+        match e {
+            Ok(e) => names.push(e),
+            // An entry that cannot be read is reported, not skipped.
+            Err(e) => failures.fail(dir.display().to_string(), e),
+        }
+    }
     names.sort_by_key(|e| e.file_name());
     for e in names {
         let name = e.file_name();
         let rel = rel.join(&name);
         let path = root.join(&rel);
-        let Ok(ft) = e.file_type() else { continue };
+        let ft = match e.file_type() {
+            Ok(ft) => ft,
+            Err(err) => {
+                failures.fail(e.path().display().to_string(), err);
+                continue;
+            }
+        };
         if ft.is_dir() {
             if is_maildir(&path) {
                 failures.fail(
@@ -230,22 +308,11 @@ fn walk_tree(root: &Path, rel: &Path, out: &mut Vec<Folder>, failures: &Failures
             if layout::is_index_file(name.as_bytes()) {
                 continue;
             }
-            match starts_as_mbox(&path) {
-                Ok(true) => {}
-                Ok(false) => {
-                    failures.fail(
-                        path.display().to_string(),
-                        "not an mbox file (it does not start with a `From ` line): not backed up",
-                    );
-                    continue;
-                }
-                Err(e) => {
-                    failures.fail(path.display().to_string(), e);
-                    continue;
-                }
+            if !take_file(&path, failures) {
+                continue;
             }
             match layout::path_to_folder(&rel, Tree::Mbox) {
-                Some(f) => out.push(Folder::named(&f, path)),
+                Some(f) => out.push(Folder::in_tree(&f, path)),
                 None => failures.fail(path.display().to_string(), "not a folder name"),
             }
         } else if !layout::is_index_file(std::os::unix::ffi::OsStrExt::as_bytes(name.as_os_str())) {
@@ -274,6 +341,31 @@ fn sub_dirs(dir: &Path) -> Result<Vec<(String, PathBuf)>> {
     }
     out.sort();
     Ok(out)
+}
+
+/// [`sub_dirs`], with what else `dir` holds added to `passed_over`: files and links
+/// (index, lock and hidden files aside, [`layout::is_index_file`]), and names that are not
+/// UTF-8.
+fn sub_dirs_reporting(
+    dir: &Path,
+    passed_over: &mut Vec<Failure>,
+) -> Result<Vec<(String, PathBuf)>> {
+    for e in std::fs::read_dir(dir).map_err(|e| Error::io(dir, e))? {
+        let e = e.map_err(|e| Error::io(dir, e))?;
+        use std::os::unix::ffi::OsStrExt;
+        if layout::is_index_file(e.file_name().as_bytes()) {
+            continue;
+        }
+        let why = if !e.file_type().is_ok_and(|t| t.is_dir()) {
+            "not a directory (a store holds <domain>/<user>/ folder trees): not backed up"
+        } else if e.file_name().to_str().is_none() {
+            "a name that is not UTF-8, so not a domain or user: not backed up"
+        } else {
+            continue;
+        };
+        passed_over.push(Failure::new(e.path().display().to_string(), why));
+    }
+    sub_dirs(dir)
 }
 
 /// Whether `dir` looks like a store of `<domain>/<user>/` folder trees rather than a
@@ -310,14 +402,19 @@ impl Source for MboxSource {
                 let mut out = Vec::new();
                 let entries =
                     std::fs::read_dir(&self.path).map_err(|e| Error::io(&self.path, e))?;
+                let mut passed_over = Vec::new();
                 for e in entries {
                     let e = e.map_err(|e| Error::io(&self.path, e))?;
-                    if !e.file_type().is_ok_and(|t| t.is_file()) {
-                        continue;
-                    }
                     let Some(user) = layout::spool_user(&e.file_name()) else {
                         continue;
                     };
+                    if !e.file_type().is_ok_and(|t| t.is_file()) {
+                        passed_over.push(Failure::new(
+                            e.path().display().to_string(),
+                            "not a regular file (a directory, a symbolic link or a special file) in a spool: not backed up",
+                        ));
+                        continue;
+                    }
                     let name = match domain {
                         Some(d) => format!("{user}@{d}"),
                         None => user,
@@ -329,6 +426,7 @@ impl Source for MboxSource {
                     });
                 }
                 out.sort_by(|a, b| a.name.cmp(&b.name));
+                lock(&self.passed_over).extend(passed_over);
                 if out.is_empty() {
                     return Err(Error::InvalidInput(format!(
                         "{}: no mbox file in this spool directory (a store of folder trees holds <domain>/<user>/ directories)",
@@ -339,8 +437,9 @@ impl Source for MboxSource {
             }
             MboxLayout::Store => {
                 let mut out = Vec::new();
-                for (domain, dpath) in sub_dirs(&self.path)? {
-                    for (user, upath) in sub_dirs(&dpath)? {
+                let mut passed_over = Vec::new();
+                for (domain, dpath) in sub_dirs_reporting(&self.path, &mut passed_over)? {
+                    for (user, upath) in sub_dirs_reporting(&dpath, &mut passed_over)? {
                         let name = format!("{user}@{domain}");
                         out.push(Account {
                             rel_path: rel_path(&name),
@@ -349,6 +448,7 @@ impl Source for MboxSource {
                         });
                     }
                 }
+                lock(&self.passed_over).extend(passed_over);
                 Ok(out)
             }
             MboxLayout::File { account, .. } | MboxLayout::Tree { account } => Ok(vec![Account {
@@ -369,6 +469,7 @@ impl Source for MboxSource {
         _session: &mut (),
         failures: &Failures,
     ) -> Result<AccountListing> {
+        lock(&failures.0).append(&mut lock(&self.passed_over));
         Ok(AccountListing {
             folders: self.list_folders(account, failures),
             dirs: Vec::new(),
@@ -438,11 +539,23 @@ impl Source for MboxSource {
                 };
                 (p.validity, p.mbox.messages as u32 + 1, from)
             }
-            (p, _) => (
-                p.as_ref().map_or(1, |p| p.validity.wrapping_add(1).max(1)),
-                1,
-                0,
-            ),
+            (p, _) => {
+                // Read from its first `From ` line: empty lines before it are not a
+                // message (the listing reported them).
+                let skip = match mbox_start(&file).map_err(|e| Error::io(path, e))? {
+                    Start::Mbox { skip } => skip,
+                    Start::Not(why) => {
+                        // Changed since it was listed.
+                        out.fail(path.display().to_string(), why);
+                        return Ok(());
+                    }
+                };
+                (
+                    p.as_ref().map_or(1, |p| p.validity.wrapping_add(1).max(1)),
+                    1,
+                    skip,
+                )
+            }
         };
         let mut count = u64::from(first_uid - 1);
         let mut complete = true;
@@ -587,6 +700,41 @@ mod tests {
     use super::*;
     use crate::repo::split::{Chunker, ChunkerParams};
     use std::sync::atomic::AtomicU64;
+
+    /// Issue 24, item 8: what is an mbox, from a file's head.
+    #[test]
+    fn files_that_start_as_mbox() {
+        let dir = tempfile::tempdir().unwrap();
+        let start = |data: &[u8]| {
+            let p = dir.path().join("f");
+            std::fs::write(&p, data).unwrap();
+            mbox_start(&File::open(&p).unwrap()).unwrap()
+        };
+        let d = "Tue Nov 24 07:00:00 2026";
+        assert_eq!(start(b""), Start::Mbox { skip: 0 });
+        assert_eq!(
+            start(format!("From a {d}\nx\0y\n").as_bytes()),
+            Start::Mbox { skip: 0 }
+        );
+        assert_eq!(
+            start(format!("\n\r\nFrom a {d}\n").as_bytes()),
+            Start::Mbox { skip: 3 }
+        );
+        assert_eq!(start(b"\n\n"), Start::Mbox { skip: 2 });
+        for not in [
+            &b"Subject: x\n\nFrom a\n"[..],
+            b"\nFrom: a@b\n",
+            b" From a\n",
+            b"PK\x03\x04",
+        ] {
+            assert!(
+                matches!(start(not), Start::Not(w) if w.contains("not an mbox")),
+                "{not:?}"
+            );
+        }
+        assert!(matches!(start(b"From \0\x01\n"), Start::Not(w) if w.contains("binary")));
+        assert!(matches!(start(b"\0\0From a\n"), Start::Not(w) if w.contains("binary")));
+    }
 
     /// The dictionary's samples and the backup share one walk of a folder tree: after
     /// `samples`, `folders` gives the listing samples made (with what failed there)

@@ -179,6 +179,18 @@ impl Folder {
             path,
         }
     }
+
+    /// A folder of a file tree (mbox, EML) named `name` as `crate::mail::layout` reads
+    /// it: as [`Folder::named`], but only `INBOX` itself is INBOX; `Inbox` (escaped in the
+    /// tree, a folder of its own) keeps a directory of its own
+    /// ([`crate::imap::names::tree_maildir_dir`]).
+    pub fn in_tree(name: &str, path: PathBuf) -> Folder {
+        Folder {
+            name: name.to_string(),
+            dir: crate::imap::names::tree_maildir_dir(name),
+            path,
+        }
+    }
 }
 
 /// What [`Source::folders`] found in an account.

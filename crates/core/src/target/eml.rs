@@ -14,7 +14,7 @@
 //! never through a symbolic link.
 
 use super::maildir::{open_target, read_at, rename_noreplace, set_attributes, Attrs};
-use super::mbox::{folder_parts, mail_meta, open_dirs, shown, TreeAccount};
+use super::mbox::{folder_error, folder_parts, mail_meta, open_dirs, shown, Claims, TreeAccount};
 use super::{AccountInfo, Caps, Failures, FolderInfo, Item, Message, Order, Outcome, Target};
 use crate::error::{Error, Result};
 use crate::mail::eml::{is_eml, SIDECAR};
@@ -37,6 +37,7 @@ pub struct EmlTarget {
     path: PathBuf,
     root: OwnedFd,
     jobs: usize,
+    claims: Claims,
 }
 
 impl EmlTarget {
@@ -47,6 +48,7 @@ impl EmlTarget {
             path: path.to_path_buf(),
             root: open_target(path)?,
             jobs,
+            claims: Claims::default(),
         })
     }
 }
@@ -119,7 +121,10 @@ impl Target for EmlTarget {
         let mut parts = acc.parts.clone();
         parts.extend(folder_parts(info.name, Tree::Eml));
         let path = shown(&self.path, &parts);
-        let dir = open_dirs(&self.root, &self.path, &parts)?;
+        let dir =
+            open_dirs(&self.root, &self.path, &parts).map_err(|e| folder_error(info.name, e))?;
+        self.claims
+            .claim(dir.as_fd(), &acc.name, info.name, &path)?;
         let mut names = EmlNames::new();
         let mut existing: HashMap<u64, Vec<Vec<u8>>> = HashMap::new();
         let listing = rustix::fs::Dir::read_from(&dir).map_err(|e| Error::io(&path, e.into()))?;

@@ -13,7 +13,12 @@
 //! restore leaves no half mbox (a re-run writes it again). A folder file already there is
 //! appended to, and the messages whose bytes it already holds (by BLAKE3, as many times
 //! as it holds them) are not written again, so that a re-run never duplicates. A batch
-//! whose writing fails is cut off the file again and its messages fail.
+//! whose writing fails is cut off the file again and its messages fail. A message that an
+//! mbox cannot give back exactly ([`mail::Written::lossy`]) is written and fails.
+//!
+//! Folder names map one to one to paths ([`crate::mail::layout`]); a folder whose place is
+//! taken fails with its name ([`folder_error`]), and one that lands on the file of another
+//! folder of the same restore (a case-insensitive file system) is refused ([`Claims`]).
 //!
 //! Directories are opened as the Maildir target opens them: relative to their parent,
 //! never through a symbolic link.
@@ -30,8 +35,8 @@ use rustix::fs::{Mode, OFlags};
 use std::collections::HashMap;
 use std::ffi::OsStr;
 use std::fs::File;
-use std::io::{BufReader, Read, Seek, SeekFrom, Write};
-use std::os::fd::{AsFd, OwnedFd};
+use std::io::{BufReader, ErrorKind, Read, Seek, SeekFrom, Write};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Component, Path, PathBuf};
 use std::sync::Mutex;
@@ -86,12 +91,70 @@ pub(crate) fn shown(base: &Path, parts: &[Vec<u8>]) -> PathBuf {
     p
 }
 
+/// An error of the folder `folder` in a tree target (mbox, EML), said plainly and with
+/// the folder: a directory where its file goes, a file where its directory goes, a name
+/// taken meanwhile. Only an [`Error::Io`] is changed.
+pub(crate) fn folder_error(folder: &str, e: Error) -> Error {
+    let Error::Io { path, source } = e else {
+        return e;
+    };
+    let detail = match source.kind() {
+        ErrorKind::IsADirectory => "a directory is where the folder's mbox file goes: not restored (move it away, or restore elsewhere)".to_string(),
+        ErrorKind::NotADirectory => "not a directory, but the folder's directory goes there: not restored (move it away, or restore elsewhere)".to_string(),
+        ErrorKind::AlreadyExists => "taken meanwhile by another file (a folder whose name this file system does not tell apart from this one's?): not restored, nothing overwritten".to_string(),
+        _ => source.to_string(),
+    };
+    Error::Folder {
+        folder: folder.to_string(),
+        path,
+        detail,
+    }
+}
+
+/// The folder files (mbox) and folder directories (EML) a restore writes to, by device
+/// and inode, with the folder each belongs to: a second folder that lands on one already
+/// taken (a file system that does not tell the two names apart, as a case-insensitive
+/// one does) is refused, never merged into the first. Folder names themselves map one
+/// to one (`crate::mail::layout`).
+#[derive(Default)]
+pub(crate) struct Claims(Mutex<HashMap<(u64, u64), (String, String)>>);
+
+impl Claims {
+    /// Claims the file or directory `fd` (at `path`) for `folder` of `account`.
+    pub(crate) fn claim(
+        &self,
+        fd: BorrowedFd<'_>,
+        account: &str,
+        folder: &str,
+        path: &Path,
+    ) -> Result<()> {
+        let st = rustix::fs::fstat(fd).map_err(|e| Error::io(path, e.into()))?;
+        let key = (st.st_dev, st.st_ino);
+        let mine = (account.to_string(), folder.to_string());
+        let mut claims = lock(&self.0);
+        match claims.get(&key) {
+            Some(other) if *other != mine => Err(Error::Folder {
+                folder: folder.to_string(),
+                path: path.to_path_buf(),
+                detail: format!(
+                    "is where folder {} is written too (this file system does not tell their names apart): not restored, never merged",
+                    other.1
+                ),
+            }),
+            _ => {
+                claims.insert(key, mine);
+                Ok(())
+            }
+        }
+    }
+}
+
 /// A tree of mbox files as a restore target.
 pub struct MboxTarget {
     path: PathBuf,
     root: OwnedFd,
     accounts: usize,
-    warnings: Mutex<Vec<String>>,
+    claims: Claims,
 }
 
 impl MboxTarget {
@@ -107,7 +170,7 @@ impl MboxTarget {
             path: path.to_path_buf(),
             root: open_target(path)?,
             accounts,
-            warnings: Mutex::new(Vec::new()),
+            claims: Claims::default(),
         })
     }
 }
@@ -212,8 +275,14 @@ impl Target for MboxTarget {
                 info.name, acc.name
             )));
         };
-        let dir = open_dirs(&self.root, &self.path, &parts)?;
-        let writing = open_file(&dir, &name, info).map_err(|e| Error::io(&path, e))?;
+        let dir =
+            open_dirs(&self.root, &self.path, &parts).map_err(|e| folder_error(info.name, e))?;
+        let writing = open_file(&dir, &name, info)
+            .map_err(|e| folder_error(info.name, Error::io(&path, e)))?;
+        if writing.tmp.is_none() {
+            self.claims
+                .claim(writing.file.as_fd(), &acc.name, info.name, &path)?;
+        }
         Ok(MboxFolder {
             account: acc.name.clone(),
             folder: info.name.to_string(),
@@ -246,8 +315,21 @@ impl Target for MboxTarget {
         };
         let start = w.end;
         let mut end = start;
-        let mut lossy = Vec::new();
         let mut failed = None;
+        // A message that does not read back exactly is written (nothing is dropped) but
+        // fails: the export is not what the snapshot holds.
+        let lossy = |m: &Message| Error::Folder {
+            folder: folder.folder.clone(),
+            path: folder.path.clone(),
+            detail: format!(
+                "message {} ({}): written, but an mbox reader does not read it back exactly \
+                 (its own Content-Length: header ends it where its quoted body ends, or its \
+                 date cannot be written in a From line): restore it to maildir: or eml: \
+                 for its exact bytes",
+                String::from_utf8_lossy(&m.entry.key),
+                folder.account
+            ),
+        };
         for (i, m) in msgs.iter().enumerate() {
             let meta = mail_meta(m.meta);
             if !w.have.is_empty() {
@@ -255,24 +337,31 @@ impl Target for MboxTarget {
                 // exactly) what reading it back gives.
                 let h = *blake3::hash(m.data).as_bytes();
                 let found = match w.have.get(&h) {
-                    Some(n) if *n > 0 => Some(h),
-                    _ => read_back(m.data, &meta).filter(|h| w.have.get(h).is_some_and(|n| *n > 0)),
+                    Some(n) if *n > 0 => Some((h, false)),
+                    _ => read_back(m.data, &meta)
+                        .filter(|h| w.have.get(h).is_some_and(|n| *n > 0))
+                        .map(|h| (h, true)),
                 };
-                if let Some(h) = found {
+                if let Some((h, inexact)) = found {
                     if let Some(n) = w.have.get_mut(&h) {
                         *n -= 1;
                     }
-                    done[i] = Some(Ok(Outcome::AlreadyThere));
+                    done[i] = Some(if inexact {
+                        Err(lossy(m))
+                    } else {
+                        Ok(Outcome::AlreadyThere)
+                    });
                     continue;
                 }
             }
             match w.writer.write(m.data, &meta, None) {
                 Ok(written) => {
                     end = written.offset + written.len;
-                    if written.lossy {
-                        lossy.push(i);
-                    }
-                    done[i] = Some(Ok(Outcome::Written { bytes: written.len }));
+                    done[i] = Some(if written.lossy {
+                        Err(lossy(m))
+                    } else {
+                        Ok(Outcome::Written { bytes: written.len })
+                    });
                 }
                 Err(mail::MailError::Io { source, .. }) => {
                     failed = Some(Error::io(&folder.path, source));
@@ -304,19 +393,6 @@ impl Target for MboxTarget {
             return Ok(());
         }
         w.end = end;
-        if !lossy.is_empty() {
-            let mut warn = lock(&self.warnings);
-            for i in lossy {
-                warn.push(format!(
-                    "{} ({}, folder {}): message {} does not read back exactly from mbox (a header \
-                     of its own is named like mbox metadata, or its date cannot be written)",
-                    folder.path.display(),
-                    folder.account,
-                    folder.folder,
-                    String::from_utf8_lossy(&msgs[i].entry.key)
-                ));
-            }
-        }
         Ok(())
     }
 
@@ -336,12 +412,30 @@ impl Target for MboxTarget {
             }
             Ok(())
         })();
-        if let Err(e) = result {
-            if let Some(tmp) = &tmp {
-                let _ =
-                    rustix::fs::unlinkat(&folder.dir, tmp.as_str(), rustix::fs::AtFlags::empty());
+        match result {
+            Err(e) => {
+                if let Some(tmp) = &tmp {
+                    let _ = rustix::fs::unlinkat(
+                        &folder.dir,
+                        tmp.as_str(),
+                        rustix::fs::AtFlags::empty(),
+                    );
+                }
+                failures.add(
+                    item,
+                    folder_error(&folder.folder, Error::io(&folder.path, e)),
+                );
             }
-            failures.add(item, e);
+            Ok(()) if tmp.is_some() => {
+                // Now under its name: a later folder that lands on it is refused.
+                if let Err(e) =
+                    self.claims
+                        .claim(file.as_fd(), &folder.account, &folder.folder, &folder.path)
+                {
+                    failures.add(item, e);
+                }
+            }
+            Ok(()) => {}
         }
     }
 
@@ -360,10 +454,6 @@ impl Target for MboxTarget {
                 String::from_utf8_lossy(name)
             ),
         }
-    }
-
-    fn warnings(&self) -> Vec<String> {
-        lock(&self.warnings).clone()
     }
 }
 
