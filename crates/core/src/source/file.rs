@@ -18,6 +18,7 @@
 //! back below DIR (`crate::target::maildir`, plain), sparse files sparse, hard links as
 //! hard links.
 
+use super::walk::{self, Dir, FileType};
 use super::{Account, AccountListing, Failures, FileData, FileMeta, Folder, FolderFile};
 use super::{FolderWriter, Parallelism, Source};
 use crate::error::{Error, Result};
@@ -30,9 +31,8 @@ use rayon::prelude::*;
 use std::collections::{HashMap, HashSet};
 use std::ffi::OsString;
 use std::os::unix::ffi::{OsStrExt, OsStringExt};
-use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 /// What to back up and how.
 #[derive(Clone, Debug)]
@@ -214,18 +214,20 @@ fn normalize(path: &[u8]) -> Vec<u8> {
 }
 
 /// A directory's owner and mode, as recorded.
-fn dir_entry(name: &[u8], m: &std::fs::Metadata) -> DirEntry {
+fn dir_entry(name: &[u8], m: &FileMeta) -> DirEntry {
     DirEntry {
         name: name.to_vec(),
-        mode: m.mode() & 0o7777,
-        uid: m.uid(),
-        gid: m.gid(),
+        mode: m.mode,
+        uid: m.uid,
+        gid: m.gid,
     }
 }
 
 /// The folders below `dir` (`rel`: its path below the root; the root itself included),
-/// parents first; excluded directories are not descended, unreadable ones reported.
-fn walk(dir: &Path, rel: &[u8], filter: &Filter, out: &mut Vec<Folder>, failures: &Failures) {
+/// parents first; excluded directories are not descended, unreadable ones reported. Each
+/// subdirectory is opened relative to `dir` ([`Dir::sub`]): one that is a symbolic link,
+/// or was swapped for one since it was listed, is reported, never followed.
+fn walk(dir: &Dir, rel: &[u8], filter: &Filter, out: &mut Vec<Folder>, failures: &Failures) {
     out.push(Folder {
         name: if rel.is_empty() {
             ".".into()
@@ -233,18 +235,27 @@ fn walk(dir: &Path, rel: &[u8], filter: &Filter, out: &mut Vec<Folder>, failures
             String::from_utf8_lossy(rel).into_owned()
         },
         dir: rel.to_vec(),
-        path: dir.to_path_buf(),
+        path: dir.path().to_path_buf(),
     });
-    let entries = match std::fs::read_dir(dir) {
+    let entries = match dir.entries() {
         Ok(e) => e,
-        Err(e) => return failures.fail(dir.display().to_string(), e),
+        Err(e) => return failures.fail(dir.path().display().to_string(), e),
     };
-    let mut subdirs: Vec<OsString> = Vec::new();
-    for e in entries {
-        match e {
-            Ok(e) if e.file_type().is_ok_and(|t| t.is_dir()) => subdirs.push(e.file_name()),
-            Ok(_) => {}
-            Err(e) => failures.fail(dir.display().to_string(), e),
+    let mut subdirs: Vec<Vec<u8>> = Vec::new();
+    for (name, t) in entries {
+        let t = match t {
+            FileType::Unknown => match dir.stat(&name) {
+                Ok(st) => walk::file_type(&st),
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+                Err(e) => {
+                    failures.fail(dir.join(&name).display().to_string(), e);
+                    continue;
+                }
+            },
+            t => t,
+        };
+        if t == FileType::Directory {
+            subdirs.push(name);
         }
     }
     subdirs.sort();
@@ -253,12 +264,21 @@ fn walk(dir: &Path, rel: &[u8], filter: &Filter, out: &mut Vec<Folder>, failures
         if filter.excluded(&path) {
             continue;
         }
-        let mut sub = rel.to_vec();
-        if !sub.is_empty() {
-            sub.push(b'/');
+        let sub = match dir.sub(&name) {
+            Ok(d) => d,
+            // Gone since the listing: deleted meanwhile.
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+            Err(e) => {
+                failures.fail(path.display().to_string(), e);
+                continue;
+            }
+        };
+        let mut rel = rel.to_vec();
+        if !rel.is_empty() {
+            rel.push(b'/');
         }
-        sub.extend_from_slice(name.as_bytes());
-        walk(&path, &sub, filter, out, failures);
+        rel.extend_from_slice(&name);
+        walk(&sub, &rel, filter, out, failures);
     }
 }
 
@@ -306,7 +326,7 @@ impl Source for FileSource {
         for p in parts.iter().filter(|p| !p.is_empty()) {
             at.push(std::ffi::OsStr::from_bytes(p));
             let m = std::fs::symlink_metadata(&at).map_err(|e| Error::io(&at, e))?;
-            dirs.push(dir_entry(p, &m));
+            dirs.push(dir_entry(p, &FileMeta::of(&m)));
         }
         let mut folders = Vec::new();
         if root.only.is_some() {
@@ -316,7 +336,8 @@ impl Source for FileSource {
                 path: root.dir.clone(),
             });
         } else {
-            walk(&root.dir, b"", &self.filter, &mut folders, failures);
+            let dir = Dir::open(&root.dir).map_err(|e| Error::io(&root.dir, e))?;
+            walk(&dir, b"", &self.filter, &mut folders, failures);
         }
         Ok(AccountListing {
             folders,
@@ -333,26 +354,27 @@ impl Source for FileSource {
         out: &mut FolderWriter<'_>,
     ) -> Result<()> {
         let root = self.root(account)?;
-        let dir = &folder.path;
-        let m = std::fs::symlink_metadata(dir).map_err(|e| Error::io(dir, e))?;
+        // Opened from the root one directory at a time, none through a link: a directory
+        // swapped for one since the walk listed it is refused.
+        let dir = Dir::open_below(&root.dir, &folder.dir).map_err(|(p, e)| {
+            let at = (p != folder.path).then(|| format!("{}: ", p.display()));
+            Error::InvalidInput(format!("{}{e}", at.unwrap_or_default()))
+        })?;
+        let dir = Arc::new(dir);
+        let m = FileMeta::of_stat(&dir.fstat().map_err(|e| Error::io(dir.path(), e))?);
         // The directory itself: the root's owner and mode are recorded with the account's
         // directories; every directory's mtime with its folder.
         if !folder.dir.is_empty() {
             out.dir(dir_entry(b"", &m));
         }
         if root.only.is_none() {
-            out.dir_mtime(super::timestamp(&m));
+            out.dir_mtime(m.mtime);
         }
-        let mut names: Vec<OsString> = match &root.only {
-            Some(name) => vec![name.clone()],
-            None => (std::fs::read_dir(dir).map_err(|e| Error::io(dir, e))?)
-                .filter_map(|e| match e {
-                    Ok(e) => Some(e.file_name()),
-                    Err(e) => {
-                        out.fail(dir.display().to_string(), e);
-                        None
-                    }
-                })
+        let mut names: Vec<Vec<u8>> = match &root.only {
+            Some(name) => vec![name.clone().into_vec()],
+            None => (dir.entries().map_err(|e| Error::io(dir.path(), e))?)
+                .into_iter()
+                .map(|(name, _)| name)
                 .collect(),
         };
         names.sort();
@@ -361,7 +383,7 @@ impl Source for FileSource {
         let (mut reading, mut later) = (HashSet::new(), Vec::new());
         for name in names {
             let path = dir.join(&name);
-            let meta = match std::fs::symlink_metadata(&path) {
+            let meta = match dir.stat(&name) {
                 Ok(m) => m,
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
                 Err(e) => {
@@ -369,19 +391,22 @@ impl Source for FileSource {
                     continue;
                 }
             };
-            let ft = meta.file_type();
-            if ft.is_dir() {
+            let ft = walk::file_type(&meta);
+            if ft == FileType::Directory {
                 continue; // a folder of its own
             }
             if root.only.is_none() && !self.filter.included(&path) {
                 continue;
             }
-            let data = if ft.is_file() {
-                FileData::Large(path)
-            } else if ft.is_symlink() {
+            let data = if ft == FileType::RegularFile {
+                FileData::Large {
+                    dir: dir.clone(),
+                    name: name.clone(),
+                }
+            } else if ft == FileType::Symlink {
                 // The link itself, never what it points to.
-                match std::fs::read_link(&path) {
-                    Ok(target) => FileData::Link(target.into_os_string().into_vec()),
+                match dir.read_link(&name) {
+                    Ok(target) => FileData::Link(target),
                     Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
                     Err(e) => {
                         out.fail(path.display().to_string(), e);
@@ -393,8 +418,7 @@ impl Source for FileSource {
                 out.fail(path.display().to_string(), what);
                 continue;
             };
-            let meta = FileMeta::of(&meta);
-            let name = name.into_vec();
+            let meta = FileMeta::of_stat(&meta);
             let same = |p: &FileEntry| match &data {
                 FileData::Link(target) => p.link.as_ref() == Some(target) && p.mtime == meta.mtime,
                 _ => {
@@ -414,7 +438,7 @@ impl Source for FileSource {
                     self.remember(&e);
                     out.unchanged_file(e);
                 }
-                _ if meta.nlink > 1 && matches!(data, FileData::Large(_)) => {
+                _ if meta.nlink > 1 && matches!(data, FileData::Large { .. }) => {
                     // Another name of a file this run read or kept: its content, not read
                     // again; one whose first name in this folder is still to be read
                     // waits for it.
@@ -624,6 +648,7 @@ mod tests {
     use crate::report::NoProgress;
     use crate::store::MemoryStore;
     use crate::target::maildir::{MaildirTarget, Owners};
+    use std::os::unix::fs::MetadataExt;
     use std::os::unix::fs::PermissionsExt;
     use std::sync::Arc;
 
@@ -1152,6 +1177,66 @@ mod tests {
         restore(&repo, "latest", out.path());
         let got = std::fs::read(restored(out.path(), &root.join("data/small.txt"))).unwrap();
         assert_eq!(got, b"hello again\n");
+    }
+
+    /// Regression (issue 24, item 3): a directory swapped for a link to another tree
+    /// after its parent was listed was read through (the other tree's files backed up as
+    /// the directory's, exit 0). The walk opens each directory relative to its parent's
+    /// descriptor, never through a link: the swapped one is reported, the other tree's
+    /// files are not in the snapshot. The same for a directory swapped after the walk
+    /// listed it, before its files are read.
+    #[test]
+    fn a_directory_swapped_for_a_link_during_the_walk_is_refused() {
+        use super::super::walk::{hook, Event};
+        for after_listing in ["a", "a/sub1"] {
+            let src = tempfile::tempdir().unwrap();
+            let root = src.path().join("src");
+            let elsewhere = src.path().join("elsewhere");
+            for d in ["a/sub0", "a/sub1", "a/sub2"] {
+                std::fs::create_dir_all(root.join(d)).unwrap();
+                std::fs::write(root.join(d).join("mine"), d).unwrap();
+            }
+            std::fs::create_dir_all(elsewhere.join("deep")).unwrap();
+            std::fs::write(elsewhere.join("secret"), b"not this tree's").unwrap();
+            std::fs::write(elsewhere.join("deep/secret2"), b"nor this").unwrap();
+            let (listed, sub1) = (root.join(after_listing), root.join("a/sub1"));
+            let swap = {
+                let (sub1, elsewhere) = (sub1.clone(), elsewhere.clone());
+                let done = std::sync::atomic::AtomicBool::new(false);
+                move |e: &Event<'_>| {
+                    use std::sync::atomic::Ordering::SeqCst;
+                    if matches!(e, Event::Listed(p) if *p == listed) && !done.swap(true, SeqCst) {
+                        std::fs::remove_dir_all(&sub1).unwrap();
+                        std::os::unix::fs::symlink(&elsewhere, &sub1).unwrap();
+                    }
+                }
+            };
+            let _hook = hook::set(&root, swap);
+            let mut repo = repository();
+            let rep = backup(&mut repo, &[&root], &[], &[], 1_000);
+            let refused: Vec<_> = (rep.failures.iter())
+                .filter(|f| f.item == sub1.display().to_string())
+                .collect();
+            assert_eq!(refused.len(), 1, "{after_listing}: {:?}", rep.failures);
+            assert!(refused[0].error.contains("symbolic link"), "{refused:?}");
+            let out = tempfile::tempdir().unwrap();
+            restore(&repo, "latest", out.path());
+            let back = restored(out.path(), &root);
+            // The link is kept as a link (a's entry since the swap), never what it points
+            // to.
+            let kept = std::fs::symlink_metadata(back.join("a/sub1")).unwrap();
+            assert!(
+                kept.file_type().is_symlink(),
+                "{after_listing}: read through"
+            );
+            assert_eq!(rep.folders, 4, "., a, a/sub0, a/sub2 and no more: {rep:?}");
+            for d in ["a/sub0", "a/sub2"] {
+                assert_eq!(
+                    std::fs::read(back.join(d).join("mine")).unwrap(),
+                    d.as_bytes()
+                );
+            }
+        }
     }
 
     /// A path that does not exist, and a bad glob, are errors before anything is written.

@@ -31,6 +31,7 @@ pub mod file;
 pub mod imap;
 pub mod maildir;
 pub mod mbox;
+pub mod walk;
 
 use crate::repo::tree::{DirEntry, FileEntry, FolderNode, MessageEntry, Timestamp};
 use crate::report::Failure;
@@ -230,6 +231,25 @@ impl FileMeta {
     }
 }
 
+impl FileMeta {
+    /// From `fstatat` ([`walk::Dir::stat`]).
+    pub fn of_stat(st: &walk::Stat) -> FileMeta {
+        FileMeta {
+            size: st.st_size as u64,
+            mtime: Timestamp {
+                secs: st.st_mtime as i64,
+                nanos: (st.st_mtime_nsec as i64).clamp(0, 999_999_999) as u32,
+            },
+            mode: st.st_mode as u32 & 0o7777,
+            uid: st.st_uid,
+            gid: st.st_gid,
+            inode: st.st_ino as u64,
+            dev: st.st_dev as u64,
+            nlink: u32::try_from(st.st_nlink).unwrap_or(u32::MAX),
+        }
+    }
+}
+
 /// The mtime of a file.
 pub(crate) fn timestamp(m: &std::fs::Metadata) -> Timestamp {
     use std::os::unix::fs::MetadataExt;
@@ -304,9 +324,15 @@ pub enum FileData {
     Path(PathBuf),
     /// A file of any size to read in bounded windows and cut into page-sized chunks,
     /// chunked and stored in parallel, its chunk ids kept in content lists
-    /// ([`crate::ops::backup::store_large`]): a mail database, for `file:` backups. Gone
-    /// by then: left out quietly, as with `Path`.
-    Large(PathBuf),
+    /// ([`crate::ops::backup::store_large`]): a mail database, for `file:` backups; the
+    /// file `name` of the open directory `dir`, opened relative to it, never through a
+    /// link ([`walk::Dir::open_file`]). Gone by then: left out quietly, as with `Path`.
+    /// One that changed while it was read is read again, then reported
+    /// ([`FolderWriter::store_file`]).
+    Large {
+        dir: std::sync::Arc<walk::Dir>,
+        name: Vec<u8>,
+    },
     /// A symbolic link, by its target (a `file:` backup's: never followed).
     Link(Vec<u8>),
 }
