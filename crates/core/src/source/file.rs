@@ -1239,6 +1239,81 @@ mod tests {
         }
     }
 
+    /// Regression (issue 24, item 7): a file appended to while it was read was stored torn
+    /// as a success. Its size, mtime and ctime before and after the read say it changed:
+    /// it is read again; changed again, it is reported (the run fails), and the snapshot
+    /// keeps the previous snapshot's version, or, with none, the one read.
+    #[test]
+    fn a_file_changed_while_read_is_read_again_then_reported() {
+        use super::super::walk::{hook, Event};
+        use std::sync::atomic::{AtomicBool, AtomicU32, Ordering::SeqCst};
+        let src = tempfile::tempdir().unwrap();
+        let root = src.path().join("src");
+        std::fs::create_dir_all(&root).unwrap();
+        let db = root.join("db");
+        let v1 = database_like(256 << 10, 1);
+        std::fs::write(&db, &v1).unwrap();
+        // Appends to `db` after the first read of each opening, `appends` times.
+        let appends = Arc::new(AtomicU32::new(0));
+        let _hook = {
+            let (db, appends, armed) = (db.clone(), appends.clone(), AtomicBool::new(false));
+            hook::set(&root, move |e: &Event<'_>| match e {
+                Event::Open(p) if *p == db => armed.store(true, SeqCst),
+                Event::Read { path, .. } if *path == db && armed.swap(false, SeqCst) => {
+                    if appends.load(SeqCst) > 0 {
+                        appends.fetch_sub(1, SeqCst);
+                        let mut f = std::fs::OpenOptions::new().append(true).open(&db).unwrap();
+                        std::io::Write::write_all(&mut f, &[b'+'; 10_000]).unwrap();
+                    }
+                }
+                _ => {}
+            })
+        };
+        let mut repo = repository();
+        let got = |repo: &Repository, snap: &str| {
+            let out = tempfile::tempdir().unwrap();
+            let rep = restore(repo, snap, out.path());
+            assert!(rep.failures.is_empty(), "{:?}", rep.failures);
+            std::fs::read(restored(out.path(), &db)).unwrap()
+        };
+
+        // Changed during the first read only: read again, whole, nothing to report.
+        appends.store(1, SeqCst);
+        let once = backup(&mut repo, &[&root], &[], &[], 1_000);
+        assert!(once.failures.is_empty(), "{:?}", once.failures);
+        assert_eq!(appends.load(SeqCst), 0, "the hook appended");
+        let now = std::fs::read(&db).unwrap();
+        assert_eq!(now.len(), v1.len() + 10_000);
+        assert!(
+            got(&repo, &once.snapshot) == now,
+            "stored as read the second time"
+        );
+
+        // Changed during both reads, a parent has it: reported, the parent's version kept.
+        std::fs::write(&db, &v1).unwrap();
+        appends.store(2, SeqCst);
+        let kept = backup(&mut repo, &[&root], &[], &[], 2_000);
+        assert_eq!(kept.failures.len(), 1, "{:?}", kept.failures);
+        assert_eq!(kept.failures[0].item, db.display().to_string());
+        let error = &kept.failures[0].error;
+        assert!(error.contains("changed while read"), "{error}");
+        assert!(
+            error.contains("previous snapshot's version is kept"),
+            "{error}"
+        );
+        assert!(got(&repo, &kept.snapshot) == now, "the parent's version");
+
+        // With no parent: the one read is stored, and reported.
+        let mut repo = repository();
+        appends.store(2, SeqCst);
+        let first = backup(&mut repo, &[&root], &[], &[], 3_000);
+        assert_eq!(first.failures.len(), 1, "{:?}", first.failures);
+        let error = &first.failures[0].error;
+        assert!(error.contains("changed while read"), "{error}");
+        assert!(error.contains("stored as read"), "{error}");
+        assert_eq!(got(&repo, &first.snapshot).len(), v1.len() + 40_000);
+    }
+
     /// A path that does not exist, and a bad glob, are errors before anything is written.
     #[test]
     fn bad_paths_and_globs_are_named() {
