@@ -277,7 +277,8 @@ pub fn run<S: Source>(
 ) -> Result<BackupReport, S::Error> {
     let started = Instant::now();
     let label = source.label();
-    let accounts = source.accounts()?;
+    let found = Failures::default();
+    let accounts = source.accounts_reporting(&found)?;
     let (resumed, mark) = repo.begin_backup()?;
     let compression = opts.compression.unwrap_or(repo.config().compression);
     if compression == Compression::Zstd && !repo.has_dictionary() {
@@ -321,7 +322,7 @@ pub fn run<S: Source>(
         let packs_resumed = resumed.len() as u64;
         let ctx = Ctx {
             saver: BlobSaver::new(repo, compression),
-            failures: Failures::default(),
+            failures: found,
             n: Counters::default(),
             progress,
             owners: Mutex::new(Owners::default()),

@@ -61,6 +61,13 @@ pub trait Source: Sync {
     /// starts: nothing is written).
     fn accounts(&self) -> Result<Vec<Account>, Self::Error>;
 
+    /// [`accounts`](Source::accounts), reporting to `failures` what was found and not
+    /// taken (a Maildir store's account directory that is a symbolic link); the pipeline
+    /// calls this one.
+    fn accounts_reporting(&self, _failures: &Failures) -> Result<Vec<Account>, Self::Error> {
+        self.accounts()
+    }
+
     /// A session for `account` (a login; nothing for files). With
     /// [`Parallelism::Pool`] one is opened per folder, so it must be cheap there.
     fn open(&self, account: &Account) -> Result<Self::Session, Self::Error>;

@@ -30,11 +30,10 @@ pub struct Dir {
 pub type Stat = rustix::fs::Stat;
 
 impl Dir {
-    /// Opens the directory `path` (a link as its last component is refused; links above
-    /// it are followed: the caller's path).
+    /// Opens the directory `path`, as given (the user's path: a link in it is followed).
     pub fn open(path: &Path) -> io::Result<Dir> {
-        let fd = rustix::fs::open(path, dir_flags(), Mode::empty())
-            .map_err(|e| refused(e, || Ok(rustix::fs::lstat(path)?)))?;
+        let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC;
+        let fd = rustix::fs::open(path, flags, Mode::empty())?;
         Ok(Dir {
             fd,
             path: path.to_path_buf(),
