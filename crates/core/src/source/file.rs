@@ -45,6 +45,12 @@ pub struct FileOptions {
     pub exclude: Vec<String>,
     /// Worker threads; 0 means one per core.
     pub jobs: usize,
+    /// Where to read instead: (a directory, the directory holding the same files) — a
+    /// filesystem snapshot's root for the live filesystem's
+    /// ([`super::fs_snapshot::FsSnapshot`]), both as `canonicalize` gives them. A path
+    /// below the first is read below the second, and recorded under its own name: the
+    /// snapshot is as if taken from the live paths (accounts, the parent snapshot).
+    pub read_from: Vec<(PathBuf, PathBuf)>,
     pub run: RunOptions,
 }
 
@@ -134,6 +140,8 @@ struct Root {
     path: PathBuf,
     /// The directory backed up.
     dir: PathBuf,
+    /// Where it is read: `dir`, or the same directory in a filesystem snapshot.
+    read: PathBuf,
     /// The one file of `dir` backed up, when PATH is a file.
     only: Option<OsString>,
 }
@@ -155,6 +163,7 @@ impl FileSource {
             let root = if meta.is_dir() {
                 Root {
                     dir: path.clone(),
+                    read: path.clone(),
                     path,
                     only: None,
                 }
@@ -167,6 +176,7 @@ impl FileSource {
                 };
                 Root {
                     dir: dir.to_path_buf(),
+                    read: dir.to_path_buf(),
                     only: Some(name.to_os_string()),
                     path,
                 }
@@ -176,6 +186,10 @@ impl FileSource {
                     path.display()
                 )));
             };
+            let mut root = root;
+            if let Some(read) = read_from(&opts.read_from, &root.dir)? {
+                root.read = read;
+            }
             if !roots.iter().any(|r| r.path == root.path) {
                 roots.push(root);
             }
@@ -195,6 +209,23 @@ impl FileSource {
                 Error::InvalidInput(format!("{}: not a path of this backup", account.name))
             })
     }
+}
+
+/// Where `dir` is read given [`FileOptions::read_from`]: `None` if as it is.
+fn read_from(views: &[(PathBuf, PathBuf)], dir: &Path) -> Result<Option<PathBuf>> {
+    if views.is_empty() {
+        return Ok(None);
+    }
+    let real = std::fs::canonicalize(dir).map_err(|e| Error::io(dir, e))?;
+    for (live, view) in views {
+        if let Ok(rel) = real.strip_prefix(live) {
+            return Ok(Some(view.join(rel)));
+        }
+    }
+    Err(Error::InvalidInput(format!(
+        "{}: not on the filesystem snapshotted for the backup",
+        dir.display()
+    )))
 }
 
 /// `/a//b/./c/` as `/a/b/c` (`..` is kept: it may cross a symbolic link).
@@ -333,10 +364,10 @@ impl Source for FileSource {
             folders.push(Folder {
                 name: ".".into(),
                 dir: Vec::new(),
-                path: root.dir.clone(),
+                path: root.read.clone(),
             });
         } else {
-            let dir = Dir::open(&root.dir).map_err(|e| Error::io(&root.dir, e))?;
+            let dir = Dir::open(&root.read).map_err(|e| Error::io(&root.read, e))?;
             walk(&dir, b"", &self.filter, &mut folders, failures);
         }
         Ok(AccountListing {
@@ -356,7 +387,7 @@ impl Source for FileSource {
         let root = self.root(account)?;
         // Opened from the root one directory at a time, none through a link: a directory
         // swapped for one since the walk listed it is refused.
-        let dir = Dir::open_below(&root.dir, &folder.dir).map_err(|(p, e)| {
+        let dir = Dir::open_below(&root.read, &folder.dir).map_err(|(p, e)| {
             let at = (p != folder.path).then(|| format!("{}: ", p.display()));
             Error::InvalidInput(format!("{}{e}", at.unwrap_or_default()))
         })?;
@@ -676,6 +707,7 @@ mod tests {
             include: include.iter().map(|s| s.to_string()).collect(),
             exclude: exclude.iter().map(|s| s.to_string()).collect(),
             jobs: 2,
+            read_from: Vec::new(),
             run: RunOptions::new("h"),
         };
         backup_at(repo, &opts, (t, 0), &NoProgress).unwrap()
@@ -1019,6 +1051,7 @@ mod tests {
                 include: Vec::new(),
                 exclude: Vec::new(),
                 jobs,
+                read_from: Vec::new(),
                 run: RunOptions::new("h"),
             };
             let source = FileSource::new(&opts).unwrap();
@@ -1259,12 +1292,12 @@ mod tests {
             let (db, appends, armed) = (db.clone(), appends.clone(), AtomicBool::new(false));
             hook::set(&root, move |e: &Event<'_>| match e {
                 Event::Open(p) if *p == db => armed.store(true, SeqCst),
-                Event::Read { path, .. } if *path == db && armed.swap(false, SeqCst) => {
-                    if appends.load(SeqCst) > 0 {
-                        appends.fetch_sub(1, SeqCst);
-                        let mut f = std::fs::OpenOptions::new().append(true).open(&db).unwrap();
-                        std::io::Write::write_all(&mut f, &[b'+'; 10_000]).unwrap();
-                    }
+                Event::Read { path, .. }
+                    if *path == db && armed.swap(false, SeqCst) && appends.load(SeqCst) > 0 =>
+                {
+                    appends.fetch_sub(1, SeqCst);
+                    let mut f = std::fs::OpenOptions::new().append(true).open(&db).unwrap();
+                    std::io::Write::write_all(&mut f, &[b'+'; 10_000]).unwrap();
                 }
                 _ => {}
             })
@@ -1323,6 +1356,7 @@ mod tests {
                 include: vec![include.to_string()],
                 exclude: vec![],
                 jobs: 1,
+                read_from: Vec::new(),
                 run: RunOptions::new("h"),
             })
         };

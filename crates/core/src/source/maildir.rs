@@ -524,6 +524,29 @@ pub fn backup_at(
     crate::ops::backup::run(repo, &source, &opts.run, time, progress)
 }
 
+/// [`backup_at`] reading the store from a filesystem snapshot: `read_from` is (the live
+/// filesystem's root, the snapshot's root), as
+/// [`super::fs_snapshot::FsSnapshot::read_from`] gives them. The snapshot records the
+/// live paths (its label, the account names), so that it is as if taken from them.
+pub fn backup_from(
+    repo: &mut Repository,
+    opts: &BackupOptions,
+    read_from: &(PathBuf, PathBuf),
+    time: (i64, u32),
+    progress: &dyn Progress,
+) -> Result<BackupReport> {
+    let mut source = MaildirSource::new(opts)?;
+    let real = fs::canonicalize(&source.root).map_err(|e| Error::io(&source.root, e))?;
+    let rel = real.strip_prefix(&read_from.0).map_err(|_| {
+        Error::InvalidInput(format!(
+            "{}: not on the filesystem snapshotted for the backup",
+            source.root.display()
+        ))
+    })?;
+    source.read = read_from.1.join(rel);
+    crate::ops::backup::run(repo, &source, &opts.run, time, progress)
+}
+
 /// A Maildir store (or one Maildir) as a [`Source`]. Accounts, folders and new messages
 /// are read in parallel on the pipeline's pool. A message whose Maildir key the parent
 /// snapshot has is neither read nor stat'ed: Maildir files never change once delivered,
@@ -533,6 +556,8 @@ pub fn backup_at(
 pub struct MaildirSource {
     /// The store root or the Maildir, absolute.
     root: PathBuf,
+    /// Where it is read: `root`, or the same directory in a filesystem snapshot.
+    read: PathBuf,
     accounts: Vec<String>,
     jobs: usize,
     /// `--stat-unchanged`: known messages are stat'ed and folder files read again.
@@ -541,8 +566,10 @@ pub struct MaildirSource {
 
 impl MaildirSource {
     pub fn new(opts: &BackupOptions) -> Result<MaildirSource> {
+        let root = std::path::absolute(&opts.source).map_err(|e| Error::io(&opts.source, e))?;
         Ok(MaildirSource {
-            root: std::path::absolute(&opts.source).map_err(|e| Error::io(&opts.source, e))?,
+            read: root.clone(),
+            root,
             accounts: opts.accounts.clone(),
             jobs: opts.jobs,
             stat_unchanged: opts.stat_unchanged,
@@ -566,11 +593,18 @@ impl Source for MaildirSource {
     }
 
     fn accounts(&self) -> Result<Vec<AccountSource>> {
-        discover(&self.root, &self.accounts)
+        self.accounts_reporting(&Failures::default())
     }
 
     fn accounts_reporting(&self, failures: &Failures) -> Result<Vec<AccountSource>> {
-        discover_reporting(&self.root, &self.accounts, failures)
+        let mut found = discover_reporting(&self.read, &self.accounts, failures)?;
+        // A single Maildir read from a snapshot is named from its live path.
+        if let [one] = &mut found[..] {
+            if one.rel_path.is_empty() && self.accounts.is_empty() {
+                one.name = default_account_name(&self.root);
+            }
+        }
+        Ok(found)
     }
 
     fn open(&self, _account: &AccountSource) -> Result<()> {
@@ -583,7 +617,7 @@ impl Source for MaildirSource {
         _session: &mut (),
         failures: &Failures,
     ) -> Result<AccountListing> {
-        let dir = Dir::open_below(&self.root, &acc.rel_path).map_err(|(p, e)| Error::io(p, e))?;
+        let dir = Dir::open_below(&self.read, &acc.rel_path).map_err(|(p, e)| Error::io(p, e))?;
         let folders = folders_in(&dir, failures)?;
         // The directories above the Maildir, from the top: `acc.path` minus the components
         // of `rel_path` still to come.
@@ -620,7 +654,7 @@ impl Source for MaildirSource {
         // Opened from the root one directory at a time, none through a link: a folder
         // swapped for one since it was listed is refused.
         let rel = [&acc.rel_path[..], b"/", &f.dir].concat();
-        let dir = Dir::open_below(&self.root, &rel).map_err(|(p, e)| {
+        let dir = Dir::open_below(&self.read, &rel).map_err(|(p, e)| {
             let at = (p != f.path).then(|| format!("{}: ", p.display()));
             Error::InvalidInput(format!("{}{e}", at.unwrap_or_default()))
         })?;
@@ -1049,12 +1083,12 @@ mod tests {
             let (m, appends, armed) = (m.clone(), appends.clone(), AtomicBool::new(false));
             hook::set(&md, move |e: &Event<'_>| match e {
                 Event::Open(p) if *p == m => armed.store(true, SeqCst),
-                Event::Read { path, .. } if *path == m && armed.swap(false, SeqCst) => {
-                    if appends.load(SeqCst) > 0 {
-                        appends.fetch_sub(1, SeqCst);
-                        let mut f = fs::OpenOptions::new().append(true).open(&m).unwrap();
-                        std::io::Write::write_all(&mut f, b"more\n").unwrap();
-                    }
+                Event::Read { path, .. }
+                    if *path == m && armed.swap(false, SeqCst) && appends.load(SeqCst) > 0 =>
+                {
+                    appends.fetch_sub(1, SeqCst);
+                    let mut f = fs::OpenOptions::new().append(true).open(&m).unwrap();
+                    std::io::Write::write_all(&mut f, b"more\n").unwrap();
                 }
                 _ => {}
             })

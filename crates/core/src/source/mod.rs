@@ -28,6 +28,7 @@
 
 pub mod eml;
 pub mod file;
+pub mod fs_snapshot;
 pub mod imap;
 pub mod maildir;
 pub mod mbox;
@@ -240,6 +241,8 @@ impl FileMeta {
 
 impl FileMeta {
     /// From `fstatat` ([`walk::Dir::stat`]).
+    // The `stat` fields' types differ between platforms: the casts are not all no-ops.
+    #[allow(clippy::unnecessary_cast)]
     pub fn of_stat(st: &walk::Stat) -> FileMeta {
         FileMeta {
             size: st.st_size as u64,
