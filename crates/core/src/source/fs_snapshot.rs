@@ -58,8 +58,12 @@ impl std::str::FromStr for Kind {
 #[derive(Clone, Debug, Serialize, Deserialize)]
 struct Record {
     kind: Kind,
-    /// The process that took it (a record of a live process is not stale).
+    /// The process that took it (a record of a live process is not stale) ...
     pid: u32,
+    /// ... and the boot it ran in (`/proc/sys/kernel/random/boot_id`): after a reboot
+    /// the number may be another process's.
+    #[serde(default)]
+    boot: String,
     /// btrfs: the snapshot subvolume's path; ZFS: `dataset@name`; LVM: `vg/name`.
     id: String,
     /// The root the snapshot is read at (LVM: its mount point, unmounted first).
@@ -109,6 +113,7 @@ impl FsSnapshot {
             record: Record {
                 kind,
                 pid: std::process::id(),
+                boot: boot_id(),
                 id,
                 view,
             },
@@ -196,7 +201,7 @@ pub fn remove_stale(state: &Path) -> Result<Vec<String>> {
         let record: Record = serde_json::from_slice(&data).map_err(|e| {
             Error::InvalidInput(format!("{}: not a snapshot record: {e}", path.display()))
         })?;
-        if alive(record.pid) {
+        if record.boot == boot_id() && alive(record.pid) {
             continue;
         }
         remove(&record).map_err(|e| {
@@ -210,6 +215,13 @@ pub fn remove_stale(state: &Path) -> Result<Vec<String>> {
         removed.push(record.id);
     }
     Ok(removed)
+}
+
+/// This boot's id; empty where the kernel does not say.
+fn boot_id() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/random/boot_id")
+        .map(|s| s.trim().to_string())
+        .unwrap_or_default()
 }
 
 /// Whether the process `pid` is running (another backup still using its snapshot).
