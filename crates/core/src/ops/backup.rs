@@ -901,8 +901,7 @@ impl<'a> FolderWriter<'a> {
         let ctx = self.ctx;
         let mut torn = None;
         for _ in 0..2 {
-            let file = dir.open_file(name).map_err(|e| Error::io(path, e))?;
-            let before = rustix::fs::fstat(&file).map_err(|e| Error::io(path, e.into()))?;
+            let (file, before) = dir.open_file(name).map_err(|e| Error::io(path, e))?;
             let reader = crate::source::walk::Reading::new(&file, path);
             let stored = store_large(&ctx.saver, reader, path, &ctx.n.bytes_read)?;
             let after = rustix::fs::fstat(&file).map_err(|e| Error::io(path, e.into()))?;

@@ -921,8 +921,7 @@ fn read_checked(dir: &Dir, name: &[u8]) -> io::Result<Checked> {
         )
     };
     for _ in 0..2 {
-        let f = dir.open_file(name)?;
-        let before = rustix::fs::fstat(&f)?;
+        let (f, before) = dir.open_file(name)?;
         let mut data = Vec::with_capacity(before.st_size as usize);
         walk::Reading::new(&f, &dir.join(name)).read_to_end(&mut data)?;
         let after = rustix::fs::fstat(&f)?;

@@ -64,6 +64,7 @@ impl Dir {
     /// Opens the subdirectory `name`: a link is refused ([`LINK_REFUSED`]), as is an
     /// entry that is no longer a directory.
     pub fn sub(&self, name: &[u8]) -> io::Result<Dir> {
+        #[cfg(any(test, feature = "testing"))]
         fire(&Event::Open(&self.join(name)));
         let fd = rustix::fs::openat(&self.fd, name, dir_flags(), Mode::empty())
             .map_err(|e| refused(e, || self.stat(name)))?;
@@ -104,10 +105,11 @@ impl Dir {
     }
 
     /// Opens the file `name` for reading, never through a link (nor a FIFO's blocking
-    /// open); one that is not a regular file is an error.
-    pub fn open_file(&self, name: &[u8]) -> io::Result<std::fs::File> {
+    /// open), with its `fstat`; one that is not a regular file is an error.
+    pub fn open_file(&self, name: &[u8]) -> io::Result<(std::fs::File, Stat)> {
         let flags =
             OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::CLOEXEC | OFlags::NOCTTY | OFlags::NONBLOCK;
+        #[cfg(any(test, feature = "testing"))]
         fire(&Event::Open(&self.join(name)));
         let fd = rustix::fs::openat(&self.fd, name, flags, Mode::empty())
             .map_err(|e| refused(e, || self.stat(name)))?;
@@ -118,9 +120,8 @@ impl Dir {
                 "not a regular file any more (changed while read); not backed up",
             ));
         }
-        // Reads block as usual from here on.
-        rustix::fs::fcntl_setfl(&fd, OFlags::RDONLY)?;
-        Ok(std::fs::File::from(fd))
+        // O_NONBLOCK stays: it changes nothing for a regular file.
+        Ok((std::fs::File::from(fd), st))
     }
 
     /// The target of the link `name`.
