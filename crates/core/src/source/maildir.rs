@@ -800,14 +800,21 @@ impl Source for MaildirSource {
     /// accounts, read in parallel until the budget is spent.
     fn samples(&self, accounts: &[AccountSource], samples: &Samples) {
         let max = Samples::MAX_MESSAGES;
-        let mut folders: Vec<Vec<PathBuf>> = Vec::new();
+        // Each message by its directory below the root (`cur/`, `new/` included) and name:
+        // read from there, never through a link.
+        let mut folders: Vec<Vec<(Vec<u8>, Vec<u8>)>> = Vec::new();
         let mut candidates = 0;
         'outer: for acc in accounts {
             for f in self::folders(&acc.path).unwrap_or_default() {
                 let (files, _) = list_messages(&f.path);
-                let paths: Vec<PathBuf> = files.iter().take(256).map(|m| m.path(&f.path)).collect();
-                candidates += paths.len();
-                folders.push(paths);
+                let at = |m: &MessageFile| {
+                    let sub: &[u8] = if m.new { b"new" } else { b"cur" };
+                    let dir = [&acc.rel_path[..], b"/", &f.dir, b"/", sub].concat();
+                    (dir, m.name.clone())
+                };
+                let found: Vec<_> = files.iter().take(256).map(at).collect();
+                candidates += found.len();
+                folders.push(found);
                 if candidates >= max * 4 {
                     break 'outer;
                 }
@@ -829,11 +836,14 @@ impl Source for MaildirSource {
         }
         picked.truncate(max);
         // Only what is kept stays in memory.
-        picked.par_iter().for_each(|p| {
+        picked.par_iter().for_each(|(dir, name)| {
             if samples.full() {
                 return;
             }
-            if let Ok(data) = fs::read(p) {
+            let Ok(dir) = Dir::open_below(&self.read, dir) else {
+                return;
+            };
+            if let Ok(Checked::Read(data, _)) = read_checked(&dir, name) {
                 samples.offer(&data);
             }
         });
