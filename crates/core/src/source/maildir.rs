@@ -1120,7 +1120,11 @@ mod tests {
                 accounts: vec!["a".into()],
                 jobs: 1,
                 stat_unchanged: false,
-                run: RunOptions::new("h"),
+                // No dictionary: its samples would read the message first.
+                run: RunOptions {
+                    compression: Some(crate::repo::compress::Compression::None),
+                    ..RunOptions::new("h")
+                },
             };
             backup_at(&mut repo, &opts, (1_000, 0), &crate::report::NoProgress).unwrap()
         };
