@@ -899,8 +899,9 @@ impl<'a> FolderWriter<'a> {
     /// changed is read again once; changed again, it is [`LargeRead::Torn`].
     fn read_large(&self, dir: &Dir, name: &[u8], path: &Path) -> Result<LargeRead> {
         let ctx = self.ctx;
-        let mut torn = None;
-        for _ in 0..2 {
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
             let (file, before) = dir.open_file(name).map_err(|e| Error::io(path, e))?;
             let reader = crate::source::walk::Reading::new(&file, path);
             let stored = store_large(&ctx.saver, reader, path, &ctx.n.bytes_read)?;
@@ -915,10 +916,10 @@ impl<'a> FolderWriter<'a> {
             if same(&before, &after) && same(&before, &now) && stored.size == at.size {
                 return Ok(LargeRead::Read(stored, at));
             }
-            torn = Some((stored, at));
+            if attempt == 2 {
+                return Ok(LargeRead::Torn(stored, at));
+            }
         }
-        let (stored, at) = torn.ok_or_else(|| Error::InvalidInput("not read".into()))?;
-        Ok(LargeRead::Torn(stored, at))
     }
 
     /// Keeps a file of a `file:` backup the parent has (same size, mtime and inode)
