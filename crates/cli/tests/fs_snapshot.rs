@@ -172,6 +172,11 @@ fn a_btrfs_snapshot_is_backed_up_as_the_original_paths_and_always_removed() {
     assert!(fs.ours().is_empty(), "{:?}", fs.ours());
     assert_eq!(std::fs::read_dir(&records).unwrap().count(), 0);
 
+    // Globs match the live paths.
+    let sub = db.join("sub").display().to_string();
+    let only = e.json(0, &[&backup[..], &["--exclude", &sub]].concat());
+    assert_eq!(only["items_total"], 1, "{only}");
+
     // A Maildir store the same way: the live label and account names.
     let store = fs.mnt.join("data/vmail");
     let md = store.join("example.org/bob/Maildir");

@@ -140,7 +140,8 @@ struct Root {
     path: PathBuf,
     /// The directory backed up.
     dir: PathBuf,
-    /// Where it is read: `dir`, or the same directory in a filesystem snapshot.
+    /// Where it is read: `dir`, or the same directory in a filesystem snapshot (paths
+    /// are shown, filtered and recorded as below `dir` all the same).
     read: PathBuf,
     /// The one file of `dir` backed up, when PATH is a file.
     only: Option<OsString>,
@@ -364,10 +365,11 @@ impl Source for FileSource {
             folders.push(Folder {
                 name: ".".into(),
                 dir: Vec::new(),
-                path: root.read.clone(),
+                path: root.dir.clone(),
             });
         } else {
-            let dir = Dir::open(&root.read).map_err(|e| Error::io(&root.read, e))?;
+            let dir = Dir::open(&root.read).map_err(|e| Error::io(&root.dir, e))?;
+            let dir = dir.shown_as(&root.dir);
             walk(&dir, b"", &self.filter, &mut folders, failures);
         }
         Ok(AccountListing {
@@ -387,7 +389,7 @@ impl Source for FileSource {
         let root = self.root(account)?;
         // Opened from the root one directory at a time, none through a link: a directory
         // swapped for one since the walk listed it is refused.
-        let dir = Dir::open_below(&root.read, &folder.dir).map_err(|(p, e)| {
+        let dir = Dir::open_below_as(&root.read, &root.dir, &folder.dir).map_err(|(p, e)| {
             let at = (p != folder.path).then(|| format!("{}: ", p.display()));
             Error::InvalidInput(format!("{}{e}", at.unwrap_or_default()))
         })?;

@@ -597,14 +597,24 @@ impl Source for MaildirSource {
     }
 
     fn accounts_reporting(&self, failures: &Failures) -> Result<Vec<AccountSource>> {
-        let mut found = discover_reporting(&self.read, &self.accounts, failures)?;
-        // A single Maildir read from a snapshot is named from its live path.
-        if let [one] = &mut found[..] {
-            if one.rel_path.is_empty() && self.accounts.is_empty() {
-                one.name = default_account_name(&self.root);
-            }
+        if self.read == self.root {
+            return discover_reporting(&self.root, &self.accounts, failures);
         }
-        Ok(found)
+        // Read from a snapshot: found there, named and shown as the live store.
+        let found = discover_reporting(&self.read, &self.accounts, failures)?;
+        let live = |p: &Path| match p.strip_prefix(&self.read) {
+            Ok(rel) => self.root.join(rel),
+            Err(_) => p.to_path_buf(),
+        };
+        Ok((found.into_iter())
+            .map(|mut a| {
+                a.path = live(&a.path);
+                if a.rel_path.is_empty() && self.accounts.is_empty() {
+                    a.name = default_account_name(&self.root);
+                }
+                a
+            })
+            .collect())
     }
 
     fn open(&self, _account: &AccountSource) -> Result<()> {
@@ -617,7 +627,8 @@ impl Source for MaildirSource {
         _session: &mut (),
         failures: &Failures,
     ) -> Result<AccountListing> {
-        let dir = Dir::open_below(&self.read, &acc.rel_path).map_err(|(p, e)| Error::io(p, e))?;
+        let dir = Dir::open_below_as(&self.read, &self.root, &acc.rel_path)
+            .map_err(|(p, e)| Error::io(p, e))?;
         let folders = folders_in(&dir, failures)?;
         // The directories above the Maildir, from the top: `acc.path` minus the components
         // of `rel_path` still to come.
@@ -654,7 +665,7 @@ impl Source for MaildirSource {
         // Opened from the root one directory at a time, none through a link: a folder
         // swapped for one since it was listed is refused.
         let rel = [&acc.rel_path[..], b"/", &f.dir].concat();
-        let dir = Dir::open_below(&self.read, &rel).map_err(|(p, e)| {
+        let dir = Dir::open_below_as(&self.read, &self.root, &rel).map_err(|(p, e)| {
             let at = (p != f.path).then(|| format!("{}: ", p.display()));
             Error::InvalidInput(format!("{}{e}", at.unwrap_or_default()))
         })?;
@@ -805,8 +816,19 @@ impl Source for MaildirSource {
         let mut folders: Vec<Vec<(Vec<u8>, Vec<u8>)>> = Vec::new();
         let mut candidates = 0;
         'outer: for acc in accounts {
-            for f in self::folders(&acc.path).unwrap_or_default() {
-                let (files, _) = list_messages(&f.path);
+            let Ok(adir) = Dir::open_below(&self.read, &acc.rel_path) else {
+                continue;
+            };
+            for f in folders_in(&adir, &Failures::default()).unwrap_or_default() {
+                let listed = if f.dir.is_empty() {
+                    list_in(&adir, &mut |_, _| {})
+                } else {
+                    match adir.sub(&f.dir) {
+                        Ok(d) => list_in(&d, &mut |_, _| {}),
+                        Err(_) => continue,
+                    }
+                };
+                let files = listed.files;
                 let at = |m: &MessageFile| {
                     let sub: &[u8] = if m.new { b"new" } else { b"cur" };
                     let dir = [&acc.rel_path[..], b"/", &f.dir, b"/", sub].concat();

@@ -44,14 +44,33 @@ impl Dir {
     /// a time, refusing any that is a link ([`Dir::sub`]). The error names the path of
     /// the component refused.
     pub fn open_below(root: &Path, rel: &[u8]) -> Result<Dir, (PathBuf, io::Error)> {
-        let mut dir = Dir::open(root).map_err(|e| (root.to_path_buf(), e))?;
+        Dir::open_below_as(root, root, rel)
+    }
+
+    /// [`Dir::open_below`] of `root`, with paths shown below `shown` instead (`root` is
+    /// a filesystem snapshot of `shown`: filters, reports and names see the live paths).
+    pub fn open_below_as(
+        root: &Path,
+        shown: &Path,
+        rel: &[u8],
+    ) -> Result<Dir, (PathBuf, io::Error)> {
+        let dir = Dir::open(root).map_err(|e| (shown.to_path_buf(), e))?;
+        let mut dir = dir.shown_as(shown);
         for name in rel.split(|&c| c == b'/').filter(|c| !c.is_empty()) {
             dir = dir.sub(name).map_err(|e| (dir.join(name), e))?;
         }
         Ok(dir)
     }
 
-    /// The path this directory was opened as.
+    /// The directory, its path (and those of what is below it) shown as `path`.
+    pub fn shown_as(self, path: &Path) -> Dir {
+        Dir {
+            fd: self.fd,
+            path: path.to_path_buf(),
+        }
+    }
+
+    /// The path this directory was opened as (or is shown as: [`Dir::shown_as`]).
     pub fn path(&self) -> &Path {
         &self.path
     }
