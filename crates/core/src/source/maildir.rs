@@ -98,28 +98,37 @@ fn links_to_dir(dir: &Dir, name: &[u8]) -> bool {
     std::fs::metadata(dir.join(name)).is_ok_and(|m| m.is_dir())
 }
 
-/// The subdirectories of `dir` (not hidden ones), sorted, each opened relative to it; a
-/// link to a directory is reported to `failures`, not followed.
-fn sorted_dirs(dir: &Dir, failures: &Failures) -> Result<Vec<(Vec<u8>, Dir)>> {
+/// The subdirectories of `dir` (not hidden ones), sorted; a link to a directory is
+/// reported to `failures`, not followed.
+fn sorted_dirs(dir: &Dir, failures: &Failures) -> Result<Vec<Vec<u8>>> {
     let mut out = Vec::new();
     for (name, t) in dir.entries().map_err(|e| Error::io(dir.path(), e))? {
         if name.starts_with(b".") {
             continue;
         }
         match entry_type(dir, &name, t) {
-            Some(FileType::Directory) => match dir.sub(&name) {
-                Ok(d) => out.push((name, d)),
-                Err(e) if e.kind() == io::ErrorKind::NotFound => {}
-                Err(e) => failures.fail(dir.join(&name).display().to_string(), e),
-            },
+            Some(FileType::Directory) => out.push(name),
             Some(FileType::Symlink) if links_to_dir(dir, &name) => {
                 failures.fail(dir.join(&name).display().to_string(), walk::LINK_REFUSED)
             }
             _ => {}
         }
     }
-    out.sort_by(|a, b| a.0.cmp(&b.0));
+    out.sort();
     Ok(out)
+}
+
+/// Opens the subdirectory `name` of `dir` (one at a time: a store may have more accounts
+/// than a process may hold open files); `None` if gone, or refused (reported).
+fn open_sub(dir: &Dir, name: &[u8], failures: &Failures) -> Option<Dir> {
+    match dir.sub(name) {
+        Ok(d) => Some(d),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => None,
+        Err(e) => {
+            failures.fail(dir.join(name).display().to_string(), e);
+            None
+        }
+    }
 }
 
 /// Finds the accounts of a store, or the single Maildir at `root`.
@@ -165,8 +174,14 @@ pub fn discover_reporting(
         }]);
     }
     let mut out = Vec::new();
-    for (domain, ddir) in sorted_dirs(&top, failures)? {
-        for (user, udir) in sorted_dirs(&ddir, failures)? {
+    for domain in sorted_dirs(&top, failures)? {
+        let Some(ddir) = open_sub(&top, &domain, failures) else {
+            continue;
+        };
+        for user in sorted_dirs(&ddir, failures)? {
+            let Some(udir) = open_sub(&ddir, &user, failures) else {
+                continue;
+            };
             let maildir = match udir.stat(b"Maildir").map(|st| walk::file_type(&st)) {
                 Ok(FileType::Directory) => udir.sub(b"Maildir").ok(),
                 Ok(FileType::Symlink) if links_to_dir(&udir, b"Maildir") => {
