@@ -177,6 +177,19 @@ fn a_btrfs_snapshot_is_backed_up_as_the_original_paths_and_always_removed() {
     let only = e.json(0, &[&backup[..], &["--exclude", &sub]].concat());
     assert_eq!(only["items_total"], 1, "{only}");
 
+    // A subvolume nested below: a snapshot of its own when given as a path of its own.
+    let nested = db.join("nested");
+    sh(Command::new("btrfs")
+        .args(["subvolume", "create"])
+        .arg(&nested));
+    write(&nested.join("inner.db"), b"inner\n");
+    let inner = format!("file:{}", nested.display());
+    let both = [&backup[..], &[inner.as_str()]].concat();
+    let r = e.json(0, &both);
+    assert_eq!(r["accounts"], 2, "{r}");
+    assert_eq!(r["items_total"], 3, "names.nsf, notes.txt, inner.db: {r}");
+    assert!(fs.ours().is_empty(), "{:?}", fs.ours());
+
     // A Maildir store the same way: the live label and account names.
     let store = fs.mnt.join("data/vmail");
     let md = store.join("example.org/bob/Maildir");

@@ -288,7 +288,7 @@ fn take_snapshots(
     kind: Option<&str>,
     paths: &[std::path::PathBuf],
 ) -> Result<Vec<mailvault_core::source::fs_snapshot::FsSnapshot>> {
-    use mailvault_core::source::fs_snapshot::{remove_stale, FsSnapshot, Kind};
+    use mailvault_core::source::fs_snapshot::{origin, remove_stale, FsSnapshot, Kind};
     let Some(kind) = kind else {
         return Ok(Vec::new());
     };
@@ -309,7 +309,9 @@ fn take_snapshots(
     let mut taken: Vec<FsSnapshot> = Vec::new();
     for p in paths {
         let p = std::path::absolute(p)?;
-        if taken.iter().any(|s| s.view_of(&p).is_some()) {
+        // One snapshot per filesystem (a nested subvolume is one of its own).
+        let fs = origin(kind, &p)?;
+        if taken.iter().any(|s| s.origin() == fs) {
             continue;
         }
         taken.push(FsSnapshot::take(kind, &p, state.path())?);

@@ -218,10 +218,12 @@ fn read_from(views: &[(PathBuf, PathBuf)], dir: &Path) -> Result<Option<PathBuf>
         return Ok(None);
     }
     let real = std::fs::canonicalize(dir).map_err(|e| Error::io(dir, e))?;
-    for (live, view) in views {
-        if let Ok(rel) = real.strip_prefix(live) {
-            return Ok(Some(view.join(rel)));
-        }
+    // The innermost filesystem holding it (a subvolume nested in another).
+    let innermost = (views.iter())
+        .filter_map(|(live, view)| Some((live, view, real.strip_prefix(live).ok()?)))
+        .max_by_key(|(live, _, _)| live.as_os_str().len());
+    if let Some((_, view, rel)) = innermost {
+        return Ok(Some(view.join(rel)));
     }
     Err(Error::InvalidInput(format!(
         "{}: not on the filesystem snapshotted for the backup",

@@ -94,7 +94,7 @@ impl FsSnapshot {
         let name = format!("{PREFIX}{}-{nanos}", std::process::id());
         let (origin, id, view) = match kind {
             Kind::Btrfs => {
-                let subvol = btrfs_subvolume(&path)?;
+                let subvol = origin(kind, &path)?;
                 let snap = subvol.join(format!(".{name}"));
                 let id = snap.display().to_string();
                 (subvol, id, snap)
@@ -144,6 +144,11 @@ impl FsSnapshot {
         Ok(snap)
     }
 
+    /// The root of the filesystem it snapshots, canonical (as [`origin`] gives it).
+    pub fn origin(&self) -> &Path {
+        &self.origin
+    }
+
     /// Where the snapshot has what the live filesystem has at `original` (a path below
     /// the snapshotted filesystem's root); `None` for a path on another filesystem.
     pub fn view_of(&self, original: &Path) -> Option<PathBuf> {
@@ -178,6 +183,18 @@ impl Drop for FsSnapshot {
         if !self.removed && remove(&self.record).is_ok() {
             let _ = std::fs::remove_file(&self.record_path);
         }
+    }
+}
+
+/// The root of the filesystem a snapshot of `kind` takes for `path`: the btrfs subvolume
+/// holding it, the mount point of its ZFS dataset or logical volume; canonical. Two paths
+/// with the same origin are read from one snapshot.
+pub fn origin(kind: Kind, path: &Path) -> Result<PathBuf> {
+    let path = std::fs::canonicalize(path).map_err(|e| Error::io(path, e))?;
+    match kind {
+        Kind::Btrfs => btrfs_subvolume(&path),
+        Kind::Zfs => zfs_dataset(&path).map(|(_, m)| m),
+        Kind::Lvm => lvm_volume(&path).map(|(_, _, m)| m),
     }
 }
 
