@@ -707,8 +707,9 @@ impl Source for MaildirSource {
             // size or mtime makes us read it again anyway, for stores edited in place.
             let mut e = pe.clone();
             if self.stat_unchanged {
-                match fs::metadata(file.path(&f.path)).map(|m| FileMeta::of(&m)) {
-                    Ok(m) if m.size == pe.size && m.mtime == pe.mtime => {
+                let st = (listing.dir(&file)).map(|d| d.stat(&file.name));
+                match st.map(|st| st.map(|st| FileMeta::of_stat(&st))) {
+                    Some(Ok(m)) if m.size == pe.size && m.mtime == pe.mtime => {
                         (e.mode, e.uid, e.gid) = (m.mode, m.uid, m.gid);
                     }
                     _ => {
