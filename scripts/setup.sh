@@ -20,6 +20,8 @@ command -v hyperfine >/dev/null || need+=(hyperfine)
 [ -x /usr/bin/time ] || need+=(time)
 command -v openssl >/dev/null || need+=(openssl)
 command -v python3 >/dev/null || need+=(python3)
+# `backup --snapshot btrfs` test (crates/cli/tests/fs_snapshot.rs).
+command -v mkfs.btrfs >/dev/null || need+=(btrfs-progs)
 command -v saslpasswd2 >/dev/null || need+=(sasl2-bin)
 command -v systemd-analyze >/dev/null || need+=(systemd)
 /usr/bin/python3 -c 'import prometheus_client.parser' 2>/dev/null || need+=(python3-prometheus-client)

@@ -103,6 +103,8 @@ pub struct Source {
     pub starttls: bool,
     /// `backup --ca-file`.
     pub ca_file: Option<PathBuf>,
+    /// `backup --snapshot` (`btrfs`, `lvm`, `zfs`): read from a filesystem snapshot.
+    pub snapshot: Option<String>,
 }
 
 impl Source {
@@ -137,6 +139,9 @@ impl Source {
         }
         if let Some(f) = &self.ca_file {
             flag("ca-file", f.into());
+        }
+        if let Some(k) = &self.snapshot {
+            flag("snapshot", k.into());
         }
         if self.starttls {
             a.push("--starttls".into());

@@ -372,6 +372,66 @@ fn bad_items_are_listed_and_the_run_goes_on() {
     assert_eq!(e.json(0, &["snapshots"]).as_array().unwrap().len(), 1);
 }
 
+/// Regression (issue 24, item 4): a Maildir folder's `cur/` that is a symbolic link was
+/// followed (another tree's messages backed up as the folder's, exit 0); a linked folder
+/// or account directory was left out in silence. Each is reported with its path, never
+/// followed, and the run exits 1.
+#[test]
+fn linked_folders_cur_new_and_accounts_are_reported_not_followed() {
+    use std::os::unix::fs::symlink;
+    let e = Env::new();
+    let src = e.path("vmail");
+    store(&src);
+    let elsewhere = e.path("elsewhere");
+    for n in 0..3 {
+        let body = b"Subject: elsewhere\n\nnot this store's\n";
+        put(
+            &elsewhere,
+            "",
+            "cur",
+            &format!("9{n}.M1P1.x:2,S"),
+            body,
+            1_700_000_000,
+        );
+        put(
+            &elsewhere,
+            "",
+            "new",
+            &format!("8{n}.M1P1.x"),
+            body,
+            1_700_000_000,
+        );
+    }
+    let md = src.join("example.org/bob/Maildir");
+    fs::create_dir_all(md.join(".F3/new")).unwrap();
+    symlink(elsewhere.join("cur"), md.join(".F3/cur")).unwrap();
+    fs::create_dir_all(md.join(".F4/cur")).unwrap();
+    symlink(elsewhere.join("new"), md.join(".F4/new")).unwrap();
+    symlink(&elsewhere, md.join(".Linked")).unwrap();
+    symlink(src.join("example.org/carol"), src.join("example.org/alias")).unwrap();
+    let linked = [".F3/cur", ".F4/new", ".Linked"].map(|p| md.join(p));
+    let linked: Vec<String> = (linked.iter().chain([&src.join("example.org/alias")]))
+        .map(|p| p.display().to_string())
+        .collect();
+    e.expect(0, &["init"]);
+    let r = e.json(1, &["backup", &format!("maildir:{}", src.display())]);
+    assert_eq!(r["items_new"], 66, "the store's own messages, no more");
+    assert_eq!(r["accounts"], 2);
+    let failures = r["failures"].as_array().unwrap();
+    for path in &linked {
+        let f = failures.iter().find(|f| f["item"] == path.as_str());
+        let f = f.unwrap_or_else(|| panic!("{path} not reported: {failures:?}"));
+        assert!(f["error"].to_string().contains("symbolic link"), "{f}");
+    }
+    assert_eq!(failures.len(), linked.len(), "{failures:?}");
+    // The report line names the path.
+    let out = e.expect(1, &["backup", &format!("maildir:{}", src.display())]);
+    assert!(
+        out.contains(&format!("{}: a symbolic link", linked[0])),
+        "{out}"
+    );
+}
+
 /// Writes `n` incompressible messages of ~`size` bytes into one Maildir.
 fn big_store(md: &Path, n: usize, size: usize) {
     let mut x = 0x9e3779b97f4a7c15u64;

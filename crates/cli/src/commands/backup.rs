@@ -68,6 +68,13 @@ pub struct Args {
     /// IMAP: a file with the accounts to back up, one per line (with --imap-master-user).
     #[arg(long)]
     pub accounts_file: Option<std::path::PathBuf>,
+    /// `file:` and `maildir:` sources: back up from a read-only snapshot of the filesystem
+    /// the source is on (`btrfs`, `lvm` or `zfs`), taken when the backup starts and
+    /// removed when it ends (also after a failure; one left by a killed run is removed by
+    /// the next), so that files written to meanwhile are stored as they were at one
+    /// moment. The snapshot records the original paths. See docs/consistent-sources.md.
+    #[arg(long, value_name = "KIND", value_parser = ["btrfs", "lvm", "zfs"])]
+    pub snapshot: Option<String>,
 }
 
 /// Threads of the directory warm-up: they wait on the disk, not the CPU. On the 2-core
@@ -105,6 +112,9 @@ fn execute_source(g: &GlobalOpts, a: Args) -> Result<BackupReport> {
     if super::imap::is_imap(&a.source) {
         return run_imap(g, a);
     }
+    if a.snapshot.is_some() && super::imap::is_imap(&a.source) {
+        anyhow::bail!("--snapshot applies to file: and maildir: sources (files on this machine)");
+    }
     if a.imap.any_given() || a.accounts_file.is_some() {
         anyhow::bail!("the IMAP flags only apply to imap:// and imaps:// sources");
     }
@@ -114,7 +124,13 @@ fn execute_source(g: &GlobalOpts, a: Args) -> Result<BackupReport> {
     if !a.more.is_empty() || !a.include.is_empty() || !a.exclude.is_empty() {
         anyhow::bail!("several sources, --include and --exclude only apply to file: sources");
     }
-    match super::location(&a.source, "source", super::Role::Mail)? {
+    let location = super::location(&a.source, "source", super::Role::Mail)?;
+    if a.snapshot.is_some()
+        && matches!(location, super::Location::Mbox(_) | super::Location::Eml(_))
+    {
+        anyhow::bail!("--snapshot applies to file: and maildir: sources");
+    }
+    match location {
         super::Location::Mbox(p) => return run_mbox(g, a, p),
         super::Location::Eml(p) => return run_eml(g, a, p),
         _ => {}
@@ -134,6 +150,7 @@ fn execute_source(g: &GlobalOpts, a: Args) -> Result<BackupReport> {
             })
             .ok();
     }
+    let snapshots = take_snapshots(a.snapshot.as_deref(), std::slice::from_ref(&source))?;
     let opts = BackupOptions {
         run: run_options(&a)?,
         source,
@@ -141,7 +158,13 @@ fn execute_source(g: &GlobalOpts, a: Args) -> Result<BackupReport> {
         jobs: repo::jobs(g),
         stat_unchanged: a.stat_unchanged,
     };
-    run_backup(g, a.time, |r, time, bar| backup_at(r, &opts, time, bar))
+    let rep = match snapshots.first().map(|s| s.read_from()) {
+        Some(from) => run_backup(g, a.time, |r, time, bar| {
+            mailvault_core::source::maildir::backup_from(r, &opts, &from, time, bar)
+        }),
+        None => run_backup(g, a.time, |r, time, bar| backup_at(r, &opts, time, bar)),
+    };
+    remove_snapshots(snapshots, rep)
 }
 
 /// The options every kind of source shares.
@@ -246,14 +269,76 @@ fn run_files(g: &GlobalOpts, a: Args, first: std::path::PathBuf) -> Result<Backu
             _ => anyhow::bail!("source {s:?}: only file:PATH sources can be given together"),
         }
     }
+    let snapshots = take_snapshots(a.snapshot.as_deref(), &paths)?;
     let opts = FileOptions {
         paths,
         include: a.include.clone(),
         exclude: a.exclude.clone(),
         jobs: repo::jobs(g),
+        read_from: snapshots.iter().map(|s| s.read_from()).collect(),
         run: run_options(&a)?,
     };
-    run_backup(g, a.time, |r, time, bar| backup_at(r, &opts, time, bar))
+    let rep = run_backup(g, a.time, |r, time, bar| backup_at(r, &opts, time, bar));
+    remove_snapshots(snapshots, rep)
+}
+
+/// `--snapshot KIND`: removes the snapshots killed runs left, then takes one of each
+/// filesystem holding `paths` (none without `--snapshot`).
+fn take_snapshots(
+    kind: Option<&str>,
+    paths: &[std::path::PathBuf],
+) -> Result<Vec<mailvault_core::source::fs_snapshot::FsSnapshot>> {
+    use mailvault_core::source::fs_snapshot::{origin, remove_stale, FsSnapshot, Kind};
+    let Some(kind) = kind else {
+        return Ok(Vec::new());
+    };
+    let kind: Kind = kind.parse()?;
+    let Some(state) = mailvault_core::repo::seen::StateDir::from_env() else {
+        anyhow::bail!(
+            "--snapshot: no state directory to record snapshots in (set MAILVAULT_STATE_DIR, XDG_STATE_HOME or HOME)"
+        );
+    };
+    for id in remove_stale(state.path())? {
+        eprintln!(
+            "{}",
+            crate::output::safe(&format!(
+                "removed the filesystem snapshot {id}, left by a backup that did not end"
+            ))
+        );
+    }
+    let mut taken: Vec<FsSnapshot> = Vec::new();
+    for p in paths {
+        let p = std::path::absolute(p)?;
+        // One snapshot per filesystem (a nested subvolume is one of its own).
+        let fs = origin(kind, &p)?;
+        if taken.iter().any(|s| s.origin() == fs) {
+            continue;
+        }
+        taken.push(FsSnapshot::take(kind, &p, state.path())?);
+    }
+    Ok(taken)
+}
+
+/// Removes the snapshots a backup read from; one that cannot be removed fails the run
+/// (the next run tries again).
+fn remove_snapshots(
+    snapshots: Vec<mailvault_core::source::fs_snapshot::FsSnapshot>,
+    rep: Result<BackupReport>,
+) -> Result<BackupReport> {
+    let mut failed = None;
+    for s in snapshots {
+        let id = s.id().to_string();
+        if let Err(e) = s.remove() {
+            failed = Some(anyhow::anyhow!(
+                "the filesystem snapshot {id} could not be removed: {e}; the next backup with --snapshot tries again"
+            ));
+        }
+    }
+    let rep = rep?;
+    match failed {
+        Some(e) => Err(e),
+        None => Ok(rep),
+    }
 }
 
 /// Opens the repository, runs one backup dated `time` (default now) under a progress

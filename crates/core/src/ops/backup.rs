@@ -25,15 +25,17 @@ use crate::repo::tree::{
 };
 use crate::repo::{lock, BlobSaver, Repository, WriterMark};
 use crate::report::{per_sec, ratio, Failure, Progress};
+use crate::source::walk::Dir;
 use crate::source::{
-    Account, Failures, FileData, Folder, FolderFile, FolderWriter, MessageId, MessageMeta,
-    NewMessage, Parallelism, ParentAccount, Samples, Source,
+    Account, Failures, FileData, FileMeta, Folder, FolderFile, FolderWriter, MessageId,
+    MessageMeta, NewMessage, Parallelism, ParentAccount, Samples, Source,
 };
 use mailvault_imap::maildir_flags::{imap_to_maildir, KeywordTable};
 use rayon::prelude::*;
 use serde::Serialize;
 use std::collections::{BTreeSet, HashMap, VecDeque};
 use std::io::ErrorKind;
+use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::{Mutex, OnceLock};
 use std::time::Instant;
@@ -275,7 +277,8 @@ pub fn run<S: Source>(
 ) -> Result<BackupReport, S::Error> {
     let started = Instant::now();
     let label = source.label();
-    let accounts = source.accounts()?;
+    let found = Failures::default();
+    let accounts = source.accounts_reporting(&found)?;
     let (resumed, mark) = repo.begin_backup()?;
     let compression = opts.compression.unwrap_or(repo.config().compression);
     if compression == Compression::Zstd && !repo.has_dictionary() {
@@ -319,7 +322,7 @@ pub fn run<S: Source>(
         let packs_resumed = resumed.len() as u64;
         let ctx = Ctx {
             saver: BlobSaver::new(repo, compression),
-            failures: Failures::default(),
+            failures: found,
             n: Counters::default(),
             progress,
             owners: Mutex::new(Owners::default()),
@@ -806,6 +809,7 @@ impl<'a> FolderWriter<'a> {
             Ok(None)
         };
         let mut link = None;
+        let mut meta = f.meta;
         let (size, content, lists) = match f.data {
             FileData::Bytes(b) => (b.len() as u64, store_content(&ctx.saver, &b)?, Vec::new()),
             FileData::Link(target) => {
@@ -822,22 +826,39 @@ impl<'a> FolderWriter<'a> {
                 }
                 Err(e) => return skip(&path, e),
             },
-            FileData::Large(path) => {
-                use std::os::unix::fs::OpenOptionsExt;
-                // Never through a link put where the source listed a file.
-                let file = match (std::fs::OpenOptions::new().read(true))
-                    .custom_flags(rustix::fs::OFlags::NOFOLLOW.bits() as i32)
-                    .open(&path)
-                {
-                    Ok(f) => f,
-                    Err(e) => return skip(&path, e),
-                };
-                let stored = match store_large(&ctx.saver, file, &path, &ctx.n.bytes_read) {
-                    Ok(s) => s,
+            FileData::Large { dir, name } => {
+                let path = dir.join(&name);
+                let read = match self.read_large(&dir, &name, &path) {
+                    Ok(r) => r,
                     // The repository's own errors end the folder; the file's are its own.
                     Err(Error::Io { path: p, source }) if p == path => return skip(&path, source),
                     Err(e) => return Err(e),
                 };
+                let (stored, at) = match read {
+                    LargeRead::Read(stored, at) => (stored, at),
+                    LargeRead::Torn(stored, at) => {
+                        // Kept as the parent has it, if it does: a version read whole.
+                        let parent = (self.parent_file(&f.name)).filter(|p| p.link.is_none());
+                        if let Some(p) = parent {
+                            self.fail(
+                                path.display().to_string(),
+                                format!(
+                                    "{CHANGED_WHILE_READ}; the previous snapshot's version is kept"
+                                ),
+                            );
+                            ctx.n.files.fetch_add(1, Relaxed);
+                            ctx.n.bytes_total.fetch_add(p.size, Relaxed);
+                            ctx.progress.advance(1, p.size);
+                            return Ok(Some(p.clone()));
+                        }
+                        self.fail(path.display().to_string(), format!("{CHANGED_WHILE_READ}; stored as read (it may not be consistent), read again by the next backup"));
+                        (stored, at)
+                    }
+                };
+                // The file's `stat` as it was when read.
+                if let Some(m) = meta.as_mut() {
+                    (m.size, m.mtime, m.inode) = (at.size, at.mtime, at.inode);
+                }
                 ctx.n.new.fetch_add(1, Relaxed);
                 ctx.n.files.fetch_add(1, Relaxed);
                 ctx.n.bytes_total.fetch_add(stored.size, Relaxed);
@@ -845,7 +866,7 @@ impl<'a> FolderWriter<'a> {
                 (stored.size, stored.content, stored.lists)
             }
         };
-        let (mtime, mode, uid, gid, (inode, dev, nlink)) = match f.meta {
+        let (mtime, mode, uid, gid, (inode, dev, nlink)) = match meta {
             Some(m) => (m.mtime, m.mode, m.uid, m.gid, (m.inode, m.dev, m.nlink)),
             None => {
                 let (u, g) = ctx.process_owner();
@@ -870,6 +891,35 @@ impl<'a> FolderWriter<'a> {
             dev,
             nlink,
         }))
+    }
+
+    /// Reads and stores a large file, checking that it did not change while it was read
+    /// (as restic and borg do): its size, mtime and ctime on the open file before and
+    /// after, and the path's `stat` after (the same file, the same times). One that
+    /// changed is read again once; changed again, it is [`LargeRead::Torn`].
+    fn read_large(&self, dir: &Dir, name: &[u8], path: &Path) -> Result<LargeRead> {
+        let ctx = self.ctx;
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            let (file, before) = dir.open_file(name).map_err(|e| Error::io(path, e))?;
+            let reader = crate::source::walk::Reading::new(&file, path);
+            let stored = store_large(&ctx.saver, reader, path, &ctx.n.bytes_read)?;
+            let after = rustix::fs::fstat(&file).map_err(|e| Error::io(path, e.into()))?;
+            let now = dir.stat(name).map_err(|e| Error::io(path, e))?;
+            let at = FileMeta::of_stat(&before);
+            let same = |a: &rustix::fs::Stat, b: &rustix::fs::Stat| {
+                (a.st_dev, a.st_ino, a.st_size) == (b.st_dev, b.st_ino, b.st_size)
+                    && (a.st_mtime, a.st_mtime_nsec) == (b.st_mtime, b.st_mtime_nsec)
+                    && (a.st_ctime, a.st_ctime_nsec) == (b.st_ctime, b.st_ctime_nsec)
+            };
+            if same(&before, &after) && same(&before, &now) && stored.size == at.size {
+                return Ok(LargeRead::Read(stored, at));
+            }
+            if attempt == 2 {
+                return Ok(LargeRead::Torn(stored, at));
+            }
+        }
     }
 
     /// Keeps a file of a `file:` backup the parent has (same size, mtime and inode)
@@ -971,6 +1021,17 @@ pub fn store_content(saver: &BlobSaver, data: &[u8]) -> Result<Vec<Id>> {
         ids.push(saver.save(BlobKind::Data, &data[r])?);
     }
     Ok(ids)
+}
+
+/// What a file that changed while it was read is reported with.
+pub const CHANGED_WHILE_READ: &str = "changed while read, twice (a file being written to: back up from a filesystem snapshot, see docs/consistent-sources.md)";
+
+/// A large file as [`FolderWriter::read_large`] read it, with its `stat` from before.
+enum LargeRead {
+    /// Unchanged while read.
+    Read(StoredLarge, FileMeta),
+    /// Changed while read, on both tries: the second try.
+    Torn(StoredLarge, FileMeta),
 }
 
 /// A large file is read and chunked in windows of this many bytes: two in memory at once

@@ -18,6 +18,7 @@
 //! back below DIR (`crate::target::maildir`, plain), sparse files sparse, hard links as
 //! hard links.
 
+use super::walk::{self, Dir, FileType};
 use super::{Account, AccountListing, Failures, FileData, FileMeta, Folder, FolderFile};
 use super::{FolderWriter, Parallelism, Source};
 use crate::error::{Error, Result};
@@ -30,9 +31,8 @@ use rayon::prelude::*;
 use std::collections::{HashMap, HashSet};
 use std::ffi::OsString;
 use std::os::unix::ffi::{OsStrExt, OsStringExt};
-use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 /// What to back up and how.
 #[derive(Clone, Debug)]
@@ -45,6 +45,12 @@ pub struct FileOptions {
     pub exclude: Vec<String>,
     /// Worker threads; 0 means one per core.
     pub jobs: usize,
+    /// Where to read instead: (a directory, the directory holding the same files) — a
+    /// filesystem snapshot's root for the live filesystem's
+    /// ([`super::fs_snapshot::FsSnapshot`]), both as `canonicalize` gives them. A path
+    /// below the first is read below the second, and recorded under its own name: the
+    /// snapshot is as if taken from the live paths (accounts, the parent snapshot).
+    pub read_from: Vec<(PathBuf, PathBuf)>,
     pub run: RunOptions,
 }
 
@@ -134,6 +140,9 @@ struct Root {
     path: PathBuf,
     /// The directory backed up.
     dir: PathBuf,
+    /// Where it is read: `dir`, or the same directory in a filesystem snapshot (paths
+    /// are shown, filtered and recorded as below `dir` all the same).
+    read: PathBuf,
     /// The one file of `dir` backed up, when PATH is a file.
     only: Option<OsString>,
 }
@@ -155,6 +164,7 @@ impl FileSource {
             let root = if meta.is_dir() {
                 Root {
                     dir: path.clone(),
+                    read: path.clone(),
                     path,
                     only: None,
                 }
@@ -167,6 +177,7 @@ impl FileSource {
                 };
                 Root {
                     dir: dir.to_path_buf(),
+                    read: dir.to_path_buf(),
                     only: Some(name.to_os_string()),
                     path,
                 }
@@ -176,6 +187,10 @@ impl FileSource {
                     path.display()
                 )));
             };
+            let mut root = root;
+            if let Some(read) = read_from(&opts.read_from, &root.dir)? {
+                root.read = read;
+            }
             if !roots.iter().any(|r| r.path == root.path) {
                 roots.push(root);
             }
@@ -197,6 +212,25 @@ impl FileSource {
     }
 }
 
+/// Where `dir` is read given [`FileOptions::read_from`]: `None` if as it is.
+fn read_from(views: &[(PathBuf, PathBuf)], dir: &Path) -> Result<Option<PathBuf>> {
+    if views.is_empty() {
+        return Ok(None);
+    }
+    let real = std::fs::canonicalize(dir).map_err(|e| Error::io(dir, e))?;
+    // The innermost filesystem holding it (a subvolume nested in another).
+    let innermost = (views.iter())
+        .filter_map(|(live, view)| Some((live, view, real.strip_prefix(live).ok()?)))
+        .max_by_key(|(live, _, _)| live.as_os_str().len());
+    if let Some((_, view, rel)) = innermost {
+        return Ok(Some(view.join(rel)));
+    }
+    Err(Error::InvalidInput(format!(
+        "{}: not on the filesystem snapshotted for the backup",
+        dir.display()
+    )))
+}
+
 /// `/a//b/./c/` as `/a/b/c` (`..` is kept: it may cross a symbolic link).
 fn normalize(path: &[u8]) -> Vec<u8> {
     let parts: Vec<&[u8]> = (path.split(|&c| c == b'/'))
@@ -214,18 +248,20 @@ fn normalize(path: &[u8]) -> Vec<u8> {
 }
 
 /// A directory's owner and mode, as recorded.
-fn dir_entry(name: &[u8], m: &std::fs::Metadata) -> DirEntry {
+fn dir_entry(name: &[u8], m: &FileMeta) -> DirEntry {
     DirEntry {
         name: name.to_vec(),
-        mode: m.mode() & 0o7777,
-        uid: m.uid(),
-        gid: m.gid(),
+        mode: m.mode,
+        uid: m.uid,
+        gid: m.gid,
     }
 }
 
 /// The folders below `dir` (`rel`: its path below the root; the root itself included),
-/// parents first; excluded directories are not descended, unreadable ones reported.
-fn walk(dir: &Path, rel: &[u8], filter: &Filter, out: &mut Vec<Folder>, failures: &Failures) {
+/// parents first; excluded directories are not descended, unreadable ones reported. Each
+/// subdirectory is opened relative to `dir` ([`Dir::sub`]): one that is a symbolic link,
+/// or was swapped for one since it was listed, is reported, never followed.
+fn walk(dir: &Dir, rel: &[u8], filter: &Filter, out: &mut Vec<Folder>, failures: &Failures) {
     out.push(Folder {
         name: if rel.is_empty() {
             ".".into()
@@ -233,18 +269,27 @@ fn walk(dir: &Path, rel: &[u8], filter: &Filter, out: &mut Vec<Folder>, failures
             String::from_utf8_lossy(rel).into_owned()
         },
         dir: rel.to_vec(),
-        path: dir.to_path_buf(),
+        path: dir.path().to_path_buf(),
     });
-    let entries = match std::fs::read_dir(dir) {
+    let entries = match dir.entries() {
         Ok(e) => e,
-        Err(e) => return failures.fail(dir.display().to_string(), e),
+        Err(e) => return failures.fail(dir.path().display().to_string(), e),
     };
-    let mut subdirs: Vec<OsString> = Vec::new();
-    for e in entries {
-        match e {
-            Ok(e) if e.file_type().is_ok_and(|t| t.is_dir()) => subdirs.push(e.file_name()),
-            Ok(_) => {}
-            Err(e) => failures.fail(dir.display().to_string(), e),
+    let mut subdirs: Vec<Vec<u8>> = Vec::new();
+    for (name, t) in entries {
+        let t = match t {
+            FileType::Unknown => match dir.stat(&name) {
+                Ok(st) => walk::file_type(&st),
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+                Err(e) => {
+                    failures.fail(dir.join(&name).display().to_string(), e);
+                    continue;
+                }
+            },
+            t => t,
+        };
+        if t == FileType::Directory {
+            subdirs.push(name);
         }
     }
     subdirs.sort();
@@ -253,12 +298,21 @@ fn walk(dir: &Path, rel: &[u8], filter: &Filter, out: &mut Vec<Folder>, failures
         if filter.excluded(&path) {
             continue;
         }
-        let mut sub = rel.to_vec();
-        if !sub.is_empty() {
-            sub.push(b'/');
+        let sub = match dir.sub(&name) {
+            Ok(d) => d,
+            // Gone since the listing: deleted meanwhile.
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+            Err(e) => {
+                failures.fail(path.display().to_string(), e);
+                continue;
+            }
+        };
+        let mut rel = rel.to_vec();
+        if !rel.is_empty() {
+            rel.push(b'/');
         }
-        sub.extend_from_slice(name.as_bytes());
-        walk(&path, &sub, filter, out, failures);
+        rel.extend_from_slice(&name);
+        walk(&sub, &rel, filter, out, failures);
     }
 }
 
@@ -306,7 +360,7 @@ impl Source for FileSource {
         for p in parts.iter().filter(|p| !p.is_empty()) {
             at.push(std::ffi::OsStr::from_bytes(p));
             let m = std::fs::symlink_metadata(&at).map_err(|e| Error::io(&at, e))?;
-            dirs.push(dir_entry(p, &m));
+            dirs.push(dir_entry(p, &FileMeta::of(&m)));
         }
         let mut folders = Vec::new();
         if root.only.is_some() {
@@ -316,7 +370,9 @@ impl Source for FileSource {
                 path: root.dir.clone(),
             });
         } else {
-            walk(&root.dir, b"", &self.filter, &mut folders, failures);
+            let dir = Dir::open(&root.read).map_err(|e| Error::io(&root.dir, e))?;
+            let dir = dir.shown_as(&root.dir);
+            walk(&dir, b"", &self.filter, &mut folders, failures);
         }
         Ok(AccountListing {
             folders,
@@ -333,26 +389,27 @@ impl Source for FileSource {
         out: &mut FolderWriter<'_>,
     ) -> Result<()> {
         let root = self.root(account)?;
-        let dir = &folder.path;
-        let m = std::fs::symlink_metadata(dir).map_err(|e| Error::io(dir, e))?;
+        // Opened from the root one directory at a time, none through a link: a directory
+        // swapped for one since the walk listed it is refused.
+        let dir = Dir::open_below_as(&root.read, &root.dir, &folder.dir).map_err(|(p, e)| {
+            let at = (p != folder.path).then(|| format!("{}: ", p.display()));
+            Error::InvalidInput(format!("{}{e}", at.unwrap_or_default()))
+        })?;
+        let dir = Arc::new(dir);
+        let m = FileMeta::of_stat(&dir.fstat().map_err(|e| Error::io(dir.path(), e))?);
         // The directory itself: the root's owner and mode are recorded with the account's
         // directories; every directory's mtime with its folder.
         if !folder.dir.is_empty() {
             out.dir(dir_entry(b"", &m));
         }
         if root.only.is_none() {
-            out.dir_mtime(super::timestamp(&m));
+            out.dir_mtime(m.mtime);
         }
-        let mut names: Vec<OsString> = match &root.only {
-            Some(name) => vec![name.clone()],
-            None => (std::fs::read_dir(dir).map_err(|e| Error::io(dir, e))?)
-                .filter_map(|e| match e {
-                    Ok(e) => Some(e.file_name()),
-                    Err(e) => {
-                        out.fail(dir.display().to_string(), e);
-                        None
-                    }
-                })
+        let mut names: Vec<Vec<u8>> = match &root.only {
+            Some(name) => vec![name.clone().into_vec()],
+            None => (dir.entries().map_err(|e| Error::io(dir.path(), e))?)
+                .into_iter()
+                .map(|(name, _)| name)
                 .collect(),
         };
         names.sort();
@@ -361,7 +418,7 @@ impl Source for FileSource {
         let (mut reading, mut later) = (HashSet::new(), Vec::new());
         for name in names {
             let path = dir.join(&name);
-            let meta = match std::fs::symlink_metadata(&path) {
+            let meta = match dir.stat(&name) {
                 Ok(m) => m,
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
                 Err(e) => {
@@ -369,19 +426,22 @@ impl Source for FileSource {
                     continue;
                 }
             };
-            let ft = meta.file_type();
-            if ft.is_dir() {
+            let ft = walk::file_type(&meta);
+            if ft == FileType::Directory {
                 continue; // a folder of its own
             }
             if root.only.is_none() && !self.filter.included(&path) {
                 continue;
             }
-            let data = if ft.is_file() {
-                FileData::Large(path)
-            } else if ft.is_symlink() {
+            let data = if ft == FileType::RegularFile {
+                FileData::Large {
+                    dir: dir.clone(),
+                    name: name.clone(),
+                }
+            } else if ft == FileType::Symlink {
                 // The link itself, never what it points to.
-                match std::fs::read_link(&path) {
-                    Ok(target) => FileData::Link(target.into_os_string().into_vec()),
+                match dir.read_link(&name) {
+                    Ok(target) => FileData::Link(target),
                     Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
                     Err(e) => {
                         out.fail(path.display().to_string(), e);
@@ -393,8 +453,7 @@ impl Source for FileSource {
                 out.fail(path.display().to_string(), what);
                 continue;
             };
-            let meta = FileMeta::of(&meta);
-            let name = name.into_vec();
+            let meta = FileMeta::of_stat(&meta);
             let same = |p: &FileEntry| match &data {
                 FileData::Link(target) => p.link.as_ref() == Some(target) && p.mtime == meta.mtime,
                 _ => {
@@ -414,7 +473,7 @@ impl Source for FileSource {
                     self.remember(&e);
                     out.unchanged_file(e);
                 }
-                _ if meta.nlink > 1 && matches!(data, FileData::Large(_)) => {
+                _ if meta.nlink > 1 && matches!(data, FileData::Large { .. }) => {
                     // Another name of a file this run read or kept: its content, not read
                     // again; one whose first name in this folder is still to be read
                     // waits for it.
@@ -624,6 +683,7 @@ mod tests {
     use crate::report::NoProgress;
     use crate::store::MemoryStore;
     use crate::target::maildir::{MaildirTarget, Owners};
+    use std::os::unix::fs::MetadataExt;
     use std::os::unix::fs::PermissionsExt;
     use std::sync::Arc;
 
@@ -651,6 +711,7 @@ mod tests {
             include: include.iter().map(|s| s.to_string()).collect(),
             exclude: exclude.iter().map(|s| s.to_string()).collect(),
             jobs: 2,
+            read_from: Vec::new(),
             run: RunOptions::new("h"),
         };
         backup_at(repo, &opts, (t, 0), &NoProgress).unwrap()
@@ -994,6 +1055,7 @@ mod tests {
                 include: Vec::new(),
                 exclude: Vec::new(),
                 jobs,
+                read_from: Vec::new(),
                 run: RunOptions::new("h"),
             };
             let source = FileSource::new(&opts).unwrap();
@@ -1154,6 +1216,141 @@ mod tests {
         assert_eq!(got, b"hello again\n");
     }
 
+    /// Regression (issue 24, item 3): a directory swapped for a link to another tree
+    /// after its parent was listed was read through (the other tree's files backed up as
+    /// the directory's, exit 0). The walk opens each directory relative to its parent's
+    /// descriptor, never through a link: the swapped one is reported, the other tree's
+    /// files are not in the snapshot. The same for a directory swapped after the walk
+    /// listed it, before its files are read.
+    #[test]
+    fn a_directory_swapped_for_a_link_during_the_walk_is_refused() {
+        use super::super::walk::{hook, Event};
+        for after_listing in ["a", "a/sub1"] {
+            let src = tempfile::tempdir().unwrap();
+            let root = src.path().join("src");
+            let elsewhere = src.path().join("elsewhere");
+            for d in ["a/sub0", "a/sub1", "a/sub2"] {
+                std::fs::create_dir_all(root.join(d)).unwrap();
+                std::fs::write(root.join(d).join("mine"), d).unwrap();
+            }
+            std::fs::create_dir_all(elsewhere.join("deep")).unwrap();
+            std::fs::write(elsewhere.join("secret"), b"not this tree's").unwrap();
+            std::fs::write(elsewhere.join("deep/secret2"), b"nor this").unwrap();
+            let (listed, sub1) = (root.join(after_listing), root.join("a/sub1"));
+            let swap = {
+                let (sub1, elsewhere) = (sub1.clone(), elsewhere.clone());
+                let done = std::sync::atomic::AtomicBool::new(false);
+                move |e: &Event<'_>| {
+                    use std::sync::atomic::Ordering::SeqCst;
+                    if matches!(e, Event::Listed(p) if *p == listed) && !done.swap(true, SeqCst) {
+                        std::fs::remove_dir_all(&sub1).unwrap();
+                        std::os::unix::fs::symlink(&elsewhere, &sub1).unwrap();
+                    }
+                }
+            };
+            let _hook = hook::set(&root, swap);
+            let mut repo = repository();
+            let rep = backup(&mut repo, &[&root], &[], &[], 1_000);
+            let refused: Vec<_> = (rep.failures.iter())
+                .filter(|f| f.item == sub1.display().to_string())
+                .collect();
+            assert_eq!(refused.len(), 1, "{after_listing}: {:?}", rep.failures);
+            assert!(refused[0].error.contains("symbolic link"), "{refused:?}");
+            let out = tempfile::tempdir().unwrap();
+            restore(&repo, "latest", out.path());
+            let back = restored(out.path(), &root);
+            // The link is kept as a link (a's entry since the swap), never what it points
+            // to.
+            let kept = std::fs::symlink_metadata(back.join("a/sub1")).unwrap();
+            assert!(
+                kept.file_type().is_symlink(),
+                "{after_listing}: read through"
+            );
+            assert_eq!(rep.folders, 4, "., a, a/sub0, a/sub2 and no more: {rep:?}");
+            for d in ["a/sub0", "a/sub2"] {
+                assert_eq!(
+                    std::fs::read(back.join(d).join("mine")).unwrap(),
+                    d.as_bytes()
+                );
+            }
+        }
+    }
+
+    /// Regression (issue 24, item 7): a file appended to while it was read was stored torn
+    /// as a success. Its size, mtime and ctime before and after the read say it changed:
+    /// it is read again; changed again, it is reported (the run fails), and the snapshot
+    /// keeps the previous snapshot's version, or, with none, the one read.
+    #[test]
+    fn a_file_changed_while_read_is_read_again_then_reported() {
+        use super::super::walk::{hook, Event};
+        use std::sync::atomic::{AtomicBool, AtomicU32, Ordering::SeqCst};
+        let src = tempfile::tempdir().unwrap();
+        let root = src.path().join("src");
+        std::fs::create_dir_all(&root).unwrap();
+        let db = root.join("db");
+        let v1 = database_like(256 << 10, 1);
+        std::fs::write(&db, &v1).unwrap();
+        // Appends to `db` after the first read of each opening, `appends` times.
+        let appends = Arc::new(AtomicU32::new(0));
+        let _hook = {
+            let (db, appends, armed) = (db.clone(), appends.clone(), AtomicBool::new(false));
+            hook::set(&root, move |e: &Event<'_>| match e {
+                Event::Open(p) if *p == db => armed.store(true, SeqCst),
+                Event::Read { path, .. }
+                    if *path == db && armed.swap(false, SeqCst) && appends.load(SeqCst) > 0 =>
+                {
+                    appends.fetch_sub(1, SeqCst);
+                    let mut f = std::fs::OpenOptions::new().append(true).open(&db).unwrap();
+                    std::io::Write::write_all(&mut f, &[b'+'; 10_000]).unwrap();
+                }
+                _ => {}
+            })
+        };
+        let mut repo = repository();
+        let got = |repo: &Repository, snap: &str| {
+            let out = tempfile::tempdir().unwrap();
+            let rep = restore(repo, snap, out.path());
+            assert!(rep.failures.is_empty(), "{:?}", rep.failures);
+            std::fs::read(restored(out.path(), &db)).unwrap()
+        };
+
+        // Changed during the first read only: read again, whole, nothing to report.
+        appends.store(1, SeqCst);
+        let once = backup(&mut repo, &[&root], &[], &[], 1_000);
+        assert!(once.failures.is_empty(), "{:?}", once.failures);
+        assert_eq!(appends.load(SeqCst), 0, "the hook appended");
+        let now = std::fs::read(&db).unwrap();
+        assert_eq!(now.len(), v1.len() + 10_000);
+        assert!(
+            got(&repo, &once.snapshot) == now,
+            "stored as read the second time"
+        );
+
+        // Changed during both reads, a parent has it: reported, the parent's version kept.
+        std::fs::write(&db, &v1).unwrap();
+        appends.store(2, SeqCst);
+        let kept = backup(&mut repo, &[&root], &[], &[], 2_000);
+        assert_eq!(kept.failures.len(), 1, "{:?}", kept.failures);
+        assert_eq!(kept.failures[0].item, db.display().to_string());
+        let error = &kept.failures[0].error;
+        assert!(error.contains("changed while read"), "{error}");
+        assert!(
+            error.contains("previous snapshot's version is kept"),
+            "{error}"
+        );
+        assert!(got(&repo, &kept.snapshot) == now, "the parent's version");
+
+        // With no parent: the one read is stored, and reported.
+        let mut repo = repository();
+        appends.store(2, SeqCst);
+        let first = backup(&mut repo, &[&root], &[], &[], 3_000);
+        assert_eq!(first.failures.len(), 1, "{:?}", first.failures);
+        let error = &first.failures[0].error;
+        assert!(error.contains("changed while read"), "{error}");
+        assert!(error.contains("stored as read"), "{error}");
+        assert_eq!(got(&repo, &first.snapshot).len(), v1.len() + 40_000);
+    }
+
     /// A path that does not exist, and a bad glob, are errors before anything is written.
     #[test]
     fn bad_paths_and_globs_are_named() {
@@ -1163,6 +1360,7 @@ mod tests {
                 include: vec![include.to_string()],
                 exclude: vec![],
                 jobs: 1,
+                read_from: Vec::new(),
                 run: RunOptions::new("h"),
             })
         };

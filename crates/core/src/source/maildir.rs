@@ -7,6 +7,7 @@
 //! `new/` is a single Maildir, one account. Folders are Maildir++: the root is INBOX, each
 //! `.Name.Sub` directory is the folder `Name/Sub`.
 
+use super::walk::{self, Dir, FileType};
 use super::{
     AccountListing, Failures, FileData, FolderFile, FolderWriter, MessageMeta, NewMessage,
     Parallelism, Samples, Source,
@@ -69,28 +70,65 @@ pub fn folder_name(dir: &[u8]) -> String {
     String::from_utf8_lossy(inner).replace('.', "/")
 }
 
-fn is_dir(p: &Path) -> bool {
-    p.is_dir()
+/// An entry's type, not following a link (the type `readdir` gave, else its `stat`);
+/// `None` if it is gone.
+fn entry_type(dir: &Dir, name: &[u8], listed: FileType) -> Option<FileType> {
+    match listed {
+        FileType::Unknown => dir.stat(name).ok().map(|st| walk::file_type(&st)),
+        t => Some(t),
+    }
 }
 
-fn is_maildir(p: &Path) -> bool {
-    is_dir(&p.join("cur")) || is_dir(&p.join("new"))
+/// Whether a directory is a Maildir: it has `cur/` or `new/` (a link there counts: the
+/// listing reports it rather than follow it).
+fn is_maildir_at(dir: &Dir) -> bool {
+    [&b"cur"[..], b"new"].iter().any(|n| {
+        dir.stat(n).is_ok_and(|st| {
+            matches!(
+                walk::file_type(&st),
+                FileType::Directory | FileType::Symlink
+            )
+        })
+    })
 }
 
-fn sorted_dirs(p: &Path) -> Result<Vec<(Vec<u8>, PathBuf)>> {
+/// Whether the link `name` of `dir` points to a directory (its target is `stat`'ed, never
+/// read): a folder or an account put there as a link, which is reported.
+fn links_to_dir(dir: &Dir, name: &[u8]) -> bool {
+    std::fs::metadata(dir.join(name)).is_ok_and(|m| m.is_dir())
+}
+
+/// The subdirectories of `dir` (not hidden ones), sorted; a link to a directory is
+/// reported to `failures`, not followed.
+fn sorted_dirs(dir: &Dir, failures: &Failures) -> Result<Vec<Vec<u8>>> {
     let mut out = Vec::new();
-    for ent in fs::read_dir(p).map_err(|e| Error::io(p, e))? {
-        let ent = ent.map_err(|e| Error::io(p, e))?;
-        let name = ent.file_name().as_bytes().to_vec();
+    for (name, t) in dir.entries().map_err(|e| Error::io(dir.path(), e))? {
         if name.starts_with(b".") {
             continue;
         }
-        if ent.file_type().map(|t| t.is_dir()).unwrap_or(false) {
-            out.push((name, ent.path()));
+        match entry_type(dir, &name, t) {
+            Some(FileType::Directory) => out.push(name),
+            Some(FileType::Symlink) if links_to_dir(dir, &name) => {
+                failures.fail(dir.join(&name).display().to_string(), walk::LINK_REFUSED)
+            }
+            _ => {}
         }
     }
     out.sort();
     Ok(out)
+}
+
+/// Opens the subdirectory `name` of `dir` (one at a time: a store may have more accounts
+/// than a process may hold open files); `None` if gone, or refused (reported).
+fn open_sub(dir: &Dir, name: &[u8], failures: &Failures) -> Option<Dir> {
+    match dir.sub(name) {
+        Ok(d) => Some(d),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => None,
+        Err(e) => {
+            failures.fail(dir.join(name).display().to_string(), e);
+            None
+        }
+    }
 }
 
 /// Finds the accounts of a store, or the single Maildir at `root`.
@@ -98,6 +136,18 @@ fn sorted_dirs(p: &Path) -> Result<Vec<(Vec<u8>, PathBuf)>> {
 /// `accounts` narrows a store to those accounts; for a single Maildir its one entry is the
 /// account's name (else the name is taken from the directory).
 pub fn discover(root: &Path, accounts: &[String]) -> Result<Vec<AccountSource>> {
+    discover_reporting(root, accounts, &Failures::default())
+}
+
+/// [`discover`], reporting to `failures` the domain, user and `Maildir` directories below
+/// `root` that are symbolic links to directories: never followed (the store's own
+/// directories are read; an alias made with a link is the account it points to, backed up
+/// under its own name).
+pub fn discover_reporting(
+    root: &Path,
+    accounts: &[String],
+    failures: &Failures,
+) -> Result<Vec<AccountSource>> {
     let meta = fs::metadata(root).map_err(|e| Error::io(root, e))?;
     if !meta.is_dir() {
         return Err(Error::InvalidInput(format!(
@@ -105,7 +155,8 @@ pub fn discover(root: &Path, accounts: &[String]) -> Result<Vec<AccountSource>> 
             root.display()
         )));
     }
-    if is_maildir(root) {
+    let top = Dir::open(root).map_err(|e| Error::io(root, e))?;
+    if is_maildir_at(&top) {
         let name = match accounts {
             [] => default_account_name(root),
             [one] => one.clone(),
@@ -123,15 +174,33 @@ pub fn discover(root: &Path, accounts: &[String]) -> Result<Vec<AccountSource>> 
         }]);
     }
     let mut out = Vec::new();
-    for (domain, dpath) in sorted_dirs(root)? {
-        for (user, upath) in sorted_dirs(&dpath)? {
-            let (path, rel) = if is_maildir(&upath.join("Maildir")) {
+    for domain in sorted_dirs(&top, failures)? {
+        let Some(ddir) = open_sub(&top, &domain, failures) else {
+            continue;
+        };
+        for user in sorted_dirs(&ddir, failures)? {
+            let Some(udir) = open_sub(&ddir, &user, failures) else {
+                continue;
+            };
+            let maildir = match udir.stat(b"Maildir").map(|st| walk::file_type(&st)) {
+                Ok(FileType::Directory) => udir.sub(b"Maildir").ok(),
+                Ok(FileType::Symlink) if links_to_dir(&udir, b"Maildir") => {
+                    let path = udir.join(b"Maildir").display().to_string();
+                    failures.fail(path, walk::LINK_REFUSED);
+                    continue;
+                }
+                _ => None,
+            };
+            let (path, rel) = if maildir.as_ref().is_some_and(is_maildir_at) {
                 (
-                    upath.join("Maildir"),
+                    udir.join(b"Maildir"),
                     [&domain[..], b"/", &user, b"/Maildir"].concat(),
                 )
-            } else if is_maildir(&upath) {
-                (upath.clone(), [&domain[..], b"/", &user].concat())
+            } else if is_maildir_at(&udir) {
+                (
+                    udir.path().to_path_buf(),
+                    [&domain[..], b"/", &user].concat(),
+                )
             } else {
                 continue;
             };
@@ -182,25 +251,43 @@ fn default_account_name(root: &Path) -> String {
 
 /// The folders of a Maildir: INBOX (the root) first, then `.Name` directories by name.
 pub fn folders(maildir: &Path) -> Result<Vec<FolderSource>> {
+    let dir = Dir::open(maildir).map_err(|e| Error::io(maildir, e))?;
+    folders_in(&dir, &Failures::default())
+}
+
+/// [`folders`] of an open Maildir; a folder directory that is a symbolic link to a
+/// directory (or was swapped for one) is reported to `failures`, never followed.
+fn folders_in(maildir: &Dir, failures: &Failures) -> Result<Vec<FolderSource>> {
     let mut out = vec![FolderSource {
         name: "INBOX".into(),
         dir: Vec::new(),
-        path: maildir.to_path_buf(),
+        path: maildir.path().to_path_buf(),
     }];
     let mut subs = Vec::new();
-    for ent in fs::read_dir(maildir).map_err(|e| Error::io(maildir, e))? {
-        let ent = ent.map_err(|e| Error::io(maildir, e))?;
-        let name = ent.file_name().as_bytes().to_vec();
+    for (name, t) in maildir
+        .entries()
+        .map_err(|e| Error::io(maildir.path(), e))?
+    {
         if name.len() < 2 || name[0] != b'.' || name == b".." {
             continue;
         }
-        let path = ent.path();
-        if ent.file_type().map(|t| t.is_dir()).unwrap_or(false) && is_maildir(&path) {
-            subs.push(FolderSource {
-                name: folder_name(&name),
-                dir: name,
-                path,
-            });
+        let path = maildir.join(&name);
+        match entry_type(maildir, &name, t) {
+            Some(FileType::Directory) => match maildir.sub(&name) {
+                Ok(d) if is_maildir_at(&d) => subs.push(FolderSource {
+                    name: folder_name(&name),
+                    dir: name,
+                    path,
+                }),
+                Ok(_) => {}
+                Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+                Err(e) => failures.fail(path.display().to_string(), e),
+            },
+            // `.Folder -> /elsewhere`; not `.dovecot.sieve -> sieve/x.sieve`.
+            Some(FileType::Symlink) if links_to_dir(maildir, &name) => {
+                failures.fail(path.display().to_string(), walk::LINK_REFUSED)
+            }
+            _ => {}
         }
     }
     subs.sort_by(|a, b| a.dir.cmp(&b.dir));
@@ -235,17 +322,60 @@ pub fn list_messages_with(
     folder: &Path,
     after_listing: &mut dyn FnMut(&str, u32),
 ) -> (Vec<MessageFile>, Vec<Error>) {
+    match Dir::open(folder) {
+        Ok(dir) => {
+            let l = list_in(&dir, after_listing);
+            (l.files, l.errors)
+        }
+        Err(e) => (Vec::new(), vec![Error::io(folder, e)]),
+    }
+}
+
+/// A folder's message files, and its `new/` and `cur/` as opened to list them (relative
+/// to the folder's directory, never through a link), to read the files from.
+struct Listing {
+    files: Vec<MessageFile>,
+    errors: Vec<Error>,
+    new: Option<Dir>,
+    cur: Option<Dir>,
+}
+
+impl Listing {
+    fn dir(&self, file: &MessageFile) -> Option<&Dir> {
+        if file.new {
+            self.new.as_ref()
+        } else {
+            self.cur.as_ref()
+        }
+    }
+}
+
+/// [`list_messages_with`] of an open folder directory: `new/` and `cur/` are opened
+/// relative to it; one that is a symbolic link is reported ([`walk::LINK_REFUSED`]),
+/// never listed.
+fn list_in(folder: &Dir, after_listing: &mut dyn FnMut(&str, u32)) -> Listing {
     // Modifications up to this long before a listing starts may not show in the
     // directory's ctime yet (the kernel's coarse clock).
     const GRANULARITY: std::time::Duration = std::time::Duration::from_millis(50);
     let mut by_key: std::collections::HashMap<Vec<u8>, usize> = Default::default();
-    let mut files: Vec<MessageFile> = Vec::new();
-    let mut errors = Vec::new();
+    let mut out = Listing {
+        files: Vec::new(),
+        errors: Vec::new(),
+        new: None,
+        cur: None,
+    };
     for (sub, new) in [("new", true), ("cur", false)] {
-        let dir = folder.join(sub);
+        let dir = match folder.sub(sub.as_bytes()) {
+            Ok(d) => d,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
+            Err(e) => {
+                out.errors.push(Error::io(folder.join(sub.as_bytes()), e));
+                continue;
+            }
+        };
         for attempt in 1..=LIST_ATTEMPTS {
             let start = std::time::SystemTime::now();
-            let listed = match list_dir(&dir, &mut errors) {
+            let listed = match list_dir(&dir, &mut out.errors) {
                 Some(l) => l,
                 None => break,
             };
@@ -253,19 +383,19 @@ pub fn list_messages_with(
             for name in listed {
                 let f = MessageFile { name, new };
                 match by_key.get(f.key()) {
-                    Some(&i) => files[i] = f,
+                    Some(&i) => out.files[i] = f,
                     None => {
-                        by_key.insert(f.key().to_vec(), files.len());
-                        files.push(f);
+                        by_key.insert(f.key().to_vec(), out.files.len());
+                        out.files.push(f);
                     }
                 }
             }
-            let changed = match fs::metadata(&dir) {
-                Ok(m) => {
+            let changed = match dir.fstat() {
+                Ok(st) => {
                     let ctime = std::time::UNIX_EPOCH
                         + std::time::Duration::new(
-                            m.ctime().max(0) as u64,
-                            m.ctime_nsec().clamp(0, 999_999_999) as u32,
+                            st.st_ctime.max(0) as u64,
+                            (st.st_ctime_nsec as i64).clamp(0, 999_999_999) as u32,
                         );
                     ctime + GRANULARITY >= start
                 }
@@ -275,46 +405,31 @@ pub fn list_messages_with(
                 break;
             }
         }
+        *(if new { &mut out.new } else { &mut out.cur }) = Some(dir);
     }
-    (files, errors)
+    out
 }
 
-/// The regular files of one directory; `None` if it does not exist.
-fn list_dir(dir: &Path, errors: &mut Vec<Error>) -> Option<Vec<Vec<u8>>> {
-    let rd = match fs::read_dir(dir) {
-        Ok(rd) => rd,
-        Err(e) if e.kind() == io::ErrorKind::NotFound => return None,
+/// The regular files of one directory; `None` if it cannot be listed (reported).
+fn list_dir(dir: &Dir, errors: &mut Vec<Error>) -> Option<Vec<Vec<u8>>> {
+    let entries = match dir.entries() {
+        Ok(e) => e,
         Err(e) => {
-            errors.push(Error::io(dir, e));
+            errors.push(Error::io(dir.path(), e));
             return None;
         }
     };
     let mut out = Vec::new();
-    for ent in rd {
-        let ent = match ent {
-            Ok(e) => e,
-            Err(e) => {
-                errors.push(Error::io(dir, e));
-                continue;
-            }
-        };
-        match ent.file_type() {
-            Ok(t) if t.is_file() => {}
+    for (name, t) in entries {
+        match entry_type(dir, &name, t) {
+            Some(FileType::RegularFile) => out.push(name),
             // Renamed or deleted by the mail server since the listing: not an error.
-            Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
-            Err(e) => {
-                errors.push(Error::io(ent.path(), e));
-                continue;
-            }
-            Ok(_) => {
-                errors.push(Error::io(
-                    ent.path(),
-                    io::Error::new(io::ErrorKind::InvalidInput, "not a regular file; skipped"),
-                ));
-                continue;
-            }
+            None => {}
+            Some(_) => errors.push(Error::io(
+                dir.join(&name),
+                io::Error::new(io::ErrorKind::InvalidInput, "not a regular file; skipped"),
+            )),
         }
-        out.push(ent.file_name().as_bytes().to_vec());
     }
     Some(out)
 }
@@ -322,32 +437,31 @@ fn list_dir(dir: &Path, errors: &mut Vec<Error>) -> Option<Vec<Vec<u8>>> {
 /// Files of a folder directory that are kept with it: everything but the message
 /// directories and the caches Dovecot rebuilds (`dovecot.index*`, `dovecot.list.index*`,
 /// `dovecot.mailbox.log*`, `maildirsize`, lock files).
-pub fn list_folder_files(folder: &Path) -> Result<Vec<(Vec<u8>, fs::Metadata)>> {
+pub fn list_folder_files(folder: &Path) -> Result<Vec<(Vec<u8>, FileMeta)>> {
+    folder_files_in(&Dir::open(folder).map_err(|e| Error::io(folder, e))?)
+}
+
+/// [`list_folder_files`] of an open folder directory.
+fn folder_files_in(folder: &Dir) -> Result<Vec<(Vec<u8>, FileMeta)>> {
     let mut out = Vec::new();
-    for ent in fs::read_dir(folder).map_err(|e| Error::io(folder, e))? {
-        let ent = ent.map_err(|e| Error::io(folder, e))?;
-        let name = ent.file_name().as_bytes().to_vec();
+    for (name, t) in folder.entries().map_err(|e| Error::io(folder.path(), e))? {
         let skip = name.starts_with(b"dovecot.index")
             || name.starts_with(b"dovecot.list.index")
             || name.starts_with(b"dovecot.mailbox.log")
             || name == b"maildirsize"
             || name.ends_with(b".lock");
-        if skip {
-            continue;
-        }
         // The type from readdir first: `cur`, `new`, `tmp` and, in INBOX, every `.Folder`
         // directory are skipped without a stat (three to four per folder).
-        match ent.file_type() {
-            Ok(t) if t.is_file() => {}
-            Ok(_) => continue,
-            Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
-            Err(e) => return Err(Error::io(ent.path(), e)),
+        if skip || !matches!(t, FileType::RegularFile | FileType::Unknown) {
+            continue;
         }
-        match ent.metadata() {
-            Ok(m) if m.is_file() => out.push((name, m)),
+        match folder.stat(&name) {
+            Ok(st) if walk::file_type(&st) == FileType::RegularFile => {
+                out.push((name, FileMeta::of_stat(&st)))
+            }
             Ok(_) => {}
             Err(e) if e.kind() == io::ErrorKind::NotFound => {}
-            Err(e) => return Err(Error::io(ent.path(), e)),
+            Err(e) => return Err(Error::io(folder.join(&name), e)),
         }
     }
     out.sort_by(|a, b| a.0.cmp(&b.0));
@@ -425,6 +539,29 @@ pub fn backup_at(
     crate::ops::backup::run(repo, &source, &opts.run, time, progress)
 }
 
+/// [`backup_at`] reading the store from a filesystem snapshot: `read_from` is (the live
+/// filesystem's root, the snapshot's root), as
+/// [`super::fs_snapshot::FsSnapshot::read_from`] gives them. The snapshot records the
+/// live paths (its label, the account names), so that it is as if taken from them.
+pub fn backup_from(
+    repo: &mut Repository,
+    opts: &BackupOptions,
+    read_from: &(PathBuf, PathBuf),
+    time: (i64, u32),
+    progress: &dyn Progress,
+) -> Result<BackupReport> {
+    let mut source = MaildirSource::new(opts)?;
+    let real = fs::canonicalize(&source.root).map_err(|e| Error::io(&source.root, e))?;
+    let rel = real.strip_prefix(&read_from.0).map_err(|_| {
+        Error::InvalidInput(format!(
+            "{}: not on the filesystem snapshotted for the backup",
+            source.root.display()
+        ))
+    })?;
+    source.read = read_from.1.join(rel);
+    crate::ops::backup::run(repo, &source, &opts.run, time, progress)
+}
+
 /// A Maildir store (or one Maildir) as a [`Source`]. Accounts, folders and new messages
 /// are read in parallel on the pipeline's pool. A message whose Maildir key the parent
 /// snapshot has is neither read nor stat'ed: Maildir files never change once delivered,
@@ -434,6 +571,8 @@ pub fn backup_at(
 pub struct MaildirSource {
     /// The store root or the Maildir, absolute.
     root: PathBuf,
+    /// Where it is read: `root`, or the same directory in a filesystem snapshot.
+    read: PathBuf,
     accounts: Vec<String>,
     jobs: usize,
     /// `--stat-unchanged`: known messages are stat'ed and folder files read again.
@@ -442,8 +581,10 @@ pub struct MaildirSource {
 
 impl MaildirSource {
     pub fn new(opts: &BackupOptions) -> Result<MaildirSource> {
+        let root = std::path::absolute(&opts.source).map_err(|e| Error::io(&opts.source, e))?;
         Ok(MaildirSource {
-            root: std::path::absolute(&opts.source).map_err(|e| Error::io(&opts.source, e))?,
+            read: root.clone(),
+            root,
             accounts: opts.accounts.clone(),
             jobs: opts.jobs,
             stat_unchanged: opts.stat_unchanged,
@@ -467,7 +608,28 @@ impl Source for MaildirSource {
     }
 
     fn accounts(&self) -> Result<Vec<AccountSource>> {
-        discover(&self.root, &self.accounts)
+        self.accounts_reporting(&Failures::default())
+    }
+
+    fn accounts_reporting(&self, failures: &Failures) -> Result<Vec<AccountSource>> {
+        if self.read == self.root {
+            return discover_reporting(&self.root, &self.accounts, failures);
+        }
+        // Read from a snapshot: found there, named and shown as the live store.
+        let found = discover_reporting(&self.read, &self.accounts, failures)?;
+        let live = |p: &Path| match p.strip_prefix(&self.read) {
+            Ok(rel) => self.root.join(rel),
+            Err(_) => p.to_path_buf(),
+        };
+        Ok((found.into_iter())
+            .map(|mut a| {
+                a.path = live(&a.path);
+                if a.rel_path.is_empty() && self.accounts.is_empty() {
+                    a.name = default_account_name(&self.root);
+                }
+                a
+            })
+            .collect())
     }
 
     fn open(&self, _account: &AccountSource) -> Result<()> {
@@ -480,7 +642,9 @@ impl Source for MaildirSource {
         _session: &mut (),
         failures: &Failures,
     ) -> Result<AccountListing> {
-        let folders = folders(&acc.path)?;
+        let dir = Dir::open_below_as(&self.read, &self.root, &acc.rel_path)
+            .map_err(|(p, e)| Error::io(p, e))?;
+        let folders = folders_in(&dir, failures)?;
         // The directories above the Maildir, from the top: `acc.path` minus the components
         // of `rel_path` still to come.
         let parts: Vec<&[u8]> = if acc.rel_path.is_empty() {
@@ -513,9 +677,23 @@ impl Source for MaildirSource {
         f: &FolderSource,
         out: &mut FolderWriter<'_>,
     ) -> Result<()> {
-        let (files, errors) = list_messages(&f.path);
+        // Opened from the root one directory at a time, none through a link: a folder
+        // swapped for one since it was listed is refused.
+        let rel = [&acc.rel_path[..], b"/", &f.dir].concat();
+        let dir = Dir::open_below_as(&self.read, &self.root, &rel).map_err(|(p, e)| {
+            let at = (p != f.path).then(|| format!("{}: ", p.display()));
+            Error::InvalidInput(format!("{}{e}", at.unwrap_or_default()))
+        })?;
+        let mut listing = list_in(&dir, &mut |_, _| {});
+        let (files, errors) = (
+            std::mem::take(&mut listing.files),
+            std::mem::take(&mut listing.errors),
+        );
         for e in errors {
-            out.fail(format!("{}: {}", acc.name, f.name), e);
+            match e {
+                Error::Io { path, source } => out.fail(path.display().to_string(), source),
+                e => out.fail(format!("{}: {}", acc.name, f.name), e),
+            }
         }
         out.expect(files.len() as u64);
         let mut to_read = Vec::new();
@@ -529,8 +707,9 @@ impl Source for MaildirSource {
             // size or mtime makes us read it again anyway, for stores edited in place.
             let mut e = pe.clone();
             if self.stat_unchanged {
-                match fs::metadata(file.path(&f.path)).map(|m| FileMeta::of(&m)) {
-                    Ok(m) if m.size == pe.size && m.mtime == pe.mtime => {
+                let st = (listing.dir(&file)).map(|d| d.stat(&file.name));
+                match st.map(|st| st.map(|st| FileMeta::of_stat(&st))) {
+                    Some(Ok(m)) if m.size == pe.size && m.mtime == pe.mtime => {
                         (e.mode, e.uid, e.gid) = (m.mode, m.uid, m.gid);
                     }
                     _ => {
@@ -550,9 +729,10 @@ impl Source for MaildirSource {
         let mut pending = to_read;
         for round in 1..=VANISHED_ROUNDS {
             let w: &FolderWriter = out;
+            let l = &listing;
             let read: Vec<Read> = pending
                 .into_par_iter()
-                .map(|file| match read_message(w, f, file) {
+                .map(|file| match read_message(w, l, file) {
                     Ok(r) => r,
                     Err((path, e)) => {
                         w.fail(path.display().to_string(), e);
@@ -571,9 +751,11 @@ impl Source for MaildirSource {
             if vanished.is_empty() {
                 break;
             }
-            let (now, _) = list_messages(&f.path);
-            let mut now: HashMap<Vec<u8>, MessageFile> =
-                now.into_iter().map(|m| (m.key().to_vec(), m)).collect();
+            listing = list_in(&dir, &mut |_, _| {});
+            let mut now: HashMap<Vec<u8>, MessageFile> = (std::mem::take(&mut listing.files))
+                .into_iter()
+                .map(|m| (m.key().to_vec(), m))
+                .collect();
             pending = Vec::new();
             for file in vanished {
                 match now.remove(file.key()) {
@@ -589,8 +771,7 @@ impl Source for MaildirSource {
         // The folder's own files; one unchanged since the parent (same size and mtime) is
         // not read again.
         let known = out.parent().filter(|_| !self.stat_unchanged);
-        for (name, meta) in list_folder_files(&f.path)? {
-            let meta = FileMeta::of(&meta);
+        for (name, meta) in folder_files_in(&dir)? {
             let pf = known.and_then(|k| k.files.iter().find(|e| e.name == name));
             if let Some(pf) = pf.filter(|pf| pf.size == meta.size && pf.mtime == meta.mtime) {
                 let mut e = pf.clone();
@@ -598,16 +779,45 @@ impl Source for MaildirSource {
                 out.keep_file(e);
                 continue;
             }
-            let path = f.path.join(OsStr::from_bytes(&name));
+            // Read from the folder's directory, never through a link.
+            let data = match read_checked(&dir, &name) {
+                Ok(Checked::Read(data, _)) => data,
+                Ok(Checked::Changed) => {
+                    out.fail(dir.join(&name).display().to_string(), CHANGED);
+                    continue;
+                }
+                Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
+                Err(e) => {
+                    out.fail(dir.join(&name).display().to_string(), e);
+                    continue;
+                }
+            };
+            out.count_read(data.len() as u64);
             out.file(FolderFile {
                 name,
-                data: FileData::Path(path),
+                data: FileData::Bytes(data),
                 meta: Some(meta),
             })?;
         }
         for d in [&b""[..], b"cur", b"new", b"tmp"] {
-            if let Some(d) = dir_entry(out.failures(), d, &f.path.join(OsStr::from_bytes(d))) {
-                out.dir(d);
+            let st = if d.is_empty() {
+                dir.fstat()
+            } else {
+                dir.stat(d)
+            };
+            match st {
+                Ok(st) if walk::file_type(&st) == FileType::Directory => {
+                    let m = FileMeta::of_stat(&st);
+                    out.dir(DirEntry {
+                        name: d.to_vec(),
+                        mode: m.mode,
+                        uid: m.uid,
+                        gid: m.gid,
+                    });
+                }
+                Ok(_) => {}
+                Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+                Err(e) => out.fail(dir.join(d).display().to_string(), e),
             }
         }
         Ok(())
@@ -617,14 +827,32 @@ impl Source for MaildirSource {
     /// accounts, read in parallel until the budget is spent.
     fn samples(&self, accounts: &[AccountSource], samples: &Samples) {
         let max = Samples::MAX_MESSAGES;
-        let mut folders: Vec<Vec<PathBuf>> = Vec::new();
+        // Each message by its directory below the root (`cur/`, `new/` included) and name:
+        // read from there, never through a link.
+        let mut folders: Vec<Vec<(Vec<u8>, Vec<u8>)>> = Vec::new();
         let mut candidates = 0;
         'outer: for acc in accounts {
-            for f in self::folders(&acc.path).unwrap_or_default() {
-                let (files, _) = list_messages(&f.path);
-                let paths: Vec<PathBuf> = files.iter().take(256).map(|m| m.path(&f.path)).collect();
-                candidates += paths.len();
-                folders.push(paths);
+            let Ok(adir) = Dir::open_below(&self.read, &acc.rel_path) else {
+                continue;
+            };
+            for f in folders_in(&adir, &Failures::default()).unwrap_or_default() {
+                let listed = if f.dir.is_empty() {
+                    list_in(&adir, &mut |_, _| {})
+                } else {
+                    match adir.sub(&f.dir) {
+                        Ok(d) => list_in(&d, &mut |_, _| {}),
+                        Err(_) => continue,
+                    }
+                };
+                let files = listed.files;
+                let at = |m: &MessageFile| {
+                    let sub: &[u8] = if m.new { b"new" } else { b"cur" };
+                    let dir = [&acc.rel_path[..], b"/", &f.dir, b"/", sub].concat();
+                    (dir, m.name.clone())
+                };
+                let found: Vec<_> = files.iter().take(256).map(at).collect();
+                candidates += found.len();
+                folders.push(found);
                 if candidates >= max * 4 {
                     break 'outer;
                 }
@@ -646,11 +874,14 @@ impl Source for MaildirSource {
         }
         picked.truncate(max);
         // Only what is kept stays in memory.
-        picked.par_iter().for_each(|p| {
+        picked.par_iter().for_each(|(dir, name)| {
             if samples.full() {
                 return;
             }
-            if let Ok(data) = fs::read(p) {
+            let Ok(dir) = Dir::open_below(&self.read, dir) else {
+                return;
+            };
+            if let Ok(Checked::Read(data, _)) = read_checked(&dir, name) {
                 samples.offer(&data);
             }
         });
@@ -684,15 +915,22 @@ enum Read {
     Failed,
 }
 
+/// What a message or folder file that changed while read is reported with.
+const CHANGED: &str = "changed while read, twice (rewritten in place: not a Maildir's way); not in this snapshot: the next backup reads it again";
+
 /// Reads one message and stores it.
 fn read_message(
     out: &FolderWriter,
-    folder: &FolderSource,
+    listing: &Listing,
     file: MessageFile,
 ) -> Result<Read, (PathBuf, Error)> {
-    let path = file.path(&folder.path);
-    let (data, meta) = match read_with_meta(&path) {
-        Ok(d) => d,
+    let Some(dir) = listing.dir(&file) else {
+        return Ok(Read::Vanished(file));
+    };
+    let path = dir.join(&file.name);
+    let (data, meta) = match read_checked(dir, &file.name) {
+        Ok(Checked::Read(data, meta)) => (data, meta),
+        Ok(Checked::Changed) => return Err((path, Error::InvalidInput(CHANGED.into()))),
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Read::Vanished(file)),
         Err(e) => return Err((path.clone(), Error::io(&path, e))),
     };
@@ -709,6 +947,37 @@ fn read_message(
         Ok(e) => Ok(Read::Entry(e)),
         Err(e) => Err((path, e)),
     }
+}
+
+/// A file read whole by [`read_checked`].
+enum Checked {
+    Read(Vec<u8>, FileMeta),
+    /// It changed while read, twice.
+    Changed,
+}
+
+/// Reads the file `name` of `dir` whole (opened relative to `dir`, never through a link),
+/// with its `stat`: one whose size, mtime or ctime changed while it was read is read
+/// again once, then [`Checked::Changed`].
+fn read_checked(dir: &Dir, name: &[u8]) -> io::Result<Checked> {
+    use std::io::Read;
+    let key = |st: &walk::Stat| {
+        (
+            st.st_size,
+            (st.st_mtime, st.st_mtime_nsec),
+            (st.st_ctime, st.st_ctime_nsec),
+        )
+    };
+    for _ in 0..2 {
+        let (f, before) = dir.open_file(name)?;
+        let mut data = Vec::with_capacity(before.st_size as usize);
+        walk::Reading::new(&f, &dir.join(name)).read_to_end(&mut data)?;
+        let after = rustix::fs::fstat(&f)?;
+        if key(&before) == key(&after) && data.len() as u64 == before.st_size as u64 {
+            return Ok(Checked::Read(data, FileMeta::of_stat(&before)));
+        }
+    }
+    Ok(Checked::Changed)
 }
 
 /// Reads a whole file with one open and one fstat.
@@ -783,6 +1052,128 @@ mod tests {
         // And their ctime (which cannot be set) older than the clock's granularity.
         std::thread::sleep(std::time::Duration::from_millis(120));
         t
+    }
+
+    /// Regression (issue 24, item 4): `cur/` swapped for a link to another tree while the
+    /// backup runs (after the folder was found, before `cur/` is opened) is refused and
+    /// reported, and the other tree's messages are not backed up.
+    #[test]
+    fn a_cur_swapped_for_a_link_during_the_backup_is_refused() {
+        use crate::source::walk::{hook, Event};
+        let t = tempfile::tempdir().unwrap();
+        let md = t.path().join("Maildir");
+        let elsewhere = t.path().join("elsewhere");
+        for d in ["cur", "new", "tmp", ".F3/cur", ".F3/new", ".F3/tmp"] {
+            fs::create_dir_all(md.join(d)).unwrap();
+        }
+        fs::create_dir_all(&elsewhere).unwrap();
+        fs::write(md.join(".F3/cur/1.M1P1.h:2,S"), b"Subject: mine\n\nx\n").unwrap();
+        fs::write(elsewhere.join("2.M1P1.h:2,S"), b"Subject: not mine\n\ny\n").unwrap();
+        let cur = md.join(".F3/cur");
+        let _hook = {
+            let (cur, elsewhere) = (cur.clone(), elsewhere.clone());
+            let done = std::sync::atomic::AtomicBool::new(false);
+            hook::set(&md, move |e: &Event<'_>| {
+                if matches!(e, Event::Open(p) if *p == cur)
+                    && !done.swap(true, std::sync::atomic::Ordering::SeqCst)
+                {
+                    fs::remove_dir_all(&cur).unwrap();
+                    std::os::unix::fs::symlink(&elsewhere, &cur).unwrap();
+                }
+            })
+        };
+        let store = std::sync::Arc::new(crate::store::MemoryStore::new());
+        let kdf = crate::repo::crypto::KdfParams {
+            m_cost: 64,
+            t_cost: 1,
+            p_cost: 1,
+        };
+        let init = crate::repo::InitOptions {
+            kdf,
+            ..Default::default()
+        };
+        let mut repo = Repository::init(store, b"pw", &init).unwrap();
+        let opts = BackupOptions {
+            source: md.clone(),
+            accounts: vec!["a".into()],
+            jobs: 1,
+            stat_unchanged: false,
+            run: RunOptions::new("h"),
+        };
+        let r = backup_at(&mut repo, &opts, (1_000, 0), &crate::report::NoProgress).unwrap();
+        assert_eq!(r.items_new, 0, "{r:?}");
+        assert_eq!(r.failures.len(), 1, "{:?}", r.failures);
+        assert_eq!(r.failures[0].item, cur.display().to_string());
+        assert!(
+            r.failures[0].error.contains("symbolic link"),
+            "{:?}",
+            r.failures
+        );
+    }
+
+    /// Regression (issue 24, item 7): a message rewritten in place while it was read was
+    /// stored torn. Read again once; changed again, it is reported and left out (the next
+    /// backup reads it: a Maildir key the snapshot has is never read again).
+    #[test]
+    fn a_message_changed_while_read_is_read_again_then_reported() {
+        use crate::source::walk::{hook, Event};
+        use std::sync::atomic::{AtomicBool, AtomicU32, Ordering::SeqCst};
+        let t = tempfile::tempdir().unwrap();
+        let md = t.path().join("Maildir");
+        for d in ["cur", "new", "tmp"] {
+            fs::create_dir_all(md.join(d)).unwrap();
+        }
+        let m = md.join("cur/1.M1P1.h:2,S");
+        fs::write(&m, b"Subject: mine\n\nx\n").unwrap();
+        let appends = std::sync::Arc::new(AtomicU32::new(0));
+        let _hook = {
+            let (m, appends, armed) = (m.clone(), appends.clone(), AtomicBool::new(false));
+            hook::set(&md, move |e: &Event<'_>| match e {
+                Event::Open(p) if *p == m => armed.store(true, SeqCst),
+                Event::Read { path, .. }
+                    if *path == m && armed.swap(false, SeqCst) && appends.load(SeqCst) > 0 =>
+                {
+                    appends.fetch_sub(1, SeqCst);
+                    let mut f = fs::OpenOptions::new().append(true).open(&m).unwrap();
+                    std::io::Write::write_all(&mut f, b"more\n").unwrap();
+                }
+                _ => {}
+            })
+        };
+        let backup = |n: u32| {
+            appends.store(n, SeqCst);
+            let store = std::sync::Arc::new(crate::store::MemoryStore::new());
+            let kdf = crate::repo::crypto::KdfParams {
+                m_cost: 64,
+                t_cost: 1,
+                p_cost: 1,
+            };
+            let init = crate::repo::InitOptions {
+                kdf,
+                ..Default::default()
+            };
+            let mut repo = Repository::init(store, b"pw", &init).unwrap();
+            let opts = BackupOptions {
+                source: md.clone(),
+                accounts: vec!["a".into()],
+                jobs: 1,
+                stat_unchanged: false,
+                // No dictionary: its samples would read the message first.
+                run: RunOptions {
+                    compression: Some(crate::repo::compress::Compression::None),
+                    ..RunOptions::new("h")
+                },
+            };
+            backup_at(&mut repo, &opts, (1_000, 0), &crate::report::NoProgress).unwrap()
+        };
+        let once = backup(1);
+        assert!(once.failures.is_empty(), "{:?}", once.failures);
+        assert_eq!(once.items_new, 1);
+        let twice = backup(2);
+        assert_eq!(twice.items_new, 0, "{twice:?}");
+        assert_eq!(twice.failures.len(), 1, "{:?}", twice.failures);
+        assert_eq!(twice.failures[0].item, m.display().to_string());
+        assert!(twice.failures[0].error.contains("changed while read"));
     }
 
     /// Regression (issue 10, item 21): a message moved from `new/` to `cur/` between the

@@ -28,9 +28,11 @@
 
 pub mod eml;
 pub mod file;
+pub mod fs_snapshot;
 pub mod imap;
 pub mod maildir;
 pub mod mbox;
+pub mod walk;
 
 use crate::repo::tree::{DirEntry, FileEntry, FolderNode, MessageEntry, Timestamp};
 use crate::report::Failure;
@@ -59,6 +61,13 @@ pub trait Source: Sync {
     /// The accounts to back up, in snapshot order (an error ends the backup before it
     /// starts: nothing is written).
     fn accounts(&self) -> Result<Vec<Account>, Self::Error>;
+
+    /// [`accounts`](Source::accounts), reporting to `failures` what was found and not
+    /// taken (a Maildir store's account directory that is a symbolic link); the pipeline
+    /// calls this one.
+    fn accounts_reporting(&self, _failures: &Failures) -> Result<Vec<Account>, Self::Error> {
+        self.accounts()
+    }
 
     /// A session for `account` (a login; nothing for files). With
     /// [`Parallelism::Pool`] one is opened per folder, so it must be cheap there.
@@ -242,6 +251,27 @@ impl FileMeta {
     }
 }
 
+impl FileMeta {
+    /// From `fstatat` ([`walk::Dir::stat`]).
+    // The `stat` fields' types differ between platforms: the casts are not all no-ops.
+    #[allow(clippy::unnecessary_cast)]
+    pub fn of_stat(st: &walk::Stat) -> FileMeta {
+        FileMeta {
+            size: st.st_size as u64,
+            mtime: Timestamp {
+                secs: st.st_mtime as i64,
+                nanos: (st.st_mtime_nsec as i64).clamp(0, 999_999_999) as u32,
+            },
+            mode: st.st_mode as u32 & 0o7777,
+            uid: st.st_uid,
+            gid: st.st_gid,
+            inode: st.st_ino as u64,
+            dev: st.st_dev as u64,
+            nlink: u32::try_from(st.st_nlink).unwrap_or(u32::MAX),
+        }
+    }
+}
+
 /// The mtime of a file.
 pub(crate) fn timestamp(m: &std::fs::Metadata) -> Timestamp {
     use std::os::unix::fs::MetadataExt;
@@ -316,9 +346,15 @@ pub enum FileData {
     Path(PathBuf),
     /// A file of any size to read in bounded windows and cut into page-sized chunks,
     /// chunked and stored in parallel, its chunk ids kept in content lists
-    /// ([`crate::ops::backup::store_large`]): a mail database, for `file:` backups. Gone
-    /// by then: left out quietly, as with `Path`.
-    Large(PathBuf),
+    /// ([`crate::ops::backup::store_large`]): a mail database, for `file:` backups; the
+    /// file `name` of the open directory `dir`, opened relative to it, never through a
+    /// link ([`walk::Dir::open_file`]). Gone by then: left out quietly, as with `Path`.
+    /// One that changed while it was read is read again, then reported
+    /// ([`FolderWriter::store_file`]).
+    Large {
+        dir: std::sync::Arc<walk::Dir>,
+        name: Vec<u8>,
+    },
     /// A symbolic link, by its target (a `file:` backup's: never followed).
     Link(Vec<u8>),
 }
