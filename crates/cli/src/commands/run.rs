@@ -283,6 +283,8 @@ fn with_profile(g: &GlobalOpts, p: &Profile, name: &str) -> Result<GlobalOpts> {
             ),
             _ => g.password_file = Some(f.clone()),
         }
+        // Said when the profile is read (once a run), whether or not the password is.
+        crate::secret::warn_if_readable_by_others("password file", f);
     }
     if g.jobs == 0 {
         g.jobs = p.jobs.unwrap_or(0);
