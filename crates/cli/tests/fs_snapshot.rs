@@ -81,6 +81,11 @@ fn write(p: &Path, data: &[u8]) {
 #[test]
 fn a_btrfs_snapshot_is_backed_up_as_the_original_paths_and_always_removed() {
     if sh(Command::new("id").arg("-u")).trim() != "0" {
+        // CI runs as root: there the test must run.
+        assert!(
+            std::env::var_os("MAILVAULT_CI").is_none(),
+            "a_btrfs_snapshot_…: needs root (a loop device and a mount)"
+        );
         eprintln!("a_btrfs_snapshot_…: not run: it needs root (a loop device and a mount)");
         return;
     }
