@@ -408,15 +408,30 @@ fn linked_folders_cur_new_and_accounts_are_reported_not_followed() {
     fs::create_dir_all(md.join(".F4/cur")).unwrap();
     symlink(elsewhere.join("new"), md.join(".F4/new")).unwrap();
     symlink(&elsewhere, md.join(".Linked")).unwrap();
+    // An account linked from outside the store: a failure; an alias inside it (a second
+    // name for carol, a domain alias): a warning, the mail backed up once, where it is.
+    symlink(elsewhere.parent().unwrap(), src.join("example.org/outside")).unwrap();
     symlink(src.join("example.org/carol"), src.join("example.org/alias")).unwrap();
+    symlink(src.join("example.org"), src.join("example.net")).unwrap();
     let linked = [".F3/cur", ".F4/new", ".Linked"].map(|p| md.join(p));
-    let linked: Vec<String> = (linked.iter().chain([&src.join("example.org/alias")]))
+    let linked: Vec<String> = (linked.iter().chain([&src.join("example.org/outside")]))
         .map(|p| p.display().to_string())
         .collect();
     e.expect(0, &["init"]);
     let r = e.json(1, &["backup", &format!("maildir:{}", src.display())]);
     assert_eq!(r["items_new"], 66, "the store's own messages, no more");
     assert_eq!(r["accounts"], 2);
+    let warnings = r["warnings"].as_array().unwrap();
+    assert_eq!(warnings.len(), 2, "{warnings:?}");
+    for alias in ["example.org/alias", "example.net"] {
+        let alias = src.join(alias).display().to_string();
+        assert!(
+            warnings
+                .iter()
+                .any(|w| w.as_str().unwrap().starts_with(&alias)),
+            "{alias} not said: {warnings:?}"
+        );
+    }
     let failures = r["failures"].as_array().unwrap();
     for path in &linked {
         let f = failures.iter().find(|f| f["item"] == path.as_str());

@@ -416,6 +416,9 @@ pub fn print_report(r: &BackupReport) {
         "  time       {:.2} s: {:.0} {per}/s, {:.1} MB/s",
         r.elapsed_secs, r.items_per_sec, r.mb_per_sec
     );
+    for w in &r.warnings {
+        println!("warning: {}", crate::output::safe(w));
+    }
     print_failures(&r.failures);
 }
 

@@ -101,6 +101,9 @@ pub struct BackupReport {
     /// bytes_read / elapsed, in MB (10^6 bytes) per second.
     pub mb_per_sec: f64,
     pub failures: Vec<Failure>,
+    /// What was left out on purpose and is worth saying (a store's alias links): the
+    /// exit code does not change.
+    pub warnings: Vec<String>,
 }
 
 /// What a backup run of any source counts as it goes.
@@ -147,6 +150,7 @@ pub(crate) fn finish_run(
     saver: &BlobSaver,
     n: &Counters,
     mut failures: Vec<Failure>,
+    warnings: Vec<String>,
     root: RootTree,
     meta: RunMeta,
 ) -> Result<(BackupReport, PackList)> {
@@ -209,6 +213,7 @@ pub(crate) fn finish_run(
         items_per_sec: per_sec(items_total, elapsed),
         mb_per_sec: per_sec(bytes_read, elapsed) / 1e6,
         failures,
+        warnings,
     };
     Ok((report, written))
 }
@@ -346,7 +351,8 @@ pub fn run<S: Source>(
             packs_resumed,
             lock: mark.watch(),
         };
-        finish_run(&ctx.saver, &ctx.n, ctx.failures.take(), root, meta).map_err(S::Error::from)
+        let (failures, warnings) = (ctx.failures.take(), ctx.failures.take_warnings());
+        finish_run(&ctx.saver, &ctx.n, failures, warnings, root, meta).map_err(S::Error::from)
     })?;
     end_run(repo, &written, mark);
     Ok(report)

@@ -98,9 +98,9 @@ fn links_to_dir(dir: &Dir, name: &[u8]) -> bool {
     std::fs::metadata(dir.join(name)).is_ok_and(|m| m.is_dir())
 }
 
-/// The subdirectories of `dir` (not hidden ones), sorted; a link to a directory is
-/// reported to `failures`, not followed.
-fn sorted_dirs(dir: &Dir, failures: &Failures) -> Result<Vec<Vec<u8>>> {
+/// The subdirectories of `dir` (not hidden ones), sorted; a link to a directory is not
+/// followed, and said ([`refuse_link`]).
+fn sorted_dirs(dir: &Dir, store: &Path, failures: &Failures) -> Result<Vec<Vec<u8>>> {
     let mut out = Vec::new();
     for (name, t) in dir.entries().map_err(|e| Error::io(dir.path(), e))? {
         if name.starts_with(b".") {
@@ -109,13 +109,32 @@ fn sorted_dirs(dir: &Dir, failures: &Failures) -> Result<Vec<Vec<u8>>> {
         match entry_type(dir, &name, t) {
             Some(FileType::Directory) => out.push(name),
             Some(FileType::Symlink) if links_to_dir(dir, &name) => {
-                failures.fail(dir.join(&name).display().to_string(), walk::LINK_REFUSED)
+                refuse_link(dir, &name, store, failures)
             }
             _ => {}
         }
     }
     out.sort();
     Ok(out)
+}
+
+/// A domain, user or `Maildir` directory of the store that is a symbolic link: never
+/// followed. One that leads into the store (`store`, canonical) is an alias (a domain
+/// alias, a user's second name): its mail is backed up where it leads, and it is a
+/// warning, so that such a store does not fail every night. One that leads out of the
+/// store is a failure.
+fn refuse_link(dir: &Dir, name: &[u8], store: &Path, failures: &Failures) {
+    let path = dir.join(name);
+    match fs::canonicalize(&path) {
+        Ok(to) if to.starts_with(store) => failures.warn(
+            path.display(),
+            format_args!(
+                "a symbolic link to {} in the store: not followed (its mail is backed up there)",
+                to.display()
+            ),
+        ),
+        _ => failures.fail(path.display().to_string(), walk::LINK_REFUSED),
+    }
 }
 
 /// Opens the subdirectory `name` of `dir` (one at a time: a store may have more accounts
@@ -174,19 +193,19 @@ pub fn discover_reporting(
         }]);
     }
     let mut out = Vec::new();
-    for domain in sorted_dirs(&top, failures)? {
+    let store = fs::canonicalize(root).map_err(|e| Error::io(root, e))?;
+    for domain in sorted_dirs(&top, &store, failures)? {
         let Some(ddir) = open_sub(&top, &domain, failures) else {
             continue;
         };
-        for user in sorted_dirs(&ddir, failures)? {
+        for user in sorted_dirs(&ddir, &store, failures)? {
             let Some(udir) = open_sub(&ddir, &user, failures) else {
                 continue;
             };
             let maildir = match udir.stat(b"Maildir").map(|st| walk::file_type(&st)) {
                 Ok(FileType::Directory) => udir.sub(b"Maildir").ok(),
                 Ok(FileType::Symlink) if links_to_dir(&udir, b"Maildir") => {
-                    let path = udir.join(b"Maildir").display().to_string();
-                    failures.fail(path, walk::LINK_REFUSED);
+                    refuse_link(&udir, b"Maildir", &store, failures);
                     continue;
                 }
                 _ => None,

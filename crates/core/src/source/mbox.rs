@@ -157,7 +157,7 @@ impl MboxSource {
                 .collect(),
             MboxLayout::Tree { .. } | MboxLayout::Store => {
                 if let Some((folders, failed)) = lock(&self.walked).remove(&account.path) {
-                    lock(&failures.0).extend(failed);
+                    failures.extend(failed);
                     return folders;
                 }
                 let mut out = Vec::new();
@@ -469,7 +469,7 @@ impl Source for MboxSource {
         _session: &mut (),
         failures: &Failures,
     ) -> Result<AccountListing> {
-        lock(&failures.0).append(&mut lock(&self.passed_over));
+        failures.extend(std::mem::take(&mut *lock(&self.passed_over)));
         Ok(AccountListing {
             folders: self.list_folders(account, failures),
             dirs: Vec::new(),

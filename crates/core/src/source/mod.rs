@@ -359,18 +359,38 @@ pub enum FileData {
     Link(Vec<u8>),
 }
 
-/// The failure list of a backup run: what could not be backed up, and why.
+/// The failure list of a backup run: what could not be backed up, and why; and what was
+/// left out on purpose and is worth saying (warnings: the run's exit code does not change).
 #[derive(Debug, Default)]
-pub struct Failures(Mutex<Vec<Failure>>);
+pub struct Failures {
+    failed: Mutex<Vec<Failure>>,
+    warnings: Mutex<Vec<String>>,
+}
 
 impl Failures {
     /// Records that `item` (a path, `account: folder`, `account: folder: UID n`) failed.
     pub fn fail(&self, item: impl Into<String>, e: impl std::fmt::Display) {
-        crate::repo::lock(&self.0).push(Failure::new(item, e));
+        crate::repo::lock(&self.failed).push(Failure::new(item, e));
+    }
+
+    /// Records that `item` was left out on purpose, and why (a store's alias links).
+    pub fn warn(&self, item: impl std::fmt::Display, why: impl std::fmt::Display) {
+        crate::repo::lock(&self.warnings).push(format!("{item}: {why}"));
+    }
+
+    /// Records failures found earlier (by a source's own walk).
+    pub(crate) fn extend(&self, failed: impl IntoIterator<Item = Failure>) {
+        crate::repo::lock(&self.failed).extend(failed);
     }
 
     pub(crate) fn take(&self) -> Vec<Failure> {
-        std::mem::take(&mut *crate::repo::lock(&self.0))
+        std::mem::take(&mut *crate::repo::lock(&self.failed))
+    }
+
+    pub(crate) fn take_warnings(&self) -> Vec<String> {
+        let mut w = std::mem::take(&mut *crate::repo::lock(&self.warnings));
+        w.sort();
+        w
     }
 }
 
