@@ -371,6 +371,16 @@ keep-tag = ["keep"]
         assert!(e.contains("2 weeks"), "{e}");
     }
 
+    /// The sample configuration the Debian package installs parses, with its profile.
+    #[test]
+    fn the_shipped_sample_parses() {
+        let c = parse(include_str!("../../../contrib/mailvault.toml")).unwrap();
+        let p = c.profile("nightly", Path::new("x")).unwrap();
+        assert_eq!(p.repository.as_deref(), Some("/srv/mailvault"));
+        assert_eq!(p.sources.len(), 1);
+        assert!(p.forget.is_some());
+    }
+
     /// Issue 24 items 5 and 14: a TOML error is one line with its place, and quotes
     /// neither a password written into the file nor the line it is on.
     #[test]

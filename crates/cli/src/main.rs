@@ -143,6 +143,9 @@ pub enum Command {
     /// Run a profile of the configuration file: back up its sources, forget by its policy,
     /// prune when due, check.
     Run(commands::run::Args),
+    /// Write the man pages or the shell completions (for packagers: scripts/deb.sh).
+    #[command(hide = true)]
+    Generate(commands::generate::Args),
 }
 
 /// What a command ended with.
@@ -238,6 +241,7 @@ fn main() -> ExitCode {
         Command::Forget(a) => commands::forget::run(g, a),
         Command::Tag(a) => commands::tag::run(g, a),
         Command::Run(a) => commands::run::run(g, a),
+        Command::Generate(a) => commands::generate::run(a),
     };
     // Storage given up on (`--give-up-after`): the command's items failed with it, its
     // report said so per item; the run failed as a whole, and is said to once.

@@ -4,6 +4,7 @@ pub mod backup;
 pub mod check;
 pub mod demo;
 pub mod forget;
+pub mod generate;
 pub mod imap;
 pub mod init;
 pub mod ls;
