@@ -532,6 +532,8 @@ fn configuration_errors_name_the_key_the_file_and_the_profiles() {
     assert!(err.contains("give only one"), "{err}");
     // A password file others can read is warned about (the repository is not there: the
     // run then fails).
+    use std::os::unix::fs::PermissionsExt;
+    fs::set_permissions(e.path("pass"), fs::Permissions::from_mode(0o644)).unwrap();
     let mut cmd = e.cmd(&[
         "--config",
         cfg.to_str().unwrap(),
@@ -546,7 +548,6 @@ fn configuration_errors_name_the_key_the_file_and_the_profiles() {
         err.contains("can be read by others") && err.contains("chmod 600"),
         "{err}"
     );
-    use std::os::unix::fs::PermissionsExt;
     fs::set_permissions(e.path("pass"), fs::Permissions::from_mode(0o600)).unwrap();
     let o = cmd.output().unwrap();
     let err = String::from_utf8_lossy(&o.stderr);
