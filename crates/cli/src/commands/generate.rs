@@ -29,26 +29,29 @@ pub fn run(a: Args) -> Result<Outcome> {
     Ok(Outcome::Ok)
 }
 
-/// `mailvault.1` and `mailvault-<command>.1` for every command that is not hidden.
+/// `mailvault.1` and `mailvault-<command>.1` for every command that is not hidden, and
+/// `mailvault-<command>-<subcommand>.1` for theirs (`mailvault-repair-index.1`); no page
+/// for clap's `help`.
 fn man_pages(dir: &Path) -> Result<Vec<PathBuf>> {
-    let mut cmd = Cli::command();
-    // Built, so that each command's page lists the options every command takes.
+    let mut cmd = Cli::command().disable_help_subcommand(true);
+    // Built, so that each command's page lists the options every command takes and is
+    // named by its path (`mailvault-repair-index`).
     cmd.build();
-    let mut out = vec![write_man(dir, "mailvault", cmd.clone())?];
-    for sub in cmd.get_subcommands().filter(|s| !s.is_hide_set()) {
-        let name = format!("mailvault-{}", sub.get_name());
-        let sub = sub.clone().name(name.clone()).display_name(name.clone());
-        out.push(write_man(dir, &name, sub)?);
-    }
+    let mut out = Vec::new();
+    write_man(dir, &cmd, &mut out)?;
     Ok(out)
 }
 
-fn write_man(dir: &Path, name: &str, cmd: clap::Command) -> Result<PathBuf> {
-    let mut page = Vec::new();
-    clap_mangen::Man::new(cmd).render(&mut page)?;
-    let path = dir.join(format!("{name}.1"));
-    std::fs::write(&path, page).with_context(|| format!("writing {}", path.display()))?;
-    Ok(path)
+fn write_man(dir: &Path, cmd: &clap::Command, out: &mut Vec<PathBuf>) -> Result<()> {
+    let page = clap_mangen::Man::new(cmd.clone());
+    let path = dir.join(page.get_filename());
+    page.generate_to(dir)
+        .with_context(|| format!("writing {}", path.display()))?;
+    out.push(path);
+    for sub in cmd.get_subcommands().filter(|s| !s.is_hide_set()) {
+        write_man(dir, sub, out)?;
+    }
+    Ok(())
 }
 
 /// The completions of bash (`mailvault.bash`), zsh (`_mailvault`) and fish
