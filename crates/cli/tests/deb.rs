@@ -77,6 +77,7 @@ fn the_debian_package_installs_runs_the_demo_and_is_removed() {
         "./usr/share/man/man1/mailvault.1.gz",
         "./usr/share/man/man1/mailvault-backup.1.gz",
         "./usr/share/man/man1/mailvault-restore.1.gz",
+        "./usr/share/man/man1/mailvault-repair-index.1.gz",
         "./usr/share/bash-completion/completions/mailvault",
         "./usr/share/zsh/vendor-completions/_mailvault",
         "./usr/share/fish/vendor_completions.d/mailvault.fish",
