@@ -1,7 +1,7 @@
 //! `mailvault generate man DIR` and `mailvault generate completions DIR`: the man pages
 //! (one for `mailvault`, one per command and subcommand, as `mailvault-backup.1` and
-//! `mailvault-repair-index.1`) and the bash, zsh and
-//! fish completions, made from the CLI's own definition so they never disagree with it.
+//! `mailvault-repair-index.1`) and the bash, zsh and fish completions, made from the CLI's
+//! own definition so they never disagree with it.
 //! Hidden: packagers run it (scripts/deb.sh).
 
 use crate::{Cli, Outcome};
