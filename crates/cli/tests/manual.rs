@@ -68,7 +68,16 @@ fn lines(text: &str) -> Vec<Line> {
             continued = false;
             continue;
         }
-        if fenced && continued {
+        // A code block's line continued with `\`, or a code span that goes on on the next
+        // line of a paragraph.
+        let open_span = |t: &str| t.matches('`').count() % 2 == 1;
+        let joins = if fenced {
+            continued
+        } else {
+            out.last()
+                .is_some_and(|p| !p.code && open_span(&p.text) && !l.trim().is_empty())
+        };
+        if joins {
             let last = out.last_mut().unwrap();
             last.text.push(' ');
             last.text.push_str(l.trim().trim_end_matches('\\'));
