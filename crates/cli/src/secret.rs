@@ -73,9 +73,11 @@ pub fn redact(text: &str) -> Cow<'_, str> {
             .find(|c: char| matches!(c, '/' | '?' | '#') || c.is_whitespace() || c == '"')
             .unwrap_or(tail.len());
         let authority = &tail[..end];
+        // A user name alone (`imap://bob@example.org@mx`, an IMAP source's label) is no
+        // secret and stays; `user:password@` goes whole.
         match authority.rfind('@') {
-            Some(at) => out.push_str(&authority[at + 1..]),
-            None => out.push_str(authority),
+            Some(at) if authority[..at].contains(':') => out.push_str(&authority[at + 1..]),
+            _ => out.push_str(authority),
         }
         rest = &tail[end..];
     }
@@ -112,7 +114,11 @@ mod tests {
     fn user_information_is_removed_from_every_url() {
         assert_eq!(
             redact("repository \"s3:http://AK:SECRET@minio:9000/b\": bad; also imap://u:p@h:143 and imaps://bob@mx/"),
-            "repository \"s3:http://minio:9000/b\": bad; also imap://h:143 and imaps://mx/"
+            "repository \"s3:http://minio:9000/b\": bad; also imap://h:143 and imaps://bob@mx/"
+        );
+        assert_eq!(
+            redact("imap://bob@example.org@mail.example.org:993"),
+            "imap://bob@example.org@mail.example.org:993"
         );
         assert_eq!(
             redact("mail a@b.org at https://x/y"),

@@ -1,20 +1,12 @@
-//! The user manual against the code (issue 24, item 2).
-//!
-//! - Every relative link in README.md and docs/**/*.md leads to a file that is there, and
-//!   every `#anchor` to a heading of the file it names.
-//! - Every command (as the built binary's `--help` lists them, subcommands of subcommands
-//!   too) has a section in docs/manual/commands.md, headed `mailvault COMMAND`; every long
-//!   flag of its own is named in that section, and the options every command takes in the
-//!   section `Options every command takes`.
-//! - Every `--flag` a section names exists for its command, and so does every flag written
-//!   after `mailvault COMMAND` anywhere in README.md or docs/.
-//! - `mailvault generate man` writes a page for every command and `generate completions`
-//!   a bash completion that knows every command.
-//!
-//! Which command a `--flag` belongs to: inside a code span or a line of a code block, the
-//! command it starts with (`mailvault restore …`, or a command's bare name: `restore
-//! --message`); a span or line that starts with another program (`cargo run --release`,
-//! `systemctl enable --now`) is not checked; anything else belongs to the section's command.
+//! The user manual against the code (issue 24, item 2): every relative link in README.md
+//! and docs/ leads to a file there and every `#anchor` to one of its headings; every
+//! command's flags (as `mailvault COMMAND --help` lists them) are written in its section
+//! of docs/manual/commands.md (`## mailvault COMMAND`), the options every command takes in
+//! its section `## Options every command takes`, and every `--flag` a section names exists.
+//! Everywhere in README.md and docs/, a command line written `mailvault COMMAND --flag…`
+//! (in a code block or a code span) uses flags that COMMAND takes. `mailvault generate`
+//! writes a man page for every command and subcommand, naming each of its flags, and
+//! completions that know every command.
 #![allow(clippy::unwrap_used)]
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -22,17 +14,9 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 fn root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../..")
-        .canonicalize()
-        .unwrap()
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
 }
 
-fn rel(p: &Path) -> String {
-    p.strip_prefix(root()).unwrap_or(p).display().to_string()
-}
-
-/// README.md and every Markdown file below docs/.
 fn markdown_files() -> Vec<PathBuf> {
     fn walk(dir: &Path, out: &mut Vec<PathBuf>) {
         for e in std::fs::read_dir(dir).unwrap() {
@@ -50,130 +34,86 @@ fn markdown_files() -> Vec<PathBuf> {
     out
 }
 
-/// A line of a Markdown file: its number, its text, whether it is inside a fenced code
-/// block (lines continued with `\` in a code block are joined into the first).
-struct Line {
-    number: usize,
-    text: String,
-    code: bool,
-}
-
-fn lines(text: &str) -> Vec<Line> {
-    let mut out: Vec<Line> = Vec::new();
-    let mut fenced = false;
-    let mut continued = false;
-    for (i, l) in text.lines().enumerate() {
-        if l.trim_start().starts_with("```") {
-            fenced = !fenced;
-            continued = false;
-            continue;
-        }
-        // A code block's line continued with `\`, or a code span that goes on on the next
-        // line of a paragraph.
-        let open_span = |t: &str| t.matches('`').count() % 2 == 1;
-        let joins = if fenced {
-            continued
-        } else {
-            out.last()
-                .is_some_and(|p| !p.code && open_span(&p.text) && !l.trim().is_empty())
-        };
-        if joins {
-            let last = out.last_mut().unwrap();
-            last.text.push(' ');
-            last.text.push_str(l.trim().trim_end_matches('\\'));
-        } else {
-            out.push(Line {
-                number: i + 1,
-                text: l.trim_end_matches('\\').to_string(),
-                code: fenced,
-            });
-        }
-        continued = fenced && l.trim_end().ends_with('\\');
-    }
-    out
-}
-
-/// A heading line's level and text.
-fn heading(l: &Line) -> Option<(usize, &str)> {
-    if l.code {
-        return None;
-    }
-    let level = l.text.chars().take_while(|&c| c == '#').count();
-    let rest = &l.text[level..];
-    (level > 0 && rest.starts_with(' ')).then(|| (level, rest.trim()))
-}
-
 /// GitHub's anchor of a heading: lower case, spaces to `-`, punctuation other than `-`
-/// and `_` dropped; a repeated anchor gets `-1`, `-2`…
+/// and `_` dropped.
+fn slug(heading: &str) -> String {
+    heading
+        .trim()
+        .to_lowercase()
+        .chars()
+        .filter_map(|c| match c {
+            ' ' => Some('-'),
+            c if c.is_alphanumeric() || c == '-' || c == '_' => Some(c),
+            _ => None,
+        })
+        .collect()
+}
+
+/// The anchors of a Markdown file's headings (outside code blocks).
 fn anchors(text: &str) -> BTreeSet<String> {
     let mut out = BTreeSet::new();
     let mut seen: BTreeMap<String, usize> = BTreeMap::new();
-    for l in lines(text) {
-        let Some((_, h)) = heading(&l) else { continue };
-        let slug: String = h
-            .to_lowercase()
-            .chars()
-            .filter_map(|c| match c {
-                ' ' => Some('-'),
-                c if c.is_alphanumeric() || c == '-' || c == '_' => Some(c),
-                _ => None,
-            })
-            .collect();
-        let n = seen.entry(slug.clone()).or_default();
-        out.insert(if *n == 0 {
-            slug.clone()
-        } else {
-            format!("{slug}-{n}")
-        });
-        *n += 1;
+    for line in without_code_blocks(text) {
+        if let Some(h) = line.strip_prefix('#') {
+            let s = slug(h.trim_start_matches('#'));
+            let n = seen.entry(s.clone()).or_default();
+            out.insert(if *n == 0 {
+                s.clone()
+            } else {
+                format!("{s}-{n}")
+            });
+            *n += 1;
+        }
     }
     out
 }
 
-/// The text of a line outside its code spans, and its code spans.
-fn split_spans(line: &str) -> (String, Vec<String>) {
-    let mut prose = String::new();
-    let mut spans = Vec::new();
-    for (i, part) in line.split('`').enumerate() {
-        if i % 2 == 0 {
-            prose.push_str(part);
-            prose.push(' ');
-        } else {
-            spans.push(part.to_string());
-        }
-    }
-    (prose, spans)
+fn without_code_blocks(text: &str) -> Vec<&str> {
+    let mut fenced = false;
+    text.lines()
+        .filter(|l| {
+            if l.trim_start().starts_with("```") {
+                fenced = !fenced;
+                return false;
+            }
+            !fenced
+        })
+        .collect()
 }
 
-/// The link targets of a line: inline `[text](target)` and reference definitions
-/// `[label]: target`, outside code spans.
-fn link_targets(line: &str) -> Vec<String> {
-    let (prose, _) = split_spans(line);
+/// The targets of the inline links `[text](target)` of a line (code spans left out).
+fn links(line: &str) -> Vec<String> {
     let mut out = Vec::new();
-    let mut rest = prose.as_str();
+    let plain: String = line
+        .split('`')
+        .enumerate()
+        .filter(|(i, _)| i % 2 == 0)
+        .map(|(_, s)| s)
+        .collect::<Vec<_>>()
+        .join(" ");
+    let mut rest = plain.as_str();
     while let Some(i) = rest.find("](") {
         let after = &rest[i + 2..];
-        let end = after.find(')').unwrap_or(after.len());
-        let target = after[..end].split_whitespace().next().unwrap_or("");
-        out.push(target.trim_matches(['<', '>']).to_string());
+        let Some(end) = after.find(')') else { break };
+        out.push(
+            after[..end]
+                .split_whitespace()
+                .next()
+                .unwrap_or("")
+                .to_string(),
+        );
         rest = &after[end..];
-    }
-    let t = prose.trim_start();
-    if t.starts_with('[') {
-        if let Some((_, target)) = t.split_once("]: ") {
-            out.push(target.split_whitespace().next().unwrap_or("").to_string());
-        }
     }
     out
 }
 
 #[test]
-fn every_relative_link_leads_to_a_file_and_a_heading() {
+fn every_relative_link_and_anchor_resolves() {
     let mut broken = Vec::new();
     for file in markdown_files() {
         let text = std::fs::read_to_string(&file).unwrap();
-        for l in lines(&text).iter().filter(|l| !l.code) {
-            for target in link_targets(&l.text) {
+        for line in without_code_blocks(&text) {
+            for target in links(line) {
                 if target.is_empty() || target.contains("://") || target.starts_with("mailto:") {
                     continue;
                 }
@@ -181,24 +121,18 @@ fn every_relative_link_leads_to_a_file_and_a_heading() {
                     Some((p, a)) => (p, Some(a)),
                     None => (target.as_str(), None),
                 };
-                let dest = if path.is_empty() {
-                    file.clone()
-                } else {
-                    file.parent().unwrap().join(path)
+                let dest = match path {
+                    "" => file.clone(),
+                    p => file.parent().unwrap().join(p),
                 };
-                let place = format!("{}:{}: link {target:?}", rel(&file), l.number);
                 if !dest.exists() {
-                    broken.push(format!("{place}: no file {}", dest.display()));
+                    broken.push(format!("{}: {target}: no such file", file.display()));
                     continue;
                 }
-                if let Some(a) = anchor.filter(|_| dest.extension().is_some_and(|x| x == "md")) {
-                    let there = anchors(&std::fs::read_to_string(&dest).unwrap());
-                    if !there.contains(a) {
-                        broken.push(format!(
-                            "{place}: no heading #{a} in {} (its headings: {})",
-                            rel(&dest.canonicalize().unwrap()),
-                            there.into_iter().collect::<Vec<_>>().join(", ")
-                        ));
+                if let Some(a) = anchor.filter(|_| dest.is_file()) {
+                    let there = std::fs::read_to_string(&dest).unwrap_or_default();
+                    if !anchors(&there).contains(a) {
+                        broken.push(format!("{}: {target}: no heading #{a}", file.display()));
                     }
                 }
             }
@@ -207,374 +141,248 @@ fn every_relative_link_leads_to_a_file_and_a_heading() {
     assert!(broken.is_empty(), "broken links:\n{}", broken.join("\n"));
 }
 
-/// A command of the CLI: its path below `mailvault` (empty for `mailvault` itself) and the
-/// long flags of its own (for `mailvault` itself: the options every command takes).
-struct Cmd {
-    path: Vec<String>,
-    own: BTreeSet<String>,
-    /// Every long flag it accepts, its own and every command's.
-    all: BTreeSet<String>,
-}
-
-impl Cmd {
-    fn name(&self) -> String {
-        let mut n = String::from("mailvault");
-        for p in &self.path {
-            n.push(' ');
-            n.push_str(p);
-        }
-        n
-    }
-}
-
-/// `mailvault PATH --help`.
-fn help(path: &[String]) -> String {
-    let o = Command::new(env!("CARGO_BIN_EXE_mailvault"))
-        .args(path)
+fn help(args: &[&str]) -> String {
+    let out = Command::new(env!("CARGO_BIN_EXE_mailvault"))
+        .args(args)
         .arg("--help")
         .output()
         .unwrap();
-    assert!(o.status.success(), "mailvault {path:?} --help failed");
-    String::from_utf8(o.stdout).unwrap()
+    assert!(out.status.success(), "{args:?} --help");
+    String::from_utf8(out.stdout).unwrap()
 }
 
-/// The long flags a help text lists (the options' own lines, not their descriptions),
-/// without --help and --version, and the subcommands it lists.
-fn parse_help(text: &str) -> (BTreeSet<String>, Vec<String>) {
-    let mut flags = BTreeSet::new();
-    let mut subs = Vec::new();
-    let mut in_commands = false;
+/// The long flags an option list of `--help` shows (`--flag` at the start of an entry).
+fn flags(help: &str) -> BTreeSet<String> {
+    help.lines()
+        .filter_map(|l| {
+            let l = l.trim_start();
+            let l = l
+                .strip_prefix("-")
+                .filter(|_| !l.starts_with("--"))
+                .map_or(l, |s| s.split_once(", ").map_or(s, |(_, rest)| rest));
+            let name = l.strip_prefix("--")?;
+            let end = name
+                .find(|c: char| !(c.is_ascii_alphanumeric() || c == '-'))
+                .unwrap_or(name.len());
+            Some(format!("--{}", &name[..end]))
+        })
+        .filter(|f| f != "--help" && f != "--version")
+        .collect()
+}
+
+/// The commands `mailvault --help` lists.
+fn commands(top: &str) -> Vec<String> {
+    top.lines()
+        .skip_while(|l| !l.starts_with("Commands:"))
+        .skip(1)
+        .take_while(|l| l.starts_with("  "))
+        .filter_map(|l| l.split_whitespace().next().map(str::to_string))
+        .filter(|c| c != "help")
+        .collect()
+}
+
+/// The sections of the commands chapter, by heading (`## ...`), with their text.
+fn sections(text: &str) -> BTreeMap<String, String> {
+    let mut out: BTreeMap<String, String> = BTreeMap::new();
+    let mut current = None;
     for line in text.lines() {
-        if line.ends_with(':') && !line.starts_with(' ') {
-            in_commands = line == "Commands:";
-            continue;
-        }
-        let indent = line.len() - line.trim_start().len();
-        let t = line.trim_start();
-        if in_commands && indent == 2 {
-            let name = t.split_whitespace().next().unwrap_or("");
-            if !name.is_empty() && name != "help" {
-                subs.push(name.to_string());
-            }
-        } else if (2..=6).contains(&indent) {
-            let t = t.strip_prefix('-').and_then(|t| {
-                if t.starts_with('-') {
-                    Some(t)
-                } else {
-                    t.split_once(", -").map(|(_, r)| r)
-                }
-            });
-            if let Some(f) = t.and_then(|t| t.strip_prefix('-')) {
-                let f: String = f
-                    .chars()
-                    .take_while(|c| c.is_ascii_alphanumeric() || *c == '-')
-                    .collect();
-                if !f.is_empty() && f != "help" && f != "version" {
-                    flags.insert(f);
-                }
-            }
+        if let Some(h) = line.strip_prefix("## ") {
+            current = Some(h.trim().to_string());
+            out.entry(h.trim().to_string()).or_default();
+        } else if let Some(c) = &current {
+            let s = out.get_mut(c).unwrap();
+            s.push_str(line);
+            s.push('\n');
         }
     }
-    (flags, subs)
-}
-
-/// Every command of the built binary, `mailvault` itself first.
-fn commands() -> Vec<Cmd> {
-    let (global, _) = parse_help(&help(&[]));
-    let mut out = Vec::new();
-    let mut todo = vec![Vec::<String>::new()];
-    while let Some(path) = todo.pop() {
-        let (flags, subs) = parse_help(&help(&path));
-        for s in subs {
-            let mut p = path.clone();
-            p.push(s);
-            todo.push(p);
-        }
-        let own = if path.is_empty() {
-            flags.clone()
-        } else {
-            flags.difference(&global).cloned().collect()
-        };
-        out.push(Cmd {
-            path,
-            own,
-            all: flags
-                .union(&global)
-                .cloned()
-                .chain(["help".to_string(), "version".to_string()])
-                .collect(),
-        });
-    }
-    out.sort_by(|a, b| a.path.cmp(&b.path));
     out
 }
 
-/// Programs other than mailvault that the manual shows with their own flags.
-const OTHER_PROGRAMS: &[&str] = &[
-    "cargo",
-    "scripts/test.sh",
-    "scripts/deb.sh",
-    "apt",
-    "apt-get",
-    "dpkg",
-    "dpkg-deb",
-    "man",
-    "systemctl",
-    "journalctl",
-    "export",
-    "sudo",
-    "cp",
-    "chmod",
-    "restic",
-    "borg",
-    "doveadm",
-    "python3",
-    "git",
-    "curl",
-    "mc",
-    "aws",
-    "btrfs",
-    "lvcreate",
-    "zfs",
-    "mount",
-];
-
-/// The `--flags` a piece of text names, and the command each belongs to: `Some(path)`, or
-/// `None` for another program's flags.
-fn flags_in(
-    segment: &str,
-    default: &[String],
-    known: &[Cmd],
-) -> Vec<(Option<Vec<String>>, String)> {
-    let words: Vec<&str> = segment
-        .split(|c: char| c.is_whitespace() || "[]()|,=".contains(c))
-        .filter(|w| !w.is_empty())
-        .collect();
-    let is_cmd = |p: &[String]| known.iter().any(|c| c.path == p);
-    // The command the words after `start` name, and how many words that took.
-    let command_at = |start: usize| {
-        let mut path: Vec<String> = Vec::new();
-        let mut i = start;
-        while let Some(w) = words.get(i) {
-            let mut p = path.clone();
-            p.push(w.to_string());
-            if !is_cmd(&p) {
-                break;
-            }
-            path = p;
-            i += 1;
+/// The `--flags` a text names.
+fn named_flags(text: &str) -> BTreeSet<String> {
+    let mut out = BTreeSet::new();
+    let b = text.as_bytes();
+    let mut i = 0;
+    while let Some(j) = text[i..].find("--") {
+        let start = i + j;
+        let before_ok =
+            start == 0 || !(b[start - 1].is_ascii_alphanumeric() || b[start - 1] == b'-');
+        let name: String = text[start + 2..]
+            .chars()
+            .take_while(|c| c.is_ascii_alphanumeric() || *c == '-')
+            .collect();
+        // `--keep-*` stands for a family of flags, not one.
+        let family = text[start + 2 + name.len()..].starts_with('*');
+        if before_ok && !family && name.len() > 1 && name.as_bytes()[0].is_ascii_lowercase() {
+            out.insert(format!("--{}", name.trim_end_matches('-')));
         }
-        (path, i)
-    };
-    let mut ctx: Option<Vec<String>> = Some(default.to_vec());
-    let mut first = 0;
-    match words.first() {
-        Some(&"mailvault") => {
-            // Options before the command are the options every command takes.
-            ctx = Some(Vec::new());
-            first = 1;
-        }
-        Some(w) if OTHER_PROGRAMS.contains(w) || w.starts_with("scripts/") => ctx = None,
-        Some(_) => {
-            let (path, n) = command_at(0);
-            if !path.is_empty() {
-                ctx = Some(path);
-                first = n;
-            }
-        }
-        None => {}
+        i = start + 2 + name.len();
     }
-    let mut out = Vec::new();
-    let mut i = first;
-    while i < words.len() {
-        let w = words[i];
-        if ctx.as_ref().is_some_and(|c| c.is_empty()) && !w.starts_with('-') && first == 1 {
-            let (path, n) = command_at(i);
-            if !path.is_empty() {
-                ctx = Some(path);
-                i = n;
-                continue;
+    out
+}
+
+#[test]
+fn every_flag_is_in_the_manual_and_every_flag_there_exists() {
+    let chapter = root().join("docs/manual/commands.md");
+    let text =
+        std::fs::read_to_string(&chapter).unwrap_or_else(|e| panic!("{}: {e}", chapter.display()));
+    let sections = sections(&text);
+    let top = help(&[]);
+    let global = flags(&top);
+    let global_text = sections
+        .get("Options every command takes")
+        .expect("a section `## Options every command takes`");
+    let mut wrong = Vec::new();
+    for f in &global {
+        if !named_flags(global_text).contains(f) {
+            wrong.push(format!(
+                "{f} (an option of every command) is not in `## Options every command takes`"
+            ));
+        }
+    }
+    for f in named_flags(global_text) {
+        if !global.contains(&f) && f != "--help" && f != "--version" {
+            wrong.push(format!(
+                "`## Options every command takes` names {f}, which is no global option"
+            ));
+        }
+    }
+    for cmd in commands(&top) {
+        let heading = format!("mailvault {cmd}");
+        let Some(section) = sections.get(&heading) else {
+            wrong.push(format!("no section `## {heading}`"));
+            continue;
+        };
+        // A command's own flags, with those of its subcommands (`repair index`).
+        let cmd_help = help(&[&cmd]);
+        let mut all = flags(&cmd_help);
+        for sub in commands(&cmd_help) {
+            all.extend(flags(&help(&[&cmd, &sub])));
+        }
+        let own: BTreeSet<String> = all.difference(&global).cloned().collect();
+        let named = named_flags(section);
+        for f in own.difference(&named) {
+            wrong.push(format!("{f} of `mailvault {cmd}` is not in `## {heading}`"));
+        }
+        for f in named.difference(&own) {
+            if !global.contains(f) && f != "--help" && f != "--version" {
+                wrong.push(format!(
+                    "`## {heading}` names {f}, which `mailvault {cmd}` does not take"
+                ));
             }
         }
-        if let Some(f) = w.strip_prefix("--") {
-            let name: String = f
-                .chars()
-                .take_while(|c| c.is_ascii_alphanumeric() || *c == '-')
-                .collect();
-            let wildcard = f[name.len()..].starts_with('*') || name.ends_with('-');
-            if !name.is_empty() && !wildcard && name.starts_with(|c: char| c.is_ascii_alphabetic())
-            {
-                out.push((ctx.clone(), name));
-            }
+    }
+    assert!(
+        wrong.is_empty(),
+        "the manual and the CLI disagree ({}):\n{}",
+        chapter.display(),
+        wrong.join("\n")
+    );
+}
+
+/// Every command and subcommand `--help` lists (`["repair", "index"]`), `mailvault` itself
+/// (`[]`) first.
+fn command_paths() -> Vec<Vec<String>> {
+    let mut out = vec![Vec::new()];
+    let mut i = 0;
+    while i < out.len() {
+        let path = out[i].clone();
+        let args: Vec<&str> = path.iter().map(String::as_str).collect();
+        for sub in commands(&help(&args)) {
+            let mut p = path.clone();
+            p.push(sub);
+            out.push(p);
         }
         i += 1;
     }
     out
 }
 
-/// The `--flags` of a line of Markdown (prose, each code span, or a code block's line),
-/// with the command each belongs to.
-fn line_flags(l: &Line, default: &[String], known: &[Cmd]) -> Vec<(Option<Vec<String>>, String)> {
-    if l.code {
-        let t = l.text.trim_start().trim_start_matches("$ ");
-        // A comment after the command is prose about it.
-        let (cmd, comment) = t.split_once(" # ").unwrap_or((t, ""));
-        let mut out = flags_in(cmd, default, known);
-        out.extend(flags_in(comment, default, known));
-        return out;
+/// The flags `mailvault PATH` takes: its own and the options every command takes.
+fn flags_of(path: &[String]) -> BTreeSet<String> {
+    let args: Vec<&str> = path.iter().map(String::as_str).collect();
+    let mut f = flags(&help(&args));
+    f.extend(flags(&help(&[])));
+    f.extend(["--help".to_string(), "--version".to_string()]);
+    f
+}
+
+/// The command lines of a Markdown text that start with `mailvault `: each line of a code
+/// block (lines continued with `\` joined, a `# comment` left out) and each code span, with
+/// the line number they start on.
+fn command_lines(text: &str) -> Vec<(usize, String)> {
+    let mut out: Vec<(usize, String)> = Vec::new();
+    let mut fenced = false;
+    let mut continued = false;
+    for (i, line) in text.lines().enumerate() {
+        if line.trim_start().starts_with("```") {
+            fenced = !fenced;
+            continued = false;
+            continue;
+        }
+        if fenced {
+            let code = line.split(" # ").next().unwrap_or("");
+            let code = code.trim().trim_end_matches('\\').trim_start_matches("$ ");
+            if continued {
+                let last = out.last_mut().unwrap();
+                last.1.push(' ');
+                last.1.push_str(code);
+            } else {
+                out.push((i + 1, code.to_string()));
+            }
+            continued = line.trim_end().ends_with('\\');
+        } else {
+            for span in line.split('`').skip(1).step_by(2) {
+                out.push((i + 1, span.to_string()));
+            }
+        }
     }
-    let (prose, spans) = split_spans(&l.text);
-    let mut out = flags_in(&prose, default, known);
-    for s in spans {
-        out.extend(flags_in(&s, default, known));
-    }
+    out.retain(|(_, l)| l.starts_with("mailvault "));
     out
 }
 
-fn dashed(path: &[String]) -> String {
-    if path.is_empty() {
-        "mailvault".into()
-    } else {
-        format!("mailvault {}", path.join(" "))
-    }
-}
-
-const GLOBAL_SECTION: &str = "Options every command takes";
-
 #[test]
-fn the_manual_names_every_flag_of_every_command_and_no_other() {
-    let known = commands();
-    assert!(
-        known.iter().any(|c| c.path == ["backup"])
-            && known.iter().any(|c| c.path == ["repair", "index"]),
-        "the commands were not read from --help"
-    );
-    let manual = root().join("docs/manual/commands.md");
-    let text = std::fs::read_to_string(&manual).unwrap();
-    let all = lines(&text);
-    let mut problems = Vec::new();
-    // Each command's section: from its heading to the next heading of its level or above,
-    // or to the next command's heading.
-    let mut sections: BTreeMap<Vec<String>, Vec<&Line>> = BTreeMap::new();
-    let mut current: Option<(usize, Vec<String>)> = None;
-    for l in &all {
-        if let Some((level, h)) = heading(l) {
-            let h = h.trim_matches('`');
-            let path = if h == GLOBAL_SECTION {
-                Some(Vec::new())
-            } else {
-                h.strip_prefix("mailvault ")
-                    .map(|p| p.split_whitespace().map(String::from).collect::<Vec<_>>())
-                    .filter(|p| known.iter().any(|c| &c.path == p))
-            };
-            match path {
-                Some(p) => {
-                    if sections.contains_key(&p) {
-                        problems.push(format!(
-                            "{}:{}: a second section for `{}`",
-                            rel(&manual),
-                            l.number,
-                            dashed(&p)
-                        ));
-                    }
-                    sections.entry(p.clone()).or_default();
-                    current = Some((level, p));
-                }
-                None if current.as_ref().is_some_and(|(cl, _)| level <= *cl) => current = None,
-                None => {}
-            }
-            continue;
-        }
-        if let Some((_, p)) = &current {
-            sections.get_mut(p).unwrap().push(l);
-        }
-    }
-    for cmd in &known {
-        let title = if cmd.path.is_empty() {
-            GLOBAL_SECTION.to_string()
-        } else {
-            cmd.name()
-        };
-        let Some(section) = sections.get(&cmd.path) else {
-            problems.push(format!(
-                "{}: no section `## {title}` for `{}` (flags: --{})",
-                rel(&manual),
-                cmd.name(),
-                cmd.own.iter().cloned().collect::<Vec<_>>().join(", --")
-            ));
-            continue;
-        };
-        let mut named = BTreeSet::new();
-        for l in section {
-            for (ctx, flag) in line_flags(l, &cmd.path, &known) {
-                if ctx.as_deref() == Some(&cmd.path[..]) {
-                    named.insert(flag.clone());
-                }
-                let Some(ctx) = ctx else { continue };
-                let target = known.iter().find(|c| c.path == ctx).unwrap();
-                if !target.all.contains(&flag) {
-                    problems.push(format!(
-                        "{}:{}: section `{title}` names --{flag}, which `{}` does not take \
-                         (not in `{} --help`)",
-                        rel(&manual),
-                        l.number,
-                        target.name(),
-                        target.name()
-                    ));
-                }
-            }
-        }
-        for flag in cmd.own.difference(&named) {
-            problems.push(format!(
-                "{}: section `{title}` does not name --{flag}, which `{} --help` lists: \
-                 document it there",
-                rel(&manual),
-                cmd.name()
-            ));
-        }
-    }
-    // `mailvault COMMAND --flag` anywhere else: the flag exists.
-    for file in markdown_files().into_iter().filter(|f| *f != manual) {
+fn every_command_line_in_the_docs_uses_flags_its_command_takes() {
+    let paths = command_paths();
+    assert!(paths.iter().any(|p| p == &["repair", "index"]), "{paths:?}");
+    let mut known: BTreeMap<Vec<String>, BTreeSet<String>> = BTreeMap::new();
+    let mut wrong = Vec::new();
+    for file in markdown_files() {
         let text = std::fs::read_to_string(&file).unwrap();
-        for l in lines(&text) {
-            let segments: Vec<String> = if l.code {
-                vec![l.text.split(" # ").next().unwrap_or("").to_string()]
-            } else {
-                split_spans(&l.text).1
-            };
-            for s in segments
-                .iter()
-                .filter(|s| s.trim_start().starts_with("mailvault "))
-            {
-                for (ctx, flag) in flags_in(s, &[], &known) {
-                    let Some(ctx) = ctx else { continue };
-                    let target = known.iter().find(|c| c.path == ctx).unwrap();
-                    if !target.all.contains(&flag) {
-                        problems.push(format!(
-                            "{}:{}: `{}` does not take --{flag} (not in its --help)",
-                            rel(&file),
-                            l.number,
-                            target.name()
-                        ));
-                    }
+        for (n, line) in command_lines(&text) {
+            // The command: the longest run of words after `mailvault` (options every
+            // command takes may come first) that names one.
+            let words: Vec<&str> = line.split_whitespace().skip(1).collect();
+            let mut path: Vec<String> = Vec::new();
+            for w in words.iter().filter(|w| !w.starts_with('-')) {
+                let mut p = path.clone();
+                p.push(w.to_string());
+                if paths.contains(&p) {
+                    path = p;
+                } else if !path.is_empty() {
+                    break;
                 }
+            }
+            let takes = known.entry(path.clone()).or_insert_with(|| flags_of(&path));
+            // `[--a | --b]`, `--flag=value`: the flag's name only.
+            let line = line.replace(['[', ']', '|', '(', ')', '='], " ");
+            for f in named_flags(&line).difference(takes) {
+                wrong.push(format!(
+                    "{}:{n}: `mailvault {}` does not take {f} (not in its --help): {line}",
+                    file.strip_prefix(root()).unwrap_or(&file).display(),
+                    path.join(" ")
+                ));
             }
         }
     }
-    assert!(
-        problems.is_empty(),
-        "the manual and the CLI disagree:\n{}",
-        problems.join("\n")
-    );
+    assert!(wrong.is_empty(), "{}", wrong.join("\n"));
 }
 
 #[test]
 fn man_pages_and_completions_cover_every_command() {
-    let known = commands();
     let t = tempfile::tempdir().unwrap();
-    let bin = env!("CARGO_BIN_EXE_mailvault");
     for what in ["man", "completions"] {
-        let o = Command::new(bin)
+        let o = Command::new(env!("CARGO_BIN_EXE_mailvault"))
             .args(["generate", what])
             .arg(t.path().join(what))
             .output()
@@ -585,43 +393,42 @@ fn man_pages_and_completions_cover_every_command() {
             String::from_utf8_lossy(&o.stderr)
         );
     }
+    let global = flags(&help(&[]));
+    let bash = std::fs::read_to_string(t.path().join("completions/mailvault.bash")).unwrap();
+    let zsh = std::fs::read_to_string(t.path().join("completions/_mailvault")).unwrap();
+    let fish = std::fs::read_to_string(t.path().join("completions/mailvault.fish")).unwrap();
     let mut missing = Vec::new();
-    for cmd in &known {
-        let page = t
-            .path()
-            .join("man")
-            .join(format!("{}.1", cmd.name().replace(' ', "-")));
-        match std::fs::read_to_string(&page) {
-            Ok(text) => {
-                for flag in &cmd.own {
-                    if !text.contains(&format!("\\-\\-{}", flag.replace('-', "\\-"))) {
-                        missing.push(format!("{}: no --{flag}", page.display()));
-                    }
-                }
-            }
-            Err(_) => missing.push(format!(
+    for path in command_paths() {
+        let mut name = vec!["mailvault".to_string()];
+        name.extend(path.iter().cloned());
+        let page = t.path().join("man").join(format!("{}.1", name.join("-")));
+        let Ok(text) = std::fs::read_to_string(&page) else {
+            missing.push(format!(
                 "no man page {} for `{}`",
                 page.display(),
-                cmd.name()
-            )),
-        }
-    }
-    let bash = std::fs::read_to_string(t.path().join("completions/mailvault.bash")).unwrap();
-    for cmd in known.iter().filter(|c| !c.path.is_empty()) {
-        let name = cmd.path.last().unwrap();
-        if !bash.contains(&format!("{name})")) {
-            missing.push(format!(
-                "the bash completion does not complete `{}`",
-                cmd.name()
+                name.join(" ")
             ));
-        }
-    }
-    for f in ["_mailvault", "mailvault.fish"] {
-        let text = std::fs::read_to_string(t.path().join("completions").join(f)).unwrap();
-        for cmd in known.iter().filter(|c| c.path.len() == 1) {
-            if !text.contains(cmd.path[0].as_str()) {
-                missing.push(format!("{f} does not complete `{}`", cmd.name()));
+            continue;
+        };
+        let args: Vec<&str> = path.iter().map(String::as_str).collect();
+        let own = flags(&help(&args));
+        let own = if path.is_empty() { own } else { &own - &global };
+        for f in own {
+            // roff escapes every `-`.
+            if !text.contains(&f.replace('-', "\\-")) {
+                missing.push(format!("{}: no {f}", page.display()));
             }
+        }
+        if let Some(last) = path.last() {
+            if !bash.contains(&format!("{last})")) {
+                missing.push(format!(
+                    "the bash completion does not complete `{}`",
+                    name.join(" ")
+                ));
+            }
+        }
+        if path.len() == 1 && !(zsh.contains(&path[0]) && fish.contains(&path[0])) {
+            missing.push(format!("the zsh or fish completion lacks `{}`", path[0]));
         }
     }
     assert!(missing.is_empty(), "{}", missing.join("\n"));
