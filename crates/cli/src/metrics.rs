@@ -206,7 +206,7 @@ fn series(end: &Ending, n: &Noted) -> Vec<Sample> {
         .repository
         .as_deref()
         .or(end.repository)
-        .map(|r| crate::secret::redact(r).into_owned())
+        .map(|r| crate::output::redact(r).into_owned())
         .unwrap_or_default();
     let labels = |source: &str| {
         let mut s = String::new();
@@ -351,12 +351,12 @@ mod tests {
     #[test]
     fn user_information_is_removed() {
         assert_eq!(
-            crate::secret::redact("s3:https://AK:SECRET@s3.example.org/b/p"),
+            crate::output::redact("s3:https://AK:SECRET@s3.example.org/b/p"),
             "s3:https://s3.example.org/b/p"
         );
-        assert_eq!(crate::secret::redact("/srv/a@b/repo"), "/srv/a@b/repo");
+        assert_eq!(crate::output::redact("/srv/a@b/repo"), "/srv/a@b/repo");
         assert_eq!(
-            crate::secret::redact("s3:http://h:9000/b@x"),
+            crate::output::redact("s3:http://h:9000/b@x"),
             "s3:http://h:9000/b@x"
         );
     }

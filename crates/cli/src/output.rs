@@ -11,10 +11,10 @@ use std::fmt::Write;
 /// embeddings, overrides, isolates and marks as `\u{202e}`. Mail decoded from hostile
 /// headers (`ESC]2;...` sets the window title, `ESC[2J` clears the screen) then prints as
 /// text. JSON output needs none of this: serde escapes controls there. Credentials in URLs
-/// are taken out on the way ([`crate::secret::redact`]): errors and warnings quote
+/// are taken out on the way ([`redact`]): errors and warnings quote
 /// locations.
 pub fn safe(s: &str) -> Cow<'_, str> {
-    let s = crate::secret::redact(s);
+    let s = redact(s);
     if !s.chars().any(unsafe_char) {
         return s;
     }
@@ -60,6 +60,36 @@ where
         )?;
         writeln!(writer, "{level}: {}", safe(&fields))
     }
+}
+
+/// `text` with the user information of every URL in it removed
+/// (`s3:https://key:secret@host/b` gives `s3:https://host/b`, `imap://u:p@h` gives
+/// `imap://h`): errors and log lines quote locations, and a location may carry
+/// credentials the user typed into it.
+pub fn redact(text: &str) -> Cow<'_, str> {
+    if !text.contains("://") || !text.contains('@') {
+        return Cow::Borrowed(text);
+    }
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(i) = rest.find("://") {
+        let (head, tail) = rest.split_at(i + 3);
+        out.push_str(head);
+        // The authority ends at the first '/', '?', '#' or anything that cannot be in a URL.
+        let end = tail
+            .find(|c: char| matches!(c, '/' | '?' | '#') || c.is_whitespace() || c == '"')
+            .unwrap_or(tail.len());
+        let authority = &tail[..end];
+        // A user name alone (`imap://bob@example.org@mx`, an IMAP source's label) is no
+        // secret and stays; `user:password@` goes whole.
+        match authority.rfind('@') {
+            Some(at) if authority[..at].contains(':') => out.push_str(&authority[at + 1..]),
+            _ => out.push_str(authority),
+        }
+        rest = &tail[end..];
+    }
+    out.push_str(rest);
+    Cow::Owned(out)
 }
 
 fn unsafe_char(c: char) -> bool {
@@ -199,6 +229,8 @@ pub fn usage_line(u: &mailvault_core::store::StoreUsage) -> String {
 
 #[cfg(test)]
 mod tests {
+    use super::{redact, safe};
+
     #[test]
     fn formats() {
         assert_eq!(super::bytes(1023), "1023 B");
@@ -219,5 +251,24 @@ mod tests {
         assert_eq!(safe("\u{9b}31m"), "\\x9b31m");
         assert_eq!(safe("abc\u{202e}fdp.exe"), "abc\\u{202e}fdp.exe");
         assert_eq!(safe("\u{2066}x\u{2069}"), "\\u{2066}x\\u{2069}");
+    }
+
+    #[test]
+    fn user_information_is_removed_from_every_url() {
+        assert_eq!(
+            redact("repository \"s3:http://AK:SECRET@minio:9000/b\": bad; also imap://u:p@h:143 and imaps://bob@mx/"),
+            "repository \"s3:http://minio:9000/b\": bad; also imap://h:143 and imaps://bob@mx/"
+        );
+        assert_eq!(
+            redact("imap://bob@example.org@mail.example.org:993"),
+            "imap://bob@example.org@mail.example.org:993"
+        );
+        assert_eq!(
+            redact("mail a@b.org at https://x/y"),
+            "mail a@b.org at https://x/y"
+        );
+        assert_eq!(redact("no url, a@b"), "no url, a@b");
+        assert_eq!(redact("s3:https://k:s@h"), "s3:https://h");
+        assert!(!safe("x s3:http://k:sec\u{1b}ret@h/b").contains("sec"));
     }
 }

@@ -3,9 +3,8 @@
 //! the redaction every error and log line goes through before it is printed, so that a
 //! credential written into a URL never reaches a terminal, a journal or a metrics file.
 
-use crate::output::safe;
+use crate::output::{redact, safe};
 use anyhow::{bail, Context, Result};
-use std::borrow::Cow;
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
@@ -55,36 +54,6 @@ pub fn warn_if_readable_by_others(what: &str, path: &Path) {
     );
 }
 
-/// `text` with the user information of every URL in it removed
-/// (`s3:https://key:secret@host/b` gives `s3:https://host/b`, `imap://u:p@h` gives
-/// `imap://h`): errors and log lines quote locations, and a location may carry
-/// credentials the user typed into it.
-pub fn redact(text: &str) -> Cow<'_, str> {
-    if !text.contains("://") || !text.contains('@') {
-        return Cow::Borrowed(text);
-    }
-    let mut out = String::with_capacity(text.len());
-    let mut rest = text;
-    while let Some(i) = rest.find("://") {
-        let (head, tail) = rest.split_at(i + 3);
-        out.push_str(head);
-        // The authority ends at the first '/', '?', '#' or anything that cannot be in a URL.
-        let end = tail
-            .find(|c: char| matches!(c, '/' | '?' | '#') || c.is_whitespace() || c == '"')
-            .unwrap_or(tail.len());
-        let authority = &tail[..end];
-        // A user name alone (`imap://bob@example.org@mx`, an IMAP source's label) is no
-        // secret and stays; `user:password@` goes whole.
-        match authority.rfind('@') {
-            Some(at) if authority[..at].contains(':') => out.push_str(&authority[at + 1..]),
-            _ => out.push_str(authority),
-        }
-        rest = &tail[end..];
-    }
-    out.push_str(rest);
-    Cow::Owned(out)
-}
-
 /// The log writer: each event's line redacted before it reaches stderr.
 pub struct RedactingStderr;
 
@@ -103,29 +72,5 @@ impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for RedactingStderr {
     type Writer = RedactingStderr;
     fn make_writer(&'a self) -> Self::Writer {
         RedactingStderr
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn user_information_is_removed_from_every_url() {
-        assert_eq!(
-            redact("repository \"s3:http://AK:SECRET@minio:9000/b\": bad; also imap://u:p@h:143 and imaps://bob@mx/"),
-            "repository \"s3:http://minio:9000/b\": bad; also imap://h:143 and imaps://bob@mx/"
-        );
-        assert_eq!(
-            redact("imap://bob@example.org@mail.example.org:993"),
-            "imap://bob@example.org@mail.example.org:993"
-        );
-        assert_eq!(
-            redact("mail a@b.org at https://x/y"),
-            "mail a@b.org at https://x/y"
-        );
-        assert_eq!(redact("no url, a@b"), "no url, a@b");
-        assert_eq!(redact("s3:https://k:s@h"), "s3:https://h");
-        assert!(!safe("x s3:http://k:sec\u{1b}ret@h/b").contains("sec"));
     }
 }
