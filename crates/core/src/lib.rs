@@ -4,6 +4,7 @@
 //! The CLI (`crates/cli`) turns flags into the option structs here and calls one function
 //! per command; nothing in this crate knows about command lines.
 
+pub mod dest;
 pub mod error;
 pub mod imap;
 pub mod mail;
@@ -13,7 +14,6 @@ pub mod repo;
 pub mod report;
 pub mod source;
 pub mod store;
-pub mod target;
 #[cfg(feature = "testing")]
 pub mod testing;
 

@@ -176,7 +176,7 @@ pub fn run(g: &GlobalOpts, a: Args) -> Result<Outcome> {
     let r = repo::open(g)?;
     let rep = Bar::run(g.quiet || g.json, "restore", |bar| match plain {
         Some(_) => {
-            use mailvault_core::target::maildir::MaildirTarget;
+            use mailvault_core::dest::maildir::MaildirTarget;
             let open = |_: &str, names: &mailvault_core::repo::tree::OwnerNames| {
                 MaildirTarget::plain(&opts.target, opts.owners, names, opts.jobs)
             };
@@ -201,8 +201,8 @@ enum Export {
 
 /// `restore --target mbox:DIR` or `eml:DIR`.
 fn run_export(g: &GlobalOpts, a: Args, dir: std::path::PathBuf, fmt: Export) -> Result<Outcome> {
+    use mailvault_core::dest::{eml::EmlTarget, mbox::MboxTarget};
     use mailvault_core::ops::restore::restore_into;
-    use mailvault_core::target::{eml::EmlTarget, mbox::MboxTarget};
     a.to.no_imap_flags()?;
     a.to.no_owner_flags()?;
     let sel = Selection {

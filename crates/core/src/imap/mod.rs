@@ -2,7 +2,7 @@
 //! ([`restore`], the "external restore") and back accounts up from one ([`backup`]) into
 //! the same snapshot model as Maildir stores, so that any snapshot restores to a Maildir
 //! or to IMAP alike (the restore is the IMAP target of the one restore pipeline,
-//! [`crate::target::imap`], which also keeps its journal); [`names`] the pure conversions
+//! [`crate::dest::imap`], which also keeps its journal); [`names`] the pure conversions
 //! between the two worlds
 //! (Maildir++ directories, synthesized Maildir names, `subscriptions` files).
 //!

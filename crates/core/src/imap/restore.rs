@@ -1,8 +1,8 @@
 //! Restore into a live IMAP server: the IMAP target of the one restore pipeline
-//! ([`crate::target::imap`], [`crate::ops::restore`]), under the name the CLI and the
+//! ([`crate::dest::imap`], [`crate::ops::restore`]), under the name the CLI and the
 //! tests know.
 
-pub use crate::target::imap::{
+pub use crate::dest::imap::{
     restore, restore_picked, AccountFigures, ImapRestoreOptions, ImapRestoreReport,
 };
 

@@ -6,7 +6,7 @@
 //! folders, messages), reading their blobs by pack span ([`crate::model::reader`]),
 //! reassembling every message and checking it against its whole-message hash (a damaged
 //! blob is named with the message), the flags, keyword names and internal date every
-//! target gets ([`crate::target::Meta`]), the counts, failures, progress and the report.
+//! target gets ([`crate::dest::Meta`]), the counts, failures, progress and the report.
 //!
 //! How blobs are read follows the target's [`Caps`]. A target that takes messages in any
 //! order ([`Order::Any`]: Maildir) gets the messages of a batch of accounts sorted by
@@ -16,6 +16,11 @@
 //! gets each folder's messages in arrival order, in batches, each batch read in pack
 //! order by groups ([`read_by_spans`]) while the previous one is being written.
 
+use crate::dest::maildir::MaildirTarget;
+use crate::dest::{
+    meta, AccountInfo, Caps, Failures, FolderInfo, HardLink, Item, Message, Meta, Order, Outcome,
+    Target,
+};
 use crate::error::{Error, Result};
 use crate::maildir::{safe_component, safe_relative};
 use crate::model::reader::{read_by_packs, read_by_spans, BlobCache, Blobs, SpanOptions};
@@ -28,11 +33,6 @@ use crate::repo::tree::{AccountRef, AccountTree, FileEntry, FolderNode, MessageE
 use crate::repo::tree::{OwnerNames, RootTree};
 use crate::repo::{lock, Repository};
 use crate::report::{per_sec, Progress};
-use crate::target::maildir::MaildirTarget;
-use crate::target::{
-    meta, AccountInfo, Caps, Failures, FolderInfo, HardLink, Item, Message, Meta, Order, Outcome,
-    Target,
-};
 use mailvault_imap::maildir_flags::KeywordTable;
 use serde::Serialize;
 use std::collections::{HashMap, VecDeque};
@@ -41,7 +41,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
-pub use crate::target::maildir::Owners;
+pub use crate::dest::maildir::Owners;
 
 /// What to restore and where.
 #[derive(Clone, Debug, Default)]
@@ -1952,8 +1952,8 @@ mod tests {
         /// and halved the IMAP restore (bench/imap_restore.py small: 1,943 -> 890 msgs/s).
         #[test]
         fn an_in_order_target_gets_its_accounts_at_once() {
-            use crate::target::{AccountInfo, Caps, Failures, FolderInfo, Item, Message};
-            use crate::target::{Order, Outcome, Target};
+            use crate::dest::{AccountInfo, Caps, Failures, FolderInfo, Item, Message};
+            use crate::dest::{Order, Outcome, Target};
             use std::sync::atomic::AtomicUsize;
 
             #[derive(Default)]

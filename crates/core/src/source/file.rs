@@ -15,7 +15,7 @@
 //! Symbolic links are kept as links, never followed; sockets, FIFOs and devices are
 //! reported, not backed up. Each file's device, inode and link count are recorded, so
 //! that hard links within a PATH are known. `restore --target dir:DIR` writes the tree
-//! back below DIR (`crate::target::maildir`, plain), sparse files sparse, hard links as
+//! back below DIR (`crate::dest::maildir`, plain), sparse files sparse, hard links as
 //! hard links.
 
 use super::walk::{self, Dir, FileType};
@@ -676,13 +676,13 @@ pub mod testdata {
 mod tests {
     use super::testdata::{database_like, rewrite_database};
     use super::*;
+    use crate::dest::maildir::{MaildirTarget, Owners};
     use crate::ops::backup::BackupReport;
     use crate::ops::restore::{restore_into, RestoreReport, Selection};
     use crate::repo::crypto::KdfParams;
     use crate::repo::InitOptions;
     use crate::report::NoProgress;
     use crate::store::MemoryStore;
-    use crate::target::maildir::{MaildirTarget, Owners};
     use std::os::unix::fs::MetadataExt;
     use std::os::unix::fs::PermissionsExt;
     use std::sync::Arc;
