@@ -8,7 +8,7 @@
 mod common;
 
 use common::{init_repo, maildir_backup, master_connection, put_msg};
-use mailvault_core::imap::client::{ClientOptions, Security, Target};
+use mailvault_core::imap::client::{ClientOptions, Endpoint, Security};
 use mailvault_core::imap::restore::{restore as imap_restore, ImapRestoreOptions};
 use mailvault_core::report::NoProgress;
 use mailvault_imap::testing::DovecotServer;
@@ -207,7 +207,7 @@ fn cut_connections_lose_and_duplicate_nothing() {
             (2_100_000, Cut::Mute),
         ],
     );
-    let mut client = ClientOptions::new(Target {
+    let mut client = ClientOptions::new(Endpoint {
         host: "127.0.0.1".into(),
         port: p.port,
         security: Security::Plain,
@@ -269,7 +269,7 @@ fn server_crash_leaves_no_message_unaccounted() {
     let mut repo = init_repo(&dir.path().join("repo"));
     maildir_backup(&mut repo, &md, vec!["bob@example.org".into()]);
     let p = proxy(server.port(), vec![(120_000, Cut::Crash)]);
-    let mut client = ClientOptions::new(Target {
+    let mut client = ClientOptions::new(Endpoint {
         host: "127.0.0.1".into(),
         port: p.port,
         security: Security::Plain,

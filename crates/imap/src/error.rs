@@ -22,11 +22,11 @@ pub enum ErrorKind {
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {
-    /// The target URL or an option is unusable.
-    #[error("invalid IMAP target {target:?}: {reason}")]
-    InvalidTarget {
+    /// The server's URL (its endpoint) or an option is unusable.
+    #[error("invalid IMAP server {endpoint:?}: {reason}")]
+    InvalidEndpoint {
         /// The URL or option as given.
-        target: String,
+        endpoint: String,
         /// What is wrong.
         reason: String,
     },

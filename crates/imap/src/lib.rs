@@ -26,7 +26,7 @@ pub use client::append::{AppendMsg, AppendOutcome, Refusal};
 pub use client::fetch::{Changes, FetchQuery, FetchedMessage, SearchKey, StoreMode};
 pub use client::mailbox::{CreateOutcome, Folder, MailboxInfo, MailboxStatus, SpecialUse};
 pub use client::options::{
-    AppendOptions, AppendStrategy, ClientOptions, Credentials, Security, Target, TlsOptions,
+    AppendOptions, AppendStrategy, ClientOptions, Credentials, Endpoint, Security, TlsOptions,
 };
 pub use client::session::{Client, Session};
 pub use crlf::{from_crlf, to_crlf, LineEndings};

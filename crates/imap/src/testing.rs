@@ -37,7 +37,7 @@ use std::process::{Child, Command, Stdio};
 use std::thread::sleep;
 use std::time::{Duration, Instant};
 
-use crate::client::options::{ClientOptions, Credentials, Target, TlsOptions};
+use crate::client::options::{ClientOptions, Credentials, Endpoint, TlsOptions};
 use crate::client::session::Client;
 
 pub mod cyrus;
@@ -570,7 +570,7 @@ impl DovecotServer {
     pub fn tls_client_options(&self) -> Option<ClientOptions> {
         let port = self.tls_port?;
         let mut o = self.client_options();
-        o.target = Target {
+        o.endpoint = Endpoint {
             host: "127.0.0.1".into(),
             port,
             security: crate::Security::Tls,
@@ -684,7 +684,7 @@ fn wait_ready(
 
 /// Client options for a plain port on 127.0.0.1 (60 s I/O timeout).
 fn plain_client_options(port: u16) -> ClientOptions {
-    let mut o = ClientOptions::new(Target {
+    let mut o = ClientOptions::new(Endpoint {
         host: "127.0.0.1".into(),
         port,
         security: crate::Security::Plain,

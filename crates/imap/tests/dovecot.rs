@@ -198,7 +198,7 @@ fn tls_starttls_and_certificates() {
 
     // STARTTLS on the plain port.
     let mut o = tls_opts.clone();
-    o.target = mailvault_imap::Target::parse(&server.url())
+    o.endpoint = mailvault_imap::Endpoint::parse(&server.url())
         .expect("url")
         .with_starttls();
     let s = Client::new(o)
@@ -673,8 +673,8 @@ fn skip_existing_by_message_id_and_fingerprint() {
     let mut calls = 0;
     let r: Result<(), Error> = s.fetch(&SeqSet::all(), &FetchQuery::full(), |_| {
         calls += 1;
-        Err(Error::InvalidTarget {
-            target: "x".into(),
+        Err(Error::InvalidEndpoint {
+            endpoint: "x".into(),
             reason: "stop".into(),
         })
     });

@@ -6,11 +6,11 @@ use std::io::Write;
 use std::net::TcpListener;
 use std::time::Duration;
 
-use mailvault_imap::{Client, ClientOptions, Error, Session, Target};
+use mailvault_imap::{Client, ClientOptions, Endpoint, Error, Session};
 
 fn options(port: u16) -> ClientOptions {
     let mut o =
-        ClientOptions::new(Target::parse(&format!("imap://127.0.0.1:{port}")).expect("url"));
+        ClientOptions::new(Endpoint::parse(&format!("imap://127.0.0.1:{port}")).expect("url"));
     o.io_timeout = Duration::from_millis(300);
     o.connect_timeout = Duration::from_secs(2);
     o

@@ -2,7 +2,7 @@
 //! engine's [`Connection`].
 
 use anyhow::{bail, Result};
-use mailvault_core::imap::client::{ClientOptions, Target};
+use mailvault_core::imap::client::{ClientOptions, Endpoint};
 use mailvault_core::imap::{Connection, Login, Password};
 use std::path::PathBuf;
 
@@ -55,7 +55,7 @@ impl ImapArgs {
 
     /// The connection to `url` (`imap://host[:port]`, `imaps://host[:port]`).
     pub fn connection(&self, url: &str) -> Result<Connection> {
-        let mut target = Target::parse(url)?;
+        let mut target = Endpoint::parse(url)?;
         if self.starttls {
             target = target.with_starttls();
         }

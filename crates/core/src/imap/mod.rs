@@ -153,7 +153,7 @@ pub struct Connection {
 impl Connection {
     /// `imap://host:port` or `imaps://host:port`, for reports, labels and journal keys.
     pub fn url(&self) -> String {
-        let t = &self.client.target;
+        let t = &self.client.endpoint;
         let scheme = match t.security {
             mailvault_imap::Security::Tls => "imaps",
             _ => "imap",

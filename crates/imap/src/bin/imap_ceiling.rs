@@ -25,7 +25,7 @@ use mailvault_imap::maildir_flags::{maildir_to_imap, KeywordTable};
 use mailvault_imap::proto::mutf7;
 use mailvault_imap::testing::{DovecotOptions, DovecotServer};
 use mailvault_imap::{
-    to_crlf, AppendMsg, AppendStrategy, Client, ClientOptions, Credentials, InternalDate, Target,
+    to_crlf, AppendMsg, AppendStrategy, Client, ClientOptions, Credentials, Endpoint, InternalDate,
 };
 
 type BoxError = Box<dyn StdError + Send + Sync>;
@@ -163,7 +163,7 @@ fn run() -> Result<(), BoxError> {
         }
     };
     let mut opts = match (&args.url, &server) {
-        (Some(url), _) => ClientOptions::new(Target::parse(url)?),
+        (Some(url), _) => ClientOptions::new(Endpoint::parse(url)?),
         (None, Some(s)) => s.client_options(),
         (None, None) => return Err("no server".into()),
     };

@@ -19,9 +19,9 @@ pub enum Security {
     Tls,
 }
 
-/// Where to connect.
+/// Where to connect: the server's host, port and transport security (an IMAP URL).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Target {
+pub struct Endpoint {
     /// Host name or IP address (IPv6 without brackets).
     pub host: String,
     /// TCP port.
@@ -30,12 +30,12 @@ pub struct Target {
     pub security: Security,
 }
 
-impl Target {
+impl Endpoint {
     /// Parses `imap://host[:port][/]` (port 143) or `imaps://host[:port][/]`
     /// (port 993). IPv6 addresses go in brackets: `imap://[::1]:143`.
-    pub fn parse(url: &str) -> Result<Target> {
-        let bad = |reason: &str| Error::InvalidTarget {
-            target: url.to_string(),
+    pub fn parse(url: &str) -> Result<Endpoint> {
+        let bad = |reason: &str| Error::InvalidEndpoint {
+            endpoint: url.to_string(),
             reason: reason.to_string(),
         };
         let (security, rest, default_port) = if let Some(r) = strip_prefix_ci(url, "imaps://") {
@@ -48,8 +48,8 @@ impl Target {
         let rest = rest.strip_suffix('/').unwrap_or(rest);
         if let Some((_, server)) = rest.split('/').next().unwrap_or(rest).rsplit_once('@') {
             // The URL is not quoted: it holds a secret.
-            return Err(Error::InvalidTarget {
-                target: format!("{}{server}", &url[..url.len() - rest.len()]),
+            return Err(Error::InvalidEndpoint {
+                endpoint: format!("{}{server}", &url[..url.len() - rest.len()]),
                 reason: "credentials in the URL are refused (they would show in process lists and logs): give the password in --imap-password-file and the user with --imap-user-template or --imap-master-user".into(),
             });
         }
@@ -82,7 +82,7 @@ impl Target {
                 .ok_or_else(|| bad("bad port"))?,
             None => default_port,
         };
-        Ok(Target {
+        Ok(Endpoint {
             host: host.to_string(),
             port,
             security,
@@ -186,7 +186,7 @@ impl Default for AppendOptions {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ClientOptions {
     /// Server and transport.
-    pub target: Target,
+    pub endpoint: Endpoint,
     /// Certificate trust.
     pub tls: TlsOptions,
     /// TCP connect timeout.
@@ -199,10 +199,10 @@ pub struct ClientOptions {
 }
 
 impl ClientOptions {
-    /// Defaults for `target`: system roots, 30 s connect, 300 s I/O timeout.
-    pub fn new(target: Target) -> Self {
+    /// Defaults for `endpoint`: system roots, 30 s connect, 300 s I/O timeout.
+    pub fn new(endpoint: Endpoint) -> Self {
         ClientOptions {
-            target,
+            endpoint,
             tls: TlsOptions::default(),
             connect_timeout: Duration::from_secs(30),
             io_timeout: Duration::from_secs(300),
@@ -282,14 +282,14 @@ mod tests {
 
     #[test]
     fn urls() {
-        let t = Target::parse("imap://mail.example.org").expect("plain");
+        let t = Endpoint::parse("imap://mail.example.org").expect("plain");
         assert_eq!((t.port, t.security), (143, Security::Plain));
-        let t = Target::parse("IMAPS://mail.example.org:1993/").expect("tls");
+        let t = Endpoint::parse("IMAPS://mail.example.org:1993/").expect("tls");
         assert_eq!(
             (t.host.as_str(), t.port, t.security),
             ("mail.example.org", 1993, Security::Tls)
         );
-        let t = Target::parse("imap://[::1]:1143")
+        let t = Endpoint::parse("imap://[::1]:1143")
             .expect("v6")
             .with_starttls();
         assert_eq!((t.host.as_str(), t.security), ("::1", Security::StartTls));
@@ -302,9 +302,9 @@ mod tests {
             "imap://u@h",
             "imap://h/INBOX",
         ] {
-            assert!(Target::parse(bad).is_err(), "{bad}");
+            assert!(Endpoint::parse(bad).is_err(), "{bad}");
         }
-        let e = Target::parse("imaps://bob:s3cret@mail.example.org:993/")
+        let e = Endpoint::parse("imaps://bob:s3cret@mail.example.org:993/")
             .unwrap_err()
             .to_string();
         assert!(

@@ -36,10 +36,10 @@ pub(crate) struct ClientInner {
 impl Client {
     /// Checks the options and prepares TLS (loading root certificates once).
     pub fn new(opts: ClientOptions) -> Result<Client> {
-        let tls = match opts.target.security {
+        let tls = match opts.endpoint.security {
             Security::Plain => None,
             Security::StartTls | Security::Tls => {
-                Some(tls_config(&opts.tls, &opts.target.server())?)
+                Some(tls_config(&opts.tls, &opts.endpoint.server())?)
             }
         };
         Ok(Client {
@@ -56,10 +56,10 @@ impl Client {
     /// and learns the capabilities. The session is not logged in yet.
     pub fn connect(&self) -> Result<Session> {
         let opts = &self.inner.opts;
-        let server = opts.target.server();
+        let server = opts.endpoint.server();
         let tcp = connect_tcp(
-            &opts.target.host,
-            opts.target.port,
+            &opts.endpoint.host,
+            opts.endpoint.port,
             opts.connect_timeout,
             &server,
         )?;
@@ -72,8 +72,10 @@ impl Client {
         tcp.set_write_timeout(Some(opts.io_timeout))
             .map_err(io_err)?;
         tcp.set_nodelay(true).map_err(io_err)?;
-        let stream = match (&opts.target.security, &self.inner.tls) {
-            (Security::Tls, Some(cfg)) => start_tls(cfg.clone(), &opts.target.host, &server, tcp)?,
+        let stream = match (&opts.endpoint.security, &self.inner.tls) {
+            (Security::Tls, Some(cfg)) => {
+                start_tls(cfg.clone(), &opts.endpoint.host, &server, tcp)?
+            }
             _ => Stream::Plain(tcp),
         };
         let mut s = Session {
@@ -92,7 +94,7 @@ impl Client {
             appended: false,
         };
         s.greeting()?;
-        if opts.target.security == Security::StartTls {
+        if opts.endpoint.security == Security::StartTls {
             s.starttls()?;
         }
         if s.caps.all().is_empty() {
@@ -492,7 +494,7 @@ impl Session {
             Stream::Tls(_) => return Err(self.protocol_error("TLS already active".into())),
         };
         let tcp = tcp.map_err(|e| self.io_error(e))?;
-        let host = self.opts.opts.target.host.clone();
+        let host = self.opts.opts.endpoint.host.clone();
         let stream = start_tls(cfg, &host, &self.server, tcp)?;
         self.conn = Conn::new(stream);
         self.caps = Capabilities::default();
