@@ -24,7 +24,7 @@ fuzz_target!(|data: &[u8]| {
         }
         assert_eq!(at, data.len());
     }
-    let (key, info) = mailvault_core::maildir::split_name(data);
+    let (key, info) = mailvault_core::source::maildir::split_name(data);
     assert!(key.len() + info.len() <= data.len());
     let _ = mailvault_core::ops::backup::header_summary(data);
     if let Some(enc) = mailvault_core::repo::b64::encode(data) {

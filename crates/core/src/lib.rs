@@ -21,8 +21,6 @@ pub use error::{Error, Result};
 pub use repo::compress::Compression;
 pub use repo::id::Id;
 pub use repo::{InitOptions, Repository};
-/// Maildir stores on disk (moved to [`source::maildir`]).
-pub use source::maildir;
 
 /// Seconds and nanoseconds since the Unix epoch, now.
 pub fn now() -> (i64, u32) {

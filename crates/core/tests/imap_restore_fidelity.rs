@@ -14,9 +14,9 @@ use common::{
     imap_backup_opts, imap_restore_opts, init_repo, maildir_backup, maildir_restore, message,
     put_msg, small_store,
 };
-use mailvault_core::imap::backup::backup as imap_backup;
-use mailvault_core::imap::restore::{restore as imap_restore, ImapRestoreOptions};
+use mailvault_core::dest::imap::{restore as imap_restore, ImapRestoreOptions};
 use mailvault_core::report::NoProgress;
+use mailvault_core::source::imap::backup as imap_backup;
 use mailvault_core::Repository;
 use mailvault_imap::testing::{DovecotOptions, DovecotServer};
 use mailvault_imap::{AppendMsg, FetchQuery, SearchKey, SeqSet, Session, StoreMode};
@@ -255,7 +255,7 @@ fn per_account_figures_are_each_accounts_own() {
     for a in &r.per_account {
         assert_eq!(a.messages, a.appended + a.skipped + a.failed, "{a:?}");
     }
-    let sum = |f: fn(&mailvault_core::imap::restore::AccountFigures) -> u64| {
+    let sum = |f: fn(&mailvault_core::dest::imap::AccountFigures) -> u64| {
         r.per_account.iter().map(f).sum::<u64>()
     };
     assert_eq!(sum(|a| a.appended), r.items_appended, "{r:?}");

@@ -3,9 +3,7 @@
 use crate::output::{bytes, count, print_failures, safe};
 use crate::{progress::Bar, repo, GlobalOpts, Outcome};
 use anyhow::Result;
-use mailvault_core::imap::restore::{
-    restore as imap_restore, ImapRestoreOptions, ImapRestoreReport,
-};
+use mailvault_core::dest::imap::{restore as imap_restore, ImapRestoreOptions, ImapRestoreReport};
 use mailvault_core::ops::restore::{restore, Owners, RestoreOptions, RestoreReport, Selection};
 
 #[derive(clap::Args, Debug)]

@@ -5,7 +5,7 @@ use super::restore::{outcome, print_counts, print_imap_counts, TargetArgs};
 use crate::output::{print_failures, safe};
 use crate::{progress::Bar, repo, GlobalOpts, Outcome};
 use anyhow::Result;
-use mailvault_core::imap::restore::ImapRestoreReport;
+use mailvault_core::dest::imap::ImapRestoreReport;
 use mailvault_core::ops::restore::RestoreReport;
 use mailvault_core::ops::undelete::{
     undelete, undelete_imap, window_start, Deleted, DeletedOptions, UndeleteOptions,

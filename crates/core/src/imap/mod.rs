@@ -1,18 +1,13 @@
-//! IMAP as a target and a source: restore a snapshot into a live IMAP server
-//! ([`restore`], the "external restore") and back accounts up from one ([`backup`]) into
-//! the same snapshot model as Maildir stores, so that any snapshot restores to a Maildir
-//! or to IMAP alike (the restore is the IMAP target of the one restore pipeline,
-//! [`crate::dest::imap`], which also keeps its journal); [`names`] the pure conversions
-//! between the two worlds
-//! (Maildir++ directories, synthesized Maildir names, `subscriptions` files).
+//! What the IMAP backup ([`crate::source::imap`]) and the restore into a live IMAP server
+//! ([`crate::dest::imap`], which also keeps its journal) share: connections and logins,
+//! and in [`names`] the pure conversions between the two worlds (Maildir++ directories,
+//! synthesized Maildir names, `subscriptions` files), so that any snapshot restores to a
+//! Maildir or to IMAP alike.
 //!
 //! The wire protocol is `mailvault-imap`'s; this module only decides what to send and
 //! keeps the books. What is normalized on the way is written down in `docs/imap.md`.
 
-/// IMAP backups (moved to [`crate::source::imap`], the IMAP [`crate::source::Source`]).
-pub use crate::source::imap as backup;
 pub mod names;
-pub mod restore;
 
 pub use mailvault_imap as client;
 

@@ -8,9 +8,9 @@
 
 use crate::error::{Error, Result};
 use crate::imap::names::imap_folder_name;
-use crate::maildir;
 use crate::repo::tree::{AccountRef, AccountTree, FolderNode, MessageEntry, RootTree};
 use crate::repo::Repository;
+use crate::source::maildir;
 use std::borrow::Cow;
 
 /// The name people use for a folder: UTF-8, levels separated by `/` (`Entwürfe`,
@@ -155,7 +155,7 @@ pub fn select_accounts(root: RootTree, filters: &[String]) -> Result<Vec<Account
 /// Messages picked one by one (by `undelete`) rather than selected by filters: an account
 /// and, per folder, the messages to restore there. Both restores take it in place of a
 /// snapshot's selection ([`crate::ops::restore::restore_picked`],
-/// [`crate::imap::restore::restore_picked`]).
+/// [`crate::dest::imap::restore_picked`]).
 #[derive(Clone, Debug)]
 pub struct PickedAccount {
     /// The account as a snapshot has it (its place below the target, its directories).

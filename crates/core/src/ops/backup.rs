@@ -404,7 +404,7 @@ fn backup_accounts<S: Source>(
         Parallelism::Sessions { accounts: n, .. } => {
             let slots: Vec<Mutex<Option<AccountRef>>> =
                 accounts.iter().map(|_| Mutex::new(None)).collect();
-            crate::imap::restore::for_each_parallel(order.len(), n, |k| {
+            crate::ops::restore::for_each_parallel(order.len(), n, "imap-account", |k| {
                 let i = order[k];
                 *lock(&slots[i]) = one(i);
             });
@@ -731,7 +731,7 @@ impl<'a> FolderWriter<'a> {
         let size = data.len() as u64;
         let (key, name, new, mtime, (mode, uid, gid)) = match msg.meta {
             MessageMeta::Maildir { name, new, file } => (
-                crate::maildir::split_name(&name).0.to_vec(),
+                crate::source::maildir::split_name(&name).0.to_vec(),
                 name,
                 new,
                 file.mtime,

@@ -22,7 +22,6 @@ use crate::dest::{
     Target,
 };
 use crate::error::{Error, Result};
-use crate::maildir::{safe_component, safe_relative};
 use crate::model::reader::{read_by_packs, read_by_spans, BlobCache, Blobs, SpanOptions};
 use crate::model::{
     folder_name, folder_selected, message_selected, no_folder_matches, select_accounts,
@@ -33,6 +32,7 @@ use crate::repo::tree::{AccountRef, AccountTree, FileEntry, FolderNode, MessageE
 use crate::repo::tree::{OwnerNames, RootTree};
 use crate::repo::{lock, Repository};
 use crate::report::{per_sec, Progress};
+use crate::source::maildir::{safe_component, safe_relative};
 use mailvault_imap::maildir_flags::KeywordTable;
 use serde::Serialize;
 use std::collections::{HashMap, VecDeque};

@@ -9,12 +9,12 @@
 //! What is restored of each is the version of the newest snapshot that held it: its
 //! folder, file name (flags), `new/` or `cur/`, mtime, mode and owner, through the
 //! restores' entry points for picked messages ([`crate::ops::restore::restore_picked`],
-//! [`crate::imap::restore::restore_picked`]), so a Maildir undelete is byte-exact and
+//! [`crate::dest::imap::restore_picked`]), so a Maildir undelete is byte-exact and
 //! an IMAP undelete has the IMAP restore's journal.
 
+use crate::dest::imap::ImapRestoreReport;
+use crate::dest::imap::{restore_picked as imap_restore_picked, ImapRestoreOptions};
 use crate::error::{Error, Result};
-use crate::imap::restore::ImapRestoreReport;
-use crate::imap::restore::{restore_picked as imap_restore_picked, ImapRestoreOptions};
 use crate::imap::Result as ImapResult;
 use crate::model::{folder_name, folder_selected, PickedAccount, PickedFolder};
 use crate::ops::restore::{restore_picked, RestoreOptions, RestoreReport};

@@ -1,15 +1,15 @@
 //! Helpers shared by the integration tests: repositories, small mail stores, tree compare.
 #![allow(dead_code, clippy::unwrap_used)]
 
-use mailvault_core::imap::backup::ImapBackupOptions;
+use mailvault_core::dest::imap::ImapRestoreOptions;
 use mailvault_core::imap::client::ClientOptions;
-use mailvault_core::imap::restore::ImapRestoreOptions;
 use mailvault_core::imap::{Connection, Login, Password};
 use mailvault_core::ops::backup::{backup, BackupOptions, BackupReport, RunOptions};
 use mailvault_core::ops::check::{check, CheckOptions, CheckReport};
 use mailvault_core::ops::restore::{restore, RestoreOptions, RestoreReport, Selection};
 use mailvault_core::repo::crypto::KdfParams;
 use mailvault_core::report::NoProgress;
+use mailvault_core::source::imap::ImapBackupOptions;
 use mailvault_core::store::LocalStore;
 use mailvault_core::{InitOptions, Repository};
 use std::collections::BTreeMap;
