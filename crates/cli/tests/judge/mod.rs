@@ -46,8 +46,16 @@ pub fn messages(n: usize, real: usize) -> tempfile::TempDir {
     }
     let real_dir = std::env::var_os("MAILVAULT_JUDGE_REAL_MAIL")
         .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from("/work/shared/corpora/spamassassin/easy-ham-1"));
-    if real > 0 && real_dir.is_dir() {
+        .unwrap_or_else(|| {
+            // The SpamAssassin messages shipped with the tests (testdata/spamassassin).
+            Path::new(env!("CARGO_MANIFEST_DIR")).join("../../testdata/spamassassin/easy-ham-1")
+        });
+    assert!(
+        real == 0 || real_dir.is_dir(),
+        "{} is missing",
+        real_dir.display()
+    );
+    if real > 0 {
         let mut files = Vec::new();
         walk_files(&real_dir, &mut files);
         files.sort();
