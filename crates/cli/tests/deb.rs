@@ -113,6 +113,8 @@ fn the_debian_package_installs_runs_the_demo_and_is_removed() {
     for sub in ["backup", "restore", "snapshots", "prune"] {
         assert!(completion.contains(sub), "bash completion without {sub}");
     }
+    assert!(Path::new("/usr/share/man/man1/mailvault-backup.1.gz").is_file());
+    // And man finds it where it looks (man-db is in Debian's base system, not everywhere).
     if Command::new("man").arg("--version").output().is_ok() {
         let page = ok(Command::new("man").args(["-w", "mailvault-backup"]));
         assert!(

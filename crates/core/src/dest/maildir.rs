@@ -499,16 +499,7 @@ impl Target for MaildirTarget {
             // Abandoned or not placed: the temporary goes (an unnamed one goes by itself).
             let _ = rustix::fs::unlinkat(dir, tmp.as_str(), rustix::fs::AtFlags::empty());
         }
-        placed.map_err(|e| {
-            if e.kind() == ErrorKind::AlreadyExists {
-                Error::InvalidInput(format!(
-                    "{} already exists: not overwritten",
-                    shown.display()
-                ))
-            } else {
-                Error::io(shown, e)
-            }
-        })
+        placed.map_err(|e| write_error(shown, e))
     }
 
     fn link_files(&self, acc: &MaildirAccount, links: &[HardLink], failures: &Failures) -> Linked {
@@ -823,16 +814,20 @@ fn write_new_file(
         }
     };
     let shown = folder.shown(new, name);
-    result.map_err(|e| {
-        if e.kind() == ErrorKind::AlreadyExists {
-            Error::InvalidInput(format!(
-                "{} already exists: not overwritten",
-                shown.display()
-            ))
-        } else {
-            Error::io(shown, e)
-        }
-    })
+    result.map_err(|e| write_error(shown, e))
+}
+
+/// The error of a file write at `shown`: a name already taken (the target never
+/// overwrites) said as such, anything else as the I/O error it is.
+fn write_error(shown: PathBuf, e: std::io::Error) -> Error {
+    if e.kind() == ErrorKind::AlreadyExists {
+        Error::InvalidInput(format!(
+            "{} already exists: not overwritten",
+            shown.display()
+        ))
+    } else {
+        Error::io(shown, e)
+    }
 }
 
 /// What a restored file gets besides its bytes.

@@ -1045,20 +1045,9 @@ mod tests {
 
     /// A repository in memory holding `blobs` (uncompressed), and their ids.
     fn repo_with(blobs: &[&[u8]]) -> (Repository, Vec<Id>) {
-        use crate::repo::crypto::KdfParams;
         use crate::repo::pack::BlobKind;
-        use crate::repo::{BlobSaver, InitOptions};
-        use crate::store::MemoryStore;
-        let opts = InitOptions {
-            kdf: KdfParams {
-                m_cost: 64,
-                t_cost: 1,
-                p_cost: 1,
-            },
-            ..Default::default()
-        };
-        let mut repo = Repository::init(std::sync::Arc::new(MemoryStore::new()), b"pw", &opts)
-            .unwrap_or_else(|e| panic!("{e}"));
+        use crate::repo::BlobSaver;
+        let mut repo = crate::repo::memory_repository();
         let (ids, packs) = {
             let saver = BlobSaver::new(&repo, crate::repo::compress::Compression::None);
             let ids: Vec<Id> = blobs

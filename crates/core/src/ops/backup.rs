@@ -914,11 +914,7 @@ impl<'a> FolderWriter<'a> {
             let after = rustix::fs::fstat(&file).map_err(|e| Error::io(path, e.into()))?;
             let now = dir.stat(name).map_err(|e| Error::io(path, e))?;
             let at = FileMeta::of_stat(&before);
-            let same = |a: &rustix::fs::Stat, b: &rustix::fs::Stat| {
-                (a.st_dev, a.st_ino, a.st_size) == (b.st_dev, b.st_ino, b.st_size)
-                    && (a.st_mtime, a.st_mtime_nsec) == (b.st_mtime, b.st_mtime_nsec)
-                    && (a.st_ctime, a.st_ctime_nsec) == (b.st_ctime, b.st_ctime_nsec)
-            };
+            let same = crate::source::walk::same_file_state;
             if same(&before, &after) && same(&before, &now) && stored.size == at.size {
                 return Ok(LargeRead::Read(stored, at));
             }

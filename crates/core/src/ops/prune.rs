@@ -653,11 +653,7 @@ mod tests {
     fn init() -> Arc<MemoryStore> {
         let store = Arc::new(MemoryStore::new());
         let opts = InitOptions {
-            kdf: KdfParams {
-                m_cost: 64,
-                t_cost: 1,
-                p_cost: 1,
-            },
+            kdf: KdfParams::FOR_TESTS,
             pack_size: 512,
             ..Default::default()
         };

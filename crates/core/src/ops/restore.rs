@@ -1605,11 +1605,7 @@ mod tests {
             accounts: Vec<String>,
         ) -> Repository {
             let opts = crate::repo::InitOptions {
-                kdf: KdfParams {
-                    m_cost: 64,
-                    t_cost: 1,
-                    p_cost: 1,
-                },
+                kdf: KdfParams::FOR_TESTS,
                 pack_size: 64 << 10,
                 ..Default::default()
             };

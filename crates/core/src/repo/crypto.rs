@@ -224,6 +224,16 @@ pub struct KdfParams {
     pub p_cost: u32,
 }
 
+#[cfg(test)]
+impl KdfParams {
+    /// The cheapest parameters Argon2 takes: for tests, whose keys protect nothing.
+    pub(crate) const FOR_TESTS: KdfParams = KdfParams {
+        m_cost: 64,
+        t_cost: 1,
+        p_cost: 1,
+    };
+}
+
 /// The largest Argon2 parameters a key file may ask for: 4 GiB of memory, 64 passes, 64
 /// lanes. A key file is plaintext anyone with write access can edit; without bounds, one
 /// asking for terabytes would exhaust the machine's memory before the password is even
@@ -397,11 +407,7 @@ impl KeyFile {
 mod tests {
     use super::*;
 
-    const FAST: KdfParams = KdfParams {
-        m_cost: 64,
-        t_cost: 1,
-        p_cost: 1,
-    };
+    const FAST: KdfParams = KdfParams::FOR_TESTS;
 
     #[test]
     fn seal_open_round_trip_and_tamper() {

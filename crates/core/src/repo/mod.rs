@@ -1824,6 +1824,17 @@ pub(crate) fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
+/// A new repository in memory with the cheapest key derivation, for unit tests.
+#[cfg(test)]
+pub(crate) fn memory_repository() -> Repository {
+    let opts = InitOptions {
+        kdf: KdfParams::FOR_TESTS,
+        ..Default::default()
+    };
+    let store = std::sync::Arc::new(crate::store::MemoryStore::new());
+    Repository::init(store, b"pw", &opts).unwrap_or_else(|e| panic!("{e}"))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1831,11 +1842,7 @@ mod tests {
 
     pub(crate) fn fast_init() -> InitOptions {
         InitOptions {
-            kdf: KdfParams {
-                m_cost: 64,
-                t_cost: 1,
-                p_cost: 1,
-            },
+            kdf: KdfParams::FOR_TESTS,
             pack_size: 512,
             ..Default::default()
         }

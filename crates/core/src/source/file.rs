@@ -679,25 +679,11 @@ mod tests {
     use crate::dest::maildir::{MaildirTarget, Owners};
     use crate::ops::backup::BackupReport;
     use crate::ops::restore::{restore_into, RestoreReport, Selection};
-    use crate::repo::crypto::KdfParams;
-    use crate::repo::InitOptions;
+    use crate::repo::memory_repository as repository;
     use crate::report::NoProgress;
-    use crate::store::MemoryStore;
     use std::os::unix::fs::MetadataExt;
     use std::os::unix::fs::PermissionsExt;
     use std::sync::Arc;
-
-    fn repository() -> Repository {
-        let opts = InitOptions {
-            kdf: KdfParams {
-                m_cost: 64,
-                t_cost: 1,
-                p_cost: 1,
-            },
-            ..Default::default()
-        };
-        Repository::init(Arc::new(MemoryStore::new()), b"pw", &opts).unwrap()
-    }
 
     fn backup(
         repo: &mut Repository,

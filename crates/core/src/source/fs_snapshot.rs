@@ -105,8 +105,8 @@ impl FsSnapshot {
                 (mountpoint, format!("{dataset}@{name}"), view)
             }
             Kind::Lvm => {
-                let (vg, _lv, mountpoint) = lvm_volume(&path)?;
-                (mountpoint, format!("{vg}/{name}"), dir.join(&name))
+                let (vg, _lv, mount) = lvm_volume(&path)?;
+                (mount.target, format!("{vg}/{name}"), dir.join(&name))
             }
         };
         let snap = FsSnapshot {
@@ -194,7 +194,7 @@ pub fn origin(kind: Kind, path: &Path) -> Result<PathBuf> {
     match kind {
         Kind::Btrfs => btrfs_subvolume(&path),
         Kind::Zfs => zfs_dataset(&path).map(|(_, m)| m),
-        Kind::Lvm => lvm_volume(&path).map(|(_, _, m)| m),
+        Kind::Lvm => lvm_volume(&path).map(|(_, _, m)| m.target),
     }
 }
 
@@ -330,19 +330,30 @@ fn btrfs_subvolume(path: &Path) -> Result<PathBuf> {
     }
 }
 
-/// The mount point `path` is on, and the device mounted there (`findmnt`).
-fn mount_of(path: &Path) -> Result<(String, PathBuf)> {
+/// What is mounted where `path` is (`findmnt`, once).
+struct Mount {
+    /// The device or dataset mounted.
+    source: String,
+    /// The mount point.
+    target: PathBuf,
+    /// Its file system type (`btrfs`, `zfs`, `xfs`…).
+    fstype: String,
+}
+
+fn mount_of(path: &Path) -> Result<Mount> {
     let out = Command::new("findmnt")
-        .args(["-n", "-o", "SOURCE,TARGET", "--target"])
+        .args(["-n", "-o", "SOURCE,TARGET,FSTYPE", "--target"])
         .arg(path)
         .output()
         .map_err(|e| Error::InvalidInput(format!("findmnt: {e}")))?;
     let text = String::from_utf8_lossy(&out.stdout);
     let mut parts = text.split_whitespace();
-    match (parts.next(), parts.next()) {
-        (Some(dev), Some(target)) if out.status.success() => {
-            Ok((dev.to_string(), PathBuf::from(target)))
-        }
+    match (parts.next(), parts.next(), parts.next()) {
+        (Some(source), Some(target), Some(fstype)) if out.status.success() => Ok(Mount {
+            source: source.to_string(),
+            target: PathBuf::from(target),
+            fstype: fstype.to_string(),
+        }),
         _ => Err(Error::InvalidInput(format!(
             "{}: its mount point is not known (findmnt)",
             path.display()
@@ -351,64 +362,55 @@ fn mount_of(path: &Path) -> Result<(String, PathBuf)> {
 }
 
 fn is_mount_point(path: &Path) -> bool {
-    mount_of(path).is_ok_and(|(_, t)| t == path)
+    mount_of(path).is_ok_and(|m| m.target == path)
 }
 
 /// The ZFS dataset mounted where `path` is, and its mount point.
 fn zfs_dataset(path: &Path) -> Result<(String, PathBuf)> {
-    let (dataset, mountpoint) = mount_of(path)?;
-    let fstype = Command::new("findmnt")
-        .args(["-n", "-o", "FSTYPE", "--target"])
-        .arg(path)
-        .output()
-        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
-        .unwrap_or_default();
-    if fstype != "zfs" {
+    let m = mount_of(path)?;
+    if m.fstype != "zfs" {
         return Err(Error::InvalidInput(format!(
             "{}: not on a ZFS dataset (--snapshot zfs)",
             path.display()
         )));
     }
-    Ok((dataset, mountpoint))
+    Ok((m.source, m.target))
 }
 
-/// The LVM volume group and logical volume mounted where `path` is, and the mount point.
-fn lvm_volume(path: &Path) -> Result<(String, String, PathBuf)> {
-    let (dev, mountpoint) = mount_of(path)?;
+/// The LVM volume group and logical volume mounted where `path` is, and the mount.
+fn lvm_volume(path: &Path) -> Result<(String, String, Mount)> {
+    let mount = mount_of(path)?;
     let out = Command::new("lvs")
         .args(["--noheadings", "-o", "vg_name,lv_name"])
-        .arg(&dev)
+        .arg(&mount.source)
         .output()
         .map_err(|e| Error::InvalidInput(format!("lvs: {e} (is lvm2 installed?)")))?;
     let text = String::from_utf8_lossy(&out.stdout);
     let mut parts = text.split_whitespace();
     match (parts.next(), parts.next()) {
-        (Some(vg), Some(lv)) if out.status.success() => {
-            Ok((vg.to_string(), lv.to_string(), mountpoint))
-        }
+        (Some(vg), Some(lv)) if out.status.success() => Ok((vg.to_string(), lv.to_string(), mount)),
         _ => Err(Error::InvalidInput(format!(
-            "{}: not on an LVM logical volume ({dev}; --snapshot lvm)",
-            path.display()
+            "{}: not on an LVM logical volume ({}; --snapshot lvm)",
+            path.display(),
+            mount.source
         ))),
     }
 }
 
 /// `lvcreate -s` of the volume under the snapshot's origin, mounted read-only at its view.
 fn lvm_snapshot(snap: &FsSnapshot) -> Result<()> {
-    let (vg, lv, _) = lvm_volume(&snap.origin)?;
+    let (vg, lv, mount) = lvm_volume(&snap.origin)?;
     let name = (snap.record.id.rsplit('/').next()).unwrap_or_default();
     run(Command::new("lvcreate")
         .args(["-s", "-l", "10%ORIGIN", "-n", name])
         .arg(format!("{vg}/{lv}")))?;
     std::fs::create_dir_all(&snap.record.view).map_err(|e| Error::io(&snap.record.view, e))?;
-    let fstype = Command::new("findmnt")
-        .args(["-n", "-o", "FSTYPE", "--target"])
-        .arg(&snap.origin)
-        .output()
-        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
-        .unwrap_or_default();
     // XFS refuses a second mount of the same filesystem UUID without `nouuid`.
-    let opts = if fstype == "xfs" { "ro,nouuid" } else { "ro" };
+    let opts = if mount.fstype == "xfs" {
+        "ro,nouuid"
+    } else {
+        "ro"
+    };
     run(Command::new("mount")
         .args(["-o", opts])
         .arg(format!("/dev/{vg}/{name}"))

@@ -980,19 +980,12 @@ enum Checked {
 /// again once, then [`Checked::Changed`].
 fn read_checked(dir: &Dir, name: &[u8]) -> io::Result<Checked> {
     use std::io::Read;
-    let key = |st: &walk::Stat| {
-        (
-            st.st_size,
-            (st.st_mtime, st.st_mtime_nsec),
-            (st.st_ctime, st.st_ctime_nsec),
-        )
-    };
     for _ in 0..2 {
         let (f, before) = dir.open_file(name)?;
         let mut data = Vec::with_capacity(before.st_size as usize);
         walk::Reading::new(&f, &dir.join(name)).read_to_end(&mut data)?;
         let after = rustix::fs::fstat(&f)?;
-        if key(&before) == key(&after) && data.len() as u64 == before.st_size as u64 {
+        if walk::same_file_state(&before, &after) && data.len() as u64 == before.st_size as u64 {
             return Ok(Checked::Read(data, FileMeta::of_stat(&before)));
         }
     }
@@ -1101,17 +1094,7 @@ mod tests {
                 }
             })
         };
-        let store = std::sync::Arc::new(crate::store::MemoryStore::new());
-        let kdf = crate::repo::crypto::KdfParams {
-            m_cost: 64,
-            t_cost: 1,
-            p_cost: 1,
-        };
-        let init = crate::repo::InitOptions {
-            kdf,
-            ..Default::default()
-        };
-        let mut repo = Repository::init(store, b"pw", &init).unwrap();
+        let mut repo = crate::repo::memory_repository();
         let opts = BackupOptions {
             source: md.clone(),
             accounts: vec!["a".into()],
@@ -1161,17 +1144,7 @@ mod tests {
         };
         let backup = |n: u32| {
             appends.store(n, SeqCst);
-            let store = std::sync::Arc::new(crate::store::MemoryStore::new());
-            let kdf = crate::repo::crypto::KdfParams {
-                m_cost: 64,
-                t_cost: 1,
-                p_cost: 1,
-            };
-            let init = crate::repo::InitOptions {
-                kdf,
-                ..Default::default()
-            };
-            let mut repo = Repository::init(store, b"pw", &init).unwrap();
+            let mut repo = crate::repo::memory_repository();
             let opts = BackupOptions {
                 source: md.clone(),
                 accounts: vec!["a".into()],

@@ -168,6 +168,15 @@ fn refused(e: Errno, stat: impl FnOnce() -> io::Result<Stat>) -> io::Error {
     }
 }
 
+/// Whether two `stat`s are of the same file in the same state: device, inode, size,
+/// mtime and ctime (a write changes the ctime even when it keeps size and mtime). What a
+/// read checks before and after, as restic and borg do.
+pub fn same_file_state(a: &Stat, b: &Stat) -> bool {
+    (a.st_dev, a.st_ino, a.st_size) == (b.st_dev, b.st_ino, b.st_size)
+        && (a.st_mtime, a.st_mtime_nsec) == (b.st_mtime, b.st_mtime_nsec)
+        && (a.st_ctime, a.st_ctime_nsec) == (b.st_ctime, b.st_ctime_nsec)
+}
+
 /// Whether an entry is a directory, a link, ..., from its `stat`.
 pub fn file_type(st: &Stat) -> FileType {
     FileType::from_raw_mode(st.st_mode)

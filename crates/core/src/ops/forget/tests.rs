@@ -467,11 +467,7 @@ fn memory_repo(version: Version) -> (Arc<MemoryStore>, Repository) {
     let store = Arc::new(MemoryStore::new());
     let opts = InitOptions {
         version,
-        kdf: KdfParams {
-            m_cost: 64,
-            t_cost: 1,
-            p_cost: 1,
-        },
+        kdf: KdfParams::FOR_TESTS,
         ..Default::default()
     };
     let repo = Repository::init(store.clone(), b"pw", &opts).unwrap();
