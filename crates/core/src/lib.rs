@@ -10,6 +10,7 @@ pub mod imap;
 pub mod mail;
 pub mod model;
 pub mod ops;
+pub mod parallel;
 pub mod repo;
 pub mod report;
 pub mod source;

@@ -16,12 +16,12 @@ use common::{backup_opts, imap_backup_opts, init_repo, put_msg, test_run};
 use mailvault_core::imap::names::{
     imap_folder_name, maildir_dir, parse_subscriptions, subscriptions_file,
 };
+use mailvault_core::mail::maildir::split_name;
+use mailvault_core::model::assemble::assemble;
 use mailvault_core::ops::backup::run;
-use mailvault_core::ops::restore::assemble;
 use mailvault_core::repo::tree::{AccountTree, RootTree};
 use mailvault_core::report::NoProgress;
 use mailvault_core::source::imap::ImapSource;
-use mailvault_core::source::maildir::split_name;
 use mailvault_core::source::maildir::MaildirSource;
 use mailvault_core::source::{
     Account, AccountListing, Failures, Folder, FolderWriter, MessageId, MessageMeta, NewMessage,

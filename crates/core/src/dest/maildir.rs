@@ -20,9 +20,9 @@
 use super::{AccountInfo, Caps, Failures, FolderInfo, HardLink, Item, Message, Order};
 use super::{Linked, Outcome, Target};
 use crate::error::{Error, Result};
+use crate::mail::maildir;
 use crate::repo::lock;
 use crate::repo::tree::{DirEntry, FileEntry, OwnerNames, Timestamp, NO_OWNER};
-use crate::source::maildir;
 use rustix::fs::{Mode, OFlags};
 use rustix::io::Errno;
 use std::collections::{BTreeMap, HashMap};

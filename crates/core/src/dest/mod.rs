@@ -231,7 +231,7 @@ impl FolderInfo<'_> {
     /// (a Maildir restoring picked messages maps keyword letters through it).
     pub fn file(&self, name: &[u8]) -> Option<crate::Result<Vec<u8>>> {
         let f = self.node.files.iter().find(|f| f.name == name)?;
-        Some(crate::ops::restore::assemble_file(self.repo, f))
+        Some(crate::model::assemble::assemble_file(self.repo, f))
     }
 }
 

@@ -7,6 +7,7 @@
 pub mod eml;
 pub mod flags;
 pub mod layout;
+pub mod maildir;
 pub mod mbox;
 
 pub use eml::{EmlNames, Sidecar, SidecarEntry};

@@ -3,6 +3,7 @@
 //! for folders. `ls`, the Maildir restore and the IMAP restore all select through here, and read
 //! their messages' blobs by pack span through [`reader`].
 
+pub mod assemble;
 pub mod reader;
 pub mod selection;
 

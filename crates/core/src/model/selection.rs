@@ -8,9 +8,9 @@
 
 use crate::error::{Error, Result};
 use crate::imap::names::imap_folder_name;
+use crate::mail::maildir;
 use crate::repo::tree::{AccountRef, AccountTree, FolderNode, MessageEntry, RootTree};
 use crate::repo::Repository;
-use crate::source::maildir;
 use std::borrow::Cow;
 
 /// The name people use for a folder: UTF-8, levels separated by `/` (`Entwürfe`,

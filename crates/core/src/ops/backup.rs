@@ -404,7 +404,7 @@ fn backup_accounts<S: Source>(
         Parallelism::Sessions { accounts: n, .. } => {
             let slots: Vec<Mutex<Option<AccountRef>>> =
                 accounts.iter().map(|_| Mutex::new(None)).collect();
-            crate::ops::restore::for_each_parallel(order.len(), n, "imap-account", |k| {
+            crate::parallel::for_each_parallel(order.len(), n, "imap-account", |k| {
                 let i = order[k];
                 *lock(&slots[i]) = one(i);
             });
@@ -662,7 +662,7 @@ impl<'a> FolderWriter<'a> {
     /// The content of the parent folder's file `name` (`None` if it cannot be read).
     pub fn parent_file_data(&self, name: &[u8]) -> Option<Vec<u8>> {
         let f = self.parent_file(name)?;
-        crate::ops::restore::assemble_file(self.ctx.saver.repo(), f).ok()
+        crate::model::assemble::assemble_file(self.ctx.saver.repo(), f).ok()
     }
 
     /// The sync state the source kept in the parent folder ([`Source::state_file`]).
@@ -731,7 +731,7 @@ impl<'a> FolderWriter<'a> {
         let size = data.len() as u64;
         let (key, name, new, mtime, (mode, uid, gid)) = match msg.meta {
             MessageMeta::Maildir { name, new, file } => (
-                crate::source::maildir::split_name(&name).0.to_vec(),
+                crate::mail::maildir::split_name(&name).0.to_vec(),
                 name,
                 new,
                 file.mtime,

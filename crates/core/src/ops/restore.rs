@@ -22,17 +22,19 @@ use crate::dest::{
     Target,
 };
 use crate::error::{Error, Result};
+use crate::mail::maildir::{safe_component, safe_relative};
+use crate::model::assemble::{assemble_by, assemble_file};
 use crate::model::reader::{read_by_packs, read_by_spans, BlobCache, Blobs, SpanOptions};
 use crate::model::{
     folder_name, folder_selected, message_selected, no_folder_matches, select_accounts,
     PickedAccount,
 };
+use crate::parallel::{for_each_parallel, spawn_named};
 use crate::repo::id::Id;
 use crate::repo::tree::{AccountRef, AccountTree, FileEntry, FolderNode, MessageEntry};
 use crate::repo::tree::{OwnerNames, RootTree};
 use crate::repo::{lock, Repository};
 use crate::report::{per_sec, Progress};
-use crate::source::maildir::{safe_component, safe_relative};
 use mailvault_imap::maildir_flags::KeywordTable;
 use serde::Serialize;
 use std::collections::{HashMap, VecDeque};
@@ -1423,83 +1425,6 @@ impl AsRef<[u8]> for Shared {
     fn as_ref(&self) -> &[u8] {
         &self.0
     }
-}
-
-/// Runs `f(0..n)` on up to `threads` threads named `name`.
-pub(crate) fn for_each_parallel(n: usize, threads: usize, name: &str, f: impl Fn(usize) + Sync) {
-    let next = AtomicUsize::new(0);
-    std::thread::scope(|s| {
-        for _ in 0..threads.clamp(1, n.max(1)) {
-            spawn_named(s, name, || loop {
-                let i = next.fetch_add(1, Relaxed);
-                if i >= n {
-                    break;
-                }
-                f(i);
-            });
-        }
-    });
-}
-
-/// `s.spawn(f)` with a thread name (for profilers and debuggers).
-pub(crate) fn spawn_named<'s, 'e: 's, F: FnOnce() + Send + 's>(
-    s: &'s std::thread::Scope<'s, 'e>,
-    name: &str,
-    f: F,
-) {
-    if let Err(e) = std::thread::Builder::new()
-        .name(name.into())
-        .spawn_scoped(s, f)
-    {
-        // What `Scope::spawn` does too.
-        panic!("cannot start a thread: {e}");
-    }
-}
-
-/// Reads a whole file of a folder (its content lists too, for a large one).
-pub fn assemble_file(repo: &Repository, f: &FileEntry) -> Result<Vec<u8>> {
-    assemble(repo, &repo.file_content(f)?, f.size, None)
-}
-
-/// Reassembles content from its blobs (each read and checked), and checks the whole
-/// against `size` and, if given, `hash`.
-pub fn assemble(
-    repo: &Repository,
-    content: &[Id],
-    size: u64,
-    hash: Option<&Id>,
-) -> Result<Vec<u8>> {
-    // With a whole-content hash to check, the blobs need not be hashed one by one too.
-    assemble_by(repo, content, size, hash, |id| match hash {
-        Some(_) => repo.read_blob_unverified(id),
-        None => repo.read_blob(id),
-    })
-}
-
-/// [`assemble`] with the blobs given by `blob` (hashed against their ids or not: with
-/// `hash`, the whole is checked); if the whole does not match, the blobs are read again
-/// verified to name the culprit.
-fn assemble_by<B: AsRef<[u8]>>(
-    repo: &Repository,
-    content: &[Id],
-    size: u64,
-    hash: Option<&Id>,
-    blob: impl Fn(&Id) -> Result<B>,
-) -> Result<Vec<u8>> {
-    let mut data = Vec::with_capacity(size as usize);
-    for id in content {
-        data.extend_from_slice(blob(id)?.as_ref());
-    }
-    if data.len() as u64 != size || hash.is_some_and(|h| repo.key().blob_id(&data) != *h) {
-        for id in content {
-            repo.read_blob(id)?;
-        }
-        return Err(Error::corrupt(
-            "message",
-            "reassembled content does not match its hash",
-        ));
-    }
-    Ok(data)
 }
 
 #[cfg(test)]

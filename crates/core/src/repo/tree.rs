@@ -294,7 +294,7 @@ pub fn chunk_boundaries(entries: &[MessageEntry]) -> Vec<std::ops::Range<usize>>
 impl MessageEntry {
     /// The Maildir info part after `:2,` (flags then keywords), empty if none.
     pub fn flags(&self) -> &[u8] {
-        crate::source::maildir::split_name(&self.name).1
+        crate::mail::maildir::split_name(&self.name).1
     }
 }
 
