@@ -315,6 +315,8 @@ def main():
     ap.add_argument("--accounts", type=int, default=None, help="mailvault --accounts (in parallel; default: mailvault's)")
     ap.add_argument("--split-cores", action="store_true",
                     help="Dovecot on core 0, every client on core 1: the server with a core of its own, as on a separate machine")
+    ap.add_argument("--base-bin-dir", default=None,
+                    help="a second build of mailvault (e.g. the previous main's target/release) whose restore runs beside this one, for before/after ratios")
     ap.add_argument("--bin-dir", default=None, help="where mailvault, mailvault-corpus and imap-ceiling are (default $CARGO_TARGET_DIR/release or target/release)")
     ap.add_argument("--no-mbsync", action="store_true", help="skip the mbsync runs (day-to-day work on the ceiling ratio)")
     a = ap.parse_args()
@@ -383,7 +385,7 @@ def main():
 
     failures = []
 
-    def mailvault_run():
+    def mailvault_run(mv=mv, label="mailvault"):
         # The whole command by the wall clock.
         dov = Dovecot(a.dovecot_dir, server_cpus)
         try:
@@ -393,9 +395,9 @@ def main():
             rep = json.loads(p.stdout)
             got = dov.count()
             if got != n_msgs:
-                failures.append(f"mailvault put {got} of {n_msgs} messages on the server")
+                failures.append(f"{label} put {got} of {n_msgs} messages on the server")
             phases = ", ".join(f"{ph['name']} {ph['items']} in {ph['secs']:.2f} s" for ph in rep["phases"])
-            row(f"mailvault restore ({' '.join(flags) or 'default flags'})", secs, rep["items_appended"],
+            row(f"{label} restore ({' '.join(flags) or 'default flags'})", secs, rep["items_appended"],
                 f"[{phases}; failed {rep['items_failed']}; client CPU {p.cpu:.2f} s (user {p.user:.2f}, sys {p.sys:.2f}); server CPU {dov.cpu():.2f} s; steal {p.steal:.2f} s]")
             return rep["items_appended"] / secs
         finally:
@@ -419,6 +421,9 @@ def main():
     # right after the same neighbour): the machine is shared, so the figures are medians, and
     # the ceiling ratio is taken between runs of the same round.
     jobs = [("ceiling", ceiling_run), ("mailvault", mailvault_run)]
+    if a.base_bin_dir:
+        base = Path(a.base_bin_dir) / "mailvault"
+        jobs.append(("mailvault-base", lambda: mailvault_run(base, "mailvault-base")))
     if not a.no_mbsync:
         jobs += [("mbsync-1", lambda: mbsync_run(1)), ("mbsync-4", lambda: mbsync_run(4))]
     rates = {name: [] for name, _ in jobs}
@@ -447,7 +452,7 @@ def main():
     ]
     for tool, secs, count, rate, extra in rows:
         lines.append(f"| {tool} | {secs:.2f} | {count} | {rate:.0f} | {extra} |")
-    names = {"ceiling": "imap-ceiling", "mailvault": "mailvault restore", "mbsync-1": "mbsync (1 account at a time)",
+    names = {"ceiling": "imap-ceiling", "mailvault": "mailvault restore", "mailvault-base": "mailvault-base restore", "mbsync-1": "mbsync (1 account at a time)",
              "mbsync-4": "mbsync (4 accounts at a time)"}
     lines += ["", f"Medians of {a.repeat} run{'s' if a.repeat > 1 else ''} each (rounds in rotated order): "
               + "; ".join(f"{names[n]} {med[n]:.0f} msgs/s" for n in rates) + "."]
@@ -455,6 +460,8 @@ def main():
               f"{', '.join(f'{r:.2f}' for r in ratios)}); "
               + (f"mailvault (median {mv_rate:.0f} msgs/s) / best mbsync: **{ratio_mbsync:.2f}x** (target >= 2x)"
                if best_mbsync else f"mailvault median {mv_rate:.0f} msgs/s (mbsync not run)"), ""]
+    if "mailvault-base" in med:
+        lines += [f"mailvault / mailvault-base ({a.base_bin_dir}): **{mv_rate / med['mailvault-base']:.2f}** (msgs/s, medians)", ""]
     text = "\n".join(lines)
     print(text)
     if failures:

@@ -52,12 +52,15 @@ SCENARIO_TITLES = {
     "check": "(5) Check with data verification (check --read-data / --verify-data)",
     "spamassassin": "SpamAssassin corpus (real mail): full backup, repository size, and its restore compared with the source",
 }
-TOOLS = ["mailvault", "restic", "borg-lz4", "borg-zstd"]
+TOOLS = ["mailvault", "mailvault-base", "restic", "borg-lz4", "borg-zstd"]
+# mailvault-base: another build of mailvault (--base-bin-dir, e.g. the previous main) run
+# beside this one on the same data, for before/after comparisons in one run.
+MAILVAULTS = ("mailvault", "mailvault-base")
 # Rows that run a tool with other flags: row -> (tool, extra backup flags). The peers stat
 # every file on an incremental; mailvault by default recognizes known messages by name alone.
 VARIANTS = {"mailvault-stat": ("mailvault", ["--stat-unchanged"])}
 ROW_LABELS = {"mailvault-stat": "mailvault --stat-unchanged"}
-ROWS = ["mailvault", "mailvault-stat", "restic", "borg-lz4", "borg-zstd"]
+ROWS = ["mailvault", "mailvault-base", "mailvault-stat", "restic", "borg-lz4", "borg-zstd"]
 LIMITS = {"read": "limit: read all files (tar \\| cat)", "copy": "limit: copy (cp -a)"}
 PASSWORD = "bench-password-not-secret"
 MB = 1e6
@@ -347,6 +350,9 @@ class Bench:
             self.notes.append(f"binaries of the `{profile}` profile: timings are not representative.")
         self.corpus_bin = self.bin_dir / "mailvault-corpus"
         self.mv_bin = self.bin_dir / "mailvault"
+        self.mv_bins = {"mailvault": self.mv_bin}
+        if self.args.base_bin_dir:
+            self.mv_bins["mailvault-base"] = Path(self.args.base_bin_dir).resolve() / "mailvault"
         if not self.corpus_bin.exists():
             raise SystemExit(f"bench: {self.corpus_bin} missing: build it with `cargo build --profile {profile} -p mailvault-corpus`")
 
@@ -356,12 +362,15 @@ class Bench:
             if t not in TOOLS:
                 raise SystemExit(f"bench: unknown tool {t!r}; choose from {', '.join(TOOLS)}")
         for t in wanted:
-            if t == "mailvault":
-                ok = self.mv_bin.exists() and sh_out([str(self.mv_bin), "--version"]) != ""
+            if t in MAILVAULTS:
+                if t not in self.mv_bins:
+                    continue  # mailvault-base without --base-bin-dir
+                b = self.mv_bins[t]
+                ok = b.exists() and sh_out([str(b), "--version"]) != ""
                 if ok:
-                    self.tools[t] = sh_out([str(self.mv_bin), "--version"])
+                    self.tools[t] = sh_out([str(b), "--version"]) + f" ({b})"
                 else:
-                    self.skipped[t] = f"{self.mv_bin} missing or not runnable"
+                    self.skipped[t] = f"{b} missing or not runnable"
             elif t == "restic":
                 if shutil.which("restic"):
                     self.tools[t] = sh_out(["restic", "version"]).splitlines()[0]
@@ -406,7 +415,7 @@ class Bench:
         tool = tool_of(row)
         cache = self.cache(repo)
         env = dict(os.environ)
-        if tool == "mailvault":
+        if tool in MAILVAULTS:
             env["MAILVAULT_REPOSITORY"] = str(repo)
             env["MAILVAULT_PASSWORD_FILE"] = str(self.work / "password")
             env["XDG_CACHE_HOME"] = str(cache)
@@ -438,8 +447,8 @@ class Bench:
                 shutil.rmtree(d)
         repo.parent.mkdir(parents=True, exist_ok=True)
         env = self.env(tool, repo)
-        if tool == "mailvault":
-            cmd = [str(self.mv_bin), "init", "--quiet"]
+        if tool in MAILVAULTS:
+            cmd = [str(self.mv_bins[tool]), "init", "--quiet"]
         elif tool == "restic":
             cmd = ["restic", "init", "--quiet"]
         else:
@@ -476,8 +485,8 @@ class Bench:
     def backup_cmd(self, row, repo, src, label, account=None):
         """(argv, cwd) of a backup of src."""
         tool = tool_of(row)
-        if tool == "mailvault":
-            cmd = [str(self.mv_bin), "backup", f"maildir:{src}", "--json", "--quiet"] + VARIANTS.get(row, (tool, []))[1]
+        if tool in MAILVAULTS:
+            cmd = [str(self.mv_bins[tool]), "backup", f"maildir:{src}", "--json", "--quiet"] + VARIANTS.get(row, (tool, []))[1]
             if account:
                 cmd += ["--account", account]
             return cmd, None
@@ -488,8 +497,8 @@ class Bench:
         return ["borg", "create", "--compression", comp, f"{repo}::{label}", src.name], src.parent
 
     def restore_cmd(self, tool, repo, target, account_rel=None, account=None, label=None):
-        if tool == "mailvault":
-            cmd = [str(self.mv_bin), "restore", "latest", "--target", f"maildir:{target}", "--json", "--quiet"]
+        if tool in MAILVAULTS:
+            cmd = [str(self.mv_bins[tool]), "restore", "latest", "--target", f"maildir:{target}", "--json", "--quiet"]
             if account:
                 cmd += ["--account", account]
             return cmd, None
@@ -504,8 +513,8 @@ class Bench:
         return cmd, target
 
     def check_cmd(self, tool, repo):
-        if tool == "mailvault":
-            return [str(self.mv_bin), "check", "--read-data"]
+        if tool in MAILVAULTS:
+            return [str(self.mv_bins[tool]), "check", "--read-data"]
         if tool == "restic":
             return ["restic", "check", "--read-data"]
         return ["borg", "check", "--verify-data", str(repo)]
@@ -515,7 +524,7 @@ class Bench:
         restic restores under the source's absolute path, borg under the path it was given
         (the source's name, from its parent directory)."""
         src = src or self.src
-        if tool == "mailvault":
+        if tool in MAILVAULTS:
             return target
         if tool == "restic":
             return target / str(src).lstrip("/")
@@ -563,7 +572,7 @@ class Bench:
                 self.labels[tool] = "full"
 
     def mailvault_json(self, tool, r):
-        if tool_of(tool) != "mailvault" or r["rc"] != 0:
+        if tool_of(tool) not in MAILVAULTS or r["rc"] != 0:
             return None
         try:
             return {"report": json.loads(r["stdout"])}
@@ -1034,6 +1043,7 @@ def parse_args(argv):
     p.add_argument("--spamassassin", default=str(full_sa if full_sa.is_dir() else REPO_ROOT / "testdata" / "spamassassin"),
                    help="SpamAssassin corpus directory (*.eml files; default: the whole corpus in ../shared/corpora/spamassassin when it is there, else the 613-message subset in testdata/spamassassin)")
     p.add_argument("--bin-dir", help="where mailvault and mailvault-corpus are (default $CARGO_TARGET_DIR/<profile> or target/<profile>)")
+    p.add_argument("--base-bin-dir", help="a second build of mailvault (e.g. the previous main's target/release) to run beside this one as the row mailvault-base; its `mailvault wall ÷ this` is the before/after ratio")
     p.add_argument("--no-build", action="store_true", help="do not run cargo build")
     p.add_argument("--profile", help="cargo profile to build and run: release (default), or dev (default with --smoke: faster to build)")
     p.add_argument("--no-drop-caches", dest="drop_caches", action="store_false", help="do not drop the page cache before timed runs")
@@ -1100,7 +1110,7 @@ def run_preset(args, preset, work, first):
         b.build()
         b.find_tools()
     else:
-        b.bin_dir, b.corpus_bin, b.mv_bin = first.bin_dir, first.corpus_bin, first.mv_bin
+        b.bin_dir, b.corpus_bin, b.mv_bin, b.mv_bins = first.bin_dir, first.corpus_bin, first.mv_bin, first.mv_bins
         b.tools, b.skipped = dict(first.tools), dict(first.skipped)
     b.generate()
     if "limits" in wanted:

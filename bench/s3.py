@@ -155,6 +155,8 @@ def main():
     ap.add_argument("--bin-dir", default=None, help="directory with mailvault and mailvault-corpus (default: build release)")
     ap.add_argument("--out", default=None, help="markdown report (default WORK/report.md)")
     ap.add_argument("--tools", default="mailvault,restic")
+    ap.add_argument("--base-bin-dir", default=None,
+                    help="a second build of mailvault (e.g. the previous main's target/release), run beside this one as the tool mailvault-base (its own bucket), for before/after request counts and times")
     ap.add_argument("--wait", type=float, default=12.0, help="seconds to wait for MinIO's metrics")
     ap.add_argument("--keep", action="store_true", help="keep the corpus, the repositories and MinIO's data")
     args = ap.parse_args()
@@ -164,6 +166,10 @@ def main():
     work.mkdir(parents=True, exist_ok=True)
     mv, corpus = binaries(args.bin_dir, args.smoke)
     tools = [t for t in args.tools.split(",") if t]
+    bins = {"mailvault": mv}
+    if args.base_bin_dir:
+        bins["mailvault-base"] = str(Path(args.base_bin_dir).resolve() / "mailvault")
+        tools.insert(tools.index("mailvault") + 1 if "mailvault" in tools else 0, "mailvault-base")
     if "restic" in tools and not shutil.which("restic"):
         log("restic missing: skipped")
         tools.remove("restic")
@@ -176,7 +182,7 @@ def main():
     (work / "password").write_text(PASSWORD)
     minio = MinIO(work)
     try:
-        results = run_all(args, work, minio, src, mv, corpus, tools)
+        results = run_all(args, work, minio, src, bins, corpus, tools)
         for t in tools:
             b = bucket_of(t)
             results.setdefault("objects", {})[t] = minio.objects(b)
@@ -196,6 +202,10 @@ def main():
     sys.exit(1 if failed else 0)
 
 
+# This build and, with --base-bin-dir, another one beside it.
+MAILVAULTS = ("mailvault", "mailvault-base")
+
+
 def bucket_of(tool):
     return f"bench-{tool}"
 
@@ -204,7 +214,7 @@ def env_of(tool, work, minio):
     env = dict(os.environ, AWS_ACCESS_KEY_ID=USER, AWS_SECRET_ACCESS_KEY=SECRET, AWS_DEFAULT_REGION="us-east-1")
     repo = f"s3:{minio.endpoint}/{bucket_of(tool)}"
     cache = work / "cache" / tool
-    if tool == "mailvault":
+    if tool in MAILVAULTS:
         env.update(MAILVAULT_REPOSITORY=repo, MAILVAULT_PASSWORD_FILE=str(work / "password"),
                    MAILVAULT_CACHE_DIR=str(cache), MAILVAULT_STATE_DIR=str(cache / "state"))
     else:
@@ -212,7 +222,7 @@ def env_of(tool, work, minio):
     return env
 
 
-def run_all(args, work, minio, src, mv, corpus, tools):
+def run_all(args, work, minio, src, bins, corpus, tools):
     res = {"runs": {}, "failures": []}
     logs = work / "logs"
     logs.mkdir(exist_ok=True)
@@ -226,7 +236,7 @@ def run_all(args, work, minio, src, mv, corpus, tools):
         if rc not in (0, 3 if tool == "restic" else 0):
             res["failures"].append(f"{tool} {scenario}: exit {rc} (log {logs}/{tool}-{scenario}.log)")
         own = None
-        if tool == "mailvault":
+        if tool in bins:
             try:
                 own = json.loads(out).get("storage", {}).get("requests")
             except (ValueError, AttributeError):
@@ -248,12 +258,12 @@ def run_all(args, work, minio, src, mv, corpus, tools):
 
     for t in tools:
         env = env_of(t, work, minio)
-        cmd = [mv, "init", "--quiet"] if t == "mailvault" else ["restic", "init", "--quiet"]
+        cmd = [bins[t], "init", "--quiet"] if t in bins else ["restic", "init", "--quiet"]
         if subprocess.run(cmd, env=env, capture_output=True).returncode != 0:
             res["failures"].append(f"{t} init failed")
     settle("init")
-    backup = {"mailvault": lambda: [mv, "backup", "--json", "--quiet", str(src)],
-              "restic": lambda: ["restic", "backup", "--quiet", "--host", "bench", str(src)]}
+    backup = {t: (lambda b=b: [b, "backup", "--json", "--quiet", str(src)]) for t, b in bins.items()}
+    backup["restic"] = lambda: ["restic", "backup", "--quiet", "--host", "bench", str(src)]
     for t in tools:
         step("full", t, backup[t]())
     settle("full")
@@ -269,10 +279,10 @@ def run_all(args, work, minio, src, mv, corpus, tools):
         target = work / "restore" / t
         shutil.rmtree(target, ignore_errors=True)
         target.mkdir(parents=True)
-        cmd = [mv, "restore", "--json", "--quiet", "latest", "--target", str(target)] if t == "mailvault" \
+        cmd = [bins[t], "restore", "--json", "--quiet", "latest", "--target", str(target)] if t in bins \
             else ["restic", "restore", "--quiet", "latest", "--target", str(target)]
         step("restore", t, cmd)
-        root = target if t == "mailvault" else target / str(src).lstrip("/")
+        root = target if t in bins else target / str(src).lstrip("/")
         diffs = compare_manifests(expected, manifest(root))
         if diffs:
             res["failures"].append(f"{t} restore differs from the source: {diffs[:3]}")
@@ -303,6 +313,9 @@ def render(args, gen, tools, res):
         a, b = res["runs"].get((key, "mailvault")), res["runs"].get((key, "restic"))
         if a and b and b["wall"] > 0:
             lines += ["", f"mailvault/restic wall time: **{a['wall'] / b['wall']:.2f}**"]
+        c = res["runs"].get((key, "mailvault-base"))
+        if a and c and c["wall"] > 0:
+            lines += ["", f"mailvault/mailvault-base wall time: **{a['wall'] / c['wall']:.2f}**"]
         lines.append("")
     lines += ["## Objects stored", "", "| tool | objects | bytes in MinIO |", "|---|---|---|"]
     for t in tools:
