@@ -575,3 +575,32 @@ pub fn expected_copies(refused: &[&str]) -> BTreeMap<String, usize> {
     }
     out
 }
+
+/// Fails the test when python3 is missing (the suites that need it do not skip).
+pub fn python3() {
+    let there = std::process::Command::new("python3")
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    assert!(
+        there,
+        "python3 is missing: run scripts/setup.sh (Debian package python3)"
+    );
+}
+
+/// Runs the Python `script` with `args`; its stdout, or a panic with its stderr.
+pub fn run_python(script: &str, args: &[&Path]) -> String {
+    let out = std::process::Command::new("python3")
+        .arg("-c")
+        .arg(script)
+        .args(args)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "python3 failed:\n{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
