@@ -11,9 +11,11 @@
 //! directory of the EML tree is a folder); then an incremental backup with nothing
 //! changed must read nothing and store no message again.
 //!
-//! The `file:` source holds files, not mail: its conformance is the `dir:` case of the
-//! target suite (`tests/target_conformance.rs`), which backs a tree up with it and
-//! restores it file by file.
+//! The `file:` source holds files, not mail, so [`conforms`] does not fit it:
+//! [`file_source_conforms`] backs the mail set's Maildir up as files and checks that the
+//! snapshot holds every file (bytes, mtime, mode) and no message, and that an incremental
+//! with nothing changed reads nothing; the `dir:` case of the target suite
+//! (`tests/target_conformance.rs`) restores a `file:` snapshot file by file.
 //!
 //! A new source joins by adding one test: put [`mail_set`] into it, build the source,
 //! call [`conforms`] ([`MemorySource`] is the smallest example). IMAP runs against a real
@@ -32,6 +34,7 @@ use mailvault_core::ops::backup::run;
 use mailvault_core::repo::tree::{AccountTree, RootTree};
 use mailvault_core::report::NoProgress;
 use mailvault_core::source::eml::{EmlOptions, EmlSource};
+use mailvault_core::source::file::{FileOptions, FileSource};
 use mailvault_core::source::imap::ImapSource;
 use mailvault_core::source::maildir::MaildirSource;
 use mailvault_core::source::mbox::{MboxLayout, MboxOptions, MboxSource};
@@ -462,6 +465,74 @@ fn eml_source_conforms() {
         extra_folders: &["Archive"],
     };
     conforms_keeping(&eml_source(&tree), t.path(), &keeps);
+}
+
+/// `backup file:PATH` of one path; fails the test on any failure.
+fn file_backup(repo: &mut Repository, path: &Path) -> mailvault_core::ops::backup::BackupReport {
+    let opts = FileOptions {
+        paths: vec![path.to_path_buf()],
+        include: Vec::new(),
+        exclude: Vec::new(),
+        jobs: 2,
+        read_from: Vec::new(),
+        run: test_run(),
+    };
+    let source = FileSource::new(&opts).unwrap();
+    let r = run(repo, &source, &opts.run, mailvault_core::now(), &NoProgress).unwrap();
+    assert!(r.failures.is_empty(), "{:?}", r.failures);
+    r
+}
+
+/// The files of the one account of snapshot `id` (a `file:` backup), as
+/// `common::tree_snapshot` gives a tree's: relative path -> (bytes, mtime, mode); it holds
+/// no message.
+fn files_of(repo: &Repository, id: &str) -> BTreeMap<Vec<u8>, (Vec<u8>, i64, u32)> {
+    let snap = repo.find_snapshot(id).unwrap();
+    let root: RootTree = repo.read_tree(&snap.root).unwrap();
+    assert_eq!(root.accounts.len(), 1);
+    let t: AccountTree = repo.read_tree(&root.accounts[0].tree).unwrap();
+    let mut out = BTreeMap::new();
+    for f in &t.folders {
+        assert!(
+            f.chunks.is_empty(),
+            "{}: messages in a file: backup",
+            f.name
+        );
+        for e in &f.files {
+            let content = repo.file_content(e).unwrap();
+            let data = assemble(repo, &content, e.size, None).unwrap();
+            let mut path = f.dir.clone();
+            if !path.is_empty() {
+                path.push(b'/');
+            }
+            path.extend_from_slice(&e.name);
+            out.insert(path, (data, e.mtime.secs, e.mode & 0o7777));
+        }
+    }
+    out
+}
+
+/// The `file:` source: the mail set's Maildir backed up as files (each directory a
+/// folder, its regular files the folder's files) holds every file with its bytes, mtime
+/// and mode, and no message; an incremental with nothing changed reads nothing.
+#[test]
+fn file_source_conforms() {
+    let t = tempfile::tempdir().unwrap();
+    let store = t.path().canonicalize().unwrap().join("vmail");
+    write_maildir(&store);
+    let md = store.join(REL_PATH);
+    let want = common::tree_snapshot(&md);
+    assert_eq!(want.len(), mail_set().len() + 1 + FOLDERS.len());
+    let mut repo = init_repo(&t.path().join("repo"));
+    let first = file_backup(&mut repo, &md);
+    assert_eq!(files_of(&repo, &first.snapshot), want);
+    let second = file_backup(&mut repo, &md);
+    assert_eq!(second.parent.as_deref(), Some(&first.snapshot[..]));
+    assert_eq!(
+        second.bytes_read, 0,
+        "an incremental read something: {second:?}"
+    );
+    assert_eq!(files_of(&repo, &second.snapshot), want);
 }
 
 /// A source written against the trait alone, as the mbox and EML sources are: in
