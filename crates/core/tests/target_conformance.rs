@@ -5,9 +5,10 @@
 //! mbox (`restore --target mbox:`) and EML (`--target eml:`); what each target gives
 //! back, read through independent means (the Maildir files; an IMAP client; Python's
 //! `mailbox` module for the mbox files; the `.eml` files and their `.mailvault-flags`
-//! sidecar), is the same mail: bytes, flags, keywords, internal dates (seconds), folders
-//! and subscriptions, less what the case declares its format does not keep ([`Keeps`]:
-//! mbox and EML keep no subscriptions, docs/mail-formats.md). A second run adds nothing.
+//! sidecar), is the same mail: bytes, flags, keywords, internal dates, folders and
+//! subscriptions, less what the case declares its format does not keep ([`Keeps`]: IMAP,
+//! mbox and EML keep dates to the second, mbox and EML no subscriptions;
+//! docs/mail-formats.md). A second run adds nothing.
 //! A new target joins by adding one [`Case`].
 //!
 //! The `dir:` target (the Maildir target made plain, for `file:` backups) holds files, not
@@ -46,8 +47,8 @@ use std::path::{Path, PathBuf};
 const ACCOUNT: &str = "bob@example.org";
 
 /// A message as every target must give it back: bytes (LF line ends), flags and keywords
-/// (sorted), internal date (seconds).
-type Msg = (Vec<u8>, Vec<String>, i64);
+/// (sorted), internal date (seconds, nanoseconds).
+type Msg = (Vec<u8>, Vec<String>, (i64, i64));
 
 /// What a target holds: folders (by name) and their messages, and the subscriptions.
 #[derive(Debug, PartialEq, Eq, Default)]
@@ -88,6 +89,12 @@ fn source(maildir: &Path) {
                 ("cur", format!("{date}.M{n}P1.mail:2,{f}"))
             };
             put_msg(maildir, dir, sub, &file, &body(name, n), date);
+            // Dates below the second, where a Maildir keeps them (its files' mtimes).
+            let nanos = (n as u32 * 111_111_111) % 1_000_000_000;
+            let t = std::time::UNIX_EPOCH + std::time::Duration::new(date as u64, nanos);
+            let p = maildir.join(dir).join(sub).join(&file);
+            let f = fs::File::options().write(true).open(p).unwrap();
+            f.set_modified(t).unwrap();
         }
         let at = maildir.join(dir);
         // The same letter means different keywords in different folders.
@@ -148,7 +155,11 @@ fn maildir_mail(maildir: &Path) -> Mail {
                 let file = e.file_name().into_string().unwrap();
                 let m = e.metadata().unwrap();
                 let data = fs::read(e.path()).unwrap();
-                msgs.insert((data, maildir_flags(&file, &keywords), m.mtime()));
+                msgs.insert((
+                    data,
+                    maildir_flags(&file, &keywords),
+                    (m.mtime(), m.mtime_nsec()),
+                ));
             }
         }
         mail.folders.insert(name.to_string(), msgs);
@@ -161,22 +172,36 @@ fn maildir_mail(maildir: &Path) -> Mail {
 
 /// What a target's format keeps of the mail, as docs/mail-formats.md says; what it does
 /// not keep is left out of what the case must give back, so that the difference is stated
-/// here rather than hidden. Bytes, flags, keywords, dates (seconds) and folders every
+/// here rather than hidden. Bytes, flags, keywords, dates to the second and folders every
 /// target keeps.
 struct Keeps {
     /// The account's subscriptions (mbox and EML trees have no place for them).
     subscriptions: bool,
+    /// Dates below the second (an IMAP internal date, an mbox From line and an EML
+    /// sidecar are to the second).
+    subsecond_dates: bool,
 }
 
 impl Keeps {
     const ALL: Keeps = Keeps {
         subscriptions: true,
+        subsecond_dates: true,
     };
 
     /// What of `mail` a target keeping this gives back.
     fn of(&self, mail: &Mail) -> Mail {
+        let to_second = |msgs: &BTreeSet<Msg>| {
+            (msgs.iter())
+                .map(|(data, flags, (secs, _))| (data.clone(), flags.clone(), (*secs, 0)))
+                .collect()
+        };
         Mail {
-            folders: mail.folders.clone(),
+            folders: (mail.folders.iter())
+                .map(|(name, msgs)| match self.subsecond_dates {
+                    true => (name.clone(), msgs.clone()),
+                    false => (name.clone(), to_second(msgs)),
+                })
+                .collect(),
             subscriptions: match self.subscriptions {
                 true => mail.subscriptions.clone(),
                 false => BTreeSet::new(),
@@ -235,6 +260,12 @@ impl Case for DovecotCase {
     fn name(&self) -> &str {
         "dovecot"
     }
+    fn keeps(&self) -> Keeps {
+        Keeps {
+            subsecond_dates: false,
+            ..Keeps::ALL
+        }
+    }
     fn restore(&self, repo: &Repository) -> (u64, u64) {
         let mut opts = imap_restore_opts(&self.server, &self.journal);
         opts.batch_messages = 4;
@@ -265,7 +296,7 @@ impl Case for DovecotCase {
                     .collect();
                 flags.sort();
                 let date = m.internal_date.map(|d| d.secs).unwrap_or(0);
-                msgs.insert((lf.into_bytes(), flags, date));
+                msgs.insert((lf.into_bytes(), flags, (date, 0)));
                 Ok(())
             })
             .unwrap();
@@ -391,6 +422,7 @@ impl Case for MboxCase {
     fn keeps(&self) -> Keeps {
         Keeps {
             subscriptions: false,
+            subsecond_dates: false,
         }
     }
     fn restore(&self, repo: &Repository) -> (u64, u64) {
@@ -419,7 +451,7 @@ impl Case for MboxCase {
                     .map(|f| f.as_str().unwrap().to_string())
                     .collect();
                 let data = hex::decode(m["bytes"].as_str().unwrap()).unwrap();
-                msgs.insert((data, flags, m["date"].as_i64().unwrap()));
+                msgs.insert((data, flags, (m["date"].as_i64().unwrap(), 0)));
             }
             mail.folders.insert(name, msgs);
         }
@@ -475,6 +507,7 @@ impl Case for EmlCase {
     fn keeps(&self) -> Keeps {
         Keeps {
             subscriptions: false,
+            subsecond_dates: false,
         }
     }
     fn restore(&self, repo: &Repository) -> (u64, u64) {
@@ -501,7 +534,7 @@ impl Case for EmlCase {
             mail.folders
                 .entry(name)
                 .or_default()
-                .insert((data, flags, date));
+                .insert((data, flags, (date, 0)));
         }
         mail
     }
