@@ -50,6 +50,16 @@ const ACCOUNT: &str = "bob@example.org";
 /// (sorted), internal date (seconds, nanoseconds).
 type Msg = (Vec<u8>, Vec<String>, (i64, i64));
 
+/// Adds a message read from a target to its folder's; every message of the source is
+/// distinct, so one read twice (a re-run that duplicated it) fails the test.
+fn add(msgs: &mut BTreeSet<Msg>, m: Msg) {
+    let subject = String::from_utf8_lossy(&m.0)
+        .lines()
+        .find(|l| l.starts_with("Subject:"))
+        .map(str::to_string);
+    assert!(msgs.insert(m), "a message given back twice: {subject:?}");
+}
+
 /// What a target holds: folders (by name) and their messages, and the subscriptions.
 #[derive(Debug, PartialEq, Eq, Default)]
 struct Mail {
@@ -155,11 +165,8 @@ fn maildir_mail(maildir: &Path) -> Mail {
                 let file = e.file_name().into_string().unwrap();
                 let m = e.metadata().unwrap();
                 let data = fs::read(e.path()).unwrap();
-                msgs.insert((
-                    data,
-                    maildir_flags(&file, &keywords),
-                    (m.mtime(), m.mtime_nsec()),
-                ));
+                let flags = maildir_flags(&file, &keywords);
+                add(&mut msgs, (data, flags, (m.mtime(), m.mtime_nsec())));
             }
         }
         mail.folders.insert(name.to_string(), msgs);
@@ -296,7 +303,7 @@ impl Case for DovecotCase {
                     .collect();
                 flags.sort();
                 let date = m.internal_date.map(|d| d.secs).unwrap_or(0);
-                msgs.insert((lf.into_bytes(), flags, (date, 0)));
+                add(&mut msgs, (lf.into_bytes(), flags, (date, 0)));
                 Ok(())
             })
             .unwrap();
@@ -451,7 +458,7 @@ impl Case for MboxCase {
                     .map(|f| f.as_str().unwrap().to_string())
                     .collect();
                 let data = hex::decode(m["bytes"].as_str().unwrap()).unwrap();
-                msgs.insert((data, flags, (m["date"].as_i64().unwrap(), 0)));
+                add(&mut msgs, (data, flags, (m["date"].as_i64().unwrap(), 0)));
             }
             mail.folders.insert(name, msgs);
         }
@@ -531,10 +538,10 @@ impl Case for EmlCase {
             assert_eq!(m.mtime(), date, "{}: mtime and sidecar date", f.display());
             let data = fs::read(base.join(&f)).unwrap();
             let name = dir.to_str().unwrap().to_string();
-            mail.folders
-                .entry(name)
-                .or_default()
-                .insert((data, flags, (date, 0)));
+            add(
+                mail.folders.entry(name).or_default(),
+                (data, flags, (date, 0)),
+            );
         }
         mail
     }
