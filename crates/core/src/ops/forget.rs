@@ -10,18 +10,19 @@
 //! and removes the rest.
 //!
 //! Removing a snapshot file would look like a rollback to every host that saw it
-//! ([`crate::repo::seen`]). So before any snapshot file is deleted, this host's record drops
+//! ([`crate::host::seen`]). So before any snapshot file is deleted, this host's record drops
 //! its ids, and a sealed, content-named **forget record** `forgotten/<id>` listing them
 //! is written durably into the repository ([`remove_snapshots`], also used by `tag`):
-//! other hosts take the ids listed there as removed on purpose ([`forgotten`]). Someone
+//! other hosts take the ids listed there as removed on purpose
+//! ([`crate::repo::forgotten`]). Someone
 //! without the key cannot write one.
 
 use crate::error::{Error, Result};
-use crate::repo::format::Version;
+use crate::host::seen::{Record, StateDir};
+use crate::repo::forgotten::{ForgetRecord, FORGOTTEN_DIR};
 use crate::repo::id::Id;
-use crate::repo::seen::{Record, StateDir};
 use crate::repo::snapshot::Snapshot;
-use crate::repo::{file_id, Named, Repository};
+use crate::repo::{Named, Repository};
 use jiff::civil::{Date, DateTime};
 use jiff::tz::TimeZone;
 use jiff::{SignedDuration, Timestamp};
@@ -32,9 +33,6 @@ use std::str::FromStr;
 
 /// The tag of a snapshot under legal hold: `forget` never removes it.
 pub const HOLD_TAG: &str = "hold";
-
-/// Where the forget records are kept.
-pub const FORGOTTEN_DIR: &str = "forgotten/";
 
 /// A count of a `keep_*` rule meaning "all of them" (`unlimited` on the command line).
 pub const UNLIMITED: u32 = u32::MAX;
@@ -595,16 +593,6 @@ pub fn forget(repo: &Repository, opts: &ForgetOptions) -> Result<ForgetReport> {
     Ok(rep)
 }
 
-/// A forget record: `forgotten/<id>`, sealed JSON, content-named.
-#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
-pub struct ForgetRecord {
-    pub hostname: String,
-    /// Unix seconds.
-    pub time: i64,
-    /// The ids (hex) of the snapshots removed on purpose.
-    pub snapshots: Vec<String>,
-}
-
 /// Removes the snapshot files `ids` on purpose: takes them out of this host's record
 /// (`state`), writes a forget record listing them and makes it durable, then deletes the
 /// files (one already gone is fine: a forget running at the same time) and makes that
@@ -647,33 +635,6 @@ pub fn remove_snapshots(
     }
     store.flush()?;
     Ok((Some(path), warnings))
-}
-
-/// The snapshots the forget records in the repository list as removed on purpose, and a
-/// warning for each record that cannot be read (its ids are not taken as forgotten: a
-/// record someone without the key wrote does not open).
-pub fn forgotten(repo: &Repository) -> Result<(BTreeSet<Id>, Vec<String>)> {
-    let mut ids = BTreeSet::new();
-    let mut warnings = Vec::new();
-    for f in repo.store().list(FORGOTTEN_DIR)? {
-        let rec = file_id(&f.path)
-            .and_then(|_| repo.store().get(&f.path))
-            .and_then(|sealed| repo.open_named(Named::Forgotten, &f.path, sealed))
-            .and_then(|plain| {
-                serde_json::from_slice::<ForgetRecord>(&plain)
-                    .map_err(|e| Error::corrupt(&f.path, format!("not a forget record: {e}")))
-            });
-        match rec {
-            Ok(r) => ids.extend(r.snapshots.iter().filter_map(|h| Id::from_hex(h))),
-            // Written before `migrate`: it lists format-1 ids, which are gone anyway.
-            Err(Error::OtherFormat { found: 1, .. }) if repo.version() == Version::V2 => {}
-            Err(e) => warnings.push(format!(
-                "{}: cannot be read ({e}): the snapshots it lists count as missing",
-                f.path
-            )),
-        }
-    }
-    Ok((ids, warnings))
 }
 
 #[cfg(test)]

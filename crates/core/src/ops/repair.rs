@@ -38,8 +38,8 @@ pub struct RepairOptions {
     /// Compute and report the plan; write and delete nothing.
     pub dry_run: bool,
     /// This host's state directory: the snapshots `repair snapshots` removes are taken out
-    /// of its record of the repository ([`crate::repo::seen`]), so they are not reported missing.
-    pub state: Option<crate::repo::seen::StateDir>,
+    /// of its record of the repository ([`crate::host::seen`]), so they are not reported missing.
+    pub state: Option<crate::host::seen::StateDir>,
 }
 
 /// What [`repair_index`] did (or, in a dry run, would do).
@@ -285,9 +285,9 @@ pub fn repair_snapshots(repo: &mut Repository, opts: &RepairOptions) -> Result<S
     }
     // Removed on purpose: out of this host's record before they go.
     if let Some(state) = &opts.state {
-        let mut record = crate::repo::seen::Record::of(state, repo);
+        let mut record = crate::host::seen::Record::of(state, repo);
         let mut removing: Vec<Id> = plans.iter().map(|(s, _, _)| s.id).collect();
-        removing.extend(crate::repo::seen::ids_in(
+        removing.extend(crate::host::seen::ids_in(
             snaps.damaged.iter().map(|d| d.path.as_str()),
         ));
         record.forget(&removing);

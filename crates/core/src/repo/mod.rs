@@ -25,12 +25,12 @@
 pub mod b64;
 pub mod compress;
 pub mod crypto;
+pub mod forgotten;
 pub mod format;
 pub mod id;
 pub mod index;
 pub mod lock;
 pub mod pack;
-pub mod seen;
 pub mod snapshot;
 pub mod split;
 pub mod tree;
@@ -215,7 +215,6 @@ impl Repository {
         store.bind(&config.id);
         let mut repo = Repository::unloaded(store, key, config, version);
         repo.load()?;
-        crate::repo::seen::check_format(&repo.config.id, repo.config.version)?;
         repo.refuse_downgraded_config()?;
         Ok(repo)
     }
@@ -1164,7 +1163,7 @@ pub(crate) enum Named {
     Index,
     Snapshot,
     Dictionary,
-    /// `forgotten/<id>` (`crate::ops::forget`).
+    /// `forgotten/<id>` ([`crate::repo::forgotten`]).
     Forgotten,
 }
 

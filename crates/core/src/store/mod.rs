@@ -7,9 +7,11 @@
 //! [`Store::replace`], an atomic overwrite for `config` (S3: a plain put).
 
 mod cache;
+#[cfg(any(test, feature = "testing"))]
 mod faulty;
 mod limit;
 mod local;
+#[cfg(any(test, feature = "testing"))]
 mod memory;
 mod metered;
 mod retry;
@@ -18,9 +20,11 @@ mod stack;
 mod uploads;
 
 pub use cache::{CacheStats, Cached};
+#[cfg(any(test, feature = "testing"))]
 pub use faulty::FaultyStore;
 pub use limit::Limit;
 pub use local::LocalStore;
+#[cfg(any(test, feature = "testing"))]
 pub use memory::MemoryStore;
 pub use metered::{Metered, RequestCounts};
 pub use retry::{Retry, RetryPolicy, RetryStats, GIVEN_UP};
