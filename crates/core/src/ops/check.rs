@@ -21,24 +21,25 @@
 
 mod damage;
 mod packs;
+mod trees;
 
 pub use damage::{CheckError, CheckReport, DamageKind};
 
 use crate::error::{Error, Result};
 use crate::host::seen::{self, StateDir};
 use crate::ops::check::damage::{
-    new_state, rollback_error, short_ids, ChunkOutcome, ChunkResult, State, REPAIR_BOTH,
-    REPAIR_INDEX, REPAIR_SNAPSHOTS,
+    new_state, rollback_error, short_ids, State, REPAIR_BOTH, REPAIR_INDEX, REPAIR_SNAPSHOTS,
 };
 use crate::ops::check::packs::{check_packs, verify_named_file};
+use crate::ops::check::trees::{Affected, Walk};
 use crate::repo::id::Id;
-use crate::repo::tree::{AccountTree, ChunkRef, RootTree};
+use crate::repo::snapshot::Snapshot;
 use crate::repo::{lock, Repository};
 use crate::report::Failure;
+use crate::store::ObjectInfo;
 use rayon::prelude::*;
 use std::collections::{BTreeSet, HashMap, HashSet};
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::Ordering::Relaxed;
 use std::time::Instant;
 
 #[derive(Clone, Debug, Default)]
@@ -84,11 +85,61 @@ pub(crate) fn unreadable_blobs(repo: &Repository, read_data: bool) -> Result<Has
 fn check_inner(repo: &Repository, opts: &CheckOptions, started: Instant) -> Result<CheckReport> {
     let st = new_state();
     let mut warnings = Vec::new();
-    let store = repo.store();
-    let index = repo.index();
+    check_named(repo, &st, &mut warnings)?;
+    let packs = check_packs(repo, &st, opts.read_data, &mut warnings)?;
+    if repo.unfinished_migration() {
+        warnings.push(format!(
+            "{}; until then files of the other format are its leftovers and are skipped",
+            crate::repo::UNFINISHED_MIGRATION
+        ));
+    }
 
-    // Index files, dictionaries and key files: the ones that did not open, and every
-    // one's bytes against its name.
+    // Snapshots: one error per file that cannot be read. This host's record is loaded
+    // before the listing, so that a snapshot written meanwhile is not taken for a missing one.
+    let mut record = opts.state.as_ref().map(|s| seen::Record::of(s, repo));
+    let snaps = repo.store().list("snapshots/")?;
+    let missing = match &mut record {
+        Some(r) => r.observe_in(repo, seen::ids_in(snaps.iter().map(|f| f.path.as_str()))),
+        None => Vec::new(),
+    };
+    let snapshots = load_snapshots(repo, &st, &snaps);
+
+    // Trees: every blob each snapshot needs.
+    let walk = Walk::new(repo, &st);
+    for s in &snapshots {
+        walk.snapshot(s);
+    }
+    let (messages, affected) = walk.finish();
+
+    let mut errors = settle_errors(&st, affected, &mut warnings);
+    if let Some(record) = record {
+        settle_record(
+            record,
+            &missing,
+            opts.accept_removed,
+            &mut errors,
+            &mut warnings,
+        );
+    }
+    Ok(CheckReport {
+        files_checked: st.files.load(Relaxed),
+        bytes_checked: st.bytes.load(Relaxed),
+        packs,
+        blobs: repo.index().len() as u64,
+        blobs_verified: st.verified.load(Relaxed),
+        dictionary_blobs: st.dict_blobs.load(Relaxed),
+        snapshots: snapshots.len() as u64,
+        messages,
+        errors,
+        warnings,
+        elapsed_secs: started.elapsed().as_secs_f64(),
+    })
+}
+
+/// Index files, dictionaries and key files: the ones that did not open, and every one's
+/// bytes against its name; writer records and forget records that do not open are named.
+fn check_named(repo: &Repository, st: &State, warnings: &mut Vec<String>) -> Result<()> {
+    let store = repo.store();
     let unreadable: HashSet<&str> = repo
         .index_errors()
         .iter()
@@ -115,7 +166,7 @@ fn check_inner(repo: &Repository, opts: &CheckOptions, started: Instant) -> Resu
             DamageKind::Key
         };
         if !unreadable.contains(f.path.as_str()) {
-            match verify_named_file(repo, &st, &f.path, kind) {
+            match verify_named_file(repo, st, &f.path, kind) {
                 Err(i) if kind == DamageKind::Index => st.set_repair(i, REPAIR_INDEX),
                 // A key file must also be one this mailvault can use.
                 Ok(Some(bytes)) if kind == DamageKind::Key => {
@@ -135,30 +186,17 @@ fn check_inner(repo: &Repository, opts: &CheckOptions, started: Instant) -> Resu
             ));
         }
     }
-
-    // Forget records (crate::ops::forget): one that does not open is named.
+    // Forget records (crate::repo::forgotten): one that does not open is named.
     warnings.extend(crate::repo::forgotten::forgotten(repo)?.1);
+    Ok(())
+}
 
-    let packs = check_packs(repo, &st, opts.read_data, &mut warnings)?;
-    if repo.unfinished_migration() {
-        warnings.push(format!(
-            "{}; until then files of the other format are its leftovers and are skipped",
-            crate::repo::UNFINISHED_MIGRATION
-        ));
-    }
-
-    // Snapshots: one error per file that cannot be read. This host's record is loaded
-    // before the listing, so that a snapshot written meanwhile is not taken for a missing one.
-    let mut record = opts.state.as_ref().map(|s| seen::Record::of(s, repo));
-    let snaps = store.list("snapshots/")?;
-    let missing = match &mut record {
-        Some(r) => r.observe_in(repo, seen::ids_in(snaps.iter().map(|f| f.path.as_str()))),
-        None => Vec::new(),
-    };
-    let loaded: Vec<Option<crate::repo::snapshot::Snapshot>> = snaps
+/// The snapshots of `snaps` that open, oldest first; an error for each that does not.
+fn load_snapshots(repo: &Repository, st: &State, snaps: &[ObjectInfo]) -> Vec<Snapshot> {
+    let loaded: Vec<Option<Snapshot>> = snaps
         .par_iter()
         .map(|f| {
-            verify_named_file(repo, &st, &f.path, DamageKind::Snapshot)
+            verify_named_file(repo, st, &f.path, DamageKind::Snapshot)
                 .map_err(|i| st.set_repair(i, REPAIR_SNAPSHOTS))
                 .ok()??;
             match repo.snapshots_one(&f.path) {
@@ -173,126 +211,20 @@ fn check_inner(repo: &Repository, opts: &CheckOptions, started: Instant) -> Resu
         .collect();
     let mut snapshots: Vec<_> = loaded.into_iter().flatten().collect();
     snapshots.sort_by_key(|s| (s.time, s.time_nanos, s.id));
+    snapshots
+}
 
-    // Trees: every blob each snapshot needs.
-    let messages = AtomicU64::new(0);
-    let chunks: Mutex<HashMap<ChunkRef, Arc<ChunkResult>>> = Mutex::new(HashMap::new());
-    // (error, snapshot, what, messages)
-    let affected: Mutex<Vec<(usize, String, String, u64)>> = Mutex::new(Vec::new());
-    let attribute = |idx: usize, snap: &str, what: String, n: u64| {
-        lock(&affected).push((idx, snap.to_string(), what, n));
-    };
-    // The errors that make blob `id` unreadable, if any.
-    let blob_errors = |id: &Id| -> Option<usize> {
-        if let Some(&i) = lock(&st.bad_blobs).get(id) {
-            return Some(i);
-        }
-        if index.contains(id) {
-            return None;
-        }
-        let i = st.group("unindexed".into(), || {
-            CheckError::new(
-                DamageKind::Unindexed,
-                None,
-                "blobs the snapshots need are not in the index",
-            )
-        });
-        st.lose(i, id, None);
-        Some(i)
-    };
-    // A tree blob that could not be read: its error, or a new one.
-    let tree_error = |id: &Id, what: &str, e: Error| -> usize {
-        blob_errors(id).unwrap_or_else(|| {
-            let mut err = CheckError::new(DamageKind::Tree, None, format!("{what}: {e}"));
-            err.blob = Some(id.to_hex());
-            let i = st.push(err);
-            st.lose(i, id, None);
-            st.set_repair(i, REPAIR_SNAPSHOTS);
-            i
-        })
-    };
-    for s in &snapshots {
-        let sid = s.id.short();
-        let sname = format!("snapshot {sid}");
-        let root: RootTree = match repo.read_tree(&s.root) {
-            Ok(r) => r,
-            Err(e) => {
-                let i = tree_error(&s.root, &format!("root tree of {sname}"), e);
-                attribute(i, &sid, format!("{sname} (all of it)"), s.summary.messages);
-                continue;
-            }
-        };
-        for acc in &root.accounts {
-            let aname = format!("{sname} account {}", acc.name);
-            let t: AccountTree = match repo.read_tree(&acc.tree) {
-                Ok(t) => t,
-                Err(e) => {
-                    let i = tree_error(&acc.tree, &format!("tree of {aname}"), e);
-                    attribute(i, &sid, format!("{aname} (all of it)"), acc.messages);
-                    continue;
-                }
-            };
-            t.folders.par_iter().for_each(|f| {
-                let fname = format!("{aname} folder {}", f.name);
-                for file in &f.files {
-                    let what = || format!("{fname} file {}", String::from_utf8_lossy(&file.name));
-                    // A large file's ids are in content lists: each read (and so checked).
-                    let mut ids = file.content.clone();
-                    for l in &file.lists {
-                        match repo.read_tree::<crate::repo::tree::ContentList>(l) {
-                            Ok(list) => ids.extend(list.ids),
-                            Err(e) => attribute(tree_error(l, &what(), e), &sid, what(), 0),
-                        }
-                    }
-                    for id in &ids {
-                        if let Some(i) = blob_errors(id) {
-                            attribute(i, &sid, what(), 0);
-                        }
-                    }
-                }
-                for c in &f.chunks {
-                    let cached = lock(&chunks).get(c).cloned();
-                    let outcome = match cached {
-                        Some(o) => o,
-                        None => {
-                            let o = Arc::new(check_chunk(repo, &st, c, &blob_errors, &tree_error));
-                            if let Ok(ok) = &*o {
-                                messages.fetch_add(ok.messages, Relaxed);
-                            }
-                            lock(&chunks).insert(*c, o.clone());
-                            o
-                        }
-                    };
-                    match &*outcome {
-                        Ok(o) => {
-                            for (key, idxs) in &o.bad {
-                                for &i in idxs {
-                                    attribute(i, &sid, format!("{fname} message {key}"), 1);
-                                }
-                            }
-                        }
-                        Err(idxs) => {
-                            for &i in idxs {
-                                attribute(
-                                    i,
-                                    &sid,
-                                    format!(
-                                        "{fname} (a message list, of its {} messages)",
-                                        f.messages
-                                    ),
-                                    0,
-                                );
-                            }
-                        }
-                    }
-                }
-            });
-        }
-    }
-
+/// The errors found, each told what it affects (`affected`: error, snapshot, what,
+/// messages) and with its final wording; a missing dictionary no snapshot needs becomes
+/// a warning.
+fn settle_errors(
+    st: &State,
+    affected: Vec<Affected>,
+    warnings: &mut Vec<String>,
+) -> Vec<CheckError> {
     let mut errors = std::mem::take(&mut *lock(&st.errors));
     let mut snaps_of: HashMap<usize, BTreeSet<String>> = HashMap::new();
-    for (i, sid, what, n) in std::mem::take(&mut *lock(&affected)) {
+    for (i, sid, what, n) in affected {
         snaps_of.entry(i).or_default().insert(sid);
         errors[i].messages += n;
         errors[i].affected.push(what);
@@ -334,101 +266,40 @@ fn check_inner(repo: &Repository, opts: &CheckOptions, started: Instant) -> Resu
             e.error = format!("{} messages: {}", e.affected.len(), e.error);
         }
     }
-    let mut errors: Vec<CheckError> = errors
+    errors
         .into_iter()
         .enumerate()
         .filter(|(i, _)| !unused.contains(i))
         .map(|(_, e)| e)
-        .collect();
-    if let Some(mut record) = record {
-        if !missing.is_empty() && opts.accept_removed {
-            record.forget(&missing);
-            warnings.push(format!(
-                "{} snapshots this host saw are gone and accepted as removed on purpose: {}",
-                missing.len(),
-                short_ids(&missing)
-            ));
-        } else if !missing.is_empty() {
-            errors.push(rollback_error(&missing));
-        }
-        record.save();
-        for w in record.take_warnings() {
-            // A forget record that does not open is named once.
-            if !warnings.contains(&w) {
-                warnings.push(w);
-            }
-        }
-    }
-    Ok(CheckReport {
-        files_checked: st.files.load(Relaxed),
-        bytes_checked: st.bytes.load(Relaxed),
-        packs,
-        blobs: index.len() as u64,
-        blobs_verified: st.verified.load(Relaxed),
-        dictionary_blobs: st.dict_blobs.load(Relaxed),
-        snapshots: snapshots.len() as u64,
-        messages: messages.load(Relaxed),
-        errors,
-        warnings,
-        elapsed_secs: started.elapsed().as_secs_f64(),
-    })
+        .collect()
 }
 
-/// Reads one message chunk and finds its messages whose blobs cannot be read.
-fn check_chunk(
-    repo: &Repository,
-    st: &State,
-    c: &ChunkRef,
-    blob_errors: &(dyn Fn(&Id) -> Option<usize> + Sync),
-    tree_error: &(dyn Fn(&Id, &str, Error) -> usize + Sync),
-) -> ChunkResult {
-    let chunk = match repo.read_chunk(c) {
-        Ok(ch) => ch,
-        Err(e) => {
-            let mut idxs: Vec<usize> = [c.entries, c.names]
-                .iter()
-                .filter_map(blob_errors)
-                .collect();
-            if idxs.is_empty() {
-                idxs.push(tree_error(&c.entries, "message list", e));
-            }
-            idxs.dedup();
-            return Err(idxs);
-        }
-    };
-    let index = repo.index();
-    let mut out = ChunkOutcome {
-        messages: chunk.len() as u64,
-        bad: Vec::new(),
-    };
-    for m in &chunk {
-        let key = String::from_utf8_lossy(&m.key).to_string();
-        let mut idxs: Vec<usize> = m.content.iter().filter_map(blob_errors).collect();
-        if idxs.is_empty() {
-            let raw: u64 = m
-                .content
-                .iter()
-                .map(|id| index.get(id).map_or(0, |l| u64::from(l.raw_len)))
-                .sum();
-            if raw != m.size {
-                idxs.push(st.group("size".into(), || {
-                    let mut e = CheckError::new(
-                        DamageKind::Size,
-                        None,
-                        "their blobs do not add up to their size",
-                    );
-                    e.repair = Some(REPAIR_SNAPSHOTS.into());
-                    e
-                }));
-            }
-        }
-        idxs.sort_unstable();
-        idxs.dedup();
-        if !idxs.is_empty() {
-            out.bad.push((key, idxs));
+/// Settles this host's record: snapshots it saw that are gone are a rollback error, or
+/// with `accept_removed` dropped from it; the record is saved and its warnings added.
+fn settle_record(
+    mut record: seen::Record,
+    missing: &[Id],
+    accept_removed: bool,
+    errors: &mut Vec<CheckError>,
+    warnings: &mut Vec<String>,
+) {
+    if !missing.is_empty() && accept_removed {
+        record.forget(missing);
+        warnings.push(format!(
+            "{} snapshots this host saw are gone and accepted as removed on purpose: {}",
+            missing.len(),
+            short_ids(missing)
+        ));
+    } else if !missing.is_empty() {
+        errors.push(rollback_error(missing));
+    }
+    record.save();
+    for w in record.take_warnings() {
+        // A forget record that does not open is named once.
+        if !warnings.contains(&w) {
+            warnings.push(w);
         }
     }
-    Ok(out)
 }
 
 /// Turns a report's errors into failures for a generic listing.

@@ -7,6 +7,7 @@ use crate::ops::check::damage::{
     CheckError, DamageKind, State, REPAIR_BOTH, REPAIR_INDEX, REPAIR_SNAPSHOTS,
 };
 use crate::repo::compress::{self, Codec};
+use crate::repo::format::Version;
 use crate::repo::id::Id;
 use crate::repo::index::Location;
 use crate::repo::pack::{self, PackEntry};
@@ -131,6 +132,8 @@ pub(crate) fn verify_named_file(
     }
 }
 
+/// Checks one pack: its bytes against its name, its header against the index, the
+/// dictionaries its blobs need and (with `read_data`, or when it is damaged) every blob.
 fn check_pack(
     repo: &Repository,
     st: &State,
@@ -181,109 +184,150 @@ fn check_pack(
             return lose_all(idx);
         }
     }
-    let in_header: HashMap<Id, &PackEntry> = header.iter().map(|e| (e.id, e)).collect();
-    let group = |what: &str, error: &str, kind: DamageKind, repair: &str| {
-        damaged.unwrap_or_else(|| {
-            st.group(format!("{what}:{path}"), || {
-                let mut e = CheckError::new(kind, Some(path), error);
+    let p = PackCheck {
+        repo,
+        st,
+        path,
+        indexed,
+        bytes,
+        damaged,
+    };
+    p.compare_header(id, &header);
+    if damaged.is_none() {
+        p.check_dictionaries();
+    }
+    if read_data || damaged.is_some() {
+        p.verify_blobs(version);
+    }
+}
+
+/// One pack being checked: its bytes, and the error it is damaged with, if it is.
+struct PackCheck<'a> {
+    repo: &'a Repository,
+    st: &'a State,
+    path: &'a str,
+    indexed: &'a [(Id, Location)],
+    bytes: Vec<u8>,
+    damaged: Option<usize>,
+}
+
+impl PackCheck<'_> {
+    /// The pack's error for `what` (its damage, or one made the first time).
+    fn group(&self, what: &str, error: &str, kind: DamageKind, repair: &str) -> usize {
+        self.damaged.unwrap_or_else(|| {
+            self.st.group(format!("{what}:{}", self.path), || {
+                let mut e = CheckError::new(kind, Some(self.path), error);
                 e.repair = Some(repair.into());
                 e
             })
         })
-    };
-    for (blob, loc) in indexed {
-        let ok = in_header.get(blob).is_some_and(|e| {
-            e.offset == loc.offset
-                && e.stored_len == loc.stored_len
-                && e.raw_len == loc.raw_len
-                && e.codec == loc.codec
-        });
-        if !ok {
-            let i = group(
-                "header",
-                &format!(
-                    "index entries do not match the header of pack {}",
-                    id.short()
-                ),
-                DamageKind::Index,
-                REPAIR_INDEX,
-            );
-            st.lose(
-                i,
-                blob,
-                Some(format!(
-                    "blob {}: index entry does not match the pack header",
-                    blob.short()
-                )),
-            );
-        }
     }
-    let sealed_of = |loc: &Location| {
+
+    fn sealed_of(&self, loc: &Location) -> Option<&[u8]> {
         let start = loc.offset as usize;
-        bytes.get(start..start + loc.stored_len as usize)
-    };
-    // Blobs compressed with a dictionary: the dictionary their frame names must be there.
-    // Their first bytes are decrypted without the tag check, which the pack's hash makes
-    // unnecessary (and which `read_data` does anyway).
-    for (blob, loc) in indexed {
-        if loc.codec != Codec::ZstdDict || damaged.is_some() {
-            continue;
-        }
-        let Some(sealed) = sealed_of(loc) else {
-            continue;
-        };
-        let what = format!("blob {} in {path}", blob.short());
-        let dict = repo
-            .key()
-            .peek_unauthenticated(sealed, compress::FRAME_HEADER_MAX, &what)
-            .ok()
-            .and_then(|start| compress::frame_dictionary(&start));
-        match dict {
-            Some(d) if repo.dictionaries().has(d) => {
-                st.dict_blobs.fetch_add(1, Relaxed);
-            }
-            Some(d) => {
-                let i = st.group(format!("dict:{d:08x}"), || {
-                    let mut e = CheckError::new(
-                        DamageKind::Dictionary,
-                        None,
-                        format!("zstd dictionary {d:08x} is missing from dicts/ (no dictionary file holds it)"),
-                    );
-                    e.repair = Some(REPAIR_SNAPSHOTS.into());
-                    e
-                });
-                st.lose(i, blob, None);
-            }
-            None => {
-                let i = group(
-                    "nodict",
-                    "blobs stored as dictionary-compressed name no dictionary",
-                    DamageKind::Pack,
-                    REPAIR_BOTH,
+        self.bytes.get(start..start + loc.stored_len as usize)
+    }
+
+    /// Every index entry of the pack must match its header.
+    fn compare_header(&self, id: &Id, header: &[PackEntry]) {
+        let in_header: HashMap<Id, &PackEntry> = header.iter().map(|e| (e.id, e)).collect();
+        for (blob, loc) in self.indexed {
+            let ok = in_header.get(blob).is_some_and(|e| {
+                e.offset == loc.offset
+                    && e.stored_len == loc.stored_len
+                    && e.raw_len == loc.raw_len
+                    && e.codec == loc.codec
+            });
+            if !ok {
+                let i = self.group(
+                    "header",
+                    &format!(
+                        "index entries do not match the header of pack {}",
+                        id.short()
+                    ),
+                    DamageKind::Index,
+                    REPAIR_INDEX,
                 );
-                st.lose(
+                self.st.lose(
                     i,
                     blob,
-                    Some(format!("{what}: zstd frame names no dictionary")),
+                    Some(format!(
+                        "blob {}: index entry does not match the pack header",
+                        blob.short()
+                    )),
                 );
             }
         }
     }
-    if read_data || damaged.is_some() {
+
+    /// Blobs compressed with a dictionary: the dictionary their frame names must be there.
+    /// Their first bytes are decrypted without the tag check, which the pack's hash makes
+    /// unnecessary (and which `read_data` does anyway).
+    fn check_dictionaries(&self) {
+        let (repo, st, path) = (self.repo, self.st, self.path);
+        for (blob, loc) in self.indexed {
+            if loc.codec != Codec::ZstdDict {
+                continue;
+            }
+            let Some(sealed) = self.sealed_of(loc) else {
+                continue;
+            };
+            let what = format!("blob {} in {path}", blob.short());
+            let dict = repo
+                .key()
+                .peek_unauthenticated(sealed, compress::FRAME_HEADER_MAX, &what)
+                .ok()
+                .and_then(|start| compress::frame_dictionary(&start));
+            match dict {
+                Some(d) if repo.dictionaries().has(d) => {
+                    st.dict_blobs.fetch_add(1, Relaxed);
+                }
+                Some(d) => {
+                    let i = st.group(format!("dict:{d:08x}"), || {
+                        let mut e = CheckError::new(
+                            DamageKind::Dictionary,
+                            None,
+                            format!("zstd dictionary {d:08x} is missing from dicts/ (no dictionary file holds it)"),
+                        );
+                        e.repair = Some(REPAIR_SNAPSHOTS.into());
+                        e
+                    });
+                    st.lose(i, blob, None);
+                }
+                None => {
+                    let i = self.group(
+                        "nodict",
+                        "blobs stored as dictionary-compressed name no dictionary",
+                        DamageKind::Pack,
+                        REPAIR_BOTH,
+                    );
+                    st.lose(
+                        i,
+                        blob,
+                        Some(format!("{what}: zstd frame names no dictionary")),
+                    );
+                }
+            }
+        }
+    }
+
+    /// Decrypts, decompresses and verifies every blob not already known to be lost.
+    fn verify_blobs(&self, version: Version) {
+        let st = self.st;
         let bad_already: HashSet<Id> = {
             let bad = lock(&st.bad_blobs);
-            indexed
+            self.indexed
                 .iter()
                 .filter(|(b, _)| bad.contains_key(b))
                 .map(|(b, _)| *b)
                 .collect()
         };
-        for (blob, loc) in indexed {
+        for (blob, loc) in self.indexed {
             if bad_already.contains(blob) {
                 continue;
             }
-            let Some(sealed) = sealed_of(loc) else {
-                let i = group(
+            let Some(sealed) = self.sealed_of(loc) else {
+                let i = self.group(
                     "blobs",
                     "blobs do not verify",
                     DamageKind::Pack,
@@ -296,12 +340,12 @@ fn check_pack(
                 );
                 continue;
             };
-            match repo.decode_blob(blob, loc, version, sealed, path) {
+            match self.repo.decode_blob(blob, loc, version, sealed, self.path) {
                 Ok(_) => {
                     st.verified.fetch_add(1, Relaxed);
                 }
                 Err(e) => {
-                    let i = group(
+                    let i = self.group(
                         "blobs",
                         "blobs do not verify",
                         DamageKind::Pack,
