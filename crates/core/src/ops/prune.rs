@@ -506,7 +506,7 @@ struct Repacked<'a> {
 impl Repacked<'_> {
     fn write(&self, b: PackBuilder, kind: BlobKind, version: Version) -> Result<()> {
         let p = b.finish(self.repo.key(), version);
-        match (self.repo.store()).put_pack(&pack::pack_path(&p.id), &p.bytes, kind) {
+        match (self.repo.store()).put_pack(&pack::pack_path(&p.id), &p.bytes, kind.into()) {
             Ok(()) | Err(Error::AlreadyExists(_)) => {}
             Err(e) => return Err(e),
         }
@@ -542,7 +542,7 @@ impl Repacked<'_> {
             let last = run[run.len() - 1];
             let len = (last.offset + last.stored_len - start) as u64;
             let bytes =
-                (self.repo.store()).get_pack_range(&path, start as u64, len, run[0].kind)?;
+                (self.repo.store()).get_pack_range(&path, start as u64, len, run[0].kind.into())?;
             for e in run {
                 let at = (e.offset - start) as usize;
                 let sealed = bytes

@@ -24,9 +24,8 @@
 //! and data packs always go to the store. A listing of the store drops cached files it no
 //! longer has (forgotten or pruned by another host).
 
-use super::{ObjectInfo, Store};
+use super::{ObjectInfo, PackKind, Store};
 use crate::error::{Error, Result};
-use crate::repo::pack::BlobKind;
 use serde::Serialize;
 use std::collections::{HashMap, HashSet};
 use std::fs;
@@ -329,7 +328,7 @@ impl Cached {
                 Some(Ok(d))
             }
             PackRead::OutOfRange => {
-                Some(self.inner.get_pack_range(path, offset, len, BlobKind::Tree))
+                Some(self.inner.get_pack_range(path, offset, len, PackKind::Tree))
             }
             PackRead::Miss => None,
         };
@@ -564,9 +563,9 @@ impl Store for Cached {
             self.inner.prefetch(path, offset, len)
         }
     }
-    fn put_pack(&self, path: &str, data: &[u8], kind: BlobKind) -> Result<()> {
+    fn put_pack(&self, path: &str, data: &[u8], kind: PackKind) -> Result<()> {
         self.inner.put_pack(path, data, kind)?;
-        if kind == BlobKind::Tree && pack_object(path) {
+        if kind == PackKind::Tree && pack_object(path) {
             if let Some(dir) = self.bound() {
                 if self.keep(&dir.join(path), data) {
                     lock(&self.verified).insert(path.to_string());
@@ -575,9 +574,9 @@ impl Store for Cached {
         }
         Ok(())
     }
-    fn get_pack_range(&self, path: &str, offset: u64, len: u64, kind: BlobKind) -> Result<Vec<u8>> {
+    fn get_pack_range(&self, path: &str, offset: u64, len: u64, kind: PackKind) -> Result<Vec<u8>> {
         match self.bound() {
-            Some(dir) if kind == BlobKind::Tree && pack_object(path) => {
+            Some(dir) if kind == PackKind::Tree && pack_object(path) => {
                 self.tree_range(&dir, path, offset, len)
             }
             _ => self.inner.get_pack_range(path, offset, len, kind),

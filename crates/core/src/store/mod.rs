@@ -33,7 +33,16 @@ pub use stack::{default_cache_root, Stack, StackOptions, StoreUsage, DEFAULT_CON
 pub use uploads::Uploads;
 
 use crate::error::Result;
-use crate::repo::pack::BlobKind;
+
+/// What a pack holds, as a hint to the store: a store with a local cache keeps the packs
+/// of tree blobs, which every later backup and restore reads again.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum PackKind {
+    /// Message content.
+    Data,
+    /// Trees: the metadata every run reads.
+    Tree,
+}
 
 /// One object as returned by [`Store::list`].
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -78,7 +87,7 @@ pub trait Store: Send + Sync {
 
     /// Puts a pack (as [`Store::put`]) holding blobs of one `kind`: a store with a local
     /// cache keeps tree packs, which every later backup and restore reads again.
-    fn put_pack(&self, path: &str, data: &[u8], _kind: BlobKind) -> Result<()> {
+    fn put_pack(&self, path: &str, data: &[u8], _kind: PackKind) -> Result<()> {
         self.put(path, data)
     }
     /// Reads a range of a pack holding blobs of one `kind` (as [`Store::get_range`]): a
@@ -88,7 +97,7 @@ pub trait Store: Send + Sync {
         path: &str,
         offset: u64,
         len: u64,
-        _kind: BlobKind,
+        _kind: PackKind,
     ) -> Result<Vec<u8>> {
         self.get_range(path, offset, len)
     }

@@ -122,7 +122,7 @@ fn tree_packs_are_fetched_whole_once_and_served_in_ranges() {
     let (m, c) = stack(&mem, t.path(), true);
     for off in [0u64, 10, 100, 250] {
         let r = c
-            .get_pack_range("data/ab/abcd", off, 6, BlobKind::Tree)
+            .get_pack_range("data/ab/abcd", off, 6, PackKind::Tree)
             .unwrap();
         assert_eq!(r, pack[off as usize..off as usize + 6]);
     }
@@ -130,12 +130,12 @@ fn tree_packs_are_fetched_whole_once_and_served_in_ranges() {
     assert_eq!(m.counts().bytes_down, 256);
     // Past the end: the store's error, as without a cache.
     assert!(c
-        .get_pack_range("data/ab/abcd", 250, 10, BlobKind::Tree)
+        .get_pack_range("data/ab/abcd", 250, 10, PackKind::Tree)
         .is_err());
     // Data packs go to the store every time and are never kept.
     for _ in 0..2 {
         let r = c
-            .get_pack_range("data/cd/cdef", 1, 2, BlobKind::Data)
+            .get_pack_range("data/cd/cdef", 1, 2, PackKind::Data)
             .unwrap();
         assert_eq!(r, [1, 2]);
     }
@@ -145,7 +145,7 @@ fn tree_packs_are_fetched_whole_once_and_served_in_ranges() {
     let (m2, c2) = stack(&mem, t.path(), true);
     for _ in 0..3 {
         let r = c2
-            .get_pack_range("data/ab/abcd", 7, 3, BlobKind::Tree)
+            .get_pack_range("data/ab/abcd", 7, 3, PackKind::Tree)
             .unwrap();
         assert_eq!(r, [7, 8, 9]);
     }
@@ -159,7 +159,7 @@ fn a_damaged_cached_tree_pack_is_refetched() {
     let mem = MemoryStore::new();
     let pack: Vec<u8> = (0..200).map(|i| i as u8).collect();
     let (_, c) = stack(&mem, t.path(), true);
-    c.put_pack("data/ab/abcd", &pack, BlobKind::Tree).unwrap();
+    c.put_pack("data/ab/abcd", &pack, PackKind::Tree).unwrap();
     // Kept on put (a tree pack written by this host's backup).
     let file = t.path().join(ID).join("data/ab/abcd");
     assert_eq!(fs::read(&file).unwrap().len(), 200 + 32);
@@ -167,7 +167,7 @@ fn a_damaged_cached_tree_pack_is_refetched() {
     flip(&file, 150);
     let (m, c2) = stack(&mem, t.path(), true);
     let r = c2
-        .get_pack_range("data/ab/abcd", 10, 4, BlobKind::Tree)
+        .get_pack_range("data/ab/abcd", 10, 4, PackKind::Tree)
         .unwrap();
     assert_eq!(r, [10, 11, 12, 13]);
     assert_eq!(c2.stats().refetches, 1);
@@ -218,7 +218,7 @@ fn threads_missing_one_tree_pack_download_it_once() {
             let c = &c;
             s.spawn(move || {
                 let r = c
-                    .get_pack_range("data/ab/abcd", i * 10, 10, BlobKind::Tree)
+                    .get_pack_range("data/ab/abcd", i * 10, 10, PackKind::Tree)
                     .unwrap();
                 assert_eq!(r, [7; 10]);
             });
@@ -250,7 +250,7 @@ fn processes_sharing_a_cache_see_whole_files() {
                         let got = c.get(&format!("index/{i:02x}")).unwrap();
                         assert!(got == body(i), "index {i} torn");
                         let path = format!("data/{i:02x}/{i:02x}ff");
-                        let r = c.get_pack_range(&path, 1000, 10, BlobKind::Tree);
+                        let r = c.get_pack_range(&path, 1000, 10, PackKind::Tree);
                         assert_eq!(r.unwrap(), [i as u8; 10]);
                     }
                     if round == 1 {
@@ -273,9 +273,9 @@ fn a_listing_drops_what_the_store_no_longer_has() {
     c.put("snapshots/s1", b"one").unwrap();
     c.put("snapshots/s2", b"two").unwrap();
     c.put("index/i1", b"idx").unwrap();
-    c.put_pack("data/ab/abcd", b"trees", BlobKind::Tree)
+    c.put_pack("data/ab/abcd", b"trees", PackKind::Tree)
         .unwrap();
-    c.put_pack("data/ef/ef01", b"trees 2", BlobKind::Tree)
+    c.put_pack("data/ef/ef01", b"trees 2", PackKind::Tree)
         .unwrap();
     // Another host forgets a snapshot and prunes a pack and an index file.
     mem.delete("snapshots/s1").unwrap();
