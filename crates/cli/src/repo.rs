@@ -3,8 +3,8 @@
 use crate::commands::{Location, Role};
 use crate::GlobalOpts;
 use anyhow::{bail, Result};
+use mailvault_core::host::seen::{StateDir, STATE_DIR_ENV};
 use mailvault_core::repo::lock::LockOptions;
-use mailvault_core::repo::seen::{StateDir, STATE_DIR_ENV};
 use mailvault_core::store::{
     default_cache_root, Addressing, LocalStore, S3Options, S3Store, Stack, StackOptions, Store,
     StoreUsage, DEFAULT_CONNECTIONS,
@@ -142,6 +142,10 @@ pub fn open(g: &GlobalOpts) -> Result<Repository> {
     let store = store(g)?;
     let pw = password(g, false)?;
     let mut repo = Repository::open(store, &pw)?;
+    // A config older than one this host has seen is a rollback: refused before any use.
+    if let Some(state) = StateDir::from_env() {
+        state.check_format(&repo.config().id, repo.config().version)?;
+    }
     repo.set_lock_options(LockOptions {
         wait: g.retry_lock,
         no_lock: g.no_lock,
@@ -172,7 +176,7 @@ pub fn open(g: &GlobalOpts) -> Result<Repository> {
 }
 
 /// This host's state directory, where the commands that list snapshots keep their record
-/// of the repository (`mailvault_core::repo::seen`); a warning when the environment names none.
+/// of the repository (`mailvault_core::host::seen`); a warning when the environment names none.
 pub fn state() -> Option<StateDir> {
     let s = StateDir::from_env();
     if s.is_none() {

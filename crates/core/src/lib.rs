@@ -6,6 +6,7 @@
 
 pub mod dest;
 pub mod error;
+pub mod host;
 pub mod imap;
 pub mod mail;
 pub mod model;

@@ -12,7 +12,8 @@ use common::*;
 use mailvault_core::ops::backup::backup;
 use mailvault_core::report::NoProgress;
 use mailvault_core::store::{
-    Cached, FaultyStore, Limit, MemoryStore, Metered, Retry, RetryPolicy, Store, Uploads,
+    Cached, FaultyStore, Limit, MemoryStore, Metered, ObjectInfo, PackKind, Retry, RetryPolicy,
+    Store, Uploads,
 };
 use mailvault_core::{InitOptions, Repository};
 use std::path::Path;
@@ -126,4 +127,145 @@ fn backup_restore_and_check_through_the_wrappers_over_a_flaky_store() {
     let s = w.retry.stats();
     assert!(s.get > 0, "{s:?}");
     assert_eq!(s.total, w.faulty.failures());
+}
+
+/// The conformance suite runs on every wrapper: each one alone over a store (the fault
+/// injector without faults) and all of them stacked as object storage gets them.
+#[test]
+fn every_wrapper_and_the_whole_stack_pass_the_conformance_suite() {
+    use mailvault_core::store::conformance;
+    conformance::run(&FaultyStore::new(Arc::new(MemoryStore::new())));
+    let t = tempfile::tempdir().unwrap();
+    let faulty = Arc::new(FaultyStore::new(Arc::new(MemoryStore::new())));
+    let limit = Arc::new(Limit::new(faulty, 3));
+    let metered = Arc::new(Metered::new(limit));
+    let retry = Arc::new(Retry::new(metered, RetryPolicy::default()));
+    let uploads = Arc::new(Uploads::new(retry, 3, 2).unwrap());
+    conformance::run(&Cached::new(uploads, t.path().to_path_buf()));
+}
+
+/// A store that notes which hints reach it.
+#[derive(Default)]
+struct Hints {
+    mem: MemoryStore,
+    seen: std::sync::Mutex<Vec<&'static str>>,
+}
+
+impl Hints {
+    fn note(&self, what: &'static str) {
+        self.seen.lock().unwrap().push(what);
+    }
+}
+
+impl Store for Hints {
+    fn put(&self, path: &str, data: &[u8]) -> mailvault_core::error::Result<()> {
+        self.mem.put(path, data)
+    }
+    fn replace(&self, path: &str, data: &[u8]) -> mailvault_core::error::Result<()> {
+        self.mem.replace(path, data)
+    }
+    fn get(&self, path: &str) -> mailvault_core::error::Result<Vec<u8>> {
+        self.mem.get(path)
+    }
+    fn get_range(
+        &self,
+        path: &str,
+        offset: u64,
+        len: u64,
+    ) -> mailvault_core::error::Result<Vec<u8>> {
+        self.mem.get_range(path, offset, len)
+    }
+    fn list(&self, prefix: &str) -> mailvault_core::error::Result<Vec<ObjectInfo>> {
+        self.mem.list(prefix)
+    }
+    fn delete(&self, path: &str) -> mailvault_core::error::Result<()> {
+        self.mem.delete(path)
+    }
+    fn stat(&self, path: &str) -> mailvault_core::error::Result<u64> {
+        self.mem.stat(path)
+    }
+    fn location(&self) -> String {
+        "hints".into()
+    }
+    fn flush(&self) -> mailvault_core::error::Result<()> {
+        self.note("flush");
+        Ok(())
+    }
+    fn prefetch(&self, _path: &str, _offset: u64, _len: u64) {
+        self.note("prefetch");
+    }
+    fn put_pack(
+        &self,
+        path: &str,
+        data: &[u8],
+        _kind: PackKind,
+    ) -> mailvault_core::error::Result<()> {
+        self.note("put_pack");
+        self.mem.put(path, data)
+    }
+    fn get_pack_range(
+        &self,
+        path: &str,
+        offset: u64,
+        len: u64,
+        _kind: PackKind,
+    ) -> mailvault_core::error::Result<Vec<u8>> {
+        self.note("get_pack_range");
+        self.mem.get_range(path, offset, len)
+    }
+    fn list_cached(&self, prefix: &str) -> mailvault_core::error::Result<Vec<ObjectInfo>> {
+        self.note("list_cached");
+        self.mem.list(prefix)
+    }
+    fn bind(&self, _repository_id: &str) {
+        self.note("bind");
+    }
+    fn refresh_listings(&self) {
+        self.note("refresh_listings");
+    }
+}
+
+/// Every wrapper passes every hint on to the store below it: none is dropped on the way
+/// (a wrapper that kept a trait default would end the hint there).
+#[test]
+fn every_wrapper_forwards_every_hint() {
+    type Wrap = fn(Arc<dyn Store>) -> Arc<dyn Store>;
+    let wrappers: [(&str, Wrap); 5] = [
+        ("metered", |s| Arc::new(Metered::new(s))),
+        ("retry", |s| Arc::new(Retry::new(s, RetryPolicy::default()))),
+        ("limit", |s| Arc::new(Limit::new(s, 2))),
+        ("uploads", |s| Arc::new(Uploads::new(s, 2, 2).unwrap())),
+        ("faulty", |s| Arc::new(FaultyStore::new(s))),
+    ];
+    for (name, wrap) in wrappers {
+        let inner = Arc::new(Hints::default());
+        let store = wrap(inner.clone());
+        store
+            .put_pack("data/ab/abcd", b"0123456789", PackKind::Tree)
+            .unwrap();
+        store.flush().unwrap();
+        store
+            .get_pack_range("data/ab/abcd", 1, 2, PackKind::Tree)
+            .unwrap();
+        store.prefetch("data/ab/abcd", 1, 2);
+        store.list_cached("keys/").unwrap();
+        store.bind("0123");
+        store.refresh_listings();
+        let mut seen = inner.seen.lock().unwrap().clone();
+        seen.sort();
+        seen.dedup();
+        assert_eq!(
+            seen,
+            [
+                "bind",
+                "flush",
+                "get_pack_range",
+                "list_cached",
+                "prefetch",
+                "put_pack",
+                "refresh_listings"
+            ],
+            "{name}"
+        );
+    }
 }

@@ -293,7 +293,7 @@ fn take_snapshots(
         return Ok(Vec::new());
     };
     let kind: Kind = kind.parse()?;
-    let Some(state) = mailvault_core::repo::seen::StateDir::from_env() else {
+    let Some(state) = mailvault_core::host::seen::StateDir::from_env() else {
         anyhow::bail!(
             "--snapshot: no state directory to record snapshots in (set MAILVAULT_STATE_DIR, XDG_STATE_HOME or HOME)"
         );
@@ -367,7 +367,7 @@ fn record_seen(r: &mailvault_core::Repository) {
     let Some(state) = repo::state() else {
         return;
     };
-    match mailvault_core::repo::seen::record_listing(&state, r) {
+    match mailvault_core::host::seen::record_listing(&state, r) {
         Ok(o) => repo::warn_seen(&o.missing, &o.warnings),
         Err(e) => eprintln!(
             "warning: {}",

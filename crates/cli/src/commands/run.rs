@@ -7,7 +7,7 @@
 //!
 //! When a prune is due: the profile's `prune-every`, against the time this host last
 //! pruned the repository with `run`, kept in this host's state directory (the one of
-//! `mailvault_core::repo::seen`) as `<state>/prune/<repository id>`: one line, seconds since the
+//! `mailvault_core::host::seen`) as `<state>/prune/<repository id>`: one line, seconds since the
 //! Unix epoch. No state directory, or no such file: the prune is due.
 
 use super::{backup, check};
@@ -16,12 +16,12 @@ use crate::output::{bytes, safe};
 use crate::{metrics, repo, GlobalOpts, Outcome};
 use anyhow::{bail, Context, Result};
 use clap::Parser;
+use mailvault_core::host::seen::StateDir;
 use mailvault_core::ops::backup::BackupReport;
 use mailvault_core::ops::check::CheckReport;
 use mailvault_core::ops::forget::Policy;
 use mailvault_core::ops::forget::{forget, ForgetOptions, HOLD_TAG};
 use mailvault_core::ops::prune::{prune, PruneOptions};
-use mailvault_core::repo::seen::StateDir;
 use mailvault_core::report::NoProgress;
 use serde::Serialize;
 use std::path::PathBuf;

@@ -3,7 +3,7 @@
 use crate::output::{bytes, safe, time};
 use crate::{repo, GlobalOpts, Outcome};
 use anyhow::Result;
-use mailvault_core::repo::seen;
+use mailvault_core::host::seen;
 
 #[derive(clap::Args, Debug)]
 pub struct Args {}

@@ -407,7 +407,9 @@ pub fn read_by_spans<J>(
         };
         let s = all[i];
         let path = pack::pack_path(&index.pack_id(s.pack));
-        let got = repo.store().get_pack_range(&path, s.offset, s.len, s.kind);
+        let got = repo
+            .store()
+            .get_pack_range(&path, s.offset, s.len, s.kind.into());
         lock(&state).slots[i] = Some(got);
         ready.notify_all();
     };
@@ -577,7 +579,9 @@ pub fn read_by_packs<J: Sync>(
                     return;
                 };
                 let path = pack::pack_path(&index.pack_id(s.pack));
-                let got = repo.store().get_pack_range(&path, s.offset, s.len, s.kind);
+                let got = repo
+                    .store()
+                    .get_pack_range(&path, s.offset, s.len, s.kind.into());
                 // The receiver is gone when the writer stopped (or unwound): stop too.
                 if tx.send((i, got)).is_err() {
                     return;

@@ -10,18 +10,19 @@
 //! and removes the rest.
 //!
 //! Removing a snapshot file would look like a rollback to every host that saw it
-//! ([`crate::repo::seen`]). So before any snapshot file is deleted, this host's record drops
+//! ([`crate::host::seen`]). So before any snapshot file is deleted, this host's record drops
 //! its ids, and a sealed, content-named **forget record** `forgotten/<id>` listing them
 //! is written durably into the repository ([`remove_snapshots`], also used by `tag`):
-//! other hosts take the ids listed there as removed on purpose ([`forgotten`]). Someone
+//! other hosts take the ids listed there as removed on purpose
+//! ([`crate::repo::forgotten`]). Someone
 //! without the key cannot write one.
 
 use crate::error::{Error, Result};
-use crate::repo::format::Version;
+use crate::host::seen::{Record, StateDir};
+use crate::repo::forgotten::{ForgetRecord, FORGOTTEN_DIR};
 use crate::repo::id::Id;
-use crate::repo::seen::{Record, StateDir};
 use crate::repo::snapshot::Snapshot;
-use crate::repo::{file_id, Named, Repository};
+use crate::repo::{Named, Repository};
 use jiff::civil::{Date, DateTime};
 use jiff::tz::TimeZone;
 use jiff::{SignedDuration, Timestamp};
@@ -32,9 +33,6 @@ use std::str::FromStr;
 
 /// The tag of a snapshot under legal hold: `forget` never removes it.
 pub const HOLD_TAG: &str = "hold";
-
-/// Where the forget records are kept.
-pub const FORGOTTEN_DIR: &str = "forgotten/";
 
 /// A count of a `keep_*` rule meaning "all of them" (`unlimited` on the command line).
 pub const UNLIMITED: u32 = u32::MAX;
@@ -489,7 +487,28 @@ pub fn forget(repo: &Repository, opts: &ForgetOptions) -> Result<ForgetReport> {
         ));
     }
     let tz = TimeZone::system();
-    let item = |s: &Snapshot, keep: bool, reasons: Vec<String>| ForgetItem {
+    let mut rep = ForgetReport {
+        dry_run: opts.dry_run,
+        ..Default::default()
+    };
+    let remove = if !opts.snapshots.is_empty() {
+        forget_named(repo, opts, &tz, &mut rep)?
+    } else {
+        forget_by_policy(repo, opts, &tz, &mut rep)?
+    };
+    rep.removed = remove.iter().map(Id::to_hex).collect();
+    if opts.dry_run {
+        return Ok(rep);
+    }
+    let (record, warnings) = remove_snapshots(repo, &remove, opts.state.as_ref())?;
+    rep.record = record;
+    rep.warnings.extend(warnings);
+    Ok(rep)
+}
+
+/// A snapshot as the report lists it.
+fn report_item(s: &Snapshot, keep: bool, reasons: Vec<String>, tz: &TimeZone) -> ForgetItem {
+    ForgetItem {
         id: s.id.to_hex(),
         time: s.time,
         local_time: timestamp(s)
@@ -501,108 +520,111 @@ pub fn forget(repo: &Repository, opts: &ForgetOptions) -> Result<ForgetReport> {
         tags: s.tags.clone(),
         keep,
         reasons,
-    };
-    let mut rep = ForgetReport {
-        dry_run: opts.dry_run,
-        ..Default::default()
-    };
-    let mut remove = Vec::new();
-    if !opts.snapshots.is_empty() {
-        let mut items = Vec::new();
-        let mut seen = BTreeSet::new();
-        for which in &opts.snapshots {
-            let s = repo.find_snapshot(which)?;
-            if !seen.insert(s.id) {
-                continue;
-            }
-            let held = s.tags.iter().any(|t| t == HOLD_TAG);
-            if held {
-                rep.held.push(s.id.to_hex());
-                items.push(item(&s, true, vec![HOLD_TAG.into()]));
-            } else {
-                remove.push(s.id);
-                items.push(item(&s, false, Vec::new()));
-            }
-        }
-        rep.groups.push(ForgetGroup {
-            host: None,
-            source: None,
-            tags: None,
-            snapshots: items,
-        });
-    } else {
-        rep.policy = opts.policy.to_string();
-        let snaps = repo.snapshots()?;
-        for d in &snaps.damaged {
-            rep.warnings.push(format!(
-                "{}: {} (left alone: run `mailvault check`)",
-                d.path, d.error
-            ));
-        }
-        type Key = (Option<String>, Option<String>, Option<Vec<String>>);
-        let mut groups: BTreeMap<Key, Vec<Snapshot>> = BTreeMap::new();
-        for s in snaps.list {
-            if !opts.hosts.is_empty() && !opts.hosts.contains(&s.hostname) {
-                continue;
-            }
-            if !opts.tags.is_empty() && !opts.tags.iter().any(|l| has_tag_list(&s.tags, l)) {
-                continue;
-            }
-            let g = opts.group_by;
-            let mut tags = s.tags.clone();
-            tags.sort();
-            let key = (
-                g.host.then(|| s.hostname.clone()),
-                g.source.then(|| s.source.clone()),
-                g.tags.then_some(tags),
-            );
-            groups.entry(key).or_default().push(s);
-        }
-        let now = Timestamp::now();
-        for ((host, source, tags), list) in groups {
-            let decisions = apply_at(&list, &opts.policy, &tz, now);
-            if decisions.iter().all(|d| !d.keep) {
-                return Err(Error::InvalidInput(format!(
-                    "refusing to remove every snapshot of the group host {}, source {}: the policy keeps none of them",
-                    host.as_deref().unwrap_or("(any)"),
-                    source.as_deref().unwrap_or("(any)")
-                )));
-            }
-            let by_id: BTreeMap<Id, &Snapshot> = list.iter().map(|s| (s.id, s)).collect();
-            let mut items = Vec::new();
-            for d in decisions {
-                let Some(s) = by_id.get(&d.id) else { continue };
-                if !d.keep {
-                    remove.push(d.id);
-                }
-                items.push(item(s, d.keep, d.reasons));
-            }
-            rep.groups.push(ForgetGroup {
-                host,
-                source,
-                tags,
-                snapshots: items,
-            });
-        }
     }
-    rep.removed = remove.iter().map(Id::to_hex).collect();
-    if opts.dry_run {
-        return Ok(rep);
-    }
-    let (record, warnings) = remove_snapshots(repo, &remove, opts.state.as_ref())?;
-    rep.record = record;
-    rep.warnings.extend(warnings);
-    Ok(rep)
 }
 
-/// A forget record: `forgotten/<id>`, sealed JSON, content-named.
-#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
-pub struct ForgetRecord {
-    pub hostname: String,
-    /// Unix seconds.
-    pub time: i64,
-    /// The ids (hex) of the snapshots removed on purpose.
-    pub snapshots: Vec<String>,
+/// The snapshots named by id, in one group: those to remove (all but the held ones).
+fn forget_named(
+    repo: &Repository,
+    opts: &ForgetOptions,
+    tz: &TimeZone,
+    rep: &mut ForgetReport,
+) -> Result<Vec<Id>> {
+    let mut remove = Vec::new();
+    let mut items = Vec::new();
+    let mut seen = BTreeSet::new();
+    for which in &opts.snapshots {
+        let s = repo.find_snapshot(which)?;
+        if !seen.insert(s.id) {
+            continue;
+        }
+        let held = s.tags.iter().any(|t| t == HOLD_TAG);
+        if held {
+            rep.held.push(s.id.to_hex());
+            items.push(report_item(&s, true, vec![HOLD_TAG.into()], tz));
+        } else {
+            remove.push(s.id);
+            items.push(report_item(&s, false, Vec::new(), tz));
+        }
+    }
+    rep.groups.push(ForgetGroup {
+        host: None,
+        source: None,
+        tags: None,
+        snapshots: items,
+    });
+    Ok(remove)
+}
+
+/// A group's key: host, source and tags, each when the snapshots are grouped by it.
+type GroupKey = (Option<String>, Option<String>, Option<Vec<String>>);
+
+/// The policy applied to each group of snapshots: those to remove.
+fn forget_by_policy(
+    repo: &Repository,
+    opts: &ForgetOptions,
+    tz: &TimeZone,
+    rep: &mut ForgetReport,
+) -> Result<Vec<Id>> {
+    rep.policy = opts.policy.to_string();
+    let snaps = repo.snapshots()?;
+    for d in &snaps.damaged {
+        rep.warnings.push(format!(
+            "{}: {} (left alone: run `mailvault check`)",
+            d.path, d.error
+        ));
+    }
+    let mut remove = Vec::new();
+    let now = Timestamp::now();
+    for ((host, source, tags), list) in group_snapshots(snaps.list, opts) {
+        let decisions = apply_at(&list, &opts.policy, tz, now);
+        if decisions.iter().all(|d| !d.keep) {
+            return Err(Error::InvalidInput(format!(
+                "refusing to remove every snapshot of the group host {}, source {}: the policy keeps none of them",
+                host.as_deref().unwrap_or("(any)"),
+                source.as_deref().unwrap_or("(any)")
+            )));
+        }
+        let by_id: BTreeMap<Id, &Snapshot> = list.iter().map(|s| (s.id, s)).collect();
+        let mut items = Vec::new();
+        for d in decisions {
+            let Some(s) = by_id.get(&d.id) else { continue };
+            if !d.keep {
+                remove.push(d.id);
+            }
+            items.push(report_item(s, d.keep, d.reasons, tz));
+        }
+        rep.groups.push(ForgetGroup {
+            host,
+            source,
+            tags,
+            snapshots: items,
+        });
+    }
+    Ok(remove)
+}
+
+/// The snapshots the options select (hosts, tags), grouped as they ask.
+fn group_snapshots(list: Vec<Snapshot>, opts: &ForgetOptions) -> BTreeMap<GroupKey, Vec<Snapshot>> {
+    let mut groups: BTreeMap<GroupKey, Vec<Snapshot>> = BTreeMap::new();
+    for s in list {
+        if !opts.hosts.is_empty() && !opts.hosts.contains(&s.hostname) {
+            continue;
+        }
+        if !opts.tags.is_empty() && !opts.tags.iter().any(|l| has_tag_list(&s.tags, l)) {
+            continue;
+        }
+        let g = opts.group_by;
+        let mut tags = s.tags.clone();
+        tags.sort();
+        let key = (
+            g.host.then(|| s.hostname.clone()),
+            g.source.then(|| s.source.clone()),
+            g.tags.then_some(tags),
+        );
+        groups.entry(key).or_default().push(s);
+    }
+    groups
 }
 
 /// Removes the snapshot files `ids` on purpose: takes them out of this host's record
@@ -647,33 +669,6 @@ pub fn remove_snapshots(
     }
     store.flush()?;
     Ok((Some(path), warnings))
-}
-
-/// The snapshots the forget records in the repository list as removed on purpose, and a
-/// warning for each record that cannot be read (its ids are not taken as forgotten: a
-/// record someone without the key wrote does not open).
-pub fn forgotten(repo: &Repository) -> Result<(BTreeSet<Id>, Vec<String>)> {
-    let mut ids = BTreeSet::new();
-    let mut warnings = Vec::new();
-    for f in repo.store().list(FORGOTTEN_DIR)? {
-        let rec = file_id(&f.path)
-            .and_then(|_| repo.store().get(&f.path))
-            .and_then(|sealed| repo.open_named(Named::Forgotten, &f.path, sealed))
-            .and_then(|plain| {
-                serde_json::from_slice::<ForgetRecord>(&plain)
-                    .map_err(|e| Error::corrupt(&f.path, format!("not a forget record: {e}")))
-            });
-        match rec {
-            Ok(r) => ids.extend(r.snapshots.iter().filter_map(|h| Id::from_hex(h))),
-            // Written before `migrate`: it lists format-1 ids, which are gone anyway.
-            Err(Error::OtherFormat { found: 1, .. }) if repo.version() == Version::V2 => {}
-            Err(e) => warnings.push(format!(
-                "{}: cannot be read ({e}): the snapshots it lists count as missing",
-                f.path
-            )),
-        }
-    }
-    Ok((ids, warnings))
 }
 
 #[cfg(test)]

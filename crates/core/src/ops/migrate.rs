@@ -45,7 +45,7 @@ pub struct MigrateOptions {
     pub dry_run: bool,
     /// This host's state directory: the old snapshot ids leave its record of the
     /// repository (they are replaced, not rolled back) and the record notes format 2.
-    pub state: Option<crate::repo::seen::StateDir>,
+    pub state: Option<crate::host::seen::StateDir>,
 }
 
 /// What [`migrate`] did (or, in a dry run, would do).
@@ -163,12 +163,12 @@ pub fn migrate(repo: &mut Repository, opts: &MigrateOptions) -> Result<MigrateRe
 }
 
 /// Takes the snapshots `replaced` out of this host's record of the repository and notes
-/// its format version there (see `crate::repo::seen`); a failure is a warning.
+/// its format version there (see `crate::host::seen`); a failure is a warning.
 fn note_in_record(opts: &MigrateOptions, repo: &Repository, replaced: &[crate::Id]) {
     let Some(state) = &opts.state else {
         return;
     };
-    let mut record = crate::repo::seen::Record::of(state, repo);
+    let mut record = crate::host::seen::Record::of(state, repo);
     record.forget(replaced);
     record.save();
     for w in record.take_warnings() {

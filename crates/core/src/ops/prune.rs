@@ -20,11 +20,11 @@
 use crate::error::{Error, Result};
 use crate::repo::format::Version;
 use crate::repo::id::Id;
-use crate::repo::lock::{Found, LockKind};
+use crate::repo::lock::{Found, LockKind, RepoLock};
 use crate::repo::pack::{self, BlobKind, IndexedPack, PackBuilder, PackEntry};
 use crate::repo::snapshot::Snapshot;
 use crate::repo::tree::{AccountTree, MessageChunk, RootTree};
-use crate::repo::{file_id, lock, Repository, MIGRATE_STATE};
+use crate::repo::{file_id, lock, Repository, Snapshots, MIGRATE_STATE};
 use crate::report::Progress;
 use serde::Serialize;
 use std::collections::{HashMap, HashSet};
@@ -176,6 +176,50 @@ pub fn prune(
         false => LockKind::Exclusive,
     };
     let lock = repo.lock(kind, "prune")?;
+    let snaps = snapshots_under_lock(repo, opts)?;
+    let mut rep = PruneReport {
+        dry_run: opts.dry_run,
+        snapshots: snaps.len() as u64,
+        ..Default::default()
+    };
+    let used = used_blobs(repo, &snaps, progress)?;
+    rep.blobs_used = used.len() as u64;
+    rep.size_before = repository_size(repo)?;
+
+    let plans = plan(repo, &used, opts.max_unused, &mut rep)?;
+    let unindexed = unindexed_packs(repo)?;
+    rep.packs_unindexed = unindexed.len() as u64;
+    let nothing_to_do = unindexed.is_empty()
+        && plans
+            .iter()
+            .all(|p| matches!(p.action, Action::Keep) && p.size > 0);
+    if nothing_to_do {
+        rep.size_after = rep.size_before;
+        rep.elapsed_secs = started.elapsed().as_secs_f64();
+        return Ok(rep);
+    }
+    let removed_bytes: u64 = (plans.iter())
+        .filter(|p| !matches!(p.action, Action::Keep))
+        .map(|p| p.size)
+        .sum::<u64>()
+        + unindexed.iter().map(|u| u.1).sum::<u64>();
+    if opts.dry_run {
+        estimate(&mut rep, &plans, removed_bytes);
+        rep.elapsed_secs = started.elapsed().as_secs_f64();
+        return Ok(rep);
+    }
+    apply(repo, &lock, &plans, unindexed, &mut rep, progress)?;
+    drop(lock);
+    repo.reload_index()?;
+    rep.size_after = repository_size(repo)?;
+    rep.bytes_freed = rep.size_before.saturating_sub(rep.size_after);
+    rep.elapsed_secs = started.elapsed().as_secs_f64();
+    Ok(rep)
+}
+
+/// The snapshots prune keeps what they use of, read under the lock once the index is
+/// reloaded; an error, changing nothing, when what they use cannot be known.
+fn snapshots_under_lock(repo: &mut Repository, opts: &PruneOptions) -> Result<Snapshots> {
     // What is there now that no one writes: the index as it is under the lock.
     repo.reload_index()?;
     if !matches!(repo.store().stat(MIGRATE_STATE), Err(Error::NotFound(_))) {
@@ -200,56 +244,47 @@ pub fn prune(
             format!("cannot be read ({}): the blobs it uses cannot be known; run `mailvault repair snapshots` first", d.error),
         ));
     }
-    let mut rep = PruneReport {
-        dry_run: opts.dry_run,
-        snapshots: snaps.len() as u64,
-        ..Default::default()
-    };
-    let used = used_blobs(repo, &snaps, progress)?;
-    rep.blobs_used = used.len() as u64;
-    rep.size_before = repository_size(repo)?;
+    Ok(snaps)
+}
 
-    let plans = plan(repo, &used, opts.max_unused, &mut rep)?;
+/// The packs in `data/` no index lists, with their sizes.
+fn unindexed_packs(repo: &Repository) -> Result<Vec<(String, u64)>> {
     let unindexed: Vec<(String, u64)> = (repo.store().list("data/")?.into_iter())
         .filter_map(|o| {
             let id = file_id(&o.path).ok()?;
             (!repo.index().has_pack(&id)).then_some((o.path, o.size))
         })
         .collect();
-    rep.packs_unindexed = unindexed.len() as u64;
-    let nothing_to_do = unindexed.is_empty()
-        && plans
-            .iter()
-            .all(|p| matches!(p.action, Action::Keep) && p.size > 0);
-    if nothing_to_do {
-        rep.size_after = rep.size_before;
-        rep.elapsed_secs = started.elapsed().as_secs_f64();
-        return Ok(rep);
-    }
-    let removed_bytes: u64 = (plans.iter())
-        .filter(|p| !matches!(p.action, Action::Keep))
-        .map(|p| p.size)
-        .sum::<u64>()
-        + unindexed.iter().map(|u| u.1).sum::<u64>();
-    if opts.dry_run {
-        // Estimated: the blobs repacked are written again, with new headers.
-        let rewritten: u64 = (plans.iter())
-            .map(|p| match &p.action {
-                Action::Repack(keep) => keep.iter().map(|e| e.stored_len as u64 + 42).sum(),
-                _ => 0,
-            })
-            .sum();
-        rep.bytes_deleted = removed_bytes;
-        rep.bytes_written = rewritten;
-        rep.size_after = (rep.size_before + rewritten).saturating_sub(removed_bytes);
-        rep.bytes_freed = rep.size_before.saturating_sub(rep.size_after);
-        rep.elapsed_secs = started.elapsed().as_secs_f64();
-        return Ok(rep);
-    }
+    Ok(unindexed)
+}
 
+/// A dry run's figures: the blobs repacked are written again, with new headers.
+fn estimate(rep: &mut PruneReport, plans: &[PackPlan], removed_bytes: u64) {
+    let rewritten: u64 = (plans.iter())
+        .map(|p| match &p.action {
+            Action::Repack(keep) => keep.iter().map(|e| e.stored_len as u64 + 42).sum(),
+            _ => 0,
+        })
+        .sum();
+    rep.bytes_deleted = removed_bytes;
+    rep.bytes_written = rewritten;
+    rep.size_after = (rep.size_before + rewritten).saturating_sub(removed_bytes);
+    rep.bytes_freed = rep.size_before.saturating_sub(rep.size_after);
+}
+
+/// Carries the plans out under the exclusive `lock`: new packs, the new index, then the
+/// index files and packs it replaces, each step durable before the next.
+fn apply(
+    repo: &Repository,
+    lock: &RepoLock,
+    plans: &[PackPlan],
+    unindexed: Vec<(String, u64)>,
+    rep: &mut PruneReport,
+    progress: &dyn Progress,
+) -> Result<()> {
     let m = Mutations::new();
     // 1. New packs, durable.
-    let written = repack(repo, &plans, &m, &mut rep, progress)?;
+    let written = repack(repo, plans, &m, rep, progress)?;
     repo.store().flush()?;
     // 2. The new index: every kept pack as the index listed it, and the new packs.
     let mut listed: Vec<IndexedPack> = (plans.iter())
@@ -302,12 +337,7 @@ pub fn prune(
         .collect();
     rep.bytes_deleted += delete_all(repo, doomed, &m)?;
     repo.store().flush()?;
-    drop(lock);
-    repo.reload_index()?;
-    rep.size_after = repository_size(repo)?;
-    rep.bytes_freed = rep.size_before.saturating_sub(rep.size_after);
-    rep.elapsed_secs = started.elapsed().as_secs_f64();
-    Ok(rep)
+    Ok(())
 }
 
 /// Every blob id the snapshots use: their trees (root, account and chunk trees) and the
@@ -476,7 +506,7 @@ struct Repacked<'a> {
 impl Repacked<'_> {
     fn write(&self, b: PackBuilder, kind: BlobKind, version: Version) -> Result<()> {
         let p = b.finish(self.repo.key(), version);
-        match (self.repo.store()).put_pack(&pack::pack_path(&p.id), &p.bytes, kind) {
+        match (self.repo.store()).put_pack(&pack::pack_path(&p.id), &p.bytes, kind.into()) {
             Ok(()) | Err(Error::AlreadyExists(_)) => {}
             Err(e) => return Err(e),
         }
@@ -512,7 +542,7 @@ impl Repacked<'_> {
             let last = run[run.len() - 1];
             let len = (last.offset + last.stored_len - start) as u64;
             let bytes =
-                (self.repo.store()).get_pack_range(&path, start as u64, len, run[0].kind)?;
+                (self.repo.store()).get_pack_range(&path, start as u64, len, run[0].kind.into())?;
             for e in run {
                 let at = (e.offset - start) as usize;
                 let sealed = bytes

@@ -38,8 +38,8 @@ pub struct RepairOptions {
     /// Compute and report the plan; write and delete nothing.
     pub dry_run: bool,
     /// This host's state directory: the snapshots `repair snapshots` removes are taken out
-    /// of its record of the repository ([`crate::repo::seen`]), so they are not reported missing.
-    pub state: Option<crate::repo::seen::StateDir>,
+    /// of its record of the repository ([`crate::host::seen`]), so they are not reported missing.
+    pub state: Option<crate::host::seen::StateDir>,
 }
 
 /// What [`repair_index`] did (or, in a dry run, would do).
@@ -234,28 +234,7 @@ pub fn repair_snapshots(repo: &mut Repository, opts: &RepairOptions) -> Result<S
     if !repo.index_is_current()? {
         repo.reload_index()?;
     }
-    // Packs in no index may hold what the snapshots need: their good blobs must be
-    // indexed first. (A pack `repair index` left out has no blob that verifies.)
-    let unindexed: Vec<String> = repo
-        .store()
-        .list("data/")?
-        .into_iter()
-        .filter(|f| file_id(&f.path).is_ok_and(|id| !repo.index().has_pack(&id)))
-        .map(|f| f.path)
-        .collect();
-    let usable_elsewhere: Vec<&String> = unindexed
-        .par_iter()
-        .filter(|path| {
-            repo.verify_pack(path, repo.pack_versions())
-                .is_ok_and(|v| v.good.iter().any(|e| !repo.index().contains(&e.id)))
-        })
-        .collect();
-    if let Some(first) = usable_elsewhere.first() {
-        return Err(Error::InvalidInput(format!(
-            "{} packs in no index ({first} ...) hold blobs that verify: they may be what the snapshots need; run `mailvault repair index` first",
-            usable_elsewhere.len(),
-        )));
-    }
+    refuse_unindexed_usable(repo)?;
     let bad = crate::ops::check::unreadable_blobs(repo, false)?;
     let usable = |id: &Id| repo.index().contains(id) && !bad.contains(id);
     let snaps = repo.snapshots()?;
@@ -285,9 +264,9 @@ pub fn repair_snapshots(repo: &mut Repository, opts: &RepairOptions) -> Result<S
     }
     // Removed on purpose: out of this host's record before they go.
     if let Some(state) = &opts.state {
-        let mut record = crate::repo::seen::Record::of(state, repo);
+        let mut record = crate::host::seen::Record::of(state, repo);
         let mut removing: Vec<Id> = plans.iter().map(|(s, _, _)| s.id).collect();
-        removing.extend(crate::repo::seen::ids_in(
+        removing.extend(crate::host::seen::ids_in(
             snaps.damaged.iter().map(|d| d.path.as_str()),
         ));
         record.forget(&removing);
@@ -332,6 +311,32 @@ pub fn repair_snapshots(repo: &mut Repository, opts: &RepairOptions) -> Result<S
         move_to_damaged(store, &d.path)?;
     }
     Ok(rep)
+}
+
+/// Packs in no index may hold what the snapshots need: their good blobs must be indexed
+/// first. (A pack `repair index` left out has no blob that verifies.) An error when one does.
+fn refuse_unindexed_usable(repo: &Repository) -> Result<()> {
+    let unindexed: Vec<String> = repo
+        .store()
+        .list("data/")?
+        .into_iter()
+        .filter(|f| file_id(&f.path).is_ok_and(|id| !repo.index().has_pack(&id)))
+        .map(|f| f.path)
+        .collect();
+    let usable_elsewhere: Vec<&String> = unindexed
+        .par_iter()
+        .filter(|path| {
+            repo.verify_pack(path, repo.pack_versions())
+                .is_ok_and(|v| v.good.iter().any(|e| !repo.index().contains(&e.id)))
+        })
+        .collect();
+    if let Some(first) = usable_elsewhere.first() {
+        return Err(Error::InvalidInput(format!(
+            "{} packs in no index ({first} ...) hold blobs that verify: they may be what the snapshots need; run `mailvault repair index` first",
+            usable_elsewhere.len(),
+        )));
+    }
+    Ok(())
 }
 
 /// Copies a repository file below `damaged/` (durably), then removes it.

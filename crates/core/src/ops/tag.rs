@@ -7,8 +7,8 @@
 //! old one).
 
 use crate::error::{Error, Result};
+use crate::host::seen::StateDir;
 use crate::ops::forget::remove_snapshots;
-use crate::repo::seen::StateDir;
 use serde::Serialize;
 use std::collections::BTreeSet;
 

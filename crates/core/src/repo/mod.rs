@@ -25,12 +25,12 @@
 pub mod b64;
 pub mod compress;
 pub mod crypto;
+pub mod forgotten;
 pub mod format;
 pub mod id;
 pub mod index;
 pub mod lock;
 pub mod pack;
-pub mod seen;
 pub mod snapshot;
 pub mod split;
 pub mod tree;
@@ -215,7 +215,6 @@ impl Repository {
         store.bind(&config.id);
         let mut repo = Repository::unloaded(store, key, config, version);
         repo.load()?;
-        crate::repo::seen::check_format(&repo.config.id, repo.config.version)?;
         repo.refuse_downgraded_config()?;
         Ok(repo)
     }
@@ -648,9 +647,12 @@ impl Repository {
             .get(id)
             .ok_or_else(|| Error::BlobNotFound(id.to_hex()))?;
         let path = pack::pack_path(&self.index.pack_id(loc.pack));
-        let sealed =
-            self.store
-                .get_pack_range(&path, loc.offset.into(), loc.stored_len.into(), loc.kind)?;
+        let sealed = self.store.get_pack_range(
+            &path,
+            loc.offset.into(),
+            loc.stored_len.into(),
+            loc.kind.into(),
+        )?;
         Ok((loc, sealed, path))
     }
 
@@ -1164,7 +1166,7 @@ pub(crate) enum Named {
     Index,
     Snapshot,
     Dictionary,
-    /// `forgotten/<id>` (`crate::ops::forget`).
+    /// `forgotten/<id>` ([`crate::repo::forgotten`]).
     Forgotten,
 }
 
@@ -1570,7 +1572,7 @@ impl PackWriters {
 /// Puts a finished pack; content-named, so one already there is the same bytes. Returns
 /// its index entry and its buffer (for the next pack).
 fn put_pack(store: &dyn Store, p: FinishedPack, kind: BlobKind) -> Result<(IndexedPack, Vec<u8>)> {
-    match store.put_pack(&pack::pack_path(&p.id), &p.bytes, kind) {
+    match store.put_pack(&pack::pack_path(&p.id), &p.bytes, kind.into()) {
         Err(Error::AlreadyExists(_)) | Ok(()) => {}
         Err(e) => return Err(e),
     }

@@ -35,6 +35,16 @@ pub enum BlobKind {
     Tree = 1,
 }
 
+/// The store's hint for a pack of blobs of one kind.
+impl From<BlobKind> for crate::store::PackKind {
+    fn from(k: BlobKind) -> Self {
+        match k {
+            BlobKind::Data => crate::store::PackKind::Data,
+            BlobKind::Tree => crate::store::PackKind::Tree,
+        }
+    }
+}
+
 impl BlobKind {
     pub fn from_u8(v: u8) -> Option<BlobKind> {
         match v {

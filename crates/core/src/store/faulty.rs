@@ -7,9 +7,8 @@
 //! fail the next few requests with a chosen kind, slow every request down, hold puts
 //! until released, and tell how many requests were in flight at most.
 
-use super::{ObjectInfo, Store};
+use super::{ObjectInfo, PackKind, Store};
 use crate::error::{BackendKind, Error, Result};
-use crate::repo::pack::BlobKind;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::SeqCst};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::Duration;
@@ -200,10 +199,10 @@ impl Store for FaultyStore {
     fn prefetch(&self, path: &str, offset: u64, len: u64) {
         self.inner.prefetch(path, offset, len)
     }
-    fn put_pack(&self, path: &str, data: &[u8], kind: BlobKind) -> Result<()> {
+    fn put_pack(&self, path: &str, data: &[u8], kind: PackKind) -> Result<()> {
         self.request(path, true, || self.inner.put_pack(path, data, kind))
     }
-    fn get_pack_range(&self, path: &str, offset: u64, len: u64, kind: BlobKind) -> Result<Vec<u8>> {
+    fn get_pack_range(&self, path: &str, offset: u64, len: u64, kind: PackKind) -> Result<Vec<u8>> {
         self.request(path, false, || {
             self.inner.get_pack_range(path, offset, len, kind)
         })
@@ -213,5 +212,8 @@ impl Store for FaultyStore {
     }
     fn bind(&self, repository_id: &str) {
         self.inner.bind(repository_id)
+    }
+    fn refresh_listings(&self) {
+        self.inner.refresh_listings()
     }
 }

@@ -7,9 +7,8 @@
 //! are in, and the next request waits for it. A bucket starts empty and saves at most a
 //! quarter of a second of unused bandwidth, so a cap holds from the first byte.
 
-use super::{ObjectInfo, Store};
+use super::{ObjectInfo, PackKind, Store};
 use crate::error::Result;
-use crate::repo::pack::BlobKind;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -100,10 +99,10 @@ impl Store for Limit {
     fn prefetch(&self, path: &str, offset: u64, len: u64) {
         self.inner.prefetch(path, offset, len)
     }
-    fn put_pack(&self, path: &str, data: &[u8], kind: BlobKind) -> Result<()> {
+    fn put_pack(&self, path: &str, data: &[u8], kind: PackKind) -> Result<()> {
         self.send(data.len(), || self.inner.put_pack(path, data, kind))
     }
-    fn get_pack_range(&self, path: &str, offset: u64, len: u64, kind: BlobKind) -> Result<Vec<u8>> {
+    fn get_pack_range(&self, path: &str, offset: u64, len: u64, kind: PackKind) -> Result<Vec<u8>> {
         self.receive(|| self.inner.get_pack_range(path, offset, len, kind))
     }
     fn list_cached(&self, prefix: &str) -> Result<Vec<ObjectInfo>> {
@@ -111,6 +110,9 @@ impl Store for Limit {
     }
     fn bind(&self, repository_id: &str) {
         self.inner.bind(repository_id)
+    }
+    fn refresh_listings(&self) {
+        self.inner.refresh_listings()
     }
 }
 

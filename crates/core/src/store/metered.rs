@@ -5,9 +5,8 @@
 //! Counting here, around the trait, rather than in a backend, counts the same way for
 //! every store. On a local directory the "requests" are the store calls.
 
-use super::{ObjectInfo, Store};
+use super::{ObjectInfo, PackKind, Store};
 use crate::error::Result;
-use crate::repo::pack::BlobKind;
 use serde::Serialize;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
@@ -127,14 +126,23 @@ impl Store for Metered {
     fn prefetch(&self, path: &str, offset: u64, len: u64) {
         self.inner.prefetch(path, offset, len)
     }
-    fn put_pack(&self, path: &str, data: &[u8], kind: BlobKind) -> Result<()> {
+    fn put_pack(&self, path: &str, data: &[u8], kind: PackKind) -> Result<()> {
         self.up(data, self.inner.put_pack(path, data, kind))
     }
-    fn get_pack_range(&self, path: &str, offset: u64, len: u64, kind: BlobKind) -> Result<Vec<u8>> {
+    fn get_pack_range(&self, path: &str, offset: u64, len: u64, kind: PackKind) -> Result<Vec<u8>> {
         self.down(self.inner.get_pack_range(path, offset, len, kind))
+    }
+    fn list_cached(&self, prefix: &str) -> Result<Vec<ObjectInfo>> {
+        // Counted as a listing, as before the hint was forwarded: what reaches the
+        // storage below is counted by the layers there.
+        self.counts.list.fetch_add(1, Relaxed);
+        self.inner.list_cached(prefix)
     }
     fn bind(&self, repository_id: &str) {
         self.inner.bind(repository_id)
+    }
+    fn refresh_listings(&self) {
+        self.inner.refresh_listings()
     }
 }
 

@@ -7,9 +7,11 @@
 //! [`Store::replace`], an atomic overwrite for `config` (S3: a plain put).
 
 mod cache;
+#[cfg(any(test, feature = "testing"))]
 mod faulty;
 mod limit;
 mod local;
+#[cfg(any(test, feature = "testing"))]
 mod memory;
 mod metered;
 mod retry;
@@ -18,9 +20,11 @@ mod stack;
 mod uploads;
 
 pub use cache::{CacheStats, Cached};
+#[cfg(any(test, feature = "testing"))]
 pub use faulty::FaultyStore;
 pub use limit::Limit;
 pub use local::LocalStore;
+#[cfg(any(test, feature = "testing"))]
 pub use memory::MemoryStore;
 pub use metered::{Metered, RequestCounts};
 pub use retry::{Retry, RetryPolicy, RetryStats, GIVEN_UP};
@@ -29,7 +33,16 @@ pub use stack::{default_cache_root, Stack, StackOptions, StoreUsage, DEFAULT_CON
 pub use uploads::Uploads;
 
 use crate::error::Result;
-use crate::repo::pack::BlobKind;
+
+/// What a pack holds, as a hint to the store: a store with a local cache keeps the packs
+/// of tree blobs, which every later backup and restore reads again.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum PackKind {
+    /// Message content.
+    Data,
+    /// Trees: the metadata every run reads.
+    Tree,
+}
 
 /// One object as returned by [`Store::list`].
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -74,7 +87,7 @@ pub trait Store: Send + Sync {
 
     /// Puts a pack (as [`Store::put`]) holding blobs of one `kind`: a store with a local
     /// cache keeps tree packs, which every later backup and restore reads again.
-    fn put_pack(&self, path: &str, data: &[u8], _kind: BlobKind) -> Result<()> {
+    fn put_pack(&self, path: &str, data: &[u8], _kind: PackKind) -> Result<()> {
         self.put(path, data)
     }
     /// Reads a range of a pack holding blobs of one `kind` (as [`Store::get_range`]): a
@@ -84,7 +97,7 @@ pub trait Store: Send + Sync {
         path: &str,
         offset: u64,
         len: u64,
-        _kind: BlobKind,
+        _kind: PackKind,
     ) -> Result<Vec<u8>> {
         self.get_range(path, offset, len)
     }

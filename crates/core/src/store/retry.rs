@@ -20,9 +20,8 @@
 //! same bytes are a success. Not every object is content-named (`writers/<name>`,
 //! snapshots), so the bytes are compared rather than assumed.
 
-use super::{ObjectInfo, Store};
+use super::{ObjectInfo, PackKind, Store};
 use crate::error::{BackendKind, Error, Result};
-use crate::repo::pack::BlobKind;
 use rand::Rng;
 use serde::Serialize;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
@@ -333,10 +332,10 @@ impl Store for Retry {
     fn prefetch(&self, path: &str, offset: u64, len: u64) {
         self.inner.prefetch(path, offset, len)
     }
-    fn put_pack(&self, path: &str, data: &[u8], kind: BlobKind) -> Result<()> {
+    fn put_pack(&self, path: &str, data: &[u8], kind: PackKind) -> Result<()> {
         self.put_once(path, data, || self.inner.put_pack(path, data, kind))
     }
-    fn get_pack_range(&self, path: &str, offset: u64, len: u64, kind: BlobKind) -> Result<Vec<u8>> {
+    fn get_pack_range(&self, path: &str, offset: u64, len: u64, kind: PackKind) -> Result<Vec<u8>> {
         self.run(Verb::Get, path, || {
             self.inner.get_pack_range(path, offset, len, kind)
         })
@@ -346,6 +345,9 @@ impl Store for Retry {
     }
     fn bind(&self, repository_id: &str) {
         self.inner.bind(repository_id)
+    }
+    fn refresh_listings(&self) {
+        self.inner.refresh_listings()
     }
 }
 
@@ -490,7 +492,7 @@ mod tests {
         ));
         // And a put that finds the object on its first attempt fails as before.
         assert!(matches!(
-            r.put_pack("writers/w", b"record", BlobKind::Data),
+            r.put_pack("writers/w", b"record", PackKind::Data),
             Err(Error::AlreadyExists(_))
         ));
     }

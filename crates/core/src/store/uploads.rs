@@ -14,9 +14,8 @@
 //! Put it above the retries, the request counter and the limits, so that the uploads
 //! themselves are retried, counted and limited.
 
-use super::{ObjectInfo, Store};
+use super::{ObjectInfo, PackKind, Store};
 use crate::error::{Error, Result};
-use crate::repo::pack::BlobKind;
 use std::collections::HashMap;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
@@ -108,7 +107,7 @@ fn upload(inner: &dyn Store, shared: &Shared, job: Job) {
     // A panic in the inner store fails this upload, rather than leaving a flush waiting
     // for it for ever.
     let put = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        inner.put_pack(&job.path, &job.data, BlobKind::Data)
+        inner.put_pack(&job.path, &job.data, PackKind::Data)
     }));
     let r = match put {
         Ok(Err(Error::AlreadyExists(_))) => Ok(()),
@@ -192,8 +191,8 @@ impl Store for Uploads {
             self.inner.prefetch(path, offset, len)
         }
     }
-    fn put_pack(&self, path: &str, data: &[u8], kind: BlobKind) -> Result<()> {
-        let Some(jobs) = self.jobs.as_ref().filter(|_| kind == BlobKind::Data) else {
+    fn put_pack(&self, path: &str, data: &[u8], kind: PackKind) -> Result<()> {
+        let Some(jobs) = self.jobs.as_ref().filter(|_| kind == PackKind::Data) else {
             return self.inner.put_pack(path, data, kind);
         };
         let mut s = self.shared.state();
@@ -225,7 +224,7 @@ impl Store for Uploads {
         }
         Ok(())
     }
-    fn get_pack_range(&self, path: &str, offset: u64, len: u64, kind: BlobKind) -> Result<Vec<u8>> {
+    fn get_pack_range(&self, path: &str, offset: u64, len: u64, kind: PackKind) -> Result<Vec<u8>> {
         match self.queued(path) {
             Some(d) => range(path, &d, offset, len),
             None => self.inner.get_pack_range(path, offset, len, kind),
@@ -236,6 +235,9 @@ impl Store for Uploads {
     }
     fn bind(&self, repository_id: &str) {
         self.inner.bind(repository_id)
+    }
+    fn refresh_listings(&self) {
+        self.inner.refresh_listings()
     }
 }
 
@@ -299,7 +301,7 @@ mod tests {
     fn data_packs_return_at_once_and_flush_waits_for_them() {
         let (mem, f, u, _release) = held();
         for i in 0..5 {
-            u.put_pack(&format!("data/{i}"), &[i; 100], BlobKind::Data)
+            u.put_pack(&format!("data/{i}"), &[i; 100], PackKind::Data)
                 .unwrap();
         }
         // Held by the inner store: nothing is there yet.
@@ -321,18 +323,18 @@ mod tests {
     #[test]
     fn queued_packs_are_read_from_the_queue() {
         let (mem, f, u, _release) = held();
-        u.put_pack("data/p", b"0123456789", BlobKind::Data).unwrap();
+        u.put_pack("data/p", b"0123456789", PackKind::Data).unwrap();
         assert_eq!(u.get("data/p").unwrap(), b"0123456789");
         assert_eq!(u.get_range("data/p", 2, 3).unwrap(), b"234");
         assert_eq!(
-            u.get_pack_range("data/p", 8, 2, BlobKind::Data).unwrap(),
+            u.get_pack_range("data/p", 8, 2, PackKind::Data).unwrap(),
             b"89"
         );
         assert!(u.get_range("data/p", 8, 5).is_err());
         assert_eq!(u.stat("data/p").unwrap(), 10);
         assert!(mem.get("data/p").is_err());
         // Put twice while queued: the same content, one upload.
-        u.put_pack("data/p", b"0123456789", BlobKind::Data).unwrap();
+        u.put_pack("data/p", b"0123456789", PackKind::Data).unwrap();
         f.release();
         u.flush().unwrap();
         assert_eq!(mem.get("data/p").unwrap(), b"0123456789");
@@ -343,12 +345,12 @@ mod tests {
     fn tree_packs_and_other_objects_are_put_in_the_foreground() {
         let mem = Arc::new(MemoryStore::new());
         let u = Uploads::new(mem.clone(), 1, 1).unwrap();
-        u.put_pack("data/t", b"tree", BlobKind::Tree).unwrap();
+        u.put_pack("data/t", b"tree", PackKind::Tree).unwrap();
         u.put("index/i", b"index").unwrap();
         assert_eq!(mem.get("data/t").unwrap(), b"tree");
         assert_eq!(mem.get("index/i").unwrap(), b"index");
         assert!(matches!(
-            u.put_pack("data/t", b"tree", BlobKind::Tree),
+            u.put_pack("data/t", b"tree", PackKind::Tree),
             Err(Error::AlreadyExists(_))
         ));
     }
@@ -358,14 +360,14 @@ mod tests {
         let mem = Arc::new(MemoryStore::new());
         mem.put("data/p", b"pack").unwrap();
         let u = Uploads::new(mem.clone(), 1, 1).unwrap();
-        u.put_pack("data/p", b"pack", BlobKind::Data).unwrap();
+        u.put_pack("data/p", b"pack", PackKind::Data).unwrap();
         u.flush().unwrap();
     }
 
     #[test]
     fn a_failed_upload_surfaces_at_flush_and_refuses_later_puts() {
         let (mem, f, u, _release) = held();
-        u.put_pack("data/a", b"a", BlobKind::Data).unwrap();
+        u.put_pack("data/a", b"a", PackKind::Data).unwrap();
         f.fail_next(1, BackendKind::Auth);
         f.release();
         match u.flush() {
@@ -377,7 +379,7 @@ mod tests {
             other => panic!("{other:?}"),
         }
         assert!(mem.get("data/a").is_err());
-        let e = u.put_pack("data/b", b"b", BlobKind::Data).unwrap_err();
+        let e = u.put_pack("data/b", b"b", PackKind::Data).unwrap_err();
         assert!(e.to_string().contains("data/b"), "{e}");
         assert!(e.to_string().contains("injected fault on data/a"), "{e}");
         assert!(u.flush().is_err());
@@ -392,7 +394,7 @@ mod tests {
         std::thread::scope(|s| {
             let producer = s.spawn(|| {
                 for i in 0..8u8 {
-                    u.put_pack(&format!("data/{i}"), &[i; 10], BlobKind::Data)
+                    u.put_pack(&format!("data/{i}"), &[i; 10], PackKind::Data)
                         .unwrap();
                     done.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
                 }
@@ -422,7 +424,7 @@ mod tests {
         let slow = Arc::new(FaultyStore::new(mem.clone()).delay(Duration::from_millis(20)));
         let u = Uploads::new(slow, 2, 4).unwrap();
         for i in 0..6u8 {
-            u.put_pack(&format!("data/{i}"), &[i], BlobKind::Data)
+            u.put_pack(&format!("data/{i}"), &[i], PackKind::Data)
                 .unwrap();
         }
         drop(u);

@@ -2,8 +2,7 @@
 //! packs: the restore tests count them against the spans the reader planned.
 
 use crate::error::Result;
-use crate::repo::pack::BlobKind;
-use crate::store::{ObjectInfo, Store};
+use crate::store::{ObjectInfo, PackKind, Store};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 /// Records `(path, offset, len)` of every data-pack range read through it.
@@ -44,8 +43,8 @@ impl Store for DataReads {
     fn get_range(&self, path: &str, offset: u64, len: u64) -> Result<Vec<u8>> {
         self.inner.get_range(path, offset, len)
     }
-    fn get_pack_range(&self, path: &str, offset: u64, len: u64, kind: BlobKind) -> Result<Vec<u8>> {
-        if kind == BlobKind::Data {
+    fn get_pack_range(&self, path: &str, offset: u64, len: u64, kind: PackKind) -> Result<Vec<u8>> {
+        if kind == PackKind::Data {
             self.reads().push((path.to_string(), offset, len));
         }
         self.inner.get_pack_range(path, offset, len, kind)
@@ -64,5 +63,20 @@ impl Store for DataReads {
     }
     fn flush(&self) -> Result<()> {
         self.inner.flush()
+    }
+    fn prefetch(&self, path: &str, offset: u64, len: u64) {
+        self.inner.prefetch(path, offset, len)
+    }
+    fn put_pack(&self, path: &str, data: &[u8], kind: PackKind) -> Result<()> {
+        self.inner.put_pack(path, data, kind)
+    }
+    fn list_cached(&self, prefix: &str) -> Result<Vec<ObjectInfo>> {
+        self.inner.list_cached(prefix)
+    }
+    fn bind(&self, repository_id: &str) {
+        self.inner.bind(repository_id)
+    }
+    fn refresh_listings(&self) {
+        self.inner.refresh_listings()
     }
 }

@@ -234,25 +234,7 @@ fn serve(mut c: TcpStream, s: &Shared) -> std::io::Result<()> {
     let request_line = head.lines().next().unwrap_or("");
     count(s, request_line);
 
-    if let Ok(mut d) = s.die_at.lock() {
-        if d.as_deref().is_some_and(|t| request_line.contains(t)) {
-            *d = None;
-            if let Ok(mut k) = s.kinds.lock() {
-                *k = vec![Fault::Drop];
-            }
-            s.seen.store(0, Relaxed);
-            s.every.store(1, Relaxed);
-        }
-    }
-    let i = s.seen.fetch_add(1, Relaxed) + 1;
-    let every = s.every.load(Relaxed);
-    let fault = match every > 0 && i.is_multiple_of(every) {
-        false => None,
-        true => s.kinds.lock().ok().and_then(|k| {
-            let n = s.faulted.fetch_add(1, Relaxed) as usize;
-            k.get(n % k.len().max(1)).copied()
-        }),
-    };
+    let fault = next_fault(s, request_line);
     let counts = &s.counts;
     match fault {
         Some(Fault::SlowDown) => {
@@ -294,6 +276,30 @@ fn serve(mut c: TcpStream, s: &Shared) -> std::io::Result<()> {
     }
     std::io::copy(&mut u, &mut c)?;
     Ok(())
+}
+
+/// The fault to inject into this request, if any: every `every`-th request gets the next
+/// of the kinds set, and a request naming the `die_at` text starts dropping them all.
+fn next_fault(s: &Shared, request_line: &str) -> Option<Fault> {
+    if let Ok(mut d) = s.die_at.lock() {
+        if d.as_deref().is_some_and(|t| request_line.contains(t)) {
+            *d = None;
+            if let Ok(mut k) = s.kinds.lock() {
+                *k = vec![Fault::Drop];
+            }
+            s.seen.store(0, Relaxed);
+            s.every.store(1, Relaxed);
+        }
+    }
+    let i = s.seen.fetch_add(1, Relaxed) + 1;
+    let every = s.every.load(Relaxed);
+    match every > 0 && i.is_multiple_of(every) {
+        false => None,
+        true => s.kinds.lock().ok().and_then(|k| {
+            let n = s.faulted.fetch_add(1, Relaxed) as usize;
+            k.get(n % k.len().max(1)).copied()
+        }),
+    }
 }
 
 fn count(s: &Shared, request_line: &str) {

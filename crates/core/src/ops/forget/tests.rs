@@ -3,6 +3,8 @@
 
 use super::*;
 use crate::repo::crypto::KdfParams;
+use crate::repo::forgotten::forgotten;
+use crate::repo::format::Version;
 use crate::repo::snapshot::SnapshotSummary;
 use crate::repo::InitOptions;
 use crate::store::{MemoryStore, Store};

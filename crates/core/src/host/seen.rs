@@ -2,10 +2,11 @@
 //! it removed itself, and the highest repository format version it has seen. Nothing inside
 //! a repository shows that someone deleted snapshot files or put back an older copy of the
 //! repository or of its config; a record kept on the host does. `check` reports snapshots
-//! this host saw that are gone (a rollback, [`crate::ops::check::DamageKind::Rollback`]),
+//! this host saw that are gone (a rollback: `check` reports it as damage),
 //! `backup` and `snapshots` warn about them (except those a forget record in the
-//! repository lists, [`Record::observe_in`]), and opening a repository whose config says a
-//! lower format version than this host has seen fails ([`Error::FormatRollback`]).
+//! repository lists, [`Record::observe_in`]), and a repository whose config says a lower format
+//! version than this host has seen is refused ([`StateDir::check_format`], called by the
+//! CLI once the repository is open: the library reads no host state on its own).
 //!
 //! One small JSON file per repository, named by the config's `id`:
 //! `<state>/repositories/<id>.json`, where `<state>` is `$MAILVAULT_STATE_DIR`, else
@@ -87,15 +88,6 @@ impl StateDir {
             }),
             _ => Ok(()),
         }
-    }
-}
-
-/// [`StateDir::check_format`] in the state directory of the environment, if there is one:
-/// for [`Repository::open`].
-pub fn check_format(repo_id: &str, found: u32) -> Result<()> {
-    match StateDir::from_env() {
-        Some(s) => s.check_format(repo_id, found),
-        None => Ok(()),
     }
 }
 
@@ -307,7 +299,7 @@ impl Record {
     }
 
     /// [`Record::observe`], then the snapshots it finds missing that a forget record in
-    /// `repo` lists ([`crate::ops::forget::forgotten`]: `forget` or `tag` removed them on
+    /// `repo` lists ([`crate::repo::forgotten::forgotten`]: `forget` or `tag` removed them on
     /// purpose, on this host or another) are forgotten instead of returned. Read after
     /// the listing: a forget writes its record before it deletes. A record that cannot
     /// be read is a warning, and its snapshots stay missing.
@@ -320,7 +312,7 @@ impl Record {
         if missing.is_empty() {
             return missing;
         }
-        let forgotten = match crate::ops::forget::forgotten(repo) {
+        let forgotten = match crate::repo::forgotten::forgotten(repo) {
             Ok((ids, warnings)) => {
                 self.warnings.extend(warnings);
                 ids
