@@ -100,7 +100,7 @@ fn generated_store_round_trip_and_incremental() {
     let tree_bytes = |repo: &mailvault_core::Repository| -> u64 {
         repo.index()
             .iter()
-            .filter(|(_, l)| l.kind == mailvault_core::repo::pack::BlobKind::Tree)
+            .filter(|(_, l)| l.kind == mailvault_core::repo::format::BlobKind::Tree)
             .map(|(_, l)| u64::from(l.stored_len))
             .sum()
     };

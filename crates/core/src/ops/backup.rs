@@ -15,15 +15,18 @@ pub use crate::source::maildir::{backup, backup_at, BackupOptions};
 
 use crate::error::{Error, Result};
 use crate::repo::compress::Compression;
+use crate::repo::format::BlobKind;
 use crate::repo::id::Id;
-use crate::repo::pack::{BlobKind, PackList};
+use crate::repo::pack::PackList;
 use crate::repo::snapshot::{Snapshot, SnapshotSummary};
 use crate::repo::split::ChunkerParams;
 use crate::repo::tree::{
     self, AccountRef, AccountTree, ChunkRef, ContentList, DirEntry, FileEntry, FolderNode,
     MessageChunk, MessageEntry, NameChunk, OwnerNames, RootTree, Timestamp,
 };
-use crate::repo::{lock, BlobSaver, Repository, WriterMark};
+use crate::repo::writer::records::WriterMark;
+use crate::repo::writer::BlobSaver;
+use crate::repo::{lock, Repository};
 use crate::report::{per_sec, ratio, Failure, Progress};
 use crate::source::walk::Dir;
 use crate::source::{
@@ -434,24 +437,7 @@ fn backup_account<S: Source>(
             return Err(e);
         }
     };
-    let parent = match parent {
-        Some(r) => match repo.read_tree::<AccountTree>(&r.tree) {
-            Ok(t) => ParentAccount {
-                by_dir: (t.folders.iter().enumerate())
-                    .map(|(i, f)| (f.dir.clone(), i))
-                    .collect(),
-                folders: t.folders,
-                by_key: OnceLock::new(),
-            },
-            Err(e) => {
-                // A damaged parent only costs speed: read everything again.
-                ctx.failures
-                    .fail(format!("account {} (parent snapshot)", acc.name), &e);
-                ParentAccount::default()
-            }
-        },
-        None => ParentAccount::default(),
-    };
+    let parent = parent_account(ctx, acc, parent);
     if source.keys_across_folders() {
         parent.load_keys(repo, &ctx.failures, &acc.name);
     }
@@ -483,41 +469,15 @@ fn backup_account<S: Source>(
                 })
                 .collect()
         }
-        Parallelism::Sessions { sessions, .. } => {
-            let queue: Mutex<VecDeque<&Folder>> = Mutex::new(listing.folders.iter().collect());
-            let nodes: Mutex<Vec<FolderNode>> = Mutex::new(Vec::new());
-            let lanes = sessions.clamp(1, listing.folders.len().max(1));
-            let first = Mutex::new(Some(session));
-            std::thread::scope(|sc| {
-                for _ in 0..lanes {
-                    sc.spawn(|| {
-                        let mut session: Option<S::Session> = lock(&first).take();
-                        loop {
-                            let Some(f) = lock(&queue).pop_front() else {
-                                break;
-                            };
-                            if session.as_ref().is_none_or(|s| !source.usable(s)) {
-                                match source.open(acc) {
-                                    Ok(s) => session = Some(s),
-                                    Err(e) => {
-                                        ctx.failures.fail(source.folder_item(acc, f), e);
-                                        continue;
-                                    }
-                                }
-                            }
-                            let Some(s) = session.as_mut() else { continue };
-                            if let Some(n) = folder(s, f) {
-                                lock(&nodes).push(n);
-                            }
-                        }
-                        if let Some(s) = session {
-                            source.close(s);
-                        }
-                    });
-                }
-            });
-            nodes.into_inner().unwrap_or_else(|p| p.into_inner())
-        }
+        Parallelism::Sessions { sessions, .. } => folders_over_sessions(
+            ctx,
+            source,
+            acc,
+            session,
+            &listing.folders,
+            sessions,
+            &folder,
+        ),
     };
     // INBOX first, then by directory.
     folders.sort_by(|a, b| (!a.dir.is_empty(), &a.dir).cmp(&(!b.dir.is_empty(), &b.dir)));
@@ -539,6 +499,76 @@ fn backup_account<S: Source>(
         bytes,
         dirs: listing.dirs,
     })
+}
+
+/// The parent snapshot's tree of an account, indexed by folder directory; empty when
+/// there is none or it cannot be read.
+fn parent_account(ctx: &Ctx, acc: &Account, parent: Option<&AccountRef>) -> ParentAccount {
+    let Some(r) = parent else {
+        return ParentAccount::default();
+    };
+    match ctx.saver.repo().read_tree::<AccountTree>(&r.tree) {
+        Ok(t) => ParentAccount {
+            by_dir: (t.folders.iter().enumerate())
+                .map(|(i, f)| (f.dir.clone(), i))
+                .collect(),
+            folders: t.folders,
+            by_key: OnceLock::new(),
+        },
+        Err(e) => {
+            // A damaged parent only costs speed: read everything again.
+            ctx.failures
+                .fail(format!("account {} (parent snapshot)", acc.name), &e);
+            ParentAccount::default()
+        }
+    }
+}
+
+/// Backs up an account's folders over up to `sessions` sessions at once, each lane taking
+/// the next folder from a queue and opening a new session when its own is unusable; the
+/// account's first session goes to the first lane.
+fn folders_over_sessions<S: Source>(
+    ctx: &Ctx,
+    source: &S,
+    acc: &Account,
+    session: S::Session,
+    folders: &[Folder],
+    sessions: usize,
+    folder: &(dyn Fn(&mut S::Session, &Folder) -> Option<FolderNode> + Sync),
+) -> Vec<FolderNode> {
+    let queue: Mutex<VecDeque<&Folder>> = Mutex::new(folders.iter().collect());
+    let nodes: Mutex<Vec<FolderNode>> = Mutex::new(Vec::new());
+    let lanes = sessions.clamp(1, folders.len().max(1));
+    let first = Mutex::new(Some(session));
+    std::thread::scope(|sc| {
+        for _ in 0..lanes {
+            sc.spawn(|| {
+                let mut session: Option<S::Session> = lock(&first).take();
+                loop {
+                    let Some(f) = lock(&queue).pop_front() else {
+                        break;
+                    };
+                    if session.as_ref().is_none_or(|s| !source.usable(s)) {
+                        match source.open(acc) {
+                            Ok(s) => session = Some(s),
+                            Err(e) => {
+                                ctx.failures.fail(source.folder_item(acc, f), e);
+                                continue;
+                            }
+                        }
+                    }
+                    let Some(s) = session.as_mut() else { continue };
+                    if let Some(n) = folder(s, f) {
+                        lock(&nodes).push(n);
+                    }
+                }
+                if let Some(s) = session {
+                    source.close(s);
+                }
+            });
+        }
+    });
+    nodes.into_inner().unwrap_or_else(|p| p.into_inner())
 }
 
 fn backup_folder<S: Source>(

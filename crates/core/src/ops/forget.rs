@@ -19,9 +19,10 @@
 use crate::error::{Error, Result};
 use crate::repo::format::Version;
 use crate::repo::id::Id;
+use crate::repo::named::Named;
 use crate::repo::seen::{Record, StateDir};
 use crate::repo::snapshot::Snapshot;
-use crate::repo::{file_id, Named, Repository};
+use crate::repo::{file_id, Repository};
 use jiff::civil::{Date, DateTime};
 use jiff::tz::TimeZone;
 use jiff::{SignedDuration, Timestamp};

@@ -17,7 +17,8 @@
 use crate::error::{Error, Result};
 use crate::repo::crypto::MasterKey;
 use crate::repo::format::{Object, Version};
-use crate::repo::{open_as, seal_as, WriterRecord};
+use crate::repo::named::{open_as, seal_as};
+use crate::repo::writer::records::WriterRecord;
 use crate::store::Store;
 use serde::{Deserialize, Serialize};
 use std::sync::mpsc;

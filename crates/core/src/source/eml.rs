@@ -211,26 +211,8 @@ impl Source for EmlSource {
         out: &mut FolderWriter<'_>,
     ) -> Result<()> {
         let dir = &folder.path;
-        let sidecar = match std::fs::read(dir.join(SIDECAR)) {
-            Ok(d) => Sidecar::parse(&d).unwrap_or_else(|e| {
-                out.fail(dir.join(SIDECAR).display().to_string(), e);
-                Sidecar::default()
-            }),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Sidecar::default(),
-            Err(e) => {
-                out.fail(dir.join(SIDECAR).display().to_string(), e);
-                Sidecar::default()
-            }
-        };
-        let mut files = Vec::new();
-        for e in std::fs::read_dir(dir).map_err(|e| Error::io(dir, e))? {
-            let e = e.map_err(|e| Error::io(dir, e))?;
-            let name = e.file_name();
-            if is_eml(name.as_bytes()) && e.file_type().is_ok_and(|t| t.is_file()) {
-                files.push(name.as_bytes().to_vec());
-            }
-        }
-        files.sort();
+        let sidecar = read_sidecar(out, dir);
+        let files = eml_files(dir)?;
         out.expect(files.len() as u64);
         // Names of kept entries are made again from the sidecar: start from the parent's
         // keyword letters so that they keep their meaning.
@@ -310,4 +292,34 @@ impl Source for EmlSource {
         }
         Ok(())
     }
+}
+
+/// The folder's sidecar of flags; empty when there is none or it cannot be read
+/// (reported).
+fn read_sidecar(out: &FolderWriter<'_>, dir: &Path) -> Sidecar {
+    match std::fs::read(dir.join(SIDECAR)) {
+        Ok(d) => Sidecar::parse(&d).unwrap_or_else(|e| {
+            out.fail(dir.join(SIDECAR).display().to_string(), e);
+            Sidecar::default()
+        }),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Sidecar::default(),
+        Err(e) => {
+            out.fail(dir.join(SIDECAR).display().to_string(), e);
+            Sidecar::default()
+        }
+    }
+}
+
+/// The names of the folder's `.eml` files, sorted.
+fn eml_files(dir: &Path) -> Result<Vec<Vec<u8>>> {
+    let mut files = Vec::new();
+    for e in std::fs::read_dir(dir).map_err(|e| Error::io(dir, e))? {
+        let e = e.map_err(|e| Error::io(dir, e))?;
+        let name = e.file_name();
+        if is_eml(name.as_bytes()) && e.file_type().is_ok_and(|t| t.is_file()) {
+            files.push(name.as_bytes().to_vec());
+        }
+    }
+    files.sort();
+    Ok(files)
 }

@@ -426,31 +426,10 @@ impl Source for FileSource {
                     continue;
                 }
             };
-            let ft = walk::file_type(&meta);
-            if ft == FileType::Directory {
-                continue; // a folder of its own
-            }
-            if root.only.is_none() && !self.filter.included(&path) {
+            if root.only.is_none() && !self.filter.included(&path) && !is_dir(&meta) {
                 continue;
             }
-            let data = if ft == FileType::RegularFile {
-                FileData::Large {
-                    dir: dir.clone(),
-                    name: name.clone(),
-                }
-            } else if ft == FileType::Symlink {
-                // The link itself, never what it points to.
-                match dir.read_link(&name) {
-                    Ok(target) => FileData::Link(target),
-                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
-                    Err(e) => {
-                        out.fail(path.display().to_string(), e);
-                        continue;
-                    }
-                }
-            } else {
-                let what = "a socket, FIFO or device: not backed up";
-                out.fail(path.display().to_string(), what);
+            let Some(data) = entry_data(out, &dir, &name, &path, &meta) else {
                 continue;
             };
             let meta = FileMeta::of_stat(&meta);
@@ -500,6 +479,47 @@ impl Source for FileSource {
         }
         out.expect(left.len() as u64);
         self.store_files(out, left)
+    }
+}
+
+/// Whether a stat is a directory's.
+fn is_dir(meta: &walk::Stat) -> bool {
+    walk::file_type(meta) == FileType::Directory
+}
+
+/// What a directory entry of a `file:` folder holds, by its type: a regular file (read
+/// later, in parallel) or a symbolic link (the link itself, never what it points to).
+/// `None` for a directory (a folder of its own), one gone, or one not backed up (a
+/// socket, FIFO or device: reported).
+fn entry_data(
+    out: &FolderWriter<'_>,
+    dir: &Arc<Dir>,
+    name: &[u8],
+    path: &Path,
+    meta: &walk::Stat,
+) -> Option<FileData> {
+    let ft = walk::file_type(meta);
+    if ft == FileType::Directory {
+        None // a folder of its own
+    } else if ft == FileType::RegularFile {
+        Some(FileData::Large {
+            dir: dir.clone(),
+            name: name.to_vec(),
+        })
+    } else if ft == FileType::Symlink {
+        // The link itself, never what it points to.
+        match dir.read_link(name) {
+            Ok(target) => Some(FileData::Link(target)),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+            Err(e) => {
+                out.fail(path.display().to_string(), e);
+                None
+            }
+        }
+    } else {
+        let what = "a socket, FIFO or device: not backed up";
+        out.fail(path.display().to_string(), what);
+        None
     }
 }
 

@@ -714,104 +714,9 @@ impl Source for MaildirSource {
             e.new = file.new;
             out.unchanged(e);
         }
-        // A file gone when opened was renamed by the server (flag change, new/ -> cur/)
-        // or deleted since the listing: the folder is listed again and the renamed ones
-        // read under their new names; a key found nowhere was deleted, which is not an
-        // error.
-        let mut pending = to_read;
-        for round in 1..=VANISHED_ROUNDS {
-            let w: &FolderWriter = out;
-            let l = &listing;
-            let read: Vec<Read> = pending
-                .into_par_iter()
-                .map(|file| match read_message(w, l, file) {
-                    Ok(r) => r,
-                    Err((path, e)) => {
-                        w.fail(path.display().to_string(), e);
-                        Read::Failed
-                    }
-                })
-                .collect();
-            let mut vanished = Vec::new();
-            for r in read {
-                match r {
-                    Read::Entry(e) => out.add(e),
-                    Read::Vanished(file) => vanished.push(file),
-                    Read::Failed => out.skipped(),
-                }
-            }
-            if vanished.is_empty() {
-                break;
-            }
-            listing = list_in(&dir, &mut |_, _| {});
-            let mut now: HashMap<Vec<u8>, MessageFile> = (std::mem::take(&mut listing.files))
-                .into_iter()
-                .map(|m| (m.key().to_vec(), m))
-                .collect();
-            pending = Vec::new();
-            for file in vanished {
-                match now.remove(file.key()) {
-                    Some(renamed) if round < VANISHED_ROUNDS => pending.push(renamed),
-                    Some(renamed) => out.fail(
-                        renamed.path(&f.path).display().to_string(),
-                        "renamed again each time it was read; not in this snapshot",
-                    ),
-                    None => out.skipped(),
-                }
-            }
-        }
-        // The folder's own files; one unchanged since the parent (same size and mtime) is
-        // not read again.
-        let known = out.parent().filter(|_| !self.stat_unchanged);
-        for (name, meta) in folder_files_in(&dir)? {
-            let pf = known.and_then(|k| k.files.iter().find(|e| e.name == name));
-            if let Some(pf) = pf.filter(|pf| pf.size == meta.size && pf.mtime == meta.mtime) {
-                let mut e = pf.clone();
-                (e.mode, e.uid, e.gid) = (meta.mode, meta.uid, meta.gid);
-                out.keep_file(e);
-                continue;
-            }
-            // Read from the folder's directory, never through a link.
-            let data = match read_checked(&dir, &name) {
-                Ok(Checked::Read(data, _)) => data,
-                Ok(Checked::Changed) => {
-                    out.fail(dir.join(&name).display().to_string(), CHANGED);
-                    continue;
-                }
-                Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
-                Err(e) => {
-                    out.fail(dir.join(&name).display().to_string(), e);
-                    continue;
-                }
-            };
-            out.count_read(data.len() as u64);
-            out.file(FolderFile {
-                name,
-                data: FileData::Bytes(data),
-                meta: Some(meta),
-            })?;
-        }
-        for d in [&b""[..], b"cur", b"new", b"tmp"] {
-            let st = if d.is_empty() {
-                dir.fstat()
-            } else {
-                dir.stat(d)
-            };
-            match st {
-                Ok(st) if walk::file_type(&st) == FileType::Directory => {
-                    let m = FileMeta::of_stat(&st);
-                    out.dir(DirEntry {
-                        name: d.to_vec(),
-                        mode: m.mode,
-                        uid: m.uid,
-                        gid: m.gid,
-                    });
-                }
-                Ok(_) => {}
-                Err(e) if e.kind() == io::ErrorKind::NotFound => {}
-                Err(e) => out.fail(dir.join(d).display().to_string(), e),
-            }
-        }
+        read_new(out, &dir, listing, to_read, f);
+        folder_files(out, &dir, self.stat_unchanged)?;
+        folder_dirs(out, &dir);
         Ok(())
     }
 
@@ -894,6 +799,120 @@ fn dir_entry(failures: &Failures, name: &[u8], path: &Path) -> Option<DirEntry> 
         Err(e) => {
             failures.fail(path.display().to_string(), e);
             None
+        }
+    }
+}
+/// Reads the messages not kept from the parent, in parallel. A file gone when opened was
+/// renamed by the server (flag change, new/ -> cur/) or deleted since the listing: the
+/// folder is listed again and the renamed ones read under their new names; a key found
+/// nowhere was deleted, which is not an error.
+fn read_new(
+    out: &mut FolderWriter<'_>,
+    dir: &Dir,
+    mut listing: Listing,
+    to_read: Vec<MessageFile>,
+    f: &FolderSource,
+) {
+    let mut pending = to_read;
+    for round in 1..=VANISHED_ROUNDS {
+        let w: &FolderWriter = out;
+        let l = &listing;
+        let read: Vec<Read> = pending
+            .into_par_iter()
+            .map(|file| match read_message(w, l, file) {
+                Ok(r) => r,
+                Err((path, e)) => {
+                    w.fail(path.display().to_string(), e);
+                    Read::Failed
+                }
+            })
+            .collect();
+        let mut vanished = Vec::new();
+        for r in read {
+            match r {
+                Read::Entry(e) => out.add(e),
+                Read::Vanished(file) => vanished.push(file),
+                Read::Failed => out.skipped(),
+            }
+        }
+        if vanished.is_empty() {
+            break;
+        }
+        listing = list_in(dir, &mut |_, _| {});
+        let mut now: HashMap<Vec<u8>, MessageFile> = (std::mem::take(&mut listing.files))
+            .into_iter()
+            .map(|m| (m.key().to_vec(), m))
+            .collect();
+        pending = Vec::new();
+        for file in vanished {
+            match now.remove(file.key()) {
+                Some(renamed) if round < VANISHED_ROUNDS => pending.push(renamed),
+                Some(renamed) => out.fail(
+                    renamed.path(&f.path).display().to_string(),
+                    "renamed again each time it was read; not in this snapshot",
+                ),
+                None => out.skipped(),
+            }
+        }
+    }
+}
+
+/// Stores the folder's own files; one unchanged since the parent (same size and
+/// mtime) is not read again.
+fn folder_files(out: &mut FolderWriter<'_>, dir: &Dir, stat_unchanged: bool) -> Result<()> {
+    let known = out.parent().filter(|_| !stat_unchanged);
+    for (name, meta) in folder_files_in(dir)? {
+        let pf = known.and_then(|k| k.files.iter().find(|e| e.name == name));
+        if let Some(pf) = pf.filter(|pf| pf.size == meta.size && pf.mtime == meta.mtime) {
+            let mut e = pf.clone();
+            (e.mode, e.uid, e.gid) = (meta.mode, meta.uid, meta.gid);
+            out.keep_file(e);
+            continue;
+        }
+        // Read from the folder's directory, never through a link.
+        let data = match read_checked(dir, &name) {
+            Ok(Checked::Read(data, _)) => data,
+            Ok(Checked::Changed) => {
+                out.fail(dir.join(&name).display().to_string(), CHANGED);
+                continue;
+            }
+            Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
+            Err(e) => {
+                out.fail(dir.join(&name).display().to_string(), e);
+                continue;
+            }
+        };
+        out.count_read(data.len() as u64);
+        out.file(FolderFile {
+            name,
+            data: FileData::Bytes(data),
+            meta: Some(meta),
+        })?;
+    }
+    Ok(())
+}
+
+/// Records the folder's directory and its `cur`, `new` and `tmp` subdirectories.
+fn folder_dirs(out: &mut FolderWriter<'_>, dir: &Dir) {
+    for d in [&b""[..], b"cur", b"new", b"tmp"] {
+        let st = if d.is_empty() {
+            dir.fstat()
+        } else {
+            dir.stat(d)
+        };
+        match st {
+            Ok(st) if walk::file_type(&st) == FileType::Directory => {
+                let m = FileMeta::of_stat(&st);
+                out.dir(DirEntry {
+                    name: d.to_vec(),
+                    mode: m.mode,
+                    uid: m.uid,
+                    gid: m.gid,
+                });
+            }
+            Ok(_) => {}
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+            Err(e) => out.fail(dir.join(d).display().to_string(), e),
         }
     }
 }

@@ -26,7 +26,7 @@
 
 use super::{ObjectInfo, Store};
 use crate::error::{Error, Result};
-use crate::repo::pack::BlobKind;
+use crate::repo::format::BlobKind;
 use serde::Serialize;
 use std::collections::{HashMap, HashSet};
 use std::fs;

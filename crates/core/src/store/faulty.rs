@@ -9,7 +9,7 @@
 
 use super::{ObjectInfo, Store};
 use crate::error::{BackendKind, Error, Result};
-use crate::repo::pack::BlobKind;
+use crate::repo::format::BlobKind;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::SeqCst};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::Duration;

@@ -9,7 +9,7 @@
 
 use super::{ObjectInfo, Store};
 use crate::error::Result;
-use crate::repo::pack::BlobKind;
+use crate::repo::format::BlobKind;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 

@@ -7,7 +7,7 @@
 
 use super::{ObjectInfo, Store};
 use crate::error::Result;
-use crate::repo::pack::BlobKind;
+use crate::repo::format::BlobKind;
 use serde::Serialize;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;

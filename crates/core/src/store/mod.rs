@@ -29,7 +29,7 @@ pub use stack::{default_cache_root, Stack, StackOptions, StoreUsage, DEFAULT_CON
 pub use uploads::Uploads;
 
 use crate::error::Result;
-use crate::repo::pack::BlobKind;
+use crate::repo::format::BlobKind;
 
 /// One object as returned by [`Store::list`].
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -22,7 +22,7 @@
 
 use super::{ObjectInfo, Store};
 use crate::error::{BackendKind, Error, Result};
-use crate::repo::pack::BlobKind;
+use crate::repo::format::BlobKind;
 use rand::Rng;
 use serde::Serialize;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};

@@ -16,7 +16,7 @@
 
 use super::{ObjectInfo, Store};
 use crate::error::{Error, Result};
-use crate::repo::pack::BlobKind;
+use crate::repo::format::BlobKind;
 use std::collections::HashMap;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;

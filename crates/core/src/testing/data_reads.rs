@@ -2,7 +2,7 @@
 //! packs: the restore tests count them against the spans the reader planned.
 
 use crate::error::Result;
-use crate::repo::pack::BlobKind;
+use crate::repo::format::BlobKind;
 use crate::store::{ObjectInfo, Store};
 use std::sync::{Arc, Mutex, MutexGuard};
 
