@@ -228,7 +228,7 @@ pub(crate) struct Ctx<'a> {
     n: Counters,
     progress: &'a dyn Progress,
     /// Every uid and gid recorded, for the snapshot's table of owner names.
-    owners: Mutex<Owners>,
+    owners: Mutex<OwnerIds>,
     /// The snapshot's time (seconds): the mtime of folder files a source makes up.
     time: i64,
     /// The user running the backup, owner of what a source makes up.
@@ -250,12 +250,12 @@ impl Ctx<'_> {
 
 /// The uids and gids seen by a backup.
 #[derive(Default)]
-pub(crate) struct Owners {
+pub(crate) struct OwnerIds {
     pub(crate) uids: BTreeSet<u32>,
     pub(crate) gids: BTreeSet<u32>,
 }
 
-impl Owners {
+impl OwnerIds {
     pub(crate) fn add(&mut self, uid: u32, gid: u32) {
         self.uids.insert(uid);
         self.gids.insert(gid);
@@ -333,7 +333,7 @@ pub fn run<S: Source>(
             failures: found,
             n: Counters::default(),
             progress,
-            owners: Mutex::new(Owners::default()),
+            owners: Mutex::new(OwnerIds::default()),
             time: time.0,
             process_owner: OnceLock::new(),
             state_file: source.state_file(),
@@ -1014,7 +1014,7 @@ impl<'a> FolderWriter<'a> {
         let messages = self.entries.len() as u64;
         let bytes: u64 = self.entries.iter().map(|e| e.size).sum();
         ctx.n.bytes_total.fetch_add(bytes, Relaxed);
-        let mut owners = Owners::default();
+        let mut owners = OwnerIds::default();
         for e in &self.entries {
             owners.add(e.uid, e.gid);
         }
