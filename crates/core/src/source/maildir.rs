@@ -873,7 +873,9 @@ fn folder_files(out: &mut FolderWriter<'_>, dir: &Dir, stat_unchanged: bool) -> 
         let data = match read_checked(dir, &name) {
             Ok(Checked::Read(data, _)) => data,
             Ok(Checked::Changed) => {
-                out.fail(dir.join(&name).display().to_string(), CHANGED);
+                let path = dir.join(&name);
+                let e = Error::ChangedWhileRead { path: path.clone() };
+                out.fail(path.display().to_string(), e);
                 continue;
             }
             Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
@@ -926,9 +928,6 @@ enum Read {
     Failed,
 }
 
-/// What a message or folder file that changed while read is reported with.
-const CHANGED: &str = "changed while read, twice (rewritten in place: not a Maildir's way); not in this snapshot: the next backup reads it again";
-
 /// Reads one message and stores it.
 fn read_message(
     out: &FolderWriter,
@@ -941,7 +940,10 @@ fn read_message(
     let path = dir.join(&file.name);
     let (data, meta) = match read_checked(dir, &file.name) {
         Ok(Checked::Read(data, meta)) => (data, meta),
-        Ok(Checked::Changed) => return Err((path, Error::InvalidInput(CHANGED.into()))),
+        Ok(Checked::Changed) => {
+            let e = Error::ChangedWhileRead { path: path.clone() };
+            return Err((path, e));
+        }
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Read::Vanished(file)),
         Err(e) => return Err((path.clone(), Error::io(&path, e))),
     };
