@@ -1084,8 +1084,9 @@ pub struct StoredLarge {
 /// Stores the bytes of `reader` as one file's content, for a file of any size (a mail
 /// database): read in windows of [`LARGE_WINDOW`] bytes (the next read while the current
 /// one is chunked and saved), each window cut on the rayon pool
-/// ([`Chunker::chunks_parallel`]: the same cuts as a serial pass over the whole file) into
-/// page-sized chunks ([`ChunkerParams::FILES`]), which are hashed, compressed
+/// ([`Chunker::chunks_parallel`](crate::repo::split::Chunker::chunks_parallel): the same
+/// cuts as a serial pass over the whole file) into page-sized chunks
+/// ([`ChunkerParams::FILES`]), which are hashed, compressed
 /// ([`BlobSaver::save_file_chunk`]), sealed and packed in parallel. More than
 /// [`tree::LIST_MIN_IDS`] ids go into [`ContentList`] tree blobs, cut where the ids say
 /// ([`tree::list_boundaries`]), so that a file changed in one place shares its other lists

@@ -858,8 +858,7 @@ mod tests {
         let store = init();
         let repo = open(&store);
         unused_blob(&repo);
-        let rec = serde_json::to_vec(&crate::repo::writer::records::WriterRecord::this_process())
-            .unwrap();
+        let rec = serde_json::to_vec(&crate::repo::lock::WriterRecord::this_process()).unwrap();
         let sealed = repo.seal_object(crate::repo::format::Object::Writer("w1"), &rec);
         let wrapped = Arc::new(OlderBackupStarts {
             inner: store.clone(),

@@ -12,7 +12,6 @@ use crate::repo::snapshot::Snapshot;
 use crate::repo::Repository;
 use crate::repo::{file_id, format, index, pack};
 use crate::store::put_content_named;
-use serde::{Deserialize, Serialize};
 
 impl Repository {
     /// Seals and writes a snapshot; returns its id.
@@ -211,38 +210,6 @@ pub(crate) struct PackVerdict {
     /// The pack's bytes, when they do not match its name (for salvaging its good blobs).
     pub damaged_bytes: Option<Vec<u8>>,
 }
-
-/// A backup in progress, as recorded in `writers/<random id>` (sealed JSON); also the
-/// record of a migration in progress (`crate::ops::migrate`).
-#[derive(Serialize, Deserialize)]
-pub(crate) struct WriterRecord {
-    pub(crate) hostname: String,
-    pub(crate) pid: u32,
-    /// Unix seconds.
-    pub(crate) started: i64,
-}
-
-impl WriterRecord {
-    /// The record of this process, now.
-    pub(crate) fn this_process() -> WriterRecord {
-        WriterRecord {
-            hostname: crate::hostname(),
-            pid: std::process::id(),
-            started: crate::now_unix(),
-        }
-    }
-
-    /// Whether its writer is gone: on this host and no such process, or older than a day.
-    pub(crate) fn gone(&self) -> bool {
-        crate::now_unix() - self.started > WRITER_MAX_AGE_SECS
-            || (self.hostname == crate::hostname()
-                && !std::path::Path::new(&format!("/proc/{}", self.pid)).exists()
-                && std::path::Path::new("/proc/self").exists())
-    }
-}
-
-/// A writer record older than this belongs to a writer that is gone, wherever it ran.
-const WRITER_MAX_AGE_SECS: i64 = 24 * 3600;
 
 /// A backup's own record and the stale ones it takes over; from
 /// [`Repository::begin_backup`], for [`Repository::end_backup`].
