@@ -4,8 +4,8 @@
 
 mod common;
 
+use common::backup;
 use common::*;
-use mailvault_core::ops::backup::backup;
 use mailvault_core::report::NoProgress;
 use mailvault_corpus::{generate, import_eml_dir, mutate, CorpusSpec, ImportSpec, MutationSpec};
 use std::path::{Path, PathBuf};

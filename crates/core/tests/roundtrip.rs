@@ -3,8 +3,8 @@
 
 mod common;
 
+use common::backup;
 use common::*;
-use mailvault_core::ops::backup::backup;
 use mailvault_core::ops::restore::{Owners, RestoreOptions, Selection};
 use mailvault_core::report::NoProgress;
 use std::os::unix::ffi::OsStrExt;

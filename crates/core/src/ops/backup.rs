@@ -10,9 +10,6 @@
 //! snapshot. Accounts and folders run in parallel as the source's [`Parallelism`] says:
 //! on a rayon pool of `jobs` threads, or over sessions (connections) per account.
 
-/// The Maildir backup, where its callers have always found it ([`crate::source::maildir`]).
-pub use crate::source::maildir::{backup, backup_at, BackupOptions};
-
 use crate::error::{Error, Result};
 use crate::repo::compress::Compression;
 use crate::repo::format::BlobKind;

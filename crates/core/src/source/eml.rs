@@ -14,10 +14,8 @@ use super::{NewMessage, Parallelism, Source};
 use crate::error::{Error, Result};
 use crate::mail::eml::{is_eml, Sidecar, SIDECAR};
 use crate::mail::layout::{self, Tree};
-use crate::ops::backup::{BackupReport, RunOptions};
+use crate::ops::backup::RunOptions;
 use crate::repo::tree::MessageEntry;
-use crate::repo::Repository;
-use crate::report::Progress;
 use rayon::prelude::*;
 use std::collections::HashMap;
 use std::os::unix::ffi::OsStrExt;
@@ -33,17 +31,6 @@ pub struct EmlOptions {
     /// Worker threads; 0 means one per core.
     pub jobs: usize,
     pub run: RunOptions,
-}
-
-/// Backs up an EML tree into `repo` and writes a snapshot dated `time`.
-pub fn backup_at(
-    repo: &mut Repository,
-    opts: &EmlOptions,
-    time: (i64, u32),
-    progress: &dyn Progress,
-) -> Result<BackupReport> {
-    let source = EmlSource::new(opts)?;
-    crate::ops::backup::run(repo, &source, &opts.run, time, progress)
 }
 
 /// A tree of `.eml` files as a [`Source`].

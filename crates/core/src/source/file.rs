@@ -22,10 +22,8 @@ use super::walk::{self, Dir, FileType};
 use super::{Account, AccountListing, Failures, FileData, FileMeta, Folder, FolderFile};
 use super::{FolderWriter, Parallelism, Source};
 use crate::error::{Error, Result};
-use crate::ops::backup::{BackupReport, RunOptions};
+use crate::ops::backup::RunOptions;
 use crate::repo::tree::{DirEntry, FileEntry};
-use crate::repo::Repository;
-use crate::report::Progress;
 use globset::{Glob, GlobSet, GlobSetBuilder};
 use rayon::prelude::*;
 use std::collections::{HashMap, HashSet};
@@ -52,17 +50,6 @@ pub struct FileOptions {
     /// snapshot is as if taken from the live paths (accounts, the parent snapshot).
     pub read_from: Vec<(PathBuf, PathBuf)>,
     pub run: RunOptions,
-}
-
-/// Backs up files into `repo` and writes a snapshot dated `time`.
-pub fn backup_at(
-    repo: &mut Repository,
-    opts: &FileOptions,
-    time: (i64, u32),
-    progress: &dyn Progress,
-) -> Result<BackupReport> {
-    let source = FileSource::new(opts)?;
-    crate::ops::backup::run(repo, &source, &opts.run, time, progress)
 }
 
 /// Which paths a backup keeps. Globs (`globset` syntax) are matched against the whole
@@ -700,6 +687,7 @@ mod tests {
     use crate::ops::backup::BackupReport;
     use crate::ops::restore::{restore_into, RestoreReport, Selection};
     use crate::repo::memory_repository as repository;
+    use crate::repo::Repository;
     use crate::report::NoProgress;
     use std::os::unix::fs::MetadataExt;
     use std::os::unix::fs::PermissionsExt;
@@ -720,7 +708,8 @@ mod tests {
             read_from: Vec::new(),
             run: RunOptions::new("h"),
         };
-        backup_at(repo, &opts, (t, 0), &NoProgress).unwrap()
+        let source = FileSource::new(&opts).unwrap();
+        crate::ops::backup::run(repo, &source, &opts.run, (t, 0), &NoProgress).unwrap()
     }
 
     fn restore(repo: &Repository, snapshot: &str, to: &Path) -> RestoreReport {

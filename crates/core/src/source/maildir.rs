@@ -14,10 +14,8 @@ use super::{
 };
 use crate::error::{Error, Result};
 use crate::mail::maildir::{folder_name, split_name};
-use crate::ops::backup::{BackupReport, RunOptions};
+use crate::ops::backup::RunOptions;
 use crate::repo::tree::{DirEntry, MessageEntry};
-use crate::repo::Repository;
-use crate::report::Progress;
 use rayon::prelude::*;
 use std::collections::HashMap;
 use std::ffi::OsStr;
@@ -510,50 +508,6 @@ pub struct BackupOptions {
     pub run: RunOptions,
 }
 
-/// Backs up `opts.source` into `repo` and writes a snapshot, dated now.
-pub fn backup(
-    repo: &mut Repository,
-    opts: &BackupOptions,
-    progress: &dyn Progress,
-) -> Result<BackupReport> {
-    backup_at(repo, opts, crate::now(), progress)
-}
-
-/// [`backup`] with the snapshot dated `time` (Unix seconds and nanoseconds) instead of
-/// now: `backup --time`, for imports of old stores and tests of forget policies.
-pub fn backup_at(
-    repo: &mut Repository,
-    opts: &BackupOptions,
-    time: (i64, u32),
-    progress: &dyn Progress,
-) -> Result<BackupReport> {
-    let source = MaildirSource::new(opts)?;
-    crate::ops::backup::run(repo, &source, &opts.run, time, progress)
-}
-
-/// [`backup_at`] reading the store from a filesystem snapshot: `read_from` is (the live
-/// filesystem's root, the snapshot's root), as
-/// [`super::fs_snapshot::FsSnapshot::read_from`] gives them. The snapshot records the
-/// live paths (its label, the account names), so that it is as if taken from them.
-pub fn backup_from(
-    repo: &mut Repository,
-    opts: &BackupOptions,
-    read_from: &(PathBuf, PathBuf),
-    time: (i64, u32),
-    progress: &dyn Progress,
-) -> Result<BackupReport> {
-    let mut source = MaildirSource::new(opts)?;
-    let real = fs::canonicalize(&source.root).map_err(|e| Error::io(&source.root, e))?;
-    let rel = real.strip_prefix(&read_from.0).map_err(|_| {
-        Error::InvalidInput(format!(
-            "{}: not on the filesystem snapshotted for the backup",
-            source.root.display()
-        ))
-    })?;
-    source.read = read_from.1.join(rel);
-    crate::ops::backup::run(repo, &source, &opts.run, time, progress)
-}
-
 /// A Maildir store (or one Maildir) as a [`Source`]. Accounts, folders and new messages
 /// are read in parallel on the pipeline's pool. A message whose Maildir key the parent
 /// snapshot has is neither read nor stat'ed: Maildir files never change once delivered,
@@ -581,6 +535,22 @@ impl MaildirSource {
             jobs: opts.jobs,
             stat_unchanged: opts.stat_unchanged,
         })
+    }
+
+    /// Reads the store from a filesystem snapshot: `read_from` is (the live filesystem's
+    /// root, the snapshot's root), as [`super::fs_snapshot::FsSnapshot::read_from`] gives
+    /// them. The snapshot records the live paths (its label, the account names), so that
+    /// it is as if taken from them.
+    pub fn read_from(&mut self, read_from: &(PathBuf, PathBuf)) -> Result<()> {
+        let real = fs::canonicalize(&self.root).map_err(|e| Error::io(&self.root, e))?;
+        let rel = real.strip_prefix(&read_from.0).map_err(|_| {
+            Error::InvalidInput(format!(
+                "{}: not on the filesystem snapshotted for the backup",
+                self.root.display()
+            ))
+        })?;
+        self.read = read_from.1.join(rel);
+        Ok(())
     }
 }
 
@@ -1077,7 +1047,14 @@ mod tests {
             stat_unchanged: false,
             run: RunOptions::new("h"),
         };
-        let r = backup_at(&mut repo, &opts, (1_000, 0), &crate::report::NoProgress).unwrap();
+        let r = crate::ops::backup::run(
+            &mut repo,
+            &MaildirSource::new(&opts).unwrap(),
+            &opts.run,
+            (1_000, 0),
+            &crate::report::NoProgress,
+        )
+        .unwrap();
         assert_eq!(r.items_new, 0, "{r:?}");
         assert_eq!(r.failures.len(), 1, "{:?}", r.failures);
         assert_eq!(r.failures[0].item, cur.display().to_string());
@@ -1131,7 +1108,14 @@ mod tests {
                     ..RunOptions::new("h")
                 },
             };
-            backup_at(&mut repo, &opts, (1_000, 0), &crate::report::NoProgress).unwrap()
+            crate::ops::backup::run(
+                &mut repo,
+                &MaildirSource::new(&opts).unwrap(),
+                &opts.run,
+                (1_000, 0),
+                &crate::report::NoProgress,
+            )
+            .unwrap()
         };
         let once = backup(1);
         assert!(once.failures.is_empty(), "{:?}", once.failures);

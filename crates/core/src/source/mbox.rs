@@ -22,11 +22,10 @@ use crate::error::{Error, Result};
 use crate::mail::layout::{self, Tree};
 use crate::mail::mbox::{Change, MboxMessage, MboxReader, MboxState};
 use crate::mail::MailError;
-use crate::ops::backup::{BackupReport, RunOptions};
+use crate::ops::backup::RunOptions;
 use crate::repo::lock;
 use crate::repo::tree::MessageEntry;
-use crate::repo::Repository;
-use crate::report::{Failure, Progress};
+use crate::report::Failure;
 use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
@@ -78,17 +77,6 @@ pub struct FolderState {
     /// again after it changed.
     pub validity: u32,
     pub mbox: MboxState,
-}
-
-/// Backs up mbox files into `repo` and writes a snapshot dated `time`.
-pub fn backup_at(
-    repo: &mut Repository,
-    opts: &MboxOptions,
-    time: (i64, u32),
-    progress: &dyn Progress,
-) -> Result<BackupReport> {
-    let source = MboxSource::new(opts)?;
-    crate::ops::backup::run(repo, &source, &opts.run, time, progress)
 }
 
 /// mbox files as a [`Source`].
