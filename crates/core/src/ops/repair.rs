@@ -16,12 +16,12 @@
 //! Both have a dry run that computes the same plan and writes nothing.
 
 use crate::error::{Error, Result};
-use crate::ops::backup::save_entries;
 use crate::repo::format::BlobKind;
 use crate::repo::id::Id;
 use crate::repo::pack::PackList;
 use crate::repo::snapshot::Snapshot;
 use crate::repo::tree::{self, AccountTree, FolderNode, MessageEntry, RootTree};
+use crate::repo::writer::content::save_entries;
 use crate::repo::writer::BlobSaver;
 use crate::repo::{file_id, Repository};
 use crate::report::Failure;

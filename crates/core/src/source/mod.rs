@@ -346,7 +346,7 @@ pub enum FileData {
     Path(PathBuf),
     /// A file of any size to read in bounded windows and cut into page-sized chunks,
     /// chunked and stored in parallel, its chunk ids kept in content lists
-    /// ([`crate::ops::backup::store_large`]): a mail database, for `file:` backups; the
+    /// ([`crate::repo::writer::content::store_large`]): a mail database, for `file:` backups; the
     /// file `name` of the open directory `dir`, opened relative to it, never through a
     /// link ([`walk::Dir::open_file`]). Gone by then: left out quietly, as with `Path`.
     /// One that changed while it was read is read again, then reported

@@ -2,6 +2,7 @@
 //! writer threads) and (`records`) what a backup writes around it: writer records, the index
 //! files and snapshots, and the packs an interrupted backup left behind, recovered.
 
+pub mod content;
 pub mod records;
 
 use crate::error::{Error, Result};
