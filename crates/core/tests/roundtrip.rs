@@ -3,8 +3,8 @@
 
 mod common;
 
+use common::backup;
 use common::*;
-use mailvault_core::ops::backup::backup;
 use mailvault_core::ops::restore::{Owners, RestoreOptions, Selection};
 use mailvault_core::report::NoProgress;
 use std::os::unix::ffi::OsStrExt;
@@ -259,9 +259,9 @@ fn restore_never_follows_links_inside_the_target() {
 /// reported by name and the rest of the account restores.
 #[test]
 fn an_overlong_folder_name_costs_that_folder_only() {
-    use mailvault_core::repo::pack::BlobKind;
+    use mailvault_core::repo::format::BlobKind;
     use mailvault_core::repo::tree::{self, AccountTree, RootTree};
-    use mailvault_core::repo::BlobSaver;
+    use mailvault_core::repo::writer::BlobSaver;
     let t = tempfile::tempdir().unwrap();
     let src = t.path().join("vmail");
     small_store(&src);

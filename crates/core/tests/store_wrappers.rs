@@ -8,8 +8,8 @@
 
 mod common;
 
+use common::backup;
 use common::*;
-use mailvault_core::ops::backup::backup;
 use mailvault_core::report::NoProgress;
 use mailvault_core::store::{
     Cached, FaultyStore, Limit, MemoryStore, Metered, ObjectInfo, PackKind, Retry, RetryPolicy,

@@ -23,9 +23,10 @@
 //! single read gives and names the blob and its pack.
 
 use crate::error::Result;
+use crate::repo::format::BlobKind;
 use crate::repo::id::Id;
 use crate::repo::index::Index;
-use crate::repo::pack::{self, BlobKind};
+use crate::repo::pack;
 use crate::repo::{lock, Repository};
 use std::borrow::Cow;
 use std::collections::HashMap;
@@ -1049,8 +1050,8 @@ mod tests {
 
     /// A repository in memory holding `blobs` (uncompressed), and their ids.
     fn repo_with(blobs: &[&[u8]]) -> (Repository, Vec<Id>) {
-        use crate::repo::pack::BlobKind;
-        use crate::repo::BlobSaver;
+        use crate::repo::format::BlobKind;
+        use crate::repo::writer::BlobSaver;
         let mut repo = crate::repo::memory_repository();
         let (ids, packs) = {
             let saver = BlobSaver::new(&repo, crate::repo::compress::Compression::None);

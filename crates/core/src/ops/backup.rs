@@ -10,20 +10,20 @@
 //! snapshot. Accounts and folders run in parallel as the source's [`Parallelism`] says:
 //! on a rayon pool of `jobs` threads, or over sessions (connections) per account.
 
-/// The Maildir backup, where its callers have always found it ([`crate::source::maildir`]).
-pub use crate::source::maildir::{backup, backup_at, BackupOptions};
-
 use crate::error::{Error, Result};
 use crate::repo::compress::Compression;
+use crate::repo::format::BlobKind;
 use crate::repo::id::Id;
-use crate::repo::pack::{BlobKind, PackList};
+use crate::repo::pack::PackList;
 use crate::repo::snapshot::{Snapshot, SnapshotSummary};
-use crate::repo::split::ChunkerParams;
 use crate::repo::tree::{
-    self, AccountRef, AccountTree, ChunkRef, ContentList, DirEntry, FileEntry, FolderNode,
-    MessageChunk, MessageEntry, NameChunk, OwnerNames, RootTree, Timestamp,
+    self, AccountRef, AccountTree, DirEntry, FileEntry, FolderNode, MessageEntry, OwnerNames,
+    RootTree, Timestamp,
 };
-use crate::repo::{lock, BlobSaver, Repository, WriterMark};
+use crate::repo::writer::content::{save_entries, store_content, store_large, StoredLarge};
+use crate::repo::writer::records::WriterMark;
+use crate::repo::writer::BlobSaver;
+use crate::repo::{lock, Repository};
 use crate::report::{per_sec, ratio, Failure, Progress};
 use crate::source::walk::Dir;
 use crate::source::{
@@ -225,7 +225,7 @@ pub(crate) struct Ctx<'a> {
     n: Counters,
     progress: &'a dyn Progress,
     /// Every uid and gid recorded, for the snapshot's table of owner names.
-    owners: Mutex<Owners>,
+    owners: Mutex<OwnerIds>,
     /// The snapshot's time (seconds): the mtime of folder files a source makes up.
     time: i64,
     /// The user running the backup, owner of what a source makes up.
@@ -247,12 +247,12 @@ impl Ctx<'_> {
 
 /// The uids and gids seen by a backup.
 #[derive(Default)]
-pub(crate) struct Owners {
+pub(crate) struct OwnerIds {
     pub(crate) uids: BTreeSet<u32>,
     pub(crate) gids: BTreeSet<u32>,
 }
 
-impl Owners {
+impl OwnerIds {
     pub(crate) fn add(&mut self, uid: u32, gid: u32) {
         self.uids.insert(uid);
         self.gids.insert(gid);
@@ -330,7 +330,7 @@ pub fn run<S: Source>(
             failures: found,
             n: Counters::default(),
             progress,
-            owners: Mutex::new(Owners::default()),
+            owners: Mutex::new(OwnerIds::default()),
             time: time.0,
             process_owner: OnceLock::new(),
             state_file: source.state_file(),
@@ -434,24 +434,7 @@ fn backup_account<S: Source>(
             return Err(e);
         }
     };
-    let parent = match parent {
-        Some(r) => match repo.read_tree::<AccountTree>(&r.tree) {
-            Ok(t) => ParentAccount {
-                by_dir: (t.folders.iter().enumerate())
-                    .map(|(i, f)| (f.dir.clone(), i))
-                    .collect(),
-                folders: t.folders,
-                by_key: OnceLock::new(),
-            },
-            Err(e) => {
-                // A damaged parent only costs speed: read everything again.
-                ctx.failures
-                    .fail(format!("account {} (parent snapshot)", acc.name), &e);
-                ParentAccount::default()
-            }
-        },
-        None => ParentAccount::default(),
-    };
+    let parent = parent_account(ctx, acc, parent);
     if source.keys_across_folders() {
         parent.load_keys(repo, &ctx.failures, &acc.name);
     }
@@ -483,41 +466,15 @@ fn backup_account<S: Source>(
                 })
                 .collect()
         }
-        Parallelism::Sessions { sessions, .. } => {
-            let queue: Mutex<VecDeque<&Folder>> = Mutex::new(listing.folders.iter().collect());
-            let nodes: Mutex<Vec<FolderNode>> = Mutex::new(Vec::new());
-            let lanes = sessions.clamp(1, listing.folders.len().max(1));
-            let first = Mutex::new(Some(session));
-            std::thread::scope(|sc| {
-                for _ in 0..lanes {
-                    sc.spawn(|| {
-                        let mut session: Option<S::Session> = lock(&first).take();
-                        loop {
-                            let Some(f) = lock(&queue).pop_front() else {
-                                break;
-                            };
-                            if session.as_ref().is_none_or(|s| !source.usable(s)) {
-                                match source.open(acc) {
-                                    Ok(s) => session = Some(s),
-                                    Err(e) => {
-                                        ctx.failures.fail(source.folder_item(acc, f), e);
-                                        continue;
-                                    }
-                                }
-                            }
-                            let Some(s) = session.as_mut() else { continue };
-                            if let Some(n) = folder(s, f) {
-                                lock(&nodes).push(n);
-                            }
-                        }
-                        if let Some(s) = session {
-                            source.close(s);
-                        }
-                    });
-                }
-            });
-            nodes.into_inner().unwrap_or_else(|p| p.into_inner())
-        }
+        Parallelism::Sessions { sessions, .. } => folders_over_sessions(
+            ctx,
+            source,
+            acc,
+            session,
+            &listing.folders,
+            sessions,
+            &folder,
+        ),
     };
     // INBOX first, then by directory.
     folders.sort_by(|a, b| (!a.dir.is_empty(), &a.dir).cmp(&(!b.dir.is_empty(), &b.dir)));
@@ -539,6 +496,76 @@ fn backup_account<S: Source>(
         bytes,
         dirs: listing.dirs,
     })
+}
+
+/// The parent snapshot's tree of an account, indexed by folder directory; empty when
+/// there is none or it cannot be read.
+fn parent_account(ctx: &Ctx, acc: &Account, parent: Option<&AccountRef>) -> ParentAccount {
+    let Some(r) = parent else {
+        return ParentAccount::default();
+    };
+    match ctx.saver.repo().read_tree::<AccountTree>(&r.tree) {
+        Ok(t) => ParentAccount {
+            by_dir: (t.folders.iter().enumerate())
+                .map(|(i, f)| (f.dir.clone(), i))
+                .collect(),
+            folders: t.folders,
+            by_key: OnceLock::new(),
+        },
+        Err(e) => {
+            // A damaged parent only costs speed: read everything again.
+            ctx.failures
+                .fail(format!("account {} (parent snapshot)", acc.name), &e);
+            ParentAccount::default()
+        }
+    }
+}
+
+/// Backs up an account's folders over up to `sessions` sessions at once, each lane taking
+/// the next folder from a queue and opening a new session when its own is unusable; the
+/// account's first session goes to the first lane.
+fn folders_over_sessions<S: Source>(
+    ctx: &Ctx,
+    source: &S,
+    acc: &Account,
+    session: S::Session,
+    folders: &[Folder],
+    sessions: usize,
+    folder: &(dyn Fn(&mut S::Session, &Folder) -> Option<FolderNode> + Sync),
+) -> Vec<FolderNode> {
+    let queue: Mutex<VecDeque<&Folder>> = Mutex::new(folders.iter().collect());
+    let nodes: Mutex<Vec<FolderNode>> = Mutex::new(Vec::new());
+    let lanes = sessions.clamp(1, folders.len().max(1));
+    let first = Mutex::new(Some(session));
+    std::thread::scope(|sc| {
+        for _ in 0..lanes {
+            sc.spawn(|| {
+                let mut session: Option<S::Session> = lock(&first).take();
+                loop {
+                    let Some(f) = lock(&queue).pop_front() else {
+                        break;
+                    };
+                    if session.as_ref().is_none_or(|s| !source.usable(s)) {
+                        match source.open(acc) {
+                            Ok(s) => session = Some(s),
+                            Err(e) => {
+                                ctx.failures.fail(source.folder_item(acc, f), e);
+                                continue;
+                            }
+                        }
+                    }
+                    let Some(s) = session.as_mut() else { continue };
+                    if let Some(n) = folder(s, f) {
+                        lock(&nodes).push(n);
+                    }
+                }
+                if let Some(s) = session {
+                    source.close(s);
+                }
+            });
+        }
+    });
+    nodes.into_inner().unwrap_or_else(|p| p.into_inner())
 }
 
 fn backup_folder<S: Source>(
@@ -984,7 +1011,7 @@ impl<'a> FolderWriter<'a> {
         let messages = self.entries.len() as u64;
         let bytes: u64 = self.entries.iter().map(|e| e.size).sum();
         ctx.n.bytes_total.fetch_add(bytes, Relaxed);
-        let mut owners = Owners::default();
+        let mut owners = OwnerIds::default();
         for e in &self.entries {
             owners.add(e.uid, e.gid);
         }
@@ -1015,16 +1042,6 @@ impl<'a> FolderWriter<'a> {
     }
 }
 
-/// Splits a message (or any file) into blobs ([`crate::repo::split`]) and saves them; returns
-/// the content ids in order. For every kind of source.
-pub fn store_content(saver: &BlobSaver, data: &[u8]) -> Result<Vec<Id>> {
-    let mut ids = Vec::new();
-    for r in crate::repo::split::split(data, saver.repo().chunker()) {
-        ids.push(saver.save(BlobKind::Data, &data[r])?);
-    }
-    Ok(ids)
-}
-
 /// What a file that changed while it was read is reported with.
 pub const CHANGED_WHILE_READ: &str = "changed while read, twice (a file being written to: back up from a filesystem snapshot, see docs/consistent-sources.md)";
 
@@ -1034,135 +1051,6 @@ enum LargeRead {
     Read(StoredLarge, FileMeta),
     /// Changed while read, on both tries: the second try.
     Torn(StoredLarge, FileMeta),
-}
-
-/// A large file is read and chunked in windows of this many bytes: two in memory at once
-/// (the one being chunked and saved, the next being read).
-pub const LARGE_WINDOW: usize = 32 << 20;
-
-/// A large file's content as [`store_large`] stored it.
-#[derive(Debug, Default, Clone)]
-pub struct StoredLarge {
-    /// The data blob ids, when they are few (a small file); else empty ...
-    pub content: Vec<Id>,
-    /// ... and these [`ContentList`] blobs hold them, in order.
-    pub lists: Vec<Id>,
-    /// Bytes read: the file's size (as read, if it grew or shrank meanwhile).
-    pub size: u64,
-}
-
-/// Stores the bytes of `reader` as one file's content, for a file of any size (a mail
-/// database): read in windows of [`LARGE_WINDOW`] bytes (the next read while the current
-/// one is chunked and saved), each window cut on the rayon pool
-/// ([`Chunker::chunks_parallel`]: the same cuts as a serial pass over the whole file) into
-/// page-sized chunks ([`ChunkerParams::FILES`]), which are hashed, compressed
-/// ([`BlobSaver::save_file_chunk`]), sealed and packed in parallel. More than
-/// [`tree::LIST_MIN_IDS`] ids go into [`ContentList`] tree blobs, cut where the ids say
-/// ([`tree::list_boundaries`]), so that a file changed in one place shares its other lists
-/// with the previous snapshot. `read` counts the bytes read; a read error is
-/// [`Error::Io`] naming `what`.
-pub fn store_large(
-    saver: &BlobSaver,
-    mut reader: impl std::io::Read + Send,
-    what: &std::path::Path,
-    read: &AtomicU64,
-) -> Result<StoredLarge> {
-    let chunker = saver.repo().chunker().with_params(ChunkerParams::FILES);
-    let parts = rayon::current_num_threads().max(1) * 4;
-    let mut ids: Vec<Id> = Vec::new();
-    let mut size = 0u64;
-    let mut fill = |buf: &mut Vec<u8>| -> Result<bool> {
-        let before = buf.len();
-        let eof = fill_window(&mut reader, buf, LARGE_WINDOW).map_err(|e| Error::io(what, e))?;
-        read.fetch_add((buf.len() - before) as u64, Relaxed);
-        Ok(eof)
-    };
-    let mut cur: Vec<u8> = Vec::with_capacity(LARGE_WINDOW);
-    let mut next: Vec<u8> = Vec::with_capacity(LARGE_WINDOW);
-    let mut eof = fill(&mut cur)?;
-    loop {
-        let mut ranges = chunker.chunks_parallel(&cur, parts);
-        // The last chunk may be cut short by the window's end: it is cut again with the
-        // next window.
-        if !eof {
-            ranges.pop();
-        }
-        let consumed = ranges.last().map_or(0, |r| r.end);
-        next.clear();
-        next.extend_from_slice(&cur[consumed..]);
-        let (saved, more) = rayon::join(
-            || -> Result<Vec<Id>> {
-                (ranges.par_iter())
-                    .map(|r| saver.save_file_chunk(&cur[r.clone()]))
-                    .collect()
-            },
-            || if eof { Ok(true) } else { fill(&mut next) },
-        );
-        ids.extend(saved?);
-        size += consumed as u64;
-        if eof {
-            break;
-        }
-        eof = more?;
-        std::mem::swap(&mut cur, &mut next);
-    }
-    if ids.len() <= tree::LIST_MIN_IDS {
-        return Ok(StoredLarge {
-            content: ids,
-            lists: Vec::new(),
-            size,
-        });
-    }
-    let lists = (tree::list_boundaries(&ids).into_iter())
-        .map(|r| {
-            let list = ContentList {
-                ids: ids[r].to_vec(),
-            };
-            saver.save(BlobKind::Tree, &tree::encode(&list))
-        })
-        .collect::<Result<Vec<Id>>>()?;
-    Ok(StoredLarge {
-        content: Vec::new(),
-        lists,
-        size,
-    })
-}
-
-/// Reads from `r` until `buf` holds `want` bytes or the input ends; whether it ended.
-fn fill_window(
-    r: &mut impl std::io::Read,
-    buf: &mut Vec<u8>,
-    want: usize,
-) -> std::io::Result<bool> {
-    use std::io::Read;
-    while buf.len() < want {
-        let n = r
-            .by_ref()
-            .take((want - buf.len()) as u64)
-            .read_to_end(buf)?;
-        if n == 0 {
-            return Ok(true);
-        }
-    }
-    Ok(false)
-}
-
-/// Sorts a folder's entries, cuts them into chunks and saves them as tree blobs. For
-/// every kind of source.
-pub fn save_entries(saver: &BlobSaver, mut entries: Vec<MessageEntry>) -> Result<Vec<ChunkRef>> {
-    entries.sort_by(|a, b| (&a.key, &a.name).cmp(&(&b.key, &b.name)));
-    let mut chunks = Vec::new();
-    for r in tree::chunk_boundaries(&entries) {
-        let (stored, names): (Vec<_>, Vec<_>) =
-            entries[r].iter().map(MessageEntry::to_parts).unzip();
-        let entries = saver.save(
-            BlobKind::Tree,
-            &tree::encode(&MessageChunk { entries: stored }),
-        )?;
-        let names = saver.save(BlobKind::Tree, &tree::encode(&NameChunk { names }))?;
-        chunks.push(ChunkRef { entries, names });
-    }
-    Ok(chunks)
 }
 
 /// From, Subject and Date of a message, decoded, for listings. Parses only the header.

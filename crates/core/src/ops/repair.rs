@@ -16,12 +16,14 @@
 //! Both have a dry run that computes the same plan and writes nothing.
 
 use crate::error::{Error, Result};
-use crate::ops::backup::save_entries;
+use crate::repo::format::BlobKind;
 use crate::repo::id::Id;
-use crate::repo::pack::{BlobKind, PackList};
+use crate::repo::pack::PackList;
 use crate::repo::snapshot::Snapshot;
 use crate::repo::tree::{self, AccountTree, FolderNode, MessageEntry, RootTree};
-use crate::repo::{file_id, BlobSaver, Repository};
+use crate::repo::writer::content::save_entries;
+use crate::repo::writer::BlobSaver;
+use crate::repo::{file_id, Repository};
 use crate::report::Failure;
 use rayon::prelude::*;
 use serde::Serialize;
@@ -84,7 +86,10 @@ pub fn repair_index(repo: &Repository, opts: &RepairOptions) -> Result<IndexRepa
     // A pack whose bytes do not match its name has its good blobs copied into a new pack
     // (written now, before the index that lists it); the damaged one is moved aside once
     // the new index is durable.
-    let verdicts: Vec<(String, Result<(Id, crate::repo::PackVerdict)>)> = files
+    let verdicts: Vec<(
+        String,
+        Result<(Id, crate::repo::writer::records::PackVerdict)>,
+    )> = files
         .par_iter()
         .map(|f| {
             let r = file_id(&f.path).and_then(|id| {

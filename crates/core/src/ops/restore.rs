@@ -1433,10 +1433,11 @@ mod tests {
         //! Issue 12: restores read pack spans, not blobs.
         use super::super::*;
         use crate::model::reader::{plan, read_by_packs, read_by_spans, PackPlan, SpanOptions};
-        use crate::ops::backup::{backup, BackupOptions, RunOptions};
+        use crate::ops::backup::RunOptions;
         use crate::repo::crypto::KdfParams;
         use crate::repo::tree::{AccountTree, RootTree};
         use crate::report::NoProgress;
+        use crate::source::maildir::{BackupOptions, MaildirSource};
         use crate::store::{LocalStore, MemoryStore, Metered, Store};
         use std::collections::BTreeMap;
         use std::sync::Arc;
@@ -1535,18 +1536,17 @@ mod tests {
                 ..Default::default()
             };
             let mut repo = Repository::init(store.clone(), b"pw", &opts).unwrap();
-            let r = backup(
-                &mut repo,
-                &BackupOptions {
-                    source: src.to_path_buf(),
-                    accounts,
-                    jobs: 2,
-                    stat_unchanged: false,
-                    run: RunOptions::new("h"),
-                },
-                &NoProgress,
-            )
-            .unwrap();
+            let opts = BackupOptions {
+                source: src.to_path_buf(),
+                accounts,
+                jobs: 2,
+                stat_unchanged: false,
+                run: RunOptions::new("h"),
+            };
+            let source = MaildirSource::new(&opts).unwrap();
+            let r =
+                crate::ops::backup::run(&mut repo, &source, &opts.run, crate::now(), &NoProgress)
+                    .unwrap();
             assert!(r.failures.is_empty(), "{:?}", r.failures);
             Repository::open(store, b"pw").unwrap()
         }

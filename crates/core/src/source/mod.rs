@@ -13,8 +13,8 @@
 //! failures, the report and the snapshot.
 //!
 //! A new source (mbox, EML, files) is a struct implementing [`Source`] in its own module
-//! here, plus a `backup_at(repo, &Options, time, progress)` that builds it and calls
-//! [`crate::ops::backup::run`] (as [`maildir::backup_at`] and [`imap::backup_at`] do):
+//! here, with a constructor from its options (as [`maildir::MaildirSource::new`] and
+//! [`imap::ImapSource::new`]); the CLI builds it and calls [`crate::ops::backup::run`]:
 //! [`Source::accounts`] and [`Source::folders`] say what there is; in
 //! [`Source::backup_folder`] it looks at the parent ([`FolderWriter::parent`],
 //! [`FolderWriter::parent_by_key`], [`FolderWriter::parent_entries`],
@@ -346,7 +346,7 @@ pub enum FileData {
     Path(PathBuf),
     /// A file of any size to read in bounded windows and cut into page-sized chunks,
     /// chunked and stored in parallel, its chunk ids kept in content lists
-    /// ([`crate::ops::backup::store_large`]): a mail database, for `file:` backups; the
+    /// ([`crate::repo::writer::content::store_large`]): a mail database, for `file:` backups; the
     /// file `name` of the open directory `dir`, opened relative to it, never through a
     /// link ([`walk::Dir::open_file`]). Gone by then: left out quietly, as with `Path`.
     /// One that changed while it was read is read again, then reported
