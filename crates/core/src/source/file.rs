@@ -678,9 +678,9 @@ mod tests {
     use super::*;
     use crate::dest::maildir::{MaildirTarget, Owners};
     use crate::ops::backup::BackupReport;
-    use crate::ops::restore::{restore_into, RestoreReport, Selection};
     use crate::repo::memory_repository as repository;
     use crate::report::NoProgress;
+    use crate::restore::{restore_into, RestoreReport, Selection};
     use std::os::unix::fs::MetadataExt;
     use std::os::unix::fs::PermissionsExt;
     use std::sync::Arc;

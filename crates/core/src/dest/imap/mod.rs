@@ -29,11 +29,11 @@ use super::{AccountInfo, Caps, Failures, FolderInfo, Item, Message, Order, Outco
 use crate::imap::names::{self, Fingerprint};
 use crate::imap::{login_with_backoff, Error, Login, Pacer, Phase, Result, Span};
 use crate::model::PickedAccount;
-use crate::ops::restore::{restore_into, restore_picked_into, RestoreReport, Selection};
 use crate::repo::tree::MessageEntry;
 use crate::repo::{lock, Repository};
 use crate::report::per_sec;
 use crate::report::{Failure, Progress};
+use crate::restore::{restore_into, restore_picked_into, RestoreReport, Selection};
 use crlf::crlf_into;
 use journal::{AccountJournal, State};
 use mailvault_imap::{
