@@ -11,8 +11,8 @@
 mod common;
 
 use common::{imap_restore_opts, init_repo, maildir_backup, put_msg};
-use mailvault_core::dest::imap::restore as imap_restore;
 use mailvault_core::imap::names::parse_subscriptions;
+use mailvault_core::ops::restore::imap as imap_restore;
 use mailvault_core::ops::restore::{restore, RestoreOptions, Selection};
 use mailvault_core::report::NoProgress;
 use mailvault_core::Repository;

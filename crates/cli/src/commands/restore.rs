@@ -3,8 +3,11 @@
 use crate::output::{bytes, count, print_failures, safe};
 use crate::{progress::Bar, repo, GlobalOpts, Outcome};
 use anyhow::Result;
-use mailvault_core::dest::imap::{restore as imap_restore, ImapRestoreOptions, ImapRestoreReport};
-use mailvault_core::ops::restore::{restore, Owners, RestoreOptions, RestoreReport, Selection};
+use mailvault_core::dest::imap::{ImapRestoreOptions, ImapRestoreReport};
+use mailvault_core::ops::restore::imap as imap_restore;
+use mailvault_core::ops::restore::{
+    restore, Owners, Request, RestoreOptions, RestoreReport, Selection,
+};
 
 #[derive(clap::Args, Debug)]
 pub struct Args {
@@ -178,7 +181,8 @@ pub fn run(g: &GlobalOpts, a: Args) -> Result<Outcome> {
             let open = |_: &str, names: &mailvault_core::repo::tree::OwnerNames| {
                 MaildirTarget::plain(&opts.target, opts.owners, names, opts.jobs)
             };
-            mailvault_core::ops::restore::restore_into(&r, &opts.select, bar, open).map(|x| x.0)
+            let request = Request::Selection(opts.select.clone());
+            mailvault_core::ops::restore::run(&r, request, bar, open).map(|x| x.0)
         }
         None => restore(&r, &opts, bar),
     })?;
@@ -200,7 +204,7 @@ enum Export {
 /// `restore --target mbox:DIR` or `eml:DIR`.
 fn run_export(g: &GlobalOpts, a: Args, dir: std::path::PathBuf, fmt: Export) -> Result<Outcome> {
     use mailvault_core::dest::{eml::EmlTarget, mbox::MboxTarget};
-    use mailvault_core::ops::restore::restore_into;
+    use mailvault_core::ops::restore::run;
     a.to.no_imap_flags()?;
     a.to.no_owner_flags()?;
     let sel = Selection {
@@ -212,9 +216,13 @@ fn run_export(g: &GlobalOpts, a: Args, dir: std::path::PathBuf, fmt: Export) -> 
     let r = repo::open(g)?;
     let rep = Bar::run(g.quiet || g.json, "restore", |bar| match fmt {
         Export::Mbox => {
-            restore_into(&r, &sel, bar, |_, _| MboxTarget::open(&dir, jobs)).map(|x| x.0)
+            let request = Request::Selection(sel.clone());
+            run(&r, request, bar, |_, _| MboxTarget::open(&dir, jobs)).map(|x| x.0)
         }
-        Export::Eml => restore_into(&r, &sel, bar, |_, _| EmlTarget::open(&dir, jobs)).map(|x| x.0),
+        Export::Eml => {
+            let request = Request::Selection(sel.clone());
+            run(&r, request, bar, |_, _| EmlTarget::open(&dir, jobs)).map(|x| x.0)
+        }
     })?;
     if g.json {
         crate::output::json(&rep)?;

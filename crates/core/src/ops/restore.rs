@@ -1,32 +1,20 @@
-//! The restore pipeline: a snapshot (or part of it), or messages picked one by one, into
-//! any [`Target`] (a Maildir tree, an IMAP server; see [`crate::target`]).
-//!
-//! Owned here, once for every target: the selection (`--account`, `--folder`,
-//! `--message`; [`restore_picked_into`] for `undelete`), the plan (accounts in batches,
-//! folders, messages), reading their blobs by pack span ([`crate::model::reader`]),
-//! reassembling every message and checking it against its whole-message hash (a damaged
-//! blob is named with the message), the flags, keyword names and internal date every
-//! target gets ([`crate::dest::Meta`]), the counts, failures, progress and the report.
-//!
-//! How blobs are read follows the target's [`Caps`]. A target that takes messages in any
-//! order ([`Order::Any`]: Maildir) gets the messages of a batch of accounts sorted by
-//! where their blobs lie, each pack span read once, front to back, and each message
-//! written, in parallel, as soon as the last span holding its blobs is in
-//! ([`read_by_packs`]). A target that appends in order ([`Order::Folder`]: IMAP, mbox)
-//! gets each folder's messages in arrival order, in batches, each batch read in pack
-//! order by groups ([`read_by_spans`]) while the previous one is being written.
+//! The restore operation: one front door, [`run`], for every destination (a Maildir
+//! tree, `dir:`, mbox, EML, an IMAP server): the caller says what to restore
+//! ([`Request`]) and how to open the destination once the snapshot is found; the read
+//! side ([`crate::restore`]) plans and executes. [`maildir`] and [`imap`] open the two
+//! destinations the library's callers use most.
 
+use crate::dest::imap::{ImapRestoreOptions, ImapRestoreReport, ImapTarget};
 use crate::dest::maildir::MaildirTarget;
+use crate::dest::Target;
 use crate::error::Result;
-use crate::model::PickedAccount;
 use crate::repo::tree::OwnerNames;
 use crate::repo::Repository;
 use crate::report::Progress;
-use crate::restore::{restore_into, restore_picked_into};
 use std::path::PathBuf;
 
 pub use crate::dest::maildir::Owners;
-pub use crate::restore::{RestoreReport, Selection};
+pub use crate::restore::{Picked, Request, RestoreReport, Selection};
 
 /// What to restore and where.
 #[derive(Clone, Debug, Default)]
@@ -44,40 +32,56 @@ pub struct RestoreOptions {
     pub owners: Owners,
 }
 
-/// Restores a snapshot to a Maildir tree.
+/// Restores what `request` asks into the destination `open` gives (called with the
+/// snapshot's id, or a picked restore's label, and the recorded owners' names). Returns
+/// the report and the destination, for what it adds to the report.
+pub fn run<T: Target>(
+    repo: &Repository,
+    request: Request,
+    progress: &dyn Progress,
+    open: impl FnOnce(&str, &OwnerNames) -> Result<T>,
+) -> Result<(RestoreReport, T)> {
+    crate::restore::run(repo, request, progress, open)
+}
+
+/// Opens the Maildir tree of `opts` (its directory, owners and jobs) as a destination.
+pub fn maildir(
+    opts: &RestoreOptions,
+) -> impl FnOnce(&str, &OwnerNames) -> Result<MaildirTarget> + '_ {
+    move |_, names| MaildirTarget::open(&opts.target, opts.owners, names, opts.jobs)
+}
+
+/// Restores a snapshot's selection (`opts.select`) to a Maildir tree.
 pub fn restore(
     repo: &Repository,
     opts: &RestoreOptions,
     progress: &dyn Progress,
 ) -> Result<RestoreReport> {
-    let open = |_: &str, names: &OwnerNames| {
-        MaildirTarget::open(&opts.target, opts.owners, names, opts.jobs)
-    };
-    Ok(restore_into(repo, &opts.select, progress, open)?.0)
+    let request = Request::Selection(opts.select.clone());
+    Ok(run(repo, request, progress, maildir(opts))?.0)
 }
 
-/// Restores messages picked one by one (`undelete`: each from the snapshot that last
-/// held it) to a Maildir tree, as single messages are restored (`--message`): only their
-/// folders are created, with the `dovecot-keywords` their flags need; a key already in
-/// the target folder with identical bytes is left as it is. `owners`: the recorded
-/// owners' names (of the snapshots the messages come from); `label` names the restore in
-/// its report.
-pub fn restore_picked(
+/// Opens the IMAP server of `opts` (connection, journal, batches) as a destination; its
+/// journal is that of (repository, snapshot or label, server).
+pub fn imap_server<'a>(
+    repo: &'a Repository,
+    opts: &'a ImapRestoreOptions,
+) -> impl FnOnce(&str, &OwnerNames) -> Result<ImapTarget> + 'a {
+    move |snapshot, _| {
+        ImapTarget::new(repo, opts, snapshot).map_err(|e| match e {
+            crate::imap::Error::Repo(e) => e,
+            e => crate::Error::InvalidInput(e.to_string()),
+        })
+    }
+}
+
+/// Restores a snapshot's selection (`opts.select`) into an IMAP server.
+pub fn imap(
     repo: &Repository,
-    opts: &RestoreOptions,
-    owners: &OwnerNames,
-    picked: Vec<PickedAccount>,
-    label: &str,
+    opts: &ImapRestoreOptions,
     progress: &dyn Progress,
-) -> Result<RestoreReport> {
-    let _lock = repo.lock_for_reading("undelete")?;
-    let target = MaildirTarget::open(&opts.target, opts.owners, owners, opts.jobs)?;
-    restore_picked_into(
-        repo,
-        picked,
-        label,
-        (opts.select.reads, 0),
-        progress,
-        &target,
-    )
+) -> crate::imap::Result<ImapRestoreReport> {
+    let request = Request::Selection(opts.select.clone());
+    let (r, target) = run(repo, request, progress, imap_server(repo, opts))?;
+    Ok(target.report(r))
 }

@@ -8,16 +8,18 @@
 //! another folder or re-flagged is not deleted, and a message held twice is one message.
 //! What is restored of each is the version of the newest snapshot that held it: its
 //! folder, file name (flags), `new/` or `cur/`, mtime, mode and owner, through the
-//! restores' entry points for picked messages ([`crate::ops::restore::restore_picked`],
-//! [`crate::dest::imap::restore_picked`]), so a Maildir undelete is byte-exact and
+//! restores' entry points for picked messages ([`crate::ops::restore::run`] with
+//! [`crate::restore::Request::Picked`]), so a Maildir undelete is byte-exact and
 //! an IMAP undelete has the IMAP restore's journal.
 
+use crate::dest::imap::ImapRestoreOptions;
 use crate::dest::imap::ImapRestoreReport;
-use crate::dest::imap::{restore_picked as imap_restore_picked, ImapRestoreOptions};
 use crate::error::{Error, Result};
 use crate::imap::Result as ImapResult;
 use crate::model::{folder_name, folder_selected, PickedAccount, PickedFolder};
-use crate::ops::restore::{restore_picked, RestoreOptions, RestoreReport};
+use crate::ops::restore::{
+    imap_server, maildir, run, Picked, Request, RestoreOptions, RestoreReport,
+};
 use crate::repo::id::Id;
 use crate::repo::snapshot::Snapshot;
 use crate::repo::tree::{AccountRef, AccountTree, ChunkRef, FolderNode, MessageEntry};
@@ -349,14 +351,16 @@ pub fn undelete(
     let picked = deleted.picked(opts.into_folder.as_deref())?;
     let report = match opts.dry_run || picked.is_empty() {
         true => None,
-        false => Some(restore_picked(
-            repo,
-            restore,
-            &deleted.owners,
-            picked,
-            LABEL,
-            progress,
-        )?),
+        false => {
+            let request = Request::Picked(Picked {
+                accounts: picked,
+                owners: deleted.owners.clone(),
+                label: LABEL.to_string(),
+                reads: restore.select.reads,
+                cache_bytes: 0,
+            });
+            Some(run(repo, request, progress, maildir(restore))?.0)
+        }
     };
     Ok(UndeleteReport {
         deleted,
@@ -376,7 +380,17 @@ pub fn undelete_imap(
     let picked = deleted.picked(opts.into_folder.as_deref())?;
     let report = match opts.dry_run || picked.is_empty() {
         true => None,
-        false => Some(imap_restore_picked(repo, imap, picked, LABEL, progress)?),
+        false => {
+            let request = Request::Picked(Picked {
+                accounts: picked,
+                owners: deleted.owners.clone(),
+                label: LABEL.to_string(),
+                reads: imap.select.reads,
+                cache_bytes: imap.select.cache_bytes,
+            });
+            let (r, target) = run(repo, request, progress, imap_server(repo, imap))?;
+            Some(target.report(r))
+        }
     };
     Ok(UndeleteReport {
         deleted,

@@ -2,7 +2,7 @@
 //! any [`Target`] (a Maildir tree, an IMAP server; see [`crate::target`]).
 //!
 //! Owned here, once for every target: the selection (`--account`, `--folder`,
-//! `--message`; [`restore_picked_into`] for `undelete`), the plan (accounts in batches,
+//! `--message`; [`Request::Picked`] for `undelete`), the plan (accounts in batches,
 //! folders, messages), reading their blobs by pack span ([`crate::model::reader`]),
 //! reassembling every message and checking it against its whole-message hash (a damaged
 //! blob is named with the message), the flags, keyword names and internal date every
@@ -39,11 +39,57 @@ pub mod plan;
 pub use ctx::RestoreReport;
 pub use plan::Selection;
 
+/// What a restore takes: a snapshot's selection, or messages picked one by one.
+pub enum Request {
+    /// A snapshot (or part of it: accounts, folders, messages).
+    Selection(Selection),
+    /// Messages picked one by one (`undelete`: each from the snapshot that last held
+    /// it), restored as single messages are (`--message`): only their folders are
+    /// created, a key already in the target folder with identical bytes is left as it
+    /// is.
+    Picked(Picked),
+}
+
+/// Messages picked one by one, and what names their restore.
+pub struct Picked {
+    pub accounts: Vec<PickedAccount>,
+    /// The recorded owners' names (of the snapshots the messages come from).
+    pub owners: OwnerNames,
+    /// Names the restore in its report (and an IMAP target's journal).
+    pub label: String,
+    /// Pack spans read at once (0: as many as the store suits).
+    pub reads: usize,
+    /// Opened blobs kept for messages that share them, in bytes.
+    pub cache_bytes: usize,
+}
+
+/// Restores what `request` asks into the target `open` gives: called with the
+/// snapshot's id (a picked restore: its label) and recorded owner names once the
+/// snapshot is found (single messages: once they are all found). Takes the repository's
+/// shared lock. Returns the report and the target, for what it has to add to the report.
+pub fn run<T: Target>(
+    repo: &Repository,
+    request: Request,
+    progress: &dyn Progress,
+    open: impl FnOnce(&str, &OwnerNames) -> Result<T>,
+) -> Result<(RestoreReport, T)> {
+    match request {
+        Request::Selection(sel) => restore_into(repo, &sel, progress, open),
+        Request::Picked(p) => {
+            let _lock = repo.lock_for_reading("undelete")?;
+            let target = open(&p.label, &p.owners)?;
+            let sizes = (p.reads, p.cache_bytes);
+            let r = restore_picked_into(repo, p.accounts, &p.label, sizes, progress, &target)?;
+            Ok((r, target))
+        }
+    }
+}
+
 /// Restores a snapshot's selection into the target `open` gives (called with the
 /// snapshot's id and recorded owner names once the snapshot is found, and, when single messages
 /// are selected, once they are all found). Returns the report and the target, for what
 /// it has to add to the report.
-pub fn restore_into<T: Target>(
+fn restore_into<T: Target>(
     repo: &Repository,
     sel: &Selection,
     progress: &dyn Progress,
@@ -147,9 +193,9 @@ pub fn restore_into<T: Target>(
     Ok((report, target))
 }
 
-/// Restores messages picked one by one into `target` (see [`restore_picked`]); the
+/// Restores messages picked one by one into `target` (see [`Request::Picked`]); the
 /// caller holds the repository's lock.
-pub fn restore_picked_into<T: Target>(
+fn restore_picked_into<T: Target>(
     repo: &Repository,
     picked: Vec<PickedAccount>,
     label: &str,

@@ -46,18 +46,166 @@ pub(super) fn quoted(keys: &[&String]) -> String {
 }
 
 /// One folder to restore: its node and its selected messages.
-pub(super) struct FolderPlan {
-    pub(super) node: FolderNode,
-    pub(super) entries: Vec<MessageEntry>,
+pub struct FolderPlan {
+    pub node: FolderNode,
+    pub entries: Vec<MessageEntry>,
 }
 
 /// One account to restore.
-pub(super) struct AccountPlan {
-    pub(super) acc: AccountRef,
-    pub(super) folders: Vec<FolderPlan>,
+pub struct AccountPlan {
+    pub acc: AccountRef,
+    pub folders: Vec<FolderPlan>,
     /// The subscriptions of the snapshot's INBOX (IMAP names) that fall within the
-    /// selection.
-    pub(super) subscriptions: Vec<String>,
+    /// selection (an in-order destination's restore only).
+    pub subscriptions: Vec<String>,
+}
+
+/// What a selection of a snapshot reads, with no destination: its accounts, their
+/// folders and messages (entries, not bytes), for a dry run and for readers that fetch
+/// messages by id (search, a web UI, an IMAP view: [`Plan::messages`] with
+/// [`Plan::spans`], then [`crate::model::reader`]).
+pub struct Plan {
+    /// The snapshot's id.
+    pub snapshot: String,
+    pub accounts: Vec<AccountPlan>,
+    /// What the selection names but cannot be read (an unsafe name, a damaged chunk, a
+    /// message key found nowhere).
+    pub failures: Vec<crate::report::Failure>,
+}
+
+impl Plan {
+    /// Plans `sel` under the repository's shared lock: the same accounts, folders and
+    /// messages a restore of `sel` into a Maildir tree takes.
+    pub fn build(repo: &Repository, sel: &Selection) -> Result<Plan> {
+        let _lock = repo.lock_for_reading("restore")?;
+        let snap = repo.find_snapshot(&sel.snapshot)?;
+        let root: crate::repo::tree::RootTree = repo.read_tree(&snap.root)?;
+        let accounts = crate::model::select_accounts(root, &sel.accounts)?;
+        let planner = Ctx::<()>::planner(repo, &crate::report::NoProgress);
+        let mut plans = Vec::new();
+        let mut matched = sel.folders.is_empty();
+        for acc in accounts.iter().cloned() {
+            let (plan, f) = plan_account(&planner, acc, sel)?;
+            matched |= f > 0;
+            plans.push(plan);
+        }
+        if !matched {
+            return Err(crate::model::no_folder_matches(
+                repo,
+                &accounts,
+                &sel.folders,
+            ));
+        }
+        for m in &sel.messages {
+            let key = [m.clone()];
+            let found = (plans.iter().flat_map(|p| &p.folders))
+                .any(|f| f.entries.iter().any(|e| message_selected(e, &key)));
+            if !found {
+                let why = "not in the selected accounts and folders of the snapshot";
+                planner.n.failures.add(format!("message {m:?}"), why);
+            }
+        }
+        Ok(Plan {
+            snapshot: snap.id.to_hex(),
+            accounts: plans,
+            failures: planner.n.failures.take(),
+        })
+    }
+
+    /// Every message of the plan with its account and folder, in plan order.
+    pub fn messages(&self) -> impl Iterator<Item = (&AccountRef, &FolderNode, &MessageEntry)> {
+        self.accounts.iter().flat_map(|a| {
+            (a.folders.iter())
+                .flat_map(move |f| f.entries.iter().map(move |e| (&a.acc, &f.node, e)))
+        })
+    }
+
+    /// The pack spans that hold the messages' blobs, in the order a restore reads them
+    /// (packs front to back), each blob once.
+    pub fn spans(&self, repo: &Repository) -> Vec<crate::model::reader::Span> {
+        let entries: Vec<&MessageEntry> = self.messages().map(|(_, _, e)| e).collect();
+        let opts = crate::model::reader::SpanOptions::for_store(repo.store(), 0);
+        crate::model::reader::PackPlan::new(repo.index(), &entries, |e| &e.content, &opts).spans
+    }
+
+    /// What a dry run prints: per account and folder, its messages and bytes, and the
+    /// spans to read.
+    pub fn summary(&self, repo: &Repository) -> PlanSummary {
+        let index = repo.index();
+        let accounts: Vec<AccountSummary> = (self.accounts.iter())
+            .filter(|a| !a.folders.is_empty())
+            .map(|a| AccountSummary {
+                name: a.acc.name.clone(),
+                folders: (a.folders.iter())
+                    .map(|f| FolderSummary {
+                        name: folder_name(&f.node).into_owned(),
+                        messages: f.entries.len() as u64,
+                        bytes: f.entries.iter().map(|e| e.size).sum(),
+                    })
+                    .collect(),
+            })
+            .collect();
+        let spans: Vec<SpanSummary> = (self.spans(repo).into_iter())
+            .map(|s| SpanSummary {
+                pack: index.pack_id(s.pack).to_hex(),
+                offset: s.offset,
+                len: s.len,
+            })
+            .collect();
+        let mut packs: Vec<&str> = spans.iter().map(|s| s.pack.as_str()).collect();
+        packs.dedup();
+        let folders = accounts.iter().flat_map(|a| &a.folders);
+        PlanSummary {
+            snapshot: self.snapshot.clone(),
+            messages: folders.clone().map(|f| f.messages).sum(),
+            bytes: folders.map(|f| f.bytes).sum(),
+            packs: packs.len() as u64,
+            span_bytes: spans.iter().map(|s| s.len).sum(),
+            accounts,
+            spans,
+            failures: self.failures.clone(),
+        }
+    }
+}
+
+/// A plan as a dry run shows it.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct PlanSummary {
+    pub snapshot: String,
+    pub accounts: Vec<AccountSummary>,
+    /// Messages to restore, and their bytes.
+    pub messages: u64,
+    pub bytes: u64,
+    /// Packs and bytes of spans read.
+    pub packs: u64,
+    pub span_bytes: u64,
+    /// The spans, in the order they are read.
+    pub spans: Vec<SpanSummary>,
+    pub failures: Vec<crate::report::Failure>,
+}
+
+/// An account of a [`PlanSummary`].
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct AccountSummary {
+    pub name: String,
+    pub folders: Vec<FolderSummary>,
+}
+
+/// A folder of a [`PlanSummary`].
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct FolderSummary {
+    pub name: String,
+    pub messages: u64,
+    pub bytes: u64,
+}
+
+/// A span of a pack read by a restore.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct SpanSummary {
+    /// The pack's id.
+    pub pack: String,
+    pub offset: u64,
+    pub len: u64,
 }
 
 /// Accounts restored together hold at most this many messages (their plans are in

@@ -1,4 +1,3 @@
-
 mod spans {
     //! Issue 12: restores read pack spans, not blobs.
     use super::super::*;

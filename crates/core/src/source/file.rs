@@ -678,9 +678,9 @@ mod tests {
     use super::*;
     use crate::dest::maildir::{MaildirTarget, Owners};
     use crate::ops::backup::BackupReport;
+    use crate::ops::restore::{run, Request, RestoreReport, Selection};
     use crate::repo::memory_repository as repository;
     use crate::report::NoProgress;
-    use crate::restore::{restore_into, RestoreReport, Selection};
     use std::os::unix::fs::MetadataExt;
     use std::os::unix::fs::PermissionsExt;
     use std::sync::Arc;
@@ -711,7 +711,9 @@ mod tests {
         let open = |_: &str, names: &crate::repo::tree::OwnerNames| {
             MaildirTarget::plain(to, Owners::ByName, names, 2)
         };
-        restore_into(repo, &sel, &NoProgress, open).unwrap().0
+        run(repo, Request::Selection(sel.clone()), &NoProgress, open)
+            .unwrap()
+            .0
     }
 
     /// Where a restore to `out` puts `path`.
@@ -867,7 +869,9 @@ mod tests {
         let open = |_: &str, names: &crate::repo::tree::OwnerNames| {
             MaildirTarget::open(out.path(), Owners::ByName, names, 2)
         };
-        let rep = restore_into(&repo, &sel, &NoProgress, open).unwrap().0;
+        let rep = run(&repo, Request::Selection(sel.clone()), &NoProgress, open)
+            .unwrap()
+            .0;
         assert_eq!(rep.failures.len(), 5, "{:?}", rep.failures);
         assert!(rep
             .failures

@@ -28,12 +28,11 @@ pub mod journal;
 use super::{AccountInfo, Caps, Failures, FolderInfo, Item, Message, Order, Outcome, Target};
 use crate::imap::names::{self, Fingerprint};
 use crate::imap::{login_with_backoff, Error, Login, Pacer, Phase, Result, Span};
-use crate::model::PickedAccount;
 use crate::repo::tree::MessageEntry;
 use crate::repo::{lock, Repository};
 use crate::report::per_sec;
-use crate::report::{Failure, Progress};
-use crate::restore::{restore_into, restore_picked_into, RestoreReport, Selection};
+use crate::report::Failure;
+use crate::restore::{RestoreReport, Selection};
 use crlf::crlf_into;
 use journal::{AccountJournal, State};
 use mailvault_imap::{
@@ -143,41 +142,6 @@ pub struct ImapRestoreReport {
     /// The journal directory of this (repository, snapshot, target).
     pub journal: String,
     pub failures: Vec<Failure>,
-}
-
-/// Restores a snapshot into an IMAP server.
-pub fn restore(
-    repo: &Repository,
-    opts: &ImapRestoreOptions,
-    progress: &dyn Progress,
-) -> Result<ImapRestoreReport> {
-    let open = |snapshot: &str, _: &_| {
-        ImapTarget::new(repo, opts, snapshot).map_err(|e| match e {
-            Error::Repo(e) => e,
-            e => crate::Error::InvalidInput(e.to_string()),
-        })
-    };
-    let (r, target) = restore_into(repo, &opts.select, progress, open)?;
-    Ok(target.report(r))
-}
-
-/// Restores messages picked one by one (`undelete`: each from the snapshot that last
-/// held it) as single messages are restored (`--message`): only their folders are
-/// created (no subscriptions), each message appended with the flags and keywords of its
-/// entry, through the journal of (repository, `label`, target), so a re-run appends
-/// nothing twice. Of `opts.select`, only `reads` and `cache_bytes` are used.
-pub fn restore_picked(
-    repo: &Repository,
-    opts: &ImapRestoreOptions,
-    picked: Vec<PickedAccount>,
-    label: &str,
-    progress: &dyn Progress,
-) -> Result<ImapRestoreReport> {
-    let _lock = repo.lock_for_reading("undelete")?;
-    let target = ImapTarget::new(repo, opts, label)?;
-    let cache = (opts.select.reads, opts.select.cache_bytes);
-    let r = restore_picked_into(repo, picked, label, cache, progress, &target)?;
-    Ok(target.report(r))
 }
 
 /// An IMAP server as a restore target.
