@@ -22,6 +22,10 @@ pub struct Args {
     /// Only this message, by Maildir key as `ls` shows it (repeatable).
     #[arg(long)]
     pub message: Vec<String>,
+    /// Print the plan (accounts, folders, messages, bytes, the pack spans to read, in
+    /// order) and write nothing.
+    #[arg(long)]
+    pub dry_run: bool,
     #[command(flatten)]
     pub to: TargetArgs,
 }
@@ -149,6 +153,9 @@ impl TargetArgs {
 }
 
 pub fn run(g: &GlobalOpts, a: Args) -> Result<Outcome> {
+    if a.dry_run {
+        return run_dry(g, &a);
+    }
     if a.to.is_imap() {
         return run_imap(g, a);
     }
@@ -361,4 +368,49 @@ pub fn print_imap_counts(r: &ImapRestoreReport) {
     }
     println!("  journal    {}", safe(&r.journal));
     print_failures(&r.failures);
+}
+
+/// `restore --dry-run`: the plan of the selection, nothing opened or written.
+fn run_dry(g: &GlobalOpts, a: &Args) -> Result<Outcome> {
+    use mailvault_core::restore::plan::Plan;
+    let r = repo::open(g)?;
+    let plan = Plan::build(&r, &a.selection())?;
+    let s = plan.summary(&r);
+    if g.json {
+        crate::output::json(&s)?;
+        return Ok(outcome(0, &s.failures));
+    }
+    println!(
+        "dry run: restore of snapshot {} would write nothing until run without --dry-run",
+        &s.snapshot[..8]
+    );
+    for acc in &s.accounts {
+        println!("account {}", safe(&acc.name));
+        for f in &acc.folders {
+            println!(
+                "  {}: {}, {}",
+                safe(&f.name),
+                count(f.messages, "message", "messages"),
+                bytes(f.bytes)
+            );
+        }
+    }
+    println!(
+        "{}, {}; {} in {} to read ({}), in this order:",
+        count(s.messages, "message", "messages"),
+        bytes(s.bytes),
+        count(s.spans.len() as u64, "span", "spans"),
+        count(s.packs, "pack", "packs"),
+        bytes(s.span_bytes)
+    );
+    for sp in &s.spans {
+        println!(
+            "  pack {} offset {} length {}",
+            &sp.pack[..16],
+            sp.offset,
+            sp.len
+        );
+    }
+    print_failures(&s.failures);
+    Ok(outcome(0, &s.failures))
 }

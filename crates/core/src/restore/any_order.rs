@@ -9,7 +9,7 @@ use crate::mail::maildir::safe_component;
 use crate::model::assemble::assemble_by;
 use crate::model::reader::{read_by_packs, Blobs};
 use crate::repo::id::Id;
-use crate::repo::tree::{FileEntry, MessageEntry};
+use crate::repo::tree::{FileEntry, FolderNode, MessageEntry};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::Relaxed};
 use std::sync::Arc;
 
@@ -82,58 +82,7 @@ pub(super) fn execute_any<T: Target>(ctx: &Ctx<T>, plans: Vec<AccountPlan>, pick
         let mut jobs = Vec::new();
         for (folder, fp) in &mut open {
             if !picked && ctx.caps.folder_files {
-                // Read with the messages, from the same spans. An IMAP backup's sync state
-                // is for the next IMAP backup, not for a restore.
-                for f in std::mem::take(&mut fp.node.files)
-                    .into_iter()
-                    .filter(|f| f.name != crate::imap::names::STATE_FILE)
-                {
-                    if !safe_component(&f.name) {
-                        let item = ctx.target.item(folder, Item::File(&f.name));
-                        ctx.n
-                            .failures
-                            .add(item, "unsafe file name in snapshot; skipped");
-                    } else if !f.lists.is_empty() && ctx.target.file_present(folder, &f) {
-                        ctx.n.files_present.fetch_add(1, Relaxed);
-                    } else if f.lists.is_empty() {
-                        jobs.push(Job {
-                            folder: &*folder,
-                            what: What::File(f),
-                        });
-                    } else {
-                        // A large file: written piece by piece, at its offsets.
-                        match pieces(ctx.repo, &f) {
-                            Ok(p) if !p.is_empty() => {
-                                let file = Arc::new(LargeFile {
-                                    left: AtomicUsize::new(p.len()),
-                                    failed: AtomicBool::new(false),
-                                    entry: f,
-                                });
-                                for (offset, len, ids) in p {
-                                    let file = file.clone();
-                                    let what = What::Piece {
-                                        file,
-                                        offset,
-                                        len,
-                                        ids,
-                                    };
-                                    jobs.push(Job {
-                                        folder: &*folder,
-                                        what,
-                                    });
-                                }
-                            }
-                            Ok(_) => jobs.push(Job {
-                                folder: &*folder,
-                                what: What::File(f),
-                            }),
-                            Err(e) => {
-                                let item = ctx.target.item(folder, Item::File(&f.name));
-                                ctx.n.failures.add(item, e);
-                            }
-                        }
-                    }
-                }
+                file_jobs(ctx, folder, &mut fp.node, &mut jobs);
             }
             let keywords = keyword_table(ctx, &fp.node);
             for mut entry in std::mem::take(&mut fp.entries) {
@@ -196,6 +145,64 @@ pub(super) fn execute_any<T: Target>(ctx: &Ctx<T>, plans: Vec<AccountPlan>, pick
             ctx.n.files_present.fetch_add(done.present, Relaxed);
         }
         ctx.target.finish_account(a.open, &ctx.n.failures);
+    }
+}
+
+/// Adds the jobs of a folder's files (`dovecot-uidlist` and the like, a `file:`
+/// snapshot's files; a large one in pieces), read with the messages, from the same spans.
+/// An IMAP backup's sync state is for the next IMAP backup, not for a restore.
+fn file_jobs<'f, T: Target>(
+    ctx: &Ctx<T>,
+    folder: &'f T::Folder,
+    node: &mut FolderNode,
+    jobs: &mut Vec<Job<'f, T::Folder>>,
+) {
+    for f in std::mem::take(&mut node.files)
+        .into_iter()
+        .filter(|f| f.name != crate::imap::names::STATE_FILE)
+    {
+        if !safe_component(&f.name) {
+            let item = ctx.target.item(folder, Item::File(&f.name));
+            ctx.n
+                .failures
+                .add(item, "unsafe file name in snapshot; skipped");
+        } else if !f.lists.is_empty() && ctx.target.file_present(folder, &f) {
+            ctx.n.files_present.fetch_add(1, Relaxed);
+        } else if f.lists.is_empty() {
+            jobs.push(Job {
+                folder,
+                what: What::File(f),
+            });
+        } else {
+            // A large file: written piece by piece, at its offsets.
+            match pieces(ctx.repo, &f) {
+                Ok(p) if !p.is_empty() => {
+                    let file = Arc::new(LargeFile {
+                        left: AtomicUsize::new(p.len()),
+                        failed: AtomicBool::new(false),
+                        entry: f,
+                    });
+                    for (offset, len, ids) in p {
+                        let file = file.clone();
+                        let what = What::Piece {
+                            file,
+                            offset,
+                            len,
+                            ids,
+                        };
+                        jobs.push(Job { folder, what });
+                    }
+                }
+                Ok(_) => jobs.push(Job {
+                    folder,
+                    what: What::File(f),
+                }),
+                Err(e) => {
+                    let item = ctx.target.item(folder, Item::File(&f.name));
+                    ctx.n.failures.add(item, e);
+                }
+            }
+        }
     }
 }
 

@@ -4,7 +4,7 @@
 use super::ctx::Ctx;
 use super::exec::{count, fail_all, keyword_table, open_accounts, open_folder, OpenAccount};
 use super::plan::{arrival_order, folder_file, AccountPlan, FolderPlan};
-use crate::dest::{meta, Message, Meta, Outcome, Target};
+use crate::dest::{meta, Caps, Message, Meta, Outcome, Target};
 use crate::model::assemble::assemble_by;
 use crate::model::reader::{read_by_spans, Blobs};
 use crate::parallel::{for_each_parallel, spawn_named};
@@ -127,24 +127,7 @@ pub(super) fn restore_account_ordered<T: Target>(
             }
         }
     }
-    // Per folder, its messages in arrival order.
-    let mut lists = Vec::with_capacity(open.len());
-    for (folder, fp) in &mut open {
-        let uidlist = folder_file(ctx.repo, &fp.node, b"dovecot-uidlist")
-            .map(|d| crate::imap::names::parse_uidlist(&d));
-        let mut list = Vec::with_capacity(fp.entries.len());
-        for mut e in std::mem::take(&mut fp.entries) {
-            if ctx.target.already_restored(folder, &e) {
-                ctx.n.unchanged.fetch_add(1, Relaxed);
-                ctx.progress.advance(1, e.size);
-                continue;
-            }
-            (e.from, e.subject) = (String::new(), String::new());
-            list.push(e);
-        }
-        list.sort_by_cached_key(|e| arrival_order(uidlist.as_ref(), e));
-        lists.push(list);
-    }
+    let lists = arrival_lists(ctx, &mut open);
     let open = open;
     let keywords: Vec<KeywordTable> = (open.iter())
         .map(|(_, fp)| keyword_table(ctx, &fp.node))
@@ -152,31 +135,7 @@ pub(super) fn restore_account_ordered<T: Target>(
     // Per folder, its batches in order; folders largest first, so lanes end together.
     let mut jobs: Vec<(usize, Vec<Batch<T::Folder>>)> = Vec::new();
     for (((folder, _), list), keywords) in open.iter().zip(lists).zip(&keywords) {
-        let mut batches = Vec::new();
-        let mut cur: Vec<(MessageEntry, usize)> = Vec::new();
-        let mut bytes = 0usize;
-        for (pos, e) in list.into_iter().enumerate() {
-            let size = e.size as usize + e.size as usize / 32;
-            if !cur.is_empty()
-                && (cur.len() >= caps.batch_messages.max(1) || bytes + size > caps.batch_bytes)
-            {
-                batches.push(Batch {
-                    folder,
-                    keywords,
-                    entries: std::mem::take(&mut cur),
-                });
-                bytes = 0;
-            }
-            bytes += size;
-            cur.push((e, pos));
-        }
-        if !cur.is_empty() {
-            batches.push(Batch {
-                folder,
-                keywords,
-                entries: cur,
-            });
-        }
+        let batches = batches_of(caps, folder, keywords, list);
         if !batches.is_empty() {
             let count = batches.iter().map(|b| b.entries.len()).sum();
             jobs.push((count, batches));
@@ -234,6 +193,68 @@ pub(super) fn restore_account_ordered<T: Target>(
     for (folder, _) in open {
         ctx.target.finish_folder(folder, &ctx.n.failures);
     }
+}
+
+/// Per folder, its messages in arrival order ([`arrival_order`]), less those already in
+/// the target (counted as unchanged).
+fn arrival_lists<T: Target>(
+    ctx: &Ctx<T>,
+    open: &mut [(T::Folder, FolderPlan)],
+) -> Vec<Vec<MessageEntry>> {
+    let mut lists = Vec::with_capacity(open.len());
+    for (folder, fp) in open.iter_mut() {
+        let uidlist = folder_file(ctx.repo, &fp.node, b"dovecot-uidlist")
+            .map(|d| crate::imap::names::parse_uidlist(&d));
+        let mut list = Vec::with_capacity(fp.entries.len());
+        for mut e in std::mem::take(&mut fp.entries) {
+            if ctx.target.already_restored(folder, &e) {
+                ctx.n.unchanged.fetch_add(1, Relaxed);
+                ctx.progress.advance(1, e.size);
+                continue;
+            }
+            (e.from, e.subject) = (String::new(), String::new());
+            list.push(e);
+        }
+        list.sort_by_cached_key(|e| arrival_order(uidlist.as_ref(), e));
+        lists.push(list);
+    }
+    lists
+}
+
+/// A folder's messages cut into batches of at most [`Caps::batch_messages`] messages and
+/// about [`Caps::batch_bytes`] bytes, each message with its place in the folder's order.
+fn batches_of<'p, F>(
+    caps: &Caps,
+    folder: &'p F,
+    keywords: &'p KeywordTable,
+    list: Vec<MessageEntry>,
+) -> Vec<Batch<'p, F>> {
+    let mut batches = Vec::new();
+    let mut cur: Vec<(MessageEntry, usize)> = Vec::new();
+    let mut bytes = 0usize;
+    for (pos, e) in list.into_iter().enumerate() {
+        let size = e.size as usize + e.size as usize / 32;
+        if !cur.is_empty()
+            && (cur.len() >= caps.batch_messages.max(1) || bytes + size > caps.batch_bytes)
+        {
+            batches.push(Batch {
+                folder,
+                keywords,
+                entries: std::mem::take(&mut cur),
+            });
+            bytes = 0;
+        }
+        bytes += size;
+        cur.push((e, pos));
+    }
+    if !cur.is_empty() {
+        batches.push(Batch {
+            folder,
+            keywords,
+            entries: cur,
+        });
+    }
+    batches
 }
 
 /// Reads and checks a batch, in pack order (packs front to back) and by pack span
