@@ -5,7 +5,7 @@ mod common;
 
 use common::*;
 use mailvault_core::ops::backup::backup;
-use mailvault_core::ops::restore::{Owners, RestoreOptions, Selection};
+use mailvault_core::ops::restore::{RestoreOptions, RestoreOwners, Selection};
 use mailvault_core::report::NoProgress;
 use std::os::unix::ffi::OsStrExt;
 
@@ -175,7 +175,7 @@ fn owners_and_modes_of_directories_and_files_round_trip() {
                 },
                 target: out2.clone(),
                 jobs: 2,
-                owners: Owners::Fixed { uid: 1, gid: 2 },
+                owners: RestoreOwners::Fixed { uid: 1, gid: 2 },
             },
         );
         assert!(r.failures.is_empty(), "{:?}", r.failures);

@@ -6,7 +6,7 @@ use anyhow::Result;
 use mailvault_core::dest::imap::{ImapRestoreOptions, ImapRestoreReport};
 use mailvault_core::ops::restore::imap as imap_restore;
 use mailvault_core::ops::restore::{
-    restore, Owners, Request, RestoreOptions, RestoreReport, Selection,
+    restore, Request, RestoreOptions, RestoreOwners, RestoreReport, Selection,
 };
 
 #[derive(clap::Args, Debug)]
@@ -115,9 +115,9 @@ impl TargetArgs {
         self.no_imap_flags()?;
         let target = super::maildir_location(&self.target, "target")?;
         let owners = match (&self.chown, self.numeric_owner) {
-            (Some(spec), _) => Owners::chown(spec)?,
-            (None, true) => Owners::Numeric,
-            (None, false) => Owners::ByName,
+            (Some(spec), _) => RestoreOwners::chown(spec)?,
+            (None, true) => RestoreOwners::Numeric,
+            (None, false) => RestoreOwners::ByName,
         };
         Ok(RestoreOptions {
             select: Selection {

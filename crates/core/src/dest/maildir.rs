@@ -17,7 +17,7 @@
 //! account is finished, deepest first, so that none becomes unwritable before its content
 //! is in.
 
-use super::{AccountInfo, Caps, Failures, FolderInfo, HardLink, Item, Message, Order};
+use super::{AccountInfo, Caps, FolderInfo, HardLink, Item, Message, Order, RestoreFailures};
 use super::{Linked, Outcome, Target};
 use crate::error::{Error, Result};
 use crate::mail::maildir;
@@ -39,7 +39,7 @@ use std::time::{Duration, SystemTime};
 /// Whose the restored files and directories become. Only root can give files away: run as
 /// another user, a restore sets modes and leaves every owner its own.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum Owners {
+pub enum RestoreOwners {
     /// The recorded owners, by name where the snapshot has the name and this system knows
     /// it (as tar does), else by number.
     #[default]
@@ -50,9 +50,9 @@ pub enum Owners {
     Fixed { uid: u32, gid: u32 },
 }
 
-impl Owners {
-    /// `USER:GROUP` (names or numbers) for [`Owners::Fixed`].
-    pub fn chown(spec: &str) -> Result<Owners> {
+impl RestoreOwners {
+    /// `USER:GROUP` (names or numbers) for [`RestoreOwners::Fixed`].
+    pub fn chown(spec: &str) -> Result<RestoreOwners> {
         use nix::unistd::{Group, User};
         let bad = |what: &str| Error::InvalidInput(format!("--chown {spec:?}: {what}"));
         let (user, group) = spec
@@ -72,11 +72,11 @@ impl Owners {
                 _ => return Err(bad(&format!("no group {group:?} on this system"))),
             },
         };
-        Ok(Owners::Fixed { uid, gid })
+        Ok(RestoreOwners::Fixed { uid, gid })
     }
 }
 
-/// Recorded owners to this system's, as [`Owners`] says.
+/// Recorded owners to this system's, as [`RestoreOwners`] says.
 struct OwnerMap {
     /// Only root gives files away; otherwise no owner is set at all.
     root: bool,
@@ -84,13 +84,13 @@ struct OwnerMap {
     /// unset (said once, in the report's warnings).
     me: (u32, u32),
     not_given: AtomicBool,
-    policy: Owners,
+    policy: RestoreOwners,
     uids: HashMap<u32, u32>,
     gids: HashMap<u32, u32>,
 }
 
 impl OwnerMap {
-    fn new(policy: Owners, names: &OwnerNames) -> OwnerMap {
+    fn new(policy: RestoreOwners, names: &OwnerNames) -> OwnerMap {
         use nix::unistd::{Group, User};
         let root = rustix::process::geteuid().is_root();
         let mut m = OwnerMap {
@@ -104,7 +104,7 @@ impl OwnerMap {
             uids: HashMap::new(),
             gids: HashMap::new(),
         };
-        if root && policy == Owners::ByName {
+        if root && policy == RestoreOwners::ByName {
             for (id, name) in &names.users {
                 if let Ok(Some(u)) = User::from_name(name) {
                     m.uids.insert(*id, u.uid.as_raw());
@@ -121,13 +121,13 @@ impl OwnerMap {
 
     /// `--chown`: everything gets one owner.
     fn fixed(&self) -> bool {
-        self.root && matches!(self.policy, Owners::Fixed { .. })
+        self.root && matches!(self.policy, RestoreOwners::Fixed { .. })
     }
 
     /// The owner to give a restored file recorded as `uid`, `gid`; `None`: leave it.
     fn get(&self, uid: u32, gid: u32) -> Option<(u32, u32)> {
         let (uid, gid) = match self.policy {
-            Owners::Fixed { uid, gid } => (uid, gid),
+            RestoreOwners::Fixed { uid, gid } => (uid, gid),
             _ if uid == NO_OWNER || gid == NO_OWNER => return None,
             _ => (uid, gid),
         };
@@ -137,7 +137,7 @@ impl OwnerMap {
             }
             return None;
         }
-        if matches!(self.policy, Owners::Fixed { .. }) {
+        if matches!(self.policy, RestoreOwners::Fixed { .. }) {
             return Some((uid, gid));
         }
         Some((
@@ -206,7 +206,7 @@ impl MaildirTarget {
     /// (0: one per core).
     pub fn open(
         path: &Path,
-        owners: Owners,
+        owners: RestoreOwners,
         names: &OwnerNames,
         jobs: usize,
     ) -> Result<MaildirTarget> {
@@ -226,7 +226,7 @@ impl MaildirTarget {
     /// snapshot with messages still gets Maildir folders for them.
     pub fn plain(
         path: &Path,
-        owners: Owners,
+        owners: RestoreOwners,
         names: &OwnerNames,
         jobs: usize,
     ) -> Result<MaildirTarget> {
@@ -502,7 +502,12 @@ impl Target for MaildirTarget {
         placed.map_err(|e| write_error(shown, e))
     }
 
-    fn link_files(&self, acc: &MaildirAccount, links: &[HardLink], failures: &Failures) -> Linked {
+    fn link_files(
+        &self,
+        acc: &MaildirAccount,
+        links: &[HardLink],
+        failures: &RestoreFailures,
+    ) -> Linked {
         let mut done = Linked::default();
         // The last directory opened on either side, for the next link in it (links come
         // folder by folder, and mostly to files of one folder).
@@ -520,7 +525,7 @@ impl Target for MaildirTarget {
         done
     }
 
-    fn finish_account(&self, acc: MaildirAccount, failures: &Failures) {
+    fn finish_account(&self, acc: MaildirAccount, failures: &RestoreFailures) {
         let attrs = acc.attrs.into_inner().unwrap_or_else(|p| p.into_inner());
         set_dir_attrs(self, &attrs, failures);
         let mtimes = acc.mtimes.into_inner().unwrap_or_else(|p| p.into_inner());
@@ -685,7 +690,7 @@ fn unrecorded_dir(name: &[u8]) -> DirEntry {
 }
 
 /// Gives the directories their recorded owner and mode, deepest first.
-fn set_dir_attrs(t: &MaildirTarget, attrs: &DirAttrs, failures: &Failures) {
+fn set_dir_attrs(t: &MaildirTarget, attrs: &DirAttrs, failures: &RestoreFailures) {
     let mut order: Vec<(&Vec<Vec<u8>>, &DirEntry)> = attrs.iter().collect();
     order.sort_by_key(|(p, _)| std::cmp::Reverse(p.len()));
     for (path, d) in order {
@@ -713,7 +718,7 @@ fn set_dir_attrs(t: &MaildirTarget, attrs: &DirAttrs, failures: &Failures) {
 fn set_dir_mtimes(
     t: &MaildirTarget,
     mtimes: &BTreeMap<Vec<Vec<u8>>, Timestamp>,
-    failures: &Failures,
+    failures: &RestoreFailures,
 ) {
     use rustix::fs::{futimens, Timespec, Timestamps};
     let mut order: Vec<(&Vec<Vec<u8>>, &Timestamp)> = mtimes.iter().collect();
@@ -740,7 +745,10 @@ fn set_dir_mtimes(
 }
 
 /// Maildir keys already present in a target folder: where each is and its name.
-fn existing_keys(folder: &FolderDirs, failures: &Failures) -> HashMap<Vec<u8>, (bool, Vec<u8>)> {
+fn existing_keys(
+    folder: &FolderDirs,
+    failures: &RestoreFailures,
+) -> HashMap<Vec<u8>, (bool, Vec<u8>)> {
     let mut out = HashMap::new();
     for new in [false, true] {
         let dir = match rustix::fs::Dir::read_from(folder.sub(new)) {
@@ -1456,9 +1464,9 @@ mod tests {
             users: vec![(1234, "nobody".into()), (7, "no-such-user-here".into())],
             groups: vec![(1234, "nogroup".into())],
         };
-        let by_name = OwnerMap::new(Owners::ByName, &names);
-        let numeric = OwnerMap::new(Owners::Numeric, &names);
-        let fixed = OwnerMap::new(Owners::Fixed { uid: 1, gid: 2 }, &names);
+        let by_name = OwnerMap::new(RestoreOwners::ByName, &names);
+        let numeric = OwnerMap::new(RestoreOwners::Numeric, &names);
+        let fixed = OwnerMap::new(RestoreOwners::Fixed { uid: 1, gid: 2 }, &names);
         if !by_name.root {
             assert_eq!(by_name.get(1234, 1234), None);
             return;
@@ -1473,18 +1481,18 @@ mod tests {
         assert_eq!(fixed.get(1234, NO_OWNER), Some((1, 2)));
         assert_eq!(by_name.get(NO_OWNER, NO_OWNER), None, "not recorded (v1)");
         assert!(matches!(
-            Owners::chown("nobody:nogroup"),
-            Ok(Owners::Fixed {
+            RestoreOwners::chown("nobody:nogroup"),
+            Ok(RestoreOwners::Fixed {
                 uid: 65534,
                 gid: 65534
             })
         ));
         assert!(matches!(
-            Owners::chown("5:6"),
-            Ok(Owners::Fixed { uid: 5, gid: 6 })
+            RestoreOwners::chown("5:6"),
+            Ok(RestoreOwners::Fixed { uid: 5, gid: 6 })
         ));
-        assert!(Owners::chown("no-such-user-here:x").is_err());
-        assert!(Owners::chown("nobody").is_err());
+        assert!(RestoreOwners::chown("no-such-user-here:x").is_err());
+        assert!(RestoreOwners::chown("nobody").is_err());
     }
 
     /// Without root no owner is set; one other than the user's own (recorded, or given
@@ -1501,13 +1509,13 @@ mod tests {
             m.me = (1000, 1000);
             m
         };
-        let own = not_root(Owners::ByName);
+        let own = not_root(RestoreOwners::ByName);
         assert_eq!(own.get(1000, 1000), None);
         assert_eq!(own.get(NO_OWNER, NO_OWNER), None);
         assert!(!own.not_given.load(Relaxed), "nothing to give");
         assert_eq!(own.get(0, 0), None);
         assert!(own.not_given.load(Relaxed));
-        let fixed = not_root(Owners::Fixed { uid: 1, gid: 2 });
+        let fixed = not_root(RestoreOwners::Fixed { uid: 1, gid: 2 });
         assert_eq!(fixed.get(NO_OWNER, NO_OWNER), None);
         assert!(fixed.not_given.load(Relaxed), "--chown to another user");
     }

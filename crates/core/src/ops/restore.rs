@@ -13,7 +13,7 @@ use crate::repo::Repository;
 use crate::report::Progress;
 use std::path::PathBuf;
 
-pub use crate::dest::maildir::Owners;
+pub use crate::dest::maildir::RestoreOwners;
 pub use crate::restore::{Picked, Request, RestoreReport, Selection};
 
 /// What to restore and where.
@@ -29,7 +29,7 @@ pub struct RestoreOptions {
     /// Worker threads; 0 means one per core.
     pub jobs: usize,
     /// Whose the restored files and directories become (when run as root).
-    pub owners: Owners,
+    pub owners: RestoreOwners,
 }
 
 /// Restores what `request` asks into the destination `open` gives (called with the

@@ -1,7 +1,7 @@
 //! What every step of a restore shares: the repository, the target and its [`Caps`],
 //! how blobs are read, the counts ([`Tally`]) and the end-of-run [`RestoreReport`].
 
-use crate::dest::{Caps, Failures, Order, Target};
+use crate::dest::{Caps, Order, RestoreFailures, Target};
 use crate::error::{Error, Result};
 use crate::model::reader::{BlobCache, SpanOptions};
 use crate::repo::Repository;
@@ -51,7 +51,7 @@ pub struct RestoreReport {
 /// The counts of a restore, shared by its threads.
 #[derive(Default)]
 pub(super) struct Tally {
-    pub(super) failures: Failures,
+    pub(super) failures: RestoreFailures,
     pub(super) total: AtomicU64,
     pub(super) restored: AtomicU64,
     pub(super) unchanged: AtomicU64,

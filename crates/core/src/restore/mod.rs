@@ -1,5 +1,5 @@
 //! The restore pipeline: a snapshot (or part of it), or messages picked one by one, into
-//! any [`Target`] (a Maildir tree, an IMAP server; see [`crate::target`]).
+//! any [`Target`] (a Maildir tree, an IMAP server; see [`crate::dest`]).
 //!
 //! Owned here, once for every target: the selection (`--account`, `--folder`,
 //! `--message`; [`Request::Picked`] for `undelete`), the plan (accounts in batches,
@@ -20,7 +20,7 @@ use crate::dest::{Order, Target};
 use crate::error::{Error, Result};
 use crate::mail::maildir::{safe_component, safe_relative};
 use crate::model::{message_selected, no_folder_matches, select_accounts, PickedAccount};
-use crate::repo::tree::{OwnerNames, RootTree};
+use crate::repo::tree::{AccountRef, OwnerNames, RootTree};
 use crate::repo::Repository;
 use crate::report::Progress;
 use any_order::execute_any;
@@ -107,45 +107,8 @@ fn restore_into<T: Target>(
     let mut folder_matched = sel.folders.is_empty();
     if sel.messages.is_empty() {
         let target = open(&snap.id.to_hex(), &names)?;
-        let ctx = Ctx::new(repo, &target, (sel.reads, sel.cache_bytes), progress);
-        let pool = worker_pool(&ctx.caps)?;
-        // Accounts in batches (of folders and of messages), restored together.
-        let mut batch = Vec::new();
-        let (mut batch_folders, mut batch_messages) = (0, 0);
-        for acc in accounts.iter().cloned() {
-            let (plan, f) = match plan_account(&ctx, acc, sel) {
-                Ok(p) => p,
-                Err(e) => {
-                    // The accounts planned so far are restored, as they were before
-                    // accounts were batched.
-                    pool.install(|| execute_batch(&ctx, batch, false));
-                    return Err(e);
-                }
-            };
-            folder_matched |= f > 0;
-            folders += plan.folders.len() as u64;
-            batch_folders += plan.folders.len();
-            batch_messages += (plan.folders.iter())
-                .map(|f| f.entries.len() as u64)
-                .sum::<u64>();
-            batch.push(plan);
-            // Every kind of target: an in-order target (IMAP, mbox) runs the accounts of
-            // a batch `Caps::accounts` at a time, so a batch of one account each (as
-            // this was once) restored the accounts one after the other: half the speed
-            // of an IMAP restore (bench/imap_restore.py small, 1,943 -> 890 msgs/s).
-            if batch_folders >= ctx.caps.open_folders.max(1)
-                || batch_messages >= ACCOUNT_BATCH_MESSAGES
-            {
-                let plans = std::mem::take(&mut batch);
-                pool.install(|| execute_batch(&ctx, plans, false));
-                (batch_folders, batch_messages) = (0, 0);
-            }
-        }
-        pool.install(|| execute_batch(&ctx, batch, false));
-        if !folder_matched {
-            return Err(no_folder_matches(repo, &accounts, &sel.folders));
-        }
-        let report = ctx.report(snap.id.to_hex(), n_accounts, folders, started);
+        let snapshot = snap.id.to_hex();
+        let report = restore_whole(repo, sel, progress, &target, &accounts, (snapshot, started))?;
         return Ok((report, target));
     }
     // Single messages: every account is planned first (the plans are small), so that a
@@ -191,6 +154,58 @@ fn restore_into<T: Target>(
     pool.install(|| execute_batch(&ctx, plans, true));
     let report = ctx.report(snap.id.to_hex(), n_accounts, folders, started);
     Ok((report, target))
+}
+
+/// Restores a whole selection (no single messages) into `target`: the accounts planned
+/// and restored in batches, of folders and of messages, restored together.
+fn restore_whole<T: Target>(
+    repo: &Repository,
+    sel: &Selection,
+    progress: &dyn Progress,
+    target: &T,
+    accounts: &[AccountRef],
+    (snapshot, started): (String, Instant),
+) -> Result<RestoreReport> {
+    let mut folders = 0u64;
+    let mut folder_matched = sel.folders.is_empty();
+    let ctx = Ctx::new(repo, target, (sel.reads, sel.cache_bytes), progress);
+    let pool = worker_pool(&ctx.caps)?;
+    // Accounts in batches (of folders and of messages), restored together.
+    let mut batch = Vec::new();
+    let (mut batch_folders, mut batch_messages) = (0, 0);
+    for acc in accounts.iter().cloned() {
+        let (plan, f) = match plan_account(&ctx, acc, sel) {
+            Ok(p) => p,
+            Err(e) => {
+                // The accounts planned so far are restored, as they were before
+                // accounts were batched.
+                pool.install(|| execute_batch(&ctx, batch, false));
+                return Err(e);
+            }
+        };
+        folder_matched |= f > 0;
+        folders += plan.folders.len() as u64;
+        batch_folders += plan.folders.len();
+        batch_messages += (plan.folders.iter())
+            .map(|f| f.entries.len() as u64)
+            .sum::<u64>();
+        batch.push(plan);
+        // Every kind of target: an in-order target (IMAP, mbox) runs the accounts of
+        // a batch `Caps::accounts` at a time, so a batch of one account each (as
+        // this was once) restored the accounts one after the other: half the speed
+        // of an IMAP restore (bench/imap_restore.py small, 1,943 -> 890 msgs/s).
+        if batch_folders >= ctx.caps.open_folders.max(1) || batch_messages >= ACCOUNT_BATCH_MESSAGES
+        {
+            let plans = std::mem::take(&mut batch);
+            pool.install(|| execute_batch(&ctx, plans, false));
+            (batch_folders, batch_messages) = (0, 0);
+        }
+    }
+    pool.install(|| execute_batch(&ctx, batch, false));
+    if !folder_matched {
+        return Err(no_folder_matches(repo, &accounts, &sel.folders));
+    }
+    Ok(ctx.report(snapshot, accounts.len() as u64, folders, started))
 }
 
 /// Restores messages picked one by one into `target` (see [`Request::Picked`]); the

@@ -447,7 +447,7 @@ mod spans {
     /// and halved the IMAP restore (bench/imap_restore.py small: 1,943 -> 890 msgs/s).
     #[test]
     fn an_in_order_target_gets_its_accounts_at_once() {
-        use crate::dest::{AccountInfo, Caps, Failures, FolderInfo, Item, Message};
+        use crate::dest::{AccountInfo, Caps, FolderInfo, Item, Message, RestoreFailures};
         use crate::dest::{Order, Outcome, Target};
         use std::sync::atomic::AtomicUsize;
 
@@ -490,7 +490,7 @@ mod spans {
                 self.written.fetch_add(1, Relaxed);
                 Ok(Outcome::Written { bytes: 0 })
             }
-            fn finish_account(&self, _: (), _: &Failures) {
+            fn finish_account(&self, _: (), _: &RestoreFailures) {
                 self.open.fetch_sub(1, Relaxed);
             }
             fn item(&self, _: &(), _: Item) -> String {

@@ -676,7 +676,7 @@ pub mod testdata {
 mod tests {
     use super::testdata::{database_like, rewrite_database};
     use super::*;
-    use crate::dest::maildir::{MaildirTarget, Owners};
+    use crate::dest::maildir::{MaildirTarget, RestoreOwners};
     use crate::ops::backup::BackupReport;
     use crate::ops::restore::{run, Request, RestoreReport, Selection};
     use crate::repo::memory_repository as repository;
@@ -709,7 +709,7 @@ mod tests {
             ..Default::default()
         };
         let open = |_: &str, names: &crate::repo::tree::OwnerNames| {
-            MaildirTarget::plain(to, Owners::ByName, names, 2)
+            MaildirTarget::plain(to, RestoreOwners::ByName, names, 2)
         };
         run(repo, Request::Selection(sel.clone()), &NoProgress, open)
             .unwrap()
@@ -867,7 +867,7 @@ mod tests {
             ..Default::default()
         };
         let open = |_: &str, names: &crate::repo::tree::OwnerNames| {
-            MaildirTarget::open(out.path(), Owners::ByName, names, 2)
+            MaildirTarget::open(out.path(), RestoreOwners::ByName, names, 2)
         };
         let rep = run(&repo, Request::Selection(sel.clone()), &NoProgress, open)
             .unwrap()

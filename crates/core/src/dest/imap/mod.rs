@@ -1,6 +1,6 @@
 //! The IMAP target: a restore into a live IMAP server, the "external restore".
 //!
-//! The pipeline ([`crate::ops::restore`]) gives it each folder's messages in the folder's
+//! The pipeline ([`crate::restore`]) gives it each folder's messages in the folder's
 //! original order ([`Order::Folder`]), in batches, so that UID order is arrival order
 //! again; accounts run at once, each over several connections (lanes), one folder at a
 //! time per connection. What is IMAP's own is here:
@@ -25,7 +25,9 @@
 pub mod crlf;
 pub mod journal;
 
-use super::{AccountInfo, Caps, Failures, FolderInfo, Item, Message, Order, Outcome, Target};
+use super::{
+    AccountInfo, Caps, FolderInfo, Item, Message, Order, Outcome, RestoreFailures, Target,
+};
 use crate::imap::names::{self, Fingerprint};
 use crate::imap::{login_with_backoff, Error, Login, Pacer, Phase, Result, Span};
 use crate::repo::tree::MessageEntry;
@@ -591,7 +593,7 @@ impl Target for ImapTarget {
         }
     }
 
-    fn finish_account(&self, acc: ImapAccount, failures: &Failures) {
+    fn finish_account(&self, acc: ImapAccount, failures: &RestoreFailures) {
         let acc = acc.0;
         if let Err(e) = acc.journal.sync() {
             failures.add(format!("account {}", acc.name), e);
