@@ -13,7 +13,7 @@
 //! Directories are opened as the Maildir target opens them: relative to their parent,
 //! never through a symbolic link.
 
-use super::maildir::{open_target, read_at, rename_noreplace, set_attributes, Attrs};
+use super::fs::{open_target, read_at, rename_noreplace, set_attributes, Attrs};
 use super::mbox::{folder_error, folder_parts, mail_meta, open_dirs, shown, Claims, TreeAccount};
 use super::{
     AccountInfo, Caps, FolderInfo, Item, Message, Order, Outcome, RestoreFailures, Target,

@@ -23,7 +23,7 @@
 //! Directories are opened as the Maildir target opens them: relative to their parent,
 //! never through a symbolic link.
 
-use super::maildir::{open_path, open_target, rename_noreplace};
+use super::fs::{open_path, open_target, rename_noreplace};
 use super::Target;
 use super::{AccountInfo, Caps, FolderInfo, Item, Message, Meta, Order, Outcome, RestoreFailures};
 use crate::error::{Error, Result};

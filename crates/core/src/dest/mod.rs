@@ -29,9 +29,11 @@ use crate::report::Failure;
 use std::sync::Mutex;
 
 pub mod eml;
+mod fs;
 pub mod imap;
 pub mod maildir;
 pub mod mbox;
+pub mod owners;
 
 /// How a target wants its messages.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

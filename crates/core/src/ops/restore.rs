@@ -13,7 +13,7 @@ use crate::repo::Repository;
 use crate::report::Progress;
 use std::path::PathBuf;
 
-pub use crate::dest::maildir::RestoreOwners;
+pub use crate::dest::owners::RestoreOwners;
 pub use crate::restore::{Picked, Request, RestoreReport, Selection};
 
 /// What to restore and where.

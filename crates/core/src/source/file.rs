@@ -676,7 +676,8 @@ pub mod testdata {
 mod tests {
     use super::testdata::{database_like, rewrite_database};
     use super::*;
-    use crate::dest::maildir::{MaildirTarget, RestoreOwners};
+    use crate::dest::maildir::MaildirTarget;
+    use crate::dest::owners::RestoreOwners;
     use crate::ops::backup::BackupReport;
     use crate::ops::restore::{run, Request, RestoreReport, Selection};
     use crate::repo::memory_repository as repository;
