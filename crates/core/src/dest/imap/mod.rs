@@ -694,6 +694,79 @@ impl Drop for Lane<'_> {
     }
 }
 
+/// What became of an attempt's messages: those accepted (key, UIDVALIDITY, UID), and,
+/// in the batch's order, those to send again and those in doubt (to look for first).
+struct Sorted<'r> {
+    accepted: Vec<(&'r [u8], u32, u32)>,
+    left: Vec<bool>,
+    doubt: Vec<bool>,
+    /// The server asked to wait.
+    throttled: bool,
+    /// The first refusal without a reason, to try again.
+    again: Option<String>,
+}
+
+/// Sorts the server's answers to an attempt at appending `ready` (see [`Sorted`]); a
+/// message accepted or refused for good gets its result in `done`.
+fn sort_outcomes<'r>(
+    ready: &'r [Ready],
+    outcomes: Vec<Option<AppendOutcome>>,
+    in_doubt: &[usize],
+    attempt: u32,
+    done: &mut [Option<Result<Outcome>>],
+) -> Sorted<'r> {
+    let mut accepted: Vec<(&[u8], u32, u32)> = Vec::new();
+    // What is still to do after this attempt: messages to send again and those
+    // in doubt (to look for first), in the folder's order.
+    let mut left = vec![false; ready.len()];
+    let mut doubt = vec![false; ready.len()];
+    // Refusals to try again: the server asked to wait (`throttled`), or gave no
+    // reason (`again`, the first such answer).
+    let (mut throttled, mut again) = (false, None);
+    for (i, (r, o)) in ready.iter().zip(outcomes).enumerate() {
+        match o {
+            Some(AppendOutcome::Appended { uid, uidvalidity }) => {
+                accepted.push((r.key.as_slice(), uidvalidity.unwrap_or(0), uid.unwrap_or(0)));
+                let bytes = r.range.len() as u64;
+                done[r.i] = Some(Ok(Outcome::Written { bytes }));
+            }
+            Some(AppendOutcome::Refused(refusal))
+                if refusal.is_transient() && attempt < MAX_ATTEMPTS =>
+            {
+                left[i] = true;
+                throttled = true;
+            }
+            Some(AppendOutcome::Refused(refusal))
+                if refusal.is_unexplained() && attempt < UNEXPLAINED_ATTEMPTS =>
+            {
+                left[i] = true;
+                if again.is_none() {
+                    again = Some(refusal.response.clone());
+                }
+            }
+            Some(AppendOutcome::Refused(refusal)) => {
+                let why = if refusal.by_server {
+                    format!("refused by the server: {}", refusal.response)
+                } else {
+                    refusal.response.clone()
+                };
+                done[r.i] = Some(Err(Error::InvalidInput(why)));
+            }
+            None => {
+                left[i] = true;
+                doubt[i] = in_doubt.contains(&i);
+            }
+        }
+    }
+    Sorted {
+        accepted,
+        left,
+        doubt,
+        throttled,
+        again,
+    }
+}
+
 impl<'a> Lane<'a> {
     fn new(t: &'a ImapTarget, acc: &'a Shared) -> Lane<'a> {
         let session = lock(&acc.sessions).pop();
@@ -754,53 +827,13 @@ impl<'a> Lane<'a> {
                 }) => (outcomes, in_doubt, Some(*source)),
                 Err(e) => (vec![None; ready.len()], Vec::new(), Some(e)),
             };
-            let mut accepted: Vec<(&[u8], u32, u32)> = Vec::new();
-            // What is still to do after this attempt: messages to send again and those
-            // in doubt (to look for first), in the folder's order.
-            let mut left = vec![false; ready.len()];
-            let mut doubt = vec![false; ready.len()];
-            // Refusals to try again: the server asked to wait (`throttled`), or gave no
-            // reason (`again`, the first such answer).
-            let (mut throttled, mut again) = (false, None);
-            for (i, (r, o)) in ready.iter().zip(outcomes).enumerate() {
-                match o {
-                    Some(AppendOutcome::Appended { uid, uidvalidity }) => {
-                        accepted.push((
-                            r.key.as_slice(),
-                            uidvalidity.unwrap_or(0),
-                            uid.unwrap_or(0),
-                        ));
-                        let bytes = r.range.len() as u64;
-                        done[r.i] = Some(Ok(Outcome::Written { bytes }));
-                    }
-                    Some(AppendOutcome::Refused(refusal))
-                        if refusal.is_transient() && attempt < MAX_ATTEMPTS =>
-                    {
-                        left[i] = true;
-                        throttled = true;
-                    }
-                    Some(AppendOutcome::Refused(refusal))
-                        if refusal.is_unexplained() && attempt < UNEXPLAINED_ATTEMPTS =>
-                    {
-                        left[i] = true;
-                        if again.is_none() {
-                            again = Some(refusal.response.clone());
-                        }
-                    }
-                    Some(AppendOutcome::Refused(refusal)) => {
-                        let why = if refusal.by_server {
-                            format!("refused by the server: {}", refusal.response)
-                        } else {
-                            refusal.response.clone()
-                        };
-                        done[r.i] = Some(Err(Error::InvalidInput(why)));
-                    }
-                    None => {
-                        left[i] = true;
-                        doubt[i] = in_doubt.contains(&i);
-                    }
-                }
-            }
+            let Sorted {
+                accepted,
+                left,
+                doubt,
+                throttled,
+                again,
+            } = sort_outcomes(ready, outcomes, &in_doubt, attempt, done);
             let journaled = self.acc.journal.accepted(&folder.name, &accepted);
             drop(accepted);
             let mut i = 0;
