@@ -860,37 +860,50 @@ impl<'a> Lane<'a> {
                 }
                 continue;
             };
-            let root = err.root();
-            match root {
-                mailvault_imap::Error::OverQuota { .. }
-                | mailvault_imap::Error::AuthFailed { .. } => {
-                    return Err(Stop::Account(err.into()));
-                }
-                mailvault_imap::Error::NoSuchFolder { .. } if attempt < MAX_ATTEMPTS => {
-                    // Deleted behind our back, or provisioning failed: create it and retry.
-                    let su = names::special_use_for(&folder.name);
-                    if let Err(e) = self.session().and_then(|s| Ok(s.create(&folder.name, su)?)) {
-                        return Err(Stop::Batch(e.to_string()));
-                    }
-                }
-                _ if (err.is_transient() || err.is_connection_lost()) && attempt < MAX_ATTEMPTS => {
-                    t.pacer.throttled();
-                    tracing::warn!(
-                        "{}: {}: {err}; retrying (attempt {attempt})",
-                        self.acc.name,
-                        folder.name
-                    );
-                    if err.is_connection_lost() {
-                        self.session = None;
-                    }
-                    std::thread::sleep(backoff(attempt));
-                }
-                _ => return Err(Stop::Batch(err.to_string())),
-            }
+            self.recover(folder, err, attempt)?;
             // Sent but not answered: look for them before sending them again.
             if ready.iter().any(|r| r.check) {
                 self.drop_existing(folder, ready, buf, true, done)?;
             }
+        }
+        Ok(())
+    }
+
+    /// After a failed attempt at appending to `folder`: what can be recovered from
+    /// (a folder deleted behind our back, a transient error, a lost connection) is, for a
+    /// next attempt; what cannot stops the batch or the account.
+    fn recover(
+        &mut self,
+        folder: &ImapFolder,
+        err: mailvault_imap::Error,
+        attempt: u32,
+    ) -> std::result::Result<(), Stop> {
+        let t = self.t;
+        let root = err.root();
+        match root {
+            mailvault_imap::Error::OverQuota { .. } | mailvault_imap::Error::AuthFailed { .. } => {
+                return Err(Stop::Account(err.into()));
+            }
+            mailvault_imap::Error::NoSuchFolder { .. } if attempt < MAX_ATTEMPTS => {
+                // Deleted behind our back, or provisioning failed: create it and retry.
+                let su = names::special_use_for(&folder.name);
+                if let Err(e) = self.session().and_then(|s| Ok(s.create(&folder.name, su)?)) {
+                    return Err(Stop::Batch(e.to_string()));
+                }
+            }
+            _ if (err.is_transient() || err.is_connection_lost()) && attempt < MAX_ATTEMPTS => {
+                t.pacer.throttled();
+                tracing::warn!(
+                    "{}: {}: {err}; retrying (attempt {attempt})",
+                    self.acc.name,
+                    folder.name
+                );
+                if err.is_connection_lost() {
+                    self.session = None;
+                }
+                std::thread::sleep(backoff(attempt));
+            }
+            _ => return Err(Stop::Batch(err.to_string())),
         }
         Ok(())
     }
