@@ -111,13 +111,7 @@ pub fn find_deleted(repo: &Repository, opts: &DeletedOptions) -> Result<Deleted>
     };
     let latest = &list[at];
     // Every message the latest snapshot holds in the account, in any folder.
-    let tree: AccountTree = repo.read_tree(&account.tree)?;
-    let mut kept: HashSet<Id> = HashSet::new();
-    for f in &tree.folders {
-        for c in &f.chunks {
-            kept.extend(repo.read_chunk(c)?.into_iter().map(|e| e.hash));
-        }
-    }
+    let kept = message_hashes(repo, &account)?;
     let mut out = Deleted {
         account: opts.account.clone(),
         latest: latest.id.to_hex(),
@@ -187,6 +181,26 @@ pub fn find_deleted(repo: &Repository, opts: &DeletedOptions) -> Result<Deleted>
         }
     }
     out.compared.reverse();
+    out.messages = in_order(&out, found);
+    Ok(out)
+}
+
+/// The whole-message hashes of every message an account of a snapshot holds, in any
+/// folder.
+fn message_hashes(repo: &Repository, account: &AccountRef) -> Result<HashSet<Id>> {
+    let tree: AccountTree = repo.read_tree(&account.tree)?;
+    let mut kept: HashSet<Id> = HashSet::new();
+    for f in &tree.folders {
+        for c in &f.chunks {
+            kept.extend(repo.read_chunk(c)?.into_iter().map(|e| e.hash));
+        }
+    }
+    Ok(kept)
+}
+
+/// The deleted messages found, named with their account and folder, by folder, internal
+/// date and key.
+fn in_order(out: &Deleted, found: HashMap<Id, DeletedMessage>) -> Vec<DeletedMessage> {
     let mut messages: Vec<DeletedMessage> = found.into_values().collect();
     for m in &mut messages {
         m.message.account = out.account.clone();
@@ -196,8 +210,7 @@ pub fn find_deleted(repo: &Repository, opts: &DeletedOptions) -> Result<Deleted>
         let (a, b) = (&a.message, &b.message);
         (&a.folder, a.internal_date, &a.key).cmp(&(&b.folder, b.internal_date, &b.key))
     });
-    out.messages = messages;
-    Ok(out)
+    messages
 }
 
 /// Records the deleted messages of one chunk of `snap` (snapshots come newest first):
