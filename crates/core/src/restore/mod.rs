@@ -203,7 +203,7 @@ fn restore_whole<T: Target>(
     }
     pool.install(|| execute_batch(&ctx, batch, false));
     if !folder_matched {
-        return Err(no_folder_matches(repo, &accounts, &sel.folders));
+        return Err(no_folder_matches(repo, accounts, &sel.folders));
     }
     Ok(ctx.report(snapshot, accounts.len() as u64, folders, started))
 }
