@@ -2,9 +2,11 @@
 //! arrival order, in batches, each batch read while the previous one is written.
 
 use super::ctx::Ctx;
-use super::exec::{count, fail_all, keyword_table, open_accounts, open_folder, OpenAccount};
+use super::exec::{
+    count, fail_all, keyword_table, open_accounts, open_folder, NotRestored, OpenAccount,
+};
 use super::plan::{arrival_order, folder_file, AccountPlan, FolderPlan};
-use crate::dest::{meta, Caps, Message, Meta, Outcome, Target};
+use crate::dest::{meta, Caps, Item, Message, Meta, Outcome, Target};
 use crate::model::assemble::assemble_by;
 use crate::model::reader::{read_by_spans, Blobs};
 use crate::parallel::{for_each_parallel, spawn_named};
@@ -34,7 +36,7 @@ pub(super) struct Prepared<'p, F> {
 
 /// A message of a batch: its entry, its [`Meta`] and its checked bytes or why they could
 /// not be read.
-pub(super) type Read = (MessageEntry, Meta, std::result::Result<Vec<u8>, String>);
+pub(super) type Read = (MessageEntry, Meta, crate::error::Result<Vec<u8>>);
 
 /// Why an account cannot go on, once one lane found out; the other lanes then count
 /// their messages as failed instead of writing them.
@@ -286,7 +288,7 @@ pub(super) fn prepare<'p, T: Target>(
                 let data = assemble_by(ctx.repo, &e.content, e.size, Some(&e.hash), |id| {
                     (ctx.cache.get_with(id, || fetched.blob_unverified(id))).map(Shared)
                 });
-                read.push(data.map_err(|e| e.to_string()));
+                read.push(data);
             }
         },
     );
@@ -320,7 +322,8 @@ pub(super) fn write_prepared<T: Target>(ctx: &Ctx<T>, p: Prepared<T::Folder>, ab
                 data,
             }),
             Err(why) => {
-                count(ctx, folder, e, Err(why.clone()));
+                let item = ctx.target.item(folder, Item::Message(e));
+                ctx.n.fail_items(item, why, 1);
                 ctx.progress.advance(1, e.size);
             }
         }
@@ -342,7 +345,7 @@ pub(super) fn write_prepared<T: Target>(ctx: &Ctx<T>, p: Prepared<T::Folder>, ab
     for (m, d) in ready.iter().zip(done) {
         match d {
             Some(o) => {
-                count(ctx, folder, m.entry, o.map_err(|e| e.to_string()));
+                count(ctx, folder, m.entry, o.map_err(NotRestored::Write));
                 ctx.progress.advance(1, m.entry.size);
             }
             None => fail_all(ctx, folder, std::iter::once(m.entry), &why),
