@@ -1,20 +1,23 @@
-//! The restore pipeline: a snapshot (or part of it), or messages picked one by one, into
-//! any [`Target`] (a Maildir tree, an IMAP server; see [`crate::dest`]).
+//! The read side of a restore: a snapshot (or part of it), or messages picked one by
+//! one, into any [`Target`] (a Maildir tree, mbox, EML, `dir:`, an IMAP server; see
+//! [`crate::dest`]). [`run`] is its entry point, which [`crate::ops::restore::run`] wires.
 //!
 //! Owned here, once for every target: the selection (`--account`, `--folder`,
-//! `--message`; [`Request::Picked`] for `undelete`), the plan (accounts in batches,
-//! folders, messages), reading their blobs by pack span ([`crate::model::reader`]),
-//! reassembling every message and checking it against its whole-message hash (a damaged
-//! blob is named with the message), the flags, keyword names and internal date every
-//! target gets ([`crate::dest::Meta`]), the counts, failures, progress and the report.
+//! `--message`; [`Request::Picked`] for `undelete`), the plan ([`plan`]: accounts in
+//! batches, folders, messages; [`plan::Plan`] builds it with no destination), reading
+//! their blobs by pack span ([`crate::model::reader`]), reassembling every message and
+//! checking it against its whole-message hash (a damaged blob is named with the
+//! message), the flags, keyword names and internal date every target gets
+//! ([`crate::dest::Meta`]), the counts, failures, progress and the report.
 //!
-//! How blobs are read follows the target's [`Caps`]. A target that takes messages in any
-//! order ([`Order::Any`]: Maildir) gets the messages of a batch of accounts sorted by
-//! where their blobs lie, each pack span read once, front to back, and each message
-//! written, in parallel, as soon as the last span holding its blobs is in
-//! ([`read_by_packs`]). A target that appends in order ([`Order::Folder`]: IMAP, mbox)
-//! gets each folder's messages in arrival order, in batches, each batch read in pack
-//! order by groups ([`read_by_spans`]) while the previous one is being written.
+//! How blobs are read follows the target's [`Caps`](crate::dest::Caps). A target that
+//! takes messages in any order ([`Order::Any`]: Maildir; `any_order.rs`) gets the
+//! messages of a batch of accounts sorted by where their blobs lie, each pack span read
+//! once, front to back, and each message written, in parallel, as soon as the last span
+//! holding its blobs is in ([`crate::model::reader::read_by_packs`]). A target that
+//! appends in order ([`Order::Folder`]: IMAP, mbox; `in_order.rs`) gets each folder's
+//! messages in arrival order, in batches, each batch read in pack order by groups
+//! ([`crate::model::reader::read_by_spans`]) while the previous one is being written.
 
 use crate::dest::{Order, Target};
 use crate::error::{Error, Result};

@@ -27,7 +27,7 @@ pub struct Selection {
     /// that hold them are restored.
     pub messages: Vec<String>,
     /// Pack spans read at once; 0: as many as the store suits
-    /// ([`SpanOptions::for_store`]).
+    /// ([`crate::model::reader::SpanOptions::for_store`]).
     pub reads: usize,
     /// [`Order::Folder`] targets: opened blobs kept for messages that share them (a
     /// message delivered to several mailboxes), in bytes; 0 turns the cache off.
