@@ -5,8 +5,10 @@ mod common;
 
 use common::backup;
 use common::*;
-use mailvault_core::ops::restore::{Owners, RestoreOptions, Selection};
+use mailvault_core::dest::owners::RestoreOwners;
+use mailvault_core::ops::restore::RestoreOptions;
 use mailvault_core::report::NoProgress;
+use mailvault_core::restore::Selection;
 use std::os::unix::ffi::OsStrExt;
 
 #[test]
@@ -175,7 +177,7 @@ fn owners_and_modes_of_directories_and_files_round_trip() {
                 },
                 target: out2.clone(),
                 jobs: 2,
-                owners: Owners::Fixed { uid: 1, gid: 2 },
+                owners: RestoreOwners::Fixed { uid: 1, gid: 2 },
             },
         );
         assert!(r.failures.is_empty(), "{:?}", r.failures);

@@ -23,9 +23,9 @@
 //! Directories are opened as the Maildir target opens them: relative to their parent,
 //! never through a symbolic link.
 
-use super::maildir::{open_path, open_target, rename_noreplace};
+use super::fs::{open_path, open_target, rename_noreplace};
 use super::Target;
-use super::{AccountInfo, Caps, Failures, FolderInfo, Item, Message, Meta, Order, Outcome};
+use super::{AccountInfo, Caps, FolderInfo, Item, Message, Meta, Order, Outcome, RestoreFailures};
 use crate::error::{Error, Result};
 use crate::mail::layout::{folder_to_path, Tree};
 use crate::mail::{self, MboxReader, MboxWriter};
@@ -396,7 +396,7 @@ impl Target for MboxTarget {
         Ok(())
     }
 
-    fn finish_folder(&self, folder: MboxFolder, failures: &Failures) {
+    fn finish_folder(&self, folder: MboxFolder, failures: &RestoreFailures) {
         let item = format!("{} ({})", folder.path.display(), folder.account);
         let Some(w) = folder.state.into_inner().unwrap_or_else(|p| p.into_inner()) else {
             return;

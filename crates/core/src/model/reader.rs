@@ -547,22 +547,7 @@ pub fn read_by_packs<J: Sync>(
         ids.dedup();
         ids
     };
-    // Jobs that need no span (no content, or blobs the index lacks: read alone).
-    let none: Vec<usize> = (0..jobs.len())
-        .filter(|&j| plan.spans_of_job[j] == 0)
-        .collect();
-    none.par_iter().for_each(|&j| {
-        deliver(
-            &jobs[j],
-            &InSpan {
-                repo,
-                plan: &plan,
-                span: usize::MAX,
-                bytes: None,
-                spool: &spool,
-            },
-        )
-    });
+    deliver_unplanned(repo, &plan, &spool, jobs, &deliver);
     if plan.spans.is_empty() {
         return;
     }
@@ -638,6 +623,33 @@ pub fn read_by_packs<J: Sync>(
         spilled = lock(&spool.inner).end,
         "read by packs"
     );
+}
+
+/// Delivers the jobs that need no span (no content, or blobs the index lacks: read
+/// alone), in parallel.
+fn deliver_unplanned<J: Sync>(
+    repo: &Repository,
+    plan: &PackPlan,
+    spool: &Spool,
+    jobs: &[J],
+    deliver: &(impl Fn(&J, &dyn Blobs) + Sync),
+) {
+    use rayon::prelude::*;
+    let none: Vec<usize> = (0..jobs.len())
+        .filter(|&j| plan.spans_of_job[j] == 0)
+        .collect();
+    none.par_iter().for_each(|&j| {
+        deliver(
+            &jobs[j],
+            &InSpan {
+                repo,
+                plan,
+                span: usize::MAX,
+                bytes: None,
+                spool,
+            },
+        )
+    });
 }
 
 /// Every blob read alone (a restore of single messages, whose few blobs are not worth a

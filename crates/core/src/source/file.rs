@@ -683,12 +683,14 @@ pub mod testdata {
 mod tests {
     use super::testdata::{database_like, rewrite_database};
     use super::*;
-    use crate::dest::maildir::{MaildirTarget, Owners};
+    use crate::dest::maildir::MaildirTarget;
+    use crate::dest::owners::RestoreOwners;
     use crate::ops::backup::BackupReport;
-    use crate::ops::restore::{restore_into, RestoreReport, Selection};
+    use crate::ops::restore::run;
     use crate::repo::memory_repository as repository;
     use crate::repo::Repository;
     use crate::report::NoProgress;
+    use crate::restore::{Request, RestoreReport, Selection};
     use std::os::unix::fs::MetadataExt;
     use std::os::unix::fs::PermissionsExt;
     use std::sync::Arc;
@@ -718,9 +720,11 @@ mod tests {
             ..Default::default()
         };
         let open = |_: &str, names: &crate::repo::tree::OwnerNames| {
-            MaildirTarget::plain(to, Owners::ByName, names, 2)
+            MaildirTarget::plain(to, RestoreOwners::ByName, names, 2)
         };
-        restore_into(repo, &sel, &NoProgress, open).unwrap().0
+        run(repo, Request::Selection(sel.clone()), &NoProgress, open)
+            .unwrap()
+            .0
     }
 
     /// Where a restore to `out` puts `path`.
@@ -874,9 +878,11 @@ mod tests {
             ..Default::default()
         };
         let open = |_: &str, names: &crate::repo::tree::OwnerNames| {
-            MaildirTarget::open(out.path(), Owners::ByName, names, 2)
+            MaildirTarget::open(out.path(), RestoreOwners::ByName, names, 2)
         };
-        let rep = restore_into(&repo, &sel, &NoProgress, open).unwrap().0;
+        let rep = run(&repo, Request::Selection(sel.clone()), &NoProgress, open)
+            .unwrap()
+            .0;
         assert_eq!(rep.failures.len(), 5, "{:?}", rep.failures);
         assert!(rep
             .failures
