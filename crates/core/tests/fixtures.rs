@@ -10,9 +10,9 @@ mod common;
 
 use common::backup;
 use common::*;
-use mailvault_core::ops::backup::RunOptions;
 use mailvault_core::report::NoProgress;
 use mailvault_core::source::maildir::BackupOptions;
+use mailvault_core::source::RunOptions;
 use std::path::Path;
 
 fn fixtures() -> std::path::PathBuf {

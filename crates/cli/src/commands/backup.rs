@@ -172,8 +172,8 @@ fn execute_source(g: &GlobalOpts, a: Args) -> Result<BackupReport> {
 }
 
 /// The options every kind of source shares.
-fn run_options(a: &Args) -> Result<mailvault_core::ops::backup::RunOptions> {
-    Ok(mailvault_core::ops::backup::RunOptions {
+fn run_options(a: &Args) -> Result<mailvault_core::source::RunOptions> {
+    Ok(mailvault_core::source::RunOptions {
         compression: a
             .compression
             .as_deref()

@@ -4,11 +4,12 @@
 
 use crate::{progress::Bar, repo, GlobalOpts, Outcome};
 use anyhow::{bail, Context, Result};
-use mailvault_core::ops::backup::{self, BackupReport, RunOptions};
+use mailvault_core::ops::backup::{self, BackupReport};
 use mailvault_core::ops::check::{check, CheckOptions};
 use mailvault_core::ops::restore::{restore, RestoreOptions};
 use mailvault_core::restore::Selection;
 use mailvault_core::source::maildir::{BackupOptions, MaildirSource};
+use mailvault_core::source::RunOptions;
 use mailvault_core::store::{LocalStore, Metered, Store};
 use mailvault_core::{InitOptions, Repository};
 use mailvault_corpus::{generate, mutate, CorpusSpec, MutationSpec};

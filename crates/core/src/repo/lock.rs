@@ -17,7 +17,7 @@
 use crate::error::{Error, Result};
 use crate::repo::crypto::MasterKey;
 use crate::repo::format::{Object, Version};
-use crate::repo::named::{open_as, seal_as};
+use crate::repo::seal::{open_as, seal_as};
 use crate::store::Store;
 use serde::{Deserialize, Serialize};
 use std::sync::mpsc;

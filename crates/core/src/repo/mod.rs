@@ -35,6 +35,7 @@ pub mod named;
 mod open;
 pub mod pack;
 mod read;
+pub(crate) mod seal;
 pub mod snapshot;
 pub mod split;
 pub mod tree;

@@ -6,6 +6,7 @@ use crate::error::{Error, Result};
 use crate::repo::crypto::MasterKey;
 use crate::repo::format::{Object, Version};
 use crate::repo::id::Id;
+use crate::repo::seal::{open_as, seal_as};
 use crate::repo::{file_id, format};
 use crate::repo::{Config, Repository};
 
@@ -125,47 +126,6 @@ impl Named {
             Named::Dictionary => Object::Dictionary(id),
             Named::Forgotten => Object::Forgotten(id),
         }
-    }
-}
-
-pub(crate) fn seal_as(key: &MasterKey, version: Version, obj: Object, plain: &[u8]) -> Vec<u8> {
-    match version {
-        Version::V1 => key.seal(plain),
-        Version::V2 => key.seal_ad(plain, &obj.aad()),
-    }
-}
-
-/// [`Repository::open_object`] for a given key and format.
-pub(crate) fn open_as(
-    key: &MasterKey,
-    version: Version,
-    obj: Object,
-    sealed: Vec<u8>,
-    what: &str,
-) -> Result<Vec<u8>> {
-    match version {
-        Version::V1 => match key.open_vec(sealed.clone(), what) {
-            Err(Error::Tampered(_)) if key.opens_with(&sealed, &obj.aad()) => {
-                Err(Error::OtherFormat {
-                    what: what.into(),
-                    found: 2,
-                    expected: 1,
-                })
-            }
-            other => other,
-        },
-        Version::V2 => match key.open_vec_ad(sealed.clone(), &obj.aad(), what) {
-            Err(Error::Tampered(_)) if key.opens_with(&sealed, &[]) => Err(Error::OtherFormat {
-                what: what.into(),
-                found: 1,
-                expected: 2,
-            }),
-            Err(Error::Tampered(_)) => Err(Error::Misplaced {
-                what: what.into(),
-                expected: obj.describe(),
-            }),
-            other => other,
-        },
     }
 }
 

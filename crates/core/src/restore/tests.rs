@@ -5,7 +5,6 @@ mod spans {
     use super::super::{any_order::*, ctx::*, exec::*, in_order::*, plan::*};
     use crate::model::reader::Blobs;
     use crate::model::reader::{plan, read_by_packs, read_by_spans, PackPlan, SpanOptions};
-    use crate::ops::backup::RunOptions;
     use crate::ops::restore::{restore, RestoreOptions};
     use crate::repo::crypto::KdfParams;
     use crate::repo::id::Id;
@@ -13,6 +12,7 @@ mod spans {
     use crate::repo::Repository;
     use crate::report::NoProgress;
     use crate::source::maildir::{BackupOptions, MaildirSource};
+    use crate::source::RunOptions;
     use crate::store::{LocalStore, MemoryStore, Metered, Store};
     use std::collections::BTreeMap;
     use std::collections::HashMap;

@@ -9,12 +9,12 @@
 //! with the same size and mtime is not read again; a changed sidecar only renames it.
 
 use super::maildir::read_with_meta;
+use super::RunOptions;
 use super::{Account, AccountListing, Failures, FileMeta, Folder, FolderWriter, MessageMeta};
 use super::{NewMessage, Parallelism, Source};
 use crate::error::{Error, Result};
 use crate::mail::eml::{is_eml, Sidecar, SIDECAR};
 use crate::mail::layout::{self, Tree};
-use crate::ops::backup::RunOptions;
 use crate::repo::tree::MessageEntry;
 use rayon::prelude::*;
 use std::collections::HashMap;

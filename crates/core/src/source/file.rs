@@ -19,10 +19,10 @@
 //! hard links.
 
 use super::walk::{self, Dir, FileType};
+use super::RunOptions;
 use super::{Account, AccountListing, Failures, FileData, FileMeta, Folder, FolderFile};
 use super::{FolderWriter, Parallelism, Source};
 use crate::error::{Error, Result};
-use crate::ops::backup::RunOptions;
 use crate::repo::tree::{DirEntry, FileEntry};
 use globset::{Glob, GlobSet, GlobSetBuilder};
 use rayon::prelude::*;

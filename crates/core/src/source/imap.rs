@@ -14,12 +14,12 @@
 //! parallel, each over several connections (folders dealt to them); messages stream one
 //! at a time (bounded memory).
 
+use super::RunOptions;
 use super::{
     AccountListing, Failures, FolderWriter, MessageId, MessageMeta, NewMessage, Parallelism, Source,
 };
 use crate::imap::names::{self, STATE_FILE};
 use crate::imap::{login_with_backoff, Connection, Error, Result};
-use crate::ops::backup::RunOptions;
 use crate::repo::tree::MessageEntry;
 use mailvault_imap::{from_crlf, Client, FetchQuery, FetchedMessage, SearchKey, SeqSet, Session};
 use serde::{Deserialize, Serialize};

@@ -8,13 +8,13 @@
 //! `.Name.Sub` directory is the folder `Name/Sub`.
 
 use super::walk::{self, Dir, FileType};
+use super::RunOptions;
 use super::{
     AccountListing, Failures, FileData, FolderFile, FolderWriter, MessageMeta, NewMessage,
     Parallelism, Samples, Source,
 };
 use crate::error::{Error, Result};
 use crate::mail::maildir::{folder_name, split_name};
-use crate::ops::backup::RunOptions;
 use crate::repo::tree::{DirEntry, MessageEntry};
 use rayon::prelude::*;
 use std::collections::HashMap;

@@ -16,13 +16,13 @@
 //! not stored again.
 
 use super::NewMessage;
+use super::RunOptions;
 use super::{Account, AccountListing, Failures, Folder, FolderWriter, MessageId, MessageMeta};
 use super::{Parallelism, Samples, Source};
 use crate::error::{Error, Result};
 use crate::mail::layout::{self, Tree};
 use crate::mail::mbox::{Change, MboxMessage, MboxReader, MboxState};
 use crate::mail::MailError;
-use crate::ops::backup::RunOptions;
 use crate::repo::lock;
 use crate::repo::tree::MessageEntry;
 use crate::report::Failure;

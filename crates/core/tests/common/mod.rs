@@ -4,7 +4,7 @@
 use mailvault_core::dest::imap::ImapRestoreOptions;
 use mailvault_core::imap::client::ClientOptions;
 use mailvault_core::imap::{Connection, Login, Password};
-use mailvault_core::ops::backup::{BackupReport, RunOptions};
+use mailvault_core::ops::backup::BackupReport;
 use mailvault_core::ops::check::{check, CheckOptions, CheckReport};
 use mailvault_core::ops::restore::{restore, RestoreOptions};
 use mailvault_core::repo::crypto::KdfParams;
@@ -13,6 +13,7 @@ use mailvault_core::report::Progress;
 use mailvault_core::restore::{RestoreReport, Selection};
 use mailvault_core::source::imap::{ImapBackupOptions, ImapSource};
 use mailvault_core::source::maildir::{BackupOptions, MaildirSource};
+use mailvault_core::source::RunOptions;
 use mailvault_core::store::LocalStore;
 use mailvault_core::{InitOptions, Repository};
 use std::collections::BTreeMap;
