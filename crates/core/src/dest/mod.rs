@@ -73,7 +73,7 @@ pub struct Caps {
     /// Whether the folder's own files (`dovecot-keywords`, `dovecot-uidlist`,
     /// `maildirfolder`, `subscriptions`...) are given to [`Target::write_file`] (read with
     /// the messages). Only a Maildir wants them; the others get their meaning through
-    /// [`Meta`], [`FolderInfo::subscribed`] and [`AccountInfo::subscriptions`].
+    /// [`Meta`], [`FolderInfo`] and [`AccountInfo::subscriptions`].
     pub folder_files: bool,
     /// Whether the target wants keyword names in [`Meta::keywords`]: the pipeline then
     /// reads each folder's `dovecot-keywords` before its messages. A Maildir does not

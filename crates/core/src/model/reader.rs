@@ -17,7 +17,7 @@
 //!
 //! On object storage every read is a request: a restore of 100k messages that read blob
 //! by blob made 100k GETs; by span it makes about one per group and pack. Blobs are
-//! opened by [`Repository::open_sealed`] exactly as a single read opens them, and the
+//! opened by `Repository::open_sealed` exactly as a single read opens them, and the
 //! caller checks each message's whole hash as before. A blob the plan does not cover (not
 //! in the index) or whose span could not be read is read alone, so its error is the one a
 //! single read gives and names the blob and its pack.

@@ -4,9 +4,9 @@
 //! snapshot and reads what is new; everything else is here, once: the parent snapshot
 //! (same source label and host) and its account trees, the writer record and lock, the
 //! compression dictionary, the [`BlobSaver`] (dedup, compression, packs) every message
-//! and folder file goes through ([`store_content`]), the Maildir names of messages given
+//! and folder file goes through ([`crate::repo::writer::content::store_content`]), the Maildir names of messages given
 //! by flags ([`FolderWriter::store`]), folder entries cut into tree chunks
-//! ([`save_entries`]), owners, counters, progress, failures, the [`BackupReport`] and the
+//! ([`crate::repo::writer::content::save_entries`]), owners, counters, progress, failures, the [`BackupReport`] and the
 //! snapshot. Accounts and folders run in parallel as the source's [`Parallelism`] says:
 //! on a rayon pool of `jobs` threads, or over sessions (connections) per account.
 

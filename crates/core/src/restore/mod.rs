@@ -1,6 +1,6 @@
 //! The read side of a restore: a snapshot (or part of it), or messages picked one by
 //! one, into any [`Target`] (a Maildir tree, mbox, EML, `dir:`, an IMAP server; see
-//! [`crate::dest`]). [`run`] is its entry point, which [`crate::ops::restore::run`] wires.
+//! [`crate::dest`]). `run` is its entry point, which [`crate::ops::restore::run`] wires.
 //!
 //! Owned here, once for every target: the selection (`--account`, `--folder`,
 //! `--message`; [`Request::Picked`] for `undelete`), the plan ([`plan`]: accounts in

@@ -57,7 +57,7 @@ impl Folder {
     }
 }
 
-/// What [`Source::folders`] found in an account.
+/// What [`super::Source::folders`] found in an account.
 #[derive(Clone, Debug, Default)]
 pub struct AccountListing {
     /// The folders, in any order (the snapshot has INBOX first, then by `dir`).
@@ -136,7 +136,7 @@ pub(crate) fn timestamp(m: &std::fs::Metadata) -> Timestamp {
     }
 }
 
-/// A new message a source read, for [`FolderWriter::store`].
+/// A new message a source read, for [`super::FolderWriter::store`].
 #[derive(Debug)]
 pub struct NewMessage<'a> {
     /// The bytes to store, as a Maildir holds them (LF line ends).
@@ -182,7 +182,7 @@ pub enum MessageId {
     Key(Vec<u8>),
 }
 
-/// A folder file a source hands the pipeline ([`FolderWriter::file`]).
+/// A folder file a source hands the pipeline ([`super::FolderWriter::file`]).
 #[derive(Debug)]
 pub struct FolderFile {
     /// Its name in the folder's directory (`dovecot-uidlist`, `subscriptions`).
@@ -205,7 +205,7 @@ pub enum FileData {
     /// file `name` of the open directory `dir`, opened relative to it, never through a
     /// link ([`walk::Dir::open_file`]). Gone by then: left out quietly, as with `Path`.
     /// One that changed while it was read is read again, then reported
-    /// ([`FolderWriter::store_file`]).
+    /// ([`super::FolderWriter::store_file`]).
     Large {
         dir: std::sync::Arc<walk::Dir>,
         name: Vec<u8>,

@@ -1,6 +1,6 @@
 //! The pipeline's side of [`Source::backup_folder`](super::Source::backup_folder): where a
 //! source puts one folder's backup ([`FolderWriter`]), over the state a backup run shares
-//! between its workers ([`Ctx`]: the `BlobSaver`, counters, failures, owners). Entries
+//! between its workers (`Ctx`: the `BlobSaver`, counters, failures, owners). Entries
 //! kept from the parent, new messages and folder files go through here into the write
 //! side ([`crate::repo::writer`]); [`crate::ops::backup::run`] drives it.
 
@@ -46,7 +46,7 @@ pub(crate) struct Ctx<'a> {
     pub(crate) time: i64,
     /// The user running the backup, owner of what a source makes up.
     pub(crate) process_owner: OnceLock<(u32, u32)>,
-    /// [`Source::state_file`].
+    /// [`super::Source::state_file`].
     pub(crate) state_file: Option<&'static [u8]>,
 }
 
@@ -99,7 +99,7 @@ pub(crate) struct ParentAccount {
 }
 
 /// Where a source puts one folder's backup: the pipeline's side of
-/// [`Source::backup_folder`]. Its methods are implemented in [`crate::ops::backup`].
+/// [`super::Source::backup_folder`], with its methods.
 pub struct FolderWriter<'a> {
     pub(crate) ctx: &'a Ctx<'a>,
     pub(crate) account: &'a str,
@@ -144,7 +144,7 @@ impl ParentAccount {
     }
 }
 
-/// The pipeline's side of [`Source::backup_folder`].
+/// The pipeline's side of [`super::Source::backup_folder`].
 impl<'a> FolderWriter<'a> {
     /// The account being backed up.
     pub fn account(&self) -> &str {
@@ -211,7 +211,7 @@ impl<'a> FolderWriter<'a> {
         crate::model::assemble::assemble_file(self.ctx.saver.repo(), f).ok()
     }
 
-    /// The sync state the source kept in the parent folder ([`Source::state_file`]).
+    /// The sync state the source kept in the parent folder ([`super::Source::state_file`]).
     pub fn parent_state(&self) -> Option<Vec<u8>> {
         self.parent_file_data(self.ctx.state_file?)
     }

@@ -19,7 +19,7 @@
 //! servers change on APPEND: [`crate::imap::names::Fingerprint`]) before sending them
 //! again; `skip_existing` does that check for every message. Dropped connections
 //! reconnect with backoff, throttling slows every connection down
-//! ([`crate::imap::Pacer`]), and a message the server refuses is reported with the
+//! (`crate::imap::Pacer`), and a message the server refuses is reported with the
 //! server's words while the run goes on.
 
 pub mod crlf;
