@@ -5,6 +5,9 @@
 //! and find the same bytes, flags, keywords and dates (compared on Python's side).
 //! Without python3 the tests are skipped, except under `MAILVAULT_CI`, where they fail.
 
+mod common;
+
+use common::run_python;
 use std::path::Path;
 use std::process::Command;
 
@@ -23,23 +26,6 @@ fn python3() -> bool {
         eprintln!("skipped: python3 is missing (Debian package python3)");
     }
     there
-}
-
-/// Runs `script` with `args`; its stdout, or a panic with its stderr.
-fn run_python(script: &str, args: &[&Path]) -> String {
-    let out = Command::new("python3")
-        .arg("-c")
-        .arg(script)
-        .args(args)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "python3 failed:\n{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout).unwrap()
 }
 
 /// Python writes an mbox with `mailbox.mbox`, then reads it back and prints, per message,
