@@ -8,7 +8,6 @@
 mod common;
 
 use common::run_python;
-use std::path::Path;
 use std::process::Command;
 
 use mailvault_core::mail::{MboxReader, MboxWriter, Meta};
