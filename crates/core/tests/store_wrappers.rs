@@ -137,6 +137,7 @@ fn backup_restore_and_check_through_the_wrappers_over_a_flaky_store() {
 fn every_wrapper_and_the_whole_stack_pass_the_conformance_suite() {
     use mailvault_core::store::conformance;
     conformance::run(&FaultyStore::new(Arc::new(MemoryStore::new())));
+    conformance::run(DataReads::new(Arc::new(MemoryStore::new())).as_ref());
     let t = tempfile::tempdir().unwrap();
     let faulty = Arc::new(FaultyStore::new(Arc::new(MemoryStore::new())));
     let limit = Arc::new(Limit::new(faulty, 3));

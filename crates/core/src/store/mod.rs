@@ -322,7 +322,7 @@ pub fn put_content_named(store: &dyn Store, path: &str, data: &[u8]) -> Result<(
 #[cfg(any(test, feature = "testing"))]
 #[allow(clippy::unwrap_used)] // test support: a failed step fails the test that runs it
 pub mod conformance {
-    //! The conformance suite every [`Store`] implementation must pass (feature `testing`
+    //! The conformance suite every [`Backend`], store or wrapper, must pass (feature `testing`
     //! makes it public, for the S3 store on MinIO in `tests/s3_store.rs`). It needs an
     //! empty store.
     use super::*;
@@ -398,8 +398,100 @@ pub mod conformance {
         let snaps = store.list("snapshots/").unwrap();
         assert_eq!(snaps.len(), 100);
         for o in snaps {
+            assert_eq!(o.handle().kind(), Kind::Snapshot);
             let body = store.get(&o.path).unwrap();
             assert_eq!(body.len() as u64, o.size);
         }
+        hints(store);
+        foreign(store);
+    }
+
+    /// Packs put and read with their kind, and every hint: the same objects as without.
+    fn hints(store: &dyn Store) {
+        store
+            .put_pack("data/ef/ef01", b"tree pack", PackKind::Tree)
+            .unwrap();
+        store
+            .put_pack("data/ef/ef02", b"data pack", PackKind::Data)
+            .unwrap();
+        assert!(matches!(
+            store.put_pack("data/ef/ef01", b"other", PackKind::Tree),
+            Err(Error::AlreadyExists(_))
+        ));
+        store.prefetch("data/ef/ef01", 0, 4);
+        store.prefetch("data/ef/ef02", 0, 4);
+        store.flush().unwrap();
+        let tree = store.get_pack_range("data/ef/ef01", 5, 4, PackKind::Tree);
+        assert_eq!(tree.unwrap(), b"pack");
+        let data = store.get_pack_range("data/ef/ef02", 0, 4, PackKind::Data);
+        assert_eq!(data.unwrap(), b"data");
+        assert_eq!(store.get("data/ef/ef01").unwrap(), b"tree pack");
+        assert_eq!(store.stat("data/ef/ef02").unwrap(), 9);
+        store.put("keys/k1", b"key").unwrap();
+        let keys = store.list_cached("keys/").unwrap();
+        assert!(keys.iter().any(|o| o.path == "keys/k1"), "{keys:?}");
+        store.refresh_listings();
+        assert_eq!(store.list("snapshots/").unwrap().len(), 100);
+        store.delete("snapshots/0-0").unwrap();
+        assert_eq!(store.list("snapshots/").unwrap().len(), 99);
+    }
+
+    /// Files outside the known directories are listed, read and removed like the others.
+    fn foreign(store: &dyn Store) {
+        let stray = ["stray", "other/x/y", "data/readme.txt"];
+        for p in stray {
+            store.put(p, b"?").unwrap();
+        }
+        let all = store.list("").unwrap();
+        for p in stray {
+            let o = all.iter().find(|o| o.path == p);
+            assert_eq!(o.map(|o| o.size), Some(1), "{p}");
+            assert_eq!(store.get(p).unwrap(), b"?");
+        }
+        let data = store.list("data/").unwrap();
+        assert!(data.iter().any(|o| o.path == "data/readme.txt"));
+        for p in stray {
+            store.delete(p).unwrap();
+        }
+        let all = store.list("").unwrap();
+        assert!(all.iter().all(|o| !stray.contains(&o.path.as_str())));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_path_has_a_handle_that_gives_it_back() {
+        let cases = [
+            ("config", Kind::Config, "config"),
+            ("keys/k", Kind::Key, "k"),
+            ("data/ab/abcd", Kind::Pack(None), "ab/abcd"),
+            ("index/i", Kind::Index, "i"),
+            ("snapshots/s", Kind::Snapshot, "s"),
+            ("dicts/d", Kind::Dictionary, "d"),
+            ("locks/l", Kind::Lock, "l"),
+            ("writers/w", Kind::Writer, "w"),
+            ("forgotten/f", Kind::Forgotten, "f"),
+            ("migrate/state", Kind::Migrate, "state"),
+            ("damaged/data/ab/x", Kind::Damaged, "data/ab/x"),
+            ("stray", Kind::Foreign, "stray"),
+            ("keys/", Kind::Foreign, "keys/"),
+            ("config/x", Kind::Foreign, "config/x"),
+            ("other/x", Kind::Foreign, "other/x"),
+            ("", Kind::Foreign, ""),
+        ];
+        for (path, kind, name) in cases {
+            let h = Handle::new(path);
+            assert_eq!((h.kind(), h.name(), h.path()), (kind, name, path));
+            assert_eq!(h.to_string(), path);
+        }
+        let p = Handle::pack("data/ab/abcd", PackKind::Tree);
+        assert_eq!(p.kind(), Kind::Pack(Some(PackKind::Tree)));
+        assert_eq!(
+            (p.name(), p.to_string().as_str()),
+            ("ab/abcd", "data/ab/abcd")
+        );
     }
 }
