@@ -4,7 +4,7 @@
 //! [`Store::put_pack`] of a data pack copies the pack into a queue served by a few
 //! uploader threads and returns at once; once `uploaders + queue` packs are waiting or
 //! being sent, the next put waits for a place, so memory stays within that many packs.
-//! [`Store::flush`] waits until every queued pack is stored and returns the first error
+//! [`Backend::flush`] waits until every queued pack is stored and returns the first error
 //! (the repository flushes before it writes an index that lists packs, and before a
 //! snapshot). A read or stat of a pack still queued is served from its queued bytes. A
 //! pack found already stored is a success: packs are named by their content. After a
