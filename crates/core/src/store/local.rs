@@ -8,13 +8,12 @@
 
 use super::{Backend, ByteRange, Handle, Hint, Listing, ObjectInfo, WriteMode};
 use crate::error::{Error, Result};
-use crate::repo::lock;
 use std::collections::HashMap;
 use std::fs::{self, File};
 use std::io::{self, ErrorKind, Write};
 use std::os::unix::fs::{DirBuilderExt, FileExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, MutexGuard};
 
 /// A repository in a directory of the local file system.
 pub struct LocalStore {
@@ -57,6 +56,11 @@ fn create_file(path: &Path) -> io::Result<File> {
         .open(path)?;
     f.set_permissions(fs::Permissions::from_mode(FILE_MODE))?;
     Ok(f)
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    // A poisoned lock only means another thread panicked; the data is still whole.
+    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 /// Handles kept open at most (objects are immutable, so a cached handle never goes stale).

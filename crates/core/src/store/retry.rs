@@ -25,7 +25,7 @@ use crate::error::{BackendKind, Error, Result};
 use rand::Rng;
 use serde::Serialize;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 /// How often and how long to retry.
@@ -133,6 +133,11 @@ struct Breaker {
     open: Option<String>,
 }
 
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    // A poisoned lock only means another thread panicked; the streak is still whole.
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
 /// Retries transient failures of the inner store (see the module docs).
 pub struct Retry {
     inner: Arc<dyn Store>,
@@ -157,7 +162,7 @@ impl Retry {
     /// Why the storage was given up on, once it was: every request failed for the
     /// policy's time (see the module docs).
     pub fn given_up(&self) -> Option<String> {
-        crate::repo::lock(&self.breaker).open.clone()
+        lock(&self.breaker).open.clone()
     }
 
     /// The error every request fails with once the breaker is open: short, since every
@@ -173,7 +178,7 @@ impl Retry {
 
     /// Notes a request's result in the breaker's streak.
     fn note(&self, failed: Option<&Error>) {
-        let mut b = crate::repo::lock(&self.breaker);
+        let mut b = lock(&self.breaker);
         let Some(e) = failed else {
             if b.open.is_none() {
                 (b.since, b.failures) = (None, 0);
