@@ -5,7 +5,7 @@
 use libfuzzer_sys::fuzz_target;
 use mailvault_core::repo::crypto::MasterKey;
 use mailvault_core::repo::format::{Object, Version};
-use mailvault_core::repo::open_config_for_fuzz;
+use mailvault_core::repo::named::open_config_for_fuzz;
 use std::sync::LazyLock;
 
 static KEY: LazyLock<MasterKey> = LazyLock::new(MasterKey::random);

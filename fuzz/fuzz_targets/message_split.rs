@@ -7,10 +7,18 @@ use mailvault_core::repo::crypto::MasterKey;
 use mailvault_core::repo::split::{split, Chunker, ChunkerParams};
 use std::sync::LazyLock;
 
-const PARAMS: ChunkerParams = ChunkerParams { single_max: 4096, min: 256, avg: 1024, max: 4096 };
+const PARAMS: ChunkerParams = ChunkerParams {
+    single_max: 4096,
+    min: 256,
+    avg: 1024,
+    max: 4096,
+};
 
 static CHUNKERS: LazyLock<[Chunker; 2]> = LazyLock::new(|| {
-    [Chunker::public(PARAMS), Chunker::keyed(PARAMS, MasterKey::random().gear_table())]
+    [
+        Chunker::public(PARAMS),
+        Chunker::keyed(PARAMS, MasterKey::random().gear_table()),
+    ]
 });
 
 fuzz_target!(|data: &[u8]| {
@@ -28,6 +36,9 @@ fuzz_target!(|data: &[u8]| {
     assert!(key.len() + info.len() <= data.len());
     let _ = mailvault_core::ops::backup::header_summary(data);
     if let Some(enc) = mailvault_core::repo::b64::encode(data) {
-        assert_eq!(mailvault_core::repo::b64::decode(&enc, data.len()).unwrap(), data);
+        assert_eq!(
+            mailvault_core::repo::b64::decode(&enc, data.len()).unwrap(),
+            data
+        );
     }
 });

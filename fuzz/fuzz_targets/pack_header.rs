@@ -26,7 +26,9 @@ fn parse(pack: &[u8], blobs_len: usize, want: Version) {
 }
 
 fuzz_target!(|data: &[u8]| {
-    let Some((&split, rest)) = data.split_first() else { return };
+    let Some((&split, rest)) = data.split_first() else {
+        return;
+    };
     let at = usize::from(split >> 1).min(rest.len());
     let (blobs, header) = rest.split_at(at);
 

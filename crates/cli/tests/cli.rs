@@ -214,6 +214,67 @@ fn unchanged_messages_are_known_by_name_unless_asked_to_stat() {
     );
 }
 
+/// `restore --dry-run` prints the plan (accounts, folders, counts, the spans to read) and
+/// writes nothing, in text and in JSON.
+#[test]
+fn a_dry_run_restore_prints_the_plan_and_writes_nothing() {
+    let e = Env::new();
+    let src = e.path("vmail");
+    store(&src);
+    e.expect(0, &["init"]);
+    e.expect(0, &["backup", &format!("maildir:{}", src.display())]);
+    let out = e.path("out");
+    let target = format!("maildir:{}", out.display());
+    let args = [
+        "restore",
+        "latest",
+        "--target",
+        &target,
+        "--account",
+        "bob@example.org",
+        "--dry-run",
+    ];
+    let text = e.expect(0, &args);
+    assert!(text.contains("account bob@example.org"), "{text}");
+    assert!(!text.contains("carol"), "{text}");
+    assert!(text.contains("  INBOX: 31 messages"), "{text}");
+    assert!(text.contains("  Sent: 1 message,"), "{text}");
+    assert!(text.contains("  Archive/2023: 1 message,"), "{text}");
+    assert!(text.contains("33 messages"), "{text}");
+    assert!(text.contains("  pack "), "{text}");
+    let v = e.json(0, &args);
+    assert_eq!(v["messages"], 33, "{v}");
+    let folders: Vec<(String, u64)> = (v["accounts"][0]["folders"].as_array().unwrap())
+        .iter()
+        .map(|f| {
+            let name = f["name"].as_str().unwrap().to_string();
+            (name, f["messages"].as_u64().unwrap())
+        })
+        .collect();
+    assert_eq!(
+        folders,
+        [
+            ("INBOX".into(), 31),
+            ("Archive/2023".into(), 1),
+            ("Sent".into(), 1)
+        ]
+    );
+    assert!(!v["spans"].as_array().unwrap().is_empty(), "{v}");
+    assert!(!out.exists(), "a dry run wrote {}", out.display());
+
+    let none = [
+        "restore",
+        "latest",
+        "--target",
+        &target,
+        "--folder",
+        "Nope",
+        "--dry-run",
+    ];
+    e.expect(2, &none);
+    assert!(!out.exists());
+}
+
 #[test]
 fn partial_restores_and_conflicts() {
     let e = Env::new();

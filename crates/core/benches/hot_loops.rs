@@ -5,10 +5,11 @@
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 use mailvault_core::repo::compress::{self, Codec, Compression, Dictionaries};
 use mailvault_core::repo::crypto::MasterKey;
+use mailvault_core::repo::format::BlobKind;
 use mailvault_core::repo::format::{Object, Version};
 use mailvault_core::repo::id::Id;
 use mailvault_core::repo::index::Index;
-use mailvault_core::repo::pack::{BlobKind, PackBuilder, PackEntry};
+use mailvault_core::repo::pack::{PackBuilder, PackEntry};
 use mailvault_core::repo::split::{split, Chunker, ChunkerParams};
 
 /// A message-like text of `len` bytes: headers, then words.

@@ -120,6 +120,10 @@ pub enum Error {
         kind: BackendKind,
         detail: String,
     },
+    /// A file of the mail store changed each time it was read (rewritten in place): left
+    /// out of this snapshot, read again by the next backup.
+    #[error("changed while read, twice (rewritten in place: not a Maildir's way); not in this snapshot: the next backup reads it again")]
+    ChangedWhileRead { path: PathBuf },
 }
 
 /// What kind of failure a storage service reported: whether to retry, and what the user

@@ -14,6 +14,7 @@ pub mod ops;
 pub mod parallel;
 pub mod repo;
 pub mod report;
+pub mod restore;
 pub mod source;
 pub mod store;
 #[cfg(feature = "testing")]

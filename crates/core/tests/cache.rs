@@ -4,8 +4,8 @@
 
 mod common;
 
+use common::backup;
 use common::*;
-use mailvault_core::ops::backup::backup;
 use mailvault_core::report::NoProgress;
 use mailvault_core::store::{
     Backend, ByteRange, Cached, Handle, Hint, Listing, MemoryStore, Metered, ObjectInfo, WriteMode,

@@ -7,8 +7,8 @@
 mod common;
 
 use common::*;
+use mailvault_core::repo::format::BlobKind;
 use mailvault_core::repo::format::Version;
-use mailvault_core::repo::pack::BlobKind;
 use mailvault_core::store::LocalStore;
 use mailvault_core::{Id, InitOptions, Repository};
 use std::collections::HashSet;

@@ -4,8 +4,8 @@
 
 mod common;
 
+use common::backup;
 use common::*;
-use mailvault_core::ops::backup::backup;
 use mailvault_core::report::NoProgress;
 use mailvault_corpus::{generate, import_eml_dir, mutate, CorpusSpec, ImportSpec, MutationSpec};
 use std::path::{Path, PathBuf};
@@ -100,7 +100,7 @@ fn generated_store_round_trip_and_incremental() {
     let tree_bytes = |repo: &mailvault_core::Repository| -> u64 {
         repo.index()
             .iter()
-            .filter(|(_, l)| l.kind == mailvault_core::repo::pack::BlobKind::Tree)
+            .filter(|(_, l)| l.kind == mailvault_core::repo::format::BlobKind::Tree)
             .map(|(_, l)| u64::from(l.stored_len))
             .sum()
     };

@@ -8,9 +8,11 @@
 
 mod common;
 
+use common::backup;
 use common::*;
-use mailvault_core::ops::backup::{backup, BackupOptions, RunOptions};
 use mailvault_core::report::NoProgress;
+use mailvault_core::source::maildir::BackupOptions;
+use mailvault_core::source::RunOptions;
 use std::path::Path;
 
 fn fixtures() -> std::path::PathBuf {

@@ -12,13 +12,16 @@
 
 mod common;
 
+use common::imap_backup;
 use common::{init_repo, maildir_backup, message, put_msg};
-use mailvault_core::dest::imap::{restore as imap_restore, ImapRestoreOptions};
+use mailvault_core::dest::imap::ImapRestoreOptions;
 use mailvault_core::imap::{Connection, Login, Password};
-use mailvault_core::ops::backup::RunOptions;
-use mailvault_core::ops::restore::{restore, RestoreOptions, Selection};
+use mailvault_core::ops::restore::imap as imap_restore;
+use mailvault_core::ops::restore::{restore, RestoreOptions};
 use mailvault_core::report::NoProgress;
-use mailvault_core::source::imap::{backup as imap_backup, ImapBackupOptions};
+use mailvault_core::restore::Selection;
+use mailvault_core::source::imap::ImapBackupOptions;
+use mailvault_core::source::RunOptions;
 use mailvault_imap::testing::cyrus::CyrusServer;
 use mailvault_imap::{AppendMsg, SearchKey};
 use std::fs;

@@ -8,8 +8,9 @@
 mod common;
 
 use common::{init_repo, maildir_backup, master_connection, put_msg};
-use mailvault_core::dest::imap::{restore as imap_restore, ImapRestoreOptions};
+use mailvault_core::dest::imap::ImapRestoreOptions;
 use mailvault_core::imap::client::{ClientOptions, Endpoint, Security};
+use mailvault_core::ops::restore::imap as imap_restore;
 use mailvault_core::report::NoProgress;
 use mailvault_imap::testing::DovecotServer;
 use std::collections::{BTreeMap, VecDeque};

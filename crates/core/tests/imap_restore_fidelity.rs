@@ -10,13 +10,14 @@
 
 mod common;
 
+use common::imap_backup;
 use common::{
     imap_backup_opts, imap_restore_opts, init_repo, maildir_backup, maildir_restore, message,
     put_msg, small_store,
 };
-use mailvault_core::dest::imap::{restore as imap_restore, ImapRestoreOptions};
+use mailvault_core::dest::imap::ImapRestoreOptions;
+use mailvault_core::ops::restore::imap as imap_restore;
 use mailvault_core::report::NoProgress;
-use mailvault_core::source::imap::backup as imap_backup;
 use mailvault_core::Repository;
 use mailvault_imap::testing::{DovecotOptions, DovecotServer};
 use mailvault_imap::{AppendMsg, FetchQuery, SearchKey, SeqSet, Session, StoreMode};

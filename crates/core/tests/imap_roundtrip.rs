@@ -8,14 +8,14 @@
 
 mod common;
 
+use common::imap_backup;
 use common::{
     imap_backup_opts, imap_restore_opts, init_repo, maildir_backup, maildir_restore, put_msg,
 };
-use mailvault_core::dest::imap::restore as imap_restore;
 use mailvault_core::imap::names::parse_subscriptions;
 use mailvault_core::imap::{Login, Password};
+use mailvault_core::ops::restore::imap as imap_restore;
 use mailvault_core::report::NoProgress;
-use mailvault_core::source::imap::backup as imap_backup;
 use mailvault_imap::maildir_flags::{maildir_to_imap, KeywordTable};
 use mailvault_imap::testing::DovecotServer;
 use mailvault_imap::{from_crlf, FetchQuery, SeqSet, StoreMode};

@@ -4,7 +4,7 @@
 mod common;
 
 use common::{fast_init, imap_restore_opts, maildir_backup, PASSWORD};
-use mailvault_core::dest::imap::restore as imap_restore;
+use mailvault_core::ops::restore::imap as imap_restore;
 use mailvault_core::repo::tree::{AccountTree, RootTree};
 use mailvault_core::report::NoProgress;
 use mailvault_core::store::LocalStore;

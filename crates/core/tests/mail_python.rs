@@ -380,7 +380,7 @@ fn encoded_words_decode_as_pythons_email_header_does() {
     let mut wrong = Vec::new();
     for (header, expected) in &cases {
         let msg = format!("From: a@example.org\nSubject: {header}\n\nbody\n");
-        let (_, subject, _) = mailvault_core::ops::backup::header_summary(msg.as_bytes());
+        let (_, subject, _) = mailvault_core::mail::summary::header_summary(msg.as_bytes());
         // The summary is cut at 160 characters; compare what it keeps.
         let expected: String = expected.trim().chars().take(160).collect();
         if subject.trim_end_matches('…') != expected {

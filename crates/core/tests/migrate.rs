@@ -481,7 +481,7 @@ fn migration_stopped_at_every_write_is_finished_by_migrate_again() {
             for d in ["cur", "new", "tmp"] {
                 std::fs::create_dir_all(src.join(d)).unwrap();
             }
-            let e = mailvault_core::ops::backup::backup(
+            let e = common::backup(
                 &mut repo,
                 &backup_opts(&src, vec![]),
                 &mailvault_core::report::NoProgress,

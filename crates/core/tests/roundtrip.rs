@@ -3,10 +3,12 @@
 
 mod common;
 
+use common::backup;
 use common::*;
-use mailvault_core::ops::backup::backup;
-use mailvault_core::ops::restore::{Owners, RestoreOptions, Selection};
+use mailvault_core::dest::owners::RestoreOwners;
+use mailvault_core::ops::restore::RestoreOptions;
 use mailvault_core::report::NoProgress;
+use mailvault_core::restore::Selection;
 use std::os::unix::ffi::OsStrExt;
 
 #[test]
@@ -175,7 +177,7 @@ fn owners_and_modes_of_directories_and_files_round_trip() {
                 },
                 target: out2.clone(),
                 jobs: 2,
-                owners: Owners::Fixed { uid: 1, gid: 2 },
+                owners: RestoreOwners::Fixed { uid: 1, gid: 2 },
             },
         );
         assert!(r.failures.is_empty(), "{:?}", r.failures);
@@ -259,9 +261,9 @@ fn restore_never_follows_links_inside_the_target() {
 /// reported by name and the rest of the account restores.
 #[test]
 fn an_overlong_folder_name_costs_that_folder_only() {
-    use mailvault_core::repo::pack::BlobKind;
+    use mailvault_core::repo::format::BlobKind;
     use mailvault_core::repo::tree::{self, AccountTree, RootTree};
-    use mailvault_core::repo::BlobSaver;
+    use mailvault_core::repo::writer::BlobSaver;
     let t = tempfile::tempdir().unwrap();
     let src = t.path().join("vmail");
     small_store(&src);

@@ -638,8 +638,8 @@ fn a_source_written_against_the_trait_alone_conforms() {
 /// mtime.
 #[test]
 fn maildir_trees_match_a_repository_made_before_the_trait() {
+    use common::backup;
     use common::{open_repo, small_store};
-    use mailvault_core::ops::backup::backup;
     let t = tempfile::tempdir().unwrap();
     let repo_dir = t.path().join("repo");
     let fixture = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/repo-v2");

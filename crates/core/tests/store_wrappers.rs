@@ -8,9 +8,9 @@
 
 mod common;
 
+use common::backup;
 use common::*;
 use mailvault_core::error::Result;
-use mailvault_core::ops::backup::backup;
 use mailvault_core::report::NoProgress;
 use mailvault_core::store::{
     Backend, ByteRange, Cached, FaultyStore, Handle, Hint, Kind, Limit, Listing, MemoryStore,

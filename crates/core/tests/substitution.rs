@@ -11,15 +11,18 @@
 
 mod common;
 
+use common::backup;
 use common::*;
-use mailvault_core::ops::backup::{backup, BackupOptions};
 use mailvault_core::ops::check::{CheckError, CheckReport, DamageKind};
-use mailvault_core::ops::restore::{restore, RestoreOptions, RestoreReport, Selection};
+use mailvault_core::ops::restore::{restore, RestoreOptions};
+use mailvault_core::repo::format::BlobKind;
 use mailvault_core::repo::format::{self, Object, Version};
 use mailvault_core::repo::index::{self, Location};
-use mailvault_core::repo::pack::{self, BlobKind, IndexedPack, PackBuilder};
+use mailvault_core::repo::pack::{self, IndexedPack, PackBuilder};
 use mailvault_core::repo::snapshot::Snapshot;
 use mailvault_core::report::NoProgress;
+use mailvault_core::restore::{RestoreReport, Selection};
+use mailvault_core::source::maildir::BackupOptions;
 use mailvault_core::store::LocalStore;
 use mailvault_core::{Error, Id, InitOptions, Repository};
 use std::collections::HashMap;

@@ -26,14 +26,14 @@ mod common;
 
 use common::{imap_restore_opts, init_repo, maildir_backup, put_msg, python3, test_run};
 use mailvault_core::dest::eml::EmlTarget;
-use mailvault_core::dest::imap::restore as imap_restore;
-use mailvault_core::dest::maildir::{MaildirTarget, Owners};
+use mailvault_core::dest::maildir::MaildirTarget;
 use mailvault_core::dest::mbox::MboxTarget;
+use mailvault_core::dest::owners::RestoreOwners;
 use mailvault_core::imap::names::parse_subscriptions;
-use mailvault_core::ops::restore::{
-    restore, restore_into, RestoreOptions, RestoreReport, Selection,
-};
+use mailvault_core::ops::restore::imap as imap_restore;
+use mailvault_core::ops::restore::{restore, run, RestoreOptions};
 use mailvault_core::report::NoProgress;
+use mailvault_core::restore::{Request, RestoreReport, Selection};
 use mailvault_core::source::file::{FileOptions, FileSource};
 use mailvault_core::Repository;
 use mailvault_imap::maildir_flags::{maildir_to_imap, KeywordTable};
@@ -337,7 +337,7 @@ fn latest() -> Selection {
 
 /// `restore --target mbox:DIR`.
 fn restore_mbox(repo: &Repository, dir: &Path) -> RestoreReport {
-    restore_into(repo, &latest(), &NoProgress, |_, _| {
+    run(repo, Request::Selection(latest()), &NoProgress, |_, _| {
         MboxTarget::open(dir, 2)
     })
     .unwrap()
@@ -346,17 +346,21 @@ fn restore_mbox(repo: &Repository, dir: &Path) -> RestoreReport {
 
 /// `restore --target eml:DIR`.
 fn restore_eml(repo: &Repository, dir: &Path) -> RestoreReport {
-    restore_into(repo, &latest(), &NoProgress, |_, _| EmlTarget::open(dir, 2))
-        .unwrap()
-        .0
+    run(repo, Request::Selection(latest()), &NoProgress, |_, _| {
+        EmlTarget::open(dir, 2)
+    })
+    .unwrap()
+    .0
 }
 
 /// `restore --target dir:DIR` (the Maildir target made plain, as the CLI opens it).
 fn restore_dir(repo: &Repository, dir: &Path) -> RestoreReport {
     let open = |_: &str, names: &mailvault_core::repo::tree::OwnerNames| {
-        MaildirTarget::plain(dir, Owners::ByName, names, 2)
+        MaildirTarget::plain(dir, RestoreOwners::ByName, names, 2)
     };
-    restore_into(repo, &latest(), &NoProgress, open).unwrap().0
+    run(repo, Request::Selection(latest()), &NoProgress, open)
+        .unwrap()
+        .0
 }
 
 /// Where an mbox or EML export puts the account `example.org/bob/Maildir` below its root.

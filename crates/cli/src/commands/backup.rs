@@ -3,9 +3,9 @@
 use crate::output::{bytes, count, print_failures, ratio};
 use crate::{progress::Bar, repo, GlobalOpts, Outcome};
 use anyhow::Result;
-use mailvault_core::ops::backup::BackupReport;
-use mailvault_core::source::imap::{backup_at as imap_backup_at, ImapBackupOptions};
-use mailvault_core::source::maildir::{backup_at, BackupOptions};
+use mailvault_core::ops::backup::{self, BackupReport};
+use mailvault_core::source::imap::{ImapBackupOptions, ImapSource};
+use mailvault_core::source::maildir::{BackupOptions, MaildirSource};
 use mailvault_core::Compression;
 
 #[derive(clap::Args, Debug)]
@@ -160,16 +160,20 @@ fn execute_source(g: &GlobalOpts, a: Args) -> Result<BackupReport> {
     };
     let rep = match snapshots.first().map(|s| s.read_from()) {
         Some(from) => run_backup(g, a.time, |r, time, bar| {
-            mailvault_core::source::maildir::backup_from(r, &opts, &from, time, bar)
+            let mut source = MaildirSource::new(&opts)?;
+            source.read_from(&from)?;
+            backup::run(r, &source, &opts.run, time, bar)
         }),
-        None => run_backup(g, a.time, |r, time, bar| backup_at(r, &opts, time, bar)),
+        None => run_backup(g, a.time, |r, time, bar| {
+            MaildirSource::new(&opts).and_then(|s| backup::run(r, &s, &opts.run, time, bar))
+        }),
     };
     remove_snapshots(snapshots, rep)
 }
 
 /// The options every kind of source shares.
-fn run_options(a: &Args) -> Result<mailvault_core::ops::backup::RunOptions> {
-    Ok(mailvault_core::ops::backup::RunOptions {
+fn run_options(a: &Args) -> Result<mailvault_core::source::RunOptions> {
+    Ok(mailvault_core::source::RunOptions {
         compression: a
             .compression
             .as_deref()
@@ -191,7 +195,7 @@ fn one_account(a: &Args, what: &str) -> Result<String> {
 }
 
 fn run_mbox(g: &GlobalOpts, a: Args, path: std::path::PathBuf) -> Result<BackupReport> {
-    use mailvault_core::source::mbox::{backup_at, MboxLayout, MboxOptions};
+    use mailvault_core::source::mbox::{MboxLayout, MboxOptions, MboxSource};
     let what = format!("mbox source {}", path.display());
     let layout = if path.is_dir() {
         if a.folder.is_some() {
@@ -235,11 +239,13 @@ fn run_mbox(g: &GlobalOpts, a: Args, path: std::path::PathBuf) -> Result<BackupR
         jobs: repo::jobs(g),
         run: run_options(&a)?,
     };
-    run_backup(g, a.time, |r, time, bar| backup_at(r, &opts, time, bar))
+    run_backup(g, a.time, |r, time, bar| {
+        MboxSource::new(&opts).and_then(|s| backup::run(r, &s, &opts.run, time, bar))
+    })
 }
 
 fn run_eml(g: &GlobalOpts, a: Args, path: std::path::PathBuf) -> Result<BackupReport> {
-    use mailvault_core::source::eml::{backup_at, EmlOptions};
+    use mailvault_core::source::eml::{EmlOptions, EmlSource};
     let what = format!("EML source {}", path.display());
     if a.domain.is_some() || a.folder.is_some() {
         anyhow::bail!("{what}: --domain and --folder only apply to mbox: sources");
@@ -250,12 +256,14 @@ fn run_eml(g: &GlobalOpts, a: Args, path: std::path::PathBuf) -> Result<BackupRe
         jobs: repo::jobs(g),
         run: run_options(&a)?,
     };
-    run_backup(g, a.time, |r, time, bar| backup_at(r, &opts, time, bar))
+    run_backup(g, a.time, |r, time, bar| {
+        EmlSource::new(&opts).and_then(|s| backup::run(r, &s, &opts.run, time, bar))
+    })
 }
 
 /// `backup file:PATH [file:PATH...]`: files and directory trees as files.
 fn run_files(g: &GlobalOpts, a: Args, first: std::path::PathBuf) -> Result<BackupReport> {
-    use mailvault_core::source::file::{backup_at, FileOptions};
+    use mailvault_core::source::file::{FileOptions, FileSource};
     if !a.account.is_empty() || a.domain.is_some() || a.folder.is_some() || a.stat_unchanged {
         anyhow::bail!(
             "file: sources: --account, --domain, --folder and --stat-unchanged do not apply \
@@ -278,7 +286,9 @@ fn run_files(g: &GlobalOpts, a: Args, first: std::path::PathBuf) -> Result<Backu
         read_from: snapshots.iter().map(|s| s.read_from()).collect(),
         run: run_options(&a)?,
     };
-    let rep = run_backup(g, a.time, |r, time, bar| backup_at(r, &opts, time, bar));
+    let rep = run_backup(g, a.time, |r, time, bar| {
+        FileSource::new(&opts).and_then(|s| backup::run(r, &s, &opts.run, time, bar))
+    });
     remove_snapshots(snapshots, rep)
 }
 
@@ -452,6 +462,6 @@ fn run_imap(g: &GlobalOpts, a: Args) -> Result<BackupReport> {
         fetch_batch: 200,
     };
     run_backup(g, a.time, |r, time, bar| {
-        imap_backup_at(r, &opts, time, bar)
+        ImapSource::new(&opts).and_then(|s| backup::run(r, &s, &opts.run, time, bar))
     })
 }

@@ -4,9 +4,12 @@
 
 use crate::{progress::Bar, repo, GlobalOpts, Outcome};
 use anyhow::{bail, Context, Result};
-use mailvault_core::ops::backup::{backup, BackupOptions, RunOptions};
+use mailvault_core::ops::backup::{self, BackupReport};
 use mailvault_core::ops::check::{check, CheckOptions};
-use mailvault_core::ops::restore::{restore, RestoreOptions, Selection};
+use mailvault_core::ops::restore::{restore, RestoreOptions};
+use mailvault_core::restore::Selection;
+use mailvault_core::source::maildir::{BackupOptions, MaildirSource};
+use mailvault_core::source::RunOptions;
 use mailvault_core::store::{LocalStore, Metered, Store};
 use mailvault_core::{InitOptions, Repository};
 use mailvault_corpus::{generate, mutate, CorpusSpec, MutationSpec};
@@ -229,4 +232,14 @@ fn compare(a: &Path, b: &Path) -> Result<(usize, Vec<String>)> {
         diffs.push(format!("{}: extra", String::from_utf8_lossy(k)));
     }
     Ok((fa.len(), diffs))
+}
+
+/// A backup of the sample store, dated now.
+fn backup(
+    r: &mut Repository,
+    opts: &BackupOptions,
+    bar: &Bar,
+) -> mailvault_core::Result<BackupReport> {
+    let source = MaildirSource::new(opts)?;
+    backup::run(r, &source, &opts.run, mailvault_core::now(), bar)
 }

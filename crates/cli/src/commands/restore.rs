@@ -3,8 +3,11 @@
 use crate::output::{bytes, count, print_failures, safe};
 use crate::{progress::Bar, repo, GlobalOpts, Outcome};
 use anyhow::Result;
-use mailvault_core::dest::imap::{restore as imap_restore, ImapRestoreOptions, ImapRestoreReport};
-use mailvault_core::ops::restore::{restore, Owners, RestoreOptions, RestoreReport, Selection};
+use mailvault_core::dest::imap::{ImapRestoreOptions, ImapRestoreReport};
+use mailvault_core::dest::owners::RestoreOwners;
+use mailvault_core::ops::restore::imap as imap_restore;
+use mailvault_core::ops::restore::{restore, RestoreOptions};
+use mailvault_core::restore::{Request, RestoreReport, Selection};
 
 #[derive(clap::Args, Debug)]
 pub struct Args {
@@ -19,6 +22,10 @@ pub struct Args {
     /// Only this message, by Maildir key as `ls` shows it (repeatable).
     #[arg(long)]
     pub message: Vec<String>,
+    /// Print the plan (accounts, folders, messages, bytes, the pack spans to read, in
+    /// order) and write nothing.
+    #[arg(long)]
+    pub dry_run: bool,
     #[command(flatten)]
     pub to: TargetArgs,
 }
@@ -108,9 +115,9 @@ impl TargetArgs {
         self.no_imap_flags()?;
         let target = super::maildir_location(&self.target, "target")?;
         let owners = match (&self.chown, self.numeric_owner) {
-            (Some(spec), _) => Owners::chown(spec)?,
-            (None, true) => Owners::Numeric,
-            (None, false) => Owners::ByName,
+            (Some(spec), _) => RestoreOwners::chown(spec)?,
+            (None, true) => RestoreOwners::Numeric,
+            (None, false) => RestoreOwners::ByName,
         };
         Ok(RestoreOptions {
             select: Selection {
@@ -146,6 +153,9 @@ impl TargetArgs {
 }
 
 pub fn run(g: &GlobalOpts, a: Args) -> Result<Outcome> {
+    if a.dry_run {
+        return run_dry(g, &a);
+    }
     if a.to.is_imap() {
         return run_imap(g, a);
     }
@@ -178,7 +188,8 @@ pub fn run(g: &GlobalOpts, a: Args) -> Result<Outcome> {
             let open = |_: &str, names: &mailvault_core::repo::tree::OwnerNames| {
                 MaildirTarget::plain(&opts.target, opts.owners, names, opts.jobs)
             };
-            mailvault_core::ops::restore::restore_into(&r, &opts.select, bar, open).map(|x| x.0)
+            let request = Request::Selection(opts.select.clone());
+            mailvault_core::ops::restore::run(&r, request, bar, open).map(|x| x.0)
         }
         None => restore(&r, &opts, bar),
     })?;
@@ -200,7 +211,7 @@ enum Export {
 /// `restore --target mbox:DIR` or `eml:DIR`.
 fn run_export(g: &GlobalOpts, a: Args, dir: std::path::PathBuf, fmt: Export) -> Result<Outcome> {
     use mailvault_core::dest::{eml::EmlTarget, mbox::MboxTarget};
-    use mailvault_core::ops::restore::restore_into;
+    use mailvault_core::ops::restore::run;
     a.to.no_imap_flags()?;
     a.to.no_owner_flags()?;
     let sel = Selection {
@@ -212,9 +223,13 @@ fn run_export(g: &GlobalOpts, a: Args, dir: std::path::PathBuf, fmt: Export) -> 
     let r = repo::open(g)?;
     let rep = Bar::run(g.quiet || g.json, "restore", |bar| match fmt {
         Export::Mbox => {
-            restore_into(&r, &sel, bar, |_, _| MboxTarget::open(&dir, jobs)).map(|x| x.0)
+            let request = Request::Selection(sel.clone());
+            run(&r, request, bar, |_, _| MboxTarget::open(&dir, jobs)).map(|x| x.0)
         }
-        Export::Eml => restore_into(&r, &sel, bar, |_, _| EmlTarget::open(&dir, jobs)).map(|x| x.0),
+        Export::Eml => {
+            let request = Request::Selection(sel.clone());
+            run(&r, request, bar, |_, _| EmlTarget::open(&dir, jobs)).map(|x| x.0)
+        }
     })?;
     if g.json {
         crate::output::json(&rep)?;
@@ -353,4 +368,49 @@ pub fn print_imap_counts(r: &ImapRestoreReport) {
     }
     println!("  journal    {}", safe(&r.journal));
     print_failures(&r.failures);
+}
+
+/// `restore --dry-run`: the plan of the selection, nothing opened or written.
+fn run_dry(g: &GlobalOpts, a: &Args) -> Result<Outcome> {
+    use mailvault_core::restore::plan::Plan;
+    let r = repo::open(g)?;
+    let plan = Plan::build(&r, &a.selection())?;
+    let s = plan.summary(&r);
+    if g.json {
+        crate::output::json(&s)?;
+        return Ok(outcome(0, &s.failures));
+    }
+    println!(
+        "dry run: restore of snapshot {} would write nothing until run without --dry-run",
+        &s.snapshot[..8]
+    );
+    for acc in &s.accounts {
+        println!("account {}", safe(&acc.name));
+        for f in &acc.folders {
+            println!(
+                "  {}: {}, {}",
+                safe(&f.name),
+                count(f.messages, "message", "messages"),
+                bytes(f.bytes)
+            );
+        }
+    }
+    println!(
+        "{}, {}; {} in {} to read ({}), in this order:",
+        count(s.messages, "message", "messages"),
+        bytes(s.bytes),
+        count(s.spans.len() as u64, "span", "spans"),
+        count(s.packs, "pack", "packs"),
+        bytes(s.span_bytes)
+    );
+    for sp in &s.spans {
+        println!(
+            "  pack {} offset {} length {}",
+            &sp.pack[..16],
+            sp.offset,
+            sp.len
+        );
+    }
+    print_failures(&s.failures);
+    Ok(outcome(0, &s.failures))
 }

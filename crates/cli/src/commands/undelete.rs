@@ -6,11 +6,11 @@ use crate::output::{print_failures, safe};
 use crate::{progress::Bar, repo, GlobalOpts, Outcome};
 use anyhow::Result;
 use mailvault_core::dest::imap::ImapRestoreReport;
-use mailvault_core::ops::restore::RestoreReport;
 use mailvault_core::ops::undelete::{
     undelete, undelete_imap, window_start, Deleted, DeletedOptions, UndeleteOptions,
 };
 use mailvault_core::report::Failure;
+use mailvault_core::restore::RestoreReport;
 
 #[derive(clap::Args, Debug)]
 pub struct Args {

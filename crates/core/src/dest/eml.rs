@@ -13,9 +13,11 @@
 //! Directories are opened as the Maildir target opens them: relative to their parent,
 //! never through a symbolic link.
 
-use super::maildir::{open_target, read_at, rename_noreplace, set_attributes, Attrs};
+use super::fs::{open_target, read_at, rename_noreplace, set_attributes, Attrs};
 use super::mbox::{folder_error, folder_parts, mail_meta, open_dirs, shown, Claims, TreeAccount};
-use super::{AccountInfo, Caps, Failures, FolderInfo, Item, Message, Order, Outcome, Target};
+use super::{
+    AccountInfo, Caps, FolderInfo, Item, Message, Order, Outcome, RestoreFailures, Target,
+};
 use crate::error::{Error, Result};
 use crate::mail::eml::{is_eml, SIDECAR};
 use crate::mail::layout::Tree;
@@ -195,7 +197,7 @@ impl Target for EmlTarget {
         })
     }
 
-    fn finish_folder(&self, folder: EmlFolder, failures: &Failures) {
+    fn finish_folder(&self, folder: EmlFolder, failures: &RestoreFailures) {
         let entries = folder
             .entries
             .into_inner()

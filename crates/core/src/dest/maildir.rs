@@ -17,7 +17,12 @@
 //! account is finished, deepest first, so that none becomes unwritable before its content
 //! is in.
 
-use super::{AccountInfo, Caps, Failures, FolderInfo, HardLink, Item, Message, Order};
+use super::fs::{
+    open_dir_at, open_path, open_target, open_unnamed, read_at, rename_noreplace, set_attributes,
+    through_tmp, write_renamed, write_sparse, write_unnamed, Attrs,
+};
+use super::owners::{OwnerMap, RestoreOwners};
+use super::{AccountInfo, Caps, FolderInfo, HardLink, Item, Message, Order, RestoreFailures};
 use super::{Linked, Outcome, Target};
 use crate::error::{Error, Result};
 use crate::mail::maildir;
@@ -27,125 +32,13 @@ use rustix::fs::{Mode, OFlags};
 use rustix::io::Errno;
 use std::collections::{BTreeMap, HashMap};
 use std::ffi::OsStr;
-use std::fs::{self, File};
-use std::io::{ErrorKind, Read, Write};
+use std::fs::File;
+use std::io::ErrorKind;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
+use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Mutex;
-use std::time::{Duration, SystemTime};
-
-/// Whose the restored files and directories become. Only root can give files away: run as
-/// another user, a restore sets modes and leaves every owner its own.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum Owners {
-    /// The recorded owners, by name where the snapshot has the name and this system knows
-    /// it (as tar does), else by number.
-    #[default]
-    ByName,
-    /// The recorded uids and gids as they are (`--numeric-owner`).
-    Numeric,
-    /// Everything to one owner (`--chown USER:GROUP`).
-    Fixed { uid: u32, gid: u32 },
-}
-
-impl Owners {
-    /// `USER:GROUP` (names or numbers) for [`Owners::Fixed`].
-    pub fn chown(spec: &str) -> Result<Owners> {
-        use nix::unistd::{Group, User};
-        let bad = |what: &str| Error::InvalidInput(format!("--chown {spec:?}: {what}"));
-        let (user, group) = spec
-            .split_once(':')
-            .ok_or_else(|| bad("expected USER:GROUP"))?;
-        let uid = match user.parse::<u32>() {
-            Ok(n) => n,
-            Err(_) => match User::from_name(user) {
-                Ok(Some(u)) => u.uid.as_raw(),
-                _ => return Err(bad(&format!("no user {user:?} on this system"))),
-            },
-        };
-        let gid = match group.parse::<u32>() {
-            Ok(n) => n,
-            Err(_) => match Group::from_name(group) {
-                Ok(Some(g)) => g.gid.as_raw(),
-                _ => return Err(bad(&format!("no group {group:?} on this system"))),
-            },
-        };
-        Ok(Owners::Fixed { uid, gid })
-    }
-}
-
-/// Recorded owners to this system's, as [`Owners`] says.
-struct OwnerMap {
-    /// Only root gives files away; otherwise no owner is set at all.
-    root: bool,
-    /// Not root: our own uid and gid, and whether an owner other than them was left
-    /// unset (said once, in the report's warnings).
-    me: (u32, u32),
-    not_given: AtomicBool,
-    policy: Owners,
-    uids: HashMap<u32, u32>,
-    gids: HashMap<u32, u32>,
-}
-
-impl OwnerMap {
-    fn new(policy: Owners, names: &OwnerNames) -> OwnerMap {
-        use nix::unistd::{Group, User};
-        let root = rustix::process::geteuid().is_root();
-        let mut m = OwnerMap {
-            root,
-            me: (
-                rustix::process::geteuid().as_raw(),
-                rustix::process::getegid().as_raw(),
-            ),
-            not_given: AtomicBool::new(false),
-            policy,
-            uids: HashMap::new(),
-            gids: HashMap::new(),
-        };
-        if root && policy == Owners::ByName {
-            for (id, name) in &names.users {
-                if let Ok(Some(u)) = User::from_name(name) {
-                    m.uids.insert(*id, u.uid.as_raw());
-                }
-            }
-            for (id, name) in &names.groups {
-                if let Ok(Some(g)) = Group::from_name(name) {
-                    m.gids.insert(*id, g.gid.as_raw());
-                }
-            }
-        }
-        m
-    }
-
-    /// `--chown`: everything gets one owner.
-    fn fixed(&self) -> bool {
-        self.root && matches!(self.policy, Owners::Fixed { .. })
-    }
-
-    /// The owner to give a restored file recorded as `uid`, `gid`; `None`: leave it.
-    fn get(&self, uid: u32, gid: u32) -> Option<(u32, u32)> {
-        let (uid, gid) = match self.policy {
-            Owners::Fixed { uid, gid } => (uid, gid),
-            _ if uid == NO_OWNER || gid == NO_OWNER => return None,
-            _ => (uid, gid),
-        };
-        if !self.root {
-            if (uid, gid) != self.me {
-                self.not_given.store(true, Relaxed);
-            }
-            return None;
-        }
-        if matches!(self.policy, Owners::Fixed { .. }) {
-            return Some((uid, gid));
-        }
-        Some((
-            *self.uids.get(&uid).unwrap_or(&uid),
-            *self.gids.get(&gid).unwrap_or(&gid),
-        ))
-    }
-}
 
 /// A restore holds three directories open per folder of a batch (the folder, `cur/`,
 /// `new/`): the soft limit on open files goes up to the hard one, as Go programs do, and
@@ -175,18 +68,6 @@ const MAX_FOLDER_BATCH: usize = 20_000;
 /// their path below the target (components).
 type DirAttrs = BTreeMap<Vec<Vec<u8>>, DirEntry>;
 
-/// Creates the target directory if need be and opens it (following it if it is a link:
-/// the admin named it).
-pub(crate) fn open_target(target: &Path) -> Result<OwnedFd> {
-    fs::create_dir_all(target).map_err(|e| Error::io(target, e))?;
-    rustix::fs::open(
-        target,
-        OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
-        Mode::empty(),
-    )
-    .map_err(|e| Error::io(target, e.into()))
-}
-
 /// A Maildir tree as a restore target.
 pub struct MaildirTarget {
     /// The target directory as given, for messages.
@@ -206,7 +87,7 @@ impl MaildirTarget {
     /// (0: one per core).
     pub fn open(
         path: &Path,
-        owners: Owners,
+        owners: RestoreOwners,
         names: &OwnerNames,
         jobs: usize,
     ) -> Result<MaildirTarget> {
@@ -226,7 +107,7 @@ impl MaildirTarget {
     /// snapshot with messages still gets Maildir folders for them.
     pub fn plain(
         path: &Path,
-        owners: Owners,
+        owners: RestoreOwners,
         names: &OwnerNames,
         jobs: usize,
     ) -> Result<MaildirTarget> {
@@ -502,7 +383,12 @@ impl Target for MaildirTarget {
         placed.map_err(|e| write_error(shown, e))
     }
 
-    fn link_files(&self, acc: &MaildirAccount, links: &[HardLink], failures: &Failures) -> Linked {
+    fn link_files(
+        &self,
+        acc: &MaildirAccount,
+        links: &[HardLink],
+        failures: &RestoreFailures,
+    ) -> Linked {
         let mut done = Linked::default();
         // The last directory opened on either side, for the next link in it (links come
         // folder by folder, and mostly to files of one folder).
@@ -520,7 +406,7 @@ impl Target for MaildirTarget {
         done
     }
 
-    fn finish_account(&self, acc: MaildirAccount, failures: &Failures) {
+    fn finish_account(&self, acc: MaildirAccount, failures: &RestoreFailures) {
         let attrs = acc.attrs.into_inner().unwrap_or_else(|p| p.into_inner());
         set_dir_attrs(self, &attrs, failures);
         let mtimes = acc.mtimes.into_inner().unwrap_or_else(|p| p.into_inner());
@@ -581,63 +467,6 @@ impl FolderDirs {
     }
 }
 
-/// Opens (creating what is missing) the directories `parts` below `base`, none of them
-/// through a symbolic link. Directories are created 0700 (mail is private): a recorded
-/// mode is set at the end, once their content is in. Errors say at which component.
-pub(crate) fn open_path(
-    base: BorrowedFd,
-    parts: &[&[u8]],
-    create: bool,
-) -> std::result::Result<OwnedFd, (usize, std::io::Error)> {
-    let mut fd = rustix::io::dup(base).map_err(|e| (0, e.into()))?;
-    let mut path: Vec<Vec<u8>> = Vec::new();
-    for (i, p) in parts.iter().enumerate() {
-        if p.is_empty() {
-            continue;
-        }
-        path.push(p.to_vec());
-        fd = open_dir_at(fd.as_fd(), p, create.then_some(0o700)).map_err(|e| (i + 1, e))?;
-    }
-    Ok(fd)
-}
-
-/// Opens the directory `name` in `parent` without following a symbolic link, creating it
-/// with `create` (a mode, before the umask) if it is missing.
-pub(crate) fn open_dir_at(
-    parent: BorrowedFd,
-    name: &[u8],
-    create: Option<u32>,
-) -> std::io::Result<OwnedFd> {
-    if let Some(mode) = create {
-        match rustix::fs::mkdirat(parent, name, Mode::from_raw_mode(mode)) {
-            Ok(()) => {}
-            Err(e) if e == Errno::EXIST => {}
-            Err(e) => return Err(e.into()),
-        }
-    }
-    rustix::fs::openat(
-        parent,
-        name,
-        OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
-        Mode::empty(),
-    )
-    .map_err(|e| {
-        // A link to a directory opened with O_DIRECTORY | O_NOFOLLOW: ENOTDIR.
-        let link = rustix::fs::statat(parent, name, rustix::fs::AtFlags::SYMLINK_NOFOLLOW)
-            .is_ok_and(|st| rustix::fs::FileType::from_raw_mode(st.st_mode).is_symlink());
-        not_followed(if link { Errno::LOOP } else { e })
-    })
-}
-
-/// `ELOOP` from an `O_NOFOLLOW` open: the name is a symbolic link.
-fn not_followed(e: Errno) -> std::io::Error {
-    if e == Errno::LOOP {
-        std::io::Error::other("a symbolic link inside the target: not followed")
-    } else {
-        e.into()
-    }
-}
-
 /// Opens a folder's directory (`node_dir`: its components below the account's) and its
 /// `cur`, `new` and `tmp` (unless `plain`), creating them as needed.
 fn open_folder_dirs(
@@ -685,7 +514,7 @@ fn unrecorded_dir(name: &[u8]) -> DirEntry {
 }
 
 /// Gives the directories their recorded owner and mode, deepest first.
-fn set_dir_attrs(t: &MaildirTarget, attrs: &DirAttrs, failures: &Failures) {
+fn set_dir_attrs(t: &MaildirTarget, attrs: &DirAttrs, failures: &RestoreFailures) {
     let mut order: Vec<(&Vec<Vec<u8>>, &DirEntry)> = attrs.iter().collect();
     order.sort_by_key(|(p, _)| std::cmp::Reverse(p.len()));
     for (path, d) in order {
@@ -713,7 +542,7 @@ fn set_dir_attrs(t: &MaildirTarget, attrs: &DirAttrs, failures: &Failures) {
 fn set_dir_mtimes(
     t: &MaildirTarget,
     mtimes: &BTreeMap<Vec<Vec<u8>>, Timestamp>,
-    failures: &Failures,
+    failures: &RestoreFailures,
 ) {
     use rustix::fs::{futimens, Timespec, Timestamps};
     let mut order: Vec<(&Vec<Vec<u8>>, &Timestamp)> = mtimes.iter().collect();
@@ -740,7 +569,10 @@ fn set_dir_mtimes(
 }
 
 /// Maildir keys already present in a target folder: where each is and its name.
-fn existing_keys(folder: &FolderDirs, failures: &Failures) -> HashMap<Vec<u8>, (bool, Vec<u8>)> {
+fn existing_keys(
+    folder: &FolderDirs,
+    failures: &RestoreFailures,
+) -> HashMap<Vec<u8>, (bool, Vec<u8>)> {
     let mut out = HashMap::new();
     for new in [false, true] {
         let dir = match rustix::fs::Dir::read_from(folder.sub(new)) {
@@ -763,20 +595,6 @@ fn existing_keys(folder: &FolderDirs, failures: &Failures) -> HashMap<Vec<u8>, (
         }
     }
     out
-}
-
-/// Reads a file of the target without following a symbolic link.
-pub(crate) fn read_at(dir: BorrowedFd, name: &[u8]) -> std::io::Result<Vec<u8>> {
-    let fd = rustix::fs::openat(
-        dir,
-        name,
-        OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
-        Mode::empty(),
-    )
-    .map_err(not_followed)?;
-    let mut data = Vec::new();
-    File::from(fd).read_to_end(&mut data)?;
-    Ok(data)
 }
 
 /// Writes `data` as `name` in the folder's `new/` or `cur/` (`new`: `Some`) or in the
@@ -830,149 +648,6 @@ fn write_error(shown: PathBuf, e: std::io::Error) -> Error {
     }
 }
 
-/// What a restored file gets besides its bytes.
-#[derive(Clone, Copy)]
-pub(crate) struct Attrs {
-    pub(crate) mode: u32,
-    pub(crate) mtime: Timestamp,
-    /// (uid, gid) to set, if any.
-    pub(crate) owner: Option<(u32, u32)>,
-}
-
-/// Mode, owner and times of a file being written.
-pub(crate) fn set_attributes(f: &File, attrs: Attrs) -> std::io::Result<()> {
-    let Attrs { mode, mtime, owner } = attrs;
-    if let Some((uid, gid)) = owner {
-        std::os::unix::fs::fchown(f, Some(uid), Some(gid))?;
-    }
-    // After the owner: chown clears set-id bits.
-    if mode != 0 {
-        rustix::fs::fchmod(f, Mode::from_raw_mode(mode))?;
-    }
-    let t = if mtime.secs < 0 {
-        SystemTime::UNIX_EPOCH - Duration::new(mtime.secs.unsigned_abs(), 0)
-    } else {
-        SystemTime::UNIX_EPOCH
-            .checked_add(Duration::new(mtime.secs as u64, mtime.nanos))
-            .unwrap_or(SystemTime::UNIX_EPOCH)
-    };
-    f.set_times(fs::FileTimes::new().set_modified(t).set_accessed(t))
-}
-
-/// `O_TMPFILE` in `dir`, then `linkat` through `/proc/self/fd` (which fails if the name
-/// exists, and never follows a link at the new name: nothing is replaced). `Err(None)`:
-/// not supported here.
-fn write_unnamed(
-    dir: BorrowedFd,
-    name: &[u8],
-    data: &[u8],
-    attrs: Attrs,
-) -> std::result::Result<(), Option<std::io::Error>> {
-    use rustix::fs::{linkat, AtFlags, CWD};
-    let mut f = match open_unnamed(dir) {
-        Ok(Some(f)) => f,
-        Ok(None) => return Err(None),
-        Err(e) => return Err(Some(e)),
-    };
-    f.write_all(data).map_err(Some)?;
-    set_attributes(&f, attrs).map_err(Some)?;
-    let proc_path = format!("/proc/self/fd/{}", std::os::fd::AsRawFd::as_raw_fd(&f));
-    match linkat(CWD, proc_path.as_str(), dir, name, AtFlags::SYMLINK_FOLLOW) {
-        Ok(()) => Ok(()),
-        // No /proc: the caller writes the file again the other way.
-        Err(e) if e == Errno::NOENT => Err(None),
-        Err(e) => Err(Some(e.into())),
-    }
-}
-
-/// A temporary file in the folder's `tmp/` renamed to `name` in `dir` (renameat2
-/// NOREPLACE).
-fn write_renamed(
-    folder: BorrowedFd,
-    plain: bool,
-    dir: BorrowedFd,
-    name: &[u8],
-    data: &[u8],
-    attrs: Attrs,
-) -> std::io::Result<()> {
-    through_tmp(
-        folder,
-        plain,
-        data,
-        |f| set_attributes(f, attrs),
-        |tmp_dir, tmp| rename_noreplace(tmp_dir, tmp, dir, name),
-    )
-}
-
-/// Writes `data` to a new temporary file in the `tmp/` of `folder` (in `folder` itself
-/// when `plain`), gives it its attributes (`attrs`) and puts it in place (`place`, given
-/// that directory and the temporary's name); the temporary is removed when a step fails.
-fn through_tmp(
-    folder: BorrowedFd,
-    plain: bool,
-    data: &[u8],
-    attrs: impl FnOnce(&File) -> std::io::Result<()>,
-    place: impl FnOnce(BorrowedFd, &str) -> std::io::Result<()>,
-) -> std::io::Result<()> {
-    let tmp_dir = if plain {
-        rustix::io::dup(folder)?
-    } else {
-        open_dir_at(folder, b"tmp", Some(0o700))?
-    };
-    let tmp = format!(".mailvault-{:016x}", rand::random::<u64>());
-    let result = (|| -> std::io::Result<()> {
-        let fd = rustix::fs::openat(
-            &tmp_dir,
-            tmp.as_str(),
-            OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC,
-            Mode::from_raw_mode(0o600),
-        )?;
-        let mut f = File::from(fd);
-        f.write_all(data)?;
-        attrs(&f)?;
-        drop(f);
-        place(tmp_dir.as_fd(), &tmp)
-    })();
-    if result.is_err() {
-        let _ = rustix::fs::unlinkat(&tmp_dir, tmp.as_str(), rustix::fs::AtFlags::empty());
-    }
-    result
-}
-
-/// Moves `from` to `to` unless `to` exists: renameat2(RENAME_NOREPLACE), one directory
-/// operation where link + unlink are two; falls back to those on file systems without it.
-pub(crate) fn rename_noreplace(
-    from_dir: BorrowedFd,
-    from: &str,
-    to_dir: BorrowedFd,
-    to: &[u8],
-) -> std::io::Result<()> {
-    use rustix::fs::{linkat, renameat_with, unlinkat, AtFlags, RenameFlags};
-    match renameat_with(from_dir, from, to_dir, to, RenameFlags::NOREPLACE) {
-        Ok(()) => Ok(()),
-        Err(e) if e == Errno::INVAL || e == Errno::NOSYS => {
-            linkat(from_dir, from, to_dir, to, AtFlags::empty())?;
-            Ok(unlinkat(from_dir, from, AtFlags::empty())?)
-        }
-        Err(e) => Err(e.into()),
-    }
-}
-
-/// A new unnamed file (`O_TMPFILE`, mode 0600) in `dir`; `None` where the file system
-/// does not support it.
-fn open_unnamed(dir: BorrowedFd) -> std::io::Result<Option<File>> {
-    match rustix::fs::openat(
-        dir,
-        c".",
-        OFlags::TMPFILE | OFlags::WRONLY | OFlags::CLOEXEC,
-        Mode::from_raw_mode(0o600),
-    ) {
-        Ok(fd) => Ok(Some(File::from(fd))),
-        Err(Errno::OPNOTSUPP | Errno::ISDIR | Errno::INVAL) => Ok(None),
-        Err(e) => Err(e.into()),
-    }
-}
-
 /// Starts a large file in `folder`: unnamed (`O_TMPFILE`), or where that is not supported
 /// a new temporary name beside it; as long as the file will be (a sparse file until its
 /// pieces are in: pages of zeros are never written).
@@ -997,33 +672,6 @@ fn start_large(folder: &FolderDirs, f: &FileEntry) -> std::io::Result<Partial> {
     };
     file.set_len(f.size)?;
     Ok(Partial { file, tmp })
-}
-
-/// Writes `data` at `offset`, leaving out whole 4 KiB pages (by file offset) of zeros:
-/// the file was made its full length first, so they read back as zeros, and take no
-/// space (restored sparse as it was, or sparser).
-fn write_sparse(f: &File, offset: u64, data: &[u8]) -> std::io::Result<()> {
-    use std::os::unix::fs::FileExt;
-    const PAGE: u64 = 4096;
-    let end = offset + data.len() as u64;
-    let mut at = offset;
-    // The run of non-zero pages being gathered: from `run` to `at`.
-    let mut run = offset;
-    while at < end {
-        let next = ((at / PAGE + 1) * PAGE).min(end);
-        let page = &data[(at - offset) as usize..(next - offset) as usize];
-        if page.iter().all(|&b| b == 0) {
-            if run < at {
-                f.write_all_at(&data[(run - offset) as usize..(at - offset) as usize], run)?;
-            }
-            run = next;
-        }
-        at = next;
-    }
-    if run < end {
-        f.write_all_at(&data[(run - offset) as usize..], run)?;
-    }
-    Ok(())
 }
 
 /// Gives a complete large file its attributes and its name (never replacing a file).
@@ -1371,6 +1019,7 @@ fn replace_file(folder: &FolderDirs, name: &[u8], data: &[u8]) -> std::io::Resul
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::fs;
     use std::os::unix::fs::MetadataExt;
 
     fn check_written(path: &Path, data: &[u8]) {
@@ -1456,9 +1105,9 @@ mod tests {
             users: vec![(1234, "nobody".into()), (7, "no-such-user-here".into())],
             groups: vec![(1234, "nogroup".into())],
         };
-        let by_name = OwnerMap::new(Owners::ByName, &names);
-        let numeric = OwnerMap::new(Owners::Numeric, &names);
-        let fixed = OwnerMap::new(Owners::Fixed { uid: 1, gid: 2 }, &names);
+        let by_name = OwnerMap::new(RestoreOwners::ByName, &names);
+        let numeric = OwnerMap::new(RestoreOwners::Numeric, &names);
+        let fixed = OwnerMap::new(RestoreOwners::Fixed { uid: 1, gid: 2 }, &names);
         if !by_name.root {
             assert_eq!(by_name.get(1234, 1234), None);
             return;
@@ -1473,18 +1122,18 @@ mod tests {
         assert_eq!(fixed.get(1234, NO_OWNER), Some((1, 2)));
         assert_eq!(by_name.get(NO_OWNER, NO_OWNER), None, "not recorded (v1)");
         assert!(matches!(
-            Owners::chown("nobody:nogroup"),
-            Ok(Owners::Fixed {
+            RestoreOwners::chown("nobody:nogroup"),
+            Ok(RestoreOwners::Fixed {
                 uid: 65534,
                 gid: 65534
             })
         ));
         assert!(matches!(
-            Owners::chown("5:6"),
-            Ok(Owners::Fixed { uid: 5, gid: 6 })
+            RestoreOwners::chown("5:6"),
+            Ok(RestoreOwners::Fixed { uid: 5, gid: 6 })
         ));
-        assert!(Owners::chown("no-such-user-here:x").is_err());
-        assert!(Owners::chown("nobody").is_err());
+        assert!(RestoreOwners::chown("no-such-user-here:x").is_err());
+        assert!(RestoreOwners::chown("nobody").is_err());
     }
 
     /// Without root no owner is set; one other than the user's own (recorded, or given
@@ -1501,13 +1150,13 @@ mod tests {
             m.me = (1000, 1000);
             m
         };
-        let own = not_root(Owners::ByName);
+        let own = not_root(RestoreOwners::ByName);
         assert_eq!(own.get(1000, 1000), None);
         assert_eq!(own.get(NO_OWNER, NO_OWNER), None);
         assert!(!own.not_given.load(Relaxed), "nothing to give");
         assert_eq!(own.get(0, 0), None);
         assert!(own.not_given.load(Relaxed));
-        let fixed = not_root(Owners::Fixed { uid: 1, gid: 2 });
+        let fixed = not_root(RestoreOwners::Fixed { uid: 1, gid: 2 });
         assert_eq!(fixed.get(NO_OWNER, NO_OWNER), None);
         assert!(fixed.not_given.load(Relaxed), "--chown to another user");
     }

@@ -1,7 +1,7 @@
 //! The mbox target: `restore --target mbox:DIR` writes one mboxrd file per folder, in a
 //! mail client's folder tree (Thunderbird's layout, [`Tree::Mbox`]: `Inbox`,
 //! `Archive.sbd/2023`), each account in its own directory below the target
-//! ([`account_dir`]: `example.org/bob` for `example.org/bob/Maildir`; a single-Maildir
+//! (`account_dir`: `example.org/bob` for `example.org/bob/Maildir`; a single-Maildir
 //! snapshot's folders go into the target itself). Flags and keywords go into `Status:`,
 //! `X-Status:` and `X-Keywords:`, the internal date into the `From ` line, the folder's
 //! keywords into the first message's `X-IMAPbase:` (so that Dovecot reads `X-Keywords:`);
@@ -17,15 +17,15 @@
 //! mbox cannot give back exactly ([`mail::Written::lossy`]) is written and fails.
 //!
 //! Folder names map one to one to paths ([`crate::mail::layout`]); a folder whose place is
-//! taken fails with its name ([`folder_error`]), and one that lands on the file of another
-//! folder of the same restore (a case-insensitive file system) is refused ([`Claims`]).
+//! taken fails with its name (`folder_error`), and one that lands on the file of another
+//! folder of the same restore (a case-insensitive file system) is refused (`Claims`).
 //!
 //! Directories are opened as the Maildir target opens them: relative to their parent,
 //! never through a symbolic link.
 
-use super::maildir::{open_path, open_target, rename_noreplace};
+use super::fs::{open_path, open_target, rename_noreplace};
 use super::Target;
-use super::{AccountInfo, Caps, Failures, FolderInfo, Item, Message, Meta, Order, Outcome};
+use super::{AccountInfo, Caps, FolderInfo, Item, Message, Meta, Order, Outcome, RestoreFailures};
 use crate::error::{Error, Result};
 use crate::mail::layout::{folder_to_path, Tree};
 use crate::mail::{self, MboxReader, MboxWriter};
@@ -183,7 +183,7 @@ pub(crate) fn open_dirs(root: &OwnedFd, path: &Path, parts: &[Vec<u8>]) -> Resul
 }
 
 /// An account being restored into a tree of files (mbox or EML): its directory below
-/// the target ([`account_dir`]), created.
+/// the target (`account_dir`), created.
 pub struct TreeAccount {
     pub(crate) name: String,
     pub(crate) parts: Vec<Vec<u8>>,
@@ -396,7 +396,7 @@ impl Target for MboxTarget {
         Ok(())
     }
 
-    fn finish_folder(&self, folder: MboxFolder, failures: &Failures) {
+    fn finish_folder(&self, folder: MboxFolder, failures: &RestoreFailures) {
         let item = format!("{} ({})", folder.path.display(), folder.account);
         let Some(w) = folder.state.into_inner().unwrap_or_else(|p| p.into_inner()) else {
             return;

@@ -1,7 +1,7 @@
 //! Where a restore writes: the one interface every restore target implements (a Maildir
 //! tree, an IMAP server; mbox, EML and plain directories join the same way).
 //!
-//! The restore pipeline ([`crate::ops::restore`]) owns everything that is not
+//! The restore pipeline ([`crate::restore`]) owns everything that is not
 //! target-specific, once: the selection (`--account`/`--folder`/`--message`, or messages
 //! picked by `undelete`), planning and batching, reading blobs by pack span
 //! ([`crate::model::reader`]), reassembling and verifying every message against its hash
@@ -29,9 +29,11 @@ use crate::report::Failure;
 use std::sync::Mutex;
 
 pub mod eml;
+mod fs;
 pub mod imap;
 pub mod maildir;
 pub mod mbox;
+pub mod owners;
 
 /// How a target wants its messages.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -71,7 +73,7 @@ pub struct Caps {
     /// Whether the folder's own files (`dovecot-keywords`, `dovecot-uidlist`,
     /// `maildirfolder`, `subscriptions`...) are given to [`Target::write_file`] (read with
     /// the messages). Only a Maildir wants them; the others get their meaning through
-    /// [`Meta`], [`FolderInfo::subscribed`] and [`AccountInfo::subscriptions`].
+    /// [`Meta`], [`FolderInfo`] and [`AccountInfo::subscriptions`].
     pub folder_files: bool,
     /// Whether the target wants keyword names in [`Meta::keywords`]: the pipeline then
     /// reads each folder's `dovecot-keywords` before its messages. A Maildir does not
@@ -149,12 +151,12 @@ pub enum Item<'a> {
     File(&'a [u8]),
 }
 
-/// Failures that cost no message (a folder file, a directory's owner, a subscription),
+/// Failures of a restore that cost no message (a folder file, a directory's owner, a subscription),
 /// listed in the report. Shared by every thread of a restore.
 #[derive(Debug, Default)]
-pub struct Failures(Mutex<Vec<Failure>>);
+pub struct RestoreFailures(Mutex<Vec<Failure>>);
 
-impl Failures {
+impl RestoreFailures {
     pub fn add(&self, item: impl Into<String>, error: impl std::fmt::Display) {
         lock(&self.0).push(Failure::new(item, error));
     }
@@ -205,7 +207,7 @@ pub struct AccountInfo<'a> {
     pub folders: &'a [String],
     /// Messages selected in the account.
     pub messages: u64,
-    pub failures: &'a Failures,
+    pub failures: &'a RestoreFailures,
 }
 
 /// A folder about to be restored.
@@ -221,7 +223,7 @@ pub struct FolderInfo<'a> {
     pub picked: bool,
     /// The messages that will be given to it (their bytes are not read yet).
     pub entries: &'a [MessageEntry],
-    pub failures: &'a Failures,
+    pub failures: &'a RestoreFailures,
     pub(crate) repo: &'a Repository,
 }
 
@@ -344,7 +346,7 @@ pub trait Target: Sync {
 
     /// Ends a folder once every message has been given (mbox: close its file). Errors go
     /// to `failures`.
-    fn finish_folder(&self, _folder: Self::Folder, _failures: &Failures) {}
+    fn finish_folder(&self, _folder: Self::Folder, _failures: &RestoreFailures) {}
 
     /// Makes the hard links of an account (when [`Caps::hard_links`]), once all its
     /// folders are done and before [`finish_account`](Self::finish_account). A link whose
@@ -354,7 +356,7 @@ pub trait Target: Sync {
         &self,
         _account: &Self::Account,
         _links: &[HardLink],
-        _failures: &Failures,
+        _failures: &RestoreFailures,
     ) -> Linked {
         Linked::default()
     }
@@ -362,7 +364,7 @@ pub trait Target: Sync {
     /// Ends an account once all its folders are done (Maildir: directories get their
     /// recorded owner and mode, deepest first; IMAP: the journal synced, the sessions
     /// logged out). Errors go to `failures`.
-    fn finish_account(&self, _account: Self::Account, _failures: &Failures) {}
+    fn finish_account(&self, _account: Self::Account, _failures: &RestoreFailures) {}
 
     /// How a failure about `item` of `folder` is named in the report (a Maildir: the
     /// file's path and the account; IMAP: `account: folder: key`).

@@ -9,6 +9,7 @@ pub mod flags;
 pub mod layout;
 pub mod maildir;
 pub mod mbox;
+pub mod summary;
 
 pub use eml::{EmlNames, Sidecar, SidecarEntry};
 pub use flags::Meta;

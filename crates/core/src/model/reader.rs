@@ -17,15 +17,16 @@
 //!
 //! On object storage every read is a request: a restore of 100k messages that read blob
 //! by blob made 100k GETs; by span it makes about one per group and pack. Blobs are
-//! opened by [`Repository::open_sealed`] exactly as a single read opens them, and the
+//! opened by `Repository::open_sealed` exactly as a single read opens them, and the
 //! caller checks each message's whole hash as before. A blob the plan does not cover (not
 //! in the index) or whose span could not be read is read alone, so its error is the one a
 //! single read gives and names the blob and its pack.
 
 use crate::error::Result;
+use crate::repo::format::BlobKind;
 use crate::repo::id::Id;
 use crate::repo::index::Index;
-use crate::repo::pack::{self, BlobKind};
+use crate::repo::pack;
 use crate::repo::{lock, Repository};
 use std::borrow::Cow;
 use std::collections::HashMap;
@@ -546,22 +547,7 @@ pub fn read_by_packs<J: Sync>(
         ids.dedup();
         ids
     };
-    // Jobs that need no span (no content, or blobs the index lacks: read alone).
-    let none: Vec<usize> = (0..jobs.len())
-        .filter(|&j| plan.spans_of_job[j] == 0)
-        .collect();
-    none.par_iter().for_each(|&j| {
-        deliver(
-            &jobs[j],
-            &InSpan {
-                repo,
-                plan: &plan,
-                span: usize::MAX,
-                bytes: None,
-                spool: &spool,
-            },
-        )
-    });
+    deliver_unplanned(repo, &plan, &spool, jobs, &deliver);
     if plan.spans.is_empty() {
         return;
     }
@@ -637,6 +623,33 @@ pub fn read_by_packs<J: Sync>(
         spilled = lock(&spool.inner).end,
         "read by packs"
     );
+}
+
+/// Delivers the jobs that need no span (no content, or blobs the index lacks: read
+/// alone), in parallel.
+fn deliver_unplanned<J: Sync>(
+    repo: &Repository,
+    plan: &PackPlan,
+    spool: &Spool,
+    jobs: &[J],
+    deliver: &(impl Fn(&J, &dyn Blobs) + Sync),
+) {
+    use rayon::prelude::*;
+    let none: Vec<usize> = (0..jobs.len())
+        .filter(|&j| plan.spans_of_job[j] == 0)
+        .collect();
+    none.par_iter().for_each(|&j| {
+        deliver(
+            &jobs[j],
+            &InSpan {
+                repo,
+                plan,
+                span: usize::MAX,
+                bytes: None,
+                spool,
+            },
+        )
+    });
 }
 
 /// Every blob read alone (a restore of single messages, whose few blobs are not worth a
@@ -1049,8 +1062,8 @@ mod tests {
 
     /// A repository in memory holding `blobs` (uncompressed), and their ids.
     fn repo_with(blobs: &[&[u8]]) -> (Repository, Vec<Id>) {
-        use crate::repo::pack::BlobKind;
-        use crate::repo::BlobSaver;
+        use crate::repo::format::BlobKind;
+        use crate::repo::writer::BlobSaver;
         let mut repo = crate::repo::memory_repository();
         let (ids, packs) = {
             let saver = BlobSaver::new(&repo, crate::repo::compress::Compression::None);

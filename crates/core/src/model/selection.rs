@@ -154,8 +154,7 @@ pub fn select_accounts(root: RootTree, filters: &[String]) -> Result<Vec<Account
 
 /// Messages picked one by one (by `undelete`) rather than selected by filters: an account
 /// and, per folder, the messages to restore there. Both restores take it in place of a
-/// snapshot's selection ([`crate::ops::restore::restore_picked`],
-/// [`crate::dest::imap::restore_picked`]).
+/// snapshot's selection ([`crate::restore::Request::Picked`]).
 #[derive(Clone, Debug)]
 pub struct PickedAccount {
     /// The account as a snapshot has it (its place below the target, its directories).

@@ -24,15 +24,17 @@
 //! removes what was staged and the record, leaving the repository as it was.
 
 use crate::error::{Error, Result};
+use crate::repo::format::BlobKind;
 use crate::repo::format::{Object, Version};
 use crate::repo::id::Id;
 use crate::repo::lock::LockKind;
-use crate::repo::pack::{self, BlobKind, IndexedPack, PackEntry};
+use crate::repo::lock::WriterRecord;
+use crate::repo::named::{seal_config, Named};
+use crate::repo::pack::{self, IndexedPack, PackEntry};
+use crate::repo::seal::{open_as, seal_as};
 use crate::repo::snapshot::Snapshot;
-use crate::repo::{
-    file_id, open_as, seal_as, seal_config, BlobSaver, Named, Repository, WriterRecord,
-    MIGRATE_STATE,
-};
+use crate::repo::writer::BlobSaver;
+use crate::repo::{file_id, Repository, MIGRATE_STATE};
 use crate::store::put_content_named;
 use rayon::prelude::*;
 use serde::Serialize;

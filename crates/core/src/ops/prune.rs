@@ -18,10 +18,11 @@
 //! warning and the next prune deletes.
 
 use crate::error::{Error, Result};
+use crate::repo::format::BlobKind;
 use crate::repo::format::Version;
 use crate::repo::id::Id;
 use crate::repo::lock::{Found, LockKind, RepoLock};
-use crate::repo::pack::{self, BlobKind, IndexedPack, PackBuilder, PackEntry};
+use crate::repo::pack::{self, IndexedPack, PackBuilder, PackEntry};
 use crate::repo::snapshot::Snapshot;
 use crate::repo::tree::{AccountTree, MessageChunk, RootTree};
 use crate::repo::{file_id, lock, Repository, Snapshots, MIGRATE_STATE};
@@ -675,7 +676,8 @@ mod tests {
     use crate::repo::compress::Compression;
     use crate::repo::crypto::KdfParams;
     use crate::repo::lock::LockOptions;
-    use crate::repo::{BlobSaver, InitOptions};
+    use crate::repo::writer::BlobSaver;
+    use crate::repo::InitOptions;
     use crate::report::NoProgress;
     use crate::store::{Backend, ByteRange, Handle, Hint, Listing, MemoryStore, Store, WriteMode};
     use std::sync::Arc;
@@ -886,7 +888,7 @@ mod tests {
         let store = init();
         let repo = open(&store);
         unused_blob(&repo);
-        let rec = serde_json::to_vec(&crate::repo::WriterRecord::this_process()).unwrap();
+        let rec = serde_json::to_vec(&crate::repo::lock::WriterRecord::this_process()).unwrap();
         let sealed = repo.seal_object(crate::repo::format::Object::Writer("w1"), &rec);
         let wrapped = Arc::new(OlderBackupStarts {
             inner: store.clone(),

@@ -16,12 +16,15 @@
 //! Both have a dry run that computes the same plan and writes nothing.
 
 use crate::error::{Error, Result};
-use crate::ops::backup::save_entries;
+use crate::repo::format::BlobKind;
 use crate::repo::id::Id;
-use crate::repo::pack::{BlobKind, PackList};
+use crate::repo::pack::PackList;
 use crate::repo::snapshot::Snapshot;
 use crate::repo::tree::{self, AccountTree, FolderNode, MessageEntry, RootTree};
-use crate::repo::{file_id, BlobSaver, Repository};
+use crate::repo::writer::content::save_entries;
+use crate::repo::writer::records::PackVerdict;
+use crate::repo::writer::BlobSaver;
+use crate::repo::{file_id, Repository};
 use crate::report::Failure;
 use rayon::prelude::*;
 use serde::Serialize;
@@ -81,27 +84,7 @@ pub fn repair_index(repo: &Repository, opts: &RepairOptions) -> Result<IndexRepa
     // are durable before their index), so deleting these loses nothing.
     let old_index = store.list("index/")?;
     let files = store.list("data/")?;
-    // A pack whose bytes do not match its name has its good blobs copied into a new pack
-    // (written now, before the index that lists it); the damaged one is moved aside once
-    // the new index is durable.
-    let verdicts: Vec<(String, Result<(Id, crate::repo::PackVerdict)>)> = files
-        .par_iter()
-        .map(|f| {
-            let r = file_id(&f.path).and_then(|id| {
-                let mut v = repo.verify_pack(&f.path, repo.pack_versions())?;
-                match v.damaged_bytes.take() {
-                    Some(bytes) if !v.good.is_empty() => {
-                        let (new, entries) =
-                            salvage(repo, &bytes, &v.good, v.version, opts.dry_run)?;
-                        v.good = entries;
-                        Ok((new, v))
-                    }
-                    _ => Ok((id, v)),
-                }
-            });
-            (f.path.clone(), r)
-        })
-        .collect();
+    let verdicts = pack_verdicts(repo, &files, opts.dry_run);
     let mut rep = IndexRepair {
         dry_run: opts.dry_run,
         ..Default::default()
@@ -170,6 +153,34 @@ pub fn repair_index(repo: &Repository, opts: &RepairOptions) -> Result<IndexRepa
         move_to_damaged(store, p)?;
     }
     Ok(rep)
+}
+
+/// Each pack of `files` verified, with the id the index lists it under. A pack whose bytes
+/// do not match its name has its good blobs copied into a new pack (written now, unless
+/// `dry_run`, before the index that lists it); the damaged one is moved aside once the new
+/// index is durable.
+fn pack_verdicts(
+    repo: &Repository,
+    files: &[crate::store::ObjectInfo],
+    dry_run: bool,
+) -> Vec<(String, Result<(Id, PackVerdict)>)> {
+    files
+        .par_iter()
+        .map(|f| {
+            let r = file_id(&f.path).and_then(|id| {
+                let mut v = repo.verify_pack(&f.path, repo.pack_versions())?;
+                match v.damaged_bytes.take() {
+                    Some(bytes) if !v.good.is_empty() => {
+                        let (new, entries) = salvage(repo, &bytes, &v.good, v.version, dry_run)?;
+                        v.good = entries;
+                        Ok((new, v))
+                    }
+                    _ => Ok((id, v)),
+                }
+            });
+            (f.path.clone(), r)
+        })
+        .collect()
 }
 
 /// Copies the blobs `good` of a damaged pack's `bytes` (verified) into a new pack, one per

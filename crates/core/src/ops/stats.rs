@@ -1,7 +1,7 @@
 //! Repository statistics: what is stored, and how much deduplication and compression save.
 
 use crate::error::Result;
-use crate::repo::pack::BlobKind;
+use crate::repo::format::BlobKind;
 use crate::repo::Repository;
 use crate::report::ratio;
 use serde::Serialize;

@@ -8,22 +8,23 @@
 //! another folder or re-flagged is not deleted, and a message held twice is one message.
 //! What is restored of each is the version of the newest snapshot that held it: its
 //! folder, file name (flags), `new/` or `cur/`, mtime, mode and owner, through the
-//! restores' entry points for picked messages ([`crate::ops::restore::restore_picked`],
-//! [`crate::dest::imap::restore_picked`]), so a Maildir undelete is byte-exact and
+//! restores' entry points for picked messages ([`crate::ops::restore::run`] with
+//! [`crate::restore::Request::Picked`]), so a Maildir undelete is byte-exact and
 //! an IMAP undelete has the IMAP restore's journal.
 
+use crate::dest::imap::ImapRestoreOptions;
 use crate::dest::imap::ImapRestoreReport;
-use crate::dest::imap::{restore_picked as imap_restore_picked, ImapRestoreOptions};
 use crate::error::{Error, Result};
 use crate::imap::Result as ImapResult;
 use crate::model::{folder_name, folder_selected, PickedAccount, PickedFolder};
-use crate::ops::restore::{restore_picked, RestoreOptions, RestoreReport};
+use crate::ops::restore::{imap_server, maildir, run, RestoreOptions};
 use crate::repo::id::Id;
 use crate::repo::snapshot::Snapshot;
 use crate::repo::tree::{AccountRef, AccountTree, ChunkRef, FolderNode, MessageEntry};
 use crate::repo::tree::{OwnerNames, RootTree};
 use crate::repo::{Repository, Snapshots};
 use crate::report::{Failure, Progress};
+use crate::restore::{Picked, Request, RestoreReport};
 use serde::Serialize;
 use std::collections::{BTreeMap, HashMap, HashSet};
 
@@ -109,13 +110,7 @@ pub fn find_deleted(repo: &Repository, opts: &DeletedOptions) -> Result<Deleted>
     };
     let latest = &list[at];
     // Every message the latest snapshot holds in the account, in any folder.
-    let tree: AccountTree = repo.read_tree(&account.tree)?;
-    let mut kept: HashSet<Id> = HashSet::new();
-    for f in &tree.folders {
-        for c in &f.chunks {
-            kept.extend(repo.read_chunk(c)?.into_iter().map(|e| e.hash));
-        }
-    }
+    let kept = message_hashes(repo, &account)?;
     let mut out = Deleted {
         account: opts.account.clone(),
         latest: latest.id.to_hex(),
@@ -185,6 +180,26 @@ pub fn find_deleted(repo: &Repository, opts: &DeletedOptions) -> Result<Deleted>
         }
     }
     out.compared.reverse();
+    out.messages = in_order(&out, found);
+    Ok(out)
+}
+
+/// The whole-message hashes of every message an account of a snapshot holds, in any
+/// folder.
+fn message_hashes(repo: &Repository, account: &AccountRef) -> Result<HashSet<Id>> {
+    let tree: AccountTree = repo.read_tree(&account.tree)?;
+    let mut kept: HashSet<Id> = HashSet::new();
+    for f in &tree.folders {
+        for c in &f.chunks {
+            kept.extend(repo.read_chunk(c)?.into_iter().map(|e| e.hash));
+        }
+    }
+    Ok(kept)
+}
+
+/// The deleted messages found, named with their account and folder, by folder, internal
+/// date and key.
+fn in_order(out: &Deleted, found: HashMap<Id, DeletedMessage>) -> Vec<DeletedMessage> {
     let mut messages: Vec<DeletedMessage> = found.into_values().collect();
     for m in &mut messages {
         m.message.account = out.account.clone();
@@ -194,8 +209,7 @@ pub fn find_deleted(repo: &Repository, opts: &DeletedOptions) -> Result<Deleted>
         let (a, b) = (&a.message, &b.message);
         (&a.folder, a.internal_date, &a.key).cmp(&(&b.folder, b.internal_date, &b.key))
     });
-    out.messages = messages;
-    Ok(out)
+    messages
 }
 
 /// Records the deleted messages of one chunk of `snap` (snapshots come newest first):
@@ -349,14 +363,16 @@ pub fn undelete(
     let picked = deleted.picked(opts.into_folder.as_deref())?;
     let report = match opts.dry_run || picked.is_empty() {
         true => None,
-        false => Some(restore_picked(
-            repo,
-            restore,
-            &deleted.owners,
-            picked,
-            LABEL,
-            progress,
-        )?),
+        false => {
+            let request = Request::Picked(Picked {
+                accounts: picked,
+                owners: deleted.owners.clone(),
+                label: LABEL.to_string(),
+                reads: restore.select.reads,
+                cache_bytes: 0,
+            });
+            Some(run(repo, request, progress, maildir(restore))?.0)
+        }
     };
     Ok(UndeleteReport {
         deleted,
@@ -376,7 +392,17 @@ pub fn undelete_imap(
     let picked = deleted.picked(opts.into_folder.as_deref())?;
     let report = match opts.dry_run || picked.is_empty() {
         true => None,
-        false => Some(imap_restore_picked(repo, imap, picked, LABEL, progress)?),
+        false => {
+            let request = Request::Picked(Picked {
+                accounts: picked,
+                owners: deleted.owners.clone(),
+                label: LABEL.to_string(),
+                reads: imap.select.reads,
+                cache_bytes: imap.select.cache_bytes,
+            });
+            let (r, target) = run(repo, request, progress, imap_server(repo, imap))?;
+            Some(target.report(r))
+        }
     };
     Ok(UndeleteReport {
         deleted,

@@ -7,7 +7,8 @@
 use crate::error::{Error, Result};
 use crate::repo::format::Version;
 use crate::repo::id::Id;
-use crate::repo::{file_id, Named, Repository};
+use crate::repo::named::Named;
+use crate::repo::{file_id, Repository};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeSet;
 

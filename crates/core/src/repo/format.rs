@@ -10,8 +10,35 @@
 
 use crate::error::{Error, Result};
 use crate::repo::id::Id;
-use crate::repo::pack::BlobKind;
 use serde::{Deserialize, Serialize};
+
+/// What a blob holds: message content or metadata. They go to different packs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[repr(u8)]
+pub enum BlobKind {
+    Data = 0,
+    Tree = 1,
+}
+
+/// The store's hint for a pack of blobs of one kind.
+impl From<BlobKind> for crate::store::PackKind {
+    fn from(k: BlobKind) -> Self {
+        match k {
+            BlobKind::Data => crate::store::PackKind::Data,
+            BlobKind::Tree => crate::store::PackKind::Tree,
+        }
+    }
+}
+
+impl BlobKind {
+    pub fn from_u8(v: u8) -> Option<BlobKind> {
+        match v {
+            0 => Some(BlobKind::Data),
+            1 => Some(BlobKind::Tree),
+            _ => None,
+        }
+    }
+}
 
 /// A repository format version.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]

@@ -12,9 +12,10 @@
 
 use crate::error::{Error, Result};
 use crate::repo::compress::Codec;
+use crate::repo::format::BlobKind;
 use crate::repo::format::Version;
 use crate::repo::id::Id;
-use crate::repo::pack::{BlobKind, IndexedPack, PackEntry};
+use crate::repo::pack::{IndexedPack, PackEntry};
 use std::collections::HashMap;
 
 const MAGIC: &[u8; 4] = b"MVIX";

@@ -17,7 +17,7 @@
 use crate::error::{Error, Result};
 use crate::repo::crypto::MasterKey;
 use crate::repo::format::{Object, Version};
-use crate::repo::{open_as, seal_as, WriterRecord};
+use crate::repo::seal::{open_as, seal_as};
 use crate::store::Store;
 use serde::{Deserialize, Serialize};
 use std::sync::mpsc;
@@ -549,7 +549,7 @@ impl Drop for RepoLock {
     }
 }
 
-/// What [`unlock`] removed and left.
+/// What [`Repository::unlock`](crate::repo::Repository::unlock) removed and left.
 #[derive(Debug, Default, Serialize)]
 pub struct UnlockReport {
     /// Records removed.
@@ -574,6 +574,38 @@ pub(crate) fn unlock(locks: &LockStore, remove_all: bool, stale: Duration) -> Re
     locks.store.flush()?;
     Ok(rep)
 }
+
+/// A backup in progress, as recorded in `writers/<random id>` (sealed JSON); also the
+/// record of a migration in progress (`crate::ops::migrate`).
+#[derive(Serialize, Deserialize)]
+pub(crate) struct WriterRecord {
+    pub(crate) hostname: String,
+    pub(crate) pid: u32,
+    /// Unix seconds.
+    pub(crate) started: i64,
+}
+
+impl WriterRecord {
+    /// The record of this process, now.
+    pub(crate) fn this_process() -> WriterRecord {
+        WriterRecord {
+            hostname: crate::hostname(),
+            pid: std::process::id(),
+            started: crate::now_unix(),
+        }
+    }
+
+    /// Whether its writer is gone: on this host and no such process, or older than a day.
+    pub(crate) fn gone(&self) -> bool {
+        crate::now_unix() - self.started > WRITER_MAX_AGE_SECS
+            || (self.hostname == crate::hostname()
+                && !std::path::Path::new(&format!("/proc/{}", self.pid)).exists()
+                && std::path::Path::new("/proc/self").exists())
+    }
+}
+
+/// A writer record older than this belongs to a writer that is gone, wherever it ran.
+const WRITER_MAX_AGE_SECS: i64 = 24 * 3600;
 
 #[cfg(test)]
 mod tests {

@@ -18,7 +18,7 @@
 use crate::error::{Error, Result};
 use crate::repo::compress::Codec;
 use crate::repo::crypto::{MasterKey, SEAL_OVERHEAD};
-use crate::repo::format::{Object, Version};
+use crate::repo::format::{BlobKind, Object, Version};
 use crate::repo::id::Id;
 use crate::store::Store;
 
@@ -26,34 +26,6 @@ const MAGIC: &[u8; 4] = b"MVPK";
 const ENTRY_LEN: usize = 42;
 /// Length of a format-2 pack's sealed trailer.
 pub const TRAILER_LEN: usize = SEAL_OVERHEAD + 4;
-
-/// What a blob holds: message content or metadata. They go to different packs.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-#[repr(u8)]
-pub enum BlobKind {
-    Data = 0,
-    Tree = 1,
-}
-
-/// The store's hint for a pack of blobs of one kind.
-impl From<BlobKind> for crate::store::PackKind {
-    fn from(k: BlobKind) -> Self {
-        match k {
-            BlobKind::Data => crate::store::PackKind::Data,
-            BlobKind::Tree => crate::store::PackKind::Tree,
-        }
-    }
-}
-
-impl BlobKind {
-    pub fn from_u8(v: u8) -> Option<BlobKind> {
-        match v {
-            0 => Some(BlobKind::Data),
-            1 => Some(BlobKind::Tree),
-            _ => None,
-        }
-    }
-}
 
 /// One blob's place in a pack.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -9,15 +9,13 @@
 //! with the same size and mtime is not read again; a changed sidecar only renames it.
 
 use super::maildir::read_with_meta;
+use super::RunOptions;
 use super::{Account, AccountListing, Failures, FileMeta, Folder, FolderWriter, MessageMeta};
 use super::{NewMessage, Parallelism, Source};
 use crate::error::{Error, Result};
 use crate::mail::eml::{is_eml, Sidecar, SIDECAR};
 use crate::mail::layout::{self, Tree};
-use crate::ops::backup::{BackupReport, RunOptions};
 use crate::repo::tree::MessageEntry;
-use crate::repo::Repository;
-use crate::report::Progress;
 use rayon::prelude::*;
 use std::collections::HashMap;
 use std::os::unix::ffi::OsStrExt;
@@ -33,17 +31,6 @@ pub struct EmlOptions {
     /// Worker threads; 0 means one per core.
     pub jobs: usize,
     pub run: RunOptions,
-}
-
-/// Backs up an EML tree into `repo` and writes a snapshot dated `time`.
-pub fn backup_at(
-    repo: &mut Repository,
-    opts: &EmlOptions,
-    time: (i64, u32),
-    progress: &dyn Progress,
-) -> Result<BackupReport> {
-    let source = EmlSource::new(opts)?;
-    crate::ops::backup::run(repo, &source, &opts.run, time, progress)
 }
 
 /// A tree of `.eml` files as a [`Source`].
@@ -211,26 +198,8 @@ impl Source for EmlSource {
         out: &mut FolderWriter<'_>,
     ) -> Result<()> {
         let dir = &folder.path;
-        let sidecar = match std::fs::read(dir.join(SIDECAR)) {
-            Ok(d) => Sidecar::parse(&d).unwrap_or_else(|e| {
-                out.fail(dir.join(SIDECAR).display().to_string(), e);
-                Sidecar::default()
-            }),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Sidecar::default(),
-            Err(e) => {
-                out.fail(dir.join(SIDECAR).display().to_string(), e);
-                Sidecar::default()
-            }
-        };
-        let mut files = Vec::new();
-        for e in std::fs::read_dir(dir).map_err(|e| Error::io(dir, e))? {
-            let e = e.map_err(|e| Error::io(dir, e))?;
-            let name = e.file_name();
-            if is_eml(name.as_bytes()) && e.file_type().is_ok_and(|t| t.is_file()) {
-                files.push(name.as_bytes().to_vec());
-            }
-        }
-        files.sort();
+        let sidecar = read_sidecar(out, dir);
+        let files = eml_files(dir)?;
         out.expect(files.len() as u64);
         // Names of kept entries are made again from the sidecar: start from the parent's
         // keyword letters so that they keep their meaning.
@@ -310,4 +279,34 @@ impl Source for EmlSource {
         }
         Ok(())
     }
+}
+
+/// The folder's sidecar of flags; empty when there is none or it cannot be read
+/// (reported).
+fn read_sidecar(out: &FolderWriter<'_>, dir: &Path) -> Sidecar {
+    match std::fs::read(dir.join(SIDECAR)) {
+        Ok(d) => Sidecar::parse(&d).unwrap_or_else(|e| {
+            out.fail(dir.join(SIDECAR).display().to_string(), e);
+            Sidecar::default()
+        }),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Sidecar::default(),
+        Err(e) => {
+            out.fail(dir.join(SIDECAR).display().to_string(), e);
+            Sidecar::default()
+        }
+    }
+}
+
+/// The names of the folder's `.eml` files, sorted.
+fn eml_files(dir: &Path) -> Result<Vec<Vec<u8>>> {
+    let mut files = Vec::new();
+    for e in std::fs::read_dir(dir).map_err(|e| Error::io(dir, e))? {
+        let e = e.map_err(|e| Error::io(dir, e))?;
+        let name = e.file_name();
+        if is_eml(name.as_bytes()) && e.file_type().is_ok_and(|t| t.is_file()) {
+            files.push(name.as_bytes().to_vec());
+        }
+    }
+    files.sort();
+    Ok(files)
 }

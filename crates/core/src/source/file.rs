@@ -19,13 +19,11 @@
 //! hard links.
 
 use super::walk::{self, Dir, FileType};
+use super::RunOptions;
 use super::{Account, AccountListing, Failures, FileData, FileMeta, Folder, FolderFile};
 use super::{FolderWriter, Parallelism, Source};
 use crate::error::{Error, Result};
-use crate::ops::backup::{BackupReport, RunOptions};
 use crate::repo::tree::{DirEntry, FileEntry};
-use crate::repo::Repository;
-use crate::report::Progress;
 use globset::{Glob, GlobSet, GlobSetBuilder};
 use rayon::prelude::*;
 use std::collections::{HashMap, HashSet};
@@ -52,17 +50,6 @@ pub struct FileOptions {
     /// snapshot is as if taken from the live paths (accounts, the parent snapshot).
     pub read_from: Vec<(PathBuf, PathBuf)>,
     pub run: RunOptions,
-}
-
-/// Backs up files into `repo` and writes a snapshot dated `time`.
-pub fn backup_at(
-    repo: &mut Repository,
-    opts: &FileOptions,
-    time: (i64, u32),
-    progress: &dyn Progress,
-) -> Result<BackupReport> {
-    let source = FileSource::new(opts)?;
-    crate::ops::backup::run(repo, &source, &opts.run, time, progress)
 }
 
 /// Which paths a backup keeps. Globs (`globset` syntax) are matched against the whole
@@ -426,31 +413,10 @@ impl Source for FileSource {
                     continue;
                 }
             };
-            let ft = walk::file_type(&meta);
-            if ft == FileType::Directory {
-                continue; // a folder of its own
-            }
-            if root.only.is_none() && !self.filter.included(&path) {
+            if root.only.is_none() && !self.filter.included(&path) && !is_dir(&meta) {
                 continue;
             }
-            let data = if ft == FileType::RegularFile {
-                FileData::Large {
-                    dir: dir.clone(),
-                    name: name.clone(),
-                }
-            } else if ft == FileType::Symlink {
-                // The link itself, never what it points to.
-                match dir.read_link(&name) {
-                    Ok(target) => FileData::Link(target),
-                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
-                    Err(e) => {
-                        out.fail(path.display().to_string(), e);
-                        continue;
-                    }
-                }
-            } else {
-                let what = "a socket, FIFO or device: not backed up";
-                out.fail(path.display().to_string(), what);
+            let Some(data) = entry_data(out, &dir, &name, &path, &meta) else {
                 continue;
             };
             let meta = FileMeta::of_stat(&meta);
@@ -500,6 +466,47 @@ impl Source for FileSource {
         }
         out.expect(left.len() as u64);
         self.store_files(out, left)
+    }
+}
+
+/// Whether a stat is a directory's.
+fn is_dir(meta: &walk::Stat) -> bool {
+    walk::file_type(meta) == FileType::Directory
+}
+
+/// What a directory entry of a `file:` folder holds, by its type: a regular file (read
+/// later, in parallel) or a symbolic link (the link itself, never what it points to).
+/// `None` for a directory (a folder of its own), one gone, or one not backed up (a
+/// socket, FIFO or device: reported).
+fn entry_data(
+    out: &FolderWriter<'_>,
+    dir: &Arc<Dir>,
+    name: &[u8],
+    path: &Path,
+    meta: &walk::Stat,
+) -> Option<FileData> {
+    let ft = walk::file_type(meta);
+    if ft == FileType::Directory {
+        None // a folder of its own
+    } else if ft == FileType::RegularFile {
+        Some(FileData::Large {
+            dir: dir.clone(),
+            name: name.to_vec(),
+        })
+    } else if ft == FileType::Symlink {
+        // The link itself, never what it points to.
+        match dir.read_link(name) {
+            Ok(target) => Some(FileData::Link(target)),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+            Err(e) => {
+                out.fail(path.display().to_string(), e);
+                None
+            }
+        }
+    } else {
+        let what = "a socket, FIFO or device: not backed up";
+        out.fail(path.display().to_string(), what);
+        None
     }
 }
 
@@ -676,11 +683,14 @@ pub mod testdata {
 mod tests {
     use super::testdata::{database_like, rewrite_database};
     use super::*;
-    use crate::dest::maildir::{MaildirTarget, Owners};
+    use crate::dest::maildir::MaildirTarget;
+    use crate::dest::owners::RestoreOwners;
     use crate::ops::backup::BackupReport;
-    use crate::ops::restore::{restore_into, RestoreReport, Selection};
+    use crate::ops::restore::run;
     use crate::repo::memory_repository as repository;
+    use crate::repo::Repository;
     use crate::report::NoProgress;
+    use crate::restore::{Request, RestoreReport, Selection};
     use std::os::unix::fs::MetadataExt;
     use std::os::unix::fs::PermissionsExt;
     use std::sync::Arc;
@@ -700,7 +710,8 @@ mod tests {
             read_from: Vec::new(),
             run: RunOptions::new("h"),
         };
-        backup_at(repo, &opts, (t, 0), &NoProgress).unwrap()
+        let source = FileSource::new(&opts).unwrap();
+        crate::ops::backup::run(repo, &source, &opts.run, (t, 0), &NoProgress).unwrap()
     }
 
     fn restore(repo: &Repository, snapshot: &str, to: &Path) -> RestoreReport {
@@ -709,9 +720,11 @@ mod tests {
             ..Default::default()
         };
         let open = |_: &str, names: &crate::repo::tree::OwnerNames| {
-            MaildirTarget::plain(to, Owners::ByName, names, 2)
+            MaildirTarget::plain(to, RestoreOwners::ByName, names, 2)
         };
-        restore_into(repo, &sel, &NoProgress, open).unwrap().0
+        run(repo, Request::Selection(sel.clone()), &NoProgress, open)
+            .unwrap()
+            .0
     }
 
     /// Where a restore to `out` puts `path`.
@@ -865,9 +878,11 @@ mod tests {
             ..Default::default()
         };
         let open = |_: &str, names: &crate::repo::tree::OwnerNames| {
-            MaildirTarget::open(out.path(), Owners::ByName, names, 2)
+            MaildirTarget::open(out.path(), RestoreOwners::ByName, names, 2)
         };
-        let rep = restore_into(&repo, &sel, &NoProgress, open).unwrap().0;
+        let rep = run(&repo, Request::Selection(sel.clone()), &NoProgress, open)
+            .unwrap()
+            .0;
         assert_eq!(rep.failures.len(), 5, "{:?}", rep.failures);
         assert!(rep
             .failures

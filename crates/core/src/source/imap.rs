@@ -14,15 +14,13 @@
 //! parallel, each over several connections (folders dealt to them); messages stream one
 //! at a time (bounded memory).
 
+use super::RunOptions;
 use super::{
     AccountListing, Failures, FolderWriter, MessageId, MessageMeta, NewMessage, Parallelism, Source,
 };
 use crate::imap::names::{self, STATE_FILE};
 use crate::imap::{login_with_backoff, Connection, Error, Result};
-use crate::ops::backup::{BackupReport, RunOptions};
 use crate::repo::tree::MessageEntry;
-use crate::repo::Repository;
-use crate::report::Progress;
 use mailvault_imap::{from_crlf, Client, FetchQuery, FetchedMessage, SearchKey, SeqSet, Session};
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
@@ -61,27 +59,6 @@ pub fn account_rel_path(account: &str) -> Vec<u8> {
         None => format!("{account}/Maildir"),
     }
     .into_bytes()
-}
-
-/// Backs up IMAP accounts into `repo` and writes a snapshot, dated now.
-pub fn backup(
-    repo: &mut Repository,
-    opts: &ImapBackupOptions,
-    progress: &dyn Progress,
-) -> Result<BackupReport> {
-    backup_at(repo, opts, crate::now(), progress)
-}
-
-/// [`backup`] with the snapshot dated `time` (Unix seconds and nanoseconds) instead of
-/// now (`backup --time`).
-pub fn backup_at(
-    repo: &mut Repository,
-    opts: &ImapBackupOptions,
-    time: (i64, u32),
-    progress: &dyn Progress,
-) -> Result<BackupReport> {
-    let source = ImapSource::new(opts)?;
-    crate::ops::backup::run(repo, &source, &opts.run, time, progress)
 }
 
 /// IMAP accounts on one server as a [`Source`]: `parallel_accounts` accounts at a time,

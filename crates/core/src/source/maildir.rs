@@ -8,16 +8,14 @@
 //! `.Name.Sub` directory is the folder `Name/Sub`.
 
 use super::walk::{self, Dir, FileType};
+use super::RunOptions;
 use super::{
     AccountListing, Failures, FileData, FolderFile, FolderWriter, MessageMeta, NewMessage,
     Parallelism, Samples, Source,
 };
 use crate::error::{Error, Result};
 use crate::mail::maildir::{folder_name, split_name};
-use crate::ops::backup::{BackupReport, RunOptions};
 use crate::repo::tree::{DirEntry, MessageEntry};
-use crate::repo::Repository;
-use crate::report::Progress;
 use rayon::prelude::*;
 use std::collections::HashMap;
 use std::ffi::OsStr;
@@ -510,50 +508,6 @@ pub struct BackupOptions {
     pub run: RunOptions,
 }
 
-/// Backs up `opts.source` into `repo` and writes a snapshot, dated now.
-pub fn backup(
-    repo: &mut Repository,
-    opts: &BackupOptions,
-    progress: &dyn Progress,
-) -> Result<BackupReport> {
-    backup_at(repo, opts, crate::now(), progress)
-}
-
-/// [`backup`] with the snapshot dated `time` (Unix seconds and nanoseconds) instead of
-/// now: `backup --time`, for imports of old stores and tests of forget policies.
-pub fn backup_at(
-    repo: &mut Repository,
-    opts: &BackupOptions,
-    time: (i64, u32),
-    progress: &dyn Progress,
-) -> Result<BackupReport> {
-    let source = MaildirSource::new(opts)?;
-    crate::ops::backup::run(repo, &source, &opts.run, time, progress)
-}
-
-/// [`backup_at`] reading the store from a filesystem snapshot: `read_from` is (the live
-/// filesystem's root, the snapshot's root), as
-/// [`super::fs_snapshot::FsSnapshot::read_from`] gives them. The snapshot records the
-/// live paths (its label, the account names), so that it is as if taken from them.
-pub fn backup_from(
-    repo: &mut Repository,
-    opts: &BackupOptions,
-    read_from: &(PathBuf, PathBuf),
-    time: (i64, u32),
-    progress: &dyn Progress,
-) -> Result<BackupReport> {
-    let mut source = MaildirSource::new(opts)?;
-    let real = fs::canonicalize(&source.root).map_err(|e| Error::io(&source.root, e))?;
-    let rel = real.strip_prefix(&read_from.0).map_err(|_| {
-        Error::InvalidInput(format!(
-            "{}: not on the filesystem snapshotted for the backup",
-            source.root.display()
-        ))
-    })?;
-    source.read = read_from.1.join(rel);
-    crate::ops::backup::run(repo, &source, &opts.run, time, progress)
-}
-
 /// A Maildir store (or one Maildir) as a [`Source`]. Accounts, folders and new messages
 /// are read in parallel on the pipeline's pool. A message whose Maildir key the parent
 /// snapshot has is neither read nor stat'ed: Maildir files never change once delivered,
@@ -581,6 +535,22 @@ impl MaildirSource {
             jobs: opts.jobs,
             stat_unchanged: opts.stat_unchanged,
         })
+    }
+
+    /// Reads the store from a filesystem snapshot: `read_from` is (the live filesystem's
+    /// root, the snapshot's root), as [`super::fs_snapshot::FsSnapshot::read_from`] gives
+    /// them. The snapshot records the live paths (its label, the account names), so that
+    /// it is as if taken from them.
+    pub fn read_from(&mut self, read_from: &(PathBuf, PathBuf)) -> Result<()> {
+        let real = fs::canonicalize(&self.root).map_err(|e| Error::io(&self.root, e))?;
+        let rel = real.strip_prefix(&read_from.0).map_err(|_| {
+            Error::InvalidInput(format!(
+                "{}: not on the filesystem snapshotted for the backup",
+                self.root.display()
+            ))
+        })?;
+        self.read = read_from.1.join(rel);
+        Ok(())
     }
 }
 
@@ -714,104 +684,9 @@ impl Source for MaildirSource {
             e.new = file.new;
             out.unchanged(e);
         }
-        // A file gone when opened was renamed by the server (flag change, new/ -> cur/)
-        // or deleted since the listing: the folder is listed again and the renamed ones
-        // read under their new names; a key found nowhere was deleted, which is not an
-        // error.
-        let mut pending = to_read;
-        for round in 1..=VANISHED_ROUNDS {
-            let w: &FolderWriter = out;
-            let l = &listing;
-            let read: Vec<Read> = pending
-                .into_par_iter()
-                .map(|file| match read_message(w, l, file) {
-                    Ok(r) => r,
-                    Err((path, e)) => {
-                        w.fail(path.display().to_string(), e);
-                        Read::Failed
-                    }
-                })
-                .collect();
-            let mut vanished = Vec::new();
-            for r in read {
-                match r {
-                    Read::Entry(e) => out.add(e),
-                    Read::Vanished(file) => vanished.push(file),
-                    Read::Failed => out.skipped(),
-                }
-            }
-            if vanished.is_empty() {
-                break;
-            }
-            listing = list_in(&dir, &mut |_, _| {});
-            let mut now: HashMap<Vec<u8>, MessageFile> = (std::mem::take(&mut listing.files))
-                .into_iter()
-                .map(|m| (m.key().to_vec(), m))
-                .collect();
-            pending = Vec::new();
-            for file in vanished {
-                match now.remove(file.key()) {
-                    Some(renamed) if round < VANISHED_ROUNDS => pending.push(renamed),
-                    Some(renamed) => out.fail(
-                        renamed.path(&f.path).display().to_string(),
-                        "renamed again each time it was read; not in this snapshot",
-                    ),
-                    None => out.skipped(),
-                }
-            }
-        }
-        // The folder's own files; one unchanged since the parent (same size and mtime) is
-        // not read again.
-        let known = out.parent().filter(|_| !self.stat_unchanged);
-        for (name, meta) in folder_files_in(&dir)? {
-            let pf = known.and_then(|k| k.files.iter().find(|e| e.name == name));
-            if let Some(pf) = pf.filter(|pf| pf.size == meta.size && pf.mtime == meta.mtime) {
-                let mut e = pf.clone();
-                (e.mode, e.uid, e.gid) = (meta.mode, meta.uid, meta.gid);
-                out.keep_file(e);
-                continue;
-            }
-            // Read from the folder's directory, never through a link.
-            let data = match read_checked(&dir, &name) {
-                Ok(Checked::Read(data, _)) => data,
-                Ok(Checked::Changed) => {
-                    out.fail(dir.join(&name).display().to_string(), CHANGED);
-                    continue;
-                }
-                Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
-                Err(e) => {
-                    out.fail(dir.join(&name).display().to_string(), e);
-                    continue;
-                }
-            };
-            out.count_read(data.len() as u64);
-            out.file(FolderFile {
-                name,
-                data: FileData::Bytes(data),
-                meta: Some(meta),
-            })?;
-        }
-        for d in [&b""[..], b"cur", b"new", b"tmp"] {
-            let st = if d.is_empty() {
-                dir.fstat()
-            } else {
-                dir.stat(d)
-            };
-            match st {
-                Ok(st) if walk::file_type(&st) == FileType::Directory => {
-                    let m = FileMeta::of_stat(&st);
-                    out.dir(DirEntry {
-                        name: d.to_vec(),
-                        mode: m.mode,
-                        uid: m.uid,
-                        gid: m.gid,
-                    });
-                }
-                Ok(_) => {}
-                Err(e) if e.kind() == io::ErrorKind::NotFound => {}
-                Err(e) => out.fail(dir.join(d).display().to_string(), e),
-            }
-        }
+        read_new(out, &dir, listing, to_read, f);
+        folder_files(out, &dir, self.stat_unchanged)?;
+        folder_dirs(out, &dir);
         Ok(())
     }
 
@@ -897,6 +772,122 @@ fn dir_entry(failures: &Failures, name: &[u8], path: &Path) -> Option<DirEntry> 
         }
     }
 }
+/// Reads the messages not kept from the parent, in parallel. A file gone when opened was
+/// renamed by the server (flag change, new/ -> cur/) or deleted since the listing: the
+/// folder is listed again and the renamed ones read under their new names; a key found
+/// nowhere was deleted, which is not an error.
+fn read_new(
+    out: &mut FolderWriter<'_>,
+    dir: &Dir,
+    mut listing: Listing,
+    to_read: Vec<MessageFile>,
+    f: &FolderSource,
+) {
+    let mut pending = to_read;
+    for round in 1..=VANISHED_ROUNDS {
+        let w: &FolderWriter = out;
+        let l = &listing;
+        let read: Vec<Read> = pending
+            .into_par_iter()
+            .map(|file| match read_message(w, l, file) {
+                Ok(r) => r,
+                Err((path, e)) => {
+                    w.fail(path.display().to_string(), e);
+                    Read::Failed
+                }
+            })
+            .collect();
+        let mut vanished = Vec::new();
+        for r in read {
+            match r {
+                Read::Entry(e) => out.add(e),
+                Read::Vanished(file) => vanished.push(file),
+                Read::Failed => out.skipped(),
+            }
+        }
+        if vanished.is_empty() {
+            break;
+        }
+        listing = list_in(dir, &mut |_, _| {});
+        let mut now: HashMap<Vec<u8>, MessageFile> = (std::mem::take(&mut listing.files))
+            .into_iter()
+            .map(|m| (m.key().to_vec(), m))
+            .collect();
+        pending = Vec::new();
+        for file in vanished {
+            match now.remove(file.key()) {
+                Some(renamed) if round < VANISHED_ROUNDS => pending.push(renamed),
+                Some(renamed) => out.fail(
+                    renamed.path(&f.path).display().to_string(),
+                    "renamed again each time it was read; not in this snapshot",
+                ),
+                None => out.skipped(),
+            }
+        }
+    }
+}
+
+/// Stores the folder's own files; one unchanged since the parent (same size and
+/// mtime) is not read again.
+fn folder_files(out: &mut FolderWriter<'_>, dir: &Dir, stat_unchanged: bool) -> Result<()> {
+    let known = out.parent().filter(|_| !stat_unchanged);
+    for (name, meta) in folder_files_in(dir)? {
+        let pf = known.and_then(|k| k.files.iter().find(|e| e.name == name));
+        if let Some(pf) = pf.filter(|pf| pf.size == meta.size && pf.mtime == meta.mtime) {
+            let mut e = pf.clone();
+            (e.mode, e.uid, e.gid) = (meta.mode, meta.uid, meta.gid);
+            out.keep_file(e);
+            continue;
+        }
+        // Read from the folder's directory, never through a link.
+        let data = match read_checked(dir, &name) {
+            Ok(Checked::Read(data, _)) => data,
+            Ok(Checked::Changed) => {
+                let path = dir.join(&name);
+                let e = Error::ChangedWhileRead { path: path.clone() };
+                out.fail(path.display().to_string(), e);
+                continue;
+            }
+            Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
+            Err(e) => {
+                out.fail(dir.join(&name).display().to_string(), e);
+                continue;
+            }
+        };
+        out.count_read(data.len() as u64);
+        out.file(FolderFile {
+            name,
+            data: FileData::Bytes(data),
+            meta: Some(meta),
+        })?;
+    }
+    Ok(())
+}
+
+/// Records the folder's directory and its `cur`, `new` and `tmp` subdirectories.
+fn folder_dirs(out: &mut FolderWriter<'_>, dir: &Dir) {
+    for d in [&b""[..], b"cur", b"new", b"tmp"] {
+        let st = if d.is_empty() {
+            dir.fstat()
+        } else {
+            dir.stat(d)
+        };
+        match st {
+            Ok(st) if walk::file_type(&st) == FileType::Directory => {
+                let m = FileMeta::of_stat(&st);
+                out.dir(DirEntry {
+                    name: d.to_vec(),
+                    mode: m.mode,
+                    uid: m.uid,
+                    gid: m.gid,
+                });
+            }
+            Ok(_) => {}
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+            Err(e) => out.fail(dir.join(d).display().to_string(), e),
+        }
+    }
+}
 
 /// What reading a listed message gave.
 enum Read {
@@ -906,9 +897,6 @@ enum Read {
     /// Reported.
     Failed,
 }
-
-/// What a message or folder file that changed while read is reported with.
-const CHANGED: &str = "changed while read, twice (rewritten in place: not a Maildir's way); not in this snapshot: the next backup reads it again";
 
 /// Reads one message and stores it.
 fn read_message(
@@ -922,7 +910,10 @@ fn read_message(
     let path = dir.join(&file.name);
     let (data, meta) = match read_checked(dir, &file.name) {
         Ok(Checked::Read(data, meta)) => (data, meta),
-        Ok(Checked::Changed) => return Err((path, Error::InvalidInput(CHANGED.into()))),
+        Ok(Checked::Changed) => {
+            let e = Error::ChangedWhileRead { path: path.clone() };
+            return Err((path, e));
+        }
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Read::Vanished(file)),
         Err(e) => return Err((path.clone(), Error::io(&path, e))),
     };
@@ -1056,7 +1047,14 @@ mod tests {
             stat_unchanged: false,
             run: RunOptions::new("h"),
         };
-        let r = backup_at(&mut repo, &opts, (1_000, 0), &crate::report::NoProgress).unwrap();
+        let r = crate::ops::backup::run(
+            &mut repo,
+            &MaildirSource::new(&opts).unwrap(),
+            &opts.run,
+            (1_000, 0),
+            &crate::report::NoProgress,
+        )
+        .unwrap();
         assert_eq!(r.items_new, 0, "{r:?}");
         assert_eq!(r.failures.len(), 1, "{:?}", r.failures);
         assert_eq!(r.failures[0].item, cur.display().to_string());
@@ -1110,7 +1108,14 @@ mod tests {
                     ..RunOptions::new("h")
                 },
             };
-            backup_at(&mut repo, &opts, (1_000, 0), &crate::report::NoProgress).unwrap()
+            crate::ops::backup::run(
+                &mut repo,
+                &MaildirSource::new(&opts).unwrap(),
+                &opts.run,
+                (1_000, 0),
+                &crate::report::NoProgress,
+            )
+            .unwrap()
         };
         let once = backup(1);
         assert!(once.failures.is_empty(), "{:?}", once.failures);

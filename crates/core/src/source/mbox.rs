@@ -16,17 +16,16 @@
 //! not stored again.
 
 use super::NewMessage;
+use super::RunOptions;
 use super::{Account, AccountListing, Failures, Folder, FolderWriter, MessageId, MessageMeta};
 use super::{Parallelism, Samples, Source};
 use crate::error::{Error, Result};
 use crate::mail::layout::{self, Tree};
 use crate::mail::mbox::{Change, MboxMessage, MboxReader, MboxState};
 use crate::mail::MailError;
-use crate::ops::backup::{BackupReport, RunOptions};
 use crate::repo::lock;
 use crate::repo::tree::MessageEntry;
-use crate::repo::Repository;
-use crate::report::{Failure, Progress};
+use crate::report::Failure;
 use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
@@ -78,17 +77,6 @@ pub struct FolderState {
     /// again after it changed.
     pub validity: u32,
     pub mbox: MboxState,
-}
-
-/// Backs up mbox files into `repo` and writes a snapshot dated `time`.
-pub fn backup_at(
-    repo: &mut Repository,
-    opts: &MboxOptions,
-    time: (i64, u32),
-    progress: &dyn Progress,
-) -> Result<BackupReport> {
-    let source = MboxSource::new(opts)?;
-    crate::ops::backup::run(repo, &source, &opts.run, time, progress)
 }
 
 /// mbox files as a [`Source`].
@@ -557,44 +545,13 @@ impl Source for MboxSource {
                 )
             }
         };
-        let mut count = u64::from(first_uid - 1);
-        let mut complete = true;
+        let count = u64::from(first_uid - 1);
         // Where what was read ends: the state describes exactly that much of the file, so
         // that bytes appended while it was read are read by the next backup, not twice.
-        let mut end_read = size;
-        if from < size {
-            // The same open file as the size and the state describe (a second open could
-            // find another file, renamed into place meanwhile).
-            let mut reader = file.try_clone().map_err(|e| Error::io(path, e))?;
-            use std::io::Seek;
-            reader
-                .seek(std::io::SeekFrom::Start(from))
-                .map_err(|e| Error::io(path, e))?;
-            let mut messages = MboxReader::at(BufReader::with_capacity(1 << 20, reader), from);
-            // The next batch is read while this one is stored.
-            let mut next = Some(read_batch(&mut messages, out));
-            while let Some((batch, failed, end)) = next.take() {
-                let w: &FolderWriter = out;
-                let stored = if end {
-                    store_batch(w, &batch, validity, count, mtime)
-                } else {
-                    let (stored, n) = rayon::join(
-                        || store_batch(w, &batch, validity, count, mtime),
-                        || read_batch(&mut messages, w),
-                    );
-                    next = Some(n);
-                    stored
-                };
-                add_batch(out, account, folder, &batch, stored)?;
-                count += batch.len() as u64;
-                if let Some(e) = failed {
-                    // What was read is kept; the next backup reads the file again.
-                    complete = false;
-                    out.fail(path.display().to_string(), e);
-                }
-            }
-            end_read = messages.position();
-        }
+        let (count, complete, end_read) = match from < size {
+            true => read_from(out, account, folder, &file, from, (validity, mtime), count)?,
+            false => (count, true, size),
+        };
         if complete {
             let state = FolderState {
                 version: 1,
@@ -608,6 +565,54 @@ impl Source for MboxSource {
         }
         Ok(())
     }
+}
+
+/// Reads and stores the messages of an mbox folder from byte `from` on, in batches (the
+/// next batch is read while this one is stored), numbering them after `count` under
+/// `validity`, stamped with the file's `mtime`: the count
+/// then, whether the whole rest was read, and where the reading ended.
+fn read_from(
+    out: &mut FolderWriter<'_>,
+    account: &Account,
+    folder: &Folder,
+    file: &File,
+    from: u64,
+    (validity, mtime): (u32, i64),
+    mut count: u64,
+) -> Result<(u64, bool, u64)> {
+    let path = &folder.path;
+    let mut complete = true;
+    // The same open file as the size and the state describe (a second open could
+    // find another file, renamed into place meanwhile).
+    let mut reader = file.try_clone().map_err(|e| Error::io(path, e))?;
+    use std::io::Seek;
+    reader
+        .seek(std::io::SeekFrom::Start(from))
+        .map_err(|e| Error::io(path, e))?;
+    let mut messages = MboxReader::at(BufReader::with_capacity(1 << 20, reader), from);
+    // The next batch is read while this one is stored.
+    let mut next = Some(read_batch(&mut messages, out));
+    while let Some((batch, failed, end)) = next.take() {
+        let w: &FolderWriter = out;
+        let stored = if end {
+            store_batch(w, &batch, validity, count, mtime)
+        } else {
+            let (stored, n) = rayon::join(
+                || store_batch(w, &batch, validity, count, mtime),
+                || read_batch(&mut messages, w),
+            );
+            next = Some(n);
+            stored
+        };
+        add_batch(out, account, folder, &batch, stored)?;
+        count += batch.len() as u64;
+        if let Some(e) = failed {
+            // What was read is kept; the next backup reads the file again.
+            complete = false;
+            out.fail(path.display().to_string(), e);
+        }
+    }
+    Ok((count, complete, messages.position()))
 }
 
 /// Reads the next messages of a folder, up to [`BATCH_MESSAGES`] and [`BATCH_BYTES`]: them,

@@ -217,7 +217,7 @@ impl io::Read for Reading<'_> {
     }
 }
 
-/// Steps of a walk, for tests that change the tree at the worst moment ([`hook`]).
+/// Steps of a walk, for tests that change the tree at the worst moment (`hook`).
 #[derive(Debug)]
 pub enum Event<'a> {
     /// A directory was listed (its entries not opened yet).

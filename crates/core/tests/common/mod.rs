@@ -4,12 +4,16 @@
 use mailvault_core::dest::imap::ImapRestoreOptions;
 use mailvault_core::imap::client::ClientOptions;
 use mailvault_core::imap::{Connection, Login, Password};
-use mailvault_core::ops::backup::{backup, BackupOptions, BackupReport, RunOptions};
+use mailvault_core::ops::backup::BackupReport;
 use mailvault_core::ops::check::{check, CheckOptions, CheckReport};
-use mailvault_core::ops::restore::{restore, RestoreOptions, RestoreReport, Selection};
+use mailvault_core::ops::restore::{restore, RestoreOptions};
 use mailvault_core::repo::crypto::KdfParams;
 use mailvault_core::report::NoProgress;
-use mailvault_core::source::imap::ImapBackupOptions;
+use mailvault_core::report::Progress;
+use mailvault_core::restore::{RestoreReport, Selection};
+use mailvault_core::source::imap::{ImapBackupOptions, ImapSource};
+use mailvault_core::source::maildir::{BackupOptions, MaildirSource};
+use mailvault_core::source::RunOptions;
 use mailvault_core::store::LocalStore;
 use mailvault_core::{InitOptions, Repository};
 use std::collections::BTreeMap;
@@ -603,4 +607,24 @@ pub fn run_python(script: &str, args: &[&Path]) -> String {
         String::from_utf8_lossy(&out.stderr)
     );
     String::from_utf8(out.stdout).unwrap()
+}
+
+/// A Maildir backup dated now: the source built from `opts`, through the one pipeline.
+pub fn backup(
+    repo: &mut Repository,
+    opts: &BackupOptions,
+    progress: &dyn Progress,
+) -> mailvault_core::Result<BackupReport> {
+    let source = MaildirSource::new(opts)?;
+    mailvault_core::ops::backup::run(repo, &source, &opts.run, mailvault_core::now(), progress)
+}
+
+/// An IMAP backup dated now: the source built from `opts`, through the one pipeline.
+pub fn imap_backup(
+    repo: &mut Repository,
+    opts: &ImapBackupOptions,
+    progress: &dyn Progress,
+) -> mailvault_core::imap::Result<BackupReport> {
+    let source = ImapSource::new(opts)?;
+    mailvault_core::ops::backup::run(repo, &source, &opts.run, mailvault_core::now(), progress)
 }

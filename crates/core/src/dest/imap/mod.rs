@@ -1,6 +1,6 @@
 //! The IMAP target: a restore into a live IMAP server, the "external restore".
 //!
-//! The pipeline ([`crate::ops::restore`]) gives it each folder's messages in the folder's
+//! The pipeline ([`crate::restore`]) gives it each folder's messages in the folder's
 //! original order ([`Order::Folder`]), in batches, so that UID order is arrival order
 //! again; accounts run at once, each over several connections (lanes), one folder at a
 //! time per connection. What is IMAP's own is here:
@@ -19,21 +19,22 @@
 //! servers change on APPEND: [`crate::imap::names::Fingerprint`]) before sending them
 //! again; `skip_existing` does that check for every message. Dropped connections
 //! reconnect with backoff, throttling slows every connection down
-//! ([`crate::imap::Pacer`]), and a message the server refuses is reported with the
+//! (`crate::imap::Pacer`), and a message the server refuses is reported with the
 //! server's words while the run goes on.
 
 pub mod crlf;
 pub mod journal;
 
-use super::{AccountInfo, Caps, Failures, FolderInfo, Item, Message, Order, Outcome, Target};
+use super::{
+    AccountInfo, Caps, FolderInfo, Item, Message, Order, Outcome, RestoreFailures, Target,
+};
 use crate::imap::names::{self, Fingerprint};
 use crate::imap::{login_with_backoff, Error, Login, Pacer, Phase, Result, Span};
-use crate::model::PickedAccount;
-use crate::ops::restore::{restore_into, restore_picked_into, RestoreReport, Selection};
 use crate::repo::tree::MessageEntry;
 use crate::repo::{lock, Repository};
 use crate::report::per_sec;
-use crate::report::{Failure, Progress};
+use crate::report::Failure;
+use crate::restore::{RestoreReport, Selection};
 use crlf::crlf_into;
 use journal::{AccountJournal, State};
 use mailvault_imap::{
@@ -143,41 +144,6 @@ pub struct ImapRestoreReport {
     /// The journal directory of this (repository, snapshot, target).
     pub journal: String,
     pub failures: Vec<Failure>,
-}
-
-/// Restores a snapshot into an IMAP server.
-pub fn restore(
-    repo: &Repository,
-    opts: &ImapRestoreOptions,
-    progress: &dyn Progress,
-) -> Result<ImapRestoreReport> {
-    let open = |snapshot: &str, _: &_| {
-        ImapTarget::new(repo, opts, snapshot).map_err(|e| match e {
-            Error::Repo(e) => e,
-            e => crate::Error::InvalidInput(e.to_string()),
-        })
-    };
-    let (r, target) = restore_into(repo, &opts.select, progress, open)?;
-    Ok(target.report(r))
-}
-
-/// Restores messages picked one by one (`undelete`: each from the snapshot that last
-/// held it) as single messages are restored (`--message`): only their folders are
-/// created (no subscriptions), each message appended with the flags and keywords of its
-/// entry, through the journal of (repository, `label`, target), so a re-run appends
-/// nothing twice. Of `opts.select`, only `reads` and `cache_bytes` are used.
-pub fn restore_picked(
-    repo: &Repository,
-    opts: &ImapRestoreOptions,
-    picked: Vec<PickedAccount>,
-    label: &str,
-    progress: &dyn Progress,
-) -> Result<ImapRestoreReport> {
-    let _lock = repo.lock_for_reading("undelete")?;
-    let target = ImapTarget::new(repo, opts, label)?;
-    let cache = (opts.select.reads, opts.select.cache_bytes);
-    let r = restore_picked_into(repo, picked, label, cache, progress, &target)?;
-    Ok(target.report(r))
 }
 
 /// An IMAP server as a restore target.
@@ -627,7 +593,7 @@ impl Target for ImapTarget {
         }
     }
 
-    fn finish_account(&self, acc: ImapAccount, failures: &Failures) {
+    fn finish_account(&self, acc: ImapAccount, failures: &RestoreFailures) {
         let acc = acc.0;
         if let Err(e) = acc.journal.sync() {
             failures.add(format!("account {}", acc.name), e);
@@ -728,6 +694,79 @@ impl Drop for Lane<'_> {
     }
 }
 
+/// What became of an attempt's messages: those accepted (key, UIDVALIDITY, UID), and,
+/// in the batch's order, those to send again and those in doubt (to look for first).
+struct Sorted<'r> {
+    accepted: Vec<(&'r [u8], u32, u32)>,
+    left: Vec<bool>,
+    doubt: Vec<bool>,
+    /// The server asked to wait.
+    throttled: bool,
+    /// The first refusal without a reason, to try again.
+    again: Option<String>,
+}
+
+/// Sorts the server's answers to an attempt at appending `ready` (see [`Sorted`]); a
+/// message accepted or refused for good gets its result in `done`.
+fn sort_outcomes<'r>(
+    ready: &'r [Ready],
+    outcomes: Vec<Option<AppendOutcome>>,
+    in_doubt: &[usize],
+    attempt: u32,
+    done: &mut [Option<Result<Outcome>>],
+) -> Sorted<'r> {
+    let mut accepted: Vec<(&[u8], u32, u32)> = Vec::new();
+    // What is still to do after this attempt: messages to send again and those
+    // in doubt (to look for first), in the folder's order.
+    let mut left = vec![false; ready.len()];
+    let mut doubt = vec![false; ready.len()];
+    // Refusals to try again: the server asked to wait (`throttled`), or gave no
+    // reason (`again`, the first such answer).
+    let (mut throttled, mut again) = (false, None);
+    for (i, (r, o)) in ready.iter().zip(outcomes).enumerate() {
+        match o {
+            Some(AppendOutcome::Appended { uid, uidvalidity }) => {
+                accepted.push((r.key.as_slice(), uidvalidity.unwrap_or(0), uid.unwrap_or(0)));
+                let bytes = r.range.len() as u64;
+                done[r.i] = Some(Ok(Outcome::Written { bytes }));
+            }
+            Some(AppendOutcome::Refused(refusal))
+                if refusal.is_transient() && attempt < MAX_ATTEMPTS =>
+            {
+                left[i] = true;
+                throttled = true;
+            }
+            Some(AppendOutcome::Refused(refusal))
+                if refusal.is_unexplained() && attempt < UNEXPLAINED_ATTEMPTS =>
+            {
+                left[i] = true;
+                if again.is_none() {
+                    again = Some(refusal.response.clone());
+                }
+            }
+            Some(AppendOutcome::Refused(refusal)) => {
+                let why = if refusal.by_server {
+                    format!("refused by the server: {}", refusal.response)
+                } else {
+                    refusal.response.clone()
+                };
+                done[r.i] = Some(Err(Error::InvalidInput(why)));
+            }
+            None => {
+                left[i] = true;
+                doubt[i] = in_doubt.contains(&i);
+            }
+        }
+    }
+    Sorted {
+        accepted,
+        left,
+        doubt,
+        throttled,
+        again,
+    }
+}
+
 impl<'a> Lane<'a> {
     fn new(t: &'a ImapTarget, acc: &'a Shared) -> Lane<'a> {
         let session = lock(&acc.sessions).pop();
@@ -788,53 +827,13 @@ impl<'a> Lane<'a> {
                 }) => (outcomes, in_doubt, Some(*source)),
                 Err(e) => (vec![None; ready.len()], Vec::new(), Some(e)),
             };
-            let mut accepted: Vec<(&[u8], u32, u32)> = Vec::new();
-            // What is still to do after this attempt: messages to send again and those
-            // in doubt (to look for first), in the folder's order.
-            let mut left = vec![false; ready.len()];
-            let mut doubt = vec![false; ready.len()];
-            // Refusals to try again: the server asked to wait (`throttled`), or gave no
-            // reason (`again`, the first such answer).
-            let (mut throttled, mut again) = (false, None);
-            for (i, (r, o)) in ready.iter().zip(outcomes).enumerate() {
-                match o {
-                    Some(AppendOutcome::Appended { uid, uidvalidity }) => {
-                        accepted.push((
-                            r.key.as_slice(),
-                            uidvalidity.unwrap_or(0),
-                            uid.unwrap_or(0),
-                        ));
-                        let bytes = r.range.len() as u64;
-                        done[r.i] = Some(Ok(Outcome::Written { bytes }));
-                    }
-                    Some(AppendOutcome::Refused(refusal))
-                        if refusal.is_transient() && attempt < MAX_ATTEMPTS =>
-                    {
-                        left[i] = true;
-                        throttled = true;
-                    }
-                    Some(AppendOutcome::Refused(refusal))
-                        if refusal.is_unexplained() && attempt < UNEXPLAINED_ATTEMPTS =>
-                    {
-                        left[i] = true;
-                        if again.is_none() {
-                            again = Some(refusal.response.clone());
-                        }
-                    }
-                    Some(AppendOutcome::Refused(refusal)) => {
-                        let why = if refusal.by_server {
-                            format!("refused by the server: {}", refusal.response)
-                        } else {
-                            refusal.response.clone()
-                        };
-                        done[r.i] = Some(Err(Error::InvalidInput(why)));
-                    }
-                    None => {
-                        left[i] = true;
-                        doubt[i] = in_doubt.contains(&i);
-                    }
-                }
-            }
+            let Sorted {
+                accepted,
+                left,
+                doubt,
+                throttled,
+                again,
+            } = sort_outcomes(ready, outcomes, &in_doubt, attempt, done);
             let journaled = self.acc.journal.accepted(&folder.name, &accepted);
             drop(accepted);
             let mut i = 0;
@@ -861,37 +860,50 @@ impl<'a> Lane<'a> {
                 }
                 continue;
             };
-            let root = err.root();
-            match root {
-                mailvault_imap::Error::OverQuota { .. }
-                | mailvault_imap::Error::AuthFailed { .. } => {
-                    return Err(Stop::Account(err.into()));
-                }
-                mailvault_imap::Error::NoSuchFolder { .. } if attempt < MAX_ATTEMPTS => {
-                    // Deleted behind our back, or provisioning failed: create it and retry.
-                    let su = names::special_use_for(&folder.name);
-                    if let Err(e) = self.session().and_then(|s| Ok(s.create(&folder.name, su)?)) {
-                        return Err(Stop::Batch(e.to_string()));
-                    }
-                }
-                _ if (err.is_transient() || err.is_connection_lost()) && attempt < MAX_ATTEMPTS => {
-                    t.pacer.throttled();
-                    tracing::warn!(
-                        "{}: {}: {err}; retrying (attempt {attempt})",
-                        self.acc.name,
-                        folder.name
-                    );
-                    if err.is_connection_lost() {
-                        self.session = None;
-                    }
-                    std::thread::sleep(backoff(attempt));
-                }
-                _ => return Err(Stop::Batch(err.to_string())),
-            }
+            self.recover(folder, err, attempt)?;
             // Sent but not answered: look for them before sending them again.
             if ready.iter().any(|r| r.check) {
                 self.drop_existing(folder, ready, buf, true, done)?;
             }
+        }
+        Ok(())
+    }
+
+    /// After a failed attempt at appending to `folder`: what can be recovered from
+    /// (a folder deleted behind our back, a transient error, a lost connection) is, for a
+    /// next attempt; what cannot stops the batch or the account.
+    fn recover(
+        &mut self,
+        folder: &ImapFolder,
+        err: mailvault_imap::Error,
+        attempt: u32,
+    ) -> std::result::Result<(), Stop> {
+        let t = self.t;
+        let root = err.root();
+        match root {
+            mailvault_imap::Error::OverQuota { .. } | mailvault_imap::Error::AuthFailed { .. } => {
+                return Err(Stop::Account(err.into()));
+            }
+            mailvault_imap::Error::NoSuchFolder { .. } if attempt < MAX_ATTEMPTS => {
+                // Deleted behind our back, or provisioning failed: create it and retry.
+                let su = names::special_use_for(&folder.name);
+                if let Err(e) = self.session().and_then(|s| Ok(s.create(&folder.name, su)?)) {
+                    return Err(Stop::Batch(e.to_string()));
+                }
+            }
+            _ if (err.is_transient() || err.is_connection_lost()) && attempt < MAX_ATTEMPTS => {
+                t.pacer.throttled();
+                tracing::warn!(
+                    "{}: {}: {err}; retrying (attempt {attempt})",
+                    self.acc.name,
+                    folder.name
+                );
+                if err.is_connection_lost() {
+                    self.session = None;
+                }
+                std::thread::sleep(backoff(attempt));
+            }
+            _ => return Err(Stop::Batch(err.to_string())),
         }
         Ok(())
     }

@@ -1,0 +1,148 @@
+//! Loading the index and the dictionaries at open, and reloading them when other
+//! processes wrote new index files.
+
+use crate::error::{Error, Result};
+use crate::repo::compress::{self};
+use crate::repo::id::Id;
+use crate::repo::index::Index;
+use crate::repo::named::Named;
+use crate::repo::pack::PackList;
+use crate::repo::Repository;
+use crate::repo::{file_id, index};
+use crate::store::put_content_named;
+use std::collections::HashSet;
+
+impl Repository {
+    /// Loads `dicts/`; the dictionary in the first file by name is used for writing, so
+    /// every client picks the same one.
+    pub(super) fn load_dictionaries(&mut self) -> Result<()> {
+        let mut files = self.store.list("dicts/")?;
+        files.sort_by(|a, b| a.path.cmp(&b.path));
+        let mut first = None;
+        self.dict_errors.clear();
+        for f in files {
+            let loaded = self
+                .store
+                .get(&f.path)
+                .and_then(|sealed| self.open_named(Named::Dictionary, &f.path, sealed))
+                .and_then(|plain| self.dicts.add(&plain, &f.path));
+            match loaded {
+                Ok(id) => {
+                    first.get_or_insert(id);
+                }
+                Err(e) if self.migration_leftover(&e) => self.leftovers.push(f.path),
+                // Like an index file: a damaged dictionary costs the blobs that need it
+                // (named by `check`), not the repository.
+                Err(e) => self.dict_errors.push((f.path, e)),
+            }
+        }
+        if let Some(id) = first {
+            self.dicts.set_encoder(id);
+        }
+        Ok(())
+    }
+
+    /// Whether the repository has a compression dictionary yet.
+    pub fn has_dictionary(&self) -> bool {
+        !self.dicts.is_empty()
+    }
+
+    /// Stores a trained dictionary (written before any blob that uses it) and reloads the
+    /// dictionaries.
+    pub fn add_dictionary(&mut self, dict: &[u8]) -> Result<()> {
+        let (id, sealed) = self.seal_named(Named::Dictionary, dict);
+        put_content_named(self.store.as_ref(), &format!("dicts/{id}"), &sealed)?;
+        self.dicts = compress::Dictionaries::default();
+        self.load_dictionaries()
+    }
+
+    pub(super) fn load_index(&mut self) -> Result<()> {
+        let files = self.store.list("index/")?;
+        type Loaded = (String, Result<(Id, PackList)>);
+        let loaded: Vec<Loaded> = {
+            use rayon::prelude::*;
+            files
+                .par_iter()
+                .map(|f| (f.path.clone(), self.read_index_file(&f.path)))
+                .collect()
+        };
+        for (path, r) in loaded {
+            match r {
+                Ok((id, packs)) => {
+                    for p in &packs {
+                        self.index.add_pack(p.id, p.version, &p.entries);
+                    }
+                    self.index_files.push(id);
+                }
+                Err(e) if self.migration_leftover(&e) => self.leftovers.push(path),
+                // A damaged index file must not lock the user out: its blobs look absent
+                // (a backup stores them again, a restore names what it cannot find) and
+                // `check` reports it.
+                // The caller reports it (`index_errors`): a log line would say it twice.
+                Err(e) => {
+                    tracing::debug!("index file {path} is unreadable: {e}");
+                    self.index_errors.push((path, e));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Reads, opens and decodes the index file at `path`: its id and the packs it lists.
+    pub(crate) fn read_index_file(&self, path: &str) -> Result<(Id, PackList)> {
+        let id = file_id(path)?;
+        let sealed = self.store.get(path)?;
+        let plain = self.open_named(Named::Index, path, sealed)?;
+        Ok((id, self.decode_index(&plain, path)?))
+    }
+
+    /// Reads and opens the dictionary file at `path`.
+    pub(crate) fn read_dictionary_file(&self, path: &str) -> Result<Vec<u8>> {
+        self.open_named(Named::Dictionary, path, self.store.get(path)?)
+    }
+
+    fn decode_index(&self, plain: &[u8], path: &str) -> Result<PackList> {
+        let packs = index::decode(plain, self.version, path)?;
+        if let Some(p) = packs
+            .iter()
+            .find(|p| !self.pack_versions().contains(&p.version))
+        {
+            return Err(Error::corrupt(
+                path,
+                format!(
+                    "lists pack {} as format {}, which this repository does not hold",
+                    p.id.short(),
+                    p.version
+                ),
+            ));
+        }
+        Ok(packs)
+    }
+
+    /// Whether every index file read at open is still there (a prune removes the index
+    /// files it replaced).
+    pub fn index_is_current(&self) -> Result<bool> {
+        Ok(self.gone_index_file()?.is_none())
+    }
+
+    /// An index file read at open that is no longer there.
+    pub(super) fn gone_index_file(&self) -> Result<Option<String>> {
+        let listed: HashSet<String> = (self.store.list("index/")?.into_iter())
+            .map(|o| o.path)
+            .collect();
+        Ok(self
+            .index_files
+            .iter()
+            .map(|id| format!("index/{id}"))
+            .find(|p| !listed.contains(p)))
+    }
+
+    /// Reads the index again (after a prune replaced index files).
+    pub fn reload_index(&mut self) -> Result<()> {
+        self.index = Index::default();
+        self.index_files.clear();
+        self.index_errors.clear();
+        self.leftovers.clear();
+        self.load_index()
+    }
+}

@@ -1,0 +1,508 @@
+use super::*;
+use crate::repo::crypto::KeyFile;
+use crate::repo::format::BlobKind;
+use crate::repo::format::{Object, Version};
+use crate::repo::lock::WriterRecord;
+use crate::repo::named::{open_config, seal_config, CONFIG_PADDED_LEN};
+use crate::repo::pack::PackBuilder;
+use crate::repo::writer::BlobSaver;
+use crate::store::MemoryStore;
+use std::sync::atomic::Ordering;
+
+pub(crate) fn fast_init() -> InitOptions {
+    InitOptions {
+        kdf: KdfParams::FOR_TESTS,
+        pack_size: 512,
+        ..Default::default()
+    }
+}
+
+/// Packs are written by background threads: every pack they wrote is in the index
+/// `finish` writes. A pack write that fails (the disk full, the bucket gone) makes
+/// `save` or `finish` fail, and `finish` fails even after a `save` returned that
+/// error (a backup goes on with its other folders, whose entries may name blobs of
+/// the lost pack): no index naming a pack that is not there, no snapshot.
+#[test]
+fn packs_written_in_the_background_are_indexed_and_their_errors_returned() {
+    use crate::error::BackendKind;
+    use crate::store::FaultyStore;
+    let mem = Arc::new(MemoryStore::new());
+    let store = Arc::new(FaultyStore::new(mem.clone()).only_under("data/"));
+    let repo = Repository::init(store.clone(), b"pw", &fast_init()).unwrap();
+    let saver = BlobSaver::new(&repo, Compression::None);
+    let blobs: Vec<Vec<u8>> = (0..200u32).map(|i| i.to_le_bytes().repeat(100)).collect();
+    let ids: Vec<Id> = (blobs.iter())
+        .map(|b| saver.save(BlobKind::Data, b).unwrap())
+        .collect();
+    let packs = saver.finish().unwrap();
+    assert!(packs.len() > 10, "{} packs", packs.len());
+    assert_eq!(mem.list("data/").unwrap().len(), packs.len());
+    drop(saver);
+    let repo = Repository::open(store.clone(), b"pw").unwrap();
+    for (id, b) in ids.iter().zip(&blobs) {
+        assert_eq!(&repo.read_blob(id).unwrap(), b);
+    }
+    // One pack write fails; the others would succeed.
+    store.fail_next(1, BackendKind::Other);
+    let saver = BlobSaver::new(&repo, Compression::None);
+    let mut first = None;
+    for i in 0..200u32 {
+        let saved = saver.save(BlobKind::Data, &(i + 1000).to_le_bytes().repeat(100));
+        if let Err(e) = saved {
+            first.get_or_insert(e.to_string());
+        }
+    }
+    let first = first.expect("a save returns the failed pack write");
+    assert!(first.contains("injected fault on data/"), "{first}");
+    let err = saver.finish().unwrap_err().to_string();
+    assert!(err.contains("an earlier pack write failed"), "{err}");
+    assert!(err.contains("injected fault on data/"), "{err}");
+    assert_eq!(mem.list("index/").unwrap().len(), 1, "no new index file");
+}
+
+#[test]
+fn save_and_read_blobs_across_reopen() {
+    for (version, pad) in [
+        (Version::V1, false),
+        (Version::V2, false),
+        (Version::V2, true),
+    ] {
+        save_and_read_blobs(version, pad);
+    }
+}
+
+fn save_and_read_blobs(version: Version, pad: bool) {
+    let store = Arc::new(MemoryStore::new());
+    let opts = InitOptions {
+        version,
+        pad,
+        ..fast_init()
+    };
+    let repo = Repository::init(store.clone(), b"pw", &opts).unwrap();
+    let saver = BlobSaver::new(&repo, Compression::Zstd);
+    let blobs: Vec<Vec<u8>> = (0..50)
+        .map(|i| format!("blob number {i} ").repeat(i + 1).into_bytes())
+        .collect();
+    let ids: Vec<Id> = blobs
+        .iter()
+        .map(|b| saver.save(BlobKind::Data, b).unwrap())
+        .collect();
+    assert_eq!(saver.save(BlobKind::Data, &blobs[3]).unwrap(), ids[3]);
+    saver.finish().unwrap();
+    assert_eq!(saver.stats.data_blobs.load(Ordering::Relaxed), 50);
+    assert!(
+        store.list("data/").unwrap().len() > 1,
+        "small pack size gives several packs"
+    );
+    let repo = Repository::open(store.clone(), b"pw").unwrap();
+    assert_eq!((repo.version(), repo.config().pad), (version, pad));
+    for (id, b) in ids.iter().zip(&blobs) {
+        assert_eq!(&repo.read_blob(id).unwrap(), b);
+        assert_eq!(&repo.read_blob_unverified(id).unwrap(), b);
+    }
+    if version == Version::V2 {
+        // Every blob is sealed with its kind and id: under another id it does not open.
+        let (loc, sealed, path) = repo.read_sealed(&ids[0]).unwrap();
+        let e = repo
+            .open_blob(&ids[1], &loc, Version::V2, sealed, &path)
+            .unwrap_err();
+        assert!(matches!(e, Error::Misplaced { .. }), "{e}");
+        // The config is padded to a fixed size whatever its content.
+        assert_eq!(
+            store.get("config").unwrap().len(),
+            CONFIG_PADDED_LEN + crate::repo::crypto::SEAL_OVERHEAD
+        );
+    }
+    assert!(matches!(
+        Repository::open(store.clone(), b"wrong"),
+        Err(Error::WrongPassword)
+    ));
+    assert!(matches!(
+        Repository::init(store, b"pw", &fast_init()),
+        Err(Error::RepositoryExists(_))
+    ));
+}
+
+/// The config's stated version must be one this code knows, and agree with how the
+/// config is sealed: a later format is refused by its number, a format-1 config
+/// claiming format 2 (or the other way round) is refused as corrupt.
+#[test]
+fn config_versions_are_checked() {
+    let key = MasterKey::random();
+    let config = |version| Config {
+        version,
+        id: "x".into(),
+        compression: Compression::Zstd,
+        chunker: ChunkerParams::default(),
+        pack_size: 1 << 20,
+        pad: false,
+        format1_packs: false,
+    };
+    for v in [Version::V1, Version::V2] {
+        let sealed = seal_config(&key, &config(v.number())).unwrap();
+        assert_eq!(open_config(&key, sealed).unwrap().1, v);
+    }
+    let json = |v| serde_json::to_vec(&config(v)).unwrap();
+    let later = key.seal_ad(&format::pad(json(3)), &Object::Config.aad());
+    assert!(matches!(
+        open_config(&key, later),
+        Err(Error::UnsupportedVersion(3))
+    ));
+    let e = open_config(&key, key.seal(&json(2)))
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("sealed as format 1"), "{e}");
+    let v1_as_v2 = key.seal_ad(&format::pad(json(1)), &Object::Config.aad());
+    let e = open_config(&key, v1_as_v2).unwrap_err().to_string();
+    assert!(e.contains("sealed as format 2"), "{e}");
+}
+
+/// A pack written by a run that was killed, as such a run leaves it: no index.
+fn write_unindexed_pack(repo: &Repository, data: &[u8]) -> Id {
+    let saver = BlobSaver::new(repo, Compression::Lz4);
+    let id = saver.save(BlobKind::Data, data).unwrap();
+    let p = std::mem::take(&mut *lock(&saver.packers[0]));
+    saver
+        .write_pack(p.finish(&repo.key, repo.version), BlobKind::Data)
+        .unwrap();
+    id
+}
+
+#[test]
+fn writer_records_say_when_to_look_for_unindexed_packs() {
+    let store = Arc::new(MemoryStore::new());
+    let locks = || store.list("locks/").unwrap();
+    let mut repo = Repository::init(store.clone(), b"pw", &fast_init()).unwrap();
+    // A run holds a lock while it runs, and one that ends leaves no record.
+    let (found, mark) = repo.begin_backup().unwrap();
+    assert!(found.is_empty());
+    assert_eq!(locks().len(), 1);
+    repo.end_backup(mark).unwrap();
+    assert!(locks().is_empty());
+    // Without any record, packs are not looked for (that is what the records save).
+    let orphan = write_unindexed_pack(&repo, &[1u8; 5000]);
+    let (found, mark) = repo.begin_backup().unwrap();
+    assert!(found.is_empty());
+    repo.end_backup(mark).unwrap();
+    // A run killed after writing a pack leaves its lock, here of a process of this
+    // host that no longer exists.
+    let big = vec![7u8; 10_000];
+    let id = write_unindexed_pack(&repo, &big);
+    let gone = crate::repo::lock::LockRecord {
+        hostname: crate::hostname(),
+        pid: 4_000_000_000,
+        time: crate::now_unix(),
+        created: crate::now_unix(),
+        exclusive: false,
+        operation: "backup".into(),
+        lock: "0".into(),
+    };
+    let json = serde_json::to_vec(&gone).unwrap();
+    store
+        .put(
+            "locks/gone",
+            &repo.seal_object(Object::Writer("locks/gone"), &json),
+        )
+        .unwrap();
+    // And the record an older mailvault's live backup (this process) writes, which
+    // must stay.
+    let live = WriterRecord {
+        hostname: crate::hostname(),
+        pid: std::process::id(),
+        started: crate::now_unix(),
+    };
+    store
+        .put(
+            "writers/live",
+            &repo.seal_object(Object::Writer("live"), &serde_json::to_vec(&live).unwrap()),
+        )
+        .unwrap();
+    let mut repo = Repository::open(store.clone(), b"pw").unwrap();
+    assert!(!repo.index().contains(&id));
+    let (found, mark) = repo.begin_backup().unwrap();
+    // Both unindexed packs are found, the killed run's and the older orphan.
+    assert_eq!(found.len(), 2);
+    assert_eq!(repo.read_blob(&id).unwrap(), big);
+    assert!(repo.index().contains(&orphan));
+    repo.end_backup(mark).unwrap();
+    assert!(locks().is_empty());
+    let left: Vec<String> = (store.list("writers/").unwrap().into_iter())
+        .map(|o| o.path)
+        .collect();
+    assert_eq!(left, ["writers/live"]);
+}
+
+#[test]
+fn unindexed_packs_are_recovered() {
+    let store = Arc::new(MemoryStore::new());
+    let repo = Repository::init(store.clone(), b"pw", &fast_init()).unwrap();
+    let saver = BlobSaver::new(&repo, Compression::Lz4);
+    let big = vec![7u8; 10_000];
+    let id = saver.save(BlobKind::Data, &big).unwrap();
+    // Write the pack but not the index, as a killed run would.
+    let p = std::mem::take(&mut *lock(&saver.packers[0]));
+    saver
+        .write_pack(p.finish(&repo.key, repo.version), BlobKind::Data)
+        .unwrap();
+    drop(saver);
+    let mut repo = Repository::open(store, b"pw").unwrap();
+    assert!(!repo.index().contains(&id));
+    let rec = repo.recover_unindexed_packs().unwrap();
+    assert_eq!(rec.len(), 1);
+    assert_eq!(repo.read_blob(&id).unwrap(), big);
+}
+
+/// A killed writer's record, as a gone process of this host leaves it.
+/// The lock of a backup that was killed: its process is gone.
+fn gone_writer_record(repo: &Repository, store: &MemoryStore) {
+    let gone = crate::repo::lock::LockRecord {
+        hostname: crate::hostname(),
+        pid: 4_000_000_000,
+        time: crate::now_unix(),
+        created: crate::now_unix(),
+        exclusive: false,
+        operation: "backup".into(),
+        lock: "0000gone".into(),
+    };
+    let path = format!("{}0000gone", crate::repo::lock::LOCKS);
+    store
+        .put(
+            &path,
+            &repo.seal_object(Object::Writer(&path), &serde_json::to_vec(&gone).unwrap()),
+        )
+        .unwrap();
+}
+
+/// Issue 10, item 24: recovery indexes a pack only when its name is the hash of its
+/// bytes and every blob hashes to its id; a junk file in writers/ is no stale record.
+#[test]
+fn recovery_verifies_packs_and_ignores_junk_in_writers() {
+    let store = Arc::new(MemoryStore::new());
+    let mut repo = Repository::init(store.clone(), b"pw", &fast_init()).unwrap();
+    let good = vec![1u8; 3000];
+    let good_id = write_unindexed_pack(&repo, &good);
+    // Junk in writers/ alone starts no recovery, and stays.
+    store.put("writers/README", b"not a record").unwrap();
+    let (found, mark) = repo.begin_backup().unwrap();
+    assert!(found.is_empty(), "junk in writers/ triggered a recovery");
+    assert!(!repo.index().contains(&good_id));
+    repo.end_backup(mark).unwrap();
+    assert!(store.stat("writers/README").is_ok());
+
+    // A pack whose header files a blob under another blob's id: its name matches
+    // its bytes, its header opens, only the id check can tell.
+    let wanted = vec![2u8; 3000];
+    let wanted_id = repo.key.blob_id(&wanted);
+    let mut b = PackBuilder::default();
+    let other = vec![3u8; 3000];
+    b.add(
+        wanted_id,
+        BlobKind::Data,
+        compress::Codec::Raw,
+        other.len(),
+        &repo.seal_blob(BlobKind::Data, &wanted_id, other.as_slice().into()),
+    );
+    let bogus = b.finish(&repo.key, repo.version);
+    store
+        .put(&pack::pack_path(&bogus.id), &bogus.bytes)
+        .unwrap();
+    // A good pack stored under a name that is not its hash.
+    let mut b = PackBuilder::default();
+    let third = vec![4u8; 3000];
+    let third_id = repo.key.blob_id(&third);
+    b.add(
+        third_id,
+        BlobKind::Data,
+        compress::Codec::Raw,
+        third.len(),
+        &repo.seal_blob(BlobKind::Data, &third_id, third.as_slice().into()),
+    );
+    let renamed = b.finish(&repo.key, repo.version);
+    store
+        .put(&pack::pack_path(&Id([0xab; 32])), &renamed.bytes)
+        .unwrap();
+
+    gone_writer_record(&repo, &store);
+    let mut repo = Repository::open(store.clone(), b"pw").unwrap();
+    let (found, mark) = repo.begin_backup().unwrap();
+    let found: Vec<Id> = found.into_iter().map(|p| p.id).collect();
+    assert!(repo.index().contains(&good_id));
+    assert!(
+        !repo.index().contains(&wanted_id),
+        "a blob that does not match its id was indexed"
+    );
+    assert!(!repo.index().contains(&third_id));
+    assert_eq!(found.len(), 1, "{found:?}");
+    assert_eq!(repo.read_blob(&good_id).unwrap(), good);
+    repo.end_backup(mark).unwrap();
+    let left: Vec<String> = store
+        .list("writers/")
+        .unwrap()
+        .into_iter()
+        .map(|o| o.path)
+        .collect();
+    assert_eq!(left, ["writers/README"]);
+}
+
+/// Issue 10, item 10: `init` refuses a location with parts of a repository, and
+/// opening one without its config says so instead of suggesting `init`.
+#[test]
+fn a_repository_without_config_is_neither_opened_nor_initialized_over() {
+    let store = Arc::new(MemoryStore::new());
+    let repo = Repository::init(store.clone(), b"pw", &fast_init()).unwrap();
+    write_unindexed_pack(&repo, b"some data");
+    store.delete("config").unwrap();
+    let e = Repository::open(store.clone(), b"pw").err().unwrap();
+    assert!(matches!(e, Error::ConfigMissing { .. }), "{e}");
+    let msg = e.to_string();
+    assert!(
+        msg.contains("config is missing") && msg.contains("keys/"),
+        "{msg}"
+    );
+    assert!(!msg.contains("mailvault init` first"), "{msg}");
+    let e = Repository::init(store.clone(), b"pw", &fast_init())
+        .err()
+        .unwrap();
+    assert!(matches!(e, Error::ConfigMissing { .. }), "{e}");
+    assert_eq!(
+        store.list("keys/").unwrap().len(),
+        1,
+        "a second key was added"
+    );
+    // Any one part is enough.
+    for part in [
+        "data/aa/x",
+        "index/x",
+        "snapshots/x",
+        "dicts/x",
+        "writers/x",
+    ] {
+        let store = Arc::new(MemoryStore::new());
+        store.put(part, b"x").unwrap();
+        assert!(
+            matches!(
+                Repository::init(store, b"pw", &fast_init()),
+                Err(Error::ConfigMissing { .. })
+            ),
+            "{part}"
+        );
+    }
+    // An empty location has no repository, and init works there.
+    let store = Arc::new(MemoryStore::new());
+    assert!(matches!(
+        Repository::open(store.clone(), b"pw"),
+        Err(Error::NoRepository(_))
+    ));
+    Repository::init(store, b"pw", &fast_init()).unwrap();
+}
+
+fn put_key_file(store: &MemoryStore, kf: &KeyFile) -> String {
+    let bytes = serde_json::to_vec_pretty(kf).unwrap();
+    let path = format!("keys/{}", Id::of_file(&bytes));
+    store.put(&path, &bytes).unwrap();
+    path
+}
+
+/// Issue 10, item 25: with several key files each one's outcome is reported, a
+/// damaged one does not hide a wrong password, and key files outside the bounds or
+/// of another version are refused before any key derivation.
+#[test]
+fn every_key_file_outcome_is_reported_and_key_files_are_bounded() {
+    let store = Arc::new(MemoryStore::new());
+    let repo = Repository::init(store.clone(), b"pw", &fast_init()).unwrap();
+    let good = store.list("keys/").unwrap()[0].path.clone();
+    // A damaged second key file, sorting first.
+    store.put("keys/0000", b"{ not json").unwrap();
+    let e = Repository::open(store.clone(), b"wrong").err().unwrap();
+    let msg = e.to_string();
+    assert!(matches!(e, Error::NoKeyOpens(_)), "{msg}");
+    assert!(msg.contains(&format!("{good}: wrong password")), "{msg}");
+    assert!(
+        msg.contains("keys/0000: ") && msg.contains("not a key file"),
+        "{msg}"
+    );
+    // The right password opens despite the damaged file.
+    Repository::open(store.clone(), b"pw").unwrap();
+    store.delete("keys/0000").unwrap();
+
+    let fast = fast_init().kdf;
+    let forged = |f: &dyn Fn(&mut KeyFile)| {
+        let mut kf = KeyFile::wrap(&repo.key, b"pw", fast, "h").unwrap();
+        f(&mut kf);
+        kf.checksum.clear();
+        let json = serde_json::to_vec(&kf).unwrap();
+        kf.checksum = blake3::hash(&json).to_hex().to_string();
+        kf
+    };
+    for (what, kf) in [
+        ("t_cost", forged(&|k| k.params.t_cost = 1000)),
+        ("m_cost", forged(&|k| k.params.m_cost = u32::MAX)),
+        ("p_cost", forged(&|k| k.params.p_cost = 1000)),
+        ("version 2", forged(&|k| k.version = 2)),
+    ] {
+        let store = MemoryStore::new();
+        let path = put_key_file(&store, &kf);
+        let e = KeyFile::parse(&store.get(&path).unwrap(), &path)
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(e.contains(what), "{what}: {e}");
+        assert!(
+            matches!(kf.unwrap(b"pw", &path), Err(Error::Corrupt { .. })),
+            "{what}"
+        );
+    }
+    assert!(KdfParams {
+        m_cost: 5 << 20,
+        t_cost: 1,
+        p_cost: 1
+    }
+    .validate("k")
+    .is_err());
+    KdfParams::default().validate("k").unwrap();
+}
+
+/// Issue 10, item 9: a damaged file in snapshots/ costs that snapshot only.
+#[test]
+fn damaged_snapshot_files_cost_only_themselves() {
+    let store = Arc::new(MemoryStore::new());
+    let repo = Repository::init(store.clone(), b"pw", &fast_init()).unwrap();
+    let saver = BlobSaver::new(&repo, Compression::Lz4);
+    let root = saver
+        .save(BlobKind::Tree, &tree::encode(&tree::RootTree::default()))
+        .unwrap();
+    saver.finish().unwrap();
+    let snap = |time| Snapshot {
+        id: Id::default(),
+        version: 2,
+        time,
+        time_nanos: 0,
+        hostname: "h".into(),
+        source: "maildir:/x".into(),
+        tags: Vec::new(),
+        parent: None,
+        root,
+        summary: Default::default(),
+        original: None,
+    };
+    let a = repo.save_snapshot(&snap(1)).unwrap();
+    let b = repo.save_snapshot(&snap(2)).unwrap();
+    let c = repo.save_snapshot(&snap(3)).unwrap();
+    let mut bytes = store.get(&Snapshot::path(&c)).unwrap();
+    bytes.truncate(bytes.len() / 2);
+    store.overwrite(&Snapshot::path(&c), bytes);
+    store.put("snapshots/README", b"hello").unwrap();
+    let all = repo.snapshots().unwrap();
+    let ids: Vec<Id> = all.iter().map(|s| s.id).collect();
+    assert_eq!(ids, [a, b]);
+    let mut damaged: Vec<&str> = all.damaged.iter().map(|d| d.path.as_str()).collect();
+    damaged.sort();
+    let want = Snapshot::path(&c);
+    let mut want = [want.as_str(), "snapshots/README"];
+    want.sort();
+    assert_eq!(damaged, want);
+    assert_eq!(repo.find_snapshot("latest").unwrap().id, b);
+    assert_eq!(repo.find_snapshot(&a.to_hex()[..10]).unwrap().id, a);
+    let e = repo.find_snapshot(&c.to_hex()[..10]).err().unwrap();
+    assert!(matches!(e, Error::Misplaced { .. }), "{e}");
+}

@@ -1,0 +1,183 @@
+//! What every step of a restore shares: the repository, the target and its [`Caps`],
+//! how blobs are read, the counts ([`Tally`]) and the end-of-run [`RestoreReport`].
+
+use crate::dest::{Caps, Order, RestoreFailures, Target};
+use crate::error::{Error, Result};
+use crate::model::reader::{BlobCache, SpanOptions};
+use crate::repo::Repository;
+use crate::report::{per_sec, Progress};
+use serde::Serialize;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::time::Instant;
+
+/// The end-of-run summary. `items_total` = `items_restored` + `items_unchanged` +
+/// `items_failed`; `failures` also lists what is not a message (folder files,
+/// directories), which `items_failed` does not count.
+#[derive(Clone, Debug, Serialize, Default)]
+pub struct RestoreReport {
+    pub snapshot: String,
+    pub accounts: u64,
+    pub folders: u64,
+    /// Messages selected for restore.
+    pub items_total: u64,
+    /// Messages written.
+    pub items_restored: u64,
+    /// Messages already in the target with identical bytes.
+    pub items_unchanged: u64,
+    /// Messages not restored.
+    pub items_failed: u64,
+    /// Bytes of messages written.
+    pub bytes_written: u64,
+    /// Files of folders written whole: a Maildir's `dovecot-uidlist` and the like, the
+    /// files of a `file:` snapshot (a failed one is listed in `failures`).
+    pub files_restored: u64,
+    /// Files of a `file:` snapshot made as hard links of another file restored (`dir:`
+    /// targets), not written.
+    pub files_linked: u64,
+    /// Their bytes.
+    pub file_bytes_written: u64,
+    /// Files already in the target (the same bytes; a large file: complete, the same size
+    /// and mtime), and hard links and symbolic links already there: not written.
+    pub files_unchanged: u64,
+    pub elapsed_secs: f64,
+    pub items_per_sec: f64,
+    pub mb_per_sec: f64,
+    pub failures: Vec<crate::report::Failure>,
+    /// What the restore did not do but is not a failure: owners left unset because the
+    /// restore does not run as root.
+    pub warnings: Vec<String>,
+}
+
+/// The counts of a restore, shared by its threads.
+#[derive(Default)]
+pub(super) struct Tally {
+    pub(super) failures: RestoreFailures,
+    pub(super) total: AtomicU64,
+    pub(super) restored: AtomicU64,
+    pub(super) unchanged: AtomicU64,
+    pub(super) failed: AtomicU64,
+    pub(super) bytes: AtomicU64,
+    pub(super) files: AtomicU64,
+    pub(super) file_bytes: AtomicU64,
+    pub(super) files_present: AtomicU64,
+    pub(super) files_linked: AtomicU64,
+}
+
+pub(super) struct Ctx<'a, T> {
+    pub(super) repo: &'a Repository,
+    /// How messages' blobs are read.
+    pub(super) spans: SpanOptions,
+    pub(super) target: &'a T,
+    pub(super) caps: Caps,
+    pub(super) n: Tally,
+    pub(super) progress: &'a dyn Progress,
+    /// Opened blobs kept for messages that share them ([`Order::Folder`]).
+    pub(super) cache: BlobCache,
+}
+
+impl Tally {
+    /// A folder file of `size` bytes written.
+    pub(super) fn wrote_file(&self, size: u64) {
+        self.files.fetch_add(1, Relaxed);
+        self.file_bytes.fetch_add(size, Relaxed);
+    }
+
+    /// A failure that costs `n` messages.
+    pub(super) fn fail_items(&self, item: impl Into<String>, e: impl std::fmt::Display, n: u64) {
+        self.failed.fetch_add(n, Relaxed);
+        self.failures.add(item, e);
+    }
+}
+
+/// The pool of worker threads (the target's `jobs`; 0: one per core) that writes
+/// messages.
+pub(super) fn worker_pool(caps: &Caps) -> Result<rayon::ThreadPool> {
+    let jobs = caps.jobs;
+    rayon::ThreadPoolBuilder::new()
+        .num_threads(jobs)
+        .build()
+        .map_err(|e| Error::InvalidInput(format!("cannot start {jobs} worker threads: {e}")))
+}
+
+impl<'a> Ctx<'a, ()> {
+    /// A context for planning only, before the target is open.
+    pub(super) fn planner(repo: &'a Repository, progress: &'a dyn Progress) -> Ctx<'a, ()> {
+        Ctx {
+            repo,
+            spans: SpanOptions::default(),
+            target: &(),
+            caps: NO_CAPS,
+            n: Tally::default(),
+            progress,
+            cache: BlobCache::new(0),
+        }
+    }
+}
+
+/// The capabilities of no target (a context that only plans).
+pub(super) const NO_CAPS: Caps = Caps {
+    order: Order::Any,
+    jobs: 1,
+    open_folders: 1,
+    accounts: 1,
+    lanes: 1,
+    batch_messages: 1,
+    batch_bytes: 0,
+    lane_messages: 0,
+    folder_files: false,
+    keywords: false,
+    hard_links: false,
+};
+
+impl<'a, T: Target> Ctx<'a, T> {
+    pub(super) fn new(
+        repo: &'a Repository,
+        target: &'a T,
+        (reads, cache_bytes): (usize, usize),
+        progress: &'a dyn Progress,
+    ) -> Ctx<'a, T> {
+        Ctx {
+            repo,
+            spans: SpanOptions::for_store(repo.store(), reads),
+            target,
+            caps: target.caps(),
+            n: Tally::default(),
+            progress,
+            cache: BlobCache::new(cache_bytes),
+        }
+    }
+
+    /// The report of a restore that began at `started`.
+    pub(super) fn report(
+        &self,
+        snapshot: String,
+        accounts: u64,
+        folders: u64,
+        started: Instant,
+    ) -> RestoreReport {
+        let elapsed = started.elapsed().as_secs_f64();
+        let n = &self.n;
+        let bytes = n.bytes.load(Relaxed);
+        let file_bytes = n.file_bytes.load(Relaxed);
+        let total = n.total.load(Relaxed);
+        RestoreReport {
+            snapshot,
+            accounts,
+            folders,
+            items_total: total,
+            items_restored: n.restored.load(Relaxed),
+            items_unchanged: n.unchanged.load(Relaxed),
+            items_failed: n.failed.load(Relaxed),
+            bytes_written: bytes,
+            files_restored: n.files.load(Relaxed),
+            files_linked: n.files_linked.load(Relaxed),
+            file_bytes_written: file_bytes,
+            files_unchanged: n.files_present.load(Relaxed),
+            elapsed_secs: elapsed,
+            items_per_sec: per_sec(total, elapsed),
+            mb_per_sec: per_sec(bytes + file_bytes, elapsed) / 1e6,
+            failures: n.failures.take(),
+            warnings: self.target.warnings(),
+        }
+    }
+}

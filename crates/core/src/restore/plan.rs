@@ -1,0 +1,441 @@
+//! What a restore reads: the selection, the accounts, folders and messages it takes
+//! from a snapshot, the hard links among files, the order of a folder's messages and the
+//! pieces of a large file. No target here: the plan only reads the snapshot's trees.
+
+use super::ctx::Ctx;
+use crate::dest::{HardLink, Order};
+use crate::error::{Error, Result};
+use crate::mail::maildir::{safe_component, safe_relative};
+use crate::model::assemble::assemble_file;
+use crate::model::{folder_name, folder_selected, message_selected};
+use crate::repo::id::Id;
+use crate::repo::tree::{AccountRef, AccountTree, FileEntry, FolderNode, MessageEntry};
+use crate::repo::Repository;
+use std::collections::HashMap;
+use std::sync::atomic::Ordering::Relaxed;
+
+/// What a restore takes from a snapshot, whatever the target.
+#[derive(Clone, Debug, Default)]
+pub struct Selection {
+    /// `latest` or a snapshot id prefix.
+    pub snapshot: String,
+    /// Only these accounts (all when empty).
+    pub accounts: Vec<String>,
+    /// Only these folders and their subfolders (`Sent`, `Archive/2023`; all when empty).
+    pub folders: Vec<String>,
+    /// Only these messages, by Maildir key or file name (all when empty): only the folders
+    /// that hold them are restored.
+    pub messages: Vec<String>,
+    /// Pack spans read at once; 0: as many as the store suits
+    /// ([`crate::model::reader::SpanOptions::for_store`]).
+    pub reads: usize,
+    /// [`Order::Folder`] targets: opened blobs kept for messages that share them (a
+    /// message delivered to several mailboxes), in bytes; 0 turns the cache off.
+    pub cache_bytes: usize,
+}
+
+impl Selection {
+    /// The blob cache of a restore into an [`Order::Folder`] target (IMAP, mbox), in
+    /// bytes.
+    pub const CACHE_BYTES: usize = 64 << 20;
+}
+
+pub(super) fn quoted(keys: &[&String]) -> String {
+    let q: Vec<String> = keys.iter().map(|k| format!("{k:?}")).collect();
+    q.join(", ")
+}
+
+/// One folder to restore: its node and its selected messages.
+pub struct FolderPlan {
+    pub node: FolderNode,
+    pub entries: Vec<MessageEntry>,
+}
+
+/// One account to restore.
+pub struct AccountPlan {
+    pub acc: AccountRef,
+    pub folders: Vec<FolderPlan>,
+    /// The subscriptions of the snapshot's INBOX (IMAP names) that fall within the
+    /// selection (an in-order destination's restore only).
+    pub subscriptions: Vec<String>,
+}
+
+/// What a selection of a snapshot reads, with no destination: its accounts, their
+/// folders and messages (entries, not bytes), for a dry run and for readers that fetch
+/// messages by id (search, a web UI, an IMAP view: [`Plan::messages`] with
+/// [`Plan::spans`], then [`crate::model::reader`]).
+pub struct Plan {
+    /// The snapshot's id.
+    pub snapshot: String,
+    pub accounts: Vec<AccountPlan>,
+    /// What the selection names but cannot be read (an unsafe name, a damaged chunk, a
+    /// message key found nowhere).
+    pub failures: Vec<crate::report::Failure>,
+}
+
+impl Plan {
+    /// Plans `sel` under the repository's shared lock: the same accounts, folders and
+    /// messages a restore of `sel` into a Maildir tree takes.
+    pub fn build(repo: &Repository, sel: &Selection) -> Result<Plan> {
+        let _lock = repo.lock_for_reading("restore")?;
+        let snap = repo.find_snapshot(&sel.snapshot)?;
+        let root: crate::repo::tree::RootTree = repo.read_tree(&snap.root)?;
+        let accounts = crate::model::select_accounts(root, &sel.accounts)?;
+        let planner = Ctx::<()>::planner(repo, &crate::report::NoProgress);
+        let mut plans = Vec::new();
+        let mut matched = sel.folders.is_empty();
+        for acc in accounts.iter().cloned() {
+            let (plan, f) = plan_account(&planner, acc, sel)?;
+            matched |= f > 0;
+            plans.push(plan);
+        }
+        if !matched {
+            return Err(crate::model::no_folder_matches(
+                repo,
+                &accounts,
+                &sel.folders,
+            ));
+        }
+        for m in &sel.messages {
+            let key = [m.clone()];
+            let found = (plans.iter().flat_map(|p| &p.folders))
+                .any(|f| f.entries.iter().any(|e| message_selected(e, &key)));
+            if !found {
+                let why = "not in the selected accounts and folders of the snapshot";
+                planner.n.failures.add(format!("message {m:?}"), why);
+            }
+        }
+        Ok(Plan {
+            snapshot: snap.id.to_hex(),
+            accounts: plans,
+            failures: planner.n.failures.take(),
+        })
+    }
+
+    /// Every message of the plan with its account and folder, in plan order.
+    pub fn messages(&self) -> impl Iterator<Item = (&AccountRef, &FolderNode, &MessageEntry)> {
+        self.accounts.iter().flat_map(|a| {
+            (a.folders.iter())
+                .flat_map(move |f| f.entries.iter().map(move |e| (&a.acc, &f.node, e)))
+        })
+    }
+
+    /// The pack spans that hold the messages' blobs, in the order a restore reads them
+    /// (packs front to back), each blob once.
+    pub fn spans(&self, repo: &Repository) -> Vec<crate::model::reader::Span> {
+        let entries: Vec<&MessageEntry> = self.messages().map(|(_, _, e)| e).collect();
+        let opts = crate::model::reader::SpanOptions::for_store(repo.store(), 0);
+        crate::model::reader::PackPlan::new(repo.index(), &entries, |e| &e.content, &opts).spans
+    }
+
+    /// What a dry run prints: per account and folder, its messages and bytes, and the
+    /// spans to read.
+    pub fn summary(&self, repo: &Repository) -> PlanSummary {
+        let index = repo.index();
+        let accounts: Vec<AccountSummary> = (self.accounts.iter())
+            .filter(|a| !a.folders.is_empty())
+            .map(|a| AccountSummary {
+                name: a.acc.name.clone(),
+                folders: (a.folders.iter())
+                    .map(|f| FolderSummary {
+                        name: folder_name(&f.node).into_owned(),
+                        messages: f.entries.len() as u64,
+                        bytes: f.entries.iter().map(|e| e.size).sum(),
+                    })
+                    .collect(),
+            })
+            .collect();
+        let spans: Vec<SpanSummary> = (self.spans(repo).into_iter())
+            .map(|s| SpanSummary {
+                pack: index.pack_id(s.pack).to_hex(),
+                offset: s.offset,
+                len: s.len,
+            })
+            .collect();
+        let mut packs: Vec<&str> = spans.iter().map(|s| s.pack.as_str()).collect();
+        packs.dedup();
+        let folders = accounts.iter().flat_map(|a| &a.folders);
+        PlanSummary {
+            snapshot: self.snapshot.clone(),
+            messages: folders.clone().map(|f| f.messages).sum(),
+            bytes: folders.map(|f| f.bytes).sum(),
+            packs: packs.len() as u64,
+            span_bytes: spans.iter().map(|s| s.len).sum(),
+            accounts,
+            spans,
+            failures: self.failures.clone(),
+        }
+    }
+}
+
+/// A plan as a dry run shows it.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct PlanSummary {
+    pub snapshot: String,
+    pub accounts: Vec<AccountSummary>,
+    /// Messages to restore, and their bytes.
+    pub messages: u64,
+    pub bytes: u64,
+    /// Packs and bytes of spans read.
+    pub packs: u64,
+    pub span_bytes: u64,
+    /// The spans, in the order they are read.
+    pub spans: Vec<SpanSummary>,
+    pub failures: Vec<crate::report::Failure>,
+}
+
+/// An account of a [`PlanSummary`].
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct AccountSummary {
+    pub name: String,
+    pub folders: Vec<FolderSummary>,
+}
+
+/// A folder of a [`PlanSummary`].
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct FolderSummary {
+    pub name: String,
+    pub messages: u64,
+    pub bytes: u64,
+}
+
+/// A span of a pack read by a restore.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct SpanSummary {
+    /// The pack's id.
+    pub pack: String,
+    pub offset: u64,
+    pub len: u64,
+}
+
+/// Accounts restored together hold at most this many messages (their plans are in
+/// memory), unless one account alone has more.
+pub(super) const ACCOUNT_BATCH_MESSAGES: u64 = 200_000;
+
+/// Reads what an account's restore needs: its selected folders and messages (only folders
+/// with selected messages when single messages are asked for). Counts the messages it
+/// selects, and those it cannot (a damaged chunk, an unsafe name) as failed. Returns the
+/// plan and the number of folders the folder filter matched.
+pub(super) fn plan_account<T>(
+    ctx: &Ctx<T>,
+    acc: AccountRef,
+    sel: &Selection,
+) -> Result<(AccountPlan, u64)> {
+    let mut plan = AccountPlan {
+        acc,
+        folders: Vec::new(),
+        subscriptions: Vec::new(),
+    };
+    let acc = &plan.acc;
+    let n = &ctx.n;
+    let whole = sel.messages.is_empty();
+    if !safe_relative(&acc.rel_path) {
+        let count = if whole { acc.messages } else { 0 };
+        n.total.fetch_add(count, Relaxed);
+        n.fail_items(
+            format!("account {}", acc.name),
+            "unsafe path in snapshot; skipped",
+            count,
+        );
+        return Ok((plan, 0));
+    }
+    let tree: AccountTree = ctx.repo.read_tree(&acc.tree)?;
+    if ctx.caps.order == Order::Folder {
+        plan.subscriptions = subscriptions(ctx.repo, &tree, sel);
+    }
+    let mut matched = 0;
+    for node in tree.folders {
+        if !folder_selected(&node, &sel.folders) {
+            continue;
+        }
+        matched += 1;
+        let item = format!("{}: {}", acc.name, node.name);
+        if !safe_relative(&node.dir) {
+            let count = if whole { node.messages } else { 0 };
+            n.total.fetch_add(count, Relaxed);
+            n.fail_items(item, "unsafe folder directory in snapshot; skipped", count);
+            continue;
+        }
+        let mut entries = Vec::new();
+        let mut seen = 0u64;
+        let mut damaged = false;
+        for c in &node.chunks {
+            let chunk = match ctx.repo.read_chunk(c) {
+                Ok(c) => c,
+                Err(e) => {
+                    n.failures.add(&*item, e);
+                    damaged = true;
+                    continue;
+                }
+            };
+            seen += chunk.len() as u64;
+            for entry in chunk
+                .into_iter()
+                .filter(|e| message_selected(e, &sel.messages))
+            {
+                if !safe_component(&entry.name) {
+                    n.total.fetch_add(1, Relaxed);
+                    n.fail_items(
+                        format!("{}: {}", item, String::from_utf8_lossy(&entry.name)),
+                        "unsafe file name in snapshot; skipped",
+                        1,
+                    );
+                    continue;
+                }
+                entries.push(entry);
+            }
+        }
+        if damaged && whole {
+            // The messages of the chunks that could not be read.
+            let lost = node.messages.saturating_sub(seen);
+            n.total.fetch_add(lost, Relaxed);
+            n.failed.fetch_add(lost, Relaxed);
+        }
+        if !whole && entries.is_empty() {
+            continue;
+        }
+        n.total.fetch_add(entries.len() as u64, Relaxed);
+        plan.folders.push(FolderPlan { node, entries });
+    }
+    Ok((plan, matched))
+}
+
+/// The subscriptions (IMAP names) of an account's INBOX that fall within the selection:
+/// those of the folders restored (their names, decoded); with `--folder` also those of its
+/// subfolders the snapshot lacks, and without a selection every one (a subscription may
+/// name a folder that no longer exists). Single messages bring none.
+pub(super) fn subscriptions(repo: &Repository, tree: &AccountTree, sel: &Selection) -> Vec<String> {
+    if !sel.messages.is_empty() {
+        return Vec::new();
+    }
+    let Some(inbox) = tree.folders.iter().find(|f| f.dir.is_empty()) else {
+        return Vec::new();
+    };
+    let Some(data) = folder_file(repo, inbox, b"subscriptions") else {
+        return Vec::new();
+    };
+    crate::imap::names::parse_subscriptions(&data)
+        .into_iter()
+        .filter(|name| {
+            crate::model::folder_name_selected(name, &sel.folders)
+                || tree
+                    .folders
+                    .iter()
+                    .any(|f| folder_selected(f, &sel.folders) && folder_name(f) == name.as_str())
+        })
+        .collect()
+}
+
+/// Reads a folder file of the snapshot; one that cannot be read is logged and taken as
+/// missing.
+pub(super) fn folder_file(repo: &Repository, node: &FolderNode, name: &[u8]) -> Option<Vec<u8>> {
+    let f = node.files.iter().find(|f| f.name == name)?;
+    match assemble_file(repo, f) {
+        Ok(d) => Some(d),
+        Err(e) => {
+            tracing::warn!("{}: {}: {e}", node.name, String::from_utf8_lossy(name));
+            None
+        }
+    }
+}
+
+/// Bytes of a large file written at once: memory is bounded by this (times the threads)
+/// whatever the file's size.
+pub(super) const PIECE_BYTES: u64 = 8 << 20;
+
+/// Cuts a large file into pieces of about [`PIECE_BYTES`], by the raw lengths the index
+/// records of its blobs.
+pub(super) fn pieces(repo: &Repository, f: &FileEntry) -> Result<Vec<(u64, u64, Vec<Id>)>> {
+    let ids = repo.file_content(f)?;
+    let index = repo.index();
+    let mut out: Vec<(u64, u64, Vec<Id>)> = Vec::new();
+    let (mut offset, mut start, mut len, mut cur) = (0u64, 0u64, 0u64, Vec::new());
+    for id in ids {
+        let raw = index
+            .get(&id)
+            .ok_or_else(|| Error::BlobNotFound(id.to_hex()))?
+            .raw_len;
+        cur.push(id);
+        len += u64::from(raw);
+        offset += u64::from(raw);
+        if len >= PIECE_BYTES {
+            out.push((start, len, std::mem::take(&mut cur)));
+            (start, len) = (offset, 0);
+        }
+    }
+    if !cur.is_empty() {
+        out.push((start, len, cur));
+    }
+    if offset != f.size {
+        return Err(Error::corrupt(
+            format!("file {}", String::from_utf8_lossy(&f.name)),
+            format!("its blobs hold {offset} bytes, its size is {}", f.size),
+        ));
+    }
+    Ok(out)
+}
+
+/// Takes the hard links out of an account's folder files (a `file:` snapshot's): of the
+/// regular files recorded with the same device and inode and more than one link, the
+/// first in the plan's order (folders in order, their files in order) stays, to be
+/// written; the others are left out of their folders and returned, as links to it
+/// ([`Target::link_files`]). A file the restore skips (an unsafe name, an IMAP backup's
+/// sync state) stays where it is, to be skipped there.
+pub(super) fn take_hard_links(folders: &mut [FolderPlan]) -> Vec<HardLink> {
+    use std::collections::hash_map::Entry;
+    let mut first: HashMap<(u64, u64), HardLink> = HashMap::new();
+    let mut links = Vec::new();
+    for fp in folders {
+        let dir = &fp.node.dir;
+        fp.node.files.retain(|f| {
+            let Some(key) = f.hard_link_key() else {
+                return true;
+            };
+            if f.name == crate::imap::names::STATE_FILE || !safe_component(&f.name) {
+                return true;
+            }
+            match first.entry(key) {
+                Entry::Vacant(v) => {
+                    v.insert(HardLink {
+                        dir: Vec::new(),
+                        name: Vec::new(),
+                        to_dir: dir.clone(),
+                        to_name: f.name.clone(),
+                        size: f.size,
+                        mtime: f.mtime,
+                    });
+                    true
+                }
+                Entry::Occupied(o) => {
+                    links.push(HardLink {
+                        dir: dir.clone(),
+                        name: f.name.clone(),
+                        ..o.get().clone()
+                    });
+                    false
+                }
+            }
+        });
+    }
+    links
+}
+
+/// The order a folder's messages are written in, so that UID order on an IMAP server (or
+/// the order of an mbox) is the original arrival order: the folder's `dovecot-uidlist`
+/// (Maildir backups of a Dovecot store), else the UID in the synthesized keys of an IMAP
+/// backup, else internal date (mtime) and key; messages a `dovecot-uidlist` lacks
+/// (delivered since Dovecot last looked) come after those it has, by date and key.
+pub(super) fn arrival_order(
+    uidlist: Option<&HashMap<Vec<u8>, u32>>,
+    e: &MessageEntry,
+) -> (u8, i64, u32, Vec<u8>) {
+    if let Some(uid) = uidlist.and_then(|l| l.get(&e.key)) {
+        return (0, i64::from(*uid), 0, Vec::new());
+    }
+    if uidlist.is_none() {
+        if let Some((uid, _)) = crate::imap::names::parse_key(&e.key) {
+            return (1, i64::from(uid), 0, Vec::new());
+        }
+    }
+    (2, e.mtime.secs, e.mtime.nanos, e.key.clone())
+}

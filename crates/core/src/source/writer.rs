@@ -1,0 +1,573 @@
+//! The pipeline's side of [`Source::backup_folder`](super::Source::backup_folder): where a
+//! source puts one folder's backup ([`FolderWriter`]), over the state a backup run shares
+//! between its workers (`Ctx`: the `BlobSaver`, counters, failures, owners). Entries
+//! kept from the parent, new messages and folder files go through here into the write
+//! side ([`crate::repo::writer`]); [`crate::ops::backup::run`] drives it.
+
+use super::{Failures, FileData, FileMeta, Folder, FolderFile, MessageId, MessageMeta, NewMessage};
+use crate::error::{Error, Result};
+use crate::mail::summary::header_summary;
+use crate::repo::tree::{DirEntry, FileEntry, FolderNode, MessageEntry, OwnerNames, Timestamp};
+use crate::repo::writer::content::{save_entries, store_content, store_large, StoredLarge};
+use crate::repo::writer::BlobSaver;
+use crate::repo::{lock, Repository};
+use crate::report::Progress;
+use crate::source::walk::Dir;
+use mailvault_imap::maildir_flags::{imap_to_maildir, KeywordTable};
+use std::collections::{BTreeSet, HashMap};
+use std::io::ErrorKind;
+use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::{Mutex, OnceLock};
+
+/// What a backup run of any source counts as it goes.
+#[derive(Default)]
+pub(crate) struct Counters {
+    pub(crate) folders: AtomicU64,
+    pub(crate) new: AtomicU64,
+    pub(crate) unchanged: AtomicU64,
+    pub(crate) bytes_read: AtomicU64,
+    pub(crate) bytes_total: AtomicU64,
+    /// Files of a `file:` backup (new or unchanged): items of the report like messages.
+    pub(crate) files: AtomicU64,
+    /// Names of a hard-linked file whose content was read under another name.
+    pub(crate) linked: AtomicU64,
+}
+
+/// The state a backup run shares between its workers.
+pub(crate) struct Ctx<'a> {
+    pub(crate) saver: BlobSaver<'a>,
+    pub(crate) failures: Failures,
+    pub(crate) n: Counters,
+    pub(crate) progress: &'a dyn Progress,
+    /// Every uid and gid recorded, for the snapshot's table of owner names.
+    pub(crate) owners: Mutex<OwnerIds>,
+    /// The snapshot's time (seconds): the mtime of folder files a source makes up.
+    pub(crate) time: i64,
+    /// The user running the backup, owner of what a source makes up.
+    pub(crate) process_owner: OnceLock<(u32, u32)>,
+    /// [`super::Source::state_file`].
+    pub(crate) state_file: Option<&'static [u8]>,
+}
+
+impl Ctx<'_> {
+    pub(crate) fn process_owner(&self) -> (u32, u32) {
+        *self.process_owner.get_or_init(|| {
+            use std::os::unix::fs::MetadataExt;
+            std::fs::metadata("/proc/self")
+                .map(|m| (m.uid(), m.gid()))
+                .unwrap_or((0, 0))
+        })
+    }
+}
+
+/// The uids and gids seen by a backup.
+#[derive(Default)]
+pub(crate) struct OwnerIds {
+    pub(crate) uids: BTreeSet<u32>,
+    pub(crate) gids: BTreeSet<u32>,
+}
+
+impl OwnerIds {
+    pub(crate) fn add(&mut self, uid: u32, gid: u32) {
+        self.uids.insert(uid);
+        self.gids.insert(gid);
+    }
+    /// The names this system gives those ids (ids without a name are left out).
+    pub(crate) fn names(&self) -> OwnerNames {
+        use nix::unistd::{Gid, Group, Uid, User};
+        OwnerNames {
+            users: (self.uids.iter())
+                .filter_map(|&u| Some((u, User::from_uid(Uid::from_raw(u)).ok()??.name)))
+                .collect(),
+            groups: (self.gids.iter())
+                .filter_map(|&g| Some((g, Group::from_gid(Gid::from_raw(g)).ok()??.name)))
+                .collect(),
+        }
+    }
+}
+
+/// The parent snapshot's view of one account, as the pipeline loaded it.
+#[derive(Default)]
+pub(crate) struct ParentAccount {
+    /// Its folders, in the tree's order.
+    pub(crate) folders: Vec<FolderNode>,
+    /// Index in `folders` by `dir`.
+    pub(crate) by_dir: HashMap<Vec<u8>, usize>,
+    /// Every message of the account by key, read on first use.
+    pub(crate) by_key: OnceLock<HashMap<Vec<u8>, MessageEntry>>,
+}
+
+/// Where a source puts one folder's backup: the pipeline's side of
+/// [`super::Source::backup_folder`], with its methods.
+pub struct FolderWriter<'a> {
+    pub(crate) ctx: &'a Ctx<'a>,
+    pub(crate) account: &'a str,
+    pub(crate) folder: &'a Folder,
+    pub(crate) parent_account: &'a ParentAccount,
+    /// The parent's folder of the same `dir`.
+    pub(crate) parent: Option<&'a FolderNode>,
+    pub(crate) entries: Vec<MessageEntry>,
+    pub(crate) files: Vec<FileEntry>,
+    pub(crate) dirs: Vec<DirEntry>,
+    /// The folder directory's mtime, when the source keeps it.
+    pub(crate) mtime: Option<Timestamp>,
+    /// Keyword letters of messages given by flags; written as `dovecot-keywords` when
+    /// not empty.
+    pub(crate) keywords: Mutex<mailvault_imap::maildir_flags::KeywordTable>,
+}
+
+impl ParentAccount {
+    /// Every message of the account by key, read on the first call (a damaged parent is
+    /// reported and only costs speed: everything is read again).
+    pub(crate) fn load_keys(
+        &self,
+        repo: &Repository,
+        failures: &Failures,
+        account: &str,
+    ) -> &HashMap<Vec<u8>, MessageEntry> {
+        self.by_key.get_or_init(|| {
+            let mut by_key = HashMap::new();
+            for f in &self.folders {
+                for c in &f.chunks {
+                    match repo.read_chunk(c) {
+                        Ok(es) => by_key.extend(es.into_iter().map(|e| (e.key.clone(), e))),
+                        Err(e) => {
+                            failures.fail(format!("account {account} (parent snapshot)"), &e);
+                            return HashMap::new();
+                        }
+                    }
+                }
+            }
+            by_key
+        })
+    }
+}
+
+/// The pipeline's side of [`super::Source::backup_folder`].
+impl<'a> FolderWriter<'a> {
+    /// The account being backed up.
+    pub fn account(&self) -> &str {
+        self.account
+    }
+
+    /// The failure list (a message or file that could not be read; the folder goes on).
+    pub fn failures(&self) -> &Failures {
+        &self.ctx.failures
+    }
+
+    /// Records a failure; see [`Failures::fail`].
+    pub fn fail(&self, item: impl Into<String>, e: impl std::fmt::Display) {
+        self.ctx.failures.fail(item, e);
+    }
+
+    /// `n` messages more to read (progress).
+    pub fn expect(&self, n: u64) {
+        self.ctx.progress.add_total(n, 0);
+    }
+
+    /// A message expected and not stored (gone meanwhile, or failed): progress only.
+    pub fn skipped(&self) {
+        self.ctx.progress.advance(1, 0);
+    }
+
+    /// `n` bytes read from the source besides what [`NewMessage::read`] and
+    /// [`FileData::Path`] count (an mbox's bytes between messages, a scan).
+    pub fn count_read(&self, n: u64) {
+        self.ctx.n.bytes_read.fetch_add(n, Relaxed);
+    }
+
+    /// The parent snapshot's folder of the same `dir` (or name), if any.
+    pub fn parent(&self) -> Option<&'a FolderNode> {
+        self.parent
+    }
+
+    /// The parent snapshot's entry of the message with Maildir key `key`, in any folder
+    /// of the account (a Maildir message moved between folders keeps its key). The
+    /// account's entries are read on the first call.
+    pub fn parent_by_key(&self, key: &[u8]) -> Option<&'a MessageEntry> {
+        let pa = self.parent_account;
+        pa.load_keys(self.ctx.saver.repo(), &self.ctx.failures, self.account)
+            .get(key)
+    }
+
+    /// The parent folder's entries ([`parent`](Self::parent)); none without one.
+    pub fn parent_entries(&self) -> Result<Vec<MessageEntry>> {
+        let mut out = Vec::new();
+        for c in self.parent.iter().flat_map(|p| &p.chunks) {
+            out.extend(self.ctx.saver.repo().read_chunk(c)?);
+        }
+        Ok(out)
+    }
+
+    /// The parent folder's file `name`.
+    pub fn parent_file(&self, name: &[u8]) -> Option<&'a FileEntry> {
+        self.parent?.files.iter().find(|f| f.name == name)
+    }
+
+    /// The content of the parent folder's file `name` (`None` if it cannot be read).
+    pub fn parent_file_data(&self, name: &[u8]) -> Option<Vec<u8>> {
+        let f = self.parent_file(name)?;
+        crate::model::assemble::assemble_file(self.ctx.saver.repo(), f).ok()
+    }
+
+    /// The sync state the source kept in the parent folder ([`super::Source::state_file`]).
+    pub fn parent_state(&self) -> Option<Vec<u8>> {
+        self.parent_file_data(self.ctx.state_file?)
+    }
+
+    /// Keeps this folder's sync state, read back by the next backup's
+    /// [`parent_state`](Self::parent_state).
+    pub fn set_state(&mut self, data: Vec<u8>) -> Result<()> {
+        let Some(name) = self.ctx.state_file else {
+            return Err(Error::InvalidInput(
+                "a source without a state file kept a sync state".into(),
+            ));
+        };
+        self.file(FolderFile {
+            name: name.to_vec(),
+            data: FileData::Bytes(data),
+            meta: None,
+        })
+    }
+
+    /// Starts the folder's keyword letters from the parent's `dovecot-keywords`, so that
+    /// the names of the parent's entries keep their meaning (call it when entries of the
+    /// parent are kept).
+    pub fn resume_keywords(&mut self) {
+        if let Some(d) = self.parent_file_data(b"dovecot-keywords") {
+            *lock(&self.keywords) = KeywordTable::parse(&String::from_utf8_lossy(&d));
+        }
+    }
+
+    /// The Maildir name of a message with key `key` and IMAP `flags`: `key:2,` and the
+    /// letters (keywords get theirs from the folder's table, new ones added in call
+    /// order). Flags without a letter are dropped, with a warning.
+    pub fn maildir_name(&self, key: &[u8], flags: &[&str]) -> Vec<u8> {
+        let mapped = imap_to_maildir(flags, &mut lock(&self.keywords));
+        if !mapped.unmapped.is_empty() {
+            tracing::warn!(
+                "{}: {}: {}: flags without a Maildir letter dropped: {:?}",
+                self.account,
+                self.folder.name,
+                String::from_utf8_lossy(key),
+                mapped.unmapped
+            );
+        }
+        [key, b":2,", mapped.letters.as_bytes()].concat()
+    }
+
+    /// Keeps a message the parent has (its entry, renamed or moved as it is now)
+    /// without reading it.
+    pub fn unchanged(&mut self, e: MessageEntry) {
+        self.ctx.n.unchanged.fetch_add(1, Relaxed);
+        self.ctx.progress.advance(1, e.size);
+        self.entries.push(e);
+    }
+
+    /// Stores a new message's content and makes its entry, for [`add`](Self::add); may be
+    /// called from several threads at once (messages read in parallel).
+    pub fn store(&self, msg: NewMessage<'_>) -> Result<MessageEntry> {
+        let ctx = self.ctx;
+        let data = msg.data;
+        ctx.n.bytes_read.fetch_add(msg.read, Relaxed);
+        ctx.n.new.fetch_add(1, Relaxed);
+        let content = store_content(&ctx.saver, data)?;
+        let hash = ctx.saver.repo().key().blob_id(data);
+        let size = data.len() as u64;
+        let (key, name, new, mtime, (mode, uid, gid)) = match msg.meta {
+            MessageMeta::Maildir { name, new, file } => (
+                crate::mail::maildir::split_name(&name).0.to_vec(),
+                name,
+                new,
+                file.mtime,
+                (file.mode, file.uid, file.gid),
+            ),
+            MessageMeta::Flags {
+                flags,
+                internal_date,
+                id,
+            } => {
+                let key = match id {
+                    MessageId::Uid { uid, validity } => crate::imap::names::synth_key(
+                        &self.folder.name,
+                        internal_date,
+                        uid,
+                        validity,
+                        size,
+                    )
+                    .into_bytes(),
+                    MessageId::Key(k) => k,
+                };
+                let name = self.maildir_name(&key, flags);
+                let (u, g) = ctx.process_owner();
+                let mtime = Timestamp {
+                    secs: internal_date,
+                    nanos: 0,
+                };
+                (key, name, false, mtime, (0o600, u, g))
+            }
+        };
+        let (from, subject, date) = header_summary(data);
+        Ok(MessageEntry {
+            key,
+            name,
+            new,
+            size,
+            mtime,
+            mode,
+            uid,
+            gid,
+            hash,
+            content,
+            from,
+            subject,
+            date,
+        })
+    }
+
+    /// Adds a message stored by [`store`](Self::store).
+    pub fn add(&mut self, e: MessageEntry) {
+        self.ctx.progress.advance(1, e.size);
+        self.entries.push(e);
+    }
+
+    /// Stores a new message and adds it: [`store`](Self::store) then [`add`](Self::add).
+    pub fn message(&mut self, msg: NewMessage<'_>) -> Result<()> {
+        let e = self.store(msg)?;
+        self.add(e);
+        Ok(())
+    }
+
+    /// Stores a folder file. One given by path is read whole (a file gone by then is left
+    /// out; one that cannot be read is reported and left out); a large one in windows
+    /// ([`FileData::Large`]).
+    pub fn file(&mut self, f: FolderFile) -> Result<()> {
+        if let Some(e) = self.store_file(f)? {
+            self.files.push(e);
+        }
+        Ok(())
+    }
+
+    /// Stores a folder file and makes its entry, for [`keep_file`](Self::keep_file); may
+    /// be called from several threads at once. `None`: gone, or reported as failed. A
+    /// [`FileData::Large`] file counts as an item of the report (a `file:` backup's).
+    pub fn store_file(&self, f: FolderFile) -> Result<Option<FileEntry>> {
+        let ctx = self.ctx;
+        let skip = |path: &std::path::Path, e: std::io::Error| {
+            if e.kind() != ErrorKind::NotFound {
+                self.fail(path.display().to_string(), e);
+            }
+            Ok(None)
+        };
+        let mut link = None;
+        let mut meta = f.meta;
+        let (size, content, lists) = match f.data {
+            FileData::Bytes(b) => (b.len() as u64, store_content(&ctx.saver, &b)?, Vec::new()),
+            FileData::Link(target) => {
+                link = Some(target);
+                ctx.n.new.fetch_add(1, Relaxed);
+                ctx.n.files.fetch_add(1, Relaxed);
+                ctx.progress.advance(1, 0);
+                (0, Vec::new(), Vec::new())
+            }
+            FileData::Path(path) => match std::fs::read(&path) {
+                Ok(d) => {
+                    ctx.n.bytes_read.fetch_add(d.len() as u64, Relaxed);
+                    (d.len() as u64, store_content(&ctx.saver, &d)?, Vec::new())
+                }
+                Err(e) => return skip(&path, e),
+            },
+            FileData::Large { dir, name } => {
+                let path = dir.join(&name);
+                let read = match self.read_large(&dir, &name, &path) {
+                    Ok(r) => r,
+                    // The repository's own errors end the folder; the file's are its own.
+                    Err(Error::Io { path: p, source }) if p == path => return skip(&path, source),
+                    Err(e) => return Err(e),
+                };
+                let (stored, at) = match read {
+                    LargeRead::Read(stored, at) => (stored, at),
+                    LargeRead::Torn(stored, at) => {
+                        // Kept as the parent has it, if it does: a version read whole.
+                        let parent = (self.parent_file(&f.name)).filter(|p| p.link.is_none());
+                        if let Some(p) = parent {
+                            self.fail(
+                                path.display().to_string(),
+                                format!(
+                                    "{CHANGED_WHILE_READ}; the previous snapshot's version is kept"
+                                ),
+                            );
+                            ctx.n.files.fetch_add(1, Relaxed);
+                            ctx.n.bytes_total.fetch_add(p.size, Relaxed);
+                            ctx.progress.advance(1, p.size);
+                            return Ok(Some(p.clone()));
+                        }
+                        self.fail(path.display().to_string(), format!("{CHANGED_WHILE_READ}; stored as read (it may not be consistent), read again by the next backup"));
+                        (stored, at)
+                    }
+                };
+                // The file's `stat` as it was when read.
+                if let Some(m) = meta.as_mut() {
+                    (m.size, m.mtime, m.inode) = (at.size, at.mtime, at.inode);
+                }
+                ctx.n.new.fetch_add(1, Relaxed);
+                ctx.n.files.fetch_add(1, Relaxed);
+                ctx.n.bytes_total.fetch_add(stored.size, Relaxed);
+                ctx.progress.advance(1, stored.size);
+                (stored.size, stored.content, stored.lists)
+            }
+        };
+        let (mtime, mode, uid, gid, (inode, dev, nlink)) = match meta {
+            Some(m) => (m.mtime, m.mode, m.uid, m.gid, (m.inode, m.dev, m.nlink)),
+            None => {
+                let (u, g) = ctx.process_owner();
+                let mtime = Timestamp {
+                    secs: ctx.time,
+                    nanos: 0,
+                };
+                (mtime, 0o600, u, g, (0, 0, 0))
+            }
+        };
+        Ok(Some(FileEntry {
+            name: f.name,
+            size,
+            mtime,
+            mode,
+            uid,
+            gid,
+            content,
+            lists,
+            inode,
+            link,
+            dev,
+            nlink,
+        }))
+    }
+
+    /// Reads and stores a large file, checking that it did not change while it was read
+    /// (as restic and borg do): its size, mtime and ctime on the open file before and
+    /// after, and the path's `stat` after (the same file, the same times). One that
+    /// changed is read again once; changed again, it is [`LargeRead::Torn`].
+    fn read_large(&self, dir: &Dir, name: &[u8], path: &Path) -> Result<LargeRead> {
+        let ctx = self.ctx;
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            let (file, before) = dir.open_file(name).map_err(|e| Error::io(path, e))?;
+            let reader = crate::source::walk::Reading::new(&file, path);
+            let stored = store_large(&ctx.saver, reader, path, &ctx.n.bytes_read)?;
+            let after = rustix::fs::fstat(&file).map_err(|e| Error::io(path, e.into()))?;
+            let now = dir.stat(name).map_err(|e| Error::io(path, e))?;
+            let at = FileMeta::of_stat(&before);
+            let same = crate::source::walk::same_file_state;
+            if same(&before, &after) && same(&before, &now) && stored.size == at.size {
+                return Ok(LargeRead::Read(stored, at));
+            }
+            if attempt == 2 {
+                return Ok(LargeRead::Torn(stored, at));
+            }
+        }
+    }
+
+    /// Keeps a file of a `file:` backup the parent has (same size, mtime and inode)
+    /// without reading it, counted as an unchanged item.
+    pub fn unchanged_file(&mut self, e: FileEntry) {
+        self.count_file(&self.ctx.n.unchanged, e);
+    }
+
+    /// Keeps a file of a `file:` backup not read, counted as an item and in `as_`.
+    fn count_file(&mut self, as_: &AtomicU64, e: FileEntry) {
+        as_.fetch_add(1, Relaxed);
+        self.ctx.n.files.fetch_add(1, Relaxed);
+        self.ctx.n.bytes_total.fetch_add(e.size, Relaxed);
+        self.ctx.progress.advance(1, e.size);
+        self.files.push(e);
+    }
+
+    /// Keeps another name of a hard-linked file this run read under a first name (its
+    /// entry, with this name), counted as an item neither new nor unchanged: linked.
+    pub fn linked_file(&mut self, e: FileEntry) {
+        self.count_file(&self.ctx.n.linked, e);
+    }
+
+    /// Keeps a folder file the parent has, unchanged (with its owner and mode as they
+    /// are now).
+    pub fn keep_file(&mut self, e: FileEntry) {
+        self.files.push(e);
+    }
+
+    /// Records the folder directory's mtime (a `file:` backup's directories: restored
+    /// once their content is in).
+    pub fn dir_mtime(&mut self, mtime: Timestamp) {
+        self.mtime = Some(mtime);
+    }
+
+    /// Records a directory of the folder (its owner and mode; `name` empty for the folder
+    /// itself).
+    pub fn dir(&mut self, d: DirEntry) {
+        self.dirs.push(d);
+    }
+
+    /// Ends the folder: the generated files, the entries cut into tree chunks, its node.
+    pub(crate) fn finish(mut self, subscriptions: Option<&[String]>) -> Result<FolderNode> {
+        let ctx = self.ctx;
+        let kw = lock(&self.keywords).to_file_string();
+        if !kw.is_empty() {
+            self.file(FolderFile {
+                name: b"dovecot-keywords".to_vec(),
+                data: FileData::Bytes(kw.into_bytes()),
+                meta: None,
+            })?;
+        }
+        if let Some(subs) = subscriptions {
+            self.file(FolderFile {
+                name: b"subscriptions".to_vec(),
+                data: FileData::Bytes(crate::imap::names::subscriptions_file(subs)),
+                meta: None,
+            })?;
+        }
+        let messages = self.entries.len() as u64;
+        let bytes: u64 = self.entries.iter().map(|e| e.size).sum();
+        ctx.n.bytes_total.fetch_add(bytes, Relaxed);
+        let mut owners = OwnerIds::default();
+        for e in &self.entries {
+            owners.add(e.uid, e.gid);
+        }
+        for e in &self.files {
+            owners.add(e.uid, e.gid);
+        }
+        for d in &self.dirs {
+            owners.add(d.uid, d.gid);
+        }
+        {
+            let mut all = lock(&ctx.owners);
+            all.uids.append(&mut owners.uids);
+            all.gids.append(&mut owners.gids);
+        }
+        let chunks = save_entries(&ctx.saver, self.entries)?;
+        self.files.sort_by(|a, b| a.name.cmp(&b.name));
+        ctx.n.folders.fetch_add(1, Relaxed);
+        Ok(FolderNode {
+            name: self.folder.name.clone(),
+            dir: self.folder.dir.clone(),
+            files: self.files,
+            chunks,
+            messages,
+            bytes,
+            dirs: self.dirs,
+            mtime: self.mtime,
+        })
+    }
+}
+
+/// What a file that changed while it was read is reported with.
+pub const CHANGED_WHILE_READ: &str = "changed while read, twice (a file being written to: back up from a filesystem snapshot, see docs/consistent-sources.md)";
+
+/// A large file as [`FolderWriter::read_large`] read it, with its `stat` from before.
+enum LargeRead {
+    /// Unchanged while read.
+    Read(StoredLarge, FileMeta),
+    /// Changed while read, on both tries: the second try.
+    Torn(StoredLarge, FileMeta),
+}
