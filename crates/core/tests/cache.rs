@@ -7,7 +7,9 @@ mod common;
 use common::backup;
 use common::*;
 use mailvault_core::report::NoProgress;
-use mailvault_core::store::{Cached, MemoryStore, Metered, ObjectInfo, Store};
+use mailvault_core::store::{
+    Backend, ByteRange, Cached, Handle, Hint, Listing, MemoryStore, Metered, ObjectInfo, WriteMode,
+};
 use mailvault_core::{Repository, Result};
 use std::path::Path;
 use std::sync::{Arc, Mutex};
@@ -28,37 +30,35 @@ impl Recorder {
     }
 }
 
-impl Store for Recorder {
-    fn put(&self, path: &str, data: &[u8]) -> Result<()> {
-        self.note("PUT", path);
-        self.mem.put(path, data)
+impl Backend for Recorder {
+    fn write(&self, h: Handle<'_>, data: &[u8], mode: WriteMode) -> Result<()> {
+        self.note("PUT", h.path());
+        self.mem.write(h, data, mode)
     }
-    fn replace(&self, path: &str, data: &[u8]) -> Result<()> {
-        self.note("PUT", path);
-        self.mem.replace(path, data)
+    fn read(&self, h: Handle<'_>, range: Option<ByteRange>) -> Result<Vec<u8>> {
+        self.note("GET", h.path());
+        self.mem.read(h, range)
     }
-    fn get(&self, path: &str) -> Result<Vec<u8>> {
-        self.note("GET", path);
-        self.mem.get(path)
-    }
-    fn get_range(&self, path: &str, offset: u64, len: u64) -> Result<Vec<u8>> {
-        self.note("GET", path);
-        self.mem.get_range(path, offset, len)
-    }
-    fn list(&self, prefix: &str) -> Result<Vec<ObjectInfo>> {
+    fn listing(&self, prefix: &str, from: Listing) -> Result<Vec<ObjectInfo>> {
         self.note("LIST", prefix);
-        self.mem.list(prefix)
+        self.mem.listing(prefix, from)
     }
-    fn delete(&self, path: &str) -> Result<()> {
-        self.note("DELETE", path);
-        self.mem.delete(path)
+    fn remove(&self, h: Handle<'_>) -> Result<()> {
+        self.note("DELETE", h.path());
+        self.mem.remove(h)
     }
-    fn stat(&self, path: &str) -> Result<u64> {
-        self.note("HEAD", path);
-        self.mem.stat(path)
+    fn size(&self, h: Handle<'_>) -> Result<u64> {
+        self.note("HEAD", h.path());
+        self.mem.size(h)
     }
     fn location(&self) -> String {
         self.mem.location()
+    }
+    fn flush(&self) -> Result<()> {
+        self.mem.flush()
+    }
+    fn hint(&self, hint: Hint<'_>) {
+        self.mem.hint(hint)
     }
 }
 

@@ -9,7 +9,10 @@ use common::*;
 use mailvault_core::error::Error;
 use mailvault_core::ops::migrate::{migrate, MigrateOptions, MigrateReport};
 use mailvault_core::repo::format::Version;
-use mailvault_core::store::{LocalStore, MemoryStore, ObjectInfo, Store};
+use mailvault_core::store::{
+    Backend, ByteRange, Handle, Hint, Listing, LocalStore, MemoryStore, ObjectInfo, Store,
+    WriteMode,
+};
 use mailvault_core::{InitOptions, Repository};
 use std::path::Path;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -389,33 +392,32 @@ impl FailingStore {
     }
 }
 
-impl Store for FailingStore {
-    fn put(&self, path: &str, data: &[u8]) -> mailvault_core::Result<()> {
-        self.tick(path)?;
-        self.inner.put(path, data)
+impl Backend for FailingStore {
+    fn write(&self, h: Handle<'_>, data: &[u8], mode: WriteMode) -> mailvault_core::Result<()> {
+        self.tick(h.path())?;
+        self.inner.write(h, data, mode)
     }
-    fn replace(&self, path: &str, data: &[u8]) -> mailvault_core::Result<()> {
-        self.tick(path)?;
-        self.inner.replace(path, data)
+    fn read(&self, h: Handle<'_>, range: Option<ByteRange>) -> mailvault_core::Result<Vec<u8>> {
+        self.inner.read(h, range)
     }
-    fn get(&self, path: &str) -> mailvault_core::Result<Vec<u8>> {
-        self.inner.get(path)
+    fn listing(&self, prefix: &str, from: Listing) -> mailvault_core::Result<Vec<ObjectInfo>> {
+        self.inner.listing(prefix, from)
     }
-    fn get_range(&self, path: &str, offset: u64, len: u64) -> mailvault_core::Result<Vec<u8>> {
-        self.inner.get_range(path, offset, len)
+    fn remove(&self, h: Handle<'_>) -> mailvault_core::Result<()> {
+        self.tick(h.path())?;
+        self.inner.remove(h)
     }
-    fn list(&self, prefix: &str) -> mailvault_core::Result<Vec<ObjectInfo>> {
-        self.inner.list(prefix)
-    }
-    fn delete(&self, path: &str) -> mailvault_core::Result<()> {
-        self.tick(path)?;
-        self.inner.delete(path)
-    }
-    fn stat(&self, path: &str) -> mailvault_core::Result<u64> {
-        self.inner.stat(path)
+    fn size(&self, h: Handle<'_>) -> mailvault_core::Result<u64> {
+        self.inner.size(h)
     }
     fn location(&self) -> String {
         "failing:".into()
+    }
+    fn flush(&self) -> mailvault_core::Result<()> {
+        self.inner.flush()
+    }
+    fn hint(&self, hint: Hint<'_>) {
+        self.inner.hint(hint)
     }
 }
 

@@ -4,7 +4,7 @@
 #![allow(clippy::unwrap_used)]
 
 use mailvault_core::error::BackendKind;
-use mailvault_core::store::{conformance, S3Store, Store};
+use mailvault_core::store::{conformance, Backend, S3Store, Store};
 use mailvault_core::testing::fault_proxy::{Fault, FaultProxy};
 use mailvault_core::testing::minio::Minio;
 use mailvault_core::Error;

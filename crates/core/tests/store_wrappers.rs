@@ -10,11 +10,13 @@ mod common;
 
 use common::backup;
 use common::*;
+use mailvault_core::error::Result;
 use mailvault_core::report::NoProgress;
 use mailvault_core::store::{
-    Cached, FaultyStore, Limit, MemoryStore, Metered, ObjectInfo, PackKind, Retry, RetryPolicy,
-    Store, Uploads,
+    Backend, ByteRange, Cached, FaultyStore, Handle, Hint, Kind, Limit, Listing, MemoryStore,
+    Metered, ObjectInfo, PackKind, Retry, RetryPolicy, Store, Uploads, WriteMode,
 };
+use mailvault_core::testing::data_reads::DataReads;
 use mailvault_core::{InitOptions, Repository};
 use std::path::Path;
 use std::sync::Arc;
@@ -135,6 +137,7 @@ fn backup_restore_and_check_through_the_wrappers_over_a_flaky_store() {
 fn every_wrapper_and_the_whole_stack_pass_the_conformance_suite() {
     use mailvault_core::store::conformance;
     conformance::run(&FaultyStore::new(Arc::new(MemoryStore::new())));
+    conformance::run(DataReads::new(Arc::new(MemoryStore::new())).as_ref());
     let t = tempfile::tempdir().unwrap();
     let faulty = Arc::new(FaultyStore::new(Arc::new(MemoryStore::new())));
     let limit = Arc::new(Limit::new(faulty, 3));
@@ -157,71 +160,44 @@ impl Hints {
     }
 }
 
-impl Store for Hints {
-    fn put(&self, path: &str, data: &[u8]) -> mailvault_core::error::Result<()> {
-        self.mem.put(path, data)
+impl Backend for Hints {
+    fn write(&self, h: Handle<'_>, data: &[u8], mode: WriteMode) -> Result<()> {
+        if let Kind::Pack(Some(_)) = h.kind() {
+            self.note("put_pack");
+        }
+        self.mem.write(h, data, mode)
     }
-    fn replace(&self, path: &str, data: &[u8]) -> mailvault_core::error::Result<()> {
-        self.mem.replace(path, data)
+    fn read(&self, h: Handle<'_>, range: Option<ByteRange>) -> Result<Vec<u8>> {
+        if let (Kind::Pack(Some(_)), Some(_)) = (h.kind(), range) {
+            self.note("get_pack_range");
+        }
+        self.mem.read(h, range)
     }
-    fn get(&self, path: &str) -> mailvault_core::error::Result<Vec<u8>> {
-        self.mem.get(path)
+    fn listing(&self, prefix: &str, from: Listing) -> Result<Vec<ObjectInfo>> {
+        if from == Listing::Cached {
+            self.note("list_cached");
+        }
+        self.mem.listing(prefix, from)
     }
-    fn get_range(
-        &self,
-        path: &str,
-        offset: u64,
-        len: u64,
-    ) -> mailvault_core::error::Result<Vec<u8>> {
-        self.mem.get_range(path, offset, len)
+    fn remove(&self, h: Handle<'_>) -> Result<()> {
+        self.mem.remove(h)
     }
-    fn list(&self, prefix: &str) -> mailvault_core::error::Result<Vec<ObjectInfo>> {
-        self.mem.list(prefix)
-    }
-    fn delete(&self, path: &str) -> mailvault_core::error::Result<()> {
-        self.mem.delete(path)
-    }
-    fn stat(&self, path: &str) -> mailvault_core::error::Result<u64> {
-        self.mem.stat(path)
+    fn size(&self, h: Handle<'_>) -> Result<u64> {
+        self.mem.size(h)
     }
     fn location(&self) -> String {
         "hints".into()
     }
-    fn flush(&self) -> mailvault_core::error::Result<()> {
+    fn flush(&self) -> Result<()> {
         self.note("flush");
         Ok(())
     }
-    fn prefetch(&self, _path: &str, _offset: u64, _len: u64) {
-        self.note("prefetch");
-    }
-    fn put_pack(
-        &self,
-        path: &str,
-        data: &[u8],
-        _kind: PackKind,
-    ) -> mailvault_core::error::Result<()> {
-        self.note("put_pack");
-        self.mem.put(path, data)
-    }
-    fn get_pack_range(
-        &self,
-        path: &str,
-        offset: u64,
-        len: u64,
-        _kind: PackKind,
-    ) -> mailvault_core::error::Result<Vec<u8>> {
-        self.note("get_pack_range");
-        self.mem.get_range(path, offset, len)
-    }
-    fn list_cached(&self, prefix: &str) -> mailvault_core::error::Result<Vec<ObjectInfo>> {
-        self.note("list_cached");
-        self.mem.list(prefix)
-    }
-    fn bind(&self, _repository_id: &str) {
-        self.note("bind");
-    }
-    fn refresh_listings(&self) {
-        self.note("refresh_listings");
+    fn hint(&self, hint: Hint<'_>) {
+        self.note(match hint {
+            Hint::Prefetch(..) => "prefetch",
+            Hint::Bind(_) => "bind",
+            Hint::RefreshListings => "refresh_listings",
+        });
     }
 }
 
@@ -230,12 +206,13 @@ impl Store for Hints {
 #[test]
 fn every_wrapper_forwards_every_hint() {
     type Wrap = fn(Arc<dyn Store>) -> Arc<dyn Store>;
-    let wrappers: [(&str, Wrap); 5] = [
+    let wrappers: [(&str, Wrap); 6] = [
         ("metered", |s| Arc::new(Metered::new(s))),
         ("retry", |s| Arc::new(Retry::new(s, RetryPolicy::default()))),
         ("limit", |s| Arc::new(Limit::new(s, 2))),
         ("uploads", |s| Arc::new(Uploads::new(s, 2, 2).unwrap())),
         ("faulty", |s| Arc::new(FaultyStore::new(s))),
+        ("data reads", |s| DataReads::new(s)),
     ];
     for (name, wrap) in wrappers {
         let inner = Arc::new(Hints::default());

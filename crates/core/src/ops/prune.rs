@@ -679,7 +679,7 @@ mod tests {
     use crate::repo::writer::BlobSaver;
     use crate::repo::InitOptions;
     use crate::report::NoProgress;
-    use crate::store::{MemoryStore, Store};
+    use crate::store::{Backend, ByteRange, Handle, Hint, Listing, MemoryStore, Store, WriteMode};
     use std::sync::Arc;
 
     fn init() -> Arc<MemoryStore> {
@@ -845,20 +845,14 @@ mod tests {
         listed: Mutex<u32>,
     }
 
-    impl Store for OlderBackupStarts {
-        fn put(&self, path: &str, data: &[u8]) -> Result<()> {
-            self.inner.put(path, data)
+    impl Backend for OlderBackupStarts {
+        fn write(&self, h: Handle<'_>, data: &[u8], mode: WriteMode) -> Result<()> {
+            self.inner.write(h, data, mode)
         }
-        fn replace(&self, path: &str, data: &[u8]) -> Result<()> {
-            self.inner.replace(path, data)
+        fn read(&self, h: Handle<'_>, range: Option<ByteRange>) -> Result<Vec<u8>> {
+            self.inner.read(h, range)
         }
-        fn get(&self, path: &str) -> Result<Vec<u8>> {
-            self.inner.get(path)
-        }
-        fn get_range(&self, path: &str, offset: u64, len: u64) -> Result<Vec<u8>> {
-            self.inner.get_range(path, offset, len)
-        }
-        fn list(&self, prefix: &str) -> Result<Vec<crate::store::ObjectInfo>> {
+        fn listing(&self, prefix: &str, from: Listing) -> Result<Vec<crate::store::ObjectInfo>> {
             let mut record = lock(&self.record);
             if prefix == "writers/" && record.is_some() {
                 let mut n = lock(&self.listed);
@@ -870,16 +864,22 @@ mod tests {
                 }
             }
             drop(record);
-            self.inner.list(prefix)
+            self.inner.listing(prefix, from)
         }
-        fn delete(&self, path: &str) -> Result<()> {
-            self.inner.delete(path)
+        fn remove(&self, h: Handle<'_>) -> Result<()> {
+            self.inner.remove(h)
         }
-        fn stat(&self, path: &str) -> Result<u64> {
-            self.inner.stat(path)
+        fn size(&self, h: Handle<'_>) -> Result<u64> {
+            self.inner.size(h)
         }
         fn location(&self) -> String {
             self.inner.location()
+        }
+        fn flush(&self) -> Result<()> {
+            self.inner.flush()
+        }
+        fn hint(&self, hint: Hint<'_>) {
+            self.inner.hint(hint)
         }
     }
 

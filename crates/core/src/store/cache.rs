@@ -24,7 +24,9 @@
 //! and data packs always go to the store. A listing of the store drops cached files it no
 //! longer has (forgotten or pruned by another host).
 
-use super::{ObjectInfo, PackKind, Store};
+use super::{
+    Backend, ByteRange, Handle, Hint, Kind, Listing, ObjectInfo, PackKind, Store, WriteMode,
+};
 use crate::error::{Error, Result};
 use serde::Serialize;
 use std::collections::{HashMap, HashSet};
@@ -73,8 +75,8 @@ struct Counters {
     bytes_served: AtomicU64,
 }
 
-/// The local cache over a store. Until [`Store::bind`] names the repository it caches
-/// nothing (it reads cached key files for [`Store::list_cached`] only).
+/// The local cache over a store. Until [`Hint::Bind`] names the repository it caches
+/// nothing (it reads cached key files for a [`Listing::Cached`] of `keys/` only).
 pub struct Cached {
     inner: Arc<dyn Store>,
     root: PathBuf,
@@ -470,9 +472,11 @@ fn remove(file: &Path) {
     }
 }
 
-impl Store for Cached {
-    fn put(&self, path: &str, data: &[u8]) -> Result<()> {
-        self.inner.put(path, data)?;
+impl Cached {
+    /// A put (or a replace): the snapshot listing kept up to date, whole objects kept.
+    fn put_object(&self, h: Handle<'_>, data: &[u8]) -> Result<()> {
+        self.inner.write(h, data, WriteMode::Create)?;
+        let path = h.path();
         if let Some((_, list)) = lock(&self.snapshot_listing)
             .as_mut()
             .filter(|_| path.starts_with(SNAPSHOTS))
@@ -487,19 +491,32 @@ impl Store for Cached {
         }
         Ok(())
     }
-    fn replace(&self, path: &str, data: &[u8]) -> Result<()> {
-        self.forget(path);
-        self.inner.replace(path, data)
+
+    /// A pack: tree packs are kept.
+    fn put_pack_kept(&self, h: Handle<'_>, data: &[u8]) -> Result<()> {
+        self.inner.write(h, data, WriteMode::Create)?;
+        let path = h.path();
+        if h.kind() == Kind::Pack(Some(PackKind::Tree)) && pack_object(path) {
+            if let Some(dir) = self.bound() {
+                if self.keep(&dir.join(path), data) {
+                    lock(&self.verified).insert(path.to_string());
+                }
+            }
+        }
+        Ok(())
     }
-    fn get(&self, path: &str) -> Result<Vec<u8>> {
+
+    /// A whole object: from the cache when it is cached.
+    fn get_object(&self, h: Handle<'_>) -> Result<Vec<u8>> {
+        let path = h.path();
         if !whole_object(path) {
-            return self.inner.get(path);
+            return self.inner.read(h, None);
         }
         if let Some(dir) = self.bound() {
             return self.get_whole(&dir, path);
         }
-        if !path.starts_with("keys/") {
-            return self.inner.get(path);
+        if h.kind() != Kind::Key {
+            return self.inner.read(h, None);
         }
         // A key file before `bind` (while the repository is opened): from the cache of
         // the repository last seen here, else from the store, kept for `bind`.
@@ -510,14 +527,14 @@ impl Store for Cached {
             self.hit(d.len());
             return Ok(d);
         }
-        let data = self.inner.get(path)?;
+        let data = self.inner.read(h, None)?;
         lock(&self.early_keys).insert(path.to_string(), data.clone());
         Ok(data)
     }
-    fn get_range(&self, path: &str, offset: u64, len: u64) -> Result<Vec<u8>> {
-        self.inner.get_range(path, offset, len)
-    }
-    fn list(&self, prefix: &str) -> Result<Vec<ObjectInfo>> {
+
+    /// A fresh listing (reused for `snapshots/`), pruning what the cache has and the
+    /// store no longer does.
+    fn list_fresh(&self, prefix: &str) -> Result<Vec<ObjectInfo>> {
         if prefix == SNAPSHOTS && self.bound().is_some() {
             if let Some((at, list)) = lock(&self.snapshot_listing).as_ref() {
                 if at.elapsed() < LISTING_REUSE {
@@ -525,7 +542,7 @@ impl Store for Cached {
                 }
             }
         }
-        let listing = self.inner.list(prefix)?;
+        let listing = self.inner.listing(prefix, Listing::Fresh)?;
         if prefix == SNAPSHOTS {
             *lock(&self.snapshot_listing) = Some((std::time::Instant::now(), listing.clone()));
         }
@@ -536,65 +553,9 @@ impl Store for Cached {
         }
         Ok(listing)
     }
-    fn delete(&self, path: &str) -> Result<()> {
-        self.inner.delete(path)?;
-        if let Some((_, list)) = lock(&self.snapshot_listing).as_mut() {
-            list.retain(|o| o.path != path);
-        }
-        self.forget(path);
-        Ok(())
-    }
-    fn stat(&self, path: &str) -> Result<u64> {
-        self.inner.stat(path)
-    }
-    fn location(&self) -> String {
-        self.inner.location()
-    }
-    fn flush(&self) -> Result<()> {
-        self.inner.flush()
-    }
-    fn refresh_listings(&self) {
-        *lock(&self.snapshot_listing) = None;
-        self.inner.refresh_listings();
-    }
-    fn prefetch(&self, path: &str, offset: u64, len: u64) {
-        let cached = pack_object(path) && self.bound().is_some_and(|d| d.join(path).exists());
-        if !cached {
-            self.inner.prefetch(path, offset, len)
-        }
-    }
-    fn put_pack(&self, path: &str, data: &[u8], kind: PackKind) -> Result<()> {
-        self.inner.put_pack(path, data, kind)?;
-        if kind == PackKind::Tree && pack_object(path) {
-            if let Some(dir) = self.bound() {
-                if self.keep(&dir.join(path), data) {
-                    lock(&self.verified).insert(path.to_string());
-                }
-            }
-        }
-        Ok(())
-    }
-    fn get_pack_range(&self, path: &str, offset: u64, len: u64, kind: PackKind) -> Result<Vec<u8>> {
-        match self.bound() {
-            Some(dir) if kind == PackKind::Tree && pack_object(path) => {
-                self.tree_range(&dir, path, offset, len)
-            }
-            _ => self.inner.get_pack_range(path, offset, len, kind),
-        }
-    }
-    fn list_cached(&self, prefix: &str) -> Result<Vec<ObjectInfo>> {
-        if prefix == "keys/" {
-            if let Some(dir) = self.bound().or_else(|| self.pointed_dir()) {
-                let keys = Cached::cached_keys(&dir);
-                if !keys.is_empty() {
-                    return Ok(keys);
-                }
-            }
-        }
-        self.list(prefix)
-    }
-    fn bind(&self, repository_id: &str) {
-        self.inner.bind(repository_id);
+
+    /// Names the repository: key files read before are kept, the cache directory opened.
+    fn bind_dir(&self, repository_id: &str) {
         if !valid_id(repository_id) {
             tracing::warn!("repository id {repository_id:?} is not hex: running without a cache");
             return;
@@ -610,6 +571,75 @@ impl Store for Cached {
             self.prune(&dir, "keys/", &listing);
         }
         *self.dir.write().unwrap_or_else(|p| p.into_inner()) = Some(dir);
+    }
+}
+
+impl Backend for Cached {
+    fn write(&self, h: Handle<'_>, data: &[u8], mode: WriteMode) -> Result<()> {
+        match (mode, h.kind()) {
+            (WriteMode::Replace, _) => {
+                self.forget(h.path());
+                self.inner.write(h, data, mode)
+            }
+            (WriteMode::Create, Kind::Pack(Some(_))) => self.put_pack_kept(h, data),
+            (WriteMode::Create, _) => self.put_object(h, data),
+        }
+    }
+    fn read(&self, h: Handle<'_>, range: Option<ByteRange>) -> Result<Vec<u8>> {
+        let Some(r) = range else {
+            return self.get_object(h);
+        };
+        match self.bound() {
+            Some(dir) if h.kind() == Kind::Pack(Some(PackKind::Tree)) && pack_object(h.path()) => {
+                self.tree_range(&dir, h.path(), r.offset, r.len)
+            }
+            _ => self.inner.read(h, range),
+        }
+    }
+    fn listing(&self, prefix: &str, from: Listing) -> Result<Vec<ObjectInfo>> {
+        if from == Listing::Cached && prefix == "keys/" {
+            if let Some(dir) = self.bound().or_else(|| self.pointed_dir()) {
+                let keys = Cached::cached_keys(&dir);
+                if !keys.is_empty() {
+                    return Ok(keys);
+                }
+            }
+        }
+        self.list_fresh(prefix)
+    }
+    fn remove(&self, h: Handle<'_>) -> Result<()> {
+        self.inner.remove(h)?;
+        if let Some((_, list)) = lock(&self.snapshot_listing).as_mut() {
+            list.retain(|o| o.path != h.path());
+        }
+        self.forget(h.path());
+        Ok(())
+    }
+    fn size(&self, h: Handle<'_>) -> Result<u64> {
+        self.inner.size(h)
+    }
+    fn location(&self) -> String {
+        self.inner.location()
+    }
+    fn flush(&self) -> Result<()> {
+        self.inner.flush()
+    }
+    fn hint(&self, hint: Hint<'_>) {
+        match hint {
+            Hint::RefreshListings => *lock(&self.snapshot_listing) = None,
+            Hint::Prefetch(h, _) => {
+                let path = h.path();
+                if pack_object(path) && self.bound().is_some_and(|d| d.join(path).exists()) {
+                    // Served from the cache.
+                    return;
+                }
+            }
+            Hint::Bind(_) => {}
+        }
+        self.inner.hint(hint);
+        if let Hint::Bind(id) = hint {
+            self.bind_dir(id);
+        }
     }
 }
 

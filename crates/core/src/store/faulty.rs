@@ -7,7 +7,7 @@
 //! fail the next few requests with a chosen kind, slow every request down, hold puts
 //! until released, and tell how many requests were in flight at most.
 
-use super::{ObjectInfo, PackKind, Store};
+use super::{Backend, ByteRange, Handle, Hint, Listing, ObjectInfo, Store, WriteMode};
 use crate::error::{BackendKind, Error, Result};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::SeqCst};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
@@ -168,27 +168,21 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
-impl Store for FaultyStore {
-    fn put(&self, path: &str, data: &[u8]) -> Result<()> {
-        self.request(path, true, || self.inner.put(path, data))
+impl Backend for FaultyStore {
+    fn write(&self, h: Handle<'_>, data: &[u8], mode: WriteMode) -> Result<()> {
+        self.request(h.path(), true, || self.inner.write(h, data, mode))
     }
-    fn replace(&self, path: &str, data: &[u8]) -> Result<()> {
-        self.request(path, true, || self.inner.replace(path, data))
+    fn read(&self, h: Handle<'_>, range: Option<ByteRange>) -> Result<Vec<u8>> {
+        self.request(h.path(), false, || self.inner.read(h, range))
     }
-    fn get(&self, path: &str) -> Result<Vec<u8>> {
-        self.request(path, false, || self.inner.get(path))
+    fn listing(&self, prefix: &str, from: Listing) -> Result<Vec<ObjectInfo>> {
+        self.request(prefix, false, || self.inner.listing(prefix, from))
     }
-    fn get_range(&self, path: &str, offset: u64, len: u64) -> Result<Vec<u8>> {
-        self.request(path, false, || self.inner.get_range(path, offset, len))
+    fn remove(&self, h: Handle<'_>) -> Result<()> {
+        self.request(h.path(), false, || self.inner.remove(h))
     }
-    fn list(&self, prefix: &str) -> Result<Vec<ObjectInfo>> {
-        self.request(prefix, false, || self.inner.list(prefix))
-    }
-    fn delete(&self, path: &str) -> Result<()> {
-        self.request(path, false, || self.inner.delete(path))
-    }
-    fn stat(&self, path: &str) -> Result<u64> {
-        self.request(path, false, || self.inner.stat(path))
+    fn size(&self, h: Handle<'_>) -> Result<u64> {
+        self.request(h.path(), false, || self.inner.size(h))
     }
     fn location(&self) -> String {
         self.inner.location()
@@ -196,24 +190,7 @@ impl Store for FaultyStore {
     fn flush(&self) -> Result<()> {
         self.inner.flush()
     }
-    fn prefetch(&self, path: &str, offset: u64, len: u64) {
-        self.inner.prefetch(path, offset, len)
-    }
-    fn put_pack(&self, path: &str, data: &[u8], kind: PackKind) -> Result<()> {
-        self.request(path, true, || self.inner.put_pack(path, data, kind))
-    }
-    fn get_pack_range(&self, path: &str, offset: u64, len: u64, kind: PackKind) -> Result<Vec<u8>> {
-        self.request(path, false, || {
-            self.inner.get_pack_range(path, offset, len, kind)
-        })
-    }
-    fn list_cached(&self, prefix: &str) -> Result<Vec<ObjectInfo>> {
-        self.request(prefix, false, || self.inner.list_cached(prefix))
-    }
-    fn bind(&self, repository_id: &str) {
-        self.inner.bind(repository_id)
-    }
-    fn refresh_listings(&self) {
-        self.inner.refresh_listings()
+    fn hint(&self, hint: Hint<'_>) {
+        self.inner.hint(hint)
     }
 }

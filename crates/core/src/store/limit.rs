@@ -7,7 +7,7 @@
 //! are in, and the next request waits for it. A bucket starts empty and saves at most a
 //! quarter of a second of unused bandwidth, so a cap holds from the first byte.
 
-use super::{ObjectInfo, PackKind, Store};
+use super::{Backend, ByteRange, Handle, Hint, Listing, ObjectInfo, Store, WriteMode};
 use crate::error::Result;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
@@ -68,27 +68,21 @@ impl Limit {
     }
 }
 
-impl Store for Limit {
-    fn put(&self, path: &str, data: &[u8]) -> Result<()> {
-        self.send(data.len(), || self.inner.put(path, data))
+impl Backend for Limit {
+    fn write(&self, h: Handle<'_>, data: &[u8], mode: WriteMode) -> Result<()> {
+        self.send(data.len(), || self.inner.write(h, data, mode))
     }
-    fn replace(&self, path: &str, data: &[u8]) -> Result<()> {
-        self.send(data.len(), || self.inner.replace(path, data))
+    fn read(&self, h: Handle<'_>, range: Option<ByteRange>) -> Result<Vec<u8>> {
+        self.receive(|| self.inner.read(h, range))
     }
-    fn get(&self, path: &str) -> Result<Vec<u8>> {
-        self.receive(|| self.inner.get(path))
+    fn listing(&self, prefix: &str, from: Listing) -> Result<Vec<ObjectInfo>> {
+        self.request(|| self.inner.listing(prefix, from))
     }
-    fn get_range(&self, path: &str, offset: u64, len: u64) -> Result<Vec<u8>> {
-        self.receive(|| self.inner.get_range(path, offset, len))
+    fn remove(&self, h: Handle<'_>) -> Result<()> {
+        self.request(|| self.inner.remove(h))
     }
-    fn list(&self, prefix: &str) -> Result<Vec<ObjectInfo>> {
-        self.request(|| self.inner.list(prefix))
-    }
-    fn delete(&self, path: &str) -> Result<()> {
-        self.request(|| self.inner.delete(path))
-    }
-    fn stat(&self, path: &str) -> Result<u64> {
-        self.request(|| self.inner.stat(path))
+    fn size(&self, h: Handle<'_>) -> Result<u64> {
+        self.request(|| self.inner.size(h))
     }
     fn location(&self) -> String {
         self.inner.location()
@@ -96,23 +90,8 @@ impl Store for Limit {
     fn flush(&self) -> Result<()> {
         self.inner.flush()
     }
-    fn prefetch(&self, path: &str, offset: u64, len: u64) {
-        self.inner.prefetch(path, offset, len)
-    }
-    fn put_pack(&self, path: &str, data: &[u8], kind: PackKind) -> Result<()> {
-        self.send(data.len(), || self.inner.put_pack(path, data, kind))
-    }
-    fn get_pack_range(&self, path: &str, offset: u64, len: u64, kind: PackKind) -> Result<Vec<u8>> {
-        self.receive(|| self.inner.get_pack_range(path, offset, len, kind))
-    }
-    fn list_cached(&self, prefix: &str) -> Result<Vec<ObjectInfo>> {
-        self.request(|| self.inner.list_cached(prefix))
-    }
-    fn bind(&self, repository_id: &str) {
-        self.inner.bind(repository_id)
-    }
-    fn refresh_listings(&self) {
-        self.inner.refresh_listings()
+    fn hint(&self, hint: Hint<'_>) {
+        self.inner.hint(hint)
     }
 }
 

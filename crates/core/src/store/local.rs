@@ -6,15 +6,14 @@
 //! shows and a later command removes once it is an hour old. `replace` renames its
 //! temporary over the old name instead, and fsyncs the directory before it returns.
 
-use super::{ObjectInfo, Store};
+use super::{Backend, ByteRange, Handle, Hint, Listing, ObjectInfo, WriteMode};
 use crate::error::{Error, Result};
-use crate::repo::lock;
 use std::collections::HashMap;
 use std::fs::{self, File};
 use std::io::{self, ErrorKind, Write};
 use std::os::unix::fs::{DirBuilderExt, FileExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, MutexGuard};
 
 /// A repository in a directory of the local file system.
 pub struct LocalStore {
@@ -24,7 +23,7 @@ pub struct LocalStore {
     /// Open handles of recently read objects: a restore reads thousands of small ranges
     /// from each pack, and an open(2) per range costs more than the read.
     handles: Mutex<HashMap<String, Arc<File>>>,
-    /// Directories that got new names since the last [`Store::flush`].
+    /// Directories that got new names since the last [`Backend::flush`].
     unsynced: Mutex<std::collections::HashSet<PathBuf>>,
 }
 
@@ -57,6 +56,11 @@ fn create_file(path: &Path) -> io::Result<File> {
         .open(path)?;
     f.set_permissions(fs::Permissions::from_mode(FILE_MODE))?;
     Ok(f)
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    // A poisoned lock only means another thread panicked; the data is still whole.
+    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 /// Handles kept open at most (objects are immutable, so a cached handle never goes stale).
@@ -170,10 +174,9 @@ impl LocalStore {
         }
         Ok(())
     }
-}
 
-impl Store for LocalStore {
-    fn put(&self, path: &str, data: &[u8]) -> Result<()> {
+    /// A temporary file, fsynced, linked to its name (which fails if the name exists).
+    fn link_new(&self, path: &str, data: &[u8]) -> Result<()> {
         let full = self.full(path);
         let dir = full.parent().unwrap_or(&self.root).to_path_buf();
         let tmp = self
@@ -220,7 +223,7 @@ impl Store for LocalStore {
 
     /// A temporary file, fsynced, renamed over the old name (atomic, unlike a link it
     /// replaces), then the directory fsynced: durable on return.
-    fn replace(&self, path: &str, data: &[u8]) -> Result<()> {
+    fn rename_over(&self, path: &str, data: &[u8]) -> Result<()> {
         let full = self.full(path);
         let dir = full.parent().unwrap_or(&self.root).to_path_buf();
         let tmp = self
@@ -242,11 +245,7 @@ impl Store for LocalStore {
         })
     }
 
-    fn get(&self, path: &str) -> Result<Vec<u8>> {
-        fs::read(self.full(path)).map_err(|e| self.err(path, e))
-    }
-
-    fn get_range(&self, path: &str, offset: u64, len: u64) -> Result<Vec<u8>> {
+    fn read_range(&self, path: &str, offset: u64, len: u64) -> Result<Vec<u8>> {
         let f = self.handle(path)?;
         let mut buf = vec![0u8; len as usize];
         f.read_exact_at(&mut buf, offset).map_err(|e| {
@@ -261,15 +260,33 @@ impl Store for LocalStore {
         })?;
         Ok(buf)
     }
+}
 
-    fn list(&self, prefix: &str) -> Result<Vec<ObjectInfo>> {
+impl Backend for LocalStore {
+    fn write(&self, h: Handle<'_>, data: &[u8], mode: WriteMode) -> Result<()> {
+        match mode {
+            WriteMode::Create => self.link_new(h.path(), data),
+            WriteMode::Replace => self.rename_over(h.path(), data),
+        }
+    }
+
+    fn read(&self, h: Handle<'_>, range: Option<ByteRange>) -> Result<Vec<u8>> {
+        let path = h.path();
+        match range {
+            None => fs::read(self.full(path)).map_err(|e| self.err(path, e)),
+            Some(r) => self.read_range(path, r.offset, r.len),
+        }
+    }
+
+    fn listing(&self, prefix: &str, _from: Listing) -> Result<Vec<ObjectInfo>> {
         let prefix = prefix.trim_end_matches('/');
         let mut out = Vec::new();
         self.list_dir(&self.full(prefix), prefix, &mut out)?;
         Ok(out)
     }
 
-    fn delete(&self, path: &str) -> Result<()> {
+    fn remove(&self, h: Handle<'_>) -> Result<()> {
+        let path = h.path();
         lock(&self.handles).remove(path);
         let full = self.full(path);
         match fs::remove_file(&full) {
@@ -284,10 +301,10 @@ impl Store for LocalStore {
         }
     }
 
-    fn stat(&self, path: &str) -> Result<u64> {
-        fs::metadata(self.full(path))
+    fn size(&self, h: Handle<'_>) -> Result<u64> {
+        fs::metadata(self.full(h.path()))
             .map(|m| m.len())
-            .map_err(|e| self.err(path, e))
+            .map_err(|e| self.err(h.path(), e))
     }
 
     fn location(&self) -> String {
@@ -312,8 +329,11 @@ impl Store for LocalStore {
     /// `posix_fadvise(WILLNEED)`: the kernel starts reading the range into the page cache
     /// and returns. The file is opened apart from the handle cache, which a prefetch of
     /// many packs would only churn.
-    fn prefetch(&self, path: &str, offset: u64, len: u64) {
-        if let Ok(f) = File::open(self.full(path)) {
+    fn hint(&self, hint: Hint<'_>) {
+        let Hint::Prefetch(h, ByteRange { offset, len }) = hint else {
+            return;
+        };
+        if let Ok(f) = File::open(self.full(h.path())) {
             let _ = rustix::fs::fadvise(
                 &f,
                 offset,
@@ -338,6 +358,7 @@ fn write_pieces(f: &mut File, data: &[u8]) -> io::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::store::Store;
 
     #[test]
     fn conformance() {

@@ -1,6 +1,6 @@
 //! In-memory store for unit tests.
 
-use super::{ObjectInfo, Store};
+use super::{Backend, ByteRange, Handle, Hint, Listing, ObjectInfo, WriteMode};
 use crate::error::{Error, Result};
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -25,31 +25,25 @@ impl MemoryStore {
     }
 }
 
-impl Store for MemoryStore {
-    fn put(&self, path: &str, data: &[u8]) -> Result<()> {
+impl Backend for MemoryStore {
+    fn write(&self, h: Handle<'_>, data: &[u8], mode: WriteMode) -> Result<()> {
         let mut m = self.map();
-        if m.contains_key(path) {
-            return Err(Error::AlreadyExists(path.into()));
+        if mode == WriteMode::Create && m.contains_key(h.path()) {
+            return Err(Error::AlreadyExists(h.path().into()));
         }
-        m.insert(path.into(), Arc::new(data.to_vec()));
+        m.insert(h.path().into(), Arc::new(data.to_vec()));
         Ok(())
     }
-    fn replace(&self, path: &str, data: &[u8]) -> Result<()> {
-        self.map().insert(path.into(), Arc::new(data.to_vec()));
-        Ok(())
-    }
-    fn get(&self, path: &str) -> Result<Vec<u8>> {
-        self.map()
-            .get(path)
-            .map(|d| d.to_vec())
-            .ok_or_else(|| Error::NotFound(path.into()))
-    }
-    fn get_range(&self, path: &str, offset: u64, len: u64) -> Result<Vec<u8>> {
+    fn read(&self, h: Handle<'_>, range: Option<ByteRange>) -> Result<Vec<u8>> {
+        let path = h.path();
         let d = self
             .map()
             .get(path)
             .cloned()
             .ok_or_else(|| Error::NotFound(path.into()))?;
+        let Some(ByteRange { offset, len }) = range else {
+            return Ok(d.to_vec());
+        };
         let end = offset
             .checked_add(len)
             .filter(|e| *e <= d.len() as u64)
@@ -61,7 +55,7 @@ impl Store for MemoryStore {
             })?;
         Ok(d[offset as usize..end as usize].to_vec())
     }
-    fn list(&self, prefix: &str) -> Result<Vec<ObjectInfo>> {
+    fn listing(&self, prefix: &str, _from: Listing) -> Result<Vec<ObjectInfo>> {
         Ok(self
             .map()
             .range(prefix.to_string()..)
@@ -72,19 +66,23 @@ impl Store for MemoryStore {
             })
             .collect())
     }
-    fn delete(&self, path: &str) -> Result<()> {
-        self.map().remove(path);
+    fn remove(&self, h: Handle<'_>) -> Result<()> {
+        self.map().remove(h.path());
         Ok(())
     }
-    fn stat(&self, path: &str) -> Result<u64> {
+    fn size(&self, h: Handle<'_>) -> Result<u64> {
         self.map()
-            .get(path)
+            .get(h.path())
             .map(|d| d.len() as u64)
-            .ok_or_else(|| Error::NotFound(path.into()))
+            .ok_or_else(|| Error::NotFound(h.path().into()))
     }
     fn location(&self) -> String {
         "memory:".into()
     }
+    fn flush(&self) -> Result<()> {
+        Ok(())
+    }
+    fn hint(&self, _hint: Hint<'_>) {}
 }
 
 #[cfg(test)]

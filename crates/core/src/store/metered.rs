@@ -5,7 +5,7 @@
 //! Counting here, around the trait, rather than in a backend, counts the same way for
 //! every store. On a local directory the "requests" are the store calls.
 
-use super::{ObjectInfo, PackKind, Store};
+use super::{Backend, ByteRange, Handle, Hint, Listing, ObjectInfo, Store, WriteMode};
 use crate::error::Result;
 use serde::Serialize;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
@@ -92,30 +92,26 @@ impl Metered {
     }
 }
 
-impl Store for Metered {
-    fn put(&self, path: &str, data: &[u8]) -> Result<()> {
-        self.up(data, self.inner.put(path, data))
+impl Backend for Metered {
+    fn write(&self, h: Handle<'_>, data: &[u8], mode: WriteMode) -> Result<()> {
+        self.up(data, self.inner.write(h, data, mode))
     }
-    fn replace(&self, path: &str, data: &[u8]) -> Result<()> {
-        self.up(data, self.inner.replace(path, data))
+    fn read(&self, h: Handle<'_>, range: Option<ByteRange>) -> Result<Vec<u8>> {
+        self.down(self.inner.read(h, range))
     }
-    fn get(&self, path: &str) -> Result<Vec<u8>> {
-        self.down(self.inner.get(path))
-    }
-    fn get_range(&self, path: &str, offset: u64, len: u64) -> Result<Vec<u8>> {
-        self.down(self.inner.get_range(path, offset, len))
-    }
-    fn list(&self, prefix: &str) -> Result<Vec<ObjectInfo>> {
+    fn listing(&self, prefix: &str, from: Listing) -> Result<Vec<ObjectInfo>> {
+        // A cached listing is counted as a listing too: what reaches the storage below
+        // is counted by the layers there.
         self.counts.list.fetch_add(1, Relaxed);
-        self.inner.list(prefix)
+        self.inner.listing(prefix, from)
     }
-    fn delete(&self, path: &str) -> Result<()> {
+    fn remove(&self, h: Handle<'_>) -> Result<()> {
         self.counts.delete.fetch_add(1, Relaxed);
-        self.inner.delete(path)
+        self.inner.remove(h)
     }
-    fn stat(&self, path: &str) -> Result<u64> {
+    fn size(&self, h: Handle<'_>) -> Result<u64> {
         self.counts.head.fetch_add(1, Relaxed);
-        self.inner.stat(path)
+        self.inner.size(h)
     }
     fn location(&self) -> String {
         self.inner.location()
@@ -123,26 +119,8 @@ impl Store for Metered {
     fn flush(&self) -> Result<()> {
         self.inner.flush()
     }
-    fn prefetch(&self, path: &str, offset: u64, len: u64) {
-        self.inner.prefetch(path, offset, len)
-    }
-    fn put_pack(&self, path: &str, data: &[u8], kind: PackKind) -> Result<()> {
-        self.up(data, self.inner.put_pack(path, data, kind))
-    }
-    fn get_pack_range(&self, path: &str, offset: u64, len: u64, kind: PackKind) -> Result<Vec<u8>> {
-        self.down(self.inner.get_pack_range(path, offset, len, kind))
-    }
-    fn list_cached(&self, prefix: &str) -> Result<Vec<ObjectInfo>> {
-        // Counted as a listing, as before the hint was forwarded: what reaches the
-        // storage below is counted by the layers there.
-        self.counts.list.fetch_add(1, Relaxed);
-        self.inner.list_cached(prefix)
-    }
-    fn bind(&self, repository_id: &str) {
-        self.inner.bind(repository_id)
-    }
-    fn refresh_listings(&self) {
-        self.inner.refresh_listings()
+    fn hint(&self, hint: Hint<'_>) {
+        self.inner.hint(hint)
     }
 }
 

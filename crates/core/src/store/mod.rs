@@ -1,10 +1,14 @@
 //! Storage backends: a small trait over named, immutable objects.
 //!
-//! Paths are `/`-separated names relative to the repository root (`config`,
-//! `keys/<id>`, `data/<xx>/<id>`, `index/<id>`, `snapshots/<id>`). Every put is atomic and
-//! refuses to replace an existing object, which is what content-named, write-once files need
-//! and what S3 offers with conditional puts (`If-None-Match: *`). The one exception is
-//! [`Store::replace`], an atomic overwrite for `config` (S3: a plain put).
+//! Objects are named by [`Handle`]s: a [`Kind`] (the top-level directory: `config`,
+//! `keys/`, `data/`, `index/`, `snapshots/`…) and the `/`-separated path relative to the
+//! repository root. [`Backend`] is the small core every store and every wrapper
+//! implements (write, read, list, remove, size, location, flush, and one method for
+//! hints); [`Store`], implemented for every backend, gives callers the same operations by
+//! path (`put`, `get`, `list`…). Every write is atomic and refuses to replace an existing
+//! object ([`WriteMode::Create`]), which is what content-named, write-once files need and
+//! what S3 offers with conditional puts (`If-None-Match: *`). The one exception is
+//! [`WriteMode::Replace`], an atomic overwrite for `config` (S3: a plain put).
 
 mod cache;
 #[cfg(any(test, feature = "testing"))]
@@ -44,78 +48,262 @@ pub enum PackKind {
     Tree,
 }
 
-/// One object as returned by [`Store::list`].
+/// What an object is: the top-level directory of its path (`docs/format.md`, Layout).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Kind {
+    /// `config`.
+    Config,
+    /// `keys/<id>`.
+    Key,
+    /// `data/<xx>/<id>`, with what it holds when the caller says so (a hint: a path
+    /// alone does not tell).
+    Pack(Option<PackKind>),
+    /// `index/<id>`.
+    Index,
+    /// `snapshots/<id>`.
+    Snapshot,
+    /// `dicts/<id>`.
+    Dictionary,
+    /// `locks/<random>`.
+    Lock,
+    /// `writers/<random>`.
+    Writer,
+    /// `forgotten/<id>`.
+    Forgotten,
+    /// `migrate/state`.
+    Migrate,
+    /// `damaged/...`: what the repairs set aside.
+    Damaged,
+    /// Anything else: a file outside the known directories, still listed, read and
+    /// removed like any other (`check` reports them).
+    Foreign,
+}
+
+impl Kind {
+    /// The kind of the object at `path`.
+    pub fn of(path: &str) -> Kind {
+        let Some((dir, name)) = path.split_once('/') else {
+            return match path {
+                "config" => Kind::Config,
+                _ => Kind::Foreign,
+            };
+        };
+        if name.is_empty() {
+            return Kind::Foreign;
+        }
+        match dir {
+            "keys" => Kind::Key,
+            "data" => Kind::Pack(None),
+            "index" => Kind::Index,
+            "snapshots" => Kind::Snapshot,
+            "dicts" => Kind::Dictionary,
+            "locks" => Kind::Lock,
+            "writers" => Kind::Writer,
+            "forgotten" => Kind::Forgotten,
+            "migrate" => Kind::Migrate,
+            "damaged" => Kind::Damaged,
+            _ => Kind::Foreign,
+        }
+    }
+}
+
+/// One object: its kind and its path, which it is printed as. Every path has a handle
+/// (unknown ones are [`Kind::Foreign`]), and a handle gives its path back unchanged.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Handle<'a> {
+    kind: Kind,
+    path: &'a str,
+}
+
+impl<'a> Handle<'a> {
+    /// The object at `path`, of the kind its directory says.
+    pub fn new(path: &'a str) -> Handle<'a> {
+        Handle {
+            kind: Kind::of(path),
+            path,
+        }
+    }
+
+    /// A pack at `path` holding blobs of one `kind`.
+    pub fn pack(path: &'a str, kind: PackKind) -> Handle<'a> {
+        Handle {
+            kind: Kind::Pack(Some(kind)),
+            path,
+        }
+    }
+
+    pub fn kind(&self) -> Kind {
+        self.kind
+    }
+
+    /// The path relative to the repository root.
+    pub fn path(&self) -> &'a str {
+        self.path
+    }
+
+    /// The path below the top-level directory (`ab/abcdef` for `data/ab/abcdef`); the
+    /// whole path for `config` and foreign files.
+    pub fn name(&self) -> &'a str {
+        match self.kind {
+            Kind::Config | Kind::Foreign => self.path,
+            _ => self.path.split_once('/').map_or(self.path, |(_, n)| n),
+        }
+    }
+}
+
+impl std::fmt::Display for Handle<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.path)
+    }
+}
+
+/// One object as listed.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ObjectInfo {
     pub path: String,
     pub size: u64,
 }
 
-/// The storage a repository lives on.
-pub trait Store: Send + Sync {
-    /// Writes `data` at `path` atomically: readers see all of it or nothing. Fails with
-    /// [`crate::Error::AlreadyExists`] if the object exists.
-    fn put(&self, path: &str, data: &[u8]) -> Result<()>;
-    /// Writes `data` at `path` whether or not an object is there, atomically and durably
-    /// (when it returns): readers see the old bytes or the new, never a mix or nothing.
-    /// Only `config` is ever replaced, at the commit point of `mailvault migrate`.
-    fn replace(&self, path: &str, data: &[u8]) -> Result<()>;
-    /// Reads a whole object; [`crate::Error::NotFound`] if absent.
-    fn get(&self, path: &str) -> Result<Vec<u8>>;
-    /// Reads `len` bytes at `offset`; an error if the object is shorter.
-    fn get_range(&self, path: &str, offset: u64, len: u64) -> Result<Vec<u8>>;
-    /// Lists objects whose path starts with `prefix` (a directory such as `data/`),
-    /// recursively, in no particular order. Incomplete uploads are never listed.
-    fn list(&self, prefix: &str) -> Result<Vec<ObjectInfo>>;
+impl ObjectInfo {
+    pub fn handle(&self) -> Handle<'_> {
+        Handle::new(&self.path)
+    }
+}
+
+/// `len` bytes at `offset`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ByteRange {
+    pub offset: u64,
+    pub len: u64,
+}
+
+/// How a write treats an object already there.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum WriteMode {
+    /// Fails with [`crate::Error::AlreadyExists`]: content-named, write-once objects.
+    Create,
+    /// Overwrites it, atomically and durably (when the write returns): readers see the
+    /// old bytes or the new, never a mix or nothing. Only `config` is ever replaced, at
+    /// the commit point of `mailvault migrate`.
+    Replace,
+}
+
+/// Where a listing may come from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Listing {
+    /// The storage itself.
+    Fresh,
+    /// A local cache where the store has one: only for directories whose objects are
+    /// added under new names and never changed (`keys/`), where a listing that misses
+    /// the newest objects costs a second, fresh listing and nothing else.
+    Cached,
+}
+
+/// What a store may use and needs not answer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Hint<'a> {
+    /// These bytes will be read soon: a store that can fetch them in the background
+    /// does (the local store asks the kernel to read ahead).
+    Prefetch(Handle<'a>, ByteRange),
+    /// The store holds the repository with this config id, now open: a local cache
+    /// keeps its files under that id.
+    Bind(&'a str),
+    /// Listings kept for reuse (a cache's listing of `snapshots/`) are stale: from now
+    /// on every listing is fresh. Given once a lock on the repository is taken, since
+    /// what was listed before may have changed while the lock was waited for.
+    RefreshListings,
+}
+
+/// The storage a repository lives on: the core every store and every wrapper implements.
+/// Every method is required, so a wrapper says what it does with each; what the caller
+/// knows about an object (its kind, a pack's content, a cached listing) rides in the
+/// arguments, so a wrapper that passes them on passes every hint on. Callers use the
+/// conveniences of [`Store`].
+pub trait Backend: Send + Sync {
+    /// Writes `data` at `handle` atomically: readers see all of it or nothing.
+    fn write(&self, handle: Handle<'_>, data: &[u8], mode: WriteMode) -> Result<()>;
+    /// Reads a whole object, or a range of it (an error if the object is shorter);
+    /// [`crate::Error::NotFound`] if absent.
+    fn read(&self, handle: Handle<'_>, range: Option<ByteRange>) -> Result<Vec<u8>>;
+    /// Lists objects whose path starts with `prefix` (a directory such as `data/`, or
+    /// `""`: all), recursively, in no particular order. Incomplete uploads are never
+    /// listed.
+    fn listing(&self, prefix: &str, from: Listing) -> Result<Vec<ObjectInfo>>;
     /// Removes an object; removing an absent object is not an error.
-    fn delete(&self, path: &str) -> Result<()>;
+    fn remove(&self, handle: Handle<'_>) -> Result<()>;
     /// The size of an object; [`crate::Error::NotFound`] if absent.
-    fn stat(&self, path: &str) -> Result<u64>;
+    fn size(&self, handle: Handle<'_>) -> Result<u64>;
     /// Where the store is, for messages.
     fn location(&self) -> String;
-    /// Makes every put (and delete) so far durable, names included: called before an object that
-    /// refers to earlier ones (an index to its packs, a snapshot to its index) and after a
-    /// snapshot. The local store fsyncs each directory it has linked new files into since
-    /// the last call; object stores are durable on a put's success.
-    fn flush(&self) -> Result<()> {
-        Ok(())
-    }
-    /// Hints that `len` bytes at `offset` will be read soon, so a store that can fetch
-    /// them in the background does (the local store asks the kernel to read ahead). Only
-    /// a hint: errors are ignored and nothing is returned.
-    fn prefetch(&self, _path: &str, _offset: u64, _len: u64) {}
-
-    /// Puts a pack (as [`Store::put`]) holding blobs of one `kind`: a store with a local
-    /// cache keeps tree packs, which every later backup and restore reads again.
-    fn put_pack(&self, path: &str, data: &[u8], _kind: PackKind) -> Result<()> {
-        self.put(path, data)
-    }
-    /// Reads a range of a pack holding blobs of one `kind` (as [`Store::get_range`]): a
-    /// store with a local cache serves tree packs from it, fetching a missing one whole.
-    fn get_pack_range(
-        &self,
-        path: &str,
-        offset: u64,
-        len: u64,
-        _kind: PackKind,
-    ) -> Result<Vec<u8>> {
-        self.get_range(path, offset, len)
-    }
-    /// Lists `prefix` as [`Store::list`] does, or from a local cache where the store has
-    /// one: only for prefixes whose objects are added under new names and never changed
-    /// (`keys/`), where a listing that misses the newest objects costs a second, fresh
-    /// [`Store::list`] and nothing else.
-    fn list_cached(&self, prefix: &str) -> Result<Vec<ObjectInfo>> {
-        self.list(prefix)
-    }
-    /// Tells the store which repository it holds (its config id), once the config is
-    /// open: a local cache keeps its files under that id.
-    fn bind(&self, _repository_id: &str) {}
-    /// Forgets listings kept for reuse (a cache's listing of `snapshots/`): from now on
-    /// every listing is fresh. Called once a lock on the repository is taken, since what
-    /// was listed before may have changed while the lock was waited for.
-    fn refresh_listings(&self) {}
+    /// Makes every write (and remove) so far durable, names included: called before an
+    /// object that refers to earlier ones (an index to its packs, a snapshot to its
+    /// index) and after a snapshot. The local store fsyncs each directory it has linked
+    /// new files into since the last call; object stores are durable on a put's success.
+    fn flush(&self) -> Result<()>;
+    /// Takes a [`Hint`]: errors are ignored and nothing is returned.
+    fn hint(&self, hint: Hint<'_>);
 }
+
+/// The conveniences over [`Backend`] that callers use, by path. Every backend has them
+/// and none can change them: a wrapper implements [`Backend`] only.
+pub trait Store: Backend {
+    /// Writes `data` at `path`; [`crate::Error::AlreadyExists`] if the object exists.
+    fn put(&self, path: &str, data: &[u8]) -> Result<()> {
+        self.write(Handle::new(path), data, WriteMode::Create)
+    }
+    /// Writes `data` at `path` whether or not an object is there ([`WriteMode::Replace`]).
+    fn replace(&self, path: &str, data: &[u8]) -> Result<()> {
+        self.write(Handle::new(path), data, WriteMode::Replace)
+    }
+    /// Reads a whole object.
+    fn get(&self, path: &str) -> Result<Vec<u8>> {
+        self.read(Handle::new(path), None)
+    }
+    /// Reads `len` bytes at `offset`; an error if the object is shorter.
+    fn get_range(&self, path: &str, offset: u64, len: u64) -> Result<Vec<u8>> {
+        self.read(Handle::new(path), Some(ByteRange { offset, len }))
+    }
+    /// Lists `prefix` fresh.
+    fn list(&self, prefix: &str) -> Result<Vec<ObjectInfo>> {
+        self.listing(prefix, Listing::Fresh)
+    }
+    /// Lists `prefix`, from a local cache where the store has one ([`Listing::Cached`]).
+    fn list_cached(&self, prefix: &str) -> Result<Vec<ObjectInfo>> {
+        self.listing(prefix, Listing::Cached)
+    }
+    /// Removes an object; absent is not an error.
+    fn delete(&self, path: &str) -> Result<()> {
+        self.remove(Handle::new(path))
+    }
+    /// The size of an object.
+    fn stat(&self, path: &str) -> Result<u64> {
+        self.size(Handle::new(path))
+    }
+    /// Puts a pack holding blobs of one `kind`: a store with a local cache keeps tree
+    /// packs, which every later backup and restore reads again.
+    fn put_pack(&self, path: &str, data: &[u8], kind: PackKind) -> Result<()> {
+        self.write(Handle::pack(path, kind), data, WriteMode::Create)
+    }
+    /// Reads a range of a pack holding blobs of one `kind`: a store with a local cache
+    /// serves tree packs from it, fetching a missing one whole.
+    fn get_pack_range(&self, path: &str, offset: u64, len: u64, kind: PackKind) -> Result<Vec<u8>> {
+        self.read(Handle::pack(path, kind), Some(ByteRange { offset, len }))
+    }
+    /// [`Hint::Prefetch`].
+    fn prefetch(&self, path: &str, offset: u64, len: u64) {
+        self.hint(Hint::Prefetch(Handle::new(path), ByteRange { offset, len }))
+    }
+    /// [`Hint::Bind`].
+    fn bind(&self, repository_id: &str) {
+        self.hint(Hint::Bind(repository_id))
+    }
+    /// [`Hint::RefreshListings`].
+    fn refresh_listings(&self) {
+        self.hint(Hint::RefreshListings)
+    }
+}
+
+impl<B: Backend + ?Sized> Store for B {}
 
 /// Whether a store's requests wait on the network (object storage), so that more of them
 /// in flight pay: readers and pack writers are sized by it.
@@ -134,7 +322,7 @@ pub fn put_content_named(store: &dyn Store, path: &str, data: &[u8]) -> Result<(
 #[cfg(any(test, feature = "testing"))]
 #[allow(clippy::unwrap_used)] // test support: a failed step fails the test that runs it
 pub mod conformance {
-    //! The conformance suite every [`Store`] implementation must pass (feature `testing`
+    //! The conformance suite every [`Backend`], store or wrapper, must pass (feature `testing`
     //! makes it public, for the S3 store on MinIO in `tests/s3_store.rs`). It needs an
     //! empty store.
     use super::*;
@@ -210,8 +398,100 @@ pub mod conformance {
         let snaps = store.list("snapshots/").unwrap();
         assert_eq!(snaps.len(), 100);
         for o in snaps {
+            assert_eq!(o.handle().kind(), Kind::Snapshot);
             let body = store.get(&o.path).unwrap();
             assert_eq!(body.len() as u64, o.size);
         }
+        hints(store);
+        foreign(store);
+    }
+
+    /// Packs put and read with their kind, and every hint: the same objects as without.
+    fn hints(store: &dyn Store) {
+        store
+            .put_pack("data/ef/ef01", b"tree pack", PackKind::Tree)
+            .unwrap();
+        store
+            .put_pack("data/ef/ef02", b"data pack", PackKind::Data)
+            .unwrap();
+        assert!(matches!(
+            store.put_pack("data/ef/ef01", b"other", PackKind::Tree),
+            Err(Error::AlreadyExists(_))
+        ));
+        store.prefetch("data/ef/ef01", 0, 4);
+        store.prefetch("data/ef/ef02", 0, 4);
+        store.flush().unwrap();
+        let tree = store.get_pack_range("data/ef/ef01", 5, 4, PackKind::Tree);
+        assert_eq!(tree.unwrap(), b"pack");
+        let data = store.get_pack_range("data/ef/ef02", 0, 4, PackKind::Data);
+        assert_eq!(data.unwrap(), b"data");
+        assert_eq!(store.get("data/ef/ef01").unwrap(), b"tree pack");
+        assert_eq!(store.stat("data/ef/ef02").unwrap(), 9);
+        store.put("keys/k1", b"key").unwrap();
+        let keys = store.list_cached("keys/").unwrap();
+        assert!(keys.iter().any(|o| o.path == "keys/k1"), "{keys:?}");
+        store.refresh_listings();
+        assert_eq!(store.list("snapshots/").unwrap().len(), 100);
+        store.delete("snapshots/0-0").unwrap();
+        assert_eq!(store.list("snapshots/").unwrap().len(), 99);
+    }
+
+    /// Files outside the known directories are listed, read and removed like the others.
+    fn foreign(store: &dyn Store) {
+        let stray = ["stray", "other/x/y", "data/readme.txt"];
+        for p in stray {
+            store.put(p, b"?").unwrap();
+        }
+        let all = store.list("").unwrap();
+        for p in stray {
+            let o = all.iter().find(|o| o.path == p);
+            assert_eq!(o.map(|o| o.size), Some(1), "{p}");
+            assert_eq!(store.get(p).unwrap(), b"?");
+        }
+        let data = store.list("data/").unwrap();
+        assert!(data.iter().any(|o| o.path == "data/readme.txt"));
+        for p in stray {
+            store.delete(p).unwrap();
+        }
+        let all = store.list("").unwrap();
+        assert!(all.iter().all(|o| !stray.contains(&o.path.as_str())));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_path_has_a_handle_that_gives_it_back() {
+        let cases = [
+            ("config", Kind::Config, "config"),
+            ("keys/k", Kind::Key, "k"),
+            ("data/ab/abcd", Kind::Pack(None), "ab/abcd"),
+            ("index/i", Kind::Index, "i"),
+            ("snapshots/s", Kind::Snapshot, "s"),
+            ("dicts/d", Kind::Dictionary, "d"),
+            ("locks/l", Kind::Lock, "l"),
+            ("writers/w", Kind::Writer, "w"),
+            ("forgotten/f", Kind::Forgotten, "f"),
+            ("migrate/state", Kind::Migrate, "state"),
+            ("damaged/data/ab/x", Kind::Damaged, "data/ab/x"),
+            ("stray", Kind::Foreign, "stray"),
+            ("keys/", Kind::Foreign, "keys/"),
+            ("config/x", Kind::Foreign, "config/x"),
+            ("other/x", Kind::Foreign, "other/x"),
+            ("", Kind::Foreign, ""),
+        ];
+        for (path, kind, name) in cases {
+            let h = Handle::new(path);
+            assert_eq!((h.kind(), h.name(), h.path()), (kind, name, path));
+            assert_eq!(h.to_string(), path);
+        }
+        let p = Handle::pack("data/ab/abcd", PackKind::Tree);
+        assert_eq!(p.kind(), Kind::Pack(Some(PackKind::Tree)));
+        assert_eq!(
+            (p.name(), p.to_string().as_str()),
+            ("ab/abcd", "data/ab/abcd")
+        );
     }
 }

@@ -20,12 +20,12 @@
 //! same bytes are a success. Not every object is content-named (`writers/<name>`,
 //! snapshots), so the bytes are compared rather than assumed.
 
-use super::{ObjectInfo, PackKind, Store};
+use super::{Backend, ByteRange, Handle, Hint, Listing, ObjectInfo, Store, WriteMode};
 use crate::error::{BackendKind, Error, Result};
 use rand::Rng;
 use serde::Serialize;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 /// How often and how long to retry.
@@ -133,6 +133,11 @@ struct Breaker {
     open: Option<String>,
 }
 
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    // A poisoned lock only means another thread panicked; the streak is still whole.
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
 /// Retries transient failures of the inner store (see the module docs).
 pub struct Retry {
     inner: Arc<dyn Store>,
@@ -157,7 +162,7 @@ impl Retry {
     /// Why the storage was given up on, once it was: every request failed for the
     /// policy's time (see the module docs).
     pub fn given_up(&self) -> Option<String> {
-        crate::repo::lock(&self.breaker).open.clone()
+        lock(&self.breaker).open.clone()
     }
 
     /// The error every request fails with once the breaker is open: short, since every
@@ -173,7 +178,7 @@ impl Retry {
 
     /// Notes a request's result in the breaker's streak.
     fn note(&self, failed: Option<&Error>) {
-        let mut b = crate::repo::lock(&self.breaker);
+        let mut b = lock(&self.breaker);
         let Some(e) = failed else {
             if b.open.is_none() {
                 (b.since, b.failures) = (None, 0);
@@ -301,27 +306,25 @@ impl Retry {
     }
 }
 
-impl Store for Retry {
-    fn put(&self, path: &str, data: &[u8]) -> Result<()> {
-        self.put_once(path, data, || self.inner.put(path, data))
+impl Backend for Retry {
+    fn write(&self, h: Handle<'_>, data: &[u8], mode: WriteMode) -> Result<()> {
+        let write = || self.inner.write(h, data, mode);
+        match mode {
+            WriteMode::Create => self.put_once(h.path(), data, write),
+            WriteMode::Replace => self.run(Verb::Put, h.path(), write),
+        }
     }
-    fn replace(&self, path: &str, data: &[u8]) -> Result<()> {
-        self.run(Verb::Put, path, || self.inner.replace(path, data))
+    fn read(&self, h: Handle<'_>, range: Option<ByteRange>) -> Result<Vec<u8>> {
+        self.run(Verb::Get, h.path(), || self.inner.read(h, range))
     }
-    fn get(&self, path: &str) -> Result<Vec<u8>> {
-        self.run(Verb::Get, path, || self.inner.get(path))
+    fn listing(&self, prefix: &str, from: Listing) -> Result<Vec<ObjectInfo>> {
+        self.run(Verb::List, prefix, || self.inner.listing(prefix, from))
     }
-    fn get_range(&self, path: &str, offset: u64, len: u64) -> Result<Vec<u8>> {
-        self.run(Verb::Get, path, || self.inner.get_range(path, offset, len))
+    fn remove(&self, h: Handle<'_>) -> Result<()> {
+        self.run(Verb::Delete, h.path(), || self.inner.remove(h))
     }
-    fn list(&self, prefix: &str) -> Result<Vec<ObjectInfo>> {
-        self.run(Verb::List, prefix, || self.inner.list(prefix))
-    }
-    fn delete(&self, path: &str) -> Result<()> {
-        self.run(Verb::Delete, path, || self.inner.delete(path))
-    }
-    fn stat(&self, path: &str) -> Result<u64> {
-        self.run(Verb::Head, path, || self.inner.stat(path))
+    fn size(&self, h: Handle<'_>) -> Result<u64> {
+        self.run(Verb::Head, h.path(), || self.inner.size(h))
     }
     fn location(&self) -> String {
         self.inner.location()
@@ -329,32 +332,15 @@ impl Store for Retry {
     fn flush(&self) -> Result<()> {
         self.inner.flush()
     }
-    fn prefetch(&self, path: &str, offset: u64, len: u64) {
-        self.inner.prefetch(path, offset, len)
-    }
-    fn put_pack(&self, path: &str, data: &[u8], kind: PackKind) -> Result<()> {
-        self.put_once(path, data, || self.inner.put_pack(path, data, kind))
-    }
-    fn get_pack_range(&self, path: &str, offset: u64, len: u64, kind: PackKind) -> Result<Vec<u8>> {
-        self.run(Verb::Get, path, || {
-            self.inner.get_pack_range(path, offset, len, kind)
-        })
-    }
-    fn list_cached(&self, prefix: &str) -> Result<Vec<ObjectInfo>> {
-        self.run(Verb::List, prefix, || self.inner.list_cached(prefix))
-    }
-    fn bind(&self, repository_id: &str) {
-        self.inner.bind(repository_id)
-    }
-    fn refresh_listings(&self) {
-        self.inner.refresh_listings()
+    fn hint(&self, hint: Hint<'_>) {
+        self.inner.hint(hint)
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::store::{FaultyStore, MemoryStore};
+    use crate::store::{FaultyStore, MemoryStore, PackKind};
 
     fn fast() -> RetryPolicy {
         RetryPolicy {

@@ -1,6 +1,6 @@
 //! S3-compatible object storage (MinIO, Ceph RGW, AWS S3, …) through the `object_store`
 //! crate, which signs requests (SigV4), pages listings and maps status codes; this file
-//! only maps the [`Store`] trait onto it and says what went wrong in words a user can act on.
+//! only maps the [`Backend`] trait onto it and says what went wrong in words a user can act on.
 //!
 //! - A put is conditional (`If-None-Match: *`): an object that exists is never replaced
 //!   (412 → [`Error::AlreadyExists`]). `init` checks that the server honours it
@@ -18,7 +18,7 @@
 //! nor the trait has a CreateBucket, so it is one request built here and signed by the
 //! crate's own SigV4 signer (no hand-written signing).
 
-use super::{ObjectInfo, Store};
+use super::{Backend, ByteRange, Handle, Hint, Listing, ObjectInfo, Store, WriteMode};
 use crate::error::{BackendKind, Error, Result};
 use futures::TryStreamExt;
 use object_store::aws::{AmazonS3, AmazonS3Builder, AwsAuthorizer, AwsCredential};
@@ -543,8 +543,9 @@ fn classify(location: &str, opts: &S3Options, path: &str, e: object_store::Error
     }
 }
 
-impl Store for S3Store {
-    fn put(&self, path: &str, data: &[u8]) -> Result<()> {
+impl S3Store {
+    /// A put-if-absent.
+    fn create(&self, path: &str, data: &[u8]) -> Result<()> {
         let opts = PutOptions {
             mode: PutMode::Create,
             ..Default::default()
@@ -557,7 +558,8 @@ impl Store for S3Store {
         .map_err(|e| self.err(path, e))
     }
 
-    fn replace(&self, path: &str, data: &[u8]) -> Result<()> {
+    /// A plain put, which overwrites.
+    fn overwrite(&self, path: &str, data: &[u8]) -> Result<()> {
         block_on(
             self.s3
                 .put(&self.key(path), PutPayload::from(data.to_vec())),
@@ -566,7 +568,7 @@ impl Store for S3Store {
         .map_err(|e| self.err(path, e))
     }
 
-    fn get(&self, path: &str) -> Result<Vec<u8>> {
+    fn get_whole(&self, path: &str) -> Result<Vec<u8>> {
         block_on(async {
             let r = self.s3.get(&self.key(path)).await?;
             r.bytes().await
@@ -575,9 +577,9 @@ impl Store for S3Store {
         .map_err(|e| self.err(path, e))
     }
 
-    fn get_range(&self, path: &str, offset: u64, len: u64) -> Result<Vec<u8>> {
+    fn read_range(&self, path: &str, offset: u64, len: u64) -> Result<Vec<u8>> {
         if len == 0 {
-            self.stat(path)?;
+            self.head(path)?;
             return Ok(Vec::new());
         }
         let bytes = block_on(self.s3.get_range(&self.key(path), offset..offset + len))
@@ -595,7 +597,7 @@ impl Store for S3Store {
         Ok(bytes.to_vec())
     }
 
-    fn list(&self, prefix: &str) -> Result<Vec<ObjectInfo>> {
+    fn list_prefix(&self, prefix: &str) -> Result<Vec<ObjectInfo>> {
         // object_store lists by directory: list the directory of the prefix, then keep
         // what starts with the prefix itself.
         let dir = prefix.rsplit_once('/').map_or("", |(d, _)| d);
@@ -619,7 +621,7 @@ impl Store for S3Store {
             .collect())
     }
 
-    fn delete(&self, path: &str) -> Result<()> {
+    fn delete_key(&self, path: &str) -> Result<()> {
         match block_on(self.s3.delete(&self.key(path))) {
             Ok(()) => Ok(()),
             Err(object_store::Error::NotFound { .. }) => Ok(()),
@@ -627,15 +629,50 @@ impl Store for S3Store {
         }
     }
 
-    fn stat(&self, path: &str) -> Result<u64> {
+    fn head(&self, path: &str) -> Result<u64> {
         block_on(self.s3.head(&self.key(path)))
             .map(|m| m.size)
             .map_err(|e| self.err(path, e))
+    }
+}
+
+impl Backend for S3Store {
+    fn write(&self, h: Handle<'_>, data: &[u8], mode: WriteMode) -> Result<()> {
+        match mode {
+            WriteMode::Create => self.create(h.path(), data),
+            WriteMode::Replace => self.overwrite(h.path(), data),
+        }
+    }
+
+    fn read(&self, h: Handle<'_>, range: Option<ByteRange>) -> Result<Vec<u8>> {
+        match range {
+            None => self.get_whole(h.path()),
+            Some(r) => self.read_range(h.path(), r.offset, r.len),
+        }
+    }
+
+    fn listing(&self, prefix: &str, _from: Listing) -> Result<Vec<ObjectInfo>> {
+        self.list_prefix(prefix)
+    }
+
+    fn remove(&self, h: Handle<'_>) -> Result<()> {
+        self.delete_key(h.path())
+    }
+
+    fn size(&self, h: Handle<'_>) -> Result<u64> {
+        self.head(h.path())
     }
 
     fn location(&self) -> String {
         self.location.clone()
     }
+
+    /// Durable on a put's success.
+    fn flush(&self) -> Result<()> {
+        Ok(())
+    }
+
+    fn hint(&self, _hint: Hint<'_>) {}
 }
 
 #[cfg(test)]

@@ -4,7 +4,7 @@
 //! [`Store::put_pack`] of a data pack copies the pack into a queue served by a few
 //! uploader threads and returns at once; once `uploaders + queue` packs are waiting or
 //! being sent, the next put waits for a place, so memory stays within that many packs.
-//! [`Store::flush`] waits until every queued pack is stored and returns the first error
+//! [`Backend::flush`] waits until every queued pack is stored and returns the first error
 //! (the repository flushes before it writes an index that lists packs, and before a
 //! snapshot). A read or stat of a pack still queued is served from its queued bytes. A
 //! pack found already stored is a success: packs are named by their content. After a
@@ -14,7 +14,9 @@
 //! Put it above the retries, the request counter and the limits, so that the uploads
 //! themselves are retried, counted and limited.
 
-use super::{ObjectInfo, PackKind, Store};
+use super::{
+    Backend, ByteRange, Handle, Hint, Kind, Listing, ObjectInfo, PackKind, Store, WriteMode,
+};
 use crate::error::{Error, Result};
 use std::collections::HashMap;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
@@ -138,63 +140,9 @@ fn refused(what: &str, first: &str) -> Error {
     }
 }
 
-impl Store for Uploads {
-    fn put(&self, path: &str, data: &[u8]) -> Result<()> {
-        self.inner.put(path, data)
-    }
-    fn replace(&self, path: &str, data: &[u8]) -> Result<()> {
-        self.inner.replace(path, data)
-    }
-    fn get(&self, path: &str) -> Result<Vec<u8>> {
-        match self.queued(path) {
-            Some(d) => Ok(d.to_vec()),
-            None => self.inner.get(path),
-        }
-    }
-    fn get_range(&self, path: &str, offset: u64, len: u64) -> Result<Vec<u8>> {
-        match self.queued(path) {
-            Some(d) => range(path, &d, offset, len),
-            None => self.inner.get_range(path, offset, len),
-        }
-    }
-    fn list(&self, prefix: &str) -> Result<Vec<ObjectInfo>> {
-        self.inner.list(prefix)
-    }
-    fn delete(&self, path: &str) -> Result<()> {
-        self.inner.delete(path)
-    }
-    fn stat(&self, path: &str) -> Result<u64> {
-        match self.queued(path) {
-            Some(d) => Ok(d.len() as u64),
-            None => self.inner.stat(path),
-        }
-    }
-    fn location(&self) -> String {
-        self.inner.location()
-    }
-    fn flush(&self) -> Result<()> {
-        let mut s = self.shared.state();
-        while s.pending > 0 {
-            s = self.shared.wait(s);
-        }
-        if let Some(e) = s.error.take() {
-            return Err(e);
-        }
-        if let Some(first) = &s.failed {
-            return Err(refused("flush", first));
-        }
-        drop(s);
-        self.inner.flush()
-    }
-    fn prefetch(&self, path: &str, offset: u64, len: u64) {
-        if self.queued(path).is_none() {
-            self.inner.prefetch(path, offset, len)
-        }
-    }
-    fn put_pack(&self, path: &str, data: &[u8], kind: PackKind) -> Result<()> {
-        let Some(jobs) = self.jobs.as_ref().filter(|_| kind == PackKind::Data) else {
-            return self.inner.put_pack(path, data, kind);
-        };
+impl Uploads {
+    /// Queues a data pack (see the module docs).
+    fn queue(&self, jobs: &crossbeam_channel::Sender<Job>, path: &str, data: &[u8]) -> Result<()> {
         let mut s = self.shared.state();
         loop {
             if let Some(first) = &s.failed {
@@ -224,20 +172,58 @@ impl Store for Uploads {
         }
         Ok(())
     }
-    fn get_pack_range(&self, path: &str, offset: u64, len: u64, kind: PackKind) -> Result<Vec<u8>> {
-        match self.queued(path) {
-            Some(d) => range(path, &d, offset, len),
-            None => self.inner.get_pack_range(path, offset, len, kind),
+}
+
+impl Backend for Uploads {
+    fn write(&self, h: Handle<'_>, data: &[u8], mode: WriteMode) -> Result<()> {
+        let data_pack = mode == WriteMode::Create && h.kind() == Kind::Pack(Some(PackKind::Data));
+        match self.jobs.as_ref().filter(|_| data_pack) {
+            Some(jobs) => self.queue(jobs, h.path(), data),
+            None => self.inner.write(h, data, mode),
         }
     }
-    fn list_cached(&self, prefix: &str) -> Result<Vec<ObjectInfo>> {
-        self.inner.list_cached(prefix)
+    fn read(&self, h: Handle<'_>, range: Option<ByteRange>) -> Result<Vec<u8>> {
+        match (self.queued(h.path()), range) {
+            (Some(d), None) => Ok(d.to_vec()),
+            (Some(d), Some(r)) => self::range(h.path(), &d, r.offset, r.len),
+            (None, _) => self.inner.read(h, range),
+        }
     }
-    fn bind(&self, repository_id: &str) {
-        self.inner.bind(repository_id)
+    fn listing(&self, prefix: &str, from: Listing) -> Result<Vec<ObjectInfo>> {
+        self.inner.listing(prefix, from)
     }
-    fn refresh_listings(&self) {
-        self.inner.refresh_listings()
+    fn remove(&self, h: Handle<'_>) -> Result<()> {
+        self.inner.remove(h)
+    }
+    fn size(&self, h: Handle<'_>) -> Result<u64> {
+        match self.queued(h.path()) {
+            Some(d) => Ok(d.len() as u64),
+            None => self.inner.size(h),
+        }
+    }
+    fn location(&self) -> String {
+        self.inner.location()
+    }
+    fn flush(&self) -> Result<()> {
+        let mut s = self.shared.state();
+        while s.pending > 0 {
+            s = self.shared.wait(s);
+        }
+        if let Some(e) = s.error.take() {
+            return Err(e);
+        }
+        if let Some(first) = &s.failed {
+            return Err(refused("flush", first));
+        }
+        drop(s);
+        self.inner.flush()
+    }
+    fn hint(&self, hint: Hint<'_>) {
+        match hint {
+            // A queued pack is read from memory.
+            Hint::Prefetch(h, _) if self.queued(h.path()).is_some() => {}
+            _ => self.inner.hint(hint),
+        }
     }
 }
 

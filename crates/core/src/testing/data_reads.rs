@@ -2,7 +2,9 @@
 //! packs: the restore tests count them against the spans the reader planned.
 
 use crate::error::Result;
-use crate::store::{ObjectInfo, PackKind, Store};
+use crate::store::{
+    Backend, ByteRange, Handle, Hint, Kind, Listing, ObjectInfo, PackKind, Store, WriteMode,
+};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 /// Records `(path, offset, len)` of every data-pack range read through it.
@@ -30,33 +32,24 @@ impl DataReads {
     }
 }
 
-impl Store for DataReads {
-    fn put(&self, path: &str, data: &[u8]) -> Result<()> {
-        self.inner.put(path, data)
+impl Backend for DataReads {
+    fn write(&self, h: Handle<'_>, data: &[u8], mode: WriteMode) -> Result<()> {
+        self.inner.write(h, data, mode)
     }
-    fn replace(&self, path: &str, data: &[u8]) -> Result<()> {
-        self.inner.replace(path, data)
-    }
-    fn get(&self, path: &str) -> Result<Vec<u8>> {
-        self.inner.get(path)
-    }
-    fn get_range(&self, path: &str, offset: u64, len: u64) -> Result<Vec<u8>> {
-        self.inner.get_range(path, offset, len)
-    }
-    fn get_pack_range(&self, path: &str, offset: u64, len: u64, kind: PackKind) -> Result<Vec<u8>> {
-        if kind == PackKind::Data {
-            self.reads().push((path.to_string(), offset, len));
+    fn read(&self, h: Handle<'_>, range: Option<ByteRange>) -> Result<Vec<u8>> {
+        if let (Kind::Pack(Some(PackKind::Data)), Some(r)) = (h.kind(), range) {
+            self.reads().push((h.path().to_string(), r.offset, r.len));
         }
-        self.inner.get_pack_range(path, offset, len, kind)
+        self.inner.read(h, range)
     }
-    fn list(&self, prefix: &str) -> Result<Vec<ObjectInfo>> {
-        self.inner.list(prefix)
+    fn listing(&self, prefix: &str, from: Listing) -> Result<Vec<ObjectInfo>> {
+        self.inner.listing(prefix, from)
     }
-    fn delete(&self, path: &str) -> Result<()> {
-        self.inner.delete(path)
+    fn remove(&self, h: Handle<'_>) -> Result<()> {
+        self.inner.remove(h)
     }
-    fn stat(&self, path: &str) -> Result<u64> {
-        self.inner.stat(path)
+    fn size(&self, h: Handle<'_>) -> Result<u64> {
+        self.inner.size(h)
     }
     fn location(&self) -> String {
         self.inner.location()
@@ -64,19 +57,7 @@ impl Store for DataReads {
     fn flush(&self) -> Result<()> {
         self.inner.flush()
     }
-    fn prefetch(&self, path: &str, offset: u64, len: u64) {
-        self.inner.prefetch(path, offset, len)
-    }
-    fn put_pack(&self, path: &str, data: &[u8], kind: PackKind) -> Result<()> {
-        self.inner.put_pack(path, data, kind)
-    }
-    fn list_cached(&self, prefix: &str) -> Result<Vec<ObjectInfo>> {
-        self.inner.list_cached(prefix)
-    }
-    fn bind(&self, repository_id: &str) {
-        self.inner.bind(repository_id)
-    }
-    fn refresh_listings(&self) {
-        self.inner.refresh_listings()
+    fn hint(&self, hint: Hint<'_>) {
+        self.inner.hint(hint)
     }
 }

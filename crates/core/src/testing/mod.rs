@@ -1,6 +1,6 @@
 //! Test support for this crate's and the CLI's integration tests (feature `testing`): a
 //! throw-away MinIO ([`minio`]), a proxy that injects the failures object storage has
-//! ([`fault_proxy`]), and the conformance suite every [`crate::store::Store`] passes
+//! ([`fault_proxy`]), and the conformance suite every [`crate::store::Backend`] passes
 //! ([`crate::store::conformance`]).
 //!
 //! Other crates enable it from their `[dev-dependencies]`, as `mailvault-imap`'s
