@@ -5,8 +5,9 @@ use crate::GlobalOpts;
 use anyhow::{bail, Result};
 use mailvault_core::host::seen::{StateDir, STATE_DIR_ENV};
 use mailvault_core::repo::lock::LockOptions;
+use mailvault_core::store::Backend;
 use mailvault_core::store::{
-    default_cache_root, Addressing, LocalStore, S3Options, S3Store, Stack, StackOptions, Store,
+    default_cache_root, Addressing, LocalStore, S3Options, S3Store, Stack, StackOptions,
     StoreUsage, DEFAULT_CONNECTIONS,
 };
 use mailvault_core::{Id, Repository};
@@ -16,7 +17,7 @@ use std::sync::OnceLock;
 
 /// The store behind `--repo` / MAILVAULT_REPOSITORY, with its wrappers; the stack is
 /// kept for the report of what the storage was asked ([`usage`]).
-pub fn store(g: &GlobalOpts) -> Result<Arc<dyn Store>> {
+pub fn store(g: &GlobalOpts) -> Result<Arc<dyn Backend>> {
     Ok(stack(g)?.store.clone())
 }
 

@@ -7,6 +7,7 @@
 mod common;
 
 use common::{assert_same_files, copy_tree, Env};
+use mailvault_core::store::Backend;
 use mailvault_core::store::{parse_s3_url, LocalStore, Store};
 use mailvault_core::testing::minio::Minio;
 use mailvault_corpus::{generate, mutate, CorpusSpec, MutationSpec};
@@ -19,7 +20,7 @@ fn maildir(p: &Path) -> String {
 }
 
 /// The test's repository as a store, reached directly (not through `mailvault`).
-fn store(e: &Env) -> Box<dyn Store> {
+fn store(e: &Env) -> Box<dyn Backend> {
     match &e.location {
         None => Box::new(LocalStore::new(e.repo())),
         Some(l) => {

@@ -37,7 +37,7 @@ fn copy_dir(from: &Path, to: &Path) {
 }
 
 /// Puts every file of a fixture into `store`.
-fn load_fixture(from: &Path, rel: &str, store: &dyn Store) {
+fn load_fixture(from: &Path, rel: &str, store: &dyn Backend) {
     for e in std::fs::read_dir(from).unwrap() {
         let e = e.unwrap();
         let name = e.file_name().to_string_lossy().to_string();

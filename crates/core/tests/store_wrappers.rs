@@ -23,7 +23,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 struct Wrapped {
-    store: Arc<dyn Store>,
+    store: Arc<dyn Backend>,
     faulty: Arc<FaultyStore>,
     retry: Arc<Retry>,
     metered: Arc<Metered>,
@@ -205,7 +205,7 @@ impl Backend for Hints {
 /// (a wrapper that kept a trait default would end the hint there).
 #[test]
 fn every_wrapper_forwards_every_hint() {
-    type Wrap = fn(Arc<dyn Store>) -> Arc<dyn Store>;
+    type Wrap = fn(Arc<dyn Backend>) -> Arc<dyn Backend>;
     let wrappers: [(&str, Wrap); 6] = [
         ("metered", |s| Arc::new(Metered::new(s))),
         ("retry", |s| Arc::new(Retry::new(s, RetryPolicy::default()))),

@@ -10,7 +10,8 @@ use mailvault_core::ops::restore::{restore, RestoreOptions};
 use mailvault_core::restore::Selection;
 use mailvault_core::source::maildir::{BackupOptions, MaildirSource};
 use mailvault_core::source::RunOptions;
-use mailvault_core::store::{LocalStore, Metered, Store};
+use mailvault_core::store::Backend;
+use mailvault_core::store::{LocalStore, Metered};
 use mailvault_core::{InitOptions, Repository};
 use mailvault_corpus::{generate, mutate, CorpusSpec, MutationSpec};
 use std::collections::BTreeMap;
@@ -74,7 +75,7 @@ pub fn run(g: &GlobalOpts, a: Args) -> Result<Outcome> {
     std::fs::write(dir.join("password"), password)?;
     // The repository: `--repo` when given (a local directory or object storage), else
     // one in the working directory.
-    let store: Arc<dyn Store> = match g.repo {
+    let store: Arc<dyn Backend> = match g.repo {
         Some(_) => {
             repo::prepare_new(g)?;
             repo::store(g)?

@@ -17,6 +17,7 @@
 use crate::error::{Error, Result};
 use crate::repo::id::Id;
 use crate::repo::{file_id, Repository, Snapshots};
+use crate::store::Store;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeSet;
 use std::fs;

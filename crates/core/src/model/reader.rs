@@ -28,6 +28,7 @@ use crate::repo::id::Id;
 use crate::repo::index::Index;
 use crate::repo::pack;
 use crate::repo::{lock, Repository};
+use crate::store::Store;
 use std::borrow::Cow;
 use std::collections::HashMap;
 use std::ops::Range;
@@ -71,7 +72,7 @@ impl SpanOptions {
     /// on object storage (`s3:`), where a read waits on the network, and 2 on a local
     /// directory, where more readers only take the CPU from the writers (measured on the
     /// `medium` preset: 8 readers made a local restore 10% slower than 2).
-    pub fn for_store(store: &dyn crate::store::Store, reads: usize) -> SpanOptions {
+    pub fn for_store(store: &dyn crate::store::Backend, reads: usize) -> SpanOptions {
         let readers = match reads {
             0 if crate::store::on_network(store) => crate::store::DEFAULT_CONNECTIONS,
             0 => 2,

@@ -37,6 +37,7 @@ use crate::repo::snapshot::Snapshot;
 use crate::repo::{lock, Repository};
 use crate::report::Failure;
 use crate::store::ObjectInfo;
+use crate::store::Store;
 use rayon::prelude::*;
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::sync::atomic::Ordering::Relaxed;

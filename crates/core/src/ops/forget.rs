@@ -24,6 +24,7 @@ use crate::repo::id::Id;
 use crate::repo::named::Named;
 use crate::repo::snapshot::Snapshot;
 use crate::repo::Repository;
+use crate::store::Store;
 use jiff::civil::{Date, DateTime};
 use jiff::tz::TimeZone;
 use jiff::{SignedDuration, Timestamp};

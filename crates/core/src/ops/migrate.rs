@@ -36,6 +36,7 @@ use crate::repo::snapshot::Snapshot;
 use crate::repo::writer::BlobSaver;
 use crate::repo::{file_id, Repository, MIGRATE_STATE};
 use crate::store::put_content_named;
+use crate::store::Store;
 use rayon::prelude::*;
 use serde::Serialize;
 use std::collections::{BTreeMap, HashMap, HashSet};

@@ -27,6 +27,7 @@ use crate::repo::snapshot::Snapshot;
 use crate::repo::tree::{AccountTree, MessageChunk, RootTree};
 use crate::repo::{file_id, lock, Repository, Snapshots, MIGRATE_STATE};
 use crate::report::Progress;
+use crate::store::Store;
 use serde::Serialize;
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};

@@ -26,6 +26,7 @@ use crate::repo::writer::records::PackVerdict;
 use crate::repo::writer::BlobSaver;
 use crate::repo::{file_id, Repository};
 use crate::report::Failure;
+use crate::store::Store;
 use rayon::prelude::*;
 use serde::Serialize;
 use std::collections::HashSet;
@@ -351,7 +352,7 @@ fn refuse_unindexed_usable(repo: &Repository) -> Result<()> {
 }
 
 /// Copies a repository file below `damaged/` (durably), then removes it.
-pub(crate) fn move_to_damaged(store: &dyn crate::store::Store, path: &str) -> Result<()> {
+pub(crate) fn move_to_damaged(store: &dyn crate::store::Backend, path: &str) -> Result<()> {
     let bytes = store.get(path)?;
     match store.put(&format!("{DAMAGED_DIR}{path}"), &bytes) {
         Ok(()) | Err(Error::AlreadyExists(_)) => {}

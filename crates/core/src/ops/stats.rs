@@ -4,6 +4,7 @@ use crate::error::Result;
 use crate::repo::format::BlobKind;
 use crate::repo::Repository;
 use crate::report::ratio;
+use crate::store::Store;
 use serde::Serialize;
 
 #[derive(Clone, Debug, Serialize)]

@@ -9,6 +9,7 @@ use crate::repo::format::Version;
 use crate::repo::id::Id;
 use crate::repo::named::Named;
 use crate::repo::{file_id, Repository};
+use crate::store::Store;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeSet;
 

@@ -10,6 +10,7 @@ use crate::repo::pack::PackList;
 use crate::repo::Repository;
 use crate::repo::{file_id, index};
 use crate::store::put_content_named;
+use crate::store::Store;
 use std::collections::HashSet;
 
 impl Repository {

@@ -18,6 +18,7 @@ use crate::error::{Error, Result};
 use crate::repo::crypto::MasterKey;
 use crate::repo::format::{Object, Version};
 use crate::repo::seal::{open_as, seal_as};
+use crate::store::Backend;
 use crate::store::Store;
 use serde::{Deserialize, Serialize};
 use std::sync::mpsc;
@@ -192,7 +193,7 @@ fn lock_object(path: &str) -> Object<'_> {
 /// Everything needed to read and write lock records, without the repository.
 #[derive(Clone)]
 pub(crate) struct LockStore {
-    pub(crate) store: Arc<dyn Store>,
+    pub(crate) store: Arc<dyn Backend>,
     pub(crate) key: MasterKey,
     pub(crate) version: Version,
 }

@@ -42,6 +42,7 @@ pub mod tree;
 pub mod writer;
 
 use crate::error::{Error, Result};
+use crate::store::Backend;
 use crate::store::Store;
 use compress::Compression;
 use crypto::{KdfParams, MasterKey};
@@ -102,7 +103,7 @@ impl Default for InitOptions {
 
 /// An open repository.
 pub struct Repository {
-    store: Arc<dyn Store>,
+    store: Arc<dyn Backend>,
     key: MasterKey,
     config: Config,
     /// The format, from the config.
@@ -132,7 +133,7 @@ pub struct Repository {
 pub const MIGRATE_STATE: &str = "migrate/state";
 
 impl Repository {
-    pub fn store(&self) -> &dyn Store {
+    pub fn store(&self) -> &dyn Backend {
         self.store.as_ref()
     }
     pub fn key(&self) -> &MasterKey {

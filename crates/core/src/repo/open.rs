@@ -13,12 +13,17 @@ use crate::repo::named::{open_config, seal_config};
 use crate::repo::split::{Chunker, ChunkerParams};
 use crate::repo::{pack, UNFINISHED_MIGRATION};
 use crate::repo::{Config, InitOptions, Repository, MIGRATE_STATE};
+use crate::store::Backend;
 use crate::store::{ObjectInfo, Store};
 use std::sync::Arc;
 
 impl Repository {
     /// Creates a new repository in an empty location.
-    pub fn init(store: Arc<dyn Store>, password: &[u8], opts: &InitOptions) -> Result<Repository> {
+    pub fn init(
+        store: Arc<dyn Backend>,
+        password: &[u8],
+        opts: &InitOptions,
+    ) -> Result<Repository> {
         match store.stat("config") {
             Ok(_) => return Err(Error::RepositoryExists(store.location())),
             Err(Error::NotFound(_)) => {}
@@ -57,7 +62,7 @@ impl Repository {
     }
 
     /// A repository of `version` with nothing loaded yet (no index, no dictionaries).
-    fn unloaded(store: Arc<dyn Store>, key: MasterKey, config: Config, version: Version) -> Self {
+    fn unloaded(store: Arc<dyn Backend>, key: MasterKey, config: Config, version: Version) -> Self {
         Repository {
             store,
             chunker: chunker_for(&key, &config, version),
@@ -76,7 +81,7 @@ impl Repository {
     }
 
     /// Opens a repository with a password and loads its index.
-    pub fn open(store: Arc<dyn Store>, password: &[u8]) -> Result<Repository> {
+    pub fn open(store: Arc<dyn Backend>, password: &[u8]) -> Result<Repository> {
         let sealed_cfg = match store.get("config") {
             Err(Error::NotFound(_)) => {
                 return Err(match repository_parts(store.as_ref())? {
@@ -233,7 +238,7 @@ impl Repository {
 /// open: the config).
 /// Unlocks a key file of `keys` with the password and opens the config with its key.
 fn open_with_keys(
-    store: &dyn Store,
+    store: &dyn Backend,
     mut keys: Vec<ObjectInfo>,
     password: &[u8],
     sealed_cfg: &[u8],
@@ -258,7 +263,7 @@ fn chunker_for(key: &MasterKey, config: &Config, version: Version) -> Chunker {
 /// The master key from the first key file that opens with `password`. When none does,
 /// every key file's outcome is reported: a damaged key file must not hide that the
 /// password is wrong for the others, nor a wrong password that a key file is damaged.
-fn unlock(store: &dyn Store, keys: &[ObjectInfo], password: &[u8]) -> Result<MasterKey> {
+fn unlock(store: &dyn Backend, keys: &[ObjectInfo], password: &[u8]) -> Result<MasterKey> {
     let mut outcomes = Vec::new();
     let mut damaged = Vec::new();
     for k in keys {
@@ -302,7 +307,7 @@ const REPOSITORY_DIRS: [&str; 8] = [
 
 /// Which of the repository's directories hold files (`"keys/, data/"`), if any: a location
 /// without `config` but with these is a repository that lost its config, not an empty one.
-fn repository_parts(store: &dyn Store) -> Result<Option<String>> {
+fn repository_parts(store: &dyn Backend) -> Result<Option<String>> {
     let mut parts = Vec::new();
     for dir in REPOSITORY_DIRS {
         if !store.list(dir)?.is_empty() {

@@ -20,6 +20,7 @@ use crate::repo::compress::Codec;
 use crate::repo::crypto::{MasterKey, SEAL_OVERHEAD};
 use crate::repo::format::{BlobKind, Object, Version};
 use crate::repo::id::Id;
+use crate::store::Backend;
 use crate::store::Store;
 
 const MAGIC: &[u8; 4] = b"MVPK";
@@ -229,7 +230,7 @@ pub fn decode_header(
 /// ranged reads). `allowed` are the pack formats the caller accepts: a pack of another
 /// is an error that says which it is.
 pub fn read_header(
-    store: &dyn Store,
+    store: &dyn Backend,
     key: &MasterKey,
     path: &str,
     size: u64,

@@ -11,6 +11,7 @@ use crate::repo::pack::PackEntry;
 use crate::repo::snapshot::Snapshot;
 use crate::repo::{file_id, format, pack, DamagedSnapshot};
 use crate::repo::{tree, Repository, Snapshots};
+use crate::store::Store;
 use std::collections::HashMap;
 
 impl Repository {

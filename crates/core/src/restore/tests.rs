@@ -13,7 +13,7 @@ mod spans {
     use crate::report::NoProgress;
     use crate::source::maildir::{BackupOptions, MaildirSource};
     use crate::source::RunOptions;
-    use crate::store::{LocalStore, MemoryStore, Metered, Store};
+    use crate::store::{Backend, LocalStore, MemoryStore, Metered};
     use std::collections::BTreeMap;
     use std::collections::HashMap;
     use std::path::PathBuf;
@@ -24,7 +24,7 @@ mod spans {
     use std::fs;
     use std::path::Path;
 
-    fn recording(inner: Arc<dyn Store>) -> Arc<DataReads> {
+    fn recording(inner: Arc<dyn Backend>) -> Arc<DataReads> {
         DataReads::new(inner)
     }
 
@@ -98,12 +98,16 @@ mod spans {
 
     /// A repository with small packs (64 KiB) on `store`, holding a backup of `src`,
     /// opened again (as a restore opens it).
-    fn backed_up(store: Arc<dyn Store>, src: &Path) -> Repository {
+    fn backed_up(store: Arc<dyn Backend>, src: &Path) -> Repository {
         backed_up_accounts(store, src, vec!["bob".into()])
     }
 
     /// [`backed_up`] for a mail store of `accounts` (all: empty).
-    fn backed_up_accounts(store: Arc<dyn Store>, src: &Path, accounts: Vec<String>) -> Repository {
+    fn backed_up_accounts(
+        store: Arc<dyn Backend>,
+        src: &Path,
+        accounts: Vec<String>,
+    ) -> Repository {
         let opts = crate::repo::InitOptions {
             kdf: KdfParams::FOR_TESTS,
             pack_size: 64 << 10,

@@ -78,7 +78,7 @@ struct Counters {
 /// The local cache over a store. Until [`Hint::Bind`] names the repository it caches
 /// nothing (it reads cached key files for a [`Listing::Cached`] of `keys/` only).
 pub struct Cached {
-    inner: Arc<dyn Store>,
+    inner: Arc<dyn Backend>,
     root: PathBuf,
     /// `root/<repository id>` once bound.
     dir: RwLock<Option<PathBuf>>,
@@ -178,7 +178,7 @@ enum PackRead {
 
 impl Cached {
     /// A cache under `root` (created when first needed) over `inner`.
-    pub fn new(inner: Arc<dyn Store>, root: PathBuf) -> Cached {
+    pub fn new(inner: Arc<dyn Backend>, root: PathBuf) -> Cached {
         Cached {
             inner,
             root,

@@ -7,7 +7,7 @@
 //! fail the next few requests with a chosen kind, slow every request down, hold puts
 //! until released, and tell how many requests were in flight at most.
 
-use super::{Backend, ByteRange, Handle, Hint, Listing, ObjectInfo, Store, WriteMode};
+use super::{Backend, ByteRange, Handle, Hint, Listing, ObjectInfo, WriteMode};
 use crate::error::{BackendKind, Error, Result};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::SeqCst};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
@@ -15,7 +15,7 @@ use std::time::Duration;
 
 /// Wraps a store and fails some of its requests (see the module docs).
 pub struct FaultyStore {
-    inner: Arc<dyn Store>,
+    inner: Arc<dyn Backend>,
     every: u64,
     /// Only requests for paths below this fail ("": all).
     under: String,
@@ -38,7 +38,7 @@ enum When {
 
 impl FaultyStore {
     /// Passes every request through, until told otherwise.
-    pub fn new(inner: Arc<dyn Store>) -> FaultyStore {
+    pub fn new(inner: Arc<dyn Backend>) -> FaultyStore {
         FaultyStore {
             inner,
             every: 0,

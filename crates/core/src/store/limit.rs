@@ -7,14 +7,14 @@
 //! are in, and the next request waits for it. A bucket starts empty and saves at most a
 //! quarter of a second of unused bandwidth, so a cap holds from the first byte.
 
-use super::{Backend, ByteRange, Handle, Hint, Listing, ObjectInfo, Store, WriteMode};
+use super::{Backend, ByteRange, Handle, Hint, Listing, ObjectInfo, WriteMode};
 use crate::error::Result;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 /// Bounds the requests in flight and the bandwidth of the inner store.
 pub struct Limit {
-    inner: Arc<dyn Store>,
+    inner: Arc<dyn Backend>,
     slots: Semaphore,
     up: Option<Bucket>,
     down: Option<Bucket>,
@@ -22,7 +22,7 @@ pub struct Limit {
 
 impl Limit {
     /// At most `connections` requests in flight (at least one), no bandwidth cap.
-    pub fn new(inner: Arc<dyn Store>, connections: usize) -> Limit {
+    pub fn new(inner: Arc<dyn Backend>, connections: usize) -> Limit {
         Limit {
             inner,
             slots: Semaphore::new(connections.max(1)),
@@ -174,7 +174,7 @@ impl Bucket {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::store::{FaultyStore, MemoryStore};
+    use crate::store::{FaultyStore, MemoryStore, Store};
 
     #[test]
     fn passes_the_conformance_suite() {

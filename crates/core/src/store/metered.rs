@@ -5,7 +5,7 @@
 //! Counting here, around the trait, rather than in a backend, counts the same way for
 //! every store. On a local directory the "requests" are the store calls.
 
-use super::{Backend, ByteRange, Handle, Hint, Listing, ObjectInfo, Store, WriteMode};
+use super::{Backend, ByteRange, Handle, Hint, Listing, ObjectInfo, WriteMode};
 use crate::error::Result;
 use serde::Serialize;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
@@ -49,12 +49,12 @@ struct Counters {
 /// Counts what passes through to the inner store. A failed request counts too (it was
 /// made, and billed); its bytes do not.
 pub struct Metered {
-    inner: Arc<dyn Store>,
+    inner: Arc<dyn Backend>,
     counts: Counters,
 }
 
 impl Metered {
-    pub fn new(inner: Arc<dyn Store>) -> Metered {
+    pub fn new(inner: Arc<dyn Backend>) -> Metered {
         Metered {
             inner,
             counts: Counters::default(),
@@ -127,7 +127,7 @@ impl Backend for Metered {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::store::MemoryStore;
+    use crate::store::{MemoryStore, Store};
 
     #[test]
     fn passes_the_conformance_suite() {

@@ -245,7 +245,9 @@ pub trait Backend: Send + Sync {
 }
 
 /// The conveniences over [`Backend`] that callers use, by path. Every backend has them
-/// and none can change them: a wrapper implements [`Backend`] only.
+/// and none can change them: a wrapper implements [`Backend`] only. Hold a store as
+/// `dyn Backend` (never `dyn Store`: the blanket implementation below gives `dyn Backend`
+/// these methods, and a `dyn Store` would have two implementations of them).
 pub trait Store: Backend {
     /// Writes `data` at `path`; [`crate::Error::AlreadyExists`] if the object exists.
     fn put(&self, path: &str, data: &[u8]) -> Result<()> {
@@ -307,12 +309,12 @@ impl<B: Backend + ?Sized> Store for B {}
 
 /// Whether a store's requests wait on the network (object storage), so that more of them
 /// in flight pay: readers and pack writers are sized by it.
-pub fn on_network(store: &dyn Store) -> bool {
+pub fn on_network(store: &dyn Backend) -> bool {
     store.location().starts_with("s3:")
 }
 
 /// Puts an object that is named by its content: an existing one is the same bytes.
-pub fn put_content_named(store: &dyn Store, path: &str, data: &[u8]) -> Result<()> {
+pub fn put_content_named(store: &dyn Backend, path: &str, data: &[u8]) -> Result<()> {
     match store.put(path, data) {
         Err(crate::Error::AlreadyExists(_)) => Ok(()),
         other => other,
@@ -328,7 +330,7 @@ pub mod conformance {
     use super::*;
     use crate::Error;
 
-    pub fn run(store: &dyn Store) {
+    pub fn run(store: &dyn Backend) {
         assert!(store.list("").unwrap().is_empty());
         store.put("config", b"cfg").unwrap();
         store.put("data/ab/abcdef", b"0123456789").unwrap();
@@ -407,7 +409,7 @@ pub mod conformance {
     }
 
     /// Packs put and read with their kind, and every hint: the same objects as without.
-    fn hints(store: &dyn Store) {
+    fn hints(store: &dyn Backend) {
         store
             .put_pack("data/ef/ef01", b"tree pack", PackKind::Tree)
             .unwrap();
@@ -437,7 +439,7 @@ pub mod conformance {
     }
 
     /// Files outside the known directories are listed, read and removed like the others.
-    fn foreign(store: &dyn Store) {
+    fn foreign(store: &dyn Backend) {
         let stray = ["stray", "other/x/y", "data/readme.txt"];
         for p in stray {
             store.put(p, b"?").unwrap();

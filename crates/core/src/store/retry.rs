@@ -140,7 +140,7 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 
 /// Retries transient failures of the inner store (see the module docs).
 pub struct Retry {
-    inner: Arc<dyn Store>,
+    inner: Arc<dyn Backend>,
     policy: RetryPolicy,
     /// Whether some request has reached the service.
     reached: AtomicBool,
@@ -149,7 +149,7 @@ pub struct Retry {
 }
 
 impl Retry {
-    pub fn new(inner: Arc<dyn Store>, policy: RetryPolicy) -> Retry {
+    pub fn new(inner: Arc<dyn Backend>, policy: RetryPolicy) -> Retry {
         Retry {
             inner,
             policy,

@@ -429,7 +429,7 @@ impl S3Store {
     /// [`BackendKind::NoConditionalPut`].
     /// `store` is this store, or a stack over it (so that the probe's requests are
     /// counted and retried like any other).
-    pub fn check_conditional_puts(&self, store: &dyn Store) -> Result<()> {
+    pub fn check_conditional_puts(&self, store: &dyn Backend) -> Result<()> {
         let path = format!("probe/{}", hex::encode(rand::random::<[u8; 8]>()));
         store.put(&path, b"1")?;
         let second = store.put(&path, b"2");

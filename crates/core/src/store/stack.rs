@@ -8,8 +8,9 @@
 //! counted, as the provider bills it), and the limits on requests in flight and bandwidth.
 
 use super::{CacheStats, Cached, Limit, Metered, RequestCounts, Retry, RetryPolicy, RetryStats};
-use super::{S3Store, Store, Uploads};
+use super::{S3Store, Uploads};
 use crate::error::Result;
+use crate::store::Backend;
 use serde::Serialize;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -52,7 +53,7 @@ pub struct StoreUsage {
 /// A store with its wrappers, and handles on the ones that count.
 pub struct Stack {
     /// The top of the stack: what the repository uses.
-    pub store: Arc<dyn Store>,
+    pub store: Arc<dyn Backend>,
     /// The S3 backend, when the repository is on object storage.
     pub s3: Option<Arc<S3Store>>,
     metered: Arc<Metered>,
@@ -62,7 +63,7 @@ pub struct Stack {
 
 impl Stack {
     /// A local directory (or any store without a network): counted only.
-    pub fn local(store: Arc<dyn Store>) -> Stack {
+    pub fn local(store: Arc<dyn Backend>) -> Stack {
         let metered = Arc::new(Metered::new(store));
         Stack {
             store: metered.clone(),
@@ -80,7 +81,7 @@ impl Stack {
     /// requests in flight and bandwidth.
     pub fn remote(s3: Arc<S3Store>, opts: &StackOptions) -> Result<Stack> {
         let connections = opts.connections.max(1);
-        let limited: Arc<dyn Store> = Arc::new(
+        let limited: Arc<dyn Backend> = Arc::new(
             Limit::new(s3.clone(), connections)
                 .with_upload_kib(opts.upload_kib)
                 .with_download_kib(opts.download_kib),
@@ -93,7 +94,8 @@ impl Stack {
         let retry = Arc::new(Retry::new(metered.clone(), policy));
         // Packs queued plus packs being sent: memory for about twice this many packs.
         let uploaders = connections.min(UPLOADERS);
-        let uploads: Arc<dyn Store> = Arc::new(Uploads::new(retry.clone(), uploaders, uploaders)?);
+        let uploads: Arc<dyn Backend> =
+            Arc::new(Uploads::new(retry.clone(), uploaders, uploaders)?);
         let cache =
             (opts.cache_root.clone()).map(|root| Arc::new(Cached::new(uploads.clone(), root)));
         Ok(Stack {

@@ -24,7 +24,7 @@ use std::thread::JoinHandle;
 
 /// Uploads data packs in the background (see the module docs).
 pub struct Uploads {
-    inner: Arc<dyn Store>,
+    inner: Arc<dyn Backend>,
     shared: Arc<Shared>,
     jobs: Option<crossbeam_channel::Sender<Job>>,
     threads: Vec<JoinHandle<()>>,
@@ -67,7 +67,7 @@ impl Shared {
 
 impl Uploads {
     /// `uploaders` threads (at least one) send packs; `queue` more may wait.
-    pub fn new(inner: Arc<dyn Store>, uploaders: usize, queue: usize) -> Result<Uploads> {
+    pub fn new(inner: Arc<dyn Backend>, uploaders: usize, queue: usize) -> Result<Uploads> {
         let uploaders = uploaders.max(1);
         let shared = Arc::new(Shared {
             state: Mutex::new(State::default()),
@@ -105,7 +105,7 @@ impl Uploads {
     }
 }
 
-fn upload(inner: &dyn Store, shared: &Shared, job: Job) {
+fn upload(inner: &dyn Backend, shared: &Shared, job: Job) {
     // A panic in the inner store fails this upload, rather than leaving a flush waiting
     // for it for ever.
     let put = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {

@@ -3,18 +3,18 @@
 
 use crate::error::Result;
 use crate::store::{
-    Backend, ByteRange, Handle, Hint, Kind, Listing, ObjectInfo, PackKind, Store, WriteMode,
+    Backend, ByteRange, Handle, Hint, Kind, Listing, ObjectInfo, PackKind, WriteMode,
 };
 use std::sync::{Arc, Mutex, MutexGuard};
 
 /// Records `(path, offset, len)` of every data-pack range read through it.
 pub struct DataReads {
-    inner: Arc<dyn Store>,
+    inner: Arc<dyn Backend>,
     reads: Mutex<Vec<(String, u64, u64)>>,
 }
 
 impl DataReads {
-    pub fn new(inner: Arc<dyn Store>) -> Arc<DataReads> {
+    pub fn new(inner: Arc<dyn Backend>) -> Arc<DataReads> {
         Arc::new(DataReads {
             inner,
             reads: Mutex::new(Vec::new()),
@@ -22,7 +22,7 @@ impl DataReads {
     }
 
     /// The store below, read without recording.
-    pub fn inner(&self) -> Arc<dyn Store> {
+    pub fn inner(&self) -> Arc<dyn Backend> {
         self.inner.clone()
     }
 

@@ -12,6 +12,7 @@ use crate::repo::id::Id;
 use crate::repo::index::Location;
 use crate::repo::pack::{self, PackEntry};
 use crate::repo::{file_id, lock, Repository};
+use crate::store::Store;
 use rayon::prelude::*;
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::Ordering::Relaxed;

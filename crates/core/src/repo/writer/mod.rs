@@ -12,6 +12,7 @@ use crate::repo::id::Id;
 use crate::repo::pack::{FinishedPack, IndexedPack, PackBuilder, PackList};
 use crate::repo::Repository;
 use crate::repo::{lock, pack};
+use crate::store::Backend;
 use crate::store::Store;
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -74,7 +75,7 @@ struct WritersDone {
 }
 
 impl PackWriters {
-    fn start(store: Arc<dyn Store>) -> PackWriters {
+    fn start(store: Arc<dyn Backend>) -> PackWriters {
         let n = if crate::store::on_network(&*store) {
             4
         } else {
@@ -127,7 +128,11 @@ impl PackWriters {
 
 /// Puts a finished pack; content-named, so one already there is the same bytes. Returns
 /// its index entry and its buffer (for the next pack).
-fn put_pack(store: &dyn Store, p: FinishedPack, kind: BlobKind) -> Result<(IndexedPack, Vec<u8>)> {
+fn put_pack(
+    store: &dyn Backend,
+    p: FinishedPack,
+    kind: BlobKind,
+) -> Result<(IndexedPack, Vec<u8>)> {
     match store.put_pack(&pack::pack_path(&p.id), &p.bytes, kind.into()) {
         Err(Error::AlreadyExists(_)) | Ok(()) => {}
         Err(e) => return Err(e),

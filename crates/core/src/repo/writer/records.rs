@@ -12,6 +12,7 @@ use crate::repo::snapshot::Snapshot;
 use crate::repo::Repository;
 use crate::repo::{file_id, format, index, pack};
 use crate::store::put_content_named;
+use crate::store::Store;
 
 impl Repository {
     /// Seals and writes a snapshot; returns its id.
