@@ -32,9 +32,9 @@ fuzz_target!(|data: &[u8]| {
         }
         assert_eq!(at, data.len());
     }
-    let (key, info) = mailvault_core::source::maildir::split_name(data);
+    let (key, info) = mailvault_core::mail::maildir::split_name(data);
     assert!(key.len() + info.len() <= data.len());
-    let _ = mailvault_core::ops::backup::header_summary(data);
+    let _ = mailvault_core::mail::summary::header_summary(data);
     if let Some(enc) = mailvault_core::repo::b64::encode(data) {
         assert_eq!(
             mailvault_core::repo::b64::decode(&enc, data.len()).unwrap(),
