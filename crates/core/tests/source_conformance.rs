@@ -19,7 +19,8 @@
 //!
 //! A new source joins by adding one test: put [`mail_set`] into it, build the source,
 //! call [`conforms`] ([`MemorySource`] is the smallest example). IMAP runs against a real
-//! Dovecot (fails without one unless MAILVAULT_SKIP_DOVECOT=1).
+//! Dovecot (fails without one unless MAILVAULT_SKIP_DOVECOT=1, which `.ci/run` unsets: in
+//! CI the IMAP case always runs).
 #![allow(clippy::unwrap_used)]
 
 mod common;

@@ -19,7 +19,7 @@
 //! for the hard link pair); a second run writes nothing.
 //!
 //! Fails (does not skip) without python3, and without Dovecot unless
-//! MAILVAULT_SKIP_DOVECOT=1.
+//! MAILVAULT_SKIP_DOVECOT=1, which `.ci/run` unsets: in CI every case runs.
 #![allow(clippy::unwrap_used)]
 
 mod common;
