@@ -2,6 +2,7 @@
 //! which every text that comes from mail data or a repository passes on its way to a
 //! terminal.
 
+use mailvault_core::error::FailureKind;
 use mailvault_core::report::Failure;
 use std::borrow::Cow;
 use std::fmt::Write;
@@ -177,13 +178,25 @@ pub fn print_failures(failures: &[Failure]) {
     // the command's error says: counted here, not listed.
     let (not_sent, failures): (Vec<&Failure>, Vec<&Failure>) = failures
         .iter()
-        .partition(|f| f.error.contains(mailvault_core::store::GIVEN_UP));
+        .partition(|f| f.kind == FailureKind::NotTried);
     let n = failures.len();
     if n > 0 {
         println!("{n} {}:", if n == 1 { "failure" } else { "failures" });
     }
-    for f in failures {
-        println!("  {}: {}", safe(&f.item), safe(&f.error));
+    for f in &failures {
+        let hint = match f.kind {
+            FailureKind::Transient => " (may pass: run the command again later)",
+            _ => "",
+        };
+        println!("  {}: {}{hint}", safe(&f.item), safe(&f.error));
+    }
+    let conflicts = failures.iter().filter(|f| f.kind == FailureKind::Conflict);
+    let conflicts = conflicts.count() as u64;
+    if conflicts > 0 {
+        println!(
+            "{} something else where the item goes: nothing was overwritten (move it away, or restore elsewhere)",
+            count(conflicts, "conflict:", "conflicts:")
+        );
     }
     if !not_sent.is_empty() {
         println!(

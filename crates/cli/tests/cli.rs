@@ -405,6 +405,10 @@ fn partial_restores_and_conflicts() {
         ],
     );
     assert!(out.contains("not overwritten"), "{out}");
+    assert!(
+        out.contains("1 conflict: something else where the item goes"),
+        "{out}"
+    );
     assert_eq!(fs::read(&victim).unwrap(), b"local edit");
 }
 

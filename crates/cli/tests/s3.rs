@@ -608,6 +608,11 @@ fn s3_a_restore_against_dead_storage_gives_up_and_resumes() {
                 stderr.contains("run the command again"),
                 "{dies_at}: {stderr}"
             );
+            // What failed for that one reason is counted, not listed item by item.
+            assert!(
+                stdout.contains("not done: the storage was given up on"),
+                "{dies_at}: {stdout}"
+            );
         }
         assert!(
             stdout.lines().count() + stderr.lines().count() < 20,

@@ -124,6 +124,67 @@ pub enum Error {
     /// out of this snapshot, read again by the next backup.
     #[error("changed while read, twice (rewritten in place: not a Maildir's way); not in this snapshot: the next backup reads it again")]
     ChangedWhileRead { path: PathBuf },
+    /// A restore found something else where an item goes (`what`: the file, link or
+    /// folder, `detail`: what is there): nothing was overwritten.
+    #[error("{what}: {detail}")]
+    Conflict { what: String, detail: String },
+    /// A restore did not write an item (`what`): it cannot be written to this kind of
+    /// destination (a symbolic link outside a `dir:` restore), or an item it depends on
+    /// was not restored (a hard link's file); `detail` says which.
+    #[error("{what}: {detail}")]
+    NotRestored { what: String, detail: String },
+    /// An IMAP server or the connection to it failed (it names the server, account and
+    /// folder; [`mailvault_imap::Error::is_transient`] says whether waiting helps).
+    #[error(transparent)]
+    Imap(Box<mailvault_imap::Error>),
+    /// An IMAP server did not take a message: it refused it (APPEND answered NO), or the
+    /// batch the message was sent in stopped (`detail` says why); `transient` when waiting
+    /// may help (`[THROTTLED]`, `[UNAVAILABLE]`, a lost connection).
+    #[error("{detail}")]
+    Refused { detail: String, transient: bool },
+    /// The journal of a restore into IMAP could not be read or written.
+    #[error("restore journal {}: {source}", path.display())]
+    Journal {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    /// No credential could be found for an account.
+    #[error("account {account}: {detail}")]
+    Credentials { account: String, detail: String },
+    /// An item of a source could not be read as what it is (`what`: an IMAP server sent
+    /// a message's FETCH without its body): left out of this snapshot, and reported.
+    #[error("{what}: {detail}")]
+    Unreadable { what: String, detail: String },
+    /// The operating system refused a resource the run needs (worker threads).
+    #[error("{0}")]
+    Resources(String),
+    /// A state the engine's own invariants rule out: a bug, reported rather than
+    /// panicking, so that the run ends with its report.
+    #[error("internal error (please report it): {0}")]
+    Internal(String),
+}
+
+impl From<mailvault_imap::Error> for Error {
+    fn from(e: mailvault_imap::Error) -> Self {
+        Error::Imap(Box::new(e))
+    }
+}
+
+/// What the user can do about a failed item: the kind every error keeps from where it
+/// happened to the report.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FailureKind {
+    /// Something else is where the item goes (a file with other content): nothing was
+    /// overwritten; move it away, or restore elsewhere.
+    Conflict,
+    /// It may pass by itself: run the command again later.
+    Transient,
+    /// Not tried: the storage was given up on earlier in the run (the command's error
+    /// says why, once).
+    NotTried,
+    /// Trying the same again fails the same way until something is changed.
+    Permanent,
 }
 
 /// What kind of failure a storage service reported: whether to retry, and what the user
@@ -152,17 +213,35 @@ pub enum BackendKind {
 }
 
 impl Error {
-    /// Whether trying the same request again may succeed: transient service failures
-    /// (5xx, `SlowDown`, timeouts, reset connections) and a service that could not be
-    /// reached; never authentication, permission or missing-bucket errors.
+    /// Whether trying the same again may succeed: transient service failures (5xx,
+    /// `SlowDown`, timeouts, reset connections), a service that could not be reached, an
+    /// IMAP server that asked to wait; never authentication, permission or missing-bucket
+    /// errors.
     pub fn is_transient(&self) -> bool {
-        matches!(
-            self,
-            Error::Backend {
-                kind: BackendKind::Transient | BackendKind::Unreachable,
-                ..
+        self.kind() == FailureKind::Transient
+    }
+
+    /// What kind of failure this is, for the report and for retry decisions.
+    pub fn kind(&self) -> FailureKind {
+        match self {
+            Error::Conflict { .. } => FailureKind::Conflict,
+            Error::Io { source, .. } | Error::Journal { source, .. }
+                if source.kind() == std::io::ErrorKind::AlreadyExists =>
+            {
+                FailureKind::Conflict
             }
-        )
+            Error::Backend { kind, .. } => match kind {
+                BackendKind::Transient | BackendKind::Unreachable => FailureKind::Transient,
+                BackendKind::Down => FailureKind::NotTried,
+                _ => FailureKind::Permanent,
+            },
+            Error::Imap(e) if e.is_transient() => FailureKind::Transient,
+            Error::Refused {
+                transient: true, ..
+            }
+            | Error::ChangedWhileRead { .. } => FailureKind::Transient,
+            _ => FailureKind::Permanent,
+        }
     }
 
     /// A storage-service error.
@@ -184,6 +263,20 @@ impl Error {
             source,
         }
     }
+    /// Something else is where `what` goes: nothing was overwritten.
+    pub(crate) fn conflict(what: impl std::fmt::Display, detail: impl Into<String>) -> Self {
+        Error::Conflict {
+            what: what.to_string(),
+            detail: detail.into(),
+        }
+    }
+    /// `what` was not written, for `detail`.
+    pub(crate) fn not_restored(what: impl std::fmt::Display, detail: impl Into<String>) -> Self {
+        Error::NotRestored {
+            what: what.to_string(),
+            detail: detail.into(),
+        }
+    }
     pub(crate) fn corrupt(what: impl Into<String>, detail: impl Into<String>) -> Self {
         Error::Corrupt {
             what: what.into(),
@@ -199,5 +292,48 @@ pub fn at_place(place: &str, message: &str) -> String {
     match message.strip_prefix(place) {
         Some(rest) if rest.starts_with(": ") => message.to_string(),
         _ => format!("{place}: {message}"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::ErrorKind as Io;
+
+    #[test]
+    fn every_failure_keeps_its_kind() {
+        let io = |k: Io| Error::io("/x", std::io::Error::new(k, "e"));
+        assert_eq!(io(Io::AlreadyExists).kind(), FailureKind::Conflict);
+        assert_eq!(io(Io::PermissionDenied).kind(), FailureKind::Permanent);
+        assert_eq!(Error::conflict("/x", "taken").kind(), FailureKind::Conflict);
+        let refused = |transient| Error::Refused {
+            detail: "NO".into(),
+            transient,
+        };
+        assert_eq!(refused(true).kind(), FailureKind::Transient);
+        assert_eq!(refused(false).kind(), FailureKind::Permanent);
+        let backend = |k| Error::backend("s3", k, "d");
+        assert_eq!(backend(BackendKind::Down).kind(), FailureKind::NotTried);
+        assert_eq!(
+            backend(BackendKind::Transient).kind(),
+            FailureKind::Transient
+        );
+        assert_eq!(backend(BackendKind::Auth).kind(), FailureKind::Permanent);
+        let imap = |source| -> Error {
+            mailvault_imap::Error::Connect {
+                server: "127.0.0.1:1".into(),
+                source,
+            }
+            .into()
+        };
+        let lost = imap(std::io::Error::from(Io::ConnectionRefused));
+        assert_eq!(lost.kind(), FailureKind::Transient);
+        assert!(lost.is_transient());
+        assert!(!Error::not_restored("/x", "a link").is_transient());
+        // The report keeps the kind beside the text.
+        let f = crate::report::Failure::new("item", refused(true));
+        assert_eq!((f.kind, f.error.as_str()), (FailureKind::Transient, "NO"));
+        let f = crate::report::Failure::new("item", "a text");
+        assert_eq!(f.kind, FailureKind::Permanent);
     }
 }

@@ -217,18 +217,12 @@ fn view(repo: &Repository, id: &str) -> View {
 /// Backs `source` up twice into a new repository in `dir` through the one pipeline and
 /// checks both snapshots against [`expected_of`] all the mail set; the second (nothing changed) must read
 /// nothing and store no message again.
-fn conforms<S: Source>(source: &S, dir: &Path)
-where
-    S::Error: std::fmt::Debug,
-{
+fn conforms<S: Source>(source: &S, dir: &Path) {
     conforms_keeping(source, dir, &Keeps::ALL)
 }
 
 /// [`conforms`] for a source keeping what `keeps` says.
-fn conforms_keeping<S: Source>(source: &S, dir: &Path, keeps: &Keeps)
-where
-    S::Error: std::fmt::Debug,
-{
+fn conforms_keeping<S: Source>(source: &S, dir: &Path, keeps: &Keeps) {
     let want = expected_of(keeps);
     let folders = FOLDERS.len() + keeps.extra_folders.len();
     let mut repo = init_repo(&dir.join("repo"));
@@ -544,7 +538,6 @@ struct MemorySource;
 
 impl Source for MemorySource {
     type Session = ();
-    type Error = mailvault_core::Error;
 
     fn label(&self) -> String {
         "memory:conformance".into()

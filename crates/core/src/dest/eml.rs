@@ -97,7 +97,6 @@ impl EmlFolder {
 impl Target for EmlTarget {
     type Account = TreeAccount;
     type Folder = EmlFolder;
-    type Error = Error;
 
     fn caps(&self) -> Caps {
         Caps {
@@ -148,10 +147,7 @@ impl Target for EmlTarget {
         }
         let sidecar = match read_at(dir.as_fd(), SIDECAR.as_bytes()) {
             Ok(text) => Sidecar::parse(&text).map_err(|e| {
-                Error::InvalidInput(format!(
-                    "{}: {e} (not replaced)",
-                    path.join(SIDECAR).display()
-                ))
+                Error::conflict(path.join(SIDECAR).display(), format!("{e} (not replaced)"))
             })?,
             Err(e) if e.kind() == ErrorKind::NotFound => Sidecar::default(),
             Err(e) => return Err(Error::io(path.join(SIDECAR), e)),

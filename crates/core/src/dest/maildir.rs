@@ -168,7 +168,6 @@ struct Partial {
 impl Target for MaildirTarget {
     type Account = MaildirAccount;
     type Folder = MaildirFolder;
-    type Error = Error;
 
     fn caps(&self) -> Caps {
         Caps {
@@ -292,10 +291,10 @@ impl Target for MaildirTarget {
             let shown = dirs.shown(Some(*new), name);
             return match read_at(dirs.sub(*new).as_fd(), name) {
                 Ok(have) if have == data => Ok(Outcome::AlreadyThere),
-                Ok(_) => Err(Error::InvalidInput(format!(
-                    "{} already exists with other content: not overwritten",
-                    shown.display()
-                ))),
+                Ok(_) => Err(Error::conflict(
+                    shown.display(),
+                    "already exists with other content: not overwritten",
+                )),
                 Err(err) => Err(Error::io(shown, err)),
             };
         }
@@ -360,8 +359,8 @@ impl Target for MaildirTarget {
             return Ok(());
         };
         let Ok(partial) = std::sync::Arc::try_unwrap(partial) else {
-            return Err(Error::InvalidInput(format!(
-                "{}: still being written",
+            return Err(Error::Internal(format!(
+                "{}: finished while still being written",
                 shown.display()
             )));
         };
@@ -639,10 +638,7 @@ fn write_new_file(
 /// overwrites) said as such, anything else as the I/O error it is.
 fn write_error(shown: PathBuf, e: std::io::Error) -> Error {
     if e.kind() == ErrorKind::AlreadyExists {
-        Error::InvalidInput(format!(
-            "{} already exists: not overwritten",
-            shown.display()
-        ))
+        Error::conflict(shown.display(), "already exists: not overwritten")
     } else {
         Error::io(shown, e)
     }
@@ -704,17 +700,17 @@ fn write_folder_file(
     let shown = folder.shown(None, &f.name);
     if let Some(target) = &f.link {
         return write_link(t, folder, f, target).map_err(|e| match e.kind() {
-            ErrorKind::InvalidInput | ErrorKind::AlreadyExists => {
-                Error::InvalidInput(e.to_string())
-            }
+            ErrorKind::AlreadyExists => Error::conflict(shown.display(), e.to_string()),
+            ErrorKind::InvalidInput => Error::not_restored(shown.display(), e.to_string()),
             _ => Error::io(shown, e),
         });
     }
     match read_at(folder.dir.as_fd(), &f.name) {
         Ok(have) if have == data => return Ok(Outcome::AlreadyThere),
         Ok(_) => {
-            return Err(Error::InvalidInput(
-                "already exists with other content: not overwritten".into(),
+            return Err(Error::conflict(
+                shown.display(),
+                "already exists with other content: not overwritten",
             ))
         }
         Err(e) if e.kind() == ErrorKind::NotFound => {}
@@ -745,6 +741,7 @@ fn write_link(
     use rustix::fs::{AtFlags, Timespec, Timestamps};
     use rustix::io::Errno;
     let invalid = |what: &str| std::io::Error::new(ErrorKind::InvalidInput, what.to_string());
+    let taken = |what: &str| std::io::Error::new(ErrorKind::AlreadyExists, what.to_string());
     if !t.plain {
         return Err(invalid("a symbolic link: restored only to a dir: target"));
     }
@@ -756,17 +753,13 @@ fn write_link(
     let (dir, name) = (folder.dir.as_fd(), f.name.as_slice());
     match rustix::fs::readlinkat(dir, name, Vec::new()) {
         Ok(have) if have.as_bytes() == target => return Ok(Outcome::AlreadyThere),
-        Ok(_) => {
-            return Err(invalid(
-                "already exists with another target: not overwritten",
-            ))
-        }
+        Ok(_) => return Err(taken("already exists with another target: not overwritten")),
         Err(Errno::NOENT) => {}
-        Err(Errno::INVAL) => return Err(invalid("already exists, not a link: not overwritten")),
+        Err(Errno::INVAL) => return Err(taken("already exists, not a link: not overwritten")),
         Err(e) => return Err(e.into()),
     }
     rustix::fs::symlinkat(target, dir, name).map_err(|e| match e {
-        Errno::EXIST => invalid("already exists: not overwritten"),
+        Errno::EXIST => taken("already exists: not overwritten"),
         e => e.into(),
     })?;
     let nofollow = AtFlags::SYMLINK_NOFOLLOW;
@@ -836,10 +829,11 @@ fn link_file(
     let shown = &file_path(t, acc, &l.dir, &l.name);
     let to_shown = || file_path(t, acc, &l.to_dir, &l.to_name);
     let not_restored = || {
-        Error::InvalidInput(format!(
+        let detail = format!(
             "hard link to {}, which was not restored",
             to_shown().display()
-        ))
+        );
+        Error::not_restored(shown.display(), detail)
     };
     let nofollow = AtFlags::SYMLINK_NOFOLLOW;
     // Its folder missing, or not opened (a link planted in its place): its restore
@@ -854,10 +848,13 @@ fn link_file(
             st
         }
         Ok(_) => {
-            return Err(Error::InvalidInput(format!(
-                "hard link to {}, which is another file in the target: not linked",
-                to_shown().display()
-            )))
+            return Err(Error::conflict(
+                shown.display(),
+                format!(
+                    "hard link to {}, which is another file in the target: not linked",
+                    to_shown().display()
+                ),
+            ))
         }
         Err(Errno::NOENT) => return Err(not_restored()),
         Err(e) => return Err(Error::io(to_shown(), e.into())),
@@ -873,10 +870,10 @@ fn link_file(
         Ok(()) => Ok(true),
         Err(Errno::EXIST) => match statat(dir, l.name.as_slice(), nofollow) {
             Ok(st) if (st.st_dev, st.st_ino) == (file.st_dev, file.st_ino) => Ok(false),
-            _ => Err(Error::InvalidInput(format!(
-                "{} already exists: not overwritten",
-                shown.display()
-            ))),
+            _ => Err(Error::conflict(
+                shown.display(),
+                "already exists: not overwritten",
+            )),
         },
         Err(e) => Err(Error::io(shown, e.into())),
     }

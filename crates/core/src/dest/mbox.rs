@@ -243,7 +243,6 @@ impl Writing {
 impl Target for MboxTarget {
     type Account = TreeAccount;
     type Folder = MboxFolder;
-    type Error = Error;
 
     fn caps(&self) -> Caps {
         Caps {
@@ -270,10 +269,11 @@ impl Target for MboxTarget {
         parts.extend(folder_parts(info.name, Tree::Mbox));
         let path = shown(&self.path, &parts);
         let Some(name) = parts.pop() else {
-            return Err(Error::InvalidInput(format!(
-                "folder {:?} of {}: no file name for it",
-                info.name, acc.name
-            )));
+            return Err(Error::Folder {
+                folder: info.name.to_string(),
+                path,
+                detail: format!("of {}: no file name for it", acc.name),
+            });
         };
         let dir =
             open_dirs(&self.root, &self.path, &parts).map_err(|e| folder_error(info.name, e))?;
@@ -297,7 +297,11 @@ impl Target for MboxTarget {
         let mut done = [None];
         self.write_batch(folder, std::slice::from_ref(msg), &mut done)?;
         let [d] = done;
-        d.unwrap_or_else(|| Err(Error::InvalidInput("not written".into())))
+        d.unwrap_or_else(|| {
+            Err(Error::Internal(
+                "a batch left a message without an outcome".into(),
+            ))
+        })
     }
 
     fn write_batch(
@@ -308,8 +312,8 @@ impl Target for MboxTarget {
     ) -> Result<()> {
         let mut state = lock(&folder.state);
         let Some(w) = state.as_mut() else {
-            return Err(Error::InvalidInput(format!(
-                "{}: already finished",
+            return Err(Error::Internal(format!(
+                "{}: written to after it was finished",
                 folder.path.display()
             )));
         };
@@ -364,26 +368,28 @@ impl Target for MboxTarget {
                     });
                 }
                 Err(mail::MailError::Io { source, .. }) => {
-                    failed = Some(Error::io(&folder.path, source));
+                    failed = Some(source);
                     break;
                 }
                 // Refused before anything of it was written (a keyword an mbox cannot
                 // carry): this message fails, the batch goes on.
                 Err(e) => {
-                    done[i] = Some(Err(Error::InvalidInput(format!(
-                        "{}: message {}: {e}",
+                    let what = format!(
+                        "{}: message {}",
                         folder.path.display(),
                         String::from_utf8_lossy(&m.entry.key)
-                    ))));
+                    );
+                    done[i] = Some(Err(Error::not_restored(what, e.to_string())));
                 }
             }
         }
         if let Some(e) = failed {
-            // The batch is cut off the file again: none of it counts as written.
-            let msg = e.to_string();
+            // The batch is cut off the file again: none of it counts as written; each
+            // message fails with the write's error, of its kind.
             for d in done.iter_mut() {
                 if matches!(d, Some(Ok(Outcome::Written { .. })) | None) {
-                    *d = Some(Err(Error::InvalidInput(msg.clone())));
+                    let e = std::io::Error::new(e.kind(), e.to_string());
+                    *d = Some(Err(Error::io(&folder.path, e)));
                 }
             }
             if let Err(e2) = w.reset(start) {

@@ -25,7 +25,8 @@
 
 use crate::repo::tree::{AccountRef, FileEntry, FolderNode, MessageEntry, Timestamp};
 use crate::repo::{lock, Repository};
-use crate::report::Failure;
+use crate::report::{Failure, Reason};
+use crate::Result;
 use std::sync::Mutex;
 
 pub mod eml;
@@ -157,7 +158,7 @@ pub enum Item<'a> {
 pub struct RestoreFailures(Mutex<Vec<Failure>>);
 
 impl RestoreFailures {
-    pub fn add(&self, item: impl Into<String>, error: impl std::fmt::Display) {
+    pub fn add(&self, item: impl Into<String>, error: impl Reason) {
         lock(&self.0).push(Failure::new(item, error));
     }
 
@@ -247,8 +248,10 @@ impl FolderInfo<'_> {
 /// folders and accounts; with [`Order::Folder`], `write_batch` from [`Caps::lanes`]
 /// threads per account, each on one folder at a time, batches of a folder in order.
 ///
-/// Errors are the target's own (`thiserror`, naming the path, account or folder); the
-/// pipeline lists them as failures, counting the messages they cost.
+/// Errors are [`crate::Error`]s naming the path, account or folder, of the kind that says
+/// what the user can do ([`crate::Error::Conflict`] for something else in the way, an IMAP
+/// server's transient refusal...); the pipeline lists them as failures with that kind,
+/// counting the messages they cost.
 pub trait Target: Sync {
     /// An account opened in the target (Maildir: where it lies and the directories whose
     /// owners are set at the end; IMAP: its sessions and journal).
@@ -256,20 +259,15 @@ pub trait Target: Sync {
     /// A folder opened in the target (Maildir: its directories open, the keys already
     /// there; IMAP: its name, the journal's view, what the server holds).
     type Folder: Sync;
-    type Error: std::error::Error + Send + Sync + 'static;
 
     /// How the target wants its messages.
     fn caps(&self) -> Caps;
 
     /// Creates or finds the account. An error costs the account's messages.
-    fn open_account(&self, account: &AccountInfo) -> Result<Self::Account, Self::Error>;
+    fn open_account(&self, account: &AccountInfo) -> Result<Self::Account>;
 
     /// Creates or finds a folder. An error costs the folder's messages.
-    fn open_folder(
-        &self,
-        account: &Self::Account,
-        folder: &FolderInfo,
-    ) -> Result<Self::Folder, Self::Error>;
+    fn open_folder(&self, account: &Self::Account, folder: &FolderInfo) -> Result<Self::Folder>;
 
     /// Whether the message is known to be there already (IMAP: a journal record of an
     /// earlier run that the server confirms), so that it is not even read. A target that
@@ -280,7 +278,7 @@ pub trait Target: Sync {
     }
 
     /// Writes one message ([`Order::Any`]). An error costs this message only.
-    fn write(&self, folder: &Self::Folder, msg: &Message) -> Result<Outcome, Self::Error>;
+    fn write(&self, folder: &Self::Folder, msg: &Message) -> Result<Outcome>;
 
     /// Writes a batch of a folder's messages, in order ([`Order::Folder`]), putting what
     /// became of each in `done` (same places as `msgs`). An error means the account
@@ -290,8 +288,8 @@ pub trait Target: Sync {
         &self,
         folder: &Self::Folder,
         msgs: &[Message],
-        done: &mut [Option<Result<Outcome, Self::Error>>],
-    ) -> Result<(), Self::Error> {
+        done: &mut [Option<Result<Outcome>>],
+    ) -> Result<()> {
         for (m, d) in msgs.iter().zip(done) {
             *d = Some(self.write(folder, m));
         }
@@ -306,7 +304,7 @@ pub trait Target: Sync {
         _folder: &Self::Folder,
         _file: &FileEntry,
         data: &[u8],
-    ) -> Result<Outcome, Self::Error> {
+    ) -> Result<Outcome> {
         Ok(Outcome::Written {
             bytes: data.len() as u64,
         })
@@ -329,18 +327,13 @@ pub trait Target: Sync {
         _file: &FileEntry,
         _offset: u64,
         _data: &[u8],
-    ) -> Result<(), Self::Error> {
+    ) -> Result<()> {
         Ok(())
     }
 
     /// Ends a large file once every piece was given: `ok` false if one failed (the target
     /// then drops what it wrote). An error is listed, costing no message.
-    fn finish_file(
-        &self,
-        _folder: &Self::Folder,
-        _file: &FileEntry,
-        _ok: bool,
-    ) -> Result<(), Self::Error> {
+    fn finish_file(&self, _folder: &Self::Folder, _file: &FileEntry, _ok: bool) -> Result<()> {
         Ok(())
     }
 

@@ -11,37 +11,11 @@ pub mod names;
 
 pub use mailvault_imap as client;
 
+use crate::{Error, Result};
 use mailvault_imap::{Client, ClientOptions, Credentials, Session};
 use std::path::PathBuf;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
-
-/// Errors of IMAP restores and backups.
-#[derive(Debug, thiserror::Error)]
-#[non_exhaustive]
-pub enum Error {
-    /// The repository failed (see [`crate::Error`]).
-    #[error(transparent)]
-    Repo(#[from] crate::Error),
-    /// The IMAP server or the connection failed; the message names the account.
-    #[error(transparent)]
-    Imap(#[from] mailvault_imap::Error),
-    /// The restore journal could not be read or written.
-    #[error("restore journal {}: {source}", path.display())]
-    Journal {
-        path: PathBuf,
-        source: std::io::Error,
-    },
-    /// A credential could not be found for an account.
-    #[error("account {account}: {detail}")]
-    Credentials { account: String, detail: String },
-    /// The user asked for something that cannot be done.
-    #[error("{0}")]
-    InvalidInput(String),
-}
-
-/// Result alias of this module.
-pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 /// Where a login password comes from.
 #[derive(Clone)]

@@ -180,7 +180,7 @@ pub fn run<S: Source>(
     opts: &RunOptions,
     time: (i64, u32),
     progress: &dyn Progress,
-) -> Result<BackupReport, S::Error> {
+) -> Result<BackupReport> {
     let started = Instant::now();
     let label = source.label();
     let found = Failures::default();
@@ -253,7 +253,7 @@ pub fn run<S: Source>(
             lock: mark.watch(),
         };
         let (failures, warnings) = (ctx.failures.take(), ctx.failures.take_warnings());
-        finish_run(&ctx.saver, &ctx.n, failures, warnings, root, meta).map_err(S::Error::from)
+        finish_run(&ctx.saver, &ctx.n, failures, warnings, root, meta)
     })?;
     end_run(repo, &written, mark);
     Ok(report)
@@ -269,7 +269,7 @@ fn backup_accounts<S: Source>(
     source: &S,
     accounts: &[Account],
     parents: &HashMap<String, AccountRef>,
-) -> Result<Vec<AccountRef>, S::Error> {
+) -> Result<Vec<AccountRef>> {
     // Largest accounts first (by the parent's count; new accounts last): a large account
     // started last would leave one worker finishing it alone.
     let mut order: Vec<usize> = (0..accounts.len()).collect();
@@ -325,7 +325,7 @@ fn backup_account<S: Source>(
     source: &S,
     acc: &Account,
     parent: Option<&AccountRef>,
-) -> Result<AccountRef, S::Error> {
+) -> Result<AccountRef> {
     let repo = ctx.saver.repo();
     let mut session = source.open(acc)?;
     let listing = match source.folders(acc, &mut session, &ctx.failures) {
@@ -477,7 +477,7 @@ fn backup_folder<S: Source>(
     folder: &Folder,
     parent: &ParentAccount,
     subscriptions: Option<&[String]>,
-) -> Result<FolderNode, S::Error> {
+) -> Result<FolderNode> {
     let parent_folder = match parent.by_dir.get(&folder.dir) {
         Some(&i) => parent.folders.get(i),
         // Found by name when its directory is spelled otherwise now.
@@ -496,5 +496,5 @@ fn backup_folder<S: Source>(
         keywords: Mutex::new(KeywordTable::new()),
     };
     source.backup_folder(session, acc, folder, &mut out)?;
-    Ok(out.finish(subscriptions)?)
+    out.finish(subscriptions)
 }

@@ -51,7 +51,8 @@ pub fn maildir(
     move |_, names| MaildirTarget::open(&opts.target, opts.owners, names, opts.jobs)
 }
 
-/// Restores a snapshot's selection (`opts.select`) to a Maildir tree.
+/// Restores a snapshot's selection (`opts.select`) to a Maildir tree: [`run`] with
+/// [`maildir`], for callers that restore a selection and need only the report.
 pub fn restore(
     repo: &Repository,
     opts: &RestoreOptions,
@@ -67,20 +68,16 @@ pub fn imap_server<'a>(
     repo: &'a Repository,
     opts: &'a ImapRestoreOptions,
 ) -> impl FnOnce(&str, &OwnerNames) -> Result<ImapTarget> + 'a {
-    move |snapshot, _| {
-        ImapTarget::new(repo, opts, snapshot).map_err(|e| match e {
-            crate::imap::Error::Repo(e) => e,
-            e => crate::Error::InvalidInput(e.to_string()),
-        })
-    }
+    move |snapshot, _| ImapTarget::new(repo, opts, snapshot)
 }
 
-/// Restores a snapshot's selection (`opts.select`) into an IMAP server.
+/// Restores a snapshot's selection (`opts.select`) into an IMAP server: [`run`] with
+/// [`imap_server`], the report completed with what the server and journal say.
 pub fn imap(
     repo: &Repository,
     opts: &ImapRestoreOptions,
     progress: &dyn Progress,
-) -> crate::imap::Result<ImapRestoreReport> {
+) -> Result<ImapRestoreReport> {
     let request = Request::Selection(opts.select.clone());
     let (r, target) = run(repo, request, progress, imap_server(repo, opts))?;
     Ok(target.report(r))

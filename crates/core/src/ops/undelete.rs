@@ -15,7 +15,6 @@
 use crate::dest::imap::ImapRestoreOptions;
 use crate::dest::imap::ImapRestoreReport;
 use crate::error::{Error, Result};
-use crate::imap::Result as ImapResult;
 use crate::model::{folder_name, folder_selected, PickedAccount, PickedFolder};
 use crate::ops::restore::{imap_server, maildir, run, RestoreOptions};
 use crate::repo::id::Id;
@@ -387,7 +386,7 @@ pub fn undelete_imap(
     opts: &UndeleteOptions,
     imap: &ImapRestoreOptions,
     progress: &dyn Progress,
-) -> ImapResult<UndeleteReport<ImapRestoreReport>> {
+) -> Result<UndeleteReport<ImapRestoreReport>> {
     let deleted = find_deleted(repo, &opts.find)?;
     let picked = deleted.picked(opts.into_folder.as_deref())?;
     let report = match opts.dry_run || picked.is_empty() {

@@ -2,7 +2,7 @@
 //! read together by pack span, each written as soon as its blobs are in.
 
 use super::ctx::Ctx;
-use super::exec::{count, keyword_table, open_accounts, open_folder, NotRestored};
+use super::exec::{count, keyword_table, open_accounts, open_folder};
 use super::plan::{pieces, take_hard_links, AccountPlan, FolderPlan};
 use crate::dest::{meta, Item, Message, Meta, Outcome, Target};
 use crate::mail::maildir::safe_component;
@@ -221,14 +221,13 @@ pub(super) fn write_message<T: Target>(
         Some(&entry.hash),
         |id| blobs.blob_unverified(id),
     )
-    .map_err(NotRestored::Read)
     .and_then(|data| {
         let msg = Message {
             entry,
             meta,
             data: &data,
         };
-        ctx.target.write(folder, &msg).map_err(NotRestored::Write)
+        ctx.target.write(folder, &msg)
     });
     count(ctx, folder, entry, written);
 }
@@ -267,10 +266,7 @@ pub(super) fn write_piece<T: Target>(
     let item = || ctx.target.item(folder, Item::File(&f.name));
     if !file.failed.load(Relaxed) {
         let written = assemble_by(ctx.repo, ids, len, None, |id| blobs.blob(id))
-            .map_err(NotRestored::Read)
-            .and_then(|data| {
-                (ctx.target.write_file_at(folder, f, offset, &data)).map_err(NotRestored::Write)
-            });
+            .and_then(|data| ctx.target.write_file_at(folder, f, offset, &data));
         if let Err(e) = written {
             // The first failure is the one reported.
             if !file.failed.swap(true, Relaxed) {

@@ -83,7 +83,12 @@ impl Tally {
     }
 
     /// A failure that costs `n` messages.
-    pub(super) fn fail_items(&self, item: impl Into<String>, e: impl std::fmt::Display, n: u64) {
+    pub(super) fn fail_items(
+        &self,
+        item: impl Into<String>,
+        e: impl crate::report::Reason,
+        n: u64,
+    ) {
         self.failed.fetch_add(n, Relaxed);
         self.failures.add(item, e);
     }
@@ -96,7 +101,7 @@ pub(super) fn worker_pool(caps: &Caps) -> Result<rayon::ThreadPool> {
     rayon::ThreadPoolBuilder::new()
         .num_threads(jobs)
         .build()
-        .map_err(|e| Error::InvalidInput(format!("cannot start {jobs} worker threads: {e}")))
+        .map_err(|e| Error::Resources(format!("cannot start {jobs} worker threads: {e}")))
 }
 
 impl<'a> Ctx<'a, ()> {

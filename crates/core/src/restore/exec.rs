@@ -94,30 +94,12 @@ pub(super) fn open_folder<T: Target>(
     }
 }
 
-/// Why a message was not restored, with its kind kept: its bytes could not be read from
-/// the repository (a damaged or missing blob, a hash that does not match), or the
-/// destination refused or failed to write it (its own error, transient or not).
-#[derive(Debug)]
-pub(super) enum NotRestored<E> {
-    Read(crate::error::Error),
-    Write(E),
-}
-
-impl<E: std::fmt::Display> std::fmt::Display for NotRestored<E> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            NotRestored::Read(e) => e.fmt(f),
-            NotRestored::Write(e) => e.fmt(f),
-        }
-    }
-}
-
 /// Counts what became of a message.
 pub(super) fn count<T: Target>(
     ctx: &Ctx<T>,
     folder: &T::Folder,
     entry: &MessageEntry,
-    outcome: std::result::Result<Outcome, NotRestored<T::Error>>,
+    outcome: crate::Result<Outcome>,
 ) {
     match outcome {
         Ok(Outcome::Written { bytes }) => {

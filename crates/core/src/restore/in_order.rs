@@ -2,9 +2,7 @@
 //! arrival order, in batches, each batch read while the previous one is written.
 
 use super::ctx::Ctx;
-use super::exec::{
-    count, fail_all, keyword_table, open_accounts, open_folder, NotRestored, OpenAccount,
-};
+use super::exec::{count, fail_all, keyword_table, open_accounts, open_folder, OpenAccount};
 use super::plan::{arrival_order, folder_file, AccountPlan, FolderPlan};
 use crate::dest::{meta, Caps, Item, Message, Meta, Outcome, Target};
 use crate::model::assemble::assemble_by;
@@ -331,8 +329,7 @@ pub(super) fn write_prepared<T: Target>(ctx: &Ctx<T>, p: Prepared<T::Folder>, ab
     if ready.is_empty() {
         return;
     }
-    let mut done: Vec<Option<std::result::Result<Outcome, T::Error>>> =
-        ready.iter().map(|_| None).collect();
+    let mut done: Vec<Option<crate::Result<Outcome>>> = ready.iter().map(|_| None).collect();
     let why = match ctx.target.write_batch(folder, &ready, &mut done) {
         Ok(()) => "not restored".to_string(),
         Err(e) => {
@@ -345,7 +342,7 @@ pub(super) fn write_prepared<T: Target>(ctx: &Ctx<T>, p: Prepared<T::Folder>, ab
     for (m, d) in ready.iter().zip(done) {
         match d {
             Some(o) => {
-                count(ctx, folder, m.entry, o.map_err(NotRestored::Write));
+                count(ctx, folder, m.entry, o);
                 ctx.progress.advance(1, m.entry.size);
             }
             None => fail_all(ctx, folder, std::iter::once(m.entry), &why),

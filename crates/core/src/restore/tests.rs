@@ -463,7 +463,6 @@ mod spans {
         impl Target for Counting {
             type Account = ();
             type Folder = ();
-            type Error = std::io::Error;
             fn caps(&self) -> Caps {
                 Caps {
                     order: Order::Folder,
@@ -479,15 +478,15 @@ mod spans {
                     hard_links: false,
                 }
             }
-            fn open_account(&self, _: &AccountInfo) -> std::io::Result<()> {
+            fn open_account(&self, _: &AccountInfo) -> crate::Result<()> {
                 let now = self.open.fetch_add(1, Relaxed) + 1;
                 self.most.fetch_max(now, Relaxed);
                 Ok(())
             }
-            fn open_folder(&self, _: &(), _: &FolderInfo) -> std::io::Result<()> {
+            fn open_folder(&self, _: &(), _: &FolderInfo) -> crate::Result<()> {
                 Ok(())
             }
-            fn write(&self, _: &(), _: &Message) -> std::io::Result<Outcome> {
+            fn write(&self, _: &(), _: &Message) -> crate::Result<Outcome> {
                 // A server's round trip: the accounts overlap if they run together.
                 std::thread::sleep(std::time::Duration::from_millis(2));
                 self.written.fetch_add(1, Relaxed);

@@ -153,7 +153,6 @@ fn walk(root: &Path, rel: &Path, out: &mut Vec<Folder>, failures: &Failures) {
 
 impl Source for EmlSource {
     type Session = ();
-    type Error = Error;
 
     fn label(&self) -> String {
         format!("eml:{}", self.root.display())

@@ -305,7 +305,6 @@ fn walk(dir: &Dir, rel: &[u8], filter: &Filter, out: &mut Vec<Folder>, failures:
 
 impl Source for FileSource {
     type Session = ();
-    type Error = Error;
 
     fn label(&self) -> String {
         let paths: Vec<String> = (self.roots.iter())
@@ -990,6 +989,7 @@ mod tests {
         assert!(again.failures[0]
             .error
             .contains("already exists: not overwritten"));
+        assert_eq!(again.failures[0].kind, crate::error::FailureKind::Conflict);
         assert_eq!(std::fs::read(&b).unwrap(), b"mine");
 
         // New links to files that are unchanged for the backup.

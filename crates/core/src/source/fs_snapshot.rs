@@ -122,8 +122,7 @@ impl FsSnapshot {
             removed: false,
         };
         // Recorded before it exists: a run killed at any point leaves nothing unrecorded.
-        let json =
-            serde_json::to_vec(&snap.record).map_err(|e| Error::InvalidInput(e.to_string()))?;
+        let json = serde_json::to_vec(&snap.record).map_err(|e| Error::Internal(e.to_string()))?;
         std::fs::write(&snap.record_path, json).map_err(|e| Error::io(&snap.record_path, e))?;
         let made = match kind {
             Kind::Btrfs => run(Command::new("btrfs")

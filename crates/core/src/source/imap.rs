@@ -19,8 +19,9 @@ use super::{
     AccountListing, Failures, FolderWriter, MessageId, MessageMeta, NewMessage, Parallelism, Source,
 };
 use crate::imap::names::{self, STATE_FILE};
-use crate::imap::{login_with_backoff, Connection, Error, Result};
+use crate::imap::{login_with_backoff, Connection};
 use crate::repo::tree::MessageEntry;
+use crate::{Error, Result};
 use mailvault_imap::{from_crlf, Client, FetchQuery, FetchedMessage, SearchKey, SeqSet, Session};
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
@@ -85,7 +86,6 @@ impl<'o> ImapSource<'o> {
 
 impl Source for ImapSource<'_> {
     type Session = Session;
-    type Error = Error;
 
     fn label(&self) -> String {
         self.opts.source.clone()
@@ -234,7 +234,7 @@ impl Source for ImapSource<'_> {
             uidnext: info.uidnext,
             highestmodseq: info.highestmodseq,
         };
-        let st = serde_json::to_vec(&st).map_err(|e| Error::InvalidInput(e.to_string()))?;
+        let st = serde_json::to_vec(&st).map_err(|e| Error::Internal(e.to_string()))?;
         out.set_state(st)?;
         let _ = s.unselect();
         Ok(())
@@ -243,9 +243,10 @@ impl Source for ImapSource<'_> {
 
 /// Hands one fetched message to the pipeline.
 fn store_message(out: &mut FolderWriter, m: &FetchedMessage<'_>, uidvalidity: u32) -> Result<()> {
-    let body = m
-        .body
-        .ok_or_else(|| Error::InvalidInput("the server sent no body".into()))?;
+    let body = m.body.ok_or_else(|| Error::Unreadable {
+        what: format!("UID {}", m.uid),
+        detail: "the server sent no body".into(),
+    })?;
     let data = from_crlf(body);
     let flags: Vec<&str> = m.flags.clone().unwrap_or_default();
     out.message(NewMessage {

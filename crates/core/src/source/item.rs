@@ -224,7 +224,7 @@ pub struct Failures {
 
 impl Failures {
     /// Records that `item` (a path, `account: folder`, `account: folder: UID n`) failed.
-    pub fn fail(&self, item: impl Into<String>, e: impl std::fmt::Display) {
+    pub fn fail(&self, item: impl Into<String>, e: impl crate::report::Reason) {
         crate::repo::lock(&self.failed).push(Failure::new(item, e));
     }
 

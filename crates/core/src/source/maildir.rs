@@ -559,7 +559,6 @@ const VANISHED_ROUNDS: u32 = 10;
 
 impl Source for MaildirSource {
     type Session = ();
-    type Error = Error;
 
     fn label(&self) -> String {
         format!("maildir:{}", self.root.display())

@@ -374,7 +374,6 @@ pub fn is_store(dir: &Path) -> Result<bool> {
 
 impl Source for MboxSource {
     type Session = ();
-    type Error = Error;
 
     fn label(&self) -> String {
         format!("mbox:{}", self.path.display())
@@ -560,7 +559,7 @@ impl Source for MboxSource {
                     .map_err(|e| Error::io(path, e))?,
             };
             let data = serde_json::to_vec(&state)
-                .map_err(|e| Error::InvalidInput(format!("mbox state: {e}")))?;
+                .map_err(|e| Error::Internal(format!("mbox state: {e}")))?;
             out.set_state(data)?;
         }
         Ok(())

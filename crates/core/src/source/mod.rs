@@ -43,6 +43,7 @@ pub use item::{
 pub use writer::FolderWriter;
 
 use crate::repo::compress::Compression;
+use crate::Result;
 use std::sync::Mutex;
 
 /// A mail store a backup reads from. The pipeline ([`crate::ops::backup::run`]) calls
@@ -53,9 +54,6 @@ pub trait Source: Sync {
     /// What one worker holds while it backs up folders of an account: nothing (`()`) for
     /// files on disk, a logged-in session for a server.
     type Session: Send;
-    /// The source's error; the pipeline's own (repository) errors convert into it.
-    type Error: std::error::Error + From<crate::Error> + Send + Sync + 'static;
-
     /// The snapshot's source label (`maildir:/var/vmail`, `imap://host:993`); the parent
     /// snapshot is the latest one with the same label and host.
     fn label(&self) -> String;
@@ -65,18 +63,18 @@ pub trait Source: Sync {
 
     /// The accounts to back up, in snapshot order (an error ends the backup before it
     /// starts: nothing is written).
-    fn accounts(&self) -> Result<Vec<Account>, Self::Error>;
+    fn accounts(&self) -> Result<Vec<Account>>;
 
     /// [`accounts`](Source::accounts), reporting to `failures` what was found and not
     /// taken (a Maildir store's account directory that is a symbolic link); the pipeline
     /// calls this one.
-    fn accounts_reporting(&self, _failures: &Failures) -> Result<Vec<Account>, Self::Error> {
+    fn accounts_reporting(&self, _failures: &Failures) -> Result<Vec<Account>> {
         self.accounts()
     }
 
     /// A session for `account` (a login; nothing for files). With
     /// [`Parallelism::Pool`] one is opened per folder, so it must be cheap there.
-    fn open(&self, account: &Account) -> Result<Self::Session, Self::Error>;
+    fn open(&self, account: &Account) -> Result<Self::Session>;
 
     /// Whether a session can still be used (a dropped connection: the pipeline opens
     /// another for the next folder).
@@ -94,7 +92,7 @@ pub trait Source: Sync {
         account: &Account,
         session: &mut Self::Session,
         failures: &Failures,
-    ) -> Result<AccountListing, Self::Error>;
+    ) -> Result<AccountListing>;
 
     /// Backs up one folder into `out`: what the parent has unchanged
     /// ([`FolderWriter::unchanged`]), new messages ([`FolderWriter::message`], or
@@ -109,7 +107,7 @@ pub trait Source: Sync {
         account: &Account,
         folder: &Folder,
         out: &mut FolderWriter<'_>,
-    ) -> Result<(), Self::Error>;
+    ) -> Result<()>;
 
     /// How a failed folder is named in the report.
     /// By default its path where the source has one (a directory, a file), else

@@ -157,7 +157,7 @@ impl<'a> FolderWriter<'a> {
     }
 
     /// Records a failure; see [`Failures::fail`].
-    pub fn fail(&self, item: impl Into<String>, e: impl std::fmt::Display) {
+    pub fn fail(&self, item: impl Into<String>, e: impl crate::report::Reason) {
         self.ctx.failures.fail(item, e);
     }
 
@@ -220,7 +220,7 @@ impl<'a> FolderWriter<'a> {
     /// [`parent_state`](Self::parent_state).
     pub fn set_state(&mut self, data: Vec<u8>) -> Result<()> {
         let Some(name) = self.ctx.state_file else {
-            return Err(Error::InvalidInput(
+            return Err(Error::Internal(
                 "a source without a state file kept a sync state".into(),
             ));
         };

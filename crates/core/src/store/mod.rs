@@ -31,7 +31,7 @@ pub use local::LocalStore;
 #[cfg(any(test, feature = "testing"))]
 pub use memory::MemoryStore;
 pub use metered::{Metered, RequestCounts};
-pub use retry::{Retry, RetryPolicy, RetryStats, GIVEN_UP};
+pub use retry::{Retry, RetryPolicy, RetryStats};
 pub use s3::{parse_url as parse_s3_url, Addressing, Credentials, S3Options, S3Store};
 pub use stack::{default_cache_root, Stack, StackOptions, StoreUsage, DEFAULT_CONNECTIONS};
 pub use uploads::Uploads;

@@ -46,7 +46,7 @@ pub struct RetryPolicy {
 }
 
 /// The detail of the error every request fails with once the storage was given up on.
-pub const GIVEN_UP: &str = "not sent: the storage was given up on";
+const GIVEN_UP: &str = "not sent: the storage was given up on";
 
 /// How long a storage service may fail every request before a run gives up on it, by
 /// default.

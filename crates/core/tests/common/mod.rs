@@ -624,7 +624,7 @@ pub fn imap_backup(
     repo: &mut Repository,
     opts: &ImapBackupOptions,
     progress: &dyn Progress,
-) -> mailvault_core::imap::Result<BackupReport> {
+) -> mailvault_core::Result<BackupReport> {
     let source = ImapSource::new(opts)?;
     mailvault_core::ops::backup::run(repo, &source, &opts.run, mailvault_core::now(), progress)
 }

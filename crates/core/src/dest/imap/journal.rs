@@ -20,8 +20,8 @@
 //! survive a killed process. A power loss may lose the last records: run the next
 //! restore with `--skip-existing`.
 
-use crate::imap::{Error, Result};
 use crate::repo::lock;
+use crate::{Error, Result};
 use std::collections::HashMap;
 use std::fs::{self, File, OpenOptions};
 use std::io::Write;

@@ -29,12 +29,13 @@ use super::{
     AccountInfo, Caps, FolderInfo, Item, Message, Order, Outcome, RestoreFailures, Target,
 };
 use crate::imap::names::{self, Fingerprint};
-use crate::imap::{login_with_backoff, Error, Login, Pacer, Phase, Result, Span};
+use crate::imap::{login_with_backoff, Login, Pacer, Phase, Span};
 use crate::repo::tree::MessageEntry;
 use crate::repo::{lock, Repository};
 use crate::report::per_sec;
 use crate::report::Failure;
 use crate::restore::{RestoreReport, Selection};
+use crate::{Error, Result};
 use crlf::crlf_into;
 use journal::{AccountJournal, State};
 use mailvault_imap::{
@@ -447,7 +448,6 @@ impl ImapTarget {
 impl Target for ImapTarget {
     type Account = ImapAccount;
     type Folder = ImapFolder;
-    type Error = Error;
 
     fn caps(&self) -> Caps {
         Caps {
@@ -539,9 +539,11 @@ impl Target for ImapTarget {
     fn write(&self, folder: &ImapFolder, msg: &Message) -> Result<Outcome> {
         let mut done = [None];
         self.write_batch(folder, std::slice::from_ref(msg), &mut done)?;
-        done[0]
-            .take()
-            .unwrap_or_else(|| Err(Error::InvalidInput("not restored".into())))
+        done[0].take().unwrap_or_else(|| {
+            Err(Error::Internal(
+                "a batch left a message without an outcome".into(),
+            ))
+        })
     }
 
     fn write_batch(
@@ -583,9 +585,10 @@ impl Target for ImapTarget {
         self.existing.fetch_add(skipped, Relaxed);
         match result {
             Ok(()) => Ok(()),
-            Err(Stop::Batch(why)) => {
+            Err(Stop::Batch { why, transient }) => {
                 for r in &ready {
-                    done[r.i] = Some(Err(Error::InvalidInput(why.clone())));
+                    let detail = why.clone();
+                    done[r.i] = Some(Err(Error::Refused { detail, transient }));
                 }
                 Ok(())
             }
@@ -658,8 +661,9 @@ struct Ready {
 
 /// Why [`Lane::run`] stopped before every message of its batch was accounted for.
 enum Stop {
-    /// The batch's remaining messages failed (this reason); the account goes on.
-    Batch(String),
+    /// The batch's remaining messages failed (this reason, which may pass by itself or
+    /// not); the account goes on.
+    Batch { why: String, transient: bool },
     /// The account cannot go on.
     Account(Error),
 }
@@ -750,7 +754,11 @@ fn sort_outcomes<'r>(
                 } else {
                     refusal.response.clone()
                 };
-                done[r.i] = Some(Err(Error::InvalidInput(why)));
+                let transient = refusal.is_transient();
+                done[r.i] = Some(Err(Error::Refused {
+                    detail: why,
+                    transient,
+                }));
             }
             None => {
                 left[i] = true;
@@ -783,7 +791,7 @@ impl<'a> Lane<'a> {
         }
         match self.session.as_mut() {
             Some(s) => Ok(s),
-            None => Err(Error::InvalidInput("no session".into())),
+            None => Err(Error::Internal("a lane without a session".into())),
         }
     }
 
@@ -888,7 +896,11 @@ impl<'a> Lane<'a> {
                 // Deleted behind our back, or provisioning failed: create it and retry.
                 let su = names::special_use_for(&folder.name);
                 if let Err(e) = self.session().and_then(|s| Ok(s.create(&folder.name, su)?)) {
-                    return Err(Stop::Batch(e.to_string()));
+                    let transient = e.is_transient();
+                    return Err(Stop::Batch {
+                        why: e.to_string(),
+                        transient,
+                    });
                 }
             }
             _ if (err.is_transient() || err.is_connection_lost()) && attempt < MAX_ATTEMPTS => {
@@ -903,7 +915,13 @@ impl<'a> Lane<'a> {
                 }
                 std::thread::sleep(backoff(attempt));
             }
-            _ => return Err(Stop::Batch(err.to_string())),
+            _ => {
+                let transient = err.is_transient();
+                return Err(Stop::Batch {
+                    why: err.to_string(),
+                    transient,
+                });
+            }
         }
         Ok(())
     }
