@@ -58,6 +58,11 @@ pub struct Args {
     /// Read every message, even those the previous snapshot has.
     #[arg(long)]
     pub force: bool,
+    /// List every folder, even one whose cur/ and new/ are proven unchanged since the
+    /// previous snapshot (same inode, mtime and ctime, older than that backup's look at
+    /// them); messages the previous snapshot has are still not read again.
+    #[arg(long)]
+    pub rescan: bool,
     /// Also stat the messages the previous snapshot has and read again those whose size or
     /// mtime changed. Maildir files never change once delivered, so by default they are
     /// recognized by name alone; use this for stores edited in place.
@@ -182,6 +187,7 @@ fn run_options(a: &Args) -> Result<mailvault_core::source::RunOptions> {
         tags: a.tag.clone(),
         hostname: a.host.clone().unwrap_or_else(mailvault_core::hostname),
         force: a.force,
+        rescan: a.rescan,
     })
 }
 

@@ -16,7 +16,7 @@ use crate::repo::format::BlobKind;
 use crate::repo::id::Id;
 use crate::repo::pack::PackList;
 use crate::repo::snapshot::{Snapshot, SnapshotSummary};
-use crate::repo::tree::{self, AccountRef, AccountTree, FolderNode, RootTree};
+use crate::repo::tree::{self, AccountRef, AccountTree, FolderNode, FolderScan, RootTree};
 use crate::repo::writer::records::WriterMark;
 use crate::repo::writer::BlobSaver;
 use crate::repo::{lock, Repository};
@@ -235,6 +235,7 @@ pub fn run<S: Source>(
             time: time.0,
             process_owner: OnceLock::new(),
             state_file: source.state_file(),
+            rescan: opts.rescan,
         };
         ctx.saver.adopt(resumed);
         let accounts = backup_accounts(&ctx, source, &accounts, &parent_accounts)?;
@@ -335,14 +336,17 @@ fn backup_account<S: Source>(
             return Err(e);
         }
     };
-    let parent = parent_account(ctx, acc, parent);
-    if source.keys_across_folders() {
+    let mut parent = parent_account(ctx, acc, parent);
+    let looks = look_at_folders(ctx, source, acc, &listing.folders, &mut parent);
+    let listed = |f: &Folder| !looks.get(&f.dir[..]).is_some_and(|(_, kept)| *kept);
+    if source.keys_across_folders() && listing.folders.iter().any(listed) {
         parent.load_keys(repo, &ctx.failures, &acc.name);
     }
     let subscriptions = listing.subscriptions.as_deref();
     let folder = |session: &mut S::Session, f: &Folder| -> Option<FolderNode> {
         let subs = subscriptions.filter(|_| f.dir.is_empty());
-        match backup_folder(ctx, source, session, acc, f, &parent, subs) {
+        let look = looks.get(&f.dir[..]).cloned();
+        match backup_folder(ctx, source, session, (acc, f), &parent, subs, look) {
             Ok(n) => Some(n),
             Err(e) => {
                 ctx.failures.fail(source.folder_item(acc, f), e);
@@ -412,6 +416,7 @@ fn parent_account(ctx: &Ctx, acc: &Account, parent: Option<&AccountRef>) -> Pare
                 .collect(),
             folders: t.folders,
             by_key: OnceLock::new(),
+            kept: Vec::new(),
         },
         Err(e) => {
             // A damaged parent only costs speed: read everything again.
@@ -469,19 +474,78 @@ fn folders_over_sessions<S: Source>(
     nodes.into_inner().unwrap_or_else(|p| p.into_inner())
 }
 
+/// The parent's folder of `folder`, and its index in `parent.folders`.
+fn parent_folder<'a>(
+    parent: &'a ParentAccount,
+    folder: &Folder,
+) -> Option<(usize, &'a FolderNode)> {
+    match parent.by_dir.get(&folder.dir) {
+        Some(&i) => parent.folders.get(i).map(|f| (i, f)),
+        // Found by name when its directory is spelled otherwise now.
+        None => (parent.folders.iter().enumerate()).find(|(_, f)| f.name == folder.name),
+    }
+}
+
+/// What the pipeline found of a folder before its backup: its scan (the clock, then the
+/// stamps of its directories), and whether its messages are the parent's, kept unlisted.
+type Look = (FolderScan, bool);
+
+/// Reads the clock and the stamps of each folder's directories, before anything of it is
+/// listed ([`Source::folder_stamps`]), and decides which folders' messages are kept from
+/// the parent without a listing ([`crate::source::unchanged::proven_unchanged`]; not with
+/// `--rescan`, nor when a tree blob of the parent's folder is not in the index): those
+/// are marked in `parent.kept`, so that their entries are not read. By folder directory;
+/// folders of a source without stamps are not there.
+fn look_at_folders<'f, S: Source>(
+    ctx: &Ctx,
+    source: &S,
+    acc: &Account,
+    folders: &'f [Folder],
+    parent: &mut ParentAccount,
+) -> HashMap<&'f [u8], Look> {
+    use crate::source::unchanged;
+    let index = ctx.saver.repo().index();
+    let parent_ref: &ParentAccount = parent;
+    let looks: Vec<(&[u8], Option<usize>, Look)> = (folders.par_iter())
+        .filter_map(|f| {
+            let at = unchanged::clock(&f.path);
+            let dirs = source.folder_stamps(acc, f)?;
+            let p = parent_folder(parent_ref, f);
+            let kept = !ctx.rescan
+                && p.and_then(|(_, p)| p.scan.as_ref())
+                    .is_some_and(|ps| unchanged::proven_unchanged(ps, &dirs))
+                && p.is_some_and(|(_, p)| {
+                    (p.chunks.iter())
+                        .all(|c| index.contains(&c.entries) && index.contains(&c.names))
+                });
+            let scan = FolderScan {
+                at,
+                dirs,
+                ..FolderScan::default()
+            };
+            Some((&f.dir[..], p.map(|(i, _)| i).filter(|_| kept), (scan, kept)))
+        })
+        .collect();
+    parent.kept = vec![false; parent.folders.len()];
+    for i in looks.iter().filter_map(|l| l.1) {
+        parent.kept[i] = true;
+    }
+    looks.into_iter().map(|(d, _, l)| (d, l)).collect()
+}
+
 fn backup_folder<S: Source>(
     ctx: &Ctx,
     source: &S,
     session: &mut S::Session,
-    acc: &Account,
-    folder: &Folder,
+    (acc, folder): (&Account, &Folder),
     parent: &ParentAccount,
     subscriptions: Option<&[String]>,
+    look: Option<Look>,
 ) -> Result<FolderNode, S::Error> {
-    let parent_folder = match parent.by_dir.get(&folder.dir) {
-        Some(&i) => parent.folders.get(i),
-        // Found by name when its directory is spelled otherwise now.
-        None => parent.folders.iter().find(|f| f.name == folder.name),
+    let parent_folder = parent_folder(parent, folder).map(|(_, f)| f);
+    let (scan, kept) = match look {
+        Some((scan, kept)) => (Some(scan), kept),
+        None => (None, false),
     };
     let mut out = FolderWriter {
         ctx,
@@ -494,7 +558,13 @@ fn backup_folder<S: Source>(
         dirs: Vec::new(),
         mtime: None,
         keywords: Mutex::new(KeywordTable::new()),
+        scan,
+        kept: false,
+        failed: Default::default(),
     };
+    if kept {
+        out.keep_parent_messages();
+    }
     source.backup_folder(session, acc, folder, &mut out)?;
     Ok(out.finish(subscriptions)?)
 }
