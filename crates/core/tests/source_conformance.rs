@@ -224,18 +224,6 @@ where
     conforms_keeping(source, dir, &Keeps::ALL)
 }
 
-/// Backups of what is below `dir` read the clock 10 s late, as a backup run a while after
-/// the store was written: a file written in the second before a backup's look is read
-/// again by the next one (docs/format.md, *Folders taken unchanged*).
-fn later(dir: &Path) -> mailvault_core::source::unchanged::hook::Guard {
-    use mailvault_core::source::unchanged::hook::{set, Look};
-    set(dir, |_, l| {
-        if let Look::Clock(at) = l {
-            at.secs += 10;
-        }
-    })
-}
-
 /// [`conforms`] for a source keeping what `keeps` says.
 fn conforms_keeping<S: Source>(source: &S, dir: &Path, keeps: &Keeps)
 where
@@ -243,7 +231,7 @@ where
 {
     let want = expected_of(keeps);
     let folders = FOLDERS.len() + keeps.extra_folders.len();
-    let _later = later(dir);
+    let _at_rest = common::at_rest(dir);
     let mut repo = init_repo(&dir.join("repo"));
     let opts = test_run();
     let first = run(&mut repo, source, &opts, mailvault_core::now(), &NoProgress).unwrap();
@@ -537,7 +525,7 @@ fn file_source_conforms() {
     let md = store.join(REL_PATH);
     let want = common::tree_snapshot(&md);
     assert_eq!(want.len(), mail_set().len() + 1 + FOLDERS.len());
-    let _later = later(&store);
+    let _at_rest = common::at_rest(&store);
     let mut repo = init_repo(&t.path().join("repo"));
     let first = file_backup(&mut repo, &md);
     assert_eq!(files_of(&repo, &first.snapshot), want);

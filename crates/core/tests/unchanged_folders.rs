@@ -213,6 +213,8 @@ fn an_unchanged_folder_is_not_listed() {
         "{second:?}"
     );
     assert_eq!(second.bytes_total, first.bytes_total);
+    // Its nodes are the parent's, scans included: no tree blob is new.
+    assert_eq!(second.packs_written, 0, "{second:?}");
     w.restores_exactly();
 
     let tmp = w.md.join("tmp/uidlist");

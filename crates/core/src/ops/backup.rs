@@ -561,6 +561,7 @@ fn backup_folder<S: Source>(
         scan,
         kept: false,
         failed: Default::default(),
+        stored: Default::default(),
     };
     if kept {
         out.keep_parent_messages();

@@ -130,6 +130,9 @@ pub struct FolderWriter<'a> {
     /// Something of the folder failed ([`Self::fail`]): no scan is recorded, so that the
     /// next backup lists the folder again.
     pub(crate) failed: AtomicBool,
+    /// A message or a file's content was stored ([`Self::store`], [`Self::store_file`]):
+    /// the folder's scan is this backup's, not the parent's carried over.
+    pub(crate) stored: AtomicBool,
 }
 
 impl ParentAccount {
@@ -303,6 +306,7 @@ impl<'a> FolderWriter<'a> {
     /// called from several threads at once (messages read in parallel).
     pub fn store(&self, msg: NewMessage<'_>) -> Result<MessageEntry> {
         let ctx = self.ctx;
+        self.stored.store(true, Relaxed);
         let data = msg.data;
         ctx.n.bytes_read.fetch_add(msg.read, Relaxed);
         ctx.n.new.fetch_add(1, Relaxed);
@@ -396,6 +400,9 @@ impl<'a> FolderWriter<'a> {
         };
         let mut link = None;
         let mut meta = f.meta;
+        if !matches!(f.data, FileData::Link(_)) {
+            self.stored.store(true, Relaxed);
+        }
         let (size, content, lists) = match f.data {
             FileData::Bytes(b) => (b.len() as u64, store_content(&ctx.saver, &b)?, Vec::new()),
             FileData::Link(target) => {
@@ -543,6 +550,30 @@ impl<'a> FolderWriter<'a> {
         self.dirs.push(d);
     }
 
+    /// The scan to record: `now` with the message owners, or the parent's as it is when
+    /// the folder is as the parent had it (its messages kept unlisted, or no stamps to
+    /// prove) and nothing of it was read. The parent's still proves the next backup's rule:
+    /// its stamps were old at its clock reading and nothing changed since its `stat`; kept,
+    /// an unchanged folder's node, and an unchanged account's tree, is the parent's blob.
+    /// Anything read needs this backup's clock (a file's mtime is compared with it).
+    fn carried_over(&self, now: FolderScan, owners: &OwnerIds) -> FolderScan {
+        let now = FolderScan {
+            uids: owners.uids.iter().copied().collect(),
+            gids: owners.gids.iter().copied().collect(),
+            ..now
+        };
+        match self.parent_scan() {
+            Some(p)
+                if !self.stored.load(Relaxed)
+                    && (self.kept || now.dirs.is_empty())
+                    && (&p.dirs, &p.uids, &p.gids) == (&now.dirs, &now.uids, &now.gids) =>
+            {
+                p.clone()
+            }
+            _ => now,
+        }
+    }
+
     /// Ends the folder: the generated files, the entries cut into tree chunks, its node.
     pub(crate) fn finish(mut self, subscriptions: Option<&[String]>) -> Result<FolderNode> {
         let ctx = self.ctx;
@@ -572,11 +603,7 @@ impl<'a> FolderWriter<'a> {
         }
         let scan = (self.scan.take())
             .filter(|_| !self.failed.load(Relaxed))
-            .map(|s| FolderScan {
-                uids: owners.uids.iter().copied().collect(),
-                gids: owners.gids.iter().copied().collect(),
-                ..s
-            });
+            .map(|s| self.carried_over(s, &owners));
         let (chunks, messages, bytes) = match kept {
             Some(p) => (p.chunks.clone(), p.messages, p.bytes),
             None => {
