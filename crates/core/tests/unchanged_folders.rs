@@ -159,8 +159,11 @@ fn this_second() -> i64 {
     mailvault_core::now().0
 }
 
+/// A change to a Maildir, named.
+type Change = (&'static str, fn(&Path));
+
 /// The three changes the rule must never miss, each made after the parent's look.
-fn changes() -> Vec<(&'static str, fn(&Path))> {
+fn changes() -> Vec<Change> {
     vec![
         ("a message added", |md: &Path| {
             let body = message("bob@example.org", "late", "arrived late");

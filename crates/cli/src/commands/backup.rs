@@ -148,10 +148,16 @@ fn execute_source(g: &GlobalOpts, a: Args) -> Result<BackupReport> {
     // detached: it ends on its own, or with the process.
     {
         let (source, accounts) = (source.clone(), a.account.clone());
+        let listings = a.rescan || a.force || a.stat_unchanged;
         std::thread::Builder::new()
             .name("warm".into())
             .spawn(move || {
-                mailvault_core::source::maildir::warm_directories(&source, &accounts, WARM_THREADS)
+                mailvault_core::source::maildir::warm_directories(
+                    &source,
+                    &accounts,
+                    WARM_THREADS,
+                    listings,
+                )
             })
             .ok();
     }

@@ -468,13 +468,18 @@ fn folder_files_in(folder: &Dir) -> Result<Vec<(Vec<u8>, FileMeta)>> {
     Ok(out)
 }
 
-/// Reads every directory of a store (accounts, folders, their files, `cur/`, `new/`) on
-/// `threads` threads and throws the listings away, so that the kernel has them cached.
-/// The CLI runs it while it derives the repository key (Argon2id, CPU-bound) and loads the
-/// index: on a cold cache the walk of an incremental backup is mostly waiting for the
-/// disk, and this overlaps that wait with the start-up (BENCHMARKS.md). Errors are
-/// ignored here; the backup's own walk reports them.
-pub fn warm_directories(root: &Path, accounts: &[String], threads: usize) {
+/// Reads the directories of a store (accounts, folders, their files; `cur/` and `new/`
+/// stat'ed, and listed too when `listings`) on `threads` threads and throws what it read
+/// away, so that the kernel has it cached. The CLI runs it while it derives the
+/// repository key (Argon2id, CPU-bound) and loads the index: on a cold cache the walk of
+/// an incremental backup is mostly waiting for the disk, and this overlaps that wait with
+/// the start-up (BENCHMARKS.md). Without `listings` the message directories are only
+/// stat'ed, as an incremental backup does for a folder unchanged since the parent
+/// (docs/format.md, *Folders taken unchanged*): the listings of the folders that changed
+/// are left to the backup, rather than every folder listed for nothing; with `--rescan`,
+/// `--force` or `--stat-unchanged` every folder is listed. Errors are ignored here; the
+/// backup's own walk reports them.
+pub fn warm_directories(root: &Path, accounts: &[String], threads: usize, listings: bool) {
     let Ok(found) = discover(root, accounts) else {
         return;
     };
@@ -486,7 +491,12 @@ pub fn warm_directories(root: &Path, accounts: &[String], threads: usize) {
                 let Some(acc) = found.get(i) else { break };
                 for f in folders(&acc.path).unwrap_or_default() {
                     let _ = list_folder_files(&f.path);
-                    let _ = list_messages(&f.path);
+                    if listings {
+                        let _ = list_messages(&f.path);
+                    } else {
+                        let _ = fs::symlink_metadata(f.path.join("new"));
+                        let _ = fs::symlink_metadata(f.path.join("cur"));
+                    }
                 }
             });
         }
