@@ -228,10 +228,11 @@ fn an_unchanged_folder_is_not_listed() {
     assert_eq!((third.items_unchanged, third.items_new), (9, 0));
     w.restores_exactly();
 
-    // `--rescan` lists them all, and finds nothing new.
+    // `--rescan` lists them all, and finds nothing new: the nodes are the parent's.
     let (fourth, listed) = w.backup_with(true);
     assert_eq!(listed.len(), 4, "{listed:?}");
     assert_eq!((fourth.items_unchanged, fourth.items_new), (9, 0));
+    assert_eq!(fourth.packs_written, 0, "{fourth:?}");
 }
 
 /// A message added, removed or renamed after the parent's look, in the same clock tick

@@ -551,11 +551,12 @@ impl<'a> FolderWriter<'a> {
     }
 
     /// The scan to record: `now` with the message owners, or the parent's as it is when
-    /// the folder is as the parent had it (its messages kept unlisted, or no stamps to
-    /// prove) and nothing of it was read. The parent's still proves the next backup's rule:
-    /// its stamps were old at its clock reading and nothing changed since its `stat`; kept,
-    /// an unchanged folder's node, and an unchanged account's tree, is the parent's blob.
-    /// Anything read needs this backup's clock (a file's mtime is compared with it).
+    /// nothing of the folder was read and its stamps are the parent's, proven unchanged
+    /// (its messages kept unlisted, or listed all the same with `--rescan`), or there are
+    /// none to prove. The parent's still proves the next backup's rule: its stamps were
+    /// old at its clock reading and nothing changed since its `stat`; so an unchanged
+    /// folder's node, and an unchanged account's tree, is the parent's blob. Anything read
+    /// needs this backup's clock (a file's mtime is compared with it).
     fn carried_over(&self, now: FolderScan, owners: &OwnerIds) -> FolderScan {
         let now = FolderScan {
             uids: owners.uids.iter().copied().collect(),
@@ -565,7 +566,8 @@ impl<'a> FolderWriter<'a> {
         match self.parent_scan() {
             Some(p)
                 if !self.stored.load(Relaxed)
-                    && (self.kept || now.dirs.is_empty())
+                    && (now.dirs.is_empty()
+                        || super::unchanged::proven_unchanged(p, &now.dirs))
                     && (&p.dirs, &p.uids, &p.gids) == (&now.dirs, &now.uids, &now.gids) =>
             {
                 p.clone()
