@@ -145,7 +145,6 @@ fn a_second_open_reads_no_key_index_or_dictionary_file() {
 #[test]
 fn an_unchanged_incremental_backup_makes_at_most_ten_requests() {
     let t = tempfile::tempdir().unwrap();
-    let _at_rest = common::at_rest(t.path());
     let cache = t.path().join("cache");
     let rec = Recorder::default();
     repository_with_a_backup(t.path(), &rec, &cache);

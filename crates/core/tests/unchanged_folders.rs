@@ -1,8 +1,8 @@
 #![allow(clippy::unwrap_used)]
 //! A Maildir folder whose `cur/` and `new/` are proven unchanged since the parent snapshot
 //! is taken from it without a listing; anything that may have changed is listed
-//! (docs/format.md, *Folders taken unchanged*). The clock a backup reads before looking at
-//! a folder, and the stamps of its directories, are set through the test hook
+//! (docs/format.md, *Folders taken unchanged*). The clock a backup reads when it starts,
+//! and the stamps of folders' directories, are set through the test hook
 //! (`source::unchanged::hook`) to play a change in the same clock tick, or a filesystem
 //! with coarse timestamps, deterministically; listings are counted through the walk's hook
 //! (`source::walk::hook`, `Event::Listed`), which the listing of `cur/` and `new/` fires.
@@ -23,7 +23,7 @@ use std::sync::{Arc, Mutex};
 /// What the hooks make a backup see.
 #[derive(Default)]
 struct Seen {
-    /// The clock read before each folder is looked at (`None`: the real one).
+    /// The clock read when a backup starts (`None`: the real one).
     clock: Option<Timestamp>,
     /// Seconds added to the real clock.
     later: i64,
@@ -162,7 +162,7 @@ fn this_second() -> i64 {
 /// A change to a Maildir, named.
 type Change = (&'static str, fn(&Path));
 
-/// The three changes the rule must never miss, each made after the parent's look.
+/// The three changes the rule must never miss, each made after the parent started.
 fn changes() -> Vec<Change> {
     vec![
         ("a message added", |md: &Path| {
@@ -235,18 +235,18 @@ fn an_unchanged_folder_is_not_listed() {
     assert_eq!(fourth.packs_written, 0, "{fourth:?}");
 }
 
-/// A message added, removed or renamed after the parent's look, in the same clock tick
+/// A message added, removed or renamed after the parent's start, in the same clock tick
 /// (the stamps of `cur/` show the same times before and after, as a coarse clock leaves
-/// them), is never missed: times not older than the parent's look by the margin prove
+/// them), is never missed: times not older than the parent's start by the margin prove
 /// nothing, and the folder is listed. With nanosecond times (a change between the clock
 /// reading and the `stat`) and whole seconds alike.
 #[test]
-fn changes_in_the_same_tick_as_the_parents_look_are_never_missed() {
+fn changes_in_the_same_tick_as_the_parents_start_are_never_missed() {
     for (what, change) in changes() {
         for nanos in [600_000_000, 0] {
             let mut w = World::new();
             let x = this_second();
-            // The parent looked at x.5; the directories show x.6 (or x.0, whole seconds)
+            // The parent started at x.5; the directories show x.6 (or x.0, whole seconds)
             // before and after the change.
             w.set(|s| {
                 s.clock = Some(ts(x, 500_000_000));
@@ -289,7 +289,7 @@ fn a_touched_folder_is_listed_again_and_found_unchanged() {
 }
 
 /// Times with zero nanoseconds are taken for a filesystem with coarse timestamps (up to
-/// 2 s, FAT's): 2.5 s before the parent's look proves nothing there, and the folder is
+/// 2 s, FAT's): 2.5 s before the parent's start proves nothing there, and the folder is
 /// listed; the same age with nanoseconds proves the folder unchanged.
 #[test]
 fn coarse_timestamps_fall_back_to_listing_within_the_margin() {

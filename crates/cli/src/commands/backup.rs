@@ -59,8 +59,8 @@ pub struct Args {
     #[arg(long)]
     pub force: bool,
     /// List every folder, even one whose cur/ and new/ are proven unchanged since the
-    /// previous snapshot (same inode, mtime and ctime, older than that backup's look at
-    /// them); messages the previous snapshot has are still not read again.
+    /// previous snapshot (same inode, mtime and ctime, older than that backup's start);
+    /// messages the previous snapshot has are still not read again.
     #[arg(long)]
     pub rescan: bool,
     /// Also stat the messages the previous snapshot has and read again those whose size or

@@ -139,7 +139,7 @@ impl Env {
 /// a directory or a file unchanged (docs/format.md, *Folders taken unchanged*: 1 s, 3 s
 /// for whole-second timestamps), as a store at rest is when a nightly backup comes: else
 /// the next backup lists or reads again what was written in the second before the last
-/// one looked (correctly: a change in the same clock tick may not show).
+/// one started (correctly: a change in the same clock tick may not show).
 pub fn at_rest() {
     let coarse = mailvault_core::source::unchanged::COARSE_MARGIN_SECS as u64;
     std::thread::sleep(std::time::Duration::from_millis(coarse * 1000 + 100));

@@ -28,6 +28,7 @@ use mailvault_imap::maildir_flags::KeywordTable;
 use rayon::prelude::*;
 use serde::Serialize;
 use std::collections::{HashMap, VecDeque};
+use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::{Mutex, OnceLock};
 use std::time::Instant;
@@ -82,6 +83,8 @@ pub(crate) struct RunMeta {
     pub(crate) source: String,
     pub(crate) tags: Vec<String>,
     pub(crate) parent: Option<Snapshot>,
+    /// [`Snapshot::started`].
+    pub(crate) clock: tree::Timestamp,
     pub(crate) packs_resumed: u64,
     /// This run's lock: still good when the snapshot is saved, or no snapshot.
     pub(crate) lock: crate::repo::lock::LockWatch,
@@ -136,6 +139,7 @@ pub(crate) fn finish_run(
             elapsed_secs: elapsed,
         },
         original: None,
+        started: Some(meta.clock),
     };
     // A lock that may have been taken for stale (not refreshed for long) may have let a
     // prune delete packs this run deduplicated against: no snapshot then.
@@ -185,6 +189,9 @@ pub fn run<S: Source>(
     let label = source.label();
     let found = Failures::default();
     let accounts = source.accounts_reporting(&found)?;
+    // Before any folder is looked at (tests set it below the first account's path).
+    let clock =
+        crate::source::unchanged::clock(accounts.first().map_or(Path::new(""), |a| &a.path));
     let (resumed, mark) = repo.begin_backup()?;
     let compression = opts.compression.unwrap_or(repo.config().compression);
     if compression == Compression::Zstd && !repo.has_dictionary() {
@@ -236,6 +243,7 @@ pub fn run<S: Source>(
             process_owner: OnceLock::new(),
             state_file: source.state_file(),
             rescan: opts.rescan,
+            parent_started: parent.as_ref().and_then(|p| p.started),
         };
         ctx.saver.adopt(resumed);
         let accounts = backup_accounts(&ctx, source, &accounts, &parent_accounts)?;
@@ -250,6 +258,7 @@ pub fn run<S: Source>(
             source: label,
             tags: opts.tags.clone(),
             parent,
+            clock,
             packs_resumed,
             lock: mark.watch(),
         };
@@ -486,12 +495,12 @@ fn parent_folder<'a>(
     }
 }
 
-/// What the pipeline found of a folder before its backup: its scan (the clock, then the
-/// stamps of its directories), and whether its messages are the parent's, kept unlisted.
+/// What the pipeline found of a folder before its backup: its scan (the stamps of its
+/// directories), and whether its messages are the parent's, kept unlisted.
 type Look = (FolderScan, bool);
 
-/// Reads the clock and the stamps of each folder's directories, before anything of it is
-/// listed ([`Source::folder_stamps`]), and decides which folders' messages are kept from
+/// Reads the stamps of each folder's directories, before anything of it is listed
+/// ([`Source::folder_stamps`]), and decides which folders' messages are kept from
 /// the parent without a listing ([`crate::source::unchanged::proven_unchanged`]; not with
 /// `--rescan`, nor when a tree blob of the parent's folder is not in the index): those
 /// are marked in `parent.kept`, so that their entries are not read. By folder directory;
@@ -508,18 +517,18 @@ fn look_at_folders<'f, S: Source>(
     let parent_ref: &ParentAccount = parent;
     let looks: Vec<(&[u8], Option<usize>, Look)> = (folders.par_iter())
         .filter_map(|f| {
-            let at = unchanged::clock(&f.path);
             let dirs = source.folder_stamps(acc, f)?;
             let p = parent_folder(parent_ref, f);
+            let proven = |ps: &FolderScan| {
+                (ctx.parent_started).is_some_and(|t| unchanged::proven_unchanged(ps, t, &dirs))
+            };
             let kept = !ctx.rescan
-                && p.and_then(|(_, p)| p.scan.as_ref())
-                    .is_some_and(|ps| unchanged::proven_unchanged(ps, &dirs))
+                && p.and_then(|(_, p)| p.scan.as_ref()).is_some_and(proven)
                 && p.is_some_and(|(_, p)| {
                     (p.chunks.iter())
                         .all(|c| index.contains(&c.entries) && index.contains(&c.names))
                 });
             let scan = FolderScan {
-                at,
                 dirs,
                 ..FolderScan::default()
             };
@@ -561,7 +570,6 @@ fn backup_folder<S: Source>(
         scan,
         kept: false,
         failed: Default::default(),
-        stored: Default::default(),
     };
     if kept {
         out.keep_parent_messages();

@@ -15,7 +15,7 @@
 //! and inode numbers; version 4 gives folders their directory's mtime and files their
 //! symbolic link target; version 5 gives files their device number and link count, so
 //! that a restore knows which are hard links of one file; version 6 gives folders the
-//! record of when and how their directories were looked at ([`FolderScan`]), so that an
+//! stamps of their directories as found ([`FolderScan`]), so that an
 //! unchanged Maildir folder is taken from the parent without listing it. Older blobs still
 //! decode. Chunks are still version 1.
 
@@ -103,21 +103,21 @@ pub struct FolderNode {
     /// The folder directory's mtime, where the source keeps it (a `file:` backup's
     /// directories; a Maildir's changes with every delivery and is not kept). Version 4.
     pub mtime: Option<Timestamp>,
-    /// When and how the folder's directories were looked at, for the next backup's proof
-    /// that nothing changed (`crate::source::unchanged`); `None` when the folder had a
-    /// failure (the next backup lists it again), for sources that keep none (IMAP, mbox,
-    /// EML), and in older trees. Version 6.
+    /// How the folder's directories were found, for the next backup's proof that nothing
+    /// changed (`crate::source::unchanged`); `None` when the folder had a failure (the
+    /// next backup lists it again), for sources that keep none (IMAP, mbox, EML, `file:`),
+    /// and in older trees. Version 6.
     pub scan: Option<FolderScan>,
 }
 
-/// How a backup found a folder's directories ([`FolderNode::scan`]).
+/// How a backup found a folder's directories ([`FolderNode::scan`]); the clock they are
+/// compared with is the snapshot's (`Snapshot::started`), so that the same directories
+/// give the same node whenever they are backed up.
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq, Default)]
 pub struct FolderScan {
-    /// This host's clock, read before any of the folder's directories was stat'ed.
-    pub at: Timestamp,
     /// The stamps of the directories whose listing the folder's messages come from (a
-    /// Maildir's `cur` and `new`), stat'ed before they were listed; empty for a `file:`
-    /// directory (its files are stat'ed one by one).
+    /// Maildir's `cur` and `new`), stat'ed after the backup started and before they were
+    /// listed.
     pub dirs: Vec<DirStamp>,
     /// The uids and gids of the folder's messages, sorted: the snapshot's owner names are
     /// found for a folder taken from the parent without reading its entries.
@@ -959,7 +959,6 @@ mod tests {
         );
         let mut with_scan = t.clone();
         with_scan.folders[0].scan = Some(FolderScan {
-            at: Timestamp { secs: 10, nanos: 2 },
             dirs: vec![DirStamp {
                 name: b"cur".to_vec(),
                 dev: 1,

@@ -23,7 +23,7 @@ use super::RunOptions;
 use super::{Account, AccountListing, Failures, FileData, FileMeta, Folder, FolderFile};
 use super::{FolderWriter, Parallelism, Source};
 use crate::error::{Error, Result};
-use crate::repo::tree::{DirEntry, DirStamp, FileEntry};
+use crate::repo::tree::{DirEntry, FileEntry, Timestamp};
 use globset::{Glob, GlobSet, GlobSetBuilder};
 use rayon::prelude::*;
 use std::collections::{HashMap, HashSet};
@@ -368,14 +368,6 @@ impl Source for FileSource {
         })
     }
 
-    /// No stamps: the pipeline records only the clock, for the files' rule
-    /// ([`super::unchanged::file_proven`]). A directory is listed every time: its mtime
-    /// says nothing of files written in place (a database is), and each file is stat'ed
-    /// anyway.
-    fn folder_stamps(&self, _account: &Account, _folder: &Folder) -> Option<Vec<DirStamp>> {
-        Some(Vec::new())
-    }
-
     fn backup_folder(
         &self,
         _session: &mut (),
@@ -429,7 +421,7 @@ impl Source for FileSource {
             };
             let meta = FileMeta::of_stat(&meta);
             match out.parent_file(&name) {
-                Some(p) if unchanged_file(p, &data, &meta, out.parent_scan()) => {
+                Some(p) if unchanged_file(p, &data, &meta, out.parent_started()) => {
                     // Owner, mode and links as they are now: `ln a b` changes a's link
                     // count, not its mtime.
                     let mut e = p.clone();
@@ -470,20 +462,22 @@ impl Source for FileSource {
 
 /// Whether the parent's entry `p` is the file found now (`data`, `meta`): a link with the
 /// same target and mtime; a file with the same size, mtime and inode, its mtime older than
-/// the parent's look at the directory by the margin (not written again in the same clock
-/// tick: [`super::unchanged::file_proven`]).
+/// the start of the parent's backup by the margin (not written again in the same clock
+/// tick: [`super::unchanged::file_proven`]). A directory is listed every time: its mtime
+/// says nothing of files written in place (a database is), and each file is stat'ed
+/// anyway.
 fn unchanged_file(
     p: &FileEntry,
     data: &FileData,
     meta: &FileMeta,
-    scan: Option<&crate::repo::tree::FolderScan>,
+    started: Option<Timestamp>,
 ) -> bool {
     match data {
         FileData::Link(target) => p.link.as_ref() == Some(target) && p.mtime == meta.mtime,
         _ => {
             p.link.is_none()
                 && (p.size, p.mtime, p.inode) == (meta.size, meta.mtime, meta.inode)
-                && super::unchanged::file_proven(p.mtime, scan)
+                && super::unchanged::file_proven(p.mtime, started)
         }
     }
 }
@@ -865,6 +859,7 @@ mod tests {
         let mode = rustix::fs::Mode::from_raw_mode(0o600);
         rustix::fs::mknodat(rustix::fs::CWD, &fifo, fifo_kind, mode, 0).unwrap();
 
+        let _later = later(root);
         let mut repo = repository();
         let first = backup(&mut repo, &[root], &[], &[], 1_000);
         assert_eq!(
@@ -935,9 +930,9 @@ mod tests {
     /// and c and e as another. A file whose restore failed (its directory a planted
     /// symbolic link) has its links reported, naming it.
     /// A file rewritten in place with the same size, inode and mtime (as a write in the
-    /// same second as the parent's look leaves it on a filesystem with whole-second
-    /// timestamps) is read again: its mtime was not older than the parent's look by the
-    /// margin. One older than that, changed the same way, is taken as unchanged, as it
+    /// same second as the parent's backup started leaves it on a filesystem with
+    /// whole-second timestamps) is read again: its mtime was not older than the parent's
+    /// start by the margin. One older than that, changed the same way, is taken as unchanged, as it
     /// always was (what the rule cannot see: docs/format.md).
     #[test]
     fn a_file_rewritten_in_the_second_of_the_parents_look_is_read_again() {
@@ -953,7 +948,7 @@ mod tests {
             f.set_modified(t).unwrap();
         };
         set_mtime(whole_second);
-        // The parent looks at x.5, 0.5 s after the file's (whole-second) mtime.
+        // The parent starts at x.5, 0.5 s after the file's (whole-second) mtime.
         let clock = std::sync::Arc::new(std::sync::Mutex::new(x));
         let c = clock.clone();
         let _hook = set(&root, move |_, l| {
@@ -976,7 +971,7 @@ mod tests {
         restore(&repo, "latest", out.path());
         let back = restored(out.path(), &root).join("names.nsf");
         assert_eq!(std::fs::read(back).unwrap(), b"version two\n");
-        // Looked at 10 s after its mtime: proven; the same rewrite is not seen.
+        // Started 10 s after its mtime: proven; the same rewrite is not seen.
         *clock.lock().unwrap() = x + 10;
         let third = backup(&mut repo, &[&root], &[], &[], 3_000);
         assert_eq!(

@@ -872,15 +872,15 @@ fn read_new(
 /// Stores the folder's own files (listed every time: they are few, and Dovecot replaces
 /// `dovecot-uidlist` and `dovecot-keywords` by a rename, which changes the folder's
 /// directory, not `cur/` or `new/`); one unchanged since the parent (same size, mtime and
-/// inode, its mtime proven older than the parent's look: [`super::unchanged::file_proven`])
+/// inode, its mtime proven older than the parent's start: [`super::unchanged::file_proven`])
 /// is not read again.
 fn folder_files(out: &mut FolderWriter<'_>, dir: &Dir, stat_unchanged: bool) -> Result<()> {
     let known = out.parent().filter(|_| !stat_unchanged);
-    let scan = out.parent_scan();
+    let started = out.parent_started();
     let same = |pf: &&crate::repo::tree::FileEntry, meta: &FileMeta| {
         (pf.size, pf.mtime) == (meta.size, meta.mtime)
             && (pf.inode == 0 || pf.inode == meta.inode)
-            && super::unchanged::file_proven(pf.mtime, scan)
+            && super::unchanged::file_proven(pf.mtime, started)
     };
     for (name, meta) in folder_files_in(dir)? {
         let pf = known.and_then(|k| k.files.iter().find(|e| e.name == name));

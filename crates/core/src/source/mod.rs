@@ -136,8 +136,7 @@ pub trait Source: Sync {
     /// the parent recorded and proven old ([`unchanged::proven_unchanged`]), the pipeline
     /// keeps the parent's messages of the folder without a listing
     /// ([`FolderWriter::messages_kept`]). `None` (the default): the source keeps none and
-    /// lists every folder; empty: only the clock is recorded, for the files' rule
-    /// ([`unchanged::file_proven`]). The pipeline reads the clock before calling this.
+    /// lists every folder. The pipeline reads the clock before the first call.
     fn folder_stamps(&self, _account: &Account, _folder: &Folder) -> Option<Vec<DirStamp>> {
         None
     }

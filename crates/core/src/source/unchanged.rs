@@ -2,16 +2,16 @@
 //! unchanged*): the rule by which a folder's messages are the parent snapshot's without a
 //! listing of its directories, and a file is the parent's without being read.
 //!
-//! A backup records, per folder ([`FolderScan`]), this host's clock read before it looked at
-//! the folder (`at`), then the device, inode, mtime and ctime of the directories the
-//! folder's messages are listed from (a Maildir's `cur` and `new`: [`DirStamp`]), stat'ed
-//! before they are listed. The next backup stats them again: when every stamp is the same
-//! and its mtime and ctime were older than `at` by a margin ([`proven_old`]), nothing was
-//! added to, removed from or renamed in those directories since they were stat'ed, so
-//! the listing the parent took after that `stat` is still the directories' content. Why:
-//! a change of a directory's entries sets its mtime and ctime to the filesystem's clock
-//! at that moment, which is later than `at` minus the margin for a change after `at`;
-//! such a change would have left a newer time. A time not older than that (a change in
+//! A backup records this host's clock before it looks at any folder (the snapshot's
+//! `started`), then per folder ([`FolderScan`]) the device, inode, mtime and ctime of the
+//! directories the folder's messages are listed from (a Maildir's `cur` and `new`:
+//! [`DirStamp`]), stat'ed before they are listed. The next backup stats them again: when
+//! every stamp is the same and its mtime and ctime were older than `started` by a margin
+//! ([`proven_old`]), nothing was added to, removed from or renamed in those directories
+//! since they were stat'ed, so the listing the parent took after that `stat` is still the
+//! directories' content. Why: a change of a directory's entries sets its mtime and ctime
+//! to the filesystem's clock at that moment, which is later than `started` minus the
+//! margin for a change after `started`; such a change would have left a newer time. A time not older than that (a change in
 //! the same clock tick as the `stat` may leave it as it is) proves nothing: listed.
 
 use crate::repo::tree::{DirStamp, FolderScan, Timestamp};
@@ -49,28 +49,28 @@ pub fn proven_old(t: Timestamp, at: Timestamp) -> bool {
 }
 
 /// Whether a folder whose directories have the stamps `now` (stat'ed this backup) is
-/// proven unchanged since the parent's `scan`: the same directories (none missing, none
-/// new), each with the same device, inode, mtime and ctime, and those times older than
-/// the parent's `at` by the margin ([`proven_old`]). A scan without stamps proves
-/// nothing (a `file:` directory's).
-pub fn proven_unchanged(parent: &FolderScan, now: &[DirStamp]) -> bool {
+/// proven unchanged since the parent's `scan`, taken by a backup that started at
+/// `started`: the same directories (none missing, none new), each with the same device,
+/// inode, mtime and ctime, and those times older than `started` by the margin
+/// ([`proven_old`]). A scan without stamps proves nothing.
+pub fn proven_unchanged(parent: &FolderScan, started: Timestamp, now: &[DirStamp]) -> bool {
     !parent.dirs.is_empty()
         && parent.dirs == now
         && (parent.dirs.iter())
-            .all(|d| proven_old(d.mtime, parent.at) && proven_old(d.ctime, parent.at))
+            .all(|d| proven_old(d.mtime, started) && proven_old(d.ctime, started))
 }
 
 /// Whether a file the parent recorded with the mtime `mtime` may be taken as unchanged
-/// when its size, mtime and inode are the same: its mtime was older than the parent's
-/// look at its folder by the margin (else a write in the same clock tick as the parent's
-/// `stat` may have left all three as they were). Without a scan (an older snapshot) it
-/// may, as before.
-pub fn file_proven(mtime: Timestamp, parent: Option<&FolderScan>) -> bool {
-    parent.is_none_or(|s| proven_old(mtime, s.at))
+/// when its size, mtime and inode are the same: its mtime was older than the start of the
+/// parent's backup (`started`) by the margin (else a write in the same clock tick as the
+/// parent's `stat` may have left all three as they were). A parent that recorded no
+/// start (an older snapshot) proves it, as before.
+pub fn file_proven(mtime: Timestamp, started: Option<Timestamp>) -> bool {
+    started.is_none_or(|s| proven_old(mtime, s))
 }
 
-/// This host's clock, read before looking at the folder `folder` (tests may set it:
-/// [`hook`]).
+/// This host's clock, read when a backup starts, before any folder is looked at (tests
+/// may set it for a backup whose first account is below a path of theirs: [`hook`]).
 pub fn clock(folder: &Path) -> Timestamp {
     let d = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -121,7 +121,7 @@ fn stamp_of(name: &[u8], st: &Stat) -> DirStamp {
 }
 
 /// What tests may change of what a backup sees, below a directory (test builds, the
-/// `testing` feature): the clock read before a folder is looked at, and the stamps of its
+/// `testing` feature): the clock read when the backup starts, and the stamps of folders'
 /// directories, so that a filesystem with coarse timestamps, or a change in the same
 /// clock tick as a `stat`, can be played deterministically.
 #[cfg(any(test, feature = "testing"))]
@@ -132,7 +132,7 @@ pub mod hook {
 
     /// What is about to be used.
     pub enum Look<'a> {
-        /// The clock read before the folder (the path given) is looked at.
+        /// The clock read when a backup starts (the path given: its first account's).
         Clock(&'a mut Timestamp),
         /// The stamp of a directory (the path given: `…/cur`).
         Stamp(&'a mut DirStamp),
@@ -203,29 +203,25 @@ mod tests {
 
     #[test]
     fn a_folder_is_unchanged_only_with_the_same_old_stamps() {
-        let old = ts(900, 1);
+        let (old, at) = (ts(900, 1), ts(1000, 0));
         let scan = FolderScan {
-            at: ts(1000, 0),
             dirs: vec![stamp("cur", old), stamp("new", old)],
             ..FolderScan::default()
         };
-        assert!(proven_unchanged(&scan, &scan.dirs));
+        assert!(proven_unchanged(&scan, at, &scan.dirs));
         let mut moved = scan.dirs.clone();
         moved[1].ctime = ts(1001, 0);
-        assert!(!proven_unchanged(&scan, &moved));
+        assert!(!proven_unchanged(&scan, at, &moved));
         let mut other = scan.dirs.clone();
         other[0].inode = 3;
-        assert!(!proven_unchanged(&scan, &other));
-        assert!(!proven_unchanged(&scan, &scan.dirs[..1]), "new/ gone");
+        assert!(!proven_unchanged(&scan, at, &other));
+        assert!(!proven_unchanged(&scan, at, &scan.dirs[..1]), "new/ gone");
         let recent = FolderScan {
             dirs: vec![stamp("cur", ts(999, 900_000_000)), stamp("new", old)],
             ..scan.clone()
         };
-        assert!(!proven_unchanged(&recent, &recent.dirs));
-        let none = FolderScan {
-            dirs: Vec::new(),
-            ..scan
-        };
-        assert!(!proven_unchanged(&none, &[]));
+        assert!(!proven_unchanged(&recent, at, &recent.dirs));
+        let none = FolderScan::default();
+        assert!(!proven_unchanged(&none, at, &[]));
     }
 }

@@ -52,6 +52,8 @@ pub(crate) struct Ctx<'a> {
     pub(crate) state_file: Option<&'static [u8]>,
     /// [`super::RunOptions::rescan`]: no folder's messages are kept without a listing.
     pub(crate) rescan: bool,
+    /// The parent snapshot's [`crate::repo::snapshot::Snapshot::started`].
+    pub(crate) parent_started: Option<Timestamp>,
 }
 
 impl Ctx<'_> {
@@ -130,9 +132,6 @@ pub struct FolderWriter<'a> {
     /// Something of the folder failed ([`Self::fail`]): no scan is recorded, so that the
     /// next backup lists the folder again.
     pub(crate) failed: AtomicBool,
-    /// A message or a file's content was stored ([`Self::store`], [`Self::store_file`]):
-    /// the folder's scan is this backup's, not the parent's carried over.
-    pub(crate) stored: AtomicBool,
 }
 
 impl ParentAccount {
@@ -184,9 +183,11 @@ impl<'a> FolderWriter<'a> {
         self.kept
     }
 
-    /// The parent's scan of the folder ([`FolderScan`]), if it recorded one.
-    pub fn parent_scan(&self) -> Option<&'a FolderScan> {
-        self.parent?.scan.as_ref()
+    /// When the parent's backup started, by this host's clock
+    /// ([`crate::repo::snapshot::Snapshot::started`]): what the times it recorded are
+    /// compared with ([`super::unchanged`]). `None` for an older parent, or none.
+    pub fn parent_started(&self) -> Option<Timestamp> {
+        self.ctx.parent_started
     }
 
     /// Keeps the parent folder's messages, by its chunk ids, unread: counted as unchanged.
@@ -306,7 +307,6 @@ impl<'a> FolderWriter<'a> {
     /// called from several threads at once (messages read in parallel).
     pub fn store(&self, msg: NewMessage<'_>) -> Result<MessageEntry> {
         let ctx = self.ctx;
-        self.stored.store(true, Relaxed);
         let data = msg.data;
         ctx.n.bytes_read.fetch_add(msg.read, Relaxed);
         ctx.n.new.fetch_add(1, Relaxed);
@@ -400,9 +400,6 @@ impl<'a> FolderWriter<'a> {
         };
         let mut link = None;
         let mut meta = f.meta;
-        if !matches!(f.data, FileData::Link(_)) {
-            self.stored.store(true, Relaxed);
-        }
         let (size, content, lists) = match f.data {
             FileData::Bytes(b) => (b.len() as u64, store_content(&ctx.saver, &b)?, Vec::new()),
             FileData::Link(target) => {
@@ -550,32 +547,6 @@ impl<'a> FolderWriter<'a> {
         self.dirs.push(d);
     }
 
-    /// The scan to record: `now` with the message owners, or the parent's as it is when
-    /// nothing of the folder was read and its stamps are the parent's, proven unchanged
-    /// (its messages kept unlisted, or listed all the same with `--rescan`), or there are
-    /// none to prove. The parent's still proves the next backup's rule: its stamps were
-    /// old at its clock reading and nothing changed since its `stat`; so an unchanged
-    /// folder's node, and an unchanged account's tree, is the parent's blob. Anything read
-    /// needs this backup's clock (a file's mtime is compared with it).
-    fn carried_over(&self, now: FolderScan, owners: &OwnerIds) -> FolderScan {
-        let now = FolderScan {
-            uids: owners.uids.iter().copied().collect(),
-            gids: owners.gids.iter().copied().collect(),
-            ..now
-        };
-        match self.parent_scan() {
-            Some(p)
-                if !self.stored.load(Relaxed)
-                    && (now.dirs.is_empty()
-                        || super::unchanged::proven_unchanged(p, &now.dirs))
-                    && (&p.dirs, &p.uids, &p.gids) == (&now.dirs, &now.uids, &now.gids) =>
-            {
-                p.clone()
-            }
-            _ => now,
-        }
-    }
-
     /// Ends the folder: the generated files, the entries cut into tree chunks, its node.
     pub(crate) fn finish(mut self, subscriptions: Option<&[String]>) -> Result<FolderNode> {
         let ctx = self.ctx;
@@ -605,7 +576,11 @@ impl<'a> FolderWriter<'a> {
         }
         let scan = (self.scan.take())
             .filter(|_| !self.failed.load(Relaxed))
-            .map(|s| self.carried_over(s, &owners));
+            .map(|s| FolderScan {
+                uids: owners.uids.iter().copied().collect(),
+                gids: owners.gids.iter().copied().collect(),
+                ..s
+            });
         let (chunks, messages, bytes) = match kept {
             Some(p) => (p.chunks.clone(), p.messages, p.bytes),
             None => {

@@ -46,7 +46,7 @@ pub fn open_repo(dir: &Path) -> Repository {
 
 /// Backups of what is below `dir` read the clock 10 s late, as a backup run a while after
 /// the store was written (a store at rest): a directory or file written in the second
-/// before a backup's look is listed or read again by the next one (docs/format.md,
+/// before a backup started is listed or read again by the next one (docs/format.md,
 /// *Folders taken unchanged*), which a test writing its store just before two backups
 /// would see.
 pub fn at_rest(dir: &Path) -> mailvault_core::source::unchanged::hook::Guard {
