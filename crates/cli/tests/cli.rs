@@ -106,6 +106,7 @@ fn incremental_reads_only_new_messages() {
     let src = e.path("vmail");
     store(&src);
     e.expect(0, &["init", "--compression", "lz4"]);
+    common::at_rest();
     let first = e.json(0, &["backup", &format!("maildir:{}", src.display())]);
     assert_eq!(first["items_total"], 66);
     assert_eq!(first["items_new"], 66);

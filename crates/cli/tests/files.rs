@@ -277,6 +277,7 @@ fn a_database_file_and_a_tree_back_up_incrementally_and_restore_exactly() {
     common::copy_tree(&s.db, &e.path("want1.nsf"));
 
     let (db, tree) = (arg(&s.db), arg(&s.tree));
+    common::at_rest();
     let first = e.json(0, &["backup", &db, &tree]);
     assert_eq!(first["failures"], Value::Array(vec![]), "{first}");
     // Every file is read once (a sparse file's holes may be skipped).
@@ -295,6 +296,7 @@ fn a_database_file_and_a_tree_back_up_incrementally_and_restore_exactly() {
     // Neither is needed again: a gigabyte each.
     let v2_len = v2.len() as u64;
     drop((v1, v2));
+    common::at_rest();
     let second = e.json(0, &["backup", &db, &tree]);
     assert_eq!(second["failures"], Value::Array(vec![]), "{second}");
     assert_eq!(
@@ -451,6 +453,7 @@ fn files_on_an_s3_repository() {
     fs::write(&s.db, &v1).unwrap();
     small_tree(&s.tree);
     common::copy_tree(&s.db, &e.path("want1.nsf"));
+    common::at_rest();
     let first = e.json(0, &["backup", &arg(&s.db), &arg(&s.tree)]);
     let v2 = rewrite(&v1, 3);
     fs::write(&s.db, &v2).unwrap();

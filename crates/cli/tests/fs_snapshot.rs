@@ -101,6 +101,7 @@ fn a_btrfs_snapshot_is_backed_up_as_the_original_paths_and_always_removed() {
     let source = format!("file:{}", db.display());
     let backup = ["backup", source.as_str(), "--snapshot", "btrfs"];
 
+    common::at_rest();
     let first = e.json(0, &backup);
     assert_eq!(first["source"], source.as_str(), "the original path");
     assert_eq!(first["items_new"], 2);

@@ -74,6 +74,7 @@ fn s3_backup_incremental_restore_and_check() {
     corpus(&src, 1);
     let init = e.json(0, &["init"]);
     assert_eq!(init["repository"], e.location.clone().unwrap().as_str());
+    common::at_rest();
     let first = e.json(0, &["backup", &maildir(&src)]);
     assert_eq!(first["items_total"], 300, "{first}");
     assert_eq!(first["items_failed"], 0);

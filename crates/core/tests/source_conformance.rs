@@ -225,6 +225,7 @@ fn conforms<S: Source>(source: &S, dir: &Path) {
 fn conforms_keeping<S: Source>(source: &S, dir: &Path, keeps: &Keeps) {
     let want = expected_of(keeps);
     let folders = FOLDERS.len() + keeps.extra_folders.len();
+    let _at_rest = common::at_rest(dir);
     let mut repo = init_repo(&dir.join("repo"));
     let opts = test_run();
     let first = run(&mut repo, source, &opts, mailvault_core::now(), &NoProgress).unwrap();
@@ -518,6 +519,7 @@ fn file_source_conforms() {
     let md = store.join(REL_PATH);
     let want = common::tree_snapshot(&md);
     assert_eq!(want.len(), mail_set().len() + 1 + FOLDERS.len());
+    let _at_rest = common::at_rest(&store);
     let mut repo = init_repo(&t.path().join("repo"));
     let first = file_backup(&mut repo, &md);
     assert_eq!(files_of(&repo, &first.snapshot), want);

@@ -58,6 +58,11 @@ pub struct Args {
     /// Read every message, even those the previous snapshot has.
     #[arg(long)]
     pub force: bool,
+    /// List every folder, even one whose cur/ and new/ are proven unchanged since the
+    /// previous snapshot (same inode, mtime and ctime, older than that backup's start);
+    /// messages the previous snapshot has are still not read again.
+    #[arg(long)]
+    pub rescan: bool,
     /// Also stat the messages the previous snapshot has and read again those whose size or
     /// mtime changed. Maildir files never change once delivered, so by default they are
     /// recognized by name alone; use this for stores edited in place.
@@ -143,10 +148,16 @@ fn execute_source(g: &GlobalOpts, a: Args) -> Result<BackupReport> {
     // detached: it ends on its own, or with the process.
     {
         let (source, accounts) = (source.clone(), a.account.clone());
+        let listings = a.rescan || a.force || a.stat_unchanged;
         std::thread::Builder::new()
             .name("warm".into())
             .spawn(move || {
-                mailvault_core::source::maildir::warm_directories(&source, &accounts, WARM_THREADS)
+                mailvault_core::source::maildir::warm_directories(
+                    &source,
+                    &accounts,
+                    WARM_THREADS,
+                    listings,
+                )
             })
             .ok();
     }
@@ -182,6 +193,7 @@ fn run_options(a: &Args) -> Result<mailvault_core::source::RunOptions> {
         tags: a.tag.clone(),
         hostname: a.host.clone().unwrap_or_else(mailvault_core::hostname),
         force: a.force,
+        rescan: a.rescan,
     })
 }
 

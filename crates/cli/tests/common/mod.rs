@@ -135,6 +135,16 @@ impl Env {
 
 /// `cp -a from to`, replacing `to` if it is there.
 /// The size in MiB the environment variable `var` asks a test for, else `default`.
+/// Waits until what the test just wrote is older than the margin by which a backup proves
+/// a directory or a file unchanged (docs/format.md, *Folders taken unchanged*: 1 s, 3 s
+/// for whole-second timestamps), as a store at rest is when a nightly backup comes: else
+/// the next backup lists or reads again what was written in the second before the last
+/// one started (correctly: a change in the same clock tick may not show).
+pub fn at_rest() {
+    let coarse = mailvault_core::source::unchanged::COARSE_MARGIN_SECS as u64;
+    std::thread::sleep(std::time::Duration::from_millis(coarse * 1000 + 100));
+}
+
 pub fn env_mib(var: &str, default: usize) -> usize {
     std::env::var(var)
         .ok()

@@ -190,6 +190,7 @@ mod tests {
     fn node(name: &str, dir: &[u8]) -> FolderNode {
         FolderNode {
             mtime: None,
+            scan: None,
             name: name.into(),
             dir: dir.to_vec(),
             files: Vec::new(),

@@ -16,7 +16,7 @@ use crate::repo::format::BlobKind;
 use crate::repo::id::Id;
 use crate::repo::pack::PackList;
 use crate::repo::snapshot::{Snapshot, SnapshotSummary};
-use crate::repo::tree::{self, AccountRef, AccountTree, FolderNode, RootTree};
+use crate::repo::tree::{self, AccountRef, AccountTree, FolderNode, FolderScan, RootTree};
 use crate::repo::writer::records::WriterMark;
 use crate::repo::writer::BlobSaver;
 use crate::repo::{lock, Repository};
@@ -28,6 +28,7 @@ use mailvault_imap::maildir_flags::KeywordTable;
 use rayon::prelude::*;
 use serde::Serialize;
 use std::collections::{HashMap, VecDeque};
+use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::{Mutex, OnceLock};
 use std::time::Instant;
@@ -82,6 +83,8 @@ pub(crate) struct RunMeta {
     pub(crate) source: String,
     pub(crate) tags: Vec<String>,
     pub(crate) parent: Option<Snapshot>,
+    /// [`Snapshot::started`].
+    pub(crate) clock: tree::Timestamp,
     pub(crate) packs_resumed: u64,
     /// This run's lock: still good when the snapshot is saved, or no snapshot.
     pub(crate) lock: crate::repo::lock::LockWatch,
@@ -136,6 +139,7 @@ pub(crate) fn finish_run(
             elapsed_secs: elapsed,
         },
         original: None,
+        started: Some(meta.clock),
     };
     // A lock that may have been taken for stale (not refreshed for long) may have let a
     // prune delete packs this run deduplicated against: no snapshot then.
@@ -185,6 +189,9 @@ pub fn run<S: Source>(
     let label = source.label();
     let found = Failures::default();
     let accounts = source.accounts_reporting(&found)?;
+    // Before any folder is looked at (tests set it below the first account's path).
+    let clock =
+        crate::source::unchanged::clock(accounts.first().map_or(Path::new(""), |a| &a.path));
     let (resumed, mark) = repo.begin_backup()?;
     let compression = opts.compression.unwrap_or(repo.config().compression);
     if compression == Compression::Zstd && !repo.has_dictionary() {
@@ -235,6 +242,8 @@ pub fn run<S: Source>(
             time: time.0,
             process_owner: OnceLock::new(),
             state_file: source.state_file(),
+            rescan: opts.rescan,
+            parent_started: parent.as_ref().and_then(|p| p.started),
         };
         ctx.saver.adopt(resumed);
         let accounts = backup_accounts(&ctx, source, &accounts, &parent_accounts)?;
@@ -249,6 +258,7 @@ pub fn run<S: Source>(
             source: label,
             tags: opts.tags.clone(),
             parent,
+            clock,
             packs_resumed,
             lock: mark.watch(),
         };
@@ -335,14 +345,17 @@ fn backup_account<S: Source>(
             return Err(e);
         }
     };
-    let parent = parent_account(ctx, acc, parent);
-    if source.keys_across_folders() {
+    let mut parent = parent_account(ctx, acc, parent);
+    let looks = look_at_folders(ctx, source, acc, &listing.folders, &mut parent);
+    let listed = |f: &Folder| !looks.get(&f.dir[..]).is_some_and(|(_, kept)| *kept);
+    if source.keys_across_folders() && listing.folders.iter().any(listed) {
         parent.load_keys(repo, &ctx.failures, &acc.name);
     }
     let subscriptions = listing.subscriptions.as_deref();
     let folder = |session: &mut S::Session, f: &Folder| -> Option<FolderNode> {
         let subs = subscriptions.filter(|_| f.dir.is_empty());
-        match backup_folder(ctx, source, session, acc, f, &parent, subs) {
+        let look = looks.get(&f.dir[..]).cloned();
+        match backup_folder(ctx, source, session, (acc, f), &parent, subs, look) {
             Ok(n) => Some(n),
             Err(e) => {
                 ctx.failures.fail(source.folder_item(acc, f), e);
@@ -412,6 +425,7 @@ fn parent_account(ctx: &Ctx, acc: &Account, parent: Option<&AccountRef>) -> Pare
                 .collect(),
             folders: t.folders,
             by_key: OnceLock::new(),
+            kept: Vec::new(),
         },
         Err(e) => {
             // A damaged parent only costs speed: read everything again.
@@ -469,19 +483,78 @@ fn folders_over_sessions<S: Source>(
     nodes.into_inner().unwrap_or_else(|p| p.into_inner())
 }
 
+/// The parent's folder of `folder`, and its index in `parent.folders`.
+fn parent_folder<'a>(
+    parent: &'a ParentAccount,
+    folder: &Folder,
+) -> Option<(usize, &'a FolderNode)> {
+    match parent.by_dir.get(&folder.dir) {
+        Some(&i) => parent.folders.get(i).map(|f| (i, f)),
+        // Found by name when its directory is spelled otherwise now.
+        None => (parent.folders.iter().enumerate()).find(|(_, f)| f.name == folder.name),
+    }
+}
+
+/// What the pipeline found of a folder before its backup: its scan (the stamps of its
+/// directories), and whether its messages are the parent's, kept unlisted.
+type Look = (FolderScan, bool);
+
+/// Reads the stamps of each folder's directories, before anything of it is listed
+/// ([`Source::folder_stamps`]), and decides which folders' messages are kept from
+/// the parent without a listing ([`crate::source::unchanged::proven_unchanged`]; not with
+/// `--rescan`, nor when a tree blob of the parent's folder is not in the index): those
+/// are marked in `parent.kept`, so that their entries are not read. By folder directory;
+/// folders of a source without stamps are not there.
+fn look_at_folders<'f, S: Source>(
+    ctx: &Ctx,
+    source: &S,
+    acc: &Account,
+    folders: &'f [Folder],
+    parent: &mut ParentAccount,
+) -> HashMap<&'f [u8], Look> {
+    use crate::source::unchanged;
+    let index = ctx.saver.repo().index();
+    let parent_ref: &ParentAccount = parent;
+    let looks: Vec<(&[u8], Option<usize>, Look)> = (folders.par_iter())
+        .filter_map(|f| {
+            let dirs = source.folder_stamps(acc, f)?;
+            let p = parent_folder(parent_ref, f);
+            let proven = |ps: &FolderScan| {
+                (ctx.parent_started).is_some_and(|t| unchanged::proven_unchanged(ps, t, &dirs))
+            };
+            let kept = !ctx.rescan
+                && p.and_then(|(_, p)| p.scan.as_ref()).is_some_and(proven)
+                && p.is_some_and(|(_, p)| {
+                    (p.chunks.iter())
+                        .all(|c| index.contains(&c.entries) && index.contains(&c.names))
+                });
+            let scan = FolderScan {
+                dirs,
+                ..FolderScan::default()
+            };
+            Some((&f.dir[..], p.map(|(i, _)| i).filter(|_| kept), (scan, kept)))
+        })
+        .collect();
+    parent.kept = vec![false; parent.folders.len()];
+    for i in looks.iter().filter_map(|l| l.1) {
+        parent.kept[i] = true;
+    }
+    looks.into_iter().map(|(d, _, l)| (d, l)).collect()
+}
+
 fn backup_folder<S: Source>(
     ctx: &Ctx,
     source: &S,
     session: &mut S::Session,
-    acc: &Account,
-    folder: &Folder,
+    (acc, folder): (&Account, &Folder),
     parent: &ParentAccount,
     subscriptions: Option<&[String]>,
+    look: Option<Look>,
 ) -> Result<FolderNode> {
-    let parent_folder = match parent.by_dir.get(&folder.dir) {
-        Some(&i) => parent.folders.get(i),
-        // Found by name when its directory is spelled otherwise now.
-        None => parent.folders.iter().find(|f| f.name == folder.name),
+    let parent_folder = parent_folder(parent, folder).map(|(_, f)| f);
+    let (scan, kept) = match look {
+        Some((scan, kept)) => (Some(scan), kept),
+        None => (None, false),
     };
     let mut out = FolderWriter {
         ctx,
@@ -494,7 +567,13 @@ fn backup_folder<S: Source>(
         dirs: Vec::new(),
         mtime: None,
         keywords: Mutex::new(KeywordTable::new()),
+        scan,
+        kept: false,
+        failed: Default::default(),
     };
+    if kept {
+        out.keep_parent_messages();
+    }
     source.backup_folder(session, acc, folder, &mut out)?;
     out.finish(subscriptions)
 }

@@ -32,6 +32,12 @@ pub struct Snapshot {
     /// replaces (whose unrestorable messages it leaves out).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub original: Option<Id>,
+    /// This host's clock when the backup started, before any folder was looked at (not
+    /// `time`, which `backup --time` sets): the next backup's proof that a folder or file
+    /// did not change compares the times it recorded with it
+    /// ([`crate::source::unchanged`]). Absent in older snapshots (nothing is proven then).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub started: Option<crate::repo::tree::Timestamp>,
 }
 
 /// Totals kept in the snapshot for `snapshots` and `stats`.

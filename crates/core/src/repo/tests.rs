@@ -484,6 +484,7 @@ fn damaged_snapshot_files_cost_only_themselves() {
         root,
         summary: Default::default(),
         original: None,
+        started: None,
     };
     let a = repo.save_snapshot(&snap(1)).unwrap();
     let b = repo.save_snapshot(&snap(2)).unwrap();

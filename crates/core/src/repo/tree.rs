@@ -14,8 +14,10 @@
 //! content lists ([`ContentList`]: a large file's chunk ids in tree blobs of their own)
 //! and inode numbers; version 4 gives folders their directory's mtime and files their
 //! symbolic link target; version 5 gives files their device number and link count, so
-//! that a restore knows which are hard links of one file. Older blobs still decode.
-//! Chunks are still version 1.
+//! that a restore knows which are hard links of one file; version 6 gives folders the
+//! stamps of their directories as found ([`FolderScan`]), so that an
+//! unchanged Maildir folder is taken from the parent without listing it. Older blobs still
+//! decode. Chunks are still version 1.
 
 use crate::error::{Error, Result};
 use crate::repo::id::Id;
@@ -101,6 +103,39 @@ pub struct FolderNode {
     /// The folder directory's mtime, where the source keeps it (a `file:` backup's
     /// directories; a Maildir's changes with every delivery and is not kept). Version 4.
     pub mtime: Option<Timestamp>,
+    /// How the folder's directories were found, for the next backup's proof that nothing
+    /// changed (`crate::source::unchanged`); `None` when the folder had a failure (the
+    /// next backup lists it again), for sources that keep none (IMAP, mbox, EML, `file:`),
+    /// and in older trees. Version 6.
+    pub scan: Option<FolderScan>,
+}
+
+/// How a backup found a folder's directories ([`FolderNode::scan`]); the clock they are
+/// compared with is the snapshot's (`Snapshot::started`), so that the same directories
+/// give the same node whenever they are backed up.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq, Default)]
+pub struct FolderScan {
+    /// The stamps of the directories whose listing the folder's messages come from (a
+    /// Maildir's `cur` and `new`), stat'ed after the backup started and before they were
+    /// listed.
+    pub dirs: Vec<DirStamp>,
+    /// The uids and gids of the folder's messages, sorted: the snapshot's owner names are
+    /// found for a folder taken from the parent without reading its entries.
+    pub uids: Vec<u32>,
+    pub gids: Vec<u32>,
+}
+
+/// What `stat` said of one directory: a change of any of it means the directory changed.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq, Default)]
+pub struct DirStamp {
+    /// `cur` or `new`.
+    pub name: Vec<u8>,
+    pub dev: u64,
+    pub inode: u64,
+    pub mtime: Timestamp,
+    /// The status change time: moves with every change of the directory, including one
+    /// that sets the mtime back (`touch -d`, `rsync -t`), and cannot be set.
+    pub ctime: Timestamp,
 }
 
 /// One chunk of a folder's messages: two blobs with the same number of entries.
@@ -321,7 +356,7 @@ impl TreeBlob for RootTree {
     }
 }
 impl TreeBlob for AccountTree {
-    const VERSION: u8 = TREE_VERSION_5;
+    const VERSION: u8 = TREE_VERSION_6;
     fn decode_old(version: u8, body: &[u8]) -> Option<postcard::Result<Self>> {
         /// An old account tree whose folders decode as `N`.
         fn with<N: DeserializeOwned + Into<FolderNode>>(
@@ -334,6 +369,7 @@ impl TreeBlob for AccountTree {
             2 => Some(with::<old::FolderNode<old::FileV2>>(body)),
             3 => Some(with::<old::FolderNode<old::FileV3>>(body)),
             4 => Some(with::<old::FolderNodeV4>(body)),
+            5 => Some(with::<old::FolderNodeV5>(body)),
             _ => None,
         }
     }
@@ -395,6 +431,12 @@ mod old {
         pub(super) node: FolderNode<FileV4>,
         pub(super) mtime: Option<Timestamp>,
     }
+    /// A version-5 folder: version 4's with today's files, and no scan.
+    #[derive(Deserialize, Serialize)]
+    pub(super) struct FolderNodeV5 {
+        pub(super) node: FolderNode<super::FileEntry>,
+        pub(super) mtime: Option<Timestamp>,
+    }
 
     impl From<FileV2> for super::FileEntry {
         fn from(e: FileV2) -> Self {
@@ -445,12 +487,22 @@ mod old {
                 bytes: f.bytes,
                 dirs: f.dirs,
                 mtime: None,
+                scan: None,
             }
         }
     }
 
     impl From<FolderNodeV4> for super::FolderNode {
         fn from(f: FolderNodeV4) -> Self {
+            super::FolderNode {
+                mtime: f.mtime,
+                ..f.node.into()
+            }
+        }
+    }
+
+    impl From<FolderNodeV5> for super::FolderNode {
+        fn from(f: FolderNodeV5) -> Self {
             super::FolderNode {
                 mtime: f.mtime,
                 ..f.node.into()
@@ -555,6 +607,7 @@ mod v1 {
                 bytes: f.bytes,
                 dirs: Vec::new(),
                 mtime: None,
+                scan: None,
             });
             super::AccountTree {
                 folders: folders.collect(),
@@ -594,9 +647,11 @@ pub const TREE_VERSION_3: u8 = 3;
 /// Version byte of [`AccountTree`] blobs while folders had their directory's mtime and
 /// files their link target, but files no device number or link count.
 pub const TREE_VERSION_4: u8 = 4;
-/// Version byte of [`AccountTree`] blobs since files have their device number and link
-/// count (hard links).
+/// Version byte of [`AccountTree`] blobs while files had their device number and link
+/// count (hard links), but folders no scan.
 pub const TREE_VERSION_5: u8 = 5;
+/// Version byte of [`AccountTree`] blobs since folders have their scan ([`FolderScan`]).
+pub const TREE_VERSION_6: u8 = 6;
 /// A content list ends after an id whose first two bytes (little endian) are 0 modulo
 /// this: ~64 ids per list (256 KiB of a file in 4 KiB chunks) ...
 pub const LIST_AVG_IDS: u16 = 64;
@@ -661,7 +716,7 @@ mod tests {
         let mut blob = vec![version];
         blob.extend(postcard::to_allocvec(&old).unwrap());
         let t: AccountTree = decode(&blob, "t").unwrap();
-        assert_eq!(encode(&t)[0], TREE_VERSION_5);
+        assert_eq!(encode(&t)[0], TREE_VERSION_6);
         assert_eq!(decode::<AccountTree>(&encode(&t), "t").unwrap(), t);
         t
     }
@@ -875,9 +930,47 @@ mod tests {
                 bytes: 0,
                 dirs,
                 mtime: dir_mtime,
+                scan: None,
             }],
         };
         assert_eq!(t, want);
+    }
+
+    /// An account tree written before folder scans (version 5) still decodes, with no
+    /// scan (the next backup lists every folder); today's trees keep theirs.
+    #[test]
+    fn version_5_account_trees_still_decode() {
+        let file = FileEntry {
+            name: b"dovecot-uidlist".to_vec(),
+            size: 3,
+            mtime: Timestamp { secs: 5, nanos: 6 },
+            inode: 7,
+            dev: 8,
+            nlink: 1,
+            ..FileEntry::default()
+        };
+        let node = old_folder(file.clone());
+        let mtime = Some(Timestamp { secs: 9, nanos: 1 });
+        let t = decode_old_folder(TREE_VERSION_5, old::FolderNodeV5 { node, mtime });
+        let f = &t.folders[0];
+        assert_eq!(
+            (f.files.clone(), f.mtime, f.scan.clone()),
+            (vec![file], mtime, None)
+        );
+        let mut with_scan = t.clone();
+        with_scan.folders[0].scan = Some(FolderScan {
+            dirs: vec![DirStamp {
+                name: b"cur".to_vec(),
+                dev: 1,
+                inode: 2,
+                mtime: Timestamp { secs: 3, nanos: 4 },
+                ctime: Timestamp { secs: 5, nanos: 6 },
+            }],
+            uids: vec![8],
+            gids: vec![9],
+        });
+        let back: AccountTree = decode(&encode(&with_scan), "t").unwrap();
+        assert_eq!(back, with_scan);
     }
 
     fn entry(key: &str) -> MessageEntry {
@@ -965,7 +1058,7 @@ mod tests {
             AccountTree::default()
         );
         assert!(decode::<RootTree>(&[3, 0], "t").is_err());
-        assert!(decode::<AccountTree>(&[TREE_VERSION_5 + 1, 0], "t").is_err());
+        assert!(decode::<AccountTree>(&[TREE_VERSION_6 + 1, 0], "t").is_err());
         assert!(decode::<MessageChunk>(&[], "t").is_err());
     }
 }

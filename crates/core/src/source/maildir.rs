@@ -15,7 +15,7 @@ use super::{
 };
 use crate::error::{Error, Result};
 use crate::mail::maildir::{folder_name, split_name};
-use crate::repo::tree::{DirEntry, MessageEntry};
+use crate::repo::tree::{DirEntry, DirStamp, MessageEntry};
 use rayon::prelude::*;
 use std::collections::HashMap;
 use std::ffi::OsStr;
@@ -468,13 +468,18 @@ fn folder_files_in(folder: &Dir) -> Result<Vec<(Vec<u8>, FileMeta)>> {
     Ok(out)
 }
 
-/// Reads every directory of a store (accounts, folders, their files, `cur/`, `new/`) on
-/// `threads` threads and throws the listings away, so that the kernel has them cached.
-/// The CLI runs it while it derives the repository key (Argon2id, CPU-bound) and loads the
-/// index: on a cold cache the walk of an incremental backup is mostly waiting for the
-/// disk, and this overlaps that wait with the start-up (BENCHMARKS.md). Errors are
-/// ignored here; the backup's own walk reports them.
-pub fn warm_directories(root: &Path, accounts: &[String], threads: usize) {
+/// Reads the directories of a store (accounts, folders, their files; `cur/` and `new/`
+/// stat'ed, and listed too when `listings`) on `threads` threads and throws what it read
+/// away, so that the kernel has it cached. The CLI runs it while it derives the
+/// repository key (Argon2id, CPU-bound) and loads the index: on a cold cache the walk of
+/// an incremental backup is mostly waiting for the disk, and this overlaps that wait with
+/// the start-up (BENCHMARKS.md). Without `listings` the message directories are only
+/// stat'ed, as an incremental backup does for a folder unchanged since the parent
+/// (docs/format.md, *Folders taken unchanged*): the listings of the folders that changed
+/// are left to the backup, rather than every folder listed for nothing; with `--rescan`,
+/// `--force` or `--stat-unchanged` every folder is listed. Errors are ignored here; the
+/// backup's own walk reports them.
+pub fn warm_directories(root: &Path, accounts: &[String], threads: usize, listings: bool) {
     let Ok(found) = discover(root, accounts) else {
         return;
     };
@@ -486,7 +491,12 @@ pub fn warm_directories(root: &Path, accounts: &[String], threads: usize) {
                 let Some(acc) = found.get(i) else { break };
                 for f in folders(&acc.path).unwrap_or_default() {
                     let _ = list_folder_files(&f.path);
-                    let _ = list_messages(&f.path);
+                    if listings {
+                        let _ = list_messages(&f.path);
+                    } else {
+                        let _ = fs::symlink_metadata(f.path.join("new"));
+                        let _ = fs::symlink_metadata(f.path.join("cur"));
+                    }
                 }
             });
         }
@@ -631,6 +641,23 @@ impl Source for MaildirSource {
         true
     }
 
+    /// The stamps of `new/` and `cur/` (the ones there), from the folder's directory
+    /// opened below the root (no link followed); `None` with `--stat-unchanged` (every
+    /// message is stat'ed: listed), or when one cannot be stat'ed or is not a directory
+    /// (the listing reports it).
+    fn folder_stamps(&self, acc: &AccountSource, f: &FolderSource) -> Option<Vec<DirStamp>> {
+        if self.stat_unchanged {
+            return None;
+        }
+        let rel = [&acc.rel_path[..], b"/", &f.dir].concat();
+        let dir = Dir::open_below_as(&self.read, &self.root, &rel).ok()?;
+        let mut out = Vec::new();
+        for sub in [&b"new"[..], b"cur"] {
+            out.extend(super::unchanged::stamp(&dir, sub).ok()?);
+        }
+        Some(out)
+    }
+
     fn backup_folder(
         &self,
         _session: &mut (),
@@ -645,45 +672,9 @@ impl Source for MaildirSource {
             let at = (p != f.path).then(|| format!("{}: ", p.display()));
             Error::InvalidInput(format!("{}{e}", at.unwrap_or_default()))
         })?;
-        let mut listing = list_in(&dir, &mut |_, _| {});
-        let (files, errors) = (
-            std::mem::take(&mut listing.files),
-            std::mem::take(&mut listing.errors),
-        );
-        for e in errors {
-            match e {
-                Error::Io { path, source } => out.fail(path.display().to_string(), source),
-                e => out.fail(format!("{}: {}", acc.name, f.name), e),
-            }
+        if !out.messages_kept() {
+            self.backup_messages(acc, f, &dir, out);
         }
-        out.expect(files.len() as u64);
-        let mut to_read = Vec::new();
-        for file in files {
-            let Some(pe) = out.parent_by_key(file.key()) else {
-                to_read.push(file);
-                continue;
-            };
-            // Maildir files never change once delivered: the same key is the same
-            // message, whatever its flags (name) or place. With `stat_unchanged` a changed
-            // size or mtime makes us read it again anyway, for stores edited in place.
-            let mut e = pe.clone();
-            if self.stat_unchanged {
-                let st = (listing.dir(&file)).map(|d| d.stat(&file.name));
-                match st.map(|st| st.map(|st| FileMeta::of_stat(&st))) {
-                    Some(Ok(m)) if m.size == pe.size && m.mtime == pe.mtime => {
-                        (e.mode, e.uid, e.gid) = (m.mode, m.uid, m.gid);
-                    }
-                    _ => {
-                        to_read.push(file);
-                        continue;
-                    }
-                }
-            }
-            e.name = file.name;
-            e.new = file.new;
-            out.unchanged(e);
-        }
-        read_new(out, &dir, listing, to_read, f);
         folder_files(out, &dir, self.stat_unchanged)?;
         folder_dirs(out, &dir);
         Ok(())
@@ -751,6 +742,57 @@ impl Source for MaildirSource {
                 samples.offer(&data);
             }
         });
+    }
+}
+
+impl MaildirSource {
+    /// Lists the folder's messages and keeps those the parent has, reading the others.
+    fn backup_messages(
+        &self,
+        acc: &AccountSource,
+        f: &FolderSource,
+        dir: &Dir,
+        out: &mut FolderWriter<'_>,
+    ) {
+        let mut listing = list_in(dir, &mut |_, _| {});
+        let (files, errors) = (
+            std::mem::take(&mut listing.files),
+            std::mem::take(&mut listing.errors),
+        );
+        for e in errors {
+            match e {
+                Error::Io { path, source } => out.fail(path.display().to_string(), source),
+                e => out.fail(format!("{}: {}", acc.name, f.name), e),
+            }
+        }
+        out.expect(files.len() as u64);
+        let mut to_read = Vec::new();
+        for file in files {
+            let Some(pe) = out.parent_by_key(file.key()) else {
+                to_read.push(file);
+                continue;
+            };
+            // Maildir files never change once delivered: the same key is the same
+            // message, whatever its flags (name) or place. With `stat_unchanged` a changed
+            // size or mtime makes us read it again anyway, for stores edited in place.
+            let mut e = pe.clone();
+            if self.stat_unchanged {
+                let st = (listing.dir(&file)).map(|d| d.stat(&file.name));
+                match st.map(|st| st.map(|st| FileMeta::of_stat(&st))) {
+                    Some(Ok(m)) if m.size == pe.size && m.mtime == pe.mtime => {
+                        (e.mode, e.uid, e.gid) = (m.mode, m.uid, m.gid);
+                    }
+                    _ => {
+                        to_read.push(file);
+                        continue;
+                    }
+                }
+            }
+            e.name = file.name;
+            e.new = file.new;
+            out.unchanged(e);
+        }
+        read_new(out, dir, listing, to_read, f);
     }
 }
 
@@ -826,13 +868,22 @@ fn read_new(
     }
 }
 
-/// Stores the folder's own files; one unchanged since the parent (same size and
-/// mtime) is not read again.
+/// Stores the folder's own files (listed every time: they are few, and Dovecot replaces
+/// `dovecot-uidlist` and `dovecot-keywords` by a rename, which changes the folder's
+/// directory, not `cur/` or `new/`); one unchanged since the parent (same size, mtime and
+/// inode, its mtime proven older than the parent's start: [`super::unchanged::file_proven`])
+/// is not read again.
 fn folder_files(out: &mut FolderWriter<'_>, dir: &Dir, stat_unchanged: bool) -> Result<()> {
     let known = out.parent().filter(|_| !stat_unchanged);
+    let started = out.parent_started();
+    let same = |pf: &&crate::repo::tree::FileEntry, meta: &FileMeta| {
+        (pf.size, pf.mtime) == (meta.size, meta.mtime)
+            && (pf.inode == 0 || pf.inode == meta.inode)
+            && super::unchanged::file_proven(pf.mtime, started)
+    };
     for (name, meta) in folder_files_in(dir)? {
         let pf = known.and_then(|k| k.files.iter().find(|e| e.name == name));
-        if let Some(pf) = pf.filter(|pf| pf.size == meta.size && pf.mtime == meta.mtime) {
+        if let Some(pf) = pf.filter(|pf| same(pf, &meta)) {
             let mut e = pf.clone();
             (e.mode, e.uid, e.gid) = (meta.mode, meta.uid, meta.gid);
             out.keep_file(e);

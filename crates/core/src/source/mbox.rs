@@ -11,7 +11,7 @@
 //! of its head and of the bytes before its end ([`MboxState`]), the number of messages and
 //! the validity. A file that only grew is read from its old end (the report's
 //! `bytes_read` counts only the new bytes) and the parent's entries are kept; an unchanged
-//! one is not read at all; a rewritten one (an expunge) is read again under a new
+//! one is not read at all, nor are its entries (the parent's chunks are kept by id); a rewritten one (an expunge) is read again under a new
 //! validity: its messages get new keys, but their content, already in the repository, is
 //! not stored again.
 
@@ -515,10 +515,14 @@ impl Source for MboxSource {
         let (validity, first_uid, from) = match (&parent, change) {
             (Some(p), Change::Unchanged | Change::Grown { .. }) => {
                 // The parent's messages stay as they were: their keys, names and keyword
-                // letters.
+                // letters; unchanged, the parent's node's chunks as they are (unread).
                 out.resume_keywords();
-                for e in out.parent_entries()? {
-                    out.unchanged(e);
+                if matches!(change, Change::Unchanged) {
+                    out.keep_parent_messages();
+                } else {
+                    for e in out.parent_entries()? {
+                        out.unchanged(e);
+                    }
                 }
                 let from = match change {
                     Change::Grown { from } => from,

@@ -33,6 +33,7 @@ pub mod imap;
 mod item;
 pub mod maildir;
 pub mod mbox;
+pub mod unchanged;
 pub mod walk;
 pub mod writer;
 
@@ -43,6 +44,7 @@ pub use item::{
 pub use writer::FolderWriter;
 
 use crate::repo::compress::Compression;
+use crate::repo::tree::DirStamp;
 use crate::Result;
 use std::sync::Mutex;
 
@@ -127,6 +129,16 @@ pub trait Source: Sync {
         None
     }
 
+    /// The stamps of the directories a folder's messages are listed from (a Maildir's
+    /// `cur` and `new`), stat'ed now, before anything of the folder is listed: the same as
+    /// the parent recorded and proven old ([`unchanged::proven_unchanged`]), the pipeline
+    /// keeps the parent's messages of the folder without a listing
+    /// ([`FolderWriter::messages_kept`]). `None` (the default): the source keeps none and
+    /// lists every folder. The pipeline reads the clock before the first call.
+    fn folder_stamps(&self, _account: &Account, _folder: &Folder) -> Option<Vec<DirStamp>> {
+        None
+    }
+
     /// Whether the source finds unchanged messages by key across the account's folders
     /// ([`FolderWriter::parent_by_key`]; a Maildir message moved to another folder keeps
     /// its key): the pipeline then reads the parent's entries of an account before its
@@ -150,6 +162,9 @@ pub struct RunOptions {
     pub hostname: String,
     /// No parent snapshot: read every message.
     pub force: bool,
+    /// List every folder, even one whose directories are proven unchanged since the
+    /// parent snapshot ([`unchanged`]); the parent's messages are still not read again.
+    pub rescan: bool,
 }
 
 impl RunOptions {
@@ -161,6 +176,7 @@ impl RunOptions {
             tags: Vec::new(),
             hostname: hostname.into(),
             force: false,
+            rescan: false,
         }
     }
 }

@@ -7,7 +7,9 @@
 use super::{Failures, FileData, FileMeta, Folder, FolderFile, MessageId, MessageMeta, NewMessage};
 use crate::error::{Error, Result};
 use crate::mail::summary::header_summary;
-use crate::repo::tree::{DirEntry, FileEntry, FolderNode, MessageEntry, OwnerNames, Timestamp};
+use crate::repo::tree::{
+    DirEntry, FileEntry, FolderNode, FolderScan, MessageEntry, OwnerNames, Timestamp,
+};
 use crate::repo::writer::content::{save_entries, store_content, store_large, StoredLarge};
 use crate::repo::writer::BlobSaver;
 use crate::repo::{lock, Repository};
@@ -17,7 +19,7 @@ use mailvault_imap::maildir_flags::{imap_to_maildir, KeywordTable};
 use std::collections::{BTreeSet, HashMap};
 use std::io::ErrorKind;
 use std::path::Path;
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::sync::{Mutex, OnceLock};
 
 /// What a backup run of any source counts as it goes.
@@ -48,6 +50,10 @@ pub(crate) struct Ctx<'a> {
     pub(crate) process_owner: OnceLock<(u32, u32)>,
     /// [`super::Source::state_file`].
     pub(crate) state_file: Option<&'static [u8]>,
+    /// [`super::RunOptions::rescan`]: no folder's messages are kept without a listing.
+    pub(crate) rescan: bool,
+    /// The parent snapshot's [`crate::repo::snapshot::Snapshot::started`].
+    pub(crate) parent_started: Option<Timestamp>,
 }
 
 impl Ctx<'_> {
@@ -96,6 +102,10 @@ pub(crate) struct ParentAccount {
     pub(crate) by_dir: HashMap<Vec<u8>, usize>,
     /// Every message of the account by key, read on first use.
     pub(crate) by_key: OnceLock<HashMap<Vec<u8>, MessageEntry>>,
+    /// By index in `folders`: the folders this backup keeps without a listing, whose
+    /// entries are not read into `by_key` (a message moved out of one would have changed
+    /// its directories). Shorter than `folders`: the others are not kept.
+    pub(crate) kept: Vec<bool>,
 }
 
 /// Where a source puts one folder's backup: the pipeline's side of
@@ -115,6 +125,13 @@ pub struct FolderWriter<'a> {
     /// Keyword letters of messages given by flags; written as `dovecot-keywords` when
     /// not empty.
     pub(crate) keywords: Mutex<mailvault_imap::maildir_flags::KeywordTable>,
+    /// The folder's scan, recorded in its node unless something of it failed.
+    pub(crate) scan: Option<FolderScan>,
+    /// The parent's messages are kept, unlisted ([`Self::messages_kept`]).
+    pub(crate) kept: bool,
+    /// Something of the folder failed ([`Self::fail`]): no scan is recorded, so that the
+    /// next backup lists the folder again.
+    pub(crate) failed: AtomicBool,
 }
 
 impl ParentAccount {
@@ -128,7 +145,8 @@ impl ParentAccount {
     ) -> &HashMap<Vec<u8>, MessageEntry> {
         self.by_key.get_or_init(|| {
             let mut by_key = HashMap::new();
-            for f in &self.folders {
+            let kept = |i: usize| self.kept.get(i).copied().unwrap_or(false);
+            for (_, f) in (self.folders.iter().enumerate()).filter(|(i, _)| !kept(*i)) {
                 for c in &f.chunks {
                     match repo.read_chunk(c) {
                         Ok(es) => by_key.extend(es.into_iter().map(|e| (e.key.clone(), e))),
@@ -151,14 +169,34 @@ impl<'a> FolderWriter<'a> {
         self.account
     }
 
-    /// The failure list (a message or file that could not be read; the folder goes on).
-    pub fn failures(&self) -> &Failures {
-        &self.ctx.failures
+    /// Records a failure of the folder (a message or file that could not be read; the
+    /// folder goes on); see [`Failures::fail`].
+    pub fn fail(&self, item: impl Into<String>, e: impl crate::report::Reason) {
+        self.failed.store(true, Relaxed);
+        self.ctx.failures.fail(item, e);
     }
 
-    /// Records a failure; see [`Failures::fail`].
-    pub fn fail(&self, item: impl Into<String>, e: impl crate::report::Reason) {
-        self.ctx.failures.fail(item, e);
+    /// Whether the folder's messages are the parent's, proven unchanged without a listing
+    /// ([`super::unchanged`]): the pipeline keeps them, and the source backs up only the
+    /// folder's files and directories.
+    pub fn messages_kept(&self) -> bool {
+        self.kept
+    }
+
+    /// When the parent's backup started, by this host's clock
+    /// ([`crate::repo::snapshot::Snapshot::started`]): what the times it recorded are
+    /// compared with ([`super::unchanged`]). `None` for an older parent, or none.
+    pub fn parent_started(&self) -> Option<Timestamp> {
+        self.ctx.parent_started
+    }
+
+    /// Keeps the parent folder's messages, by its chunk ids, unread: counted as unchanged.
+    pub(crate) fn keep_parent_messages(&mut self) {
+        let Some(p) = self.parent else { return };
+        self.kept = true;
+        self.ctx.n.unchanged.fetch_add(p.messages, Relaxed);
+        self.ctx.progress.add_total(p.messages, 0);
+        self.ctx.progress.advance(p.messages, p.bytes);
     }
 
     /// `n` messages more to read (progress).
@@ -527,13 +565,32 @@ impl<'a> FolderWriter<'a> {
                 meta: None,
             })?;
         }
-        let messages = self.entries.len() as u64;
-        let bytes: u64 = self.entries.iter().map(|e| e.size).sum();
-        ctx.n.bytes_total.fetch_add(bytes, Relaxed);
         let mut owners = OwnerIds::default();
         for e in &self.entries {
             owners.add(e.uid, e.gid);
         }
+        let kept = self.parent.filter(|_| self.kept);
+        if let Some(s) = kept.and_then(|p| p.scan.as_ref()) {
+            owners.uids.extend(&s.uids);
+            owners.gids.extend(&s.gids);
+        }
+        let scan = (self.scan.take())
+            .filter(|_| !self.failed.load(Relaxed))
+            .map(|s| FolderScan {
+                uids: owners.uids.iter().copied().collect(),
+                gids: owners.gids.iter().copied().collect(),
+                ..s
+            });
+        let (chunks, messages, bytes) = match kept {
+            Some(p) => (p.chunks.clone(), p.messages, p.bytes),
+            None => {
+                let messages = self.entries.len() as u64;
+                let bytes: u64 = self.entries.iter().map(|e| e.size).sum();
+                let entries = std::mem::take(&mut self.entries);
+                (save_entries(&ctx.saver, entries)?, messages, bytes)
+            }
+        };
+        ctx.n.bytes_total.fetch_add(bytes, Relaxed);
         for e in &self.files {
             owners.add(e.uid, e.gid);
         }
@@ -545,7 +602,6 @@ impl<'a> FolderWriter<'a> {
             all.uids.append(&mut owners.uids);
             all.gids.append(&mut owners.gids);
         }
-        let chunks = save_entries(&ctx.saver, self.entries)?;
         self.files.sort_by(|a, b| a.name.cmp(&b.name));
         ctx.n.folders.fetch_add(1, Relaxed);
         Ok(FolderNode {
@@ -557,6 +613,7 @@ impl<'a> FolderWriter<'a> {
             bytes,
             dirs: self.dirs,
             mtime: self.mtime,
+            scan,
         })
     }
 }

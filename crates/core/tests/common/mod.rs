@@ -44,6 +44,20 @@ pub fn open_repo(dir: &Path) -> Repository {
     Repository::open(Arc::new(LocalStore::new(dir)), PASSWORD).unwrap()
 }
 
+/// Backups of what is below `dir` read the clock 10 s late, as a backup run a while after
+/// the store was written (a store at rest): a directory or file written in the second
+/// before a backup started is listed or read again by the next one (docs/format.md,
+/// *Folders taken unchanged*), which a test writing its store just before two backups
+/// would see.
+pub fn at_rest(dir: &Path) -> mailvault_core::source::unchanged::hook::Guard {
+    use mailvault_core::source::unchanged::hook::{set, Look};
+    set(dir, |_, l| {
+        if let Look::Clock(at) = l {
+            at.secs += 10;
+        }
+    })
+}
+
 /// Writes a message file with an mtime.
 pub fn put_msg(maildir: &Path, folder: &str, sub: &str, name: &str, body: &[u8], mtime: i64) {
     let dir = if folder.is_empty() {

@@ -26,6 +26,7 @@ fn snap(n: usize, time: &str, tags: &[&str]) -> Snapshot {
         root: Id::default(),
         summary: SnapshotSummary::default(),
         original: None,
+        started: None,
     }
 }
 
