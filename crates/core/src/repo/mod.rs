@@ -42,6 +42,7 @@ pub mod tree;
 pub mod writer;
 
 use crate::error::{Error, Result};
+pub use read::ChunkTreeVisitor;
 use crate::store::Backend;
 use crate::store::Store;
 use compress::Compression;

@@ -14,8 +14,10 @@
 //! content lists ([`ContentList`]: a large file's chunk ids in tree blobs of their own)
 //! and inode numbers; version 4 gives folders their directory's mtime and files their
 //! symbolic link target; version 5 gives files their device number and link count, so
-//! that a restore knows which are hard links of one file. Older blobs still decode.
-//! Chunks are still version 1.
+//! that a restore knows which are hard links of one file; version 6 keeps a large folder's
+//! chunk references in a [`ChunkTree`] of their own (a content-defined tree, so that one
+//! message more in a folder of a million rewrites a few small nodes, not the folder's list
+//! of chunks). Older blobs still decode. Chunks are still version 1.
 
 use crate::error::{Error, Result};
 use crate::repo::id::Id;
@@ -101,6 +103,23 @@ pub struct FolderNode {
     /// The folder directory's mtime, where the source keeps it (a `file:` backup's
     /// directories; a Maildir's changes with every delivery and is not kept). Version 4.
     pub mtime: Option<Timestamp>,
+    /// The root of the folder's [`ChunkTree`], when its chunks are too many for one list:
+    /// the folder's chunks are then those of the tree, in order, and `chunks` is empty.
+    /// Read them with `Repository::folder_chunks`. Version 6.
+    pub chunk_tree: Option<Id>,
+}
+
+/// A node of a folder's chunk tree: a leaf holds a run of the folder's chunks, an inner
+/// node the ids of its children (nodes one level down), all in key order. Each level is
+/// cut into nodes at content-defined points ([`list_boundaries`] on the chunks' `entries`
+/// ids, then on the nodes' ids), as a prolly tree is: one message more changes one chunk,
+/// so one leaf and the nodes above it, and an unchanged folder encodes to the same nodes.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq, Default)]
+pub struct ChunkTree {
+    /// A leaf's chunks (empty in an inner node).
+    pub chunks: Vec<ChunkRef>,
+    /// An inner node's children (empty in a leaf).
+    pub children: Vec<Id>,
 }
 
 /// One chunk of a folder's messages: two blobs with the same number of entries.
@@ -320,8 +339,11 @@ impl TreeBlob for RootTree {
         (version == 1).then(|| postcard::from_bytes::<v1::RootTree>(body).map(Into::into))
     }
 }
+impl TreeBlob for ChunkTree {
+    const VERSION: u8 = TREE_VERSION_6;
+}
 impl TreeBlob for AccountTree {
-    const VERSION: u8 = TREE_VERSION_5;
+    const VERSION: u8 = TREE_VERSION_6;
     fn decode_old(version: u8, body: &[u8]) -> Option<postcard::Result<Self>> {
         /// An old account tree whose folders decode as `N`.
         fn with<N: DeserializeOwned + Into<FolderNode>>(
@@ -334,6 +356,7 @@ impl TreeBlob for AccountTree {
             2 => Some(with::<old::FolderNode<old::FileV2>>(body)),
             3 => Some(with::<old::FolderNode<old::FileV3>>(body)),
             4 => Some(with::<old::FolderNodeV4>(body)),
+            5 => Some(with::<old::FolderNodeV5>(body)),
             _ => None,
         }
     }
@@ -395,6 +418,12 @@ mod old {
         pub(super) node: FolderNode<FileV4>,
         pub(super) mtime: Option<Timestamp>,
     }
+    /// A version-5 folder: version 4's with today's files, no chunk tree.
+    #[derive(Deserialize, Serialize)]
+    pub(super) struct FolderNodeV5 {
+        pub(super) node: FolderNode<super::FileEntry>,
+        pub(super) mtime: Option<Timestamp>,
+    }
 
     impl From<FileV2> for super::FileEntry {
         fn from(e: FileV2) -> Self {
@@ -445,12 +474,22 @@ mod old {
                 bytes: f.bytes,
                 dirs: f.dirs,
                 mtime: None,
+                chunk_tree: None,
             }
         }
     }
 
     impl From<FolderNodeV4> for super::FolderNode {
         fn from(f: FolderNodeV4) -> Self {
+            super::FolderNode {
+                mtime: f.mtime,
+                ..f.node.into()
+            }
+        }
+    }
+
+    impl From<FolderNodeV5> for super::FolderNode {
+        fn from(f: FolderNodeV5) -> Self {
             super::FolderNode {
                 mtime: f.mtime,
                 ..f.node.into()
@@ -555,6 +594,7 @@ mod v1 {
                 bytes: f.bytes,
                 dirs: Vec::new(),
                 mtime: None,
+                chunk_tree: None,
             });
             super::AccountTree {
                 folders: folders.collect(),
@@ -594,9 +634,12 @@ pub const TREE_VERSION_3: u8 = 3;
 /// Version byte of [`AccountTree`] blobs while folders had their directory's mtime and
 /// files their link target, but files no device number or link count.
 pub const TREE_VERSION_4: u8 = 4;
-/// Version byte of [`AccountTree`] blobs since files have their device number and link
-/// count (hard links).
+/// Version byte of [`AccountTree`] blobs while files had their device number and link
+/// count (hard links) but large folders no chunk tree.
 pub const TREE_VERSION_5: u8 = 5;
+/// Version byte of [`AccountTree`] blobs since large folders keep their chunks in a
+/// [`ChunkTree`], and of [`ChunkTree`] blobs.
+pub const TREE_VERSION_6: u8 = 6;
 /// A content list ends after an id whose first two bytes (little endian) are 0 modulo
 /// this: ~64 ids per list (256 KiB of a file in 4 KiB chunks) ...
 pub const LIST_AVG_IDS: u16 = 64;
@@ -875,6 +918,7 @@ mod tests {
                 bytes: 0,
                 dirs,
                 mtime: dir_mtime,
+                chunk_tree: None,
             }],
         };
         assert_eq!(t, want);

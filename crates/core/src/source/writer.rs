@@ -128,16 +128,18 @@ impl ParentAccount {
     ) -> &HashMap<Vec<u8>, MessageEntry> {
         self.by_key.get_or_init(|| {
             let mut by_key = HashMap::new();
-            for f in &self.folders {
-                for c in &f.chunks {
-                    match repo.read_chunk(c) {
-                        Ok(es) => by_key.extend(es.into_iter().map(|e| (e.key.clone(), e))),
-                        Err(e) => {
-                            failures.fail(format!("account {account} (parent snapshot)"), &e);
-                            return HashMap::new();
-                        }
+            let read = |by_key: &mut HashMap<_, _>| -> Result<()> {
+                for f in &self.folders {
+                    for c in &repo.folder_chunks(f)? {
+                        let es = repo.read_chunk(c)?;
+                        by_key.extend(es.into_iter().map(|e| (e.key.clone(), e)));
                     }
                 }
+                Ok(())
+            };
+            if let Err(e) = read(&mut by_key) {
+                failures.fail(format!("account {account} (parent snapshot)"), &e);
+                return HashMap::new();
             }
             by_key
         })
@@ -194,8 +196,11 @@ impl<'a> FolderWriter<'a> {
     /// The parent folder's entries ([`parent`](Self::parent)); none without one.
     pub fn parent_entries(&self) -> Result<Vec<MessageEntry>> {
         let mut out = Vec::new();
-        for c in self.parent.iter().flat_map(|p| &p.chunks) {
-            out.extend(self.ctx.saver.repo().read_chunk(c)?);
+        let repo = self.ctx.saver.repo();
+        if let Some(p) = self.parent {
+            for c in &repo.folder_chunks(p)? {
+                out.extend(repo.read_chunk(c)?);
+            }
         }
         Ok(out)
     }
@@ -545,14 +550,15 @@ impl<'a> FolderWriter<'a> {
             all.uids.append(&mut owners.uids);
             all.gids.append(&mut owners.gids);
         }
-        let chunks = save_entries(&ctx.saver, self.entries)?;
+        let saved = save_entries(&ctx.saver, self.entries)?;
         self.files.sort_by(|a, b| a.name.cmp(&b.name));
         ctx.n.folders.fetch_add(1, Relaxed);
         Ok(FolderNode {
             name: self.folder.name.clone(),
             dir: self.folder.dir.clone(),
             files: self.files,
-            chunks,
+            chunks: saved.chunks,
+            chunk_tree: saved.chunk_tree,
             messages,
             bytes,
             dirs: self.dirs,
