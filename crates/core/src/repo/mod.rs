@@ -42,7 +42,6 @@ pub mod tree;
 pub mod writer;
 
 use crate::error::{Error, Result};
-pub use read::ChunkTreeVisitor;
 use crate::store::Backend;
 use crate::store::Store;
 use compress::Compression;
@@ -51,6 +50,7 @@ use format::Version;
 use id::Id;
 use index::Index;
 use lock::{LockKind, LockOptions, LockStore, RepoLock, UnlockReport};
+pub use read::ChunkTreeVisitor;
 use serde::{Deserialize, Serialize};
 use snapshot::Snapshot;
 use split::{Chunker, ChunkerParams};

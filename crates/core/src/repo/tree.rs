@@ -704,9 +704,43 @@ mod tests {
         let mut blob = vec![version];
         blob.extend(postcard::to_allocvec(&old).unwrap());
         let t: AccountTree = decode(&blob, "t").unwrap();
-        assert_eq!(encode(&t)[0], TREE_VERSION_5);
+        assert_eq!(encode(&t)[0], TREE_VERSION_6);
         assert_eq!(decode::<AccountTree>(&encode(&t), "t").unwrap(), t);
         t
+    }
+
+    /// A version-5 account tree (before chunk trees) decodes as today's, its folders
+    /// holding their chunks themselves; and a reader of version 5 would refuse today's
+    /// blob by its version byte rather than read a large folder as empty.
+    #[test]
+    fn version_5_folders_decode_without_a_chunk_tree() {
+        let chunk = ChunkRef {
+            entries: Id([1; 32]),
+            names: Id([2; 32]),
+        };
+        let mtime = Some(Timestamp { secs: 5, nanos: 6 });
+        let v5 = old::FolderNodeV5 {
+            node: old::FolderNode {
+                name: "INBOX".into(),
+                dir: Vec::new(),
+                files: vec![FileEntry {
+                    name: b"dovecot-uidlist".to_vec(),
+                    dev: 7,
+                    nlink: 1,
+                    ..Default::default()
+                }],
+                chunks: vec![chunk],
+                messages: 3,
+                bytes: 300,
+                dirs: Vec::new(),
+            },
+            mtime,
+        };
+        let t = decode_old_folder(TREE_VERSION_5, v5);
+        let f = &t.folders[0];
+        assert_eq!((&f.chunks, f.chunk_tree, f.mtime), (&vec![chunk], None, mtime));
+        assert_eq!((f.messages, f.files[0].dev), (3, 7));
+        assert_eq!(encode(&t)[0], 6);
     }
 
     /// As [`decode_old_folder`], of a version-2 or -3 folder holding `file`: it has no
@@ -1009,7 +1043,7 @@ mod tests {
             AccountTree::default()
         );
         assert!(decode::<RootTree>(&[3, 0], "t").is_err());
-        assert!(decode::<AccountTree>(&[TREE_VERSION_5 + 1, 0], "t").is_err());
+        assert!(decode::<AccountTree>(&[TREE_VERSION_6 + 1, 0], "t").is_err());
         assert!(decode::<MessageChunk>(&[], "t").is_err());
     }
 }

@@ -130,7 +130,10 @@ impl<'a> Walk<'a> {
             }
         }
         let damaged = |id: &Id, e| {
-            let what = format!("{fname} (a list of message lists, of its {} messages)", f.messages);
+            let what = format!(
+                "{fname} (a list of message lists, of its {} messages)",
+                f.messages
+            );
             let i = self.tree_error(id, &what, e);
             self.attribute(i, sid, what, 0);
         };
