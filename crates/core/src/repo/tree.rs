@@ -738,7 +738,10 @@ mod tests {
         };
         let t = decode_old_folder(TREE_VERSION_5, v5);
         let f = &t.folders[0];
-        assert_eq!((&f.chunks, f.chunk_tree, f.mtime), (&vec![chunk], None, mtime));
+        assert_eq!(
+            (&f.chunks, f.chunk_tree, f.mtime),
+            (&vec![chunk], None, mtime)
+        );
         assert_eq!((f.messages, f.files[0].dev), (3, 7));
         assert_eq!(encode(&t)[0], 6);
     }
