@@ -481,3 +481,69 @@ fn check_tells_a_foreign_file_in_data_from_an_unindexed_pack() {
     assert!(line.contains("not a pack of this repository"), "{line}");
     assert!(!line.contains("interrupted backup"), "{line}");
 }
+
+/// A leaf of a large folder's chunk tree damaged in its pack: `check --read-data` names it
+/// as a list of message lists of that folder, and a restore gives back every message the
+/// other leaves hold (the ones below it reported).
+#[test]
+fn a_damaged_chunk_tree_leaf_costs_only_the_messages_below_it() {
+    use mailvault_core::repo::pack::pack_path;
+    use mailvault_core::repo::tree::{AccountTree, ChunkTree, RootTree};
+    use mailvault_core::store::LocalStore;
+    use mailvault_core::Repository;
+    use std::os::unix::fs::FileExt;
+    let e = Env::new();
+    let md = e.path("md");
+    for sub in ["cur", "new", "tmp"] {
+        fs::create_dir_all(md.join(sub)).unwrap();
+    }
+    let n = 20_000;
+    for i in 0..n {
+        let msg = format!("From: a{i}@example.org\nSubject: m{i}\n\nbody {i}\n");
+        fs::write(md.join("cur").join(format!("{i}.M1P1.mx:2,S")), msg).unwrap();
+    }
+    e.expect(0, &["init", "--compression", "none"]);
+    e.expect(0, &["backup", md.to_str().unwrap()]);
+
+    // The second leaf below the folder's root, where it lies, and its messages.
+    let repo = Repository::open(std::sync::Arc::new(LocalStore::new(e.repo())), b"s3cret").unwrap();
+    let snap = repo.find_snapshot("latest").unwrap();
+    let root: RootTree = repo.read_tree(&snap.root).unwrap();
+    let acc: AccountTree = repo.read_tree(&root.accounts[0].tree).unwrap();
+    let top: ChunkTree = repo.read_tree(&acc.folders[0].chunk_tree.unwrap()).unwrap();
+    let leaf_id = top.children[1];
+    let leaf: ChunkTree = repo.read_tree(&leaf_id).unwrap();
+    assert!(!leaf.chunks.is_empty(), "two levels for 20,000 messages");
+    let lost: usize = (leaf.chunks.iter())
+        .map(|c| repo.read_chunk(c).unwrap().len())
+        .sum();
+    let loc = *repo.index().get(&leaf_id).unwrap();
+    let pack = e.repo().join(pack_path(&repo.index().pack_id(loc.pack)));
+    drop(repo);
+    let f = fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(&pack)
+        .unwrap();
+    let at = u64::from(loc.offset + loc.stored_len / 2);
+    let mut b = [0u8];
+    f.read_exact_at(&mut b, at).unwrap();
+    f.write_all_at(&[b[0] ^ 0x55], at).unwrap();
+
+    // As another host sees it: no local copy of the trees.
+    let _ = fs::remove_dir_all(e.path("cache"));
+    let out = e.expect(2, &["check", "--read-data"]);
+    assert!(
+        out.contains("folder INBOX (a list of message lists, of its 20000 messages)"),
+        "{out}"
+    );
+    // A restore takes every message the other leaves hold, and reports the rest.
+    let dest = e.path("out");
+    let out = e.expect(
+        1,
+        &["restore", "latest", "--target", dest.to_str().unwrap()],
+    );
+    assert!(out.contains("does not open as tree blob"), "{out}");
+    assert_eq!(messages_in(&dest), n - lost);
+    assert!(lost > 0 && lost < n, "{lost} messages below one leaf");
+}

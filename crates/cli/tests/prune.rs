@@ -12,8 +12,10 @@ use mailvault_core::store::{parse_s3_url, LocalStore, Store};
 use mailvault_core::testing::minio::Minio;
 use mailvault_corpus::{generate, mutate, CorpusSpec, MutationSpec};
 use serde_json::Value;
+use std::fs;
 use std::path::Path;
 use std::process::Stdio;
+use std::sync::Arc;
 
 fn maildir(p: &Path) -> String {
     format!("maildir:{}", p.display())
@@ -305,4 +307,64 @@ fn an_unreadable_snapshot_stops_prune() {
         "{out}"
     );
     assert_eq!(size(&e), before);
+}
+
+/// A folder large enough for a chunk tree (20,000 messages) goes through every command
+/// that reads folders: backup (twice, the second after one message came and one went),
+/// `ls`, `forget` and `prune` of the first snapshot, `check --read-data`, and a restore
+/// that gives back the store as the second backup saw it, byte for byte.
+#[test]
+fn a_large_folder_goes_through_every_command_by_its_chunk_tree() {
+    use mailvault_core::repo::tree::{AccountTree, RootTree};
+    use mailvault_core::Repository;
+    let e = Env::new();
+    let src = e.path("vmail");
+    let cur = src.join("example.org/big/Maildir/cur");
+    fs::create_dir_all(&cur).unwrap();
+    for d in ["new", "tmp"] {
+        fs::create_dir_all(src.join("example.org/big/Maildir").join(d)).unwrap();
+    }
+    let msg = |i: u32| format!("From: a{i}@example.org\nSubject: m{i}\n\nbody {i}\n");
+    for i in 0..20_000u32 {
+        fs::write(
+            cur.join(format!("{}.M{i}P1.mx:2,S", 1_700_000_000 + i)),
+            msg(i),
+        )
+        .unwrap();
+    }
+    e.expect(0, &["init"]);
+    let first = e.json(0, &["backup", &maildir(&src)]);
+    assert_eq!(first["items_total"], 20_000, "{first}");
+    fs::write(cur.join("1800000000.M1P1.mx:2,"), msg(99_999)).unwrap();
+    fs::remove_file(cur.join("1700012345.M12345P1.mx:2,S")).unwrap();
+    let second = e.json(0, &["backup", &maildir(&src)]);
+    assert_eq!(second["items_new"], 1, "{second}");
+
+    // The folder's chunks are in a chunk tree, not in its node.
+    let repo = Repository::open(Arc::new(LocalStore::new(e.repo())), b"s3cret").unwrap();
+    let snap = repo.find_snapshot("latest").unwrap();
+    let root: RootTree = repo.read_tree(&snap.root).unwrap();
+    let acc: AccountTree = repo.read_tree(&root.accounts[0].tree).unwrap();
+    let inbox = &acc.folders[0];
+    assert!(inbox.chunk_tree.is_some() && inbox.chunks.is_empty());
+    drop(repo);
+
+    let listing = e.json(
+        0,
+        &[
+            "ls",
+            "latest",
+            "--account",
+            "big@example.org",
+            "--folder",
+            "INBOX",
+        ],
+    );
+    assert_eq!(listing["items"].as_array().unwrap().len(), 20_000);
+    e.expect(0, &["forget", first["snapshot"].as_str().unwrap()]);
+    e.expect(0, &["prune"]);
+    e.expect(0, &["check", "--read-data"]);
+    let out = e.path("out");
+    e.expect(0, &["restore", "latest", "--target", &maildir(&out)]);
+    assert_same_files(&out, &src);
 }

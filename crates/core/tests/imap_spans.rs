@@ -43,7 +43,7 @@ fn an_imap_restore_reads_spans_not_blobs() {
         for f in &tree.folders {
             batches += f.messages.div_ceil(40);
             files += f.files.iter().map(|f| f.content.len() as u64).sum::<u64>();
-            for c in &f.chunks {
+            for c in &repo.folder_chunks(f).unwrap() {
                 let entries = repo.read_chunk(c).unwrap();
                 blobs += entries.iter().map(|e| e.content.len() as u64).sum::<u64>();
             }

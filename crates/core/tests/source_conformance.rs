@@ -197,7 +197,7 @@ fn view(repo: &Repository, id: &str) -> View {
                 );
             }
             let mut msgs = BTreeSet::new();
-            for c in &f.chunks {
+            for c in &repo.folder_chunks(f).unwrap() {
                 for e in repo.read_chunk(c).unwrap() {
                     let data = assemble(repo, &e.content, e.size, Some(&e.hash)).unwrap();
                     let letters = String::from_utf8_lossy(split_name(&e.name).1).to_string();
@@ -490,7 +490,7 @@ fn files_of(repo: &Repository, id: &str) -> BTreeMap<Vec<u8>, (Vec<u8>, i64, u32
     let mut out = BTreeMap::new();
     for f in &t.folders {
         assert!(
-            f.chunks.is_empty(),
+            f.chunks.is_empty() && f.chunk_tree.is_none(),
             "{}: messages in a file: backup",
             f.name
         );
@@ -681,7 +681,13 @@ fn maildir_trees_match_a_repository_made_before_the_trait() {
         assert_eq!(ta.folders.len(), tb.folders.len());
         for (fa, fb) in ta.folders.iter().zip(&tb.folders) {
             assert_eq!((&fa.name, &fa.dir), (&fb.name, &fb.dir));
-            assert_eq!(fa.chunks, fb.chunks, "{}: {}", a.name, fa.name);
+            assert_eq!(
+                (&fa.chunks, fa.chunk_tree),
+                (&fb.chunks, fb.chunk_tree),
+                "{}: {}",
+                a.name,
+                fa.name
+            );
             assert_eq!(fa.dirs, fb.dirs, "{}: {}", a.name, fa.name);
             let names = |f: &mailvault_core::repo::tree::FolderNode| {
                 f.files

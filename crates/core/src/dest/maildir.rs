@@ -218,7 +218,10 @@ impl Target for MaildirTarget {
             .map_err(|(at, e)| Error::io(self.shown(&parts[..at]), e))?;
         let node = info.node;
         let fparts = acc.folder_parts(&node.dir);
-        let plain = self.plain && info.entries.is_empty() && node.chunks.is_empty();
+        let plain = self.plain
+            && info.entries.is_empty()
+            && node.chunks.is_empty()
+            && node.chunk_tree.is_none();
         let base: Vec<Vec<u8>> = fparts
             .iter()
             .filter(|p| !p.is_empty())

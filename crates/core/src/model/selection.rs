@@ -195,6 +195,7 @@ mod tests {
             dir: dir.to_vec(),
             files: Vec::new(),
             chunks: Vec::new(),
+            chunk_tree: None,
             messages: 0,
             bytes: 0,
             dirs: Vec::new(),

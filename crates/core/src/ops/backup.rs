@@ -525,8 +525,10 @@ fn look_at_folders<'f, S: Source>(
             let kept = !ctx.rescan
                 && p.and_then(|(_, p)| p.scan.as_ref()).is_some_and(proven)
                 && p.is_some_and(|(_, p)| {
+                    // The chunk tree by its root: its nodes are written before it.
                     (p.chunks.iter())
                         .all(|c| index.contains(&c.entries) && index.contains(&c.names))
+                        && p.chunk_tree.is_none_or(|root| index.contains(&root))
                 });
             let scan = FolderScan {
                 dirs,

@@ -155,7 +155,8 @@ pub fn ls(
                 }
                 Some(want) if folder_matches(&f, want) == FolderMatch::Itself => {
                     matched = true;
-                    if f.chunks.is_empty() {
+                    let chunks = repo.folder_chunks(&f)?;
+                    if chunks.is_empty() {
                         files.extend(f.files.iter().map(|e| FileInfo {
                             account: a.name.clone(),
                             folder: name.clone(),
@@ -167,7 +168,7 @@ pub fn ls(
                                 (e.link.as_ref()).map(|l| String::from_utf8_lossy(l).into_owned()),
                         }));
                     }
-                    for c in &f.chunks {
+                    for c in &chunks {
                         for m in repo.read_chunk(c)? {
                             messages.push(MessageInfo::of(&a.name, &name, m));
                         }

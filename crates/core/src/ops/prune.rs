@@ -24,8 +24,8 @@ use crate::repo::id::Id;
 use crate::repo::lock::{Found, LockKind, RepoLock};
 use crate::repo::pack::{self, IndexedPack, PackBuilder, PackEntry};
 use crate::repo::snapshot::Snapshot;
-use crate::repo::tree::{AccountTree, MessageChunk, RootTree};
-use crate::repo::{file_id, lock, Repository, Snapshots, MIGRATE_STATE};
+use crate::repo::tree::{AccountTree, ChunkRef, MessageChunk, RootTree};
+use crate::repo::{file_id, lock, ChunkTreeVisitor, Repository, Snapshots, MIGRATE_STATE};
 use crate::report::Progress;
 use crate::store::Store;
 use serde::Serialize;
@@ -390,6 +390,15 @@ fn used_blobs(
                     listed.extend(list.ids);
                 }
             }
+            // The chunk tree's nodes, each read once for all snapshots that share it.
+            let mut walk = UsedNodes {
+                used: &used,
+                chunks: f.chunks,
+            };
+            if let Some(root) = &f.chunk_tree {
+                repo.walk_chunk_tree(root, &mut walk)
+                    .map_err(|e| unknown(snapshot, root, e))?;
+            }
             let mut chunks = Vec::new();
             {
                 let mut u = lock(&used);
@@ -398,7 +407,7 @@ fn used_blobs(
                     u.extend(file.content);
                     u.extend(file.lists);
                 }
-                for c in f.chunks {
+                for c in walk.chunks {
                     u.insert(c.names);
                     if u.insert(c.entries) {
                         chunks.push(c.entries);
@@ -416,6 +425,22 @@ fn used_blobs(
         Ok::<(), Error>(())
     })?;
     Ok(used.into_inner().unwrap_or_else(|p| p.into_inner()))
+}
+
+/// A walk of a folder's chunk tree for [`used_blobs`]: its nodes marked used, the chunks
+/// of those not seen before collected.
+struct UsedNodes<'a> {
+    used: &'a Mutex<HashSet<Id>>,
+    chunks: Vec<ChunkRef>,
+}
+
+impl ChunkTreeVisitor for UsedNodes<'_> {
+    fn enter(&mut self, id: &Id) -> bool {
+        lock(self.used).insert(*id)
+    }
+    fn chunk(&mut self, c: &ChunkRef) {
+        self.chunks.push(*c);
+    }
 }
 
 /// The size of what the repository holds: packs, index files, snapshots, dictionaries.

@@ -20,11 +20,11 @@ use crate::repo::format::BlobKind;
 use crate::repo::id::Id;
 use crate::repo::pack::PackList;
 use crate::repo::snapshot::Snapshot;
-use crate::repo::tree::{self, AccountTree, FolderNode, MessageEntry, RootTree};
+use crate::repo::tree::{self, AccountTree, ChunkRef, FolderNode, MessageEntry, RootTree};
 use crate::repo::writer::content::save_entries;
 use crate::repo::writer::records::PackVerdict;
 use crate::repo::writer::BlobSaver;
-use crate::repo::{file_id, Repository};
+use crate::repo::{file_id, ChunkTreeVisitor, Repository};
 use crate::report::Failure;
 use crate::store::Store;
 use rayon::prelude::*;
@@ -454,8 +454,26 @@ fn rebuild_folder(
         }
         ok
     });
+    // The chunks: the node's own, or those of the chunk tree's nodes that are usable
+    // and read (a damaged node costs the chunks below it).
+    let chunks = if let Some(root) = f.chunk_tree {
+        let mut walk = TreeWalk {
+            usable,
+            chunks: Vec::new(),
+            damaged: 0,
+        };
+        repo.walk_chunk_tree(&root, &mut walk)?;
+        if walk.damaged > 0 {
+            changed = true;
+            r.trees_dropped += walk.damaged;
+            r.dropped.push(format!("{fname} (a list of message lists)"));
+        }
+        walk.chunks
+    } else {
+        std::mem::take(&mut f.chunks)
+    };
     let mut kept: Vec<MessageEntry> = Vec::new();
-    for c in &f.chunks {
+    for c in &chunks {
         let chunk = match repo.read_chunk(c) {
             Ok(ch) if usable(&c.entries) && usable(&c.names) => ch,
             _ => {
@@ -479,14 +497,40 @@ fn rebuild_folder(
         }
     }
     if !changed {
+        if f.chunk_tree.is_none() {
+            f.chunks = chunks;
+        }
         return Ok(f);
     }
     f.messages = kept.len() as u64;
     f.bytes = kept.iter().map(|m| m.size).sum();
-    f.chunks = if dry_run {
-        Vec::new()
-    } else {
-        save_entries(saver, kept)?
+    let saved = match dry_run {
+        true => Default::default(),
+        false => save_entries(saver, kept)?,
     };
+    (f.chunks, f.chunk_tree) = (saved.chunks, saved.chunk_tree);
     Ok(f)
+}
+
+/// A walk of a chunk tree for [`rebuild_folder`]: the chunks below usable nodes that
+/// read, and how many nodes did not.
+struct TreeWalk<'a> {
+    usable: &'a dyn Fn(&Id) -> bool,
+    chunks: Vec<ChunkRef>,
+    damaged: u64,
+}
+
+impl ChunkTreeVisitor for TreeWalk<'_> {
+    fn enter(&mut self, id: &Id) -> bool {
+        let ok = (self.usable)(id);
+        self.damaged += u64::from(!ok);
+        ok
+    }
+    fn chunk(&mut self, c: &ChunkRef) {
+        self.chunks.push(*c);
+    }
+    fn damaged(&mut self, _id: &Id, _e: crate::Error) -> Result<()> {
+        self.damaged += 1;
+        Ok(())
+    }
 }

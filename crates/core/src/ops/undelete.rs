@@ -161,7 +161,16 @@ pub fn find_deleted(repo: &Repository, opts: &DeletedOptions) -> Result<Deleted>
             if !folder_selected(&node, &opts.folders) {
                 continue;
             }
-            let chunk_refs = std::mem::take(&mut node.chunks);
+            let chunk_refs = match repo.folder_chunks(&node) {
+                Ok(c) => c,
+                Err(e) => {
+                    let folder = folder_name(&node);
+                    out.failures
+                        .push(Failure::new(format!("{item}: {folder}"), e));
+                    continue;
+                }
+            };
+            (node.chunks, node.chunk_tree) = (Vec::new(), None);
             let mut here = None;
             for c in &chunk_refs {
                 let r = scan_chunk(repo, c, snap, &kept, &mut chunks, &mut found, || {
@@ -189,7 +198,7 @@ fn message_hashes(repo: &Repository, account: &AccountRef) -> Result<HashSet<Id>
     let tree: AccountTree = repo.read_tree(&account.tree)?;
     let mut kept: HashSet<Id> = HashSet::new();
     for f in &tree.folders {
-        for c in &f.chunks {
+        for c in &repo.folder_chunks(f)? {
             kept.extend(repo.read_chunk(c)?.into_iter().map(|e| e.hash));
         }
     }

@@ -50,6 +50,7 @@ use format::Version;
 use id::Id;
 use index::Index;
 use lock::{LockKind, LockOptions, LockStore, RepoLock, UnlockReport};
+pub use read::ChunkTreeVisitor;
 use serde::{Deserialize, Serialize};
 use snapshot::Snapshot;
 use split::{Chunker, ChunkerParams};

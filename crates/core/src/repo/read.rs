@@ -14,6 +14,26 @@ use crate::repo::{tree, Repository, Snapshots};
 use crate::store::Store;
 use std::collections::HashMap;
 
+/// How deep a chunk tree may be before it is taken for damaged.
+const CHUNK_TREE_DEPTH: u32 = 16;
+
+/// What a walk of a folder's chunk tree ([`Repository::walk_chunk_tree`]) does at each of
+/// its steps.
+pub trait ChunkTreeVisitor {
+    /// Whether to read node `id` and what is below it (false: skip them, e.g. seen
+    /// before in another snapshot).
+    fn enter(&mut self, _id: &Id) -> bool {
+        true
+    }
+    /// A chunk of a leaf, in key order.
+    fn chunk(&mut self, c: &tree::ChunkRef);
+    /// Node `id` cannot be read (`e`): what is below it is skipped, and an error returned
+    /// here ends the walk (by default, this one).
+    fn damaged(&mut self, _id: &Id, e: Error) -> Result<()> {
+        Err(e)
+    }
+}
+
 impl Repository {
     /// Asks the store to read ahead the parts of packs that hold metadata (tree blobs),
     /// newest packs first, up to `budget` bytes. An incremental backup calls it in the
@@ -209,6 +229,86 @@ impl Repository {
             .zip(n.names)
             .map(|(s, n)| tree::MessageEntry::from_parts(s, n))
             .collect())
+    }
+
+    /// A folder's chunks, in key order: its node's own, or those of its chunk tree (each
+    /// node read and checked).
+    pub fn folder_chunks(&self, f: &tree::FolderNode) -> Result<Vec<tree::ChunkRef>> {
+        struct All(Vec<tree::ChunkRef>);
+        impl ChunkTreeVisitor for All {
+            fn chunk(&mut self, c: &tree::ChunkRef) {
+                self.0.push(*c);
+            }
+        }
+        let mut all = All(f.chunks.clone());
+        if let Some(root) = &f.chunk_tree {
+            self.walk_chunk_tree(root, &mut all)?;
+        }
+        Ok(all.0)
+    }
+
+    /// A folder's chunks as [`folder_chunks`](Self::folder_chunks) reads them, except
+    /// that a node of its chunk tree that cannot be read is handed to `damaged` and costs
+    /// only the chunks below it.
+    pub fn folder_chunks_or(
+        &self,
+        f: &tree::FolderNode,
+        damaged: &mut dyn FnMut(&Id, Error),
+    ) -> Vec<tree::ChunkRef> {
+        struct Lenient<'a> {
+            chunks: Vec<tree::ChunkRef>,
+            damaged: &'a mut dyn FnMut(&Id, Error),
+        }
+        impl ChunkTreeVisitor for Lenient<'_> {
+            fn chunk(&mut self, c: &tree::ChunkRef) {
+                self.chunks.push(*c);
+            }
+            fn damaged(&mut self, id: &Id, e: Error) -> Result<()> {
+                (self.damaged)(id, e);
+                Ok(())
+            }
+        }
+        let mut walk = Lenient {
+            chunks: f.chunks.clone(),
+            damaged,
+        };
+        if let Some(root) = &f.chunk_tree {
+            // Damage is handed over, never returned: the walk ends with an Ok.
+            let _ = self.walk_chunk_tree(root, &mut walk);
+        }
+        walk.chunks
+    }
+
+    /// Walks the chunk tree below node `id`, depth first, in key order (see
+    /// [`ChunkTreeVisitor`]).
+    pub fn walk_chunk_tree(&self, id: &Id, v: &mut dyn ChunkTreeVisitor) -> Result<()> {
+        self.walk_chunk_node(id, v, 0)
+    }
+
+    fn walk_chunk_node(&self, id: &Id, v: &mut dyn ChunkTreeVisitor, depth: u32) -> Result<()> {
+        if !v.enter(id) {
+            return Ok(());
+        }
+        let what = || format!("tree {}", id.short());
+        let node = match self.read_tree::<tree::ChunkTree>(id) {
+            // Levels shrink at least 16-fold: 16 levels are more chunks than exist.
+            Ok(_) if depth >= CHUNK_TREE_DEPTH => {
+                return v.damaged(id, Error::corrupt(what(), "a chunk tree too deep"));
+            }
+            Ok(n) if n.chunks.is_empty() == n.children.is_empty() => {
+                let e = Error::corrupt(what(), "a chunk tree node is neither a leaf nor inner");
+                return v.damaged(id, e);
+            }
+            Ok(n) => n,
+            Err(e) => return v.damaged(id, e),
+        };
+        for c in &node.chunks {
+            v.chunk(c);
+        }
+        for child in &node.children {
+            self.walk_chunk_node(child, v, depth + 1)?;
+        }
+        Ok(())
     }
 
     /// The data blob ids of a file, in order: its own, or those of its content lists

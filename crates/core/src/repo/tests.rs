@@ -507,3 +507,140 @@ fn damaged_snapshot_files_cost_only_themselves() {
     let e = repo.find_snapshot(&c.to_hex()[..10]).err().unwrap();
     assert!(matches!(e, Error::Misplaced { .. }), "{e}");
 }
+
+/// A message entry of a test folder: key `i`, flags `flags`, one fake content id.
+fn test_entry(i: u32, flags: &str) -> tree::MessageEntry {
+    let key = format!("{}.M{i}P1.host", 1_700_000_000 + i).into_bytes();
+    tree::MessageEntry {
+        name: [&key[..], b":2,", flags.as_bytes()].concat(),
+        key,
+        new: false,
+        size: 100 + u64::from(i % 50),
+        mtime: tree::Timestamp {
+            secs: 1_700_000_000 + i64::from(i),
+            nanos: 0,
+        },
+        mode: 0o600,
+        uid: 1000,
+        gid: 1000,
+        hash: Id([(i % 251) as u8; 32]),
+        content: vec![Id([(i % 241) as u8; 32])],
+        from: format!("sender{i}@example.org"),
+        subject: format!("message {i}"),
+        date: Some(1_700_000_000 + i64::from(i)),
+    }
+}
+
+/// A folder node holding `saved`.
+fn folder_of(saved: crate::repo::writer::content::SavedChunks) -> tree::FolderNode {
+    tree::FolderNode {
+        name: "INBOX".into(),
+        dir: Vec::new(),
+        files: Vec::new(),
+        chunks: saved.chunks,
+        chunk_tree: saved.chunk_tree,
+        scan: None,
+        messages: 0,
+        bytes: 0,
+        dirs: Vec::new(),
+        mtime: None,
+    }
+}
+
+/// Saves `entries` as a folder's in a new writer, then opens the repository again to read
+/// them back: the folder, the tree blobs that were new, and their sealed bytes.
+fn save_folder(
+    store: &Arc<MemoryStore>,
+    entries: Vec<tree::MessageEntry>,
+) -> (Repository, tree::FolderNode, u64, u64) {
+    let repo = Repository::open(store.clone(), b"pw").unwrap();
+    let saver = BlobSaver::new(&repo, Compression::Zstd);
+    let saved = crate::repo::writer::content::save_entries(&saver, entries).unwrap();
+    let new = saver.stats.tree_blobs.load(Ordering::Relaxed);
+    let bytes = saver.stats.tree_stored.load(Ordering::Relaxed);
+    saver.finish().unwrap();
+    drop(saver);
+    let repo = Repository::open(store.clone(), b"pw").unwrap();
+    (repo, folder_of(saved), new, bytes)
+}
+
+/// Every entry of a folder, read through its chunks (and chunk tree).
+fn entries_of(repo: &Repository, f: &tree::FolderNode) -> Vec<tree::MessageEntry> {
+    let chunks = repo.folder_chunks(f).unwrap();
+    (chunks.iter())
+        .flat_map(|c| repo.read_chunk(c).unwrap())
+        .collect()
+}
+
+/// A large folder keeps its chunks in a chunk tree, read back whole and in order; one
+/// message more or less, or one flag changed, writes a few small tree blobs (a chunk, a
+/// leaf, the nodes above), never the folder's list of chunks; the same entries in another
+/// order make the same tree; a small folder keeps its chunks in its node.
+#[test]
+fn a_large_folder_keeps_its_chunks_in_a_tree_that_changes_where_the_folder_does() {
+    let store = Arc::new(MemoryStore::new());
+    Repository::init(store.clone(), b"pw", &fast_init()).unwrap();
+    let n = 20_000u32;
+    let all: Vec<tree::MessageEntry> = (0..n).map(|i| test_entry(i, "S")).collect();
+    let (repo, folder, new, _) = save_folder(&store, all.clone());
+    let root = folder.chunk_tree.expect("a chunk tree");
+    assert!(folder.chunks.is_empty());
+    let chunks = repo.folder_chunks(&folder).unwrap();
+    assert!(chunks.len() > 300, "{} chunks", chunks.len());
+    // Leaves hold ~64 chunks, inner nodes ~64 children: more than a root and its leaves.
+    let blobs: std::collections::HashSet<Id> =
+        (chunks.iter()).flat_map(|c| [c.entries, c.names]).collect();
+    let nodes = new - blobs.len() as u64;
+    assert!((4..40).contains(&nodes), "{nodes} chunk tree nodes");
+    assert_eq!(entries_of(&repo, &folder), all);
+
+    // The same entries in another order: the same tree, nothing new.
+    let mut shuffled = all.clone();
+    shuffled.reverse();
+    shuffled.swap(10, 15_000);
+    let (_, again, new, _) = save_folder(&store, shuffled);
+    assert_eq!((again.chunk_tree, new), (Some(root), 0));
+
+    // What one change costs: a few blobs, a few KB (the list of chunks alone is ~40 KB).
+    let mut added = all.clone();
+    added.push(test_entry(n + 1, ""));
+    let mut removed = all.clone();
+    removed.remove(12_345);
+    // Forty new messages near the start of the folder: new chunk boundaries there,
+    // which must not shift every leaf after them.
+    let mut inserted = all.clone();
+    for j in 0..40 {
+        let mut e = test_entry(100, "");
+        e.key = format!("1700000100.M{j}P2.host").into_bytes();
+        e.name = [&e.key[..], b":2,"].concat();
+        inserted.push(e);
+    }
+    let mut flagged = all.clone();
+    flagged[777] = test_entry(777, "RS");
+    for (what, entries, most_blobs, most_bytes) in [
+        ("one message more", added, 6, 16 << 10),
+        ("one message less", removed, 6, 16 << 10),
+        ("one flag changed", flagged, 4, 16 << 10),
+        ("forty messages more in one place", inserted, 12, 32 << 10),
+    ] {
+        let want = {
+            let mut w = entries.clone();
+            w.sort_by(|a, b| (&a.key, &a.name).cmp(&(&b.key, &b.name)));
+            w
+        };
+        let (repo, f, new, bytes) = save_folder(&store, entries);
+        assert_ne!(f.chunk_tree, Some(root), "{what}");
+        assert!(new <= most_blobs, "{what}: {new} new tree blobs");
+        assert!(
+            bytes <= most_bytes,
+            "{what}: {bytes} bytes of {new} new tree blobs"
+        );
+        assert_eq!(entries_of(&repo, &f), want, "{what}");
+    }
+
+    // A small folder: its chunks in its node, no tree.
+    let few: Vec<tree::MessageEntry> = (0..200).map(|i| test_entry(i, "S")).collect();
+    let (repo, small, _, _) = save_folder(&store, few.clone());
+    assert!(small.chunk_tree.is_none() && !small.chunks.is_empty());
+    assert_eq!(entries_of(&repo, &small), few);
+}

@@ -15,9 +15,11 @@
 //! and inode numbers; version 4 gives folders their directory's mtime and files their
 //! symbolic link target; version 5 gives files their device number and link count, so
 //! that a restore knows which are hard links of one file; version 6 gives folders the
-//! stamps of their directories as found ([`FolderScan`]), so that an
-//! unchanged Maildir folder is taken from the parent without listing it. Older blobs still
-//! decode. Chunks are still version 1.
+//! stamps of their directories as found ([`FolderScan`]), so that an unchanged Maildir
+//! folder is taken from the parent without listing it, and keeps a large folder's chunk
+//! references in a [`ChunkTree`] of their own (a content-defined tree, so that one message
+//! more in a folder of a million rewrites a few small nodes, not the folder's list of
+//! chunks). Older blobs still decode. Chunks are still version 1.
 
 use crate::error::{Error, Result};
 use crate::repo::id::Id;
@@ -108,6 +110,23 @@ pub struct FolderNode {
     /// next backup lists it again), for sources that keep none (IMAP, mbox, EML, `file:`),
     /// and in older trees. Version 6.
     pub scan: Option<FolderScan>,
+    /// The root of the folder's [`ChunkTree`], when its chunks are too many for one list:
+    /// the folder's chunks are then those of the tree, in order, and `chunks` is empty.
+    /// Read them with `Repository::folder_chunks`. Version 6.
+    pub chunk_tree: Option<Id>,
+}
+
+/// A node of a folder's chunk tree: a leaf holds a run of the folder's chunks, an inner
+/// node the ids of its children (nodes one level down), all in key order. Each level is
+/// cut into nodes at content-defined points ([`list_boundaries`] on the chunks' `entries`
+/// ids, then on the nodes' ids), as a prolly tree is: one message more changes one chunk,
+/// so one leaf and the nodes above it, and an unchanged folder encodes to the same nodes.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq, Default)]
+pub struct ChunkTree {
+    /// A leaf's chunks (empty in an inner node).
+    pub chunks: Vec<ChunkRef>,
+    /// An inner node's children (empty in a leaf).
+    pub children: Vec<Id>,
 }
 
 /// How a backup found a folder's directories ([`FolderNode::scan`]); the clock they are
@@ -355,6 +374,9 @@ impl TreeBlob for RootTree {
         (version == 1).then(|| postcard::from_bytes::<v1::RootTree>(body).map(Into::into))
     }
 }
+impl TreeBlob for ChunkTree {
+    const VERSION: u8 = TREE_VERSION_6;
+}
 impl TreeBlob for AccountTree {
     const VERSION: u8 = TREE_VERSION_6;
     fn decode_old(version: u8, body: &[u8]) -> Option<postcard::Result<Self>> {
@@ -431,7 +453,7 @@ mod old {
         pub(super) node: FolderNode<FileV4>,
         pub(super) mtime: Option<Timestamp>,
     }
-    /// A version-5 folder: version 4's with today's files, and no scan.
+    /// A version-5 folder: version 4's with today's files, no scan and no chunk tree.
     #[derive(Deserialize, Serialize)]
     pub(super) struct FolderNodeV5 {
         pub(super) node: FolderNode<super::FileEntry>,
@@ -488,6 +510,7 @@ mod old {
                 dirs: f.dirs,
                 mtime: None,
                 scan: None,
+                chunk_tree: None,
             }
         }
     }
@@ -608,6 +631,7 @@ mod v1 {
                 dirs: Vec::new(),
                 mtime: None,
                 scan: None,
+                chunk_tree: None,
             });
             super::AccountTree {
                 folders: folders.collect(),
@@ -648,9 +672,10 @@ pub const TREE_VERSION_3: u8 = 3;
 /// files their link target, but files no device number or link count.
 pub const TREE_VERSION_4: u8 = 4;
 /// Version byte of [`AccountTree`] blobs while files had their device number and link
-/// count (hard links), but folders no scan.
+/// count (hard links), but folders no scan and no chunk tree.
 pub const TREE_VERSION_5: u8 = 5;
-/// Version byte of [`AccountTree`] blobs since folders have their scan ([`FolderScan`]).
+/// Version byte of [`AccountTree`] blobs since folders have their scan ([`FolderScan`])
+/// and large folders keep their chunks in a [`ChunkTree`]; and of [`ChunkTree`] blobs.
 pub const TREE_VERSION_6: u8 = 6;
 /// A content list ends after an id whose first two bytes (little endian) are 0 modulo
 /// this: ~64 ids per list (256 KiB of a file in 4 KiB chunks) ...
@@ -719,6 +744,43 @@ mod tests {
         assert_eq!(encode(&t)[0], TREE_VERSION_6);
         assert_eq!(decode::<AccountTree>(&encode(&t), "t").unwrap(), t);
         t
+    }
+
+    /// A version-5 account tree (before chunk trees) decodes as today's, its folders
+    /// holding their chunks themselves; and a reader of version 5 would refuse today's
+    /// blob by its version byte rather than read a large folder as empty.
+    #[test]
+    fn version_5_folders_decode_without_a_chunk_tree() {
+        let chunk = ChunkRef {
+            entries: Id([1; 32]),
+            names: Id([2; 32]),
+        };
+        let mtime = Some(Timestamp { secs: 5, nanos: 6 });
+        let v5 = old::FolderNodeV5 {
+            node: old::FolderNode {
+                name: "INBOX".into(),
+                dir: Vec::new(),
+                files: vec![FileEntry {
+                    name: b"dovecot-uidlist".to_vec(),
+                    dev: 7,
+                    nlink: 1,
+                    ..Default::default()
+                }],
+                chunks: vec![chunk],
+                messages: 3,
+                bytes: 300,
+                dirs: Vec::new(),
+            },
+            mtime,
+        };
+        let t = decode_old_folder(TREE_VERSION_5, v5);
+        let f = &t.folders[0];
+        assert_eq!(
+            (&f.chunks, f.chunk_tree, f.mtime),
+            (&vec![chunk], None, mtime)
+        );
+        assert_eq!((f.messages, f.files[0].dev), (3, 7));
+        assert_eq!(encode(&t)[0], 6);
     }
 
     /// As [`decode_old_folder`], of a version-2 or -3 folder holding `file`: it has no
@@ -931,6 +993,7 @@ mod tests {
                 dirs,
                 mtime: dir_mtime,
                 scan: None,
+                chunk_tree: None,
             }],
         };
         assert_eq!(t, want);

@@ -259,7 +259,11 @@ pub(super) fn plan_account<T>(
         let mut entries = Vec::new();
         let mut seen = 0u64;
         let mut damaged = false;
-        for c in &node.chunks {
+        let chunks = ctx.repo.folder_chunks_or(&node, &mut |_, e| {
+            n.failures.add(&*item, e);
+            damaged = true;
+        });
+        for c in &chunks {
             let chunk = match ctx.repo.read_chunk(c) {
                 Ok(c) => c,
                 Err(e) => {

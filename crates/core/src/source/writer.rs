@@ -10,7 +10,9 @@ use crate::mail::summary::header_summary;
 use crate::repo::tree::{
     DirEntry, FileEntry, FolderNode, FolderScan, MessageEntry, OwnerNames, Timestamp,
 };
-use crate::repo::writer::content::{save_entries, store_content, store_large, StoredLarge};
+use crate::repo::writer::content::{
+    save_entries, store_content, store_large, SavedChunks, StoredLarge,
+};
 use crate::repo::writer::BlobSaver;
 use crate::repo::{lock, Repository};
 use crate::report::Progress;
@@ -146,16 +148,18 @@ impl ParentAccount {
         self.by_key.get_or_init(|| {
             let mut by_key = HashMap::new();
             let kept = |i: usize| self.kept.get(i).copied().unwrap_or(false);
-            for (_, f) in (self.folders.iter().enumerate()).filter(|(i, _)| !kept(*i)) {
-                for c in &f.chunks {
-                    match repo.read_chunk(c) {
-                        Ok(es) => by_key.extend(es.into_iter().map(|e| (e.key.clone(), e))),
-                        Err(e) => {
-                            failures.fail(format!("account {account} (parent snapshot)"), &e);
-                            return HashMap::new();
-                        }
+            let read = |by_key: &mut HashMap<_, _>| -> Result<()> {
+                for (_, f) in (self.folders.iter().enumerate()).filter(|(i, _)| !kept(*i)) {
+                    for c in &repo.folder_chunks(f)? {
+                        let es = repo.read_chunk(c)?;
+                        by_key.extend(es.into_iter().map(|e| (e.key.clone(), e)));
                     }
                 }
+                Ok(())
+            };
+            if let Err(e) = read(&mut by_key) {
+                failures.fail(format!("account {account} (parent snapshot)"), &e);
+                return HashMap::new();
             }
             by_key
         })
@@ -232,8 +236,11 @@ impl<'a> FolderWriter<'a> {
     /// The parent folder's entries ([`parent`](Self::parent)); none without one.
     pub fn parent_entries(&self) -> Result<Vec<MessageEntry>> {
         let mut out = Vec::new();
-        for c in self.parent.iter().flat_map(|p| &p.chunks) {
-            out.extend(self.ctx.saver.repo().read_chunk(c)?);
+        let repo = self.ctx.saver.repo();
+        if let Some(p) = self.parent {
+            for c in &repo.folder_chunks(p)? {
+                out.extend(repo.read_chunk(c)?);
+            }
         }
         Ok(out)
     }
@@ -581,8 +588,11 @@ impl<'a> FolderWriter<'a> {
                 gids: owners.gids.iter().copied().collect(),
                 ..s
             });
-        let (chunks, messages, bytes) = match kept {
-            Some(p) => (p.chunks.clone(), p.messages, p.bytes),
+        let (saved, messages, bytes) = match kept {
+            Some(p) => {
+                let (chunks, chunk_tree) = (p.chunks.clone(), p.chunk_tree);
+                (SavedChunks { chunks, chunk_tree }, p.messages, p.bytes)
+            }
             None => {
                 let messages = self.entries.len() as u64;
                 let bytes: u64 = self.entries.iter().map(|e| e.size).sum();
@@ -608,7 +618,8 @@ impl<'a> FolderWriter<'a> {
             name: self.folder.name.clone(),
             dir: self.folder.dir.clone(),
             files: self.files,
-            chunks,
+            chunks: saved.chunks,
+            chunk_tree: saved.chunk_tree,
             messages,
             bytes,
             dirs: self.dirs,

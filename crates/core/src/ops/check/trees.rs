@@ -129,7 +129,15 @@ impl<'a> Walk<'a> {
                 }
             }
         }
-        for c in &f.chunks {
+        let damaged = |id: &Id, e| {
+            let what = format!(
+                "{fname} (a list of message lists, of its {} messages)",
+                f.messages
+            );
+            let i = self.tree_error(id, &what, e);
+            self.attribute(i, sid, what, 0);
+        };
+        for c in &self.repo.folder_chunks_or(f, &mut { damaged }) {
             match &*self.chunk(c) {
                 Ok(o) => {
                     for (key, idxs) in &o.bad {

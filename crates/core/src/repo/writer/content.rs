@@ -133,9 +133,64 @@ fn fill_window(
     Ok(false)
 }
 
-/// Sorts a folder's entries, cuts them into chunks and saves them as tree blobs. For
-/// every kind of source.
-pub fn save_entries(saver: &BlobSaver, mut entries: Vec<MessageEntry>) -> Result<Vec<ChunkRef>> {
+/// A folder's messages as saved: the chunks its node holds itself, or the root of the
+/// chunk tree that holds them ([`tree::FolderNode::chunk_tree`]).
+#[derive(Debug, Default)]
+pub struct SavedChunks {
+    pub chunks: Vec<ChunkRef>,
+    pub chunk_tree: Option<Id>,
+}
+
+/// Sorts a folder's entries, cuts them into chunks and saves them as tree blobs, and the
+/// chunks' references as a chunk tree when they are more than one list. For every kind of
+/// source.
+pub fn save_entries(saver: &BlobSaver, entries: Vec<MessageEntry>) -> Result<SavedChunks> {
+    save_chunk_tree(saver, save_chunks(saver, entries)?)
+}
+
+/// Saves `chunks` (a folder's, in key order) as a [`ChunkTree`](tree::ChunkTree) when
+/// they are cut into more than one leaf; otherwise they stay in the folder's node. Each
+/// level is cut at content-defined points ([`tree::list_boundaries`]) and saved, then the
+/// next one over its nodes' ids, until one node is left: the root.
+pub fn save_chunk_tree(saver: &BlobSaver, chunks: Vec<ChunkRef>) -> Result<SavedChunks> {
+    let at: Vec<Id> = chunks.iter().map(|c| c.entries).collect();
+    let cuts = tree::list_boundaries(&at);
+    if cuts.len() <= 1 {
+        return Ok(SavedChunks {
+            chunks,
+            chunk_tree: None,
+        });
+    }
+    let save = |node: &tree::ChunkTree| saver.save(BlobKind::Tree, &tree::encode(node));
+    let mut level = Vec::with_capacity(cuts.len());
+    for r in cuts {
+        let chunks = chunks[r].to_vec();
+        level.push(save(&tree::ChunkTree {
+            chunks,
+            children: Vec::new(),
+        })?);
+    }
+    loop {
+        let cuts = tree::list_boundaries(&level);
+        let mut up = Vec::with_capacity(cuts.len());
+        for r in &cuts {
+            up.push(save(&tree::ChunkTree {
+                chunks: Vec::new(),
+                children: level[r.clone()].to_vec(),
+            })?);
+        }
+        if up.len() == 1 {
+            return Ok(SavedChunks {
+                chunks: Vec::new(),
+                chunk_tree: Some(up[0]),
+            });
+        }
+        level = up;
+    }
+}
+
+/// Sorts a folder's entries, cuts them into chunks and saves them.
+fn save_chunks(saver: &BlobSaver, mut entries: Vec<MessageEntry>) -> Result<Vec<ChunkRef>> {
     entries.sort_by(|a, b| (&a.key, &a.name).cmp(&(&b.key, &b.name)));
     let mut chunks = Vec::new();
     for r in tree::chunk_boundaries(&entries) {

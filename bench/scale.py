@@ -1,0 +1,335 @@
+#!/usr/bin/env python3
+"""Scale benchmark (issue 26): one large Maildir account, side by side with restic and
+rustic, at the sizes the seed cases describe.
+
+    bench/scale.py [--messages 1500000] [--accounts 1] [--folders 7] [--tools mailvault,restic,rustic]
+                   [--repeat 1] [--work DIR] [--out FILE] [--bin-dir DIR] [--no-drop-caches] [--smoke]
+
+Generates a store of --messages small plain-text messages (about 1.5 KB each) spread over
+--accounts accounts of --folders folders each (INBOX holds 40% of an account), then, for
+every tool in turn, with the page cache dropped before each timed command:
+
+  full       the first backup
+  nothing    a backup with nothing changed
+  one-new    a backup after one message was delivered (and what it added to the repository)
+  flags      a backup after every message of one folder (of the largest account) got a flag
+  restore    a restore of the whole store into an empty directory (checked file by file
+             against the source for mailvault)
+
+Each row gives wall time and peak RSS (the child's own, from wait4). Ratios are to restic
+and, for the restore, to the faster of restic and rustic. --repeat N runs the whole
+sequence N times in rotated tool order and reports medians.
+
+Disk: the store takes about 1.6 KB per message on disk plus its inodes (1.5 million
+messages: about 3 GB and 1.5 million inodes), each tool's repository about a third of
+that, and the restore as much as the store: give --work a filesystem with 5 GB free for
+the default size. The 10-million-message store (--messages 10000000 --accounts 1000)
+needs about 35 GB and 10 million inodes.
+
+Tools: mailvault and mailvault-corpus from --bin-dir (default target/release), restic
+(0.19: `go install github.com/restic/restic/cmd/restic@v0.19.1`, found in ~/go/bin first)
+and rustic (`cargo install rustic-rs --locked --no-default-features`); a tool that is not
+installed is skipped and said so. --smoke (CI) runs 20,000 messages, mailvault only, once,
+and fails unless every run succeeded and the restore is identical.
+"""
+
+import argparse
+import hashlib
+import os
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+PASSWORD = "scale-bench"
+FOLDERS = ["INBOX", "Sent", "Archive", "Lists", "Drafts", "Trash", "Junk", "Notes", "Work", "Old"]
+STEPS = ["full", "nothing", "one-new", "flags", "restore"]
+
+
+def log(msg):
+    print(f"[scale] {msg}", file=sys.stderr, flush=True)
+
+
+def folder_dir(root, name):
+    return root if name == "INBOX" else root / f".{name}"
+
+
+def generate(src, messages, accounts, folders):
+    """The store: `messages` over `accounts` accounts, INBOX 40% of each, the rest evenly
+    over the other folders. Deterministic, so every tool backs up the same bytes."""
+    names = FOLDERS[:folders]
+    per_account = [messages // accounts + (1 if a < messages % accounts else 0) for a in range(accounts)]
+    n = 0
+    t0 = time.monotonic()
+    for a, count in enumerate(per_account):
+        md = src / "example.org" / f"user{a:04}" / "Maildir"
+        shares = [0.4] + [0.6 / (len(names) - 1)] * (len(names) - 1) if len(names) > 1 else [1.0]
+        sizes = [int(count * s) for s in shares]
+        sizes[0] += count - sum(sizes)
+        for name, k in zip(names, sizes):
+            d = folder_dir(md, name)
+            for sub in ("cur", "new", "tmp"):
+                (d / sub).mkdir(parents=True, exist_ok=True)
+            if name != "INBOX":
+                (d / "maildirfolder").touch()
+            cur = d / "cur"
+            for _ in range(k):
+                body = (f"Hello user{a:04},\n\nthis is message {n} of the scale benchmark.\n"
+                        + f"Line {n} of a plain-text body that is about as long as a short mail.\n" * 16)
+                msg = (f"From: sender{n % 997}@example.net\nTo: user{a:04}@example.org\n"
+                       f"Subject: message {n}\nDate: Mon, 2 Jan 2023 10:00:00 +0000\n"
+                       f"Message-ID: <{n}@scale.example>\n\n{body}")
+                path = cur / f"{1600000000 + n}.M{n}P1.scale:2,S"
+                fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+                os.write(fd, msg.encode())
+                os.close(fd)
+                n += 1
+            os.utime(cur, (1600000000, 1600000000))
+        if a % 100 == 99:
+            log(f"  {a + 1} accounts, {n:,} messages ({time.monotonic() - t0:.0f} s)")
+    return n
+
+
+def manifest(root):
+    """Relative path -> sha256 of every file below root."""
+    out = {}
+    for d, _, files in os.walk(root):
+        for f in files:
+            p = Path(d) / f
+            out[str(p.relative_to(root))] = hashlib.sha256(p.read_bytes()).hexdigest()
+    return out
+
+
+class Scale:
+    def __init__(self, a):
+        self.a = a
+        self.work = Path(a.work).resolve()
+        self.src = self.work / "src"
+        self.bins = Path(a.bin_dir) if a.bin_dir else Path(os.environ.get("CARGO_TARGET_DIR", REPO_ROOT / "target")) / "release"
+        self.results = {}  # (tool, step) -> [entry]
+        self.skipped = {}
+        self.tools = {}
+
+    def find_tools(self):
+        for t in self.a.tools:
+            if t == "mailvault":
+                p = self.bins / "mailvault"
+                if p.exists():
+                    self.tools[t] = str(p)
+                else:
+                    self.skipped[t] = f"{p} not built (cargo build --release -p mailvault)"
+            else:
+                found = next((str(c) for c in [Path.home() / "go" / "bin" / t, Path.home() / ".cargo" / "bin" / t] if c.exists()), None)
+                found = found or shutil.which(t)
+                if found:
+                    self.tools[t] = found
+                else:
+                    self.skipped[t] = f"{t} not installed"
+        for t, why in self.skipped.items():
+            log(f"skipping {t}: {why}")
+
+    def drop_caches(self):
+        if not self.a.drop_caches:
+            return
+        subprocess.run(["sync"], check=False)
+        try:
+            Path("/proc/sys/vm/drop_caches").write_text("3\n")
+        except OSError:
+            pass
+
+    def run(self, argv, env=None):
+        """Runs argv with the page cache dropped first: rc, wall seconds, peak RSS in KB."""
+        self.drop_caches()
+        logf = open(self.work / "commands.log", "ab")
+        logf.write(f"$ {' '.join(argv)}\n".encode())
+        logf.flush()
+        t0 = time.monotonic()
+        p = subprocess.Popen(argv, env={**os.environ, **(env or {})}, stdout=logf, stderr=logf, start_new_session=True)
+        try:
+            _, status, usage = os.wait4(p.pid, 0)
+        except KeyboardInterrupt:
+            os.killpg(p.pid, signal.SIGKILL)
+            raise
+        wall = time.monotonic() - t0
+        p.returncode = os.waitstatus_to_exitcode(status)
+        logf.close()
+        return {"rc": p.returncode, "wall": wall, "rss_kb": usage.ru_maxrss}
+
+    def repo(self, tool):
+        return self.work / "repos" / tool
+
+    def env(self, tool):
+        pw = self.work / "password"
+        if tool == "mailvault":
+            return {"MAILVAULT_REPOSITORY": str(self.repo(tool)), "MAILVAULT_PASSWORD_FILE": str(pw),
+                    "MAILVAULT_STATE_DIR": str(self.work / "state"), "XDG_CACHE_HOME": str(self.work / "cache")}
+        if tool == "restic":
+            return {"RESTIC_REPOSITORY": str(self.repo(tool)), "RESTIC_PASSWORD_FILE": str(pw),
+                    "RESTIC_CACHE_DIR": str(self.work / "cache" / "restic")}
+        return {"RUSTIC_REPOSITORY": str(self.repo(tool)), "RUSTIC_PASSWORD_FILE": str(pw),
+                "RUSTIC_CACHE_DIR": str(self.work / "cache" / "rustic")}
+
+    def cmd(self, tool, step, target=None):
+        b = self.tools[tool]
+        if tool == "mailvault":
+            return {"init": [b, "init"], "backup": [b, "backup", f"maildir:{self.src}"],
+                    "restore": [b, "restore", "latest", "--target", f"maildir:{target}"]}[step]
+        if tool == "restic":
+            return {"init": [b, "init", "--quiet"], "backup": [b, "backup", "--quiet", "--host", "scale", str(self.src)],
+                    "restore": [b, "restore", "latest", "--host", "scale", "--target", str(target)]}[step]
+        return {"init": [b, "init"], "backup": [b, "backup", "--host", "scale", str(self.src)],
+                "restore": [b, "restore", "latest", str(target)]}[step]
+
+    def restored_root(self, tool, target):
+        # restic and rustic restore below the source's absolute path.
+        return target if tool == "mailvault" else target / str(self.src).lstrip("/")
+
+    def repo_bytes(self, tool):
+        total = 0
+        for d, _, files in os.walk(self.repo(tool)):
+            total += sum(os.lstat(Path(d) / f).st_size for f in files)
+        return total
+
+    def note(self, tool, step, res, **extra):
+        res.update(extra)
+        self.results.setdefault((tool, step), []).append(res)
+        more = "".join(f", {k} {v:,}" for k, v in extra.items() if isinstance(v, int))
+        log(f"{tool:9} {step:8} rc {res['rc']} {res['wall']:8.2f} s {res['rss_kb'] / 1024:7.0f} MB{more}")
+
+    def one_round(self, order):
+        """Every tool's whole sequence; the store is put back as generated after each."""
+        for tool in order:
+            shutil.rmtree(self.repo(tool), ignore_errors=True)
+            shutil.rmtree(self.work / "cache", ignore_errors=True)
+            shutil.rmtree(self.work / "state", ignore_errors=True)
+            self.repo(tool).parent.mkdir(parents=True, exist_ok=True)
+            env = self.env(tool)
+            subprocess.run(self.cmd(tool, "init"), env={**os.environ, **env}, check=True,
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            self.note(tool, "full", self.run(self.cmd(tool, "backup"), env), repo=self.repo_bytes(tool))
+            self.note(tool, "nothing", self.run(self.cmd(tool, "backup"), env))
+            inbox = self.src / "example.org" / "user0000" / "Maildir" / "cur"
+            new = inbox / "1900000000.M1P1.scale:2,"
+            new.write_bytes(b"From: new@example.net\nSubject: one more\n\nhello\n")
+            before = self.repo_bytes(tool)
+            self.note(tool, "one-new", self.run(self.cmd(tool, "backup"), env), added=self.repo_bytes(tool) - before)
+            sent = self.src / "example.org" / "user0000" / "Maildir" / ".Sent" / "cur"
+            renamed = []
+            if sent.is_dir():
+                for f in os.listdir(sent):
+                    if f.endswith(":2,S"):
+                        os.rename(sent / f, sent / (f[:-1] + "RS"))
+                        renamed.append(f)
+            before = self.repo_bytes(tool)
+            self.note(tool, "flags", self.run(self.cmd(tool, "backup"), env), added=self.repo_bytes(tool) - before,
+                      messages=len(renamed))
+            target = self.work / "restored"
+            shutil.rmtree(target, ignore_errors=True)
+            target.mkdir()
+            res = self.run(self.cmd(tool, "restore", target), env)
+            if tool == "mailvault" and res["rc"] == 0 and manifest(self.restored_root(tool, target)) != self.want():
+                res["rc"] = "restore differs"
+            self.note(tool, "restore", res)
+            shutil.rmtree(target, ignore_errors=True)
+            # The store as generated again, for the next tool.
+            new.unlink()
+            for f in renamed:
+                os.rename(sent / (f[:-1] + "RS"), sent / f)
+
+    def want(self):
+        if not hasattr(self, "_want"):
+            self._want = manifest(self.src)
+        return self._want
+
+    def median(self, tool, step, key):
+        rs = [r[key] for r in self.results.get((tool, step), []) if r["rc"] == 0 and r.get(key) is not None]
+        return statistics.median(rs) if rs else None
+
+    def report(self, command, messages):
+        L = ["# Scale benchmark", "",
+             f"Command: `{command}`; {messages:,} messages in {self.a.accounts} account(s) of {self.a.folders} folders; "
+             f"{os.cpu_count()} cores; page cache dropped before every timed command: "
+             f"{'yes' if self.a.drop_caches else 'no'}; medians of {self.a.repeat} round(s).", ""]
+        for t, why in self.skipped.items():
+            L.append(f"- {t} skipped: {why}")
+        for t, v in self.tools.items():
+            L.append(f"- {t}: {v}")
+        L += ["", "| tool | step | wall s | peak RSS MB | repository / added |", "|---|---|---:|---:|---:|"]
+        for tool in self.tools:
+            for step in STEPS:
+                w, r = self.median(tool, step, "wall"), self.median(tool, step, "rss_kb")
+                extra = self.median(tool, step, "repo") or self.median(tool, step, "added")
+                bad = [x["rc"] for x in self.results.get((tool, step), []) if x["rc"] != 0]
+                cell = lambda v, f: "–" if v is None else f(v)
+                L.append(f"| {tool} | {step} | {cell(w, lambda v: f'{v:.2f}')} | {cell(r, lambda v: f'{v / 1024:.0f}')} | "
+                         f"{cell(extra, lambda v: f'{v:,} B')}{' (failed: ' + ', '.join(map(str, bad)) + ')' if bad else ''} |")
+        if "mailvault" in self.tools:
+            L += ["", "| ratio | value |", "|---|---:|"]
+            for peer in ("restic", "rustic"):
+                if peer not in self.tools:
+                    continue
+                for step in STEPS:
+                    a, b = self.median("mailvault", step, "wall"), self.median(peer, step, "wall")
+                    if a and b:
+                        L.append(f"| mailvault ÷ {peer}, {step} | {a / b:.2f} |")
+            per100k = self.median("mailvault", "nothing", "wall")
+            if per100k:
+                L.append(f"| mailvault nothing changed, s per 100k messages | {per100k / messages * 1e5:.3f} |")
+        return "\n".join(L) + "\n"
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--messages", type=int, default=1_500_000)
+    ap.add_argument("--accounts", type=int, default=1)
+    ap.add_argument("--folders", type=int, default=7)
+    ap.add_argument("--tools", default="mailvault,restic,rustic")
+    ap.add_argument("--repeat", type=int, default=1)
+    ap.add_argument("--work", default=os.environ.get("BENCH_DIR", "/tmp/mailvault-scale"))
+    ap.add_argument("--out")
+    ap.add_argument("--bin-dir")
+    ap.add_argument("--no-drop-caches", dest="drop_caches", action="store_false")
+    ap.add_argument("--smoke", action="store_true", help="CI: 20,000 messages, mailvault only, once")
+    a = ap.parse_args()
+    if a.smoke:
+        a.messages, a.tools, a.repeat, a.drop_caches = 20_000, "mailvault", 1, False
+    a.tools = [t.strip() for t in a.tools.split(",") if t.strip()]
+    if not 1 <= a.folders <= len(FOLDERS):
+        ap.error(f"--folders: 1 to {len(FOLDERS)}")
+    s = Scale(a)
+    if s.work.exists():
+        if len(s.work.parts) < 3 or REPO_ROOT.is_relative_to(s.work):
+            raise SystemExit(f"scale: refusing to empty {s.work}")
+        shutil.rmtree(s.work)
+    s.work.mkdir(parents=True)
+    (s.work / "password").write_text(PASSWORD + "\n")
+    os.chmod(s.work / "password", 0o600)
+    s.find_tools()
+    if not s.tools:
+        raise SystemExit("scale: no tool to run")
+    log(f"generating {a.messages:,} messages in {a.accounts} account(s)")
+    t0 = time.monotonic()
+    n = generate(s.src, a.messages, a.accounts, a.folders)
+    log(f"generated in {time.monotonic() - t0:.0f} s")
+    tools = list(s.tools)
+    for r in range(a.repeat):
+        s.one_round(tools[r % len(tools):] + tools[:r % len(tools)])
+    report = s.report("bench/scale.py " + " ".join(sys.argv[1:]), n)
+    print(report)
+    if a.out:
+        Path(a.out).write_text(report)
+    failed = [(t, st) for (t, st), rs in s.results.items() for x in rs if x["rc"] != 0]
+    shutil.rmtree(s.work / "src", ignore_errors=True)
+    shutil.rmtree(s.work / "repos", ignore_errors=True)
+    if failed:
+        log(f"failed: {failed}")
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
