@@ -92,21 +92,7 @@ pub struct Deleted {
 /// Finds the deleted messages of `opts.account` (see the module's documentation).
 pub fn find_deleted(repo: &Repository, opts: &DeletedOptions) -> Result<Deleted> {
     let Snapshots { list, damaged } = repo.snapshots()?;
-    // The newest snapshot that holds the account.
-    let mut latest = None;
-    for (i, s) in list.iter().enumerate().rev() {
-        let root: RootTree = repo.read_tree(&s.root)?;
-        if let Some(a) = root.accounts.into_iter().find(|a| a.name == opts.account) {
-            latest = Some((i, a, root.owners));
-            break;
-        }
-    }
-    let Some((at, account, owners)) = latest else {
-        return Err(Error::InvalidInput(format!(
-            "no snapshot holds account {:?}",
-            opts.account
-        )));
-    };
+    let (at, account, owners) = latest_holding(repo, &list, &opts.account)?;
     let latest = &list[at];
     // Every message the latest snapshot holds in the account, in any folder.
     let kept = message_hashes(repo, &account)?;
@@ -190,6 +176,23 @@ pub fn find_deleted(repo: &Repository, opts: &DeletedOptions) -> Result<Deleted>
     out.compared.reverse();
     out.messages = in_order(&out, found);
     Ok(out)
+}
+
+/// The newest of `list` that holds `account`: its place, the account, its owner names.
+fn latest_holding(
+    repo: &Repository,
+    list: &[Snapshot],
+    account: &str,
+) -> Result<(usize, AccountRef, OwnerNames)> {
+    for (i, s) in list.iter().enumerate().rev() {
+        let root: RootTree = repo.read_tree(&s.root)?;
+        if let Some(a) = root.accounts.into_iter().find(|a| a.name == account) {
+            return Ok((i, a, root.owners));
+        }
+    }
+    Err(Error::InvalidInput(format!(
+        "no snapshot holds account {account:?}"
+    )))
 }
 
 /// The whole-message hashes of every message an account of a snapshot holds, in any
