@@ -134,7 +134,6 @@ impl Env {
 }
 
 /// `cp -a from to`, replacing `to` if it is there.
-/// The size in MiB the environment variable `var` asks a test for, else `default`.
 /// Waits until what the test just wrote is older than the margin by which a backup proves
 /// a directory or a file unchanged (docs/format.md, *Folders taken unchanged*: 1 s, 3 s
 /// for whole-second timestamps), as a store at rest is when a nightly backup comes: else
@@ -145,6 +144,7 @@ pub fn at_rest() {
     std::thread::sleep(std::time::Duration::from_millis(coarse * 1000 + 100));
 }
 
+/// The size in MiB the environment variable `var` asks a test for, else `default`.
 pub fn env_mib(var: &str, default: usize) -> usize {
     std::env::var(var)
         .ok()
