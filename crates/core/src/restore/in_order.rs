@@ -13,6 +13,7 @@ use crate::repo::lock;
 use crate::repo::tree::MessageEntry;
 use mailvault_imap::maildir_flags::KeywordTable;
 use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::AtomicUsize;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Mutex;
 
@@ -53,7 +54,10 @@ impl Abort {
 /// [`Order::Folder`]: accounts run at once ([`Caps::accounts`]), each over up to
 /// [`Caps::lanes`] lanes taking one folder at a time; each lane has a thread that reads
 /// and checks its next batch (in pack order, by groups of spans) while the current one
-/// is being written.
+/// is being written. Each account thread opens its next account ([`Target::open_account`]:
+/// for IMAP a login and the folders made) while the lanes of the one before write, so
+/// that opening accounts overlaps the data instead of stopping it, except for the last
+/// accounts (no account waits opened while a thread has nothing to do).
 pub(super) fn execute_ordered<T: Target>(ctx: &Ctx<T>, plans: Vec<AccountPlan>, picked: bool) {
     let total: u64 = (plans.iter().flat_map(|p| &p.folders))
         .map(|f| f.entries.len() as u64)
@@ -90,21 +94,45 @@ pub(super) fn execute_ordered<T: Target>(ctx: &Ctx<T>, plans: Vec<AccountPlan>, 
     let slots: Vec<Mutex<Option<AccountPlan>>> =
         plans.into_iter().map(|p| Mutex::new(Some(p))).collect();
     let lanes = ctx.caps.accounts.max(1);
-    for_each_parallel(n_plans, lanes, "restore-account", |k| {
-        let Some(plan) = lock(&slots[order[k]]).take() else {
-            return;
-        };
-        // An account gets more than one lane only when fewer accounts than `lanes` are
-        // left to run beside it.
-        let share = (lanes / lanes.min(n_plans - k)).max(1);
-        let n_acc = size(&plan);
-        let mut accs = open_accounts(ctx, vec![plan]);
-        let Some((acc, folders)) = accs.pop() else {
-            ctx.progress.advance(n_acc, 0);
-            return;
-        };
-        restore_account_ordered(ctx, &acc, folders, share, picked);
-        ctx.target.finish_account(acc.open, &ctx.n.failures);
+    let next = AtomicUsize::new(0);
+    // Takes the next account and opens it in the target, with its lanes. `ahead`: only
+    // while more accounts than `lanes` are left, so that no account waits opened behind
+    // another while a lane of the run has nothing to do.
+    let take = |ahead: bool| -> Option<(OpenAccount<T::Account>, Vec<FolderPlan>, usize)> {
+        loop {
+            let k = next.load(Relaxed);
+            if k >= n_plans || (ahead && n_plans - k <= lanes) {
+                return None;
+            }
+            if next.compare_exchange(k, k + 1, Relaxed, Relaxed).is_err() {
+                continue;
+            }
+            let Some(plan) = lock(&slots[order[k]]).take() else {
+                continue;
+            };
+            // An account gets more than one lane only when fewer accounts than `lanes`
+            // are left to run beside it.
+            let share = (lanes / lanes.min(n_plans - k)).max(1);
+            let n_acc = size(&plan);
+            match open_accounts(ctx, vec![plan]).pop() {
+                Some((acc, folders)) => return Some((acc, folders, share)),
+                None => ctx.progress.advance(n_acc, 0),
+            }
+        }
+    };
+    for_each_parallel(lanes, lanes, "restore-account", |_| {
+        let mut ready = take(false);
+        while let Some((acc, folders, share)) = ready.take() {
+            // The next account is opened (an IMAP login, its folders made) on this
+            // thread while this one's lanes write: opening overlaps the data.
+            restore_account_ordered(ctx, &acc, folders, share, picked, || {
+                ready = take(true);
+            });
+            ctx.target.finish_account(acc.open, &ctx.n.failures);
+            if ready.is_none() {
+                ready = take(false);
+            }
+        }
     });
 }
 
@@ -115,6 +143,7 @@ pub(super) fn restore_account_ordered<T: Target>(
     folders: Vec<FolderPlan>,
     share: usize,
     picked: bool,
+    meanwhile: impl FnOnce(),
 ) {
     let caps = &ctx.caps;
     let mut open = Vec::new();
@@ -189,6 +218,7 @@ pub(super) fn restore_account_ordered<T: Target>(
                 }
             });
         }
+        meanwhile();
     });
     for (folder, _) in open {
         ctx.target.finish_folder(folder, &ctx.n.failures);

@@ -529,6 +529,92 @@ mod spans {
         );
     }
 
+    /// An in-order target opens the next account (for IMAP a login and its folders
+    /// made) while the one before writes, not after it: opening overlaps the data.
+    #[test]
+    fn an_in_order_target_opens_the_next_account_while_one_writes() {
+        use crate::dest::{AccountInfo, Caps, FolderInfo, Item, Message, RestoreFailures};
+        use crate::dest::{Order, Outcome, Target};
+        use std::sync::atomic::{AtomicBool, AtomicUsize};
+        use std::time::{Duration, Instant};
+
+        #[derive(Default)]
+        struct Overlapping {
+            opened: AtomicUsize,
+            checked: AtomicBool,
+            overlapped: AtomicBool,
+            written: AtomicUsize,
+        }
+        impl Target for Overlapping {
+            /// The order in which the account was opened.
+            type Account = usize;
+            type Folder = usize;
+            fn caps(&self) -> Caps {
+                Caps {
+                    order: Order::Folder,
+                    jobs: 0,
+                    open_folders: usize::MAX,
+                    accounts: 1,
+                    lanes: 1,
+                    batch_messages: 10,
+                    batch_bytes: 1 << 20,
+                    lane_messages: 0,
+                    folder_files: false,
+                    keywords: false,
+                    hard_links: false,
+                }
+            }
+            fn open_account(&self, _: &AccountInfo) -> crate::Result<usize> {
+                Ok(self.opened.fetch_add(1, Relaxed))
+            }
+            fn open_folder(&self, acc: &usize, _: &FolderInfo) -> crate::Result<usize> {
+                Ok(*acc)
+            }
+            fn write(&self, acc: &usize, _: &Message) -> crate::Result<Outcome> {
+                // The first write of the first account waits (a while at most) for the
+                // second account to be opened.
+                if *acc == 0 && !self.checked.swap(true, Relaxed) {
+                    let t = Instant::now();
+                    while self.opened.load(Relaxed) < 2 && t.elapsed() < Duration::from_secs(2) {
+                        std::thread::sleep(Duration::from_millis(5));
+                    }
+                    (self.overlapped).store(self.opened.load(Relaxed) >= 2, Relaxed);
+                }
+                self.written.fetch_add(1, Relaxed);
+                Ok(Outcome::Written { bytes: 0 })
+            }
+            fn finish_account(&self, _: usize, _: &RestoreFailures) {}
+            fn item(&self, _: &usize, _: Item) -> String {
+                String::new()
+            }
+        }
+
+        let t = tempfile::tempdir().unwrap();
+        let src = t.path().join("src");
+        for (i, user) in ["ann", "bob", "cid"].iter().enumerate() {
+            let dir = src.join("example.org").join(user).join("Maildir");
+            maildir_from(&dir, 5, 1000 * i as u64);
+        }
+        let repo = backed_up_accounts(Arc::new(MemoryStore::new()), &src, vec![]);
+        let sel = Selection {
+            snapshot: "latest".into(),
+            accounts: vec![],
+            folders: vec![],
+            messages: vec![],
+            reads: 0,
+            cache_bytes: 0,
+        };
+        let (r, target) =
+            restore_into(&repo, &sel, &NoProgress, |_, _| Ok(Overlapping::default())).unwrap();
+        assert!(r.failures.is_empty(), "{:?}", r.failures);
+        assert_eq!(target.written.load(Relaxed), 3 * 15);
+        assert_eq!(target.opened.load(Relaxed), 3);
+        assert!(
+            target.overlapped.load(Relaxed),
+            "the second account was opened only after the first was written"
+        );
+    }
+
     /// An account whose tree cannot be read stops the restore with its error, after
     /// the accounts planned before it (batched, not yet written) are restored.
     #[test]

@@ -6,7 +6,7 @@
 use super::session::Session;
 use crate::error::{Error, Result};
 use crate::proto::mutf7;
-use crate::proto::response::{Code, ListItem, Status, Untagged};
+use crate::proto::response::{Code, ListItem, Untagged};
 
 /// Special-use attributes (RFC 6154).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -172,11 +172,22 @@ impl Session {
         }
     }
 
+    /// The hierarchy delimiter learnt elsewhere (another session of the same account on
+    /// the same server, [`Session::known_delimiter`]): this session does not ask again.
+    pub fn assume_delimiter(&mut self, delimiter: Option<char>) {
+        self.delimiter = Some(delimiter);
+    }
+
+    /// The hierarchy delimiter, when this session knows it already.
+    pub fn known_delimiter(&self) -> Option<Option<char>> {
+        self.delimiter
+    }
+
     /// LIST "" "*" with subscription and special-use information (RETURN
     /// (SUBSCRIBED SPECIAL-USE) when LIST-EXTENDED is offered, else LIST
-    /// plus LSUB).
+    /// plus LSUB). A session that does not know the hierarchy delimiter yet takes
+    /// INBOX's from the listing instead of asking (`LIST "" ""`): one round trip.
     pub fn list(&mut self) -> Result<Vec<Folder>> {
-        let delim = self.delimiter()?;
         let extended = self.caps.has("LIST-EXTENDED");
         let mut b = self.command("LIST");
         b.sp().astring(b"").sp().astring(b"*");
@@ -195,6 +206,15 @@ impl Session {
             }
             Ok(())
         })?;
+        if self.delimiter.is_none() {
+            let inbox = items
+                .iter()
+                .find(|l| l.name.eq_ignore_ascii_case(b"INBOX") && l.delimiter.is_some());
+            if let Some(l) = inbox {
+                self.delimiter = Some(l.delimiter);
+            }
+        }
+        let delim = self.delimiter()?;
         let mut folders: Vec<Folder> = items
             .into_iter()
             .map(|l| folder_from_list(l, delim))
@@ -232,32 +252,16 @@ impl Session {
     }
 
     /// CREATE, with `(USE (\Sent))` when the server offers
-    /// CREATE-SPECIAL-USE. An existing folder is not an error.
+    /// CREATE-SPECIAL-USE. An existing folder is not an error. (Many at once, in one
+    /// round trip: [`Session::create_many`].)
     pub fn create(
         &mut self,
         folder: &str,
         special_use: Option<SpecialUse>,
     ) -> Result<CreateOutcome> {
-        let name = self.server_name(folder)?;
-        let with_use = special_use.filter(|_| self.caps.has("CREATE-SPECIAL-USE"));
-        let mut b = self.command("CREATE");
-        b.sp().mailbox(&name);
-        if let Some(u) = with_use {
-            b.raw(b" (USE (").raw(u.attribute().as_bytes()).raw(b"))");
-        }
-        let cmd = b.finish();
+        let (cmd, with_use) = self.create_command(folder, special_use)?;
         let status = self.run(cmd, &mut |_| Ok(()))?;
-        match status.status {
-            Status::Ok => Ok(CreateOutcome {
-                existed: false,
-                special_use_set: with_use.is_some(),
-            }),
-            _ if status.code == Some(Code::AlreadyExists) => Ok(CreateOutcome {
-                existed: true,
-                special_use_set: false,
-            }),
-            _ => Err(self.command_error("CREATE", Some(folder), &status)),
-        }
+        self.create_outcome(folder, with_use, &status)
     }
 
     /// DELETE.

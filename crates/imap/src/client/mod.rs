@@ -6,5 +6,6 @@ mod conn;
 pub mod fetch;
 pub mod mailbox;
 pub mod options;
+mod pipeline;
 pub mod session;
 mod stream;

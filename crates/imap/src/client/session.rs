@@ -226,7 +226,7 @@ impl Session {
         }
     }
 
-    fn check_usable(&self) -> Result<()> {
+    pub(crate) fn check_usable(&self) -> Result<()> {
         if self.broken {
             return Err(Error::Io {
                 server: self.server.clone(),
