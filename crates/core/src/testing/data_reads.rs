@@ -1,4 +1,4 @@
-//! A [`Store`] that passes everything through and records the ranges read from data
+//! A [`Backend`] that passes everything through and records the ranges read from data
 //! packs: the restore tests count them against the spans the reader planned.
 
 use crate::error::Result;
