@@ -127,8 +127,9 @@ fn stamp_of(name: &[u8], st: &Stat) -> DirStamp {
 #[cfg(any(test, feature = "testing"))]
 pub mod hook {
     use crate::repo::tree::{DirStamp, Timestamp};
-    use std::path::{Path, PathBuf};
-    use std::sync::{Arc, Mutex};
+    use crate::source::walk::hook::{Registry, RegistryGuard};
+    use std::path::Path;
+    use std::sync::Arc;
 
     /// What is about to be used.
     pub enum Look<'a> {
@@ -138,33 +139,20 @@ pub mod hook {
         Stamp(&'a mut DirStamp),
     }
 
-    type Callback = Arc<dyn Fn(&Path, &mut Look<'_>) + Send + Sync>;
+    type Callback = dyn Fn(&Path, &mut Look<'_>) + Send + Sync;
 
-    static HOOKS: Mutex<Vec<(u64, PathBuf, Callback)>> = Mutex::new(Vec::new());
-    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    static HOOKS: Registry<Callback> = Registry::new();
 
     /// Removes its hook when dropped.
-    pub struct Guard(u64);
-
-    impl Drop for Guard {
-        fn drop(&mut self) {
-            crate::repo::lock(&HOOKS).retain(|h| h.0 != self.0);
-        }
-    }
+    pub type Guard = RegistryGuard<Callback>;
 
     /// Runs `f` on every clock reading and stamp of a path below `under`.
     pub fn set(under: &Path, f: impl Fn(&Path, &mut Look<'_>) + Send + Sync + 'static) -> Guard {
-        let id = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        crate::repo::lock(&HOOKS).push((id, under.to_path_buf(), Arc::new(f)));
-        Guard(id)
+        HOOKS.add(under, Arc::new(f))
     }
 
     pub(crate) fn fire(path: &Path, look: &mut Look<'_>) {
-        let hooks: Vec<Callback> = (crate::repo::lock(&HOOKS).iter())
-            .filter(|h| path.starts_with(&h.1))
-            .map(|h| h.2.clone())
-            .collect();
-        for h in hooks {
+        for h in HOOKS.below(path) {
             h(path, look);
         }
     }

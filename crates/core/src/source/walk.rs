@@ -244,39 +244,74 @@ pub(crate) fn fire(e: &Event<'_>) {
 pub mod hook {
     use super::Event;
     use std::path::{Path, PathBuf};
+    use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
     use std::sync::{Arc, Mutex};
 
-    type Callback = Arc<dyn Fn(&Event<'_>) + Send + Sync>;
+    type Callback = dyn Fn(&Event<'_>) + Send + Sync;
 
-    static HOOKS: Mutex<Vec<(u64, PathBuf, Callback)>> = Mutex::new(Vec::new());
-    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    static HOOKS: Registry<Callback> = Registry::new();
 
     /// Removes its hook when dropped.
-    pub struct Guard(u64);
+    pub type Guard = RegistryGuard<Callback>;
 
-    impl Drop for Guard {
+    /// Callbacks set below directories by tests running in parallel, each removed when
+    /// its guard is dropped: what the walk's hooks and those of the unchanged-folder proof
+    /// (`crate::source::unchanged::hook`) share.
+    pub struct Registry<C: ?Sized + 'static> {
+        hooks: Mutex<Vec<(u64, PathBuf, Arc<C>)>>,
+        next: AtomicU64,
+    }
+
+    impl<C: ?Sized + 'static> Registry<C> {
+        pub const fn new() -> Self {
+            Registry {
+                hooks: Mutex::new(Vec::new()),
+                next: AtomicU64::new(0),
+            }
+        }
+
+        /// Sets `f` for every path below `under`, until the guard is dropped.
+        pub fn add(&'static self, under: &Path, f: Arc<C>) -> RegistryGuard<C> {
+            let id = self.next.fetch_add(1, Relaxed);
+            crate::repo::lock(&self.hooks).push((id, under.to_path_buf(), f));
+            RegistryGuard(self, id)
+        }
+
+        /// The callbacks set for `path` (taken out of the lock before they run).
+        pub fn below(&self, path: &Path) -> Vec<Arc<C>> {
+            (crate::repo::lock(&self.hooks).iter())
+                .filter(|h| path.starts_with(&h.1))
+                .map(|h| h.2.clone())
+                .collect()
+        }
+    }
+
+    impl<C: ?Sized + 'static> Default for Registry<C> {
+        fn default() -> Self {
+            Self::new()
+        }
+    }
+
+    /// Removes its callback from its registry when dropped.
+    pub struct RegistryGuard<C: ?Sized + 'static>(&'static Registry<C>, u64);
+
+    impl<C: ?Sized + 'static> Drop for RegistryGuard<C> {
         fn drop(&mut self) {
-            crate::repo::lock(&HOOKS).retain(|h| h.0 != self.0);
+            crate::repo::lock(&self.0.hooks).retain(|h| h.0 != self.1);
         }
     }
 
     /// Runs `f` at every step of a walk of a path below `under` (tests run in parallel:
     /// each sets its hook on its own directory).
     pub fn set(under: &Path, f: impl Fn(&Event<'_>) + Send + Sync + 'static) -> Guard {
-        let id = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        crate::repo::lock(&HOOKS).push((id, under.to_path_buf(), Arc::new(f)));
-        Guard(id)
+        HOOKS.add(under, Arc::new(f))
     }
 
     pub(crate) fn fire(e: &Event<'_>) {
         let path = match e {
             Event::Listed(p) | Event::Open(p) | Event::Read { path: p, .. } => *p,
         };
-        let hooks: Vec<Callback> = (crate::repo::lock(&HOOKS).iter())
-            .filter(|h| path.starts_with(&h.1))
-            .map(|h| h.2.clone())
-            .collect();
-        for h in hooks {
+        for h in HOOKS.below(path) {
             h(e);
         }
     }
