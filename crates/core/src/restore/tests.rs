@@ -102,6 +102,26 @@ mod spans {
         backed_up_accounts(store, src, vec!["bob".into()])
     }
 
+    /// A store below `dir` of `users` at example.org, 15 messages each (5 per
+    /// subfolder), backed up; and the selection of all of its latest snapshot.
+    fn accounts_of_15(dir: &Path, users: &[&str]) -> (Repository, Selection) {
+        let src = dir.join("src");
+        for (i, user) in users.iter().enumerate() {
+            let md = src.join("example.org").join(user).join("Maildir");
+            maildir_from(&md, 5, 1000 * i as u64);
+        }
+        let repo = backed_up_accounts(Arc::new(MemoryStore::new()), &src, vec![]);
+        let sel = Selection {
+            snapshot: "latest".into(),
+            accounts: vec![],
+            folders: vec![],
+            messages: vec![],
+            reads: 0,
+            cache_bytes: 0,
+        };
+        (repo, sel)
+    }
+
     /// [`backed_up`] for a mail store of `accounts` (all: empty).
     fn backed_up_accounts(
         store: Arc<dyn Backend>,
@@ -501,23 +521,7 @@ mod spans {
         }
 
         let t = tempfile::tempdir().unwrap();
-        let src = t.path().join("src");
-        for (i, user) in ["ann", "bob", "cid", "dan", "eve", "fay"]
-            .iter()
-            .enumerate()
-        {
-            let dir = src.join("example.org").join(user).join("Maildir");
-            maildir_from(&dir, 5, 1000 * i as u64);
-        }
-        let repo = backed_up_accounts(Arc::new(MemoryStore::new()), &src, vec![]);
-        let sel = Selection {
-            snapshot: "latest".into(),
-            accounts: vec![],
-            folders: vec![],
-            messages: vec![],
-            reads: 0,
-            cache_bytes: 0,
-        };
+        let (repo, sel) = accounts_of_15(t.path(), &["ann", "bob", "cid", "dan", "eve", "fay"]);
         let (r, target) =
             restore_into(&repo, &sel, &NoProgress, |_, _| Ok(Counting::default())).unwrap();
         assert!(r.failures.is_empty(), "{:?}", r.failures);
@@ -590,20 +594,7 @@ mod spans {
         }
 
         let t = tempfile::tempdir().unwrap();
-        let src = t.path().join("src");
-        for (i, user) in ["ann", "bob", "cid"].iter().enumerate() {
-            let dir = src.join("example.org").join(user).join("Maildir");
-            maildir_from(&dir, 5, 1000 * i as u64);
-        }
-        let repo = backed_up_accounts(Arc::new(MemoryStore::new()), &src, vec![]);
-        let sel = Selection {
-            snapshot: "latest".into(),
-            accounts: vec![],
-            folders: vec![],
-            messages: vec![],
-            reads: 0,
-            cache_bytes: 0,
-        };
+        let (repo, sel) = accounts_of_15(t.path(), &["ann", "bob", "cid"]);
         let (r, target) =
             restore_into(&repo, &sel, &NoProgress, |_, _| Ok(Overlapping::default())).unwrap();
         assert!(r.failures.is_empty(), "{:?}", r.failures);
