@@ -15,6 +15,8 @@ every tool in turn, with the page cache dropped before each timed command:
   flags      a backup after every message of one folder (of the largest account) got a flag
   restore    a restore of the whole store into an empty directory (checked file by file
              against the source for mailvault)
+  ls         the largest folder's messages listed (`mailvault ls --json`, `restic ls`,
+             `rustic ls` of the snapshot), output to /dev/null
 
 Each row gives wall time and peak RSS (the child's own, from wait4). Ratios are to restic
 and, for the restore, to the faster of restic and rustic. --repeat N runs the whole
@@ -30,7 +32,10 @@ Tools: mailvault and mailvault-corpus from --bin-dir (default target/release), r
 (0.19: `go install github.com/restic/restic/cmd/restic@v0.19.1`, found in ~/go/bin first)
 and rustic (`cargo install rustic-rs --locked --no-default-features`); a tool that is not
 installed is skipped and said so. --smoke (CI) runs 20,000 messages, mailvault only, once,
-and fails unless every run succeeded and the restore is identical.
+and fails unless every run succeeded and the restore is identical. --memory (CI) runs
+500,000 messages in one account, mailvault only, once, and also fails when a command's
+peak RSS is over --rss-limit MB (default 150 with --memory: the issue's bound for an
+account of 1.5 million; --rss-limit applies to any run).
 """
 
 import argparse
@@ -47,7 +52,7 @@ from pathlib import Path
 REPO_ROOT = Path(__file__).resolve().parent.parent
 PASSWORD = "scale-bench"
 FOLDERS = ["INBOX", "Sent", "Archive", "Lists", "Drafts", "Trash", "Junk", "Notes", "Work", "Old"]
-STEPS = ["full", "nothing", "one-new", "flags", "restore"]
+STEPS = ["full", "nothing", "one-new", "flags", "restore", "ls"]
 
 
 def log(msg):
@@ -141,14 +146,14 @@ class Scale:
         except OSError:
             pass
 
-    def run(self, argv, env=None):
+    def run(self, argv, env=None, stdout=None):
         """Runs argv with the page cache dropped first: rc, wall seconds, peak RSS in KB."""
         self.drop_caches()
         logf = open(self.work / "commands.log", "ab")
         logf.write(f"$ {' '.join(argv)}\n".encode())
         logf.flush()
         t0 = time.monotonic()
-        p = subprocess.Popen(argv, env={**os.environ, **(env or {})}, stdout=logf, stderr=logf, start_new_session=True)
+        p = subprocess.Popen(argv, env={**os.environ, **(env or {})}, stdout=stdout or logf, stderr=logf, start_new_session=True)
         try:
             _, status, usage = os.wait4(p.pid, 0)
         except KeyboardInterrupt:
@@ -177,10 +182,15 @@ class Scale:
         b = self.tools[tool]
         if tool == "mailvault":
             return {"init": [b, "init"], "backup": [b, "backup", f"maildir:{self.src}"],
-                    "restore": [b, "restore", "latest", "--target", f"maildir:{target}"]}[step]
+                    "restore": [b, "restore", "latest", "--target", f"maildir:{target}"],
+                    "ls": [b, "--json", "ls", "latest", "--account", "user0000@example.org", "--folder", "INBOX"]}[step]
         if tool == "restic":
             return {"init": [b, "init", "--quiet"], "backup": [b, "backup", "--quiet", "--host", "scale", str(self.src)],
                     "restore": [b, "restore", "latest", "--host", "scale", "--target", str(target)]}[step]
+        if step == "ls" and tool == "restic":
+            return [b, "ls", "latest", "--host", "scale", "--quiet"]
+        if step == "ls":
+            return [b, "ls", "latest"]
         return {"init": [b, "init"], "backup": [b, "backup", "--host", "scale", str(self.src)],
                 "restore": [b, "restore", "latest", str(target)]}[step]
 
@@ -198,6 +208,9 @@ class Scale:
         res.update(extra)
         self.results.setdefault((tool, step), []).append(res)
         more = "".join(f", {k} {v:,}" for k, v in extra.items() if isinstance(v, int))
+        limit = self.a.rss_limit
+        if res["rc"] == 0 and tool == "mailvault" and limit and res["rss_kb"] > limit * 1024:
+            res["rc"] = f"peak RSS {res['rss_kb'] / 1024:.0f} MB over {limit} MB"
         log(f"{tool:9} {step:8} rc {res['rc']} {res['wall']:8.2f} s {res['rss_kb'] / 1024:7.0f} MB{more}")
 
     def one_round(self, order):
@@ -235,6 +248,7 @@ class Scale:
                 res["rc"] = "restore differs"
             self.note(tool, "restore", res)
             shutil.rmtree(target, ignore_errors=True)
+            self.note(tool, "ls", self.run(self.cmd(tool, "ls"), env, stdout=subprocess.DEVNULL))
             # The store as generated again, for the next tool.
             new.unlink()
             for f in renamed:
@@ -294,9 +308,15 @@ def main():
     ap.add_argument("--bin-dir")
     ap.add_argument("--no-drop-caches", dest="drop_caches", action="store_false")
     ap.add_argument("--smoke", action="store_true", help="CI: 20,000 messages, mailvault only, once")
+    ap.add_argument("--memory", action="store_true",
+                    help="CI: 500,000 messages in one account, mailvault only, once, peak RSS checked")
+    ap.add_argument("--rss-limit", type=int, help="fail a mailvault command whose peak RSS is over this many MB")
     a = ap.parse_args()
     if a.smoke:
         a.messages, a.tools, a.repeat, a.drop_caches = 20_000, "mailvault", 1, False
+    if a.memory:
+        a.messages, a.accounts, a.tools, a.repeat, a.drop_caches = 500_000, 1, "mailvault", 1, False
+        a.rss_limit = a.rss_limit or 150
     a.tools = [t.strip() for t in a.tools.split(",") if t.strip()]
     if not 1 <= a.folders <= len(FOLDERS):
         ap.error(f"--folders: 1 to {len(FOLDERS)}")

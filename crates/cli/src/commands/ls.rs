@@ -3,8 +3,9 @@
 use crate::output::{bytes, print_failures, safe, time};
 use crate::{repo, GlobalOpts, Outcome};
 use anyhow::Result;
-use mailvault_core::ops::ls::{ls, Listing};
+use mailvault_core::ops::ls::{ls, Listing, MessageInfo};
 use mailvault_core::ops::undelete::{find_deleted, window_start, Deleted, DeletedOptions};
+use std::io::Write;
 
 #[derive(clap::Args, Debug)]
 pub struct Args {
@@ -60,7 +61,47 @@ pub fn run(g: &GlobalOpts, a: Args) -> Result<Outcome> {
         });
     }
     let snapshot = a.snapshot.unwrap_or_default();
-    let listing = ls(&r, &snapshot, a.account.as_deref(), a.folder.as_deref())?;
+    // A folder's messages are printed as they are read, never held: as lines, or as the
+    // items of the JSON object, one a line.
+    let mut out = std::io::BufWriter::new(std::io::stdout().lock());
+    let mut shown = 0u64;
+    let mut message = |m: MessageInfo| -> mailvault_core::Result<()> {
+        let written = match g.json {
+            true => {
+                let open = if shown == 0 { JSON_MESSAGES } else { ",\n" };
+                out.write_all(open.as_bytes()).and_then(|()| {
+                    serde_json::to_writer(&mut out, &m).map_err(std::io::Error::from)
+                })
+            }
+            false => writeln!(out, "{}", message_line(&m)),
+        };
+        shown += 1;
+        written.map_err(|e| mailvault_core::Error::Io {
+            path: "standard output".into(),
+            source: e,
+        })
+    };
+    let listing = ls(
+        &r,
+        &snapshot,
+        a.account.as_deref(),
+        a.folder.as_deref(),
+        &mut message,
+    )?;
+    if let (Listing::Messages(_), true) = (&listing, g.json) {
+        if shown == 0 {
+            out.write_all(JSON_MESSAGES.as_bytes())?;
+        }
+        let storage = (crate::repo::usage().as_ref())
+            .map(serde_json::to_string)
+            .transpose()?;
+        let storage = storage.map(|u| format!(",\n\"storage\": {u}"));
+        writeln!(out, "\n]{}}}", storage.unwrap_or_default())?;
+        out.flush()?;
+        return Ok(Outcome::Ok);
+    }
+    out.flush()?;
+    drop(out);
     if g.json {
         crate::output::json(&listing)?;
         return Ok(Outcome::Ok);
@@ -88,19 +129,8 @@ pub fn run(g: &GlobalOpts, a: Args) -> Result<Outcome> {
                 );
             }
         }
-        Listing::Messages(v) => {
-            for m in &v {
-                println!(
-                    "{}  {:<6} {:>9}  {:<40}  {:<30.30}  {}",
-                    time(m.internal_date),
-                    safe(&m.flags),
-                    bytes(m.size),
-                    safe(&m.key),
-                    safe(&m.from),
-                    safe(&m.subject)
-                );
-            }
-        }
+        // Printed as they came.
+        Listing::Messages(_) => {}
         Listing::Files(v) => {
             for f in &v {
                 let link = (f.link.as_ref()).map_or(String::new(), |l| format!(" -> {}", safe(l)));
@@ -115,6 +145,22 @@ pub fn run(g: &GlobalOpts, a: Args) -> Result<Outcome> {
         }
     }
     Ok(Outcome::Ok)
+}
+
+/// How the JSON object of a folder's messages starts, before its first item.
+const JSON_MESSAGES: &str = "{\"kind\": \"messages\", \"items\": [\n";
+
+/// The line of `ls` of one message.
+fn message_line(m: &MessageInfo) -> String {
+    format!(
+        "{}  {:<6} {:>9}  {:<40}  {:<30.30}  {}",
+        time(m.internal_date),
+        safe(&m.flags),
+        bytes(m.size),
+        safe(&m.key),
+        safe(&m.from),
+        safe(&m.subject)
+    )
 }
 
 /// What a line of `ls` counts: messages, or for what has none but files (a `file:`

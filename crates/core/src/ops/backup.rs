@@ -21,7 +21,8 @@ use crate::repo::writer::records::WriterMark;
 use crate::repo::writer::BlobSaver;
 use crate::repo::{lock, Repository};
 use crate::report::{per_sec, ratio, Failure, Progress};
-use crate::source::writer::{Counters, Ctx, OwnerIds, ParentAccount};
+use crate::source::parent::ParentAccount;
+use crate::source::writer::{Counters, Ctx, Entries, OwnerIds};
 use crate::source::Source;
 use crate::source::{Account, Failures, Folder, FolderWriter, Parallelism, RunOptions, Samples};
 use mailvault_imap::maildir_flags::KeywordTable;
@@ -553,7 +554,7 @@ fn backup_folder<S: Source>(
     subscriptions: Option<&[String]>,
     look: Option<Look>,
 ) -> Result<FolderNode> {
-    let parent_folder = parent_folder(parent, folder).map(|(_, f)| f);
+    let parent_folder = parent_folder(parent, folder);
     let (scan, kept) = match look {
         Some((scan, kept)) => (Some(scan), kept),
         None => (None, false),
@@ -563,8 +564,10 @@ fn backup_folder<S: Source>(
         account: &acc.name,
         folder,
         parent_account: parent,
-        parent: parent_folder,
-        entries: Vec::new(),
+        parent: parent_folder.map(|(_, f)| f),
+        parent_index: parent_folder.map(|(i, _)| i),
+        entries: Entries::Held(Vec::new()),
+        owners: OwnerIds::default(),
         files: Vec::new(),
         dirs: Vec::new(),
         mtime: None,

@@ -89,7 +89,9 @@ impl MessageInfo {
 pub enum Listing {
     Accounts(Vec<AccountInfo>),
     Folders(Vec<FolderInfo>),
-    Messages(Vec<MessageInfo>),
+    /// A folder's messages, handed one at a time to the caller of [`ls`] (a folder of
+    /// a million messages is never held): how many.
+    Messages(u64),
     /// The files of a folder without messages.
     Files(Vec<FileInfo>),
 }
@@ -101,12 +103,14 @@ fn count_files<'a>(folders: impl IntoIterator<Item = &'a FolderNode>) -> (u64, u
         .fold((0, 0), |(n, b), f| (n + 1, b + f.size))
 }
 
-/// Lists accounts; with `account`, its folders; with `folder`, that folder's messages.
+/// Lists accounts; with `account`, its folders; with `folder`, that folder's messages,
+/// each handed to `message` as its chunk is read, in key order.
 pub fn ls(
     repo: &Repository,
     snapshot: &str,
     account: Option<&str>,
     folder: Option<&str>,
+    message: &mut dyn FnMut(MessageInfo) -> Result<()>,
 ) -> Result<Listing> {
     let snap = repo.find_snapshot(snapshot)?;
     let root: RootTree = repo.read_tree(&snap.root)?;
@@ -132,7 +136,7 @@ pub fn ls(
     let filter: Vec<String> = account.map(|a| vec![a.to_string()]).unwrap_or_default();
     let accounts = select_accounts(root, &filter)?;
     let mut folders = Vec::new();
-    let mut messages = Vec::new();
+    let mut messages = 0u64;
     let mut files = Vec::new();
     let mut matched = false;
     let mut names = Vec::new();
@@ -170,7 +174,8 @@ pub fn ls(
                     }
                     for c in &chunks {
                         for m in repo.read_chunk(c)? {
-                            messages.push(MessageInfo::of(&a.name, &name, m));
+                            message(MessageInfo::of(&a.name, &name, m))?;
+                            messages += 1;
                         }
                     }
                 }
@@ -184,7 +189,7 @@ pub fn ls(
             "no folder {f:?} in the snapshot (it has: {})",
             folder_list(names)
         ))),
-        Some(_) if messages.is_empty() && !files.is_empty() => Ok(Listing::Files(files)),
+        Some(_) if messages == 0 && !files.is_empty() => Ok(Listing::Files(files)),
         Some(_) => Ok(Listing::Messages(messages)),
     }
 }

@@ -299,4 +299,4 @@ pub(crate) fn memory_repository() -> Repository {
 }
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;

@@ -509,7 +509,7 @@ fn damaged_snapshot_files_cost_only_themselves() {
 }
 
 /// A message entry of a test folder: key `i`, flags `flags`, one fake content id.
-fn test_entry(i: u32, flags: &str) -> tree::MessageEntry {
+pub(crate) fn test_entry(i: u32, flags: &str) -> tree::MessageEntry {
     let key = format!("{}.M{i}P1.host", 1_700_000_000 + i).into_bytes();
     tree::MessageEntry {
         name: [&key[..], b":2,", flags.as_bytes()].concat(),
@@ -643,4 +643,52 @@ fn a_large_folder_keeps_its_chunks_in_a_tree_that_changes_where_the_folder_does(
     let (repo, small, _, _) = save_folder(&store, few.clone());
     assert!(small.chunk_tree.is_none() && !small.chunks.is_empty());
     assert_eq!(entries_of(&repo, &small), few);
+}
+
+/// Entries saved as they come, in key order, make the chunks and chunk tree that
+/// [`save_entries`](crate::repo::writer::content::save_entries) cuts of the same entries
+/// at once, hold one chunk's entries at a time, and count the folder; one out of order is
+/// refused, never saved in the wrong place.
+#[test]
+fn entries_saved_as_a_stream_make_the_chunks_of_the_folder_saved_at_once() {
+    use crate::repo::writer::content::EntryStream;
+    let store = Arc::new(MemoryStore::new());
+    Repository::init(store.clone(), b"pw", &fast_init()).unwrap();
+    let all: Vec<tree::MessageEntry> = (0..5_000).map(|i| test_entry(i, "S")).collect();
+    let (_, at_once, _, _) = save_folder(&store, all.clone());
+    let mut sorted = all.clone();
+    sorted.sort_by(|a, b| (&a.key, &a.name).cmp(&(&b.key, &b.name)));
+
+    let repo = Repository::open(store.clone(), b"pw").unwrap();
+    let saver = BlobSaver::new(&repo, Compression::Zstd);
+    let mut stream = EntryStream::new(&saver);
+    let mut most_pending = 0;
+    for e in sorted.iter().cloned() {
+        stream.push(e).unwrap();
+        most_pending = most_pending.max(stream.pending());
+    }
+    let (saved, messages, bytes) = stream.finish().unwrap();
+    assert_eq!(
+        (saved.chunk_tree, &saved.chunks),
+        (at_once.chunk_tree, &at_once.chunks)
+    );
+    assert_eq!(messages, 5_000);
+    assert_eq!(bytes, sorted.iter().map(|e| e.size).sum::<u64>());
+    assert!(
+        most_pending <= tree::CHUNK_MAX_ENTRIES,
+        "{most_pending} entries held"
+    );
+
+    let mut stream = EntryStream::new(&saver);
+    stream.push(sorted[10].clone()).unwrap();
+    let e = stream.push(sorted[9].clone()).unwrap_err();
+    assert!(e.to_string().contains("out of key order"), "{e}");
+    // Also across a chunk already saved.
+    let mut stream = EntryStream::new(&saver);
+    for e in &sorted[..600] {
+        stream.push(e.clone()).unwrap();
+    }
+    assert!(stream.pending() < 600);
+    assert!(stream.push(sorted[0].clone()).is_err());
+    saver.finish().unwrap();
 }

@@ -278,20 +278,20 @@ pub struct NameChunk {
 
 impl MessageEntry {
     /// Splits an entry into its stored halves.
-    pub fn to_parts(&self) -> (StoredEntry, NameEntry) {
+    pub fn into_parts(self) -> (StoredEntry, NameEntry) {
         let info = self.name.get(self.key.len()..).unwrap_or_default().to_vec();
         (
             StoredEntry {
-                key: self.key.clone(),
+                key: self.key,
                 size: self.size,
                 mtime: self.mtime,
                 mode: self.mode,
                 uid: self.uid,
                 gid: self.gid,
                 hash: self.hash,
-                content: self.content.clone(),
-                from: self.from.clone(),
-                subject: self.subject.clone(),
+                content: self.content,
+                from: self.from,
+                subject: self.subject,
                 date: self.date,
             },
             NameEntry {
@@ -301,7 +301,6 @@ impl MessageEntry {
         )
     }
 
-    /// Joins the stored halves.
     pub fn from_parts(s: StoredEntry, n: NameEntry) -> MessageEntry {
         let mut name = s.key.clone();
         name.extend_from_slice(&n.info);
@@ -323,18 +322,13 @@ impl MessageEntry {
     }
 }
 
-/// Cuts sorted entries into chunks at content-defined boundaries: a chunk ends after an
-/// entry whose key's BLAKE3 is 0 modulo [`CHUNK_AVG_ENTRIES`] (within the min and max), so
-/// an insertion or deletion moves at most the boundaries next to it.
+/// Cuts sorted entries into chunks at content-defined boundaries ([`chunk_ends_after`]),
+/// so an insertion or deletion moves at most the boundaries next to it.
 pub fn chunk_boundaries(entries: &[MessageEntry]) -> Vec<std::ops::Range<usize>> {
     let mut out = Vec::new();
     let mut start = 0;
     for (i, e) in entries.iter().enumerate() {
-        let len = i + 1 - start;
-        let h = blake3::hash(&e.key);
-        let cut = u16::from_le_bytes([h.as_bytes()[0], h.as_bytes()[1]])
-            .is_multiple_of(CHUNK_AVG_ENTRIES);
-        if (cut && len >= CHUNK_MIN_ENTRIES) || len >= CHUNK_MAX_ENTRIES {
+        if chunk_ends_after(&e.key, i + 1 - start) {
             out.push(start..i + 1);
             start = i + 1;
         }
@@ -343,6 +337,16 @@ pub fn chunk_boundaries(entries: &[MessageEntry]) -> Vec<std::ops::Range<usize>>
         out.push(start..entries.len());
     }
     out
+}
+
+/// Whether a chunk of sorted entries that holds `len` entries, the last with key `key`,
+/// ends there: after a key whose BLAKE3 is 0 modulo [`CHUNK_AVG_ENTRIES`], within the min
+/// and max. The one rule of every folder's chunks, cut at once or as a stream.
+pub fn chunk_ends_after(key: &[u8], len: usize) -> bool {
+    let h = blake3::hash(key);
+    let cut =
+        u16::from_le_bytes([h.as_bytes()[0], h.as_bytes()[1]]).is_multiple_of(CHUNK_AVG_ENTRIES);
+    (cut && len >= CHUNK_MIN_ENTRIES) || len >= CHUNK_MAX_ENTRIES
 }
 
 impl MessageEntry {
@@ -1095,7 +1099,7 @@ mod tests {
             subject: "s".into(),
             date: Some(3),
         };
-        let (stored, name) = e.to_parts();
+        let (stored, name) = e.clone().into_parts();
         assert_eq!(name.info, b":2,S");
         assert_eq!(MessageEntry::from_parts(stored.clone(), name.clone()), e);
         let c = MessageChunk {

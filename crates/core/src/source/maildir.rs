@@ -16,6 +16,7 @@ use super::{
 use crate::error::{Error, Result};
 use crate::mail::maildir::{folder_name, split_name};
 use crate::repo::tree::{DirEntry, DirStamp, MessageEntry};
+use crate::source::parent::KeyLookup;
 use rayon::prelude::*;
 use std::collections::HashMap;
 use std::ffi::OsStr;
@@ -357,7 +358,6 @@ fn list_in(folder: &Dir, after_listing: &mut dyn FnMut(&str, u32)) -> Listing {
     // Modifications up to this long before a listing starts may not show in the
     // directory's ctime yet (the kernel's coarse clock).
     const GRANULARITY: std::time::Duration = std::time::Duration::from_millis(50);
-    let mut by_key: std::collections::HashMap<Vec<u8>, usize> = Default::default();
     let mut out = Listing {
         files: Vec::new(),
         errors: Vec::new(),
@@ -380,16 +380,8 @@ fn list_in(folder: &Dir, after_listing: &mut dyn FnMut(&str, u32)) -> Listing {
                 None => break,
             };
             after_listing(sub, attempt);
-            for name in listed {
-                let f = MessageFile { name, new };
-                match by_key.get(f.key()) {
-                    Some(&i) => out.files[i] = f,
-                    None => {
-                        by_key.insert(f.key().to_vec(), out.files.len());
-                        out.files.push(f);
-                    }
-                }
-            }
+            out.files
+                .extend(listed.into_iter().map(|name| MessageFile { name, new }));
             let changed = match dir.fstat() {
                 Ok(st) => {
                     let ctime = std::time::UNIX_EPOCH
@@ -407,6 +399,15 @@ fn list_in(folder: &Dir, after_listing: &mut dyn FnMut(&str, u32)) -> Listing {
         }
         *(if new { &mut out.new } else { &mut out.cur }) = Some(dir);
     }
+    // In key order, one file per key: the last seen (a stable sort keeps the order seen).
+    out.files.sort_by(|a, b| a.key().cmp(b.key()));
+    out.files.dedup_by(|later, kept| {
+        let same = later.key() == kept.key();
+        if same {
+            std::mem::swap(later, kept);
+        }
+        same
+    });
     out
 }
 
@@ -746,7 +747,9 @@ impl Source for MaildirSource {
 }
 
 impl MaildirSource {
-    /// Lists the folder's messages and keeps those the parent has, reading the others.
+    /// Lists the folder's messages and keeps those the parent has, reading the others;
+    /// a window of [`WINDOW`] at a time in key order, so that the folder's entries go to
+    /// its chunks as they come ([`FolderWriter::in_key_order`]).
     fn backup_messages(
         &self,
         acc: &AccountSource,
@@ -766,35 +769,65 @@ impl MaildirSource {
             }
         }
         out.expect(files.len() as u64);
-        let mut to_read = Vec::new();
-        for file in files {
-            let Some(pe) = out.parent_by_key(file.key()) else {
-                to_read.push(file);
-                continue;
-            };
-            // Maildir files never change once delivered: the same key is the same
-            // message, whatever its flags (name) or place. With `stat_unchanged` a changed
-            // size or mtime makes us read it again anyway, for stores edited in place.
-            let mut e = pe.clone();
-            if self.stat_unchanged {
-                let st = (listing.dir(&file)).map(|d| d.stat(&file.name));
-                match st.map(|st| st.map(|st| FileMeta::of_stat(&st))) {
-                    Some(Ok(m)) if m.size == pe.size && m.mtime == pe.mtime => {
-                        (e.mode, e.uid, e.gid) = (m.mode, m.uid, m.gid);
-                    }
-                    _ => {
+        out.in_key_order();
+        let mut parent = out.parent_keys();
+        let mut files = files.into_iter().peekable();
+        while files.peek().is_some() {
+            // Each file: the parent's entry kept, or its place in `to_read`.
+            let mut window: Vec<Result<MessageEntry, usize>> = Vec::new();
+            let mut to_read = Vec::new();
+            for file in files.by_ref().take(WINDOW) {
+                match self.kept_entry(&mut parent, &listing, &file) {
+                    Some(e) => window.push(Ok(e)),
+                    None => {
+                        window.push(Err(to_read.len()));
                         to_read.push(file);
-                        continue;
                     }
                 }
             }
-            e.name = file.name;
-            e.new = file.new;
-            out.unchanged(e);
+            let mut read = read_new(out, dir, &mut listing, to_read, f);
+            for w in window {
+                match w {
+                    Ok(e) => out.unchanged(e),
+                    Err(i) => {
+                        if let Some(e) = read[i].take() {
+                            out.add(e);
+                        }
+                    }
+                }
+            }
         }
-        read_new(out, dir, listing, to_read, f);
+    }
+
+    /// The parent's entry of `file`, as it is now (renamed or moved), when it is kept
+    /// without reading. Maildir files never change once delivered: the same key is the
+    /// same message, whatever its flags (name) or place. With `stat_unchanged` a changed
+    /// size or mtime makes us read it again anyway, for stores edited in place.
+    fn kept_entry(
+        &self,
+        parent: &mut KeyLookup<'_>,
+        listing: &Listing,
+        file: &MessageFile,
+    ) -> Option<MessageEntry> {
+        let mut e = parent.get(file.key())?;
+        if self.stat_unchanged {
+            let st = listing.dir(file)?.stat(&file.name).ok()?;
+            let m = FileMeta::of_stat(&st);
+            if (m.size, m.mtime) != (e.size, e.mtime) {
+                return None;
+            }
+            (e.mode, e.uid, e.gid) = (m.mode, m.uid, m.gid);
+        }
+        e.name.clone_from(&file.name);
+        e.new = file.new;
+        Some(e)
     }
 }
+
+/// Messages listed, read and saved at a time: a window's entries are held until all of
+/// it is read (in parallel), then saved in key order. 4,096 entries are about 1.5 MB,
+/// and far more files than the threads that read them.
+const WINDOW: usize = 4096;
 
 /// Owner and mode of a directory, recorded as `name`; `None` (reported unless it is
 /// missing) if it cannot be stat'ed.
@@ -813,51 +846,52 @@ fn dir_entry(failures: &Failures, name: &[u8], path: &Path) -> Option<DirEntry> 
         }
     }
 }
-/// Reads the messages not kept from the parent, in parallel. A file gone when opened was
-/// renamed by the server (flag change, new/ -> cur/) or deleted since the listing: the
-/// folder is listed again and the renamed ones read under their new names; a key found
-/// nowhere was deleted, which is not an error.
+/// Reads the messages not kept from the parent, in parallel: the entry of each, in the
+/// order of `to_read`, `None` for one not stored (reported, or gone). A file gone when
+/// opened was renamed by the server (flag change, new/ -> cur/) or deleted since the
+/// listing: the folder is listed again (`listing` with it) and the renamed ones read
+/// under their new names; a key found nowhere was deleted, which is not an error.
 fn read_new(
-    out: &mut FolderWriter<'_>,
+    out: &FolderWriter<'_>,
     dir: &Dir,
-    mut listing: Listing,
+    listing: &mut Listing,
     to_read: Vec<MessageFile>,
     f: &FolderSource,
-) {
-    let mut pending = to_read;
+) -> Vec<Option<MessageEntry>> {
+    let mut entries: Vec<Option<MessageEntry>> = vec![None; to_read.len()];
+    let mut pending: Vec<(usize, MessageFile)> = to_read.into_iter().enumerate().collect();
     for round in 1..=VANISHED_ROUNDS {
-        let w: &FolderWriter = out;
-        let l = &listing;
-        let read: Vec<Read> = pending
+        let l: &Listing = listing;
+        let read: Vec<(usize, Read)> = pending
             .into_par_iter()
-            .map(|file| match read_message(w, l, file) {
-                Ok(r) => r,
+            .map(|(i, file)| match read_message(out, l, file) {
+                Ok(r) => (i, r),
                 Err((path, e)) => {
-                    w.fail(path.display().to_string(), e);
-                    Read::Failed
+                    out.fail(path.display().to_string(), e);
+                    (i, Read::Failed)
                 }
             })
             .collect();
         let mut vanished = Vec::new();
-        for r in read {
+        for (i, r) in read {
             match r {
-                Read::Entry(e) => out.add(e),
-                Read::Vanished(file) => vanished.push(file),
+                Read::Entry(e) => entries[i] = Some(e),
+                Read::Vanished(file) => vanished.push((i, file)),
                 Read::Failed => out.skipped(),
             }
         }
         if vanished.is_empty() {
             break;
         }
-        listing = list_in(dir, &mut |_, _| {});
+        *listing = list_in(dir, &mut |_, _| {});
         let mut now: HashMap<Vec<u8>, MessageFile> = (std::mem::take(&mut listing.files))
             .into_iter()
             .map(|m| (m.key().to_vec(), m))
             .collect();
         pending = Vec::new();
-        for file in vanished {
+        for (i, file) in vanished {
             match now.remove(file.key()) {
-                Some(renamed) if round < VANISHED_ROUNDS => pending.push(renamed),
+                Some(renamed) if round < VANISHED_ROUNDS => pending.push((i, renamed)),
                 Some(renamed) => out.fail(
                     renamed.path(&f.path).display().to_string(),
                     "renamed again each time it was read; not in this snapshot",
@@ -866,6 +900,7 @@ fn read_new(
             }
         }
     }
+    entries
 }
 
 /// Stores the folder's own files (listed every time: they are few, and Dovecot replaces

@@ -17,7 +17,7 @@
 //! [`imap::ImapSource::new`]); the CLI builds it and calls [`crate::ops::backup::run`]:
 //! [`Source::accounts`] and [`Source::folders`] say what there is; in
 //! [`Source::backup_folder`] it looks at the parent ([`FolderWriter::parent`],
-//! [`FolderWriter::parent_by_key`], [`FolderWriter::parent_entries`],
+//! [`FolderWriter::parent_keys`], [`FolderWriter::parent_entries`],
 //! [`FolderWriter::parent_state`]) and hands over kept entries
 //! ([`FolderWriter::unchanged`]), new messages ([`FolderWriter::message`], as a Maildir
 //! file or by flags, keywords, date and id: [`MessageMeta`]), folder files
@@ -33,6 +33,7 @@ pub mod imap;
 mod item;
 pub mod maildir;
 pub mod mbox;
+pub(crate) mod parent;
 pub mod unchanged;
 pub mod walk;
 pub mod writer;
@@ -140,9 +141,9 @@ pub trait Source: Sync {
     }
 
     /// Whether the source finds unchanged messages by key across the account's folders
-    /// ([`FolderWriter::parent_by_key`]; a Maildir message moved to another folder keeps
-    /// its key): the pipeline then reads the parent's entries of an account before its
-    /// folders start, rather than in the first folder that asks while the others wait.
+    /// ([`FolderWriter::parent_keys`]; a Maildir message moved to another folder keeps
+    /// its key): the pipeline then reads the keys of an account's parent messages before
+    /// its folders start, rather than in the first folder that asks while the others wait.
     fn keys_across_folders(&self) -> bool {
         false
     }

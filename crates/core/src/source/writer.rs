@@ -7,18 +7,19 @@
 use super::{Failures, FileData, FileMeta, Folder, FolderFile, MessageId, MessageMeta, NewMessage};
 use crate::error::{Error, Result};
 use crate::mail::summary::header_summary;
+use crate::repo::lock;
 use crate::repo::tree::{
     DirEntry, FileEntry, FolderNode, FolderScan, MessageEntry, OwnerNames, Timestamp,
 };
 use crate::repo::writer::content::{
-    save_entries, store_content, store_large, SavedChunks, StoredLarge,
+    save_entries, store_content, store_large, EntryStream, SavedChunks, StoredLarge,
 };
 use crate::repo::writer::BlobSaver;
-use crate::repo::{lock, Repository};
 use crate::report::Progress;
+use crate::source::parent::{KeyLookup, ParentAccount};
 use crate::source::walk::Dir;
 use mailvault_imap::maildir_flags::{imap_to_maildir, KeywordTable};
-use std::collections::{BTreeSet, HashMap};
+use std::collections::BTreeSet;
 use std::io::ErrorKind;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
@@ -95,19 +96,13 @@ impl OwnerIds {
     }
 }
 
-/// The parent snapshot's view of one account, as the pipeline loaded it.
-#[derive(Default)]
-pub(crate) struct ParentAccount {
-    /// Its folders, in the tree's order.
-    pub(crate) folders: Vec<FolderNode>,
-    /// Index in `folders` by `dir`.
-    pub(crate) by_dir: HashMap<Vec<u8>, usize>,
-    /// Every message of the account by key, read on first use.
-    pub(crate) by_key: OnceLock<HashMap<Vec<u8>, MessageEntry>>,
-    /// By index in `folders`: the folders this backup keeps without a listing, whose
-    /// entries are not read into `by_key` (a message moved out of one would have changed
-    /// its directories). Shorter than `folders`: the others are not kept.
-    pub(crate) kept: Vec<bool>,
+/// Where a folder's entries go.
+pub(crate) enum Entries<'a> {
+    /// Held until the folder ends, then sorted and saved ([`save_entries`]).
+    Held(Vec<MessageEntry>),
+    /// Saved in chunks as they come, in key order; the first error of a save, returned
+    /// when the folder ends.
+    Streamed(EntryStream<'a>, Option<Error>),
 }
 
 /// Where a source puts one folder's backup: the pipeline's side of
@@ -117,9 +112,13 @@ pub struct FolderWriter<'a> {
     pub(crate) account: &'a str,
     pub(crate) folder: &'a Folder,
     pub(crate) parent_account: &'a ParentAccount,
-    /// The parent's folder of the same `dir`.
+    /// The parent's folder of the same `dir`, and its index in `parent_account.folders`.
     pub(crate) parent: Option<&'a FolderNode>,
-    pub(crate) entries: Vec<MessageEntry>,
+    pub(crate) parent_index: Option<usize>,
+    /// The folder's entries: held, or saved as they come ([`Self::in_key_order`]).
+    pub(crate) entries: Entries<'a>,
+    /// The owners of the entries.
+    pub(crate) owners: OwnerIds,
     pub(crate) files: Vec<FileEntry>,
     pub(crate) dirs: Vec<DirEntry>,
     /// The folder directory's mtime, when the source keeps it.
@@ -134,36 +133,6 @@ pub struct FolderWriter<'a> {
     /// Something of the folder failed ([`Self::fail`]): no scan is recorded, so that the
     /// next backup lists the folder again.
     pub(crate) failed: AtomicBool,
-}
-
-impl ParentAccount {
-    /// Every message of the account by key, read on the first call (a damaged parent is
-    /// reported and only costs speed: everything is read again).
-    pub(crate) fn load_keys(
-        &self,
-        repo: &Repository,
-        failures: &Failures,
-        account: &str,
-    ) -> &HashMap<Vec<u8>, MessageEntry> {
-        self.by_key.get_or_init(|| {
-            let mut by_key = HashMap::new();
-            let kept = |i: usize| self.kept.get(i).copied().unwrap_or(false);
-            let read = |by_key: &mut HashMap<_, _>| -> Result<()> {
-                for (_, f) in (self.folders.iter().enumerate()).filter(|(i, _)| !kept(*i)) {
-                    for c in &repo.folder_chunks(f)? {
-                        let es = repo.read_chunk(c)?;
-                        by_key.extend(es.into_iter().map(|e| (e.key.clone(), e)));
-                    }
-                }
-                Ok(())
-            };
-            if let Err(e) = read(&mut by_key) {
-                failures.fail(format!("account {account} (parent snapshot)"), &e);
-                return HashMap::new();
-            }
-            by_key
-        })
-    }
 }
 
 /// The pipeline's side of [`super::Source::backup_folder`].
@@ -224,13 +193,37 @@ impl<'a> FolderWriter<'a> {
         self.parent
     }
 
-    /// The parent snapshot's entry of the message with Maildir key `key`, in any folder
-    /// of the account (a Maildir message moved between folders keeps its key). The
-    /// account's entries are read on the first call.
-    pub fn parent_by_key(&self, key: &[u8]) -> Option<&'a MessageEntry> {
+    /// The parent snapshot's messages by Maildir key, in any folder of the account that
+    /// is listed (a Maildir message moved between folders keeps its key), this folder's
+    /// first. The account's keys are read on the first call.
+    pub fn parent_keys(&self) -> KeyLookup<'a> {
         let pa = self.parent_account;
-        pa.load_keys(self.ctx.saver.repo(), &self.ctx.failures, self.account)
-            .get(key)
+        let keys = pa.load_keys(self.ctx.saver.repo(), &self.ctx.failures, self.account);
+        KeyLookup::new(self.ctx.saver.repo(), keys, self.parent_index)
+    }
+
+    /// From now on, this folder's messages come in key order (`(key, name)`, as
+    /// [`save_entries`] sorts them), and are saved in chunks as they come: a folder of any
+    /// size holds one chunk's entries. Before the first message only; an entry out of
+    /// order fails the folder.
+    pub fn in_key_order(&mut self) {
+        if matches!(&self.entries, Entries::Held(v) if v.is_empty()) {
+            self.entries = Entries::Streamed(EntryStream::new(&self.ctx.saver), None);
+        }
+    }
+
+    /// Adds an entry to the folder's.
+    fn push(&mut self, e: MessageEntry) {
+        self.owners.add(e.uid, e.gid);
+        match &mut self.entries {
+            Entries::Held(v) => v.push(e),
+            Entries::Streamed(s, err @ None) => {
+                if let Err(e) = s.push(e) {
+                    *err = Some(e);
+                }
+            }
+            Entries::Streamed(_, Some(_)) => {}
+        }
     }
 
     /// The parent folder's entries ([`parent`](Self::parent)); none without one.
@@ -307,7 +300,7 @@ impl<'a> FolderWriter<'a> {
     pub fn unchanged(&mut self, e: MessageEntry) {
         self.ctx.n.unchanged.fetch_add(1, Relaxed);
         self.ctx.progress.advance(1, e.size);
-        self.entries.push(e);
+        self.push(e);
     }
 
     /// Stores a new message's content and makes its entry, for [`add`](Self::add); may be
@@ -374,7 +367,7 @@ impl<'a> FolderWriter<'a> {
     /// Adds a message stored by [`store`](Self::store).
     pub fn add(&mut self, e: MessageEntry) {
         self.ctx.progress.advance(1, e.size);
-        self.entries.push(e);
+        self.push(e);
     }
 
     /// Stores a new message and adds it: [`store`](Self::store) then [`add`](Self::add).
@@ -572,10 +565,7 @@ impl<'a> FolderWriter<'a> {
                 meta: None,
             })?;
         }
-        let mut owners = OwnerIds::default();
-        for e in &self.entries {
-            owners.add(e.uid, e.gid);
-        }
+        let mut owners = std::mem::take(&mut self.owners);
         let kept = self.parent.filter(|_| self.kept);
         if let Some(s) = kept.and_then(|p| p.scan.as_ref()) {
             owners.uids.extend(&s.uids);
@@ -593,12 +583,15 @@ impl<'a> FolderWriter<'a> {
                 let (chunks, chunk_tree) = (p.chunks.clone(), p.chunk_tree);
                 (SavedChunks { chunks, chunk_tree }, p.messages, p.bytes)
             }
-            None => {
-                let messages = self.entries.len() as u64;
-                let bytes: u64 = self.entries.iter().map(|e| e.size).sum();
-                let entries = std::mem::take(&mut self.entries);
-                (save_entries(&ctx.saver, entries)?, messages, bytes)
-            }
+            None => match std::mem::replace(&mut self.entries, Entries::Held(Vec::new())) {
+                Entries::Held(entries) => {
+                    let messages = entries.len() as u64;
+                    let bytes: u64 = entries.iter().map(|e| e.size).sum();
+                    (save_entries(&ctx.saver, entries)?, messages, bytes)
+                }
+                Entries::Streamed(_, Some(e)) => return Err(e),
+                Entries::Streamed(s, None) => s.finish()?,
+            },
         };
         ctx.n.bytes_total.fetch_add(bytes, Relaxed);
         for e in &self.files {

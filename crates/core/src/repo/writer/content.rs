@@ -1,6 +1,7 @@
 //! Storing content through the blob saver: a message's or small file's bytes
 //! ([`store_content`]), a file of any size read in windows ([`store_large`]), and a
-//! folder's entries cut into tree chunks ([`save_entries`]).
+//! folder's entries cut into tree chunks ([`save_entries`] at once, [`EntryStream`] as
+//! they come in key order).
 
 use crate::error::{Error, Result};
 use crate::repo::format::BlobKind;
@@ -143,9 +144,97 @@ pub struct SavedChunks {
 
 /// Sorts a folder's entries, cuts them into chunks and saves them as tree blobs, and the
 /// chunks' references as a chunk tree when they are more than one list. For every kind of
-/// source.
-pub fn save_entries(saver: &BlobSaver, entries: Vec<MessageEntry>) -> Result<SavedChunks> {
-    save_chunk_tree(saver, save_chunks(saver, entries)?)
+/// source whose entries come in no particular order.
+pub fn save_entries(saver: &BlobSaver, mut entries: Vec<MessageEntry>) -> Result<SavedChunks> {
+    entries.sort_by(|a, b| (&a.key, &a.name).cmp(&(&b.key, &b.name)));
+    let mut stream = EntryStream::new(saver);
+    for e in entries {
+        stream.push(e)?;
+    }
+    Ok(stream.finish()?.0)
+}
+
+/// A folder's entries saved as they come, in key order: each chunk is saved when its
+/// last entry arrives ([`tree::chunk_ends_after`]), so only one chunk's entries and the
+/// chunk references are held, whatever the folder's size; the chunks are those
+/// [`save_entries`] cuts of the same entries.
+pub struct EntryStream<'s> {
+    saver: &'s BlobSaver<'s>,
+    /// The entries of the chunk being filled.
+    pending: Vec<MessageEntry>,
+    chunks: Vec<ChunkRef>,
+    /// Key and name of the last entry of the last chunk saved.
+    last: Option<(Vec<u8>, Vec<u8>)>,
+    messages: u64,
+    bytes: u64,
+}
+
+impl<'s> EntryStream<'s> {
+    pub fn new(saver: &'s BlobSaver<'s>) -> EntryStream<'s> {
+        EntryStream {
+            saver,
+            pending: Vec::new(),
+            chunks: Vec::new(),
+            last: None,
+            messages: 0,
+            bytes: 0,
+        }
+    }
+
+    /// Adds the next entry; one ordered before the last ((key, name) order) is refused,
+    /// as the chunks already saved could not hold it.
+    pub fn push(&mut self, e: MessageEntry) -> Result<()> {
+        let before = match self.pending.last() {
+            Some(p) => (&p.key, &p.name),
+            None => match &self.last {
+                Some((k, n)) => (k, n),
+                None => (&e.key, &e.name),
+            },
+        };
+        if before > (&e.key, &e.name) {
+            return Err(Error::Internal(format!(
+                "a folder's entry {:?} came after {:?}, out of key order",
+                String::from_utf8_lossy(&e.key),
+                String::from_utf8_lossy(before.0)
+            )));
+        }
+        self.messages += 1;
+        self.bytes += e.size;
+        let ends = tree::chunk_ends_after(&e.key, self.pending.len() + 1);
+        self.pending.push(e);
+        if ends {
+            self.save_pending()?;
+        }
+        Ok(())
+    }
+
+    /// Entries held: those of the chunk being filled.
+    pub fn pending(&self) -> usize {
+        self.pending.len()
+    }
+
+    /// Saves the entries of the chunk being filled.
+    fn save_pending(&mut self) -> Result<()> {
+        let pending = std::mem::take(&mut self.pending);
+        self.last = pending.last().map(|e| (e.key.clone(), e.name.clone()));
+        let (stored, names): (Vec<_>, Vec<_>) =
+            pending.into_iter().map(MessageEntry::into_parts).unzip();
+        let save = |blob: &[u8]| self.saver.save(BlobKind::Tree, blob);
+        let entries = save(&tree::encode(&MessageChunk { entries: stored }))?;
+        let names = save(&tree::encode(&NameChunk { names }))?;
+        self.chunks.push(ChunkRef { entries, names });
+        Ok(())
+    }
+
+    /// Saves the last chunk and the chunk tree: the folder's chunks, and its number of
+    /// messages and their bytes.
+    pub fn finish(mut self) -> Result<(SavedChunks, u64, u64)> {
+        if !self.pending.is_empty() {
+            self.save_pending()?;
+        }
+        let saved = save_chunk_tree(self.saver, self.chunks)?;
+        Ok((saved, self.messages, self.bytes))
+    }
 }
 
 /// Saves `chunks` (a folder's, in key order) as a [`ChunkTree`](tree::ChunkTree) when
@@ -187,21 +276,4 @@ pub fn save_chunk_tree(saver: &BlobSaver, chunks: Vec<ChunkRef>) -> Result<Saved
         }
         level = up;
     }
-}
-
-/// Sorts a folder's entries, cuts them into chunks and saves them.
-fn save_chunks(saver: &BlobSaver, mut entries: Vec<MessageEntry>) -> Result<Vec<ChunkRef>> {
-    entries.sort_by(|a, b| (&a.key, &a.name).cmp(&(&b.key, &b.name)));
-    let mut chunks = Vec::new();
-    for r in tree::chunk_boundaries(&entries) {
-        let (stored, names): (Vec<_>, Vec<_>) =
-            entries[r].iter().map(MessageEntry::to_parts).unzip();
-        let entries = saver.save(
-            BlobKind::Tree,
-            &tree::encode(&MessageChunk { entries: stored }),
-        )?;
-        let names = saver.save(BlobKind::Tree, &tree::encode(&NameChunk { names }))?;
-        chunks.push(ChunkRef { entries, names });
-    }
-    Ok(chunks)
 }
