@@ -18,7 +18,7 @@ use crate::repo::pack::PackList;
 use crate::repo::snapshot::{Snapshot, SnapshotSummary};
 use crate::repo::tree::{self, AccountRef, AccountTree, FolderNode, FolderScan, RootTree};
 use crate::repo::writer::records::WriterMark;
-use crate::repo::writer::BlobSaver;
+use crate::repo::writer::{BlobSaver, INDEX_BATCH};
 use crate::repo::{lock, Repository};
 use crate::report::{per_sec, ratio, Failure, Progress};
 use crate::source::parent::ParentAccount;
@@ -92,18 +92,26 @@ pub(crate) struct RunMeta {
 }
 
 /// After a backup run of any source has saved its snapshot: its packs join the
-/// in-memory index and its record in `writers/` goes.
-pub(crate) fn end_run(repo: &mut Repository, written: &PackList, mark: WriterMark) {
-    repo.add_packs(written);
+/// in-memory index (those of the index files written during the run read back) and its
+/// record in `writers/` goes.
+pub(crate) fn end_run(repo: &mut Repository, written: &Written, mark: WriterMark) {
+    if let Err(e) = repo.add_written(&written.0, &written.1) {
+        // The snapshot and its index files are saved: only this process's view lacks them.
+        tracing::warn!("could not read back this backup's index files: {e}");
+    }
     if let Err(e) = repo.end_backup(mark) {
         // Only costs the next backup a look for unindexed packs.
         tracing::warn!("could not remove this backup's record in writers/: {e}");
     }
 }
 
+/// What a backup run wrote, for [`end_run`]: the packs of its last index file, and its
+/// index files written before.
+pub(crate) type Written = (PackList, Vec<Id>);
+
 /// Ends a backup run of any source: saves the root tree, writes the last packs and the
-/// index, then the snapshot, and builds the report. Returns the packs written, for
-/// [`Repository::add_packs`].
+/// index, then the snapshot, and builds the report. Returns what was written, for
+/// [`Repository::add_written`].
 pub(crate) fn finish_run(
     saver: &BlobSaver,
     n: &Counters,
@@ -111,10 +119,10 @@ pub(crate) fn finish_run(
     warnings: Vec<String>,
     root: RootTree,
     meta: RunMeta,
-) -> Result<(BackupReport, PackList)> {
+) -> Result<(BackupReport, Written)> {
     let repo = saver.repo();
     let root_id = saver.save(BlobKind::Tree, &tree::encode(&root))?;
-    let written = saver.finish()?;
+    let written = (saver.finish()?, saver.index_files_written());
     failures.sort_by(|a, b| a.item.cmp(&b.item));
     let st = &saver.stats;
     let messages: u64 = root.accounts.iter().map(|a| a.messages).sum();
@@ -235,7 +243,7 @@ pub fn run<S: Source>(
         let repo: &Repository = repo;
         let packs_resumed = resumed.len() as u64;
         let ctx = Ctx {
-            saver: BlobSaver::new(repo, compression),
+            saver: BlobSaver::new(repo, compression).index_every(INDEX_BATCH),
             failures: found,
             n: Counters::default(),
             progress,

@@ -692,3 +692,65 @@ fn entries_saved_as_a_stream_make_the_chunks_of_the_folder_saved_at_once() {
     assert!(stream.push(sorted[0].clone()).is_err());
     saver.finish().unwrap();
 }
+
+/// A saver told to index every N entries lists its packs in index files as it goes, not
+/// only at `finish`: the run holds no more than a batch of entries, every blob is found
+/// after it (read back into this process's index, and from a fresh open), and a run
+/// killed before `finish` leaves the batches it indexed readable.
+#[test]
+fn a_backup_s_packs_are_indexed_in_batches_as_they_are_written() {
+    let mem = Arc::new(MemoryStore::new());
+    let mut repo = Repository::init(mem.clone(), b"pw", &fast_init()).unwrap();
+    let blobs: Vec<Vec<u8>> = (0..300u32).map(|i| i.to_le_bytes().repeat(100)).collect();
+    let (packs, files, ids) = {
+        let saver = BlobSaver::new(&repo, Compression::None).index_every(40);
+        let ids: Vec<Id> = (blobs.iter())
+            .map(|b| saver.save(BlobKind::Data, b).unwrap())
+            .collect();
+        let packs = saver.finish().unwrap();
+        (packs, saver.index_files_written(), ids)
+    };
+    assert!(
+        files.len() >= 5,
+        "{} index files during the run",
+        files.len()
+    );
+    assert_eq!(mem.list("index/").unwrap().len(), files.len() + 1);
+    let last: usize = packs.iter().map(|p| p.entries.len()).sum();
+    assert!(
+        last < 40 + 20,
+        "{last} entries left for the last index file"
+    );
+    repo.add_written(&packs, &files).unwrap();
+    assert!(ids.iter().all(|id| repo.index().contains(id)));
+    let repo = Repository::open(mem.clone(), b"pw").unwrap();
+    for (id, b) in ids.iter().zip(&blobs) {
+        assert_eq!(&repo.read_blob(id).unwrap(), b);
+    }
+
+    // Killed before `finish`: what was indexed is there, the rest is not named.
+    let more: Vec<Vec<u8>> = (0..300u32)
+        .map(|i| (i + 5000).to_le_bytes().repeat(100))
+        .collect();
+    let saver = BlobSaver::new(&repo, Compression::None).index_every(40);
+    let ids: Vec<Id> = (more.iter())
+        .map(|b| saver.save(BlobKind::Data, b).unwrap())
+        .collect();
+    let indexed = saver.index_files_written();
+    assert!(!indexed.is_empty());
+    drop(saver);
+    let repo = Repository::open(mem.clone(), b"pw").unwrap();
+    let found: Vec<&Id> = ids.iter().filter(|id| repo.index().contains(id)).collect();
+    assert!(
+        !found.is_empty() && found.len() < ids.len(),
+        "{} of 300",
+        found.len()
+    );
+    for (id, b) in ids
+        .iter()
+        .zip(&more)
+        .filter(|(id, _)| repo.index().contains(id))
+    {
+        assert_eq!(&repo.read_blob(id).unwrap(), b);
+    }
+}

@@ -53,7 +53,16 @@ pub struct BlobSaver<'r> {
     /// `finish` fail with it: other folders' entries may name blobs of that pack (they
     /// were deduplicated against it), so no index or snapshot may be written.
     failed: Mutex<Option<String>>,
+    /// With [`Self::index_every`]: the entries of packs written after which an index file
+    /// lists them, during the run; and the index files written so.
+    index_batch: Option<usize>,
+    index_files: Mutex<Vec<Id>>,
 }
+
+/// Entries an index file of a backup lists (the size of prune's): a run writes one each
+/// time its written packs hold this many, so that it does not hold every new blob's entry
+/// (46 bytes) until its end.
+pub const INDEX_BATCH: usize = 100_000;
 
 /// Threads that write finished packs to the store while the workers go on filling the
 /// next ones: a pack's write (and on a local disk its fsync, tens of milliseconds on a
@@ -158,7 +167,25 @@ impl<'r> BlobSaver<'r> {
             stats: SaveStats::default(),
             writers: Mutex::new(None),
             failed: Mutex::new(None),
+            index_batch: None,
+            index_files: Mutex::new(Vec::new()),
         }
+    }
+
+    /// Writes an index file during the run each time the packs written and not yet
+    /// listed hold `entries` blob entries (a backup's: [`INDEX_BATCH`]); without it, one
+    /// index file at [`finish`](Self::finish) lists everything. A run killed later leaves
+    /// those packs indexed and unreferenced, which a prune removes.
+    pub fn index_every(mut self, entries: usize) -> Self {
+        self.index_batch = Some(entries.max(1));
+        self
+    }
+
+    /// The index files written during the run ([`index_every`](Self::index_every)): their
+    /// packs are not among those [`finish`](Self::finish) returns
+    /// ([`Repository::add_written`] reads them back).
+    pub fn index_files_written(&self) -> Vec<Id> {
+        lock(&self.index_files).clone()
     }
 
     pub fn repo(&self) -> &Repository {
@@ -282,7 +309,7 @@ impl<'r> BlobSaver<'r> {
         };
         let p = match tx {
             Some(tx) => match tx.send((p, kind)) {
-                Ok(()) => return Ok(()),
+                Ok(()) => return self.collect_written(),
                 Err(std::sync::mpsc::SendError((p, _))) => p,
             },
             None => p,
@@ -290,6 +317,39 @@ impl<'r> BlobSaver<'r> {
         let (indexed, buf) =
             put_pack(self.repo.store(), p, kind).map_err(|e| self.pack_failed(e))?;
         self.record(indexed, buf.len() as u64);
+        self.index_batch_if_full()
+    }
+
+    /// With [`Self::index_every`]: records the packs the writer threads have written so
+    /// far, and lists them in an index file when they are enough.
+    fn collect_written(&self) -> Result<()> {
+        if self.index_batch.is_none() {
+            return Ok(());
+        }
+        let done =
+            (lock(&self.writers).as_ref()).map(|w| std::mem::take(&mut *lock(&w.done.packs)));
+        for (p, len) in done.unwrap_or_default() {
+            self.record(p, len);
+        }
+        self.index_batch_if_full()
+    }
+
+    /// With [`Self::index_every`]: an index file for the packs recorded, once they hold
+    /// the batch's entries. Every one of them is written (its writer thread returned).
+    fn index_batch_if_full(&self) -> Result<()> {
+        let Some(batch) = self.index_batch else {
+            return Ok(());
+        };
+        let packs = {
+            let mut w = lock(&self.written);
+            if w.iter().map(|p| p.entries.len()).sum::<usize>() < batch {
+                return Ok(());
+            }
+            std::mem::take(&mut *w)
+        };
+        let (id, size) = self.repo.write_index(&packs)?;
+        self.stats.bytes_written.fetch_add(size, Ordering::Relaxed);
+        lock(&self.index_files).push(id);
         Ok(())
     }
 
@@ -335,8 +395,9 @@ impl<'r> BlobSaver<'r> {
         }
     }
 
-    /// Writes the partly filled packs and one index file for everything written; returns
-    /// the packs, for [`Repository::add_packs`].
+    /// Writes the partly filled packs and one index file for everything written (but the
+    /// packs an index file of [`Self::index_every`] already lists); returns the packs, for
+    /// [`Repository::add_written`].
     pub fn finish(&self) -> Result<PackList> {
         // The data packers' partly filled packs are joined into as few packs as fit the
         // pack size: one object instead of one per worker (a small incremental backup

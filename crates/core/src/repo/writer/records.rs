@@ -58,6 +58,19 @@ impl Repository {
         }
     }
 
+    /// Adds what a blob saver wrote to the in-memory index: the packs its
+    /// [`finish`](crate::repo::writer::BlobSaver::finish) returned, and those of the index
+    /// files it wrote during the run, read back
+    /// ([`index_files_written`](crate::repo::writer::BlobSaver::index_files_written)).
+    pub fn add_written(&mut self, packs: &[IndexedPack], index_files: &[Id]) -> Result<()> {
+        for id in index_files {
+            let (_, listed) = self.read_index_file(&format!("index/{id}"))?;
+            self.add_packs(&listed);
+        }
+        self.add_packs(packs);
+        Ok(())
+    }
+
     /// Seals a blob's stored form (compressed or raw) for its pack: format 2 binds its
     /// kind and id, and pads it when the repository asks for padding.
     pub(crate) fn seal_blob(
