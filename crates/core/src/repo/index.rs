@@ -160,7 +160,7 @@ impl Index {
         let mut new: Vec<Entry> = (overlay.into_iter())
             .map(|(id, loc)| Entry { id, loc })
             .collect();
-        new.sort_unstable_by(|a, b| a.id.0.cmp(&b.id.0));
+        new.sort_unstable_by_key(|e| e.id.0);
         let (mut i, mut j) = (self.sorted.len(), new.len());
         self.sorted.reserve_exact(j);
         self.sorted.extend_from_slice(&new);

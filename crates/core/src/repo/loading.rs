@@ -66,7 +66,9 @@ impl Repository {
         let files = self.store.list("index/")?;
         let mut loader = index::Loader::with_size_hint(files.iter().map(|f| f.size).sum());
         for batch in batches(&files) {
-            let opened: Vec<(&str, Result<(Id, Vec<u8>)>)> = {
+            // Each file's path with its id and plaintext.
+            type Opened<'a> = (&'a str, Result<(Id, Vec<u8>)>);
+            let opened: Vec<Opened> = {
                 use rayon::prelude::*;
                 (batch.par_iter())
                     .map(|f| (f.path.as_str(), self.open_index_file(&f.path)))
