@@ -237,7 +237,7 @@ impl Loader {
     /// nothing.
     pub fn add_file(
         &mut self,
-        b: &[u8],
+        plain: Vec<u8>,
         version: Version,
         what: &str,
         allowed: &[Version],
@@ -247,7 +247,7 @@ impl Loader {
             self.listings.len(),
             self.index.packs.len(),
         );
-        let r = self.decode_file(b, version, what, allowed);
+        let r = self.decode_file(plain, version, what, allowed);
         if r.is_err() {
             self.entries.truncate(mark.0);
             self.listings.truncate(mark.1);
@@ -259,41 +259,59 @@ impl Loader {
         r
     }
 
-    fn decode_file(&mut self, b: &[u8], v: Version, what: &str, allowed: &[Version]) -> Result<()> {
-        self.entries.reserve(b.len() / ENTRY_LEN);
-        let mut refused = None;
-        let mut last_offset = 0;
-        decode_each(b, v, what, |item| match item {
-            Item::Pack { id, version, .. } => {
-                if !allowed.contains(&version) {
-                    refused.get_or_insert((id, version));
-                }
-                let pos = self.index.pack_position(id, version);
-                self.listings.push(pos);
-                last_offset = 0;
-            }
-            Item::Entry(e) => {
-                if e.offset < last_offset {
-                    self.listings.push(*self.listings.last().unwrap_or(&0));
-                }
-                last_offset = e.offset;
-                let listing = self.listings.len().saturating_sub(1) as u32;
-                self.entries.push(Entry {
-                    id: e.id,
-                    loc: Location::of(listing, &e),
-                });
-            }
-        })?;
-        match refused {
-            None => Ok(()),
-            Some((id, version)) => Err(Error::corrupt(
+    /// Registers the file's packs in file order, then decodes their entries from the last
+    /// pack to the first, cutting the plaintext behind each pack as it goes: the entries
+    /// (50 bytes) replace the file's bytes (46 bytes an entry) instead of adding to them.
+    fn decode_file(
+        &mut self,
+        mut b: Vec<u8>,
+        v: Version,
+        what: &str,
+        ok: &[Version],
+    ) -> Result<()> {
+        let packs = scan(&b, v, what)?;
+        if let Some(p) = packs.iter().find(|p| !ok.contains(&p.version)) {
+            return Err(Error::corrupt(
                 what,
                 format!(
-                    "lists pack {} as format {version}, which this repository does not hold",
-                    id.short()
+                    "lists pack {} as format {}, which this repository does not hold",
+                    p.id.short(),
+                    p.version
                 ),
-            )),
+            ));
         }
+        // A pack's listings: one, and a new one wherever its entries' offsets go down.
+        let mut first = Vec::with_capacity(packs.len());
+        for p in &packs {
+            let pos = self.index.pack_position(p.id, p.version);
+            first.push(self.listings.len());
+            let runs = 1 + entries_of(&b, p)
+                .zip(entries_of(&b, p).skip(1))
+                .filter(|(a, b)| offset_of(b) < offset_of(a))
+                .count();
+            self.listings.extend(std::iter::repeat_n(pos, runs));
+        }
+        self.entries.reserve(packs.iter().map(|p| p.count).sum());
+        let mut freed = 0;
+        for (p, first) in packs.iter().zip(first).rev() {
+            let (mut listing, mut last) = (first, 0);
+            for raw in entries_of(&b, p) {
+                let e = parse_entry(raw, what)?;
+                listing += usize::from(e.offset < last);
+                last = e.offset;
+                self.entries.push(Entry {
+                    id: e.id,
+                    loc: Location::of(listing as u32, &e),
+                });
+            }
+            freed += b.len() - p.start;
+            b.truncate(p.start);
+            if freed >= 1 << 20 {
+                b.shrink_to_fit();
+                freed = 0;
+            }
+        }
+        Ok(())
     }
 
     /// The index: the entries sorted by id, each blob's first location kept.
@@ -380,36 +398,32 @@ impl<'a> Reader<'a> {
 /// Decodes the plaintext of one index file of format `version` (the repository's: the
 /// file's own version byte must agree).
 pub fn decode(b: &[u8], version: Version, what: &str) -> Result<Vec<IndexedPack>> {
-    let mut packs: Vec<IndexedPack> = Vec::new();
-    decode_each(b, version, what, |item| match item {
-        Item::Pack { id, version, count } => packs.push(IndexedPack {
-            id,
-            version,
-            entries: Vec::with_capacity(count.min(1 << 20)),
-        }),
-        Item::Entry(e) => {
-            if let Some(p) = packs.last_mut() {
-                p.entries.push(e);
-            }
-        }
-    })?;
+    let mut packs = Vec::new();
+    for p in scan(b, version, what)? {
+        packs.push(IndexedPack {
+            id: p.id,
+            version: p.version,
+            entries: (entries_of(b, &p).map(|raw| parse_entry(raw, what)))
+                .collect::<Result<_>>()?,
+        });
+    }
     Ok(packs)
 }
 
-/// What [`decode_each`] reads, in file order: a pack, then its entries.
-pub enum Item {
-    Pack {
-        id: Id,
-        version: Version,
-        /// How many entries follow.
-        count: usize,
-    },
-    Entry(PackEntry),
+/// One pack as an index file lists it.
+struct Listed {
+    id: Id,
+    version: Version,
+    /// Where its listing starts in the file (its id).
+    start: usize,
+    /// Where its entries start.
+    entries: usize,
+    count: usize,
 }
 
-/// Decodes one index file as [`decode`] does, handing each pack and entry to `f` as it is
-/// read (what `f` was handed before an error stays handed).
-pub fn decode_each(b: &[u8], version: Version, what: &str, mut f: impl FnMut(Item)) -> Result<()> {
+/// The packs an index file lists, in file order: its whole layout checked, but not its
+/// entries' bytes ([`parse_entry`]).
+fn scan(b: &[u8], version: Version, what: &str) -> Result<Vec<Listed>> {
     let mut r = Reader { b, at: 0, what };
     if r.take(4)? != MAGIC {
         return Err(Error::corrupt(what, "not an index file"));
@@ -422,48 +436,62 @@ pub fn decode_each(b: &[u8], version: Version, what: &str, mut f: impl FnMut(Ite
         ));
     }
     let npacks = r.u32()? as usize;
+    let mut packs = Vec::with_capacity(npacks.min(b.len() / 37));
     for _ in 0..npacks {
-        let pack = r.id()?;
+        let start = r.at;
+        let id = r.id()?;
         let pack_version = match version {
             Version::V1 => Version::V1,
             Version::V2 => {
                 let v = r.take(1)?[0];
                 Version::from_number(v.into()).map_err(|_| {
-                    Error::corrupt(
-                        what,
-                        format!("pack {} has unknown format {v}", pack.short()),
-                    )
+                    Error::corrupt(what, format!("pack {} has unknown format {v}", id.short()))
                 })?
             }
         };
         let count = r.u32()? as usize;
-        f(Item::Pack {
-            id: pack,
+        let entries = r.at;
+        let len = count.checked_mul(ENTRY_LEN);
+        r.take(len.ok_or_else(|| Error::corrupt(what, "index file truncated"))?)?;
+        packs.push(Listed {
+            id,
             version: pack_version,
+            start,
+            entries,
             count,
         });
-        for _ in 0..count {
-            let h = r.take(2)?;
-            let kind =
-                BlobKind::from_u8(h[0]).ok_or_else(|| Error::corrupt(what, "bad blob kind"))?;
-            let codec = Codec::from_u8(h[1]).ok_or_else(|| Error::corrupt(what, "bad codec"))?;
-            let offset = r.u32()?;
-            let stored_len = r.u32()?;
-            let raw_len = r.u32()?;
-            f(Item::Entry(PackEntry {
-                id: r.id()?,
-                kind,
-                codec,
-                offset,
-                stored_len,
-                raw_len,
-            }));
-        }
     }
     if r.at != b.len() {
         return Err(Error::corrupt(what, "trailing bytes after the index"));
     }
-    Ok(())
+    Ok(packs)
+}
+
+/// The raw entries of the pack `p` in the file `b` that [`scan`] read.
+fn entries_of<'a>(b: &'a [u8], p: &Listed) -> std::slice::ChunksExact<'a, u8> {
+    b[p.entries..p.entries + p.count * ENTRY_LEN].chunks_exact(ENTRY_LEN)
+}
+
+/// The offset field of a raw entry.
+fn offset_of(raw: &[u8]) -> u32 {
+    u32::from_le_bytes([raw[2], raw[3], raw[4], raw[5]])
+}
+
+/// One raw entry (`ENTRY_LEN` bytes).
+fn parse_entry(raw: &[u8], what: &str) -> Result<PackEntry> {
+    let kind = BlobKind::from_u8(raw[0]).ok_or_else(|| Error::corrupt(what, "bad blob kind"))?;
+    let codec = Codec::from_u8(raw[1]).ok_or_else(|| Error::corrupt(what, "bad codec"))?;
+    let u32_at = |i: usize| u32::from_le_bytes([raw[i], raw[i + 1], raw[i + 2], raw[i + 3]]);
+    let mut id = [0u8; 32];
+    id.copy_from_slice(&raw[14..46]);
+    Ok(PackEntry {
+        id: Id(id),
+        kind,
+        codec,
+        offset: u32_at(2),
+        stored_len: u32_at(6),
+        raw_len: u32_at(10),
+    })
 }
 
 #[cfg(test)]

@@ -76,7 +76,7 @@ impl Repository {
             };
             for (path, r) in opened {
                 let r = r.and_then(|(id, plain)| {
-                    loader.add_file(&plain, self.version, path, self.pack_versions())?;
+                    loader.add_file(plain, self.version, path, self.pack_versions())?;
                     Ok(id)
                 });
                 match r {
@@ -101,7 +101,7 @@ impl Repository {
     fn open_index_file(&self, path: &str) -> Result<(Id, Vec<u8>)> {
         let id = file_id(path)?;
         let sealed = self.store.get(path)?;
-        Ok((id, self.open_named(Named::Index, path, sealed)?))
+        Ok((id, self.open_named_read(Named::Index, path, sealed)?))
     }
 
     /// Reads, opens and decodes the index file at `path`: its id and the packs it lists.

@@ -105,7 +105,7 @@ fn load(files: &[Vec<u8>]) -> Index {
     let mut loader = Loader::default();
     for f in files {
         loader
-            .add_file(f, Version::V2, "t", &[Version::V2])
+            .add_file(f.clone(), Version::V2, "t", &[Version::V2])
             .unwrap();
     }
     loader.finish()
@@ -304,19 +304,33 @@ fn a_file_that_does_not_load_adds_nothing() {
     let bad = file(&[(2, vec![entry_at(b, 0)]), (1, vec![entry_at(a, 9)])]);
     let mut loader = Loader::default();
     loader
-        .add_file(&good, Version::V2, "t", &[Version::V2])
+        .add_file(good, Version::V2, "t", &[Version::V2])
         .unwrap();
     // Truncated after its first pack, or listing a pack of a format not held.
     assert!(loader
-        .add_file(&bad[..bad.len() - 1], Version::V2, "t", &[Version::V2])
+        .add_file(
+            bad[..bad.len() - 1].to_vec(),
+            Version::V2,
+            "t",
+            &[Version::V2]
+        )
         .is_err());
     let mut v1 = bad.clone();
     v1[41] = 1;
     let err = loader
-        .add_file(&v1, Version::V2, "t", &[Version::V2])
+        .add_file(v1, Version::V2, "t", &[Version::V2])
         .unwrap_err();
     assert!(err.to_string().contains("does not hold"), "{err}");
+    // A bad entry in the first pack, found after the last pack's entries were taken.
+    let mut kind = file(&[
+        (3, vec![entry_at(b, 0)]),
+        (4, vec![entry_at(random_id(3), 0)]),
+    ]);
+    kind[46] = 9;
+    let err = loader.add_file(kind, Version::V2, "t", &[Version::V2]);
+    assert!(err.unwrap_err().to_string().contains("bad blob kind"));
     let index = loader.finish();
+    assert!(!index.has_pack(&Id([4; 32])) && !index.contains(&random_id(3)));
     assert_eq!((index.len(), index.packs().len()), (1, 1));
     assert!(!index.has_pack(&Id([2; 32])));
     assert!(!index.contains(&b));
@@ -356,7 +370,7 @@ proptest! {
         let mut loader = Loader::default();
         for f in &files {
             let packs: Vec<(u8, Vec<PackEntry>)> = f.iter().map(|(p, es)| (*p, to_entries(es))).collect();
-            loader.add_file(&file(&packs), Version::V2, "t", &[Version::V2]).unwrap();
+            loader.add_file(file(&packs), Version::V2, "t", &[Version::V2]).unwrap();
             for (p, es) in &packs {
                 model.add(*p, es);
             }
