@@ -7,6 +7,7 @@ use crate::repo::named::{open_config, seal_config, CONFIG_PADDED_LEN};
 use crate::repo::pack::PackBuilder;
 use crate::repo::writer::BlobSaver;
 use crate::store::MemoryStore;
+use std::collections::HashMap;
 use std::sync::atomic::Ordering;
 
 pub(crate) fn fast_init() -> InitOptions {
@@ -643,4 +644,69 @@ fn a_large_folder_keeps_its_chunks_in_a_tree_that_changes_where_the_folder_does(
     let (repo, small, _, _) = save_folder(&store, few.clone());
     assert!(small.chunk_tree.is_none() && !small.chunks.is_empty());
     assert_eq!(entries_of(&repo, &small), few);
+}
+
+/// Index files are opened at load in their own buffer, without a copy kept for the
+/// error: one that does not open is read again, and says why exactly as a single read of
+/// it does (moved, sealed as format 1 seals, damaged); one that opens loads.
+#[test]
+fn an_index_file_that_does_not_open_says_why_at_load() {
+    let store = Arc::new(MemoryStore::new());
+    let repo = Repository::init(store.clone(), b"pw", &fast_init()).unwrap();
+    let entry = crate::repo::pack::PackEntry {
+        id: Id([3; 32]),
+        kind: BlobKind::Data,
+        codec: compress::Codec::Raw,
+        offset: 0,
+        stored_len: 10,
+        raw_len: 10,
+    };
+    let listed = crate::repo::pack::IndexedPack {
+        id: Id([9; 32]),
+        version: Version::V2,
+        entries: vec![entry],
+    };
+    let plain = index::encode(&[listed], Version::V2).unwrap();
+    let (id, sealed) = repo.seal_named(named::Named::Index, &plain);
+    let mut damaged = sealed.clone();
+    damaged[40] ^= 1;
+    let files = [
+        (format!("index/{}", Id([7; 32])), sealed.clone()),
+        (format!("index/{}", Id([8; 32])), damaged),
+        (format!("index/{id}"), repo.key.seal(&plain)),
+    ];
+    for (path, bytes) in &files {
+        store.put(path, bytes).unwrap();
+    }
+    let repo = Repository::open(store.clone(), b"pw").unwrap();
+    assert!(repo.index().is_empty());
+    let errors: HashMap<&str, String> = (repo.index_errors().iter())
+        .map(|(p, e)| (p.as_str(), e.to_string()))
+        .collect();
+    assert_eq!(errors.len(), 3);
+    for (path, _) in &files {
+        let single = repo.read_index_file(path).unwrap_err().to_string();
+        assert_eq!(errors[path.as_str()], single);
+    }
+    assert!(matches!(
+        &repo
+            .index_errors()
+            .iter()
+            .find(|(p, _)| p.ends_with(&id.to_hex()))
+            .unwrap()
+            .1,
+        Error::OtherFormat {
+            found: 1,
+            expected: 2,
+            ..
+        }
+    ));
+    // Put right, it loads.
+    for (path, _) in &files {
+        store.delete(path).unwrap();
+    }
+    store.put(&format!("index/{id}"), &sealed).unwrap();
+    let repo = Repository::open(store, b"pw").unwrap();
+    assert!(repo.index_errors().is_empty());
+    assert_eq!(repo.index().get(&Id([3; 32])).map(|l| l.raw_len), Some(10));
 }
