@@ -164,7 +164,7 @@ pub fn plan<J>(
             .filter(|id| wanted(id) && !kept.contains_key(id));
         for loc in blobs.filter_map(|id| index.get(id)) {
             let (s, e) = (u64::from(loc.offset), end_of(loc));
-            bytes += match ends.get(&loc.pack) {
+            bytes += match ends.get(&{ loc.pack }) {
                 Some(&m) if s >= m && s - m <= opts.gap => e - m,
                 Some(&m) if s < m => e.saturating_sub(m).max(e - s),
                 _ => e - s,

@@ -14,11 +14,12 @@ use crate::error::{Error, Result};
 use crate::repo::compress::Compression;
 use crate::repo::format::BlobKind;
 use crate::repo::id::Id;
+use crate::repo::index::INDEX_FILE_ENTRIES;
 use crate::repo::pack::PackList;
 use crate::repo::snapshot::{Snapshot, SnapshotSummary};
 use crate::repo::tree::{self, AccountRef, AccountTree, FolderNode, FolderScan, RootTree};
 use crate::repo::writer::records::WriterMark;
-use crate::repo::writer::{BlobSaver, INDEX_BATCH};
+use crate::repo::writer::BlobSaver;
 use crate::repo::{lock, Repository};
 use crate::report::{per_sec, ratio, Failure, Progress};
 use crate::source::parent::ParentAccount;
@@ -243,7 +244,7 @@ pub fn run<S: Source>(
         let repo: &Repository = repo;
         let packs_resumed = resumed.len() as u64;
         let ctx = Ctx {
-            saver: BlobSaver::new(repo, compression).index_every(INDEX_BATCH),
+            saver: BlobSaver::new(repo, compression).index_every(INDEX_FILE_ENTRIES),
             failures: found,
             n: Counters::default(),
             progress,

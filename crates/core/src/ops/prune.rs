@@ -21,6 +21,7 @@ use crate::error::{Error, Result};
 use crate::repo::format::BlobKind;
 use crate::repo::format::Version;
 use crate::repo::id::Id;
+use crate::repo::index::index_chunks;
 use crate::repo::lock::{Found, LockKind, RepoLock};
 use crate::repo::pack::{self, IndexedPack, PackBuilder, PackEntry};
 use crate::repo::snapshot::Snapshot;
@@ -121,9 +122,6 @@ struct PackPlan {
     size: u64,
     action: Action,
 }
-
-/// Index files hold at most this many blob entries (46 bytes each, about 4.6 MB).
-const INDEX_FILE_ENTRIES: usize = 100_000;
 
 /// Test hook: with `MAILVAULT_PRUNE_KILL_AFTER=k` in the environment, the process sends
 /// itself SIGKILL right after the k-th change prune makes to the repository (a put or a
@@ -677,23 +675,6 @@ fn delete_all(repo: &Repository, objects: Vec<(String, u64)>, m: &Mutations) -> 
             })
             .sum()
     })
-}
-
-/// The packs in groups of at most [`INDEX_FILE_ENTRIES`] entries, one index file each.
-fn index_chunks(packs: &[IndexedPack]) -> Vec<&[IndexedPack]> {
-    let mut out = Vec::new();
-    let (mut start, mut n) = (0, 0);
-    for (i, p) in packs.iter().enumerate() {
-        if n > 0 && n + p.entries.len() > INDEX_FILE_ENTRIES {
-            out.push(&packs[start..i]);
-            (start, n) = (i, 0);
-        }
-        n += p.entries.len();
-    }
-    if start < packs.len() {
-        out.push(&packs[start..]);
-    }
-    out
 }
 
 #[cfg(test)]

@@ -1,5 +1,11 @@
 //! Index files and the in-memory index: blob id -> (pack, offset, length).
 //!
+//! In memory ([`Index`]) a blob costs 50 bytes: its id and an 18-byte [`Location`] in one
+//! array sorted by id, searched within the stretch of ids that share their first bits;
+//! blobs added while a backup runs wait in a small hash map until it is folded into the
+//! array. A [`Loader`] decodes index files straight into the array, from each file's last
+//! pack to its first while the file's plaintext is cut behind it, and sorts it once.
+//!
 //! ```text
 //! format 1: index file = seal("MVIX" 0x01 pack_count:u32 pack*)
 //!           pack       = pack_id:[32] count:u32 entry*
@@ -21,8 +27,10 @@ use std::collections::HashMap;
 const MAGIC: &[u8; 4] = b"MVIX";
 const ENTRY_LEN: usize = 46;
 
-/// Where a blob is: 20 bytes per blob in memory, plus its 32-byte id as the map key.
+/// Where a blob is: 18 bytes, packed without padding (the index holds one per blob).
+/// Its fields are read by value (`loc.offset`); a reference to one does not compile.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(C, packed)]
 pub struct Location {
     /// Position in [`Index::packs`].
     pub pack: u32,
@@ -33,22 +41,66 @@ pub struct Location {
     pub codec: Codec,
 }
 
+impl Location {
+    fn of(pack: u32, e: &PackEntry) -> Location {
+        Location {
+            pack,
+            offset: e.offset,
+            stored_len: e.stored_len,
+            raw_len: e.raw_len,
+            kind: e.kind,
+            codec: e.codec,
+        }
+    }
+}
+
+/// One blob in the sorted array: 50 bytes, alignment 1.
+#[derive(Clone, Copy)]
+struct Entry {
+    id: Id,
+    loc: Location,
+}
+
+const _: () = assert!(std::mem::size_of::<Entry>() == 50);
+
+/// Blobs the overlay may hold before it is folded into the sorted array: at least this
+/// many, or a sixteenth of the array (each fold moves the array once, so a blob added is
+/// moved about 16 times on average, and the overlay stays small next to the array).
+const FOLD_AT: usize = 1 << 14;
+
 /// The whole repository's index.
+///
+/// The blobs read at open sit in one array sorted by id, 50 bytes each (no hash-table
+/// slack); a lookup binary-searches the stretch of the array whose ids share the looked-up
+/// id's first bits (up to 16; ids are keyed hashes, so the stretches are even), which
+/// `buckets` gives. Blobs added later ([`Index::add_pack`], as a backup writes packs) go
+/// to a small hash map, folded into the array when it grows past [`FOLD_AT`] or a
+/// sixteenth of the array.
 #[derive(Default)]
 pub struct Index {
     packs: Vec<Id>,
     /// The format each pack in `packs` was written in.
     versions: Vec<Version>,
     pack_pos: HashMap<Id, u32>,
-    blobs: HashMap<Id, Location>,
+    /// One entry per blob, sorted by id.
+    sorted: Vec<Entry>,
+    /// `sorted[buckets[p]..buckets[p + 1]]` holds the ids whose first `bits` bits are `p`
+    /// (empty while `sorted` is).
+    buckets: Vec<u32>,
+    bits: u32,
+    /// Blobs added since the last fold; none of them is in `sorted`.
+    overlay: HashMap<Id, Location>,
 }
 
 impl Index {
     pub fn get(&self, id: &Id) -> Option<&Location> {
-        self.blobs.get(id)
+        match self.find(id) {
+            Some(i) => Some(&self.sorted[i].loc),
+            None => self.overlay.get(id),
+        }
     }
     pub fn contains(&self, id: &Id) -> bool {
-        self.blobs.contains_key(id)
+        self.find(id).is_some() || self.overlay.contains_key(id)
     }
     pub fn pack_id(&self, pos: u32) -> Id {
         self.packs[pos as usize]
@@ -64,34 +116,257 @@ impl Index {
         &self.packs
     }
     pub fn len(&self) -> usize {
-        self.blobs.len()
+        self.sorted.len() + self.overlay.len()
     }
     pub fn is_empty(&self) -> bool {
-        self.blobs.is_empty()
+        self.len() == 0
     }
+    /// Every blob once, in no particular order.
     pub fn iter(&self) -> impl Iterator<Item = (&Id, &Location)> {
-        self.blobs.iter()
+        (self.sorted.iter().map(|e| (&e.id, &e.loc))).chain(self.overlay.iter())
     }
 
     /// Adds a pack's entries; a blob already known elsewhere keeps its first location.
     pub fn add_pack(&mut self, pack: Id, version: Version, entries: &[PackEntry]) {
-        let pos = *self.pack_pos.entry(pack).or_insert_with(|| {
+        let pos = self.pack_position(pack, version);
+        for e in entries {
+            if self.find(&e.id).is_none() {
+                self.overlay.entry(e.id).or_insert(Location::of(pos, e));
+            }
+        }
+        if self.overlay.len() > FOLD_AT.max(self.sorted.len() / 16) {
+            self.fold();
+        }
+    }
+
+    /// The position of `pack` in [`Self::packs`], added at the end if it is new.
+    fn pack_position(&mut self, pack: Id, version: Version) -> u32 {
+        *self.pack_pos.entry(pack).or_insert_with(|| {
             self.packs.push(pack);
             self.versions.push(version);
             (self.packs.len() - 1) as u32
-        });
-        self.blobs.reserve(entries.len());
-        for e in entries {
-            self.blobs.entry(e.id).or_insert(Location {
-                pack: pos,
-                offset: e.offset,
-                stored_len: e.stored_len,
-                raw_len: e.raw_len,
-                kind: e.kind,
-                codec: e.codec,
-            });
+        })
+    }
+
+    /// The position of `id` in `sorted`.
+    fn find(&self, id: &Id) -> Option<usize> {
+        let p = prefix(id, self.bits);
+        let (lo, hi) = match self.buckets.get(p..p + 2) {
+            Some(&[lo, hi]) => (lo as usize, hi as usize),
+            _ => return None,
+        };
+        let i = self.sorted[lo..hi].binary_search_by(|e| e.id.0.cmp(&id.0));
+        i.ok().map(|i| lo + i)
+    }
+
+    /// Moves the overlay into the sorted array: sorted on its own, then merged from the
+    /// back into the array grown by its size (no second copy of the array).
+    fn fold(&mut self) {
+        let overlay = std::mem::take(&mut self.overlay);
+        let mut new: Vec<Entry> = (overlay.into_iter())
+            .map(|(id, loc)| Entry { id, loc })
+            .collect();
+        new.sort_unstable_by_key(|e| e.id.0);
+        let (mut i, mut j) = (self.sorted.len(), new.len());
+        self.sorted.reserve_exact(j);
+        self.sorted.extend_from_slice(&new);
+        for k in (0..self.sorted.len()).rev() {
+            if j == 0 {
+                break;
+            }
+            if i > 0 && self.sorted[i - 1].id.0 > new[j - 1].id.0 {
+                self.sorted[k] = self.sorted[i - 1];
+                i -= 1;
+            } else {
+                self.sorted[k] = new[j - 1];
+                j -= 1;
+            }
+        }
+        self.index_buckets();
+    }
+
+    /// Builds `buckets` for `sorted`: two to four entries a bucket, at most 2^16 buckets.
+    fn index_buckets(&mut self) {
+        let n = self.sorted.len();
+        assert!(
+            u32::try_from(n).is_ok(),
+            "more than 2^32 blobs in the index"
+        );
+        self.bits = (usize::BITS - (n >> 2).leading_zeros()).min(16);
+        let mut buckets = vec![0u32; (1 << self.bits) + 1];
+        for e in &self.sorted {
+            buckets[prefix(&e.id, self.bits) + 1] += 1;
+        }
+        for p in 1..buckets.len() {
+            buckets[p] += buckets[p - 1];
+        }
+        self.buckets = buckets;
+    }
+}
+
+/// The first `bits` (at most 16) bits of `id`.
+fn prefix(id: &Id, bits: u32) -> usize {
+    (u32::from(u16::from_be_bytes([id.0[0], id.0[1]])) >> (16 - bits)) as usize
+}
+
+/// Builds an [`Index`] from index files without a second copy of their entries: every
+/// file's entries are decoded straight into one array, which is sorted once at the end.
+///
+/// A blob listed more than once keeps its first location in load order, as
+/// [`Index::add_pack`] would: while loading, an entry's `pack` field holds the number of
+/// its listing (a pack's entries in one file; a new number where the offsets go down), so
+/// sorting by (id, listing, offset) puts the first occurrence first, and `listings` maps
+/// each listing to its pack's position afterwards.
+#[derive(Default)]
+pub struct Loader {
+    index: Index,
+    entries: Vec<Entry>,
+    listings: Vec<u32>,
+}
+
+impl Loader {
+    /// A loader for index files of `bytes` bytes in all (their listed sizes): room for as
+    /// many entries as they can hold is reserved at once, so the array is not copied as
+    /// it grows (pages never written cost no memory).
+    pub fn with_size_hint(bytes: u64) -> Loader {
+        let mut entries = Vec::new();
+        let most = usize::try_from(bytes / ENTRY_LEN as u64).unwrap_or(usize::MAX);
+        let _ = entries.try_reserve_exact(most);
+        Loader {
+            entries,
+            ..Loader::default()
         }
     }
+
+    /// Adds the packs and entries of one index file's plaintext (as [`decode`] reads it);
+    /// a file that does not decode, or lists a pack in a format not in `allowed`, adds
+    /// nothing.
+    pub fn add_file(
+        &mut self,
+        plain: Vec<u8>,
+        version: Version,
+        what: &str,
+        allowed: &[Version],
+    ) -> Result<()> {
+        let mark = (
+            self.entries.len(),
+            self.listings.len(),
+            self.index.packs.len(),
+        );
+        let r = self.decode_file(plain, version, what, allowed);
+        if r.is_err() {
+            self.entries.truncate(mark.0);
+            self.listings.truncate(mark.1);
+            for p in self.index.packs.drain(mark.2..) {
+                self.index.pack_pos.remove(&p);
+            }
+            self.index.versions.truncate(mark.2);
+        }
+        r
+    }
+
+    /// Registers the file's packs in file order, then decodes their entries from the last
+    /// pack to the first, cutting the plaintext behind each pack as it goes: the entries
+    /// (50 bytes) replace the file's bytes (46 bytes an entry) instead of adding to them.
+    fn decode_file(
+        &mut self,
+        mut b: Vec<u8>,
+        v: Version,
+        what: &str,
+        ok: &[Version],
+    ) -> Result<()> {
+        let packs = scan(&b, v, what)?;
+        if let Some(p) = packs.iter().find(|p| !ok.contains(&p.version)) {
+            return Err(Error::corrupt(
+                what,
+                format!(
+                    "lists pack {} as format {}, which this repository does not hold",
+                    p.id.short(),
+                    p.version
+                ),
+            ));
+        }
+        // A pack's listings: one, and a new one wherever its entries' offsets go down.
+        let mut first = Vec::with_capacity(packs.len());
+        for p in &packs {
+            let pos = self.index.pack_position(p.id, p.version);
+            first.push(self.listings.len());
+            let runs = 1 + entries_of(&b, p)
+                .zip(entries_of(&b, p).skip(1))
+                .filter(|(a, b)| offset_of(b) < offset_of(a))
+                .count();
+            self.listings.extend(std::iter::repeat_n(pos, runs));
+        }
+        self.entries.reserve(packs.iter().map(|p| p.count).sum());
+        let mut freed = 0;
+        for (p, first) in packs.iter().zip(first).rev() {
+            let (mut listing, mut last) = (first, 0);
+            for raw in entries_of(&b, p) {
+                let e = parse_entry(raw, what)?;
+                listing += usize::from(e.offset < last);
+                last = e.offset;
+                self.entries.push(Entry {
+                    id: e.id,
+                    loc: Location::of(listing as u32, &e),
+                });
+            }
+            freed += b.len() - p.start;
+            b.truncate(p.start);
+            if freed >= 1 << 20 {
+                b.shrink_to_fit();
+                freed = 0;
+            }
+        }
+        Ok(())
+    }
+
+    /// The index: the entries sorted by id, each blob's first location kept.
+    pub fn finish(self) -> Index {
+        let Loader {
+            mut index,
+            mut entries,
+            listings,
+        } = self;
+        entries.sort_unstable_by(|a, b| {
+            let key = |e: &Entry| (e.loc.pack, e.loc.offset);
+            a.id.0.cmp(&b.id.0).then_with(|| key(a).cmp(&key(b)))
+        });
+        entries.dedup_by(|later, first| later.id == first.id);
+        for e in &mut entries {
+            e.loc.pack = listings[e.loc.pack as usize];
+        }
+        entries.shrink_to_fit();
+        index.sorted = entries;
+        index.index_buckets();
+        index
+    }
+}
+
+/// Index files hold at most this many blob entries (46 bytes each, about 4.6 MB): a
+/// prune's, and a backup's, which writes one each time its packs hold this many.
+pub const INDEX_FILE_ENTRIES: usize = 100_000;
+
+/// The packs in groups of at most [`INDEX_FILE_ENTRIES`] entries (a pack with more alone),
+/// one index file each.
+pub fn index_chunks(packs: &[IndexedPack]) -> Vec<&[IndexedPack]> {
+    index_chunks_of(packs, INDEX_FILE_ENTRIES)
+}
+
+/// [`index_chunks`] of at most `max` entries.
+pub fn index_chunks_of(packs: &[IndexedPack], max: usize) -> Vec<&[IndexedPack]> {
+    let mut out = Vec::new();
+    let (mut start, mut n) = (0, 0);
+    for (i, p) in packs.iter().enumerate() {
+        if n > 0 && n + p.entries.len() > max {
+            out.push(&packs[start..i]);
+            (start, n) = (i, 0);
+        }
+        n += p.entries.len();
+    }
+    if start < packs.len() {
+        out.push(&packs[start..]);
+    }
+    out
 }
 
 /// Encodes the plaintext of one index file of format `version`. A format-1 index file
@@ -156,6 +431,32 @@ impl<'a> Reader<'a> {
 /// Decodes the plaintext of one index file of format `version` (the repository's: the
 /// file's own version byte must agree).
 pub fn decode(b: &[u8], version: Version, what: &str) -> Result<Vec<IndexedPack>> {
+    let mut packs = Vec::new();
+    for p in scan(b, version, what)? {
+        packs.push(IndexedPack {
+            id: p.id,
+            version: p.version,
+            entries: (entries_of(b, &p).map(|raw| parse_entry(raw, what)))
+                .collect::<Result<_>>()?,
+        });
+    }
+    Ok(packs)
+}
+
+/// One pack as an index file lists it.
+struct Listed {
+    id: Id,
+    version: Version,
+    /// Where its listing starts in the file (its id).
+    start: usize,
+    /// Where its entries start.
+    entries: usize,
+    count: usize,
+}
+
+/// The packs an index file lists, in file order: its whole layout checked, but not its
+/// entries' bytes ([`parse_entry`]).
+fn scan(b: &[u8], version: Version, what: &str) -> Result<Vec<Listed>> {
     let mut r = Reader { b, at: 0, what };
     if r.take(4)? != MAGIC {
         return Err(Error::corrupt(what, "not an index file"));
@@ -168,44 +469,29 @@ pub fn decode(b: &[u8], version: Version, what: &str) -> Result<Vec<IndexedPack>
         ));
     }
     let npacks = r.u32()? as usize;
-    let mut packs = Vec::with_capacity(npacks.min(1 << 16));
+    let mut packs = Vec::with_capacity(npacks.min(b.len() / 37));
     for _ in 0..npacks {
-        let pack = r.id()?;
+        let start = r.at;
+        let id = r.id()?;
         let pack_version = match version {
             Version::V1 => Version::V1,
             Version::V2 => {
                 let v = r.take(1)?[0];
                 Version::from_number(v.into()).map_err(|_| {
-                    Error::corrupt(
-                        what,
-                        format!("pack {} has unknown format {v}", pack.short()),
-                    )
+                    Error::corrupt(what, format!("pack {} has unknown format {v}", id.short()))
                 })?
             }
         };
         let count = r.u32()? as usize;
-        let mut entries = Vec::with_capacity(count.min(1 << 20));
-        for _ in 0..count {
-            let h = r.take(2)?;
-            let kind =
-                BlobKind::from_u8(h[0]).ok_or_else(|| Error::corrupt(what, "bad blob kind"))?;
-            let codec = Codec::from_u8(h[1]).ok_or_else(|| Error::corrupt(what, "bad codec"))?;
-            let offset = r.u32()?;
-            let stored_len = r.u32()?;
-            let raw_len = r.u32()?;
-            entries.push(PackEntry {
-                id: r.id()?,
-                kind,
-                codec,
-                offset,
-                stored_len,
-                raw_len,
-            });
-        }
-        packs.push(IndexedPack {
-            id: pack,
+        let entries = r.at;
+        let len = count.checked_mul(ENTRY_LEN);
+        r.take(len.ok_or_else(|| Error::corrupt(what, "index file truncated"))?)?;
+        packs.push(Listed {
+            id,
             version: pack_version,
+            start,
             entries,
+            count,
         });
     }
     if r.at != b.len() {
@@ -214,65 +500,32 @@ pub fn decode(b: &[u8], version: Version, what: &str) -> Result<Vec<IndexedPack>
     Ok(packs)
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use proptest::prelude::*;
-
-    fn entry(i: u8) -> PackEntry {
-        PackEntry {
-            id: Id([i; 32]),
-            kind: BlobKind::Data,
-            codec: Codec::Zstd,
-            offset: i as u32 * 7,
-            stored_len: 99,
-            raw_len: 123,
-        }
-    }
-
-    fn pack(id: u8, version: Version, entries: Vec<PackEntry>) -> IndexedPack {
-        IndexedPack {
-            id: Id([id; 32]),
-            version,
-            entries,
-        }
-    }
-
-    #[test]
-    fn golden_layout() {
-        let enc = encode(&[pack(0xaa, Version::V1, vec![entry(1)])], Version::V1).unwrap();
-        assert_eq!(&enc[..9], b"MVIX\x01\x01\x00\x00\x00");
-        assert_eq!(enc.len(), 9 + 36 + 46);
-        assert_eq!(&enc[45..47], &[0, 1]);
-        let enc = encode(&[pack(0xaa, Version::V1, vec![entry(1)])], Version::V2).unwrap();
-        assert_eq!(&enc[..9], b"MVIX\x02\x01\x00\x00\x00");
-        assert_eq!(enc.len(), 9 + 37 + 46);
-        assert_eq!(enc[41], 1, "the pack's own format");
-        assert_eq!(&enc[46..48], &[0, 1]);
-        // A format-1 index cannot list a format-2 pack; a version byte must match.
-        assert!(encode(&[pack(1, Version::V2, vec![])], Version::V1).is_err());
-        assert!(decode(&enc, Version::V1, "t").is_err());
-    }
-
-    proptest! {
-        #[test]
-        fn round_trip(packs in proptest::collection::vec((any::<[u8; 32]>(), any::<bool>(), proptest::collection::vec(any::<u8>(), 0..20)), 0..8)) {
-            for v in [Version::V1, Version::V2] {
-                let packs: Vec<IndexedPack> = packs.iter().map(|(p, two, es)| IndexedPack {
-                    id: Id(*p),
-                    version: if *two && v == Version::V2 { Version::V2 } else { Version::V1 },
-                    entries: es.iter().copied().map(entry).collect(),
-                }).collect();
-                let enc = encode(&packs, v).unwrap();
-                prop_assert_eq!(decode(&enc, v, "t").unwrap(), packs);
-                prop_assert!(decode(&enc[..enc.len() - 1], v, "t").is_err());
-            }
-        }
-
-        #[test]
-        fn decode_never_panics(data in proptest::collection::vec(any::<u8>(), 0..300)) {
-            let _ = decode(&data, Version::V1, "t");
-            let _ = decode(&data, Version::V2, "t");
-        }
-    }
+/// The raw entries of the pack `p` in the file `b` that [`scan`] read.
+fn entries_of<'a>(b: &'a [u8], p: &Listed) -> std::slice::ChunksExact<'a, u8> {
+    b[p.entries..p.entries + p.count * ENTRY_LEN].chunks_exact(ENTRY_LEN)
 }
+
+/// The offset field of a raw entry.
+fn offset_of(raw: &[u8]) -> u32 {
+    u32::from_le_bytes([raw[2], raw[3], raw[4], raw[5]])
+}
+
+/// One raw entry (`ENTRY_LEN` bytes).
+fn parse_entry(raw: &[u8], what: &str) -> Result<PackEntry> {
+    let kind = BlobKind::from_u8(raw[0]).ok_or_else(|| Error::corrupt(what, "bad blob kind"))?;
+    let codec = Codec::from_u8(raw[1]).ok_or_else(|| Error::corrupt(what, "bad codec"))?;
+    let u32_at = |i: usize| u32::from_le_bytes([raw[i], raw[i + 1], raw[i + 2], raw[i + 3]]);
+    let mut id = [0u8; 32];
+    id.copy_from_slice(&raw[14..46]);
+    Ok(PackEntry {
+        id: Id(id),
+        kind,
+        codec,
+        offset: u32_at(2),
+        stored_len: u32_at(6),
+        raw_len: u32_at(10),
+    })
+}
+
+#[cfg(test)]
+mod tests;

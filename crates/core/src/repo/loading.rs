@@ -10,6 +10,7 @@ use crate::repo::pack::PackList;
 use crate::repo::Repository;
 use crate::repo::{file_id, index};
 use crate::store::put_content_named;
+use crate::store::ObjectInfo;
 use crate::store::Store;
 use std::collections::HashSet;
 
@@ -57,43 +58,55 @@ impl Repository {
         self.load_dictionaries()
     }
 
+    /// Reads every index file into a fresh index. Files are read and opened a batch at a
+    /// time in parallel (a batch holds at most [`LOAD_BATCH`] bytes of files, or one
+    /// larger file) and decoded straight into the index's array, so what loading holds at
+    /// most is the array and one batch of opened files.
     pub(super) fn load_index(&mut self) -> Result<()> {
         let files = self.store.list("index/")?;
-        type Loaded = (String, Result<(Id, PackList)>);
-        let loaded: Vec<Loaded> = {
-            use rayon::prelude::*;
-            files
-                .par_iter()
-                .map(|f| (f.path.clone(), self.read_index_file(&f.path)))
-                .collect()
-        };
-        for (path, r) in loaded {
-            match r {
-                Ok((id, packs)) => {
-                    for p in &packs {
-                        self.index.add_pack(p.id, p.version, &p.entries);
+        let mut loader = index::Loader::with_size_hint(files.iter().map(|f| f.size).sum());
+        for batch in batches(&files) {
+            // Each file's path with its id and plaintext.
+            type Opened<'a> = (&'a str, Result<(Id, Vec<u8>)>);
+            let opened: Vec<Opened> = {
+                use rayon::prelude::*;
+                (batch.par_iter())
+                    .map(|f| (f.path.as_str(), self.open_index_file(&f.path)))
+                    .collect()
+            };
+            for (path, r) in opened {
+                let r = r.and_then(|(id, plain)| {
+                    loader.add_file(plain, self.version, path, self.pack_versions())?;
+                    Ok(id)
+                });
+                match r {
+                    Ok(id) => self.index_files.push(id),
+                    Err(e) if self.migration_leftover(&e) => self.leftovers.push(path.into()),
+                    // A damaged index file must not lock the user out: its blobs look
+                    // absent (a backup stores them again, a restore names what it cannot
+                    // find) and `check` reports it.
+                    // The caller reports it (`index_errors`): a log line would say it twice.
+                    Err(e) => {
+                        tracing::debug!("index file {path} is unreadable: {e}");
+                        self.index_errors.push((path.into(), e));
                     }
-                    self.index_files.push(id);
-                }
-                Err(e) if self.migration_leftover(&e) => self.leftovers.push(path),
-                // A damaged index file must not lock the user out: its blobs look absent
-                // (a backup stores them again, a restore names what it cannot find) and
-                // `check` reports it.
-                // The caller reports it (`index_errors`): a log line would say it twice.
-                Err(e) => {
-                    tracing::debug!("index file {path} is unreadable: {e}");
-                    self.index_errors.push((path, e));
                 }
             }
         }
+        self.index = loader.finish();
         Ok(())
+    }
+
+    /// Reads and opens the index file at `path`: its id and plaintext.
+    fn open_index_file(&self, path: &str) -> Result<(Id, Vec<u8>)> {
+        let id = file_id(path)?;
+        let sealed = self.store.get(path)?;
+        Ok((id, self.open_named_read(Named::Index, path, sealed)?))
     }
 
     /// Reads, opens and decodes the index file at `path`: its id and the packs it lists.
     pub(crate) fn read_index_file(&self, path: &str) -> Result<(Id, PackList)> {
-        let id = file_id(path)?;
-        let sealed = self.store.get(path)?;
-        let plain = self.open_named(Named::Index, path, sealed)?;
+        let (id, plain) = self.open_index_file(path)?;
         Ok((id, self.decode_index(&plain, path)?))
     }
 
@@ -102,6 +115,8 @@ impl Repository {
         self.open_named(Named::Dictionary, path, self.store.get(path)?)
     }
 
+    /// Decodes an index file's plaintext, refusing a pack in a format this repository
+    /// does not hold (as [`index::Loader::add_file`] does).
     fn decode_index(&self, plain: &[u8], path: &str) -> Result<PackList> {
         let packs = index::decode(plain, self.version, path)?;
         if let Some(p) = packs
@@ -146,4 +161,26 @@ impl Repository {
         self.leftovers.clear();
         self.load_index()
     }
+}
+
+/// Bytes of index files [`Repository::load_index`] reads and opens at once.
+const LOAD_BATCH: u64 = 16 << 20;
+
+/// `files` cut into runs of at most [`LOAD_BATCH`] bytes (a larger file on its own).
+fn batches(files: &[ObjectInfo]) -> impl Iterator<Item = &[ObjectInfo]> {
+    let mut rest = files;
+    std::iter::from_fn(move || {
+        let mut bytes = 0;
+        let n = (rest.iter())
+            .take_while(|f| {
+                bytes += f.size;
+                bytes <= LOAD_BATCH
+            })
+            .count()
+            .max(1)
+            .min(rest.len());
+        let (batch, tail) = rest.split_at(n);
+        rest = tail;
+        (!batch.is_empty()).then_some(batch)
+    })
 }

@@ -9,6 +9,7 @@ use crate::repo::id::Id;
 use crate::repo::seal::{open_as, seal_as};
 use crate::repo::{file_id, format};
 use crate::repo::{Config, Repository};
+use crate::store::Store;
 
 impl Repository {
     /// Seals `plain` as `obj`: in format 2 with the object's associated data, in format 1
@@ -62,16 +63,43 @@ impl Repository {
             Version::V2 => {
                 let id = file_id(path)?;
                 let plain = self.open_object(kind.object(&id), sealed, path)?;
-                let plain = match self.config.pad {
-                    true => format::unpad(plain, path)?,
-                    false => plain,
-                };
-                if self.key.blob_id(&plain) != id {
-                    return Err(Error::corrupt(path, "content does not match its name"));
-                }
-                Ok(plain)
+                self.named_plaintext(path, &id, plain)
             }
         }
+    }
+
+    /// [`Self::open_named`] of the file at `path` as just read from the store, without
+    /// the copy of its bytes that telling why it does not open needs: only then is it read
+    /// again (an index file can be tens of MB).
+    pub(crate) fn open_named_read(
+        &self,
+        kind: Named,
+        path: &str,
+        sealed: Vec<u8>,
+    ) -> Result<Vec<u8>> {
+        let id = file_id(path)?;
+        let ad = match self.version {
+            Version::V1 => Vec::new(),
+            Version::V2 => kind.object(&id).aad(),
+        };
+        match self.key.open_vec_ad(sealed, &ad, path) {
+            Ok(plain) if self.version == Version::V1 => Ok(plain),
+            Ok(plain) => self.named_plaintext(path, &id, plain),
+            Err(Error::Tampered(_)) => self.open_named(kind, path, self.store.get(path)?),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// A format-2 named file's plaintext, unpadded and checked against its name.
+    fn named_plaintext(&self, path: &str, id: &Id, plain: Vec<u8>) -> Result<Vec<u8>> {
+        let plain = match self.config.pad {
+            true => format::unpad(plain, path)?,
+            false => plain,
+        };
+        if self.key.blob_id(&plain) != *id {
+            return Err(Error::corrupt(path, "content does not match its name"));
+        }
+        Ok(plain)
     }
 
     /// Checks a content-named file's bytes against its name: for packs and key files

@@ -9,6 +9,7 @@ use crate::error::{Error, Result};
 use crate::repo::compress::{self, Compression};
 use crate::repo::format::BlobKind;
 use crate::repo::id::Id;
+use crate::repo::index::index_chunks_of;
 use crate::repo::pack::{FinishedPack, IndexedPack, PackBuilder, PackList};
 use crate::repo::Repository;
 use crate::repo::{lock, pack};
@@ -58,11 +59,6 @@ pub struct BlobSaver<'r> {
     index_batch: Option<usize>,
     index_files: Mutex<Vec<Id>>,
 }
-
-/// Entries an index file of a backup lists (the size of prune's): a run writes one each
-/// time its written packs hold this many, so that it does not hold every new blob's entry
-/// (46 bytes) until its end.
-pub const INDEX_BATCH: usize = 100_000;
 
 /// Threads that write finished packs to the store while the workers go on filling the
 /// next ones: a pack's write (and on a local disk its fsync, tens of milliseconds on a
@@ -334,9 +330,9 @@ impl<'r> BlobSaver<'r> {
         self.index_batch_if_full()
     }
 
-    /// With [`Self::index_every`]: an index file for the packs recorded, once they hold
-    /// the batch's entries. Every one of them is written (its writer thread returned).
-    fn index_batch_if_full(&self) -> Result<()> {
+    /// With [`Self::index_every`]: index files for the packs recorded, once they hold the
+    /// batch's entries. Every one of them is written (its writer thread returned).
+    pub(in crate::repo) fn index_batch_if_full(&self) -> Result<()> {
         let Some(batch) = self.index_batch else {
             return Ok(());
         };
@@ -347,15 +343,17 @@ impl<'r> BlobSaver<'r> {
             }
             std::mem::take(&mut *w)
         };
-        let (id, size) = self.repo.write_index(&packs)?;
-        self.stats.bytes_written.fetch_add(size, Ordering::Relaxed);
-        lock(&self.index_files).push(id);
+        for chunk in index_chunks_of(&packs, batch) {
+            let (id, size) = self.repo.write_index(chunk)?;
+            self.stats.bytes_written.fetch_add(size, Ordering::Relaxed);
+            lock(&self.index_files).push(id);
+        }
         Ok(())
     }
 
     /// Waits for the packs handed to the writer threads and records them; their first
     /// error, or an earlier one, if any.
-    fn join_writers(&self) -> Result<()> {
+    pub(in crate::repo) fn join_writers(&self) -> Result<()> {
         if let Some(w) = lock(&self.writers).take() {
             let done = w.join();
             for (p, len) in std::mem::take(&mut *lock(&done.packs)) {
@@ -423,8 +421,12 @@ impl<'r> BlobSaver<'r> {
         // Every pack is in the store before the index that names them.
         self.join_writers()?;
         let packs = std::mem::take(&mut *lock(&self.written));
-        if !packs.is_empty() {
-            let (_, size) = self.repo.write_index(&packs)?;
+        let batch = self.index_batch.unwrap_or(usize::MAX);
+        for chunk in index_chunks_of(&packs, batch)
+            .into_iter()
+            .filter(|c| !c.is_empty())
+        {
+            let (_, size) = self.repo.write_index(chunk)?;
             self.stats.bytes_written.fetch_add(size, Ordering::Relaxed);
         }
         Ok(packs)
