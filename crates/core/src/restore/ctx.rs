@@ -84,14 +84,15 @@ pub(super) struct Ctx<'a, T> {
 /// The messages an [`Order::Any`] restore hands to the target together, at most: each
 /// window is planned by pack span and read front to back
 /// ([`crate::model::reader::read_by_packs`]), so memory follows the window (its entries,
-/// jobs and span plan), not the selection; the windows follow one another in pack order
-/// (`window.rs`). 20,000 (measured, release build): a 500,000-message account restores in
-/// 116 MB instead of 414 MB, the `medium` preset (30,000 messages, two windows) in 74 MB
-/// instead of 167 MB. A smaller window saves little more (the repository's index is most
-/// of what is left) and reads more spans twice: a message whose blobs lie in the packs of
-/// two windows (a body shared by several mailboxes) has its foreign blobs read again, 16%
-/// more bytes on `medium` than one window read.
-pub(super) const WINDOW_MESSAGES: usize = 20_000;
+/// jobs and span plan: about 650 bytes a message), not the selection; the windows follow
+/// one another in pack order (`window.rs`). A selection that fits one window reads every
+/// pack span once; past it, a message whose blobs lie in the packs of two windows (a body
+/// shared by several mailboxes) has its foreign blobs read again: the `medium` preset
+/// (30,928 messages and files) read 16% more bytes in two windows of 20,000 than in one.
+/// 32,768 keeps `medium` in one window (81 MB of memory against 74 MB in two, 167 MB
+/// before windows) and a 500,000-message account within 130 MB (414 MB before; release
+/// builds), most of it the repository's index.
+pub(super) const WINDOW_MESSAGES: usize = 32_768;
 
 impl Tally {
     /// A folder file of `size` bytes written.
