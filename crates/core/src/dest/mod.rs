@@ -222,7 +222,9 @@ pub struct FolderInfo<'a> {
     /// Only some of its messages are restored (`--message`, `undelete`): a target brings
     /// only the folder files that give them meaning (see [`FolderInfo::file`]).
     pub picked: bool,
-    /// The messages that will be given to it (their bytes are not read yet).
+    /// The messages that will be given to it (their bytes are not read yet); none for a
+    /// whole folder restored into an [`Order::Any`] target, which gets its messages a
+    /// window at a time, read from the snapshot as they are restored.
     pub entries: &'a [MessageEntry],
     pub failures: &'a RestoreFailures,
     pub(crate) repo: &'a Repository,

@@ -62,7 +62,12 @@ impl Default for SpanOptions {
             group_bytes: 16 << 20,
             readers: crate::store::DEFAULT_CONNECTIONS,
             ahead: 2,
-            keep_bytes: 64 << 20,
+            // A blob that a later span's message needs too waits here, or past this in
+            // the spool's file. 64 MiB made a restore's memory double (issue 26: 149 MB
+            // on the `medium` preset, which keeps 70 MB of shared blobs); 16 MiB keeps
+            // most of them and spills the rest (sealed) to the file, whose pages the
+            // kernel keeps or writes back as memory allows.
+            keep_bytes: 16 << 20,
         }
     }
 }
@@ -72,18 +77,29 @@ impl SpanOptions {
     /// on object storage (`s3:`), where a read waits on the network, and 2 on a local
     /// directory, where more readers only take the CPU from the writers (measured on the
     /// `medium` preset: 8 readers made a local restore 10% slower than 2).
+    ///
+    /// On a local directory a span is at most 4 MiB: [`read_by_packs`] holds up to
+    /// `readers + ahead + 1` spans (80 MiB of 16 MiB spans, half a `medium` restore's
+    /// memory), and a local read of 4 MiB costs no more per byte than one of 16 MiB. On
+    /// object storage every span is a request: spans stay long.
     pub fn for_store(store: &dyn crate::store::Backend, reads: usize) -> SpanOptions {
+        let network = crate::store::on_network(store);
         let readers = match reads {
-            0 if crate::store::on_network(store) => crate::store::DEFAULT_CONNECTIONS,
+            0 if network => crate::store::DEFAULT_CONNECTIONS,
             0 => 2,
             n => n,
         };
+        let d = SpanOptions::default();
         SpanOptions {
             readers,
-            ..SpanOptions::default()
+            max_span: if network { d.max_span } else { LOCAL_MAX_SPAN },
+            ..d
         }
     }
 }
+
+/// [`SpanOptions::max_span`] on a local directory (see [`SpanOptions::for_store`]).
+pub const LOCAL_MAX_SPAN: u64 = 4 << 20;
 
 /// One ranged read of a pack.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -2,8 +2,9 @@
 //! read together by pack span, each written as soon as its blobs are in.
 
 use super::ctx::Ctx;
-use super::exec::{count, keyword_table, open_accounts, open_folder};
+use super::exec::{count, keyword_table, open_accounts, open_folder, OpenAccount};
 use super::plan::{pieces, take_hard_links, AccountPlan, FolderPlan};
+use super::window::windows;
 use crate::dest::{meta, Item, Message, Meta, Outcome, Target};
 use crate::mail::maildir::safe_component;
 use crate::model::assemble::assemble_by;
@@ -73,69 +74,7 @@ pub(super) fn execute_any<T: Target>(ctx: &Ctx<T>, plans: Vec<AccountPlan>, pick
         let batch: Vec<(usize, FolderPlan)> = rest
             .drain(..rest.len().min(ctx.caps.open_folders.max(1)))
             .collect();
-        let mut open = Vec::new();
-        for (a, fp) in batch {
-            if let Some(f) = open_folder(ctx, &accs[a], &fp, picked) {
-                open.push((f, fp));
-            }
-        }
-        let mut jobs = Vec::new();
-        for (folder, fp) in &mut open {
-            if !picked && ctx.caps.folder_files {
-                file_jobs(ctx, folder, &mut fp.node, &mut jobs);
-            }
-            let keywords = keyword_table(ctx, &fp.node);
-            for mut entry in std::mem::take(&mut fp.entries) {
-                if ctx.target.already_restored(folder, &entry) {
-                    ctx.n.unchanged.fetch_add(1, Relaxed);
-                    continue;
-                }
-                // Kept for `ls`, not needed here: a batch holds many messages.
-                (entry.from, entry.subject) = (String::new(), String::new());
-                let meta = meta(&entry, &keywords);
-                jobs.push(Job {
-                    folder: &*folder,
-                    what: What::Message { entry, meta },
-                });
-            }
-        }
-        let messages = jobs.iter().filter_map(|j| match &j.what {
-            What::Message { entry, .. } => Some(entry.size),
-            What::File(_) | What::Piece { .. } => None,
-        });
-        let (n, bytes) = messages.fold((0, 0), |(n, b), size| (n + 1, b + size));
-        let pieces: u64 = (jobs.iter())
-            .map(|j| match &j.what {
-                What::Piece { len, .. } => *len,
-                _ => 0,
-            })
-            .sum();
-        ctx.progress.add_total(n, bytes + pieces);
-        // Each pack span read once, front to back; a message is written as soon as the
-        // last span holding its blobs is in.
-        read_by_packs(
-            ctx.repo,
-            &jobs,
-            job_content,
-            &ctx.spans,
-            |j, blobs| match &j.what {
-                What::File(f) => write_file(ctx, j.folder, f, blobs),
-                What::Piece {
-                    file,
-                    offset,
-                    len,
-                    ids,
-                } => write_piece(ctx, j.folder, file, *offset, *len, ids, blobs),
-                What::Message { entry, meta } => {
-                    write_message(ctx, j.folder, entry, meta, blobs);
-                    ctx.progress.advance(1, entry.size);
-                }
-            },
-        );
-        drop(jobs);
-        for (folder, _) in open {
-            ctx.target.finish_folder(folder, &ctx.n.failures);
-        }
+        restore_folders(ctx, &accs, batch, picked);
     }
     for (a, links) in accs.into_iter().zip(links) {
         if !links.is_empty() {
@@ -146,6 +85,92 @@ pub(super) fn execute_any<T: Target>(ctx: &Ctx<T>, plans: Vec<AccountPlan>, pick
         }
         ctx.target.finish_account(a.open, &ctx.n.failures);
     }
+}
+
+/// Restores a batch of folders (their accounts open in `accs`): opens them, reads their
+/// messages a window of [`Ctx::window`] at a time, and finishes them.
+fn restore_folders<T: Target>(
+    ctx: &Ctx<T>,
+    accs: &[OpenAccount<T::Account>],
+    batch: Vec<(usize, FolderPlan)>,
+    picked: bool,
+) {
+    // Apart: the jobs of a window borrow the open folders while the plans give their
+    // next messages.
+    let (mut folders, mut plans) = (Vec::new(), Vec::new());
+    for (a, mut fp) in batch {
+        if let Some(f) = open_folder(ctx, &accs[a], &mut fp, picked) {
+            folders.push(f);
+            plans.push(fp);
+        }
+    }
+    let mut files = Vec::new();
+    let mut keywords = Vec::new();
+    for (folder, fp) in folders.iter().zip(&mut plans) {
+        if !picked && ctx.caps.folder_files {
+            file_jobs(ctx, folder, &mut fp.node, &mut files);
+        }
+        keywords.push(keyword_table(ctx, &fp.node));
+    }
+    // The folders' files go with the first window; the folders' messages follow in
+    // windows, each a run of packs (see `window.rs`).
+    let mut first = Some(files);
+    windows(ctx, &mut plans, |window| {
+        let mut jobs = first.take().unwrap_or_default();
+        for (i, entry) in window {
+            let folder = &folders[i];
+            if ctx.target.already_restored(folder, &entry) {
+                ctx.n.unchanged.fetch_add(1, Relaxed);
+                continue;
+            }
+            let meta = meta(&entry, &keywords[i]);
+            let what = What::Message { entry, meta };
+            jobs.push(Job { folder, what });
+        }
+        read_window(ctx, jobs);
+    });
+    if let Some(files) = first {
+        read_window(ctx, files);
+    }
+    for folder in folders {
+        ctx.target.finish_folder(folder, &ctx.n.failures);
+    }
+}
+
+/// Reads the blobs of a window of jobs, each pack span once, front to back, and writes
+/// each job as soon as the last span holding its blobs is in.
+fn read_window<T: Target>(ctx: &Ctx<T>, jobs: Vec<Job<T::Folder>>) {
+    if jobs.is_empty() {
+        return;
+    }
+    let (mut n, mut bytes) = (0, 0);
+    for j in &jobs {
+        match &j.what {
+            What::Message { entry, .. } => (n, bytes) = (n + 1, bytes + entry.size),
+            What::Piece { len, .. } => bytes += len,
+            What::File(_) => {}
+        }
+    }
+    ctx.progress.add_total(n, bytes);
+    read_by_packs(
+        ctx.repo,
+        &jobs,
+        job_content,
+        &ctx.spans,
+        |j, blobs| match &j.what {
+            What::File(f) => write_file(ctx, j.folder, f, blobs),
+            What::Piece {
+                file,
+                offset,
+                len,
+                ids,
+            } => write_piece(ctx, j.folder, file, *offset, *len, ids, blobs),
+            What::Message { entry, meta } => {
+                write_message(ctx, j.folder, entry, meta, blobs);
+                ctx.progress.advance(1, entry.size);
+            }
+        },
+    );
 }
 
 /// Adds the jobs of a folder's files (`dovecot-uidlist` and the like, a `file:`

@@ -26,7 +26,7 @@ pub(super) fn open_accounts<T: Target>(
         if plan.folders.is_empty() {
             continue;
         }
-        let n_acc: u64 = plan.folders.iter().map(|f| f.entries.len() as u64).sum();
+        let n_acc: u64 = plan.folders.iter().map(FolderPlan::messages).sum();
         let mut names: Vec<String> = (plan.folders.iter())
             .map(|f| folder_name(&f.node).into_owned())
             .collect();
@@ -49,7 +49,9 @@ pub(super) fn open_accounts<T: Target>(
             )),
             Err(e) => {
                 let item = format!("account {}", plan.acc.name);
-                ctx.n.fail_items(item, e, n_acc);
+                let mut folders = plan.folders;
+                let n: u64 = folders.iter_mut().map(|f| f.count_rest(ctx)).sum();
+                ctx.n.fail_items(item, e, n);
             }
         }
     }
@@ -70,7 +72,7 @@ pub(super) fn keyword_table<T>(ctx: &Ctx<T>, node: &FolderNode) -> KeywordTable 
 pub(super) fn open_folder<T: Target>(
     ctx: &Ctx<T>,
     acc: &OpenAccount<T::Account>,
-    fp: &FolderPlan,
+    fp: &mut FolderPlan,
     picked: bool,
 ) -> Option<T::Folder> {
     let name = folder_name(&fp.node);
@@ -87,7 +89,7 @@ pub(super) fn open_folder<T: Target>(
         Ok(f) => Some(f),
         Err(e) => {
             let item = format!("{}: {}", acc.acc.name, fp.node.name);
-            let n = fp.entries.len() as u64;
+            let n = fp.count_rest(ctx);
             ctx.n.fail_items(item, e, n);
             None
         }

@@ -147,8 +147,8 @@ pub(super) fn restore_account_ordered<T: Target>(
 ) {
     let caps = &ctx.caps;
     let mut open = Vec::new();
-    for fp in folders {
-        match open_folder(ctx, acc, &fp, picked) {
+    for mut fp in folders {
+        match open_folder(ctx, acc, &mut fp, picked) {
             Some(f) => open.push((f, fp)),
             None => {
                 let bytes = fp.entries.iter().map(|e| e.size).sum();

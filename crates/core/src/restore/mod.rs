@@ -12,9 +12,11 @@
 //!
 //! How blobs are read follows the target's [`Caps`](crate::dest::Caps). A target that
 //! takes messages in any order ([`Order::Any`]: Maildir; `any_order.rs`) gets the
-//! messages of a batch of accounts sorted by where their blobs lie, each pack span read
-//! once, front to back, and each message written, in parallel, as soon as the last span
-//! holding its blobs is in ([`crate::model::reader::read_by_packs`]). A target that
+//! messages of a batch of accounts in windows of a bounded size, read from the folders'
+//! chunks as they are restored and sorted by where their blobs lie (`window.rs`), each
+//! window's pack spans read once, front to back, and each message written, in parallel,
+//! as soon as the last span holding its blobs is in
+//! ([`crate::model::reader::read_by_packs`]). A target that
 //! appends in order ([`Order::Folder`]: IMAP, mbox; `in_order.rs`) gets each folder's
 //! messages in arrival order, in batches, each batch read in pack order by groups
 //! ([`crate::model::reader::read_by_spans`]) while the previous one is being written.
@@ -38,6 +40,7 @@ mod ctx;
 mod exec;
 mod in_order;
 pub mod plan;
+mod window;
 
 pub use ctx::RestoreReport;
 pub use plan::Selection;
@@ -119,7 +122,7 @@ fn restore_into<T: Target>(
     let planner = Ctx::<()>::planner(repo, progress);
     let mut plans = Vec::new();
     for acc in accounts.iter().cloned() {
-        let (plan, f) = plan_account(&planner, acc, sel)?;
+        let (plan, f) = plan_account(&planner, acc, sel, false)?;
         folder_matched |= f > 0;
         plans.push(plan);
     }
@@ -169,29 +172,40 @@ fn restore_whole<T: Target>(
     accounts: &[AccountRef],
     (snapshot, started): (String, Instant),
 ) -> Result<RestoreReport> {
+    let ctx = Ctx::new(repo, target, (sel.reads, sel.cache_bytes), progress);
+    let folders = restore_accounts(&ctx, sel, accounts)?;
+    Ok(ctx.report(snapshot, accounts.len() as u64, folders, started))
+}
+
+/// [`restore_whole`] in `ctx`; returns the number of folders restored.
+fn restore_accounts<T: Target>(
+    ctx: &Ctx<T>,
+    sel: &Selection,
+    accounts: &[AccountRef],
+) -> Result<u64> {
     let mut folders = 0u64;
     let mut folder_matched = sel.folders.is_empty();
-    let ctx = Ctx::new(repo, target, (sel.reads, sel.cache_bytes), progress);
     let pool = worker_pool(&ctx.caps)?;
     // Accounts in batches (of folders and of messages), restored together.
     let mut batch = Vec::new();
     let (mut batch_folders, mut batch_messages) = (0, 0);
     for acc in accounts.iter().cloned() {
-        let (plan, f) = match plan_account(&ctx, acc, sel) {
+        // An any-order target takes each folder's messages a window at a time, read from
+        // its chunks as they are restored: its memory does not grow with the selection.
+        let lazy = ctx.caps.order == Order::Any;
+        let (plan, f) = match plan_account(ctx, acc, sel, lazy) {
             Ok(p) => p,
             Err(e) => {
                 // The accounts planned so far are restored, as they were before
                 // accounts were batched.
-                pool.install(|| execute_batch(&ctx, batch, false));
+                pool.install(|| execute_batch(ctx, batch, false));
                 return Err(e);
             }
         };
         folder_matched |= f > 0;
         folders += plan.folders.len() as u64;
         batch_folders += plan.folders.len();
-        batch_messages += (plan.folders.iter())
-            .map(|f| f.entries.len() as u64)
-            .sum::<u64>();
+        batch_messages += plan.folders.iter().map(FolderPlan::messages).sum::<u64>();
         batch.push(plan);
         // Every kind of target: an in-order target (IMAP, mbox) runs the accounts of
         // a batch `Caps::accounts` at a time, so a batch of one account each (as
@@ -200,15 +214,15 @@ fn restore_whole<T: Target>(
         if batch_folders >= ctx.caps.open_folders.max(1) || batch_messages >= ACCOUNT_BATCH_MESSAGES
         {
             let plans = std::mem::take(&mut batch);
-            pool.install(|| execute_batch(&ctx, plans, false));
+            pool.install(|| execute_batch(ctx, plans, false));
             (batch_folders, batch_messages) = (0, 0);
         }
     }
-    pool.install(|| execute_batch(&ctx, batch, false));
+    pool.install(|| execute_batch(ctx, batch, false));
     if !folder_matched {
-        return Err(no_folder_matches(repo, accounts, &sel.folders));
+        return Err(no_folder_matches(ctx.repo, accounts, &sel.folders));
     }
-    Ok(ctx.report(snapshot, accounts.len() as u64, folders, started))
+    Ok(folders)
 }
 
 /// Restores messages picked one by one into `target` (see [`Request::Picked`]); the
@@ -262,6 +276,7 @@ fn restore_picked_into<T: Target>(
                 plan.folders.push(FolderPlan {
                     node: f.node,
                     entries,
+                    unread: None,
                 });
             }
         }

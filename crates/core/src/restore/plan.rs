@@ -9,7 +9,7 @@ use crate::mail::maildir::{safe_component, safe_relative};
 use crate::model::assemble::assemble_file;
 use crate::model::{folder_name, folder_selected, message_selected};
 use crate::repo::id::Id;
-use crate::repo::tree::{AccountRef, AccountTree, FileEntry, FolderNode, MessageEntry};
+use crate::repo::tree::{AccountRef, AccountTree, ChunkRef, FileEntry, FolderNode, MessageEntry};
 use crate::repo::Repository;
 use std::collections::HashMap;
 use std::sync::atomic::Ordering::Relaxed;
@@ -48,7 +48,131 @@ pub(super) fn quoted(keys: &[&String]) -> String {
 /// One folder to restore: its node and its selected messages.
 pub struct FolderPlan {
     pub node: FolderNode,
+    /// Its selected messages read so far: all of them, but in a restore of whole folders
+    /// into an [`Order::Any`] target, which reads them a window at a time
+    /// ([`FolderPlan::next_window`]) so that its memory does not grow with the folder.
     pub entries: Vec<MessageEntry>,
+    /// The folder's chunks not read yet (`None`: every selected message is in `entries`).
+    pub(super) unread: Option<Unread>,
+}
+
+/// The chunks of a folder's entry list not read yet, in key order, and what reading
+/// them has counted.
+pub(super) struct Unread {
+    chunks: std::vec::IntoIter<ChunkRef>,
+    /// The folder as failures name it.
+    item: String,
+    /// Entries in the chunks read so far.
+    seen: u64,
+    /// A chunk, or a node of the folder's chunk tree, could not be read.
+    damaged: bool,
+}
+
+impl FolderPlan {
+    /// Its selected messages not restored yet; of chunks not read yet, as many as the
+    /// snapshot recorded.
+    pub(super) fn messages(&self) -> u64 {
+        let unread = self.unread.as_ref();
+        let left = unread.map_or(0, |u| self.node.messages.saturating_sub(u.seen));
+        self.entries.len() as u64 + left
+    }
+
+    /// Takes up to `max` of the folder's messages not taken yet, in key order, reading
+    /// chunks as they are needed (a chunk's messages past `max` wait in `entries`); none:
+    /// the folder is done. Counts the messages of each chunk read as selected, and those
+    /// it cannot read as failed.
+    pub(super) fn next_window<T>(&mut self, ctx: &Ctx<T>, max: usize) -> Vec<MessageEntry> {
+        while self.entries.len() < max {
+            let Some(u) = &mut self.unread else { break };
+            if !u.read_one(ctx, &self.node, &[], &mut self.entries) {
+                self.unread = None;
+            }
+        }
+        if self.entries.len() <= max {
+            return std::mem::take(&mut self.entries);
+        }
+        self.entries.drain(..max).collect()
+    }
+
+    /// The number of the folder's messages not taken yet: those in `entries` and those
+    /// of the chunks not read yet, which it reads (one at a time) and counts as
+    /// [`next_window`] would (a folder that cannot be restored: its messages are failed).
+    ///
+    /// [`next_window`]: FolderPlan::next_window
+    pub(super) fn count_rest<T>(&mut self, ctx: &Ctx<T>) -> u64 {
+        let mut n = self.entries.len() as u64;
+        if let Some(mut u) = self.unread.take() {
+            let mut chunk = Vec::new();
+            while u.read_one(ctx, &self.node, &[], &mut chunk) {
+                n += chunk.len() as u64;
+                chunk.clear();
+            }
+        }
+        n
+    }
+}
+
+impl Unread {
+    /// The chunks of `node`'s entry list; a node of its chunk tree that cannot be read is
+    /// a failure of `item`.
+    fn of<T>(ctx: &Ctx<T>, node: &FolderNode, item: String) -> Unread {
+        let mut damaged = false;
+        let chunks = ctx.repo.folder_chunks_or(node, &mut |_, e| {
+            ctx.n.failures.add(&*item, e);
+            damaged = true;
+        });
+        Unread {
+            chunks: chunks.into_iter(),
+            item,
+            seen: 0,
+            damaged,
+        }
+    }
+
+    /// Reads the next chunk into `out`: its entries that `messages` selects (all when
+    /// empty) and that have safe names, counted as selected; the others counted as
+    /// failed, as are, after the last chunk of a whole folder, the messages of chunks
+    /// that could not be read. Returns whether chunks are left.
+    fn read_one<T>(
+        &mut self,
+        ctx: &Ctx<T>,
+        node: &FolderNode,
+        messages: &[String],
+        out: &mut Vec<MessageEntry>,
+    ) -> bool {
+        let n = &ctx.n;
+        let Some(c) = self.chunks.next() else {
+            if self.damaged && messages.is_empty() {
+                // The messages of the chunks that could not be read.
+                let lost = node.messages.saturating_sub(self.seen);
+                n.total.fetch_add(lost, Relaxed);
+                n.failed.fetch_add(lost, Relaxed);
+            }
+            return false;
+        };
+        let chunk = match ctx.repo.read_chunk(&c) {
+            Ok(c) => c,
+            Err(e) => {
+                n.failures.add(&*self.item, e);
+                self.damaged = true;
+                return true;
+            }
+        };
+        self.seen += chunk.len() as u64;
+        for entry in chunk.into_iter().filter(|e| message_selected(e, messages)) {
+            n.total.fetch_add(1, Relaxed);
+            if !safe_component(&entry.name) {
+                n.fail_items(
+                    format!("{}: {}", self.item, String::from_utf8_lossy(&entry.name)),
+                    "unsafe file name in snapshot; skipped",
+                    1,
+                );
+                continue;
+            }
+            out.push(entry);
+        }
+        true
+    }
 }
 
 /// One account to restore.
@@ -85,7 +209,7 @@ impl Plan {
         let mut plans = Vec::new();
         let mut matched = sel.folders.is_empty();
         for acc in accounts.iter().cloned() {
-            let (plan, f) = plan_account(&planner, acc, sel)?;
+            let (plan, f) = plan_account(&planner, acc, sel, false)?;
             matched |= f > 0;
             plans.push(plan);
         }
@@ -208,18 +332,23 @@ pub struct SpanSummary {
     pub len: u64,
 }
 
-/// Accounts restored together hold at most this many messages (their plans are in
-/// memory), unless one account alone has more.
+/// Accounts restored together hold at most this many messages, unless one account alone
+/// has more: with the messages of a plan in memory (single messages, an in-order target's
+/// plan), this bounds them; a lazy plan holds no messages, but the batch's folders are
+/// open in the target together.
 pub(super) const ACCOUNT_BATCH_MESSAGES: u64 = 200_000;
 
 /// Reads what an account's restore needs: its selected folders and messages (only folders
 /// with selected messages when single messages are asked for). Counts the messages it
 /// selects, and those it cannot (a damaged chunk, an unsafe name) as failed. Returns the
-/// plan and the number of folders the folder filter matched.
+/// plan and the number of folders the folder filter matched. `lazy` (whole folders only):
+/// the folders' messages are left in their chunks, read and counted a window at a time as
+/// they are restored ([`FolderPlan::next_window`]).
 pub(super) fn plan_account<T>(
     ctx: &Ctx<T>,
     acc: AccountRef,
     sel: &Selection,
+    lazy: bool,
 ) -> Result<(AccountPlan, u64)> {
     let mut plan = AccountPlan {
         acc,
@@ -229,6 +358,7 @@ pub(super) fn plan_account<T>(
     let acc = &plan.acc;
     let n = &ctx.n;
     let whole = sel.messages.is_empty();
+    let lazy = lazy && whole;
     if !safe_relative(&acc.rel_path) {
         let count = if whole { acc.messages } else { 0 };
         n.total.fetch_add(count, Relaxed);
@@ -256,50 +386,25 @@ pub(super) fn plan_account<T>(
             n.fail_items(item, "unsafe folder directory in snapshot; skipped", count);
             continue;
         }
+        let mut unread = Unread::of(ctx, &node, item);
+        if lazy {
+            plan.folders.push(FolderPlan {
+                node,
+                entries: Vec::new(),
+                unread: Some(unread),
+            });
+            continue;
+        }
         let mut entries = Vec::new();
-        let mut seen = 0u64;
-        let mut damaged = false;
-        let chunks = ctx.repo.folder_chunks_or(&node, &mut |_, e| {
-            n.failures.add(&*item, e);
-            damaged = true;
-        });
-        for c in &chunks {
-            let chunk = match ctx.repo.read_chunk(c) {
-                Ok(c) => c,
-                Err(e) => {
-                    n.failures.add(&*item, e);
-                    damaged = true;
-                    continue;
-                }
-            };
-            seen += chunk.len() as u64;
-            for entry in chunk
-                .into_iter()
-                .filter(|e| message_selected(e, &sel.messages))
-            {
-                if !safe_component(&entry.name) {
-                    n.total.fetch_add(1, Relaxed);
-                    n.fail_items(
-                        format!("{}: {}", item, String::from_utf8_lossy(&entry.name)),
-                        "unsafe file name in snapshot; skipped",
-                        1,
-                    );
-                    continue;
-                }
-                entries.push(entry);
-            }
-        }
-        if damaged && whole {
-            // The messages of the chunks that could not be read.
-            let lost = node.messages.saturating_sub(seen);
-            n.total.fetch_add(lost, Relaxed);
-            n.failed.fetch_add(lost, Relaxed);
-        }
+        while unread.read_one(ctx, &node, &sel.messages, &mut entries) {}
         if !whole && entries.is_empty() {
             continue;
         }
-        n.total.fetch_add(entries.len() as u64, Relaxed);
-        plan.folders.push(FolderPlan { node, entries });
+        plan.folders.push(FolderPlan {
+            node,
+            entries,
+            unread: None,
+        });
     }
     Ok((plan, matched))
 }
