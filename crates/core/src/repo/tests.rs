@@ -533,7 +533,7 @@ pub(crate) fn test_entry(i: u32, flags: &str) -> tree::MessageEntry {
 }
 
 /// A folder node holding `saved`.
-fn folder_of(saved: crate::repo::writer::content::SavedChunks) -> tree::FolderNode {
+pub(crate) fn folder_of(saved: crate::repo::writer::content::SavedChunks) -> tree::FolderNode {
     tree::FolderNode {
         name: "INBOX".into(),
         dir: Vec::new(),

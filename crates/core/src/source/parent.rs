@@ -181,7 +181,7 @@ impl<'p> KeyLookup<'p> {
 mod tests {
     use super::*;
     use crate::repo::compress::Compression;
-    use crate::repo::tests::{fast_init, test_entry};
+    use crate::repo::tests::{fast_init, folder_of, test_entry};
     use crate::repo::writer::content::save_entries;
     use crate::repo::writer::BlobSaver;
     use crate::store::MemoryStore;
@@ -189,18 +189,10 @@ mod tests {
 
     /// A folder node of `entries`, saved through `saver`.
     fn folder(saver: &BlobSaver, dir: &str, entries: Vec<MessageEntry>) -> FolderNode {
-        let saved = save_entries(saver, entries).unwrap();
         FolderNode {
             name: dir.into(),
             dir: dir.as_bytes().to_vec(),
-            files: Vec::new(),
-            chunks: saved.chunks,
-            chunk_tree: saved.chunk_tree,
-            scan: None,
-            messages: 0,
-            bytes: 0,
-            dirs: Vec::new(),
-            mtime: None,
+            ..folder_of(save_entries(saver, entries).unwrap())
         }
     }
 
