@@ -74,7 +74,7 @@ const FOLD_AT: usize = 1 << 14;
 /// slack); a lookup binary-searches the stretch of the array whose ids share the looked-up
 /// id's first bits (up to 16; ids are keyed hashes, so the stretches are even), which
 /// `buckets` gives. Blobs added later ([`Index::add_pack`], as a backup writes packs) go
-/// to a small hash map, folded into the array when it grows past [`FOLD_AT`] or a
+/// to a small hash map, folded into the array when it grows past `FOLD_AT` or a
 /// sixteenth of the array.
 #[derive(Default)]
 pub struct Index {

@@ -50,7 +50,7 @@ pub struct FolderPlan {
     pub node: FolderNode,
     /// Its selected messages read so far: all of them, but in a restore of whole folders
     /// into an [`Order::Any`] target, which reads them a window at a time
-    /// ([`FolderPlan::next_window`]) so that its memory does not grow with the folder.
+    /// (`FolderPlan::next_window`) so that its memory does not grow with the folder.
     pub entries: Vec<MessageEntry>,
     /// The folder's chunks not read yet (`None`: every selected message is in `entries`).
     pub(super) unread: Option<Unread>,

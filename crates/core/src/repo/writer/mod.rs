@@ -168,8 +168,9 @@ impl<'r> BlobSaver<'r> {
         }
     }
 
-    /// Writes an index file during the run each time the packs written and not yet
-    /// listed hold `entries` blob entries (a backup's: [`INDEX_BATCH`]); without it, one
+    /// Writes index files during the run each time the packs written and not yet listed
+    /// hold `entries` blob entries (a backup's:
+    /// [`INDEX_FILE_ENTRIES`](crate::repo::index::INDEX_FILE_ENTRIES)); without it, one
     /// index file at [`finish`](Self::finish) lists everything. A run killed later leaves
     /// those packs indexed and unreferenced, which a prune removes.
     pub fn index_every(mut self, entries: usize) -> Self {
