@@ -15,8 +15,8 @@ every tool in turn, with the page cache dropped before each timed command:
   flags      a backup after every message of one folder (of the largest account) got a flag
   restore    a restore of the whole store into an empty directory (checked file by file
              against the source for mailvault)
-  ls         the largest folder's messages listed (`mailvault ls --json`, `restic ls`,
-             `rustic ls` of the snapshot), output to /dev/null
+  ls         the largest folder's messages listed (`mailvault ls --json` of INBOX, `restic
+             ls` and `rustic ls` of its cur/), output to /dev/null
 
 Each row gives wall time and peak RSS (the command's own, from GNU time). Ratios are to restic
 and, for the restore, to the faster of restic and rustic. --repeat N runs the whole
@@ -195,13 +195,14 @@ class Scale:
             return {"init": [b, "init"], "backup": [b, "backup", f"maildir:{self.src}"],
                     "restore": [b, "restore", "latest", "--target", f"maildir:{target}"],
                     "ls": [b, "--json", "ls", "latest", "--account", "user0000@example.org", "--folder", "INBOX"]}[step]
+        # ls: INBOX's messages (its cur/, where the generator puts them).
+        inbox = f"{self.src}/example.org/user0000/Maildir/cur"
         if tool == "restic":
             return {"init": [b, "init", "--quiet"], "backup": [b, "backup", "--quiet", "--host", "scale", str(self.src)],
-                    "restore": [b, "restore", "latest", "--host", "scale", "--target", str(target)]}[step]
-        if step == "ls" and tool == "restic":
-            return [b, "ls", "latest", "--host", "scale", "--quiet"]
+                    "restore": [b, "restore", "latest", "--host", "scale", "--target", str(target)],
+                    "ls": [b, "ls", "latest", "--host", "scale", "--quiet", inbox]}[step]
         if step == "ls":
-            return [b, "ls", "latest"]
+            return [b, "ls", f"latest:{inbox}"]
         return {"init": [b, "init"], "backup": [b, "backup", "--host", "scale", str(self.src)],
                 "restore": [b, "restore", "latest", str(target)]}[step]
 
