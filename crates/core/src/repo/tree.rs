@@ -215,8 +215,9 @@ pub struct Timestamp {
 }
 
 /// One message file, as backup, restore and `ls` see it: [`StoredEntry`] and
-/// [`NameEntry`] together.
-#[derive(Clone, Debug, PartialEq, Eq)]
+/// [`NameEntry`] together (serialized only into a restore's own sealed temporary runs,
+/// `restore::window`; the repository stores its two halves).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct MessageEntry {
     /// Maildir key: the file name up to the `:2,` info part.
     pub key: Vec<u8>,

@@ -16,8 +16,7 @@
 use super::ctx::Ctx;
 use super::plan::FolderPlan;
 use crate::repo::crypto::MasterKey;
-use crate::repo::id::Id;
-use crate::repo::tree::{MessageEntry, Timestamp};
+use crate::repo::tree::MessageEntry;
 use serde::{Deserialize, Serialize};
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
@@ -28,61 +27,27 @@ use std::os::unix::fs::FileExt;
 /// with windows of 32,768 messages, 1.5 million messages are 46 runs, 2,944 entries.
 pub(super) const BLOCK: usize = 64;
 
-/// What a restore needs of an entry (no From and Subject: they are for `ls`), where its
-/// first blob lies and the index of its folder in the batch.
+/// An entry as a restore keeps it (From and Subject dropped: they are for `ls`), where
+/// its first blob lies and the index of its folder in the batch.
 #[derive(Serialize, Deserialize)]
 struct Kept {
     at: u64,
     folder: u32,
-    key: Vec<u8>,
-    name: Vec<u8>,
-    new: bool,
-    size: u64,
-    mtime: Timestamp,
-    mode: u32,
-    uid: u32,
-    gid: u32,
-    hash: Id,
-    content: Vec<Id>,
-    date: Option<i64>,
+    entry: MessageEntry,
 }
 
 impl Kept {
-    fn of(at: u64, folder: usize, e: MessageEntry) -> Kept {
+    fn of(at: u64, folder: usize, mut entry: MessageEntry) -> Kept {
+        (entry.from, entry.subject) = (String::new(), String::new());
         Kept {
             at,
             folder: folder as u32,
-            key: e.key,
-            name: e.name,
-            new: e.new,
-            size: e.size,
-            mtime: e.mtime,
-            mode: e.mode,
-            uid: e.uid,
-            gid: e.gid,
-            hash: e.hash,
-            content: e.content,
-            date: e.date,
+            entry,
         }
     }
 
     fn entry(self) -> (usize, MessageEntry) {
-        let e = MessageEntry {
-            key: self.key,
-            name: self.name,
-            new: self.new,
-            size: self.size,
-            mtime: self.mtime,
-            mode: self.mode,
-            uid: self.uid,
-            gid: self.gid,
-            hash: self.hash,
-            content: self.content,
-            from: String::new(),
-            subject: String::new(),
-            date: self.date,
-        };
-        (self.folder as usize, e)
+        (self.folder as usize, self.entry)
     }
 }
 
