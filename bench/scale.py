@@ -15,12 +15,22 @@ every tool in turn, with the page cache dropped before each timed command:
   flags      a backup after every message of one folder (of the largest account) got a flag
   restore    a restore of the whole store into an empty directory (checked file by file
              against the source for mailvault)
+  restore-iops  the same restore with the command's reads from the repository's disk held
+             to --read-iops per second (default 200; 0 leaves the step out) by a cgroup
+             block-I/O throttle (cgroup v2 `io.max` riops, or v1
+             `blkio.throttle.read_iops_device`) on the disk holding --work: a slow disk or
+             a network volume's IOPS budget. Needs root and a cgroup block-I/O controller;
+             without them the step is skipped and said so. Writes are not held.
   ls         the largest folder's messages listed (`mailvault ls --json` of INBOX, `restic
              ls` and `rustic ls` of its cur/), output to /dev/null
 
 Each row gives wall time and peak RSS (the command's own, from GNU time). Ratios are to restic
 and, for the restore, to the faster of restic and rustic. --repeat N runs the whole
 sequence N times in rotated tool order and reports medians.
+
+--src DIR takes an existing store generated with the same --messages, --accounts and
+--folders (an earlier run's, kept; generating 1.5 million files takes minutes) instead of
+generating one in --work, and leaves it in place.
 
 Disk: the store takes about 1.6 KB per message on disk plus its inodes (1.5 million
 messages: about 3 GB and 1.5 million inodes), each tool's repository about a third of
@@ -53,7 +63,8 @@ from pathlib import Path
 REPO_ROOT = Path(__file__).resolve().parent.parent
 PASSWORD = "scale-bench"
 FOLDERS = ["INBOX", "Sent", "Archive", "Lists", "Drafts", "Trash", "Junk", "Notes", "Work", "Old"]
-STEPS = ["full", "nothing", "one-new", "flags", "restore", "ls"]
+STEPS = ["full", "nothing", "one-new", "flags", "restore", "restore-iops", "ls"]
+CGROUP = "mailvault-scale-iops"
 
 
 def log(msg):
@@ -114,7 +125,8 @@ class Scale:
     def __init__(self, a):
         self.a = a
         self.work = Path(a.work).resolve()
-        self.src = self.work / "src"
+        self.src = Path(a.src).resolve() if a.src else self.work / "src"
+        self.iops_procs = None  # the throttled cgroup's process list, once made
         self.bins = Path(a.bin_dir) if a.bin_dir else Path(os.environ.get("CARGO_TARGET_DIR", REPO_ROOT / "target")) / "release"
         self.results = {}  # (tool, step) -> [entry]
         self.skipped = {}
@@ -147,6 +159,44 @@ class Scale:
         except OSError:
             pass
 
+    def throttled_cgroup(self):
+        """A cgroup whose reads from the disk under --work are held to --read-iops per
+        second: the path of its process list, or the reason there is none."""
+        if self.iops_procs:
+            return self.iops_procs, None
+        st = os.stat(self.work)
+        dev = f"{os.major(st.st_dev)}:{os.minor(st.st_dev)}"
+        sysdev = Path("/sys/dev/block") / dev
+        if os.major(st.st_dev) == 0 or not sysdev.exists():
+            return None, f"{self.work} is not on a block device ({dev})"
+        if (sysdev / "partition").exists():  # throttles apply to the whole disk
+            dev = (sysdev.resolve().parent / "dev").read_text().strip()
+        v2 = Path("/sys/fs/cgroup")
+        try:
+            controllers = v2 / "cgroup.controllers"
+            if controllers.exists() and "io" in controllers.read_text().split():
+                (v2 / "cgroup.subtree_control").write_text("+io\n")
+                cg = v2 / CGROUP
+                cg.mkdir(exist_ok=True)
+                (cg / "io.max").write_text(f"{dev} riops={self.a.read_iops}\n")
+            elif (v2 / "blkio").is_dir():
+                cg = v2 / "blkio" / CGROUP
+                cg.mkdir(exist_ok=True)
+                (cg / "blkio.throttle.read_iops_device").write_text(f"{dev} {self.a.read_iops}\n")
+            else:
+                return None, "no cgroup block-I/O controller (v2 io or v1 blkio)"
+        except OSError as e:
+            return None, f"cannot set a cgroup read throttle: {e}"
+        self.iops_procs = cg / "cgroup.procs"
+        return self.iops_procs, None
+
+    def remove_cgroup(self):
+        if self.iops_procs:
+            try:
+                self.iops_procs.parent.rmdir()
+            except OSError:
+                pass
+
     def run(self, argv, env=None, stdout=None):
         """Runs argv with the page cache dropped first: rc, wall seconds, peak RSS in KB.
 
@@ -154,6 +204,11 @@ class Scale:
         by the manifests of half a million files) reports the script's own pages in its
         ru_maxrss, which Linux keeps across exec."""
         self.drop_caches()
+        # The tool's own binary back in the cache: the steps measure the store and the
+        # repository, not loading a program (ours, with debug info, is the largest).
+        for b in self.tools.values():
+            if b in argv:
+                Path(b).read_bytes()
         logf = open(self.work / "commands.log", "ab")
         logf.write(f"$ {' '.join(argv)}\n".encode())
         logf.flush()
@@ -260,6 +315,20 @@ class Scale:
                 res["rc"] = "restore differs"
             self.note(tool, "restore", res)
             shutil.rmtree(target, ignore_errors=True)
+            if self.a.read_iops:
+                procs, why = self.throttled_cgroup()
+                if procs:
+                    target.mkdir()
+                    # The command joins the cgroup, then becomes the tool (GNU time stays out).
+                    argv = ["sh", "-c", 'echo $$ > "$0" && exec "$@"', str(procs), *self.cmd(tool, "restore", target)]
+                    res = self.run(argv, env)
+                    if tool == "mailvault" and res["rc"] == 0 and manifest(self.restored_root(tool, target)) != self.want():
+                        res["rc"] = "restore differs"
+                    self.note(tool, "restore-iops", res)
+                    shutil.rmtree(target, ignore_errors=True)
+                else:
+                    self.skipped.setdefault("restore-iops", why)
+                    log(f"restore-iops skipped: {why}")
             self.note(tool, "ls", self.run(self.cmd(tool, "ls"), env, stdout=subprocess.DEVNULL))
             # The store as generated again, for the next tool.
             new.unlink()
@@ -319,6 +388,9 @@ def main():
     ap.add_argument("--out")
     ap.add_argument("--bin-dir")
     ap.add_argument("--no-drop-caches", dest="drop_caches", action="store_false")
+    ap.add_argument("--read-iops", type=int, default=200,
+                    help="the restore-iops step's read limit on the repository's disk (0: no such step)")
+    ap.add_argument("--src", help="an existing store generated with the same sizes (kept)")
     ap.add_argument("--smoke", action="store_true", help="CI: 20,000 messages, mailvault only, once")
     ap.add_argument("--memory", action="store_true",
                     help="CI: 500,000 messages in one account, mailvault only, once, peak RSS checked")
@@ -326,9 +398,9 @@ def main():
     ap.add_argument("--rss-limit-full", type=int, help="--rss-limit for the full backup")
     a = ap.parse_args()
     if a.smoke:
-        a.messages, a.tools, a.repeat, a.drop_caches = 20_000, "mailvault", 1, False
+        a.messages, a.tools, a.repeat, a.drop_caches, a.read_iops = 20_000, "mailvault", 1, False, 0
     if a.memory:
-        a.messages, a.accounts, a.tools, a.repeat, a.drop_caches = 500_000, 1, "mailvault", 1, False
+        a.messages, a.accounts, a.tools, a.repeat, a.drop_caches, a.read_iops = 500_000, 1, "mailvault", 1, False, 0
         a.rss_limit = a.rss_limit or 150
         # A full backup still holds the set of blobs new in the run (~66 bytes each) beside
         # its pack buffers: 153 MB at 500,000 messages in a release build, 161-171 MB in a debug
@@ -338,6 +410,8 @@ def main():
     if not 1 <= a.folders <= len(FOLDERS):
         ap.error(f"--folders: 1 to {len(FOLDERS)}")
     s = Scale(a)
+    if a.src and s.src.is_relative_to(s.work):
+        ap.error("--src: outside --work (--work is emptied first)")
     if s.work.exists():
         if len(s.work.parts) < 3 or REPO_ROOT.is_relative_to(s.work):
             raise SystemExit(f"scale: refusing to empty {s.work}")
@@ -348,19 +422,28 @@ def main():
     s.find_tools()
     if not s.tools:
         raise SystemExit("scale: no tool to run")
-    log(f"generating {a.messages:,} messages in {a.accounts} account(s)")
-    t0 = time.monotonic()
-    n = generate(s.src, a.messages, a.accounts, a.folders)
-    log(f"generated in {time.monotonic() - t0:.0f} s")
+    if a.src:
+        n = sum(len(files) for d, _, files in os.walk(s.src) if Path(d).name in ("cur", "new"))
+        if n != a.messages:
+            raise SystemExit(f"scale: --src {s.src} holds {n:,} messages, not --messages {a.messages:,}")
+    else:
+        log(f"generating {a.messages:,} messages in {a.accounts} account(s)")
+        t0 = time.monotonic()
+        n = generate(s.src, a.messages, a.accounts, a.folders)
+        log(f"generated in {time.monotonic() - t0:.0f} s")
     tools = list(s.tools)
-    for r in range(a.repeat):
-        s.one_round(tools[r % len(tools):] + tools[:r % len(tools)])
+    try:
+        for r in range(a.repeat):
+            s.one_round(tools[r % len(tools):] + tools[:r % len(tools)])
+    finally:
+        s.remove_cgroup()
     report = s.report("bench/scale.py " + " ".join(sys.argv[1:]), n)
     print(report)
     if a.out:
         Path(a.out).write_text(report)
     failed = [(t, st) for (t, st), rs in s.results.items() for x in rs if x["rc"] != 0]
-    shutil.rmtree(s.work / "src", ignore_errors=True)
+    if not a.src:
+        shutil.rmtree(s.work / "src", ignore_errors=True)
     shutil.rmtree(s.work / "repos", ignore_errors=True)
     if failed:
         log(f"failed: {failed}")
