@@ -112,6 +112,10 @@ impl Index {
     pub fn has_pack(&self, id: &Id) -> bool {
         self.pack_pos.contains_key(id)
     }
+    /// The position of pack `id` in [`Self::packs`].
+    pub fn pack_position_of(&self, id: &Id) -> Option<u32> {
+        self.pack_pos.get(id).copied()
+    }
     pub fn packs(&self) -> &[Id] {
         &self.packs
     }
@@ -124,6 +128,39 @@ impl Index {
     /// Every blob once, in no particular order.
     pub fn iter(&self) -> impl Iterator<Item = (&Id, &Location)> {
         (self.sorted.iter().map(|e| (&e.id, &e.loc))).chain(self.overlay.iter())
+    }
+
+    /// The blobs grouped by pack, 4 bytes a blob beside the index (a map from each pack to
+    /// its blobs' entries, as `check` had, was a second index: 108 MB at 1.5 million
+    /// blobs).
+    pub fn by_pack(&self) -> ByPack<'_> {
+        let overlay: Vec<(&Id, &Location)> = self.overlay.iter().collect();
+        let loc = |i: usize| match i.checked_sub(self.sorted.len()) {
+            None => self.sorted[i].loc,
+            Some(k) => *overlay[k].1,
+        };
+        let n = self.sorted.len() + overlay.len();
+        // A counting sort by pack position.
+        let mut starts = vec![0u32; self.packs.len() + 1];
+        for i in 0..n {
+            starts[loc(i).pack as usize + 1] += 1;
+        }
+        for p in 1..starts.len() {
+            starts[p] += starts[p - 1];
+        }
+        let mut next = starts.clone();
+        let mut order = vec![0u32; n];
+        for i in 0..n {
+            let p = loc(i).pack as usize;
+            order[next[p] as usize] = i as u32;
+            next[p] += 1;
+        }
+        ByPack {
+            index: self,
+            overlay,
+            order,
+            starts,
+        }
     }
 
     /// Adds a pack's entries; a blob already known elsewhere keeps its first location.
@@ -201,6 +238,34 @@ impl Index {
             buckets[p] += buckets[p - 1];
         }
         self.buckets = buckets;
+    }
+}
+
+/// The blobs of each pack ([`Index::by_pack`]).
+pub struct ByPack<'a> {
+    index: &'a Index,
+    overlay: Vec<(&'a Id, &'a Location)>,
+    /// Blob numbers (a position in the sorted array, then in `overlay`) by pack.
+    order: Vec<u32>,
+    /// The blobs of the pack at position `p` are `order[starts[p]..starts[p + 1]]`.
+    starts: Vec<u32>,
+}
+
+impl ByPack<'_> {
+    /// The blobs of the pack at `pos` in [`Index::packs`] (none for a position past them).
+    pub fn blobs(&self, pos: u32) -> impl Iterator<Item = (Id, Location)> + '_ {
+        let p = pos as usize;
+        let range = match self.starts.get(p..p + 2) {
+            Some(&[a, b]) => a as usize..b as usize,
+            _ => 0..0,
+        };
+        self.order[range].iter().map(|&i| {
+            let i = i as usize;
+            match i.checked_sub(self.index.sorted.len()) {
+                None => (self.index.sorted[i].id, self.index.sorted[i].loc),
+                Some(k) => (*self.overlay[k].0, *self.overlay[k].1),
+            }
+        })
     }
 }
 

@@ -131,6 +131,9 @@ impl PackBuilder {
     pub fn finish(self, key: &MasterKey, version: Version) -> FinishedPack {
         let mut bytes = self.buf;
         let plain = encode_header(&self.entries, version);
+        // The header's room exactly: grown by doubling, a buffer of 8 MiB of blobs would
+        // take 16 MiB for a header of a few.
+        bytes.reserve_exact(plain.len() + 2 * crate::repo::crypto::SEAL_OVERHEAD + 4);
         match version {
             Version::V1 => {
                 let header = key.seal(&plain);

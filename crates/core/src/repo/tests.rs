@@ -831,3 +831,42 @@ fn an_index_file_that_does_not_open_says_why_at_load() {
     assert!(repo.index_errors().is_empty());
     assert_eq!(repo.index().get(&Id([3; 32])).map(|l| l.raw_len), Some(10));
 }
+
+/// `check` compares every pack's header with what the index says of its blobs (the blobs
+/// grouped by pack from the index itself): a clean repository of several packs passes,
+/// and an index entry whose offset its pack's header does not have is an error that
+/// loses that blob only.
+#[test]
+fn check_compares_each_pack_s_header_with_its_index_entries() {
+    use crate::ops::check::{check, CheckOptions};
+    let mem = Arc::new(MemoryStore::new());
+    let repo = Repository::init(mem.clone(), b"pw", &fast_init()).unwrap();
+    let saver = BlobSaver::new(&repo, Compression::None);
+    for i in 0..60u32 {
+        saver
+            .save(BlobKind::Data, &i.to_le_bytes().repeat(100))
+            .unwrap();
+    }
+    let mut packs = saver.finish().unwrap();
+    drop(saver);
+    assert!(packs.len() > 5, "{} packs", packs.len());
+    let repo = Repository::open(mem.clone(), b"pw").unwrap();
+    let report = check(&repo, &CheckOptions::default()).unwrap();
+    assert!(report.ok(), "{:?}", report.errors);
+    assert_eq!(report.blobs, 60);
+    // The same packs indexed again, one entry's offset moved.
+    packs[3].entries[1].offset += 1;
+    for f in mem.list("index/").unwrap() {
+        mem.delete(&f.path).unwrap();
+    }
+    repo.write_index(&packs).unwrap();
+    let repo = Repository::open(mem.clone(), b"pw").unwrap();
+    let report = check(&repo, &CheckOptions::default()).unwrap();
+    assert_eq!(report.errors.len(), 1, "{:?}", report.errors);
+    let e = &report.errors[0];
+    assert!(
+        e.error.contains("index entries do not match the header"),
+        "{e:?}"
+    );
+    assert_eq!(e.blobs, 1, "{e:?}");
+}

@@ -7,6 +7,10 @@
 //! `new/` is a single Maildir, one account. Folders are Maildir++: the root is INBOX, each
 //! `.Name.Sub` directory is the folder `Name/Sub`.
 
+use super::listing::{entry_type, list_in, FileRef, Listing};
+pub use super::listing::{
+    list_messages, list_messages_with, MessageFile, MessageFiles, LIST_ATTEMPTS,
+};
 use super::walk::{self, Dir, FileType};
 use super::RunOptions;
 use super::{
@@ -14,15 +18,12 @@ use super::{
     Parallelism, Samples, Source,
 };
 use crate::error::{Error, Result};
-use crate::mail::maildir::{folder_name, split_name};
+use crate::mail::maildir::folder_name;
 use crate::repo::tree::{DirEntry, DirStamp, MessageEntry};
 use crate::source::parent::KeyLookup;
 use rayon::prelude::*;
-use std::collections::HashMap;
-use std::ffi::OsStr;
 use std::fs;
 use std::io;
-use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
@@ -33,33 +34,6 @@ pub type AccountSource = super::Account;
 pub type FolderSource = super::Folder;
 
 pub use super::FileMeta;
-
-/// One message file as listed: its name and place, no `stat(2)` (see [`list_messages`]).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct MessageFile {
-    pub name: Vec<u8>,
-    pub new: bool,
-}
-
-impl MessageFile {
-    pub fn path(&self, folder: &Path) -> PathBuf {
-        folder
-            .join(if self.new { "new" } else { "cur" })
-            .join(OsStr::from_bytes(&self.name))
-    }
-    pub fn key(&self) -> &[u8] {
-        split_name(&self.name).0
-    }
-}
-
-/// An entry's type, not following a link (the type `readdir` gave, else its `stat`);
-/// `None` if it is gone.
-fn entry_type(dir: &Dir, name: &[u8], listed: FileType) -> Option<FileType> {
-    match listed {
-        FileType::Unknown => dir.stat(name).ok().map(|st| walk::file_type(&st)),
-        t => Some(t),
-    }
-}
 
 /// Whether a directory is a Maildir: it has `cur/` or `new/` (a link there counts: the
 /// listing reports it rather than follow it).
@@ -294,145 +268,6 @@ fn folders_in(maildir: &Dir, failures: &Failures) -> Result<Vec<FolderSource>> {
     subs.sort_by(|a, b| a.dir.cmp(&b.dir));
     out.extend(subs);
     Ok(out)
-}
-
-/// Lists the message files of a folder (`cur/` and `new/`; `tmp/` is skipped) from the
-/// directories alone: no `stat(2)` per file (the file type comes from `readdir`), so an
-/// incremental backup touches nothing but the directories for messages it already has.
-/// Entries that cannot be listed or are not regular files come back as errors naming
-/// their path.
-///
-/// The mail server renames files while we list (flag changes, `new/` to `cur/`), and
-/// `readdir` promises nothing for an entry renamed during it: it may be missed under both
-/// names. So `new/` is listed before `cur/` (a message moved between the two listings is
-/// seen in `new/`), and a directory that changed during its listing (its ctime is not
-/// older than the listing's start, within the clock's granularity) is listed again, up
-/// to [`LIST_ATTEMPTS`] times; every name seen is kept, one per key (the last seen), so a
-/// message present throughout is never left out. A stale name is resolved by key when the
-/// file is read.
-pub fn list_messages(folder: &Path) -> (Vec<MessageFile>, Vec<Error>) {
-    list_messages_with(folder, &mut |_, _| {})
-}
-
-/// Listings of a directory that changed during them before the names seen are taken.
-pub const LIST_ATTEMPTS: u32 = 5;
-
-/// [`list_messages`] with a hook called after each listing of `new` or `cur` (with the
-/// attempt number), for tests that rename files at the worst moment.
-pub fn list_messages_with(
-    folder: &Path,
-    after_listing: &mut dyn FnMut(&str, u32),
-) -> (Vec<MessageFile>, Vec<Error>) {
-    match Dir::open(folder) {
-        Ok(dir) => {
-            let l = list_in(&dir, after_listing);
-            (l.files, l.errors)
-        }
-        Err(e) => (Vec::new(), vec![Error::io(folder, e)]),
-    }
-}
-
-/// A folder's message files, and its `new/` and `cur/` as opened to list them (relative
-/// to the folder's directory, never through a link), to read the files from.
-struct Listing {
-    files: Vec<MessageFile>,
-    errors: Vec<Error>,
-    new: Option<Dir>,
-    cur: Option<Dir>,
-}
-
-impl Listing {
-    fn dir(&self, file: &MessageFile) -> Option<&Dir> {
-        if file.new {
-            self.new.as_ref()
-        } else {
-            self.cur.as_ref()
-        }
-    }
-}
-
-/// [`list_messages_with`] of an open folder directory: `new/` and `cur/` are opened
-/// relative to it; one that is a symbolic link is reported ([`walk::LINK_REFUSED`]),
-/// never listed.
-fn list_in(folder: &Dir, after_listing: &mut dyn FnMut(&str, u32)) -> Listing {
-    // Modifications up to this long before a listing starts may not show in the
-    // directory's ctime yet (the kernel's coarse clock).
-    const GRANULARITY: std::time::Duration = std::time::Duration::from_millis(50);
-    let mut out = Listing {
-        files: Vec::new(),
-        errors: Vec::new(),
-        new: None,
-        cur: None,
-    };
-    for (sub, new) in [("new", true), ("cur", false)] {
-        let dir = match folder.sub(sub.as_bytes()) {
-            Ok(d) => d,
-            Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
-            Err(e) => {
-                out.errors.push(Error::io(folder.join(sub.as_bytes()), e));
-                continue;
-            }
-        };
-        for attempt in 1..=LIST_ATTEMPTS {
-            let start = std::time::SystemTime::now();
-            let listed = match list_dir(&dir, &mut out.errors) {
-                Some(l) => l,
-                None => break,
-            };
-            after_listing(sub, attempt);
-            out.files
-                .extend(listed.into_iter().map(|name| MessageFile { name, new }));
-            let changed = match dir.fstat() {
-                Ok(st) => {
-                    let ctime = std::time::UNIX_EPOCH
-                        + std::time::Duration::new(
-                            st.st_ctime.max(0) as u64,
-                            (st.st_ctime_nsec as i64).clamp(0, 999_999_999) as u32,
-                        );
-                    ctime + GRANULARITY >= start
-                }
-                Err(_) => false,
-            };
-            if !changed {
-                break;
-            }
-        }
-        *(if new { &mut out.new } else { &mut out.cur }) = Some(dir);
-    }
-    // In key order, one file per key: the last seen (a stable sort keeps the order seen).
-    out.files.sort_by(|a, b| a.key().cmp(b.key()));
-    out.files.dedup_by(|later, kept| {
-        let same = later.key() == kept.key();
-        if same {
-            std::mem::swap(later, kept);
-        }
-        same
-    });
-    out
-}
-
-/// The regular files of one directory; `None` if it cannot be listed (reported).
-fn list_dir(dir: &Dir, errors: &mut Vec<Error>) -> Option<Vec<Vec<u8>>> {
-    let entries = match dir.entries() {
-        Ok(e) => e,
-        Err(e) => {
-            errors.push(Error::io(dir.path(), e));
-            return None;
-        }
-    };
-    let mut out = Vec::new();
-    for (name, t) in entries {
-        match entry_type(dir, &name, t) {
-            Some(FileType::RegularFile) => out.push(name),
-            // Renamed or deleted by the mail server since the listing: not an error.
-            None => {}
-            Some(_) => errors.push(Error::io(
-                dir.join(&name),
-                io::Error::new(io::ErrorKind::InvalidInput, "not a regular file; skipped"),
-            )),
-        }
-    }
-    Some(out)
 }
 
 /// Files of a folder directory that are kept with it: everything but the message
@@ -703,10 +538,10 @@ impl Source for MaildirSource {
                     }
                 };
                 let files = listed.files;
-                let at = |m: &MessageFile| {
+                let at = |m: FileRef<'_>| {
                     let sub: &[u8] = if m.new { b"new" } else { b"cur" };
                     let dir = [&acc.rel_path[..], b"/", &f.dir, b"/", sub].concat();
-                    (dir, m.name.clone())
+                    (dir, m.name.to_vec())
                 };
                 let found: Vec<_> = files.iter().take(256).map(at).collect();
                 candidates += found.len();
@@ -771,17 +606,17 @@ impl MaildirSource {
         out.expect(files.len() as u64);
         out.in_key_order();
         let mut parent = out.parent_keys();
-        let mut files = files.into_iter().peekable();
+        let mut files = files.iter().peekable();
         while files.peek().is_some() {
             // Each file: the parent's entry kept, or its place in `to_read`.
             let mut window: Vec<Result<MessageEntry, usize>> = Vec::new();
             let mut to_read = Vec::new();
             for file in files.by_ref().take(WINDOW) {
-                match self.kept_entry(&mut parent, &listing, &file) {
+                match self.kept_entry(&mut parent, &listing, file) {
                     Some(e) => window.push(Ok(e)),
                     None => {
                         window.push(Err(to_read.len()));
-                        to_read.push(file);
+                        to_read.push(file.owned());
                     }
                 }
             }
@@ -807,18 +642,19 @@ impl MaildirSource {
         &self,
         parent: &mut KeyLookup<'_>,
         listing: &Listing,
-        file: &MessageFile,
+        file: FileRef<'_>,
     ) -> Option<MessageEntry> {
         let mut e = parent.get(file.key())?;
         if self.stat_unchanged {
-            let st = listing.dir(file)?.stat(&file.name).ok()?;
+            let st = listing.dir(file.new)?.stat(file.name).ok()?;
             let m = FileMeta::of_stat(&st);
             if (m.size, m.mtime) != (e.size, e.mtime) {
                 return None;
             }
             (e.mode, e.uid, e.gid) = (m.mode, m.uid, m.gid);
         }
-        e.name.clone_from(&file.name);
+        e.name.clear();
+        e.name.extend_from_slice(file.name);
         e.new = file.new;
         Some(e)
     }
@@ -884,13 +720,10 @@ fn read_new(
             break;
         }
         *listing = list_in(dir, &mut |_, _| {});
-        let mut now: HashMap<Vec<u8>, MessageFile> = (std::mem::take(&mut listing.files))
-            .into_iter()
-            .map(|m| (m.key().to_vec(), m))
-            .collect();
+        let now = std::mem::take(&mut listing.files);
         pending = Vec::new();
         for (i, file) in vanished {
-            match now.remove(file.key()) {
+            match now.find(file.key()).map(|f| f.owned()) {
                 Some(renamed) if round < VANISHED_ROUNDS => pending.push((i, renamed)),
                 Some(renamed) => out.fail(
                     renamed.path(&f.path).display().to_string(),
@@ -989,7 +822,7 @@ fn read_message(
     listing: &Listing,
     file: MessageFile,
 ) -> Result<Read, (PathBuf, Error)> {
-    let Some(dir) = listing.dir(&file) else {
+    let Some(dir) = listing.dir(file.new) else {
         return Ok(Read::Vanished(file));
     };
     let path = dir.join(&file.name);
@@ -1245,6 +1078,6 @@ mod tests {
         });
         assert!(calls.contains(&("cur".into(), 2)), "{calls:?}");
         assert_eq!(files.len(), 1, "{files:?}");
-        assert_eq!(files[0].name, b"1.M1P1.h:2,S");
+        assert_eq!(files.get(0).unwrap().name, b"1.M1P1.h:2,S");
     }
 }

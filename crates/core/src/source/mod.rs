@@ -31,6 +31,7 @@ pub mod file;
 pub mod fs_snapshot;
 pub mod imap;
 mod item;
+pub mod listing;
 pub mod maildir;
 pub mod mbox;
 pub(crate) mod parent;

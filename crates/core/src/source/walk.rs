@@ -97,16 +97,23 @@ impl Dir {
     /// it ([`FileType::Unknown`] on file systems that do not: [`Dir::stat`] then).
     pub fn entries(&self) -> io::Result<Vec<(Vec<u8>, FileType)>> {
         let mut out = Vec::new();
+        self.for_each_entry(|name, t| out.push((name.to_vec(), t)))?;
+        Ok(out)
+    }
+
+    /// [`Self::entries`] one at a time, without a copy of each name (a Maildir's `cur/`
+    /// of a million files).
+    pub fn for_each_entry(&self, mut each: impl FnMut(&[u8], FileType)) -> io::Result<()> {
         let mut d = rustix::fs::Dir::read_from(&self.fd)?;
         while let Some(e) = d.read() {
             let e = e?;
             let name = e.file_name().to_bytes();
             if name != b"." && name != b".." {
-                out.push((name.to_vec(), e.file_type()));
+                each(name, e.file_type());
             }
         }
         fire(&Event::Listed(&self.path));
-        Ok(out)
+        Ok(())
     }
 
     /// An entry's `stat`, not following a link.

@@ -398,3 +398,31 @@ proptest! {
         prop_assert_eq!(ids.len(), model.blobs.len());
     }
 }
+
+#[test]
+fn by_pack_gives_each_pack_its_blobs_from_the_array_and_the_overlay() {
+    let a: Vec<PackEntry> = (0..50).map(|n| entry_at(random_id(n), n as u32)).collect();
+    let b: Vec<PackEntry> = (50..60).map(|n| entry_at(random_id(n), n as u32)).collect();
+    let mut index = load(&[file(&[(1, a), (3, b)])]);
+    // Pack 2 repeats blobs of pack 1 (they stay there) and adds its own, in the overlay.
+    let added: Vec<PackEntry> = (45..70).map(|n| entry_at(random_id(n), n as u32)).collect();
+    index.add_pack(Id([2; 32]), Version::V2, &added);
+    assert!(!index.overlay.is_empty());
+    let by_pack = index.by_pack();
+    let blobs = |pack: u8| -> Vec<u32> {
+        let pos = index.pack_position_of(&Id([pack; 32])).unwrap();
+        let mut offsets: Vec<u32> = (by_pack.blobs(pos))
+            .map(|(id, loc)| {
+                assert_eq!(index.get(&id).copied(), Some(loc));
+                loc.offset
+            })
+            .collect();
+        offsets.sort();
+        offsets
+    };
+    assert_eq!(blobs(1), (0..50).collect::<Vec<_>>());
+    assert_eq!(blobs(3), (50..60).collect::<Vec<_>>());
+    assert_eq!(blobs(2), (60..70).collect::<Vec<_>>());
+    assert!(index.pack_position_of(&Id([9; 32])).is_none());
+    assert_eq!(by_pack.blobs(99).count(), 0);
+}

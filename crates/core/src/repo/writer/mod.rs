@@ -4,6 +4,7 @@
 
 pub mod content;
 pub mod records;
+mod saved;
 
 use crate::error::{Error, Result};
 use crate::repo::compress::{self, Compression};
@@ -15,7 +16,6 @@ use crate::repo::Repository;
 use crate::repo::{lock, pack};
 use crate::store::Backend;
 use crate::store::Store;
-use std::collections::HashSet;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
@@ -33,7 +33,6 @@ pub struct SaveStats {
     pub packs_written: AtomicU64,
 }
 
-const SHARDS: usize = 64;
 /// Data packers: one per worker thread (threads beyond this share), so the blobs of the
 /// account a worker is on sit together and restoring one account reads few ranges.
 const DATA_PACKERS: usize = 64;
@@ -43,7 +42,8 @@ const DATA_PACKERS: usize = 64;
 pub struct BlobSaver<'r> {
     repo: &'r Repository,
     compression: Compression,
-    pending: Vec<Mutex<HashSet<Id>>>,
+    /// The blobs this run saved (packed, maybe not yet written or indexed).
+    saved: saved::SavedIds,
     /// `DATA_PACKERS` data packers, then the one tree packer.
     pub(in crate::repo) packers: Vec<Mutex<PackBuilder>>,
     written: Mutex<PackList>,
@@ -62,8 +62,12 @@ pub struct BlobSaver<'r> {
 
 /// Threads that write finished packs to the store while the workers go on filling the
 /// next ones: a pack's write (and on a local disk its fsync, tens of milliseconds on a
-/// VM's disk; on S3 its upload) no longer stalls a worker. At most one pack per thread
-/// waits in the queue, so memory stays bounded.
+/// VM's disk; on S3 its upload) no longer stalls a worker. A network store gets four
+/// writers, at most one pack each waiting in the queue; a local disk one writer and one
+/// pack waiting (it writes a pack in far less time than the workers take to fill the
+/// next), so memory stays bounded: a pack of small messages is its 8 MiB of blobs and a
+/// header of 46 bytes a blob, and a full backup of 1.5 million messages held ten of them
+/// with two writers, two packs queued and four spare buffers.
 struct PackWriters {
     tx: std::sync::mpsc::SyncSender<(FinishedPack, BlobKind)>,
     threads: Vec<std::thread::JoinHandle<()>>,
@@ -84,7 +88,7 @@ impl PackWriters {
         let n = if crate::store::on_network(&*store) {
             4
         } else {
-            2
+            1
         };
         let (tx, rx) = std::sync::mpsc::sync_channel::<(FinishedPack, BlobKind)>(n);
         let rx = Arc::new(Mutex::new(rx));
@@ -104,9 +108,10 @@ impl PackWriters {
                             Ok((indexed, buf)) => {
                                 lock(&done.packs).push((indexed, buf.len() as u64));
                                 // Mapped pages, for a pack to come (a fresh buffer costs a
-                                // page fault and a zeroed page per 4 KiB).
+                                // page fault and a zeroed page per 4 KiB); as many as
+                                // there are writers, each a pack's worth of memory.
                                 let mut spare = lock(&done.spare);
-                                if spare.len() < 2 * n {
+                                if spare.len() < n {
                                     spare.push(buf);
                                 }
                             }
@@ -155,7 +160,7 @@ impl<'r> BlobSaver<'r> {
         BlobSaver {
             repo,
             compression,
-            pending: (0..SHARDS).map(|_| Mutex::new(HashSet::new())).collect(),
+            saved: saved::SavedIds::default(),
             packers: (0..=DATA_PACKERS)
                 .map(|_| Mutex::new(PackBuilder::default()))
                 .collect(),
@@ -229,9 +234,7 @@ impl<'r> BlobSaver<'r> {
         data: &[u8],
         compress: impl FnOnce(&[u8]) -> Option<(compress::Codec, Vec<u8>)>,
     ) -> Result<bool> {
-        if self.repo.index.contains(&id)
-            || !lock(&self.pending[id.0[0] as usize % SHARDS]).insert(id)
-        {
+        if self.repo.index.contains(&id) || !self.saved.insert(id) {
             return Ok(false);
         }
         let (codec, packed) = match compress(data) {
