@@ -21,7 +21,7 @@ use crate::error::{Error, Result};
 use crate::repo::format::BlobKind;
 use crate::repo::format::Version;
 use crate::repo::id::Id;
-use crate::repo::index::index_chunks;
+use crate::repo::index::{index_chunks, BlobSet};
 use crate::repo::lock::{Found, LockKind, RepoLock};
 use crate::repo::pack::{self, IndexedPack, PackBuilder, PackEntry};
 use crate::repo::snapshot::Snapshot;
@@ -117,8 +117,6 @@ enum Action {
 struct PackPlan {
     id: Id,
     version: Version,
-    /// Every entry the index lists for it.
-    entries: Vec<PackEntry>,
     size: u64,
     action: Action,
 }
@@ -286,23 +284,43 @@ fn apply(
     // 1. New packs, durable.
     let written = repack(repo, plans, &m, rep, progress)?;
     repo.store().flush()?;
-    // 2. The new index: every kept pack as the index listed it, and the new packs.
-    let mut listed: Vec<IndexedPack> = (plans.iter())
+    // 2. The new index: every kept pack as the index listed it (read from the index files
+    // again, a file's worth at a time: not every entry of the repository held), and the
+    // new packs.
+    let kept: HashSet<Id> = (plans.iter())
         .filter(|p| matches!(p.action, Action::Keep))
-        .map(|p| IndexedPack {
-            id: p.id,
-            version: p.version,
-            entries: p.entries.clone(),
-        })
+        .map(|p| p.id)
         .collect();
-    listed.extend(written);
     let mut new_files = HashSet::new();
-    for chunk in index_chunks(&listed) {
-        let (id, size) = repo.write_index(chunk)?;
+    let mut write = |packs: &[IndexedPack]| -> Result<()> {
+        let (id, size) = repo.write_index(packs)?;
         m.one();
         new_files.insert(id);
         rep.index_files_written += 1;
         rep.bytes_written += size;
+        Ok(())
+    };
+    let mut listed: Vec<IndexedPack> = Vec::new();
+    let mut seen = HashSet::new();
+    for file in repo.index_files() {
+        let (_, packs) = repo.read_index_file(&format!("index/{file}"))?;
+        listed.extend(
+            packs
+                .into_iter()
+                .filter(|p| kept.contains(&p.id) && seen.insert(p.id)),
+        );
+        // Every full index file's worth written; the rest waits for more.
+        let chunks = index_chunks(&listed);
+        let full = chunks.len().saturating_sub(1);
+        let done: usize = chunks[..full].iter().map(|c| c.len()).sum();
+        for chunk in &chunks[..full] {
+            write(chunk)?;
+        }
+        listed.drain(..done);
+    }
+    listed.extend(written);
+    for chunk in index_chunks(&listed) {
+        write(chunk)?;
     }
     repo.store().flush()?;
     // 3. The index files the new ones replace. A backup of an older mailvault does not
@@ -344,11 +362,11 @@ fn apply(
 /// content the trees name. Each tree is read once however many snapshots share it (the
 /// account trees in parallel); a tree that cannot be read stops the prune, naming the
 /// snapshot.
-fn used_blobs(
-    repo: &Repository,
+fn used_blobs<'r>(
+    repo: &'r Repository,
     snaps: &[Snapshot],
     progress: &dyn Progress,
-) -> Result<HashSet<Id>> {
+) -> Result<BlobSet<'r>> {
     use rayon::prelude::*;
     let unknown = |snapshot: &Id, tree: &Id, e: Error| {
         refused(
@@ -356,7 +374,7 @@ fn used_blobs(
             format!("its tree {} cannot be read ({e}): the blobs it uses cannot be known; run `mailvault check`", tree.short()),
         )
     };
-    let used = Mutex::new(HashSet::new());
+    let used = Mutex::new(BlobSet::new(repo.index()));
     // The account trees not seen yet, with the snapshot that names them.
     let mut accounts: Vec<(Id, Id)> = Vec::new();
     progress.add_total(snaps.len() as u64, 0);
@@ -400,10 +418,13 @@ fn used_blobs(
             let mut chunks = Vec::new();
             {
                 let mut u = lock(&used);
-                u.extend(listed);
+                for id in listed {
+                    u.insert(id);
+                }
                 for file in f.files {
-                    u.extend(file.content);
-                    u.extend(file.lists);
+                    for id in file.content.into_iter().chain(file.lists) {
+                        u.insert(id);
+                    }
                 }
                 for c in walk.chunks {
                     u.insert(c.names);
@@ -415,8 +436,8 @@ fn used_blobs(
             for c in chunks {
                 let m: MessageChunk = repo.read_tree(&c).map_err(|e| unknown(snapshot, &c, e))?;
                 let mut u = lock(&used);
-                for e in m.entries {
-                    u.extend(e.content);
+                for id in m.entries.into_iter().flat_map(|e| e.content) {
+                    u.insert(id);
                 }
             }
         }
@@ -427,12 +448,12 @@ fn used_blobs(
 
 /// A walk of a folder's chunk tree for [`used_blobs`]: its nodes marked used, the chunks
 /// of those not seen before collected.
-struct UsedNodes<'a> {
-    used: &'a Mutex<HashSet<Id>>,
+struct UsedNodes<'a, 'i> {
+    used: &'a Mutex<BlobSet<'i>>,
     chunks: Vec<ChunkRef>,
 }
 
-impl ChunkTreeVisitor for UsedNodes<'_> {
+impl ChunkTreeVisitor for UsedNodes<'_, '_> {
     fn enter(&mut self, id: &Id) -> bool {
         lock(self.used).insert(*id)
     }
@@ -454,7 +475,7 @@ fn repository_size(repo: &Repository) -> Result<u64> {
 /// index gives for it; its other copies are unused.
 fn plan(
     repo: &Repository,
-    used: &HashSet<Id>,
+    used: &BlobSet<'_>,
     max_unused: f64,
     rep: &mut PruneReport,
 ) -> Result<Vec<PackPlan>> {
@@ -507,7 +528,6 @@ fn plan(
             plans.push(PackPlan {
                 id: p.id,
                 version: p.version,
-                entries: p.entries,
                 size: size.unwrap_or(0),
                 action,
             });

@@ -241,6 +241,57 @@ impl Index {
     }
 }
 
+/// A set of blob ids, a bit for each blob of the index's sorted array (190 KB for 1.5
+/// million blobs, where a `HashSet` of their ids took 69 MB); an id the array does not
+/// hold (added since the last fold, or not in the index) goes to a hash set.
+pub struct BlobSet<'a> {
+    index: &'a Index,
+    bits: Vec<u64>,
+    others: std::collections::HashSet<Id>,
+    len: usize,
+}
+
+impl<'a> BlobSet<'a> {
+    pub fn new(index: &'a Index) -> Self {
+        BlobSet {
+            index,
+            bits: vec![0; index.sorted.len().div_ceil(64)],
+            others: Default::default(),
+            len: 0,
+        }
+    }
+
+    /// Adds `id`; whether it was not in the set.
+    pub fn insert(&mut self, id: Id) -> bool {
+        let new = match self.index.find(&id) {
+            Some(i) => {
+                let (word, bit) = (i / 64, 1u64 << (i % 64));
+                let new = self.bits[word] & bit == 0;
+                self.bits[word] |= bit;
+                new
+            }
+            None => self.others.insert(id),
+        };
+        self.len += usize::from(new);
+        new
+    }
+
+    pub fn contains(&self, id: &Id) -> bool {
+        match self.index.find(id) {
+            Some(i) => self.bits[i / 64] & (1 << (i % 64)) != 0,
+            None => self.others.contains(id),
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+}
+
 /// The blobs of each pack ([`Index::by_pack`]).
 pub struct ByPack<'a> {
     index: &'a Index,

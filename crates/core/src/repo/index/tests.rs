@@ -426,3 +426,22 @@ fn by_pack_gives_each_pack_its_blobs_from_the_array_and_the_overlay() {
     assert!(index.pack_position_of(&Id([9; 32])).is_none());
     assert_eq!(by_pack.blobs(99).count(), 0);
 }
+
+#[test]
+fn a_blob_set_holds_indexed_and_other_ids_once() {
+    let es = (0..100).map(|n| entry_at(random_id(n), n as u32)).collect();
+    let mut index = load(&[file(&[(1, es)])]);
+    index.add_pack(Id([2; 32]), Version::V2, &[entry_at(random_id(500), 0)]);
+    let mut set = BlobSet::new(&index);
+    assert!(set.is_empty());
+    for n in [3, 64, 99, 500, 1000] {
+        assert!(!set.contains(&random_id(n)));
+        assert!(set.insert(random_id(n)), "{n} new");
+        assert!(set.contains(&random_id(n)));
+        assert!(!set.insert(random_id(n)), "{n} not new");
+    }
+    assert_eq!(set.len(), 5);
+    for n in [0, 2, 4, 63, 65, 98, 501] {
+        assert!(!set.contains(&random_id(n)), "{n}");
+    }
+}
