@@ -18,9 +18,13 @@ every tool in turn, with the page cache dropped before each timed command:
   restore-iops  the same restore with the command's reads from the repository's disk held
              to --read-iops per second (default 200; 0 leaves the step out) by a cgroup
              block-I/O throttle (cgroup v2 `io.max` riops, or v1
-             `blkio.throttle.read_iops_device`) on the disk holding --work: a slow disk or
-             a network volume's IOPS budget. Needs root and a cgroup block-I/O controller;
-             without them the step is skipped and said so. Writes are not held.
+             `blkio.throttle.read_iops_device`): a slow disk or a network volume's IOPS
+             budget. The repositories then live on a disk of their own, an ext4 image in
+             --work mounted through a loop device, which is the device throttled (the
+             restore's target stays on --work's disk: creating a million files reads inode
+             tables, which a throttle on one shared disk would count). Needs root, a loop
+             device and a cgroup block-I/O controller; without them the step is skipped
+             and said so. Writes are not held.
   ls         the largest folder's messages listed (`mailvault ls --json` of INBOX, `restic
              ls` and `rustic ls` of its cur/), output to /dev/null
 
@@ -127,6 +131,7 @@ class Scale:
         self.work = Path(a.work).resolve()
         self.src = Path(a.src).resolve() if a.src else self.work / "src"
         self.iops_procs = None  # the throttled cgroup's process list, once made
+        self.no_loop = None  # why the repositories have no disk of their own
         self.bins = Path(a.bin_dir) if a.bin_dir else Path(os.environ.get("CARGO_TARGET_DIR", REPO_ROOT / "target")) / "release"
         self.results = {}  # (tool, step) -> [entry]
         self.skipped = {}
@@ -159,12 +164,39 @@ class Scale:
         except OSError:
             pass
 
+    def mount_repos(self, messages):
+        """With --read-iops: the repositories' directory on a loop-mounted ext4 image of its
+        own (sparse; room for every tool's repository), so that the throttle holds the
+        repository's reads only. The reason when it cannot be made."""
+        image, repos = self.work / "repos.img", self.work / "repos"
+        repos.mkdir(parents=True, exist_ok=True)
+        size = (1 << 30) + messages * 1500 * len(self.tools)
+        try:
+            with open(image, "wb") as f:
+                f.truncate(size)
+            subprocess.run(["mkfs.ext4", "-q", "-F", str(image)], check=True, capture_output=True)
+            subprocess.run(["mount", "-o", "loop", str(image), str(repos)], check=True, capture_output=True)
+        except (OSError, subprocess.CalledProcessError) as e:
+            image.unlink(missing_ok=True)
+            err = getattr(e, "stderr", b"") or b""
+            return f"cannot mount a loop device for the repositories: {e} {err.decode(errors='replace').strip()}"
+        self.repos_mounted = True
+        return None
+
+    def unmount_repos(self):
+        if getattr(self, "repos_mounted", False):
+            subprocess.run(["umount", str(self.work / "repos")], check=False)
+            (self.work / "repos.img").unlink(missing_ok=True)
+            self.repos_mounted = False
+
     def throttled_cgroup(self):
-        """A cgroup whose reads from the disk under --work are held to --read-iops per
+        """A cgroup whose reads from the repositories' own disk are held to --read-iops per
         second: the path of its process list, or the reason there is none."""
         if self.iops_procs:
             return self.iops_procs, None
-        st = os.stat(self.work)
+        if not getattr(self, "repos_mounted", False):
+            return None, self.no_loop or "the repositories are not on a disk of their own"
+        st = os.stat(self.work / "repos")
         dev = f"{os.major(st.st_dev)}:{os.minor(st.st_dev)}"
         sysdev = Path("/sys/dev/block") / dev
         if os.major(st.st_dev) == 0 or not sysdev.exists():
@@ -415,6 +447,8 @@ def main():
     if s.work.exists():
         if len(s.work.parts) < 3 or REPO_ROOT.is_relative_to(s.work):
             raise SystemExit(f"scale: refusing to empty {s.work}")
+        if os.path.ismount(s.work / "repos"):  # an interrupted run's
+            subprocess.run(["umount", str(s.work / "repos")], check=True)
         shutil.rmtree(s.work)
     s.work.mkdir(parents=True)
     (s.work / "password").write_text(PASSWORD + "\n")
@@ -432,11 +466,13 @@ def main():
         n = generate(s.src, a.messages, a.accounts, a.folders)
         log(f"generated in {time.monotonic() - t0:.0f} s")
     tools = list(s.tools)
+    s.no_loop = s.mount_repos(n) if a.read_iops else None
     try:
         for r in range(a.repeat):
             s.one_round(tools[r % len(tools):] + tools[:r % len(tools)])
     finally:
         s.remove_cgroup()
+        s.unmount_repos()
     report = s.report("bench/scale.py " + " ".join(sys.argv[1:]), n)
     print(report)
     if a.out:
