@@ -1,5 +1,5 @@
 //! Maildir stores on disk as a [`Source`]: finding accounts and folders, listing message
-//! files, parsing Maildir file names, and [`MaildirSource`], which backs them up through
+//! files (with [`super::listing`]), parsing Maildir file names, and [`MaildirSource`], which backs them up through
 //! the one pipeline ([`crate::ops::backup::run`]). Writing Maildirs is the restore's.
 //!
 //! A mail store is `ROOT/<domain>/<user>/Maildir` (Dovecot's `/var/vmail/%d/%n/Maildir`;
