@@ -42,6 +42,17 @@ pub fn crlf_into(out: &mut Vec<u8>, data: &[u8], prev: u8) {
     out.extend_from_slice(&data[copied..]);
 }
 
+/// Appends a message given in pieces (`parts`, in order) to `out`, converted as
+/// [`crlf_into`] converts the whole: a CR ending one piece and the LF starting the next
+/// are one line end.
+pub fn crlf_parts_into(out: &mut Vec<u8>, parts: &[&[u8]]) {
+    let mut prev = 0;
+    for p in parts {
+        crlf_into(out, p, prev);
+        prev = p.last().copied().unwrap_or(prev);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -82,6 +93,10 @@ mod tests {
             let mut out = Vec::new();
             crlf_into(&mut out, &data[..cut], 0);
             crlf_into(&mut out, &data[cut..], if cut == 0 { 0 } else { data[cut - 1] });
+            prop_assert_eq!(out, want.clone());
+            // In pieces cut at `cut`, with an empty one between.
+            let mut out = Vec::new();
+            crlf_parts_into(&mut out, &[&data[..cut], &[], &data[cut..]]);
             prop_assert_eq!(out, want);
         }
     }

@@ -36,7 +36,7 @@ use crate::report::per_sec;
 use crate::report::Failure;
 use crate::restore::{RestoreReport, Selection};
 use crate::{Error, Result};
-use crlf::crlf_into;
+use crlf::crlf_parts_into;
 use journal::{AccountJournal, State};
 use mailvault_imap::{
     AppendMsg, AppendOutcome, Client, Credentials, FetchQuery, InternalDate, SearchKey, SeqSet,
@@ -516,6 +516,7 @@ impl Target for ImapTarget {
             folder_files: false,
             keywords: true,
             hard_links: false,
+            parts: true,
         }
     }
 
@@ -615,7 +616,11 @@ impl Target for ImapTarget {
         let mut ready = Vec::with_capacity(msgs.len());
         for (i, m) in msgs.iter().enumerate() {
             let start = buf.len();
-            crlf_into(&mut buf, m.data, 0);
+            // In pieces (`Caps::parts`), or whole from a caller that has it so.
+            match m.parts.is_empty() {
+                true => crlf_parts_into(&mut buf, &[m.data]),
+                false => crlf_parts_into(&mut buf, m.parts),
+            }
             let mut flags: Vec<String> =
                 m.meta.flags.imap().iter().map(|f| f.to_string()).collect();
             flags.extend(m.meta.keywords.iter().cloned());
