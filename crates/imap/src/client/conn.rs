@@ -2,7 +2,7 @@
 //! out. One read buffer holds the current response (a FETCH body is one
 //! response, so memory stays at the size of the largest message).
 
-use std::io::{self, Read, Write};
+use std::io::{self, IoSlice, Read, Write};
 use std::ops::Range;
 
 use super::stream::Stream;
@@ -152,18 +152,69 @@ impl Conn {
     }
 
     /// Queues the parts of `cmd` from `from` up to the next continuation
-    /// wait (exclusive); returns the index after it, or `None` at the end.
+    /// wait (exclusive); returns the index after it, or `None` at the end. Parts
+    /// that make at least [`DIRECT_WRITE`] bytes together (a MULTIAPPEND's
+    /// messages) are written at once with what was queued, by vectored writes
+    /// (`writev`): a small literal is not copied into the write buffer, and a
+    /// batch takes a few system calls, not one per large message.
     pub(crate) fn write_until_wait(
         &mut self,
         cmd: &Command<'_>,
         from: usize,
     ) -> io::Result<Option<usize>> {
-        for (i, part) in cmd.parts.iter().enumerate().skip(from) {
-            match part {
-                Part::Bytes(b) => self.write(b)?,
-                Part::AwaitContinuation => return Ok(Some(i + 1)),
+        let rest = cmd.parts.get(from..).unwrap_or_default();
+        let end = rest
+            .iter()
+            .position(|p| matches!(p, Part::AwaitContinuation))
+            .unwrap_or(rest.len());
+        let bytes = |p: &'_ Part<'_>| match p {
+            Part::Bytes(b) => b.len(),
+            Part::AwaitContinuation => 0,
+        };
+        if rest[..end].iter().map(bytes).sum::<usize>() >= DIRECT_WRITE {
+            self.write_parts(&rest[..end])?;
+        } else {
+            for part in &rest[..end] {
+                if let Part::Bytes(b) = part {
+                    self.write(b)?;
+                }
             }
         }
-        Ok(None)
+        Ok((end < rest.len()).then_some(from + end + 1))
     }
+
+    /// Writes what is queued, then `parts`, by vectored writes.
+    fn write_parts(&mut self, parts: &[Part<'_>]) -> io::Result<()> {
+        let mut slices: Vec<IoSlice<'_>> = Vec::with_capacity(parts.len() + 1);
+        if !self.wbuf.is_empty() {
+            slices.push(IoSlice::new(&self.wbuf));
+        }
+        for p in parts {
+            match p {
+                Part::Bytes(b) if !b.is_empty() => slices.push(IoSlice::new(b)),
+                _ => {}
+            }
+        }
+        let r = write_all_vectored(&mut self.stream, &mut slices);
+        self.wbuf.clear();
+        r
+    }
+}
+
+/// `Write::write_all_vectored`, which is not stable yet.
+fn write_all_vectored(w: &mut impl Write, mut bufs: &mut [IoSlice<'_>]) -> io::Result<()> {
+    while !bufs.is_empty() {
+        match w.write_vectored(bufs) {
+            Ok(0) => {
+                return Err(io::Error::new(
+                    io::ErrorKind::WriteZero,
+                    "failed to write the whole command",
+                ))
+            }
+            Ok(n) => IoSlice::advance_slices(&mut bufs, n),
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
 }
