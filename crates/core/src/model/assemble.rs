@@ -1,5 +1,6 @@
-//! A message or file put back together from its blobs, checked against its size and,
-//! where the snapshot has one, its whole-content hash.
+//! A message or file put back together from its blobs (or kept in them, for a target
+//! that takes a message in pieces), checked against its size and, where the snapshot has
+//! one, its whole-content hash.
 
 use crate::error::{Error, Result};
 use crate::repo::id::Id;
@@ -132,8 +133,42 @@ fn culprit(repo: &Repository, content: &[Id]) -> Error {
 
 #[cfg(test)]
 mod tests {
-    use super::AlignedHasher;
+    use super::{checked_parts, AlignedHasher};
+    use crate::repo::id::Id;
     use proptest::prelude::*;
+
+    /// A message kept in its blobs passes only with its size and whole hash; the pieces
+    /// are the blobs, in order.
+    #[test]
+    fn parts_are_checked_as_the_whole() {
+        use crate::repo::format::BlobKind;
+        use crate::repo::writer::BlobSaver;
+        let mut repo = crate::repo::memory_repository();
+        let (a, b) = (b"Return-Path: <a@x>\n".to_vec(), vec![b'z'; 40_000]);
+        let (ids, packs) = {
+            let saver = BlobSaver::new(&repo, crate::repo::compress::Compression::None);
+            let ids: Vec<Id> = [&a, &b]
+                .iter()
+                .map(|d| {
+                    saver
+                        .save(BlobKind::Data, d)
+                        .unwrap_or_else(|e| panic!("{e}"))
+                })
+                .collect();
+            (ids, saver.finish().unwrap_or_else(|e| panic!("{e}")))
+        };
+        repo.add_packs(&packs);
+        let whole = [a.clone(), b.clone()].concat();
+        let hash = repo.key().blob_id(&whole);
+        let size = whole.len() as u64;
+        let check =
+            |size: u64, hash: &Id| checked_parts(&repo, &ids, size, hash, |id| repo.read_blob(id));
+        let parts = check(size, &hash).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(parts, vec![a.clone(), b]);
+        assert!(check(size - 1, &hash).is_err(), "a wrong size passed");
+        let other = repo.key().blob_id(&a);
+        assert!(check(size, &other).is_err(), "a wrong hash passed");
+    }
 
     proptest! {
         /// Fed in pieces cut anywhere, the same digest and length as the whole.
