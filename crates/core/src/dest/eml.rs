@@ -111,6 +111,7 @@ impl Target for EmlTarget {
             folder_files: false,
             keywords: true,
             hard_links: false,
+            parts: false,
         }
     }
 

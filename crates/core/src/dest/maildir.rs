@@ -182,6 +182,7 @@ impl Target for MaildirTarget {
             folder_files: true,
             keywords: false,
             hard_links: self.plain,
+            parts: false,
         }
     }
 

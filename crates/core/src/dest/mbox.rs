@@ -257,6 +257,7 @@ impl Target for MboxTarget {
             folder_files: false,
             keywords: true,
             hard_links: false,
+            parts: false,
         }
     }
 

@@ -85,6 +85,13 @@ pub struct Caps {
     /// account has, and gives the others as links. Only a `dir:` target; the others get
     /// every path written as a file of its own.
     pub hard_links: bool,
+    /// [`Order::Folder`]: whether the target takes a message in the pieces it was stored
+    /// in ([`Message::parts`]) rather than whole ([`Message::data`]). The pipeline then
+    /// checks the pieces against the message's size and whole hash without putting them
+    /// together: the IMAP target converts them straight into its batch buffer, and the
+    /// copy of every message into a buffer of its own was the largest copy of its client
+    /// (issue 26).
+    pub parts: bool,
 }
 
 /// An IMAP-style system flag set, from the Maildir letters `S`, `R`, `F`, `T`, `D`.
@@ -132,7 +139,11 @@ pub struct Meta {
 pub struct Message<'a> {
     pub entry: &'a MessageEntry,
     pub meta: &'a Meta,
+    /// The message whole; empty for a target that takes it in pieces ([`Caps::parts`]).
     pub data: &'a [u8],
+    /// For a target that takes it so ([`Caps::parts`]): the message in the pieces it was
+    /// stored in (its blobs, in order), checked together as the whole is; else empty.
+    pub parts: &'a [&'a [u8]],
 }
 
 /// What became of a message the target was given.

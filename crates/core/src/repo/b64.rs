@@ -220,13 +220,33 @@ pub fn encode(data: &[u8]) -> Option<Vec<u8>> {
     exact.then_some(out)
 }
 
-/// Reverses [`encode`]: the blob's bytes, which must be `raw_len` long.
+/// Reverses [`encode`]: the blob's bytes, which must be `raw_len` long. Each run's lines
+/// are encoded straight onto the end of the output: a line encoded aside and copied in
+/// (as [`expand`] hands lines out) was a call to `memcpy` per line, 5% of an IMAP
+/// restore's client CPU.
 pub fn decode(enc: &[u8], raw_len: usize) -> Result<Vec<u8>, String> {
+    let (segs, body) = segments(enc, raw_len)?;
     let mut out = Vec::with_capacity(raw_len);
-    expand(enc, raw_len, |piece| {
-        out.extend_from_slice(piece);
-        true
-    })?;
+    let mut b = 0;
+    for s in segs {
+        match s {
+            Segment::Literal(n) => {
+                out.extend_from_slice(&body[b..b + n]);
+                b += n;
+            }
+            Segment::Run { chars, crlf, lines } => {
+                let bytes = chars / 4 * 3;
+                let ending: &[u8] = if crlf { b"\r\n" } else { b"\n" };
+                let len = chars + ending.len();
+                out.reserve(lines * len);
+                for src in body[b..b + lines * bytes].chunks_exact(bytes) {
+                    STANDARD.encode_append(src, &mut out);
+                    out.extend_from_slice(ending);
+                }
+                b += lines * bytes;
+            }
+        }
+    }
     Ok(out)
 }
 
@@ -241,10 +261,9 @@ fn gives_back(enc: &[u8], data: &[u8]) -> bool {
     .unwrap_or(false)
 }
 
-/// Parses and checks `enc` (its segments must make `raw_len` bytes out of its body) and
-/// hands the blob's bytes to `emit` in order: literals as they are, run lines one by one.
-/// `emit` returning false stops it (`Ok(false)`).
-fn expand(enc: &[u8], raw_len: usize, mut emit: impl FnMut(&[u8]) -> bool) -> Result<bool, String> {
+/// Parses and checks `enc`: its segments, which must make `raw_len` bytes out of its
+/// body, and the body.
+fn segments(enc: &[u8], raw_len: usize) -> Result<(Vec<Segment>, &[u8]), String> {
     let mut r = Reader { data: enc, pos: 0 };
     if r.byte()? != VERSION {
         return Err("unknown base64-runs version".into());
@@ -290,6 +309,14 @@ fn expand(enc: &[u8], raw_len: usize, mut emit: impl FnMut(&[u8]) -> bool) -> Re
             body.len()
         ));
     }
+    Ok((segs, body))
+}
+
+/// Parses and checks `enc` (its segments must make `raw_len` bytes out of its body) and
+/// hands the blob's bytes to `emit` in order: literals as they are, run lines one by one.
+/// `emit` returning false stops it (`Ok(false)`).
+fn expand(enc: &[u8], raw_len: usize, mut emit: impl FnMut(&[u8]) -> bool) -> Result<bool, String> {
+    let (segs, body) = segments(enc, raw_len)?;
     let mut line = [0u8; MAX_LINE + 2];
     let mut b = 0;
     for s in segs {

@@ -251,6 +251,7 @@ pub(super) fn write_message<T: Target>(
             entry,
             meta,
             data: &data,
+            parts: &[],
         };
         ctx.target.write(folder, &msg)
     });

@@ -158,6 +158,7 @@ pub(super) const NO_CAPS: Caps = Caps {
     folder_files: false,
     keywords: false,
     hard_links: false,
+    parts: false,
 };
 
 impl<'a, T: Target> Ctx<'a, T> {

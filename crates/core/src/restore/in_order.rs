@@ -5,7 +5,7 @@ use super::ctx::Ctx;
 use super::exec::{count, fail_all, keyword_table, open_accounts, open_folder, OpenAccount};
 use super::plan::{arrival_order, folder_file, AccountPlan, FolderPlan};
 use crate::dest::{meta, Caps, Item, Message, Meta, Outcome, Target};
-use crate::model::assemble::assemble_by;
+use crate::model::assemble::{assemble_by, checked_parts};
 use crate::model::reader::{read_by_spans, Blobs};
 use crate::parallel::{for_each_parallel, spawn_named};
 use crate::repo::id::Id;
@@ -35,7 +35,14 @@ pub(super) struct Prepared<'p, F> {
 
 /// A message of a batch: its entry, its [`Meta`] and its checked bytes or why they could
 /// not be read.
-pub(super) type Read = (MessageEntry, Meta, crate::error::Result<Vec<u8>>);
+pub(super) type Read = (MessageEntry, Meta, crate::error::Result<Body>);
+
+/// A message's checked bytes: whole, or in the pieces it was stored in for a target that
+/// takes them so ([`Caps::parts`]).
+pub(super) enum Body {
+    Whole(Vec<u8>),
+    Parts(Vec<Shared>),
+}
 
 /// Why an account cannot go on, once one lane found out; the other lanes then count
 /// their messages as failed instead of writing them.
@@ -313,9 +320,15 @@ pub(super) fn prepare<'p, T: Target>(
         &ctx.spans,
         |group, fetched| {
             for (e, _) in group {
-                let data = assemble_by(ctx.repo, &e.content, e.size, Some(&e.hash), |id| {
-                    (ctx.cache.get_with(id, || fetched.blob_unverified(id))).map(Shared)
-                });
+                let blob =
+                    |id: &Id| (ctx.cache.get_with(id, || fetched.blob_unverified(id))).map(Shared);
+                let data = match ctx.caps.parts {
+                    true => {
+                        checked_parts(ctx.repo, &e.content, e.size, &e.hash, blob).map(Body::Parts)
+                    }
+                    false => assemble_by(ctx.repo, &e.content, e.size, Some(&e.hash), blob)
+                        .map(Body::Whole),
+                };
                 read.push(data);
             }
         },
@@ -341,13 +354,24 @@ pub(super) fn write_prepared<T: Target>(ctx: &Ctx<T>, p: Prepared<T::Folder>, ab
     if let Some(reason) = abort.reason() {
         return fail_all(ctx, folder, p.msgs.iter().map(|(e, _, _)| e), &reason);
     }
+    // The pieces of each message, as slices (a message given whole has none).
+    let parts: Vec<Vec<&[u8]>> = (p.msgs.iter())
+        .map(|(_, _, data)| match data {
+            Ok(Body::Parts(parts)) => parts.iter().map(|b| b.as_ref()).collect(),
+            _ => Vec::new(),
+        })
+        .collect();
     let mut ready = Vec::with_capacity(p.msgs.len());
-    for (e, m, data) in &p.msgs {
+    for ((e, m, data), parts) in p.msgs.iter().zip(&parts) {
         match data {
-            Ok(data) => ready.push(Message {
+            Ok(body) => ready.push(Message {
                 entry: e,
                 meta: m,
-                data,
+                data: match body {
+                    Body::Whole(data) => data,
+                    Body::Parts(_) => &[],
+                },
+                parts,
             }),
             Err(why) => {
                 let item = ctx.target.item(folder, Item::Message(e));

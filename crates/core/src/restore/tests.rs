@@ -549,6 +549,7 @@ mod spans {
                     folder_files: false,
                     keywords: false,
                     hard_links: false,
+                    parts: false,
                 }
             }
             fn open_account(&self, _: &AccountInfo) -> crate::Result<()> {
@@ -619,6 +620,7 @@ mod spans {
                     folder_files: false,
                     keywords: false,
                     hard_links: false,
+                    parts: false,
                 }
             }
             fn open_account(&self, _: &AccountInfo) -> crate::Result<usize> {

@@ -2,44 +2,36 @@
 //! [`mailvault_imap::to_crlf`] (same rules: every LF not preceded by CR becomes CRLF,
 //! nothing else changes), but it appends to a buffer (a batch's messages go into one),
 //! takes the byte before its input (a message may be converted piece by piece, and a CR
-//! may end one piece while the LF starts the next), and finds line feeds eight bytes at a
-//! time, which makes it about six times faster: it was the IMAP restore's largest
+//! may end one piece while the LF starts the next), and finds line feeds with `memchr`
+//! (SIMD), which makes it several times faster: it was the IMAP restore's largest
 //! client-side cost.
-
-const LOW7: u64 = 0x7f7f_7f7f_7f7f_7f7f;
-const LFS: u64 = 0x0a0a_0a0a_0a0a_0a0a;
 
 /// Appends `data` to `out`, every LF not preceded by CR turned into CRLF. `prev` is the
 /// byte just before `data` in the message (0 at its start).
 pub fn crlf_into(out: &mut Vec<u8>, data: &[u8], prev: u8) {
+    // Mail lines are short: about one byte in 40 becomes two.
     out.reserve(data.len() + data.len() / 32 + 16);
     let mut copied = 0;
-    let before = |i: usize| if i == 0 { prev } else { data[i - 1] };
-    let at_lf = |out: &mut Vec<u8>, i: usize, copied: &mut usize| {
-        if before(i) != b'\r' {
-            out.extend_from_slice(&data[*copied..i]);
+    for i in memchr::memchr_iter(b'\n', data) {
+        let before = if i == 0 { prev } else { data[i - 1] };
+        if before != b'\r' {
+            out.extend_from_slice(&data[copied..i]);
             out.extend_from_slice(b"\r\n");
-            *copied = i + 1;
-        }
-    };
-    let mut words = data.chunks_exact(8);
-    let mut base = 0;
-    for w in &mut words {
-        let v = u64::from_le_bytes([w[0], w[1], w[2], w[3], w[4], w[5], w[6], w[7]]) ^ LFS;
-        // The high bit of every byte that was an LF (exact: no carries between bytes).
-        let mut m = !(((v & LOW7).wrapping_add(LOW7)) | v | LOW7);
-        while m != 0 {
-            at_lf(out, base + (m.trailing_zeros() / 8) as usize, &mut copied);
-            m &= m - 1;
-        }
-        base += 8;
-    }
-    for (j, &b) in words.remainder().iter().enumerate() {
-        if b == b'\n' {
-            at_lf(out, base + j, &mut copied);
+            copied = i + 1;
         }
     }
     out.extend_from_slice(&data[copied..]);
+}
+
+/// Appends a message given in pieces (`parts`, in order) to `out`, converted as
+/// [`crlf_into`] converts the whole: a CR ending one piece and the LF starting the next
+/// are one line end.
+pub fn crlf_parts_into(out: &mut Vec<u8>, parts: &[&[u8]]) {
+    let mut prev = 0;
+    for p in parts {
+        crlf_into(out, p, prev);
+        prev = p.last().copied().unwrap_or(prev);
+    }
 }
 
 #[cfg(test)]
@@ -82,6 +74,10 @@ mod tests {
             let mut out = Vec::new();
             crlf_into(&mut out, &data[..cut], 0);
             crlf_into(&mut out, &data[cut..], if cut == 0 { 0 } else { data[cut - 1] });
+            prop_assert_eq!(out, want.clone());
+            // In pieces cut at `cut`, with an empty one between.
+            let mut out = Vec::new();
+            crlf_parts_into(&mut out, &[&data[..cut], &[], &data[cut..]]);
             prop_assert_eq!(out, want);
         }
     }

@@ -36,7 +36,7 @@ use crate::report::per_sec;
 use crate::report::Failure;
 use crate::restore::{RestoreReport, Selection};
 use crate::{Error, Result};
-use crlf::crlf_into;
+use crlf::crlf_parts_into;
 use journal::{AccountJournal, State};
 use mailvault_imap::{
     AppendMsg, AppendOutcome, Client, Credentials, FetchQuery, InternalDate, SearchKey, SeqSet,
@@ -160,6 +160,9 @@ pub struct ImapTarget {
     accounts: Mutex<Vec<AccountFigures>>,
     journaled: AtomicU64,
     existing: AtomicU64,
+    /// Batch buffers not in use by a lane (see [`Target::write_batch`]), shared by the
+    /// accounts: at most as many as lanes write at once.
+    buffers: Mutex<Vec<Vec<u8>>>,
 }
 
 /// What provisioning did for one account.
@@ -186,8 +189,6 @@ struct Shared {
     journal: AccountJournal,
     /// Sessions not in use by a lane.
     sessions: Mutex<Vec<Session>>,
-    /// Batch buffers not in use by a lane (see [`Target::write_batch`]).
-    buffers: Mutex<Vec<Vec<u8>>>,
     /// The server's hierarchy delimiter, as provisioning learnt it: a lane's new login
     /// does not ask again.
     delimiter: Option<Option<char>>,
@@ -257,6 +258,7 @@ impl ImapTarget {
             accounts: Mutex::new(Vec::new()),
             journaled: AtomicU64::new(0),
             existing: AtomicU64::new(0),
+            buffers: Mutex::new(Vec::new()),
         })
     }
 
@@ -516,6 +518,7 @@ impl Target for ImapTarget {
             folder_files: false,
             keywords: true,
             hard_links: false,
+            parts: true,
         }
     }
 
@@ -536,7 +539,6 @@ impl Target for ImapTarget {
                 messages: info.messages,
                 appended: AtomicU64::new(0),
                 skipped: AtomicU64::new(0),
-                buffers: Mutex::new(Vec::new()),
                 started: Instant::now(),
             })))
         });
@@ -608,14 +610,19 @@ impl Target for ImapTarget {
         msgs: &[Message],
         done: &mut [Option<Result<Outcome>>],
     ) -> Result<()> {
-        // A buffer of the account's, reused: a fresh one of up to `batch_bytes` per
-        // batch was a fifth of the client's CPU in page faults and zeroed pages.
-        let mut buf = lock(&folder.acc.buffers).pop().unwrap_or_default();
+        // A buffer reused: a fresh one of up to `batch_bytes` per batch was a fifth of the
+        // client's CPU in page faults and zeroed pages, and one per account still cost
+        // every account its own (100 accounts: 2% of the client's CPU).
+        let mut buf = lock(&self.buffers).pop().unwrap_or_default();
         buf.clear();
         let mut ready = Vec::with_capacity(msgs.len());
         for (i, m) in msgs.iter().enumerate() {
             let start = buf.len();
-            crlf_into(&mut buf, m.data, 0);
+            // In pieces (`Caps::parts`), or whole from a caller that has it so.
+            match m.parts.is_empty() {
+                true => crlf_parts_into(&mut buf, &[m.data]),
+                false => crlf_parts_into(&mut buf, m.parts),
+            }
             let mut flags: Vec<String> =
                 m.meta.flags.imap().iter().map(|f| f.to_string()).collect();
             flags.extend(m.meta.keywords.iter().cloned());
@@ -632,7 +639,7 @@ impl Target for ImapTarget {
         let result = lane.run(folder, &mut ready, &buf, done);
         drop(lane);
         if buf.capacity() <= 2 * self.opts.batch_bytes.max(1 << 20) {
-            lock(&folder.acc.buffers).push(buf);
+            lock(&self.buffers).push(buf);
         }
         let acc = &folder.acc;
         let appended = done
