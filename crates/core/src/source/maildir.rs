@@ -864,8 +864,14 @@ fn read_checked(dir: &Dir, name: &[u8]) -> io::Result<Checked> {
     use std::io::Read;
     for _ in 0..2 {
         let (f, before) = dir.open_file(name)?;
-        let mut data = Vec::with_capacity(before.st_size as usize);
-        walk::Reading::new(&f, &dir.join(name)).read_to_end(&mut data)?;
+        let size = before.st_size.max(0) as u64;
+        let mut data = Vec::with_capacity(size as usize);
+        // Up to the size `fstat` gave, not on to a read that returns 0 (a syscall per
+        // message): a file that grew meanwhile shows in the second `fstat`.
+        let path = dir.join(name);
+        walk::Reading::new(&f, &path)
+            .take(size)
+            .read_to_end(&mut data)?;
         let after = rustix::fs::fstat(&f)?;
         if walk::same_file_state(&before, &after) && data.len() as u64 == before.st_size as u64 {
             return Ok(Checked::Read(data, FileMeta::of_stat(&before)));

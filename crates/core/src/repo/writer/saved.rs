@@ -14,6 +14,7 @@ use crate::repo::id::Id;
 use crate::repo::lock;
 use std::collections::HashSet;
 use std::fs::File;
+use std::hash::{BuildHasherDefault, Hasher};
 use std::os::unix::fs::FileExt;
 use std::sync::Mutex;
 
@@ -30,12 +31,35 @@ pub struct SavedIds {
 
 struct Inner {
     /// Ids added since the last fold, in memory.
-    recent: HashSet<Id>,
+    recent: HashSet<Id, BuildHasherDefault<FirstBytes>>,
     /// One per id in the file, sorted by `prefix`.
     keys: Vec<Key>,
+    /// `keys[starts[p]..starts[p + 1]]` hold the prefixes whose first `bits` bits are `p`:
+    /// a lookup reads a stretch of a few keys, not 20 steps of a binary search over all.
+    starts: Vec<u32>,
+    bits: u32,
     /// The ids folded so far, 32 bytes each in the order they were folded; `None` when no
     /// temporary file could be made or written (then every id stays in `recent`).
     file: Option<File>,
+}
+
+/// Hashes a blob id by its first 8 bytes: blob ids are keyed hashes, even and unknown to
+/// whoever wrote the mail, so hashing them again (SipHash, the default) only costs time.
+#[derive(Default)]
+struct FirstBytes(u64);
+
+impl Hasher for FirstBytes {
+    fn write(&mut self, bytes: &[u8]) {
+        // An `Id` hashes as its 32 bytes (after their length, through `write_usize`).
+        if let Some(b) = bytes.get(..8) {
+            self.0 ^= u64::from_le_bytes(b.try_into().expect("8 bytes"));
+        }
+    }
+    fn write_usize(&mut self, _: usize) {}
+    fn finish(&self) -> u64 {
+        // Mixed, so that ids agreeing in some bits still spread over the table.
+        (self.0 ^ (self.0 >> 32)).wrapping_mul(0x9E37_79B9_7F4A_7C15)
+    }
 }
 
 /// An id in the file: its first 8 bytes, and its position there. 12 bytes.
@@ -63,8 +87,10 @@ impl SavedIds {
     fn new(file: Option<File>) -> SavedIds {
         SavedIds {
             inner: Mutex::new(Inner {
-                recent: HashSet::new(),
+                recent: HashSet::default(),
                 keys: Vec::new(),
+                starts: Vec::new(),
+                bits: 0,
                 file,
             }),
         }
@@ -99,8 +125,17 @@ impl Inner {
         let (Some(file), p) = (&self.file, prefix(id)) else {
             return false;
         };
-        let from = self.keys.partition_point(|k| k.prefix < p);
-        (self.keys[from..].iter().take_while(|k| k.prefix == p)).any(|k| {
+        if self.keys.is_empty() {
+            return false;
+        }
+        let b = (p >> (64 - self.bits)) as usize;
+        let (lo, hi) = match self.starts.get(b..b + 2) {
+            Some(&[lo, hi]) => (lo as usize, hi as usize),
+            _ => return false,
+        };
+        let stretch = &self.keys[lo..hi];
+        let from = stretch.partition_point(|k| k.prefix < p);
+        (stretch[from..].iter().take_while(|k| k.prefix == p)).any(|k| {
             let mut found = [0u8; ID_LEN as usize];
             let at = u64::from(k.pos) * ID_LEN;
             file.read_exact_at(&mut found, at).is_ok() && found == id.0
@@ -151,6 +186,21 @@ impl Inner {
                 j -= 1;
             }
         }
+        self.index_starts();
+    }
+
+    /// Builds `starts` for `keys`: two to four keys a stretch, at most 2^16 stretches.
+    fn index_starts(&mut self) {
+        let n = self.keys.len();
+        self.bits = (usize::BITS - (n >> 2).leading_zeros()).clamp(1, 16);
+        let mut starts = vec![0u32; (1 << self.bits) + 1];
+        for k in &self.keys {
+            starts[(k.prefix >> (64 - self.bits)) as usize + 1] += 1;
+        }
+        for p in 1..starts.len() {
+            starts[p] += starts[p - 1];
+        }
+        self.starts = starts;
     }
 }
 
@@ -191,6 +241,28 @@ mod tests {
             assert!(!set.insert(id(k, 2)));
         }
         assert_eq!(set.len() as u64, n + n.div_ceil(101));
+    }
+
+    /// Ids whose first bits agree sit in one stretch of the keys, however many.
+    #[test]
+    fn ids_sharing_their_first_bits_are_told_apart() {
+        let set = SavedIds::default();
+        let id = |k: u64| {
+            let mut b = [3u8; 32];
+            b[..8].copy_from_slice(&(0xABCD_u64 << 48 | k * 7).to_be_bytes());
+            Id(b)
+        };
+        let n = 2 * FOLD_AT as u64;
+        for k in 0..n {
+            assert!(set.insert(id(k)));
+        }
+        assert!(lock(&set.inner).keys.len() >= FOLD_AT);
+        for k in 0..n {
+            assert!(!set.insert(id(k)), "{k}");
+        }
+        for k in [n, n + 1, n * 3] {
+            assert!(set.insert(id(k)), "{k} is new");
+        }
     }
 
     #[test]
