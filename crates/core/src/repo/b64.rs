@@ -222,7 +222,7 @@ pub fn encode(data: &[u8]) -> Option<Vec<u8>> {
 
 /// Reverses [`encode`]: the blob's bytes, which must be `raw_len` long. Each run's lines
 /// are encoded straight onto the end of the output: a line encoded aside and copied in
-/// (as [`expand`] hands lines out) was a call to `memcpy` per line, 5% of an IMAP
+/// (as `expand` hands lines out) was a call to `memcpy` per line, 5% of an IMAP
 /// restore's client CPU.
 pub fn decode(enc: &[u8], raw_len: usize) -> Result<Vec<u8>, String> {
     let (segs, body) = segments(enc, raw_len)?;

@@ -47,7 +47,7 @@ impl<'a> FileRef<'a> {
 }
 
 /// A folder's message files in key order, one per key. The names sit in blocks of
-/// [`NAME_BLOCK`] bytes and a file costs 8 bytes beside its name's: a folder of 600,000
+/// `NAME_BLOCK` bytes and a file costs 8 bytes beside its name's: a folder of 600,000
 /// messages lists in about 25 MB, where a `Vec<MessageFile>` (an allocation a name, and
 /// the directory's entries copied twice on the way) took about 90 bytes a file, and more
 /// while it was built. (Blocks rather than one buffer: a buffer grown by doubling holds up

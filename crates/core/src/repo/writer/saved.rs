@@ -249,7 +249,7 @@ mod tests {
         let set = SavedIds::default();
         let id = |k: u64| {
             let mut b = [3u8; 32];
-            b[..8].copy_from_slice(&(0xABCD_u64 << 48 | k * 7).to_be_bytes());
+            b[..8].copy_from_slice(&((0xABCD_u64 << 48) | (k * 7)).to_be_bytes());
             Id(b)
         };
         let n = 2 * FOLD_AT as u64;
