@@ -200,25 +200,10 @@ impl Index {
     /// back into the array grown by its size (no second copy of the array).
     fn fold(&mut self) {
         let overlay = std::mem::take(&mut self.overlay);
-        let mut new: Vec<Entry> = (overlay.into_iter())
+        let new: Vec<Entry> = (overlay.into_iter())
             .map(|(id, loc)| Entry { id, loc })
             .collect();
-        new.sort_unstable_by_key(|e| e.id.0);
-        let (mut i, mut j) = (self.sorted.len(), new.len());
-        self.sorted.reserve_exact(j);
-        self.sorted.extend_from_slice(&new);
-        for k in (0..self.sorted.len()).rev() {
-            if j == 0 {
-                break;
-            }
-            if i > 0 && self.sorted[i - 1].id.0 > new[j - 1].id.0 {
-                self.sorted[k] = self.sorted[i - 1];
-                i -= 1;
-            } else {
-                self.sorted[k] = new[j - 1];
-                j -= 1;
-            }
-        }
+        merge_sorted(&mut self.sorted, new, |e| e.id.0);
         self.index_buckets();
     }
 
@@ -317,6 +302,32 @@ impl ByPack<'_> {
                 Some(k) => (*self.overlay[k].0, *self.overlay[k].1),
             }
         })
+    }
+}
+
+/// Merges `new` into `sorted` (both in `key` order once `new` is sorted here): from the
+/// back, into `sorted` grown by `new`'s length, so the array is never copied whole (a
+/// large vector grows in place by `mremap`). For the index's and the saved ids' folds.
+pub(crate) fn merge_sorted<T: Copy, K: Ord>(
+    sorted: &mut Vec<T>,
+    mut new: Vec<T>,
+    key: impl Fn(&T) -> K,
+) {
+    new.sort_unstable_by_key(&key);
+    let (mut i, mut j) = (sorted.len(), new.len());
+    sorted.reserve_exact(j);
+    sorted.extend_from_slice(&new);
+    for k in (0..sorted.len()).rev() {
+        if j == 0 {
+            break;
+        }
+        if i > 0 && key(&sorted[i - 1]) > key(&new[j - 1]) {
+            sorted[k] = sorted[i - 1];
+            i -= 1;
+        } else {
+            sorted[k] = new[j - 1];
+            j -= 1;
+        }
     }
 }
 

@@ -11,6 +11,7 @@
 
 use crate::error::Result;
 use crate::repo::id::Id;
+use crate::repo::index::merge_sorted;
 use crate::repo::lock;
 use std::collections::HashSet;
 use std::fs::File;
@@ -164,28 +165,13 @@ impl Inner {
         }
         self.recent.clear();
         self.recent.shrink_to(FOLD_AT);
-        let mut new: Vec<Key> = (ids.iter().enumerate())
+        let new: Vec<Key> = (ids.iter().enumerate())
             .map(|(i, id)| Key {
                 prefix: prefix(id),
                 pos: first_pos + i as u32,
             })
             .collect();
-        new.sort_unstable_by_key(|k| k.prefix);
-        let (mut i, mut j) = (first, new.len());
-        self.keys.reserve_exact(j);
-        self.keys.extend_from_slice(&new);
-        for k in (0..self.keys.len()).rev() {
-            if j == 0 {
-                break;
-            }
-            if i > 0 && { self.keys[i - 1].prefix } > { new[j - 1].prefix } {
-                self.keys[k] = self.keys[i - 1];
-                i -= 1;
-            } else {
-                self.keys[k] = new[j - 1];
-                j -= 1;
-            }
-        }
+        merge_sorted(&mut self.keys, new, |k| k.prefix);
         self.index_starts();
     }
 
