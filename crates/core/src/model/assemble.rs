@@ -141,23 +141,8 @@ mod tests {
     /// are the blobs, in order.
     #[test]
     fn parts_are_checked_as_the_whole() {
-        use crate::repo::format::BlobKind;
-        use crate::repo::writer::BlobSaver;
-        let mut repo = crate::repo::memory_repository();
         let (a, b) = (b"Return-Path: <a@x>\n".to_vec(), vec![b'z'; 40_000]);
-        let (ids, packs) = {
-            let saver = BlobSaver::new(&repo, crate::repo::compress::Compression::None);
-            let ids: Vec<Id> = [&a, &b]
-                .iter()
-                .map(|d| {
-                    saver
-                        .save(BlobKind::Data, d)
-                        .unwrap_or_else(|e| panic!("{e}"))
-                })
-                .collect();
-            (ids, saver.finish().unwrap_or_else(|e| panic!("{e}")))
-        };
-        repo.add_packs(&packs);
+        let (repo, ids) = crate::model::reader::tests::repo_with(&[&a, &b]);
         let whole = [a.clone(), b.clone()].concat();
         let hash = repo.key().blob_id(&whole);
         let size = whole.len() as u64;

@@ -919,7 +919,7 @@ impl BlobCache {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::repo::compress::Codec;
     use crate::repo::format::Version;
@@ -1078,7 +1078,7 @@ mod tests {
     }
 
     /// A repository in memory holding `blobs` (uncompressed), and their ids.
-    fn repo_with(blobs: &[&[u8]]) -> (Repository, Vec<Id>) {
+    pub(crate) fn repo_with(blobs: &[&[u8]]) -> (Repository, Vec<Id>) {
         use crate::repo::format::BlobKind;
         use crate::repo::writer::BlobSaver;
         let mut repo = crate::repo::memory_repository();
