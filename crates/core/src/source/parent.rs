@@ -206,15 +206,21 @@ mod tests {
         Repository::init(store.clone(), b"pw", &fast_init()).unwrap();
         let repo = Repository::open(store.clone(), b"pw").unwrap();
         let saver = BlobSaver::new(&repo, Compression::Zstd);
-        let inbox: Vec<MessageEntry> = (0..8_000).map(|i| test_entry(i, "S")).collect();
+        // More chunks than a chunk-tree leaf holds, so that the chunk tree has two leaves
+        // whatever the repository's key (leaves are cut at chunk ids, which are keyed: with
+        // 8,000 messages one in twenty repositories had a single leaf and no tree).
+        let inbox: Vec<MessageEntry> = (0..48_000).map(|i| test_entry(i, "S")).collect();
+        assert!(
+            crate::repo::tree::chunk_boundaries(&inbox).len() > crate::repo::tree::LIST_MAX_IDS
+        );
         let mut copy = test_entry(17, "F");
         copy.mode = 0o640;
         // A key of Sent's that sorts between two of INBOX's.
         let mut odd = test_entry(500, "");
         odd.key.push(b'x');
         odd.name = [&odd.key[..], b":2,"].concat();
-        let sent = vec![copy.clone(), test_entry(9_000, ""), odd.clone()];
-        let kept = vec![test_entry(9_500, "")];
+        let sent = vec![copy.clone(), test_entry(90_000, ""), odd.clone()];
+        let kept = vec![test_entry(95_000, "")];
         let parent = ParentAccount {
             folders: vec![
                 folder(&saver, "", inbox.clone()),
@@ -231,7 +237,7 @@ mod tests {
         let failures = Failures::default();
         let keys = parent.load_keys(&repo, &failures, "a");
         assert!(failures.take().is_empty());
-        assert_eq!(keys.at.len(), 8_003);
+        assert_eq!(keys.at.len(), 48_003);
 
         let mut inbox_first = KeyLookup::new(&repo, keys, Some(0));
         for e in inbox.iter().step_by(7) {
@@ -240,7 +246,7 @@ mod tests {
         assert_eq!(inbox_first.get(&copy.key), Some(inbox[17].clone()));
         let mut sent_first = KeyLookup::new(&repo, keys, Some(1));
         assert_eq!(sent_first.get(&copy.key), Some(copy.clone()));
-        let other = test_entry(9_000, "");
+        let other = test_entry(90_000, "");
         assert_eq!(sent_first.get(&other.key), Some(other.clone()));
         assert_eq!(
             inbox_first.get(&other.key),
@@ -248,7 +254,7 @@ mod tests {
             "found in another folder"
         );
         assert_eq!(
-            inbox_first.get(&test_entry(9_500, "").key),
+            inbox_first.get(&test_entry(95_000, "").key),
             None,
             "kept: not read"
         );
