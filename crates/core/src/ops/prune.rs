@@ -301,14 +301,8 @@ fn apply(
         Ok(())
     };
     let mut listed: Vec<IndexedPack> = Vec::new();
-    let mut seen = HashSet::new();
-    for file in repo.index_files() {
-        let (_, packs) = repo.read_index_file(&format!("index/{file}"))?;
-        listed.extend(
-            packs
-                .into_iter()
-                .filter(|p| kept.contains(&p.id) && seen.insert(p.id)),
-        );
+    each_listed_pack(repo, |packs| {
+        listed.extend(packs.into_iter().filter(|p| kept.contains(&p.id)));
         // Every full index file's worth written; the rest waits for more.
         let chunks = index_chunks(&listed);
         let full = chunks.len().saturating_sub(1);
@@ -317,7 +311,8 @@ fn apply(
             write(chunk)?;
         }
         listed.drain(..done);
-    }
+        Ok(())
+    })?;
     listed.extend(written);
     for chunk in index_chunks(&listed) {
         write(chunk)?;
@@ -483,15 +478,9 @@ fn plan(
         .filter_map(|o| Some((file_id(&o.path).ok()?, o.size)))
         .collect();
     let index = repo.index();
-    let mut seen = HashSet::new();
     let mut plans = Vec::new();
-    for file in repo.index_files() {
-        let path = format!("index/{file}");
-        let (_, packs) = repo.read_index_file(&path)?;
+    each_listed_pack(repo, |packs| {
         for p in packs {
-            if !seen.insert(p.id) {
-                continue;
-            }
             let canonical = |e: &PackEntry| {
                 used.contains(&e.id)
                     && index
@@ -532,9 +521,25 @@ fn plan(
                 action,
             });
         }
-    }
+        Ok(())
+    })?;
     rep.packs_before = plans.len() as u64;
     Ok(plans)
+}
+
+/// Every pack the index files list, once (its first listing: the one the in-memory index
+/// loaded), handed over an index file's packs at a time, in the files' order: the plan and
+/// the new index read them so, not all held at once.
+fn each_listed_pack(
+    repo: &Repository,
+    mut f: impl FnMut(Vec<IndexedPack>) -> Result<()>,
+) -> Result<()> {
+    let mut seen = HashSet::new();
+    for file in repo.index_files() {
+        let (_, packs) = repo.read_index_file(&format!("index/{file}"))?;
+        f(packs.into_iter().filter(|p| seen.insert(p.id)).collect())?;
+    }
+    Ok(())
 }
 
 /// What [`repack`] wrote, shared by its threads.

@@ -322,12 +322,10 @@ pub(super) fn prepare<'p, T: Target>(
             for (e, _) in group {
                 let blob =
                     |id: &Id| (ctx.cache.get_with(id, || fetched.blob_unverified(id))).map(Shared);
-                let data = match ctx.caps.parts {
-                    true => {
-                        checked_parts(ctx.repo, &e.content, e.size, &e.hash, blob).map(Body::Parts)
-                    }
-                    false => assemble_by(ctx.repo, &e.content, e.size, Some(&e.hash), blob)
-                        .map(Body::Whole),
+                let data = if ctx.caps.parts {
+                    checked_parts(ctx.repo, &e.content, e.size, &e.hash, blob).map(Body::Parts)
+                } else {
+                    assemble_by(ctx.repo, &e.content, e.size, Some(&e.hash), blob).map(Body::Whole)
                 };
                 read.push(data);
             }

@@ -619,9 +619,10 @@ impl Target for ImapTarget {
         for (i, m) in msgs.iter().enumerate() {
             let start = buf.len();
             // In pieces (`Caps::parts`), or whole from a caller that has it so.
-            match m.parts.is_empty() {
-                true => crlf_parts_into(&mut buf, &[m.data]),
-                false => crlf_parts_into(&mut buf, m.parts),
+            if m.parts.is_empty() {
+                crlf_parts_into(&mut buf, &[m.data]);
+            } else {
+                crlf_parts_into(&mut buf, m.parts);
             }
             let mut flags: Vec<String> =
                 m.meta.flags.imap().iter().map(|f| f.to_string()).collect();
