@@ -36,11 +36,13 @@ sequence N times in rotated tool order and reports medians.
 --folders (an earlier run's, kept; generating 1.5 million files takes minutes) instead of
 generating one in --work, and leaves it in place.
 
-Disk: the store takes about 1.6 KB per message on disk plus its inodes (1.5 million
-messages: about 3 GB and 1.5 million inodes), each tool's repository about a third of
-that, and the restore as much as the store: give --work a filesystem with 5 GB free for
-the default size. The 10-million-message store (--messages 10000000 --accounts 1000)
-needs about 35 GB and 10 million inodes.
+Disk: the store takes a block (4 KiB on ext4) and an inode per message (1.5 million
+messages: about 6 GB and 1.5 million inodes), each tool's repository about 230 bytes a
+message, and the restore as much as the store: give --work a filesystem with 13 GB and
+3.1 million inodes free for the default size. The run says what it needs and stops unless
+it is there; a CI run (--smoke, --memory) short of disk runs in a tmpfs when it may mount
+one. The 10-million-message store (--messages 10000000 --accounts 1000) needs about
+85 GB and 20 million inodes (with --src, half).
 
 Tools: mailvault and mailvault-corpus from --bin-dir (default target/release), restic
 (0.19: `go install github.com/restic/restic/cmd/restic@v0.19.1`, found in ~/go/bin first)
@@ -183,6 +185,35 @@ class Scale:
         self.repos_mounted = True
         return None
 
+    def make_room(self, messages, src_given, ci):
+        """Fails, saying what is missing, unless --work holds the store (unless --src) and a
+        restore of it, a block and an inode a message (ext4), and the repositories. A CI
+        run (--smoke, --memory) short of disk runs in a tmpfs instead, when it may mount
+        one: its pages are not the commands' RSS, and memory is what it measures."""
+        copies = 1 if src_given else 2
+        need = messages * (4096 * copies + 400 * len(self.tools)) + (256 << 20)
+        inodes = messages * copies + 100_000
+        st = os.statvfs(self.work)
+        free, free_inodes = st.f_bavail * st.f_frsize, st.f_favail
+        log(f"{self.work}: {free / 1e9:.1f} GB and {free_inodes:,} inodes free; "
+            f"this run needs about {need / 1e9:.1f} GB and {inodes:,}")
+        if free >= need and free_inodes >= inodes:
+            return
+        if ci and not src_given and os.geteuid() == 0:
+            size = need + need // 4
+            subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size},nr_inodes={inodes * 2},mode=700",
+                            "mailvault-scale", str(self.work)], check=True)
+            self.work_mounted = True
+            log(f"not enough: the run goes to a tmpfs of {size / 1e9:.1f} GB at {self.work}")
+            return
+        raise SystemExit(f"scale: {self.work} has too little room for {messages:,} messages: give --work "
+                         f"a filesystem with {need / 1e9:.1f} GB and {inodes:,} inodes free")
+
+    def unmount_work(self):
+        if getattr(self, "work_mounted", False):
+            subprocess.run(["umount", str(self.work)], check=False)
+            self.work_mounted = False
+
     def unmount_repos(self):
         if getattr(self, "repos_mounted", False):
             subprocess.run(["umount", str(self.work / "repos")], check=False)
@@ -244,6 +275,7 @@ class Scale:
         logf = open(self.work / "commands.log", "ab")
         logf.write(f"$ {' '.join(argv)}\n".encode())
         logf.flush()
+        start = logf.tell()
         rss_file = self.work / "rss"
         timed = ["/usr/bin/time", "-f", "%M", "-o", str(rss_file), *argv] if Path("/usr/bin/time").exists() else argv
         t0 = time.monotonic()
@@ -260,6 +292,13 @@ class Scale:
         if timed is not argv:
             # GNU time's last line is %M (a failed command's status line comes before it).
             rss = int(rss_file.read_text().split()[-1])
+        if p.returncode != 0:
+            # What the command said, so that a failure in CI can be told apart from a limit.
+            with open(self.work / "commands.log", "rb") as f:
+                f.seek(start)
+                said = f.read()[-4000:].decode("utf-8", "replace")
+            said = "".join(c if c == "\n" or c.isprintable() else f"\\x{ord(c):02x}" for c in said)
+            log(f"{' '.join(argv[:2])} exited {p.returncode}:\n{said}")
         return {"rc": p.returncode, "wall": wall, "rss_kb": rss}
 
     def repo(self, tool):
@@ -447,10 +486,12 @@ def main():
     if s.work.exists():
         if len(s.work.parts) < 3 or REPO_ROOT.is_relative_to(s.work):
             raise SystemExit(f"scale: refusing to empty {s.work}")
-        if os.path.ismount(s.work / "repos"):  # an interrupted run's
-            subprocess.run(["umount", str(s.work / "repos")], check=True)
+        for mount in (s.work / "repos", s.work):  # an interrupted run's
+            if os.path.ismount(mount):
+                subprocess.run(["umount", str(mount)], check=True)
         shutil.rmtree(s.work)
     s.work.mkdir(parents=True)
+    s.make_room(a.messages, bool(a.src), a.smoke or a.memory)
     (s.work / "password").write_text(PASSWORD + "\n")
     os.chmod(s.work / "password", 0o600)
     s.find_tools()
@@ -481,6 +522,7 @@ def main():
     if not a.src:
         shutil.rmtree(s.work / "src", ignore_errors=True)
     shutil.rmtree(s.work / "repos", ignore_errors=True)
+    s.unmount_work()
     if failed:
         log(f"failed: {failed}")
         return 1

@@ -180,8 +180,8 @@ pub enum FailureKind {
     Conflict,
     /// It may pass by itself: run the command again later.
     Transient,
-    /// Not tried: the storage was given up on earlier in the run (the command's error
-    /// says why, once).
+    /// Not tried: the storage, or a restore's target, was given up on earlier in the run
+    /// (the command's error, or the one failure listed for it, says why, once).
     NotTried,
     /// Trying the same again fails the same way until something is changed.
     Permanent,
@@ -241,6 +241,20 @@ impl Error {
             }
             | Error::ChangedWhileRead { .. } => FailureKind::Transient,
             _ => FailureKind::Permanent,
+        }
+    }
+
+    /// Whether every later write to the same place would fail the same way: its
+    /// filesystem is full, over quota or read-only. A restore stops writing at the first
+    /// such failure instead of failing each message in turn.
+    pub fn stops_writes(&self) -> bool {
+        use std::io::ErrorKind as K;
+        match self {
+            Error::Io { source, .. } | Error::Journal { source, .. } => matches!(
+                source.kind(),
+                K::StorageFull | K::QuotaExceeded | K::ReadOnlyFilesystem
+            ),
+            _ => false,
         }
     }
 

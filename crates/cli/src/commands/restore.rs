@@ -284,6 +284,16 @@ pub fn print_counts(r: &RestoreReport) {
         println!("warning: {}", safe(w));
     }
     print_failures(&r.failures);
+    if r.items_not_tried + r.files_not_tried > 0 {
+        let files = match r.files_not_tried {
+            0 => String::new(),
+            n => format!(" and {}", count(n, "folder file", "folder files")),
+        };
+        println!(
+            "{}{files} not tried: the target takes no more (the failure above says why); make room and run the restore again: what was restored is found and kept",
+            count(r.items_not_tried, "message", "messages")
+        );
+    }
 }
 
 fn run_imap(g: &GlobalOpts, a: Args) -> Result<Outcome> {

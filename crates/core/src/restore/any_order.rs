@@ -143,6 +143,26 @@ fn read_window<T: Target>(ctx: &Ctx<T>, jobs: Vec<Job<T::Folder>>) {
     if jobs.is_empty() {
         return;
     }
+    if ctx.n.is_stopped() {
+        // The target takes no more: nothing is read.
+        for j in &jobs {
+            match &j.what {
+                What::Message { .. } => ctx.n.not_tried(1),
+                What::File(_) => {
+                    ctx.n.files_not_tried.fetch_add(1, Relaxed);
+                }
+                What::Piece { file, .. } => {
+                    // Not written whole: the target drops what it has of it.
+                    file.failed.store(true, Relaxed);
+                    if file.left.fetch_sub(1, Relaxed) == 1 {
+                        ctx.n.files_not_tried.fetch_add(1, Relaxed);
+                        let _ = ctx.target.finish_file(j.folder, &file.entry, false);
+                    }
+                }
+            }
+        }
+        return;
+    }
     let (mut n, mut bytes) = (0, 0);
     for j in &jobs {
         match &j.what {
@@ -239,6 +259,9 @@ pub(super) fn write_message<T: Target>(
     meta: &Meta,
     blobs: &dyn Blobs,
 ) {
+    if ctx.n.is_stopped() {
+        return ctx.n.not_tried(1);
+    }
     let written = assemble_by(
         ctx.repo,
         &entry.content,
@@ -272,7 +295,7 @@ pub(super) fn write_file<T: Target>(
             Ok(Outcome::AlreadyThere) => {
                 ctx.n.files_present.fetch_add(1, Relaxed);
             }
-            Err(e) => ctx.n.failures.add(item(), e),
+            Err(e) => ctx.n.file_failed(item, e),
         },
         Err(e) => ctx.n.failures.add(item(), e),
     }
@@ -290,13 +313,16 @@ pub(super) fn write_piece<T: Target>(
 ) {
     let f = &file.entry;
     let item = || ctx.target.item(folder, Item::File(&f.name));
+    if ctx.n.is_stopped() && !file.failed.swap(true, Relaxed) {
+        ctx.n.files_not_tried.fetch_add(1, Relaxed);
+    }
     if !file.failed.load(Relaxed) {
         let written = assemble_by(ctx.repo, ids, len, None, |id| blobs.blob(id))
             .and_then(|data| ctx.target.write_file_at(folder, f, offset, &data));
         if let Err(e) = written {
             // The first failure is the one reported.
             if !file.failed.swap(true, Relaxed) {
-                ctx.n.failures.add(item(), e);
+                ctx.n.file_failed(item, e);
             }
         }
     }

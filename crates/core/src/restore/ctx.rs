@@ -26,6 +26,13 @@ pub struct RestoreReport {
     pub items_unchanged: u64,
     /// Messages not restored.
     pub items_failed: u64,
+    /// Of `items_failed`, those not tried: the target could take no more (its filesystem
+    /// full, over quota or read-only: the one failure listed for it says which), so the
+    /// restore stopped writing. Run it again once there is room: what was restored is
+    /// found and kept.
+    pub items_not_tried: u64,
+    /// Folder files not tried, for the same reason.
+    pub files_not_tried: u64,
     /// Bytes of messages written.
     pub bytes_written: u64,
     /// Files of folders written whole: a Maildir's `dovecot-uidlist` and the like, the
@@ -61,6 +68,11 @@ pub(super) struct Tally {
     pub(super) file_bytes: AtomicU64,
     pub(super) files_present: AtomicU64,
     pub(super) files_linked: AtomicU64,
+    /// Set by the first write that failed for a reason every later write would share
+    /// ([`Error::stops_writes`]); what is left is then counted, not written.
+    pub(super) stopped: std::sync::atomic::AtomicBool,
+    pub(super) not_tried: AtomicU64,
+    pub(super) files_not_tried: AtomicU64,
     /// The most messages an [`Order::Any`] restore held at once (read from the snapshot,
     /// not written yet).
     #[cfg(test)]
@@ -116,6 +128,36 @@ impl Tally {
     ) {
         self.failed.fetch_add(n, Relaxed);
         self.failures.add(item, e);
+    }
+
+    /// A write of `n` messages failed: listed, unless the target was already given up on
+    /// (then counted as not tried); a failure every later write would share gives it up.
+    pub(super) fn write_failed(&self, item: impl FnOnce() -> String, e: Error, n: u64) {
+        if e.stops_writes() && self.stopped.swap(true, Relaxed) {
+            self.not_tried(n);
+        } else {
+            self.fail_items(item(), e, n);
+        }
+    }
+
+    /// Whether the target was given up on ([`Tally::write_failed`]).
+    pub(super) fn is_stopped(&self) -> bool {
+        self.stopped.load(Relaxed)
+    }
+
+    /// `n` messages left unwritten once the target was given up on.
+    pub(super) fn not_tried(&self, n: u64) {
+        self.failed.fetch_add(n, Relaxed);
+        self.not_tried.fetch_add(n, Relaxed);
+    }
+
+    /// A folder file's write failed: as [`Tally::write_failed`], for a file.
+    pub(super) fn file_failed(&self, item: impl FnOnce() -> String, e: Error) {
+        if e.stops_writes() && self.stopped.swap(true, Relaxed) {
+            self.files_not_tried.fetch_add(1, Relaxed);
+        } else {
+            self.failures.add(item(), e);
+        }
     }
 }
 
@@ -201,6 +243,8 @@ impl<'a, T: Target> Ctx<'a, T> {
             items_restored: n.restored.load(Relaxed),
             items_unchanged: n.unchanged.load(Relaxed),
             items_failed: n.failed.load(Relaxed),
+            items_not_tried: n.not_tried.load(Relaxed),
+            files_not_tried: n.files_not_tried.load(Relaxed),
             bytes_written: bytes,
             files_restored: n.files.load(Relaxed),
             files_linked: n.files_linked.load(Relaxed),

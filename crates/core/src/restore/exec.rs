@@ -112,8 +112,8 @@ pub(super) fn count<T: Target>(
             ctx.n.unchanged.fetch_add(1, Relaxed);
         }
         Err(e) => {
-            let item = ctx.target.item(folder, Item::Message(entry));
-            ctx.n.fail_items(item, e, 1);
+            let item = || ctx.target.item(folder, Item::Message(entry));
+            ctx.n.write_failed(item, e, 1);
         }
     }
 }
@@ -126,8 +126,12 @@ pub(super) fn fail_all<'e, T: Target>(
     why: &str,
 ) {
     for e in entries {
-        let item = ctx.target.item(folder, Item::Message(e));
-        ctx.n.fail_items(item, why, 1);
+        if ctx.n.is_stopped() {
+            ctx.n.not_tried(1);
+        } else {
+            let item = ctx.target.item(folder, Item::Message(e));
+            ctx.n.fail_items(item, why, 1);
+        }
         ctx.progress.advance(1, e.size);
     }
 }
