@@ -732,11 +732,11 @@ fn format_1_objects_in_a_format_2_repository_are_refused() {
             );
             blobs.push(e.id);
         }
-        let v1 = b.finish(repo.key(), Version::V1);
+        let v1 = b.finish(repo.key(), Version::V1).unwrap();
         let new_path = pack::pack_path(&v1.id);
         fs::remove_file(s.file(&old_path)).unwrap();
         fs::create_dir_all(s.file(&new_path).parent().unwrap()).unwrap();
-        fs::write(s.file(&new_path), &v1.bytes).unwrap();
+        fs::write(s.file(&new_path), v1.bytes().unwrap()).unwrap();
         drop(repo);
         rewrite_index(&s, |packs| {
             let p = packs.iter_mut().find(|p| p.id == old).unwrap();

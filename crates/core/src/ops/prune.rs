@@ -555,14 +555,13 @@ struct Repacked<'a> {
 
 impl Repacked<'_> {
     fn write(&self, b: PackBuilder, kind: BlobKind, version: Version) -> Result<()> {
-        let p = b.finish(self.repo.key(), version);
-        match (self.repo.store()).put_pack(&pack::pack_path(&p.id), &p.bytes, kind.into()) {
+        let p = b.finish(self.repo.key(), version)?;
+        match (self.repo.store()).put_pack(&pack::pack_path(&p.id), &p.bytes()?, kind.into()) {
             Ok(()) | Err(Error::AlreadyExists(_)) => {}
             Err(e) => return Err(e),
         }
         self.m.one();
-        self.bytes
-            .fetch_add(p.bytes.len() as u64, Ordering::Relaxed);
+        self.bytes.fetch_add(p.size(), Ordering::Relaxed);
         lock(&self.written).push(IndexedPack {
             id: p.id,
             version: p.version,
@@ -608,9 +607,10 @@ impl Repacked<'_> {
                     })?;
                 let full = {
                     let mut builders = lock(&self.builders);
-                    let b = builders.entry((e.kind, p.version)).or_default();
+                    let b =
+                        (builders.entry((e.kind, p.version))).or_insert_with(PackBuilder::spilling);
                     b.add(e.id, e.kind, e.codec, e.raw_len as usize, sealed);
-                    (b.len() >= target).then(|| std::mem::take(b))
+                    (b.len() >= target).then(|| std::mem::replace(b, PackBuilder::spilling()))
                 };
                 self.blobs.fetch_add(1, Ordering::Relaxed);
                 if let Some(b) = full {

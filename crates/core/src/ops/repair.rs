@@ -203,12 +203,12 @@ fn salvage(
         b.add(e.id, e.kind, e.codec, e.raw_len as usize, sealed);
     }
     // The blobs keep their sealing, so the new pack is of the damaged one's format.
-    let p = b.finish(repo.key(), version);
+    let p = b.finish(repo.key(), version)?;
     if !dry_run {
         crate::store::put_content_named(
             repo.store(),
             &crate::repo::pack::pack_path(&p.id),
-            &p.bytes,
+            &p.bytes()?,
         )?;
     }
     Ok((p.id, p.entries))

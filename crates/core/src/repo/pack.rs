@@ -57,28 +57,90 @@ pub fn pack_path(id: &Id) -> String {
 }
 
 /// Accumulates sealed blobs until the pack is big enough to write.
+/// A pack being filled. In memory, or with [`PackBuilder::spilling`] in an unnamed
+/// temporary file as it fills: a backup's packs then cost memory only while they are
+/// written to the store, not while their workers fill them or they wait for a writer
+/// (seven packs of 8 MiB at once were a third of a full backup's peak; restic, too,
+/// fills its packs in temporary files).
 #[derive(Default)]
 pub struct PackBuilder {
     buf: Vec<u8>,
     entries: Vec<PackEntry>,
+    spill: Spill,
 }
+
+/// Where a [`PackBuilder`]'s blobs beyond its buffer go.
+#[derive(Default)]
+enum Spill {
+    /// Nowhere: the pack is built in memory.
+    #[default]
+    Off,
+    /// To a temporary file made when the buffer first fills.
+    On,
+    /// To `file`, which holds the pack's first `len` bytes, hashed into `hash`.
+    To {
+        file: std::fs::File,
+        len: u64,
+        hash: Box<blake3::Hasher>,
+    },
+    /// The file could not be read back when it failed: the pack, `len` bytes long, is
+    /// lost, and finishing it fails with why (never a torn pack stored).
+    Lost { len: u64, why: String },
+}
+
+/// The bytes a spilling [`PackBuilder`] keeps in memory before it writes them to its file.
+const SPILL_AT: usize = 1 << 20;
 
 /// A finished pack, ready to be stored.
 pub struct FinishedPack {
     pub id: Id,
     pub version: Version,
-    pub bytes: Vec<u8>,
+    body: Body,
     pub entries: Vec<PackEntry>,
 }
 
+/// A finished pack's bytes.
+enum Body {
+    Memory(Vec<u8>),
+    /// The whole pack, `len` bytes, in a temporary file.
+    File(std::fs::File, u64),
+}
+
+impl FinishedPack {
+    /// The pack's bytes: in memory, or read back from its file.
+    pub fn bytes(&self) -> Result<std::borrow::Cow<'_, [u8]>> {
+        use std::os::unix::fs::FileExt;
+        match &self.body {
+            Body::Memory(b) => Ok(std::borrow::Cow::Borrowed(b)),
+            Body::File(f, len) => {
+                let mut b = vec![0; *len as usize];
+                f.read_exact_at(&mut b, 0).map_err(spill_error)?;
+                Ok(std::borrow::Cow::Owned(b))
+            }
+        }
+    }
+
+    /// The pack's length in bytes.
+    pub fn size(&self) -> u64 {
+        match &self.body {
+            Body::Memory(b) => b.len() as u64,
+            Body::File(_, len) => *len,
+        }
+    }
+}
+
+fn spill_error(e: std::io::Error) -> Error {
+    Error::Resources(format!("a pack's temporary file: {e}"))
+}
+
 impl PackBuilder {
-    /// An empty pack that fills `buf` (cleared; a buffer of a pack already written, so
-    /// that its pages need not be mapped and zeroed again).
-    pub fn with_buffer(mut buf: Vec<u8>) -> PackBuilder {
-        buf.clear();
+    /// An empty pack that keeps at most about 1 MiB in memory: the rest goes to an
+    /// unnamed temporary file (in `TMPDIR`) as it fills. Built in memory if no such
+    /// file can be made.
+    pub fn spilling() -> PackBuilder {
         PackBuilder {
-            buf,
-            entries: Vec::new(),
+            spill: Spill::On,
+            ..PackBuilder::default()
         }
     }
 
@@ -87,16 +149,90 @@ impl PackBuilder {
             id,
             kind,
             codec,
-            offset: self.buf.len() as u32,
+            offset: self.len() as u32,
             stored_len: sealed.len() as u32,
             raw_len: raw_len as u32,
         });
-        self.grow_for(sealed.len());
-        self.buf.extend_from_slice(sealed);
+        self.append(sealed);
     }
 
+    /// Appends bytes to the pack: to the buffer, and the buffer to the file once it
+    /// holds [`SPILL_AT`] bytes.
+    fn append(&mut self, bytes: &[u8]) {
+        if let Spill::Lost { len, .. } = &mut self.spill {
+            *len += bytes.len() as u64;
+            return;
+        }
+        if !matches!(self.spill, Spill::Off) && self.buf.len() + bytes.len() > SPILL_AT {
+            self.spill_buffer(bytes);
+            if self.buf.is_empty() {
+                return;
+            }
+        }
+        self.grow_for(bytes.len());
+        self.buf.extend_from_slice(bytes);
+    }
+
+    /// Writes the buffer and `more` to the spill file (made the first time). When the
+    /// file cannot be made or written, the pack goes on in memory (the buffer keeps
+    /// everything not in the file; `more` is left for the caller to append).
+    fn spill_buffer(&mut self, more: &[u8]) {
+        if matches!(self.spill, Spill::On) {
+            match tempfile::tempfile() {
+                Ok(file) => {
+                    self.spill = Spill::To {
+                        file,
+                        len: 0,
+                        hash: Box::default(),
+                    }
+                }
+                Err(e) => {
+                    tracing::warn!("packs are built in memory: no temporary file: {e}");
+                    self.spill = Spill::Off;
+                    return;
+                }
+            }
+        }
+        let Spill::To { file, len, hash } = &mut self.spill else {
+            return;
+        };
+        let written = std::io::Write::write_all(file, &self.buf)
+            .and_then(|()| std::io::Write::write_all(file, more));
+        match written {
+            Ok(()) => {
+                hash.update(&self.buf);
+                hash.update(more);
+                *len += (self.buf.len() + more.len()) as u64;
+                self.buf.clear();
+            }
+            Err(e) => {
+                // What the file holds is read back; the pack goes on in memory.
+                tracing::warn!("packs are built in memory: their temporary file: {e}");
+                let mut whole = vec![0; *len as usize];
+                match std::os::unix::fs::FileExt::read_exact_at(&*file, &mut whole, 0) {
+                    Ok(()) => {
+                        whole.extend_from_slice(&self.buf);
+                        self.buf = whole;
+                        self.spill = Spill::Off;
+                    }
+                    Err(e) => {
+                        let len = *len + self.buf.len() as u64;
+                        let why = format!("a pack's temporary file could not be read back: {e}");
+                        self.spill = Spill::Lost { len, why };
+                        self.buf = Vec::new();
+                    }
+                }
+            }
+        }
+    }
+
+    /// The pack's length so far.
     pub fn len(&self) -> usize {
-        self.buf.len()
+        let spilled = match &self.spill {
+            Spill::To { len, .. } | Spill::Lost { len, .. } => *len as usize,
+            _ => 0,
+        };
+        spilled + self.buf.len()
     }
 
     /// Makes room for `more` bytes, growing in steps of at most 2 MiB rather than doubling:
@@ -116,19 +252,31 @@ impl PackBuilder {
     }
 
     /// Moves every blob of `other` into this pack, after its own.
-    pub fn absorb(&mut self, other: PackBuilder) {
-        let base = self.buf.len() as u32;
-        self.grow_for(other.buf.len());
-        self.buf.extend_from_slice(&other.buf);
+    pub fn absorb(&mut self, other: PackBuilder) -> Result<()> {
+        let base = self.len() as u32;
+        if let Spill::Lost { why, .. } = &other.spill {
+            return Err(Error::Resources(why.clone()));
+        }
+        if let Spill::To { file, len, .. } = &other.spill {
+            let mut spilled = vec![0; *len as usize];
+            std::os::unix::fs::FileExt::read_exact_at(file, &mut spilled, 0)
+                .map_err(spill_error)?;
+            self.append(&spilled);
+        }
+        self.append(&other.buf);
         self.entries
             .extend(other.entries.into_iter().map(|e| PackEntry {
                 offset: e.offset + base,
                 ..e
             }));
+        Ok(())
     }
 
     /// Seals the header onto the blobs (as `version` has it) and names the pack.
-    pub fn finish(self, key: &MasterKey, version: Version) -> FinishedPack {
+    pub fn finish(self, key: &MasterKey, version: Version) -> Result<FinishedPack> {
+        if let Spill::Lost { why, .. } = self.spill {
+            return Err(Error::Resources(why));
+        }
         let mut bytes = self.buf;
         let plain = encode_header(&self.entries, version);
         // The header's room exactly: grown by doubling, a buffer of 8 MiB of blobs would
@@ -147,12 +295,29 @@ impl PackBuilder {
                 bytes.extend_from_slice(&key.seal_ad(&len, &Object::PackTrailer.aad()));
             }
         }
-        FinishedPack {
-            id: Id::of_file(&bytes),
+        let (id, body) = match self.spill {
+            Spill::To {
+                mut file,
+                len,
+                mut hash,
+            } => {
+                std::io::Write::write_all(&mut file, &bytes).map_err(spill_error)?;
+                hash.update(&bytes);
+                let len = len + bytes.len() as u64;
+                (Id(*hash.finalize().as_bytes()), Body::File(file, len))
+            }
+            _ => (Id::of_file(&bytes), Body::Memory(bytes)),
+        };
+        // Grown by doubling: up to twice the entries' room, held until the pack is
+        // indexed (tens of thousands of entries in a pack of small messages).
+        let mut entries = self.entries;
+        entries.shrink_to_fit();
+        Ok(FinishedPack {
+            id,
             version,
-            bytes,
-            entries: self.entries,
-        }
+            body,
+            entries,
+        })
     }
 }
 
@@ -337,15 +502,75 @@ mod tests {
                 &sealed,
             );
         }
-        a.absorb(b);
-        a.absorb(PackBuilder::default());
-        let p = a.finish(&key, Version::V2);
-        let (_, h) = header_of(&p.bytes, &key, "p", &[Version::V2]).unwrap();
+        a.absorb(b).unwrap();
+        a.absorb(PackBuilder::default()).unwrap();
+        let p = a.finish(&key, Version::V2).unwrap();
+        let bytes = p.bytes().unwrap();
+        let (_, h) = header_of(&bytes, &key, "p", &[Version::V2]).unwrap();
         assert_eq!(h.len(), blobs.len());
         for (e, blob) in h.iter().zip(&blobs) {
             let at = e.offset as usize..(e.offset + e.stored_len) as usize;
-            assert_eq!(&key.open_vec(p.bytes[at].to_vec(), "blob").unwrap(), blob);
+            assert_eq!(&key.open_vec(bytes[at].to_vec(), "blob").unwrap(), blob);
             assert_eq!(e.id, key.blob_id(blob));
+        }
+    }
+
+    /// A pack filled in a temporary file holds the same blobs at the same places as one
+    /// filled in memory, also when spilled packs are joined, and is named by the hash of
+    /// its bytes; only about `SPILL_AT` of it is held in memory while it fills.
+    #[test]
+    fn a_spilled_pack_is_the_pack_built_in_memory() {
+        let key = MasterKey::random();
+        let blobs: Vec<Vec<u8>> = (0..12u32)
+            .map(|i| {
+                (0..(150_000 * i as usize + 7))
+                    .map(|j| (j as u32 * 31 + i) as u8)
+                    .collect()
+            })
+            .collect();
+        // Sealed once: sealing draws a fresh nonce.
+        let sealed: Vec<(Id, usize, Vec<u8>)> = (blobs.iter())
+            .map(|b| (key.blob_id(b), b.len(), key.seal(b)))
+            .collect();
+        let fill = |b: &mut PackBuilder, sealed: &[(Id, usize, Vec<u8>)]| {
+            for (id, len, sealed) in sealed {
+                b.add(*id, BlobKind::Data, Codec::Raw, *len, sealed);
+                assert!(b.buf.len() <= SPILL_AT || matches!(b.spill, Spill::Off));
+            }
+        };
+        let (mut memory, mut rest) = (PackBuilder::default(), PackBuilder::default());
+        fill(&mut memory, &sealed[..7]);
+        fill(&mut rest, &sealed[7..]);
+        memory.absorb(rest).unwrap();
+        let (mut spilled, mut rest) = (PackBuilder::spilling(), PackBuilder::spilling());
+        fill(&mut spilled, &sealed[..7]);
+        fill(&mut rest, &sealed[7..]);
+        let both_spilled = matches!(
+            (&spilled.spill, &rest.spill),
+            (Spill::To { .. }, Spill::To { .. })
+        );
+        assert!(both_spilled);
+        spilled.absorb(rest).unwrap();
+        let a = memory.finish(&key, Version::V2).unwrap();
+        let b = spilled.finish(&key, Version::V2).unwrap();
+        assert!(matches!(b.body, Body::File(..)));
+        let bytes = b.bytes().unwrap();
+        // The blobs, byte for byte (the headers are sealed with nonces of their own);
+        // not assert_eq!, which would print 10 MB.
+        let blobs_len: usize = sealed.iter().map(|(_, _, s)| s.len()).sum();
+        let in_memory = a.bytes().unwrap();
+        assert!(
+            in_memory[..blobs_len] == bytes[..blobs_len],
+            "the blobs differ"
+        );
+        assert_eq!(a.size(), b.size());
+        assert_eq!(b.size(), bytes.len() as u64);
+        assert_eq!(b.id, Id::of_file(&bytes));
+        assert_eq!(a.entries, b.entries);
+        let (_, h) = header_of(&bytes, &key, "p", &[Version::V2]).unwrap();
+        for (e, blob) in h.iter().zip(&blobs) {
+            let at = e.offset as usize..(e.offset + e.stored_len) as usize;
+            assert_eq!(&key.open_vec(bytes[at].to_vec(), "blob").unwrap(), blob);
         }
     }
 
@@ -374,17 +599,18 @@ mod tests {
                 &sealed,
             );
         }
-        let p = b.finish(&key, v);
-        assert_eq!(p.id, Id::of_file(&p.bytes));
+        let p = b.finish(&key, v).unwrap();
+        let bytes = p.bytes().unwrap().into_owned();
+        assert_eq!(p.id, Id::of_file(&bytes));
         let store = MemoryStore::new();
         let path = pack_path(&p.id);
-        store.put(&path, &p.bytes).unwrap();
+        store.put(&path, &bytes).unwrap();
         let both = [Version::V1, Version::V2];
-        let (got, h) = read_header(&store, &key, &path, p.bytes.len() as u64, &both).unwrap();
+        let (got, h) = read_header(&store, &key, &path, bytes.len() as u64, &both).unwrap();
         assert_eq!(got, v);
         assert_eq!(h, p.entries);
         assert_eq!(
-            header_of(&p.bytes, &key, &path, &both).unwrap(),
+            header_of(&bytes, &key, &path, &both).unwrap(),
             (v, p.entries.clone())
         );
         // A pack of the other format is refused by name.
@@ -393,7 +619,7 @@ mod tests {
         } else {
             Version::V1
         }];
-        let e = header_of(&p.bytes, &key, &path, &other)
+        let e = header_of(&bytes, &key, &path, &other)
             .unwrap_err()
             .to_string();
         assert!(e.contains(&format!("a format-{v} pack")), "{e}");
@@ -403,11 +629,11 @@ mod tests {
                 .unwrap();
             assert_eq!(&key.open(&sealed, "b").unwrap(), blob);
         }
-        let mut bad = p.bytes.clone();
+        let mut bad = bytes.clone();
         let n = bad.len();
         bad[n - 10] ^= 1;
         assert!(header_of(&bad, &key, &path, &both).is_err());
-        let mut bad = p.bytes.clone();
+        let mut bad = bytes.clone();
         bad[n - 60] ^= 1;
         assert!(header_of(&bad, &key, &path, &both).is_err());
     }

@@ -164,7 +164,7 @@ fn write_unindexed_pack(repo: &Repository, data: &[u8]) -> Id {
     let id = saver.save(BlobKind::Data, data).unwrap();
     let p = std::mem::take(&mut *lock(&saver.packers[0]));
     saver
-        .write_pack(p.finish(&repo.key, repo.version), BlobKind::Data)
+        .write_pack(p.finish(&repo.key, repo.version).unwrap(), BlobKind::Data)
         .unwrap();
     id
 }
@@ -243,7 +243,7 @@ fn unindexed_packs_are_recovered() {
     // Write the pack but not the index, as a killed run would.
     let p = std::mem::take(&mut *lock(&saver.packers[0]));
     saver
-        .write_pack(p.finish(&repo.key, repo.version), BlobKind::Data)
+        .write_pack(p.finish(&repo.key, repo.version).unwrap(), BlobKind::Data)
         .unwrap();
     drop(saver);
     let mut repo = Repository::open(store, b"pw").unwrap();
@@ -303,9 +303,9 @@ fn recovery_verifies_packs_and_ignores_junk_in_writers() {
         other.len(),
         &repo.seal_blob(BlobKind::Data, &wanted_id, other.as_slice().into()),
     );
-    let bogus = b.finish(&repo.key, repo.version);
+    let bogus = b.finish(&repo.key, repo.version).unwrap();
     store
-        .put(&pack::pack_path(&bogus.id), &bogus.bytes)
+        .put(&pack::pack_path(&bogus.id), &bogus.bytes().unwrap())
         .unwrap();
     // A good pack stored under a name that is not its hash.
     let mut b = PackBuilder::default();
@@ -318,9 +318,9 @@ fn recovery_verifies_packs_and_ignores_junk_in_writers() {
         third.len(),
         &repo.seal_blob(BlobKind::Data, &third_id, third.as_slice().into()),
     );
-    let renamed = b.finish(&repo.key, repo.version);
+    let renamed = b.finish(&repo.key, repo.version).unwrap();
     store
-        .put(&pack::pack_path(&Id([0xab; 32])), &renamed.bytes)
+        .put(&pack::pack_path(&Id([0xab; 32])), &renamed.bytes().unwrap())
         .unwrap();
 
     gone_writer_record(&repo, &store);

@@ -65,22 +65,21 @@ pub struct BlobSaver<'r> {
 /// VM's disk; on S3 its upload) no longer stalls a worker. A network store gets four
 /// writers, at most one pack each waiting in the queue; a local disk one writer and one
 /// pack waiting (it writes a pack in far less time than the workers take to fill the
-/// next), so memory stays bounded: a pack of small messages is its 8 MiB of blobs and a
-/// header of 46 bytes a blob, and a full backup of 1.5 million messages held ten of them
-/// with two writers, two packs queued and four spare buffers (now: none spare locally).
+/// next). Packs are filled and wait in temporary files ([`PackBuilder::spilling`]): a
+/// pack is in memory only while a writer stores it (a full backup of 1.5 million messages
+/// once held ten packs of 8 MiB in memory, with two writers, two packs queued and four
+/// spare buffers; then seven, as the workers filled theirs and waited for the queue).
 struct PackWriters {
     tx: std::sync::mpsc::SyncSender<(FinishedPack, BlobKind)>,
     threads: Vec<std::thread::JoinHandle<()>>,
     done: Arc<WritersDone>,
 }
 
-/// What the pack writers did: the packs written and their bytes, or the first error;
-/// and the buffers of packs written, for the next ones.
+/// What the pack writers did: the packs written and their bytes, or the first error.
 #[derive(Default)]
 struct WritersDone {
     packs: Mutex<Vec<(IndexedPack, u64)>>,
     error: Mutex<Option<Error>>,
-    spare: Mutex<Vec<Vec<u8>>>,
 }
 
 impl PackWriters {
@@ -90,7 +89,6 @@ impl PackWriters {
         } else {
             1
         };
-        let spares = if n > 1 { n } else { 0 };
         let (tx, rx) = std::sync::mpsc::sync_channel::<(FinishedPack, BlobKind)>(n);
         let rx = Arc::new(Mutex::new(rx));
         let done = Arc::new(WritersDone::default());
@@ -106,19 +104,7 @@ impl PackWriters {
                             continue; // the backup fails anyway: drain the queue
                         }
                         match put_pack(&*store, p, kind) {
-                            Ok((indexed, buf)) => {
-                                lock(&done.packs).push((indexed, buf.len() as u64));
-                                // Mapped pages, for a pack to come (a fresh buffer costs a
-                                // page fault and a zeroed page per 4 KiB): for a network
-                                // store, whose packs come fast, as many as there are
-                                // writers, each a pack's worth of memory. A local disk
-                                // keeps none: a fresh 10 MB pack costs ~2 ms of faults,
-                                // a spare 10 MB of a backup's peak.
-                                let mut spare = lock(&done.spare);
-                                if spare.len() < spares {
-                                    spare.push(buf);
-                                }
-                            }
+                            Ok(written) => lock(&done.packs).push(written),
                             Err(e) => {
                                 lock(&done.error).get_or_insert(e);
                             }
@@ -141,22 +127,19 @@ impl PackWriters {
 }
 
 /// Puts a finished pack; content-named, so one already there is the same bytes. Returns
-/// its index entry and its buffer (for the next pack).
-fn put_pack(
-    store: &dyn Backend,
-    p: FinishedPack,
-    kind: BlobKind,
-) -> Result<(IndexedPack, Vec<u8>)> {
-    match store.put_pack(&pack::pack_path(&p.id), &p.bytes, kind.into()) {
+/// its index entry and its length.
+fn put_pack(store: &dyn Backend, p: FinishedPack, kind: BlobKind) -> Result<(IndexedPack, u64)> {
+    match store.put_pack(&pack::pack_path(&p.id), &p.bytes()?, kind.into()) {
         Err(Error::AlreadyExists(_)) | Ok(()) => {}
         Err(e) => return Err(e),
     }
+    let len = p.size();
     let indexed = IndexedPack {
         id: p.id,
         version: p.version,
         entries: p.entries,
     };
-    Ok((indexed, p.bytes))
+    Ok((indexed, len))
 }
 
 impl<'r> BlobSaver<'r> {
@@ -166,7 +149,7 @@ impl<'r> BlobSaver<'r> {
             compression,
             saved: saved::SavedIds::default(),
             packers: (0..=DATA_PACKERS)
-                .map(|_| Mutex::new(PackBuilder::default()))
+                .map(|_| Mutex::new(PackBuilder::spilling()))
                 .collect(),
             written: Mutex::new(Vec::new()),
             stats: SaveStats::default(),
@@ -271,16 +254,14 @@ impl<'r> BlobSaver<'r> {
             let mut p = lock(&self.packers[slot]);
             p.add(id, kind, codec, data.len(), &sealed);
             if p.len() >= self.pack_target(kind) {
-                let spare = (lock(&self.writers).as_ref())
-                    .and_then(|w| lock(&w.done.spare).pop())
-                    .unwrap_or_default();
-                Some(std::mem::replace(&mut *p, PackBuilder::with_buffer(spare)))
+                Some(std::mem::replace(&mut *p, PackBuilder::spilling()))
             } else {
                 None
             }
         };
         if let Some(p) = full {
-            self.write_pack(p.finish(&self.repo.key, self.repo.version), kind)?;
+            let p = p.finish(&self.repo.key, self.repo.version);
+            self.write_pack(p.map_err(|e| self.pack_failed(e))?, kind)?;
         }
         Ok(true)
     }
@@ -319,9 +300,9 @@ impl<'r> BlobSaver<'r> {
             },
             None => p,
         };
-        let (indexed, buf) =
+        let (indexed, len) =
             put_pack(self.repo.store(), p, kind).map_err(|e| self.pack_failed(e))?;
-        self.record(indexed, buf.len() as u64);
+        self.record(indexed, len);
         self.index_batch_if_full()
     }
 
@@ -409,22 +390,20 @@ impl<'r> BlobSaver<'r> {
         // The data packers' partly filled packs are joined into as few packs as fit the
         // pack size: one object instead of one per worker (a small incremental backup
         // writes one data pack, not four).
-        let mut data = PackBuilder::default();
+        let (key, version) = (&self.repo.key, self.repo.version);
+        let mut data = PackBuilder::spilling();
         for packer in &self.packers[..DATA_PACKERS] {
             let p = std::mem::take(&mut *lock(packer));
             if !data.is_empty() && data.len() + p.len() > self.repo.config.pack_size as usize {
-                let full = std::mem::take(&mut data);
-                self.write_pack(
-                    full.finish(&self.repo.key, self.repo.version),
-                    BlobKind::Data,
-                )?;
+                let full = std::mem::replace(&mut data, PackBuilder::spilling());
+                self.write_pack(full.finish(key, version)?, BlobKind::Data)?;
             }
-            data.absorb(p);
+            data.absorb(p)?;
         }
         let trees = std::mem::take(&mut *lock(&self.packers[DATA_PACKERS]));
         for (p, kind) in [(data, BlobKind::Data), (trees, BlobKind::Tree)] {
             if !p.is_empty() {
-                self.write_pack(p.finish(&self.repo.key, self.repo.version), kind)?;
+                self.write_pack(p.finish(key, version)?, kind)?;
             }
         }
         // Every pack is in the store before the index that names them.
