@@ -18,6 +18,26 @@ pub(crate) fn for_each_parallel(n: usize, threads: usize, name: &str, f: impl Fn
     });
 }
 
+/// Runs `f(0..n)` on the current rayon pool as one task per thread, each taking the next
+/// index: at most that many `f` run at once. (A `par_iter` would let a thread that waits
+/// inside one `f`, for work of its own it handed to the pool, start another `f` on top of
+/// it: a backup's thread then held the listings of up to four folders at once.)
+pub(crate) fn for_each_in_pool(n: usize, f: impl Fn(usize) + Sync) {
+    let next = AtomicUsize::new(0);
+    let (next, f) = (&next, &f);
+    rayon::scope(|s| {
+        for _ in 0..rayon::current_num_threads().clamp(1, n.max(1)) {
+            s.spawn(move |_| loop {
+                let i = next.fetch_add(1, Relaxed);
+                if i >= n {
+                    break;
+                }
+                f(i);
+            });
+        }
+    });
+}
+
 /// `s.spawn(f)` with a thread name (for profilers and debuggers).
 pub(crate) fn spawn_named<'s, 'e: 's, F: FnOnce() + Send + 's>(
     s: &'s std::thread::Scope<'s, 'e>,

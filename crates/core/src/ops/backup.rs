@@ -306,7 +306,11 @@ fn backup_accounts<S: Source>(
             }
         }
     };
-    let mut refs: Vec<(usize, Option<AccountRef>)> = match source.parallelism() {
+    // An account a thread (or session) at a time, largest first.
+    let slots: Vec<Mutex<Option<AccountRef>>> =
+        accounts.iter().map(|_| Mutex::new(None)).collect();
+    let run = |k: usize| *lock(&slots[order[k]]) = one(order[k]);
+    match source.parallelism() {
         Parallelism::Pool { jobs } => {
             let pool = rayon::ThreadPoolBuilder::new()
                 .num_threads(jobs)
@@ -314,30 +318,15 @@ fn backup_accounts<S: Source>(
                 .map_err(|e| {
                     Error::InvalidInput(format!("cannot start {jobs} worker threads: {e}"))
                 })?;
-            pool.install(|| {
-                order
-                    .par_iter()
-                    .with_max_len(1)
-                    .map(|&i| (i, one(i)))
-                    .collect()
-            })
+            pool.install(|| crate::parallel::for_each_in_pool(order.len(), run));
         }
         Parallelism::Sessions { accounts: n, .. } => {
-            let slots: Vec<Mutex<Option<AccountRef>>> =
-                accounts.iter().map(|_| Mutex::new(None)).collect();
-            crate::parallel::for_each_parallel(order.len(), n, "imap-account", |k| {
-                let i = order[k];
-                *lock(&slots[i]) = one(i);
-            });
-            slots
-                .into_iter()
-                .map(|m| m.into_inner().unwrap_or_else(|p| p.into_inner()))
-                .enumerate()
-                .collect()
+            crate::parallel::for_each_parallel(order.len(), n, "imap-account", run);
         }
-    };
-    refs.sort_unstable_by_key(|(i, _)| *i);
-    Ok(refs.into_iter().filter_map(|(_, r)| r).collect())
+    }
+    Ok((slots.into_iter())
+        .filter_map(|m| m.into_inner().unwrap_or_else(|p| p.into_inner()))
+        .collect())
 }
 
 fn backup_account<S: Source>(
@@ -376,8 +365,12 @@ fn backup_account<S: Source>(
     let mut folders: Vec<FolderNode> = match source.parallelism() {
         Parallelism::Pool { .. } => {
             source.close(session);
-            (listing.folders.par_iter())
-                .filter_map(|f| match source.open(acc) {
+            // A folder a thread at a time: each holds its folder's listing.
+            let nodes: Vec<Mutex<Option<FolderNode>>> =
+                listing.folders.iter().map(|_| Mutex::new(None)).collect();
+            crate::parallel::for_each_in_pool(listing.folders.len(), |i| {
+                let f = &listing.folders[i];
+                *lock(&nodes[i]) = match source.open(acc) {
                     Ok(mut s) => {
                         let n = folder(&mut s, f);
                         source.close(s);
@@ -387,7 +380,10 @@ fn backup_account<S: Source>(
                         ctx.failures.fail(source.folder_item(acc, f), e);
                         None
                     }
-                })
+                };
+            });
+            (nodes.into_iter())
+                .filter_map(|m| m.into_inner().unwrap_or_else(|p| p.into_inner()))
                 .collect()
         }
         Parallelism::Sessions { sessions, .. } => folders_over_sessions(
