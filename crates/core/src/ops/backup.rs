@@ -307,8 +307,7 @@ fn backup_accounts<S: Source>(
         }
     };
     // An account a thread (or session) at a time, largest first.
-    let slots: Vec<Mutex<Option<AccountRef>>> =
-        accounts.iter().map(|_| Mutex::new(None)).collect();
+    let slots: Vec<Mutex<Option<AccountRef>>> = accounts.iter().map(|_| Mutex::new(None)).collect();
     let run = |k: usize| *lock(&slots[order[k]]) = one(order[k]);
     match source.parallelism() {
         Parallelism::Pool { jobs } => {

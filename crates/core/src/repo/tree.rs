@@ -118,7 +118,7 @@ pub struct FolderNode {
 
 /// A node of a folder's chunk tree: a leaf holds a run of the folder's chunks, an inner
 /// node the ids of its children (nodes one level down), all in key order. Each level is
-/// cut into nodes at content-defined points ([`list_boundaries`] on the chunks' `entries`
+/// cut into nodes at content-defined points ([`node_boundaries`] on the chunks' `entries`
 /// ids, then on the nodes' ids), as a prolly tree is: one message more changes one chunk,
 /// so one leaf and the nodes above it, and an unchanged folder encodes to the same nodes.
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq, Default)]
@@ -721,9 +721,76 @@ pub fn list_boundaries(ids: &[Id]) -> Vec<std::ops::Range<usize>> {
     out
 }
 
+/// A chunk-tree node holds at least this many ids (chunks in a leaf, children in an inner
+/// node) before it may end ...
+pub const NODE_MIN_IDS: usize = 8;
+/// ... and always ends at this many: a leaf is at most 6 KiB of chunk references, an
+/// inner node at most 3 KiB of ids.
+pub const NODE_MAX_IDS: usize = 96;
+
+/// Cuts a level of a folder's chunk tree (the chunks' `entries` ids for the leaves, then
+/// each level's node ids) into nodes. A node ends after an id whose first two bytes
+/// (little endian) are 0 modulo 128 while it holds fewer than 32 ids, modulo 16 up to 64,
+/// modulo 4 from then on, and always at [`NODE_MAX_IDS`]; never below [`NODE_MIN_IDS`].
+/// The odds of an end grow with the node, as FastCDC's normalized chunking and Dolt's
+/// prolly trees have them: nodes of ~45 ids, seldom many more, so that a changed chunk
+/// rewrites a node of a few KB, never the 64 KB of a 1,024-id list (one new message in a
+/// large folder was up to 19 KB of new tree blobs with [`list_boundaries`]' geometric
+/// sizes). Every end depends only on the ids since the last one, so an edit changes the
+/// nodes around it and the nodes after it are cut as before.
+pub fn node_boundaries(ids: &[Id]) -> Vec<std::ops::Range<usize>> {
+    let mut out = Vec::new();
+    let mut start = 0;
+    for (i, id) in ids.iter().enumerate() {
+        let len = i + 1 - start;
+        let modulo = match len {
+            ..32 => 128,
+            32..64 => 16,
+            _ => 4,
+        };
+        let cut = u16::from_le_bytes([id.0[0], id.0[1]]).is_multiple_of(modulo);
+        if (cut && len >= NODE_MIN_IDS) || len >= NODE_MAX_IDS {
+            out.push(start..i + 1);
+            start = i + 1;
+        }
+    }
+    if start < ids.len() {
+        out.push(start..ids.len());
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Chunk-tree nodes hold ~45 ids, none over the maximum and few at it (an end forced
+    /// by the maximum is not content-defined); the cuts after an inserted id are the
+    /// cuts before it.
+    #[test]
+    fn chunk_tree_nodes_are_cut_near_their_average() {
+        let ids: Vec<Id> = (0..200_000u32)
+            .map(|i| Id::of_file(&i.to_le_bytes()))
+            .collect();
+        let cuts = node_boundaries(&ids);
+        let lens: Vec<usize> = cuts.iter().map(|r| r.len()).collect();
+        let avg = ids.len() as f64 / cuts.len() as f64;
+        assert!((35.0..55.0).contains(&avg), "{avg} ids a node");
+        assert!(lens.iter().all(|&n| n <= NODE_MAX_IDS));
+        let at_max = lens.iter().filter(|&&n| n == NODE_MAX_IDS).count();
+        assert!(
+            at_max * 1000 < cuts.len(),
+            "{at_max} of {} nodes at the maximum",
+            cuts.len()
+        );
+        let mut more = ids.clone();
+        more.insert(100_000, Id::of_file(b"new"));
+        let ends = |c: &[std::ops::Range<usize>], from: usize| -> Vec<usize> {
+            c.iter().map(|r| r.end).filter(|&e| e > from).collect()
+        };
+        let (before, after) = (ends(&cuts, 100_200), ends(&node_boundaries(&more), 100_201));
+        assert_eq!(before.iter().map(|e| e + 1).collect::<Vec<_>>(), after);
+    }
 
     /// A version-2 or -3 folder holding `file`.
     fn old_folder<F>(file: F) -> old::FolderNode<F> {

@@ -206,12 +206,12 @@ mod tests {
         Repository::init(store.clone(), b"pw", &fast_init()).unwrap();
         let repo = Repository::open(store.clone(), b"pw").unwrap();
         let saver = BlobSaver::new(&repo, Compression::Zstd);
-        // More chunks than a chunk-tree leaf holds, so that the chunk tree has two leaves
-        // whatever the repository's key (leaves are cut at chunk ids, which are keyed: with
-        // 8,000 messages one in twenty repositories had a single leaf and no tree).
-        let inbox: Vec<MessageEntry> = (0..48_000).map(|i| test_entry(i, "S")).collect();
+        // More chunks than a chunk-tree leaf holds at most, so that the chunk tree has two
+        // leaves whatever the repository's key (leaves are cut at chunk ids, which are
+        // keyed: below the maximum, some repositories' folder would be a single leaf).
+        let inbox: Vec<MessageEntry> = (0..8_000).map(|i| test_entry(i, "S")).collect();
         assert!(
-            crate::repo::tree::chunk_boundaries(&inbox).len() > crate::repo::tree::LIST_MAX_IDS
+            crate::repo::tree::chunk_boundaries(&inbox).len() > crate::repo::tree::NODE_MAX_IDS
         );
         let mut copy = test_entry(17, "F");
         copy.mode = 0o640;

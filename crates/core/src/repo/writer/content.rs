@@ -239,11 +239,11 @@ impl<'s> EntryStream<'s> {
 
 /// Saves `chunks` (a folder's, in key order) as a [`ChunkTree`](tree::ChunkTree) when
 /// they are cut into more than one leaf; otherwise they stay in the folder's node. Each
-/// level is cut at content-defined points ([`tree::list_boundaries`]) and saved, then the
+/// level is cut at content-defined points ([`tree::node_boundaries`]) and saved, then the
 /// next one over its nodes' ids, until one node is left: the root.
 pub fn save_chunk_tree(saver: &BlobSaver, chunks: Vec<ChunkRef>) -> Result<SavedChunks> {
     let at: Vec<Id> = chunks.iter().map(|c| c.entries).collect();
-    let cuts = tree::list_boundaries(&at);
+    let cuts = tree::node_boundaries(&at);
     if cuts.len() <= 1 {
         return Ok(SavedChunks {
             chunks,
@@ -260,7 +260,7 @@ pub fn save_chunk_tree(saver: &BlobSaver, chunks: Vec<ChunkRef>) -> Result<Saved
         })?);
     }
     loop {
-        let cuts = tree::list_boundaries(&level);
+        let cuts = tree::node_boundaries(&level);
         let mut up = Vec::with_capacity(cuts.len());
         for r in &cuts {
             up.push(save(&tree::ChunkTree {
