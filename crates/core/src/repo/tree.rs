@@ -705,12 +705,18 @@ impl TreeBlob for ContentList {
 /// Cuts a file's data blob ids into [`ContentList`]s: a list ends after an id whose first
 /// two bytes are 0 modulo [`LIST_AVG_IDS`], within [`LIST_MIN_IDS`] and [`LIST_MAX_IDS`].
 pub fn list_boundaries(ids: &[Id]) -> Vec<std::ops::Range<usize>> {
+    cut_ids(ids, |id, len| {
+        (first_u16(id).is_multiple_of(LIST_AVG_IDS) && len >= LIST_MIN_IDS) || len >= LIST_MAX_IDS
+    })
+}
+
+/// Cuts `ids` into runs, each ending after the id for which `ends(id, ids in the run so
+/// far)` holds (and at the end).
+fn cut_ids(ids: &[Id], ends: impl Fn(&Id, usize) -> bool) -> Vec<std::ops::Range<usize>> {
     let mut out = Vec::new();
     let mut start = 0;
     for (i, id) in ids.iter().enumerate() {
-        let len = i + 1 - start;
-        let cut = u16::from_le_bytes([id.0[0], id.0[1]]).is_multiple_of(LIST_AVG_IDS);
-        if (cut && len >= LIST_MIN_IDS) || len >= LIST_MAX_IDS {
+        if ends(id, i + 1 - start) {
             out.push(start..i + 1);
             start = i + 1;
         }
@@ -719,6 +725,11 @@ pub fn list_boundaries(ids: &[Id]) -> Vec<std::ops::Range<usize>> {
         out.push(start..ids.len());
     }
     out
+}
+
+/// An id's first two bytes, little endian: where content-defined cuts look.
+fn first_u16(id: &Id) -> u16 {
+    u16::from_le_bytes([id.0[0], id.0[1]])
 }
 
 /// A chunk-tree node holds at least this many ids (chunks in a leaf, children in an inner
@@ -739,25 +750,14 @@ pub const NODE_MAX_IDS: usize = 96;
 /// sizes). Every end depends only on the ids since the last one, so an edit changes the
 /// nodes around it and the nodes after it are cut as before.
 pub fn node_boundaries(ids: &[Id]) -> Vec<std::ops::Range<usize>> {
-    let mut out = Vec::new();
-    let mut start = 0;
-    for (i, id) in ids.iter().enumerate() {
-        let len = i + 1 - start;
+    cut_ids(ids, |id, len| {
         let modulo = match len {
             ..32 => 128,
             32..64 => 16,
             _ => 4,
         };
-        let cut = u16::from_le_bytes([id.0[0], id.0[1]]).is_multiple_of(modulo);
-        if (cut && len >= NODE_MIN_IDS) || len >= NODE_MAX_IDS {
-            out.push(start..i + 1);
-            start = i + 1;
-        }
-    }
-    if start < ids.len() {
-        out.push(start..ids.len());
-    }
-    out
+        (first_u16(id).is_multiple_of(modulo) && len >= NODE_MIN_IDS) || len >= NODE_MAX_IDS
+    })
 }
 
 #[cfg(test)]

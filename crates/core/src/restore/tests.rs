@@ -595,7 +595,7 @@ mod spans {
     #[test]
     fn a_full_target_is_given_up_on_its_first_failure() {
         use crate::dest::{AccountInfo, Caps, FolderInfo, Item, Message, RestoreFailures};
-        use crate::dest::{Order, Outcome, Target};
+        use crate::dest::{Outcome, Target};
         use std::io::ErrorKind;
         use std::sync::atomic::AtomicUsize;
 
@@ -608,20 +608,7 @@ mod spans {
             type Account = ();
             type Folder = ();
             fn caps(&self) -> Caps {
-                Caps {
-                    order: Order::Any,
-                    jobs: 1,
-                    open_folders: usize::MAX,
-                    accounts: 1,
-                    lanes: 1,
-                    batch_messages: 1,
-                    batch_bytes: 0,
-                    lane_messages: 0,
-                    folder_files: false,
-                    keywords: false,
-                    hard_links: false,
-                    parts: false,
-                }
+                NO_CAPS
             }
             fn open_account(&self, _: &AccountInfo) -> crate::Result<()> {
                 Ok(())
