@@ -163,20 +163,21 @@ impl PackBuilder {
             *len += bytes.len() as u64;
             return;
         }
-        if !matches!(self.spill, Spill::Off) && self.buf.len() + bytes.len() > SPILL_AT {
-            self.spill_buffer(bytes);
-            if self.buf.is_empty() {
-                return;
-            }
+        if !matches!(self.spill, Spill::Off)
+            && self.buf.len() + bytes.len() > SPILL_AT
+            && self.spill_buffer(bytes)
+        {
+            return;
         }
         self.grow_for(bytes.len());
         self.buf.extend_from_slice(bytes);
     }
 
-    /// Writes the buffer and `more` to the spill file (made the first time). When the
-    /// file cannot be made or written, the pack goes on in memory (the buffer keeps
-    /// everything not in the file; `more` is left for the caller to append).
-    fn spill_buffer(&mut self, more: &[u8]) {
+    /// Writes the buffer and `more` to the spill file (made the first time); whether
+    /// `more` is taken. When the file cannot be made or written, the pack goes on in
+    /// memory: the buffer then holds everything not in the file, and `more` is left for
+    /// the caller to append.
+    fn spill_buffer(&mut self, more: &[u8]) -> bool {
         if matches!(self.spill, Spill::On) {
             match tempfile::tempfile() {
                 Ok(file) => {
@@ -189,12 +190,12 @@ impl PackBuilder {
                 Err(e) => {
                     tracing::warn!("packs are built in memory: no temporary file: {e}");
                     self.spill = Spill::Off;
-                    return;
+                    return false;
                 }
             }
         }
         let Spill::To { file, len, hash } = &mut self.spill else {
-            return;
+            return false;
         };
         let written = std::io::Write::write_all(file, &self.buf)
             .and_then(|()| std::io::Write::write_all(file, more));
@@ -204,6 +205,7 @@ impl PackBuilder {
                 hash.update(more);
                 *len += (self.buf.len() + more.len()) as u64;
                 self.buf.clear();
+                true
             }
             Err(e) => {
                 // What the file holds is read back; the pack goes on in memory.
@@ -214,12 +216,14 @@ impl PackBuilder {
                         whole.extend_from_slice(&self.buf);
                         self.buf = whole;
                         self.spill = Spill::Off;
+                        false
                     }
                     Err(e) => {
-                        let len = *len + self.buf.len() as u64;
+                        let len = *len + (self.buf.len() + more.len()) as u64;
                         let why = format!("a pack's temporary file could not be read back: {e}");
                         self.spill = Spill::Lost { len, why };
                         self.buf = Vec::new();
+                        true
                     }
                 }
             }
@@ -571,6 +575,51 @@ mod tests {
         for (e, blob) in h.iter().zip(&blobs) {
             let at = e.offset as usize..(e.offset + e.stored_len) as usize;
             assert_eq!(&key.open_vec(bytes[at].to_vec(), "blob").unwrap(), blob);
+        }
+    }
+
+    /// A pack whose temporary file cannot be written (`/dev/full`: every write fails with
+    /// "no space left") goes on in memory and loses nothing: the first blob, larger than
+    /// the buffer, is in it too.
+    #[test]
+    fn a_pack_whose_file_fails_goes_on_in_memory() {
+        let key = MasterKey::random();
+        let full = std::fs::OpenOptions::new()
+            .write(true)
+            .read(true)
+            .open("/dev/full");
+        let Ok(file) = full else {
+            return; // no /dev/full here
+        };
+        let mut b = PackBuilder::spilling();
+        b.spill = Spill::To {
+            file,
+            len: 0,
+            hash: Box::default(),
+        };
+        let blobs: Vec<Vec<u8>> = [1_500_000usize, 300, 900_000]
+            .iter()
+            .map(|&n| vec![n as u8; n])
+            .collect();
+        for blob in &blobs {
+            let sealed = key.seal(blob);
+            b.add(
+                key.blob_id(blob),
+                BlobKind::Data,
+                Codec::Raw,
+                blob.len(),
+                &sealed,
+            );
+        }
+        assert!(matches!(b.spill, Spill::Off));
+        let p = b.finish(&key, Version::V2).unwrap();
+        let bytes = p.bytes().unwrap();
+        assert_eq!(p.id, Id::of_file(&bytes));
+        let (_, h) = header_of(&bytes, &key, "p", &[Version::V2]).unwrap();
+        assert_eq!(h.len(), blobs.len());
+        for (e, blob) in h.iter().zip(&blobs) {
+            let at = e.offset as usize..(e.offset + e.stored_len) as usize;
+            assert!(&key.open_vec(bytes[at].to_vec(), "blob").unwrap() == blob);
         }
     }
 
