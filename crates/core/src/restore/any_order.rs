@@ -152,10 +152,12 @@ fn read_window<T: Target>(ctx: &Ctx<T>, jobs: Vec<Job<T::Folder>>) {
                     ctx.n.files_not_tried.fetch_add(1, Relaxed);
                 }
                 What::Piece { file, .. } => {
-                    // Not written whole: the target drops what it has of it.
-                    file.failed.store(true, Relaxed);
-                    if file.left.fetch_sub(1, Relaxed) == 1 {
+                    // Counted once (unless it failed before, and is listed); not written
+                    // whole, so the target drops what it has of it.
+                    if !file.failed.swap(true, Relaxed) {
                         ctx.n.files_not_tried.fetch_add(1, Relaxed);
+                    }
+                    if file.left.fetch_sub(1, Relaxed) == 1 {
                         let _ = ctx.target.finish_file(j.folder, &file.entry, false);
                     }
                 }
