@@ -621,7 +621,7 @@ fn a_large_folder_keeps_its_chunks_in_a_tree_that_changes_where_the_folder_does(
     for (what, entries, most_blobs, most_bytes) in [
         // A chunk cut where one ended before (or two joined) is two chunks of two blobs
         // each; a chunk tree of ~14 leaves of ~45 chunks (nodes of at most 96 ids, 6 KB)
-        // has one inner node over them. Seen in 850 repositories: at most 5 blobs and
+        // has one inner node over them. Seen in ~700 repositories: at most 5 blobs and
         // 5.1 KB for one message more; 7 blobs and 16.1 KB for one less (the key that
         // ended a chunk removed joins it with the next, and their leaves may join too);
         // 13 blobs and 20 KB for forty.
