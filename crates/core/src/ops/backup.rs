@@ -307,9 +307,8 @@ fn backup_accounts<S: Source>(
         }
     };
     // An account a thread (or session) at a time, largest first.
-    let slots: Vec<Mutex<Option<AccountRef>>> = accounts.iter().map(|_| Mutex::new(None)).collect();
-    let run = |k: usize| *lock(&slots[order[k]]) = one(order[k]);
-    match source.parallelism() {
+    let run = |k: usize| one(order[k]).map(|r| (order[k], r));
+    let mut refs: Vec<(usize, AccountRef)> = match source.parallelism() {
         Parallelism::Pool { jobs } => {
             let pool = rayon::ThreadPoolBuilder::new()
                 .num_threads(jobs)
@@ -317,15 +316,17 @@ fn backup_accounts<S: Source>(
                 .map_err(|e| {
                     Error::InvalidInput(format!("cannot start {jobs} worker threads: {e}"))
                 })?;
-            pool.install(|| crate::parallel::for_each_in_pool(order.len(), run));
+            pool.install(|| crate::parallel::map_in_pool(order.len(), run))
         }
         Parallelism::Sessions { accounts: n, .. } => {
-            crate::parallel::for_each_parallel(order.len(), n, "imap-account", run);
+            crate::parallel::map_parallel(order.len(), n, "imap-account", run)
         }
     }
-    Ok((slots.into_iter())
-        .filter_map(|m| m.into_inner().unwrap_or_else(|p| p.into_inner()))
-        .collect())
+    .into_iter()
+    .flatten()
+    .collect();
+    refs.sort_unstable_by_key(|(i, _)| *i);
+    Ok(refs.into_iter().map(|(_, r)| r).collect())
 }
 
 fn backup_account<S: Source>(
@@ -365,11 +366,9 @@ fn backup_account<S: Source>(
         Parallelism::Pool { .. } => {
             source.close(session);
             // A folder a thread at a time: each holds its folder's listing.
-            let nodes: Vec<Mutex<Option<FolderNode>>> =
-                listing.folders.iter().map(|_| Mutex::new(None)).collect();
-            crate::parallel::for_each_in_pool(listing.folders.len(), |i| {
+            let nodes = crate::parallel::map_in_pool(listing.folders.len(), |i| {
                 let f = &listing.folders[i];
-                *lock(&nodes[i]) = match source.open(acc) {
+                match source.open(acc) {
                     Ok(mut s) => {
                         let n = folder(&mut s, f);
                         source.close(s);
@@ -379,11 +378,9 @@ fn backup_account<S: Source>(
                         ctx.failures.fail(source.folder_item(acc, f), e);
                         None
                     }
-                };
+                }
             });
-            (nodes.into_iter())
-                .filter_map(|m| m.into_inner().unwrap_or_else(|p| p.into_inner()))
-                .collect()
+            nodes.into_iter().flatten().collect()
         }
         Parallelism::Sessions { sessions, .. } => folders_over_sessions(
             ctx,

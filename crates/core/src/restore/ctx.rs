@@ -133,11 +133,17 @@ impl Tally {
     /// A write of `n` messages failed: listed, unless the target was already given up on
     /// (then counted as not tried); a failure every later write would share gives it up.
     pub(super) fn write_failed(&self, item: impl FnOnce() -> String, e: Error, n: u64) {
-        if e.stops_writes() && self.stopped.swap(true, Relaxed) {
+        if self.given_up_before(&e) {
             self.not_tried(n);
         } else {
             self.fail_items(item(), e, n);
         }
+    }
+
+    /// Whether `e` gives the target up ([`Error::stops_writes`]) and an earlier failure
+    /// already did (then `e` is not listed: the first one says why).
+    fn given_up_before(&self, e: &Error) -> bool {
+        e.stops_writes() && self.stopped.swap(true, Relaxed)
     }
 
     /// Whether the target was given up on ([`Tally::write_failed`]).
@@ -153,7 +159,7 @@ impl Tally {
 
     /// A folder file's write failed: as [`Tally::write_failed`], for a file.
     pub(super) fn file_failed(&self, item: impl FnOnce() -> String, e: Error) {
-        if e.stops_writes() && self.stopped.swap(true, Relaxed) {
+        if self.given_up_before(&e) {
             self.files_not_tried.fetch_add(1, Relaxed);
         } else {
             self.failures.add(item(), e);
