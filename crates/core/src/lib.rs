@@ -15,6 +15,7 @@ pub mod parallel;
 pub mod repo;
 pub mod report;
 pub mod restore;
+pub mod search;
 pub mod source;
 pub mod store;
 #[cfg(feature = "testing")]
