@@ -58,7 +58,11 @@ fn summary_fields(data: &[u8]) -> Vec<u8> {
 /// four characters. Written by hand because mail-parser 0.11 drops the last one or two
 /// bytes of an unpadded word (`=?utf-8?B?eHB0bw?=` gives `xpt`), which RFC 2047 writers
 /// such as Python's `email` and many MUAs produce; everything else is left as it is.
-fn pad_base64_words(head: &[u8]) -> Vec<u8> {
+/// A word's end (`?=`) is looked for within 1024 bytes of its start, so a header of
+/// many unterminated `=?` takes linear time. The search index's extraction uses it too.
+pub(crate) fn pad_base64_words(head: &[u8]) -> Vec<u8> {
+    // Longer than RFC 2047's 75 characters: some writers ignore that limit.
+    const MAX_WORD: usize = 1024;
     let mut out = Vec::with_capacity(head.len() + 8);
     let mut rest = head;
     while let Some(start) = find(rest, b"=?") {
@@ -72,7 +76,7 @@ fn pad_base64_words(head: &[u8]) -> Vec<u8> {
                 return None;
             }
             let payload = cs_end + 3;
-            let end = payload + find(&word[payload..], b"?=")?;
+            let end = payload + find(word.get(payload..word.len().min(MAX_WORD))?, b"?=")?;
             Some((payload, end))
         })();
         let Some((payload, end)) = parsed else {

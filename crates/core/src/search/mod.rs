@@ -1,1 +1,2 @@
+pub mod extract;
 pub mod query;

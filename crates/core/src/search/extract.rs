@@ -1,0 +1,364 @@
+//! What of a message the search index holds: its addresses, subject, date, the decoded text
+//! of its text parts and its attachments' file names, read with mail-parser (the one message
+//! parser of the engine). Pure: bytes in, a [`Document`] out.
+//!
+//! - Headers: From and Sender go to [`Document::from`]; To, Cc, Bcc and Delivered-To (every
+//!   occurrence of each) to [`Document::to`], as display names and addresses separated by
+//!   spaces. The Subject is decoded (RFC 2047, in any charset the WHATWG encoding standard
+//!   lists). The Date header gives [`Document::date`] when it is a valid date.
+//! - Body: every text part in MIME order, decoded (quoted-printable, base64, charset):
+//!   `text/plain` and other `text/*` parts as they are, `text/html` reduced to its text (no
+//!   tags, comments, nor anything of `<script>`, `<style>`, `<head>` or `<template>`;
+//!   character references decoded; see `html.rs`).
+//!   Both sides of a `multipart/alternative` are read, so a word only in the HTML is found.
+//!   Text attachments (`text/*` with a file name) count as text; the content of any other
+//!   attachment (images, PDFs, `application/*`) is skipped, even when mail-parser falls back
+//!   to showing a broken one as text. A forwarded message (`message/rfc822`) adds its
+//!   Subject, From and To to the body, then its own parts, down to [`MAX_NESTING`] levels.
+//!   Parts are separated by a line break.
+//! - Attachments: [`Document::filenames`] holds every part's file name (the
+//!   Content-Disposition `filename`, else the Content-Type `name`; RFC 2231 and RFC 2047
+//!   encodings decoded). [`Document::has_attachment`] is true when some part is not text (a
+//!   binary part, inline images included, or a forwarded message), has a file name or is
+//!   marked `Content-Disposition: attachment`.
+//!
+//! Hostile input is bounded: the body holds at most [`MAX_BODY`] bytes, the address fields
+//! and the subject [`MAX_FIELD`] bytes each, the file names [`MAX_FILENAMES`] names of at
+//! most [`MAX_FIELD`] bytes; at most [`MAX_PARTS`] MIME parts are visited, at most
+//! [`MAX_HTML_PART`] bytes of one HTML part and [`MAX_HTML_TOTAL`] of all are reduced to
+//! text. Text past a cap is dropped (cut at a character boundary) and
+//! [`Document::truncated`] says so. The rest of the work (mail-parser's parse) is linear in
+//! the message's size.
+
+use std::sync::OnceLock;
+
+use mail_parser::{Address, HeaderName, Message, MessageParser, MimeHeaders, PartType};
+
+use crate::mail::summary::pad_base64_words;
+
+mod html;
+
+/// Most bytes of body text gathered from one message.
+pub const MAX_BODY: usize = 1 << 20;
+/// Most bytes of each of `from`, `to` and `subject`, and of one file name.
+pub const MAX_FIELD: usize = 64 << 10;
+/// Most file names kept.
+pub const MAX_FILENAMES: usize = 1000;
+/// Most MIME parts visited, nested messages' parts included.
+pub const MAX_PARTS: usize = 10_000;
+/// Most levels of forwarded messages (`message/rfc822` in `message/rfc822`…) read.
+pub const MAX_NESTING: usize = 8;
+/// Most bytes of one HTML part reduced to text (the rest is dropped).
+pub const MAX_HTML_PART: usize = 4 << 20;
+/// Most bytes of HTML reduced to text over the whole message.
+pub const MAX_HTML_TOTAL: usize = 16 << 20;
+/// Header sizes up to which unpadded base64 encoded words are mended before parsing.
+const MAX_PADDED_HEADER: usize = 256 << 10;
+
+/// What the search index holds of one message.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Document {
+    /// From and Sender: display names and addresses, separated by spaces.
+    pub from: String,
+    /// To, Cc, Bcc and Delivered-To: display names and addresses, separated by spaces.
+    pub to: String,
+    /// The Subject, decoded.
+    pub subject: String,
+    /// The decoded text of the text parts, HTML reduced to text (see the module's rules).
+    pub body: String,
+    /// Attachments' file names, decoded, in MIME order.
+    pub filenames: Vec<String>,
+    /// Some part is an attachment (see the module's rules).
+    pub has_attachment: bool,
+    /// The Date header, in seconds since the epoch; `None` when missing or invalid.
+    pub date: Option<i64>,
+    /// Some text was dropped at one of the caps.
+    pub truncated: bool,
+}
+
+/// The parser: the headers the index reads and the MIME headers, every other header skipped
+/// (Received chains and signatures cost time and are not indexed).
+fn parser() -> &'static MessageParser {
+    static PARSER: OnceLock<MessageParser> = OnceLock::new();
+    PARSER.get_or_init(|| {
+        MessageParser::new()
+            .with_mime_headers()
+            .header_date(HeaderName::Date)
+            .header_text(HeaderName::Subject)
+            .header_address(HeaderName::From)
+            .header_address(HeaderName::Sender)
+            .header_address(HeaderName::To)
+            .header_address(HeaderName::Cc)
+            .header_address(HeaderName::Bcc)
+            .header_address(HeaderName::DeliveredTo)
+            .default_header_ignore()
+    })
+}
+
+/// What the index holds of the message `raw`. Never fails: what does not parse is left
+/// empty (a message with no header at all gives an empty document).
+pub fn extract(raw: &[u8]) -> Document {
+    let mended = mend_header(raw);
+    let raw = mended.as_deref().unwrap_or(raw);
+    let Some(msg) = parser().parse(raw) else {
+        return Document::default();
+    };
+    let mut x = Extractor {
+        doc: Document::default(),
+        parts_left: MAX_PARTS,
+        html_left: MAX_HTML_TOTAL,
+    };
+    x.doc.date = msg
+        .date()
+        .filter(|d| d.is_valid())
+        .map(|d| d.to_timestamp());
+    let (mut from, mut to) = (String::new(), String::new());
+    let mut cut = false;
+    for name in [HeaderName::From, HeaderName::Sender] {
+        cut |= add_addresses(&mut from, msg.header_values(name));
+    }
+    for name in [
+        HeaderName::To,
+        HeaderName::Cc,
+        HeaderName::Bcc,
+        HeaderName::DeliveredTo,
+    ] {
+        cut |= add_addresses(&mut to, msg.header_values(name));
+    }
+    x.doc.from = from;
+    x.doc.to = to;
+    x.doc.truncated = cut;
+    x.doc.subject = x
+        .capped(msg.subject().unwrap_or_default(), MAX_FIELD)
+        .to_string();
+    x.walk(&msg, 0);
+    drop_flat(msg);
+    x.doc
+}
+
+/// Drops `msg` one nested message at a time: mail-parser builds forwarded messages of any
+/// depth (without recursion), and dropping 100,000 of them the usual, recursive way
+/// overflows the stack.
+fn drop_flat(msg: Message<'_>) {
+    let mut stack = vec![msg];
+    while let Some(mut m) = stack.pop() {
+        for part in &mut m.parts {
+            if matches!(part.body, PartType::Message(_)) {
+                let body = std::mem::replace(&mut part.body, PartType::Multipart(Vec::new()));
+                if let PartType::Message(inner) = body {
+                    stack.push(inner);
+                }
+            }
+        }
+    }
+}
+
+/// `raw` with its header's unpadded base64 encoded words padded (mail-parser drops their
+/// last bytes otherwise), or `None` when nothing needs it or the header is too large.
+fn mend_header(raw: &[u8]) -> Option<Vec<u8>> {
+    let end = memchr::memmem::find(raw, b"\n\n")
+        .into_iter()
+        .chain(memchr::memmem::find(raw, b"\n\r\n"))
+        .min()
+        .map_or(raw.len(), |i| i + 1);
+    let head = &raw[..end];
+    if head.len() > MAX_PADDED_HEADER || memchr::memmem::find(head, b"=?").is_none() {
+        return None;
+    }
+    let padded = pad_base64_words(head);
+    (padded != head).then(|| [&padded[..], &raw[end..]].concat())
+}
+
+/// Appends the names and addresses of `values` (address headers) to `out`, up to
+/// [`MAX_FIELD`] bytes; whether some were dropped.
+fn add_addresses<'a, 'x: 'a>(
+    out: &mut String,
+    values: impl Iterator<Item = &'a mail_parser::HeaderValue<'x>>,
+) -> bool {
+    let mut words: Vec<&str> = Vec::new();
+    for value in values {
+        match value.as_address() {
+            Some(Address::List(list)) => {
+                for a in list {
+                    words.extend(a.name());
+                    words.extend(a.address());
+                }
+            }
+            Some(Address::Group(groups)) => {
+                for g in groups {
+                    words.extend(g.name.as_deref());
+                    for a in &g.addresses {
+                        words.extend(a.name());
+                        words.extend(a.address());
+                    }
+                }
+            }
+            None => {}
+        }
+    }
+    for w in words.into_iter().filter(|w| !w.trim().is_empty()) {
+        if !push_capped(out, w, MAX_FIELD) {
+            return true;
+        }
+    }
+    false
+}
+
+/// Appends `text` to `out` after a separator, as much as fits in `cap` bytes in all; whether
+/// all of it fitted.
+fn push_capped(out: &mut String, text: &str, cap: usize) -> bool {
+    if !out.is_empty() {
+        if out.len() >= cap {
+            return false;
+        }
+        out.push(' ');
+    }
+    let room = cap.saturating_sub(out.len());
+    let part = floor_str(text, room);
+    out.push_str(part);
+    part.len() == text.len()
+}
+
+/// The longest start of `s` of at most `max` bytes ending at a character boundary.
+fn floor_str(s: &str, max: usize) -> &str {
+    if s.len() <= max {
+        return s;
+    }
+    let mut end = max;
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    &s[..end]
+}
+
+struct Extractor {
+    doc: Document,
+    parts_left: usize,
+    html_left: usize,
+}
+
+impl Extractor {
+    /// `s` cut to `max` bytes, noting the cut.
+    fn capped<'s>(&mut self, s: &'s str, max: usize) -> &'s str {
+        let cut = floor_str(s, max);
+        self.doc.truncated |= cut.len() < s.len();
+        cut
+    }
+
+    /// Appends `text` to the body, on a line of its own, within [`MAX_BODY`].
+    fn add_body(&mut self, text: &str) {
+        let text = text.trim();
+        if text.is_empty() {
+            return;
+        }
+        let sep = usize::from(!self.doc.body.is_empty());
+        let room = MAX_BODY.saturating_sub(self.doc.body.len() + sep);
+        let part = self.capped(text, room);
+        if part.is_empty() {
+            return;
+        }
+        if sep == 1 {
+            self.doc.body.push('\n');
+        }
+        self.doc.body.push_str(part);
+    }
+
+    fn body_full(&self) -> bool {
+        self.doc.body.len() >= MAX_BODY
+    }
+
+    fn add_filename(&mut self, name: &str) {
+        let name = name.trim();
+        if name.is_empty() {
+            return;
+        }
+        if self.doc.filenames.len() >= MAX_FILENAMES {
+            self.doc.truncated = true;
+            return;
+        }
+        let name = self.capped(name, MAX_FIELD).to_string();
+        self.doc.filenames.push(name);
+    }
+
+    /// Reads the parts of `msg`, a message `depth` levels of forwarding deep.
+    fn walk(&mut self, msg: &Message<'_>, depth: usize) {
+        for part in &msg.parts {
+            if self.parts_left == 0 {
+                self.doc.truncated = true;
+                return;
+            }
+            self.parts_left -= 1;
+            if let Some(name) = part.attachment_name() {
+                self.doc.has_attachment = true;
+                self.add_filename(name);
+            }
+            if part
+                .content_disposition()
+                .is_some_and(|d| d.is_attachment())
+            {
+                self.doc.has_attachment = true;
+            }
+            match &part.body {
+                PartType::Text(text) if is_text_type(part) => {
+                    if !self.body_full() {
+                        self.add_body(text);
+                    } else if !text.trim().is_empty() {
+                        self.doc.truncated = true;
+                    }
+                }
+                PartType::Html(html) if is_text_type(part) => self.add_html(html),
+                PartType::Text(_) | PartType::Html(_) => {}
+                PartType::Binary(_) | PartType::InlineBinary(_) => {
+                    self.doc.has_attachment = true;
+                }
+                PartType::Message(inner) => {
+                    self.doc.has_attachment = true;
+                    if depth + 1 >= MAX_NESTING {
+                        self.doc.truncated = true;
+                        continue;
+                    }
+                    self.add_forwarded_header(inner);
+                    self.walk(inner, depth + 1);
+                }
+                PartType::Multipart(_) => {}
+            }
+        }
+    }
+
+    /// The text of an HTML part, within the HTML caps.
+    fn add_html(&mut self, html: &str) {
+        if self.body_full() || self.html_left == 0 {
+            self.doc.truncated |= !html.trim().is_empty();
+            return;
+        }
+        let max = MAX_HTML_PART.min(self.html_left);
+        let html = self.capped(html, max);
+        self.html_left -= html.len();
+        self.add_body(&html::html_to_text(html));
+    }
+
+    /// A forwarded message's Subject, From and To, as body text.
+    fn add_forwarded_header(&mut self, inner: &Message<'_>) {
+        let mut line = String::new();
+        line.push_str(inner.subject().unwrap_or_default());
+        for name in [HeaderName::From, HeaderName::To, HeaderName::Cc] {
+            add_addresses(&mut line, inner.header_values(name));
+        }
+        let line = floor_str(&line, MAX_FIELD).to_string();
+        self.add_body(&line);
+    }
+}
+
+/// Whether a part mail-parser gives as text was declared text: `text/*`, no Content-Type
+/// (text by default), or a multipart or message whose structure did not parse. A binary
+/// attachment with a broken encoding is shown as text by mail-parser; it is skipped here.
+fn is_text_type(part: &mail_parser::MessagePart<'_>) -> bool {
+    part.content_type().is_none_or(|ct| {
+        ["text", "multipart", "message"]
+            .iter()
+            .any(|t| ct.ctype().eq_ignore_ascii_case(t))
+    })
+}
+
+#[cfg(test)]
+mod tests;
