@@ -128,6 +128,13 @@ pub enum Command {
     Migrate(commands::migrate::Args),
     /// Generate a sample mail store, back it up, restore it and verify the result.
     Demo(commands::demo::Args),
+    /// Index the messages of every snapshot for `search` (only those no earlier run
+    /// indexed).
+    Index(commands::index::Args),
+    /// Find messages in the backups by their text, addresses, dates, folders and flags.
+    Search(commands::search::Args),
+    /// Show a message `search` found: headers, text, attachments.
+    Show(commands::show::Args),
     /// Put back the messages deleted from an account: those a snapshot held that the
     /// latest one holds nowhere in the account.
     Undelete(commands::undelete::Args),
@@ -236,6 +243,9 @@ fn main() -> ExitCode {
         Command::Migrate(a) => commands::migrate::run(g, a),
         Command::Demo(a) => commands::demo::run(g, a),
         Command::Undelete(a) => commands::undelete::run(g, a),
+        Command::Index(a) => commands::index::run(g, a),
+        Command::Search(a) => commands::search::run(g, a),
+        Command::Show(a) => commands::show::run(g, a),
         Command::Prune(a) => commands::prune::run(g, a),
         Command::Unlock(a) => commands::unlock::run(g, a),
         Command::Forget(a) => commands::forget::run(g, a),

@@ -218,3 +218,39 @@ pub fn jobs(g: &GlobalOpts) -> usize {
 pub fn cores() -> usize {
     std::thread::available_parallelism().map_or(2, |n| n.get())
 }
+
+/// Where the local copies of the search index's splits go: `<cache root>/<repository
+/// id>/search` (directories 0700), or a directory of this run alone with `--no-cache`.
+pub enum SearchCache {
+    Kept(std::path::PathBuf),
+    Temporary(tempfile::TempDir),
+}
+
+impl SearchCache {
+    pub fn path(&self) -> &std::path::Path {
+        match self {
+            SearchCache::Kept(p) => p,
+            SearchCache::Temporary(t) => t.path(),
+        }
+    }
+}
+
+/// The search cache of repository `r` (see [`SearchCache`]).
+pub fn search_cache(g: &GlobalOpts, r: &Repository) -> Result<SearchCache> {
+    let id = &r.config().id;
+    let root = match g.storage.no_cache {
+        true => None,
+        false => g.storage.cache_dir.clone().or_else(default_cache_root),
+    };
+    // The id is the config's: checked to be hex, so never a path out of the root.
+    match root {
+        Some(root) if !id.is_empty() && id.bytes().all(|c| c.is_ascii_hexdigit()) => {
+            Ok(SearchCache::Kept(root.join(id).join("search")))
+        }
+        _ => Ok(SearchCache::Temporary(
+            tempfile::Builder::new()
+                .prefix("mailvault-search-")
+                .tempdir()?,
+        )),
+    }
+}

@@ -86,6 +86,9 @@ pub enum Error {
     /// The user asked for something that cannot be done.
     #[error("{0}")]
     InvalidInput(String),
+    /// The search index (tantivy) failed: `what` it was doing, and why.
+    #[error("search index: {what}: {detail}")]
+    Search { what: String, detail: String },
     /// A folder of a restore into a tree of files (mbox, EML) cannot be written where its
     /// name puts it (a directory where its file goes, a file taken meanwhile...); or a
     /// message of it cannot be written so that it reads back exactly. Nothing was merged
@@ -289,6 +292,13 @@ impl Error {
         Error::NotRestored {
             what: what.to_string(),
             detail: detail.into(),
+        }
+    }
+    /// The search index failed at `what`.
+    pub(crate) fn search(what: impl Into<String>, e: impl std::fmt::Display) -> Self {
+        Error::Search {
+            what: what.into(),
+            detail: e.to_string(),
         }
     }
     pub(crate) fn corrupt(what: impl Into<String>, detail: impl Into<String>) -> Self {

@@ -19,7 +19,8 @@ pub struct Args {
     /// Only this folder and its subfolders, e.g. `Sent` or `Archive/2023` (repeatable).
     #[arg(long)]
     pub folder: Vec<String>,
-    /// Only this message, by Maildir key as `ls` shows it (repeatable).
+    /// Only this message, by Maildir key as `ls` shows it or by the id `search` prints
+    /// (repeatable).
     #[arg(long)]
     pub message: Vec<String>,
     /// Print the plan (accounts, folders, messages, bytes, the pack spans to read, in

@@ -9,5 +9,6 @@ pub mod selection;
 
 pub use selection::{
     folder_list, folder_matches, folder_name, folder_name_selected, folder_selected,
-    message_selected, no_folder_matches, select_accounts, FolderMatch, PickedAccount, PickedFolder,
+    message_selected, names_content, no_folder_matches, select_accounts, FolderMatch,
+    PickedAccount, PickedFolder, MIN_ID_PREFIX,
 };

@@ -124,13 +124,26 @@ pub fn no_folder_matches(repo: &Repository, accounts: &[AccountRef], filters: &[
     ))
 }
 
-/// Whether `--message` filters select a message: none given, or one is its Maildir key or
-/// its whole file name.
+/// The shortest content-id prefix taken (hex digits): shorter ones would match by chance.
+pub const MIN_ID_PREFIX: usize = 12;
+
+/// Whether `s` names content `id`: at least [`MIN_ID_PREFIX`] hex digits of its id, as
+/// `search` prints it.
+pub fn names_content(s: &str, id: &crate::repo::id::Id) -> bool {
+    s.len() >= MIN_ID_PREFIX
+        && s.len() <= 64
+        && s.bytes().all(|c| c.is_ascii_hexdigit())
+        && id.to_hex().starts_with(&s.to_ascii_lowercase())
+}
+
+/// Whether `--message` filters select a message: none given, or one is its Maildir key,
+/// its whole file name, or its content id as `search` prints it (at least 12 hex digits of
+/// it: [`names_content`]).
 pub fn message_selected(e: &MessageEntry, filters: &[String]) -> bool {
     filters.is_empty()
         || filters
             .iter()
-            .any(|m| m.as_bytes() == e.key || m.as_bytes() == e.name)
+            .any(|m| m.as_bytes() == e.key || m.as_bytes() == e.name || names_content(m, &e.hash))
 }
 
 /// The accounts of a snapshot that `--account` filters select; an unknown account is an

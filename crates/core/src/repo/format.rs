@@ -109,6 +109,8 @@ pub enum Object<'a> {
     Blob(BlobKind, &'a Id),
     /// `forgotten/<id>`: a record of snapshots removed on purpose (`crate::ops::forget`).
     Forgotten(&'a Id),
+    /// `search/<id>`: a split of the search index (`crate::search`).
+    Search(&'a Id),
 }
 
 /// The start of every format-2 associated data: the format's name and a zero byte. It
@@ -152,6 +154,10 @@ impl Object<'_> {
                 a.push(9);
                 a.extend_from_slice(&id.0);
             }
+            Object::Search(id) => {
+                a.push(10);
+                a.extend_from_slice(&id.0);
+            }
         }
         a
     }
@@ -169,6 +175,7 @@ impl Object<'_> {
             Object::Blob(BlobKind::Data, id) => format!("data blob {}", id.short()),
             Object::Blob(BlobKind::Tree, id) => format!("tree blob {}", id.short()),
             Object::Forgotten(id) => format!("forget record {}", id.short()),
+            Object::Search(id) => format!("search index split {}", id.short()),
         }
     }
 }
@@ -246,6 +253,7 @@ mod tests {
             Object::Blob(BlobKind::Tree, &a),
             Object::Blob(BlobKind::Data, &b),
             Object::Forgotten(&a),
+            Object::Search(&a),
         ];
         let set: std::collections::HashSet<Vec<u8>> = all.iter().map(|o| o.aad()).collect();
         assert_eq!(set.len(), all.len());

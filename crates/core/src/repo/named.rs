@@ -110,6 +110,7 @@ impl Repository {
             Some("index") => Some(Named::Index),
             Some("snapshots") => Some(Named::Snapshot),
             Some("dicts") => Some(Named::Dictionary),
+            Some("search") => Some(Named::Search),
             _ => None,
         };
         match (self.version, named) {
@@ -144,6 +145,8 @@ pub(crate) enum Named {
     Dictionary,
     /// `forgotten/<id>` ([`crate::repo::forgotten`]).
     Forgotten,
+    /// `search/<id>`: a split of the search index ([`crate::search`]).
+    Search,
 }
 
 impl Named {
@@ -153,6 +156,7 @@ impl Named {
             Named::Snapshot => Object::Snapshot(id),
             Named::Dictionary => Object::Dictionary(id),
             Named::Forgotten => Object::Forgotten(id),
+            Named::Search => Object::Search(id),
         }
     }
 }

@@ -70,6 +70,8 @@ pub enum Kind {
     Writer,
     /// `forgotten/<id>`.
     Forgotten,
+    /// `search/<id>`: splits of the search index.
+    Search,
     /// `migrate/state`.
     Migrate,
     /// `damaged/...`: what the repairs set aside.
@@ -100,6 +102,7 @@ impl Kind {
             "locks" => Kind::Lock,
             "writers" => Kind::Writer,
             "forgotten" => Kind::Forgotten,
+            "search" => Kind::Search,
             "migrate" => Kind::Migrate,
             "damaged" => Kind::Damaged,
             _ => Kind::Foreign,
@@ -476,6 +479,7 @@ mod tests {
             ("locks/l", Kind::Lock, "l"),
             ("writers/w", Kind::Writer, "w"),
             ("forgotten/f", Kind::Forgotten, "f"),
+            ("search/s", Kind::Search, "s"),
             ("migrate/state", Kind::Migrate, "state"),
             ("damaged/data/ab/x", Kind::Damaged, "data/ab/x"),
             ("stray", Kind::Foreign, "stray"),

@@ -1,0 +1,49 @@
+//! `mailvault index`
+
+use crate::output::{bytes, count, print_failures};
+use crate::{progress::Bar, repo, GlobalOpts, Outcome};
+use anyhow::Result;
+use mailvault_core::search::build::{index, IndexOptions, IndexReport};
+
+#[derive(clap::Args, Debug)]
+pub struct Args {
+    /// Write a split of the index whenever this many messages were indexed (a killed run
+    /// keeps every split it finished).
+    #[arg(long, default_value_t = IndexOptions::default().split_docs, hide = true)]
+    pub split_docs: usize,
+}
+
+pub fn run(g: &GlobalOpts, a: Args) -> Result<Outcome> {
+    let r = repo::open(g)?;
+    let cache = repo::search_cache(g, &r)?;
+    let opts = IndexOptions {
+        split_docs: a.split_docs,
+        ..IndexOptions::default()
+    };
+    let rep = Bar::run(g.quiet || g.json, "index", |bar| {
+        index(&r, cache.path(), &opts, bar)
+    })?;
+    if g.json {
+        crate::output::json(&rep)?;
+    } else {
+        print_report(&rep);
+    }
+    Ok(match rep.failures.is_empty() {
+        true => Outcome::Ok,
+        false => Outcome::Partial,
+    })
+}
+
+/// What an `index` run did, in a few lines (also `backup --index`).
+pub fn print_report(rep: &IndexReport) {
+    println!(
+        "indexed {} ({}) into {}; {} already indexed, of {} in {}",
+        count(rep.indexed, "message", "messages"),
+        bytes(rep.bytes),
+        count(rep.splits.len() as u64, "split", "splits"),
+        rep.already_indexed,
+        count(rep.contents, "distinct message", "distinct messages"),
+        count(rep.snapshots as u64, "snapshot", "snapshots"),
+    );
+    print_failures(&rep.failures);
+}

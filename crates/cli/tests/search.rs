@@ -1,0 +1,339 @@
+//! `index`, `search`, `show` and `restore --message`: messages planted in a generated
+//! Maildir store (a word only in a base64 HTML part, one in a latin-1 quoted-printable
+//! part, an ISO-2022-JP subject, attachment names, an address only in Cc, dates, flags, a
+//! message deleted before the second backup, one message delivered to 50 mailboxes), each
+//! query form answering exactly the expected set; indexing counted (each content once,
+//! only the new ones after an incremental backup).
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use common::Env;
+use serde_json::Value;
+use std::collections::BTreeSet;
+use std::fs;
+use std::path::Path;
+
+/// A message: its account, folder directory (`""` INBOX, `.Archive`), file name and bytes.
+struct Planted {
+    account: &'static str,
+    dir: &'static str,
+    name: String,
+    data: String,
+}
+
+fn plain(key: &str, from: &str, to: &str, subject: &str, date: &str, body: &str) -> String {
+    format!(
+        "From: {from}\r\nTo: {to}\r\nSubject: {subject}\r\nDate: {date}\r\n\
+         Message-ID: <{key}@example.org>\r\n\r\n{body}\r\n"
+    )
+}
+
+const DATE: &str = "Mon, 15 Jan 2024 10:00:00 +0000";
+
+/// The planted messages, by key (the part of the file name before `:2,`).
+fn planted() -> Vec<Planted> {
+    let mut v = Vec::new();
+    let mut put = |account, dir, key: &str, flags: &str, data: String| {
+        v.push(Planted {
+            account,
+            dir,
+            name: format!("{key}:2,{flags}"),
+            data,
+        })
+    };
+    const A: &str = "alice@example.org";
+    const B: &str = "bob@example.org";
+    put(A, "", "html64", "S", format!(
+        "From: Shipping <ship@example.com>\r\nTo: alice@example.org\r\nSubject: your order\r\n\
+         Date: {DATE}\r\nMIME-Version: 1.0\r\nContent-Type: text/html; charset=utf-8\r\n\
+         Content-Transfer-Encoding: base64\r\n\r\n\
+         PGh0bWw+PGJvZHk+PHA+VGhlIDxiPnplYnJhcXVhcnR6PC9iPiBzaGlwbWVudDwvcD48c2NyaXB0PnZhciBoaWRkZW5zY3JpcHR3b3JkPTE7PC9zY3JpcHQ+PC9ib2R5PjwvaHRtbD4=\r\n"
+    ));
+    put(
+        A,
+        "",
+        "latin1",
+        "S",
+        format!(
+            "From: Hans <hans@example.de>\r\nTo: alice@example.org\r\nSubject: Gruss\r\n\
+         Date: {DATE}\r\nMIME-Version: 1.0\r\nContent-Type: text/plain; charset=iso-8859-1\r\n\
+         Content-Transfer-Encoding: quoted-printable\r\n\r\nViele Gr=FC=DFe aus M=FCnchen\r\n"
+        ),
+    );
+    put(A, "", "japanese", "", format!(
+        "From: Taro <taro@example.jp>\r\nTo: alice@example.org\r\n\
+         Subject: =?ISO-2022-JP?B?GyRCMnE1RCROTT1EahsoQiBrYWlnaQ==?=\r\nDate: {DATE}\r\n\r\nsee subject\r\n"
+    ));
+    put(
+        A,
+        ".Archive",
+        "attached",
+        "",
+        format!(
+            "From: Accounts <acc@example.com>\r\nTo: alice@example.org\r\nSubject: statement\r\n\
+         Date: {DATE}\r\nMIME-Version: 1.0\r\nContent-Type: multipart/mixed; boundary=XX\r\n\r\n\
+         --XX\r\nContent-Type: text/plain\r\n\r\nsee attached\r\n\
+         --XX\r\nContent-Type: application/pdf\r\n\
+         Content-Disposition: attachment; filename*=UTF-8''r%C3%A9sum%C3%A9-quarterly.pdf\r\n\
+         Content-Transfer-Encoding: base64\r\n\r\nJVBERi0xLjQK\r\n--XX--\r\n"
+        ),
+    );
+    put(
+        A,
+        ".Archive",
+        "ccd",
+        "F",
+        plain(
+            "ccd",
+            "Dave <dave@example.com>",
+            "alice@example.org",
+            "lunch",
+            DATE,
+            "Cc is below\r\nCc: nobody",
+        )
+        .replace(
+            "To: alice@example.org\r\n",
+            "To: alice@example.org\r\nCc: Carol Ccaddress <carol@example.net>\r\n",
+        ),
+    );
+    put(
+        A,
+        ".Sent",
+        "old2021",
+        "S",
+        plain(
+            "old2021",
+            "alice@example.org",
+            "bob@example.org",
+            "tax papers 2021",
+            "Mon, 15 Mar 2021 10:00:00 +0000",
+            "the invoice for march",
+        ),
+    );
+    put(
+        A,
+        ".Sent",
+        "mid2023",
+        "S",
+        plain(
+            "mid2023",
+            "alice@example.org",
+            "bob@example.org",
+            "summer plans",
+            "Sat, 01 Jul 2023 10:00:00 +0000",
+            "an invoicing question",
+        ),
+    );
+    put(
+        B,
+        "",
+        "gone",
+        "S",
+        plain(
+            "gone",
+            "Eve <eve@example.com>",
+            "bob@example.org",
+            "the vanishing note",
+            DATE,
+            "this one is deleted before the second backup: pomegranate",
+        ),
+    );
+    put(
+        B,
+        "",
+        "stays",
+        "",
+        plain(
+            "stays",
+            "Eve <eve@example.com>",
+            "bob@example.org",
+            "the lasting note",
+            DATE,
+            "this one stays: invoice attached soon",
+        ),
+    );
+    v
+}
+
+fn write(root: &Path, account: &str, dir: &str, name: &str, data: &[u8]) {
+    let (user, domain) = account.split_once('@').unwrap();
+    let folder = root.join(domain).join(user).join("Maildir").join(dir);
+    for sub in ["cur", "new", "tmp"] {
+        fs::create_dir_all(folder.join(sub)).unwrap();
+    }
+    fs::write(folder.join("cur").join(name), data).unwrap();
+}
+
+/// The keys of a search's hits (`--json`), sorted.
+fn keys(v: &Value) -> BTreeSet<String> {
+    v["hits"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|h| h["key"].as_str().unwrap().to_string())
+        .collect()
+}
+
+fn search(e: &Env, args: &[&str]) -> Value {
+    let mut all = vec!["search", "--limit", "1000"];
+    all.extend_from_slice(args);
+    e.json(0, &all)
+}
+
+fn set(keys: &[&str]) -> BTreeSet<String> {
+    keys.iter().map(|k| k.to_string()).collect()
+}
+
+#[test]
+fn planted_messages_are_found_by_every_query_form() {
+    let e = Env::new();
+    let store = e.path("mail");
+    for p in planted() {
+        write(&store, p.account, p.dir, &p.name, p.data.as_bytes());
+    }
+    // One message delivered to 50 mailboxes.
+    let shared = plain(
+        "shared",
+        "news@example.com",
+        "all@example.org",
+        "newsletter",
+        DATE,
+        "the quarterly xylophone newsletter",
+    );
+    for n in 0..50 {
+        write(
+            &store,
+            &format!("user{n}@example.org"),
+            "",
+            "shared:2,",
+            shared.as_bytes(),
+        );
+    }
+    let src = format!("maildir:{}", store.display());
+    e.ok(&["init"]);
+    e.ok(&["backup", &src]);
+    let first = e.json(0, &["index"]);
+    assert_eq!(first["indexed"], 10, "each content once: {first}");
+    assert_eq!(first["contents"], 10);
+    assert_eq!(first["splits"].as_array().unwrap().len(), 1);
+
+    // The second backup: `gone` deleted, two new messages.
+    let bob = store.join("example.org/bob/Maildir/cur");
+    fs::remove_file(bob.join("gone:2,S")).unwrap();
+    for key in ["new1", "new2"] {
+        let data = plain(
+            key,
+            "Frank <frank@example.com>",
+            "bob@example.org",
+            "fresh",
+            DATE,
+            "fresh kumquat",
+        );
+        fs::write(bob.join(format!("{key}:2,")), data).unwrap();
+    }
+    e.ok(&["backup", &src]);
+    let second = e.json(0, &["index"]);
+    assert_eq!(second["indexed"], 2, "only the new contents: {second}");
+    assert_eq!(second["already_indexed"], 10);
+    let third = e.json(0, &["index"]);
+    assert_eq!(third["indexed"], 0, "{third}");
+    assert_eq!(third["splits"].as_array().unwrap().len(), 0);
+
+    let cases: &[(&[&str], &[&str])] = &[
+        (&["zebraquartz"], &["html64"]),
+        (&["hiddenscriptword"], &[]),
+        (&["münchen"], &["latin1"]),
+        (&["MUNCHEN"], &["latin1"]),
+        (&["subject:会議"], &["japanese"]),
+        (&["subject:予定"], &["japanese"]),
+        (&["subject:会議の予定"], &["japanese"]),
+        (&["kaigi"], &["japanese"]),
+        (&["filename:résumé"], &["attached"]),
+        (&["filename:quarterly"], &["attached"]),
+        (&["has:attachment"], &["attached"]),
+        (&["to:carol"], &["ccd"]),
+        (&["from:carol"], &[]),
+        (&["to:carol@example.net"], &["ccd"]),
+        (&["before:2022-01-01"], &["old2021"]),
+        (&["after:2021-03-16", "before:2024-01-01"], &["mid2023"]),
+        (&["on:2023-07"], &["mid2023"]),
+        (&["flag:flagged"], &["ccd"]),
+        (&["folder:Sent"], &["old2021", "mid2023"]),
+        (&["folder:Sent -invoice"], &["mid2023"]),
+        (&["invoice"], &["old2021", "stays"]),
+        (&["invoic*"], &["old2021", "mid2023", "stays"]),
+        (&["\"lasting note\""], &["stays"]),
+        (&["\"note lasting\""], &[]),
+        (&["from:hans OR from:taro"], &["latin1", "japanese"]),
+        (&["account:bob@example.org"], &["stays", "new1", "new2"]),
+        (&["kumquat"], &["new1", "new2"]),
+        (&["pomegranate"], &[]),
+        (&["larger:100000"], &[]),
+    ];
+    for (q, want) in cases {
+        let got = keys(&search(&e, q));
+        assert_eq!(got, set(want), "query {q:?}");
+    }
+    // Every snapshot: the deleted message too, and `deleted` finds it alone.
+    let all = search(&e, &["--all-snapshots", "pomegranate"]);
+    assert_eq!(keys(&all), set(&["gone"]));
+    assert_eq!(all["hits"][0]["deleted"], true);
+    assert_eq!(keys(&search(&e, &["deleted"])), set(&["gone"]));
+    // One content, 50 places.
+    let shared_hits = search(&e, &["xylophone"]);
+    assert_eq!(shared_hits["total"], 50, "{shared_hits}");
+    // --account narrows.
+    let narrowed = search(&e, &["--account", "user7@example.org", "xylophone"]);
+    assert_eq!(narrowed["total"], 1);
+
+    // find → look → put back.
+    let hit = &search(&e, &["zebraquartz"])["hits"][0];
+    let id = hit["id"].as_str().unwrap();
+    let shown = e.ok(&["show", &id[..16]]);
+    assert!(shown.contains("Subject:  your order"), "{shown}");
+    assert!(shown.contains("zebraquartz"), "{shown}");
+    assert!(
+        !shown.contains("hiddenscriptword"),
+        "no script text: {shown}"
+    );
+    let target = e.path("restored");
+    e.ok(&[
+        "restore",
+        "latest",
+        "--message",
+        &id[..16],
+        "--target",
+        &format!("maildir:{}", target.display()),
+    ]);
+    let back = fs::read(target.join("example.org/alice/Maildir/cur/html64:2,S")).unwrap();
+    let want = planted()
+        .into_iter()
+        .find(|p| p.name == "html64:2,S")
+        .unwrap();
+    assert!(back == want.data.as_bytes(), "restored byte for byte");
+    let restored: Vec<_> = walk(&target);
+    assert_eq!(restored.len(), 1, "only that message: {restored:?}");
+}
+
+fn walk(dir: &Path) -> Vec<String> {
+    let mut out = Vec::new();
+    for e in fs::read_dir(dir).unwrap().flatten() {
+        let p = e.path();
+        if p.is_dir() {
+            out.extend(walk(&p));
+        } else {
+            out.push(p.display().to_string());
+        }
+    }
+    out
+}
+
+#[test]
+fn a_query_that_does_not_parse_is_an_error_naming_where() {
+    let e = Env::new();
+    e.ok(&["init"]);
+    let (code, _, err) = e.run_text(&["search", "colour:red"]);
+    assert_eq!(code, Some(2));
+    assert!(err.contains("unknown field `colour:`"), "{err}");
+}

@@ -1,0 +1,234 @@
+//! `mailvault index`: the message contents of the repository's snapshots that no split
+//! holds yet, read once each (by pack, as a restore reads), parsed and indexed into new
+//! splits.
+//!
+//! Indexing is a command of its own (and a step `backup --index` runs after the backup),
+//! not part of the backup pipeline: the backup's cost stays what it is for those who do
+//! not search, a repository backed up before search existed is indexed the same way, a
+//! killed run loses at most one split's worth of work (everything it finished is in the
+//! repository), and any host that can read the repository may index it. The backup's
+//! messages are read back from the packs it just wrote, which the page cache still holds.
+
+use super::catalog::{scoped, Catalog, Scope};
+use super::split::{live_splits, private_dir, write_split, LocalSplit, SplitHeader};
+use super::{open_split, schema};
+use crate::error::{Error, Result};
+use crate::model::assemble::assemble_by;
+use crate::model::reader::{read_by_packs, Blobs, SpanOptions};
+use crate::repo::id::Id;
+use crate::repo::lock::LockKind;
+use crate::repo::Repository;
+use crate::report::{Failure, Progress};
+use serde::Serialize;
+use std::collections::HashSet;
+use std::path::Path;
+use std::sync::Mutex;
+
+/// How an `index` run works.
+#[derive(Clone, Debug)]
+pub struct IndexOptions {
+    /// A split is written whenever this many documents were gathered (and at the end).
+    pub split_docs: usize,
+    /// The indexer's memory budget (tantivy's writer, shared by its threads).
+    pub memory: usize,
+}
+
+impl Default for IndexOptions {
+    fn default() -> Self {
+        IndexOptions {
+            split_docs: 50_000,
+            memory: 64 << 20,
+        }
+    }
+}
+
+/// What an `index` run did.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct IndexReport {
+    /// Snapshots whose messages were looked at.
+    pub snapshots: usize,
+    /// Distinct message contents they hold.
+    pub contents: u64,
+    /// Of those, already in a split.
+    pub already_indexed: u64,
+    /// Indexed by this run, and their bytes.
+    pub indexed: u64,
+    pub bytes: u64,
+    /// Splits written (ids).
+    pub splits: Vec<String>,
+    /// Messages that could not be read (not indexed: the next run tries them again), and
+    /// trees that could not be read.
+    pub failures: Vec<Failure>,
+}
+
+/// The contents the live splits hold.
+pub fn indexed_contents(splits: &[LocalSplit]) -> Result<HashSet<Id>> {
+    let mut out = HashSet::new();
+    for s in splits {
+        let index = open_split(s)?;
+        let reader = index
+            .reader()
+            .map_err(|e| Error::search("opening a split", e))?;
+        for seg in reader.searcher().segment_readers() {
+            let column = seg
+                .fast_fields()
+                .bytes("hash")
+                .map_err(|e| Error::search("reading a split's contents", e))?;
+            let Some(column) = column else { continue };
+            let mut buf = Vec::with_capacity(32);
+            for ord in 0..column.num_terms() as u64 {
+                buf.clear();
+                column
+                    .ord_to_bytes(ord, &mut buf)
+                    .map_err(|e| Error::search("reading a split's contents", e))?;
+                if let Ok(h) = <[u8; 32]>::try_from(&buf[..]) {
+                    out.insert(Id(h));
+                }
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// One message content to index.
+struct Job {
+    hash: Id,
+    size: u64,
+    content: Vec<Id>,
+}
+
+/// Indexes the contents of every snapshot that no split holds. `cache` is the directory
+/// of the local copies of splits (see [`super::split`]).
+pub fn index(
+    repo: &Repository,
+    cache: &Path,
+    opts: &IndexOptions,
+    progress: &dyn Progress,
+) -> Result<IndexReport> {
+    let _lock = repo.lock(LockKind::Shared, "index")?;
+    let splits = live_splits(repo, cache)?;
+    let done = indexed_contents(&splits)?;
+    let (snapshots, failures) = scoped(repo, &Scope::All)?;
+    let mut report = IndexReport {
+        snapshots: snapshots.len(),
+        failures,
+        ..IndexReport::default()
+    };
+    let catalog = Catalog::read(repo, snapshots);
+    report.failures.extend(catalog.failures.iter().cloned());
+    let contents = catalog.contents();
+    report.contents = contents.len() as u64;
+    let mut jobs: Vec<Job> = (contents.into_iter())
+        .filter(|(h, _)| !done.contains(h))
+        .map(|(hash, e)| Job {
+            hash,
+            size: e.size,
+            content: e.content.clone(),
+        })
+        .collect();
+    drop(catalog);
+    report.already_indexed = report.contents - jobs.len() as u64;
+    // In index order: the reads of a batch then go through few packs.
+    jobs.sort_unstable_by_key(|j| {
+        j.content
+            .first()
+            .and_then(|id| repo.index().get(id))
+            .map(|l| (l.pack, l.offset))
+    });
+    progress.add_total(jobs.len() as u64, jobs.iter().map(|j| j.size).sum());
+    for batch in jobs.chunks(opts.split_docs.max(1)) {
+        index_batch(repo, cache, opts, batch, progress, &mut report)?;
+    }
+    Ok(report)
+}
+
+/// Indexes `batch` into one new split.
+fn index_batch(
+    repo: &Repository,
+    cache: &Path,
+    opts: &IndexOptions,
+    batch: &[Job],
+    progress: &dyn Progress,
+    report: &mut IndexReport,
+) -> Result<()> {
+    private_dir(cache)?;
+    let dir = tempfile::Builder::new()
+        .prefix(".build-")
+        .tempdir_in(cache)
+        .map_err(|e| Error::io(cache, e))?;
+    let (schema, fields) = schema::schema();
+    let index = tantivy::Index::create_in_dir(dir.path(), schema)
+        .map_err(|e| Error::search("creating a split", e))?;
+    schema::register(&index);
+    let threads = rayon::current_num_threads().clamp(1, 4);
+    let memory = opts.memory.max(threads * 16 << 20);
+    let mut writer: tantivy::IndexWriter = index
+        .writer_with_num_threads(threads, memory)
+        .map_err(|e| Error::search("starting the indexer", e))?;
+    let failures = Mutex::new(Vec::new());
+    let added = std::sync::atomic::AtomicU64::new(0);
+    let bytes = std::sync::atomic::AtomicU64::new(0);
+    let span = SpanOptions::for_store(repo.store(), 0);
+    read_by_packs(
+        repo,
+        batch,
+        |j| &j.content,
+        &span,
+        |j, blobs: &dyn Blobs| {
+            let data = assemble_by(repo, &j.content, j.size, Some(&j.hash), |id| {
+                blobs.blob_unverified(id)
+            });
+            let doc = data
+                .map(|d| schema::document(&fields, &j.hash, j.size, &super::extract::extract(&d)));
+            match doc.and_then(|doc| {
+                writer
+                    .add_document(doc)
+                    .map_err(|e| Error::search("adding a document", e))
+            }) {
+                Ok(_) => {
+                    added.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    bytes.fetch_add(j.size, std::sync::atomic::Ordering::Relaxed);
+                }
+                Err(e) => failures
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .push(Failure::new(format!("message {}", j.hash.short()), e)),
+            }
+            progress.advance(1, j.size);
+        },
+    );
+    writer
+        .commit()
+        .map_err(|e| Error::search("committing a split", e))?;
+    let segments = index
+        .searchable_segment_ids()
+        .map_err(|e| Error::search("listing a split's segments", e))?;
+    if segments.len() > 1 {
+        writer
+            .merge(&segments)
+            .wait()
+            .map_err(|e| Error::search("merging a split's segments", e))?;
+    }
+    writer
+        .wait_merging_threads()
+        .map_err(|e| Error::search("merging a split's segments", e))?;
+    let docs = added.into_inner();
+    report
+        .failures
+        .extend(failures.into_inner().unwrap_or_default());
+    if docs == 0 {
+        return Ok(());
+    }
+    let header = SplitHeader {
+        hostname: crate::hostname(),
+        time: crate::now_unix(),
+        docs,
+        ..SplitHeader::default()
+    };
+    let id = write_split(repo, &index, dir.path(), header)?;
+    repo.store().flush()?;
+    report.indexed += docs;
+    report.bytes += bytes.into_inner();
+    report.splits.push(id.to_hex());
+    Ok(())
+}
