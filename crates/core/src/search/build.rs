@@ -161,7 +161,7 @@ fn index_batch(
         .map_err(|e| Error::search("creating a split", e))?;
     schema::register(&index);
     let threads = rayon::current_num_threads().clamp(1, 4);
-    let memory = opts.memory.max(threads * 16 << 20);
+    let memory = opts.memory.max((threads * 16) << 20);
     let mut writer: tantivy::IndexWriter = index
         .writer_with_num_threads(threads, memory)
         .map_err(|e| Error::search("starting the indexer", e))?;

@@ -228,8 +228,8 @@ impl Splits {
 }
 
 /// The content terms of `q` (text, date, size, attachment), each with its matches.
-fn collect_terms<'q>(
-    q: &'q Query,
+fn collect_terms(
+    q: &Query,
     index: &Splits,
     out: &mut HashMap<*const Term, HashMap<Id, f32>>,
 ) -> Result<()> {

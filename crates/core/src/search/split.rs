@@ -102,8 +102,11 @@ pub fn write_split(
     Ok(id)
 }
 
+/// A split's files: name and bytes.
+type SplitFiles<'a> = Vec<(String, &'a [u8])>;
+
 /// A split's header and its files' bytes, from its plaintext; `what` names it.
-fn unbundle<'a>(plain: &'a [u8], what: &str) -> Result<(SplitHeader, Vec<(String, &'a [u8])>)> {
+fn unbundle<'a>(plain: &'a [u8], what: &str) -> Result<(SplitHeader, SplitFiles<'a>)> {
     let bad = |why: &str| Error::corrupt(what, format!("not a search index split: {why}"));
     let rest = plain
         .strip_prefix(&MAGIC[..])
