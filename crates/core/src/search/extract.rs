@@ -36,7 +36,9 @@ use mail_parser::{Address, HeaderName, Message, MessageParser, MimeHeaders, Part
 
 use crate::mail::summary::pad_base64_words;
 
-mod html;
+/// HTML reduced to text; `show` may use it too (mail-parser's `body_text` keeps the contents
+/// of a `<style>` or `<script>` tag that has attributes).
+pub(crate) mod html;
 
 /// Most bytes of body text gathered from one message.
 pub const MAX_BODY: usize = 1 << 20;
