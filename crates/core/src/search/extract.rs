@@ -14,7 +14,7 @@
 //!   Text attachments (`text/*` with a file name) count as text; the content of any other
 //!   attachment (images, PDFs, `application/*`) is skipped, even when mail-parser falls back
 //!   to showing a broken one as text. A forwarded message (`message/rfc822`) adds its
-//!   Subject, From and To to the body, then its own parts, down to [`MAX_NESTING`] levels.
+//!   Subject, From, To and Cc to the body, then its own parts, down to [`MAX_NESTING`] levels.
 //!   Parts are separated by a line break.
 //! - Attachments: [`Document::filenames`] holds every part's file name (the
 //!   Content-Disposition `filename`, else the Content-Type `name`; RFC 2231 and RFC 2047
@@ -36,7 +36,9 @@ use mail_parser::{Address, HeaderName, Message, MessageParser, MimeHeaders, Part
 
 use crate::mail::summary::pad_base64_words;
 
-mod html;
+/// HTML reduced to text; `show` may use it too (mail-parser's `body_text` keeps the contents
+/// of a `<style>` or `<script>` tag that has attributes).
+pub(crate) mod html;
 
 /// Most bytes of body text gathered from one message.
 pub const MAX_BODY: usize = 1 << 20;
@@ -156,11 +158,17 @@ fn drop_flat(msg: Message<'_>) {
 /// `raw` with its header's unpadded base64 encoded words padded (mail-parser drops their
 /// last bytes otherwise), or `None` when nothing needs it or the header is too large.
 fn mend_header(raw: &[u8]) -> Option<Vec<u8>> {
-    let end = memchr::memmem::find(raw, b"\n\n")
+    // The blank line ending the header, looked for only as far as a header may reach.
+    let window = &raw[..raw.len().min(MAX_PADDED_HEADER + 3)];
+    let blank = memchr::memmem::find(window, b"\n\n")
         .into_iter()
-        .chain(memchr::memmem::find(raw, b"\n\r\n"))
-        .min()
-        .map_or(raw.len(), |i| i + 1);
+        .chain(memchr::memmem::find(window, b"\n\r\n"))
+        .min();
+    let end = match blank {
+        Some(i) => i + 1,
+        None if raw.len() == window.len() => raw.len(),
+        None => return None,
+    };
     let head = &raw[..end];
     if head.len() > MAX_PADDED_HEADER || memchr::memmem::find(head, b"=?").is_none() {
         return None;
@@ -313,7 +321,7 @@ impl Extractor {
                 }
                 PartType::Message(inner) => {
                     self.doc.has_attachment = true;
-                    if depth + 1 >= MAX_NESTING {
+                    if depth >= MAX_NESTING {
                         self.doc.truncated = true;
                         continue;
                     }
@@ -337,7 +345,7 @@ impl Extractor {
         self.add_body(&html::html_to_text(html));
     }
 
-    /// A forwarded message's Subject, From and To, as body text.
+    /// A forwarded message's Subject, From, To and Cc, as body text.
     fn add_forwarded_header(&mut self, inner: &Message<'_>) {
         let mut line = String::new();
         line.push_str(inner.subject().unwrap_or_default());

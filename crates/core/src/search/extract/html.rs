@@ -37,7 +37,7 @@ const BLOCK: [&str; 12] = [
 ];
 
 /// The text of `html`.
-pub(super) fn html_to_text(html: &str) -> String {
+pub(crate) fn html_to_text(html: &str) -> String {
     let b = html.as_bytes();
     let mut out = Text {
         s: String::with_capacity(html.len() / 2),

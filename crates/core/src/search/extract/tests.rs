@@ -427,7 +427,7 @@ fn deeply_nested_structures() {
     assert!(d.has_attachment);
     assert!(!has_word(&d.body, "bottomword"));
     let levels: Vec<&str> = d.body.lines().collect();
-    assert_eq!(levels.len(), MAX_NESTING - 1, "{levels:?}");
+    assert_eq!(levels.len(), MAX_NESTING, "{levels:?}");
     assert!(d.truncated);
     // Multiparts in multiparts: read to the bottom, or to MAX_PARTS parts.
     let d = extract(nested_multiparts(2000).as_bytes());
@@ -481,5 +481,86 @@ fn html_reduced_to_text() {
     ];
     for (html, text) in cases {
         assert_eq!(html::html_to_text(html), text, "{html:?}");
+    }
+}
+
+#[test]
+fn unpadded_words_mended_up_to_the_header_cap() {
+    // A header alone, no blank line after it.
+    assert_eq!(extract(b"Subject: =?utf-8?B?eHB0bw?=\r\n").subject, "xpto");
+    let filler = format!("X-Filler: {}\r\n", "f".repeat(MAX_PADDED_HEADER - 200));
+    let raw = format!("{filler}Subject: =?utf-8?B?eHB0bw?=\r\n\r\nbody");
+    let d = extract(raw.as_bytes());
+    assert_eq!((d.subject.as_str(), d.body.as_str()), ("xpto", "body"));
+    // Past the cap, the header is parsed as it is.
+    let filler = format!("X-Filler: {}\r\n", "f".repeat(MAX_PADDED_HEADER));
+    let raw = format!("{filler}Subject: =?utf-8?B?eHB0bw==?=\r\n\r\nbody");
+    let d = extract(raw.as_bytes());
+    assert_eq!((d.subject.as_str(), d.body.as_str()), ("xpto", "body"));
+}
+
+mod props {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn html_piece() -> impl Strategy<Value = &'static str> {
+        prop::sample::select(vec![
+            "<",
+            ">",
+            "/",
+            "<p>",
+            "</p>",
+            "<b>",
+            "<script>",
+            "</script>",
+            "<style a='>'>",
+            "</style>",
+            "<head>",
+            "<body>",
+            "<!--",
+            "-->",
+            "<!",
+            "&",
+            "&amp;",
+            "&#",
+            ";",
+            "\"",
+            "'",
+            "=",
+            " ",
+            "\n",
+            "é",
+            "日",
+            "word",
+            "&#xFFFFFF;",
+        ])
+    }
+
+    proptest! {
+        #[test]
+        fn html_reduction_never_panics(parts in prop::collection::vec(html_piece(), 0..60)) {
+            let html = parts.concat();
+            let text = html::html_to_text(&html);
+            prop_assert!(text.len() <= html.len() * 4);
+            prop_assert_eq!(text.trim(), text.as_str());
+        }
+
+        #[test]
+        fn extraction_never_panics(raw in prop::collection::vec(any::<u8>(), 0..400)) {
+            let d = extract(&raw);
+            prop_assert!(d.body.len() <= MAX_BODY);
+        }
+
+        #[test]
+        fn extraction_of_mime_soup_never_panics(parts in prop::collection::vec(prop::sample::select(vec![
+            "Content-Type: multipart/mixed; boundary=b\r\n", "Content-Type: text/html\r\n",
+            "Content-Type: message/rfc822\r\n", "Content-Transfer-Encoding: base64\r\n",
+            "Content-Transfer-Encoding: quoted-printable\r\n", "\r\n", "--b\r\n", "--b--\r\n",
+            "Subject: =?utf-8?B?eHB0bw?=\r\n", "<p>x</p>", "=E9", "aGVsbG8", "=?",
+            "Content-Disposition: attachment; filename*0*=utf-8''%C3%A9\r\n",
+        ]), 0..40)) {
+            let d = extract(parts.concat().as_bytes());
+            prop_assert!(d.body.len() <= MAX_BODY);
+        }
     }
 }
