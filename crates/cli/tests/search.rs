@@ -337,3 +337,98 @@ fn a_query_that_does_not_parse_is_an_error_naming_where() {
     assert_eq!(code, Some(2));
     assert!(err.contains("unknown field `colour:`"), "{err}");
 }
+
+/// The repository's splits (`search/`).
+fn splits(e: &Env) -> usize {
+    fs::read_dir(e.repo().join("search")).map_or(0, |d| d.count())
+}
+
+#[test]
+fn splits_are_merged_and_pruned_and_answers_stay_the_same() {
+    let e = Env::new();
+    let store = e.path("mail");
+    for n in 0..12 {
+        let data = plain(
+            &format!("k{n}"),
+            "x@example.com",
+            "y@example.org",
+            "s",
+            DATE,
+            &format!("uniqueword{n}"),
+        );
+        write(
+            &store,
+            "y@example.org",
+            "",
+            &format!("k{n}:2,"),
+            data.as_bytes(),
+        );
+    }
+    let src = format!("maildir:{}", store.display());
+    e.ok(&["init"]);
+    e.ok(&["backup", &src]);
+    let first = e.json(0, &["snapshots"])[0]["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    // A split per message: more than eight, so the run merges them into one.
+    let rep = e.json(0, &["index", "--split-docs", "1"]);
+    assert_eq!(rep["indexed"], 12, "{rep}");
+    assert_eq!(rep["merged"], 12, "{rep}");
+    assert_eq!(splits(&e), 13, "the merged ones stay until a prune");
+    let found = |word: &str, all: bool| {
+        let mut args = vec!["search"];
+        if all {
+            args.push("--all-snapshots");
+        }
+        args.push(word);
+        search(&e, &args[1..])["total"].as_u64().unwrap()
+    };
+    for n in 0..12 {
+        assert_eq!(
+            found(&format!("uniqueword{n}"), false),
+            1,
+            "word {n} after the merge"
+        );
+    }
+    let pruned = e.json(0, &["prune"]);
+    assert_eq!(pruned["search"]["deleted"], 12, "{pruned}");
+    assert_eq!(pruned["search"]["merged"], 0, "nothing dead yet: {pruned}");
+    assert_eq!(splits(&e), 1);
+    assert_eq!(found("uniqueword5", false), 1);
+
+    // Three messages deleted, the snapshot that held them forgotten: gone from every
+    // answer at once, then from the index by the prune.
+    for n in 0..3 {
+        fs::remove_file(store.join(format!("example.org/y/Maildir/cur/k{n}:2,"))).unwrap();
+    }
+    e.ok(&["backup", &src]);
+    assert_eq!(
+        found("uniqueword1", true),
+        1,
+        "an older snapshot still holds it"
+    );
+    e.ok(&["forget", &first]);
+    assert_eq!(
+        found("uniqueword1", true),
+        0,
+        "its only snapshot is forgotten"
+    );
+    let pruned = e.json(0, &["prune"]);
+    assert_eq!(pruned["search"]["merged"], 1, "{pruned}");
+    assert_eq!(pruned["search"]["deleted"], 1, "{pruned}");
+    assert_eq!(splits(&e), 1);
+    for n in 3..12 {
+        assert_eq!(
+            found(&format!("uniqueword{n}"), true),
+            1,
+            "word {n} after the prune"
+        );
+    }
+    let again = e.json(0, &["index"]);
+    assert_eq!(
+        again["indexed"], 0,
+        "every live content is still indexed: {again}"
+    );
+    assert_eq!(again["already_indexed"], 9, "{again}");
+}

@@ -59,4 +59,15 @@ pub fn print_report(rep: &mailvault_core::ops::prune::PruneReport) {
         bytes(rep.bytes_freed),
         rep.elapsed_secs
     );
+    let s = &rep.search;
+    if s.merged + s.deleted > 0 {
+        let merged = match s.merged {
+            0 => String::new(),
+            n => format!("{n} splits merged without what no snapshot holds; "),
+        };
+        println!(
+            "search index: {merged}{} superseded splits {would}deleted",
+            s.deleted
+        );
+    }
 }

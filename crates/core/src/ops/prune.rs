@@ -28,6 +28,7 @@ use crate::repo::snapshot::Snapshot;
 use crate::repo::tree::{AccountTree, ChunkRef, MessageChunk, RootTree};
 use crate::repo::{file_id, lock, ChunkTreeVisitor, Repository, Snapshots, MIGRATE_STATE};
 use crate::report::Progress;
+use crate::search::merge::SplitsPruned;
 use crate::store::Store;
 use serde::Serialize;
 use std::collections::{HashMap, HashSet};
@@ -96,6 +97,19 @@ pub struct PruneReport {
     pub size_before: u64,
     pub size_after: u64,
     pub elapsed_secs: f64,
+    /// The search index: splits merged to drop what no snapshot holds, superseded splits
+    /// deleted.
+    pub search: SplitsPruned,
+}
+
+/// The search index's part of a prune ([`crate::search::merge::prune_splits`]), its
+/// splits copied to a temporary directory.
+fn prune_search(repo: &Repository, dry_run: bool) -> Result<SplitsPruned> {
+    let tmp = tempfile::Builder::new()
+        .prefix("mailvault-prune-search-")
+        .tempdir()
+        .map_err(|e| Error::io(std::env::temp_dir(), e))?;
+    crate::search::merge::prune_splits(repo, tmp.path(), dry_run)
 }
 
 /// An error for a prune that must not go on, naming what stops it.
@@ -183,6 +197,7 @@ pub fn prune(
     let used = used_blobs(repo, &snaps, progress)?;
     rep.blobs_used = used.len() as u64;
     rep.size_before = repository_size(repo)?;
+    rep.search = prune_search(repo, opts.dry_run)?;
 
     let plans = plan(repo, &used, opts.max_unused, &mut rep)?;
     let unindexed = unindexed_packs(repo)?;

@@ -10,8 +10,9 @@
 //! messages are read back from the packs it just wrote, which the page cache still holds.
 
 use super::catalog::{scoped, Catalog, Scope};
-use super::split::{live_splits, private_dir, write_split, LocalSplit, SplitHeader};
-use super::{open_split, schema};
+use super::merge::{merge_splits, MERGE_AT};
+use super::schema;
+use super::split::{indexed_contents, live_splits, private_dir, write_split, SplitHeader};
 use crate::error::{Error, Result};
 use crate::model::assemble::assemble_by;
 use crate::model::reader::{read_by_packs, Blobs, SpanOptions};
@@ -54,40 +55,13 @@ pub struct IndexReport {
     /// Indexed by this run, and their bytes.
     pub indexed: u64,
     pub bytes: u64,
-    /// Splits written (ids).
+    /// Splits written (ids), a merge's last.
     pub splits: Vec<String>,
+    /// Splits merged into one (more than [`MERGE_AT`] were live).
+    pub merged: u64,
     /// Messages that could not be read (not indexed: the next run tries them again), and
     /// trees that could not be read.
     pub failures: Vec<Failure>,
-}
-
-/// The contents the live splits hold.
-pub fn indexed_contents(splits: &[LocalSplit]) -> Result<HashSet<Id>> {
-    let mut out = HashSet::new();
-    for s in splits {
-        let index = open_split(s)?;
-        let reader = index
-            .reader()
-            .map_err(|e| Error::search("opening a split", e))?;
-        for seg in reader.searcher().segment_readers() {
-            let column = seg
-                .fast_fields()
-                .bytes("hash")
-                .map_err(|e| Error::search("reading a split's contents", e))?;
-            let Some(column) = column else { continue };
-            let mut buf = Vec::with_capacity(32);
-            for ord in 0..column.num_terms() as u64 {
-                buf.clear();
-                column
-                    .ord_to_bytes(ord, &mut buf)
-                    .map_err(|e| Error::search("reading a split's contents", e))?;
-                if let Ok(h) = <[u8; 32]>::try_from(&buf[..]) {
-                    out.insert(Id(h));
-                }
-            }
-        }
-    }
-    Ok(out)
 }
 
 /// One message content to index.
@@ -118,6 +92,7 @@ pub fn index(
     report.failures.extend(catalog.failures.iter().cloned());
     let contents = catalog.contents();
     report.contents = contents.len() as u64;
+    let keep: HashSet<Id> = contents.keys().copied().collect();
     let mut jobs: Vec<Job> = (contents.into_iter())
         .filter(|(h, _)| !done.contains(h))
         .map(|(hash, e)| Job {
@@ -138,6 +113,12 @@ pub fn index(
     progress.add_total(jobs.len() as u64, jobs.iter().map(|j| j.size).sum());
     for batch in jobs.chunks(opts.split_docs.max(1)) {
         index_batch(repo, cache, opts, batch, progress, &mut report)?;
+    }
+    let live = live_splits(repo, cache)?;
+    if live.len() > MERGE_AT {
+        let id = merge_splits(repo, cache, &live, &keep)?;
+        report.merged = live.len() as u64;
+        report.splits.push(id.to_hex());
     }
     Ok(report)
 }
@@ -165,6 +146,9 @@ fn index_batch(
     let mut writer: tantivy::IndexWriter = index
         .writer_with_num_threads(threads, memory)
         .map_err(|e| Error::search("starting the indexer", e))?;
+    // Segments are merged once, explicitly, at the end: a merge policy's own merges in
+    // the background would take them from under that one.
+    writer.set_merge_policy(Box::new(tantivy::indexer::NoMergePolicy));
     let failures = Mutex::new(Vec::new());
     let added = std::sync::atomic::AtomicU64::new(0);
     let bytes = std::sync::atomic::AtomicU64::new(0);

@@ -12,8 +12,8 @@
 use super::catalog::{scoped, Catalog, Group, Scope};
 use super::query::{Flag, Query, Term, TextField};
 use super::schema::{self, Fields};
+use super::split::{indexed_contents, open_split};
 use super::split::{live_splits, LocalSplit};
-use super::{build::indexed_contents, open_split};
 use crate::error::{Error, Result};
 use crate::model::folder_name_selected;
 use crate::repo::id::Id;

@@ -80,7 +80,7 @@ pub struct Document {
 
 /// The parser: the headers the index reads and the MIME headers, every other header skipped
 /// (Received chains and signatures cost time and are not indexed).
-fn parser() -> &'static MessageParser {
+pub(crate) fn parser() -> &'static MessageParser {
     static PARSER: OnceLock<MessageParser> = OnceLock::new();
     PARSER.get_or_init(|| {
         MessageParser::new()
@@ -141,7 +141,7 @@ pub fn extract(raw: &[u8]) -> Document {
 /// Drops `msg` one nested message at a time: mail-parser builds forwarded messages of any
 /// depth (without recursion), and dropping 100,000 of them the usual, recursive way
 /// overflows the stack.
-fn drop_flat(msg: Message<'_>) {
+pub(crate) fn drop_flat(msg: Message<'_>) {
     let mut stack = vec![msg];
     while let Some(mut m) = stack.pop() {
         for part in &mut m.parts {

@@ -11,19 +11,11 @@ pub mod build;
 pub mod catalog;
 pub mod exec;
 pub mod extract;
+pub mod merge;
 pub mod query;
 pub mod schema;
 pub mod show;
 pub mod split;
 pub mod words;
 
-use crate::error::{Error, Result};
-use split::LocalSplit;
-
-/// Opens the local copy of a split, with the analyzer registered.
-pub fn open_split(s: &LocalSplit) -> Result<tantivy::Index> {
-    let index = tantivy::Index::open_in_dir(&s.dir)
-        .map_err(|e| Error::search(format!("opening split {}", s.id.short()), e))?;
-    schema::register(&index);
-    Ok(index)
-}
+pub use split::open_split;

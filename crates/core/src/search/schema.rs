@@ -21,7 +21,8 @@ pub const MAX_TOKEN: usize = 40;
 #[derive(Clone, Copy, Debug)]
 pub struct Fields {
     /// The keyed BLAKE3 of the whole message (the snapshot entries' `hash`): what joins a
-    /// document to the places that hold the message. A fast column, not indexed.
+    /// document to the places that hold the message. A fast column, and indexed so that a
+    /// merge can delete the documents of contents no snapshot holds.
     pub hash: tantivy::schema::Field,
     pub from: tantivy::schema::Field,
     pub to: tantivy::schema::Field,
@@ -46,7 +47,7 @@ pub fn schema() -> (Schema, Fields) {
     );
     let number = NumericOptions::default().set_indexed().set_fast();
     let fields = Fields {
-        hash: b.add_bytes_field("hash", BytesOptions::default().set_fast()),
+        hash: b.add_bytes_field("hash", BytesOptions::default().set_fast().set_indexed()),
         from: b.add_text_field("from", text.clone()),
         to: b.add_text_field("to", text.clone()),
         subject: b.add_text_field("subject", text.clone()),

@@ -6,7 +6,7 @@ use crate::error::{Error, Result};
 use crate::model::assemble::assemble;
 use crate::model::{names_content, MIN_ID_PREFIX};
 use crate::repo::Repository;
-use mail_parser::{MessageParser, MimeHeaders};
+use mail_parser::MimeHeaders;
 use serde::Serialize;
 
 /// A message found by its content id, where the newest snapshot holding it has it.
@@ -73,7 +73,7 @@ pub fn show(repo: &Repository, id: &str) -> Result<Shown> {
 
 /// The headers, text and attachments of `raw`.
 fn present(raw: &[u8]) -> Shown {
-    let m = MessageParser::default().parse(raw).unwrap_or_default();
+    let m = super::extract::parser().parse(raw).unwrap_or_default();
     let addresses = |a: Option<&mail_parser::Address>| {
         a.map(|a| {
             a.iter()
@@ -103,7 +103,7 @@ fn present(raw: &[u8]) -> Shown {
             size: p.len(),
         })
         .collect();
-    Shown {
+    let shown = Shown {
         id: String::new(),
         snapshot: String::new(),
         account: String::new(),
@@ -118,5 +118,7 @@ fn present(raw: &[u8]) -> Shown {
         text,
         attachments,
         raw: Vec::new(),
-    }
+    };
+    super::extract::drop_flat(m);
+    shown
 }

@@ -19,7 +19,7 @@ use crate::repo::named::Named;
 use crate::repo::{file_id, Repository};
 use crate::store::Store;
 use serde::{Deserialize, Serialize};
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashSet};
 use std::fs;
 use std::io::Write;
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
@@ -256,6 +256,50 @@ pub fn live_splits(repo: &Repository, cache: &Path) -> Result<Vec<LocalSplit>> {
         .collect();
     local.retain(|s| !superseded.contains(&s.id));
     Ok(local)
+}
+
+/// Opens the local copy of a split, with the analyzer registered.
+pub fn open_split(s: &LocalSplit) -> Result<tantivy::Index> {
+    let index = tantivy::Index::open_in_dir(&s.dir)
+        .map_err(|e| Error::search(format!("opening split {}", s.id.short()), e))?;
+    super::schema::register(&index);
+    Ok(index)
+}
+
+/// The contents the live splits hold.
+pub fn indexed_contents(splits: &[LocalSplit]) -> Result<HashSet<Id>> {
+    let mut out = HashSet::new();
+    for s in splits {
+        out.extend(split_contents(s)?);
+    }
+    Ok(out)
+}
+
+/// The contents split `s` holds: the terms of its `hash` column.
+pub(crate) fn split_contents(s: &LocalSplit) -> Result<Vec<Id>> {
+    let index = open_split(s)?;
+    let reader = index
+        .reader()
+        .map_err(|e| Error::search("opening a split", e))?;
+    let mut out = Vec::new();
+    for seg in reader.searcher().segment_readers() {
+        let column = seg
+            .fast_fields()
+            .bytes("hash")
+            .map_err(|e| Error::search("reading a split's contents", e))?;
+        let Some(column) = column else { continue };
+        let mut buf = Vec::with_capacity(32);
+        for ord in 0..column.num_terms() as u64 {
+            buf.clear();
+            column
+                .ord_to_bytes(ord, &mut buf)
+                .map_err(|e| Error::search("reading a split's contents", e))?;
+            if let Ok(h) = <[u8; 32]>::try_from(&buf[..]) {
+                out.push(Id(h));
+            }
+        }
+    }
+    Ok(out)
 }
 
 /// A temporary directory a killed process left (an hour old).
