@@ -432,3 +432,97 @@ fn splits_are_merged_and_pruned_and_answers_stay_the_same() {
     );
     assert_eq!(again["already_indexed"], 9, "{again}");
 }
+
+#[test]
+fn a_killed_index_resumes_and_check_and_repair_keep_the_index_whole() {
+    let e = Env::new();
+    let store = e.path("mail");
+    const N: u64 = 3000;
+    for n in 0..N {
+        let data = plain(
+            &format!("m{n}"),
+            "x@example.com",
+            "z@example.org",
+            "s",
+            DATE,
+            &format!("word{n} common"),
+        );
+        write(
+            &store,
+            "z@example.org",
+            "",
+            &format!("m{n}:2,"),
+            data.as_bytes(),
+        );
+    }
+    e.ok(&["init"]);
+    e.ok(&["backup", &format!("maildir:{}", store.display())]);
+    // Killed once a few splits are in the repository.
+    let mut child = e
+        .cmd(&["index", "-q", "--split-docs", "20"])
+        .spawn()
+        .unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while splits(&e) < 3 && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    assert!(
+        child.try_wait().unwrap().is_none(),
+        "the index run finished before it could be killed: make the store bigger"
+    );
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let check = e.json(0, &["check"]);
+    let not_indexed = check["search"]["not_indexed"].as_u64().unwrap();
+    assert!(not_indexed > 0 && not_indexed < N, "{}", check["search"]);
+    assert!(
+        check["warnings"].to_string().contains("not indexed"),
+        "{check}"
+    );
+
+    let resumed = e.json(0, &["index"]);
+    assert_eq!(
+        resumed["indexed"].as_u64().unwrap(),
+        not_indexed,
+        "{resumed}"
+    );
+    assert_eq!(
+        resumed["already_indexed"].as_u64().unwrap(),
+        N - not_indexed
+    );
+    let check = e.json(0, &["check"]);
+    assert_eq!(check["search"]["not_indexed"], 0, "{}", check["search"]);
+    assert_eq!(check["search"]["dead"], 0, "{}", check["search"]);
+    assert_eq!(search(&e, &["common"])["total"], N);
+
+    // A live split damaged: check names it, repair sets it aside, index brings its
+    // messages back.
+    let live = e.json(0, &["check"])["search"].clone();
+    assert_eq!(live["damaged"].as_array().unwrap().len(), 0);
+    e.ok(&["prune"]);
+    let dir = e.repo().join("search");
+    let split = fs::read_dir(&dir).unwrap().next().unwrap().unwrap().path();
+    let mut bytes = fs::read(&split).unwrap();
+    let mid = bytes.len() / 2;
+    bytes[mid] ^= 0x40;
+    fs::write(&split, bytes).unwrap();
+    let bad = e.json(2, &["check"]);
+    assert_eq!(bad["errors"][0]["kind"], "search", "{bad}");
+    assert_eq!(bad["errors"][0]["repair"], "mailvault repair index");
+    let repaired = e.json(0, &["repair", "index"]);
+    assert_eq!(
+        repaired["search_damaged"].as_array().unwrap().len(),
+        1,
+        "{repaired}"
+    );
+    assert!(
+        search(&e, &["common"])["total"].as_u64().unwrap() < N,
+        "its messages are gone from the index"
+    );
+    let again = e.json(0, &["index"]);
+    assert!(again["indexed"].as_u64().unwrap() > 0, "{again}");
+    let check = e.json(0, &["check"]);
+    assert_eq!(check["errors"].as_array().unwrap().len(), 0, "{check}");
+    assert_eq!(check["search"]["not_indexed"], 0, "{}", check["search"]);
+    assert_eq!(search(&e, &["common"])["total"], N);
+}

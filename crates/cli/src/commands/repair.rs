@@ -55,6 +55,13 @@ pub fn run(g: &GlobalOpts, a: Args) -> Result<Outcome> {
             for p in &rep.packs_damaged {
                 println!("damaged pack (its good blobs are indexed): {}", safe(p));
             }
+            for p in &rep.search_damaged {
+                println!(
+                    "damaged search index split {} {}moved to damaged/: run `mailvault index` to index its messages again",
+                    safe(p),
+                    would(o.dry_run)
+                );
+            }
             for f in rep.packs_skipped.iter().chain(&rep.blobs_skipped) {
                 println!("left out: {}: {}", safe(&f.item), safe(&f.error));
             }

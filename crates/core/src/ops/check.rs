@@ -112,6 +112,7 @@ fn check_inner(repo: &Repository, opts: &CheckOptions, started: Instant) -> Resu
     }
     let (messages, affected) = walk.finish();
 
+    let search = check_search(repo, &st, &mut warnings)?;
     let mut errors = settle_errors(&st, affected, &mut warnings);
     if let Some(record) = record {
         settle_record(
@@ -133,8 +134,36 @@ fn check_inner(repo: &Repository, opts: &CheckOptions, started: Instant) -> Resu
         messages,
         errors,
         warnings,
+        search,
         elapsed_secs: started.elapsed().as_secs_f64(),
     })
+}
+
+/// The search index: a split that does not verify is an error (`repair index` sets it
+/// aside); messages not indexed and indexed contents no snapshot holds are warnings.
+fn check_search(
+    repo: &Repository,
+    st: &State,
+    warnings: &mut Vec<String>,
+) -> Result<crate::search::verify::SplitsChecked> {
+    let r = crate::search::verify::check_splits(repo)?;
+    for f in &r.damaged {
+        let i = st.error(DamageKind::Search, Some(&f.item), &f.error);
+        st.set_repair(i, REPAIR_INDEX);
+    }
+    if r.not_indexed > 0 {
+        warnings.push(format!(
+            "search index: {} messages of the snapshots are not indexed: run `mailvault index`",
+            r.not_indexed
+        ));
+    }
+    if r.dead > 0 {
+        warnings.push(format!(
+            "search index: {} indexed messages are held by no snapshot: the next prune drops them",
+            r.dead
+        ));
+    }
+    Ok(r)
 }
 
 /// Index files, dictionaries and key files: the ones that did not open, and every one's

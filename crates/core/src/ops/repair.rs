@@ -65,6 +65,9 @@ pub struct IndexRepair {
     pub packs_damaged: Vec<String>,
     pub index_written: Option<String>,
     pub index_removed: Vec<String>,
+    /// Splits of the search index that cannot be read or verified, moved to `damaged/`
+    /// (the next `index` indexes their contents again).
+    pub search_damaged: Vec<String>,
 }
 
 /// The lock a repair takes: exclusive, shared for a dry run (which only reads).
@@ -132,6 +135,9 @@ pub fn repair_index(repo: &Repository, opts: &RepairOptions) -> Result<IndexRepa
         .filter(|p| !present.contains(*p))
         .count() as u64;
     packs.sort_by_key(|p| p.id);
+    rep.search_damaged = crate::search::verify::set_aside_damaged(repo, opts.dry_run, |p| {
+        move_to_damaged(store, p)
+    })?;
     if opts.dry_run {
         return Ok(rep);
     }

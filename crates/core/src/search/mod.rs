@@ -16,6 +16,7 @@ pub mod query;
 pub mod schema;
 pub mod show;
 pub mod split;
+pub mod verify;
 pub mod words;
 
 pub use split::open_split;

@@ -32,6 +32,8 @@ pub enum DamageKind {
     /// Snapshots this host saw in the repository that are gone from `snapshots/`: deleted,
     /// or an older copy of the repository put back.
     Rollback,
+    /// A split of the search index (`search/`) that cannot be read or verified.
+    Search,
 }
 
 /// One problem found, with what it costs.
@@ -102,6 +104,8 @@ pub struct CheckReport {
     pub errors: Vec<CheckError>,
     /// Things that are not damage: packs a killed backup left, unreadable-but-unused files.
     pub warnings: Vec<String>,
+    /// The search index's splits and their coverage of the snapshots.
+    pub search: crate::search::verify::SplitsChecked,
     pub elapsed_secs: f64,
 }
 
