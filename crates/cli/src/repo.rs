@@ -236,7 +236,7 @@ impl SearchCache {
 }
 
 /// The search cache of repository `r` (see [`SearchCache`]).
-pub fn search_cache(g: &GlobalOpts, r: &Repository) -> Result<SearchCache> {
+pub fn search_cache(g: &GlobalOpts, r: &Repository) -> mailvault_core::Result<SearchCache> {
     let id = &r.config().id;
     let root = match g.storage.no_cache {
         true => None,
@@ -247,10 +247,33 @@ pub fn search_cache(g: &GlobalOpts, r: &Repository) -> Result<SearchCache> {
         Some(root) if !id.is_empty() && id.bytes().all(|c| c.is_ascii_hexdigit()) => {
             Ok(SearchCache::Kept(root.join(id).join("search")))
         }
-        _ => Ok(SearchCache::Temporary(
-            tempfile::Builder::new()
+        _ => {
+            let tmp = tempfile::Builder::new()
                 .prefix("mailvault-search-")
-                .tempdir()?,
-        )),
+                .tempdir();
+            let tmp = tmp.map_err(|e| mailvault_core::Error::Io {
+                path: std::env::temp_dir(),
+                source: e,
+            })?;
+            Ok(SearchCache::Temporary(tmp))
+        }
+    }
+}
+
+/// Runs `f` on the repository, opened again (up to three times in all) when a prune
+/// removed an index file between opening it and taking the lock
+/// ([`mailvault_core::Error::IndexChanged`]): for read-mostly commands (`search`,
+/// `index`, `show`) that a prune running at the same time must not fail.
+pub fn with_fresh_index<T>(
+    g: &GlobalOpts,
+    f: impl Fn(&Repository) -> mailvault_core::Result<T>,
+) -> Result<T> {
+    let mut tries = 0;
+    loop {
+        let r = open(g)?;
+        match f(&r) {
+            Err(mailvault_core::Error::IndexChanged { .. }) if tries < 2 => tries += 1,
+            other => return Ok(other?),
+        }
     }
 }

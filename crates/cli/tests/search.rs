@@ -526,3 +526,66 @@ fn a_killed_index_resumes_and_check_and_repair_keep_the_index_whole() {
     assert_eq!(check["search"]["not_indexed"], 0, "{}", check["search"]);
     assert_eq!(search(&e, &["common"])["total"], N);
 }
+
+/// A second host (a cache of its own) searches what the first indexed in a MinIO bucket;
+/// a prune running meanwhile, merging and deleting splits, leaves both working.
+#[test]
+fn a_second_host_searches_an_index_on_s3_while_a_prune_runs() {
+    let e = Env::s3("search-two-hosts");
+    let store = e.path("mail");
+    for n in 0..40 {
+        let data = plain(
+            &format!("s{n}"),
+            "x@example.com",
+            "w@example.org",
+            "s",
+            DATE,
+            &format!("s3word{n} shared"),
+        );
+        write(
+            &store,
+            "w@example.org",
+            "",
+            &format!("s{n}:2,"),
+            data.as_bytes(),
+        );
+    }
+    let src = format!("maildir:{}", store.display());
+    e.ok(&["init"]);
+    e.ok(&["backup", &src]);
+    let first = e.json(0, &["snapshots"])[0]["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    e.ok(&["index", "--split-docs", "4"]);
+    for n in 0..10 {
+        fs::remove_file(store.join(format!("example.org/w/Maildir/cur/s{n}:2,"))).unwrap();
+    }
+    e.ok(&["backup", &src]);
+    e.ok(&["forget", &first]);
+    let other_cache = e.path("host-b-cache");
+    let other = other_cache.to_str().unwrap();
+    let on_b = |q: &str| {
+        let v = e.json(0, &["--cache-dir", other, "search", "--limit", "100", q]);
+        v["total"].as_u64().unwrap()
+    };
+    assert_eq!(on_b("shared"), 30, "host B sees host A's index");
+    std::thread::scope(|s| {
+        let prune = s.spawn(|| e.json(0, &["prune"]));
+        let searches = s.spawn(|| (0..5).map(|_| on_b("shared")).collect::<Vec<_>>());
+        let pruned = prune.join().unwrap();
+        assert!(
+            pruned["search"]["deleted"].as_u64().unwrap() > 0,
+            "{pruned}"
+        );
+        assert!(searches.join().unwrap().iter().all(|&n| n == 30));
+    });
+    assert_eq!(on_b("shared"), 30, "host B after the prune");
+    assert_eq!(
+        search(&e, &["shared"])["total"],
+        30,
+        "host A after the prune"
+    );
+    assert_eq!(on_b("s3word3"), 0);
+    assert_eq!(on_b("s3word33"), 1);
+}

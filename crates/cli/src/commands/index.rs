@@ -14,14 +14,15 @@ pub struct Args {
 }
 
 pub fn run(g: &GlobalOpts, a: Args) -> Result<Outcome> {
-    let r = repo::open(g)?;
-    let cache = repo::search_cache(g, &r)?;
     let opts = IndexOptions {
         split_docs: a.split_docs,
         ..IndexOptions::default()
     };
-    let rep = Bar::run(g.quiet || g.json, "index", |bar| {
-        index(&r, cache.path(), &opts, bar)
+    let rep = repo::with_fresh_index(g, |r| {
+        let cache = repo::search_cache(g, r)?;
+        Bar::run(g.quiet || g.json, "index", |bar| {
+            index(r, cache.path(), &opts, bar)
+        })
     })?;
     if g.json {
         crate::output::json(&rep)?;

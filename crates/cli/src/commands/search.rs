@@ -40,8 +40,6 @@ pub struct Args {
 pub fn run(g: &GlobalOpts, a: Args) -> Result<Outcome> {
     let text = a.query.join(" ");
     let query = parse(&text, jiff::Timestamp::now())?;
-    let r = repo::open(g)?;
-    let cache = repo::search_cache(g, &r)?;
     let scope = match (&a.snapshot, a.all_snapshots) {
         (Some(s), _) => Scope::One(s.clone()),
         (None, true) => Scope::All,
@@ -54,7 +52,10 @@ pub fn run(g: &GlobalOpts, a: Args) -> Result<Outcome> {
         offset: a.page.saturating_sub(1).saturating_mul(a.limit),
         limit: a.limit,
     };
-    let res = search(&r, cache.path(), &query, &opts)?;
+    let res = repo::with_fresh_index(g, |r| {
+        let cache = repo::search_cache(g, r)?;
+        search(r, cache.path(), &query, &opts)
+    })?;
     if g.json {
         crate::output::json(&res)?;
     } else {

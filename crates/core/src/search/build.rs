@@ -17,7 +17,6 @@ use crate::error::{Error, Result};
 use crate::model::assemble::assemble_by;
 use crate::model::reader::{read_by_packs, Blobs, SpanOptions};
 use crate::repo::id::Id;
-use crate::repo::lock::LockKind;
 use crate::repo::Repository;
 use crate::report::{Failure, Progress};
 use serde::Serialize;
@@ -79,7 +78,9 @@ pub fn index(
     opts: &IndexOptions,
     progress: &dyn Progress,
 ) -> Result<IndexReport> {
-    let _lock = repo.lock(LockKind::Shared, "index")?;
+    // As a restore: refused (to be run again) when a prune removed an index file since
+    // the repository was opened, whose packs this run would otherwise fail to read.
+    let _lock = repo.lock_for_reading("index")?;
     let splits = live_splits(repo, cache)?;
     let done = indexed_contents(&splits)?;
     let (snapshots, failures) = scoped(repo, &Scope::All)?;

@@ -47,6 +47,7 @@ pub fn show(repo: &Repository, id: &str) -> Result<Shown> {
             "{id:?} is not a message id: give the id `search` prints (at least {MIN_ID_PREFIX} hex digits)"
         )));
     }
+    let _lock = repo.lock_for_reading("show")?;
     let (snapshots, _) = scoped(repo, &Scope::All)?;
     for snap in snapshots.into_iter().rev() {
         let c = Catalog::read(repo, vec![snap]);

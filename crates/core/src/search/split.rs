@@ -236,7 +236,12 @@ pub fn live_splits(repo: &Repository, cache: &Path) -> Result<Vec<LocalSplit>> {
     let present = list_splits(repo)?;
     let mut local = Vec::with_capacity(present.len());
     for id in &present {
-        local.push(local_split(repo, cache, id)?);
+        match local_split(repo, cache, id) {
+            Ok(s) => local.push(s),
+            // Deleted since the listing: a prune removed it, superseded.
+            Err(Error::NotFound(_)) => {}
+            Err(e) => return Err(e),
+        }
     }
     if let Ok(rd) = fs::read_dir(cache) {
         for e in rd.flatten() {
