@@ -65,6 +65,10 @@ pub struct Profile {
     /// kept in this host's state directory ([`crate::commands::run`]).
     #[serde(default, with = "humantime_serde_opt")]
     pub prune_every: Option<Duration>,
+    /// Index what the backups added for `search` (`mailvault index`) after them; off by
+    /// default.
+    #[serde(default)]
+    pub index: bool,
     /// A quick check (`mailvault check`, without --read-data) at the end; on by default.
     #[serde(default = "yes")]
     pub check: bool,

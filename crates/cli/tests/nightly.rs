@@ -169,7 +169,7 @@ fn the_nightly_profile_runs_end_to_end() {
     store(&e.path("b"), "bob", 0, 3);
     fs::create_dir_all(e.path("metrics")).unwrap();
     e.expect(0, &["init"]);
-    let policy = "prune-every = \"7d\"\n[profiles.nightly.forget]\nkeep-last = 1\n";
+    let policy = "prune-every = \"7d\"\nindex = true\n[profiles.nightly.forget]\nkeep-last = 1\n";
     let cfg = config(&e, policy);
     let cfg = cfg.to_str().unwrap();
     let metrics = e.path("metrics/mailvault.prom");
@@ -196,6 +196,8 @@ fn the_nightly_profile_runs_end_to_end() {
     assert_eq!(r["backups"][1]["report"]["items_total"], 3, "{r}");
     assert_eq!(r["check"]["status"], "done", "{r}");
     assert_eq!(r["errors"].as_array().unwrap().len(), 0, "{r}");
+    assert_eq!(r["index"]["status"], "done", "{r}");
+    assert_eq!(r["index"]["report"]["indexed"], 8, "{r}");
     // Nothing to forget yet; the first prune is due (none was recorded).
     assert_eq!(r["forget"]["status"], "done", "{r}");
     assert_eq!(

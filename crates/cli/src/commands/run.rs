@@ -40,6 +40,7 @@ struct RunReport {
     profile: String,
     config: PathBuf,
     backups: Vec<SourceResult>,
+    index: Step,
     forget: Step,
     prune: Step,
     check: Step,
@@ -109,8 +110,9 @@ pub fn run(g: &GlobalOpts, a: Args) -> Result<Outcome> {
     if let Some(r) = &g.repo {
         metrics::note_repository(r);
     }
-    if p.sources.is_empty() && p.forget.is_none() && p.prune_every.is_none() && !p.check {
-        bail!("profile {:?} has nothing to do: give it sources, a [forget] policy, prune-every or check", a.profile);
+    if p.sources.is_empty() && p.forget.is_none() && p.prune_every.is_none() && !p.check && !p.index
+    {
+        bail!("profile {:?} has nothing to do: give it sources, a [forget] policy, prune-every, index or check", a.profile);
     }
     let mut errors = Vec::new();
     let mut backups = Vec::new();
@@ -153,6 +155,15 @@ pub fn run(g: &GlobalOpts, a: Args) -> Result<Outcome> {
             Step::Failed { error }
         }
     };
+    let index = step(
+        "index",
+        match p.index {
+            false => Ok(Step::Skipped {
+                reason: "index = false".into(),
+            }),
+            true => index_step(g),
+        },
+    );
     let forget = step(
         "forget",
         match &p.forget {
@@ -206,6 +217,7 @@ pub fn run(g: &GlobalOpts, a: Args) -> Result<Outcome> {
         profile: a.profile,
         config: path,
         backups,
+        index,
         forget,
         prune,
         check,
@@ -236,6 +248,7 @@ fn print_report(r: &RunReport) {
             (None, None) => {}
         }
     }
+    println!("index      {}", safe(&r.index.line()));
     println!("forget     {}", safe(&r.forget.line()));
     println!("prune      {}", safe(&r.prune.line()));
     println!("check      {}", safe(&r.check.line()));
@@ -295,6 +308,35 @@ fn with_profile(g: &GlobalOpts, p: &Profile, name: &str) -> Result<GlobalOpts> {
 /// The forget step: the profile's policy applied to the repository, per group of host and
 /// source (`mailvault forget`'s defaults), snapshots tagged `hold` kept whatever the
 /// policy; the removed snapshots leave this host's record first.
+/// `mailvault index`: what the backups added, indexed for `search`.
+fn index_step(g: &GlobalOpts) -> Result<Step> {
+    let rep = repo::with_fresh_index(g, |r| {
+        let cache = repo::search_cache(g, r)?;
+        let opts = mailvault_core::search::build::IndexOptions::default();
+        mailvault_core::search::build::index(
+            r,
+            cache.path(),
+            &opts,
+            &mailvault_core::report::NoProgress,
+        )
+    })?;
+    if !rep.failures.is_empty() {
+        anyhow::bail!(
+            "{} messages could not be indexed (the next run tries them again)",
+            rep.failures.len()
+        );
+    }
+    Ok(Step::Done {
+        summary: format!(
+            "{} messages indexed ({}), {} already",
+            rep.indexed,
+            bytes(rep.bytes),
+            rep.already_indexed
+        ),
+        report: serde_json::to_value(&rep)?,
+    })
+}
+
 fn forget_step(g: &GlobalOpts, policy: &Policy) -> Result<Step> {
     let r = repo::open(g)?;
     let rep = forget(

@@ -92,7 +92,8 @@ pub struct PruneReport {
     pub bytes_deleted: u64,
     /// `size_before - size_after`.
     pub bytes_freed: u64,
-    /// The repository's size (packs, index files, snapshots, dictionaries) before and
+    /// The repository's size (packs, index files, snapshots, dictionaries, search index
+    /// splits) before and
     /// after (with `dry_run`: as it would be, from the plan).
     pub size_before: u64,
     pub size_after: u64,
@@ -207,7 +208,12 @@ pub fn prune(
             .iter()
             .all(|p| matches!(p.action, Action::Keep) && p.size > 0);
     if nothing_to_do {
-        rep.size_after = rep.size_before;
+        rep.size_after = match rep.search.merged + rep.search.deleted {
+            0 => rep.size_before,
+            _ if opts.dry_run => rep.size_before,
+            _ => repository_size(repo)?,
+        };
+        rep.bytes_freed = rep.size_before.saturating_sub(rep.size_after);
         rep.elapsed_secs = started.elapsed().as_secs_f64();
         return Ok(rep);
     }
@@ -475,7 +481,7 @@ impl ChunkTreeVisitor for UsedNodes<'_, '_> {
 /// The size of what the repository holds: packs, index files, snapshots, dictionaries.
 fn repository_size(repo: &Repository) -> Result<u64> {
     let mut n = 0;
-    for dir in ["data/", "index/", "snapshots/", "dicts/"] {
+    for dir in ["data/", "index/", "snapshots/", "dicts/", "search/"] {
         n += repo.store().list(dir)?.iter().map(|o| o.size).sum::<u64>();
     }
     Ok(n)

@@ -62,6 +62,7 @@ pub fn stats(repo: &Repository) -> Result<Stats> {
         "data/",
         "dicts/",
         "forgotten/",
+        "search/",
     ] {
         repository_bytes += repo
             .store()
