@@ -143,6 +143,12 @@ fn unbundle<'a>(plain: &'a [u8], what: &str) -> Result<(SplitHeader, SplitFiles<
     Ok((header, files))
 }
 
+/// The header of a split's plaintext, checked as a reader checks it (file names, lengths):
+/// what `check` and the fuzz target call.
+pub fn split_header(plain: &[u8]) -> Result<SplitHeader> {
+    unbundle(plain, "split").map(|(h, _)| h)
+}
+
 /// Reads split `id` from the repository, opened and checked against its name.
 pub fn read_split(repo: &Repository, id: &Id) -> Result<(SplitHeader, Vec<u8>)> {
     let path = split_path(id);
