@@ -15,8 +15,8 @@ named `N.mv:2,S`). Then, --rounds times (default 3), in an order rotated from ro
   whole words only; `partial`: partial=3 full=20, the plugin's recommended substring
   indexing, ~3 minutes on the whole corpus): a throw-away Dovecot (its own configuration,
   base_dir and state_dir, on 127.0.0.1 with no port open), one account whose Maildir is a
-  fresh copy of the store; the mailbox is synced first (`doveadm mailbox status`, timed:
-  the floor of a doveadm command), then `doveadm index -u USER '*'` (timed, msg/s, peak
+  fresh copy of the store; the mailbox is synced first (`doveadm mailbox status`, then
+  once more, timed: the floor of a doveadm command), then `doveadm index -u USER '*'` (timed, msg/s, peak
   RSS), the size of the xapian index on disk, and `doveadm search -u USER QUERY` for the
   same queries, translated into doveadm's search query (queries Dovecot has no simple form
   for are left out on its side).
@@ -38,10 +38,11 @@ Standard library only.
 """
 
 import argparse
+import grp
 import json
+import math
 import os
 import pwd
-import grp
 import shlex
 import shutil
 import statistics
@@ -133,7 +134,7 @@ def du(path):
 def pct(xs, q):
     """The q-th percentile (nearest rank) of xs."""
     s = sorted(xs)
-    return s[min(len(s) - 1, max(0, int(round(q / 100 * len(s) + 0.5)) - 1))]
+    return s[min(len(s), max(1, math.ceil(q / 100 * len(s)))) - 1]
 
 
 def find_xapian():
@@ -325,6 +326,8 @@ class Bench:
         d = Dovecot(self.dovecot, self.work / f"dovecot-{kind}-{i}", self.mail / DOMAIN / USER / "Maildir",
                     XAPIAN[kind], self.logs)
         try:
+            # The first command syncs the new Maildir (Dovecot's own index); the second is the floor.
+            d.adm("sync", ["mailbox", "status", "-u", ACCOUNT, "messages", "INBOX"])
             floor, _, out = d.adm("status", ["mailbox", "status", "-u", ACCOUNT, "messages", "INBOX"])
             if f"messages={self.messages}" not in out:
                 raise SystemExit(f"searchbench: Dovecot sees {out.strip()!r}, the store holds {self.messages} messages")
