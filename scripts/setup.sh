@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs what the tests and benchmarks need on a fresh Debian machine: Dovecot (the real
-# IMAP server the tests start), Cyrus IMAP 3.6 unpacked into /opt/mailvault-cyrus (the
-# second judge; its package conflicts with Dovecot's, so it is not installed as a package),
+# IMAP server the tests start) and its fts-xapian plugin (bench/search.py's peer), Cyrus
+# IMAP 3.6 unpacked into /opt/mailvault-cyrus (the second judge; its package conflicts with Dovecot's, so it is not installed as a package),
 # sasl2-bin (its password database), python3 (the judges' independent IMAP client; its mailbox and email
 # modules read and write the mbox and EML of tests/formats.rs), the
 # `vmail` and `cyrus` system users the judges run the servers as, restic and borg (benchmark
@@ -13,6 +13,8 @@
 set -euo pipefail
 need=()
 command -v dovecot >/dev/null || need+=(dovecot-imapd)
+# Dovecot's full-text search plugin: bench/search.py indexes and searches with it.
+dpkg-query -W -f='${Status}' dovecot-fts-xapian 2>/dev/null | grep -q 'ok installed' || need+=(dovecot-fts-xapian)
 command -v restic >/dev/null || need+=(restic)
 command -v borg >/dev/null || need+=(borgbackup)
 command -v mbsync >/dev/null || need+=(isync)
