@@ -265,6 +265,10 @@ fn planted_messages_are_found_by_every_query_form() {
         (&["invoic*"], &["old2021", "mid2023", "stays"]),
         (&["\"lasting note\""], &["stays"]),
         (&["\"note lasting\""], &[]),
+        // Phrases in the body: found by their words, then checked on the message.
+        (&["\"invoice attached soon\""], &["stays"]),
+        (&["\"attached invoice\""], &[]),
+        (&["\"one stays\" -kumquat"], &["stays"]),
         (&["from:hans OR from:taro"], &["latin1", "japanese"]),
         (&["account:bob@example.org"], &["stays", "new1", "new2"]),
         (&["kumquat"], &["new1", "new2"]),

@@ -103,8 +103,14 @@ pub fn search(
     let (snapshots, failures) = scoped(repo, &scope)?;
     let catalog = Catalog::read(repo, snapshots);
     let index = Splits::open(&splits)?;
+    let entries = catalog.contents();
+    let answer = Answer {
+        index: &index,
+        repo,
+        entries: &entries,
+    };
     let mut terms = HashMap::new();
-    collect_terms(query, &index, &mut terms)?;
+    collect_terms(query, &answer, &mut terms)?;
     let indexed = indexed_contents(&splits)?;
     let mut out = SearchResult {
         snapshots: catalog.snapshots.len(),
@@ -227,27 +233,77 @@ impl Splits {
     }
 }
 
+/// What a term is answered against: the index, and for phrases in the body the messages.
+struct Answer<'a> {
+    index: &'a Splits,
+    repo: &'a Repository,
+    entries: &'a HashMap<Id, &'a MessageEntry>,
+}
+
 /// The content terms of `q` (text, date, size, attachment), each with its matches.
 fn collect_terms(
     q: &Query,
-    index: &Splits,
+    a: &Answer,
     out: &mut HashMap<*const Term, HashMap<Id, f32>>,
 ) -> Result<()> {
     match q {
         Query::All => {}
         Query::And(qs) | Query::Or(qs) => {
             for q in qs {
-                collect_terms(q, index, out)?;
+                collect_terms(q, a, out)?;
             }
         }
-        Query::Not(q) => collect_terms(q, index, out)?,
+        Query::Not(q) => collect_terms(q, a, out)?,
         Query::Term(t) => {
-            if let Some(tq) = content_query(&index.fields, t) {
-                out.insert(t as *const Term, index.matches(tq.as_ref())?);
+            if let Some(m) = body_phrase(t, a)? {
+                out.insert(t as *const Term, m);
+            } else if let Some(tq) = content_query(&a.index.fields, t) {
+                out.insert(t as *const Term, a.index.matches(tq.as_ref())?);
             }
         }
     }
     Ok(())
+}
+
+/// A text term of several words that looks in the body: its matches in the short fields
+/// (phrases, by position), and in the body those whose text holds the words in order
+/// ([`super::phrase`]); `None` for every other term.
+fn body_phrase(t: &Term, a: &Answer) -> Result<Option<HashMap<Id, f32>>> {
+    let Term::Text {
+        field: TextField::Any,
+        text,
+        prefix,
+        ..
+    } = t
+    else {
+        return Ok(None);
+    };
+    let words = schema::words(text);
+    if words.len() < 2 {
+        return Ok(None);
+    }
+    let f = &a.index.fields;
+    let short: Vec<(Occur, Box<dyn TvQuery>)> = [f.from, f.to, f.subject, f.filename]
+        .into_iter()
+        .filter_map(|field| Some((Occur::Should, text_query(field, &words, *prefix)?)))
+        .collect();
+    let mut found = a.index.matches(&BooleanQuery::new(short))?;
+    let all_words: Vec<(Occur, Box<dyn TvQuery>)> = (words.iter().enumerate())
+        .filter_map(|(i, w)| {
+            let last_prefix = *prefix && i + 1 == words.len();
+            Some((
+                Occur::Must,
+                text_query(f.body, std::slice::from_ref(w), last_prefix)?,
+            ))
+        })
+        .collect();
+    let candidates: Vec<(Id, f32)> = (a.index.matches(&BooleanQuery::new(all_words))?)
+        .into_iter()
+        .filter(|(id, _)| !found.contains_key(id) && a.entries.contains_key(id))
+        .collect();
+    let checked = super::phrase::verified(a.repo, candidates, a.entries, &words, *prefix);
+    found.extend(checked);
+    Ok(Some(found))
 }
 
 /// The tantivy query of a content term; `None` for terms on where a message is.

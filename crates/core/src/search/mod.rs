@@ -12,6 +12,7 @@ pub mod catalog;
 pub mod exec;
 pub mod extract;
 pub mod merge;
+pub mod phrase;
 pub mod query;
 pub mod schema;
 pub mod show;

@@ -36,8 +36,9 @@ pub struct Fields {
     pub attachment: tantivy::schema::Field,
 }
 
-/// The schema and its fields. Text is indexed with positions (phrases); nothing is
-/// stored: what a result shows comes from the snapshot's entries.
+/// The schema and its fields. The short text fields are indexed with positions (phrases),
+/// the body without (see [`super::phrase`]); nothing is stored: what a result shows comes
+/// from the snapshot's entries.
 pub fn schema() -> (Schema, Fields) {
     let mut b = Schema::builder();
     let text = TextOptions::default().set_indexing_options(
@@ -51,7 +52,15 @@ pub fn schema() -> (Schema, Fields) {
         from: b.add_text_field("from", text.clone()),
         to: b.add_text_field("to", text.clone()),
         subject: b.add_text_field("subject", text.clone()),
-        body: b.add_text_field("body", text.clone()),
+        // No positions: a phrase in the body is checked on the message (`super::phrase`).
+        body: b.add_text_field(
+            "body",
+            TextOptions::default().set_indexing_options(
+                TextFieldIndexing::default()
+                    .set_tokenizer(ANALYZER)
+                    .set_index_option(IndexRecordOption::WithFreqs),
+            ),
+        ),
         filename: b.add_text_field("filename", text),
         date: b.add_i64_field("date", number.clone()),
         size: b.add_u64_field("size", number.clone()),
