@@ -134,6 +134,18 @@ def timed(cmd, env, logf):
     return rc, wall, ru.ru_maxrss / 1024, out.decode(errors="replace")
 
 
+def fresh_work(path):
+    """An emptied work directory holding the repositories' password file and `logs/`;
+    (work, logs)."""
+    work = Path(path).resolve()
+    if work.exists():
+        shutil.rmtree(work)
+    work.mkdir(parents=True)
+    (work / "password").write_text(PASSWORD)
+    (work / "logs").mkdir()
+    return work, work / "logs"
+
+
 def binaries(bin_dir, smoke):
     """The mailvault and mailvault-corpus binaries: those in `bin_dir`, else built (a debug
     build for a smoke run, release otherwise)."""

@@ -52,7 +52,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from s3 import binaries, timed  # noqa: E402
+from s3 import binaries, fresh_work, timed  # noqa: E402
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 PASSWORD = "bench-password-not-secret"
@@ -256,13 +256,7 @@ class Dovecot:
 class Bench:
     def __init__(self, args):
         self.args = args
-        self.work = Path(args.work or "/tmp/mailvault-bench-search").resolve()
-        if self.work.exists():
-            shutil.rmtree(self.work)
-        self.work.mkdir(parents=True)
-        (self.work / "password").write_text(PASSWORD)
-        self.logs = self.work / "logs"
-        self.logs.mkdir()
+        self.work, self.logs = fresh_work(args.work or "/tmp/mailvault-bench-search")
         self.mv, _ = binaries(args.bin_dir, args.smoke)
         self.n = 0
 

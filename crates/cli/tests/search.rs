@@ -185,6 +185,45 @@ fn set(keys: &[&str]) -> BTreeSet<String> {
     keys.iter().map(|k| k.to_string()).collect()
 }
 
+/// An account of `n` messages in INBOX, keys `{prefix}{i}`, bodies `{word}{i}` plus `extra`,
+/// backed up into a new repository; the source and the snapshot's id.
+fn numbered(
+    e: &Env,
+    account: &str,
+    prefix: &str,
+    n: u64,
+    word: &str,
+    extra: &str,
+) -> (String, String) {
+    let store = e.path("mail");
+    for i in 0..n {
+        let body = format!("{word}{i}{extra}");
+        let data = plain(
+            &format!("{prefix}{i}"),
+            "x@example.com",
+            account,
+            "s",
+            DATE,
+            &body,
+        );
+        write(
+            &store,
+            account,
+            "",
+            &format!("{prefix}{i}:2,"),
+            data.as_bytes(),
+        );
+    }
+    let src = format!("maildir:{}", store.display());
+    e.ok(&["init"]);
+    e.ok(&["backup", &src]);
+    let first = e.json(0, &["snapshots"])[0]["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    (src, first)
+}
+
 #[test]
 fn planted_messages_are_found_by_every_query_form() {
     let e = Env::new();
@@ -351,30 +390,7 @@ fn splits(e: &Env) -> usize {
 fn splits_are_merged_and_pruned_and_answers_stay_the_same() {
     let e = Env::new();
     let store = e.path("mail");
-    for n in 0..12 {
-        let data = plain(
-            &format!("k{n}"),
-            "x@example.com",
-            "y@example.org",
-            "s",
-            DATE,
-            &format!("uniqueword{n}"),
-        );
-        write(
-            &store,
-            "y@example.org",
-            "",
-            &format!("k{n}:2,"),
-            data.as_bytes(),
-        );
-    }
-    let src = format!("maildir:{}", store.display());
-    e.ok(&["init"]);
-    e.ok(&["backup", &src]);
-    let first = e.json(0, &["snapshots"])[0]["id"]
-        .as_str()
-        .unwrap()
-        .to_string();
+    let (src, first) = numbered(&e, "y@example.org", "k", 12, "uniqueword", "");
     // A split per message: more than eight, so the run merges them into one.
     let rep = e.json(0, &["index", "--split-docs", "1"]);
     assert_eq!(rep["indexed"], 12, "{rep}");
@@ -440,27 +456,8 @@ fn splits_are_merged_and_pruned_and_answers_stay_the_same() {
 #[test]
 fn a_killed_index_resumes_and_check_and_repair_keep_the_index_whole() {
     let e = Env::new();
-    let store = e.path("mail");
     const N: u64 = 3000;
-    for n in 0..N {
-        let data = plain(
-            &format!("m{n}"),
-            "x@example.com",
-            "z@example.org",
-            "s",
-            DATE,
-            &format!("word{n} common"),
-        );
-        write(
-            &store,
-            "z@example.org",
-            "",
-            &format!("m{n}:2,"),
-            data.as_bytes(),
-        );
-    }
-    e.ok(&["init"]);
-    e.ok(&["backup", &format!("maildir:{}", store.display())]);
+    numbered(&e, "z@example.org", "m", N, "word", " common");
     // Killed once a few splits are in the repository.
     let mut child = e
         .cmd(&["index", "-q", "--split-docs", "20"])
@@ -537,30 +534,7 @@ fn a_killed_index_resumes_and_check_and_repair_keep_the_index_whole() {
 fn a_second_host_searches_an_index_on_s3_while_a_prune_runs() {
     let e = Env::s3("search-two-hosts");
     let store = e.path("mail");
-    for n in 0..40 {
-        let data = plain(
-            &format!("s{n}"),
-            "x@example.com",
-            "w@example.org",
-            "s",
-            DATE,
-            &format!("s3word{n} shared"),
-        );
-        write(
-            &store,
-            "w@example.org",
-            "",
-            &format!("s{n}:2,"),
-            data.as_bytes(),
-        );
-    }
-    let src = format!("maildir:{}", store.display());
-    e.ok(&["init"]);
-    e.ok(&["backup", &src]);
-    let first = e.json(0, &["snapshots"])[0]["id"]
-        .as_str()
-        .unwrap()
-        .to_string();
+    let (src, first) = numbered(&e, "w@example.org", "s", 40, "s3word", " shared");
     e.ok(&["index", "--split-docs", "4"]);
     for n in 0..10 {
         fs::remove_file(store.join(format!("example.org/w/Maildir/cur/s{n}:2,"))).unwrap();
