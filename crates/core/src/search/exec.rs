@@ -233,6 +233,10 @@ impl Splits {
     }
 }
 
+/// The matches of each content term, by the term's address in the query tree (the tree
+/// outlives the map, and one term may appear twice with the same answer).
+type TermMatches = HashMap<*const Term, HashMap<Id, f32>>;
+
 /// What a term is answered against: the index, and for phrases in the body the messages.
 struct Answer<'a> {
     index: &'a Splits,
@@ -241,11 +245,7 @@ struct Answer<'a> {
 }
 
 /// The content terms of `q` (text, date, size, attachment), each with its matches.
-fn collect_terms(
-    q: &Query,
-    a: &Answer,
-    out: &mut HashMap<*const Term, HashMap<Id, f32>>,
-) -> Result<()> {
+fn collect_terms(q: &Query, a: &Answer, out: &mut TermMatches) -> Result<()> {
     match q {
         Query::All => {}
         Query::And(qs) | Query::Or(qs) => {
@@ -456,7 +456,7 @@ impl SegmentCollector for ByContentSegment {
 /// Evaluates the query on entries.
 struct Eval<'a> {
     catalog: &'a Catalog,
-    terms: &'a HashMap<*const Term, HashMap<Id, f32>>,
+    terms: &'a TermMatches,
     /// Per folder, its keywords (`dovecot-keywords`), when the query names one.
     keywords: Vec<KeywordTable>,
     /// (account, content) held by the newest snapshot of some host and source, and which
@@ -469,7 +469,7 @@ impl<'a> Eval<'a> {
     fn new(
         repo: &Repository,
         catalog: &'a Catalog,
-        terms: &'a HashMap<*const Term, HashMap<Id, f32>>,
+        terms: &'a TermMatches,
         query: &Query,
     ) -> Eval<'a> {
         let mut newest = vec![false; catalog.snapshots.len()];
