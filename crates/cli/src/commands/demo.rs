@@ -140,7 +140,42 @@ pub fn run(g: &GlobalOpts, a: Args) -> Result<Outcome> {
     }
     println!("   all {n} files identical: names, bytes, mtimes and modes");
 
-    println!("7. checking the repository (every file, every blob)");
+    println!("7. indexing every message for search, then searching");
+    let cache = dir.join("search-cache");
+    let started = std::time::Instant::now();
+    let ix = mailvault_core::search::build::index(
+        &r,
+        &cache,
+        &mailvault_core::search::build::IndexOptions::default(),
+        &mailvault_core::report::NoProgress,
+    )?;
+    println!(
+        "   {} distinct messages indexed in {:.2} s",
+        ix.indexed,
+        started.elapsed().as_secs_f64()
+    );
+    let text = "has:attachment";
+    let query = mailvault_core::search::query::parse(text, jiff::Timestamp::now())?;
+    let started = std::time::Instant::now();
+    let found = mailvault_core::search::exec::search(
+        &r,
+        &cache,
+        &query,
+        &mailvault_core::search::exec::SearchOptions {
+            scope: mailvault_core::search::catalog::Scope::Latest,
+            accounts: vec![],
+            folders: vec![],
+            offset: 0,
+            limit: 1,
+        },
+    )?;
+    println!(
+        "   `mailvault search {text}`: {} messages in {:.3} s",
+        found.total,
+        started.elapsed().as_secs_f64()
+    );
+
+    println!("8. checking the repository (every file, every blob, the search index)");
     let c = check(
         &r,
         &CheckOptions {
@@ -165,6 +200,7 @@ pub fn run(g: &GlobalOpts, a: Args) -> Result<Outcome> {
         dir.join("password").display()
     );
     println!("   mailvault snapshots; mailvault ls latest; mailvault stats");
+    println!("   mailvault search 'has:attachment after:2020-01-01'; mailvault show ID");
     println!("remove {} when done", dir.display());
     Ok(if failed > 0 {
         Outcome::Partial
