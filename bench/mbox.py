@@ -30,7 +30,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from s3 import binaries, fresh_work, timed  # noqa: E402
+from s3 import binaries, fresh_work, repo_env, timed  # noqa: E402
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 PASSWORD = "bench-password-not-secret"
@@ -55,12 +55,7 @@ class Bench:
         self.cold = True
 
     def env(self, repo):
-        e = dict(os.environ)
-        e["MAILVAULT_REPOSITORY"] = str(repo)
-        e["MAILVAULT_PASSWORD_FILE"] = str(self.work / "password")
-        e["XDG_CACHE_HOME"] = str(self.work / "cache" / repo.name)
-        e["MAILVAULT_STATE_DIR"] = str(self.work / "state" / repo.name)
-        return e
+        return repo_env(self.work, repo)
 
     def run(self, name, cmd, repo=None, cold=False):
         self.n += 1

@@ -146,6 +146,17 @@ def fresh_work(path):
     return work, work / "logs"
 
 
+def repo_env(work, repo):
+    """The environment of a mailvault run on local repository `repo` of a `fresh_work`
+    directory: its password file, and a cache and state directory of its own."""
+    e = dict(os.environ)
+    e["MAILVAULT_REPOSITORY"] = str(repo)
+    e["MAILVAULT_PASSWORD_FILE"] = str(work / "password")
+    e["XDG_CACHE_HOME"] = str(work / "cache" / repo.name)
+    e["MAILVAULT_STATE_DIR"] = str(work / "state" / repo.name)
+    return e
+
+
 def binaries(bin_dir, smoke):
     """The mailvault and mailvault-corpus binaries: those in `bin_dir`, else built (a debug
     build for a smoke run, release otherwise)."""

@@ -108,9 +108,11 @@ pub fn search(
         index: &index,
         repo,
         entries: &entries,
+        failures: Default::default(),
     };
     let mut terms = HashMap::new();
     collect_terms(query, &answer, &mut terms)?;
+    let phrase_failures = answer.failures.into_inner();
     let indexed = indexed_contents(&splits)?;
     let mut out = SearchResult {
         snapshots: catalog.snapshots.len(),
@@ -118,6 +120,7 @@ pub fn search(
         ..SearchResult::default()
     };
     out.failures.extend(catalog.failures.iter().cloned());
+    out.failures.extend(phrase_failures);
     let eval = Eval::new(repo, &catalog, &terms, query);
     let mut found: HashMap<(u32, &[u8], Id), Found> = HashMap::new();
     let mut unindexed: HashSet<Id> = HashSet::new();
@@ -242,6 +245,8 @@ struct Answer<'a> {
     index: &'a Splits,
     repo: &'a Repository,
     entries: &'a HashMap<Id, &'a MessageEntry>,
+    /// Messages a phrase could not be checked on.
+    failures: std::cell::RefCell<Vec<Failure>>,
 }
 
 /// The content terms of `q` (text, date, size, attachment), each with its matches.
@@ -301,8 +306,9 @@ fn body_phrase(t: &Term, a: &Answer) -> Result<Option<HashMap<Id, f32>>> {
         .into_iter()
         .filter(|(id, _)| !found.contains_key(id) && a.entries.contains_key(id))
         .collect();
-    let checked = super::phrase::verified(a.repo, candidates, a.entries, &words, *prefix);
+    let (checked, failed) = super::phrase::verified(a.repo, candidates, a.entries, &words, *prefix);
     found.extend(checked);
+    a.failures.borrow_mut().extend(failed);
     Ok(Some(found))
 }
 
@@ -459,10 +465,8 @@ struct Eval<'a> {
     terms: &'a TermMatches,
     /// Per folder, its keywords (`dovecot-keywords`), when the query names one.
     keywords: Vec<KeywordTable>,
-    /// (account, content) held by the newest snapshot of some host and source, and which
-    /// snapshots are such newest ones.
+    /// (account, content) held by the newest snapshot of some host and source.
     latest: HashSet<(&'a str, Id)>,
-    newest: Vec<bool>,
 }
 
 impl<'a> Eval<'a> {
@@ -496,7 +500,6 @@ impl<'a> Eval<'a> {
             terms,
             keywords,
             latest,
-            newest,
         }
     }
 
@@ -539,10 +542,7 @@ impl<'a> Eval<'a> {
                 .keywords
                 .iter()
                 .any(|have| have.eq_ignore_ascii_case(k)),
-            Term::Deleted => {
-                !g.snapshots.iter().any(|&s| self.newest[s as usize])
-                    && !self.latest.contains(&(fk.account.as_str(), e.hash))
-            }
+            Term::Deleted => !self.latest.contains(&(fk.account.as_str(), e.hash)),
             _ => false,
         }
     }

@@ -7,37 +7,48 @@
 
 use super::extract::extract;
 use super::schema::words;
+use crate::error::Result;
 use crate::model::assemble::assemble;
 use crate::repo::id::Id;
 use crate::repo::tree::MessageEntry;
 use crate::repo::Repository;
+use crate::report::Failure;
 use std::collections::HashMap;
 
 /// Of `candidates` (contents whose body holds every word), those whose body holds `want`
 /// in order, the last word as a prefix when `prefix`; with their scores. A candidate
-/// that cannot be read is left out (the search's other answers stand).
+/// that cannot be read is left out and handed back as a failure naming it.
 pub fn verified(
     repo: &Repository,
     candidates: Vec<(Id, f32)>,
     entries: &HashMap<Id, &MessageEntry>,
     want: &[String],
     prefix: bool,
-) -> HashMap<Id, f32> {
+) -> (HashMap<Id, f32>, Vec<Failure>) {
     use rayon::prelude::*;
-    (candidates.into_par_iter())
-        .filter(|(id, _)| {
-            let Some(e) = entries.get(id) else {
-                return false;
-            };
-            match assemble(repo, &e.content, e.size, Some(&e.hash)) {
-                Ok(raw) => holds(&words(&extract(&raw).body), want, prefix),
-                Err(e) => {
-                    tracing::debug!("phrase check of {}: {e}", id.short());
-                    false
-                }
-            }
+    let checked: Vec<(Id, f32, Result<bool>)> = (candidates.into_par_iter())
+        .filter_map(|(id, score)| {
+            let e = entries.get(&id)?;
+            let r = assemble(repo, &e.content, e.size, Some(&e.hash))
+                .map(|raw| holds(&words(&extract(&raw).body), want, prefix));
+            Some((id, score, r))
         })
-        .collect()
+        .collect();
+    let mut found = HashMap::new();
+    let mut failures = Vec::new();
+    for (id, score, r) in checked {
+        match r {
+            Ok(true) => {
+                found.insert(id, score);
+            }
+            Ok(false) => {}
+            Err(e) => failures.push(Failure::new(
+                format!("message {} (checking a phrase)", id.short()),
+                e,
+            )),
+        }
+    }
+    (found, failures)
 }
 
 /// Whether `have` holds `want` as consecutive words (the last a prefix when `prefix`).

@@ -9,7 +9,7 @@
 //! moves it to `damaged/`, after which `index` indexes its contents again.
 
 use super::catalog::{scoped, Scope};
-use super::split::{list_splits, open_split, read_split, split_contents, split_path};
+use super::split::{list_splits, open_split, split_contents, split_path};
 use super::split::{local_split, LocalSplit};
 use crate::error::{Error, Result};
 use crate::repo::id::Id;
@@ -70,7 +70,7 @@ pub fn check_splits(repo: &Repository) -> Result<SplitsChecked> {
 /// Split `id` copied out and verified: sealed under its name, well formed, and every
 /// file's checksum right.
 fn verified(repo: &Repository, dir: &std::path::Path, id: &Id) -> Result<LocalSplit> {
-    read_split(repo, id)?;
+    // A fresh directory: the split is read, opened under its name and unpacked here.
     let s = local_split(repo, dir, id)?;
     let index = open_split(&s)?;
     let bad = index
