@@ -12,7 +12,7 @@ use common::Env;
 use serde_json::Value;
 use std::collections::BTreeSet;
 use std::fs;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 /// A message: its account, folder directory (`""` INBOX, `.Archive`), file name and bytes.
 struct Planted {
@@ -308,6 +308,15 @@ fn planted_messages_are_found_by_every_query_form() {
         (&["\"invoice attached soon\""], &["stays"]),
         (&["\"attached invoice\""], &[]),
         (&["\"one stays\" -kumquat"], &["stays"]),
+        // A phrase under a negation: its candidates are checked before it hides them.
+        (
+            &["account:bob@example.org -\"invoice attached soon\""],
+            &["new1", "new2"],
+        ),
+        (
+            &["account:bob@example.org -\"attached invoice\""],
+            &["stays", "new1", "new2"],
+        ),
         (&["from:hans OR from:taro"], &["latin1", "japanese"]),
         (&["account:bob@example.org"], &["stays", "new1", "new2"]),
         (&["kumquat"], &["new1", "new2"]),
@@ -566,4 +575,195 @@ fn a_second_host_searches_an_index_on_s3_while_a_prune_runs() {
     );
     assert_eq!(on_b("s3word3"), 0);
     assert_eq!(on_b("s3word33"), 1);
+}
+
+/// A phrase in the body: the hits shown are checked on the messages, and the total says
+/// when hits after the page were not.
+#[test]
+fn a_phrase_page_is_checked_and_its_total_says_when_it_is_not() {
+    let e = Env::new();
+    // 12 messages hold "amber beacon"; 40 hold both words, not in that order.
+    let store = e.path("mail");
+    for i in 0..52u64 {
+        let body = match i < 12 {
+            true => format!("met at the amber beacon today {i}"),
+            false => format!("the beacon was amber today {i}"),
+        };
+        let data = plain(
+            &format!("m{i}"),
+            "x@example.com",
+            "p@example.org",
+            "s",
+            DATE,
+            &body,
+        );
+        write(
+            &store,
+            "p@example.org",
+            "",
+            &format!("m{i}:2,"),
+            data.as_bytes(),
+        );
+    }
+    e.ok(&["init"]);
+    e.ok(&["backup", &format!("maildir:{}", store.display())]);
+    e.ok(&["index"]);
+    let holds: BTreeSet<String> = (0..12).map(|i| format!("m{i}")).collect();
+    let page = e.json(0, &["search", "--limit", "5", "\"amber beacon\""]);
+    let got = keys(&page);
+    assert_eq!(got.len(), 5, "{page}");
+    assert!(
+        got.is_subset(&holds),
+        "only messages holding the phrase: {got:?}"
+    );
+    let total = page["total"].as_u64().unwrap();
+    match page["total_unsure"].as_bool().unwrap() {
+        true => assert!((12..=52).contains(&total), "{page}"),
+        false => assert_eq!(total, 12, "{page}"),
+    }
+    // Page 3 of 5 a page: the 11th and 12th.
+    let third = e.json(
+        0,
+        &["search", "--limit", "5", "--page", "3", "\"amber beacon\""],
+    );
+    assert_eq!(keys(&third).len(), 2, "{third}");
+    assert!(keys(&third).is_subset(&holds));
+    assert_eq!(third["total"], 12, "all checked to reach page 3: {third}");
+    assert_eq!(third["total_unsure"], false);
+    let all = search(&e, &["\"amber beacon\""]);
+    assert_eq!(keys(&all), holds);
+    assert_eq!(all["total_unsure"], false);
+
+    // A batch: one process, one JSON line per query, a bad query reported in its line.
+    let file = e.path("queries.txt");
+    fs::write(
+        &file,
+        "# phrases\n\"amber beacon\"\n\nfrom:(\n-\"amber beacon\" today\n",
+    )
+    .unwrap();
+    let out = e.expect(
+        1,
+        &["--json", "search", "--queries", file.to_str().unwrap()],
+    );
+    let lines: Vec<Value> = out
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(lines.len(), 3, "{out}");
+    assert_eq!(lines[0]["query"], "\"amber beacon\"");
+    assert_eq!(lines[0]["result"]["total"], 12);
+    assert!(lines[0]["elapsed_ms"].as_f64().unwrap() >= 0.0);
+    assert!(
+        lines[1]["error"].as_str().unwrap().contains("from:"),
+        "{}",
+        lines[1]
+    );
+    assert_eq!(lines[2]["result"]["total"], 40, "{}", lines[2]);
+}
+
+/// Where each hit is and since when, for comparing two answers.
+fn places_of(v: &Value) -> BTreeSet<String> {
+    (v["hits"].as_array().unwrap().iter())
+        .map(|h| {
+            let s = |k: &str| h[k].to_string();
+            [
+                "account",
+                "folder",
+                "key",
+                "flags",
+                "first_snapshot",
+                "last_snapshot",
+                "deleted",
+            ]
+            .map(s)
+            .join(" ")
+        })
+        .collect()
+}
+
+/// The places map kept in the cache, folded a snapshot at a time, answers as one built
+/// afresh from the repository (`--no-cache`): after flag changes, deletions, new mail,
+/// a forget, and a damaged cache file.
+#[test]
+fn the_places_kept_in_the_cache_answer_as_a_fresh_build() {
+    let e = Env::new();
+    // A folder that never changes, and one of many chunks that changes a little.
+    let quiet = plain(
+        "q0",
+        "x@example.com",
+        "q@example.org",
+        "s",
+        DATE,
+        "quiet common",
+    );
+    write(
+        &e.path("mail"),
+        "q@example.org",
+        "",
+        "q0:2,S",
+        quiet.as_bytes(),
+    );
+    let (src, first) = numbered(&e, "p@example.org", "m", 400, "w", " common");
+    let same = |what: &str| {
+        for q in [
+            &["--all-snapshots", "common"][..],
+            &["common"],
+            &["--all-snapshots", "flag:flagged"],
+            &["deleted"],
+            &["--all-snapshots", "w7 OR w8 OR w399 OR quiet"],
+        ] {
+            let kept = search(&e, q);
+            let mut fresh = vec!["--no-cache"];
+            fresh.extend_from_slice(q);
+            let fresh = search(&e, &fresh);
+            assert_eq!(places_of(&kept), places_of(&fresh), "{what}: {q:?}");
+            assert_eq!(kept["total"], fresh["total"], "{what}: {q:?}");
+        }
+    };
+    e.ok(&["index"]);
+    same("one snapshot");
+    let cur = e.path("mail/example.org/p/Maildir/cur");
+    for round in 0..3u64 {
+        // A flag change, a deletion, a new message.
+        let i = round * 50;
+        fs::rename(cur.join(format!("m{i}:2,")), cur.join(format!("m{i}:2,F"))).unwrap();
+        fs::remove_file(cur.join(format!("m{}:2,", i + 1))).unwrap();
+        let data = plain(
+            &format!("n{round}"),
+            "x@example.com",
+            "p@example.org",
+            "s",
+            DATE,
+            "new common",
+        );
+        write(
+            &e.path("mail"),
+            "p@example.org",
+            "",
+            &format!("n{round}:2,"),
+            data.as_bytes(),
+        );
+        e.ok(&["backup", &src]);
+        e.ok(&["index"]);
+        same(&format!("after backup {round}"));
+    }
+    let all = search(&e, &["--all-snapshots", "common"]);
+    assert_eq!(all["snapshots"], 4);
+    // m0 flagged in the second snapshot: two hits (two file names), first and last apart.
+    assert!(keys(&search(&e, &["--all-snapshots", "flag:flagged"])).contains("m0"));
+    e.ok(&["forget", &first]);
+    same("after a forget");
+    assert_eq!(search(&e, &["--all-snapshots", "common"])["snapshots"], 3);
+    // A damaged cache file is built again.
+    let cached: Vec<PathBuf> = walk(&e.path("cache"))
+        .into_iter()
+        .filter(|p| p.ends_with("/places"))
+        .map(PathBuf::from)
+        .collect();
+    assert_eq!(cached.len(), 1, "one places file");
+    let mut bytes = fs::read(&cached[0]).unwrap();
+    let mid = bytes.len() / 3;
+    bytes[mid] ^= 0x55;
+    fs::write(&cached[0], &bytes).unwrap();
+    same("after damage");
 }

@@ -162,7 +162,7 @@ pub fn run(g: &GlobalOpts, a: Args) -> Result<Outcome> {
         &cache,
         &query,
         &mailvault_core::search::exec::SearchOptions {
-            scope: mailvault_core::search::catalog::Scope::Latest,
+            scope: mailvault_core::search::places::Scope::Latest,
             accounts: vec![],
             folders: vec![],
             offset: 0,

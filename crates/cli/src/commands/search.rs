@@ -3,8 +3,8 @@
 use crate::output::{bytes, print_failures, safe, time};
 use crate::{repo, GlobalOpts, Outcome};
 use anyhow::Result;
-use mailvault_core::search::catalog::Scope;
-use mailvault_core::search::exec::{search, Hit, SearchOptions, SearchResult};
+use mailvault_core::search::exec::{search, Hit, SearchOptions, SearchResult, Searcher};
+use mailvault_core::search::places::Scope;
 use mailvault_core::search::query::parse;
 
 #[derive(clap::Args, Debug)]
@@ -33,13 +33,17 @@ pub struct Args {
     /// filename: folder: account: before: after: on: larger: smaller: has:attachment
     /// flag: keyword: deleted, OR, -term, (groups). Several arguments are one query; a
     /// query that starts with `-` goes after `--` (`search -- -flag:seen`).
-    #[arg(required = true, num_args = 1..)]
+    #[arg(required_unless_present = "queries", num_args = 1..)]
     pub query: Vec<String>,
+    /// Run each line of FILE as a query (`-`: standard input), the repository and the
+    /// index opened once; blank lines and lines starting with `#` are skipped. With
+    /// --json, one JSON object per line: the query, its time in milliseconds, and its
+    /// result (or its error).
+    #[arg(long, value_name = "FILE", conflicts_with = "query")]
+    pub queries: Option<std::path::PathBuf>,
 }
 
 pub fn run(g: &GlobalOpts, a: Args) -> Result<Outcome> {
-    let text = a.query.join(" ");
-    let query = parse(&text, jiff::Timestamp::now())?;
     let scope = match (&a.snapshot, a.all_snapshots) {
         (Some(s), _) => Scope::One(s.clone()),
         (None, true) => Scope::All,
@@ -52,6 +56,11 @@ pub fn run(g: &GlobalOpts, a: Args) -> Result<Outcome> {
         offset: a.page.saturating_sub(1).saturating_mul(a.limit),
         limit: a.limit,
     };
+    if let Some(file) = &a.queries {
+        return batch(g, file, &opts);
+    }
+    let text = a.query.join(" ");
+    let query = parse(&text, jiff::Timestamp::now())?;
     let res = repo::with_fresh_index(g, |r| {
         let cache = repo::search_cache(g, r)?;
         search(r, cache.path(), &query, &opts)
@@ -67,14 +76,72 @@ pub fn run(g: &GlobalOpts, a: Args) -> Result<Outcome> {
     })
 }
 
+/// `--queries FILE`: every query of the file through one [`Searcher`].
+fn batch(g: &GlobalOpts, file: &std::path::Path, opts: &SearchOptions) -> Result<Outcome> {
+    let text = match file.to_str() {
+        Some("-") => std::io::read_to_string(std::io::stdin())?,
+        _ => std::fs::read_to_string(file)
+            .map_err(|e| anyhow::anyhow!("cannot read {}: {e}", file.display()))?,
+    };
+    let lines: Vec<&str> = (text.lines())
+        .map(str::trim)
+        .filter(|l| !l.is_empty() && !l.starts_with('#'))
+        .collect();
+    let now = jiff::Timestamp::now();
+    let failed = repo::with_fresh_index(g, |r| {
+        let cache = repo::search_cache(g, r)?;
+        let searcher = Searcher::open(r, cache.path())?;
+        let mut failed = false;
+        for line in &lines {
+            let t = std::time::Instant::now();
+            let res = (parse(line, now).map_err(|e| e.to_string()))
+                .and_then(|q| searcher.search(&q, opts).map_err(|e| e.to_string()));
+            let ms = t.elapsed().as_secs_f64() * 1000.0;
+            failed |= res.as_ref().map_or(true, |r| !r.failures.is_empty());
+            print_one(g, (line, ms), &res, opts);
+        }
+        Ok(failed)
+    })?;
+    Ok(match failed {
+        false => Outcome::Ok,
+        true => Outcome::Partial,
+    })
+}
+
+/// One query of a batch, its time and its result.
+fn print_one(
+    g: &GlobalOpts,
+    (query, ms): (&str, f64),
+    res: &Result<SearchResult, String>,
+    opts: &SearchOptions,
+) {
+    if g.json {
+        let v = match res {
+            Ok(r) => serde_json::json!({"query": query, "elapsed_ms": ms, "result": r}),
+            Err(e) => serde_json::json!({"query": query, "elapsed_ms": ms, "error": e}),
+        };
+        println!("{v}");
+        return;
+    }
+    println!("== {} ({ms:.1} ms)", safe(query));
+    match res {
+        Ok(r) => print_result(r, opts),
+        Err(e) => println!("error: {}", safe(e)),
+    }
+}
+
 fn print_result(res: &SearchResult, opts: &SearchOptions) {
     for h in &res.hits {
         print_hit(h);
     }
     let shown = res.hits.len();
     let from = (opts.offset + 1).min(res.total);
+    let about = match res.total_unsure {
+        true => "at most ",
+        false => "",
+    };
     println!(
-        "{} found in {} snapshot(s); showing {}-{}",
+        "{about}{} found in {} snapshot(s); showing {}-{}",
         res.total,
         res.snapshots,
         from,

@@ -19,7 +19,10 @@ pub fn run(g: &GlobalOpts, a: Args) -> Result<Outcome> {
     if a.raw && std::io::stdout().is_terminal() {
         bail!("--raw writes the message's bytes as they are: redirect them to a file or a pipe");
     }
-    let s = repo::with_fresh_index(g, |r| show(r, &a.message))?;
+    let s = repo::with_fresh_index(g, |r| {
+        let cache = repo::search_cache(g, r)?;
+        show(r, Some(cache.path()), &a.message)
+    })?;
     if a.raw {
         std::io::stdout().lock().write_all(&s.raw)?;
         return Ok(Outcome::Ok);

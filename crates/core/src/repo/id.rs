@@ -38,3 +38,27 @@ impl fmt::Debug for Id {
         write!(f, "Id({})", self.short())
     }
 }
+
+/// Hashes an id by its first 8 bytes: ids are keyed hashes, even and unknown to whoever
+/// wrote the mail, so hashing them again (SipHash, the default) only costs time.
+#[derive(Default)]
+pub struct IdHasher(u64);
+
+impl std::hash::Hasher for IdHasher {
+    fn write(&mut self, bytes: &[u8]) {
+        // An `Id` hashes as its 32 bytes (after their length, through `write_usize`).
+        if let Some(b) = bytes.get(..8) {
+            self.0 ^= u64::from_le_bytes(b.try_into().expect("8 bytes"));
+        }
+    }
+    fn write_usize(&mut self, _: usize) {}
+    fn finish(&self) -> u64 {
+        // Mixed, so that ids agreeing in some bits still spread over the table.
+        (self.0 ^ (self.0 >> 32)).wrapping_mul(0x9E37_79B9_7F4A_7C15)
+    }
+}
+
+/// A map keyed by ids, hashed by [`IdHasher`].
+pub type IdMap<V> = std::collections::HashMap<Id, V, std::hash::BuildHasherDefault<IdHasher>>;
+/// A set of ids, hashed by [`IdHasher`].
+pub type IdSet = std::collections::HashSet<Id, std::hash::BuildHasherDefault<IdHasher>>;

@@ -9,10 +9,10 @@
 //! repository), and any host that can read the repository may index it. The backup's
 //! messages are read back from the packs it just wrote, which the page cache still holds.
 
-use super::catalog::{scoped, Catalog, Scope};
 use super::merge::{merge_splits, MERGE_AT};
+use super::places::{flag, Places};
 use super::schema;
-use super::split::{indexed_contents, live_splits, private_dir, write_split, SplitHeader};
+use super::split::{live_splits, private_dir, write_split, SplitHeader};
 use crate::error::{Error, Result};
 use crate::model::assemble::assemble_by;
 use crate::model::reader::{read_by_packs, Blobs, SpanOptions};
@@ -82,27 +82,30 @@ pub fn index(
     // the repository was opened, whose packs this run would otherwise fail to read.
     let _lock = repo.lock_for_reading("index")?;
     let splits = live_splits(repo, cache)?;
-    let done = indexed_contents(&splits)?;
-    let (snapshots, failures) = scoped(repo, &Scope::All)?;
+    let mut places = Places::open(repo, Some(cache), Some(&splits))?;
     let mut report = IndexReport {
-        snapshots: snapshots.len(),
-        failures,
+        snapshots: places.live_snapshots(),
+        failures: places.failures(),
         ..IndexReport::default()
     };
-    let catalog = Catalog::read(repo, snapshots);
-    report.failures.extend(catalog.failures.iter().cloned());
-    let contents = catalog.contents();
-    report.contents = contents.len() as u64;
-    let keep: HashSet<Id> = contents.keys().copied().collect();
-    let mut jobs: Vec<Job> = (contents.into_iter())
-        .filter(|(h, _)| !done.contains(h))
-        .map(|(hash, e)| Job {
-            hash,
-            size: e.size,
-            content: e.content.clone(),
-        })
-        .collect();
-    drop(catalog);
+    let mut keep = HashSet::new();
+    let mut jobs = Vec::new();
+    for group in places.content_groups() {
+        let Some(&r) = group.iter().find(|&&r| places.alive(r as usize)) else {
+            continue;
+        };
+        let r = r as usize;
+        keep.insert(*places.content(r));
+        if places.flags(r) & flag::INDEXED == 0 {
+            let e = places.entry(r)?;
+            jobs.push(Job {
+                hash: e.hash,
+                size: e.size,
+                content: e.content,
+            });
+        }
+    }
+    report.contents = keep.len() as u64;
     report.already_indexed = report.contents - jobs.len() as u64;
     // In index order: the reads of a batch then go through few packs.
     jobs.sort_unstable_by_key(|j| {
@@ -115,12 +118,16 @@ pub fn index(
     for batch in jobs.chunks(opts.split_docs.max(1)) {
         index_batch(repo, cache, opts, batch, progress, &mut report)?;
     }
-    let live = live_splits(repo, cache)?;
+    let mut live = live_splits(repo, cache)?;
     if live.len() > MERGE_AT {
         let id = merge_splits(repo, cache, &live, &keep)?;
         report.merged = live.len() as u64;
         report.splits.push(id.to_hex());
+        live = live_splits(repo, cache)?;
     }
+    // The next search finds the new contents marked.
+    places.mark_indexed(&live)?;
+    places.save();
     Ok(report)
 }
 

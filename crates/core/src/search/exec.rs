@@ -1,28 +1,28 @@
 //! `mailvault search`: a query evaluated over the index's splits (what a message says)
-//! and the snapshots' entries (where it is, with which flags, since when).
+//! and the places map (where it is, with which flags, since when; [`super::places`]).
 //!
 //! Each text, date, size and attachment term is one tantivy query over every live split,
 //! giving the contents it matches with their scores (BM25). Account, folder, flag,
-//! keyword and `deleted` terms are conditions on an entry of the catalog. The query tree
-//! is then evaluated per entry: a content term holds when the entry's content is among its
-//! matches. Matching entries of the same message (the same account, folder, key and
-//! content) in several snapshots make one hit, first and last seen; hits are ranked by
-//! score, newest first on ties.
+//! keyword and `deleted` terms are conditions on a record of the places map. The query
+//! tree is then evaluated per record: a content term holds when the record's content is
+//! among its matches. When the query cannot hold without some content terms, only the
+//! records of the contents they match are looked at. Matching records of the same message
+//! file (the same folder, key and content) make one hit, first and last seen; hits are
+//! ranked by score, newest first on ties, and only the page shown reads its entries.
 
-use super::catalog::{scoped, Catalog, Group, Scope};
+use super::places::{flag, Places, Scope, View};
 use super::query::{Flag, Query, Term, TextField};
 use super::schema::{self, Fields};
-use super::split::{indexed_contents, open_split};
+use super::split::open_split;
 use super::split::{live_splits, LocalSplit};
 use crate::error::{Error, Result};
 use crate::model::folder_name_selected;
-use crate::repo::id::Id;
-use crate::repo::tree::MessageEntry;
+use crate::repo::id::{Id, IdMap, IdSet};
 use crate::repo::Repository;
 use crate::report::Failure;
 use mailvault_imap::maildir_flags::KeywordTable;
 use serde::Serialize;
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::ops::Bound;
 use std::path::Path;
 use tantivy::collector::{Collector, SegmentCollector};
@@ -77,6 +77,9 @@ pub struct Hit {
 pub struct SearchResult {
     /// All hits, before the page was cut.
     pub total: usize,
+    /// `total` counts hits after the page whose phrase in the body was not checked (an
+    /// upper bound; the hits shown are all checked).
+    pub total_unsure: bool,
     pub hits: Vec<Hit>,
     /// Snapshots searched.
     pub snapshots: usize,
@@ -86,104 +89,193 @@ pub struct SearchResult {
     pub failures: Vec<Failure>,
 }
 
-/// Runs `query`. `cache` holds the local copies of the splits.
+/// Runs `query`. `cache` holds the local copies of the splits and the places map.
 pub fn search(
     repo: &Repository,
     cache: &Path,
     query: &Query,
     opts: &SearchOptions,
 ) -> Result<SearchResult> {
-    let _lock = repo.lock_for_reading("search")?;
-    let splits = live_splits(repo, cache)?;
-    // `deleted` compares with older snapshots: all of them are read.
+    Searcher::open(repo, cache)?.search(query, opts)
+}
+
+/// The index and the places map opened once, for any number of searches (a batch of
+/// queries, a server): a search then costs only its own work.
+pub struct Searcher<'r> {
+    repo: &'r Repository,
+    places: Places,
+    index: Splits,
+    _lock: crate::repo::lock::RepoLock,
+}
+
+impl<'r> Searcher<'r> {
+    /// Takes a read lock (a prune waits while the searcher lives), copies the live
+    /// splits to `cache` and brings the places map there up to date.
+    pub fn open(repo: &'r Repository, cache: &Path) -> Result<Searcher<'r>> {
+        let lock = repo.lock_for_reading("search")?;
+        let splits = live_splits(repo, cache)?;
+        let places = Places::open(repo, Some(cache), Some(&splits))?;
+        Ok(Searcher {
+            repo,
+            places,
+            index: Splits::open(&splits)?,
+            _lock: lock,
+        })
+    }
+
+    /// Runs `query`.
+    pub fn search(&self, query: &Query, opts: &SearchOptions) -> Result<SearchResult> {
+        run(self.repo, &self.places, &self.index, query, opts)
+    }
+}
+
+fn run(
+    repo: &Repository,
+    places: &Places,
+    index: &Splits,
+    query: &Query,
+    opts: &SearchOptions,
+) -> Result<SearchResult> {
+    // `deleted` compares with older snapshots: all of them are searched.
     let scope = match mentions(query, &|t| matches!(t, Term::Deleted)) {
         true if opts.scope == Scope::Latest => Scope::All,
         _ => opts.scope.clone(),
     };
-    let (snapshots, failures) = scoped(repo, &scope)?;
-    let catalog = Catalog::read(repo, snapshots);
-    let index = Splits::open(&splits)?;
-    let entries = catalog.contents();
+    let view = places.view(repo, &scope)?;
     let answer = Answer {
-        index: &index,
-        repo,
-        entries: &entries,
-        failures: Default::default(),
+        index,
+        pending: Default::default(),
     };
     let mut terms = HashMap::new();
-    collect_terms(query, &answer, &mut terms)?;
-    let phrase_failures = answer.failures.into_inner();
-    let indexed = indexed_contents(&splits)?;
+    collect_terms(query, &answer, &mut terms, false)?;
     let mut out = SearchResult {
-        snapshots: catalog.snapshots.len(),
-        failures,
+        snapshots: view.snapshots.len(),
+        failures: places.failures(),
         ..SearchResult::default()
     };
-    out.failures.extend(catalog.failures.iter().cloned());
-    out.failures.extend(phrase_failures);
-    let eval = Eval::new(repo, &catalog, &terms, query);
-    let mut found: HashMap<(u32, &[u8], Id), Found> = HashMap::new();
-    let mut unindexed: HashSet<Id> = HashSet::new();
-    for g in &catalog.groups {
-        let fk = &catalog.folders[g.folder as usize];
-        let selected = (opts.accounts.is_empty() || opts.accounts.contains(&fk.account))
-            && folder_name_selected(&fk.folder, &opts.folders);
-        if !selected {
+    let mut pending = answer.pending.into_inner();
+    let mut eval = Eval::new(repo, places, &view, terms, query);
+    let selected: Vec<bool> = (places.folders.iter())
+        .map(|fk| {
+            (opts.accounts.is_empty() || opts.accounts.contains(&fk.account))
+                && folder_name_selected(&fk.folder, &opts.folders)
+        })
+        .collect();
+    let in_view = |r: usize| match selected[places.folder(r) as usize] {
+        true => places.span(&view, r),
+        false => None,
+    };
+    let records = candidates(places, query, &eval.terms);
+    for p in pending.iter_mut().filter(|p| p.negated) {
+        let ids: IdSet = (records.iter())
+            .map(|&r| *places.content(r))
+            .filter(|id| p.ids.contains(id))
+            .collect();
+        p.ids.clear();
+        check_pending(&mut eval, p, ids.into_iter().collect(), &mut out.failures)?;
+    }
+    let mut found: HashMap<(u32, u64, Id), Found> = HashMap::new();
+    for r in records {
+        let Some((first, last)) = in_view(r) else {
             continue;
+        };
+        let Some(score) = eval.row(query, r) else {
+            continue;
+        };
+        let key = (places.folder(r), places.key_hash(r), *places.content(r));
+        let f = found.entry(key).or_insert(Found {
+            score,
+            first,
+            last,
+            record: r,
+        });
+        f.score = f.score.max(score);
+        f.first = f.first.min(first);
+        if last >= f.last {
+            f.last = last;
+            f.record = r;
         }
-        for e in &g.entries {
-            if !indexed.contains(&e.hash) {
-                unindexed.insert(e.hash);
-            }
-            let Some(score) = eval.row(query, g, e) else {
-                continue;
-            };
-            let f = found
-                .entry((g.folder, &e.key[..], e.hash))
-                .or_insert_with(|| Found {
-                    score,
-                    first: u32::MAX,
-                    last: 0,
-                    entry: e,
-                });
-            f.score = f.score.max(score);
-            for &s in &g.snapshots {
-                f.first = f.first.min(s);
-                if s >= f.last {
-                    f.last = s;
-                    f.entry = e;
-                }
-            }
+    }
+    let mut unindexed = IdSet::default();
+    for r in 0..places.len() {
+        if places.flags(r) & flag::INDEXED == 0 && in_view(r).is_some() {
+            unindexed.insert(*places.content(r));
         }
     }
     out.not_indexed = unindexed.len() as u64;
-    let mut hits: Vec<Hit> = (found.into_iter())
-        .map(|((folder, _, _), f)| eval.hit(folder, &f))
-        .collect();
-    hits.sort_by(|a, b| {
-        (b.score.total_cmp(&a.score))
-            .then(
-                b.date
-                    .unwrap_or(b.internal_date)
-                    .cmp(&a.date.unwrap_or(a.internal_date)),
-            )
-            .then_with(|| (&a.account, &a.folder, &a.key).cmp(&(&b.account, &b.folder, &b.key)))
-    });
-    out.total = hits.len();
-    out.hits = hits
-        .into_iter()
-        .skip(opts.offset)
-        .take(opts.limit)
-        .collect();
+    let found = ranked(places, found.into_values().collect());
+    let want = opts.offset.saturating_add(opts.limit);
+    let (found, unsure) = settle(
+        &mut eval,
+        query,
+        &mut pending,
+        found,
+        want,
+        &mut out.failures,
+    )?;
+    out.total = found.len();
+    out.total_unsure = unsure;
+    out.hits = (found.iter().skip(opts.offset).take(opts.limit))
+        .map(|f| eval.hit(f))
+        .collect::<Result<_>>()?;
     Ok(out)
 }
 
-/// A message found: its best score, the snapshots holding it, its newest entry.
-struct Found<'a> {
+/// `found` ranked: by score, then newest first, then by place.
+fn ranked(places: &Places, mut found: Vec<Found>) -> Vec<Found> {
+    found.sort_by(|a, b| {
+        (b.score.total_cmp(&a.score))
+            .then(places.date(b.record).cmp(&places.date(a.record)))
+            .then_with(|| {
+                let k = |f: &Found| {
+                    let r = f.record;
+                    let fk = &places.folders[places.folder(r) as usize];
+                    let (key, content) = (places.key_hash(r), places.content(r));
+                    (&fk.account, &fk.folder, key, content)
+                };
+                k(a).cmp(&k(b))
+            })
+    });
+    found
+}
+
+/// The records that may match `q`: those of the contents a content term it cannot match
+/// without names, or every record.
+fn candidates(places: &Places, q: &Query, terms: &TermMatches) -> Vec<usize> {
+    let Some(sets) = needed(q, terms) else {
+        return (0..places.len()).collect();
+    };
+    let ids: IdSet = sets.iter().flat_map(|m| m.keys().copied()).collect();
+    let mut out: Vec<usize> = ids.iter().flat_map(|id| places.records_of(id)).collect();
+    out.sort_unstable();
+    out
+}
+
+/// Match sets one of which a record's content must be in for `q` to hold, if any.
+fn needed<'a>(q: &Query, terms: &'a TermMatches) -> Option<Vec<&'a IdMap<f32>>> {
+    match q {
+        Query::Term(t) => terms.get(&(t as *const Term)).map(|m| vec![m]),
+        Query::And(qs) => (qs.iter())
+            .filter_map(|q| needed(q, terms))
+            .min_by_key(|sets| sets.iter().map(|m| m.len()).sum::<usize>()),
+        Query::Or(qs) => {
+            let mut all = Vec::new();
+            for q in qs {
+                all.extend(needed(q, terms)?);
+            }
+            Some(all)
+        }
+        Query::Not(_) | Query::All => None,
+    }
+}
+
+/// A message found: its best score, the snapshots holding it (ranks in the view), its
+/// newest record.
+struct Found {
     score: f32,
     first: u32,
     last: u32,
-    entry: &'a MessageEntry,
+    record: usize,
 }
 
 /// Whether a term of `q` satisfies `f`.
@@ -221,8 +313,8 @@ impl Splits {
     }
 
     /// The contents `q` matches in any split, with their best score.
-    fn matches(&self, q: &dyn TvQuery) -> Result<HashMap<Id, f32>> {
-        let mut out: HashMap<Id, f32> = HashMap::new();
+    fn matches(&self, q: &dyn TvQuery) -> Result<IdMap<f32>> {
+        let mut out = IdMap::default();
         for s in &self.searchers {
             let got = s
                 .search(q, &ByContent)
@@ -238,29 +330,27 @@ impl Splits {
 
 /// The matches of each content term, by the term's address in the query tree (the tree
 /// outlives the map, and one term may appear twice with the same answer).
-type TermMatches = HashMap<*const Term, HashMap<Id, f32>>;
+type TermMatches = HashMap<*const Term, IdMap<f32>>;
 
-/// What a term is answered against: the index, and for phrases in the body the messages.
+/// What a term is answered against: the index; and the phrases in the body it leaves to check.
 struct Answer<'a> {
     index: &'a Splits,
-    repo: &'a Repository,
-    entries: &'a HashMap<Id, &'a MessageEntry>,
-    /// Messages a phrase could not be checked on.
-    failures: std::cell::RefCell<Vec<Failure>>,
+    /// Phrases in the body whose candidates are checked when the page is made.
+    pending: std::cell::RefCell<Vec<Pending>>,
 }
 
 /// The content terms of `q` (text, date, size, attachment), each with its matches.
-fn collect_terms(q: &Query, a: &Answer, out: &mut TermMatches) -> Result<()> {
+fn collect_terms(q: &Query, a: &Answer, out: &mut TermMatches, negated: bool) -> Result<()> {
     match q {
         Query::All => {}
         Query::And(qs) | Query::Or(qs) => {
             for q in qs {
-                collect_terms(q, a, out)?;
+                collect_terms(q, a, out, negated)?;
             }
         }
-        Query::Not(q) => collect_terms(q, a, out)?,
+        Query::Not(q) => collect_terms(q, a, out, !negated)?,
         Query::Term(t) => {
-            if let Some(m) = body_phrase(t, a)? {
+            if let Some(m) = body_phrase(t, a, negated)? {
                 out.insert(t as *const Term, m);
             } else if let Some(tq) = content_query(&a.index.fields, t) {
                 out.insert(t as *const Term, a.index.matches(tq.as_ref())?);
@@ -272,8 +362,10 @@ fn collect_terms(q: &Query, a: &Answer, out: &mut TermMatches) -> Result<()> {
 
 /// A text term of several words that looks in the body: its matches in the short fields
 /// (phrases, by position), and in the body those whose text holds the words in order
-/// ([`super::phrase`]); `None` for every other term.
-fn body_phrase(t: &Term, a: &Answer) -> Result<Option<HashMap<Id, f32>>> {
+/// ([`super::phrase`]); `None` for every other term. The candidates (all the words in
+/// the body) count as matches, [`Pending`]: checked when the page is made, or under a
+/// negation before the records are evaluated.
+fn body_phrase(t: &Term, a: &Answer, negated: bool) -> Result<Option<IdMap<f32>>> {
     let Term::Text {
         field: TextField::Any,
         text,
@@ -304,12 +396,97 @@ fn body_phrase(t: &Term, a: &Answer) -> Result<Option<HashMap<Id, f32>>> {
         .collect();
     let candidates: Vec<(Id, f32)> = (a.index.matches(&BooleanQuery::new(all_words))?)
         .into_iter()
-        .filter(|(id, _)| !found.contains_key(id) && a.entries.contains_key(id))
+        .filter(|(id, _)| !found.contains_key(id))
         .collect();
-    let (checked, failed) = super::phrase::verified(a.repo, candidates, a.entries, &words, *prefix);
-    found.extend(checked);
-    a.failures.borrow_mut().extend(failed);
+    let ids = candidates.iter().map(|c| c.0).collect();
+    found.extend(candidates);
+    a.pending.borrow_mut().push(Pending {
+        term: t,
+        words,
+        prefix: *prefix,
+        ids,
+        negated,
+    });
     Ok(Some(found))
+}
+
+/// A phrase in the body whose candidates are not checked yet.
+struct Pending {
+    term: *const Term,
+    words: Vec<String>,
+    prefix: bool,
+    ids: IdSet,
+    /// Under a negation: a candidate wrongly counted would hide a hit, so the candidates
+    /// among the records evaluated are all checked first.
+    negated: bool,
+}
+
+/// Checks the phrase of `p` in the bodies of `ids` (each read through a record of the
+/// view; [`super::phrase::verified`]) and takes those without it out of the term's
+/// matches. A message that cannot be read is taken out and reported.
+fn check_pending(
+    eval: &mut Eval,
+    p: &Pending,
+    ids: Vec<Id>,
+    failures: &mut Vec<Failure>,
+) -> Result<()> {
+    let (places, view) = (eval.places, eval.view);
+    let mut entries = IdMap::default();
+    for id in &ids {
+        if let Some(r) = places
+            .records_of(id)
+            .find(|&r| places.span(view, r).is_some())
+        {
+            entries.insert(*id, places.entry(r)?);
+        }
+    }
+    let candidates = ids.iter().map(|id| (*id, 0.0)).collect();
+    let (held, failed) =
+        super::phrase::verified(eval.repo, candidates, &entries, &p.words, p.prefix);
+    failures.extend(failed);
+    for id in ids.iter().filter(|id| !held.contains_key(id)) {
+        eval.reject(p.term, id);
+    }
+    Ok(())
+}
+
+/// The hits up to the end of the page made sure of: the pending phrases of the hits in
+/// rank order checked, a batch at a time, and the hits they no longer match dropped,
+/// until the page is full. The hits after it are kept unchecked: `total` may then count
+/// some too many, and says so.
+fn settle(
+    eval: &mut Eval,
+    query: &Query,
+    pending: &mut [Pending],
+    found: Vec<Found>,
+    want: usize,
+    failures: &mut Vec<Failure>,
+) -> Result<(Vec<Found>, bool)> {
+    const BATCH: usize = 64;
+    if pending.iter().all(|p| p.ids.is_empty()) {
+        return Ok((found, false));
+    }
+    let places = eval.places;
+    let mut kept = Vec::with_capacity(want.min(found.len()));
+    let mut rest = found.into_iter().peekable();
+    while kept.len() < want && rest.peek().is_some() {
+        let batch: Vec<Found> = rest.by_ref().take(BATCH).collect();
+        for p in pending.iter_mut() {
+            let ids: Vec<Id> = (batch.iter())
+                .map(|f| *places.content(f.record))
+                .filter(|id| p.ids.remove(id))
+                .collect();
+            check_pending(eval, p, ids, failures)?;
+        }
+        for f in batch {
+            if let Some(f) = eval.still(query, f) {
+                kept.push(f);
+            }
+        }
+    }
+    let unsure = rest.peek().is_some() && pending.iter().any(|p| !p.ids.is_empty());
+    kept.extend(rest);
+    Ok((kept, unsure))
 }
 
 /// The tantivy query of a content term; `None` for terms on where a message is.
@@ -459,102 +636,144 @@ impl SegmentCollector for ByContentSegment {
     }
 }
 
-/// Evaluates the query on entries.
+/// Evaluates the query on records.
 struct Eval<'a> {
-    catalog: &'a Catalog,
-    terms: &'a TermMatches,
+    repo: &'a Repository,
+    places: &'a Places,
+    view: &'a View,
+    terms: TermMatches,
     /// Per folder, its keywords (`dovecot-keywords`), when the query names one.
     keywords: Vec<KeywordTable>,
-    /// (account, content) held by the newest snapshot of some host and source.
-    latest: HashSet<(&'a str, Id)>,
+    /// Per account and folder term, whether each folder is named by it.
+    folders: HashMap<*const Term, Vec<bool>>,
+    /// Per record, whether it is in the undelete set, when the query asks.
+    deleted: Vec<bool>,
 }
 
 impl<'a> Eval<'a> {
     fn new(
-        repo: &Repository,
-        catalog: &'a Catalog,
-        terms: &'a TermMatches,
+        repo: &'a Repository,
+        places: &'a Places,
+        view: &'a View,
+        terms: TermMatches,
         query: &Query,
     ) -> Eval<'a> {
-        let mut newest = vec![false; catalog.snapshots.len()];
-        let mut last: HashMap<(&str, &str), usize> = HashMap::new();
-        for (i, s) in catalog.snapshots.iter().enumerate() {
-            last.insert((&s.hostname, &s.source), i);
-        }
-        for i in last.into_values() {
-            newest[i] = true;
-        }
-        let mut latest = HashSet::new();
-        for g in &catalog.groups {
-            if g.snapshots.iter().any(|&s| newest[s as usize]) {
-                let account = &catalog.folders[g.folder as usize].account;
-                latest.extend(g.entries.iter().map(|e| (account.as_str(), e.hash)));
-            }
-        }
         let keywords = match mentions(query, &|t| matches!(t, Term::Keyword(_))) {
-            true => catalog.keywords(repo),
-            false => vec![KeywordTable::new(); catalog.folders.len()],
+            true => places.keywords(repo),
+            false => vec![KeywordTable::new(); places.folders.len()],
         };
+        let deleted = match mentions(query, &|t| matches!(t, Term::Deleted)) {
+            true => places.deleted(view),
+            false => Vec::new(),
+        };
+        let mut folders = HashMap::new();
+        place_terms(query, &mut |t| {
+            let names: Vec<bool> = (places.folders.iter())
+                .map(|fk| match t {
+                    Term::Account(a) => fk.account.eq_ignore_ascii_case(a),
+                    Term::Folder(f) => folder_name_selected(&fk.folder, std::slice::from_ref(f)),
+                    _ => false,
+                })
+                .collect();
+            folders.insert(t as *const Term, names);
+        });
         Eval {
-            catalog,
+            repo,
+            places,
+            view,
             terms,
             keywords,
-            latest,
+            folders,
+            deleted,
         }
     }
 
-    /// The score of entry `e` of group `g`, if it matches `q`.
-    fn row(&self, q: &Query, g: &Group, e: &MessageEntry) -> Option<f32> {
+    /// The score of record `r`, if it matches `q`.
+    fn row(&self, q: &Query, r: usize) -> Option<f32> {
         match q {
             Query::All => Some(0.0),
             Query::And(qs) => qs
                 .iter()
-                .try_fold(0.0, |sum, q| Some(sum + self.row(q, g, e)?)),
-            Query::Or(qs) => qs.iter().filter_map(|q| self.row(q, g, e)).reduce(f32::max),
-            Query::Not(q) => match self.row(q, g, e) {
+                .try_fold(0.0, |sum, q| Some(sum + self.row(q, r)?)),
+            Query::Or(qs) => qs.iter().filter_map(|q| self.row(q, r)).reduce(f32::max),
+            Query::Not(q) => match self.row(q, r) {
                 Some(_) => None,
                 None => Some(0.0),
             },
             Query::Term(t) => match self.terms.get(&(t as *const Term)) {
-                Some(m) => m.get(&e.hash).copied(),
-                None => self.place(t, g, e).then_some(0.0),
+                Some(m) => m.get(self.places.content(r)).copied(),
+                None => self.place(t, r).then_some(0.0),
             },
         }
     }
 
-    /// Whether a term on where a message is holds for entry `e` of group `g`.
-    fn place(&self, t: &Term, g: &Group, e: &MessageEntry) -> bool {
-        let fk = &self.catalog.folders[g.folder as usize];
+    /// Takes content `id` out of the matches of term `t`.
+    fn reject(&mut self, t: *const Term, id: &Id) {
+        if let Some(m) = self.terms.get_mut(&t) {
+            m.remove(id);
+        }
+    }
+
+    /// Hit `f` if `q` still holds for one of its records (after [`Self::reject`]): its
+    /// newest record, or the newest other that does.
+    fn still(&self, q: &Query, mut f: Found) -> Option<Found> {
+        if self.row(q, f.record).is_some() {
+            return Some(f);
+        }
+        let p = self.places;
+        let same =
+            |r: usize| p.folder(r) == p.folder(f.record) && p.key_hash(r) == p.key_hash(f.record);
+        let (last, r) = (p.records_of(p.content(f.record)))
+            .filter(|&r| same(r) && self.row(q, r).is_some())
+            .filter_map(|r| Some((p.span(self.view, r)?.1, r)))
+            .max()?;
+        (f.last, f.record) = (last, r);
+        Some(f)
+    }
+
+    /// Whether a term on where a message is holds for record `r`.
+    fn place(&self, t: &Term, r: usize) -> bool {
+        let folder = self.places.folder(r) as usize;
+        let bits = self.places.flags(r);
         match t {
-            Term::Account(a) => fk.account.eq_ignore_ascii_case(a),
-            Term::Folder(f) => folder_name_selected(&fk.folder, std::slice::from_ref(f)),
-            Term::Flag(flag) => {
-                let m = crate::dest::meta(e, &self.keywords[g.folder as usize]);
-                match flag {
-                    Flag::Seen => m.flags.seen,
-                    Flag::Flagged => m.flags.flagged,
-                    Flag::Answered => m.flags.answered,
-                    Flag::Deleted => m.flags.deleted,
-                    Flag::Draft => m.flags.draft,
-                }
+            Term::Account(_) | Term::Folder(_) => {
+                (self.folders.get(&(t as *const Term))).is_some_and(|names| names[folder])
             }
-            Term::Keyword(k) => crate::dest::meta(e, &self.keywords[g.folder as usize])
-                .keywords
-                .iter()
-                .any(|have| have.eq_ignore_ascii_case(k)),
-            Term::Deleted => !self.latest.contains(&(fk.account.as_str(), e.hash)),
+            Term::Flag(flag) => {
+                let bit = match flag {
+                    Flag::Seen => flag::SEEN,
+                    Flag::Flagged => flag::FLAGGED,
+                    Flag::Answered => flag::ANSWERED,
+                    Flag::Deleted => flag::DELETED,
+                    Flag::Draft => flag::DRAFT,
+                };
+                bits & bit != 0
+            }
+            // An entry that cannot be read has no keyword (its content still matches).
+            Term::Keyword(k) => self.places.entry(r).is_ok_and(|e| {
+                (crate::dest::meta(&e, &self.keywords[folder])
+                    .keywords
+                    .iter())
+                .any(|have| have.eq_ignore_ascii_case(k))
+            }),
+            Term::Deleted => self.deleted.get(r).copied().unwrap_or(false),
             _ => false,
         }
     }
 
-    fn hit(&self, folder: u32, f: &Found) -> Hit {
-        let fk = &self.catalog.folders[folder as usize];
+    fn hit(&self, f: &Found) -> Result<Hit> {
+        let p = self.places;
+        let r = f.record;
+        let fk = &p.folders[p.folder(r) as usize];
         let (first, last) = (
-            &self.catalog.snapshots[f.first as usize],
-            &self.catalog.snapshots[f.last as usize],
+            &self.view.snapshots[f.first as usize],
+            &self.view.snapshots[f.last as usize],
         );
-        let e = f.entry;
-        Hit {
+        let e = p.entry(r)?;
+        let account_of = |r: usize| &p.folders[p.folder(r) as usize].account;
+        let deleted = !(p.records_of(&e.hash))
+            .any(|o| account_of(o) == &fk.account && p.in_newest(self.view, o));
+        Ok(Hit {
             id: e.hash.to_hex(),
             account: fk.account.clone(),
             folder: fk.folder.clone(),
@@ -569,8 +788,19 @@ impl<'a> Eval<'a> {
             first_time: first.time,
             last_snapshot: last.id.to_hex(),
             last_time: last.time,
-            deleted: !self.latest.contains(&(fk.account.as_str(), e.hash)),
+            deleted,
             score: f.score,
-        }
+        })
+    }
+}
+
+/// Calls `f` on each account and folder term of `q`.
+fn place_terms(q: &Query, f: &mut dyn FnMut(&Term)) {
+    match q {
+        Query::All => {}
+        Query::And(qs) | Query::Or(qs) => qs.iter().for_each(|q| place_terms(q, f)),
+        Query::Not(q) => place_terms(q, f),
+        Query::Term(t @ (Term::Account(_) | Term::Folder(_))) => f(t),
+        Query::Term(_) => {}
     }
 }

@@ -9,7 +9,6 @@
 //! them, and prune deletes them. Nothing is deleted by `index` itself, so a host that may
 //! only add objects to the repository can index it.
 
-use super::catalog::{scoped, Catalog, Scope};
 use super::schema;
 use super::split::split_contents;
 use super::split::{list_splits, live_splits, private_dir, split_path, write_split};
@@ -115,15 +114,6 @@ pub fn merge_splits(
     Ok(id)
 }
 
-/// The contents some snapshot holds.
-pub fn live_contents(repo: &Repository) -> Result<HashSet<Id>> {
-    let (snapshots, _) = scoped(repo, &Scope::All)?;
-    Ok(Catalog::read(repo, snapshots)
-        .contents()
-        .into_keys()
-        .collect())
-}
-
 /// What prune did to the search index.
 #[derive(Clone, Debug, Default, serde::Serialize)]
 pub struct SplitsPruned {
@@ -142,7 +132,7 @@ pub fn prune_splits(repo: &Repository, cache: &Path, dry_run: bool) -> Result<Sp
         return Ok(out);
     }
     let live = live_splits(repo, cache)?;
-    let keep = live_contents(repo)?;
+    let keep = super::verify::snapshot_contents(repo)?;
     let mut dead = false;
     for s in &live {
         dead |= split_contents(s)?.iter().any(|h| !keep.contains(h));

@@ -9,11 +9,10 @@ use super::extract::extract;
 use super::schema::words;
 use crate::error::Result;
 use crate::model::assemble::assemble;
-use crate::repo::id::Id;
+use crate::repo::id::{Id, IdMap};
 use crate::repo::tree::MessageEntry;
 use crate::repo::Repository;
 use crate::report::Failure;
-use std::collections::HashMap;
 
 /// Of `candidates` (contents whose body holds every word), those whose body holds `want`
 /// in order, the last word as a prefix when `prefix`; with their scores. A candidate
@@ -21,10 +20,10 @@ use std::collections::HashMap;
 pub fn verified(
     repo: &Repository,
     candidates: Vec<(Id, f32)>,
-    entries: &HashMap<Id, &MessageEntry>,
+    entries: &IdMap<MessageEntry>,
     want: &[String],
     prefix: bool,
-) -> (HashMap<Id, f32>, Vec<Failure>) {
+) -> (IdMap<f32>, Vec<Failure>) {
     use rayon::prelude::*;
     let checked: Vec<(Id, f32, Result<bool>)> = (candidates.into_par_iter())
         .filter_map(|(id, score)| {
@@ -34,7 +33,7 @@ pub fn verified(
             Some((id, score, r))
         })
         .collect();
-    let mut found = HashMap::new();
+    let mut found = IdMap::default();
     let mut failures = Vec::new();
     for (id, score, r) in checked {
         match r {

@@ -1,7 +1,7 @@
 //! `mailvault show`: one message, found by the content id `search` prints, read and
 //! presented: its main headers decoded, its text, its attachments.
 
-use super::catalog::{scoped, Catalog, Scope};
+use super::places::{Places, Scope};
 use crate::error::{Error, Result};
 use crate::model::assemble::assemble;
 use crate::model::{names_content, MIN_ID_PREFIX};
@@ -40,36 +40,38 @@ pub struct Attachment {
 }
 
 /// Finds message `id` (a content id or its prefix) in the newest snapshot that holds it
-/// and reads it.
-pub fn show(repo: &Repository, id: &str) -> Result<Shown> {
+/// and reads it; `cache` holds the places map (see [`super::places`]).
+pub fn show(repo: &Repository, cache: Option<&std::path::Path>, id: &str) -> Result<Shown> {
     if !(id.len() >= MIN_ID_PREFIX && id.bytes().all(|c| c.is_ascii_hexdigit())) {
         return Err(Error::InvalidInput(format!(
             "{id:?} is not a message id: give the id `search` prints (at least {MIN_ID_PREFIX} hex digits)"
         )));
     }
     let _lock = repo.lock_for_reading("show")?;
-    let (snapshots, _) = scoped(repo, &Scope::All)?;
-    for snap in snapshots.into_iter().rev() {
-        let c = Catalog::read(repo, vec![snap]);
-        for g in &c.groups {
-            if let Some(e) = g.entries.iter().find(|e| names_content(id, &e.hash)) {
-                let fk = &c.folders[g.folder as usize];
-                let raw = assemble(repo, &e.content, e.size, Some(&e.hash))?;
-                let mut s = present(&raw);
-                s.id = e.hash.to_hex();
-                s.snapshot = c.snapshots[0].id.to_hex();
-                s.account = fk.account.clone();
-                s.folder = fk.folder.clone();
-                s.key = String::from_utf8_lossy(&e.key).into();
-                s.size = e.size;
-                s.raw = raw;
-                return Ok(s);
-            }
-        }
-    }
-    Err(Error::InvalidInput(format!(
-        "no snapshot holds a message with id {id}"
-    )))
+    let places = Places::open(repo, cache, None)?;
+    let view = places.view(repo, &Scope::All)?;
+    // The newest snapshot holding it.
+    let newest = (0..places.len())
+        .filter(|&r| names_content(id, places.content(r)))
+        .filter_map(|r| Some((places.span(&view, r)?.1, r)))
+        .max();
+    let Some((last, r)) = newest else {
+        return Err(Error::InvalidInput(format!(
+            "no snapshot holds a message with id {id}"
+        )));
+    };
+    let e = places.entry(r)?;
+    let fk = &places.folders[places.folder(r) as usize];
+    let raw = assemble(repo, &e.content, e.size, Some(&e.hash))?;
+    let mut s = present(&raw);
+    s.id = e.hash.to_hex();
+    s.snapshot = view.snapshots[last as usize].id.to_hex();
+    s.account = fk.account.clone();
+    s.folder = fk.folder.clone();
+    s.key = String::from_utf8_lossy(&e.key).into();
+    s.size = e.size;
+    s.raw = raw;
+    Ok(s)
 }
 
 /// The headers, text and attachments of `raw`.

@@ -8,7 +8,7 @@
 //! prune drops it). Neither is damage; a split that does not open is, and `repair index`
 //! moves it to `damaged/`, after which `index` indexes its contents again.
 
-use super::catalog::{scoped, Scope};
+use super::places::{scoped, Scope};
 use super::split::{list_splits, open_split, split_contents, split_path};
 use super::split::{local_split, LocalSplit};
 use crate::error::{Error, Result};

@@ -10,12 +10,11 @@
 //! (hash sets, sorted vectors) or filters that answer "maybe" (Bloom, cuckoo, xor).
 
 use crate::error::Result;
-use crate::repo::id::Id;
+use crate::repo::id::{Id, IdSet};
 use crate::repo::index::merge_sorted;
 use crate::repo::lock;
 use std::collections::HashSet;
 use std::fs::File;
-use std::hash::{BuildHasherDefault, Hasher};
 use std::os::unix::fs::FileExt;
 use std::sync::Mutex;
 
@@ -32,7 +31,7 @@ pub struct SavedIds {
 
 struct Inner {
     /// Ids added since the last fold, in memory.
-    recent: HashSet<Id, BuildHasherDefault<FirstBytes>>,
+    recent: IdSet,
     /// One per id in the file, sorted by `prefix`.
     keys: Vec<Key>,
     /// `keys[starts[p]..starts[p + 1]]` hold the prefixes whose first `bits` bits are `p`:
@@ -42,25 +41,6 @@ struct Inner {
     /// The ids folded so far, 32 bytes each in the order they were folded; `None` when no
     /// temporary file could be made or written (then every id stays in `recent`).
     file: Option<File>,
-}
-
-/// Hashes a blob id by its first 8 bytes: blob ids are keyed hashes, even and unknown to
-/// whoever wrote the mail, so hashing them again (SipHash, the default) only costs time.
-#[derive(Default)]
-struct FirstBytes(u64);
-
-impl Hasher for FirstBytes {
-    fn write(&mut self, bytes: &[u8]) {
-        // An `Id` hashes as its 32 bytes (after their length, through `write_usize`).
-        if let Some(b) = bytes.get(..8) {
-            self.0 ^= u64::from_le_bytes(b.try_into().expect("8 bytes"));
-        }
-    }
-    fn write_usize(&mut self, _: usize) {}
-    fn finish(&self) -> u64 {
-        // Mixed, so that ids agreeing in some bits still spread over the table.
-        (self.0 ^ (self.0 >> 32)).wrapping_mul(0x9E37_79B9_7F4A_7C15)
-    }
 }
 
 /// An id in the file: its first 8 bytes, and its position there. 12 bytes.
