@@ -40,7 +40,7 @@ rounds; fts-xapian whole-word only):
   and an incremental backup (timed: the full backup, and the incrementals' mean); `index`
   (timed, msg/s of the distinct contents it indexes, peak RSS); `search/` against the
   distinct message bytes `index` read; `snapshots` three times (the floor, their median);
-  then GEN_QUERIES (~50 queries over every operator of docs/search.md, with the largest
+  then GEN_QUERIES (50 queries over every operator of docs/search.md, with the largest
   account's address and first name filled in), each a separate process, with
   `--all-snapshots` over every account (the issue's target) and again over the newest
   snapshot (the default scope): p50/p99, net of the floor too, peak RSS, and each query's
@@ -165,15 +165,12 @@ GEN_QUERIES = [
     ("budget", "TEXT budget"),
     ("rollback", "TEXT rollback"),
     ("kernel", "TEXT kernel"),
-    ("refund", "TEXT refund"),
     (GEN_MISS, f"TEXT {GEN_MISS}"),
-    ("kernel driver", "TEXT kernel TEXT driver"),
     ("deadline AND budget", "TEXT deadline TEXT budget"),
     ('"best regards"', 'TEXT "best regards"'),
     ('"forwarded message"', 'TEXT "forwarded message"'),
     ('"software engineer"', 'TEXT "software engineer"'),
     ("sched*", "TEXT sched"),
-    ("migra*", "TEXT migra"),
     ("rollback OR deploy", "( TEXT rollback OR TEXT deploy )"),
     ("kernel -driver", "TEXT kernel NOT TEXT driver"),
     ("NOT budget", "NOT TEXT budget"),
@@ -183,11 +180,9 @@ GEN_QUERIES = [
     ("from:north*", "FROM north"),
     ("to:{account}", "TO {account}"),
     ("to:rust-dev", "TO rust-dev"),
-    ("from:freemail.example OR to:rust-dev", "( FROM freemail.example OR TO rust-dev )"),
     ("subject:invoice", "SUBJECT invoice"),
     ('subject:"meeting notes"', 'SUBJECT "meeting notes"'),
     ("subject:invoi*", "SUBJECT invoi"),
-    ("subject:weekly subject:update", "SUBJECT weekly SUBJECT update"),
     ("folder:INBOX", "MAILBOX INBOX"),
     ("folder:Sent deadline", "MAILBOX Sent TEXT deadline"),
     ("folder:Archive/2024", "MAILBOX Archive.2024"),
@@ -622,6 +617,9 @@ class GenBench(Bench):
             lat, rss, hits = self.queries(repo, queries, scope)
             r["scopes"][name] = {"p50_s": pct(lat.values(), 50), "p99_s": pct(lat.values(), 99),
                                  "search_rss_mb": max(rss.values()), "latencies": lat, "rss_mb": rss, "hits": hits}
+            empty = [q for q, h in hits.items() if h == 0 and q != GEN_MISS]
+            if empty:
+                log(f"{preset}: {len(empty)} queries find nothing (scope {name}): {', '.join(empty)}")
         if self.dovecot:
             r["xapian"] = self.xapian_store(preset, store, stats, queries)
         if not a.keep:
