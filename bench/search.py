@@ -31,6 +31,32 @@ query p50 <= 20 ms and p99 <= 100 ms; `index` time <= 0.5x the full backup's.
     bench/search.py --smoke                      # CI: testdata/spamassassin (613), debug build, one round
     bench/search.py --bin-dir target/release --json /tmp/search.json
 
+With --preset P[,P...] the store is generated instead (`mailvault-corpus generate --preset P
+--seed 1`: tiny, small, medium, large, huge), one preset after the other, once each (no
+rounds; fts-xapian whole-word only):
+
+- mailvault: `init`, a full backup, then --snapshots - 1 times (default 30 snapshots in
+  all) `mailvault-corpus mutate --seed N` (a day of flag changes, deliveries and deletions)
+  and an incremental backup (timed: the full backup, and the incrementals' mean); `index`
+  (timed, msg/s of the distinct contents it indexes, peak RSS); `search/` against the
+  distinct message bytes `index` read; `snapshots` three times (the floor, their median);
+  then GEN_QUERIES (50 queries over every operator of docs/search.md, with the largest
+  account's address and first name filled in), each a separate process, with
+  `--all-snapshots` over every account (the issue's target) and again over the newest
+  snapshot (the default scope): p50/p99, net of the floor too, peak RSS, and each query's
+  hits; the report names the queries that find nothing (all but one should).
+- Dovecot with fts-xapian whole-word: the store's Maildirs hard-linked into a throw-away
+  Dovecot, one account each, indexed one account at a time, the largest first (the sync
+  `doveadm mailbox status -u USER messages '*'` apart, then `doveadm index -u USER '*'`,
+  timed), until --dovecot-budget seconds (default 300) have passed: the report says how
+  many accounts were indexed. Then the translated queries on the largest account alone.
+
+With several presets a table of `index` and `search` peak RSS per preset follows, and
+whether they grow slower than the contents indexed (the issue's sub-linear target).
+
+    bench/search.py --preset tiny --snapshots 3 --bin-dir target/release   # a check, ~20 s
+    bench/search.py --preset small,large --json /tmp/search-large.json      # the issue's figures
+
 The smoke run skips the Dovecot side, saying so, when Dovecot or the fts-xapian plugin is
 not installed (scripts/setup.sh installs both); it fails when a mailvault step fails, a
 query fails or prints no valid JSON, or a query for a word the corpus holds finds nothing.
@@ -38,11 +64,13 @@ Standard library only.
 """
 
 import argparse
+import calendar
 import grp
 import json
 import math
 import os
 import pwd
+import re
 import shlex
 import shutil
 import statistics
@@ -122,6 +150,72 @@ QUERIES = [
 ]
 
 
+# The fixed queries of a generated store (--preset), over every operator; every one but
+# GEN_MISS finds messages in the stores of seed 1 (from `tiny` up) after a few mutations.
+# The words come from the corpus tool's vocabulary (crates/corpus/src/words.rs: body words,
+# subjects "Invoice N", "Meeting notes: ...", "Weekly X update", list tags such as
+# "[rust-dev]", signatures, attachment names "report-N.pdf", "budget-N.xlsx") and its world
+# (domains northwind.example..., external senders at freemail.example, folders, keywords).
+# {account} and {first} are the largest account's address and first name; {ago_2y} and
+# {ago_30m} the dates 2 years and 30 months ago, as doveadm takes them. doveadm's side is
+# run on one account, so `account:` is dropped there (ALL when nothing else is left).
+GEN_MISS = "nonexistentwordxyz"
+GEN_QUERIES = [
+    ("schedule", "TEXT schedule"),
+    ("budget", "TEXT budget"),
+    ("rollback", "TEXT rollback"),
+    ("kernel", "TEXT kernel"),
+    (GEN_MISS, f"TEXT {GEN_MISS}"),
+    ("deadline AND budget", "TEXT deadline TEXT budget"),
+    ('"best regards"', 'TEXT "best regards"'),
+    ('"forwarded message"', 'TEXT "forwarded message"'),
+    ('"software engineer"', 'TEXT "software engineer"'),
+    ("sched*", "TEXT sched"),
+    ("rollback OR deploy", "( TEXT rollback OR TEXT deploy )"),
+    ("kernel -driver", "TEXT kernel NOT TEXT driver"),
+    ("NOT budget", "NOT TEXT budget"),
+    ("(refund OR receipt) -invoice", "( TEXT refund OR TEXT receipt ) NOT TEXT invoice"),
+    ("from:freemail.example", "FROM freemail.example"),
+    ("from:{first}", "FROM {first}"),
+    ("from:north*", "FROM north"),
+    ("to:{account}", "TO {account}"),
+    ("to:rust-dev", "TO rust-dev"),
+    ("subject:invoice", "SUBJECT invoice"),
+    ('subject:"meeting notes"', 'SUBJECT "meeting notes"'),
+    ("subject:invoi*", "SUBJECT invoi"),
+    ("folder:INBOX", "MAILBOX INBOX"),
+    ("folder:Sent deadline", "MAILBOX Sent TEXT deadline"),
+    ("folder:Archive/2024", "MAILBOX Archive.2024"),
+    ("folder:Junk OR folder:Trash", "( MAILBOX Junk OR MAILBOX Trash )"),
+    ("account:{account}", "ALL"),
+    ("account:{account} budget", "TEXT budget"),
+    ("on:2024-03", "SENTSINCE 1-Mar-2024 SENTBEFORE 1-Apr-2024"),
+    ("after:2024-01-01 before:2024-07-01", "SENTSINCE 1-Jan-2024 SENTBEFORE 1-Jul-2024"),
+    ("before:2023-06", "SENTBEFORE 1-Jun-2023"),
+    ("after:2y", "SENTSINCE {ago_2y}"),
+    ("budget before:30m", "TEXT budget SENTBEFORE {ago_30m}"),
+    ("has:attachment", None),
+    ("has:attachment larger:200k", None),
+    ("filename:pdf", None),
+    ("filename:budget* OR filename:report*", None),
+    ("larger:100k", "LARGER 102400"),
+    ("smaller:4k", "SMALLER 4096"),
+    ("subject:invoice larger:5k smaller:100k", "SUBJECT invoice LARGER 5120 SMALLER 102400"),
+    ("flag:seen", "SEEN"),
+    ("-flag:seen", "UNSEEN"),
+    ("flag:flagged kernel", "FLAGGED TEXT kernel"),
+    ("flag:answered", "ANSWERED"),
+    ("flag:deleted OR flag:draft OR flag:flagged", "( DELETED OR DRAFT OR FLAGGED )"),
+    ("keyword:$Forwarded", "KEYWORD $Forwarded"),
+    ("keyword:$Junk OR keyword:NonJunk", "( KEYWORD $Junk OR KEYWORD NonJunk )"),
+    ("deleted", None),
+    ("deleted -has:attachment", None),
+    ("(subject:invoice OR to:rust-dev) has:attachment -flag:flagged", None),
+]
+# --all-snapshots (the issue's target) and the default scope, the newest snapshot.
+SCOPES = [("all", ["--all-snapshots"]), ("latest", [])]
+
+
 def log(msg):
     print(f"[searchbench {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
 
@@ -166,15 +260,16 @@ def make_corpus(src, maildir):
 
 class Dovecot:
     """A throw-away Dovecot with fts-xapian: its own configuration, base_dir and state_dir
-    under `root`, one account whose Maildir is a copy of the store, no port open."""
+    under `root`, no port open, and `accounts`, (address, Maildir) pairs, each Maildir copied
+    to the account's home (hard-linked with `link`: Dovecot never writes into a message file)."""
 
-    def __init__(self, bins, root, store, config, logs):
+    def __init__(self, bins, root, accounts, config, logs, link=False):
         self.dovecot, self.doveadm = bins
         self.root, self.logs = root, logs
         if root.exists():
             shutil.rmtree(root)
-        self.home = root / "mail" / DOMAIN / USER
-        shutil.copytree(store, self.home / "Maildir")
+        for address, maildir in accounts:
+            shutil.copytree(maildir, self.home(address) / "Maildir", copy_function=os.link if link else shutil.copy2)
         (root / "run").mkdir()
         (root / "state").mkdir()
         if os.geteuid() == 0:
@@ -238,9 +333,14 @@ class Dovecot:
             raise SystemExit(f"searchbench: doveadm {' '.join(args)} failed (exit {rc}), see {logf} and {self.root}/dovecot.log")
         return wall, rss, out
 
-    def index_bytes(self):
-        """The fts-xapian index on disk (xapian-indexes under the user's home)."""
-        dirs = [p for p in self.home.rglob("*xapian*") if p.is_dir()]
+    def home(self, address):
+        """An account's home (mail_location's `%d/%n`)."""
+        user, domain = address.split("@", 1)
+        return self.root / "mail" / domain / user
+
+    def index_bytes(self, address):
+        """An account's fts-xapian index on disk (xapian-indexes under its home)."""
+        dirs = [p for p in self.home(address).rglob("*xapian*") if p.is_dir()]
         return sum(du(d) for d in dirs if not any(d != o and o in d.parents for o in dirs))
 
     def stop(self):
@@ -257,7 +357,7 @@ class Bench:
     def __init__(self, args):
         self.args = args
         self.work, self.logs = fresh_work(args.work or "/tmp/mailvault-bench-search")
-        self.mv, _ = binaries(args.bin_dir, args.smoke)
+        self.mv, self.corpus = binaries(args.bin_dir, args.smoke)
         self.n = 0
 
     def env(self, repo):
@@ -272,8 +372,8 @@ class Bench:
             raise SystemExit(f"searchbench: mailvault {' '.join(args)} failed (exit {rc}), see {logf}")
         return wall, rss, out
 
-    def search(self, repo, query):
-        wall, rss, out = self.run("search", ["search", "--json", "--quiet", "--", query], repo)
+    def search(self, repo, query, scope=()):
+        wall, rss, out = self.run("search", ["search", "--json", "--quiet", *scope, "--", query], repo)
         try:
             r = json.loads(out)
             total, hits = int(r["total"]), r["hits"]
@@ -312,7 +412,7 @@ class Bench:
         return out
 
     def xapian(self, i, kind):
-        d = Dovecot(self.dovecot, self.work / f"dovecot-{kind}-{i}", self.mail / DOMAIN / USER / "Maildir",
+        d = Dovecot(self.dovecot, self.work / f"dovecot-{kind}-{i}", [(ACCOUNT, self.mail / DOMAIN / USER / "Maildir")],
                     XAPIAN[kind], self.logs)
         try:
             # The first command syncs the new Maildir (Dovecot's own index); the second is the floor.
@@ -321,9 +421,9 @@ class Bench:
             if f"messages={self.messages}" not in out:
                 raise SystemExit(f"searchbench: Dovecot sees {out.strip()!r}, the store holds {self.messages} messages")
             wall, rss, _ = d.adm("index", ["index", "-u", ACCOUNT, "*"])
-            size = d.index_bytes()
+            size = d.index_bytes(ACCOUNT)
             if size == 0:
-                raise SystemExit(f"searchbench: no xapian index under {d.home} after doveadm index")
+                raise SystemExit(f"searchbench: no xapian index under {d.home(ACCOUNT)} after doveadm index")
             lat, rsss, hits = [], [], {}
             for q, dq in QUERIES:
                 if dq is None:
@@ -439,6 +539,235 @@ class Bench:
             }, indent=2))
 
 
+MONTHS = ("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec")
+
+
+def months_ago(n):
+    """The date n calendar months before today (UTC) as doveadm takes it (`1-Mar-2024`),
+    the day kept where the month has it (a month back from 31 March is 29 February)."""
+    t = time.gmtime()
+    y, m = divmod(t.tm_year * 12 + t.tm_mon - 1 - n, 12)
+    return f"{min(t.tm_mday, calendar.monthrange(y, m + 1)[1])}-{MONTHS[m]}-{y}"
+
+
+def gen_queries(address):
+    """GEN_QUERIES for a store whose largest account is `address`."""
+    f = {"account": address, "first": address.split("@")[0].split(".")[0], "ago_2y": months_ago(24), "ago_30m": months_ago(30)}
+    return [(q.format(**f), dq.format(**f) if dq else None) for q, dq in GEN_QUERIES]
+
+
+class GenBench(Bench):
+    """--preset: generated stores, one preset after the other, each backed up --snapshots
+    times, indexed and searched; Dovecot + fts-xapian whole-word on the same store."""
+
+    def corpus_tool(self, name, args):
+        """Runs mailvault-corpus ARGS --json; returns (wall, its JSON report)."""
+        self.n += 1
+        logf = self.logs / f"{self.n:04d}-corpus-{name}.log"
+        rc, wall, _, out = timed([self.corpus, name, "--json"] + args, dict(os.environ), logf)
+        if rc != 0:
+            raise SystemExit(f"searchbench: mailvault-corpus {name} {' '.join(args)} failed (exit {rc}), see {logf}")
+        return wall, json.loads(out)
+
+    def queries(self, repo, queries, scope):
+        """Each query once, a process each: (latencies, peak RSS, hits) by query."""
+        lat, rss, hits = {}, {}, {}
+        for q, _ in queries:
+            lat[q], rss[q], hits[q] = self.search(repo, q, scope)
+        return lat, rss, hits
+
+    def preset(self, preset):
+        a = self.args
+        base = self.work / preset
+        store, repo = base / "store", base / f"repo-{preset}"
+        base.mkdir()
+        log(f"{preset}: generating the store (seed 1)")
+        gen_s, gen = self.corpus_tool("generate", ["--preset", preset, "--seed", "1", str(store)])
+        log(f"{preset}: {gen['messages']} messages, {gen['bytes'] / 1e6:.0f} MB, {gen['accounts']} accounts; full backup")
+        self.run("init", ["init", "--quiet"], repo)
+        backup = ["backup", f"maildir:{store}", "--json", "--quiet"]
+        full, full_rss, _ = self.run("backup", backup, repo)
+        incr, incr_rss = [], 0
+        for seed in range(2, a.snapshots + 1):
+            self.corpus_tool("mutate", ["--seed", str(seed), str(store)])
+            w, r, _ = self.run("backup", backup, repo)
+            incr.append(w)
+            incr_rss = max(incr_rss, r)
+            if seed % 5 == 0:
+                log(f"{preset}: snapshot {seed}/{a.snapshots}")
+        _, stats = self.corpus_tool("stats", [str(store)])
+        log(f"{preset}: index")
+        index, index_rss, out = self.run("index", ["index", "--json", "--quiet"], repo)
+        rep = json.loads(out)
+        if rep["failures"] or rep["indexed"] != rep["contents"]:
+            raise SystemExit(f"searchbench: index indexed {rep['indexed']} of {rep['contents']} contents, {len(rep['failures'])} failures")
+        floor = statistics.median(self.run("snapshots", ["snapshots", "--json", "--quiet"], repo)[0] for _ in range(3))
+        largest = max(stats["per_account"], key=lambda x: (x["bytes"], x["address"]))
+        queries = gen_queries(largest["address"])
+        first, _, _ = self.search(repo, "budget", SCOPES[0][1])
+        r = {
+            "preset": preset, "generated": gen, "generate_s": gen_s, "stats": stats, "snapshots": a.snapshots,
+            "backup_s": full, "backup_rss_mb": full_rss, "incr_s": statistics.mean(incr) if incr else None,
+            "incr_rss_mb": incr_rss, "index_s": index, "index_rss_mb": index_rss, "report": rep,
+            "index_bytes": du(repo / "search"), "floor_s": floor, "first_search_s": first,
+            "largest": largest, "queries": [{"mailvault": q, "doveadm": dq} for q, dq in queries], "scopes": {},
+        }
+        for name, scope in SCOPES:
+            log(f"{preset}: {len(queries)} queries, scope {name}")
+            lat, rss, hits = self.queries(repo, queries, scope)
+            r["scopes"][name] = {"p50_s": pct(lat.values(), 50), "p99_s": pct(lat.values(), 99),
+                                 "search_rss_mb": max(rss.values()), "latencies": lat, "rss_mb": rss, "hits": hits}
+            empty = [q for q, h in hits.items() if h == 0 and q != GEN_MISS]
+            if empty:
+                log(f"{preset}: {len(empty)} queries find nothing (scope {name}): {', '.join(empty)}")
+        if self.dovecot:
+            r["xapian"] = self.xapian_store(preset, store, stats, queries)
+        if not a.keep:
+            shutil.rmtree(base)
+        return r
+
+    def xapian_store(self, preset, store, stats, queries):
+        """fts-xapian whole-word on the store: the accounts linked into a throw-away Dovecot,
+        indexed one by one, the largest first, until --dovecot-budget seconds have passed;
+        then the queries on the largest account."""
+        accounts = sorted(stats["per_account"], key=lambda x: (-x["bytes"], x["address"]))
+        d = Dovecot(self.dovecot, self.work / f"dovecot-{preset}", [(x["address"], store / x["maildir"]) for x in accounts],
+                    XAPIAN["whole"], self.logs, link=True)
+        try:
+            t0 = time.monotonic()
+            done, sync_s, index_s, index_rss, size = [], 0.0, 0.0, 0.0, 0
+            for x in accounts:
+                if done and time.monotonic() - t0 > self.args.dovecot_budget:
+                    break
+                # Dovecot's own index of the Maildir first (not timed as indexing), as in the SpamAssassin mode.
+                w, _, out = d.adm("sync", ["mailbox", "status", "-u", x["address"], "messages", "*"])
+                n = sum(int(m) for m in re.findall(r"messages=(\d+)", out))
+                if n != x["messages"]:
+                    raise SystemExit(f"searchbench: Dovecot sees {n} messages in {x['address']}, the store holds {x['messages']}")
+                sync_s += w
+                w, rss, _ = d.adm("index", ["index", "-u", x["address"], "*"])
+                index_s += w
+                index_rss = max(index_rss, rss)
+                size += d.index_bytes(x["address"])
+                done.append(x)
+            if size == 0:
+                raise SystemExit(f"searchbench: no xapian index under {d.root} after doveadm index")
+            log(f"{preset}: fts-xapian indexed {len(done)} of {len(accounts)} accounts; queries on {accounts[0]['address']}")
+            user = accounts[0]["address"]
+            floor = statistics.median(d.adm("status", ["mailbox", "status", "-u", user, "messages", "INBOX"])[0] for _ in range(3))
+            lat, rsss, hits = {}, {}, {}
+            for q, dq in queries:
+                if dq is not None:
+                    lat[q], rsss[q], res = d.adm("search", ["search", "-u", user] + shlex.split(dq))
+                    hits[q] = len(res.splitlines())
+        finally:
+            d.stop()
+        shutil.rmtree(d.root)
+        return {"accounts": len(done), "of_accounts": len(accounts), "messages": sum(x["messages"] for x in done),
+                "bytes": sum(x["bytes"] for x in done), "sync_s": sync_s, "index_s": index_s, "index_rss_mb": index_rss,
+                "index_bytes": size, "account": accounts[0], "floor_s": floor, "p50_s": pct(lat.values(), 50),
+                "p99_s": pct(lat.values(), 99), "search_rss_mb": max(rsss.values()), "latencies": lat, "hits": hits}
+
+    def main(self):
+        self.dovecot, why = find_xapian()
+        if not self.dovecot:
+            print(f"searchbench: Dovecot side SKIPPED: {why}", flush=True)
+        results = [self.preset(p) for p in self.args.preset]
+        self.report(results)
+        if not self.args.keep:
+            shutil.rmtree(self.work)
+
+    def report(self, results):
+        a = self.args
+        lines = [f"generated stores (`mailvault-corpus generate --seed 1`), {a.snapshots} snapshots each (a `mutate --seed N` "
+                 f"before each incremental backup); {len(GEN_QUERIES)} queries, each a separate process; page cache warm; "
+                 f"mailvault {self.mv}; load {os.getloadavg()[0]:.2f}", ""]
+        for r in results:
+            lines += self.report_preset(r)
+        lines += self.scaling(results)
+        text = "\n".join(lines) + "\n"
+        print(text)
+        if a.json:
+            Path(a.json).write_text(json.dumps({"snapshots": a.snapshots, "results": results, "load": os.getloadavg()}, indent=2))
+
+    def report_preset(self, r):
+        g, st, rep = r["generated"], r["stats"], r["report"]
+        x = r.get("xapian")
+        ms = lambda s: f"{s * 1e3:.0f}"  # noqa: E731
+        L = [f"## `{r['preset']}`", "",
+             f"Generated in {r['generate_s']:.1f} s: {g['messages']:,} messages, {g['bytes'] / 1e6:.1f} MB, {g['accounts']} accounts; "
+             f"after {r['snapshots'] - 1} mutations {st['messages']:,} messages, {st['bytes'] / 1e6:.1f} MB. "
+             f"mailvault: full backup {r['backup_s']:.2f} s ({r['backup_rss_mb']:.0f} MB peak RSS)"
+             + (f", incremental {r['incr_s']:.2f} s on average ({r['incr_rss_mb']:.0f} MB)" if r["incr_s"] is not None else "")
+             + f"; `index` of {rep['indexed']:,} distinct contents ({rep['bytes'] / 1e6:.1f} MB) from {rep['snapshots']} snapshots "
+             f"{r['index_s']:.2f} s, {rep['indexed'] / r['index_s']:,.0f} msg/s, {r['index_rss_mb']:.0f} MB peak RSS; "
+             f"`search/` {r['index_bytes'] / 1e6:.2f} MB = {100 * r['index_bytes'] / rep['bytes']:.1f}% of the distinct message bytes "
+             f"({100 * r['index_bytes'] / st['bytes']:.1f}% of the newest store's); floor (`snapshots`, median of 3) {ms(r['floor_s'])} ms; "
+             f"first search (fills the local cache) {ms(r['first_search_s'])} ms.", ""]
+        if x:
+            L += [f"fts-xapian whole-word ({XAPIAN['whole']}): {x['accounts']} of {x['of_accounts']} accounts indexed, the largest first"
+                  + (f" (stopped after --dovecot-budget {self.args.dovecot_budget:.0f} s)" if x["accounts"] < x["of_accounts"] else " (all)")
+                  + f": {x['messages']:,} messages, {x['bytes'] / 1e6:.1f} MB; `doveadm index` {x['index_s']:.2f} s, "
+                  f"{x['messages'] / x['index_s']:,.0f} msg/s, {x['index_rss_mb']:.0f} MB peak RSS, index {x['index_bytes'] / 1e6:.2f} MB "
+                  f"({100 * x['index_bytes'] / x['bytes']:.1f}% of their mail); Dovecot's own sync first {x['sync_s']:.2f} s. "
+                  f"Queries on the largest account, {x['account']['address']} ({x['account']['messages']:,} messages), "
+                  f"{len(x['latencies'])} of them translated; floor `doveadm mailbox status` {ms(x['floor_s'])} ms.", ""]
+        L += ["| queries | p50 ms | p99 ms | p50 / p99 net of floor ms | peak RSS MB |", "|---|---:|---:|---:|---:|"]
+        for name, label in (("all", "mailvault `--all-snapshots`, all accounts"), ("latest", "mailvault newest snapshot, all accounts")):
+            s = r["scopes"][name]
+            L.append(f"| {label} | {ms(s['p50_s'])} | {ms(s['p99_s'])} | {ms(s['p50_s'] - r['floor_s'])} / "
+                     f"{ms(s['p99_s'] - r['floor_s'])} | {s['search_rss_mb']:.0f} |")
+        if x:
+            L.append(f"| fts-xapian whole-word, one account | {ms(x['p50_s'])} | {ms(x['p99_s'])} | {ms(x['p50_s'] - x['floor_s'])} / "
+                     f"{ms(x['p99_s'] - x['floor_s'])} | {x['search_rss_mb']:.0f} |")
+        L += ["", "| target (issue 27) | figure | met |", "|---|---:|---|"]
+
+        def target(name, value, ok, fmt):
+            L.append(f"| {name} | {fmt.format(value)} | {'yes' if ok else 'NO'} |")
+
+        s = r["scopes"]["all"]
+        if x:
+            v = (rep["indexed"] / r["index_s"]) / (x["messages"] / x["index_s"])
+            target("mailvault msg/s / fts-xapian whole-word msg/s >= 10", v, v >= 10, "{:.1f}x")
+        v = 100 * r["index_bytes"] / rep["bytes"]
+        target("index size <= 10% of the distinct message bytes", v, v <= 10, "{:.1f}%")
+        target("query p50 <= 20 ms (--all-snapshots)", s["p50_s"] * 1e3, s["p50_s"] <= 0.020, "{:.0f} ms")
+        target("query p99 <= 100 ms (--all-snapshots)", s["p99_s"] * 1e3, s["p99_s"] <= 0.100, "{:.0f} ms")
+        target("search peak RSS <= 200 MB", s["search_rss_mb"], s["search_rss_mb"] <= 200, "{:.0f} MB")
+        target("index peak RSS <= 500 MB", r["index_rss_mb"], r["index_rss_mb"] <= 500, "{:.0f} MB")
+        v = r["index_s"] / r["backup_s"]
+        target("index time / full backup time <= 0.5 (index covers every snapshot)", v, v <= 0.5, "{:.2f}")
+        L += ["", "| query | hits, all snapshots | ms | hits, newest | ms |" + (" fts-xapian hits, one account | ms |" if x else ""),
+              "|---|---:|---:|---:|---:|" + ("---:|---:|" if x else "")]
+        for q in (e["mailvault"] for e in r["queries"]):
+            row = f"| `{q}` |" + "".join(f" {r['scopes'][n]['hits'][q]:,} | {ms(r['scopes'][n]['latencies'][q])} |" for n, _ in SCOPES)
+            if x:
+                row += f" {x['hits'][q]:,} | {ms(x['latencies'][q])} |" if q in x["hits"] else " - | - |"
+            L.append(row)
+        empty = [q for q, h in r["scopes"]["all"]["hits"].items() if h == 0 and q != GEN_MISS]
+        if empty:
+            L += ["", f"**{len(empty)} queries find nothing** in this store (all but `{GEN_MISS}` should): "
+                      + ", ".join(f"`{q}`" for q in empty)]
+        return L + [""]
+
+    def scaling(self, results):
+        """Peak RSS of `index` and `search` across presets (the target: sub-linear)."""
+        if len(results) < 2:
+            return []
+        L = ["## Scaling of peak RSS", "", "| preset | messages (newest) | contents indexed | `index` MB | `search --all-snapshots` MB | `search` newest MB |",
+             "|---|---:|---:|---:|---:|---:|"]
+        for r in results:
+            L.append(f"| `{r['preset']}` | {r['stats']['messages']:,} | {r['report']['indexed']:,} | {r['index_rss_mb']:.0f} | "
+                     f"{r['scopes']['all']['search_rss_mb']:.0f} | {r['scopes']['latest']['search_rss_mb']:.0f} |")
+        first, last = results[0], results[-1]
+        growth = last["report"]["indexed"] / max(first["report"]["indexed"], 1)
+        L.append("")
+        for name, get in (("`index`", lambda r: r["index_rss_mb"]), ("`search --all-snapshots`", lambda r: r["scopes"]["all"]["search_rss_mb"])):
+            v = get(last) / max(get(first), 1e-9)
+            L.append(f"{name}'s peak RSS grew {v:.2f}x for {growth:.1f}x the contents indexed: {'sub-linear' if v < growth else '**not** sub-linear'}.")
+        return L + [""]
+
+
 def default_corpus():
     """../shared/corpora/spamassassin from the repository's root; from a git worktree, from
     the main checkout's root (the one holding the common .git directory)."""
@@ -461,6 +790,11 @@ def main():
     ap.add_argument("--corpus", default=None,
                     help="directory of messages, one file each, in subdirectories (default ../shared/corpora/spamassassin from the repository's root)")
     ap.add_argument("--smoke", action="store_true", help="testdata/spamassassin, debug build, one round, fts-xapian whole-word only")
+    ap.add_argument("--preset", default=None,
+                    help="generated stores instead of the corpus: tiny, small, medium, large, huge; several comma-separated run in turn and add a peak-RSS scaling table")
+    ap.add_argument("--snapshots", type=int, default=30, help="with --preset: snapshots of each store, a mutation before each but the first (default 30)")
+    ap.add_argument("--dovecot-budget", type=float, default=300,
+                    help="with --preset: seconds fts-xapian may spend syncing and indexing accounts, the largest first; the rest are left out, saying so (default 300)")
     ap.add_argument("--rounds", type=int, default=3, help="rounds in rotated order; the figures are medians (default 3)")
     ap.add_argument("--xapian", default="whole",
                     help="fts-xapian configurations, comma-separated: whole (partial=20 full=20), partial (partial=3 full=20); default whole")
@@ -473,6 +807,16 @@ def main():
     for k in args.xapian:
         if k not in XAPIAN:
             ap.error(f"--xapian: unknown configuration {k!r} (whole, partial)")
+    if args.preset is not None:
+        if args.smoke or args.corpus or args.xapian != ["whole"]:
+            ap.error("--preset takes neither --smoke, --corpus nor --xapian (fts-xapian whole-word only)")
+        args.preset = [p for p in args.preset.split(",") if p]
+        if not args.preset or len(set(args.preset)) < len(args.preset):
+            ap.error("--preset: give distinct presets, comma-separated")
+        if args.snapshots < 1:
+            ap.error("--snapshots must be at least 1")
+        GenBench(args).main()
+        return
     if args.smoke:
         args.rounds, args.xapian = 1, ["whole"]
         args.corpus = args.corpus or str(REPO_ROOT / "testdata" / "spamassassin")
