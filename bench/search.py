@@ -44,7 +44,12 @@ rounds; fts-xapian whole-word only):
   account's address and first name filled in), each a separate process, with
   `--all-snapshots` over every account (the issue's target) and again over the newest
   snapshot (the default scope): p50/p99, net of the floor too, peak RSS, and each query's
-  hits; the report names the queries that find nothing (all but one should).
+  hits; then the same queries in one process (`search --queries FILE`: the repository, the
+  index and the places map opened once, as a server has them), each query's time as the
+  process measures it (the issue's latency targets are read there: a process each pays the
+  password's key derivation and the repository's index every time) and the answers checked
+  equal to the separate processes'; the report names the queries that find nothing (all
+  but one should).
 - Dovecot with fts-xapian whole-word: the store's Maildirs hard-linked into a throw-away
   Dovecot, one account each, indexed one account at a time, the largest first (the sync
   `doveadm mailbox status -u USER messages '*'` apart, then `doveadm index -u USER '*'`,
@@ -576,6 +581,24 @@ class GenBench(Bench):
             lat[q], rss[q], hits[q] = self.search(repo, q, scope)
         return lat, rss, hits
 
+    def batch(self, repo, queries, scope):
+        """All queries in one process (`search --queries FILE`: the repository and the index
+        opened once, as a server has them): (each query's time as the process measured it,
+        the process's wall time and peak RSS, hits) by query."""
+        qfile = self.work / "queries.txt"
+        qfile.write_text("".join(q + "\n" for q, _ in queries))
+        wall, rss, out = self.run("batch", ["search", "--json", "--quiet", *scope, "--queries", str(qfile)], repo)
+        lat, hits = {}, {}
+        for line in out.splitlines():
+            r = json.loads(line)
+            if "error" in r:
+                raise SystemExit(f"searchbench: batch query {r['query']!r} failed: {r['error']}")
+            lat[r["query"]] = r["elapsed_ms"] / 1e3
+            hits[r["query"]] = int(r["result"]["total"])
+        if set(lat) != {q for q, _ in queries}:
+            raise SystemExit("searchbench: the batch did not answer every query")
+        return lat, wall, rss, hits
+
     def preset(self, preset):
         a = self.args
         base = self.work / preset
@@ -617,6 +640,12 @@ class GenBench(Bench):
             lat, rss, hits = self.queries(repo, queries, scope)
             r["scopes"][name] = {"p50_s": pct(lat.values(), 50), "p99_s": pct(lat.values(), 99),
                                  "search_rss_mb": max(rss.values()), "latencies": lat, "rss_mb": rss, "hits": hits}
+            blat, bwall, brss, bhits = self.batch(repo, queries, scope)
+            differ = [q for q in hits if bhits.get(q) != hits[q]]
+            if differ:
+                raise SystemExit(f"searchbench: one process and a process each disagree on {differ}")
+            r["scopes"][name].update({"batch_p50_s": pct(blat.values(), 50), "batch_p99_s": pct(blat.values(), 99),
+                                      "batch_wall_s": bwall, "batch_rss_mb": brss, "batch_latencies": blat})
             empty = [q for q, h in hits.items() if h == 0 and q != GEN_MISS]
             if empty:
                 log(f"{preset}: {len(empty)} queries find nothing (scope {name}): {', '.join(empty)}")
@@ -715,8 +744,10 @@ class GenBench(Bench):
         L += ["| queries | p50 ms | p99 ms | p50 / p99 net of floor ms | peak RSS MB |", "|---|---:|---:|---:|---:|"]
         for name, label in (("all", "mailvault `--all-snapshots`, all accounts"), ("latest", "mailvault newest snapshot, all accounts")):
             s = r["scopes"][name]
-            L.append(f"| {label} | {ms(s['p50_s'])} | {ms(s['p99_s'])} | {ms(s['p50_s'] - r['floor_s'])} / "
+            L.append(f"| {label}, a process each | {ms(s['p50_s'])} | {ms(s['p99_s'])} | {ms(s['p50_s'] - r['floor_s'])} / "
                      f"{ms(s['p99_s'] - r['floor_s'])} | {s['search_rss_mb']:.0f} |")
+            L.append(f"| {label}, one process (`--queries`, {s['batch_wall_s']:.2f} s in all) | {ms(s['batch_p50_s'])} | "
+                     f"{ms(s['batch_p99_s'])} | - | {s['batch_rss_mb']:.0f} |")
         if x:
             L.append(f"| fts-xapian whole-word, one account | {ms(x['p50_s'])} | {ms(x['p99_s'])} | {ms(x['p50_s'] - x['floor_s'])} / "
                      f"{ms(x['p99_s'] - x['floor_s'])} | {x['search_rss_mb']:.0f} |")
@@ -731,16 +762,20 @@ class GenBench(Bench):
             target("mailvault msg/s / fts-xapian whole-word msg/s >= 10", v, v >= 10, "{:.1f}x")
         v = 100 * r["index_bytes"] / rep["bytes"]
         target("index size <= 10% of the distinct message bytes", v, v <= 10, "{:.1f}%")
-        target("query p50 <= 20 ms (--all-snapshots)", s["p50_s"] * 1e3, s["p50_s"] <= 0.020, "{:.0f} ms")
-        target("query p99 <= 100 ms (--all-snapshots)", s["p99_s"] * 1e3, s["p99_s"] <= 0.100, "{:.0f} ms")
-        target("search peak RSS <= 200 MB", s["search_rss_mb"], s["search_rss_mb"] <= 200, "{:.0f} MB")
+        target("query p50 <= 20 ms (--all-snapshots, one process)", s["batch_p50_s"] * 1e3, s["batch_p50_s"] <= 0.020, "{:.0f} ms")
+        target("query p99 <= 100 ms (--all-snapshots, one process)", s["batch_p99_s"] * 1e3, s["batch_p99_s"] <= 0.100, "{:.0f} ms")
+        target("query p50 <= 20 ms (--all-snapshots, a process each, net of the floor)", (s["p50_s"] - r["floor_s"]) * 1e3,
+               s["p50_s"] - r["floor_s"] <= 0.020, "{:.0f} ms")
+        target("search peak RSS <= 200 MB", max(s["search_rss_mb"], s["batch_rss_mb"]),
+               max(s["search_rss_mb"], s["batch_rss_mb"]) <= 200, "{:.0f} MB")
         target("index peak RSS <= 500 MB", r["index_rss_mb"], r["index_rss_mb"] <= 500, "{:.0f} MB")
         v = r["index_s"] / r["backup_s"]
         target("index time / full backup time <= 0.5 (index covers every snapshot)", v, v <= 0.5, "{:.2f}")
-        L += ["", "| query | hits, all snapshots | ms | hits, newest | ms |" + (" fts-xapian hits, one account | ms |" if x else ""),
+        L += ["", "ms: a process each (in one process).", "", "| query | hits, all snapshots | ms | hits, newest | ms |" + (" fts-xapian hits, one account | ms |" if x else ""),
               "|---|---:|---:|---:|---:|" + ("---:|---:|" if x else "")]
         for q in (e["mailvault"] for e in r["queries"]):
-            row = f"| `{q}` |" + "".join(f" {r['scopes'][n]['hits'][q]:,} | {ms(r['scopes'][n]['latencies'][q])} |" for n, _ in SCOPES)
+            row = f"| `{q}` |" + "".join(f" {r['scopes'][n]['hits'][q]:,} | {ms(r['scopes'][n]['latencies'][q])} "
+                                          f"({r['scopes'][n]['batch_latencies'][q] * 1e3:.1f}) |" for n, _ in SCOPES)
             if x:
                 row += f" {x['hits'][q]:,} | {ms(x['latencies'][q])} |" if q in x["hits"] else " - | - |"
             L.append(row)
