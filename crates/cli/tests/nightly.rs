@@ -636,3 +636,54 @@ fn the_systemd_units_verify_and_run_the_profile() {
     );
     assert_eq!(snapshots(&e).len(), 2);
 }
+
+/// A `run` killed while it indexes what its backups added: the next run indexes all of it
+/// and `check` finds the index whole.
+#[test]
+fn a_run_killed_while_it_indexes_is_finished_by_the_next() {
+    let e = Env::new();
+    const N: usize = 3000;
+    store(&e.path("a"), "alice", 0, N);
+    store(&e.path("b"), "bob", 0, 1);
+    e.expect(0, &["init"]);
+    let cfg = config(&e, "index = true\n");
+    let cfg = cfg.to_str().unwrap();
+    let run = || {
+        let mut c = e.cmd(&["--config", cfg, "run", "--profile", "nightly", "--json"]);
+        c.env_remove("MAILVAULT_REPOSITORY")
+            .env_remove("MAILVAULT_PASSWORD_FILE");
+        c
+    };
+    let snapshots = || {
+        fs::read_dir(e.repo().join("snapshots"))
+            .map(|d| d.count())
+            .unwrap_or(0)
+    };
+    let mut child = run().stdout(std::process::Stdio::null()).spawn().unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
+    // Both backups done: the run is indexing.
+    while snapshots() < 2 && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    assert!(
+        child.try_wait().unwrap().is_none(),
+        "the run finished before it could be killed while indexing: make the store bigger"
+    );
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let o = run().output().unwrap();
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let r: Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(r["index"]["status"], "done", "{r}");
+    assert_eq!(r["index"]["report"]["contents"], (N + 1) as u64, "{r}");
+    let check = e.json(0, &["check"]);
+    assert_eq!(check["search"]["not_indexed"], 0, "{}", check["search"]);
+    assert_eq!(check["errors"].as_array().unwrap().len(), 0, "{check}");
+    let found = e.json(0, &["search", "--limit", "1", "alice"]);
+    assert_eq!(found["total"], N as u64, "{found}");
+}

@@ -249,12 +249,33 @@ fn planted_messages_are_found_by_every_query_form() {
             shared.as_bytes(),
         );
     }
+    // Keywords: Dovecot's letters, named by the folder's dovecot-keywords.
+    for (name, text) in [
+        ("kwa:2,Sa", "one"),
+        ("kwb:2,Sb", "two"),
+        ("kwp:2,PS", "three"),
+    ] {
+        let data = plain(
+            name.split(':').next().unwrap(),
+            "k@example.com",
+            "kw@example.org",
+            "kiwiword",
+            DATE,
+            text,
+        );
+        write(&store, "kw@example.org", "", name, data.as_bytes());
+    }
+    fs::write(
+        store.join("example.org/kw/Maildir/dovecot-keywords"),
+        "0 $Junk\n1 Project\n",
+    )
+    .unwrap();
     let src = format!("maildir:{}", store.display());
     e.ok(&["init"]);
     e.ok(&["backup", &src]);
     let first = e.json(0, &["index"]);
-    assert_eq!(first["indexed"], 10, "each content once: {first}");
-    assert_eq!(first["contents"], 10);
+    assert_eq!(first["indexed"], 13, "each content once: {first}");
+    assert_eq!(first["contents"], 13);
     assert_eq!(first["splits"].as_array().unwrap().len(), 1);
 
     // The second backup: `gone` deleted, two new messages.
@@ -274,7 +295,7 @@ fn planted_messages_are_found_by_every_query_form() {
     e.ok(&["backup", &src]);
     let second = e.json(0, &["index"]);
     assert_eq!(second["indexed"], 2, "only the new contents: {second}");
-    assert_eq!(second["already_indexed"], 10);
+    assert_eq!(second["already_indexed"], 13);
     let third = e.json(0, &["index"]);
     assert_eq!(third["indexed"], 0, "{third}");
     assert_eq!(third["splits"].as_array().unwrap().len(), 0);
@@ -320,6 +341,11 @@ fn planted_messages_are_found_by_every_query_form() {
         (&["from:hans OR from:taro"], &["latin1", "japanese"]),
         (&["account:bob@example.org"], &["stays", "new1", "new2"]),
         (&["kumquat"], &["new1", "new2"]),
+        (&["keyword:project"], &["kwb"]),
+        (&["keyword:$junk kiwiword"], &["kwa"]),
+        (&["keyword:$Forwarded"], &["kwp"]),
+        (&["kiwiword -keyword:project"], &["kwa", "kwp"]),
+        (&["keyword:nonesuch"], &[]),
         (&["pomegranate"], &[]),
         (&["larger:100000"], &[]),
     ];

@@ -17,12 +17,13 @@ use super::split::open_split;
 use super::split::{live_splits, LocalSplit};
 use crate::error::{Error, Result};
 use crate::model::folder_name_selected;
-use crate::repo::id::{Id, IdMap, IdSet};
+use crate::repo::id::{Id, IdHasher, IdMap, IdSet};
 use crate::repo::Repository;
 use crate::report::Failure;
 use mailvault_imap::maildir_flags::KeywordTable;
 use serde::Serialize;
 use std::collections::HashMap;
+use std::hash::BuildHasherDefault;
 use std::ops::Bound;
 use std::path::Path;
 use tantivy::collector::{Collector, SegmentCollector};
@@ -174,7 +175,9 @@ fn run(
         p.ids.clear();
         check_pending(&mut eval, p, ids.into_iter().collect(), &mut out.failures)?;
     }
-    let mut found: HashMap<(u32, u64, Id), Found> = HashMap::new();
+    // Keys hashed by their key hash and content id, both even already.
+    let mut found: HashMap<(u32, u64, Id), Found, BuildHasherDefault<IdHasher>> =
+        HashMap::default();
     for r in records {
         let Some((first, last)) = in_view(r) else {
             continue;
@@ -203,8 +206,10 @@ fn run(
         }
     }
     out.not_indexed = unindexed.len() as u64;
-    let found = ranked(places, found.into_values().collect());
+    // Pending phrases are checked in rank order past the page: then all are ranked.
     let want = opts.offset.saturating_add(opts.limit);
+    let top = pending.iter().all(|p| p.ids.is_empty()).then_some(want);
+    let found = ranked(places, found.into_values().collect(), top);
     let (found, unsure) = settle(
         &mut eval,
         query,
@@ -221,9 +226,10 @@ fn run(
     Ok(out)
 }
 
-/// `found` ranked: by score, then newest first, then by place.
-fn ranked(places: &Places, mut found: Vec<Found>) -> Vec<Found> {
-    found.sort_by(|a, b| {
+/// `found` ranked: by score, then newest first, then by place. With `top`, only the
+/// first `top` are put in order (the rest follow in no order: they are only counted).
+fn ranked(places: &Places, mut found: Vec<Found>, top: Option<usize>) -> Vec<Found> {
+    let order = |a: &Found, b: &Found| {
         (b.score.total_cmp(&a.score))
             .then(places.date(b.record).cmp(&places.date(a.record)))
             .then_with(|| {
@@ -235,7 +241,14 @@ fn ranked(places: &Places, mut found: Vec<Found>) -> Vec<Found> {
                 };
                 k(a).cmp(&k(b))
             })
-    });
+    };
+    match top {
+        Some(n) if n < found.len() => {
+            found.select_nth_unstable_by(n, order);
+            found[..n].sort_by(order);
+        }
+        _ => found.sort_by(order),
+    }
     found
 }
 
@@ -245,6 +258,14 @@ fn candidates(places: &Places, q: &Query, terms: &TermMatches) -> Vec<usize> {
     let Some(sets) = needed(q, terms) else {
         return (0..places.len()).collect();
     };
+    let wanted: usize = sets.iter().map(|m| m.len()).sum();
+    // A binary search a content, or one pass over the records when the contents are
+    // many (a query matching a fiftieth of the store or more).
+    if wanted.saturating_mul(64) > places.len() {
+        return (0..places.len())
+            .filter(|&r| sets.iter().any(|m| m.contains_key(places.content(r))))
+            .collect();
+    }
     let ids: IdSet = sets.iter().flat_map(|m| m.keys().copied()).collect();
     let mut out: Vec<usize> = ids.iter().flat_map(|id| places.records_of(id)).collect();
     out.sort_unstable();
@@ -642,10 +663,10 @@ struct Eval<'a> {
     places: &'a Places,
     view: &'a View,
     terms: TermMatches,
-    /// Per folder, its keywords (`dovecot-keywords`), when the query names one.
-    keywords: Vec<KeywordTable>,
-    /// Per account and folder term, whether each folder is named by it.
-    folders: HashMap<*const Term, Vec<bool>>,
+    /// Per account, folder and keyword term, a word per folder: 1 when the term names
+    /// the folder (account, folder), or the keyword letters that name the keyword there
+    /// (its `dovecot-keywords`).
+    per_folder: HashMap<*const Term, Vec<u32>>,
     /// Per record, whether it is in the undelete set, when the query asks.
     deleted: Vec<bool>,
 }
@@ -666,24 +687,31 @@ impl<'a> Eval<'a> {
             true => places.deleted(view),
             false => Vec::new(),
         };
-        let mut folders = HashMap::new();
+        let mut per_folder = HashMap::new();
         place_terms(query, &mut |t| {
-            let names: Vec<bool> = (places.folders.iter())
-                .map(|fk| match t {
-                    Term::Account(a) => fk.account.eq_ignore_ascii_case(a),
-                    Term::Folder(f) => folder_name_selected(&fk.folder, std::slice::from_ref(f)),
-                    _ => false,
+            let words: Vec<u32> = (places.folders.iter().zip(&keywords))
+                .map(|(fk, table)| match t {
+                    Term::Account(a) => fk.account.eq_ignore_ascii_case(a) as u32,
+                    Term::Folder(f) => {
+                        folder_name_selected(&fk.folder, std::slice::from_ref(f)) as u32
+                    }
+                    Term::Keyword(k) => (0..26u8)
+                        .filter(|i| {
+                            (table.name_of(char::from(b'a' + i)))
+                                .is_some_and(|n| n.eq_ignore_ascii_case(k))
+                        })
+                        .fold(0, |m, i| m | 1 << i),
+                    _ => 0,
                 })
                 .collect();
-            folders.insert(t as *const Term, names);
+            per_folder.insert(t as *const Term, words);
         });
         Eval {
             repo,
             places,
             view,
             terms,
-            keywords,
-            folders,
+            per_folder,
             deleted,
         }
     }
@@ -735,10 +763,9 @@ impl<'a> Eval<'a> {
     fn place(&self, t: &Term, r: usize) -> bool {
         let folder = self.places.folder(r) as usize;
         let bits = self.places.flags(r);
+        let word = || (self.per_folder.get(&(t as *const Term))).map_or(0, |w| w[folder]);
         match t {
-            Term::Account(_) | Term::Folder(_) => {
-                (self.folders.get(&(t as *const Term))).is_some_and(|names| names[folder])
-            }
+            Term::Account(_) | Term::Folder(_) => word() != 0,
             Term::Flag(flag) => {
                 let bit = match flag {
                     Flag::Seen => flag::SEEN,
@@ -749,13 +776,10 @@ impl<'a> Eval<'a> {
                 };
                 bits & bit != 0
             }
-            // An entry that cannot be read has no keyword (its content still matches).
-            Term::Keyword(k) => self.places.entry(r).is_ok_and(|e| {
-                (crate::dest::meta(&e, &self.keywords[folder])
-                    .keywords
-                    .iter())
-                .any(|have| have.eq_ignore_ascii_case(k))
-            }),
+            Term::Keyword(k) if k.eq_ignore_ascii_case("$Forwarded") => {
+                bits & flag::FORWARDED != 0 || word() & self.places.letters(r) != 0
+            }
+            Term::Keyword(_) => word() & self.places.letters(r) != 0,
             Term::Deleted => self.deleted.get(r).copied().unwrap_or(false),
             _ => false,
         }
@@ -794,13 +818,13 @@ impl<'a> Eval<'a> {
     }
 }
 
-/// Calls `f` on each account and folder term of `q`.
+/// Calls `f` on each account, folder and keyword term of `q`.
 fn place_terms(q: &Query, f: &mut dyn FnMut(&Term)) {
     match q {
         Query::All => {}
         Query::And(qs) | Query::Or(qs) => qs.iter().for_each(|q| place_terms(q, f)),
         Query::Not(q) => place_terms(q, f),
-        Query::Term(t @ (Term::Account(_) | Term::Folder(_))) => f(t),
+        Query::Term(t @ (Term::Account(_) | Term::Folder(_) | Term::Keyword(_))) => f(t),
         Query::Term(_) => {}
     }
 }

@@ -214,6 +214,11 @@ impl Places {
         self.cols.flags[r]
     }
 
+    /// The keyword letters of record `r` (`a`..`z`: bits 0..25).
+    pub fn letters(&self, r: usize) -> u32 {
+        self.cols.letters[r]
+    }
+
     pub fn key_hash(&self, r: usize) -> u64 {
         self.cols.key[r]
     }

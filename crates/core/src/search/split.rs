@@ -313,8 +313,8 @@ pub(crate) fn split_contents(s: &LocalSplit) -> Result<Vec<Id>> {
     Ok(out)
 }
 
-/// A temporary directory a killed process left (an hour old).
-fn is_stale(path: &Path) -> bool {
+/// Whether a temporary file or directory was left an hour ago or more (by a killed run).
+pub(crate) fn is_stale(path: &Path) -> bool {
     fs::metadata(path)
         .and_then(|m| m.modified())
         .ok()

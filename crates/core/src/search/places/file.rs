@@ -2,12 +2,12 @@
 //! readable by its owner alone.
 //!
 //! ```text
-//! "mailvault places 1\n"
+//! "mailvault places 2\n"
 //! u64 n, BLAKE3 of the n bytes of tables that follow
 //! tables, each a u64 length and its bytes:
 //!     postcard head (sequences, folders, keyword files, splits)
 //!     postcard tips (what each sequence's newest snapshot holds)
-//!     columns: content (32 bytes each); seq, folder, first, last, by_content (u32);
+//!     columns: content (32 bytes each); seq, folder, first, last, by_content, letters (u32);
 //!     flags (u8); key, offsets (records + 1), date (u64, i64)
 //! entries (postcard, one after the other; read a record at a time)
 //! ```
@@ -19,6 +19,7 @@
 //! is read is checked (indexes within their tables, offsets in order): a damaged file is
 //! built again, never trusted.
 
+use super::super::split::is_stale;
 use super::types::{Blob, Columns, FolderKey, Places, Seq, Tips};
 use crate::error::{Error, Result};
 use crate::repo::id::Id;
@@ -29,7 +30,7 @@ use std::io::{BufWriter, Read, Seek, SeekFrom, Write};
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
 
-const MAGIC: &[u8] = b"mailvault places 1\n";
+const MAGIC: &[u8] = b"mailvault places 2\n";
 
 #[derive(Serialize, Deserialize)]
 struct Head {
@@ -43,6 +44,13 @@ struct Head {
 pub(super) fn write(p: &Places, path: &Path) -> Result<()> {
     let dir = path.parent().unwrap_or(Path::new("."));
     super::super::split::private_dir(dir)?;
+    // What a killed run left half written.
+    for e in fs::read_dir(dir).into_iter().flatten().flatten() {
+        let name = e.file_name();
+        if name.to_string_lossy().starts_with(".places-") && is_stale(&e.path()) {
+            let _ = fs::remove_file(e.path());
+        }
+    }
     let tmp = dir.join(format!(".places-{}-{}", std::process::id(), rand_tag()));
     let out = fs::OpenOptions::new()
         .write(true)
@@ -84,7 +92,14 @@ fn write_to(p: &Places, out: File) -> Result<()> {
     put(&head);
     put(&tips);
     put(&c.content.iter().flat_map(|id| id.0).collect::<Vec<u8>>());
-    for col in [&c.seq, &c.folder, &c.first, &c.last, &p.by_content] {
+    for col in [
+        &c.seq,
+        &c.folder,
+        &c.first,
+        &c.last,
+        &p.by_content,
+        &c.letters,
+    ] {
         put(&col
             .iter()
             .flat_map(|v| v.to_le_bytes())
@@ -167,6 +182,7 @@ fn read_checked(path: &Path) -> Result<Places> {
             .collect())
     };
     let (seq, folder, first, last, by_content) = (u32s()?, u32s()?, u32s()?, u32s()?, u32s()?);
+    let letters = u32s()?;
     let flags = parts.next()?.to_vec();
     let mut u64s = || -> Result<Vec<u64>> {
         Ok((parts.next()?.chunks_exact(8))
@@ -181,6 +197,7 @@ fn read_checked(path: &Path) -> Result<Places> {
         first,
         last,
         flags,
+        letters,
         key,
         date: date.into_iter().map(|d| d as i64).collect(),
         offsets,
@@ -244,6 +261,7 @@ fn check(p: &Places, blob_len: u64) -> std::result::Result<(), &'static str> {
         c.first.len(),
         c.last.len(),
         c.flags.len(),
+        c.letters.len(),
         c.key.len(),
         c.date.len(),
         p.by_content.len(),

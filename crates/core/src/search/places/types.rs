@@ -46,6 +46,8 @@ pub mod flag {
     pub const FLAGGED: u8 = 4;
     pub const DELETED: u8 = 8;
     pub const DRAFT: u8 = 16;
+    /// `P` in the file name: `$Forwarded`.
+    pub const FORWARDED: u8 = 32;
     /// A live split holds the record's content.
     pub const INDEXED: u8 = 128;
 }
@@ -60,6 +62,9 @@ pub(super) struct Columns {
     pub(super) first: Vec<u32>,
     pub(super) last: Vec<u32>,
     pub(super) flags: Vec<u8>,
+    /// The keyword letters of the file name (`a`..`z`: bits 0..25), named by the
+    /// folder's `dovecot-keywords`.
+    pub(super) letters: Vec<u32>,
     /// The first 8 bytes of the BLAKE3 of the file's key: the same message file in a
     /// folder, without reading its entry.
     pub(super) key: Vec<u64>,

@@ -214,7 +214,11 @@ impl Places {
             (m.flagged, flag::FLAGGED),
             (m.deleted, flag::DELETED),
             (m.draft, flag::DRAFT),
+            (e.flags().contains(&b'P'), flag::FORWARDED),
         ];
+        let letters = (e.flags().iter())
+            .filter(|c| c.is_ascii_lowercase())
+            .fold(0u32, |acc, c| acc | 1 << (c - b'a'));
         let c = &mut self.cols;
         c.content.push(e.hash);
         c.seq.push(at.0 as u32);
@@ -223,6 +227,7 @@ impl Places {
         c.last.push(at.1);
         c.flags
             .push(bits.iter().filter(|b| b.0).fold(0, |acc, b| acc | b.1));
+        c.letters.push(letters);
         c.key.push(key_hash(&e.key));
         c.date.push(e.date.unwrap_or(e.mtime.secs));
         let bytes = postcard::to_stdvec(e).expect("an entry serializes");
