@@ -4,7 +4,7 @@
 //! `<script>`, bogus charsets, forwarded messages nested 10,000 deep, multiparts nested
 //! 5,000 deep) beside an ordinary one, generated here. `index` indexes every one of them in
 //! bounded time and memory, each is found by its subject and by the words of its readable
-//! parts (and not by what the caps drop), and `check` passes.
+//! parts (and not by what the caps drop), `show` prints each, and `check` passes.
 #![allow(clippy::unwrap_used)]
 
 mod common;
@@ -366,6 +366,26 @@ fn hostile_messages_are_indexed_in_bounded_time_and_memory() {
     ];
     for (q, want) in &cases {
         assert_eq!(&found(&e, q), want, "query {q:?}");
+    }
+
+    // `show` parses each message whole (the same parser): it ends, and fast.
+    for subject in [
+        "bigtoken",
+        "partsbomb",
+        "nestbomb",
+        "entitybomb",
+        "stylebomb",
+        "charsetbomb",
+        "deepforward",
+        "deepmultipart",
+    ] {
+        let hits = e.json(0, &["search", &format!("subject:{subject}")]);
+        let id = hits["hits"][0]["id"].as_str().unwrap();
+        let shown = measured(&e, &["show", &id[..16]], INDEX_TIME);
+        let out = String::from_utf8_lossy(&shown.stdout);
+        assert_eq!(shown.code, 0, "show {subject}: {out}");
+        assert!(out.contains(subject), "show {subject}: {out:.2000}");
+        assert!(shown.peak_rss < INDEX_RSS, "show {subject}");
     }
 
     let check = e.json(0, &["check"]);
