@@ -254,6 +254,8 @@ fn measured(e: &Env, args: &[&str], limit: Duration) -> Measured {
         std::thread::sleep(Duration::from_millis(20));
     }
     let time = start.elapsed();
+    // Reaped above; dropping a Child does not wait.
+    drop(child);
     assert!(!killed, "mailvault {args:?} still running after {limit:?}");
     let read = |mut f: fs::File| {
         use std::io::{Read, Seek};
