@@ -3,7 +3,8 @@
 //! 100,000 tiny MIME parts, HTML nested 200,000 deep, HTML of 480,000 character references
 //! and 50,000 attributes, megabytes of `<style>` and `<script>`, bogus charsets,
 //! multiparts nested 5,000 deep, a digest of 300,000 messages, and (indexed by a second,
-//! incremental run) forwarded messages nested 100,000 deep. `index` indexes every one in bounded time and memory, each
+//! incremental run) forwarded messages nested 100,000 deep, and 50,000 deep in a base64
+//! encoded one. `index` indexes every one in bounded time and memory, each
 //! is found by its subject and by the words of its readable parts (and not by what the caps
 //! drop), `show` prints each, and `check` passes.
 #![allow(clippy::unwrap_used)]
@@ -213,6 +214,45 @@ fn forwarded() -> Hostile {
     )
 }
 
+/// `data` in base64, in lines of 76 characters.
+fn base64(data: &[u8]) -> String {
+    const TABLE: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let mut out = String::new();
+    for line in data.chunks(57) {
+        for c in line.chunks(3) {
+            let n = c
+                .iter()
+                .enumerate()
+                .fold(0u32, |n, (i, &b)| n | (b as u32) << (16 - 8 * i));
+            for k in 0..4 {
+                out.push(match k <= c.len() {
+                    true => TABLE[(n >> (18 - 6 * k) & 63) as usize] as char,
+                    false => '=',
+                });
+            }
+        }
+        out.push_str("\r\n");
+    }
+    out
+}
+
+/// A forwarded message sent base64 encoded (RFC 2046 forbids it), 50,000 levels of them
+/// inside: read as an attachment. Parsed, it would overflow the stack (mail-parser recurses
+/// through the levels to copy them, the decoded bytes once per level).
+fn encoded() -> Hostile {
+    let inner = format!(
+        "Subject: innersubject\r\n{}",
+        "Content-Type:message/rfc822\n\n".repeat(50_000)
+    );
+    message(
+        "encoded",
+        "Subject: encodedforward\r\nContent-Type: message/rfc822\r\n\
+         Content-Transfer-Encoding: base64\r\n"
+            .into(),
+        base64(inner.as_bytes()).as_bytes(),
+    )
+}
+
 /// Writes `h` into the folder `dir` (`""` INBOX) of alice@example.org under `root`.
 fn write(root: &Path, dir: &str, h: &Hostile) {
     let folder = root.join("example.org/alice/Maildir").join(dir);
@@ -338,11 +378,12 @@ fn hostile_messages_are_indexed_in_bounded_time_and_memory() {
     let rep = index_bounded(&e, INDEX_RSS);
     assert_eq!(rep["indexed"], all.len(), "every message indexed: {rep}");
 
-    // The deepest one on its own, in a folder of its own, by an incremental run.
+    // The deepest ones on their own, in a folder of their own, by an incremental run.
     write(&store, ".Deep", &forwarded());
+    write(&store, ".Deep", &encoded());
     e.ok(&["backup", &src]);
     let rep = index_bounded(&e, INDEX_RSS);
-    assert_eq!(rep["indexed"], 1, "{rep}");
+    assert_eq!(rep["indexed"], 2, "{rep}");
     assert_eq!(rep["already_indexed"], all.len(), "{rep}");
 
     let one = |k: &str| BTreeSet::from([k.to_string()]);
@@ -400,6 +441,9 @@ fn hostile_messages_are_indexed_in_bounded_time_and_memory() {
         (level(MAX_NESTING), none.clone()),
         ("forwardbottomword".into(), none.clone()),
         ("multibottomword".into(), one("multinest")),
+        // An encoded forwarded message: an attachment.
+        ("subject:encodedforward".into(), one("encoded")),
+        ("innersubject".into(), none.clone()),
         // A digest: its first message read.
         ("subject:digestbomb".into(), one("digest")),
         ("digestfirst".into(), one("digest")),

@@ -471,6 +471,67 @@ fn the_parser_reads_up_to_the_structure_lines_cap() {
     assert!(d.has_attachment && d.truncated);
 }
 
+/// `data` in base64, in lines of 76 characters.
+fn b64_lines(data: &[u8]) -> String {
+    data.chunks(57).map(|c| b64(c) + "\r\n").collect()
+}
+
+#[test]
+fn encoded_forwarded_messages_are_attachments() {
+    // Parsed, 5,000 levels in 160 KB would cost the parser 800 MB (it copies the decoded
+    // bytes at each level).
+    let inner = format!(
+        "Subject: innersubject\r\n{}Subject: deep\r\n\r\ndeepword\r\n",
+        "Content-Type: message/rfc822\r\n\r\n".repeat(5000)
+    );
+    for (cte, body) in [
+        ("base64", b64_lines(inner.as_bytes())),
+        ("Quoted-Printable", inner.clone()),
+    ] {
+        let raw = format!(
+            "Subject: s\r\nContent-Type: message/rfc822\r\n\
+             Content-Transfer-Encoding: {cte}\r\n\r\n{body}"
+        );
+        let d = extract(raw.as_bytes());
+        assert!(d.has_attachment, "{cte}");
+        assert_eq!(d.body, "", "{cte}");
+    }
+    // In a multipart: the type folded and after a comment; the other parts read, a text
+    // part named `message.txt` too.
+    let parts = [
+        "Content-Type: text/plain\r\n\r\nkeptword".to_string(),
+        format!(
+            "Content-Transfer-Encoding: BASE64\r\nContent-Type:\r\n (c) Message/RFC822\r\n\r\n{}",
+            b64_lines(inner.as_bytes())
+        ),
+        format!(
+            "Content-Type: text/plain; name=\"message.txt\"\r\n\
+             Content-Transfer-Encoding: base64\r\n\r\n{}",
+            b64_lines(b"textword")
+        ),
+    ];
+    let d = extract(&multipart("Subject: s\r\n", &parts));
+    assert!(has_word(&d.body, "keptword") && has_word(&d.body, "textword"));
+    assert!(!has_word(&d.body, "innersubject"), "{:?}", d.body);
+    assert!(d.has_attachment);
+    assert_eq!(d.filenames, ["message.txt"]);
+    // In a digest, whose parts are forwarded messages unless they say otherwise.
+    let parts = [
+        "\r\nSubject: plainsubject\r\n\r\nplainword".to_string(),
+        format!(
+            "Content-Transfer-Encoding: base64\r\n\r\n{}",
+            b64_lines(inner.as_bytes())
+        ),
+    ];
+    let digest = String::from_utf8(multipart("Subject: s\r\n", &parts))
+        .unwrap()
+        .replace("multipart/mixed", "multipart/digest");
+    let d = extract(digest.as_bytes());
+    assert!(has_word(&d.body, "plainsubject") && has_word(&d.body, "plainword"));
+    assert!(!has_word(&d.body, "innersubject"), "{:?}", d.body);
+    assert!(d.has_attachment);
+}
+
 #[test]
 fn a_header_of_unterminated_encoded_words() {
     let raw = format!("Subject: {}\r\n\r\nx", "=?a?B?xxxx ".repeat(20_000));
