@@ -107,12 +107,8 @@ pub(crate) fn parser() -> &'static MessageParser {
 /// What the index holds of the message `raw`. Never fails: what does not parse is left
 /// empty (a message with no header at all gives an empty document).
 pub fn extract(raw: &[u8]) -> Document {
-    let mended = mend_header(raw);
-    let raw = mended.as_deref().unwrap_or(raw);
-    let defused = defuse_encoded_messages(raw);
-    let raw = defused.as_deref().unwrap_or(raw);
-    let window = parse_window(raw);
-    let Some(msg) = parser().parse(window) else {
+    let (input, cut_short) = parser_input(raw);
+    let Some(msg) = parser().parse(&input[..]) else {
         return Document::default();
     };
     let mut x = Extractor {
@@ -139,13 +135,35 @@ pub fn extract(raw: &[u8]) -> Document {
     }
     x.doc.from = from;
     x.doc.to = to;
-    x.doc.truncated = cut || window.len() < raw.len();
+    x.doc.truncated = cut || cut_short;
     x.doc.subject = x
         .capped(msg.subject().unwrap_or_default(), MAX_FIELD)
         .to_string();
     x.walk(&msg, 0);
     drop_flat(msg);
     x.doc
+}
+
+/// What of `raw` the parser is given (unpadded encoded words in the header mended, encoded
+/// forwarded messages made attachments, cut after [`MAX_STRUCTURE_LINES`]), and whether
+/// it was cut. Whatever parses a message whole (`show` too) goes through it: mail-parser
+/// given the message as it is may take the stack or memory of the process.
+pub(crate) fn parser_input(raw: &[u8]) -> (std::borrow::Cow<'_, [u8]>, bool) {
+    use std::borrow::Cow;
+    let mut input = Cow::Borrowed(raw);
+    if let Some(mended) = mend_header(&input) {
+        input = Cow::Owned(mended);
+    }
+    if let Some(defused) = defuse_encoded_messages(&input) {
+        input = Cow::Owned(defused);
+    }
+    let len = parse_window(&input).len();
+    let cut = len < input.len();
+    match &mut input {
+        Cow::Borrowed(b) => *b = &b[..len],
+        Cow::Owned(v) => v.truncate(len),
+    }
+    (input, cut)
 }
 
 /// The start of `raw` given to the parser: all of it, or up to the line beyond the
