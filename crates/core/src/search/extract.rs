@@ -14,7 +14,9 @@
 //!   Text attachments (`text/*` with a file name) count as text; the content of any other
 //!   attachment (images, PDFs, `application/*`) is skipped, even when mail-parser falls back
 //!   to showing a broken one as text. A forwarded message (`message/rfc822`) adds its
-//!   Subject, From, To and Cc to the body, then its own parts, down to [`MAX_NESTING`] levels.
+//!   Subject, From, To and Cc to the body, then its own parts, down to [`MAX_NESTING`]
+//!   levels; one sent base64 or quoted-printable encoded (which RFC 2046 forbids) is an
+//!   attachment, not read (see [`defuse_encoded_messages`]).
 //!   Parts are separated by a line break.
 //! - Attachments: [`Document::filenames`] holds every part's file name (the
 //!   Content-Disposition `filename`, else the Content-Type `name`; RFC 2231 and RFC 2047
@@ -28,7 +30,9 @@
 //! [`MAX_HTML_PART`] bytes of one HTML part and [`MAX_HTML_TOTAL`] of all are reduced to
 //! text. Text past a cap is dropped (cut at a character boundary) and
 //! [`Document::truncated`] says so. The rest of the work (mail-parser's parse) is linear in
-//! the message's size.
+//! the message's size, and the parser reads the message only up to its
+//! [`MAX_STRUCTURE_LINES`]th line starting with `--` or `Content-Type`, each of which may
+//! cost it a part of about a kilobyte (see [`parse_window`]).
 
 use std::sync::OnceLock;
 
@@ -48,6 +52,9 @@ pub const MAX_FIELD: usize = 64 << 10;
 pub const MAX_FILENAMES: usize = 1000;
 /// Most MIME parts visited, nested messages' parts included.
 pub const MAX_PARTS: usize = 10_000;
+/// Most lines starting with `--` or `Content-Type` given to the parser (see
+/// [`parse_window`]); the rest of the message is not read.
+pub const MAX_STRUCTURE_LINES: usize = 4 * MAX_PARTS;
 /// Most levels of forwarded messages (`message/rfc822` in `message/rfc822`…) read.
 pub const MAX_NESTING: usize = 8;
 /// Most bytes of one HTML part reduced to text (the rest is dropped).
@@ -100,9 +107,8 @@ pub(crate) fn parser() -> &'static MessageParser {
 /// What the index holds of the message `raw`. Never fails: what does not parse is left
 /// empty (a message with no header at all gives an empty document).
 pub fn extract(raw: &[u8]) -> Document {
-    let mended = mend_header(raw);
-    let raw = mended.as_deref().unwrap_or(raw);
-    let Some(msg) = parser().parse(raw) else {
+    let (input, cut_short) = parser_input(raw);
+    let Some(msg) = parser().parse(&input[..]) else {
         return Document::default();
     };
     let mut x = Extractor {
@@ -129,13 +135,185 @@ pub fn extract(raw: &[u8]) -> Document {
     }
     x.doc.from = from;
     x.doc.to = to;
-    x.doc.truncated = cut;
+    x.doc.truncated = cut || cut_short;
     x.doc.subject = x
         .capped(msg.subject().unwrap_or_default(), MAX_FIELD)
         .to_string();
     x.walk(&msg, 0);
     drop_flat(msg);
     x.doc
+}
+
+/// What of `raw` the parser is given (unpadded encoded words in the header mended, encoded
+/// forwarded messages made attachments, cut after [`MAX_STRUCTURE_LINES`]), and whether
+/// it was cut. Whatever parses a message whole (`show` too) goes through it: mail-parser
+/// given the message as it is may take the stack or memory of the process.
+pub(crate) fn parser_input(raw: &[u8]) -> (std::borrow::Cow<'_, [u8]>, bool) {
+    use std::borrow::Cow;
+    let mut input = Cow::Borrowed(raw);
+    if let Some(mended) = mend_header(&input) {
+        input = Cow::Owned(mended);
+    }
+    if let Some(defused) = defuse_encoded_messages(&input) {
+        input = Cow::Owned(defused);
+    }
+    let len = parse_window(&input).len();
+    let cut = len < input.len();
+    match &mut input {
+        Cow::Borrowed(b) => *b = &b[..len],
+        Cow::Owned(v) => v.truncate(len),
+    }
+    (input, cut)
+}
+
+/// The start of `raw` given to the parser: all of it, or up to the line beyond the
+/// [`MAX_STRUCTURE_LINES`]th that starts with `--` (the form of a MIME boundary) or
+/// `Content-Type` (in any case; how a forwarded message is declared). mail-parser builds a
+/// part of about a kilobyte for each boundary and each forwarded message, however short its
+/// line: forwarded messages nested 400,000 deep, 12 MB, took it 500 MB.
+pub(crate) fn parse_window(raw: &[u8]) -> &[u8] {
+    let mut seen = 0;
+    let mut at = 0;
+    while let Some(rest) = raw.get(at..).filter(|r| !r.is_empty()) {
+        let structure = rest.starts_with(b"--")
+            || rest
+                .get(..12)
+                .is_some_and(|p| p.eq_ignore_ascii_case(b"content-type"));
+        if structure {
+            seen += 1;
+            if seen > MAX_STRUCTURE_LINES {
+                return &raw[..at];
+            }
+        }
+        match memchr::memchr(b'\n', rest) {
+            Some(end) => at += end + 1,
+            None => break,
+        }
+    }
+    raw
+}
+
+/// `raw` with every part that is a forwarded message sent base64 or quoted-printable
+/// encoded made an attachment, or `None` when there is none: in the header blocks that give
+/// such an encoding, the `/` of a Content-Type naming a `message` type becomes a `-`, and
+/// when the message holds a `multipart/digest` (whose parts are forwarded messages unless
+/// they say otherwise), a block with no Content-Type gets `application/octet-stream`.
+/// RFC 2046 forbids encoding a forwarded message; mail-parser decodes one and parses it,
+/// then copies the decoded bytes once for each message nested in it, recursing through
+/// them: 5,000 levels in 160 KB overflow a 2 MiB stack, and would cost 800 MB.
+fn defuse_encoded_messages(raw: &[u8]) -> Option<Vec<u8>> {
+    let mut slashes: Vec<(usize, usize)> = Vec::new();
+    let mut untyped: Vec<usize> = Vec::new();
+    let mut digest = false;
+    let mut at = 0;
+    while at < raw.len() {
+        // A block of non-blank lines, each header with its continuation lines.
+        let mut fields: Vec<(usize, usize)> = Vec::new();
+        while at < raw.len() {
+            let end = memchr::memchr(b'\n', &raw[at..]).map_or(raw.len(), |e| at + e + 1);
+            let line = &raw[at..end];
+            if line.iter().all(u8::is_ascii_whitespace) {
+                at = end;
+                break;
+            }
+            match fields.last_mut() {
+                Some(f) if matches!(line[0], b' ' | b'\t') => f.1 = end,
+                _ => fields.push((at, end)),
+            }
+            at = end;
+        }
+        let types: Vec<&[u8]> = (fields.iter())
+            .map(|&(a, b)| &raw[a..b])
+            .filter(|f| starts_with_ci(f, "content-type"))
+            .collect();
+        digest |= types
+            .iter()
+            .any(|f| field_has(f, "content-type", &["digest"]));
+        let encoded = fields.iter().any(|&(a, b)| {
+            field_has(
+                &raw[a..b],
+                "content-transfer-encoding",
+                &["base64", "quoted-printable"],
+            )
+        });
+        if !encoded {
+            continue;
+        }
+        if types.is_empty() {
+            // Before the encoding's field (after a boundary line the block may start with).
+            untyped.extend(
+                fields
+                    .iter()
+                    .map(|f| f.0)
+                    .find(|&a| starts_with_ci(&raw[a..], "content-transfer-encoding")),
+            );
+        }
+        for &(a, b) in &fields {
+            if names_message(&raw[a..b]) {
+                slashes.push((a, b));
+            }
+        }
+    }
+    if !digest {
+        untyped.clear();
+    }
+    if slashes.is_empty() && untyped.is_empty() {
+        return None;
+    }
+    let mut typed = raw.to_vec();
+    for (a, b) in slashes {
+        for c in &mut typed[a..b] {
+            if *c == b'/' {
+                *c = b'-';
+            }
+        }
+    }
+    if untyped.is_empty() {
+        return Some(typed);
+    }
+    let line = b"Content-Type: application/octet-stream\r\n";
+    let mut out = Vec::with_capacity(raw.len() + untyped.len() * line.len());
+    let mut from = 0;
+    for i in untyped {
+        out.extend_from_slice(&typed[from..i]);
+        out.extend_from_slice(line);
+        from = i;
+    }
+    out.extend_from_slice(&typed[from..]);
+    Some(out)
+}
+
+fn starts_with_ci(b: &[u8], s: &str) -> bool {
+    b.get(..s.len())
+        .is_some_and(|p| p.eq_ignore_ascii_case(s.as_bytes()))
+}
+
+/// Whether the header field `f` is named `name` and holds one of `words` (in any case).
+fn field_has(f: &[u8], name: &str, words: &[&str]) -> bool {
+    starts_with_ci(f, name)
+        && words.iter().any(|w| {
+            f.windows(w.len())
+                .any(|x| x.eq_ignore_ascii_case(w.as_bytes()))
+        })
+}
+
+/// Whether the header field `f` is a Content-Type of a `message/…` type (comments before
+/// it skipped).
+fn names_message(f: &[u8]) -> bool {
+    if !starts_with_ci(f, "content-type") {
+        return false;
+    }
+    let Some(colon) = memchr::memchr(b':', f) else {
+        return false;
+    };
+    let mut v = &f[colon + 1..];
+    loop {
+        v = v.trim_ascii_start();
+        match v.first() {
+            Some(b'(') => v = &v[memchr::memchr(b')', v).map_or(v.len(), |e| e + 1)..],
+            _ => return starts_with_ci(v, "message"),
+        }
+    }
 }
 
 /// Drops `msg` one nested message at a time: mail-parser builds forwarded messages of any

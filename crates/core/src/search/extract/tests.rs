@@ -439,6 +439,100 @@ fn deeply_nested_structures() {
 }
 
 #[test]
+fn the_parser_reads_up_to_the_structure_lines_cap() {
+    // Lines that cost the parser a part: boundaries and Content-Type headers, in any case.
+    let line = |i: usize| match i % 3 {
+        0 => "--b\r\n",
+        1 => "content-TYPE: message/rfc822\r\n",
+        _ => "Content-Type:text/plain\r\n",
+    };
+    let lines: String = (0..MAX_STRUCTURE_LINES).map(line).collect();
+    let raw = format!("{lines}a -- b\r\n content-type\r\ntext");
+    assert_eq!(parse_window(raw.as_bytes()), raw.as_bytes(), "at the cap");
+    let more = format!("{raw}\r\n--b--\r\nafter");
+    assert_eq!(
+        parse_window(more.as_bytes()),
+        format!("{raw}\r\n").as_bytes()
+    );
+    assert_eq!(parse_window(b""), b"");
+    // Forwarded messages nested 400,000 deep in as few bytes as they take (12 MB; the
+    // parser took 500 MB for them), and a digest of 200,000 empty messages.
+    let deep = format!(
+        "Subject: s\r\n{}",
+        "Content-Type:message/rfc822\r\n\r\n".repeat(400_000)
+    );
+    let d = extract(deep.as_bytes());
+    assert!(d.has_attachment && d.truncated);
+    assert_eq!(d.body, "");
+    let digest = String::from_utf8(multipart("Subject: s\r\n", &vec![String::new(); 200_000]))
+        .unwrap()
+        .replace("multipart/mixed", "multipart/digest");
+    let d = extract(digest.as_bytes());
+    assert!(d.has_attachment && d.truncated);
+}
+
+/// `data` in base64, in lines of 76 characters.
+fn b64_lines(data: &[u8]) -> String {
+    data.chunks(57).map(|c| b64(c) + "\r\n").collect()
+}
+
+#[test]
+fn encoded_forwarded_messages_are_attachments() {
+    // Parsed, 5,000 levels in 160 KB would cost the parser 800 MB (it copies the decoded
+    // bytes at each level).
+    let inner = format!(
+        "Subject: innersubject\r\n{}Subject: deep\r\n\r\ndeepword\r\n",
+        "Content-Type: message/rfc822\r\n\r\n".repeat(5000)
+    );
+    for (cte, body) in [
+        ("base64", b64_lines(inner.as_bytes())),
+        ("Quoted-Printable", inner.clone()),
+    ] {
+        let raw = format!(
+            "Subject: s\r\nContent-Type: message/rfc822\r\n\
+             Content-Transfer-Encoding: {cte}\r\n\r\n{body}"
+        );
+        let d = extract(raw.as_bytes());
+        assert!(d.has_attachment, "{cte}");
+        assert_eq!(d.body, "", "{cte}");
+    }
+    // In a multipart: the type folded and after a comment; the other parts read, a text
+    // part named `message.txt` too.
+    let parts = [
+        "Content-Type: text/plain\r\n\r\nkeptword".to_string(),
+        format!(
+            "Content-Transfer-Encoding: BASE64\r\nContent-Type:\r\n (c) Message/RFC822\r\n\r\n{}",
+            b64_lines(inner.as_bytes())
+        ),
+        format!(
+            "Content-Type: text/plain; name=\"message.txt\"\r\n\
+             Content-Transfer-Encoding: base64\r\n\r\n{}",
+            b64_lines(b"textword")
+        ),
+    ];
+    let d = extract(&multipart("Subject: s\r\n", &parts));
+    assert!(has_word(&d.body, "keptword") && has_word(&d.body, "textword"));
+    assert!(!has_word(&d.body, "innersubject"), "{:?}", d.body);
+    assert!(d.has_attachment);
+    assert_eq!(d.filenames, ["message.txt"]);
+    // In a digest, whose parts are forwarded messages unless they say otherwise.
+    let parts = [
+        "\r\nSubject: plainsubject\r\n\r\nplainword".to_string(),
+        format!(
+            "Content-Transfer-Encoding: base64\r\n\r\n{}",
+            b64_lines(inner.as_bytes())
+        ),
+    ];
+    let digest = String::from_utf8(multipart("Subject: s\r\n", &parts))
+        .unwrap()
+        .replace("multipart/mixed", "multipart/digest");
+    let d = extract(digest.as_bytes());
+    assert!(has_word(&d.body, "plainsubject") && has_word(&d.body, "plainword"));
+    assert!(!has_word(&d.body, "innersubject"), "{:?}", d.body);
+    assert!(d.has_attachment);
+}
+
+#[test]
 fn a_header_of_unterminated_encoded_words() {
     let raw = format!("Subject: {}\r\n\r\nx", "=?a?B?xxxx ".repeat(20_000));
     let d = extract(raw.as_bytes());
