@@ -6,7 +6,7 @@
 //! incremental run) forwarded messages nested 100,000 deep, and 50,000 deep in a base64
 //! encoded one. `index` indexes every one in bounded time and memory, each is found by its
 //! subject and by the words of its readable parts (and not by what the caps drop), `show`
-//! prints each but the encoded one, and `check` passes.
+//! prints each (its text, never a style sheet or a script), and `check` passes.
 #![allow(clippy::unwrap_used)]
 
 mod common;
@@ -464,6 +464,7 @@ fn hostile_messages_are_indexed_in_bounded_time_and_memory() {
         "deepforward",
         "deepmultipart",
         "digestbomb",
+        "encodedforward",
     ] {
         let hits = e.json(0, &["search", &format!("subject:{subject}")]);
         let id = hits["hits"][0]["id"].as_str().unwrap();
@@ -471,6 +472,11 @@ fn hostile_messages_are_indexed_in_bounded_time_and_memory() {
         let out = String::from_utf8_lossy(&shown.stdout);
         assert_eq!(shown.code, 0, "show {subject}: {out}");
         assert!(out.contains(subject), "show {subject}: {out:.2000}");
+        if subject == "stylebomb" {
+            // The text a reader sees: never a style sheet or a script.
+            assert!(out.contains("visibleword"), "{out:.2000}");
+            assert!(!out.contains("styleword"), "{out:.2000}");
+        }
         let max_rss = match subject {
             "deepforward" | "digestbomb" => SHOW_RSS,
             _ => INDEX_RSS,

@@ -161,6 +161,7 @@ fn index_batch(
     let added = std::sync::atomic::AtomicU64::new(0);
     let bytes = std::sync::atomic::AtomicU64::new(0);
     let span = SpanOptions::for_store(repo.store(), 0);
+    let t = std::time::Instant::now();
     read_by_packs(
         repo,
         batch,
@@ -189,9 +190,15 @@ fn index_batch(
             progress.advance(1, j.size);
         },
     );
+    tracing::debug!(
+        "index: {} documents added in {:?}",
+        batch.len(),
+        t.elapsed()
+    );
     writer
         .commit()
         .map_err(|e| Error::search("committing a split", e))?;
+    tracing::debug!("index: committed at {:?}", t.elapsed());
     let segments = index
         .searchable_segment_ids()
         .map_err(|e| Error::search("listing a split's segments", e))?;
@@ -204,6 +211,11 @@ fn index_batch(
     writer
         .wait_merging_threads()
         .map_err(|e| Error::search("merging a split's segments", e))?;
+    tracing::debug!(
+        "index: {} segments merged at {:?}",
+        segments.len(),
+        t.elapsed()
+    );
     let docs = added.into_inner();
     report
         .failures
@@ -219,6 +231,7 @@ fn index_batch(
     };
     let id = write_split(repo, &index, dir.path(), header)?;
     repo.store().flush()?;
+    tracing::debug!("index: split written at {:?}", t.elapsed());
     report.indexed += docs;
     report.bytes += bytes.into_inner();
     report.splits.push(id.to_hex());

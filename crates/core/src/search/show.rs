@@ -76,7 +76,12 @@ pub fn show(repo: &Repository, cache: Option<&std::path::Path>, id: &str) -> Res
 
 /// The headers, text and attachments of `raw`.
 fn present(raw: &[u8]) -> Shown {
-    let m = super::extract::parser().parse(raw).unwrap_or_default();
+    // What the index is given: an encoded forwarded message is not parsed (its copies
+    // nested would overflow the stack), and a message is cut after its structure cap.
+    let (input, _) = super::extract::parser_input(raw);
+    let m = super::extract::parser()
+        .parse(&input[..])
+        .unwrap_or_default();
     let addresses = |a: Option<&mail_parser::Address>| {
         a.map(|a| {
             a.iter()
@@ -91,7 +96,14 @@ fn present(raw: &[u8]) -> Shown {
         })
         .unwrap_or_default()
     };
-    let text = m.body_text(0).map(|t| t.into_owned()).unwrap_or_default();
+    // The first text body; HTML reduced by the index's reducer (mail-parser's own keeps
+    // the text of `<style>` and `<script>` elements that have attributes).
+    let first = (m.text_body.first()).and_then(|&i| m.parts.get(i as usize));
+    let text = match first.map(|p| &p.body) {
+        Some(mail_parser::PartType::Text(t)) => t.to_string(),
+        Some(mail_parser::PartType::Html(h)) => super::extract::html::html_to_text(h),
+        _ => String::new(),
+    };
     let attachments = m
         .attachments()
         .map(|p| Attachment {
