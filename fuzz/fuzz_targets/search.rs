@@ -1,6 +1,6 @@
 //! Search: any string as a query (parsed or refused with a column inside it), any bytes as a
 //! message to index (bounded by extract's caps), and any bytes as a split's plaintext
-//! (refused or a header whose files add up), without panicking.
+//! (refused or a header whose files add up), also when compressed, without panicking.
 #![no_main]
 use libfuzzer_sys::fuzz_target;
 use mailvault_core::search::{extract, query, split};
@@ -16,5 +16,9 @@ fuzz_target!(|data: &[u8]| {
     if let Ok(h) = split::split_header(data) {
         let total: u64 = h.files.iter().map(|f| f.1).sum();
         assert!(total <= data.len() as u64);
+    }
+    // What a seal holds: a zstd frame (or a plaintext) unpacked, then read as a split.
+    if let Ok(plain) = split::unpacked(data.to_vec(), "fuzz") {
+        let _ = split::split_header(&plain);
     }
 });

@@ -377,6 +377,9 @@ fn hostile_messages_are_indexed_in_bounded_time_and_memory() {
 
     let rep = index_bounded(&e);
     assert_eq!(rep["indexed"], all.len(), "every message indexed: {rep}");
+    // Those cut at a cap are counted (the ordinary one is whole).
+    let cut = rep["truncated"].as_u64().unwrap();
+    assert!(cut >= 1 && cut < all.len() as u64, "{rep}");
 
     // The deepest ones on their own, in a folder of their own, by an incremental run.
     write(&store, ".Deep", &forwarded());

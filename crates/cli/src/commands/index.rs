@@ -46,5 +46,11 @@ pub fn print_report(rep: &IndexReport) {
         count(rep.contents, "distinct message", "distinct messages"),
         count(rep.snapshots as u64, "snapshot", "snapshots"),
     );
+    if rep.truncated > 0 {
+        println!(
+            "note: {} too large or too deep to index whole (docs/search.md, Limits): their text past the cap is not searched",
+            count(rep.truncated, "message was", "messages were"),
+        );
+    }
     print_failures(&rep.failures);
 }

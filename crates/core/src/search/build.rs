@@ -54,6 +54,9 @@ pub struct IndexReport {
     /// Indexed by this run, and their bytes.
     pub indexed: u64,
     pub bytes: u64,
+    /// Of those, messages whose text was cut at one of extraction's caps (docs/search.md,
+    /// Limits): indexed, but not whole.
+    pub truncated: u64,
     /// Splits written (ids), a merge's last.
     pub splits: Vec<String>,
     /// Splits merged into one (more than [`MERGE_AT`] were live).
@@ -160,6 +163,7 @@ fn index_batch(
     let failures = Mutex::new(Vec::new());
     let added = std::sync::atomic::AtomicU64::new(0);
     let bytes = std::sync::atomic::AtomicU64::new(0);
+    let truncated = std::sync::atomic::AtomicU64::new(0);
     let span = SpanOptions::for_store(repo.store(), 0);
     let t = std::time::Instant::now();
     read_by_packs(
@@ -171,8 +175,13 @@ fn index_batch(
             let data = assemble_by(repo, &j.content, j.size, Some(&j.hash), |id| {
                 blobs.blob_unverified(id)
             });
-            let doc = data
-                .map(|d| schema::document(&fields, &j.hash, j.size, &super::extract::extract(&d)));
+            let doc = data.map(|d| {
+                let x = super::extract::extract(&d);
+                if x.truncated {
+                    truncated.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                }
+                schema::document(&fields, &j.hash, j.size, &x)
+            });
             match doc.and_then(|doc| {
                 writer
                     .add_document(doc)
@@ -234,6 +243,7 @@ fn index_batch(
     tracing::debug!("index: split written at {:?}", t.elapsed());
     report.indexed += docs;
     report.bytes += bytes.into_inner();
+    report.truncated += truncated.into_inner();
     report.splits.push(id.to_hex());
     Ok(())
 }
