@@ -364,6 +364,18 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_split_is_unpacked_from_a_zstd_frame_or_taken_as_it_is() {
+        let plain = b"mvsplit1 and the rest of an old, uncompressed split".to_vec();
+        assert_eq!(unpacked(plain.clone(), "old").unwrap(), plain);
+        let packed = zstd::bulk::compress(&plain, COMPRESSION_LEVEL).unwrap();
+        assert_ne!(packed, plain);
+        assert_eq!(unpacked(packed.clone(), "new").unwrap(), plain);
+        let mut cut = packed;
+        cut.truncate(cut.len() - 3);
+        assert!(unpacked(cut, "cut").is_err(), "a cut frame is damage");
+    }
+
+    #[test]
     fn a_bundle_round_trips_and_refuses_bad_names_and_lengths() {
         let header = SplitHeader {
             hostname: "h".into(),
