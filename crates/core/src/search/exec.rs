@@ -147,7 +147,7 @@ fn run(
         index,
         pending: Default::default(),
     };
-    let mut terms = HashMap::new();
+    let mut terms = ByTerm::default();
     collect_terms(query, &answer, &mut terms, false)?;
     let mut out = SearchResult {
         snapshots: view.snapshots.len(),
@@ -259,12 +259,10 @@ fn candidates(places: &Places, q: &Query, terms: &TermMatches) -> Vec<usize> {
         return (0..places.len()).collect();
     };
     let wanted: usize = sets.iter().map(|m| m.len()).sum();
-    // A binary search a content, or one pass over the records when the contents are
-    // many (a query matching a fiftieth of the store or more).
+    // A binary search a content, or every record (the evaluation looks each up anyway)
+    // when the contents are many: a query matching a fiftieth of the store or more.
     if wanted.saturating_mul(64) > places.len() {
-        return (0..places.len())
-            .filter(|&r| sets.iter().any(|m| m.contains_key(places.content(r))))
-            .collect();
+        return (0..places.len()).collect();
     }
     let ids: IdSet = sets.iter().flat_map(|m| m.keys().copied()).collect();
     let mut out: Vec<usize> = ids.iter().flat_map(|id| places.records_of(id)).collect();
@@ -275,7 +273,7 @@ fn candidates(places: &Places, q: &Query, terms: &TermMatches) -> Vec<usize> {
 /// Match sets one of which a record's content must be in for `q` to hold, if any.
 fn needed<'a>(q: &Query, terms: &'a TermMatches) -> Option<Vec<&'a IdMap<f32>>> {
     match q {
-        Query::Term(t) => terms.get(&(t as *const Term)).map(|m| vec![m]),
+        Query::Term(t) => terms.get(t).map(|m| vec![m]),
         Query::And(qs) => (qs.iter())
             .filter_map(|q| needed(q, terms))
             .min_by_key(|sets| sets.iter().map(|m| m.len()).sum::<usize>()),
@@ -351,7 +349,32 @@ impl Splits {
 
 /// The matches of each content term, by the term's address in the query tree (the tree
 /// outlives the map, and one term may appear twice with the same answer).
-type TermMatches = HashMap<*const Term, IdMap<f32>>;
+type TermMatches = ByTerm<IdMap<f32>>;
+
+/// Values by term, a query's few terms searched in order: looked up once per record and
+/// term, where hashing the key cost more than the look-up itself.
+struct ByTerm<V>(Vec<(*const Term, V)>);
+
+impl<V> Default for ByTerm<V> {
+    fn default() -> Self {
+        ByTerm(Vec::new())
+    }
+}
+
+impl<V> ByTerm<V> {
+    fn get(&self, t: *const Term) -> Option<&V> {
+        self.0.iter().find(|(k, _)| *k == t).map(|(_, v)| v)
+    }
+    fn get_mut(&mut self, t: *const Term) -> Option<&mut V> {
+        self.0.iter_mut().find(|(k, _)| *k == t).map(|(_, v)| v)
+    }
+    fn insert(&mut self, t: *const Term, v: V) {
+        match self.get_mut(t) {
+            Some(old) => *old = v,
+            None => self.0.push((t, v)),
+        }
+    }
+}
 
 /// What a term is answered against: the index; and the phrases in the body it leaves to check.
 struct Answer<'a> {
@@ -666,7 +689,7 @@ struct Eval<'a> {
     /// Per account, folder and keyword term, a word per folder: 1 when the term names
     /// the folder (account, folder), or the keyword letters that name the keyword there
     /// (its `dovecot-keywords`).
-    per_folder: HashMap<*const Term, Vec<u32>>,
+    per_folder: ByTerm<Vec<u32>>,
     /// Per record, whether it is in the undelete set, when the query asks.
     deleted: Vec<bool>,
 }
@@ -687,7 +710,7 @@ impl<'a> Eval<'a> {
             true => places.deleted(view),
             false => Vec::new(),
         };
-        let mut per_folder = HashMap::new();
+        let mut per_folder = ByTerm::default();
         place_terms(query, &mut |t| {
             let words: Vec<u32> = (places.folders.iter().zip(&keywords))
                 .map(|(fk, table)| match t {
@@ -728,7 +751,7 @@ impl<'a> Eval<'a> {
                 Some(_) => None,
                 None => Some(0.0),
             },
-            Query::Term(t) => match self.terms.get(&(t as *const Term)) {
+            Query::Term(t) => match self.terms.get(t) {
                 Some(m) => m.get(self.places.content(r)).copied(),
                 None => self.place(t, r).then_some(0.0),
             },
@@ -737,7 +760,7 @@ impl<'a> Eval<'a> {
 
     /// Takes content `id` out of the matches of term `t`.
     fn reject(&mut self, t: *const Term, id: &Id) {
-        if let Some(m) = self.terms.get_mut(&t) {
+        if let Some(m) = self.terms.get_mut(t) {
             m.remove(id);
         }
     }
@@ -763,7 +786,7 @@ impl<'a> Eval<'a> {
     fn place(&self, t: &Term, r: usize) -> bool {
         let folder = self.places.folder(r) as usize;
         let bits = self.places.flags(r);
-        let word = || (self.per_folder.get(&(t as *const Term))).map_or(0, |w| w[folder]);
+        let word = || (self.per_folder.get(t)).map_or(0, |w| w[folder]);
         match t {
             Term::Account(_) | Term::Folder(_) => word() != 0,
             Term::Flag(flag) => {
