@@ -134,6 +134,42 @@ pub fn index(
     Ok(report)
 }
 
+/// Commits what `writer` was given and merges it into one segment.
+fn one_segment(index: &tantivy::Index, mut writer: tantivy::IndexWriter) -> Result<()> {
+    writer
+        .commit()
+        .map_err(|e| Error::search("committing a split", e))?;
+    let segments = index
+        .searchable_segment_ids()
+        .map_err(|e| Error::search("listing a split's segments", e))?;
+    if segments.len() > 1 {
+        writer
+            .merge(&segments)
+            .wait()
+            .map_err(|e| Error::search("merging a split's segments", e))?;
+    }
+    writer
+        .wait_merging_threads()
+        .map_err(|e| Error::search("merging a split's segments", e))
+}
+
+/// A new, empty index in `dir`, and its writer.
+fn new_split(dir: &Path, opts: &IndexOptions) -> Result<(tantivy::Index, tantivy::IndexWriter)> {
+    let (schema, _) = schema::schema();
+    let index = tantivy::Index::create_in_dir(dir, schema)
+        .map_err(|e| Error::search("creating a split", e))?;
+    schema::register(&index);
+    let threads = rayon::current_num_threads().clamp(1, 4);
+    let memory = opts.memory.max((threads * 16) << 20);
+    let writer: tantivy::IndexWriter = index
+        .writer_with_num_threads(threads, memory)
+        .map_err(|e| Error::search("starting the indexer", e))?;
+    // Segments are merged once, explicitly, at the end: a merge policy's own merges in
+    // the background would take them from under that one.
+    writer.set_merge_policy(Box::new(tantivy::indexer::NoMergePolicy));
+    Ok((index, writer))
+}
+
 /// Indexes `batch` into one new split.
 fn index_batch(
     repo: &Repository,
@@ -148,18 +184,8 @@ fn index_batch(
         .prefix(".build-")
         .tempdir_in(cache)
         .map_err(|e| Error::io(cache, e))?;
-    let (schema, fields) = schema::schema();
-    let index = tantivy::Index::create_in_dir(dir.path(), schema)
-        .map_err(|e| Error::search("creating a split", e))?;
-    schema::register(&index);
-    let threads = rayon::current_num_threads().clamp(1, 4);
-    let memory = opts.memory.max((threads * 16) << 20);
-    let mut writer: tantivy::IndexWriter = index
-        .writer_with_num_threads(threads, memory)
-        .map_err(|e| Error::search("starting the indexer", e))?;
-    // Segments are merged once, explicitly, at the end: a merge policy's own merges in
-    // the background would take them from under that one.
-    writer.set_merge_policy(Box::new(tantivy::indexer::NoMergePolicy));
+    let (index, writer) = new_split(dir.path(), opts)?;
+    let fields = schema::schema().1;
     let failures = Mutex::new(Vec::new());
     let added = std::sync::atomic::AtomicU64::new(0);
     let bytes = std::sync::atomic::AtomicU64::new(0);
@@ -204,27 +230,7 @@ fn index_batch(
         batch.len(),
         t.elapsed()
     );
-    writer
-        .commit()
-        .map_err(|e| Error::search("committing a split", e))?;
-    tracing::debug!("index: committed at {:?}", t.elapsed());
-    let segments = index
-        .searchable_segment_ids()
-        .map_err(|e| Error::search("listing a split's segments", e))?;
-    if segments.len() > 1 {
-        writer
-            .merge(&segments)
-            .wait()
-            .map_err(|e| Error::search("merging a split's segments", e))?;
-    }
-    writer
-        .wait_merging_threads()
-        .map_err(|e| Error::search("merging a split's segments", e))?;
-    tracing::debug!(
-        "index: {} segments merged at {:?}",
-        segments.len(),
-        t.elapsed()
-    );
+    one_segment(&index, writer)?;
     let docs = added.into_inner();
     report
         .failures

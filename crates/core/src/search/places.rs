@@ -146,6 +146,7 @@ impl Places {
         Places {
             seqs: Vec::new(),
             folders: Vec::new(),
+            folder_ids: HashMap::new(),
             keyword_files: Vec::new(),
             splits: Vec::new(),
             cols: Columns {

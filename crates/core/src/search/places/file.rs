@@ -2,13 +2,13 @@
 //! readable by its owner alone.
 //!
 //! ```text
-//! "mailvault places 2\n"
+//! "mailvault places 3\n"
 //! u64 n, BLAKE3 of the n bytes of tables that follow
 //! tables, each a u64 length and its bytes:
 //!     postcard head (sequences, folders, keyword files, splits)
 //!     postcard tips (what each sequence's newest snapshot holds)
 //!     columns: content (32 bytes each); seq, folder, first, last, by_content, letters (u32);
-//!     flags (u8); key, offsets (records + 1), date (u64, i64)
+//!     flags (u8); key, entry, offsets (records + 1), date (u64, i64)
 //! entries (postcard, one after the other; read a record at a time)
 //! ```
 //!
@@ -30,7 +30,7 @@ use std::io::{BufWriter, Read, Seek, SeekFrom, Write};
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
 
-const MAGIC: &[u8] = b"mailvault places 2\n";
+const MAGIC: &[u8] = b"mailvault places 3\n";
 
 #[derive(Serialize, Deserialize)]
 struct Head {
@@ -106,7 +106,7 @@ fn write_to(p: &Places, out: File) -> Result<()> {
             .collect::<Vec<u8>>());
     }
     put(&c.flags);
-    for col in [&c.key, &c.offsets] {
+    for col in [&c.key, &c.entry, &c.offsets] {
         put(&col
             .iter()
             .flat_map(|v| v.to_le_bytes())
@@ -189,7 +189,7 @@ fn read_checked(path: &Path) -> Result<Places> {
             .map(|c| u64::from_le_bytes(c.try_into().expect("8 bytes")))
             .collect())
     };
-    let (key, offsets, date) = (u64s()?, u64s()?, u64s()?);
+    let (key, entry, offsets, date) = (u64s()?, u64s()?, u64s()?, u64s()?);
     let cols = Columns {
         content,
         seq,
@@ -199,6 +199,7 @@ fn read_checked(path: &Path) -> Result<Places> {
         flags,
         letters,
         key,
+        entry,
         date: date.into_iter().map(|d| d as i64).collect(),
         offsets,
     };
@@ -206,6 +207,7 @@ fn read_checked(path: &Path) -> Result<Places> {
     let p = Places {
         seqs: head.seqs,
         folders: head.folders,
+        folder_ids: std::collections::HashMap::new(),
         keyword_files: head.keyword_files,
         splits: head.splits,
         cols,
@@ -263,6 +265,7 @@ fn check(p: &Places, blob_len: u64) -> std::result::Result<(), &'static str> {
         c.flags.len(),
         c.letters.len(),
         c.key.len(),
+        c.entry.len(),
         c.date.len(),
         p.by_content.len(),
         c.offsets.len() - 1,

@@ -68,6 +68,9 @@ pub(super) struct Columns {
     /// The first 8 bytes of the BLAKE3 of the file's key: the same message file in a
     /// folder, without reading its entry.
     pub(super) key: Vec<u64>,
+    /// The first 8 bytes of the BLAKE3 of the entry's bytes: the same entry in the next
+    /// snapshot, without reading it.
+    pub(super) entry: Vec<u64>,
     /// The Date header, or the internal date when it has none (Unix seconds).
     pub(super) date: Vec<i64>,
     /// Where each record's entry is in the entries (`len + 1` offsets).
@@ -85,6 +88,8 @@ pub(super) struct Blob {
 pub struct Places {
     pub(super) seqs: Vec<Seq>,
     pub folders: Vec<FolderKey>,
+    /// `folders` by key, while snapshots are folded in (built then).
+    pub(super) folder_ids: HashMap<FolderKey, u32>,
     /// Per folder, its `dovecot-keywords` file in the newest snapshot that has one.
     pub(super) keyword_files: Vec<Option<FileEntry>>,
     /// The splits the records' [`flag::INDEXED`] bits were set against, sorted.
