@@ -16,7 +16,7 @@
 //!   to showing a broken one as text. A forwarded message (`message/rfc822`) adds its
 //!   Subject, From, To and Cc to the body, then its own parts, down to [`MAX_NESTING`]
 //!   levels; one sent base64 or quoted-printable encoded (which RFC 2046 forbids) is an
-//!   attachment, not read (see [`defuse_encoded_messages`]).
+//!   attachment, not read (see `defuse_encoded_messages`).
 //!   Parts are separated by a line break.
 //! - Attachments: [`Document::filenames`] holds every part's file name (the
 //!   Content-Disposition `filename`, else the Content-Type `name`; RFC 2231 and RFC 2047
@@ -32,7 +32,7 @@
 //! [`Document::truncated`] says so. The rest of the work (mail-parser's parse) is linear in
 //! the message's size, and the parser reads the message only up to its
 //! [`MAX_STRUCTURE_LINES`]th line starting with `--` or `Content-Type`, each of which may
-//! cost it a part of about a kilobyte (see [`parse_window`]).
+//! cost it a part of about a kilobyte (see `parse_window`).
 
 use std::sync::OnceLock;
 
@@ -53,7 +53,7 @@ pub const MAX_FILENAMES: usize = 1000;
 /// Most MIME parts visited, nested messages' parts included.
 pub const MAX_PARTS: usize = 10_000;
 /// Most lines starting with `--` or `Content-Type` given to the parser (see
-/// [`parse_window`]); the rest of the message is not read.
+/// `parse_window`); the rest of the message is not read.
 pub const MAX_STRUCTURE_LINES: usize = 4 * MAX_PARTS;
 /// Most levels of forwarded messages (`message/rfc822` in `message/rfc822`…) read.
 pub const MAX_NESTING: usize = 8;

@@ -10,11 +10,11 @@
 //! unchanged. A message kept a year in daily backups is one record; a flag change starts
 //! another. A new snapshot is folded in by what changed: a folder whose chunk tree is the
 //! one before extends its records without being read, a chunk the folder had extends its
-//! records, and only new chunks are read ([`update`]).
+//! records, and only new chunks are read (`update.rs`).
 //!
 //! The records are derived from the repository alone and kept in the local cache beside
 //! the splits (`<cache>/<repository id>/search/places`, readable by its owner alone;
-//! [`file`]); a host without it, or with an unreadable one, folds every snapshot again.
+//! `file.rs`); a host without it, or with an unreadable one, folds every snapshot again.
 //! A snapshot forgotten since is left out when the records are read (a record holds the
 //! live snapshots of its run), so a forget costs nothing here; when most records belong
 //! to forgotten snapshots, the map is built again.
