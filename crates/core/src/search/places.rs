@@ -100,7 +100,17 @@ impl Places {
         p.damaged = (damaged.into_iter())
             .map(|d| Failure::new(d.path, d.error))
             .collect();
-        if !p.update(repo, &list)? {
+        let kept = p.path.is_some() && !p.grown;
+        let folded = match p.update(repo, &list) {
+            // A kept map that cannot be brought up to date (its tips damaged): built
+            // again, as a missing one; an error of the repository's comes back then too.
+            Err(e) if kept => {
+                tracing::warn!("search places set aside: {e}");
+                false
+            }
+            other => other?,
+        };
+        if !folded {
             // A snapshot older than what the map holds of its host and source (copied in,
             // or written again by `repair`), or mostly forgotten ones: built again.
             let (path, damaged) = (p.path.take(), std::mem::take(&mut p.damaged));

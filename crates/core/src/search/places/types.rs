@@ -184,10 +184,19 @@ impl Tips {
         }
     }
 
-    pub(super) fn decode(&mut self, seqs: usize) -> Result<&mut Vec<SeqTip>> {
+    /// The tips, decoded when first asked for; every record they name must be below
+    /// `records`, or the map is damaged.
+    pub(super) fn decode(&mut self, seqs: usize, records: usize) -> Result<&mut Vec<SeqTip>> {
         if let Some(raw) = self.raw.take() {
-            self.decoded = postcard::from_bytes(&raw)
+            let decoded: Vec<SeqTip> = postcard::from_bytes(&raw)
                 .map_err(|e| Error::corrupt("search places", e.to_string()))?;
+            let named = (decoded.iter())
+                .flat_map(|t| t.folders.values())
+                .flat_map(|f| f.chunks.iter().flat_map(|c| c.1.iter()));
+            if named.into_iter().any(|&r| r as usize >= records) {
+                return Err(Error::corrupt("search places", "a tip names no record"));
+            }
+            self.decoded = decoded;
         }
         self.decoded.resize_with(seqs, SeqTip::default);
         Ok(&mut self.decoded)

@@ -101,7 +101,8 @@ impl Places {
     /// Folds snapshot `snap` into sequence `q`, after its newest.
     fn fold(&mut self, repo: &Repository, q: usize, snap: &Snapshot) -> Result<()> {
         let seqs = self.seqs.len();
-        let mut old = std::mem::take(&mut self.tips.decode(seqs)?[q].folders);
+        let records = self.len();
+        let mut old = std::mem::take(&mut self.tips.decode(seqs, records)?[q].folders);
         let idx = self.seqs[q].snaps.len() as u32;
         self.seqs[q].snaps.push(SnapHead {
             id: snap.id,
@@ -176,7 +177,8 @@ impl Places {
                 }
             }
         }
-        self.tips.decode(seqs)?[q].folders = tip;
+        let records = self.len();
+        self.tips.decode(seqs, records)?[q].folders = tip;
         Ok(())
     }
 
