@@ -27,7 +27,6 @@ use crate::repo::tree::FileEntry;
 use serde::{Deserialize, Serialize};
 use std::fs::{self, File};
 use std::io::{BufWriter, Read, Seek, SeekFrom, Write};
-use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
 
 const MAGIC: &[u8] = b"mailvault places 3\n";
@@ -51,25 +50,15 @@ pub(super) fn write(p: &Places, path: &Path) -> Result<()> {
             let _ = fs::remove_file(e.path());
         }
     }
-    let tmp = dir.join(format!(".places-{}-{}", std::process::id(), rand_tag()));
-    let out = fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .open(&tmp)
-        .map_err(|e| Error::io(&tmp, e))?;
-    let r = write_to(p, out).and_then(|()| fs::rename(&tmp, path).map_err(|e| Error::io(path, e)));
-    if r.is_err() {
-        let _ = fs::remove_file(&tmp);
-    }
-    r
-}
-
-fn rand_tag() -> u64 {
-    use std::hash::{BuildHasher, Hasher};
-    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
-    h.write_u64(crate::now_unix() as u64);
-    h.finish()
+    // Readable by its owner alone (tempfile's 0600), renamed into place when whole.
+    let tmp = tempfile::Builder::new()
+        .prefix(".places-")
+        .tempfile_in(dir)
+        .map_err(|e| Error::io(dir, e))?;
+    let out = tmp.as_file().try_clone().map_err(|e| Error::io(dir, e))?;
+    write_to(p, out)?;
+    tmp.persist(path).map_err(|e| Error::io(path, e.error))?;
+    Ok(())
 }
 
 fn write_to(p: &Places, out: File) -> Result<()> {
