@@ -397,6 +397,13 @@ class Bench:
         rep = json.loads(out)
         if rep["indexed"] != self.messages:
             raise SystemExit(f"searchbench: index indexed {rep['indexed']} contents, the store holds {self.messages} messages")
+        # The same backup indexing as it reads (`backup --index`), in a repository of its own.
+        both = self.work / "repos" / f"{name}-inline"
+        self.run("init", ["init", "--quiet"], both)
+        inline, inline_rss, iout = self.run("backup --index", ["backup", "--index", f"maildir:{self.mail}", "--json", "--quiet"], both)
+        if json.loads(iout)["index"]["indexed"] != self.messages:
+            raise SystemExit(f"searchbench: backup --index did not index every message: {iout[:300]}")
+        shutil.rmtree(both)
         floor, _, _ = self.run("snapshots", ["snapshots", "--json", "--quiet"], repo)
         first, _, _ = self.search(repo, KNOWN_WORD)
         lat, rsss, hits = [], [], {}
@@ -409,7 +416,7 @@ class Bench:
             raise SystemExit(f"searchbench: search {KNOWN_WORD!r} found nothing in a corpus that holds it")
         out = {
             "backup_s": backup, "index_s": wall, "index_rss_mb": rss, "index_bytes": du(repo / "search"),
-            "floor_s": floor, "first_search_s": first, "p50_s": pct(lat, 50), "p99_s": pct(lat, 99),
+            "backup_index_s": inline, "backup_index_rss_mb": inline_rss, "floor_s": floor, "first_search_s": first, "p50_s": pct(lat, 50), "p99_s": pct(lat, 99),
             "search_rss_mb": max(rsss), "latencies": dict(zip((q for q, _ in QUERIES), lat)), "hits": hits,
             "report": rep,
         }
@@ -515,8 +522,9 @@ class Bench:
             target("index size <= 0.4x fts-xapian whole-word", r, r <= 0.4, "{:.2f}x")
         target("query p50 <= 20 ms", mv["p50_s"] * 1e3, mv["p50_s"] <= 0.020, "{:.0f} ms")
         target("query p99 <= 100 ms", mv["p99_s"] * 1e3, mv["p99_s"] <= 0.100, "{:.0f} ms")
-        r = mv["index_s"] / mv["backup_s"]
-        target("index time / full backup time <= 0.5", r, r <= 0.5, "{:.2f}")
+        r = mv["backup_index_s"] / mv["backup_s"] - 1
+        target("`backup --index` adds <= 50% to a full backup's time", 100 * r, r <= 0.5, "{:.0f}%")
+        lines.append(f"| (`index` after the backup, for reference: its time / the full backup's) | {mv['index_s'] / mv['backup_s']:.2f} | |")
         lines += ["", "| query | mailvault hits | ms | " + " | ".join(f"{label[t]} hits | ms" for t in tools[1:]) + " |",
                   "|---|---:|---:|" + "---:|---:|" * (len(tools) - 1)]
         for q, dq in QUERIES:
@@ -610,6 +618,11 @@ class GenBench(Bench):
         self.run("init", ["init", "--quiet"], repo)
         backup = ["backup", f"maildir:{store}", "--json", "--quiet"]
         full, full_rss, _ = self.run("backup", backup, repo)
+        # The same first backup indexing as it reads, in a repository of its own.
+        both = base / f"repo-{preset}-inline"
+        self.run("init", ["init", "--quiet"], both)
+        full_index, full_index_rss, _ = self.run("backup --index", ["backup", "--index", *backup[1:]], both)
+        shutil.rmtree(both)
         incr, incr_rss = [], 0
         for seed in range(2, a.snapshots + 1):
             self.corpus_tool("mutate", ["--seed", str(seed), str(store)])
@@ -629,7 +642,7 @@ class GenBench(Bench):
         queries = gen_queries(largest["address"])
         first, _, _ = self.search(repo, "budget", SCOPES[0][1])
         r = {
-            "preset": preset, "generated": gen, "generate_s": gen_s, "stats": stats, "snapshots": a.snapshots,
+            "preset": preset, "backup_index_s": full_index, "backup_index_rss_mb": full_index_rss, "generated": gen, "generate_s": gen_s, "stats": stats, "snapshots": a.snapshots,
             "backup_s": full, "backup_rss_mb": full_rss, "incr_s": statistics.mean(incr) if incr else None,
             "incr_rss_mb": incr_rss, "index_s": index, "index_rss_mb": index_rss, "report": rep,
             "index_bytes": du(repo / "search"), "floor_s": floor, "first_search_s": first,
@@ -769,8 +782,9 @@ class GenBench(Bench):
         target("search peak RSS <= 200 MB", max(s["search_rss_mb"], s["batch_rss_mb"]),
                max(s["search_rss_mb"], s["batch_rss_mb"]) <= 200, "{:.0f} MB")
         target("index peak RSS <= 500 MB", r["index_rss_mb"], r["index_rss_mb"] <= 500, "{:.0f} MB")
-        v = r["index_s"] / r["backup_s"]
-        target("index time / full backup time <= 0.5 (index covers every snapshot)", v, v <= 0.5, "{:.2f}")
+        v = r["backup_index_s"] / r["backup_s"] - 1
+        target("`backup --index` adds <= 50% to the first full backup's time", 100 * v, v <= 0.5, "{:.0f}%")
+        L.append(f"| (`index` of every snapshot after the backups, for reference: its time / the full backup's) | {r['index_s'] / r['backup_s']:.2f} | |")
         L += ["", "ms: a process each (in one process).", "", "| query | hits, all snapshots | ms | hits, newest | ms |" + (" fts-xapian hits, one account | ms |" if x else ""),
               "|---|---:|---:|---:|---:|" + ("---:|---:|" if x else "")]
         for q in (e["mailvault"] for e in r["queries"]):

@@ -28,11 +28,7 @@ static STACK: OnceLock<Stack> = OnceLock::new();
 static STACK_CACHE: OnceLock<Option<std::path::PathBuf>> = OnceLock::new();
 
 fn stack(g: &GlobalOpts) -> Result<&'static Stack> {
-    let o = &g.storage;
-    let cache_root = match o.no_cache {
-        true => None,
-        false => o.cache_dir.clone().or_else(default_cache_root),
-    };
+    let cache_root = cache_root(g);
     if let Some(s) = STACK.get() {
         if STACK_CACHE.get() == Some(&cache_root) {
             return Ok(s);
@@ -219,45 +215,19 @@ pub fn cores() -> usize {
     std::thread::available_parallelism().map_or(2, |n| n.get())
 }
 
-/// Where the local copies of the search index's splits go: `<cache root>/<repository
-/// id>/search` (directories 0700), or a directory of this run alone with `--no-cache`.
-pub enum SearchCache {
-    Kept(std::path::PathBuf),
-    Temporary(tempfile::TempDir),
-}
+pub use mailvault_core::search::split::SearchCache;
 
-impl SearchCache {
-    pub fn path(&self) -> &std::path::Path {
-        match self {
-            SearchCache::Kept(p) => p,
-            SearchCache::Temporary(t) => t.path(),
-        }
+/// The root of the local cache (none with `--no-cache`).
+pub fn cache_root(g: &GlobalOpts) -> Option<std::path::PathBuf> {
+    match g.storage.no_cache {
+        true => None,
+        false => g.storage.cache_dir.clone().or_else(default_cache_root),
     }
 }
 
 /// The search cache of repository `r` (see [`SearchCache`]).
 pub fn search_cache(g: &GlobalOpts, r: &Repository) -> mailvault_core::Result<SearchCache> {
-    let id = &r.config().id;
-    let root = match g.storage.no_cache {
-        true => None,
-        false => g.storage.cache_dir.clone().or_else(default_cache_root),
-    };
-    // The id is the config's: checked to be hex, so never a path out of the root.
-    match root {
-        Some(root) if !id.is_empty() && id.bytes().all(|c| c.is_ascii_hexdigit()) => {
-            Ok(SearchCache::Kept(root.join(id).join("search")))
-        }
-        _ => {
-            let tmp = tempfile::Builder::new()
-                .prefix("mailvault-search-")
-                .tempdir();
-            let tmp = tmp.map_err(|e| mailvault_core::Error::Io {
-                path: std::env::temp_dir(),
-                source: e,
-            })?;
-            Ok(SearchCache::Temporary(tmp))
-        }
-    }
+    SearchCache::of(cache_root(g).as_deref(), r)
 }
 
 /// Runs `f` on the repository, opened again (up to three times in all) when a prune

@@ -197,7 +197,11 @@ fn the_nightly_profile_runs_end_to_end() {
     assert_eq!(r["check"]["status"], "done", "{r}");
     assert_eq!(r["errors"].as_array().unwrap().len(), 0, "{r}");
     assert_eq!(r["index"]["status"], "done", "{r}");
-    assert_eq!(r["index"]["report"]["indexed"], 8, "{r}");
+    // Each backup indexed what it read; the index step found nothing left.
+    assert_eq!(r["backups"][0]["report"]["index"]["indexed"], 5, "{r}");
+    assert_eq!(r["backups"][1]["report"]["index"]["indexed"], 3, "{r}");
+    assert_eq!(r["index"]["report"]["indexed"], 0, "{r}");
+    assert_eq!(r["index"]["report"]["already_indexed"], 8, "{r}");
     // Nothing to forget yet; the first prune is due (none was recorded).
     assert_eq!(r["forget"]["status"], "done", "{r}");
     assert_eq!(
@@ -637,8 +641,10 @@ fn the_systemd_units_verify_and_run_the_profile() {
     assert_eq!(snapshots(&e).len(), 2);
 }
 
-/// A `run` killed while it indexes what its backups added: the next run indexes all of it
-/// and `check` finds the index whole.
+/// A `run` killed while its first backup indexes what it reads: no split is left of it
+/// (no snapshot holds those contents), and the next run indexes all of it (the packs it
+/// resumes hold contents the repository now has: indexed after the backup) and `check`
+/// finds the index whole.
 #[test]
 fn a_run_killed_while_it_indexes_is_finished_by_the_next() {
     let e = Env::new();
@@ -659,18 +665,38 @@ fn a_run_killed_while_it_indexes_is_finished_by_the_next() {
             .map(|d| d.count())
             .unwrap_or(0)
     };
+    // A split being built in the cache, by the first backup.
+    let building = || {
+        let mut dirs = vec![e.path("cache")];
+        while let Some(d) = dirs.pop() {
+            for entry in fs::read_dir(&d).into_iter().flatten().flatten() {
+                let name = entry.file_name().to_string_lossy().into_owned();
+                if name.starts_with(".build-") {
+                    return true;
+                }
+                if entry.path().is_dir() {
+                    dirs.push(entry.path());
+                }
+            }
+        }
+        false
+    };
     let mut child = run().stdout(std::process::Stdio::null()).spawn().unwrap();
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
-    // Both backups done: the run is indexing.
-    while snapshots() < 2 && std::time::Instant::now() < deadline {
-        std::thread::sleep(std::time::Duration::from_millis(5));
+    while !building() && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(2));
     }
     assert!(
-        child.try_wait().unwrap().is_none(),
-        "the run finished before it could be killed while indexing: make the store bigger"
+        child.try_wait().unwrap().is_none() && snapshots() == 0,
+        "the first backup finished before it could be killed: make the store bigger"
     );
     child.kill().unwrap();
     child.wait().unwrap();
+    assert!(
+        !e.repo().join("search").exists()
+            || fs::read_dir(e.repo().join("search")).unwrap().count() == 0,
+        "a killed backup leaves no split"
+    );
     let o = run().output().unwrap();
     assert_eq!(
         o.status.code(),

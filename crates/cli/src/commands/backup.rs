@@ -4,6 +4,8 @@ use crate::output::{bytes, count, print_failures, ratio};
 use crate::{progress::Bar, repo, GlobalOpts, Outcome};
 use anyhow::Result;
 use mailvault_core::ops::backup::{self, BackupReport};
+use mailvault_core::search::build::{index, IndexOptions, IndexReport};
+use mailvault_core::search::inline::IndexAsRead;
 use mailvault_core::source::imap::{ImapBackupOptions, ImapSource};
 use mailvault_core::source::maildir::{BackupOptions, MaildirSource};
 use mailvault_core::Compression;
@@ -68,6 +70,10 @@ pub struct Args {
     /// recognized by name alone; use this for stores edited in place.
     #[arg(long)]
     pub stat_unchanged: bool,
+    /// Index the messages the backup adds for `search` as it reads them, then whatever
+    /// else no split of the index holds yet (as `mailvault index`). docs/search.md.
+    #[arg(long)]
+    pub index: bool,
     #[command(flatten)]
     pub imap: super::imap::ImapArgs,
     /// IMAP: a file with the accounts to back up, one per line (with --imap-master-user).
@@ -94,7 +100,8 @@ pub fn run(g: &GlobalOpts, a: Args) -> Result<Outcome> {
     } else {
         print_report(&rep);
     }
-    Ok(if rep.items_failed > 0 {
+    let index_failed = rep.index.as_ref().is_some_and(|i| !i.failures.is_empty());
+    Ok(if rep.items_failed > 0 || index_failed {
         Outcome::Partial
     } else {
         Outcome::Ok
@@ -163,7 +170,7 @@ fn execute_source(g: &GlobalOpts, a: Args) -> Result<BackupReport> {
     }
     let snapshots = take_snapshots(a.snapshot.as_deref(), std::slice::from_ref(&source))?;
     let opts = BackupOptions {
-        run: run_options(&a)?,
+        run: run_options(g, &a)?,
         source,
         accounts: a.account,
         jobs: repo::jobs(g),
@@ -183,7 +190,7 @@ fn execute_source(g: &GlobalOpts, a: Args) -> Result<BackupReport> {
 }
 
 /// The options every kind of source shares.
-fn run_options(a: &Args) -> Result<mailvault_core::source::RunOptions> {
+fn run_options(g: &GlobalOpts, a: &Args) -> Result<mailvault_core::source::RunOptions> {
     Ok(mailvault_core::source::RunOptions {
         compression: a
             .compression
@@ -194,6 +201,10 @@ fn run_options(a: &Args) -> Result<mailvault_core::source::RunOptions> {
         hostname: a.host.clone().unwrap_or_else(mailvault_core::hostname),
         force: a.force,
         rescan: a.rescan,
+        index: a.index.then(|| IndexAsRead {
+            cache_root: repo::cache_root(g),
+            opts: IndexOptions::default(),
+        }),
     })
 }
 
@@ -249,7 +260,7 @@ fn run_mbox(g: &GlobalOpts, a: Args, path: std::path::PathBuf) -> Result<BackupR
         path,
         layout,
         jobs: repo::jobs(g),
-        run: run_options(&a)?,
+        run: run_options(g, &a)?,
     };
     run_backup(g, a.time, |r, time, bar| {
         MboxSource::new(&opts).and_then(|s| backup::run(r, &s, &opts.run, time, bar))
@@ -266,7 +277,7 @@ fn run_eml(g: &GlobalOpts, a: Args, path: std::path::PathBuf) -> Result<BackupRe
         path,
         account: one_account(&a, &what)?,
         jobs: repo::jobs(g),
-        run: run_options(&a)?,
+        run: run_options(g, &a)?,
     };
     run_backup(g, a.time, |r, time, bar| {
         EmlSource::new(&opts).and_then(|s| backup::run(r, &s, &opts.run, time, bar))
@@ -296,7 +307,7 @@ fn run_files(g: &GlobalOpts, a: Args, first: std::path::PathBuf) -> Result<Backu
         exclude: a.exclude.clone(),
         jobs: repo::jobs(g),
         read_from: snapshots.iter().map(|s| s.read_from()).collect(),
-        run: run_options(&a)?,
+        run: run_options(g, &a)?,
     };
     let rep = run_backup(g, a.time, |r, time, bar| {
         FileSource::new(&opts).and_then(|s| backup::run(r, &s, &opts.run, time, bar))
@@ -376,11 +387,49 @@ fn run_backup<E: std::error::Error + Send + Sync + 'static>(
 ) -> Result<BackupReport> {
     let mut r = repo::open(g)?;
     let time = time.unwrap_or_else(mailvault_core::now);
-    let out = Bar::run(g.quiet || g.json, "backup ", |bar| {
+    let mut out = Bar::run(g.quiet || g.json, "backup ", |bar| {
         backup(&mut r, time, bar)
     })?;
     record_seen(&r);
+    if let Some(during) = out.index.take() {
+        out.index = Some(index_rest(g, &r, during, &mut out.warnings));
+    }
     Ok(out)
+}
+
+/// `backup --index`, after the backup: what it did not index as it read (contents the
+/// repository had, which earlier runs may not have indexed), as `mailvault index` does;
+/// the two runs' figures in one report. A failure is a warning: the backup is saved.
+fn index_rest(
+    g: &GlobalOpts,
+    r: &mailvault_core::Repository,
+    during: IndexReport,
+    warnings: &mut Vec<String>,
+) -> IndexReport {
+    let rest = repo::search_cache(g, r).and_then(|cache| {
+        Bar::run(g.quiet || g.json, "index  ", |bar| {
+            index(r, cache.path(), &IndexOptions::default(), bar)
+        })
+    });
+    match rest {
+        Ok(mut rest) => {
+            rest.already_indexed = rest.already_indexed.saturating_sub(during.indexed);
+            rest.indexed += during.indexed;
+            rest.as_read = during.indexed;
+            rest.bytes += during.bytes;
+            rest.truncated += during.truncated;
+            let mut splits = during.splits;
+            splits.append(&mut rest.splits);
+            rest.splits = splits;
+            rest
+        }
+        Err(e) => {
+            warnings.push(format!(
+                "indexing after the backup: {e} (`mailvault index` indexes what is left)"
+            ));
+            during
+        }
+    }
 }
 
 /// Records the snapshots now in the repository, the new one among them, in this host's
@@ -438,6 +487,9 @@ pub fn print_report(r: &BackupReport) {
         "  time       {:.2} s: {:.0} {per}/s, {:.1} MB/s",
         r.elapsed_secs, r.items_per_sec, r.mb_per_sec
     );
+    if let Some(ix) = &r.index {
+        super::index::print_report(ix);
+    }
     for w in &r.warnings {
         println!("warning: {}", crate::output::safe(w));
     }
@@ -465,7 +517,7 @@ fn run_imap(g: &GlobalOpts, a: Args) -> Result<BackupReport> {
         None => connection.url(),
     };
     let opts = ImapBackupOptions {
-        run: run_options(&a)?,
+        run: run_options(g, &a)?,
         source,
         accounts,
         connection,

@@ -37,8 +37,12 @@ pub fn run(g: &GlobalOpts, a: Args) -> Result<Outcome> {
 
 /// What an `index` run did, in a few lines (also `backup --index`).
 pub fn print_report(rep: &IndexReport) {
+    let as_read = match rep.as_read {
+        0 => String::new(),
+        n => format!(", {n} as the backup read them"),
+    };
     println!(
-        "indexed {} ({}) into {}; {} already indexed, of {} in {}",
+        "indexed {} ({}{as_read}) into {}; {} already indexed, of {} in {}",
         count(rep.indexed, "message", "messages"),
         bytes(rep.bytes),
         count(rep.splits.len() as u64, "split", "splits"),

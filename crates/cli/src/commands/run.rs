@@ -119,7 +119,11 @@ pub fn run(g: &GlobalOpts, a: Args) -> Result<Outcome> {
     for s in &p.sources {
         let result = BackupLine::try_parse_from(s.backup_args(p))
             .map_err(|e| anyhow::anyhow!("{}", e.to_string().trim_end()))
-            .and_then(|l| backup::execute(g, l.args));
+            .and_then(|mut l| {
+                // Indexed as read; the index step then finds only what was not.
+                l.args.index |= p.index;
+                backup::execute(g, l.args)
+            });
         match result {
             Ok(r) => {
                 if r.items_failed > 0 {

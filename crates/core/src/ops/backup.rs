@@ -23,7 +23,7 @@ use crate::repo::writer::BlobSaver;
 use crate::repo::{lock, Repository};
 use crate::report::{per_sec, ratio, Failure, Progress};
 use crate::source::parent::ParentAccount;
-use crate::source::writer::{Counters, Ctx, Entries, OwnerIds};
+use crate::source::writer::{Counters, Ctx, Entries, NewContents, OwnerIds};
 use crate::source::Source;
 use crate::source::{Account, Failures, Folder, FolderWriter, Parallelism, RunOptions, Samples};
 use mailvault_imap::maildir_flags::KeywordTable;
@@ -75,6 +75,9 @@ pub struct BackupReport {
     /// What was left out on purpose and is worth saying (a store's alias links): the
     /// exit code does not change.
     pub warnings: Vec<String>,
+    /// `backup --index`: what was indexed as it was read (absent without it).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub index: Option<crate::search::build::IndexReport>,
 }
 
 /// The snapshot fields a backup run of any source decides up front.
@@ -160,6 +163,7 @@ pub(crate) fn finish_run(
     let new_raw = st.data_raw.load(Relaxed);
     let items_total = messages + n.files.load(Relaxed) + failures.len() as u64;
     let report = BackupReport {
+        index: None,
         snapshot: id.to_hex(),
         source: snap.source.clone(),
         parent: meta.parent.map(|p| p.id.to_hex()),
@@ -234,7 +238,15 @@ pub fn run<S: Source>(
         None => HashMap::new(),
     };
     let prefetch = !parent_accounts.is_empty();
-    let (report, written) = std::thread::scope(|s| {
+    // A backup never fails for its index: what is not indexed here, `index` indexes.
+    let mut index_warning = None;
+    let inline = match &opts.index {
+        Some(how) => crate::search::inline::Inline::new(repo, how)
+            .map_err(|e| index_warning = Some(format!("indexing during the backup: {e}")))
+            .ok(),
+        None => None,
+    };
+    let (mut report, written) = std::thread::scope(|s| {
         if prefetch {
             std::thread::Builder::new()
                 .name("prefetch".into())
@@ -254,6 +266,7 @@ pub fn run<S: Source>(
             state_file: source.state_file(),
             rescan: opts.rescan,
             parent_started: parent.as_ref().and_then(|p| p.started),
+            new_contents: inline.as_ref().map(|i| i as &dyn NewContents),
         };
         ctx.saver.adopt(resumed);
         let accounts = backup_accounts(&ctx, source, &accounts, &parent_accounts)?;
@@ -275,6 +288,20 @@ pub fn run<S: Source>(
         let (failures, warnings) = (ctx.failures.take(), ctx.failures.take_warnings());
         finish_run(&ctx.saver, &ctx.n, failures, warnings, root, meta)
     })?;
+    // The snapshot is saved: its contents may be in splits now (and while this run's
+    // record in `writers/` still stands).
+    if let Some(inline) = inline {
+        match inline.finish(repo) {
+            Ok(r) => report.index = Some(r),
+            Err(e) => index_warning = Some(format!("saving what this backup indexed: {e}")),
+        }
+    }
+    if let Some(w) = index_warning {
+        report.warnings.push(w);
+    }
+    if opts.index.is_some() {
+        report.index.get_or_insert_with(Default::default);
+    }
     end_run(repo, &written, mark);
     Ok(report)
 }

@@ -109,7 +109,7 @@ pub fn merge_splits(
         supersedes: splits.iter().map(|s| s.id).collect(),
         ..SplitHeader::default()
     };
-    let id = write_split(repo, &index, dir.path(), header)?;
+    let id = write_split(repo, cache, &index, dir, header)?;
     repo.store().flush()?;
     Ok(id)
 }

@@ -72,12 +72,60 @@ pub(crate) fn index_files(index: &tantivy::Index, dir: &Path) -> Result<Vec<(Str
     Ok(out)
 }
 
-/// Seals the index in `dir` as a split and stores it; returns its id.
+/// Seals the index built in `dir` (under `cache`) as a split and stores it; returns its
+/// id. `dir` then becomes the split's local copy, which needs no reading back.
 pub fn write_split(
+    repo: &Repository,
+    cache: &Path,
+    index: &tantivy::Index,
+    dir: tempfile::TempDir,
+    mut header: SplitHeader,
+) -> Result<Id> {
+    let id = seal_split(repo, index, dir.path(), &mut header)?;
+    keep_built(cache, &id, dir, &header)?;
+    Ok(id)
+}
+
+/// The index in `dir`, made the local copy of split `id` (`header`, its files listed),
+/// unless one is there.
+fn keep_built(cache: &Path, id: &Id, dir: tempfile::TempDir, header: &SplitHeader) -> Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    let target = cache.join(id.to_string());
+    if target.join(HEADER_FILE).exists() {
+        return Ok(());
+    }
+    // The split's files alone (not the writer's lock and bookkeeping files), plaintext
+    // for the cache's owner alone: as a copy read from the repository is.
+    for e in fs::read_dir(dir.path()).map_err(|e| Error::io(dir.path(), e))? {
+        let e = e.map_err(|e| Error::io(dir.path(), e))?;
+        let path = e.path();
+        let name = e.file_name();
+        if header.files.iter().any(|(f, _)| name.to_str() == Some(f)) {
+            fs::set_permissions(&path, fs::Permissions::from_mode(0o600))
+                .map_err(|e| Error::io(&path, e))?;
+        } else {
+            fs::remove_file(&path).map_err(|e| Error::io(&path, e))?;
+        }
+    }
+    let head = postcard::to_stdvec(header).map_err(|e| Error::corrupt("split", e.to_string()))?;
+    private_file(&dir.path().join(HEADER_FILE), &head)?;
+    fs::set_permissions(dir.path(), fs::Permissions::from_mode(0o700))
+        .map_err(|e| Error::io(dir.path(), e))?;
+    let built = dir.keep();
+    if fs::rename(&built, &target).is_err() {
+        // Another process put it there first (or cannot be replaced): read back later.
+        let _ = fs::remove_dir_all(&built);
+    }
+    Ok(())
+}
+
+/// Seals the index in `dir` as a split and stores it; returns its id, with the files of
+/// `header` listed.
+fn seal_split(
     repo: &Repository,
     index: &tantivy::Index,
     dir: &Path,
-    mut header: SplitHeader,
+    header: &mut SplitHeader,
 ) -> Result<Id> {
     let files = index_files(index, dir)?;
     let mut bodies = Vec::with_capacity(files.len());
@@ -87,7 +135,7 @@ pub fn write_split(
         header.files.push((name, bytes.len() as u64));
         bodies.push(bytes);
     }
-    let head = postcard::to_stdvec(&header).map_err(|e| Error::corrupt("split", e.to_string()))?;
+    let head = postcard::to_stdvec(&*header).map_err(|e| Error::corrupt("split", e.to_string()))?;
     let total = bodies.iter().map(Vec::len).sum::<usize>();
     let mut plain = Vec::with_capacity(MAGIC.len() + 4 + head.len() + total);
     plain.extend_from_slice(MAGIC);
@@ -194,6 +242,42 @@ pub fn unpacked(opened: Vec<u8>, what: &str) -> Result<Vec<u8>> {
     Ok(out)
 }
 
+/// Where the local copies of a repository's splits go: `<cache root>/<repository
+/// id>/search` (directories 0700), or a directory of this run alone without a cache root
+/// (`--no-cache`).
+pub enum SearchCache {
+    Kept(PathBuf),
+    Temporary(tempfile::TempDir),
+}
+
+impl SearchCache {
+    /// The search cache of `repo` under `root`.
+    pub fn of(root: Option<&Path>, repo: &Repository) -> Result<SearchCache> {
+        let id = &repo.config().id;
+        // The id is the config's: checked to be hex, so never a path out of the root.
+        match root {
+            Some(root) if !id.is_empty() && id.bytes().all(|c| c.is_ascii_hexdigit()) => {
+                Ok(SearchCache::Kept(root.join(id).join("search")))
+            }
+            _ => {
+                let tmp = tempfile::Builder::new()
+                    .prefix("mailvault-search-")
+                    .tempdir();
+                Ok(SearchCache::Temporary(
+                    tmp.map_err(|e| Error::io(std::env::temp_dir(), e))?,
+                ))
+            }
+        }
+    }
+
+    pub fn path(&self) -> &Path {
+        match self {
+            SearchCache::Kept(p) => p,
+            SearchCache::Temporary(t) => t.path(),
+        }
+    }
+}
+
 /// The splits in the repository, by id (names that are not ids are left to `check`).
 pub fn list_splits(repo: &Repository) -> Result<BTreeSet<Id>> {
     Ok(repo
@@ -291,7 +375,11 @@ pub fn live_splits(repo: &Repository, cache: &Path) -> Result<Vec<LocalSplit>> {
             let name = e.file_name().to_string_lossy().into_owned();
             let stale = match Id::from_hex(&name) {
                 Some(id) => !present.contains(&id),
-                None => name.starts_with(".part-") && is_stale(&e.path()),
+                // Left by a killed run (a download, a split being built).
+                None => {
+                    (name.starts_with(".part-") || name.starts_with(".build-"))
+                        && is_stale(&e.path())
+                }
             };
             if stale {
                 let _ = fs::remove_dir_all(e.path());

@@ -167,6 +167,8 @@ pub struct RunOptions {
     /// List every folder, even one whose directories are proven unchanged since the
     /// parent snapshot ([`unchanged`]); the parent's messages are still not read again.
     pub rescan: bool,
+    /// `backup --index`: index the message contents the run adds as it reads them.
+    pub index: Option<crate::search::inline::IndexAsRead>,
 }
 
 impl RunOptions {
@@ -179,6 +181,7 @@ impl RunOptions {
             hostname: hostname.into(),
             force: false,
             rescan: false,
+            index: None,
         }
     }
 }

@@ -12,7 +12,8 @@ use crate::repo::tree::{
     DirEntry, FileEntry, FolderNode, FolderScan, MessageEntry, OwnerNames, Timestamp,
 };
 use crate::repo::writer::content::{
-    save_entries, store_content, store_large, EntryStream, SavedChunks, StoredLarge,
+    save_entries, store_content, store_content_new, store_large, EntryStream, SavedChunks,
+    StoredLarge,
 };
 use crate::repo::writer::BlobSaver;
 use crate::report::Progress;
@@ -57,6 +58,15 @@ pub(crate) struct Ctx<'a> {
     pub(crate) rescan: bool,
     /// The parent snapshot's [`crate::repo::snapshot::Snapshot::started`].
     pub(crate) parent_started: Option<Timestamp>,
+    /// Given each message content new to the repository (`backup --index`).
+    pub(crate) new_contents: Option<&'a dyn NewContents>,
+}
+
+/// Takes the message contents a backup adds to the repository as it reads them: each
+/// once (the first copy of a message delivered to many mailboxes), with its keyed hash
+/// (the entries' `hash`). Called from the backup's workers, several at once.
+pub trait NewContents: Sync {
+    fn add(&self, hash: &crate::repo::id::Id, data: &[u8]);
 }
 
 impl Ctx<'_> {
@@ -310,13 +320,16 @@ impl<'a> FolderWriter<'a> {
         let data = msg.data;
         ctx.n.bytes_read.fetch_add(msg.read, Relaxed);
         ctx.n.new.fetch_add(1, Relaxed);
-        let content = store_content(&ctx.saver, data)?;
+        let (content, new_content) = store_content_new(&ctx.saver, data)?;
         // A message stored as one blob is hashed once: its blob's id is the keyed hash of
         // all of it (blake3 was a quarter of a full backup's CPU, half of it this twice).
         let hash = match content[..] {
             [whole] => whole,
             _ => ctx.saver.repo().key().blob_id(data),
         };
+        if let (Some(sink), true) = (ctx.new_contents, new_content) {
+            sink.add(&hash, data);
+        }
         let size = data.len() as u64;
         let (key, name, new, mtime, (mode, uid, gid)) = match msg.meta {
             MessageMeta::Maildir { name, new, file } => (

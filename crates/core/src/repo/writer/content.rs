@@ -15,11 +15,22 @@ use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 /// Splits a message (or any file) into blobs ([`crate::repo::split`]) and saves them; returns
 /// the content ids in order. For every kind of source.
 pub fn store_content(saver: &BlobSaver, data: &[u8]) -> Result<Vec<Id>> {
+    store_content_new(saver, data).map(|(ids, _)| ids)
+}
+
+/// As [`store_content`], and whether the content is new to the repository: some blob of
+/// it was neither in the repository nor saved before by this run. (A content made only of
+/// blobs seen before may be new too, but rarely: a reordering.)
+pub fn store_content_new(saver: &BlobSaver, data: &[u8]) -> Result<(Vec<Id>, bool)> {
     let mut ids = Vec::new();
+    let mut new = false;
     for r in crate::repo::split::split(data, saver.repo().chunker()) {
-        ids.push(saver.save(BlobKind::Data, &data[r])?);
+        let chunk = &data[r];
+        let id = saver.repo().key().blob_id(chunk);
+        new |= saver.save_with_id(BlobKind::Data, id, chunk)?;
+        ids.push(id);
     }
-    Ok(ids)
+    Ok((ids, new))
 }
 
 /// A large file is read and chunked in windows of this many bytes: two in memory at once
