@@ -315,7 +315,7 @@ fn no_route_answers_without_a_session_and_failed_logins_are_limited() {
         }
     }
     for path in ["/logout", "/api/v1/logout", "/api/v1/search"] {
-        let r = s.post_form(&path, None, "csrf=x");
+        let r = s.post_form(path, None, "csrf=x");
         assert!(
             [StatusCode::FOUND, StatusCode::UNAUTHORIZED].contains(&r.status()),
             "{path}: {}",
@@ -491,6 +491,19 @@ fn a_session_walks_snapshot_account_folder_message_and_downloads_and_searches() 
     let hits = s.api("/api/v1/search?q=zebraquartz", &me);
     assert_eq!(hits["total"], 1, "{hits}");
     assert_eq!(hits["hits"][0]["key"], "zebra");
+    // Each hit names the message's place: its page opens from it.
+    for (word, subject) in [("zebraquartz", "planted"), ("kept", "archived")] {
+        let hit = &s.api(&format!("/api/v1/search?q={word}"), &me)["hits"][0];
+        let at = ["last_snapshot", "account", "folder", "key"].map(|k| hit[k].as_str().unwrap());
+        let place = [
+            ("snapshot", at[0]),
+            ("account", at[1]),
+            ("folder", at[2]),
+            ("key", at[3]),
+        ];
+        let m = s.api(&q("/api/v1/message", &place), &me);
+        assert_eq!(m["headers"]["subject"], subject, "{hit}");
+    }
     let found = s.page("/search?q=zebraquartz", &me);
     assert!(found.contains("planted"), "{found}");
     assert!(!s
@@ -651,4 +664,47 @@ fn a_token_file_others_can_read_and_a_public_address_without_tls_are_refused() {
     fs::write(e.path("token"), "short\n").unwrap();
     let out = e.expect(2, &["serve", "--admin-token-file", &token]);
     assert!(out.contains("too short"), "{out}");
+}
+
+#[test]
+fn a_running_server_follows_backups_and_index_and_lets_a_prune_run_when_idle() {
+    let e = repository();
+    let s = start(&e, &["--recheck", "0s", "--idle-close", "1h"]);
+    let me = s.session();
+    assert_eq!(s.api("/api/v1/snapshots", &me).as_array().unwrap().len(), 2);
+    // A backup and an index run while it serves: the new snapshot is read (its trees are
+    // in packs the index read at start did not know) and its message found.
+    let mail = e.path("mail");
+    common::at_rest();
+    put(
+        &mail,
+        "",
+        "fresh:2,",
+        &plain(
+            "fresh one",
+            "Sat, 20 Jan 2024 10:00:00 +0000",
+            "a quokkaplume",
+        ),
+    );
+    e.ok(&["backup", &format!("maildir:{}", mail.display())]);
+    e.ok(&["index"]);
+    let snaps = s.api("/api/v1/snapshots", &me);
+    assert_eq!(snaps.as_array().unwrap().len(), 3);
+    let id = snaps[0]["id"].as_str().unwrap();
+    let page = q(
+        "/api/v1/messages",
+        &[("snapshot", id), ("account", ACCOUNT), ("folder", "INBOX")],
+    );
+    assert_eq!(s.api(&page, &me)["items"][0]["key"], "fresh");
+    let hits = s.api("/api/v1/search?q=quokkaplume", &me);
+    assert_eq!(hits["hits"][0]["key"], "fresh", "{hits}");
+    // Idle, it gives back its read lock: a prune runs; then it opens the repository again.
+    drop(s);
+    let s = start(&e, &["--idle-close", "2s"]);
+    let me = s.session();
+    assert_eq!(s.api(&page, &me)["total"], 5);
+    std::thread::sleep(std::time::Duration::from_secs(4));
+    e.ok(&["prune", "--retry-lock", "3s"]);
+    assert_eq!(s.api("/api/v1/snapshots", &me).as_array().unwrap().len(), 3);
+    assert_eq!(s.api(&page, &me)["total"], 5);
 }

@@ -22,16 +22,16 @@ pub async fn session(Extension(ctx): Extension<Ctx>) -> Json<Value> {
 }
 
 pub async fn snapshots(State(st): State<AppState>) -> Answer {
-    let repo = st.0.repo;
-    to_json(blocking(move || read::snapshots(repo)).await?)
+    let live = reply::live(&st).await?;
+    to_json(blocking(move || read::snapshots(live.repo())).await?)
 }
 
 pub async fn accounts(State(st): State<AppState>, Query(q): Query<SnapQ>) -> Answer {
-    let repo = st.0.repo;
+    let live = reply::live(&st).await?;
     let (snap, list) = blocking(move || {
         Ok((
-            read::snapshot(repo, &q.snapshot)?,
-            read::accounts(repo, &q.snapshot)?,
+            read::snapshot(live.repo(), &q.snapshot)?,
+            read::accounts(live.repo(), &q.snapshot)?,
         ))
     })
     .await?;
@@ -39,24 +39,31 @@ pub async fn accounts(State(st): State<AppState>, Query(q): Query<SnapQ>) -> Ans
 }
 
 pub async fn folders(State(st): State<AppState>, Query(q): Query<AccountQ>) -> Answer {
-    let repo = st.0.repo;
-    let list = blocking(move || read::folders(repo, &q.snapshot, &q.account)).await?;
+    let live = reply::live(&st).await?;
+    let list = blocking(move || read::folders(live.repo(), &q.snapshot, &q.account)).await?;
     to_json(json!({ "folders": list }))
 }
 
 pub async fn messages(State(st): State<AppState>, Query(q): Query<FolderQ>) -> Answer {
-    let (repo, size) = (st.0.repo, st.0.page_size);
+    let (live, size) = (reply::live(&st).await?, st.0.page_size);
     let page = q.page.unwrap_or(1);
     to_json(
-        blocking(move || read::messages(repo, (&q.snapshot, &q.account, &q.folder), page, size))
-            .await?,
+        blocking(move || {
+            read::messages(
+                live.repo(),
+                (&q.snapshot, &q.account, &q.folder),
+                page,
+                size,
+            )
+        })
+        .await?,
     )
 }
 
 pub async fn message(State(st): State<AppState>, Query(p): Query<Place>) -> Answer {
     let f = reply::found(&st, p.clone()).await?;
-    let (repo, cache, hash) = (st.0.repo, st.0.cache.clone(), f.entry.hash);
-    let holders = blocking(move || read::holders(repo, &cache, &hash)).await?;
+    let (live, cache, hash) = (reply::live(&st).await?, st.0.cache.clone(), f.entry.hash);
+    let holders = blocking(move || read::holders(live.repo(), &cache, &hash)).await?;
     let d = crate::mail::decode(&f.raw);
     to_json(json!({
         "id": f.entry.hash.to_hex(),

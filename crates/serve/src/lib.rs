@@ -36,7 +36,14 @@ pub struct ServeOptions {
     pub search_cache: PathBuf,
     /// Messages per page of a folder.
     pub page_size: usize,
+    /// Check the repository for new snapshots and replaced index files at most this often.
+    pub recheck: std::time::Duration,
+    /// Close the repository (and give back its read lock) after this long without a
+    /// request.
+    pub idle_close: std::time::Duration,
 }
+
+pub use state::Reopen;
 
 /// Why `serve` could not start or stopped.
 #[derive(Debug, thiserror::Error)]
@@ -66,22 +73,25 @@ pub fn check_listen(addr: SocketAddr, insecure_listen: bool) -> Result<(), Error
 }
 
 /// Serves `repo` until SIGINT or SIGTERM. `ready` is told the address bound (with port 0,
-/// the one the system chose) once the server accepts connections.
-///
-/// The repository is kept for the life of the process (leaked: the searcher borrows it
-/// and a server lives until the process ends); the searcher holds a read lock on it, so a
-/// `prune` waits while `serve` runs.
+/// the one the system chose) once the server accepts connections. `reopen` opens the
+/// repository again when it changed (a backup, `index`, a prune) or after it was closed
+/// for being idle (see `state`).
 pub fn serve(
     repo: Repository,
+    reopen: Reopen,
     opts: ServeOptions,
     ready: impl FnOnce(SocketAddr),
 ) -> Result<(), Error> {
     check_listen(opts.listen, opts.insecure_listen)?;
-    let repo: &'static Repository = Box::leak(Box::new(repo));
-    let searcher = mailvault_core::search::exec::Searcher::open(repo, &opts.search_cache)?;
+    let live = state::Live::open(repo, &opts.search_cache)?;
+    let fresh = state::Freshness {
+        reopen,
+        recheck: opts.recheck,
+        idle_close: opts.idle_close,
+    };
     let state = state::AppState::new(
-        repo,
-        searcher,
+        live,
+        fresh,
         opts.admin_token,
         opts.page_size,
         opts.search_cache,
@@ -96,12 +106,26 @@ pub fn serve(
                 source,
             })?;
         ready(listener.local_addr()?);
+        tokio::spawn(close_when_idle(state.clone()));
         let app = routes::router(state).into_make_service_with_connect_info::<SocketAddr>();
         axum::serve(listener, app)
             .with_graceful_shutdown(shutdown())
             .await?;
         Ok(())
     })
+}
+
+/// Closes the repository when no request came for a while (its read lock given back, so
+/// that a prune need not wait for an idle server).
+async fn close_when_idle(st: state::AppState) {
+    loop {
+        tokio::time::sleep(st.idle_tick()).await;
+        let s = st.clone();
+        let closed = tokio::task::spawn_blocking(move || s.take_if_idle().is_some()).await;
+        if let Ok(true) = closed {
+            tracing::debug!("serve: the repository closed after an idle time");
+        }
+    }
 }
 
 /// Resolves on SIGINT or SIGTERM.

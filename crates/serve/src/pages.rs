@@ -28,8 +28,8 @@ pub async fn style() -> Response {
 }
 
 pub async fn snapshots(State(st): State<AppState>, Extension(ctx): Extension<Ctx>) -> Page {
-    let repo = st.0.repo;
-    let list = blocking(move || read::snapshots(repo)).await?;
+    let live = reply::live(&st).await?;
+    let list = blocking(move || read::snapshots(live.repo())).await?;
     let body = html! {
         @if list.is_empty() { p { "No snapshots yet." } }
         table {
@@ -53,10 +53,15 @@ pub async fn accounts(
     Extension(ctx): Extension<Ctx>,
     Query(q): Query<SnapQ>,
 ) -> Page {
-    let repo = st.0.repo;
+    let live = reply::live(&st).await?;
     let id = q.snapshot.clone();
-    let (snap, list) =
-        blocking(move || Ok((read::snapshot(repo, &id)?, read::accounts(repo, &id)?))).await?;
+    let (snap, list) = blocking(move || {
+        Ok((
+            read::snapshot(live.repo(), &id)?,
+            read::accounts(live.repo(), &id)?,
+        ))
+    })
+    .await?;
     let body = html! {
         p.crumbs { a href="/" { "Snapshots" } " / " (short(&snap.id)) " · " (time(snap.time))
             " · " (snap.hostname) " · " (snap.source) }
@@ -77,12 +82,12 @@ pub async fn folders(
     Extension(ctx): Extension<Ctx>,
     Query(q): Query<AccountQ>,
 ) -> Page {
-    let repo = st.0.repo;
+    let live = reply::live(&st).await?;
     let (id, account) = (q.snapshot.clone(), q.account.clone());
     let (snap, list) = blocking(move || {
         Ok((
-            read::snapshot(repo, &id)?,
-            read::folders(repo, &id, &account)?,
+            read::snapshot(live.repo(), &id)?,
+            read::folders(live.repo(), &id, &account)?,
         ))
     })
     .await?;
@@ -105,11 +110,12 @@ pub async fn messages(
     Extension(ctx): Extension<Ctx>,
     Query(q): Query<FolderQ>,
 ) -> Page {
-    let repo = st.0.repo;
+    let live = reply::live(&st).await?;
     let size = st.0.page_size;
     let (id, account, folder) = (q.snapshot.clone(), q.account.clone(), q.folder.clone());
     let page = q.page.unwrap_or(1);
-    let p = blocking(move || read::messages(repo, (&id, &account, &folder), page, size)).await?;
+    let p =
+        blocking(move || read::messages(live.repo(), (&id, &account, &folder), page, size)).await?;
     let here = |n: usize| {
         let n = n.to_string();
         let params = [
@@ -160,8 +166,8 @@ pub async fn message(
     Query(p): Query<Place>,
 ) -> Page {
     let f = reply::found(&st, p.clone()).await?;
-    let (repo, cache, hash) = (st.0.repo, st.0.cache.clone(), f.entry.hash);
-    let holders = blocking(move || read::holders(repo, &cache, &hash)).await?;
+    let (live, cache, hash) = (reply::live(&st).await?, st.0.cache.clone(), f.entry.hash);
+    let holders = blocking(move || read::holders(live.repo(), &cache, &hash)).await?;
     let d = crate::mail::decode(&f.raw);
     let params = place_params(&p);
     let body = html! {

@@ -219,7 +219,7 @@ pub fn holders(repo: &Repository, cache: &Path, hash: &Id) -> Result<Vec<Holder>
             })
         })
         .collect();
-    out.sort_by(|a, b| b.last_time.cmp(&a.last_time));
+    out.sort_by_key(|h| std::cmp::Reverse(h.last_time));
     Ok(out)
 }
 

@@ -44,6 +44,13 @@ impl From<mailvault_core::Error> for Failure {
             E::NotFound(_) | E::SnapshotNotFound(_) | E::InvalidInput(_) => {
                 Failure::new(StatusCode::NOT_FOUND, e.to_string())
             }
+            E::IndexChanged { .. } | E::Locked { .. } => {
+                tracing::warn!("{e}");
+                Failure::new(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "the repository is being changed (a prune runs): try again in a moment",
+                )
+            }
             e => {
                 tracing::error!("{e}");
                 Failure::new(
@@ -69,6 +76,14 @@ pub async fn blocking<T: Send + 'static>(
             ))
         }
     }
+}
+
+/// The repository to read from, fresh (see `state`), on a blocking thread.
+pub async fn live(
+    st: &crate::state::AppState,
+) -> Result<std::sync::Arc<crate::state::Live>, Failure> {
+    let st = st.clone();
+    blocking(move || st.live()).await
 }
 
 /// A failure shown as a page.
@@ -158,8 +173,8 @@ pub async fn search(
         offset: q.page.unwrap_or(1).clamp(1, 10_000).saturating_sub(1) * SEARCH_PAGE,
         limit: SEARCH_PAGE,
     };
-    let searcher = st.0.searcher.clone();
-    blocking(move || searcher.search(&query, &opts)).await
+    let st = st.clone();
+    blocking(move || st.live()?.searcher().search(&query, &opts)).await
 }
 
 /// The message at `place`, read on a blocking thread.
@@ -167,8 +182,8 @@ pub async fn found(
     st: &crate::state::AppState,
     place: crate::read::Place,
 ) -> Result<crate::read::Found, Failure> {
-    let repo = st.0.repo;
-    blocking(move || crate::read::message(repo, &place)).await
+    let st = st.clone();
+    blocking(move || crate::read::message(st.live()?.repo(), &place)).await
 }
 
 /// A message's bytes as they were stored, as an `.eml` download.

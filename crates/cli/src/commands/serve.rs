@@ -24,6 +24,14 @@ pub struct Args {
     /// Messages per page of a folder.
     #[arg(long, default_value_t = 100)]
     pub page_size: usize,
+    /// Check the repository for new snapshots and replaced index files at most this often
+    /// (tests make it short).
+    #[arg(long, hide = true, default_value = "10s", value_parser = humantime::parse_duration)]
+    pub recheck: std::time::Duration,
+    /// Close the repository, giving back its read lock so that a prune need not wait, after
+    /// this long without a request.
+    #[arg(long, hide = true, default_value = "60s", value_parser = humantime::parse_duration)]
+    pub idle_close: std::time::Duration,
 }
 
 pub fn run(g: &GlobalOpts, a: Args) -> Result<Outcome> {
@@ -45,8 +53,13 @@ pub fn run(g: &GlobalOpts, a: Args) -> Result<Outcome> {
         admin_token: token,
         search_cache: cache.path().to_path_buf(),
         page_size: a.page_size,
+        recheck: a.recheck,
+        idle_close: a.idle_close,
     };
-    mailvault_serve::serve(r, opts, |addr| {
+    let again = g.clone();
+    let reopen: mailvault_serve::Reopen =
+        Box::new(move || repo::open(&again).map_err(|e| format!("{e:#}")));
+    mailvault_serve::serve(r, reopen, opts, |addr| {
         let mut out = std::io::stdout().lock();
         let _ = writeln!(out, "listening on http://{addr}");
         let _ = out.flush();
