@@ -2,9 +2,13 @@
 
 use crate::{repo, GlobalOpts, Outcome};
 use anyhow::{Context, Result};
+use mailvault_core::repo::lock::LockOptions;
 use std::io::Write;
 use std::net::SocketAddr;
 use std::path::PathBuf;
+
+/// How long opening the repository again for a request waits for a conflicting lock.
+const REOPEN_LOCK_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
 
 #[derive(clap::Args, Debug)]
 pub struct Args {
@@ -57,8 +61,16 @@ pub fn run(g: &GlobalOpts, a: Args) -> Result<Outcome> {
         idle_close: a.idle_close,
     };
     let again = g.clone();
-    let reopen: mailvault_serve::Reopen =
-        Box::new(move || repo::open(&again).map_err(|e| format!("{e:#}")));
+    let reopen: mailvault_serve::Reopen = Box::new(move || {
+        let mut r = repo::open(&again).map_err(|e| format!("{e:#}"))?;
+        // A request waits this long at most for a prune's lock; then it answers 503.
+        r.set_lock_options(LockOptions {
+            wait: REOPEN_LOCK_WAIT.min(again.retry_lock),
+            no_lock: again.no_lock,
+            ..LockOptions::default()
+        });
+        Ok(r)
+    });
     mailvault_serve::serve(r, reopen, opts, |addr| {
         let mut out = std::io::stdout().lock();
         let _ = writeln!(out, "listening on http://{addr}");
