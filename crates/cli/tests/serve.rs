@@ -327,14 +327,43 @@ fn no_route_answers_without_a_session_and_failed_logins_are_limited() {
     assert_eq!(r.status(), StatusCode::OK);
     assert_headers(r.headers(), PAGES_CSP);
     assert_eq!(s.get("/static/style.css", None).status(), StatusCode::OK);
-    // Five wrong tokens a minute, then even the right one waits.
-    for wrong in [
-        "",
-        "nope",
-        &TOKEN[..TOKEN.len() - 1],
-        &format!("{TOKEN}x"),
-        "x",
-    ] {
+    // The API's login: a cookie and the CSRF token; its logout needs the token.
+    let login = |token: &str| {
+        let body = serde_json::json!({ "token": token }).to_string();
+        (s.http.post(s.url("/api/v1/login")))
+            .header(CONTENT_TYPE, "application/json")
+            .body(body)
+            .send()
+            .unwrap()
+    };
+    let r = login(TOKEN);
+    assert_eq!(r.status(), StatusCode::OK);
+    let set = r.headers()[SET_COOKIE].to_str().unwrap().to_string();
+    let me = Session {
+        cookie: set.split(';').next().unwrap().to_string(),
+        csrf: r.json_value()["csrf_token"].as_str().unwrap().to_string(),
+    };
+    assert_eq!(
+        s.api("/api/v1/session", &me)["csrf_token"],
+        me.csrf.as_str()
+    );
+    let logout = |csrf: &str| {
+        (s.http.post(s.url("/api/v1/logout")))
+            .header(COOKIE, &me.cookie)
+            .header("x-csrf-token", csrf)
+            .send()
+            .unwrap()
+            .status()
+    };
+    assert_eq!(logout("wrong"), StatusCode::FORBIDDEN);
+    assert_eq!(logout(&me.csrf), StatusCode::NO_CONTENT);
+    assert_eq!(
+        s.get("/api/v1/snapshots", Some(&me)).status(),
+        StatusCode::UNAUTHORIZED
+    );
+    assert_eq!(login("wrong").status(), StatusCode::UNAUTHORIZED);
+    // Five wrong tokens a minute (that one counted), then even the right one waits.
+    for wrong in ["", "nope", &TOKEN[..TOKEN.len() - 1], &format!("{TOKEN}x")] {
         let r = s.login(wrong);
         assert_eq!(r.status(), StatusCode::UNAUTHORIZED, "{wrong:?}");
         assert!(r.headers().get(SET_COOKIE).is_none());
