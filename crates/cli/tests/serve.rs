@@ -643,6 +643,19 @@ fn hostile_html_comes_out_inert_in_a_sandboxed_frame() {
         "{page}"
     );
     assert!(page.contains("../../x.html"), "{page}");
+    // Parameters missing or malformed: 400, as JSON in the API, with the headers.
+    for path in ["/api/v1/accounts", "/api/v1/messages?snapshot=x&page=-1"] {
+        let r = s.get(path, Some(&me));
+        assert_eq!(r.status(), StatusCode::BAD_REQUEST, "{path}");
+        assert_headers(r.headers(), PAGES_CSP);
+        assert!(r.json_value()["error"]
+            .as_str()
+            .unwrap()
+            .starts_with("bad parameters"));
+    }
+    let r = s.get("/folder?snapshot=x", Some(&me));
+    assert_eq!(r.status(), StatusCode::BAD_REQUEST);
+    assert!(r.text().unwrap().contains("bad parameters"));
     // A message without HTML has no frame.
     let plain = [
         ("snapshot", &id[..]),

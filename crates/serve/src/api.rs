@@ -2,9 +2,9 @@
 //! same session; POSTs need the session's CSRF token in `X-CSRF-Token`.
 
 use crate::read::{self, Place};
-use crate::reply::{self, blocking, AccountQ, ApiError, Ctx, FolderQ, SearchQ, SnapQ};
+use crate::reply::{self, blocking, AccountQ, ApiError, Ctx, FolderQ, Params, SearchQ, SnapQ};
 use crate::state::AppState;
-use axum::extract::{Query, State};
+use axum::extract::State;
 use axum::{Extension, Json};
 use serde_json::{json, Value};
 
@@ -26,7 +26,7 @@ pub async fn snapshots(State(st): State<AppState>) -> Answer {
     to_json(blocking(move || read::snapshots(live.repo())).await?)
 }
 
-pub async fn accounts(State(st): State<AppState>, Query(q): Query<SnapQ>) -> Answer {
+pub async fn accounts(State(st): State<AppState>, Params(q): Params<SnapQ>) -> Answer {
     let live = reply::live(&st).await?;
     let (snap, list) = blocking(move || {
         Ok((
@@ -38,13 +38,13 @@ pub async fn accounts(State(st): State<AppState>, Query(q): Query<SnapQ>) -> Ans
     to_json(json!({ "snapshot": snap, "accounts": list }))
 }
 
-pub async fn folders(State(st): State<AppState>, Query(q): Query<AccountQ>) -> Answer {
+pub async fn folders(State(st): State<AppState>, Params(q): Params<AccountQ>) -> Answer {
     let live = reply::live(&st).await?;
     let list = blocking(move || read::folders(live.repo(), &q.snapshot, &q.account)).await?;
     to_json(json!({ "folders": list }))
 }
 
-pub async fn messages(State(st): State<AppState>, Query(q): Query<FolderQ>) -> Answer {
+pub async fn messages(State(st): State<AppState>, Params(q): Params<FolderQ>) -> Answer {
     let (live, size) = (reply::live(&st).await?, st.0.page_size);
     let page = q.page.unwrap_or(1);
     to_json(
@@ -60,7 +60,7 @@ pub async fn messages(State(st): State<AppState>, Query(q): Query<FolderQ>) -> A
     )
 }
 
-pub async fn message(State(st): State<AppState>, Query(p): Query<Place>) -> Answer {
+pub async fn message(State(st): State<AppState>, Params(p): Params<Place>) -> Answer {
     let f = reply::found(&st, p.clone()).await?;
     let (live, cache, hash) = (reply::live(&st).await?, st.0.cache.clone(), f.entry.hash);
     let holders = blocking(move || read::holders(live.repo(), &cache, &hash)).await?;
@@ -81,12 +81,12 @@ pub async fn message(State(st): State<AppState>, Query(p): Query<Place>) -> Answ
 
 pub async fn message_raw(
     State(st): State<AppState>,
-    Query(p): Query<Place>,
+    Params(p): Params<Place>,
 ) -> Result<axum::response::Response, ApiError> {
     Ok(reply::raw_download(reply::found(&st, p).await?))
 }
 
-pub async fn search_get(State(st): State<AppState>, Query(q): Query<SearchQ>) -> Answer {
+pub async fn search_get(State(st): State<AppState>, Params(q): Params<SearchQ>) -> Answer {
     to_json(reply::search(&st, &q).await?)
 }
 

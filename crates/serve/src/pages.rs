@@ -4,9 +4,9 @@
 
 use crate::html::{bytes, layout, link, short, time};
 use crate::read::{self, Place};
-use crate::reply::{self, blocking, AccountQ, Ctx, FolderQ, PageError, SearchQ, SnapQ};
+use crate::reply::{self, blocking, AccountQ, Ctx, FolderQ, PageError, Params, SearchQ, SnapQ};
 use crate::state::AppState;
-use axum::extract::{Query, State};
+use axum::extract::State;
 use axum::http::header::{CONTENT_SECURITY_POLICY, CONTENT_TYPE};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
@@ -51,7 +51,7 @@ pub async fn snapshots(State(st): State<AppState>, Extension(ctx): Extension<Ctx
 pub async fn accounts(
     State(st): State<AppState>,
     Extension(ctx): Extension<Ctx>,
-    Query(q): Query<SnapQ>,
+    Params(q): Params<SnapQ>,
 ) -> Page {
     let live = reply::live(&st).await?;
     let id = q.snapshot.clone();
@@ -80,7 +80,7 @@ pub async fn accounts(
 pub async fn folders(
     State(st): State<AppState>,
     Extension(ctx): Extension<Ctx>,
-    Query(q): Query<AccountQ>,
+    Params(q): Params<AccountQ>,
 ) -> Page {
     let live = reply::live(&st).await?;
     let (id, account) = (q.snapshot.clone(), q.account.clone());
@@ -108,7 +108,7 @@ pub async fn folders(
 pub async fn messages(
     State(st): State<AppState>,
     Extension(ctx): Extension<Ctx>,
-    Query(q): Query<FolderQ>,
+    Params(q): Params<FolderQ>,
 ) -> Page {
     let live = reply::live(&st).await?;
     let size = st.0.page_size;
@@ -163,7 +163,7 @@ fn place_params(p: &Place) -> [(&'static str, &str); 4] {
 pub async fn message(
     State(st): State<AppState>,
     Extension(ctx): Extension<Ctx>,
-    Query(p): Query<Place>,
+    Params(p): Params<Place>,
 ) -> Page {
     let f = reply::found(&st, p.clone()).await?;
     let (live, cache, hash) = (reply::live(&st).await?, st.0.cache.clone(), f.entry.hash);
@@ -215,7 +215,7 @@ pub async fn message(
 }
 
 /// The message's HTML part, sanitized, under the frame's own CSP.
-pub async fn message_html(State(st): State<AppState>, Query(p): Query<Place>) -> Response {
+pub async fn message_html(State(st): State<AppState>, Params(p): Params<Place>) -> Response {
     let f = match reply::found(&st, p).await {
         Ok(f) => f,
         Err(e) => return e.page(),
@@ -235,7 +235,7 @@ pub async fn message_html(State(st): State<AppState>, Query(p): Query<Place>) ->
 }
 
 /// The message as stored, as a `.eml` download.
-pub async fn message_raw(State(st): State<AppState>, Query(p): Query<Place>) -> Response {
+pub async fn message_raw(State(st): State<AppState>, Params(p): Params<Place>) -> Response {
     match reply::found(&st, p).await {
         Ok(f) => reply::raw_download(f),
         Err(e) => e.page(),
@@ -245,7 +245,7 @@ pub async fn message_raw(State(st): State<AppState>, Query(p): Query<Place>) -> 
 pub async fn search(
     State(st): State<AppState>,
     Extension(ctx): Extension<Ctx>,
-    Query(q): Query<SearchQ>,
+    Params(q): Params<SearchQ>,
 ) -> Page {
     let text = q.q.clone().unwrap_or_default();
     let all = q.scope.as_deref() == Some("all");

@@ -200,3 +200,27 @@ pub fn raw_download(f: crate::read::Found) -> Response {
     )
         .into_response()
 }
+
+/// A query string's parameters, as `axum::extract::Query` reads them, but refused with
+/// this server's failures: `400` as a page, or as JSON under `/api/`.
+pub struct Params<T>(pub T);
+
+impl<S: Send + Sync, T: serde::de::DeserializeOwned> axum::extract::FromRequestParts<S>
+    for Params<T>
+{
+    type Rejection = Response;
+
+    async fn from_request_parts(
+        parts: &mut axum::http::request::Parts,
+        _state: &S,
+    ) -> Result<Self, Self::Rejection> {
+        let query = parts.uri.query().unwrap_or_default();
+        serde_urlencoded::from_str(query).map(Params).map_err(|e| {
+            let f = Failure::new(StatusCode::BAD_REQUEST, format!("bad parameters: {e}"));
+            match parts.uri.path().starts_with("/api/") {
+                true => f.json(),
+                false => f.page(),
+            }
+        })
+    }
+}
