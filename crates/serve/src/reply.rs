@@ -7,7 +7,7 @@ use crate::html;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 
-/// A request's session (put in its extensions by [`require_session`]).
+/// A request's session (put in its extensions by `routes::require_session`).
 #[derive(Clone)]
 pub struct Ctx {
     pub id: String,
