@@ -45,19 +45,7 @@ pub async fn folders(State(st): State<AppState>, Params(q): Params<AccountQ>) ->
 }
 
 pub async fn messages(State(st): State<AppState>, Params(q): Params<FolderQ>) -> Answer {
-    let (live, size) = (reply::live(&st).await?, st.0.page_size);
-    let page = q.page.unwrap_or(1);
-    to_json(
-        blocking(move || {
-            read::messages(
-                live.repo(),
-                (&q.snapshot, &q.account, &q.folder),
-                page,
-                size,
-            )
-        })
-        .await?,
-    )
+    to_json(reply::folder_page(&st, &q).await?)
 }
 
 pub async fn message(State(st): State<AppState>, Params(p): Params<Place>) -> Answer {

@@ -110,12 +110,7 @@ pub async fn messages(
     Extension(ctx): Extension<Ctx>,
     Params(q): Params<FolderQ>,
 ) -> Page {
-    let live = reply::live(&st).await?;
-    let size = st.0.page_size;
-    let (id, account, folder) = (q.snapshot.clone(), q.account.clone(), q.folder.clone());
-    let page = q.page.unwrap_or(1);
-    let p =
-        blocking(move || read::messages(live.repo(), (&id, &account, &folder), page, size)).await?;
+    let p = reply::folder_page(&st, &q).await?;
     let here = |n: usize| {
         let n = n.to_string();
         let params = [

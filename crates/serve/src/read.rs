@@ -12,6 +12,7 @@ use mailvault_core::search::places::{Places, Scope};
 use mailvault_core::{Error, Id, Repository, Result};
 use serde::Serialize;
 use std::path::Path;
+use std::sync::{Arc, Mutex, MutexGuard};
 
 /// A snapshot as the pages and the API show it.
 #[derive(Clone, Debug, Serialize)]
@@ -105,38 +106,104 @@ fn sort_date(m: &MessageInfo) -> i64 {
     m.date.unwrap_or(m.internal_date)
 }
 
+/// A folder as the cache names it: the snapshot's full id, the account, the folder.
+type FolderKey = (String, String, String);
+
+/// The sorted messages of the folders paged through last, so that the next page of a
+/// large folder is not read and sorted again. A snapshot never changes (its full id names
+/// its content), so an entry is never stale; the cache is emptied when the repository is
+/// opened again (a snapshot forgotten since).
+#[derive(Default)]
+pub struct FolderCache {
+    /// Most recently used last.
+    entries: Vec<(FolderKey, Arc<Vec<MessageInfo>>)>,
+}
+
+/// Folders kept at most.
+const CACHED_FOLDERS: usize = 4;
+/// Messages kept at most, over all folders (the last folder is kept whatever its size).
+const CACHED_MESSAGES: usize = 400_000;
+
+impl FolderCache {
+    fn get(&mut self, k: &FolderKey) -> Option<Arc<Vec<MessageInfo>>> {
+        let i = self.entries.iter().position(|(x, _)| x == k)?;
+        let e = self.entries.remove(i);
+        let v = e.1.clone();
+        self.entries.push(e);
+        Some(v)
+    }
+
+    fn put(&mut self, k: FolderKey, v: Arc<Vec<MessageInfo>>) {
+        self.entries.retain(|(x, _)| *x != k);
+        self.entries.push((k, v));
+        let held = |e: &[(FolderKey, Arc<Vec<MessageInfo>>)]| -> usize {
+            e.iter().map(|(_, v)| v.len()).sum()
+        };
+        while self.entries.len() > 1
+            && (self.entries.len() > CACHED_FOLDERS || held(&self.entries) > CACHED_MESSAGES)
+        {
+            self.entries.remove(0);
+        }
+    }
+
+    pub fn clear(&mut self) {
+        self.entries.clear();
+    }
+}
+
 /// Page `page` (from 1) of `folder`'s messages in `account` of snapshot `id`, newest
-/// first (by Date header, else internal date; then by key).
+/// first (by Date header, else internal date; then by key); the folder read and sorted
+/// once, then kept in `cache`.
 pub fn messages(
     repo: &Repository,
+    cache: &Mutex<FolderCache>,
     (id, account, folder): (&str, &str, &str),
     page: usize,
     page_size: usize,
 ) -> Result<Page> {
     check_snapshot_id(id)?;
-    let mut all = Vec::new();
-    let mut each = |m: MessageInfo| {
-        all.push(m);
-        Ok(())
+    let full = repo.find_snapshot(&id.to_ascii_lowercase())?.id.to_hex();
+    let key = (full, account.to_string(), folder.to_string());
+    let kept = lock(cache).get(&key);
+    let all = match kept {
+        Some(v) => v,
+        None => {
+            let mut all = Vec::new();
+            let mut each = |m: MessageInfo| {
+                all.push(m);
+                Ok(())
+            };
+            ls(repo, &key.0, Some(account), Some(folder), &mut each)?;
+            all.sort_by(|a, b| sort_date(b).cmp(&sort_date(a)).then(a.key.cmp(&b.key)));
+            let all = Arc::new(all);
+            lock(cache).put(key, all.clone());
+            all
+        }
     };
-    ls(repo, id, Some(account), Some(folder), &mut each)?;
-    all.sort_by(|a, b| sort_date(b).cmp(&sort_date(a)).then(a.key.cmp(&b.key)));
+    Ok(page_of(&all, page, page_size))
+}
+
+/// Page `page` (from 1, clamped) of `all`.
+fn page_of(all: &[MessageInfo], page: usize, page_size: usize) -> Page {
     let page_size = page_size.max(1);
     let pages = all.len().div_ceil(page_size).max(1);
     let page = page.clamp(1, pages);
-    let total = all.len() as u64;
-    let items = all
-        .into_iter()
-        .skip((page - 1) * page_size)
+    let items = (all.iter().skip((page - 1) * page_size))
         .take(page_size)
+        .cloned()
         .collect();
-    Ok(Page {
+    Page {
         items,
-        total,
+        total: all.len() as u64,
         page,
         pages,
         page_size,
-    })
+    }
+}
+
+/// A mutex's guard, poisoned or not (the cache is consistent at every step).
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 /// Where a message is: snapshot id (prefix), account, folder name, Maildir key.
@@ -258,6 +325,50 @@ mod tests {
         assert_eq!(download_name("..."), "message.eml");
         assert_eq!(download_name("a\"b\r\nc;d/é"), "a_b__c_d__.eml");
         assert_eq!(download_name(&"x".repeat(300)).len(), 104);
+    }
+
+    fn info(key: &str) -> MessageInfo {
+        MessageInfo {
+            account: String::new(),
+            folder: String::new(),
+            key: key.into(),
+            flags: String::new(),
+            size: 0,
+            internal_date: 0,
+            date: None,
+            from: String::new(),
+            subject: String::new(),
+        }
+    }
+
+    #[test]
+    fn the_folders_used_last_are_kept() {
+        let mut c = FolderCache::default();
+        let k = |i: usize| (format!("{i}"), String::new(), String::new());
+        for i in 0..CACHED_FOLDERS {
+            c.put(k(i), Arc::new(vec![info("a")]));
+        }
+        assert!(c.get(&k(0)).is_some());
+        c.put(k(99), Arc::new(vec![info("b")]));
+        assert!(c.get(&k(1)).is_none(), "the least recently used goes");
+        assert!(c.get(&k(0)).is_some() && c.get(&k(99)).is_some());
+        let big: Vec<MessageInfo> = (0..CACHED_MESSAGES).map(|_| info("x")).collect();
+        c.put(k(7), Arc::new(big));
+        assert_eq!(c.entries.len(), 1, "a large folder pushes out the others");
+        assert!(c.get(&k(7)).is_some());
+        c.clear();
+        assert!(c.get(&k(7)).is_none());
+    }
+
+    #[test]
+    fn pages_are_clamped() {
+        let all: Vec<MessageInfo> = (0..5).map(|i| info(&i.to_string())).collect();
+        let keys = |p: Page| p.items.into_iter().map(|m| m.key).collect::<Vec<_>>();
+        assert_eq!(keys(page_of(&all, 1, 2)), ["0", "1"]);
+        assert_eq!(keys(page_of(&all, 3, 2)), ["4"]);
+        assert_eq!(keys(page_of(&all, 9, 2)), ["4"]);
+        assert_eq!(keys(page_of(&all, 0, 2)), ["0", "1"]);
+        assert_eq!(page_of(&[], 1, 2).pages, 1);
     }
 
     #[test]

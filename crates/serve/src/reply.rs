@@ -186,6 +186,23 @@ pub async fn found(
     blocking(move || crate::read::message(st.live()?.repo(), &place)).await
 }
 
+/// A page of a folder's messages (`read::messages`, with the server's folder cache), read
+/// on a blocking thread.
+pub async fn folder_page(
+    st: &crate::state::AppState,
+    q: &FolderQ,
+) -> Result<crate::read::Page, Failure> {
+    let st = st.clone();
+    let (id, account, folder) = (q.snapshot.clone(), q.account.clone(), q.folder.clone());
+    let page = q.page.unwrap_or(1);
+    blocking(move || {
+        let live = st.live()?;
+        let place = (&id[..], &account[..], &folder[..]);
+        crate::read::messages(live.repo(), &st.0.folders, place, page, st.0.page_size)
+    })
+    .await
+}
+
 /// A message's bytes as they were stored, as an `.eml` download.
 pub fn raw_download(f: crate::read::Found) -> Response {
     use axum::http::header::{CONTENT_DISPOSITION, CONTENT_TYPE};

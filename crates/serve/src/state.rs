@@ -90,6 +90,8 @@ pub struct Inner {
     pub page_size: usize,
     /// The search cache (the splits' copies and the places map).
     pub cache: PathBuf,
+    /// The sorted messages of the folders paged through last.
+    pub folders: Mutex<crate::read::FolderCache>,
 }
 
 struct Current {
@@ -120,6 +122,7 @@ impl AppState {
             limiter: Mutex::new(LoginLimiter::default()),
             page_size: page_size.clamp(1, 1000),
             cache,
+            folders: Mutex::new(Default::default()),
         }))
     }
 
@@ -153,6 +156,7 @@ impl AppState {
         }
         let repo = (self.0.fresh.reopen)().map_err(Error::Internal)?;
         let fresh = Arc::new(Live::open(repo, &self.0.cache)?);
+        lock(&self.0.folders).clear();
         let mut c = lock(&self.0.current);
         // The one replaced is dropped when its last request ends.
         c.live = Some(fresh.clone());
