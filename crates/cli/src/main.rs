@@ -135,6 +135,9 @@ pub enum Command {
     Search(commands::search::Args),
     /// Show a message `search` found: headers, text, attachments.
     Show(commands::show::Args),
+    /// Serve a web UI and a JSON API over the repository (read-only; admin login with a
+    /// token file).
+    Serve(commands::serve::Args),
     /// Put back the messages deleted from an account: those a snapshot held that the
     /// latest one holds nowhere in the account.
     Undelete(commands::undelete::Args),
@@ -246,6 +249,7 @@ fn main() -> ExitCode {
         Command::Index(a) => commands::index::run(g, a),
         Command::Search(a) => commands::search::run(g, a),
         Command::Show(a) => commands::show::run(g, a),
+        Command::Serve(a) => commands::serve::run(g, a),
         Command::Prune(a) => commands::prune::run(g, a),
         Command::Unlock(a) => commands::unlock::run(g, a),
         Command::Forget(a) => commands::forget::run(g, a),

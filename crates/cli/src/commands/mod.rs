@@ -15,6 +15,7 @@ pub mod repair;
 pub mod restore;
 pub mod run;
 pub mod search;
+pub mod serve;
 pub mod show;
 pub mod snapshots;
 pub mod stats;

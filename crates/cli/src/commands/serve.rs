@@ -1,0 +1,83 @@
+//! `mailvault serve`: the web UI and JSON API (crates/serve) over the repository.
+
+use crate::{repo, GlobalOpts, Outcome};
+use anyhow::{Context, Result};
+use mailvault_core::repo::lock::LockOptions;
+use std::io::Write;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+/// How long opening the repository again for a request waits for a conflicting lock.
+const REOPEN_LOCK_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
+
+#[derive(clap::Args, Debug)]
+pub struct Args {
+    /// Address and port to listen on (port 0: any free port; the address bound is printed
+    /// as `listening on http://ADDR`). Only loopback without --insecure-listen: there is no
+    /// TLS yet, so put a TLS proxy in front for other hosts.
+    #[arg(long, default_value = "127.0.0.1:8080")]
+    pub listen: SocketAddr,
+    /// File holding the admin token (at least 16 characters; mode 0600 or 0400, else
+    /// refused), e.g. made with `openssl rand -hex 32`.
+    #[arg(long, env = "MAILVAULT_ADMIN_TOKEN_FILE", value_name = "FILE")]
+    pub admin_token_file: PathBuf,
+    /// Listen on a non-loopback address without TLS: session cookies and the token then
+    /// cross the network in clear text.
+    #[arg(long)]
+    pub insecure_listen: bool,
+    /// Messages per page of a folder.
+    #[arg(long, default_value_t = 100)]
+    pub page_size: usize,
+    /// Check the repository for new snapshots and replaced index files at most this often
+    /// (tests make it short).
+    #[arg(long, hide = true, default_value = "10s", value_parser = humantime::parse_duration)]
+    pub recheck: std::time::Duration,
+    /// Close the repository, giving back its read lock so that a prune need not wait, after
+    /// this long without a request.
+    #[arg(long, hide = true, default_value = "60s", value_parser = humantime::parse_duration)]
+    pub idle_close: std::time::Duration,
+}
+
+pub fn run(g: &GlobalOpts, a: Args) -> Result<Outcome> {
+    // Refused before the repository is opened: a bad token file or address is the
+    // admin's to fix first.
+    let token = mailvault_serve::token::read_token_file(&a.admin_token_file)?;
+    mailvault_serve::check_listen(a.listen, a.insecure_listen)?;
+    if a.insecure_listen && !a.listen.ip().is_loopback() {
+        eprintln!(
+            "warning: listening on {} without TLS: the admin token and session cookies cross the network in clear text",
+            a.listen
+        );
+    }
+    let r = repo::open(g)?;
+    let cache = repo::search_cache(g, &r)?;
+    let opts = mailvault_serve::ServeOptions {
+        listen: a.listen,
+        insecure_listen: a.insecure_listen,
+        admin_token: token,
+        search_cache: cache.path().to_path_buf(),
+        page_size: a.page_size,
+        recheck: a.recheck,
+        idle_close: a.idle_close,
+    };
+    let again = g.clone();
+    let reopen: mailvault_serve::Reopen = Box::new(move || {
+        let mut r = repo::open(&again).map_err(|e| format!("{e:#}"))?;
+        // A request waits this long at most for a prune's lock; then it answers 503.
+        r.set_lock_options(LockOptions {
+            wait: REOPEN_LOCK_WAIT.min(again.retry_lock),
+            no_lock: again.no_lock,
+            ..LockOptions::default()
+        });
+        Ok(r)
+    });
+    mailvault_serve::serve(r, reopen, opts, |addr| {
+        let mut out = std::io::stdout().lock();
+        let _ = writeln!(out, "listening on http://{addr}");
+        let _ = out.flush();
+    })
+    .context("mailvault serve")?;
+    // The cache directory of a --no-cache run lives as long as the server.
+    drop(cache);
+    Ok(Outcome::Ok)
+}

@@ -1,0 +1,752 @@
+//! `mailvault serve` (issue 28, first increment): the real binary on 127.0.0.1 with a port
+//! the system chose, over a repository of planted messages, driven by a real HTTP client.
+//! No route answers without a session; wrong tokens get 401 and then 429; a session walks
+//! snapshot → account → folder → message through the pages and the API; the `.eml`
+//! download is the stored file byte for byte; search finds a planted word; a POST without
+//! the CSRF token gets 403; a hostile HTML message comes out of its frame route with none
+//! of its active or remote parts and with the frame's CSP; a token file others can read is
+//! refused.
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use common::Env;
+use reqwest::blocking::{Client, Response};
+use reqwest::header::{HeaderMap, CONTENT_TYPE, COOKIE, LOCATION, SET_COOKIE};
+use reqwest::StatusCode;
+use serde_json::Value;
+use std::fs;
+use std::io::BufRead;
+use std::os::unix::fs::PermissionsExt;
+use std::path::Path;
+use std::process::{Child, Stdio};
+
+const TOKEN: &str = "test-admin-token-0123456789abcdef";
+const ACCOUNT: &str = "alice@example.org";
+const PAGES_CSP: &str = "default-src 'none'; style-src 'self'; img-src 'self'; \
+    form-action 'self'; frame-ancestors 'none'; base-uri 'none'; frame-src 'self'";
+const FRAME_CSP: &str = "default-src 'none'; style-src 'unsafe-inline'; img-src data:; \
+    frame-ancestors 'self'; base-uri 'none'; form-action 'none'; sandbox";
+
+/// A message with an HTML part that tries everything: scripts, handlers, `javascript:`
+/// and `data:` links, remote images, CSS that loads URLs, a meta refresh, SVG with script,
+/// and an attachment named to climb out of a directory.
+const HOSTILE: &str = "From: Mallory <m@evil.example>\r\nTo: alice@example.org\r\n\
+Subject: <script>alert('subject')</script> hostile\r\nDate: Tue, 16 Jan 2024 10:00:00 +0000\r\n\
+MIME-Version: 1.0\r\nContent-Type: multipart/mixed; boundary=B\r\n\r\n\
+--B\r\nContent-Type: text/html; charset=utf-8\r\n\r\n\
+<html><head><meta http-equiv=\"refresh\" content=\"0;url=http://evil.example/r\">\
+<style>body{background:url(http://evil.example/bg.png)}</style></head>\
+<body onload=\"alert(1)\"><p>benign words here</p><script>alert(2)</script>\
+<img src=\"http://evil.example/t.gif\" onerror=\"alert(3)\">\
+<a href=\"javascript:alert(4)\">js</a><a href=\"data:text/html,x\">d</a>\
+<div style=\"background-image:url(http://evil.example/c.png)\">css</div>\
+<svg onload=\"alert(5)\"><script>alert(6)</script></svg>\
+<form action=\"http://evil.example/f\"><input name=q></form></body></html>\r\n\
+--B\r\nContent-Type: text/html\r\nContent-Disposition: attachment; filename=\"../../x.html\"\r\n\r\n\
+<script>alert(7)</script>\r\n--B--\r\n";
+
+fn plain(subject: &str, date: &str, body: &str) -> String {
+    format!(
+        "From: Bob <bob@example.org>\r\nTo: {ACCOUNT}\r\nSubject: {subject}\r\nDate: {date}\r\n\r\n{body}\r\n"
+    )
+}
+
+/// Writes message `name` into folder `dir` (`""`: INBOX) of the account; its path.
+fn put(root: &Path, dir: &str, name: &str, data: &str) -> std::path::PathBuf {
+    let folder = root.join("example.org/alice/Maildir").join(dir);
+    for sub in ["cur", "new", "tmp"] {
+        fs::create_dir_all(folder.join(sub)).unwrap();
+    }
+    let p = folder.join("cur").join(name);
+    fs::write(&p, data).unwrap();
+    p
+}
+
+/// A repository of planted messages, backed up twice (the message `old` in both) and
+/// indexed; the token file (0600).
+fn repository() -> Env {
+    let e = Env::new();
+    let mail = e.path("mail");
+    put(
+        &mail,
+        "",
+        "old:2,S",
+        &plain("oldest", "Mon, 01 Jan 2024 10:00:00 +0000", "first"),
+    );
+    put(
+        &mail,
+        "",
+        "zebra:2,S",
+        &plain(
+            "planted",
+            "Wed, 03 Jan 2024 10:00:00 +0000",
+            "the zebraquartz word",
+        ),
+    );
+    put(&mail, "", "hostile:2,", HOSTILE);
+    put(
+        &mail,
+        ".Archive",
+        "arch:2,S",
+        &plain("archived", "Tue, 02 Jan 2024 10:00:00 +0000", "kept"),
+    );
+    let src = format!("maildir:{}", mail.display());
+    e.ok(&["init"]);
+    e.ok(&["backup", &src]);
+    common::at_rest();
+    put(
+        &mail,
+        "",
+        "newer:2,",
+        &plain("newest", "Thu, 04 Jan 2024 10:00:00 +0000", "later"),
+    );
+    e.ok(&["backup", &src]);
+    e.ok(&["index"]);
+    token_file(&e, 0o600);
+    e
+}
+
+fn token_file(e: &Env, mode: u32) -> std::path::PathBuf {
+    let p = e.path("token");
+    fs::write(&p, format!("{TOKEN}\n")).unwrap();
+    fs::set_permissions(&p, fs::Permissions::from_mode(mode)).unwrap();
+    p
+}
+
+/// `mailvault serve` running, killed when dropped.
+struct Server {
+    child: Child,
+    base: String,
+    http: Client,
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn start(e: &Env, extra: &[&str]) -> Server {
+    let token = e.path("token").display().to_string();
+    let mut args = vec![
+        "serve",
+        "--listen",
+        "127.0.0.1:0",
+        "--admin-token-file",
+        &token,
+    ];
+    args.extend_from_slice(extra);
+    let mut child = e
+        .cmd(&args)
+        .stdout(Stdio::piped())
+        .stderr(fs::File::create(e.path("serve.err")).unwrap())
+        .spawn()
+        .unwrap();
+    let out = child.stdout.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let mut line = String::new();
+        let _ = std::io::BufReader::new(out).read_line(&mut line);
+        let _ = tx.send(line);
+    });
+    let line = rx
+        .recv_timeout(std::time::Duration::from_secs(60))
+        .unwrap_or_default();
+    let Some(base) = line.trim().strip_prefix("listening on ") else {
+        let _ = child.kill();
+        panic!(
+            "serve did not start: {line:?}\n{}",
+            fs::read_to_string(e.path("serve.err")).unwrap_or_default()
+        );
+    };
+    let http = Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .timeout(std::time::Duration::from_secs(60))
+        .build()
+        .unwrap();
+    Server {
+        base: base.to_string(),
+        child,
+        http,
+    }
+}
+
+/// A logged-in session: its cookie header and CSRF token.
+struct Session {
+    cookie: String,
+    csrf: String,
+}
+
+impl Server {
+    fn url(&self, path: &str) -> String {
+        format!("{}{path}", self.base)
+    }
+    fn get(&self, path: &str, s: Option<&Session>) -> Response {
+        let mut r = self.http.get(self.url(path));
+        if let Some(s) = s {
+            r = r.header(COOKIE, &s.cookie);
+        }
+        r.send().unwrap()
+    }
+    fn post_form(&self, path: &str, s: Option<&Session>, form: &str) -> Response {
+        let mut r = self
+            .http
+            .post(self.url(path))
+            .header(CONTENT_TYPE, "application/x-www-form-urlencoded")
+            .body(form.to_string());
+        if let Some(s) = s {
+            r = r.header(COOKIE, &s.cookie);
+        }
+        r.send().unwrap()
+    }
+    fn login(&self, token: &str) -> Response {
+        let form = serde_urlencoded::to_string([("token", token)]).unwrap();
+        self.post_form("/login", None, &form)
+    }
+    fn session(&self) -> Session {
+        let r = self.login(TOKEN);
+        assert_eq!(r.status(), StatusCode::SEE_OTHER);
+        let set = r.headers()[SET_COOKIE].to_str().unwrap().to_string();
+        for part in ["HttpOnly", "SameSite=Strict", "Path=/"] {
+            assert!(set.contains(part), "{set}");
+        }
+        let cookie = set.split(';').next().unwrap().to_string();
+        let s = Session {
+            cookie,
+            csrf: String::new(),
+        };
+        let v: Value = self.get("/api/v1/session", Some(&s)).json_value();
+        Session {
+            csrf: v["csrf_token"].as_str().unwrap().to_string(),
+            ..s
+        }
+    }
+    fn api(&self, path: &str, s: &Session) -> Value {
+        let r = self.get(path, Some(s));
+        assert_eq!(r.status(), StatusCode::OK, "{path}");
+        r.json_value()
+    }
+    fn page(&self, path: &str, s: &Session) -> String {
+        let r = self.get(path, Some(s));
+        assert_eq!(r.status(), StatusCode::OK, "{path}");
+        assert_headers(r.headers(), PAGES_CSP);
+        r.text().unwrap()
+    }
+}
+
+trait JsonValue {
+    fn json_value(self) -> Value;
+}
+
+impl JsonValue for Response {
+    fn json_value(self) -> Value {
+        serde_json::from_slice(&self.bytes().unwrap()).unwrap()
+    }
+}
+
+#[track_caller]
+fn assert_headers(h: &HeaderMap, csp: &str) {
+    assert_eq!(h["content-security-policy"], csp);
+    assert_eq!(h["x-content-type-options"], "nosniff");
+    assert_eq!(h["referrer-policy"], "no-referrer");
+    assert_eq!(h["cache-control"], "no-store");
+}
+
+fn q(path: &str, params: &[(&str, &str)]) -> String {
+    format!("{path}?{}", serde_urlencoded::to_string(params).unwrap())
+}
+
+/// Every route, pages and API, with parameters that would answer with a session.
+fn routes() -> Vec<String> {
+    let snap = [("snapshot", "00000000")];
+    let place = [
+        ("snapshot", "00000000"),
+        ("account", ACCOUNT),
+        ("folder", "INBOX"),
+        ("key", "old"),
+    ];
+    let mut v = vec![
+        "/".to_string(),
+        "/search?q=x".into(),
+        "/no/such/page".into(),
+    ];
+    for base in ["", "/api/v1"] {
+        let (s, a, f) = match base {
+            "" => ("/snapshot", "/account", "/folder"),
+            _ => ("/snapshots", "/accounts", "/folders"),
+        };
+        v.push(format!("{base}{s}"));
+        v.push(q(&format!("{base}{a}"), &snap));
+        v.push(q(&format!("{base}{f}"), &place[..2]));
+        v.push(q(&format!("{base}/message"), &place));
+        v.push(q(&format!("{base}/message/raw"), &place));
+    }
+    v.extend([
+        q("/folder", &place[..3]),
+        q("/api/v1/messages", &place[..3]),
+        q("/message/html", &place),
+        "/api/v1/search?q=x".into(),
+        "/api/v1/session".into(),
+        "/api/v1/nothing".into(),
+    ]);
+    v
+}
+
+#[test]
+fn no_route_answers_without_a_session_and_failed_logins_are_limited() {
+    let e = repository();
+    let s = start(&e, &[]);
+    let forged = Session {
+        cookie: format!("mailvault_session={}", "a".repeat(64)),
+        csrf: String::new(),
+    };
+    for path in routes() {
+        for who in [None, Some(&forged)] {
+            let r = s.get(&path, who);
+            match path.starts_with("/api/") {
+                true => assert_eq!(r.status(), StatusCode::UNAUTHORIZED, "{path}"),
+                false => {
+                    assert_eq!(r.status(), StatusCode::FOUND, "{path}");
+                    assert_eq!(r.headers()[LOCATION], "/login", "{path}");
+                }
+            }
+        }
+    }
+    for path in ["/logout", "/api/v1/logout", "/api/v1/search"] {
+        let r = s.post_form(path, None, "csrf=x");
+        assert!(
+            [StatusCode::FOUND, StatusCode::UNAUTHORIZED].contains(&r.status()),
+            "{path}: {}",
+            r.status()
+        );
+    }
+    // The login page and the stylesheet are all that answer, with the headers.
+    let r = s.get("/login", None);
+    assert_eq!(r.status(), StatusCode::OK);
+    assert_headers(r.headers(), PAGES_CSP);
+    assert_eq!(s.get("/static/style.css", None).status(), StatusCode::OK);
+    // The API's login: a cookie and the CSRF token; its logout needs the token.
+    let login = |token: &str| {
+        let body = serde_json::json!({ "token": token }).to_string();
+        (s.http.post(s.url("/api/v1/login")))
+            .header(CONTENT_TYPE, "application/json")
+            .body(body)
+            .send()
+            .unwrap()
+    };
+    let r = login(TOKEN);
+    assert_eq!(r.status(), StatusCode::OK);
+    let set = r.headers()[SET_COOKIE].to_str().unwrap().to_string();
+    let me = Session {
+        cookie: set.split(';').next().unwrap().to_string(),
+        csrf: r.json_value()["csrf_token"].as_str().unwrap().to_string(),
+    };
+    assert_eq!(
+        s.api("/api/v1/session", &me)["csrf_token"],
+        me.csrf.as_str()
+    );
+    let logout = |csrf: &str| {
+        (s.http.post(s.url("/api/v1/logout")))
+            .header(COOKIE, &me.cookie)
+            .header("x-csrf-token", csrf)
+            .send()
+            .unwrap()
+            .status()
+    };
+    assert_eq!(logout("wrong"), StatusCode::FORBIDDEN);
+    assert_eq!(logout(&me.csrf), StatusCode::NO_CONTENT);
+    assert_eq!(
+        s.get("/api/v1/snapshots", Some(&me)).status(),
+        StatusCode::UNAUTHORIZED
+    );
+    assert_eq!(login("wrong").status(), StatusCode::UNAUTHORIZED);
+    // Five wrong tokens a minute (that one counted), then even the right one waits.
+    for wrong in ["", "nope", &TOKEN[..TOKEN.len() - 1], &format!("{TOKEN}x")] {
+        let r = s.login(wrong);
+        assert_eq!(r.status(), StatusCode::UNAUTHORIZED, "{wrong:?}");
+        assert!(r.headers().get(SET_COOKIE).is_none());
+    }
+    let r = s.login(TOKEN);
+    assert_eq!(r.status(), StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(r.headers()["retry-after"], "60");
+    let err = fs::read_to_string(e.path("serve.err")).unwrap();
+    assert!(!err.contains(TOKEN) && !err.contains("nope"), "{err}");
+}
+
+/// The messages' file in the mail store, and its bytes' length and hash.
+fn file_of(e: &Env, dir: &str, name: &str) -> (usize, blake3::Hash) {
+    let data = fs::read(
+        e.path("mail/example.org/alice/Maildir")
+            .join(dir)
+            .join("cur")
+            .join(name),
+    )
+    .unwrap();
+    (data.len(), blake3::hash(&data))
+}
+
+#[test]
+fn a_session_walks_snapshot_account_folder_message_and_downloads_and_searches() {
+    let e = repository();
+    let s = start(&e, &["--page-size", "2"]);
+    let me = s.session();
+    // Snapshots, newest first; the pages link each level to the next.
+    let snaps = s.api("/api/v1/snapshots", &me);
+    assert_eq!(snaps.as_array().unwrap().len(), 2);
+    let id = snaps[0]["id"].as_str().unwrap().to_string();
+    assert!(s
+        .page("/", &me)
+        .contains(&q("/snapshot", &[("snapshot", &id)]).replace('&', "&amp;")));
+    let accounts = s.api(&q("/api/v1/accounts", &[("snapshot", &id)]), &me);
+    assert_eq!(accounts["accounts"][0]["name"], ACCOUNT);
+    assert!(s
+        .page(&q("/snapshot", &[("snapshot", &id)]), &me)
+        .contains(ACCOUNT));
+    let folders = s.api(
+        &q(
+            "/api/v1/folders",
+            &[("snapshot", &id), ("account", ACCOUNT)],
+        ),
+        &me,
+    );
+    let mut names: Vec<&str> = (folders["folders"].as_array().unwrap().iter())
+        .map(|f| f["name"].as_str().unwrap())
+        .collect();
+    names.sort_unstable();
+    assert_eq!(names, ["Archive", "INBOX"]);
+    assert!(s
+        .page(
+            &q("/account", &[("snapshot", &id), ("account", ACCOUNT)]),
+            &me
+        )
+        .contains("Archive"));
+    // INBOX's four messages, two a page, newest first by Date.
+    let at = |page: &str| {
+        q(
+            "/api/v1/messages",
+            &[
+                ("snapshot", &id),
+                ("account", ACCOUNT),
+                ("folder", "INBOX"),
+                ("page", page),
+            ],
+        )
+    };
+    let keys = |v: &Value| -> Vec<String> {
+        (v["items"].as_array().unwrap().iter())
+            .map(|m| m["key"].as_str().unwrap().to_string())
+            .collect()
+    };
+    let (p1, p2) = (s.api(&at("1"), &me), s.api(&at("2"), &me));
+    assert_eq!(
+        (p1["total"].as_u64(), p1["pages"].as_u64()),
+        (Some(4), Some(2))
+    );
+    assert_eq!(keys(&p1), ["hostile", "newer"]);
+    assert_eq!(keys(&p2), ["zebra", "old"]);
+    let folder_page = s.page(&at("2").replace("/api/v1/messages", "/folder"), &me);
+    assert!(
+        folder_page.contains("planted") && folder_page.contains("Page 2 of 2"),
+        "{folder_page}"
+    );
+    // A message: its page and its JSON; held by both snapshots.
+    let place = [
+        ("snapshot", &id[..]),
+        ("account", ACCOUNT),
+        ("folder", "INBOX"),
+        ("key", "old"),
+    ];
+    let m = s.api(&q("/api/v1/message", &place), &me);
+    assert_eq!(m["headers"]["subject"], "oldest");
+    assert_eq!(m["held_by"][0]["first_snapshot"], snaps[1]["id"]);
+    assert_eq!(m["held_by"][0]["last_snapshot"], snaps[0]["id"]);
+    let page = s.page(&q("/message", &place), &me);
+    assert!(
+        page.contains("oldest") && page.contains("Held by") && page.contains("first"),
+        "{page}"
+    );
+    // The download is the file as it was stored.
+    for path in ["/message/raw", "/api/v1/message/raw"] {
+        let r = s.get(&q(path, &place), Some(&me));
+        assert_eq!(r.status(), StatusCode::OK);
+        assert_eq!(r.headers()[CONTENT_TYPE], "message/rfc822");
+        assert_eq!(
+            r.headers()["content-disposition"],
+            "attachment; filename=\"old.eml\""
+        );
+        let body = r.bytes().unwrap();
+        assert_eq!(
+            (body.len(), blake3::hash(&body)),
+            file_of(&e, "", "old:2,S")
+        );
+    }
+    let arch = [
+        ("snapshot", &id[..]),
+        ("account", ACCOUNT),
+        ("folder", "Archive"),
+        ("key", "arch"),
+    ];
+    let body = s.get(&q("/message/raw", &arch), Some(&me)).bytes().unwrap();
+    assert_eq!(
+        (body.len(), blake3::hash(&body)),
+        file_of(&e, ".Archive", "arch:2,S")
+    );
+    // Missing things are 404, in both.
+    let gone = [
+        ("snapshot", &id[..]),
+        ("account", ACCOUNT),
+        ("folder", "INBOX"),
+        ("key", "nope"),
+    ];
+    assert_eq!(
+        s.get(&q("/message", &gone), Some(&me)).status(),
+        StatusCode::NOT_FOUND
+    );
+    assert_eq!(
+        s.get(&q("/api/v1/message", &gone), Some(&me)).status(),
+        StatusCode::NOT_FOUND
+    );
+    assert_eq!(
+        s.get(
+            &q("/api/v1/accounts", &[("snapshot", "ffffffff")]),
+            Some(&me)
+        )
+        .status(),
+        StatusCode::NOT_FOUND
+    );
+    // Search finds the planted word, in the API and on the page.
+    let hits = s.api("/api/v1/search?q=zebraquartz", &me);
+    assert_eq!(hits["total"], 1, "{hits}");
+    assert_eq!(hits["hits"][0]["key"], "zebra");
+    // Each hit names the message's place: its page opens from it.
+    for (word, subject) in [("zebraquartz", "planted"), ("kept", "archived")] {
+        let hit = &s.api(&format!("/api/v1/search?q={word}"), &me)["hits"][0];
+        let at = ["last_snapshot", "account", "folder", "key"].map(|k| hit[k].as_str().unwrap());
+        let place = [
+            ("snapshot", at[0]),
+            ("account", at[1]),
+            ("folder", at[2]),
+            ("key", at[3]),
+        ];
+        let m = s.api(&q("/api/v1/message", &place), &me);
+        assert_eq!(m["headers"]["subject"], subject, "{hit}");
+    }
+    let found = s.page("/search?q=zebraquartz", &me);
+    assert!(found.contains("planted"), "{found}");
+    assert!(!s
+        .page("/search?q=nosuchwordanywhere", &me)
+        .contains("planted"));
+    assert_eq!(
+        s.get("/api/v1/search?q=%28", Some(&me)).status(),
+        StatusCode::BAD_REQUEST
+    );
+    csrf_is_required(&s, &me);
+}
+
+/// POSTs without the session's CSRF token are refused; with it they work; logout ends
+/// the session.
+fn csrf_is_required(s: &Server, me: &Session) {
+    let post = |csrf: Option<&str>| {
+        let mut r = (s.http.post(s.url("/api/v1/search")))
+            .header(COOKIE, &me.cookie)
+            .header(CONTENT_TYPE, "application/json")
+            .body(r#"{"q": "zebraquartz"}"#);
+        if let Some(c) = csrf {
+            r = r.header("x-csrf-token", c);
+        }
+        r.send().unwrap()
+    };
+    assert_eq!(post(None).status(), StatusCode::FORBIDDEN);
+    assert_eq!(post(Some("0")).status(), StatusCode::FORBIDDEN);
+    assert_eq!(post(Some(&"0".repeat(64))).status(), StatusCode::FORBIDDEN);
+    let ok = post(Some(&me.csrf));
+    assert_eq!(ok.status(), StatusCode::OK);
+    assert_eq!(ok.json_value()["total"], 1);
+    assert_eq!(
+        s.post_form("/logout", Some(me), "").status(),
+        StatusCode::FORBIDDEN
+    );
+    assert_eq!(
+        s.post_form("/logout", Some(me), "csrf=abc").status(),
+        StatusCode::FORBIDDEN
+    );
+    assert_eq!(s.get("/", Some(me)).status(), StatusCode::OK);
+    let form = format!("csrf={}", me.csrf);
+    let r = s.post_form("/logout", Some(me), &form);
+    assert_eq!(r.status(), StatusCode::SEE_OTHER);
+    assert!(r.headers()[SET_COOKIE]
+        .to_str()
+        .unwrap()
+        .contains("Max-Age=0"));
+    assert_eq!(s.get("/", Some(me)).status(), StatusCode::FOUND);
+    assert_eq!(
+        s.get("/api/v1/snapshots", Some(me)).status(),
+        StatusCode::UNAUTHORIZED
+    );
+}
+
+#[test]
+fn hostile_html_comes_out_inert_in_a_sandboxed_frame() {
+    let e = repository();
+    let s = start(&e, &[]);
+    let me = s.session();
+    let id = s.api("/api/v1/snapshots", &me)[0]["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let place = [
+        ("snapshot", &id[..]),
+        ("account", ACCOUNT),
+        ("folder", "INBOX"),
+        ("key", "hostile"),
+    ];
+    let r = s.get(&q("/message/html", &place), Some(&me));
+    assert_eq!(r.status(), StatusCode::OK);
+    assert_headers(r.headers(), FRAME_CSP);
+    let body = r.text().unwrap();
+    let low = body.to_ascii_lowercase();
+    for bad in [
+        "<script",
+        "alert",
+        "onload",
+        "onerror",
+        "javascript:",
+        "data:",
+        "evil.example",
+        "url(",
+        "<meta",
+        "refresh",
+        "<style",
+        "<svg",
+        "<img",
+        "<form",
+        "<input",
+    ] {
+        assert!(!low.contains(bad), "{bad} in:\n{body}");
+    }
+    assert!(body.contains("benign words here"), "{body}");
+    // The page frames it sandboxed, and escapes the subject and the attachment's name.
+    let page = s.page(&q("/message", &place), &me);
+    let frame = &page[page.find("<iframe").expect("a frame")..];
+    let frame = &frame[..frame.find('>').unwrap()];
+    assert!(
+        frame.contains("sandbox=\"\"") && frame.contains("src=\"/message/html?"),
+        "{frame}"
+    );
+    assert!(!page.contains("allow-"), "{page}");
+    assert!(!page.contains("<script"), "{page}");
+    assert!(
+        page.contains("&lt;script&gt;alert(&#39;subject&#39;)&lt;/script&gt; hostile")
+            || page.contains("&lt;script&gt;alert('subject')&lt;/script&gt; hostile"),
+        "{page}"
+    );
+    assert!(page.contains("../../x.html"), "{page}");
+    // Parameters missing or malformed: 400, as JSON in the API, with the headers.
+    for path in ["/api/v1/accounts", "/api/v1/messages?snapshot=x&page=-1"] {
+        let r = s.get(path, Some(&me));
+        assert_eq!(r.status(), StatusCode::BAD_REQUEST, "{path}");
+        assert_headers(r.headers(), PAGES_CSP);
+        assert!(r.json_value()["error"]
+            .as_str()
+            .unwrap()
+            .starts_with("bad parameters"));
+    }
+    let r = s.get("/folder?snapshot=x", Some(&me));
+    assert_eq!(r.status(), StatusCode::BAD_REQUEST);
+    assert!(r.text().unwrap().contains("bad parameters"));
+    // A message without HTML has no frame.
+    let plain = [
+        ("snapshot", &id[..]),
+        ("account", ACCOUNT),
+        ("folder", "INBOX"),
+        ("key", "old"),
+    ];
+    assert_eq!(
+        s.get(&q("/message/html", &plain), Some(&me)).status(),
+        StatusCode::NOT_FOUND
+    );
+}
+
+#[test]
+fn a_token_file_others_can_read_and_a_public_address_without_tls_are_refused() {
+    let e = Env::new();
+    let token = token_file(&e, 0o644).display().to_string();
+    let out = e.expect(
+        2,
+        &[
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--admin-token-file",
+            &token,
+        ],
+    );
+    assert!(
+        out.contains("mode 0644") && out.contains("chmod 600"),
+        "{out}"
+    );
+    assert!(!out.contains(TOKEN), "{out}");
+    token_file(&e, 0o600);
+    let out = e.expect(
+        2,
+        &[
+            "serve",
+            "--listen",
+            "0.0.0.0:0",
+            "--admin-token-file",
+            &token,
+        ],
+    );
+    assert!(
+        out.contains("not a loopback address") && out.contains("--insecure-listen"),
+        "{out}"
+    );
+    fs::write(e.path("token"), "short\n").unwrap();
+    let out = e.expect(2, &["serve", "--admin-token-file", &token]);
+    assert!(out.contains("too short"), "{out}");
+}
+
+#[test]
+fn a_running_server_follows_backups_and_index_and_lets_a_prune_run_when_idle() {
+    let e = repository();
+    let s = start(&e, &["--recheck", "0s", "--idle-close", "1h"]);
+    let me = s.session();
+    assert_eq!(s.api("/api/v1/snapshots", &me).as_array().unwrap().len(), 2);
+    // A backup and an index run while it serves: the new snapshot is read (its trees are
+    // in packs the index read at start did not know) and its message found.
+    let mail = e.path("mail");
+    common::at_rest();
+    put(
+        &mail,
+        "",
+        "fresh:2,",
+        &plain(
+            "fresh one",
+            "Sat, 20 Jan 2024 10:00:00 +0000",
+            "a quokkaplume",
+        ),
+    );
+    e.ok(&["backup", &format!("maildir:{}", mail.display())]);
+    e.ok(&["index"]);
+    let snaps = s.api("/api/v1/snapshots", &me);
+    assert_eq!(snaps.as_array().unwrap().len(), 3);
+    let id = snaps[0]["id"].as_str().unwrap();
+    let page = q(
+        "/api/v1/messages",
+        &[("snapshot", id), ("account", ACCOUNT), ("folder", "INBOX")],
+    );
+    assert_eq!(s.api(&page, &me)["items"][0]["key"], "fresh");
+    let hits = s.api("/api/v1/search?q=quokkaplume", &me);
+    assert_eq!(hits["hits"][0]["key"], "fresh", "{hits}");
+    // Idle, it gives back its read lock: a prune runs; then it opens the repository again.
+    drop(s);
+    let s = start(&e, &["--idle-close", "2s"]);
+    let me = s.session();
+    assert_eq!(s.api(&page, &me)["total"], 5);
+    std::thread::sleep(std::time::Duration::from_secs(4));
+    e.ok(&["prune", "--retry-lock", "3s"]);
+    assert_eq!(s.api("/api/v1/snapshots", &me).as_array().unwrap().len(), 3);
+    assert_eq!(s.api(&page, &me)["total"], 5);
+}

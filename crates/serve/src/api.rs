@@ -1,0 +1,83 @@
+//! The JSON API under `/api/v1/` (docs/api.md): the same reads as the pages, with the
+//! same session; POSTs need the session's CSRF token in `X-CSRF-Token`.
+
+use crate::read::{self, Place};
+use crate::reply::{self, blocking, AccountQ, ApiError, Ctx, FolderQ, Params, SearchQ, SnapQ};
+use crate::state::AppState;
+use axum::extract::State;
+use axum::{Extension, Json};
+use serde_json::{json, Value};
+
+type Answer = Result<Json<Value>, ApiError>;
+
+fn to_json<T: serde::Serialize>(v: T) -> Answer {
+    Ok(Json(serde_json::to_value(v).map_err(|e| {
+        reply::Failure::new(axum::http::StatusCode::INTERNAL_SERVER_ERROR, e.to_string())
+    })?))
+}
+
+/// The session's CSRF token, for clients that logged in with a cookie of the pages.
+pub async fn session(Extension(ctx): Extension<Ctx>) -> Json<Value> {
+    Json(json!({ "csrf_token": ctx.session.csrf }))
+}
+
+pub async fn snapshots(State(st): State<AppState>) -> Answer {
+    let live = reply::live(&st).await?;
+    to_json(blocking(move || read::snapshots(live.repo())).await?)
+}
+
+pub async fn accounts(State(st): State<AppState>, Params(q): Params<SnapQ>) -> Answer {
+    let live = reply::live(&st).await?;
+    let (snap, list) = blocking(move || {
+        Ok((
+            read::snapshot(live.repo(), &q.snapshot)?,
+            read::accounts(live.repo(), &q.snapshot)?,
+        ))
+    })
+    .await?;
+    to_json(json!({ "snapshot": snap, "accounts": list }))
+}
+
+pub async fn folders(State(st): State<AppState>, Params(q): Params<AccountQ>) -> Answer {
+    let live = reply::live(&st).await?;
+    let list = blocking(move || read::folders(live.repo(), &q.snapshot, &q.account)).await?;
+    to_json(json!({ "folders": list }))
+}
+
+pub async fn messages(State(st): State<AppState>, Params(q): Params<FolderQ>) -> Answer {
+    to_json(reply::folder_page(&st, &q).await?)
+}
+
+pub async fn message(State(st): State<AppState>, Params(p): Params<Place>) -> Answer {
+    let f = reply::found(&st, p.clone()).await?;
+    let (live, cache, hash) = (reply::live(&st).await?, st.0.cache.clone(), f.entry.hash);
+    let holders = blocking(move || read::holders(live.repo(), &cache, &hash)).await?;
+    let d = crate::mail::decode(&f.raw);
+    to_json(json!({
+        "id": f.entry.hash.to_hex(),
+        "snapshot": f.snapshot.id,
+        "account": p.account,
+        "folder": p.folder,
+        "key": p.key,
+        "flags": String::from_utf8_lossy(f.entry.flags()),
+        "size": f.entry.size,
+        "internal_date": f.entry.mtime.secs,
+        "headers": d,
+        "held_by": holders,
+    }))
+}
+
+pub async fn message_raw(
+    State(st): State<AppState>,
+    Params(p): Params<Place>,
+) -> Result<axum::response::Response, ApiError> {
+    Ok(reply::raw_download(reply::found(&st, p).await?))
+}
+
+pub async fn search_get(State(st): State<AppState>, Params(q): Params<SearchQ>) -> Answer {
+    to_json(reply::search(&st, &q).await?)
+}
+
+pub async fn search_post(State(st): State<AppState>, Json(q): Json<SearchQ>) -> Answer {
+    to_json(reply::search(&st, &q).await?)
+}

@@ -1,0 +1,137 @@
+//! The pages' markup. maud checks templates at compile time and escapes every value
+//! spliced into them (text and attribute values alike) unless wrapped in `PreEscaped`,
+//! which nothing here does with data from the repository: a subject, an address or a
+//! folder name can never become markup. No page has a script; every link and form works
+//! without one.
+
+use axum::http::StatusCode;
+use maud::{html, Markup, DOCTYPE};
+
+/// The stylesheet, embedded in the binary.
+pub const STYLE: &str = include_str!("style.css");
+
+/// A page: its title, the session's CSRF token (none on the login page) for the logout
+/// form, and its content.
+pub fn layout(title: &str, csrf: Option<&str>, body: Markup) -> Markup {
+    html! {
+        (DOCTYPE)
+        html lang="en" {
+            head {
+                meta charset="utf-8";
+                meta name="viewport" content="width=device-width, initial-scale=1";
+                title { (title) " · mailvault" }
+                link rel="stylesheet" href="/static/style.css";
+            }
+            body {
+                header {
+                    nav {
+                        a href="/" { "Snapshots" }
+                        " "
+                        a href="/search" { "Search" }
+                        @if let Some(csrf) = csrf {
+                            form.logout method="post" action="/logout" {
+                                input type="hidden" name="csrf" value=(csrf);
+                                button type="submit" { "Log out" }
+                            }
+                        }
+                    }
+                }
+                main { h1 { (title) } (body) }
+            }
+        }
+    }
+}
+
+/// The login form, with what went wrong if anything.
+pub fn login_page(problem: Option<&str>) -> Markup {
+    layout(
+        "Log in",
+        None,
+        html! {
+            @if let Some(text) = problem { p.problem role="alert" { (text) } }
+            form method="post" action="/login" {
+                label for="token" { "Admin token" }
+                input id="token" type="password" name="token" autocomplete="current-password" required autofocus;
+                button type="submit" { "Log in" }
+            }
+        },
+    )
+}
+
+/// A failure's page.
+pub fn error_page(status: StatusCode, message: &str) -> Markup {
+    let title = status.canonical_reason().unwrap_or("Error");
+    layout(
+        title,
+        None,
+        html! {
+            p.problem { (message) }
+            p { a href="/" { "Back to the snapshots" } }
+        },
+    )
+}
+
+/// Unix seconds as `YYYY-MM-DD HH:MM:SS` UTC.
+pub fn time(secs: i64) -> String {
+    jiff::Timestamp::from_second(secs).map_or_else(
+        |_| secs.to_string(),
+        |t| t.strftime("%Y-%m-%d %H:%M:%S").to_string(),
+    )
+}
+
+/// A byte count for people: `512 B`, `1.5 KiB`, `3.2 MiB`.
+pub fn bytes(n: u64) -> String {
+    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
+    let mut v = n as f64;
+    let mut u = 0;
+    while v >= 1024.0 && u + 1 < UNITS.len() {
+        v /= 1024.0;
+        u += 1;
+    }
+    match u {
+        0 => format!("{n} B"),
+        _ => format!("{v:.1} {}", UNITS[u]),
+    }
+}
+
+/// `path?k=v&...`, each value percent-encoded.
+pub fn link(path: &str, params: &[(&str, &str)]) -> String {
+    match serde_urlencoded::to_string(params) {
+        Ok(q) if !q.is_empty() => format!("{path}?{q}"),
+        _ => path.to_string(),
+    }
+}
+
+/// The first 12 digits of an id, as lists show it.
+pub fn short(id: &str) -> &str {
+    id.get(..12).unwrap_or(id)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn values_are_escaped_in_text_and_attributes() {
+        let evil = "\"><script>alert(1)</script>";
+        let page = layout(
+            evil,
+            Some(evil),
+            html! { a href=(link("/x", &[("a", evil)])) { (evil) } },
+        );
+        let s = page.into_string();
+        assert!(!s.contains("<script>"), "{s}");
+        assert!(s.contains("&lt;script&gt;"), "{s}");
+        assert!(
+            s.contains("/x?a=%22%3E%3Cscript%3Ealert%281%29%3C%2Fscript%3E"),
+            "{s}"
+        );
+    }
+
+    #[test]
+    fn sizes_and_times() {
+        assert_eq!(bytes(512), "512 B");
+        assert_eq!(bytes(1536), "1.5 KiB");
+        assert_eq!(time(0), "1970-01-01 00:00:00");
+    }
+}

@@ -1,0 +1,162 @@
+//! `mailvault serve`: a web UI and a JSON API over one repository (issue 28), first
+//! increment. An admin logs in with the token of `--admin-token-file`; pages and
+//! `/api/v1/` then browse snapshots, accounts, folders and messages, search, and download a
+//! message as `.eml`. Read-only: nothing here changes the repository.
+//!
+//! The modules: [`token`] reads and checks the admin token, `auth` keeps sessions, login
+//! rate limits and CSRF tokens, `headers` puts the security headers on every answer,
+//! `read` is the blocking read side over the repository, `mail` decodes a message and
+//! sanitizes its HTML, `pages` renders HTML, `api` answers JSON, `routes` wires them.
+
+mod api;
+mod auth;
+mod headers;
+mod html;
+mod mail;
+mod pages;
+mod read;
+mod reply;
+mod routes;
+mod state;
+pub mod token;
+
+use mailvault_core::Repository;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+/// What `serve` needs besides the repository.
+pub struct ServeOptions {
+    /// Where to listen.
+    pub listen: SocketAddr,
+    /// Listen on an address other than loopback without TLS (which does not exist yet).
+    pub insecure_listen: bool,
+    /// The admin token ([`token::read_token_file`]).
+    pub admin_token: token::AdminToken,
+    /// The search cache directory (the splits' local copies, the places map).
+    pub search_cache: PathBuf,
+    /// Messages per page of a folder.
+    pub page_size: usize,
+    /// Check the repository for new snapshots and replaced index files at most this often.
+    pub recheck: std::time::Duration,
+    /// Close the repository (and give back its read lock) after this long without a
+    /// request.
+    pub idle_close: std::time::Duration,
+}
+
+pub use state::Reopen;
+
+/// Why `serve` could not start or stopped.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error(
+        "{0} is not a loopback address and there is no TLS yet: listen on 127.0.0.1 or ::1 \
+         (behind a TLS proxy), or give --insecure-listen to send sessions in clear text"
+    )]
+    NotLoopback(SocketAddr),
+    #[error("cannot listen on {addr}: {source}")]
+    Listen {
+        addr: SocketAddr,
+        source: std::io::Error,
+    },
+    #[error("the server failed: {0}")]
+    Io(#[from] std::io::Error),
+    #[error(transparent)]
+    Core(#[from] mailvault_core::Error),
+}
+
+/// Whether `addr` may be listened on without TLS.
+pub fn check_listen(addr: SocketAddr, insecure_listen: bool) -> Result<(), Error> {
+    match addr.ip().is_loopback() || insecure_listen {
+        true => Ok(()),
+        false => Err(Error::NotLoopback(addr)),
+    }
+}
+
+/// Serves `repo` until SIGINT or SIGTERM. `ready` is told the address bound (with port 0,
+/// the one the system chose) once the server accepts connections. `reopen` opens the
+/// repository again when it changed (a backup, `index`, a prune) or after it was closed
+/// for being idle (see `state`).
+pub fn serve(
+    repo: Repository,
+    reopen: Reopen,
+    opts: ServeOptions,
+    ready: impl FnOnce(SocketAddr),
+) -> Result<(), Error> {
+    check_listen(opts.listen, opts.insecure_listen)?;
+    let live = state::Live::open(repo, &opts.search_cache)?;
+    let fresh = state::Freshness {
+        reopen,
+        recheck: opts.recheck,
+        idle_close: opts.idle_close,
+    };
+    let state = state::AppState::new(
+        live,
+        fresh,
+        opts.admin_token,
+        opts.page_size,
+        opts.search_cache,
+    );
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
+    rt.block_on(async move {
+        let listener =
+            (tokio::net::TcpListener::bind(opts.listen).await).map_err(|source| Error::Listen {
+                addr: opts.listen,
+                source,
+            })?;
+        ready(listener.local_addr()?);
+        tokio::spawn(close_when_idle(state.clone()));
+        let app = routes::router(state).into_make_service_with_connect_info::<SocketAddr>();
+        axum::serve(listener, app)
+            .with_graceful_shutdown(shutdown())
+            .await?;
+        Ok(())
+    })
+}
+
+/// Closes the repository when no request came for a while (its read lock given back, so
+/// that a prune need not wait for an idle server).
+async fn close_when_idle(st: state::AppState) {
+    loop {
+        tokio::time::sleep(st.idle_tick()).await;
+        let s = st.clone();
+        let closed = tokio::task::spawn_blocking(move || s.take_if_idle().is_some()).await;
+        if let Ok(true) = closed {
+            tracing::debug!("serve: the repository closed after an idle time");
+        }
+    }
+}
+
+/// Resolves on SIGINT or SIGTERM.
+async fn shutdown() {
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        _ = term => {}
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_loopback_without_the_insecure_flag() {
+        let ok = |s: &str, insecure| check_listen(s.parse().unwrap(), insecure).is_ok();
+        assert!(ok("127.0.0.1:8080", false));
+        assert!(ok("[::1]:8080", false));
+        assert!(ok("127.0.0.2:0", false));
+        assert!(!ok("0.0.0.0:8080", false));
+        assert!(!ok("[::]:8080", false));
+        assert!(!ok("192.0.2.1:80", false));
+        assert!(ok("0.0.0.0:8080", true));
+    }
+}

@@ -1,0 +1,297 @@
+//! The HTML pages: the snapshots, a snapshot's accounts, an account's folders, a folder's
+//! messages a page at a time, a message (its HTML part in a sandboxed frame of its own
+//! route), its download, and search.
+
+use crate::html::{bytes, layout, link, short, time};
+use crate::read::{self, Place};
+use crate::reply::{self, blocking, AccountQ, Ctx, FolderQ, PageError, Params, SearchQ, SnapQ};
+use crate::state::AppState;
+use axum::extract::State;
+use axum::http::header::{CONTENT_SECURITY_POLICY, CONTENT_TYPE};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::Extension;
+use maud::{html, Markup};
+
+type Page = Result<Markup, PageError>;
+
+pub async fn login_form() -> Markup {
+    crate::html::login_page(None)
+}
+
+pub async fn style() -> Response {
+    (
+        [(CONTENT_TYPE, "text/css; charset=utf-8")],
+        crate::html::STYLE,
+    )
+        .into_response()
+}
+
+pub async fn snapshots(State(st): State<AppState>, Extension(ctx): Extension<Ctx>) -> Page {
+    let live = reply::live(&st).await?;
+    let list = blocking(move || read::snapshots(live.repo())).await?;
+    let body = html! {
+        @if list.is_empty() { p { "No snapshots yet." } }
+        table {
+            thead { tr {
+                th { "Time (UTC)" } th { "Host" } th.wide { "Source" }
+                th.num { "Accounts" } th.num { "Messages" } th.num.wide { "Size" }
+            } }
+            tbody { @for s in &list { tr {
+                td { a href=(link("/snapshot", &[("snapshot", &s.id)])) { (time(s.time)) } }
+                td { (s.hostname) }
+                td.wide { (s.source) @for t in &s.tags { " " span.muted { "[" (t) "]" } } }
+                td.num { (s.accounts) } td.num { (s.messages) } td.num.wide { (bytes(s.bytes)) }
+            } } }
+        }
+    };
+    Ok(layout("Snapshots", Some(&ctx.session.csrf), body))
+}
+
+pub async fn accounts(
+    State(st): State<AppState>,
+    Extension(ctx): Extension<Ctx>,
+    Params(q): Params<SnapQ>,
+) -> Page {
+    let live = reply::live(&st).await?;
+    let id = q.snapshot.clone();
+    let (snap, list) = blocking(move || {
+        Ok((
+            read::snapshot(live.repo(), &id)?,
+            read::accounts(live.repo(), &id)?,
+        ))
+    })
+    .await?;
+    let body = html! {
+        p.crumbs { a href="/" { "Snapshots" } " / " (short(&snap.id)) " · " (time(snap.time))
+            " · " (snap.hostname) " · " (snap.source) }
+        table {
+            thead { tr { th { "Account" } th.num { "Messages" } th.num { "Size" } } }
+            tbody { @for a in &list { tr {
+                td { a href=(link("/account", &[("snapshot", &snap.id), ("account", &a.name)])) { (a.name) } }
+                td.num { (a.messages) } td.num { (bytes(a.bytes)) }
+            } } }
+        }
+    };
+    let title = format!("Snapshot {}", short(&snap.id));
+    Ok(layout(&title, Some(&ctx.session.csrf), body))
+}
+
+pub async fn folders(
+    State(st): State<AppState>,
+    Extension(ctx): Extension<Ctx>,
+    Params(q): Params<AccountQ>,
+) -> Page {
+    let live = reply::live(&st).await?;
+    let (id, account) = (q.snapshot.clone(), q.account.clone());
+    let (snap, list) = blocking(move || {
+        Ok((
+            read::snapshot(live.repo(), &id)?,
+            read::folders(live.repo(), &id, &account)?,
+        ))
+    })
+    .await?;
+    let body = html! {
+        p.crumbs { a href="/" { "Snapshots" } " / "
+            a href=(link("/snapshot", &[("snapshot", &snap.id)])) { (short(&snap.id)) } " / " (q.account) }
+        table {
+            thead { tr { th { "Folder" } th.num { "Messages" } th.num { "Size" } } }
+            tbody { @for f in &list { tr {
+                td { a href=(link("/folder", &[("snapshot", &snap.id), ("account", &q.account), ("folder", &f.name)])) { (f.name) } }
+                td.num { (f.messages) } td.num { (bytes(f.bytes)) }
+            } } }
+        }
+    };
+    Ok(layout(&q.account, Some(&ctx.session.csrf), body))
+}
+
+pub async fn messages(
+    State(st): State<AppState>,
+    Extension(ctx): Extension<Ctx>,
+    Params(q): Params<FolderQ>,
+) -> Page {
+    let p = reply::folder_page(&st, &q).await?;
+    let here = |n: usize| {
+        let n = n.to_string();
+        let params = [
+            ("snapshot", &q.snapshot[..]),
+            ("account", &q.account),
+            ("folder", &q.folder),
+            ("page", &n),
+        ];
+        link("/folder", &params)
+    };
+    let body = html! {
+        p.crumbs { a href="/" { "Snapshots" } " / "
+            a href=(link("/snapshot", &[("snapshot", &q.snapshot)])) { (short(&q.snapshot)) } " / "
+            a href=(link("/account", &[("snapshot", &q.snapshot), ("account", &q.account)])) { (q.account) }
+            " / " (q.folder) }
+        p { (p.total) " messages, newest first" }
+        table {
+            thead { tr { th { "Date (UTC)" } th { "From" } th { "Subject" } th.num.wide { "Size" } th.wide { "Flags" } } }
+            tbody { @for m in &p.items { tr {
+                td { (time(m.date.unwrap_or(m.internal_date))) }
+                td { (m.from) }
+                td { a href=(link("/message", &[("snapshot", &q.snapshot[..]), ("account", &q.account), ("folder", &q.folder), ("key", &m.key)])) {
+                    @if m.subject.is_empty() { "(no subject)" } @else { (m.subject) } } }
+                td.num.wide { (bytes(m.size)) } td.wide { (m.flags) }
+            } } }
+        }
+        nav.pager aria-label="pages" {
+            @if p.page > 1 { a href=(here(p.page - 1)) rel="prev" { "← Newer" } }
+            span { "Page " (p.page) " of " (p.pages) }
+            @if p.page < p.pages { a href=(here(p.page + 1)) rel="next" { "Older →" } }
+        }
+    };
+    Ok(layout(&q.folder, Some(&ctx.session.csrf), body))
+}
+
+fn place_params(p: &Place) -> [(&'static str, &str); 4] {
+    [
+        ("snapshot", &p.snapshot),
+        ("account", &p.account),
+        ("folder", &p.folder),
+        ("key", &p.key),
+    ]
+}
+
+pub async fn message(
+    State(st): State<AppState>,
+    Extension(ctx): Extension<Ctx>,
+    Params(p): Params<Place>,
+) -> Page {
+    let f = reply::found(&st, p.clone()).await?;
+    let (live, cache, hash) = (reply::live(&st).await?, st.0.cache.clone(), f.entry.hash);
+    let holders = blocking(move || read::holders(live.repo(), &cache, &hash)).await?;
+    let d = crate::mail::decode(&f.raw);
+    let params = place_params(&p);
+    let body = html! {
+        p.crumbs { a href="/" { "Snapshots" } " / "
+            a href=(link("/snapshot", &[("snapshot", &f.snapshot.id)])) { (short(&f.snapshot.id)) } " / "
+            a href=(link("/account", &[("snapshot", &f.snapshot.id), ("account", &p.account)])) { (p.account) } " / "
+            a href=(link("/folder", &[("snapshot", &f.snapshot.id), ("account", &p.account), ("folder", &p.folder)])) { (p.folder) } }
+        dl.headers {
+            dt { "From" } dd { (d.from) }
+            dt { "To" } dd { (d.to) }
+            @if !d.cc.is_empty() { dt { "Cc" } dd { (d.cc) } }
+            dt { "Date" } dd { (d.date.map(time).unwrap_or_default()) " UTC" }
+            dt { "Size" } dd { (bytes(f.entry.size)) }
+            dt { "Flags" } dd { (String::from_utf8_lossy(f.entry.flags())) }
+            dt { "Id" } dd { code { (f.entry.hash.to_hex()) } }
+        }
+        p { a href=(link("/message/raw", &params)) download { "Download as .eml" } }
+        @if !d.attachments.is_empty() {
+            h2 { "Attachments" }
+            ul { @for a in &d.attachments {
+                li { (a.name.as_deref().unwrap_or("(no name)")) " · " (a.content_type) " · " (bytes(a.size as u64)) }
+            } }
+        }
+        h2 { "Text" }
+        @if d.text.is_empty() { p.muted { "No plain-text part." } } @else { pre.text { (d.text) } }
+        @if d.has_html {
+            h2 { "HTML (sanitized, nothing loaded from elsewhere)" }
+            iframe.html sandbox="" src=(link("/message/html", &params)) title="The message's HTML part" {}
+        }
+        h2 { "Held by" }
+        table {
+            thead { tr { th { "Account" } th { "Folder" } th { "From snapshot" } th { "To snapshot" } } }
+            tbody { @for h in &holders { tr {
+                td { (h.account) } td { (h.folder) }
+                td { a href=(link("/snapshot", &[("snapshot", &h.first_snapshot)])) { (time(h.first_time)) } }
+                td { a href=(link("/snapshot", &[("snapshot", &h.last_snapshot)])) { (time(h.last_time)) } }
+            } } }
+        }
+    };
+    let title = match d.subject.is_empty() {
+        true => "(no subject)",
+        false => &d.subject,
+    };
+    Ok(layout(title, Some(&ctx.session.csrf), body))
+}
+
+/// The message's HTML part, sanitized, under the frame's own CSP.
+pub async fn message_html(State(st): State<AppState>, Params(p): Params<Place>) -> Response {
+    let f = match reply::found(&st, p).await {
+        Ok(f) => f,
+        Err(e) => return e.page(),
+    };
+    let Some(body) = crate::mail::html(&f.raw) else {
+        return reply::Failure::new(StatusCode::NOT_FOUND, "this message has no HTML part").page();
+    };
+    let doc = format!("<!DOCTYPE html><html><head></head><body>{body}</body></html>");
+    (
+        [
+            (CONTENT_TYPE, "text/html; charset=utf-8"),
+            (CONTENT_SECURITY_POLICY, crate::headers::FRAME_CSP),
+        ],
+        doc,
+    )
+        .into_response()
+}
+
+/// The message as stored, as a `.eml` download.
+pub async fn message_raw(State(st): State<AppState>, Params(p): Params<Place>) -> Response {
+    match reply::found(&st, p).await {
+        Ok(f) => reply::raw_download(f),
+        Err(e) => e.page(),
+    }
+}
+
+pub async fn search(
+    State(st): State<AppState>,
+    Extension(ctx): Extension<Ctx>,
+    Params(q): Params<SearchQ>,
+) -> Page {
+    let text = q.q.clone().unwrap_or_default();
+    let all = q.scope.as_deref() == Some("all");
+    let res = match text.trim().is_empty() {
+        true => None,
+        false => Some(reply::search(&st, &q).await),
+    };
+    let page = q.page.unwrap_or(1).max(1);
+    let here = |n: usize| {
+        let n = n.to_string();
+        link(
+            "/search",
+            &[
+                ("q", &text[..]),
+                ("scope", q.scope.as_deref().unwrap_or("latest")),
+                ("page", &n),
+            ],
+        )
+    };
+    let body = html! {
+        form.search method="get" action="/search" role="search" {
+            input type="search" name="q" value=(text) aria-label="Query" placeholder="from:alice subject:invoice after:2024-01-01";
+            select name="scope" aria-label="Snapshots" {
+                option value="latest" selected[!all] { "Latest snapshots" }
+                option value="all" selected[all] { "All snapshots" }
+            }
+            button type="submit" { "Search" }
+        }
+        @match &res {
+            None => { p.muted { "The query language of `mailvault search`: words, \"phrases\", from: to: subject: folder: account: before: after: has:attachment, OR, -term." } }
+            Some(Err(e)) => { p.problem { (e.message) } }
+            Some(Ok(r)) => {
+                p { (r.total) " found in " (r.snapshots) " snapshot(s)"
+                    @if r.not_indexed > 0 { " · " (r.not_indexed) " message(s) not indexed yet (run `mailvault index`)" } }
+                table {
+                    thead { tr { th { "Date (UTC)" } th { "From" } th { "Subject" } th.wide { "Where" } } }
+                    tbody { @for h in &r.hits { tr {
+                        td { (time(h.date.unwrap_or(h.internal_date))) }
+                        td { (h.from) }
+                        td { a href=(link("/message", &[("snapshot", &h.last_snapshot[..]), ("account", &h.account), ("folder", &h.folder), ("key", &h.key)])) {
+                            @if h.subject.is_empty() { "(no subject)" } @else { (h.subject) } }
+                            @if h.deleted { " " span.muted { "[deleted]" } } }
+                        td.wide { (h.account) " / " (h.folder) }
+                    } } }
+                }
+                nav.pager aria-label="pages" {
+                    @if page > 1 { a href=(here(page - 1)) rel="prev" { "← Previous" } }
+                    @if page * reply::SEARCH_PAGE < r.total { a href=(here(page + 1)) rel="next" { "Next →" } }
+                }
+            }
+        }
+    };
+    Ok(layout("Search", Some(&ctx.session.csrf), body))
+}

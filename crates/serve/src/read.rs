@@ -1,0 +1,388 @@
+//! The read side over the repository, blocking (handlers run it on tokio's blocking
+//! threads): snapshots, a snapshot's accounts and folders through the engine's `ls`, a
+//! folder's messages a page at a time sorted by date, one message by its place
+//! (snapshot, account, folder, key) with its bytes, and the snapshots that hold its
+//! content (the places map search keeps).
+
+use mailvault_core::model::assemble::assemble;
+use mailvault_core::model::{folder_name, select_accounts};
+use mailvault_core::ops::ls::{ls, AccountInfo, FolderInfo, Listing, MessageInfo};
+use mailvault_core::repo::tree::{AccountTree, MessageEntry, RootTree};
+use mailvault_core::search::places::{Places, Scope};
+use mailvault_core::{Error, Id, Repository, Result};
+use serde::Serialize;
+use std::path::Path;
+use std::sync::{Arc, Mutex, MutexGuard};
+
+/// A snapshot as the pages and the API show it.
+#[derive(Clone, Debug, Serialize)]
+pub struct SnapRow {
+    pub id: String,
+    /// Unix seconds.
+    pub time: i64,
+    pub hostname: String,
+    pub source: String,
+    pub tags: Vec<String>,
+    pub accounts: u64,
+    pub messages: u64,
+    pub bytes: u64,
+}
+
+impl SnapRow {
+    fn of(s: &mailvault_core::repo::snapshot::Snapshot) -> SnapRow {
+        SnapRow {
+            id: s.id.to_hex(),
+            time: s.time,
+            hostname: s.hostname.clone(),
+            source: s.source.clone(),
+            tags: s.tags.clone(),
+            accounts: s.summary.accounts,
+            messages: s.summary.messages,
+            bytes: s.summary.bytes,
+        }
+    }
+}
+
+/// A snapshot id as a query names it: hex, 8 to 64 digits (a unique prefix).
+pub fn check_snapshot_id(id: &str) -> Result<()> {
+    match (8..=64).contains(&id.len()) && id.bytes().all(|c| c.is_ascii_hexdigit()) {
+        true => Ok(()),
+        false => Err(Error::InvalidInput(format!(
+            "{:?} is not a snapshot id (8 to 64 hex digits)",
+            id.chars().take(80).collect::<String>()
+        ))),
+    }
+}
+
+/// Every snapshot, newest first.
+pub fn snapshots(repo: &Repository) -> Result<Vec<SnapRow>> {
+    let mut list = repo.snapshots()?.list;
+    list.sort_by_key(|s| std::cmp::Reverse((s.time, s.time_nanos)));
+    Ok(list.iter().map(SnapRow::of).collect())
+}
+
+/// Snapshot `id` (a unique prefix).
+pub fn snapshot(repo: &Repository, id: &str) -> Result<SnapRow> {
+    check_snapshot_id(id)?;
+    Ok(SnapRow::of(&repo.find_snapshot(&id.to_ascii_lowercase())?))
+}
+
+fn no_messages(_: MessageInfo) -> Result<()> {
+    Ok(())
+}
+
+/// The accounts of snapshot `id`.
+pub fn accounts(repo: &Repository, id: &str) -> Result<Vec<AccountInfo>> {
+    check_snapshot_id(id)?;
+    match ls(repo, id, None, None, &mut no_messages)? {
+        Listing::Accounts(v) => Ok(v),
+        _ => Err(Error::Internal("ls: no accounts listed".into())),
+    }
+}
+
+/// The folders of `account` in snapshot `id`.
+pub fn folders(repo: &Repository, id: &str, account: &str) -> Result<Vec<FolderInfo>> {
+    check_snapshot_id(id)?;
+    match ls(repo, id, Some(account), None, &mut no_messages)? {
+        Listing::Folders(v) => Ok(v),
+        _ => Err(Error::Internal("ls: no folders listed".into())),
+    }
+}
+
+/// A page of a folder's messages.
+#[derive(Clone, Debug, Serialize)]
+pub struct Page {
+    pub items: Vec<MessageInfo>,
+    /// Messages in the folder.
+    pub total: u64,
+    /// This page, from 1.
+    pub page: usize,
+    pub pages: usize,
+    pub page_size: usize,
+}
+
+/// The date a message is sorted by: its Date header, else its internal date.
+fn sort_date(m: &MessageInfo) -> i64 {
+    m.date.unwrap_or(m.internal_date)
+}
+
+/// A folder as the cache names it: the snapshot's full id, the account, the folder.
+type FolderKey = (String, String, String);
+
+/// The sorted messages of the folders paged through last, so that the next page of a
+/// large folder is not read and sorted again. A snapshot never changes (its full id names
+/// its content), so an entry is never stale; the cache is emptied when the repository is
+/// opened again (a snapshot forgotten since).
+#[derive(Default)]
+pub struct FolderCache {
+    /// Most recently used last.
+    entries: Vec<(FolderKey, Arc<Vec<MessageInfo>>)>,
+}
+
+/// Folders kept at most.
+const CACHED_FOLDERS: usize = 4;
+/// Messages kept at most, over all folders (the last folder is kept whatever its size).
+const CACHED_MESSAGES: usize = 400_000;
+
+impl FolderCache {
+    fn get(&mut self, k: &FolderKey) -> Option<Arc<Vec<MessageInfo>>> {
+        let i = self.entries.iter().position(|(x, _)| x == k)?;
+        let e = self.entries.remove(i);
+        let v = e.1.clone();
+        self.entries.push(e);
+        Some(v)
+    }
+
+    fn put(&mut self, k: FolderKey, v: Arc<Vec<MessageInfo>>) {
+        self.entries.retain(|(x, _)| *x != k);
+        self.entries.push((k, v));
+        let held = |e: &[(FolderKey, Arc<Vec<MessageInfo>>)]| -> usize {
+            e.iter().map(|(_, v)| v.len()).sum()
+        };
+        while self.entries.len() > 1
+            && (self.entries.len() > CACHED_FOLDERS || held(&self.entries) > CACHED_MESSAGES)
+        {
+            self.entries.remove(0);
+        }
+    }
+
+    pub fn clear(&mut self) {
+        self.entries.clear();
+    }
+}
+
+/// Page `page` (from 1) of `folder`'s messages in `account` of snapshot `id`, newest
+/// first (by Date header, else internal date; then by key); the folder read and sorted
+/// once, then kept in `cache`.
+pub fn messages(
+    repo: &Repository,
+    cache: &Mutex<FolderCache>,
+    (id, account, folder): (&str, &str, &str),
+    page: usize,
+    page_size: usize,
+) -> Result<Page> {
+    check_snapshot_id(id)?;
+    let full = repo.find_snapshot(&id.to_ascii_lowercase())?.id.to_hex();
+    let key = (full, account.to_string(), folder.to_string());
+    let kept = lock(cache).get(&key);
+    let all = match kept {
+        Some(v) => v,
+        None => {
+            let mut all = Vec::new();
+            let mut each = |m: MessageInfo| {
+                all.push(m);
+                Ok(())
+            };
+            ls(repo, &key.0, Some(account), Some(folder), &mut each)?;
+            all.sort_by(|a, b| sort_date(b).cmp(&sort_date(a)).then(a.key.cmp(&b.key)));
+            let all = Arc::new(all);
+            lock(cache).put(key, all.clone());
+            all
+        }
+    };
+    Ok(page_of(&all, page, page_size))
+}
+
+/// Page `page` (from 1, clamped) of `all`.
+fn page_of(all: &[MessageInfo], page: usize, page_size: usize) -> Page {
+    let page_size = page_size.max(1);
+    let pages = all.len().div_ceil(page_size).max(1);
+    let page = page.clamp(1, pages);
+    let items = (all.iter().skip((page - 1) * page_size))
+        .take(page_size)
+        .cloned()
+        .collect();
+    Page {
+        items,
+        total: all.len() as u64,
+        page,
+        pages,
+        page_size,
+    }
+}
+
+/// A mutex's guard, poisoned or not (the cache is consistent at every step).
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// Where a message is: snapshot id (prefix), account, folder name, Maildir key.
+#[derive(Clone, Debug, serde::Deserialize, Serialize)]
+pub struct Place {
+    pub snapshot: String,
+    pub account: String,
+    pub folder: String,
+    pub key: String,
+}
+
+/// A message found at its place: its entry (flags, dates, content id) and its bytes,
+/// checked against the content hash.
+pub struct Found {
+    pub snapshot: SnapRow,
+    pub entry: MessageEntry,
+    pub raw: Vec<u8>,
+}
+
+/// The message at `p`.
+pub fn message(repo: &Repository, p: &Place) -> Result<Found> {
+    check_snapshot_id(&p.snapshot)?;
+    let snap = repo.find_snapshot(&p.snapshot.to_ascii_lowercase())?;
+    let root: RootTree = repo.read_tree(&snap.root)?;
+    let not_found = || Error::NotFound(format!("no message {:?} in that folder", p.key));
+    for a in select_accounts(root, std::slice::from_ref(&p.account))? {
+        if a.name != p.account {
+            continue;
+        }
+        let t: AccountTree = repo.read_tree(&a.tree)?;
+        let Some(f) = t.folders.iter().find(|f| folder_name(f) == p.folder) else {
+            return Err(Error::NotFound(format!("no folder {:?}", p.folder)));
+        };
+        for c in &repo.folder_chunks(f)? {
+            if let Some(entry) = (repo.read_chunk(c)?)
+                .into_iter()
+                .find(|m| m.key == p.key.as_bytes())
+            {
+                let raw = assemble(repo, &entry.content, entry.size, Some(&entry.hash))?;
+                return Ok(Found {
+                    snapshot: SnapRow::of(&snap),
+                    entry,
+                    raw,
+                });
+            }
+        }
+        return Err(not_found());
+    }
+    Err(Error::NotFound(format!("no account {:?}", p.account)))
+}
+
+/// A run of snapshots that hold a content in one folder.
+#[derive(Clone, Debug, Serialize)]
+pub struct Holder {
+    pub account: String,
+    pub folder: String,
+    pub first_snapshot: String,
+    pub first_time: i64,
+    pub last_snapshot: String,
+    pub last_time: i64,
+}
+
+/// The snapshots that hold content `hash`, as runs per folder (the places map in the
+/// search cache `cache`, brought up to date).
+pub fn holders(repo: &Repository, cache: &Path, hash: &Id) -> Result<Vec<Holder>> {
+    let places = Places::open(repo, Some(cache), None)?;
+    let view = places.view(repo, &Scope::All)?;
+    let mut out: Vec<Holder> = (places.records_of(hash))
+        .filter_map(|r| {
+            let (a, b) = places.span(&view, r)?;
+            let fk = &places.folders[places.folder(r) as usize];
+            let (first, last) = (&view.snapshots[a as usize], &view.snapshots[b as usize]);
+            Some(Holder {
+                account: fk.account.clone(),
+                folder: fk.folder.clone(),
+                first_snapshot: first.id.to_hex(),
+                first_time: first.time,
+                last_snapshot: last.id.to_hex(),
+                last_time: last.time,
+            })
+        })
+        .collect();
+    out.sort_by_key(|h| std::cmp::Reverse(h.last_time));
+    Ok(out)
+}
+
+/// A file name for a download: the characters `[A-Za-z0-9._-]` of `name`, others as `_`,
+/// no leading dot, at most 100 characters, ending in `.eml`.
+pub fn download_name(name: &str) -> String {
+    let mut s: String = (name.chars())
+        .map(
+            |c| match c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-') {
+                true => c,
+                false => '_',
+            },
+        )
+        .take(100)
+        .collect();
+    while s.starts_with('.') {
+        s.remove(0);
+    }
+    if s.is_empty() {
+        s = "message".into();
+    }
+    s + ".eml"
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn download_names_are_plain() {
+        assert_eq!(
+            download_name("1700000000.M1P2.host"),
+            "1700000000.M1P2.host.eml"
+        );
+        assert_eq!(download_name("../../x.html"), "_.._x.html.eml");
+        assert_eq!(download_name("..."), "message.eml");
+        assert_eq!(download_name("a\"b\r\nc;d/é"), "a_b__c_d__.eml");
+        assert_eq!(download_name(&"x".repeat(300)).len(), 104);
+    }
+
+    fn info(key: &str) -> MessageInfo {
+        MessageInfo {
+            account: String::new(),
+            folder: String::new(),
+            key: key.into(),
+            flags: String::new(),
+            size: 0,
+            internal_date: 0,
+            date: None,
+            from: String::new(),
+            subject: String::new(),
+        }
+    }
+
+    #[test]
+    fn the_folders_used_last_are_kept() {
+        let mut c = FolderCache::default();
+        let k = |i: usize| (format!("{i}"), String::new(), String::new());
+        for i in 0..CACHED_FOLDERS {
+            c.put(k(i), Arc::new(vec![info("a")]));
+        }
+        assert!(c.get(&k(0)).is_some());
+        c.put(k(99), Arc::new(vec![info("b")]));
+        assert!(c.get(&k(1)).is_none(), "the least recently used goes");
+        assert!(c.get(&k(0)).is_some() && c.get(&k(99)).is_some());
+        let big: Vec<MessageInfo> = (0..CACHED_MESSAGES).map(|_| info("x")).collect();
+        c.put(k(7), Arc::new(big));
+        assert_eq!(c.entries.len(), 1, "a large folder pushes out the others");
+        assert!(c.get(&k(7)).is_some());
+        c.clear();
+        assert!(c.get(&k(7)).is_none());
+    }
+
+    #[test]
+    fn pages_are_clamped() {
+        let all: Vec<MessageInfo> = (0..5).map(|i| info(&i.to_string())).collect();
+        let keys = |p: Page| p.items.into_iter().map(|m| m.key).collect::<Vec<_>>();
+        assert_eq!(keys(page_of(&all, 1, 2)), ["0", "1"]);
+        assert_eq!(keys(page_of(&all, 3, 2)), ["4"]);
+        assert_eq!(keys(page_of(&all, 9, 2)), ["4"]);
+        assert_eq!(keys(page_of(&all, 0, 2)), ["0", "1"]);
+        assert_eq!(page_of(&[], 1, 2).pages, 1);
+    }
+
+    #[test]
+    fn snapshot_ids_are_hex() {
+        assert!(check_snapshot_id("0123abcd").is_ok());
+        assert!(check_snapshot_id(&"a".repeat(64)).is_ok());
+        for bad in [
+            "latest",
+            "0123abc",
+            "../../etc",
+            "0123abcg",
+            &"a".repeat(65),
+        ] {
+            assert!(check_snapshot_id(bad).is_err(), "{bad}");
+        }
+    }
+}

@@ -1,0 +1,243 @@
+//! What handlers answer with: the request's session, failures (as an HTML page or a JSON
+//! object), the blocking work they hand to tokio, the query parameters pages and API
+//! share, and the search and download both run.
+
+use crate::auth::Session;
+use crate::html;
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+
+/// A request's session (put in its extensions by `routes::require_session`).
+#[derive(Clone)]
+pub struct Ctx {
+    pub id: String,
+    pub session: Session,
+}
+
+/// A request that failed: its status and what to tell.
+#[derive(Debug)]
+pub struct Failure {
+    pub status: StatusCode,
+    pub message: String,
+}
+
+impl Failure {
+    pub fn new(status: StatusCode, message: impl Into<String>) -> Failure {
+        Failure {
+            status,
+            message: message.into(),
+        }
+    }
+    pub fn json(self) -> Response {
+        let body = serde_json::json!({ "error": self.message });
+        (self.status, axum::Json(body)).into_response()
+    }
+    pub fn page(self) -> Response {
+        (self.status, html::error_page(self.status, &self.message)).into_response()
+    }
+}
+
+impl From<mailvault_core::Error> for Failure {
+    fn from(e: mailvault_core::Error) -> Failure {
+        use mailvault_core::Error as E;
+        match e {
+            E::NotFound(_) | E::SnapshotNotFound(_) | E::InvalidInput(_) => {
+                Failure::new(StatusCode::NOT_FOUND, e.to_string())
+            }
+            E::IndexChanged { .. } | E::Locked { .. } => {
+                tracing::warn!("{e}");
+                Failure::new(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "the repository is being changed (a prune runs): try again in a moment",
+                )
+            }
+            e => {
+                tracing::error!("{e}");
+                Failure::new(
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    "the repository could not be read: see the server's log",
+                )
+            }
+        }
+    }
+}
+
+/// Runs blocking repository work on tokio's blocking threads.
+pub async fn blocking<T: Send + 'static>(
+    f: impl FnOnce() -> mailvault_core::Result<T> + Send + 'static,
+) -> Result<T, Failure> {
+    match tokio::task::spawn_blocking(f).await {
+        Ok(r) => r.map_err(Failure::from),
+        Err(e) => {
+            tracing::error!("a request's work failed: {e}");
+            Err(Failure::new(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "internal error",
+            ))
+        }
+    }
+}
+
+/// The repository to read from, fresh (see `state`), on a blocking thread.
+pub async fn live(
+    st: &crate::state::AppState,
+) -> Result<std::sync::Arc<crate::state::Live>, Failure> {
+    let st = st.clone();
+    blocking(move || st.live()).await
+}
+
+/// A failure shown as a page.
+pub struct PageError(pub Failure);
+/// A failure answered as JSON.
+pub struct ApiError(pub Failure);
+
+impl<E: Into<Failure>> From<E> for PageError {
+    fn from(e: E) -> PageError {
+        PageError(e.into())
+    }
+}
+impl<E: Into<Failure>> From<E> for ApiError {
+    fn from(e: E) -> ApiError {
+        ApiError(e.into())
+    }
+}
+impl IntoResponse for PageError {
+    fn into_response(self) -> Response {
+        self.0.page()
+    }
+}
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        self.0.json()
+    }
+}
+
+/// `?snapshot=`
+#[derive(serde::Deserialize)]
+pub struct SnapQ {
+    pub snapshot: String,
+}
+
+/// `?snapshot=&account=`
+#[derive(serde::Deserialize)]
+pub struct AccountQ {
+    pub snapshot: String,
+    pub account: String,
+}
+
+/// `?snapshot=&account=&folder=&page=`
+#[derive(serde::Deserialize)]
+pub struct FolderQ {
+    pub snapshot: String,
+    pub account: String,
+    pub folder: String,
+    pub page: Option<usize>,
+}
+
+/// `?q=&page=&scope=` (scope: `latest`, the default, or `all`).
+#[derive(Clone, Default, serde::Deserialize)]
+pub struct SearchQ {
+    pub q: Option<String>,
+    pub page: Option<usize>,
+    pub scope: Option<String>,
+}
+
+/// Hits per page of a search.
+pub const SEARCH_PAGE: usize = 50;
+/// Queries longer than this are refused.
+const MAX_QUERY: usize = 2000;
+
+/// Runs search `q` on the searcher held open, on a blocking thread.
+pub async fn search(
+    st: &crate::state::AppState,
+    q: &SearchQ,
+) -> Result<mailvault_core::search::exec::SearchResult, Failure> {
+    use mailvault_core::search::exec::SearchOptions;
+    use mailvault_core::search::places::Scope;
+    let text = q.q.clone().unwrap_or_default();
+    if text.len() > MAX_QUERY {
+        return Err(Failure::new(
+            StatusCode::BAD_REQUEST,
+            "the query is too long",
+        ));
+    }
+    let query = mailvault_core::search::query::parse(&text, jiff::Timestamp::now())
+        .map_err(|e| Failure::new(StatusCode::BAD_REQUEST, e.to_string()))?;
+    let opts = SearchOptions {
+        scope: match q.scope.as_deref() {
+            Some("all") => Scope::All,
+            _ => Scope::Latest,
+        },
+        accounts: Vec::new(),
+        folders: Vec::new(),
+        offset: q.page.unwrap_or(1).clamp(1, 10_000).saturating_sub(1) * SEARCH_PAGE,
+        limit: SEARCH_PAGE,
+    };
+    let st = st.clone();
+    blocking(move || st.live()?.searcher().search(&query, &opts)).await
+}
+
+/// The message at `place`, read on a blocking thread.
+pub async fn found(
+    st: &crate::state::AppState,
+    place: crate::read::Place,
+) -> Result<crate::read::Found, Failure> {
+    let st = st.clone();
+    blocking(move || crate::read::message(st.live()?.repo(), &place)).await
+}
+
+/// A page of a folder's messages (`read::messages`, with the server's folder cache), read
+/// on a blocking thread.
+pub async fn folder_page(
+    st: &crate::state::AppState,
+    q: &FolderQ,
+) -> Result<crate::read::Page, Failure> {
+    let st = st.clone();
+    let (id, account, folder) = (q.snapshot.clone(), q.account.clone(), q.folder.clone());
+    let page = q.page.unwrap_or(1);
+    blocking(move || {
+        let live = st.live()?;
+        let place = (&id[..], &account[..], &folder[..]);
+        crate::read::messages(live.repo(), &st.0.folders, place, page, st.0.page_size)
+    })
+    .await
+}
+
+/// A message's bytes as they were stored, as an `.eml` download.
+pub fn raw_download(f: crate::read::Found) -> Response {
+    use axum::http::header::{CONTENT_DISPOSITION, CONTENT_TYPE};
+    let name = crate::read::download_name(&String::from_utf8_lossy(&f.entry.key));
+    let disposition = format!("attachment; filename=\"{name}\"");
+    (
+        [
+            (CONTENT_TYPE, "message/rfc822".to_string()),
+            (CONTENT_DISPOSITION, disposition),
+        ],
+        f.raw,
+    )
+        .into_response()
+}
+
+/// A query string's parameters, as `axum::extract::Query` reads them, but refused with
+/// this server's failures: `400` as a page, or as JSON under `/api/`.
+pub struct Params<T>(pub T);
+
+impl<S: Send + Sync, T: serde::de::DeserializeOwned> axum::extract::FromRequestParts<S>
+    for Params<T>
+{
+    type Rejection = Response;
+
+    async fn from_request_parts(
+        parts: &mut axum::http::request::Parts,
+        _state: &S,
+    ) -> Result<Self, Self::Rejection> {
+        let query = parts.uri.query().unwrap_or_default();
+        serde_urlencoded::from_str(query).map(Params).map_err(|e| {
+            let f = Failure::new(StatusCode::BAD_REQUEST, format!("bad parameters: {e}"));
+            match parts.uri.path().starts_with("/api/") {
+                true => f.json(),
+                false => f.page(),
+            }
+        })
+    }
+}

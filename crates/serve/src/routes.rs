@@ -1,0 +1,224 @@
+//! The router: which routes need a session (all but the login form and the stylesheet),
+//! the session and CSRF check in front of them, login and logout, and how failures
+//! answer (an HTML page or a JSON object).
+
+use crate::auth;
+use crate::reply::{Ctx, Failure};
+use crate::state::AppState;
+use crate::{api, headers, html, pages};
+use axum::body::Body;
+use axum::extract::{ConnectInfo, DefaultBodyLimit, Request, State};
+use axum::http::header::{CONTENT_TYPE, COOKIE, LOCATION, RETRY_AFTER, SET_COOKIE};
+use axum::http::{HeaderValue, StatusCode};
+use axum::middleware::{from_fn, from_fn_with_state, Next};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::Router;
+use std::net::{IpAddr, SocketAddr};
+use std::time::Instant;
+
+/// Bodies larger than this are refused (forms and JSON here are small).
+const BODY_LIMIT: usize = 64 * 1024;
+
+pub fn router(state: AppState) -> Router {
+    let protected = Router::new()
+        .route("/", get(pages::snapshots))
+        .route("/snapshot", get(pages::accounts))
+        .route("/account", get(pages::folders))
+        .route("/folder", get(pages::messages))
+        .route("/message", get(pages::message))
+        .route("/message/html", get(pages::message_html))
+        .route("/message/raw", get(pages::message_raw))
+        .route("/search", get(pages::search))
+        .route("/logout", post(logout))
+        .route("/api/v1/session", get(api::session))
+        .route("/api/v1/snapshots", get(api::snapshots))
+        .route("/api/v1/accounts", get(api::accounts))
+        .route("/api/v1/folders", get(api::folders))
+        .route("/api/v1/messages", get(api::messages))
+        .route("/api/v1/message", get(api::message))
+        .route("/api/v1/message/raw", get(api::message_raw))
+        .route(
+            "/api/v1/search",
+            get(api::search_get).post(api::search_post),
+        )
+        .route("/api/v1/logout", post(logout))
+        .fallback(not_found)
+        .layer(from_fn_with_state(state.clone(), require_session));
+    Router::new()
+        .route("/login", get(pages::login_form).post(login_form))
+        .route("/api/v1/login", post(login_api))
+        .route("/static/style.css", get(pages::style))
+        .merge(protected)
+        .layer(from_fn(headers::security_headers))
+        .layer(DefaultBodyLimit::max(BODY_LIMIT))
+        .with_state(state)
+}
+
+fn is_api(req: &Request) -> bool {
+    req.uri().path().starts_with("/api/")
+}
+
+/// Lets a request through only with a live session, and a state-changing one only with
+/// the session's CSRF token (the `X-CSRF-Token` header, or a form's `csrf` field).
+async fn require_session(State(st): State<AppState>, req: Request, next: Next) -> Response {
+    let api = is_api(&req);
+    let id = (req.headers().get_all(COOKIE).iter())
+        .filter_map(|v| v.to_str().ok())
+        .find_map(auth::session_id)
+        .map(str::to_string);
+    let session = id
+        .as_deref()
+        .and_then(|id| st.sessions().touch(id, Instant::now()));
+    let (Some(id), Some(session)) = (id, session) else {
+        return match api {
+            true => Failure::new(StatusCode::UNAUTHORIZED, "log in first").json(),
+            false => redirect(StatusCode::FOUND, "/login"),
+        };
+    };
+    let (mut parts, body) = req.into_parts();
+    let mut body = body;
+    if !parts.method.is_safe() {
+        let header = (parts.headers.get("x-csrf-token")).and_then(|v| v.to_str().ok());
+        let ok = match header {
+            Some(h) => session.csrf_ok(h),
+            None if is_form(&parts.headers) => {
+                let Ok(bytes) = axum::body::to_bytes(body, BODY_LIMIT).await else {
+                    return Failure::new(StatusCode::PAYLOAD_TOO_LARGE, "too large").page();
+                };
+                let fields: Vec<(String, String)> =
+                    serde_urlencoded::from_bytes(&bytes).unwrap_or_default();
+                body = Body::from(bytes);
+                (fields.iter()).any(|(k, v)| k == "csrf" && session.csrf_ok(v))
+            }
+            None => false,
+        };
+        if !ok {
+            let f = Failure::new(StatusCode::FORBIDDEN, "missing or wrong CSRF token");
+            return if api { f.json() } else { f.page() };
+        }
+    }
+    parts.extensions.insert(Ctx { id, session });
+    next.run(Request::from_parts(parts, body)).await
+}
+
+fn is_form(h: &axum::http::HeaderMap) -> bool {
+    (h.get(CONTENT_TYPE).and_then(|v| v.to_str().ok()))
+        .is_some_and(|v| v.starts_with("application/x-www-form-urlencoded"))
+}
+
+pub fn redirect(status: StatusCode, to: &'static str) -> Response {
+    (status, [(LOCATION, HeaderValue::from_static(to))]).into_response()
+}
+
+async fn not_found(req: Request) -> Response {
+    let f = Failure::new(StatusCode::NOT_FOUND, "no such page");
+    match is_api(&req) {
+        true => f.json(),
+        false => f.page(),
+    }
+}
+
+/// What a login attempt came to.
+enum Login {
+    /// The new session's id and CSRF token.
+    Ok(String, String),
+    Wrong,
+    Limited,
+}
+
+fn try_login(st: &AppState, ip: IpAddr, token: &str) -> Login {
+    let now = Instant::now();
+    // One guard for the check and the count: concurrent attempts cannot slip past the
+    // limit between them.
+    let mut limiter = st.limiter();
+    if !limiter.allowed(ip, now) {
+        return Login::Limited;
+    }
+    if !st.0.token.matches(token.as_bytes()) {
+        limiter.failed(ip, now);
+        drop(limiter);
+        tracing::warn!("failed admin login from {ip}");
+        return Login::Wrong;
+    }
+    limiter.succeeded(ip);
+    drop(limiter);
+    let (id, s) = st.sessions().create(now);
+    tracing::info!("admin login from {ip}");
+    Login::Ok(id, s.csrf)
+}
+
+#[derive(serde::Deserialize)]
+pub struct LoginForm {
+    token: String,
+}
+
+fn limited() -> Failure {
+    Failure::new(
+        StatusCode::TOO_MANY_REQUESTS,
+        "too many failed logins from this address: wait a minute",
+    )
+}
+
+fn with_retry_after(mut r: Response) -> Response {
+    r.headers_mut()
+        .insert(RETRY_AFTER, HeaderValue::from_static("60"));
+    r
+}
+
+fn session_cookie(id: &str) -> HeaderValue {
+    HeaderValue::from_str(&auth::set_cookie(id, false))
+        .unwrap_or_else(|_| HeaderValue::from_static(""))
+}
+
+async fn login_form(
+    State(st): State<AppState>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    axum::Form(f): axum::Form<LoginForm>,
+) -> Response {
+    match try_login(&st, peer.ip(), &f.token) {
+        Login::Ok(id, _) => {
+            let mut r = redirect(StatusCode::SEE_OTHER, "/");
+            r.headers_mut().insert(SET_COOKIE, session_cookie(&id));
+            r
+        }
+        Login::Wrong => (
+            StatusCode::UNAUTHORIZED,
+            html::login_page(Some("wrong token")),
+        )
+            .into_response(),
+        Login::Limited => with_retry_after(limited().page()),
+    }
+}
+
+async fn login_api(
+    State(st): State<AppState>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    axum::Json(f): axum::Json<LoginForm>,
+) -> Response {
+    match try_login(&st, peer.ip(), &f.token) {
+        Login::Ok(id, csrf) => {
+            let mut r = axum::Json(serde_json::json!({ "csrf_token": csrf })).into_response();
+            r.headers_mut().insert(SET_COOKIE, session_cookie(&id));
+            r
+        }
+        Login::Wrong => Failure::new(StatusCode::UNAUTHORIZED, "wrong token").json(),
+        Login::Limited => with_retry_after(limited().json()),
+    }
+}
+
+async fn logout(
+    State(st): State<AppState>,
+    axum::Extension(ctx): axum::Extension<Ctx>,
+    req: Request,
+) -> Response {
+    st.sessions().remove(&ctx.id);
+    let mut r = match is_api(&req) {
+        true => StatusCode::NO_CONTENT.into_response(),
+        false => redirect(StatusCode::SEE_OTHER, "/login"),
+    };
+    if let Ok(v) = HeaderValue::from_str(&auth::clear_cookie()) {
+        r.headers_mut().insert(SET_COOKIE, v);
+    }
+    r
+}
