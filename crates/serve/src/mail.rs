@@ -1,5 +1,6 @@
-//! A message decoded for its page: main headers, the text part, the attachments' names,
-//! and its HTML part sanitized for the sandboxed frame.
+//! A message for its page: decoded by core ([`decode`], the one message parser path of
+//! mailvault, bounded on hostile structure), and its HTML part sanitized for the
+//! sandboxed frame.
 //!
 //! The HTML goes through ammonia (an allow-list sanitizer on html5ever, the parser
 //! browsers' behaviour is specified by): no scripts, no event handlers, no forms, no
@@ -9,101 +10,14 @@
 //! `@`, `\` escapes or comments). The frame's own CSP (`headers::FRAME_CSP`) forbids
 //! loading anything but inline `data:` images whatever the sanitizer lets through.
 
-use mail_parser::{MessageParser, MimeHeaders, PartType};
-use serde::Serialize;
+pub use mailvault_core::search::show::decode;
 use std::collections::HashSet;
 
-/// A message as its page shows it.
-#[derive(Clone, Debug, Default, Serialize)]
-pub struct Decoded {
-    pub from: String,
-    pub to: String,
-    pub cc: String,
-    pub subject: String,
-    pub message_id: String,
-    /// The Date header, Unix seconds.
-    pub date: Option<i64>,
-    /// The first text/plain body (empty when the message has only HTML).
-    pub text: String,
-    /// Whether the message has an HTML body (shown in the frame).
-    pub has_html: bool,
-    pub attachments: Vec<Attachment>,
-}
-
-#[derive(Clone, Debug, Serialize)]
-pub struct Attachment {
-    pub name: Option<String>,
-    pub content_type: String,
-    pub size: usize,
-}
-
-fn addresses(a: Option<&mail_parser::Address>) -> String {
-    let Some(a) = a else {
-        return String::new();
-    };
-    (a.iter())
-        .map(|a| match (&a.name, &a.address) {
-            (Some(n), Some(ad)) => format!("{n} <{ad}>"),
-            (None, Some(ad)) => ad.to_string(),
-            (Some(n), None) => n.to_string(),
-            (None, None) => String::new(),
-        })
-        .collect::<Vec<_>>()
-        .join(", ")
-}
-
-/// Decodes `raw` (a message that does not parse decodes to empty headers and no text).
-pub fn decode(raw: &[u8]) -> Decoded {
-    let Some(m) = MessageParser::default().parse(raw) else {
-        return Decoded::default();
-    };
-    let text = (m.text_body.first())
-        .and_then(|&i| m.parts.get(i as usize))
-        .and_then(|p| match &p.body {
-            PartType::Text(t) => Some(t.to_string()),
-            _ => None,
-        })
-        .unwrap_or_default();
-    let attachments = (m.attachments())
-        .map(|p| Attachment {
-            name: p.attachment_name().map(str::to_string),
-            content_type: p
-                .content_type()
-                .map(|c| match &c.c_subtype {
-                    Some(sub) => format!("{}/{}", c.c_type, sub),
-                    None => c.c_type.to_string(),
-                })
-                .unwrap_or_else(|| "application/octet-stream".into()),
-            size: p.len(),
-        })
-        .collect();
-    Decoded {
-        from: addresses(m.from()),
-        to: addresses(m.to()),
-        cc: addresses(m.cc()),
-        subject: m.subject().unwrap_or_default().to_string(),
-        message_id: m.message_id().unwrap_or_default().to_string(),
-        date: m.date().map(|d| d.to_timestamp()),
-        text,
-        has_html: html_part(&m).is_some(),
-        attachments,
-    }
-}
-
-/// The first HTML body of `m`, if any.
-fn html_part(m: &mail_parser::Message<'_>) -> Option<String> {
-    (m.html_body.iter())
-        .filter_map(|&i| m.parts.get(i as usize))
-        .find_map(|p| match &p.body {
-            PartType::Html(h) => Some(h.to_string()),
-            _ => None,
-        })
-}
-
-/// The HTML body of `raw`, sanitized ([`sanitize`]); `None` when it has none.
+/// The HTML body of `raw`, sanitized ([`sanitize`]); `None` when it has none. Parsed as
+/// everything in mailvault parses a message ([`mailvault_core::search::show::html_body`]:
+/// bounded on hostile structure).
 pub fn html(raw: &[u8]) -> Option<String> {
-    let m = MessageParser::default().parse(raw)?;
-    html_part(&m).map(|h| sanitize(&h))
+    mailvault_core::search::show::html_body(raw).map(|h| sanitize(&h))
 }
 
 /// Whether a `style` attribute's value can load nothing: none of what CSS fetches with

@@ -39,17 +39,17 @@ pub fn run(g: &GlobalOpts, a: Args) -> Result<Outcome> {
         safe(&s.key),
         &s.snapshot[..8]
     );
-    println!("From:     {}", safe(&s.from));
-    println!("To:       {}", safe(&s.to));
-    if !s.cc.is_empty() {
-        println!("Cc:       {}", safe(&s.cc));
+    println!("From:     {}", safe(&s.message.from));
+    println!("To:       {}", safe(&s.message.to));
+    if !s.message.cc.is_empty() {
+        println!("Cc:       {}", safe(&s.message.cc));
     }
-    if let Some(d) = s.date {
+    if let Some(d) = s.message.date {
         println!("Date:     {}", time(d));
     }
-    println!("Subject:  {}", safe(&s.subject));
+    println!("Subject:  {}", safe(&s.message.subject));
     println!("Size:     {}", bytes(s.size));
-    for at in &s.attachments {
+    for at in &s.message.attachments {
         println!(
             "Attached: {} ({}, {})",
             safe(at.name.as_deref().unwrap_or("(no name)")),
@@ -58,7 +58,7 @@ pub fn run(g: &GlobalOpts, a: Args) -> Result<Outcome> {
         );
     }
     println!();
-    for line in s.text.lines() {
+    for line in s.message.text.lines() {
         println!("{}", safe(line));
     }
     Ok(Outcome::Ok)

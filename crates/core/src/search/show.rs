@@ -18,17 +18,28 @@ pub struct Shown {
     pub folder: String,
     pub key: String,
     pub size: u64,
+    #[serde(flatten)]
+    pub message: Decoded,
+    #[serde(skip)]
+    pub raw: Vec<u8>,
+}
+
+/// What a reader sees of a message ([`decode`]): its main headers decoded, its text, its
+/// attachments. `show` prints it; the web UI shows it.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct Decoded {
     pub from: String,
     pub to: String,
     pub cc: String,
     pub date: Option<i64>,
     pub subject: String,
+    pub message_id: String,
     /// The text a reader sees first: the text/plain body, else the HTML body reduced to
     /// text (never markup).
     pub text: String,
+    /// Whether it has an HTML body ([`html_body`]).
+    pub has_html: bool,
     pub attachments: Vec<Attachment>,
-    #[serde(skip)]
-    pub raw: Vec<u8>,
 }
 
 /// An attachment: its file name (if any), MIME type and decoded size.
@@ -63,77 +74,119 @@ pub fn show(repo: &Repository, cache: Option<&std::path::Path>, id: &str) -> Res
     let e = places.entry(r)?;
     let fk = &places.folders[places.folder(r) as usize];
     let raw = assemble(repo, &e.content, e.size, Some(&e.hash))?;
-    let mut s = present(&raw);
-    s.id = e.hash.to_hex();
-    s.snapshot = view.snapshots[last as usize].id.to_hex();
-    s.account = fk.account.clone();
-    s.folder = fk.folder.clone();
-    s.key = String::from_utf8_lossy(&e.key).into();
-    s.size = e.size;
-    s.raw = raw;
-    Ok(s)
+    Ok(Shown {
+        id: e.hash.to_hex(),
+        snapshot: view.snapshots[last as usize].id.to_hex(),
+        account: fk.account.clone(),
+        folder: fk.folder.clone(),
+        key: String::from_utf8_lossy(&e.key).into(),
+        size: e.size,
+        message: decode(&raw),
+        raw,
+    })
 }
 
-/// The headers, text and attachments of `raw`.
-fn present(raw: &[u8]) -> Shown {
-    // What the index is given: an encoded forwarded message is not parsed (its copies
-    // nested would overflow the stack), and a message is cut after its structure cap.
+/// Parses `raw` as the index does (see [`super::extract`]): an encoded forwarded message
+/// is not parsed (its copies nested would overflow the stack), a message is cut after
+/// its structure cap, and what the parser built is dropped one nested message at a time.
+/// The one way a message is parsed for reading.
+/// `None` when it does not parse (mail-parser's accessors of headers need a part).
+fn with_parsed<T>(raw: &[u8], f: impl FnOnce(&mail_parser::Message<'_>) -> T) -> Option<T> {
     let (input, _) = super::extract::parser_input(raw);
-    let m = super::extract::parser()
-        .parse(&input[..])
-        .unwrap_or_default();
-    let addresses = |a: Option<&mail_parser::Address>| {
-        a.map(|a| {
-            a.iter()
-                .map(|a| match (&a.name, &a.address) {
-                    (Some(n), Some(ad)) => format!("{n} <{ad}>"),
-                    (None, Some(ad)) => ad.to_string(),
-                    (Some(n), None) => n.to_string(),
-                    (None, None) => String::new(),
-                })
-                .collect::<Vec<_>>()
-                .join(", ")
-        })
-        .unwrap_or_default()
-    };
-    // The first text body; HTML reduced by the index's reducer (mail-parser's own keeps
-    // the text of `<style>` and `<script>` elements that have attributes).
-    let first = (m.text_body.first()).and_then(|&i| m.parts.get(i as usize));
-    let text = match first.map(|p| &p.body) {
-        Some(mail_parser::PartType::Text(t)) => t.to_string(),
-        Some(mail_parser::PartType::Html(h)) => super::extract::html::html_to_text(h),
-        _ => String::new(),
-    };
-    let attachments = m
-        .attachments()
-        .map(|p| Attachment {
-            name: p.attachment_name().map(str::to_string),
-            content_type: p
-                .content_type()
-                .map(|c| match &c.c_subtype {
-                    Some(sub) => format!("{}/{}", c.c_type, sub),
-                    None => c.c_type.to_string(),
-                })
-                .unwrap_or_else(|| "application/octet-stream".into()),
-            size: p.len(),
-        })
-        .collect();
-    let shown = Shown {
-        id: String::new(),
-        snapshot: String::new(),
-        account: String::new(),
-        folder: String::new(),
-        key: String::new(),
-        size: 0,
-        from: addresses(m.from()),
-        to: addresses(m.to()),
-        cc: addresses(m.cc()),
-        date: m.date().map(|d| d.to_timestamp()),
-        subject: m.subject().unwrap_or_default().to_string(),
-        text,
-        attachments,
-        raw: Vec::new(),
-    };
+    let m = super::extract::parser().parse(&input[..])?;
+    let out = (!m.parts.is_empty()).then(|| f(&m));
     super::extract::drop_flat(m);
-    shown
+    out
+}
+
+/// The first HTML body of `m`.
+fn first_html<'m>(m: &'m mail_parser::Message<'_>) -> Option<&'m str> {
+    (m.html_body.iter())
+        .filter_map(|&i| m.parts.get(i as usize))
+        .find_map(|p| match &p.body {
+            mail_parser::PartType::Html(h) => Some(h.as_ref()),
+            _ => None,
+        })
+}
+
+/// The first HTML body of `raw`, as the message has it: markup from the sender, for a
+/// sanitizer to clean before anything shows it.
+pub fn html_body(raw: &[u8]) -> Option<String> {
+    with_parsed(raw, |m| first_html(m).map(str::to_string)).flatten()
+}
+
+/// The headers, text and attachments of `raw` (a message that does not parse decodes to
+/// empty headers and no text).
+pub fn decode(raw: &[u8]) -> Decoded {
+    with_parsed(raw, |m| {
+        let addresses = |a: Option<&mail_parser::Address>| {
+            a.map(|a| {
+                a.iter()
+                    .map(|a| match (&a.name, &a.address) {
+                        (Some(n), Some(ad)) => format!("{n} <{ad}>"),
+                        (None, Some(ad)) => ad.to_string(),
+                        (Some(n), None) => n.to_string(),
+                        (None, None) => String::new(),
+                    })
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            })
+            .unwrap_or_default()
+        };
+        // The first text body; HTML reduced by the index's reducer (mail-parser's own
+        // keeps the text of `<style>` and `<script>` elements that have attributes).
+        let first = (m.text_body.first()).and_then(|&i| m.parts.get(i as usize));
+        let text = match first.map(|p| &p.body) {
+            Some(mail_parser::PartType::Text(t)) => t.to_string(),
+            Some(mail_parser::PartType::Html(h)) => super::extract::html::html_to_text(h),
+            _ => String::new(),
+        };
+        let attachments = m
+            .attachments()
+            .map(|p| Attachment {
+                name: p.attachment_name().map(str::to_string),
+                content_type: p
+                    .content_type()
+                    .map(|c| match &c.c_subtype {
+                        Some(sub) => format!("{}/{}", c.c_type, sub),
+                        None => c.c_type.to_string(),
+                    })
+                    .unwrap_or_else(|| "application/octet-stream".into()),
+                size: p.len(),
+            })
+            .collect();
+        Decoded {
+            from: addresses(m.from()),
+            to: addresses(m.to()),
+            cc: addresses(m.cc()),
+            date: m.date().map(|d| d.to_timestamp()),
+            subject: m.subject().unwrap_or_default().to_string(),
+            message_id: m.message_id().unwrap_or_default().to_string(),
+            text,
+            has_html: first_html(m).is_some(),
+            attachments,
+        }
+    })
+    .unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_message_that_does_not_parse_decodes_to_nothing() {
+        // mail-parser's header accessors index its first part: an empty message has none.
+        for raw in [&b""[..], b"\r\n", b"\xff\xfe"] {
+            let d = decode(raw);
+            assert!(d.from.is_empty() && d.subject.is_empty() && !d.has_html);
+            assert!(html_body(raw).is_none());
+        }
+        let html = b"Subject: s\r\nContent-Type: text/html\r\n\r\n<p>hi <b>there</b></p>\r\n";
+        let d = decode(html);
+        assert_eq!(d.subject, "s");
+        assert!(d.has_html);
+        assert_eq!(d.text.trim(), "hi there");
+        assert!(html_body(html).unwrap().contains("<b>there</b>"));
+    }
 }
