@@ -8,7 +8,7 @@
 
 mod common;
 
-use common::Env;
+use common::{maildir_message as write, Env};
 use serde_json::Value;
 use std::collections::BTreeSet;
 use std::fs;
@@ -154,15 +154,6 @@ fn planted() -> Vec<Planted> {
         ),
     );
     v
-}
-
-fn write(root: &Path, account: &str, dir: &str, name: &str, data: &[u8]) {
-    let (user, domain) = account.split_once('@').unwrap();
-    let folder = root.join(domain).join(user).join("Maildir").join(dir);
-    for sub in ["cur", "new", "tmp"] {
-        fs::create_dir_all(folder.join(sub)).unwrap();
-    }
-    fs::write(folder.join("cur").join(name), data).unwrap();
 }
 
 /// The keys of a search's hits (`--json`), sorted.

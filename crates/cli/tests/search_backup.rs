@@ -7,7 +7,7 @@
 
 mod common;
 
-use common::Env;
+use common::{maildir_message as write, Env};
 use serde_json::Value;
 use std::collections::BTreeSet;
 use std::fs;
@@ -19,15 +19,6 @@ fn message(key: &str, from: &str, subject: &str, body: &str) -> String {
         "From: {from}\r\nTo: someone@example.org\r\nSubject: {subject}\r\n\
          Date: Mon, 15 Jan 2024 10:00:00 +0000\r\nMessage-ID: <{key}@example.org>\r\n\r\n{body}\r\n"
     )
-}
-
-fn write(root: &Path, account: &str, dir: &str, name: &str, data: &[u8]) {
-    let (user, domain) = account.split_once('@').unwrap();
-    let folder = root.join(domain).join(user).join("Maildir").join(dir);
-    for sub in ["cur", "new", "tmp"] {
-        fs::create_dir_all(folder.join(sub)).unwrap();
-    }
-    fs::write(folder.join("cur").join(name), data).unwrap();
 }
 
 /// A large body of distinct words (stored as several blobs), starting with `first`

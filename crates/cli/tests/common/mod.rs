@@ -254,3 +254,14 @@ pub fn contents(root: &Path) -> BTreeMap<(String, String), Vec<Vec<u8>>> {
     }
     out
 }
+
+/// Writes message `data` as `cur/NAME` of folder `dir` (`""` INBOX, `.Archive`) of
+/// `account` (`user@domain`) in the store at `root` (`<domain>/<user>/Maildir`).
+pub fn maildir_message(root: &Path, account: &str, dir: &str, name: &str, data: &[u8]) {
+    let (user, domain) = account.split_once('@').unwrap();
+    let folder = root.join(domain).join(user).join("Maildir").join(dir);
+    for sub in ["cur", "new", "tmp"] {
+        std::fs::create_dir_all(folder.join(sub)).unwrap();
+    }
+    std::fs::write(folder.join("cur").join(name), data).unwrap();
+}
