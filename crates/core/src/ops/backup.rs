@@ -18,12 +18,13 @@ use crate::repo::index::INDEX_FILE_ENTRIES;
 use crate::repo::pack::PackList;
 use crate::repo::snapshot::{Snapshot, SnapshotSummary};
 use crate::repo::tree::{self, AccountRef, AccountTree, FolderNode, FolderScan, RootTree};
+use crate::repo::writer::content::NewContents;
 use crate::repo::writer::records::WriterMark;
 use crate::repo::writer::BlobSaver;
 use crate::repo::{lock, Repository};
 use crate::report::{per_sec, ratio, Failure, Progress};
 use crate::source::parent::ParentAccount;
-use crate::source::writer::{Counters, Ctx, Entries, NewContents, OwnerIds};
+use crate::source::writer::{Counters, Ctx, Entries, OwnerIds};
 use crate::source::Source;
 use crate::source::{Account, Failures, Folder, FolderWriter, Parallelism, RunOptions, Samples};
 use mailvault_imap::maildir_flags::KeywordTable;
@@ -238,14 +239,7 @@ pub fn run<S: Source>(
         None => HashMap::new(),
     };
     let prefetch = !parent_accounts.is_empty();
-    // A backup never fails for its index: what is not indexed here, `index` indexes.
-    let mut index_warning = None;
-    let inline = match &opts.index {
-        Some(how) => crate::search::inline::Inline::new(repo, how)
-            .map_err(|e| index_warning = Some(format!("indexing during the backup: {e}")))
-            .ok(),
-        None => None,
-    };
+    let (inline, index_warning) = start_indexing(repo, opts);
     let (mut report, written) = std::thread::scope(|s| {
         if prefetch {
             std::thread::Builder::new()
@@ -288,22 +282,46 @@ pub fn run<S: Source>(
         let (failures, warnings) = (ctx.failures.take(), ctx.failures.take_warnings());
         finish_run(&ctx.saver, &ctx.n, failures, warnings, root, meta)
     })?;
-    // The snapshot is saved: its contents may be in splits now (and while this run's
-    // record in `writers/` still stands).
+    finish_indexing(repo, opts, inline, index_warning, &mut report);
+    end_run(repo, &written, mark);
+    Ok(report)
+}
+
+/// `backup --index`: the indexer the run gives its new contents, or why there is none. A
+/// backup never fails for its index: what is not indexed here, `index` indexes.
+fn start_indexing(
+    repo: &Repository,
+    opts: &RunOptions,
+) -> (Option<crate::search::inline::Inline>, Option<String>) {
+    match &opts.index {
+        Some(how) => match crate::search::inline::Inline::new(repo, how) {
+            Ok(i) => (Some(i), None),
+            Err(e) => (None, Some(format!("indexing during the backup: {e}"))),
+        },
+        None => (None, None),
+    }
+}
+
+/// Once the snapshot is saved (and while this run's record in `writers/` still stands):
+/// what `inline` gathered written as splits, and said in `report` (an index report
+/// whenever `--index` was asked, for the rest to be indexed after the backup).
+fn finish_indexing(
+    repo: &Repository,
+    opts: &RunOptions,
+    inline: Option<crate::search::inline::Inline>,
+    mut warning: Option<String>,
+    report: &mut BackupReport,
+) {
     if let Some(inline) = inline {
         match inline.finish(repo) {
             Ok(r) => report.index = Some(r),
-            Err(e) => index_warning = Some(format!("saving what this backup indexed: {e}")),
+            Err(e) => warning = Some(format!("saving what this backup indexed: {e}")),
         }
     }
-    if let Some(w) = index_warning {
-        report.warnings.push(w);
-    }
+    report.warnings.extend(warning);
     if opts.index.is_some() {
         report.index.get_or_insert_with(Default::default);
     }
-    end_run(repo, &written, mark);
-    Ok(report)
 }
 
 /// At most this many bytes of tree packs are read ahead for an incremental backup.

@@ -12,8 +12,8 @@ use crate::repo::tree::{
     DirEntry, FileEntry, FolderNode, FolderScan, MessageEntry, OwnerNames, Timestamp,
 };
 use crate::repo::writer::content::{
-    save_entries, store_content, store_content_new, store_large, EntryStream, SavedChunks,
-    StoredLarge,
+    save_entries, store_content, store_content_new, store_large, EntryStream, NewContents,
+    SavedChunks, StoredLarge,
 };
 use crate::repo::writer::BlobSaver;
 use crate::report::Progress;
@@ -60,13 +60,6 @@ pub(crate) struct Ctx<'a> {
     pub(crate) parent_started: Option<Timestamp>,
     /// Given each message content new to the repository (`backup --index`).
     pub(crate) new_contents: Option<&'a dyn NewContents>,
-}
-
-/// Takes the message contents a backup adds to the repository as it reads them: each
-/// once (the first copy of a message delivered to many mailboxes), with its keyed hash
-/// (the entries' `hash`). Called from the backup's workers, several at once.
-pub trait NewContents: Sync {
-    fn add(&self, hash: &crate::repo::id::Id, data: &[u8]);
 }
 
 impl Ctx<'_> {

@@ -12,6 +12,14 @@ use crate::repo::writer::BlobSaver;
 use rayon::prelude::*;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
+/// Takes the message contents a backup adds to the repository as it reads them
+/// ([`store_content_new`] says which): each once (the first copy of a message delivered
+/// to many mailboxes), with its keyed hash (the entries' `hash`). Called from the
+/// backup's workers, several at once; `backup --index` indexes them.
+pub trait NewContents: Sync {
+    fn add(&self, hash: &Id, data: &[u8]);
+}
+
 /// Splits a message (or any file) into blobs ([`crate::repo::split`]) and saves them; returns
 /// the content ids in order. For every kind of source.
 pub fn store_content(saver: &BlobSaver, data: &[u8]) -> Result<Vec<Id>> {

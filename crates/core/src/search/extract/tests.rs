@@ -658,3 +658,48 @@ mod props {
         }
     }
 }
+
+#[test]
+fn binary_bodies_are_left_out_before_parsing_and_nothing_else() {
+    let image = b64(&[0x89u8; 30_000]);
+    let parts = [
+        "Content-Type: text/plain\r\n\r\nfirst kiwi".to_string(),
+        format!(
+            "Content-Type: image/png; name=\"photo.png\"\r\nContent-Transfer-Encoding: base64\r\n\r\n{}",
+            b64_lines(&[0x89u8; 30_000])
+        ),
+        format!(
+            "Content-Type: text/plain; name=\"notes.txt\"\r\nContent-Transfer-Encoding: base64\r\n\r\n{}",
+            b64_lines(b"the notes say quokka")
+        ),
+        // A Content-Type folded onto its next line is not read: the part is kept.
+        format!(
+            "Content-Type:\r\n application/pdf\r\nContent-Transfer-Encoding: base64\r\n\r\n{}",
+            b64_lines(b"folded")
+        ),
+        "Content-Type: text/plain\r\n\r\nlast banana".to_string(),
+    ];
+    let raw = multipart("From: a@example.com\r\nSubject: s\r\n", &parts);
+    let cut = without_binary_bodies(&raw).expect("the image's body is left out");
+    assert!(
+        raw.len() - cut.len() >= image.len(),
+        "{} of {}",
+        cut.len(),
+        raw.len()
+    );
+    let text = String::from_utf8_lossy(&cut);
+    assert!(
+        text.contains("name=\"photo.png\"\r\nContent-Transfer-Encoding: base64\r\n\r\n--BOUND\r\n")
+    );
+    assert!(text.contains(&b64_lines(b"the notes say quokka")));
+    assert!(text.contains(&b64_lines(b"folded")));
+    let d = extract(&raw);
+    for w in ["first", "kiwi", "quokka", "last", "banana"] {
+        assert!(has_word(&d.body, w), "{w} in {:?}", d.body);
+    }
+    assert_eq!(d.filenames, ["photo.png", "notes.txt"]);
+    assert!(d.has_attachment);
+    // Nothing binary: nothing changes.
+    let plain = multipart("Subject: s\r\n", &parts[..1]);
+    assert!(without_binary_bodies(&plain).is_none());
+}
