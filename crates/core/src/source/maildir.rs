@@ -400,7 +400,10 @@ impl MaildirSource {
     }
 }
 
-/// Times a folder is listed again for messages renamed before they could be read.
+/// Times in a row a folder is listed again for messages renamed before they could be
+/// read without reading any of them: a server renaming faster than the messages are read
+/// (a client toggling flags on a whole folder) is followed as long as each listing gets
+/// some of them read.
 const VANISHED_ROUNDS: u32 = 10;
 
 impl Source for MaildirSource {
@@ -696,7 +699,9 @@ fn read_new(
 ) -> Vec<Option<MessageEntry>> {
     let mut entries: Vec<Option<MessageEntry>> = vec![None; to_read.len()];
     let mut pending: Vec<(usize, MessageFile)> = to_read.into_iter().enumerate().collect();
-    for round in 1..=VANISHED_ROUNDS {
+    let mut fruitless = 0;
+    loop {
+        let before = pending.len();
         let l: &Listing = listing;
         let read: Vec<(usize, Read)> = pending
             .into_par_iter()
@@ -719,12 +724,16 @@ fn read_new(
         if vanished.is_empty() {
             break;
         }
+        fruitless = match vanished.len() < before {
+            true => 0,
+            false => fruitless + 1,
+        };
         *listing = list_in(dir, &mut |_, _| {});
         let now = std::mem::take(&mut listing.files);
         pending = Vec::new();
         for (i, file) in vanished {
             match now.find(file.key()).map(|f| f.owned()) {
-                Some(renamed) if round < VANISHED_ROUNDS => pending.push((i, renamed)),
+                Some(renamed) if fruitless < VANISHED_ROUNDS => pending.push((i, renamed)),
                 Some(renamed) => out.fail(
                     renamed.path(&f.path).display().to_string(),
                     "renamed again each time it was read; not in this snapshot",
