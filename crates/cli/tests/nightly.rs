@@ -666,21 +666,7 @@ fn a_run_killed_while_it_indexes_is_finished_by_the_next() {
             .unwrap_or(0)
     };
     // A split being built in the cache, by the first backup.
-    let building = || {
-        let mut dirs = vec![e.path("cache")];
-        while let Some(d) = dirs.pop() {
-            for entry in fs::read_dir(&d).into_iter().flatten().flatten() {
-                let name = entry.file_name().to_string_lossy().into_owned();
-                if name.starts_with(".build-") {
-                    return true;
-                }
-                if entry.path().is_dir() {
-                    dirs.push(entry.path());
-                }
-            }
-        }
-        false
-    };
+    let building = || !common::named(&e.path("cache"), ".build-").is_empty();
     let mut child = run().stdout(std::process::Stdio::null()).spawn().unwrap();
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
     while !building() && std::time::Instant::now() < deadline {

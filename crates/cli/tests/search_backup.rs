@@ -7,7 +7,7 @@
 
 mod common;
 
-use common::{maildir_message as write, Env};
+use common::{maildir_message as write, named, Env};
 use serde_json::Value;
 use std::collections::BTreeSet;
 use std::fs;
@@ -101,23 +101,6 @@ const QUERIES: &[&str] = &[
     "account:c@example.com",
     "large -common",
 ];
-
-/// Directories and files under `root` whose names start with `prefix`.
-fn named(root: &Path, prefix: &str) -> Vec<std::path::PathBuf> {
-    let mut out = Vec::new();
-    let mut dirs = vec![root.to_path_buf()];
-    while let Some(d) = dirs.pop() {
-        for e in fs::read_dir(&d).into_iter().flatten().flatten() {
-            if e.file_name().to_string_lossy().starts_with(prefix) {
-                out.push(e.path());
-            }
-            if e.path().is_dir() {
-                dirs.push(e.path());
-            }
-        }
-    }
-    out
-}
 
 #[test]
 fn a_backup_that_indexes_answers_as_an_index_run_after_it() {

@@ -88,6 +88,31 @@ pub(crate) fn ratio(a: u64, b: u64) -> Option<f64> {
     (b > 0).then(|| a as f64 / b as f64)
 }
 
+/// A byte count for people: `512 B`, `1.5 KiB`, `3.2 MiB` (what the CLI prints and the
+/// web UI shows).
+pub fn human_bytes(n: u64) -> String {
+    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
+    let mut v = n as f64;
+    let mut u = 0;
+    while v >= 1024.0 && u + 1 < UNITS.len() {
+        v /= 1024.0;
+        u += 1;
+    }
+    match u {
+        0 => format!("{n} B"),
+        _ => format!("{v:.1} {}", UNITS[u]),
+    }
+}
+
+/// Unix seconds as `YYYY-MM-DD HH:MM:SS` in UTC (the seconds themselves when out of
+/// any calendar's range).
+pub fn utc_time(secs: i64) -> String {
+    jiff::Timestamp::from_second(secs).map_or_else(
+        |_| secs.to_string(),
+        |t| t.strftime("%Y-%m-%d %H:%M:%S").to_string(),
+    )
+}
+
 pub(crate) fn per_sec(n: u64, secs: f64) -> f64 {
     if secs > 0.0 {
         n as f64 / secs

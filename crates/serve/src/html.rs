@@ -71,28 +71,7 @@ pub fn error_page(status: StatusCode, message: &str) -> Markup {
     )
 }
 
-/// Unix seconds as `YYYY-MM-DD HH:MM:SS` UTC.
-pub fn time(secs: i64) -> String {
-    jiff::Timestamp::from_second(secs).map_or_else(
-        |_| secs.to_string(),
-        |t| t.strftime("%Y-%m-%d %H:%M:%S").to_string(),
-    )
-}
-
-/// A byte count for people: `512 B`, `1.5 KiB`, `3.2 MiB`.
-pub fn bytes(n: u64) -> String {
-    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
-    let mut v = n as f64;
-    let mut u = 0;
-    while v >= 1024.0 && u + 1 < UNITS.len() {
-        v /= 1024.0;
-        u += 1;
-    }
-    match u {
-        0 => format!("{n} B"),
-        _ => format!("{v:.1} {}", UNITS[u]),
-    }
-}
+pub use mailvault_core::report::{human_bytes as bytes, utc_time as time};
 
 /// `path?k=v&...`, each value percent-encoded.
 pub fn link(path: &str, params: &[(&str, &str)]) -> String {

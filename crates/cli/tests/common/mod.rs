@@ -265,3 +265,20 @@ pub fn maildir_message(root: &Path, account: &str, dir: &str, name: &str, data: 
     }
     std::fs::write(folder.join("cur").join(name), data).unwrap();
 }
+
+/// Directories and files anywhere under `root` whose names start with `prefix`.
+pub fn named(root: &Path, prefix: &str) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    let mut dirs = vec![root.to_path_buf()];
+    while let Some(d) = dirs.pop() {
+        for e in fs::read_dir(&d).into_iter().flatten().flatten() {
+            if e.file_name().to_string_lossy().starts_with(prefix) {
+                out.push(e.path());
+            }
+            if e.path().is_dir() {
+                dirs.push(e.path());
+            }
+        }
+    }
+    out
+}

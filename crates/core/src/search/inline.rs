@@ -18,15 +18,14 @@
 //! memory a split's writing needs stays bounded on a first backup of millions of
 //! messages.
 
-use super::build::{commit, new_split, IndexOptions, IndexReport};
-use super::split::{private_dir, write_split, SearchCache, SplitHeader};
-use super::{extract, schema};
+use super::build::{Built, IndexOptions, IndexReport, SplitBuilder};
+use super::split::SearchCache;
 use crate::error::{Error, Result};
 use crate::repo::id::Id;
 use crate::repo::writer::content::NewContents;
 use crate::repo::Repository;
-use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::sync::{Mutex, RwLock};
 
 /// `backup --index`: the root of the local cache (none: `--no-cache`), under which the
@@ -37,57 +36,32 @@ pub struct IndexAsRead {
     pub opts: IndexOptions,
 }
 
-/// One split being built: its directory, index and writer.
-struct Building {
-    dir: tempfile::TempDir,
-    index: tantivy::Index,
-    writer: Option<tantivy::IndexWriter>,
-    docs: AtomicU64,
-}
-
 /// The contents a backup adds, indexed as they come (see the module's documentation).
 pub struct Inline {
     cache: SearchCache,
     opts: IndexOptions,
-    fields: schema::Fields,
-    current: RwLock<Option<Building>>,
-    /// Splits gathered in full and committed, written when the snapshot is saved.
-    done: Mutex<Vec<Building>>,
+    current: RwLock<SplitBuilder>,
+    /// Splits gathered in full and committed, stored when the snapshot is saved.
+    done: Mutex<Vec<Built>>,
     /// Set on the first error: what comes after is left to [`super::build::index`].
     stopped: AtomicBool,
-    bytes: AtomicU64,
-    truncated: AtomicU64,
 }
 
 impl Inline {
     pub fn new(repo: &Repository, how: &IndexAsRead) -> Result<Inline> {
         let cache = SearchCache::of(how.cache_root.as_deref(), repo)?;
-        private_dir(cache.path())?;
-        let first = Self::building(cache.path(), &how.opts)?;
+        let first = SplitBuilder::new(cache.path(), &how.opts)?;
         Ok(Inline {
-            fields: schema::schema().1,
-            current: RwLock::new(Some(first)),
+            current: RwLock::new(first),
             done: Mutex::new(Vec::new()),
             stopped: AtomicBool::new(false),
-            bytes: AtomicU64::new(0),
-            truncated: AtomicU64::new(0),
             cache,
             opts: how.opts.clone(),
         })
     }
 
-    fn building(cache: &Path, opts: &IndexOptions) -> Result<Building> {
-        let dir = tempfile::Builder::new()
-            .prefix(".build-")
-            .tempdir_in(cache)
-            .map_err(|e| Error::io(cache, e))?;
-        let (index, writer) = new_split(dir.path(), opts)?;
-        Ok(Building {
-            dir,
-            index,
-            writer: Some(writer),
-            docs: AtomicU64::new(0),
-        })
+    fn split_docs(&self) -> u64 {
+        self.opts.split_docs.max(1) as u64
     }
 
     /// Stops indexing here (the rest is left to `index`), saying why in the log.
@@ -97,73 +71,36 @@ impl Inline {
         }
     }
 
-    /// Adds one document; whether the split is full.
-    fn add_document(&self, doc: tantivy::TantivyDocument) -> Result<bool> {
-        let current = self.current.read().unwrap_or_else(|p| p.into_inner());
-        let Some(b) = current.as_ref() else {
-            return Ok(false);
-        };
-        let Some(w) = b.writer.as_ref() else {
-            return Ok(false);
-        };
-        w.add_document(doc)
-            .map_err(|e| Error::search("adding a document", e))?;
-        Ok(b.docs.fetch_add(1, Relaxed) + 1 >= self.opts.split_docs.max(1) as u64)
-    }
-
     /// Commits the current split and starts the next, unless another worker did.
     fn cut(&self) -> Result<()> {
-        let mut current = self.current.write().unwrap_or_else(|p| p.into_inner());
-        let full = current
-            .as_ref()
-            .is_some_and(|b| b.docs.load(Relaxed) >= self.opts.split_docs.max(1) as u64);
-        if !full {
-            return Ok(());
-        }
-        let next = Self::building(self.cache.path(), &self.opts)?;
-        if let Some(mut b) = current.replace(next) {
-            if let Some(w) = b.writer.take() {
-                commit(w)?;
+        let full = {
+            let mut current = self.current.write().unwrap_or_else(|p| p.into_inner());
+            if current.docs() < self.split_docs() {
+                return Ok(());
             }
-            self.done.lock().unwrap_or_else(|p| p.into_inner()).push(b);
-        }
+            let next = SplitBuilder::new(self.cache.path(), &self.opts)?;
+            std::mem::replace(&mut *current, next)
+        };
+        // Committed outside the lock: the backup's workers go on into the next split.
+        let built = full.commit()?;
+        (self.done.lock().unwrap_or_else(|p| p.into_inner())).push(built);
         Ok(())
     }
 
-    /// After the snapshot is saved: commits what is gathered and writes it to the
+    /// After the snapshot is saved: commits what is gathered and stores it in the
     /// repository as splits; what was indexed.
     pub fn finish(self, repo: &Repository) -> Result<IndexReport> {
         let t = std::time::Instant::now();
         let mut all = self.done.into_inner().unwrap_or_else(|p| p.into_inner());
         let current = self.current.into_inner().unwrap_or_else(|p| p.into_inner());
-        all.extend(current);
+        all.push(current.commit()?);
         let mut report = IndexReport::default();
-        for mut b in all {
-            if let Some(w) = b.writer.take() {
-                commit(w)?;
-            }
-            let docs = b.docs.into_inner();
-            if docs == 0 {
-                continue;
-            }
-            let header = SplitHeader {
-                hostname: crate::hostname(),
-                time: crate::now_unix(),
-                docs,
-                ..SplitHeader::default()
-            };
-            let id = write_split(repo, self.cache.path(), &b.index, b.dir, header)?;
-            report.indexed += docs;
-            report.splits.push(id.to_hex());
-        }
-        if !report.splits.is_empty() {
-            repo.store().flush()?;
+        for built in all {
+            built.store(repo, self.cache.path(), &mut report)?;
         }
         report.as_read = report.indexed;
-        report.bytes = self.bytes.into_inner();
-        report.truncated = self.truncated.into_inner();
         tracing::debug!(
-            "index: {} indexed during the backup, written in {:?}",
+            "index: {} indexed during the backup, stored in {:?}",
             report.indexed,
             t.elapsed()
         );
@@ -176,20 +113,18 @@ impl NewContents for Inline {
         if self.stopped.load(Relaxed) {
             return;
         }
-        let x = extract::extract(data);
-        let doc = schema::document(&self.fields, hash, data.len() as u64, &x);
-        match self.add_document(doc) {
-            Ok(full) => {
-                self.bytes.fetch_add(data.len() as u64, Relaxed);
-                if x.truncated {
-                    self.truncated.fetch_add(1, Relaxed);
-                }
-                if full {
-                    if let Err(e) = self.cut() {
-                        self.stop(&e);
-                    }
+        let added = self
+            .current
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .add(hash, data);
+        match added {
+            Ok(docs) if docs >= self.split_docs() => {
+                if let Err(e) = self.cut() {
+                    self.stop(&e);
                 }
             }
+            Ok(_) => {}
             Err(e) => self.stop(&e),
         }
     }
