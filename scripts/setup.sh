@@ -7,7 +7,8 @@
 # `vmail` and `cyrus` system users the judges run the servers as, restic and borg (benchmark
 # peers), isync (mbsync), hyperfine, GNU time, openssl, MinIO (the S3 server the object-storage
 # tests start, built with go once and kept), the rustfmt/clippy components, and nightly with
-# cargo-fuzz (for the fuzz targets), systemd (`systemd-analyze verify` checks contrib/systemd)
+# cargo-fuzz (for the fuzz targets), chromium and chromium-driver (the web UI's browser
+# tests), systemd (`systemd-analyze verify` checks contrib/systemd)
 # and python3-prometheus-client (its parser reads the metrics file in the tests). Safe to run
 # again.
 set -euo pipefail
@@ -25,6 +26,9 @@ command -v python3 >/dev/null || need+=(python3)
 # `backup --snapshot btrfs` test (crates/cli/tests/fs_snapshot.rs).
 command -v mkfs.btrfs >/dev/null || need+=(btrfs-progs)
 command -v saslpasswd2 >/dev/null || need+=(sasl2-bin)
+# The web UI's browser tests (crates/cli/tests/browser.rs): headless Chromium over WebDriver.
+command -v chromium >/dev/null || need+=(chromium)
+command -v chromedriver >/dev/null || need+=(chromium-driver)
 command -v systemd-analyze >/dev/null || need+=(systemd)
 /usr/bin/python3 -c 'import prometheus_client.parser' 2>/dev/null || need+=(python3-prometheus-client)
 # Cyrus' own libraries come from its unpacked packages (below); these are the rest.

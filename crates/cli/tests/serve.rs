@@ -10,24 +10,15 @@
 
 mod common;
 
+use common::serve::{
+    assert_headers, plain, put, q, start, token_file, JsonValue, Server, Session, ACCOUNT,
+    FRAME_CSP, PAGES_CSP, TOKEN,
+};
 use common::Env;
-use reqwest::blocking::{Client, Response};
-use reqwest::header::{HeaderMap, CONTENT_TYPE, COOKIE, LOCATION, SET_COOKIE};
+use reqwest::header::{CONTENT_TYPE, COOKIE, LOCATION, SET_COOKIE};
 use reqwest::StatusCode;
 use serde_json::Value;
 use std::fs;
-use std::io::BufRead;
-use std::os::unix::fs::PermissionsExt;
-use std::path::Path;
-use std::process::{Child, Stdio};
-
-const TOKEN: &str = "test-admin-token-0123456789abcdef";
-const ACCOUNT: &str = "alice@example.org";
-const PAGES_CSP: &str = "default-src 'none'; style-src 'self'; img-src 'self'; \
-    form-action 'self'; frame-ancestors 'none'; base-uri 'none'; frame-src 'self'";
-const FRAME_CSP: &str = "default-src 'none'; style-src 'unsafe-inline'; img-src data:; \
-    frame-ancestors 'self'; base-uri 'none'; form-action 'none'; sandbox";
-
 /// A message with an HTML part that tries everything: scripts, handlers, `javascript:`
 /// and `data:` links, remote images, CSS that loads URLs, a meta refresh, SVG with script,
 /// and an attachment named to climb out of a directory.
@@ -46,25 +37,6 @@ MIME-Version: 1.0\r\nContent-Type: multipart/mixed; boundary=B\r\n\r\n\
 --B\r\nContent-Type: text/html\r\nContent-Disposition: attachment; filename=\"../../x.html\"\r\n\r\n\
 <script>alert(7)</script>\r\n--B--\r\n";
 
-fn plain(subject: &str, date: &str, body: &str) -> String {
-    format!(
-        "From: Bob <bob@example.org>\r\nTo: {ACCOUNT}\r\nSubject: {subject}\r\nDate: {date}\r\n\r\n{body}\r\n"
-    )
-}
-
-/// Writes message `name` into folder `dir` (`""`: INBOX) of the account; its path.
-fn put(root: &Path, dir: &str, name: &str, data: &str) -> std::path::PathBuf {
-    let folder = root.join("example.org/alice/Maildir").join(dir);
-    for sub in ["cur", "new", "tmp"] {
-        fs::create_dir_all(folder.join(sub)).unwrap();
-    }
-    let p = folder.join("cur").join(name);
-    fs::write(&p, data).unwrap();
-    p
-}
-
-/// A repository of planted messages, backed up twice (the message `old` in both) and
-/// indexed; the token file (0600).
 fn repository() -> Env {
     let e = Env::new();
     let mail = e.path("mail");
@@ -105,157 +77,6 @@ fn repository() -> Env {
     e.ok(&["index"]);
     token_file(&e, 0o600);
     e
-}
-
-fn token_file(e: &Env, mode: u32) -> std::path::PathBuf {
-    let p = e.path("token");
-    fs::write(&p, format!("{TOKEN}\n")).unwrap();
-    fs::set_permissions(&p, fs::Permissions::from_mode(mode)).unwrap();
-    p
-}
-
-/// `mailvault serve` running, killed when dropped.
-struct Server {
-    child: Child,
-    base: String,
-    http: Client,
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn start(e: &Env, extra: &[&str]) -> Server {
-    let token = e.path("token").display().to_string();
-    let mut args = vec![
-        "serve",
-        "--listen",
-        "127.0.0.1:0",
-        "--admin-token-file",
-        &token,
-    ];
-    args.extend_from_slice(extra);
-    let mut child = e
-        .cmd(&args)
-        .stdout(Stdio::piped())
-        .stderr(fs::File::create(e.path("serve.err")).unwrap())
-        .spawn()
-        .unwrap();
-    let out = child.stdout.take().unwrap();
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        let mut line = String::new();
-        let _ = std::io::BufReader::new(out).read_line(&mut line);
-        let _ = tx.send(line);
-    });
-    let line = rx
-        .recv_timeout(std::time::Duration::from_secs(60))
-        .unwrap_or_default();
-    let Some(base) = line.trim().strip_prefix("listening on ") else {
-        let _ = child.kill();
-        panic!(
-            "serve did not start: {line:?}\n{}",
-            fs::read_to_string(e.path("serve.err")).unwrap_or_default()
-        );
-    };
-    let http = Client::builder()
-        .redirect(reqwest::redirect::Policy::none())
-        .timeout(std::time::Duration::from_secs(60))
-        .build()
-        .unwrap();
-    Server {
-        base: base.to_string(),
-        child,
-        http,
-    }
-}
-
-/// A logged-in session: its cookie header and CSRF token.
-struct Session {
-    cookie: String,
-    csrf: String,
-}
-
-impl Server {
-    fn url(&self, path: &str) -> String {
-        format!("{}{path}", self.base)
-    }
-    fn get(&self, path: &str, s: Option<&Session>) -> Response {
-        let mut r = self.http.get(self.url(path));
-        if let Some(s) = s {
-            r = r.header(COOKIE, &s.cookie);
-        }
-        r.send().unwrap()
-    }
-    fn post_form(&self, path: &str, s: Option<&Session>, form: &str) -> Response {
-        let mut r = self
-            .http
-            .post(self.url(path))
-            .header(CONTENT_TYPE, "application/x-www-form-urlencoded")
-            .body(form.to_string());
-        if let Some(s) = s {
-            r = r.header(COOKIE, &s.cookie);
-        }
-        r.send().unwrap()
-    }
-    fn login(&self, token: &str) -> Response {
-        let form = serde_urlencoded::to_string([("token", token)]).unwrap();
-        self.post_form("/login", None, &form)
-    }
-    fn session(&self) -> Session {
-        let r = self.login(TOKEN);
-        assert_eq!(r.status(), StatusCode::SEE_OTHER);
-        let set = r.headers()[SET_COOKIE].to_str().unwrap().to_string();
-        for part in ["HttpOnly", "SameSite=Strict", "Path=/"] {
-            assert!(set.contains(part), "{set}");
-        }
-        let cookie = set.split(';').next().unwrap().to_string();
-        let s = Session {
-            cookie,
-            csrf: String::new(),
-        };
-        let v: Value = self.get("/api/v1/session", Some(&s)).json_value();
-        Session {
-            csrf: v["csrf_token"].as_str().unwrap().to_string(),
-            ..s
-        }
-    }
-    fn api(&self, path: &str, s: &Session) -> Value {
-        let r = self.get(path, Some(s));
-        assert_eq!(r.status(), StatusCode::OK, "{path}");
-        r.json_value()
-    }
-    fn page(&self, path: &str, s: &Session) -> String {
-        let r = self.get(path, Some(s));
-        assert_eq!(r.status(), StatusCode::OK, "{path}");
-        assert_headers(r.headers(), PAGES_CSP);
-        r.text().unwrap()
-    }
-}
-
-trait JsonValue {
-    fn json_value(self) -> Value;
-}
-
-impl JsonValue for Response {
-    fn json_value(self) -> Value {
-        serde_json::from_slice(&self.bytes().unwrap()).unwrap()
-    }
-}
-
-#[track_caller]
-fn assert_headers(h: &HeaderMap, csp: &str) {
-    assert_eq!(h["content-security-policy"], csp);
-    assert_eq!(h["x-content-type-options"], "nosniff");
-    assert_eq!(h["referrer-policy"], "no-referrer");
-    assert_eq!(h["cache-control"], "no-store");
-}
-
-fn q(path: &str, params: &[(&str, &str)]) -> String {
-    format!("{path}?{}", serde_urlencoded::to_string(params).unwrap())
 }
 
 /// Every route, pages and API, with parameters that would answer with a session.
@@ -327,6 +148,7 @@ fn no_route_answers_without_a_session_and_failed_logins_are_limited() {
     assert_eq!(r.status(), StatusCode::OK);
     assert_headers(r.headers(), PAGES_CSP);
     assert_eq!(s.get("/static/style.css", None).status(), StatusCode::OK);
+    assert_eq!(s.get("/static/icon.svg", None).status(), StatusCode::OK);
     // The API's login: a cookie and the CSRF token; its logout needs the token.
     let login = |token: &str| {
         let body = serde_json::json!({ "token": token }).to_string();

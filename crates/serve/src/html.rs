@@ -10,6 +10,9 @@ use maud::{html, Markup, DOCTYPE};
 /// The stylesheet, embedded in the binary.
 pub const STYLE: &str = include_str!("style.css");
 
+/// The pages' icon (an envelope), served beside the style sheet.
+pub const ICON: &str = include_str!("icon.svg");
+
 /// A page: its title, the session's CSRF token (none on the login page) for the logout
 /// form, and its content.
 pub fn layout(title: &str, csrf: Option<&str>, body: Markup) -> Markup {
@@ -21,6 +24,7 @@ pub fn layout(title: &str, csrf: Option<&str>, body: Markup) -> Markup {
                 meta name="viewport" content="width=device-width, initial-scale=1";
                 title { (title) " · mailvault" }
                 link rel="stylesheet" href="/static/style.css";
+                link rel="icon" type="image/svg+xml" href="/static/icon.svg";
             }
             body {
                 header {
@@ -50,6 +54,9 @@ pub fn login_page(problem: Option<&str>) -> Markup {
         html! {
             @if let Some(text) = problem { p.problem role="alert" { (text) } }
             form method="post" action="/login" {
+                // The account the token belongs to, for password managers (and browsers,
+                // which warn about a password form without one); the server ignores it.
+                input type="text" name="user" value="admin" autocomplete="username" hidden;
                 label for="token" { "Admin token" }
                 input id="token" type="password" name="token" autocomplete="current-password" required autofocus;
                 button type="submit" { "Log in" }

@@ -27,6 +27,10 @@ pub async fn style() -> Response {
         .into_response()
 }
 
+pub async fn icon() -> Response {
+    ([(CONTENT_TYPE, "image/svg+xml")], crate::html::ICON).into_response()
+}
+
 pub async fn snapshots(State(st): State<AppState>, Extension(ctx): Extension<Ctx>) -> Page {
     let live = reply::live(&st).await?;
     let list = blocking(move || read::snapshots(live.repo())).await?;
@@ -127,12 +131,12 @@ pub async fn messages(
             a href=(link("/account", &[("snapshot", &q.snapshot), ("account", &q.account)])) { (q.account) }
             " / " (q.folder) }
         p { (p.total) " messages, newest first" }
-        table {
+        table.list {
             thead { tr { th { "Date (UTC)" } th { "From" } th { "Subject" } th.num.wide { "Size" } th.wide { "Flags" } } }
             tbody { @for m in &p.items { tr {
-                td { (time(m.date.unwrap_or(m.internal_date))) }
+                td.date { (time(m.date.unwrap_or(m.internal_date))) }
                 td { (m.from) }
-                td { a href=(link("/message", &[("snapshot", &q.snapshot[..]), ("account", &q.account), ("folder", &q.folder), ("key", &m.key)])) {
+                td.subject { a href=(link("/message", &[("snapshot", &q.snapshot[..]), ("account", &q.account), ("folder", &q.folder), ("key", &m.key)])) {
                     @if m.subject.is_empty() { "(no subject)" } @else { (m.subject) } } }
                 td.num.wide { (bytes(m.size)) } td.wide { (m.flags) }
             } } }
@@ -275,12 +279,12 @@ pub async fn search(
             Some(Ok(r)) => {
                 p { (r.total) " found in " (r.snapshots) " snapshot(s)"
                     @if r.not_indexed > 0 { " · " (r.not_indexed) " message(s) not indexed yet (run `mailvault index`)" } }
-                table {
+                table.list {
                     thead { tr { th { "Date (UTC)" } th { "From" } th { "Subject" } th.wide { "Where" } } }
                     tbody { @for h in &r.hits { tr {
-                        td { (time(h.date.unwrap_or(h.internal_date))) }
+                        td.date { (time(h.date.unwrap_or(h.internal_date))) }
                         td { (h.from) }
-                        td { a href=(link("/message", &[("snapshot", &h.last_snapshot[..]), ("account", &h.account), ("folder", &h.folder), ("key", &h.key)])) {
+                        td.subject { a href=(link("/message", &[("snapshot", &h.last_snapshot[..]), ("account", &h.account), ("folder", &h.folder), ("key", &h.key)])) {
                             @if h.subject.is_empty() { "(no subject)" } @else { (h.subject) } }
                             @if h.deleted { " " span.muted { "[deleted]" } } }
                         td.wide { (h.account) " / " (h.folder) }

@@ -49,6 +49,7 @@ pub fn router(state: AppState) -> Router {
         .route("/login", get(pages::login_form).post(login_form))
         .route("/api/v1/login", post(login_api))
         .route("/static/style.css", get(pages::style))
+        .route("/static/icon.svg", get(pages::icon))
         .merge(protected)
         .layer(from_fn(headers::security_headers))
         .layer(DefaultBodyLimit::max(BODY_LIMIT))

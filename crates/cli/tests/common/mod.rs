@@ -3,6 +3,8 @@
 //! (`pass`), cache, state directory and working directory; and comparing restored trees.
 #![allow(dead_code, clippy::unwrap_used)]
 
+pub mod serve;
+
 use mailvault_core::testing::minio::Minio;
 use serde_json::Value;
 use std::collections::BTreeMap;

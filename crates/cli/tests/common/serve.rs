@@ -1,0 +1,193 @@
+//! `mailvault serve` started for a test: on 127.0.0.1 with a port the system chose, with
+//! an admin token file, killed when dropped; a logged-in session over a real HTTP client;
+//! planting messages in a Maildir account. Shared by tests/serve.rs and tests/browser.rs.
+
+use super::Env;
+use reqwest::blocking::{Client, Response};
+use reqwest::header::{HeaderMap, CONTENT_TYPE, COOKIE, SET_COOKIE};
+use reqwest::StatusCode;
+use serde_json::Value;
+use std::fs;
+use std::io::BufRead;
+use std::os::unix::fs::PermissionsExt;
+use std::path::Path;
+use std::process::{Child, Stdio};
+
+pub const TOKEN: &str = "test-admin-token-0123456789abcdef";
+pub const ACCOUNT: &str = "alice@example.org";
+pub const PAGES_CSP: &str = "default-src 'none'; style-src 'self'; img-src 'self'; \
+    form-action 'self'; frame-ancestors 'none'; base-uri 'none'; frame-src 'self'";
+pub const FRAME_CSP: &str = "default-src 'none'; style-src 'unsafe-inline'; img-src data:; \
+    frame-ancestors 'self'; base-uri 'none'; form-action 'none'; sandbox";
+
+pub fn plain(subject: &str, date: &str, body: &str) -> String {
+    format!(
+        "From: Bob <bob@example.org>\r\nTo: {ACCOUNT}\r\nSubject: {subject}\r\nDate: {date}\r\n\r\n{body}\r\n"
+    )
+}
+
+/// Writes message `name` into folder `dir` (`""`: INBOX) of the account; its path.
+pub fn put(root: &Path, dir: &str, name: &str, data: &str) -> std::path::PathBuf {
+    let folder = root.join("example.org/alice/Maildir").join(dir);
+    for sub in ["cur", "new", "tmp"] {
+        fs::create_dir_all(folder.join(sub)).unwrap();
+    }
+    let p = folder.join("cur").join(name);
+    fs::write(&p, data).unwrap();
+    p
+}
+
+/// A repository of planted messages, backed up twice (the message `old` in both) and
+/// indexed; the token file (0600).
+pub fn token_file(e: &Env, mode: u32) -> std::path::PathBuf {
+    let p = e.path("token");
+    fs::write(&p, format!("{TOKEN}\n")).unwrap();
+    fs::set_permissions(&p, fs::Permissions::from_mode(mode)).unwrap();
+    p
+}
+
+/// `mailvault serve` running, killed when dropped.
+pub struct Server {
+    pub child: Child,
+    pub base: String,
+    pub http: Client,
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+pub fn start(e: &Env, extra: &[&str]) -> Server {
+    let token = e.path("token").display().to_string();
+    let mut args = vec![
+        "serve",
+        "--listen",
+        "127.0.0.1:0",
+        "--admin-token-file",
+        &token,
+    ];
+    args.extend_from_slice(extra);
+    let mut child = e
+        .cmd(&args)
+        .stdout(Stdio::piped())
+        .stderr(fs::File::create(e.path("serve.err")).unwrap())
+        .spawn()
+        .unwrap();
+    let out = child.stdout.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let mut line = String::new();
+        let _ = std::io::BufReader::new(out).read_line(&mut line);
+        let _ = tx.send(line);
+    });
+    let line = rx
+        .recv_timeout(std::time::Duration::from_secs(60))
+        .unwrap_or_default();
+    let Some(base) = line.trim().strip_prefix("listening on ") else {
+        let _ = child.kill();
+        panic!(
+            "serve did not start: {line:?}\n{}",
+            fs::read_to_string(e.path("serve.err")).unwrap_or_default()
+        );
+    };
+    let http = Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .timeout(std::time::Duration::from_secs(60))
+        .build()
+        .unwrap();
+    Server {
+        base: base.to_string(),
+        child,
+        http,
+    }
+}
+
+/// A logged-in session: its cookie header and CSRF token.
+pub struct Session {
+    pub cookie: String,
+    pub csrf: String,
+}
+
+impl Server {
+    pub fn url(&self, path: &str) -> String {
+        format!("{}{path}", self.base)
+    }
+    pub fn get(&self, path: &str, s: Option<&Session>) -> Response {
+        let mut r = self.http.get(self.url(path));
+        if let Some(s) = s {
+            r = r.header(COOKIE, &s.cookie);
+        }
+        r.send().unwrap()
+    }
+    pub fn post_form(&self, path: &str, s: Option<&Session>, form: &str) -> Response {
+        let mut r = self
+            .http
+            .post(self.url(path))
+            .header(CONTENT_TYPE, "application/x-www-form-urlencoded")
+            .body(form.to_string());
+        if let Some(s) = s {
+            r = r.header(COOKIE, &s.cookie);
+        }
+        r.send().unwrap()
+    }
+    pub fn login(&self, token: &str) -> Response {
+        let form = serde_urlencoded::to_string([("token", token)]).unwrap();
+        self.post_form("/login", None, &form)
+    }
+    pub fn session(&self) -> Session {
+        let r = self.login(TOKEN);
+        assert_eq!(r.status(), StatusCode::SEE_OTHER);
+        let set = r.headers()[SET_COOKIE].to_str().unwrap().to_string();
+        for part in ["HttpOnly", "SameSite=Strict", "Path=/"] {
+            assert!(set.contains(part), "{set}");
+        }
+        let cookie = set.split(';').next().unwrap().to_string();
+        let s = Session {
+            cookie,
+            csrf: String::new(),
+        };
+        let v: Value = self.get("/api/v1/session", Some(&s)).json_value();
+        Session {
+            csrf: v["csrf_token"].as_str().unwrap().to_string(),
+            ..s
+        }
+    }
+    pub fn api(&self, path: &str, s: &Session) -> Value {
+        let r = self.get(path, Some(s));
+        assert_eq!(r.status(), StatusCode::OK, "{path}");
+        r.json_value()
+    }
+    pub fn page(&self, path: &str, s: &Session) -> String {
+        let r = self.get(path, Some(s));
+        assert_eq!(r.status(), StatusCode::OK, "{path}");
+        assert_headers(r.headers(), PAGES_CSP);
+        r.text().unwrap()
+    }
+}
+
+pub trait JsonValue {
+    fn json_value(self) -> Value;
+}
+
+impl JsonValue for Response {
+    fn json_value(self) -> Value {
+        serde_json::from_slice(&self.bytes().unwrap()).unwrap()
+    }
+}
+
+/// `path` with query `params`.
+pub fn q(path: &str, params: &[(&str, &str)]) -> String {
+    format!("{path}?{}", serde_urlencoded::to_string(params).unwrap())
+}
+
+/// The security headers every answer carries, with content policy `csp`.
+#[track_caller]
+pub fn assert_headers(h: &HeaderMap, csp: &str) {
+    assert_eq!(h["content-security-policy"], csp);
+    assert_eq!(h["x-content-type-options"], "nosniff");
+    assert_eq!(h["referrer-policy"], "no-referrer");
+    assert_eq!(h["cache-control"], "no-store");
+}
