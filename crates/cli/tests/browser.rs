@@ -2,8 +2,9 @@
 //! `chromedriver` by a WebDriver client (fantoccini), against the real `mailvault serve`.
 //!
 //! - A browser logs in with the admin token, walks snapshot → account → folder → message by
-//!   clicking links, downloads the message (the file it saves is the stored message byte
-//!   for byte, under a safe name) and searches; no page logs anything to the console.
+//!   clicking links, downloads the folder as an mbox (Python's `mailbox` reads it) and the
+//!   message (the file it saves is the stored message byte for byte, under a safe name)
+//!   and searches; no page logs anything to the console.
 //! - Every main page at a desktop and a 390-px phone width: nothing wider than the screen,
 //!   every link, button and field reachable with the Tab key and visibly focused;
 //!   screenshots saved (in `MAILVAULT_SCREENSHOTS` when set: docs/screenshots/ holds them).
@@ -361,6 +362,31 @@ async fn walk(e: &Env, s: &Server, d: &Driver) {
     let t = text(&c).await;
     assert!(t.contains("planted") && t.contains("oldest"), "{t}");
     pages.push(("folder", c.current_url().await.unwrap()));
+    // The folder as an mbox, read by Python's mailbox.
+    c.find(Locator::Css("a[href^=\"/folder/mbox?\"][download]"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    let mbox = downloaded(&downloads).await;
+    assert_eq!(mbox.file_name().unwrap(), "INBOX.mbox");
+    let out = Command::new("python3")
+        .args([
+            "-c",
+            "import mailbox, sys\n\
+             print(sorted(m['subject'] for m in mailbox.mbox(sys.argv[1], create=False)))",
+        ])
+        .arg(&mbox)
+        .output()
+        .unwrap();
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout).trim(),
+        "['oldest', 'planted']",
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    fs::remove_file(&mbox).unwrap();
     follow(&c, "a[href^=\"/message?\"][href$=\"key=zebra\"]").await;
     let t = text(&c).await;
     assert!(t.contains("zebraquartz") && t.contains("Held by"), "{t}");

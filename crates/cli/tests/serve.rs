@@ -63,6 +63,12 @@ fn repository() -> Env {
         "arch:2,S",
         &plain("archived", "Tue, 02 Jan 2024 10:00:00 +0000", "kept"),
     );
+    put(
+        &mail,
+        ".Archive.2023",
+        "arch23:2,F",
+        &plain("archived 2023", "Mon, 02 Jan 2023 10:00:00 +0000", "older"),
+    );
     let src = format!("maildir:{}", mail.display());
     e.ok(&["init"]);
     e.ok(&["backup", &src]);
@@ -103,6 +109,7 @@ fn routes() -> Vec<String> {
         v.push(q(&format!("{base}{f}"), &place[..2]));
         v.push(q(&format!("{base}/message"), &place));
         v.push(q(&format!("{base}/message/raw"), &place));
+        v.push(q(&format!("{base}/folder/mbox"), &place[..3]));
     }
     v.extend([
         q("/folder", &place[..3]),
@@ -237,7 +244,7 @@ fn a_session_walks_snapshot_account_folder_message_and_downloads_and_searches() 
         .map(|f| f["name"].as_str().unwrap())
         .collect();
     names.sort_unstable();
-    assert_eq!(names, ["Archive", "INBOX"]);
+    assert_eq!(names, ["Archive", "Archive/2023", "INBOX"]);
     assert!(s
         .page(
             &q("/account", &[("snapshot", &id), ("account", ACCOUNT)]),
@@ -571,4 +578,109 @@ fn a_running_server_follows_backups_and_index_and_lets_a_prune_run_when_idle() {
     e.ok(&["prune", "--retry-lock", "3s"]);
     assert_eq!(s.api("/api/v1/snapshots", &me).as_array().unwrap().len(), 3);
     assert_eq!(s.api(&page, &me)["total"], 5);
+}
+
+/// The `cur/` files of a folder of the test account: (length, BLAKE3) of each, sorted.
+fn folder_files(e: &Env, dir: &str) -> Vec<(usize, blake3::Hash)> {
+    let cur = e
+        .path("mail/example.org/alice/Maildir")
+        .join(dir)
+        .join("cur");
+    let mut v: Vec<_> = (fs::read_dir(cur).unwrap())
+        .map(|f| {
+            let d = fs::read(f.unwrap().path()).unwrap();
+            (d.len(), blake3::hash(&d))
+        })
+        .collect();
+    v.sort_by_key(|(n, h)| (*n, *h.as_bytes()));
+    v
+}
+
+#[test]
+fn a_folder_downloads_as_an_mbox_that_python_and_our_reader_read_back_exactly() {
+    let e = repository();
+    let s = start(&e, &[]);
+    let me = s.session();
+    let id = s.api("/api/v1/snapshots", &me)[0]["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let url = |folder: &str| {
+        q(
+            "/api/v1/folder/mbox",
+            &[("snapshot", &id), ("account", ACCOUNT), ("folder", folder)],
+        )
+    };
+    let r = s.get(&url("INBOX"), Some(&me));
+    assert_eq!(r.status(), StatusCode::OK);
+    assert_eq!(r.headers()[CONTENT_TYPE], "application/mbox");
+    assert_eq!(
+        r.headers()["content-disposition"],
+        "attachment; filename=\"INBOX.mbox\""
+    );
+    let data = r.bytes().unwrap();
+    // Our reader: every message byte for byte, with its flags.
+    let read: Vec<_> = mailvault_core::mail::MboxReader::new(&data[..])
+        .map(|m| m.unwrap())
+        .collect();
+    let mut got: Vec<_> = (read.iter())
+        .map(|m| (m.bytes.len(), blake3::hash(&m.bytes)))
+        .collect();
+    got.sort_by_key(|(n, h)| (*n, *h.as_bytes()));
+    assert_eq!(got, folder_files(&e, ""));
+    let seen = |m: &mailvault_core::mail::MboxMessage| m.meta.flags.iter().any(|f| f == "\\Seen");
+    let subject_seen: std::collections::BTreeMap<String, bool> = (read.iter())
+        .map(|m| {
+            let text = String::from_utf8_lossy(&m.bytes);
+            let subject = text
+                .lines()
+                .find_map(|l| l.strip_prefix("Subject: "))
+                .unwrap();
+            (subject.to_string(), seen(m))
+        })
+        .collect();
+    assert!(subject_seen["oldest"]);
+    assert!(!subject_seen["newest"]);
+    // Python's mailbox reads the same messages and flags.
+    let file = e.path("INBOX.mbox");
+    fs::write(&file, &data).unwrap();
+    let out = std::process::Command::new("python3")
+        .args([
+            "-c",
+            "import mailbox, json, sys\n\
+             print(json.dumps(sorted([m['subject'], 'R' in m.get_flags()] \
+             for m in mailbox.mbox(sys.argv[1], create=False))))",
+        ])
+        .arg(&file)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let py: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let mut want: Vec<Value> = (subject_seen.iter())
+        .map(|(s, seen)| serde_json::json!([s, seen]))
+        .collect();
+    want.sort_by_key(|v| v.to_string());
+    let mut py = py.as_array().unwrap().clone();
+    py.sort_by_key(|v| v.to_string());
+    assert_eq!(py, want);
+    // One folder, without its subfolders.
+    let r = s.get(&url("Archive"), Some(&me));
+    assert_eq!(r.status(), StatusCode::OK);
+    let archive = r.bytes().unwrap();
+    let msgs: Vec<_> = mailvault_core::mail::MboxReader::new(&archive[..])
+        .map(|m| m.unwrap())
+        .collect();
+    assert_eq!(msgs.len(), 1);
+    assert!(msgs[0].from_line.is_some());
+    // No such folder: an error answer, not an empty mbox.
+    let r = s.get(&url("Nope"), Some(&me));
+    assert_eq!(r.status(), StatusCode::NOT_FOUND);
+    assert!(r.json_value()["error"].as_str().unwrap().contains("Nope"));
+    // The folder page links to it.
+    let page = s.page(&url("INBOX").replace("/api/v1/folder/mbox", "/folder"), &me);
+    assert!(page.contains("/folder/mbox?"), "{page}");
 }

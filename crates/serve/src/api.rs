@@ -2,9 +2,12 @@
 //! same session; POSTs need the session's CSRF token in `X-CSRF-Token`.
 
 use crate::read::{self, Place};
-use crate::reply::{self, blocking, AccountQ, ApiError, Ctx, FolderQ, Params, SearchQ, SnapQ};
+use crate::reply::{
+    self, blocking, AccountQ, ApiError, Ctx, Failure, FolderQ, Params, SearchQ, SnapQ,
+};
 use crate::state::AppState;
 use axum::extract::State;
+use axum::response::Response;
 use axum::{Extension, Json};
 use serde_json::{json, Value};
 
@@ -46,6 +49,11 @@ pub async fn folders(State(st): State<AppState>, Params(q): Params<AccountQ>) ->
 
 pub async fn messages(State(st): State<AppState>, Params(q): Params<FolderQ>) -> Answer {
     to_json(reply::folder_page(&st, &q).await?)
+}
+
+/// The folder as an `.mbox` download.
+pub async fn folder_mbox(State(st): State<AppState>, Params(q): Params<FolderQ>) -> Response {
+    crate::download::folder_mbox(st, q, Failure::json).await
 }
 
 pub async fn message(State(st): State<AppState>, Params(p): Params<Place>) -> Answer {

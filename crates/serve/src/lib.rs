@@ -10,6 +10,7 @@
 
 mod api;
 mod auth;
+mod download;
 mod headers;
 mod html;
 mod mail;

@@ -4,7 +4,9 @@
 
 use crate::html::{bytes, layout, link, short, time};
 use crate::read::{self, Place};
-use crate::reply::{self, blocking, AccountQ, Ctx, FolderQ, PageError, Params, SearchQ, SnapQ};
+use crate::reply::{
+    self, blocking, AccountQ, Ctx, Failure, FolderQ, PageError, Params, SearchQ, SnapQ,
+};
 use crate::state::AppState;
 use axum::extract::State;
 use axum::http::header::{CONTENT_SECURITY_POLICY, CONTENT_TYPE};
@@ -130,7 +132,8 @@ pub async fn messages(
             a href=(link("/snapshot", &[("snapshot", &q.snapshot)])) { (short(&q.snapshot)) } " / "
             a href=(link("/account", &[("snapshot", &q.snapshot), ("account", &q.account)])) { (q.account) }
             " / " (q.folder) }
-        p { (p.total) " messages, newest first" }
+        p { (p.total) " messages, newest first · "
+            a href=(link("/folder/mbox", &[("snapshot", &q.snapshot[..]), ("account", &q.account), ("folder", &q.folder)])) download { "Download as mbox" } }
         table.list {
             thead { tr { th { "Date (UTC)" } th { "From" } th { "Subject" } th.num.wide { "Size" } th.wide { "Flags" } } }
             tbody { @for m in &p.items { tr {
@@ -231,6 +234,11 @@ pub async fn message_html(State(st): State<AppState>, Params(p): Params<Place>) 
         doc,
     )
         .into_response()
+}
+
+/// The folder as an `.mbox` download.
+pub async fn folder_mbox(State(st): State<AppState>, Params(q): Params<FolderQ>) -> Response {
+    crate::download::folder_mbox(st, q, Failure::page).await
 }
 
 /// The message as stored, as a `.eml` download.

@@ -291,8 +291,8 @@ pub fn holders(repo: &Repository, cache: &Path, hash: &Id) -> Result<Vec<Holder>
 }
 
 /// A file name for a download: the characters `[A-Za-z0-9._-]` of `name`, others as `_`,
-/// no leading dot, at most 100 characters, ending in `.eml`.
-pub fn download_name(name: &str) -> String {
+/// no leading dot, at most 100 characters, then `.` and `ext`.
+pub fn download_name(name: &str, ext: &str) -> String {
     let mut s: String = (name.chars())
         .map(
             |c| match c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-') {
@@ -308,7 +308,7 @@ pub fn download_name(name: &str) -> String {
     if s.is_empty() {
         s = "message".into();
     }
-    s + ".eml"
+    format!("{s}.{ext}")
 }
 
 #[cfg(test)]
@@ -318,13 +318,14 @@ mod tests {
     #[test]
     fn download_names_are_plain() {
         assert_eq!(
-            download_name("1700000000.M1P2.host"),
+            download_name("1700000000.M1P2.host", "eml"),
             "1700000000.M1P2.host.eml"
         );
-        assert_eq!(download_name("../../x.html"), "_.._x.html.eml");
-        assert_eq!(download_name("..."), "message.eml");
-        assert_eq!(download_name("a\"b\r\nc;d/é"), "a_b__c_d__.eml");
-        assert_eq!(download_name(&"x".repeat(300)).len(), 104);
+        assert_eq!(download_name("../../x.html", "eml"), "_.._x.html.eml");
+        assert_eq!(download_name("...", "eml"), "message.eml");
+        assert_eq!(download_name("a\"b\r\nc;d/é", "eml"), "a_b__c_d__.eml");
+        assert_eq!(download_name(&"x".repeat(300), "eml").len(), 104);
+        assert_eq!(download_name("Archive/2023", "mbox"), "Archive_2023.mbox");
     }
 
     fn info(key: &str) -> MessageInfo {

@@ -206,7 +206,7 @@ pub async fn folder_page(
 /// A message's bytes as they were stored, as an `.eml` download.
 pub fn raw_download(f: crate::read::Found) -> Response {
     use axum::http::header::{CONTENT_DISPOSITION, CONTENT_TYPE};
-    let name = crate::read::download_name(&String::from_utf8_lossy(&f.entry.key));
+    let name = crate::read::download_name(&String::from_utf8_lossy(&f.entry.key), "eml");
     let disposition = format!("attachment; filename=\"{name}\"");
     (
         [

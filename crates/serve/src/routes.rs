@@ -26,6 +26,7 @@ pub fn router(state: AppState) -> Router {
         .route("/snapshot", get(pages::accounts))
         .route("/account", get(pages::folders))
         .route("/folder", get(pages::messages))
+        .route("/folder/mbox", get(pages::folder_mbox))
         .route("/message", get(pages::message))
         .route("/message/html", get(pages::message_html))
         .route("/message/raw", get(pages::message_raw))
@@ -36,6 +37,7 @@ pub fn router(state: AppState) -> Router {
         .route("/api/v1/accounts", get(api::accounts))
         .route("/api/v1/folders", get(api::folders))
         .route("/api/v1/messages", get(api::messages))
+        .route("/api/v1/folder/mbox", get(api::folder_mbox))
         .route("/api/v1/message", get(api::message))
         .route("/api/v1/message/raw", get(api::message_raw))
         .route(

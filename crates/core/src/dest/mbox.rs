@@ -543,7 +543,7 @@ fn open_file(dir: &OwnedFd, name: &[u8], info: &FolderInfo) -> std::io::Result<W
 
 /// The keywords of a folder (its `dovecot-keywords`, and `$Forwarded` when a message
 /// has Maildir's `P`) that an mbox can carry, for `X-IMAPbase:`.
-fn folder_keywords(info: &FolderInfo) -> Vec<String> {
+pub(crate) fn folder_keywords(info: &FolderInfo) -> Vec<String> {
     let mut out = Vec::new();
     if let Some(Ok(data)) = info.file(b"dovecot-keywords") {
         let table =

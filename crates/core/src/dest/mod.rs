@@ -34,6 +34,7 @@ mod fs;
 pub mod imap;
 pub mod maildir;
 pub mod mbox;
+pub mod mbox_stream;
 pub mod owners;
 
 /// How a target wants its messages.

@@ -7,7 +7,7 @@ use crate::dest::{HardLink, Order};
 use crate::error::{Error, Result};
 use crate::mail::maildir::{safe_component, safe_relative};
 use crate::model::assemble::assemble_file;
-use crate::model::{folder_name, folder_selected, message_selected};
+use crate::model::{folder_name, folder_selected, message_selected, FolderMatch};
 use crate::repo::id::Id;
 use crate::repo::tree::{AccountRef, AccountTree, ChunkRef, FileEntry, FolderNode, MessageEntry};
 use crate::repo::Repository;
@@ -23,6 +23,9 @@ pub struct Selection {
     pub accounts: Vec<String>,
     /// Only these folders and their subfolders (`Sent`, `Archive/2023`; all when empty).
     pub folders: Vec<String>,
+    /// `folders` name only the folders themselves, not their subfolders (a download of
+    /// one folder as an mbox).
+    pub exact_folders: bool,
     /// Only these messages, by Maildir key or file name (all when empty): only the folders
     /// that hold them are restored.
     pub messages: Vec<String>,
@@ -35,6 +38,18 @@ pub struct Selection {
 }
 
 impl Selection {
+    /// Whether the selection takes folder `node`.
+    pub(crate) fn takes_folder(&self, node: &FolderNode) -> bool {
+        match self.exact_folders {
+            false => folder_selected(node, &self.folders),
+            true => {
+                self.folders.is_empty()
+                    || (self.folders.iter())
+                        .any(|f| crate::model::folder_matches(node, f) == FolderMatch::Itself)
+            }
+        }
+    }
+
     /// The blob cache of a restore into an [`Order::Folder`] target (IMAP, mbox), in
     /// bytes.
     pub const CACHE_BYTES: usize = 64 << 20;
@@ -375,7 +390,7 @@ pub(super) fn plan_account<T>(
     }
     let mut matched = 0;
     for node in tree.folders {
-        if !folder_selected(&node, &sel.folders) {
+        if !sel.takes_folder(&node) {
             continue;
         }
         matched += 1;

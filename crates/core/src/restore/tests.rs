@@ -115,6 +115,7 @@ mod spans {
             snapshot: "latest".into(),
             accounts: vec![],
             folders: vec![],
+            exact_folders: false,
             messages: vec![],
             reads: 0,
             cache_bytes: 0,

@@ -1,0 +1,190 @@
+//! A folder downloaded as an mbox: core's restore pipeline into an mbox stream
+//! ([`mailvault_core::dest::mbox_stream`]) on a blocking thread, its bytes handed to the
+//! HTTP body through a bounded channel as they are written (a folder of any size in
+//! bounded memory).
+//!
+//! What fails before the first bytes leave (no such snapshot or folder, every message of a
+//! small folder unreadable) is an ordinary error answer. What fails once the body has
+//! started (a damaged message further on) ends the body with an error, so the client sees
+//! a broken transfer, never a shorter mbox that looks complete.
+
+use crate::reply::{Failure, FolderQ};
+use crate::state::AppState;
+use axum::body::{Body, Bytes};
+use axum::http::header::{CONTENT_DISPOSITION, CONTENT_TYPE};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use futures_util::StreamExt;
+use mailvault_core::dest::mbox_stream::MboxStream;
+use mailvault_core::restore::{Request, Selection};
+use std::io::Write;
+use tokio::sync::mpsc;
+
+/// Bytes gathered before they are handed to the body.
+const CHUNK: usize = 256 << 10;
+/// Chunks waiting for the client at most (the memory a slow client can hold up).
+const QUEUE: usize = 8;
+
+type Item = Result<Bytes, Failure>;
+
+/// A [`Write`] into the channel, in chunks of [`CHUNK`]; fails once the body is dropped
+/// (the client went away), which ends the restore.
+struct ChannelWriter {
+    tx: mpsc::Sender<Item>,
+    buf: Vec<u8>,
+}
+
+impl ChannelWriter {
+    fn send(&mut self) -> std::io::Result<()> {
+        if self.buf.is_empty() {
+            return Ok(());
+        }
+        let chunk = Bytes::from(std::mem::take(&mut self.buf));
+        self.tx.blocking_send(Ok(chunk)).map_err(|_| {
+            std::io::Error::new(std::io::ErrorKind::BrokenPipe, "the client went away")
+        })
+    }
+}
+
+impl Write for ChannelWriter {
+    fn write(&mut self, data: &[u8]) -> std::io::Result<usize> {
+        self.buf.extend_from_slice(data);
+        if self.buf.len() >= CHUNK {
+            self.send()?;
+        }
+        Ok(data.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.send()
+    }
+}
+
+/// Restores folder `q` of the snapshot into the channel; a failure, the restore's own or
+/// a message that could not be written, goes into the channel last.
+fn stream(st: &AppState, q: &FolderQ, tx: mpsc::Sender<Item>) {
+    let fail = |f: Failure| {
+        let _ = tx.blocking_send(Err(f));
+    };
+    let live = match st.live() {
+        Ok(l) => l,
+        Err(e) => return fail(e.into()),
+    };
+    let sel = Selection {
+        snapshot: q.snapshot.to_ascii_lowercase(),
+        accounts: vec![q.account.clone()],
+        folders: vec![q.folder.clone()],
+        exact_folders: true,
+        cache_bytes: Selection::CACHE_BYTES,
+        ..Selection::default()
+    };
+    let writer = ChannelWriter {
+        tx: tx.clone(),
+        buf: Vec::with_capacity(CHUNK),
+    };
+    let open = |_: &str, _: &_| Ok(MboxStream::new(writer));
+    let nothing = &mailvault_core::report::NoProgress;
+    match mailvault_core::ops::restore::run(live.repo(), Request::Selection(sel), nothing, open) {
+        Err(e) => fail(e.into()),
+        Ok((report, _)) => {
+            if let Some(f) = report.failures.first() {
+                tracing::warn!(
+                    "mbox download of {}: {} failure(s), the first: {}: {}",
+                    q.folder,
+                    report.failures.len(),
+                    f.item,
+                    f.error
+                );
+                let text = format!(
+                    "{} message(s) of the folder could not be read ({}: {}); \
+                     `mailvault check` tells more",
+                    report.failures.len(),
+                    f.item,
+                    f.error
+                );
+                fail(Failure::new(StatusCode::INTERNAL_SERVER_ERROR, &text));
+            }
+        }
+    }
+}
+
+/// `folder` as an `.mbox` download; a failure before it starts is answered by `err`.
+pub async fn folder_mbox(st: AppState, q: FolderQ, err: fn(Failure) -> Response) -> Response {
+    if let Err(e) = crate::read::check_snapshot_id(&q.snapshot) {
+        return err(e.into());
+    }
+    let (tx, rx) = mpsc::channel::<Item>(QUEUE);
+    let name = crate::read::download_name(&q.folder, "mbox");
+    tokio::task::spawn_blocking(move || stream(&st, &q, tx));
+    respond(rx, &name, "application/mbox", err).await
+}
+
+/// The download of what comes through `rx`, as file `name` of type `mime`: a failure
+/// before the first bytes is answered by `err`; one after them breaks the body.
+async fn respond(
+    mut rx: mpsc::Receiver<Item>,
+    name: &str,
+    mime: &str,
+    err: fn(Failure) -> Response,
+) -> Response {
+    let first = match rx.recv().await {
+        Some(Err(f)) => return err(f),
+        first => first,
+    };
+    let rest = futures_util::stream::unfold(rx, |mut rx| async move {
+        rx.recv().await.map(|item| (item, rx))
+    });
+    let body = (futures_util::stream::iter(first).chain(rest))
+        .map(|item| item.map_err(|f| std::io::Error::other(f.message)));
+    (
+        [
+            (CONTENT_TYPE, mime.to_string()),
+            (
+                CONTENT_DISPOSITION,
+                format!("attachment; filename=\"{name}\""),
+            ),
+        ],
+        Body::from_stream(body),
+    )
+        .into_response()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    async fn answer(items: Vec<Item>) -> (StatusCode, Result<Bytes, axum::Error>) {
+        let (tx, rx) = mpsc::channel(QUEUE);
+        for i in items {
+            tx.send(i).await.unwrap();
+        }
+        drop(tx);
+        let r = respond(rx, "x.mbox", "application/mbox", Failure::json).await;
+        let status = r.status();
+        (
+            status,
+            axum::body::to_bytes(r.into_body(), usize::MAX).await,
+        )
+    }
+
+    fn failed() -> Item {
+        Err(Failure::new(StatusCode::INTERNAL_SERVER_ERROR, "damaged"))
+    }
+
+    #[tokio::test]
+    async fn a_failure_before_the_bytes_is_an_error_answer_and_after_them_breaks_the_body() {
+        let (status, body) = answer(vec![failed()]).await;
+        assert_eq!(status, StatusCode::INTERNAL_SERVER_ERROR);
+        assert!(String::from_utf8_lossy(&body.unwrap()).contains("damaged"));
+        let (status, body) = answer(vec![Ok(Bytes::from_static(b"From a\n")), failed()]).await;
+        assert_eq!(status, StatusCode::OK);
+        assert!(body.is_err(), "a broken download read as complete");
+        let (status, body) = answer(vec![
+            Ok(Bytes::from_static(b"a")),
+            Ok(Bytes::from_static(b"b")),
+        ])
+        .await;
+        assert_eq!((status, &body.unwrap()[..]), (StatusCode::OK, &b"ab"[..]));
+        let (status, body) = answer(vec![]).await;
+        assert_eq!((status, body.unwrap().len()), (StatusCode::OK, 0));
+    }
+}
