@@ -595,21 +595,27 @@ fn the_systemd_units_verify_and_run_the_profile() {
     let cfg = config(&e, "");
     let bin = env!("CARGO_BIN_EXE_mailvault");
     let mut exec = None;
-    for name in ["mailvault-nightly.service", "mailvault-nightly.timer"] {
+    let names = [
+        "mailvault-nightly.service",
+        "mailvault-nightly.timer",
+        "mailvault-serve.service",
+    ];
+    for name in names {
         let text = fs::read_to_string(contrib.join(name)).unwrap();
         // The unit as installed, with this build's binary and the test's configuration.
         let text = text
             .replace("/usr/local/bin/mailvault", bin)
             .replace("/etc/mailvault/mailvault.toml", cfg.to_str().unwrap());
-        if let Some(l) = text.lines().find_map(|l| l.strip_prefix("ExecStart=")) {
+        if let Some(l) = (text.lines().find_map(|l| l.strip_prefix("ExecStart=")))
+            .filter(|_| name == "mailvault-nightly.service")
+        {
             exec = Some(l.to_string());
         }
         fs::write(units.join(name), text).unwrap();
     }
     let o = Command::new(analyze)
         .arg("verify")
-        .arg(units.join("mailvault-nightly.service"))
-        .arg(units.join("mailvault-nightly.timer"))
+        .args(names.map(|n| units.join(n)))
         .output()
         .unwrap();
     // Unknown keys and bad values are only warnings for systemd: any output fails.

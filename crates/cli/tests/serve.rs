@@ -19,6 +19,7 @@ use reqwest::header::{CONTENT_TYPE, COOKIE, LOCATION, SET_COOKIE};
 use reqwest::StatusCode;
 use serde_json::Value;
 use std::fs;
+use std::os::unix::fs::PermissionsExt;
 /// A message with an HTML part that tries everything: scripts, handlers, `javascript:`
 /// and `data:` links, remote images, CSS that loads URLs, a meta refresh, SVG with script,
 /// and an attachment named to climb out of a directory.
@@ -683,4 +684,93 @@ fn a_folder_downloads_as_an_mbox_that_python_and_our_reader_read_back_exactly() 
     // The folder page links to it.
     let page = s.page(&url("INBOX").replace("/api/v1/folder/mbox", "/folder"), &me);
     assert!(page.contains("/folder/mbox?"), "{page}");
+}
+
+/// Runs curl with `args`; (exit status, standard output with the headers).
+fn curl(args: &[&str]) -> (bool, String) {
+    let out = std::process::Command::new("curl")
+        .args(["-sS", "-i", "--max-time", "20"])
+        .args(args)
+        .output()
+        .unwrap();
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).to_lowercase(),
+    )
+}
+
+#[test]
+fn https_with_the_given_certificate_sends_secure_cookies_and_hsts() {
+    let e = repository();
+    let (cert, key) = (e.path("cert.pem"), e.path("key.pem"));
+    let made = std::process::Command::new("openssl")
+        .args(["req", "-x509", "-newkey", "ec", "-pkeyopt"])
+        .args(["ec_paramgen_curve:prime256v1", "-nodes", "-days", "2"])
+        .args([
+            "-subj",
+            "/CN=127.0.0.1",
+            "-addext",
+            "subjectAltName=IP:127.0.0.1",
+        ])
+        .arg("-keyout")
+        .arg(&key)
+        .arg("-out")
+        .arg(&cert)
+        .output()
+        .unwrap();
+    assert!(
+        made.status.success(),
+        "{}",
+        String::from_utf8_lossy(&made.stderr)
+    );
+    let (cert_s, key_s) = (cert.to_str().unwrap(), key.to_str().unwrap());
+    // A key others can read is refused, before anything listens.
+    fs::set_permissions(&key, fs::Permissions::from_mode(0o644)).unwrap();
+    let token = e.path("token");
+    let out = e
+        .cmd(&["serve", "--listen", "127.0.0.1:0", "--admin-token-file"])
+        .arg(&token)
+        .args(["--tls-cert", cert_s, "--tls-key", key_s])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && err.contains("TLS key file") && err.contains("chmod 600"),
+        "{err}"
+    );
+    fs::set_permissions(&key, fs::Permissions::from_mode(0o600)).unwrap();
+    let s = start(&e, &["--tls-cert", cert_s, "--tls-key", key_s]);
+    assert!(s.base.starts_with("https://127.0.0.1:"), "{}", s.base);
+    // The login page, over TLS, with HSTS.
+    let (ok, page) = curl(&["--cacert", cert_s, &s.url("/login")]);
+    assert!(ok && page.starts_with("http/1.1 200"), "{page}");
+    assert!(
+        page.contains("strict-transport-security: max-age=31536000"),
+        "{page}"
+    );
+    // Logging in sets a Secure cookie.
+    let form = e.path("form");
+    fs::write(&form, TOKEN).unwrap();
+    let data = format!("token@{}", form.display());
+    let (ok, answer) = curl(&[
+        "--cacert",
+        cert_s,
+        "--data-urlencode",
+        &data,
+        &s.url("/login"),
+    ]);
+    assert!(ok && answer.starts_with("http/1.1 303"), "{answer}");
+    let cookie = answer
+        .lines()
+        .find(|l| l.starts_with("set-cookie:"))
+        .unwrap();
+    assert!(
+        cookie.contains("; secure") && cookie.contains("httponly"),
+        "{cookie}"
+    );
+    // Not a certificate the client trusts: refused by the client; plain HTTP: no page.
+    assert!(!curl(&[&s.url("/login")]).0);
+    let plain = s.url("/login").replace("https://", "http://");
+    let (_, text) = curl(&[&plain]);
+    assert!(!text.contains("200 ok"), "{text}");
 }

@@ -1,11 +1,13 @@
 //! The security headers every answer carries: a strict Content-Security-Policy (the
 //! sanitized mail frame has its own, stricter still, and a `sandbox`), `nosniff`, no
-//! referrer, no framing by other sites, and no caching (pages hold private mail).
+//! referrer, no framing by other sites, no caching (pages hold private mail), and over
+//! TLS, Strict-Transport-Security.
 
-use axum::extract::Request;
+use crate::state::AppState;
+use axum::extract::{Request, State};
 use axum::http::header::{
-    CACHE_CONTROL, CONTENT_SECURITY_POLICY, REFERRER_POLICY, X_CONTENT_TYPE_OPTIONS,
-    X_FRAME_OPTIONS,
+    CACHE_CONTROL, CONTENT_SECURITY_POLICY, REFERRER_POLICY, STRICT_TRANSPORT_SECURITY,
+    X_CONTENT_TYPE_OPTIONS, X_FRAME_OPTIONS,
 };
 use axum::http::HeaderValue;
 use axum::middleware::Next;
@@ -22,9 +24,16 @@ pub const FRAME_CSP: &str = "default-src 'none'; style-src 'unsafe-inline'; img-
     frame-ancestors 'self'; base-uri 'none'; form-action 'none'; sandbox";
 
 /// Adds the headers to every response (a handler that set its own CSP keeps it).
-pub async fn security_headers(req: Request, next: Next) -> Response {
+pub async fn security_headers(State(st): State<AppState>, req: Request, next: Next) -> Response {
     let mut res = next.run(req).await;
     let h = res.headers_mut();
+    if st.0.secure {
+        // A year; browsers then refuse plain HTTP to this host and name.
+        h.insert(
+            STRICT_TRANSPORT_SECURITY,
+            HeaderValue::from_static("max-age=31536000"),
+        );
+    }
     let framed = h.contains_key(CONTENT_SECURITY_POLICY);
     if !framed {
         h.insert(CONTENT_SECURITY_POLICY, HeaderValue::from_static(CSP));

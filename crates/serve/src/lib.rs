@@ -19,6 +19,7 @@ mod read;
 mod reply;
 mod routes;
 mod state;
+pub mod tls;
 pub mod token;
 
 use mailvault_core::Repository;
@@ -29,8 +30,10 @@ use std::path::PathBuf;
 pub struct ServeOptions {
     /// Where to listen.
     pub listen: SocketAddr,
-    /// Listen on an address other than loopback without TLS (which does not exist yet).
+    /// Listen on an address other than loopback without TLS.
     pub insecure_listen: bool,
+    /// Serve HTTPS with this certificate and key.
+    pub tls: Option<tls::TlsFiles>,
     /// The admin token ([`token::read_token_file`]).
     pub admin_token: token::AdminToken,
     /// The search cache directory (the splits' local copies, the places map).
@@ -50,10 +53,15 @@ pub use state::Reopen;
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     #[error(
-        "{0} is not a loopback address and there is no TLS yet: listen on 127.0.0.1 or ::1 \
-         (behind a TLS proxy), or give --insecure-listen to send sessions in clear text"
+        "{0} is not a loopback address: give --tls-cert and --tls-key, or listen on \
+         127.0.0.1 or ::1 (behind a TLS proxy), or give --insecure-listen to send sessions \
+         in clear text"
     )]
     NotLoopback(SocketAddr),
+    #[error("TLS: {path}: {why}")]
+    Tls { path: PathBuf, why: String },
+    #[error("TLS: {0}")]
+    TlsKey(token::TokenError),
     #[error("cannot listen on {addr}: {source}")]
     Listen {
         addr: SocketAddr,
@@ -65,9 +73,9 @@ pub enum Error {
     Core(#[from] mailvault_core::Error),
 }
 
-/// Whether `addr` may be listened on without TLS.
-pub fn check_listen(addr: SocketAddr, insecure_listen: bool) -> Result<(), Error> {
-    match addr.ip().is_loopback() || insecure_listen {
+/// Whether `addr` may be listened on: with TLS, or on loopback, or when told to.
+pub fn check_listen(addr: SocketAddr, insecure_listen: bool, tls: bool) -> Result<(), Error> {
+    match tls || addr.ip().is_loopback() || insecure_listen {
         true => Ok(()),
         false => Err(Error::NotLoopback(addr)),
     }
@@ -83,7 +91,8 @@ pub fn serve(
     opts: ServeOptions,
     ready: impl FnOnce(SocketAddr),
 ) -> Result<(), Error> {
-    check_listen(opts.listen, opts.insecure_listen)?;
+    check_listen(opts.listen, opts.insecure_listen, opts.tls.is_some())?;
+    let acceptor = opts.tls.as_ref().map(tls::acceptor).transpose()?;
     let live = state::Live::open(repo, &opts.search_cache)?;
     let fresh = state::Freshness {
         reopen,
@@ -96,6 +105,7 @@ pub fn serve(
         opts.admin_token,
         opts.page_size,
         opts.search_cache,
+        acceptor.is_some(),
     );
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -109,9 +119,22 @@ pub fn serve(
         ready(listener.local_addr()?);
         tokio::spawn(close_when_idle(state.clone()));
         let app = routes::router(state).into_make_service_with_connect_info::<SocketAddr>();
-        axum::serve(listener, app)
-            .with_graceful_shutdown(shutdown())
-            .await?;
+        match acceptor {
+            Some(acceptor) => {
+                use axum::serve::ListenerExt;
+                // `tap_io` (doing nothing) gives the peer's address to the handlers as
+                // for plain TCP (axum has that for any listener only through it).
+                let tls = tls::TlsListener::new(listener, acceptor)?.tap_io(|_| {});
+                axum::serve(tls, app)
+                    .with_graceful_shutdown(shutdown())
+                    .await?
+            }
+            None => {
+                axum::serve(listener, app)
+                    .with_graceful_shutdown(shutdown())
+                    .await?
+            }
+        }
         Ok(())
     })
 }
@@ -151,7 +174,7 @@ mod tests {
 
     #[test]
     fn only_loopback_without_the_insecure_flag() {
-        let ok = |s: &str, insecure| check_listen(s.parse().unwrap(), insecure).is_ok();
+        let ok = |s: &str, insecure| check_listen(s.parse().unwrap(), insecure, false).is_ok();
         assert!(ok("127.0.0.1:8080", false));
         assert!(ok("[::1]:8080", false));
         assert!(ok("127.0.0.2:0", false));
@@ -159,5 +182,6 @@ mod tests {
         assert!(!ok("[::]:8080", false));
         assert!(!ok("192.0.2.1:80", false));
         assert!(ok("0.0.0.0:8080", true));
+        assert!(check_listen("0.0.0.0:443".parse().unwrap(), false, true).is_ok());
     }
 }

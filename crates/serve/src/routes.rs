@@ -10,7 +10,7 @@ use axum::body::Body;
 use axum::extract::{ConnectInfo, DefaultBodyLimit, Request, State};
 use axum::http::header::{CONTENT_TYPE, COOKIE, LOCATION, RETRY_AFTER, SET_COOKIE};
 use axum::http::{HeaderValue, StatusCode};
-use axum::middleware::{from_fn, from_fn_with_state, Next};
+use axum::middleware::{from_fn_with_state, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::Router;
@@ -53,7 +53,7 @@ pub fn router(state: AppState) -> Router {
         .route("/static/style.css", get(pages::style))
         .route("/static/icon.svg", get(pages::icon))
         .merge(protected)
-        .layer(from_fn(headers::security_headers))
+        .layer(from_fn_with_state(state.clone(), headers::security_headers))
         .layer(DefaultBodyLimit::max(BODY_LIMIT))
         .with_state(state)
 }
@@ -169,8 +169,8 @@ fn with_retry_after(mut r: Response) -> Response {
     r
 }
 
-fn session_cookie(id: &str) -> HeaderValue {
-    HeaderValue::from_str(&auth::set_cookie(id, false))
+fn session_cookie(st: &AppState, id: &str) -> HeaderValue {
+    HeaderValue::from_str(&auth::set_cookie(id, st.0.secure))
         .unwrap_or_else(|_| HeaderValue::from_static(""))
 }
 
@@ -182,7 +182,7 @@ async fn login_form(
     match try_login(&st, peer.ip(), &f.token) {
         Login::Ok(id, _) => {
             let mut r = redirect(StatusCode::SEE_OTHER, "/");
-            r.headers_mut().insert(SET_COOKIE, session_cookie(&id));
+            r.headers_mut().insert(SET_COOKIE, session_cookie(&st, &id));
             r
         }
         Login::Wrong => (
@@ -202,7 +202,7 @@ async fn login_api(
     match try_login(&st, peer.ip(), &f.token) {
         Login::Ok(id, csrf) => {
             let mut r = axum::Json(serde_json::json!({ "csrf_token": csrf })).into_response();
-            r.headers_mut().insert(SET_COOKIE, session_cookie(&id));
+            r.headers_mut().insert(SET_COOKIE, session_cookie(&st, &id));
             r
         }
         Login::Wrong => Failure::new(StatusCode::UNAUTHORIZED, "wrong token").json(),

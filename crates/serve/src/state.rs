@@ -90,6 +90,8 @@ pub struct Inner {
     pub page_size: usize,
     /// The search cache (the splits' copies and the places map).
     pub cache: PathBuf,
+    /// Served over TLS: cookies are `Secure`, answers carry HSTS.
+    pub secure: bool,
     /// The sorted messages of the folders paged through last.
     pub folders: Mutex<crate::read::FolderCache>,
 }
@@ -107,6 +109,7 @@ impl AppState {
         token: AdminToken,
         page_size: usize,
         cache: PathBuf,
+        secure: bool,
     ) -> AppState {
         let now = Instant::now();
         AppState(Arc::new(Inner {
@@ -122,6 +125,7 @@ impl AppState {
             limiter: Mutex::new(LoginLimiter::default()),
             page_size: page_size.clamp(1, 1000),
             cache,
+            secure,
             folders: Mutex::new(Default::default()),
         }))
     }

@@ -12,18 +12,23 @@ pub const MIN_TOKEN_LEN: usize = 16;
 /// Why a token file was refused.
 #[derive(Debug, thiserror::Error)]
 pub enum TokenError {
-    #[error("cannot read the admin token file {path}: {source}")]
+    #[error("cannot read the {what} file {path}: {source}")]
     Read {
+        what: &'static str,
         path: PathBuf,
         source: std::io::Error,
     },
     #[error(
-        "the admin token file {path} has mode {mode:04o}: others than its owner may read or \
+        "the {what} file {path} has mode {mode:04o}: others than its owner may read or \
          write it; run `chmod 600 {path}` (0600 or 0400 only)"
     )]
-    Mode { path: PathBuf, mode: u32 },
-    #[error("the admin token file {path} is not a regular file")]
-    NotFile { path: PathBuf },
+    Mode {
+        what: &'static str,
+        path: PathBuf,
+        mode: u32,
+    },
+    #[error("the {what} file {path} is not a regular file")]
+    NotFile { what: &'static str, path: PathBuf },
     #[error(
         "the admin token in {path} is too short: give at least {MIN_TOKEN_LEN} characters \
          (e.g. `openssl rand -hex 32 > {path}`)"
@@ -58,28 +63,42 @@ impl AdminToken {
     }
 }
 
-/// Reads the admin token from `path`: the file must be a regular file of mode 0600 or
-/// 0400 (owner only); the token is its content less a trailing line break, at least
-/// [`MIN_TOKEN_LEN`] bytes.
-pub fn read_token_file(path: &Path) -> Result<AdminToken, TokenError> {
+/// Whether `path` is a regular file of mode 0600 or 0400: a secret (`what`: the admin
+/// token, a TLS key) readable by others is refused, with the `chmod` to run.
+pub fn check_private(path: &Path, what: &'static str) -> Result<(), TokenError> {
     use std::os::unix::fs::PermissionsExt;
-    let read = |source| TokenError::Read {
+    let meta = std::fs::metadata(path).map_err(|source| TokenError::Read {
+        what,
         path: path.to_path_buf(),
         source,
-    };
-    let meta = std::fs::metadata(path).map_err(read)?;
+    })?;
     if !meta.is_file() {
         return Err(TokenError::NotFile {
+            what,
             path: path.to_path_buf(),
         });
     }
     let mode = meta.permissions().mode() & 0o7777;
     if mode != 0o600 && mode != 0o400 {
         return Err(TokenError::Mode {
+            what,
             path: path.to_path_buf(),
             mode,
         });
     }
+    Ok(())
+}
+
+/// Reads the admin token from `path`: the file must be a regular file of mode 0600 or
+/// 0400 (owner only); the token is its content less a trailing line break, at least
+/// [`MIN_TOKEN_LEN`] bytes.
+pub fn read_token_file(path: &Path) -> Result<AdminToken, TokenError> {
+    let read = |source| TokenError::Read {
+        what: "admin token",
+        path: path.to_path_buf(),
+        source,
+    };
+    check_private(path, "admin token")?;
     let mut bytes = zeroize::Zeroizing::new(std::fs::read(path).map_err(read)?);
     while bytes.last().is_some_and(|c| *c == b'\n' || *c == b'\r') {
         bytes.pop();

@@ -13,8 +13,8 @@ const REOPEN_LOCK_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
 #[derive(clap::Args, Debug)]
 pub struct Args {
     /// Address and port to listen on (port 0: any free port; the address bound is printed
-    /// as `listening on http://ADDR`). Only loopback without --insecure-listen: there is no
-    /// TLS yet, so put a TLS proxy in front for other hosts.
+    /// as `listening on http://ADDR`, or https). Only loopback without --tls-cert or
+    /// --insecure-listen.
     #[arg(long, default_value = "127.0.0.1:8080")]
     pub listen: SocketAddr,
     /// File holding the admin token (at least 16 characters; mode 0600 or 0400, else
@@ -25,6 +25,12 @@ pub struct Args {
     /// cross the network in clear text.
     #[arg(long)]
     pub insecure_listen: bool,
+    /// Serve HTTPS with this certificate chain (PEM); needs --tls-key.
+    #[arg(long, value_name = "FILE", requires = "tls_key")]
+    pub tls_cert: Option<PathBuf>,
+    /// The certificate's private key (PEM; mode 0600 or 0400, else refused).
+    #[arg(long, value_name = "FILE", requires = "tls_cert")]
+    pub tls_key: Option<PathBuf>,
     /// Messages per page of a folder.
     #[arg(long, default_value_t = 100)]
     pub page_size: usize,
@@ -42,8 +48,16 @@ pub fn run(g: &GlobalOpts, a: Args) -> Result<Outcome> {
     // Refused before the repository is opened: a bad token file or address is the
     // admin's to fix first.
     let token = mailvault_serve::token::read_token_file(&a.admin_token_file)?;
-    mailvault_serve::check_listen(a.listen, a.insecure_listen)?;
-    if a.insecure_listen && !a.listen.ip().is_loopback() {
+    let tls = match (a.tls_cert, a.tls_key) {
+        (Some(cert), Some(key)) => Some(mailvault_serve::tls::TlsFiles { cert, key }),
+        _ => None,
+    };
+    if let Some(t) = &tls {
+        // Refused before the repository is opened, as the token.
+        mailvault_serve::tls::acceptor(t)?;
+    }
+    mailvault_serve::check_listen(a.listen, a.insecure_listen, tls.is_some())?;
+    if a.insecure_listen && tls.is_none() && !a.listen.ip().is_loopback() {
         eprintln!(
             "warning: listening on {} without TLS: the admin token and session cookies cross the network in clear text",
             a.listen
@@ -54,6 +68,7 @@ pub fn run(g: &GlobalOpts, a: Args) -> Result<Outcome> {
     let opts = mailvault_serve::ServeOptions {
         listen: a.listen,
         insecure_listen: a.insecure_listen,
+        tls: tls.clone(),
         admin_token: token,
         search_cache: cache.path().to_path_buf(),
         page_size: a.page_size,
@@ -73,7 +88,8 @@ pub fn run(g: &GlobalOpts, a: Args) -> Result<Outcome> {
     });
     mailvault_serve::serve(r, reopen, opts, |addr| {
         let mut out = std::io::stdout().lock();
-        let _ = writeln!(out, "listening on http://{addr}");
+        let scheme = if tls.is_some() { "https" } else { "http" };
+        let _ = writeln!(out, "listening on {scheme}://{addr}");
         let _ = out.flush();
     })
     .context("mailvault serve")?;
