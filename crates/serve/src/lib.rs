@@ -6,12 +6,14 @@
 //! The modules: [`token`] reads and checks the admin token, `auth` keeps sessions, login
 //! rate limits and CSRF tokens, `headers` puts the security headers on every answer,
 //! `read` is the blocking read side over the repository, `mail` decodes a message and
-//! sanitizes its HTML, `pages` renders HTML, `api` answers JSON, `routes` wires them.
+//! sanitizes its HTML, `pages` renders HTML, `api` answers JSON, `routes` wires them;
+//! `imap` is the read-only IMAP view (`--imap`, issue 29) over the same state.
 
 mod api;
 mod auth;
 mod headers;
 mod html;
+mod imap;
 mod mail;
 mod pages;
 mod read;
@@ -28,6 +30,8 @@ use std::path::PathBuf;
 pub struct ServeOptions {
     /// Where to listen.
     pub listen: SocketAddr,
+    /// Where the read-only IMAP view listens, if it does (`--imap`).
+    pub imap: Option<SocketAddr>,
     /// Listen on an address other than loopback without TLS (which does not exist yet).
     pub insecure_listen: bool,
     /// The admin token ([`token::read_token_file`]).
@@ -72,17 +76,21 @@ pub fn check_listen(addr: SocketAddr, insecure_listen: bool) -> Result<(), Error
     }
 }
 
-/// Serves `repo` until SIGINT or SIGTERM. `ready` is told the address bound (with port 0,
-/// the one the system chose) once the server accepts connections. `reopen` opens the
+/// Serves `repo` until SIGINT or SIGTERM. `ready` is told the addresses bound (HTTP, and
+/// IMAP when `opts.imap` is given; with port 0, the ones the system chose) once the server
+/// accepts connections. `reopen` opens the
 /// repository again when it changed (a backup, `index`, a prune) or after it was closed
 /// for being idle (see `state`).
 pub fn serve(
     repo: Repository,
     reopen: Reopen,
     opts: ServeOptions,
-    ready: impl FnOnce(SocketAddr),
+    ready: impl FnOnce(SocketAddr, Option<SocketAddr>),
 ) -> Result<(), Error> {
     check_listen(opts.listen, opts.insecure_listen)?;
+    if let Some(a) = opts.imap {
+        check_listen(a, opts.insecure_listen)?;
+    }
     let live = state::Live::open(repo, &opts.search_cache)?;
     let fresh = state::Freshness {
         reopen,
@@ -105,7 +113,18 @@ pub fn serve(
                 addr: opts.listen,
                 source,
             })?;
-        ready(listener.local_addr()?);
+        let imap = match opts.imap {
+            Some(addr) => Some(
+                (tokio::net::TcpListener::bind(addr).await)
+                    .map_err(|source| Error::Listen { addr, source })?,
+            ),
+            None => None,
+        };
+        let imap_addr = imap.as_ref().map(|l| l.local_addr()).transpose()?;
+        ready(listener.local_addr()?, imap_addr);
+        if let Some(l) = imap {
+            tokio::spawn(imap::run(l, state.clone()));
+        }
         tokio::spawn(close_when_idle(state.clone()));
         let app = routes::router(state).into_make_service_with_connect_info::<SocketAddr>();
         axum::serve(listener, app)
