@@ -1,0 +1,488 @@
+//! `mailvault serve --imap` (issue 29, first increment): the real binary on 127.0.0.1 with
+//! ports the system chose, over a backup of a small generated Maildir account (three
+//! folders, one nested; flags and a keyword; CRLF, LF and mixed line endings; 8-bit bytes)
+//! and a second account that must stay out of reach. Real clients judge it: mbsync pulls
+//! the latest view into a Maildir, which must hold every message and flag of the source;
+//! Python's imaplib (tests/imap_view/probe.py) checks the read-only refusals, sections and
+//! partial fetches, exact bytes, logins, hostile mailbox names, and that UIDs and
+//! UIDVALIDITY stay the same across sessions and a restart.
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use common::Env;
+use serde_json::Value;
+use std::collections::BTreeMap;
+use std::fs;
+use std::io::BufRead;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+
+const TOKEN: &str = "test-admin-token-0123456789abcdef";
+const ACCOUNT: &str = "alice@example.org";
+
+/// The first message of INBOX (UID 1: the oldest mtime), CRLF.
+const FIRST: &[u8] =
+    b"From: Bob <bob@example.org>\r\nTo: alice@example.org\r\nSubject: first one\r\n\
+Date: Mon, 01 Jan 2024 10:00:00 +0000\r\nX-Long: a\r\n  folded\r\n\r\nhello over CRLF\r\n";
+
+/// The source: (folder dir, file name, bytes, mtime).
+fn messages() -> Vec<(&'static str, &'static str, Vec<u8>, i64)> {
+    let lf = b"From: Carol <c@example.org>\nSubject: lf only\n\nline one\nline two\n".to_vec();
+    let mut eight =
+        b"From: D <d@example.org>\r\nSubject: 8bit\r\nContent-Transfer-Encoding: 8bit\n\n".to_vec();
+    eight.extend((0x80u8..=0xff).chain(b"\r\nmixed\nends\r\n".iter().copied()));
+    let archived = b"Subject: archived\r\n\r\nkept\r\n".to_vec();
+    let nested = b"Subject: in 2023\n\nnested body\n".to_vec();
+    vec![
+        (
+            "",
+            "1704103200.M1P1.host:2,Sa",
+            FIRST.to_vec(),
+            1_704_103_200,
+        ),
+        ("", "1704189600.M2P1.host:2,RS", lf, 1_704_189_600),
+        ("", "1704276000.M3P1.host:2,F", eight, 1_704_276_000),
+        (
+            ".Archive",
+            "1700000000.M4P1.host:2,ST",
+            archived,
+            1_700_000_000,
+        ),
+        (
+            ".Archive.2023",
+            "1690000000.M5P1.host",
+            nested,
+            1_690_000_000,
+        ),
+    ]
+}
+
+/// Writes the source store: alice's messages (the one without flags in `new/`), her
+/// `dovecot-keywords` (`a` = `Important`), and bob's account with a folder of his own.
+fn write_source(root: &Path) {
+    let md = root.join("example.org/alice/Maildir");
+    for (dir, name, data, mtime) in messages() {
+        let folder = md.join(dir);
+        for sub in ["cur", "new", "tmp"] {
+            fs::create_dir_all(folder.join(sub)).unwrap();
+        }
+        let sub = if name.contains(":2,") { "cur" } else { "new" };
+        let p = folder.join(sub).join(name);
+        fs::write(&p, data).unwrap();
+        let t = std::time::UNIX_EPOCH + std::time::Duration::from_secs(mtime as u64);
+        fs::File::options()
+            .write(true)
+            .open(&p)
+            .unwrap()
+            .set_modified(t)
+            .unwrap();
+    }
+    fs::write(md.join("dovecot-keywords"), "0 Important\n").unwrap();
+    let bob = b"From: x@example.org\r\nSubject: bob's secret\r\n\r\nsecret\r\n";
+    common::maildir_message(root, "bob@example.org", "", "1.M1.h:2,S", bob);
+    common::maildir_message(root, "bob@example.org", ".BobOnly", "2.M1.h:2,", bob);
+}
+
+/// A repository with two snapshots of the store (the second with one more message in
+/// INBOX), and the token file.
+fn repository() -> Env {
+    let e = Env::new();
+    let mail = e.path("mail");
+    write_source(&mail);
+    let src = format!("maildir:{}", mail.display());
+    e.ok(&["init"]);
+    e.ok(&["backup", &src]);
+    common::at_rest();
+    common::maildir_message(
+        &mail,
+        ACCOUNT,
+        "",
+        "1704362400.M6P1.host:2,S",
+        b"Subject: later\r\n\r\nadded before the second backup\r\n",
+    );
+    e.ok(&["backup", &src]);
+    let p = e.path("token");
+    fs::write(&p, format!("{TOKEN}\n")).unwrap();
+    fs::set_permissions(&p, fs::Permissions::from_mode(0o600)).unwrap();
+    e
+}
+
+/// `mailvault serve --imap` running, killed when dropped.
+struct Server {
+    child: Child,
+    imap_port: u16,
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn start(e: &Env) -> Server {
+    let token = e.path("token").display().to_string();
+    let args = [
+        "serve",
+        "--listen",
+        "127.0.0.1:0",
+        "--imap",
+        "127.0.0.1:0",
+        "--admin-token-file",
+        &token,
+    ];
+    let mut child = (e.cmd(&args).stdout(Stdio::piped()))
+        .stderr(fs::File::create(e.path("serve.err")).unwrap())
+        .spawn()
+        .unwrap();
+    let out = child.stdout.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let mut r = std::io::BufReader::new(out);
+        for _ in 0..2 {
+            let mut line = String::new();
+            let _ = r.read_line(&mut line);
+            let _ = tx.send(line);
+        }
+    });
+    let mut port = None;
+    for _ in 0..2 {
+        let line = (rx.recv_timeout(std::time::Duration::from_secs(60))).unwrap_or_default();
+        if let Some(a) = line.trim().strip_prefix("listening on imap://") {
+            port = a.rsplit(':').next().and_then(|p| p.parse().ok());
+        }
+    }
+    let Some(imap_port) = port else {
+        let _ = child.kill();
+        panic!(
+            "serve --imap did not start\n{}",
+            fs::read_to_string(e.path("serve.err")).unwrap_or_default()
+        );
+    };
+    Server { child, imap_port }
+}
+
+/// The token in a file only its owner reads, as clients are given it (never in argv).
+fn password_file(e: &Env) -> PathBuf {
+    let p = e.path("imap-pass");
+    fs::write(&p, format!("{TOKEN}\n")).unwrap();
+    fs::set_permissions(&p, fs::Permissions::from_mode(0o600)).unwrap();
+    p
+}
+
+/// Line endings as mbsync writes a Maildir: CRLF as LF.
+fn lf(data: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(data.len());
+    for (i, &b) in data.iter().enumerate() {
+        if !(b == b'\r' && data.get(i + 1) == Some(&b'\n')) {
+            out.push(b);
+        }
+    }
+    out
+}
+
+/// A message as mbsync stored it, less the `X-TUID:` header line it adds to every
+/// message it copies.
+fn without_tuid(data: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(data.len());
+    let mut in_header = true;
+    for line in data.split_inclusive(|&b| b == b'\n') {
+        if in_header && line.starts_with(b"X-TUID: ") {
+            continue;
+        }
+        in_header &= line != b"\n";
+        out.extend_from_slice(line);
+    }
+    out
+}
+
+/// The system flag letters of a Maildir file name, sorted.
+fn flag_letters(name: &str) -> String {
+    let info = name.split_once(":2,").map_or("", |(_, i)| i);
+    let mut l: Vec<char> = info.chars().filter(|c| c.is_ascii_uppercase()).collect();
+    l.sort();
+    l.into_iter().collect()
+}
+
+/// Folder -> sorted (length, hash, flag letters) of the messages of a Maildir whose
+/// folders are directories named by `name_of` (None: not a folder).
+fn maildir_messages(
+    dirs: &[(String, PathBuf)],
+    norm: fn(&[u8]) -> Vec<u8>,
+) -> BTreeMap<String, Vec<(usize, String, String)>> {
+    let mut out = BTreeMap::new();
+    for (name, dir) in dirs {
+        let mut v = Vec::new();
+        for sub in ["cur", "new"] {
+            for f in fs::read_dir(dir.join(sub)).into_iter().flatten() {
+                let f = f.unwrap();
+                let data = norm(&fs::read(f.path()).unwrap());
+                let fname = f.file_name().to_string_lossy().into_owned();
+                v.push((
+                    data.len(),
+                    blake3::hash(&data).to_hex().to_string(),
+                    flag_letters(&fname),
+                ));
+            }
+        }
+        v.sort();
+        out.insert(name.clone(), v);
+    }
+    out
+}
+
+#[test]
+fn mbsync_pulls_the_latest_view_with_every_message_and_flag() {
+    let e = repository();
+    let s = start(&e);
+    let pass = password_file(&e);
+    let out = e.path("pulled");
+    fs::create_dir_all(&out).unwrap();
+    let rc = e.path("mbsyncrc");
+    fs::write(
+        &rc,
+        format!(
+            "IMAPAccount view\nHost 127.0.0.1\nPort {}\nUser {ACCOUNT}*admin\n\
+             PassCmd \"cat {}\"\nSSLType None\nAuthMechs LOGIN\n\n\
+             IMAPStore far\nAccount view\n\n\
+             MaildirStore near\nPath {o}/\nInbox {o}/INBOX\nSubFolders Verbatim\n\n\
+             Channel pull\nFar :far:\nNear :near:\nPatterns * !Snapshots*\n\
+             Create Near\nSync Pull\nSyncState *\n",
+            s.imap_port,
+            pass.display(),
+            o = out.display()
+        ),
+    )
+    .unwrap();
+    let run = Command::new("mbsync")
+        .arg("-c")
+        .arg(&rc)
+        .arg("-a")
+        .output()
+        .unwrap();
+    assert!(
+        run.status.success(),
+        "mbsync failed:\n{}\n{}",
+        String::from_utf8_lossy(&run.stdout),
+        String::from_utf8_lossy(&run.stderr)
+    );
+    let src = e.path("mail/example.org/alice/Maildir");
+    let want_dirs = [
+        ("INBOX".to_string(), src.clone()),
+        ("Archive".to_string(), src.join(".Archive")),
+        ("Archive/2023".to_string(), src.join(".Archive.2023")),
+    ];
+    let got_dirs: Vec<(String, PathBuf)> = want_dirs
+        .iter()
+        .map(|(n, _)| (n.clone(), out.join(n)))
+        .collect();
+    let want = maildir_messages(&want_dirs, lf);
+    let got = maildir_messages(&got_dirs, without_tuid);
+    assert_eq!(got, want, "the pulled Maildir differs from the source");
+    assert_eq!(want.values().map(Vec::len).sum::<usize>(), 6);
+    // The folder set: exactly the three folders (no other account's, no snapshot's).
+    let mut pulled = Vec::new();
+    for d in common::named(&out, "") {
+        if d.join("cur").is_dir() {
+            pulled.push(d.strip_prefix(&out).unwrap().display().to_string());
+        }
+    }
+    pulled.sort();
+    assert_eq!(pulled, ["Archive", "Archive/2023", "INBOX"]);
+}
+
+/// Runs probe.py against the server; its JSON.
+fn probe(s: &Server, e: &Env) -> Value {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/imap_view/probe.py");
+    let pass = password_file(e);
+    let o = Command::new("python3")
+        .arg(script)
+        .arg(s.imap_port.to_string())
+        .arg(&pass)
+        .arg(ACCOUNT)
+        .output()
+        .unwrap();
+    assert!(
+        o.status.success(),
+        "probe.py failed:\n{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    serde_json::from_slice(&o.stdout).unwrap()
+}
+
+fn hexs(b: &[u8]) -> String {
+    b.iter().map(|x| format!("{x:02x}")).collect()
+}
+
+#[test]
+fn imaplib_sees_a_read_only_view_of_one_account_that_stays_the_same() {
+    let e = repository();
+    let s = start(&e);
+    let v = probe(&s, &e);
+    let text = |k: &str| v[k].as_str().unwrap_or_default().to_string();
+    assert!(
+        text("wrong_login").contains("[AUTHENTICATIONFAILED]"),
+        "{v}"
+    );
+    assert_eq!(v["select_readonly"], true, "SELECT answers [READ-ONLY]");
+    assert_eq!(text("examine"), "OK");
+    for (cmd, answer) in v["refusals"].as_object().unwrap() {
+        let a = answer.as_str().unwrap();
+        assert!(a.starts_with("NO") && a.contains("read-only"), "{cmd}: {a}");
+    }
+    assert_eq!(text("partial"), hexs(&FIRST[..10]));
+    assert_eq!(
+        text("header_fields"),
+        hexs(b"From: Bob <bob@example.org>\r\nSubject: first one\r\n\r\n")
+    );
+    let head_end = FIRST.windows(4).position(|w| w == b"\r\n\r\n").unwrap() + 4;
+    assert_eq!(text("header"), hexs(&FIRST[..head_end]));
+    assert_eq!(text("search_all"), "1 2 3 4");
+    assert_eq!(text("search_uids"), "2 3 4");
+    assert_eq!(
+        text("search_unseen"),
+        "3",
+        "only the \\Flagged one is unseen"
+    );
+    for k in ["envelope", "search_text"] {
+        assert!(text(k).starts_with("NO"), "{k}: {}", text(k));
+    }
+    // Every message of the latest INBOX byte for byte, with its flags and date.
+    let inbox = &v["folders"]["INBOX"]["messages"];
+    let src = messages();
+    for (i, (_, name, data, mtime)) in src.iter().filter(|m| m.0.is_empty()).enumerate() {
+        let m = &inbox[i];
+        assert_eq!(m[0], i as u64 + 1, "UIDs follow the internal dates");
+        assert_eq!(m[2], data.len() as u64, "RFC822.SIZE of {name}");
+        assert_eq!(m[3], data.len() as u64, "BODY[] length of {name}");
+        let got = hash_of_hex(m[4].as_str().unwrap());
+        assert_eq!(
+            got,
+            blake3::hash(data).to_hex().to_string(),
+            "BODY[] bytes of {name}"
+        );
+        let date = jiff::Timestamp::from_second(*mtime)
+            .unwrap()
+            .strftime("%d-%b-%Y %H:%M:%S +0000");
+        assert_eq!(m[5], date.to_string(), "INTERNALDATE of {name}");
+    }
+    let flags = |i: usize| {
+        inbox[i][1]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|f| f.as_str().unwrap().to_string())
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(flags(0), ["Important", "\\Seen"]);
+    assert_eq!(flags(1), ["\\Answered", "\\Seen"]);
+    assert_eq!(flags(2), ["\\Flagged"]);
+    let archive = &v["folders"]["Archive"]["messages"][0][1];
+    assert_eq!(archive, &serde_json::json!(["\\Deleted", "\\Seen"]));
+    assert!(text("status").contains("MESSAGES 1"), "{}", text("status"));
+    // Two snapshots, each with its folders; the older INBOX without the later message.
+    let names: Vec<String> = (v["names"].as_array().unwrap().iter())
+        .map(|n| n[0].as_str().unwrap().to_string())
+        .collect();
+    let snap_inboxes: Vec<&String> = names
+        .iter()
+        .filter(|n| n.starts_with("Snapshots/") && n.ends_with("/INBOX"))
+        .collect();
+    assert_eq!(snap_inboxes.len(), 2, "{names:?}");
+    let mut counts: Vec<usize> = snap_inboxes
+        .iter()
+        .map(|n| {
+            v["folders"][n.as_str()]["messages"]
+                .as_array()
+                .unwrap()
+                .len()
+        })
+        .collect();
+    counts.sort();
+    assert_eq!(counts, [3, 4], "{names:?}");
+    // Only alice's folders; hostile names reach nothing.
+    assert!(names.iter().all(|n| !n.contains("Bob")), "{names:?}");
+    assert_eq!(v["list_bob"], 0);
+    for (name, typ) in v["hostile"].as_object().unwrap() {
+        let t = typ.as_str().unwrap();
+        assert!(
+            t.starts_with("NO") || t.starts_with("BAD"),
+            "SELECT {name:?}: {t}"
+        );
+    }
+    assert!(v["list"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|l| l.as_str().unwrap().contains("\\Archive")));
+    for k in ["NOOP", "CHECK", "CLOSE", "authenticate"] {
+        assert_eq!(text(k), "OK", "{k}");
+    }
+    assert!(
+        text("raw_login").starts_with("a OK"),
+        "{}",
+        text("raw_login")
+    );
+    assert!(
+        text("idle_continue").starts_with('+'),
+        "{}",
+        text("idle_continue")
+    );
+    assert!(
+        text("idle_done").starts_with("b OK"),
+        "{}",
+        text("idle_done")
+    );
+    assert!(
+        v["enable"][1].as_str().unwrap().starts_with("c OK"),
+        "{}",
+        v["enable"]
+    );
+    assert!(text("unknown").starts_with("d BAD"), "{}", text("unknown"));
+    assert!(
+        v["logout"][0].as_str().unwrap().starts_with("* BYE"),
+        "{}",
+        v["logout"]
+    );
+
+    // The same UIDs and UIDVALIDITY in another session, and after a restart.
+    let again = probe(&s, &e);
+    assert_eq!(again["folders"], v["folders"]);
+    drop(s);
+    let s = start(&e);
+    let restarted = probe(&s, &e);
+    assert_eq!(restarted["folders"], v["folders"]);
+    for f in v["folders"].as_object().unwrap().values() {
+        assert!(f["uidvalidity"].as_str().unwrap().parse::<u32>().unwrap() > 0);
+    }
+}
+
+/// The BLAKE3 hash (hex) of the bytes hex string `h` stands for.
+fn hash_of_hex(h: &str) -> String {
+    let bytes: Vec<u8> = (0..h.len() / 2)
+        .map(|i| u8::from_str_radix(&h[2 * i..2 * i + 2], 16).unwrap())
+        .collect();
+    blake3::hash(&bytes).to_hex().to_string()
+}
+
+#[test]
+fn imap_on_a_public_address_without_tls_is_refused() {
+    let e = Env::new();
+    let p = e.path("token");
+    fs::write(&p, format!("{TOKEN}\n")).unwrap();
+    fs::set_permissions(&p, fs::Permissions::from_mode(0o600)).unwrap();
+    let token = p.display().to_string();
+    let out = e.expect(
+        2,
+        &[
+            "serve",
+            "--imap",
+            "0.0.0.0:1143",
+            "--admin-token-file",
+            &token,
+        ],
+    );
+    assert!(out.contains("not a loopback address"), "{out}");
+}
