@@ -346,7 +346,17 @@ fn imaplib_sees_a_read_only_view_of_one_account_that_stays_the_same() {
         "3",
         "only the \\Flagged one is unseen"
     );
-    for k in ["envelope", "search_text"] {
+    let env = text("envelope");
+    assert!(
+        env.starts_with("OK") && env.contains(r#"ENVELOPE ("Mon, 01 Jan 2024 10:00:00 +0000" "first one" (("Bob" NIL "bob" "example.org"))"#),
+        "{env}"
+    );
+    assert!(
+        text("fetch_all").contains("ENVELOPE ("),
+        "{}",
+        text("fetch_all")
+    );
+    for k in ["bodystructure", "search_text"] {
         assert!(text(k).starts_with("NO"), "{k}: {}", text(k));
     }
     // Every message of the latest INBOX byte for byte, with its flags and date.

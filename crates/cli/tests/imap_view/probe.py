@@ -86,6 +86,8 @@ out["search_uids"] = data[0].decode()
 typ, data = c.search(None, "UNSEEN")
 out["search_unseen"] = data[0].decode()
 out["envelope"] = refused(lambda: c.fetch("1", "(ENVELOPE)"))
+out["fetch_all"] = refused(lambda: c.fetch("1", "ALL"))
+out["bodystructure"] = refused(lambda: c.fetch("1", "(BODYSTRUCTURE)"))
 out["search_text"] = refused(lambda: c.search(None, "TEXT", "hello"))
 
 

@@ -49,7 +49,6 @@ pub fn check_items(items: &[MessageDataItemName<'_>]) -> Result<(), Refusal> {
     for it in items {
         let what = match it {
             MessageDataItemName::Body | MessageDataItemName::BodyStructure => "BODYSTRUCTURE",
-            MessageDataItemName::Envelope => "ENVELOPE",
             MessageDataItemName::Binary { .. } | MessageDataItemName::BinarySize { .. } => "BINARY",
             MessageDataItemName::BodyExt {
                 section: Some(s), ..
@@ -79,6 +78,7 @@ pub fn needs_bytes(items: &[MessageDataItemName<'_>]) -> bool {
                 | MessageDataItemName::Rfc822
                 | MessageDataItemName::Rfc822Header
                 | MessageDataItemName::Rfc822Text
+                | MessageDataItemName::Envelope
         )
     })
 }
@@ -122,6 +122,9 @@ pub fn items(
                 MessageDataItem::Rfc822Size(m.entry.size.min(u32::MAX as u64) as u32)
             }
             MessageDataItemName::Rfc822 => MessageDataItem::Rfc822(nstring(raw)),
+            MessageDataItemName::Envelope => {
+                MessageDataItem::Envelope(super::envelope::envelope(&raw[..header_end(raw)]))
+            }
             MessageDataItemName::Rfc822Header => {
                 MessageDataItem::Rfc822Header(nstring(&raw[..header_end(raw)]))
             }

@@ -8,8 +8,9 @@
 //! upstream); this module only decides the answers. `session` keeps one connection's
 //! state and answers commands (blocking: it reads the repository), `view` lists an
 //! account's mailboxes and reads a folder with its UIDs, `fetch` answers FETCH and
-//! SEARCH, `login` checks logins. The connection loop is here.
+//! SEARCH (`envelope` its ENVELOPE), `login` checks logins. The connection loop is here.
 
+mod envelope;
 mod fetch;
 mod login;
 mod session;
