@@ -27,6 +27,26 @@ const FIRST: &[u8] =
     b"From: Bob <bob@example.org>\r\nTo: alice@example.org\r\nSubject: first one\r\n\
 Date: Mon, 01 Jan 2024 10:00:00 +0000\r\nX-Long: a\r\n  folded\r\n\r\nhello over CRLF\r\n";
 
+/// Dovecot's UIDs of INBOX's messages (in their order), its UIDVALIDITY, and the file
+/// names they are listed under.
+const INBOX_UIDS: [(u32, &str); 4] = [
+    (5, "1704103200.M1P1.host"),
+    (7, "1704189600.M2P1.host"),
+    (9, "1704276000.M3P1.host"),
+    (12, "1704362400.M6P1.host"),
+];
+const INBOX_UIDVALIDITY: u32 = 1_700_000_000;
+
+/// A version-3 `dovecot-uidlist` of `uids`.
+fn uidlist(uids: &[(u32, &str)]) -> String {
+    let next = uids.last().map_or(1, |u| u.0 + 1);
+    let mut s = format!("3 V{INBOX_UIDVALIDITY} N{next} G0123456789abcdef\n");
+    for (uid, name) in uids {
+        s += &format!("{uid} :{name}\n");
+    }
+    s
+}
+
 /// The source: (folder dir, file name, bytes, mtime).
 fn messages() -> Vec<(&'static str, &'static str, Vec<u8>, i64)> {
     let lf = b"From: Carol <c@example.org>\nSubject: lf only\n\nline one\nline two\n".to_vec();
@@ -80,6 +100,7 @@ fn write_source(root: &Path) {
             .unwrap();
     }
     fs::write(md.join("dovecot-keywords"), "0 Important\n").unwrap();
+    fs::write(md.join("dovecot-uidlist"), uidlist(&INBOX_UIDS[..3])).unwrap();
     let bob = b"From: x@example.org\r\nSubject: bob's secret\r\n\r\nsecret\r\n";
     common::maildir_message(root, "bob@example.org", "", "1.M1.h:2,S", bob);
     common::maildir_message(root, "bob@example.org", ".BobOnly", "2.M1.h:2,", bob);
@@ -102,6 +123,9 @@ fn repository() -> Env {
         "1704362400.M6P1.host:2,S",
         b"Subject: later\r\n\r\nadded before the second backup\r\n",
     );
+    // As Dovecot numbers a new message: the next UID, the same UIDVALIDITY.
+    let md = mail.join("example.org/alice/Maildir");
+    fs::write(md.join("dovecot-uidlist"), uidlist(&INBOX_UIDS)).unwrap();
     e.ok(&["backup", &src]);
     let p = e.path("token");
     fs::write(&p, format!("{TOKEN}\n")).unwrap();
@@ -339,8 +363,13 @@ fn imaplib_sees_a_read_only_view_of_one_account_that_stays_the_same() {
     );
     let head_end = FIRST.windows(4).position(|w| w == b"\r\n\r\n").unwrap() + 4;
     assert_eq!(text("header"), hexs(&FIRST[..head_end]));
-    assert_eq!(text("search_all"), "1 2 3 4");
-    assert_eq!(text("search_uids"), "2 3 4");
+    assert_eq!(
+        text("search_all"),
+        "5 7 9 12",
+        "UID SEARCH answers Dovecot's UIDs"
+    );
+    assert_eq!(text("search_uids"), "9 12");
+    assert_eq!(text("search_seqs"), "1 2 3 4");
     assert_eq!(
         text("search_unseen"),
         "3",
@@ -364,7 +393,7 @@ fn imaplib_sees_a_read_only_view_of_one_account_that_stays_the_same() {
     let src = messages();
     for (i, (_, name, data, mtime)) in src.iter().filter(|m| m.0.is_empty()).enumerate() {
         let m = &inbox[i];
-        assert_eq!(m[0], i as u64 + 1, "UIDs follow the internal dates");
+        assert_eq!(m[0], INBOX_UIDS[i].0, "UIDs from the dovecot-uidlist");
         assert_eq!(m[2], data.len() as u64, "RFC822.SIZE of {name}");
         assert_eq!(m[3], data.len() as u64, "BODY[] length of {name}");
         let got = hash_of_hex(m[4].as_str().unwrap());
@@ -412,6 +441,25 @@ fn imaplib_sees_a_read_only_view_of_one_account_that_stays_the_same() {
         .collect();
     counts.sort();
     assert_eq!(counts, [3, 4], "{names:?}");
+    // Dovecot's numbering in every snapshot: the later message has a higher UID under the
+    // same UIDVALIDITY; a folder without a uidlist is numbered 1..N.
+    let uids = |f: &str| -> Vec<u64> {
+        (v["folders"][f]["messages"].as_array().unwrap().iter())
+            .map(|m| m[0].as_u64().unwrap())
+            .collect()
+    };
+    let mut seen: Vec<Vec<u64>> = snap_inboxes.iter().map(|n| uids(n)).collect();
+    seen.sort();
+    assert_eq!(seen, [vec![5, 7, 9], vec![5, 7, 9, 12]]);
+    for f in snap_inboxes.iter().map(|n| n.as_str()).chain(["INBOX"]) {
+        let uv = &v["folders"][f]["uidvalidity"];
+        assert_eq!(uv, &INBOX_UIDVALIDITY.to_string(), "{f}");
+    }
+    assert_eq!(uids("Archive"), [1]);
+    assert_ne!(
+        v["folders"]["Archive"]["uidvalidity"],
+        v["folders"]["Archive/2023"]["uidvalidity"]
+    );
     // Only alice's folders; hostile names reach nothing.
     assert!(names.iter().all(|n| !n.contains("Bob")), "{names:?}");
     assert_eq!(v["list_bob"], 0);

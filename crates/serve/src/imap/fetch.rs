@@ -34,13 +34,15 @@ pub fn in_set(set: &SequenceSet, n: u32, largest: u32) -> bool {
     })
 }
 
-/// The indices of the messages `set` names. A message's UID is its sequence number in
-/// this view (UIDs are 1..N and nothing is ever expunged), so a UID set and a sequence set
-/// name the same messages.
-pub fn selected(f: &Folder, set: &SequenceSet) -> Vec<usize> {
+/// The indices of the messages `set` names, by UID (`uid`) or by sequence number.
+pub fn selected(f: &Folder, set: &SequenceSet, uid: bool) -> Vec<usize> {
     let n = f.messages.len() as u32;
+    let last = f.last_uid();
     (0..f.messages.len())
-        .filter(|&i| in_set(set, i as u32 + 1, n))
+        .filter(|&i| match uid {
+            true => in_set(set, f.messages[i].uid, last),
+            false => in_set(set, i as u32 + 1, n),
+        })
         .collect()
 }
 
@@ -98,11 +100,9 @@ pub fn internal_date(m: &Message) -> DateTime {
     t.unwrap_or_else(|| DateTime::unvalidated(chrono::DateTime::UNIX_EPOCH.with_timezone(&utc)))
 }
 
-/// The data items `items` of message `m` (index `i`); `raw` its bytes when
-/// [`needs_bytes`].
+/// The data items `items` of message `m`; `raw` its bytes when [`needs_bytes`].
 pub fn items(
     m: &Message,
-    i: usize,
     items: &[MessageDataItemName<'static>],
     raw: Option<&[u8]>,
 ) -> Vec<MessageDataItem<'static>> {
@@ -110,7 +110,7 @@ pub fn items(
     let mut out = Vec::with_capacity(items.len());
     for it in items {
         out.push(match it {
-            MessageDataItemName::Uid => MessageDataItem::Uid(uid_of(i)),
+            MessageDataItemName::Uid => MessageDataItem::Uid(nonzero(m.uid)),
             MessageDataItemName::Flags => MessageDataItem::Flags(
                 (m.flags.iter())
                     .filter_map(|f| flag(f))
@@ -157,9 +157,14 @@ pub fn items(
     out
 }
 
-/// The UID of the message at index `i`.
-pub fn uid_of(i: usize) -> NonZeroU32 {
-    NonZeroU32::new((i as u32).saturating_add(1)).unwrap_or(NonZeroU32::MIN)
+/// The sequence number of the message at index `i`.
+pub fn seq_of(i: usize) -> NonZeroU32 {
+    nonzero((i as u32).saturating_add(1))
+}
+
+/// `n` (UIDs and sequence numbers are never 0; 0 would be 1).
+pub fn nonzero(n: u32) -> NonZeroU32 {
+    NonZeroU32::new(n).unwrap_or(NonZeroU32::MIN)
 }
 
 /// `data` as a literal (NUL bytes as 0x80: see the module's doc).
@@ -231,9 +236,19 @@ fn fields(header: &[u8], names: &Vec1<AString<'_>>, keep: bool) -> Vec<u8> {
     out
 }
 
-/// Whether message `m` (index `i`, `n` in the folder) matches `key`; a key the view does
-/// not answer yet is a [`Refusal`].
-pub fn search(m: &Message, i: usize, n: u32, key: &SearchKey<'_>) -> Result<bool, Refusal> {
+/// Where a message is in its folder: its index, the messages in the folder, the folder's
+/// last UID.
+#[derive(Clone, Copy)]
+pub struct At {
+    pub i: usize,
+    pub n: u32,
+    pub last_uid: u32,
+}
+
+/// Whether message `m` (at `at`) matches `key`; a key the view does not answer yet is a
+/// [`Refusal`].
+pub fn search(m: &Message, at: At, key: &SearchKey<'_>) -> Result<bool, Refusal> {
+    let (i, n) = (at.i, at.n);
     let has = |f: &str| m.flags.iter().any(|x| x.eq_ignore_ascii_case(f));
     let day = |d: &imap_codec::imap_types::datetime::NaiveDate| {
         let d: &chrono::NaiveDate = d.as_ref();
@@ -245,16 +260,16 @@ pub fn search(m: &Message, i: usize, n: u32, key: &SearchKey<'_>) -> Result<bool
         SearchKey::All => true,
         SearchKey::And(keys) => {
             for k in keys.as_ref() {
-                if !search(m, i, n, k)? {
+                if !search(m, at, k)? {
                     return Ok(false);
                 }
             }
             true
         }
-        SearchKey::Or(a, b) => search(m, i, n, a)? || search(m, i, n, b)?,
-        SearchKey::Not(k) => !search(m, i, n, k)?,
+        SearchKey::Or(a, b) => search(m, at, a)? || search(m, at, b)?,
+        SearchKey::Not(k) => !search(m, at, k)?,
         SearchKey::SequenceSet(s) => in_set(s, i as u32 + 1, n),
-        SearchKey::Uid(s) => in_set(s, i as u32 + 1, n),
+        SearchKey::Uid(s) => in_set(s, m.uid, at.last_uid),
         SearchKey::Seen => has("\\Seen"),
         SearchKey::Unseen => !has("\\Seen"),
         SearchKey::Answered => has("\\Answered"),

@@ -485,7 +485,7 @@ impl Session {
             Err(e) => return self.no(tag, format!("cannot read the repository: {e}")),
         };
         let mut out = Vec::new();
-        for i in fetch::selected(&folder, set) {
+        for i in fetch::selected(&folder, set, uid) {
             let m = &folder.messages[i];
             let raw = match fetch::needs_bytes(&items) {
                 true => match crate::read::entry_bytes(live.repo(), &m.entry) {
@@ -500,10 +500,10 @@ impl Session {
                 },
                 false => None,
             };
-            let data = fetch::items(m, i, &items, raw.as_deref());
+            let data = fetch::items(m, &items, raw.as_deref());
             if let Ok(items) = Vec1::try_from(data) {
                 out.push(Out::Data(Data::Fetch {
-                    seq: fetch::uid_of(i),
+                    seq: fetch::seq_of(i),
                     items,
                 }));
             }
@@ -515,7 +515,7 @@ impl Session {
         &mut self,
         tag: Tag<'static>,
         criteria: &Vec1<imap_codec::imap_types::search::SearchKey<'static>>,
-        _uid: bool,
+        uid: bool,
     ) -> Answer {
         let Some(sel) = &self.selected else {
             return self.bad(tag, "no mailbox selected");
@@ -525,14 +525,21 @@ impl Session {
         let mut hits = Vec::new();
         'msgs: for (i, m) in f.messages.iter().enumerate() {
             for k in criteria.as_ref() {
-                match fetch::search(m, i, n, k) {
+                let at = fetch::At {
+                    i,
+                    n,
+                    last_uid: f.last_uid(),
+                };
+                match fetch::search(m, at, k) {
                     Ok(true) => {}
                     Ok(false) => continue 'msgs,
                     Err(e) => return self.no(tag, e),
                 }
             }
-            // UIDs and sequence numbers are the same in this view.
-            hits.push(fetch::uid_of(i));
+            hits.push(match uid {
+                true => fetch::nonzero(m.uid),
+                false => fetch::seq_of(i),
+            });
         }
         with(
             vec![Out::Data(Data::Search(hits))],

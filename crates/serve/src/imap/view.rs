@@ -6,12 +6,14 @@
 //! into a path: a name that is not in it (`../bob/INBOX`, another account's folder) is
 //! simply not found.
 //!
-//! UIDs (docs/imap-view.md): a folder's messages are ordered by internal date (the file's
-//! mtime, seconds then nanoseconds) and then by Maildir key, and numbered 1..N in that
-//! order. UIDVALIDITY is the first four bytes (big-endian, never 0) of the BLAKE3 hash of
-//! the keys in that order, so it is the same in every session and after a restart, the
-//! same for two snapshots that hold the same messages, and changes whenever the list of
-//! messages (and so any UID) would.
+//! UIDs (docs/imap-view.md): when the folder's backed-up `dovecot-uidlist` gives every
+//! message a UID, those UIDs and its UIDVALIDITY (so a later backup's new messages have
+//! higher UIDs under the same UIDVALIDITY, as Dovecot numbered them). Otherwise the
+//! messages are ordered by internal date (the file's mtime, seconds then nanoseconds) and
+//! then by Maildir key, and numbered 1..N in that order; UIDVALIDITY is then the first four
+//! bytes (big-endian, never 0) of the BLAKE3 hash of the keys in that order. Either way it
+//! is the same in every session and after a restart, and a numbering never changes under
+//! one UIDVALIDITY.
 
 use crate::read;
 use mailvault_core::model::folder_name;
@@ -165,6 +167,7 @@ pub struct Message {
     pub entry: MessageEntry,
     /// Its flags and keywords, IMAP names (`\Seen`, `$Forwarded`).
     pub flags: Vec<String>,
+    pub uid: u32,
 }
 
 /// An opened folder: its messages in UID order (UID = index + 1).
@@ -195,22 +198,19 @@ impl Folder {
         entries.sort_by(|a, b| {
             (a.mtime.secs, a.mtime.nanos, &a.key).cmp(&(b.mtime.secs, b.mtime.nanos, &b.key))
         });
-        let mut h = blake3::Hasher::new();
-        for e in &entries {
-            h.update(&(e.key.len() as u64).to_be_bytes());
-            h.update(&e.key);
-        }
-        let hash = h.finalize();
-        let b = hash.as_bytes();
-        let uidvalidity = u32::from_be_bytes([b[0], b[1], b[2], b[3]]).max(1);
+        let uidlist = read::folder_file(repo, node, b"dovecot-uidlist")?;
+        let (uidvalidity, uids) = match uidlist.and_then(|d| dovecot_uids(&d, &mut entries)) {
+            Some(found) => found,
+            None => derived_uids(&entries),
+        };
         let keywords = (b'a'..=b'z')
             .filter_map(|c| table.name_of(c as char).map(str::to_string))
             .collect();
-        let messages = (entries.into_iter())
-            .map(|entry| {
+        let messages = (entries.into_iter().zip(uids))
+            .map(|(entry, uid)| {
                 let letters = String::from_utf8_lossy(entry.flags()).into_owned();
                 let flags = maildir_to_imap(&letters, &table).flags;
-                Message { entry, flags }
+                Message { entry, flags, uid }
             })
             .collect();
         Ok(Folder {
@@ -220,9 +220,14 @@ impl Folder {
         })
     }
 
+    /// The highest UID (0 for an empty folder).
+    pub fn last_uid(&self) -> u32 {
+        self.messages.last().map_or(0, |m| m.uid)
+    }
+
     /// The next UID.
     pub fn uidnext(&self) -> u32 {
-        (self.messages.len() as u32).saturating_add(1)
+        self.last_uid().saturating_add(1)
     }
 
     pub fn unseen(&self) -> usize {
@@ -230,6 +235,47 @@ impl Folder {
             .filter(|m| !m.flags.iter().any(|f| f.eq_ignore_ascii_case("\\Seen")))
             .count()
     }
+}
+
+/// UIDs 1..N for `entries` in their order, and the UIDVALIDITY of that numbering (see the
+/// module's doc).
+fn derived_uids(entries: &[MessageEntry]) -> (u32, Vec<u32>) {
+    let mut h = blake3::Hasher::new();
+    for e in entries {
+        h.update(&(e.key.len() as u64).to_be_bytes());
+        h.update(&e.key);
+    }
+    let hash = h.finalize();
+    let b = hash.as_bytes();
+    let uidvalidity = u32::from_be_bytes([b[0], b[1], b[2], b[3]]).max(1);
+    (uidvalidity, (1..=entries.len() as u32).collect())
+}
+
+/// Dovecot's UIDs and UIDVALIDITY from the folder's backed-up `dovecot-uidlist`, with
+/// `entries` put in UID order, when the list gives every message a UID of its own and
+/// names its UIDVALIDITY; else `None` (and `entries` as they were).
+fn dovecot_uids(data: &[u8], entries: &mut [MessageEntry]) -> Option<(u32, Vec<u32>)> {
+    let first = data.split(|&b| b == b'\n').next()?;
+    let first = std::str::from_utf8(first).ok()?;
+    let mut words = first.split_ascii_whitespace();
+    let uidvalidity: u32 = match words.next()? {
+        "3" => words.find_map(|w| w.strip_prefix('V'))?.parse().ok()?,
+        "1" => words.next()?.parse().ok()?,
+        _ => return None,
+    };
+    let map = mailvault_core::imap::names::parse_uidlist(data);
+    let mut uids = Vec::with_capacity(entries.len());
+    for e in entries.iter() {
+        uids.push(*map.get(&e.key).filter(|&&u| u > 0)?);
+    }
+    let mut sorted = uids.clone();
+    sorted.sort_unstable();
+    sorted.dedup();
+    if sorted.len() != uids.len() || uidvalidity == 0 {
+        return None;
+    }
+    entries.sort_by_key(|e| map.get(&e.key).copied().unwrap_or(0));
+    Some((uidvalidity, sorted))
 }
 
 /// Whether `name` matches LIST pattern `pat`: `*` matches anything, `%` anything but the
@@ -285,6 +331,47 @@ mod tests {
         assert!(matches("", ""));
         assert!(!matches("", "INBOX"));
         assert!(!matches("INBOX", "INBOX/x"));
+    }
+
+    fn entry(key: &str, secs: i64) -> MessageEntry {
+        MessageEntry {
+            key: key.as_bytes().to_vec(),
+            name: key.as_bytes().to_vec(),
+            new: false,
+            size: 0,
+            mtime: mailvault_core::repo::tree::Timestamp { secs, nanos: 0 },
+            mode: 0,
+            uid: 0,
+            gid: 0,
+            hash: mailvault_core::Id([0; 32]),
+            content: Vec::new(),
+            from: String::new(),
+            subject: String::new(),
+            date: None,
+        }
+    }
+
+    #[test]
+    fn dovecot_uids_only_when_they_cover_the_folder() {
+        let list = b"3 V42 N9 G0\n8 :b:2,S\n3 W12 :a\n";
+        let mut e = vec![entry("a", 2), entry("b", 1)];
+        let (uv, uids) = dovecot_uids(list, &mut e).unwrap();
+        assert_eq!((uv, uids), (42, vec![3, 8]));
+        assert_eq!(e[0].key, b"a", "in UID order");
+        let v1 = b"1 77 9\n4 a:2,S\n";
+        assert_eq!(
+            dovecot_uids(v1, &mut [entry("a", 1)]).unwrap(),
+            (77, vec![4])
+        );
+        let mut missing = vec![entry("a", 1), entry("c", 2)];
+        assert!(dovecot_uids(list, &mut missing).is_none());
+        assert_eq!(missing[1].key, b"c", "left as it was");
+        let twice = b"3 V42 N9\n3 :a\n3 :b\n";
+        assert!(dovecot_uids(twice, &mut [entry("a", 1), entry("b", 2)]).is_none());
+        assert!(dovecot_uids(b"3 N9\n3 :a\n", &mut [entry("a", 1)]).is_none());
+        let (uv, uids) = derived_uids(&[entry("x", 1), entry("y", 2)]);
+        assert_eq!(uids, [1, 2]);
+        assert_ne!(uv, derived_uids(&[entry("y", 1), entry("x", 2)]).0);
     }
 
     #[test]
