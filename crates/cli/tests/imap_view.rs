@@ -505,6 +505,24 @@ fn imaplib_sees_a_read_only_view_of_one_account_that_stays_the_same() {
         v["logout"]
     );
 
+    // Hostile input is answered and the session goes on.
+    let last = |k: &str| {
+        let l = v[k].as_array().unwrap();
+        l[l.len() - 1].as_str().unwrap().to_string()
+    };
+    assert_eq!(last("garbage"), "z1 OK done", "{}", v["garbage"]);
+    assert!(
+        last("long_literal").starts_with("z2 BAD literal too long"),
+        "{}",
+        v["long_literal"]
+    );
+    assert!(
+        last("auth_bad_base64").starts_with("z3 BAD"),
+        "{}",
+        v["auth_bad_base64"]
+    );
+    assert_eq!(last("after"), "z4 OK done");
+
     // The same UIDs and UIDVALIDITY in another session, and after a restart.
     let again = probe(&s, &e);
     assert_eq!(again["folders"], v["folders"]);

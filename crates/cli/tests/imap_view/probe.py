@@ -159,4 +159,28 @@ rest = f.read().decode()
 out["logout"] = rest.strip().splitlines()
 s.close()
 
+# Hostile input: every line answered, none hangs the session.
+s = socket.create_connection(("127.0.0.1", port))
+s.settimeout(10)
+f = s.makefile("rb")
+f.readline()
+
+
+def answer(data, tag):
+    s.sendall(data)
+    lines = []
+    while True:
+        line = f.readline().decode("latin-1").strip()
+        lines.append(line)
+        if line.startswith(tag + " ") or line.startswith("+") or not line:
+            return lines
+
+
+out["garbage"] = answer(b"\x00\x01\xff garbage\r\nz1 NOOP\r\n", "z1")
+out["long_literal"] = answer(b"z2 SELECT {100000}\r\n", "z2")
+out["auth_bad_base64"] = answer(b"z3 AUTHENTICATE PLAIN\r\n", "z3")
+out["auth_bad_base64"] += answer(b"!!not base64!!\r\n", "z3")
+out["after"] = answer(b"z4 NOOP\r\n", "z4")
+s.close()
+
 print(json.dumps(out))

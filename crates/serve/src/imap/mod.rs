@@ -52,6 +52,9 @@ fn options() -> Options {
     o.crlf_relaxed = true;
     o.max_literal_size = MAX_LITERAL;
     o.max_command_size = 2 * MAX_LITERAL;
+    // imap-next answers a literal it refuses with a tagged BAD of this text itself.
+    let _ =
+        o.set_literal_reject_text("literal too long: the IMAP view takes 64 KiB at most".into());
     o
 }
 
@@ -101,7 +104,14 @@ async fn connection(tcp: TcpStream, peer: SocketAddr, st: AppState) {
             }
             Ok(Ok(ev)) => ev,
             Ok(Err(stream::Error::State(e))) => {
-                server.enqueue_status(malformed(&e));
+                if let Some(tag) = conn.auth_tag.take() {
+                    // AUTHENTICATE's data did not parse (not base64): that ends it.
+                    let text = "not a base64 SASL PLAIN message".to_string();
+                    let _ = server.authenticate_finish(status(Kind::Bad, Some(tag), None, text));
+                } else if !matches!(e, imap_next::server::Error::LiteralTooLong { .. }) {
+                    // (imap-next has answered a literal it refused itself.)
+                    server.enqueue_status(malformed(&e));
+                }
                 continue;
             }
             Ok(Err(_)) => return,
