@@ -147,8 +147,12 @@ impl Drop for Server {
 }
 
 fn start(e: &Env) -> Server {
+    start_with(e, &[])
+}
+
+fn start_with(e: &Env, extra: &[&str]) -> Server {
     let token = e.path("token").display().to_string();
-    let args = [
+    let mut args = vec![
         "serve",
         "--listen",
         "127.0.0.1:0",
@@ -157,6 +161,7 @@ fn start(e: &Env) -> Server {
         "--admin-token-file",
         &token,
     ];
+    args.extend_from_slice(extra);
     let mut child = (e.cmd(&args).stdout(Stdio::piped()))
         .stderr(fs::File::create(e.path("serve.err")).unwrap())
         .spawn()
@@ -561,4 +566,81 @@ fn imap_on_a_public_address_without_tls_is_refused() {
         ],
     );
     assert!(out.contains("not a loopback address"), "{out}");
+}
+
+/// A plain IMAP connection: commands as lines, answers up to the tagged one.
+struct Line {
+    r: std::io::BufReader<std::net::TcpStream>,
+    w: std::net::TcpStream,
+}
+
+impl Line {
+    fn open(port: u16) -> Line {
+        let w = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+        w.set_read_timeout(Some(std::time::Duration::from_secs(30)))
+            .unwrap();
+        let mut r = std::io::BufReader::new(w.try_clone().unwrap());
+        let mut greeting = String::new();
+        r.read_line(&mut greeting).unwrap();
+        assert!(greeting.starts_with("* OK"), "{greeting}");
+        Line { r, w }
+    }
+    /// Sends `tag command`; the lines answered, the tagged one last.
+    fn cmd(&mut self, tag: &str, command: &str) -> Vec<String> {
+        use std::io::Write;
+        write!(self.w, "{tag} {command}\r\n").unwrap();
+        let mut lines = Vec::new();
+        loop {
+            let mut l = String::new();
+            assert!(
+                self.r.read_line(&mut l).unwrap() > 0,
+                "closed after {lines:?}"
+            );
+            let done = l.starts_with(&format!("{tag} "));
+            lines.push(l.trim_end().to_string());
+            if done {
+                return lines;
+            }
+        }
+    }
+}
+
+#[test]
+fn an_idle_session_lets_a_prune_run_and_sees_a_later_backup() {
+    let e = repository();
+    let s = start_with(&e, &["--idle-close", "2s", "--recheck", "0s"]);
+    let mut c = Line::open(s.imap_port);
+    let login = c.cmd("a", &format!("LOGIN \"{ACCOUNT}*admin\" \"{TOKEN}\""));
+    assert!(login.last().unwrap().starts_with("a OK"), "{login:?}");
+    let snapshots = |c: &mut Line, tag: &str| {
+        let l = c.cmd(tag, "LIST \"\" \"Snapshots/%\"");
+        assert!(l.last().unwrap().starts_with(&format!("{tag} OK")), "{l:?}");
+        l.len() - 1
+    };
+    assert_eq!(snapshots(&mut c, "b"), 2);
+    let sel = c.cmd("c", "EXAMINE INBOX");
+    assert!(sel.iter().any(|l| l == "* 4 EXISTS"), "{sel:?}");
+    // The session idles (logged in, a mailbox selected): the repository is closed, its
+    // read lock given back, and a prune runs.
+    std::thread::sleep(std::time::Duration::from_secs(4));
+    e.ok(&["prune", "--retry-lock", "3s"]);
+    // A later backup shows in the same session.
+    common::at_rest();
+    common::maildir_message(
+        &e.path("mail"),
+        ACCOUNT,
+        "",
+        "1704448800.M7P1.host:2,",
+        b"Subject: third\r\n\r\nthird backup\r\n",
+    );
+    e.ok(&["backup", &format!("maildir:{}", e.path("mail").display())]);
+    assert_eq!(snapshots(&mut c, "d"), 3);
+    let st = c.cmd("e", "STATUS INBOX (MESSAGES)");
+    assert!(st[0].contains("MESSAGES 5"), "{st:?}");
+    let fetch = c.cmd("f", "FETCH 1:* (FLAGS)");
+    assert_eq!(
+        fetch.len(),
+        5,
+        "the selected mailbox keeps what it was opened with"
+    );
 }

@@ -93,9 +93,15 @@ pub struct Session {
     ip: IpAddr,
     view: Option<View>,
     /// The repository the view was built on: rebuilt when it is opened again.
-    built_on: Option<Arc<crate::state::Live>>,
+    /// Weak: a session must not keep the repository open (and its read lock held) while
+    /// it idles; the server closes it when no request comes (see `state`).
+    built_on: std::sync::Weak<crate::state::Live>,
     selected: Option<Selected>,
 }
+
+/// The message bytes one FETCH answers at most (its answers are held in memory until
+/// sent); past it the rest is refused with `NO [LIMIT]`.
+const MAX_FETCH_BYTES: u64 = 256 << 20;
 
 /// The text of every refused write.
 const READ_ONLY: &str = "the IMAP view of the backups is read-only: nothing can be stored, \
@@ -107,7 +113,7 @@ impl Session {
             st,
             ip,
             view: None,
-            built_on: None,
+            built_on: std::sync::Weak::new(),
             selected: None,
         }
     }
@@ -121,7 +127,7 @@ impl Session {
         match login::check(&self.st, self.ip, user, pass) {
             Login::Ok(view, live) => {
                 self.view = Some(view);
-                self.built_on = Some(live);
+                self.built_on = Arc::downgrade(&live);
                 answer(status(
                     Kind::Ok,
                     Some(tag),
@@ -261,10 +267,7 @@ impl Session {
     /// The view, rebuilt when the repository was opened again since (a new snapshot).
     fn view(&mut self) -> mailvault_core::Result<&View> {
         let live = self.st.live()?;
-        let stale = !self
-            .built_on
-            .as_ref()
-            .is_some_and(|b| Arc::ptr_eq(b, &live));
+        let stale = !std::sync::Weak::ptr_eq(&self.built_on, &Arc::downgrade(&live));
         if stale {
             let account = (self.view.as_ref())
                 .map(|v| v.account.clone())
@@ -275,7 +278,7 @@ impl Session {
                 account,
                 boxes: Vec::new(),
             }));
-            self.built_on = Some(live);
+            self.built_on = Arc::downgrade(&live);
         }
         self.view
             .as_ref()
@@ -485,8 +488,17 @@ impl Session {
             Err(e) => return self.no(tag, format!("cannot read the repository: {e}")),
         };
         let mut out = Vec::new();
+        let mut held = 0u64;
         for i in fetch::selected(&folder, set, uid) {
             let m = &folder.messages[i];
+            if held > MAX_FETCH_BYTES {
+                // What was fetched is answered; the rest is refused (RFC 5530's LIMIT).
+                let limit = Code::Other(imap_codec::imap_types::response::CodeOther::unvalidated(
+                    &b"LIMIT"[..],
+                ));
+                let text = "that FETCH holds too many bytes at once: fetch fewer messages";
+                return with(out, status(Kind::No, Some(tag), Some(limit), text.into()));
+            }
             let raw = match fetch::needs_bytes(&items) {
                 true => match crate::read::entry_bytes(live.repo(), &m.entry) {
                     Ok(r) => Some(r),
@@ -500,6 +512,7 @@ impl Session {
                 },
                 false => None,
             };
+            held += raw.as_ref().map_or(0, |r| r.len() as u64);
             let data = fetch::items(m, &items, raw.as_deref());
             if let Ok(items) = Vec1::try_from(data) {
                 out.push(Out::Data(Data::Fetch {
