@@ -90,7 +90,11 @@ out["search_seqs"] = data[0].decode()
 out["envelope"] = refused(lambda: c.fetch("1", "(ENVELOPE)"))
 out["fetch_all"] = refused(lambda: c.fetch("1", "ALL"))
 out["bodystructure"] = refused(lambda: c.fetch("1", "(BODYSTRUCTURE)"))
-out["search_text"] = refused(lambda: c.search(None, "TEXT", "hello"))
+out["search_text"] = c.search(None, "TEXT", '"over crlf"')[1][0].decode()
+out["search_from"] = c.search(None, "FROM", "CAROL")[1][0].decode()
+out["search_subject_or"] = c.search(None, "OR", "SUBJECT", "8BIT", "HEADER", "X-Long", "FOLDED")[1][0].decode()
+out["search_body_not"] = c.uid("SEARCH", "NOT", "BODY", "line")[1][0].decode()
+out["search_sent"] = c.search(None, "SENTON", "01-Jan-2024", "SENTBEFORE", "02-Jan-2024")[1][0].decode()
 
 
 def folder(name):

@@ -1,6 +1,6 @@
-//! FETCH and SEARCH over an opened [`Folder`]: which messages a sequence set names, the
-//! data items of one message (flags, dates, sizes, the whole message or its header, some
-//! header fields, the text, partial ranges), and the search keys the view answers.
+//! FETCH over an opened [`Folder`]: which messages a sequence set names, and the data
+//! items of one message (flags, dates, sizes, the whole message or its header, some header
+//! fields, the text, partial ranges).
 //!
 //! Bodies are sent exactly as the backup stored them (bare LF line endings included),
 //! except that a NUL byte, which an IMAP literal cannot carry (RFC 3501 `CHAR8`), is sent
@@ -12,7 +12,6 @@ use imap_codec::imap_types::core::{AString, IString, Literal, NString, Vec1};
 use imap_codec::imap_types::datetime::DateTime;
 use imap_codec::imap_types::fetch::{MessageDataItem, MessageDataItemName, Section};
 use imap_codec::imap_types::flag::{Flag, FlagFetch};
-use imap_codec::imap_types::search::SearchKey;
 use imap_codec::imap_types::sequence::{SeqOrUid, Sequence, SequenceSet};
 use std::num::NonZeroU32;
 
@@ -234,69 +233,6 @@ fn fields(header: &[u8], names: &Vec1<AString<'_>>, keep: bool) -> Vec<u8> {
     }
     out.extend_from_slice(b"\r\n");
     out
-}
-
-/// Where a message is in its folder: its index, the messages in the folder, the folder's
-/// last UID.
-#[derive(Clone, Copy)]
-pub struct At {
-    pub i: usize,
-    pub n: u32,
-    pub last_uid: u32,
-}
-
-/// Whether message `m` (at `at`) matches `key`; a key the view does not answer yet is a
-/// [`Refusal`].
-pub fn search(m: &Message, at: At, key: &SearchKey<'_>) -> Result<bool, Refusal> {
-    let (i, n) = (at.i, at.n);
-    let has = |f: &str| m.flags.iter().any(|x| x.eq_ignore_ascii_case(f));
-    let day = |d: &imap_codec::imap_types::datetime::NaiveDate| {
-        let d: &chrono::NaiveDate = d.as_ref();
-        d.and_hms_opt(0, 0, 0)
-            .map_or(0, |t| t.and_utc().timestamp())
-    };
-    let secs = m.entry.mtime.secs;
-    Ok(match key {
-        SearchKey::All => true,
-        SearchKey::And(keys) => {
-            for k in keys.as_ref() {
-                if !search(m, at, k)? {
-                    return Ok(false);
-                }
-            }
-            true
-        }
-        SearchKey::Or(a, b) => search(m, at, a)? || search(m, at, b)?,
-        SearchKey::Not(k) => !search(m, at, k)?,
-        SearchKey::SequenceSet(s) => in_set(s, i as u32 + 1, n),
-        SearchKey::Uid(s) => in_set(s, m.uid, at.last_uid),
-        SearchKey::Seen => has("\\Seen"),
-        SearchKey::Unseen => !has("\\Seen"),
-        SearchKey::Answered => has("\\Answered"),
-        SearchKey::Unanswered => !has("\\Answered"),
-        SearchKey::Flagged => has("\\Flagged"),
-        SearchKey::Unflagged => !has("\\Flagged"),
-        SearchKey::Deleted => has("\\Deleted"),
-        SearchKey::Undeleted => !has("\\Deleted"),
-        SearchKey::Draft => has("\\Draft"),
-        SearchKey::Undraft => !has("\\Draft"),
-        SearchKey::Keyword(k) => has(k.as_ref()),
-        SearchKey::Unkeyword(k) => !has(k.as_ref()),
-        SearchKey::Larger(s) => m.entry.size > *s as u64,
-        SearchKey::Smaller(s) => m.entry.size < *s as u64,
-        SearchKey::Before(d) => secs < day(d),
-        SearchKey::On(d) => (day(d)..day(d) + 86400).contains(&secs),
-        SearchKey::Since(d) => secs >= day(d),
-        SearchKey::Old => true,
-        SearchKey::New | SearchKey::Recent => false,
-        _ => {
-            return Err(
-                "SEARCH by headers, text or sent dates is not in the IMAP view of the \
-                        backups yet"
-                    .into(),
-            )
-        }
-    })
 }
 
 #[cfg(test)]

@@ -7,12 +7,13 @@
 //! imap-codec, which parses every IMAP4rev1 command and encodes every answer (fuzzed
 //! upstream); this module only decides the answers. `session` keeps one connection's
 //! state and answers commands (blocking: it reads the repository), `view` lists an
-//! account's mailboxes and reads a folder with its UIDs, `fetch` answers FETCH and
-//! SEARCH (`envelope` its ENVELOPE), `login` checks logins. The connection loop is here.
+//! account's mailboxes and reads a folder with its UIDs, `fetch` answers FETCH
+//! (`envelope` its ENVELOPE), `search` SEARCH, `login` checks logins. The connection loop is here.
 
 mod envelope;
 mod fetch;
 mod login;
+mod search;
 mod session;
 mod view;
 

@@ -535,15 +535,30 @@ impl Session {
         };
         let f = sel.folder.clone();
         let n = f.messages.len() as u32;
+        let live = match super::search::needs_bytes(criteria.as_ref()) {
+            true => match self.st.live() {
+                Ok(l) => Some(l),
+                Err(e) => return self.no(tag, format!("cannot read the repository: {e}")),
+            },
+            false => None,
+        };
         let mut hits = Vec::new();
         'msgs: for (i, m) in f.messages.iter().enumerate() {
+            let raw = match &live {
+                Some(l) => match crate::read::entry_bytes(l.repo(), &m.entry) {
+                    Ok(r) => Some(r),
+                    Err(e) => return self.no(tag, format!("cannot read message {}: {e}", i + 1)),
+                },
+                None => None,
+            };
+            let at = super::search::At {
+                i,
+                n,
+                last_uid: f.last_uid(),
+                raw: raw.as_deref(),
+            };
             for k in criteria.as_ref() {
-                let at = fetch::At {
-                    i,
-                    n,
-                    last_uid: f.last_uid(),
-                };
-                match fetch::search(m, at, k) {
+                match super::search::matches(m, at, k) {
                     Ok(true) => {}
                     Ok(false) => continue 'msgs,
                     Err(e) => return self.no(tag, e),
