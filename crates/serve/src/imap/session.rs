@@ -647,3 +647,32 @@ fn wire_mailbox(name: &str) -> Mailbox<'static> {
     }
     Mailbox::try_from(mutf7::encode(name)).unwrap_or(Mailbox::Inbox)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_go_out_in_modified_utf7_without_control_characters() {
+        for name in [
+            "Entwürfe",
+            "a\r\nb",
+            "tab\there",
+            "x\u{1}y",
+            "Reports & Stats",
+            "INBOX",
+        ] {
+            let m = wire_mailbox(name);
+            if let Mailbox::Other(o) = &m {
+                let b: &[u8] = o.inner().as_ref();
+                assert!(
+                    b.iter().all(|c| (0x20..0x7f).contains(c)),
+                    "{name:?}: {b:?}"
+                );
+            }
+            assert_eq!(mailbox_name(&m).as_deref(), Some(name), "round trip");
+        }
+        let bad = Mailbox::try_from("&Jjo-!&").unwrap();
+        assert_eq!(mailbox_name(&bad), None, "not modified UTF-7");
+    }
+}
