@@ -89,7 +89,6 @@ typ, data = c.search(None, "ALL")
 out["search_seqs"] = data[0].decode()
 out["envelope"] = refused(lambda: c.fetch("1", "(ENVELOPE)"))
 out["fetch_all"] = refused(lambda: c.fetch("1", "ALL"))
-out["bodystructure"] = refused(lambda: c.fetch("1", "(BODYSTRUCTURE)"))
 out["search_text"] = c.search(None, "TEXT", '"over crlf"')[1][0].decode()
 out["search_from"] = c.search(None, "FROM", "CAROL")[1][0].decode()
 out["search_subject_or"] = c.search(None, "OR", "SUBJECT", "8BIT", "HEADER", "X-Long", "FOLDED")[1][0].decode()
@@ -116,6 +115,15 @@ def folder(name):
     return {"uidvalidity": uidvalidity, "messages": msgs}
 
 
+c.select("Archive", readonly=True)
+typ, data = c.fetch("2", "(BODYSTRUCTURE)")
+out["bodystructure"] = data[0].decode() if isinstance(data[0], bytes) else repr(data)
+parts = {}
+for sec in ["1", "2.MIME", "3", "3.HEADER", "3.1", "3.TEXT", "4", "1.HEADER"]:
+    typ, data = c.fetch("2", "(BODY.PEEK[%s])" % sec)
+    d = data[0]
+    parts[sec] = d[1].hex() if isinstance(d, tuple) else typ + " " + repr(data)
+out["parts"] = parts
 out["folders"] = {n: folder(n) for n, attrs in names if "\\Noselect" not in attrs}
 out["status"] = text(*c.status("Archive/2023", "(MESSAGES UIDNEXT UIDVALIDITY UNSEEN)"))
 out["hostile"] = {}

@@ -49,25 +49,12 @@ pub fn selected(f: &Folder, set: &SequenceSet, uid: bool) -> Vec<usize> {
 pub fn check_items(items: &[MessageDataItemName<'_>]) -> Result<(), Refusal> {
     for it in items {
         let what = match it {
-            MessageDataItemName::Body | MessageDataItemName::BodyStructure => "BODYSTRUCTURE",
             MessageDataItemName::Binary { .. } | MessageDataItemName::BinarySize { .. } => "BINARY",
-            MessageDataItemName::BodyExt {
-                section: Some(s), ..
-            } if part_of(s) => "sections of MIME parts",
             _ => continue,
         };
         return Err(format!("{what} is not in the IMAP view of the backups yet"));
     }
     Ok(())
-}
-
-/// Whether a section names a MIME part (not answered yet).
-fn part_of(s: &Section<'_>) -> bool {
-    match s {
-        Section::Part(_) | Section::Mime(_) => true,
-        Section::Header(p) | Section::Text(p) => p.is_some(),
-        Section::HeaderFields(p, _) | Section::HeaderFieldsNot(p, _) => p.is_some(),
-    }
 }
 
 /// Whether any of `items` needs the message's bytes.
@@ -80,6 +67,8 @@ pub fn needs_bytes(items: &[MessageDataItemName<'_>]) -> bool {
                 | MessageDataItemName::Rfc822Header
                 | MessageDataItemName::Rfc822Text
                 | MessageDataItemName::Envelope
+                | MessageDataItemName::Body
+                | MessageDataItemName::BodyStructure
         )
     })
 }
@@ -121,6 +110,13 @@ pub fn items(
                 MessageDataItem::Rfc822Size(m.entry.size.min(u32::MAX as u64) as u32)
             }
             MessageDataItemName::Rfc822 => MessageDataItem::Rfc822(nstring(raw)),
+            MessageDataItemName::Body => MessageDataItem::Body(super::bodystructure::structure(
+                raw,
+                &super::mime::parse(raw),
+            )),
+            MessageDataItemName::BodyStructure => MessageDataItem::BodyStructure(
+                super::bodystructure::structure(raw, &super::mime::parse(raw)),
+            ),
             MessageDataItemName::Envelope => {
                 MessageDataItem::Envelope(super::envelope::envelope(&raw[..header_end(raw)]))
             }
@@ -193,17 +189,45 @@ pub fn header_end(raw: &[u8]) -> usize {
     raw.len()
 }
 
-/// The bytes of `section` (none: the whole message).
+/// The bytes of `section` (none: the whole message). A section of a part that is not
+/// there, or HEADER/TEXT of a part that is not a `message/rfc822`, is empty.
 fn section_bytes(raw: &[u8], section: Option<&Section<'_>>) -> Vec<u8> {
-    let h = header_end(raw);
-    match section {
-        None => raw.to_vec(),
-        Some(Section::Header(None)) => raw[..h].to_vec(),
-        Some(Section::Text(None)) => raw[h..].to_vec(),
-        Some(Section::HeaderFields(None, names)) => fields(&raw[..h], names, true),
-        Some(Section::HeaderFieldsNot(None, names)) => fields(&raw[..h], names, false),
-        // Refused by `check_items` before.
-        Some(_) => Vec::new(),
+    let Some(s) = section else {
+        return raw.to_vec();
+    };
+    let path = match s {
+        Section::Part(p) | Section::Mime(p) => Some(p),
+        Section::Header(p)
+        | Section::Text(p)
+        | Section::HeaderFields(p, _)
+        | Section::HeaderFieldsNot(p, _) => p.as_ref(),
+    };
+    // The message whose HEADER and TEXT are meant: the whole, or a part's attached one.
+    let (header, text) = match path {
+        None => {
+            let h = header_end(raw);
+            (0..h, h..raw.len())
+        }
+        Some(path) => {
+            let top = super::mime::parse(raw);
+            let numbers: Vec<u32> = path.0.as_ref().iter().map(|n| n.get()).collect();
+            let Some(p) = super::mime::find(&top, &numbers) else {
+                return Vec::new();
+            };
+            match (s, &p.message) {
+                (Section::Part(_), _) => return raw[p.body.clone()].to_vec(),
+                (Section::Mime(_), _) => return raw[p.header.clone()].to_vec(),
+                (_, Some(m)) => (m.header.clone(), m.body.clone()),
+                (_, None) => return Vec::new(),
+            }
+        }
+    };
+    match s {
+        Section::Header(_) => raw[header].to_vec(),
+        Section::Text(_) => raw[text].to_vec(),
+        Section::HeaderFields(_, names) => fields(&raw[header], names, true),
+        Section::HeaderFieldsNot(_, names) => fields(&raw[header], names, false),
+        Section::Part(_) | Section::Mime(_) => Vec::new(),
     }
 }
 

@@ -8,11 +8,14 @@
 //! upstream); this module only decides the answers. `session` keeps one connection's
 //! state and answers commands (blocking: it reads the repository), `view` lists an
 //! account's mailboxes and reads a folder with its UIDs, `fetch` answers FETCH
-//! (`envelope` its ENVELOPE), `search` SEARCH, `login` checks logins. The connection loop is here.
+//! (`envelope` its ENVELOPE, `mime` the parts of a message and `bodystructure` their
+//! BODYSTRUCTURE), `search` SEARCH, `login` checks logins. The connection loop is here.
 
+mod bodystructure;
 mod envelope;
 mod fetch;
 mod login;
+mod mime;
 mod search;
 mod session;
 mod view;
