@@ -365,6 +365,19 @@ fn imaplib_sees_a_read_only_view_of_one_account_that_stays_the_same() {
         text("wrong_login").contains("[AUTHENTICATIONFAILED]"),
         "{v}"
     );
+    let caps: Vec<&str> = (v["capability"].as_array().unwrap().iter())
+        .map(|c| c.as_str().unwrap())
+        .collect();
+    for c in [
+        "IMAP4REV1",
+        "AUTH=PLAIN",
+        "IDLE",
+        "NAMESPACE",
+        "UNSELECT",
+        "SPECIAL-USE",
+    ] {
+        assert!(caps.contains(&c), "{caps:?}");
+    }
     assert_eq!(v["select_readonly"], true, "SELECT answers [READ-ONLY]");
     assert_eq!(text("examine"), "OK");
     for (cmd, answer) in v["refusals"].as_object().unwrap() {

@@ -80,7 +80,17 @@ pub fn capabilities() -> Vec1<Capability<'static>> {
         Capability::Unselect,
         Capability::Idle,
         Capability::Enable,
+        // RFC 6154 and RFC 3348: LIST gives special-use and \HasChildren attributes.
+        other_capability("SPECIAL-USE"),
+        other_capability("CHILDREN"),
     ])
+}
+
+fn other_capability(name: &'static str) -> Capability<'static> {
+    match imap_codec::imap_types::core::Atom::try_from(name) {
+        Ok(a) => Capability::from(a),
+        Err(_) => Capability::Imap4Rev1,
+    }
 }
 
 /// A selected mailbox.
