@@ -6,13 +6,15 @@
 //! The modules: [`token`] reads and checks the admin token, `auth` keeps sessions, login
 //! rate limits and CSRF tokens, `headers` puts the security headers on every answer,
 //! `read` is the blocking read side over the repository, `mail` decodes a message and
-//! sanitizes its HTML, `pages` renders HTML, `api` answers JSON, `routes` wires them.
+//! sanitizes its HTML, `pages` renders HTML, `api` answers JSON, `routes` wires them;
+//! `imap` is the read-only IMAP view (`--imap`, issue 29) over the same state.
 
 mod api;
 mod auth;
 mod download;
 mod headers;
 mod html;
+mod imap;
 mod mail;
 mod pages;
 mod read;
@@ -30,6 +32,8 @@ use std::path::PathBuf;
 pub struct ServeOptions {
     /// Where to listen.
     pub listen: SocketAddr,
+    /// Where the read-only IMAP view listens, if it does (`--imap`).
+    pub imap: Option<SocketAddr>,
     /// Listen on an address other than loopback without TLS.
     pub insecure_listen: bool,
     /// Serve HTTPS with this certificate and key.
@@ -81,17 +85,22 @@ pub fn check_listen(addr: SocketAddr, insecure_listen: bool, tls: bool) -> Resul
     }
 }
 
-/// Serves `repo` until SIGINT or SIGTERM. `ready` is told the address bound (with port 0,
-/// the one the system chose) once the server accepts connections. `reopen` opens the
+/// Serves `repo` until SIGINT or SIGTERM. `ready` is told the addresses bound (HTTP, and
+/// IMAP when `opts.imap` is given; with port 0, the ones the system chose) once the server
+/// accepts connections. `reopen` opens the
 /// repository again when it changed (a backup, `index`, a prune) or after it was closed
 /// for being idle (see `state`).
 pub fn serve(
     repo: Repository,
     reopen: Reopen,
     opts: ServeOptions,
-    ready: impl FnOnce(SocketAddr),
+    ready: impl FnOnce(SocketAddr, Option<SocketAddr>),
 ) -> Result<(), Error> {
     check_listen(opts.listen, opts.insecure_listen, opts.tls.is_some())?;
+    if let Some(a) = opts.imap {
+        // The IMAP view has no TLS yet: only loopback, unless told otherwise.
+        check_listen(a, opts.insecure_listen, false)?;
+    }
     let acceptor = opts.tls.as_ref().map(tls::acceptor).transpose()?;
     let live = state::Live::open(repo, &opts.search_cache)?;
     let fresh = state::Freshness {
@@ -116,7 +125,18 @@ pub fn serve(
                 addr: opts.listen,
                 source,
             })?;
-        ready(listener.local_addr()?);
+        let imap = match opts.imap {
+            Some(addr) => Some(
+                (tokio::net::TcpListener::bind(addr).await)
+                    .map_err(|source| Error::Listen { addr, source })?,
+            ),
+            None => None,
+        };
+        let imap_addr = imap.as_ref().map(|l| l.local_addr()).transpose()?;
+        ready(listener.local_addr()?, imap_addr);
+        if let Some(l) = imap {
+            tokio::spawn(imap::run(l, state.clone()));
+        }
         tokio::spawn(close_when_idle(state.clone()));
         let app = routes::router(state).into_make_service_with_connect_info::<SocketAddr>();
         match acceptor {

@@ -7,7 +7,7 @@
 use mailvault_core::model::assemble::assemble;
 use mailvault_core::model::{folder_name, select_accounts};
 use mailvault_core::ops::ls::{ls, AccountInfo, FolderInfo, Listing, MessageInfo};
-use mailvault_core::repo::tree::{AccountTree, MessageEntry, RootTree};
+use mailvault_core::repo::tree::{AccountTree, FolderNode, MessageEntry, RootTree};
 use mailvault_core::search::places::{Places, Scope};
 use mailvault_core::{Error, Id, Repository, Result};
 use serde::Serialize;
@@ -253,6 +253,45 @@ pub fn message(repo: &Repository, p: &Place) -> Result<Found> {
         return Err(not_found());
     }
     Err(Error::NotFound(format!("no account {:?}", p.account)))
+}
+
+/// The folders of `account` in snapshot `snap`, as stored; `None` when the snapshot has
+/// no such account (the IMAP view walks every snapshot of one account this way).
+pub fn account_folders(
+    repo: &Repository,
+    snap: &mailvault_core::repo::snapshot::Snapshot,
+    account: &str,
+) -> Result<Option<Vec<FolderNode>>> {
+    let root: RootTree = repo.read_tree(&snap.root)?;
+    let Some(a) = root.accounts.iter().find(|a| a.name == account) else {
+        return Ok(None);
+    };
+    let t: AccountTree = repo.read_tree(&a.tree)?;
+    Ok(Some(t.folders))
+}
+
+/// Every message entry of folder `f`, in the order stored.
+pub fn folder_entries(repo: &Repository, f: &FolderNode) -> Result<Vec<MessageEntry>> {
+    let mut out = Vec::with_capacity(f.messages as usize);
+    for c in &repo.folder_chunks(f)? {
+        out.extend(repo.read_chunk(c)?);
+    }
+    Ok(out)
+}
+
+/// The bytes of message `e` exactly as the backup stored them, checked against its hash.
+pub fn entry_bytes(repo: &Repository, e: &MessageEntry) -> Result<Vec<u8>> {
+    assemble(repo, &e.content, e.size, Some(&e.hash))
+}
+
+/// The file `name` of folder `f` (`dovecot-keywords` ...), if it has one.
+pub fn folder_file(repo: &Repository, f: &FolderNode, name: &[u8]) -> Result<Option<Vec<u8>>> {
+    match f.files.iter().find(|x| x.name == name) {
+        Some(x) => Ok(Some(mailvault_core::model::assemble::assemble_file(
+            repo, x,
+        )?)),
+        None => Ok(None),
+    }
 }
 
 /// A run of snapshots that hold a content in one folder.

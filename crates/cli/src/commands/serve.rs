@@ -17,6 +17,12 @@ pub struct Args {
     /// --insecure-listen.
     #[arg(long, default_value = "127.0.0.1:8080")]
     pub listen: SocketAddr,
+    /// Also serve a read-only IMAP view of the backups on this address and port (port 0:
+    /// any free port, printed as `listening on imap://ADDR`). Log in as `ACCOUNT*admin`
+    /// with the admin token as the password. Only loopback without --insecure-listen
+    /// (no TLS yet). See docs/imap-view.md.
+    #[arg(long, value_name = "ADDR")]
+    pub imap: Option<SocketAddr>,
     /// File holding the admin token (at least 16 characters; mode 0600 or 0400, else
     /// refused), e.g. made with `openssl rand -hex 32`.
     #[arg(long, env = "MAILVAULT_ADMIN_TOKEN_FILE", value_name = "FILE")]
@@ -57,16 +63,29 @@ pub fn run(g: &GlobalOpts, a: Args) -> Result<Outcome> {
         mailvault_serve::tls::acceptor(t)?;
     }
     mailvault_serve::check_listen(a.listen, a.insecure_listen, tls.is_some())?;
+    if let Some(imap) = a.imap {
+        // The IMAP view has no TLS yet.
+        mailvault_serve::check_listen(imap, a.insecure_listen, false)?;
+    }
     if a.insecure_listen && tls.is_none() && !a.listen.ip().is_loopback() {
         eprintln!(
             "warning: listening on {} without TLS: the admin token and session cookies cross the network in clear text",
             a.listen
         );
     }
+    if let Some(imap) = a
+        .imap
+        .filter(|i| a.insecure_listen && !i.ip().is_loopback())
+    {
+        eprintln!(
+            "warning: IMAP on {imap} without TLS: the admin token crosses the network in clear text"
+        );
+    }
     let r = repo::open(g)?;
     let cache = repo::search_cache(g, &r)?;
     let opts = mailvault_serve::ServeOptions {
         listen: a.listen,
+        imap: a.imap,
         insecure_listen: a.insecure_listen,
         tls: tls.clone(),
         admin_token: token,
@@ -86,10 +105,13 @@ pub fn run(g: &GlobalOpts, a: Args) -> Result<Outcome> {
         });
         Ok(r)
     });
-    mailvault_serve::serve(r, reopen, opts, |addr| {
+    mailvault_serve::serve(r, reopen, opts, |addr, imap| {
         let mut out = std::io::stdout().lock();
         let scheme = if tls.is_some() { "https" } else { "http" };
         let _ = writeln!(out, "listening on {scheme}://{addr}");
+        if let Some(imap) = imap {
+            let _ = writeln!(out, "listening on imap://{imap}");
+        }
         let _ = out.flush();
     })
     .context("mailvault serve")?;

@@ -50,6 +50,8 @@ pub fn token_file(e: &Env, mode: u32) -> std::path::PathBuf {
 pub struct Server {
     pub child: Child,
     pub base: String,
+    /// The IMAP view's port (`--imap`), else 0.
+    pub imap_port: u16,
     pub http: Client,
 }
 
@@ -76,20 +78,32 @@ pub fn start(e: &Env, extra: &[&str]) -> Server {
         .stderr(fs::File::create(e.path("serve.err")).unwrap())
         .spawn()
         .unwrap();
+    // The lines it prints once it listens: the web address, then the IMAP view's.
+    let lines = if extra.contains(&"--imap") { 2 } else { 1 };
     let out = child.stdout.take().unwrap();
     let (tx, rx) = std::sync::mpsc::channel();
     std::thread::spawn(move || {
-        let mut line = String::new();
-        let _ = std::io::BufReader::new(out).read_line(&mut line);
-        let _ = tx.send(line);
+        let mut r = std::io::BufReader::new(out);
+        for _ in 0..lines {
+            let mut line = String::new();
+            let _ = r.read_line(&mut line);
+            let _ = tx.send(line);
+        }
     });
-    let line = rx
-        .recv_timeout(std::time::Duration::from_secs(60))
-        .unwrap_or_default();
-    let Some(base) = line.trim().strip_prefix("listening on ") else {
+    let (mut base, mut imap_port) = (None, None);
+    for _ in 0..lines {
+        let line = (rx.recv_timeout(std::time::Duration::from_secs(60))).unwrap_or_default();
+        let line = line.trim();
+        if let Some(a) = line.strip_prefix("listening on imap://") {
+            imap_port = a.rsplit(':').next().and_then(|p| p.parse().ok());
+        } else if let Some(b) = line.strip_prefix("listening on ") {
+            base = Some(b.to_string());
+        }
+    }
+    let (Some(base), true) = (base, imap_port.is_some() || lines == 1) else {
         let _ = child.kill();
         panic!(
-            "serve did not start: {line:?}\n{}",
+            "serve did not start\n{}",
             fs::read_to_string(e.path("serve.err")).unwrap_or_default()
         );
     };
@@ -99,7 +113,8 @@ pub fn start(e: &Env, extra: &[&str]) -> Server {
         .build()
         .unwrap();
     Server {
-        base: base.to_string(),
+        base,
+        imap_port: imap_port.unwrap_or(0),
         child,
         http,
     }

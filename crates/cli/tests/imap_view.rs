@@ -1,0 +1,641 @@
+//! `mailvault serve --imap` (issue 29, first increment): the real binary on 127.0.0.1 with
+//! ports the system chose, over a backup of a small generated Maildir account (three
+//! folders, one nested; flags and a keyword; CRLF, LF and mixed line endings; 8-bit bytes)
+//! and a second account that must stay out of reach. Real clients judge it: mbsync pulls
+//! the latest view into a Maildir, which must hold every message and flag of the source;
+//! Python's imaplib (tests/imap_view/probe.py) checks the read-only refusals, sections and
+//! partial fetches, exact bytes, logins, hostile mailbox names, and that UIDs and
+//! UIDVALIDITY stay the same across sessions and a restart.
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use common::serve::{token_file, Server, TOKEN};
+use common::Env;
+use serde_json::Value;
+use std::collections::BTreeMap;
+use std::fs;
+use std::io::BufRead;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+const ACCOUNT: &str = "alice@example.org";
+
+/// The first message of INBOX (UID 1: the oldest mtime), CRLF.
+const FIRST: &[u8] =
+    b"From: Bob <bob@example.org>\r\nTo: alice@example.org\r\nSubject: first one\r\n\
+Date: Mon, 01 Jan 2024 10:00:00 +0000\r\nX-Long: a\r\n  folded\r\n\r\nhello over CRLF\r\n";
+
+/// Dovecot's UIDs of INBOX's messages (in their order), its UIDVALIDITY, and the file
+/// names they are listed under.
+const INBOX_UIDS: [(u32, &str); 4] = [
+    (5, "1704103200.M1P1.host"),
+    (7, "1704189600.M2P1.host"),
+    (9, "1704276000.M3P1.host"),
+    (12, "1704362400.M6P1.host"),
+];
+const INBOX_UIDVALIDITY: u32 = 1_700_000_000;
+
+/// A version-3 `dovecot-uidlist` of `uids`.
+fn uidlist(uids: &[(u32, &str)]) -> String {
+    let next = uids.last().map_or(1, |u| u.0 + 1);
+    let mut s = format!("3 V{INBOX_UIDVALIDITY} N{next} G0123456789abcdef\n");
+    for (uid, name) in uids {
+        s += &format!("{uid} :{name}\n");
+    }
+    s
+}
+
+/// A message of three parts, the last an attached message (Archive's second).
+const MULTIPART: &[u8] = b"From: E <e@example.org>\r\nSubject: parts\r\nMIME-Version: 1.0\r\n\
+Content-Type: multipart/mixed; boundary=\"XX\"\r\n\r\n--XX\r\n\
+Content-Type: text/plain; charset=utf-8\r\n\r\npart one\r\n--XX\r\n\
+Content-Type: application/octet-stream; name=\"b.bin\"\r\nContent-Transfer-Encoding: base64\r\n\r\n\
+AAEC\r\n--XX\r\nContent-Type: message/rfc822\r\n\r\n\
+Subject: inner\r\nFrom: f@example.org\r\n\r\ninner body\r\n--XX--\r\n";
+
+/// The source: (folder dir, file name, bytes, mtime).
+fn messages() -> Vec<(&'static str, &'static str, Vec<u8>, i64)> {
+    let lf = b"From: Carol <c@example.org>\nSubject: lf only\n\nline one\nline two\n".to_vec();
+    let mut eight =
+        b"From: D <d@example.org>\r\nSubject: 8bit\r\nContent-Transfer-Encoding: 8bit\n\n".to_vec();
+    eight.extend((0x80u8..=0xff).chain(b"\r\nmixed\nends\r\n".iter().copied()));
+    let archived = b"Subject: archived\r\n\r\nkept\r\n".to_vec();
+    let parts = MULTIPART.to_vec();
+    let nested = b"Subject: in 2023\n\nnested body\n".to_vec();
+    vec![
+        (
+            "",
+            "1704103200.M1P1.host:2,Sa",
+            FIRST.to_vec(),
+            1_704_103_200,
+        ),
+        ("", "1704189600.M2P1.host:2,RS", lf, 1_704_189_600),
+        ("", "1704276000.M3P1.host:2,F", eight, 1_704_276_000),
+        (
+            ".Archive",
+            "1700000000.M4P1.host:2,ST",
+            archived,
+            1_700_000_000,
+        ),
+        (".Archive", "1700100000.M8P1.host:2,S", parts, 1_700_100_000),
+        (
+            ".Archive.2023",
+            "1690000000.M5P1.host",
+            nested,
+            1_690_000_000,
+        ),
+    ]
+}
+
+/// Writes the source store: alice's messages (the one without flags in `new/`), her
+/// `dovecot-keywords` (`a` = `Important`), and bob's account with a folder of his own.
+fn write_source(root: &Path) {
+    let md = root.join("example.org/alice/Maildir");
+    for (dir, name, data, mtime) in messages() {
+        let folder = md.join(dir);
+        for sub in ["cur", "new", "tmp"] {
+            fs::create_dir_all(folder.join(sub)).unwrap();
+        }
+        let sub = if name.contains(":2,") { "cur" } else { "new" };
+        let p = folder.join(sub).join(name);
+        fs::write(&p, data).unwrap();
+        let t = std::time::UNIX_EPOCH + std::time::Duration::from_secs(mtime as u64);
+        fs::File::options()
+            .write(true)
+            .open(&p)
+            .unwrap()
+            .set_modified(t)
+            .unwrap();
+    }
+    fs::write(md.join("dovecot-keywords"), "0 Important\n").unwrap();
+    fs::write(md.join("dovecot-uidlist"), uidlist(&INBOX_UIDS[..3])).unwrap();
+    let bob = b"From: x@example.org\r\nSubject: bob's secret\r\n\r\nsecret\r\n";
+    common::maildir_message(root, "bob@example.org", "", "1.M1.h:2,S", bob);
+    common::maildir_message(root, "bob@example.org", ".BobOnly", "2.M1.h:2,", bob);
+}
+
+/// A repository with two snapshots of the store (the second with one more message in
+/// INBOX), and the token file.
+fn repository() -> Env {
+    let e = Env::new();
+    let mail = e.path("mail");
+    write_source(&mail);
+    let src = format!("maildir:{}", mail.display());
+    e.ok(&["init"]);
+    e.ok(&["backup", &src]);
+    common::at_rest();
+    common::maildir_message(
+        &mail,
+        ACCOUNT,
+        "",
+        "1704362400.M6P1.host:2,S",
+        b"Subject: later\r\n\r\nadded before the second backup\r\n",
+    );
+    // As Dovecot numbers a new message: the next UID, the same UIDVALIDITY.
+    let md = mail.join("example.org/alice/Maildir");
+    fs::write(md.join("dovecot-uidlist"), uidlist(&INBOX_UIDS)).unwrap();
+    e.ok(&["backup", &src]);
+    token_file(&e, 0o600);
+    e
+}
+
+fn start(e: &Env) -> Server {
+    start_with(e, &[])
+}
+
+/// `mailvault serve --imap` on ports the system chose, with `extra` arguments.
+fn start_with(e: &Env, extra: &[&str]) -> Server {
+    let mut args = vec!["--imap", "127.0.0.1:0"];
+    args.extend_from_slice(extra);
+    common::serve::start(e, &args)
+}
+
+/// The token in a file only its owner reads, as clients are given it (never in argv).
+fn password_file(e: &Env) -> PathBuf {
+    let p = e.path("imap-pass");
+    fs::write(&p, format!("{TOKEN}\n")).unwrap();
+    fs::set_permissions(&p, fs::Permissions::from_mode(0o600)).unwrap();
+    p
+}
+
+/// Line endings as mbsync writes a Maildir: CRLF as LF.
+fn lf(data: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(data.len());
+    for (i, &b) in data.iter().enumerate() {
+        if !(b == b'\r' && data.get(i + 1) == Some(&b'\n')) {
+            out.push(b);
+        }
+    }
+    out
+}
+
+/// A message as mbsync stored it, less the `X-TUID:` header line it adds to every
+/// message it copies.
+fn without_tuid(data: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(data.len());
+    let mut in_header = true;
+    for line in data.split_inclusive(|&b| b == b'\n') {
+        if in_header && line.starts_with(b"X-TUID: ") {
+            continue;
+        }
+        in_header &= line != b"\n";
+        out.extend_from_slice(line);
+    }
+    out
+}
+
+/// The system flag letters of a Maildir file name, sorted.
+fn flag_letters(name: &str) -> String {
+    let info = name.split_once(":2,").map_or("", |(_, i)| i);
+    let mut l: Vec<char> = info.chars().filter(|c| c.is_ascii_uppercase()).collect();
+    l.sort();
+    l.into_iter().collect()
+}
+
+/// Folder -> sorted (length, hash, flag letters) of the messages of a Maildir whose
+/// folders are directories named by `name_of` (None: not a folder).
+fn maildir_messages(
+    dirs: &[(String, PathBuf)],
+    norm: fn(&[u8]) -> Vec<u8>,
+) -> BTreeMap<String, Vec<(usize, String, String)>> {
+    let mut out = BTreeMap::new();
+    for (name, dir) in dirs {
+        let mut v = Vec::new();
+        for sub in ["cur", "new"] {
+            for f in fs::read_dir(dir.join(sub)).into_iter().flatten() {
+                let f = f.unwrap();
+                let data = norm(&fs::read(f.path()).unwrap());
+                let fname = f.file_name().to_string_lossy().into_owned();
+                v.push((
+                    data.len(),
+                    blake3::hash(&data).to_hex().to_string(),
+                    flag_letters(&fname),
+                ));
+            }
+        }
+        v.sort();
+        out.insert(name.clone(), v);
+    }
+    out
+}
+
+#[test]
+fn mbsync_pulls_the_latest_view_with_every_message_and_flag() {
+    let e = repository();
+    let s = start(&e);
+    let pass = password_file(&e);
+    let out = e.path("pulled");
+    fs::create_dir_all(&out).unwrap();
+    let rc = e.path("mbsyncrc");
+    fs::write(
+        &rc,
+        format!(
+            "IMAPAccount view\nHost 127.0.0.1\nPort {}\nUser {ACCOUNT}*admin\n\
+             PassCmd \"cat {}\"\nSSLType None\nAuthMechs LOGIN\n\n\
+             IMAPStore far\nAccount view\n\n\
+             MaildirStore near\nPath {o}/\nInbox {o}/INBOX\nSubFolders Verbatim\n\n\
+             Channel pull\nFar :far:\nNear :near:\nPatterns * !Snapshots*\n\
+             Create Near\nSync Pull\nSyncState *\n",
+            s.imap_port,
+            pass.display(),
+            o = out.display()
+        ),
+    )
+    .unwrap();
+    let run = Command::new("mbsync")
+        .arg("-c")
+        .arg(&rc)
+        .arg("-a")
+        .output()
+        .unwrap();
+    assert!(
+        run.status.success(),
+        "mbsync failed:\n{}\n{}",
+        String::from_utf8_lossy(&run.stdout),
+        String::from_utf8_lossy(&run.stderr)
+    );
+    let src = e.path("mail/example.org/alice/Maildir");
+    let want_dirs = [
+        ("INBOX".to_string(), src.clone()),
+        ("Archive".to_string(), src.join(".Archive")),
+        ("Archive/2023".to_string(), src.join(".Archive.2023")),
+    ];
+    let got_dirs: Vec<(String, PathBuf)> = want_dirs
+        .iter()
+        .map(|(n, _)| (n.clone(), out.join(n)))
+        .collect();
+    let want = maildir_messages(&want_dirs, lf);
+    let got = maildir_messages(&got_dirs, without_tuid);
+    assert_eq!(got, want, "the pulled Maildir differs from the source");
+    assert_eq!(want.values().map(Vec::len).sum::<usize>(), 7);
+    // The folder set: exactly the three folders (no other account's, no snapshot's).
+    let mut pulled = Vec::new();
+    for d in common::named(&out, "") {
+        if d.join("cur").is_dir() {
+            pulled.push(d.strip_prefix(&out).unwrap().display().to_string());
+        }
+    }
+    pulled.sort();
+    assert_eq!(pulled, ["Archive", "Archive/2023", "INBOX"]);
+}
+
+/// Runs probe.py against the server; its JSON.
+fn probe(s: &Server, e: &Env) -> Value {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/imap_view/probe.py");
+    let pass = password_file(e);
+    let o = Command::new("python3")
+        .arg(script)
+        .arg(s.imap_port.to_string())
+        .arg(&pass)
+        .arg(ACCOUNT)
+        .output()
+        .unwrap();
+    assert!(
+        o.status.success(),
+        "probe.py failed:\n{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    serde_json::from_slice(&o.stdout).unwrap()
+}
+
+fn hexs(b: &[u8]) -> String {
+    b.iter().map(|x| format!("{x:02x}")).collect()
+}
+
+#[test]
+fn imaplib_sees_a_read_only_view_of_one_account_that_stays_the_same() {
+    let e = repository();
+    let s = start(&e);
+    let v = probe(&s, &e);
+    let text = |k: &str| v[k].as_str().unwrap_or_default().to_string();
+    assert!(
+        text("wrong_login").contains("[AUTHENTICATIONFAILED]"),
+        "{v}"
+    );
+    let caps: Vec<&str> = (v["capability"].as_array().unwrap().iter())
+        .map(|c| c.as_str().unwrap())
+        .collect();
+    for c in [
+        "IMAP4REV1",
+        "AUTH=PLAIN",
+        "IDLE",
+        "NAMESPACE",
+        "UNSELECT",
+        "SPECIAL-USE",
+    ] {
+        assert!(caps.contains(&c), "{caps:?}");
+    }
+    assert_eq!(v["select_readonly"], true, "SELECT answers [READ-ONLY]");
+    assert_eq!(text("examine"), "OK");
+    for (cmd, answer) in v["refusals"].as_object().unwrap() {
+        let a = answer.as_str().unwrap();
+        assert!(a.starts_with("NO") && a.contains("read-only"), "{cmd}: {a}");
+    }
+    assert_eq!(text("partial"), hexs(&FIRST[..10]));
+    assert_eq!(
+        text("header_fields"),
+        hexs(b"From: Bob <bob@example.org>\r\nSubject: first one\r\n\r\n")
+    );
+    let head_end = FIRST.windows(4).position(|w| w == b"\r\n\r\n").unwrap() + 4;
+    assert_eq!(text("header"), hexs(&FIRST[..head_end]));
+    assert_eq!(
+        text("search_all"),
+        "5 7 9 12",
+        "UID SEARCH answers Dovecot's UIDs"
+    );
+    assert_eq!(text("search_uids"), "9 12");
+    assert_eq!(text("search_seqs"), "1 2 3 4");
+    assert_eq!(
+        text("search_unseen"),
+        "3",
+        "only the \\Flagged one is unseen"
+    );
+    let env = text("envelope");
+    assert!(
+        env.starts_with("OK") && env.contains(r#"ENVELOPE ("Mon, 01 Jan 2024 10:00:00 +0000" "first one" (("Bob" NIL "bob" "example.org"))"#),
+        "{env}"
+    );
+    assert!(
+        text("fetch_all").contains("ENVELOPE ("),
+        "{}",
+        text("fetch_all")
+    );
+    assert_eq!(text("search_text"), "1");
+    assert_eq!(text("search_from"), "2");
+    assert_eq!(text("search_subject_or"), "1 3");
+    assert_eq!(text("search_body_not"), "5 9 12");
+    assert_eq!(text("search_sent"), "1", "the one Date header, 1 January");
+    // The parts of a multipart message with an attached one, and their sections.
+    let inner = r#"(NIL "inner" ((NIL NIL "f" "example.org")) ((NIL NIL "f" "example.org")) ((NIL NIL "f" "example.org")) NIL NIL NIL NIL NIL) ("TEXT" "plain" ("charset" "us-ascii") NIL NIL "7bit" 10 1) 4"#;
+    let want = format!(
+        r#"2 (BODYSTRUCTURE (("TEXT" "plain" ("charset" "utf-8") NIL NIL "7bit" 8 1)("application" "octet-stream" ("name" "b.bin") NIL NIL "base64" 4)("MESSAGE" "RFC822" NIL NIL NIL "7bit" 49 {inner}) "mixed"))"#
+    );
+    assert_eq!(text("bodystructure"), want);
+    let part = |s: &str| v["parts"][s].as_str().unwrap().to_string();
+    let inner_msg: &[u8] = b"Subject: inner\r\nFrom: f@example.org\r\n\r\ninner body";
+    assert_eq!(part("1"), hexs(b"part one"));
+    assert_eq!(
+        part("2.MIME"),
+        hexs(b"Content-Type: application/octet-stream; name=\"b.bin\"\r\nContent-Transfer-Encoding: base64\r\n\r\n")
+    );
+    assert_eq!(part("3"), hexs(inner_msg));
+    assert_eq!(part("3.HEADER"), hexs(&inner_msg[..inner_msg.len() - 10]));
+    assert_eq!(part("3.1"), hexs(b"inner body"));
+    assert_eq!(part("3.TEXT"), hexs(b"inner body"));
+    assert_eq!(
+        (part("4"), part("1.HEADER")),
+        (String::new(), String::new())
+    );
+    // Every message of the latest INBOX byte for byte, with its flags and date.
+    let inbox = &v["folders"]["INBOX"]["messages"];
+    let src = messages();
+    for (i, (_, name, data, mtime)) in src.iter().filter(|m| m.0.is_empty()).enumerate() {
+        let m = &inbox[i];
+        assert_eq!(m[0], INBOX_UIDS[i].0, "UIDs from the dovecot-uidlist");
+        assert_eq!(m[2], data.len() as u64, "RFC822.SIZE of {name}");
+        assert_eq!(m[3], data.len() as u64, "BODY[] length of {name}");
+        let got = hash_of_hex(m[4].as_str().unwrap());
+        assert_eq!(
+            got,
+            blake3::hash(data).to_hex().to_string(),
+            "BODY[] bytes of {name}"
+        );
+        let date = jiff::Timestamp::from_second(*mtime)
+            .unwrap()
+            .strftime("%d-%b-%Y %H:%M:%S +0000");
+        assert_eq!(m[5], date.to_string(), "INTERNALDATE of {name}");
+    }
+    let flags = |i: usize| {
+        inbox[i][1]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|f| f.as_str().unwrap().to_string())
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(flags(0), ["Important", "\\Seen"]);
+    assert_eq!(flags(1), ["\\Answered", "\\Seen"]);
+    assert_eq!(flags(2), ["\\Flagged"]);
+    let archive = &v["folders"]["Archive"]["messages"][0][1];
+    assert_eq!(archive, &serde_json::json!(["\\Deleted", "\\Seen"]));
+    assert!(text("status").contains("MESSAGES 1"), "{}", text("status"));
+    // Two snapshots, each with its folders; the older INBOX without the later message.
+    let names: Vec<String> = (v["names"].as_array().unwrap().iter())
+        .map(|n| n[0].as_str().unwrap().to_string())
+        .collect();
+    let snap_inboxes: Vec<&String> = names
+        .iter()
+        .filter(|n| n.starts_with("Snapshots/") && n.ends_with("/INBOX"))
+        .collect();
+    assert_eq!(snap_inboxes.len(), 2, "{names:?}");
+    let mut counts: Vec<usize> = snap_inboxes
+        .iter()
+        .map(|n| {
+            v["folders"][n.as_str()]["messages"]
+                .as_array()
+                .unwrap()
+                .len()
+        })
+        .collect();
+    counts.sort();
+    assert_eq!(counts, [3, 4], "{names:?}");
+    // Dovecot's numbering in every snapshot: the later message has a higher UID under the
+    // same UIDVALIDITY; a folder without a uidlist is numbered 1..N.
+    let uids = |f: &str| -> Vec<u64> {
+        (v["folders"][f]["messages"].as_array().unwrap().iter())
+            .map(|m| m[0].as_u64().unwrap())
+            .collect()
+    };
+    let mut seen: Vec<Vec<u64>> = snap_inboxes.iter().map(|n| uids(n)).collect();
+    seen.sort();
+    assert_eq!(seen, [vec![5, 7, 9], vec![5, 7, 9, 12]]);
+    for f in snap_inboxes.iter().map(|n| n.as_str()).chain(["INBOX"]) {
+        let uv = &v["folders"][f]["uidvalidity"];
+        assert_eq!(uv, &INBOX_UIDVALIDITY.to_string(), "{f}");
+    }
+    assert_eq!(uids("Archive"), [1, 2]);
+    assert_ne!(
+        v["folders"]["Archive"]["uidvalidity"],
+        v["folders"]["Archive/2023"]["uidvalidity"]
+    );
+    // Only alice's folders; hostile names reach nothing.
+    assert!(names.iter().all(|n| !n.contains("Bob")), "{names:?}");
+    assert_eq!(v["list_bob"], 0);
+    for (name, typ) in v["hostile"].as_object().unwrap() {
+        let t = typ.as_str().unwrap();
+        assert!(
+            t.starts_with("NO") || t.starts_with("BAD"),
+            "SELECT {name:?}: {t}"
+        );
+    }
+    assert!(v["list"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|l| l.as_str().unwrap().contains("\\Archive")));
+    for k in ["NOOP", "CHECK", "CLOSE", "authenticate"] {
+        assert_eq!(text(k), "OK", "{k}");
+    }
+    assert!(
+        text("raw_login").starts_with("a OK"),
+        "{}",
+        text("raw_login")
+    );
+    assert!(
+        text("idle_continue").starts_with('+'),
+        "{}",
+        text("idle_continue")
+    );
+    assert!(
+        text("idle_done").starts_with("b OK"),
+        "{}",
+        text("idle_done")
+    );
+    assert!(
+        v["enable"][1].as_str().unwrap().starts_with("c OK"),
+        "{}",
+        v["enable"]
+    );
+    assert!(text("unknown").starts_with("d BAD"), "{}", text("unknown"));
+    assert!(
+        v["logout"][0].as_str().unwrap().starts_with("* BYE"),
+        "{}",
+        v["logout"]
+    );
+
+    // Hostile input is answered and the session goes on.
+    let last = |k: &str| {
+        let l = v[k].as_array().unwrap();
+        l[l.len() - 1].as_str().unwrap().to_string()
+    };
+    assert_eq!(last("garbage"), "z1 OK done", "{}", v["garbage"]);
+    assert!(
+        last("long_literal").starts_with("z2 BAD literal too long"),
+        "{}",
+        v["long_literal"]
+    );
+    assert!(
+        last("auth_bad_base64").starts_with("z3 BAD"),
+        "{}",
+        v["auth_bad_base64"]
+    );
+    assert_eq!(last("after"), "z4 OK done");
+
+    // The same UIDs and UIDVALIDITY in another session, and after a restart.
+    let again = probe(&s, &e);
+    assert_eq!(again["folders"], v["folders"]);
+    drop(s);
+    let s = start(&e);
+    let restarted = probe(&s, &e);
+    assert_eq!(restarted["folders"], v["folders"]);
+    for f in v["folders"].as_object().unwrap().values() {
+        assert!(f["uidvalidity"].as_str().unwrap().parse::<u32>().unwrap() > 0);
+    }
+}
+
+/// The BLAKE3 hash (hex) of the bytes hex string `h` stands for.
+fn hash_of_hex(h: &str) -> String {
+    let bytes: Vec<u8> = (0..h.len() / 2)
+        .map(|i| u8::from_str_radix(&h[2 * i..2 * i + 2], 16).unwrap())
+        .collect();
+    blake3::hash(&bytes).to_hex().to_string()
+}
+
+#[test]
+fn imap_on_a_public_address_without_tls_is_refused() {
+    let e = Env::new();
+    let p = e.path("token");
+    fs::write(&p, format!("{TOKEN}\n")).unwrap();
+    fs::set_permissions(&p, fs::Permissions::from_mode(0o600)).unwrap();
+    let token = p.display().to_string();
+    let out = e.expect(
+        2,
+        &[
+            "serve",
+            "--imap",
+            "0.0.0.0:1143",
+            "--admin-token-file",
+            &token,
+        ],
+    );
+    assert!(out.contains("not a loopback address"), "{out}");
+}
+
+/// A plain IMAP connection: commands as lines, answers up to the tagged one.
+struct Line {
+    r: std::io::BufReader<std::net::TcpStream>,
+    w: std::net::TcpStream,
+}
+
+impl Line {
+    fn open(port: u16) -> Line {
+        let w = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+        w.set_read_timeout(Some(std::time::Duration::from_secs(30)))
+            .unwrap();
+        let mut r = std::io::BufReader::new(w.try_clone().unwrap());
+        let mut greeting = String::new();
+        r.read_line(&mut greeting).unwrap();
+        assert!(greeting.starts_with("* OK"), "{greeting}");
+        Line { r, w }
+    }
+    /// Sends `tag command`; the lines answered, the tagged one last.
+    fn cmd(&mut self, tag: &str, command: &str) -> Vec<String> {
+        use std::io::Write;
+        write!(self.w, "{tag} {command}\r\n").unwrap();
+        let mut lines = Vec::new();
+        loop {
+            let mut l = String::new();
+            assert!(
+                self.r.read_line(&mut l).unwrap() > 0,
+                "closed after {lines:?}"
+            );
+            let done = l.starts_with(&format!("{tag} "));
+            lines.push(l.trim_end().to_string());
+            if done {
+                return lines;
+            }
+        }
+    }
+}
+
+#[test]
+fn an_idle_session_lets_a_prune_run_and_sees_a_later_backup() {
+    let e = repository();
+    let s = start_with(&e, &["--idle-close", "2s", "--recheck", "0s"]);
+    let mut c = Line::open(s.imap_port);
+    let login = c.cmd("a", &format!("LOGIN \"{ACCOUNT}*admin\" \"{TOKEN}\""));
+    assert!(login.last().unwrap().starts_with("a OK"), "{login:?}");
+    let snapshots = |c: &mut Line, tag: &str| {
+        let l = c.cmd(tag, "LIST \"\" \"Snapshots/%\"");
+        assert!(l.last().unwrap().starts_with(&format!("{tag} OK")), "{l:?}");
+        l.len() - 1
+    };
+    assert_eq!(snapshots(&mut c, "b"), 2);
+    let sel = c.cmd("c", "EXAMINE INBOX");
+    assert!(sel.iter().any(|l| l == "* 4 EXISTS"), "{sel:?}");
+    // The session idles (logged in, a mailbox selected): the repository is closed, its
+    // read lock given back, and a prune runs.
+    std::thread::sleep(std::time::Duration::from_secs(4));
+    e.ok(&["prune", "--retry-lock", "3s"]);
+    // A later backup shows in the same session.
+    common::at_rest();
+    common::maildir_message(
+        &e.path("mail"),
+        ACCOUNT,
+        "",
+        "1704448800.M7P1.host:2,",
+        b"Subject: third\r\n\r\nthird backup\r\n",
+    );
+    e.ok(&["backup", &format!("maildir:{}", e.path("mail").display())]);
+    assert_eq!(snapshots(&mut c, "d"), 3);
+    let st = c.cmd("e", "STATUS INBOX (MESSAGES)");
+    assert!(st[0].contains("MESSAGES 5"), "{st:?}");
+    let fetch = c.cmd("f", "FETCH 1:* (FLAGS)");
+    assert_eq!(
+        fetch.len(),
+        5,
+        "the selected mailbox keeps what it was opened with"
+    );
+}

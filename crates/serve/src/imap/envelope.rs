@@ -1,0 +1,119 @@
+//! FETCH ENVELOPE: the Date, Subject, In-Reply-To and Message-ID fields as the message has
+//! them (unfolded, encoded words left as they are, as Dovecot sends them), and the address
+//! fields parsed by mail-parser from the header alone (the body is never parsed here).
+//! Sender and Reply-To default to From (RFC 3501, 7.4.2). A group's addresses are listed
+//! without the group's markers.
+
+use imap_codec::imap_types::core::{IString, NString};
+use imap_codec::imap_types::envelope::{Address, Envelope};
+
+/// The ENVELOPE of a message whose header is `header`.
+pub fn envelope(header: &[u8]) -> Envelope<'static> {
+    let parsed = mail_parser::MessageParser::new().parse_headers(header);
+    let addrs = |name: &str| -> Vec<Address<'static>> {
+        let Some(m) = &parsed else {
+            return Vec::new();
+        };
+        let Some(a) = m.header(name).and_then(|h| h.as_address()) else {
+            return Vec::new();
+        };
+        a.iter().filter_map(address).collect()
+    };
+    let from = addrs("From");
+    let or_from = |v: Vec<Address<'static>>| if v.is_empty() { from.clone() } else { v };
+    Envelope {
+        date: nstring(raw_field(header, b"Date")),
+        subject: nstring(raw_field(header, b"Subject")),
+        sender: or_from(addrs("Sender")),
+        reply_to: or_from(addrs("Reply-To")),
+        to: addrs("To"),
+        cc: addrs("Cc"),
+        bcc: addrs("Bcc"),
+        in_reply_to: nstring(raw_field(header, b"In-Reply-To")),
+        message_id: nstring(raw_field(header, b"Message-ID")),
+        from,
+    }
+}
+
+fn address(a: &mail_parser::Addr<'_>) -> Option<Address<'static>> {
+    let full = a.address.as_deref()?;
+    let (mailbox, host) = full.rsplit_once('@').unwrap_or((full, ""));
+    let name = a.name.as_deref().map(|n| n.as_bytes().to_vec());
+    Some(Address {
+        name: nstring(name),
+        adl: NString(None),
+        mailbox: nstring(Some(mailbox.as_bytes().to_vec())),
+        host: nstring(Some(host.as_bytes().to_vec())),
+    })
+}
+
+/// NIL for nothing, else a quoted string or a literal as the codec chooses (a value with
+/// a NUL byte, which neither can carry, is NIL).
+fn nstring(v: Option<Vec<u8>>) -> NString<'static> {
+    NString(v.and_then(|v| IString::try_from(v).ok()))
+}
+
+/// The value of the first field `name` of `header`, unfolded and trimmed.
+fn raw_field(header: &[u8], name: &[u8]) -> Option<Vec<u8>> {
+    let mut value: Option<Vec<u8>> = None;
+    for line in header.split_inclusive(|&b| b == b'\n') {
+        let folded = matches!(line.first(), Some(b' ' | b'\t'));
+        match (&mut value, folded) {
+            (Some(v), true) => v.extend_from_slice(line),
+            (Some(_), false) => break,
+            (None, false) => {
+                let Some(colon) = line.iter().position(|&b| b == b':') else {
+                    continue;
+                };
+                if line[..colon].trim_ascii_end().eq_ignore_ascii_case(name) {
+                    value = Some(line[colon + 1..].to_vec());
+                }
+            }
+            (None, true) => {}
+        }
+    }
+    let v: Vec<u8> = value?
+        .into_iter()
+        .filter(|&b| b != b'\r' && b != b'\n')
+        .collect();
+    Some(v.trim_ascii().to_vec())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn s(n: &NString<'_>) -> Option<String> {
+        n.0.as_ref()
+            .map(|i| String::from_utf8_lossy(i.as_ref()).into_owned())
+    }
+
+    #[test]
+    fn fields_and_addresses() {
+        let h = b"From: Bob <bob@example.org>\r\nTo: a@example.org, \"C, D\" <c@example.net>\r\n\
+            Subject: =?utf-8?q?Gr=C3=BC=C3=9Fe?=\r\n two\r\nDate: Mon, 01 Jan 2024 10:00:00 +0000\r\n\
+            Message-ID: <x@y>\r\n\r\n";
+        let e = envelope(h);
+        assert_eq!(
+            s(&e.subject).as_deref(),
+            Some("=?utf-8?q?Gr=C3=BC=C3=9Fe?= two")
+        );
+        assert_eq!(
+            s(&e.date).as_deref(),
+            Some("Mon, 01 Jan 2024 10:00:00 +0000")
+        );
+        assert_eq!(s(&e.message_id).as_deref(), Some("<x@y>"));
+        assert_eq!(e.in_reply_to.0, None);
+        assert_eq!(e.from.len(), 1);
+        assert_eq!(s(&e.from[0].name).as_deref(), Some("Bob"));
+        assert_eq!(s(&e.from[0].mailbox).as_deref(), Some("bob"));
+        assert_eq!(s(&e.from[0].host).as_deref(), Some("example.org"));
+        assert_eq!(e.sender, e.from);
+        assert_eq!(e.reply_to, e.from);
+        assert_eq!(e.to.len(), 2);
+        assert_eq!(s(&e.to[1].name).as_deref(), Some("C, D"));
+        assert!(e.cc.is_empty() && e.bcc.is_empty());
+        let empty = envelope(b"");
+        assert!(empty.from.is_empty() && empty.subject.0.is_none());
+    }
+}

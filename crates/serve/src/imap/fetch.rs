@@ -1,0 +1,293 @@
+//! FETCH over an opened [`Folder`]: which messages a sequence set names, and the data
+//! items of one message (flags, dates, sizes, the whole message or its header, some header
+//! fields, the text, partial ranges).
+//!
+//! Bodies are sent exactly as the backup stored them (bare LF line endings included),
+//! except that a NUL byte, which an IMAP literal cannot carry (RFC 3501 `CHAR8`), is sent
+//! as 0x80, as Dovecot does.
+
+use super::view::{Folder, Message};
+use chrono::{FixedOffset, Offset, TimeZone};
+use imap_codec::imap_types::core::{AString, IString, Literal, NString, Vec1};
+use imap_codec::imap_types::datetime::DateTime;
+use imap_codec::imap_types::fetch::{MessageDataItem, MessageDataItemName, Section};
+use imap_codec::imap_types::flag::{Flag, FlagFetch};
+use imap_codec::imap_types::sequence::{SeqOrUid, Sequence, SequenceSet};
+use std::num::NonZeroU32;
+
+/// Why an item or key cannot be answered (the text of a `NO`).
+pub type Refusal = String;
+
+/// Whether `n` is in `set`, `*` being `largest`.
+pub fn in_set(set: &SequenceSet, n: u32, largest: u32) -> bool {
+    let v = |s: &SeqOrUid| match s {
+        SeqOrUid::Value(x) => x.get(),
+        SeqOrUid::Asterisk => largest.max(1),
+    };
+    set.0.as_ref().iter().any(|s| match s {
+        Sequence::Single(a) => v(a) == n,
+        Sequence::Range(a, b) => {
+            let (lo, hi) = (v(a).min(v(b)), v(a).max(v(b)));
+            (lo..=hi).contains(&n)
+        }
+    })
+}
+
+/// The indices of the messages `set` names, by UID (`uid`) or by sequence number.
+pub fn selected(f: &Folder, set: &SequenceSet, uid: bool) -> Vec<usize> {
+    let n = f.messages.len() as u32;
+    let last = f.last_uid();
+    (0..f.messages.len())
+        .filter(|&i| match uid {
+            true => in_set(set, f.messages[i].uid, last),
+            false => in_set(set, i as u32 + 1, n),
+        })
+        .collect()
+}
+
+/// Refuses, before anything is answered, the items the view does not answer yet.
+pub fn check_items(items: &[MessageDataItemName<'_>]) -> Result<(), Refusal> {
+    for it in items {
+        let what = match it {
+            MessageDataItemName::Binary { .. } | MessageDataItemName::BinarySize { .. } => "BINARY",
+            _ => continue,
+        };
+        return Err(format!("{what} is not in the IMAP view of the backups yet"));
+    }
+    Ok(())
+}
+
+/// Whether any of `items` needs the message's bytes.
+pub fn needs_bytes(items: &[MessageDataItemName<'_>]) -> bool {
+    items.iter().any(|i| {
+        matches!(
+            i,
+            MessageDataItemName::BodyExt { .. }
+                | MessageDataItemName::Rfc822
+                | MessageDataItemName::Rfc822Header
+                | MessageDataItemName::Rfc822Text
+                | MessageDataItemName::Envelope
+                | MessageDataItemName::Body
+                | MessageDataItemName::BodyStructure
+        )
+    })
+}
+
+/// The IMAP flag of a name as [`Message::flags`] holds it (`None`: not an atom).
+pub fn flag(name: &str) -> Option<Flag<'static>> {
+    Flag::try_from(name)
+        .ok()
+        .map(bounded_static::IntoBoundedStatic::into_static)
+}
+
+/// The internal date of a message.
+pub fn internal_date(m: &Message) -> DateTime {
+    let utc: FixedOffset = chrono::Utc.fix();
+    let t = (utc.timestamp_opt(m.entry.mtime.secs, 0).single())
+        .and_then(|t| DateTime::try_from(t).ok());
+    t.unwrap_or_else(|| DateTime::unvalidated(chrono::DateTime::UNIX_EPOCH.with_timezone(&utc)))
+}
+
+/// The data items `items` of message `m`; `raw` its bytes when [`needs_bytes`].
+pub fn items(
+    m: &Message,
+    items: &[MessageDataItemName<'static>],
+    raw: Option<&[u8]>,
+) -> Vec<MessageDataItem<'static>> {
+    let raw = raw.unwrap_or_default();
+    let mut out = Vec::with_capacity(items.len());
+    for it in items {
+        out.push(match it {
+            MessageDataItemName::Uid => MessageDataItem::Uid(nonzero(m.uid)),
+            MessageDataItemName::Flags => MessageDataItem::Flags(
+                (m.flags.iter())
+                    .filter_map(|f| flag(f))
+                    .map(FlagFetch::Flag)
+                    .collect(),
+            ),
+            MessageDataItemName::InternalDate => MessageDataItem::InternalDate(internal_date(m)),
+            MessageDataItemName::Rfc822Size => {
+                MessageDataItem::Rfc822Size(m.entry.size.min(u32::MAX as u64) as u32)
+            }
+            MessageDataItemName::Rfc822 => MessageDataItem::Rfc822(nstring(raw)),
+            MessageDataItemName::Body => MessageDataItem::Body(super::bodystructure::structure(
+                raw,
+                &super::mime::parse(raw),
+            )),
+            MessageDataItemName::BodyStructure => MessageDataItem::BodyStructure(
+                super::bodystructure::structure(raw, &super::mime::parse(raw)),
+            ),
+            MessageDataItemName::Envelope => {
+                MessageDataItem::Envelope(super::envelope::envelope(&raw[..header_end(raw)]))
+            }
+            MessageDataItemName::Rfc822Header => {
+                MessageDataItem::Rfc822Header(nstring(&raw[..header_end(raw)]))
+            }
+            MessageDataItemName::Rfc822Text => {
+                MessageDataItem::Rfc822Text(nstring(&raw[header_end(raw)..]))
+            }
+            MessageDataItemName::BodyExt {
+                section, partial, ..
+            } => {
+                let whole = section_bytes(raw, section.as_ref());
+                let (origin, data) = match partial {
+                    Some((a, b)) => {
+                        let a = *a as usize;
+                        let end = a.saturating_add(b.get() as usize).min(whole.len());
+                        let part = whole.get(a.min(whole.len())..end).unwrap_or_default();
+                        (Some(a as u32), part.to_vec())
+                    }
+                    None => (None, whole),
+                };
+                MessageDataItem::BodyExt {
+                    section: section.clone(),
+                    origin,
+                    data: nstring(&data),
+                }
+            }
+            // Refused by `check_items` before.
+            _ => continue,
+        });
+    }
+    out
+}
+
+/// The sequence number of the message at index `i`.
+pub fn seq_of(i: usize) -> NonZeroU32 {
+    nonzero((i as u32).saturating_add(1))
+}
+
+/// `n` (UIDs and sequence numbers are never 0; 0 would be 1).
+pub fn nonzero(n: u32) -> NonZeroU32 {
+    NonZeroU32::new(n).unwrap_or(NonZeroU32::MIN)
+}
+
+/// `data` as a literal (NUL bytes as 0x80: see the module's doc).
+fn nstring(data: &[u8]) -> NString<'static> {
+    let mut d = data.to_vec();
+    for b in d.iter_mut().filter(|b| **b == 0) {
+        *b = 0x80;
+    }
+    let lit = Literal::try_from(d).unwrap_or_else(|_| Literal::unvalidated(Vec::new()));
+    NString(Some(IString::Literal(lit)))
+}
+
+/// Where the header ends: after the first empty line (CRLF or LF), else the whole.
+pub fn header_end(raw: &[u8]) -> usize {
+    let mut pos = 0;
+    while pos < raw.len() {
+        let end = raw[pos..]
+            .iter()
+            .position(|&b| b == b'\n')
+            .map_or(raw.len(), |e| pos + e + 1);
+        let line = &raw[pos..end];
+        if line == b"\n" || line == b"\r\n" {
+            return end;
+        }
+        pos = end;
+    }
+    raw.len()
+}
+
+/// The bytes of `section` (none: the whole message). A section of a part that is not
+/// there, or HEADER/TEXT of a part that is not a `message/rfc822`, is empty.
+fn section_bytes(raw: &[u8], section: Option<&Section<'_>>) -> Vec<u8> {
+    let Some(s) = section else {
+        return raw.to_vec();
+    };
+    let path = match s {
+        Section::Part(p) | Section::Mime(p) => Some(p),
+        Section::Header(p)
+        | Section::Text(p)
+        | Section::HeaderFields(p, _)
+        | Section::HeaderFieldsNot(p, _) => p.as_ref(),
+    };
+    // The message whose HEADER and TEXT are meant: the whole, or a part's attached one.
+    let (header, text) = match path {
+        None => {
+            let h = header_end(raw);
+            (0..h, h..raw.len())
+        }
+        Some(path) => {
+            let top = super::mime::parse(raw);
+            let numbers: Vec<u32> = path.0.as_ref().iter().map(|n| n.get()).collect();
+            let Some(p) = super::mime::find(&top, &numbers) else {
+                return Vec::new();
+            };
+            match (s, &p.message) {
+                (Section::Part(_), _) => return raw[p.body.clone()].to_vec(),
+                (Section::Mime(_), _) => return raw[p.header.clone()].to_vec(),
+                (_, Some(m)) => (m.header.clone(), m.body.clone()),
+                (_, None) => return Vec::new(),
+            }
+        }
+    };
+    match s {
+        Section::Header(_) => raw[header].to_vec(),
+        Section::Text(_) => raw[text].to_vec(),
+        Section::HeaderFields(_, names) => fields(&raw[header], names, true),
+        Section::HeaderFieldsNot(_, names) => fields(&raw[header], names, false),
+        Section::Part(_) | Section::Mime(_) => Vec::new(),
+    }
+}
+
+/// The header fields of `header` whose names are (`keep`) or are not in `names`, each
+/// with its continuation lines, then an empty line.
+fn fields(header: &[u8], names: &Vec1<AString<'_>>, keep: bool) -> Vec<u8> {
+    let wanted = |line: &[u8]| {
+        let name = line.split(|&b| b == b':').next().unwrap_or_default();
+        let name = name.trim_ascii_end();
+        names
+            .as_ref()
+            .iter()
+            .any(|n| n.as_ref().eq_ignore_ascii_case(name))
+    };
+    let mut out = Vec::new();
+    let mut take = false;
+    for line in header.split_inclusive(|&b| b == b'\n') {
+        if line == b"\n" || line == b"\r\n" {
+            break;
+        }
+        if !matches!(line.first(), Some(b' ' | b'\t')) {
+            take = wanted(line) == keep;
+        }
+        if take {
+            out.extend_from_slice(line);
+        }
+    }
+    out.extend_from_slice(b"\r\n");
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn headers_end_at_the_first_empty_line() {
+        assert_eq!(header_end(b"A: 1\r\nB: 2\r\n\r\nbody\r\n\r\n"), 14);
+        assert_eq!(header_end(b"A: 1\nB: 2\n\nbody\n"), 11);
+        assert_eq!(header_end(b"A: 1\n"), 5);
+        assert_eq!(header_end(b"\nbody"), 1);
+    }
+
+    #[test]
+    fn header_fields_keep_their_continuations() {
+        let h = b"Subject: a\r\n b\r\nFrom: x\r\nX-Other: y\r\n\r\n";
+        let names = Vec1::try_from(vec![AString::try_from("subject").unwrap()]).unwrap();
+        assert_eq!(fields(h, &names, true), b"Subject: a\r\n b\r\n\r\n");
+        assert_eq!(fields(h, &names, false), b"From: x\r\nX-Other: y\r\n\r\n");
+    }
+
+    #[test]
+    fn sets() {
+        let s = |t: &str| SequenceSet::try_from(t).unwrap();
+        assert!(in_set(&s("1:*"), 3, 3));
+        assert!(
+            in_set(&s("5:*"), 3, 3),
+            "* is the largest even below the start"
+        );
+        assert!(!in_set(&s("5:*"), 2, 3));
+        assert!(in_set(&s("2,4:5"), 4, 9) && !in_set(&s("2,4:5"), 3, 9));
+    }
+}

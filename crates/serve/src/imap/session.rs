@@ -1,0 +1,688 @@
+//! One IMAP session's state and its answers to commands, blocking (the connection runs
+//! it on tokio's blocking threads): not logged in, logged in to one account's
+//! [`View`], or with one of its mailboxes selected (always read-only).
+
+use super::fetch;
+use super::login::{self, Login};
+use super::view::{Folder, View, ViewBox, DELIMITER};
+use crate::state::AppState;
+use imap_codec::imap_types::command::{Command, CommandBody};
+use imap_codec::imap_types::core::{IString, NString, QuotedChar, Tag, Vec1};
+use imap_codec::imap_types::extensions::namespace::Namespace;
+use imap_codec::imap_types::fetch::{MacroOrMessageDataItemNames, MessageDataItemName};
+use imap_codec::imap_types::flag::{Flag, FlagNameAttribute, FlagPerm};
+use imap_codec::imap_types::mailbox::{ListMailbox, Mailbox};
+use imap_codec::imap_types::response::{Capability, Code, Data, Status};
+use imap_codec::imap_types::status::{StatusDataItem, StatusDataItemName};
+use mailvault_imap::proto::mutf7;
+use std::net::IpAddr;
+use std::sync::Arc;
+
+/// An untagged answer.
+pub enum Out {
+    Data(Data<'static>),
+    Status(Status<'static>),
+}
+
+/// What a command got: untagged answers, then the tagged one.
+pub struct Answer {
+    pub untagged: Vec<Out>,
+    pub done: Status<'static>,
+    /// The session ends after it (LOGOUT).
+    pub logout: bool,
+    /// A login failed: answered after a delay.
+    pub failed_login: bool,
+}
+
+/// A status line; a text that is not valid IMAP text (it never is: all are ours) becomes
+/// a plain one rather than a panic.
+pub fn status(
+    kind: Kind,
+    tag: Option<Tag<'static>>,
+    code: Option<Code<'static>>,
+    text: String,
+) -> Status<'static> {
+    let clean: String = text
+        .chars()
+        .map(|c| if c.is_control() { ' ' } else { c })
+        .collect();
+    let made = match kind {
+        Kind::Ok => Status::ok(tag.clone(), code, clean),
+        Kind::No => Status::no(tag.clone(), code, clean),
+        Kind::Bad => Status::bad(tag.clone(), code, clean),
+    };
+    made.or_else(|_| Status::no(tag, None, "failed"))
+        .unwrap_or_else(|_| bye())
+}
+
+/// `* BYE`.
+pub fn bye() -> Status<'static> {
+    #[allow(clippy::unwrap_used)] // A fixed, valid text.
+    Status::bye(None, "logging out").unwrap()
+}
+
+#[derive(Clone, Copy)]
+pub enum Kind {
+    Ok,
+    No,
+    Bad,
+}
+
+/// The capabilities announced.
+pub fn capabilities() -> Vec1<Capability<'static>> {
+    use imap_codec::imap_types::auth::AuthMechanism;
+    Vec1::unvalidated(vec![
+        Capability::Imap4Rev1,
+        Capability::Auth(AuthMechanism::Plain),
+        Capability::SaslIr,
+        Capability::Id,
+        Capability::Namespace,
+        Capability::Unselect,
+        Capability::Idle,
+        Capability::Enable,
+        // RFC 6154 and RFC 3348: LIST gives special-use and \HasChildren attributes.
+        other_capability("SPECIAL-USE"),
+        other_capability("CHILDREN"),
+    ])
+}
+
+fn other_capability(name: &'static str) -> Capability<'static> {
+    match imap_codec::imap_types::core::Atom::try_from(name) {
+        Ok(a) => Capability::from(a),
+        Err(_) => Capability::Imap4Rev1,
+    }
+}
+
+/// A selected mailbox.
+struct Selected {
+    folder: Arc<Folder>,
+}
+
+pub struct Session {
+    st: AppState,
+    ip: IpAddr,
+    view: Option<View>,
+    /// The repository the view was built on: rebuilt when it is opened again.
+    /// Weak: a session must not keep the repository open (and its read lock held) while
+    /// it idles; the server closes it when no request comes (see `state`).
+    built_on: std::sync::Weak<crate::state::Live>,
+    selected: Option<Selected>,
+}
+
+/// The message bytes one FETCH answers at most (its answers are held in memory until
+/// sent); past it the rest is refused with `NO [LIMIT]`.
+const MAX_FETCH_BYTES: u64 = 256 << 20;
+
+/// The text of every refused write.
+const READ_ONLY: &str = "the IMAP view of the backups is read-only: nothing can be stored, \
+    appended, expunged, copied, moved, created, deleted, renamed or subscribed";
+
+impl Session {
+    pub fn new(st: AppState, ip: IpAddr) -> Session {
+        Session {
+            st,
+            ip,
+            view: None,
+            built_on: std::sync::Weak::new(),
+            selected: None,
+        }
+    }
+
+    pub fn logged_in(&self) -> bool {
+        self.view.is_some()
+    }
+
+    /// Checks a login (LOGIN or AUTHENTICATE PLAIN); on success the account's view.
+    pub fn login(&mut self, tag: Tag<'static>, user: &[u8], pass: &[u8]) -> Answer {
+        match login::check(&self.st, self.ip, user, pass) {
+            Login::Ok(view, live) => {
+                self.view = Some(view);
+                self.built_on = Arc::downgrade(&live);
+                answer(status(
+                    Kind::Ok,
+                    Some(tag),
+                    Some(Code::Capability(capabilities())),
+                    "logged in".into(),
+                ))
+            }
+            Login::Failed(text) => {
+                let code = Code::Other(imap_codec::imap_types::response::CodeOther::unvalidated(
+                    &b"AUTHENTICATIONFAILED"[..],
+                ));
+                let mut a = answer(status(Kind::No, Some(tag), Some(code), text));
+                a.failed_login = true;
+                a
+            }
+        }
+    }
+
+    /// The answer to `cmd`.
+    pub fn handle(&mut self, cmd: Command<'static>) -> Answer {
+        let tag = cmd.tag;
+        let ok = |t: &str| answer(status(Kind::Ok, Some(tag.clone()), None, t.into()));
+        match cmd.body {
+            CommandBody::Capability => with(
+                vec![Out::Data(Data::Capability(capabilities()))],
+                ok("CAPABILITY done"),
+            ),
+            CommandBody::Noop | CommandBody::Check => ok("done"),
+            CommandBody::Logout => {
+                let mut a = with(vec![Out::Status(bye())], ok("LOGOUT done"));
+                a.logout = true;
+                a
+            }
+            CommandBody::Id { .. } => {
+                let name = (IString::try_from("name"), IString::try_from("mailvault"));
+                let params = match name {
+                    (Ok(k), Ok(v)) => Some(vec![(k, NString(Some(v)))]),
+                    _ => None,
+                };
+                with(
+                    vec![Out::Data(Data::Id { parameters: params })],
+                    ok("ID done"),
+                )
+            }
+            CommandBody::Login { username, password } => {
+                if self.logged_in() {
+                    return self.bad(tag, "already logged in");
+                }
+                let user = username.as_ref().to_vec();
+                let pass = zeroize::Zeroizing::new(password.declassify().as_ref().to_vec());
+                self.login(tag, &user, &pass)
+            }
+            CommandBody::Store { .. }
+            | CommandBody::Append { .. }
+            | CommandBody::Expunge
+            | CommandBody::ExpungeUid { .. }
+            | CommandBody::Copy { .. }
+            | CommandBody::Move { .. }
+            | CommandBody::Create { .. }
+            | CommandBody::Delete { .. }
+            | CommandBody::Rename { .. }
+            | CommandBody::Subscribe { .. }
+            | CommandBody::Unsubscribe { .. } => {
+                answer(status(Kind::No, Some(tag), None, READ_ONLY.into()))
+            }
+            body if !self.logged_in() => {
+                let _ = body;
+                self.bad(tag, "log in first (LOGIN or AUTHENTICATE PLAIN)")
+            }
+            body => self.logged_in_command(tag, body),
+        }
+    }
+
+    fn logged_in_command(&mut self, tag: Tag<'static>, body: CommandBody<'static>) -> Answer {
+        let ok = |t: &str| answer(status(Kind::Ok, Some(tag.clone()), None, t.into()));
+        match body {
+            CommandBody::Namespace => {
+                let ns = match IString::try_from("") {
+                    Ok(p) => vec![Namespace::new(p, QuotedChar::try_from(DELIMITER).ok())],
+                    Err(_) => Vec::new(),
+                };
+                let d = Data::Namespace {
+                    personal: ns,
+                    other: Vec::new(),
+                    shared: Vec::new(),
+                };
+                with(vec![Out::Data(d)], ok("NAMESPACE done"))
+            }
+            CommandBody::Enable { .. } => with(
+                vec![Out::Data(Data::Enabled {
+                    capabilities: Vec::new(),
+                })],
+                ok("ENABLE done: nothing to enable"),
+            ),
+            CommandBody::List {
+                reference,
+                mailbox_wildcard,
+            } => self.list(tag, &reference, &mailbox_wildcard, false),
+            CommandBody::Lsub {
+                reference,
+                mailbox_wildcard,
+            } => self.list(tag, &reference, &mailbox_wildcard, true),
+            CommandBody::Status {
+                mailbox,
+                item_names,
+            } => self.status_cmd(tag, &mailbox, &item_names),
+            CommandBody::Select { mailbox, .. } => self.select(tag, &mailbox, "SELECT"),
+            CommandBody::Examine { mailbox, .. } => self.select(tag, &mailbox, "EXAMINE"),
+            CommandBody::Unselect | CommandBody::Close => match self.selected.take() {
+                Some(_) => ok("done"),
+                None => self.bad(tag, "no mailbox selected"),
+            },
+            CommandBody::Fetch {
+                sequence_set,
+                macro_or_item_names,
+                uid,
+                ..
+            } => self.fetch(tag, &sequence_set, macro_or_item_names, uid),
+            CommandBody::Search { criteria, uid, .. } => self.search(tag, &criteria, uid),
+            _ => answer(status(
+                Kind::Bad,
+                Some(tag),
+                None,
+                "this command is not in the IMAP view of the backups".into(),
+            )),
+        }
+    }
+
+    fn bad(&self, tag: Tag<'static>, text: &str) -> Answer {
+        answer(status(Kind::Bad, Some(tag), None, text.into()))
+    }
+
+    fn no(&self, tag: Tag<'static>, text: String) -> Answer {
+        answer(status(Kind::No, Some(tag), None, text))
+    }
+
+    /// The view, rebuilt when the repository was opened again since (a new snapshot).
+    fn view(&mut self) -> mailvault_core::Result<&View> {
+        let live = self.st.live()?;
+        let stale = !std::sync::Weak::ptr_eq(&self.built_on, &Arc::downgrade(&live));
+        if stale {
+            let account = (self.view.as_ref())
+                .map(|v| v.account.clone())
+                .unwrap_or_default();
+            let fresh = View::build(live.repo(), &account)?;
+            // An account no snapshot holds any more shows nothing.
+            self.view = Some(fresh.unwrap_or(View {
+                account,
+                boxes: Vec::new(),
+            }));
+            self.built_on = Arc::downgrade(&live);
+        }
+        self.view
+            .as_ref()
+            .ok_or_else(|| mailvault_core::Error::Internal("no view".into()))
+    }
+
+    /// The mailbox a client names, if the view has it.
+    fn find(&mut self, mailbox: &Mailbox<'_>) -> Result<ViewBox, String> {
+        let name = mailbox_name(mailbox).ok_or("not a valid mailbox name (modified UTF-7)")?;
+        let view = self
+            .view()
+            .map_err(|e| format!("cannot read the repository: {e}"))?;
+        view.find(&name)
+            .cloned()
+            .ok_or_else(|| "no such mailbox".to_string())
+    }
+
+    fn list(
+        &mut self,
+        tag: Tag<'static>,
+        reference: &Mailbox<'_>,
+        pat: &ListMailbox<'_>,
+        lsub: bool,
+    ) -> Answer {
+        let (Some(r), Some(p)) = (mailbox_name(reference), list_pattern(pat)) else {
+            return self.no(tag, "not a valid mailbox name (modified UTF-7)".into());
+        };
+        let delimiter = QuotedChar::try_from(DELIMITER).ok();
+        if p.is_empty() && !lsub {
+            let d = Data::List {
+                items: vec![FlagNameAttribute::Noselect],
+                delimiter,
+                mailbox: wire_mailbox(""),
+            };
+            return with(vec![Out::Data(d)], ok_text(tag, "LIST done"));
+        }
+        let pattern = format!("{r}{p}");
+        let view = match self.view() {
+            Ok(v) => v,
+            Err(e) => {
+                return answer(status(
+                    Kind::No,
+                    Some(tag),
+                    None,
+                    format!("cannot read the repository: {e}"),
+                ))
+            }
+        };
+        let mut out = Vec::new();
+        for b in &view.boxes {
+            let hit = super::view::matches(&pattern, &b.name)
+                || (b.name == "INBOX"
+                    && super::view::matches(&pattern.to_ascii_uppercase(), "INBOX"));
+            if !hit {
+                continue;
+            }
+            let items = attributes(b);
+            let mailbox = wire_mailbox(&b.name);
+            out.push(Out::Data(match lsub {
+                true => Data::Lsub {
+                    items,
+                    delimiter,
+                    mailbox,
+                },
+                false => Data::List {
+                    items,
+                    delimiter,
+                    mailbox,
+                },
+            }));
+        }
+        with(
+            out,
+            ok_text(tag, if lsub { "LSUB done" } else { "LIST done" }),
+        )
+    }
+
+    /// Opens the mailbox a client names.
+    fn open(&mut self, mailbox: &Mailbox<'_>) -> Result<Arc<Folder>, String> {
+        let b = self.find(mailbox)?;
+        let Some(place) = b.place else {
+            return Err("that mailbox only holds others (\\Noselect)".into());
+        };
+        let account = (self.view.as_ref())
+            .map(|v| v.account.clone())
+            .unwrap_or_default();
+        let live = self
+            .st
+            .live()
+            .map_err(|e| format!("cannot read the repository: {e}"))?;
+        let f = Folder::open(live.repo(), &account, &place)
+            .map_err(|e| format!("cannot read the folder: {e}"))?;
+        Ok(Arc::new(f))
+    }
+
+    fn select(&mut self, tag: Tag<'static>, mailbox: &Mailbox<'_>, what: &str) -> Answer {
+        self.selected = None;
+        let f = match self.open(mailbox) {
+            Ok(f) => f,
+            Err(e) => return self.no(tag, e),
+        };
+        let mut flags: Vec<Flag<'static>> =
+            ["\\Answered", "\\Flagged", "\\Deleted", "\\Seen", "\\Draft"]
+                .iter()
+                .filter_map(|n| fetch::flag(n))
+                .collect();
+        flags.extend(f.keywords.iter().filter_map(|k| fetch::flag(k)));
+        let mut out = vec![
+            Out::Data(Data::Flags(flags)),
+            Out::Data(Data::Exists(f.messages.len() as u32)),
+            Out::Data(Data::Recent(0)),
+            Out::Status(status(
+                Kind::Ok,
+                None,
+                Some(Code::PermanentFlags(Vec::<FlagPerm>::new())),
+                "read-only".into(),
+            )),
+        ];
+        if let Some(v) = std::num::NonZeroU32::new(f.uidvalidity) {
+            out.push(Out::Status(status(
+                Kind::Ok,
+                None,
+                Some(Code::UidValidity(v)),
+                "UIDs valid".into(),
+            )));
+        }
+        if let Some(n) = std::num::NonZeroU32::new(f.uidnext()) {
+            out.push(Out::Status(status(
+                Kind::Ok,
+                None,
+                Some(Code::UidNext(n)),
+                "next UID".into(),
+            )));
+        }
+        self.selected = Some(Selected { folder: f });
+        with(
+            out,
+            answer(status(
+                Kind::Ok,
+                Some(tag),
+                Some(Code::ReadOnly),
+                format!("{what} done"),
+            ))
+            .done,
+        )
+    }
+
+    fn status_cmd(
+        &mut self,
+        tag: Tag<'static>,
+        mailbox: &Mailbox<'static>,
+        names: &[StatusDataItemName],
+    ) -> Answer {
+        let f = match self.open(mailbox) {
+            Ok(f) => f,
+            Err(e) => return self.no(tag, e),
+        };
+        let n = f.messages.len() as u32;
+        let items: Vec<StatusDataItem> = (names.iter())
+            .filter_map(|i| match i {
+                StatusDataItemName::Messages => Some(StatusDataItem::Messages(n)),
+                StatusDataItemName::Recent => Some(StatusDataItem::Recent(0)),
+                StatusDataItemName::UidNext => {
+                    std::num::NonZeroU32::new(f.uidnext()).map(StatusDataItem::UidNext)
+                }
+                StatusDataItemName::UidValidity => {
+                    std::num::NonZeroU32::new(f.uidvalidity).map(StatusDataItem::UidValidity)
+                }
+                StatusDataItemName::Unseen => Some(StatusDataItem::Unseen(f.unseen() as u32)),
+                _ => None,
+            })
+            .collect();
+        let d = Data::Status {
+            mailbox: mailbox.clone(),
+            items: items.into(),
+        };
+        with(vec![Out::Data(d)], ok_text(tag, "STATUS done"))
+    }
+
+    fn fetch(
+        &mut self,
+        tag: Tag<'static>,
+        set: &imap_codec::imap_types::sequence::SequenceSet,
+        names: MacroOrMessageDataItemNames<'static>,
+        uid: bool,
+    ) -> Answer {
+        let Some(sel) = &self.selected else {
+            return self.bad(tag, "no mailbox selected");
+        };
+        let folder = sel.folder.clone();
+        let mut items = match names {
+            MacroOrMessageDataItemNames::Macro(m) => m
+                .expand()
+                .into_iter()
+                .map(bounded_static::IntoBoundedStatic::into_static)
+                .collect(),
+            MacroOrMessageDataItemNames::MessageDataItemNames(v) => v,
+        };
+        if uid && !items.contains(&MessageDataItemName::Uid) {
+            items.insert(0, MessageDataItemName::Uid);
+        }
+        if let Err(e) = fetch::check_items(&items) {
+            return self.no(tag, e);
+        }
+        let live = match self.st.live() {
+            Ok(l) => l,
+            Err(e) => return self.no(tag, format!("cannot read the repository: {e}")),
+        };
+        let mut out = Vec::new();
+        let mut held = 0u64;
+        for i in fetch::selected(&folder, set, uid) {
+            let m = &folder.messages[i];
+            if held > MAX_FETCH_BYTES {
+                // What was fetched is answered; the rest is refused (RFC 5530's LIMIT).
+                let limit = Code::Other(imap_codec::imap_types::response::CodeOther::unvalidated(
+                    &b"LIMIT"[..],
+                ));
+                let text = "that FETCH holds too many bytes at once: fetch fewer messages";
+                return with(out, status(Kind::No, Some(tag), Some(limit), text.into()));
+            }
+            let raw = match fetch::needs_bytes(&items) {
+                true => match crate::read::entry_bytes(live.repo(), &m.entry) {
+                    Ok(r) => Some(r),
+                    Err(e) => {
+                        return with(
+                            out,
+                            self.no(tag, format!("cannot read message {}: {e}", i + 1))
+                                .done,
+                        )
+                    }
+                },
+                false => None,
+            };
+            held += raw.as_ref().map_or(0, |r| r.len() as u64);
+            let data = fetch::items(m, &items, raw.as_deref());
+            if let Ok(items) = Vec1::try_from(data) {
+                out.push(Out::Data(Data::Fetch {
+                    seq: fetch::seq_of(i),
+                    items,
+                }));
+            }
+        }
+        with(out, ok_text(tag, "FETCH done"))
+    }
+
+    fn search(
+        &mut self,
+        tag: Tag<'static>,
+        criteria: &Vec1<imap_codec::imap_types::search::SearchKey<'static>>,
+        uid: bool,
+    ) -> Answer {
+        let Some(sel) = &self.selected else {
+            return self.bad(tag, "no mailbox selected");
+        };
+        let f = sel.folder.clone();
+        let n = f.messages.len() as u32;
+        let live = match super::search::needs_bytes(criteria.as_ref()) {
+            true => match self.st.live() {
+                Ok(l) => Some(l),
+                Err(e) => return self.no(tag, format!("cannot read the repository: {e}")),
+            },
+            false => None,
+        };
+        let mut hits = Vec::new();
+        'msgs: for (i, m) in f.messages.iter().enumerate() {
+            let raw = match &live {
+                Some(l) => match crate::read::entry_bytes(l.repo(), &m.entry) {
+                    Ok(r) => Some(r),
+                    Err(e) => return self.no(tag, format!("cannot read message {}: {e}", i + 1)),
+                },
+                None => None,
+            };
+            let at = super::search::At {
+                i,
+                n,
+                last_uid: f.last_uid(),
+                raw: raw.as_deref(),
+            };
+            for k in criteria.as_ref() {
+                match super::search::matches(m, at, k) {
+                    Ok(true) => {}
+                    Ok(false) => continue 'msgs,
+                    Err(e) => return self.no(tag, e),
+                }
+            }
+            hits.push(match uid {
+                true => fetch::nonzero(m.uid),
+                false => fetch::seq_of(i),
+            });
+        }
+        with(
+            vec![Out::Data(Data::Search(hits))],
+            ok_text(tag, "SEARCH done"),
+        )
+    }
+}
+
+fn answer(done: Status<'static>) -> Answer {
+    Answer {
+        untagged: Vec::new(),
+        done,
+        logout: false,
+        failed_login: false,
+    }
+}
+
+fn with(untagged: Vec<Out>, a: impl Into<Answer>) -> Answer {
+    let mut a = a.into();
+    a.untagged = untagged;
+    a
+}
+
+impl From<Status<'static>> for Answer {
+    fn from(s: Status<'static>) -> Answer {
+        answer(s)
+    }
+}
+
+fn ok_text(tag: Tag<'static>, text: &str) -> Answer {
+    answer(status(Kind::Ok, Some(tag), None, text.into()))
+}
+
+/// The LIST attributes of a mailbox.
+fn attributes(b: &ViewBox) -> Vec<FlagNameAttribute<'static>> {
+    let ext = |s: &str| {
+        imap_codec::imap_types::core::Atom::try_from(s.to_string())
+            .ok()
+            .map(FlagNameAttribute::from)
+    };
+    let mut items = Vec::new();
+    if b.place.is_none() {
+        items.push(FlagNameAttribute::Noselect);
+    }
+    items.extend(ext(if b.has_children {
+        "HasChildren"
+    } else {
+        "HasNoChildren"
+    }));
+    if let Some(s) = b.special {
+        items.extend(ext(s.trim_start_matches('\\')));
+    }
+    items
+}
+
+/// The name a client gives, decoded from modified UTF-7 (`None`: it is not).
+pub fn mailbox_name(m: &Mailbox<'_>) -> Option<String> {
+    match m {
+        Mailbox::Inbox => Some("INBOX".into()),
+        Mailbox::Other(o) => mutf7::decode(o.inner().as_ref()).ok(),
+    }
+}
+
+fn list_pattern(p: &ListMailbox<'_>) -> Option<String> {
+    let bytes: &[u8] = match p {
+        ListMailbox::Token(t) => t.as_ref(),
+        ListMailbox::String(s) => s.as_ref(),
+    };
+    mutf7::decode(bytes).ok()
+}
+
+/// A name of the view as sent: modified UTF-7 (control characters included: they are
+/// encoded too), quoted or a literal as the codec chooses.
+fn wire_mailbox(name: &str) -> Mailbox<'static> {
+    if name == "INBOX" {
+        return Mailbox::Inbox;
+    }
+    Mailbox::try_from(mutf7::encode(name)).unwrap_or(Mailbox::Inbox)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_go_out_in_modified_utf7_without_control_characters() {
+        for name in [
+            "Entwürfe",
+            "a\r\nb",
+            "tab\there",
+            "x\u{1}y",
+            "Reports & Stats",
+            "INBOX",
+        ] {
+            let m = wire_mailbox(name);
+            if let Mailbox::Other(o) = &m {
+                let b: &[u8] = o.inner().as_ref();
+                assert!(
+                    b.iter().all(|c| (0x20..0x7f).contains(c)),
+                    "{name:?}: {b:?}"
+                );
+            }
+            assert_eq!(mailbox_name(&m).as_deref(), Some(name), "round trip");
+        }
+        let bad = Mailbox::try_from("&Jjo-!&").unwrap();
+        assert_eq!(mailbox_name(&bad), None, "not modified UTF-7");
+    }
+}

@@ -1,0 +1,412 @@
+//! What one logged-in account sees: its mailboxes (the folders of the latest snapshot that
+//! holds the account, then `Snapshots/<YYYY-MM-DD HH:MM>/<folder>` for every snapshot
+//! that holds it) and, once one is opened, its messages with their UIDs.
+//!
+//! A client's mailbox name is only ever looked up in this enumerated list, never turned
+//! into a path: a name that is not in it (`../bob/INBOX`, another account's folder) is
+//! simply not found.
+//!
+//! UIDs (docs/imap-view.md): when the folder's backed-up `dovecot-uidlist` gives every
+//! message a UID, those UIDs and its UIDVALIDITY (so a later backup's new messages have
+//! higher UIDs under the same UIDVALIDITY, as Dovecot numbered them). Otherwise the
+//! messages are ordered by internal date (the file's mtime, seconds then nanoseconds) and
+//! then by Maildir key, and numbered 1..N in that order; UIDVALIDITY is then the first four
+//! bytes (big-endian, never 0) of the BLAKE3 hash of the keys in that order. Either way it
+//! is the same in every session and after a restart, and a numbering never changes under
+//! one UIDVALIDITY.
+
+use crate::read;
+use mailvault_core::model::folder_name;
+use mailvault_core::repo::tree::{FolderNode, MessageEntry};
+use mailvault_core::{Repository, Result};
+use mailvault_imap::maildir_flags::{maildir_to_imap, KeywordTable};
+
+/// The hierarchy delimiter of the view.
+pub const DELIMITER: char = '/';
+/// The root of the snapshots' tree.
+pub const SNAPSHOTS: &str = "Snapshots";
+
+/// One mailbox of the view.
+#[derive(Clone, Debug)]
+pub struct ViewBox {
+    /// Its name, UTF-8, levels separated by [`DELIMITER`].
+    pub name: String,
+    /// Where its messages are; `None`: a level that only holds others (`\Noselect`).
+    pub place: Option<Place>,
+    /// Its special-use attribute (`\Sent` ...), for the latest view's folders.
+    pub special: Option<&'static str>,
+    pub has_children: bool,
+}
+
+/// A folder of a snapshot.
+#[derive(Clone, Debug)]
+pub struct Place {
+    /// The snapshot's full id (hex).
+    pub snapshot: String,
+    /// The folder's name in the snapshot ([`folder_name`]).
+    pub folder: String,
+}
+
+/// The mailboxes of one account.
+pub struct View {
+    pub account: String,
+    pub boxes: Vec<ViewBox>,
+}
+
+/// The name of a snapshot's level below [`SNAPSHOTS`]: its time in UTC to the minute, and
+/// when another snapshot of the account falls in the same minute, the first 8 hex digits
+/// of its id after it.
+fn snapshot_level(time: i64, id: &str, shared_minute: bool) -> String {
+    let t = jiff::Timestamp::from_second(time).unwrap_or(jiff::Timestamp::UNIX_EPOCH);
+    let minute = t.strftime("%Y-%m-%d %H:%M").to_string();
+    match shared_minute {
+        true => format!("{minute} {}", &id[..8.min(id.len())]),
+        false => minute,
+    }
+}
+
+impl View {
+    /// The view of `account`; `None` when no snapshot holds it.
+    pub fn build(repo: &Repository, account: &str) -> Result<Option<View>> {
+        let mut snaps = repo.snapshots()?.list;
+        snaps.sort_by_key(|s| (s.time, s.time_nanos));
+        let mut held = Vec::new();
+        for s in &snaps {
+            if let Some(folders) = read::account_folders(repo, s, account)? {
+                held.push((s.id.to_hex(), s.time, folders));
+            }
+        }
+        let Some((latest, _, latest_folders)) = held.last() else {
+            return Ok(None);
+        };
+        let mut boxes: Vec<ViewBox> = Vec::new();
+        for f in latest_folders {
+            let name = folder_name(f).into_owned();
+            let special =
+                mailvault_core::imap::names::special_use_for(&name).map(|s| s.attribute());
+            boxes.push(folder_box(name, latest, f, special));
+        }
+        let minute = |t: i64| t.div_euclid(60);
+        for (id, time, folders) in &held {
+            let shared = held
+                .iter()
+                .filter(|(_, t, _)| minute(*t) == minute(*time))
+                .count()
+                > 1;
+            let level = snapshot_level(*time, id, shared);
+            for f in folders {
+                let name = folder_name(f);
+                let full = format!("{SNAPSHOTS}{DELIMITER}{level}{DELIMITER}{name}");
+                boxes.push(folder_box(full, id, f, None));
+            }
+        }
+        Ok(Some(View {
+            account: account.to_string(),
+            boxes: with_parents(boxes),
+        }))
+    }
+
+    /// The mailbox named `name` (INBOX in any case).
+    pub fn find(&self, name: &str) -> Option<&ViewBox> {
+        match name.eq_ignore_ascii_case("INBOX") {
+            true => self.boxes.iter().find(|b| b.name == "INBOX"),
+            false => self.boxes.iter().find(|b| b.name == name),
+        }
+    }
+}
+
+fn folder_box(
+    name: String,
+    snapshot: &str,
+    f: &FolderNode,
+    special: Option<&'static str>,
+) -> ViewBox {
+    ViewBox {
+        place: Some(Place {
+            snapshot: snapshot.to_string(),
+            folder: folder_name(f).into_owned(),
+        }),
+        name,
+        special,
+        has_children: false,
+    }
+}
+
+/// `boxes` with every level above a mailbox that is not one itself added as `\Noselect`,
+/// `has_children` set, sorted by name, each name once (the first kept).
+fn with_parents(mut boxes: Vec<ViewBox>) -> Vec<ViewBox> {
+    let names: std::collections::BTreeSet<String> = boxes.iter().map(|b| b.name.clone()).collect();
+    let mut parents = std::collections::BTreeSet::new();
+    for b in &boxes {
+        let mut n = b.name.as_str();
+        while let Some((up, _)) = n.rsplit_once(DELIMITER) {
+            parents.insert(up.to_string());
+            n = up;
+        }
+    }
+    for p in &parents {
+        if !names.contains(p) {
+            boxes.push(ViewBox {
+                name: p.clone(),
+                place: None,
+                special: None,
+                has_children: true,
+            });
+        }
+    }
+    for b in &mut boxes {
+        b.has_children = parents.contains(&b.name);
+    }
+    boxes.sort_by(|a, b| a.name.cmp(&b.name));
+    boxes.dedup_by(|a, b| a.name == b.name);
+    boxes
+}
+
+/// One message of an opened folder.
+pub struct Message {
+    pub entry: MessageEntry,
+    /// Its flags and keywords, IMAP names (`\Seen`, `$Forwarded`).
+    pub flags: Vec<String>,
+    pub uid: u32,
+}
+
+/// An opened folder: its messages in UID order (UID = index + 1).
+pub struct Folder {
+    pub uidvalidity: u32,
+    pub messages: Vec<Message>,
+    /// The keywords its `dovecot-keywords` names.
+    pub keywords: Vec<String>,
+}
+
+impl Folder {
+    /// Reads the folder `place` of `account`.
+    pub fn open(repo: &Repository, account: &str, place: &Place) -> Result<Folder> {
+        let snap = repo.find_snapshot(&place.snapshot)?;
+        let folders = read::account_folders(repo, &snap, account)?.unwrap_or_default();
+        let Some(node) = folders.iter().find(|f| folder_name(f) == place.folder) else {
+            return Err(mailvault_core::Error::NotFound(format!(
+                "no folder {:?} in snapshot {}",
+                place.folder,
+                &place.snapshot[..8.min(place.snapshot.len())]
+            )));
+        };
+        let table = match read::folder_file(repo, node, b"dovecot-keywords")? {
+            Some(d) => KeywordTable::parse(&String::from_utf8_lossy(&d)),
+            None => KeywordTable::new(),
+        };
+        let mut entries = read::folder_entries(repo, node)?;
+        entries.sort_by(|a, b| {
+            (a.mtime.secs, a.mtime.nanos, &a.key).cmp(&(b.mtime.secs, b.mtime.nanos, &b.key))
+        });
+        let uidlist = read::folder_file(repo, node, b"dovecot-uidlist")?;
+        let (uidvalidity, uids) = match uidlist.and_then(|d| dovecot_uids(&d, &mut entries)) {
+            Some(found) => found,
+            None => derived_uids(&entries),
+        };
+        let keywords = (b'a'..=b'z')
+            .filter_map(|c| table.name_of(c as char).map(str::to_string))
+            .collect();
+        let messages = (entries.into_iter().zip(uids))
+            .map(|(entry, uid)| {
+                let letters = String::from_utf8_lossy(entry.flags()).into_owned();
+                let flags = maildir_to_imap(&letters, &table).flags;
+                Message { entry, flags, uid }
+            })
+            .collect();
+        Ok(Folder {
+            uidvalidity,
+            messages,
+            keywords,
+        })
+    }
+
+    /// The highest UID (0 for an empty folder).
+    pub fn last_uid(&self) -> u32 {
+        self.messages.last().map_or(0, |m| m.uid)
+    }
+
+    /// The next UID.
+    pub fn uidnext(&self) -> u32 {
+        self.last_uid().saturating_add(1)
+    }
+
+    pub fn unseen(&self) -> usize {
+        (self.messages.iter())
+            .filter(|m| !m.flags.iter().any(|f| f.eq_ignore_ascii_case("\\Seen")))
+            .count()
+    }
+}
+
+/// UIDs 1..N for `entries` in their order, and the UIDVALIDITY of that numbering (see the
+/// module's doc).
+fn derived_uids(entries: &[MessageEntry]) -> (u32, Vec<u32>) {
+    let mut h = blake3::Hasher::new();
+    for e in entries {
+        h.update(&(e.key.len() as u64).to_be_bytes());
+        h.update(&e.key);
+    }
+    let hash = h.finalize();
+    let b = hash.as_bytes();
+    let uidvalidity = u32::from_be_bytes([b[0], b[1], b[2], b[3]]).max(1);
+    (uidvalidity, (1..=entries.len() as u32).collect())
+}
+
+/// Dovecot's UIDs and UIDVALIDITY from the folder's backed-up `dovecot-uidlist`, with
+/// `entries` put in UID order, when the list gives every message a UID of its own and
+/// names its UIDVALIDITY; else `None` (and `entries` as they were).
+fn dovecot_uids(data: &[u8], entries: &mut [MessageEntry]) -> Option<(u32, Vec<u32>)> {
+    let first = data.split(|&b| b == b'\n').next()?;
+    let first = std::str::from_utf8(first).ok()?;
+    let mut words = first.split_ascii_whitespace();
+    let uidvalidity: u32 = match words.next()? {
+        "3" => words.find_map(|w| w.strip_prefix('V'))?.parse().ok()?,
+        "1" => words.next()?.parse().ok()?,
+        _ => return None,
+    };
+    let map = mailvault_core::imap::names::parse_uidlist(data);
+    let mut uids = Vec::with_capacity(entries.len());
+    for e in entries.iter() {
+        uids.push(*map.get(&e.key).filter(|&&u| u > 0)?);
+    }
+    let mut sorted = uids.clone();
+    sorted.sort_unstable();
+    sorted.dedup();
+    if sorted.len() != uids.len() || uidvalidity == 0 {
+        return None;
+    }
+    entries.sort_by_key(|e| map.get(&e.key).copied().unwrap_or(0));
+    Some((uidvalidity, sorted))
+}
+
+/// Whether `name` matches LIST pattern `pat`: `*` matches anything, `%` anything but the
+/// delimiter.
+pub fn matches(pat: &str, name: &str) -> bool {
+    let (p, n): (Vec<char>, Vec<char>) = (pat.chars().collect(), name.chars().collect());
+    // Positions of the pattern reachable after each name character (a small NFA walk:
+    // linear in both, whatever the number of wildcards).
+    let mut states = vec![false; p.len() + 1];
+    states[0] = true;
+    close(&p, &mut states);
+    for &c in &n {
+        let mut next = vec![false; p.len() + 1];
+        for i in 0..p.len() {
+            if !states[i] {
+                continue;
+            }
+            match p[i] {
+                '*' => next[i] = true,
+                '%' if c != DELIMITER => next[i] = true,
+                '%' => {}
+                x if x == c => next[i + 1] = true,
+                _ => {}
+            }
+        }
+        close(&p, &mut next);
+        states = next;
+    }
+    states[p.len()]
+}
+
+/// Adds the states reachable by letting a wildcard match nothing.
+fn close(p: &[char], states: &mut [bool]) {
+    for i in 0..p.len() {
+        if states[i] && (p[i] == '*' || p[i] == '%') {
+            states[i + 1] = true;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn list_patterns() {
+        assert!(matches("*", "Snapshots/2024-01-01 10:00/INBOX"));
+        assert!(matches("%", "INBOX"));
+        assert!(!matches("%", "Archive/2023"));
+        assert!(matches("Archive/%", "Archive/2023"));
+        assert!(matches("Snap*INBOX", "Snapshots/x/INBOX"));
+        assert!(!matches("Snap*INBOX", "Snapshots/x/INBOX2"));
+        assert!(matches("", ""));
+        assert!(!matches("", "INBOX"));
+        assert!(!matches("INBOX", "INBOX/x"));
+    }
+
+    fn entry(key: &str, secs: i64) -> MessageEntry {
+        MessageEntry {
+            key: key.as_bytes().to_vec(),
+            name: key.as_bytes().to_vec(),
+            new: false,
+            size: 0,
+            mtime: mailvault_core::repo::tree::Timestamp { secs, nanos: 0 },
+            mode: 0,
+            uid: 0,
+            gid: 0,
+            hash: mailvault_core::Id([0; 32]),
+            content: Vec::new(),
+            from: String::new(),
+            subject: String::new(),
+            date: None,
+        }
+    }
+
+    #[test]
+    fn dovecot_uids_only_when_they_cover_the_folder() {
+        let list = b"3 V42 N9 G0\n8 :b:2,S\n3 W12 :a\n";
+        let mut e = vec![entry("a", 2), entry("b", 1)];
+        let (uv, uids) = dovecot_uids(list, &mut e).unwrap();
+        assert_eq!((uv, uids), (42, vec![3, 8]));
+        assert_eq!(e[0].key, b"a", "in UID order");
+        let v1 = b"1 77 9\n4 a:2,S\n";
+        assert_eq!(
+            dovecot_uids(v1, &mut [entry("a", 1)]).unwrap(),
+            (77, vec![4])
+        );
+        let mut missing = vec![entry("a", 1), entry("c", 2)];
+        assert!(dovecot_uids(list, &mut missing).is_none());
+        assert_eq!(missing[1].key, b"c", "left as it was");
+        let twice = b"3 V42 N9\n3 :a\n3 :b\n";
+        assert!(dovecot_uids(twice, &mut [entry("a", 1), entry("b", 2)]).is_none());
+        assert!(dovecot_uids(b"3 N9\n3 :a\n", &mut [entry("a", 1)]).is_none());
+        let (uv, uids) = derived_uids(&[entry("x", 1), entry("y", 2)]);
+        assert_eq!(uids, [1, 2]);
+        assert_ne!(uv, derived_uids(&[entry("y", 1), entry("x", 2)]).0);
+    }
+
+    #[test]
+    fn snapshot_levels() {
+        assert_eq!(
+            snapshot_level(1704103200, "abcdef0123", false),
+            "2024-01-01 10:00"
+        );
+        assert_eq!(
+            snapshot_level(1704103259, "abcdef0123", true),
+            "2024-01-01 10:00 abcdef01"
+        );
+    }
+
+    #[test]
+    fn parents_are_added_once() {
+        let b = |n: &str| ViewBox {
+            name: n.into(),
+            place: None,
+            special: None,
+            has_children: false,
+        };
+        let out = with_parents(vec![b("A/B/C"), b("A"), b("INBOX")]);
+        let names: Vec<_> = out
+            .iter()
+            .map(|b| (b.name.as_str(), b.has_children))
+            .collect();
+        assert_eq!(
+            names,
+            [
+                ("A", true),
+                ("A/B", true),
+                ("A/B/C", false),
+                ("INBOX", false)
+            ]
+        );
+    }
+}
