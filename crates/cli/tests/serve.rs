@@ -668,7 +668,16 @@ fn a_folder_downloads_as_an_mbox_that_python_and_our_reader_read_back_exactly() 
     let mut py = py.as_array().unwrap().clone();
     py.sort_by_key(|v| v.to_string());
     assert_eq!(py, want);
-    // One folder, without its subfolders.
+    // One folder, without its subfolders: its pages and its mbox.
+    let archive = q(
+        "/api/v1/messages",
+        &[
+            ("snapshot", &id),
+            ("account", ACCOUNT),
+            ("folder", "Archive"),
+        ],
+    );
+    assert_eq!(s.api(&archive, &me)["total"], 1);
     let r = s.get(&url("Archive"), Some(&me));
     assert_eq!(r.status(), StatusCode::OK);
     let archive = r.bytes().unwrap();

@@ -58,8 +58,9 @@ pub async fn folder_mbox(State(st): State<AppState>, Params(q): Params<FolderQ>)
 
 pub async fn message(State(st): State<AppState>, Params(p): Params<Place>) -> Answer {
     let f = reply::found(&st, p.clone()).await?;
-    let (live, cache, hash) = (reply::live(&st).await?, st.0.cache.clone(), f.entry.hash);
-    let holders = blocking(move || read::holders(live.repo(), &cache, &hash)).await?;
+    let (live, hash) = (reply::live(&st).await?, f.entry.hash);
+    let holders =
+        blocking(move || read::holders(live.repo(), live.searcher().places(), &hash)).await?;
     let d = crate::mail::decode(&f.raw);
     to_json(json!({
         "id": f.entry.hash.to_hex(),

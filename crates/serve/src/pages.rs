@@ -168,8 +168,9 @@ pub async fn message(
     Params(p): Params<Place>,
 ) -> Page {
     let f = reply::found(&st, p.clone()).await?;
-    let (live, cache, hash) = (reply::live(&st).await?, st.0.cache.clone(), f.entry.hash);
-    let holders = blocking(move || read::holders(live.repo(), &cache, &hash)).await?;
+    let (live, hash) = (reply::live(&st).await?, f.entry.hash);
+    let holders =
+        blocking(move || read::holders(live.repo(), live.searcher().places(), &hash)).await?;
     let d = crate::mail::decode(&f.raw);
     let params = place_params(&p);
     let body = html! {

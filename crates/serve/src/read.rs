@@ -5,13 +5,13 @@
 //! content (the places map search keeps).
 
 use mailvault_core::model::assemble::assemble;
-use mailvault_core::model::{folder_name, select_accounts};
+use mailvault_core::model::folder_name;
 use mailvault_core::ops::ls::{ls, AccountInfo, FolderInfo, Listing, MessageInfo};
+use mailvault_core::repo::snapshot::Snapshot;
 use mailvault_core::repo::tree::{AccountTree, FolderNode, MessageEntry, RootTree};
 use mailvault_core::search::places::{Places, Scope};
 use mailvault_core::{Error, Id, Repository, Result};
 use serde::Serialize;
-use std::path::Path;
 use std::sync::{Arc, Mutex, MutexGuard};
 
 /// A snapshot as the pages and the API show it.
@@ -116,7 +116,7 @@ type FolderKey = (String, String, String);
 #[derive(Default)]
 pub struct FolderCache {
     /// Most recently used last.
-    entries: Vec<(FolderKey, Arc<Vec<MessageInfo>>)>,
+    entries: Vec<(FolderKey, Arc<FolderList>)>,
 }
 
 /// Folders kept at most.
@@ -125,7 +125,7 @@ const CACHED_FOLDERS: usize = 4;
 const CACHED_MESSAGES: usize = 400_000;
 
 impl FolderCache {
-    fn get(&mut self, k: &FolderKey) -> Option<Arc<Vec<MessageInfo>>> {
+    fn get(&mut self, k: &FolderKey) -> Option<Arc<FolderList>> {
         let i = self.entries.iter().position(|(x, _)| x == k)?;
         let e = self.entries.remove(i);
         let v = e.1.clone();
@@ -133,11 +133,11 @@ impl FolderCache {
         Some(v)
     }
 
-    fn put(&mut self, k: FolderKey, v: Arc<Vec<MessageInfo>>) {
+    fn put(&mut self, k: FolderKey, v: Arc<FolderList>) {
         self.entries.retain(|(x, _)| *x != k);
         self.entries.push((k, v));
-        let held = |e: &[(FolderKey, Arc<Vec<MessageInfo>>)]| -> usize {
-            e.iter().map(|(_, v)| v.len()).sum()
+        let held = |e: &[(FolderKey, Arc<FolderList>)]| -> usize {
+            e.iter().map(|(_, v)| v.sorted.len()).sum()
         };
         while self.entries.len() > 1
             && (self.entries.len() > CACHED_FOLDERS || held(&self.entries) > CACHED_MESSAGES)
@@ -151,9 +151,63 @@ impl FolderCache {
     }
 }
 
+/// A folder's messages as the pages show them, newest first (by Date header, else
+/// internal date; then by key), and which of the folder's chunks holds each message's
+/// entry: a message page then reads that chunk alone, not the folder up to it.
+pub struct FolderList {
+    pub sorted: Vec<MessageInfo>,
+    chunk_of: std::collections::HashMap<String, u32>,
+}
+
+/// The folder named exactly `folder` (not a subfolder) of `account` in snapshot `snap`.
+fn folder_node(
+    repo: &Repository,
+    snap: &Snapshot,
+    account: &str,
+    folder: &str,
+) -> Result<FolderNode> {
+    let Some(folders) = account_folders(repo, snap, account)? else {
+        return Err(Error::NotFound(format!("no account {account:?}")));
+    };
+    (folders.into_iter().find(|f| folder_name(f) == folder))
+        .ok_or_else(|| Error::NotFound(format!("no folder {folder:?}")))
+}
+
+/// The folder's [`FolderList`], from `cache` or read (all its chunks) and kept there.
+fn folder_list(
+    repo: &Repository,
+    cache: &Mutex<FolderCache>,
+    snap: &Snapshot,
+    (account, folder): (&str, &str),
+) -> Result<(Arc<FolderList>, FolderNode)> {
+    let node = folder_node(repo, snap, account, folder)?;
+    let key = (snap.id.to_hex(), account.to_string(), folder.to_string());
+    if let Some(v) = lock(cache).get(&key) {
+        return Ok((v, node));
+    }
+    // The chunks read on every core: each is decrypted and decompressed on its own.
+    use rayon::prelude::*;
+    let chunks = repo.folder_chunks(&node)?;
+    let read: Vec<Vec<MessageEntry>> = (chunks.par_iter())
+        .map(|c| repo.read_chunk(c))
+        .collect::<Result<_>>()?;
+    let mut sorted = Vec::with_capacity(node.messages as usize);
+    let mut chunk_of = std::collections::HashMap::with_capacity(node.messages as usize);
+    for (i, entries) in read.into_iter().enumerate() {
+        for m in entries {
+            let info = MessageInfo::of(account, folder, m);
+            chunk_of.insert(info.key.clone(), i as u32);
+            sorted.push(info);
+        }
+    }
+    sorted.par_sort_unstable_by(|a, b| sort_date(b).cmp(&sort_date(a)).then(a.key.cmp(&b.key)));
+    let list = Arc::new(FolderList { sorted, chunk_of });
+    lock(cache).put(key, list.clone());
+    Ok((list, node))
+}
+
 /// Page `page` (from 1) of `folder`'s messages in `account` of snapshot `id`, newest
-/// first (by Date header, else internal date; then by key); the folder read and sorted
-/// once, then kept in `cache`.
+/// first; the folder read and sorted once, then kept in `cache`.
 pub fn messages(
     repo: &Repository,
     cache: &Mutex<FolderCache>,
@@ -162,25 +216,9 @@ pub fn messages(
     page_size: usize,
 ) -> Result<Page> {
     check_snapshot_id(id)?;
-    let full = repo.find_snapshot(&id.to_ascii_lowercase())?.id.to_hex();
-    let key = (full, account.to_string(), folder.to_string());
-    let kept = lock(cache).get(&key);
-    let all = match kept {
-        Some(v) => v,
-        None => {
-            let mut all = Vec::new();
-            let mut each = |m: MessageInfo| {
-                all.push(m);
-                Ok(())
-            };
-            ls(repo, &key.0, Some(account), Some(folder), &mut each)?;
-            all.sort_by(|a, b| sort_date(b).cmp(&sort_date(a)).then(a.key.cmp(&b.key)));
-            let all = Arc::new(all);
-            lock(cache).put(key, all.clone());
-            all
-        }
-    };
-    Ok(page_of(&all, page, page_size))
+    let snap = repo.find_snapshot(&id.to_ascii_lowercase())?;
+    let (list, _) = folder_list(repo, cache, &snap, (account, folder))?;
+    Ok(page_of(&list.sorted, page, page_size))
 }
 
 /// Page `page` (from 1, clamped) of `all`.
@@ -223,43 +261,32 @@ pub struct Found {
     pub raw: Vec<u8>,
 }
 
-/// The message at `p`.
-pub fn message(repo: &Repository, p: &Place) -> Result<Found> {
+/// The message at `p`: its folder's chunk that holds it (the folder listed once, then
+/// kept in `cache`, as for its pages).
+pub fn message(repo: &Repository, cache: &Mutex<FolderCache>, p: &Place) -> Result<Found> {
     check_snapshot_id(&p.snapshot)?;
     let snap = repo.find_snapshot(&p.snapshot.to_ascii_lowercase())?;
-    let root: RootTree = repo.read_tree(&snap.root)?;
+    let (list, node) = folder_list(repo, cache, &snap, (&p.account, &p.folder))?;
     let not_found = || Error::NotFound(format!("no message {:?} in that folder", p.key));
-    for a in select_accounts(root, std::slice::from_ref(&p.account))? {
-        if a.name != p.account {
-            continue;
-        }
-        let t: AccountTree = repo.read_tree(&a.tree)?;
-        let Some(f) = t.folders.iter().find(|f| folder_name(f) == p.folder) else {
-            return Err(Error::NotFound(format!("no folder {:?}", p.folder)));
-        };
-        for c in &repo.folder_chunks(f)? {
-            if let Some(entry) = (repo.read_chunk(c)?)
-                .into_iter()
-                .find(|m| m.key == p.key.as_bytes())
-            {
-                let raw = assemble(repo, &entry.content, entry.size, Some(&entry.hash))?;
-                return Ok(Found {
-                    snapshot: SnapRow::of(&snap),
-                    entry,
-                    raw,
-                });
-            }
-        }
-        return Err(not_found());
-    }
-    Err(Error::NotFound(format!("no account {:?}", p.account)))
+    let i = *list.chunk_of.get(&p.key).ok_or_else(not_found)? as usize;
+    let chunks = repo.folder_chunks(&node)?;
+    let chunk = chunks.get(i).ok_or_else(not_found)?;
+    let entry = (repo.read_chunk(chunk)?.into_iter())
+        .find(|m| m.key == p.key.as_bytes())
+        .ok_or_else(not_found)?;
+    let raw = assemble(repo, &entry.content, entry.size, Some(&entry.hash))?;
+    Ok(Found {
+        snapshot: SnapRow::of(&snap),
+        entry,
+        raw,
+    })
 }
 
 /// The folders of `account` in snapshot `snap`, as stored; `None` when the snapshot has
 /// no such account (the IMAP view walks every snapshot of one account this way).
 pub fn account_folders(
     repo: &Repository,
-    snap: &mailvault_core::repo::snapshot::Snapshot,
+    snap: &Snapshot,
     account: &str,
 ) -> Result<Option<Vec<FolderNode>>> {
     let root: RootTree = repo.read_tree(&snap.root)?;
@@ -305,10 +332,9 @@ pub struct Holder {
     pub last_time: i64,
 }
 
-/// The snapshots that hold content `hash`, as runs per folder (the places map in the
-/// search cache `cache`, brought up to date).
-pub fn holders(repo: &Repository, cache: &Path, hash: &Id) -> Result<Vec<Holder>> {
-    let places = Places::open(repo, Some(cache), None)?;
+/// The snapshots that hold content `hash`, as runs per folder (from the places map the
+/// server's searcher holds open).
+pub fn holders(repo: &Repository, places: &Places, hash: &Id) -> Result<Vec<Holder>> {
     let view = places.view(repo, &Scope::All)?;
     let mut out: Vec<Holder> = (places.records_of(hash))
         .filter_map(|r| {
@@ -381,19 +407,26 @@ mod tests {
         }
     }
 
+    fn list(sorted: Vec<MessageInfo>) -> Arc<FolderList> {
+        Arc::new(FolderList {
+            sorted,
+            chunk_of: Default::default(),
+        })
+    }
+
     #[test]
     fn the_folders_used_last_are_kept() {
         let mut c = FolderCache::default();
         let k = |i: usize| (format!("{i}"), String::new(), String::new());
         for i in 0..CACHED_FOLDERS {
-            c.put(k(i), Arc::new(vec![info("a")]));
+            c.put(k(i), list(vec![info("a")]));
         }
         assert!(c.get(&k(0)).is_some());
-        c.put(k(99), Arc::new(vec![info("b")]));
+        c.put(k(99), list(vec![info("b")]));
         assert!(c.get(&k(1)).is_none(), "the least recently used goes");
         assert!(c.get(&k(0)).is_some() && c.get(&k(99)).is_some());
         let big: Vec<MessageInfo> = (0..CACHED_MESSAGES).map(|_| info("x")).collect();
-        c.put(k(7), Arc::new(big));
+        c.put(k(7), list(big));
         assert_eq!(c.entries.len(), 1, "a large folder pushes out the others");
         assert!(c.get(&k(7)).is_some());
         c.clear();

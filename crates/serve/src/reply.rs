@@ -183,7 +183,7 @@ pub async fn found(
     place: crate::read::Place,
 ) -> Result<crate::read::Found, Failure> {
     let st = st.clone();
-    blocking(move || crate::read::message(st.live()?.repo(), &place)).await
+    blocking(move || crate::read::message(st.live()?.repo(), &st.0.folders, &place)).await
 }
 
 /// A page of a folder's messages (`read::messages`, with the server's folder cache), read

@@ -124,6 +124,12 @@ impl<'r> Searcher<'r> {
         })
     }
 
+    /// The places map it searches with: where each content is, per snapshot (a server
+    /// answers "which snapshots hold this message" from it without reading it again).
+    pub fn places(&self) -> &Places {
+        &self.places
+    }
+
     /// Runs `query`.
     pub fn search(&self, query: &Query, opts: &SearchOptions) -> Result<SearchResult> {
         run(self.repo, &self.places, &self.index, query, opts)
