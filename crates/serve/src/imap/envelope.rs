@@ -4,6 +4,7 @@
 //! Sender and Reply-To default to From (RFC 3501, 7.4.2). A group's addresses are listed
 //! without the group's markers.
 
+use super::mime::raw_field;
 use imap_codec::imap_types::core::{IString, NString};
 use imap_codec::imap_types::envelope::{Address, Envelope};
 
@@ -51,32 +52,6 @@ fn address(a: &mail_parser::Addr<'_>) -> Option<Address<'static>> {
 /// a NUL byte, which neither can carry, is NIL).
 fn nstring(v: Option<Vec<u8>>) -> NString<'static> {
     NString(v.and_then(|v| IString::try_from(v).ok()))
-}
-
-/// The value of the first field `name` of `header`, unfolded and trimmed.
-fn raw_field(header: &[u8], name: &[u8]) -> Option<Vec<u8>> {
-    let mut value: Option<Vec<u8>> = None;
-    for line in header.split_inclusive(|&b| b == b'\n') {
-        let folded = matches!(line.first(), Some(b' ' | b'\t'));
-        match (&mut value, folded) {
-            (Some(v), true) => v.extend_from_slice(line),
-            (Some(_), false) => break,
-            (None, false) => {
-                let Some(colon) = line.iter().position(|&b| b == b':') else {
-                    continue;
-                };
-                if line[..colon].trim_ascii_end().eq_ignore_ascii_case(name) {
-                    value = Some(line[colon + 1..].to_vec());
-                }
-            }
-            (None, true) => {}
-        }
-    }
-    let v: Vec<u8> = value?
-        .into_iter()
-        .filter(|&b| b != b'\r' && b != b'\n')
-        .collect();
-    Some(v.trim_ascii().to_vec())
 }
 
 #[cfg(test)]

@@ -144,8 +144,15 @@ fn split(raw: &[u8], r: Range<usize>, boundary: &[u8]) -> Vec<Range<usize>> {
     out
 }
 
-/// The value of the first field `name` of `header`, unfolded (line breaks removed).
+/// The value of the first field `name` of `header`, unfolded and trimmed, as text.
 pub fn field(header: &[u8], name: &[u8]) -> Option<String> {
+    let v = raw_field(header, name)?;
+    Some(String::from_utf8_lossy(&v).into_owned())
+}
+
+/// The value of the first field `name` of `header`, unfolded (line breaks removed) and
+/// trimmed, as bytes.
+pub fn raw_field(header: &[u8], name: &[u8]) -> Option<Vec<u8>> {
     let mut value: Option<Vec<u8>> = None;
     for line in header.split_inclusive(|&b| b == b'\n') {
         let folded = matches!(line.first(), Some(b' ' | b'\t'));
@@ -166,7 +173,7 @@ pub fn field(header: &[u8], name: &[u8]) -> Option<String> {
         .into_iter()
         .filter(|&b| b != b'\r' && b != b'\n')
         .collect();
-    Some(String::from_utf8_lossy(v.trim_ascii()).into_owned())
+    Some(v.trim_ascii().to_vec())
 }
 
 /// A content type (lower-case type and subtype) and its parameters.
