@@ -17,7 +17,7 @@
 
 mod common;
 
-use common::serve::{plain, put, start, token_file, Server, ACCOUNT, TOKEN};
+use common::serve::{plant, put, start, token_file, Server, ACCOUNT, TOKEN};
 use common::Env;
 use fantoccini::actions::{InputSource, KeyAction, KeyActions};
 use fantoccini::key::Key;
@@ -136,28 +136,7 @@ async fn assert_quiet_console(c: &Client, page: &str) {
 fn repository(hostile: Option<&str>) -> Env {
     let e = Env::new();
     let mail = e.path("mail");
-    put(
-        &mail,
-        "",
-        "old:2,S",
-        &plain("oldest", "Mon, 01 Jan 2024 10:00:00 +0000", "first"),
-    );
-    put(
-        &mail,
-        "",
-        "zebra:2,S",
-        &plain(
-            "planted",
-            "Wed, 03 Jan 2024 10:00:00 +0000",
-            "the zebraquartz word",
-        ),
-    );
-    put(
-        &mail,
-        ".Archive",
-        "arch:2,S",
-        &plain("archived", "Tue, 02 Jan 2024 10:00:00 +0000", "kept"),
-    );
+    plant(&mail);
     if let Some(h) = hostile {
         put(&mail, "", "hostile:2,", h);
     }

@@ -11,7 +11,7 @@
 mod common;
 
 use common::serve::{
-    assert_headers, plain, put, q, start, token_file, JsonValue, Server, Session, ACCOUNT,
+    assert_headers, plain, plant, put, q, start, token_file, JsonValue, Server, Session, ACCOUNT,
     FRAME_CSP, PAGES_CSP, TOKEN,
 };
 use common::Env;
@@ -41,29 +41,8 @@ MIME-Version: 1.0\r\nContent-Type: multipart/mixed; boundary=B\r\n\r\n\
 fn repository() -> Env {
     let e = Env::new();
     let mail = e.path("mail");
-    put(
-        &mail,
-        "",
-        "old:2,S",
-        &plain("oldest", "Mon, 01 Jan 2024 10:00:00 +0000", "first"),
-    );
-    put(
-        &mail,
-        "",
-        "zebra:2,S",
-        &plain(
-            "planted",
-            "Wed, 03 Jan 2024 10:00:00 +0000",
-            "the zebraquartz word",
-        ),
-    );
+    plant(&mail);
     put(&mail, "", "hostile:2,", HOSTILE);
-    put(
-        &mail,
-        ".Archive",
-        "arch:2,S",
-        &plain("archived", "Tue, 02 Jan 2024 10:00:00 +0000", "kept"),
-    );
     put(
         &mail,
         ".Archive.2023",

@@ -26,6 +26,33 @@ pub fn plain(subject: &str, date: &str, body: &str) -> String {
     )
 }
 
+/// Plants the messages every web test starts from in the account under `mail`: INBOX's
+/// `old` (seen) and `zebra` (seen, the word `zebraquartz`), and Archive's `arch`.
+pub fn plant(mail: &Path) {
+    put(
+        mail,
+        "",
+        "old:2,S",
+        &plain("oldest", "Mon, 01 Jan 2024 10:00:00 +0000", "first"),
+    );
+    put(
+        mail,
+        "",
+        "zebra:2,S",
+        &plain(
+            "planted",
+            "Wed, 03 Jan 2024 10:00:00 +0000",
+            "the zebraquartz word",
+        ),
+    );
+    put(
+        mail,
+        ".Archive",
+        "arch:2,S",
+        &plain("archived", "Tue, 02 Jan 2024 10:00:00 +0000", "kept"),
+    );
+}
+
 /// Writes message `name` into folder `dir` (`""`: INBOX) of the account; its path.
 pub fn put(root: &Path, dir: &str, name: &str, data: &str) -> std::path::PathBuf {
     let folder = root.join("example.org/alice/Maildir").join(dir);
