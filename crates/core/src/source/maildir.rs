@@ -403,8 +403,11 @@ impl MaildirSource {
 /// Times in a row a folder is listed again for messages renamed before they could be
 /// read without reading any of them: a server renaming faster than the messages are read
 /// (a client toggling flags on a whole folder) is followed as long as each listing gets
-/// some of them read.
+/// some of them read, and at least [`VANISHED_TIME`] after the last that did (ten
+/// listings can pass in a few milliseconds on a busy machine).
 const VANISHED_ROUNDS: u32 = 10;
+/// See [`VANISHED_ROUNDS`].
+const VANISHED_TIME: std::time::Duration = std::time::Duration::from_secs(3);
 
 impl Source for MaildirSource {
     type Session = ();
@@ -700,6 +703,7 @@ fn read_new(
     let mut entries: Vec<Option<MessageEntry>> = vec![None; to_read.len()];
     let mut pending: Vec<(usize, MessageFile)> = to_read.into_iter().enumerate().collect();
     let mut fruitless = 0;
+    let mut progress = std::time::Instant::now();
     loop {
         let before = pending.len();
         let l: &Listing = listing;
@@ -725,15 +729,19 @@ fn read_new(
             break;
         }
         fruitless = match vanished.len() < before {
-            true => 0,
+            true => {
+                progress = std::time::Instant::now();
+                0
+            }
             false => fruitless + 1,
         };
+        let follow = fruitless < VANISHED_ROUNDS || progress.elapsed() < VANISHED_TIME;
         *listing = list_in(dir, &mut |_, _| {});
         let now = std::mem::take(&mut listing.files);
         pending = Vec::new();
         for (i, file) in vanished {
             match now.find(file.key()).map(|f| f.owned()) {
-                Some(renamed) if fruitless < VANISHED_ROUNDS => pending.push((i, renamed)),
+                Some(renamed) if follow => pending.push((i, renamed)),
                 Some(renamed) => out.fail(
                     renamed.path(&f.path).display().to_string(),
                     "renamed again each time it was read; not in this snapshot",
