@@ -10,22 +10,6 @@ use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-fn put(maildir: &Path, folder: &str, sub: &str, name: &str, body: &[u8], mtime: i64) {
-    let dir = maildir.join(folder);
-    for s in ["cur", "new", "tmp"] {
-        fs::create_dir_all(dir.join(s)).unwrap();
-    }
-    let p = dir.join(sub).join(name);
-    fs::write(&p, body).unwrap();
-    let t = std::time::UNIX_EPOCH + std::time::Duration::from_secs(mtime as u64);
-    fs::File::options()
-        .write(true)
-        .open(&p)
-        .unwrap()
-        .set_modified(t)
-        .unwrap();
-}
-
 fn msg(rcpt: &str, n: usize) -> Vec<u8> {
     format!(
         "Delivered-To: {rcpt}\nReceived: by mx for <{rcpt}>; Tue, 2 Jan 2024 00:00:00 +0000\nFrom: Team <team@example.org>\nSubject: update {n}\nDate: Tue, 2 Jan 2024 00:00:00 +0000\n\n{}\n",
@@ -40,7 +24,7 @@ fn store(root: &Path) {
         let md = root.join("example.org").join(user).join("Maildir");
         let rcpt = format!("{user}@example.org");
         for n in 0..30 {
-            put(
+            common::put_msg(
                 &md,
                 "",
                 "cur",
@@ -49,7 +33,7 @@ fn store(root: &Path) {
                 1_700_000_000 + n as i64,
             );
         }
-        put(
+        common::put_msg(
             &md,
             "",
             "new",
@@ -57,7 +41,7 @@ fn store(root: &Path) {
             &msg(&rcpt, 99),
             1_700_100_000,
         );
-        put(
+        common::put_msg(
             &md,
             ".Sent",
             "cur",
@@ -65,7 +49,7 @@ fn store(root: &Path) {
             &msg(&rcpt, 200),
             1_700_200_000,
         );
-        put(
+        common::put_msg(
             &md,
             ".Archive.2023",
             "cur",
@@ -136,7 +120,7 @@ fn incremental_reads_only_new_messages() {
     .unwrap();
     fs::remove_file(bob.join("cur/1700000003.M1P3.mx,S=1:2,S")).unwrap();
     let fresh = msg("bob@example.org", 1000);
-    put(&bob, "", "new", "1700300000.M1P1.mx", &fresh, 1_700_300_000);
+    common::put_msg(&bob, "", "new", "1700300000.M1P1.mx", &fresh, 1_700_300_000);
 
     let second = e.json(0, &["backup", &format!("maildir:{}", src.display())]);
     assert_eq!(second["items_total"], 66);
@@ -181,7 +165,7 @@ fn unchanged_messages_are_known_by_name_unless_asked_to_stat() {
     e.json(0, &["backup", src.to_str().unwrap()]);
     // Against Maildir's rules, a message edited in place under the same name.
     let f = src.join("example.org/bob/Maildir/cur/1700000005.M1P5.mx,S=1:2,S");
-    put(
+    common::put_msg(
         f.parent().unwrap().parent().unwrap(),
         "",
         "cur",
@@ -451,7 +435,7 @@ fn linked_folders_cur_new_and_accounts_are_reported_not_followed() {
     let elsewhere = e.path("elsewhere");
     for n in 0..3 {
         let body = b"Subject: elsewhere\n\nnot this store's\n";
-        put(
+        common::put_msg(
             &elsewhere,
             "",
             "cur",
@@ -459,7 +443,7 @@ fn linked_folders_cur_new_and_accounts_are_reported_not_followed() {
             body,
             1_700_000_000,
         );
-        put(
+        common::put_msg(
             &elsewhere,
             "",
             "new",
@@ -524,7 +508,7 @@ fn big_store(md: &Path, n: usize, size: usize) {
             x ^= x << 17;
             body.extend_from_slice(&x.to_le_bytes());
         }
-        put(
+        common::put_msg(
             md,
             "",
             "cur",

@@ -94,20 +94,8 @@ fn messages() -> Vec<(&'static str, &'static str, Vec<u8>, i64)> {
 fn write_source(root: &Path) {
     let md = root.join("example.org/alice/Maildir");
     for (dir, name, data, mtime) in messages() {
-        let folder = md.join(dir);
-        for sub in ["cur", "new", "tmp"] {
-            fs::create_dir_all(folder.join(sub)).unwrap();
-        }
         let sub = if name.contains(":2,") { "cur" } else { "new" };
-        let p = folder.join(sub).join(name);
-        fs::write(&p, data).unwrap();
-        let t = std::time::UNIX_EPOCH + std::time::Duration::from_secs(mtime as u64);
-        fs::File::options()
-            .write(true)
-            .open(&p)
-            .unwrap()
-            .set_modified(t)
-            .unwrap();
+        common::put_msg(&md, dir, sub, name, &data, mtime);
     }
     fs::write(md.join("dovecot-keywords"), "0 Important\n").unwrap();
     fs::write(md.join("dovecot-uidlist"), uidlist(&INBOX_UIDS[..3])).unwrap();

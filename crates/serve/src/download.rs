@@ -95,8 +95,8 @@ fn stream(st: &AppState, q: &FolderQ, tx: mpsc::Sender<Item>) {
                     f.error
                 );
                 let text = format!(
-                    "{} message(s) of the folder could not be read ({}: {}); \
-                     `mailvault check` tells more",
+                    "{} message(s) or file(s) of the folder failed ({}: {}); \
+                     `mailvault check` tells whether the repository is damaged",
                     report.failures.len(),
                     f.item,
                     f.error

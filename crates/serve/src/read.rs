@@ -8,7 +8,7 @@ use mailvault_core::model::assemble::assemble;
 use mailvault_core::model::folder_name;
 use mailvault_core::ops::ls::{ls, AccountInfo, FolderInfo, Listing, MessageInfo};
 use mailvault_core::repo::snapshot::Snapshot;
-use mailvault_core::repo::tree::{AccountTree, FolderNode, MessageEntry, RootTree};
+use mailvault_core::repo::tree::{AccountTree, ChunkRef, FolderNode, MessageEntry, RootTree};
 use mailvault_core::search::places::{Places, Scope};
 use mailvault_core::{Error, Id, Repository, Result};
 use serde::Serialize;
@@ -156,6 +156,9 @@ impl FolderCache {
 /// entry: a message page then reads that chunk alone, not the folder up to it.
 pub struct FolderList {
     pub sorted: Vec<MessageInfo>,
+    /// The folder's chunks (a cached folder's message is found without reading the
+    /// snapshot's trees again).
+    chunks: Vec<ChunkRef>,
     chunk_of: std::collections::HashMap<String, u32>,
 }
 
@@ -173,24 +176,19 @@ fn folder_node(
         .ok_or_else(|| Error::NotFound(format!("no folder {folder:?}")))
 }
 
-/// The folder's [`FolderList`], from `cache` or read (all its chunks) and kept there.
+/// The folder's [`FolderList`], from `cache`, or read (all its chunks) and kept there.
 fn folder_list(
     repo: &Repository,
     cache: &Mutex<FolderCache>,
     snap: &Snapshot,
     (account, folder): (&str, &str),
-) -> Result<(Arc<FolderList>, FolderNode)> {
-    let node = folder_node(repo, snap, account, folder)?;
+) -> Result<Arc<FolderList>> {
     let key = (snap.id.to_hex(), account.to_string(), folder.to_string());
     if let Some(v) = lock(cache).get(&key) {
-        return Ok((v, node));
+        return Ok(v);
     }
-    // The chunks read on every core: each is decrypted and decompressed on its own.
-    use rayon::prelude::*;
-    let chunks = repo.folder_chunks(&node)?;
-    let read: Vec<Vec<MessageEntry>> = (chunks.par_iter())
-        .map(|c| repo.read_chunk(c))
-        .collect::<Result<_>>()?;
+    let node = folder_node(repo, snap, account, folder)?;
+    let (chunks, read) = read_chunks(repo, &node)?;
     let mut sorted = Vec::with_capacity(node.messages as usize);
     let mut chunk_of = std::collections::HashMap::with_capacity(node.messages as usize);
     for (i, entries) in read.into_iter().enumerate() {
@@ -200,10 +198,29 @@ fn folder_list(
             sorted.push(info);
         }
     }
+    use rayon::slice::ParallelSliceMut;
     sorted.par_sort_unstable_by(|a, b| sort_date(b).cmp(&sort_date(a)).then(a.key.cmp(&b.key)));
-    let list = Arc::new(FolderList { sorted, chunk_of });
+    let list = Arc::new(FolderList {
+        sorted,
+        chunks,
+        chunk_of,
+    });
     lock(cache).put(key, list.clone());
-    Ok((list, node))
+    Ok(list)
+}
+
+/// The chunks of folder `node` and their entries, in order; the chunks read on every core
+/// (each is decrypted and decompressed on its own).
+fn read_chunks(
+    repo: &Repository,
+    node: &FolderNode,
+) -> Result<(Vec<ChunkRef>, Vec<Vec<MessageEntry>>)> {
+    use rayon::prelude::*;
+    let chunks = repo.folder_chunks(node)?;
+    let read = (chunks.par_iter())
+        .map(|c| repo.read_chunk(c))
+        .collect::<Result<_>>()?;
+    Ok((chunks, read))
 }
 
 /// Page `page` (from 1) of `folder`'s messages in `account` of snapshot `id`, newest
@@ -217,7 +234,7 @@ pub fn messages(
 ) -> Result<Page> {
     check_snapshot_id(id)?;
     let snap = repo.find_snapshot(&id.to_ascii_lowercase())?;
-    let (list, _) = folder_list(repo, cache, &snap, (account, folder))?;
+    let list = folder_list(repo, cache, &snap, (account, folder))?;
     Ok(page_of(&list.sorted, page, page_size))
 }
 
@@ -266,11 +283,10 @@ pub struct Found {
 pub fn message(repo: &Repository, cache: &Mutex<FolderCache>, p: &Place) -> Result<Found> {
     check_snapshot_id(&p.snapshot)?;
     let snap = repo.find_snapshot(&p.snapshot.to_ascii_lowercase())?;
-    let (list, node) = folder_list(repo, cache, &snap, (&p.account, &p.folder))?;
+    let list = folder_list(repo, cache, &snap, (&p.account, &p.folder))?;
     let not_found = || Error::NotFound(format!("no message {:?} in that folder", p.key));
     let i = *list.chunk_of.get(&p.key).ok_or_else(not_found)? as usize;
-    let chunks = repo.folder_chunks(&node)?;
-    let chunk = chunks.get(i).ok_or_else(not_found)?;
+    let chunk = list.chunks.get(i).ok_or_else(not_found)?;
     let entry = (repo.read_chunk(chunk)?.into_iter())
         .find(|m| m.key == p.key.as_bytes())
         .ok_or_else(not_found)?;
@@ -299,26 +315,12 @@ pub fn account_folders(
 
 /// Every message entry of folder `f`, in the order stored.
 pub fn folder_entries(repo: &Repository, f: &FolderNode) -> Result<Vec<MessageEntry>> {
-    let mut out = Vec::with_capacity(f.messages as usize);
-    for c in &repo.folder_chunks(f)? {
-        out.extend(repo.read_chunk(c)?);
-    }
-    Ok(out)
+    Ok(read_chunks(repo, f)?.1.into_iter().flatten().collect())
 }
 
 /// The bytes of message `e` exactly as the backup stored them, checked against its hash.
 pub fn entry_bytes(repo: &Repository, e: &MessageEntry) -> Result<Vec<u8>> {
     assemble(repo, &e.content, e.size, Some(&e.hash))
-}
-
-/// The file `name` of folder `f` (`dovecot-keywords` ...), if it has one.
-pub fn folder_file(repo: &Repository, f: &FolderNode, name: &[u8]) -> Result<Option<Vec<u8>>> {
-    match f.files.iter().find(|x| x.name == name) {
-        Some(x) => Ok(Some(mailvault_core::model::assemble::assemble_file(
-            repo, x,
-        )?)),
-        None => Ok(None),
-    }
 }
 
 /// A run of snapshots that hold a content in one folder.
@@ -410,6 +412,7 @@ mod tests {
     fn list(sorted: Vec<MessageInfo>) -> Arc<FolderList> {
         Arc::new(FolderList {
             sorted,
+            chunks: Vec::new(),
             chunk_of: Default::default(),
         })
     }

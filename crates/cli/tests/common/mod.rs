@@ -261,11 +261,27 @@ pub fn contents(root: &Path) -> BTreeMap<(String, String), Vec<Vec<u8>>> {
 /// `account` (`user@domain`) in the store at `root` (`<domain>/<user>/Maildir`).
 pub fn maildir_message(root: &Path, account: &str, dir: &str, name: &str, data: &[u8]) {
     let (user, domain) = account.split_once('@').unwrap();
-    let folder = root.join(domain).join(user).join("Maildir").join(dir);
-    for sub in ["cur", "new", "tmp"] {
-        std::fs::create_dir_all(folder.join(sub)).unwrap();
+    let maildir = root.join(domain).join(user).join("Maildir");
+    write_msg(&maildir.join(dir), "cur", name, data);
+}
+
+/// Writes message file `name` into `sub` (`cur`, `new`) of the Maildir folder directory
+/// `folder` (made with its `cur`, `new` and `tmp`); its path.
+pub fn write_msg(folder: &Path, sub: &str, name: &str, data: &[u8]) -> PathBuf {
+    for s in ["cur", "new", "tmp"] {
+        fs::create_dir_all(folder.join(s)).unwrap();
     }
-    std::fs::write(folder.join("cur").join(name), data).unwrap();
+    let p = folder.join(sub).join(name);
+    fs::write(&p, data).unwrap();
+    p
+}
+
+/// [`write_msg`] into folder `folder` (`""`: INBOX) of `maildir`, with mtime `mtime`.
+pub fn put_msg(maildir: &Path, folder: &str, sub: &str, name: &str, body: &[u8], mtime: i64) {
+    let p = write_msg(&maildir.join(folder), sub, name, body);
+    let t = std::time::UNIX_EPOCH + std::time::Duration::from_secs(mtime as u64);
+    let f = fs::File::options().write(true).open(&p).unwrap();
+    f.set_modified(t).unwrap();
 }
 
 /// Directories and files anywhere under `root` whose names start with `prefix`.

@@ -56,16 +56,10 @@ pub fn plant(mail: &Path) {
 /// Writes message `name` into folder `dir` (`""`: INBOX) of the account; its path.
 pub fn put(root: &Path, dir: &str, name: &str, data: &str) -> std::path::PathBuf {
     let folder = root.join("example.org/alice/Maildir").join(dir);
-    for sub in ["cur", "new", "tmp"] {
-        fs::create_dir_all(folder.join(sub)).unwrap();
-    }
-    let p = folder.join("cur").join(name);
-    fs::write(&p, data).unwrap();
-    p
+    super::write_msg(&folder, "cur", name, data.as_bytes())
 }
 
-/// A repository of planted messages, backed up twice (the message `old` in both) and
-/// indexed; the token file (0600).
+/// The admin token file, of mode `mode`; its path.
 pub fn token_file(e: &Env, mode: u32) -> std::path::PathBuf {
     let p = e.path("token");
     fs::write(&p, format!("{TOKEN}\n")).unwrap();
@@ -127,7 +121,8 @@ pub fn start(e: &Env, extra: &[&str]) -> Server {
             base = Some(b.to_string());
         }
     }
-    let (Some(base), true) = (base, imap_port.is_some() || lines == 1) else {
+    let imap_missing = lines == 2 && imap_port.is_none();
+    let Some(base) = base.filter(|_| !imap_missing) else {
         let _ = child.kill();
         panic!(
             "serve did not start\n{}",

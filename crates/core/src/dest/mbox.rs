@@ -42,8 +42,8 @@ use std::path::{Component, Path, PathBuf};
 use std::sync::Mutex;
 
 /// Messages, and bytes, per batch.
-const BATCH_MESSAGES: usize = 256;
-const BATCH_BYTES: usize = 16 << 20;
+pub(super) const BATCH_MESSAGES: usize = 256;
+pub(super) const BATCH_BYTES: usize = 16 << 20;
 
 /// The directory of an account below an mbox or EML target, as path components: its
 /// `rel_path` without a trailing `Maildir` (`example.org/bob/Maildir` is

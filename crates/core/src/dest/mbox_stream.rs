@@ -9,16 +9,12 @@
 //! give back exactly ([`crate::mail::Written::lossy`]) is written whole and logged, as any
 //! mbox exporter would write it; its exact bytes are one `.eml` download away.
 
-use super::mbox::{folder_keywords, mail_meta};
+use super::mbox::{folder_keywords, mail_meta, BATCH_BYTES, BATCH_MESSAGES};
 use super::{AccountInfo, Caps, FolderInfo, Item, Message, Order, Outcome, Target};
 use crate::error::{Error, Result};
 use crate::mail::MboxWriter;
 use std::io::Write;
 use std::sync::Mutex;
-
-/// Messages and bytes per batch: what the pipeline holds in memory at once.
-const BATCH_MESSAGES: usize = 256;
-const BATCH_BYTES: usize = 16 << 20;
 
 /// An mbox written to `W` as the restore gives it messages.
 pub struct MboxStream<W: Write + Send> {

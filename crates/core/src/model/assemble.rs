@@ -4,8 +4,17 @@
 
 use crate::error::{Error, Result};
 use crate::repo::id::Id;
-use crate::repo::tree::FileEntry;
+use crate::repo::tree::{FileEntry, FolderNode};
 use crate::repo::Repository;
+
+/// The file `name` of folder `node` (`dovecot-uidlist`, `dovecot-keywords`...), read
+/// whole, if the folder has one.
+pub fn folder_file(repo: &Repository, node: &FolderNode, name: &[u8]) -> Result<Option<Vec<u8>>> {
+    match node.files.iter().find(|f| f.name == name) {
+        Some(f) => assemble_file(repo, f).map(Some),
+        None => Ok(None),
+    }
+}
 
 /// Reads a whole file of a folder (its content lists too, for a large one).
 pub fn assemble_file(repo: &Repository, f: &FileEntry) -> Result<Vec<u8>> {

@@ -6,7 +6,6 @@ use super::ctx::Ctx;
 use crate::dest::{HardLink, Order};
 use crate::error::{Error, Result};
 use crate::mail::maildir::{safe_component, safe_relative};
-use crate::model::assemble::assemble_file;
 use crate::model::{folder_name, folder_selected, message_selected, FolderMatch};
 use crate::repo::id::Id;
 use crate::repo::tree::{AccountRef, AccountTree, ChunkRef, FileEntry, FolderNode, MessageEntry};
@@ -453,14 +452,10 @@ pub(super) fn subscriptions(repo: &Repository, tree: &AccountTree, sel: &Selecti
 /// Reads a folder file of the snapshot; one that cannot be read is logged and taken as
 /// missing.
 pub(super) fn folder_file(repo: &Repository, node: &FolderNode, name: &[u8]) -> Option<Vec<u8>> {
-    let f = node.files.iter().find(|f| f.name == name)?;
-    match assemble_file(repo, f) {
-        Ok(d) => Some(d),
-        Err(e) => {
-            tracing::warn!("{}: {}: {e}", node.name, String::from_utf8_lossy(name));
-            None
-        }
-    }
+    crate::model::assemble::folder_file(repo, node, name).unwrap_or_else(|e| {
+        tracing::warn!("{}: {}: {e}", node.name, String::from_utf8_lossy(name));
+        None
+    })
 }
 
 /// Bytes of a large file written at once: memory is bounded by this (times the threads)
@@ -549,7 +544,7 @@ pub(super) fn take_hard_links(folders: &mut [FolderPlan]) -> Vec<HardLink> {
 /// (Maildir backups of a Dovecot store), else the UID in the synthesized keys of an IMAP
 /// backup, else internal date (mtime) and key; messages a `dovecot-uidlist` lacks
 /// (delivered since Dovecot last looked) come after those it has, by date and key.
-pub(super) fn arrival_order(
+pub fn arrival_order(
     uidlist: Option<&HashMap<Vec<u8>, u32>>,
     e: &MessageEntry,
 ) -> (u8, i64, u32, Vec<u8>) {

@@ -9,8 +9,9 @@
 //! UIDs (docs/imap-view.md): when the folder's backed-up `dovecot-uidlist` gives every
 //! message a UID, those UIDs and its UIDVALIDITY (so a later backup's new messages have
 //! higher UIDs under the same UIDVALIDITY, as Dovecot numbered them). Otherwise the
-//! messages are ordered by internal date (the file's mtime, seconds then nanoseconds) and
-//! then by Maildir key, and numbered 1..N in that order; UIDVALIDITY is then the first four
+//! messages are put in the order a restore writes them in
+//! ([`mailvault_core::restore::arrival_order`]: an IMAP backup's UIDs, else internal date
+//! and Maildir key), and numbered 1..N in that order; UIDVALIDITY is then the first four
 //! bytes (big-endian, never 0) of the BLAKE3 hash of the keys in that order. Either way it
 //! is the same in every session and after a restart, and a numbering never changes under
 //! one UIDVALIDITY.
@@ -190,16 +191,18 @@ impl Folder {
                 &place.snapshot[..8.min(place.snapshot.len())]
             )));
         };
-        let table = match read::folder_file(repo, node, b"dovecot-keywords")? {
+        use mailvault_core::model::assemble::folder_file;
+        let table = match folder_file(repo, node, b"dovecot-keywords")? {
             Some(d) => KeywordTable::parse(&String::from_utf8_lossy(&d)),
             None => KeywordTable::new(),
         };
+        // The order a restore writes them in (the arrival order: `dovecot-uidlist`, else
+        // an IMAP backup's UIDs, else internal date and key), numbered in that order.
+        let uidlist = folder_file(repo, node, b"dovecot-uidlist")?;
+        let map = (uidlist.as_deref()).map(mailvault_core::imap::names::parse_uidlist);
         let mut entries = read::folder_entries(repo, node)?;
-        entries.sort_by(|a, b| {
-            (a.mtime.secs, a.mtime.nanos, &a.key).cmp(&(b.mtime.secs, b.mtime.nanos, &b.key))
-        });
-        let uidlist = read::folder_file(repo, node, b"dovecot-uidlist")?;
-        let (uidvalidity, uids) = match uidlist.and_then(|d| dovecot_uids(&d, &mut entries)) {
+        entries.sort_by_cached_key(|e| mailvault_core::restore::arrival_order(map.as_ref(), e));
+        let (uidvalidity, uids) = match uidlist.and_then(|d| dovecot_uids(&d, &entries)) {
             Some(found) => found,
             None => derived_uids(&entries),
         };
@@ -251,10 +254,10 @@ fn derived_uids(entries: &[MessageEntry]) -> (u32, Vec<u32>) {
     (uidvalidity, (1..=entries.len() as u32).collect())
 }
 
-/// Dovecot's UIDs and UIDVALIDITY from the folder's backed-up `dovecot-uidlist`, with
-/// `entries` put in UID order, when the list gives every message a UID of its own and
-/// names its UIDVALIDITY; else `None` (and `entries` as they were).
-fn dovecot_uids(data: &[u8], entries: &mut [MessageEntry]) -> Option<(u32, Vec<u32>)> {
+/// Dovecot's UIDs and UIDVALIDITY from the folder's backed-up `dovecot-uidlist`, for
+/// `entries` in UID order, when the list gives every message a UID of its own and names
+/// its UIDVALIDITY; else `None`.
+fn dovecot_uids(data: &[u8], entries: &[MessageEntry]) -> Option<(u32, Vec<u32>)> {
     let first = data.split(|&b| b == b'\n').next()?;
     let first = std::str::from_utf8(first).ok()?;
     let mut words = first.split_ascii_whitespace();
@@ -265,17 +268,14 @@ fn dovecot_uids(data: &[u8], entries: &mut [MessageEntry]) -> Option<(u32, Vec<u
     };
     let map = mailvault_core::imap::names::parse_uidlist(data);
     let mut uids = Vec::with_capacity(entries.len());
-    for e in entries.iter() {
+    for e in entries {
         uids.push(*map.get(&e.key).filter(|&&u| u > 0)?);
     }
-    let mut sorted = uids.clone();
-    sorted.sort_unstable();
-    sorted.dedup();
-    if sorted.len() != uids.len() || uidvalidity == 0 {
+    // In arrival order, a complete list's UIDs rise strictly: each its own.
+    if uidvalidity == 0 || !uids.windows(2).all(|w| w[0] < w[1]) {
         return None;
     }
-    entries.sort_by_key(|e| map.get(&e.key).copied().unwrap_or(0));
-    Some((uidvalidity, sorted))
+    Some((uidvalidity, uids))
 }
 
 /// Whether `name` matches LIST pattern `pat`: `*` matches anything, `%` anything but the
@@ -354,21 +354,21 @@ mod tests {
     #[test]
     fn dovecot_uids_only_when_they_cover_the_folder() {
         let list = b"3 V42 N9 G0\n8 :b:2,S\n3 W12 :a\n";
-        let mut e = vec![entry("a", 2), entry("b", 1)];
-        let (uv, uids) = dovecot_uids(list, &mut e).unwrap();
-        assert_eq!((uv, uids), (42, vec![3, 8]));
+        // Put in arrival order (the list's UIDs) first, as `Folder::open` does.
+        let map = mailvault_core::imap::names::parse_uidlist(list);
+        let mut e = vec![entry("b", 1), entry("a", 2)];
+        e.sort_by_cached_key(|e| mailvault_core::restore::arrival_order(Some(&map), e));
         assert_eq!(e[0].key, b"a", "in UID order");
+        assert_eq!(dovecot_uids(list, &e).unwrap(), (42, vec![3, 8]));
         let v1 = b"1 77 9\n4 a:2,S\n";
-        assert_eq!(
-            dovecot_uids(v1, &mut [entry("a", 1)]).unwrap(),
-            (77, vec![4])
+        assert_eq!(dovecot_uids(v1, &[entry("a", 1)]).unwrap(), (77, vec![4]));
+        assert!(
+            dovecot_uids(list, &[entry("a", 1), entry("c", 2)]).is_none(),
+            "c has none"
         );
-        let mut missing = vec![entry("a", 1), entry("c", 2)];
-        assert!(dovecot_uids(list, &mut missing).is_none());
-        assert_eq!(missing[1].key, b"c", "left as it was");
         let twice = b"3 V42 N9\n3 :a\n3 :b\n";
-        assert!(dovecot_uids(twice, &mut [entry("a", 1), entry("b", 2)]).is_none());
-        assert!(dovecot_uids(b"3 N9\n3 :a\n", &mut [entry("a", 1)]).is_none());
+        assert!(dovecot_uids(twice, &[entry("a", 1), entry("b", 2)]).is_none());
+        assert!(dovecot_uids(b"3 N9\n3 :a\n", &[entry("a", 1)]).is_none());
         let (uv, uids) = derived_uids(&[entry("x", 1), entry("y", 2)]);
         assert_eq!(uids, [1, 2]);
         assert_ne!(uv, derived_uids(&[entry("y", 1), entry("x", 2)]).0);
