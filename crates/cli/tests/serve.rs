@@ -65,6 +65,18 @@ fn repository() -> Env {
     e
 }
 
+/// The planted repository served, a session, and the newest snapshot's id.
+fn serving() -> (Env, Server, Session, String) {
+    let e = repository();
+    let s = start(&e, &[]);
+    let me = s.session();
+    let id = s.api("/api/v1/snapshots", &me)[0]["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    (e, s, me, id)
+}
+
 /// Every route, pages and API, with parameters that would answer with a session.
 fn routes() -> Vec<String> {
     let snap = [("snapshot", "00000000")];
@@ -398,13 +410,7 @@ fn csrf_is_required(s: &Server, me: &Session) {
 
 #[test]
 fn hostile_html_comes_out_inert_in_a_sandboxed_frame() {
-    let e = repository();
-    let s = start(&e, &[]);
-    let me = s.session();
-    let id = s.api("/api/v1/snapshots", &me)[0]["id"]
-        .as_str()
-        .unwrap()
-        .to_string();
+    let (_e, s, me, id) = serving();
     let place = [
         ("snapshot", &id[..]),
         ("account", ACCOUNT),
@@ -578,13 +584,7 @@ fn folder_files(e: &Env, dir: &str) -> Vec<(usize, blake3::Hash)> {
 
 #[test]
 fn a_folder_downloads_as_an_mbox_that_python_and_our_reader_read_back_exactly() {
-    let e = repository();
-    let s = start(&e, &[]);
-    let me = s.session();
-    let id = s.api("/api/v1/snapshots", &me)[0]["id"]
-        .as_str()
-        .unwrap()
-        .to_string();
+    let (e, s, me, id) = serving();
     let url = |folder: &str| {
         q(
             "/api/v1/folder/mbox",
