@@ -74,6 +74,11 @@ pub struct Profile {
     pub check: bool,
     /// Where to write the Prometheus metrics (`--metrics-file`, which wins).
     pub metrics_file: Option<PathBuf>,
+    /// This host's credentials cannot delete (`--append-only`, docs/security.md): its
+    /// forget writes requests; `prune-every` is refused (prune runs on the maintenance
+    /// host).
+    #[serde(default)]
+    pub append_only: bool,
 }
 
 fn yes() -> bool {

@@ -61,6 +61,12 @@ pub struct GlobalOpts {
     /// meanwhile may delete what they read.
     #[arg(long, global = true)]
     pub no_lock: bool,
+    /// This host's credentials cannot delete or overwrite in the repository (a mail
+    /// server's, docs/security.md): nothing this command does deletes or replaces an
+    /// object (locks end by records, `forget` writes a request); prune, repair, migrate
+    /// and `unlock --remove-all` are refused, for the maintenance host to run.
+    #[arg(long, global = true, env = "MAILVAULT_APPEND_ONLY")]
+    pub append_only: bool,
     /// Configuration file with the profiles `run` takes (default
     /// /etc/mailvault/mailvault.toml when it exists).
     #[arg(long, env = "MAILVAULT_CONFIG", global = true)]

@@ -148,6 +148,9 @@ pub fn open(g: &GlobalOpts) -> Result<Repository> {
         no_lock: g.no_lock,
         ..LockOptions::default()
     });
+    if g.append_only {
+        repo.set_append_only();
+    }
     for (path, e) in repo.index_errors() {
         eprintln!(
             "warning: {}: its packs' blobs look absent (run `mailvault check`, then `mailvault repair index`)",

@@ -115,6 +115,10 @@ pub enum Error {
     /// (a snapshot, index file, pack or blob) and why.
     #[error("prune refused: {what} {reason}")]
     PruneRefused { what: String, reason: String },
+    /// This host is append-only (`--append-only`): `what` would delete or replace an
+    /// object, which only the maintenance host does.
+    #[error("{what}: this host is append-only (--append-only): it never deletes or replaces anything in the repository; run this on the maintenance host, whose credentials may delete (docs/security.md)")]
+    AppendOnly { what: String },
     /// A request to a storage service failed. `location` names the repository (never
     /// credentials), `detail` says what happened and, where the user can act, what to do.
     #[error("{location}: {detail}")]

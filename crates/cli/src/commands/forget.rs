@@ -105,6 +105,10 @@ pub fn run(g: &GlobalOpts, a: Args) -> Result<Outcome> {
         state: repo::state(),
     };
     let mut r = repo::open(g)?;
+    if a.prune && !a.dry_run {
+        // Refused before the forget writes anything: its prune could not run.
+        r.refuse_if_append_only("forget --prune")?;
+    }
     let rep = forget(&r, &opts)?;
     if !g.json {
         print_report(&rep);
@@ -198,6 +202,8 @@ fn print_report(rep: &ForgetReport) {
         rep.groups.iter().map(|g| g.snapshots.len()).sum::<usize>() - rep.removed.len();
     let verb = if rep.dry_run {
         "would be removed"
+    } else if rep.requested {
+        "asked to be removed (this host is append-only: the maintenance host's `mailvault prune --apply-requests` removes them)"
     } else {
         "removed"
     };

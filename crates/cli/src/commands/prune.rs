@@ -14,6 +14,11 @@ pub struct Args {
     /// Show what would be deleted and repacked; change nothing.
     #[arg(long, short = 'n')]
     pub dry_run: bool,
+    /// Apply the forget requests of append-only hosts (`forget` there writes a request),
+    /// but never to a snapshot under legal hold or the newest of its host and source;
+    /// without it they are listed.
+    #[arg(long)]
+    pub apply_requests: bool,
 }
 
 pub fn run(g: &GlobalOpts, a: Args) -> Result<Outcome> {
@@ -24,6 +29,7 @@ pub fn run(g: &GlobalOpts, a: Args) -> Result<Outcome> {
             max_unused: a.max_unused,
             dry_run: a.dry_run,
             as_if_gone: Vec::new(),
+            apply_requests: a.apply_requests,
         },
         &NoProgress,
     )?;
@@ -59,6 +65,26 @@ pub fn print_report(rep: &mailvault_core::ops::prune::PruneReport) {
         bytes(rep.bytes_freed),
         rep.elapsed_secs
     );
+    let f = &rep.forget_requests;
+    if !f.applied.is_empty() {
+        println!(
+            "forget requests of append-only hosts: {} snapshots removed: {}",
+            f.applied.len(),
+            f.applied.join(", ")
+        );
+    }
+    for w in &f.waiting {
+        println!("forget request waiting: {}", crate::output::safe(w));
+    }
+    for w in &f.warnings {
+        eprintln!("warning: {}", crate::output::safe(w));
+    }
+    if rep.lock_records_removed > 0 {
+        println!(
+            "{} records of locks that are over removed",
+            rep.lock_records_removed
+        );
+    }
     let s = &rep.search;
     if s.merged + s.deleted > 0 {
         let merged = match s.merged {

@@ -306,6 +306,10 @@ fn with_profile(g: &GlobalOpts, p: &Profile, name: &str) -> Result<GlobalOpts> {
     if g.jobs == 0 {
         g.jobs = p.jobs.unwrap_or(0);
     }
+    g.append_only |= p.append_only;
+    if g.append_only && p.prune_every.is_some() {
+        bail!("profile {name:?} is append-only (append-only = true, or --append-only) and has prune-every: prune deletes, and runs on the maintenance host; remove prune-every from this host's profile");
+    }
     Ok(g)
 }
 

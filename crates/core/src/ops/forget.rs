@@ -16,6 +16,12 @@
 //! other hosts take the ids listed there as removed on purpose
 //! ([`crate::repo::forgotten`]). Someone
 //! without the key cannot write one.
+//!
+//! An append-only host deletes nothing: there [`remove_snapshots`] writes the record as a
+//! **request** and leaves the snapshots (and this host's record) as they are. The
+//! maintenance host's `prune --apply-requests` applies requests ([`apply_requests`]),
+//! except for snapshots under legal hold and the newest snapshot of each host and source:
+//! an intruder with a mail server's credentials can ask, but not empty a group.
 
 use crate::error::{Error, Result};
 use crate::host::seen::{Record, StateDir};
@@ -471,6 +477,10 @@ pub struct ForgetReport {
     pub held: Vec<String>,
     /// The forget record written, `forgotten/<id>`.
     pub record: Option<String>,
+    /// The record is a request: this host is append-only, and the snapshots stay until
+    /// the maintenance host's `prune --apply-requests`.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub requested: bool,
     pub warnings: Vec<String>,
 }
 
@@ -503,6 +513,7 @@ pub fn forget(repo: &Repository, opts: &ForgetOptions) -> Result<ForgetReport> {
         return Ok(rep);
     }
     let (record, warnings) = remove_snapshots(repo, &remove, opts.state.as_ref())?;
+    rep.requested = record.is_some() && repo.append_only();
     rep.record = record;
     rep.warnings.extend(warnings);
     Ok(rep)
@@ -634,7 +645,8 @@ fn group_snapshots(list: Vec<Snapshot>, opts: &ForgetOptions) -> BTreeMap<GroupK
 /// files (one already gone is fine: a forget running at the same time) and makes that
 /// durable. Returns the forget record's path and the warnings of this host's record.
 /// Killed after the record, the snapshots are still there, listed as forgotten: running
-/// the command again removes them.
+/// the command again removes them. On an append-only host the record is a request and
+/// nothing else changes (see the module's docs).
 pub fn remove_snapshots(
     repo: &Repository,
     ids: &[Id],
@@ -644,8 +656,9 @@ pub fn remove_snapshots(
         return Ok((None, Vec::new()));
     }
     repo.refuse_if_migrating()?;
+    let requested = repo.append_only();
     let mut warnings = Vec::new();
-    if let Some(state) = state {
+    if let Some(state) = state.filter(|_| !requested) {
         let mut record = Record::of(state, repo);
         record.forget(ids);
         record.save();
@@ -655,6 +668,7 @@ pub fn remove_snapshots(
         hostname: crate::hostname(),
         time: crate::now_unix(),
         snapshots: ids.iter().map(Id::to_hex).collect(),
+        requested,
     };
     let json =
         serde_json::to_vec(&rec).map_err(|e| Error::corrupt("forget record", e.to_string()))?;
@@ -663,6 +677,9 @@ pub fn remove_snapshots(
     let store = repo.store();
     crate::store::put_content_named(store, &path, &sealed)?;
     store.flush()?;
+    if requested {
+        return Ok((Some(path), warnings));
+    }
     for id in ids {
         match store.delete(&Snapshot::path(id)) {
             Ok(()) | Err(Error::NotFound(_)) => {}
@@ -671,6 +688,90 @@ pub fn remove_snapshots(
     }
     store.flush()?;
     Ok((Some(path), warnings))
+}
+
+/// What a prune did with the forget requests of append-only hosts.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct RequestsApplied {
+    /// Snapshots removed as requested.
+    pub applied: Vec<String>,
+    /// Snapshots requested and still there, each with why (`id: reason`).
+    pub waiting: Vec<String>,
+    /// Request records done with (every snapshot they name gone), deleted.
+    pub records_removed: u64,
+    pub warnings: Vec<String>,
+}
+
+/// Applies the forget requests in the repository (with `apply`; else only says what
+/// waits): removes each requested snapshot but those under legal hold and the newest of
+/// its host and source, which wait (a later prune applies a request once a newer
+/// snapshot exists). A request whose snapshots are all gone is deleted. Called by prune
+/// under its exclusive lock; never on an append-only host.
+pub fn apply_requests(repo: &Repository, apply: bool) -> Result<RequestsApplied> {
+    repo.refuse_if_append_only("applying forget requests")?;
+    let mut out = RequestsApplied::default();
+    let (requests, warnings) = crate::repo::forgotten::requests(repo)?;
+    out.warnings = warnings;
+    if requests.is_empty() {
+        return Ok(out);
+    }
+    let snaps = repo.snapshots()?.list;
+    let mut newest: BTreeMap<(&str, &str), &Snapshot> = BTreeMap::new();
+    for s in &snaps {
+        let n = newest.entry((&s.hostname, &s.source)).or_insert(s);
+        if (s.time, s.id) > (n.time, n.id) {
+            *n = s;
+        }
+    }
+    let by_id: BTreeMap<Id, &Snapshot> = snaps.iter().map(|s| (s.id, s)).collect();
+    let mut remove = BTreeSet::new();
+    let mut done = Vec::new();
+    for (path, r) in &requests {
+        let mut all_gone = true;
+        for h in &r.snapshots {
+            let Some(s) = Id::from_hex(h).and_then(|id| by_id.get(&id)) else {
+                continue;
+            };
+            let why = if s.tags.iter().any(|t| t == HOLD_TAG) {
+                Some("under legal hold")
+            } else if newest[&(s.hostname.as_str(), s.source.as_str())].id == s.id {
+                Some("the newest snapshot of its host and source")
+            } else if !apply {
+                Some("not applied without --apply-requests")
+            } else {
+                None
+            };
+            match why {
+                Some(why) => {
+                    all_gone = false;
+                    let line = format!("{}: {why} (asked by {})", s.id.to_hex(), r.hostname);
+                    if !out.waiting.contains(&line) {
+                        out.waiting.push(line);
+                    }
+                }
+                None => {
+                    remove.insert(s.id);
+                }
+            }
+        }
+        if all_gone {
+            done.push(path.clone());
+        }
+    }
+    let remove: Vec<Id> = remove.into_iter().collect();
+    let (_, warnings) = remove_snapshots(repo, &remove, None)?;
+    out.warnings.extend(warnings);
+    out.applied = remove.iter().map(Id::to_hex).collect();
+    if apply {
+        for path in done {
+            match repo.store().delete(&path) {
+                Ok(()) | Err(Error::NotFound(_)) => out.records_removed += 1,
+                Err(e) => return Err(e),
+            }
+        }
+        repo.store().flush()?;
+    }
+    Ok(out)
 }
 
 #[cfg(test)]

@@ -93,6 +93,7 @@ pub struct Renamed {
 /// Migrates the repository to format 2, or finishes a migration a killed run left.
 /// A format-2 repository without an unfinished migration is an error (nothing to do).
 pub fn migrate(repo: &mut Repository, opts: &MigrateOptions) -> Result<MigrateReport> {
+    repo.refuse_if_append_only("migrate")?;
     let started = Instant::now();
     let mut rep = MigrateReport {
         dry_run: opts.dry_run,

@@ -47,6 +47,9 @@ pub struct PruneOptions {
     /// With `dry_run`: plan as if these snapshots were gone (`forget --prune --dry-run`
     /// shows what the prune after the forget would free, as restic does).
     pub as_if_gone: Vec<crate::repo::id::Id>,
+    /// Apply the forget requests of append-only hosts
+    /// ([`crate::ops::forget::apply_requests`]); without it they are only reported.
+    pub apply_requests: bool,
 }
 
 impl Default for PruneOptions {
@@ -55,6 +58,7 @@ impl Default for PruneOptions {
             max_unused: 5.0,
             dry_run: false,
             as_if_gone: Vec::new(),
+            apply_requests: false,
         }
     }
 }
@@ -101,6 +105,10 @@ pub struct PruneReport {
     /// The search index: splits merged to drop what no snapshot holds, superseded splits
     /// deleted.
     pub search: SplitsPruned,
+    /// The forget requests of append-only hosts: applied, or waiting and why.
+    pub forget_requests: crate::ops::forget::RequestsApplied,
+    /// Records of locks that are over (left by append-only hosts), deleted.
+    pub lock_records_removed: u64,
 }
 
 /// The search index's part of a prune ([`crate::search::merge::prune_splits`]), its
@@ -184,15 +192,29 @@ pub fn prune(
         )));
     }
     repo.refuse_if_migrating()?;
+    if !opts.dry_run {
+        repo.refuse_if_append_only("prune")?;
+    }
     let kind = match opts.dry_run {
         true => LockKind::Shared,
         false => LockKind::Exclusive,
     };
     let lock = repo.lock(kind, "prune")?;
+    // The requests first: the snapshots they remove free their blobs in this prune.
+    let forget_requests = match repo.append_only() {
+        true => Default::default(),
+        false => crate::ops::forget::apply_requests(repo, opts.apply_requests && !opts.dry_run)?,
+    };
+    let lock_records_removed = match opts.dry_run {
+        true => 0,
+        false => crate::repo::lock::remove_ended(&repo.lock_store())?,
+    };
     let snaps = snapshots_under_lock(repo, opts)?;
     let mut rep = PruneReport {
         dry_run: opts.dry_run,
         snapshots: snaps.len() as u64,
+        forget_requests,
+        lock_records_removed,
         ..Default::default()
     };
     let used = used_blobs(repo, &snaps, progress)?;
@@ -830,6 +852,7 @@ mod tests {
             exclusive: false,
             operation: "backup".into(),
             lock: "1".into(),
+            released: false,
         };
         let json = serde_json::to_vec(&dead).unwrap();
         store
@@ -843,6 +866,7 @@ mod tests {
             hostname: "elsewhere".into(),
             pid: 1,
             time: crate::now_unix() - 60,
+            lock: "2".into(),
             ..dead.clone()
         };
         let json = serde_json::to_vec(&live).unwrap();

@@ -81,6 +81,7 @@ fn repair_lock(opts: &RepairOptions) -> crate::repo::lock::LockKind {
 /// Rebuilds the index from the packs in `data/`.
 pub fn repair_index(repo: &Repository, opts: &RepairOptions) -> Result<IndexRepair> {
     repo.refuse_if_migrating()?;
+    repo.refuse_if_append_only("repair index")?;
     // Alone in the repository: no backup writes packs meanwhile, no prune deletes them.
     let _lock = repo.lock(repair_lock(opts), "repair")?;
     let store = repo.store();
@@ -248,6 +249,7 @@ pub struct SnapshotsRepair {
 /// Replaces snapshots that need blobs that cannot be read by ones without what is lost.
 pub fn repair_snapshots(repo: &mut Repository, opts: &RepairOptions) -> Result<SnapshotsRepair> {
     repo.refuse_if_migrating()?;
+    repo.refuse_if_append_only("repair snapshots")?;
     let _lock = repo.lock(repair_lock(opts), "repair")?;
     if !repo.index_is_current()? {
         repo.reload_index()?;

@@ -3,6 +3,11 @@
 //! `ops::forget`). Every host takes the ids listed there as
 //! removed on purpose, not rolled back ([`crate::host::seen`]). Someone without the key
 //! cannot write one.
+//!
+//! An append-only host (docs/security.md) cannot delete snapshot files: its `forget`
+//! writes the same record with `requested` set, a **forget request**. Its snapshots stay
+//! (listed, restorable, not taken as forgotten) until a prune on the maintenance host
+//! applies the request ([`crate::ops::forget::apply_requests`]).
 
 use crate::error::{Error, Result};
 use crate::repo::format::Version;
@@ -24,13 +29,35 @@ pub struct ForgetRecord {
     pub time: i64,
     /// The ids (hex) of the snapshots removed on purpose.
     pub snapshots: Vec<String>,
+    /// Not done yet: asked for by an append-only host, to be applied by the maintenance
+    /// host's prune.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub requested: bool,
 }
 
 /// The snapshots the forget records in the repository list as removed on purpose, and a
 /// warning for each record that cannot be read (its ids are not taken as forgotten: a
-/// record someone without the key wrote does not open).
+/// record someone without the key wrote does not open). Requests are not in it.
 pub fn forgotten(repo: &Repository) -> Result<(BTreeSet<Id>, Vec<String>)> {
-    let mut ids = BTreeSet::new();
+    let (records, warnings) = records(repo)?;
+    let ids = (records.iter())
+        .filter(|(_, r)| !r.requested)
+        .flat_map(|(_, r)| r.snapshots.iter().filter_map(|h| Id::from_hex(h)))
+        .collect();
+    Ok((ids, warnings))
+}
+
+/// The forget requests of append-only hosts, each with its path, and a warning for each
+/// record that cannot be read.
+pub fn requests(repo: &Repository) -> Result<(Vec<(String, ForgetRecord)>, Vec<String>)> {
+    let (mut records, warnings) = records(repo)?;
+    records.retain(|(_, r)| r.requested);
+    Ok((records, warnings))
+}
+
+/// Every forget record that opens, with its path; a warning for each that does not.
+fn records(repo: &Repository) -> Result<(Vec<(String, ForgetRecord)>, Vec<String>)> {
+    let mut out = Vec::new();
     let mut warnings = Vec::new();
     for f in repo.store().list(FORGOTTEN_DIR)? {
         let rec = file_id(&f.path)
@@ -41,7 +68,7 @@ pub fn forgotten(repo: &Repository) -> Result<(BTreeSet<Id>, Vec<String>)> {
                     .map_err(|e| Error::corrupt(&f.path, format!("not a forget record: {e}")))
             });
         match rec {
-            Ok(r) => ids.extend(r.snapshots.iter().filter_map(|h| Id::from_hex(h))),
+            Ok(r) => out.push((f.path, r)),
             // Written before `migrate`: it lists format-1 ids, which are gone anyway.
             Err(Error::OtherFormat { found: 1, .. }) if repo.version() == Version::V2 => {}
             Err(e) => warnings.push(format!(
@@ -50,5 +77,5 @@ pub fn forgotten(repo: &Repository) -> Result<(BTreeSet<Id>, Vec<String>)> {
             )),
         }
     }
-    Ok((ids, warnings))
+    Ok((out, warnings))
 }

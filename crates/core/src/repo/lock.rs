@@ -13,6 +13,13 @@
 //! [`REFRESH`] by a thread that writes a new record and deletes the old one (objects are
 //! write-once); it is **stale** when not refreshed for [`STALE`], or at once when it was
 //! taken on this host by a process that is gone. `mailvault unlock` removes stale locks.
+//!
+//! An **append-only** host (`Repository::set_append_only`: its credentials cannot
+//! delete) deletes no record: a refresh leaves the old record beside the new one (the
+//! newest record of a lock id is the lock), and a lock ends by a record of its own with
+//! `released` set. Every host reads records so: a lock id with a `released` record is
+//! over, and its other records and a lock's older ones are [`Found::Ended`], which no
+//! command waits for; `prune` and `unlock` on a host that may delete remove them.
 
 use crate::error::{Error, Result};
 use crate::repo::crypto::MasterKey;
@@ -80,6 +87,10 @@ pub struct LockRecord {
     pub operation: String,
     /// The lock's id (random hex), the same in every record a refresh writes.
     pub lock: String,
+    /// The lock is over: written by an append-only host in place of deleting its
+    /// records (see the module's docs).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub released: bool,
 }
 
 impl LockRecord {
@@ -140,6 +151,10 @@ pub enum Found {
         started: i64,
         gone: bool,
     },
+    /// A record of a lock that is over (its id has a `released` record) or of an older
+    /// refresh of a lock (its id has a newer record): no one waits for it, and a host
+    /// that may delete removes it.
+    Ended { lock: String },
     /// Not a record (a stray or damaged file): ignored, with a warning.
     Unreadable(Error),
 }
@@ -157,8 +172,13 @@ impl FoundLock {
         match &self.found {
             Found::Lock(r) => r.is_stale(stale),
             Found::Writer { gone, .. } => *gone,
-            Found::Unreadable(_) => false,
+            Found::Ended { .. } | Found::Unreadable(_) => false,
         }
+    }
+
+    /// Whether the record can go: a stale lock or writer, or an ended lock's record.
+    pub fn is_removable(&self, stale: Duration) -> bool {
+        matches!(self.found, Found::Ended { .. }) || self.is_stale(stale)
     }
 
     fn describe(&self) -> String {
@@ -177,8 +197,10 @@ impl FoundLock {
                 exclusive: false,
                 operation: "backup".into(),
                 lock: String::new(),
+                released: false,
             }
             .describe(),
+            Found::Ended { lock } => format!("lock {lock}, over"),
             Found::Unreadable(e) => e.to_string(),
         }
     }
@@ -196,6 +218,8 @@ pub(crate) struct LockStore {
     pub(crate) store: Arc<dyn Backend>,
     pub(crate) key: MasterKey,
     pub(crate) version: Version,
+    /// Delete no record (see the module's docs).
+    pub(crate) append_only: bool,
 }
 
 impl LockStore {
@@ -204,7 +228,9 @@ impl LockStore {
     pub(crate) fn list(&self, except: Option<&str>, writers: bool) -> Result<Vec<FoundLock>> {
         let mut out = Vec::new();
         for o in self.store.list(LOCKS)? {
-            if Some(o.path.as_str()) == except {
+            // One's own record is left out; in an append-only repository its earlier
+            // records are there too, and are read as ended like any other's.
+            if Some(o.path.as_str()) == except && !self.append_only {
                 continue;
             }
             let found = self
@@ -237,10 +263,35 @@ impl LockStore {
                 path: o.path,
             });
         }
+        end_superseded(&mut out);
+        out.retain(|f| Some(f.path.as_str()) != except);
         if writers {
             out.extend(self.list_writers()?);
         }
         Ok(out)
+    }
+
+    /// Ends this lock (its holder's, or a stale one's): removes its record, or on an
+    /// append-only host writes a `released` record of it.
+    pub(crate) fn end(&self, path: &str, rec: &LockRecord) -> Result<()> {
+        if self.append_only {
+            let mut over = rec.clone();
+            over.released = true;
+            over.time = crate::now_unix();
+            self.put(&over).map(|_| ())
+        } else {
+            self.store.delete(path)
+        }
+    }
+
+    /// A refresh wrote `rec` at a new path: the record at `old` goes, unless this host is
+    /// append-only (the newer record supersedes it).
+    fn drop_old(&self, old: &str) -> Result<()> {
+        if self.append_only {
+            Ok(())
+        } else {
+            self.store.delete(old)
+        }
     }
 
     /// The records in `writers/` (of older mailvaults' backups), each with what it is.
@@ -393,6 +444,7 @@ impl RepoLock {
             exclusive: kind == LockKind::Exclusive,
             operation: operation.into(),
             lock: hex::encode(rand::random::<[u8; 16]>()),
+            released: false,
         };
         let id = rec.lock.clone();
         crate::repo::lock(&HELD).insert(id.clone());
@@ -413,7 +465,7 @@ impl RepoLock {
                 Some(p) if crate::now_unix() - rec.time >= opts.refresh.as_secs() as i64 => {
                     rec.time = crate::now_unix();
                     let new = locks.put(&rec)?;
-                    locks.store.delete(p)?;
+                    locks.drop_old(p)?;
                     mine = Some(new.clone());
                     new
                 }
@@ -430,7 +482,7 @@ impl RepoLock {
             let found = match locks.list(Some(&path), rec.exclusive) {
                 Ok(f) => f,
                 Err(e) => {
-                    let _ = locks.store.delete(&path);
+                    let _ = locks.end(&path, &rec);
                     return Err(e);
                 }
             };
@@ -440,6 +492,7 @@ impl RepoLock {
                 .filter(|f| match &f.found {
                     Found::Lock(r) => r.lock != rec.lock && (r.exclusive || rec.exclusive),
                     Found::Writer { .. } => rec.exclusive,
+                    Found::Ended { .. } => false,
                     Found::Unreadable(e) => {
                         tracing::warn!("ignoring {}: {e} (not a lock record)", f.path);
                         false
@@ -456,9 +509,14 @@ impl RepoLock {
                 _ => true,
             });
             if older || Instant::now() >= deadline {
-                locks.store.delete(&path)?;
+                locks.end(&path, &rec)?;
                 locks.store.flush()?;
                 mine = None;
+                // A withdrawn lock comes back under a new id: its ended one stays ended.
+                if locks.append_only {
+                    rec.lock = hex::encode(rand::random::<[u8; 16]>());
+                    crate::repo::lock(&HELD).insert(rec.lock.clone());
+                }
             }
             if Instant::now() >= deadline {
                 let holder = conflicts
@@ -524,7 +582,7 @@ impl Shared {
         let new = self.locks.put(&rec)?;
         *crate::repo::lock(&self.written) = Instant::now();
         *crate::repo::lock(&self.current) = (new, rec);
-        self.locks.store.delete(&old)?;
+        self.locks.drop_old(&old)?;
         Ok(())
     }
 }
@@ -540,13 +598,58 @@ impl Drop for RepoLock {
         if let Some(t) = h.thread.take() {
             let _ = t.join();
         }
-        let path = crate::repo::lock(&h.shared.current).0.clone();
-        if let Err(e) = h.shared.locks.store.delete(&path) {
+        let (path, rec) = crate::repo::lock(&h.shared.current).clone();
+        if let Err(e) = h.shared.locks.end(&path, &rec) {
             tracing::warn!(
                 "could not remove the lock {path}: {e} (`mailvault unlock` removes it once stale)"
             );
         }
         let _ = h.shared.locks.store.flush();
+    }
+}
+
+/// Deletes the records of locks that are over ([`Found::Ended`]: left by append-only
+/// hosts); returns how many. Live and stale locks are left as they are.
+pub(crate) fn remove_ended(locks: &LockStore) -> Result<u64> {
+    let mut n = 0;
+    for f in locks.list(None, false)? {
+        if matches!(f.found, Found::Ended { .. }) {
+            match locks.store.delete(&f.path) {
+                Ok(()) | Err(Error::NotFound(_)) => n += 1,
+                Err(e) => return Err(e),
+            }
+        }
+    }
+    if n > 0 {
+        locks.store.flush()?;
+    }
+    Ok(n)
+}
+
+/// Marks as [`Found::Ended`] every lock record whose id has a `released` record, and
+/// every record of an id with a newer one (a refresh by an append-only host).
+fn end_superseded(found: &mut [FoundLock]) {
+    use std::collections::HashMap;
+    let mut newest: HashMap<String, (bool, i64, String)> = HashMap::new();
+    for f in found.iter() {
+        if let Found::Lock(r) = &f.found {
+            let e = (newest.entry(r.lock.clone())).or_insert((false, i64::MIN, String::new()));
+            e.0 |= r.released;
+            if (r.time, f.path.as_str()) > (e.1, e.2.as_str()) {
+                e.1 = r.time;
+                e.2 = f.path.clone();
+            }
+        }
+    }
+    for f in found.iter_mut() {
+        if let Found::Lock(r) = &f.found {
+            let (released, _, path) = &newest[&r.lock];
+            if *released || *path != f.path {
+                f.found = Found::Ended {
+                    lock: r.lock.clone(),
+                };
+            }
+        }
     }
 }
 
@@ -559,13 +662,29 @@ pub struct UnlockReport {
     pub kept: Vec<String>,
 }
 
-/// Removes stale locks (and stale `writers/` records), or every lock with `remove_all`.
-/// Files that are not records are left alone (and listed as kept).
+/// Removes stale locks, ended locks' records and stale `writers/` records, or every lock
+/// with `remove_all`. Files that are not records are left alone (and listed as kept). An
+/// append-only host deletes nothing: it ends each stale lock by a `released` record, and
+/// refuses `remove_all`, which would end live ones.
 pub(crate) fn unlock(locks: &LockStore, remove_all: bool, stale: Duration) -> Result<UnlockReport> {
+    if remove_all && locks.append_only {
+        return Err(Error::AppendOnly {
+            what: "unlock --remove-all".into(),
+        });
+    }
     let mut rep = UnlockReport::default();
     for f in locks.list(None, true)? {
         let junk = matches!(f.found, Found::Unreadable(_));
-        if !junk && (remove_all || f.is_stale(stale)) {
+        if locks.append_only {
+            match &f.found {
+                Found::Lock(r) if f.is_stale(stale) => {
+                    locks.end(&f.path, r)?;
+                    rep.removed.push(f.path);
+                }
+                Found::Ended { .. } => {}
+                _ => rep.kept.push(format!("{}: {}", f.path, f.describe())),
+            }
+        } else if !junk && (remove_all || f.is_removable(stale)) {
             locks.store.delete(&f.path)?;
             rep.removed.push(f.path);
         } else {
@@ -619,8 +738,29 @@ mod tests {
             store: store.clone(),
             key: MasterKey::random(),
             version: Version::V2,
+            append_only: false,
         };
         (store, ls)
+    }
+
+    /// Locks of an append-only host, over a store that refuses deletes and counts the
+    /// requests that reach it; and the same store as a host that may delete sees it.
+    fn append_only_locks() -> (Arc<crate::store::Metered>, LockStore, LockStore) {
+        let counted = Arc::new(crate::store::Metered::new(Arc::new(MemoryStore::new())));
+        let key = MasterKey::random();
+        let ls = LockStore {
+            store: Arc::new(crate::store::AppendOnly::new(counted.clone())),
+            key: key.clone(),
+            version: Version::V2,
+            append_only: true,
+        };
+        let maintenance = LockStore {
+            store: counted.clone(),
+            key,
+            version: Version::V2,
+            append_only: false,
+        };
+        (counted, ls, maintenance)
     }
 
     fn fast(wait_ms: u64) -> LockOptions {
@@ -647,6 +787,7 @@ mod tests {
             exclusive,
             operation: if exclusive { "prune" } else { "backup" }.into(),
             lock: hex::encode(rand::random::<[u8; 16]>()),
+            released: false,
         }
     }
 
@@ -776,5 +917,95 @@ mod tests {
                 });
             }
         });
+    }
+
+    #[test]
+    fn an_append_only_host_locks_without_deleting_and_maintenance_clears_the_records() {
+        let (counted, ls, maintenance) = append_only_locks();
+        let live = |ls: &LockStore| {
+            let f = ls.list(None, true).unwrap();
+            f.iter()
+                .filter(|f| matches!(f.found, Found::Lock(_)))
+                .count()
+        };
+        let a = RepoLock::acquire(ls.clone(), LockKind::Shared, "backup", &fast(0)).unwrap();
+        let first = a.path().unwrap();
+        std::thread::sleep(Duration::from_millis(300));
+        assert_ne!(a.path().unwrap(), first, "not refreshed");
+        assert!(
+            counted.get(&first).is_ok(),
+            "an append-only host deletes no record"
+        );
+        assert_eq!(live(&ls), 1, "one lock however many records it has");
+        // Its older records do not stop a second shared lock; an exclusive one waits.
+        let b = RepoLock::acquire(ls.clone(), LockKind::Shared, "restore", &fast(0)).unwrap();
+        let e = RepoLock::acquire(ls.clone(), LockKind::Exclusive, "prune", &fast(300))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("locked by"), "{e}");
+        assert_eq!(live(&ls), 2, "the refused one ended its record");
+        drop((a, b));
+        assert_eq!(live(&ls), 0, "both ended by a record");
+        assert!(counted.list(LOCKS).unwrap().len() > 4);
+        let p = RepoLock::acquire(ls.clone(), LockKind::Exclusive, "prune", &fast(0)).unwrap();
+        drop(p);
+        assert_eq!(
+            counted.counts().delete,
+            0,
+            "no delete ever reached the store"
+        );
+        // Stale locks: ended by a record, never deleted; --remove-all is refused.
+        plant(&ls, record(true, "elsewhere", 1, 3600));
+        let rep = unlock(&ls, false, STALE).unwrap();
+        assert_eq!(rep.removed.len(), 1);
+        assert_eq!(live(&ls), 0);
+        let e = unlock(&ls, true, STALE).unwrap_err();
+        assert!(matches!(e, Error::AppendOnly { .. }), "{e}");
+        assert_eq!(counted.counts().delete, 0);
+        // A host that may delete removes every ended record; a live lock stays.
+        let held = RepoLock::acquire(ls.clone(), LockKind::Shared, "backup", &fast(0)).unwrap();
+        let rep = unlock(&maintenance, false, STALE).unwrap();
+        assert!(rep.removed.len() > 4, "{rep:?}");
+        assert_eq!(counted.list(LOCKS).unwrap().len(), 1);
+        assert_eq!(counted.list(LOCKS).unwrap()[0].path, held.path().unwrap());
+    }
+
+    /// The race of the test above, with append-only takers: ended records and new ids
+    /// after a withdrawal never let two exclusive holders in.
+    #[test]
+    fn append_only_takers_that_start_together_all_get_through_one_exclusive_at_a_time() {
+        let (counted, ls, _) = append_only_locks();
+        let active = Arc::new(Mutex::new((0u32, 0u32)));
+        std::thread::scope(|s| {
+            for i in 0..6 {
+                let ls = ls.clone();
+                let active = active.clone();
+                s.spawn(move || {
+                    let kind = match i % 3 {
+                        0 => LockKind::Exclusive,
+                        _ => LockKind::Shared,
+                    };
+                    let l = RepoLock::acquire(ls, kind, "t", &fast(60_000)).unwrap();
+                    {
+                        let mut a = crate::repo::lock(&active);
+                        match kind {
+                            LockKind::Exclusive => a.1 += 1,
+                            LockKind::Shared => a.0 += 1,
+                        }
+                        assert!(a.1 == 0 || (a.1 == 1 && a.0 == 0), "{a:?}");
+                    }
+                    std::thread::sleep(Duration::from_millis(100));
+                    {
+                        let mut a = crate::repo::lock(&active);
+                        match kind {
+                            LockKind::Exclusive => a.1 -= 1,
+                            LockKind::Shared => a.0 -= 1,
+                        }
+                    }
+                    drop(l);
+                });
+            }
+        });
+        assert_eq!(counted.counts().delete, 0);
     }
 }

@@ -128,6 +128,8 @@ pub struct Repository {
     leftovers: Vec<String>,
     /// How commands lock the repository.
     lock_options: LockOptions,
+    /// This host never deletes or replaces anything ([`Self::set_append_only`]).
+    append_only: bool,
 }
 
 /// The record an unfinished `mailvault migrate` leaves (`crate::ops::migrate`).
@@ -190,6 +192,32 @@ impl Repository {
         &self.lock_options
     }
 
+    /// Makes this host append-only: from now on nothing it does deletes or replaces an
+    /// object (a lock ends with a record of its own, `forget` writes a request), and the
+    /// store refuses any delete or replace before it reaches the storage
+    /// ([`crate::store::AppendOnly`]). For a host whose credentials cannot delete
+    /// (docs/security.md).
+    pub fn set_append_only(&mut self) {
+        if !self.append_only {
+            self.append_only = true;
+            self.store = Arc::new(crate::store::AppendOnly::new(self.store.clone()));
+        }
+    }
+
+    /// See [`Self::set_append_only`].
+    pub fn append_only(&self) -> bool {
+        self.append_only
+    }
+
+    /// An error when this host is append-only: `what` deletes, which only the
+    /// maintenance host does. Called before such a command changes anything.
+    pub fn refuse_if_append_only(&self, what: &str) -> Result<()> {
+        if self.append_only {
+            return Err(Error::AppendOnly { what: what.into() });
+        }
+        Ok(())
+    }
+
     /// Takes a lock on the repository for `operation` (see `crate::repo::lock`), waiting as the
     /// lock options say; none with `no_lock`, which only reads may use.
     pub fn lock(&self, kind: LockKind, operation: &str) -> Result<RepoLock> {
@@ -228,6 +256,7 @@ impl Repository {
             store: self.store.clone(),
             key: self.key.clone(),
             version: self.version,
+            append_only: self.append_only,
         }
     }
 }

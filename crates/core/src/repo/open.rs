@@ -77,6 +77,7 @@ impl Repository {
             migrating: false,
             leftovers: Vec::new(),
             lock_options: LockOptions::default(),
+            append_only: false,
         }
     }
 

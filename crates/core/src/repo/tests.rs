@@ -197,6 +197,7 @@ fn writer_records_say_when_to_look_for_unindexed_packs() {
         exclusive: false,
         operation: "backup".into(),
         lock: "0".into(),
+        released: false,
     };
     let json = serde_json::to_vec(&gone).unwrap();
     store
@@ -264,6 +265,7 @@ fn gone_writer_record(repo: &Repository, store: &MemoryStore) {
         exclusive: false,
         operation: "backup".into(),
         lock: "0000gone".into(),
+        released: false,
     };
     let path = format!("{}0000gone", crate::repo::lock::LOCKS);
     store

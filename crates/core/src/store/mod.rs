@@ -10,6 +10,7 @@
 //! what S3 offers with conditional puts (`If-None-Match: *`). The one exception is
 //! [`WriteMode::Replace`], an atomic overwrite for `config` (S3: a plain put).
 
+mod append_only;
 mod cache;
 #[cfg(any(test, feature = "testing"))]
 mod faulty;
@@ -23,6 +24,7 @@ mod s3;
 mod stack;
 mod uploads;
 
+pub use append_only::AppendOnly;
 pub use cache::{CacheStats, Cached};
 #[cfg(any(test, feature = "testing"))]
 pub use faulty::FaultyStore;

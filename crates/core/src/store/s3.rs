@@ -625,7 +625,19 @@ impl S3Store {
         match block_on(self.s3.delete(&self.key(path))) {
             Ok(()) => Ok(()),
             Err(object_store::Error::NotFound { .. }) => Ok(()),
-            Err(e) => Err(self.err(path, e)),
+            Err(e) => Err(match self.err(path, e) {
+                // Credentials that may write but not delete are a mail server's: say so.
+                Error::Backend {
+                    location,
+                    kind: BackendKind::Auth,
+                    detail,
+                } => Error::Backend {
+                    location,
+                    kind: BackendKind::Auth,
+                    detail: format!("{detail}; credentials that may not delete are a mail server's: give it --append-only, and run prune, repair and migrate on the maintenance host (docs/security.md)"),
+                },
+                e => e,
+            }),
         }
     }
 

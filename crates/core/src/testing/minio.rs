@@ -50,6 +50,8 @@ pub struct Minio {
     /// Closing this pipe stops the server (see the module's doc).
     stop: Mutex<Option<ChildStdin>>,
     shell: Mutex<Child>,
+    /// What the server's audit webhook posted ([`super::minio_iam`]).
+    audit: std::sync::Arc<super::minio_iam::Audit>,
 }
 
 /// Finds the `minio` binary.
@@ -159,6 +161,7 @@ impl Minio {
             .map_err(io_err("create MinIO's temporary directory"))?
             .keep();
         let address = format!("127.0.0.1:{port}");
+        let (audit, webhook) = super::minio_iam::Audit::listen()?;
         let mut shell = Command::new("sh")
             .arg("-c")
             .arg(SUPERVISOR)
@@ -172,6 +175,8 @@ impl Minio {
             .env("MINIO_PROMETHEUS_AUTH_TYPE", "public")
             .env("MINIO_UPDATE", "off")
             .env("MINIO_CI_CD", "on")
+            .env("MINIO_AUDIT_WEBHOOK_ENABLE_mailvault", "on")
+            .env("MINIO_AUDIT_WEBHOOK_ENDPOINT_mailvault", webhook)
             .stdin(Stdio::piped())
             .stdout(Stdio::null())
             .stderr(Stdio::null())
@@ -183,6 +188,7 @@ impl Minio {
             dir,
             stop: Mutex::new(stop),
             shell: Mutex::new(shell),
+            audit,
         };
         let started = Instant::now();
         loop {
@@ -251,6 +257,11 @@ impl Minio {
     /// `127.0.0.1:PORT`, for a proxy in front of it.
     pub fn address(&self) -> String {
         format!("127.0.0.1:{}", self.port)
+    }
+
+    /// Every API call the server has made so far, as its audit log records it.
+    pub fn audit(&self) -> &super::minio_iam::Audit {
+        &self.audit
     }
 
     /// What the server has logged so far.

@@ -9,6 +9,7 @@
 pub mod data_reads;
 pub mod fault_proxy;
 pub mod minio;
+pub mod minio_iam;
 
 /// Why a test server could not be started or used.
 #[derive(Debug, thiserror::Error)]

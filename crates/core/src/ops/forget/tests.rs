@@ -653,3 +653,97 @@ fn groups_and_filters() {
         Err(Error::InvalidInput(_))
     ));
 }
+
+/// On an append-only host `forget` writes a request and removes nothing; the maintenance
+/// host applies it, but never to a held snapshot or the newest of a host and source,
+/// which wait; a request whose snapshots are all gone is deleted.
+#[test]
+fn an_append_only_hosts_forget_is_a_request_the_maintenance_host_applies() {
+    let (store, maintenance) = memory_repo(Version::V2);
+    let mut host = Repository::open(store.clone(), b"pw").unwrap();
+    host.set_append_only();
+    let mut ids = Vec::new();
+    for (n, tags) in [(0, vec![]), (1, vec!["hold"]), (2, vec![]), (3, vec![])] {
+        let s = snap(n, &format!("2025-01-0{}T10:00:00Z", n + 1), &tags);
+        ids.push(host.save_snapshot(&s).unwrap());
+    }
+    let rep = forget(
+        &host,
+        &ForgetOptions {
+            snapshots: ids.iter().map(Id::to_hex).collect(),
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    assert!(rep.requested);
+    assert_eq!(
+        rep.held,
+        [ids[1].to_hex()],
+        "held ones are not even asked for"
+    );
+    assert_eq!(
+        host.snapshots().unwrap().len(),
+        4,
+        "a request removes nothing"
+    );
+    assert!(
+        forgotten(&host).unwrap().0.is_empty(),
+        "nor counts as forgotten"
+    );
+    assert_eq!(store.list(FORGOTTEN_DIR).unwrap().len(), 1);
+    // The held snapshot asked for anyway (as an intruder would): it waits.
+    let (_, _) = remove_snapshots(&host, &[ids[1]], None).unwrap();
+    assert!(matches!(
+        apply_requests(&host, true),
+        Err(Error::AppendOnly { .. })
+    ));
+    // Listed, not applied, without --apply-requests.
+    let listed = apply_requests(&maintenance, false).unwrap();
+    assert!(listed.applied.is_empty());
+    assert_eq!(listed.waiting.len(), 4, "{:?}", listed.waiting);
+    assert_eq!(maintenance.snapshots().unwrap().len(), 4);
+    let done = apply_requests(&maintenance, true).unwrap();
+    let applied: BTreeSet<String> = done.applied.iter().cloned().collect();
+    assert_eq!(
+        applied,
+        BTreeSet::from([ids[0], ids[2]].map(|i| i.to_hex()))
+    );
+    let waiting = done.waiting.join("\n");
+    assert!(
+        waiting.contains(&format!("{}: under legal hold", ids[1].to_hex())),
+        "{waiting}"
+    );
+    assert!(
+        waiting.contains(&format!("{}: the newest", ids[3].to_hex())),
+        "{waiting}"
+    );
+    let left: Vec<Id> = maintenance
+        .snapshots()
+        .unwrap()
+        .iter()
+        .map(|s| s.id)
+        .collect();
+    assert_eq!(left, [ids[1], ids[3]]);
+    assert_eq!(
+        forgotten(&maintenance).unwrap().0,
+        BTreeSet::from([ids[0], ids[2]])
+    );
+    assert_eq!(
+        done.records_removed, 0,
+        "both requests still wait for something"
+    );
+    // Once a newer snapshot exists and the hold is gone, the rest is applied and the
+    // requests are done with.
+    let newer = snap(4, "2025-01-05T10:00:00Z", &[]);
+    maintenance.save_snapshot(&newer).unwrap();
+    let unheld = snap(1, "2025-01-02T10:00:00Z", &[]);
+    maintenance.save_snapshot(&unheld).unwrap();
+    remove_snapshots(&maintenance, &[ids[1]], None).unwrap();
+    let done = apply_requests(&maintenance, true).unwrap();
+    assert_eq!(done.applied, [ids[3].to_hex()]);
+    assert_eq!(done.records_removed, 2);
+    assert!(crate::repo::forgotten::requests(&maintenance)
+        .unwrap()
+        .0
+        .is_empty());
+}

@@ -5,7 +5,7 @@ use crate::error::{Error, Result};
 use crate::repo::format::BlobKind;
 use crate::repo::format::{Object, Version};
 use crate::repo::id::Id;
-use crate::repo::lock::{Found, LockKind, RepoLock};
+use crate::repo::lock::{Found, LockKind, LockRecord, RepoLock};
 use crate::repo::named::Named;
 use crate::repo::pack::{IndexedPack, PackEntry, PackList};
 use crate::repo::snapshot::Snapshot;
@@ -113,7 +113,13 @@ impl Repository {
         for f in lock.found() {
             match &f.found {
                 Found::Unreadable(_) => {}
-                _ if f.is_stale(self.lock_options.stale) => stale.push(f.path.clone()),
+                _ if f.is_stale(self.lock_options.stale) => stale.push((
+                    f.path.clone(),
+                    match &f.found {
+                        Found::Lock(r) => Some(r.clone()),
+                        _ => None,
+                    },
+                )),
                 _ => {}
             }
         }
@@ -128,8 +134,15 @@ impl Repository {
     /// Ends a backup whose snapshot is saved: removes the records of writers that were
     /// gone when it began (their packs are in this run's index), then releases its lock.
     pub fn end_backup(&self, mark: WriterMark) -> Result<()> {
-        for p in &mark.stale {
-            self.store.delete(p)?;
+        // An append-only host ends them by records of its own (a `writers/` record of
+        // an older mailvault stays for the maintenance host's prune).
+        let locks = self.lock_store();
+        for (p, rec) in &mark.stale {
+            match rec {
+                Some(r) => locks.end(p, r)?,
+                None if self.append_only() => {}
+                None => self.store.delete(p)?,
+            }
         }
         drop(mark.lock);
         Ok(())
@@ -230,7 +243,7 @@ pub(crate) struct PackVerdict {
 #[derive(Debug)]
 pub struct WriterMark {
     lock: RepoLock,
-    stale: Vec<String>,
+    stale: Vec<(String, Option<LockRecord>)>,
 }
 
 impl WriterMark {
