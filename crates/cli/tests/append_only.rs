@@ -286,7 +286,6 @@ fn an_intruder_with_a_mail_servers_credentials_cannot_destroy_the_backups() {
     ] {
         let o = intruder.cmd(&args).output().unwrap();
         let err = String::from_utf8_lossy(&o.stderr);
-        eprintln!("{args:?}: {:?} {err}", o.status.code());
         assert_eq!(o.status.code(), Some(2), "{args:?}: {err}");
         assert!(err.contains("AccessDenied"), "{args:?}: {err}");
     }
@@ -372,5 +371,98 @@ fn a_clone<'a>(h: &Host<'a>) -> Host<'a> {
         name: h.name,
         creds: h.creds.clone(),
         append_only: h.append_only,
+    }
+}
+
+/// The maintenance host prunes while two append-only hosts back up: each waits for the
+/// others' locks as it must, nothing is lost, `check --read-data` is clean and every
+/// snapshot restores exactly.
+#[test]
+fn a_prune_beside_two_append_only_backups_loses_nothing() {
+    let m = Minio::shared();
+    let e = Env::s3("append-only-prune");
+    e.expect(0, &["init"]);
+    let hosts: Vec<Host> = ["a", "b"]
+        .into_iter()
+        .map(|name| Host {
+            e: &e,
+            name,
+            creds: restricted(m, &e),
+            append_only: true,
+        })
+        .collect();
+    for (n, h) in hosts.iter().enumerate() {
+        corpus(&e.path(&format!("vmail-{}", h.name)), 40 + n as u64, 300);
+        h.expect(
+            0,
+            &[
+                "backup",
+                &maildir(&e.path(&format!("vmail-{}", h.name))),
+                "--host",
+                h.name,
+            ],
+        );
+    }
+    // Something for the prune to do: the first snapshots forgotten by request.
+    let snaps = e.json(0, &["snapshots"]);
+    common::at_rest();
+    for h in &hosts {
+        let src = e.path(&format!("vmail-{}", h.name));
+        mutate(&MutationSpec::default(), &src).unwrap();
+    }
+    common::at_rest();
+    for h in &hosts {
+        let src = e.path(&format!("vmail-{}", h.name));
+        h.expect(0, &["backup", &maildir(&src), "--host", h.name]);
+        h.expect(0, &["forget", &first_of(&snaps, h.name)]);
+    }
+    common::at_rest();
+    for h in &hosts {
+        mutate(
+            &MutationSpec::default(),
+            &e.path(&format!("vmail-{}", h.name)),
+        )
+        .unwrap();
+    }
+    common::at_rest();
+    let backups: Vec<_> = (hosts.iter())
+        .map(|h| {
+            let src = e.path(&format!("vmail-{}", h.name));
+            h.cmd(&["backup", &maildir(&src), "--host", h.name])
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    let prune = e
+        .cmd(&["prune", "--apply-requests", "--max-unused", "0", "--json"])
+        .env("MAILVAULT_RETRY_LOCK", "5m")
+        .output()
+        .unwrap();
+    assert!(
+        prune.status.success(),
+        "{}",
+        String::from_utf8_lossy(&prune.stderr)
+    );
+    let p: Value = serde_json::from_slice(&prune.stdout).unwrap();
+    assert_eq!(
+        p["forget_requests"]["applied"].as_array().unwrap().len(),
+        2,
+        "{p}"
+    );
+    for b in backups {
+        let o = b.wait_with_output().unwrap();
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    }
+    e.expect(0, &["check", "--read-data"]);
+    let snaps = e.json(0, &["snapshots"]);
+    assert_eq!(snaps.as_array().unwrap().len(), 4, "{snaps}");
+    for h in &hosts {
+        let src = e.path(&format!("vmail-{}", h.name));
+        let newest = newest_of(&snaps, &maildir(&src));
+        let out = e.path(&format!("out-{}", h.name));
+        e.expect(0, &["restore", &newest, "--target", &maildir(&out)]);
+        assert_same_files(&out, &src);
     }
 }

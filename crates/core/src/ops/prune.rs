@@ -207,7 +207,7 @@ pub fn prune(
     };
     let lock_records_removed = match opts.dry_run {
         true => 0,
-        false => crate::repo::lock::remove_ended(&repo.lock_store())?,
+        false => crate::repo::lock::remove_ended(&repo.lock_store(), repo.lock_options().stale)?,
     };
     let snaps = snapshots_under_lock(repo, opts)?;
     let mut rep = PruneReport {
@@ -853,6 +853,7 @@ mod tests {
             operation: "backup".into(),
             lock: "1".into(),
             released: false,
+            refresh_secs: 0,
         };
         let json = serde_json::to_vec(&dead).unwrap();
         store

@@ -91,6 +91,10 @@ pub struct LockRecord {
     /// records (see the module's docs).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub released: bool,
+    /// How often its holder refreshes it, in seconds (0 in records of older mailvaults:
+    /// [`REFRESH`]).
+    #[serde(default)]
+    pub refresh_secs: u64,
 }
 
 impl LockRecord {
@@ -133,9 +137,22 @@ static HELD: std::sync::Mutex<std::collections::BTreeSet<String>> =
     std::sync::Mutex::new(std::collections::BTreeSet::new());
 
 /// Whether a process of this host with `pid` exists (true when that cannot be known).
+/// One that has exited and not been waited for by its parent (a zombie) does not: it
+/// runs nothing any more.
 fn process_exists(pid: u32) -> bool {
-    !std::path::Path::new("/proc/self").exists()
-        || std::path::Path::new(&format!("/proc/{pid}")).exists()
+    if !std::path::Path::new("/proc/self").exists() {
+        return true;
+    }
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        // The state follows the command name, which is in parentheses and may hold any
+        // character: read after the last `)`.
+        Ok(stat) => !matches!(
+            stat.rsplit_once(')')
+                .and_then(|(_, rest)| rest.split_whitespace().next()),
+            Some("Z" | "X")
+        ),
+        Err(_) => false,
+    }
 }
 
 /// What a file in `locks/` or `writers/` is.
@@ -164,6 +181,9 @@ pub enum Found {
 pub struct FoundLock {
     pub path: String,
     pub found: Found,
+    /// A lock whose holder wrote a `released` record too recently to be taken at its
+    /// word ([`end_superseded`]).
+    pub releasing: bool,
 }
 
 impl FoundLock {
@@ -198,6 +218,7 @@ impl FoundLock {
                 operation: "backup".into(),
                 lock: String::new(),
                 released: false,
+                refresh_secs: 0,
             }
             .describe(),
             Found::Ended { lock } => format!("lock {lock}, over"),
@@ -255,6 +276,7 @@ impl LockStore {
                         .map_err(|e| Error::corrupt(&o.path, format!("not a lock record: {e}")))
                 });
             out.push(FoundLock {
+                releasing: false,
                 found: match found {
                     Ok(r) => Found::Lock(r),
                     Err(Error::NotFound(_)) => continue, // removed meanwhile
@@ -308,6 +330,7 @@ impl LockStore {
                         .map_err(|e| Error::corrupt(&o.path, format!("not a writer record: {e}")))
                 });
             out.push(FoundLock {
+                releasing: false,
                 found: match found {
                     Ok(w) => Found::Writer {
                         gone: w.gone(),
@@ -445,6 +468,7 @@ impl RepoLock {
             operation: operation.into(),
             lock: hex::encode(rand::random::<[u8; 16]>()),
             released: false,
+            refresh_secs: opts.refresh.as_secs().max(1),
         };
         let id = rec.lock.clone();
         crate::repo::lock(&HELD).insert(id.clone());
@@ -459,7 +483,33 @@ impl RepoLock {
         let deadline = Instant::now() + opts.wait;
         let mut pause = Duration::from_millis(200);
         let mut mine: Option<String> = None;
+        // Withdrawn for an older conflicting lock: look before writing a record again.
+        // (An append-only host's withdrawn records stay until the maintenance host's
+        // prune, and a prune waits a while for each: see [`end_superseded`].)
+        let mut withdrawn = false;
+        // The ids this taker withdrew on an append-only host (their records stay).
+        let mut past: Vec<String> = Vec::new();
         loop {
+            if withdrawn {
+                let found = locks.list(None, rec.exclusive)?;
+                let conflicts = conflicts(&found, &rec, &past, opts.stale);
+                tracing::debug!(
+                    "lock {} ({}) withdrawn: conflicts {:?}",
+                    rec.lock,
+                    rec.operation,
+                    (conflicts.iter())
+                        .map(|f| format!("{} {} releasing={}", f.path, f.describe(), f.releasing))
+                        .collect::<Vec<_>>()
+                );
+                if conflicts.iter().any(|f| older(f, &rec)) {
+                    if Instant::now() >= deadline {
+                        return Err(locked(&conflicts, &rec));
+                    }
+                    pause = wait(pause, deadline);
+                    continue;
+                }
+                withdrawn = false;
+            }
             let path = match &mine {
                 // Waiting with the record in place: it must not go stale meanwhile.
                 Some(p) if crate::now_unix() - rec.time >= opts.refresh.as_secs() as i64 => {
@@ -486,54 +536,37 @@ impl RepoLock {
                     return Err(e);
                 }
             };
-            let conflicts: Vec<&FoundLock> = found
-                .iter()
-                .filter(|f| !f.is_stale(opts.stale))
-                .filter(|f| match &f.found {
-                    Found::Lock(r) => r.lock != rec.lock && (r.exclusive || rec.exclusive),
-                    Found::Writer { .. } => rec.exclusive,
-                    Found::Ended { .. } => false,
-                    Found::Unreadable(e) => {
-                        tracing::warn!("ignoring {}: {e} (not a lock record)", f.path);
-                        false
-                    }
-                })
-                .collect();
+            let conflicts = conflicts(&found, &rec, &past, opts.stale);
+            tracing::debug!(
+                "lock {} ({}): conflicts {:?}",
+                rec.lock,
+                rec.operation,
+                (conflicts.iter())
+                    .map(|f| format!("{} {} releasing={}", f.path, f.describe(), f.releasing))
+                    .collect::<Vec<_>>()
+            );
             if conflicts.is_empty() {
                 return Ok(RepoLock::hold(locks, path, rec, opts, found));
             }
             // An older conflicting lock (or a backup of an older mailvault, which never
             // withdraws) goes first: withdraw and try again. Younger ones are waited for.
-            let older = conflicts.iter().any(|f| match &f.found {
-                Found::Lock(r) => r.rank() < rec.rank(),
-                _ => true,
-            });
+            let older = conflicts.iter().any(|f| older(f, &rec));
             if older || Instant::now() >= deadline {
                 locks.end(&path, &rec)?;
                 locks.store.flush()?;
                 mine = None;
+                withdrawn = true;
                 // A withdrawn lock comes back under a new id: its ended one stays ended.
                 if locks.append_only {
+                    past.push(rec.lock.clone());
                     rec.lock = hex::encode(rand::random::<[u8; 16]>());
                     crate::repo::lock(&HELD).insert(rec.lock.clone());
                 }
             }
             if Instant::now() >= deadline {
-                let holder = conflicts
-                    .iter()
-                    .find(|f| !matches!(&f.found, Found::Lock(r) if r.rank() > rec.rank()))
-                    .or(conflicts.first())
-                    .map(|f| (f.path.clone(), f.describe()))
-                    .unwrap_or_default();
-                return Err(Error::Locked {
-                    holder: holder.1,
-                    path: holder.0,
-                });
+                return Err(locked(&conflicts, &rec));
             }
-            let jitter = Duration::from_millis(rand::random::<u64>() % 200);
-            let left = deadline.saturating_duration_since(Instant::now());
-            std::thread::sleep((pause + jitter).min(left));
-            pause = (pause * 2).min(Duration::from_secs(10));
+            pause = wait(pause, deadline);
         }
     }
 
@@ -608,12 +641,72 @@ impl Drop for RepoLock {
     }
 }
 
+/// The live locks `found` that conflict with `rec` (whose earlier ids are `past`).
+fn conflicts<'a>(
+    found: &'a [FoundLock],
+    rec: &LockRecord,
+    past: &[String],
+    stale: Duration,
+) -> Vec<&'a FoundLock> {
+    found
+        .iter()
+        .filter(|f| !f.is_stale(stale))
+        .filter(|f| match &f.found {
+            // A younger lock that released itself never went ahead of this one, which it
+            // saw (a younger taker withdraws before an older one) or waited for: it is
+            // over at once, not after the wait that guards an older one.
+            Found::Lock(r) if f.releasing && r.rank() > rec.rank() => false,
+            Found::Lock(r) => {
+                r.lock != rec.lock && !past.contains(&r.lock) && (r.exclusive || rec.exclusive)
+            }
+            Found::Writer { .. } => rec.exclusive,
+            Found::Ended { .. } => false,
+            Found::Unreadable(e) => {
+                tracing::warn!("ignoring {}: {e} (not a lock record)", f.path);
+                false
+            }
+        })
+        .collect()
+}
+
+/// Whether a conflicting lock goes before `rec` (a backup of an older mailvault always
+/// does: it never withdraws).
+fn older(f: &FoundLock, rec: &LockRecord) -> bool {
+    match &f.found {
+        Found::Lock(r) => r.rank() < rec.rank(),
+        _ => true,
+    }
+}
+
+/// The error of a taker that waited long enough, naming a holder it waited for.
+fn locked(conflicts: &[&FoundLock], rec: &LockRecord) -> Error {
+    let holder = conflicts
+        .iter()
+        .find(|f| !matches!(&f.found, Found::Lock(r) if r.rank() > rec.rank()))
+        .or(conflicts.first())
+        .map(|f| (f.path.clone(), f.describe()))
+        .unwrap_or_default();
+    Error::Locked {
+        holder: holder.1,
+        path: holder.0,
+    }
+}
+
+/// Sleeps `pause` with jitter (not past `deadline`); the next pause, doubled up to 10 s.
+fn wait(pause: Duration, deadline: Instant) -> Duration {
+    let jitter = Duration::from_millis(rand::random::<u64>() % 200);
+    let left = deadline.saturating_duration_since(Instant::now());
+    std::thread::sleep((pause + jitter).min(left));
+    (pause * 2).min(Duration::from_secs(10))
+}
+
 /// Deletes the records of locks that are over ([`Found::Ended`]: left by append-only
-/// hosts); returns how many. Live and stale locks are left as they are.
-pub(crate) fn remove_ended(locks: &LockStore) -> Result<u64> {
+/// hosts) or stale; returns how many. Called under the exclusive lock (prune): no
+/// holder of a stale lock goes on. Live locks are left as they are.
+pub(crate) fn remove_ended(locks: &LockStore, stale: Duration) -> Result<u64> {
     let mut n = 0;
     for f in locks.list(None, false)? {
-        if matches!(f.found, Found::Ended { .. }) {
+        if f.is_removable(stale) {
             match locks.store.delete(&f.path) {
                 Ok(()) | Err(Error::NotFound(_)) => n += 1,
                 Err(e) => return Err(e),
@@ -626,29 +719,64 @@ pub(crate) fn remove_ended(locks: &LockStore) -> Result<u64> {
     Ok(n)
 }
 
-/// Marks as [`Found::Ended`] every lock record whose id has a `released` record, and
-/// every record of an id with a newer one (a refresh by an append-only host).
+/// Marks as [`Found::Ended`] the records of locks that are over, and each record of a
+/// lock that has a newer one (a refresh by an append-only host).
+///
+/// A lock is over when its newest record is a `released` one written at least one and
+/// a half of its refresh intervals ago (the longest interval any record of it promises),
+/// and not dated in the future. Anyone with the key can write a released record for
+/// another host's lock (an intruder on one mail server could so let a prune run beside
+/// another server's backup and delete what it is writing); a holder that is still there
+/// refreshes within its interval, so its newer record keeps the lock live.
 fn end_superseded(found: &mut [FoundLock]) {
     use std::collections::HashMap;
-    let mut newest: HashMap<String, (bool, i64, String)> = HashMap::new();
+    #[derive(Default)]
+    struct Lock {
+        /// The newest record that is not a release: (time, path).
+        live: Option<(i64, String)>,
+        /// The newest release's time.
+        released: Option<i64>,
+        refresh: u64,
+    }
+    let now = crate::now_unix();
+    let mut locks: HashMap<String, Lock> = HashMap::new();
     for f in found.iter() {
         if let Found::Lock(r) = &f.found {
-            let e = (newest.entry(r.lock.clone())).or_insert((false, i64::MIN, String::new()));
-            e.0 |= r.released;
-            if (r.time, f.path.as_str()) > (e.1, e.2.as_str()) {
-                e.1 = r.time;
-                e.2 = f.path.clone();
+            let l = locks.entry(r.lock.clone()).or_default();
+            l.refresh = l.refresh.max(r.refresh_secs);
+            if r.released {
+                // One dated in the future is no one's: it would keep the lock live forever.
+                if r.time <= now {
+                    l.released = l.released.max(Some(r.time));
+                }
+            } else if l
+                .live
+                .as_ref()
+                .is_none_or(|(t, p)| (r.time, &f.path) > (*t, p))
+            {
+                l.live = Some((r.time, f.path.clone()));
             }
         }
     }
     for f in found.iter_mut() {
-        if let Found::Lock(r) = &f.found {
-            let (released, _, path) = &newest[&r.lock];
-            if *released || *path != f.path {
-                f.found = Found::Ended {
-                    lock: r.lock.clone(),
-                };
-            }
+        let Found::Lock(r) = &f.found else { continue };
+        let l = &locks[&r.lock];
+        let refresh = match l.refresh {
+            0 => REFRESH.as_secs(),
+            n => n,
+        } as i64;
+        let over = match (l.released, &l.live) {
+            (None, _) => false,
+            (Some(_), None) => true,
+            (Some(t), Some((live, _))) => t >= *live && now - t >= refresh * 3 / 2,
+        };
+        let newest = matches!(&l.live, Some((_, p)) if *p == f.path);
+        if over || !newest {
+            f.found = Found::Ended {
+                lock: r.lock.clone(),
+            };
+        } else {
+            f.releasing = l.released.is_some();
         }
     }
 }
@@ -788,6 +916,7 @@ mod tests {
             operation: if exclusive { "prune" } else { "backup" }.into(),
             lock: hex::encode(rand::random::<[u8; 16]>()),
             released: false,
+            refresh_secs: 0,
         }
     }
 
@@ -924,8 +1053,8 @@ mod tests {
         let (counted, ls, maintenance) = append_only_locks();
         let live = |ls: &LockStore| {
             let f = ls.list(None, true).unwrap();
-            f.iter()
-                .filter(|f| matches!(f.found, Found::Lock(_)))
+            (f.iter())
+                .filter(|f| matches!(f.found, Found::Lock(_)) && !f.is_stale(STALE))
                 .count()
         };
         let a = RepoLock::acquire(ls.clone(), LockKind::Shared, "backup", &fast(0)).unwrap();
@@ -943,6 +1072,7 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("locked by"), "{e}");
+        std::thread::sleep(Duration::from_millis(2100));
         assert_eq!(live(&ls), 2, "the refused one ended its record");
         drop((a, b));
         assert_eq!(live(&ls), 0, "both ended by a record");
@@ -955,15 +1085,23 @@ mod tests {
             "no delete ever reached the store"
         );
         // Stale locks: ended by a record, never deleted; --remove-all is refused.
-        plant(&ls, record(true, "elsewhere", 1, 3600));
+        let old = plant(&ls, record(true, "elsewhere", 1, 3600));
+        let records = counted.list(LOCKS).unwrap().len();
         let rep = unlock(&ls, false, STALE).unwrap();
-        assert_eq!(rep.removed.len(), 1);
-        assert_eq!(live(&ls), 0);
+        assert!(rep.removed.contains(&old), "{rep:?}");
+        assert!(
+            counted.list(LOCKS).unwrap().len() > records,
+            "ended by a record"
+        );
         let e = unlock(&ls, true, STALE).unwrap_err();
         assert!(matches!(e, Error::AppendOnly { .. }), "{e}");
         assert_eq!(counted.counts().delete, 0);
         // A host that may delete removes every ended record; a live lock stays.
-        let held = RepoLock::acquire(ls.clone(), LockKind::Shared, "backup", &fast(0)).unwrap();
+        let slow = LockOptions {
+            refresh: Duration::from_secs(60),
+            ..fast(0)
+        };
+        let held = RepoLock::acquire(ls.clone(), LockKind::Shared, "backup", &slow).unwrap();
         let rep = unlock(&maintenance, false, STALE).unwrap();
         assert!(rep.removed.len() > 4, "{rep:?}");
         assert_eq!(counted.list(LOCKS).unwrap().len(), 1);
@@ -1007,5 +1145,55 @@ mod tests {
             }
         });
         assert_eq!(counted.counts().delete, 0);
+    }
+
+    /// Another host's lock and its release: taken at its word once the holder would
+    /// have refreshed. An intruder's releases of a live lock: one dated before the
+    /// holder's newest record, or in the future, counts for nothing.
+    #[test]
+    fn a_release_counts_once_aged_and_a_forged_one_never() {
+        let (_, ls, _) = append_only_locks();
+        let prune = || RepoLock::acquire(ls.clone(), LockKind::Exclusive, "prune", &fast(0));
+        let mut rec = record(false, "mx2", 1, 0);
+        rec.refresh_secs = 1;
+        plant(&ls, rec.clone());
+        let release = |r: &LockRecord, time: i64| {
+            let mut r = r.clone();
+            r.released = true;
+            r.time = time;
+            plant(&ls, r)
+        };
+        release(&rec, crate::now_unix());
+        let e = prune().unwrap_err().to_string();
+        assert!(e.contains("locked by backup on host mx2"), "{e}");
+        std::thread::sleep(Duration::from_millis(2100));
+        drop(prune().unwrap());
+        // A live lock of mx3 with forged releases.
+        let mut live = record(false, "mx3", 1, 0);
+        live.refresh_secs = 1;
+        plant(&ls, live.clone());
+        release(&live, crate::now_unix() - 3600);
+        release(&live, crate::now_unix() + 3600);
+        std::thread::sleep(Duration::from_millis(2100));
+        let e = prune().unwrap_err().to_string();
+        assert!(e.contains("locked by backup on host mx3"), "{e}");
+    }
+
+    /// A command that has exited but was not waited for (a zombie) holds no lock: its
+    /// parent (a test, a cron wrapper) may reap it only later.
+    #[test]
+    fn an_exited_process_not_yet_waited_for_is_gone() {
+        let mut running = std::process::Command::new("sleep")
+            .arg("5")
+            .spawn()
+            .unwrap();
+        let mut exited = std::process::Command::new("true").spawn().unwrap();
+        std::thread::sleep(Duration::from_millis(300));
+        assert!(process_exists(running.id()));
+        assert!(!process_exists(exited.id()), "a zombie runs nothing");
+        assert!(!process_exists(4_000_000_000));
+        running.kill().unwrap();
+        let _ = running.wait();
+        let _ = exited.wait();
     }
 }

@@ -198,6 +198,7 @@ fn writer_records_say_when_to_look_for_unindexed_packs() {
         operation: "backup".into(),
         lock: "0".into(),
         released: false,
+        refresh_secs: 0,
     };
     let json = serde_json::to_vec(&gone).unwrap();
     store
@@ -266,6 +267,7 @@ fn gone_writer_record(repo: &Repository, store: &MemoryStore) {
         operation: "backup".into(),
         lock: "0000gone".into(),
         released: false,
+        refresh_secs: 0,
     };
     let path = format!("{}0000gone", crate::repo::lock::LOCKS);
     store
