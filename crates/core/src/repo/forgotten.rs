@@ -35,6 +35,9 @@ pub struct ForgetRecord {
     pub requested: bool,
 }
 
+/// Forget records with their paths, and a warning for each record that cannot be read.
+pub type Records = (Vec<(String, ForgetRecord)>, Vec<String>);
+
 /// The snapshots the forget records in the repository list as removed on purpose, and a
 /// warning for each record that cannot be read (its ids are not taken as forgotten: a
 /// record someone without the key wrote does not open). Requests are not in it.
@@ -49,14 +52,14 @@ pub fn forgotten(repo: &Repository) -> Result<(BTreeSet<Id>, Vec<String>)> {
 
 /// The forget requests of append-only hosts, each with its path, and a warning for each
 /// record that cannot be read.
-pub fn requests(repo: &Repository) -> Result<(Vec<(String, ForgetRecord)>, Vec<String>)> {
+pub fn requests(repo: &Repository) -> Result<Records> {
     let (mut records, warnings) = records(repo)?;
     records.retain(|(_, r)| r.requested);
     Ok((records, warnings))
 }
 
 /// Every forget record that opens, with its path; a warning for each that does not.
-fn records(repo: &Repository) -> Result<(Vec<(String, ForgetRecord)>, Vec<String>)> {
+fn records(repo: &Repository) -> Result<Records> {
     let mut out = Vec::new();
     let mut warnings = Vec::new();
     for f in repo.store().list(FORGOTTEN_DIR)? {

@@ -182,7 +182,7 @@ pub struct FoundLock {
     pub path: String,
     pub found: Found,
     /// A lock whose holder wrote a `released` record too recently to be taken at its
-    /// word ([`end_superseded`]).
+    /// word (see the module's docs).
     pub releasing: bool,
 }
 
