@@ -116,7 +116,7 @@ fn restricted(m: &Minio, e: &Env) -> Credentials {
 
 /// The deletes (allowed or denied) the audit log shows from `key`.
 fn deletes_by(m: &Minio, key: &str) -> Vec<String> {
-    (m.audit().settled(m).into_iter())
+    (m.audit_settled().into_iter())
         .filter(|a| a.access_key == key && a.api.starts_with("Delete"))
         .map(|a| format!("{} {} -> {}", a.api, a.object, a.status))
         .collect()

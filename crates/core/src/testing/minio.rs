@@ -50,8 +50,8 @@ pub struct Minio {
     /// Closing this pipe stops the server (see the module's doc).
     stop: Mutex<Option<ChildStdin>>,
     shell: Mutex<Child>,
-    /// What the server's audit webhook posted ([`super::minio_iam`]).
-    audit: std::sync::Arc<super::minio_iam::Audit>,
+    /// What the server's audit webhook posted ([`super::audit`]).
+    audit: std::sync::Arc<super::audit::Audit>,
 }
 
 /// Finds the `minio` binary.
@@ -161,7 +161,7 @@ impl Minio {
             .map_err(io_err("create MinIO's temporary directory"))?
             .keep();
         let address = format!("127.0.0.1:{port}");
-        let (audit, webhook) = super::minio_iam::Audit::listen()?;
+        let (audit, webhook) = super::audit::Audit::listen()?;
         let mut shell = Command::new("sh")
             .arg("-c")
             .arg(SUPERVISOR)
@@ -260,7 +260,7 @@ impl Minio {
     }
 
     /// Every API call the server has made so far, as its audit log records it.
-    pub fn audit(&self) -> &super::minio_iam::Audit {
+    pub fn audit(&self) -> &super::audit::Audit {
         &self.audit
     }
 

@@ -6,142 +6,34 @@
 //!   `mc admin policy attach` give, without `mc`, which the test machine does not have).
 //!   The request is signed here with AWS Signature V4 (the `object_store` crate signs its
 //!   own requests but does not export its signer; this is the one request it does not make).
-//! - [`Audit`]: MinIO posts one JSON document per API call, allowed or denied, to an audit
-//!   webhook; every server the harness starts posts to a listener of the test process,
-//!   which keeps who asked for what and what the answer was.
+//! - [`Minio::audit_settled`]: MinIO's audit log ([`super::audit`]) once it has caught up.
 
+use super::audit::AuditEntry;
 use super::minio::{Minio, REGION, ROOT_PASSWORD, ROOT_USER};
 use super::{io_err, HarnessError};
 use crate::store::Credentials;
-use std::io::{BufRead, BufReader, Read, Write};
-use std::net::{TcpListener, TcpStream};
-use std::sync::{Arc, Mutex};
+use std::io::{Read, Write};
+use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
-/// One API call as MinIO's audit log records it.
-#[derive(Clone, Debug)]
-pub struct AuditEntry {
-    /// `PutObject`, `DeleteObject`, `DeleteMultipleObjects`, `GetObject`, ...
-    pub api: String,
-    /// The HTTP status of the answer (403 for a denied call).
-    pub status: u16,
-    /// The access key that signed it (empty for anonymous calls).
-    pub access_key: String,
-    /// The bucket and the object, if any.
-    pub bucket: String,
-    pub object: String,
-}
-
-/// The entries MinIO's audit webhook has posted so far.
-#[derive(Debug, Default)]
-pub struct Audit {
-    entries: Mutex<Vec<AuditEntry>>,
-}
-
-impl Audit {
-    /// Listens on a free port of 127.0.0.1; returns the log and the webhook's URL.
-    pub(crate) fn listen() -> Result<(Arc<Audit>, String), HarnessError> {
-        let l = TcpListener::bind("127.0.0.1:0").map_err(io_err("bind the audit listener"))?;
-        let url = format!(
-            "http://{}/",
-            l.local_addr().map_err(io_err("audit listener address"))?
-        );
-        let audit = Arc::new(Audit::default());
-        let a = audit.clone();
-        std::thread::Builder::new()
-            .name("minio audit".into())
-            .spawn(move || {
-                for c in l.incoming().flatten() {
-                    let a = a.clone();
-                    std::thread::spawn(move || {
-                        let _ = a.serve(c);
-                    });
-                }
-            })
-            .map_err(io_err("start the audit listener"))?;
-        Ok((audit, url))
-    }
-
-    /// Reads posts from one connection (kept alive) and answers each 200.
-    fn serve(&self, c: TcpStream) -> std::io::Result<()> {
-        let mut w = c.try_clone()?;
-        let mut r = BufReader::new(c);
-        loop {
-            let mut len = 0usize;
-            let mut line = String::new();
-            if r.read_line(&mut line)? == 0 {
-                return Ok(());
-            }
-            loop {
-                line.clear();
-                r.read_line(&mut line)?;
-                let l = line.trim_end();
-                if l.is_empty() {
-                    break;
-                }
-                if let Some((k, v)) = l.split_once(':') {
-                    if k.eq_ignore_ascii_case("content-length") {
-                        len = v.trim().parse().unwrap_or(0);
-                    }
-                }
-            }
-            let mut body = vec![0; len];
-            r.read_exact(&mut body)?;
-            self.add(&body);
-            w.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n")?;
-        }
-    }
-
-    /// One post: a JSON entry (or, batched, several, one a line).
-    fn add(&self, body: &[u8]) {
-        let text = String::from_utf8_lossy(body);
-        let docs: Vec<serde_json::Value> = match serde_json::from_str(&text) {
-            Ok(serde_json::Value::Array(a)) => a,
-            Ok(v) => vec![v],
-            Err(_) => (text.lines())
-                .filter_map(|l| serde_json::from_str(l).ok())
-                .collect(),
-        };
-        let s = |v: &serde_json::Value| v.as_str().unwrap_or_default().to_string();
-        let mut entries = self.entries.lock().unwrap_or_else(|p| p.into_inner());
-        for d in docs {
-            entries.push(AuditEntry {
-                api: s(&d["api"]["name"]),
-                status: d["api"]["statusCode"].as_u64().unwrap_or(0) as u16,
-                access_key: s(&d["accessKey"]),
-                bucket: s(&d["api"]["bucket"]),
-                object: s(&d["api"]["object"]),
-            });
-        }
-    }
-
-    /// Every entry so far.
-    pub fn entries(&self) -> Vec<AuditEntry> {
-        self.entries
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone()
-    }
-
+impl Minio {
     /// The entries so far once MinIO has posted everything up to now: waits until an
     /// entry of a marker call made now (a bucket of its own created by the root user)
     /// arrives, so the calls before it were posted too (MinIO posts them in order).
-    pub fn settled(&self, minio: &Minio) -> Vec<AuditEntry> {
-        let marker = minio.bucket("audit-marker");
-        let _ = minio.store(&marker, "");
+    pub fn audit_settled(&self) -> Vec<AuditEntry> {
+        let marker = self.bucket("audit-marker");
+        let _ = self.store(&marker, "");
         let started = Instant::now();
         while started.elapsed() < Duration::from_secs(30) {
-            let entries = self.entries();
+            let entries = self.audit().entries();
             if entries.iter().any(|e| e.bucket == marker) {
                 return entries;
             }
             std::thread::sleep(Duration::from_millis(100));
         }
-        self.entries()
+        self.audit().entries()
     }
-}
 
-impl Minio {
     /// Temporary credentials (an hour) of the root user, allowed only what `policy` (an
     /// IAM policy document, JSON) allows.
     pub fn assume_role(&self, policy: &str) -> Result<Credentials, HarnessError> {

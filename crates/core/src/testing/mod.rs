@@ -6,6 +6,7 @@
 //! Other crates enable it from their `[dev-dependencies]`, as `mailvault-imap`'s
 //! `testing` feature is enabled for its Dovecot harness.
 
+pub mod audit;
 pub mod data_reads;
 pub mod fault_proxy;
 pub mod minio;
