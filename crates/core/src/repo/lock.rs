@@ -1014,7 +1014,12 @@ mod tests {
     /// exclusive, and every one ends up holding the lock.
     #[test]
     fn takers_that_start_together_all_get_through_one_exclusive_at_a_time() {
-        let (_, ls) = locks();
+        race(&locks().1);
+    }
+
+    /// Six takers on `ls` at once, every third exclusive: asserts that an exclusive
+    /// holder is alone and that every taker gets the lock.
+    fn race(ls: &LockStore) {
         let active = Arc::new(Mutex::new((0u32, 0u32))); // (shared, exclusive)
         std::thread::scope(|s| {
             for i in 0..6 {
@@ -1026,22 +1031,18 @@ mod tests {
                         _ => LockKind::Shared,
                     };
                     let l = RepoLock::acquire(ls, kind, "t", &fast(60_000)).unwrap();
-                    {
+                    let count = |d: i32| {
                         let mut a = crate::repo::lock(&active);
-                        match kind {
-                            LockKind::Exclusive => a.1 += 1,
-                            LockKind::Shared => a.0 += 1,
-                        }
+                        let n = match kind {
+                            LockKind::Exclusive => &mut a.1,
+                            LockKind::Shared => &mut a.0,
+                        };
+                        *n = n.wrapping_add_signed(d);
                         assert!(a.1 == 0 || (a.1 == 1 && a.0 == 0), "{a:?}");
-                    }
+                    };
+                    count(1);
                     std::thread::sleep(Duration::from_millis(100));
-                    {
-                        let mut a = crate::repo::lock(&active);
-                        match kind {
-                            LockKind::Exclusive => a.1 -= 1,
-                            LockKind::Shared => a.0 -= 1,
-                        }
-                    }
+                    count(-1);
                     drop(l);
                 });
             }
@@ -1113,43 +1114,10 @@ mod tests {
     #[test]
     fn append_only_takers_that_start_together_all_get_through_one_exclusive_at_a_time() {
         let (counted, ls, _) = append_only_locks();
-        let active = Arc::new(Mutex::new((0u32, 0u32)));
-        std::thread::scope(|s| {
-            for i in 0..6 {
-                let ls = ls.clone();
-                let active = active.clone();
-                s.spawn(move || {
-                    let kind = match i % 3 {
-                        0 => LockKind::Exclusive,
-                        _ => LockKind::Shared,
-                    };
-                    let l = RepoLock::acquire(ls, kind, "t", &fast(60_000)).unwrap();
-                    {
-                        let mut a = crate::repo::lock(&active);
-                        match kind {
-                            LockKind::Exclusive => a.1 += 1,
-                            LockKind::Shared => a.0 += 1,
-                        }
-                        assert!(a.1 == 0 || (a.1 == 1 && a.0 == 0), "{a:?}");
-                    }
-                    std::thread::sleep(Duration::from_millis(100));
-                    {
-                        let mut a = crate::repo::lock(&active);
-                        match kind {
-                            LockKind::Exclusive => a.1 -= 1,
-                            LockKind::Shared => a.0 -= 1,
-                        }
-                    }
-                    drop(l);
-                });
-            }
-        });
+        race(&ls);
         assert_eq!(counted.counts().delete, 0);
     }
 
-    /// Another host's lock and its release: taken at its word once the holder would
-    /// have refreshed. An intruder's releases of a live lock: one dated before the
-    /// holder's newest record, or in the future, counts for nothing.
     #[test]
     fn a_release_counts_once_aged_and_a_forged_one_never() {
         let (_, ls, _) = append_only_locks();
