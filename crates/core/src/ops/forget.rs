@@ -513,7 +513,7 @@ pub fn forget(repo: &Repository, opts: &ForgetOptions) -> Result<ForgetReport> {
         return Ok(rep);
     }
     let (record, warnings) = remove_snapshots(repo, &remove, opts.state.as_ref())?;
-    rep.requested = record.is_some() && repo.append_only();
+    rep.requested = repo.append_only() && !remove.is_empty();
     rep.record = record;
     rep.warnings.extend(warnings);
     Ok(rep)
@@ -658,6 +658,22 @@ pub fn remove_snapshots(
     repo.refuse_if_migrating()?;
     let requested = repo.append_only();
     let mut warnings = Vec::new();
+    // Asked for already (a nightly policy asks for the same snapshots until the
+    // maintenance host applies it): asked for once.
+    let pending: BTreeSet<String> = match requested {
+        true => (crate::repo::forgotten::requests(repo)?.0.into_iter())
+            .flat_map(|(_, r)| r.snapshots)
+            .collect(),
+        false => BTreeSet::new(),
+    };
+    let ids: Vec<Id> = (ids.iter())
+        .filter(|id| !pending.contains(&id.to_hex()))
+        .copied()
+        .collect();
+    if ids.is_empty() {
+        return Ok((None, warnings));
+    }
+    let ids = &ids[..];
     if let Some(state) = state.filter(|_| !requested) {
         let mut record = Record::of(state, repo);
         record.forget(ids);

@@ -691,6 +691,10 @@ fn an_append_only_hosts_forget_is_a_request_the_maintenance_host_applies() {
         "nor counts as forgotten"
     );
     assert_eq!(store.list(FORGOTTEN_DIR).unwrap().len(), 1);
+    // Asked for again (tomorrow's run of the same policy): no second request.
+    let (again, _) = remove_snapshots(&host, &[ids[0], ids[2]], None).unwrap();
+    assert_eq!(again, None);
+    assert_eq!(store.list(FORGOTTEN_DIR).unwrap().len(), 1);
     // The held snapshot asked for anyway (as an intruder would): it waits.
     let (_, _) = remove_snapshots(&host, &[ids[1]], None).unwrap();
     assert!(matches!(
