@@ -1122,8 +1122,12 @@ mod tests {
     fn a_release_counts_once_aged_and_a_forged_one_never() {
         let (_, ls, _) = append_only_locks();
         let prune = || RepoLock::acquire(ls.clone(), LockKind::Exclusive, "prune", &fast(0));
-        let mut rec = record(false, "mx2", 1, 0);
-        rec.refresh_secs = 1;
+        // Two seconds: a release counts 3 s after it, whatever second boundary the
+        // first attempt below falls after (with 1 s it could count at once).
+        // Older than the prunes below (taken a second before them): a younger lock's
+        // release counts at once.
+        let mut rec = record(false, "mx2", 1, 1);
+        rec.refresh_secs = 2;
         plant(&ls, rec.clone());
         let release = |r: &LockRecord, time: i64| {
             let mut r = r.clone();
@@ -1134,15 +1138,15 @@ mod tests {
         release(&rec, crate::now_unix());
         let e = prune().unwrap_err().to_string();
         assert!(e.contains("locked by backup on host mx2"), "{e}");
-        std::thread::sleep(Duration::from_millis(2100));
+        std::thread::sleep(Duration::from_millis(3100));
         drop(prune().unwrap());
         // A live lock of mx3 with forged releases.
-        let mut live = record(false, "mx3", 1, 0);
-        live.refresh_secs = 1;
+        let mut live = record(false, "mx3", 1, 1);
+        live.refresh_secs = 2;
         plant(&ls, live.clone());
         release(&live, crate::now_unix() - 3600);
         release(&live, crate::now_unix() + 3600);
-        std::thread::sleep(Duration::from_millis(2100));
+        std::thread::sleep(Duration::from_millis(3100));
         let e = prune().unwrap_err().to_string();
         assert!(e.contains("locked by backup on host mx3"), "{e}");
     }
