@@ -200,16 +200,20 @@ pub fn prune(
         false => LockKind::Exclusive,
     };
     let lock = repo.lock(kind, "prune")?;
-    // The requests first: the snapshots they remove free their blobs in this prune.
+    // What refuses a prune refuses it before anything is removed, requests included.
+    let mut snaps = snapshots_under_lock(repo, opts)?;
+    // Then the requests: the snapshots they remove free their blobs in this prune.
     let forget_requests = match repo.append_only() {
         true => Default::default(),
         false => crate::ops::forget::apply_requests(repo, opts.apply_requests && !opts.dry_run)?,
     };
+    if !forget_requests.applied.is_empty() {
+        snaps = snapshots_under_lock(repo, opts)?;
+    }
     let lock_records_removed = match opts.dry_run {
         true => 0,
         false => crate::repo::lock::remove_ended(&repo.lock_store(), repo.lock_options().stale)?,
     };
-    let snaps = snapshots_under_lock(repo, opts)?;
     let mut rep = PruneReport {
         dry_run: opts.dry_run,
         snapshots: snaps.len() as u64,
