@@ -5,11 +5,11 @@ use crate::GlobalOpts;
 use anyhow::{bail, Result};
 use mailvault_core::host::seen::{StateDir, STATE_DIR_ENV};
 use mailvault_core::repo::lock::LockOptions;
-use mailvault_core::store::Backend;
 use mailvault_core::store::{
     default_cache_root, Addressing, LocalStore, S3Options, S3Store, Stack, StackOptions,
     StoreUsage, DEFAULT_CONNECTIONS,
 };
+use mailvault_core::store::{Backend, LockPolicy};
 use mailvault_core::{Id, Repository};
 use std::io::IsTerminal;
 use std::sync::Arc;
@@ -82,13 +82,23 @@ fn build_stack(g: &GlobalOpts, cache_root: Option<std::path::PathBuf>) -> Result
 }
 
 /// Gets the storage ready for a new repository: on object storage, creates the bucket
-/// when it is missing and checks that the server keeps objects write-once, which
-/// everything the repository does depends on.
-pub fn prepare_new(g: &GlobalOpts) -> Result<()> {
+/// when it is missing (with Object Lock and `lock` as its default retention, when given)
+/// and checks that the server keeps objects write-once, which everything the repository
+/// does depends on.
+pub fn prepare_new(g: &GlobalOpts, lock: Option<LockPolicy>) -> Result<()> {
     let stack = stack(g)?;
-    if let Some(s3) = &stack.s3 {
-        s3.create_bucket()?;
-        s3.check_conditional_puts(stack.store.as_ref())?;
+    match (&stack.s3, lock) {
+        (Some(s3), lock) => {
+            s3.create_bucket_with(lock.is_some())?;
+            if let Some(policy) = lock {
+                s3.set_lock_policy(policy)?;
+            }
+            s3.check_conditional_puts(stack.store.as_ref())?;
+        }
+        (None, Some(_)) => bail!(
+            "--lock-days: Object Lock is a feature of object storage (S3); a local directory has none"
+        ),
+        (None, None) => {}
     }
     Ok(())
 }
@@ -150,6 +160,9 @@ pub fn open(g: &GlobalOpts) -> Result<Repository> {
     });
     if g.append_only {
         repo.set_append_only();
+    }
+    if let Some(s3) = stack(g)?.s3.clone() {
+        repo.set_object_lock(s3);
     }
     for (path, e) in repo.index_errors() {
         eprintln!(

@@ -77,7 +77,7 @@ pub fn run(g: &GlobalOpts, a: Args) -> Result<Outcome> {
     // one in the working directory.
     let store: Arc<dyn Backend> = match g.repo {
         Some(_) => {
-            repo::prepare_new(g)?;
+            repo::prepare_new(g, None)?;
             repo::store(g)?
         }
         None => Arc::new(Metered::new(Arc::new(LocalStore::new(&repo_dir)))),

@@ -85,6 +85,9 @@ pub fn print_report(rep: &mailvault_core::ops::prune::PruneReport) {
             rep.lock_records_removed
         );
     }
+    if let Some(l) = &rep.object_lock {
+        print_object_lock(l, rep.dry_run);
+    }
     let s = &rep.search;
     if s.merged + s.deleted > 0 {
         let merged = match s.merged {
@@ -94,6 +97,42 @@ pub fn print_report(rep: &mailvault_core::ops::prune::PruneReport) {
         println!(
             "search index: {merged}{} superseded splits {would}deleted",
             s.deleted
+        );
+    }
+}
+
+/// The Object Lock lines of a prune's report.
+fn print_object_lock(l: &mailvault_core::ops::object_lock::LockReport, dry_run: bool) {
+    let mode = l.mode.map_or("", |m| m.s3_name());
+    match dry_run {
+        true => println!(
+            "object lock ({mode}, {} days): {} objects' retention would be extended",
+            l.days, l.extended
+        ),
+        false => println!(
+            "object lock ({mode}, {} days): {} objects' retention extended to {} days from now",
+            l.days, l.extended, l.days
+        ),
+    }
+    if l.versions_removed > 0 {
+        println!(
+            "object lock: {} versions of deleted objects removed for good ({}), their retention over",
+            l.versions_removed,
+            bytes(l.bytes_removed)
+        );
+    }
+    if l.versions_locked > 0 {
+        println!(
+            "object lock: {} versions of deleted objects ({}) kept until their retention ends (the first {}): a prune after that removes them",
+            l.versions_locked,
+            bytes(l.bytes_locked),
+            l.locked_until.as_deref().unwrap_or("?")
+        );
+    }
+    for p in &l.unprotected {
+        println!(
+            "object lock: {} has no retention left",
+            crate::output::safe(p)
         );
     }
 }

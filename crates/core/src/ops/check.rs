@@ -113,6 +113,7 @@ fn check_inner(repo: &Repository, opts: &CheckOptions, started: Instant) -> Resu
     let (messages, affected) = walk.finish();
 
     let search = check_search(repo, &st, &mut warnings)?;
+    let object_lock = check_object_lock(repo, &mut warnings);
     let mut errors = settle_errors(&st, affected, &mut warnings);
     if let Some(record) = record {
         settle_record(
@@ -135,8 +136,46 @@ fn check_inner(repo: &Repository, opts: &CheckOptions, started: Instant) -> Resu
         errors,
         warnings,
         search,
+        object_lock,
         elapsed_secs: started.elapsed().as_secs_f64(),
     })
+}
+
+/// On a bucket with Object Lock, the retention of what the repository keeps: an object
+/// nothing protects any more is a warning (the next prune on the maintenance host gives
+/// it the whole period again). Not asked on an append-only host, whose credentials need
+/// not read retentions; a failure to ask is a warning, not the check's end.
+fn check_object_lock(
+    repo: &Repository,
+    warnings: &mut Vec<String>,
+) -> Option<crate::ops::object_lock::LockReport> {
+    if repo.append_only() {
+        return None;
+    }
+    let asked = repo.object_lock().and_then(|l| match l {
+        Some((lock, policy)) => crate::ops::object_lock::audit(lock, policy).map(Some),
+        None => Ok(None),
+    });
+    let rep = match asked {
+        Ok(r) => r?,
+        Err(e) => {
+            warnings.push(format!(
+                "object lock: the retentions could not be read: {e}"
+            ));
+            return None;
+        }
+    };
+    if !rep.unprotected.is_empty() {
+        let shown: Vec<&str> = rep.unprotected.iter().take(5).map(String::as_str).collect();
+        warnings.push(format!(
+            "object lock: {} objects the repository keeps have no retention left ({}{}): run `mailvault prune` on the maintenance host, which gives them {} days again",
+            rep.unprotected.len(),
+            shown.join(", "),
+            if rep.unprotected.len() > 5 { ", …" } else { "" },
+            rep.days
+        ));
+    }
+    Some(rep)
 }
 
 /// The search index: a split that does not verify is an error (`repair index` sets it

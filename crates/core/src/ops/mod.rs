@@ -7,6 +7,7 @@ pub mod check;
 pub mod forget;
 pub mod ls;
 pub mod migrate;
+pub mod object_lock;
 pub mod prune;
 pub mod repair;
 pub mod restore;

@@ -109,6 +109,10 @@ pub struct PruneReport {
     pub forget_requests: crate::ops::forget::RequestsApplied,
     /// Records of locks that are over (left by append-only hosts), deleted.
     pub lock_records_removed: u64,
+    /// On a bucket with Object Lock: retentions extended, versions of deleted objects
+    /// removed for good or kept until their retention ends (`crate::ops::object_lock`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub object_lock: Option<crate::ops::object_lock::LockReport>,
 }
 
 /// The search index's part of a prune ([`crate::search::merge::prune_splits`]), its
@@ -240,6 +244,7 @@ pub fn prune(
             _ => repository_size(repo)?,
         };
         rep.bytes_freed = rep.size_before.saturating_sub(rep.size_after);
+        rep.object_lock = object_lock_steps(repo, opts.dry_run)?;
         rep.elapsed_secs = started.elapsed().as_secs_f64();
         return Ok(rep);
     }
@@ -254,12 +259,33 @@ pub fn prune(
         return Ok(rep);
     }
     apply(repo, &lock, &plans, unindexed, &mut rep, progress)?;
+    rep.object_lock = object_lock_steps(repo, false)?;
     drop(lock);
     repo.reload_index()?;
     rep.size_after = repository_size(repo)?;
     rep.bytes_freed = rep.size_before.saturating_sub(rep.size_after);
     rep.elapsed_secs = started.elapsed().as_secs_f64();
     Ok(rep)
+}
+
+/// On a bucket with Object Lock, prune's last steps: the retention of what the
+/// repository keeps extended, the versions of what it deleted removed once their
+/// retention has ended (`crate::ops::object_lock`).
+fn object_lock_steps(
+    repo: &Repository,
+    dry_run: bool,
+) -> Result<Option<crate::ops::object_lock::LockReport>> {
+    use crate::ops::object_lock as ol;
+    let Some((lock, policy)) = repo.object_lock()? else {
+        return Ok(None);
+    };
+    if dry_run {
+        return ol::audit(lock, policy).map(Some);
+    }
+    let mut rep = ol::LockReport::new(policy);
+    ol::extend(lock, policy, &mut rep)?;
+    ol::sweep(lock, &mut rep)?;
+    Ok(Some(rep))
 }
 
 /// The snapshots prune keeps what they use of, read under the lock once the index is

@@ -130,6 +130,8 @@ pub struct Repository {
     lock_options: LockOptions,
     /// This host never deletes or replaces anything ([`Self::set_append_only`]).
     append_only: bool,
+    /// The store's Object Lock calls, when it has them ([`Self::set_object_lock`]).
+    object_lock: Option<Arc<dyn crate::store::ObjectLock>>,
 }
 
 /// The record an unfinished `mailvault migrate` leaves (`crate::ops::migrate`).
@@ -202,6 +204,23 @@ impl Repository {
             self.append_only = true;
             self.store = Arc::new(crate::store::AppendOnly::new(self.store.clone()));
         }
+    }
+
+    /// Gives the repository its store's Object Lock calls (an S3 store): prune, check and
+    /// `tag hold` use them when the bucket has Object Lock on (`crate::ops::object_lock`).
+    pub fn set_object_lock(&mut self, lock: Arc<dyn crate::store::ObjectLock>) {
+        self.object_lock = Some(lock);
+    }
+
+    /// The store's Object Lock calls and the bucket's default retention, when the bucket
+    /// has Object Lock on with one (one request: asked by the commands that use it).
+    pub fn object_lock(
+        &self,
+    ) -> Result<Option<(&dyn crate::store::ObjectLock, crate::store::LockPolicy)>> {
+        let Some(lock) = &self.object_lock else {
+            return Ok(None);
+        };
+        Ok(lock.policy()?.map(|p| (lock.as_ref(), p)))
     }
 
     /// See [`Self::set_append_only`].

@@ -78,6 +78,7 @@ impl Repository {
             leftovers: Vec::new(),
             lock_options: LockOptions::default(),
             append_only: false,
+            object_lock: None,
         }
     }
 

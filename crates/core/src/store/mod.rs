@@ -19,8 +19,10 @@ mod local;
 #[cfg(any(test, feature = "testing"))]
 mod memory;
 mod metered;
+pub mod object_lock;
 mod retry;
 mod s3;
+mod s3_calls;
 mod stack;
 mod uploads;
 
@@ -33,6 +35,7 @@ pub use local::LocalStore;
 #[cfg(any(test, feature = "testing"))]
 pub use memory::MemoryStore;
 pub use metered::{Metered, RequestCounts};
+pub use object_lock::{LockMode, LockPolicy, ObjectLock, Retention};
 pub use retry::{Retry, RetryPolicy, RetryStats};
 pub use s3::{parse_url as parse_s3_url, Addressing, Credentials, S3Options, S3Store};
 pub use stack::{default_cache_root, Stack, StackOptions, StoreUsage, DEFAULT_CONNECTIONS};

@@ -14,15 +14,12 @@
 //!   calling thread (a rayon worker or an uploader) until its answer. Parallelism comes from
 //!   the callers' threads, bounded by [`super::Limit`].
 //!
-//! The bucket is created by `mailvault init` ([`S3Store::create_bucket`]): neither the crate
-//! nor the trait has a CreateBucket, so it is one request built here and signed by the
-//! crate's own SigV4 signer (no hand-written signing).
+//! The calls the crate has no method for (CreateBucket, Object Lock's) are in `s3_calls.rs`.
 
 use super::{Backend, ByteRange, Handle, Hint, Listing, ObjectInfo, Store, WriteMode};
 use crate::error::{BackendKind, Error, Result};
 use futures::TryStreamExt;
-use object_store::aws::{AmazonS3, AmazonS3Builder, AwsAuthorizer, AwsCredential};
-use object_store::client::{HttpConnector, HttpRequest, ReqwestConnector};
+use object_store::aws::{AmazonS3, AmazonS3Builder};
 use object_store::path::Path as ObjPath;
 use object_store::{ClientOptions, ObjectStore, ObjectStoreExt, PutMode, PutOptions, PutPayload};
 use std::future::Future;
@@ -104,7 +101,7 @@ impl S3Options {
         }
     }
 
-    fn virtual_host(&self) -> bool {
+    pub(super) fn virtual_host(&self) -> bool {
         match self.addressing {
             Addressing::Path => false,
             Addressing::VirtualHost => true,
@@ -114,7 +111,7 @@ impl S3Options {
 
     /// The endpoint object_store is given: with virtual-host addressing the bucket is part
     /// of the host name.
-    fn bucket_endpoint(&self) -> String {
+    pub(super) fn bucket_endpoint(&self) -> String {
         match self.virtual_host() {
             false => self.endpoint.clone(),
             true => {
@@ -266,22 +263,24 @@ fn runtime() -> &'static tokio::runtime::Runtime {
 }
 
 /// Runs `f` to completion on the shared runtime, blocking this thread.
-fn block_on<F: Future>(f: F) -> F::Output {
+pub(super) fn block_on<F: Future>(f: F) -> F::Output {
     runtime().block_on(f)
 }
 
 /// A repository in a bucket of an S3-compatible object store.
 pub struct S3Store {
-    opts: S3Options,
-    s3: AmazonS3,
-    location: String,
+    pub(super) opts: S3Options,
+    pub(super) s3: AmazonS3,
+    pub(super) location: String,
+    /// The HTTP client of the calls object_store has no method for, made at the first.
+    pub(super) raw: OnceLock<object_store::client::HttpClient>,
 }
 
 /// Per-request timeouts: connecting, and a whole request (a pack of 16 MiB on a slow link).
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(300);
 
-fn client_options() -> ClientOptions {
+pub(super) fn client_options() -> ClientOptions {
     ClientOptions::new()
         .with_connect_timeout(CONNECT_TIMEOUT)
         .with_timeout(REQUEST_TIMEOUT)
@@ -317,10 +316,15 @@ impl S3Store {
         let s3 = b
             .build()
             .map_err(|e| Error::backend(&location, BackendKind::Other, e.to_string()))?;
-        Ok(S3Store { opts, s3, location })
+        Ok(S3Store {
+            opts,
+            s3,
+            location,
+            raw: OnceLock::new(),
+        })
     }
 
-    fn key(&self, path: &str) -> ObjPath {
+    pub(super) fn key(&self, path: &str) -> ObjPath {
         match self.opts.prefix.is_empty() {
             true => ObjPath::from(path),
             false => ObjPath::from(format!("{}/{path}", self.opts.prefix)),
@@ -328,7 +332,7 @@ impl S3Store {
     }
 
     /// The repository path of a key in the bucket.
-    fn rel<'a>(&self, key: &'a str) -> Option<&'a str> {
+    pub(super) fn rel<'a>(&self, key: &'a str) -> Option<&'a str> {
         match self.opts.prefix.is_empty() {
             true => Some(key),
             false => key
@@ -338,89 +342,8 @@ impl S3Store {
     }
 
     /// Maps an object_store error for `path` to ours.
-    fn err(&self, path: &str, e: object_store::Error) -> Error {
+    pub(super) fn err(&self, path: &str, e: object_store::Error) -> Error {
         classify(&self.location, &self.opts, path, e)
-    }
-
-    /// Creates the bucket. One that exists and is ours is fine; one owned by someone else
-    /// is an error that says so.
-    pub fn create_bucket(&self) -> Result<()> {
-        let o = &self.opts;
-        let client = ReqwestConnector::default()
-            .connect(&client_options())
-            .map_err(|e| self.err("", e))?;
-        let cred = AwsCredential {
-            key_id: o.credentials.key_id.clone(),
-            secret_key: o.credentials.secret.clone(),
-            token: o.credentials.token.clone(),
-        };
-        let uri = match o.virtual_host() {
-            true => format!("{}/", o.bucket_endpoint()),
-            false => format!("{}/{}", o.endpoint, o.bucket),
-        };
-        let body = match o.region.as_str() {
-            DEFAULT_REGION => String::new(),
-            r => format!(
-                "<CreateBucketConfiguration xmlns=\"http://s3.amazonaws.com/doc/2006-03-01/\"><LocationConstraint>{r}</LocationConstraint></CreateBucketConfiguration>"
-            ),
-        };
-        let other = |d: String| Error::backend(&self.location, BackendKind::Other, d);
-        let mut req: HttpRequest = http::Request::builder()
-            .method("PUT")
-            .uri(&uri)
-            .body(body.into())
-            .map_err(|e| other(format!("creating the bucket: {e}")))?;
-        AwsAuthorizer::new(&cred, "s3", &o.region)
-            .try_authorize(&mut req, None)
-            .map_err(|e| self.err("", e))?;
-        let (status, text) = block_on(async {
-            let resp = client.execute(req).await?;
-            let status = resp.status().as_u16();
-            let text = resp.into_body().bytes().await.unwrap_or_default();
-            Ok::<_, object_store::client::HttpError>((
-                status,
-                String::from_utf8_lossy(&text).into_owned(),
-            ))
-        })
-        .map_err(|e| {
-            self.err(
-                "",
-                object_store::Error::Generic {
-                    store: "S3",
-                    source: Box::new(e),
-                },
-            )
-        })?;
-        let code = s3_code(&text);
-        match (status, code.as_deref()) {
-            (200, _) | (409, Some("BucketAlreadyOwnedByYou")) => Ok(()),
-            (409, Some("BucketAlreadyExists")) => Err(other(format!(
-                "bucket {} exists and belongs to someone else: choose another name",
-                o.bucket
-            ))),
-            (403, _) | (401, _) => Err(Error::backend(
-                &self.location,
-                BackendKind::Auth,
-                format!(
-                    "creating the bucket was refused ({}): {AUTH_HINT}",
-                    code.unwrap_or_default()
-                ),
-            )),
-            (s, c) if s >= 500 || s == 429 => Err(Error::backend(
-                &self.location,
-                BackendKind::Transient,
-                format!(
-                    "creating bucket {} failed: HTTP {s}{}: try again",
-                    o.bucket,
-                    c.map(|c| format!(" {c}")).unwrap_or_default()
-                ),
-            )),
-            (s, c) => Err(other(format!(
-                "creating bucket {} failed: HTTP {s}{}",
-                o.bucket,
-                c.map(|c| format!(" {c}")).unwrap_or_default()
-            ))),
-        }
     }
 
     /// Checks that the server refuses a conditional put over an existing object
@@ -446,10 +369,10 @@ impl S3Store {
     }
 }
 
-const AUTH_HINT: &str = "check AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (or AWS_PROFILE) and the key's permissions on the bucket";
+pub(super) const AUTH_HINT: &str = "check AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (or AWS_PROFILE) and the key's permissions on the bucket";
 
 /// The `<Code>` of an S3 XML error body.
-fn s3_code(body: &str) -> Option<String> {
+pub(super) fn s3_code(body: &str) -> Option<String> {
     let start = body.find("<Code>")? + "<Code>".len();
     let len = body[start..].find("</Code>")?;
     Some(body[start..start + len].to_string())

@@ -335,6 +335,18 @@ impl Minio {
         Ok(s)
     }
 
+    /// A store on a new `bucket` with Object Lock on and `policy` as its default retention.
+    pub fn locked_store(
+        &self,
+        bucket: &str,
+        policy: crate::store::LockPolicy,
+    ) -> Result<S3Store, HarnessError> {
+        let s = S3Store::new(self.options_at(&self.endpoint(), bucket, ""))?;
+        s.create_bucket_with(true)?;
+        s.set_lock_policy(policy)?;
+        Ok(s)
+    }
+
     /// Stops the server and deletes its data.
     pub fn stop(&self) {
         if let Ok(mut stop) = self.stop.lock() {

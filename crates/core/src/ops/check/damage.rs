@@ -106,6 +106,9 @@ pub struct CheckReport {
     pub warnings: Vec<String>,
     /// The search index's splits and their coverage of the snapshots.
     pub search: crate::search::verify::SplitsChecked,
+    /// On a bucket with Object Lock: the retentions asked, and what nothing protects.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub object_lock: Option<crate::ops::object_lock::LockReport>,
     pub elapsed_secs: f64,
 }
 
