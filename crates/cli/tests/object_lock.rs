@@ -165,6 +165,49 @@ fn prune_on_an_object_lock_bucket_keeps_locked_versions_until_their_retention_en
     assert_eq!(clean["object_lock"]["extended"], 0, "{clean}");
     e.expect(0, &["restore", &b, "--target", &maildir(&e.path("out-2"))]);
     assert_same_files(&e.path("out-2"), &src_b);
+
+    // A legal hold (`tag --add hold`): the next prune puts S3's legal hold on the held
+    // snapshot's file, every pack it needs, the keys and the config; once the hold tag is
+    // removed, the next prune lifts them all, and the replaced files go for good.
+    let tagged = e.json(0, &["tag", &b, "--add", "hold"]);
+    let held = tagged["changed"][0]["new"].as_str().unwrap().to_string();
+    let p = e.json(0, &["prune"]);
+    let l = &p["object_lock"];
+    let n = root.list("data/").unwrap().len() as u64 + root.list("keys/").unwrap().len() as u64 + 2;
+    assert_eq!(
+        l["legal_holds"], n,
+        "every pack, key, the config, the snapshot: {l}"
+    );
+    assert_eq!(l["legal_holds_set"], n, "{l}");
+    for p in [
+        format!("snapshots/{held}"),
+        "config".into(),
+        packs[0].clone(),
+    ] {
+        assert!(root.retention(&p, None).unwrap().legal_hold, "{p}");
+    }
+    let untagged = e.json(0, &["tag", &held, "--remove", "hold"]);
+    let free = untagged["changed"][0]["new"].as_str().unwrap().to_string();
+    let p = e.json(0, &["prune"]);
+    let l = &p["object_lock"];
+    assert_eq!(l["legal_holds"], 0, "{l}");
+    assert_eq!(
+        l["legal_holds_lifted"].as_u64().unwrap(),
+        n - 1,
+        "the snapshot file's went with it: {l}"
+    );
+    assert!(!root.retention("config", None).unwrap().legal_hold);
+    let_hidden_versions_expire(&root);
+    e.expect(0, &["prune"]);
+    assert!(
+        !(root.versions("snapshots/").unwrap().iter()).any(|v| v.path.contains(&held)),
+        "the held snapshot's replaced file is gone for good"
+    );
+    e.expect(
+        0,
+        &["restore", &free, "--target", &maildir(&e.path("out-3"))],
+    );
+    assert_same_files(&e.path("out-3"), &src_b);
 }
 
 /// `--lock-days` needs object storage: on a local directory it is refused before

@@ -114,6 +114,12 @@ fn print_object_lock(l: &mailvault_core::ops::object_lock::LockReport, dry_run: 
             l.days, l.extended, l.days
         ),
     }
+    if l.legal_holds + l.legal_holds_lifted > 0 {
+        println!(
+            "object lock: {} objects under legal hold for held snapshots ({} put on, {} lifted)",
+            l.legal_holds, l.legal_holds_set, l.legal_holds_lifted
+        );
+    }
     if l.versions_removed > 0 {
         println!(
             "object lock: {} versions of deleted objects removed for good ({}), their retention over",

@@ -696,7 +696,18 @@ pub fn remove_snapshots(
     if requested {
         return Ok((Some(path), warnings));
     }
+    // With Object Lock, a snapshot file under S3 legal hold (a held snapshot's, replaced by
+    // `tag`) loses the hold as it goes: a hidden version under hold would stay for ever.
+    let lock = repo.object_lock().ok().flatten();
     for id in ids {
+        if let Some((l, _)) = lock {
+            match l.legal_hold(&Snapshot::path(id), false) {
+                Ok(()) | Err(Error::NotFound(_)) => {}
+                Err(e) => {
+                    warnings.push(format!("{}: its legal hold stays: {e}", Snapshot::path(id)))
+                }
+            }
+        }
         match store.delete(&Snapshot::path(id)) {
             Ok(()) | Err(Error::NotFound(_)) => {}
             Err(e) => return Err(e),

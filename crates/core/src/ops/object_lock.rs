@@ -14,6 +14,8 @@
 //!   ends within half the bucket's period gets the whole period again, from now. A pack
 //!   a new snapshot shares with an old one so never expires under it, as long as prune
 //!   runs at least every half period. Every object is asked (one HEAD request each).
+//! - **Legal hold** (in [`extend`]): the objects snapshots tagged `hold` need get S3's
+//!   legal hold; those no held snapshot needs any more lose it.
 //! - **What check reports** ([`audit`]): the objects that need extending, and those
 //!   nothing protects any more (retention over or none: written before the bucket had a
 //!   default retention, or shortened in governance mode).
@@ -45,6 +47,11 @@ pub struct LockReport {
     /// extended (prune) or ends within half the period (check: the next prune extends them).
     pub objects_asked: u64,
     pub extended: u64,
+    /// Objects under S3 legal hold because a held snapshot needs them (`tag hold`), holds
+    /// put on and lifted by this prune.
+    pub legal_holds: u64,
+    pub legal_holds_set: u64,
+    pub legal_holds_lifted: u64,
     /// Objects the repository keeps that nothing protects (check; prune extends them).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub unprotected: Vec<String>,
@@ -87,7 +94,14 @@ fn kept_objects(lock: &dyn ObjectLock) -> Result<Vec<String>> {
 
 /// Extends the retention of every object the repository keeps whose retention ends
 /// within half the period; adds what it did to `rep`.
-pub fn extend(lock: &dyn ObjectLock, policy: LockPolicy, rep: &mut LockReport) -> Result<()> {
+/// Puts S3's legal hold on the objects in `holds` that lack it, and lifts it from those
+/// that have it and are not in `holds` any more.
+pub fn extend(
+    lock: &dyn ObjectLock,
+    policy: LockPolicy,
+    holds: &std::collections::HashSet<String>,
+    rep: &mut LockReport,
+) -> Result<()> {
     use rayon::prelude::*;
     let now = Timestamp::now();
     let asked = retentions(lock, kept_objects(lock)?)?;
@@ -107,6 +121,21 @@ pub fn extend(lock: &dyn ObjectLock, policy: LockPolicy, rep: &mut LockReport) -
             })
     })?;
     rep.extended += due.len() as u64;
+    let changes: Vec<(&String, bool)> = (asked.iter())
+        .filter(|(p, r)| r.legal_hold != holds.contains(p))
+        .map(|(p, r)| (p, !r.legal_hold))
+        .collect();
+    pool()?.install(|| {
+        changes
+            .par_iter()
+            .try_for_each(|(p, on)| match lock.legal_hold(p, *on) {
+                Err(Error::NotFound(_)) => Ok(()),
+                other => other,
+            })
+    })?;
+    rep.legal_holds_set += changes.iter().filter(|c| c.1).count() as u64;
+    rep.legal_holds_lifted += changes.iter().filter(|c| !c.1).count() as u64;
+    rep.legal_holds = holds.len() as u64;
     Ok(())
 }
 

@@ -244,7 +244,7 @@ pub fn prune(
             _ => repository_size(repo)?,
         };
         rep.bytes_freed = rep.size_before.saturating_sub(rep.size_after);
-        rep.object_lock = object_lock_steps(repo, opts.dry_run)?;
+        rep.object_lock = object_lock_steps(repo, &snaps, opts.dry_run)?;
         rep.elapsed_secs = started.elapsed().as_secs_f64();
         return Ok(rep);
     }
@@ -259,9 +259,9 @@ pub fn prune(
         return Ok(rep);
     }
     apply(repo, &lock, &plans, unindexed, &mut rep, progress)?;
-    rep.object_lock = object_lock_steps(repo, false)?;
     drop(lock);
     repo.reload_index()?;
+    rep.object_lock = object_lock_steps(repo, &snaps, false)?;
     rep.size_after = repository_size(repo)?;
     rep.bytes_freed = rep.size_before.saturating_sub(rep.size_after);
     rep.elapsed_secs = started.elapsed().as_secs_f64();
@@ -273,6 +273,7 @@ pub fn prune(
 /// retention has ended (`crate::ops::object_lock`).
 fn object_lock_steps(
     repo: &Repository,
+    snaps: &[Snapshot],
     dry_run: bool,
 ) -> Result<Option<crate::ops::object_lock::LockReport>> {
     use crate::ops::object_lock as ol;
@@ -283,9 +284,35 @@ fn object_lock_steps(
         return ol::audit(lock, policy).map(Some);
     }
     let mut rep = ol::LockReport::new(policy);
-    ol::extend(lock, policy, &mut rep)?;
+    let holds = held_objects(repo, snaps)?;
+    ol::extend(lock, policy, &holds, &mut rep)?;
     ol::sweep(lock, &mut rep)?;
     Ok(Some(rep))
+}
+
+/// The objects the snapshots under legal hold need (`tag hold`): their files, the packs
+/// holding their blobs (each blob's copy the index gives), the keys and the config. On a
+/// bucket with Object Lock they get S3's legal hold.
+fn held_objects(repo: &Repository, snaps: &[Snapshot]) -> Result<HashSet<String>> {
+    let held: Vec<Snapshot> = (snaps.iter())
+        .filter(|s| s.tags.iter().any(|t| t == crate::ops::forget::HOLD_TAG))
+        .cloned()
+        .collect();
+    let mut out = HashSet::new();
+    if held.is_empty() {
+        return Ok(out);
+    }
+    let used = used_blobs(repo, &held, &crate::report::NoProgress)?;
+    let index = repo.index();
+    for (id, loc) in index.iter() {
+        if used.contains(id) {
+            out.insert(pack::pack_path(&index.pack_id(loc.pack)));
+        }
+    }
+    out.extend(held.iter().map(|s| Snapshot::path(&s.id)));
+    out.extend(repo.store().list("keys/")?.into_iter().map(|o| o.path));
+    out.insert("config".to_string());
+    Ok(out)
 }
 
 /// The snapshots prune keeps what they use of, read under the lock once the index is
