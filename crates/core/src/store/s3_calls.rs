@@ -322,7 +322,8 @@ impl ObjectLock for S3Store {
         let r = self.call("GET", None, "object-lock", &[], Vec::new())?;
         match (r.status, s3_code(&r.body).as_deref()) {
             (200, _) => {}
-            (404, Some("ObjectLockConfigurationNotFoundError")) => return Ok(None),
+            // No configuration; or a server without Object Lock at all.
+            (404, _) | (405, _) | (501, _) => return Ok(None),
             _ => return Err(self.failed("reading the bucket's Object Lock configuration", &r)),
         }
         let c: LockConfiguration = xml(self, "the bucket's Object Lock configuration", &r.body)?;
