@@ -113,6 +113,12 @@ pub fn given_up() -> Option<String> {
     STACK.get().and_then(Stack::given_up)
 }
 
+/// The S3 store under the stack, when the repository is on object storage: for the calls
+/// object_store has none for (versions, retentions).
+pub fn s3(g: &GlobalOpts) -> Result<Option<Arc<S3Store>>> {
+    Ok(stack(g)?.s3.clone())
+}
+
 /// Whether this run's repository is on object storage.
 pub fn remote() -> bool {
     STACK.get().is_some_and(|s| s.s3.is_some())

@@ -220,3 +220,47 @@ fn lock_days_on_a_local_directory_is_refused() {
     assert!(err.contains("object storage"), "{err}");
     assert!(!e.repo().join("config").exists());
 }
+
+/// An intruder whose credentials may put (S3 has no right to create an object without the
+/// right to replace it) overwrites a pack, an index file, a snapshot and the key file:
+/// check names the damage. `repair overwrites` on the maintenance host, from the
+/// storage alone, puts every original back from the versions the bucket keeps; check is
+/// clean, the restore exact, and a second run finds nothing to do.
+#[test]
+fn repair_overwrites_puts_back_what_an_intruder_overwrote() {
+    let e = Env::s3("overwrites");
+    e.json(
+        0,
+        &["init", "--lock-days", "1", "--lock-mode", "governance"],
+    );
+    let root = bucket_root(&e);
+    let src = e.path("vmail");
+    corpus(&src, 50, 120);
+    e.expect(0, &["backup", &maildir(&src)]);
+    let first = |dir: &str| root.list(dir).unwrap()[0].path.clone();
+    let mut victims = vec![
+        first("data/"),
+        first("index/"),
+        first("snapshots/"),
+        first("keys/"),
+    ];
+    victims.sort();
+    for v in &victims {
+        root.replace(v, b"ransom note").unwrap();
+    }
+    let (code, out, err) = e.run_text(&["check", "--read-data"]);
+    assert_eq!(code, Some(2), "{out}{err}");
+    let dry = e.json(0, &["repair", "overwrites", "--dry-run"]);
+    assert_eq!(dry["restored"], serde_json::json!(victims), "{dry}");
+    assert_eq!(root.get(&victims[0]).unwrap(), b"ransom note");
+    let rep = e.json(0, &["repair", "overwrites"]);
+    assert_eq!(rep["restored"], serde_json::json!(victims), "{rep}");
+    e.expect(0, &["check", "--read-data"]);
+    e.expect(
+        0,
+        &["restore", "latest", "--target", &maildir(&e.path("out"))],
+    );
+    assert_same_files(&e.path("out"), &src);
+    let again = e.json(0, &["repair", "overwrites"]);
+    assert_eq!(again["restored"], serde_json::json!([]), "{again}");
+}

@@ -1,9 +1,11 @@
-//! `mailvault repair index | snapshots`
+//! `mailvault repair index | snapshots | overwrites`
 
 use crate::output::{print_some, safe};
 use crate::{repo, GlobalOpts, Outcome};
 use anyhow::Result;
-use mailvault_core::ops::repair::{repair_index, repair_snapshots, RepairOptions};
+use mailvault_core::ops::repair::{
+    repair_index, repair_overwrites, repair_snapshots, RepairOptions,
+};
 
 #[derive(clap::Args, Debug)]
 pub struct Args {
@@ -19,6 +21,9 @@ pub enum What {
     /// Replace snapshots that need lost blobs by ones without the messages that cannot be
     /// restored (tagged `repaired`); move unreadable snapshot files to damaged/.
     Snapshots(Opts),
+    /// On object storage with versions (S3 versioning, Object Lock): put back the original
+    /// of every object someone overwrote (mailvault writes each object once).
+    Overwrites(Opts),
 }
 
 #[derive(clap::Args, Debug)]
@@ -29,9 +34,14 @@ pub struct Opts {
 }
 
 pub fn run(g: &GlobalOpts, a: Args) -> Result<Outcome> {
-    let mut r = repo::open(g)?;
     let would = |dry: bool| if dry { "would be " } else { "" };
-    match a.what {
+    let what = match a.what {
+        What::Overwrites(o) => return overwrites(g, &o),
+        w => w,
+    };
+    let mut r = repo::open(g)?;
+    match what {
+        What::Overwrites(_) => {}
         What::Index(o) => {
             let rep = repair_index(
                 &r,
@@ -126,5 +136,35 @@ pub fn run(g: &GlobalOpts, a: Args) -> Result<Outcome> {
             }
         }
     }
+    Ok(Outcome::Ok)
+}
+
+/// `repair overwrites`, on the storage alone: an overwritten key file may be why the
+/// repository does not open.
+fn overwrites(g: &GlobalOpts, o: &Opts) -> Result<Outcome> {
+    let would = if o.dry_run { "would be " } else { "" };
+    if g.append_only && !o.dry_run {
+        return Err(mailvault_core::Error::AppendOnly {
+            what: "repair overwrites".into(),
+        }
+        .into());
+    }
+    let store = repo::store(g)?;
+    let Some(calls) = repo::s3(g)? else {
+        anyhow::bail!("repair overwrites: the repository is not on object storage (S3 with versioning or Object Lock); a local directory keeps no older versions");
+    };
+    let rep = repair_overwrites(store.as_ref(), calls.as_ref(), o.dry_run)?;
+    if g.json {
+        crate::output::json(&rep)?;
+        return Ok(Outcome::Ok);
+    }
+    for p in &rep.restored {
+        println!("{}: overwritten; its original {would}put back", safe(p));
+    }
+    println!(
+        "{} objects' versions looked at, {} overwritten",
+        rep.objects,
+        rep.restored.len()
+    );
     Ok(Outcome::Ok)
 }

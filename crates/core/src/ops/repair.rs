@@ -13,8 +13,12 @@
 //!   both, and running it again finds the replacement and only removes the old one.
 //!   Snapshot files that cannot be read at all are moved to `damaged/snapshots/`.
 //!
-//! Both have a dry run that computes the same plan and writes nothing.
+//! - [`repair_overwrites`] puts back the original of every object someone overwrote, from
+//!   the older versions a versioned bucket keeps.
+//!
+//! Each has a dry run that computes the same plan and writes nothing.
 
+mod overwrites;
 use crate::error::{Error, Result};
 use crate::repo::format::BlobKind;
 use crate::repo::id::Id;
@@ -27,6 +31,7 @@ use crate::repo::writer::BlobSaver;
 use crate::repo::{file_id, ChunkTreeVisitor, Repository};
 use crate::report::Failure;
 use crate::store::Store;
+pub use overwrites::{repair_overwrites, OverwritesRepair};
 use rayon::prelude::*;
 use serde::Serialize;
 use std::collections::HashSet;

@@ -98,6 +98,10 @@ pub struct Version {
     pub latest: bool,
     pub marker: bool,
     pub size: u64,
+    /// When it was written.
+    pub modified: Option<Timestamp>,
+    /// The store's tag of its content (S3's ETag: the MD5 of a single-part upload).
+    pub etag: Option<String>,
 }
 
 /// The calls on a store with Object Lock (implemented by [`super::S3Store`]). Paths are
@@ -117,6 +121,8 @@ pub trait ObjectLock: Send + Sync {
     fn extend(&self, path: &str, mode: LockMode, until: Timestamp) -> Result<()>;
     /// Puts a legal hold on an object's current version, or lifts it.
     fn legal_hold(&self, path: &str, on: bool) -> Result<()>;
+    /// The bytes of one version of an object.
+    fn read_version(&self, path: &str, version: &str) -> Result<Vec<u8>>;
     /// Deletes one version (or delete marker) for good. Fails on a version still locked.
     fn remove_version(&self, path: &str, version: &str) -> Result<()>;
 

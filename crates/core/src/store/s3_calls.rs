@@ -21,10 +21,15 @@ use serde::Deserialize;
 struct Reply {
     status: u16,
     headers: http::HeaderMap,
-    body: String,
+    body: Vec<u8>,
 }
 
 impl Reply {
+    /// The body as text (XML answers and errors).
+    fn text(&self) -> std::borrow::Cow<'_, str> {
+        String::from_utf8_lossy(&self.body)
+    }
+
     fn header(&self, name: &str) -> Option<&str> {
         self.headers.get(name).and_then(|v| v.to_str().ok())
     }
@@ -109,7 +114,7 @@ impl S3Store {
             Ok::<_, object_store::client::HttpError>(Reply {
                 status,
                 headers,
-                body: String::from_utf8_lossy(&body).into_owned(),
+                body: body.to_vec(),
             })
         })
         .map_err(|e| {
@@ -125,8 +130,9 @@ impl S3Store {
 
     /// The error for an answer that is not a success: `doing` says what was asked.
     fn failed(&self, doing: &str, r: &Reply) -> Error {
-        let code = s3_code(&r.body);
-        let message = (r.body.split_once("<Message>"))
+        let text = r.text();
+        let code = s3_code(&text);
+        let message = (text.split_once("<Message>"))
             .and_then(|(_, m)| m.split_once("</Message>"))
             .map(|(m, _)| m.chars().take(200).collect::<String>());
         let shown = format!(
@@ -166,7 +172,7 @@ impl S3Store {
             false => vec![],
         };
         let r = self.call("PUT", None, "", &headers, body.into_bytes())?;
-        let code = s3_code(&r.body);
+        let code = s3_code(&r.text());
         match (r.status, code.as_deref()) {
             (200, _) | (409, Some("BucketAlreadyOwnedByYou")) => Ok(()),
             (409, Some("BucketAlreadyExists")) => Err(Error::backend(
@@ -204,7 +210,7 @@ impl S3Store {
         )?;
         match r.status {
             200 => Ok(()),
-            _ if s3_code(&r.body).as_deref() == Some("InvalidBucketState") => Err(Error::backend(
+            _ if s3_code(&r.text()).as_deref() == Some("InvalidBucketState") => Err(Error::backend(
                 &self.location,
                 BackendKind::Other,
                 format!("bucket {} has no Object Lock, and S3 turns it on only when a bucket is created: give `mailvault init --lock-days` a new bucket", self.opts.bucket),
@@ -300,9 +306,11 @@ struct VersionEntry {
     is_latest: bool,
     #[serde(default)]
     size: u64,
+    last_modified: Option<String>,
+    e_tag: Option<String>,
 }
 
-fn xml<'a, T: Deserialize<'a>>(store: &S3Store, what: &str, body: &'a str) -> Result<T> {
+fn xml<T: serde::de::DeserializeOwned>(store: &S3Store, what: &str, body: &str) -> Result<T> {
     quick_xml::de::from_str(body).map_err(|e| {
         Error::backend(
             &store.location,
@@ -320,13 +328,13 @@ fn q(v: &str) -> String {
 impl ObjectLock for S3Store {
     fn policy(&self) -> Result<Option<LockPolicy>> {
         let r = self.call("GET", None, "object-lock", &[], Vec::new())?;
-        match (r.status, s3_code(&r.body).as_deref()) {
+        match (r.status, s3_code(&r.text()).as_deref()) {
             (200, _) => {}
             // No configuration; or a server without Object Lock at all.
             (404, _) | (405, _) | (501, _) => return Ok(None),
             _ => return Err(self.failed("reading the bucket's Object Lock configuration", &r)),
         }
-        let c: LockConfiguration = xml(self, "the bucket's Object Lock configuration", &r.body)?;
+        let c: LockConfiguration = xml(self, "the bucket's Object Lock configuration", &r.text())?;
         if c.object_lock_enabled.as_deref() != Some("Enabled") {
             return Ok(None);
         }
@@ -370,7 +378,7 @@ impl ObjectLock for S3Store {
             if r.status != 200 {
                 return Err(self.failed(&format!("{prefix}: listing versions"), &r));
             }
-            let l: ListVersions = xml(self, "a listing of versions", &r.body)?;
+            let l: ListVersions = xml(self, "a listing of versions", &r.text())?;
             let entries = (l.version.into_iter().map(|v| (v, false)))
                 .chain(l.delete_marker.into_iter().map(|v| (v, true)));
             for (v, marker) in entries {
@@ -383,6 +391,8 @@ impl ObjectLock for S3Store {
                     latest: v.is_latest,
                     marker,
                     size: v.size,
+                    modified: v.last_modified.and_then(|m| m.parse().ok()),
+                    etag: v.e_tag,
                 });
             }
             match (l.is_truncated, l.next_key_marker, l.next_version_id_marker) {
@@ -438,6 +448,16 @@ impl ObjectLock for S3Store {
             200 | 204 => Ok(()),
             404 => Err(Error::NotFound(path.into())),
             _ => Err(self.failed(&format!("{path}: setting its legal hold"), &r)),
+        }
+    }
+
+    fn read_version(&self, path: &str, version: &str) -> Result<Vec<u8>> {
+        let query = format!("versionId={}", q(version));
+        let r = self.call("GET", Some(path), &query, &[], Vec::new())?;
+        match r.status {
+            200 => Ok(r.body),
+            404 => Err(Error::NotFound(path.into())),
+            _ => Err(self.failed(&format!("{path}: reading version {version}"), &r)),
         }
     }
 
