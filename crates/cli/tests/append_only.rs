@@ -247,14 +247,20 @@ fn an_append_only_host_does_its_nightly_work_without_a_single_delete() {
 }
 
 /// The same credentials in an intruder's hands (without `--append-only`): whatever
-/// deletes fails at the server, and every snapshot still restores exactly.
+/// deletes fails at the server; what it overwrites the maintenance host puts back from the
+/// versions (`repair overwrites`); every snapshot still restores exactly.
 #[test]
 fn an_intruder_with_a_mail_servers_credentials_cannot_destroy_the_backups() {
     let m = Minio::shared();
     let e = Env::s3("append-only-intruder");
     let src = e.path("vmail");
     corpus(&src, 33, 300);
-    e.expect(0, &["init"]);
+    // With Object Lock (governance, a day): the bucket keeps versions, which is what puts
+    // an overwrite right again below.
+    e.expect(
+        0,
+        &["init", "--lock-days", "1", "--lock-mode", "governance"],
+    );
     let host = Host {
         e: &e,
         name: "mx",
@@ -301,7 +307,9 @@ fn an_intruder_with_a_mail_servers_credentials_cannot_destroy_the_backups() {
             assert!(raw.delete(&o.path).is_err(), "{} deleted", o.path);
         }
     }
-    // Asked for with `--append-only`, the same commands are refused before any request.
+    // Asked for with `--append-only`, the same commands are refused before any request:
+    // the audit log shows no delete from them.
+    let attempted = deletes_by(m, &host.creds.key_id).len();
     for args in [
         vec!["prune"],
         vec!["unlock", "--remove-all"],
@@ -312,6 +320,28 @@ fn an_intruder_with_a_mail_servers_credentials_cannot_destroy_the_backups() {
         let err = String::from_utf8_lossy(&o.stderr);
         assert!(err.contains("append-only"), "{args:?}: {err}");
     }
+    assert_eq!(deletes_by(m, &host.creds.key_id).len(), attempted);
+    // Overwrites, which no S3 right forbids on MinIO: the bucket keeps the originals as
+    // older versions, and the maintenance host puts them back.
+    let mut overwritten = Vec::new();
+    for dir in ["data/", "index/", "snapshots/", "keys/"] {
+        let p = &before
+            .iter()
+            .find(|o| o.path.starts_with(dir))
+            .unwrap()
+            .path;
+        raw.replace(p, b"ransom note").unwrap();
+        overwritten.push(p.clone());
+    }
+    overwritten.sort();
+    e.expect(2, &["check", "--read-data"]);
+    host.expect(2, &["repair", "overwrites"]);
+    let repaired = e.json(0, &["repair", "overwrites"]);
+    assert_eq!(
+        repaired["restored"],
+        serde_json::json!(overwritten),
+        "{repaired}"
+    );
     // Every snapshot restores exactly; check is clean with the maintenance host's rights.
     let after: Vec<String> = (bucket_root(&e).list("").unwrap().into_iter())
         .filter(|o| !o.path.starts_with("locks/"))
