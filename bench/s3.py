@@ -38,12 +38,14 @@ SCENARIOS = [
     ("unchanged", "Incremental, nothing changed"),
     ("incr", "Incremental after the mutation"),
     ("restore", "Full restore"),
+    ("prune", "forget --keep-last 1 --prune"),
 ]
 TARGETS = {
     "full": "mailvault <= 1/2 of restic's wall time",
     "incr": "mailvault <= 1/5 of restic's wall time, and fewer requests",
     "unchanged": "mailvault <= 10 requests (restic: 13)",
     "restore": "mailvault <= 1/2 of restic's wall time, and fewer GETs",
+    "prune": "none yet; mailvault-lock (a bucket with Object Lock, `init --lock-days 1`) shows what asking and extending retentions costs",
 }
 # MinIO API names -> verbs.
 VERBS = {
@@ -51,6 +53,18 @@ VERBS = {
     "listobjectsv1": "LIST", "listobjects": "LIST", "deleteobject": "DELETE",
     "deletemultipleobjects": "DELETE", "headbucket": "HEAD", "getbucketlocation": "GET",
 }
+
+
+def verb_of(api):
+    """The HTTP verb of a MinIO API name (Object Lock's calls by their prefix)."""
+    a = api.lower()
+    if a in VERBS:
+        return VERBS[a]
+    for prefix, verb in (("listobjectversions", "LIST"), ("get", "GET"), ("put", "PUT"),
+                         ("head", "HEAD"), ("delete", "DELETE"), ("list", "LIST")):
+        if a.startswith(prefix):
+            return verb
+    return "other:" + api
 
 
 def log(msg):
@@ -106,7 +120,7 @@ class MinIO:
             b = out.setdefault(labels.get("bucket", "?"), {})
             v = float(m.group(3))
             if m.group(1) == "minio_bucket_requests_total":
-                verb = VERBS.get(labels.get("api", "").lower(), "other:" + labels.get("api", ""))
+                verb = verb_of(labels.get("api", ""))
                 b[verb] = b.get(verb, 0) + v
             else:
                 key = "up" if m.group(1).endswith("received_bytes") else "down"
@@ -177,7 +191,7 @@ def main():
     ap.add_argument("--work", default=None, help="work directory (default target/s3bench)")
     ap.add_argument("--bin-dir", default=None, help="directory with mailvault and mailvault-corpus (default: build release)")
     ap.add_argument("--out", default=None, help="markdown report (default WORK/report.md)")
-    ap.add_argument("--tools", default="mailvault,restic")
+    ap.add_argument("--tools", default="mailvault,mailvault-lock,restic")
     ap.add_argument("--base-bin-dir", default=None,
                     help="a second build of mailvault (e.g. the previous main's target/release), run beside this one as the tool mailvault-base (its own bucket), for before/after request counts and times")
     ap.add_argument("--wait", type=float, default=12.0, help="seconds to wait for MinIO's metrics")
@@ -189,7 +203,7 @@ def main():
     work.mkdir(parents=True, exist_ok=True)
     mv, corpus = binaries(args.bin_dir, args.smoke)
     tools = [t for t in args.tools.split(",") if t]
-    bins = {"mailvault": mv}
+    bins = {"mailvault": mv, "mailvault-lock": mv}
     if args.base_bin_dir:
         bins["mailvault-base"] = str(Path(args.base_bin_dir).resolve() / "mailvault")
         tools.insert(tools.index("mailvault") + 1 if "mailvault" in tools else 0, "mailvault-base")
@@ -225,8 +239,8 @@ def main():
     sys.exit(1 if failed else 0)
 
 
-# This build and, with --base-bin-dir, another one beside it.
-MAILVAULTS = ("mailvault", "mailvault-base")
+# This build (also in a bucket with Object Lock) and, with --base-bin-dir, another one beside it.
+MAILVAULTS = ("mailvault", "mailvault-lock", "mailvault-base")
 
 
 def bucket_of(tool):
@@ -282,6 +296,8 @@ def run_all(args, work, minio, src, bins, corpus, tools):
     for t in tools:
         env = env_of(t, work, minio)
         cmd = [bins[t], "init", "--quiet"] if t in bins else ["restic", "init", "--quiet"]
+        if t == "mailvault-lock":
+            cmd += ["--lock-days", "1", "--lock-mode", "governance"]
         if subprocess.run(cmd, env=env, capture_output=True).returncode != 0:
             res["failures"].append(f"{t} init failed")
     settle("init")
@@ -311,6 +327,11 @@ def run_all(args, work, minio, src, bins, corpus, tools):
             res["failures"].append(f"{t} restore differs from the source: {diffs[:3]}")
         shutil.rmtree(target, ignore_errors=True)
     settle("restore")
+    for t in tools:
+        cmd = [bins[t], "forget", "--keep-last", "1", "--prune", "--json", "--quiet"] if t in bins \
+            else ["restic", "forget", "--quiet", "--keep-last", "1", "--prune"]
+        step("prune", t, cmd)
+    settle("prune")
     return res
 
 

@@ -132,6 +132,8 @@ pub struct Repository {
     append_only: bool,
     /// The store's Object Lock calls, when it has them ([`Self::set_object_lock`]).
     object_lock: Option<Arc<dyn crate::store::ObjectLock>>,
+    /// The bucket's default retention, once asked.
+    lock_policy: std::sync::OnceLock<Option<crate::store::LockPolicy>>,
 }
 
 /// The record an unfinished `mailvault migrate` leaves (`crate::ops::migrate`).
@@ -220,7 +222,15 @@ impl Repository {
         let Some(lock) = &self.object_lock else {
             return Ok(None);
         };
-        Ok(lock.policy()?.map(|p| (lock.as_ref(), p)))
+        let policy = match self.lock_policy.get() {
+            Some(p) => *p,
+            None => {
+                let p = lock.policy()?;
+                let _ = self.lock_policy.set(p);
+                p
+            }
+        };
+        Ok(policy.map(|p| (lock.as_ref(), p)))
     }
 
     /// See [`Self::set_append_only`].

@@ -79,6 +79,7 @@ impl Repository {
             lock_options: LockOptions::default(),
             append_only: false,
             object_lock: None,
+            lock_policy: Default::default(),
         }
     }
 

@@ -29,14 +29,29 @@ pub struct RequestCounts {
 }
 
 impl RequestCounts {
+    /// Both counts together.
+    pub fn plus(self, o: RequestCounts) -> RequestCounts {
+        RequestCounts {
+            get: self.get + o.get,
+            put: self.put + o.put,
+            list: self.list + o.list,
+            head: self.head + o.head,
+            delete: self.delete + o.delete,
+            bytes_up: self.bytes_up + o.bytes_up,
+            bytes_down: self.bytes_down + o.bytes_down,
+        }
+    }
+
     /// Every request, whatever its verb.
     pub fn total(&self) -> u64 {
         self.get + self.put + self.list + self.head + self.delete
     }
 }
 
+/// Requests counted as they are made (by [`Metered`], and by the S3 store for the calls it
+/// makes beside the stack).
 #[derive(Default)]
-struct Counters {
+pub(super) struct Counters {
     get: AtomicU64,
     put: AtomicU64,
     list: AtomicU64,
@@ -44,6 +59,35 @@ struct Counters {
     delete: AtomicU64,
     bytes_up: AtomicU64,
     bytes_down: AtomicU64,
+}
+
+impl Counters {
+    pub(super) fn read(&self) -> RequestCounts {
+        let c = self;
+        RequestCounts {
+            get: c.get.load(Relaxed),
+            put: c.put.load(Relaxed),
+            list: c.list.load(Relaxed),
+            head: c.head.load(Relaxed),
+            delete: c.delete.load(Relaxed),
+            bytes_up: c.bytes_up.load(Relaxed),
+            bytes_down: c.bytes_down.load(Relaxed),
+        }
+    }
+
+    /// One request of `verb` (an HTTP method), with its bytes each way.
+    pub(super) fn count(&self, verb: &str, up: u64, down: u64) {
+        let n = match verb {
+            "GET" => &self.get,
+            "PUT" | "POST" => &self.put,
+            "HEAD" => &self.head,
+            "DELETE" => &self.delete,
+            _ => &self.list,
+        };
+        n.fetch_add(1, Relaxed);
+        self.bytes_up.fetch_add(up, Relaxed);
+        self.bytes_down.fetch_add(down, Relaxed);
+    }
 }
 
 /// Counts what passes through to the inner store. A failed request counts too (it was
@@ -63,16 +107,7 @@ impl Metered {
 
     /// The counts so far.
     pub fn counts(&self) -> RequestCounts {
-        let c = &self.counts;
-        RequestCounts {
-            get: c.get.load(Relaxed),
-            put: c.put.load(Relaxed),
-            list: c.list.load(Relaxed),
-            head: c.head.load(Relaxed),
-            delete: c.delete.load(Relaxed),
-            bytes_up: c.bytes_up.load(Relaxed),
-            bytes_down: c.bytes_down.load(Relaxed),
-        }
+        self.counts.read()
     }
 
     fn up(&self, data: &[u8], r: Result<()>) -> Result<()> {

@@ -274,6 +274,8 @@ pub struct S3Store {
     pub(super) location: String,
     /// The HTTP client of the calls object_store has no method for, made at the first.
     pub(super) raw: OnceLock<object_store::client::HttpClient>,
+    /// Those calls, counted (the stack's counter does not see them).
+    pub(super) calls: super::metered::Counters,
 }
 
 /// Per-request timeouts: connecting, and a whole request (a pack of 16 MiB on a slow link).
@@ -321,6 +323,7 @@ impl S3Store {
             s3,
             location,
             raw: OnceLock::new(),
+            calls: Default::default(),
         })
     }
 

@@ -106,7 +106,12 @@ impl S3Store {
             .try_authorize(&mut req, None)
             .map_err(|e| self.err(what, e))?;
         let client = self.client()?;
-        block_on(async {
+        let up = req.body().content_length() as u64;
+        let verb = match (method, key) {
+            ("GET", None) if query.starts_with("prefix=") => "LIST",
+            _ => method,
+        };
+        let reply = block_on(async {
             let resp = client.execute(req).await?;
             let status = resp.status().as_u16();
             let headers = resp.headers().clone();
@@ -125,7 +130,15 @@ impl S3Store {
                     source: Box::new(e),
                 },
             )
-        })
+        });
+        let down = reply.as_ref().map_or(0, |r| r.body.len() as u64);
+        self.calls.count(verb, up, down);
+        reply
+    }
+
+    /// The calls made beside the stack so far (CreateBucket, Object Lock's), by verb.
+    pub fn call_counts(&self) -> super::RequestCounts {
+        self.calls.read()
     }
 
     /// The error for an answer that is not a success: `doing` says what was asked.

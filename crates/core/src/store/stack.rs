@@ -119,7 +119,9 @@ impl Stack {
     /// What the storage was asked so far.
     pub fn usage(&self) -> StoreUsage {
         StoreUsage {
-            requests: self.metered.counts(),
+            // With the calls the S3 store makes beside the stack (Object Lock's).
+            requests: (self.metered.counts())
+                .plus(self.s3.as_ref().map(|s| s.call_counts()).unwrap_or_default()),
             retries: self.retry.as_ref().map(|r| r.stats()),
             cache: self.cache.as_ref().map(|c| c.stats()),
         }
