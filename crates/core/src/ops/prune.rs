@@ -29,7 +29,7 @@ use crate::repo::tree::{AccountTree, ChunkRef, MessageChunk, RootTree};
 use crate::repo::{file_id, lock, ChunkTreeVisitor, Repository, Snapshots, MIGRATE_STATE};
 use crate::report::Progress;
 use crate::search::merge::SplitsPruned;
-use crate::store::Store;
+use crate::store::{ObjectInfo, Store};
 use serde::Serialize;
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -227,11 +227,14 @@ pub fn prune(
     };
     let used = used_blobs(repo, &snaps, progress)?;
     rep.blobs_used = used.len() as u64;
-    rep.size_before = repository_size(repo)?;
+    // `data/` listed once for the size, the plan and the packs no index lists (on object
+    // storage a listing is a request per 1,000 packs).
+    let packs = repo.store().list("data/")?;
+    rep.size_before = repository_size(repo, Some(&packs))?;
     rep.search = prune_search(repo, opts.dry_run)?;
 
-    let plans = plan(repo, &used, opts.max_unused, &mut rep)?;
-    let unindexed = unindexed_packs(repo)?;
+    let plans = plan(repo, &packs, &used, opts.max_unused, &mut rep)?;
+    let unindexed = unindexed_packs(repo, packs);
     rep.packs_unindexed = unindexed.len() as u64;
     let nothing_to_do = unindexed.is_empty()
         && plans
@@ -241,7 +244,7 @@ pub fn prune(
         rep.size_after = match rep.search.merged + rep.search.deleted {
             0 => rep.size_before,
             _ if opts.dry_run => rep.size_before,
-            _ => repository_size(repo)?,
+            _ => repository_size(repo, None)?,
         };
         rep.bytes_freed = rep.size_before.saturating_sub(rep.size_after);
         rep.object_lock = object_lock_steps(repo, &snaps, opts.dry_run)?;
@@ -262,7 +265,7 @@ pub fn prune(
     drop(lock);
     repo.reload_index()?;
     rep.object_lock = object_lock_steps(repo, &snaps, false)?;
-    rep.size_after = repository_size(repo)?;
+    rep.size_after = repository_size(repo, None)?;
     rep.bytes_freed = rep.size_before.saturating_sub(rep.size_after);
     rep.elapsed_secs = started.elapsed().as_secs_f64();
     Ok(rep)
@@ -345,15 +348,14 @@ fn snapshots_under_lock(repo: &mut Repository, opts: &PruneOptions) -> Result<Sn
     Ok(snaps)
 }
 
-/// The packs in `data/` no index lists, with their sizes.
-fn unindexed_packs(repo: &Repository) -> Result<Vec<(String, u64)>> {
-    let unindexed: Vec<(String, u64)> = (repo.store().list("data/")?.into_iter())
+/// The packs in `data/` (`packs`, as listed) no index lists, with their sizes.
+fn unindexed_packs(repo: &Repository, packs: Vec<ObjectInfo>) -> Vec<(String, u64)> {
+    (packs.into_iter())
         .filter_map(|o| {
             let id = file_id(&o.path).ok()?;
             (!repo.index().has_pack(&id)).then_some((o.path, o.size))
         })
-        .collect();
-    Ok(unindexed)
+        .collect()
 }
 
 /// A dry run's figures: the blobs repacked are written again, with new headers.
@@ -557,10 +559,19 @@ impl ChunkTreeVisitor for UsedNodes<'_, '_> {
     }
 }
 
-/// The size of what the repository holds: packs, index files, snapshots, dictionaries.
-fn repository_size(repo: &Repository) -> Result<u64> {
-    let mut n = 0;
-    for dir in ["data/", "index/", "snapshots/", "dicts/", "search/"] {
+/// The size of what the repository holds: packs, index files, snapshots, dictionaries,
+/// search splits; `packs`: `data/` as just listed.
+fn repository_size(repo: &Repository, packs: Option<&[ObjectInfo]>) -> Result<u64> {
+    let mut n = match packs {
+        Some(p) => p.iter().map(|o| o.size).sum::<u64>(),
+        None => repo
+            .store()
+            .list("data/")?
+            .iter()
+            .map(|o| o.size)
+            .sum::<u64>(),
+    };
+    for dir in ["index/", "snapshots/", "dicts/", "search/"] {
         n += repo.store().list(dir)?.iter().map(|o| o.size).sum::<u64>();
     }
     Ok(n)
@@ -570,11 +581,12 @@ fn repository_size(repo: &Repository) -> Result<u64> {
 /// index gives for it; its other copies are unused.
 fn plan(
     repo: &Repository,
+    packs: &[ObjectInfo],
     used: &BlobSet<'_>,
     max_unused: f64,
     rep: &mut PruneReport,
 ) -> Result<Vec<PackPlan>> {
-    let sizes: HashMap<Id, u64> = (repo.store().list("data/")?.into_iter())
+    let sizes: HashMap<Id, u64> = (packs.iter())
         .filter_map(|o| Some((file_id(&o.path).ok()?, o.size)))
         .collect();
     let index = repo.index();

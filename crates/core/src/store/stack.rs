@@ -120,8 +120,12 @@ impl Stack {
     pub fn usage(&self) -> StoreUsage {
         StoreUsage {
             // With the calls the S3 store makes beside the stack (Object Lock's).
-            requests: (self.metered.counts())
-                .plus(self.s3.as_ref().map(|s| s.call_counts()).unwrap_or_default()),
+            requests: (self.metered.counts()).plus(
+                self.s3
+                    .as_ref()
+                    .map(|s| s.call_counts())
+                    .unwrap_or_default(),
+            ),
             retries: self.retry.as_ref().map(|r| r.stats()),
             cache: self.cache.as_ref().map(|c| c.stats()),
         }
