@@ -10,7 +10,7 @@ mod common;
 use common::{assert_same_files, Env};
 use mailvault_core::store::{parse_s3_url, Credentials, S3Options, S3Store, Store};
 use mailvault_core::testing::minio::{Minio, REGION};
-use mailvault_corpus::{generate, mutate, CorpusSpec, MutationSpec};
+use mailvault_corpus::{mutate, MutationSpec};
 use serde_json::Value;
 use std::path::Path;
 use std::process::{Command, Output, Stdio};
@@ -96,19 +96,6 @@ impl Host<'_> {
     }
 }
 
-fn corpus(root: &Path, seed: u64, messages: usize) {
-    let spec = CorpusSpec {
-        seed,
-        messages,
-        ..CorpusSpec::preset("tiny").unwrap()
-    };
-    generate(&spec, root).unwrap();
-}
-
-fn maildir(p: &Path) -> String {
-    format!("maildir:{}", p.display())
-}
-
 fn restricted(m: &Minio, e: &Env) -> Credentials {
     let (_, bucket, _) = parse_s3_url(e.location.as_ref().unwrap()).unwrap();
     m.assume_role(&host_policy(&bucket)).unwrap()
@@ -131,8 +118,8 @@ fn an_append_only_host_does_its_nightly_work_without_a_single_delete() {
     let m = Minio::shared();
     let e = Env::s3("append-only");
     let (a_src, b_src) = (e.path("vmail-a"), e.path("vmail-b"));
-    corpus(&a_src, 30, 300);
-    corpus(&b_src, 31, 200);
+    common::tiny_corpus(&a_src, 30, 300);
+    common::tiny_corpus(&b_src, 31, 200);
     // The maintenance host creates the repository (with the root user's credentials).
     e.expect(0, &["init"]);
     let a = Host {
@@ -149,11 +136,17 @@ fn an_append_only_host_does_its_nightly_work_without_a_single_delete() {
 
     // Two hosts back up at once (each holds its lock while the other does).
     let spawn = |h: &Host, src: &Path| {
-        h.cmd(&["backup", &maildir(src), "--host", h.name, "--json"])
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap()
+        h.cmd(&[
+            "backup",
+            &common::maildir_at(src),
+            "--host",
+            h.name,
+            "--json",
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap()
     };
     let (pa, pb) = (spawn(&a, &a_src), spawn(&b, &b_src));
     for p in [pa, pb] {
@@ -163,16 +156,32 @@ fn an_append_only_host_does_its_nightly_work_without_a_single_delete() {
     common::at_rest();
     mutate(&MutationSpec::default(), &a_src).unwrap();
     common::at_rest();
-    let second = a.json(0, &["backup", &maildir(&a_src), "--host", "a", "--index"]);
+    let second = a.json(
+        0,
+        &[
+            "backup",
+            &common::maildir_at(&a_src),
+            "--host",
+            "a",
+            "--index",
+        ],
+    );
     assert_eq!(second["items_failed"], 0, "{second}");
     // Killed in the middle of a backup, then run again: resumed, and the stale lock of
     // the killed run ended by a record, not deleted.
     let big = e.path("vmail-big");
-    corpus(&big, 32, 1500);
-    let root = bucket_root(&e);
+    common::tiny_corpus(&big, 32, 1500);
+    let root = common::bucket_root(&e);
     let before = root.list("data/").unwrap().len();
     let mut child = a
-        .cmd(&["backup", &maildir(&big), "--host", "a", "-j", "2"])
+        .cmd(&[
+            "backup",
+            &common::maildir_at(&big),
+            "--host",
+            "a",
+            "-j",
+            "2",
+        ])
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
@@ -183,13 +192,18 @@ fn an_append_only_host_does_its_nightly_work_without_a_single_delete() {
     }
     child.kill().unwrap();
     assert!(!child.wait().unwrap().success(), "finished before the kill");
-    let resumed = a.json(0, &["backup", &maildir(&big), "--host", "a"]);
+    let resumed = a.json(0, &["backup", &common::maildir_at(&big), "--host", "a"]);
     assert!(resumed["packs_resumed"].as_u64().unwrap() >= 1, "{resumed}");
     // Restore, check, search, as the mail server.
-    let newest = newest_of(&a.json(0, &["snapshots"]), &maildir(&a_src));
+    let newest = newest_of(&a.json(0, &["snapshots"]), &common::maildir_at(&a_src));
     a.expect(
         0,
-        &["restore", &newest, "--target", &maildir(&e.path("out-a"))],
+        &[
+            "restore",
+            &newest,
+            "--target",
+            &common::maildir_at(&e.path("out-a")),
+        ],
     );
     assert_same_files(&e.path("out-a"), &a_src);
     a.expect(0, &["check", "--read-data"]);
@@ -241,7 +255,12 @@ fn an_append_only_host_does_its_nightly_work_without_a_single_delete() {
     );
     e.expect(
         0,
-        &["restore", &newest, "--target", &maildir(&e.path("out-a2"))],
+        &[
+            "restore",
+            &newest,
+            "--target",
+            &common::maildir_at(&e.path("out-a2")),
+        ],
     );
     assert_same_files(&e.path("out-a2"), &a_src);
 }
@@ -254,7 +273,7 @@ fn an_intruder_with_a_mail_servers_credentials_cannot_destroy_the_backups() {
     let m = Minio::shared();
     let e = Env::s3("append-only-intruder");
     let src = e.path("vmail");
-    corpus(&src, 33, 300);
+    common::tiny_corpus(&src, 33, 300);
     // With Object Lock (governance, a day): the bucket keeps versions, which is what puts
     // an overwrite right again below.
     e.expect(
@@ -267,12 +286,12 @@ fn an_intruder_with_a_mail_servers_credentials_cannot_destroy_the_backups() {
         creds: restricted(m, &e),
         append_only: true,
     };
-    host.expect(0, &["backup", &maildir(&src)]);
+    host.expect(0, &["backup", &common::maildir_at(&src)]);
     common::at_rest();
     mutate(&MutationSpec::default(), &src).unwrap();
     common::at_rest();
-    host.expect(0, &["backup", &maildir(&src)]);
-    let before = bucket_root(&e).list("").unwrap();
+    host.expect(0, &["backup", &common::maildir_at(&src)]);
+    let before = common::bucket_root(&e).list("").unwrap();
     let snaps = host.json(0, &["snapshots"]);
     let ids: Vec<String> = (snaps.as_array().unwrap().iter())
         .map(|s| s["id"].as_str().unwrap().to_string())
@@ -343,7 +362,7 @@ fn an_intruder_with_a_mail_servers_credentials_cannot_destroy_the_backups() {
         "{repaired}"
     );
     // Every snapshot restores exactly; check is clean with the maintenance host's rights.
-    let after: Vec<String> = (bucket_root(&e).list("").unwrap().into_iter())
+    let after: Vec<String> = (common::bucket_root(&e).list("").unwrap().into_iter())
         .filter(|o| !o.path.starts_with("locks/"))
         .map(|o| o.path)
         .collect();
@@ -361,7 +380,7 @@ fn an_intruder_with_a_mail_servers_credentials_cannot_destroy_the_backups() {
             "restore",
             &ids[ids.len() - 1],
             "--target",
-            &maildir(&e.path("out")),
+            &common::maildir_at(&e.path("out")),
         ],
     );
     assert_same_files(&e.path("out"), &src);
@@ -370,13 +389,6 @@ fn an_intruder_with_a_mail_servers_credentials_cannot_destroy_the_backups() {
         "the intruder's attempts are in the audit log"
     );
 }
-
-/// The bucket with the root user's rights, to look at it.
-fn bucket_root(e: &Env) -> S3Store {
-    let (_, bucket, prefix) = parse_s3_url(e.location.as_ref().unwrap()).unwrap();
-    Minio::shared().store(&bucket, &prefix).unwrap()
-}
-
 /// The id of the oldest snapshot of `host` in a `snapshots --json` list.
 fn first_of(snaps: &Value, host: &str) -> String {
     let mut of: Vec<&Value> = (snaps.as_array().unwrap().iter())
@@ -422,12 +434,12 @@ fn a_prune_beside_two_append_only_backups_loses_nothing() {
         })
         .collect();
     for (n, h) in hosts.iter().enumerate() {
-        corpus(&e.path(&format!("vmail-{}", h.name)), 40 + n as u64, 300);
+        common::tiny_corpus(&e.path(&format!("vmail-{}", h.name)), 40 + n as u64, 300);
         h.expect(
             0,
             &[
                 "backup",
-                &maildir(&e.path(&format!("vmail-{}", h.name))),
+                &common::maildir_at(&e.path(&format!("vmail-{}", h.name))),
                 "--host",
                 h.name,
             ],
@@ -443,7 +455,7 @@ fn a_prune_beside_two_append_only_backups_loses_nothing() {
     common::at_rest();
     for h in &hosts {
         let src = e.path(&format!("vmail-{}", h.name));
-        h.expect(0, &["backup", &maildir(&src), "--host", h.name]);
+        h.expect(0, &["backup", &common::maildir_at(&src), "--host", h.name]);
         h.expect(0, &["forget", &first_of(&snaps, h.name)]);
     }
     common::at_rest();
@@ -458,7 +470,7 @@ fn a_prune_beside_two_append_only_backups_loses_nothing() {
     let backups: Vec<_> = (hosts.iter())
         .map(|h| {
             let src = e.path(&format!("vmail-{}", h.name));
-            h.cmd(&["backup", &maildir(&src), "--host", h.name])
+            h.cmd(&["backup", &common::maildir_at(&src), "--host", h.name])
                 .stdout(Stdio::piped())
                 .stderr(Stdio::piped())
                 .spawn()
@@ -490,9 +502,12 @@ fn a_prune_beside_two_append_only_backups_loses_nothing() {
     assert_eq!(snaps.as_array().unwrap().len(), 4, "{snaps}");
     for h in &hosts {
         let src = e.path(&format!("vmail-{}", h.name));
-        let newest = newest_of(&snaps, &maildir(&src));
+        let newest = newest_of(&snaps, &common::maildir_at(&src));
         let out = e.path(&format!("out-{}", h.name));
-        e.expect(0, &["restore", &newest, "--target", &maildir(&out)]);
+        e.expect(
+            0,
+            &["restore", &newest, "--target", &common::maildir_at(&out)],
+        );
         assert_same_files(&out, &src);
     }
 }

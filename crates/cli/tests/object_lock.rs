@@ -7,30 +7,8 @@ mod common;
 
 use common::{assert_same_files, Env};
 use jiff::{SignedDuration, Timestamp};
-use mailvault_core::store::{parse_s3_url, LockMode, LockPolicy, ObjectLock, S3Store, Store};
-use mailvault_core::testing::minio::Minio;
-use mailvault_corpus::{generate, CorpusSpec};
+use mailvault_core::store::{LockMode, LockPolicy, ObjectLock, S3Store, Store};
 use serde_json::Value;
-use std::path::Path;
-
-fn corpus(root: &Path, seed: u64, messages: usize) {
-    let spec = CorpusSpec {
-        seed,
-        messages,
-        ..CorpusSpec::preset("tiny").unwrap()
-    };
-    generate(&spec, root).unwrap();
-}
-
-fn maildir(p: &Path) -> String {
-    format!("maildir:{}", p.display())
-}
-
-/// The bucket with the root user's credentials, straight (no mailvault).
-fn bucket_root(e: &Env) -> S3Store {
-    let (_, bucket, prefix) = parse_s3_url(e.location.as_ref().unwrap()).unwrap();
-    Minio::shared().store(&bucket, &prefix).unwrap()
-}
 
 /// The id of the snapshot of `source`.
 fn snapshot_of(snaps: &Value, source: &str) -> String {
@@ -68,7 +46,7 @@ fn prune_on_an_object_lock_bucket_keeps_locked_versions_until_their_retention_en
         &["init", "--lock-days", "2", "--lock-mode", "governance"],
     );
     assert_eq!(init["object_lock"]["days"], 2, "{init}");
-    let root = bucket_root(&e);
+    let root = common::bucket_root(&e);
     let policy = LockPolicy {
         mode: LockMode::Governance,
         days: 2,
@@ -76,10 +54,10 @@ fn prune_on_an_object_lock_bucket_keeps_locked_versions_until_their_retention_en
     assert_eq!(root.policy().unwrap(), Some(policy));
 
     let (src_a, src_b) = (e.path("vmail-a"), e.path("vmail-b"));
-    corpus(&src_a, 40, 150);
-    corpus(&src_b, 41, 150);
-    e.expect(0, &["backup", &maildir(&src_a), "--host", "a"]);
-    e.expect(0, &["backup", &maildir(&src_b), "--host", "b"]);
+    common::tiny_corpus(&src_a, 40, 150);
+    common::tiny_corpus(&src_b, 41, 150);
+    e.expect(0, &["backup", &common::maildir_at(&src_a), "--host", "a"]);
+    e.expect(0, &["backup", &common::maildir_at(&src_b), "--host", "b"]);
     // Every object the repository has is locked for the period from its creation.
     let now = Timestamp::now();
     let objects = root.list("").unwrap();
@@ -98,7 +76,7 @@ fn prune_on_an_object_lock_bucket_keeps_locked_versions_until_their_retention_en
     // Forget the first host's snapshot and prune: its packs are gone from the repository,
     // their versions kept (locked) and counted.
     let snaps = e.json(0, &["snapshots"]);
-    let a = snapshot_of(&snaps, &maildir(&src_a));
+    let a = snapshot_of(&snaps, &common::maildir_at(&src_a));
     let out = e.json(0, &["forget", &a, "--prune"]);
     let p = &out["prune"];
     let gone = p["packs_deleted"].as_u64().unwrap() + p["packs_repacked"].as_u64().unwrap();
@@ -111,8 +89,16 @@ fn prune_on_an_object_lock_bucket_keeps_locked_versions_until_their_retention_en
     let hidden_bytes = l["bytes_locked"].as_u64().unwrap();
     assert!(hidden_bytes > 0);
     e.expect(0, &["check", "--read-data"]);
-    let b = snapshot_of(&e.json(0, &["snapshots"]), &maildir(&src_b));
-    e.expect(0, &["restore", &b, "--target", &maildir(&e.path("out-1"))]);
+    let b = snapshot_of(&e.json(0, &["snapshots"]), &common::maildir_at(&src_b));
+    e.expect(
+        0,
+        &[
+            "restore",
+            &b,
+            "--target",
+            &common::maildir_at(&e.path("out-1")),
+        ],
+    );
     assert_same_files(&e.path("out-1"), &src_b);
 
     // A day later (the retention of the hidden versions shortened to end now): the next
@@ -163,7 +149,15 @@ fn prune_on_an_object_lock_bucket_keeps_locked_versions_until_their_retention_en
     let clean = e.json(0, &["check", "--read-data"]);
     assert_eq!(clean["object_lock"]["unprotected"], Value::Null, "{clean}");
     assert_eq!(clean["object_lock"]["extended"], 0, "{clean}");
-    e.expect(0, &["restore", &b, "--target", &maildir(&e.path("out-2"))]);
+    e.expect(
+        0,
+        &[
+            "restore",
+            &b,
+            "--target",
+            &common::maildir_at(&e.path("out-2")),
+        ],
+    );
     assert_same_files(&e.path("out-2"), &src_b);
 
     // A legal hold (`tag --add hold`): the next prune puts S3's legal hold on the held
@@ -205,7 +199,12 @@ fn prune_on_an_object_lock_bucket_keeps_locked_versions_until_their_retention_en
     );
     e.expect(
         0,
-        &["restore", &free, "--target", &maildir(&e.path("out-3"))],
+        &[
+            "restore",
+            &free,
+            "--target",
+            &common::maildir_at(&e.path("out-3")),
+        ],
     );
     assert_same_files(&e.path("out-3"), &src_b);
 }
@@ -233,10 +232,10 @@ fn repair_overwrites_puts_back_what_an_intruder_overwrote() {
         0,
         &["init", "--lock-days", "1", "--lock-mode", "governance"],
     );
-    let root = bucket_root(&e);
+    let root = common::bucket_root(&e);
     let src = e.path("vmail");
-    corpus(&src, 50, 120);
-    e.expect(0, &["backup", &maildir(&src)]);
+    common::tiny_corpus(&src, 50, 120);
+    e.expect(0, &["backup", &common::maildir_at(&src)]);
     let first = |dir: &str| root.list(dir).unwrap()[0].path.clone();
     let mut victims = vec![
         first("data/"),
@@ -258,7 +257,12 @@ fn repair_overwrites_puts_back_what_an_intruder_overwrote() {
     e.expect(0, &["check", "--read-data"]);
     e.expect(
         0,
-        &["restore", "latest", "--target", &maildir(&e.path("out"))],
+        &[
+            "restore",
+            "latest",
+            "--target",
+            &common::maildir_at(&e.path("out")),
+        ],
     );
     assert_same_files(&e.path("out"), &src);
     let again = e.json(0, &["repair", "overwrites"]);

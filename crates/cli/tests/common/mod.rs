@@ -300,3 +300,26 @@ pub fn named(root: &Path, prefix: &str) -> Vec<PathBuf> {
     }
     out
 }
+
+/// The `tiny` corpus preset with `seed` and `messages` messages, written to `root`.
+pub fn tiny_corpus(root: &Path, seed: u64, messages: usize) {
+    let spec = mailvault_corpus::CorpusSpec {
+        seed,
+        messages,
+        ..mailvault_corpus::CorpusSpec::preset("tiny").unwrap()
+    };
+    mailvault_corpus::generate(&spec, root).unwrap();
+}
+
+/// `maildir:PATH`, the location `mailvault` is given for a Maildir store.
+pub fn maildir_at(p: &Path) -> String {
+    format!("maildir:{}", p.display())
+}
+
+/// The test's bucket with the root user's rights, straight (no `mailvault`): to look at
+/// objects, or damage them, behind its back.
+pub fn bucket_root(e: &Env) -> mailvault_core::store::S3Store {
+    let (_, bucket, prefix) =
+        mailvault_core::store::parse_s3_url(e.location.as_ref().unwrap()).unwrap();
+    Minio::shared().store(&bucket, &prefix).unwrap()
+}
