@@ -9,7 +9,7 @@ use mailvault_core::store::{
     default_cache_root, Addressing, LocalStore, S3Options, S3Store, Stack, StackOptions,
     StoreUsage, DEFAULT_CONNECTIONS,
 };
-use mailvault_core::store::{Backend, LockPolicy};
+use mailvault_core::store::{Backend, LockPolicy, ObjectLock};
 use mailvault_core::{Id, Repository};
 use std::io::IsTerminal;
 use std::sync::Arc;
@@ -113,10 +113,10 @@ pub fn given_up() -> Option<String> {
     STACK.get().and_then(Stack::given_up)
 }
 
-/// The S3 store under the stack, when the repository is on object storage: for the calls
-/// object_store has none for (versions, retentions).
-pub fn s3(g: &GlobalOpts) -> Result<Option<Arc<S3Store>>> {
-    Ok(stack(g)?.s3.clone())
+/// The calls on versions and retentions of the S3 store under the stack (retried), when
+/// the repository is on object storage.
+pub fn object_lock(g: &GlobalOpts) -> Result<Option<Arc<dyn ObjectLock>>> {
+    Ok(stack(g)?.object_lock())
 }
 
 /// Whether this run's repository is on object storage.
@@ -167,8 +167,8 @@ pub fn open(g: &GlobalOpts) -> Result<Repository> {
     if g.append_only {
         repo.set_append_only();
     }
-    if let Some(s3) = stack(g)?.s3.clone() {
-        repo.set_object_lock(s3);
+    if let Some(calls) = stack(g)?.object_lock() {
+        repo.set_object_lock(calls);
     }
     for (path, e) in repo.index_errors() {
         eprintln!(

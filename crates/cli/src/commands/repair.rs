@@ -150,7 +150,7 @@ fn overwrites(g: &GlobalOpts, o: &Opts) -> Result<Outcome> {
         .into());
     }
     let store = repo::store(g)?;
-    let Some(calls) = repo::s3(g)? else {
+    let Some(calls) = repo::object_lock(g)? else {
         anyhow::bail!("repair overwrites: the repository is not on object storage (S3 with versioning or Object Lock); a local directory keeps no older versions");
     };
     let rep = repair_overwrites(store.as_ref(), calls.as_ref(), o.dry_run)?;

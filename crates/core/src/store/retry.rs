@@ -337,10 +337,116 @@ impl Backend for Retry {
     }
 }
 
+/// The store's Object Lock calls with the same retries, backoff and breaker as every other
+/// request of the run (one retry loop: [`Retry`]'s), counted in its stats. Every call is
+/// idempotent (a retention or a hold set twice, a version deleted twice: absent is fine).
+pub struct RetriedCalls {
+    retry: Arc<Retry>,
+    inner: Arc<dyn super::ObjectLock>,
+}
+
+impl RetriedCalls {
+    pub fn new(retry: Arc<Retry>, inner: Arc<dyn super::ObjectLock>) -> RetriedCalls {
+        RetriedCalls { retry, inner }
+    }
+}
+
+impl super::ObjectLock for RetriedCalls {
+    fn policy(&self) -> Result<Option<super::LockPolicy>> {
+        self.retry
+            .run(Verb::Get, "?object-lock", || self.inner.policy())
+    }
+    fn dated(&self, prefix: &str) -> Result<Vec<super::object_lock::Dated>> {
+        self.retry
+            .run(Verb::List, prefix, || self.inner.dated(prefix))
+    }
+    fn versions(&self, prefix: &str) -> Result<Vec<super::object_lock::Version>> {
+        self.retry
+            .run(Verb::List, prefix, || self.inner.versions(prefix))
+    }
+    fn retention(&self, path: &str, version: Option<&str>) -> Result<super::Retention> {
+        self.retry
+            .run(Verb::Head, path, || self.inner.retention(path, version))
+    }
+    fn extend(&self, path: &str, mode: super::LockMode, until: jiff::Timestamp) -> Result<()> {
+        self.retry
+            .run(Verb::Put, path, || self.inner.extend(path, mode, until))
+    }
+    fn legal_hold(&self, path: &str, on: bool) -> Result<()> {
+        self.retry
+            .run(Verb::Put, path, || self.inner.legal_hold(path, on))
+    }
+    fn read_version(&self, path: &str, version: &str) -> Result<Vec<u8>> {
+        self.retry
+            .run(Verb::Get, path, || self.inner.read_version(path, version))
+    }
+    fn remove_version(&self, path: &str, version: &str) -> Result<()> {
+        self.retry.run(Verb::Delete, path, || {
+            self.inner.remove_version(path, version)
+        })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::store::{FaultyStore, MemoryStore, PackKind};
+
+    /// An Object Lock that fails its first `fail` calls with `kind`.
+    struct Flaky {
+        calls: AtomicU64,
+        fail: u64,
+        kind: BackendKind,
+    }
+
+    impl crate::store::ObjectLock for Flaky {
+        fn policy(&self) -> Result<Option<crate::store::LockPolicy>> {
+            match self.calls.fetch_add(1, Relaxed) < self.fail {
+                true => Err(Error::backend("s3:x", self.kind, "HTTP 503")),
+                false => Ok(None),
+            }
+        }
+        fn dated(&self, _: &str) -> Result<Vec<crate::store::object_lock::Dated>> {
+            Ok(Vec::new())
+        }
+        fn versions(&self, _: &str) -> Result<Vec<crate::store::object_lock::Version>> {
+            Ok(Vec::new())
+        }
+        fn retention(&self, _: &str, _: Option<&str>) -> Result<crate::store::Retention> {
+            Ok(Default::default())
+        }
+        fn extend(&self, _: &str, _: crate::store::LockMode, _: jiff::Timestamp) -> Result<()> {
+            Ok(())
+        }
+        fn legal_hold(&self, _: &str, _: bool) -> Result<()> {
+            Ok(())
+        }
+        fn read_version(&self, _: &str, _: &str) -> Result<Vec<u8>> {
+            Ok(Vec::new())
+        }
+        fn remove_version(&self, _: &str, _: &str) -> Result<()> {
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn object_lock_calls_are_retried_by_the_same_loop() {
+        use crate::store::ObjectLock;
+        let retry = Arc::new(Retry::new(Arc::new(MemoryStore::new()), fast()));
+        let flaky = |fail, kind| {
+            Arc::new(Flaky {
+                calls: AtomicU64::new(0),
+                fail,
+                kind,
+            })
+        };
+        let calls = RetriedCalls::new(retry.clone(), flaky(2, BackendKind::Transient));
+        assert_eq!(calls.policy().unwrap(), None);
+        assert_eq!(retry.stats().get, 2);
+        let denied = RetriedCalls::new(retry.clone(), flaky(1, BackendKind::Auth));
+        assert!(denied.policy().is_err(), "not retried");
+        assert_eq!(retry.stats().total, 2);
+    }
 
     fn fast() -> RetryPolicy {
         RetryPolicy {

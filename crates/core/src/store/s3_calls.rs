@@ -4,8 +4,10 @@
 //! ([`AwsAuthorizer`]: no hand-written signing), sent by the crate's HTTP client; the
 //! few XML answers are read with quick-xml.
 //!
-//! These calls go around the stack's wrappers (limits, counters, retries): they are the
-//! maintenance host's (init, prune, check, tag), a few per object at most.
+//! These calls are beside the stack's wrappers: counted here ([`S3Store::call_counts`],
+//! added to every report's storage line), retried by `retry::RetriedCalls` (the stack's
+//! own retry loop), and not under the connection limit: they are the maintenance host's
+//! (init, prune, check, `repair overwrites`), one or two per object.
 
 use super::object_lock::{Dated, LockMode, LockPolicy, ObjectLock, Retention, Version};
 use super::s3::{block_on, client_options, s3_code, S3Store, AUTH_HINT, DEFAULT_REGION};

@@ -110,6 +110,16 @@ impl Stack {
         })
     }
 
+    /// The S3 store's Object Lock calls, retried like every request of the run (object
+    /// storage only).
+    pub fn object_lock(&self) -> Option<Arc<dyn super::ObjectLock>> {
+        let s3: Arc<dyn super::ObjectLock> = self.s3.clone()?;
+        Some(match &self.retry {
+            Some(r) => Arc::new(super::retry::RetriedCalls::new(r.clone(), s3)),
+            None => s3,
+        })
+    }
+
     /// Why the run gave up on the storage, once it did: it failed every request for
     /// the policy's time (object storage only).
     pub fn given_up(&self) -> Option<String> {

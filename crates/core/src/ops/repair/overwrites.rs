@@ -54,9 +54,13 @@ pub fn repair_overwrites(
         .filter(|(p, _)| !rewritten_by_us(p))
         // Deleted objects (a delete marker on top) are prune's, not overwritten.
         .filter(|(_, vs)| vs.iter().any(|v| v.latest && !v.marker))
-        .filter_map(|(p, vs)| {
-            let data: Vec<Version> = vs.into_iter().filter(|v| !v.marker).collect();
-            let oldest = data.iter().min_by_key(|v| v.modified)?.clone();
+        .filter_map(|(p, mut vs)| {
+            vs.sort_by_key(|v| v.modified);
+            // What came after the last delete marker: an object deleted and written again
+            // (an index file a prune wrote again, the same bytes) is not overwritten.
+            let after = vs.iter().rposition(|v| v.marker).map_or(0, |i| i + 1);
+            let data = &vs[after..];
+            let oldest = data.first()?.clone();
             let latest = data.iter().find(|v| v.latest)?;
             // Put back already (the current version is the original's copy).
             let same = oldest.etag.is_some() && latest.etag == oldest.etag;
