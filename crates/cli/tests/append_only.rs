@@ -216,11 +216,18 @@ fn an_append_only_host_does_its_nightly_work_without_a_single_delete() {
     let out = a.expect(0, &["forget", &first_a]);
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(text.contains("asked to be removed"), "{text}");
+    // The request removed nothing, and the snapshot is marked.
+    let after = a.json(0, &["snapshots"]);
     assert_eq!(
-        a.json(0, &["snapshots"]),
-        snaps,
-        "the request removed nothing"
+        after.as_array().unwrap().len(),
+        snaps.as_array().unwrap().len()
     );
+    for s in after.as_array().unwrap() {
+        let requested = s["id"] == first_a.as_str();
+        assert_eq!(s["forget_requested"], requested, "{s}");
+    }
+    let listed = String::from_utf8_lossy(&a.expect(0, &["snapshots"]).stdout).into_owned();
+    assert_eq!(listed.matches("(forget requested").count(), 1, "{listed}");
     a.expect(0, &["unlock"]);
     // Not one delete asked for by either mail server.
     for h in [&a, &b] {

@@ -13,6 +13,15 @@ pub fn run(g: &GlobalOpts, _a: Args) -> Result<Outcome> {
     // This host's record, loaded before the listing it is compared with.
     let mut record = repo::state().map(|s| seen::Record::of(&s, &r));
     let snaps = r.snapshots()?;
+    // Snapshots an append-only host asked to forget: listed until the maintenance host's
+    // prune applies the request, and marked so.
+    let (requests, warnings) = mailvault_core::repo::forgotten::requests(&r)?;
+    let requested: std::collections::HashSet<String> = (requests.iter())
+        .flat_map(|(_, rec)| rec.snapshots.iter().cloned())
+        .collect();
+    for w in &warnings {
+        eprintln!("warning: {}", safe(w));
+    }
     if let Some(rec) = &mut record {
         let missing = rec.observe_in(&r, seen::present(&snaps));
         rec.save();
@@ -25,6 +34,7 @@ pub fn run(g: &GlobalOpts, _a: Args) -> Result<Outcome> {
                 serde_json::json!({
                     "id": s.id.to_hex(), "time": s.time, "hostname": s.hostname, "source": s.source,
                     "tags": s.tags, "parent": s.parent.map(|p| p.to_hex()), "summary": s.summary,
+                    "forget_requested": requested.contains(&s.id.to_hex()),
                 })
             })
             .collect();
@@ -37,7 +47,7 @@ pub fn run(g: &GlobalOpts, _a: Args) -> Result<Outcome> {
     );
     for s in &snaps {
         println!(
-            "{:<10} {:<20} {:<14} {:>8} {:>9} {:>10}  {}{}",
+            "{:<10} {:<20} {:<14} {:>8} {:>9} {:>10}  {}{}{}",
             s.id.short(),
             time(s.time),
             safe(&s.hostname),
@@ -49,6 +59,10 @@ pub fn run(g: &GlobalOpts, _a: Args) -> Result<Outcome> {
                 String::new()
             } else {
                 format!(" [{}]", safe(&s.tags.join(",")))
+            },
+            match requested.contains(&s.id.to_hex()) {
+                true => " (forget requested: the maintenance host's prune applies it)",
+                false => "",
             }
         );
     }
