@@ -216,7 +216,7 @@ pub fn prune(
     }
     let lock_records_removed = match opts.dry_run {
         true => 0,
-        false => crate::repo::lock::remove_ended(&repo.lock_store(), repo.lock_options().stale)?,
+        false => crate::repo::lock::remove_over(&repo.lock_store(), repo.lock_options().stale)?,
     };
     let mut rep = PruneReport {
         dry_run: opts.dry_run,

@@ -559,11 +559,15 @@ impl RepoLock {
                 // A withdrawn lock comes back under a new id: its ended one stays ended.
                 if locks.append_only {
                     past.push(rec.lock.clone());
+                    let mut held = crate::repo::lock(&HELD);
+                    held.remove(&rec.lock);
                     rec.lock = hex::encode(rand::random::<[u8; 16]>());
-                    crate::repo::lock(&HELD).insert(rec.lock.clone());
+                    held.insert(rec.lock.clone());
                 }
             }
             if Instant::now() >= deadline {
+                // `acquire` forgets the first id; a new one taken on a withdrawal goes here.
+                crate::repo::lock(&HELD).remove(&rec.lock);
                 return Err(locked(&conflicts, &rec));
             }
             pause = wait(pause, deadline);
@@ -700,10 +704,10 @@ fn wait(pause: Duration, deadline: Instant) -> Duration {
     (pause * 2).min(Duration::from_secs(10))
 }
 
-/// Deletes the records of locks that are over ([`Found::Ended`]: left by append-only
-/// hosts) or stale; returns how many. Called under the exclusive lock (prune): no
+/// Deletes the records of locks that are over: ended ([`Found::Ended`]: left by
+/// append-only hosts) or stale (a killed command's); returns how many. Called under the exclusive lock (prune): no
 /// holder of a stale lock goes on. Live locks are left as they are.
-pub(crate) fn remove_ended(locks: &LockStore, stale: Duration) -> Result<u64> {
+pub(crate) fn remove_over(locks: &LockStore, stale: Duration) -> Result<u64> {
     let mut n = 0;
     for f in locks.list(None, false)? {
         if f.is_removable(stale) {
