@@ -130,6 +130,9 @@ impl LockRecord {
     }
 }
 
+/// Lock records read at once.
+const READERS: usize = 8;
+
 /// The ids of the locks this process holds: a record of this process whose lock is not
 /// among them was left by a command of this process that failed and could not remove it
 /// (its store refused the delete), and is stale as if the process were gone.
@@ -247,50 +250,64 @@ impl LockStore {
     /// Every record in `locks/` and, with `writers`, in `writers/`, each with what it
     /// is; `except` (one's own record) is left out unread.
     pub(crate) fn list(&self, except: Option<&str>, writers: bool) -> Result<Vec<FoundLock>> {
-        let mut out = Vec::new();
-        for o in self.store.list(LOCKS)? {
-            // One's own record is left out; in an append-only repository its earlier
-            // records are there too, and are read as ended like any other's.
-            if Some(o.path.as_str()) == except && !self.append_only {
-                continue;
-            }
-            let found = self
-                .store
-                .get(&o.path)
-                .and_then(|b| {
-                    // A lock taken before a migration's commit is of the other format.
-                    let obj = lock_object(&o.path);
-                    open_as(&self.key, self.version, obj, b.clone(), &o.path).or_else(|e| match e {
-                        Error::OtherFormat { .. } => {
-                            let other = match self.version {
-                                Version::V1 => Version::V2,
-                                Version::V2 => Version::V1,
-                            };
-                            open_as(&self.key, other, obj, b, &o.path)
-                        }
-                        e => Err(e),
-                    })
-                })
-                .and_then(|b| {
-                    serde_json::from_slice::<LockRecord>(&b)
-                        .map_err(|e| Error::corrupt(&o.path, format!("not a lock record: {e}")))
-                });
-            out.push(FoundLock {
+        // One's own record is left out; in an append-only repository its earlier records
+        // are there too, and are read as ended like any other's.
+        let listed: Vec<String> = (self.store.list(LOCKS)?.into_iter())
+            .filter(|o| Some(o.path.as_str()) != except || self.append_only)
+            .map(|o| o.path)
+            .collect();
+        // Read READERS at a time: append-only hosts leave records until the next prune,
+        // and one read at a time would cost each command a round trip per record.
+        let read = |path: String| -> Option<FoundLock> {
+            Some(FoundLock {
                 releasing: false,
-                found: match found {
+                found: match self.read_record(&path) {
                     Ok(r) => Found::Lock(r),
-                    Err(Error::NotFound(_)) => continue, // removed meanwhile
+                    Err(Error::NotFound(_)) => return None, // removed meanwhile
                     Err(e) => Found::Unreadable(e),
                 },
-                path: o.path,
-            });
-        }
+                path,
+            })
+        };
+        let mut out: Vec<FoundLock> = match listed.len() {
+            0..=2 => listed.into_iter().filter_map(read).collect(),
+            _ => {
+                use rayon::prelude::*;
+                rayon::ThreadPoolBuilder::new()
+                    .num_threads(READERS)
+                    .build()
+                    .map_err(|e| {
+                        Error::InvalidInput(format!("cannot start {READERS} threads: {e}"))
+                    })?
+                    .install(|| listed.into_par_iter().filter_map(read).collect())
+            }
+        };
         end_superseded(&mut out);
         out.retain(|f| Some(f.path.as_str()) != except);
         if writers {
             out.extend(self.list_writers()?);
         }
         Ok(out)
+    }
+
+    /// One lock record, opened (a lock taken before a migration's commit is of the other
+    /// format).
+    fn read_record(&self, path: &str) -> Result<LockRecord> {
+        let b = self.store.get(path)?;
+        let obj = lock_object(path);
+        let opened =
+            open_as(&self.key, self.version, obj, b.clone(), path).or_else(|e| match e {
+                Error::OtherFormat { .. } => {
+                    let other = match self.version {
+                        Version::V1 => Version::V2,
+                        Version::V2 => Version::V1,
+                    };
+                    open_as(&self.key, other, obj, b, path)
+                }
+                e => Err(e),
+            })?;
+        serde_json::from_slice::<LockRecord>(&opened)
+            .map_err(|e| Error::corrupt(path, format!("not a lock record: {e}")))
     }
 
     /// Ends this lock (its holder's, or a stale one's): removes its record, or on an
