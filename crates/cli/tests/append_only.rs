@@ -172,6 +172,11 @@ fn an_append_only_host_does_its_nightly_work_without_a_single_delete() {
     let big = e.path("vmail-big");
     common::tiny_corpus(&big, 32, 1500);
     let root = common::bucket_root(&e);
+    // A backup leaves its lock and its release, nothing more: the locks the backups above
+    // released (their releases not counted yet) are not ended a second time.
+    let records = root.list("locks/").unwrap().len();
+    a.expect(0, &["backup", &common::maildir_at(&a_src), "--host", "a"]);
+    assert_eq!(root.list("locks/").unwrap().len(), records + 2);
     let before = root.list("data/").unwrap().len();
     let mut child = a
         .cmd(&[

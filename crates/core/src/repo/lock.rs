@@ -826,7 +826,8 @@ pub(crate) fn unlock(locks: &LockStore, remove_all: bool, stale: Duration) -> Re
         let junk = matches!(f.found, Found::Unreadable(_));
         if locks.append_only {
             match &f.found {
-                Found::Lock(r) if f.is_stale(stale) => {
+                // One released already (its release not yet counted) needs no second.
+                Found::Lock(r) if f.is_stale(stale) && !f.releasing => {
                     locks.end(&f.path, r)?;
                     rep.removed.push(f.path);
                 }

@@ -113,6 +113,9 @@ impl Repository {
         for f in lock.found() {
             match &f.found {
                 Found::Unreadable(_) => {}
+                // Released by its holder (an append-only host's release not yet counted):
+                // that backup ended well, and its release ends it in time.
+                _ if f.releasing => {}
                 _ if f.is_stale(self.lock_options.stale) => stale.push((
                     f.path.clone(),
                     match &f.found {
