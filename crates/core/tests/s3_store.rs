@@ -171,9 +171,11 @@ fn object_lock_keeps_versions_until_their_retention_ends() {
         "{until}"
     );
     assert!(!r.legal_hold);
-    let dated = store.dated("data/").unwrap();
-    assert_eq!(dated.len(), 1);
-    assert!(dated[0].modified >= now - jiff::SignedDuration::from_secs(60));
+    let versions = store.versions_by_path("data/").unwrap();
+    assert_eq!(versions.len(), 1);
+    let v = &versions[0].1[0];
+    assert!(v.latest && !v.marker && v.size == 4);
+    assert!(v.modified.unwrap() >= now - jiff::SignedDuration::from_secs(60));
 
     // A locked version cannot be removed (MinIO: 400 "Object is WORM protected"; AWS:
     // 403); a plain delete only hides an object behind a delete marker.

@@ -153,7 +153,9 @@ fn check_object_lock(
         return None;
     }
     let asked = repo.object_lock().and_then(|l| match l {
-        Some((lock, policy)) => crate::ops::object_lock::audit(lock, policy).map(Some),
+        Some((lock, policy)) => {
+            crate::ops::object_lock::audit(repo.store(), lock, policy).map(Some)
+        }
         None => Ok(None),
     });
     let rep = match asked {

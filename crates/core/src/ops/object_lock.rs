@@ -22,6 +22,7 @@
 
 use crate::error::{Error, Result};
 use crate::store::object_lock::{LockMode, LockPolicy, ObjectLock, Retention, Version};
+use crate::store::{Backend, Store};
 use jiff::Timestamp;
 use serde::Serialize;
 
@@ -43,8 +44,8 @@ pub struct LockReport {
     /// The earliest end of those retentions: the next prune after it deletes them.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub locked_until: Option<String>,
-    /// Objects old enough to be asked their retention, and those whose retention was
-    /// extended (prune) or ends within half the period (check: the next prune extends them).
+    /// Objects whose retention was asked, and those whose retention was extended (prune)
+    /// or ends within half the period (check: the next prune extends them).
     pub objects_asked: u64,
     pub extended: u64,
     /// Objects under S3 legal hold because a held snapshot needs them (`tag hold`), holds
@@ -67,36 +68,34 @@ impl LockReport {
     }
 }
 
-/// The retention of each of `paths`, asked in parallel; an object that is gone has none.
-fn retentions(lock: &dyn ObjectLock, paths: Vec<String>) -> Result<Vec<(String, Retention)>> {
+/// The retention of every object the repository keeps: everything `store` lists but
+/// lock and writer records (they last a command). Every one is asked, young ones too: a
+/// retention shortened in governance mode shows only so (one HEAD request each, in
+/// parallel). An object deleted since the listing is left out.
+fn kept_retentions(store: &dyn Backend, lock: &dyn ObjectLock) -> Result<Vec<(String, Retention)>> {
     use rayon::prelude::*;
-    pool()?.install(|| {
-        paths
-            .into_par_iter()
-            .map(|p| match lock.retention(&p, None) {
-                Ok(r) => Ok((p, r)),
-                Err(Error::NotFound(_)) => Ok((p, Retention::default())),
-                Err(e) => Err(e),
-            })
-            .collect()
-    })
-}
-
-/// The objects the repository keeps: everything but lock and writer records (they last
-/// a command). Every one is asked, young ones too: a retention shortened in governance
-/// mode shows only so (one HEAD request each, in parallel).
-fn kept_objects(lock: &dyn ObjectLock) -> Result<Vec<String>> {
-    Ok((lock.dated("")?.into_iter())
+    let kept: Vec<String> = (store.list("")?.into_iter())
         .filter(|o| !o.path.starts_with("locks/") && !o.path.starts_with("writers/"))
         .map(|o| o.path)
-        .collect())
+        .collect();
+    let asked: Vec<Option<(String, Retention)>> = pool()?.install(|| {
+        kept.into_par_iter()
+            .map(|p| match lock.retention(&p, None) {
+                Ok(r) => Ok(Some((p, r))),
+                Err(Error::NotFound(_)) => Ok(None),
+                Err(e) => Err(e),
+            })
+            .collect::<Result<_>>()
+    })?;
+    Ok(asked.into_iter().flatten().collect())
 }
 
 /// Extends the retention of every object the repository keeps whose retention ends
-/// within half the period; adds what it did to `rep`.
-/// Puts S3's legal hold on the objects in `holds` that lack it, and lifts it from those
-/// that have it and are not in `holds` any more.
+/// within half the period, and puts S3's legal hold on the objects in `holds` that lack
+/// it and lifts it from those that have it and are not in `holds` any more; adds what it
+/// did to `rep`.
 pub fn extend(
+    store: &dyn Backend,
     lock: &dyn ObjectLock,
     policy: LockPolicy,
     holds: &std::collections::HashSet<String>,
@@ -104,12 +103,11 @@ pub fn extend(
 ) -> Result<()> {
     use rayon::prelude::*;
     let now = Timestamp::now();
-    let asked = retentions(lock, kept_objects(lock)?)?;
+    let asked = kept_retentions(store, lock)?;
     rep.objects_asked += asked.len() as u64;
-    let before = policy.extend_before(now);
     let until = policy.until_from(now);
     let due: Vec<&String> = (asked.iter())
-        .filter(|(_, r)| r.until.is_none_or(|u| u < before))
+        .filter(|(_, r)| policy.due(r, now))
         .map(|(p, _)| p)
         .collect();
     pool()?.install(|| {
@@ -141,15 +139,12 @@ pub fn extend(
 
 /// What check reports: the objects whose retention ends within half the period (the
 /// next prune extends them), and those nothing protects any more.
-pub fn audit(lock: &dyn ObjectLock, policy: LockPolicy) -> Result<LockReport> {
+pub fn audit(store: &dyn Backend, lock: &dyn ObjectLock, policy: LockPolicy) -> Result<LockReport> {
     let now = Timestamp::now();
     let mut rep = LockReport::new(policy);
-    let asked = retentions(lock, kept_objects(lock)?)?;
+    let asked = kept_retentions(store, lock)?;
     rep.objects_asked = asked.len() as u64;
-    let before = policy.extend_before(now);
-    rep.extended = (asked.iter())
-        .filter(|(_, r)| r.until.is_none_or(|u| u < before))
-        .count() as u64;
+    rep.extended = asked.iter().filter(|(_, r)| policy.due(r, now)).count() as u64;
     rep.unprotected = (asked.into_iter())
         .filter(|(_, r)| !r.locked_at(now))
         .map(|(p, _)| p)
@@ -162,13 +157,9 @@ pub fn audit(lock: &dyn ObjectLock, policy: LockPolicy) -> Result<LockReport> {
 /// asked first: a locked one is never asked to go), their delete markers with the last
 /// of them; adds what it did and kept to `rep`.
 pub fn sweep(lock: &dyn ObjectLock, rep: &mut LockReport) -> Result<()> {
-    use std::collections::HashMap;
     let now = Timestamp::now();
-    let mut by_path: HashMap<String, Vec<Version>> = HashMap::new();
-    for v in lock.versions("")? {
-        by_path.entry(v.path.clone()).or_default().push(v);
-    }
-    let hidden: Vec<Vec<Version>> = (by_path.into_values())
+    let hidden: Vec<Vec<Version>> = (lock.versions_by_path("")?.into_iter())
+        .map(|(_, vs)| vs)
         .filter(|vs| vs.iter().any(|v| v.latest && v.marker))
         .collect();
     let data: Vec<(String, String)> = (hidden.iter().flatten())

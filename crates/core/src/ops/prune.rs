@@ -284,11 +284,11 @@ fn object_lock_steps(
         return Ok(None);
     };
     if dry_run {
-        return ol::audit(lock, policy).map(Some);
+        return ol::audit(repo.store(), lock, policy).map(Some);
     }
     let mut rep = ol::LockReport::new(policy);
     let holds = held_objects(repo, snaps)?;
-    ol::extend(lock, policy, &holds, &mut rep)?;
+    ol::extend(repo.store(), lock, policy, &holds, &mut rep)?;
     ol::sweep(lock, &mut rep)?;
     Ok(Some(rep))
 }

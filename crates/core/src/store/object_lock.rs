@@ -62,6 +62,11 @@ impl LockPolicy {
     pub fn extend_before(&self, now: Timestamp) -> Timestamp {
         now + jiff::SignedDuration::from_hours(12 * i64::from(self.days))
     }
+
+    /// Whether an object with retention `r` needs extending at `now`.
+    pub fn due(&self, r: &Retention, now: Timestamp) -> bool {
+        r.until.is_none_or(|u| u < self.extend_before(now))
+    }
 }
 
 /// One object's protection.
@@ -79,13 +84,6 @@ impl Retention {
     pub fn locked_at(&self, now: Timestamp) -> bool {
         self.legal_hold || self.until.is_some_and(|u| u > now)
     }
-}
-
-/// An object as its store lists it, with when it was written.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Dated {
-    pub path: String,
-    pub modified: Timestamp,
 }
 
 /// One version of an object in a versioned bucket, or a delete marker (what a plain
@@ -110,8 +108,6 @@ pub trait ObjectLock: Send + Sync {
     /// The bucket's default retention; `None` when the bucket has no Object Lock, or no
     /// default retention.
     fn policy(&self) -> Result<Option<LockPolicy>>;
-    /// Every object under `prefix`, with when it was written.
-    fn dated(&self, prefix: &str) -> Result<Vec<Dated>>;
     /// Every version and delete marker under `prefix`.
     fn versions(&self, prefix: &str) -> Result<Vec<Version>>;
     /// The retention and legal hold of an object's current version, or of `version`.
@@ -125,6 +121,18 @@ pub trait ObjectLock: Send + Sync {
     fn read_version(&self, path: &str, version: &str) -> Result<Vec<u8>>;
     /// Deletes one version (or delete marker) for good. Fails on a version still locked.
     fn remove_version(&self, path: &str, version: &str) -> Result<()>;
+
+    /// Every version and delete marker under `prefix`, by object (each object's oldest first).
+    fn versions_by_path(&self, prefix: &str) -> Result<Vec<(String, Vec<Version>)>> {
+        let mut by_path: std::collections::BTreeMap<String, Vec<Version>> = Default::default();
+        for v in self.versions(prefix)? {
+            by_path.entry(v.path.clone()).or_default().push(v);
+        }
+        for vs in by_path.values_mut() {
+            vs.sort_by_key(|v| v.modified);
+        }
+        Ok(by_path.into_iter().collect())
+    }
 
     /// Deletes every version of an object and its delete markers: what frees its space
     /// in a versioned bucket. Fails on a version still locked.

@@ -356,10 +356,6 @@ impl super::ObjectLock for RetriedCalls {
         self.retry
             .run(Verb::Get, "?object-lock", || self.inner.policy())
     }
-    fn dated(&self, prefix: &str) -> Result<Vec<super::object_lock::Dated>> {
-        self.retry
-            .run(Verb::List, prefix, || self.inner.dated(prefix))
-    }
     fn versions(&self, prefix: &str) -> Result<Vec<super::object_lock::Version>> {
         self.retry
             .run(Verb::List, prefix, || self.inner.versions(prefix))
@@ -405,9 +401,6 @@ mod tests {
                 true => Err(Error::backend("s3:x", self.kind, "HTTP 503")),
                 false => Ok(None),
             }
-        }
-        fn dated(&self, _: &str) -> Result<Vec<crate::store::object_lock::Dated>> {
-            Ok(Vec::new())
         }
         fn versions(&self, _: &str) -> Result<Vec<crate::store::object_lock::Version>> {
             Ok(Vec::new())

@@ -270,7 +270,7 @@ pub(super) fn block_on<F: Future>(f: F) -> F::Output {
 /// A repository in a bucket of an S3-compatible object store.
 pub struct S3Store {
     pub(super) opts: S3Options,
-    pub(super) s3: AmazonS3,
+    s3: AmazonS3,
     pub(super) location: String,
     /// The HTTP client of the calls object_store has no method for, made at the first.
     pub(super) raw: OnceLock<object_store::client::HttpClient>,

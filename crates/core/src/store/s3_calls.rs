@@ -9,14 +9,12 @@
 //! own retry loop), and not under the connection limit: they are the maintenance host's
 //! (init, prune, check, `repair overwrites`), one or two per object.
 
-use super::object_lock::{Dated, LockMode, LockPolicy, ObjectLock, Retention, Version};
+use super::object_lock::{LockMode, LockPolicy, ObjectLock, Retention, Version};
 use super::s3::{block_on, client_options, s3_code, S3Store, AUTH_HINT, DEFAULT_REGION};
 use crate::error::{BackendKind, Error, Result};
-use futures::TryStreamExt;
 use jiff::Timestamp;
 use object_store::aws::{AwsAuthorizer, AwsCredential};
 use object_store::client::{HttpClient, HttpConnector, HttpRequest, ReqwestConnector};
-use object_store::ObjectStore;
 use serde::Deserialize;
 
 /// An answer: its status, headers and body.
@@ -361,26 +359,6 @@ impl ObjectLock for S3Store {
             (Some(mode), Some(days)) => Some(LockPolicy { mode, days }),
             _ => None,
         })
-    }
-
-    fn dated(&self, prefix: &str) -> Result<Vec<Dated>> {
-        let base = match self.opts.prefix.is_empty() {
-            true => None,
-            false => Some(object_store::path::Path::from(self.opts.prefix.as_str())),
-        };
-        let metas: Vec<object_store::ObjectMeta> =
-            block_on(self.s3.list(base.as_ref()).try_collect()).map_err(|e| self.err(prefix, e))?;
-        Ok((metas.into_iter())
-            .filter_map(|m| {
-                let path = self.rel(m.location.as_ref())?;
-                let modified =
-                    Timestamp::from_millisecond(m.last_modified.timestamp_millis()).ok()?;
-                path.starts_with(prefix).then(|| Dated {
-                    path: path.to_string(),
-                    modified,
-                })
-            })
-            .collect())
     }
 
     fn versions(&self, prefix: &str) -> Result<Vec<Version>> {

@@ -18,7 +18,6 @@ use crate::error::Result;
 use crate::store::object_lock::{ObjectLock, Version};
 use crate::store::{Backend, Store};
 use serde::Serialize;
-use std::collections::HashMap;
 
 /// What [`repair_overwrites`] did (or, in a dry run, would do).
 #[derive(Clone, Debug, Default, Serialize)]
@@ -41,21 +40,17 @@ pub fn repair_overwrites(
     calls: &dyn ObjectLock,
     dry_run: bool,
 ) -> Result<OverwritesRepair> {
-    let mut by_path: HashMap<String, Vec<Version>> = HashMap::new();
-    for v in calls.versions("")? {
-        by_path.entry(v.path.clone()).or_default().push(v);
-    }
+    let by_path = calls.versions_by_path("")?;
     let mut rep = OverwritesRepair {
         dry_run,
         objects: by_path.len() as u64,
         ..Default::default()
     };
-    let mut overwritten: Vec<(String, Version)> = (by_path.into_iter())
+    let overwritten: Vec<(String, Version)> = (by_path.into_iter())
         .filter(|(p, _)| !rewritten_by_us(p))
         // Deleted objects (a delete marker on top) are prune's, not overwritten.
         .filter(|(_, vs)| vs.iter().any(|v| v.latest && !v.marker))
-        .filter_map(|(p, mut vs)| {
-            vs.sort_by_key(|v| v.modified);
+        .filter_map(|(p, vs)| {
             // What came after the last delete marker: an object deleted and written again
             // (an index file a prune wrote again, the same bytes) is not overwritten.
             let after = vs.iter().rposition(|v| v.marker).map_or(0, |i| i + 1);
@@ -67,7 +62,6 @@ pub fn repair_overwrites(
             (data.len() > 1 && !same).then_some((p, oldest))
         })
         .collect();
-    overwritten.sort_by(|a, b| a.0.cmp(&b.0));
     for (path, original) in overwritten {
         if !dry_run {
             let bytes = calls.read_version(&path, &original.id)?;
