@@ -164,8 +164,12 @@ mod spans {
                 if !folders.is_empty() && !folders.contains(&&node.name[..]) {
                     continue;
                 }
-                trees += 2 * node.chunks.len();
-                for c in &node.chunks {
+                // A large folder keeps its chunks in a tree (where its cut points fall
+                // depends on the messages' mtimes): its nodes are read too.
+                let chunks = repo.folder_chunks(node).unwrap();
+                trees +=
+                    2 * chunks.len() + node.chunk_tree.map_or(0, |t| chunk_tree_nodes(repo, &t));
+                for c in &chunks {
                     let entries = repo.read_chunk(c).unwrap();
                     contents.extend(entries.into_iter().map(|e| e.content));
                 }
@@ -176,6 +180,16 @@ mod spans {
         let all: Vec<Vec<Id>> = contents.iter().chain(&files).cloned().collect();
         let plan = PackPlan::new(repo.index(), &all, |c| c, &SpanOptions::default());
         (plan.spans.len(), contents, trees)
+    }
+
+    /// The nodes of the chunk tree below `root`, itself included.
+    fn chunk_tree_nodes(repo: &Repository, root: &Id) -> usize {
+        let node: crate::repo::tree::ChunkTree = repo.read_tree(root).unwrap();
+        1 + node
+            .children
+            .iter()
+            .map(|c| chunk_tree_nodes(repo, c))
+            .sum::<usize>()
     }
 
     /// No byte of a pack was read twice.
