@@ -16,6 +16,11 @@ need=()
 command -v dovecot >/dev/null || need+=(dovecot-imapd)
 # Dovecot's full-text search plugin: bench/search.py indexes and searches with it.
 dpkg-query -W -f='${Status}' dovecot-fts-xapian 2>/dev/null | grep -q 'ok installed' || need+=(dovecot-fts-xapian)
+# Pigeonhole: the LDA's sieve plugin and ManageSieve judge restored sieve scripts
+# (crates/cli/tests/judge_sieve.rs).
+for p in dovecot-sieve dovecot-managesieved; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'ok installed' || need+=("$p")
+done
 command -v restic >/dev/null || need+=(restic)
 command -v borg >/dev/null || need+=(borgbackup)
 command -v mbsync >/dev/null || need+=(isync)

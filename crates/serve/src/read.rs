@@ -80,11 +80,15 @@ pub fn accounts(repo: &Repository, id: &str) -> Result<Vec<AccountInfo>> {
     }
 }
 
-/// The folders of `account` in snapshot `id`.
+/// The mail folders of `account` in snapshot `id` (its home's directories, which `ls`
+/// lists after them, are not mail: the pages do not show them yet).
 pub fn folders(repo: &Repository, id: &str, account: &str) -> Result<Vec<FolderInfo>> {
     check_snapshot_id(id)?;
     match ls(repo, id, Some(account), None, &mut no_messages)? {
-        Listing::Folders(v) => Ok(v),
+        Listing::Folders(mut v) => {
+            v.retain(|f| !f.home);
+            Ok(v)
+        }
         _ => Err(Error::Internal("ls: no folders listed".into())),
     }
 }

@@ -109,6 +109,7 @@ impl Target for EmlTarget {
             batch_bytes: 0,
             lane_messages: 0,
             folder_files: false,
+            home: false,
             keywords: true,
             hard_links: false,
             parts: false,

@@ -180,6 +180,7 @@ impl Target for MaildirTarget {
             batch_bytes: 0,
             lane_messages: 0,
             folder_files: true,
+            home: true,
             keywords: false,
             hard_links: self.plain,
             parts: false,
@@ -214,15 +215,29 @@ impl Target for MaildirTarget {
     }
 
     fn open_folder(&self, acc: &MaildirAccount, info: &FolderInfo) -> Result<MaildirFolder> {
-        let parts: Vec<&[u8]> = acc.parts.iter().map(|p| &p[..]).collect();
+        let mut parts: Vec<&[u8]> = acc.parts.iter().map(|p| &p[..]).collect();
+        if info.home {
+            // The home holds the Maildir (`example.org/bob` of `example.org/bob/Maildir`).
+            parts.pop();
+        }
         let acc_dir = open_path(self.root.as_fd(), &parts, true)
             .map_err(|(at, e)| Error::io(self.shown(&parts[..at]), e))?;
         let node = info.node;
-        let fparts = acc.folder_parts(&node.dir);
-        let plain = self.plain
-            && info.entries.is_empty()
-            && node.chunks.is_empty()
-            && node.chunk_tree.is_none();
+        let mut fparts = parts.clone();
+        fparts.extend(node.dir.split(|&c| c == b'/'));
+        let plain = info.home
+            || self.plain
+                && info.entries.is_empty()
+                && node.chunks.is_empty()
+                && node.chunk_tree.is_none();
+        // A `file:` tree's links are made as they were; a home's only where they stay
+        // in the home (Dovecot's `.dovecot.sieve -> sieve/vacation.sieve`): the mail
+        // server follows them as the user.
+        let links = match (self.plain, info.home) {
+            (_, true) => Links::Inside,
+            (true, false) => Links::Any,
+            (false, false) => Links::None,
+        };
         let base: Vec<Vec<u8>> = fparts
             .iter()
             .filter(|p| !p.is_empty())
@@ -253,7 +268,8 @@ impl Target for MaildirTarget {
             }
         }
         let dir_parts: Vec<&[u8]> = node.dir.split(|&c| c == b'/').collect();
-        let dirs = open_folder_dirs(self.shown(&fparts), acc_dir.as_fd(), &dir_parts, plain)?;
+        let mut dirs = open_folder_dirs(self.shown(&fparts), acc_dir.as_fd(), &dir_parts, plain)?;
+        dirs.links = links;
         lock(&acc.attrs).append(&mut mine);
         if let Some(t) = node.mtime {
             lock(&acc.mtimes).insert(base.clone(), t);
@@ -450,6 +466,19 @@ struct FolderDirs {
     new: OwnedFd,
     /// A plain directory (no `cur`, `new`, `tmp`: those two are `dir` again).
     plain: bool,
+    /// Which symbolic links are made in it.
+    links: Links,
+}
+
+/// Which symbolic links of a snapshot a folder's restore makes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Links {
+    /// None: in a mail store a link from a repository could lead the mail server out.
+    None,
+    /// Relative ones that stay below the directory (an account's home).
+    Inside,
+    /// Every one (a `dir:` target, a `file:` backup's tree).
+    Any,
 }
 
 impl FolderDirs {
@@ -487,6 +516,7 @@ fn open_folder_dirs(
             new: dup()?,
             dir,
             plain,
+            links: Links::None,
         });
     }
     let sub = |name: &str| {
@@ -502,6 +532,7 @@ fn open_folder_dirs(
         cur,
         new,
         plain,
+        links: Links::None,
     })
 }
 
@@ -746,13 +777,20 @@ fn write_link(
     use rustix::io::Errno;
     let invalid = |what: &str| std::io::Error::new(ErrorKind::InvalidInput, what.to_string());
     let taken = |what: &str| std::io::Error::new(ErrorKind::AlreadyExists, what.to_string());
-    if !t.plain {
-        return Err(invalid("a symbolic link: restored only to a dir: target"));
-    }
     if target.is_empty() || target.contains(&0) {
         return Err(invalid(
             "a symbolic link with an empty target or a NUL byte",
         ));
+    }
+    match folder.links {
+        Links::None => return Err(invalid("a symbolic link: restored only to a dir: target")),
+        Links::Inside if !link_stays_inside(target) => {
+            return Err(invalid(
+                "a symbolic link out of the account's home (absolute, or through ..): \
+                 not made",
+            ))
+        }
+        Links::Inside | Links::Any => {}
     }
     let (dir, name) = (folder.dir.as_fd(), f.name.as_slice());
     match rustix::fs::readlinkat(dir, name, Vec::new()) {
@@ -784,6 +822,11 @@ fn write_link(
     };
     rustix::fs::utimensat(dir, name, &times, nofollow)?;
     Ok(Outcome::Written { bytes: 0 })
+}
+
+/// Whether a link's target stays below the link's directory: relative, no `..`.
+fn link_stays_inside(target: &[u8]) -> bool {
+    !target.starts_with(b"/") && target.split(|&c| c == b'/').all(|c| c != b"..")
 }
 
 /// The path of the file `name` of the folder directory `dir` of `acc`, as shown.
@@ -1057,6 +1100,7 @@ mod tests {
             cur: open(&dir.path().join("cur")),
             new: open(&dir.path().join("new")),
             plain: false,
+            links: Links::None,
         };
         let tmp = dir.path().join("tmp");
         let a = dir.path().join("cur/a");

@@ -255,6 +255,7 @@ impl Target for MboxTarget {
             batch_bytes: BATCH_BYTES,
             lane_messages: 0,
             folder_files: false,
+            home: false,
             keywords: true,
             hard_links: false,
             parts: false,

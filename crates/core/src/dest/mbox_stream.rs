@@ -62,6 +62,7 @@ impl<W: Write + Send> Target for MboxStream<W> {
             batch_bytes: BATCH_BYTES,
             lane_messages: 0,
             folder_files: false,
+            home: false,
             keywords: true,
             hard_links: false,
             parts: false,

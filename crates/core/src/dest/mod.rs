@@ -77,6 +77,11 @@ pub struct Caps {
     /// the messages). Only a Maildir wants them; the others get their meaning through
     /// [`Meta`], [`FolderInfo`] and [`AccountInfo::subscriptions`].
     pub folder_files: bool,
+    /// Whether the target keeps accounts' homes (a Maildir store's `<domain>/<user>/`:
+    /// sieve scripts): a whole account's home directories are then given to it as
+    /// folders with [`FolderInfo::home`] set, files only. The other targets get none,
+    /// and the report says how many accounts' homes they left.
+    pub home: bool,
     /// Whether the target wants keyword names in [`Meta::keywords`]: the pipeline then
     /// reads each folder's `dovecot-keywords` before its messages. A Maildir does not
     /// (its file names keep the letters, its `dovecot-keywords` is restored as it was).
@@ -238,6 +243,9 @@ pub struct FolderInfo<'a> {
     /// whole folder restored into an [`Order::Any`] target, which gets its messages a
     /// window at a time, read from the snapshot as they are restored.
     pub entries: &'a [MessageEntry],
+    /// A directory of the account's home ([`crate::repo::tree::AccountTree::home`]), its
+    /// `dir` below the home (the directory that holds the Maildir), not a mail folder.
+    pub home: bool,
     pub failures: &'a RestoreFailures,
     pub(crate) repo: &'a Repository,
 }

@@ -23,6 +23,7 @@ use crate::repo::writer::records::WriterMark;
 use crate::repo::writer::BlobSaver;
 use crate::repo::{lock, Repository};
 use crate::report::{per_sec, ratio, Failure, Progress};
+use crate::source::file::FileSource;
 use crate::source::parent::ParentAccount;
 use crate::source::writer::{Counters, Ctx, Entries, OwnerIds};
 use crate::source::Source;
@@ -389,7 +390,7 @@ fn backup_account<S: Source>(
             return Err(e);
         }
     };
-    let mut parent = parent_account(ctx, acc, parent);
+    let (mut parent, parent_home) = parent_account(ctx, acc, parent);
     let looks = look_at_folders(ctx, source, acc, &listing.folders, &mut parent);
     let listed = |f: &Folder| !looks.get(&f.dir[..]).is_some_and(|(_, kept)| *kept);
     if source.keys_across_folders() && listing.folders.iter().any(listed) {
@@ -439,7 +440,16 @@ fn backup_account<S: Source>(
     };
     // INBOX first, then by directory.
     folders.sort_by(|a, b| (!a.dir.is_empty(), &a.dir).cmp(&(!b.dir.is_empty(), &b.dir)));
-    let t = AccountTree { folders };
+    let home = match source.home(acc).map(|h| crate::source::home::source(&h)) {
+        Some(Ok(home)) => backup_home(ctx, &home, &parent_home),
+        Some(Err(e)) => {
+            ctx.failures
+                .fail(format!("account {} (its home)", acc.name), e);
+            Vec::new()
+        }
+        None => Vec::new(),
+    };
+    let t = AccountTree { folders, home };
     let messages = t.folders.iter().map(|f| f.messages).sum();
     let bytes = t.folders.iter().map(|f| f.bytes).sum();
     let tree = ctx.saver.save(BlobKind::Tree, &tree::encode(&t))?;
@@ -459,28 +469,72 @@ fn backup_account<S: Source>(
     })
 }
 
-/// The parent snapshot's tree of an account, indexed by folder directory; empty when
-/// there is none or it cannot be read.
-fn parent_account(ctx: &Ctx, acc: &Account, parent: Option<&AccountRef>) -> ParentAccount {
+/// The parent snapshot's tree of an account, indexed by folder directory: its folders,
+/// and its home's directories. Empty when there is none or it cannot be read.
+fn parent_account(
+    ctx: &Ctx,
+    acc: &Account,
+    parent: Option<&AccountRef>,
+) -> (ParentAccount, ParentAccount) {
     let Some(r) = parent else {
-        return ParentAccount::default();
+        return Default::default();
+    };
+    let of = |folders: Vec<FolderNode>| ParentAccount {
+        by_dir: (folders.iter().enumerate())
+            .map(|(i, f)| (f.dir.clone(), i))
+            .collect(),
+        folders,
+        by_key: OnceLock::new(),
+        kept: Vec::new(),
     };
     match ctx.saver.repo().read_tree::<AccountTree>(&r.tree) {
-        Ok(t) => ParentAccount {
-            by_dir: (t.folders.iter().enumerate())
-                .map(|(i, f)| (f.dir.clone(), i))
-                .collect(),
-            folders: t.folders,
-            by_key: OnceLock::new(),
-            kept: Vec::new(),
-        },
+        Ok(t) => (of(t.folders), of(t.home)),
         Err(e) => {
             // A damaged parent only costs speed: read everything again.
             ctx.failures
                 .fail(format!("account {} (parent snapshot)", acc.name), &e);
-            ParentAccount::default()
+            Default::default()
         }
     }
+}
+
+/// Backs up an account's home (see [`Source::home`]) with the `file:` source: its
+/// directories, in order, as the account tree keeps them; the parent's home files whose
+/// size, mtime and inode are unchanged are not read again. Problems are the run's
+/// failures, named by path; the account goes on.
+fn backup_home(ctx: &Ctx, home: &FileSource, parent: &ParentAccount) -> Vec<FolderNode> {
+    let acc = match home.accounts() {
+        Ok(mut a) if a.len() == 1 => a.remove(0),
+        Ok(_) => return Vec::new(),
+        Err(e) => {
+            ctx.failures.fail(home.label(), e);
+            return Vec::new();
+        }
+    };
+    let listing = match home.folders(&acc, &mut (), &ctx.failures) {
+        Ok(l) => l,
+        Err(e) => {
+            ctx.failures.fail(acc.path.display().to_string(), e);
+            return Vec::new();
+        }
+    };
+    let mut nodes: Vec<FolderNode> = (listing.folders.iter())
+        .filter_map(
+            |f| match backup_folder(ctx, home, &mut (), (&acc, f), parent, None, None) {
+                Ok(n) => Some(n),
+                Err(e) => {
+                    ctx.failures.fail(home.folder_item(&acc, f), e);
+                    None
+                }
+            },
+        )
+        .collect();
+    // A home of nothing but the Maildir is none.
+    if nodes.iter().all(|n| n.files.is_empty()) {
+        return Vec::new();
+    }
+    nodes.sort_by(|a, b| a.dir.cmp(&b.dir));
+    nodes
 }
 
 /// Backs up an account's folders over up to `sessions` sessions at once, each lane taking

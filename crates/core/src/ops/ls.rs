@@ -30,6 +30,9 @@ pub struct FolderInfo {
     /// bytes.
     pub files: u64,
     pub file_bytes: u64,
+    /// A directory of the account's home beside its Maildir (sieve scripts), not a mail
+    /// folder: named `~` (the home itself) or `~/sieve`, which `--folder` takes too.
+    pub home: bool,
 }
 
 /// A file of a folder without messages (a directory of a `file:` backup).
@@ -96,6 +99,14 @@ pub enum Listing {
     Files(Vec<FileInfo>),
 }
 
+/// How `ls` names a directory of an account's home: `~`, `~/sieve`.
+fn home_name(f: &FolderNode) -> String {
+    match f.dir.is_empty() {
+        true => "~".into(),
+        false => format!("~/{}", String::from_utf8_lossy(&f.dir)),
+    }
+}
+
 /// How many files `folders` hold, and their bytes.
 fn count_files<'a>(folders: impl IntoIterator<Item = &'a FolderNode>) -> (u64, u64) {
     (folders.into_iter())
@@ -142,8 +153,17 @@ pub fn ls(
     let mut names = Vec::new();
     for a in accounts {
         let t: AccountTree = repo.read_tree(&a.tree)?;
-        for f in t.folders {
-            let name = folder_name(&f).into_owned();
+        let nodes = (t.folders.into_iter().map(|f| (f, false)))
+            .chain(t.home.into_iter().map(|f| (f, true)));
+        for (f, home) in nodes {
+            let name = match home {
+                true => home_name(&f),
+                false => folder_name(&f).into_owned(),
+            };
+            let matches = |want: &str| match home {
+                true => want == name,
+                false => folder_matches(&f, want) == FolderMatch::Itself,
+            };
             match folder {
                 None => {
                     let (n, b) = count_files([&f]);
@@ -155,9 +175,10 @@ pub fn ls(
                         bytes: f.bytes,
                         files: n,
                         file_bytes: b,
+                        home,
                     })
                 }
-                Some(want) if folder_matches(&f, want) == FolderMatch::Itself => {
+                Some(want) if matches(want) => {
                     matched = true;
                     let chunks = repo.folder_chunks(&f)?;
                     if chunks.is_empty() {

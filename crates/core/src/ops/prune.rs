@@ -493,7 +493,7 @@ fn used_blobs<'r>(
         let t: AccountTree = repo
             .read_tree(tree)
             .map_err(|e| unknown(snapshot, tree, e))?;
-        for f in t.folders {
+        for f in t.folders.into_iter().chain(t.home) {
             // A large file's content lists, and the data blobs they name.
             let mut listed = Vec::new();
             for file in &f.files {

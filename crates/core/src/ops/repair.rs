@@ -406,9 +406,14 @@ fn rebuild_root(
             }
         };
         let before = (r.messages_dropped, r.files_dropped, r.trees_dropped);
-        let mut folders = Vec::new();
+        let (mut folders, mut home) = (Vec::new(), Vec::new());
         for f in t.folders {
             folders.push(rebuild_folder(
+                repo, saver, &acc.name, f, usable, r, dry_run,
+            )?);
+        }
+        for f in t.home {
+            home.push(rebuild_folder(
                 repo, saver, &acc.name, f, usable, r, dry_run,
             )?);
         }
@@ -416,7 +421,7 @@ fn rebuild_root(
         if before != (r.messages_dropped, r.files_dropped, r.trees_dropped) {
             acc.messages = folders.iter().map(|f| f.messages).sum();
             acc.bytes = folders.iter().map(|f| f.bytes).sum();
-            let tree = tree::encode(&AccountTree { folders });
+            let tree = tree::encode(&AccountTree { folders, home });
             acc.tree = if dry_run {
                 repo.key().blob_id(&tree)
             } else {

@@ -19,7 +19,9 @@
 //! folder is taken from the parent without listing it, and keeps a large folder's chunk
 //! references in a [`ChunkTree`] of their own (a content-defined tree, so that one message
 //! more in a folder of a million rewrites a few small nodes, not the folder's list of
-//! chunks). Older blobs still decode. Chunks are still version 1.
+//! chunks); version 7 gives accounts their home's files beside the Maildir
+//! ([`AccountTree::home`]: sieve scripts). Older blobs still decode. Chunks are still
+//! version 1; chunk trees are version 6.
 
 use crate::error::{Error, Result};
 use crate::repo::id::Id;
@@ -81,10 +83,24 @@ pub struct AccountRef {
     pub dirs: Vec<DirEntry>,
 }
 
-/// An account's folders.
+/// An account's folders, and its home's files.
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq, Default)]
 pub struct AccountTree {
     pub folders: Vec<FolderNode>,
+    /// The account's home beside its Maildir (`example.org/bob/` of
+    /// `example.org/bob/Maildir`): Dovecot's `sieve/` scripts, the `.dovecot.sieve` link
+    /// to the active one, `.dovecot.lda-dupes`; one node per directory, as a `file:`
+    /// backup keeps them (`dir` its path below the home, empty for the home itself; no
+    /// messages). Empty for sources without homes and in older trees. Version 7.
+    pub home: Vec<FolderNode>,
+}
+
+impl AccountTree {
+    /// Every node whose blobs the account holds: its folders, then its home's
+    /// directories (for the walks that must see every blob: prune, check, repair).
+    pub fn nodes(&self) -> impl Iterator<Item = &FolderNode> {
+        self.folders.iter().chain(&self.home)
+    }
 }
 
 /// One folder: its name, its Maildir directory, its own files and its message chunks.
@@ -383,7 +399,7 @@ impl TreeBlob for ChunkTree {
     const VERSION: u8 = TREE_VERSION_6;
 }
 impl TreeBlob for AccountTree {
-    const VERSION: u8 = TREE_VERSION_6;
+    const VERSION: u8 = TREE_VERSION_7;
     fn decode_old(version: u8, body: &[u8]) -> Option<postcard::Result<Self>> {
         /// An old account tree whose folders decode as `N`.
         fn with<N: DeserializeOwned + Into<FolderNode>>(
@@ -397,6 +413,7 @@ impl TreeBlob for AccountTree {
             3 => Some(with::<old::FolderNode<old::FileV3>>(body)),
             4 => Some(with::<old::FolderNodeV4>(body)),
             5 => Some(with::<old::FolderNodeV5>(body)),
+            6 => Some(with::<FolderNode>(body)),
             _ => None,
         }
     }
@@ -542,6 +559,7 @@ mod old {
         fn from(t: AccountTree<N>) -> Self {
             super::AccountTree {
                 folders: t.folders.into_iter().map(Into::into).collect(),
+                home: Vec::new(),
             }
         }
     }
@@ -640,6 +658,7 @@ mod v1 {
             });
             super::AccountTree {
                 folders: folders.collect(),
+                home: Vec::new(),
             }
         }
     }
@@ -682,6 +701,9 @@ pub const TREE_VERSION_5: u8 = 5;
 /// Version byte of [`AccountTree`] blobs since folders have their scan ([`FolderScan`])
 /// and large folders keep their chunks in a [`ChunkTree`]; and of [`ChunkTree`] blobs.
 pub const TREE_VERSION_6: u8 = 6;
+/// Version byte of [`AccountTree`] blobs since accounts keep their home's files
+/// ([`AccountTree::home`]).
+pub const TREE_VERSION_7: u8 = 7;
 /// A content list ends after an id whose first two bytes (little endian) are 0 modulo
 /// this: ~64 ids per list (256 KiB of a file in 4 KiB chunks) ...
 pub const LIST_AVG_IDS: u16 = 64;
@@ -813,7 +835,7 @@ mod tests {
         let mut blob = vec![version];
         blob.extend(postcard::to_allocvec(&old).unwrap());
         let t: AccountTree = decode(&blob, "t").unwrap();
-        assert_eq!(encode(&t)[0], TREE_VERSION_6);
+        assert_eq!(encode(&t)[0], TREE_VERSION_7);
         assert_eq!(decode::<AccountTree>(&encode(&t), "t").unwrap(), t);
         t
     }
@@ -852,7 +874,45 @@ mod tests {
             (&vec![chunk], None, mtime)
         );
         assert_eq!((f.messages, f.files[0].dev), (3, 7));
-        assert_eq!(encode(&t)[0], 6);
+        assert_eq!(encode(&t)[0], 7);
+    }
+
+    /// A version-6 account tree (before homes) decodes with no home; today's keeps its
+    /// home's nodes, and a reader of version 6 would refuse it by its version byte rather
+    /// than drop the home.
+    #[test]
+    fn version_6_account_trees_decode_without_a_home() {
+        let folder = FolderNode {
+            name: "INBOX".into(),
+            dir: Vec::new(),
+            files: Vec::new(),
+            chunks: Vec::new(),
+            messages: 0,
+            bytes: 0,
+            dirs: Vec::new(),
+            mtime: None,
+            scan: None,
+            chunk_tree: None,
+        };
+        let t = decode_old_folder(TREE_VERSION_6, folder.clone());
+        assert_eq!((t.folders.len(), t.home.len()), (1, 0));
+        let sieve = FolderNode {
+            name: "sieve".into(),
+            dir: b"sieve".to_vec(),
+            files: vec![FileEntry {
+                name: b"vacation.sieve".to_vec(),
+                ..Default::default()
+            }],
+            ..folder.clone()
+        };
+        let t = AccountTree {
+            folders: vec![folder],
+            home: vec![sieve],
+        };
+        let blob = encode(&t);
+        assert_eq!(blob[0], TREE_VERSION_7);
+        assert_eq!(decode::<AccountTree>(&blob, "t").unwrap(), t);
+        assert_eq!(t.nodes().count(), 2);
     }
 
     /// As [`decode_old_folder`], of a version-2 or -3 folder holding `file`: it has no
@@ -1067,6 +1127,7 @@ mod tests {
                 scan: None,
                 chunk_tree: None,
             }],
+            home: Vec::new(),
         };
         assert_eq!(t, want);
     }
@@ -1193,7 +1254,7 @@ mod tests {
             AccountTree::default()
         );
         assert!(decode::<RootTree>(&[3, 0], "t").is_err());
-        assert!(decode::<AccountTree>(&[TREE_VERSION_6 + 1, 0], "t").is_err());
+        assert!(decode::<AccountTree>(&[TREE_VERSION_7 + 1, 0], "t").is_err());
         assert!(decode::<MessageChunk>(&[], "t").is_err());
     }
 }

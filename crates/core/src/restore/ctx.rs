@@ -73,6 +73,8 @@ pub(super) struct Tally {
     pub(super) stopped: std::sync::atomic::AtomicBool,
     pub(super) not_tried: AtomicU64,
     pub(super) files_not_tried: AtomicU64,
+    /// Accounts whose home files (sieve scripts) the target has no place for.
+    pub(super) homes_left: AtomicU64,
     /// The most messages an [`Order::Any`] restore held at once (read from the snapshot,
     /// not written yet).
     #[cfg(test)]
@@ -204,6 +206,7 @@ pub(super) const NO_CAPS: Caps = Caps {
     batch_bytes: 0,
     lane_messages: 0,
     folder_files: false,
+    home: false,
     keywords: false,
     hard_links: false,
     parts: false,
@@ -229,6 +232,19 @@ impl<'a, T: Target> Ctx<'a, T> {
     }
 
     /// The report of a restore that began at `started`.
+    /// The target's warnings, and the accounts' homes it has no place for.
+    fn warnings(&self) -> Vec<String> {
+        let mut w = self.target.warnings();
+        match self.n.homes_left.load(Relaxed) {
+            0 => {}
+            n => w.push(format!(
+                "{n} account(s) have home files (sieve scripts) this target has no place \
+                 for: restore to a Maildir store (--target maildir:DIR) to get them"
+            )),
+        }
+        w
+    }
+
     pub(super) fn report(
         &self,
         snapshot: String,
@@ -260,7 +276,7 @@ impl<'a, T: Target> Ctx<'a, T> {
             items_per_sec: per_sec(total, elapsed),
             mb_per_sec: per_sec(bytes + file_bytes, elapsed) / 1e6,
             failures: n.failures.take(),
-            warnings: self.target.warnings(),
+            warnings: self.warnings(),
         }
     }
 }

@@ -28,6 +28,7 @@ pub(super) fn open_accounts<T: Target>(
         }
         let n_acc: u64 = plan.folders.iter().map(FolderPlan::messages).sum();
         let mut names: Vec<String> = (plan.folders.iter())
+            .filter(|f| !f.home)
             .map(|f| folder_name(&f.node).into_owned())
             .collect();
         names.sort();
@@ -82,6 +83,7 @@ pub(super) fn open_folder<T: Target>(
         name: &name,
         picked,
         entries: &fp.entries,
+        home: fp.home,
         failures: &ctx.n.failures,
         repo: ctx.repo,
     };

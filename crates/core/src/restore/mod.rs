@@ -277,6 +277,7 @@ fn restore_picked_into<T: Target>(
                     node: f.node,
                     entries,
                     unread: None,
+                    home: false,
                 });
             }
         }

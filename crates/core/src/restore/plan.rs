@@ -68,6 +68,10 @@ pub struct FolderPlan {
     pub entries: Vec<MessageEntry>,
     /// The folder's chunks not read yet (`None`: every selected message is in `entries`).
     pub(super) unread: Option<Unread>,
+    /// A directory of the account's home, not a mail folder ([`FolderInfo::home`]).
+    ///
+    /// [`FolderInfo::home`]: crate::dest::FolderInfo::home
+    pub home: bool,
 }
 
 /// The chunks of a folder's entry list not read yet, in key order, and what reading
@@ -406,6 +410,7 @@ pub(super) fn plan_account<T>(
                 node,
                 entries: Vec::new(),
                 unread: Some(unread),
+                home: false,
             });
             continue;
         }
@@ -418,9 +423,39 @@ pub(super) fn plan_account<T>(
             node,
             entries,
             unread: None,
+            home: false,
         });
     }
+    plan_home(ctx, &mut plan, tree.home, sel);
     Ok((plan, matched))
+}
+
+/// The account's home directories, with a whole account (no `--folder`, no single
+/// messages) into a target that keeps homes; the others count the account's home as
+/// left, for the report's warning. A directory whose path is unsafe is reported.
+fn plan_home<T>(ctx: &Ctx<T>, plan: &mut AccountPlan, home: Vec<FolderNode>, sel: &Selection) {
+    if home.is_empty() || !sel.folders.is_empty() || !sel.messages.is_empty() {
+        return;
+    }
+    if !ctx.caps.home || plan.acc.rel_path.is_empty() {
+        ctx.n.homes_left.fetch_add(1, Relaxed);
+        return;
+    }
+    for node in home {
+        // Never into the Maildir: the home's mail is the account's folders.
+        if !safe_relative(&node.dir) || node.dir.split(|&c| c == b'/').next() == Some(b"Maildir") {
+            let item = format!("{}: home directory {}", plan.acc.name, node.name);
+            ctx.n
+                .fail_items(item, "unsafe directory in snapshot; skipped", 0);
+            continue;
+        }
+        plan.folders.push(FolderPlan {
+            node,
+            entries: Vec::new(),
+            unread: None,
+            home: true,
+        });
+    }
 }
 
 /// The subscriptions (IMAP names) of an account's INBOX that fall within the selection:

@@ -57,6 +57,14 @@ impl Folder {
     }
 }
 
+/// An account's home beside its mail ([`super::Source::home`]): the directory, and the
+/// filesystem snapshot it is read from (the live filesystem's root, the snapshot's root).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Home {
+    pub dir: PathBuf,
+    pub view: Option<(PathBuf, PathBuf)>,
+}
+
 /// What [`super::Source::folders`] found in an account.
 #[derive(Clone, Debug, Default)]
 pub struct AccountListing {

@@ -365,6 +365,9 @@ pub struct MaildirSource {
     root: PathBuf,
     /// Where it is read: `root`, or the same directory in a filesystem snapshot.
     read: PathBuf,
+    /// The filesystem snapshot it is read from: (the live filesystem's root, the
+    /// snapshot's root).
+    view: Option<(PathBuf, PathBuf)>,
     accounts: Vec<String>,
     jobs: usize,
     /// `--stat-unchanged`: known messages are stat'ed and folder files read again.
@@ -377,6 +380,7 @@ impl MaildirSource {
         Ok(MaildirSource {
             read: root.clone(),
             root,
+            view: None,
             accounts: opts.accounts.clone(),
             jobs: opts.jobs,
             stat_unchanged: opts.stat_unchanged,
@@ -396,6 +400,7 @@ impl MaildirSource {
             ))
         })?;
         self.read = read_from.1.join(rel);
+        self.view = Some(read_from.clone());
         Ok(())
     }
 }
@@ -447,6 +452,10 @@ impl Source for MaildirSource {
 
     fn open(&self, _account: &AccountSource) -> Result<()> {
         Ok(())
+    }
+
+    fn home(&self, account: &AccountSource) -> Option<super::Home> {
+        super::home::of(&self.root, self.view.as_ref(), account)
     }
 
     fn folders(

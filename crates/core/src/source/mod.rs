@@ -29,6 +29,7 @@
 pub mod eml;
 pub mod file;
 pub mod fs_snapshot;
+pub mod home;
 pub mod imap;
 mod item;
 pub mod listing;
@@ -40,7 +41,7 @@ pub mod walk;
 pub mod writer;
 
 pub use item::{
-    Account, AccountListing, Failures, FileData, FileMeta, Folder, FolderFile, MessageId,
+    Account, AccountListing, Failures, FileData, FileMeta, Folder, FolderFile, Home, MessageId,
     MessageMeta, NewMessage,
 };
 pub use writer::FolderWriter;
@@ -153,6 +154,16 @@ pub trait Source: Sync {
     /// zstd backup): a spread of messages across accounts and folders, each given to
     /// [`Samples::offer`] until [`Samples::full`]. By default none (no dictionary).
     fn samples(&self, _accounts: &[Account], _samples: &Samples) {}
+
+    /// The account's home beside its mail, kept with it as a file tree: a Maildir store
+    /// account's `<domain>/<user>/` less its `Maildir/` (Dovecot's sieve scripts, the
+    /// active script's link; [`home`]). The pipeline backs it up as a `file:` source
+    /// ([`home::source`]), its directories into
+    /// [`crate::repo::tree::AccountTree::home`], after the folders. `None` (the
+    /// default): the account has no home to keep.
+    fn home(&self, _account: &Account) -> Option<Home> {
+        None
+    }
 }
 
 /// What the pipeline needs besides the source.

@@ -70,10 +70,15 @@ pub fn put_msg(maildir: &Path, folder: &str, sub: &str, name: &str, body: &[u8],
     }
     let p = dir.join(sub).join(name);
     fs::write(&p, body).unwrap();
-    let t = std::time::UNIX_EPOCH + std::time::Duration::from_secs(mtime as u64);
+    set_mtime(&p, mtime);
+}
+
+/// Sets a file's mtime (Unix seconds).
+pub fn set_mtime(p: &Path, secs: i64) {
+    let t = std::time::UNIX_EPOCH + std::time::Duration::from_secs(secs as u64);
     fs::File::options()
         .write(true)
-        .open(&p)
+        .open(p)
         .unwrap()
         .set_modified(t)
         .unwrap();

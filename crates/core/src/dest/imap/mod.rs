@@ -516,6 +516,7 @@ impl Target for ImapTarget {
             batch_bytes: self.opts.batch_bytes,
             lane_messages: MESSAGES_PER_CONNECTION,
             folder_files: false,
+            home: false,
             keywords: true,
             hard_links: false,
             parts: true,

@@ -104,9 +104,7 @@ impl<'a> Walk<'a> {
                     continue;
                 }
             };
-            t.folders
-                .par_iter()
-                .for_each(|f| self.folder(&sid, &aname, f));
+            (t.folders.par_iter().chain(&t.home)).for_each(|f| self.folder(&sid, &aname, f));
         }
     }
 

@@ -1,0 +1,214 @@
+//! Issue 31, Dovecot as the judge of an account's sieve filters: a Dovecot with Pigeonhole
+//! (the LDA's sieve plugin, ManageSieve) files a list message by bob's active script; his
+//! store is backed up as root and restored into an empty directory; a second Dovecot
+//! serving the restored store lists the same scripts over ManageSieve, the same one
+//! active, and files the next list message by the restored rule. Compiled scripts
+//! (`*.svbin`) are not restored: Dovecot compiles them again.
+//!
+//! Fails (does not skip) without Dovecot unless MAILVAULT_SKIP_DOVECOT=1.
+#![allow(clippy::unwrap_used)]
+
+mod common;
+mod judge;
+
+use judge::{is_root, Env};
+use mailvault_imap::testing::{DovecotOptions, DovecotServer};
+use std::fs;
+use std::io::{BufRead, BufReader, Write};
+use std::net::TcpStream;
+use std::os::unix::fs::symlink;
+use std::path::{Path, PathBuf};
+
+const MAIL_USER: &str = "vmail";
+const BOB: &str = "bob@example.org";
+const RULES: &str = "require [\"fileinto\", \"mailbox\"];\n\
+                     if header :contains \"subject\" \"[list]\" { fileinto :create \"Lists\"; }\n";
+const VACATION: &str = "require \"vacation\";\nvacation :days 7 \"Away until Monday.\";\n";
+
+/// A Dovecot with sieve for the LDA and ManageSieve on `sieve_port`, serving `mail_root`
+/// (a new one when `None`).
+fn dovecot(mail_root: Option<PathBuf>, sieve_port: u16) -> Option<DovecotServer> {
+    let mut extra = format!(
+        "protocols = imap sieve\n\
+         protocol lda {{\n  mail_plugins = $mail_plugins sieve\n}}\n\
+         plugin {{\n  sieve = file:~/sieve;active=~/.dovecot.sieve\n}}\n\
+         service managesieve-login {{\n  inet_listener sieve {{\n    address = 127.0.0.1\n    port = {sieve_port}\n  }}\n"
+    );
+    if !is_root() {
+        extra.push_str("  chroot =\n");
+    }
+    extra.push_str("}\n");
+    let opts = DovecotOptions {
+        mail_user: is_root().then(|| MAIL_USER.to_string()),
+        mail_root,
+        extra_config: extra,
+        ..Default::default()
+    };
+    DovecotServer::start_or_skip_with(&opts).expect("dovecot")
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// Standard base64 (for SASL PLAIN; the test has no base64 crate).
+fn base64(data: &[u8]) -> String {
+    const A: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let mut out = String::new();
+    for c in data.chunks(3) {
+        let n = (c[0] as u32) << 16
+            | (*c.get(1).unwrap_or(&0) as u32) << 8
+            | *c.get(2).unwrap_or(&0) as u32;
+        for i in 0..4 {
+            if i <= c.len() {
+                out.push(A[(n >> (18 - 6 * i) & 63) as usize] as char);
+            } else {
+                out.push('=');
+            }
+        }
+    }
+    out
+}
+
+/// The scripts ManageSieve lists for `user` (RFC 5804 LISTSCRIPTS): (name, active).
+fn list_scripts(port: u16, user: &str, password: &str) -> Vec<(String, bool)> {
+    let stream = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    let mut w = stream.try_clone().unwrap();
+    let mut r = BufReader::new(stream);
+    let reply = |r: &mut BufReader<TcpStream>| -> Vec<String> {
+        let mut lines = Vec::new();
+        loop {
+            let mut l = String::new();
+            assert!(
+                r.read_line(&mut l).unwrap() > 0,
+                "ManageSieve closed: {lines:?}"
+            );
+            let l = l.trim_end().to_string();
+            let end = l.starts_with("OK") || l.starts_with("NO") || l.starts_with("BYE");
+            lines.push(l);
+            if end {
+                return lines;
+            }
+        }
+    };
+    reply(&mut r);
+    let auth = base64(format!("\0{user}\0{password}").as_bytes());
+    write!(w, "AUTHENTICATE \"PLAIN\" \"{auth}\"\r\n").unwrap();
+    let a = reply(&mut r);
+    assert!(a.last().unwrap().starts_with("OK"), "{a:?}");
+    write!(w, "LISTSCRIPTS\r\n").unwrap();
+    let lines = reply(&mut r);
+    assert!(lines.last().unwrap().starts_with("OK"), "{lines:?}");
+    let _ = write!(w, "LOGOUT\r\n");
+    let mut out: Vec<(String, bool)> = (lines[..lines.len() - 1].iter())
+        .map(|l| {
+            let name = l.split('"').nth(1).unwrap().to_string();
+            (name, l.ends_with("ACTIVE"))
+        })
+        .collect();
+    out.sort();
+    out
+}
+
+/// The messages Dovecot filed into bob's `Lists` folder.
+fn filed_into_lists(mail_root: &Path) -> usize {
+    let lists = mail_root.join("example.org/bob/Maildir/.Lists");
+    ["new", "cur"]
+        .iter()
+        .map(|s| fs::read_dir(lists.join(s)).map_or(0, |d| d.count()))
+        .sum()
+}
+
+fn list_message(n: u32) -> Vec<u8> {
+    format!(
+        "From: list@example.net\r\nTo: {BOB}\r\nSubject: [list] issue {n}\r\n\
+         Message-ID: <list-{n}@example.net>\r\n\r\nbody {n}\r\n"
+    )
+    .into_bytes()
+}
+
+/// chown -R to the mail user (when root), for what the test writes into a home.
+fn chown_to_mail_user(p: &Path) {
+    if !is_root() {
+        return;
+    }
+    let out = std::process::Command::new("chown")
+        .args(["-R", "-h", &format!("{MAIL_USER}:{MAIL_USER}")])
+        .arg(p)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+}
+
+#[test]
+fn dovecot_judge_sieve_scripts_are_restored_and_file_mail() {
+    let port = free_port();
+    let Some(src) = dovecot(None, port) else {
+        return;
+    };
+    // bob's first delivery makes his home and Maildir; then his scripts, one active.
+    src.deliver(BOB, None, b"Subject: hello\r\n\r\nfirst\r\n")
+        .unwrap();
+    let home = src.mail_root().join("example.org/bob");
+    fs::create_dir_all(home.join("sieve")).unwrap();
+    fs::write(home.join("sieve/rules.sieve"), RULES).unwrap();
+    fs::write(home.join("sieve/vacation.sieve"), VACATION).unwrap();
+    symlink("sieve/rules.sieve", home.join(".dovecot.sieve")).unwrap();
+    chown_to_mail_user(&home);
+    src.deliver(BOB, None, &list_message(1)).unwrap();
+    assert_eq!(
+        filed_into_lists(&src.mail_root()),
+        1,
+        "the source's rule files it"
+    );
+    let want = vec![("rules".to_string(), true), ("vacation".to_string(), false)];
+    assert_eq!(list_scripts(port, BOB, src.password()), want);
+    assert!(
+        home.join(".dovecot.svbin").exists(),
+        "Dovecot compiled the active script"
+    );
+
+    let e = Env::new();
+    e.ok(&["init"]);
+    e.ok(&["backup", &format!("maildir:{}", src.mail_root().display())]);
+    let target = e.path("restored");
+    fs::create_dir(&target).unwrap();
+    chown_to_mail_user(&target);
+    fs::set_permissions(
+        e.dir.path(),
+        std::os::unix::fs::PermissionsExt::from_mode(0o755),
+    )
+    .unwrap();
+    e.ok(&[
+        "restore",
+        "latest",
+        "--target",
+        &format!("maildir:{}", target.display()),
+    ]);
+    let back = target.join("example.org/bob");
+    assert_eq!(
+        fs::read_link(back.join(".dovecot.sieve")).unwrap(),
+        Path::new("sieve/rules.sieve")
+    );
+    for f in [".dovecot.svbin", "sieve/rules.svbin"] {
+        assert!(!back.join(f).exists(), "compiled scripts are left out: {f}");
+    }
+
+    let port = free_port();
+    let served = dovecot(Some(target.clone()), port).unwrap();
+    assert_eq!(
+        list_scripts(port, BOB, served.password()),
+        want,
+        "the restored store's scripts, the same one active"
+    );
+    served.deliver(BOB, None, &list_message(2)).unwrap();
+    assert_eq!(
+        filed_into_lists(&target),
+        2,
+        "the restored rule files the next list message"
+    );
+}

@@ -1,0 +1,166 @@
+#![allow(clippy::unwrap_used)]
+//! Issue 31: a Maildir store account's home beside its Maildir (Dovecot's sieve scripts,
+//! the link to the active one, the duplicate-delivery database) is kept with the
+//! account and comes back with it; compiled scripts are left out; a link out of the home
+//! is reported, never made.
+
+mod common;
+
+use common::*;
+use mailvault_core::ops::restore::RestoreOptions;
+use mailvault_core::report::NoProgress;
+use mailvault_core::restore::Selection;
+use std::fs;
+use std::os::unix::fs::{symlink, MetadataExt, PermissionsExt};
+use std::path::Path;
+
+const VACATION: &[u8] = b"require \"vacation\";\nvacation :days 7 \"Away until Monday.\";\n";
+const RULES: &[u8] =
+    b"require \"fileinto\";\nif header :contains \"subject\" \"[list]\" { fileinto \"Lists\"; }\n";
+
+/// bob's home: two scripts, the active one linked, a compiled one of each (left out),
+/// the LDA's duplicate database, a file of the admin's in a subdirectory.
+fn bob_home(home: &Path) {
+    let sieve = home.join("sieve");
+    fs::create_dir_all(sieve.join("tmp")).unwrap();
+    fs::write(sieve.join("vacation.sieve"), VACATION).unwrap();
+    fs::write(sieve.join("rules.sieve"), RULES).unwrap();
+    fs::write(sieve.join("rules.svbin"), b"compiled").unwrap();
+    fs::write(home.join(".dovecot.svbin"), b"compiled").unwrap();
+    fs::write(home.join(".dovecot.lda-dupes"), b"dupes db").unwrap();
+    fs::set_permissions(
+        home.join(".dovecot.lda-dupes"),
+        fs::Permissions::from_mode(0o600),
+    )
+    .unwrap();
+    symlink("sieve/vacation.sieve", home.join(".dovecot.sieve")).unwrap();
+    for f in [
+        "sieve/vacation.sieve",
+        "sieve/rules.sieve",
+        ".dovecot.lda-dupes",
+    ] {
+        set_mtime(&home.join(f), 1_650_000_000);
+    }
+}
+
+#[test]
+fn an_accounts_sieve_scripts_and_their_link_come_back_with_it() {
+    let t = tempfile::tempdir().unwrap();
+    let src = t.path().join("vmail");
+    small_store(&src);
+    let home = src.join("example.org/bob");
+    bob_home(&home);
+    let mut repo = init_repo(&t.path().join("repo"));
+    let rep = maildir_backup(&mut repo, &src, vec![]);
+    assert_eq!(rep.accounts, 3);
+
+    let repo = open_repo(&t.path().join("repo"));
+    let out = t.path().join("out");
+    let r = restore_latest(&repo, &out);
+    assert!(r.failures.is_empty(), "{:?}", r.failures);
+    assert!(r.warnings.is_empty(), "{:?}", r.warnings);
+    let back = out.join("example.org/bob");
+    assert_eq!(
+        fs::read(back.join("sieve/vacation.sieve")).unwrap(),
+        VACATION
+    );
+    assert_eq!(fs::read(back.join("sieve/rules.sieve")).unwrap(), RULES);
+    assert_eq!(
+        fs::read_link(back.join(".dovecot.sieve")).unwrap(),
+        Path::new("sieve/vacation.sieve"),
+        "the active script is a link again, not a copy"
+    );
+    for f in [
+        "sieve/vacation.sieve",
+        "sieve/rules.sieve",
+        ".dovecot.lda-dupes",
+    ] {
+        let (a, b) = (
+            fs::metadata(home.join(f)).unwrap(),
+            fs::metadata(back.join(f)).unwrap(),
+        );
+        assert_eq!((b.mtime(), b.mode()), (a.mtime(), a.mode()), "{f}");
+    }
+    assert!(back.join("sieve/tmp").is_dir());
+    assert!(
+        !back.join("sieve/rules.svbin").exists(),
+        "compiled: left out"
+    );
+    assert!(!back.join(".dovecot.svbin").exists(), "compiled: left out");
+    // The mail is as it was, and nothing of the home went into the Maildir.
+    for user in ["bob", "carol"] {
+        let md = format!("example.org/{user}/Maildir");
+        assert_same_tree(&src.join(&md), &out.join(&md));
+    }
+
+    // Again into the same place: everything is there, nothing is reported.
+    let again = restore_latest(&repo, &out);
+    assert!(again.failures.is_empty(), "{:?}", again.failures);
+    assert_eq!(again.files_restored, 0);
+
+    // One folder, or another kind of target: no home (a warning for the target).
+    let one = t.path().join("one");
+    let r = restore_with(
+        &repo,
+        RestoreOptions {
+            select: Selection {
+                snapshot: "latest".into(),
+                folders: vec!["INBOX".into()],
+                ..Default::default()
+            },
+            target: one.clone(),
+            jobs: 2,
+            ..Default::default()
+        },
+    );
+    assert!(r.failures.is_empty(), "{:?}", r.failures);
+    assert!(!one.join("example.org/bob/sieve").exists());
+    let mbox = t.path().join("mbox");
+    let request = mailvault_core::restore::Request::Selection(Selection {
+        snapshot: "latest".into(),
+        ..Default::default()
+    });
+    let (r, _) = mailvault_core::ops::restore::run(&repo, request, &NoProgress, |_, _| {
+        mailvault_core::dest::mbox::MboxTarget::open(&mbox, 2)
+    })
+    .unwrap();
+    assert!(r.failures.is_empty(), "{:?}", r.failures);
+    assert!(
+        r.warnings
+            .iter()
+            .any(|w| w.starts_with("1 account(s) have home files")),
+        "{:?}",
+        r.warnings
+    );
+}
+
+#[test]
+fn a_link_out_of_the_home_is_reported_not_made() {
+    let t = tempfile::tempdir().unwrap();
+    let src = t.path().join("vmail");
+    small_store(&src);
+    let home = src.join("example.org/bob");
+    fs::create_dir_all(home.join("sieve")).unwrap();
+    fs::write(home.join("sieve/a.sieve"), VACATION).unwrap();
+    symlink("/etc/passwd", home.join(".dovecot.sieve")).unwrap();
+    symlink("../../other/secret", home.join("sieve/up.sieve")).unwrap();
+    let mut repo = init_repo(&t.path().join("repo"));
+    maildir_backup(&mut repo, &src, vec![]);
+    let repo = open_repo(&t.path().join("repo"));
+    let out = t.path().join("out");
+    let r = restore_latest(&repo, &out);
+    let back = out.join("example.org/bob");
+    assert_eq!(fs::read(back.join("sieve/a.sieve")).unwrap(), VACATION);
+    for link in [".dovecot.sieve", "sieve/up.sieve"] {
+        assert!(
+            fs::symlink_metadata(back.join(link)).is_err(),
+            "{link} made"
+        );
+        assert!(
+            (r.failures.iter()).any(|f| f.item.ends_with(link) && f.error.contains("out of")),
+            "{link}: {:?}",
+            r.failures
+        );
+    }
+    assert_eq!(r.failures.len(), 2, "{:?}", r.failures);
+}
