@@ -7,6 +7,7 @@
 mod common;
 
 use common::*;
+
 use mailvault_core::ops::restore::RestoreOptions;
 use mailvault_core::report::NoProgress;
 use mailvault_core::restore::Selection;
@@ -163,4 +164,66 @@ fn a_link_out_of_the_home_is_reported_not_made() {
         );
     }
     assert_eq!(r.failures.len(), 2, "{:?}", r.failures);
+}
+
+/// A filter bob deleted is put back from last week's snapshot into the live store with
+/// `--part home`: nothing of his mail is touched, the scripts he kept are left as they are;
+/// `--part mail` brings no home. Prune keeps the home's blobs (both snapshots need
+/// them), and `check --read-data` reads them.
+#[test]
+fn a_deleted_filter_is_put_back_alone_and_prune_keeps_homes() {
+    use mailvault_core::ops::prune::{prune, PruneOptions};
+    use mailvault_core::restore::Part;
+    let t = tempfile::tempdir().unwrap();
+    let src = t.path().join("vmail");
+    small_store(&src);
+    let home = src.join("example.org/bob");
+    bob_home(&home);
+    let mut repo = init_repo(&t.path().join("repo"));
+    let first = maildir_backup(&mut repo, &src, vec![]).snapshot;
+    fs::remove_file(home.join("sieve/vacation.sieve")).unwrap();
+    let md = home.join("Maildir");
+    put_msg(&md, "", "new", "2.M2P2.new", b"Subject: new\n\nnew\n", 1_700_000_100);
+    let mut repo = open_repo(&t.path().join("repo"));
+    maildir_backup(&mut repo, &src, vec![]);
+    let opts = PruneOptions {
+        max_unused: 0.0,
+        ..Default::default()
+    };
+    prune(&mut repo, &opts, &NoProgress).unwrap();
+    let repo = open_repo(&t.path().join("repo"));
+    let c = check_all(&repo);
+    assert!(c.ok(), "{:?}", c.errors);
+
+    let mail_before = tree_snapshot(&md);
+    let part = |part, target: &Path| {
+        restore_with(
+            &repo,
+            RestoreOptions {
+                select: Selection {
+                    snapshot: first[..12].to_string(),
+                    accounts: vec!["bob@example.org".into()],
+                    part,
+                    ..Default::default()
+                },
+                target: target.to_path_buf(),
+                jobs: 2,
+                ..Default::default()
+            },
+        )
+    };
+    let r = part(Part::Home, &src);
+    assert!(r.failures.is_empty(), "{:?}", r.failures);
+    assert_eq!(fs::read(home.join("sieve/vacation.sieve")).unwrap(), VACATION);
+    assert_eq!((r.items_total, r.items_restored), (0, 0), "no mail");
+    assert_eq!(r.files_restored, 1, "only the deleted script");
+    assert!(r.files_unchanged >= 3, "{} left as they are", r.files_unchanged);
+    assert_eq!(tree_snapshot(&md), mail_before, "the mail is untouched");
+
+    let mail_only = t.path().join("mail-only");
+    let r = part(Part::Mail, &mail_only);
+    assert!(r.failures.is_empty(), "{:?}", r.failures);
+    assert!(r.items_restored > 0);
+    assert!(!mail_only.join("example.org/bob/sieve").exists());
+    assert!(mail_only.join("example.org/bob/Maildir/cur").is_dir());
 }

@@ -7,7 +7,7 @@ use mailvault_core::dest::imap::{ImapRestoreOptions, ImapRestoreReport};
 use mailvault_core::dest::owners::RestoreOwners;
 use mailvault_core::ops::restore::imap as imap_restore;
 use mailvault_core::ops::restore::{restore, RestoreOptions};
-use mailvault_core::restore::{Request, RestoreReport, Selection};
+use mailvault_core::restore::{Part, Request, RestoreReport, Selection};
 
 #[derive(clap::Args, Debug)]
 pub struct Args {
@@ -23,12 +23,35 @@ pub struct Args {
     /// (repeatable).
     #[arg(long)]
     pub message: Vec<String>,
+    /// Which part of each account: `mail` (its folders), `home` (its home beside the
+    /// Maildir: sieve filters and the active one's link, put back without touching its
+    /// mail), or `all`.
+    #[arg(long, value_enum, default_value_t = PartArg::All, conflicts_with_all = ["folder", "message"])]
+    pub part: PartArg,
     /// Print the plan (accounts, folders, messages, bytes, the pack spans to read, in
     /// order) and write nothing.
     #[arg(long)]
     pub dry_run: bool,
     #[command(flatten)]
     pub to: TargetArgs,
+}
+
+/// `--part`.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PartArg {
+    All,
+    Mail,
+    Home,
+}
+
+impl From<PartArg> for Part {
+    fn from(p: PartArg) -> Part {
+        match p {
+            PartArg::All => Part::All,
+            PartArg::Mail => Part::Mail,
+            PartArg::Home => Part::Home,
+        }
+    }
 }
 
 impl Args {
@@ -39,6 +62,7 @@ impl Args {
             accounts: self.account.clone(),
             folders: self.folder.clone(),
             messages: self.message.clone(),
+            part: self.part.into(),
             ..Selection::default()
         }
     }

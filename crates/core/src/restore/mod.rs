@@ -43,7 +43,7 @@ pub mod plan;
 mod window;
 
 pub use ctx::RestoreReport;
-pub use plan::{arrival_order, Selection};
+pub use plan::{arrival_order, Part, Selection};
 
 /// What a restore takes: a snapshot's selection, or messages picked one by one.
 pub enum Request {

@@ -34,6 +34,21 @@ pub struct Selection {
     /// [`Order::Folder`] targets: opened blobs kept for messages that share them (a
     /// message delivered to several mailboxes), in bytes; 0 turns the cache off.
     pub cache_bytes: usize,
+    /// Which part of each whole account: its mail, its home (sieve filters), or both.
+    pub part: Part,
+}
+
+/// A part of an account a restore takes (`restore --part`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Part {
+    /// Its mail and its home.
+    #[default]
+    All,
+    /// Its folders and messages only.
+    Mail,
+    /// Its home only ([`AccountTree::home`]: sieve scripts and the active one's link):
+    /// a filter a user deleted is put back into the live store, nothing else touched.
+    Home,
 }
 
 impl Selection {
@@ -392,7 +407,8 @@ pub(super) fn plan_account<T>(
         plan.subscriptions = subscriptions(ctx.repo, &tree, sel);
     }
     let mut matched = 0;
-    for node in tree.folders {
+    let mail = (sel.part != Part::Home).then_some(tree.folders);
+    for node in mail.into_iter().flatten() {
         if !sel.takes_folder(&node) {
             continue;
         }
@@ -426,7 +442,9 @@ pub(super) fn plan_account<T>(
             home: false,
         });
     }
-    plan_home(ctx, &mut plan, tree.home, sel);
+    if sel.part != Part::Mail {
+        plan_home(ctx, &mut plan, tree.home, sel);
+    }
     Ok((plan, matched))
 }
 

@@ -119,6 +119,7 @@ mod spans {
             messages: vec![],
             reads: 0,
             cache_bytes: 0,
+            part: Default::default(),
         };
         (repo, sel)
     }
