@@ -183,7 +183,14 @@ fn a_deleted_filter_is_put_back_alone_and_prune_keeps_homes() {
     let first = maildir_backup(&mut repo, &src, vec![]).snapshot;
     fs::remove_file(home.join("sieve/vacation.sieve")).unwrap();
     let md = home.join("Maildir");
-    put_msg(&md, "", "new", "2.M2P2.new", b"Subject: new\n\nnew\n", 1_700_000_100);
+    put_msg(
+        &md,
+        "",
+        "new",
+        "2.M2P2.new",
+        b"Subject: new\n\nnew\n",
+        1_700_000_100,
+    );
     let mut repo = open_repo(&t.path().join("repo"));
     maildir_backup(&mut repo, &src, vec![]);
     let opts = PruneOptions {
@@ -214,10 +221,17 @@ fn a_deleted_filter_is_put_back_alone_and_prune_keeps_homes() {
     };
     let r = part(Part::Home, &src);
     assert!(r.failures.is_empty(), "{:?}", r.failures);
-    assert_eq!(fs::read(home.join("sieve/vacation.sieve")).unwrap(), VACATION);
+    assert_eq!(
+        fs::read(home.join("sieve/vacation.sieve")).unwrap(),
+        VACATION
+    );
     assert_eq!((r.items_total, r.items_restored), (0, 0), "no mail");
     assert_eq!(r.files_restored, 1, "only the deleted script");
-    assert!(r.files_unchanged >= 3, "{} left as they are", r.files_unchanged);
+    assert!(
+        r.files_unchanged >= 3,
+        "{} left as they are",
+        r.files_unchanged
+    );
     assert_eq!(tree_snapshot(&md), mail_before, "the mail is untouched");
 
     let mail_only = t.path().join("mail-only");

@@ -1,0 +1,86 @@
+#!/usr/bin/env python3
+"""Shares and rights over IMAP (RFC 4314), for crates/cli/tests/judge_acl.rs.
+
+share:  as OWNER, creates FOLDER and gives each USER=RIGHTS of --grant on it (SETACL).
+rights: as ACCOUNT, prints JSON: every folder LIST "" "*" shows (the shared namespace
+        included), with MYRIGHTS of each, and GETACL of those where the user may see it.
+Everything with Python's imaplib: an independent client.
+"""
+import argparse
+import imaplib
+import json
+import re
+
+
+def check(what, typ, data):
+    if typ != "OK":
+        raise SystemExit(f"acl_judge: {what}: {typ} {data!r}")
+    return data
+
+
+def connect(args, account):
+    m = imaplib.IMAP4("127.0.0.1", args.port, timeout=60)
+    check("LOGIN", *m.login(account, args.password))
+    return m
+
+
+def quote(s):
+    return '"' + s.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def share(args):
+    m = connect(args, args.account)
+    check("CREATE", *m.create(quote(args.folder)))
+    for g in args.grant:
+        who, rights = g.split("=", 1)
+        check(f"SETACL {who}", *m.setacl(quote(args.folder), who, rights))
+    m.logout()
+
+
+LIST_RE = re.compile(rb'^\((?P<attrs>[^)]*)\) (?P<sep>"(?:[^"\\]|\\.)*"|NIL) (?P<name>.*)$')
+
+
+def names(lines):
+    """The names of LIST responses (ASCII names here)."""
+    out = []
+    for item in lines:
+        if item is None:
+            continue
+        if isinstance(item, tuple):
+            out.append(item[1].decode())
+            continue
+        name = LIST_RE.match(item).group("name")
+        if name.startswith(b'"'):
+            name = re.sub(rb"\\(.)", rb"\1", name[1:-1])
+        out.append(name.decode())
+    return out
+
+
+def rights(args):
+    m = connect(args, args.account)
+    out = {}
+    for name in sorted(names(check("LIST", *m.list('""', "*")))):
+        entry = {}
+        typ, data = m.myrights(quote(name))
+        entry["myrights"] = data[0].decode().rsplit(" ", 1)[1] if typ == "OK" else typ
+        typ, data = m.getacl(quote(name))
+        entry["acl"] = data[0].decode().split(" ", 1)[1] if typ == "OK" else typ
+        out[name] = entry
+    m.logout()
+    print(json.dumps(out, sort_keys=True))
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("action", choices=["share", "rights"])
+    p.add_argument("--port", type=int, required=True)
+    p.add_argument("--account", required=True)
+    p.add_argument("--password", required=True)
+    p.add_argument("--folder")
+    p.add_argument("--grant", action="append", default=[])
+    args = p.parse_args()
+    (share if args.action == "share" else rights)(args)
+
+
+if __name__ == "__main__":
+    main()

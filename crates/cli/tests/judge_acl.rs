@@ -1,0 +1,163 @@
+//! Issue 31, Dovecot as the judge of shared folders: a Dovecot with the acl plugin (vfile
+//! ACL files, a shared namespace, the shared-mailbox dictionary as a file in the mail
+//! root) where alice shares `Team` with bob (read) and carol (read, write, insert,
+//! delete) and carol shares `Projects` with alice; the store is backed up as root and
+//! restored into an empty directory; a Dovecot serving the restored store shows each user
+//! the same folders (the shared namespace included), the same MYRIGHTS and the same
+//! GETACL, read by Python's imaplib.
+//!
+//! Fails (does not skip) without Dovecot unless MAILVAULT_SKIP_DOVECOT=1.
+#![allow(clippy::unwrap_used)]
+
+mod common;
+mod judge;
+
+use judge::{is_root, Env};
+use mailvault_imap::testing::{DovecotOptions, DovecotServer, USER_PASSWORD};
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+const MAIL_USER: &str = "vmail";
+const USERS: [&str; 3] = ["alice@example.org", "bob@example.org", "carol@example.org"];
+
+/// A Dovecot with ACLs and a shared namespace serving `mail_root`.
+fn dovecot(mail_root: &Path) -> Option<DovecotServer> {
+    let m = mail_root.display();
+    let extra = format!(
+        "mail_plugins = $mail_plugins acl\n\
+         protocol imap {{\n  mail_plugins = $mail_plugins imap_acl\n}}\n\
+         plugin {{\n  acl = vfile\n  acl_shared_dict = file:{m}/shared-mailboxes\n}}\n\
+         namespace shared {{\n  type = shared\n  separator = /\n  prefix = shared/%%u/\n\
+         \x20 location = maildir:{m}/%%d/%%n/Maildir:INDEXPVT=~/shared/%%u\n\
+         \x20 subscriptions = no\n  list = children\n}}\n"
+    );
+    let opts = DovecotOptions {
+        mail_user: is_root().then(|| MAIL_USER.to_string()),
+        mail_root: Some(mail_root.to_path_buf()),
+        extra_config: extra,
+        ..Default::default()
+    };
+    DovecotServer::start_or_skip_with(&opts).expect("dovecot")
+}
+
+fn acl_judge(port: u16, args: &[&str]) -> String {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/judge/acl_judge.py");
+    let port = port.to_string();
+    let o = Command::new("python3")
+        .arg(script)
+        .args(&args[..1])
+        .args(["--port", &port, "--password", USER_PASSWORD])
+        .args(&args[1..])
+        .output()
+        .unwrap();
+    assert!(
+        o.status.success(),
+        "acl_judge.py {args:?}: {}{}",
+        String::from_utf8_lossy(&o.stderr),
+        String::from_utf8_lossy(&o.stdout)
+    );
+    String::from_utf8(o.stdout).unwrap()
+}
+
+/// What each user sees: folders, MYRIGHTS, GETACL.
+fn rights(server: &DovecotServer) -> Vec<String> {
+    USERS
+        .iter()
+        .map(|u| {
+            format!(
+                "{u}: {}",
+                acl_judge(server.port(), &["rights", "--account", u])
+            )
+        })
+        .collect()
+}
+
+/// An empty mail root owned by the mail user.
+fn mail_root(e: &Env, name: &str) -> PathBuf {
+    let p = e.path(name);
+    fs::create_dir(&p).unwrap();
+    if is_root() {
+        let out = Command::new("chown")
+            .args([&format!("{MAIL_USER}:{MAIL_USER}")])
+            .arg(&p)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{out:?}");
+    }
+    fs::set_permissions(
+        e.dir.path(),
+        std::os::unix::fs::PermissionsExt::from_mode(0o755),
+    )
+    .unwrap();
+    p
+}
+
+#[test]
+fn dovecot_judge_shared_folders_and_rights_are_restored() {
+    let e = Env::new();
+    let src_root = mail_root(&e, "vmail");
+    let Some(src) = dovecot(&src_root) else {
+        return;
+    };
+    for u in USERS {
+        // Each user's Maildir exists before anyone shares with them.
+        src.deliver(u, None, b"Subject: hello\r\n\r\nhello\r\n")
+            .unwrap();
+    }
+    let (alice, bob, carol) = (USERS[0], USERS[1], USERS[2]);
+    acl_judge(
+        src.port(),
+        &["share", "--account", alice, "--folder", "Team"],
+    );
+    let grants = [format!("{bob}=lr"), format!("{carol}=lrwstipe")];
+    let mut args = vec!["share", "--account", alice, "--folder", "Team/Plans"];
+    for g in &grants {
+        args.extend(["--grant", g]);
+    }
+    acl_judge(src.port(), &args);
+    let g = format!("{alice}=lrs");
+    acl_judge(
+        src.port(),
+        &[
+            "share",
+            "--account",
+            carol,
+            "--folder",
+            "Projects",
+            "--grant",
+            &g,
+        ],
+    );
+    let before = rights(&src);
+    assert!(
+        before[1].contains("shared/alice@example.org/Team/Plans"),
+        "bob sees alice's folder: {before:?}"
+    );
+    drop(src);
+
+    e.ok(&["init"]);
+    e.ok(&["backup", &format!("maildir:{}", src_root.display())]);
+    let target = mail_root(&e, "restored");
+    e.ok(&[
+        "restore",
+        "latest",
+        "--target",
+        &format!("maildir:{}", target.display()),
+    ]);
+    let served = dovecot(&target).unwrap();
+    // The shared-mailbox dictionary is Dovecot's index of the ACL files (kept outside the
+    // store on most servers: /var/lib/dovecot/db): rebuilt from the restored ones, as
+    // docs/imap.md says to after a restore.
+    for u in USERS {
+        let conf = served.root().join("dovecot.conf");
+        let o = Command::new("doveadm")
+            .arg("-c")
+            .arg(&conf)
+            .args(["acl", "recalc", "-u", u])
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "doveadm acl recalc -u {u}: {o:?}");
+    }
+    assert_eq!(rights(&served), before);
+}
