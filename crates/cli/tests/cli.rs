@@ -796,3 +796,70 @@ fn owners_not_restored_without_root_are_said_once() {
     );
     assert!(out.join("example.org/bob/Maildir/cur").is_dir());
 }
+
+/// Issue 31: `ls` lists an account's home after its folders (`~`, `~/sieve`), and
+/// `--folder '~/sieve'` its scripts; `--part home` and `--folder` do not go together.
+#[test]
+fn ls_shows_an_accounts_home_and_its_sieve_scripts() {
+    let e = Env::new();
+    let src = e.path("src");
+    store(&src);
+    let home = src.join("example.org/bob");
+    fs::create_dir(home.join("sieve")).unwrap();
+    fs::write(home.join("sieve/rules.sieve"), "keep;\n").unwrap();
+    std::os::unix::fs::symlink("sieve/rules.sieve", home.join(".dovecot.sieve")).unwrap();
+    e.ok(&["init"]);
+    e.ok(&["backup", &format!("maildir:{}", src.display())]);
+    let listing = e.json(0, &["ls", "latest", "--account", "bob@example.org"]);
+    let items = listing["items"].as_array().unwrap();
+    let homes: Vec<(&str, u64)> = (items.iter())
+        .filter(|f| f["home"] == true)
+        .map(|f| (f["name"].as_str().unwrap(), f["files"].as_u64().unwrap()))
+        .collect();
+    assert_eq!(homes, [("~", 1), ("~/sieve", 1)], "{listing}");
+    assert_eq!(
+        items.len(),
+        3 + 2,
+        "INBOX, Sent, Archive/2023, then the home"
+    );
+    let carol = e.json(0, &["ls", "latest", "--account", "carol@example.org"]);
+    assert!(
+        (carol["items"].as_array().unwrap().iter()).all(|f| f["home"] == false),
+        "carol's home holds nothing but her Maildir: {carol}"
+    );
+    let text = e.ok(&[
+        "ls",
+        "latest",
+        "--account",
+        "bob@example.org",
+        "--folder",
+        "~",
+    ]);
+    assert!(
+        text.contains(".dovecot.sieve -> sieve/rules.sieve"),
+        "{text}"
+    );
+    let text = e.ok(&[
+        "ls",
+        "latest",
+        "--account",
+        "bob@example.org",
+        "--folder",
+        "~/sieve",
+    ]);
+    assert!(text.contains("rules.sieve"), "{text}");
+    let out = e.path("out");
+    e.expect(
+        2,
+        &[
+            "restore",
+            "latest",
+            "--target",
+            out.to_str().unwrap(),
+            "--part",
+            "home",
+            "--folder",
+            "INBOX",
+        ],
+    );
+}
