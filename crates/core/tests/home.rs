@@ -54,6 +54,10 @@ fn an_accounts_sieve_scripts_and_their_link_come_back_with_it() {
     let mut repo = init_repo(&t.path().join("repo"));
     let rep = maildir_backup(&mut repo, &src, vec![]);
     assert_eq!(rep.accounts, 3);
+    // The home's files are not messages: 4 (two scripts, the link, the dupes database).
+    assert_eq!((rep.home_files, rep.home_files_new), (4, 4));
+    assert_eq!(rep.items_total, 3 * 23 + 5, "messages only");
+    assert_eq!(rep.folders, 3 * 3 + 1, "mail folders only");
 
     let repo = open_repo(&t.path().join("repo"));
     let out = t.path().join("out");
@@ -95,6 +99,11 @@ fn an_accounts_sieve_scripts_and_their_link_come_back_with_it() {
     }
 
     // Again into the same place: everything is there, nothing is reported.
+    // Unchanged, the home's files are not read again.
+    let mut repo2 = open_repo(&t.path().join("repo"));
+    let rep = maildir_backup(&mut repo2, &src, vec![]);
+    assert_eq!((rep.home_files, rep.home_files_new), (4, 0));
+    assert_eq!(rep.items_new, 0);
     let again = restore_latest(&repo, &out);
     assert!(again.failures.is_empty(), "{:?}", again.failures);
     assert_eq!(again.files_restored, 0);

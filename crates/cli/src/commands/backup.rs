@@ -470,6 +470,13 @@ pub fn print_report(r: &BackupReport) {
         "  {what}   {} total: {} new, {} unchanged{linked}, {} failed",
         r.items_total, r.items_new, r.items_unchanged, r.items_failed
     );
+    if r.home_files > 0 {
+        println!(
+            "  home       {} of the accounts' homes (sieve scripts): {} new",
+            count(r.home_files, "file", "files"),
+            r.home_files_new
+        );
+    }
     println!(
         "  size       {} in the snapshot, {} read",
         bytes(r.bytes_total),

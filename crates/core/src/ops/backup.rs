@@ -55,6 +55,11 @@ pub struct BackupReport {
     /// Other names of a hard-linked file (`file:`) read once, under its first name.
     pub files_linked: u64,
     pub items_failed: u64,
+    /// Files of the accounts' homes beside their Maildirs (sieve scripts), new or
+    /// unchanged: not items (a failed one is, with its path).
+    pub home_files: u64,
+    /// Of those, read this run (new or changed).
+    pub home_files_new: u64,
     /// Logical size of all messages in the snapshot.
     pub bytes_total: u64,
     /// Bytes read from the mail store.
@@ -120,7 +125,7 @@ pub(crate) type Written = (PackList, Vec<Id>);
 /// [`Repository::add_written`].
 pub(crate) fn finish_run(
     saver: &BlobSaver,
-    n: &Counters,
+    (n, home): (&Counters, &Counters),
     mut failures: Vec<Failure>,
     warnings: Vec<String>,
     root: RootTree,
@@ -161,7 +166,8 @@ pub(crate) fn finish_run(
     meta.lock.verify()?;
     let id = repo.save_snapshot_counted(&mut snap)?;
     let summary = snap.summary;
-    let bytes_read = n.bytes_read.load(Relaxed);
+    // Read from the store: its mail and its homes (whose new bytes are in `new_raw`).
+    let bytes_read = n.bytes_read.load(Relaxed) + home.bytes_read.load(Relaxed);
     let new_raw = st.data_raw.load(Relaxed);
     let items_total = messages + n.files.load(Relaxed) + failures.len() as u64;
     let report = BackupReport {
@@ -176,6 +182,8 @@ pub(crate) fn finish_run(
         items_unchanged: n.unchanged.load(Relaxed),
         files_linked: n.linked.load(Relaxed),
         items_failed: failures.len() as u64,
+        home_files: home.files.load(Relaxed),
+        home_files_new: home.new.load(Relaxed),
         bytes_total: summary.bytes,
         bytes_read,
         bytes_added: summary.bytes_added,
@@ -211,16 +219,7 @@ pub fn run<S: Source>(
     let (resumed, mark) = repo.begin_backup()?;
     let compression = opts.compression.unwrap_or(repo.config().compression);
     if compression == Compression::Zstd && !repo.has_dictionary() {
-        let samples = Samples {
-            chunker: repo.chunker(),
-            total: AtomicU64::new(0),
-            out: Mutex::new(Vec::new()),
-        };
-        source.samples(&accounts, &samples);
-        let samples = samples.out.into_inner().unwrap_or_else(|p| p.into_inner());
-        if let Some(dict) = crate::repo::compress::train(&samples) {
-            repo.add_dictionary(&dict)?;
-        }
+        train_dictionary(repo, source, &accounts)?;
     }
     let parent = if opts.force {
         None
@@ -254,6 +253,7 @@ pub fn run<S: Source>(
             saver: BlobSaver::new(repo, compression).index_every(INDEX_FILE_ENTRIES),
             failures: found,
             n: Counters::default(),
+            home: Counters::default(),
             progress,
             owners: Mutex::new(OwnerIds::default()),
             time: time.0,
@@ -281,11 +281,38 @@ pub fn run<S: Source>(
             lock: mark.watch(),
         };
         let (failures, warnings) = (ctx.failures.take(), ctx.failures.take_warnings());
-        finish_run(&ctx.saver, &ctx.n, failures, warnings, root, meta)
+        finish_run(
+            &ctx.saver,
+            (&ctx.n, &ctx.home),
+            failures,
+            warnings,
+            root,
+            meta,
+        )
     })?;
     finish_indexing(repo, opts, inline, index_warning, &mut report);
     end_run(repo, &written, mark);
     Ok(report)
+}
+
+/// The repository's first zstd backup: trains its compression dictionary on the
+/// messages the source offers ([`Source::samples`]).
+fn train_dictionary<S: Source>(
+    repo: &mut Repository,
+    source: &S,
+    accounts: &[Account],
+) -> Result<()> {
+    let samples = Samples {
+        chunker: repo.chunker(),
+        total: AtomicU64::new(0),
+        out: Mutex::new(Vec::new()),
+    };
+    source.samples(accounts, &samples);
+    let samples = samples.out.into_inner().unwrap_or_else(|p| p.into_inner());
+    if let Some(dict) = crate::repo::compress::train(&samples) {
+        repo.add_dictionary(&dict)?;
+    }
+    Ok(())
 }
 
 /// `backup --index`: the indexer the run gives its new contents, or why there is none. A
@@ -400,7 +427,7 @@ fn backup_account<S: Source>(
     let folder = |session: &mut S::Session, f: &Folder| -> Option<FolderNode> {
         let subs = subscriptions.filter(|_| f.dir.is_empty());
         let look = looks.get(&f.dir[..]).cloned();
-        match backup_folder(ctx, source, session, (acc, f), &parent, subs, look) {
+        match backup_folder(ctx, source, session, (acc, f, &ctx.n), &parent, subs, look) {
             Ok(n) => Some(n),
             Err(e) => {
                 ctx.failures.fail(source.folder_item(acc, f), e);
@@ -519,15 +546,15 @@ fn backup_home(ctx: &Ctx, home: &FileSource, parent: &ParentAccount) -> Vec<Fold
         }
     };
     let mut nodes: Vec<FolderNode> = (listing.folders.iter())
-        .filter_map(
-            |f| match backup_folder(ctx, home, &mut (), (&acc, f), parent, None, None) {
+        .filter_map(|f| {
+            match backup_folder(ctx, home, &mut (), (&acc, f, &ctx.home), parent, None, None) {
                 Ok(n) => Some(n),
                 Err(e) => {
                     ctx.failures.fail(home.folder_item(&acc, f), e);
                     None
                 }
-            },
-        )
+            }
+        })
         .collect();
     // A home of nothing but the Maildir is none.
     if nodes.iter().all(|n| n.files.is_empty()) {
@@ -649,7 +676,7 @@ fn backup_folder<S: Source>(
     ctx: &Ctx,
     source: &S,
     session: &mut S::Session,
-    (acc, folder): (&Account, &Folder),
+    (acc, folder, n): (&Account, &Folder, &Counters),
     parent: &ParentAccount,
     subscriptions: Option<&[String]>,
     look: Option<Look>,
@@ -661,6 +688,7 @@ fn backup_folder<S: Source>(
     };
     let mut out = FolderWriter {
         ctx,
+        n,
         account: &acc.name,
         folder,
         parent_account: parent,

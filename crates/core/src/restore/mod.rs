@@ -203,7 +203,8 @@ fn restore_accounts<T: Target>(
             }
         };
         folder_matched |= f > 0;
-        folders += plan.folders.len() as u64;
+        // A home's directories are not folders of the report (they hold its files).
+        folders += plan.folders.iter().filter(|f| !f.home).count() as u64;
         batch_folders += plan.folders.len();
         batch_messages += plan.folders.iter().map(FolderPlan::messages).sum::<u64>();
         batch.push(plan);

@@ -45,6 +45,9 @@ pub(crate) struct Ctx<'a> {
     pub(crate) saver: BlobSaver<'a>,
     pub(crate) failures: Failures,
     pub(crate) n: Counters,
+    /// What the accounts' homes ([`super::Source::home`]) count: not items of the report
+    /// (a Maildir backup's are messages), reported as home files of their own.
+    pub(crate) home: Counters,
     pub(crate) progress: &'a dyn Progress,
     /// Every uid and gid recorded, for the snapshot's table of owner names.
     pub(crate) owners: Mutex<OwnerIds>,
@@ -112,6 +115,8 @@ pub(crate) enum Entries<'a> {
 /// [`super::Source::backup_folder`], with its methods.
 pub struct FolderWriter<'a> {
     pub(crate) ctx: &'a Ctx<'a>,
+    /// Where the folder counts: the run's counters, or its homes' ([`Ctx::home`]).
+    pub(crate) n: &'a Counters,
     pub(crate) account: &'a str,
     pub(crate) folder: &'a Folder,
     pub(crate) parent_account: &'a ParentAccount,
@@ -170,7 +175,7 @@ impl<'a> FolderWriter<'a> {
     pub(crate) fn keep_parent_messages(&mut self) {
         let Some(p) = self.parent else { return };
         self.kept = true;
-        self.ctx.n.unchanged.fetch_add(p.messages, Relaxed);
+        self.n.unchanged.fetch_add(p.messages, Relaxed);
         self.ctx.progress.add_total(p.messages, 0);
         self.ctx.progress.advance(p.messages, p.bytes);
     }
@@ -188,7 +193,7 @@ impl<'a> FolderWriter<'a> {
     /// `n` bytes read from the source besides what [`NewMessage::read`] and
     /// [`FileData::Path`] count (an mbox's bytes between messages, a scan).
     pub fn count_read(&self, n: u64) {
-        self.ctx.n.bytes_read.fetch_add(n, Relaxed);
+        self.n.bytes_read.fetch_add(n, Relaxed);
     }
 
     /// The parent snapshot's folder of the same `dir` (or name), if any.
@@ -301,7 +306,7 @@ impl<'a> FolderWriter<'a> {
     /// Keeps a message the parent has (its entry, renamed or moved as it is now)
     /// without reading it.
     pub fn unchanged(&mut self, e: MessageEntry) {
-        self.ctx.n.unchanged.fetch_add(1, Relaxed);
+        self.n.unchanged.fetch_add(1, Relaxed);
         self.ctx.progress.advance(1, e.size);
         self.push(e);
     }
@@ -311,8 +316,8 @@ impl<'a> FolderWriter<'a> {
     pub fn store(&self, msg: NewMessage<'_>) -> Result<MessageEntry> {
         let ctx = self.ctx;
         let data = msg.data;
-        ctx.n.bytes_read.fetch_add(msg.read, Relaxed);
-        ctx.n.new.fetch_add(1, Relaxed);
+        self.n.bytes_read.fetch_add(msg.read, Relaxed);
+        self.n.new.fetch_add(1, Relaxed);
         let (content, new_content) = store_content_new(&ctx.saver, data)?;
         // A message stored as one blob is hashed once: its blob's id is the keyed hash of
         // all of it (blake3 was a quarter of a full backup's CPU, half of it this twice).
@@ -415,14 +420,14 @@ impl<'a> FolderWriter<'a> {
             FileData::Bytes(b) => (b.len() as u64, store_content(&ctx.saver, &b)?, Vec::new()),
             FileData::Link(target) => {
                 link = Some(target);
-                ctx.n.new.fetch_add(1, Relaxed);
-                ctx.n.files.fetch_add(1, Relaxed);
+                self.n.new.fetch_add(1, Relaxed);
+                self.n.files.fetch_add(1, Relaxed);
                 ctx.progress.advance(1, 0);
                 (0, Vec::new(), Vec::new())
             }
             FileData::Path(path) => match std::fs::read(&path) {
                 Ok(d) => {
-                    ctx.n.bytes_read.fetch_add(d.len() as u64, Relaxed);
+                    self.n.bytes_read.fetch_add(d.len() as u64, Relaxed);
                     (d.len() as u64, store_content(&ctx.saver, &d)?, Vec::new())
                 }
                 Err(e) => return skip(&path, e),
@@ -447,8 +452,8 @@ impl<'a> FolderWriter<'a> {
                                     "{CHANGED_WHILE_READ}; the previous snapshot's version is kept"
                                 ),
                             );
-                            ctx.n.files.fetch_add(1, Relaxed);
-                            ctx.n.bytes_total.fetch_add(p.size, Relaxed);
+                            self.n.files.fetch_add(1, Relaxed);
+                            self.n.bytes_total.fetch_add(p.size, Relaxed);
                             ctx.progress.advance(1, p.size);
                             return Ok(Some(p.clone()));
                         }
@@ -460,9 +465,9 @@ impl<'a> FolderWriter<'a> {
                 if let Some(m) = meta.as_mut() {
                     (m.size, m.mtime, m.inode) = (at.size, at.mtime, at.inode);
                 }
-                ctx.n.new.fetch_add(1, Relaxed);
-                ctx.n.files.fetch_add(1, Relaxed);
-                ctx.n.bytes_total.fetch_add(stored.size, Relaxed);
+                self.n.new.fetch_add(1, Relaxed);
+                self.n.files.fetch_add(1, Relaxed);
+                self.n.bytes_total.fetch_add(stored.size, Relaxed);
                 ctx.progress.advance(1, stored.size);
                 (stored.size, stored.content, stored.lists)
             }
@@ -505,7 +510,7 @@ impl<'a> FolderWriter<'a> {
             attempt += 1;
             let (file, before) = dir.open_file(name).map_err(|e| Error::io(path, e))?;
             let reader = crate::source::walk::Reading::new(&file, path);
-            let stored = store_large(&ctx.saver, reader, path, &ctx.n.bytes_read)?;
+            let stored = store_large(&ctx.saver, reader, path, &self.n.bytes_read)?;
             let after = rustix::fs::fstat(&file).map_err(|e| Error::io(path, e.into()))?;
             let now = dir.stat(name).map_err(|e| Error::io(path, e))?;
             let at = FileMeta::of_stat(&before);
@@ -522,14 +527,14 @@ impl<'a> FolderWriter<'a> {
     /// Keeps a file of a `file:` backup the parent has (same size, mtime and inode)
     /// without reading it, counted as an unchanged item.
     pub fn unchanged_file(&mut self, e: FileEntry) {
-        self.count_file(&self.ctx.n.unchanged, e);
+        self.count_file(&self.n.unchanged, e);
     }
 
     /// Keeps a file of a `file:` backup not read, counted as an item and in `as_`.
     fn count_file(&mut self, as_: &AtomicU64, e: FileEntry) {
         as_.fetch_add(1, Relaxed);
-        self.ctx.n.files.fetch_add(1, Relaxed);
-        self.ctx.n.bytes_total.fetch_add(e.size, Relaxed);
+        self.n.files.fetch_add(1, Relaxed);
+        self.n.bytes_total.fetch_add(e.size, Relaxed);
         self.ctx.progress.advance(1, e.size);
         self.files.push(e);
     }
@@ -537,7 +542,7 @@ impl<'a> FolderWriter<'a> {
     /// Keeps another name of a hard-linked file this run read under a first name (its
     /// entry, with this name), counted as an item neither new nor unchanged: linked.
     pub fn linked_file(&mut self, e: FileEntry) {
-        self.count_file(&self.ctx.n.linked, e);
+        self.count_file(&self.n.linked, e);
     }
 
     /// Keeps a folder file the parent has, unchanged (with its owner and mode as they
@@ -604,7 +609,7 @@ impl<'a> FolderWriter<'a> {
                 Entries::Streamed(s, None) => s.finish()?,
             },
         };
-        ctx.n.bytes_total.fetch_add(bytes, Relaxed);
+        self.n.bytes_total.fetch_add(bytes, Relaxed);
         for e in &self.files {
             owners.add(e.uid, e.gid);
         }
@@ -617,7 +622,7 @@ impl<'a> FolderWriter<'a> {
             all.gids.append(&mut owners.gids);
         }
         self.files.sort_by(|a, b| a.name.cmp(&b.name));
-        ctx.n.folders.fetch_add(1, Relaxed);
+        self.n.folders.fetch_add(1, Relaxed);
         Ok(FolderNode {
             name: self.folder.name.clone(),
             dir: self.folder.dir.clone(),
