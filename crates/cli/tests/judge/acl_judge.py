@@ -9,23 +9,15 @@ Everything with Python's imaplib: an independent client.
 import argparse
 import imaplib
 import json
-import re
 
-
-def check(what, typ, data):
-    if typ != "OK":
-        raise SystemExit(f"acl_judge: {what}: {typ} {data!r}")
-    return data
+# The IMAP judge's helpers (the same directory is on the path).
+from imap_judge import check, parse_names, quote
 
 
 def connect(args, account):
     m = imaplib.IMAP4("127.0.0.1", args.port, timeout=60)
     check("LOGIN", *m.login(account, args.password))
     return m
-
-
-def quote(s):
-    return '"' + s.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
 def share(args):
@@ -37,29 +29,10 @@ def share(args):
     m.logout()
 
 
-LIST_RE = re.compile(rb'^\((?P<attrs>[^)]*)\) (?P<sep>"(?:[^"\\]|\\.)*"|NIL) (?P<name>.*)$')
-
-
-def names(lines):
-    """The names of LIST responses (ASCII names here)."""
-    out = []
-    for item in lines:
-        if item is None:
-            continue
-        if isinstance(item, tuple):
-            out.append(item[1].decode())
-            continue
-        name = LIST_RE.match(item).group("name")
-        if name.startswith(b'"'):
-            name = re.sub(rb"\\(.)", rb"\1", name[1:-1])
-        out.append(name.decode())
-    return out
-
-
 def rights(args):
     m = connect(args, args.account)
     out = {}
-    for name in sorted(names(check("LIST", *m.list('""', "*")))):
+    for name in sorted(n for _, n in parse_names(check("LIST", *m.list('""', "*")))):
         entry = {}
         typ, data = m.myrights(quote(name))
         entry["myrights"] = data[0].decode().rsplit(" ", 1)[1] if typ == "OK" else typ
