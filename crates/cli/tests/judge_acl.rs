@@ -12,33 +12,25 @@
 mod common;
 mod judge;
 
-use judge::{is_root, Env};
-use mailvault_imap::testing::{DovecotOptions, DovecotServer, USER_PASSWORD};
-use std::fs;
-use std::path::{Path, PathBuf};
+use judge::{dovecot, empty_mail_root, Env};
+use mailvault_imap::testing::{DovecotServer, USER_PASSWORD};
+use std::path::Path;
 use std::process::Command;
 
-const MAIL_USER: &str = "vmail";
 const USERS: [&str; 3] = ["alice@example.org", "bob@example.org", "carol@example.org"];
 
-/// A Dovecot with ACLs and a shared namespace serving `mail_root`.
-fn dovecot(mail_root: &Path) -> Option<DovecotServer> {
+/// The configuration for ACLs: vfile files, a shared namespace, and the shared-mailbox
+/// dictionary as a file in `mail_root`.
+fn acl_config(mail_root: &Path) -> String {
     let m = mail_root.display();
-    let extra = format!(
+    format!(
         "mail_plugins = $mail_plugins acl\n\
          protocol imap {{\n  mail_plugins = $mail_plugins imap_acl\n}}\n\
          plugin {{\n  acl = vfile\n  acl_shared_dict = file:{m}/shared-mailboxes\n}}\n\
          namespace shared {{\n  type = shared\n  separator = /\n  prefix = shared/%%u/\n\
          \x20 location = maildir:{m}/%%d/%%n/Maildir:INDEXPVT=~/shared/%%u\n\
          \x20 subscriptions = no\n  list = children\n}}\n"
-    );
-    let opts = DovecotOptions {
-        mail_user: is_root().then(|| MAIL_USER.to_string()),
-        mail_root: Some(mail_root.to_path_buf()),
-        extra_config: extra,
-        ..Default::default()
-    };
-    DovecotServer::start_or_skip_with(&opts).expect("dovecot")
+    )
 }
 
 fn acl_judge(port: u16, args: &[&str]) -> String {
@@ -73,31 +65,11 @@ fn rights(server: &DovecotServer) -> Vec<String> {
         .collect()
 }
 
-/// An empty mail root owned by the mail user.
-fn mail_root(e: &Env, name: &str) -> PathBuf {
-    let p = e.path(name);
-    fs::create_dir(&p).unwrap();
-    if is_root() {
-        let out = Command::new("chown")
-            .args([&format!("{MAIL_USER}:{MAIL_USER}")])
-            .arg(&p)
-            .output()
-            .unwrap();
-        assert!(out.status.success(), "{out:?}");
-    }
-    fs::set_permissions(
-        e.dir.path(),
-        std::os::unix::fs::PermissionsExt::from_mode(0o755),
-    )
-    .unwrap();
-    p
-}
-
 #[test]
 fn dovecot_judge_shared_folders_and_rights_are_restored() {
     let e = Env::new();
-    let src_root = mail_root(&e, "vmail");
-    let Some(src) = dovecot(&src_root) else {
+    let src_root = empty_mail_root(&e, "vmail");
+    let Some(src) = dovecot(Some(src_root.clone()), acl_config(&src_root)) else {
         return;
     };
     for u in USERS {
@@ -138,14 +110,14 @@ fn dovecot_judge_shared_folders_and_rights_are_restored() {
 
     e.ok(&["init"]);
     e.ok(&["backup", &format!("maildir:{}", src_root.display())]);
-    let target = mail_root(&e, "restored");
+    let target = empty_mail_root(&e, "restored");
     e.ok(&[
         "restore",
         "latest",
         "--target",
         &format!("maildir:{}", target.display()),
     ]);
-    let served = dovecot(&target).unwrap();
+    let served = dovecot(Some(target.clone()), acl_config(&target)).unwrap();
     // The shared-mailbox dictionary is Dovecot's index of the ACL files (kept outside the
     // store on most servers: /var/lib/dovecot/db): rebuilt from the restored ones, as
     // docs/imap.md says to after a restore.

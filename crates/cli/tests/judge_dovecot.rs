@@ -19,26 +19,16 @@ mod common;
 mod judge;
 
 use judge::{
-    assert_none, compare, compare_meta, in_new, is_root, messages, populate, record, tree_meta,
-    Env, Fidelity, Login, State,
+    assert_none, chown_tree, compare, compare_meta, dovecot, empty_mail_root, in_new, is_root,
+    mail_owner, messages, populate, record, tree_meta, Env, Fidelity, Login, State, MAIL_USER,
 };
-use mailvault_imap::testing::{DovecotOptions, DovecotServer};
+use mailvault_imap::testing::DovecotServer;
 use std::fs;
 use std::os::unix::fs::MetadataExt;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
-const MAIL_USER: &str = "vmail";
 /// (account, rich plan)
 const ACCOUNTS: [(&str, bool); 2] = [("alice@example.org", true), ("bob@example.org", false)];
-
-fn dovecot(mail_root: Option<PathBuf>) -> Option<DovecotServer> {
-    let opts = DovecotOptions {
-        mail_user: is_root().then(|| MAIL_USER.to_string()),
-        mail_root,
-        ..Default::default()
-    };
-    DovecotServer::start_or_skip_with(&opts).expect("dovecot")
-}
 
 fn login(server: &DovecotServer) -> Login {
     Login {
@@ -46,38 +36,6 @@ fn login(server: &DovecotServer) -> Login {
         admin: server.master_user().into(),
         password: server.master_password().into(),
     }
-}
-
-/// (uid, gid) of the mail user (when root), else our own.
-fn mail_owner() -> (u32, u32) {
-    if !is_root() {
-        let m = fs::metadata("/proc/self").unwrap();
-        return (m.uid(), m.gid());
-    }
-    let passwd = fs::read_to_string("/etc/passwd").unwrap();
-    passwd
-        .lines()
-        .find_map(|l| {
-            let f: Vec<&str> = l.split(':').collect();
-            (f[0] == MAIL_USER).then(|| (f[2].parse().unwrap(), f[3].parse().unwrap()))
-        })
-        .expect("the vmail user (scripts/setup.sh creates it)")
-}
-
-/// An empty directory to restore into, owned by the mail user like the original mail
-/// root (what an administrator prepares; everything below it is the restore's).
-fn empty_mail_root(e: &Env, name: &str) -> PathBuf {
-    let p = e.path(name);
-    fs::create_dir(&p).unwrap();
-    let (uid, gid) = mail_owner();
-    std::os::unix::fs::chown(&p, Some(uid), Some(gid)).unwrap();
-    // The test's temp dir must be reachable by the mail user.
-    fs::set_permissions(
-        e.dir.path(),
-        std::os::unix::fs::PermissionsExt::from_mode(0o755),
-    )
-    .unwrap();
-    p
 }
 
 /// A populated Dovecot and its recorded state.
@@ -89,7 +47,7 @@ struct Source {
 
 impl Source {
     fn new() -> Option<Source> {
-        let server = dovecot(None)?;
+        let server = dovecot(None, String::new())?;
         let l = login(&server);
         let rich = messages(150, 30);
         let plain = messages(30, 0);
@@ -194,7 +152,7 @@ impl Source {
     /// has chowned it to the mail user, so that one failure does not hide the others.
     fn judge_after_chown(&self, target: &Path, fidelity: Fidelity, diffs: &mut Vec<String>) {
         chown_tree(target, mail_owner());
-        let served = dovecot(Some(target.to_path_buf())).unwrap();
+        let served = dovecot(Some(target.to_path_buf()), String::new()).unwrap();
         let mut more = Vec::new();
         self.judge(&served, fidelity, &mut more);
         if more.is_empty() {
@@ -251,7 +209,7 @@ fn dovecot_judge_maildir_restore_is_served_unchanged() {
         &mut diffs,
     );
     diffs.extend(compare_meta(&before, &tree_meta(&target)));
-    let served = dovecot(Some(target.clone())).unwrap();
+    let served = dovecot(Some(target.clone()), String::new()).unwrap();
     if src.judge(&served, Fidelity::Exact, &mut diffs) && is_root() {
         drop(served);
         src.judge_after_chown(&target, Fidelity::Exact, &mut diffs);
@@ -272,7 +230,7 @@ fn dovecot_judge_imap_restore_keeps_all_but_uids() {
     let e = Env::new();
     e.ok(&["init"]);
     e.ok(&["backup", &src.maildir_url()]);
-    let empty = dovecot(None).unwrap();
+    let empty = dovecot(None, String::new()).unwrap();
     let mut args = vec![
         "restore".to_string(),
         "latest".into(),
@@ -341,7 +299,7 @@ fn dovecot_judge_imap_backup_restores_to_maildir() {
     if chowned_by_test {
         chown_tree(&target, mail_owner());
     }
-    let served = dovecot(Some(target.clone())).unwrap();
+    let served = dovecot(Some(target.clone()), String::new()).unwrap();
     let mut more = Vec::new();
     src.judge(&served, Fidelity::AnyOrder, &mut more);
     diffs.extend(more.into_iter().map(|l| {
@@ -378,13 +336,4 @@ fn not_owned_by(root: &Path, owner: (u32, u32), when: &str) -> Option<String> {
             &wrong[..wrong.len().min(4)]
         )
     })
-}
-
-fn chown_tree(p: &Path, (uid, gid): (u32, u32)) {
-    std::os::unix::fs::lchown(p, Some(uid), Some(gid)).unwrap();
-    if fs::symlink_metadata(p).unwrap().is_dir() {
-        for e in fs::read_dir(p).unwrap() {
-            chown_tree(&e.unwrap().path(), (uid, gid));
-        }
-    }
 }

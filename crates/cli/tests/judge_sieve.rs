@@ -11,23 +11,20 @@
 mod common;
 mod judge;
 
-use judge::{is_root, Env};
-use mailvault_imap::testing::{DovecotOptions, DovecotServer};
+use judge::{chown_tree, dovecot, empty_mail_root, is_root, mail_owner, Env};
 use std::fs;
 use std::io::{BufRead, BufReader, Write};
 use std::net::TcpStream;
 use std::os::unix::fs::symlink;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
-const MAIL_USER: &str = "vmail";
 const BOB: &str = "bob@example.org";
 const RULES: &str = "require [\"fileinto\", \"mailbox\"];\n\
                      if header :contains \"subject\" \"[list]\" { fileinto :create \"Lists\"; }\n";
 const VACATION: &str = "require \"vacation\";\nvacation :days 7 \"Away until Monday.\";\n";
 
-/// A Dovecot with sieve for the LDA and ManageSieve on `sieve_port`, serving `mail_root`
-/// (a new one when `None`).
-fn dovecot(mail_root: Option<PathBuf>, sieve_port: u16) -> Option<DovecotServer> {
+/// The configuration for sieve: the LDA's plugin, ManageSieve on `sieve_port`.
+fn sieve_config(sieve_port: u16) -> String {
     let mut extra = format!(
         "protocols = imap sieve\n\
          protocol lda {{\n  mail_plugins = $mail_plugins sieve\n}}\n\
@@ -38,13 +35,7 @@ fn dovecot(mail_root: Option<PathBuf>, sieve_port: u16) -> Option<DovecotServer>
         extra.push_str("  chroot =\n");
     }
     extra.push_str("}\n");
-    let opts = DovecotOptions {
-        mail_user: is_root().then(|| MAIL_USER.to_string()),
-        mail_root,
-        extra_config: extra,
-        ..Default::default()
-    };
-    DovecotServer::start_or_skip_with(&opts).expect("dovecot")
+    extra
 }
 
 fn free_port() -> u16 {
@@ -131,23 +122,10 @@ fn list_message(n: u32) -> Vec<u8> {
     .into_bytes()
 }
 
-/// chown -R to the mail user (when root), for what the test writes into a home.
-fn chown_to_mail_user(p: &Path) {
-    if !is_root() {
-        return;
-    }
-    let out = std::process::Command::new("chown")
-        .args(["-R", "-h", &format!("{MAIL_USER}:{MAIL_USER}")])
-        .arg(p)
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "{out:?}");
-}
-
 #[test]
 fn dovecot_judge_sieve_scripts_are_restored_and_file_mail() {
     let port = free_port();
-    let Some(src) = dovecot(None, port) else {
+    let Some(src) = dovecot(None, sieve_config(port)) else {
         return;
     };
     // bob's first delivery makes his home and Maildir; then his scripts, one active.
@@ -158,7 +136,7 @@ fn dovecot_judge_sieve_scripts_are_restored_and_file_mail() {
     fs::write(home.join("sieve/rules.sieve"), RULES).unwrap();
     fs::write(home.join("sieve/vacation.sieve"), VACATION).unwrap();
     symlink("sieve/rules.sieve", home.join(".dovecot.sieve")).unwrap();
-    chown_to_mail_user(&home);
+    chown_tree(&home, mail_owner());
     src.deliver(BOB, None, &list_message(1)).unwrap();
     assert_eq!(
         filed_into_lists(&src.mail_root()),
@@ -175,14 +153,7 @@ fn dovecot_judge_sieve_scripts_are_restored_and_file_mail() {
     let e = Env::new();
     e.ok(&["init"]);
     e.ok(&["backup", &format!("maildir:{}", src.mail_root().display())]);
-    let target = e.path("restored");
-    fs::create_dir(&target).unwrap();
-    chown_to_mail_user(&target);
-    fs::set_permissions(
-        e.dir.path(),
-        std::os::unix::fs::PermissionsExt::from_mode(0o755),
-    )
-    .unwrap();
+    let target = empty_mail_root(&e, "restored");
     e.ok(&[
         "restore",
         "latest",
@@ -199,7 +170,7 @@ fn dovecot_judge_sieve_scripts_are_restored_and_file_mail() {
     }
 
     let port = free_port();
-    let served = dovecot(Some(target.clone()), port).unwrap();
+    let served = dovecot(Some(target.clone()), sieve_config(port)).unwrap();
     assert_eq!(
         list_scripts(port, BOB, served.password()),
         want,

@@ -8,19 +8,20 @@ mod common;
 
 use common::*;
 
+use mailvault_core::ops::backup::BackupReport;
 use mailvault_core::ops::restore::RestoreOptions;
 use mailvault_core::report::NoProgress;
 use mailvault_core::restore::Selection;
 use std::fs;
 use std::os::unix::fs::{symlink, MetadataExt, PermissionsExt};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 const VACATION: &[u8] = b"require \"vacation\";\nvacation :days 7 \"Away until Monday.\";\n";
 const RULES: &[u8] =
     b"require \"fileinto\";\nif header :contains \"subject\" \"[list]\" { fileinto \"Lists\"; }\n";
 
 /// bob's home: two scripts, the active one linked, a compiled one of each (left out),
-/// the LDA's duplicate database, a file of the admin's in a subdirectory.
+/// the LDA's duplicate database (mode 0600), an empty `sieve/tmp`.
 fn bob_home(home: &Path) {
     let sieve = home.join("sieve");
     fs::create_dir_all(sieve.join("tmp")).unwrap();
@@ -44,15 +45,22 @@ fn bob_home(home: &Path) {
     }
 }
 
+/// The small store below `dir` (`dir/vmail`), bob's home made by `fill`, backed up once
+/// into `dir/repo`: the store, bob's home, the backup's report.
+fn backed_up_with_home(dir: &Path, fill: impl FnOnce(&Path)) -> (PathBuf, PathBuf, BackupReport) {
+    let src = dir.join("vmail");
+    small_store(&src);
+    let home = src.join("example.org/bob");
+    fill(&home);
+    let mut repo = init_repo(&dir.join("repo"));
+    let rep = maildir_backup(&mut repo, &src, vec![]);
+    (src, home, rep)
+}
+
 #[test]
 fn an_accounts_sieve_scripts_and_their_link_come_back_with_it() {
     let t = tempfile::tempdir().unwrap();
-    let src = t.path().join("vmail");
-    small_store(&src);
-    let home = src.join("example.org/bob");
-    bob_home(&home);
-    let mut repo = init_repo(&t.path().join("repo"));
-    let rep = maildir_backup(&mut repo, &src, vec![]);
+    let (src, home, rep) = backed_up_with_home(t.path(), bob_home);
     assert_eq!(rep.accounts, 3);
     // The home's files are not messages: 4 (two scripts, the link, the dupes database).
     assert_eq!((rep.home_files, rep.home_files_new), (4, 4));
@@ -147,15 +155,12 @@ fn an_accounts_sieve_scripts_and_their_link_come_back_with_it() {
 #[test]
 fn a_link_out_of_the_home_is_reported_not_made() {
     let t = tempfile::tempdir().unwrap();
-    let src = t.path().join("vmail");
-    small_store(&src);
-    let home = src.join("example.org/bob");
-    fs::create_dir_all(home.join("sieve")).unwrap();
-    fs::write(home.join("sieve/a.sieve"), VACATION).unwrap();
-    symlink("/etc/passwd", home.join(".dovecot.sieve")).unwrap();
-    symlink("../../other/secret", home.join("sieve/up.sieve")).unwrap();
-    let mut repo = init_repo(&t.path().join("repo"));
-    maildir_backup(&mut repo, &src, vec![]);
+    backed_up_with_home(t.path(), |home| {
+        fs::create_dir_all(home.join("sieve")).unwrap();
+        fs::write(home.join("sieve/a.sieve"), VACATION).unwrap();
+        symlink("/etc/passwd", home.join(".dovecot.sieve")).unwrap();
+        symlink("../../other/secret", home.join("sieve/up.sieve")).unwrap();
+    });
     let repo = open_repo(&t.path().join("repo"));
     let out = t.path().join("out");
     let r = restore_latest(&repo, &out);
@@ -184,12 +189,8 @@ fn a_deleted_filter_is_put_back_alone_and_prune_keeps_homes() {
     use mailvault_core::ops::prune::{prune, PruneOptions};
     use mailvault_core::restore::Part;
     let t = tempfile::tempdir().unwrap();
-    let src = t.path().join("vmail");
-    small_store(&src);
-    let home = src.join("example.org/bob");
-    bob_home(&home);
-    let mut repo = init_repo(&t.path().join("repo"));
-    let first = maildir_backup(&mut repo, &src, vec![]).snapshot;
+    let (src, home, first) = backed_up_with_home(t.path(), bob_home);
+    let first = first.snapshot;
     fs::remove_file(home.join("sieve/vacation.sieve")).unwrap();
     let md = home.join("Maildir");
     put_msg(

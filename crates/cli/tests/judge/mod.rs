@@ -1,4 +1,5 @@
-//! What the judge tests (judge_dovecot.rs, judge_cyrus.rs) share: the messages they feed
+//! What the judge tests (judge_dovecot.rs, judge_cyrus.rs, judge_sieve.rs, judge_acl.rs)
+//! share: a Dovecot as the mail user and a mail root of theirs, the messages they feed
 //! the servers, the independent IMAP client that populates an account and records its
 //! state (imap_judge.py, Python's imaplib: the judge is not our own code), the comparison
 //! of two recorded states, and of owners and modes of two mail trees, with failure lines
@@ -14,11 +15,70 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 pub use crate::common::Env;
+use mailvault_imap::testing::{DovecotOptions, DovecotServer};
 
 /// Running as root: the judges then run the servers as a dedicated mail user and back
 /// up and restore as root, as an administrator does.
 pub fn is_root() -> bool {
     fs::metadata("/proc/self").unwrap().uid() == 0
+}
+
+/// The system user the judges run Dovecot's mail processes as, when root.
+pub const MAIL_USER: &str = "vmail";
+
+/// A Dovecot as the mail user (when root, as on a real server: it makes every folder
+/// 0700), serving `mail_root` as it is (a new one when `None`), with `extra_config`
+/// appended to its configuration.
+pub fn dovecot(mail_root: Option<PathBuf>, extra_config: String) -> Option<DovecotServer> {
+    let opts = DovecotOptions {
+        mail_user: is_root().then(|| MAIL_USER.to_string()),
+        mail_root,
+        extra_config,
+        ..Default::default()
+    };
+    DovecotServer::start_or_skip_with(&opts).expect("dovecot")
+}
+
+/// (uid, gid) of the mail user (when root), else our own.
+pub fn mail_owner() -> (u32, u32) {
+    if !is_root() {
+        let m = fs::metadata("/proc/self").unwrap();
+        return (m.uid(), m.gid());
+    }
+    let passwd = fs::read_to_string("/etc/passwd").unwrap();
+    passwd
+        .lines()
+        .find_map(|l| {
+            let f: Vec<&str> = l.split(':').collect();
+            (f[0] == MAIL_USER).then(|| (f[2].parse().unwrap(), f[3].parse().unwrap()))
+        })
+        .expect("the vmail user (scripts/setup.sh creates it)")
+}
+
+/// An empty directory for a mail root, owned by the mail user like the original one
+/// (what an administrator prepares; everything below it is the restore's or the
+/// server's). The test's temp dir is made reachable by the mail user.
+pub fn empty_mail_root(e: &Env, name: &str) -> PathBuf {
+    let p = e.path(name);
+    fs::create_dir(&p).unwrap();
+    let (uid, gid) = mail_owner();
+    std::os::unix::fs::chown(&p, Some(uid), Some(gid)).unwrap();
+    fs::set_permissions(
+        e.dir.path(),
+        std::os::unix::fs::PermissionsExt::from_mode(0o755),
+    )
+    .unwrap();
+    p
+}
+
+/// `chown -R` of `p` to `owner`, links themselves (never followed).
+pub fn chown_tree(p: &Path, owner: (u32, u32)) {
+    std::os::unix::fs::lchown(p, Some(owner.0), Some(owner.1)).unwrap();
+    if fs::symlink_metadata(p).unwrap().is_dir() {
+        for e in fs::read_dir(p).unwrap() {
+            chown_tree(&e.unwrap().path(), owner);
+        }
+    }
 }
 
 /// A directory of distinct, non-empty messages (`0001.eml`…): `n` from the corpus

@@ -268,8 +268,12 @@ impl Target for MaildirTarget {
             }
         }
         let dir_parts: Vec<&[u8]> = node.dir.split(|&c| c == b'/').collect();
-        let mut dirs = open_folder_dirs(self.shown(&fparts), acc_dir.as_fd(), &dir_parts, plain)?;
-        dirs.links = links;
+        let dirs = open_folder_dirs(
+            self.shown(&fparts),
+            acc_dir.as_fd(),
+            &dir_parts,
+            (plain, links),
+        )?;
         lock(&acc.attrs).append(&mut mine);
         if let Some(t) = node.mtime {
             lock(&acc.mtimes).insert(base.clone(), t);
@@ -500,12 +504,13 @@ impl FolderDirs {
 }
 
 /// Opens a folder's directory (`node_dir`: its components below the account's) and its
-/// `cur`, `new` and `tmp` (unless `plain`), creating them as needed.
+/// `cur`, `new` and `tmp` (unless `plain`), creating them as needed; `links`: which
+/// symbolic links are made in it.
 fn open_folder_dirs(
     shown: PathBuf,
     acc_dir: BorrowedFd,
     node_dir: &[&[u8]],
-    plain: bool,
+    (plain, links): (bool, Links),
 ) -> Result<FolderDirs> {
     let dir = open_path(acc_dir, node_dir, true).map_err(|(_, e)| Error::io(&shown, e))?;
     if plain {
@@ -516,7 +521,7 @@ fn open_folder_dirs(
             new: dup()?,
             dir,
             plain,
-            links: Links::None,
+            links,
         });
     }
     let sub = |name: &str| {
@@ -532,7 +537,7 @@ fn open_folder_dirs(
         cur,
         new,
         plain,
-        links: Links::None,
+        links,
     })
 }
 

@@ -406,17 +406,13 @@ fn rebuild_root(
             }
         };
         let before = (r.messages_dropped, r.files_dropped, r.trees_dropped);
-        let (mut folders, mut home) = (Vec::new(), Vec::new());
-        for f in t.folders {
-            folders.push(rebuild_folder(
-                repo, saver, &acc.name, f, usable, r, dry_run,
-            )?);
-        }
-        for f in t.home {
-            home.push(rebuild_folder(
-                repo, saver, &acc.name, f, usable, r, dry_run,
-            )?);
-        }
+        // Its folders, then its home's directories.
+        let mut rebuilt = |nodes: Vec<FolderNode>| -> Result<Vec<FolderNode>> {
+            (nodes.into_iter())
+                .map(|f| rebuild_folder(repo, saver, &acc.name, f, usable, r, dry_run))
+                .collect()
+        };
+        let (folders, home) = (rebuilt(t.folders)?, rebuilt(t.home)?);
         let mut acc = acc;
         if before != (r.messages_dropped, r.files_dropped, r.trees_dropped) {
             acc.messages = folders.iter().map(|f| f.messages).sum();

@@ -95,14 +95,6 @@ pub struct AccountTree {
     pub home: Vec<FolderNode>,
 }
 
-impl AccountTree {
-    /// Every node whose blobs the account holds: its folders, then its home's
-    /// directories (for the walks that must see every blob: prune, check, repair).
-    pub fn nodes(&self) -> impl Iterator<Item = &FolderNode> {
-        self.folders.iter().chain(&self.home)
-    }
-}
-
 /// One folder: its name, its Maildir directory, its own files and its message chunks.
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
 pub struct FolderNode {
@@ -912,7 +904,6 @@ mod tests {
         let blob = encode(&t);
         assert_eq!(blob[0], TREE_VERSION_7);
         assert_eq!(decode::<AccountTree>(&blob, "t").unwrap(), t);
-        assert_eq!(t.nodes().count(), 2);
     }
 
     /// As [`decode_old_folder`], of a version-2 or -3 folder holding `file`: it has no
