@@ -12,7 +12,7 @@
 mod common;
 mod judge;
 
-use judge::{dovecot, empty_mail_root, Env};
+use judge::{dovecot, empty_mail_root, maildir_round_trip, Env};
 use mailvault_imap::testing::{DovecotServer, USER_PASSWORD};
 use std::path::Path;
 use std::process::Command;
@@ -108,15 +108,7 @@ fn dovecot_judge_shared_folders_and_rights_are_restored() {
     );
     drop(src);
 
-    e.ok(&["init"]);
-    e.ok(&["backup", &format!("maildir:{}", src_root.display())]);
-    let target = empty_mail_root(&e, "restored");
-    e.ok(&[
-        "restore",
-        "latest",
-        "--target",
-        &format!("maildir:{}", target.display()),
-    ]);
+    let target = maildir_round_trip(&e, &src_root, "restored");
     let served = dovecot(Some(target.clone()), acl_config(&target)).unwrap();
     // The shared-mailbox dictionary is Dovecot's index of the ACL files (kept outside the
     // store on most servers: /var/lib/dovecot/db): rebuilt from the restored ones, as

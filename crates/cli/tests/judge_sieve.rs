@@ -11,7 +11,7 @@
 mod common;
 mod judge;
 
-use judge::{chown_tree, dovecot, empty_mail_root, is_root, mail_owner, Env};
+use judge::{chown_tree, dovecot, is_root, mail_owner, maildir_round_trip, Env};
 use std::fs;
 use std::io::{BufRead, BufReader, Write};
 use std::net::TcpStream;
@@ -151,15 +151,7 @@ fn dovecot_judge_sieve_scripts_are_restored_and_file_mail() {
     );
 
     let e = Env::new();
-    e.ok(&["init"]);
-    e.ok(&["backup", &format!("maildir:{}", src.mail_root().display())]);
-    let target = empty_mail_root(&e, "restored");
-    e.ok(&[
-        "restore",
-        "latest",
-        "--target",
-        &format!("maildir:{}", target.display()),
-    ]);
+    let target = maildir_round_trip(&e, &src.mail_root(), "restored");
     let back = target.join("example.org/bob");
     assert_eq!(
         fs::read_link(back.join(".dovecot.sieve")).unwrap(),

@@ -71,6 +71,17 @@ pub fn empty_mail_root(e: &Env, name: &str) -> PathBuf {
     p
 }
 
+/// As root, a new repository in `e`, a Maildir backup of the store `mail_root`, and its
+/// restore into an empty mail root `e/name` (the mail user's): that root.
+pub fn maildir_round_trip(e: &Env, mail_root: &Path, name: &str) -> PathBuf {
+    e.ok(&["init"]);
+    e.ok(&["backup", &format!("maildir:{}", mail_root.display())]);
+    let target = empty_mail_root(e, name);
+    let to = format!("maildir:{}", target.display());
+    e.ok(&["restore", "latest", "--target", &to]);
+    target
+}
+
 /// `chown -R` of `p` to `owner`, links themselves (never followed).
 pub fn chown_tree(p: &Path, owner: (u32, u32)) {
     std::os::unix::fs::lchown(p, Some(owner.0), Some(owner.1)).unwrap();
