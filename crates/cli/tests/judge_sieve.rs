@@ -11,7 +11,8 @@
 mod common;
 mod judge;
 
-use judge::{chown_tree, dovecot, is_root, mail_owner, maildir_round_trip, Env};
+use judge::{chown_tree, dovecot, imap_restore, is_root, mail_owner, maildir_round_trip, Env};
+use mailvault_imap::testing::DovecotServer;
 use std::fs;
 use std::io::{BufRead, BufReader, Write};
 use std::net::TcpStream;
@@ -122,12 +123,10 @@ fn list_message(n: u32) -> Vec<u8> {
     .into_bytes()
 }
 
-#[test]
-fn dovecot_judge_sieve_scripts_are_restored_and_file_mail() {
-    let port = free_port();
-    let Some(src) = dovecot(None, sieve_config(port)) else {
-        return;
-    };
+/// A Dovecot (ManageSieve on `port`) where bob has two scripts, `rules` active, which
+/// filed a list message: the server, and the scripts as LISTSCRIPTS shows them.
+fn source_with_scripts(port: u16) -> Option<(DovecotServer, Vec<(String, bool)>)> {
+    let src = dovecot(None, sieve_config(port))?;
     // bob's first delivery makes his home and Maildir; then his scripts, one active.
     src.deliver(BOB, None, b"Subject: hello\r\n\r\nfirst\r\n")
         .unwrap();
@@ -149,6 +148,15 @@ fn dovecot_judge_sieve_scripts_are_restored_and_file_mail() {
         home.join(".dovecot.svbin").exists(),
         "Dovecot compiled the active script"
     );
+    Some((src, want))
+}
+
+#[test]
+fn dovecot_judge_sieve_scripts_are_restored_and_file_mail() {
+    let port = free_port();
+    let Some((src, want)) = source_with_scripts(port) else {
+        return;
+    };
 
     let e = Env::new();
     let target = maildir_round_trip(&e, &src.mail_root(), "restored");
@@ -173,5 +181,50 @@ fn dovecot_judge_sieve_scripts_are_restored_and_file_mail() {
         filed_into_lists(&target),
         2,
         "the restored rule files the next list message"
+    );
+}
+
+/// Between formats: the Maildir store's scripts restored over IMAP into an empty Dovecot
+/// go in by ManageSieve (PUTSCRIPT, SETACTIVE), in the restore's third phase; that
+/// server files the next list message by the restored rule; a second restore changes
+/// nothing; with ManageSieve off, the scripts are reported as left and the exit is 1.
+#[test]
+fn dovecot_judge_sieve_scripts_are_restored_over_managesieve() {
+    let port = free_port();
+    let Some((src, want)) = source_with_scripts(port) else {
+        return;
+    };
+    let e = Env::new();
+    e.ok(&["init"]);
+    e.ok(&["backup", &format!("maildir:{}", src.mail_root().display())]);
+    drop(src);
+
+    let sieve = free_port();
+    let to = dovecot(None, sieve_config(sieve)).unwrap();
+    let port = sieve.to_string();
+    let (code, out, err) = imap_restore(&e, &to, &["--sieve-port", &port]);
+    assert_eq!(code, Some(0), "{out}{err}");
+    assert!(
+        out.contains("2 sieve scripts put, 1 active scripts set"),
+        "the third phase says what it did: {out}"
+    );
+    assert_eq!(list_scripts(sieve, BOB, to.password()), want);
+    to.deliver(BOB, None, &list_message(2)).unwrap();
+    let lists = to.mail_root().join("example.org/bob/Maildir/.Lists");
+    let filed: usize = ["new", "cur"]
+        .iter()
+        .map(|s| fs::read_dir(lists.join(s)).map_or(0, |d| d.count()))
+        .sum();
+    assert_eq!(filed, 2, "the restored rule files the next list message");
+
+    let (code, out, err) = imap_restore(&e, &to, &["--sieve-port", &port]);
+    assert_eq!(code, Some(0), "a second restore: {out}{err}");
+    assert_eq!(list_scripts(sieve, BOB, to.password()), want);
+
+    let (code, out, err) = imap_restore(&e, &to, &["--sieve-port", "0"]);
+    assert_eq!(code, Some(1), "{out}{err}");
+    assert!(
+        (out.clone() + &err).contains("2 script(s) not restored: ManageSieve is off"),
+        "{out}{err}"
     );
 }

@@ -22,6 +22,7 @@ pub mod proto;
 #[cfg(feature = "testing")]
 pub mod testing;
 
+pub use client::acl::AclEntry;
 pub use client::append::{AppendMsg, AppendOutcome, Refusal};
 pub use client::fetch::{Changes, FetchQuery, FetchedMessage, SearchKey, StoreMode};
 pub use client::mailbox::{CreateOutcome, Folder, MailboxInfo, MailboxStatus, SpecialUse};
@@ -29,6 +30,7 @@ pub use client::options::{
     AppendOptions, AppendStrategy, ClientOptions, Credentials, Endpoint, Security, TlsOptions,
 };
 pub use client::session::{Client, Session};
+pub use client::sieve::{Script, SieveSession};
 pub use crlf::{from_crlf, to_crlf, LineEndings};
 pub use error::{Error, ErrorKind, Result};
 pub use proto::capability::Capabilities;

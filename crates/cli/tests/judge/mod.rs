@@ -82,6 +82,32 @@ pub fn maildir_round_trip(e: &Env, mail_root: &Path, name: &str) -> PathBuf {
     target
 }
 
+/// `mailvault restore latest` of `e`'s repository into `server` over IMAP, as its
+/// master user, with `extra` flags: exit code, stdout, stderr.
+pub fn imap_restore(
+    e: &Env,
+    server: &DovecotServer,
+    extra: &[&str],
+) -> (Option<i32>, String, String) {
+    let pass = e.path("imap-pass");
+    fs::write(&pass, format!("{}\n", server.master_password())).unwrap();
+    fs::set_permissions(&pass, std::os::unix::fs::PermissionsExt::from_mode(0o600)).unwrap();
+    let url = format!("imap://127.0.0.1:{}", server.port());
+    let pass = pass.display().to_string();
+    let mut args = vec![
+        "restore",
+        "latest",
+        "--target",
+        &url,
+        "--imap-master-user",
+        server.master_user(),
+        "--imap-password-file",
+        &pass,
+    ];
+    args.extend_from_slice(extra);
+    e.run_text(&args)
+}
+
 /// `chown -R` of `p` to `owner`, links themselves (never followed).
 pub fn chown_tree(p: &Path, owner: (u32, u32)) {
     std::os::unix::fs::lchown(p, Some(owner.0), Some(owner.1)).unwrap();

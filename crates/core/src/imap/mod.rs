@@ -143,10 +143,6 @@ pub struct Phase {
 }
 
 impl Phase {
-    pub(crate) fn new(name: &str, items: u64, started: Instant, note: String) -> Phase {
-        Phase::of_secs(name, items, started.elapsed().as_secs_f64(), note)
-    }
-
     fn of_secs(name: &str, items: u64, secs: f64, note: String) -> Phase {
         Phase {
             name: name.into(),

@@ -1,6 +1,7 @@
 //! The blocking IMAP client: [`Client`](session::Client) holds connection settings, each
 //! [`Session`](session::Session) is one connection (one per thread).
 
+pub mod acl;
 pub mod append;
 mod conn;
 pub mod fetch;
@@ -8,4 +9,5 @@ pub mod mailbox;
 pub mod options;
 mod pipeline;
 pub mod session;
+pub mod sieve;
 mod stream;

@@ -111,7 +111,12 @@ impl Client {
     }
 }
 
-fn connect_tcp(host: &str, port: u16, timeout: Duration, server: &str) -> Result<TcpStream> {
+pub(crate) fn connect_tcp(
+    host: &str,
+    port: u16,
+    timeout: Duration,
+    server: &str,
+) -> Result<TcpStream> {
     let err = |source: io::Error| Error::Connect {
         server: server.to_string(),
         source,

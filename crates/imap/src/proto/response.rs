@@ -316,6 +316,21 @@ pub enum Untagged<'a> {
         /// The expunged UIDs.
         uids: SeqSet,
     },
+    /// `* ACL mailbox (identifier rights)*` (RFC 4314): who may do what.
+    Acl {
+        /// Mailbox name as on the wire.
+        mailbox: Vec<u8>,
+        /// (identifier, rights), as sent (an identifier with a leading `-` holds
+        /// negative rights).
+        entries: Vec<(Vec<u8>, Vec<u8>)>,
+    },
+    /// `* MYRIGHTS mailbox rights` (RFC 4314): what the logged-in user may do.
+    MyRights {
+        /// Mailbox name as on the wire.
+        mailbox: Vec<u8>,
+        /// The rights' letters.
+        rights: Vec<u8>,
+    },
     /// Anything else (NAMESPACE, ID, METADATA...), unparsed.
     Other {
         /// Response name, upper-cased.
@@ -835,6 +850,27 @@ impl<'a> Parser<'a> {
                 }
                 Untagged::MailboxStatus { mailbox, items }
             }
+            "ACL" => {
+                self.sp()?;
+                let mailbox = self.astring()?.into_owned();
+                let mut entries = Vec::new();
+                while self.eat(b' ') {
+                    if self.at_eol() {
+                        break;
+                    }
+                    let id = self.astring()?.into_owned();
+                    self.sp()?;
+                    entries.push((id, self.astring()?.into_owned()));
+                }
+                Untagged::Acl { mailbox, entries }
+            }
+            "MYRIGHTS" => {
+                self.sp()?;
+                let mailbox = self.astring()?.into_owned();
+                self.sp()?;
+                let rights = self.astring()?.into_owned();
+                Untagged::MyRights { mailbox, rights }
+            }
             "VANISHED" => {
                 self.sp()?;
                 let mut earlier = false;
@@ -1022,6 +1058,47 @@ mod tests {
             Response::Untagged(u) => u,
             other => panic!("not untagged: {other:?}"),
         }
+    }
+
+    /// RFC 4314's examples, and Dovecot's: quoted and atom identifiers, a negative
+    /// right, a literal, an empty ACL.
+    #[test]
+    fn acl_and_myrights() {
+        assert_eq!(
+            untagged(b"* ACL INBOX Fred rwipsldexta -Fred c\r\n"),
+            Untagged::Acl {
+                mailbox: b"INBOX".to_vec(),
+                entries: vec![
+                    (b"Fred".to_vec(), b"rwipsldexta".to_vec()),
+                    (b"-Fred".to_vec(), b"c".to_vec()),
+                ],
+            }
+        );
+        assert_eq!(
+            untagged(b"* ACL \"Team &APw-\" \"bob@example.org\" lrs {6}\r\n$staff lr\r\n"),
+            Untagged::Acl {
+                mailbox: b"Team &APw-".to_vec(),
+                entries: vec![
+                    (b"bob@example.org".to_vec(), b"lrs".to_vec()),
+                    (b"$staff".to_vec(), b"lr".to_vec()),
+                ],
+            }
+        );
+        assert_eq!(
+            untagged(b"* ACL Empty\r\n"),
+            Untagged::Acl {
+                mailbox: b"Empty".to_vec(),
+                entries: vec![],
+            }
+        );
+        assert_eq!(
+            untagged(b"* MYRIGHTS INBOX rwiptsldaex\r\n"),
+            Untagged::MyRights {
+                mailbox: b"INBOX".to_vec(),
+                rights: b"rwiptsldaex".to_vec(),
+            }
+        );
+        assert!(parse_response(b"* ACL INBOX Fred\r\n").is_err());
     }
 
     #[test]

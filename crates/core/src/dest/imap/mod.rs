@@ -10,7 +10,9 @@
 //!    the server can set it) and the subscriptions that fall within the selection;
 //! 2. **data** ([`Target::write_batch`]): APPEND with flags and keywords, INTERNALDATE,
 //!    LF -> CRLF, one MULTIAPPEND per batch when the server offers it;
-//! 3. **acls**: not in snapshots yet, reported as such.
+//! 3. **shares and filters** ([`shares`]), once an account's data is in: its folders'
+//!    access control lists (SETACL, from the snapshot's `dovecot-acl` files) and its
+//!    sieve scripts (PUTSCRIPT, SETACTIVE over ManageSieve, from its home).
 //!
 //! Every batch is written to the [`journal`] before it is sent and
 //! when the server answered. A re-run trusts an accepted record only when the server still
@@ -24,6 +26,7 @@
 
 pub mod crlf;
 pub mod journal;
+pub mod shares;
 
 use super::{
     AccountInfo, Caps, FolderInfo, Item, Message, Order, Outcome, RestoreFailures, Target,
@@ -76,6 +79,9 @@ pub struct ImapRestoreOptions {
     pub batch_messages: usize,
     /// Most bytes per batch.
     pub batch_bytes: usize,
+    /// The server's ManageSieve port, where accounts' sieve scripts are put (4190);
+    /// 0: none (the scripts are reported as not restored).
+    pub sieve_port: u16,
 }
 
 impl ImapRestoreOptions {
@@ -96,6 +102,7 @@ impl ImapRestoreOptions {
             journal_dir: crate::imap::default_journal_dir(),
             batch_messages: 500,
             batch_bytes: 8 << 20,
+            sieve_port: 4190,
         }
     }
 }
@@ -136,6 +143,12 @@ pub struct ImapRestoreReport {
     pub items_failed: u64,
     /// Bytes appended (CRLF form).
     pub bytes_appended: u64,
+    /// Access control entries set (SETACL), and on how many folders.
+    pub acl_entries_set: u64,
+    pub acl_folders: u64,
+    /// Sieve scripts put (PUTSCRIPT), and accounts whose active script was set.
+    pub sieve_scripts_put: u64,
+    pub sieve_active_set: u64,
     pub elapsed_secs: f64,
     /// Messages appended per second.
     pub items_per_sec: f64,
@@ -156,6 +169,9 @@ pub struct ImapTarget {
     header: String,
     provisioning: Span,
     data: Span,
+    /// The third phase: its time, and what it did.
+    shares_span: Span,
+    shares: shares::Done,
     provisioned: Mutex<Vec<Provisioned>>,
     accounts: Mutex<Vec<AccountFigures>>,
     journaled: AtomicU64,
@@ -196,6 +212,8 @@ struct Shared {
     appended: AtomicU64,
     skipped: AtomicU64,
     started: Instant,
+    /// Its folders' ACLs and its sieve scripts, for the third phase.
+    pending: shares::Pending,
 }
 
 /// A folder being restored.
@@ -254,6 +272,8 @@ impl ImapTarget {
             run_dir,
             provisioning: Span::default(),
             data: Span::default(),
+            shares_span: Span::default(),
+            shares: shares::Done::default(),
             provisioned: Mutex::new(Vec::new()),
             accounts: Mutex::new(Vec::new()),
             journaled: AtomicU64::new(0),
@@ -288,6 +308,10 @@ impl ImapTarget {
             ));
         }
         let appended = r.items_restored;
+        let sh = &self.shares;
+        let (acl_entries, acl_folders) =
+            (sh.acl_entries.load(Relaxed), sh.acl_folders.load(Relaxed));
+        let (scripts, active) = (sh.scripts.load(Relaxed), sh.active.load(Relaxed));
         let journaled = self.journaled.load(Relaxed);
         let existing = self.existing.load(Relaxed);
         let phases = vec![
@@ -303,11 +327,12 @@ impl ImapTarget {
                     "{appended} appended, {journaled} already done by an earlier run, {existing} found on the server"
                 ),
             ),
-            Phase::new(
-                "acls",
-                0,
-                Instant::now(),
-                "ACLs and shared folders are not in snapshots yet: nothing to restore".into(),
+            self.shares_span.phase(
+                "shares and filters",
+                acl_entries + scripts,
+                format!(
+                    "{acl_entries} ACL entries set on {acl_folders} folders, {scripts} sieve scripts put, {active} active scripts set"
+                ),
             ),
         ];
         let mut per_account = self
@@ -327,6 +352,10 @@ impl ImapTarget {
             items_existing: existing,
             items_failed: r.items_failed,
             bytes_appended: r.bytes_written,
+            acl_entries_set: acl_entries,
+            acl_folders,
+            sieve_scripts_put: scripts,
+            sieve_active_set: active,
             elapsed_secs: r.elapsed_secs,
             items_per_sec: per_sec(appended, r.elapsed_secs),
             mb_per_sec: r.mb_per_sec,
@@ -516,7 +545,7 @@ impl Target for ImapTarget {
             batch_bytes: self.opts.batch_bytes,
             lane_messages: MESSAGES_PER_CONNECTION,
             folder_files: false,
-            home: false,
+            home: true,
             keywords: true,
             hard_links: false,
             parts: true,
@@ -541,6 +570,7 @@ impl Target for ImapTarget {
                 appended: AtomicU64::new(0),
                 skipped: AtomicU64::new(0),
                 started: Instant::now(),
+                pending: shares::Pending::default(),
             })))
         });
         if opened.is_err() {
@@ -560,6 +590,7 @@ impl Target for ImapTarget {
     fn open_folder(&self, acc: &ImapAccount, info: &FolderInfo) -> Result<ImapFolder> {
         let acc = &acc.0;
         let name = info.name.to_string();
+        acc.pending.take(&acc.name, info);
         // A message the journal says was accepted counts only if the server still has
         // it: deleted since, it is restored again; without a UID to look for (no
         // UIDPLUS) or with a new UIDVALIDITY, it is looked for like one in doubt.
@@ -673,10 +704,17 @@ impl Target for ImapTarget {
         if let Err(e) = acc.journal.sync() {
             failures.add(format!("account {}", acc.name), e);
         }
+        self.data.add(acc.started);
+        if !acc.pending.is_empty() {
+            let t = Instant::now();
+            let mut lane = Lane::new(self, &acc);
+            self.shares_and_filters(&acc, lane.session(), failures);
+            drop(lane);
+            self.shares_span.add(t);
+        }
         for s in std::mem::take(&mut *lock(&acc.sessions)) {
             let _ = s.logout();
         }
-        self.data.add(acc.started);
         let (appended, skipped) = (acc.appended.load(Relaxed), acc.skipped.load(Relaxed));
         lock(&self.accounts).push(AccountFigures {
             account: acc.name.clone(),
