@@ -12,7 +12,7 @@
 mod common;
 mod judge;
 
-use judge::{dovecot, empty_mail_root, imap_restore, maildir_round_trip, Env};
+use judge::{dovecot, empty_mail_root, imap_backup, imap_restore, maildir_round_trip, Env};
 use mailvault_imap::testing::{DovecotServer, USER_PASSWORD};
 use std::path::Path;
 use std::process::Command;
@@ -120,9 +120,14 @@ fn dovecot_judge_shared_folders_and_rights_are_restored() {
 
     let target = maildir_round_trip(&e, &src_root, "restored");
     let served = dovecot(Some(target.clone()), acl_config(&target)).unwrap();
-    // The shared-mailbox dictionary is Dovecot's index of the ACL files (kept outside the
-    // store on most servers: /var/lib/dovecot/db): rebuilt from the restored ones, as
-    // docs/imap.md says to after a restore.
+    recalc(&served);
+    assert_eq!(rights(&served), before);
+}
+
+/// The shared-mailbox dictionary is Dovecot's index of the ACL files (kept outside the
+/// store on most servers: /var/lib/dovecot/db): rebuilt from the restored ones, as
+/// docs/imap.md says to after a restore into a store.
+fn recalc(served: &DovecotServer) {
     for u in USERS {
         let conf = served.root().join("dovecot.conf");
         let o = Command::new("doveadm")
@@ -133,7 +138,6 @@ fn dovecot_judge_shared_folders_and_rights_are_restored() {
             .unwrap();
         assert!(o.status.success(), "doveadm acl recalc -u {u}: {o:?}");
     }
-    assert_eq!(rights(&served), before);
 }
 
 /// Between formats: the store's `dovecot-acl` files restored over IMAP into an empty
@@ -162,4 +166,43 @@ fn dovecot_judge_shared_folders_are_restored_over_imap() {
         );
         assert_eq!(rights(&to), before, "after the {round} restore");
     }
+}
+
+/// An IMAP backup keeps each folder's ACL (GETACL) as its `dovecot-acl` file, the same
+/// form a Maildir store has: restored over IMAP into an empty Dovecot, and into an empty
+/// store a Dovecot then serves (its `dovecot-acl` files written), each user sees the
+/// same folders, MYRIGHTS and GETACL.
+/// Folders of other users' shared namespace are not the account's and are not taken.
+#[test]
+fn dovecot_judge_shared_folders_are_backed_up_over_imap() {
+    let e = Env::new();
+    let Some((src, before)) = source_with_shares(&e) else {
+        return;
+    };
+    e.ok(&["init"]);
+    imap_backup(&e, &src, &USERS, &["--sieve-port", "0"]);
+    drop(src);
+
+    let root = empty_mail_root(&e, "empty");
+    let to = dovecot(Some(root.clone()), acl_config(&root)).unwrap();
+    let (code, out, err) = imap_restore(&e, &to, &["--sieve-port", "0"]);
+    assert_eq!(code, Some(0), "{out}{err}");
+    // The owner's default entry, which GETACL lists too, is not set.
+    assert!(out.contains("3 ACL entries set on 2 folders"), "{out}");
+    assert_eq!(rights(&to), before, "restored over IMAP");
+
+    let target = empty_mail_root(&e, "restored");
+    let mut args = vec![
+        "restore".to_string(),
+        "latest".into(),
+        "--target".into(),
+        format!("maildir:{}", target.display()),
+    ];
+    if judge::is_root() {
+        args.extend(["--chown".into(), format!("{0}:{0}", judge::MAIL_USER)]);
+    }
+    e.ok(&args.iter().map(String::as_str).collect::<Vec<_>>());
+    let served = dovecot(Some(target.clone()), acl_config(&target)).unwrap();
+    recalc(&served);
+    assert_eq!(rights(&served), before, "restored into a store");
 }

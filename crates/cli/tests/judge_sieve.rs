@@ -11,7 +11,9 @@
 mod common;
 mod judge;
 
-use judge::{chown_tree, dovecot, imap_restore, is_root, mail_owner, maildir_round_trip, Env};
+use judge::{
+    chown_tree, dovecot, imap_backup, imap_restore, is_root, mail_owner, maildir_round_trip, Env,
+};
 use mailvault_imap::testing::DovecotServer;
 use std::fs;
 use std::io::{BufRead, BufReader, Write};
@@ -227,4 +229,59 @@ fn dovecot_judge_sieve_scripts_are_restored_over_managesieve() {
         (out.clone() + &err).contains("2 script(s) not restored: ManageSieve is off"),
         "{out}{err}"
     );
+}
+
+/// An IMAP backup keeps the account's scripts (ManageSieve LISTSCRIPTS, GETSCRIPT) as a
+/// Dovecot home: restored into an empty store, a Dovecot serving it lists the same
+/// scripts, the same one active, and files by the restored rule; restored over IMAP into
+/// another empty Dovecot, the same. A second backup finds them unchanged.
+#[test]
+fn dovecot_judge_sieve_scripts_are_backed_up_over_managesieve() {
+    let port = free_port();
+    let Some((src, want)) = source_with_scripts(port) else {
+        return;
+    };
+    let e = Env::new();
+    e.ok(&["init"]);
+    let sieve = port.to_string();
+    let out = imap_backup(&e, &src, &[BOB], &["--sieve-port", &sieve]);
+    assert!(
+        out.contains("3 files of the accounts' homes (sieve scripts): 3 new"),
+        "{out}"
+    );
+    let again = imap_backup(&e, &src, &[BOB], &["--sieve-port", &sieve]);
+    assert!(
+        again.contains("3 files of the accounts' homes (sieve scripts): 0 new"),
+        "nothing changed: {again}"
+    );
+    drop(src);
+
+    let target = judge::empty_mail_root(&e, "restored");
+    let mut args = vec![
+        "restore".to_string(),
+        "latest".into(),
+        "--target".into(),
+        format!("maildir:{}", target.display()),
+    ];
+    if is_root() {
+        args.extend(["--chown".into(), format!("{0}:{0}", judge::MAIL_USER)]);
+    }
+    e.ok(&args.iter().map(String::as_str).collect::<Vec<_>>());
+    let back = target.join("example.org/bob");
+    assert_eq!(
+        fs::read_link(back.join(".dovecot.sieve")).unwrap(),
+        Path::new("sieve/rules.sieve")
+    );
+    let port = free_port();
+    let served = dovecot(Some(target.clone()), sieve_config(port)).unwrap();
+    assert_eq!(list_scripts(port, BOB, served.password()), want);
+    served.deliver(BOB, None, &list_message(2)).unwrap();
+    assert_eq!(filed_into_lists(&target), 2, "filed by the restored rule");
+
+    let port = free_port();
+    let to = dovecot(None, sieve_config(port)).unwrap();
+    let p = port.to_string();
+    let (code, out, err) = imap_restore(&e, &to, &["--sieve-port", &p]);
+    assert_eq!(code, Some(0), "{out}{err}");
+    assert_eq!(list_scripts(port, BOB, to.password()), want);
 }

@@ -167,6 +167,7 @@ fn dotted_folders_with_one_uidvalidity_stay_apart() {
         connections: 1,
         parallel_accounts: 1,
         fetch_batch: 50,
+        sieve_port: 0,
         run: RunOptions::new("test"),
     };
     let b_rep = imap_backup(&mut repo, &opts, &NoProgress).unwrap();

@@ -25,7 +25,9 @@ pub mod testing;
 pub use client::acl::AclEntry;
 pub use client::append::{AppendMsg, AppendOutcome, Refusal};
 pub use client::fetch::{Changes, FetchQuery, FetchedMessage, SearchKey, StoreMode};
-pub use client::mailbox::{CreateOutcome, Folder, MailboxInfo, MailboxStatus, SpecialUse};
+pub use client::mailbox::{
+    CreateOutcome, Folder, MailboxInfo, MailboxStatus, Namespaces, SpecialUse,
+};
 pub use client::options::{
     AppendOptions, AppendStrategy, ClientOptions, Credentials, Endpoint, Security, TlsOptions,
 };

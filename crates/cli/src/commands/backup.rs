@@ -531,6 +531,7 @@ fn run_imap(g: &GlobalOpts, a: Args) -> Result<BackupReport> {
         connections: a.imap.connections.max(1),
         parallel_accounts: a.imap.accounts.max(1),
         fetch_batch: 200,
+        sieve_port: a.imap.sieve_port,
     };
     run_backup(g, a.time, |r, time, bar| {
         ImapSource::new(&opts).and_then(|s| backup::run(r, &s, &opts.run, time, bar))

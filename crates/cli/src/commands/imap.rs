@@ -41,6 +41,11 @@ pub struct ImapArgs {
     /// Accounts handled at the same time (restore: largest first).
     #[arg(long, default_value_t = 4)]
     pub accounts: usize,
+    /// The server's ManageSieve port, where the accounts' sieve scripts are read from
+    /// (backup) or put (restore): the IMAP server's host, STARTTLS when the IMAP
+    /// connection has TLS. 0: none (a restore reports the scripts as left).
+    #[arg(long, value_name = "PORT", default_value_t = 4190)]
+    pub sieve_port: u16,
 }
 
 impl ImapArgs {
@@ -51,6 +56,7 @@ impl ImapArgs {
             || self.starttls
             || self.insecure
             || self.ca_file.is_some()
+            || self.sieve_port != 4190
     }
 
     /// The connection to `url` (`imap://host[:port]`, `imaps://host[:port]`).

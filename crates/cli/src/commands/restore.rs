@@ -98,11 +98,6 @@ pub struct TargetArgs {
     /// IMAP: most messages per APPEND batch.
     #[arg(long, default_value_t = 500)]
     pub batch: usize,
-    /// IMAP: the server's ManageSieve port, where the accounts' sieve scripts go
-    /// (default 4190; STARTTLS when the IMAP connection has TLS); 0: restore none (they
-    /// are reported as left).
-    #[arg(long, value_name = "PORT")]
-    pub sieve_port: Option<u16>,
     /// Maildir, as root: give files and directories their recorded uid and gid as numbers
     /// (by default owners are mapped by their recorded user and group names).
     #[arg(long, conflicts_with = "chown")]
@@ -126,7 +121,6 @@ impl TargetArgs {
             || self.create_accounts
             || self.max_rate.is_some()
             || self.journal.is_some()
-            || self.sieve_port.is_some()
         {
             anyhow::bail!("the IMAP flags only apply to imap:// and imaps:// targets");
         }
@@ -176,9 +170,7 @@ impl TargetArgs {
         opts.skip_existing = self.skip_existing;
         opts.create_accounts = self.create_accounts;
         opts.batch_messages = self.batch.max(1);
-        if let Some(p) = self.sieve_port {
-            opts.sieve_port = p;
-        }
+        opts.sieve_port = self.imap.sieve_port;
         if let Some(j) = &self.journal {
             opts.journal_dir = j.clone();
         }

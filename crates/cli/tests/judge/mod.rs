@@ -82,6 +82,20 @@ pub fn maildir_round_trip(e: &Env, mail_root: &Path, name: &str) -> PathBuf {
     target
 }
 
+/// The flags that log in to `server` as its master user (its password in a file of
+/// `e`, mode 0600).
+pub fn master_args(e: &Env, server: &DovecotServer) -> Vec<String> {
+    let pass = e.path("imap-pass");
+    fs::write(&pass, format!("{}\n", server.master_password())).unwrap();
+    fs::set_permissions(&pass, std::os::unix::fs::PermissionsExt::from_mode(0o600)).unwrap();
+    vec![
+        "--imap-master-user".into(),
+        server.master_user().into(),
+        "--imap-password-file".into(),
+        pass.display().to_string(),
+    ]
+}
+
 /// `mailvault restore latest` of `e`'s repository into `server` over IMAP, as its
 /// master user, with `extra` flags: exit code, stdout, stderr.
 pub fn imap_restore(
@@ -89,23 +103,30 @@ pub fn imap_restore(
     server: &DovecotServer,
     extra: &[&str],
 ) -> (Option<i32>, String, String) {
-    let pass = e.path("imap-pass");
-    fs::write(&pass, format!("{}\n", server.master_password())).unwrap();
-    fs::set_permissions(&pass, std::os::unix::fs::PermissionsExt::from_mode(0o600)).unwrap();
-    let url = format!("imap://127.0.0.1:{}", server.port());
-    let pass = pass.display().to_string();
     let mut args = vec![
-        "restore",
-        "latest",
-        "--target",
-        &url,
-        "--imap-master-user",
-        server.master_user(),
-        "--imap-password-file",
-        &pass,
+        "restore".to_string(),
+        "latest".into(),
+        "--target".into(),
+        format!("imap://127.0.0.1:{}", server.port()),
     ];
-    args.extend_from_slice(extra);
-    e.run_text(&args)
+    args.extend(master_args(e, server));
+    args.extend(extra.iter().map(|a| a.to_string()));
+    e.run_text(&args.iter().map(String::as_str).collect::<Vec<_>>())
+}
+
+/// `mailvault backup` of `accounts` of `server` over IMAP into `e`'s repository, as its
+/// master user, with `extra` flags; it must succeed. Its output.
+pub fn imap_backup(e: &Env, server: &DovecotServer, accounts: &[&str], extra: &[&str]) -> String {
+    let mut args = vec![
+        "backup".to_string(),
+        format!("imap://127.0.0.1:{}", server.port()),
+    ];
+    args.extend(master_args(e, server));
+    for a in accounts {
+        args.extend(["--account".to_string(), a.to_string()]);
+    }
+    args.extend(extra.iter().map(|a| a.to_string()));
+    e.ok(&args.iter().map(String::as_str).collect::<Vec<_>>())
 }
 
 /// `chown -R` of `p` to `owner`, links themselves (never followed).

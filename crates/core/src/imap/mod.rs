@@ -7,6 +7,7 @@
 //! The wire protocol is `mailvault-imap`'s; this module only decides what to send and
 //! keeps the books. What is normalized on the way is written down in `docs/imap.md`.
 
+pub mod acl;
 pub mod names;
 
 pub use mailvault_imap as client;
@@ -128,6 +129,21 @@ impl Connection {
             _ => "imap",
         };
         format!("{scheme}://{}", t.server())
+    }
+
+    /// The server's ManageSieve (RFC 5804) on `port`: the IMAP server's host, with
+    /// STARTTLS when the IMAP connection has TLS (ManageSieve has no implicit-TLS port);
+    /// `None` for port 0 (none).
+    pub fn sieve(&self, port: u16) -> Option<ClientOptions> {
+        if port == 0 {
+            return None;
+        }
+        let mut o = self.client.clone();
+        o.endpoint.port = port;
+        if o.endpoint.security == mailvault_imap::Security::Tls {
+            o.endpoint.security = mailvault_imap::Security::StartTls;
+        }
+        Some(o)
     }
 }
 

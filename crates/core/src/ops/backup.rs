@@ -23,11 +23,12 @@ use crate::repo::writer::records::WriterMark;
 use crate::repo::writer::BlobSaver;
 use crate::repo::{lock, Repository};
 use crate::report::{per_sec, ratio, Failure, Progress};
-use crate::source::file::FileSource;
 use crate::source::parent::ParentAccount;
 use crate::source::writer::{Counters, Ctx, Entries, OwnerIds};
 use crate::source::Source;
-use crate::source::{Account, Failures, Folder, FolderWriter, Parallelism, RunOptions, Samples};
+use crate::source::{
+    home, Account, Failures, Folder, FolderWriter, Home, Parallelism, RunOptions, Samples,
+};
 use mailvault_imap::maildir_flags::KeywordTable;
 use rayon::prelude::*;
 use serde::Serialize;
@@ -467,13 +468,16 @@ fn backup_account<S: Source>(
     };
     // INBOX first, then by directory.
     folders.sort_by(|a, b| (!a.dir.is_empty(), &a.dir).cmp(&(!b.dir.is_empty(), &b.dir)));
-    let home = match source.home(acc).map(|h| crate::source::home::source(&h)) {
-        Some(Ok(home)) => backup_home(ctx, &home, &parent_home),
-        Some(Err(e)) => {
-            ctx.failures
-                .fail(format!("account {} (its home)", acc.name), e);
-            Vec::new()
-        }
+    let home = match source.home(acc, &ctx.failures) {
+        Some(Home::Dir { dir, view }) => match home::source(&dir, view.as_ref()) {
+            Ok(home) => backup_home(ctx, &home, &parent_home),
+            Err(e) => {
+                ctx.failures
+                    .fail(format!("account {} (its home)", acc.name), e);
+                Vec::new()
+            }
+        },
+        Some(Home::Files(files)) => backup_home(ctx, &home::Served::new(files), &parent_home),
         None => Vec::new(),
     };
     let t = AccountTree { folders, home };
@@ -525,11 +529,16 @@ fn parent_account(
     }
 }
 
-/// Backs up an account's home (see [`Source::home`]) with the `file:` source: its
-/// directories, in order, as the account tree keeps them; the parent's home files whose
-/// size, mtime and inode are unchanged are not read again. Problems are the run's
-/// failures, named by path; the account goes on.
-fn backup_home(ctx: &Ctx, home: &FileSource, parent: &ParentAccount) -> Vec<FolderNode> {
+/// Backs up an account's home (see [`Source::home`]) with the `file:` source, or the
+/// source of a home a server gave ([`home::Served`]): its directories, in order, as the
+/// account tree keeps them; the parent's home files whose size, mtime and inode are
+/// unchanged are not read again. Problems are the run's failures, named by path; the
+/// account goes on.
+fn backup_home<S: Source<Session = ()>>(
+    ctx: &Ctx,
+    home: &S,
+    parent: &ParentAccount,
+) -> Vec<FolderNode> {
     let acc = match home.accounts() {
         Ok(mut a) if a.len() == 1 => a.remove(0),
         Ok(_) => return Vec::new(),

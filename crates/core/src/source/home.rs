@@ -11,8 +11,12 @@
 //! sieve scripts (`*.svbin`: Dovecot compiles them again from the scripts on first use).
 
 use super::file::{FileOptions, FileSource};
-use super::{Account, Home, RunOptions};
+use super::{
+    Account, AccountListing, Failures, FileData, Folder, FolderFile, FolderWriter, Home,
+    Parallelism, RunOptions, Source,
+};
 use crate::error::Result;
+use crate::repo::lock;
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
@@ -25,20 +29,115 @@ pub const SKIPPED: [&str; 2] = ["Maildir", "*.svbin"];
 /// one; `None` for a single Maildir, which has no home in the store.
 pub fn of(root: &Path, view: Option<&(PathBuf, PathBuf)>, account: &Account) -> Option<Home> {
     let rel = account.rel_path.strip_suffix(b"/Maildir")?;
-    Some(Home {
+    Some(Home::Dir {
         dir: root.join(OsStr::from_bytes(rel)),
         view: view.cloned(),
     })
 }
 
-/// The `file:` source that reads `home`, less what is not kept ([`SKIPPED`]).
-pub fn source(home: &Home) -> Result<FileSource> {
+/// The `file:` source that reads the home directory `dir` (below the filesystem snapshot
+/// `view`), less what is not kept ([`SKIPPED`]).
+pub fn source(dir: &Path, view: Option<&(PathBuf, PathBuf)>) -> Result<FileSource> {
     FileSource::new(&FileOptions {
-        paths: vec![home.dir.clone()],
+        paths: vec![dir.to_path_buf()],
         include: Vec::new(),
         exclude: SKIPPED.iter().map(|s| s.to_string()).collect(),
         jobs: 1,
-        read_from: home.view.iter().cloned().collect(),
+        read_from: view.into_iter().cloned().collect(),
         run: RunOptions::new(""),
     })
+}
+
+/// A home a server gave ([`Home::Files`]) as a source of its own, so that it goes through
+/// the pipeline's one way of keeping a home: one folder per directory, its files stored
+/// and counted as the home's; a file the parent has with the same content and link is
+/// kept as the parent has it (its mtime: a server's script has none of its own, and an
+/// unchanged home must encode to the same tree).
+pub struct Served(std::sync::Mutex<Vec<(Vec<u8>, FolderFile)>>);
+
+impl Served {
+    pub fn new(files: Vec<(Vec<u8>, FolderFile)>) -> Served {
+        Served(std::sync::Mutex::new(files))
+    }
+}
+
+impl Source for Served {
+    type Session = ();
+
+    fn label(&self) -> String {
+        "home".into()
+    }
+
+    fn parallelism(&self) -> Parallelism {
+        Parallelism::Pool { jobs: 1 }
+    }
+
+    fn accounts(&self) -> Result<Vec<Account>> {
+        Ok(vec![Account {
+            name: "home".into(),
+            rel_path: Vec::new(),
+            path: PathBuf::new(),
+        }])
+    }
+
+    fn open(&self, _account: &Account) -> Result<()> {
+        Ok(())
+    }
+
+    fn folders(&self, _: &Account, _: &mut (), _: &Failures) -> Result<AccountListing> {
+        let mut dirs: Vec<Vec<u8>> = lock(&self.0).iter().map(|(d, _)| d.clone()).collect();
+        dirs.sort();
+        dirs.dedup();
+        Ok(AccountListing {
+            folders: (dirs.into_iter())
+                .map(|dir| Folder {
+                    name: if dir.is_empty() {
+                        ".".into()
+                    } else {
+                        String::from_utf8_lossy(&dir).into_owned()
+                    },
+                    dir,
+                    path: PathBuf::new(),
+                })
+                .collect(),
+            ..AccountListing::default()
+        })
+    }
+
+    fn backup_folder(
+        &self,
+        _: &mut (),
+        _: &Account,
+        folder: &Folder,
+        out: &mut FolderWriter<'_>,
+    ) -> Result<()> {
+        let files: Vec<FolderFile> = {
+            let mut all = lock(&self.0);
+            let (here, rest) = std::mem::take(&mut *all)
+                .into_iter()
+                .partition(|(d, _)| *d == folder.dir);
+            *all = rest;
+            here.into_iter().map(|(_, f)| f).collect()
+        };
+        for f in files {
+            if let FileData::Link(target) = &f.data {
+                // A link is counted as new when stored.
+                match out.parent_file(&f.name) {
+                    Some(p) if p.link.as_ref() == Some(target) => out.unchanged_file(p.clone()),
+                    _ => out.file(f)?,
+                }
+                continue;
+            }
+            let Some(e) = out.store_file(f)? else {
+                continue;
+            };
+            match out.parent_file(&e.name) {
+                Some(p) if p.content == e.content && p.lists == e.lists && p.link == e.link => {
+                    out.unchanged_file(p.clone())
+                }
+                _ => out.new_file(e),
+            }
+        }
+        Ok(())
+    }
 }

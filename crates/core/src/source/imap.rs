@@ -13,16 +13,26 @@
 //! are dropped. A changed UIDVALIDITY re-reads that folder only. Accounts run in
 //! parallel, each over several connections (folders dealt to them); messages stream one
 //! at a time (bounded memory).
+//!
+//! Beside the mail, in the forms a Maildir store keeps them, so that a snapshot has one
+//! form whatever its source: a folder's access control list (GETACL, where the login may
+//! read it) as its `dovecot-acl` file ([`crate::imap::acl`]), and the account's sieve
+//! scripts (ManageSieve) as a home ([`Home::Files`]: `sieve/<name>.sieve`, the
+//! `.dovecot.sieve` link to the active one).
 
 use super::RunOptions;
 use super::{
-    AccountListing, Failures, FolderWriter, MessageId, MessageMeta, NewMessage, Parallelism, Source,
+    AccountListing, Failures, FileData, FolderFile, FolderWriter, Home, MessageId, MessageMeta,
+    NewMessage, Parallelism, Source,
 };
+use crate::imap::acl::dovecot_acl_file;
 use crate::imap::names::{self, STATE_FILE};
 use crate::imap::{login_with_backoff, Connection};
 use crate::repo::tree::MessageEntry;
 use crate::{Error, Result};
-use mailvault_imap::{from_crlf, Client, FetchQuery, FetchedMessage, SearchKey, SeqSet, Session};
+use mailvault_imap::{
+    from_crlf, Client, FetchQuery, FetchedMessage, SearchKey, SeqSet, Session, SieveSession,
+};
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
 
@@ -41,6 +51,9 @@ pub struct ImapBackupOptions {
     pub parallel_accounts: usize,
     /// UIDs per FETCH command.
     pub fetch_batch: usize,
+    /// The server's ManageSieve port, where the accounts' sieve scripts are read from
+    /// (4190); 0: none.
+    pub sieve_port: u16,
     pub run: RunOptions,
 }
 
@@ -126,14 +139,30 @@ impl Source for ImapSource<'_> {
         let _ = session.logout();
     }
 
+    /// The account's own folders: those of other users' namespaces (shared with it) are
+    /// their owners', backed up with them, and public ones no account's; both are left
+    /// out, and the report says how many.
     fn folders(
         &self,
-        _account: &super::Account,
+        account: &super::Account,
         s: &mut Session,
-        _failures: &Failures,
+        failures: &Failures,
     ) -> Result<AccountListing> {
-        let folders = (s.list()?.into_iter())
+        let namespaces = s.namespaces()?;
+        let (own, others): (Vec<_>, Vec<_>) = (s.list()?.into_iter())
             .filter(|f| f.selectable)
+            .partition(|f| namespaces.is_personal(&f.name));
+        if let Some(f) = others.first() {
+            failures.warn(
+                format!("account {}", account.name),
+                format!(
+                    "{} folders of other users' or public namespaces (e.g. {:?}) are not its own and were left out",
+                    others.len(),
+                    f.name
+                ),
+            );
+        }
+        let folders = (own.into_iter())
             .map(|f| super::Folder::named(&f.name, Default::default()))
             .collect();
         let mut subscribed: Vec<String> = s.lsub()?.into_iter().map(|f| f.name).collect();
@@ -149,6 +178,38 @@ impl Source for ImapSource<'_> {
         Some(STATE_FILE)
     }
 
+    /// The account's sieve scripts, over ManageSieve. A server with nothing on the port
+    /// (connection refused) has no ManageSieve: a warning, once per account; any other
+    /// problem is a failure.
+    fn home(&self, account: &super::Account, failures: &Failures) -> Option<Home> {
+        let opts = self.opts.connection.sieve(self.opts.sieve_port)?;
+        let item = format!("account {} (its sieve scripts)", account.name);
+        let creds = match self.opts.connection.login.credentials(&account.name) {
+            Ok(c) => c,
+            Err(e) => {
+                failures.fail(item, e);
+                return None;
+            }
+        };
+        match sieve_home(&opts, &creds, &account.name, failures) {
+            Ok(files) if files.is_empty() => None,
+            Ok(files) => Some(Home::Files(files)),
+            Err(mailvault_imap::Error::Connect { server, source })
+                if source.kind() == std::io::ErrorKind::ConnectionRefused =>
+            {
+                failures.warn(
+                    item,
+                    format!("no ManageSieve at {server} (connection refused): not kept (--sieve-port 0: do not look)"),
+                );
+                None
+            }
+            Err(e) => {
+                failures.fail(item, Error::from(e));
+                None
+            }
+        }
+    }
+
     fn backup_folder(
         &self,
         s: &mut Session,
@@ -157,6 +218,9 @@ impl Source for ImapSource<'_> {
         out: &mut FolderWriter<'_>,
     ) -> Result<()> {
         let folder = f.name.as_str();
+        if s.has_acl() {
+            self.acl(s, &account.name, folder, out)?;
+        }
         let info = s.examine(folder)?;
         let state: Option<FolderState> = (out.parent_state())
             .and_then(|d| serde_json::from_slice(&d).ok())
@@ -239,6 +303,91 @@ impl Source for ImapSource<'_> {
         let _ = s.unselect();
         Ok(())
     }
+}
+
+impl ImapSource<'_> {
+    /// The folder's ACL as its `dovecot-acl` file, unless it is the default one. One the
+    /// login may not read (it lacks the `a` right there) is a warning: the folder's mail
+    /// is backed up all the same.
+    fn acl(
+        &self,
+        s: &mut Session,
+        account: &str,
+        folder: &str,
+        out: &mut FolderWriter,
+    ) -> Result<()> {
+        let item = format!("{account}: {folder}");
+        let entries = match s.get_acl(folder) {
+            Ok(e) => e,
+            Err(e) if !e.is_connection_lost() => {
+                out.warn(item, format!("its ACL is not kept: {e}"));
+                return Ok(());
+            }
+            Err(e) => return Err(e.into()),
+        };
+        let (file, odd) = dovecot_acl_file(&entries, account);
+        for o in odd {
+            out.warn(
+                &item,
+                format!("ACL letters that are no right of RFC 4314 are not kept: {o}"),
+            );
+        }
+        if let Some(data) = file {
+            out.file(FolderFile {
+                name: b"dovecot-acl".to_vec(),
+                data: FileData::Bytes(data),
+                meta: None,
+            })?;
+        }
+        Ok(())
+    }
+}
+
+/// The account's sieve scripts over ManageSieve, laid out as a Dovecot home:
+/// `sieve/<name>.sieve`, and `.dovecot.sieve` a link to the active one. A script whose
+/// name cannot be a file name is a failure of its own.
+fn sieve_home(
+    opts: &mailvault_imap::ClientOptions,
+    creds: &mailvault_imap::Credentials,
+    account: &str,
+    failures: &Failures,
+) -> mailvault_imap::Result<Vec<(Vec<u8>, FolderFile)>> {
+    let mut s = SieveSession::connect(opts)?;
+    s.login(creds)?;
+    let mut files = Vec::new();
+    for script in s.list_scripts()? {
+        let name = &script.name;
+        if name.is_empty() || name.starts_with('.') || name.contains(['/', '\0']) {
+            failures.fail(
+                format!("{account}: sieve script {name:?}"),
+                "its name cannot be a file name; not kept",
+            );
+            continue;
+        }
+        let text = s.get_script(name)?;
+        let file = format!("{name}.sieve").into_bytes();
+        if script.active {
+            let link = [b"sieve/".as_slice(), &file].concat();
+            files.push((
+                Vec::new(),
+                FolderFile {
+                    name: b".dovecot.sieve".to_vec(),
+                    data: FileData::Link(link),
+                    meta: None,
+                },
+            ));
+        }
+        files.push((
+            b"sieve".to_vec(),
+            FolderFile {
+                name: file,
+                data: FileData::Bytes(text),
+                meta: None,
+            },
+        ));
+    }
+    let _ = s.logout();
+    Ok(files)
 }
 
 /// Hands one fetched message to the pipeline.

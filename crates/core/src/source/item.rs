@@ -57,12 +57,19 @@ impl Folder {
     }
 }
 
-/// An account's home beside its mail ([`super::Source::home`]): the directory, and the
-/// filesystem snapshot it is read from (the live filesystem's root, the snapshot's root).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Home {
-    pub dir: PathBuf,
-    pub view: Option<(PathBuf, PathBuf)>,
+/// An account's home beside its mail ([`super::Source::home`]).
+#[derive(Debug)]
+pub enum Home {
+    /// A directory on disk (a Maildir store's `<domain>/<user>/`), and the filesystem
+    /// snapshot it is read from (the live filesystem's root, the snapshot's root).
+    Dir {
+        dir: PathBuf,
+        view: Option<(PathBuf, PathBuf)>,
+    },
+    /// Files a server gave (an IMAP account's sieve scripts, over ManageSieve), laid out
+    /// as Dovecot lays out a home, so that a snapshot has one form of them whatever the
+    /// source: (directory below the home, `sieve` or empty; the file).
+    Files(Vec<(Vec<u8>, FolderFile)>),
 }
 
 /// What [`super::Source::folders`] found in an account.

@@ -454,7 +454,7 @@ impl Source for MaildirSource {
         Ok(())
     }
 
-    fn home(&self, account: &AccountSource) -> Option<super::Home> {
+    fn home(&self, account: &AccountSource, _: &Failures) -> Option<super::Home> {
         super::home::of(&self.root, self.view.as_ref(), account)
     }
 

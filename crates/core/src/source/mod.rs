@@ -157,11 +157,13 @@ pub trait Source: Sync {
 
     /// The account's home beside its mail, kept with it as a file tree: a Maildir store
     /// account's `<domain>/<user>/` less its `Maildir/` (Dovecot's sieve scripts, the
-    /// active script's link; [`home`]). The pipeline backs it up as a `file:` source
-    /// ([`home::source`]), its directories into
-    /// [`crate::repo::tree::AccountTree::home`], after the folders. `None` (the
-    /// default): the account has no home to keep.
-    fn home(&self, _account: &Account) -> Option<Home> {
+    /// active script's link; [`home`]), or what a server keeps of the account beside its
+    /// mail (an IMAP account's sieve scripts over ManageSieve) laid out as such a home.
+    /// The pipeline backs it up as a source of its own ([`home::source`],
+    /// [`home::Served`]), its directories into
+    /// [`crate::repo::tree::AccountTree::home`], after the folders; what stops it goes to
+    /// `failures`. `None` (the default): the account has no home to keep.
+    fn home(&self, _account: &Account, _failures: &Failures) -> Option<Home> {
         None
     }
 }

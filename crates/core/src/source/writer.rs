@@ -150,6 +150,12 @@ impl<'a> FolderWriter<'a> {
         self.account
     }
 
+    /// Records what of the folder was left out on purpose and is worth saying (the run's
+    /// exit code does not change); see [`Failures::warn`].
+    pub fn warn(&self, item: impl std::fmt::Display, why: impl std::fmt::Display) {
+        self.ctx.failures.warn(item, why);
+    }
+
     /// Records a failure of the folder (a message or file that could not be read; the
     /// folder goes on); see [`Failures::fail`].
     pub fn fail(&self, item: impl Into<String>, e: impl crate::report::Reason) {
@@ -528,6 +534,12 @@ impl<'a> FolderWriter<'a> {
     /// without reading it, counted as an unchanged item.
     pub fn unchanged_file(&mut self, e: FileEntry) {
         self.count_file(&self.n.unchanged, e);
+    }
+
+    /// Keeps a file stored with [`store_file`](Self::store_file) as a new item (a home's
+    /// script a server gave).
+    pub fn new_file(&mut self, e: FileEntry) {
+        self.count_file(&self.n.new, e);
     }
 
     /// Keeps a file of a `file:` backup not read, counted as an item and in `as_`.

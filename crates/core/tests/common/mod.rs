@@ -381,6 +381,7 @@ pub fn imap_backup_opts(
         connections: 2,
         parallel_accounts: 3,
         fetch_batch: 50,
+        sieve_port: 0,
         run: test_run(),
     }
 }

@@ -228,6 +228,36 @@ impl Session {
         Ok(folders)
     }
 
+    /// NAMESPACE (RFC 2342), when the server offers it; else every folder is personal.
+    pub fn namespaces(&mut self) -> Result<Namespaces> {
+        if !self.caps.has("NAMESPACE") {
+            return Ok(Namespaces::default());
+        }
+        let cmd = self.command("NAMESPACE").finish();
+        let mut out = Namespaces::default();
+        self.run_ok(cmd, "NAMESPACE", None, &mut |u| {
+            if let Untagged::Namespace {
+                personal,
+                other,
+                shared,
+            } = u
+            {
+                let paths = |v: Vec<(Vec<u8>, Option<char>)>| -> Vec<String> {
+                    (v.into_iter())
+                        .map(|(p, d)| folder_path(&p, d).trim_end_matches('/').to_string())
+                        .collect()
+                };
+                out = Namespaces {
+                    personal: paths(personal),
+                    other: paths(other),
+                    shared: paths(shared),
+                };
+            }
+            Ok(())
+        })?;
+        Ok(out)
+    }
+
     /// LSUB "" "*": the subscribed folders.
     pub fn lsub(&mut self) -> Result<Vec<Folder>> {
         let delim = self.delimiter()?;
@@ -408,6 +438,40 @@ impl Session {
     }
 }
 
+/// The server's namespaces (RFC 2342) as mailvault paths (decoded, `/`-separated, no
+/// trailing delimiter): whose folders are whose.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Namespaces {
+    /// The user's own folders (`""` on Dovecot, `INBOX` on Cyrus).
+    pub personal: Vec<String>,
+    /// Other users' folders shared with the user (`shared`, `user`).
+    pub other: Vec<String>,
+    /// Public folders.
+    pub shared: Vec<String>,
+}
+
+impl Namespaces {
+    /// Whether `folder` (a mailvault path) is the user's own: the namespace with the
+    /// longest prefix that holds it is a personal one (Cyrus' public namespace has the
+    /// empty prefix, its personal one `INBOX`). A server without NAMESPACE has only
+    /// personal folders; so has a folder in no namespace.
+    pub fn is_personal(&self, folder: &str) -> bool {
+        let holds = |p: &String| {
+            p.is_empty()
+                || folder == p
+                || (folder.len() > p.len()
+                    && folder.starts_with(p.as_str())
+                    && folder.as_bytes()[p.len()] == b'/')
+        };
+        let longest = |v: &[String]| v.iter().filter(|p| holds(p)).map(|p| p.len() as i64).max();
+        let mine = longest(&self.personal).unwrap_or(-1);
+        let theirs = longest(&self.other)
+            .max(longest(&self.shared))
+            .unwrap_or(-1);
+        mine >= theirs
+    }
+}
+
 /// mailvault path of a server name.
 pub fn folder_path(wire_name: &[u8], delimiter: Option<char>) -> String {
     let decoded = mutf7::decode(wire_name)
@@ -440,6 +504,29 @@ fn folder_from_list(l: ListItem, delim: Option<char>) -> Folder {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Dovecot's namespaces (personal `""`, others' `shared/`) and Cyrus' (personal
+    /// `INBOX.`, others' `user.`, public `""`).
+    #[test]
+    fn whose_folders() {
+        let dovecot = Namespaces {
+            personal: vec!["".into()],
+            other: vec!["shared".into()],
+            shared: vec![],
+        };
+        assert!(dovecot.is_personal("INBOX") && dovecot.is_personal("Team/Plans"));
+        assert!(dovecot.is_personal("sharedfolder"));
+        assert!(!dovecot.is_personal("shared/alice@example.org/Team"));
+        assert!(!dovecot.is_personal("shared"));
+        let cyrus = Namespaces {
+            personal: vec!["INBOX".into()],
+            other: vec!["user".into()],
+            shared: vec!["".into()],
+        };
+        assert!(cyrus.is_personal("INBOX") && cyrus.is_personal("INBOX/Sent"));
+        assert!(!cyrus.is_personal("user/alice/Team") && !cyrus.is_personal("Public/News"));
+        assert!(Namespaces::default().is_personal("anything"));
+    }
 
     #[test]
     fn paths() {

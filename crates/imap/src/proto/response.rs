@@ -331,7 +331,17 @@ pub enum Untagged<'a> {
         /// The rights' letters.
         rights: Vec<u8>,
     },
-    /// Anything else (NAMESPACE, ID, METADATA...), unparsed.
+    /// `* NAMESPACE personal other-users shared` (RFC 2342): each a list of (prefix,
+    /// delimiter), empty for NIL.
+    Namespace {
+        /// The user's own folders (`""` on Dovecot, `INBOX.` on Cyrus).
+        personal: Vec<(Vec<u8>, Option<char>)>,
+        /// Other users' folders shared with the user (`shared/`, `user.`).
+        other: Vec<(Vec<u8>, Option<char>)>,
+        /// Public folders.
+        shared: Vec<(Vec<u8>, Option<char>)>,
+    },
+    /// Anything else (ID, METADATA...), unparsed.
     Other {
         /// Response name, upper-cased.
         name: String,
@@ -864,6 +874,19 @@ impl<'a> Parser<'a> {
                 }
                 Untagged::Acl { mailbox, entries }
             }
+            "NAMESPACE" => {
+                let mut groups = [Vec::new(), Vec::new(), Vec::new()];
+                for g in &mut groups {
+                    self.sp()?;
+                    *g = self.namespace_group()?;
+                }
+                let [personal, other, shared] = groups;
+                Untagged::Namespace {
+                    personal,
+                    other,
+                    shared,
+                }
+            }
             "MYRIGHTS" => {
                 self.sp()?;
                 let mailbox = self.astring()?.into_owned();
@@ -905,6 +928,35 @@ impl<'a> Parser<'a> {
         };
         self.end()?;
         Ok(u)
+    }
+
+    /// One group of a NAMESPACE response: NIL, or `((prefix delimiter ext*)...)`.
+    fn namespace_group(&mut self) -> PResult<Vec<(Vec<u8>, Option<char>)>> {
+        if self.is_nil() {
+            self.i += 3;
+            return Ok(Vec::new());
+        }
+        self.expect(b'(', "'(' of a namespace")?;
+        let mut out = Vec::new();
+        while self.eat(b'(') {
+            let prefix = self.string()?.into_owned();
+            self.sp()?;
+            let delimiter = if self.is_nil() {
+                self.i += 3;
+                None
+            } else {
+                let d = self.quoted()?;
+                std::str::from_utf8(&d).ok().and_then(|s| s.chars().next())
+            };
+            // Extensions (RFC 2342's namespace-response-extensions): skipped.
+            while self.eat(b' ') {
+                self.skip_value()?;
+            }
+            self.expect(b')', "')' of a namespace")?;
+            out.push((prefix, delimiter));
+        }
+        self.expect(b')', "')' of namespaces")?;
+        Ok(out)
     }
 
     fn list_item(&mut self) -> PResult<ListItem> {
@@ -1348,10 +1400,23 @@ mod tests {
             untagged(b"* ENABLED CONDSTORE QRESYNC\r\n"),
             Untagged::Enabled(vec!["CONDSTORE".into(), "QRESYNC".into()])
         );
-        assert!(matches!(
+        assert_eq!(
             untagged(b"* NAMESPACE ((\"\" \".\")) NIL NIL\r\n"),
-            Untagged::Other { ref name, .. } if name == "NAMESPACE"
-        ));
+            Untagged::Namespace {
+                personal: vec![(b"".to_vec(), Some('.'))],
+                other: vec![],
+                shared: vec![],
+            }
+        );
+        // Dovecot's with a shared namespace; Cyrus' with an extension and NIL delimiter.
+        assert_eq!(
+            untagged(b"* NAMESPACE ((\"\" \"/\")) ((\"shared/\" \"/\")) ((\"Public\" NIL \"X-PARAM\" (\"a\"))(\"#news.\" \".\"))\r\n"),
+            Untagged::Namespace {
+                personal: vec![(b"".to_vec(), Some('/'))],
+                other: vec![(b"shared/".to_vec(), Some('/'))],
+                shared: vec![(b"Public".to_vec(), None), (b"#news.".to_vec(), Some('.'))],
+            }
+        );
         assert!(matches!(
             untagged(b"* BYE Server shutting down.\r\n"),
             Untagged::Status(StatusText {

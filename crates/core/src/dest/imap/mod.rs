@@ -308,10 +308,7 @@ impl ImapTarget {
             ));
         }
         let appended = r.items_restored;
-        let sh = &self.shares;
-        let (acl_entries, acl_folders) =
-            (sh.acl_entries.load(Relaxed), sh.acl_folders.load(Relaxed));
-        let (scripts, active) = (sh.scripts.load(Relaxed), sh.active.load(Relaxed));
+        let [acl_entries, acl_folders, scripts, active] = self.shares.figures();
         let journaled = self.journaled.load(Relaxed);
         let existing = self.existing.load(Relaxed);
         let phases = vec![
@@ -327,13 +324,7 @@ impl ImapTarget {
                     "{appended} appended, {journaled} already done by an earlier run, {existing} found on the server"
                 ),
             ),
-            self.shares_span.phase(
-                "shares and filters",
-                acl_entries + scripts,
-                format!(
-                    "{acl_entries} ACL entries set on {acl_folders} folders, {scripts} sieve scripts put, {active} active scripts set"
-                ),
-            ),
+            self.shares.phase(&self.shares_span),
         ];
         let mut per_account = self
             .accounts
@@ -708,7 +699,9 @@ impl Target for ImapTarget {
         if !acc.pending.is_empty() {
             let t = Instant::now();
             let mut lane = Lane::new(self, &acc);
-            self.shares_and_filters(&acc, lane.session(), failures);
+            let sieve = self.opts.connection.sieve(self.opts.sieve_port);
+            let how = (lane.session(), sieve, &acc.creds);
+            (acc.pending).apply(&acc.name, how, &self.shares, failures);
             drop(lane);
             self.shares_span.add(t);
         }

@@ -8,79 +8,14 @@
 //! opened and turns them into the IMAP commands that give the same rights and filters on
 //! any server. The mapping of identifiers and rights is in `docs/imap.md`.
 
-use super::{ImapTarget, Shared};
 use crate::dest::{FolderInfo, RestoreFailures};
+use crate::imap::acl::{parse_dovecot_acl, AclRule};
+use crate::imap::{Phase, Span};
 use crate::repo::lock;
 use crate::Result;
-use mailvault_imap::{ClientOptions, Security, Session, SieveSession};
+use mailvault_imap::{ClientOptions, Credentials, Session, SieveSession};
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Mutex;
-
-/// Dovecot's rights letters, which are RFC 4314's (`docs/imap.md` has the table).
-const RIGHTS: &str = "lrwstipekxa";
-
-/// One entry of an access control list, in IMAP's terms.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct AclRule {
-    /// `anyone`, `authenticated`, `owner`, a user, `$group`; `-` before it for negative
-    /// rights.
-    pub identifier: String,
-    pub rights: String,
-}
-
-/// The entries of a Dovecot `dovecot-acl` file as IMAP identifiers and rights, and the
-/// lines IMAP cannot say whole, with what becomes of them (said in the report, never
-/// dropped in silence).
-///
-/// A line is `[-]<identifier> <rights>`: `owner`, `user=<name>`, `group=<name>`,
-/// `group-override=<name>`, `authenticated`, `anyone`; rights are letters of
-/// `lrwstipekxa`, possibly followed by `:<flag names>` (Dovecot's private-flag rights,
-/// which IMAP has no word for). `#` starts a comment.
-pub fn parse_dovecot_acl(text: &[u8]) -> (Vec<AclRule>, Vec<(String, &'static str)>) {
-    let mut rules = Vec::new();
-    let mut odd = Vec::new();
-    for line in String::from_utf8_lossy(text).lines() {
-        let line = line.trim();
-        if line.is_empty() || line.starts_with('#') {
-            continue;
-        }
-        const NONE: &str = "no IMAP form; not restored";
-        let Some((id, rights)) = line.rsplit_once(|c: char| c.is_ascii_whitespace()) else {
-            odd.push((line.to_string(), NONE));
-            continue;
-        };
-        let (neg, id) = match id.trim().strip_prefix('-') {
-            Some(rest) => ("-", rest),
-            None => ("", id.trim()),
-        };
-        let name = match id.split_once('=') {
-            None if matches!(id, "owner" | "anyone" | "authenticated") => id.to_string(),
-            Some(("user", u)) if !u.is_empty() => u.to_string(),
-            Some(("group", g)) if !g.is_empty() => format!("${g}"),
-            Some(("group-override", g)) if !g.is_empty() => format!("!${g}"),
-            _ => {
-                odd.push((line.to_string(), NONE));
-                continue;
-            }
-        };
-        let (letters, flags) = rights.split_once(':').unwrap_or((rights, ""));
-        if !letters.chars().all(|c| RIGHTS.contains(c)) {
-            odd.push((line.to_string(), NONE));
-            continue;
-        }
-        if !flags.is_empty() {
-            odd.push((
-                line.to_string(),
-                "rights on private flags have no IMAP form; its letters are restored",
-            ));
-        }
-        rules.push(AclRule {
-            identifier: format!("{neg}{name}"),
-            rights: letters.to_string(),
-        });
-    }
-    (rules, odd)
-}
 
 /// What the third phase has to do for one account, gathered as its folders are opened.
 #[derive(Default)]
@@ -100,6 +35,31 @@ pub(super) struct Done {
     pub acl_folders: AtomicU64,
     pub scripts: AtomicU64,
     pub active: AtomicU64,
+}
+
+impl Done {
+    /// ACL entries set, on how many folders, scripts put, active scripts set.
+    pub(super) fn figures(&self) -> [u64; 4] {
+        [
+            &self.acl_entries,
+            &self.acl_folders,
+            &self.scripts,
+            &self.active,
+        ]
+        .map(|n| n.load(Relaxed))
+    }
+
+    /// The report's third phase, which took `span`.
+    pub(super) fn phase(&self, span: &Span) -> Phase {
+        let [entries, folders, scripts, active] = self.figures();
+        span.phase(
+            "shares and filters",
+            entries + scripts,
+            format!(
+                "{entries} ACL entries set on {folders} folders, {scripts} sieve scripts put, {active} active scripts set"
+            ),
+        )
+    }
 }
 
 /// The name of a home file that is a sieve script (`sieve/<name>.sieve`).
@@ -164,18 +124,19 @@ impl Pending {
     }
 }
 
-impl ImapTarget {
-    /// The third phase for one account: its folders' ACLs over `session`, then its
-    /// scripts over ManageSieve. Each refusal is a failure of its own, naming the
-    /// account, folder and identifier or script; the rest goes on.
-    pub(super) fn shares_and_filters(
+impl Pending {
+    /// The third phase for `account`: its folders' ACLs over `session`, then its
+    /// scripts over ManageSieve (`sieve`; `None`: off), logging in with `creds`. Each
+    /// refusal is a failure of its own, naming the account, folder and identifier or
+    /// script; the rest goes on. What was done is added to `done`.
+    pub(super) fn apply(
         &self,
-        acc: &Shared,
-        session: Result<&mut Session>,
+        account: &str,
+        (session, sieve, creds): (Result<&mut Session>, Option<ClientOptions>, &Credentials),
+        done: &Done,
         failures: &RestoreFailures,
     ) {
-        let (account, pending) = (&acc.name, &acc.pending);
-        let acls = std::mem::take(&mut *lock(&pending.acls));
+        let acls = std::mem::take(&mut *lock(&self.acls));
         match (acls.is_empty(), session) {
             (true, _) => {}
             (false, Err(e)) => failures.add(format!("{account}: ACLs"), e),
@@ -192,20 +153,18 @@ impl ImapTarget {
                             Err(e) => failures.add(item, crate::Error::from(e)),
                         }
                     }
-                    self.shares.acl_entries.fetch_add(set, Relaxed);
-                    self.shares
-                        .acl_folders
-                        .fetch_add(u64::from(set > 0), Relaxed);
+                    done.acl_entries.fetch_add(set, Relaxed);
+                    done.acl_folders.fetch_add(u64::from(set > 0), Relaxed);
                 }
             }
         }
-        let scripts = std::mem::take(&mut *lock(&pending.scripts));
+        let scripts = std::mem::take(&mut *lock(&self.scripts));
         if scripts.is_empty() {
             return;
         }
-        let active = lock(&pending.active).clone();
+        let active = lock(&self.active).clone();
         let item = format!("{account}: sieve scripts");
-        let Some(opts) = self.sieve_options() else {
+        let Some(opts) = sieve else {
             let n = scripts.len();
             return failures.add(
                 item,
@@ -213,7 +172,7 @@ impl ImapTarget {
             );
         };
         let mut s = match SieveSession::connect(&opts).and_then(|mut s| {
-            s.login(&acc.creds)?;
+            s.login(creds)?;
             Ok(s)
         }) {
             Ok(s) => s,
@@ -222,7 +181,7 @@ impl ImapTarget {
         for (name, text) in &scripts {
             match s.put_script(name, text) {
                 Ok(()) => {
-                    self.shares.scripts.fetch_add(1, Relaxed);
+                    done.scripts.fetch_add(1, Relaxed);
                 }
                 Err(e) => failures.add(
                     format!("{account}: sieve script {name:?}"),
@@ -241,7 +200,7 @@ impl ImapTarget {
             } else {
                 match s.set_active(&name) {
                     Ok(()) => {
-                        self.shares.active.fetch_add(1, Relaxed);
+                        done.active.fetch_add(1, Relaxed);
                     }
                     Err(e) => failures.add(
                         format!("{account}: active sieve script {name:?}"),
@@ -252,74 +211,11 @@ impl ImapTarget {
         }
         let _ = s.logout();
     }
-
-    /// Where ManageSieve is: the IMAP server's host on `sieve_port`, with STARTTLS when
-    /// the IMAP connection has TLS (ManageSieve has no implicit-TLS port); `None` when
-    /// the port is 0.
-    fn sieve_options(&self) -> Option<ClientOptions> {
-        let port = self.opts.sieve_port;
-        if port == 0 {
-            return None;
-        }
-        let mut o = self.opts.connection.client.clone();
-        o.endpoint.port = port;
-        if o.endpoint.security == Security::Tls {
-            o.endpoint.security = Security::StartTls;
-        }
-        Some(o)
-    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn rule(identifier: &str, rights: &str) -> AclRule {
-        AclRule {
-            identifier: identifier.into(),
-            rights: rights.into(),
-        }
-    }
-
-    /// Every identifier form of Dovecot's vfile, negative rights, comments; lines with
-    /// no IMAP form are returned, not dropped.
-    #[test]
-    fn dovecot_acl_files_become_imap_rules() {
-        let file = b"# team folder\n\
-            owner lrwstipekxa\n\
-            user=bob@example.org lr\n\
-            -user=carol@example.org x\n\
-            group=staff lrs\n\
-            group-override=interns l\n\
-            authenticated l\n\
-            anyone \n\
-            user=dave lrw:$Label1\n\
-            nobody=x lr\n\
-            user=eve lrZ\n";
-        let (rules, odd) = parse_dovecot_acl(file);
-        assert_eq!(
-            rules,
-            vec![
-                rule("owner", "lrwstipekxa"),
-                rule("bob@example.org", "lr"),
-                rule("-carol@example.org", "x"),
-                rule("$staff", "lrs"),
-                rule("!$interns", "l"),
-                rule("authenticated", "l"),
-                rule("dave", "lrw"),
-            ]
-        );
-        let odd: Vec<&str> = odd.iter().map(|(l, _)| l.as_str()).collect();
-        assert_eq!(
-            odd,
-            vec![
-                "anyone",
-                "user=dave lrw:$Label1",
-                "nobody=x lr",
-                "user=eve lrZ"
-            ]
-        );
-    }
 
     #[test]
     fn sieve_script_names() {
