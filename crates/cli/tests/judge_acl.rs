@@ -12,8 +12,10 @@
 mod common;
 mod judge;
 
-use judge::{dovecot, empty_mail_root, imap_backup, imap_restore, maildir_round_trip, Env};
-use mailvault_imap::testing::{DovecotServer, USER_PASSWORD};
+use judge::{
+    acl_judge, dovecot, empty_mail_root, imap_backup, imap_restore, maildir_round_trip, Env,
+};
+use mailvault_imap::testing::DovecotServer;
 use std::path::Path;
 use std::process::Command;
 
@@ -33,25 +35,6 @@ fn acl_config(mail_root: &Path) -> String {
          \x20 location = maildir:{m}/%%d/%%n/Maildir:INDEXPVT=~/shared/%%u\n\
          \x20 subscriptions = no\n  list = children\n}}\n"
     )
-}
-
-fn acl_judge(port: u16, args: &[&str]) -> String {
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/judge/acl_judge.py");
-    let port = port.to_string();
-    let o = Command::new("python3")
-        .arg(script)
-        .args(&args[..1])
-        .args(["--port", &port, "--password", USER_PASSWORD])
-        .args(&args[1..])
-        .output()
-        .unwrap();
-    assert!(
-        o.status.success(),
-        "acl_judge.py {args:?}: {}{}",
-        String::from_utf8_lossy(&o.stderr),
-        String::from_utf8_lossy(&o.stdout)
-    );
-    String::from_utf8(o.stdout).unwrap()
 }
 
 /// What each user sees: folders, MYRIGHTS, GETACL.

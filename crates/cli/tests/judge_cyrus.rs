@@ -12,7 +12,10 @@
 mod common;
 mod judge;
 
-use judge::{assert_none, compare, messages, populate, record, Env, Fidelity, Login, State};
+use judge::{
+    acl_judge, assert_none, compare, list_scripts, messages, populate, record, Env, Fidelity,
+    Login, State,
+};
 use mailvault_imap::testing::cyrus::CyrusServer;
 use std::fs;
 
@@ -119,4 +122,168 @@ fn cyrus_judge_imap_backup_and_restore_keep_all_but_uids() {
         "IMAP backup of Cyrus -> IMAP restore into an empty Cyrus",
         &diffs,
     );
+}
+
+/// A Maildir store as Dovecot keeps shares and filters, written by hand: alice's
+/// `Team/Plans` with a `dovecot-acl` giving bob `lr` and carol `lrwstipe`, bob's home
+/// with two sieve scripts, `rules` active. The store's root.
+fn store_with_shares_and_filters(e: &Env) -> std::path::PathBuf {
+    let root = e.path("vmail");
+    let msg = |n: u32| {
+        format!("From: x@example.net\nSubject: m{n}\nMessage-ID: <m{n}@example.net>\n\nbody {n}\n")
+    };
+    for (user, folders) in [
+        ("alice", vec!["", ".Team", ".Team.Plans"]),
+        ("bob", vec![""]),
+        ("carol", vec![""]),
+    ] {
+        for (i, f) in folders.iter().enumerate() {
+            let dir = root.join(format!("example.org/{user}/Maildir/{f}"));
+            for sub in ["cur", "new", "tmp"] {
+                fs::create_dir_all(dir.join(sub)).unwrap();
+            }
+            if !f.is_empty() {
+                fs::write(dir.join("maildirfolder"), "").unwrap();
+            }
+            let name = format!("17000000{i:02}.M{i}P1.host,S=60:2,S");
+            fs::write(dir.join("cur").join(name), msg(i as u32)).unwrap();
+        }
+    }
+    let plans = root.join("example.org/alice/Maildir/.Team.Plans");
+    fs::write(
+        plans.join("dovecot-acl"),
+        "user=bob@example.org lr\nuser=carol@example.org lrwstipe\n",
+    )
+    .unwrap();
+    let home = root.join("example.org/bob");
+    fs::create_dir(home.join("sieve")).unwrap();
+    fs::write(home.join("sieve/rules.sieve"), "require \"fileinto\";\nif header :contains \"subject\" \"[list]\" { fileinto \"INBOX\"; }\n").unwrap();
+    fs::write(
+        home.join("sieve/vacation.sieve"),
+        "require \"vacation\";\nvacation :days 7 \"Away.\";\n",
+    )
+    .unwrap();
+    std::os::unix::fs::symlink("sieve/rules.sieve", home.join(".dovecot.sieve")).unwrap();
+    root
+}
+
+/// The rights letters of `rights`, RFC 2086's `c` and `d` as what they stand for, sorted.
+fn letters(rights: &str) -> String {
+    let mut v: Vec<char> = rights
+        .chars()
+        .flat_map(|c| match c {
+            'c' => vec!['k', 'x'],
+            'd' => vec!['e', 't'],
+            c => vec![c],
+        })
+        .filter(|c| "lrwstipekxa".contains(*c))
+        .collect();
+    v.sort();
+    v.dedup();
+    v.into_iter().collect()
+}
+
+/// What the judge expects of a Cyrus holding the store of
+/// [`store_with_shares_and_filters`]: alice's `Team/Plans` shared with bob (`lr`) and
+/// carol (`lrwstipe`), as each sees it (MYRIGHTS, GETACL, Python's imaplib), and bob's
+/// scripts over ManageSieve, `rules` active.
+fn judge_shares_and_filters(cyrus: &CyrusServer, users: &[&str]) {
+    let seen: Vec<serde_json::Value> = (users.iter())
+        .map(|u| {
+            let out = acl_judge(cyrus.port(), &["rights", "--account", u]);
+            serde_json::from_str(&out).unwrap()
+        })
+        .collect();
+    let plans = |v: &serde_json::Value| -> (String, serde_json::Value) {
+        let (name, entry) = (v.as_object().unwrap().iter())
+            .find(|(n, _)| n.ends_with("Team/Plans"))
+            .unwrap_or_else(|| panic!("no Team/Plans in {v}"));
+        (name.clone(), entry.clone())
+    };
+    let (name, alice) = plans(&seen[0]);
+    assert_eq!(name, "Team/Plans", "alice's own");
+    let acl = alice["acl"].as_str().unwrap().to_string();
+    assert!(acl.contains("bob@example.org lr "), "{acl}");
+    let (name, bob) = plans(&seen[1]);
+    assert_ne!(name, "Team/Plans", "bob sees it among other users' folders");
+    let rights = |e: &serde_json::Value| letters(e["myrights"].as_str().unwrap());
+    assert_eq!(rights(&bob), letters("lr"), "bob's rights");
+    let (_, carol) = plans(&seen[2]);
+    assert_eq!(rights(&carol), letters("lrwstipe"), "carol's rights");
+    assert_eq!(
+        list_scripts(cyrus.sieve_port(), "bob@example.org", cyrus.password()),
+        vec![("rules".to_string(), true), ("vacation".to_string(), false)],
+    );
+}
+
+/// `mailvault restore latest` into `cyrus` as its admin, creating the accounts, scripts
+/// through its `timsieved`: the output of a run that must succeed.
+fn restore_into(e: &Env, cyrus: &CyrusServer, users: &[&str]) -> String {
+    for u in users {
+        cyrus.add_user(u, cyrus.password()).unwrap();
+    }
+    let (url, sieve) = (cyrus.url(), cyrus.sieve_port().to_string());
+    let pass = admin_pass(e, cyrus);
+    e.ok(&[
+        "restore",
+        "latest",
+        "--target",
+        &url,
+        "--imap-master-user",
+        cyrus.admin_user(),
+        "--imap-password-file",
+        &pass,
+        "--create-accounts",
+        "--sieve-port",
+        &sieve,
+    ])
+}
+
+/// The admin's password in a file of `e` (mode 0600): its path.
+fn admin_pass(e: &Env, cyrus: &CyrusServer) -> String {
+    let p = e.path("admin-pass");
+    fs::write(&p, format!("{}\n", cyrus.admin_password())).unwrap();
+    fs::set_permissions(&p, std::os::unix::fs::PermissionsExt::from_mode(0o600)).unwrap();
+    p.display().to_string()
+}
+
+/// Between formats, into Cyrus and back: a Maildir store's `dovecot-acl` files and sieve
+/// scripts, restored over IMAP into an empty Cyrus (accounts created by its admin),
+/// become Cyrus' ACLs (SETACL) and scripts (PUTSCRIPT, SETACTIVE through `timsieved`),
+/// as the judge sees them; a second restore changes nothing. Then an IMAP backup of that
+/// Cyrus (GETACL with Cyrus' identifiers and its `n` right, scripts over ManageSieve; the
+/// folders of other users' namespace left out) restored into a second empty Cyrus: the
+/// same.
+#[test]
+fn cyrus_judge_shares_and_filters_of_a_maildir_store() {
+    let Some(cyrus) = cyrus() else {
+        return;
+    };
+    let e = Env::new();
+    let root = store_with_shares_and_filters(&e);
+    e.ok(&["init"]);
+    e.ok(&["backup", &format!("maildir:{}", root.display())]);
+    let users = ["alice@example.org", "bob@example.org", "carol@example.org"];
+    for round in ["first", "second"] {
+        let out = restore_into(&e, &cyrus, &users);
+        let want = "2 ACL entries set on 1 folders, 2 sieve scripts put, 1 active scripts set";
+        assert!(out.contains(want), "{round} restore: {out}");
+        judge_shares_and_filters(&cyrus, &users);
+    }
+
+    let pass = admin_pass(&e, &cyrus);
+    let (url, sieve) = (cyrus.url(), cyrus.sieve_port().to_string());
+    let mut args = vec!["backup", &url, "--imap-master-user", cyrus.admin_user()];
+    args.extend(["--imap-password-file", &pass, "--sieve-port", &sieve]);
+    for u in &users {
+        args.extend(["--account", u]);
+    }
+    let out = e.ok(&args);
+    assert!(out.contains("3 files of the accounts' homes"), "{out}");
+    let Some(second) = self::cyrus() else {
+        return;
+    };
+    let out = restore_into(&e, &second, &users);
+    assert!(out.contains("2 ACL entries set on 1 folders"), "{out}");
+    judge_shares_and_filters(&second, &users);
 }

@@ -12,12 +12,11 @@ mod common;
 mod judge;
 
 use judge::{
-    chown_tree, dovecot, imap_backup, imap_restore, is_root, mail_owner, maildir_round_trip, Env,
+    chown_tree, dovecot, imap_backup, imap_restore, is_root, list_scripts, mail_owner,
+    maildir_round_trip, Env,
 };
 use mailvault_imap::testing::DovecotServer;
 use std::fs;
-use std::io::{BufRead, BufReader, Write};
-use std::net::TcpStream;
 use std::os::unix::fs::symlink;
 use std::path::Path;
 
@@ -47,65 +46,6 @@ fn free_port() -> u16 {
         .local_addr()
         .unwrap()
         .port()
-}
-
-/// Standard base64 (for SASL PLAIN; the test has no base64 crate).
-fn base64(data: &[u8]) -> String {
-    const A: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-    let mut out = String::new();
-    for c in data.chunks(3) {
-        let n = (c[0] as u32) << 16
-            | (*c.get(1).unwrap_or(&0) as u32) << 8
-            | *c.get(2).unwrap_or(&0) as u32;
-        for i in 0..4 {
-            if i <= c.len() {
-                out.push(A[(n >> (18 - 6 * i) & 63) as usize] as char);
-            } else {
-                out.push('=');
-            }
-        }
-    }
-    out
-}
-
-/// The scripts ManageSieve lists for `user` (RFC 5804 LISTSCRIPTS): (name, active).
-fn list_scripts(port: u16, user: &str, password: &str) -> Vec<(String, bool)> {
-    let stream = TcpStream::connect(("127.0.0.1", port)).unwrap();
-    let mut w = stream.try_clone().unwrap();
-    let mut r = BufReader::new(stream);
-    let reply = |r: &mut BufReader<TcpStream>| -> Vec<String> {
-        let mut lines = Vec::new();
-        loop {
-            let mut l = String::new();
-            assert!(
-                r.read_line(&mut l).unwrap() > 0,
-                "ManageSieve closed: {lines:?}"
-            );
-            let l = l.trim_end().to_string();
-            let end = l.starts_with("OK") || l.starts_with("NO") || l.starts_with("BYE");
-            lines.push(l);
-            if end {
-                return lines;
-            }
-        }
-    };
-    reply(&mut r);
-    let auth = base64(format!("\0{user}\0{password}").as_bytes());
-    write!(w, "AUTHENTICATE \"PLAIN\" \"{auth}\"\r\n").unwrap();
-    let a = reply(&mut r);
-    assert!(a.last().unwrap().starts_with("OK"), "{a:?}");
-    write!(w, "LISTSCRIPTS\r\n").unwrap();
-    let lines = reply(&mut r);
-    assert!(lines.last().unwrap().starts_with("OK"), "{lines:?}");
-    let _ = write!(w, "LOGOUT\r\n");
-    let mut out: Vec<(String, bool)> = (lines[..lines.len() - 1].iter())
-        .map(|l| {
-            let name = l.split('"').nth(1).unwrap().to_string();
-            (name, l.ends_with("ACTIVE"))
-        })
-        .collect();
-    out.sort();
-    out
 }
 
 /// The messages Dovecot filed into bob's `Lists` folder.

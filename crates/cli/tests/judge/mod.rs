@@ -10,6 +10,8 @@ use serde_json::Value;
 use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::fmt::Write as _;
 use std::fs;
+use std::io::{BufRead, BufReader, Write as _};
+use std::net::TcpStream;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -127,6 +129,91 @@ pub fn imap_backup(e: &Env, server: &DovecotServer, accounts: &[&str], extra: &[
     }
     args.extend(extra.iter().map(|a| a.to_string()));
     e.ok(&args.iter().map(String::as_str).collect::<Vec<_>>())
+}
+
+/// Runs judge/acl_judge.py (Python's imaplib) `args[0]` against 127.0.0.1:`port` with
+/// the test users' password and the rest of `args`: its output.
+pub fn acl_judge(port: u16, args: &[&str]) -> String {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/judge/acl_judge.py");
+    let port = port.to_string();
+    let o = Command::new("python3")
+        .arg(script)
+        .args(&args[..1])
+        .args([
+            "--port",
+            &port,
+            "--password",
+            mailvault_imap::testing::USER_PASSWORD,
+        ])
+        .args(&args[1..])
+        .output()
+        .unwrap();
+    assert!(
+        o.status.success(),
+        "acl_judge.py {args:?}: {}{}",
+        String::from_utf8_lossy(&o.stderr),
+        String::from_utf8_lossy(&o.stdout)
+    );
+    String::from_utf8(o.stdout).unwrap()
+}
+
+/// Standard base64 (for SASL PLAIN; the test has no base64 crate).
+fn base64(data: &[u8]) -> String {
+    const A: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let mut out = String::new();
+    for c in data.chunks(3) {
+        let n = (c[0] as u32) << 16
+            | (*c.get(1).unwrap_or(&0) as u32) << 8
+            | *c.get(2).unwrap_or(&0) as u32;
+        for i in 0..4 {
+            if i <= c.len() {
+                out.push(A[(n >> (18 - 6 * i) & 63) as usize] as char);
+            } else {
+                out.push('=');
+            }
+        }
+    }
+    out
+}
+
+/// The scripts ManageSieve lists for `user` (RFC 5804 LISTSCRIPTS): (name, active).
+pub fn list_scripts(port: u16, user: &str, password: &str) -> Vec<(String, bool)> {
+    let stream = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    let mut w = stream.try_clone().unwrap();
+    let mut r = BufReader::new(stream);
+    let reply = |r: &mut BufReader<TcpStream>| -> Vec<String> {
+        let mut lines = Vec::new();
+        loop {
+            let mut l = String::new();
+            assert!(
+                r.read_line(&mut l).unwrap() > 0,
+                "ManageSieve closed: {lines:?}"
+            );
+            let l = l.trim_end().to_string();
+            let end = l.starts_with("OK") || l.starts_with("NO") || l.starts_with("BYE");
+            lines.push(l);
+            if end {
+                return lines;
+            }
+        }
+    };
+    reply(&mut r);
+    let auth = base64(format!("\0{user}\0{password}").as_bytes());
+    write!(w, "AUTHENTICATE \"PLAIN\" \"{auth}\"\r\n").unwrap();
+    let a = reply(&mut r);
+    assert!(a.last().unwrap().starts_with("OK"), "{a:?}");
+    write!(w, "LISTSCRIPTS\r\n").unwrap();
+    let lines = reply(&mut r);
+    assert!(lines.last().unwrap().starts_with("OK"), "{lines:?}");
+    let _ = write!(w, "LOGOUT\r\n");
+    let mut out: Vec<(String, bool)> = (lines[..lines.len() - 1].iter())
+        .map(|l| {
+            let name = l.split('"').nth(1).unwrap().to_string();
+            (name, l.ends_with("ACTIVE"))
+        })
+        .collect();
+    out.sort();
+    out
 }
 
 /// `chown -R` of `p` to `owner`, links themselves (never followed).

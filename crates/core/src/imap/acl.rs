@@ -93,22 +93,24 @@ fn file_identifier(id: &str) -> String {
 
 /// RFC 4314 rights as Dovecot's letters: the obsolete `c` and `d` (RFC 2086) as the
 /// rights they stand for (`c`: `k` and `x`; `d`: `e` and `t`), in [`RIGHTS`] order, and
-/// the letters that are no right of RFC 4314 (a server's own).
+/// the letters Dovecot's file cannot keep: a server's own, and RFC 5464's `n` (write
+/// shared annotations, which Cyrus lists), though not beside `a`, whose holder may give
+/// it to anyone.
 fn file_rights(rights: &str) -> (String, String) {
     let mut have: Vec<char> = Vec::new();
     let mut unknown = String::new();
+    let admin = rights.contains('a');
     for c in rights.chars() {
         match c {
             'c' => have.extend(['k', 'x']),
             'd' => have.extend(['e', 't']),
+            'n' if admin => {}
             c if RIGHTS.contains(c) => have.push(c),
             c => unknown.push(c),
         }
     }
-    (
-        RIGHTS.chars().filter(|c| have.contains(c)).collect(),
-        unknown,
-    )
+    let have = RIGHTS.chars().filter(|c| have.contains(c)).collect();
+    (have, unknown)
 }
 
 /// A folder's ACL as read with GETACL, as a `dovecot-acl` file: the account's own entry
@@ -203,8 +205,12 @@ mod tests {
     #[test]
     fn getacl_becomes_a_dovecot_acl_file_and_back() {
         let me = "alice@example.org";
-        let (file, odd) = dovecot_acl_file(&[entry(me, "lrwstipekxacd")], me);
-        assert_eq!((file, odd.len()), (None, 0), "the default list");
+        for owner in ["lrwstipekxacd", "lrswipkxtecdan"] {
+            let (file, odd) = dovecot_acl_file(&[entry(me, owner)], me);
+            assert_eq!((file, odd.len()), (None, 0), "the default list, {owner}");
+        }
+        let (_, odd) = dovecot_acl_file(&[entry("bob", "lrn")], me);
+        assert_eq!(odd, vec!["bob lrn: \"n\"".to_string()], "n without a");
         let got = [
             entry("bob@example.org", "lr"),
             entry("carol@example.org", "eilprwtsd"),

@@ -96,6 +96,7 @@ pub struct CyrusServer {
     dir: tempfile::TempDir,
     child: Option<Child>,
     port: u16,
+    sieve_port: u16,
     owner: Option<(u32, u32)>,
 }
 
@@ -154,6 +155,7 @@ impl CyrusServer {
             (name, None)
         };
         let port = free_port()?;
+        let sieve_port = free_port()?;
         let r = root.display();
         let b = install.bin.display();
         let mut imapd = String::new();
@@ -198,7 +200,8 @@ impl CyrusServer {
         let c = conf.display();
         let master_conf = format!(
             "START {{\n  recover cmd=\"{b}/ctl_cyrusdb -C {c} -r\"\n}}\n\
-             SERVICES {{\n  imap cmd=\"{b}/imapd -C {c}\" listen=\"127.0.0.1:{port}\" prefork=0\n}}\n\
+             SERVICES {{\n  imap cmd=\"{b}/imapd -C {c}\" listen=\"127.0.0.1:{port}\" prefork=0\n\
+             \x20 sieve cmd=\"{b}/timsieved -C {c}\" listen=\"127.0.0.1:{sieve_port}\" prefork=0\n}}\n\
              EVENTS {{\n}}\n"
         );
         fs::write(root.join("cyrus.conf"), master_conf).map_err(io_err("write cyrus.conf"))?;
@@ -206,6 +209,7 @@ impl CyrusServer {
             dir,
             child: None,
             port,
+            sieve_port,
             owner,
         };
         server.add_user(MASTER_USER, ADMIN_PASSWORD)?;
@@ -241,7 +245,8 @@ impl CyrusServer {
 
     fn wait_ready(&mut self) -> Result<(), HarnessError> {
         let dir = self.dir.path();
-        super::wait_ready(&mut self.child, "Cyrus master", &[self.port], 20, || {
+        let ports = [self.port, self.sieve_port];
+        super::wait_ready(&mut self.child, "Cyrus master", &ports, 20, || {
             cyrus_log(dir)
         })
     }
@@ -303,7 +308,12 @@ impl CyrusServer {
         self.port
     }
 
-    /// `imap://127.0.0.1:PORT`
+    /// ManageSieve's port (`timsieved`).
+    pub fn sieve_port(&self) -> u16 {
+        self.sieve_port
+    }
+
+    /// `imap://127.0.0.1:port`.
     pub fn url(&self) -> String {
         format!("imap://127.0.0.1:{}", self.port)
     }
