@@ -189,3 +189,74 @@ fn dovecot_judge_shared_folders_are_backed_up_over_imap() {
     recalc(&served);
     assert_eq!(rights(&served), before, "restored into a store");
 }
+
+/// A migration: `--map-user` restores bob as dave. Into a store, dave gets his own place
+/// (his home's scripts with it) and alice's `dovecot-acl` names dave; over IMAP into an
+/// empty Dovecot, dave sees alice's folder with bob's rights, and bob has nothing. Two
+/// accounts are never merged into one.
+#[test]
+fn dovecot_judge_map_user_renames_accounts_and_acl_entries() {
+    let e = Env::new();
+    let root = judge::store_with_shares_and_filters(&e);
+    e.ok(&["init"]);
+    e.ok(&["backup", &format!("maildir:{}", root.display())]);
+    let map = ["--map-user", "bob@example.org=dave@example.org"];
+    let target = e.path("migrated");
+    let to = format!("maildir:{}", target.display());
+    let mut args = vec!["restore", "latest", "--target", &to];
+    args.extend(map);
+    e.ok(&args);
+    let acl = target.join("example.org/alice/Maildir/.Team.Plans/dovecot-acl");
+    assert_eq!(
+        std::fs::read_to_string(acl).unwrap(),
+        "user=dave@example.org lr\nuser=carol@example.org lrwstipe\n"
+    );
+    assert!(target.join("example.org/dave/Maildir/cur").is_dir());
+    assert!(target.join("example.org/dave/sieve/rules.sieve").is_file());
+    assert!(!target.join("example.org/bob").exists());
+    let merged = e.expect_output(
+        2,
+        &[
+            "restore",
+            "latest",
+            "--target",
+            &to,
+            "--map-user",
+            "bob@example.org=x@example.org",
+            "--map-user",
+            "carol@example.org=x@example.org",
+        ],
+    );
+    let err = String::from_utf8_lossy(&merged.stderr);
+    assert!(err.contains("never merged"), "{err}");
+    let onto = e.expect(
+        2,
+        &[
+            "restore",
+            "latest",
+            "--target",
+            &to,
+            "--map-user",
+            "bob@example.org=carol@example.org",
+        ],
+    );
+    assert!(onto.contains("never merged"), "{onto}");
+
+    let empty = empty_mail_root(&e, "empty");
+    let Some(server) = dovecot(Some(empty.clone()), acl_config(&empty)) else {
+        return;
+    };
+    let mut args = vec!["--part", "mail"];
+    args.extend(map);
+    let (code, out, err) = imap_restore(&e, &server, &args);
+    assert_eq!(code, Some(0), "{out}{err}");
+    let dave = acl_judge(server.port(), &["rights", "--account", "dave@example.org"]);
+    assert!(
+        dave.contains(
+            "\"shared/alice@example.org/Team/Plans\": {\"acl\": \"NO\", \"myrights\": \"lr\"}"
+        ),
+        "{dave}"
+    );
+    let bob = acl_judge(server.port(), &["rights", "--account", "bob@example.org"]);
+    assert!(!bob.contains("Team/Plans"), "{bob}");
+}

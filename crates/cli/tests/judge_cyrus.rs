@@ -124,49 +124,6 @@ fn cyrus_judge_imap_backup_and_restore_keep_all_but_uids() {
     );
 }
 
-/// A Maildir store as Dovecot keeps shares and filters, written by hand: alice's
-/// `Team/Plans` with a `dovecot-acl` giving bob `lr` and carol `lrwstipe`, bob's home
-/// with two sieve scripts, `rules` active. The store's root.
-fn store_with_shares_and_filters(e: &Env) -> std::path::PathBuf {
-    let root = e.path("vmail");
-    let msg = |n: u32| {
-        format!("From: x@example.net\nSubject: m{n}\nMessage-ID: <m{n}@example.net>\n\nbody {n}\n")
-    };
-    for (user, folders) in [
-        ("alice", vec!["", ".Team", ".Team.Plans"]),
-        ("bob", vec![""]),
-        ("carol", vec![""]),
-    ] {
-        for (i, f) in folders.iter().enumerate() {
-            let dir = root.join(format!("example.org/{user}/Maildir/{f}"));
-            for sub in ["cur", "new", "tmp"] {
-                fs::create_dir_all(dir.join(sub)).unwrap();
-            }
-            if !f.is_empty() {
-                fs::write(dir.join("maildirfolder"), "").unwrap();
-            }
-            let name = format!("17000000{i:02}.M{i}P1.host,S=60:2,S");
-            fs::write(dir.join("cur").join(name), msg(i as u32)).unwrap();
-        }
-    }
-    let plans = root.join("example.org/alice/Maildir/.Team.Plans");
-    fs::write(
-        plans.join("dovecot-acl"),
-        "user=bob@example.org lr\nuser=carol@example.org lrwstipe\n",
-    )
-    .unwrap();
-    let home = root.join("example.org/bob");
-    fs::create_dir(home.join("sieve")).unwrap();
-    fs::write(home.join("sieve/rules.sieve"), "require \"fileinto\";\nif header :contains \"subject\" \"[list]\" { fileinto \"INBOX\"; }\n").unwrap();
-    fs::write(
-        home.join("sieve/vacation.sieve"),
-        "require \"vacation\";\nvacation :days 7 \"Away.\";\n",
-    )
-    .unwrap();
-    std::os::unix::fs::symlink("sieve/rules.sieve", home.join(".dovecot.sieve")).unwrap();
-    root
-}
-
 /// The rights letters of `rights`, RFC 2086's `c` and `d` as what they stand for, sorted.
 fn letters(rights: &str) -> String {
     let mut v: Vec<char> = rights
@@ -184,7 +141,7 @@ fn letters(rights: &str) -> String {
 }
 
 /// What the judge expects of a Cyrus holding the store of
-/// [`store_with_shares_and_filters`]: alice's `Team/Plans` shared with bob (`lr`) and
+/// [`judge::store_with_shares_and_filters`]: alice's `Team/Plans` shared with bob (`lr`) and
 /// carol (`lrwstipe`), as each sees it (MYRIGHTS, GETACL, Python's imaplib), and bob's
 /// scripts over ManageSieve, `rules` active.
 fn judge_shares_and_filters(cyrus: &CyrusServer, users: &[&str]) {
@@ -260,7 +217,7 @@ fn cyrus_judge_shares_and_filters_of_a_maildir_store() {
         return;
     };
     let e = Env::new();
-    let root = store_with_shares_and_filters(&e);
+    let root = judge::store_with_shares_and_filters(&e);
     e.ok(&["init"]);
     e.ok(&["backup", &format!("maildir:{}", root.display())]);
     let users = ["alice@example.org", "bob@example.org", "carol@example.org"];

@@ -28,6 +28,14 @@ pub struct Args {
     /// mail), or `all`.
     #[arg(long, value_enum, default_value_t = PartArg::All, conflicts_with_all = ["folder", "message"])]
     pub part: PartArg,
+    /// Restore account OLD as NEW (`bob@old.example=bob@new.example`, repeatable): a
+    /// migration. `--account` still names OLD; in a store NEW gets its own place, and
+    /// every ACL entry naming OLD names NEW.
+    #[arg(long, value_name = "OLD=NEW")]
+    pub map_user: Vec<String>,
+    /// `--map-user` for every line of FILE: `OLD NEW` or `OLD=NEW`; `#` starts a comment.
+    #[arg(long, value_name = "FILE")]
+    pub map_users: Option<std::path::PathBuf>,
     /// Print the plan (accounts, folders, messages, bytes, the pack spans to read, in
     /// order) and write nothing.
     #[arg(long)]
@@ -56,15 +64,56 @@ impl From<PartArg> for Part {
 
 impl Args {
     /// The snapshot and what `--account`, `--folder` and `--message` select of it.
-    fn selection(&self) -> Selection {
-        Selection {
+    fn selection(&self) -> Result<Selection> {
+        Ok(Selection {
+            map_users: self.user_map()?,
             snapshot: self.snapshot.clone(),
             accounts: self.account.clone(),
             folders: self.folder.clone(),
             messages: self.message.clone(),
             part: self.part.into(),
             ..Selection::default()
+        })
+    }
+
+    /// `--map-user` and the lines of `--map-users`: each OLD once, no two onto one NEW.
+    fn user_map(&self) -> Result<Vec<(String, String)>> {
+        let mut pairs: Vec<(String, String)> = Vec::new();
+        let mut add = |spec: &str, at: &str| -> Result<()> {
+            let (old, new) = match spec.split_once('=') {
+                Some(p) => p,
+                None => spec.split_once(char::is_whitespace).unwrap_or((spec, "")),
+            };
+            let (old, new) = (old.trim(), new.trim());
+            if old.is_empty() || new.is_empty() || new.contains(char::is_whitespace) {
+                anyhow::bail!(
+                    "{at}: expected OLD=NEW (two account names), not {:?}",
+                    safe(spec)
+                );
+            }
+            if let Some((o, n)) = pairs.iter().find(|(o, n)| o == old || n == new) {
+                anyhow::bail!(
+                    "{at}: {}={} and {}={}: an account is renamed once, and two accounts are never merged into one",
+                    safe(o), safe(n), safe(old), safe(new)
+                );
+            }
+            pairs.push((old.to_string(), new.to_string()));
+            Ok(())
+        };
+        for m in &self.map_user {
+            add(m, "--map-user")?;
         }
+        if let Some(path) = &self.map_users {
+            let text = std::fs::read_to_string(path)
+                .map_err(|e| anyhow::anyhow!("--map-users {}: {e}", path.display()))?;
+            for (i, line) in text.lines().enumerate() {
+                let line = line.split('#').next().unwrap_or("").trim();
+                if !line.is_empty() {
+                    add(line, &format!("{}:{}", path.display(), i + 1))?;
+                }
+            }
+        }
+        Ok(pairs)
     }
 }
 
@@ -206,7 +255,7 @@ pub fn run(g: &GlobalOpts, a: Args) -> Result<Outcome> {
         // A plain path now (`maildir_options` reads it as a directory).
         a.to.target = format!("maildir:{}", p.display());
     }
-    let opts = a.to.maildir_options(g, a.selection())?;
+    let opts = a.to.maildir_options(g, a.selection()?)?;
     let r = repo::open(g)?;
     let rep = Bar::run(g.quiet || g.json, "restore", |bar| match plain {
         Some(_) => {
@@ -243,7 +292,7 @@ fn run_export(g: &GlobalOpts, a: Args, dir: std::path::PathBuf, fmt: Export) -> 
     let sel = Selection {
         reads: g.storage.store_connections.unwrap_or(0),
         cache_bytes: Selection::CACHE_BYTES,
-        ..a.selection()
+        ..a.selection()?
     };
     let jobs = repo::jobs(g);
     let r = repo::open(g)?;
@@ -323,7 +372,7 @@ pub fn print_counts(r: &RestoreReport) {
 }
 
 fn run_imap(g: &GlobalOpts, a: Args) -> Result<Outcome> {
-    let opts = a.to.imap_options(a.selection())?;
+    let opts = a.to.imap_options(a.selection()?)?;
     let r = repo::open(g)?;
     let rep = Bar::run(g.quiet || g.json, "restore", |bar| {
         imap_restore(&r, &opts, bar)
@@ -410,7 +459,7 @@ pub fn print_imap_counts(r: &ImapRestoreReport) {
 fn run_dry(g: &GlobalOpts, a: &Args) -> Result<Outcome> {
     use mailvault_core::restore::plan::Plan;
     let r = repo::open(g)?;
-    let plan = Plan::build(&r, &a.selection())?;
+    let plan = Plan::build(&r, &a.selection()?)?;
     let s = plan.summary(&r);
     if g.json {
         crate::output::json(&s)?;

@@ -216,6 +216,49 @@ pub fn list_scripts(port: u16, user: &str, password: &str) -> Vec<(String, bool)
     out
 }
 
+/// A Maildir store as Dovecot keeps shares and filters, written by hand: alice's
+/// `Team/Plans` with a `dovecot-acl` giving bob `lr` and carol `lrwstipe`, bob's home
+/// with two sieve scripts, `rules` active. The store's root.
+pub fn store_with_shares_and_filters(e: &Env) -> PathBuf {
+    let root = e.path("vmail");
+    let msg = |n: u32| {
+        format!("From: x@example.net\nSubject: m{n}\nMessage-ID: <m{n}@example.net>\n\nbody {n}\n")
+    };
+    for (user, folders) in [
+        ("alice", vec!["", ".Team", ".Team.Plans"]),
+        ("bob", vec![""]),
+        ("carol", vec![""]),
+    ] {
+        for (i, f) in folders.iter().enumerate() {
+            let dir = root.join(format!("example.org/{user}/Maildir/{f}"));
+            for sub in ["cur", "new", "tmp"] {
+                fs::create_dir_all(dir.join(sub)).unwrap();
+            }
+            if !f.is_empty() {
+                fs::write(dir.join("maildirfolder"), "").unwrap();
+            }
+            let name = format!("17000000{i:02}.M{i}P1.host,S=60:2,S");
+            fs::write(dir.join("cur").join(name), msg(i as u32)).unwrap();
+        }
+    }
+    let plans = root.join("example.org/alice/Maildir/.Team.Plans");
+    fs::write(
+        plans.join("dovecot-acl"),
+        "user=bob@example.org lr\nuser=carol@example.org lrwstipe\n",
+    )
+    .unwrap();
+    let home = root.join("example.org/bob");
+    fs::create_dir(home.join("sieve")).unwrap();
+    fs::write(home.join("sieve/rules.sieve"), "require \"fileinto\";\nif header :contains \"subject\" \"[list]\" { fileinto \"INBOX\"; }\n").unwrap();
+    fs::write(
+        home.join("sieve/vacation.sieve"),
+        "require \"vacation\";\nvacation :days 7 \"Away.\";\n",
+    )
+    .unwrap();
+    std::os::unix::fs::symlink("sieve/rules.sieve", home.join(".dovecot.sieve")).unwrap();
+    root
+}
+
 /// `chown -R` of `p` to `owner`, links themselves (never followed).
 pub fn chown_tree(p: &Path, owner: (u32, u32)) {
     std::os::unix::fs::lchown(p, Some(owner.0), Some(owner.1)).unwrap();

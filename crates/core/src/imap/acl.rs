@@ -71,6 +71,42 @@ pub fn parse_dovecot_acl(text: &[u8]) -> (Vec<AclRule>, Vec<(String, &'static st
     (rules, odd)
 }
 
+/// `identifier` (an IMAP one, `-` before it for negative rights) under the name `users`
+/// gives it (`(old, new)`, a migration's renamed accounts); others as they are.
+pub fn rename(identifier: &str, users: &[(String, String)]) -> String {
+    let (neg, id) = match identifier.strip_prefix('-') {
+        Some(rest) => ("-", rest),
+        None => ("", identifier),
+    };
+    match users.iter().find(|(old, _)| old == id) {
+        Some((_, new)) => format!("{neg}{new}"),
+        None => identifier.to_string(),
+    }
+}
+
+/// A `dovecot-acl` file with its `user=` entries renamed as `users` says; every other
+/// line (comments, groups, `owner`) as it is.
+pub fn rename_in_file(text: &[u8], users: &[(String, String)]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(text.len());
+    for line in text.split_inclusive(|&c| c == b'\n') {
+        let s = String::from_utf8_lossy(line);
+        let (neg, rest) = match s.strip_prefix('-') {
+            Some(r) => ("-", r),
+            None => ("", s.as_ref()),
+        };
+        let renamed = rest.strip_prefix("user=").and_then(|r| {
+            let end = r.find(|c: char| c.is_ascii_whitespace()).unwrap_or(r.len());
+            let (_, new) = users.iter().find(|(old, _)| old == &r[..end])?;
+            Some(format!("{neg}user={new}{}", &r[end..]))
+        });
+        match renamed {
+            Some(r) => out.extend_from_slice(r.as_bytes()),
+            None => out.extend_from_slice(line),
+        }
+    }
+    out
+}
+
 /// An IMAP identifier as Dovecot's file writes it: `anyone`, `authenticated` and
 /// `owner` as they are, `$g` as `group=g`, `!$g` as `group-override=g`, Cyrus' `group:g`
 /// as `group=g`, anyone else as `user=<name>`; `-` stays in front.
@@ -191,6 +227,21 @@ mod tests {
                 "user=eve lrZ"
             ]
         );
+    }
+
+    /// A migration's renamed accounts: entries naming them, negative ones too, name the
+    /// new names; nothing else changes, byte for byte.
+    #[test]
+    fn renamed_users() {
+        let users = vec![("bob@old.example".to_string(), "bob@new.example".to_string())];
+        assert_eq!(rename("-bob@old.example", &users), "-bob@new.example");
+        assert_eq!(rename("bob@old.example.net", &users), "bob@old.example.net");
+        let file = b"# team\nuser=bob@old.example lr\n-user=bob@old.example x\nuser=bob@old.example.net l\nowner lrwstipekxa";
+        assert_eq!(
+            String::from_utf8_lossy(&rename_in_file(file, &users)),
+            "# team\nuser=bob@new.example lr\n-user=bob@new.example x\nuser=bob@old.example.net l\nowner lrwstipekxa"
+        );
+        assert!(rename_in_file(file, &[]) == file.to_vec());
     }
 
     fn entry(identifier: &str, rights: &str) -> mailvault_imap::AclEntry {

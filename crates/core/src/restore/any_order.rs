@@ -291,7 +291,15 @@ pub(super) fn write_file<T: Target>(
     blobs: &dyn Blobs,
 ) {
     let item = || ctx.target.item(folder, Item::File(&f.name));
-    match assemble_by(ctx.repo, &f.content, f.size, None, |id| blobs.blob(id)) {
+    let data = assemble_by(ctx.repo, &f.content, f.size, None, |id| blobs.blob(id));
+    // Renamed accounts: the entries naming them name the new names.
+    let data = match data {
+        Ok(d) if !ctx.users.is_empty() && f.name == b"dovecot-acl" => {
+            Ok(crate::imap::acl::rename_in_file(&d, ctx.users))
+        }
+        other => other,
+    };
+    match data {
         Ok(data) => match ctx.target.write_file(folder, f, &data) {
             Ok(Outcome::Written { .. }) => ctx.n.wrote_file(f.size),
             Ok(Outcome::AlreadyThere) => {

@@ -93,6 +93,9 @@ pub(super) struct Ctx<'a, T> {
     pub(super) cache: BlobCache,
     /// [`Order::Any`]: messages restored together, at most ([`WINDOW_MESSAGES`]).
     pub(super) window: usize,
+    /// Accounts renamed ([`super::Selection::map_users`]): the ACL entries of the
+    /// `dovecot-acl` files written name the new names.
+    pub(super) users: &'a [(String, String)],
 }
 
 /// The messages an [`Order::Any`] restore hands to the target together, at most: each
@@ -191,6 +194,7 @@ impl<'a> Ctx<'a, ()> {
             progress,
             cache: BlobCache::new(0),
             window: WINDOW_MESSAGES,
+            users: &[],
         }
     }
 }
@@ -228,6 +232,7 @@ impl<'a, T: Target> Ctx<'a, T> {
             progress,
             cache: BlobCache::new(cache_bytes),
             window: WINDOW_MESSAGES,
+            users: &[],
         }
     }
 

@@ -107,7 +107,7 @@ fn restore_into<T: Target>(
     let snap = repo.find_snapshot(&sel.snapshot)?;
     let root: RootTree = repo.read_tree(&snap.root)?;
     let names = root.owners.clone();
-    let accounts = select_accounts(root, &sel.accounts)?;
+    let accounts = sel.renamed(select_accounts(root, &sel.accounts)?)?;
     let n_accounts = accounts.len() as u64;
     let mut folders = 0u64;
     let mut folder_matched = sel.folders.is_empty();
@@ -155,6 +155,7 @@ fn restore_into<T: Target>(
     let target = open(&snap.id.to_hex(), &names)?;
     let mut ctx = Ctx::new(repo, &target, (sel.reads, sel.cache_bytes), progress);
     ctx.n = planner.n;
+    ctx.users = &sel.map_users;
     let pool = worker_pool(&ctx.caps)?;
     folders += plans.iter().map(|p| p.folders.len() as u64).sum::<u64>();
     pool.install(|| execute_batch(&ctx, plans, true));
@@ -172,7 +173,8 @@ fn restore_whole<T: Target>(
     accounts: &[AccountRef],
     (snapshot, started): (String, Instant),
 ) -> Result<RestoreReport> {
-    let ctx = Ctx::new(repo, target, (sel.reads, sel.cache_bytes), progress);
+    let mut ctx = Ctx::new(repo, target, (sel.reads, sel.cache_bytes), progress);
+    ctx.users = &sel.map_users;
     let folders = restore_accounts(&ctx, sel, accounts)?;
     Ok(ctx.report(snapshot, accounts.len() as u64, folders, started))
 }

@@ -36,6 +36,10 @@ pub struct Selection {
     pub cache_bytes: usize,
     /// Which part of each whole account: its mail, its home (sieve filters), or both.
     pub part: Part,
+    /// Accounts restored under another name (`--map-user OLD=NEW`, a migration): the
+    /// account `OLD` of the snapshot (selected by that name) is restored as `NEW`, at
+    /// `NEW`'s place in a store, and every ACL entry naming `OLD` names `NEW`.
+    pub map_users: Vec<(String, String)>,
 }
 
 /// A part of an account a restore takes (`restore --part`).
@@ -62,6 +66,42 @@ impl Selection {
                         .any(|f| crate::model::folder_matches(node, f) == FolderMatch::Itself)
             }
         }
+    }
+
+    /// The selected accounts under the names they are restored as (`map_users`): an
+    /// account whose place in the store is the usual `<domain>/<user>/Maildir` of its
+    /// name moves to its new name's, and so do the recorded owners and modes of those
+    /// directories.
+    /// An account renamed onto another of the snapshot's is refused: two accounts are
+    /// never merged into one.
+    pub(crate) fn renamed(&self, mut accounts: Vec<AccountRef>) -> Result<Vec<AccountRef>> {
+        use crate::source::imap::account_rel_path;
+        for (old, new) in &self.map_users {
+            let kept = (accounts.iter())
+                .find(|a| a.name == *new && !self.map_users.iter().any(|(o, _)| *o == a.name));
+            if let Some(a) = kept {
+                return Err(Error::InvalidInput(format!(
+                    "--map-user {old}={new}: the snapshot has an account {:?} too; two accounts are never merged into one",
+                    a.name
+                )));
+            }
+        }
+        for acc in &mut accounts {
+            let Some((old, new)) = self.map_users.iter().find(|(o, _)| *o == acc.name) else {
+                continue;
+            };
+            if acc.rel_path == account_rel_path(old) {
+                acc.rel_path = account_rel_path(new);
+                let parts = acc.rel_path.split(|&c| c == b'/');
+                if acc.dirs.len() == parts.clone().count() {
+                    for (d, p) in acc.dirs.iter_mut().zip(parts) {
+                        d.name = p.to_vec();
+                    }
+                }
+            }
+            acc.name = new.clone();
+        }
+        Ok(accounts)
     }
 
     /// The blob cache of a restore into an [`Order::Folder`] target (IMAP, mbox), in
@@ -237,7 +277,7 @@ impl Plan {
         let _lock = repo.lock_for_reading("restore")?;
         let snap = repo.find_snapshot(&sel.snapshot)?;
         let root: crate::repo::tree::RootTree = repo.read_tree(&snap.root)?;
-        let accounts = crate::model::select_accounts(root, &sel.accounts)?;
+        let accounts = sel.renamed(crate::model::select_accounts(root, &sel.accounts)?)?;
         let planner = Ctx::<()>::planner(repo, &crate::report::NoProgress);
         let mut plans = Vec::new();
         let mut matched = sel.folders.is_empty();

@@ -120,6 +120,7 @@ mod spans {
             reads: 0,
             cache_bytes: 0,
             part: Default::default(),
+            map_users: vec![],
         };
         (repo, sel)
     }

@@ -701,7 +701,8 @@ impl Target for ImapTarget {
             let mut lane = Lane::new(self, &acc);
             let sieve = self.opts.connection.sieve(self.opts.sieve_port);
             let how = (lane.session(), sieve, &acc.creds);
-            (acc.pending).apply(&acc.name, how, &self.shares, failures);
+            let users = &self.opts.select.map_users;
+            (acc.pending).apply(&acc.name, how, users, &self.shares, failures);
             drop(lane);
             self.shares_span.add(t);
         }

@@ -9,7 +9,7 @@
 //! any server. The mapping of identifiers and rights is in `docs/imap.md`.
 
 use crate::dest::{FolderInfo, RestoreFailures};
-use crate::imap::acl::{parse_dovecot_acl, AclRule};
+use crate::imap::acl::{parse_dovecot_acl, rename, AclRule};
 use crate::imap::{Phase, Span};
 use crate::repo::lock;
 use crate::Result;
@@ -125,14 +125,16 @@ impl Pending {
 }
 
 impl Pending {
-    /// The third phase for `account`: its folders' ACLs over `session`, then its
-    /// scripts over ManageSieve (`sieve`; `None`: off), logging in with `creds`. Each
+    /// The third phase for `account`: its folders' ACLs over `session` (identifiers
+    /// renamed as `users` says), then its scripts over ManageSieve (`sieve`; `None`:
+    /// off), logging in with `creds`. Each
     /// refusal is a failure of its own, naming the account, folder and identifier or
     /// script; the rest goes on. What was done is added to `done`.
     pub(super) fn apply(
         &self,
         account: &str,
         (session, sieve, creds): (Result<&mut Session>, Option<ClientOptions>, &Credentials),
+        users: &[(String, String)],
         done: &Done,
         failures: &RestoreFailures,
     ) {
@@ -147,8 +149,9 @@ impl Pending {
                     rules.sort_by_key(|r| r.identifier.trim_start_matches('-') == "owner");
                     let mut set = 0;
                     for r in &rules {
-                        let item = format!("{account}: {folder}: ACL {}", r.identifier);
-                        match s.set_acl(&folder, &r.identifier, &r.rights) {
+                        let id = rename(&r.identifier, users);
+                        let item = format!("{account}: {folder}: ACL {id}");
+                        match s.set_acl(&folder, &id, &r.rights) {
                             Ok(()) => set += 1,
                             Err(e) => failures.add(item, crate::Error::from(e)),
                         }
