@@ -190,7 +190,7 @@ fn dovecot_judge_shared_folders_are_backed_up_over_imap() {
     assert_eq!(rights(&served), before, "restored into a store");
 }
 
-/// A migration: `--map-user` restores bob as dave. Into a store, dave gets his own place
+/// `ls` shows a folder's ACL. A migration: `--map-user` restores bob as dave. Into a store, dave gets his own place
 /// (his home's scripts with it) and alice's `dovecot-acl` names dave; over IMAP into an
 /// empty Dovecot, dave sees alice's folder with bob's rights, and bob has nothing. Two
 /// accounts are never merged into one.
@@ -200,6 +200,22 @@ fn dovecot_judge_map_user_renames_accounts_and_acl_entries() {
     let root = judge::store_with_shares_and_filters(&e);
     e.ok(&["init"]);
     e.ok(&["backup", &format!("maildir:{}", root.display())]);
+    // `ls` shows who else may do what in a folder.
+    let ls = e.ok(&["ls", "latest", "--account", "alice@example.org"]);
+    let plans = ls.lines().skip_while(|l| !l.contains("Team/Plans")).nth(1);
+    assert_eq!(
+        plans.map(str::trim),
+        Some("shared: bob@example.org lr, carol@example.org lrwstipe"),
+        "{ls}"
+    );
+    let json = e.ok(&["ls", "latest", "--account", "alice@example.org", "--json"]);
+    let v: serde_json::Value = serde_json::from_str(&json).unwrap();
+    let plans = (v["items"].as_array().unwrap().iter()).find(|f| f["name"] == "Team/Plans");
+    assert_eq!(
+        plans.map(|f| f["acl"][0].clone()),
+        Some(serde_json::json!({"identifier": "bob@example.org", "rights": "lr"})),
+        "{json}"
+    );
     let map = ["--map-user", "bob@example.org=dave@example.org"];
     let target = e.path("migrated");
     let to = format!("maildir:{}", target.display());

@@ -129,7 +129,8 @@ fn dovecot_judge_sieve_scripts_are_restored_and_file_mail() {
 /// Between formats: the Maildir store's scripts restored over IMAP into an empty Dovecot
 /// go in by ManageSieve (PUTSCRIPT, SETACTIVE), in the restore's third phase; that
 /// server files the next list message by the restored rule; a second restore changes
-/// nothing; with ManageSieve off, the scripts are reported as left and the exit is 1.
+/// nothing; `--part home` puts the scripts alone into another empty server; with
+/// ManageSieve off, the scripts are reported as left and the exit is 1.
 #[test]
 fn dovecot_judge_sieve_scripts_are_restored_over_managesieve() {
     let port = free_port();
@@ -162,6 +163,15 @@ fn dovecot_judge_sieve_scripts_are_restored_over_managesieve() {
     let (code, out, err) = imap_restore(&e, &to, &["--sieve-port", &port]);
     assert_eq!(code, Some(0), "a second restore: {out}{err}");
     assert_eq!(list_scripts(sieve, BOB, to.password()), want);
+
+    // A filter the user lost, put back alone: an empty server gets the scripts and no mail.
+    let port = free_port();
+    let fresh = dovecot(None, sieve_config(port)).unwrap();
+    let p = port.to_string();
+    let (code, out, err) = imap_restore(&e, &fresh, &["--sieve-port", &p, "--part", "home"]);
+    assert_eq!(code, Some(0), "--part home: {out}{err}");
+    assert!(out.contains("0 appended"), "no mail: {out}");
+    assert_eq!(list_scripts(port, BOB, fresh.password()), want);
 
     let (code, out, err) = imap_restore(&e, &to, &["--sieve-port", "0"]);
     assert_eq!(code, Some(1), "{out}{err}");

@@ -127,6 +127,12 @@ pub fn run(g: &GlobalOpts, a: Args) -> Result<Outcome> {
                     safe(&x.name),
                     bytes(b)
                 );
+                if !x.acl.is_empty() {
+                    let acl: Vec<String> = (x.acl.iter())
+                        .map(|r| format!("{} {}", safe(&r.identifier), safe(&r.rights)))
+                        .collect();
+                    println!("{:<30}   shared: {}", "", acl.join(", "));
+                }
             }
         }
         // Printed as they came.

@@ -9,7 +9,7 @@
 pub const RIGHTS: &str = "lrwstipekxa";
 
 /// One entry of an access control list, in IMAP's terms.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
 pub struct AclRule {
     /// `anyone`, `authenticated`, `owner`, a user, `$group`; `-` before it for negative
     /// rights.

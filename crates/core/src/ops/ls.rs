@@ -1,6 +1,8 @@
 //! Listing a snapshot's accounts, folders and messages.
 
 use crate::error::{Error, Result};
+use crate::imap::acl::{parse_dovecot_acl, AclRule};
+use crate::model::assemble::assemble_file;
 use crate::model::{folder_list, folder_matches, folder_name, select_accounts, FolderMatch};
 use crate::repo::tree::{AccountTree, FolderNode, MessageEntry, RootTree};
 use crate::repo::Repository;
@@ -33,6 +35,10 @@ pub struct FolderInfo {
     /// A directory of the account's home beside its Maildir (sieve scripts), not a mail
     /// folder: named `~` (the home itself) or `~/sieve`, which `--folder` takes too.
     pub home: bool,
+    /// Who else may do what in it: its `dovecot-acl` file's entries, as IMAP names them
+    /// (`crate::imap::acl`); empty when it has none.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub acl: Vec<AclRule>,
 }
 
 /// A file of a folder without messages (a directory of a `file:` backup).
@@ -167,7 +173,12 @@ pub fn ls(
             match folder {
                 None => {
                     let (n, b) = count_files([&f]);
+                    let acl = match f.files.iter().find(|e| e.name == b"dovecot-acl") {
+                        Some(e) => parse_dovecot_acl(&assemble_file(repo, e)?).0,
+                        None => Vec::new(),
+                    };
                     folders.push(FolderInfo {
+                        acl,
                         account: a.name.clone(),
                         dir: String::from_utf8_lossy(&f.dir).into(),
                         name,
