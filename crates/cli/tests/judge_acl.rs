@@ -190,7 +190,8 @@ fn dovecot_judge_shared_folders_are_backed_up_over_imap() {
     assert_eq!(rights(&served), before, "restored into a store");
 }
 
-/// `ls` shows a folder's ACL. A migration: `--map-user` restores bob as dave. Into a store, dave gets his own place
+/// `ls` shows a folder's ACL; `--part acls` puts ACLs back alone, into a store and over
+/// IMAP. A migration: `--map-user` restores bob as dave. Into a store, dave gets his own place
 /// (his home's scripts with it) and alice's `dovecot-acl` names dave; over IMAP into an
 /// empty Dovecot, dave sees alice's folder with bob's rights, and bob has nothing. Two
 /// accounts are never merged into one.
@@ -230,6 +231,23 @@ fn dovecot_judge_map_user_renames_accounts_and_acl_entries() {
     assert!(target.join("example.org/dave/Maildir/cur").is_dir());
     assert!(target.join("example.org/dave/sieve/rules.sieve").is_file());
     assert!(!target.join("example.org/bob").exists());
+    // `--part acls` puts a lost ACL back, and nothing else: a message deleted since stays so.
+    let acl = target.join("example.org/alice/Maildir/.Team.Plans/dovecot-acl");
+    let want = std::fs::read(&acl).unwrap();
+    std::fs::remove_file(&acl).unwrap();
+    let cur = target.join("example.org/alice/Maildir/cur");
+    for m in std::fs::read_dir(&cur).unwrap() {
+        std::fs::remove_file(m.unwrap().path()).unwrap();
+    }
+    let mut args = vec!["restore", "latest", "--target", &to, "--part", "acls"];
+    args.extend(map);
+    e.ok(&args);
+    assert!(std::fs::read(&acl).unwrap() == want, "the ACL is back");
+    assert_eq!(
+        std::fs::read_dir(&cur).unwrap().count(),
+        0,
+        "no message restored"
+    );
     let merged = e.expect_output(
         2,
         &[
@@ -275,4 +293,21 @@ fn dovecot_judge_map_user_renames_accounts_and_acl_entries() {
     );
     let bob = acl_judge(server.port(), &["rights", "--account", "bob@example.org"]);
     assert!(!bob.contains("Team/Plans"), "{bob}");
+
+    // `--part acls` into an empty server: the shares alone (their folders made, no mail).
+    let empty = empty_mail_root(&e, "empty2");
+    let server = dovecot(Some(empty.clone()), acl_config(&empty)).unwrap();
+    let (code, out, err) = imap_restore(&e, &server, &["--part", "acls"]);
+    assert_eq!(code, Some(0), "{out}{err}");
+    assert!(
+        out.contains("0 appended") && out.contains("2 ACL entries set on 1 folders"),
+        "{out}"
+    );
+    let bob = acl_judge(server.port(), &["rights", "--account", "bob@example.org"]);
+    assert!(
+        bob.contains(
+            "\"shared/alice@example.org/Team/Plans\": {\"acl\": \"NO\", \"myrights\": \"lr\"}"
+        ),
+        "{bob}"
+    );
 }

@@ -25,7 +25,8 @@ pub struct Args {
     pub message: Vec<String>,
     /// Which part of each account: `mail` (its folders), `home` (its home beside the
     /// Maildir: sieve filters and the active one's link, put back without touching its
-    /// mail), or `all`.
+    /// mail), `acls` (its folders' access control lists alone: who may see which
+    /// folder), or `all`.
     #[arg(long, value_enum, default_value_t = PartArg::All, conflicts_with_all = ["folder", "message"])]
     pub part: PartArg,
     /// Restore account OLD as NEW (`bob@old.example=bob@new.example`, repeatable): a
@@ -50,6 +51,7 @@ pub enum PartArg {
     All,
     Mail,
     Home,
+    Acls,
 }
 
 impl From<PartArg> for Part {
@@ -58,6 +60,7 @@ impl From<PartArg> for Part {
             PartArg::All => Part::All,
             PartArg::Mail => Part::Mail,
             PartArg::Home => Part::Home,
+            PartArg::Acls => Part::Acls,
         }
     }
 }

@@ -53,6 +53,9 @@ pub enum Part {
     /// Its home only ([`AccountTree::home`]: sieve scripts and the active one's link):
     /// a filter a user deleted is put back into the live store, nothing else touched.
     Home,
+    /// Its folders' access control lists only (their `dovecot-acl` files): who could
+    /// see which folder is put back, no message and no other file touched.
+    Acls,
 }
 
 impl Selection {
@@ -443,7 +446,7 @@ pub(super) fn plan_account<T>(
         return Ok((plan, 0));
     }
     let tree: AccountTree = ctx.repo.read_tree(&acc.tree)?;
-    if ctx.caps.order == Order::Folder {
+    if ctx.caps.order == Order::Folder && sel.part != Part::Acls {
         plan.subscriptions = subscriptions(ctx.repo, &tree, sel);
     }
     let mut matched = 0;
@@ -458,6 +461,10 @@ pub(super) fn plan_account<T>(
             let count = if whole { node.messages } else { 0 };
             n.total.fetch_add(count, Relaxed);
             n.fail_items(item, "unsafe folder directory in snapshot; skipped", count);
+            continue;
+        }
+        if sel.part == Part::Acls {
+            plan.folders.extend(acl_only(node));
             continue;
         }
         let mut unread = Unread::of(ctx, &node, item);
@@ -482,10 +489,27 @@ pub(super) fn plan_account<T>(
             home: false,
         });
     }
-    if sel.part != Part::Mail {
+    if matches!(sel.part, Part::All | Part::Home) {
         plan_home(ctx, &mut plan, tree.home, sel);
     }
     Ok((plan, matched))
+}
+
+/// A folder with its `dovecot-acl` file and nothing else (`--part acls`); `None` when
+/// it has none.
+fn acl_only(mut node: FolderNode) -> Option<FolderPlan> {
+    node.files.retain(|f| f.name == b"dovecot-acl");
+    if node.files.is_empty() {
+        return None;
+    }
+    (node.chunks, node.chunk_tree, node.scan) = (Vec::new(), None, None);
+    (node.messages, node.bytes) = (0, 0);
+    Some(FolderPlan {
+        node,
+        entries: Vec::new(),
+        unread: None,
+        home: false,
+    })
 }
 
 /// The account's home directories, with a whole account (no `--folder`, no single
