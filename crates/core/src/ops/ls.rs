@@ -105,6 +105,32 @@ pub enum Listing {
     Files(Vec<FileInfo>),
 }
 
+/// A folder's row: its counts, and its ACL's entries (read from its `dovecot-acl`).
+fn folder_info(
+    repo: &Repository,
+    account: &str,
+    f: &FolderNode,
+    name: String,
+    home: bool,
+) -> Result<FolderInfo> {
+    let (files, file_bytes) = count_files([f]);
+    let acl = match f.files.iter().find(|e| e.name == b"dovecot-acl") {
+        Some(e) => parse_dovecot_acl(&assemble_file(repo, e)?).0,
+        None => Vec::new(),
+    };
+    Ok(FolderInfo {
+        account: account.to_string(),
+        dir: String::from_utf8_lossy(&f.dir).into(),
+        name,
+        messages: f.messages,
+        bytes: f.bytes,
+        files,
+        file_bytes,
+        home,
+        acl,
+    })
+}
+
 /// How `ls` names a directory of an account's home: `~`, `~/sieve`.
 fn home_name(f: &FolderNode) -> String {
     match f.dir.is_empty() {
@@ -171,24 +197,7 @@ pub fn ls(
                 false => folder_matches(&f, want) == FolderMatch::Itself,
             };
             match folder {
-                None => {
-                    let (n, b) = count_files([&f]);
-                    let acl = match f.files.iter().find(|e| e.name == b"dovecot-acl") {
-                        Some(e) => parse_dovecot_acl(&assemble_file(repo, e)?).0,
-                        None => Vec::new(),
-                    };
-                    folders.push(FolderInfo {
-                        acl,
-                        account: a.name.clone(),
-                        dir: String::from_utf8_lossy(&f.dir).into(),
-                        name,
-                        messages: f.messages,
-                        bytes: f.bytes,
-                        files: n,
-                        file_bytes: b,
-                        home,
-                    })
-                }
+                None => folders.push(folder_info(repo, &a.name, &f, name, home)?),
                 Some(want) if matches(want) => {
                     matched = true;
                     let chunks = repo.folder_chunks(&f)?;
