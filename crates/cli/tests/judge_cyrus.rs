@@ -244,3 +244,78 @@ fn cyrus_judge_shares_and_filters_of_a_maildir_store() {
     assert!(out.contains("2 ACL entries set on 1 folders"), "{out}");
     judge_shares_and_filters(&second, &users);
 }
+
+/// Mailbox METADATA (RFC 5464) through an IMAP backup of Cyrus: a folder's `/private` and
+/// `/shared` comments, set and read by Python's imaplib, are kept, put back by the
+/// restore's third phase (SETMETADATA) into an empty Cyrus, and read back the same; a
+/// restore into a Maildir store, which has no place for them, says so.
+#[test]
+fn cyrus_judge_folder_metadata_is_kept() {
+    let Some(src) = cyrus() else {
+        return;
+    };
+    let e = Env::new();
+    let alice = "alice@example.org";
+    src.create_account(alice).unwrap();
+    acl_judge(
+        src.port(),
+        &["share", "--account", alice, "--folder", "Team"],
+    );
+    let set = [
+        "--set",
+        "/private/comment=mine, not theirs",
+        "--set",
+        "/shared/comment=the team's plans",
+    ];
+    let mut args = vec!["metadata", "--account", alice, "--folder", "Team"];
+    args.extend(set);
+    // The entries set (Cyrus adds its own: a unique id, a size, a time, which differ).
+    let entries = |json: &str| -> serde_json::Value {
+        let v: serde_json::Value = serde_json::from_str(json).unwrap();
+        let keep = ["/private/comment", "/shared/comment"];
+        (v.as_object().unwrap().iter())
+            .filter(|(k, _)| keep.contains(&k.as_str()))
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect()
+    };
+    let before = entries(&acl_judge(src.port(), &args));
+    let want = [
+        ("/private/comment", "mine, not theirs"),
+        ("/shared/comment", "the team's plans"),
+    ];
+    assert_eq!(
+        before,
+        serde_json::json!(std::collections::BTreeMap::from(want))
+    );
+
+    e.ok(&["init"]);
+    let pass = admin_pass(&e, &src);
+    let url = src.url();
+    e.ok(&[
+        "backup",
+        &url,
+        "--imap-master-user",
+        src.admin_user(),
+        "--imap-password-file",
+        &pass,
+        "--sieve-port",
+        "0",
+        "--account",
+        alice,
+    ]);
+    let Some(to) = self::cyrus() else {
+        return;
+    };
+    let out = restore_into(&e, &to, &[alice]);
+    assert!(out.contains("2 METADATA entries set"), "{out}");
+    let after = acl_judge(
+        to.port(),
+        &["metadata", "--account", alice, "--folder", "Team"],
+    );
+    assert_eq!(entries(&after), before, "the folder's METADATA, read back");
+
+    let target = e.path("store");
+    let to = format!("maildir:{}", target.display());
+    let out = e.expect(0, &["restore", "latest", "--target", &to]);
+    assert!(out.contains("1 folder(s) have IMAP METADATA"), "{out}");
+}

@@ -1,14 +1,18 @@
 #!/usr/bin/env python3
-"""Shares and rights over IMAP (RFC 4314), for crates/cli/tests/judge_acl.rs.
+"""Shares and rights over IMAP (RFC 4314), for crates/cli/tests/judge_acl.rs, and
+mailbox METADATA (RFC 5464), for judge_cyrus.rs.
 
-share:  as OWNER, creates FOLDER and gives each USER=RIGHTS of --grant on it (SETACL).
-rights: as ACCOUNT, prints JSON: every folder LIST "" "*" shows (the shared namespace
-        included), with MYRIGHTS of each, and GETACL of those where the user may see it.
+share:    as OWNER, creates FOLDER and gives each USER=RIGHTS of --grant on it (SETACL).
+rights:   as ACCOUNT, prints JSON: every folder LIST "" "*" shows (the shared namespace
+          included), with MYRIGHTS of each, and GETACL of those where the user may see it.
+metadata: as ACCOUNT, sets each ENTRY=VALUE of --set on FOLDER (SETMETADATA), then prints
+          JSON: its METADATA response to GETMETADATA (DEPTH infinity) (/private /shared).
 Everything with Python's imaplib: an independent client.
 """
 import argparse
 import imaplib
 import json
+import shlex
 
 # The IMAP judge's helpers (the same directory is on the path).
 from imap_judge import check, parse_names, quote
@@ -43,16 +47,44 @@ def rights(args):
     print(json.dumps(out, sort_keys=True))
 
 
+def metadata(args):
+    # imaplib knows neither command: declared here, sent as they are.
+    imaplib.Commands.setdefault("GETMETADATA", ("AUTH", "SELECTED"))
+    imaplib.Commands.setdefault("SETMETADATA", ("AUTH", "SELECTED"))
+    m = connect(args, args.account)
+    for s in args.set:
+        entry, value = s.split("=", 1)
+        typ, dat = m._simple_command("SETMETADATA", quote(args.folder), f"({entry} {quote(value)})")
+        check(f"SETMETADATA {entry}", typ, dat)
+    typ, dat = m._simple_command(
+        "GETMETADATA", "(DEPTH infinity)", quote(args.folder), "(/private /shared)"
+    )
+    check("GETMETADATA", typ, dat)
+    _, dat = m._untagged_response(typ, dat, "METADATA")
+    out = {}
+    for d in dat:
+        if isinstance(d, bytes):
+            text = d.decode()
+            body = text[text.index("(") + 1 : text.rindex(")")]
+            toks = shlex.split(body)
+            for k, v in zip(toks[::2], toks[1::2]):
+                if v != "NIL":
+                    out[k] = v
+    m.logout()
+    print(json.dumps(out, sort_keys=True))
+
+
 def main():
     p = argparse.ArgumentParser()
-    p.add_argument("action", choices=["share", "rights"])
+    p.add_argument("action", choices=["share", "rights", "metadata"])
     p.add_argument("--port", type=int, required=True)
     p.add_argument("--account", required=True)
     p.add_argument("--password", required=True)
     p.add_argument("--folder")
     p.add_argument("--grant", action="append", default=[])
+    p.add_argument("--set", action="append", default=[])
     args = p.parse_args()
-    (share if args.action == "share" else rights)(args)
+    {"share": share, "rights": rights, "metadata": metadata}[args.action](args)
 
 
 if __name__ == "__main__":

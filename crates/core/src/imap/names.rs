@@ -11,6 +11,52 @@ use std::collections::HashMap;
 
 /// The file name under which an IMAP backup keeps a folder's sync state.
 pub const STATE_FILE: &[u8] = b"mailvault-imap-state";
+/// The folder file under which a snapshot keeps a folder's IMAP METADATA (RFC 5464):
+/// its `/private` and `/shared` entries, for a restore into IMAP (SETMETADATA). Dovecot
+/// keeps them in a dictionary outside the Maildir, so a Maildir store has no place for
+/// them and a restore into one leaves this file out (and says so).
+pub const METADATA_FILE: &[u8] = b"mailvault-metadata";
+
+/// Entries a server keeps for itself, which no restore can or should set: Cyrus' own
+/// (`/shared/vendor/cmu/cyrus-imapd/uniqueid`, `size`, `partition`...), and the special
+/// use, which provisioning sets on CREATE.
+fn server_own(entry: &str) -> bool {
+    let e = entry.to_ascii_lowercase();
+    [
+        "/shared/vendor/cmu/cyrus-imapd/",
+        "/private/vendor/cmu/cyrus-imapd/",
+    ]
+    .iter()
+    .any(|p| e.starts_with(p))
+        || e == "/private/specialuse"
+        || e == "/shared/specialuse"
+}
+
+/// A folder's METADATA entries as its [`METADATA_FILE`] (JSON, `{"entry": "value"}`),
+/// less those the server keeps for itself; `None` when there are none. Values that are
+/// not UTF-8 are returned apart (left out, for the report).
+pub fn metadata_file(entries: &[(String, Vec<u8>)]) -> (Option<Vec<u8>>, Vec<String>) {
+    let mut map = std::collections::BTreeMap::new();
+    let mut binary = Vec::new();
+    for (k, v) in entries.iter().filter(|(k, _)| !server_own(k)) {
+        match std::str::from_utf8(v) {
+            Ok(text) => {
+                map.insert(k.as_str(), text);
+            }
+            Err(_) => binary.push(k.clone()),
+        }
+    }
+    let file = (!map.is_empty()).then(|| serde_json::to_vec_pretty(&map).unwrap_or_default());
+    (file, binary)
+}
+
+/// The entries of a [`METADATA_FILE`].
+pub fn parse_metadata_file(data: &[u8]) -> Result<Vec<(String, Vec<u8>)>, String> {
+    let map: std::collections::BTreeMap<String, String> =
+        serde_json::from_slice(data).map_err(|e| format!("unreadable METADATA file: {e}"))?;
+    Ok(map.into_iter().map(|(k, v)| (k, v.into_bytes())).collect())
+}
+
 /// The program part of synthesized Maildir keys (where Dovecot puts the host name).
 pub const KEY_HOST: &str = "mailvault";
 
@@ -314,6 +360,27 @@ pub fn message_id(data: &[u8]) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A folder's METADATA file keeps the user's entries, not the server's own, nor the
+    /// special use; it reads back as it was written; non-text values are named apart.
+    #[test]
+    fn metadata_files() {
+        let e = |k: &str, v: &[u8]| (k.to_string(), v.to_vec());
+        let got = [
+            e("/private/comment", b"mine"),
+            e("/shared/comment", b"the team's \"plans\"\n"),
+            e("/shared/vendor/cmu/cyrus-imapd/uniqueid", b"az3r"),
+            e("/private/specialuse", b"\\Sent"),
+            e("/shared/vendor/acme/colour", b"blue"),
+            e("/private/blob", b"\xff\x00"),
+        ];
+        let (file, binary) = metadata_file(&got);
+        assert_eq!(binary, vec!["/private/blob".to_string()]);
+        let back = parse_metadata_file(&file.expect("a file")).expect("parses");
+        assert_eq!(back, vec![got[0].clone(), got[1].clone(), got[4].clone()]);
+        assert_eq!(metadata_file(&got[2..4]).0, None, "nothing of the user's");
+        assert!(parse_metadata_file(b"[1,2]").is_err());
+    }
 
     #[test]
     fn dirs_and_names() {

@@ -75,6 +75,8 @@ pub(super) struct Tally {
     pub(super) files_not_tried: AtomicU64,
     /// Accounts whose home files (sieve scripts) the target has no place for.
     pub(super) homes_left: AtomicU64,
+    /// Folders whose IMAP METADATA the target has no place for (a Maildir).
+    pub(super) metadata_left: AtomicU64,
     /// The most messages an [`Order::Any`] restore held at once (read from the snapshot,
     /// not written yet).
     #[cfg(test)]
@@ -244,7 +246,14 @@ impl<'a, T: Target> Ctx<'a, T> {
             0 => {}
             n => w.push(format!(
                 "{n} account(s) have home files (sieve scripts) this target has no place \
-                 for: restore to a Maildir store (--target maildir:DIR) to get them"
+                 for: restore to a Maildir store or an IMAP server to get them"
+            )),
+        }
+        match self.n.metadata_left.load(Relaxed) {
+            0 => {}
+            n => w.push(format!(
+                "{n} folder(s) have IMAP METADATA (RFC 5464) a Maildir has no place for \
+                 (Dovecot keeps it outside the store): restore into an IMAP server to get it"
             )),
         }
         w

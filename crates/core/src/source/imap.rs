@@ -16,9 +16,9 @@
 //!
 //! Beside the mail, in the forms a Maildir store keeps them, so that a snapshot has one
 //! form whatever its source: a folder's access control list (GETACL, where the login may
-//! read it) as its `dovecot-acl` file ([`crate::imap::acl`]), and the account's sieve
-//! scripts (ManageSieve) as a home ([`Home::Files`]: `sieve/<name>.sieve`, the
-//! `.dovecot.sieve` link to the active one).
+//! read it) as its `dovecot-acl` file ([`crate::imap::acl`]), its METADATA (RFC 5464)
+//! as [`names::METADATA_FILE`], and the account's sieve scripts (ManageSieve) as a home
+//! ([`Home::Files`]: `sieve/<name>.sieve`, the `.dovecot.sieve` link to the active one).
 
 use super::RunOptions;
 use super::{
@@ -221,6 +221,9 @@ impl Source for ImapSource<'_> {
         if s.has_acl() {
             self.acl(s, &account.name, folder, out)?;
         }
+        if s.has_metadata() {
+            metadata(s, &account.name, folder, out)?;
+        }
         let info = s.examine(folder)?;
         let state: Option<FolderState> = (out.parent_state())
             .and_then(|d| serde_json::from_slice(&d).ok())
@@ -341,6 +344,35 @@ impl ImapSource<'_> {
         }
         Ok(())
     }
+}
+
+/// The folder's METADATA entries (RFC 5464) as its [`names::METADATA_FILE`]. Entries the
+/// login may not read, and values that are not text, are warnings.
+fn metadata(s: &mut Session, account: &str, folder: &str, out: &mut FolderWriter) -> Result<()> {
+    let item = format!("{account}: {folder}");
+    let entries = match s.get_metadata(folder) {
+        Ok(e) => e,
+        Err(e) if !e.is_connection_lost() => {
+            out.warn(item, format!("its METADATA is not kept: {e}"));
+            return Ok(());
+        }
+        Err(e) => return Err(e.into()),
+    };
+    let (file, binary) = names::metadata_file(&entries);
+    for k in binary {
+        out.warn(
+            &item,
+            format!("METADATA entry {k} is not text and is not kept"),
+        );
+    }
+    if let Some(data) = file {
+        out.file(FolderFile {
+            name: names::METADATA_FILE.to_vec(),
+            data: FileData::Bytes(data),
+            meta: None,
+        })?;
+    }
+    Ok(())
 }
 
 /// The account's sieve scripts over ManageSieve, laid out as a Dovecot home:

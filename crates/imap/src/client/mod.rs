@@ -6,6 +6,7 @@ pub mod append;
 mod conn;
 pub mod fetch;
 pub mod mailbox;
+pub mod metadata;
 pub mod options;
 mod pipeline;
 pub mod session;

@@ -341,7 +341,15 @@ pub enum Untagged<'a> {
         /// Public folders.
         shared: Vec<(Vec<u8>, Option<char>)>,
     },
-    /// Anything else (ID, METADATA...), unparsed.
+    /// `* METADATA mailbox (entry value ...)` (RFC 5464): entries and their values
+    /// (`None`: NIL); the unsolicited form, entries without values, has `None` for each.
+    Metadata {
+        /// Mailbox name as on the wire (empty for the server's own entries).
+        mailbox: Vec<u8>,
+        /// (entry name, value).
+        entries: Vec<(String, Option<Vec<u8>>)>,
+    },
+    /// Anything else (ID...), unparsed.
     Other {
         /// Response name, upper-cased.
         name: String,
@@ -887,6 +895,32 @@ impl<'a> Parser<'a> {
                     shared,
                 }
             }
+            "METADATA" => {
+                self.sp()?;
+                let mailbox = self.astring()?.into_owned();
+                self.sp()?;
+                let mut entries = Vec::new();
+                if self.eat(b'(') {
+                    loop {
+                        while self.eat(b' ') {}
+                        if self.eat(b')') {
+                            break;
+                        }
+                        let name = String::from_utf8_lossy(&self.astring()?).into_owned();
+                        self.sp()?;
+                        entries.push((name, self.nstring()?.map(|v| v.into_owned())));
+                    }
+                } else {
+                    loop {
+                        let name = String::from_utf8_lossy(&self.astring()?).into_owned();
+                        entries.push((name, None));
+                        if !self.eat(b' ') || self.at_eol() {
+                            break;
+                        }
+                    }
+                }
+                Untagged::Metadata { mailbox, entries }
+            }
             "MYRIGHTS" => {
                 self.sp()?;
                 let mailbox = self.astring()?.into_owned();
@@ -1110,6 +1144,32 @@ mod tests {
             Response::Untagged(u) => u,
             other => panic!("not untagged: {other:?}"),
         }
+    }
+
+    /// RFC 5464's forms: values quoted, as a literal and NIL; the unsolicited list.
+    #[test]
+    fn metadata() {
+        assert_eq!(
+            untagged(b"* METADATA \"INBOX\" (/private/comment \"My own\" /shared/comment {11}\r\nline1\r\nlin2 /shared/x NIL)\r\n"),
+            Untagged::Metadata {
+                mailbox: b"INBOX".to_vec(),
+                entries: vec![
+                    ("/private/comment".into(), Some(b"My own".to_vec())),
+                    ("/shared/comment".into(), Some(b"line1\r\nlin2".to_vec())),
+                    ("/shared/x".into(), None),
+                ],
+            }
+        );
+        assert_eq!(
+            untagged(b"* METADATA \"\" /shared/comment /shared/admin\r\n"),
+            Untagged::Metadata {
+                mailbox: b"".to_vec(),
+                entries: vec![
+                    ("/shared/comment".into(), None),
+                    ("/shared/admin".into(), None)
+                ],
+            }
+        );
     }
 
     /// RFC 4314's examples, and Dovecot's: quoted and atom identifiers, a negative

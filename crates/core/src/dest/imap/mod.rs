@@ -149,6 +149,8 @@ pub struct ImapRestoreReport {
     /// Sieve scripts put (PUTSCRIPT), and accounts whose active script was set.
     pub sieve_scripts_put: u64,
     pub sieve_active_set: u64,
+    /// Folder METADATA entries set (SETMETADATA).
+    pub metadata_entries_set: u64,
     pub elapsed_secs: f64,
     /// Messages appended per second.
     pub items_per_sec: f64,
@@ -308,7 +310,7 @@ impl ImapTarget {
             ));
         }
         let appended = r.items_restored;
-        let [acl_entries, acl_folders, scripts, active] = self.shares.figures();
+        let [acl_entries, acl_folders, scripts, active, metadata] = self.shares.figures();
         let journaled = self.journaled.load(Relaxed);
         let existing = self.existing.load(Relaxed);
         let phases = vec![
@@ -347,6 +349,7 @@ impl ImapTarget {
             acl_folders,
             sieve_scripts_put: scripts,
             sieve_active_set: active,
+            metadata_entries_set: metadata,
             elapsed_secs: r.elapsed_secs,
             items_per_sec: per_sec(appended, r.elapsed_secs),
             mb_per_sec: r.mb_per_sec,

@@ -10,6 +10,7 @@
 
 use crate::dest::{FolderInfo, RestoreFailures};
 use crate::imap::acl::{parse_dovecot_acl, rename, AclRule};
+use crate::imap::names::{parse_metadata_file, METADATA_FILE};
 use crate::imap::{Phase, Span};
 use crate::repo::lock;
 use crate::Result;
@@ -17,11 +18,16 @@ use mailvault_imap::{ClientOptions, Credentials, Session, SieveSession};
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Mutex;
 
+/// A folder's METADATA entries: (name, value).
+type Metadata = Vec<(String, Vec<u8>)>;
+
 /// What the third phase has to do for one account, gathered as its folders are opened.
 #[derive(Default)]
 pub(super) struct Pending {
     /// (folder, its list).
     acls: Mutex<Vec<(String, Vec<AclRule>)>>,
+    /// (folder, its METADATA entries).
+    metadata: Mutex<Vec<(String, Metadata)>>,
     /// (name, text) of the sieve scripts.
     scripts: Mutex<Vec<(String, Vec<u8>)>>,
     /// The active script's name, from the home's `.dovecot.sieve`.
@@ -35,30 +41,75 @@ pub(super) struct Done {
     pub acl_folders: AtomicU64,
     pub scripts: AtomicU64,
     pub active: AtomicU64,
+    pub metadata: AtomicU64,
 }
 
 impl Done {
-    /// ACL entries set, on how many folders, scripts put, active scripts set.
-    pub(super) fn figures(&self) -> [u64; 4] {
-        [
+    /// ACL entries set, on how many folders, scripts put, active scripts set, METADATA
+    /// entries set.
+    pub(super) fn figures(&self) -> [u64; 5] {
+        let all = [
             &self.acl_entries,
             &self.acl_folders,
             &self.scripts,
             &self.active,
-        ]
-        .map(|n| n.load(Relaxed))
+        ];
+        let [a, b, c, d] = all.map(|n| n.load(Relaxed));
+        [a, b, c, d, self.metadata.load(Relaxed)]
     }
 
     /// The report's third phase, which took `span`.
     pub(super) fn phase(&self, span: &Span) -> Phase {
-        let [entries, folders, scripts, active] = self.figures();
+        let [entries, folders, scripts, active, metadata] = self.figures();
         span.phase(
             "shares and filters",
-            entries + scripts,
+            entries + scripts + metadata,
             format!(
-                "{entries} ACL entries set on {folders} folders, {scripts} sieve scripts put, {active} active scripts set"
+                "{entries} ACL entries set on {folders} folders, {scripts} sieve scripts put, {active} active scripts set, {metadata} METADATA entries set"
             ),
         )
+    }
+}
+
+/// The ACLs and METADATA of an account's folders over `s`: METADATA first, while the
+/// owner holds every right, then the ACL entries (the owner's own last: taking its `a`
+/// away first would refuse the others), identifiers renamed as `users` says.
+#[allow(clippy::type_complexity)]
+fn over_imap(
+    s: &mut Session,
+    account: &str,
+    (acls, metadata): (
+        Vec<(String, Vec<AclRule>)>,
+        Vec<(String, Vec<(String, Vec<u8>)>)>,
+    ),
+    users: &[(String, String)],
+    done: &Done,
+    failures: &RestoreFailures,
+) {
+    for (folder, entries) in metadata {
+        match s.set_metadata(&folder, &entries) {
+            Ok(()) => {
+                done.metadata.fetch_add(entries.len() as u64, Relaxed);
+            }
+            Err(e) => failures.add(
+                format!("{account}: {folder}: METADATA"),
+                crate::Error::from(e),
+            ),
+        }
+    }
+    for (folder, mut rules) in acls {
+        rules.sort_by_key(|r| r.identifier.trim_start_matches('-') == "owner");
+        let mut set = 0;
+        for r in &rules {
+            let id = rename(&r.identifier, users);
+            let item = format!("{account}: {folder}: ACL {id}");
+            match s.set_acl(&folder, &id, &r.rights) {
+                Ok(()) => set += 1,
+                Err(e) => failures.add(item, crate::Error::from(e)),
+            }
+        }
+        done.acl_entries.fetch_add(set, Relaxed);
+        done.acl_folders.fetch_add(u64::from(set > 0), Relaxed);
     }
 }
 
@@ -85,6 +136,12 @@ impl Pending {
             return;
         }
         if !info.home {
+            if let Some(data) = read(METADATA_FILE) {
+                match parse_metadata_file(&data) {
+                    Ok(e) => lock(&self.metadata).push((info.name.to_string(), e)),
+                    Err(e) => info.failures.add(item("METADATA"), e),
+                }
+            }
             let Some(data) = read(b"dovecot-acl") else {
                 return;
             };
@@ -120,7 +177,9 @@ impl Pending {
 
     /// Nothing to do for the account.
     pub(super) fn is_empty(&self) -> bool {
-        lock(&self.acls).is_empty() && lock(&self.scripts).is_empty()
+        lock(&self.acls).is_empty()
+            && lock(&self.scripts).is_empty()
+            && lock(&self.metadata).is_empty()
     }
 }
 
@@ -139,26 +198,11 @@ impl Pending {
         failures: &RestoreFailures,
     ) {
         let acls = std::mem::take(&mut *lock(&self.acls));
-        match (acls.is_empty(), session) {
-            (true, _) => {}
-            (false, Err(e)) => failures.add(format!("{account}: ACLs"), e),
-            (false, Ok(s)) => {
-                for (folder, mut rules) in acls {
-                    // The owner's own entry last: taking its `a` away first would refuse
-                    // the others.
-                    rules.sort_by_key(|r| r.identifier.trim_start_matches('-') == "owner");
-                    let mut set = 0;
-                    for r in &rules {
-                        let id = rename(&r.identifier, users);
-                        let item = format!("{account}: {folder}: ACL {id}");
-                        match s.set_acl(&folder, &id, &r.rights) {
-                            Ok(()) => set += 1,
-                            Err(e) => failures.add(item, crate::Error::from(e)),
-                        }
-                    }
-                    done.acl_entries.fetch_add(set, Relaxed);
-                    done.acl_folders.fetch_add(u64::from(set > 0), Relaxed);
-                }
+        let metadata = std::mem::take(&mut *lock(&self.metadata));
+        if !acls.is_empty() || !metadata.is_empty() {
+            match session {
+                Err(e) => failures.add(format!("{account}: ACLs and METADATA"), e),
+                Ok(s) => over_imap(s, account, (acls, metadata), users, done, failures),
             }
         }
         let scripts = std::mem::take(&mut *lock(&self.scripts));

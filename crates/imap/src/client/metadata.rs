@@ -1,0 +1,68 @@
+//! Mailbox metadata (RFC 5464): GETMETADATA and SETMETADATA on a folder given as a
+//! mailvault path, for servers that offer `METADATA`.
+
+use super::session::Session;
+use crate::error::{Error, Result};
+use crate::proto::response::Untagged;
+
+impl Session {
+    /// Whether the server offers mailbox metadata.
+    pub fn has_metadata(&self) -> bool {
+        self.caps.has("METADATA")
+    }
+
+    /// Every entry of the folder under `/private` and `/shared` with a value (GETMETADATA
+    /// with DEPTH infinity), sorted by name.
+    pub fn get_metadata(&mut self, folder: &str) -> Result<Vec<(String, Vec<u8>)>> {
+        self.require_metadata()?;
+        let name = self.server_name(folder)?;
+        let mut b = self.command("GETMETADATA");
+        b.raw(b" (DEPTH infinity) ").mailbox(&name);
+        b.raw(b" (/private /shared)");
+        let cmd = b.finish();
+        let mut out = Vec::new();
+        self.run_ok(cmd, "GETMETADATA", Some(folder), &mut |u| {
+            if let Untagged::Metadata { entries, .. } = u {
+                out.extend(entries.into_iter().filter_map(|(k, v)| Some((k, v?))));
+            }
+            Ok(())
+        })?;
+        out.sort();
+        Ok(out)
+    }
+
+    /// SETMETADATA: gives each entry its value (a quoted string, or a literal when it
+    /// cannot be one).
+    pub fn set_metadata(&mut self, folder: &str, entries: &[(String, Vec<u8>)]) -> Result<()> {
+        self.require_metadata()?;
+        if entries.is_empty() {
+            return Ok(());
+        }
+        let name = self.server_name(folder)?;
+        let mut b = self.command("SETMETADATA");
+        b.sp().mailbox(&name).raw(b" (");
+        for (i, (k, v)) in entries.iter().enumerate() {
+            if i > 0 {
+                b.sp();
+            }
+            b.astring(k.as_bytes()).sp();
+            if v.len() > 1024 || b.quoted(v).is_err() {
+                b.literal(v);
+            }
+        }
+        b.raw(b")");
+        let cmd = b.finish();
+        self.run_ok(cmd, "SETMETADATA", Some(folder), &mut |_| Ok(()))?;
+        Ok(())
+    }
+
+    fn require_metadata(&self) -> Result<()> {
+        if self.has_metadata() {
+            return Ok(());
+        }
+        Err(Error::Unsupported {
+            server: self.server.clone(),
+            what: "METADATA (RFC 5464)".into(),
+        })
+    }
+}
