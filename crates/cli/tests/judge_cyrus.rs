@@ -245,12 +245,13 @@ fn cyrus_judge_shares_and_filters_of_a_maildir_store() {
     judge_shares_and_filters(&second, &users);
 }
 
-/// Mailbox METADATA (RFC 5464) through an IMAP backup of Cyrus: a folder's `/private` and
-/// `/shared` comments, set and read by Python's imaplib, are kept, put back by the
-/// restore's third phase (SETMETADATA) into an empty Cyrus, and read back the same; a
-/// restore into a Maildir store, which has no place for them, says so.
+/// Mailbox METADATA (RFC 5464) and quotas (RFC 9208) through an IMAP backup of Cyrus: a
+/// folder's `/private` and `/shared` comments, set and read by Python's imaplib, and the
+/// account's storage limit, set by the admin, are kept, put back by the restore's third
+/// phase (SETMETADATA; SETQUOTA by the admin) into an empty Cyrus, and read back the
+/// same; a restore into a Maildir store, which has no place for them, says so.
 #[test]
-fn cyrus_judge_folder_metadata_is_kept() {
+fn cyrus_judge_folder_metadata_and_quota_are_kept() {
     let Some(src) = cyrus() else {
         return;
     };
@@ -288,6 +289,15 @@ fn cyrus_judge_folder_metadata_is_kept() {
         serde_json::json!(std::collections::BTreeMap::from(want))
     );
 
+    // A quota, set by the admin; alice reads it back.
+    let mut admin = src.client().login(&src.admin("admin")).unwrap();
+    let root = format!("user/{alice}");
+    let limits = [("STORAGE".to_string(), 51200)];
+    admin.set_quota(&root, &limits).unwrap();
+    let _ = admin.logout();
+    let quota = acl_judge(src.port(), &["quota", "--account", alice]);
+    assert!(quota.contains("STORAGE 0 51200"), "{quota}");
+
     e.ok(&["init"]);
     let pass = admin_pass(&e, &src);
     let url = src.url();
@@ -307,7 +317,15 @@ fn cyrus_judge_folder_metadata_is_kept() {
         return;
     };
     let out = restore_into(&e, &to, &[alice]);
-    assert!(out.contains("2 METADATA entries set"), "{out}");
+    assert!(
+        out.contains("2 METADATA entries set, 1 quota roots set"),
+        "{out}"
+    );
+    let back = acl_judge(to.port(), &["quota", "--account", alice]);
+    assert!(
+        back.contains("STORAGE") && back.contains(" 51200)"),
+        "{back}"
+    );
     let after = acl_judge(
         to.port(),
         &["metadata", "--account", alice, "--folder", "Team"],
@@ -318,4 +336,5 @@ fn cyrus_judge_folder_metadata_is_kept() {
     let to = format!("maildir:{}", target.display());
     let out = e.expect(0, &["restore", "latest", "--target", &to]);
     assert!(out.contains("1 folder(s) have IMAP METADATA"), "{out}");
+    assert!(out.contains("1 account(s) have IMAP quotas"), "{out}");
 }

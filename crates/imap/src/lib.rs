@@ -31,6 +31,7 @@ pub use client::mailbox::{
 pub use client::options::{
     AppendOptions, AppendStrategy, ClientOptions, Credentials, Endpoint, Security, TlsOptions,
 };
+pub use client::quota::Quota;
 pub use client::session::{Client, Session};
 pub use client::sieve::{Script, SieveSession};
 pub use crlf::{from_crlf, to_crlf, LineEndings};

@@ -7,6 +7,7 @@ rights:   as ACCOUNT, prints JSON: every folder LIST "" "*" shows (the shared na
           included), with MYRIGHTS of each, and GETACL of those where the user may see it.
 metadata: as ACCOUNT, sets each ENTRY=VALUE of --set on FOLDER (SETMETADATA), then prints
           JSON: its METADATA response to GETMETADATA (DEPTH infinity) (/private /shared).
+quota:    as ACCOUNT, prints JSON: the QUOTA responses to GETQUOTAROOT INBOX (limits).
 Everything with Python's imaplib: an independent client.
 """
 import argparse
@@ -74,9 +75,18 @@ def metadata(args):
     print(json.dumps(out, sort_keys=True))
 
 
+def quota(args):
+    m = connect(args, args.account)
+    typ, dat = m.getquotaroot("INBOX")
+    check("GETQUOTAROOT", typ, dat)
+    m.logout()
+    # [[QUOTAROOT lines], [QUOTA lines]]: the QUOTA lines, root and (resource usage limit).
+    print(json.dumps(sorted(d.decode() for d in dat[1] if isinstance(d, bytes))))
+
+
 def main():
     p = argparse.ArgumentParser()
-    p.add_argument("action", choices=["share", "rights", "metadata"])
+    p.add_argument("action", choices=["share", "rights", "metadata", "quota"])
     p.add_argument("--port", type=int, required=True)
     p.add_argument("--account", required=True)
     p.add_argument("--password", required=True)
@@ -84,7 +94,8 @@ def main():
     p.add_argument("--grant", action="append", default=[])
     p.add_argument("--set", action="append", default=[])
     args = p.parse_args()
-    {"share": share, "rights": rights, "metadata": metadata}[args.action](args)
+    actions = {"share": share, "rights": rights, "metadata": metadata, "quota": quota}
+    actions[args.action](args)
 
 
 if __name__ == "__main__":

@@ -57,6 +57,56 @@ pub fn parse_metadata_file(data: &[u8]) -> Result<Vec<(String, Vec<u8>)>, String
     Ok(map.into_iter().map(|(k, v)| (k, v.into_bytes())).collect())
 }
 
+/// The INBOX file under which a snapshot keeps an IMAP account's quotas (RFC 9208): its
+/// roots' limits, for a restore into IMAP (SETQUOTA, by the admin). A Maildir store keeps
+/// none (the limits live in the server's user database), so a restore into one leaves
+/// this file out and says so.
+pub const QUOTA_FILE: &[u8] = b"mailvault-quota";
+
+/// An account's quota roots as its [`QUOTA_FILE`] (JSON, `[{"root": r, "limits": {"STORAGE":
+/// n}}]`); `None` when it has none.
+pub fn quota_file(quotas: &[mailvault_imap::Quota]) -> Option<Vec<u8>> {
+    let list: Vec<serde_json::Value> = (quotas.iter())
+        .filter(|q| !q.resources.is_empty())
+        .map(|q| {
+            let limits: std::collections::BTreeMap<&str, u64> = q
+                .resources
+                .iter()
+                .map(|(n, _, l)| (n.as_str(), *l))
+                .collect();
+            serde_json::json!({"root": q.root, "limits": limits})
+        })
+        .collect();
+    (!list.is_empty()).then(|| serde_json::to_vec_pretty(&list).unwrap_or_default())
+}
+
+/// Quota roots and their limits: (root, (resource, limit)).
+pub type QuotaLimits = Vec<(String, Vec<(String, u64)>)>;
+
+/// The quota roots of a [`QUOTA_FILE`]: (root, (resource, limit)); a resource name that
+/// is none (the file is the snapshot's, untrusted) makes it unreadable.
+pub fn parse_quota_file(data: &[u8]) -> Result<QuotaLimits, String> {
+    #[derive(serde::Deserialize)]
+    struct Root {
+        root: String,
+        limits: std::collections::BTreeMap<String, u64>,
+    }
+    let roots: Vec<Root> =
+        serde_json::from_slice(data).map_err(|e| format!("unreadable quota file: {e}"))?;
+    let bad = (roots.iter())
+        .flat_map(|r| r.limits.keys())
+        .find(|n| !mailvault_imap::client::quota::is_resource_name(n));
+    if let Some(n) = bad {
+        return Err(format!(
+            "quota file names {n:?}, which is no quota resource"
+        ));
+    }
+    Ok(roots
+        .into_iter()
+        .map(|r| (r.root, r.limits.into_iter().collect()))
+        .collect())
+}
+
 /// The program part of synthesized Maildir keys (where Dovecot puts the host name).
 pub const KEY_HOST: &str = "mailvault";
 
@@ -360,6 +410,28 @@ pub fn message_id(data: &[u8]) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// An account's quota file reads back as written; a resource name that would be
+    /// anything but a name (the snapshot is untrusted) makes it unreadable.
+    #[test]
+    fn quota_files() {
+        let q = mailvault_imap::Quota {
+            root: "user/alice@example.org".into(),
+            resources: vec![("STORAGE".into(), 10, 512), ("MESSAGE".into(), 1, 100)],
+        };
+        let file = quota_file(&[q]).expect("a file");
+        let want = vec![(
+            "user/alice@example.org".to_string(),
+            vec![("MESSAGE".to_string(), 100), ("STORAGE".to_string(), 512)],
+        )];
+        assert_eq!(parse_quota_file(&file), Ok(want));
+        assert_eq!(quota_file(&[]), None);
+        let hostile = br#"[{"root": "r", "limits": {"STORAGE 1)\r\nA1 DELETE INBOX": 1}}]"#;
+        assert!(
+            parse_quota_file(hostile).is_err(),
+            "a name that would be a command"
+        );
+    }
 
     /// A folder's METADATA file keeps the user's entries, not the server's own, nor the
     /// special use; it reads back as it was written; non-text values are named apart.

@@ -198,20 +198,26 @@ fn read_window<T: Target>(ctx: &Ctx<T>, jobs: Vec<Job<T::Folder>>) {
 /// Adds the jobs of a folder's files (`dovecot-uidlist` and the like, a `file:`
 /// snapshot's files; a large one in pieces), read with the messages, from the same spans.
 /// An IMAP backup's sync state is for the next IMAP backup, not for a restore; a
-/// folder's METADATA has no place in a Maildir (counted, for the report's warning).
+/// folder's METADATA and an account's quotas have no place in a Maildir (counted, for
+/// the report's warnings).
 fn file_jobs<'f, T: Target>(
     ctx: &Ctx<T>,
     folder: &'f T::Folder,
     node: &mut FolderNode,
     jobs: &mut Vec<Job<'f, T::Folder>>,
 ) {
-    use crate::imap::names::{METADATA_FILE, STATE_FILE};
-    if node.files.iter().any(|f| f.name == METADATA_FILE) {
-        ctx.n.metadata_left.fetch_add(1, Relaxed);
+    use crate::imap::names::{METADATA_FILE, QUOTA_FILE, STATE_FILE};
+    for f in &node.files {
+        if f.name == METADATA_FILE {
+            ctx.n.metadata_left.fetch_add(1, Relaxed);
+        } else if f.name == QUOTA_FILE {
+            ctx.n.quota_left.fetch_add(1, Relaxed);
+        }
     }
+    let imap_only = [STATE_FILE, METADATA_FILE, QUOTA_FILE];
     for f in std::mem::take(&mut node.files)
         .into_iter()
-        .filter(|f| f.name != STATE_FILE && f.name != METADATA_FILE)
+        .filter(|f| !imap_only.contains(&f.name.as_slice()))
     {
         if !safe_component(&f.name) {
             let item = ctx.target.item(folder, Item::File(&f.name));

@@ -77,6 +77,8 @@ pub(super) struct Tally {
     pub(super) homes_left: AtomicU64,
     /// Folders whose IMAP METADATA the target has no place for (a Maildir).
     pub(super) metadata_left: AtomicU64,
+    /// Accounts whose IMAP quotas the target has no place for (a Maildir).
+    pub(super) quota_left: AtomicU64,
     /// The most messages an [`Order::Any`] restore held at once (read from the snapshot,
     /// not written yet).
     #[cfg(test)]
@@ -254,6 +256,13 @@ impl<'a, T: Target> Ctx<'a, T> {
             n => w.push(format!(
                 "{n} folder(s) have IMAP METADATA (RFC 5464) a Maildir has no place for \
                  (Dovecot keeps it outside the store): restore into an IMAP server to get it"
+            )),
+        }
+        match self.n.quota_left.load(Relaxed) {
+            0 => {}
+            n => w.push(format!(
+                "{n} account(s) have IMAP quotas a Maildir has no place for (the limits \
+                 live in the server's user database): restore into an IMAP server to set them"
             )),
         }
         w

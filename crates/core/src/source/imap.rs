@@ -17,7 +17,8 @@
 //! Beside the mail, in the forms a Maildir store keeps them, so that a snapshot has one
 //! form whatever its source: a folder's access control list (GETACL, where the login may
 //! read it) as its `dovecot-acl` file ([`crate::imap::acl`]), its METADATA (RFC 5464)
-//! as [`names::METADATA_FILE`], and the account's sieve scripts (ManageSieve) as a home
+//! as [`names::METADATA_FILE`], its quotas as INBOX's [`names::QUOTA_FILE`], and the
+//! account's sieve scripts (ManageSieve) as a home
 //! ([`Home::Files`]: `sieve/<name>.sieve`, the `.dovecot.sieve` link to the active one).
 
 use super::RunOptions;
@@ -224,6 +225,9 @@ impl Source for ImapSource<'_> {
         if s.has_metadata() {
             metadata(s, &account.name, folder, out)?;
         }
+        if folder.eq_ignore_ascii_case("INBOX") && s.has_quota() {
+            quota(s, &account.name, out)?;
+        }
         let info = s.examine(folder)?;
         let state: Option<FolderState> = (out.parent_state())
             .and_then(|d| serde_json::from_slice(&d).ok())
@@ -368,6 +372,30 @@ fn metadata(s: &mut Session, account: &str, folder: &str, out: &mut FolderWriter
     if let Some(data) = file {
         out.file(FolderFile {
             name: names::METADATA_FILE.to_vec(),
+            data: FileData::Bytes(data),
+            meta: None,
+        })?;
+    }
+    Ok(())
+}
+
+/// The account's quotas (GETQUOTAROOT of its INBOX) as INBOX's [`names::QUOTA_FILE`].
+/// Quotas the login may not read are a warning.
+fn quota(s: &mut Session, account: &str, out: &mut FolderWriter) -> Result<()> {
+    let quotas = match s.quota_roots("INBOX") {
+        Ok(q) => q,
+        Err(e) if !e.is_connection_lost() => {
+            out.warn(
+                format!("account {account}"),
+                format!("its quota is not kept: {e}"),
+            );
+            return Ok(());
+        }
+        Err(e) => return Err(e.into()),
+    };
+    if let Some(data) = names::quota_file(&quotas) {
+        out.file(FolderFile {
+            name: names::QUOTA_FILE.to_vec(),
             data: FileData::Bytes(data),
             meta: None,
         })?;

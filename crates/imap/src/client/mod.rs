@@ -9,6 +9,7 @@ pub mod mailbox;
 pub mod metadata;
 pub mod options;
 mod pipeline;
+pub mod quota;
 pub mod session;
 pub mod sieve;
 mod stream;

@@ -349,6 +349,20 @@ pub enum Untagged<'a> {
         /// (entry name, value).
         entries: Vec<(String, Option<Vec<u8>>)>,
     },
+    /// `* QUOTAROOT mailbox root...` (RFC 9208): the quota roots of a mailbox.
+    QuotaRoot {
+        /// Mailbox name as on the wire.
+        mailbox: Vec<u8>,
+        /// Its roots (none: no quota applies).
+        roots: Vec<Vec<u8>>,
+    },
+    /// `* QUOTA root (resource usage limit ...)` (RFC 9208).
+    Quota {
+        /// The quota root.
+        root: Vec<u8>,
+        /// (resource name upper-cased, usage, limit): `STORAGE` in KiB, `MESSAGE`...
+        resources: Vec<(String, u64, u64)>,
+    },
     /// Anything else (ID...), unparsed.
     Other {
         /// Response name, upper-cased.
@@ -895,6 +909,37 @@ impl<'a> Parser<'a> {
                     shared,
                 }
             }
+            "QUOTAROOT" => {
+                self.sp()?;
+                let mailbox = self.astring()?.into_owned();
+                let mut roots = Vec::new();
+                while self.eat(b' ') {
+                    if self.at_eol() {
+                        break;
+                    }
+                    roots.push(self.astring()?.into_owned());
+                }
+                Untagged::QuotaRoot { mailbox, roots }
+            }
+            "QUOTA" => {
+                self.sp()?;
+                let root = self.astring()?.into_owned();
+                self.sp()?;
+                self.expect(b'(', "'(' of quota resources")?;
+                let mut resources = Vec::new();
+                loop {
+                    while self.eat(b' ') {}
+                    if self.eat(b')') {
+                        break;
+                    }
+                    let name = self.atom()?.to_ascii_uppercase();
+                    self.sp()?;
+                    let usage = self.number64()?;
+                    self.sp()?;
+                    resources.push((name, usage, self.number64()?));
+                }
+                Untagged::Quota { root, resources }
+            }
             "METADATA" => {
                 self.sp()?;
                 let mailbox = self.astring()?.into_owned();
@@ -1144,6 +1189,32 @@ mod tests {
             Response::Untagged(u) => u,
             other => panic!("not untagged: {other:?}"),
         }
+    }
+
+    /// RFC 9208's examples, and Cyrus' (a quoted root; a mailbox without a root).
+    #[test]
+    fn quota() {
+        assert_eq!(
+            untagged(b"* QUOTAROOT INBOX \"\"\r\n"),
+            Untagged::QuotaRoot {
+                mailbox: b"INBOX".to_vec(),
+                roots: vec![b"".to_vec()],
+            }
+        );
+        assert_eq!(
+            untagged(b"* QUOTAROOT INBOX\r\n"),
+            Untagged::QuotaRoot {
+                mailbox: b"INBOX".to_vec(),
+                roots: vec![],
+            }
+        );
+        assert_eq!(
+            untagged(b"* QUOTA \"user/alice@example.org\" (STORAGE 10 512 MESSAGE 1 100)\r\n"),
+            Untagged::Quota {
+                root: b"user/alice@example.org".to_vec(),
+                resources: vec![("STORAGE".into(), 10, 512), ("MESSAGE".into(), 1, 100)],
+            }
+        );
     }
 
     /// RFC 5464's forms: values quoted, as a literal and NIL; the unsolicited list.

@@ -26,17 +26,19 @@
 
 pub mod crlf;
 pub mod journal;
+mod report;
 pub mod shares;
+
+pub use report::{AccountFigures, ImapRestoreReport};
 
 use super::{
     AccountInfo, Caps, FolderInfo, Item, Message, Order, Outcome, RestoreFailures, Target,
 };
 use crate::imap::names::{self, Fingerprint};
-use crate::imap::{login_with_backoff, Login, Pacer, Phase, Span};
+use crate::imap::{login_with_backoff, Login, Pacer, Span};
 use crate::repo::tree::MessageEntry;
 use crate::repo::{lock, Repository};
 use crate::report::per_sec;
-use crate::report::Failure;
 use crate::restore::{RestoreReport, Selection};
 use crate::{Error, Result};
 use crlf::crlf_parts_into;
@@ -45,7 +47,6 @@ use mailvault_imap::{
     AppendMsg, AppendOutcome, Client, Credentials, FetchQuery, InternalDate, SearchKey, SeqSet,
     Session, SpecialUse,
 };
-use serde::Serialize;
 use std::collections::{HashMap, HashSet};
 use std::ops::Range;
 use std::path::PathBuf;
@@ -105,61 +106,6 @@ impl ImapRestoreOptions {
             sieve_port: 4190,
         }
     }
-}
-
-/// One account's figures, its own (not running totals): `messages` = `appended` +
-/// `skipped` + `failed`.
-#[derive(Clone, Debug, Serialize, PartialEq)]
-pub struct AccountFigures {
-    pub account: String,
-    pub messages: u64,
-    pub appended: u64,
-    /// Already on the server: by the journal of an earlier run, or found there.
-    pub skipped: u64,
-    pub failed: u64,
-    pub secs: f64,
-}
-
-/// The end-of-run summary. `items_total` = `items_appended` + `items_journaled` +
-/// `items_existing` + `items_failed`, and each is the sum of the accounts' figures.
-#[derive(Clone, Debug, Serialize, PartialEq)]
-pub struct ImapRestoreReport {
-    pub snapshot: String,
-    pub target: String,
-    pub accounts: u64,
-    /// Accounts this run created on the server (`create_accounts`).
-    pub accounts_created: u64,
-    pub folders: u64,
-    /// Messages selected.
-    pub items_total: u64,
-    /// Messages appended by this run.
-    pub items_appended: u64,
-    /// Messages the journal says an earlier run appended, and the server still has.
-    pub items_journaled: u64,
-    /// Messages found on the server (in doubt, or `skip_existing`) and not sent again.
-    pub items_existing: u64,
-    /// Messages not restored (each listed in `failures`, or counted in a failure line
-    /// that names how many).
-    pub items_failed: u64,
-    /// Bytes appended (CRLF form).
-    pub bytes_appended: u64,
-    /// Access control entries set (SETACL), and on how many folders.
-    pub acl_entries_set: u64,
-    pub acl_folders: u64,
-    /// Sieve scripts put (PUTSCRIPT), and accounts whose active script was set.
-    pub sieve_scripts_put: u64,
-    pub sieve_active_set: u64,
-    /// Folder METADATA entries set (SETMETADATA).
-    pub metadata_entries_set: u64,
-    pub elapsed_secs: f64,
-    /// Messages appended per second.
-    pub items_per_sec: f64,
-    pub mb_per_sec: f64,
-    pub phases: Vec<Phase>,
-    pub per_account: Vec<AccountFigures>,
-    /// The journal directory of this (repository, snapshot, target).
-    pub journal: String,
-    pub failures: Vec<Failure>,
 }
 
 /// An IMAP server as a restore target.
@@ -350,6 +296,7 @@ impl ImapTarget {
             sieve_scripts_put: scripts,
             sieve_active_set: active,
             metadata_entries_set: metadata,
+            quota_roots_set: self.shares.quotas(),
             elapsed_secs: r.elapsed_secs,
             items_per_sec: per_sec(appended, r.elapsed_secs),
             mb_per_sec: r.mb_per_sec,
@@ -484,9 +431,19 @@ impl ImapTarget {
     /// Creates `account` on the server as its admin (the master user logging in as
     /// itself): CREATE `user/<account>`, with the server's hierarchy delimiter.
     fn create_account(&self, account: &str) -> Result<()> {
+        let mut s = self.admin_session(account, "create it")?;
+        let r = s.create(&format!("user/{account}"), None);
+        let _ = s.logout();
+        r?;
+        Ok(())
+    }
+
+    /// A session of the server's admin (the master user logging in as itself), to do for
+    /// `account` what only the admin may (`what`: create it, set its quota).
+    fn admin_session(&self, account: &str, what: &str) -> Result<Session> {
         let Login::Master { master, password } = &self.opts.connection.login else {
             return Err(Error::InvalidInput(format!(
-                "account {account} does not exist on the server, and only its admin (a master user) can create it"
+                "only the server's admin (a master user, --imap-master-user) can {what}: account {account}"
             )));
         };
         let admin = Login::User {
@@ -494,11 +451,7 @@ impl ImapTarget {
             password: password.clone(),
         }
         .credentials(account)?;
-        let mut s = login_with_backoff(&self.client, &admin, 6)?;
-        let r = s.create(&format!("user/{account}"), None);
-        let _ = s.logout();
-        r?;
-        Ok(())
+        Ok(login_with_backoff(&self.client, &admin, 6)?)
     }
 
     /// Whether a message is to be looked for on the server before it is sent (in doubt,
@@ -703,7 +656,8 @@ impl Target for ImapTarget {
             let t = Instant::now();
             let mut lane = Lane::new(self, &acc);
             let sieve = self.opts.connection.sieve(self.opts.sieve_port);
-            let how = (lane.session(), sieve, &acc.creds);
+            let admin = || self.admin_session(&acc.name, "set its quota");
+            let how = (lane.session(), sieve, &acc.creds, &admin as &dyn Fn() -> _);
             let users = &self.opts.select.map_users;
             (acc.pending).apply(&acc.name, how, users, &self.shares, failures);
             drop(lane);
@@ -721,6 +675,10 @@ impl Target for ImapTarget {
             failed: acc.messages.saturating_sub(appended + skipped),
             secs: acc.started.elapsed().as_secs_f64(),
         });
+    }
+
+    fn warnings(&self) -> Vec<String> {
+        self.shares.warnings()
     }
 
     fn item(&self, folder: &ImapFolder, item: Item) -> String {

@@ -10,16 +10,27 @@
 
 use crate::dest::{FolderInfo, RestoreFailures};
 use crate::imap::acl::{parse_dovecot_acl, rename, AclRule};
-use crate::imap::names::{parse_metadata_file, METADATA_FILE};
+use crate::imap::names::{
+    parse_metadata_file, parse_quota_file, QuotaLimits, METADATA_FILE, QUOTA_FILE,
+};
 use crate::imap::{Phase, Span};
 use crate::repo::lock;
-use crate::Result;
+use crate::{Error, Result};
 use mailvault_imap::{ClientOptions, Credentials, Session, SieveSession};
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Mutex;
 
 /// A folder's METADATA entries: (name, value).
 type Metadata = Vec<(String, Vec<u8>)>;
+
+/// How the third phase reaches the server: the account's IMAP session, ManageSieve
+/// (`None`: off), the account's credentials, and a way to an admin session (quotas).
+pub(super) type Ways<'a> = (
+    Result<&'a mut Session>,
+    Option<ClientOptions>,
+    &'a Credentials,
+    &'a dyn Fn() -> Result<Session>,
+);
 
 /// What the third phase has to do for one account, gathered as its folders are opened.
 #[derive(Default)]
@@ -28,6 +39,8 @@ pub(super) struct Pending {
     acls: Mutex<Vec<(String, Vec<AclRule>)>>,
     /// (folder, its METADATA entries).
     metadata: Mutex<Vec<(String, Metadata)>>,
+    /// The account's quota roots, from its INBOX.
+    quotas: Mutex<QuotaLimits>,
     /// (name, text) of the sieve scripts.
     scripts: Mutex<Vec<(String, Vec<u8>)>>,
     /// The active script's name, from the home's `.dovecot.sieve`.
@@ -42,6 +55,9 @@ pub(super) struct Done {
     pub scripts: AtomicU64,
     pub active: AtomicU64,
     pub metadata: AtomicU64,
+    pub quotas: AtomicU64,
+    /// Accounts whose quotas this server or login cannot set (no QUOTA; no admin).
+    pub quotas_left: AtomicU64,
 }
 
 impl Done {
@@ -58,17 +74,88 @@ impl Done {
         [a, b, c, d, self.metadata.load(Relaxed)]
     }
 
+    /// Quota roots set.
+    pub(super) fn quotas(&self) -> u64 {
+        self.quotas.load(Relaxed)
+    }
+
+    /// What the phase could not do and is no failure, for the report's warnings.
+    pub(super) fn warnings(&self) -> Vec<String> {
+        match self.quotas_left.load(Relaxed) {
+            0 => Vec::new(),
+            n => vec![format!(
+                "{n} account(s) have quotas in the snapshot this server or login cannot set \
+                 (no QUOTA, or no admin: --imap-master-user); set them in the server's \
+                 user database"
+            )],
+        }
+    }
+
     /// The report's third phase, which took `span`.
     pub(super) fn phase(&self, span: &Span) -> Phase {
         let [entries, folders, scripts, active, metadata] = self.figures();
+        let quotas = self.quotas();
         span.phase(
             "shares and filters",
-            entries + scripts + metadata,
+            entries + scripts + metadata + quotas,
             format!(
-                "{entries} ACL entries set on {folders} folders, {scripts} sieve scripts put, {active} active scripts set, {metadata} METADATA entries set"
+                "{entries} ACL entries set on {folders} folders, {scripts} sieve scripts put, {active} active scripts set, {metadata} METADATA entries set, {quotas} quota roots set"
             ),
         )
     }
+}
+
+/// The account's quota roots, set by the admin (`admin`): the root the target names for
+/// the account's INBOX where it has one (roots are named differently on different
+/// servers), else the snapshot's; a root the user sees as `INBOX` is the admin's
+/// `user/<account>` (Cyrus). Set after the data, so that a restore is never refused for
+/// a quota it sets itself.
+fn set_quotas(
+    s: &mut Session,
+    account: &str,
+    quotas: QuotaLimits,
+    admin: &dyn Fn() -> Result<Session>,
+    done: &Done,
+    failures: &RestoreFailures,
+) {
+    if quotas.is_empty() {
+        return;
+    }
+    let item = format!("{account}: quota");
+    if !s.has_quota() {
+        done.quotas_left.fetch_add(1, Relaxed);
+        return;
+    }
+    let theirs: Vec<String> = (s
+        .quota_roots("INBOX")
+        .map(|q| q.into_iter().map(|q| q.root)))
+    .map(Iterator::collect)
+    .unwrap_or_default();
+    let mut a = match admin() {
+        Ok(a) => a,
+        Err(Error::InvalidInput(_)) => {
+            done.quotas_left.fetch_add(1, Relaxed);
+            return;
+        }
+        Err(e) => return failures.add(item, e),
+    };
+    for (i, (root, limits)) in quotas.iter().enumerate() {
+        let root = theirs.get(i).unwrap_or(root);
+        // The user sees its own root as `INBOX`; the admin names it `user/<account>`.
+        let root = match root.eq_ignore_ascii_case("INBOX") {
+            true => a
+                .server_name(&format!("user/{account}"))
+                .unwrap_or_else(|_| root.clone()),
+            false => root.clone(),
+        };
+        match a.set_quota(&root, limits) {
+            Ok(()) => {
+                done.quotas.fetch_add(1, Relaxed);
+            }
+            Err(e) => failures.add(format!("{item} root {root:?}"), crate::Error::from(e)),
+        }
+    }
+    let _ = a.logout();
 }
 
 /// The ACLs and METADATA of an account's folders over `s`: METADATA first, while the
@@ -136,6 +223,12 @@ impl Pending {
             return;
         }
         if !info.home {
+            if let Some(data) = read(QUOTA_FILE) {
+                match parse_quota_file(&data) {
+                    Ok(q) => *lock(&self.quotas) = q,
+                    Err(e) => info.failures.add(item("quota"), e),
+                }
+            }
             if let Some(data) = read(METADATA_FILE) {
                 match parse_metadata_file(&data) {
                     Ok(e) => lock(&self.metadata).push((info.name.to_string(), e)),
@@ -180,6 +273,7 @@ impl Pending {
         lock(&self.acls).is_empty()
             && lock(&self.scripts).is_empty()
             && lock(&self.metadata).is_empty()
+            && lock(&self.quotas).is_empty()
     }
 }
 
@@ -192,17 +286,21 @@ impl Pending {
     pub(super) fn apply(
         &self,
         account: &str,
-        (session, sieve, creds): (Result<&mut Session>, Option<ClientOptions>, &Credentials),
+        (session, sieve, creds, admin): Ways<'_>,
         users: &[(String, String)],
         done: &Done,
         failures: &RestoreFailures,
     ) {
         let acls = std::mem::take(&mut *lock(&self.acls));
         let metadata = std::mem::take(&mut *lock(&self.metadata));
-        if !acls.is_empty() || !metadata.is_empty() {
+        let quotas = std::mem::take(&mut *lock(&self.quotas));
+        if !acls.is_empty() || !metadata.is_empty() || !quotas.is_empty() {
             match session {
-                Err(e) => failures.add(format!("{account}: ACLs and METADATA"), e),
-                Ok(s) => over_imap(s, account, (acls, metadata), users, done, failures),
+                Err(e) => failures.add(format!("{account}: ACLs, METADATA and quotas"), e),
+                Ok(s) => {
+                    set_quotas(s, account, quotas, admin, done, failures);
+                    over_imap(s, account, (acls, metadata), users, done, failures);
+                }
             }
         }
         let scripts = std::mem::take(&mut *lock(&self.scripts));

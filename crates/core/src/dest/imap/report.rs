@@ -1,0 +1,62 @@
+//! What an IMAP restore reports: the pipeline's figures, the phases, each account's own.
+
+use crate::imap::Phase;
+use crate::report::Failure;
+use serde::Serialize;
+
+/// One account's figures, its own (not running totals): `messages` = `appended` +
+/// `skipped` + `failed`.
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct AccountFigures {
+    pub account: String,
+    pub messages: u64,
+    pub appended: u64,
+    /// Already on the server: by the journal of an earlier run, or found there.
+    pub skipped: u64,
+    pub failed: u64,
+    pub secs: f64,
+}
+
+/// The end-of-run summary. `items_total` = `items_appended` + `items_journaled` +
+/// `items_existing` + `items_failed`, and each is the sum of the accounts' figures.
+#[derive(Clone, Debug, Serialize, PartialEq)]
+pub struct ImapRestoreReport {
+    pub snapshot: String,
+    pub target: String,
+    pub accounts: u64,
+    /// Accounts this run created on the server (`create_accounts`).
+    pub accounts_created: u64,
+    pub folders: u64,
+    /// Messages selected.
+    pub items_total: u64,
+    /// Messages appended by this run.
+    pub items_appended: u64,
+    /// Messages the journal says an earlier run appended, and the server still has.
+    pub items_journaled: u64,
+    /// Messages found on the server (in doubt, or `skip_existing`) and not sent again.
+    pub items_existing: u64,
+    /// Messages not restored (each listed in `failures`, or counted in a failure line
+    /// that names how many).
+    pub items_failed: u64,
+    /// Bytes appended (CRLF form).
+    pub bytes_appended: u64,
+    /// Access control entries set (SETACL), and on how many folders.
+    pub acl_entries_set: u64,
+    pub acl_folders: u64,
+    /// Sieve scripts put (PUTSCRIPT), and accounts whose active script was set.
+    pub sieve_scripts_put: u64,
+    pub sieve_active_set: u64,
+    /// Folder METADATA entries set (SETMETADATA).
+    pub metadata_entries_set: u64,
+    /// Quota roots set (SETQUOTA, by the admin).
+    pub quota_roots_set: u64,
+    pub elapsed_secs: f64,
+    /// Messages appended per second.
+    pub items_per_sec: f64,
+    pub mb_per_sec: f64,
+    pub phases: Vec<Phase>,
+    pub per_account: Vec<AccountFigures>,
+    /// The journal directory of this (repository, snapshot, target).
+    pub journal: String,
+    pub failures: Vec<Failure>,
+}
