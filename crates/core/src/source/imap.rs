@@ -219,14 +219,38 @@ impl Source for ImapSource<'_> {
         out: &mut FolderWriter<'_>,
     ) -> Result<()> {
         let folder = f.name.as_str();
+        let item = format!("{}: {folder}", account.name);
         if s.has_acl() {
-            self.acl(s, &account.name, folder, out)?;
+            let acl = s.get_acl(folder);
+            keep_beside(out, &item, ("its ACL", b"dovecot-acl"), acl, |e| {
+                let (file, odd) = dovecot_acl_file(&e, &account.name);
+                let odd = odd.into_iter().map(|o| {
+                    format!("ACL letters that are no right of RFC 4314 are not kept: {o}")
+                });
+                (file, odd.collect())
+            })?;
         }
         if s.has_metadata() {
-            metadata(s, &account.name, folder, out)?;
+            let metadata = s.get_metadata(folder);
+            keep_beside(
+                out,
+                &item,
+                ("its METADATA", names::METADATA_FILE),
+                metadata,
+                |e| {
+                    let (file, binary) = names::metadata_file(&e);
+                    let binary = binary
+                        .into_iter()
+                        .map(|k| format!("METADATA entry {k} is not text and is not kept"));
+                    (file, binary.collect())
+                },
+            )?;
         }
         if folder.eq_ignore_ascii_case("INBOX") && s.has_quota() {
-            quota(s, &account.name, out)?;
+            let quota = s.quota_roots("INBOX");
+            keep_beside(out, &item, ("its quota", names::QUOTA_FILE), quota, |q| {
+                (names::quota_file(&q), Vec::new())
+            })?;
         }
         let info = s.examine(folder)?;
         let state: Option<FolderState> = (out.parent_state())
@@ -312,90 +336,32 @@ impl Source for ImapSource<'_> {
     }
 }
 
-impl ImapSource<'_> {
-    /// The folder's ACL as its `dovecot-acl` file, unless it is the default one. One the
-    /// login may not read (it lacks the `a` right there) is a warning: the folder's mail
-    /// is backed up all the same.
-    fn acl(
-        &self,
-        s: &mut Session,
-        account: &str,
-        folder: &str,
-        out: &mut FolderWriter,
-    ) -> Result<()> {
-        let item = format!("{account}: {folder}");
-        let entries = match s.get_acl(folder) {
-            Ok(e) => e,
-            Err(e) if !e.is_connection_lost() => {
-                out.warn(item, format!("its ACL is not kept: {e}"));
-                return Ok(());
-            }
-            Err(e) => return Err(e.into()),
-        };
-        let (file, odd) = dovecot_acl_file(&entries, account);
-        for o in odd {
-            out.warn(
-                &item,
-                format!("ACL letters that are no right of RFC 4314 are not kept: {o}"),
-            );
-        }
-        if let Some(data) = file {
-            out.file(FolderFile {
-                name: b"dovecot-acl".to_vec(),
-                data: FileData::Bytes(data),
-                meta: None,
-            })?;
-        }
-        Ok(())
-    }
-}
-
-/// The folder's METADATA entries (RFC 5464) as its [`names::METADATA_FILE`]. Entries the
-/// login may not read, and values that are not text, are warnings.
-fn metadata(s: &mut Session, account: &str, folder: &str, out: &mut FolderWriter) -> Result<()> {
-    let item = format!("{account}: {folder}");
-    let entries = match s.get_metadata(folder) {
-        Ok(e) => e,
+/// Keeps what the server holds beside a folder's mail (`asked`: its ACL, METADATA or
+/// quota) as the folder file `name`, in the form `make` gives it (with what of it is not
+/// kept, as warnings). A refusal (the login may not read it) is a warning: the folder's
+/// mail is backed up all the same; a lost connection is the folder's error.
+fn keep_beside<T>(
+    out: &mut FolderWriter,
+    item: &str,
+    (what, name): (&str, &[u8]),
+    asked: mailvault_imap::Result<T>,
+    make: impl FnOnce(T) -> (Option<Vec<u8>>, Vec<String>),
+) -> Result<()> {
+    let got = match asked {
+        Ok(g) => g,
         Err(e) if !e.is_connection_lost() => {
-            out.warn(item, format!("its METADATA is not kept: {e}"));
+            out.warn(item, format!("{what} is not kept: {e}"));
             return Ok(());
         }
         Err(e) => return Err(e.into()),
     };
-    let (file, binary) = names::metadata_file(&entries);
-    for k in binary {
-        out.warn(
-            &item,
-            format!("METADATA entry {k} is not text and is not kept"),
-        );
+    let (file, warnings) = make(got);
+    for w in warnings {
+        out.warn(item, w);
     }
     if let Some(data) = file {
         out.file(FolderFile {
-            name: names::METADATA_FILE.to_vec(),
-            data: FileData::Bytes(data),
-            meta: None,
-        })?;
-    }
-    Ok(())
-}
-
-/// The account's quotas (GETQUOTAROOT of its INBOX) as INBOX's [`names::QUOTA_FILE`].
-/// Quotas the login may not read are a warning.
-fn quota(s: &mut Session, account: &str, out: &mut FolderWriter) -> Result<()> {
-    let quotas = match s.quota_roots("INBOX") {
-        Ok(q) => q,
-        Err(e) if !e.is_connection_lost() => {
-            out.warn(
-                format!("account {account}"),
-                format!("its quota is not kept: {e}"),
-            );
-            return Ok(());
-        }
-        Err(e) => return Err(e.into()),
-    };
-    if let Some(data) = names::quota_file(&quotas) {
-        out.file(FolderFile {
-            name: names::QUOTA_FILE.to_vec(),
+            name: name.to_vec(),
             data: FileData::Bytes(data),
             meta: None,
         })?;

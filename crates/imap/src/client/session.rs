@@ -57,21 +57,7 @@ impl Client {
     pub fn connect(&self) -> Result<Session> {
         let opts = &self.inner.opts;
         let server = opts.endpoint.server();
-        let tcp = connect_tcp(
-            &opts.endpoint.host,
-            opts.endpoint.port,
-            opts.connect_timeout,
-            &server,
-        )?;
-        let io_err = |e: io::Error| Error::Connect {
-            server: server.clone(),
-            source: e,
-        };
-        tcp.set_read_timeout(Some(opts.io_timeout))
-            .map_err(io_err)?;
-        tcp.set_write_timeout(Some(opts.io_timeout))
-            .map_err(io_err)?;
-        tcp.set_nodelay(true).map_err(io_err)?;
+        let tcp = open_tcp(opts)?;
         let stream = match (&opts.endpoint.security, &self.inner.tls) {
             (Security::Tls, Some(cfg)) => {
                 start_tls(cfg.clone(), &opts.endpoint.host, &server, tcp)?
@@ -111,12 +97,25 @@ impl Client {
     }
 }
 
-pub(crate) fn connect_tcp(
-    host: &str,
-    port: u16,
-    timeout: Duration,
-    server: &str,
-) -> Result<TcpStream> {
+/// A TCP connection to `opts.endpoint`, with its I/O timeouts and no Nagle delay (IMAP
+/// and ManageSieve alike).
+pub(crate) fn open_tcp(opts: &ClientOptions) -> Result<TcpStream> {
+    let ep = &opts.endpoint;
+    let server = ep.server();
+    let tcp = connect_tcp(&ep.host, ep.port, opts.connect_timeout, &server)?;
+    let io_err = |e: io::Error| Error::Connect {
+        server: server.clone(),
+        source: e,
+    };
+    tcp.set_read_timeout(Some(opts.io_timeout))
+        .map_err(io_err)?;
+    tcp.set_write_timeout(Some(opts.io_timeout))
+        .map_err(io_err)?;
+    tcp.set_nodelay(true).map_err(io_err)?;
+    Ok(tcp)
+}
+
+fn connect_tcp(host: &str, port: u16, timeout: Duration, server: &str) -> Result<TcpStream> {
     let err = |source: io::Error| Error::Connect {
         server: server.to_string(),
         source,

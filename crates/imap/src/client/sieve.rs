@@ -12,7 +12,7 @@ use std::sync::Arc;
 
 use super::conn::{Conn, ConnError};
 use super::options::{ClientOptions, Credentials, Security};
-use super::session::connect_tcp;
+use super::session::open_tcp;
 use super::stream::{start_tls, tls_config, Stream};
 use crate::error::{Error, Result};
 use crate::proto::capability::sasl_plain;
@@ -79,15 +79,7 @@ impl SieveSession {
     pub fn connect(opts: &ClientOptions) -> Result<SieveSession> {
         let ep = &opts.endpoint;
         let server = ep.server();
-        let tcp = connect_tcp(&ep.host, ep.port, opts.connect_timeout, &server)?;
-        let io_err = |e: io::Error| Error::Connect {
-            server: server.clone(),
-            source: e,
-        };
-        tcp.set_read_timeout(Some(opts.io_timeout))
-            .map_err(io_err)?;
-        tcp.set_write_timeout(Some(opts.io_timeout))
-            .map_err(io_err)?;
+        let tcp = open_tcp(opts)?;
         let tls = match ep.security {
             Security::Plain => None,
             _ => Some(tls_config(&opts.tls, &server)?),

@@ -869,30 +869,22 @@ impl<'a> Parser<'a> {
                 self.sp()?;
                 let mailbox = self.astring()?.into_owned();
                 self.sp()?;
-                self.expect(b'(', "'(' of STATUS items")?;
-                let mut items = Vec::new();
-                loop {
-                    while self.eat(b' ') {}
-                    if self.eat(b')') {
-                        break;
-                    }
-                    let k = self.atom()?.to_ascii_uppercase();
-                    self.sp()?;
-                    items.push((k, self.number64()?));
-                }
+                let items = (self.named_numbers::<1>("STATUS items")?.into_iter())
+                    .map(|(k, [n])| (k, n))
+                    .collect();
                 Untagged::MailboxStatus { mailbox, items }
             }
             "ACL" => {
                 self.sp()?;
                 let mailbox = self.astring()?.into_owned();
+                let words = self.astrings_to_eol()?;
+                if words.len() % 2 == 1 {
+                    return self.err("ACL identifier with its rights");
+                }
+                let mut words = words.into_iter();
                 let mut entries = Vec::new();
-                while self.eat(b' ') {
-                    if self.at_eol() {
-                        break;
-                    }
-                    let id = self.astring()?.into_owned();
-                    self.sp()?;
-                    entries.push((id, self.astring()?.into_owned()));
+                while let (Some(id), Some(rights)) = (words.next(), words.next()) {
+                    entries.push((id, rights));
                 }
                 Untagged::Acl { mailbox, entries }
             }
@@ -912,32 +904,16 @@ impl<'a> Parser<'a> {
             "QUOTAROOT" => {
                 self.sp()?;
                 let mailbox = self.astring()?.into_owned();
-                let mut roots = Vec::new();
-                while self.eat(b' ') {
-                    if self.at_eol() {
-                        break;
-                    }
-                    roots.push(self.astring()?.into_owned());
-                }
+                let roots = self.astrings_to_eol()?;
                 Untagged::QuotaRoot { mailbox, roots }
             }
             "QUOTA" => {
                 self.sp()?;
                 let root = self.astring()?.into_owned();
                 self.sp()?;
-                self.expect(b'(', "'(' of quota resources")?;
-                let mut resources = Vec::new();
-                loop {
-                    while self.eat(b' ') {}
-                    if self.eat(b')') {
-                        break;
-                    }
-                    let name = self.atom()?.to_ascii_uppercase();
-                    self.sp()?;
-                    let usage = self.number64()?;
-                    self.sp()?;
-                    resources.push((name, usage, self.number64()?));
-                }
+                let resources = (self.named_numbers::<2>("quota resources")?.into_iter())
+                    .map(|(k, [usage, limit])| (k, usage, limit))
+                    .collect();
                 Untagged::Quota { root, resources }
             }
             "METADATA" => {
@@ -1007,6 +983,41 @@ impl<'a> Parser<'a> {
         };
         self.end()?;
         Ok(u)
+    }
+
+    /// Space-separated astrings up to the end of the line (ACL's, QUOTAROOT's).
+    fn astrings_to_eol(&mut self) -> PResult<Vec<Vec<u8>>> {
+        let mut out = Vec::new();
+        while self.eat(b' ') {
+            if self.at_eol() {
+                break;
+            }
+            out.push(self.astring()?.into_owned());
+        }
+        Ok(out)
+    }
+
+    /// `(NAME n... NAME n...)`, `N` numbers after each name (upper-cased): STATUS items,
+    /// quota resources.
+    fn named_numbers<const N: usize>(
+        &mut self,
+        what: &'static str,
+    ) -> PResult<Vec<(String, [u64; N])>> {
+        self.expect(b'(', what)?;
+        let mut out = Vec::new();
+        loop {
+            while self.eat(b' ') {}
+            if self.eat(b')') {
+                return Ok(out);
+            }
+            let name = self.atom()?.to_ascii_uppercase();
+            let mut n = [0; N];
+            for v in &mut n {
+                self.sp()?;
+                *v = self.number64()?;
+            }
+            out.push((name, n));
+        }
     }
 
     /// One group of a NAMESPACE response: NIL, or `((prefix delimiter ext*)...)`.
