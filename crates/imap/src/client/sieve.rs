@@ -1,7 +1,7 @@
 //! ManageSieve (RFC 5804): an account's sieve scripts on the mail server, for restores
 //! that put an account's filters back (PUTSCRIPT, SETACTIVE) and for reading them
 //! (LISTSCRIPTS, GETSCRIPT). One blocking session per connection, on the TCP and TLS
-//! layer of the IMAP client ([`Conn`], [`Stream`], STARTTLS, SASL PLAIN, master users).
+//! layer of the IMAP client (its connection and stream, STARTTLS, SASL PLAIN, master users).
 //!
 //! Written here because no maintained Rust crate speaks ManageSieve as a client (the
 //! Sieve crates parse and run scripts); the protocol is a handful of line commands with
