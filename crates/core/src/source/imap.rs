@@ -219,39 +219,7 @@ impl Source for ImapSource<'_> {
         out: &mut FolderWriter<'_>,
     ) -> Result<()> {
         let folder = f.name.as_str();
-        let item = format!("{}: {folder}", account.name);
-        if s.has_acl() {
-            let acl = s.get_acl(folder);
-            keep_beside(out, &item, ("its ACL", b"dovecot-acl"), acl, |e| {
-                let (file, odd) = dovecot_acl_file(&e, &account.name);
-                let odd = odd.into_iter().map(|o| {
-                    format!("ACL letters that are no right of RFC 4314 are not kept: {o}")
-                });
-                (file, odd.collect())
-            })?;
-        }
-        if s.has_metadata() {
-            let metadata = s.get_metadata(folder);
-            keep_beside(
-                out,
-                &item,
-                ("its METADATA", names::METADATA_FILE),
-                metadata,
-                |e| {
-                    let (file, binary) = names::metadata_file(&e);
-                    let binary = binary
-                        .into_iter()
-                        .map(|k| format!("METADATA entry {k} is not text and is not kept"));
-                    (file, binary.collect())
-                },
-            )?;
-        }
-        if folder.eq_ignore_ascii_case("INBOX") && s.has_quota() {
-            let quota = s.quota_roots("INBOX");
-            keep_beside(out, &item, ("its quota", names::QUOTA_FILE), quota, |q| {
-                (names::quota_file(&q), Vec::new())
-            })?;
-        }
+        beside_mail(s, &account.name, folder, out)?;
         let info = s.examine(folder)?;
         let state: Option<FolderState> = (out.parent_state())
             .and_then(|d| serde_json::from_slice(&d).ok())
@@ -334,6 +302,45 @@ impl Source for ImapSource<'_> {
         let _ = s.unselect();
         Ok(())
     }
+}
+
+/// What the server holds beside a folder's mail, kept as its files: its ACL, its
+/// METADATA, and with INBOX the account's quotas, where the server offers them.
+fn beside_mail(s: &mut Session, account: &str, folder: &str, out: &mut FolderWriter) -> Result<()> {
+    let item = format!("{account}: {folder}");
+    if s.has_acl() {
+        let acl = s.get_acl(folder);
+        keep_beside(out, &item, ("its ACL", b"dovecot-acl"), acl, |e| {
+            let (file, odd) = dovecot_acl_file(&e, account);
+            let odd = odd
+                .into_iter()
+                .map(|o| format!("ACL letters that are no right of RFC 4314 are not kept: {o}"));
+            (file, odd.collect())
+        })?;
+    }
+    if s.has_metadata() {
+        let metadata = s.get_metadata(folder);
+        keep_beside(
+            out,
+            &item,
+            ("its METADATA", names::METADATA_FILE),
+            metadata,
+            |e| {
+                let (file, binary) = names::metadata_file(&e);
+                let binary = binary
+                    .into_iter()
+                    .map(|k| format!("METADATA entry {k} is not text and is not kept"));
+                (file, binary.collect())
+            },
+        )?;
+    }
+    if folder.eq_ignore_ascii_case("INBOX") && s.has_quota() {
+        let quota = s.quota_roots("INBOX");
+        keep_beside(out, &item, ("its quota", names::QUOTA_FILE), quota, |q| {
+            (names::quota_file(&q), Vec::new())
+        })?;
+    }
+    Ok(())
 }
 
 /// Keeps what the server holds beside a folder's mail (`asked`: its ACL, METADATA or
