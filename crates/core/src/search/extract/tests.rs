@@ -659,6 +659,31 @@ mod props {
     }
 }
 
+/// The MIME soup proptest found (CI, 2026-11-28): a message/rfc822 part after a
+/// multipart header inside its own body, which trips a debug_assert! of mail-parser's
+/// (the test profile turns its debug assertions off, as in release): extraction ends,
+/// and keeps the text it found.
+#[test]
+fn nested_rfc822_in_a_broken_multipart_is_extracted() {
+    let parts = [
+        "Content-Type: multipart/mixed; boundary=b\r\n",
+        "<p>x</p>",
+        "Content-Type: multipart/mixed; boundary=b\r\n",
+        "\r\n",
+        "--b\r\n",
+        "Content-Type: message/rfc822\r\n",
+        "\r\n",
+        "<p>x</p>",
+        "Content-Type: multipart/mixed; boundary=b\r\n",
+        "Content-Type: message/rfc822\r\n",
+        "\r\n",
+        "\r\n",
+        "--b--\r\n",
+    ];
+    let d = extract(parts.concat().as_bytes());
+    assert!(d.body.len() <= MAX_BODY);
+}
+
 #[test]
 fn binary_bodies_are_left_out_before_parsing_and_nothing_else() {
     let image = b64(&[0x89u8; 30_000]);
