@@ -206,7 +206,7 @@ fn dovecot_judge_map_user_renames_accounts_and_acl_entries() {
     let plans = ls.lines().skip_while(|l| !l.contains("Team/Plans")).nth(1);
     assert_eq!(
         plans.map(str::trim),
-        Some("shared: bob@example.org lr, carol@example.org lrwstipe"),
+        Some("shared: bob@example.org lr, carol@example.org lrwstipe, owner lrwstipekxa"),
         "{ls}"
     );
     let json = e.ok(&["ls", "latest", "--account", "alice@example.org", "--json"]);
@@ -226,7 +226,7 @@ fn dovecot_judge_map_user_renames_accounts_and_acl_entries() {
     let acl = target.join("example.org/alice/Maildir/.Team.Plans/dovecot-acl");
     assert_eq!(
         std::fs::read_to_string(acl).unwrap(),
-        "user=dave@example.org lr\nuser=carol@example.org lrwstipe\n"
+        "user=dave@example.org lr\nuser=carol@example.org lrwstipe\nowner lrwstipekxa\n"
     );
     assert!(target.join("example.org/dave/Maildir/cur").is_dir());
     assert!(target.join("example.org/dave/sieve/rules.sieve").is_file());
@@ -300,7 +300,7 @@ fn dovecot_judge_map_user_renames_accounts_and_acl_entries() {
     let (code, out, err) = imap_restore(&e, &server, &["--part", "acls"]);
     assert_eq!(code, Some(0), "{out}{err}");
     assert!(
-        out.contains("0 appended") && out.contains("2 ACL entries set on 1 folders"),
+        out.contains("0 appended") && out.contains("3 ACL entries set on 1 folders"),
         "{out}"
     );
     let bob = acl_judge(server.port(), &["rights", "--account", "bob@example.org"]);

@@ -138,6 +138,20 @@ pub enum Error {
         reason: &'static str,
     },
 
+    /// A value that cannot be sent as what it should be (a quota resource that is no
+    /// name): refused before anything was sent.
+    #[error("{what} {value:?} for {account} cannot be sent: {reason}")]
+    InvalidArgument {
+        /// The account.
+        account: String,
+        /// What the value is (`quota resource`).
+        what: &'static str,
+        /// The value.
+        value: String,
+        /// Why.
+        reason: &'static str,
+    },
+
     /// `[OVERQUOTA]`: the account is full.
     #[error("account {account} is over quota (folder {folder:?}): {response}")]
     OverQuota {

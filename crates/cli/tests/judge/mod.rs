@@ -217,7 +217,8 @@ pub fn list_scripts(port: u16, user: &str, password: &str) -> Vec<(String, bool)
 }
 
 /// A Maildir store as Dovecot keeps shares and filters, written by hand: alice's
-/// `Team/Plans` with a `dovecot-acl` giving bob `lr` and carol `lrwstipe`, bob's home
+/// `Team/Plans` with a `dovecot-acl` giving bob `lr`, carol `lrwstipe` and its owner every
+/// right, bob's home
 /// with two sieve scripts, `rules` active. The store's root.
 pub fn store_with_shares_and_filters(e: &Env) -> PathBuf {
     let root = e.path("vmail");
@@ -244,7 +245,7 @@ pub fn store_with_shares_and_filters(e: &Env) -> PathBuf {
     let plans = root.join("example.org/alice/Maildir/.Team.Plans");
     fs::write(
         plans.join("dovecot-acl"),
-        "user=bob@example.org lr\nuser=carol@example.org lrwstipe\n",
+        "user=bob@example.org lr\nuser=carol@example.org lrwstipe\nowner lrwstipekxa\n",
     )
     .unwrap();
     let home = root.join("example.org/bob");

@@ -33,8 +33,8 @@ fn server_own(entry: &str) -> bool {
 }
 
 /// A folder's METADATA entries as its [`METADATA_FILE`] (JSON, `{"entry": "value"}`),
-/// less those the server keeps for itself; `None` when there are none. Values that are
-/// not UTF-8 are returned apart (left out, for the report).
+/// less those the server keeps for itself; `None` when there are none. And the entries
+/// whose values are not text, left out, for the report.
 pub fn metadata_file(entries: &[(String, Vec<u8>)]) -> (Option<Vec<u8>>, Vec<String>) {
     let mut map = std::collections::BTreeMap::new();
     let mut binary = Vec::new();
@@ -43,7 +43,7 @@ pub fn metadata_file(entries: &[(String, Vec<u8>)]) -> (Option<Vec<u8>>, Vec<Str
             Ok(text) => {
                 map.insert(k.as_str(), text);
             }
-            Err(_) => binary.push(k.clone()),
+            Err(_) => binary.push(format!("METADATA entry {k} is not text and is not kept")),
         }
     }
     let file = (!map.is_empty()).then(|| serde_json::to_vec_pretty(&map).unwrap_or_default());
@@ -63,48 +63,34 @@ pub fn parse_metadata_file(data: &[u8]) -> Result<Vec<(String, Vec<u8>)>, String
 /// this file out and says so.
 pub const QUOTA_FILE: &[u8] = b"mailvault-quota";
 
-/// An account's quota roots as its [`QUOTA_FILE`] (JSON, `[{"root": r, "limits": {"STORAGE":
-/// n}}]`); `None` when it has none.
-pub fn quota_file(quotas: &[mailvault_imap::Quota]) -> Option<Vec<u8>> {
-    let list: Vec<serde_json::Value> = (quotas.iter())
-        .filter(|q| !q.resources.is_empty())
-        .map(|q| {
-            let limits: std::collections::BTreeMap<&str, u64> = q
-                .resources
-                .iter()
-                .map(|(n, _, l)| (n.as_str(), *l))
-                .collect();
-            serde_json::json!({"root": q.root, "limits": limits})
-        })
-        .collect();
-    (!list.is_empty()).then(|| serde_json::to_vec_pretty(&list).unwrap_or_default())
+/// One quota root of a [`QUOTA_FILE`] and its resources' limits (`STORAGE` in KiB).
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct QuotaRoot {
+    pub root: String,
+    pub limits: std::collections::BTreeMap<String, u64>,
 }
 
-/// Quota roots and their limits: (root, (resource, limit)).
-pub type QuotaLimits = Vec<(String, Vec<(String, u64)>)>;
+/// An account's quota roots as its [`QUOTA_FILE`] (JSON, `[{"root": r, "limits":
+/// {"STORAGE": n}}]`); `None` when it has none.
+pub fn quota_file(quotas: &[mailvault_imap::Quota]) -> Option<Vec<u8>> {
+    let roots: Vec<QuotaRoot> = (quotas.iter())
+        .filter(|q| !q.resources.is_empty())
+        .map(|q| QuotaRoot {
+            root: q.root.clone(),
+            limits: q
+                .resources
+                .iter()
+                .map(|(n, _, l)| (n.clone(), *l))
+                .collect(),
+        })
+        .collect();
+    (!roots.is_empty()).then(|| serde_json::to_vec_pretty(&roots).unwrap_or_default())
+}
 
-/// The quota roots of a [`QUOTA_FILE`]: (root, (resource, limit)); a resource name that
-/// is none (the file is the snapshot's, untrusted) makes it unreadable.
-pub fn parse_quota_file(data: &[u8]) -> Result<QuotaLimits, String> {
-    #[derive(serde::Deserialize)]
-    struct Root {
-        root: String,
-        limits: std::collections::BTreeMap<String, u64>,
-    }
-    let roots: Vec<Root> =
-        serde_json::from_slice(data).map_err(|e| format!("unreadable quota file: {e}"))?;
-    let bad = (roots.iter())
-        .flat_map(|r| r.limits.keys())
-        .find(|n| !mailvault_imap::client::quota::is_resource_name(n));
-    if let Some(n) = bad {
-        return Err(format!(
-            "quota file names {n:?}, which is no quota resource"
-        ));
-    }
-    Ok(roots
-        .into_iter()
-        .map(|r| (r.root, r.limits.into_iter().collect()))
-        .collect())
+/// The quota roots of a [`QUOTA_FILE`]. (Its resource names are the snapshot's,
+/// untrusted: `Session::set_quota` sends only names that are names.)
+pub fn parse_quota_file(data: &[u8]) -> Result<Vec<QuotaRoot>, String> {
+    serde_json::from_slice(data).map_err(|e| format!("unreadable quota file: {e}"))
 }
 
 /// The program part of synthesized Maildir keys (where Dovecot puts the host name).
@@ -411,8 +397,7 @@ pub fn message_id(data: &[u8]) -> Option<String> {
 mod tests {
     use super::*;
 
-    /// An account's quota file reads back as written; a resource name that would be
-    /// anything but a name (the snapshot is untrusted) makes it unreadable.
+    /// An account's quota file reads back as written.
     #[test]
     fn quota_files() {
         let q = mailvault_imap::Quota {
@@ -420,17 +405,14 @@ mod tests {
             resources: vec![("STORAGE".into(), 10, 512), ("MESSAGE".into(), 1, 100)],
         };
         let file = quota_file(&[q]).expect("a file");
-        let want = vec![(
-            "user/alice@example.org".to_string(),
-            vec![("MESSAGE".to_string(), 100), ("STORAGE".to_string(), 512)],
-        )];
-        assert_eq!(parse_quota_file(&file), Ok(want));
+        let limits = [("MESSAGE".to_string(), 100), ("STORAGE".to_string(), 512)];
+        let want = QuotaRoot {
+            root: "user/alice@example.org".into(),
+            limits: limits.into(),
+        };
+        assert_eq!(parse_quota_file(&file), Ok(vec![want]));
         assert_eq!(quota_file(&[]), None);
-        let hostile = br#"[{"root": "r", "limits": {"STORAGE 1)\r\nA1 DELETE INBOX": 1}}]"#;
-        assert!(
-            parse_quota_file(hostile).is_err(),
-            "a name that would be a command"
-        );
+        assert!(parse_quota_file(b"{}").is_err());
     }
 
     /// A folder's METADATA file keeps the user's entries, not the server's own, nor the
@@ -447,7 +429,10 @@ mod tests {
             e("/private/blob", b"\xff\x00"),
         ];
         let (file, binary) = metadata_file(&got);
-        assert_eq!(binary, vec!["/private/blob".to_string()]);
+        assert!(
+            binary.len() == 1 && binary[0].contains("/private/blob"),
+            "{binary:?}"
+        );
         let back = parse_metadata_file(&file.expect("a file")).expect("parses");
         assert_eq!(back, vec![got[0].clone(), got[1].clone(), got[4].clone()]);
         assert_eq!(metadata_file(&got[2..4]).0, None, "nothing of the user's");

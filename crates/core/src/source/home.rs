@@ -17,6 +17,7 @@ use super::{
 };
 use crate::error::Result;
 use crate::repo::lock;
+use std::collections::BTreeMap;
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
@@ -53,11 +54,16 @@ pub fn source(dir: &Path, view: Option<&(PathBuf, PathBuf)>) -> Result<FileSourc
 /// and counted as the home's; a file the parent has with the same content and link is
 /// kept as the parent has it (its mtime: a server's script has none of its own, and an
 /// unchanged home must encode to the same tree).
-pub struct Served(std::sync::Mutex<Vec<(Vec<u8>, FolderFile)>>);
+pub struct Served(std::sync::Mutex<BTreeMap<Vec<u8>, Vec<FolderFile>>>);
 
 impl Served {
+    /// The home of `files`: (directory below the home, file).
     pub fn new(files: Vec<(Vec<u8>, FolderFile)>) -> Served {
-        Served(std::sync::Mutex::new(files))
+        let mut dirs: BTreeMap<Vec<u8>, Vec<FolderFile>> = BTreeMap::new();
+        for (dir, f) in files {
+            dirs.entry(dir).or_default().push(f);
+        }
+        Served(std::sync::Mutex::new(dirs))
     }
 }
 
@@ -85,21 +91,18 @@ impl Source for Served {
     }
 
     fn folders(&self, _: &Account, _: &mut (), _: &Failures) -> Result<AccountListing> {
-        let mut dirs: Vec<Vec<u8>> = lock(&self.0).iter().map(|(d, _)| d.clone()).collect();
-        dirs.sort();
-        dirs.dedup();
+        let folders = (lock(&self.0).keys())
+            .map(|dir| Folder {
+                name: match dir.is_empty() {
+                    true => ".".into(),
+                    false => String::from_utf8_lossy(dir).into_owned(),
+                },
+                dir: dir.clone(),
+                path: PathBuf::new(),
+            })
+            .collect();
         Ok(AccountListing {
-            folders: (dirs.into_iter())
-                .map(|dir| Folder {
-                    name: if dir.is_empty() {
-                        ".".into()
-                    } else {
-                        String::from_utf8_lossy(&dir).into_owned()
-                    },
-                    dir,
-                    path: PathBuf::new(),
-                })
-                .collect(),
+            folders,
             ..AccountListing::default()
         })
     }
@@ -111,14 +114,7 @@ impl Source for Served {
         folder: &Folder,
         out: &mut FolderWriter<'_>,
     ) -> Result<()> {
-        let files: Vec<FolderFile> = {
-            let mut all = lock(&self.0);
-            let (here, rest) = std::mem::take(&mut *all)
-                .into_iter()
-                .partition(|(d, _)| *d == folder.dir);
-            *all = rest;
-            here.into_iter().map(|(_, f)| f).collect()
-        };
+        let files = lock(&self.0).remove(&folder.dir).unwrap_or_default();
         for f in files {
             if let FileData::Link(target) = &f.data {
                 // A link is counted as new when stored.

@@ -29,6 +29,7 @@ use super::{
 use crate::imap::acl::dovecot_acl_file;
 use crate::imap::names::{self, STATE_FILE};
 use crate::imap::{login_with_backoff, Connection};
+use crate::mail::maildir::safe_component;
 use crate::repo::tree::MessageEntry;
 use crate::{Error, Result};
 use mailvault_imap::{
@@ -310,35 +311,24 @@ fn beside_mail(s: &mut Session, account: &str, folder: &str, out: &mut FolderWri
     let item = format!("{account}: {folder}");
     if s.has_acl() {
         let acl = s.get_acl(folder);
-        keep_beside(out, &item, ("its ACL", b"dovecot-acl"), acl, |e| {
-            let (file, odd) = dovecot_acl_file(&e, account);
-            let odd = odd
-                .into_iter()
-                .map(|o| format!("ACL letters that are no right of RFC 4314 are not kept: {o}"));
-            (file, odd.collect())
-        })?;
+        let file = |e: Vec<_>| dovecot_acl_file(&e, account);
+        keep_beside(out, &item, ("its ACL", b"dovecot-acl"), acl, file)?;
     }
     if s.has_metadata() {
         let metadata = s.get_metadata(folder);
+        let file = |e: Vec<_>| names::metadata_file(&e);
         keep_beside(
             out,
             &item,
             ("its METADATA", names::METADATA_FILE),
             metadata,
-            |e| {
-                let (file, binary) = names::metadata_file(&e);
-                let binary = binary
-                    .into_iter()
-                    .map(|k| format!("METADATA entry {k} is not text and is not kept"));
-                (file, binary.collect())
-            },
+            file,
         )?;
     }
     if folder.eq_ignore_ascii_case("INBOX") && s.has_quota() {
         let quota = s.quota_roots("INBOX");
-        keep_beside(out, &item, ("its quota", names::QUOTA_FILE), quota, |q| {
-            (names::quota_file(&q), Vec::new())
-        })?;
+        let file = |q: Vec<_>| (names::quota_file(&q), Vec::new());
+        keep_beside(out, &item, ("its quota", names::QUOTA_FILE), quota, file)?;
     }
     Ok(())
 }
@@ -390,7 +380,10 @@ fn sieve_home(
     let mut files = Vec::new();
     for script in s.list_scripts()? {
         let name = &script.name;
-        if name.is_empty() || name.starts_with('.') || name.contains(['/', '\0']) {
+        let file = format!("{name}.sieve").into_bytes();
+        // A file of the home's `sieve/`: one component, and no hidden file (which
+        // Pigeonhole does not list).
+        if name.starts_with('.') || !safe_component(&file) {
             failures.fail(
                 format!("{account}: sieve script {name:?}"),
                 "its name cannot be a file name; not kept",
@@ -398,7 +391,6 @@ fn sieve_home(
             continue;
         }
         let text = s.get_script(name)?;
-        let file = format!("{name}.sieve").into_bytes();
         if script.active {
             let link = [b"sieve/".as_slice(), &file].concat();
             files.push((

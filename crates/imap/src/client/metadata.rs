@@ -32,7 +32,7 @@ impl Session {
     }
 
     /// SETMETADATA: gives each entry its value (a quoted string, or a literal when it
-    /// cannot be one).
+    /// cannot be one: never an atom, which the grammar does not allow there).
     pub fn set_metadata(&mut self, folder: &str, entries: &[(String, Vec<u8>)]) -> Result<()> {
         self.require_metadata()?;
         if entries.is_empty() {
@@ -45,10 +45,7 @@ impl Session {
             if i > 0 {
                 b.sp();
             }
-            b.astring(k.as_bytes()).sp();
-            if v.len() > 1024 || b.quoted(v).is_err() {
-                b.literal(v);
-            }
+            b.astring(k.as_bytes()).sp().string(v);
         }
         b.raw(b")");
         let cmd = b.finish();

@@ -52,21 +52,32 @@ impl Session {
     }
 
     /// SETQUOTA: gives `root` these limits (resource, limit); only an administrator may.
-    pub fn set_quota(&mut self, root: &str, limits: &[(String, u64)]) -> Result<()> {
-        if let Some((name, _)) = limits.iter().find(|(n, _)| !is_resource_name(n)) {
-            return Err(Error::Protocol {
-                server: self.server.clone(),
+    /// A resource that is no name (letters, digits, `-`, `_`) is refused before anything
+    /// is sent: limits may come from an untrusted snapshot.
+    pub fn set_quota<'n>(
+        &mut self,
+        root: &str,
+        limits: impl IntoIterator<Item = (&'n str, u64)> + Clone,
+    ) -> Result<()> {
+        if let Some((name, _)) = limits
+            .clone()
+            .into_iter()
+            .find(|(n, _)| !is_resource_name(n))
+        {
+            return Err(Error::InvalidArgument {
                 account: self.account.clone(),
-                detail: format!("quota resource {name:?} is not a resource name; not sent"),
+                what: "quota resource",
+                value: name.to_string(),
+                reason: "not a resource name (letters, digits, '-', '_')",
             });
         }
         let mut b = self.command("SETQUOTA");
         b.sp().astring_owned(root.as_bytes().to_vec()).raw(b" (");
-        for (i, (name, limit)) in limits.iter().enumerate() {
+        for (i, (name, limit)) in limits.into_iter().enumerate() {
             if i > 0 {
                 b.sp();
             }
-            b.raw(name.as_bytes()).sp().number(*limit);
+            b.raw(name.as_bytes()).sp().number(limit);
         }
         b.raw(b")");
         let cmd = b.finish();
@@ -82,4 +93,19 @@ pub fn is_resource_name(name: &str) -> bool {
         && name
             .bytes()
             .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn resource_names() {
+        for ok in ["STORAGE", "MESSAGE", "ANNOTATION-STORAGE", "x_1"] {
+            assert!(is_resource_name(ok), "{ok}");
+        }
+        for bad in ["", "STORAGE 1)\r\nA1 DELETE INBOX", "a b", "(x)"] {
+            assert!(!is_resource_name(bad), "{bad:?}");
+        }
+    }
 }

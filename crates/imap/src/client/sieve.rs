@@ -16,6 +16,7 @@ use super::session::open_tcp;
 use super::stream::{start_tls, tls_config, Stream};
 use crate::error::{Error, Result};
 use crate::proto::capability::sasl_plain;
+use crate::proto::command::{CommandBuilder, LiteralMode};
 use crate::proto::response::Status;
 
 /// A script as LISTSCRIPTS shows it.
@@ -143,7 +144,7 @@ impl SieveSession {
                 what: "STARTTLS on ManageSieve".into(),
             });
         }
-        let done = self.command(b"STARTTLS", &[])?;
+        let done = self.command("STARTTLS", &[])?;
         if done.status != Status::Ok {
             return Err(self.refused("STARTTLS", &done));
         }
@@ -186,7 +187,7 @@ impl SieveSession {
                 what: format!("SASL PLAIN on ManageSieve (it offers {sasl:?})"),
             });
         }
-        let done = self.command(b"AUTHENTICATE", &[b"PLAIN", ir.as_bytes()])?;
+        let done = self.command("AUTHENTICATE", &[b"PLAIN", ir.as_bytes()])?;
         if done.status != Status::Ok {
             return Err(Error::AuthFailed {
                 server: self.server.clone(),
@@ -201,7 +202,7 @@ impl SieveSession {
     /// LISTSCRIPTS: the account's scripts, sorted by name.
     pub fn list_scripts(&mut self) -> Result<Vec<Script>> {
         let mut out = Vec::new();
-        let done = self.command_with(b"LISTSCRIPTS", &[], &mut |line| {
+        let done = self.command_with("LISTSCRIPTS", &[], &mut |line| {
             if let Some(Token::Str(name)) = line.first() {
                 out.push(Script {
                     name: String::from_utf8_lossy(name).into_owned(),
@@ -217,7 +218,7 @@ impl SieveSession {
     /// GETSCRIPT: a script's text.
     pub fn get_script(&mut self, name: &str) -> Result<Vec<u8>> {
         let mut out = None;
-        let done = self.command_with(b"GETSCRIPT", &[name.as_bytes()], &mut |line| {
+        let done = self.command_with("GETSCRIPT", &[name.as_bytes()], &mut |line| {
             if let (None, Some(Token::Str(s))) = (&out, line.first()) {
                 out = Some(s.clone());
             }
@@ -229,19 +230,19 @@ impl SieveSession {
     /// PUTSCRIPT: stores a script under `name`, replacing one of that name (the server
     /// checks it compiles: a script it refuses fails with the server's words).
     pub fn put_script(&mut self, name: &str, script: &[u8]) -> Result<()> {
-        let done = self.command(b"PUTSCRIPT", &[name.as_bytes(), script])?;
+        let done = self.command("PUTSCRIPT", &[name.as_bytes(), script])?;
         self.ok("PUTSCRIPT", &done)
     }
 
     /// SETACTIVE: makes `name` the active script (`""`: none active).
     pub fn set_active(&mut self, name: &str) -> Result<()> {
-        let done = self.command(b"SETACTIVE", &[name.as_bytes()])?;
+        let done = self.command("SETACTIVE", &[name.as_bytes()])?;
         self.ok("SETACTIVE", &done)
     }
 
     /// LOGOUT, and closes the connection.
     pub fn logout(mut self) -> Result<()> {
-        let _ = self.command(b"LOGOUT", &[])?;
+        let _ = self.command("LOGOUT", &[])?;
         Ok(())
     }
 
@@ -264,50 +265,32 @@ impl SieveSession {
         }
     }
 
-    fn command(&mut self, name: &[u8], args: &[&[u8]]) -> Result<Done> {
+    fn command(&mut self, name: &str, args: &[&[u8]]) -> Result<Done> {
         self.command_with(name, args, &mut |_| {})
     }
 
     /// Sends `name` with its arguments (each a string: quoted when it can be, else a
-    /// non-synchronizing literal, which every ManageSieve server takes) and reads the
-    /// response, data lines to `on_line`.
+    /// non-synchronizing literal, which every ManageSieve server takes: the IMAP client's
+    /// encoder, untagged) and reads the response, data lines to `on_line`.
     fn command_with(
         &mut self,
-        name: &[u8],
+        name: &str,
         args: &[&[u8]],
         on_line: &mut dyn FnMut(&[Token]),
     ) -> Result<Done> {
-        let mut line = name.to_vec();
+        let mut b = CommandBuilder::untagged(name, LiteralMode::NonSync);
         for a in args {
-            line.push(b' ');
-            let quotable =
-                a.len() <= 1024 && a.iter().all(|&b| b >= 0x20 && b != 0x7f && b.is_ascii());
-            if quotable {
-                line.push(b'"');
-                for &b in *a {
-                    if b == b'"' || b == b'\\' {
-                        line.push(b'\\');
-                    }
-                    line.push(b);
-                }
-                line.push(b'"');
-            } else {
-                line.extend_from_slice(format!("{{{}+}}\r\n", a.len()).as_bytes());
-                self.write(&line)?;
-                line.clear();
-                self.write(a)?;
-            }
+            b.sp().string(a);
         }
-        line.extend_from_slice(b"\r\n");
-        self.write(&line)?;
-        if let Err(e) = self.conn.flush() {
+        let cmd = b.finish();
+        let sent = self
+            .conn
+            .write_until_wait(&cmd, 0)
+            .and_then(|_| self.conn.flush());
+        if let Err(e) = sent {
             return Err(self.io_error(e));
         }
         self.response(on_line)
-    }
-
-    fn write(&mut self, b: &[u8]) -> Result<()> {
-        self.conn.write(b).map_err(|e| self.io_error(e))
     }
 
     /// Reads lines up to the one that ends the response (OK, NO, BYE).

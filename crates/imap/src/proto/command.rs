@@ -141,6 +141,27 @@ impl<'a> CommandBuilder<'a> {
         }
     }
 
+    /// Starts a command without a tag (ManageSieve's, RFC 5804): `name` first.
+    pub fn untagged(name: &str, mode: LiteralMode) -> Self {
+        CommandBuilder {
+            tag: String::new(),
+            mode,
+            parts: Vec::new(),
+            cur: name.as_bytes().to_vec(),
+        }
+    }
+
+    /// Appends a string (never an atom): quoted when it can be one and is short, else a
+    /// literal. METADATA values (RFC 5464's `nstring`), ManageSieve's arguments.
+    pub fn string(&mut self, s: &'a [u8]) -> &mut Self {
+        if s.len() <= 1024 && s.iter().all(|&b| quotable(b)) {
+            self.push_quoted(s);
+        } else {
+            self.literal(s);
+        }
+        self
+    }
+
     /// Appends raw text (the caller guarantees it is valid here).
     pub fn raw(&mut self, text: &[u8]) -> &mut Self {
         self.cur.extend_from_slice(text);
@@ -288,6 +309,22 @@ mod tests {
 
     fn text(c: &Command<'_>) -> String {
         String::from_utf8(c.transcript()).expect("utf8")
+    }
+
+    /// ManageSieve's form: no tag, strings quoted or as `{n+}` literals, never atoms.
+    #[test]
+    fn untagged_strings() {
+        let script = b"require \"fileinto\";\r\nkeep;\r\n";
+        let mut b = CommandBuilder::untagged("PUTSCRIPT", LiteralMode::NonSync);
+        b.sp().string(b"rules").sp().string(script);
+        let c = b.finish();
+        assert_eq!(
+            text(&c),
+            "PUTSCRIPT \"rules\" {28+}\r\nrequire \"fileinto\";\r\nkeep;\r\n\r\n"
+        );
+        let mut b = CommandBuilder::untagged("SETACTIVE", LiteralMode::NonSync);
+        b.sp().string(b"a \"b\" \\c");
+        assert_eq!(text(&b.finish()), "SETACTIVE \"a \\\"b\\\" \\\\c\"\r\n");
     }
 
     #[test]

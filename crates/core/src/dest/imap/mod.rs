@@ -29,7 +29,7 @@ pub mod journal;
 mod report;
 pub mod shares;
 
-pub use report::{AccountFigures, ImapRestoreReport};
+pub use report::{AccountFigures, ImapRestoreReport, SharesFigures};
 
 use super::{
     AccountInfo, Caps, FolderInfo, Item, Message, Order, Outcome, RestoreFailures, Target,
@@ -256,7 +256,6 @@ impl ImapTarget {
             ));
         }
         let appended = r.items_restored;
-        let [acl_entries, acl_folders, scripts, active, metadata] = self.shares.figures();
         let journaled = self.journaled.load(Relaxed);
         let existing = self.existing.load(Relaxed);
         let phases = vec![
@@ -291,12 +290,7 @@ impl ImapTarget {
             items_existing: existing,
             items_failed: r.items_failed,
             bytes_appended: r.bytes_written,
-            acl_entries_set: acl_entries,
-            acl_folders,
-            sieve_scripts_put: scripts,
-            sieve_active_set: active,
-            metadata_entries_set: metadata,
-            quota_roots_set: self.shares.quotas(),
+            shares: self.shares.figures(),
             elapsed_secs: r.elapsed_secs,
             items_per_sec: per_sec(appended, r.elapsed_secs),
             mb_per_sec: r.mb_per_sec,
@@ -537,7 +531,8 @@ impl Target for ImapTarget {
     fn open_folder(&self, acc: &ImapAccount, info: &FolderInfo) -> Result<ImapFolder> {
         let acc = &acc.0;
         let name = info.name.to_string();
-        acc.pending.take(&acc.name, info);
+        acc.pending
+            .take(&acc.name, &self.opts.select.map_users, info);
         // A message the journal says was accepted counts only if the server still has
         // it: deleted since, it is restored again; without a UID to look for (no
         // UIDPLUS) or with a new UIDVALIDITY, it is looked for like one in doubt.
@@ -655,11 +650,14 @@ impl Target for ImapTarget {
         if !acc.pending.is_empty() {
             let t = Instant::now();
             let mut lane = Lane::new(self, &acc);
-            let sieve = self.opts.connection.sieve(self.opts.sieve_port);
             let admin = || self.admin_session(&acc.name, "set its quota");
-            let how = (lane.session(), sieve, &acc.creds, &admin as &dyn Fn() -> _);
-            let users = &self.opts.select.map_users;
-            (acc.pending).apply(&acc.name, how, users, &self.shares, failures);
+            let reach = shares::Reach {
+                session: lane.session(),
+                sieve: self.opts.connection.sieve(self.opts.sieve_port),
+                creds: &acc.creds,
+                admin: &admin,
+            };
+            acc.pending.apply(&acc.name, reach, &self.shares, failures);
             drop(lane);
             self.shares_span.add(t);
         }

@@ -40,16 +40,8 @@ pub struct ImapRestoreReport {
     pub items_failed: u64,
     /// Bytes appended (CRLF form).
     pub bytes_appended: u64,
-    /// Access control entries set (SETACL), and on how many folders.
-    pub acl_entries_set: u64,
-    pub acl_folders: u64,
-    /// Sieve scripts put (PUTSCRIPT), and accounts whose active script was set.
-    pub sieve_scripts_put: u64,
-    pub sieve_active_set: u64,
-    /// Folder METADATA entries set (SETMETADATA).
-    pub metadata_entries_set: u64,
-    /// Quota roots set (SETQUOTA, by the admin).
-    pub quota_roots_set: u64,
+    /// What the third phase set: shares, filters, METADATA, quotas.
+    pub shares: SharesFigures,
     pub elapsed_secs: f64,
     /// Messages appended per second.
     pub items_per_sec: f64,
@@ -59,4 +51,19 @@ pub struct ImapRestoreReport {
     /// The journal directory of this (repository, snapshot, target).
     pub journal: String,
     pub failures: Vec<Failure>,
+}
+
+/// What an IMAP restore's third phase set, over all accounts.
+#[derive(Clone, Debug, Default, Serialize, PartialEq, Eq)]
+pub struct SharesFigures {
+    /// Access control entries set (SETACL), and on how many folders.
+    pub acl_entries: u64,
+    pub acl_folders: u64,
+    /// Sieve scripts put (PUTSCRIPT), and accounts whose active script was set.
+    pub sieve_scripts: u64,
+    pub sieve_active: u64,
+    /// Folder METADATA entries set (SETMETADATA).
+    pub metadata_entries: u64,
+    /// Quota roots set (SETQUOTA, by the admin).
+    pub quota_roots: u64,
 }
