@@ -249,6 +249,53 @@ fn cyrus_judge_shares_and_filters_of_a_maildir_store() {
     judge_shares_and_filters(&second, &users);
 }
 
+/// An ACL entry for a user the target server does not have: the restore writes alice
+/// alone into an empty Cyrus, where bob and carol are no accounts (though its admin may
+/// act as any name). Each of their entries is a failure of its own, not set; alice's own
+/// is set, her mail restored; exit 1. Restoring the three, bob and carol are the
+/// restore's own accounts, created as it goes: every entry is set, exit 0.
+#[test]
+fn cyrus_judge_an_acl_entry_for_no_user_is_reported() {
+    let Some(cyrus) = cyrus() else {
+        return;
+    };
+    let e = Env::new();
+    let root = judge::store_with_shares_and_filters(&e);
+    e.ok(&["init"]);
+    e.ok(&["backup", &format!("maildir:{}", root.display())]);
+    let alice = "alice@example.org";
+    cyrus.add_user(alice, cyrus.password()).unwrap();
+    let (url, pass) = (cyrus.url(), admin_pass(&e, &cyrus));
+    let (code, out, err) = e.run_text(&[
+        "restore",
+        "latest",
+        "--target",
+        &url,
+        "--imap-master-user",
+        cyrus.admin_user(),
+        "--imap-password-file",
+        &pass,
+        "--create-accounts",
+        "--account",
+        alice,
+    ]);
+    let text = format!("{out}{err}");
+    assert_eq!(code, Some(1), "{text}");
+    for u in ["bob@example.org", "carol@example.org"] {
+        let why = format!("ACL {u}: the target server has no user");
+        assert_eq!(text.matches(&why).count(), 1, "{u}: {text}");
+    }
+    assert!(out.contains("1 ACL entries set on 1 folders"), "{out}");
+    assert!(out.contains("3 total: 3 appended"), "alice's mail: {out}");
+    let acl = acl_judge(cyrus.port(), &["rights", "--account", alice]);
+    assert!(!acl.contains("bob@") && !acl.contains("carol@"), "{acl}");
+
+    let users = ["alice@example.org", "bob@example.org", "carol@example.org"];
+    let out = restore_into(&e, &cyrus, &users);
+    assert!(out.contains("3 ACL entries set on 1 folders"), "{out}");
+    judge_shares_and_filters(&cyrus, &users);
+}
+
 /// Mailbox METADATA (RFC 5464) and quotas (RFC 9208) through an IMAP backup of Cyrus: a
 /// folder's `/private` and `/shared` comments, set and read by Python's imaplib, and the
 /// account's storage limit, set by the admin, are kept, put back by the restore's third

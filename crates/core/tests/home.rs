@@ -138,7 +138,7 @@ fn an_accounts_sieve_scripts_and_their_link_come_back_with_it() {
         snapshot: "latest".into(),
         ..Default::default()
     });
-    let (r, _) = mailvault_core::ops::restore::run(&repo, request, &NoProgress, |_, _| {
+    let (r, _) = mailvault_core::ops::restore::run(&repo, request, &NoProgress, |_| {
         mailvault_core::dest::mbox::MboxTarget::open(&mbox, 2)
     })
     .unwrap();

@@ -337,7 +337,7 @@ fn latest() -> Selection {
 
 /// `restore --target mbox:DIR`.
 fn restore_mbox(repo: &Repository, dir: &Path) -> RestoreReport {
-    run(repo, Request::Selection(latest()), &NoProgress, |_, _| {
+    run(repo, Request::Selection(latest()), &NoProgress, |_| {
         MboxTarget::open(dir, 2)
     })
     .unwrap()
@@ -346,7 +346,7 @@ fn restore_mbox(repo: &Repository, dir: &Path) -> RestoreReport {
 
 /// `restore --target eml:DIR`.
 fn restore_eml(repo: &Repository, dir: &Path) -> RestoreReport {
-    run(repo, Request::Selection(latest()), &NoProgress, |_, _| {
+    run(repo, Request::Selection(latest()), &NoProgress, |_| {
         EmlTarget::open(dir, 2)
     })
     .unwrap()
@@ -355,8 +355,8 @@ fn restore_eml(repo: &Repository, dir: &Path) -> RestoreReport {
 
 /// `restore --target dir:DIR` (the Maildir target made plain, as the CLI opens it).
 fn restore_dir(repo: &Repository, dir: &Path) -> RestoreReport {
-    let open = |_: &str, names: &mailvault_core::repo::tree::OwnerNames| {
-        MaildirTarget::plain(dir, RestoreOwners::ByName, names, 2)
+    let open = |o: mailvault_core::ops::restore::Opening<'_>| {
+        MaildirTarget::plain(dir, RestoreOwners::ByName, o.owners, 2)
     };
     run(repo, Request::Selection(latest()), &NoProgress, open)
         .unwrap()

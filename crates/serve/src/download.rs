@@ -81,7 +81,7 @@ fn stream(st: &AppState, q: &FolderQ, tx: mpsc::Sender<Item>) {
         tx: tx.clone(),
         buf: Vec::with_capacity(CHUNK),
     };
-    let open = |_: &str, _: &_| Ok(MboxStream::new(writer));
+    let open = |_: mailvault_core::ops::restore::Opening<'_>| Ok(MboxStream::new(writer));
     let nothing = &mailvault_core::report::NoProgress;
     match mailvault_core::ops::restore::run(live.repo(), Request::Selection(sel), nothing, open) {
         Err(e) => fail(e.into()),

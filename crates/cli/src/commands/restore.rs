@@ -263,8 +263,8 @@ pub fn run(g: &GlobalOpts, a: Args) -> Result<Outcome> {
     let rep = Bar::run(g.quiet || g.json, "restore", |bar| match plain {
         Some(_) => {
             use mailvault_core::dest::maildir::MaildirTarget;
-            let open = |_: &str, names: &mailvault_core::repo::tree::OwnerNames| {
-                MaildirTarget::plain(&opts.target, opts.owners, names, opts.jobs)
+            let open = |o: mailvault_core::ops::restore::Opening<'_>| {
+                MaildirTarget::plain(&opts.target, opts.owners, o.owners, opts.jobs)
             };
             let request = Request::Selection(opts.select.clone());
             mailvault_core::ops::restore::run(&r, request, bar, open).map(|x| x.0)
@@ -302,11 +302,11 @@ fn run_export(g: &GlobalOpts, a: Args, dir: std::path::PathBuf, fmt: Export) -> 
     let rep = Bar::run(g.quiet || g.json, "restore", |bar| match fmt {
         Export::Mbox => {
             let request = Request::Selection(sel.clone());
-            run(&r, request, bar, |_, _| MboxTarget::open(&dir, jobs)).map(|x| x.0)
+            run(&r, request, bar, |_| MboxTarget::open(&dir, jobs)).map(|x| x.0)
         }
         Export::Eml => {
             let request = Request::Selection(sel.clone());
-            run(&r, request, bar, |_, _| EmlTarget::open(&dir, jobs)).map(|x| x.0)
+            run(&r, request, bar, |_| EmlTarget::open(&dir, jobs)).map(|x| x.0)
         }
     })?;
     if g.json {

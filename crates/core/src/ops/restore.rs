@@ -8,12 +8,12 @@ use crate::dest::imap::{ImapRestoreOptions, ImapRestoreReport, ImapTarget};
 use crate::dest::maildir::MaildirTarget;
 use crate::dest::Target;
 use crate::error::Result;
-use crate::repo::tree::OwnerNames;
 use crate::repo::Repository;
 use crate::report::Progress;
 use std::path::PathBuf;
 
 use crate::dest::owners::RestoreOwners;
+pub use crate::restore::Opening;
 use crate::restore::{Request, RestoreReport, Selection};
 
 /// What to restore and where.
@@ -33,22 +33,21 @@ pub struct RestoreOptions {
 }
 
 /// Restores what `request` asks into the destination `open` gives (called with the
-/// snapshot's id, or a picked restore's label, and the recorded owners' names). Returns
+/// snapshot's id, or a picked restore's label, the recorded owners' names and the
+/// accounts to be written: an [`Opening`]). Returns
 /// the report and the destination, for what it adds to the report.
 pub fn run<T: Target>(
     repo: &Repository,
     request: Request,
     progress: &dyn Progress,
-    open: impl FnOnce(&str, &OwnerNames) -> Result<T>,
+    open: impl FnOnce(Opening<'_>) -> Result<T>,
 ) -> Result<(RestoreReport, T)> {
     crate::restore::run(repo, request, progress, open)
 }
 
 /// Opens the Maildir tree of `opts` (its directory, owners and jobs) as a destination.
-pub fn maildir(
-    opts: &RestoreOptions,
-) -> impl FnOnce(&str, &OwnerNames) -> Result<MaildirTarget> + '_ {
-    move |_, names| MaildirTarget::open(&opts.target, opts.owners, names, opts.jobs)
+pub fn maildir(opts: &RestoreOptions) -> impl FnOnce(Opening<'_>) -> Result<MaildirTarget> + '_ {
+    move |o| MaildirTarget::open(&opts.target, opts.owners, o.owners, opts.jobs)
 }
 
 /// Restores a snapshot's selection (`opts.select`) to a Maildir tree: [`run`] with
@@ -67,8 +66,8 @@ pub fn restore(
 pub fn imap_server<'a>(
     repo: &'a Repository,
     opts: &'a ImapRestoreOptions,
-) -> impl FnOnce(&str, &OwnerNames) -> Result<ImapTarget> + 'a {
-    move |snapshot, _| ImapTarget::new(repo, opts, snapshot)
+) -> impl FnOnce(Opening<'_>) -> Result<ImapTarget> + 'a {
+    move |o| ImapTarget::new(repo, opts, &o)
 }
 
 /// Restores a snapshot's selection (`opts.select`) into an IMAP server: [`run`] with

@@ -69,21 +69,35 @@ pub struct Picked {
     pub cache_bytes: usize,
 }
 
-/// Restores what `request` asks into the target `open` gives: called with the
-/// snapshot's id (a picked restore: its label) and recorded owner names once the
-/// snapshot is found (single messages: once they are all found). Takes the repository's
-/// shared lock. Returns the report and the target, for what it has to add to the report.
+/// What a target is opened with, once the restore knows it.
+pub struct Opening<'a> {
+    /// The snapshot's id (a picked restore: its label).
+    pub snapshot: &'a str,
+    /// The owners' names the snapshot recorded.
+    pub owners: &'a OwnerNames,
+    /// The accounts this restore writes, as the target names them (`--map-user` applied):
+    /// an IMAP target counts them as its users before it has created them.
+    pub accounts: Vec<String>,
+}
+
+/// Restores what `request` asks into the target `open` gives, called once the snapshot
+/// is found (single messages: once they are all found). Takes the repository's shared
+/// lock. Returns the report and the target, for what it has to add to the report.
 pub(crate) fn run<T: Target>(
     repo: &Repository,
     request: Request,
     progress: &dyn Progress,
-    open: impl FnOnce(&str, &OwnerNames) -> Result<T>,
+    open: impl FnOnce(Opening<'_>) -> Result<T>,
 ) -> Result<(RestoreReport, T)> {
     match request {
         Request::Selection(sel) => restore_into(repo, &sel, progress, open),
         Request::Picked(p) => {
             let _lock = repo.lock_for_reading("undelete")?;
-            let target = open(&p.label, &p.owners)?;
+            let target = open(Opening {
+                snapshot: &p.label,
+                owners: &p.owners,
+                accounts: p.accounts.iter().map(|a| a.account.name.clone()).collect(),
+            })?;
             let sizes = (p.reads, p.cache_bytes);
             let r = restore_picked_into(repo, p.accounts, &p.label, sizes, progress, &target)?;
             Ok((r, target))
@@ -91,15 +105,14 @@ pub(crate) fn run<T: Target>(
     }
 }
 
-/// Restores a snapshot's selection into the target `open` gives (called with the
-/// snapshot's id and recorded owner names once the snapshot is found, and, when single messages
-/// are selected, once they are all found). Returns the report and the target, for what
-/// it has to add to the report.
+/// Restores a snapshot's selection into the target `open` gives (called once the
+/// snapshot is found, and, when single messages are selected, once they are all found).
+/// Returns the report and the target, for what it has to add to the report.
 fn restore_into<T: Target>(
     repo: &Repository,
     sel: &Selection,
     progress: &dyn Progress,
-    open: impl FnOnce(&str, &OwnerNames) -> Result<T>,
+    open: impl FnOnce(Opening<'_>) -> Result<T>,
 ) -> Result<(RestoreReport, T)> {
     let started = Instant::now();
     // A shared lock: no prune deletes a pack while this restore reads it.
@@ -109,11 +122,16 @@ fn restore_into<T: Target>(
     let names = root.owners.clone();
     let accounts = sel.renamed(select_accounts(root, &sel.accounts)?)?;
     let n_accounts = accounts.len() as u64;
+    let snapshot = snap.id.to_hex();
+    let opening = Opening {
+        snapshot: &snapshot,
+        owners: &names,
+        accounts: accounts.iter().map(|a| a.name.clone()).collect(),
+    };
     let mut folders = 0u64;
     let mut folder_matched = sel.folders.is_empty();
     if sel.messages.is_empty() {
-        let target = open(&snap.id.to_hex(), &names)?;
-        let snapshot = snap.id.to_hex();
+        let target = open(opening)?;
         let report = restore_whole(repo, sel, progress, &target, &accounts, (snapshot, started))?;
         return Ok((report, target));
     }
@@ -152,14 +170,14 @@ fn restore_into<T: Target>(
             "not in the selected accounts and folders of the snapshot",
         );
     }
-    let target = open(&snap.id.to_hex(), &names)?;
+    let target = open(opening)?;
     let mut ctx = Ctx::new(repo, &target, (sel.reads, sel.cache_bytes), progress);
     ctx.n = planner.n;
     ctx.users = &sel.map_users;
     let pool = worker_pool(&ctx.caps)?;
     folders += plans.iter().map(|p| p.folders.len() as u64).sum::<u64>();
     pool.install(|| execute_batch(&ctx, plans, true));
-    let report = ctx.report(snap.id.to_hex(), n_accounts, folders, started);
+    let report = ctx.report(snapshot, n_accounts, folders, started);
     Ok((report, target))
 }
 

@@ -595,7 +595,7 @@ mod spans {
         let t = tempfile::tempdir().unwrap();
         let (repo, sel) = accounts_of_15(t.path(), &["ann", "bob", "cid", "dan", "eve", "fay"]);
         let (r, target) =
-            restore_into(&repo, &sel, &NoProgress, |_, _| Ok(Counting::default())).unwrap();
+            restore_into(&repo, &sel, &NoProgress, |_| Ok(Counting::default())).unwrap();
         assert!(r.failures.is_empty(), "{:?}", r.failures);
         assert_eq!(target.written.load(Relaxed), 6 * 15);
         let most = target.most.load(Relaxed);
@@ -649,7 +649,7 @@ mod spans {
         let t = tempfile::tempdir().unwrap();
         let (repo, sel) = accounts_of_15(t.path(), &["ann", "bob", "cid"]);
         for kind in [ErrorKind::StorageFull, ErrorKind::QuotaExceeded] {
-            let target = |_: &str, _: &OwnerNames| {
+            let target = |_: Opening<'_>| {
                 let writes = AtomicUsize::new(0);
                 Ok(FailingAt {
                     at: 5,
@@ -663,7 +663,7 @@ mod spans {
             assert_eq!((r.items_restored, r.items_failed), (4, 41), "{kind:?}");
             assert_eq!(r.items_not_tried, 40, "{kind:?}");
         }
-        let target = |_: &str, _: &OwnerNames| {
+        let target = |_: Opening<'_>| {
             let (kind, writes) = (ErrorKind::PermissionDenied, AtomicUsize::new(0));
             Ok(FailingAt {
                 at: 5,
@@ -744,7 +744,7 @@ mod spans {
         let t = tempfile::tempdir().unwrap();
         let (repo, sel) = accounts_of_15(t.path(), &["ann", "bob", "cid"]);
         let (r, target) =
-            restore_into(&repo, &sel, &NoProgress, |_, _| Ok(Overlapping::default())).unwrap();
+            restore_into(&repo, &sel, &NoProgress, |_| Ok(Overlapping::default())).unwrap();
         assert!(r.failures.is_empty(), "{:?}", r.failures);
         assert_eq!(target.written.load(Relaxed), 3 * 15);
         assert_eq!(target.opened.load(Relaxed), 3);

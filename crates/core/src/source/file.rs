@@ -743,8 +743,8 @@ mod tests {
             snapshot: snapshot.into(),
             ..Default::default()
         };
-        let open = |_: &str, names: &crate::repo::tree::OwnerNames| {
-            MaildirTarget::plain(to, RestoreOwners::ByName, names, 2)
+        let open = |o: crate::restore::Opening<'_>| {
+            MaildirTarget::plain(to, RestoreOwners::ByName, o.owners, 2)
         };
         run(repo, Request::Selection(sel.clone()), &NoProgress, open)
             .unwrap()
@@ -902,8 +902,8 @@ mod tests {
             snapshot: "latest".into(),
             ..Default::default()
         };
-        let open = |_: &str, names: &crate::repo::tree::OwnerNames| {
-            MaildirTarget::open(out.path(), RestoreOwners::ByName, names, 2)
+        let open = |o: crate::restore::Opening<'_>| {
+            MaildirTarget::open(out.path(), RestoreOwners::ByName, o.owners, 2)
         };
         let rep = run(&repo, Request::Selection(sel.clone()), &NoProgress, open)
             .unwrap()

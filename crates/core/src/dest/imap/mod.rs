@@ -39,7 +39,7 @@ use crate::imap::{login_with_backoff, Login, Pacer, Span};
 use crate::repo::tree::MessageEntry;
 use crate::repo::{lock, Repository};
 use crate::report::per_sec;
-use crate::restore::{RestoreReport, Selection};
+use crate::restore::{Opening, RestoreReport, Selection};
 use crate::{Error, Result};
 use crlf::crlf_parts_into;
 use journal::{AccountJournal, State};
@@ -120,6 +120,8 @@ pub struct ImapTarget {
     /// The third phase: its time, and what it did.
     shares_span: Span,
     shares: shares::Done,
+    /// Who the target's users are, for the ACL entries that name them.
+    users: shares::Users,
     provisioned: Mutex<Vec<Provisioned>>,
     accounts: Mutex<Vec<AccountFigures>>,
     journaled: AtomicU64,
@@ -201,7 +203,8 @@ const MESSAGES_PER_CONNECTION: usize = 500;
 impl ImapTarget {
     /// The target of a restore of `snapshot` (a snapshot id, or what names the restore in
     /// its journal and report).
-    pub fn new(repo: &Repository, opts: &ImapRestoreOptions, snapshot: &str) -> Result<Self> {
+    pub fn new(repo: &Repository, opts: &ImapRestoreOptions, o: &Opening<'_>) -> Result<Self> {
+        let snapshot = o.snapshot;
         if opts.create_accounts && !matches!(opts.connection.login, Login::Master { .. }) {
             return Err(Error::InvalidInput(
                 "creating accounts needs the server's admin: log in through a master user (--imap-master-user)".into(),
@@ -222,6 +225,7 @@ impl ImapTarget {
             data: Span::default(),
             shares_span: Span::default(),
             shares: shares::Done::default(),
+            users: shares::Users::new(&o.accounts),
             provisioned: Mutex::new(Vec::new()),
             accounts: Mutex::new(Vec::new()),
             journaled: AtomicU64::new(0),
@@ -448,6 +452,15 @@ impl ImapTarget {
         Ok(login_with_backoff(&self.client, &admin, 6)?)
     }
 
+    /// A session of `user` through the master user, to learn whether the server has
+    /// such a user; `None`: no master user, so no way to tell.
+    fn session_as(&self, user: &str) -> Option<mailvault_imap::Result<Session>> {
+        let Login::Master { .. } = &self.opts.connection.login else {
+            return None;
+        };
+        Some(self.client.login(&self.credentials(user).ok()?))
+    }
+
     /// Whether a message is to be looked for on the server before it is sent (in doubt,
     /// or `skip_existing`); `None`: the journal says it is there, and the server agrees.
     fn check(&self, folder: &ImapFolder, key: &[u8]) -> Option<bool> {
@@ -651,11 +664,13 @@ impl Target for ImapTarget {
             let t = Instant::now();
             let mut lane = Lane::new(self, &acc);
             let admin = || self.admin_session(&acc.name, "set its quota");
+            let session_as = |user: &str| self.session_as(user);
             let reach = shares::Reach {
                 session: lane.session(),
                 sieve: self.opts.connection.sieve(self.opts.sieve_port),
                 creds: &acc.creds,
                 admin: &admin,
+                users: (&self.users, &session_as),
             };
             acc.pending.apply(&acc.name, reach, &self.shares, failures);
             drop(lane);

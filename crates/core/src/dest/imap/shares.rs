@@ -20,6 +20,7 @@ use crate::imap::{Phase, Span};
 use crate::repo::lock;
 use crate::{Error, Result};
 use mailvault_imap::{ClientOptions, Credentials, Session, SieveSession};
+use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Mutex;
 
@@ -36,6 +37,69 @@ pub(super) struct Reach<'a> {
     pub creds: &'a Credentials,
     /// A session of the server's admin (SETQUOTA).
     pub admin: &'a dyn Fn() -> Result<Session>,
+    /// Who the server's users are, and a session as one of them through the master
+    /// user (`None`: no master user).
+    pub users: (&'a Users, &'a SessionAs<'a>),
+}
+
+/// A session as a user through the master user; `None`: no master user.
+pub(super) type SessionAs<'a> = dyn Fn(&str) -> Option<mailvault_imap::Result<Session>> + 'a;
+
+/// Who the target's users are, for the ACL entries that name one: SETACL takes any
+/// identifier on Dovecot and Cyrus alike, so an entry for a user the target does not
+/// have would be set in silence. The accounts the restore writes are users (Cyrus has
+/// them once they are provisioned, maybe after this one's shares); another is one if
+/// the master user can open it and its INBOX is there (a Cyrus admin may act as any
+/// name, an account or not). Asked once per user and restore.
+pub(super) struct Users {
+    restored: HashSet<String>,
+    asked: Mutex<HashMap<String, Option<bool>>>,
+}
+
+impl Users {
+    pub(super) fn new(accounts: &[String]) -> Users {
+        Users {
+            restored: accounts.iter().cloned().collect(),
+            asked: Mutex::default(),
+        }
+    }
+
+    /// Whether `user` is one of the target's; `None`: cannot tell (no master user, or
+    /// the server did not answer), and the entry is set.
+    fn exists(&self, user: &str, session_as: &SessionAs<'_>) -> Option<bool> {
+        if self.restored.contains(user) {
+            return Some(true);
+        }
+        if let Some(&known) = lock(&self.asked).get(user) {
+            return known;
+        }
+        let known = match session_as(user)? {
+            Ok(mut s) => {
+                let inbox = s.status("INBOX");
+                let _ = s.logout();
+                match inbox {
+                    Ok(_) => Some(true),
+                    Err(e) if e.is_transient() => None,
+                    Err(_) => Some(false),
+                }
+            }
+            Err(mailvault_imap::Error::AuthFailed { .. }) => Some(false),
+            Err(_) => None,
+        };
+        lock(&self.asked).insert(user.to_string(), known);
+        known
+    }
+}
+
+/// The user an ACL identifier names (`-bob`: bob); `None` for the identifiers that
+/// name no user: `anyone`, `authenticated`, `anonymous` and groups (Dovecot's `$staff`,
+/// `!$staff`; Cyrus' `group:staff`).
+fn user_named(identifier: &str) -> Option<&str> {
+    let id = identifier.strip_prefix('-').unwrap_or(identifier);
+    let special = ["anyone", "authenticated", "anonymous"].contains(&id)
+        || id.starts_with(['$', '!'])
+        || id.starts_with("group:");
+    (!special && !id.is_empty()).then_some(id)
 }
 
 /// What the third phase has to do for one account, gathered as its folders are opened.
@@ -193,7 +257,8 @@ impl Pending {
                 Err(e) => failures.add(format!("{account}: ACLs, METADATA and quotas"), e),
                 Ok(s) => {
                     set_quotas(s, account, &g.quotas, reach.admin, done, failures);
-                    over_imap(s, account, (g.acls, g.metadata), done, failures);
+                    let users = (reach.users, account);
+                    over_imap(s, users, (g.acls, g.metadata), done, failures);
                 }
             }
         }
@@ -280,10 +345,11 @@ fn set_quotas(
 
 /// The METADATA and ACLs of an account's folders over `s`: METADATA first, while the
 /// owner holds every right, then the ACL entries (the owner's own last: taking its `a`
-/// away first would refuse the others).
+/// away first would refuse the others). An entry naming a user the target does not
+/// have is a failure of its own, not set.
 fn over_imap(
     s: &mut Session,
-    account: &str,
+    ((users, session_as), account): ((&Users, &SessionAs<'_>), &str),
     (acls, metadata): (FolderAcls, FolderMetadata),
     done: &Done,
     failures: &RestoreFailures,
@@ -301,6 +367,14 @@ fn over_imap(
         let mut set = 0;
         for r in &rules {
             let item = format!("{account}: {folder}: ACL {}", r.identifier);
+            let user = user_named(&r.identifier).filter(|u| *u != account);
+            if let Some(u) = user.filter(|u| users.exists(u, session_as) == Some(false)) {
+                failures.add(
+                    item,
+                    format!("the target server has no user {u:?}; the entry is not set"),
+                );
+                continue;
+            }
             match s.set_acl(&folder, &r.identifier, &r.rights) {
                 Ok(()) => set += 1,
                 Err(e) => failures.add(item, Error::from(e)),
@@ -363,6 +437,48 @@ fn put_scripts(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Users are named by their entries, negative ones too; the identifiers that name
+    /// everyone or a group name no user.
+    #[test]
+    fn identifiers_naming_users() {
+        for (id, user) in [
+            ("bob@example.org", Some("bob@example.org")),
+            ("-bob", Some("bob")),
+            ("anyone", None),
+            ("-anyone", None),
+            ("authenticated", None),
+            ("anonymous", None),
+            ("$staff", None),
+            ("!$staff", None),
+            ("group:staff", None),
+            ("", None),
+            ("-", None),
+        ] {
+            assert_eq!(user_named(id), user, "{id:?}");
+        }
+    }
+
+    /// The restore's accounts are users without asking; another is asked once, and
+    /// without a master user nothing can be told.
+    #[test]
+    fn users_are_asked_once() {
+        let users = Users::new(&["alice".to_string()]);
+        let asked = std::cell::Cell::new(0);
+        let refused = |_: &str| {
+            asked.set(asked.get() + 1);
+            Some(Err(mailvault_imap::Error::AuthFailed {
+                server: "127.0.0.1:143".into(),
+                account: "ghost".into(),
+                response: "NO [AUTHENTICATIONFAILED]".into(),
+            }))
+        };
+        assert_eq!(users.exists("alice", &refused), Some(true));
+        assert_eq!(users.exists("ghost", &refused), Some(false));
+        assert_eq!(users.exists("ghost", &refused), Some(false));
+        assert_eq!(asked.get(), 1);
+        assert_eq!(Users::new(&[]).exists("bob", &|_: &str| None), None);
+    }
 
     #[test]
     fn sieve_script_names() {
