@@ -48,7 +48,7 @@ def free_port():
 class Dovecot:
     """A throw-away Dovecot like mailvault_imap::testing's, with mail_fsync = never."""
 
-    def __init__(self, parent, cpus=None):
+    def __init__(self, parent, cpus=None, extra_conf=""):
         # Below the system temp dir: the work dir may be private (0700) and Dovecot
         # runs its mail processes as another user.
         self.root = Path(tempfile.mkdtemp(prefix="mv-bench-dovecot-", dir=parent or None))
@@ -135,6 +135,7 @@ service imap-login {{
   }}
 {"" if root_user else "  chroot ="}
 }}
+{extra_conf}
 """
         (r / "dovecot.conf").write_text(conf)
         self.proc = subprocess.Popen(
