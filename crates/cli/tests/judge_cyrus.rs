@@ -179,12 +179,25 @@ fn judge_shares_and_filters(cyrus: &CyrusServer, users: &[&str]) {
 /// `mailvault restore latest` into `cyrus` as its admin, creating the accounts, scripts
 /// through its `timsieved`: the output of a run that must succeed.
 fn restore_into(e: &Env, cyrus: &CyrusServer, users: &[&str]) -> String {
+    let (code, out, err) = restore_run(e, cyrus, users, &[]);
+    assert_eq!(code, Some(0), "{out}{err}");
+    out
+}
+
+/// `mailvault restore latest` into `cyrus` as its admin, with `extra` flags, `users`
+/// known to its sasldb first: exit code, stdout, stderr.
+fn restore_run(
+    e: &Env,
+    cyrus: &CyrusServer,
+    users: &[&str],
+    extra: &[&str],
+) -> (Option<i32>, String, String) {
     for u in users {
         cyrus.add_user(u, cyrus.password()).unwrap();
     }
     let (url, sieve) = (cyrus.url(), cyrus.sieve_port().to_string());
     let pass = admin_pass(e, cyrus);
-    e.ok(&[
+    let mut args = vec![
         "restore",
         "latest",
         "--target",
@@ -196,7 +209,19 @@ fn restore_into(e: &Env, cyrus: &CyrusServer, users: &[&str]) -> String {
         "--create-accounts",
         "--sieve-port",
         &sieve,
-    ])
+    ];
+    args.extend(extra);
+    e.run_text(&args)
+}
+
+/// A Cyrus, and a repository holding a backup of [`judge::store_with_shares_and_filters`].
+fn cyrus_and_store_backup() -> Option<(CyrusServer, Env)> {
+    let cyrus = cyrus()?;
+    let e = Env::new();
+    let root = judge::store_with_shares_and_filters(&e);
+    e.ok(&["init"]);
+    e.ok(&["backup", &format!("maildir:{}", root.display())]);
+    Some((cyrus, e))
 }
 
 /// The admin's password in a file of `e` (mode 0600): its path.
@@ -216,13 +241,9 @@ fn admin_pass(e: &Env, cyrus: &CyrusServer) -> String {
 /// same.
 #[test]
 fn cyrus_judge_shares_and_filters_of_a_maildir_store() {
-    let Some(cyrus) = cyrus() else {
+    let Some((cyrus, e)) = cyrus_and_store_backup() else {
         return;
     };
-    let e = Env::new();
-    let root = judge::store_with_shares_and_filters(&e);
-    e.ok(&["init"]);
-    e.ok(&["backup", &format!("maildir:{}", root.display())]);
     let users = ["alice@example.org", "bob@example.org", "carol@example.org"];
     for round in ["first", "second"] {
         let out = restore_into(&e, &cyrus, &users);
@@ -256,29 +277,11 @@ fn cyrus_judge_shares_and_filters_of_a_maildir_store() {
 /// restore's own accounts, created as it goes: every entry is set, exit 0.
 #[test]
 fn cyrus_judge_an_acl_entry_for_no_user_is_reported() {
-    let Some(cyrus) = cyrus() else {
+    let Some((cyrus, e)) = cyrus_and_store_backup() else {
         return;
     };
-    let e = Env::new();
-    let root = judge::store_with_shares_and_filters(&e);
-    e.ok(&["init"]);
-    e.ok(&["backup", &format!("maildir:{}", root.display())]);
     let alice = "alice@example.org";
-    cyrus.add_user(alice, cyrus.password()).unwrap();
-    let (url, pass) = (cyrus.url(), admin_pass(&e, &cyrus));
-    let (code, out, err) = e.run_text(&[
-        "restore",
-        "latest",
-        "--target",
-        &url,
-        "--imap-master-user",
-        cyrus.admin_user(),
-        "--imap-password-file",
-        &pass,
-        "--create-accounts",
-        "--account",
-        alice,
-    ]);
+    let (code, out, err) = restore_run(&e, &cyrus, &[alice], &["--account", alice]);
     let text = format!("{out}{err}");
     assert_eq!(code, Some(1), "{text}");
     for u in ["bob@example.org", "carol@example.org"] {

@@ -70,7 +70,7 @@ pub fn file_proven(mtime: Timestamp, started: Option<Timestamp>) -> bool {
 }
 
 /// This host's clock, read when a backup starts, before any folder is looked at (tests
-/// may set it for a backup whose first account is below a path of theirs: [`hook`]).
+/// may set it for a backup whose first account is below a path of theirs: `hook`).
 pub fn clock(folder: &Path) -> Timestamp {
     let d = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)

@@ -257,8 +257,9 @@ impl Pending {
                 Err(e) => failures.add(format!("{account}: ACLs, METADATA and quotas"), e),
                 Ok(s) => {
                     set_quotas(s, account, &g.quotas, reach.admin, done, failures);
-                    let users = (reach.users, account);
-                    over_imap(s, users, (g.acls, g.metadata), done, failures);
+                    let (users, session_as) = reach.users;
+                    let known = |user: &str| users.exists(user, session_as);
+                    over_imap(s, account, &known, (g.acls, g.metadata), done, failures);
                 }
             }
         }
@@ -346,10 +347,11 @@ fn set_quotas(
 /// The METADATA and ACLs of an account's folders over `s`: METADATA first, while the
 /// owner holds every right, then the ACL entries (the owner's own last: taking its `a`
 /// away first would refuse the others). An entry naming a user the target does not
-/// have is a failure of its own, not set.
+/// have (`known` says no) is a failure of its own, not set.
 fn over_imap(
     s: &mut Session,
-    ((users, session_as), account): ((&Users, &SessionAs<'_>), &str),
+    account: &str,
+    known: &dyn Fn(&str) -> Option<bool>,
     (acls, metadata): (FolderAcls, FolderMetadata),
     done: &Done,
     failures: &RestoreFailures,
@@ -368,7 +370,7 @@ fn over_imap(
         for r in &rules {
             let item = format!("{account}: {folder}: ACL {}", r.identifier);
             let user = user_named(&r.identifier).filter(|u| *u != account);
-            if let Some(u) = user.filter(|u| users.exists(u, session_as) == Some(false)) {
+            if let Some(u) = user.filter(|u| known(u) == Some(false)) {
                 failures.add(
                     item,
                     format!("the target server has no user {u:?}; the entry is not set"),
