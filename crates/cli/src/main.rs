@@ -144,8 +144,8 @@ pub enum Command {
     /// Serve a web UI and a JSON API over the repository (read-only; admin login with a
     /// token file).
     Serve(commands::serve::Args),
-    /// Put back the messages deleted from an account: those a snapshot held that the
-    /// latest one holds nowhere in the account.
+    /// Put back the messages deleted from an account (those a snapshot held that the
+    /// latest one holds nowhere in the account), and its deleted sieve scripts.
     Undelete(commands::undelete::Args),
     /// Remove the packs and blobs no snapshot uses; repack packs that are mostly unused.
     Prune(commands::prune::Args),

@@ -129,8 +129,10 @@ fn dovecot_judge_sieve_scripts_are_restored_and_file_mail() {
 /// Between formats: the Maildir store's scripts restored over IMAP into an empty Dovecot
 /// go in by ManageSieve (PUTSCRIPT, SETACTIVE), in the restore's third phase; that
 /// server files the next list message by the restored rule; a second restore changes
-/// nothing; `--part home` puts the scripts alone into another empty server; with
-/// ManageSieve off, the scripts are reported as left and the exit is 1.
+/// nothing; a script bob deleted is put back by `undelete` (not made active), and one he
+/// has changed on the server since is kept, a conflict; `--part home` puts the scripts
+/// alone into another empty server; with ManageSieve off, the scripts are reported as
+/// left and the exit is 1.
 #[test]
 fn dovecot_judge_sieve_scripts_are_restored_over_managesieve() {
     let port = free_port();
@@ -139,8 +141,8 @@ fn dovecot_judge_sieve_scripts_are_restored_over_managesieve() {
     };
     let e = Env::new();
     e.ok(&["init"]);
-    e.ok(&["backup", &format!("maildir:{}", src.mail_root().display())]);
-    drop(src);
+    let store = format!("maildir:{}", src.mail_root().display());
+    e.ok(&["backup", &store]);
 
     let sieve = free_port();
     let to = dovecot(None, sieve_config(sieve)).unwrap();
@@ -148,7 +150,7 @@ fn dovecot_judge_sieve_scripts_are_restored_over_managesieve() {
     let (code, out, err) = imap_restore(&e, &to, &["--sieve-port", &port]);
     assert_eq!(code, Some(0), "{out}{err}");
     assert!(
-        out.contains("2 sieve scripts put, 1 active scripts set"),
+        out.contains("2 sieve scripts put (0 already there), 1 active scripts set"),
         "the third phase says what it did: {out}"
     );
     assert_eq!(list_scripts(sieve, BOB, to.password()), want);
@@ -162,21 +164,66 @@ fn dovecot_judge_sieve_scripts_are_restored_over_managesieve() {
 
     let (code, out, err) = imap_restore(&e, &to, &["--sieve-port", &port]);
     assert_eq!(code, Some(0), "a second restore: {out}{err}");
+    assert!(
+        out.contains("0 sieve scripts put (2 already there)"),
+        "{out}"
+    );
     assert_eq!(list_scripts(sieve, BOB, to.password()), want);
 
-    // A filter the user lost, put back alone: an empty server gets the scripts and no mail.
+    // bob deletes his vacation script: gone from the store and from the live server.
+    fs::remove_file(src.mail_root().join("example.org/bob/sieve/vacation.sieve")).unwrap();
+    e.ok(&["backup", &store]);
+    drop(src);
+    fs::remove_file(to.mail_root().join("example.org/bob/sieve/vacation.sieve")).unwrap();
+    assert_eq!(list_scripts(sieve, BOB, to.password()), want[..1]);
+    let mut undelete = vec![
+        "undelete".to_string(),
+        "--account".into(),
+        BOB.into(),
+        "--target".into(),
+        format!("imap://127.0.0.1:{}", to.port()),
+        "--sieve-port".into(),
+        port.clone(),
+    ];
+    undelete.extend(judge::master_args(&e, &to));
+    let undelete: Vec<&str> = undelete.iter().map(String::as_str).collect();
+    let (code, out, err) = e.run_text(&undelete);
+    assert_eq!(code, Some(0), "undelete: {out}{err}");
+    assert!(out.contains("~/sieve/vacation.sieve"), "listed: {out}");
+    assert!(out.contains("1 sieve scripts put"), "{out}");
+    assert_eq!(
+        list_scripts(sieve, BOB, to.password()),
+        want,
+        "back, rules still active"
+    );
+    let vacation = to.mail_root().join("example.org/bob/sieve/vacation.sieve");
+    assert_eq!(fs::read_to_string(&vacation).unwrap(), VACATION);
+    fs::write(&vacation, "# bob's new vacation\n").unwrap();
+    let (code, out, err) = e.run_text(&undelete);
+    assert_eq!(code, Some(1), "a conflict: {out}{err}");
+    assert!(
+        (out.clone() + &err).contains("not overwritten"),
+        "{out}{err}"
+    );
+    assert_eq!(
+        fs::read_to_string(&vacation).unwrap(),
+        "# bob's new vacation\n"
+    );
+
+    // The scripts alone: an empty server gets the latest snapshot's (bob's rules) and no
+    // mail.
     let port = free_port();
     let fresh = dovecot(None, sieve_config(port)).unwrap();
     let p = port.to_string();
     let (code, out, err) = imap_restore(&e, &fresh, &["--sieve-port", &p, "--part", "home"]);
     assert_eq!(code, Some(0), "--part home: {out}{err}");
     assert!(out.contains("0 appended"), "no mail: {out}");
-    assert_eq!(list_scripts(port, BOB, fresh.password()), want);
+    assert_eq!(list_scripts(port, BOB, fresh.password()), want[..1]);
 
     let (code, out, err) = imap_restore(&e, &to, &["--sieve-port", "0"]);
     assert_eq!(code, Some(1), "{out}{err}");
     assert!(
-        (out.clone() + &err).contains("2 script(s) not restored: ManageSieve is off"),
+        (out.clone() + &err).contains("1 script(s) not restored: ManageSieve is off"),
         "{out}{err}"
     );
 }

@@ -251,3 +251,82 @@ fn a_deleted_filter_is_put_back_alone_and_prune_keeps_homes() {
     assert!(!mail_only.join("example.org/bob/sieve").exists());
     assert!(mail_only.join("example.org/bob/Maildir/cur").is_dir());
 }
+
+/// `undelete` compares the home too: a script bob deleted (with the link that made it
+/// active) is listed and put back into the live store, not the link; a script he edited
+/// is not deleted; his mail is untouched; again, nothing is written; a script of that name
+/// he has made since is a conflict, kept.
+#[test]
+fn undelete_puts_back_a_deleted_filter_not_its_link() {
+    use mailvault_core::ops::undelete::{find_deleted, undelete, DeletedOptions, UndeleteOptions};
+    let t = tempfile::tempdir().unwrap();
+    let (src, home, _) = backed_up_with_home(t.path(), bob_home);
+    fs::remove_file(home.join(".dovecot.sieve")).unwrap();
+    fs::remove_file(home.join("sieve/vacation.sieve")).unwrap();
+    fs::write(home.join("sieve/rules.sieve"), b"# edited\n").unwrap();
+    let mut repo = open_repo(&t.path().join("repo"));
+    maildir_backup(&mut repo, &src, vec![]);
+
+    let find = DeletedOptions {
+        account: "bob@example.org".into(),
+        ..Default::default()
+    };
+    let d = find_deleted(&repo, &find).unwrap();
+    let paths: Vec<&str> = d.files.iter().map(|f| f.path.as_str()).collect();
+    assert_eq!(
+        paths,
+        ["~/sieve/vacation.sieve"],
+        "not the link, not the edited one"
+    );
+    assert!(d.messages.is_empty());
+    assert_eq!(d.files[0].size, VACATION.len() as u64);
+    let inbox_only = DeletedOptions {
+        folders: vec!["INBOX".into()],
+        ..find.clone()
+    };
+    assert!(find_deleted(&repo, &inbox_only).unwrap().files.is_empty());
+    let sieve_only = DeletedOptions {
+        folders: vec!["~/sieve".into()],
+        ..find.clone()
+    };
+    assert_eq!(find_deleted(&repo, &sieve_only).unwrap().files.len(), 1);
+
+    let md = home.join("Maildir");
+    let mail_before = tree_snapshot(&md);
+    let opts = UndeleteOptions {
+        find,
+        ..Default::default()
+    };
+    let restore = RestoreOptions {
+        target: src.clone(),
+        jobs: 2,
+        ..Default::default()
+    };
+    let r = undelete(&repo, &opts, &restore, &NoProgress).unwrap();
+    let r = r.restore.expect("restored");
+    assert!(r.failures.is_empty(), "{:?}", r.failures);
+    assert_eq!((r.files_restored, r.items_total), (1, 0));
+    let back = home.join("sieve/vacation.sieve");
+    assert_eq!(fs::read(&back).unwrap(), VACATION);
+    assert_eq!(fs::metadata(&back).unwrap().mtime(), 1_650_000_000);
+    assert_eq!(
+        fs::read(home.join("sieve/rules.sieve")).unwrap(),
+        b"# edited\n"
+    );
+    assert!(
+        fs::symlink_metadata(home.join(".dovecot.sieve")).is_err(),
+        "not made active"
+    );
+    assert_eq!(tree_snapshot(&md), mail_before, "the mail is untouched");
+
+    let again = undelete(&repo, &opts, &restore, &NoProgress).unwrap();
+    let again = again.restore.unwrap();
+    assert!(again.failures.is_empty(), "{:?}", again.failures);
+    assert_eq!((again.files_restored, again.files_unchanged), (0, 1));
+
+    fs::write(&back, b"# bob's new vacation\n").unwrap();
+    let r = undelete(&repo, &opts, &restore, &NoProgress).unwrap();
+    let r = r.restore.unwrap();
+    assert_eq!(r.failures.len(), 1, "{:?}", r.failures);
+    assert_eq!(fs::read(&back).unwrap(), b"# bob's new vacation\n", "kept");
+}

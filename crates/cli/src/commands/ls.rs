@@ -21,7 +21,8 @@ pub struct Args {
     pub folder: Option<String>,
     /// List the messages deleted from --account: held by a snapshot of the window and
     /// nowhere in the account by the latest snapshot (matched by content: a message moved
-    /// to another folder is not deleted).
+    /// to another folder is not deleted), then the deleted files of its home (sieve
+    /// scripts, matched by path).
     #[arg(long, requires = "account")]
     pub deleted: bool,
     /// With --deleted: compare only the snapshots of this last period (`7d`, `2w`, `36h`);
@@ -193,14 +194,25 @@ pub fn print_deleted(d: &Deleted) {
             &m.last_snapshot[..8],
         );
     }
+    for f in &d.files {
+        println!(
+            "{}  {:>10}  {:<72.72}  {} {}",
+            time(f.mtime),
+            f.size,
+            safe(&f.path),
+            &f.first_snapshot[..8],
+            &f.last_snapshot[..8],
+        );
+    }
 }
 
 /// What the list was found against.
 pub fn deleted_summary(d: &Deleted) -> String {
     format!(
-        "deleted from {}: {} messages; compared: {} snapshots of {} on {} with the latest, {} ({})",
+        "deleted from {}: {} messages, {} files of the home (sieve scripts); compared: {} snapshots of {} on {} with the latest, {} ({})",
         safe(&d.account),
         d.messages.len(),
+        d.files.len(),
         d.compared.len(),
         safe(&d.source),
         safe(&d.hostname),

@@ -14,7 +14,7 @@ use mailvault_core::restore::RestoreReport;
 
 #[derive(clap::Args, Debug)]
 pub struct Args {
-    /// The account whose deleted messages are put back.
+    /// The account whose deleted messages and sieve scripts are put back.
     #[arg(long)]
     pub account: String,
     /// Only messages last held in this folder or its subfolders (repeatable).
@@ -114,8 +114,9 @@ fn result(d: &Deleted, restore: Option<(u64, &[Failure])>) -> Outcome {
 fn nothing(opts: &UndeleteOptions, d: &Deleted, target: &str) {
     if opts.dry_run {
         println!(
-            "dry run: {} messages would be restored to {}",
+            "dry run: {} messages and {} home files would be restored to {}",
             d.messages.len(),
+            d.files.len(),
             safe(target)
         );
     } else {

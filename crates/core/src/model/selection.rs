@@ -179,6 +179,9 @@ pub struct PickedAccount {
     /// The account as a snapshot has it (its place below the target, its directories).
     pub account: AccountRef,
     pub folders: Vec<PickedFolder>,
+    /// Home directories with the files picked in them (`undelete`: deleted sieve
+    /// scripts), restored as a whole account's home is.
+    pub home: Vec<FolderNode>,
 }
 
 /// One folder's picked messages. A folder may appear more than once (messages from

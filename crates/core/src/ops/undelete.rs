@@ -11,6 +11,13 @@
 //! restores' entry points for picked messages ([`crate::ops::restore::run`] with
 //! [`crate::restore::Request::Picked`]), so a Maildir undelete is byte-exact and
 //! an IMAP undelete has the IMAP restore's journal.
+//!
+//! The account's home (a Maildir store's sieve scripts, [`AccountTree::home`]) is
+//! compared too: a file is *deleted* when one of the snapshots holds it at a path of the
+//! home where the latest holds nothing (a script the user deleted). Links (the active
+//! script's `.dovecot.sieve`) are not put back: undeleting a script does not make it
+//! active. The file comes back as the newest snapshot that held it has it, beside the
+//! home's other files, which are left as they are.
 
 use crate::dest::imap::ImapRestoreOptions;
 use crate::dest::imap::ImapRestoreReport;
@@ -19,7 +26,7 @@ use crate::model::{folder_name, folder_selected, PickedAccount, PickedFolder};
 use crate::ops::restore::{imap_server, maildir, run, RestoreOptions};
 use crate::repo::id::Id;
 use crate::repo::snapshot::Snapshot;
-use crate::repo::tree::{AccountRef, AccountTree, ChunkRef, FolderNode, MessageEntry};
+use crate::repo::tree::{AccountRef, AccountTree, ChunkRef, FileEntry, FolderNode, MessageEntry};
 use crate::repo::tree::{OwnerNames, RootTree};
 use crate::repo::{Repository, Snapshots};
 use crate::report::{Failure, Progress};
@@ -59,6 +66,29 @@ pub struct DeletedMessage {
     node: usize,
 }
 
+/// One deleted file of the account's home (a sieve script): the version of the newest
+/// snapshot that held it.
+#[derive(Clone, Debug, Serialize)]
+pub struct DeletedFile {
+    /// Its path as `ls` names the home: `~/sieve/vacation.sieve`.
+    pub path: String,
+    pub size: u64,
+    /// Its mtime (Unix seconds) and permission bits, as last held.
+    pub mtime: i64,
+    pub mode: u32,
+    /// The oldest snapshot of the window that held it, and its time.
+    pub first_snapshot: String,
+    pub first_time: i64,
+    /// The newest snapshot that held it (whose version is restored), and its time.
+    pub last_snapshot: String,
+    pub last_time: i64,
+    #[serde(skip)]
+    entry: FileEntry,
+    /// Its directory in `Deleted::home_nodes`.
+    #[serde(skip)]
+    node: usize,
+}
+
 /// The deleted messages of an account, and what they were found against.
 #[derive(Clone, Debug, Serialize)]
 pub struct Deleted {
@@ -74,6 +104,8 @@ pub struct Deleted {
     pub compared: Vec<String>,
     /// Sorted by folder, then internal date, then key.
     pub messages: Vec<DeletedMessage>,
+    /// The deleted files of the account's home (sieve scripts), by path.
+    pub files: Vec<DeletedFile>,
     /// What could not be read: damaged snapshot files, and the trees of compared
     /// snapshots (the messages only they list are missing from `messages`). The latest
     /// snapshot's trees must be read: without them nothing is found.
@@ -87,6 +119,9 @@ pub struct Deleted {
     /// The folders the messages come from (one per snapshot and folder), chunks cleared.
     #[serde(skip)]
     nodes: Vec<FolderNode>,
+    /// The home directories the files come from (one per snapshot and directory).
+    #[serde(skip)]
+    home_nodes: Vec<FolderNode>,
 }
 
 /// Finds the deleted messages of `opts.account` (see the module's documentation).
@@ -94,24 +129,17 @@ pub fn find_deleted(repo: &Repository, opts: &DeletedOptions) -> Result<Deleted>
     let Snapshots { list, damaged } = repo.snapshots()?;
     let (at, account, owners) = latest_holding(repo, &list, &opts.account)?;
     let latest = &list[at];
-    // Every message the latest snapshot holds in the account, in any folder.
-    let kept = message_hashes(repo, &account)?;
-    let mut out = Deleted {
-        account: opts.account.clone(),
-        latest: latest.id.to_hex(),
-        latest_time: latest.time,
-        hostname: latest.hostname.clone(),
-        source: latest.source.clone(),
-        compared: Vec::new(),
-        messages: Vec::new(),
-        failures: (damaged.into_iter())
-            .map(|d| Failure::new(d.path, d.error))
-            .collect(),
-        account_ref: Some(account),
-        owners,
-        nodes: Vec::new(),
-    };
+    // Every message the latest snapshot holds in the account, in any folder, and every
+    // path of its home.
+    let latest_tree: AccountTree = repo.read_tree(&account.tree)?;
+    let kept = message_hashes(repo, &latest_tree)?;
+    let kept_files: HashSet<(&[u8], &[u8])> = (latest_tree.home.iter())
+        .flat_map(|d| d.files.iter().map(|f| (&d.dir[..], &f.name[..])))
+        .collect();
+    let mut out = Deleted::against(latest, account, owners);
+    (out.failures).extend(damaged.into_iter().map(|d| Failure::new(d.path, d.error)));
     let mut found: HashMap<Id, DeletedMessage> = HashMap::new();
+    let mut found_files: HashMap<(Vec<u8>, Vec<u8>), DeletedFile> = HashMap::new();
     // Chunks already read (by their entries blob): the deleted messages in each. A chunk
     // an older snapshot shares with a newer one holds the same messages, whose newest
     // version is already known.
@@ -143,6 +171,10 @@ pub fn find_deleted(repo: &Repository, opts: &DeletedOptions) -> Result<Deleted>
                 continue;
             }
         };
+        let home = (tree.home.into_iter()).filter(|d| home_selected(d, &opts.folders));
+        for d in home {
+            scan_home(d, snap, &kept_files, &mut found_files, &mut out.home_nodes);
+        }
         for mut node in tree.folders {
             if !folder_selected(&node, &opts.folders) {
                 continue;
@@ -175,7 +207,83 @@ pub fn find_deleted(repo: &Repository, opts: &DeletedOptions) -> Result<Deleted>
     }
     out.compared.reverse();
     out.messages = in_order(&out, found);
+    out.files = found_files.into_values().collect();
+    out.files.sort_by(|a, b| a.path.cmp(&b.path));
     Ok(out)
+}
+
+impl Deleted {
+    /// Nothing found yet of `account` (as `latest` holds it, with its `owners`' names).
+    fn against(latest: &Snapshot, account: AccountRef, owners: OwnerNames) -> Deleted {
+        Deleted {
+            account: account.name.clone(),
+            latest: latest.id.to_hex(),
+            latest_time: latest.time,
+            hostname: latest.hostname.clone(),
+            source: latest.source.clone(),
+            compared: Vec::new(),
+            messages: Vec::new(),
+            files: Vec::new(),
+            failures: Vec::new(),
+            account_ref: Some(account),
+            owners,
+            nodes: Vec::new(),
+            home_nodes: Vec::new(),
+        }
+    }
+}
+
+/// Whether `--folder` filters select a home directory: none given, or one naming it or
+/// a directory above it as `ls` does (`~`, `~/sieve`).
+fn home_selected(dir: &FolderNode, filters: &[String]) -> bool {
+    let name = crate::ops::ls::home_name(dir);
+    filters.is_empty()
+        || (filters.iter()).any(|f| {
+            let f = f.trim_end_matches('/');
+            name == f || name.strip_prefix(f).is_some_and(|r| r.starts_with('/'))
+        })
+}
+
+/// Records the deleted files of a home directory of `snap` (snapshots come newest
+/// first): files whose path the latest snapshot's home does not hold; links are left.
+fn scan_home(
+    dir: FolderNode,
+    snap: &Snapshot,
+    kept: &HashSet<(&[u8], &[u8])>,
+    found: &mut HashMap<(Vec<u8>, Vec<u8>), DeletedFile>,
+    nodes: &mut Vec<FolderNode>,
+) {
+    let mut here = None;
+    for f in &dir.files {
+        if f.link.is_some() || kept.contains(&(&dir.dir[..], &f.name[..])) {
+            continue;
+        }
+        let path = (dir.dir.clone(), f.name.clone());
+        if let Some(d) = found.get_mut(&path) {
+            (d.first_snapshot, d.first_time) = (snap.id.to_hex(), snap.time);
+            continue;
+        }
+        let node = *here.get_or_insert_with(|| {
+            nodes.push(dir.clone());
+            nodes.len() - 1
+        });
+        let name = String::from_utf8_lossy(&f.name);
+        found.insert(
+            path,
+            DeletedFile {
+                path: format!("{}/{name}", crate::ops::ls::home_name(&dir)),
+                size: f.size,
+                mtime: f.mtime.secs,
+                mode: f.mode,
+                first_snapshot: snap.id.to_hex(),
+                first_time: snap.time,
+                last_snapshot: snap.id.to_hex(),
+                last_time: snap.time,
+                entry: f.clone(),
+                node,
+            },
+        );
+    }
 }
 
 /// The newest of `list` that holds `account`: its place, the account, its owner names.
@@ -197,8 +305,7 @@ fn latest_holding(
 
 /// The whole-message hashes of every message an account of a snapshot holds, in any
 /// folder.
-fn message_hashes(repo: &Repository, account: &AccountRef) -> Result<HashSet<Id>> {
-    let tree: AccountTree = repo.read_tree(&account.tree)?;
+fn message_hashes(repo: &Repository, tree: &AccountTree) -> Result<HashSet<Id>> {
     let mut kept: HashSet<Id> = HashSet::new();
     for f in &tree.folders {
         for c in &repo.folder_chunks(f)? {
@@ -292,12 +399,13 @@ fn merge_owners(names: &mut OwnerNames, more: &OwnerNames) {
 
 impl Deleted {
     /// The messages to restore, per folder they go to: their own (`into_folder`: `None`)
-    /// or `into_folder` (a folder name as people write it, `Restored`, `Archive/2023`).
+    /// or `into_folder` (a folder name as people write it, `Restored`, `Archive/2023`);
+    /// and the home's files, each into its own directory.
     pub fn picked(&self, into_folder: Option<&str>) -> Result<Vec<PickedAccount>> {
         let Some(account) = self.account_ref.clone() else {
             return Ok(Vec::new());
         };
-        if self.messages.is_empty() {
+        if self.messages.is_empty() && self.files.is_empty() {
             return Ok(Vec::new());
         }
         let into = into_folder.map(|f| f.trim_matches('/'));
@@ -325,7 +433,21 @@ impl Deleted {
                 PickedFolder { node, entries }
             })
             .collect();
-        Ok(vec![PickedAccount { account, folders }])
+        let mut by_dir: BTreeMap<usize, Vec<FileEntry>> = BTreeMap::new();
+        for f in &self.files {
+            by_dir.entry(f.node).or_default().push(f.entry.clone());
+        }
+        let home = (by_dir.into_iter())
+            .map(|(i, files)| FolderNode {
+                files,
+                ..self.home_nodes[i].clone()
+            })
+            .collect();
+        Ok(vec![PickedAccount {
+            account,
+            folders,
+            home,
+        }])
     }
 }
 

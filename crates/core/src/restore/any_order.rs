@@ -107,7 +107,7 @@ fn restore_folders<T: Target>(
     let mut files = Vec::new();
     let mut keywords = Vec::new();
     for (folder, fp) in folders.iter().zip(&mut plans) {
-        if !picked && ctx.caps.folder_files {
+        if (!picked || fp.home) && ctx.caps.folder_files {
             file_jobs(ctx, folder, &mut fp.node, &mut files);
         }
         keywords.push(keyword_table(ctx, &fp.node));

@@ -81,7 +81,8 @@ pub(super) fn open_folder<T: Target>(
         account: &acc.acc,
         node: &fp.node,
         name: &name,
-        picked,
+        // An undelete's home files are whole files, not single messages.
+        picked: picked && !fp.home,
         entries: &fp.entries,
         home: fp.home,
         failures: &ctx.n.failures,

@@ -302,9 +302,13 @@ fn restore_picked_into<T: Target>(
                 });
             }
         }
+        plan::push_home(&ctx, &mut plan, p.home);
         plans.push(plan);
     }
-    let folders = plans.iter().map(|p| p.folders.len() as u64).sum();
+    // A home's directories are not folders of the report (they hold its files).
+    let folders = (plans.iter().flat_map(|p| &p.folders))
+        .filter(|f| !f.home)
+        .count() as u64;
     pool.install(|| execute_batch(&ctx, plans, true));
     Ok(ctx.report(label.to_string(), n_accounts, folders, started))
 }

@@ -513,10 +513,18 @@ fn acl_only(mut node: FolderNode) -> Option<FolderPlan> {
 }
 
 /// The account's home directories, with a whole account (no `--folder`, no single
-/// messages) into a target that keeps homes; the others count the account's home as
-/// left, for the report's warning. A directory whose path is unsafe is reported.
+/// messages): see [`push_home`].
 fn plan_home<T>(ctx: &Ctx<T>, plan: &mut AccountPlan, home: Vec<FolderNode>, sel: &Selection) {
-    if home.is_empty() || !sel.folders.is_empty() || !sel.messages.is_empty() {
+    if sel.folders.is_empty() && sel.messages.is_empty() {
+        push_home(ctx, plan, home);
+    }
+}
+
+/// Adds an account's home directories (whole, or the files an undelete picked) to its
+/// plan, into a target that keeps homes; the others count the account's home as left,
+/// for the report's warning. A directory whose path is unsafe is reported.
+pub(super) fn push_home<T>(ctx: &Ctx<T>, plan: &mut AccountPlan, home: Vec<FolderNode>) {
+    if home.is_empty() {
         return;
     }
     if !ctx.caps.home || plan.acc.rel_path.is_empty() {

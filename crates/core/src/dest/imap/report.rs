@@ -61,6 +61,9 @@ pub struct SharesFigures {
     pub acl_folders: u64,
     /// Sieve scripts put (PUTSCRIPT), and accounts whose active script was set.
     pub sieve_scripts: u64,
+    /// Scripts the server already had with the same text (one of the same name and
+    /// other text is a conflict, left as it is).
+    pub sieve_unchanged: u64,
     pub sieve_active: u64,
     /// Folder METADATA entries set (SETMETADATA).
     pub metadata_entries: u64,

@@ -129,6 +129,8 @@ pub(super) struct Done {
     acl_entries: AtomicU64,
     acl_folders: AtomicU64,
     scripts: AtomicU64,
+    /// Scripts the server already had, with the same text.
+    scripts_unchanged: AtomicU64,
     active: AtomicU64,
     metadata: AtomicU64,
     quotas: AtomicU64,
@@ -143,6 +145,7 @@ impl Done {
             acl_entries: n(&self.acl_entries),
             acl_folders: n(&self.acl_folders),
             sieve_scripts: n(&self.scripts),
+            sieve_unchanged: n(&self.scripts_unchanged),
             sieve_active: n(&self.active),
             metadata_entries: n(&self.metadata),
             quota_roots: n(&self.quotas),
@@ -168,8 +171,8 @@ impl Done {
             "shares and filters",
             f.acl_entries + f.sieve_scripts + f.metadata_entries + f.quota_roots,
             format!(
-                "{} ACL entries set on {} folders, {} sieve scripts put, {} active scripts set, {} METADATA entries set, {} quota roots set",
-                f.acl_entries, f.acl_folders, f.sieve_scripts, f.sieve_active, f.metadata_entries, f.quota_roots
+                "{} ACL entries set on {} folders, {} sieve scripts put ({} already there), {} active scripts set, {} METADATA entries set, {} quota roots set",
+                f.acl_entries, f.acl_folders, f.sieve_scripts, f.sieve_unchanged, f.sieve_active, f.metadata_entries, f.quota_roots
             ),
         )
     }
@@ -388,7 +391,9 @@ fn over_imap(
 }
 
 /// The account's sieve scripts over ManageSieve (`opts`; `None`: off, and they are
-/// reported as left), logging in with `creds`; then the active one.
+/// reported as left), logging in with `creds`; then the active one. A script the server
+/// has under the same name is left as it is: counted unchanged when its text is the
+/// same, else reported as a conflict (the user's newer script is never overwritten).
 fn put_scripts(
     account: &str,
     (opts, creds): (Option<ClientOptions>, &Credentials),
@@ -409,7 +414,27 @@ fn put_scripts(
         Ok(s) => s,
         Err(e) => return failures.add(item, Error::from(e)),
     };
+    let there: Vec<String> = match s.list_scripts() {
+        Ok(l) => l.into_iter().map(|s| s.name).collect(),
+        Err(e) => return failures.add(item, Error::from(e)),
+    };
     for (name, text) in scripts {
+        if there.contains(name) {
+            match s.get_script(name) {
+                Ok(have) if have == *text => {
+                    done.scripts_unchanged.fetch_add(1, Relaxed);
+                }
+                Ok(_) => failures.add(
+                    format!("{account}: sieve script {name:?}"),
+                    Error::conflict(
+                        format!("the server's script {name:?}"),
+                        "differs from the snapshot's: not overwritten",
+                    ),
+                ),
+                Err(e) => failures.add(format!("{account}: sieve script {name:?}"), Error::from(e)),
+            }
+            continue;
+        }
         match s.put_script(name, text) {
             Ok(()) => {
                 done.scripts.fetch_add(1, Relaxed);
