@@ -390,6 +390,29 @@ fn cyrus_judge_folder_metadata_and_quota_are_kept() {
     );
     assert_eq!(entries(&after), before, "the folder's METADATA, read back");
 
+    // Dovecot's quota limits come from its user database (its master user logs in only
+    // as others): a warning with its words, not a failure; so is METADATA on a Dovecot
+    // that keeps none.
+    let dovecot = mailvault_imap::testing::DovecotServer::start_with(
+        &mailvault_imap::testing::DovecotOptions {
+            quota_storage_bytes: Some(50_000_000),
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    let (code, out, err) = judge::imap_restore(&e, &dovecot, &[]);
+    assert_eq!(code, Some(0), "{out}{err}");
+    assert!(out.contains("0 quota roots set"), "{out}");
+    assert!(
+        out.contains("1 account(s) have quotas in the snapshot this server or login cannot set")
+            && out.contains("the server refused"),
+        "{out}"
+    );
+    assert!(
+        out.contains("1 folder(s) have IMAP METADATA (RFC 5464) this server does not keep"),
+        "{out}"
+    );
+
     let target = e.path("store");
     let to = format!("maildir:{}", target.display());
     let out = e.expect(0, &["restore", "latest", "--target", &to]);

@@ -455,6 +455,9 @@ pub fn print_imap_counts(r: &ImapRestoreReport) {
         );
     }
     println!("  journal    {}", safe(&r.journal));
+    for w in &r.warnings {
+        println!("warning: {}", safe(w));
+    }
     print_failures(&r.failures);
 }
 

@@ -301,6 +301,7 @@ impl ImapTarget {
             phases,
             per_account,
             journal: self.run_dir.display().to_string(),
+            warnings: r.warnings,
             failures: r.failures,
         }
     }

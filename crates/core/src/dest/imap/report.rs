@@ -50,6 +50,9 @@ pub struct ImapRestoreReport {
     pub per_account: Vec<AccountFigures>,
     /// The journal directory of this (repository, snapshot, target).
     pub journal: String,
+    /// What the snapshot has that this server does not keep, or will not let be set
+    /// (quotas, METADATA): not failures.
+    pub warnings: Vec<String>,
     pub failures: Vec<Failure>,
 }
 

@@ -134,8 +134,15 @@ pub(super) struct Done {
     active: AtomicU64,
     metadata: AtomicU64,
     quotas: AtomicU64,
-    /// Accounts whose quotas this server or login cannot set (no QUOTA; no admin).
+    /// Accounts whose quotas this server or login cannot set (no QUOTA; no admin; the
+    /// server refused SETQUOTA).
     quotas_left: AtomicU64,
+    /// Why the first of them could not be set, when the server said so: it refused
+    /// SETQUOTA, or the admin's own login (Dovecot's limits come from its user
+    /// database, and its master user logs in only as others).
+    quota_refused: Mutex<Option<String>>,
+    /// Folders with METADATA the server does not keep (no METADATA capability).
+    metadata_left: AtomicU64,
 }
 
 impl Done {
@@ -154,14 +161,27 @@ impl Done {
 
     /// What the phase could not do and is no failure, for the report's warnings.
     pub(super) fn warnings(&self) -> Vec<String> {
+        let refused = match &*lock(&self.quota_refused) {
+            Some(r) => format!(", or the server refused: {r}"),
+            None => String::new(),
+        };
+        let mut out = Vec::new();
         match self.quotas_left.load(Relaxed) {
-            0 => Vec::new(),
-            n => vec![format!(
+            0 => {}
+            n => out.push(format!(
                 "{n} account(s) have quotas in the snapshot this server or login cannot set \
-                 (no QUOTA, or no admin: --imap-master-user); set them in the server's \
-                 user database"
-            )],
+                 (no QUOTA, or no admin: --imap-master-user{refused}); set them in the \
+                 server's user database"
+            )),
         }
+        match self.metadata_left.load(Relaxed) {
+            0 => {}
+            n => out.push(format!(
+                "{n} folder(s) have IMAP METADATA (RFC 5464) this server does not keep (it \
+                 offers no METADATA; Dovecot: the imap_metadata setting); they are not set"
+            )),
+        }
+        out
     }
 
     /// The report's third phase, which took `span`.
@@ -327,8 +347,14 @@ fn set_quotas(
             done.quotas_left.fetch_add(1, Relaxed);
             return;
         }
+        Err(Error::Imap(e)) if matches!(*e, mailvault_imap::Error::AuthFailed { .. }) => {
+            done.quotas_left.fetch_add(1, Relaxed);
+            lock(&done.quota_refused).get_or_insert(format!("the admin's own login: {e}"));
+            return;
+        }
         Err(e) => return failures.add(item, e),
     };
+    let mut refused = false;
     for (i, q) in quotas.iter().enumerate() {
         let root = theirs.get(i).unwrap_or(&q.root);
         // The user sees its own root as `INBOX`; the admin names it `user/<account>`.
@@ -341,8 +367,17 @@ fn set_quotas(
             Ok(()) => {
                 done.quotas.fetch_add(1, Relaxed);
             }
+            // The server will not set it (NO or BAD): where its limits come from is its
+            // own matter, a warning, not a failure of the restore.
+            Err(mailvault_imap::Error::Command { response, .. }) => {
+                refused = true;
+                lock(&done.quota_refused).get_or_insert(format!("SETQUOTA: {response}"));
+            }
             Err(e) => failures.add(format!("{item} root {root:?}"), Error::from(e)),
         }
+    }
+    if refused {
+        done.quotas_left.fetch_add(1, Relaxed);
     }
     let _ = a.logout();
 }
@@ -359,6 +394,11 @@ fn over_imap(
     done: &Done,
     failures: &RestoreFailures,
 ) {
+    let mut metadata = metadata;
+    if !metadata.is_empty() && !s.has_metadata() {
+        done.metadata_left.fetch_add(metadata.len() as u64, Relaxed);
+        metadata.clear();
+    }
     for (folder, entries) in metadata {
         match s.set_metadata(&folder, &entries) {
             Ok(()) => {
