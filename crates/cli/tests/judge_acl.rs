@@ -151,6 +151,35 @@ fn dovecot_judge_shared_folders_are_restored_over_imap() {
     }
 }
 
+/// An ACL entry for a user the target server does not have, on Dovecot: its user
+/// database has alice alone (a passwd-file). Restoring alice, the entries of her `Team`
+/// for bob and carol are each a failure of its own, not set; her mail is restored; exit
+/// 1. GETACL shows neither.
+#[test]
+fn dovecot_judge_an_acl_entry_for_no_user_is_reported() {
+    let e = Env::new();
+    let Some((src, _)) = source_with_shares(&e) else {
+        return;
+    };
+    e.ok(&["init"]);
+    e.ok(&["backup", &format!("maildir:{}", src.mail_root().display())]);
+    drop(src);
+
+    let alice = USERS[0];
+    let root = empty_mail_root(&e, "alice-only");
+    let to = judge::dovecot_of(Some(root.clone()), acl_config(&root), &[alice]).unwrap();
+    let (code, out, err) = imap_restore(&e, &to, &["--sieve-port", "0", "--account", alice]);
+    let text = format!("{out}{err}");
+    assert_eq!(code, Some(1), "{text}");
+    for u in &USERS[1..] {
+        let why = format!("ACL {u}: the target server has no user");
+        assert_eq!(text.matches(&why).count(), 1, "{u}: {text}");
+    }
+    assert!(out.contains("0 failed"), "alice's mail: {out}");
+    let acl = acl_judge(to.port(), &["rights", "--account", alice]);
+    assert!(!acl.contains("bob@") && !acl.contains("carol@"), "{acl}");
+}
+
 /// An IMAP backup keeps each folder's ACL (GETACL) as its `dovecot-acl` file, the same
 /// form a Maildir store has: restored over IMAP into an empty Dovecot, and into an empty
 /// store a Dovecot then serves (its `dovecot-acl` files written), each user sees the

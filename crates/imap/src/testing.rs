@@ -125,6 +125,9 @@ pub struct DovecotOptions {
     /// Serve this existing directory (`<domain>/<user>/Maildir` below it)
     /// instead of a new, empty mail root; it is used as it is (no chown).
     pub mail_root: Option<PathBuf>,
+    /// The only users the server has (a `passwd-file` passdb, each with the test
+    /// password); empty: every name is a user (a `static` passdb).
+    pub users: Vec<String>,
 }
 
 /// A running Dovecot; stopped and deleted on drop.
@@ -324,8 +327,16 @@ impl DovecotServer {
         )
         .map_err(io_err("write master-users"))?;
 
+        let users: String = (opts.users.iter())
+            .map(|u| format!("{u}:{{PLAIN}}{USER_PASSWORD}\n"))
+            .collect();
+        fs::write(root.join("users"), users).map_err(io_err("write users"))?;
         let r = root.display();
         let m = mail.display();
+        let user_passdb = match opts.users.is_empty() {
+            true => format!("driver = static\n  args = password={USER_PASSWORD}"),
+            false => format!("driver = passwd-file\n  args = {r}/users"),
+        };
         let mut conf = String::new();
         let instance = format!("mvtest-{port}");
         let _ = write!(
@@ -381,7 +392,7 @@ impl DovecotServer {
         let _ = write!(
             conf,
             "passdb {{\n  driver = passwd-file\n  args = {r}/master-users\n  master = yes\n  pass = yes\n}}\n\
-             passdb {{\n  driver = static\n  args = password={USER_PASSWORD}\n}}\n\
+             passdb {{\n  {user_passdb}\n}}\n\
              userdb {{\n  driver = static\n  args = uid={mail_uid} gid={mail_gid} home={m}/%d/%n\n}}\n\
              namespace inbox {{\n  inbox = yes\n  separator = /\n\
              \x20 mailbox Drafts {{\n    special_use = \\Drafts\n  }}\n\

@@ -32,10 +32,20 @@ pub const MAIL_USER: &str = "vmail";
 /// 0700), serving `mail_root` as it is (a new one when `None`), with `extra_config`
 /// appended to its configuration.
 pub fn dovecot(mail_root: Option<PathBuf>, extra_config: String) -> Option<DovecotServer> {
+    dovecot_of(mail_root, extra_config, &[])
+}
+
+/// [`dovecot`] whose user database has `users` alone (none: every name is a user).
+pub fn dovecot_of(
+    mail_root: Option<PathBuf>,
+    extra_config: String,
+    users: &[&str],
+) -> Option<DovecotServer> {
     let opts = DovecotOptions {
         mail_user: is_root().then(|| MAIL_USER.to_string()),
         mail_root,
         extra_config,
+        users: users.iter().map(|u| u.to_string()).collect(),
         ..Default::default()
     };
     DovecotServer::start_or_skip_with(&opts).expect("dovecot")
