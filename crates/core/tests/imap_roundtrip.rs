@@ -239,6 +239,34 @@ fn maildir_to_dovecot_and_back_is_faithful() {
         .iter()
         .any(|m| m.1.contains(&"blue".to_string()) && m.1.contains(&"\\flagged".to_string())));
     assert!(flags_now.contains(&"blue".to_string()));
+
+    // A flag alone changes (no message added or expunged: STATUS shows only HIGHESTMODSEQ
+    // moved): the next backup has it; a folder where nothing changed is the parent's.
+    let mut s = server.client().login(&server.master(acc)).unwrap();
+    s.select("INBOX").unwrap();
+    let uids = s.uid_search(&mailvault_imap::SearchKey::All).unwrap();
+    s.uid_store(&SeqSet::from_ids(&uids[..1]), StoreMode::Add, &["Green"])
+        .unwrap();
+    s.logout().unwrap();
+    let inc = imap_backup(
+        &mut repo,
+        &imap_backup_opts(&server, accounts.clone()),
+        &NoProgress,
+    )
+    .unwrap();
+    assert!(inc.failures.is_empty(), "{:?}", inc.failures);
+    assert_eq!((inc.items_new, inc.items_unchanged), (0, 400));
+    let out3 = dir.path().join("out3");
+    maildir_restore(&repo, &inc.snapshot, &out3);
+    let back3 = read_store(&out3);
+    assert!(back3.folders[&acc_dir][""]
+        .iter()
+        .any(|m| m.1.contains(&"green".to_string())));
+    let mut back2 = back2;
+    let mut back3 = back3;
+    back2.folders.remove(&acc_dir);
+    back3.folders.remove(&acc_dir);
+    assert_eq!(back3, back2, "the other accounts are as they were");
 }
 
 #[test]

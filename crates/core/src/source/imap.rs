@@ -10,7 +10,9 @@
 //! unchanged only fetches UIDs the parent does not have; flags come from `CHANGEDSINCE`
 //! the parent's HIGHESTMODSEQ when the server offers CONDSTORE (nothing at all when
 //! HIGHESTMODSEQ did not move), else from a FLAGS sweep; messages no longer on the server
-//! are dropped. A changed UIDVALIDITY re-reads that folder only. Accounts run in
+//! are dropped. With CONDSTORE, a folder whose STATUS shows it as the parent left it
+//! (UIDVALIDITY, UIDNEXT, HIGHESTMODSEQ, as many messages) is not opened at all: its
+//! messages are the parent's, unread ([`unmoved`]). A changed UIDVALIDITY re-reads that folder only. Accounts run in
 //! parallel, each over several connections (folders dealt to them); messages stream one
 //! at a time (bounded memory).
 //!
@@ -221,10 +223,19 @@ impl Source for ImapSource<'_> {
     ) -> Result<()> {
         let folder = f.name.as_str();
         beside_mail(s, &account.name, folder, out)?;
+        let parent_state: Option<FolderState> =
+            (out.parent_state()).and_then(|d| serde_json::from_slice(&d).ok());
+        if let Some(st) = &parent_state {
+            if unmoved(s, folder, st, out.parent())? {
+                // The parent's messages as they are, their chunks unread.
+                out.resume_keywords();
+                out.keep_parent_messages();
+                let st = serde_json::to_vec(st).map_err(|e| Error::Internal(e.to_string()))?;
+                return out.set_state(st);
+            }
+        }
         let info = s.examine(folder)?;
-        let state: Option<FolderState> = (out.parent_state())
-            .and_then(|d| serde_json::from_slice(&d).ok())
-            .filter(|st: &FolderState| st.uidvalidity == info.uidvalidity);
+        let state = parent_state.filter(|st| st.uidvalidity == info.uidvalidity);
         let uids = s.uid_search(&SearchKey::All)?;
         // Entries the parent has, by UID (only when UIDVALIDITY did not change).
         let mut known: HashMap<u32, MessageEntry> = HashMap::new();
@@ -303,6 +314,30 @@ impl Source for ImapSource<'_> {
         let _ = s.unselect();
         Ok(())
     }
+}
+
+/// Whether a folder is as the parent left it, told by STATUS alone (one round trip: no
+/// EXAMINE, no search, the parent's entries not read): with CONDSTORE, the same
+/// UIDVALIDITY, UIDNEXT and HIGHESTMODSEQ (no message added, no flag or keyword changed)
+/// and as many messages as the parent holds (none expunged, none the parent failed to
+/// fetch). Without CONDSTORE a flag change shows in no STATUS item: `false`.
+fn unmoved(
+    s: &mut Session,
+    folder: &str,
+    st: &FolderState,
+    parent: Option<&crate::repo::tree::FolderNode>,
+) -> Result<bool> {
+    let (Some(parent), Some(modseq), Some(uidnext)) = (parent, st.highestmodseq, st.uidnext) else {
+        return Ok(false);
+    };
+    if !s.capabilities().has("CONDSTORE") {
+        return Ok(false);
+    }
+    let now = s.status(folder)?;
+    Ok(now.uidvalidity == Some(st.uidvalidity)
+        && now.uidnext == Some(uidnext)
+        && now.highestmodseq == Some(modseq)
+        && now.messages.map(u64::from) == Some(parent.messages))
 }
 
 /// What the server holds beside a folder's mail, kept as its files: its ACL, its
