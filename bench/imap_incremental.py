@@ -5,10 +5,12 @@ METADATA (`imap_metadata`, a file dictionary), where the backup also asks each f
 GETACL and GETMETADATA (issue 31); every fifth folder is shared with another account. The same store (--accounts accounts of --folders
 folders of --messages messages) is put in both; each gets its repository and a full
 backup; then --repeat rounds of `mailvault backup` with nothing changed on each, the
-order rotated from round to round, medians reported, and their ratio.
+order rotated from round to round, medians reported, and their ratio. With --vs-bin-dir,
+the mailvault there (a build before a change) runs beside the one of --bin-dir in every
+round, into the same repositories, and each server's line gives both and their ratio.
 
     bench/imap_incremental.py [--accounts N] [--folders N] [--messages N] [--repeat N]
-                              [--smoke] [--bin-dir DIR] [--work DIR]
+                              [--smoke] [--bin-dir DIR] [--vs-bin-dir DIR] [--work DIR]
 
 Needs mailvault in --bin-dir (default $CARGO_TARGET_DIR/release or target/release) and
 dovecot.
@@ -72,6 +74,7 @@ def main():
     ap.add_argument("--repeat", type=int, default=5)
     ap.add_argument("--smoke", action="store_true", help="3 accounts of 3 folders, one round")
     ap.add_argument("--bin-dir", default=None)
+    ap.add_argument("--vs-bin-dir", default=None, help="another build, run beside --bin-dir's")
     ap.add_argument("--work", default=None)
     a = ap.parse_args()
     if a.smoke:
@@ -102,23 +105,35 @@ def main():
             if p.returncode != 0:
                 raise SystemExit(f"full backup ({label}) exited {p.returncode}:\n{p.stdout[-2000:]}{p.stderr[-2000:]}")
             log(f"{label}: full backup of {a.accounts * a.folders * a.messages} messages in {secs:.2f} s")
-            servers[label] = (dov, cmd, env, [])
+            servers[label] = (dov, cmd, env, {"this": []})
+            if a.vs_bin_dir:
+                servers[label][3]["vs"] = []
         labels = list(servers)
+        runs = [(label, b) for label in labels for b in servers[label][3]]
         for r in range(a.repeat):
-            for label in labels[r % 2:] + labels[:r % 2]:
+            k = r % len(runs)
+            for label, b in runs[k:] + runs[:k]:
                 dov, cmd, env, times = servers[label]
+                if b == "vs":
+                    cmd = [str(Path(a.vs_bin_dir) / "mailvault")] + cmd[1:]
                 p, secs = timed(cmd, env=env)
                 if p.returncode != 0:
-                    raise SystemExit(f"backup ({label}) exited {p.returncode}:\n{p.stdout[-2000:]}{p.stderr[-2000:]}")
-                times.append(secs)
-                log(f"round {r + 1}: {label}: nothing changed, {secs:.2f} s")
-        med = {label: statistics.median(t[3]) for label, t in servers.items()}
+                    raise SystemExit(f"backup ({label}, {b}) exited {p.returncode}:\n{p.stdout[-2000:]}{p.stderr[-2000:]}")
+                times[b].append(secs)
+                log(f"round {r + 1}: {label} ({b}): nothing changed, {secs:.2f} s")
+        med = {label: {b: statistics.median(t) for b, t in s[3].items()} for label, s in servers.items()}
         print(f"\nIMAP backup with nothing changed: {a.accounts} accounts x {a.folders} folders x "
               f"{a.messages} messages, medians of {a.repeat} rounds\n")
-        print("| server | seconds | ratio |\n|---|---|---|")
-        base = med[labels[0]]
-        for label in labels:
-            print(f"| Dovecot, {label} | {med[label]:.2f} | {med[label] / base:.2f}x |")
+        base = med[labels[0]]["this"]
+        if a.vs_bin_dir:
+            print("| server | --vs-bin-dir s | --bin-dir s | ratio |\n|---|---|---|---|")
+            for label in labels:
+                m = med[label]
+                print(f"| Dovecot, {label} | {m['vs']:.2f} | {m['this']:.2f} | {m['this'] / m['vs']:.2f}x |")
+        else:
+            print("| server | seconds | ratio |\n|---|---|---|")
+            for label in labels:
+                print(f"| Dovecot, {label} | {med[label]['this']:.2f} | {med[label]['this'] / base:.2f}x |")
     finally:
         for dov, *_ in servers.values():
             dov.stop()

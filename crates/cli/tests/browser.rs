@@ -13,11 +13,14 @@
 //!   another port receives nothing (and does receive the browser's request when the test
 //!   itself sends the browser there), no marker it would log reaches the console, the page
 //!   keeps its title and no dialog opens.
+//! - Issue 31: an account's page shows whom its folders are shared with and its sieve
+//!   filters, the active one marked; a script whose comment is a `<script>` element opens
+//!   as text: the element is shown, never made, and nothing runs.
 #![allow(clippy::unwrap_used)]
 
 mod common;
 
-use common::serve::{plant, put, start, token_file, Server, ACCOUNT, TOKEN};
+use common::serve::{home_repository, plant, put, start, token_file, Server, ACCOUNT, TOKEN};
 use common::Env;
 use fantoccini::actions::{InputSource, KeyAction, KeyActions};
 use fantoccini::key::Key;
@@ -515,5 +518,81 @@ async fn look_at_hostile(
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     assert_eq!(hits.lock().unwrap()[0], "GET /probe HTTP/1.1");
+    c.close().await.unwrap();
+}
+
+#[test]
+fn a_browser_sees_acls_and_filters_and_a_script_as_text() {
+    let e = home_repository();
+    let s = start(&e, &[]);
+    let d = driver();
+    run(filters(&e, &s, &d));
+}
+
+async fn filters(e: &Env, s: &Server, d: &Driver) {
+    let downloads = e.path("downloads");
+    fs::create_dir_all(&downloads).unwrap();
+    let c = browser(d, &e.path("profile"), &downloads).await;
+    let shots = shots_dir(e);
+    log_in(&c, s).await;
+    follow(&c, "a[href^=\"/snapshot?\"]").await;
+    follow(
+        &c,
+        &format!(
+            "a[href^=\"/account?\"][href$=\"{}\"]",
+            ACCOUNT.replace('@', "%40")
+        ),
+    )
+    .await;
+    let t = text(&c).await;
+    for want in [
+        "Shared with",
+        "bob: lr",
+        "<i>eve</i>: r",
+        "Filters",
+        "~/.dovecot.sieve → sieve/rules.sieve",
+        "~/sieve/escape.sieve → /etc/hostname",
+    ] {
+        assert!(t.contains(want), "{want}: {t}");
+    }
+    let marked: Vec<String> = serde_json::from_value(
+        c.execute(
+            "return [...document.querySelectorAll('tr')].filter(r => r.innerText.includes('active'))\
+             .map(r => r.querySelector('td').innerText);",
+            vec![],
+        )
+        .await
+        .unwrap(),
+    )
+    .unwrap();
+    assert_eq!(marked, ["~/sieve/rules.sieve"]);
+    let account = c.current_url().await.unwrap();
+    follow(
+        &c,
+        "a[href^=\"/account/file?\"][href$=\"name=rules.sieve\"]",
+    )
+    .await;
+    // Give a script that would run time to do it.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let t = text(&c).await;
+    assert!(
+        t.contains("# <script>alert(1)</script> sorts the lists"),
+        "{t}"
+    );
+    assert!(c.get_alert_text().await.is_err(), "a dialog opened");
+    let scripts = c.execute("return document.querySelectorAll('script').length;", vec![]);
+    assert_eq!(scripts.await.unwrap(), json!(0));
+    let file = c.current_url().await.unwrap();
+    for (width, height, suffix) in [(1280, 900, "desktop"), (390, 844, "phone")] {
+        c.set_window_size(width, height).await.unwrap();
+        for (name, url) in [("filters", &account), ("script", &file)] {
+            c.goto(url.as_str()).await.unwrap();
+            let page = format!("{name} ({suffix})");
+            assert_quiet_console(&c, &page).await;
+            assert_fits(&c, &page, width.into()).await;
+            shot(&c, &shots, &format!("{name}-{suffix}")).await;
+            assert_keyboard(&c, &page).await;
+        }
+    }
     c.close().await.unwrap();
 }

@@ -3,7 +3,7 @@
 
 use crate::read::{self, Place};
 use crate::reply::{
-    self, blocking, AccountQ, ApiError, Ctx, Failure, FolderQ, Params, SearchQ, SnapQ,
+    self, blocking, AccountQ, ApiError, Ctx, Failure, FileQ, FolderQ, Params, SearchQ, SnapQ,
 };
 use crate::state::AppState;
 use axum::extract::State;
@@ -45,6 +45,22 @@ pub async fn folders(State(st): State<AppState>, Params(q): Params<AccountQ>) ->
     let live = reply::live(&st).await?;
     let list = blocking(move || read::folders(live.repo(), &q.snapshot, &q.account)).await?;
     to_json(json!({ "folders": list }))
+}
+
+/// The files of the account's home (sieve scripts, the link to the active one); `home`
+/// false when the backup kept none.
+pub async fn filters(State(st): State<AppState>, Params(q): Params<AccountQ>) -> Answer {
+    let live = reply::live(&st).await?;
+    let view = blocking(move || crate::home::account(live.repo(), &q.snapshot, &q.account)).await?;
+    to_json(json!({ "home": view.home.is_some(), "files": view.home.unwrap_or_default() }))
+}
+
+/// A file of the account's home as stored.
+pub async fn file_raw(State(st): State<AppState>, Params(q): Params<FileQ>) -> Response {
+    match reply::home_file(&st, q, u64::MAX).await {
+        Ok(c) => reply::file_download(c),
+        Err(e) => e.json(),
+    }
 }
 
 pub async fn messages(State(st): State<AppState>, Params(q): Params<FolderQ>) -> Answer {

@@ -1,18 +1,21 @@
 //! `mailvault serve`: a web UI and a JSON API over one repository (issue 28), first
 //! increment. An admin logs in with the token of `--admin-token-file`; pages and
-//! `/api/v1/` then browse snapshots, accounts, folders and messages, search, and download a
-//! message as `.eml`. Read-only: nothing here changes the repository.
+//! `/api/v1/` then browse snapshots, accounts, folders (and whom they are shared with),
+//! an account's sieve filters and messages, search, and download a message as `.eml`.
+//! Read-only: nothing here changes the repository.
 //!
 //! The modules: [`token`] reads and checks the admin token, `auth` keeps sessions, login
 //! rate limits and CSRF tokens, `headers` puts the security headers on every answer,
-//! `read` is the blocking read side over the repository, `mail` decodes a message and
-//! sanitizes its HTML, `pages` renders HTML, `api` answers JSON, `routes` wires them;
-//! `imap` is the read-only IMAP view (`--imap`, issue 29) over the same state.
+//! `read` is the blocking read side over the repository (`home` its part for an
+//! account's home: the sieve scripts and the link to the active one), `mail` decodes a
+//! message and sanitizes its HTML, `pages` renders HTML, `api` answers JSON, `routes`
+//! wires them; `imap` is the read-only IMAP view (`--imap`, issue 29) over the same state.
 
 mod api;
 mod auth;
 mod download;
 mod headers;
+mod home;
 mod html;
 mod imap;
 mod mail;

@@ -1,11 +1,12 @@
-//! The HTML pages: the snapshots, a snapshot's accounts, an account's folders, a folder's
-//! messages a page at a time, a message (its HTML part in a sandboxed frame of its own
-//! route), its download, and search.
+//! The HTML pages: the snapshots, a snapshot's accounts, an account's folders (and whom
+//! they are shared with) and its home's files (sieve filters, each shown as text and
+//! downloaded), a folder's messages a page at a time, a message (its HTML part in a
+//! sandboxed frame of its own route), its download, and search.
 
 use crate::html::{bytes, layout, link, short, time};
 use crate::read::{self, Place};
 use crate::reply::{
-    self, blocking, AccountQ, Ctx, Failure, FolderQ, PageError, Params, SearchQ, SnapQ,
+    self, blocking, AccountQ, Ctx, Failure, FileQ, FolderQ, PageError, Params, SearchQ, SnapQ,
 };
 use crate::state::AppState;
 use axum::extract::State;
@@ -90,10 +91,10 @@ pub async fn folders(
 ) -> Page {
     let live = reply::live(&st).await?;
     let (id, account) = (q.snapshot.clone(), q.account.clone());
-    let (snap, list) = blocking(move || {
+    let (snap, view) = blocking(move || {
         Ok((
             read::snapshot(live.repo(), &id)?,
-            read::folders(live.repo(), &id, &account)?,
+            crate::home::account(live.repo(), &id, &account)?,
         ))
     })
     .await?;
@@ -101,14 +102,91 @@ pub async fn folders(
         p.crumbs { a href="/" { "Snapshots" } " / "
             a href=(link("/snapshot", &[("snapshot", &snap.id)])) { (short(&snap.id)) } " / " (q.account) }
         table {
-            thead { tr { th { "Folder" } th.num { "Messages" } th.num { "Size" } } }
-            tbody { @for f in &list { tr {
+            thead { tr { th { "Folder" } th.num { "Messages" } th.num { "Size" } th { "Shared with" } } }
+            tbody { @for f in &view.folders { tr {
                 td { a href=(link("/folder", &[("snapshot", &snap.id), ("account", &q.account), ("folder", &f.name)])) { (f.name) } }
                 td.num { (f.messages) } td.num { (bytes(f.bytes)) }
+                td.acl { @for (i, r) in f.acl.iter().enumerate() {
+                    @if i > 0 { ", " } span.rule { (r.identifier) ": " (r.rights) }
+                } }
             } } }
         }
+        (filters(&snap.id, &q.account, view.home.as_deref().unwrap_or_default()))
     };
     Ok(layout(&q.account, Some(&ctx.session.csrf), body))
+}
+
+/// The account page's "Filters": its home's files (sieve scripts, the link to the active
+/// one), each script opening as text.
+fn filters(snapshot: &str, account: &str, files: &[crate::home::HomeFile]) -> Markup {
+    let at = |path: &str, f: &crate::home::HomeFile| {
+        let params = [
+            ("snapshot", snapshot),
+            ("account", account),
+            ("folder", &f.info.folder),
+            ("name", &f.info.name),
+        ];
+        link(path, &params)
+    };
+    html! {
+        h2 { "Filters" }
+        @if files.is_empty() { p.muted { "No filters in this backup." } } @else {
+            p.muted { "The account's home as the backup kept it: sieve scripts, the link to the active one." }
+            table.files {
+                thead { tr { th { "File" } th.num { "Size" } th.wide { "Modified (UTC)" } th { "State" } } }
+                tbody { @for f in files { tr {
+                    @match &f.info.link {
+                        Some(t) => { td { code { (f.path) " → " (t) } } }
+                        None => { td { a href=(at("/account/file", f)) { code { (f.path) } } } }
+                    }
+                    td.num { (bytes(f.info.size)) } td.wide { (time(f.info.mtime)) }
+                    td { @if f.active { strong.active { "active" } } }
+                } } }
+            }
+        }
+    }
+}
+
+/// A file of an account's home, as text.
+pub async fn home_file(
+    State(st): State<AppState>,
+    Extension(ctx): Extension<Ctx>,
+    Params(q): Params<FileQ>,
+) -> Page {
+    let c = reply::home_file(&st, q.clone(), reply::READ_FOR_PAGE).await?;
+    let params = [
+        ("snapshot", &q.snapshot[..]),
+        ("account", &q.account),
+        ("folder", &q.folder),
+        ("name", &q.name),
+    ];
+    let shown = (c.data.as_deref()).map(|d| &d[..d.len().min(reply::SHOWN_BYTES as usize)]);
+    let body = html! {
+        p.crumbs { a href="/" { "Snapshots" } " / "
+            a href=(link("/snapshot", &[("snapshot", &q.snapshot)])) { (short(&q.snapshot)) } " / "
+            a href=(link("/account", &[("snapshot", &q.snapshot), ("account", &q.account)])) { (q.account) }
+            " / " (c.file.path) }
+        p { (bytes(c.file.info.size)) " · modified " (time(c.file.info.mtime)) " UTC · "
+            a href=(link("/account/file/raw", &params)) download { "Download" } }
+        @match shown {
+            None => { p.muted { "Too large to show here: download it." } }
+            Some(d) => {
+                @if (d.len() as u64) < c.file.info.size {
+                    p.muted { "The first " (bytes(d.len() as u64)) " of " (bytes(c.file.info.size)) "; download it for the rest." }
+                }
+                pre.text { (String::from_utf8_lossy(d)) }
+            }
+        }
+    };
+    Ok(layout(&c.file.path, Some(&ctx.session.csrf), body))
+}
+
+/// A file of an account's home as stored, as a download.
+pub async fn home_file_raw(State(st): State<AppState>, Params(q): Params<FileQ>) -> Response {
+    match reply::home_file(&st, q, u64::MAX).await {
+        Ok(c) => reply::file_download(c),
+        Err(e) => e.page(),
+    }
 }
 
 pub async fn messages(

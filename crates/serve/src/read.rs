@@ -81,7 +81,7 @@ pub fn accounts(repo: &Repository, id: &str) -> Result<Vec<AccountInfo>> {
 }
 
 /// The mail folders of `account` in snapshot `id` (its home's directories, which `ls`
-/// lists after them, are not mail: the pages do not show them yet).
+/// lists after them, are not mail: `home` lists their files).
 pub fn folders(repo: &Repository, id: &str, account: &str) -> Result<Vec<FolderInfo>> {
     check_snapshot_id(id)?;
     match ls(repo, id, Some(account), None, &mut no_messages)? {
@@ -309,12 +309,21 @@ pub fn account_folders(
     snap: &Snapshot,
     account: &str,
 ) -> Result<Option<Vec<FolderNode>>> {
+    Ok(account_tree(repo, snap, account)?.map(|t| t.folders))
+}
+
+/// The tree of `account` in snapshot `snap` (its folders and its home); `None` when the
+/// snapshot has no such account.
+pub fn account_tree(
+    repo: &Repository,
+    snap: &Snapshot,
+    account: &str,
+) -> Result<Option<AccountTree>> {
     let root: RootTree = repo.read_tree(&snap.root)?;
     let Some(a) = root.accounts.iter().find(|a| a.name == account) else {
         return Ok(None);
     };
-    let t: AccountTree = repo.read_tree(&a.tree)?;
-    Ok(Some(t.folders))
+    Ok(Some(repo.read_tree(&a.tree)?))
 }
 
 /// Every message entry of folder `f`, in the order stored.
@@ -364,6 +373,12 @@ pub fn holders(repo: &Repository, places: &Places, hash: &Id) -> Result<Vec<Hold
 /// A file name for a download: the characters `[A-Za-z0-9._-]` of `name`, others as `_`,
 /// no leading dot, at most 100 characters, then `.` and `ext`.
 pub fn download_name(name: &str, ext: &str) -> String {
+    format!("{}.{ext}", safe_name(name, "message"))
+}
+
+/// `name` as a download's file name: the characters `[A-Za-z0-9._-]`, others as `_`, no
+/// leading dot, at most 100 characters; `fallback` when nothing is left.
+pub fn safe_name(name: &str, fallback: &str) -> String {
     let mut s: String = (name.chars())
         .map(
             |c| match c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-') {
@@ -377,9 +392,9 @@ pub fn download_name(name: &str, ext: &str) -> String {
         s.remove(0);
     }
     if s.is_empty() {
-        s = "message".into();
+        s = fallback.into();
     }
-    format!("{s}.{ext}")
+    s
 }
 
 #[cfg(test)]
@@ -397,6 +412,8 @@ mod tests {
         assert_eq!(download_name("a\"b\r\nc;d/é", "eml"), "a_b__c_d__.eml");
         assert_eq!(download_name(&"x".repeat(300), "eml").len(), 104);
         assert_eq!(download_name("Archive/2023", "mbox"), "Archive_2023.mbox");
+        assert_eq!(safe_name(".dovecot.sieve", "file"), "dovecot.sieve");
+        assert_eq!(safe_name("..", "file"), "file");
     }
 
     fn info(key: &str) -> MessageInfo {

@@ -134,6 +134,16 @@ pub struct FolderQ {
     pub page: Option<usize>,
 }
 
+/// `?snapshot=&account=&folder=&name=`: a file of an account's home (`folder`: `~`,
+/// `~/sieve`).
+#[derive(Clone, serde::Deserialize)]
+pub struct FileQ {
+    pub snapshot: String,
+    pub account: String,
+    pub folder: String,
+    pub name: String,
+}
+
 /// `?q=&page=&scope=` (scope: `latest`, the default, or `all`).
 #[derive(Clone, Default, serde::Deserialize)]
 pub struct SearchQ {
@@ -205,17 +215,61 @@ pub async fn folder_page(
 
 /// A message's bytes as they were stored, as an `.eml` download.
 pub fn raw_download(f: crate::read::Found) -> Response {
-    use axum::http::header::{CONTENT_DISPOSITION, CONTENT_TYPE};
     let name = crate::read::download_name(&String::from_utf8_lossy(&f.entry.key), "eml");
+    attachment(f.raw, &name, "message/rfc822")
+}
+
+/// `data` as a download (`Content-Disposition: attachment`) named `name` (made safe by
+/// `read::safe_name` or `read::download_name`), of type `mime`; `nosniff`, as every
+/// answer, is added by `headers`.
+pub fn attachment(data: Vec<u8>, name: &str, mime: &'static str) -> Response {
+    use axum::http::header::{CONTENT_DISPOSITION, CONTENT_TYPE};
     let disposition = format!("attachment; filename=\"{name}\"");
     (
         [
-            (CONTENT_TYPE, "message/rfc822".to_string()),
+            (CONTENT_TYPE, mime.to_string()),
             (CONTENT_DISPOSITION, disposition),
         ],
-        f.raw,
+        data,
     )
         .into_response()
+}
+
+/// The home files a page shows at most of one file; more is left to the download.
+pub const SHOWN_BYTES: u64 = 1 << 20;
+/// A home file larger than this is not read for its page (the download reads any size).
+pub const READ_FOR_PAGE: u64 = 64 << 20;
+
+/// File `q` of an account's home, read on a blocking thread when it has at most `limit`
+/// bytes; a name that is a path is refused (`400`) before anything is read.
+pub async fn home_file(
+    st: &crate::state::AppState,
+    q: FileQ,
+    limit: u64,
+) -> Result<crate::home::Content, Failure> {
+    if !crate::home::plain_name(&q.name) {
+        return Err(Failure::new(
+            StatusCode::BAD_REQUEST,
+            "a file's name, not a path, is wanted",
+        ));
+    }
+    let st = st.clone();
+    blocking(move || {
+        let place = (&q.snapshot[..], &q.account[..], &q.folder[..]);
+        crate::home::file(st.live()?.repo(), place, &q.name, limit)
+    })
+    .await
+}
+
+/// A home file's bytes as they were stored, as a download of plain text (never shown by
+/// the browser as a page).
+pub fn file_download(c: crate::home::Content) -> Response {
+    let name = crate::read::safe_name(&c.file.info.name, "file");
+    attachment(
+        c.data.unwrap_or_default(),
+        &name,
+        "text/plain; charset=utf-8",
+    )
 }
 
 /// A query string's parameters, as `axum::extract::Query` reads them, but refused with

@@ -228,3 +228,66 @@ pub fn assert_headers(h: &HeaderMap, csp: &str) {
     assert_eq!(h["referrer-policy"], "no-referrer");
     assert_eq!(h["cache-control"], "no-store");
 }
+
+/// alice's active sieve script: its comment is markup a page must show as text.
+pub const RULES: &str = "# <script>alert(1)</script> sorts the lists\r\n\
+    require \"fileinto\";\nif header :contains \"subject\" \"[list]\" { fileinto \"Lists\"; }\n";
+/// alice's other script, not active.
+pub const VACATION: &str = "require \"vacation\";\nvacation :days 7 \"Away.\";\n";
+/// alice's duplicate-delivery database: not UTF-8.
+pub const DUPES: &[u8] = b"\xff\xfedupes\x00db\xc3";
+
+/// Plants, beside the account's Maildir under `mail`, its home (issue 31): two sieve
+/// scripts, `.dovecot.sieve` a link to [`RULES`]'s, a link out of the home
+/// (`sieve/escape.sieve -> /etc/hostname`), the LDA's database; and a folder `Team` with
+/// a message and a `dovecot-acl` sharing it with bob (`lr`) and a user named as markup.
+pub fn plant_home(mail: &Path) {
+    use std::os::unix::fs::symlink;
+    let home = mail.join("example.org/alice");
+    fs::create_dir_all(home.join("sieve")).unwrap();
+    fs::write(home.join("sieve/rules.sieve"), RULES).unwrap();
+    fs::write(home.join("sieve/vacation.sieve"), VACATION).unwrap();
+    symlink("/etc/hostname", home.join("sieve/escape.sieve")).unwrap();
+    symlink("sieve/rules.sieve", home.join(".dovecot.sieve")).unwrap();
+    fs::write(home.join(".dovecot.lda-dupes"), DUPES).unwrap();
+    let team = put(
+        mail,
+        ".Team",
+        "team:2,S",
+        &plain("team news", "Fri, 05 Jan 2024 10:00:00 +0000", "shared"),
+    );
+    let acl = "user=bob lr\nuser=<i>eve</i> r\n";
+    fs::write(
+        team.parent().unwrap().parent().unwrap().join("dovecot-acl"),
+        acl,
+    )
+    .unwrap();
+}
+
+/// An account beside alice whose home has no files.
+pub const BOB: &str = "bob@example.org";
+
+/// One backup of the planted messages ([`plant`]) with alice's home ([`plant_home`]), and
+/// of [`BOB`]'s INBOX; the token file.
+pub fn home_repository() -> Env {
+    let e = Env::new();
+    let mail = e.path("mail");
+    plant(&mail);
+    plant_home(&mail);
+    super::maildir_message(&mail, BOB, "", "b:2,S", b"Subject: b\r\n\r\nb\r\n");
+    e.ok(&["init"]);
+    e.ok(&["backup", &format!("maildir:{}", mail.display())]);
+    token_file(&e, 0o600);
+    e
+}
+
+/// The query of file `name` in home directory `folder` (`~`, `~/sieve`) of `account`.
+pub fn home_file(path: &str, id: &str, account: &str, folder: &str, name: &str) -> String {
+    let p = [
+        ("snapshot", id),
+        ("account", account),
+        ("folder", folder),
+        ("name", name),
+    ];
+    q(path, &p)
+}

@@ -132,7 +132,7 @@ fn folder_info(
 }
 
 /// How `ls` names a directory of an account's home: `~`, `~/sieve`.
-pub(crate) fn home_name(f: &FolderNode) -> String {
+pub fn home_name(f: &FolderNode) -> String {
     match f.dir.is_empty() {
         true => "~".into(),
         false => format!("~/{}", String::from_utf8_lossy(&f.dir)),

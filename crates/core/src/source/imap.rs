@@ -12,9 +12,9 @@
 //! HIGHESTMODSEQ did not move), else from a FLAGS sweep; messages no longer on the server
 //! are dropped. With CONDSTORE, a folder whose STATUS shows it as the parent left it
 //! (UIDVALIDITY, UIDNEXT, HIGHESTMODSEQ, as many messages) is not opened at all: its
-//! messages are the parent's, unread ([`unmoved`]). A changed UIDVALIDITY re-reads that folder only. Accounts run in
-//! parallel, each over several connections (folders dealt to them); messages stream one
-//! at a time (bounded memory).
+//! messages are the parent's, unread (`unmoved`). A changed UIDVALIDITY re-reads that
+//! folder only. Accounts run in parallel, each over several connections (folders dealt
+//! to them); messages stream one at a time (bounded memory).
 //!
 //! Beside the mail, in the forms a Maildir store keeps them, so that a snapshot has one
 //! form whatever its source: a folder's access control list (GETACL, where the login may

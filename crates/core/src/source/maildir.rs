@@ -58,6 +58,7 @@ fn links_to_dir(dir: &Dir, name: &[u8]) -> bool {
 /// followed, and said ([`refuse_link`]).
 fn sorted_dirs(dir: &Dir, store: &Path, failures: &Failures) -> Result<Vec<Vec<u8>>> {
     let mut out = Vec::new();
+    let mut files = Vec::new();
     for (name, t) in dir.entries().map_err(|e| Error::io(dir.path(), e))? {
         if name.starts_with(b".") {
             continue;
@@ -67,10 +68,29 @@ fn sorted_dirs(dir: &Dir, store: &Path, failures: &Failures) -> Result<Vec<Vec<u
             Some(FileType::Symlink) if links_to_dir(dir, &name) => {
                 refuse_link(dir, &name, store, failures)
             }
+            Some(FileType::RegularFile | FileType::Symlink) => files.push(name),
             _ => {}
         }
     }
     out.sort();
+    if !files.is_empty() {
+        // Never left in silence: a store's own files (Dovecot's shared-mailbox
+        // dictionary, `acl_shared_dict = file:…`) are not an account's.
+        files.sort();
+        let shown: Vec<String> = (files.iter().take(3))
+            .map(|f| format!("{:?}", String::from_utf8_lossy(f)))
+            .collect();
+        failures.warn(
+            dir.path().display(),
+            format_args!(
+                "{} file(s) beside the store's directories are not kept (a store backup keeps \
+                 accounts and their homes): {}{}",
+                files.len(),
+                shown.join(", "),
+                if files.len() > 3 { ", …" } else { "" }
+            ),
+        );
+    }
     Ok(out)
 }
 
@@ -946,6 +966,24 @@ mod tests {
         assert!(discover(t.path(), &["nobody@x".into()]).is_err());
         let empty = tempfile::tempdir().unwrap();
         assert!(discover(empty.path(), &[]).is_err());
+
+        // The store's own files are said to be left, never in silence; dot files and
+        // what is inside accounts are not the store's.
+        fs::write(t.path().join("shared-mailboxes"), b"dict").unwrap();
+        fs::write(t.path().join(".lock"), b"").unwrap();
+        fs::write(t.path().join("a.org/notes.txt"), b"x").unwrap();
+        let failures = Failures::default();
+        assert_eq!(
+            discover_reporting(t.path(), &[], &failures).unwrap().len(),
+            3
+        );
+        let w = failures.take_warnings();
+        assert_eq!(w.len(), 2, "{w:?}");
+        assert!(w
+            .iter()
+            .any(|w| w.contains("1 file(s)") && w.contains("\"shared-mailboxes\"")));
+        assert!(w.iter().any(|w| w.contains("\"notes.txt\"")));
+        assert!(failures.take().is_empty());
     }
 
     fn folder_with(names: &[(&str, &str)]) -> tempfile::TempDir {
