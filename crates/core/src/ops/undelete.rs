@@ -233,15 +233,10 @@ impl Deleted {
     }
 }
 
-/// Whether `--folder` filters select a home directory: none given, or one naming it or
-/// a directory above it as `ls` does (`~`, `~/sieve`).
+/// Whether `--folder` filters select a home directory: as a folder is selected, by its
+/// name as `ls` gives it (`~`, `~/sieve`).
 fn home_selected(dir: &FolderNode, filters: &[String]) -> bool {
-    let name = crate::ops::ls::home_name(dir);
-    filters.is_empty()
-        || (filters.iter()).any(|f| {
-            let f = f.trim_end_matches('/');
-            name == f || name.strip_prefix(f).is_some_and(|r| r.starts_with('/'))
-        })
+    crate::model::folder_name_selected(&crate::ops::ls::home_name(dir), filters)
 }
 
 /// Records the deleted files of a home directory of `snap` (snapshots come newest

@@ -12,7 +12,7 @@
 //! HIGHESTMODSEQ did not move), else from a FLAGS sweep; messages no longer on the server
 //! are dropped. With CONDSTORE, a folder whose STATUS shows it as the parent left it
 //! (UIDVALIDITY, UIDNEXT, HIGHESTMODSEQ, as many messages) is not opened at all: its
-//! messages are the parent's, unread (`unmoved`). A changed UIDVALIDITY re-reads that
+//! messages are the parent's, unread (`kept_unmoved`). A changed UIDVALIDITY re-reads that
 //! folder only. Accounts run in parallel, each over several connections (folders dealt
 //! to them); messages stream one at a time (bounded memory).
 //!
@@ -223,15 +223,12 @@ impl Source for ImapSource<'_> {
     ) -> Result<()> {
         let folder = f.name.as_str();
         beside_mail(s, &account.name, folder, out)?;
+        let parent_raw = out.parent_state();
         let parent_state: Option<FolderState> =
-            (out.parent_state()).and_then(|d| serde_json::from_slice(&d).ok());
-        if let Some(st) = &parent_state {
-            if unmoved(s, folder, st, out.parent())? {
-                // The parent's messages as they are, their chunks unread.
-                out.resume_keywords();
-                out.keep_parent_messages();
-                let st = serde_json::to_vec(st).map_err(|e| Error::Internal(e.to_string()))?;
-                return out.set_state(st);
+            (parent_raw.as_deref()).and_then(|d| serde_json::from_slice(d).ok());
+        if let (Some(st), Some(raw)) = (&parent_state, parent_raw) {
+            if kept_unmoved(s, folder, st, raw, out)? {
+                return Ok(());
             }
         }
         let info = s.examine(folder)?;
@@ -338,6 +335,25 @@ fn unmoved(
         && now.uidnext == Some(uidnext)
         && now.highestmodseq == Some(modseq)
         && now.messages.map(u64::from) == Some(parent.messages))
+}
+
+/// When the folder is [`unmoved`] since the parent (state `st`, stored as `raw`), keeps
+/// the parent's messages as they are (their chunks unread) and its state as stored, and
+/// says so.
+fn kept_unmoved(
+    s: &mut Session,
+    folder: &str,
+    st: &FolderState,
+    raw: Vec<u8>,
+    out: &mut FolderWriter,
+) -> Result<bool> {
+    if !unmoved(s, folder, st, out.parent())? {
+        return Ok(false);
+    }
+    out.resume_keywords();
+    out.keep_parent_messages();
+    out.set_state(raw)?;
+    Ok(true)
 }
 
 /// What the server holds beside a folder's mail, kept as its files: its ACL, its
