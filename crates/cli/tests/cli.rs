@@ -798,7 +798,8 @@ fn owners_not_restored_without_root_are_said_once() {
 }
 
 /// Issue 31: `ls` lists an account's home after its folders (`~`, `~/sieve`), and
-/// `--folder '~/sieve'` its scripts; `--part home` and `--folder` do not go together.
+/// `--folder '~/sieve'` its scripts; `ls --store` the store's own files; `--part home`
+/// and `--folder` do not go together.
 #[test]
 fn ls_shows_an_accounts_home_and_its_sieve_scripts() {
     let e = Env::new();
@@ -808,8 +809,19 @@ fn ls_shows_an_accounts_home_and_its_sieve_scripts() {
     fs::create_dir(home.join("sieve")).unwrap();
     fs::write(home.join("sieve/rules.sieve"), "keep;\n").unwrap();
     std::os::unix::fs::symlink("sieve/rules.sieve", home.join(".dovecot.sieve")).unwrap();
+    fs::write(src.join("shared-mailboxes"), "dict\n").unwrap();
     e.ok(&["init"]);
     e.ok(&["backup", &format!("maildir:{}", src.display())]);
+    // The store's own file: counted after the accounts, listed by `--store`.
+    let text = e.ok(&["ls", "latest"]);
+    assert!(
+        text.contains("the store's own files") && text.contains("(ls --store)"),
+        "{text}"
+    );
+    let store = e.json(0, &["ls", "latest", "--store"]);
+    assert_eq!(store["kind"], "files", "{store}");
+    assert_eq!(store["items"][0]["name"], "shared-mailboxes", "{store}");
+    assert_eq!(store["items"][0]["folder"], ".", "{store}");
     let listing = e.json(0, &["ls", "latest", "--account", "bob@example.org"]);
     let items = listing["items"].as_array().unwrap();
     let homes: Vec<(&str, u64)> = (items.iter())

@@ -558,3 +558,61 @@ fn a_damaged_chunk_tree_leaf_costs_only_the_messages_below_it() {
     assert_eq!(messages_in(&dest), n - lost);
     assert!(lost > 0 && lost < n, "{lost} messages below one leaf");
 }
+
+/// Issue 31: a damaged blob of the store's own files (a shared-mailbox dictionary) is
+/// found by `check --read-data`, named as the store's, and `repair snapshots` drops that
+/// file alone: the accounts' mail stays restorable.
+#[test]
+fn a_damaged_store_file_is_named_and_repair_drops_it_alone() {
+    use mailvault_core::repo::pack::pack_path;
+    use mailvault_core::repo::tree::{AccountTree, RootTree};
+    use mailvault_core::store::LocalStore;
+    use mailvault_core::Repository;
+    use std::os::unix::fs::FileExt;
+    let e = Env::new();
+    let src = e.path("vmail");
+    maildir(&src.join("example.org/bob/Maildir"), 5, "a");
+    fs::write(
+        src.join("shared-mailboxes"),
+        "shared/shared-boxes/user/bob\n1\n".repeat(50),
+    )
+    .unwrap();
+    e.expect(0, &["init", "--compression", "none"]);
+    e.expect(0, &["backup", &format!("maildir:{}", src.display())]);
+    let repo = Repository::open(std::sync::Arc::new(LocalStore::new(e.repo())), b"s3cret").unwrap();
+    let snap = repo.find_snapshot("latest").unwrap();
+    let root: RootTree = repo.read_tree(&snap.root).unwrap();
+    let store: AccountTree = repo.read_tree(&root.store.unwrap()).unwrap();
+    let file = &store.home[0].files[0];
+    assert_eq!(file.name, b"shared-mailboxes");
+    let id = repo.file_content(file).unwrap()[0];
+    let loc = *repo.index().get(&id).unwrap();
+    let pack = e.repo().join(pack_path(&repo.index().pack_id(loc.pack)));
+    drop(repo);
+    let f = fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(&pack)
+        .unwrap();
+    let at = u64::from(loc.offset + loc.stored_len / 2);
+    let mut b = [0u8];
+    f.read_exact_at(&mut b, at).unwrap();
+    f.write_all_at(&[b[0] ^ 0x55], at).unwrap();
+
+    let out = e.expect(2, &["check", "--read-data"]);
+    assert!(
+        out.contains("the store's own files folder . file shared-mailboxes"),
+        "{out}"
+    );
+    e.expect(0, &["repair", "index"]);
+    e.expect(0, &["repair", "snapshots"]);
+    e.expect(0, &["check", "--read-data"]);
+    let listed = e.json(0, &["ls", "latest", "--store"]);
+    assert_eq!(listed["items"].as_array().unwrap().len(), 0, "{listed}");
+    let dest = e.path("out");
+    e.expect(
+        0,
+        &["restore", "latest", "--target", dest.to_str().unwrap()],
+    );
+    assert_eq!(messages_in(&dest.join("example.org/bob/Maildir")), 5);
+}

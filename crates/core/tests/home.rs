@@ -330,3 +330,150 @@ fn undelete_puts_back_a_deleted_filter_not_its_link() {
     assert_eq!(r.failures.len(), 1, "{:?}", r.failures);
     assert_eq!(fs::read(&back).unwrap(), b"# bob's new vacation\n", "kept");
 }
+
+/// The store's own files (Dovecot's shared-mailbox dictionary at its root, a file in a
+/// domain's directory) are kept beside the accounts, nothing hidden, listed by
+/// `ls --store`, not read again when unchanged; the whole snapshot brings them back
+/// (bytes, mode, mtime), a partial restore or a renaming one does not, a target without
+/// homes says so; a file already there with other bytes is kept and reported; prune keeps
+/// them.
+#[test]
+fn the_stores_own_files_come_back_with_the_whole_snapshot_only() {
+    use mailvault_core::ops::ls::store_files;
+    use mailvault_core::ops::prune::{prune, PruneOptions};
+    use mailvault_core::repo::tree::RootTree;
+    const DICT: &[u8] = b"shared/shared-boxes/user/bob/alice@example.org\n1\n";
+    let t = tempfile::tempdir().unwrap();
+    let (src, _, rep) = backed_up_with_home(t.path(), |home| {
+        let root = home.parent().unwrap().parent().unwrap();
+        fs::write(root.join("shared-mailboxes"), DICT).unwrap();
+        fs::set_permissions(
+            root.join("shared-mailboxes"),
+            fs::Permissions::from_mode(0o640),
+        )
+        .unwrap();
+        set_mtime(&root.join("shared-mailboxes"), 1_650_000_000);
+        fs::write(root.join(".lock"), b"").unwrap();
+        fs::write(root.join("example.org/notes"), b"domain notes\n").unwrap();
+        set_mtime(&root.join("example.org/notes"), 1_650_000_000);
+        fs::write(root.join("example.org/.hidden"), b"").unwrap();
+    });
+    assert_eq!((rep.home_files, rep.home_files_new), (2, 2));
+    assert!(rep.warnings.is_empty(), "{:?}", rep.warnings);
+    let repo = open_repo(&t.path().join("repo"));
+    let listed: Vec<(String, String)> = (store_files(&repo, "latest").unwrap().into_iter())
+        .map(|f| (f.folder, f.name))
+        .collect();
+    assert_eq!(
+        listed,
+        [
+            (".".into(), "shared-mailboxes".into()),
+            ("example.org".into(), "notes".into())
+        ]
+    );
+    let store_tree = |repo: &mailvault_core::repo::Repository| {
+        let snap = repo.find_snapshot("latest").unwrap();
+        repo.read_tree::<RootTree>(&snap.root).unwrap().store
+    };
+    let first = store_tree(&repo);
+    assert!(first.is_some());
+    // Unchanged: not read again, the same tree.
+    let mut repo = open_repo(&t.path().join("repo"));
+    let rep = maildir_backup(&mut repo, &src, vec![]);
+    assert_eq!((rep.home_files, rep.home_files_new), (2, 0));
+    assert_eq!(store_tree(&repo), first);
+    prune(
+        &mut repo,
+        &PruneOptions {
+            max_unused: 0.0,
+            ..Default::default()
+        },
+        &NoProgress,
+    )
+    .unwrap();
+    let repo = open_repo(&t.path().join("repo"));
+    let c = check_all(&repo);
+    assert!(c.ok(), "{:?}", c.errors);
+
+    // The whole snapshot: back where they were, as they were; nothing hidden.
+    let out = t.path().join("out");
+    let r = restore_latest(&repo, &out);
+    assert!(r.failures.is_empty(), "{:?}", r.failures);
+    assert_eq!(fs::read(out.join("shared-mailboxes")).unwrap(), DICT);
+    let m = fs::metadata(out.join("shared-mailboxes")).unwrap();
+    assert_eq!((m.mode() & 0o7777, m.mtime()), (0o640, 1_650_000_000));
+    assert_eq!(
+        fs::read(out.join("example.org/notes")).unwrap(),
+        b"domain notes\n"
+    );
+    assert!(!out.join(".lock").exists() && !out.join("example.org/.hidden").exists());
+    // Changed since: kept, reported, never overwritten.
+    fs::write(out.join("shared-mailboxes"), b"newer\n").unwrap();
+    let r = restore_latest(&repo, &out);
+    assert_eq!(fs::read(out.join("shared-mailboxes")).unwrap(), b"newer\n");
+    assert!(
+        (r.failures.iter())
+            .any(|f| f.item.ends_with("shared-mailboxes") && f.error.contains("not overwritten")),
+        "{:?}",
+        r.failures
+    );
+    assert_eq!(r.failures.len(), 1, "{:?}", r.failures);
+
+    // One account, or accounts renamed: not the store's files.
+    let select = |sel: Selection, target: &Path| {
+        restore_with(
+            &repo,
+            RestoreOptions {
+                select: Selection {
+                    snapshot: "latest".into(),
+                    ..sel
+                },
+                target: target.to_path_buf(),
+                jobs: 2,
+                ..Default::default()
+            },
+        )
+    };
+    let one = t.path().join("one");
+    let r = select(
+        Selection {
+            accounts: vec!["bob@example.org".into()],
+            ..Default::default()
+        },
+        &one,
+    );
+    assert!(r.failures.is_empty() && r.warnings.is_empty(), "{r:?}");
+    assert!(!one.join("shared-mailboxes").exists());
+    let renamed = t.path().join("renamed");
+    let r = select(
+        Selection {
+            map_users: vec![("bob@example.org".into(), "robert@example.org".into())],
+            ..Default::default()
+        },
+        &renamed,
+    );
+    assert!(!renamed.join("shared-mailboxes").exists());
+    assert!(
+        (r.warnings.iter())
+            .any(|w| w.starts_with("2 file(s) of the store's own") && w.contains("--map-user")),
+        "{:?}",
+        r.warnings
+    );
+    // A target without homes says what it left.
+    let mbox = t.path().join("mbox");
+    let request = mailvault_core::restore::Request::Selection(Selection {
+        snapshot: "latest".into(),
+        ..Default::default()
+    });
+    let (r, _) = mailvault_core::ops::restore::run(&repo, request, &NoProgress, |_| {
+        mailvault_core::dest::mbox::MboxTarget::open(&mbox, 2)
+    })
+    .unwrap();
+    assert!(
+        (r.warnings.iter())
+            .any(|w| w.starts_with("2 file(s) of the store's own")
+                && w.contains("only a Maildir store")),
+        "{:?}",
+        r.warnings
+    );
+}

@@ -470,6 +470,7 @@ fn file_backup(repo: &mut Repository, path: &Path) -> mailvault_core::ops::backu
         include: Vec::new(),
         exclude: Vec::new(),
         jobs: 2,
+        depth: None,
         read_from: Vec::new(),
         run: test_run(),
     };

@@ -676,6 +676,7 @@ fn file_backup(repo: &mut Repository, tree: &Path) {
         include: Vec::new(),
         exclude: Vec::new(),
         jobs: 2,
+        depth: None,
         read_from: Vec::new(),
         run: test_run(),
     };

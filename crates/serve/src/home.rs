@@ -8,7 +8,7 @@
 
 use crate::read::check_snapshot_id;
 use mailvault_core::model::assemble::assemble_file;
-use mailvault_core::ops::ls::{home_name, ls, FileInfo, FolderInfo, Listing};
+use mailvault_core::ops::ls::{home_files, home_name, ls, FileInfo, FolderInfo, Listing};
 use mailvault_core::{Error, Repository, Result};
 use serde::Serialize;
 
@@ -53,19 +53,13 @@ pub fn account(repo: &Repository, id: &str, account: &str) -> Result<AccountView
     let Listing::Folders(all) = ls(repo, &id, Some(account), None, &mut |_| Ok(()))? else {
         return Err(Error::Internal("ls: no folders listed".into()));
     };
-    let (dirs, folders): (Vec<FolderInfo>, Vec<FolderInfo>) = all.into_iter().partition(|f| f.home);
-    if dirs.is_empty() {
+    let folders: Vec<FolderInfo> = all.into_iter().filter(|f| !f.home).collect();
+    let Some(files) = home_files(repo, &id, account)? else {
         return Ok(AccountView {
             folders,
             home: None,
         });
-    }
-    let mut files = Vec::new();
-    for d in dirs.iter().filter(|d| d.files > 0) {
-        if let Listing::Files(v) = ls(repo, &id, Some(account), Some(&d.name), &mut |_| Ok(()))? {
-            files.extend((v.into_iter()).filter(|f| f.account == account && f.folder == d.name));
-        }
-    }
+    };
     let mut files: Vec<HomeFile> = files.into_iter().map(HomeFile::of).collect();
     files.sort_by(|a, b| a.path.cmp(&b.path));
     mark_active(&mut files);

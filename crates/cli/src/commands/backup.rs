@@ -306,6 +306,7 @@ fn run_files(g: &GlobalOpts, a: Args, first: std::path::PathBuf) -> Result<Backu
         include: a.include.clone(),
         exclude: a.exclude.clone(),
         jobs: repo::jobs(g),
+        depth: None,
         read_from: snapshots.iter().map(|s| s.read_from()).collect(),
         run: run_options(g, &a)?,
     };

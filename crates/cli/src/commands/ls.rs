@@ -3,7 +3,7 @@
 use crate::output::{bytes, print_failures, safe, time};
 use crate::{repo, GlobalOpts, Outcome};
 use anyhow::Result;
-use mailvault_core::ops::ls::{ls, Listing, MessageInfo};
+use mailvault_core::ops::ls::{ls, store_files, Listing, MessageInfo};
 use mailvault_core::ops::undelete::{find_deleted, window_start, Deleted, DeletedOptions};
 use std::io::Write;
 
@@ -25,6 +25,10 @@ pub struct Args {
     /// scripts, matched by path).
     #[arg(long, requires = "account")]
     pub deleted: bool,
+    /// List the store's own files the snapshot keeps, beside its accounts (a Maildir
+    /// store's shared-mailbox dictionary): restored with the whole snapshot only.
+    #[arg(long, conflicts_with_all = ["account", "folder"])]
+    pub store: bool,
     /// With --deleted: compare only the snapshots of this last period (`7d`, `2w`, `36h`);
     /// default: all.
     #[arg(long, value_name = "DURATION", requires = "deleted")]
@@ -82,13 +86,16 @@ pub fn run(g: &GlobalOpts, a: Args) -> Result<Outcome> {
             source: e,
         })
     };
-    let listing = ls(
-        &r,
-        &snapshot,
-        a.account.as_deref(),
-        a.folder.as_deref(),
-        &mut message,
-    )?;
+    let listing = match a.store {
+        true => Listing::Files(store_files(&r, &snapshot)?),
+        false => ls(
+            &r,
+            &snapshot,
+            a.account.as_deref(),
+            a.folder.as_deref(),
+            &mut message,
+        )?,
+    };
     if let (Listing::Messages(_), true) = (&listing, g.json) {
         if shown == 0 {
             out.write_all(JSON_MESSAGES.as_bytes())?;
@@ -118,6 +125,16 @@ pub fn run(g: &GlobalOpts, a: Args) -> Result<Outcome> {
                     safe(&x.path)
                 );
             }
+            let store = store_files(&r, &snapshot)?;
+            if !store.is_empty() {
+                let b: u64 = store.iter().map(|f| f.size).sum();
+                println!(
+                    "{:<40} {:>8} files    {:>10}  (ls --store)",
+                    "the store's own files",
+                    store.len(),
+                    bytes(b)
+                );
+            }
         }
         Listing::Folders(v) => {
             for x in &v {
@@ -141,8 +158,13 @@ pub fn run(g: &GlobalOpts, a: Args) -> Result<Outcome> {
         Listing::Files(v) => {
             for f in &v {
                 let link = (f.link.as_ref()).map_or(String::new(), |l| format!(" -> {}", safe(l)));
+                // The store's files are named with their directory (`example.org/x`).
+                let dir = match (f.account.is_empty(), f.folder.as_str()) {
+                    (true, d) if d != "." => format!("{}/", safe(d)),
+                    _ => String::new(),
+                };
                 println!(
-                    "{}  {:04o} {:>10}  {}{link}",
+                    "{}  {:04o} {:>10}  {dir}{}{link}",
                     time(f.mtime),
                     f.mode,
                     bytes(f.size),

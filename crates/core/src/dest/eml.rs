@@ -110,6 +110,7 @@ impl Target for EmlTarget {
             lane_messages: 0,
             folder_files: false,
             home: false,
+            store: false,
             keywords: true,
             hard_links: false,
             parts: false,

@@ -181,6 +181,7 @@ impl Target for MaildirTarget {
             lane_messages: 0,
             folder_files: true,
             home: true,
+            store: true,
             keywords: false,
             hard_links: self.plain,
             parts: false,

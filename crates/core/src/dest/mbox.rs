@@ -256,6 +256,7 @@ impl Target for MboxTarget {
             lane_messages: 0,
             folder_files: false,
             home: false,
+            store: false,
             keywords: true,
             hard_links: false,
             parts: false,

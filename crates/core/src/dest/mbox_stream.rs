@@ -63,6 +63,7 @@ impl<W: Write + Send> Target for MboxStream<W> {
             lane_messages: 0,
             folder_files: false,
             home: false,
+            store: false,
             keywords: true,
             hard_links: false,
             parts: false,

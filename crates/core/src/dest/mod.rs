@@ -82,6 +82,11 @@ pub struct Caps {
     /// folders with [`FolderInfo::home`] set, files only. The other targets get none,
     /// and the report says how many accounts' homes they left.
     pub home: bool,
+    /// Whether the target is a store that keeps the store's own files beside its
+    /// accounts ([`crate::repo::tree::RootTree::store`]: a Maildir store's shared-mailbox
+    /// dictionary): a whole snapshot's are given to it as the home of an account with an
+    /// empty `rel_path` (its root). Only a Maildir target; an IMAP server keeps its own.
+    pub store: bool,
     /// Whether the target wants keyword names in [`Meta::keywords`]: the pipeline then
     /// reads each folder's `dovecot-keywords` before its messages. A Maildir does not
     /// (its file names keep the letters, its `dovecot-keywords` is restored as it was).

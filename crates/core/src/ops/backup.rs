@@ -230,15 +230,14 @@ pub fn run<S: Source>(
             .rev()
             .find(|s| s.source == label && s.hostname == opts.hostname)
     };
-    let parent_accounts: HashMap<String, AccountRef> = match &parent {
-        Some(p) => repo
-            .read_tree::<RootTree>(&p.root)?
-            .accounts
-            .into_iter()
-            .map(|a| (a.name.clone(), a))
-            .collect(),
-        None => HashMap::new(),
+    let parent_root = match &parent {
+        Some(p) => repo.read_tree::<RootTree>(&p.root)?,
+        None => RootTree::default(),
     };
+    let parent_store = parent_root.store;
+    let parent_accounts: HashMap<String, AccountRef> = (parent_root.accounts.into_iter())
+        .map(|a| (a.name.clone(), a))
+        .collect();
     let prefetch = !parent_accounts.is_empty();
     let (inline, index_warning) = start_indexing(repo, opts);
     let (mut report, written) = std::thread::scope(|s| {
@@ -266,9 +265,11 @@ pub fn run<S: Source>(
         };
         ctx.saver.adopt(resumed);
         let accounts = backup_accounts(&ctx, source, &accounts, &parent_accounts)?;
+        let store = backup_store(&ctx, source, parent_store.as_ref())?;
         let root = RootTree {
             accounts,
             owners: lock(&ctx.owners).names(),
+            store,
         };
         let meta = RunMeta {
             started,
@@ -510,16 +511,8 @@ fn parent_account(
     let Some(r) = parent else {
         return Default::default();
     };
-    let of = |folders: Vec<FolderNode>| ParentAccount {
-        by_dir: (folders.iter().enumerate())
-            .map(|(i, f)| (f.dir.clone(), i))
-            .collect(),
-        folders,
-        by_key: OnceLock::new(),
-        kept: Vec::new(),
-    };
     match ctx.saver.repo().read_tree::<AccountTree>(&r.tree) {
-        Ok(t) => (of(t.folders), of(t.home)),
+        Ok(t) => (ParentAccount::of(t.folders), ParentAccount::of(t.home)),
         Err(e) => {
             // A damaged parent only costs speed: read everything again.
             ctx.failures
@@ -527,6 +520,41 @@ fn parent_account(
             Default::default()
         }
     }
+}
+
+/// Backs up the store's own files ([`Source::store`]) as the home of no account, its
+/// parent's tree `parent` (unchanged files are not read again): the tree's id, `None`
+/// when there are none. Only directories holding files are kept (not every domain's).
+fn backup_store<S: Source>(ctx: &Ctx, source: &S, parent: Option<&Id>) -> Result<Option<Id>> {
+    let Some(Home::Dir { dir, view }) = source.store() else {
+        return Ok(None);
+    };
+    let parent = match parent.map(|id| ctx.saver.repo().read_tree::<AccountTree>(id)) {
+        Some(Ok(t)) => ParentAccount::of(t.home),
+        Some(Err(e)) => {
+            // A damaged parent only costs speed: read everything again.
+            ctx.failures.fail("the store's files (parent snapshot)", &e);
+            ParentAccount::default()
+        }
+        None => ParentAccount::default(),
+    };
+    let mut home = match home::store_source(&dir, view.as_ref()) {
+        Ok(store) => backup_home(ctx, &store, &parent),
+        Err(e) => {
+            ctx.failures
+                .fail(format!("{} (the store's own files)", dir.display()), e);
+            return Ok(None);
+        }
+    };
+    home.retain(|n| !n.files.is_empty());
+    if home.is_empty() {
+        return Ok(None);
+    }
+    let t = AccountTree {
+        folders: Vec::new(),
+        home,
+    };
+    Ok(Some(ctx.saver.save(BlobKind::Tree, &tree::encode(&t))?))
 }
 
 /// Backs up an account's home (see [`Source::home`]) with the `file:` source, or the

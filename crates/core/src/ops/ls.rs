@@ -92,6 +92,66 @@ impl MessageInfo {
     }
 }
 
+/// The store's own files a snapshot holds ([`RootTree::store`]: a Maildir store's
+/// shared-mailbox dictionary), as `ls --store` lists them: `folder` is their directory
+/// below the store (`.` for its root), `account` empty. None when it has none.
+pub fn store_files(repo: &Repository, snapshot: &str) -> Result<Vec<FileInfo>> {
+    let snap = repo.find_snapshot(snapshot)?;
+    let root: RootTree = repo.read_tree(&snap.root)?;
+    let Some(id) = root.store else {
+        return Ok(Vec::new());
+    };
+    let t: AccountTree = repo.read_tree(&id)?;
+    Ok((t.home.iter())
+        .flat_map(|n| {
+            n.files
+                .iter()
+                .map(move |e| file_info("", n.name.clone(), e))
+        })
+        .collect())
+}
+
+/// The files of `account`'s home in a snapshot, each `folder` its directory as `ls` names
+/// it (`~`, `~/sieve`): one read of the account's tree; `None` when the backup kept no
+/// home for it.
+pub fn home_files(
+    repo: &Repository,
+    snapshot: &str,
+    account: &str,
+) -> Result<Option<Vec<FileInfo>>> {
+    let snap = repo.find_snapshot(snapshot)?;
+    let root: RootTree = repo.read_tree(&snap.root)?;
+    let Some(a) = select_accounts(root, &[account.to_string()])?.pop() else {
+        return Ok(None);
+    };
+    let t: AccountTree = repo.read_tree(&a.tree)?;
+    if t.home.is_empty() {
+        return Ok(None);
+    }
+    Ok(Some(
+        (t.home.iter())
+            .flat_map(|n| {
+                n.files
+                    .iter()
+                    .map(move |e| file_info(account, home_name(n), e))
+            })
+            .collect(),
+    ))
+}
+
+/// A file's row in a [`Listing::Files`].
+fn file_info(account: &str, folder: String, e: &crate::repo::tree::FileEntry) -> FileInfo {
+    FileInfo {
+        account: account.to_string(),
+        folder,
+        name: String::from_utf8_lossy(&e.name).into(),
+        size: e.size,
+        mtime: e.mtime.secs,
+        mode: e.mode,
+        link: (e.link.as_ref()).map(|l| String::from_utf8_lossy(l).into_owned()),
+    }
+}
+
 /// What `ls` shows: accounts, or one level down when narrowed.
 #[derive(Clone, Debug, Serialize)]
 #[serde(tag = "kind", content = "items", rename_all = "lowercase")]
@@ -202,16 +262,7 @@ pub fn ls(
                     matched = true;
                     let chunks = repo.folder_chunks(&f)?;
                     if chunks.is_empty() {
-                        files.extend(f.files.iter().map(|e| FileInfo {
-                            account: a.name.clone(),
-                            folder: name.clone(),
-                            name: String::from_utf8_lossy(&e.name).into(),
-                            size: e.size,
-                            mtime: e.mtime.secs,
-                            mode: e.mode,
-                            link:
-                                (e.link.as_ref()).map(|l| String::from_utf8_lossy(l).into_owned()),
-                        }));
+                        files.extend(f.files.iter().map(|e| file_info(&a.name, name.clone(), e)));
                     }
                     for c in &chunks {
                         for m in repo.read_chunk(c)? {

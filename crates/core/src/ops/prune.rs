@@ -481,9 +481,10 @@ fn used_blobs<'r>(
                 .read_tree(&s.root)
                 .map_err(|e| unknown(&s.id, &s.root, e))?;
             let mut u = lock(&used);
-            for a in root.accounts {
-                if u.insert(a.tree) {
-                    accounts.push((s.id, a.tree));
+            // The accounts' trees, and the store's files' (a tree of the same form).
+            for tree in root.accounts.iter().map(|a| a.tree).chain(root.store) {
+                if u.insert(tree) {
+                    accounts.push((s.id, tree));
                 }
             }
         }

@@ -375,6 +375,42 @@ pub(crate) fn move_to_damaged(store: &dyn crate::store::Backend, path: &str) -> 
     store.delete(path)
 }
 
+/// The store's files' tree `id` ([`RootTree::store`]) without what cannot be restored,
+/// saved through `saver` when something was dropped (unless a dry run); `None` when its
+/// tree is lost.
+fn rebuild_store(
+    repo: &Repository,
+    saver: &BlobSaver,
+    id: Id,
+    usable: &dyn Fn(&Id) -> bool,
+    r: &mut SnapshotRepair,
+    dry_run: bool,
+) -> Result<Option<Id>> {
+    let t: AccountTree = match repo.read_tree(&id) {
+        Ok(t) if usable(&id) => t,
+        _ => {
+            r.trees_dropped += 1;
+            r.dropped.push("the store's own files (their tree)".into());
+            return Ok(None);
+        }
+    };
+    let before = (r.files_dropped, r.trees_dropped);
+    let home = (t.home.into_iter())
+        .map(|f| rebuild_folder(repo, saver, "(the store)", f, usable, r, dry_run))
+        .collect::<Result<Vec<_>>>()?;
+    if before == (r.files_dropped, r.trees_dropped) {
+        return Ok(Some(id));
+    }
+    let tree = tree::encode(&AccountTree {
+        folders: Vec::new(),
+        home,
+    });
+    Ok(Some(match dry_run {
+        true => repo.key().blob_id(&tree),
+        false => saver.save(BlobKind::Tree, &tree)?,
+    }))
+}
+
 /// The root tree of `s` without what cannot be restored, saved through `saver` (unless a
 /// dry run), with the messages and bytes it keeps; `None` when nothing is left.
 fn rebuild_root(
@@ -426,11 +462,16 @@ fn rebuild_root(
         }
         accounts.push(acc);
     }
+    let store = match root.store {
+        Some(id) => rebuild_store(repo, saver, id, usable, r, dry_run)?,
+        None => None,
+    };
     let messages = accounts.iter().map(|a| a.messages).sum();
     let bytes = accounts.iter().map(|a| a.bytes).sum();
     let tree = tree::encode(&RootTree {
         accounts,
         owners: root.owners,
+        store,
     });
     let id = if dry_run {
         repo.key().blob_id(&tree)

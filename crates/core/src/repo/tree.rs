@@ -20,8 +20,9 @@
 //! references in a [`ChunkTree`] of their own (a content-defined tree, so that one message
 //! more in a folder of a million rewrites a few small nodes, not the folder's list of
 //! chunks); version 7 gives accounts their home's files beside the Maildir
-//! ([`AccountTree::home`]: sieve scripts). Older blobs still decode. Chunks are still
-//! version 1; chunk trees are version 6.
+//! ([`AccountTree::home`]: sieve scripts). Version 3 of the root tree gives the snapshot
+//! the store's own files ([`RootTree::store`]). Older blobs still decode. Chunks are
+//! still version 1; chunk trees are version 6.
 
 use crate::error::{Error, Result};
 use crate::repo::id::Id;
@@ -47,6 +48,13 @@ pub struct RootTree {
     /// Names of the owners recorded in the snapshot (as tar keeps them), so that a
     /// restore on another server maps owners by name.
     pub owners: OwnerNames,
+    /// The store's own files, beside its accounts (a Maildir store's root and domain
+    /// directories: Dovecot's shared-mailbox dictionary, `acl_shared_dict =
+    /// file:/var/vmail/shared-mailboxes`): an [`AccountTree`] of no folders whose
+    /// [`AccountTree::home`] holds them, one node per directory (`dir` empty for the
+    /// root, `example.org` for a domain's). `None`: the store has none, or the source is
+    /// no store. Since root tree version 3.
+    pub store: Option<Id>,
 }
 
 /// User and group names of the uids and gids a snapshot records, where the backed-up
@@ -382,9 +390,13 @@ impl TreeBlob for NameChunk {
     const VERSION: u8 = TREE_VERSION;
 }
 impl TreeBlob for RootTree {
-    const VERSION: u8 = TREE_VERSION_2;
+    const VERSION: u8 = TREE_VERSION_3;
     fn decode_old(version: u8, body: &[u8]) -> Option<postcard::Result<Self>> {
-        (version == 1).then(|| postcard::from_bytes::<v1::RootTree>(body).map(Into::into))
+        match version {
+            1 => Some(postcard::from_bytes::<v1::RootTree>(body).map(Into::into)),
+            2 => Some(postcard::from_bytes::<old::RootTreeV2>(body).map(Into::into)),
+            _ => None,
+        }
     }
 }
 impl TreeBlob for ChunkTree {
@@ -421,6 +433,23 @@ mod old {
     use serde::{Deserialize, Serialize};
 
     // Serialize: for the tests that old blobs still decode.
+    /// A version-2 root tree: no store files.
+    #[derive(Deserialize, Serialize)]
+    pub struct RootTreeV2 {
+        pub(super) accounts: Vec<super::AccountRef>,
+        pub(super) owners: super::OwnerNames,
+    }
+
+    impl From<RootTreeV2> for super::RootTree {
+        fn from(r: RootTreeV2) -> Self {
+            super::RootTree {
+                accounts: r.accounts,
+                owners: r.owners,
+                store: None,
+            }
+        }
+    }
+
     /// An old account tree, its folders of the form `N`.
     #[derive(Deserialize, Serialize)]
     pub struct AccountTree<N> {
@@ -612,6 +641,7 @@ mod v1 {
                     })
                     .collect(),
                 owners: Default::default(),
+                store: None,
             }
         }
     }
@@ -681,8 +711,9 @@ pub fn decode<T: TreeBlob>(bytes: &[u8], what: &str) -> Result<T> {
     }
 }
 
-/// Version byte of [`ContentList`] blobs, and of [`AccountTree`] blobs while files had
-/// content lists and inodes but folders no mtime and files no link target.
+/// Version byte of [`ContentList`] blobs, of [`RootTree`] blobs since they hold the
+/// store's files, and of [`AccountTree`] blobs while files had content lists and inodes
+/// but folders no mtime and files no link target.
 pub const TREE_VERSION_3: u8 = 3;
 /// Version byte of [`AccountTree`] blobs while folders had their directory's mtime and
 /// files their link target, but files no device number or link count.
@@ -904,6 +935,43 @@ mod tests {
         let blob = encode(&t);
         assert_eq!(blob[0], TREE_VERSION_7);
         assert_eq!(decode::<AccountTree>(&blob, "t").unwrap(), t);
+    }
+
+    /// A version-2 root tree (before store files) decodes with none; today's keeps them,
+    /// and a reader of version 2 would refuse it by its version byte.
+    #[test]
+    fn version_2_root_trees_decode_without_store_files() {
+        let acc = AccountRef {
+            name: "bob@example.org".into(),
+            rel_path: b"example.org/bob/Maildir".to_vec(),
+            tree: Id([7; 32]),
+            messages: 3,
+            bytes: 30,
+            dirs: Vec::new(),
+        };
+        let owners = OwnerNames {
+            users: vec![(1000, "vmail".into())],
+            groups: Vec::new(),
+        };
+        let old = old::RootTreeV2 {
+            accounts: vec![acc.clone()],
+            owners: owners.clone(),
+        };
+        let mut blob = vec![TREE_VERSION_2];
+        blob.extend(postcard::to_allocvec(&old).unwrap());
+        let t = decode::<RootTree>(&blob, "t").unwrap();
+        assert_eq!(
+            (t.accounts, t.owners, t.store),
+            (vec![acc.clone()], owners.clone(), None)
+        );
+        let t = RootTree {
+            accounts: vec![acc],
+            owners,
+            store: Some(Id([9; 32])),
+        };
+        let blob = encode(&t);
+        assert_eq!(blob[0], TREE_VERSION_3);
+        assert_eq!(decode::<RootTree>(&blob, "t").unwrap(), t);
     }
 
     /// As [`decode_old_folder`], of a version-2 or -3 folder holding `file`: it has no
@@ -1233,8 +1301,8 @@ mod tests {
         assert_eq!(encode(&n), b"\x01\x01\x00\x04:2,S");
         assert_eq!(e.flags(), b"S");
         assert!(decode::<MessageChunk>(&enc[..enc.len() - 3], "t").is_err());
-        // Root and account trees are version 2; a chunk's version byte is not theirs.
-        assert_eq!(encode(&RootTree::default()), [2, 0, 0, 0]);
+        // Root trees are version 3; a chunk's version byte is not theirs.
+        assert_eq!(encode(&RootTree::default()), [3, 0, 0, 0, 0]);
         // Version-1 root and account trees still decode.
         assert_eq!(
             decode::<RootTree>(&[1, 0], "t").unwrap(),

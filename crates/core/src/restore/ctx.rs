@@ -79,6 +79,9 @@ pub(super) struct Tally {
     pub(super) metadata_left: AtomicU64,
     /// Accounts whose IMAP quotas the target has no place for (a Maildir).
     pub(super) quota_left: AtomicU64,
+    /// The store's own files ([`crate::repo::tree::RootTree::store`]) a whole restore
+    /// left: the target has no place for them, or accounts are renamed.
+    pub(super) store_left: AtomicU64,
     /// The most messages an [`Order::Any`] restore held at once (read from the snapshot,
     /// not written yet).
     #[cfg(test)]
@@ -215,6 +218,7 @@ pub(super) const NO_CAPS: Caps = Caps {
     lane_messages: 0,
     folder_files: false,
     home: false,
+    store: false,
     keywords: false,
     hard_links: false,
     parts: false,
@@ -249,6 +253,19 @@ impl<'a, T: Target> Ctx<'a, T> {
             n => w.push(format!(
                 "{n} account(s) have home files (sieve scripts) this target has no place \
                  for: restore to a Maildir store or an IMAP server to get them"
+            )),
+        }
+        match self.n.store_left.load(Relaxed) {
+            0 => {}
+            n if self.users.is_empty() => w.push(format!(
+                "{n} file(s) of the store's own (a shared-mailbox dictionary) not restored: \
+                 only a Maildir store has a place for them (an IMAP server keeps its own, \
+                 updated as ACLs are set)"
+            )),
+            n => w.push(format!(
+                "{n} file(s) of the store's own (a shared-mailbox dictionary) not restored: \
+                 they name the accounts by their old names (--map-user); `doveadm acl \
+                 recalc` rebuilds Dovecot's dictionary"
             )),
         }
         match self.n.metadata_left.load(Relaxed) {

@@ -118,8 +118,9 @@ fn restore_into<T: Target>(
     // A shared lock: no prune deletes a pack while this restore reads it.
     let _lock = repo.lock_for_reading("restore")?;
     let snap = repo.find_snapshot(&sel.snapshot)?;
-    let root: RootTree = repo.read_tree(&snap.root)?;
+    let mut root: RootTree = repo.read_tree(&snap.root)?;
     let names = root.owners.clone();
+    let store = root.store.take();
     let accounts = sel.renamed(select_accounts(root, &sel.accounts)?)?;
     let n_accounts = accounts.len() as u64;
     let snapshot = snap.id.to_hex();
@@ -132,7 +133,8 @@ fn restore_into<T: Target>(
     let mut folder_matched = sel.folders.is_empty();
     if sel.messages.is_empty() {
         let target = open(opening)?;
-        let report = restore_whole(repo, sel, progress, &target, &accounts, (snapshot, started))?;
+        let whole = (&accounts[..], store);
+        let report = restore_whole(repo, sel, progress, &target, whole, (snapshot, started))?;
         return Ok((report, target));
     }
     // Single messages: every account is planned first (the plans are small), so that a
@@ -182,18 +184,22 @@ fn restore_into<T: Target>(
 }
 
 /// Restores a whole selection (no single messages) into `target`: the accounts planned
-/// and restored in batches, of folders and of messages, restored together.
+/// and restored in batches, of folders and of messages, restored together; then, with
+/// the whole snapshot, the store's own files (`store`: [`plan::plan_store`]).
 fn restore_whole<T: Target>(
     repo: &Repository,
     sel: &Selection,
     progress: &dyn Progress,
     target: &T,
-    accounts: &[AccountRef],
+    (accounts, store): (&[AccountRef], Option<crate::repo::id::Id>),
     (snapshot, started): (String, Instant),
 ) -> Result<RestoreReport> {
     let mut ctx = Ctx::new(repo, target, (sel.reads, sel.cache_bytes), progress);
     ctx.users = &sel.map_users;
     let folders = restore_accounts(&ctx, sel, accounts)?;
+    if let Some(plan) = plan::plan_store(&ctx, sel, store) {
+        worker_pool(&ctx.caps)?.install(|| execute_batch(&ctx, vec![plan], false));
+    }
     Ok(ctx.report(snapshot, accounts.len() as u64, folders, started))
 }
 

@@ -548,6 +548,64 @@ pub(super) fn push_home<T>(ctx: &Ctx<T>, plan: &mut AccountPlan, home: Vec<Folde
     }
 }
 
+/// The store's own files (`store`: [`crate::repo::tree::RootTree::store`]), when a whole
+/// snapshot is restored (no account, folder, message or part chosen: a partial restore
+/// never brings back a dictionary of every user), as the home of no account: its
+/// directories written at the target's root, files only, where the store had them. A
+/// target without homes, or a restore that renames accounts, leaves them, counted for
+/// the report's warning. A directory deeper than a domain's is refused.
+pub(super) fn plan_store<T>(
+    ctx: &Ctx<T>,
+    sel: &Selection,
+    store: Option<Id>,
+) -> Option<AccountPlan> {
+    let id = store?;
+    let whole = sel.accounts.is_empty() && sel.folders.is_empty() && sel.messages.is_empty();
+    if !whole || sel.part != Part::All {
+        return None;
+    }
+    let tree: AccountTree = match ctx.repo.read_tree(&id) {
+        Ok(t) => t,
+        Err(e) => {
+            ctx.n.failures.add("the store's own files", e);
+            return None;
+        }
+    };
+    if !ctx.caps.store || !sel.map_users.is_empty() {
+        let files = tree.home.iter().map(|n| n.files.len() as u64).sum();
+        ctx.n.store_left.fetch_add(files, Relaxed);
+        return None;
+    }
+    let mut plan = AccountPlan {
+        acc: AccountRef {
+            name: "(the store)".into(),
+            rel_path: Vec::new(),
+            tree: id,
+            messages: 0,
+            bytes: 0,
+            dirs: Vec::new(),
+        },
+        folders: Vec::new(),
+        subscriptions: Vec::new(),
+    };
+    for node in tree.home {
+        if !safe_relative(&node.dir) || node.dir.contains(&b'/') {
+            let item = format!("the store's directory {}", node.name);
+            let n = node.files.len() as u64;
+            ctx.n
+                .fail_items(item, "unsafe directory in snapshot; skipped", n);
+            continue;
+        }
+        plan.folders.push(FolderPlan {
+            node,
+            entries: Vec::new(),
+            unread: None,
+            home: true,
+        });
+    }
+    Some(plan)
+}
+
 /// The subscriptions (IMAP names) of an account's INBOX that fall within the selection:
 /// those of the folders restored (their names, decoded); with `--folder` also those of its
 /// subfolders the snapshot lacks, and without a selection every one (a subscription may

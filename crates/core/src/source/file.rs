@@ -43,6 +43,10 @@ pub struct FileOptions {
     pub exclude: Vec<String>,
     /// Worker threads; 0 means one per core.
     pub jobs: usize,
+    /// How many levels of directories below each PATH are folders: `None` every level;
+    /// `Some(0)` the PATH's own files only, `Some(1)` those of its subdirectories too (a
+    /// mail store's own files, beside its accounts' directories).
+    pub depth: Option<usize>,
     /// Where to read instead: (a directory, the directory holding the same files) — a
     /// filesystem snapshot's root for the live filesystem's
     /// ([`super::fs_snapshot::FsSnapshot`]), both as `canonicalize` gives them. A path
@@ -109,6 +113,8 @@ pub struct FileSource {
     roots: Vec<Root>,
     filter: Filter,
     jobs: usize,
+    /// [`FileOptions::depth`].
+    depth: Option<usize>,
     /// The entries of the hard-linked files (`nlink` > 1) this run read or kept, by
     /// device and inode, with how many of their names are still to come: a file's other
     /// names take its content instead of reading it again; an entry is dropped once all
@@ -186,6 +192,7 @@ impl FileSource {
             roots,
             filter: Filter::new(&opts.include, &opts.exclude)?,
             jobs: opts.jobs,
+            depth: opts.depth,
             linked: Mutex::default(),
         })
     }
@@ -245,10 +252,17 @@ fn dir_entry(name: &[u8], m: &FileMeta) -> DirEntry {
 }
 
 /// The folders below `dir` (`rel`: its path below the root; the root itself included),
-/// parents first; excluded directories are not descended, unreadable ones reported. Each
+/// parents first, `depth` levels down (`None`: all); excluded directories are not
+/// descended, unreadable ones reported. Each
 /// subdirectory is opened relative to `dir` ([`Dir::sub`]): one that is a symbolic link,
 /// or was swapped for one since it was listed, is reported, never followed.
-fn walk(dir: &Dir, rel: &[u8], filter: &Filter, out: &mut Vec<Folder>, failures: &Failures) {
+fn walk(
+    dir: &Dir,
+    (rel, depth): (&[u8], Option<usize>),
+    filter: &Filter,
+    out: &mut Vec<Folder>,
+    failures: &Failures,
+) {
     out.push(Folder {
         name: if rel.is_empty() {
             ".".into()
@@ -258,6 +272,9 @@ fn walk(dir: &Dir, rel: &[u8], filter: &Filter, out: &mut Vec<Folder>, failures:
         dir: rel.to_vec(),
         path: dir.path().to_path_buf(),
     });
+    if depth == Some(0) {
+        return;
+    }
     let entries = match dir.entries() {
         Ok(e) => e,
         Err(e) => return failures.fail(dir.path().display().to_string(), e),
@@ -299,7 +316,7 @@ fn walk(dir: &Dir, rel: &[u8], filter: &Filter, out: &mut Vec<Folder>, failures:
             rel.push(b'/');
         }
         rel.extend_from_slice(&name);
-        walk(&sub, &rel, filter, out, failures);
+        walk(&sub, (&rel, depth.map(|d| d - 1)), filter, out, failures);
     }
 }
 
@@ -358,7 +375,13 @@ impl Source for FileSource {
         } else {
             let dir = Dir::open(&root.read).map_err(|e| Error::io(&root.dir, e))?;
             let dir = dir.shown_as(&root.dir);
-            walk(&dir, b"", &self.filter, &mut folders, failures);
+            walk(
+                &dir,
+                (b"", self.depth),
+                &self.filter,
+                &mut folders,
+                failures,
+            );
         }
         Ok(AccountListing {
             folders,
@@ -719,6 +742,7 @@ mod tests {
             include: include.iter().map(|s| s.to_string()).collect(),
             exclude: exclude.iter().map(|s| s.to_string()).collect(),
             jobs: 2,
+            depth: None,
             read_from: Vec::new(),
             run: RunOptions::new("h"),
         };
@@ -1143,6 +1167,7 @@ mod tests {
                 include: Vec::new(),
                 exclude: Vec::new(),
                 jobs,
+                depth: None,
                 read_from: Vec::new(),
                 run: RunOptions::new("h"),
             };
@@ -1449,6 +1474,7 @@ mod tests {
                 include: vec![include.to_string()],
                 exclude: vec![],
                 jobs: 1,
+                depth: None,
                 read_from: Vec::new(),
                 run: RunOptions::new("h"),
             })

@@ -44,6 +44,27 @@ pub fn source(dir: &Path, view: Option<&(PathBuf, PathBuf)>) -> Result<FileSourc
         include: Vec::new(),
         exclude: SKIPPED.iter().map(|s| s.to_string()).collect(),
         jobs: 1,
+        depth: None,
+        read_from: view.into_iter().cloned().collect(),
+        run: RunOptions::new(""),
+    })
+}
+
+/// What of a store's own directories is not kept: hidden files and directories, as the
+/// store's walk skips them (`crate::source::maildir`).
+pub const STORE_SKIPPED: [&str; 1] = [".*"];
+
+/// The `file:` source that reads a mail store's own files: those in its root `dir` and in
+/// its domain directories, one level down (below the filesystem snapshot `view`); never
+/// an account's directory (the accounts and their homes are backed up as such), nothing
+/// hidden ([`STORE_SKIPPED`]).
+pub fn store_source(dir: &Path, view: Option<&(PathBuf, PathBuf)>) -> Result<FileSource> {
+    FileSource::new(&FileOptions {
+        paths: vec![dir.to_path_buf()],
+        include: Vec::new(),
+        exclude: STORE_SKIPPED.iter().map(|s| s.to_string()).collect(),
+        jobs: 1,
+        depth: Some(1),
         read_from: view.into_iter().cloned().collect(),
         run: RunOptions::new(""),
     })

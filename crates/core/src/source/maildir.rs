@@ -55,10 +55,10 @@ fn links_to_dir(dir: &Dir, name: &[u8]) -> bool {
 }
 
 /// The subdirectories of `dir` (not hidden ones), sorted; a link to a directory is not
-/// followed, and said ([`refuse_link`]).
+/// followed, and said ([`refuse_link`]). Its files are the store's own, kept with
+/// [`Source::store`].
 fn sorted_dirs(dir: &Dir, store: &Path, failures: &Failures) -> Result<Vec<Vec<u8>>> {
     let mut out = Vec::new();
-    let mut files = Vec::new();
     for (name, t) in dir.entries().map_err(|e| Error::io(dir.path(), e))? {
         if name.starts_with(b".") {
             continue;
@@ -68,29 +68,10 @@ fn sorted_dirs(dir: &Dir, store: &Path, failures: &Failures) -> Result<Vec<Vec<u
             Some(FileType::Symlink) if links_to_dir(dir, &name) => {
                 refuse_link(dir, &name, store, failures)
             }
-            Some(FileType::RegularFile | FileType::Symlink) => files.push(name),
             _ => {}
         }
     }
     out.sort();
-    if !files.is_empty() {
-        // Never left in silence: a store's own files (Dovecot's shared-mailbox
-        // dictionary, `acl_shared_dict = file:…`) are not an account's.
-        files.sort();
-        let shown: Vec<String> = (files.iter().take(3))
-            .map(|f| format!("{:?}", String::from_utf8_lossy(f)))
-            .collect();
-        failures.warn(
-            dir.path().display(),
-            format_args!(
-                "{} file(s) beside the store's directories are not kept (a store backup keeps \
-                 accounts and their homes): {}{}",
-                files.len(),
-                shown.join(", "),
-                if files.len() > 3 { ", …" } else { "" }
-            ),
-        );
-    }
     Ok(out)
 }
 
@@ -476,6 +457,15 @@ impl Source for MaildirSource {
 
     fn home(&self, account: &AccountSource, _: &Failures) -> Option<super::Home> {
         super::home::of(&self.root, self.view.as_ref(), account)
+    }
+
+    /// A store's root and domain directories (a single Maildir has none).
+    fn store(&self) -> Option<super::Home> {
+        let top = Dir::open(&self.read).ok()?;
+        (!is_maildir_at(&top)).then(|| super::Home::Dir {
+            dir: self.root.clone(),
+            view: self.view.clone(),
+        })
     }
 
     fn folders(
@@ -967,23 +957,32 @@ mod tests {
         let empty = tempfile::tempdir().unwrap();
         assert!(discover(empty.path(), &[]).is_err());
 
-        // The store's own files are said to be left, never in silence; dot files and
-        // what is inside accounts are not the store's.
+        // The store's own files are kept by the store source: discovering accounts says
+        // nothing of them.
         fs::write(t.path().join("shared-mailboxes"), b"dict").unwrap();
-        fs::write(t.path().join(".lock"), b"").unwrap();
         fs::write(t.path().join("a.org/notes.txt"), b"x").unwrap();
         let failures = Failures::default();
         assert_eq!(
             discover_reporting(t.path(), &[], &failures).unwrap().len(),
             3
         );
-        let w = failures.take_warnings();
-        assert_eq!(w.len(), 2, "{w:?}");
-        assert!(w
-            .iter()
-            .any(|w| w.contains("1 file(s)") && w.contains("\"shared-mailboxes\"")));
-        assert!(w.iter().any(|w| w.contains("\"notes.txt\"")));
+        assert!(failures.take_warnings().is_empty());
         assert!(failures.take().is_empty());
+        let src = |root: &Path| {
+            MaildirSource::new(&BackupOptions {
+                source: root.to_path_buf(),
+                accounts: Vec::new(),
+                jobs: 1,
+                stat_unchanged: false,
+                run: RunOptions::new("h"),
+            })
+            .unwrap()
+        };
+        assert!(matches!(
+            src(t.path()).store(),
+            Some(super::super::Home::Dir { .. })
+        ));
+        assert!(src(&t.path().join("a.org/bob/Maildir")).store().is_none());
     }
 
     fn folder_with(names: &[(&str, &str)]) -> tempfile::TempDir {

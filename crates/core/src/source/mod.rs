@@ -166,6 +166,14 @@ pub trait Source: Sync {
     fn home(&self, _account: &Account, _failures: &Failures) -> Option<Home> {
         None
     }
+
+    /// Where the store's own files are, beside its accounts (a Maildir store's root and
+    /// domain directories: Dovecot's shared-mailbox dictionary), read with
+    /// [`home::store_source`] into [`crate::repo::tree::RootTree::store`] after the
+    /// accounts. `None` (the default): the source is no store, or keeps none.
+    fn store(&self) -> Option<Home> {
+        None
+    }
 }
 
 /// What the pipeline needs besides the source.

@@ -51,6 +51,18 @@ fn key_hash(key: &[u8]) -> u64 {
 }
 
 impl ParentAccount {
+    /// The parent's `folders` (an account's, or its home's directories), indexed.
+    pub(crate) fn of(folders: Vec<FolderNode>) -> ParentAccount {
+        ParentAccount {
+            by_dir: (folders.iter().enumerate())
+                .map(|(i, f)| (f.dir.clone(), i))
+                .collect(),
+            folders,
+            by_key: OnceLock::new(),
+            kept: Vec::new(),
+        }
+    }
+
     /// The keys of every message of the account's folders that are listed (not kept),
     /// read on the first call (a damaged parent is reported and only costs speed:
     /// everything is read again).

@@ -501,6 +501,7 @@ impl Target for ImapTarget {
             lane_messages: MESSAGES_PER_CONNECTION,
             folder_files: false,
             home: true,
+            store: false,
             keywords: true,
             hard_links: false,
             parts: true,

@@ -106,6 +106,16 @@ impl<'a> Walk<'a> {
             };
             (t.folders.par_iter().chain(&t.home)).for_each(|f| self.folder(&sid, &aname, f));
         }
+        if let Some(tree) = &root.store {
+            let what = format!("{sname} the store's own files");
+            match repo.read_tree::<AccountTree>(tree) {
+                Ok(t) => t.home.par_iter().for_each(|f| self.folder(&sid, &what, f)),
+                Err(e) => {
+                    let i = self.tree_error(tree, &format!("tree of {what}"), e);
+                    self.attribute(i, &sid, format!("{what} (all of them)"), 0);
+                }
+            }
+        }
     }
 
     /// Walks one folder: its files' blobs and its message chunks.
