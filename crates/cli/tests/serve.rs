@@ -11,6 +11,7 @@
 #![allow(clippy::unwrap_used)]
 
 mod common;
+mod judge;
 
 use common::serve::{
     assert_headers, home_file, home_repository, plain, plant, put, q, start, token_file, JsonValue,
@@ -888,4 +889,208 @@ fn the_account_page_shows_acls_and_filters_and_a_script_opens_as_text() {
         .contains("No filters in this backup"));
     let none = s.api(&acct(BOB).replace("/account", "/api/v1/filters"), &me);
     assert_eq!(none["files"], serde_json::json!([]), "{none}");
+}
+
+/// A mail user's session (`--user-auth`): logged in with `user` and `password` through
+/// the login form.
+fn user_session(s: &Server, user: &str, password: &str) -> Session {
+    let form = serde_urlencoded::to_string([("user", user), ("token", password)]).unwrap();
+    let r = s.post_form("/login", None, &form);
+    assert_eq!(r.status(), StatusCode::SEE_OTHER, "{user}");
+    let cookie = (r.headers()[SET_COOKIE].to_str().unwrap())
+        .split(';')
+        .next()
+        .unwrap()
+        .to_string();
+    let me = Session {
+        cookie,
+        csrf: String::new(),
+    };
+    let v: Value = s.get("/api/v1/session", Some(&me)).json_value();
+    assert_eq!(v["user"], user);
+    Session {
+        csrf: v["csrf_token"].as_str().unwrap().to_string(),
+        ..me
+    }
+}
+
+/// Issues 28 and 29: a mail user logs in with their own address and password
+/// (`--user-auth passwd-file:`) and sees their own account, nothing of anyone else's:
+/// the snapshots that hold it (counted as it alone), their account alone in a snapshot,
+/// every route naming another account answered 404 (pages and API), search and "which
+/// snapshots hold it" within their own account although alice holds the same message;
+/// the IMAP view opens their account with the same password and no other. With
+/// `--user-auth imap://` the password is the live Dovecot's.
+#[test]
+fn a_mail_user_sees_their_own_account_and_nothing_of_anyone_elses() {
+    let e = Env::new();
+    let mail = e.path("mail");
+    plant(&mail);
+    let bob = mail.join("example.org/bob/Maildir");
+    // The message alice has too (one content, two places), and one of his own.
+    let zebra = plain(
+        "planted",
+        "Wed, 03 Jan 2024 10:00:00 +0000",
+        "the zebraquartz word",
+    );
+    common::write_msg(&bob, "cur", "zebra:2,S", zebra.as_bytes());
+    let own = plain("his own", "Thu, 04 Jan 2024 10:00:00 +0000", "bobword");
+    common::write_msg(&bob, "cur", "own:2,", own.as_bytes());
+    e.ok(&["init"]);
+    e.ok(&["backup", &format!("maildir:{}", mail.display())]);
+    e.ok(&["index"]);
+    token_file(&e, 0o600);
+    const BOB: &str = "bob@example.org";
+    let users = e.path("users");
+    fs::write(&users, format!("{BOB}:{{PLAIN}}bobs-password::::\n")).unwrap();
+    let auth = format!("passwd-file:{}", users.display());
+    let s = start(&e, &["--user-auth", &auth, "--imap", "127.0.0.1:0"]);
+
+    for (user, pw) in [
+        (BOB, "wrong"),
+        (ACCOUNT, "bobs-password"),
+        ("", "bobs-password"),
+    ] {
+        let form = serde_urlencoded::to_string([("user", user), ("token", pw)]).unwrap();
+        let r = s.post_form("/login", None, &form);
+        assert_eq!(r.status(), StatusCode::UNAUTHORIZED, "{user:?} {pw}");
+    }
+    let me = user_session(&s, BOB, "bobs-password");
+    let snaps = s.api("/api/v1/snapshots", &me);
+    let snaps = snaps.as_array().unwrap();
+    assert_eq!(snaps.len(), 1);
+    assert_eq!(
+        (snaps[0]["accounts"].as_u64(), snaps[0]["messages"].as_u64()),
+        (Some(1), Some(2))
+    );
+    let id = snaps[0]["id"].as_str().unwrap();
+    let accounts = s.api(&q("/api/v1/accounts", &[("snapshot", id)]), &me);
+    assert_eq!(
+        accounts["accounts"].as_array().unwrap().len(),
+        1,
+        "{accounts}"
+    );
+    assert_eq!(accounts["accounts"][0]["name"], BOB);
+    assert_eq!(accounts["snapshot"]["messages"], 2);
+
+    // Every route that names alice's account: as if she did not exist.
+    let alice = [
+        ("snapshot", id),
+        ("account", ACCOUNT),
+        ("folder", "INBOX"),
+        ("key", "zebra"),
+    ];
+    let mut paths = Vec::new();
+    for base in ["", "/api/v1"] {
+        paths.push(q(&format!("{base}/message"), &alice));
+        paths.push(q(&format!("{base}/message/raw"), &alice));
+        paths.push(q(&format!("{base}/folder/mbox"), &alice[..3]));
+    }
+    paths.extend([
+        q("/account", &alice[..2]),
+        q("/folder", &alice[..3]),
+        q("/message/html", &alice),
+        q("/api/v1/folders", &alice[..2]),
+        q("/api/v1/filters", &alice[..2]),
+        q("/api/v1/messages", &alice[..3]),
+        q(
+            "/api/v1/file/raw",
+            &[alice[0], alice[1], ("folder", "~"), ("name", "x")],
+        ),
+    ]);
+    for p in &paths {
+        let r = s.get(p, Some(&me));
+        assert_eq!(r.status(), StatusCode::NOT_FOUND, "{p}");
+        assert!(!r.text().unwrap().contains("zebraquartz"), "{p}");
+    }
+
+    // His own: search and the snapshots holding a message stay within it.
+    let bobs = [
+        ("snapshot", id),
+        ("account", BOB),
+        ("folder", "INBOX"),
+        ("key", "zebra"),
+    ];
+    let raw = s.get(&q("/api/v1/message/raw", &bobs), Some(&me));
+    assert_eq!(raw.status(), StatusCode::OK);
+    assert_eq!(raw.bytes().unwrap().as_ref(), zebra.as_bytes());
+    let found = s.api("/api/v1/search?q=zebraquartz", &me);
+    let hits = found["hits"].as_array().unwrap();
+    assert!(
+        !hits.is_empty() && hits.iter().all(|h| h["account"] == BOB),
+        "{found}"
+    );
+    let none = s.api(
+        &q(
+            "/api/v1/search",
+            &[("q", "account:alice@example.org zebraquartz")],
+        ),
+        &me,
+    );
+    assert_eq!(none["hits"].as_array().unwrap().len(), 0, "{none}");
+    let m = s.api(&q("/api/v1/message", &bobs), &me);
+    let held = m["held_by"].as_array().unwrap();
+    assert!(
+        !held.is_empty() && held.iter().all(|h| h["account"] == BOB),
+        "{m}"
+    );
+    // (The message's To: names alice: no link to her account may.)
+    let alices = "account=alice%40example.org";
+    let page = s.page(&q("/message", &bobs), &me);
+    assert!(
+        page.contains("account=bob%40example.org") && !page.contains(alices),
+        "{page}"
+    );
+    let page = s.page(&q("/search", &[("q", "zebraquartz")]), &me);
+    assert!(
+        page.contains("account=bob%40example.org") && !page.contains(alices),
+        "{page}"
+    );
+
+    // The admin sees both, and both places of the shared message.
+    let admin = s.session();
+    let accounts = s.api(&q("/api/v1/accounts", &[("snapshot", id)]), &admin);
+    assert_eq!(accounts["accounts"].as_array().unwrap().len(), 2);
+    let m = s.api(&q("/api/v1/message", &bobs), &admin);
+    assert!(m["held_by"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|h| h["account"] == ACCOUNT));
+
+    // The IMAP view: his password opens his account alone.
+    let client = |port: u16| {
+        let ep = mailvault_imap::Endpoint::parse(&format!("imap://127.0.0.1:{port}")).unwrap();
+        mailvault_imap::Client::new(mailvault_imap::ClientOptions::new(ep)).unwrap()
+    };
+    let login = |user: &str, password: &str| {
+        client(s.imap_port).login(&mailvault_imap::Credentials::User {
+            user: user.into(),
+            password: password.into(),
+        })
+    };
+    let mut imap = login(BOB, "bobs-password").unwrap();
+    let folders: Vec<String> = imap.list().unwrap().into_iter().map(|f| f.name).collect();
+    assert!(folders.iter().any(|f| f == "INBOX"), "{folders:?}");
+    assert!(
+        !folders.iter().any(|f| f.contains("Archive")),
+        "alice's folder: {folders:?}"
+    );
+    let _ = imap.logout();
+    assert!(login(ACCOUNT, "bobs-password").is_err());
+    assert!(login(&format!("{ACCOUNT}*admin"), "bobs-password").is_err());
+    drop(s);
+
+    // Checked on the live IMAP server instead.
+    let Some(dovecot) = judge::dovecot_of(None, String::new(), &[BOB]) else {
+        return;
+    };
+    let auth = format!("imap://127.0.0.1:{}", dovecot.port());
+    let s = start(&e, &["--user-auth", &auth]);
+    user_session(&s, BOB, mailvault_imap::testing::USER_PASSWORD);
+    let form = serde_urlencoded::to_string([("user", BOB), ("token", "not-it")]).unwrap();
+    assert_eq!(
+        s.post_form("/login", None, &form).status(),
+        StatusCode::UNAUTHORIZED
+    );
 }

@@ -19,22 +19,29 @@ fn to_json<T: serde::Serialize>(v: T) -> Answer {
     })?))
 }
 
-/// The session's CSRF token, for clients that logged in with a cookie of the pages.
+/// The session's CSRF token, for clients that logged in with a cookie of the pages, and
+/// who is logged in (`user`: the mail user, null for the admin).
 pub async fn session(Extension(ctx): Extension<Ctx>) -> Json<Value> {
-    Json(json!({ "csrf_token": ctx.session.csrf }))
+    Json(json!({ "csrf_token": ctx.session.csrf, "user": ctx.session.user }))
 }
 
-pub async fn snapshots(State(st): State<AppState>) -> Answer {
+pub async fn snapshots(State(st): State<AppState>, Extension(ctx): Extension<Ctx>) -> Answer {
     let live = reply::live(&st).await?;
-    to_json(blocking(move || read::snapshots(live.repo())).await?)
+    let user = ctx.session.user;
+    to_json(blocking(move || read::snapshots(live.repo(), user.as_deref())).await?)
 }
 
-pub async fn accounts(State(st): State<AppState>, Params(q): Params<SnapQ>) -> Answer {
+pub async fn accounts(
+    State(st): State<AppState>,
+    Extension(ctx): Extension<Ctx>,
+    Params(q): Params<SnapQ>,
+) -> Answer {
     let live = reply::live(&st).await?;
+    let user = ctx.session.user;
     let (snap, list) = blocking(move || {
         Ok((
-            read::snapshot(live.repo(), &q.snapshot)?,
-            read::accounts(live.repo(), &q.snapshot)?,
+            read::snapshot(live.repo(), &q.snapshot, user.as_deref())?,
+            read::accounts(live.repo(), &q.snapshot, user.as_deref())?,
         ))
     })
     .await?;
@@ -72,11 +79,22 @@ pub async fn folder_mbox(State(st): State<AppState>, Params(q): Params<FolderQ>)
     crate::download::folder_mbox(st, q, Failure::json).await
 }
 
-pub async fn message(State(st): State<AppState>, Params(p): Params<Place>) -> Answer {
+pub async fn message(
+    State(st): State<AppState>,
+    Extension(ctx): Extension<Ctx>,
+    Params(p): Params<Place>,
+) -> Answer {
     let f = reply::found(&st, p.clone()).await?;
-    let (live, hash) = (reply::live(&st).await?, f.entry.hash);
-    let holders =
-        blocking(move || read::holders(live.repo(), live.searcher().places(), &hash)).await?;
+    let (live, hash, user) = (reply::live(&st).await?, f.entry.hash, ctx.session.user);
+    let holders = blocking(move || {
+        read::holders(
+            live.repo(),
+            live.searcher().places(),
+            &hash,
+            user.as_deref(),
+        )
+    })
+    .await?;
     let d = crate::mail::decode(&f.raw);
     to_json(json!({
         "id": f.entry.hash.to_hex(),
@@ -99,10 +117,18 @@ pub async fn message_raw(
     Ok(reply::raw_download(reply::found(&st, p).await?))
 }
 
-pub async fn search_get(State(st): State<AppState>, Params(q): Params<SearchQ>) -> Answer {
-    to_json(reply::search(&st, &q).await?)
+pub async fn search_get(
+    State(st): State<AppState>,
+    Extension(ctx): Extension<Ctx>,
+    Params(q): Params<SearchQ>,
+) -> Answer {
+    to_json(reply::search(&st, &q, &ctx).await?)
 }
 
-pub async fn search_post(State(st): State<AppState>, Json(q): Json<SearchQ>) -> Answer {
-    to_json(reply::search(&st, &q).await?)
+pub async fn search_post(
+    State(st): State<AppState>,
+    Extension(ctx): Extension<Ctx>,
+    Json(q): Json<SearchQ>,
+) -> Answer {
+    to_json(reply::search(&st, &q, &ctx).await?)
 }

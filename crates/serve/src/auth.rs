@@ -35,11 +35,19 @@ fn random_hex() -> String {
 #[derive(Clone, Debug)]
 pub struct Session {
     pub csrf: String,
+    /// The mail user logged in (`--user-auth`), who sees their own account only; `None`:
+    /// the admin.
+    pub user: Option<String>,
     created: Instant,
     used: Instant,
 }
 
 impl Session {
+    /// Whether this session may see `account`: the admin any, a mail user their own.
+    pub fn may_see(&self, account: &str) -> bool {
+        self.user.as_deref().is_none_or(|u| u == account)
+    }
+
     /// Whether `given` is this session's CSRF token.
     pub fn csrf_ok(&self, given: &str) -> bool {
         given.len() == self.csrf.len() && bool::from(given.as_bytes().ct_eq(self.csrf.as_bytes()))
@@ -53,8 +61,9 @@ pub struct Sessions {
 }
 
 impl Sessions {
-    /// A new session: its id (for the cookie) and its CSRF token.
-    pub fn create(&mut self, now: Instant) -> (String, Session) {
+    /// A new session of `user` (`None`: the admin): its id (for the cookie) and its CSRF
+    /// token.
+    pub fn create(&mut self, now: Instant, user: Option<String>) -> (String, Session) {
         self.expire(now);
         if self.map.len() >= MAX_SESSIONS {
             if let Some(oldest) = (self.map.iter())
@@ -66,6 +75,7 @@ impl Sessions {
         }
         let s = Session {
             csrf: random_hex(),
+            user,
             created: now,
             used: now,
         };
@@ -138,6 +148,20 @@ impl LoginLimiter {
     pub fn succeeded(&mut self, ip: IpAddr) {
         self.failures.remove(&ip);
     }
+
+    /// Takes back the failure counted last for `ip`: a mail user's login is counted as a
+    /// failure before its password is checked (a check takes time, and tries made meanwhile
+    /// must not slip past the limit), and one that worked takes only its own back. Unlike
+    /// [`LoginLimiter::succeeded`] it keeps the others: a user who knows their own password
+    /// cannot clear the count between guesses at someone else's.
+    pub fn refund(&mut self, ip: IpAddr) {
+        if let Some(v) = self.failures.get_mut(&ip) {
+            v.pop();
+            if v.is_empty() {
+                self.failures.remove(&ip);
+            }
+        }
+    }
 }
 
 /// The session id in a `Cookie` header's value, if it has one that looks like ours.
@@ -171,13 +195,13 @@ mod tests {
     fn sessions_expire_when_idle_and_at_their_absolute_end() {
         let t0 = Instant::now();
         let mut s = Sessions::default();
-        let (id, sess) = s.create(t0);
+        let (id, sess) = s.create(t0, None);
         assert_eq!(id.len(), 64);
         assert_ne!(id, sess.csrf);
         assert!(s.touch(&id, t0 + IDLE / 2).is_some());
         assert!(s.touch(&id, t0 + IDLE / 2 + IDLE).is_none());
         assert_eq!(s.len(), 0);
-        let (id, _) = s.create(t0);
+        let (id, _) = s.create(t0, None);
         let mut t = t0;
         while t < t0 + ABSOLUTE - IDLE / 2 {
             t += IDLE / 2;
@@ -190,7 +214,7 @@ mod tests {
     #[test]
     fn csrf_tokens_are_compared_whole() {
         let mut s = Sessions::default();
-        let (_, sess) = s.create(Instant::now());
+        let (_, sess) = s.create(Instant::now(), None);
         assert!(sess.csrf_ok(&sess.csrf.clone()));
         assert!(!sess.csrf_ok(&sess.csrf[..63]));
         assert!(!sess.csrf_ok(""));
@@ -210,6 +234,14 @@ mod tests {
         assert!(!l.allowed(ip, t0));
         assert!(l.allowed(other, t0));
         assert!(l.allowed(ip, t0 + WINDOW));
+        // A refund takes back one failure, never the others.
+        for _ in 0..MAX_FAILURES {
+            l.failed(other, t0);
+        }
+        l.refund(other);
+        assert!(l.allowed(other, t0));
+        l.failed(other, t0);
+        assert!(!l.allowed(other, t0));
     }
 
     #[test]

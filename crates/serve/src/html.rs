@@ -47,18 +47,27 @@ pub fn layout(title: &str, csrf: Option<&str>, body: Markup) -> Markup {
 }
 
 /// The login form, with what went wrong if anything.
-pub fn login_page(problem: Option<&str>) -> Markup {
+pub fn login_page(problem: Option<&str>, users: bool) -> Markup {
     layout(
         "Log in",
         None,
         html! {
             @if let Some(text) = problem { p.problem role="alert" { (text) } }
             form method="post" action="/login" {
-                // The account the token belongs to, for password managers (and browsers,
-                // which warn about a password form without one); the server ignores it.
-                input type="text" name="user" value="admin" autocomplete="username" hidden;
-                label for="token" { "Admin token" }
-                input id="token" type="password" name="token" autocomplete="current-password" required autofocus;
+                @if users {
+                    // A mail user gives their address and mail password; the admin
+                    // `admin` (or nothing) and the token.
+                    label for="user" { "Mail address (or admin)" }
+                    input id="user" type="text" name="user" autocomplete="username" required autofocus;
+                    label for="token" { "Password (or admin token)" }
+                    input id="token" type="password" name="token" autocomplete="current-password" required;
+                } @else {
+                    // The account the token belongs to, for password managers (and
+                    // browsers, which warn about a password form without one).
+                    input type="text" name="user" value="admin" autocomplete="username" hidden;
+                    label for="token" { "Admin token" }
+                    input id="token" type="password" name="token" autocomplete="current-password" required autofocus;
+                }
                 button type="submit" { "Log in" }
             }
         },

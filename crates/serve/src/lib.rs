@@ -1,5 +1,6 @@
-//! `mailvault serve`: a web UI and a JSON API over one repository (issue 28), first
-//! increment. An admin logs in with the token of `--admin-token-file`; pages and
+//! `mailvault serve`: a web UI and a JSON API over one repository (issue 28). An admin
+//! logs in with the token of `--admin-token-file`, a mail user (`--user-auth`, [`users`])
+//! with their own password, to see their own account alone; pages and
 //! `/api/v1/` then browse snapshots, accounts, folders (and whom they are shared with),
 //! an account's sieve filters and messages, search, and download a message as `.eml`.
 //! Read-only: nothing here changes the repository.
@@ -26,6 +27,7 @@ mod routes;
 mod state;
 pub mod tls;
 pub mod token;
+pub mod users;
 
 use mailvault_core::Repository;
 use std::net::SocketAddr;
@@ -43,6 +45,9 @@ pub struct ServeOptions {
     pub tls: Option<tls::TlsFiles>,
     /// The admin token ([`token::read_token_file`]).
     pub admin_token: token::AdminToken,
+    /// Where mail users' passwords are checked (`--user-auth`), each user then seeing
+    /// their own account only; `None`: the admin alone logs in.
+    pub user_auth: Option<users::UserAuth>,
     /// The search cache directory (the splits' local copies, the places map).
     pub search_cache: PathBuf,
     /// Messages per page of a folder.
@@ -114,7 +119,7 @@ pub fn serve(
     let state = state::AppState::new(
         live,
         fresh,
-        opts.admin_token,
+        (opts.admin_token, opts.user_auth),
         opts.page_size,
         opts.search_cache,
         acceptor.is_some(),

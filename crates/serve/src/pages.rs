@@ -18,8 +18,8 @@ use maud::{html, Markup};
 
 type Page = Result<Markup, PageError>;
 
-pub async fn login_form() -> Markup {
-    crate::html::login_page(None)
+pub async fn login_form(State(st): State<AppState>) -> Markup {
+    crate::html::login_page(None, st.0.users.is_some())
 }
 
 pub async fn style() -> Response {
@@ -36,7 +36,8 @@ pub async fn icon() -> Response {
 
 pub async fn snapshots(State(st): State<AppState>, Extension(ctx): Extension<Ctx>) -> Page {
     let live = reply::live(&st).await?;
-    let list = blocking(move || read::snapshots(live.repo())).await?;
+    let user = ctx.session.user.clone();
+    let list = blocking(move || read::snapshots(live.repo(), user.as_deref())).await?;
     let body = html! {
         @if list.is_empty() { p { "No snapshots yet." } }
         table {
@@ -61,11 +62,11 @@ pub async fn accounts(
     Params(q): Params<SnapQ>,
 ) -> Page {
     let live = reply::live(&st).await?;
-    let id = q.snapshot.clone();
+    let (id, user) = (q.snapshot.clone(), ctx.session.user.clone());
     let (snap, list) = blocking(move || {
         Ok((
-            read::snapshot(live.repo(), &id)?,
-            read::accounts(live.repo(), &id)?,
+            read::snapshot(live.repo(), &id, user.as_deref())?,
+            read::accounts(live.repo(), &id, user.as_deref())?,
         ))
     })
     .await?;
@@ -91,9 +92,10 @@ pub async fn folders(
 ) -> Page {
     let live = reply::live(&st).await?;
     let (id, account) = (q.snapshot.clone(), q.account.clone());
+    let user = ctx.session.user.clone();
     let (snap, view) = blocking(move || {
         Ok((
-            read::snapshot(live.repo(), &id)?,
+            read::snapshot(live.repo(), &id, user.as_deref())?,
             crate::home::account(live.repo(), &id, &account)?,
         ))
     })
@@ -246,9 +248,20 @@ pub async fn message(
     Params(p): Params<Place>,
 ) -> Page {
     let f = reply::found(&st, p.clone()).await?;
-    let (live, hash) = (reply::live(&st).await?, f.entry.hash);
-    let holders =
-        blocking(move || read::holders(live.repo(), live.searcher().places(), &hash)).await?;
+    let (live, hash, user) = (
+        reply::live(&st).await?,
+        f.entry.hash,
+        ctx.session.user.clone(),
+    );
+    let holders = blocking(move || {
+        read::holders(
+            live.repo(),
+            live.searcher().places(),
+            &hash,
+            user.as_deref(),
+        )
+    })
+    .await?;
     let d = crate::mail::decode(&f.raw);
     let params = place_params(&p);
     let body = html! {
@@ -337,7 +350,7 @@ pub async fn search(
     let all = q.scope.as_deref() == Some("all");
     let res = match text.trim().is_empty() {
         true => None,
-        false => Some(reply::search(&st, &q).await),
+        false => Some(reply::search(&st, &q, &ctx).await),
     };
     let page = q.page.unwrap_or(1).max(1);
     let here = |n: usize| {

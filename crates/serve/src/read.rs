@@ -54,28 +54,53 @@ pub fn check_snapshot_id(id: &str) -> Result<()> {
     }
 }
 
-/// Every snapshot, newest first.
-pub fn snapshots(repo: &Repository) -> Result<Vec<SnapRow>> {
+/// Every snapshot, newest first; for a mail user (`user`), only those that hold their
+/// account, counted as that account alone (its root tree read).
+pub fn snapshots(repo: &Repository, user: Option<&str>) -> Result<Vec<SnapRow>> {
     let mut list = repo.snapshots()?.list;
     list.sort_by_key(|s| std::cmp::Reverse((s.time, s.time_nanos)));
-    Ok(list.iter().map(SnapRow::of).collect())
+    let rows = list.iter().map(|s| row_for(repo, s, user));
+    rows.filter_map(Result::transpose).collect()
 }
 
-/// Snapshot `id` (a unique prefix).
-pub fn snapshot(repo: &Repository, id: &str) -> Result<SnapRow> {
+/// Snapshot `id` (a unique prefix), as [`snapshots`] shows it to `user`.
+pub fn snapshot(repo: &Repository, id: &str, user: Option<&str>) -> Result<SnapRow> {
     check_snapshot_id(id)?;
-    Ok(SnapRow::of(&repo.find_snapshot(&id.to_ascii_lowercase())?))
+    let s = repo.find_snapshot(&id.to_ascii_lowercase())?;
+    row_for(repo, &s, user)?.ok_or_else(|| Error::NotFound(format!("no snapshot {id}")))
+}
+
+/// The row of snapshot `s` for `user` (`None`: the admin, who sees it whole); `None` when
+/// it does not hold the user's account.
+fn row_for(
+    repo: &Repository,
+    s: &mailvault_core::repo::snapshot::Snapshot,
+    user: Option<&str>,
+) -> Result<Option<SnapRow>> {
+    let mut row = SnapRow::of(s);
+    let Some(user) = user else {
+        return Ok(Some(row));
+    };
+    let root: RootTree = repo.read_tree(&s.root)?;
+    let Some(a) = root.accounts.iter().find(|a| a.name == user) else {
+        return Ok(None);
+    };
+    (row.accounts, row.messages, row.bytes) = (1, a.messages, a.bytes);
+    Ok(Some(row))
 }
 
 fn no_messages(_: MessageInfo) -> Result<()> {
     Ok(())
 }
 
-/// The accounts of snapshot `id`.
-pub fn accounts(repo: &Repository, id: &str) -> Result<Vec<AccountInfo>> {
+/// The accounts of snapshot `id` that `user` may see (a mail user: their own).
+pub fn accounts(repo: &Repository, id: &str, user: Option<&str>) -> Result<Vec<AccountInfo>> {
     check_snapshot_id(id)?;
     match ls(repo, id, None, None, &mut no_messages)? {
-        Listing::Accounts(v) => Ok(v),
+        Listing::Accounts(mut v) => {
+            v.retain(|a| user.is_none_or(|u| a.name == u));
+            Ok(v)
+        }
         _ => Err(Error::Internal("ls: no accounts listed".into())),
     }
 }
@@ -348,13 +373,22 @@ pub struct Holder {
 }
 
 /// The snapshots that hold content `hash`, as runs per folder (from the places map the
-/// server's searcher holds open).
-pub fn holders(repo: &Repository, places: &Places, hash: &Id) -> Result<Vec<Holder>> {
+/// server's searcher holds open); for a mail user (`user`), in their account only (the
+/// same message delivered to others is not told).
+pub fn holders(
+    repo: &Repository,
+    places: &Places,
+    hash: &Id,
+    user: Option<&str>,
+) -> Result<Vec<Holder>> {
     let view = places.view(repo, &Scope::All)?;
     let mut out: Vec<Holder> = (places.records_of(hash))
         .filter_map(|r| {
             let (a, b) = places.span(&view, r)?;
             let fk = &places.folders[places.folder(r) as usize];
+            if user.is_some_and(|u| u != fk.account) {
+                return None;
+            }
             let (first, last) = (&view.snapshots[a as usize], &view.snapshots[b as usize]);
             Some(Holder {
                 account: fk.account.clone(),

@@ -157,10 +157,12 @@ pub const SEARCH_PAGE: usize = 50;
 /// Queries longer than this are refused.
 const MAX_QUERY: usize = 2000;
 
-/// Runs search `q` on the searcher held open, on a blocking thread.
+/// Runs search `q` on the searcher held open, on a blocking thread; a mail user's
+/// session searches their own account only (whatever `account:` the query names).
 pub async fn search(
     st: &crate::state::AppState,
     q: &SearchQ,
+    ctx: &Ctx,
 ) -> Result<mailvault_core::search::exec::SearchResult, Failure> {
     use mailvault_core::search::exec::SearchOptions;
     use mailvault_core::search::places::Scope;
@@ -178,7 +180,7 @@ pub async fn search(
             Some("all") => Scope::All,
             _ => Scope::Latest,
         },
-        accounts: Vec::new(),
+        accounts: ctx.session.user.iter().cloned().collect(),
         folders: Vec::new(),
         offset: q.page.unwrap_or(1).clamp(1, 10_000).saturating_sub(1) * SEARCH_PAGE,
         limit: SEARCH_PAGE,
@@ -272,11 +274,52 @@ pub fn file_download(c: crate::home::Content) -> Response {
     )
 }
 
+/// Parameters that may name an account: every query type says which (or none), so that
+/// [`Params`] refuses a mail user's request for another's account before any handler
+/// runs; one without an account is filtered by its handler (snapshots, search).
+pub trait Scoped {
+    /// The account these parameters name, if any.
+    fn account(&self) -> Option<&str>;
+}
+
+impl Scoped for SnapQ {
+    fn account(&self) -> Option<&str> {
+        None
+    }
+}
+impl Scoped for SearchQ {
+    fn account(&self) -> Option<&str> {
+        None
+    }
+}
+impl Scoped for AccountQ {
+    fn account(&self) -> Option<&str> {
+        Some(&self.account)
+    }
+}
+impl Scoped for FolderQ {
+    fn account(&self) -> Option<&str> {
+        Some(&self.account)
+    }
+}
+impl Scoped for FileQ {
+    fn account(&self) -> Option<&str> {
+        Some(&self.account)
+    }
+}
+impl Scoped for crate::read::Place {
+    fn account(&self) -> Option<&str> {
+        Some(&self.account)
+    }
+}
+
 /// A query string's parameters, as `axum::extract::Query` reads them, but refused with
-/// this server's failures: `400` as a page, or as JSON under `/api/`.
+/// this server's failures: `400` as a page, or as JSON under `/api/`; and `404` when they
+/// name an account the session may not see (a mail user asking for another's: answered
+/// as an account that does not exist, so that its existence is not told either).
 pub struct Params<T>(pub T);
 
-impl<S: Send + Sync, T: serde::de::DeserializeOwned> axum::extract::FromRequestParts<S>
+impl<S: Send + Sync, T: serde::de::DeserializeOwned + Scoped> axum::extract::FromRequestParts<S>
     for Params<T>
 {
     type Rejection = Response;
@@ -285,13 +328,25 @@ impl<S: Send + Sync, T: serde::de::DeserializeOwned> axum::extract::FromRequestP
         parts: &mut axum::http::request::Parts,
         _state: &S,
     ) -> Result<Self, Self::Rejection> {
+        let api = parts.uri.path().starts_with("/api/");
+        let answer = |f: Failure| match api {
+            true => f.json(),
+            false => f.page(),
+        };
         let query = parts.uri.query().unwrap_or_default();
-        serde_urlencoded::from_str(query).map(Params).map_err(|e| {
-            let f = Failure::new(StatusCode::BAD_REQUEST, format!("bad parameters: {e}"));
-            match parts.uri.path().starts_with("/api/") {
-                true => f.json(),
-                false => f.page(),
+        let p: T = serde_urlencoded::from_str(query).map_err(|e| {
+            answer(Failure::new(
+                StatusCode::BAD_REQUEST,
+                format!("bad parameters: {e}"),
+            ))
+        })?;
+        let session = parts.extensions.get::<Ctx>().map(|c| &c.session);
+        if let Some(account) = p.account() {
+            if !session.is_some_and(|s| s.may_see(account)) {
+                let text = format!("no account {account:?}");
+                return Err(answer(Failure::new(StatusCode::NOT_FOUND, text)));
             }
-        })
+        }
+        Ok(Params(p))
     }
 }

@@ -132,10 +132,71 @@ enum Login {
     Ok(String, String),
     Wrong,
     Limited,
+    /// The password could not be checked (the IMAP server is down): not counted.
+    Unchecked,
 }
 
-fn try_login(st: &AppState, ip: IpAddr, token: &str) -> Login {
+/// A login: the admin's (its token, no user name, or the user name `admin` a password
+/// manager fills in), or a mail user's (`--user-auth`: their name and mail password).
+#[derive(serde::Deserialize)]
+pub struct LoginForm {
+    #[serde(default)]
+    user: Option<String>,
+    /// The admin token, or the mail user's password.
+    #[serde(default, alias = "password")]
+    token: String,
+}
+
+impl LoginForm {
+    /// The mail user this login is for; `None`: the admin.
+    fn mail_user(&self) -> Option<&str> {
+        self.user
+            .as_deref()
+            .map(str::trim)
+            .filter(|u| !u.is_empty() && *u != "admin")
+    }
+}
+
+async fn try_login(st: &AppState, ip: IpAddr, f: LoginForm) -> Login {
     let now = Instant::now();
+    let Some(user) = f.mail_user().map(str::to_string) else {
+        return admin_login(st, ip, &f.token, now);
+    };
+    {
+        // Counted before the check, taken back if it works (`LoginLimiter::refund`).
+        let mut limiter = st.limiter();
+        if !limiter.allowed(ip, now) {
+            return Login::Limited;
+        }
+        limiter.failed(ip, now);
+    }
+    let Some(auth) = st.0.users.clone() else {
+        return Login::Wrong;
+    };
+    let password = zeroize::Zeroizing::new(f.token);
+    let name = user.clone();
+    let checked = tokio::task::spawn_blocking(move || auth.check(&name, password.as_bytes())).await;
+    match checked {
+        Ok(Ok(true)) => {
+            st.limiter().refund(ip);
+            let (id, s) = st.sessions().create(Instant::now(), Some(user));
+            tracing::info!("mail user login from {ip}");
+            Login::Ok(id, s.csrf)
+        }
+        Ok(Ok(false)) => {
+            tracing::warn!("failed mail user login from {ip}");
+            Login::Wrong
+        }
+        Ok(Err(e)) => {
+            st.limiter().refund(ip);
+            tracing::error!("a mail user's password could not be checked: {e}");
+            Login::Unchecked
+        }
+        Err(_) => Login::Unchecked,
+    }
+}
+
+fn admin_login(st: &AppState, ip: IpAddr, token: &str, now: Instant) -> Login {
     // One guard for the check and the count: concurrent attempts cannot slip past the
     // limit between them.
     let mut limiter = st.limiter();
@@ -150,14 +211,16 @@ fn try_login(st: &AppState, ip: IpAddr, token: &str) -> Login {
     }
     limiter.succeeded(ip);
     drop(limiter);
-    let (id, s) = st.sessions().create(now);
+    let (id, s) = st.sessions().create(now, None);
     tracing::info!("admin login from {ip}");
     Login::Ok(id, s.csrf)
 }
 
-#[derive(serde::Deserialize)]
-pub struct LoginForm {
-    token: String,
+fn unchecked() -> Failure {
+    Failure::new(
+        StatusCode::SERVICE_UNAVAILABLE,
+        "the password cannot be checked now: try again later",
+    )
 }
 
 fn limited() -> Failure {
@@ -183,7 +246,8 @@ async fn login_form(
     ConnectInfo(peer): ConnectInfo<SocketAddr>,
     axum::Form(f): axum::Form<LoginForm>,
 ) -> Response {
-    match try_login(&st, peer.ip(), &f.token) {
+    let users = st.0.users.is_some();
+    match try_login(&st, peer.ip(), f).await {
         Login::Ok(id, _) => {
             let mut r = redirect(StatusCode::SEE_OTHER, "/");
             r.headers_mut().insert(SET_COOKIE, session_cookie(&st, &id));
@@ -191,10 +255,11 @@ async fn login_form(
         }
         Login::Wrong => (
             StatusCode::UNAUTHORIZED,
-            html::login_page(Some("wrong token")),
+            html::login_page(Some("wrong user name, password or token"), users),
         )
             .into_response(),
         Login::Limited => with_retry_after(limited().page()),
+        Login::Unchecked => unchecked().page(),
     }
 }
 
@@ -203,14 +268,19 @@ async fn login_api(
     ConnectInfo(peer): ConnectInfo<SocketAddr>,
     axum::Json(f): axum::Json<LoginForm>,
 ) -> Response {
-    match try_login(&st, peer.ip(), &f.token) {
+    match try_login(&st, peer.ip(), f).await {
         Login::Ok(id, csrf) => {
             let mut r = axum::Json(serde_json::json!({ "csrf_token": csrf })).into_response();
             r.headers_mut().insert(SET_COOKIE, session_cookie(&st, &id));
             r
         }
-        Login::Wrong => Failure::new(StatusCode::UNAUTHORIZED, "wrong token").json(),
+        Login::Wrong => Failure::new(
+            StatusCode::UNAUTHORIZED,
+            "wrong user name, password or token",
+        )
+        .json(),
         Login::Limited => with_retry_after(limited().json()),
+        Login::Unchecked => unchecked().json(),
     }
 }
 

@@ -85,6 +85,9 @@ pub struct Inner {
     opening: Mutex<()>,
     fresh: Freshness,
     pub token: AdminToken,
+    /// Where mail users' passwords are checked (`--user-auth`); `None`: the admin alone
+    /// logs in.
+    pub users: Option<crate::users::UserAuth>,
     pub sessions: Mutex<Sessions>,
     pub limiter: Mutex<LoginLimiter>,
     pub page_size: usize,
@@ -106,7 +109,7 @@ impl AppState {
     pub fn new(
         live: Live,
         fresh: Freshness,
-        token: AdminToken,
+        (token, users): (AdminToken, Option<crate::users::UserAuth>),
         page_size: usize,
         cache: PathBuf,
         secure: bool,
@@ -121,6 +124,7 @@ impl AppState {
             opening: Mutex::new(()),
             fresh,
             token,
+            users,
             sessions: Mutex::new(Sessions::default()),
             limiter: Mutex::new(LoginLimiter::default()),
             page_size: page_size.clamp(1, 1000),

@@ -19,7 +19,8 @@ pub struct Args {
     pub listen: SocketAddr,
     /// Also serve a read-only IMAP view of the backups on this address and port (port 0:
     /// any free port, printed as `listening on imap://ADDR`). Log in as `ACCOUNT*admin`
-    /// with the admin token as the password. Only loopback without --insecure-listen
+    /// with the admin token as the password, or (--user-auth) as a mail user with their
+    /// own password. Only loopback without --insecure-listen
     /// (no TLS yet). See docs/imap-view.md.
     #[arg(long, value_name = "ADDR")]
     pub imap: Option<SocketAddr>,
@@ -27,6 +28,13 @@ pub struct Args {
     /// refused), e.g. made with `openssl rand -hex 32`.
     #[arg(long, env = "MAILVAULT_ADMIN_TOKEN_FILE", value_name = "FILE")]
     pub admin_token_file: PathBuf,
+    /// Let mail users log in with their mail address and mail password, each seeing only
+    /// their own account (web UI and IMAP view): checked by a LOGIN on the live server
+    /// (`imap://HOST[:PORT]`, STARTTLS unless on loopback; `imaps://HOST[:PORT]`) or in a
+    /// Dovecot passwd-file (`passwd-file:PATH`: SHA512-CRYPT, SHA256-CRYPT, BLF-CRYPT,
+    /// ARGON2I/ARGON2ID, PLAIN). See docs/web.md.
+    #[arg(long, value_name = "SPEC", value_parser = mailvault_serve::users::UserAuth::parse)]
+    pub user_auth: Option<mailvault_serve::users::UserAuth>,
     /// Listen on a non-loopback address without TLS: session cookies and the token then
     /// cross the network in clear text.
     #[arg(long)]
@@ -78,7 +86,7 @@ pub fn run(g: &GlobalOpts, a: Args) -> Result<Outcome> {
         .filter(|i| a.insecure_listen && !i.ip().is_loopback())
     {
         eprintln!(
-            "warning: IMAP on {imap} without TLS: the admin token crosses the network in clear text"
+            "warning: IMAP on {imap} without TLS: the admin token and mail passwords cross the network in clear text"
         );
     }
     let r = repo::open(g)?;
@@ -89,6 +97,7 @@ pub fn run(g: &GlobalOpts, a: Args) -> Result<Outcome> {
         insecure_listen: a.insecure_listen,
         tls: tls.clone(),
         admin_token: token,
+        user_auth: a.user_auth,
         search_cache: cache.path().to_path_buf(),
         page_size: a.page_size,
         recheck: a.recheck,

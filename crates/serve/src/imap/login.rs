@@ -1,5 +1,6 @@
 //! Logins: the admin token as the password of `ACCOUNT*admin` opens ACCOUNT (as
-//! Dovecot's master users do). Failures are counted by the web side's [`LoginLimiter`]
+//! Dovecot's master users do); with `--user-auth`, a mail user's own name and mail
+//! password open their own account ([`crate::users`]), nothing else. Failures are counted by the web side's [`LoginLimiter`]
 //! (shared: five a minute per address, then every try is refused for the rest of the
 //! minute) and answered after [`FAIL_DELAY`]. Passwords are never logged; the user name
 //! is not either.
@@ -23,7 +24,8 @@ pub enum Login {
     Failed(String),
 }
 
-const FAILED: &str = "authentication failed: log in as ACCOUNT*admin with the admin token";
+const FAILED: &str = "authentication failed: log in with your mail address and password, \
+                      or as ACCOUNT*admin with the admin token";
 
 /// The account an admin's user name names (`alice@example.org*admin`).
 pub fn admin_account(user: &[u8]) -> Option<&str> {
@@ -33,32 +35,60 @@ pub fn admin_account(user: &[u8]) -> Option<&str> {
     plain.then_some(account)
 }
 
-/// Checks a login from `ip`.
+/// Checks a login from `ip` (blocking: a mail user's password may be checked on the
+/// IMAP server).
 pub fn check(st: &AppState, ip: IpAddr, user: &[u8], pass: &[u8]) -> Login {
-    if !st.limiter().allowed(ip, Instant::now()) {
-        return Login::Failed("too many failed logins from this address: wait a minute".into());
+    let now = Instant::now();
+    {
+        // Counted before the check (which may take a round trip), taken back when the
+        // login works: tries made meanwhile cannot slip past the limit.
+        let mut limiter = st.limiter();
+        if !limiter.allowed(ip, now) {
+            return Login::Failed("too many failed logins from this address: wait a minute".into());
+        }
+        limiter.failed(ip, now);
     }
-    let token_ok = st.0.token.matches(pass);
-    let account = admin_account(user);
-    let found = match (token_ok, account) {
-        (true, Some(a)) => match st.live() {
-            Ok(live) => match View::build(live.repo(), a) {
-                Ok(Some(v)) => Some((v, live)),
-                Ok(None) => None,
-                Err(e) => return Login::Failed(format!("cannot read the repository: {e}")),
-            },
+    let account = match admin_account(user) {
+        Some(a) => st.0.token.matches(pass).then_some(a.to_string()),
+        None => mail_user(st, user, pass),
+    };
+    let Some(account) = account else {
+        return Login::Failed(FAILED.into());
+    };
+    let found = match st.live() {
+        Ok(live) => match View::build(live.repo(), &account) {
+            Ok(Some(v)) => Some((v, live)),
+            Ok(None) => None,
             Err(e) => return Login::Failed(format!("cannot read the repository: {e}")),
         },
-        _ => None,
+        Err(e) => return Login::Failed(format!("cannot read the repository: {e}")),
     };
     match found {
         Some((v, live)) => {
-            st.limiter().succeeded(ip);
+            // The admin's success clears the count, as on the web side; a mail user's
+            // takes back only its own try (`LoginLimiter::refund`).
+            match admin_account(user) {
+                Some(_) => st.limiter().succeeded(ip),
+                None => st.limiter().refund(ip),
+            }
             Login::Ok(v, live)
         }
-        None => {
-            st.limiter().failed(ip, Instant::now());
-            Login::Failed(FAILED.into())
+        None => Login::Failed(FAILED.into()),
+    }
+}
+
+/// The account of mail user `user` when `pass` is their password (`--user-auth`);
+/// `None` without `--user-auth`, for a wrong password, or when it cannot be checked (said
+/// in the log).
+fn mail_user(st: &AppState, user: &[u8], pass: &[u8]) -> Option<String> {
+    let auth = st.0.users.as_ref()?;
+    let user = std::str::from_utf8(user).ok()?;
+    match auth.check(user, pass) {
+        Ok(true) => Some(user.to_string()),
+        Ok(false) => None,
+        Err(e) => {
+            tracing::error!("a mail user's password could not be checked: {e}");
+            None
         }
     }
 }
