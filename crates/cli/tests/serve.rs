@@ -740,7 +740,45 @@ fn https_with_the_given_certificate_sends_secure_cookies_and_hsts() {
         "{err}"
     );
     fs::set_permissions(&key, fs::Permissions::from_mode(0o600)).unwrap();
-    let s = start(&e, &["--tls-cert", cert_s, "--tls-key", key_s]);
+    let s = start(
+        &e,
+        &[
+            "--tls-cert",
+            cert_s,
+            "--tls-key",
+            key_s,
+            "--imaps",
+            "127.0.0.1:0",
+        ],
+    );
+    // The IMAP view over TLS (IMAPS): Python's imaplib, trusting that certificate alone,
+    // logs in and lists the account; a client speaking plain IMAP there gets no greeting.
+    let script = r#"
+import imaplib, ssl, sys
+ctx = ssl.create_default_context(cafile=sys.argv[2])
+m = imaplib.IMAP4_SSL("127.0.0.1", int(sys.argv[1]), ssl_context=ctx)
+m.login('"alice@example.org*admin"', sys.argv[3])
+typ, boxes = m.list()
+print(typ, b" ".join(boxes).decode())
+m.logout()
+try:
+    imaplib.IMAP4("127.0.0.1", int(sys.argv[1]), timeout=5)
+    print("plain: greeted")
+except Exception as e:
+    print("plain: refused")
+"#;
+    let port = s.imaps_port.to_string();
+    let out = std::process::Command::new("python3")
+        .args(["-c", script, &port, cert_s, TOKEN])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && text.starts_with("OK ") && text.contains("INBOX"),
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(text.contains("plain: refused"), "{text}");
     assert!(s.base.starts_with("https://127.0.0.1:"), "{}", s.base);
     // The login page, over TLS, with HSTS.
     let (ok, page) = curl(&["--cacert", cert_s, &s.url("/login")]);

@@ -39,6 +39,9 @@ pub struct ServeOptions {
     pub listen: SocketAddr,
     /// Where the read-only IMAP view listens, if it does (`--imap`).
     pub imap: Option<SocketAddr>,
+    /// Where the IMAP view listens over TLS from the first byte (`--imaps`, port 993's
+    /// way), with `tls`'s certificate.
+    pub imaps: Option<SocketAddr>,
     /// Listen on an address other than loopback without TLS.
     pub insecure_listen: bool,
     /// Serve HTTPS with this certificate and key.
@@ -74,6 +77,8 @@ pub enum Error {
     Tls { path: PathBuf, why: String },
     #[error("TLS: {0}")]
     TlsKey(token::TokenError),
+    #[error("--imaps needs a certificate: give --tls-cert and --tls-key")]
+    ImapsWithoutTls,
     #[error("cannot listen on {addr}: {source}")]
     Listen {
         addr: SocketAddr,
@@ -93,23 +98,35 @@ pub fn check_listen(addr: SocketAddr, insecure_listen: bool, tls: bool) -> Resul
     }
 }
 
-/// Serves `repo` until SIGINT or SIGTERM. `ready` is told the addresses bound (HTTP, and
-/// IMAP when `opts.imap` is given; with port 0, the ones the system chose) once the server
-/// accepts connections. `reopen` opens the
+/// The addresses `serve` listens on (with port 0, the ones the system chose).
+#[derive(Clone, Copy, Debug)]
+pub struct Bound {
+    pub http: SocketAddr,
+    pub imap: Option<SocketAddr>,
+    pub imaps: Option<SocketAddr>,
+}
+
+/// Serves `repo` until SIGINT or SIGTERM. `ready` is told the addresses bound once the
+/// server accepts connections. `reopen` opens the
 /// repository again when it changed (a backup, `index`, a prune) or after it was closed
 /// for being idle (see `state`).
 pub fn serve(
     repo: Repository,
     reopen: Reopen,
     opts: ServeOptions,
-    ready: impl FnOnce(SocketAddr, Option<SocketAddr>),
+    ready: impl FnOnce(Bound),
 ) -> Result<(), Error> {
     check_listen(opts.listen, opts.insecure_listen, opts.tls.is_some())?;
     if let Some(a) = opts.imap {
-        // The IMAP view has no TLS yet: only loopback, unless told otherwise.
+        // Plain IMAP (no STARTTLS yet): only loopback, unless told otherwise.
         check_listen(a, opts.insecure_listen, false)?;
     }
     let acceptor = opts.tls.as_ref().map(tls::acceptor).transpose()?;
+    let imaps_acceptor = match (opts.imaps, &opts.tls) {
+        (None, _) => None,
+        (Some(_), Some(files)) => Some(tls::acceptor_for(files, b"imap")?),
+        (Some(_), None) => return Err(Error::ImapsWithoutTls),
+    };
     let live = state::Live::open(repo, &opts.search_cache)?;
     let fresh = state::Freshness {
         reopen,
@@ -133,17 +150,26 @@ pub fn serve(
                 addr: opts.listen,
                 source,
             })?;
-        let imap = match opts.imap {
-            Some(addr) => Some(
-                (tokio::net::TcpListener::bind(addr).await)
-                    .map_err(|source| Error::Listen { addr, source })?,
-            ),
-            None => None,
+        let bind = |addr: Option<SocketAddr>| async move {
+            match addr {
+                Some(addr) => (tokio::net::TcpListener::bind(addr).await)
+                    .map(Some)
+                    .map_err(|source| Error::Listen { addr, source }),
+                None => Ok(None),
+            }
         };
-        let imap_addr = imap.as_ref().map(|l| l.local_addr()).transpose()?;
-        ready(listener.local_addr()?, imap_addr);
+        let (imap, imaps) = (bind(opts.imap).await?, bind(opts.imaps).await?);
+        let addr = |l: &Option<tokio::net::TcpListener>| l.as_ref().map(|l| l.local_addr());
+        ready(Bound {
+            http: listener.local_addr()?,
+            imap: addr(&imap).transpose()?,
+            imaps: addr(&imaps).transpose()?,
+        });
         if let Some(l) = imap {
-            tokio::spawn(imap::run(l, state.clone()));
+            tokio::spawn(imap::run(l, state.clone(), None));
+        }
+        if let Some(l) = imaps {
+            tokio::spawn(imap::run(l, state.clone(), imaps_acceptor));
         }
         tokio::spawn(close_when_idle(state.clone()));
         let app = routes::router(state).into_make_service_with_connect_info::<SocketAddr>();

@@ -20,7 +20,7 @@ use tokio_rustls::server::TlsStream;
 use tokio_rustls::TlsAcceptor;
 
 /// A handshake that takes longer is dropped.
-const HANDSHAKE_TIME: Duration = Duration::from_secs(10);
+pub const HANDSHAKE_TIME: Duration = Duration::from_secs(10);
 /// Handshaken connections waiting for the server to take them.
 const WAITING: usize = 64;
 
@@ -31,9 +31,15 @@ pub struct TlsFiles {
     pub key: PathBuf,
 }
 
-/// Reads the files into a server configuration: the key's mode checked first, then both
-/// parsed; every failure names its file.
+/// Reads the files into an HTTPS server's acceptor (ALPN `http/1.1`): see [`acceptor_for`].
 pub fn acceptor(files: &TlsFiles) -> Result<TlsAcceptor, Error> {
+    acceptor_for(files, b"http/1.1")
+}
+
+/// Reads the files into a server configuration whose ALPN protocol is `alpn` (`http/1.1`,
+/// or `imap` for the IMAP view's `--imaps`, RFC 7301's registry): the key's mode checked
+/// first, then both parsed; every failure names its file.
+pub fn acceptor_for(files: &TlsFiles, alpn: &[u8]) -> Result<TlsAcceptor, Error> {
     let bad = |path: &Path, why: String| Error::Tls {
         path: path.to_path_buf(),
         why,
@@ -54,7 +60,7 @@ pub fn acceptor(files: &TlsFiles) -> Result<TlsAcceptor, Error> {
         .with_no_client_auth()
         .with_single_cert(certs, key)
         .map_err(|e| bad(&files.key, format!("does not go with the certificate: {e}")))?;
-    config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    config.alpn_protocols = vec![alpn.to_vec()];
     Ok(TlsAcceptor::from(Arc::new(config)))
 }
 

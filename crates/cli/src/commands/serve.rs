@@ -20,10 +20,15 @@ pub struct Args {
     /// Also serve a read-only IMAP view of the backups on this address and port (port 0:
     /// any free port, printed as `listening on imap://ADDR`). Log in as `ACCOUNT*admin`
     /// with the admin token as the password, or (--user-auth) as a mail user with their
-    /// own password. Only loopback without --insecure-listen
-    /// (no TLS yet). See docs/imap-view.md.
+    /// own password. Only loopback without --insecure-listen (plain IMAP: see --imaps).
+    /// See docs/imap-view.md.
     #[arg(long, value_name = "ADDR")]
     pub imap: Option<SocketAddr>,
+    /// Also serve the IMAP view over TLS from the first byte (IMAPS, as port 993) on this
+    /// address and port, with the certificate of --tls-cert and --tls-key (needed); any
+    /// address (printed as `listening on imaps://ADDR`).
+    #[arg(long, value_name = "ADDR", requires = "tls_cert")]
+    pub imaps: Option<SocketAddr>,
     /// File holding the admin token (at least 16 characters; mode 0600 or 0400, else
     /// refused), e.g. made with `openssl rand -hex 32`.
     #[arg(long, env = "MAILVAULT_ADMIN_TOKEN_FILE", value_name = "FILE")]
@@ -72,7 +77,7 @@ pub fn run(g: &GlobalOpts, a: Args) -> Result<Outcome> {
     }
     mailvault_serve::check_listen(a.listen, a.insecure_listen, tls.is_some())?;
     if let Some(imap) = a.imap {
-        // The IMAP view has no TLS yet.
+        // Plain IMAP (no STARTTLS): --imaps is the way across a network.
         mailvault_serve::check_listen(imap, a.insecure_listen, false)?;
     }
     if a.insecure_listen && tls.is_none() && !a.listen.ip().is_loopback() {
@@ -94,6 +99,7 @@ pub fn run(g: &GlobalOpts, a: Args) -> Result<Outcome> {
     let opts = mailvault_serve::ServeOptions {
         listen: a.listen,
         imap: a.imap,
+        imaps: a.imaps,
         insecure_listen: a.insecure_listen,
         tls: tls.clone(),
         admin_token: token,
@@ -114,12 +120,15 @@ pub fn run(g: &GlobalOpts, a: Args) -> Result<Outcome> {
         });
         Ok(r)
     });
-    mailvault_serve::serve(r, reopen, opts, |addr, imap| {
+    mailvault_serve::serve(r, reopen, opts, |bound| {
         let mut out = std::io::stdout().lock();
         let scheme = if tls.is_some() { "https" } else { "http" };
-        let _ = writeln!(out, "listening on {scheme}://{addr}");
-        if let Some(imap) = imap {
+        let _ = writeln!(out, "listening on {scheme}://{}", bound.http);
+        if let Some(imap) = bound.imap {
             let _ = writeln!(out, "listening on imap://{imap}");
+        }
+        if let Some(imaps) = bound.imaps {
+            let _ = writeln!(out, "listening on imaps://{imaps}");
         }
         let _ = out.flush();
     })

@@ -73,6 +73,8 @@ pub struct Server {
     pub base: String,
     /// The IMAP view's port (`--imap`), else 0.
     pub imap_port: u16,
+    /// The IMAP view's port over TLS (`--imaps`), else 0.
+    pub imaps_port: u16,
     pub http: Client,
 }
 
@@ -100,7 +102,10 @@ pub fn start(e: &Env, extra: &[&str]) -> Server {
         .spawn()
         .unwrap();
     // The lines it prints once it listens: the web address, then the IMAP view's.
-    let lines = if extra.contains(&"--imap") { 2 } else { 1 };
+    let lines = 1 + extra
+        .iter()
+        .filter(|a| ["--imap", "--imaps"].contains(a))
+        .count();
     let out = child.stdout.take().unwrap();
     let (tx, rx) = std::sync::mpsc::channel();
     std::thread::spawn(move || {
@@ -111,17 +116,20 @@ pub fn start(e: &Env, extra: &[&str]) -> Server {
             let _ = tx.send(line);
         }
     });
-    let (mut base, mut imap_port) = (None, None);
+    let (mut base, mut imap_port, mut imaps_port) = (None, None, None);
     for _ in 0..lines {
         let line = (rx.recv_timeout(std::time::Duration::from_secs(60))).unwrap_or_default();
         let line = line.trim();
         if let Some(a) = line.strip_prefix("listening on imap://") {
             imap_port = a.rsplit(':').next().and_then(|p| p.parse().ok());
+        } else if let Some(a) = line.strip_prefix("listening on imaps://") {
+            imaps_port = a.rsplit(':').next().and_then(|p| p.parse().ok());
         } else if let Some(b) = line.strip_prefix("listening on ") {
             base = Some(b.to_string());
         }
     }
-    let imap_missing = lines == 2 && imap_port.is_none();
+    let imap_missing = (extra.contains(&"--imap") && imap_port.is_none())
+        || (extra.contains(&"--imaps") && imaps_port.is_none());
     let Some(base) = base.filter(|_| !imap_missing) else {
         let _ = child.kill();
         panic!(
@@ -137,6 +145,7 @@ pub fn start(e: &Env, extra: &[&str]) -> Server {
     Server {
         base,
         imap_port: imap_port.unwrap_or(0),
+        imaps_port: imaps_port.unwrap_or(0),
         child,
         http,
     }

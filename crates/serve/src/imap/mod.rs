@@ -29,15 +29,17 @@ use imap_next::stream::{self, Stream};
 use session::{status, Answer, Kind, Out, Session};
 use std::net::SocketAddr;
 use std::time::Duration;
-use tokio::net::{TcpListener, TcpStream};
+use tokio::net::TcpListener;
 
 /// A session that sends nothing for this long is logged out (RFC 3501: at least 30 min).
 const AUTOLOGOUT: Duration = Duration::from_secs(30 * 60);
 /// The longest command or literal taken: nothing the view answers needs more.
 const MAX_LITERAL: u32 = 64 * 1024;
 
-/// Accepts IMAP connections on `listener` until the runtime stops.
-pub async fn run(listener: TcpListener, st: AppState) {
+/// Accepts IMAP connections on `listener` until the runtime stops; with `tls`, each
+/// over TLS from its first byte (`--imaps`), the handshake on the connection's own task
+/// and within [`crate::tls::HANDSHAKE_TIME`].
+pub async fn run(listener: TcpListener, st: AppState, tls: Option<tokio_rustls::TlsAcceptor>) {
     loop {
         let (tcp, peer) = match listener.accept().await {
             Ok(x) => x,
@@ -47,7 +49,21 @@ pub async fn run(listener: TcpListener, st: AppState) {
                 continue;
             }
         };
-        tokio::spawn(connection(tcp, peer, st.clone()));
+        let (st, tls) = (st.clone(), tls.clone());
+        tokio::spawn(async move {
+            let stream = match tls {
+                None => Stream::insecure(tcp),
+                Some(acceptor) => {
+                    let shake = acceptor.accept(tcp);
+                    match tokio::time::timeout(crate::tls::HANDSHAKE_TIME, shake).await {
+                        Ok(Ok(s)) => Stream::tls(tokio_rustls::TlsStream::Server(s)),
+                        Ok(Err(e)) => return tracing::debug!("imaps: handshake with {peer}: {e}"),
+                        Err(_) => return tracing::debug!("imaps: handshake with {peer} timed out"),
+                    }
+                }
+            };
+            connection(stream, peer, st).await
+        });
     }
 }
 
@@ -81,9 +97,8 @@ enum Next {
 
 /// One connection: the greeting, then commands until LOGOUT, a closed socket or
 /// [`AUTOLOGOUT`].
-async fn connection(tcp: TcpStream, peer: SocketAddr, st: AppState) {
+async fn connection(mut stream: Stream, peer: SocketAddr, st: AppState) {
     let Some(greeting) = greeting() else { return };
-    let mut stream = Stream::insecure(tcp);
     let mut server = Server::new(options(), greeting);
     let mut conn = Conn {
         session: Some(Session::new(st, peer.ip())),
