@@ -258,7 +258,8 @@ fn mbsync_pulls_the_latest_view_with_every_message_and_flag() {
     let got = maildir_messages(&got_dirs, without_tuid);
     assert_eq!(got, want, "the pulled Maildir differs from the source");
     assert_eq!(want.values().map(Vec::len).sum::<usize>(), 7);
-    // The folder set: exactly the three folders (no other account's, no snapshot's).
+    // The folder set: exactly the three folders (no other account's, no snapshot's), and
+    // the mailbox of deleted messages (empty: nothing was deleted).
     let mut pulled = Vec::new();
     for d in common::named(&out, "") {
         if d.join("cur").is_dir() {
@@ -266,7 +267,7 @@ fn mbsync_pulls_the_latest_view_with_every_message_and_flag() {
         }
     }
     pulled.sort();
-    assert_eq!(pulled, ["Archive", "Archive/2023", "INBOX"]);
+    assert_eq!(pulled, ["Archive", "Archive/2023", "Deleted", "INBOX"]);
 }
 
 /// Runs probe.py against the server; its JSON.
@@ -625,5 +626,69 @@ fn an_idle_session_lets_a_prune_run_and_sees_a_later_backup() {
         fetch.len(),
         5,
         "the selected mailbox keeps what it was opened with"
+    );
+}
+
+/// Issue 29: the `Deleted` mailbox holds what older snapshots held that the latest no
+/// longer holds: a message alice deleted is there with its flags and text, one she moved
+/// to another folder is not (matched by content, as `undelete` does), and the folders of
+/// the latest view no longer have the deleted one. LSUB gives the latest folders her
+/// Dovecot `subscriptions` names, and every mailbox of the backups.
+#[test]
+fn the_deleted_mailbox_holds_what_the_latest_snapshot_lost() {
+    let e = repository();
+    let md = e.path("mail").join("example.org/alice/Maildir");
+    fs::remove_file(md.join("cur/1704189600.M2P1.host:2,RS")).unwrap();
+    fs::rename(
+        md.join(".Archive/cur/1700000000.M4P1.host:2,ST"),
+        md.join("cur/1700000000.M4P1.host:2,ST"),
+    )
+    .unwrap();
+    fs::write(md.join("subscriptions"), "V\t2\n\nArchive\n").unwrap();
+    common::at_rest();
+    e.ok(&["backup", &format!("maildir:{}", e.path("mail").display())]);
+    let s = start(&e);
+    let mut c = Line::open(s.imap_port);
+    let login = c.cmd("a", &format!("LOGIN \"{ACCOUNT}*admin\" \"{TOKEN}\""));
+    assert!(login.last().unwrap().starts_with("a OK"), "{login:?}");
+    let lsub = c.cmd("l", "LSUB \"\" \"*\"");
+    let listed = |name: &str| lsub.iter().any(|l| l.ends_with(&format!("\"/\" {name}")));
+    for name in ["INBOX", "Archive", "Deleted", "Snapshots"] {
+        assert!(listed(name), "{name}: {lsub:?}");
+    }
+    assert!(!listed("Archive/2023"), "not subscribed: {lsub:?}");
+    assert!(
+        lsub.iter().any(|l| l.ends_with("/Archive/2023\"")),
+        "a snapshot's: {lsub:?}"
+    );
+    let list = c.cmd("b", "LIST \"\" \"%\"");
+    assert!(
+        list.iter().any(|l| l.ends_with("\"/\" Deleted")),
+        "{list:?}"
+    );
+    let sel = c.cmd("c", "EXAMINE Deleted");
+    assert!(sel.iter().any(|l| l == "* 1 EXISTS"), "{sel:?}");
+    assert!(sel.last().unwrap().contains("READ-ONLY"), "{sel:?}");
+    let fetch = c.cmd("d", "FETCH 1 (FLAGS BODY.PEEK[])").join("\n");
+    assert!(
+        fetch.contains("\\Answered") && fetch.contains("\\Seen"),
+        "{fetch}"
+    );
+    assert!(
+        fetch.contains("lf only") && fetch.contains("line two"),
+        "{fetch}"
+    );
+    assert!(
+        !fetch.contains("archived"),
+        "a moved message is not deleted: {fetch}"
+    );
+    let sel = c.cmd("e", "EXAMINE INBOX");
+    assert!(sel.last().unwrap().starts_with("e OK"), "{sel:?}");
+    let inbox = c.cmd("f", "SEARCH SUBJECT \"lf only\"");
+    assert_eq!(inbox[0], "* SEARCH", "no longer in INBOX: {inbox:?}");
+    let moved = c.cmd("g", "SEARCH SUBJECT \"archived\"");
+    assert!(
+        moved[0].starts_with("* SEARCH ") && moved.len() == 2,
+        "moved into INBOX: {moved:?}"
     );
 }

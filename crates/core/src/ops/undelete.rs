@@ -212,6 +212,14 @@ pub fn find_deleted(repo: &Repository, opts: &DeletedOptions) -> Result<Deleted>
     Ok(out)
 }
 
+impl DeletedMessage {
+    /// The message's entry, as the newest snapshot that held it has it (its content ids,
+    /// flags and dates): what a reader fetches its bytes by.
+    pub fn entry(&self) -> &MessageEntry {
+        &self.entry
+    }
+}
+
 impl Deleted {
     /// Nothing found yet of `account` (as `latest` holds it, with its `owners`' names).
     fn against(latest: &Snapshot, account: AccountRef, owners: OwnerNames) -> Deleted {

@@ -339,6 +339,9 @@ impl Session {
         };
         let mut out = Vec::new();
         for b in &view.boxes {
+            if lsub && !b.subscribed {
+                continue;
+            }
             let hit = super::view::matches(&pattern, &b.name)
                 || (b.name == "INBOX"
                     && super::view::matches(&pattern.to_ascii_uppercase(), "INBOX"));

@@ -1,5 +1,6 @@
 //! What one logged-in account sees: its mailboxes (the folders of the latest snapshot that
-//! holds the account, then `Snapshots/<YYYY-MM-DD HH:MM>/<folder>` for every snapshot
+//! holds the account, `Deleted` (what older snapshots held that the latest no longer
+//! holds, in any folder), then `Snapshots/<YYYY-MM-DD HH:MM>/<folder>` for every snapshot
 //! that holds it) and, once one is opened, its messages with their UIDs.
 //!
 //! A client's mailbox name is only ever looked up in this enumerated list, never turned
@@ -26,6 +27,9 @@ use mailvault_imap::maildir_flags::{maildir_to_imap, KeywordTable};
 pub const DELIMITER: char = '/';
 /// The root of the snapshots' tree.
 pub const SNAPSHOTS: &str = "Snapshots";
+/// The mailbox of deleted messages; `Snapshots/Deleted` when the account has a folder of
+/// that name itself (never a snapshot's level, which is a date).
+pub const DELETED: &str = "Deleted";
 
 /// One mailbox of the view.
 #[derive(Clone, Debug)]
@@ -37,15 +41,21 @@ pub struct ViewBox {
     /// Its special-use attribute (`\Sent` ...), for the latest view's folders.
     pub special: Option<&'static str>,
     pub has_children: bool,
+    /// Listed by LSUB: a folder of the latest view its snapshot's `subscriptions` names
+    /// (every one when it has none), and every mailbox of the backups (`Deleted`,
+    /// `Snapshots/...`), so that a client showing subscribed folders alone shows them.
+    pub subscribed: bool,
 }
 
-/// A folder of a snapshot.
+/// Where a mailbox's messages are.
 #[derive(Clone, Debug)]
-pub struct Place {
-    /// The snapshot's full id (hex).
-    pub snapshot: String,
-    /// The folder's name in the snapshot ([`folder_name`]).
-    pub folder: String,
+pub enum Place {
+    /// A folder of a snapshot: the snapshot's full id (hex), the folder's name in it
+    /// ([`folder_name`]).
+    Folder { snapshot: String, folder: String },
+    /// The account's deleted messages ([`mailvault_core::ops::undelete::find_deleted`]
+    /// over every snapshot that holds it), found when the mailbox is opened.
+    Deleted,
 }
 
 /// The mailboxes of one account.
@@ -80,13 +90,29 @@ impl View {
         let Some((latest, _, latest_folders)) = held.last() else {
             return Ok(None);
         };
+        let subscribed = subscriptions(repo, latest_folders)?;
         let mut boxes: Vec<ViewBox> = Vec::new();
         for f in latest_folders {
             let name = folder_name(f).into_owned();
             let special =
                 mailvault_core::imap::names::special_use_for(&name).map(|s| s.attribute());
-            boxes.push(folder_box(name, latest, f, special));
+            let mut b = folder_box(name, latest, f, special);
+            b.subscribed = subscribed.as_ref().is_none_or(|s| s.contains(&b.name));
+            boxes.push(b);
         }
+        // The deleted messages, beside the folders (found when opened: listing costs
+        // nothing).
+        let own_deleted = boxes.iter().any(|b| b.name.eq_ignore_ascii_case(DELETED));
+        boxes.push(ViewBox {
+            name: match own_deleted {
+                true => format!("{SNAPSHOTS}{DELIMITER}{DELETED}"),
+                false => DELETED.to_string(),
+            },
+            place: Some(Place::Deleted),
+            special: None,
+            has_children: false,
+            subscribed: true,
+        });
         let minute = |t: i64| t.div_euclid(60);
         for (id, time, folders) in &held {
             let shared = held
@@ -123,14 +149,36 @@ fn folder_box(
     special: Option<&'static str>,
 ) -> ViewBox {
     ViewBox {
-        place: Some(Place {
+        place: Some(Place::Folder {
             snapshot: snapshot.to_string(),
             folder: folder_name(f).into_owned(),
         }),
         name,
         special,
         has_children: false,
+        subscribed: true,
     }
+}
+
+/// The folders the latest snapshot's INBOX `subscriptions` file names (Dovecot's, or the
+/// one an IMAP backup writes from LSUB); `None` when it has none.
+fn subscriptions(
+    repo: &Repository,
+    folders: &[FolderNode],
+) -> Result<Option<std::collections::HashSet<String>>> {
+    let Some(inbox) = folders.iter().find(|f| f.dir.is_empty()) else {
+        return Ok(None);
+    };
+    let file = mailvault_core::model::assemble::folder_file(repo, inbox, b"subscriptions")?;
+    Ok(file.map(|d| {
+        let mut names: std::collections::HashSet<String> =
+            mailvault_core::imap::names::parse_subscriptions(&d)
+                .into_iter()
+                .collect();
+        // INBOX is always there to a client, subscribed or not.
+        names.insert("INBOX".into());
+        names
+    }))
 }
 
 /// `boxes` with every level above a mailbox that is not one itself added as `\Noselect`,
@@ -152,6 +200,9 @@ fn with_parents(mut boxes: Vec<ViewBox>) -> Vec<ViewBox> {
                 place: None,
                 special: None,
                 has_children: true,
+                // Listed by LSUB as `\Noselect` levels, so that `LSUB "" "%"` walks
+                // down to what is below them.
+                subscribed: true,
             });
         }
     }
@@ -180,15 +231,29 @@ pub struct Folder {
 }
 
 impl Folder {
-    /// Reads the folder `place` of `account`.
+    /// Reads the mailbox `place` of `account`.
     pub fn open(repo: &Repository, account: &str, place: &Place) -> Result<Folder> {
-        let snap = repo.find_snapshot(&place.snapshot)?;
+        match place {
+            Place::Folder { snapshot, folder } => {
+                Folder::of_snapshot(repo, account, snapshot, folder)
+            }
+            Place::Deleted => Folder::deleted(repo, account),
+        }
+    }
+
+    /// Folder `folder` of `account` in snapshot `snapshot`.
+    fn of_snapshot(
+        repo: &Repository,
+        account: &str,
+        snapshot: &str,
+        folder: &str,
+    ) -> Result<Folder> {
+        let snap = repo.find_snapshot(snapshot)?;
         let folders = read::account_folders(repo, &snap, account)?.unwrap_or_default();
-        let Some(node) = folders.iter().find(|f| folder_name(f) == place.folder) else {
+        let Some(node) = folders.iter().find(|f| folder_name(f) == folder) else {
             return Err(mailvault_core::Error::NotFound(format!(
-                "no folder {:?} in snapshot {}",
-                place.folder,
-                &place.snapshot[..8.min(place.snapshot.len())]
+                "no folder {folder:?} in snapshot {}",
+                &snapshot[..8.min(snapshot.len())]
             )));
         };
         use mailvault_core::model::assemble::folder_file;
@@ -206,21 +271,50 @@ impl Folder {
             Some(found) => found,
             None => derived_uids(&entries),
         };
+        Ok(Folder::of(entries, (uidvalidity, uids), &table))
+    }
+
+    /// The messages older snapshots of `account` held that its latest no longer holds (as
+    /// `undelete` finds them: by content, so a message moved to another folder is not
+    /// deleted), each as the newest snapshot that held it has it, in the order a restore
+    /// writes them, numbered as [`derived_uids`] does: a backup that changes the set
+    /// changes UIDVALIDITY. Keywords are left out (each folder names its own).
+    fn deleted(repo: &Repository, account: &str) -> Result<Folder> {
+        use mailvault_core::ops::undelete::{find_deleted, DeletedOptions};
+        let opts = DeletedOptions {
+            account: account.to_string(),
+            folders: Vec::new(),
+            since: None,
+        };
+        let found = find_deleted(repo, &opts)?;
+        let mut entries: Vec<MessageEntry> =
+            found.messages.iter().map(|m| m.entry().clone()).collect();
+        entries.sort_by_cached_key(|e| mailvault_core::restore::arrival_order(None, e));
+        let uids = derived_uids(&entries);
+        Ok(Folder::of(entries, uids, &KeywordTable::new()))
+    }
+
+    /// The folder of `entries` with their UIDs, flags and keywords (of `table`).
+    fn of(
+        entries: Vec<MessageEntry>,
+        (uidvalidity, uids): (u32, Vec<u32>),
+        table: &KeywordTable,
+    ) -> Folder {
         let keywords = (b'a'..=b'z')
             .filter_map(|c| table.name_of(c as char).map(str::to_string))
             .collect();
         let messages = (entries.into_iter().zip(uids))
             .map(|(entry, uid)| {
                 let letters = String::from_utf8_lossy(entry.flags()).into_owned();
-                let flags = maildir_to_imap(&letters, &table).flags;
+                let flags = maildir_to_imap(&letters, table).flags;
                 Message { entry, flags, uid }
             })
             .collect();
-        Ok(Folder {
+        Folder {
             uidvalidity,
             messages,
             keywords,
-        })
+        }
     }
 
     /// The highest UID (0 for an empty folder).
@@ -393,6 +487,7 @@ mod tests {
             place: None,
             special: None,
             has_children: false,
+            subscribed: true,
         };
         let out = with_parents(vec![b("A/B/C"), b("A"), b("INBOX")]);
         let names: Vec<_> = out
