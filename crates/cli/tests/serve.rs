@@ -285,6 +285,26 @@ fn a_session_walks_snapshot_account_folder_message_and_downloads_and_searches() 
         folder_page.contains("planted") && folder_page.contains("Page 2 of 2"),
         "{folder_page}"
     );
+    // Sorted by another column, either way, two a page (the folder sorted once, kept).
+    let sorted = |sort: &str, order: &str, page: &str| {
+        keys(&s.api(&format!("{}&sort={sort}&order={order}", at(page)), &me))
+    };
+    // Subjects case-insensitively: "<script>… hostile", "newest", "oldest", "planted".
+    assert_eq!(sorted("subject", "asc", "1"), ["hostile", "newer"]);
+    assert_eq!(sorted("subject", "asc", "2"), ["old", "zebra"]);
+    assert_eq!(sorted("subject", "desc", "1"), ["zebra", "old"]);
+    assert_eq!(sorted("date", "asc", "1"), ["old", "zebra"]);
+    // Bob three times, then Mallory; the hostile message is the largest.
+    assert_eq!(sorted("from", "asc", "2")[1], "hostile");
+    assert_eq!(sorted("from", "desc", "1")[0], "hostile");
+    assert_eq!(sorted("size", "desc", "1")[0], "hostile");
+    assert_eq!(sorted("size", "asc", "2")[1], "hostile");
+    let bad = s.get(&format!("{}&sort=nope", at("1")), Some(&me));
+    assert_eq!(bad.status(), StatusCode::BAD_REQUEST);
+    assert!(
+        folder_page.contains("sort=subject"),
+        "sortable headers: {folder_page}"
+    );
     // A message: its page and its JSON; held by both snapshots.
     let place = [
         ("snapshot", &id[..]),

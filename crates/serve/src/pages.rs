@@ -4,7 +4,7 @@
 //! sandboxed frame of its own route), its download, and search.
 
 use crate::html::{bytes, layout, link, short, time};
-use crate::read::{self, Place};
+use crate::read::{self, Place, SortBy};
 use crate::reply::{
     self, blocking, AccountQ, Ctx, Failure, FileQ, FolderQ, PageError, Params, SearchQ, SnapQ,
 };
@@ -197,25 +197,64 @@ pub async fn messages(
     Params(q): Params<FolderQ>,
 ) -> Page {
     let p = reply::folder_page(&st, &q).await?;
-    let here = |n: usize| {
+    let (sort, desc) = (q.sort, q.descending());
+    let order = |d: bool| if d { "desc" } else { "asc" };
+    let sort_name = |s: SortBy| match s {
+        SortBy::Date => "date",
+        SortBy::From => "from",
+        SortBy::Subject => "subject",
+        SortBy::Size => "size",
+    };
+    // A page of this folder, sorted by `by` (descending or not).
+    let at = |n: usize, by: SortBy, d: bool| {
         let n = n.to_string();
         let params = [
             ("snapshot", &q.snapshot[..]),
             ("account", &q.account),
             ("folder", &q.folder),
             ("page", &n),
+            ("sort", sort_name(by)),
+            ("order", order(d)),
         ];
         link("/folder", &params)
+    };
+    let here = |n: usize| at(n, sort, desc);
+    // A column's header: a link sorting by it (the other way round when it is the sort).
+    let header = |by: SortBy, label: &str| {
+        let d = match by == sort {
+            true => !desc,
+            false => by.descending_by_default(),
+        };
+        let mark = match (by == sort, desc) {
+            (false, _) => "",
+            (true, true) => " ↓",
+            (true, false) => " ↑",
+        };
+        html! { a href=(at(1, by, d)) { (label) (mark) } }
+    };
+    let how = match (sort, desc) {
+        (SortBy::Date, true) => "newest first",
+        (SortBy::Date, false) => "oldest first",
+        (SortBy::From, false) => "by sender, A to Z",
+        (SortBy::From, true) => "by sender, Z to A",
+        (SortBy::Subject, false) => "by subject, A to Z",
+        (SortBy::Subject, true) => "by subject, Z to A",
+        (SortBy::Size, true) => "largest first",
+        (SortBy::Size, false) => "smallest first",
     };
     let body = html! {
         p.crumbs { a href="/" { "Snapshots" } " / "
             a href=(link("/snapshot", &[("snapshot", &q.snapshot)])) { (short(&q.snapshot)) } " / "
             a href=(link("/account", &[("snapshot", &q.snapshot), ("account", &q.account)])) { (q.account) }
             " / " (q.folder) }
-        p { (p.total) " messages, newest first · "
+        p { (p.total) " messages, " (how) " · "
             a href=(link("/folder/mbox", &[("snapshot", &q.snapshot[..]), ("account", &q.account), ("folder", &q.folder)])) download { "Download as mbox" } }
         table.list {
-            thead { tr { th { "Date (UTC)" } th { "From" } th { "Subject" } th.num.wide { "Size" } th.wide { "Flags" } } }
+            thead { tr {
+                th { (header(SortBy::Date, "Date (UTC)")) } th { (header(SortBy::From, "From")) }
+                th { (header(SortBy::Subject, "Subject")) } th.num.wide { (header(SortBy::Size, "Size")) }
+                th.wide { "Flags" }
+            } }
             tbody { @for m in &p.items { tr {
                 td.date { (time(m.date.unwrap_or(m.internal_date))) }
                 td { (m.from) }
@@ -225,9 +264,9 @@ pub async fn messages(
             } } }
         }
         nav.pager aria-label="pages" {
-            @if p.page > 1 { a href=(here(p.page - 1)) rel="prev" { "← Newer" } }
+            @if p.page > 1 { a href=(here(p.page - 1)) rel="prev" { "← Previous" } }
             span { "Page " (p.page) " of " (p.pages) }
-            @if p.page < p.pages { a href=(here(p.page + 1)) rel="next" { "Older →" } }
+            @if p.page < p.pages { a href=(here(p.page + 1)) rel="next" { "Next →" } }
         }
     };
     Ok(layout(&q.folder, Some(&ctx.session.csrf), body))

@@ -189,6 +189,59 @@ pub struct FolderList {
     /// snapshot's trees again).
     chunks: Vec<ChunkRef>,
     chunk_of: std::collections::HashMap<String, u32>,
+    /// The other orders asked for, as positions in `sorted`, ascending by their key: each
+    /// sorted once, then kept with the folder.
+    orders: Mutex<std::collections::HashMap<SortBy, Arc<Vec<u32>>>>,
+}
+
+/// What a folder's messages are sorted by (`?sort=`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum SortBy {
+    /// The Date header, else the internal date (newest first by default).
+    #[default]
+    Date,
+    /// The From header, case-insensitively (A to Z by default).
+    From,
+    /// The Subject, case-insensitively (A to Z by default).
+    Subject,
+    /// The size (largest first by default).
+    Size,
+}
+
+impl SortBy {
+    /// Whether this sort goes from the largest key down unless told otherwise.
+    pub fn descending_by_default(self) -> bool {
+        matches!(self, SortBy::Date | SortBy::Size)
+    }
+}
+
+impl FolderList {
+    /// Positions in `sorted` ascending by `by` (ties newest first, as `sorted`).
+    fn order(&self, by: SortBy) -> Arc<Vec<u32>> {
+        if let Some(o) = lock(&self.orders).get(&by) {
+            return o.clone();
+        }
+        use rayon::slice::ParallelSliceMut;
+        let s = &self.sorted;
+        let mut idx: Vec<u32> = (0..s.len() as u32).collect();
+        match by {
+            // `sorted` is newest first: ascending is its reverse.
+            SortBy::Date => idx.reverse(),
+            SortBy::Size => idx.par_sort_by_key(|&i| s[i as usize].size),
+            SortBy::From | SortBy::Subject => {
+                let text = |m: &MessageInfo| match by {
+                    SortBy::From => m.from.to_lowercase(),
+                    _ => m.subject.to_lowercase(),
+                };
+                let keys: Vec<String> = s.iter().map(text).collect();
+                idx.par_sort_by(|&a, &b| keys[a as usize].cmp(&keys[b as usize]).then(a.cmp(&b)));
+            }
+        }
+        let o = Arc::new(idx);
+        lock(&self.orders).insert(by, o.clone());
+        o
+    }
 }
 
 /// The folder named exactly `folder` (not a subfolder) of `account` in snapshot `snap`.
@@ -233,6 +286,7 @@ fn folder_list(
         sorted,
         chunks,
         chunk_of,
+        orders: Mutex::default(),
     });
     lock(cache).put(key, list.clone());
     Ok(list)
@@ -252,33 +306,51 @@ fn read_chunks(
     Ok((chunks, read))
 }
 
-/// Page `page` (from 1) of `folder`'s messages in `account` of snapshot `id`, newest
-/// first; the folder read and sorted once, then kept in `cache`.
+/// Page `page` (from 1) of `folder`'s messages in `account` of snapshot `id`, sorted by
+/// `sort` (descending or not); the folder read and sorted once, then kept in `cache`.
 pub fn messages(
     repo: &Repository,
     cache: &Mutex<FolderCache>,
     (id, account, folder): (&str, &str, &str),
-    page: usize,
-    page_size: usize,
+    (sort, descending): (SortBy, bool),
+    (page, page_size): (usize, usize),
 ) -> Result<Page> {
     check_snapshot_id(id)?;
     let snap = repo.find_snapshot(&id.to_ascii_lowercase())?;
     let list = folder_list(repo, cache, &snap, (account, folder))?;
-    Ok(page_of(&list.sorted, page, page_size))
+    let all = &list.sorted;
+    Ok(match (sort, descending) {
+        // The order the list is kept in.
+        (SortBy::Date, true) => page_of(all.len(), all.iter(), page, page_size),
+        (by, desc) => {
+            let order = list.order(by);
+            let at = |i: &u32| &all[*i as usize];
+            match desc {
+                true => page_of(all.len(), order.iter().rev().map(at), page, page_size),
+                false => page_of(all.len(), order.iter().map(at), page, page_size),
+            }
+        }
+    })
 }
 
-/// Page `page` (from 1, clamped) of `all`.
-fn page_of(all: &[MessageInfo], page: usize, page_size: usize) -> Page {
+/// Page `page` (from 1, clamped) of `n` messages in the order `all` gives them.
+fn page_of<'a>(
+    n: usize,
+    all: impl Iterator<Item = &'a MessageInfo>,
+    page: usize,
+    page_size: usize,
+) -> Page {
     let page_size = page_size.max(1);
-    let pages = all.len().div_ceil(page_size).max(1);
+    let pages = n.div_ceil(page_size).max(1);
     let page = page.clamp(1, pages);
-    let items = (all.iter().skip((page - 1) * page_size))
+    let items = all
+        .skip((page - 1) * page_size)
         .take(page_size)
         .cloned()
         .collect();
     Page {
         items,
-        total: all.len() as u64,
+        total: n as u64,
         page,
         pages,
         page_size,
@@ -469,7 +541,28 @@ mod tests {
             sorted,
             chunks: Vec::new(),
             chunk_of: Default::default(),
+            orders: Default::default(),
         })
+    }
+
+    /// Each order ascending by its key, ties in the list's order (newest first); kept.
+    #[test]
+    fn orders_sort_by_their_key_once() {
+        let m = |key: &str, from: &str, size: u64| MessageInfo {
+            from: from.into(),
+            size,
+            ..info(key)
+        };
+        let l = list(vec![m("a", "zed", 5), m("b", "Amy", 9), m("c", "amy", 1)]);
+        let keys = |o: &[u32]| {
+            o.iter()
+                .map(|&i| l.sorted[i as usize].key.clone())
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(keys(&l.order(SortBy::From)), ["b", "c", "a"]);
+        assert_eq!(keys(&l.order(SortBy::Size)), ["c", "a", "b"]);
+        assert_eq!(keys(&l.order(SortBy::Date)), ["c", "b", "a"]);
+        assert!(Arc::ptr_eq(&l.order(SortBy::From), &l.order(SortBy::From)));
     }
 
     #[test]
@@ -495,11 +588,11 @@ mod tests {
     fn pages_are_clamped() {
         let all: Vec<MessageInfo> = (0..5).map(|i| info(&i.to_string())).collect();
         let keys = |p: Page| p.items.into_iter().map(|m| m.key).collect::<Vec<_>>();
-        assert_eq!(keys(page_of(&all, 1, 2)), ["0", "1"]);
-        assert_eq!(keys(page_of(&all, 3, 2)), ["4"]);
-        assert_eq!(keys(page_of(&all, 9, 2)), ["4"]);
-        assert_eq!(keys(page_of(&all, 0, 2)), ["0", "1"]);
-        assert_eq!(page_of(&[], 1, 2).pages, 1);
+        assert_eq!(keys(page_of(all.len(), all.iter(), 1, 2)), ["0", "1"]);
+        assert_eq!(keys(page_of(all.len(), all.iter(), 3, 2)), ["4"]);
+        assert_eq!(keys(page_of(all.len(), all.iter(), 9, 2)), ["4"]);
+        assert_eq!(keys(page_of(all.len(), all.iter(), 0, 2)), ["0", "1"]);
+        assert_eq!(page_of(0, [].iter(), 1, 2).pages, 1);
     }
 
     #[test]

@@ -125,13 +125,36 @@ pub struct AccountQ {
     pub account: String,
 }
 
-/// `?snapshot=&account=&folder=&page=`
+/// `?snapshot=&account=&folder=&page=&sort=&order=` (`sort`: `date`, the default,
+/// `from`, `subject` or `size`; `order`: `asc` or `desc`, by default newest and largest
+/// first, names A to Z).
 #[derive(serde::Deserialize)]
 pub struct FolderQ {
     pub snapshot: String,
     pub account: String,
     pub folder: String,
     pub page: Option<usize>,
+    #[serde(default)]
+    pub sort: crate::read::SortBy,
+    pub order: Option<Order>,
+}
+
+/// `?order=`
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Order {
+    Asc,
+    Desc,
+}
+
+impl FolderQ {
+    /// Whether the page is sorted from the largest key down.
+    pub fn descending(&self) -> bool {
+        match self.order {
+            Some(o) => o == Order::Desc,
+            None => self.sort.descending_by_default(),
+        }
+    }
 }
 
 /// `?snapshot=&account=&folder=&name=`: a file of an account's home (`folder`: `~`,
@@ -206,11 +229,12 @@ pub async fn folder_page(
 ) -> Result<crate::read::Page, Failure> {
     let st = st.clone();
     let (id, account, folder) = (q.snapshot.clone(), q.account.clone(), q.folder.clone());
-    let page = q.page.unwrap_or(1);
+    let (page, sort) = (q.page.unwrap_or(1), (q.sort, q.descending()));
     blocking(move || {
         let live = st.live()?;
         let place = (&id[..], &account[..], &folder[..]);
-        crate::read::messages(live.repo(), &st.0.folders, place, page, st.0.page_size)
+        let pages = (page, st.0.page_size);
+        crate::read::messages(live.repo(), &st.0.folders, place, sort, pages)
     })
     .await
 }
