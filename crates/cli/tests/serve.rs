@@ -121,6 +121,8 @@ fn routes() -> Vec<String> {
         q("/api/v1/messages", &place[..3]),
         q("/message/html", &place),
         "/api/v1/search?q=x".into(),
+        "/repository".into(),
+        "/api/v1/repository".into(),
         "/api/v1/session".into(),
         "/api/v1/nothing".into(),
     ]);
@@ -1062,6 +1064,9 @@ fn a_mail_user_sees_their_own_account_and_nothing_of_anyone_elses() {
         assert!(!r.text().unwrap().contains("zebraquartz"), "{p}");
     }
 
+    for p in ["/repository", "/api/v1/repository"] {
+        assert_eq!(s.get(p, Some(&me)).status(), StatusCode::NOT_FOUND, "{p}");
+    }
     // His own: search and the snapshots holding a message stay within it.
     let bobs = [
         ("snapshot", id),
@@ -1150,5 +1155,64 @@ fn a_mail_user_sees_their_own_account_and_nothing_of_anyone_elses() {
     assert_eq!(
         s.post_form("/login", None, &form).status(),
         StatusCode::UNAUTHORIZED
+    );
+}
+
+/// Issue 28: the repository page (the admin's): each source's last backup, its age and
+/// result, stale past `--stale-after`, and charts drawn as inline SVG; the same as JSON;
+/// `/metrics` in Prometheus' text format for a scraper with the admin token as a bearer
+/// token, nothing without it.
+#[test]
+fn the_repository_page_and_metrics_show_each_sources_last_backup() {
+    let e = repository();
+    let s = start(&e, &["--stale-after", "0s"]);
+    let me = s.session();
+    let o = s.api("/api/v1/repository", &me);
+    let sources = o["sources"].as_array().unwrap();
+    assert_eq!(sources.len(), 1, "{o}");
+    assert_eq!(sources[0]["snapshots"], 2);
+    assert_eq!(sources[0]["stale"], true);
+    assert_eq!(sources[0]["failed"], 0);
+    assert_eq!(o["snapshots"].as_array().unwrap().len(), 2);
+    let page = s.page("/repository", &me);
+    assert!(page.contains("<svg") && page.contains("(stale)"), "{page}");
+    assert!(!page.contains("<script"), "{page}");
+    assert!(s.page("/", &me).contains("href=\"/repository\""));
+
+    let r = s.get("/metrics", None);
+    assert_eq!(r.status(), StatusCode::UNAUTHORIZED);
+    let scrape = |token: &str| {
+        s.http
+            .get(s.url("/metrics"))
+            .header("Authorization", format!("Bearer {token}"))
+            .send()
+            .unwrap()
+    };
+    assert_eq!(
+        scrape("wrong-token-0123456789").status(),
+        StatusCode::UNAUTHORIZED
+    );
+    let r = scrape(TOKEN);
+    assert_eq!(r.status(), StatusCode::OK);
+    assert!(r.headers()[CONTENT_TYPE]
+        .to_str()
+        .unwrap()
+        .starts_with("text/plain; version=0.0.4"));
+    let text = r.text().unwrap();
+    let source = sources[0]["source"].as_str().unwrap();
+    assert!(
+        text.contains(&format!(
+            "mailvault_source_snapshots{{hostname=\"{}\",source=\"{source}\"}} 2",
+            sources[0]["hostname"].as_str().unwrap()
+        )),
+        "{text}"
+    );
+    assert!(
+        text.contains("mailvault_source_stale{") && text.contains("} 1\n"),
+        "{text}"
+    );
+    assert!(
+        text.contains("# TYPE mailvault_serve_sessions gauge\nmailvault_serve_sessions 1"),
+        "{text}"
     );
 }

@@ -132,3 +132,10 @@ pub async fn search_post(
 ) -> Answer {
     to_json(reply::search(&st, &q, &ctx).await?)
 }
+
+/// The repository's overview (the admin's alone): each source's last backup, its age and
+/// result, and what every backup recorded.
+pub async fn repository(State(st): State<AppState>, Extension(ctx): Extension<Ctx>) -> Answer {
+    let o = reply::overview(&st, &ctx).await?;
+    to_json(o)
+}

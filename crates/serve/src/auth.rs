@@ -103,7 +103,7 @@ impl Sessions {
         self.map.retain(|_, s| !expired(s, now));
     }
 
-    #[cfg(test)]
+    /// Sessions open now.
     pub fn len(&self) -> usize {
         self.map.len()
     }

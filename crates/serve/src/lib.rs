@@ -23,6 +23,7 @@ mod mail;
 mod pages;
 mod read;
 mod reply;
+mod repository;
 mod routes;
 mod state;
 pub mod tls;
@@ -55,6 +56,9 @@ pub struct ServeOptions {
     pub search_cache: PathBuf,
     /// Messages per page of a folder.
     pub page_size: usize,
+    /// A source whose last backup is older than this is marked stale (the repository
+    /// page, `/metrics`).
+    pub stale_after: std::time::Duration,
     /// Check the repository for new snapshots and replaced index files at most this often.
     pub recheck: std::time::Duration,
     /// Close the repository (and give back its read lock) after this long without a
@@ -137,7 +141,7 @@ pub fn serve(
         live,
         fresh,
         (opts.admin_token, opts.user_auth),
-        opts.page_size,
+        (opts.page_size, opts.stale_after),
         opts.search_cache,
         acceptor.is_some(),
     );

@@ -38,7 +38,9 @@ pub async fn snapshots(State(st): State<AppState>, Extension(ctx): Extension<Ctx
     let live = reply::live(&st).await?;
     let user = ctx.session.user.clone();
     let list = blocking(move || read::snapshots(live.repo(), user.as_deref())).await?;
+    let admin = ctx.session.user.is_none();
     let body = html! {
+        @if admin { p { a href="/repository" { "Repository: the last backup of each source, and charts" } } }
         @if list.is_empty() { p { "No snapshots yet." } }
         table {
             thead { tr {
@@ -437,4 +439,44 @@ pub async fn search(
         }
     };
     Ok(layout("Search", Some(&ctx.session.csrf), body))
+}
+
+/// The repository's page (the admin's): each source's last backup, its age and result
+/// (stale ones marked), and charts of what the last backups recorded.
+pub async fn repository(State(st): State<AppState>, Extension(ctx): Extension<Ctx>) -> Page {
+    use crate::repository::{age, bar_chart, CHARTED};
+    let o = reply::overview(&st, &ctx).await?;
+    let last = &o.snapshots[o.snapshots.len().saturating_sub(CHARTED)..];
+    let series = |f: fn(&crate::repository::Point) -> f64, unit: &str| -> Vec<(String, f64)> {
+        (last.iter())
+            .map(|p| {
+                let v = f(p);
+                (format!("{} {}: {v:.0} {unit}", time(p.time), p.source), v)
+            })
+            .collect()
+    };
+    let body = html! {
+        h2 { "Last backup per source" }
+        p.muted { "A source is stale when its last backup is older than " (age(o.stale_after_secs as i64)) "." }
+        table {
+            thead { tr {
+                th { "Host" } th.wide { "Source" } th { "Last backup (UTC)" } th.num { "Age" }
+                th { "Result" } th.num { "Messages" } th.num.wide { "Size" } th.num.wide { "Snapshots" }
+            } }
+            tbody { @for r in &o.sources { tr.stale[r.stale] {
+                td { (r.hostname) } td.wide { (r.source) }
+                td { a href=(link("/snapshot", &[("snapshot", &r.last_snapshot)])) { (time(r.last_time)) } }
+                td.num { @if r.stale { strong.problem { (age(r.age_secs)) " (stale)" } } @else { (age(r.age_secs)) } }
+                td { @if r.failed == 0 { "ok" } @else { strong.problem { (r.failed) " failed" } } }
+                td.num { (r.messages) } td.num.wide { (bytes(r.bytes)) } td.num.wide { (r.snapshots) }
+            } } }
+        }
+        h2 { "The last " (last.len()) " backups" }
+        (bar_chart("Messages in the snapshot", &series(|p| p.messages as f64, "messages")))
+        (bar_chart("New messages", &series(|p| p.messages_new as f64, "new")))
+        (bar_chart("Bytes added to the repository", &series(|p| p.bytes_added as f64, "bytes")))
+        (bar_chart("Duration", &series(|p| p.elapsed_secs, "s")))
+        (bar_chart("Failed items", &series(|p| p.failed as f64, "failed")))
+    };
+    Ok(layout("Repository", Some(&ctx.session.csrf), body))
 }

@@ -212,6 +212,20 @@ pub async fn search(
     blocking(move || st.live()?.searcher().search(&query, &opts)).await
 }
 
+/// The repository's overview, for the admin (a mail user's session: `404`, as for a page
+/// that does not exist), read on a blocking thread.
+pub async fn overview(
+    st: &crate::state::AppState,
+    ctx: &Ctx,
+) -> Result<crate::repository::Overview, Failure> {
+    if ctx.session.user.is_some() {
+        return Err(Failure::new(StatusCode::NOT_FOUND, "no such page"));
+    }
+    let st = st.clone();
+    let now = jiff::Timestamp::now().as_second();
+    blocking(move || crate::repository::overview(st.live()?.repo(), now, st.0.stale_after)).await
+}
+
 /// The message at `place`, read on a blocking thread.
 pub async fn found(
     st: &crate::state::AppState,

@@ -33,6 +33,7 @@ pub fn router(state: AppState) -> Router {
         .route("/message/html", get(pages::message_html))
         .route("/message/raw", get(pages::message_raw))
         .route("/search", get(pages::search))
+        .route("/repository", get(pages::repository))
         .route("/logout", post(logout))
         .route("/api/v1/session", get(api::session))
         .route("/api/v1/snapshots", get(api::snapshots))
@@ -48,6 +49,7 @@ pub fn router(state: AppState) -> Router {
             "/api/v1/search",
             get(api::search_get).post(api::search_post),
         )
+        .route("/api/v1/repository", get(api::repository))
         .route("/api/v1/logout", post(logout))
         .fallback(not_found)
         .layer(from_fn_with_state(state.clone(), require_session));
@@ -56,6 +58,7 @@ pub fn router(state: AppState) -> Router {
         .route("/api/v1/login", post(login_api))
         .route("/static/style.css", get(pages::style))
         .route("/static/icon.svg", get(pages::icon))
+        .route("/metrics", get(metrics))
         .merge(protected)
         .layer(from_fn_with_state(state.clone(), headers::security_headers))
         .layer(DefaultBodyLimit::max(BODY_LIMIT))
@@ -281,6 +284,53 @@ async fn login_api(
         .json(),
         Login::Limited => with_retry_after(limited().json()),
         Login::Unchecked => unchecked().json(),
+    }
+}
+
+/// `GET /metrics` (Prometheus' text format), for a scraper holding the admin token as a
+/// bearer token (`authorization: credentials_file` in Prometheus): no session. Failures
+/// count in the login limit.
+async fn metrics(
+    State(st): State<AppState>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    req: Request,
+) -> Response {
+    let given = (req.headers().get(axum::http::header::AUTHORIZATION))
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .unwrap_or("");
+    let now = Instant::now();
+    {
+        let mut limiter = st.limiter();
+        if !limiter.allowed(peer.ip(), now) {
+            return with_retry_after(limited().json());
+        }
+        if !st.0.token.matches(given.as_bytes()) {
+            limiter.failed(peer.ip(), now);
+            return Failure::new(
+                StatusCode::UNAUTHORIZED,
+                "give the admin token as a bearer token",
+            )
+            .json();
+        }
+    }
+    let sessions = st.sessions().len();
+    let st2 = st.clone();
+    let o = crate::reply::blocking(move || {
+        crate::repository::overview(
+            st2.live()?.repo(),
+            jiff::Timestamp::now().as_second(),
+            st2.0.stale_after,
+        )
+    })
+    .await;
+    match o {
+        Ok(o) => (
+            [(CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")],
+            crate::repository::metrics(&o, sessions),
+        )
+            .into_response(),
+        Err(f) => f.json(),
     }
 }
 

@@ -91,6 +91,8 @@ pub struct Inner {
     pub sessions: Mutex<Sessions>,
     pub limiter: Mutex<LoginLimiter>,
     pub page_size: usize,
+    /// A source whose last backup is older is stale (`--stale-after`).
+    pub stale_after: Duration,
     /// The search cache (the splits' copies and the places map).
     pub cache: PathBuf,
     /// Served over TLS: cookies are `Secure`, answers carry HSTS.
@@ -110,7 +112,7 @@ impl AppState {
         live: Live,
         fresh: Freshness,
         (token, users): (AdminToken, Option<crate::users::UserAuth>),
-        page_size: usize,
+        (page_size, stale_after): (usize, Duration),
         cache: PathBuf,
         secure: bool,
     ) -> AppState {
@@ -128,6 +130,7 @@ impl AppState {
             sessions: Mutex::new(Sessions::default()),
             limiter: Mutex::new(LoginLimiter::default()),
             page_size: page_size.clamp(1, 1000),
+            stale_after,
             cache,
             secure,
             folders: Mutex::new(Default::default()),

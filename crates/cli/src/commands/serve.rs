@@ -53,6 +53,10 @@ pub struct Args {
     /// Messages per page of a folder.
     #[arg(long, default_value_t = 100)]
     pub page_size: usize,
+    /// A source whose last backup is older than this is marked stale on the repository
+    /// page and in /metrics (`26h`: a nightly backup that missed a night).
+    #[arg(long, default_value = "26h", value_parser = humantime::parse_duration)]
+    pub stale_after: std::time::Duration,
     /// Check the repository for new snapshots and replaced index files at most this often
     /// (tests make it short).
     #[arg(long, hide = true, default_value = "10s", value_parser = humantime::parse_duration)]
@@ -106,6 +110,7 @@ pub fn run(g: &GlobalOpts, a: Args) -> Result<Outcome> {
         user_auth: a.user_auth,
         search_cache: cache.path().to_path_buf(),
         page_size: a.page_size,
+        stale_after: a.stale_after,
         recheck: a.recheck,
         idle_close: a.idle_close,
     };
