@@ -493,6 +493,28 @@ fn hostile_html_comes_out_inert_in_a_sandboxed_frame() {
         "{page}"
     );
     assert!(page.contains("../../x.html"), "{page}");
+    // The attachment downloads decoded, as octet-stream under a safe name, never inline.
+    assert!(page.contains("/message/attachment?"), "{page}");
+    let mut at = place.to_vec();
+    at.push(("n", "0"));
+    for base in ["/message/attachment", "/api/v1/message/attachment"] {
+        let r = s.get(&q(base, &at), Some(&me));
+        assert_eq!(r.status(), StatusCode::OK, "{base}");
+        let h = r.headers();
+        assert_eq!(h[CONTENT_TYPE], "application/octet-stream");
+        assert_eq!(h["x-content-type-options"], "nosniff");
+        let disposition = h["content-disposition"].to_str().unwrap().to_string();
+        assert!(
+            disposition.starts_with("attachment; filename=\"") && !disposition.contains('/'),
+            "{disposition}"
+        );
+        assert_eq!(r.text().unwrap().trim_end(), "<script>alert(7)</script>");
+    }
+    at[4] = ("n", "1");
+    assert_eq!(
+        s.get(&q("/message/attachment", &at), Some(&me)).status(),
+        StatusCode::NOT_FOUND
+    );
     // Parameters missing or malformed: 400, as JSON in the API, with the headers.
     for path in ["/api/v1/accounts", "/api/v1/messages?snapshot=x&page=-1"] {
         let r = s.get(path, Some(&me));
@@ -1050,6 +1072,10 @@ fn a_mail_user_sees_their_own_account_and_nothing_of_anyone_elses() {
         q("/account", &alice[..2]),
         q("/folder", &alice[..3]),
         q("/message/html", &alice),
+        q(
+            "/message/attachment",
+            &[alice[0], alice[1], alice[2], alice[3], ("n", "0")],
+        ),
         q("/api/v1/folders", &alice[..2]),
         q("/api/v1/filters", &alice[..2]),
         q("/api/v1/messages", &alice[..3]),

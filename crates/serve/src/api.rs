@@ -139,3 +139,11 @@ pub async fn repository(State(st): State<AppState>, Extension(ctx): Extension<Ct
     let o = reply::overview(&st, &ctx).await?;
     to_json(o)
 }
+
+/// Attachment `n` of a message, decoded, as a download.
+pub async fn message_attachment(
+    State(st): State<AppState>,
+    Params(q): Params<reply::AttachmentQ>,
+) -> Result<Response, ApiError> {
+    Ok(reply::attachment_download(&st, &q).await?)
+}

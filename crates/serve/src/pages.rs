@@ -322,8 +322,12 @@ pub async fn message(
         p { a href=(link("/message/raw", &params)) download { "Download as .eml" } }
         @if !d.attachments.is_empty() {
             h2 { "Attachments" }
-            ul { @for a in &d.attachments {
-                li { (a.name.as_deref().unwrap_or("(no name)")) " · " (a.content_type) " · " (bytes(a.size as u64)) }
+            ul { @for (i, a) in d.attachments.iter().enumerate() {
+                @let n = i.to_string();
+                @let at = [params[0], params[1], params[2], params[3], ("n", &n[..])];
+                li { a href=(link("/message/attachment", &at)) download {
+                        (a.name.as_deref().unwrap_or("(no name)")) }
+                    " · " (a.content_type) " · " (bytes(a.size as u64)) }
             } }
         }
         h2 { "Text" }
@@ -479,4 +483,15 @@ pub async fn repository(State(st): State<AppState>, Extension(ctx): Extension<Ct
         (bar_chart("Failed items", &series(|p| p.failed as f64, "failed")))
     };
     Ok(layout("Repository", Some(&ctx.session.csrf), body))
+}
+
+/// Attachment `n` of a message, decoded, as a download.
+pub async fn message_attachment(
+    State(st): State<AppState>,
+    Params(q): Params<reply::AttachmentQ>,
+) -> Response {
+    match reply::attachment_download(&st, &q).await {
+        Ok(r) => r,
+        Err(f) => f.page(),
+    }
 }

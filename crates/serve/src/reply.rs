@@ -253,6 +253,24 @@ pub async fn folder_page(
     .await
 }
 
+/// Attachment `q.n` of a message, decoded, as a download: always
+/// `application/octet-stream` (never shown by the browser, whatever the mail says it is),
+/// named by its file name made safe (`read::safe_name`).
+pub async fn attachment_download(
+    st: &crate::state::AppState,
+    q: &AttachmentQ,
+) -> Result<Response, Failure> {
+    let f = found(st, q.place()).await?;
+    let n = q.n;
+    let (a, data) = blocking(move || {
+        mailvault_core::search::show::attachment(&f.raw, n)
+            .ok_or_else(|| mailvault_core::Error::NotFound(format!("no attachment {n}")))
+    })
+    .await?;
+    let name = crate::read::safe_name(a.name.as_deref().unwrap_or(""), "attachment");
+    Ok(attachment(data, &name, "application/octet-stream"))
+}
+
 /// A message's bytes as they were stored, as an `.eml` download.
 pub fn raw_download(f: crate::read::Found) -> Response {
     let name = crate::read::download_name(&String::from_utf8_lossy(&f.entry.key), "eml");
@@ -345,6 +363,34 @@ impl Scoped for FileQ {
         Some(&self.account)
     }
 }
+/// `?snapshot=&account=&folder=&key=&n=`: attachment `n` (from 0, in the order the
+/// message's page lists them) of the message at that place.
+#[derive(Clone, serde::Deserialize)]
+pub struct AttachmentQ {
+    pub snapshot: String,
+    pub account: String,
+    pub folder: String,
+    pub key: String,
+    pub n: usize,
+}
+
+impl AttachmentQ {
+    pub fn place(&self) -> crate::read::Place {
+        crate::read::Place {
+            snapshot: self.snapshot.clone(),
+            account: self.account.clone(),
+            folder: self.folder.clone(),
+            key: self.key.clone(),
+        }
+    }
+}
+
+impl Scoped for AttachmentQ {
+    fn account(&self) -> Option<&str> {
+        Some(&self.account)
+    }
+}
+
 impl Scoped for crate::read::Place {
     fn account(&self) -> Option<&str> {
         Some(&self.account)

@@ -32,6 +32,7 @@ pub fn router(state: AppState) -> Router {
         .route("/message", get(pages::message))
         .route("/message/html", get(pages::message_html))
         .route("/message/raw", get(pages::message_raw))
+        .route("/message/attachment", get(pages::message_attachment))
         .route("/search", get(pages::search))
         .route("/repository", get(pages::repository))
         .route("/logout", post(logout))
@@ -45,6 +46,7 @@ pub fn router(state: AppState) -> Router {
         .route("/api/v1/folder/mbox", get(api::folder_mbox))
         .route("/api/v1/message", get(api::message))
         .route("/api/v1/message/raw", get(api::message_raw))
+        .route("/api/v1/message/attachment", get(api::message_attachment))
         .route(
             "/api/v1/search",
             get(api::search_get).post(api::search_post),

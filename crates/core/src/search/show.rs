@@ -141,20 +141,7 @@ pub fn decode(raw: &[u8]) -> Decoded {
             Some(mail_parser::PartType::Html(h)) => super::extract::html::html_to_text(h),
             _ => String::new(),
         };
-        let attachments = m
-            .attachments()
-            .map(|p| Attachment {
-                name: p.attachment_name().map(str::to_string),
-                content_type: p
-                    .content_type()
-                    .map(|c| match &c.c_subtype {
-                        Some(sub) => format!("{}/{}", c.c_type, sub),
-                        None => c.c_type.to_string(),
-                    })
-                    .unwrap_or_else(|| "application/octet-stream".into()),
-                size: p.len(),
-            })
-            .collect();
+        let attachments = m.attachments().map(attachment_of).collect();
         Decoded {
             from: addresses(m.from()),
             to: addresses(m.to()),
@@ -170,9 +157,57 @@ pub fn decode(raw: &[u8]) -> Decoded {
     .unwrap_or_default()
 }
 
+/// What an attachment part is: its file name, MIME type and decoded size.
+fn attachment_of(p: &mail_parser::MessagePart<'_>) -> Attachment {
+    Attachment {
+        name: p.attachment_name().map(str::to_string),
+        content_type: p
+            .content_type()
+            .map(|c| match &c.c_subtype {
+                Some(sub) => format!("{}/{}", c.c_type, sub),
+                None => c.c_type.to_string(),
+            })
+            .unwrap_or_else(|| "application/octet-stream".into()),
+        size: p.len(),
+    }
+}
+
+/// Attachment `n` of `raw` (in [`Decoded::attachments`]' order), decoded (base64 and
+/// quoted-printable undone; an attached message as its bytes): what it is, and its bytes.
+/// `None` when `raw` has fewer.
+pub fn attachment(raw: &[u8], n: usize) -> Option<(Attachment, Vec<u8>)> {
+    with_parsed(raw, |m| {
+        let p = m.attachments().nth(n)?;
+        Some((attachment_of(p), p.contents().to_vec()))
+    })
+    .flatten()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn attachments_come_out_decoded_in_the_listed_order() {
+        let raw = b"Subject: s\r\nMIME-Version: 1.0\r\nContent-Type: multipart/mixed; boundary=B\r\n\r\n\
+--B\r\nContent-Type: text/plain\r\n\r\nbody\r\n\
+--B\r\nContent-Type: application/octet-stream; name=\"a.bin\"\r\nContent-Transfer-Encoding: base64\r\n\r\nAAEC/w==\r\n\
+--B\r\nContent-Type: text/plain; name=\"b.txt\"\r\nContent-Disposition: attachment; filename=\"b.txt\"\r\nContent-Transfer-Encoding: quoted-printable\r\n\r\nx=3Dy\r\n--B--\r\n";
+        let listed = decode(raw).attachments;
+        let (a, data) = attachment(raw, 0).unwrap();
+        assert_eq!(
+            (a.name.as_deref(), data.as_slice()),
+            (Some("a.bin"), &[0u8, 1, 2, 255][..])
+        );
+        assert_eq!(a.name, listed[0].name);
+        let (b, data) = attachment(raw, 1).unwrap();
+        assert_eq!(
+            (b.name.as_deref(), data.as_slice()),
+            (Some("b.txt"), &b"x=y"[..])
+        );
+        assert!(attachment(raw, 2).is_none());
+        assert!(attachment(b"", 0).is_none());
+    }
 
     #[test]
     fn a_message_that_does_not_parse_decodes_to_nothing() {
