@@ -391,6 +391,36 @@ fn a_session_walks_snapshot_account_folder_message_and_downloads_and_searches() 
     }
     let found = s.page("/search?q=zebraquartz", &me);
     assert!(found.contains("planted"), "{found}");
+    // Every message a search finds, as one mbox (Python's mailbox reads it back).
+    assert!(found.contains("/search/mbox?q=zebraquartz"), "{found}");
+    let r = s.get("/api/v1/search/mbox?q=from%3Abob%40example.org", Some(&me));
+    assert_eq!(r.status(), StatusCode::OK, "{:?}", r.text());
+    assert_eq!(r.headers()[CONTENT_TYPE], "application/mbox");
+    let mbox = r.bytes().unwrap();
+    let all = s.api("/api/v1/search?q=from%3Abob%40example.org", &me)["total"]
+        .as_u64()
+        .unwrap();
+    let path = e.path("found.mbox");
+    fs::write(&path, &mbox).unwrap();
+    let py = "import mailbox,sys\nprint(len(mailbox.mbox(sys.argv[1])))";
+    let out = std::process::Command::new("python3")
+        .args(["-c", py])
+        .arg(&path)
+        .output()
+        .unwrap();
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout).trim(),
+        all.to_string(),
+        "{all} found"
+    );
+    assert!(all >= 3, "{all}");
+    for empty in ["/api/v1/search/mbox?q=", "/search/mbox?q=%20"] {
+        assert_eq!(
+            s.get(empty, Some(&me)).status(),
+            StatusCode::BAD_REQUEST,
+            "{empty}"
+        );
+    }
     assert!(!s
         .page("/search?q=nosuchwordanywhere", &me)
         .contains("planted"));
@@ -969,6 +999,17 @@ fn the_account_page_shows_acls_and_filters_and_a_script_opens_as_text() {
     assert!(s
         .page(&acct(BOB), &me)
         .contains("No filters in this backup"));
+    let mine = s
+        .get("/api/v1/search/mbox?q=zebraquartz", Some(&me))
+        .bytes()
+        .unwrap();
+    let mine = String::from_utf8_lossy(&mine);
+    assert_eq!(
+        mine.lines().filter(|l| l.starts_with("From ")).count(),
+        1,
+        "{mine}"
+    );
+    assert!(mine.contains("zebraquartz"), "{mine}");
     let none = s.api(&acct(BOB).replace("/account", "/api/v1/filters"), &me);
     assert_eq!(none["files"], serde_json::json!([]), "{none}");
 }

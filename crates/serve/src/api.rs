@@ -147,3 +147,12 @@ pub async fn message_attachment(
 ) -> Result<Response, ApiError> {
     Ok(reply::attachment_download(&st, &q).await?)
 }
+
+/// Every message a search finds, as one `.mbox` download.
+pub async fn search_mbox(
+    State(st): State<AppState>,
+    Extension(ctx): Extension<Ctx>,
+    Params(q): Params<SearchQ>,
+) -> Response {
+    crate::download::search_mbox(st, q, ctx, Failure::json).await
+}

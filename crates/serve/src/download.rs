@@ -1,4 +1,5 @@
-//! A folder downloaded as an mbox: core's restore pipeline into an mbox stream
+//! A folder, or the messages a search found, downloaded as an mbox: core's restore
+//! pipeline into an mbox stream
 //! ([`mailvault_core::dest::mbox_stream`]) on a blocking thread, its bytes handed to the
 //! HTTP body through a bounded channel as they are written (a folder of any size in
 //! bounded memory).
@@ -62,13 +63,6 @@ impl Write for ChannelWriter {
 /// Restores folder `q` of the snapshot into the channel; a failure, the restore's own or
 /// a message that could not be written, goes into the channel last.
 fn stream(st: &AppState, q: &FolderQ, tx: mpsc::Sender<Item>) {
-    let fail = |f: Failure| {
-        let _ = tx.blocking_send(Err(f));
-    };
-    let live = match st.live() {
-        Ok(l) => l,
-        Err(e) => return fail(e.into()),
-    };
     let sel = Selection {
         snapshot: q.snapshot.to_ascii_lowercase(),
         accounts: vec![q.account.clone()],
@@ -77,25 +71,52 @@ fn stream(st: &AppState, q: &FolderQ, tx: mpsc::Sender<Item>) {
         cache_bytes: Selection::CACHE_BYTES,
         ..Selection::default()
     };
+    run_into(st, |_| Ok(Request::Selection(sel)), (&q.folder, false), tx);
+}
+
+/// Restores what `request` gives (on the repository as open now) into the channel as an
+/// mbox; a failure, the request's, the restore's own or a message that could not be
+/// written (`what` names the download in the log), goes into the channel last.
+fn run_into(
+    st: &AppState,
+    request: impl FnOnce(&mailvault_core::Repository) -> mailvault_core::Result<Request>,
+    (what, many): (&str, bool),
+    tx: mpsc::Sender<Item>,
+) {
+    let fail = |f: Failure| {
+        let _ = tx.blocking_send(Err(f));
+    };
+    let live = match st.live() {
+        Ok(l) => l,
+        Err(e) => return fail(e.into()),
+    };
+    let request = match request(live.repo()) {
+        Ok(r) => r,
+        Err(e) => return fail(e.into()),
+    };
     let writer = ChannelWriter {
         tx: tx.clone(),
         buf: Vec::with_capacity(CHUNK),
     };
-    let open = |_: mailvault_core::ops::restore::Opening<'_>| Ok(MboxStream::new(writer));
+    let open = |_: mailvault_core::ops::restore::Opening<'_>| {
+        Ok(match many {
+            true => MboxStream::many(writer),
+            false => MboxStream::new(writer),
+        })
+    };
     let nothing = &mailvault_core::report::NoProgress;
-    match mailvault_core::ops::restore::run(live.repo(), Request::Selection(sel), nothing, open) {
+    match mailvault_core::ops::restore::run(live.repo(), request, nothing, open) {
         Err(e) => fail(e.into()),
         Ok((report, _)) => {
             if let Some(f) = report.failures.first() {
                 tracing::warn!(
-                    "mbox download of {}: {} failure(s), the first: {}: {}",
-                    q.folder,
+                    "mbox download of {what}: {} failure(s), the first: {}: {}",
                     report.failures.len(),
                     f.item,
                     f.error
                 );
                 let text = format!(
-                    "{} message(s) or file(s) of the folder failed ({}: {}); \
+                    "{} message(s) or file(s) failed ({}: {}); \
                      `mailvault check` tells whether the repository is damaged",
                     report.failures.len(),
                     f.item,
@@ -105,6 +126,50 @@ fn stream(st: &AppState, q: &FolderQ, tx: mpsc::Sender<Item>) {
             }
         }
     }
+}
+
+/// The most messages a search result downloads as one mbox; more is refused (narrow the
+/// search), never cut short in silence.
+pub const MAX_SEARCH_DOWNLOAD: usize = 10_000;
+
+/// The messages search `q` finds (for `ctx`'s session: a mail user's own), every one of
+/// them, as one `.mbox` download, each in the newest snapshot that holds it there; more
+/// than [`MAX_SEARCH_DOWNLOAD`] is refused. A failure before it starts is answered by
+/// `err`.
+pub async fn search_mbox(
+    st: AppState,
+    q: crate::reply::SearchQ,
+    ctx: crate::reply::Ctx,
+    err: fn(Failure) -> Response,
+) -> Response {
+    let found = match crate::reply::search_all(&st, &q, &ctx, MAX_SEARCH_DOWNLOAD).await {
+        Ok(r) => r,
+        Err(f) => return err(f),
+    };
+    let places: Vec<crate::read::Place> = (found.hits.iter())
+        .map(|h| crate::read::Place {
+            snapshot: h.last_snapshot.clone(),
+            account: h.account.clone(),
+            folder: h.folder.clone(),
+            key: h.key.clone(),
+        })
+        .collect();
+    let (tx, rx) = mpsc::channel::<Item>(QUEUE);
+    let st2 = st.clone();
+    tokio::task::spawn_blocking(move || {
+        let request = |repo: &mailvault_core::Repository| {
+            let accounts = crate::read::picked(repo, &st2.0.folders, &places)?;
+            Ok(Request::Picked(mailvault_core::restore::Picked {
+                accounts,
+                owners: Default::default(),
+                label: "search".into(),
+                reads: 0,
+                cache_bytes: Selection::CACHE_BYTES,
+            }))
+        };
+        run_into(&st2, request, ("a search result", true), tx)
+    });
+    respond(rx, "search.mbox", "application/mbox", err).await
 }
 
 /// `folder` as an `.mbox` download; a failure before it starts is answered by `err`.

@@ -423,7 +423,10 @@ pub async fn search(
             Some(Err(e)) => { p.problem { (e.message) } }
             Some(Ok(r)) => {
                 p { (r.total) " found in " (r.snapshots) " snapshot(s)"
-                    @if r.not_indexed > 0 { " · " (r.not_indexed) " message(s) not indexed yet (run `mailvault index`)" } }
+                    @if r.not_indexed > 0 { " · " (r.not_indexed) " message(s) not indexed yet (run `mailvault index`)" }
+                    @if r.total > 0 && r.total <= crate::download::MAX_SEARCH_DOWNLOAD {
+                        " · " a href=(link("/search/mbox", &[("q", &text[..]), ("scope", if all { "all" } else { "latest" })])) download { "Download all as mbox" }
+                    } }
                 table.list {
                     thead { tr { th { "Date (UTC)" } th { "From" } th { "Subject" } th.wide { "Where" } } }
                     tbody { @for h in &r.hits { tr {
@@ -494,4 +497,13 @@ pub async fn message_attachment(
         Ok(r) => r,
         Err(f) => f.page(),
     }
+}
+
+/// Every message a search finds, as one `.mbox` download.
+pub async fn search_mbox(
+    State(st): State<AppState>,
+    Extension(ctx): Extension<Ctx>,
+    Params(q): Params<SearchQ>,
+) -> Response {
+    crate::download::search_mbox(st, q, ctx, Failure::page).await
 }

@@ -399,6 +399,69 @@ pub fn message(repo: &Repository, cache: &Mutex<FolderCache>, p: &Place) -> Resu
     })
 }
 
+/// The messages at `places` (as a search found them), picked for a restore: per account,
+/// its folders as the snapshots hold them with those messages' entries (each folder listed
+/// once through `cache`, each chunk read once). A place that is gone is an error.
+pub fn picked(
+    repo: &Repository,
+    cache: &Mutex<FolderCache>,
+    places: &[Place],
+) -> Result<Vec<mailvault_core::model::PickedAccount>> {
+    use mailvault_core::model::{PickedAccount, PickedFolder};
+    use std::collections::BTreeMap;
+    // By snapshot and account, then folder: the keys.
+    let mut wanted: BTreeMap<(&str, &str), BTreeMap<&str, Vec<&str>>> = BTreeMap::new();
+    for p in places {
+        check_snapshot_id(&p.snapshot)?;
+        let folders = wanted.entry((&p.snapshot, &p.account)).or_default();
+        folders.entry(&p.folder).or_default().push(&p.key);
+    }
+    let mut out: Vec<PickedAccount> = Vec::new();
+    for ((snapshot, account), folders) in wanted {
+        let snap = repo.find_snapshot(&snapshot.to_ascii_lowercase())?;
+        let root: RootTree = repo.read_tree(&snap.root)?;
+        let not_found =
+            |what: String| Error::NotFound(format!("{what} in snapshot {}", snap.id.short()));
+        let a = (root.accounts.iter().find(|a| a.name == account))
+            .ok_or_else(|| not_found(format!("no account {account:?}")))?;
+        let tree: AccountTree = repo.read_tree(&a.tree)?;
+        let mut picked = Vec::new();
+        for (folder, keys) in folders {
+            let mut node = (tree.folders.iter().find(|f| folder_name(f) == folder))
+                .ok_or_else(|| not_found(format!("no folder {folder:?}")))?
+                .clone();
+            let list = folder_list(repo, cache, &snap, (account, folder))?;
+            let mut chunks: BTreeMap<u32, Vec<MessageEntry>> = BTreeMap::new();
+            let mut entries = Vec::with_capacity(keys.len());
+            for key in keys {
+                let missing = || not_found(format!("no message {key:?} in {folder:?}"));
+                let i = *list.chunk_of.get(key).ok_or_else(missing)?;
+                let chunk = match chunks.entry(i) {
+                    std::collections::btree_map::Entry::Occupied(o) => o.into_mut(),
+                    std::collections::btree_map::Entry::Vacant(v) => {
+                        let c = list.chunks.get(i as usize).ok_or_else(missing)?;
+                        v.insert(repo.read_chunk(c)?)
+                    }
+                };
+                let e = (chunk.iter().find(|m| m.key == key.as_bytes())).ok_or_else(missing)?;
+                entries.push(e.clone());
+            }
+            // The node gives the messages' place and folder files; its chunks are not read.
+            (node.chunks, node.chunk_tree) = (Vec::new(), None);
+            picked.push(PickedFolder { node, entries });
+        }
+        match out.iter_mut().find(|p| p.account.name == account) {
+            Some(p) => p.folders.extend(picked),
+            None => out.push(PickedAccount {
+                account: a.clone(),
+                folders: picked,
+                home: Vec::new(),
+            }),
+        }
+    }
+    Ok(out)
+}
+
 /// The folders of `account` in snapshot `snap`, as stored; `None` when the snapshot has
 /// no such account (the IMAP view walks every snapshot of one account this way).
 pub fn account_folders(

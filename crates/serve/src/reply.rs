@@ -187,6 +187,36 @@ pub async fn search(
     q: &SearchQ,
     ctx: &Ctx,
 ) -> Result<mailvault_core::search::exec::SearchResult, Failure> {
+    let offset = q.page.unwrap_or(1).clamp(1, 10_000).saturating_sub(1) * SEARCH_PAGE;
+    run_search(st, q, ctx, (offset, SEARCH_PAGE)).await
+}
+
+/// Every hit of search `q` (as [`search`]), when there are at most `max`; more is a
+/// `400` (narrow the search).
+pub async fn search_all(
+    st: &crate::state::AppState,
+    q: &SearchQ,
+    ctx: &Ctx,
+    max: usize,
+) -> Result<mailvault_core::search::exec::SearchResult, Failure> {
+    if q.q.as_deref().unwrap_or_default().trim().is_empty() {
+        return Err(Failure::new(StatusCode::BAD_REQUEST, "no query"));
+    }
+    let r = run_search(st, q, ctx, (0, max + 1)).await?;
+    if r.hits.len() > max {
+        let text = format!("more than {max} messages found: narrow the search to download them");
+        return Err(Failure::new(StatusCode::BAD_REQUEST, text));
+    }
+    Ok(r)
+}
+
+/// Search `q` from hit `offset`, `limit` hits at most.
+async fn run_search(
+    st: &crate::state::AppState,
+    q: &SearchQ,
+    ctx: &Ctx,
+    (offset, limit): (usize, usize),
+) -> Result<mailvault_core::search::exec::SearchResult, Failure> {
     use mailvault_core::search::exec::SearchOptions;
     use mailvault_core::search::places::Scope;
     let text = q.q.clone().unwrap_or_default();
@@ -205,8 +235,8 @@ pub async fn search(
         },
         accounts: ctx.session.user.iter().cloned().collect(),
         folders: Vec::new(),
-        offset: q.page.unwrap_or(1).clamp(1, 10_000).saturating_sub(1) * SEARCH_PAGE,
-        limit: SEARCH_PAGE,
+        offset,
+        limit,
     };
     let st = st.clone();
     blocking(move || st.live()?.searcher().search(&query, &opts)).await

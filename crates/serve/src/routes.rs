@@ -34,6 +34,7 @@ pub fn router(state: AppState) -> Router {
         .route("/message/raw", get(pages::message_raw))
         .route("/message/attachment", get(pages::message_attachment))
         .route("/search", get(pages::search))
+        .route("/search/mbox", get(pages::search_mbox))
         .route("/repository", get(pages::repository))
         .route("/logout", post(logout))
         .route("/api/v1/session", get(api::session))
@@ -52,6 +53,7 @@ pub fn router(state: AppState) -> Router {
             get(api::search_get).post(api::search_post),
         )
         .route("/api/v1/repository", get(api::repository))
+        .route("/api/v1/search/mbox", get(api::search_mbox))
         .route("/api/v1/logout", post(logout))
         .fallback(not_found)
         .layer(from_fn_with_state(state.clone(), require_session));

@@ -2,8 +2,11 @@
 //! into any [`Write`] instead of a file tree, with the mbox target's codec and metadata
 //! ([`super::mbox`]: `Status:`, `X-Status:`, `X-Keywords:`, the folder's keywords in the
 //! first message's `X-IMAPbase:`, the internal date in the `From ` line), its messages in
-//! arrival order. It takes a single folder: a selection of exactly one
-//! ([`crate::restore::Selection::exact_folders`]).
+//! arrival order. [`MboxStream::new`] takes a single folder: a selection of exactly one
+//! ([`crate::restore::Selection::exact_folders`]); [`MboxStream::many`] takes the
+//! folders into one mbox (the messages a search found: one lane, so one folder's messages
+//! after the other's), without the folder-wide `X-IMAPbase:` (each message still names
+//! its keywords).
 //!
 //! A write that fails (the client went away) ends the restore. A message an mbox cannot
 //! give back exactly ([`crate::mail::Written::lossy`]) is written whole and logged, as any
@@ -19,6 +22,8 @@ use std::sync::Mutex;
 /// An mbox written to `W` as the restore gives it messages.
 pub struct MboxStream<W: Write + Send> {
     writer: Mutex<State<W>>,
+    /// Folders one after the other ([`MboxStream::many`]), not one alone.
+    many: bool,
 }
 
 enum State<W: Write> {
@@ -30,10 +35,19 @@ enum State<W: Write> {
 }
 
 impl<W: Write + Send> MboxStream<W> {
-    /// A stream into `out`.
+    /// A stream of one folder into `out`.
     pub fn new(out: W) -> MboxStream<W> {
         MboxStream {
             writer: Mutex::new(State::Ready(out)),
+            many: false,
+        }
+    }
+
+    /// A stream of any number of folders, one after the other, into `out`.
+    pub fn many(out: W) -> MboxStream<W> {
+        MboxStream {
+            many: true,
+            ..MboxStream::new(out)
         }
     }
 
@@ -77,15 +91,22 @@ impl<W: Write + Send> Target for MboxStream<W> {
     fn open_folder(&self, account: &String, info: &FolderInfo) -> Result<StreamFolder> {
         let name = format!("{account}: {}", info.name);
         let mut state = self.state();
+        if self.many && matches!(*state, State::Writing(_)) {
+            // One stream for every folder.
+            return Ok(StreamFolder(name));
+        }
         let State::Ready(out) = std::mem::replace(&mut *state, State::Done) else {
             return Err(Error::not_restored(
                 name,
                 "an mbox download holds one folder, and another was opened first",
             ));
         };
-        let writer = MboxWriter::new(out)
-            .declare_keywords(1, &folder_keywords(info))
-            .map_err(|e| Error::not_restored(name.clone(), e.to_string()))?;
+        let writer = match self.many {
+            true => MboxWriter::new(out),
+            false => MboxWriter::new(out)
+                .declare_keywords(1, &folder_keywords(info))
+                .map_err(|e| Error::not_restored(name.clone(), e.to_string()))?,
+        };
         *state = State::Writing(writer);
         Ok(StreamFolder(name))
     }
@@ -135,6 +156,15 @@ impl<W: Write + Send> Target for MboxStream<W> {
 
     fn finish_folder(&self, folder: StreamFolder, failures: &super::RestoreFailures) {
         let mut state = self.state();
+        if self.many {
+            // The stream stays open for the other folders; what is written goes on.
+            if let State::Writing(w) = &mut *state {
+                if let Err(e) = w.flush() {
+                    failures.add(folder.0, e.to_string());
+                }
+            }
+            return;
+        }
         if let State::Writing(w) = std::mem::replace(&mut *state, State::Done) {
             if let Err(e) = w.finish() {
                 failures.add(folder.0, e.to_string());

@@ -852,6 +852,12 @@ impl<W: Write> MboxWriter<W> {
     }
 
     /// Flushes and gives back the output.
+    /// Hands what is written on (the writer stays open for more).
+    pub fn flush(&mut self) -> Result<(), MailError> {
+        let offset = self.offset;
+        (self.w.flush()).map_err(|source| MailError::Io { offset, source })
+    }
+
     pub fn finish(mut self) -> Result<W, MailError> {
         let offset = self.offset;
         self.w
