@@ -2,7 +2,9 @@
 //! restore into Dovecot -> backup of that Dovecot over IMAP -> restore to a Maildir gives
 //! the same messages, flags, keywords, internal dates, folders and subscriptions, and
 //! the same bytes apart from line endings. Plus: incremental IMAP backups, a re-run that
-//! appends nothing twice, skip-existing, and a refused (zero-byte) message.
+//! appends nothing twice, skip-existing, and a refused (zero-byte) message. What the
+//! incremental backups ask the server is read from Dovecot's rawlog: a folder's status
+//! comes with the listing (LIST-STATUS), and only a folder that moved is opened.
 //! Fails (does not skip) without Dovecot unless MAILVAULT_SKIP_DOVECOT=1.
 #![allow(clippy::unwrap_used)]
 
@@ -17,12 +19,13 @@ use mailvault_core::imap::{Login, Password};
 use mailvault_core::ops::restore::imap as imap_restore;
 use mailvault_core::report::NoProgress;
 use mailvault_imap::maildir_flags::{maildir_to_imap, KeywordTable};
-use mailvault_imap::testing::DovecotServer;
+use mailvault_imap::testing::{DovecotOptions, DovecotServer};
 use mailvault_imap::{from_crlf, FetchQuery, SeqSet, StoreMode};
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs;
-use std::os::unix::fs::MetadataExt;
-use std::path::Path;
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
 
 /// One message as the comparison sees it: LF bytes, IMAP flags (lower case, sorted),
 /// internal date.
@@ -97,9 +100,68 @@ fn read_store(root: &Path) -> Store {
     s
 }
 
+/// A directory Dovecot's mail processes (`nobody` when the tests run as root) write a
+/// rawlog of each IMAP session into (`<date>-<pid>.in`: what the client sent), and the
+/// server options that make them.
+fn rawlog_dir() -> (tempfile::TempDir, PathBuf, DovecotOptions) {
+    let t = tempfile::tempdir().unwrap();
+    fs::set_permissions(t.path(), fs::Permissions::from_mode(0o755)).unwrap();
+    let dir = t.path().join("rawlog");
+    fs::create_dir(&dir).unwrap();
+    fs::set_permissions(&dir, fs::Permissions::from_mode(0o777)).unwrap();
+    let opts = DovecotOptions {
+        extra_config: format!("protocol imap {{\n  rawlog_dir = {}\n}}\n", dir.display()),
+        ..DovecotOptions::default()
+    };
+    (t, dir, opts)
+}
+
+/// The sessions' rawlogs in `dir`.
+fn rawlogs(dir: &Path) -> BTreeSet<PathBuf> {
+    (fs::read_dir(dir).unwrap())
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|x| x == "in"))
+        .collect()
+}
+
+/// The commands (without their tags) of the sessions logged in `dir` but not in
+/// `before`, once each has logged out (the rawlog is written as the server reads; each
+/// line starts with the time it was read).
+fn commands_since(dir: &Path, before: &BTreeSet<PathBuf>) -> Vec<String> {
+    let start = Instant::now();
+    loop {
+        let logs: Vec<String> = (rawlogs(dir).difference(before))
+            .map(|p| String::from_utf8_lossy(&fs::read(p).unwrap()).into_owned())
+            .collect();
+        let ended = |l: &String| l.lines().last().is_some_and(|c| c.contains(" LOGOUT"));
+        if logs.iter().all(ended) || start.elapsed() > Duration::from_secs(10) {
+            assert!(!logs.is_empty(), "no rawlog in {}", dir.display());
+            return (logs.iter().flat_map(|l| l.lines()))
+                .filter_map(|c| {
+                    let time = |t: &str| t.bytes().all(|b| b.is_ascii_digit() || b == b'.');
+                    let c = (c.split_once(' ').filter(|(t, _)| time(t))).map_or(c, |(_, c)| c);
+                    c.split_once(' ').map(|(_, c)| c.to_string())
+                })
+                .collect();
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// How many of `commands` are `name` (`STATUS`, `EXAMINE`).
+fn count(commands: &[String], name: &str) -> usize {
+    let is = |c: &&String| {
+        c.split(' ')
+            .next()
+            .is_some_and(|w| w.eq_ignore_ascii_case(name))
+    };
+    commands.iter().filter(is).count()
+}
+
 #[test]
 fn maildir_to_dovecot_and_back_is_faithful() {
-    let Some(server) = DovecotServer::start_or_skip().expect("dovecot") else {
+    let (_rawlog, rawlog, server_opts) = rawlog_dir();
+    let Some(server) = DovecotServer::start_or_skip_with(&server_opts).expect("dovecot") else {
         return;
     };
     let dir = tempfile::tempdir().unwrap();
@@ -165,7 +227,9 @@ fn maildir_to_dovecot_and_back_is_faithful() {
         }
     }
 
-    // Incremental: nothing changed -> nothing fetched.
+    // Incremental: nothing changed -> nothing fetched, no folder opened, and no STATUS
+    // asked: each folder's status came with its account's listing.
+    let logged = rawlogs(&rawlog);
     let inc = imap_backup(
         &mut repo,
         &imap_backup_opts(&server, accounts.clone()),
@@ -174,6 +238,16 @@ fn maildir_to_dovecot_and_back_is_faithful() {
     .unwrap();
     assert_eq!((inc.items_new, inc.items_unchanged), (0, 400));
     assert_eq!(inc.parent.as_deref(), Some(b.snapshot.as_str()));
+    let sent = commands_since(&rawlog, &logged);
+    let lists: Vec<&String> = (sent.iter())
+        .filter(|c| c.contains("RETURN (") && c.contains("STATUS ("))
+        .collect();
+    assert_eq!(lists.len(), accounts.len(), "{sent:#?}");
+    assert_eq!(
+        (count(&sent, "STATUS"), count(&sent, "EXAMINE")),
+        (0, 0),
+        "{sent:#?}"
+    );
 
     // Change flags of one message, delete another, add a third, in the first account.
     let acc = &accounts[0];
@@ -248,6 +322,7 @@ fn maildir_to_dovecot_and_back_is_faithful() {
     s.uid_store(&SeqSet::from_ids(&uids[..1]), StoreMode::Add, &["Green"])
         .unwrap();
     s.logout().unwrap();
+    let logged = rawlogs(&rawlog);
     let inc = imap_backup(
         &mut repo,
         &imap_backup_opts(&server, accounts.clone()),
@@ -256,6 +331,17 @@ fn maildir_to_dovecot_and_back_is_faithful() {
     .unwrap();
     assert!(inc.failures.is_empty(), "{:?}", inc.failures);
     assert_eq!((inc.items_new, inc.items_unchanged), (0, 400));
+    // Only that INBOX is opened (its listed status moved); no STATUS asked.
+    let sent = commands_since(&rawlog, &logged);
+    assert_eq!(
+        (count(&sent, "STATUS"), count(&sent, "EXAMINE")),
+        (0, 1),
+        "{sent:#?}"
+    );
+    assert!(
+        sent.iter().any(|c| c == "EXAMINE INBOX (CONDSTORE)"),
+        "{sent:#?}"
+    );
     let out3 = dir.path().join("out3");
     maildir_restore(&repo, &inc.snapshot, &out3);
     let back3 = read_store(&out3);

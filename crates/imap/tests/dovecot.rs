@@ -322,6 +322,25 @@ fn nested_unicode_folders_special_use_and_subscriptions() {
         "{}",
         on_disk.display()
     );
+
+    // LIST-STATUS: every selectable folder's status comes with the listing, as STATUS
+    // tells it; the parent of a folder created alone (`\NonExistent`) has none.
+    assert!(s.capabilities().has("LIST-STATUS") && s.capabilities().has("CONDSTORE"));
+    s.create("Lone/Child", None).expect("create");
+    let folders = s.list_with_status().expect("list with status");
+    for f in &folders {
+        if !f.selectable {
+            assert_eq!(f.status, None, "{}", f.name);
+            continue;
+        }
+        let mut asked = s.status(&f.name).expect("status");
+        asked.unseen = None;
+        assert_eq!(f.status.as_ref(), Some(&asked), "{}", f.name);
+    }
+    let deep_status = (folders.iter().find(|f| f.name == deep)).and_then(|f| f.status.clone());
+    assert_eq!(deep_status.and_then(|st| st.messages), Some(1));
+    let lone = folders.iter().find(|f| f.name == "Lone");
+    assert!(lone.is_some_and(|f| !f.selectable), "{lone:?}");
     s.logout().expect("logout");
 }
 

@@ -12,7 +12,9 @@
 //! HIGHESTMODSEQ did not move), else from a FLAGS sweep; messages no longer on the server
 //! are dropped. With CONDSTORE, a folder whose STATUS shows it as the parent left it
 //! (UIDVALIDITY, UIDNEXT, HIGHESTMODSEQ, as many messages) is not opened at all: its
-//! messages are the parent's, unread (`kept_unmoved`). A changed UIDVALIDITY re-reads that
+//! messages are the parent's, unread (`kept_unmoved`); where the server offers
+//! LIST-STATUS (RFC 5819) the statuses come with the account's folder listing, one round
+//! trip for all its folders (`unmoved`). A changed UIDVALIDITY re-reads that
 //! folder only. Accounts run in parallel, each over several connections (folders dealt
 //! to them); messages stream one at a time (bounded memory).
 //!
@@ -35,10 +37,12 @@ use crate::mail::maildir::safe_component;
 use crate::repo::tree::MessageEntry;
 use crate::{Error, Result};
 use mailvault_imap::{
-    from_crlf, Client, FetchQuery, FetchedMessage, SearchKey, SeqSet, Session, SieveSession,
+    from_crlf, Client, FetchQuery, FetchedMessage, MailboxStatus, SearchKey, SeqSet, Session,
+    SieveSession,
 };
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
+use std::sync::Mutex;
 
 /// What to back up and how.
 #[derive(Clone, Debug)]
@@ -90,6 +94,9 @@ pub fn account_rel_path(account: &str) -> Vec<u8> {
 pub struct ImapSource<'o> {
     opts: &'o ImapBackupOptions,
     client: Client,
+    /// Each folder's STATUS as its account's listing gave it (LIST-STATUS), by (account,
+    /// folder), until the folder's backup takes it ([`ImapSource::listed_status`]).
+    listed: Mutex<HashMap<(String, String), MailboxStatus>>,
 }
 
 impl<'o> ImapSource<'o> {
@@ -97,7 +104,15 @@ impl<'o> ImapSource<'o> {
         Ok(ImapSource {
             opts,
             client: Client::new(opts.connection.client.clone())?,
+            listed: Mutex::default(),
         })
+    }
+
+    /// The STATUS of `folder` the account's listing gave, taken out (a folder is backed
+    /// up once a run).
+    fn listed_status(&self, account: &str, folder: &str) -> Option<MailboxStatus> {
+        let mut listed = self.listed.lock().unwrap_or_else(|p| p.into_inner());
+        listed.remove(&(account.to_string(), folder.to_string()))
     }
 }
 
@@ -153,7 +168,12 @@ impl Source for ImapSource<'_> {
         failures: &Failures,
     ) -> Result<AccountListing> {
         let namespaces = s.namespaces()?;
-        let (own, others): (Vec<_>, Vec<_>) = (s.list()?.into_iter())
+        // Statuses serve only `unmoved`, which needs CONDSTORE: without it, none is asked.
+        let listing = match s.capabilities().has("CONDSTORE") {
+            true => s.list_with_status()?,
+            false => s.list()?,
+        };
+        let (own, others): (Vec<_>, Vec<_>) = (listing.into_iter())
             .filter(|f| f.selectable)
             .partition(|f| namespaces.is_personal(&f.name));
         if let Some(f) = others.first() {
@@ -166,9 +186,18 @@ impl Source for ImapSource<'_> {
                 ),
             );
         }
-        let folders = (own.into_iter())
+        let folders = (own.iter())
             .map(|f| super::Folder::named(&f.name, Default::default()))
             .collect();
+        // Kept for `unmoved` (there: why a status of this moment serves).
+        {
+            let mut listed = self.listed.lock().unwrap_or_else(|p| p.into_inner());
+            for f in own {
+                if let Some(st) = f.status {
+                    listed.insert((account.name.clone(), f.name), st);
+                }
+            }
+        }
         let mut subscribed: Vec<String> = s.lsub()?.into_iter().map(|f| f.name).collect();
         subscribed.sort();
         Ok(AccountListing {
@@ -222,14 +251,13 @@ impl Source for ImapSource<'_> {
         out: &mut FolderWriter<'_>,
     ) -> Result<()> {
         let folder = f.name.as_str();
+        let listed = self.listed_status(&account.name, folder);
         beside_mail(s, &account.name, folder, out)?;
         let parent_raw = out.parent_state();
         let parent_state: Option<FolderState> =
             (parent_raw.as_deref()).and_then(|d| serde_json::from_slice(d).ok());
-        if let (Some(st), Some(raw)) = (&parent_state, parent_raw) {
-            if kept_unmoved(s, folder, st, raw, out)? {
-                return Ok(());
-            }
+        if kept_unmoved(s, folder, listed, (parent_state.as_ref(), parent_raw), out)? {
+            return Ok(());
         }
         let info = s.examine(folder)?;
         let state = parent_state.filter(|st| st.uidvalidity == info.uidvalidity);
@@ -313,14 +341,25 @@ impl Source for ImapSource<'_> {
     }
 }
 
-/// Whether a folder is as the parent left it, told by STATUS alone (one round trip: no
-/// EXAMINE, no search, the parent's entries not read): with CONDSTORE, the same
-/// UIDVALIDITY, UIDNEXT and HIGHESTMODSEQ (no message added, no flag or keyword changed)
-/// and as many messages as the parent holds (none expunged, none the parent failed to
-/// fetch). Without CONDSTORE a flag change shows in no STATUS item: `false`.
+/// Whether a folder is as the parent left it, told by its STATUS alone (no EXAMINE, no
+/// search, the parent's entries not read): with CONDSTORE, the same UIDVALIDITY, UIDNEXT
+/// and HIGHESTMODSEQ (no message added, no flag or keyword changed) and as many messages
+/// as the parent holds (none expunged, none the parent failed to fetch). Without
+/// CONDSTORE a flag change shows in no STATUS item: `false`.
+///
+/// The status is `listed`, the one the account's folder listing gave (LIST-STATUS), when
+/// it has every item compared; else a STATUS command asks it (one round trip). A listed
+/// status serves as well as one asked now: it was taken when the account's folders were
+/// listed, after the run started and before any of them was backed up, so the snapshot
+/// holds the folder as it was then, a moment of the run as any other. What changes after
+/// it is never lost: an unmoved folder keeps the parent's state as stored, which tells
+/// exactly the UIDNEXT, HIGHESTMODSEQ and UIDVALIDITY that status showed, and the next
+/// run compares the server's with those; a folder that moved is opened and read as it
+/// is then, its new state taken from that EXAMINE.
 fn unmoved(
     s: &mut Session,
     folder: &str,
+    listed: Option<MailboxStatus>,
     st: &FolderState,
     parent: Option<&crate::repo::tree::FolderNode>,
 ) -> Result<bool> {
@@ -330,24 +369,36 @@ fn unmoved(
     if !s.capabilities().has("CONDSTORE") {
         return Ok(false);
     }
-    let now = s.status(folder)?;
+    let whole = |l: &MailboxStatus| {
+        l.messages.is_some()
+            && l.uidnext.is_some()
+            && l.uidvalidity.is_some()
+            && l.highestmodseq.is_some()
+    };
+    let now = match listed.filter(whole) {
+        Some(l) => l,
+        None => s.status(folder)?,
+    };
     Ok(now.uidvalidity == Some(st.uidvalidity)
         && now.uidnext == Some(uidnext)
         && now.highestmodseq == Some(modseq)
         && now.messages.map(u64::from) == Some(parent.messages))
 }
 
-/// When the folder is [`unmoved`] since the parent (state `st`, stored as `raw`), keeps
-/// the parent's messages as they are (their chunks unread) and its state as stored, and
-/// says so.
+/// When the folder is [`unmoved`] since the parent (its state `st`, stored as `raw`;
+/// `listed`: its status from the listing), keeps the parent's messages as they are (their
+/// chunks unread) and its state as stored, and says so. Without a parent state: `false`.
 fn kept_unmoved(
     s: &mut Session,
     folder: &str,
-    st: &FolderState,
-    raw: Vec<u8>,
+    listed: Option<MailboxStatus>,
+    (st, raw): (Option<&FolderState>, Option<Vec<u8>>),
     out: &mut FolderWriter,
 ) -> Result<bool> {
-    if !unmoved(s, folder, st, out.parent())? {
+    let (Some(st), Some(raw)) = (st, raw) else {
+        return Ok(false);
+    };
+    if !unmoved(s, folder, listed, st, out.parent())? {
         return Ok(false);
     }
     out.resume_keywords();

@@ -5,8 +5,10 @@
 
 use super::session::Session;
 use crate::error::{Error, Result};
+use crate::proto::capability::Capabilities;
 use crate::proto::mutf7;
 use crate::proto::response::{Code, ListItem, Untagged};
+use std::collections::HashMap;
 
 /// Special-use attributes (RFC 6154).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -76,6 +78,10 @@ pub struct Folder {
     pub subscribed: bool,
     /// Whether it can hold messages (not `\Noselect` / `\NonExistent`).
     pub selectable: bool,
+    /// Its STATUS as the listing gave it ([`Session::list_with_status`], LIST-STATUS):
+    /// `None` when not asked, or when the server sent none for it (a `\Noselect`
+    /// folder, or one whose status the server could not tell, RFC 5819).
+    pub status: Option<MailboxStatus>,
 }
 
 /// What SELECT or EXAMINE reported.
@@ -114,6 +120,26 @@ pub struct MailboxStatus {
     pub unseen: Option<u32>,
     /// HIGHESTMODSEQ (CONDSTORE)
     pub highestmodseq: Option<u64>,
+}
+
+impl MailboxStatus {
+    /// The status a `* STATUS` reply's items tell (names upper-cased, as parsed); items
+    /// it does not know are left out.
+    fn from_items(items: Vec<(String, u64)>) -> MailboxStatus {
+        let mut st = MailboxStatus::default();
+        for (k, v) in items {
+            let v32 = u32::try_from(v).ok();
+            match k.as_str() {
+                "MESSAGES" => st.messages = v32,
+                "UIDNEXT" => st.uidnext = v32,
+                "UIDVALIDITY" => st.uidvalidity = v32,
+                "UNSEEN" => st.unseen = v32,
+                "HIGHESTMODSEQ" => st.highestmodseq = Some(v),
+                _ => {}
+            }
+        }
+        st
+    }
 }
 
 /// What CREATE did.
@@ -188,21 +214,36 @@ impl Session {
     /// plus LSUB). A session that does not know the hierarchy delimiter yet takes
     /// INBOX's from the listing instead of asking (`LIST "" ""`): one round trip.
     pub fn list(&mut self) -> Result<Vec<Folder>> {
+        self.list_returning(false)
+    }
+
+    /// [`Session::list`], and where the server offers LIST-STATUS (RFC 5819) each
+    /// folder's STATUS in the same round trip ([`Folder::status`]: MESSAGES, UIDNEXT,
+    /// UIDVALIDITY, and HIGHESTMODSEQ with CONDSTORE), instead of a STATUS command per
+    /// folder. Without LIST-STATUS no folder has a status: ask [`Session::status`].
+    pub fn list_with_status(&mut self) -> Result<Vec<Folder>> {
+        self.list_returning(true)
+    }
+
+    fn list_returning(&mut self, with_status: bool) -> Result<Vec<Folder>> {
         let extended = self.caps.has("LIST-EXTENDED");
         let mut b = self.command("LIST");
         b.sp().astring(b"").sp().astring(b"*");
-        if extended {
-            if self.caps.has("SPECIAL-USE") {
-                b.raw(b" RETURN (SUBSCRIBED SPECIAL-USE)");
-            } else {
-                b.raw(b" RETURN (SUBSCRIBED)");
-            }
+        let returns = list_return(&self.caps, with_status);
+        if let Some(r) = &returns {
+            b.raw(r.as_bytes());
         }
         let cmd = b.finish();
         let mut items = Vec::new();
+        // By wire name: a folder's STATUS may come before or after its LIST line.
+        let mut statuses: HashMap<Vec<u8>, MailboxStatus> = HashMap::new();
         self.run_ok(cmd, "LIST", None, &mut |u| {
-            if let Untagged::List(l) = u {
-                items.push(l);
+            match u {
+                Untagged::List(l) => items.push(l),
+                Untagged::MailboxStatus { mailbox, items } => {
+                    statuses.insert(inbox_folded(mailbox), MailboxStatus::from_items(items));
+                }
+                _ => {}
             }
             Ok(())
         })?;
@@ -219,6 +260,9 @@ impl Session {
             .into_iter()
             .map(|l| folder_from_list(l, delim))
             .collect();
+        for f in &mut folders {
+            f.status = statuses.remove(&inbox_folded(f.wire_name.clone()));
+        }
         if !extended {
             let subscribed = self.lsub()?;
             for f in &mut folders {
@@ -420,17 +464,7 @@ impl Session {
         let mut st = MailboxStatus::default();
         self.run_ok(cmd, "STATUS", Some(folder), &mut |u| {
             if let Untagged::MailboxStatus { items, .. } = u {
-                for (k, v) in items {
-                    let v32 = u32::try_from(v).ok();
-                    match k.as_str() {
-                        "MESSAGES" => st.messages = v32,
-                        "UIDNEXT" => st.uidnext = v32,
-                        "UIDVALIDITY" => st.uidvalidity = v32,
-                        "UNSEEN" => st.unseen = v32,
-                        "HIGHESTMODSEQ" => st.highestmodseq = Some(v),
-                        _ => {}
-                    }
-                }
+                st = MailboxStatus::from_items(items);
             }
             Ok(())
         })?;
@@ -482,6 +516,38 @@ pub fn folder_path(wire_name: &[u8], delimiter: Option<char>) -> String {
     }
 }
 
+/// The RETURN options of `LIST "" "*"` on a server with `caps` (none without
+/// LIST-EXTENDED): SUBSCRIBED, SPECIAL-USE where offered, and with `with_status` and
+/// LIST-STATUS offered the STATUS items [`Session::list_with_status`] asks
+/// (HIGHESTMODSEQ only with CONDSTORE).
+fn list_return(caps: &Capabilities, with_status: bool) -> Option<String> {
+    if !caps.has("LIST-EXTENDED") {
+        return None;
+    }
+    let mut r = String::from(" RETURN (SUBSCRIBED");
+    if caps.has("SPECIAL-USE") {
+        r.push_str(" SPECIAL-USE");
+    }
+    if with_status && caps.has("LIST-STATUS") {
+        r.push_str(" STATUS (MESSAGES UIDNEXT UIDVALIDITY");
+        if caps.has("CONDSTORE") {
+            r.push_str(" HIGHESTMODSEQ");
+        }
+        r.push(')');
+    }
+    r.push(')');
+    Some(r)
+}
+
+/// A wire name with INBOX (case-insensitive: RFC 3501 5.1) spelled `INBOX`, so that a
+/// STATUS reply finds its LIST line however either spells it.
+fn inbox_folded(wire_name: Vec<u8>) -> Vec<u8> {
+    match wire_name.eq_ignore_ascii_case(b"INBOX") {
+        true => b"INBOX".to_vec(),
+        false => wire_name,
+    }
+}
+
 fn folder_from_list(l: ListItem, delim: Option<char>) -> Folder {
     let special_use = l
         .attributes
@@ -498,6 +564,7 @@ fn folder_from_list(l: ListItem, delim: Option<char>) -> Folder {
         special_use,
         subscribed,
         selectable,
+        status: None,
     }
 }
 
@@ -526,6 +593,62 @@ mod tests {
         assert!(cyrus.is_personal("INBOX") && cyrus.is_personal("INBOX/Sent"));
         assert!(!cyrus.is_personal("user/alice/Team") && !cyrus.is_personal("Public/News"));
         assert!(Namespaces::default().is_personal("anything"));
+    }
+
+    #[test]
+    fn list_return_options() {
+        let caps = |c: &[&str]| Capabilities::new(c);
+        let full = caps(&[
+            "IMAP4rev1",
+            "LIST-EXTENDED",
+            "LIST-STATUS",
+            "SPECIAL-USE",
+            "CONDSTORE",
+        ]);
+        assert_eq!(
+            list_return(&full, true).as_deref(),
+            Some(" RETURN (SUBSCRIBED SPECIAL-USE STATUS (MESSAGES UIDNEXT UIDVALIDITY HIGHESTMODSEQ))")
+        );
+        assert_eq!(
+            list_return(&full, false).as_deref(),
+            Some(" RETURN (SUBSCRIBED SPECIAL-USE)")
+        );
+        let no_condstore = caps(&["LIST-EXTENDED", "LIST-STATUS"]);
+        assert_eq!(
+            list_return(&no_condstore, true).as_deref(),
+            Some(" RETURN (SUBSCRIBED STATUS (MESSAGES UIDNEXT UIDVALIDITY))")
+        );
+        let no_list_status = caps(&["LIST-EXTENDED", "CONDSTORE"]);
+        assert_eq!(
+            list_return(&no_list_status, true).as_deref(),
+            Some(" RETURN (SUBSCRIBED)")
+        );
+        // LIST-STATUS is an extension of LIST-EXTENDED's RETURN: nothing without it.
+        assert_eq!(
+            list_return(&caps(&["LIST-STATUS", "CONDSTORE"]), true),
+            None
+        );
+    }
+
+    #[test]
+    fn status_items() {
+        let st = MailboxStatus::from_items(vec![
+            ("MESSAGES".into(), 231),
+            ("UIDNEXT".into(), 44292),
+            ("X-SIZE".into(), 9),
+            ("HIGHESTMODSEQ".into(), 7_011_231_777),
+            ("UIDVALIDITY".into(), u64::from(u32::MAX) + 1),
+        ]);
+        let want = MailboxStatus {
+            messages: Some(231),
+            uidnext: Some(44292),
+            uidvalidity: None,
+            unseen: None,
+            highestmodseq: Some(7_011_231_777),
+        };
+        assert_eq!(st, want);
+        assert_eq!(inbox_folded(b"inbox".to_vec()), b"INBOX");
+        assert_eq!(inbox_folded(b"INBOX/x".to_vec()), b"INBOX/x");
     }
 
     #[test]
