@@ -219,7 +219,12 @@ fn series(end: &Ending, n: &Noted) -> Vec<Sample> {
         .into_iter()
         .enumerate()
         {
-            let _ = write!(s, "{}{k}=\"{}\"", if i > 0 { "," } else { "" }, escape(v));
+            let _ = write!(
+                s,
+                "{}{k}=\"{}\"",
+                if i > 0 { "," } else { "" },
+                mailvault_core::report::prometheus_label(v)
+            );
         }
         s
     };
@@ -335,13 +340,6 @@ fn parse_sample(line: &str) -> Option<(&str, &str, &str)> {
         }
     }
     None
-}
-
-/// A label value escaped as the text format wants: `\`, `"` and newlines.
-fn escape(v: &str) -> String {
-    v.replace('\\', "\\\\")
-        .replace('"', "\\\"")
-        .replace('\n', "\\n")
 }
 
 #[cfg(test)]

@@ -88,6 +88,14 @@ pub(crate) fn ratio(a: u64, b: u64) -> Option<f64> {
     (b > 0).then(|| a as f64 / b as f64)
 }
 
+/// A label value as Prometheus' text format wants it: `\`, `"` and line feeds escaped
+/// (the metrics file of the commands, `serve`'s `/metrics`).
+pub fn prometheus_label(v: &str) -> String {
+    v.replace('\\', "\\\\")
+        .replace('"', "\\\"")
+        .replace('\n', "\\n")
+}
+
 /// A byte count for people: `512 B`, `1.5 KiB`, `3.2 MiB` (what the CLI prints and the
 /// web UI shows).
 pub fn human_bytes(n: u64) -> String {

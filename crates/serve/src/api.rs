@@ -85,16 +85,7 @@ pub async fn message(
     Params(p): Params<Place>,
 ) -> Answer {
     let f = reply::found(&st, p.clone()).await?;
-    let (live, hash, user) = (reply::live(&st).await?, f.entry.hash, ctx.session.user);
-    let holders = blocking(move || {
-        read::holders(
-            live.repo(),
-            live.searcher().places(),
-            &hash,
-            user.as_deref(),
-        )
-    })
-    .await?;
+    let holders = reply::holders(&st, f.entry.hash, &ctx).await?;
     let d = crate::mail::decode(&f.raw);
     to_json(json!({
         "id": f.entry.hash.to_hex(),

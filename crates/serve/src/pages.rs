@@ -289,20 +289,7 @@ pub async fn message(
     Params(p): Params<Place>,
 ) -> Page {
     let f = reply::found(&st, p.clone()).await?;
-    let (live, hash, user) = (
-        reply::live(&st).await?,
-        f.entry.hash,
-        ctx.session.user.clone(),
-    );
-    let holders = blocking(move || {
-        read::holders(
-            live.repo(),
-            live.searcher().places(),
-            &hash,
-            user.as_deref(),
-        )
-    })
-    .await?;
+    let holders = reply::holders(&st, f.entry.hash, &ctx).await?;
     let d = crate::mail::decode(&f.raw);
     let params = place_params(&p);
     let body = html! {

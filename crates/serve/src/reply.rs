@@ -256,6 +256,21 @@ pub async fn overview(
     blocking(move || crate::repository::overview(st.live()?.repo(), now, st.0.stale_after)).await
 }
 
+/// The snapshots that hold content `hash` (`read::holders`: for a mail user's session, in
+/// their own account alone), on a blocking thread.
+pub async fn holders(
+    st: &crate::state::AppState,
+    hash: mailvault_core::Id,
+    ctx: &Ctx,
+) -> Result<Vec<crate::read::Holder>, Failure> {
+    let (live, user) = (live(st).await?, ctx.session.user.clone());
+    blocking(move || {
+        let places = live.searcher().places();
+        crate::read::holders(live.repo(), places, &hash, user.as_deref())
+    })
+    .await
+}
+
 /// The message at `place`, read on a blocking thread.
 pub async fn found(
     st: &crate::state::AppState,

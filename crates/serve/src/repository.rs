@@ -5,6 +5,7 @@
 //! drawn as inline SVG bar charts (no script, nothing loaded). Everything comes from the
 //! snapshot files (their summaries): no tree is read.
 
+use mailvault_core::report::prometheus_label as label;
 use mailvault_core::{Repository, Result};
 use maud::{html, Markup};
 use serde::Serialize;
@@ -197,13 +198,6 @@ pub fn metrics(o: &Overview, sessions: usize) -> String {
         "# HELP {name} Sessions open in the web UI.\n# TYPE {name} gauge\n{name} {sessions}"
     );
     out
-}
-
-/// A label value as Prometheus' text format wants it: `\`, `"` and line feeds escaped.
-fn label(v: &str) -> String {
-    v.replace('\\', "\\\\")
-        .replace('"', "\\\"")
-        .replace('\n', "\\n")
 }
 
 #[cfg(test)]
