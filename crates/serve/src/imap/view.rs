@@ -267,10 +267,9 @@ impl Folder {
         let map = (uidlist.as_deref()).map(mailvault_core::imap::names::parse_uidlist);
         let mut entries = read::folder_entries(repo, node)?;
         entries.sort_by_cached_key(|e| mailvault_core::restore::arrival_order(map.as_ref(), e));
-        let (uidvalidity, uids) = match uidlist.and_then(|d| dovecot_uids(&d, &entries)) {
-            Some(found) => found,
-            None => derived_uids(&entries),
-        };
+        let found =
+            (uidlist.and_then(|d| dovecot_uids(&d, &entries))).or_else(|| server_uids(&entries));
+        let (uidvalidity, uids) = found.unwrap_or_else(|| derived_uids(&entries));
         Ok(Folder::of(entries, (uidvalidity, uids), &table))
     }
 
@@ -372,6 +371,28 @@ fn dovecot_uids(data: &[u8], entries: &[MessageEntry]) -> Option<(u32, Vec<u32>)
     Some((uidvalidity, uids))
 }
 
+/// The UIDs and UIDVALIDITY an IMAP backup kept in its keys
+/// ([`mailvault_core::imap::names::parse_key`]), for `entries` in UID order, when every
+/// message has one under one UIDVALIDITY, each its own: the view then numbers the folder
+/// as the server did, so a client that knew the server's folder keeps its cache. Else
+/// `None`.
+fn server_uids(entries: &[MessageEntry]) -> Option<(u32, Vec<u32>)> {
+    let mut uidvalidity = None;
+    let mut uids = Vec::with_capacity(entries.len());
+    for e in entries {
+        let (uid, v) = mailvault_core::imap::names::parse_key(&e.key)?;
+        if uid == 0 || v == 0 || *uidvalidity.get_or_insert(v) != v {
+            return None;
+        }
+        uids.push(uid);
+    }
+    // In arrival order (the backup's UIDs), each its own: they rise strictly.
+    if !uids.windows(2).all(|w| w[0] < w[1]) {
+        return None;
+    }
+    Some((uidvalidity?, uids))
+}
+
 /// Whether `name` matches LIST pattern `pat`: `*` matches anything, `%` anything but the
 /// delimiter.
 pub fn matches(pat: &str, name: &str) -> bool {
@@ -466,6 +487,20 @@ mod tests {
         let (uv, uids) = derived_uids(&[entry("x", 1), entry("y", 2)]);
         assert_eq!(uids, [1, 2]);
         assert_ne!(uv, derived_uids(&[entry("y", 1), entry("x", 2)]).0);
+    }
+
+    /// An IMAP backup's keys give the server's UIDs and UIDVALIDITY; keys of two
+    /// UIDVALIDITYs, or one that is not an IMAP backup's, give none.
+    #[test]
+    fn an_imap_backups_uids_are_the_servers() {
+        use mailvault_core::imap::names::synth_key;
+        let k = |uid, v| entry(&synth_key("INBOX", 1_700_000_000, uid, v, 10), 1);
+        let mut e = vec![k(12, 77), k(3, 77), k(40, 77)];
+        e.sort_by_cached_key(|e| mailvault_core::restore::arrival_order(None, e));
+        assert_eq!(server_uids(&e), Some((77, vec![3, 12, 40])));
+        assert!(server_uids(&[k(3, 77), k(4, 78)]).is_none());
+        assert!(server_uids(&[k(3, 77), entry("1.M1P1.host", 1)]).is_none());
+        assert_eq!(server_uids(&[]), None);
     }
 
     #[test]
