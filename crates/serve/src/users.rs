@@ -140,11 +140,16 @@ fn verify(stored: &str, password: &[u8]) -> Result<bool, String> {
 fn crypt(data: &str, password: &[u8]) -> Result<bool, String> {
     let unsupported =
         || Err("a crypt scheme that is not supported (not $6$, $5$, $2y$ or $argon2)".to_string());
-    if data.starts_with("$6$") {
-        return Ok(sha_crypt::sha512_check(&String::from_utf8_lossy(password), data).is_ok());
-    }
-    if data.starts_with("$5$") {
-        return Ok(sha_crypt::sha256_check(&String::from_utf8_lossy(password), data).is_ok());
+    if data.starts_with("$6$") || data.starts_with("$5$") {
+        // SHA-crypt takes text: a password that is not UTF-8 matches nothing (a lossy
+        // conversion would let different passwords meet in the same text).
+        let Ok(text) = std::str::from_utf8(password) else {
+            return Ok(false);
+        };
+        return Ok(match data.starts_with("$6$") {
+            true => sha_crypt::sha512_check(text, data).is_ok(),
+            false => sha_crypt::sha256_check(text, data).is_ok(),
+        });
     }
     if data.starts_with("$2") {
         return bcrypt::verify(password, data).map_err(|e| format!("bcrypt: {e}"));
@@ -196,8 +201,17 @@ mod tests {
             assert_eq!(verify(stored, b"s3cret"), Ok(true), "{u}");
             assert_eq!(verify(stored, b"s3cret!"), Ok(false), "{u}");
             assert_eq!(verify(stored, b""), Ok(false), "{u}");
+            assert_eq!(verify(stored, b"s3cret\xff"), Ok(false), "{u}");
         }
         assert!(verify(passwd_entry(&file, "gina@example.org").unwrap(), b"abc").is_err());
+        // Bytes that are not UTF-8 never meet the text a lossy conversion would give.
+        let replaced =
+            sha_crypt::sha512_simple("pw\u{fffd}", &sha_crypt::Sha512Params::new(5000).unwrap())
+                .unwrap();
+        assert_eq!(
+            verify(&format!("{{SHA512-CRYPT}}{replaced}"), b"pw\xff"),
+            Ok(false)
+        );
         assert_eq!(passwd_entry(&file, "nobody@example.org"), None);
         assert_eq!(
             passwd_entry(&file, "example.org"),

@@ -531,12 +531,27 @@ pub(super) fn push_home<T>(ctx: &Ctx<T>, plan: &mut AccountPlan, home: Vec<Folde
         ctx.n.homes_left.fetch_add(1, Relaxed);
         return;
     }
-    for node in home {
-        // Never into the Maildir: the home's mail is the account's folders.
-        if !safe_relative(&node.dir) || node.dir.split(|&c| c == b'/').next() == Some(b"Maildir") {
-            let item = format!("{}: home directory {}", plan.acc.name, node.name);
-            ctx.n
-                .fail_items(item, "unsafe directory in snapshot; skipped", 0);
+    // Never into the Maildir: the home's mail is the account's folders.
+    let allowed = |dir: &[u8]| dir.split(|&c| c == b'/').next() != Some(b"Maildir");
+    let name = plan.acc.name.clone();
+    let item = |n: &FolderNode| format!("{name}: home directory {}", n.name);
+    push_file_dirs(ctx, plan, home, allowed, item);
+}
+
+/// Adds directories of files (an account's home, the store's own files) to `plan`, files
+/// only: each whose path is unsafe, or not `allowed`, is reported as `item` names it (its
+/// files are no messages: none is counted as failed).
+fn push_file_dirs<T>(
+    ctx: &Ctx<T>,
+    plan: &mut AccountPlan,
+    dirs: Vec<FolderNode>,
+    allowed: impl Fn(&[u8]) -> bool,
+    item: impl Fn(&FolderNode) -> String,
+) {
+    for node in dirs {
+        if !safe_relative(&node.dir) || !allowed(&node.dir) {
+            let what = "unsafe directory in snapshot; skipped";
+            ctx.n.fail_items(item(&node), what, 0);
             continue;
         }
         plan.folders.push(FolderPlan {
@@ -588,21 +603,10 @@ pub(super) fn plan_store<T>(
         folders: Vec::new(),
         subscriptions: Vec::new(),
     };
-    for node in tree.home {
-        if !safe_relative(&node.dir) || node.dir.contains(&b'/') {
-            let item = format!("the store's directory {}", node.name);
-            let n = node.files.len() as u64;
-            ctx.n
-                .fail_items(item, "unsafe directory in snapshot; skipped", n);
-            continue;
-        }
-        plan.folders.push(FolderPlan {
-            node,
-            entries: Vec::new(),
-            unread: None,
-            home: true,
-        });
-    }
+    // A domain's directory at most: never into an account.
+    let allowed = |dir: &[u8]| !dir.contains(&b'/');
+    let item = |n: &FolderNode| format!("the store's directory {}", n.name);
+    push_file_dirs(ctx, &mut plan, tree.home, allowed, item);
     Some(plan)
 }
 
