@@ -35,6 +35,25 @@ fn walk(dir: &Path, out: &mut Vec<PathBuf>) {
 }
 
 /// A Maildir of `n` mail-like messages (enough, with `n` ≥ 300, for a dictionary).
+/// Damages blob `id` where it lies in its pack (one byte in its middle flipped), `repo`
+/// closed first.
+fn flip_a_byte_of(e: &Env, repo: mailvault_core::Repository, id: &mailvault_core::Id) {
+    use mailvault_core::repo::pack::pack_path;
+    use std::os::unix::fs::FileExt;
+    let loc = *repo.index().get(id).unwrap();
+    let pack = e.repo().join(pack_path(&repo.index().pack_id(loc.pack)));
+    drop(repo);
+    let f = fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(&pack)
+        .unwrap();
+    let at = u64::from(loc.offset + loc.stored_len / 2);
+    let mut b = [0u8];
+    f.read_exact_at(&mut b, at).unwrap();
+    f.write_all_at(&[b[0] ^ 0x55], at).unwrap();
+}
+
 fn maildir(md: &Path, n: usize, tag: &str) {
     for sub in ["cur", "new", "tmp"] {
         fs::create_dir_all(md.join(sub)).unwrap();
@@ -487,11 +506,9 @@ fn check_tells_a_foreign_file_in_data_from_an_unindexed_pack() {
 /// other leaves hold (the ones below it reported).
 #[test]
 fn a_damaged_chunk_tree_leaf_costs_only_the_messages_below_it() {
-    use mailvault_core::repo::pack::pack_path;
     use mailvault_core::repo::tree::{AccountTree, ChunkTree, RootTree};
     use mailvault_core::store::LocalStore;
     use mailvault_core::Repository;
-    use std::os::unix::fs::FileExt;
     let e = Env::new();
     let md = e.path("md");
     for sub in ["cur", "new", "tmp"] {
@@ -528,18 +545,7 @@ fn a_damaged_chunk_tree_leaf_costs_only_the_messages_below_it() {
     let lost: usize = (leaf.chunks.iter())
         .map(|c| repo.read_chunk(c).unwrap().len())
         .sum();
-    let loc = *repo.index().get(&leaf_id).unwrap();
-    let pack = e.repo().join(pack_path(&repo.index().pack_id(loc.pack)));
-    drop(repo);
-    let f = fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .open(&pack)
-        .unwrap();
-    let at = u64::from(loc.offset + loc.stored_len / 2);
-    let mut b = [0u8];
-    f.read_exact_at(&mut b, at).unwrap();
-    f.write_all_at(&[b[0] ^ 0x55], at).unwrap();
+    flip_a_byte_of(&e, repo, &leaf_id);
 
     // As another host sees it: no local copy of the trees.
     let _ = fs::remove_dir_all(e.path("cache"));
@@ -564,11 +570,9 @@ fn a_damaged_chunk_tree_leaf_costs_only_the_messages_below_it() {
 /// file alone: the accounts' mail stays restorable.
 #[test]
 fn a_damaged_store_file_is_named_and_repair_drops_it_alone() {
-    use mailvault_core::repo::pack::pack_path;
     use mailvault_core::repo::tree::{AccountTree, RootTree};
     use mailvault_core::store::LocalStore;
     use mailvault_core::Repository;
-    use std::os::unix::fs::FileExt;
     let e = Env::new();
     let src = e.path("vmail");
     maildir(&src.join("example.org/bob/Maildir"), 5, "a");
@@ -586,18 +590,7 @@ fn a_damaged_store_file_is_named_and_repair_drops_it_alone() {
     let file = &store.home[0].files[0];
     assert_eq!(file.name, b"shared-mailboxes");
     let id = repo.file_content(file).unwrap()[0];
-    let loc = *repo.index().get(&id).unwrap();
-    let pack = e.repo().join(pack_path(&repo.index().pack_id(loc.pack)));
-    drop(repo);
-    let f = fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .open(&pack)
-        .unwrap();
-    let at = u64::from(loc.offset + loc.stored_len / 2);
-    let mut b = [0u8];
-    f.read_exact_at(&mut b, at).unwrap();
-    f.write_all_at(&[b[0] ^ 0x55], at).unwrap();
+    flip_a_byte_of(&e, repo, &id);
 
     let out = e.expect(2, &["check", "--read-data"]);
     assert!(
