@@ -10,6 +10,12 @@ pub trait Progress: Sync {
     fn add_total(&self, _items: u64, _bytes: u64) {}
     /// Work was done.
     fn advance(&self, _items: u64, _bytes: u64) {}
+    /// Whether the caller asks the work to stop (a restore cancelled from the web UI):
+    /// a restore then reads and writes nothing more, and counts what is left as not
+    /// tried. Asked between pieces of work, so it should be cheap.
+    fn cancelled(&self) -> bool {
+        false
+    }
 }
 
 /// Progress that goes nowhere.

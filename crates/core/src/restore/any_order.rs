@@ -143,7 +143,7 @@ fn read_window<T: Target>(ctx: &Ctx<T>, jobs: Vec<Job<T::Folder>>) {
     if jobs.is_empty() {
         return;
     }
-    if ctx.n.is_stopped() {
+    if ctx.stopped() {
         // The target takes no more: nothing is read.
         for j in &jobs {
             match &j.what {
@@ -272,7 +272,7 @@ pub(super) fn write_message<T: Target>(
     meta: &Meta,
     blobs: &dyn Blobs,
 ) {
-    if ctx.n.is_stopped() {
+    if ctx.stopped() {
         return ctx.n.not_tried(1);
     }
     let written = assemble_by(
@@ -334,7 +334,7 @@ pub(super) fn write_piece<T: Target>(
 ) {
     let f = &file.entry;
     let item = || ctx.target.item(folder, Item::File(&f.name));
-    if ctx.n.is_stopped() && !file.failed.swap(true, Relaxed) {
+    if ctx.stopped() && !file.failed.swap(true, Relaxed) {
         ctx.n.files_not_tried.fetch_add(1, Relaxed);
     }
     if !file.failed.load(Relaxed) {

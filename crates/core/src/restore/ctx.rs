@@ -28,9 +28,12 @@ pub struct RestoreReport {
     pub items_failed: u64,
     /// Of `items_failed`, those not tried: the target could take no more (its filesystem
     /// full, over quota or read-only: the one failure listed for it says which), so the
-    /// restore stopped writing. Run it again once there is room: what was restored is
-    /// found and kept.
+    /// restore stopped writing; or the restore was cancelled (`cancelled`). Run it again
+    /// once there is room: what was restored is found and kept.
     pub items_not_tried: u64,
+    /// The caller cancelled the restore ([`crate::report::Progress::cancelled`]): what
+    /// was left is counted in `items_not_tried` and `files_not_tried`.
+    pub cancelled: bool,
     /// Folder files not tried, for the same reason.
     pub files_not_tried: u64,
     /// Bytes of messages written.
@@ -73,6 +76,8 @@ pub(super) struct Tally {
     pub(super) stopped: std::sync::atomic::AtomicBool,
     pub(super) not_tried: AtomicU64,
     pub(super) files_not_tried: AtomicU64,
+    /// Set with `stopped` when the caller cancelled ([`Progress::cancelled`]).
+    pub(super) cancelled: std::sync::atomic::AtomicBool,
     /// Accounts whose home files (sieve scripts) the target has no place for.
     pub(super) homes_left: AtomicU64,
     /// Folders whose IMAP METADATA the target has no place for (a Maildir).
@@ -244,6 +249,21 @@ impl<'a, T: Target> Ctx<'a, T> {
         }
     }
 
+    /// Whether what is left goes unread and unwritten, counted as not tried: the target
+    /// was given up on ([`Tally::write_failed`]), or the caller cancelled the restore
+    /// ([`Progress::cancelled`]; then no later failure is listed either).
+    pub(super) fn stopped(&self) -> bool {
+        if self.n.is_stopped() {
+            return true;
+        }
+        if self.progress.cancelled() {
+            self.n.cancelled.store(true, Relaxed);
+            self.n.stopped.store(true, Relaxed);
+            return true;
+        }
+        false
+    }
+
     /// The report of a restore that began at `started`.
     /// The target's warnings, and the accounts' homes it has no place for.
     fn warnings(&self) -> Vec<String> {
@@ -306,6 +326,7 @@ impl<'a, T: Target> Ctx<'a, T> {
             items_unchanged: n.unchanged.load(Relaxed),
             items_failed: n.failed.load(Relaxed),
             items_not_tried: n.not_tried.load(Relaxed),
+            cancelled: n.cancelled.load(Relaxed),
             files_not_tried: n.files_not_tried.load(Relaxed),
             bytes_written: bytes,
             files_restored: n.files.load(Relaxed),

@@ -129,7 +129,7 @@ pub(super) fn fail_all<'e, T: Target>(
     why: &str,
 ) {
     for e in entries {
-        if ctx.n.is_stopped() {
+        if ctx.stopped() {
             ctx.n.not_tried(1);
         } else {
             let item = ctx.target.item(folder, Item::Message(e));

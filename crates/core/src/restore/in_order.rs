@@ -349,7 +349,7 @@ pub(super) fn prepare<'p, T: Target>(
 /// Writes a prepared batch and counts what became of each message.
 pub(super) fn write_prepared<T: Target>(ctx: &Ctx<T>, p: Prepared<T::Folder>, abort: &Abort) {
     let folder = p.folder;
-    if ctx.n.is_stopped() {
+    if ctx.stopped() {
         // The target takes no more (`Tally::write_failed`): each counted as not tried.
         return fail_all(ctx, folder, p.msgs.iter().map(|(e, _, _)| e), "");
     }

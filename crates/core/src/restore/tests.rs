@@ -680,6 +680,93 @@ mod spans {
         );
     }
 
+    /// A restore the caller cancels ([`Progress::cancelled`], the web UI's cancel button)
+    /// writes nothing more, in either order, lists no failure for it, and counts what
+    /// was left as not tried, so the counts still add up.
+    #[test]
+    fn a_cancelled_restore_writes_nothing_more_and_counts_the_rest() {
+        use crate::dest::{AccountInfo, Caps, FolderInfo, Item, Message, RestoreFailures};
+        use crate::dest::{Order, Outcome, Target};
+        use crate::report::Progress;
+        use std::sync::atomic::AtomicUsize;
+
+        struct Counting {
+            order: Order,
+            writes: AtomicUsize,
+        }
+        impl Target for Counting {
+            type Account = ();
+            type Folder = ();
+            fn caps(&self) -> Caps {
+                Caps {
+                    order: self.order,
+                    ..NO_CAPS
+                }
+            }
+            fn open_account(&self, _: &AccountInfo) -> crate::Result<()> {
+                Ok(())
+            }
+            fn open_folder(&self, _: &(), _: &FolderInfo) -> crate::Result<()> {
+                Ok(())
+            }
+            fn write(&self, _: &(), _: &Message) -> crate::Result<Outcome> {
+                self.writes.fetch_add(1, Relaxed);
+                Ok(Outcome::Written { bytes: 0 })
+            }
+            fn finish_account(&self, _: (), _: &RestoreFailures) {}
+            fn item(&self, _: &(), _: Item) -> String {
+                String::new()
+            }
+        }
+        /// Cancels once `after` messages are done.
+        struct CancelAfter {
+            after: u64,
+            done: AtomicU64,
+        }
+        impl Progress for CancelAfter {
+            fn advance(&self, items: u64, _: u64) {
+                self.done.fetch_add(items, Relaxed);
+            }
+            fn cancelled(&self) -> bool {
+                self.done.load(Relaxed) >= self.after
+            }
+        }
+
+        let t = tempfile::tempdir().unwrap();
+        let (repo, sel) = accounts_of_15(t.path(), &["ann", "bob", "cid"]);
+        for order in [Order::Any, Order::Folder] {
+            let target = |_: Opening<'_>| {
+                let writes = AtomicUsize::new(0);
+                Ok(Counting { order, writes })
+            };
+            let progress = CancelAfter {
+                after: 7,
+                done: AtomicU64::new(0),
+            };
+            let (r, target) = restore_into(&repo, &sel, &progress, target).unwrap();
+            let writes = target.writes.load(Relaxed) as u64;
+            assert!(r.cancelled, "{order:?}");
+            assert!(
+                writes < 15,
+                "{order:?}: {writes} written after a cancel at 7"
+            );
+            assert_eq!(r.items_restored, writes, "{order:?}");
+            assert_eq!(r.items_not_tried, 45 - writes, "{order:?}");
+            assert_eq!(r.items_failed, r.items_not_tried, "{order:?}");
+            assert!(r.failures.is_empty(), "{order:?}: {:?}", r.failures);
+        }
+        let (r, _) = restore_into(&repo, &sel, &NoProgress, |_: Opening<'_>| {
+            let writes = AtomicUsize::new(0);
+            Ok(Counting {
+                order: Order::Any,
+                writes,
+            })
+        })
+        .unwrap();
+        assert!(!r.cancelled);
+        assert_eq!((r.items_restored, r.items_not_tried), (45, 0));
+    }
+
     /// An in-order target opens the next account (for IMAP a login and its folders
     /// made) while the one before writes, not after it: opening overlaps the data.
     #[test]

@@ -293,6 +293,8 @@ impl ImapTarget {
             items_journaled: journaled,
             items_existing: existing,
             items_failed: r.items_failed,
+            items_not_tried: r.items_not_tried,
+            cancelled: r.cancelled,
             bytes_appended: r.bytes_written,
             shares: self.shares.figures(),
             elapsed_secs: r.elapsed_secs,

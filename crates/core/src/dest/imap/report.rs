@@ -38,6 +38,12 @@ pub struct ImapRestoreReport {
     /// Messages not restored (each listed in `failures`, or counted in a failure line
     /// that names how many).
     pub items_failed: u64,
+    /// Of `items_failed`, those not tried: the server took no more (its failure is
+    /// listed), or the restore was cancelled (`cancelled`). A later run finds what was
+    /// appended in the journal.
+    pub items_not_tried: u64,
+    /// The caller cancelled the restore ([`crate::report::Progress::cancelled`]).
+    pub cancelled: bool,
     /// Bytes appended (CRLF form).
     pub bytes_appended: u64,
     /// What the third phase set: shares, filters, METADATA, quotas.
