@@ -125,6 +125,11 @@ fn routes() -> Vec<String> {
         "/api/v1/repository".into(),
         "/api/v1/session".into(),
         "/api/v1/nothing".into(),
+        q("/restore", &snap),
+        "/jobs".into(),
+        "/job?id=0".into(),
+        "/api/v1/jobs".into(),
+        "/api/v1/job?id=0".into(),
     ]);
     v
 }
@@ -149,7 +154,15 @@ fn no_route_answers_without_a_session_and_failed_logins_are_limited() {
             }
         }
     }
-    for path in ["/logout", "/api/v1/logout", "/api/v1/search"] {
+    for path in [
+        "/logout",
+        "/api/v1/logout",
+        "/api/v1/search",
+        "/restore",
+        "/job/cancel",
+        "/api/v1/restore",
+        "/api/v1/job/cancel",
+    ] {
         let r = s.post_form(path, None, "csrf=x");
         assert!(
             [StatusCode::FOUND, StatusCode::UNAUTHORIZED].contains(&r.status()),
@@ -450,6 +463,10 @@ fn csrf_is_required(s: &Server, me: &Session) {
     let ok = post(Some(&me.csrf));
     assert_eq!(ok.status(), StatusCode::OK);
     assert_eq!(ok.json_value()["total"], 1);
+    for path in ["/restore", "/job/cancel"] {
+        let status = s.post_form(path, Some(me), "to=imap&id=0").status();
+        assert_eq!(status, StatusCode::FORBIDDEN, "{path}");
+    }
     assert_eq!(
         s.post_form("/logout", Some(me), "").status(),
         StatusCode::FORBIDDEN

@@ -25,7 +25,7 @@ pub const WINDOW: Duration = Duration::from_secs(60);
 const MAX_ADDRESSES: usize = 10_000;
 
 /// 32 random bytes from the OS, hex.
-fn random_hex() -> String {
+pub(crate) fn random_hex() -> String {
     let mut b = [0u8; 32];
     rand::rngs::OsRng.fill_bytes(&mut b);
     hex::encode(b)

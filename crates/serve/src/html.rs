@@ -16,6 +16,11 @@ pub const ICON: &str = include_str!("icon.svg");
 /// A page: its title, the session's CSRF token (none on the login page) for the logout
 /// form, and its content.
 pub fn layout(title: &str, csrf: Option<&str>, body: Markup) -> Markup {
+    layout_with(title, csrf, html! {}, body)
+}
+
+/// [`layout`] with more in the page's head (a running job's page refreshes itself).
+pub fn layout_with(title: &str, csrf: Option<&str>, head: Markup, body: Markup) -> Markup {
     html! {
         (DOCTYPE)
         html lang="en" {
@@ -25,6 +30,7 @@ pub fn layout(title: &str, csrf: Option<&str>, body: Markup) -> Markup {
                 title { (title) " · mailvault" }
                 link rel="stylesheet" href="/static/style.css";
                 link rel="icon" type="image/svg+xml" href="/static/icon.svg";
+                (head)
             }
             body {
                 header {
@@ -32,6 +38,8 @@ pub fn layout(title: &str, csrf: Option<&str>, body: Markup) -> Markup {
                         a href="/" { "Snapshots" }
                         " "
                         a href="/search" { "Search" }
+                        " "
+                        a href="/jobs" { "Restores" }
                         @if let Some(csrf) = csrf {
                             form.logout method="post" action="/logout" {
                                 input type="hidden" name="csrf" value=(csrf);

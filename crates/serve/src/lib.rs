@@ -2,8 +2,9 @@
 //! logs in with the token of `--admin-token-file`, a mail user (`--user-auth`, [`users`])
 //! with their own password, to see their own account alone; pages and
 //! `/api/v1/` then browse snapshots, accounts, folders (and whom they are shared with),
-//! an account's sieve filters and messages, search, and download a message as `.eml`.
-//! Read-only: nothing here changes the repository.
+//! an account's sieve filters and messages, search, download a message as `.eml`, and
+//! start restore jobs into the live IMAP server or a directory ([`restore`], `jobs`).
+//! Nothing here changes the repository.
 //!
 //! The modules: [`token`] reads and checks the admin token, `auth` keeps sessions, login
 //! rate limits and CSRF tokens, `headers` puts the security headers on every answer,
@@ -19,11 +20,14 @@ mod headers;
 mod home;
 mod html;
 mod imap;
+mod jobs;
 mod mail;
 mod pages;
 mod read;
 mod reply;
 mod repository;
+pub mod restore;
+mod restore_pages;
 mod routes;
 mod state;
 pub mod tls;
@@ -64,6 +68,8 @@ pub struct ServeOptions {
     /// Close the repository (and give back its read lock) after this long without a
     /// request.
     pub idle_close: std::time::Duration,
+    /// Where the web UI's restores may go (none: nowhere).
+    pub restore: restore::RestoreTo,
 }
 
 pub use state::Reopen;
@@ -140,7 +146,7 @@ pub fn serve(
     let state = state::AppState::new(
         live,
         fresh,
-        (opts.admin_token, opts.user_auth),
+        (opts.admin_token, opts.user_auth, opts.restore),
         (opts.page_size, opts.stale_after),
         opts.search_cache,
         acceptor.is_some(),

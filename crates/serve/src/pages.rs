@@ -8,6 +8,7 @@ use crate::read::{self, Place, SortBy};
 use crate::reply::{
     self, blocking, AccountQ, Ctx, Failure, FileQ, FolderQ, PageError, Params, SearchQ, SnapQ,
 };
+use crate::restore_pages::restore_link;
 use crate::state::AppState;
 use axum::extract::State;
 use axum::http::header::{CONTENT_SECURITY_POLICY, CONTENT_TYPE};
@@ -74,7 +75,7 @@ pub async fn accounts(
     .await?;
     let body = html! {
         p.crumbs { a href="/" { "Snapshots" } " / " (short(&snap.id)) " · " (time(snap.time))
-            " · " (snap.hostname) " · " (snap.source) }
+            " · " (snap.hostname) " · " (snap.source) " · " (restore_link(&[("snapshot", &snap.id)])) }
         table {
             thead { tr { th { "Account" } th.num { "Messages" } th.num { "Size" } } }
             tbody { @for a in &list { tr {
@@ -104,7 +105,8 @@ pub async fn folders(
     .await?;
     let body = html! {
         p.crumbs { a href="/" { "Snapshots" } " / "
-            a href=(link("/snapshot", &[("snapshot", &snap.id)])) { (short(&snap.id)) } " / " (q.account) }
+            a href=(link("/snapshot", &[("snapshot", &snap.id)])) { (short(&snap.id)) } " / " (q.account)
+            " · " (restore_link(&[("snapshot", &snap.id), ("account", &q.account)])) }
         table {
             thead { tr { th { "Folder" } th.num { "Messages" } th.num { "Size" } th { "Shared with" } } }
             tbody { @for f in &view.folders { tr {
@@ -250,7 +252,8 @@ pub async fn messages(
             a href=(link("/account", &[("snapshot", &q.snapshot), ("account", &q.account)])) { (q.account) }
             " / " (q.folder) }
         p { (p.total) " messages, " (how) " · "
-            a href=(link("/folder/mbox", &[("snapshot", &q.snapshot[..]), ("account", &q.account), ("folder", &q.folder)])) download { "Download as mbox" } }
+            a href=(link("/folder/mbox", &[("snapshot", &q.snapshot[..]), ("account", &q.account), ("folder", &q.folder)])) download { "Download as mbox" }
+            " · " (restore_link(&[("snapshot", &q.snapshot), ("account", &q.account), ("folder", &q.folder)])) }
         table.list {
             thead { tr {
                 th { (header(SortBy::Date, "Date (UTC)")) } th { (header(SortBy::From, "From")) }
@@ -296,7 +299,8 @@ pub async fn message(
         p.crumbs { a href="/" { "Snapshots" } " / "
             a href=(link("/snapshot", &[("snapshot", &f.snapshot.id)])) { (short(&f.snapshot.id)) } " / "
             a href=(link("/account", &[("snapshot", &f.snapshot.id), ("account", &p.account)])) { (p.account) } " / "
-            a href=(link("/folder", &[("snapshot", &f.snapshot.id), ("account", &p.account), ("folder", &p.folder)])) { (p.folder) } }
+            a href=(link("/folder", &[("snapshot", &f.snapshot.id), ("account", &p.account), ("folder", &p.folder)])) { (p.folder) }
+            " · " (restore_link(&[("snapshot", &f.snapshot.id), ("account", &p.account), ("folder", &p.folder), ("message", &p.key)])) }
         dl.headers {
             dt { "From" } dd { (d.from) }
             dt { "To" } dd { (d.to) }

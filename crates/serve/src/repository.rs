@@ -145,7 +145,8 @@ type Gauge = (&'static str, &'static str, fn(&SourceRow) -> f64);
 
 /// Prometheus' text format of the overview: per source, gauges labelled `hostname` and
 /// `source`.
-pub fn metrics(o: &Overview, sessions: usize) -> String {
+/// (`jobs`: the restore jobs kept, by state.)
+pub fn metrics(o: &Overview, sessions: usize, jobs: &[(&str, usize)]) -> String {
     use std::fmt::Write as _;
     let mut out = String::new();
     let gauges: [Gauge; 6] = [
@@ -197,6 +198,14 @@ pub fn metrics(o: &Overview, sessions: usize) -> String {
         out,
         "# HELP {name} Sessions open in the web UI.\n# TYPE {name} gauge\n{name} {sessions}"
     );
+    let name = "mailvault_serve_restore_jobs";
+    let _ = writeln!(
+        out,
+        "# HELP {name} Restore jobs started from the web UI or the API and kept, by state.\n# TYPE {name} gauge"
+    );
+    for (state, n) in jobs {
+        let _ = writeln!(out, "{name}{{state=\"{state}\"}} {n}");
+    }
     out
 }
 

@@ -5,7 +5,7 @@
 use crate::auth;
 use crate::reply::{Ctx, Failure};
 use crate::state::AppState;
-use crate::{api, headers, html, pages};
+use crate::{api, headers, html, pages, restore_pages};
 use axum::body::Body;
 use axum::extract::{ConnectInfo, DefaultBodyLimit, Request, State};
 use axum::http::header::{CONTENT_TYPE, COOKIE, LOCATION, RETRY_AFTER, SET_COOKIE};
@@ -36,6 +36,13 @@ pub fn router(state: AppState) -> Router {
         .route("/search", get(pages::search))
         .route("/search/mbox", get(pages::search_mbox))
         .route("/repository", get(pages::repository))
+        .route(
+            "/restore",
+            get(restore_pages::form).post(restore_pages::start_form),
+        )
+        .route("/jobs", get(restore_pages::jobs))
+        .route("/job", get(restore_pages::job))
+        .route("/job/cancel", post(restore_pages::cancel_form))
         .route("/logout", post(logout))
         .route("/api/v1/session", get(api::session))
         .route("/api/v1/snapshots", get(api::snapshots))
@@ -54,6 +61,10 @@ pub fn router(state: AppState) -> Router {
         )
         .route("/api/v1/repository", get(api::repository))
         .route("/api/v1/search/mbox", get(api::search_mbox))
+        .route("/api/v1/restore", post(restore_pages::start_api))
+        .route("/api/v1/jobs", get(restore_pages::jobs_api))
+        .route("/api/v1/job", get(restore_pages::job_api))
+        .route("/api/v1/job/cancel", post(restore_pages::cancel_api))
         .route("/api/v1/logout", post(logout))
         .fallback(not_found)
         .layer(from_fn_with_state(state.clone(), require_session));
@@ -319,6 +330,7 @@ async fn metrics(
         }
     }
     let sessions = st.sessions().len();
+    let jobs = st.0.jobs.by_state();
     let st2 = st.clone();
     let o = crate::reply::blocking(move || {
         crate::repository::overview(
@@ -331,7 +343,7 @@ async fn metrics(
     match o {
         Ok(o) => (
             [(CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")],
-            crate::repository::metrics(&o, sessions),
+            crate::repository::metrics(&o, sessions, &jobs),
         )
             .into_response(),
         Err(f) => f.json(),

@@ -11,6 +11,7 @@
 //! again by the next request.
 
 use crate::auth::{LoginLimiter, Sessions};
+use crate::restore::RestoreTo;
 use crate::token::AdminToken;
 use mailvault_core::search::exec::Searcher;
 use mailvault_core::{Error, Repository, Result};
@@ -99,6 +100,10 @@ pub struct Inner {
     pub secure: bool,
     /// The sorted messages of the folders paged through last.
     pub folders: Mutex<crate::read::FolderCache>,
+    /// Where restores may go (`--restore-imap`, `--restore-dir`).
+    pub restore: crate::restore::RestoreTo,
+    /// The restore jobs.
+    pub jobs: crate::jobs::Jobs,
 }
 
 struct Current {
@@ -111,7 +116,7 @@ impl AppState {
     pub fn new(
         live: Live,
         fresh: Freshness,
-        (token, users): (AdminToken, Option<crate::users::UserAuth>),
+        (token, users, restore): (AdminToken, Option<crate::users::UserAuth>, RestoreTo),
         (page_size, stale_after): (usize, Duration),
         cache: PathBuf,
         secure: bool,
@@ -134,6 +139,8 @@ impl AppState {
             cache,
             secure,
             folders: Mutex::new(Default::default()),
+            restore,
+            jobs: Default::default(),
         }))
     }
 

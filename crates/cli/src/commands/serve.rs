@@ -40,6 +40,28 @@ pub struct Args {
     /// ARGON2I/ARGON2ID, PLAIN). See docs/web.md.
     #[arg(long, value_name = "SPEC", value_parser = mailvault_serve::users::UserAuth::parse)]
     pub user_auth: Option<mailvault_serve::users::UserAuth>,
+    /// Let restores from the web UI and the API go into this live IMAP server
+    /// (`imap://HOST[:PORT]`, STARTTLS unless on loopback; `imaps://HOST[:PORT]`): the
+    /// admin's into any account, a mail user's into their own mailbox alone. Default: the
+    /// server of --user-auth when it is one. See docs/web.md.
+    #[arg(long, value_name = "URL", value_parser = mailvault_serve::restore::ImapTo::parse)]
+    pub restore_imap: Option<mailvault_core::imap::client::ClientOptions>,
+    /// Restores into the IMAP server log in as this master user (Dovecot `user*master`,
+    /// SASL PLAIN with an authorization identity), its password in
+    /// --restore-password-file. Without it, the restore form asks for the account's own
+    /// password (and a whole snapshot cannot be restored into IMAP).
+    #[arg(long, value_name = "USER", requires = "restore_password_file")]
+    pub restore_master_user: Option<String>,
+    /// File holding the password of --restore-master-user (mode 0600 or 0400).
+    #[arg(long, value_name = "FILE", requires = "restore_master_user")]
+    pub restore_password_file: Option<PathBuf>,
+    /// Also trust the CA certificates in this PEM file for --restore-imap.
+    #[arg(long, value_name = "FILE")]
+    pub restore_ca_file: Option<PathBuf>,
+    /// Let the admin restore to Maildir trees in directories below this one (named in
+    /// the form; never above it). Mail users never restore to a directory.
+    #[arg(long, value_name = "DIR")]
+    pub restore_dir: Option<PathBuf>,
     /// Listen on a non-loopback address without TLS: session cookies and the token then
     /// cross the network in clear text.
     #[arg(long)]
@@ -71,6 +93,7 @@ pub fn run(g: &GlobalOpts, a: Args) -> Result<Outcome> {
     // Refused before the repository is opened: a bad token file or address is the
     // admin's to fix first.
     let token = mailvault_serve::token::read_token_file(&a.admin_token_file)?;
+    let restore = restore_to(&a)?;
     let tls = match (a.tls_cert, a.tls_key) {
         (Some(cert), Some(key)) => Some(mailvault_serve::tls::TlsFiles { cert, key }),
         _ => None,
@@ -107,12 +130,13 @@ pub fn run(g: &GlobalOpts, a: Args) -> Result<Outcome> {
         insecure_listen: a.insecure_listen,
         tls: tls.clone(),
         admin_token: token,
-        user_auth: a.user_auth,
+        user_auth: a.user_auth.clone(),
         search_cache: cache.path().to_path_buf(),
         page_size: a.page_size,
         stale_after: a.stale_after,
         recheck: a.recheck,
         idle_close: a.idle_close,
+        restore,
     };
     let again = g.clone();
     let reopen: mailvault_serve::Reopen = Box::new(move || {
@@ -141,4 +165,48 @@ pub fn run(g: &GlobalOpts, a: Args) -> Result<Outcome> {
     // The cache directory of a --no-cache run lives as long as the server.
     drop(cache);
     Ok(Outcome::Ok)
+}
+
+/// Where the web UI's restores may go: `--restore-imap` (or --user-auth's server) with its
+/// login, and `--restore-dir`. Refused before the repository is opened, as the token.
+fn restore_to(a: &Args) -> Result<mailvault_serve::restore::RestoreTo> {
+    use mailvault_serve::restore::{ImapTo, RestoreTo};
+    use mailvault_serve::users::UserAuth;
+    let client = match (&a.restore_imap, &a.user_auth) {
+        (Some(c), _) => Some(c.clone()),
+        (None, Some(UserAuth::Imap(c))) => Some(c.options().clone()),
+        _ => None,
+    };
+    let imap = match client {
+        Some(mut client) => {
+            client.tls.ca_file = a.restore_ca_file.clone();
+            let master = match (&a.restore_master_user, &a.restore_password_file) {
+                (Some(m), Some(f)) => {
+                    let pw = crate::secret::read_file("restore master password file", f)?;
+                    let pw = String::from_utf8(pw).map_err(|_| {
+                        anyhow::anyhow!("restore master password file {} is not UTF-8", f.display())
+                    })?;
+                    Some((m.clone(), mailvault_serve::restore::Zeroizing::new(pw)))
+                }
+                _ => None,
+            };
+            Some(ImapTo { client, master })
+        }
+        None if a.restore_master_user.is_some() || a.restore_ca_file.is_some() => {
+            anyhow::bail!("--restore-master-user and --restore-ca-file need --restore-imap (or --user-auth imap://)")
+        }
+        None => None,
+    };
+    let dir = match &a.restore_dir {
+        Some(d) => {
+            let d = std::fs::canonicalize(d)
+                .with_context(|| format!("--restore-dir {}", d.display()))?;
+            if !d.is_dir() {
+                anyhow::bail!("--restore-dir {}: not a directory", d.display());
+            }
+            Some(d)
+        }
+        None => None,
+    };
+    Ok(RestoreTo { imap, dir })
 }

@@ -1,0 +1,395 @@
+//! Restore jobs started from the web UI or the API: each runs the engine's restore
+//! ([`crate::restore::Planned`]) on a thread of its own, with its progress counted as it
+//! goes, a cancel flag the restore asks between pieces of work
+//! ([`mailvault_core::report::Progress::cancelled`]), and its final report kept.
+//!
+//! Who sees what: a mail user their own jobs, the admin every job. At most
+//! [`MAX_RUNNING`] jobs run at once, one per mail user; the last [`KEEP`] finished ones
+//! are kept (in memory: a restart of `serve` forgets them, and a job cut off by it is
+//! resumed by starting it again: an IMAP restore's journal and a Maildir restore's
+//! "already there" checks find what it did).
+
+use crate::restore::Planned;
+use crate::state::Live;
+use mailvault_core::report::Progress;
+use serde::Serialize;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+/// Restores running at once, at most.
+pub const MAX_RUNNING: usize = 2;
+/// Finished jobs kept.
+const KEEP: usize = 50;
+/// Failures kept in a job's summary (the full list is in its report).
+const FAILURES_SHOWN: usize = 50;
+
+/// Where a job is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum JobState {
+    Running,
+    /// Asked to stop; stopping at the next piece of work.
+    Cancelling,
+    /// Ended: every message restored or already there.
+    Done,
+    /// Ended with messages not restored (listed).
+    Partial,
+    Cancelled,
+    /// Could not run (the snapshot, the server's login, the directory).
+    Failed,
+}
+
+/// A job's counts as it runs ([`Progress`]), and its cancel flag.
+#[derive(Default)]
+pub struct Counts {
+    total_items: AtomicU64,
+    total_bytes: AtomicU64,
+    done_items: AtomicU64,
+    done_bytes: AtomicU64,
+    cancel: AtomicBool,
+}
+
+impl Progress for Counts {
+    fn add_total(&self, items: u64, bytes: u64) {
+        self.total_items.fetch_add(items, Relaxed);
+        self.total_bytes.fetch_add(bytes, Relaxed);
+    }
+    fn advance(&self, items: u64, bytes: u64) {
+        self.done_items.fetch_add(items, Relaxed);
+        self.done_bytes.fetch_add(bytes, Relaxed);
+    }
+    fn cancelled(&self) -> bool {
+        self.cancel.load(Relaxed)
+    }
+}
+
+/// How a job ended, in the terms of either kind of restore.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct Summary {
+    pub items_total: u64,
+    /// Written (Maildir) or appended (IMAP).
+    pub items_restored: u64,
+    /// Already in the target: the same bytes (Maildir), or found by the journal or on
+    /// the server (IMAP).
+    pub items_present: u64,
+    pub items_failed: u64,
+    /// Of `items_failed`, not tried (cancelled, or the target took no more).
+    pub items_not_tried: u64,
+    pub elapsed_secs: f64,
+    pub warnings: Vec<String>,
+    /// The first failures, each `item: error`.
+    pub failures: Vec<String>,
+}
+
+/// A restore job.
+pub struct Job {
+    pub id: String,
+    /// Whose it is: a mail user, or `None` (the admin).
+    pub owner: Option<String>,
+    /// What it restores ("snapshot 1a2b3c4d, account …, folder …").
+    pub what: String,
+    /// Where to.
+    pub target: String,
+    pub started: jiff::Timestamp,
+    pub counts: Counts,
+    end: Mutex<Option<Ended>>,
+}
+
+struct Ended {
+    state: JobState,
+    summary: Option<Summary>,
+    /// The engine's report, as the CLI's `--json` prints it.
+    report: Option<serde_json::Value>,
+    error: Option<String>,
+    at: jiff::Timestamp,
+}
+
+/// A job as the API and the pages show it.
+#[derive(Debug, Serialize)]
+pub struct JobView {
+    pub id: String,
+    pub owner: Option<String>,
+    pub what: String,
+    pub target: String,
+    pub started: String,
+    pub ended: Option<String>,
+    pub state: JobState,
+    pub total_items: u64,
+    pub done_items: u64,
+    pub total_bytes: u64,
+    pub done_bytes: u64,
+    pub summary: Option<Summary>,
+    pub error: Option<String>,
+    pub report: Option<serde_json::Value>,
+}
+
+impl Job {
+    pub fn view(&self, with_report: bool) -> JobView {
+        let end = lock(&self.end);
+        let c = &self.counts;
+        let state = match &*end {
+            Some(e) => e.state,
+            None if c.cancel.load(Relaxed) => JobState::Cancelling,
+            None => JobState::Running,
+        };
+        JobView {
+            id: self.id.clone(),
+            owner: self.owner.clone(),
+            what: self.what.clone(),
+            target: self.target.clone(),
+            started: self.started.to_string(),
+            ended: end.as_ref().map(|e| e.at.to_string()),
+            state,
+            total_items: c.total_items.load(Relaxed),
+            done_items: c.done_items.load(Relaxed),
+            total_bytes: c.total_bytes.load(Relaxed),
+            done_bytes: c.done_bytes.load(Relaxed),
+            summary: end.as_ref().and_then(|e| e.summary.clone()),
+            error: end.as_ref().and_then(|e| e.error.clone()),
+            report: match with_report {
+                true => end.as_ref().and_then(|e| e.report.clone()),
+                false => None,
+            },
+        }
+    }
+
+    pub fn is_running(&self) -> bool {
+        lock(&self.end).is_none()
+    }
+
+    /// Whether the session of `user` may see this job: the admin any, a mail user theirs.
+    pub fn visible_to(&self, user: Option<&str>) -> bool {
+        user.is_none() || self.owner.as_deref() == user
+    }
+
+    /// Asks the job to stop (it stops at its next piece of work).
+    pub fn cancel(&self) {
+        self.counts.cancel.store(true, Relaxed);
+    }
+}
+
+/// Every job of this server, oldest first.
+#[derive(Default)]
+pub struct Jobs {
+    list: Mutex<Vec<Arc<Job>>>,
+}
+
+/// Why a job was not started.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Busy {
+    /// This user's job is still running.
+    Yours,
+    /// [`MAX_RUNNING`] jobs run.
+    Full,
+}
+
+impl Jobs {
+    /// A new job of `owner`, unless it has one running or [`MAX_RUNNING`] run.
+    pub fn add(
+        &self,
+        owner: Option<String>,
+        what: String,
+        target: String,
+    ) -> Result<Arc<Job>, Busy> {
+        let mut list = lock(&self.list);
+        let running: Vec<&Arc<Job>> = list.iter().filter(|j| j.is_running()).collect();
+        if owner.is_some() && running.iter().any(|j| j.owner == owner) {
+            return Err(Busy::Yours);
+        }
+        if running.len() >= MAX_RUNNING {
+            return Err(Busy::Full);
+        }
+        let job = Arc::new(Job {
+            id: crate::auth::random_hex()[..16].to_string(),
+            owner,
+            what,
+            target,
+            started: jiff::Timestamp::now(),
+            counts: Counts::default(),
+            end: Mutex::new(None),
+        });
+        list.push(job.clone());
+        let finished = list.iter().filter(|j| !j.is_running()).count();
+        if finished > KEEP {
+            let mut drop = finished - KEEP;
+            list.retain(|j| {
+                let gone = drop > 0 && !j.is_running();
+                drop -= usize::from(gone);
+                !gone
+            });
+        }
+        Ok(job)
+    }
+
+    /// The job `id`, if the session of `user` may see it.
+    pub fn get(&self, id: &str, user: Option<&str>) -> Option<Arc<Job>> {
+        (lock(&self.list).iter())
+            .find(|j| j.id == id && j.visible_to(user))
+            .cloned()
+    }
+
+    /// The jobs the session of `user` may see, newest first.
+    pub fn visible(&self, user: Option<&str>) -> Vec<Arc<Job>> {
+        let list = lock(&self.list);
+        list.iter()
+            .rev()
+            .filter(|j| j.visible_to(user))
+            .cloned()
+            .collect()
+    }
+
+    /// How many jobs are in each state (every state named, for `/metrics`).
+    pub fn by_state(&self) -> Vec<(&'static str, usize)> {
+        use JobState as S;
+        let states = [
+            (S::Running, "running"),
+            (S::Cancelling, "cancelling"),
+            (S::Done, "done"),
+            (S::Partial, "partial"),
+            (S::Cancelled, "cancelled"),
+            (S::Failed, "failed"),
+        ];
+        let now: Vec<JobState> = lock(&self.list)
+            .iter()
+            .map(|j| j.view(false).state)
+            .collect();
+        (states.iter())
+            .map(|(s, name)| (*name, now.iter().filter(|n| *n == s).count()))
+            .collect()
+    }
+}
+
+/// Runs `plan` for `job` on the repository `live` holds (blocking: the caller's thread
+/// is the job's), then records how it ended.
+pub fn run(job: &Job, live: &Live, plan: Planned) {
+    let repo = live.repo();
+    let result = match plan {
+        Planned::Imap(opts) => {
+            (mailvault_core::ops::restore::imap(repo, &opts, &job.counts)).map(|r| {
+                let summary = Summary {
+                    items_total: r.items_total,
+                    items_restored: r.items_appended,
+                    items_present: r.items_journaled + r.items_existing,
+                    items_failed: r.items_failed,
+                    items_not_tried: r.items_not_tried,
+                    elapsed_secs: r.elapsed_secs,
+                    warnings: r.warnings.clone(),
+                    failures: failures(&r.failures),
+                };
+                (summary, r.cancelled, serde_json::to_value(&r))
+            })
+        }
+        Planned::Maildir(opts) => (mailvault_core::ops::restore::restore(repo, &opts, &job.counts))
+            .map(|r| {
+                let summary = Summary {
+                    items_total: r.items_total,
+                    items_restored: r.items_restored,
+                    items_present: r.items_unchanged,
+                    items_failed: r.items_failed,
+                    items_not_tried: r.items_not_tried,
+                    elapsed_secs: r.elapsed_secs,
+                    warnings: r.warnings.clone(),
+                    failures: failures(&r.failures),
+                };
+                (summary, r.cancelled, serde_json::to_value(&r))
+            }),
+    };
+    let ended = match result {
+        Ok((summary, cancelled, report)) => Ended {
+            state: match (cancelled, summary.items_failed, summary.failures.len()) {
+                (true, _, _) => JobState::Cancelled,
+                (false, 0, 0) => JobState::Done,
+                _ => JobState::Partial,
+            },
+            summary: Some(summary),
+            report: report.ok(),
+            error: None,
+            at: jiff::Timestamp::now(),
+        },
+        Err(e) => Ended {
+            state: JobState::Failed,
+            summary: None,
+            report: None,
+            error: Some(e.to_string()),
+            at: jiff::Timestamp::now(),
+        },
+    };
+    tracing::info!(job = %job.id, state = ?ended.state, "restore job ended");
+    *lock(&job.end) = Some(ended);
+}
+
+fn failures(f: &[mailvault_core::report::Failure]) -> Vec<String> {
+    (f.iter().take(FAILURES_SHOWN))
+        .map(|f| format!("{}: {}", f.item, f.error))
+        .collect()
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn finish(j: &Job) {
+        *lock(&j.end) = Some(Ended {
+            state: JobState::Done,
+            summary: None,
+            report: None,
+            error: None,
+            at: jiff::Timestamp::now(),
+        });
+    }
+
+    #[test]
+    fn one_running_job_per_user_and_a_few_in_all() {
+        let jobs = Jobs::default();
+        let bob = Some("bob".to_string());
+        let b = jobs.add(bob.clone(), "w".into(), "t".into()).unwrap();
+        assert_eq!(
+            jobs.add(bob.clone(), "w".into(), "t".into()).err(),
+            Some(Busy::Yours)
+        );
+        let a = jobs.add(None, "w".into(), "t".into()).unwrap();
+        assert_eq!(
+            jobs.add(None, "w".into(), "t".into()).err(),
+            Some(Busy::Full)
+        );
+        assert_eq!(jobs.by_state()[0], ("running", MAX_RUNNING));
+        // Bob sees his own job alone; the admin every job.
+        assert!(jobs.get(&b.id, Some("bob")).is_some());
+        assert!(jobs.get(&a.id, Some("bob")).is_none());
+        assert!(jobs.get(&b.id, Some("alice")).is_none());
+        assert_eq!(jobs.visible(Some("bob")).len(), 1);
+        assert_eq!(jobs.visible(None).len(), 2);
+        finish(&b);
+        assert!(jobs.add(bob, "w".into(), "t".into()).is_ok());
+    }
+
+    #[test]
+    fn finished_jobs_are_kept_up_to_a_limit_and_running_ones_always() {
+        let jobs = Jobs::default();
+        let first = jobs.add(None, "w".into(), "t".into()).unwrap();
+        for _ in 0..KEEP + 10 {
+            let j = jobs.add(Some("u".into()), "w".into(), "t".into()).unwrap();
+            finish(&j);
+        }
+        let all = jobs.visible(None);
+        assert!(
+            all.iter().any(|j| j.id == first.id),
+            "a running job was dropped"
+        );
+        assert!(all.len() <= KEEP + 2, "{}", all.len());
+    }
+
+    #[test]
+    fn a_cancelled_job_says_so_while_it_stops() {
+        let jobs = Jobs::default();
+        let j = jobs.add(None, "w".into(), "t".into()).unwrap();
+        assert_eq!(j.view(false).state, JobState::Running);
+        j.cancel();
+        assert!(j.counts.cancelled());
+        assert_eq!(j.view(false).state, JobState::Cancelling);
+    }
+}

@@ -1,0 +1,292 @@
+//! The routes of restore jobs: the form that starts one (`/restore`), a job's page with
+//! its progress bar, counts and final report (`/job`, refreshed by the page itself while
+//! the job runs: no script needed), cancel (`/job/cancel`), the list (`/jobs`), and the
+//! same as JSON under `/api/v1/`.
+
+use crate::html::{bytes, layout, layout_with, link, short, time};
+use crate::jobs::{Busy, Job, JobState, JobView};
+use crate::reply::{self, blocking, ApiError, Ctx, Failure, PageError};
+use crate::restore::{self, Request};
+use crate::state::AppState;
+use axum::extract::{Query, State};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Redirect, Response};
+use axum::{Extension, Json};
+use maud::{html, Markup};
+use std::sync::Arc;
+
+/// Seconds between two refreshes of a running job's page.
+const REFRESH_SECS: u32 = 2;
+
+/// `?id=`
+#[derive(serde::Deserialize)]
+pub struct JobQ {
+    pub id: String,
+}
+
+/// Checks `r` for the session and starts its job: the snapshot is found first (so that
+/// `latest` is the one of now), then the job runs on a blocking thread of its own with
+/// the repository as it is now (its read lock held until the job ends: a prune waits).
+pub async fn start(st: &AppState, ctx: &Ctx, r: Request) -> Result<Arc<Job>, Failure> {
+    let user = ctx.session.user.clone();
+    if r.snapshot != "latest" {
+        crate::read::check_snapshot_id(&r.snapshot).map_err(Failure::from)?;
+    }
+    let live = reply::live(st).await?;
+    let (l, id) = (live.clone(), r.snapshot.to_ascii_lowercase());
+    let snap = blocking(move || l.repo().find_snapshot(&id)).await?;
+    let full = snap.id.to_hex();
+    let (plan, target) = restore::plan(&st.0.restore, user.as_deref(), &r, &full)?;
+    let mut what = format!("snapshot {} of {}", short(&full), time(snap.time));
+    let account = user.clone().or_else(|| r.account.clone());
+    match &account {
+        Some(a) => what.push_str(&format!(", account {a}")),
+        None => what.push_str(", every account"),
+    }
+    if let Some(f) = &r.folder {
+        what.push_str(&format!(", folder {f}"));
+    }
+    match r.messages.len() {
+        0 => {}
+        1 => what.push_str(", 1 message"),
+        n => what.push_str(&format!(", {n} messages")),
+    }
+    let job = (st.0.jobs.add(user, what, target)).map_err(|b| match b {
+        Busy::Yours => Failure::new(
+            StatusCode::CONFLICT,
+            "your last restore is still running: wait for it, or cancel it",
+        ),
+        Busy::Full => Failure::new(
+            StatusCode::TOO_MANY_REQUESTS,
+            "the server runs as many restores as it takes: try again when one has ended",
+        ),
+    })?;
+    tracing::info!(job = %job.id, "restore job started");
+    let running = job.clone();
+    tokio::task::spawn_blocking(move || crate::jobs::run(&running, &live, plan));
+    Ok(job)
+}
+
+/// `GET /restore?snapshot=&account=&folder=&key=`: where to restore that to.
+pub async fn form(
+    State(st): State<AppState>,
+    Extension(ctx): Extension<Ctx>,
+    Query(fields): Query<Vec<(String, String)>>,
+) -> Result<Markup, PageError> {
+    let r = Request::from_fields(fields);
+    let user = ctx.session.user.as_deref();
+    if (user.zip(r.account.as_deref())).is_some_and(|(u, a)| u != a) {
+        return Err(Failure::new(StatusCode::NOT_FOUND, "no such account").into());
+    }
+    crate::read::check_snapshot_id(&r.snapshot).map_err(Failure::from)?;
+    let to = &st.0.restore;
+    let imap = to.imap.as_ref();
+    let dir = to.dir.as_ref().filter(|_| user.is_none());
+    let account = user.or(r.account.as_deref());
+    let mut what = format!("Snapshot {}", short(&r.snapshot));
+    match account {
+        Some(a) => what.push_str(&format!(", account {a}")),
+        None => what.push_str(", every account"),
+    }
+    if let Some(f) = &r.folder {
+        what.push_str(&format!(", folder {f}"));
+    }
+    if !r.messages.is_empty() {
+        what.push_str(&format!(", {} message(s)", r.messages.len()));
+    }
+    let hidden = |name: &'static str, v: &str| html! { input type="hidden" name=(name) value=(v); };
+    let body = html! {
+        p { (what) }
+        @if imap.is_none() && dir.is_none() {
+            p.problem { @if user.is_none() {
+                "Restores from the web UI are not set up: start serve with --restore-imap (a live IMAP server) or --restore-dir (a directory for Maildir trees)."
+            } @else { "Restores are not set up on this server: ask your mail administrator." } }
+        }
+        @if let Some(imap) = imap {
+            h2 { "Into the mail server" }
+            form method="post" action="/restore" {
+                input type="hidden" name="csrf" value=(ctx.session.csrf);
+                (hidden("snapshot", &r.snapshot)) (hidden("to", "imap"))
+                @if let Some(a) = &r.account { (hidden("account", a)) }
+                @if let Some(f) = &r.folder { (hidden("folder", f)) }
+                @for m in &r.messages { (hidden("message", m)) }
+                p.muted { "Into " (imap.url()) ": the messages go back into the folders they were in; those already there are not sent again." }
+                @if imap.master.is_none() {
+                    @if let Some(a) = account {
+                        input type="text" name="user" value=(a) autocomplete="username" hidden;
+                        label for="password" { "The mail password of " (a) }
+                        input id="password" type="password" name="password" autocomplete="current-password" required;
+                    }
+                }
+                button type="submit" { "Restore into the mailbox" }
+            }
+        }
+        @if let Some(dir) = dir {
+            h2 { "Into a directory" }
+            form method="post" action="/restore" {
+                input type="hidden" name="csrf" value=(ctx.session.csrf);
+                (hidden("snapshot", &r.snapshot)) (hidden("to", "maildir"))
+                @if let Some(a) = &r.account { (hidden("account", a)) }
+                @if let Some(f) = &r.folder { (hidden("folder", f)) }
+                @for m in &r.messages { (hidden("message", m)) }
+                label for="path" { "Directory below " code { (dir.display()) } " (accounts go to <domain>/<user>/Maildir in it)" }
+                input id="path" type="text" name="path" required placeholder="restore-2024-03";
+                button type="submit" { "Restore as Maildir" }
+            }
+        }
+    };
+    Ok(layout("Restore", Some(&ctx.session.csrf), body))
+}
+
+/// `POST /restore` (a form): starts the job and shows its page.
+pub async fn start_form(
+    State(st): State<AppState>,
+    Extension(ctx): Extension<Ctx>,
+    body: axum::body::Bytes,
+) -> Result<Response, PageError> {
+    let fields: Vec<(String, String)> = serde_urlencoded::from_bytes(&body).unwrap_or_default();
+    let job = start(&st, &ctx, Request::from_fields(fields)).await?;
+    Ok(Redirect::to(&link("/job", &[("id", &job.id)])).into_response())
+}
+
+/// `POST /api/v1/restore` (JSON, [`Request`]): `202` and the job.
+pub async fn start_api(
+    State(st): State<AppState>,
+    Extension(ctx): Extension<Ctx>,
+    Json(r): Json<Request>,
+) -> Result<Response, ApiError> {
+    let job = start(&st, &ctx, r).await?;
+    Ok((StatusCode::ACCEPTED, Json(job.view(false))).into_response())
+}
+
+fn find(st: &AppState, ctx: &Ctx, id: &str) -> Result<Arc<Job>, Failure> {
+    (st.0.jobs.get(id, ctx.session.user.as_deref()))
+        .ok_or_else(|| Failure::new(StatusCode::NOT_FOUND, "no such restore job"))
+}
+
+/// `GET /job?id=`
+pub async fn job(
+    State(st): State<AppState>,
+    Extension(ctx): Extension<Ctx>,
+    Query(q): Query<JobQ>,
+) -> Result<Markup, PageError> {
+    let v = find(&st, &ctx, &q.id)?.view(false);
+    let running = matches!(v.state, JobState::Running | JobState::Cancelling);
+    let head = html! { @if running { meta http-equiv="refresh" content=(REFRESH_SECS); } };
+    let body = html! {
+        p.crumbs { a href="/jobs" { "Restores" } " / " (v.id) }
+        (job_body(&v))
+        @if v.state == JobState::Running {
+            form method="post" action="/job/cancel" {
+                input type="hidden" name="csrf" value=(ctx.session.csrf);
+                input type="hidden" name="id" value=(v.id);
+                button type="submit" { "Cancel" }
+            }
+        }
+    };
+    Ok(layout_with("Restore", Some(&ctx.session.csrf), head, body))
+}
+
+fn job_body(v: &JobView) -> Markup {
+    let pct = |d: u64, t: u64| (d.min(t) * 100).checked_div(t).unwrap_or(0);
+    html! {
+        p { strong.state { (state_text(v.state)) } " · " (v.what) " → " code { (v.target) } }
+        p.muted { "Started " (v.started) @if let Some(e) = &v.ended { ", ended " (e) } }
+        @if v.summary.is_none() && v.error.is_none() {
+            label for="progress" { (v.done_items) " of " (v.total_items) " messages · "
+                (bytes(v.done_bytes)) " of " (bytes(v.total_bytes)) }
+            progress id="progress" max=(v.total_items.max(1)) value=(v.done_items.min(v.total_items)) {
+                (pct(v.done_items, v.total_items)) "%"
+            }
+        }
+        @if let Some(e) = &v.error { p.problem role="alert" { (e) } }
+        @if let Some(s) = &v.summary {
+            table { tbody {
+                tr { th { "Messages selected" } td.num { (s.items_total) } }
+                tr { th { "Restored" } td.num { (s.items_restored) } }
+                tr { th { "Already there" } td.num { (s.items_present) } }
+                tr { th { "Not restored" } td.num { (s.items_failed) } }
+                @if s.items_not_tried > 0 { tr { th { "Of these, not tried" } td.num { (s.items_not_tried) } } }
+                tr { th { "Time" } td.num { (format!("{:.1} s", s.elapsed_secs)) } }
+            } }
+            @if !s.failures.is_empty() {
+                h2 { "Not restored" }
+                ul.failures { @for f in &s.failures { li { code { (f) } } } }
+            }
+            @if !s.warnings.is_empty() {
+                h2 { "Warnings" }
+                ul { @for w in &s.warnings { li { (w) } } }
+            }
+        }
+    }
+}
+
+fn state_text(s: JobState) -> &'static str {
+    match s {
+        JobState::Running => "Running",
+        JobState::Cancelling => "Cancelling",
+        JobState::Done => "Done",
+        JobState::Partial => "Done, with messages not restored",
+        JobState::Cancelled => "Cancelled",
+        JobState::Failed => "Failed",
+    }
+}
+
+/// `GET /jobs`: the session's jobs (the admin's: every job), newest first.
+pub async fn jobs(State(st): State<AppState>, Extension(ctx): Extension<Ctx>) -> Markup {
+    let list = st.0.jobs.visible(ctx.session.user.as_deref());
+    let body = html! {
+        @if list.is_empty() { p { "No restores yet. Start one from a snapshot, an account, a folder or a message." } }
+        table {
+            thead { tr { th { "Started" } th { "State" } th { "What" } th.wide { "To" } th.num { "Messages" } } }
+            tbody { @for j in &list { @let v = j.view(false); tr {
+                td { a href=(link("/job", &[("id", &v.id)])) { (v.started) } }
+                td { (state_text(v.state)) } td { (v.what) } td.wide { code { (v.target) } }
+                td.num { (v.done_items) " / " (v.total_items) }
+            } } }
+        }
+    };
+    layout("Restores", Some(&ctx.session.csrf), body)
+}
+
+/// `POST /job/cancel` (a form with `id`).
+pub async fn cancel_form(
+    State(st): State<AppState>,
+    Extension(ctx): Extension<Ctx>,
+    axum::Form(q): axum::Form<JobQ>,
+) -> Result<Response, PageError> {
+    find(&st, &ctx, &q.id)?.cancel();
+    Ok(Redirect::to(&link("/job", &[("id", &q.id)])).into_response())
+}
+
+/// `GET /api/v1/jobs`
+pub async fn jobs_api(State(st): State<AppState>, Extension(ctx): Extension<Ctx>) -> Response {
+    let list = st.0.jobs.visible(ctx.session.user.as_deref());
+    let views: Vec<JobView> = list.iter().map(|j| j.view(false)).collect();
+    Json(serde_json::json!({ "jobs": views })).into_response()
+}
+
+/// `GET /api/v1/job?id=`: the job, with the engine's report once it ended.
+pub async fn job_api(
+    State(st): State<AppState>,
+    Extension(ctx): Extension<Ctx>,
+    Query(q): Query<JobQ>,
+) -> Result<Json<JobView>, ApiError> {
+    Ok(Json(find(&st, &ctx, &q.id)?.view(true)))
+}
+
+/// `POST /api/v1/job/cancel?id=`: `202` and the job (stopping).
+pub async fn cancel_api(
+    State(st): State<AppState>,
+    Extension(ctx): Extension<Ctx>,
+    Query(q): Query<JobQ>,
+) -> Result<Response, ApiError> {
+    let job = find(&st, &ctx, &q.id)?;
+    job.cancel();
+    Ok((StatusCode::ACCEPTED, Json(job.view(false))).into_response())
+}
+
+/// The "Restore…" link of a snapshot, an account, a folder or a message.
+pub fn restore_link(params: &[(&str, &str)]) -> Markup {
+    html! { a.restore href=(link("/restore", params)) { "Restore…" } }
+}
