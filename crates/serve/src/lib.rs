@@ -4,7 +4,7 @@
 //! `/api/v1/` then browse snapshots, accounts, folders (and whom they are shared with),
 //! an account's sieve filters and messages, search, download a message as `.eml`, and
 //! start restore jobs into the live IMAP server or a directory ([`restore`], `jobs`).
-//! Nothing here changes the repository.
+//! The repository is only read, but for the audit log's records (`audit`).
 //!
 //! The modules: [`token`] reads and checks the admin token, `auth` keeps sessions, login
 //! rate limits and CSRF tokens, `headers` puts the security headers on every answer,
@@ -14,6 +14,7 @@
 //! wires them; `imap` is the read-only IMAP view (`--imap`, issue 29) over the same state.
 
 mod api;
+mod audit;
 mod auth;
 mod download;
 mod headers;
@@ -70,6 +71,8 @@ pub struct ServeOptions {
     pub idle_close: std::time::Duration,
     /// Where the web UI's restores may go (none: nowhere).
     pub restore: restore::RestoreTo,
+    /// Write the audit events gathered to the repository this often (and at the end).
+    pub audit_flush: std::time::Duration,
 }
 
 pub use state::Reopen;
@@ -182,6 +185,8 @@ pub fn serve(
             tokio::spawn(imap::run(l, state.clone(), imaps_acceptor));
         }
         tokio::spawn(close_when_idle(state.clone()));
+        tokio::spawn(audit::flush_every(state.clone(), opts.audit_flush));
+        let last = state.clone();
         let app = routes::router(state).into_make_service_with_connect_info::<SocketAddr>();
         match acceptor {
             Some(acceptor) => {
@@ -199,6 +204,8 @@ pub fn serve(
                     .await?
             }
         }
+        // What came since the last batch.
+        let _ = tokio::task::spawn_blocking(move || audit::flush(&last)).await;
         Ok(())
     })
 }

@@ -41,7 +41,8 @@ pub async fn snapshots(State(st): State<AppState>, Extension(ctx): Extension<Ctx
     let list = blocking(move || read::snapshots(live.repo(), user.as_deref())).await?;
     let admin = ctx.session.user.is_none();
     let body = html! {
-        @if admin { p { a href="/repository" { "Repository: the last backup of each source, and charts" } } }
+        @if admin { p { a href="/repository" { "Repository: the last backup of each source, and charts" }
+            " · " a href="/audit" { "Audit log" } } }
         @if list.is_empty() { p { "No snapshots yet." } }
         table {
             thead { tr {

@@ -8,11 +8,12 @@ use crate::jobs::{Busy, Job, JobState, JobView};
 use crate::reply::{self, blocking, ApiError, Ctx, Failure, PageError};
 use crate::restore::{self, Request};
 use crate::state::AppState;
-use axum::extract::{Query, State};
+use axum::extract::{ConnectInfo, Query, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Redirect, Response};
 use axum::{Extension, Json};
 use maud::{html, Markup};
+use std::net::SocketAddr;
 use std::sync::Arc;
 
 /// Seconds between two refreshes of a running job's page.
@@ -27,7 +28,33 @@ pub struct JobQ {
 /// Checks `r` for the session and starts its job: the snapshot is found first (so that
 /// `latest` is the one of now), then the job runs on a blocking thread of its own with
 /// the repository as it is now (its read lock held until the job ends: a prune waits).
-pub async fn start(st: &AppState, ctx: &Ctx, r: Request) -> Result<Arc<Job>, Failure> {
+/// Recorded in the audit log, started or refused.
+pub async fn start(
+    st: &AppState,
+    ctx: &Ctx,
+    r: Request,
+    peer: SocketAddr,
+) -> Result<Arc<Job>, Failure> {
+    let asked = format!(
+        "snapshot {}, account {}, folder {}, {} message(s), to {}",
+        r.snapshot,
+        r.account.as_deref().unwrap_or("(all)"),
+        r.folder.as_deref().unwrap_or("(all)"),
+        r.messages.len(),
+        r.to
+    );
+    let started = start_job(st, ctx, r).await;
+    let (detail, status) = match &started {
+        Ok(j) => (format!("job {}: {} → {}", j.id, j.what, j.target), 202),
+        Err(f) => (format!("{asked}: {}", f.message), f.status.as_u16()),
+    };
+    let who = crate::audit::who(ctx.session.user.as_deref());
+    st.0.audit
+        .record(who, &peer.ip().to_string(), "restore", &detail, status);
+    started
+}
+
+async fn start_job(st: &AppState, ctx: &Ctx, r: Request) -> Result<Arc<Job>, Failure> {
     let user = ctx.session.user.clone();
     if r.snapshot != "latest" {
         crate::read::check_snapshot_id(&r.snapshot).map_err(Failure::from)?;
@@ -142,10 +169,11 @@ pub async fn form(
 pub async fn start_form(
     State(st): State<AppState>,
     Extension(ctx): Extension<Ctx>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
     body: axum::body::Bytes,
 ) -> Result<Response, PageError> {
     let fields: Vec<(String, String)> = serde_urlencoded::from_bytes(&body).unwrap_or_default();
-    let job = start(&st, &ctx, Request::from_fields(fields)).await?;
+    let job = start(&st, &ctx, Request::from_fields(fields), peer).await?;
     Ok(Redirect::to(&link("/job", &[("id", &job.id)])).into_response())
 }
 
@@ -153,10 +181,24 @@ pub async fn start_form(
 pub async fn start_api(
     State(st): State<AppState>,
     Extension(ctx): Extension<Ctx>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
     Json(r): Json<Request>,
 ) -> Result<Response, ApiError> {
-    let job = start(&st, &ctx, r).await?;
+    let job = start(&st, &ctx, r, peer).await?;
     Ok((StatusCode::ACCEPTED, Json(job.view(false))).into_response())
+}
+
+/// Cancels job `id` (recorded in the audit log, found or not).
+fn cancel(st: &AppState, ctx: &Ctx, id: &str, peer: SocketAddr) -> Result<Arc<Job>, Failure> {
+    let found = find(st, ctx, id);
+    let status = found.as_ref().map_or_else(|f| f.status.as_u16(), |_| 202);
+    let who = crate::audit::who(ctx.session.user.as_deref());
+    let detail = format!("job {}", id.chars().take(64).collect::<String>());
+    st.0.audit
+        .record(who, &peer.ip().to_string(), "cancel", &detail, status);
+    let job = found?;
+    job.cancel();
+    Ok(job)
 }
 
 fn find(st: &AppState, ctx: &Ctx, id: &str) -> Result<Arc<Job>, Failure> {
@@ -253,9 +295,10 @@ pub async fn jobs(State(st): State<AppState>, Extension(ctx): Extension<Ctx>) ->
 pub async fn cancel_form(
     State(st): State<AppState>,
     Extension(ctx): Extension<Ctx>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
     axum::Form(q): axum::Form<JobQ>,
 ) -> Result<Response, PageError> {
-    find(&st, &ctx, &q.id)?.cancel();
+    cancel(&st, &ctx, &q.id, peer)?;
     Ok(Redirect::to(&link("/job", &[("id", &q.id)])).into_response())
 }
 
@@ -279,10 +322,10 @@ pub async fn job_api(
 pub async fn cancel_api(
     State(st): State<AppState>,
     Extension(ctx): Extension<Ctx>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
     Query(q): Query<JobQ>,
 ) -> Result<Response, ApiError> {
-    let job = find(&st, &ctx, &q.id)?;
-    job.cancel();
+    let job = cancel(&st, &ctx, &q.id, peer)?;
     Ok((StatusCode::ACCEPTED, Json(job.view(false))).into_response())
 }
 

@@ -41,6 +41,8 @@ pub fn router(state: AppState) -> Router {
             get(restore_pages::form).post(restore_pages::start_form),
         )
         .route("/jobs", get(restore_pages::jobs))
+        .route("/audit", get(crate::audit::page))
+        .route("/api/v1/audit", get(crate::audit::api))
         .route("/job", get(restore_pages::job))
         .route("/job/cancel", post(restore_pages::cancel_form))
         .route("/logout", post(logout))
@@ -67,6 +69,7 @@ pub fn router(state: AppState) -> Router {
         .route("/api/v1/job/cancel", post(restore_pages::cancel_api))
         .route("/api/v1/logout", post(logout))
         .fallback(not_found)
+        .layer(from_fn_with_state(state.clone(), crate::audit::requests))
         .layer(from_fn_with_state(state.clone(), require_session));
     Router::new()
         .route("/login", get(pages::login_form).post(login_form))
@@ -175,7 +178,27 @@ impl LoginForm {
     }
 }
 
+/// A login, recorded in the audit log (the name given when it failed, if it is an
+/// address: `audit::given_name`).
 async fn try_login(st: &AppState, ip: IpAddr, f: LoginForm) -> Login {
+    let user = f.mail_user().map(str::to_string);
+    let mut name = crate::audit::given_name(user.as_deref());
+    let how = login(st, ip, f).await;
+    let (action, status) = match &how {
+        Login::Ok(..) => {
+            name = crate::audit::who(user.as_deref()).to_string();
+            ("login", 200)
+        }
+        Login::Wrong => ("login failed", 401),
+        Login::Limited => ("login refused", 429),
+        Login::Unchecked => ("login unchecked", 503),
+    };
+    st.0.audit
+        .record(&name, &ip.to_string(), action, "web UI", status);
+    how
+}
+
+async fn login(st: &AppState, ip: IpAddr, f: LoginForm) -> Login {
     let now = Instant::now();
     let Some(user) = f.mail_user().map(str::to_string) else {
         return admin_login(st, ip, &f.token, now);

@@ -104,6 +104,8 @@ pub struct Inner {
     pub restore: crate::restore::RestoreTo,
     /// The restore jobs.
     pub jobs: crate::jobs::Jobs,
+    /// The audit events not written to the repository yet.
+    pub audit: crate::audit::AuditLog,
 }
 
 struct Current {
@@ -141,6 +143,7 @@ impl AppState {
             folders: Mutex::new(Default::default()),
             restore,
             jobs: Default::default(),
+            audit: Default::default(),
         }))
     }
 

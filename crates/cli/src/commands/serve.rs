@@ -87,6 +87,10 @@ pub struct Args {
     /// this long without a request.
     #[arg(long, hide = true, default_value = "60s", value_parser = humantime::parse_duration)]
     pub idle_close: std::time::Duration,
+    /// Write the audit events gathered to the repository this often (and when the server
+    /// stops); tests make it short.
+    #[arg(long, hide = true, default_value = "60s", value_parser = humantime::parse_duration)]
+    pub audit_flush: std::time::Duration,
 }
 
 pub fn run(g: &GlobalOpts, a: Args) -> Result<Outcome> {
@@ -137,6 +141,7 @@ pub fn run(g: &GlobalOpts, a: Args) -> Result<Outcome> {
         recheck: a.recheck,
         idle_close: a.idle_close,
         restore,
+        audit_flush: a.audit_flush,
     };
     let again = g.clone();
     let reopen: mailvault_serve::Reopen = Box::new(move || {

@@ -259,6 +259,8 @@ fn check_named(repo: &Repository, st: &State, warnings: &mut Vec<String>) -> Res
     }
     // Forget records (crate::repo::forgotten): one that does not open is named.
     warnings.extend(crate::repo::forgotten::forgotten(repo)?.1);
+    // Audit records (crate::repo::audit): each opened; one that does not is named.
+    warnings.extend(crate::repo::audit::records(repo)?.1);
     Ok(())
 }
 

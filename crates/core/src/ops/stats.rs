@@ -63,6 +63,7 @@ pub fn stats(repo: &Repository) -> Result<Stats> {
         "dicts/",
         "forgotten/",
         "search/",
+        "audit/",
     ] {
         repository_bytes += repo
             .store()

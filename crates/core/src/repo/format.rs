@@ -111,6 +111,8 @@ pub enum Object<'a> {
     Forgotten(&'a Id),
     /// `search/<id>`: a split of the search index (`crate::search`).
     Search(&'a Id),
+    /// `audit/<id>`: a batch of audit events (`crate::repo::audit`).
+    Audit(&'a Id),
 }
 
 /// The start of every format-2 associated data: the format's name and a zero byte. It
@@ -158,6 +160,10 @@ impl Object<'_> {
                 a.push(10);
                 a.extend_from_slice(&id.0);
             }
+            Object::Audit(id) => {
+                a.push(11);
+                a.extend_from_slice(&id.0);
+            }
         }
         a
     }
@@ -176,6 +182,7 @@ impl Object<'_> {
             Object::Blob(BlobKind::Tree, id) => format!("tree blob {}", id.short()),
             Object::Forgotten(id) => format!("forget record {}", id.short()),
             Object::Search(id) => format!("search index split {}", id.short()),
+            Object::Audit(id) => format!("audit record {}", id.short()),
         }
     }
 }
@@ -254,6 +261,7 @@ mod tests {
             Object::Blob(BlobKind::Data, &b),
             Object::Forgotten(&a),
             Object::Search(&a),
+            Object::Audit(&a),
         ];
         let set: std::collections::HashSet<Vec<u8>> = all.iter().map(|o| o.aad()).collect();
         assert_eq!(set.len(), all.len());

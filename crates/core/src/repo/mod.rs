@@ -22,6 +22,7 @@
 //! through [`Repository::seal_object`] / [`Repository::open_object`], which bind an
 //! object's type and name in format 2.
 
+pub mod audit;
 pub mod b64;
 pub mod compress;
 pub mod crypto;

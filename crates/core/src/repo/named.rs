@@ -111,6 +111,7 @@ impl Repository {
             Some("snapshots") => Some(Named::Snapshot),
             Some("dicts") => Some(Named::Dictionary),
             Some("search") => Some(Named::Search),
+            Some("audit") => Some(Named::Audit),
             _ => None,
         };
         match (self.version, named) {
@@ -147,6 +148,8 @@ pub(crate) enum Named {
     Forgotten,
     /// `search/<id>`: a split of the search index ([`crate::search`]).
     Search,
+    /// `audit/<id>`: a batch of the web UI's audit events ([`crate::repo::audit`]).
+    Audit,
 }
 
 impl Named {
@@ -157,6 +160,7 @@ impl Named {
             Named::Dictionary => Object::Dictionary(id),
             Named::Forgotten => Object::Forgotten(id),
             Named::Search => Object::Search(id),
+            Named::Audit => Object::Audit(id),
         }
     }
 }

@@ -297,7 +297,7 @@ fn unlock(store: &dyn Backend, keys: &[ObjectInfo], password: &[u8]) -> Result<M
 }
 
 /// The directories of a repository besides `config`.
-const REPOSITORY_DIRS: [&str; 8] = [
+const REPOSITORY_DIRS: [&str; 9] = [
     "keys/",
     "data/",
     "index/",
@@ -306,6 +306,7 @@ const REPOSITORY_DIRS: [&str; 8] = [
     "writers/",
     "locks/",
     "forgotten/",
+    "audit/",
 ];
 
 /// Which of the repository's directories hold files (`"keys/, data/"`), if any: a location

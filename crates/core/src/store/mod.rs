@@ -77,6 +77,8 @@ pub enum Kind {
     Forgotten,
     /// `search/<id>`: splits of the search index.
     Search,
+    /// `audit/<id>`: the web UI's audit records.
+    Audit,
     /// `migrate/state`.
     Migrate,
     /// `damaged/...`: what the repairs set aside.
@@ -108,6 +110,7 @@ impl Kind {
             "writers" => Kind::Writer,
             "forgotten" => Kind::Forgotten,
             "search" => Kind::Search,
+            "audit" => Kind::Audit,
             "migrate" => Kind::Migrate,
             "damaged" => Kind::Damaged,
             _ => Kind::Foreign,
@@ -485,6 +488,7 @@ mod tests {
             ("writers/w", Kind::Writer, "w"),
             ("forgotten/f", Kind::Forgotten, "f"),
             ("search/s", Kind::Search, "s"),
+            ("audit/a", Kind::Audit, "a"),
             ("migrate/state", Kind::Migrate, "state"),
             ("damaged/data/ab/x", Kind::Damaged, "data/ab/x"),
             ("stray", Kind::Foreign, "stray"),
