@@ -6,7 +6,8 @@ use crate::reply::{
     self, blocking, AccountQ, ApiError, Ctx, Failure, FileQ, FolderQ, Params, SearchQ, SnapQ,
 };
 use crate::state::AppState;
-use axum::extract::State;
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
 use axum::response::Response;
 use axum::{Extension, Json};
 use serde_json::{json, Value};
@@ -75,8 +76,16 @@ pub async fn messages(State(st): State<AppState>, Params(q): Params<FolderQ>) ->
 }
 
 /// The folder as an `.mbox` download.
-pub async fn folder_mbox(State(st): State<AppState>, Params(q): Params<FolderQ>) -> Response {
-    crate::download::folder_mbox(st, q, Failure::json).await
+/// `/api/v1/folder/mbox` or `/api/v1/folder/zip`.
+pub async fn folder_download(
+    State(st): State<AppState>,
+    Path(format): Path<String>,
+    Params(q): Params<FolderQ>,
+) -> Response {
+    match crate::download::Format::parse(&format) {
+        Some(f) => crate::download::folder_download(st, (q, f), Failure::json).await,
+        None => Failure::new(StatusCode::NOT_FOUND, "no such download").json(),
+    }
 }
 
 pub async fn message(
@@ -151,11 +160,15 @@ pub async fn message_attachment(
     Ok(reply::attachment_download(&st, &q).await?)
 }
 
-/// Every message a search finds, as one `.mbox` download.
-pub async fn search_mbox(
+/// Every message a search finds, as one `.mbox` or `.zip` download.
+pub async fn search_download(
     State(st): State<AppState>,
     Extension(ctx): Extension<Ctx>,
+    Path(format): Path<String>,
     Params(q): Params<SearchQ>,
 ) -> Response {
-    crate::download::search_mbox(st, q, ctx, Failure::json).await
+    match crate::download::Format::parse(&format) {
+        Some(f) => crate::download::search_download(st, (q, f), ctx, Failure::json).await,
+        None => Failure::new(StatusCode::NOT_FOUND, "no such download").json(),
+    }
 }

@@ -158,6 +158,8 @@ fn action_of(path: &str) -> Option<&'static str> {
         | "/message/attachment"
         | "/folder/mbox"
         | "/search/mbox"
+        | "/folder/zip"
+        | "/search/zip"
         | "/account/file/raw"
         | "/file/raw" => "download",
         "/search" => "search",

@@ -1,6 +1,7 @@
-//! A folder, or the messages a search found, downloaded as an mbox: core's restore
-//! pipeline into an mbox stream
-//! ([`mailvault_core::dest::mbox_stream`]) on a blocking thread, its bytes handed to the
+//! A folder, or the messages a search found, downloaded as an mbox or as a zip of `.eml`
+//! files: core's restore pipeline into an mbox stream
+//! ([`mailvault_core::dest::mbox_stream`]) or a zip stream
+//! ([`mailvault_core::dest::zip_stream`]) on a blocking thread, its bytes handed to the
 //! HTTP body through a bounded channel as they are written (a folder of any size in
 //! bounded memory).
 //!
@@ -17,6 +18,7 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use futures_util::StreamExt;
 use mailvault_core::dest::mbox_stream::MboxStream;
+use mailvault_core::dest::zip_stream::ZipStream;
 use mailvault_core::restore::{Request, Selection};
 use std::io::Write;
 use tokio::sync::mpsc;
@@ -60,9 +62,41 @@ impl Write for ChannelWriter {
     }
 }
 
+/// What a download is written as.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Format {
+    /// One mbox (a search's hits: their folders one after the other).
+    Mbox,
+    /// A zip of `.eml` files, a directory per account and folder.
+    Zip,
+}
+
+impl Format {
+    /// `mbox` or `zip`, as a route names it.
+    pub fn parse(s: &str) -> Option<Format> {
+        match s {
+            "mbox" => Some(Format::Mbox),
+            "zip" => Some(Format::Zip),
+            _ => None,
+        }
+    }
+    fn ext(self) -> &'static str {
+        match self {
+            Format::Mbox => "mbox",
+            Format::Zip => "zip",
+        }
+    }
+    fn mime(self) -> &'static str {
+        match self {
+            Format::Mbox => "application/mbox",
+            Format::Zip => "application/zip",
+        }
+    }
+}
+
 /// Restores folder `q` of the snapshot into the channel; a failure, the restore's own or
 /// a message that could not be written, goes into the channel last.
-fn stream(st: &AppState, q: &FolderQ, tx: mpsc::Sender<Item>) {
+fn stream(st: &AppState, q: &FolderQ, format: Format, tx: mpsc::Sender<Item>) {
     let sel = Selection {
         snapshot: q.snapshot.to_ascii_lowercase(),
         accounts: vec![q.account.clone()],
@@ -71,16 +105,22 @@ fn stream(st: &AppState, q: &FolderQ, tx: mpsc::Sender<Item>) {
         cache_bytes: Selection::CACHE_BYTES,
         ..Selection::default()
     };
-    run_into(st, |_| Ok(Request::Selection(sel)), (&q.folder, false), tx);
+    run_into(
+        st,
+        |_| Ok(Request::Selection(sel)),
+        (&q.folder, format, false),
+        tx,
+    );
 }
 
 /// Restores what `request` gives (on the repository as open now) into the channel as an
-/// mbox; a failure, the request's, the restore's own or a message that could not be
-/// written (`what` names the download in the log), goes into the channel last.
+/// mbox (`many`: folders one after the other) or a zip; a failure, the request's, the
+/// restore's own or a message that could not be written (`what` names the download in
+/// the log), goes into the channel last.
 fn run_into(
     st: &AppState,
     request: impl FnOnce(&mailvault_core::Repository) -> mailvault_core::Result<Request>,
-    (what, many): (&str, bool),
+    (what, format, many): (&str, Format, bool),
     tx: mpsc::Sender<Item>,
 ) {
     let fail = |f: Failure| {
@@ -98,19 +138,33 @@ fn run_into(
         tx: tx.clone(),
         buf: Vec::with_capacity(CHUNK),
     };
-    let open = |_: mailvault_core::ops::restore::Opening<'_>| {
-        Ok(match many {
-            true => MboxStream::many(writer),
-            false => MboxStream::new(writer),
-        })
-    };
     let nothing = &mailvault_core::report::NoProgress;
-    match mailvault_core::ops::restore::run(live.repo(), request, nothing, open) {
+    let repo = live.repo();
+    use mailvault_core::ops::restore::run;
+    let ran = match format {
+        Format::Mbox => {
+            let open = |_: mailvault_core::ops::restore::Opening<'_>| {
+                Ok(match many {
+                    true => MboxStream::many(writer),
+                    false => MboxStream::new(writer),
+                })
+            };
+            run(repo, request, nothing, open).map(|(r, _)| r)
+        }
+        Format::Zip => {
+            let open = |_: mailvault_core::ops::restore::Opening<'_>| Ok(ZipStream::new(writer));
+            // The archive's end is written only after the last message: a download
+            // broken before it is no zip a reader takes as complete.
+            (run(repo, request, nothing, open)).and_then(|(r, z)| z.finish().map(|()| r))
+        }
+    };
+    match ran {
         Err(e) => fail(e.into()),
-        Ok((report, _)) => {
+        Ok(report) => {
             if let Some(f) = report.failures.first() {
                 tracing::warn!(
-                    "mbox download of {what}: {} failure(s), the first: {}: {}",
+                    "{} download of {what}: {} failure(s), the first: {}: {}",
+                    format.ext(),
                     report.failures.len(),
                     f.item,
                     f.error
@@ -133,12 +187,12 @@ fn run_into(
 pub const MAX_SEARCH_DOWNLOAD: usize = 10_000;
 
 /// The messages search `q` finds (for `ctx`'s session: a mail user's own), every one of
-/// them, as one `.mbox` download, each in the newest snapshot that holds it there; more
-/// than [`MAX_SEARCH_DOWNLOAD`] is refused. A failure before it starts is answered by
-/// `err`.
-pub async fn search_mbox(
+/// them, as one `.mbox` or `.zip` download, each in the newest snapshot that holds it
+/// there; more than [`MAX_SEARCH_DOWNLOAD`] is refused. A failure before it starts is
+/// answered by `err`.
+pub async fn search_download(
     st: AppState,
-    q: crate::reply::SearchQ,
+    (q, format): (crate::reply::SearchQ, Format),
     ctx: crate::reply::Ctx,
     err: fn(Failure) -> Response,
 ) -> Response {
@@ -167,20 +221,26 @@ pub async fn search_mbox(
                 cache_bytes: Selection::CACHE_BYTES,
             }))
         };
-        run_into(&st2, request, ("a search result", true), tx)
+        run_into(&st2, request, ("a search result", format, true), tx)
     });
-    respond(rx, "search.mbox", "application/mbox", err).await
+    let name = format!("search.{}", format.ext());
+    respond(rx, &name, format.mime(), err).await
 }
 
-/// `folder` as an `.mbox` download; a failure before it starts is answered by `err`.
-pub async fn folder_mbox(st: AppState, q: FolderQ, err: fn(Failure) -> Response) -> Response {
+/// `folder` as an `.mbox` or `.zip` download; a failure before it starts is answered by
+/// `err`.
+pub async fn folder_download(
+    st: AppState,
+    (q, format): (FolderQ, Format),
+    err: fn(Failure) -> Response,
+) -> Response {
     if let Err(e) = crate::read::check_snapshot_id(&q.snapshot) {
         return err(e.into());
     }
     let (tx, rx) = mpsc::channel::<Item>(QUEUE);
-    let name = crate::read::download_name(&q.folder, "mbox");
-    tokio::task::spawn_blocking(move || stream(&st, &q, tx));
-    respond(rx, &name, "application/mbox", err).await
+    let name = crate::read::download_name(&q.folder, format.ext());
+    tokio::task::spawn_blocking(move || stream(&st, &q, format, tx));
+    respond(rx, &name, format.mime(), err).await
 }
 
 /// The download of what comes through `rx`, as file `name` of type `mime`: a failure

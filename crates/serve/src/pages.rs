@@ -254,6 +254,7 @@ pub async fn messages(
             " / " (q.folder) }
         p { (p.total) " messages, " (how) " · "
             a href=(link("/folder/mbox", &[("snapshot", &q.snapshot[..]), ("account", &q.account), ("folder", &q.folder)])) download { "Download as mbox" }
+            " · " a href=(link("/folder/zip", &[("snapshot", &q.snapshot[..]), ("account", &q.account), ("folder", &q.folder)])) download { "as zip of EML" }
             " · " (restore_link(&[("snapshot", &q.snapshot), ("account", &q.account), ("folder", &q.folder)])) }
         table.list {
             thead { tr {
@@ -366,8 +367,16 @@ pub async fn message_html(State(st): State<AppState>, Params(p): Params<Place>) 
 }
 
 /// The folder as an `.mbox` download.
-pub async fn folder_mbox(State(st): State<AppState>, Params(q): Params<FolderQ>) -> Response {
-    crate::download::folder_mbox(st, q, Failure::page).await
+/// `/folder/mbox` or `/folder/zip`.
+pub async fn folder_download(
+    State(st): State<AppState>,
+    axum::extract::Path(format): axum::extract::Path<String>,
+    Params(q): Params<FolderQ>,
+) -> Response {
+    match crate::download::Format::parse(&format) {
+        Some(f) => crate::download::folder_download(st, (q, f), Failure::page).await,
+        None => Failure::new(StatusCode::NOT_FOUND, "no such page").page(),
+    }
 }
 
 /// The message as stored, as a `.eml` download.
@@ -418,6 +427,7 @@ pub async fn search(
                     @if r.not_indexed > 0 { " · " (r.not_indexed) " message(s) not indexed yet (run `mailvault index`)" }
                     @if r.total > 0 && r.total <= crate::download::MAX_SEARCH_DOWNLOAD {
                         " · " a href=(link("/search/mbox", &[("q", &text[..]), ("scope", if all { "all" } else { "latest" })])) download { "Download all as mbox" }
+                        " · " a href=(link("/search/zip", &[("q", &text[..]), ("scope", if all { "all" } else { "latest" })])) download { "as zip of EML" }
                     } }
                 table.list {
                     thead { tr { th { "Date (UTC)" } th { "From" } th { "Subject" } th.wide { "Where" } } }
@@ -491,11 +501,15 @@ pub async fn message_attachment(
     }
 }
 
-/// Every message a search finds, as one `.mbox` download.
-pub async fn search_mbox(
+/// Every message a search finds, as one `.mbox` or `.zip` download.
+pub async fn search_download(
     State(st): State<AppState>,
     Extension(ctx): Extension<Ctx>,
+    axum::extract::Path(format): axum::extract::Path<String>,
     Params(q): Params<SearchQ>,
 ) -> Response {
-    crate::download::search_mbox(st, q, ctx, Failure::page).await
+    match crate::download::Format::parse(&format) {
+        Some(f) => crate::download::search_download(st, (q, f), ctx, Failure::page).await,
+        None => Failure::new(StatusCode::NOT_FOUND, "no such page").page(),
+    }
 }

@@ -28,13 +28,13 @@ pub fn router(state: AppState) -> Router {
         .route("/account/file", get(pages::home_file))
         .route("/account/file/raw", get(pages::home_file_raw))
         .route("/folder", get(pages::messages))
-        .route("/folder/mbox", get(pages::folder_mbox))
+        .route("/folder/{format}", get(pages::folder_download))
         .route("/message", get(pages::message))
         .route("/message/html", get(pages::message_html))
         .route("/message/raw", get(pages::message_raw))
         .route("/message/attachment", get(pages::message_attachment))
         .route("/search", get(pages::search))
-        .route("/search/mbox", get(pages::search_mbox))
+        .route("/search/{format}", get(pages::search_download))
         .route("/repository", get(pages::repository))
         .route(
             "/restore",
@@ -53,7 +53,7 @@ pub fn router(state: AppState) -> Router {
         .route("/api/v1/filters", get(api::filters))
         .route("/api/v1/file/raw", get(api::file_raw))
         .route("/api/v1/messages", get(api::messages))
-        .route("/api/v1/folder/mbox", get(api::folder_mbox))
+        .route("/api/v1/folder/{format}", get(api::folder_download))
         .route("/api/v1/message", get(api::message))
         .route("/api/v1/message/raw", get(api::message_raw))
         .route("/api/v1/message/attachment", get(api::message_attachment))
@@ -62,7 +62,7 @@ pub fn router(state: AppState) -> Router {
             get(api::search_get).post(api::search_post),
         )
         .route("/api/v1/repository", get(api::repository))
-        .route("/api/v1/search/mbox", get(api::search_mbox))
+        .route("/api/v1/search/{format}", get(api::search_download))
         .route("/api/v1/restore", post(restore_pages::start_api))
         .route("/api/v1/jobs", get(restore_pages::jobs_api))
         .route("/api/v1/job", get(restore_pages::job_api))

@@ -36,6 +36,7 @@ pub mod maildir;
 pub mod mbox;
 pub mod mbox_stream;
 pub mod owners;
+pub mod zip_stream;
 
 /// How a target wants its messages.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
