@@ -191,3 +191,61 @@ fn what_admins_and_users_did_is_sealed_in_the_repository_and_shown_to_the_admin_
     assert_eq!(code, Some(0), "{out}{err}");
     assert!(!err.contains("audit/"), "{err}");
 }
+
+/// Failed logins through a trusted reverse proxy count against the client that
+/// `X-Forwarded-For` names, and the audit log records that client; without
+/// `--trusted-proxy`, the header is the client's to write and is ignored.
+#[test]
+fn behind_a_trusted_proxy_the_forwarded_client_is_limited_and_recorded() {
+    let e = Env::new();
+    e.ok(&["init"]);
+    token_file(&e, 0o600);
+    let fail = |s: &Server, client: &str| {
+        let r = (s.http.post(s.url("/login")))
+            .header(CONTENT_TYPE, "application/x-www-form-urlencoded")
+            .header("x-forwarded-for", format!("198.51.100.9, {client}"))
+            .body("token=wrong-token-0000")
+            .send()
+            .unwrap();
+        r.status()
+    };
+    let s = start(
+        &e,
+        &["--trusted-proxy", "127.0.0.1", "--audit-flush", "200ms"],
+    );
+    for _ in 0..5 {
+        assert_eq!(fail(&s, "203.0.113.7"), StatusCode::UNAUTHORIZED);
+    }
+    assert_eq!(fail(&s, "203.0.113.7"), StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(
+        fail(&s, "203.0.113.8"),
+        StatusCode::UNAUTHORIZED,
+        "another client"
+    );
+    let admin = s.session();
+    let log = written_log(&s, &admin);
+    let failed: Vec<&str> = (log.iter())
+        .filter(|e| e["action"] == "login failed")
+        .map(|e| e["address"].as_str().unwrap())
+        .collect();
+    assert_eq!(failed.len(), 6, "{log:#?}");
+    assert!(
+        failed.iter().all(|a| a.starts_with("203.0.113.")),
+        "{failed:?}"
+    );
+    assert!(has(&log, "admin", "login refused", "web UI"));
+    assert!(!serde_json::to_string(&log)
+        .unwrap()
+        .contains("198.51.100.9"));
+    drop(s);
+
+    // Not a trusted proxy: every header names "another client", all one address to us.
+    let s = start(&e, &[]);
+    for i in 0..5 {
+        assert_eq!(
+            fail(&s, &format!("203.0.113.{i}")),
+            StatusCode::UNAUTHORIZED
+        );
+    }
+    assert_eq!(fail(&s, "203.0.113.99"), StatusCode::TOO_MANY_REQUESTS);
+}

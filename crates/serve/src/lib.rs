@@ -73,6 +73,10 @@ pub struct ServeOptions {
     pub restore: restore::RestoreTo,
     /// Write the audit events gathered to the repository this often (and at the end).
     pub audit_flush: std::time::Duration,
+    /// Reverse proxies in front of the web UI (`--trusted-proxy`): a request from one is
+    /// taken to come from the client its `X-Forwarded-For` names, for the login limit and
+    /// the audit log.
+    pub trusted_proxies: Vec<std::net::IpAddr>,
 }
 
 pub use state::Reopen;
@@ -152,7 +156,7 @@ pub fn serve(
         (opts.admin_token, opts.user_auth, opts.restore),
         (opts.page_size, opts.stale_after),
         opts.search_cache,
-        acceptor.is_some(),
+        (acceptor.is_some(), opts.trusted_proxies),
     );
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()

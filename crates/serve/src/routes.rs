@@ -79,8 +79,41 @@ pub fn router(state: AppState) -> Router {
         .route("/metrics", get(metrics))
         .merge(protected)
         .layer(from_fn_with_state(state.clone(), headers::security_headers))
+        .layer(from_fn_with_state(state.clone(), forwarded))
         .layer(DefaultBodyLimit::max(BODY_LIMIT))
         .with_state(state)
+}
+
+/// A request through a trusted reverse proxy (`--trusted-proxy`) is taken to come from
+/// the client its `X-Forwarded-For` names: the address nearest to us there that is not a
+/// trusted proxy itself (the ones further left are the client's to write, so never
+/// believed). From anyone else the header is ignored.
+async fn forwarded(State(st): State<AppState>, mut req: Request, next: Next) -> Response {
+    let trusted = &st.0.trusted_proxies;
+    let peer = (req.extensions().get::<ConnectInfo<SocketAddr>>()).map(|c| c.0);
+    if let Some(peer) = peer.filter(|p| trusted.contains(&p.ip())) {
+        if let Some(ip) = client_of(req.headers(), trusted) {
+            req.extensions_mut()
+                .insert(ConnectInfo(SocketAddr::new(ip, peer.port())));
+        }
+    }
+    next.run(req).await
+}
+
+/// The client `X-Forwarded-For` names behind the `trusted` proxies, if it names one.
+fn client_of(h: &axum::http::HeaderMap, trusted: &[IpAddr]) -> Option<IpAddr> {
+    let hops: Vec<&str> = (h.get_all("x-forwarded-for").iter())
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .map(str::trim)
+        .collect();
+    for hop in hops.iter().rev() {
+        let ip: IpAddr = hop.parse().ok()?;
+        if !trusted.contains(&ip) {
+            return Some(ip);
+        }
+    }
+    None
 }
 
 fn is_api(req: &Request) -> bool {
@@ -387,4 +420,36 @@ async fn logout(
         r.headers_mut().insert(SET_COOKIE, v);
     }
     r
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn headers(values: &[&str]) -> axum::http::HeaderMap {
+        let mut h = axum::http::HeaderMap::new();
+        for v in values {
+            h.append("x-forwarded-for", v.parse().unwrap());
+        }
+        h
+    }
+
+    #[test]
+    fn the_client_is_the_nearest_address_that_is_not_a_trusted_proxy() {
+        let proxy: IpAddr = "10.0.0.1".parse().unwrap();
+        let trusted = [proxy];
+        let ip = |s: &str| Some(s.parse::<IpAddr>().unwrap());
+        // What the client wrote itself (the left part) is never believed.
+        let h = headers(&["1.2.3.4, 203.0.113.7"]);
+        assert_eq!(client_of(&h, &trusted), ip("203.0.113.7"));
+        let h = headers(&["1.2.3.4", "203.0.113.7, 10.0.0.1"]);
+        assert_eq!(client_of(&h, &trusted), ip("203.0.113.7"));
+        assert_eq!(client_of(&headers(&["10.0.0.1"]), &trusted), None);
+        assert_eq!(client_of(&headers(&["not-an-ip"]), &trusted), None);
+        assert_eq!(client_of(&headers(&[]), &trusted), None);
+        assert_eq!(
+            client_of(&headers(&["2001:db8::1"]), &trusted),
+            ip("2001:db8::1")
+        );
+    }
 }

@@ -98,6 +98,8 @@ pub struct Inner {
     pub cache: PathBuf,
     /// Served over TLS: cookies are `Secure`, answers carry HSTS.
     pub secure: bool,
+    /// Reverse proxies whose `X-Forwarded-For` names the client (`--trusted-proxy`).
+    pub trusted_proxies: Vec<std::net::IpAddr>,
     /// The sorted messages of the folders paged through last.
     pub folders: Mutex<crate::read::FolderCache>,
     /// Where restores may go (`--restore-imap`, `--restore-dir`).
@@ -121,7 +123,7 @@ impl AppState {
         (token, users, restore): (AdminToken, Option<crate::users::UserAuth>, RestoreTo),
         (page_size, stale_after): (usize, Duration),
         cache: PathBuf,
-        secure: bool,
+        (secure, trusted_proxies): (bool, Vec<std::net::IpAddr>),
     ) -> AppState {
         let now = Instant::now();
         AppState(Arc::new(Inner {
@@ -140,6 +142,7 @@ impl AppState {
             stale_after,
             cache,
             secure,
+            trusted_proxies,
             folders: Mutex::new(Default::default()),
             restore,
             jobs: Default::default(),

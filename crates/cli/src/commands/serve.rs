@@ -62,6 +62,12 @@ pub struct Args {
     /// the form; never above it). Mail users never restore to a directory.
     #[arg(long, value_name = "DIR")]
     pub restore_dir: Option<PathBuf>,
+    /// A reverse proxy in front of the web UI (its address; may repeat): a request from it
+    /// is taken to come from the client its `X-Forwarded-For` header names (the nearest
+    /// address there that is not a trusted proxy), for the login limit and the audit log.
+    /// From any other address the header is ignored.
+    #[arg(long, value_name = "IP")]
+    pub trusted_proxy: Vec<std::net::IpAddr>,
     /// Listen on a non-loopback address without TLS: session cookies and the token then
     /// cross the network in clear text.
     #[arg(long)]
@@ -142,6 +148,7 @@ pub fn run(g: &GlobalOpts, a: Args) -> Result<Outcome> {
         idle_close: a.idle_close,
         restore,
         audit_flush: a.audit_flush,
+        trusted_proxies: a.trusted_proxy.clone(),
     };
     let again = g.clone();
     let reopen: mailvault_serve::Reopen = Box::new(move || {
