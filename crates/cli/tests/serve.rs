@@ -1399,3 +1399,48 @@ fn the_repository_page_and_metrics_show_each_sources_last_backup() {
         "{text}"
     );
 }
+
+/// Issue 28: "deleted since": a message an older snapshot holds and a later one no longer
+/// holds in that folder shows, on its page and in the API, the first snapshot without it;
+/// one still there says so.
+#[test]
+fn a_message_deleted_later_is_marked_deleted_since_the_first_snapshot_without_it() {
+    let e = Env::new();
+    let mail = e.path("mail");
+    plant(&mail);
+    let src = format!("maildir:{}", mail.display());
+    e.ok(&["init"]);
+    e.ok(&["backup", &src]);
+    common::at_rest();
+    fs::remove_file(mail.join("example.org/alice/Maildir/cur/zebra:2,S")).unwrap();
+    e.ok(&["backup", &src]);
+    e.ok(&["index"]);
+    token_file(&e, 0o600);
+    let s = start(&e, &[]);
+    let me = s.session();
+    let snaps = s.api("/api/v1/snapshots", &me);
+    let (newest, oldest) = (
+        snaps[0]["id"].as_str().unwrap(),
+        snaps[1]["id"].as_str().unwrap(),
+    );
+    let at = |key: &'static str| {
+        [
+            ("snapshot", oldest),
+            ("account", ACCOUNT),
+            ("folder", "INBOX"),
+            ("key", key),
+        ]
+    };
+    let m = s.api(&q("/api/v1/message", &at("zebra")), &me);
+    let held = &m["held_by"][0];
+    assert_eq!(held["last_snapshot"], oldest, "{m}");
+    assert_eq!(held["gone_snapshot"], newest, "{m}");
+    assert_eq!(held["gone_time"], snaps[0]["time"], "{m}");
+    let page = s.page(&q("/message", &at("zebra")), &me);
+    assert!(page.contains("deleted since"), "{page}");
+    let m = s.api(&q("/api/v1/message", &at("old")), &me);
+    assert!(m["held_by"][0].get("gone_snapshot").is_none(), "{m}");
+    assert!(s
+        .page(&q("/message", &at("old")), &me)
+        .contains("still there"));
+}

@@ -331,11 +331,16 @@ pub async fn message(
         }
         h2 { "Held by" }
         table {
-            thead { tr { th { "Account" } th { "Folder" } th { "From snapshot" } th { "To snapshot" } } }
+            thead { tr { th { "Account" } th { "Folder" } th { "From snapshot" } th { "To snapshot" } th { "Since" } } }
             tbody { @for h in &holders { tr {
                 td { (h.account) } td { (h.folder) }
                 td { a href=(link("/snapshot", &[("snapshot", &h.first_snapshot)])) { (time(h.first_time)) } }
                 td { a href=(link("/snapshot", &[("snapshot", &h.last_snapshot)])) { (time(h.last_time)) } }
+                td { @match (&h.gone_snapshot, h.gone_time) {
+                    (Some(g), Some(t)) => { strong.gone { "deleted since " }
+                        a href=(link("/snapshot", &[("snapshot", g)])) { (time(t)) } }
+                    _ => { "still there" }
+                } }
             } } }
         }
     };

@@ -505,6 +505,12 @@ pub struct Holder {
     pub first_time: i64,
     pub last_snapshot: String,
     pub last_time: i64,
+    /// The first later snapshot of the same host and source whose folder no longer held
+    /// it (deleted there, or moved): its id and time; absent while the newest holds it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub gone_snapshot: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub gone_time: Option<i64>,
 }
 
 /// The snapshots that hold content `hash`, as runs per folder (from the places map the
@@ -525,7 +531,10 @@ pub fn holders(
                 return None;
             }
             let (first, last) = (&view.snapshots[a as usize], &view.snapshots[b as usize]);
+            let gone = places.gone_in(r);
             Some(Holder {
+                gone_snapshot: gone.map(|g| g.id.to_hex()),
+                gone_time: gone.map(|g| g.time),
                 account: fk.account.clone(),
                 folder: fk.folder.clone(),
                 first_snapshot: first.id.to_hex(),

@@ -353,6 +353,17 @@ impl Places {
         n != u32::MAX && self.cols.first[r] <= n && n <= self.cols.last[r]
     }
 
+    /// The first snapshot of record `r`'s host and source after its run that the
+    /// repository still has: the first where its folder no longer held the content
+    /// (deleted, or moved to another folder); `None` while the newest still holds it.
+    pub fn gone_in(&self, r: usize) -> Option<&SnapHead> {
+        let s = &self.seqs[self.cols.seq[r] as usize];
+        let last = self.cols.last[r] as usize;
+        (last + 1..s.snaps.len())
+            .find(|&i| s.live[i])
+            .map(|i| &s.snaps[i])
+    }
+
     /// Whether record `r` is in a snapshot the repository still has.
     pub fn alive(&self, r: usize) -> bool {
         let s = &self.seqs[self.cols.seq[r] as usize];
