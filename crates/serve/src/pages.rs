@@ -110,17 +110,56 @@ pub async fn folders(
             " · " (restore_link(&[("snapshot", &snap.id), ("account", &q.account)])) }
         table {
             thead { tr { th { "Folder" } th.num { "Messages" } th.num { "Size" } th { "Shared with" } } }
-            tbody { @for f in &view.folders { tr {
-                td { a href=(link("/folder", &[("snapshot", &snap.id), ("account", &q.account), ("folder", &f.name)])) { (f.name) } }
-                td.num { (f.messages) } td.num { (bytes(f.bytes)) }
-                td.acl { @for (i, r) in f.acl.iter().enumerate() {
-                    @if i > 0 { ", " } span.rule { (r.identifier) ": " (r.rights) }
-                } }
-            } } }
+            tbody { @for (depth, label, at) in tree(view.folders.iter().map(|f| f.name.as_str())) {
+                @let class = format!("d{}", depth.min(8));
+                @match at.map(|i| &view.folders[i]) {
+                    Some(f) => { tr {
+                        td class=(class) { a href=(link("/folder", &[("snapshot", &snap.id), ("account", &q.account), ("folder", &f.name)])) title=(f.name) { (label) } }
+                        td.num { (f.messages) } td.num { (bytes(f.bytes)) }
+                        td.acl { @for (i, r) in f.acl.iter().enumerate() {
+                            @if i > 0 { ", " } span.rule { (r.identifier) ": " (r.rights) }
+                        } }
+                    } }
+                    None => { tr { td class=(class) { span.muted { (label) } } td {} td {} td {} } }
+                }
+            } }
         }
         (filters(&snap.id, &q.account, view.home.as_deref().unwrap_or_default()))
     };
     Ok(layout(&q.account, Some(&ctx.session.csrf), body))
+}
+
+/// Folder names (`/` between levels) as a tree: each row's depth, its last level's name,
+/// and the index of the folder it is, or `None` for a level that is no folder itself
+/// (`Archive` of `Archive/2023` alone). INBOX first, then level by level, so a folder's
+/// subfolders come right below it.
+fn tree<'a>(names: impl Iterator<Item = &'a str>) -> Vec<(usize, String, Option<usize>)> {
+    let mut named: Vec<(Vec<&str>, usize)> = names
+        .enumerate()
+        .map(|(i, n)| (n.split('/').collect(), i))
+        .collect();
+    // INBOX first, as mail clients show it; the rest by name, level by level.
+    named.sort_by(|(a, i), (b, j)| (a[0] != "INBOX", a, i).cmp(&(b[0] != "INBOX", b, j)));
+    let mut out = Vec::new();
+    let mut open: Vec<&str> = Vec::new();
+    for (levels, i) in named {
+        let shared = open.iter().zip(&levels).take_while(|(a, b)| a == b).count();
+        open.truncate(shared);
+        for (d, level) in levels.iter().enumerate().skip(shared) {
+            let is_it = d + 1 == levels.len();
+            out.push((d, level.to_string(), is_it.then_some(i)));
+            open.push(level);
+        }
+        if open.len() == levels.len() && shared == levels.len() {
+            // The same name twice: shown again.
+            out.push((
+                levels.len() - 1,
+                levels[levels.len() - 1].to_string(),
+                Some(i),
+            ));
+        }
+    }
+    out
 }
 
 /// The account page's "Filters": its home's files (sieve scripts, the link to the active
@@ -516,5 +555,35 @@ pub async fn search_download(
     match crate::download::Format::parse(&format) {
         Some(f) => crate::download::search_download(st, (q, f), ctx, Failure::page).await,
         None => Failure::new(StatusCode::NOT_FOUND, "no such page").page(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn folders_are_shown_as_a_tree_with_levels_that_are_no_folder() {
+        let names = [
+            "INBOX",
+            "Archive/2023",
+            "Archive-old",
+            "Archive/2022/Q1",
+            "Archive",
+        ];
+        let rows: Vec<(usize, String, Option<usize>)> = tree(names.into_iter());
+        let want = [
+            (0, "INBOX", Some(0)),
+            (0, "Archive", Some(4)),
+            (1, "2022", None),
+            (2, "Q1", Some(3)),
+            (1, "2023", Some(1)),
+            (0, "Archive-old", Some(2)),
+        ];
+        let want: Vec<(usize, String, Option<usize>)> = want
+            .iter()
+            .map(|(d, l, i)| (*d, l.to_string(), *i))
+            .collect();
+        assert_eq!(rows, want);
     }
 }
