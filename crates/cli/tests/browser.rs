@@ -700,3 +700,86 @@ async fn restore(e: &Env, s: &Server, d: &Driver) {
     }
     c.close().await.unwrap();
 }
+
+/// Issue 28: a mail user logs in through the form with their own password, checked by a
+/// real Dovecot (`--user-auth imap://`): a wrong one is refused on the page; theirs shows
+/// their account alone, and another account's pages, typed into the address bar,
+/// answer "no such" pages with nothing of it.
+#[test]
+fn a_mail_user_logs_in_through_dovecot_and_reaches_nothing_of_another_account() {
+    let e = Env::new();
+    let mail = e.path("mail");
+    plant(&mail);
+    let bob = mail.join("example.org/bob/Maildir");
+    let own = "From: b@example.org\r\nSubject: bobs own words\r\n\
+               Date: Thu, 04 Jan 2024 10:00:00 +0000\r\n\r\nbobword\r\n";
+    common::write_msg(&bob, "cur", "own:2,S", own.as_bytes());
+    e.ok(&["init"]);
+    e.ok(&["backup", &format!("maildir:{}", mail.display())]);
+    e.ok(&["index"]);
+    token_file(&e, 0o600);
+    const BOB: &str = "bob@example.org";
+    let Some(dovecot) = judge::dovecot_of(None, String::new(), &[BOB, ACCOUNT]) else {
+        return;
+    };
+    let auth = format!("imap://127.0.0.1:{}", dovecot.port());
+    let s = start(&e, &["--user-auth", &auth]);
+    let d = driver();
+    run(mail_user(&e, &s, &d, BOB));
+}
+
+async fn mail_user(e: &Env, s: &Server, d: &Driver, bob: &str) {
+    let c = browser(d, &e.path("profile"), &e.path("downloads")).await;
+    let form = |password: &'static str| {
+        let c = &c;
+        async move {
+            c.goto(&s.url("/login")).await.unwrap();
+            let user = c.find(Locator::Css("input[name=user]")).await.unwrap();
+            user.send_keys(bob).await.unwrap();
+            let pw = c.find(Locator::Css("input[name=token]")).await.unwrap();
+            pw.send_keys(password).await.unwrap();
+            pw.send_keys(&Key::Enter.to_string()).await.unwrap();
+            tokio::time::sleep(Duration::from_millis(300)).await;
+        }
+    };
+    form("not-his-password").await;
+    let t = text(&c).await;
+    assert!(t.contains("wrong user name, password or token"), "{t}");
+    // The refused login's 401 is the one thing logged.
+    let log = console(&c).await;
+    assert!(log.len() == 1 && log[0].contains("401"), "{log:#?}");
+    form(mailvault_imap::testing::USER_PASSWORD).await;
+    c.wait()
+        .for_element(Locator::Css("a[href^=\"/snapshot?\"]"))
+        .await
+        .unwrap();
+    assert_quiet_console(&c, "a mail user's snapshots").await;
+    follow(&c, "a[href^=\"/snapshot?\"]").await;
+    let t = text(&c).await;
+    assert!(t.contains(bob) && !t.contains(ACCOUNT), "{t}");
+    let snapshot = c.current_url().await.unwrap();
+    let id = (snapshot.query_pairs())
+        .find(|(k, _)| k == "snapshot")
+        .map(|(_, v)| v.to_string())
+        .unwrap();
+    // Alice's pages, typed in: "no such" pages, none of her mail.
+    for path in [
+        format!("/account?snapshot={id}&account=alice%40example.org"),
+        format!("/folder?snapshot={id}&account=alice%40example.org&folder=INBOX"),
+        format!("/message?snapshot={id}&account=alice%40example.org&folder=INBOX&key=zebra"),
+        "/audit".to_string(),
+        "/repository".to_string(),
+    ] {
+        c.goto(&s.url(&path)).await.unwrap();
+        let t = text(&c).await;
+        assert!(
+            t.contains("Not Found") && !t.contains("zebraquartz"),
+            "{path}: {t}"
+        );
+        assert!(
+            !t.contains("planted") && !t.contains("oldest"),
+            "{path}: {t}"
+        );
+    }
+    c.close().await.unwrap();
+}
