@@ -238,6 +238,8 @@ async fn run_search(
         offset,
         limit,
     };
+    let _turn = (st.0.searches.acquire().await)
+        .map_err(|_| Failure::new(StatusCode::SERVICE_UNAVAILABLE, "the server is stopping"))?;
     let st = st.clone();
     blocking(move || st.live()?.searcher().search(&query, &opts)).await
 }

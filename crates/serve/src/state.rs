@@ -108,6 +108,10 @@ pub struct Inner {
     pub jobs: crate::jobs::Jobs,
     /// The audit events not written to the repository yet.
     pub audit: crate::audit::AuditLog,
+    /// Searches running at once, at most one per core: a search is CPU work of tens of
+    /// milliseconds, so more at once only queue on the cores while each holds its hits
+    /// in memory (20 clients searching at once took `serve` to 365 MB).
+    pub searches: tokio::sync::Semaphore,
 }
 
 struct Current {
@@ -147,6 +151,9 @@ impl AppState {
             restore,
             jobs: Default::default(),
             audit: Default::default(),
+            searches: tokio::sync::Semaphore::new(
+                std::thread::available_parallelism().map_or(2, |n| n.get().clamp(1, 8)),
+            ),
         }))
     }
 
