@@ -1444,3 +1444,37 @@ fn a_message_deleted_later_is_marked_deleted_since_the_first_snapshot_without_it
         .page(&q("/message", &at("old")), &me)
         .contains("still there"));
 }
+
+/// Issue 28: a search's facets count every hit by account, folder, year and attachment
+/// (the API's `facets`, the page's links), and a facet's link narrows the search to it.
+#[test]
+fn a_search_counts_its_hits_by_account_folder_year_and_attachment() {
+    let (_e, s, me, _) = serving();
+    let q1 = "subject:archived OR subject:planted OR subject:hostile";
+    let r = s.api(&q("/api/v1/search", &[("q", q1), ("scope", "latest")]), &me);
+    assert_eq!(r["total"], 4, "{r}");
+    let f = &r["facets"];
+    assert_eq!(f["accounts"], serde_json::json!([[ACCOUNT, 4]]), "{f}");
+    assert_eq!(
+        f["folders"],
+        serde_json::json!([["INBOX", 2], ["Archive", 1], ["Archive/2023", 1]]),
+        "{f}"
+    );
+    assert_eq!(f["years"], serde_json::json!([[2024, 3], [2023, 1]]), "{f}");
+    assert_eq!(f["with_attachment"], 1, "{f}");
+    let page = s.page(&q("/search", &[("q", q1)]), &me);
+    let narrowed = format!("{q1} on:2023");
+    let want = q("/search", &[("q", &narrowed), ("scope", "latest")]).replace('&', "&amp;");
+    assert!(page.contains(&want), "{want}: {page}");
+    let r = s.api(&q("/api/v1/search", &[("q", &narrowed)]), &me);
+    assert_eq!(r["total"], 1, "{r}");
+    assert_eq!(r["hits"][0]["folder"], "Archive/2023");
+    let r = s.api(
+        &q(
+            "/api/v1/search",
+            &[("q", &format!("{q1} folder:\"INBOX\""))],
+        ),
+        &me,
+    );
+    assert_eq!(r["total"], 2, "{r}");
+}

@@ -129,6 +129,32 @@ pub async fn folders(
     Ok(layout(&q.account, Some(&ctx.session.csrf), body))
 }
 
+/// A search's facets as links, each narrowing the query by one more term.
+fn facets(f: &mailvault_core::search::facets::Facets, text: &str, all: bool) -> Markup {
+    let scope = if all { "all" } else { "latest" };
+    let narrow = |term: &str| {
+        link(
+            "/search",
+            &[("q", &format!("{text} {term}")), ("scope", scope)],
+        )
+    };
+    // A value with a double quote cannot be put in a quoted term: not offered.
+    let quoted = |field: &str, v: &str| (!v.contains('"')).then(|| format!("{field}:\"{v}\""));
+    html! {
+        dl.facets {
+            dt { "Accounts" } dd { @for (a, n) in &f.accounts { @if let Some(t) = quoted("account", a) {
+                a href=(narrow(&t)) { (a) } " (" (n) ") " } } }
+            dt { "Folders" } dd { @for (d, n) in &f.folders { @if let Some(t) = quoted("folder", d) {
+                a href=(narrow(&t)) { (d) } " (" (n) ") " } } }
+            dt { "Years" } dd { @for (y, n) in &f.years {
+                a href=(narrow(&format!("on:{y}"))) { (y) } " (" (n) ") " } }
+            @if f.with_attachment > 0 {
+                dt { "Attachments" } dd { a href=(narrow("has:attachment")) { "with an attachment" } " (" (f.with_attachment) ")" }
+            }
+        }
+    }
+}
+
 /// Folder names (`/` between levels) as a tree: each row's depth, its last level's name,
 /// and the index of the folder it is, or `None` for a level that is no folder itself
 /// (`Archive` of `Archive/2023` alone). INBOX first, then level by level, so a folder's
@@ -473,6 +499,7 @@ pub async fn search(
                         " · " a href=(link("/search/mbox", &[("q", &text[..]), ("scope", if all { "all" } else { "latest" })])) download { "Download all as mbox" }
                         " · " a href=(link("/search/zip", &[("q", &text[..]), ("scope", if all { "all" } else { "latest" })])) download { "as zip of EML" }
                     } }
+                @if let Some(f) = r.facets.as_ref().filter(|_| r.total > 0) { (facets(f, &text, all)) }
                 table.list {
                     thead { tr { th { "Date (UTC)" } th { "From" } th { "Subject" } th.wide { "Where" } } }
                     tbody { @for h in &r.hits { tr {

@@ -188,7 +188,7 @@ pub async fn search(
     ctx: &Ctx,
 ) -> Result<mailvault_core::search::exec::SearchResult, Failure> {
     let offset = q.page.unwrap_or(1).clamp(1, 10_000).saturating_sub(1) * SEARCH_PAGE;
-    run_search(st, q, ctx, (offset, SEARCH_PAGE)).await
+    run_search(st, q, ctx, (offset, SEARCH_PAGE, true)).await
 }
 
 /// Every hit of search `q` (as [`search`]), when there are at most `max`; more is a
@@ -202,7 +202,7 @@ pub async fn search_all(
     if q.q.as_deref().unwrap_or_default().trim().is_empty() {
         return Err(Failure::new(StatusCode::BAD_REQUEST, "no query"));
     }
-    let r = run_search(st, q, ctx, (0, max + 1)).await?;
+    let r = run_search(st, q, ctx, (0, max + 1, false)).await?;
     if r.hits.len() > max {
         let text = format!("more than {max} messages found: narrow the search to download them");
         return Err(Failure::new(StatusCode::BAD_REQUEST, text));
@@ -215,7 +215,7 @@ async fn run_search(
     st: &crate::state::AppState,
     q: &SearchQ,
     ctx: &Ctx,
-    (offset, limit): (usize, usize),
+    (offset, limit, facets): (usize, usize, bool),
 ) -> Result<mailvault_core::search::exec::SearchResult, Failure> {
     use mailvault_core::search::exec::SearchOptions;
     use mailvault_core::search::places::Scope;
@@ -237,6 +237,7 @@ async fn run_search(
         folders: Vec::new(),
         offset,
         limit,
+        facets,
     };
     let _turn = (st.0.searches.acquire().await)
         .map_err(|_| Failure::new(StatusCode::SERVICE_UNAVAILABLE, "the server is stopping"))?;

@@ -167,6 +167,7 @@ pub fn run(g: &GlobalOpts, a: Args) -> Result<Outcome> {
             folders: vec![],
             offset: 0,
             limit: 1,
+            facets: false,
         },
     )?;
     println!(

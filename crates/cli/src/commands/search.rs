@@ -55,6 +55,7 @@ pub fn run(g: &GlobalOpts, a: Args) -> Result<Outcome> {
         folders: a.folder,
         offset: a.page.saturating_sub(1).saturating_mul(a.limit),
         limit: a.limit,
+        facets: false,
     };
     if let Some(file) = &a.queries {
         return batch(g, file, &opts);

@@ -44,6 +44,8 @@ pub struct SearchOptions {
     /// Hits to skip, then hits to give (pages).
     pub offset: usize,
     pub limit: usize,
+    /// Count the hits by account, folder, year and attachment ([`SearchResult::facets`]).
+    pub facets: bool,
 }
 
 /// One message found: where it is, as its newest matching version has it.
@@ -88,6 +90,10 @@ pub struct SearchResult {
     /// adds them): text terms cannot find them.
     pub not_indexed: u64,
     pub failures: Vec<Failure>,
+    /// How every hit falls by account, folder, year and attachment
+    /// ([`SearchOptions::facets`]).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub facets: Option<super::facets::Facets>,
 }
 
 /// Runs `query`. `cache` holds the local copies of the splits and the places map.
@@ -226,6 +232,14 @@ fn run(
     )?;
     out.total = found.len();
     out.total_unsure = unsure;
+    if opts.facets {
+        let attached = match content_query(&index.fields, &Term::HasAttachment) {
+            Some(q) => index.matches(q.as_ref())?,
+            None => IdMap::default(),
+        };
+        let records = found.iter().map(|f| f.record);
+        out.facets = Some(super::facets::count(places, records, &attached));
+    }
     out.hits = (found.iter().skip(opts.offset).take(opts.limit))
         .map(|f| eval.hit(f))
         .collect::<Result<_>>()?;
