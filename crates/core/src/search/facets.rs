@@ -52,7 +52,7 @@ pub fn count(
         v
     };
     let mut years: Vec<(i16, usize)> = years.into_iter().collect();
-    years.sort_by(|a, b| b.0.cmp(&a.0));
+    years.sort_by_key(|y| std::cmp::Reverse(y.0));
     years.truncate(MAX_VALUES);
     Facets {
         accounts: most(accounts),
