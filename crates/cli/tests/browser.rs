@@ -396,18 +396,28 @@ async fn walk(e: &Env, s: &Server, d: &Driver) {
         .unwrap();
     pages.push(("search", c.current_url().await.unwrap()));
     // Every page: quiet console, fits a desktop and a phone, usable with the keyboard.
+    check_pages(&c, &shots, pages.iter().map(|(n, u)| (*n, u))).await;
+    c.close().await.unwrap();
+}
+
+/// Every page of `pages` at a desktop and a 390-px phone width: a quiet console, nothing
+/// wider than the window, usable with the keyboard; a screenshot of each.
+async fn check_pages<'u>(
+    c: &Client,
+    shots: &Path,
+    pages: impl IntoIterator<Item = (&'u str, &'u url::Url)> + Clone,
+) {
     for (width, height, suffix) in [(1280, 900, "desktop"), (390, 844, "phone")] {
         c.set_window_size(width, height).await.unwrap();
-        for (name, url) in &pages {
+        for (name, url) in pages.clone() {
             c.goto(url.as_str()).await.unwrap();
             let page = format!("{name} ({suffix})");
-            assert_quiet_console(&c, &page).await;
-            assert_fits(&c, &page, width.into()).await;
-            shot(&c, &shots, &format!("{name}-{suffix}")).await;
-            assert_keyboard(&c, &page).await;
+            assert_quiet_console(c, &page).await;
+            assert_fits(c, &page, width.into()).await;
+            shot(c, shots, &format!("{name}-{suffix}")).await;
+            assert_keyboard(c, &page).await;
         }
     }
-    c.close().await.unwrap();
 }
 
 /// Clicks the message page's download link.
@@ -584,17 +594,7 @@ async fn filters(e: &Env, s: &Server, d: &Driver) {
     let scripts = c.execute("return document.querySelectorAll('script').length;", vec![]);
     assert_eq!(scripts.await.unwrap(), json!(0));
     let file = c.current_url().await.unwrap();
-    for (width, height, suffix) in [(1280, 900, "desktop"), (390, 844, "phone")] {
-        c.set_window_size(width, height).await.unwrap();
-        for (name, url) in [("filters", &account), ("script", &file)] {
-            c.goto(url.as_str()).await.unwrap();
-            let page = format!("{name} ({suffix})");
-            assert_quiet_console(&c, &page).await;
-            assert_fits(&c, &page, width.into()).await;
-            shot(&c, &shots, &format!("{name}-{suffix}")).await;
-            assert_keyboard(&c, &page).await;
-        }
-    }
+    check_pages(&c, &shots, [("filters", &account), ("script", &file)]).await;
     c.close().await.unwrap();
 }
 
@@ -687,17 +687,7 @@ async fn restore(e: &Env, s: &Server, d: &Driver) {
     }
     let job = c.current_url().await.unwrap();
     assert!(job.path() == "/job", "{job}");
-    for (width, height, suffix) in [(1280, 900, "desktop"), (390, 844, "phone")] {
-        c.set_window_size(width, height).await.unwrap();
-        for (name, url) in [("restore", &form), ("job", &job)] {
-            c.goto(url.as_str()).await.unwrap();
-            let page = format!("{name} ({suffix})");
-            assert_quiet_console(&c, &page).await;
-            assert_fits(&c, &page, width.into()).await;
-            shot(&c, &shots, &format!("{name}-{suffix}")).await;
-            assert_keyboard(&c, &page).await;
-        }
-    }
+    check_pages(&c, &shots, [("restore", &form), ("job", &job)]).await;
     c.close().await.unwrap();
 }
 

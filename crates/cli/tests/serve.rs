@@ -14,8 +14,9 @@ mod common;
 mod judge;
 
 use common::serve::{
-    assert_headers, home_file, home_repository, plain, plant, put, q, start, token_file, JsonValue,
-    Server, Session, ACCOUNT, BOB, DUPES, FRAME_CSP, PAGES_CSP, RULES, TOKEN,
+    assert_headers, home_file, home_repository, plain, plant, put, q, start, token_file,
+    user_session, JsonValue, Server, Session, ACCOUNT, BOB, DUPES, FRAME_CSP, PAGES_CSP, RULES,
+    TOKEN,
 };
 use common::Env;
 use reqwest::header::{CONTENT_TYPE, COOKIE, LOCATION, SET_COOKIE};
@@ -1121,27 +1122,6 @@ fn the_account_page_shows_acls_and_filters_and_a_script_opens_as_text() {
 
 /// A mail user's session (`--user-auth`): logged in with `user` and `password` through
 /// the login form.
-fn user_session(s: &Server, user: &str, password: &str) -> Session {
-    let form = serde_urlencoded::to_string([("user", user), ("token", password)]).unwrap();
-    let r = s.post_form("/login", None, &form);
-    assert_eq!(r.status(), StatusCode::SEE_OTHER, "{user}");
-    let cookie = (r.headers()[SET_COOKIE].to_str().unwrap())
-        .split(';')
-        .next()
-        .unwrap()
-        .to_string();
-    let me = Session {
-        cookie,
-        csrf: String::new(),
-    };
-    let v: Value = s.get("/api/v1/session", Some(&me)).json_value();
-    assert_eq!(v["user"], user);
-    Session {
-        csrf: v["csrf_token"].as_str().unwrap().to_string(),
-        ..me
-    }
-}
-
 /// Issues 28 and 29: a mail user logs in with their own address and password
 /// (`--user-auth passwd-file:`) and sees their own account, nothing of anyone else's:
 /// the snapshots that hold it (counted as it alone), their account alone in a snapshot,

@@ -8,35 +8,15 @@
 
 mod common;
 
-use common::serve::{plant, q, start, token_file, JsonValue, Server, Session, ACCOUNT};
+use common::serve::{plant, q, start, token_file, user_session, Server, Session, ACCOUNT};
 use common::Env;
-use reqwest::header::{CONTENT_TYPE, COOKIE, SET_COOKIE};
+use reqwest::header::{CONTENT_TYPE, COOKIE};
 use reqwest::StatusCode;
 use serde_json::Value;
 use std::fs;
 use std::time::{Duration, Instant};
 
 const BOB: &str = "bob@example.org";
-
-fn user_session(s: &Server, user: &str, password: &str) -> Session {
-    let form = serde_urlencoded::to_string([("user", user), ("token", password)]).unwrap();
-    let r = s.post_form("/login", None, &form);
-    assert_eq!(r.status(), StatusCode::SEE_OTHER, "{user}");
-    let cookie = (r.headers()[SET_COOKIE].to_str().unwrap())
-        .split(';')
-        .next()
-        .unwrap()
-        .to_string();
-    let me = Session {
-        cookie,
-        csrf: String::new(),
-    };
-    let v: Value = s.get("/api/v1/session", Some(&me)).json_value();
-    Session {
-        csrf: v["csrf_token"].as_str().unwrap().to_string(),
-        ..me
-    }
-}
 
 /// The audit log's events (newest first) once none is waiting to be written.
 fn written_log(s: &Server, admin: &Session) -> Vec<Value> {

@@ -12,9 +12,11 @@
 mod common;
 mod judge;
 
-use common::serve::{plain, plant, put, q, start, token_file, JsonValue, Server, Session, ACCOUNT};
+use common::serve::{
+    plain, plant, put, q, start, token_file, user_session, JsonValue, Server, Session, ACCOUNT,
+};
 use common::Env;
-use reqwest::header::{CONTENT_TYPE, COOKIE, LOCATION, SET_COOKIE};
+use reqwest::header::{CONTENT_TYPE, COOKIE, LOCATION};
 use reqwest::StatusCode;
 use serde_json::{json, Value};
 use std::fs;
@@ -365,26 +367,6 @@ fn a_cancelled_job_stops_midway_and_a_second_one_finishes_it() {
         (600, 600),
         "every message once"
     );
-}
-
-fn user_session(s: &Server, user: &str, password: &str) -> Session {
-    let form = serde_urlencoded::to_string([("user", user), ("token", password)]).unwrap();
-    let r = s.post_form("/login", None, &form);
-    assert_eq!(r.status(), StatusCode::SEE_OTHER, "{user}");
-    let cookie = (r.headers()[SET_COOKIE].to_str().unwrap())
-        .split(';')
-        .next()
-        .unwrap()
-        .to_string();
-    let me = Session {
-        cookie,
-        csrf: String::new(),
-    };
-    let v: Value = s.get("/api/v1/session", Some(&me)).json_value();
-    Session {
-        csrf: v["csrf_token"].as_str().unwrap().to_string(),
-        ..me
-    }
 }
 
 /// A mail user (`--user-auth imap://`, the restores going to the same server) restores

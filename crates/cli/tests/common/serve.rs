@@ -300,3 +300,25 @@ pub fn home_file(path: &str, id: &str, account: &str, folder: &str, name: &str) 
     ];
     q(path, &p)
 }
+
+/// A mail user's session (`--user-auth`), logged in through the form with `password`.
+pub fn user_session(s: &Server, user: &str, password: &str) -> Session {
+    let form = serde_urlencoded::to_string([("user", user), ("token", password)]).unwrap();
+    let r = s.post_form("/login", None, &form);
+    assert_eq!(r.status(), StatusCode::SEE_OTHER, "{user}");
+    let cookie = (r.headers()[SET_COOKIE].to_str().unwrap())
+        .split(';')
+        .next()
+        .unwrap()
+        .to_string();
+    let me = Session {
+        cookie,
+        csrf: String::new(),
+    };
+    let v: Value = s.get("/api/v1/session", Some(&me)).json_value();
+    assert_eq!(v["user"], user);
+    Session {
+        csrf: v["csrf_token"].as_str().unwrap().to_string(),
+        ..me
+    }
+}

@@ -58,6 +58,25 @@ impl<W: Write + Send> MboxStream<W> {
     }
 }
 
+/// What a target writing one stream takes (this mbox, [`super::zip_stream`]'s zip): a
+/// folder at a time, in arrival order, by one thread, in the mbox target's batches.
+pub(crate) const STREAM_CAPS: Caps = Caps {
+    order: Order::Folder,
+    jobs: 1,
+    open_folders: 1,
+    accounts: 1,
+    lanes: 1,
+    batch_messages: BATCH_MESSAGES,
+    batch_bytes: BATCH_BYTES,
+    lane_messages: 0,
+    folder_files: false,
+    home: false,
+    store: false,
+    keywords: true,
+    hard_links: false,
+    parts: false,
+};
+
 /// The folder being streamed: its name, for the report.
 pub struct StreamFolder(String);
 
@@ -66,22 +85,7 @@ impl<W: Write + Send> Target for MboxStream<W> {
     type Folder = StreamFolder;
 
     fn caps(&self) -> Caps {
-        Caps {
-            order: Order::Folder,
-            jobs: 1,
-            open_folders: 1,
-            accounts: 1,
-            lanes: 1,
-            batch_messages: BATCH_MESSAGES,
-            batch_bytes: BATCH_BYTES,
-            lane_messages: 0,
-            folder_files: false,
-            home: false,
-            store: false,
-            keywords: true,
-            hard_links: false,
-            parts: false,
-        }
+        STREAM_CAPS
     }
 
     fn open_account(&self, info: &AccountInfo) -> Result<String> {

@@ -11,8 +11,8 @@
 //! seeking back). Entry names are made of safe components only: an archive never holds
 //! `..`, an absolute path or a control character, whatever the folder names.
 
-use super::mbox::{folder_parts, mail_meta, BATCH_BYTES, BATCH_MESSAGES};
-use super::{AccountInfo, Caps, FolderInfo, Item, Message, Order, Outcome, Target};
+use super::mbox::{folder_parts, mail_meta};
+use super::{AccountInfo, Caps, FolderInfo, Item, Message, Outcome, Target};
 use crate::error::{Error, Result};
 use crate::mail::layout::Tree;
 use crate::mail::{EmlNames, Sidecar, SidecarEntry};
@@ -116,22 +116,7 @@ impl<W: Write + Send> Target for ZipStream<W> {
     type Folder = ZipFolder;
 
     fn caps(&self) -> Caps {
-        Caps {
-            order: Order::Folder,
-            jobs: 1,
-            open_folders: 1,
-            accounts: 1,
-            lanes: 1,
-            batch_messages: BATCH_MESSAGES,
-            batch_bytes: BATCH_BYTES,
-            lane_messages: 0,
-            folder_files: false,
-            home: false,
-            store: false,
-            keywords: true,
-            hard_links: false,
-            parts: false,
-        }
+        super::mbox_stream::STREAM_CAPS
     }
 
     fn open_account(&self, info: &AccountInfo) -> Result<String> {
