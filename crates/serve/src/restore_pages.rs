@@ -233,7 +233,7 @@ fn job_body(v: &JobView) -> Markup {
     let pct = |d: u64, t: u64| (d.min(t) * 100).checked_div(t).unwrap_or(0);
     html! {
         p { strong.state { (state_text(v.state)) } " · " (v.what) " → " code { (v.target) } }
-        p.muted { "Started " (v.started) @if let Some(e) = &v.ended { ", ended " (e) } }
+        p.muted { "Started " (time(v.started)) " UTC" @if let Some(e) = v.ended { ", ended " (time(e)) } }
         @if v.summary.is_none() && v.error.is_none() {
             label for="progress" { (v.done_items) " of " (v.total_items) " messages · "
                 (bytes(v.done_bytes)) " of " (bytes(v.total_bytes)) }
@@ -282,7 +282,7 @@ pub async fn jobs(State(st): State<AppState>, Extension(ctx): Extension<Ctx>) ->
         table {
             thead { tr { th { "Started" } th { "State" } th { "What" } th.wide { "To" } th.num { "Messages" } } }
             tbody { @for j in &list { @let v = j.view(false); tr {
-                td { a href=(link("/job", &[("id", &v.id)])) { (v.started) } }
+                td { a href=(link("/job", &[("id", &v.id)])) { (time(v.started)) } }
                 td { (state_text(v.state)) } td { (v.what) } td.wide { code { (v.target) } }
                 td.num { (v.done_items) " / " (v.total_items) }
             } } }
