@@ -692,3 +692,94 @@ fn the_deleted_mailbox_holds_what_the_latest_snapshot_lost() {
         "moved into INBOX: {moved:?}"
     );
 }
+
+/// Issue 29: STARTTLS on the plain listener. With a certificate, `--imap` may listen on
+/// an address that is not loopback; it then announces STARTTLS and LOGINDISABLED, refuses
+/// logins before TLS, and after Python's imaplib upgrades (trusting the test certificate
+/// alone) announces AUTH=PLAIN without either, and takes the login. Commands a client
+/// pipelines after STARTTLS in plain text are dropped, not run over TLS.
+#[test]
+fn starttls_upgrades_the_plain_listener_and_drops_what_was_pipelined() {
+    let e = repository();
+    let (cert, key) = common::serve::certificate(&e);
+    let (cert_s, key_s) = (cert.to_str().unwrap(), key.to_str().unwrap());
+    let s = common::serve::start(
+        &e,
+        &[
+            "--imap",
+            "0.0.0.0:0",
+            "--tls-cert",
+            cert_s,
+            "--tls-key",
+            key_s,
+        ],
+    );
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/imap_view/starttls.py");
+    let pass = password_file(&e);
+    let o = Command::new("python3")
+        .arg(script)
+        .arg(s.imap_port.to_string())
+        .arg(&cert)
+        .arg(&pass)
+        .arg(ACCOUNT)
+        .output()
+        .unwrap();
+    assert!(
+        o.status.success(),
+        "starttls.py failed:\n{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let v: Value = serde_json::from_slice(&o.stdout).unwrap();
+    let strs = |k: &str| -> Vec<String> {
+        (v[k].as_array().unwrap().iter())
+            .map(|c| c.as_str().unwrap().to_string())
+            .collect()
+    };
+    let greeting = v["greeting"].as_str().unwrap();
+    assert!(
+        greeting.contains("STARTTLS") && greeting.contains("LOGINDISABLED"),
+        "{greeting}"
+    );
+    assert!(!greeting.contains("AUTH=PLAIN"), "{greeting}");
+    for k in ["login_before_tls", "authenticate_before_tls"] {
+        let last = strs(k).pop().unwrap();
+        assert!(last.contains("NO [PRIVACYREQUIRED]"), "{k}: {last}");
+    }
+    let before = strs("before");
+    assert!(
+        before.contains(&"STARTTLS".into()) && before.contains(&"LOGINDISABLED".into()),
+        "{before:?}"
+    );
+    let after = strs("after");
+    assert!(after.contains(&"AUTH=PLAIN".into()), "{after:?}");
+    assert!(
+        !after.contains(&"STARTTLS".into()) && !after.contains(&"LOGINDISABLED".into()),
+        "{after:?}"
+    );
+    assert!(
+        v["starttls_again"]
+            .as_str()
+            .unwrap()
+            .contains("over TLS already"),
+        "{v}"
+    );
+    assert_eq!(v["login"], "OK");
+    assert!(
+        strs("list").iter().any(|l| l.ends_with("INBOX")),
+        "{}",
+        v["list"]
+    );
+    let starttls = strs("starttls");
+    assert!(
+        starttls.len() == 1 && starttls[0].starts_with("a OK"),
+        "{starttls:?}"
+    );
+    // Neither `b CAPABILITY` nor `c LOGOUT` ran: the first answer over TLS is NOOP's.
+    assert_eq!(
+        strs("after_injection").len(),
+        1,
+        "pipelined commands ran after TLS: {}",
+        v["after_injection"]
+    );
+    assert!(strs("after_injection")[0].starts_with("d OK"), "{v}");
+}

@@ -68,13 +68,43 @@ pub enum Kind {
     Bad,
 }
 
-/// The capabilities announced.
-pub fn capabilities() -> Vec1<Capability<'static>> {
+/// How a connection is protected: what it announces and whether it takes logins.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Security {
+    /// The connection is over TLS (`--imaps`, or after STARTTLS).
+    pub tls: bool,
+    /// STARTTLS is offered (the plain listener, with a certificate).
+    pub starttls: bool,
+    /// Logins are taken in plain text (a loopback listener, or `--insecure-listen`).
+    pub plain_login: bool,
+}
+
+impl Security {
+    /// Whether LOGIN and AUTHENTICATE are taken now (else `LOGINDISABLED`).
+    pub fn login_allowed(self) -> bool {
+        self.tls || self.plain_login
+    }
+
+    /// Whether STARTTLS is taken now.
+    pub fn starttls_now(self) -> bool {
+        self.starttls && !self.tls
+    }
+}
+
+/// The capabilities announced on a connection protected as `sec` is: STARTTLS before
+/// TLS when offered, and LOGINDISABLED instead of AUTH=PLAIN while logins are not
+/// taken (RFC 3501 6.2.3, 7.2.1).
+pub fn capabilities(sec: Security) -> Vec1<Capability<'static>> {
     use imap_codec::imap_types::auth::AuthMechanism;
-    Vec1::unvalidated(vec![
-        Capability::Imap4Rev1,
-        Capability::Auth(AuthMechanism::Plain),
-        Capability::SaslIr,
+    let mut caps = vec![Capability::Imap4Rev1];
+    if sec.starttls_now() {
+        caps.push(Capability::StartTls);
+    }
+    match sec.login_allowed() {
+        true => caps.extend([Capability::Auth(AuthMechanism::Plain), Capability::SaslIr]),
+        false => caps.push(Capability::LoginDisabled),
+    }
+    caps.extend([
         Capability::Id,
         Capability::Namespace,
         Capability::Unselect,
@@ -83,7 +113,18 @@ pub fn capabilities() -> Vec1<Capability<'static>> {
         // RFC 6154 and RFC 3348: LIST gives special-use and \HasChildren attributes.
         other_capability("SPECIAL-USE"),
         other_capability("CHILDREN"),
-    ])
+    ]);
+    Vec1::unvalidated(caps)
+}
+
+/// The answer to a login tried before TLS where logins need it (RFC 5530's
+/// PRIVACYREQUIRED).
+pub fn login_needs_tls(tag: Tag<'static>) -> Status<'static> {
+    let code = Code::Other(imap_codec::imap_types::response::CodeOther::unvalidated(
+        &b"PRIVACYREQUIRED"[..],
+    ));
+    let text = "log in after STARTTLS: this connection is not encrypted";
+    status(Kind::No, Some(tag), Some(code), text.into())
 }
 
 fn other_capability(name: &'static str) -> Capability<'static> {
@@ -101,6 +142,8 @@ struct Selected {
 pub struct Session {
     st: AppState,
     ip: IpAddr,
+    /// How the connection is protected (changes once, at STARTTLS).
+    pub security: Security,
     view: Option<View>,
     /// The repository the view was built on: rebuilt when it is opened again.
     /// Weak: a session must not keep the repository open (and its read lock held) while
@@ -118,10 +161,11 @@ const READ_ONLY: &str = "the IMAP view of the backups is read-only: nothing can 
     appended, expunged, copied, moved, created, deleted, renamed or subscribed";
 
 impl Session {
-    pub fn new(st: AppState, ip: IpAddr) -> Session {
+    pub fn new(st: AppState, ip: IpAddr, security: Security) -> Session {
         Session {
             st,
             ip,
+            security,
             view: None,
             built_on: std::sync::Weak::new(),
             selected: None,
@@ -134,6 +178,9 @@ impl Session {
 
     /// Checks a login (LOGIN or AUTHENTICATE PLAIN); on success the account's view.
     pub fn login(&mut self, tag: Tag<'static>, user: &[u8], pass: &[u8]) -> Answer {
+        if !self.security.login_allowed() {
+            return answer(login_needs_tls(tag));
+        }
         match login::check(&self.st, self.ip, user, pass) {
             Login::Ok(view, live) => {
                 self.view = Some(view);
@@ -141,7 +188,7 @@ impl Session {
                 answer(status(
                     Kind::Ok,
                     Some(tag),
-                    Some(Code::Capability(capabilities())),
+                    Some(Code::Capability(capabilities(self.security))),
                     "logged in".into(),
                 ))
             }
@@ -162,7 +209,7 @@ impl Session {
         let ok = |t: &str| answer(status(Kind::Ok, Some(tag.clone()), None, t.into()));
         match cmd.body {
             CommandBody::Capability => with(
-                vec![Out::Data(Data::Capability(capabilities()))],
+                vec![Out::Data(Data::Capability(capabilities(self.security)))],
                 ok("CAPABILITY done"),
             ),
             CommandBody::Noop | CommandBody::Check => ok("done"),
@@ -181,6 +228,15 @@ impl Session {
                     vec![Out::Data(Data::Id { parameters: params })],
                     ok("ID done"),
                 )
+            }
+            // Taken by the connection when it is offered (see `mod.rs`); not here.
+            CommandBody::StartTLS => {
+                let text = match (self.security.starttls_now(), self.logged_in()) {
+                    (true, true) => "STARTTLS comes before logging in",
+                    (false, _) if self.security.tls => "this connection is over TLS already",
+                    _ => "STARTTLS is not offered here: give serve --tls-cert and --tls-key",
+                };
+                self.bad(tag, text)
             }
             CommandBody::Login { username, password } => {
                 if self.logged_in() {
@@ -664,6 +720,35 @@ fn wire_mailbox(name: &str) -> Mailbox<'static> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn starttls_and_logindisabled_are_announced_as_the_connection_is_protected() {
+        let names = |tls, starttls, plain_login| -> Vec<String> {
+            let sec = Security {
+                tls,
+                starttls,
+                plain_login,
+            };
+            (capabilities(sec).as_ref().iter())
+                .map(|c| c.to_string())
+                .collect()
+        };
+        let has = |v: &[String], c: &str| v.iter().any(|x| x == c);
+        // A public address with a certificate, before TLS: no login offered.
+        let before = names(false, true, false);
+        assert!(has(&before, "STARTTLS") && has(&before, "LOGINDISABLED"));
+        assert!(!has(&before, "AUTH=PLAIN"), "{before:?}");
+        // After STARTTLS, and on IMAPS.
+        let after = names(true, true, false);
+        assert!(has(&after, "AUTH=PLAIN"));
+        assert!(!has(&after, "STARTTLS") && !has(&after, "LOGINDISABLED"));
+        assert_eq!(names(true, false, false), after);
+        // Loopback with a certificate: both; without one: plain logins alone.
+        let local = names(false, true, true);
+        assert!(has(&local, "STARTTLS") && has(&local, "AUTH=PLAIN"));
+        let plain = names(false, false, true);
+        assert!(!has(&plain, "STARTTLS") && has(&plain, "AUTH=PLAIN"));
+    }
 
     #[test]
     fn names_go_out_in_modified_utf7_without_control_characters() {
