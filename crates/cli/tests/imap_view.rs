@@ -572,7 +572,14 @@ impl Line {
     /// Sends `tag command`; the lines answered, the tagged one last.
     fn cmd(&mut self, tag: &str, command: &str) -> Vec<String> {
         use std::io::Write;
-        write!(self.w, "{tag} {command}\r\n").unwrap();
+        write!(self.w, "{tag} ").unwrap();
+        self.cmd_rest(tag, command)
+    }
+    /// Sends the rest of the command tagged `tag` (its tag already sent); the lines
+    /// answered, the tagged one last.
+    fn cmd_rest(&mut self, tag: &str, rest: &str) -> Vec<String> {
+        use std::io::Write;
+        write!(self.w, "{rest}\r\n").unwrap();
         let mut lines = Vec::new();
         loop {
             let mut l = String::new();
@@ -782,4 +789,59 @@ fn starttls_upgrades_the_plain_listener_and_drops_what_was_pipelined() {
         v["after_injection"]
     );
     assert!(strs("after_injection")[0].starts_with("d OK"), "{v}");
+}
+
+/// Issue 29: ESEARCH (RFC 4731). `SEARCH RETURN (...)` and `UID SEARCH RETURN (...)` are
+/// answered with one `* ESEARCH` line carrying the command's tag; MIN, MAX and ALL are
+/// left out when nothing matched; `RETURN ()` is ALL; a literal in the criteria works;
+/// SAVE (SEARCHRES, not offered) is refused.
+#[test]
+fn search_return_is_answered_with_esearch() {
+    use std::io::Write;
+    let e = repository();
+    let s = start(&e);
+    let mut c = Line::open(s.imap_port);
+    let caps = c.cmd("a", "CAPABILITY");
+    assert!(caps[0].contains(" ESEARCH"), "{caps:?}");
+    let login = c.cmd("b", &format!("LOGIN \"{ACCOUNT}*admin\" \"{TOKEN}\""));
+    assert!(login.last().unwrap().starts_with("b OK"), "{login:?}");
+    c.cmd("c", "EXAMINE INBOX");
+    assert_eq!(
+        c.cmd("s1", "UID SEARCH RETURN (MIN MAX COUNT ALL) ALL"),
+        [
+            "* ESEARCH (TAG \"s1\") UID MIN 5 MAX 12 COUNT 4 ALL 5,7,9,12",
+            "s1 OK SEARCH done"
+        ]
+    );
+    assert_eq!(
+        c.cmd("s2", "search return () UNSEEN"),
+        ["* ESEARCH (TAG \"s2\") ALL 3", "s2 OK SEARCH done"]
+    );
+    assert_eq!(
+        c.cmd(
+            "s3",
+            "SEARCH RETURN (MIN MAX COUNT) SUBJECT nothing-has-this"
+        ),
+        ["* ESEARCH (TAG \"s3\") COUNT 0", "s3 OK SEARCH done"]
+    );
+    assert_eq!(
+        c.cmd("s4", "SEARCH RETURN (COUNT MAX) 1:3 SEEN"),
+        ["* ESEARCH (TAG \"s4\") MAX 2 COUNT 2", "s4 OK SEARCH done"]
+    );
+    // A literal in the criteria: the command is read whole, then split.
+    write!(c.w, "s5 UID SEARCH RETURN (ALL) SUBJECT {{9}}\r\n").unwrap();
+    let mut cont = String::new();
+    c.r.read_line(&mut cont).unwrap();
+    assert!(cont.starts_with('+'), "{cont}");
+    assert_eq!(
+        c.cmd_rest("s5", "first one"),
+        ["* ESEARCH (TAG \"s5\") UID ALL 5", "s5 OK SEARCH done"]
+    );
+    let save = c.cmd("s6", "SEARCH RETURN (SAVE) ALL");
+    assert!(save.len() == 1 && save[0].starts_with("s6 BAD"), "{save:?}");
+    // A plain SEARCH is answered as before.
+    assert_eq!(
+        c.cmd("s7", "SEARCH SEEN"),
+        ["* SEARCH 1 2 4", "s7 OK SEARCH done"]
+    );
 }

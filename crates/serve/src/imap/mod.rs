@@ -11,10 +11,12 @@
 //! (`envelope` its ENVELOPE, `mime` the parts of a message and `bodystructure` their
 //! BODYSTRUCTURE), `search` SEARCH, `login` checks logins. The connection loop is here,
 //! with STARTTLS's upgrade; `wire` is what it sends besides imap-next's own (no second
-//! greeting after STARTTLS).
+//! greeting after STARTTLS, lines imap-codec has no type for). `esearch`
+//! takes SEARCH's RETURN options (ESEARCH) imap-codec does not parse.
 
 mod bodystructure;
 mod envelope;
+mod esearch;
 mod fetch;
 mod login;
 mod mime;
@@ -172,7 +174,9 @@ async fn connection(
             Err(_) => return autologout(&mut stream, &mut wire).await,
             Ok(Ok(ev)) => ev,
             Ok(Err(stream::Error::State(e))) => {
-                conn.refused(&mut wire, &e);
+                if let Next::Stop = conn.refused(&mut wire, &e).await {
+                    return;
+                }
                 continue;
             }
             Ok(Err(_)) => return,
@@ -255,6 +259,26 @@ fn malformed(e: &imap_next::server::Error) -> Status<'static> {
         E::CommandTooLong { discarded_bytes } => (discarded_bytes, "command too long"),
     };
     bad_command(bytes.declassify(), text)
+}
+
+/// The plain SEARCH (parsed by imap-codec) and the RETURN options of a command
+/// [`esearch::split`] split; `Err`: the `BAD` it gets.
+fn esearch_command(
+    split: esearch::Split,
+) -> Result<
+    (
+        imap_codec::imap_types::command::Command<'static>,
+        esearch::Return,
+    ),
+    Status<'static>,
+> {
+    use imap_codec::decode::Decoder;
+    let (r, plain) = split
+        .map_err(|(tag, text)| status(Kind::Bad, Tag::try_from(tag).ok(), None, text.into()))?;
+    match imap_codec::CommandCodec::default().decode(&plain) {
+        Ok(([], cmd)) => Ok((bounded_static::IntoBoundedStatic::into_static(cmd), r)),
+        _ => Err(bad_command(&plain, "that command does not parse")),
+    }
 }
 
 /// A `BAD` of `text` for the command `b`, tagged when its tag can be read.
@@ -348,15 +372,39 @@ impl Conn {
         (self.session.as_ref()).is_some_and(|s| s.security.starttls_now() && !s.logged_in())
     }
 
-    /// Answers a command that did not parse: AUTHENTICATE's data that does not parse
-    /// (not base64) ends it; imap-next has answered a literal it refused itself.
-    fn refused(&mut self, wire: &mut Wire, e: &imap_next::server::Error) {
+    /// Answers a command that did not parse: a SEARCH with RETURN options (ESEARCH,
+    /// which imap-codec does not parse) is answered; AUTHENTICATE's data that does not
+    /// parse (not base64) ends it; imap-next has answered a literal it refused itself.
+    async fn refused(&mut self, wire: &mut Wire, e: &imap_next::server::Error) -> Next {
         if let Some(tag) = self.auth_tag.take() {
             let text = "not a base64 SASL PLAIN message".to_string();
             let _ = (wire.server).authenticate_finish(status(Kind::Bad, Some(tag), None, text));
-        } else if !matches!(e, imap_next::server::Error::LiteralTooLong { .. }) {
+            return Next::Go;
+        }
+        if let imap_next::server::Error::MalformedMessage { discarded_bytes } = e {
+            if let Some(split) = esearch::split(discarded_bytes.declassify()) {
+                return self.esearch(wire, split).await;
+            }
+        }
+        if !matches!(e, imap_next::server::Error::LiteralTooLong { .. }) {
             wire.server.enqueue_status(malformed(e));
         }
+        Next::Go
+    }
+
+    /// Answers a SEARCH with RETURN options, [`esearch::split`].
+    async fn esearch(&mut self, wire: &mut Wire, split: esearch::Split) -> Next {
+        let (cmd, r) = match esearch_command(split) {
+            Ok(x) => x,
+            Err(bad) => {
+                wire.server.enqueue_status(bad);
+                return Next::Go;
+            }
+        };
+        let Some(a) = self.run(move |s| s.esearch(cmd, r)).await else {
+            return Next::Stop;
+        };
+        send(wire, a).await
     }
 
     /// The start of an AUTHENTICATE: refused, finished with its initial response, or
@@ -454,6 +502,7 @@ fn enqueue(wire: &mut Wire, a: Answer) -> Next {
         match o {
             Out::Data(d) => drop(wire.server.enqueue_data(d)),
             Out::Status(s) => drop(wire.server.enqueue_status(s)),
+            Out::Raw(line) => wire.enqueue_raw(line),
         };
     }
     let h = wire.server.enqueue_status(a.done);

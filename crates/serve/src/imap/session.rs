@@ -13,6 +13,7 @@ use imap_codec::imap_types::fetch::{MacroOrMessageDataItemNames, MessageDataItem
 use imap_codec::imap_types::flag::{Flag, FlagNameAttribute, FlagPerm};
 use imap_codec::imap_types::mailbox::{ListMailbox, Mailbox};
 use imap_codec::imap_types::response::{Capability, Code, Data, Status};
+use imap_codec::imap_types::search::SearchKey;
 use imap_codec::imap_types::status::{StatusDataItem, StatusDataItemName};
 use mailvault_imap::proto::mutf7;
 use std::net::IpAddr;
@@ -22,6 +23,8 @@ use std::sync::Arc;
 pub enum Out {
     Data(Data<'static>),
     Status(Status<'static>),
+    /// A whole response line imap-codec has no type for (`* ESEARCH`).
+    Raw(Vec<u8>),
 }
 
 /// What a command got: untagged answers, then the tagged one.
@@ -113,6 +116,8 @@ pub fn capabilities(sec: Security) -> Vec1<Capability<'static>> {
         // RFC 6154 and RFC 3348: LIST gives special-use and \HasChildren attributes.
         other_capability("SPECIAL-USE"),
         other_capability("CHILDREN"),
+        // RFC 4731: SEARCH RETURN (MIN MAX COUNT ALL), answered by `* ESEARCH`.
+        other_capability("ESEARCH"),
     ]);
     Vec1::unvalidated(caps)
 }
@@ -596,18 +601,59 @@ impl Session {
     fn search(
         &mut self,
         tag: Tag<'static>,
-        criteria: &Vec1<imap_codec::imap_types::search::SearchKey<'static>>,
+        criteria: &Vec1<SearchKey<'static>>,
         uid: bool,
     ) -> Answer {
-        let Some(sel) = &self.selected else {
+        if self.selected.is_none() {
             return self.bad(tag, "no mailbox selected");
+        }
+        match self.search_hits(criteria, uid) {
+            Ok(hits) => {
+                let d = Data::Search(hits.into_iter().map(fetch::nonzero).collect());
+                with(vec![Out::Data(d)], ok_text(tag, "SEARCH done"))
+            }
+            Err(e) => self.no(tag, e),
+        }
+    }
+
+    /// The answer to a `[UID] SEARCH RETURN (...)` (RFC 4731): `cmd` is the command
+    /// without its RETURN options `r` (see [`super::esearch::split`]).
+    pub fn esearch(&mut self, cmd: Command<'static>, r: super::esearch::Return) -> Answer {
+        let tag = cmd.tag;
+        let CommandBody::Search { criteria, uid, .. } = cmd.body else {
+            return self.bad(tag, "not a SEARCH");
+        };
+        if !self.logged_in() {
+            return self.bad(tag, "log in first (LOGIN or AUTHENTICATE PLAIN)");
+        }
+        if self.selected.is_none() {
+            return self.bad(tag, "no mailbox selected");
+        }
+        match self.search_hits(&criteria, uid) {
+            Ok(hits) => {
+                let line = super::esearch::line(tag.inner(), uid, r, &hits);
+                with(vec![Out::Raw(line)], ok_text(tag, "SEARCH done"))
+            }
+            Err(e) => self.no(tag, e),
+        }
+    }
+
+    /// The sequence numbers (UIDs when `uid`) of the selected mailbox's messages that
+    /// match every key of `criteria`, in order; `Err`: the refusal's text.
+    fn search_hits(
+        &mut self,
+        criteria: &Vec1<SearchKey<'static>>,
+        uid: bool,
+    ) -> Result<Vec<u32>, String> {
+        let Some(sel) = &self.selected else {
+            return Err("no mailbox selected".into());
         };
         let f = sel.folder.clone();
         let n = f.messages.len() as u32;
         let live = match super::search::needs_bytes(criteria.as_ref()) {
             true => match self.st.live() {
                 Ok(l) => Some(l),
-                Err(e) => return self.no(tag, format!("cannot read the repository: {e}")),
+                Err(e) => return Err(format!("cannot read the repository: {e}")),
             },
             false => None,
         };
@@ -616,7 +662,7 @@ impl Session {
             let raw = match &live {
                 Some(l) => match crate::read::entry_bytes(l.repo(), &m.entry) {
                     Ok(r) => Some(r),
-                    Err(e) => return self.no(tag, format!("cannot read message {}: {e}", i + 1)),
+                    Err(e) => return Err(format!("cannot read message {}: {e}", i + 1)),
                 },
                 None => None,
             };
@@ -627,21 +673,16 @@ impl Session {
                 raw: raw.as_deref(),
             };
             for k in criteria.as_ref() {
-                match super::search::matches(m, at, k) {
-                    Ok(true) => {}
-                    Ok(false) => continue 'msgs,
-                    Err(e) => return self.no(tag, e),
+                if !super::search::matches(m, at, k)? {
+                    continue 'msgs;
                 }
             }
             hits.push(match uid {
-                true => fetch::nonzero(m.uid),
-                false => fetch::seq_of(i),
+                true => m.uid,
+                false => i as u32 + 1,
             });
         }
-        with(
-            vec![Out::Data(Data::Search(hits))],
-            ok_text(tag, "SEARCH done"),
-        )
+        Ok(hits)
     }
 }
 
@@ -740,7 +781,7 @@ mod tests {
         assert!(!has(&before, "AUTH=PLAIN"), "{before:?}");
         // After STARTTLS, and on IMAPS.
         let after = names(true, true, false);
-        assert!(has(&after, "AUTH=PLAIN"));
+        assert!(has(&after, "AUTH=PLAIN") && has(&after, "ESEARCH"));
         assert!(!has(&after, "STARTTLS") && !has(&after, "LOGINDISABLED"));
         assert_eq!(names(true, false, false), after);
         // Loopback with a certificate: both; without one: plain logins alone.
