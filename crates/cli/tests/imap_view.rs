@@ -845,3 +845,98 @@ fn search_return_is_answered_with_esearch() {
         ["* SEARCH 1 2 4", "s7 OK SEARCH done"]
     );
 }
+
+/// Messages whose words show only once decoded (INBOX of the mail root `search-mail`, in
+/// this order): an encoded-word subject and From with a base64 body; a quoted-printable
+/// body in ISO-8859-1 with a soft line break; a plain one.
+const DECODED: [&[u8]; 3] = [
+    b"From: =?utf-8?q?J=C3=B6rg?= <joerg@example.org>\r\nTo: alice@example.org\r\n\
+Subject: =?utf-8?b?SGlkZGVuIHRyZWFzdXJlIG1hcA==?= =?utf-8?q?_Gr=C3=BC=C3=9Fe?=\r\n\
+X-Note: =?iso-8859-1?q?caf=E9?=\r\nDate: Mon, 01 Jan 2024 10:00:00 +0000\r\n\
+MIME-Version: 1.0\r\nContent-Type: text/plain; charset=utf-8\r\n\
+Content-Transfer-Encoding: base64\r\n\r\ndGhlIHNlY3JldCB3b3JkIGlzIHBpbmVhcHBsZQ==\r\n",
+    b"From: Bob <bob@example.org>\r\nTo: alice@example.org\r\nSubject: fruit\r\n\
+MIME-Version: 1.0\r\nContent-Type: text/plain; charset=iso-8859-1\r\n\
+Content-Transfer-Encoding: quoted-printable\r\n\r\nstraw=\r\nberry and =DCberraschung\r\n",
+    b"From: Carol <carol@example.org>\r\nTo: alice@example.org\r\nSubject: plain\r\n\r\n\
+nothing encoded here\r\n",
+];
+
+/// Issue 29: SEARCH matches decoded text. Subjects, From and other fields match with
+/// their encoded words decoded, BODY and TEXT the text once quoted-printable and base64
+/// are undone and the charset converted, in any case (Unicode), never the encoded form;
+/// Dovecot, given the same messages, answers every query the same (Python's imaplib asks
+/// both).
+#[test]
+fn search_matches_decoded_headers_and_bodies_as_dovecot_does() {
+    let Some(dovecot) = mailvault_imap::testing::DovecotServer::start_or_skip().unwrap() else {
+        return;
+    };
+    let e = Env::new();
+    let mail = e.path("search-mail");
+    let mut files = Vec::new();
+    for (i, m) in DECODED.iter().enumerate() {
+        let name = format!("{}.M{i}P1.host:2,S", 1_704_103_200 + i);
+        common::put_msg(
+            &mail.join("example.org/alice/Maildir"),
+            "",
+            "cur",
+            &name,
+            m,
+            1_704_103_200 + i as i64,
+        );
+        let f = e.path(&format!("msg{i}.eml"));
+        fs::write(&f, m).unwrap();
+        files.push(f);
+    }
+    e.ok(&["init"]);
+    e.ok(&["backup", &format!("maildir:{}", mail.display())]);
+    token_file(&e, 0o600);
+    let s = start(&e);
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/imap_view/search_decoded.py");
+    let o = Command::new("python3")
+        .arg(script)
+        .arg(s.imap_port.to_string())
+        .arg(password_file(&e))
+        .arg(ACCOUNT)
+        .arg(dovecot.port().to_string())
+        .arg(dovecot.password())
+        .args(&files)
+        .output()
+        .unwrap();
+    assert!(
+        o.status.success(),
+        "search_decoded.py failed:\n{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let v: Value = serde_json::from_slice(&o.stdout).unwrap();
+    let ours = |q: &str| v[q][0].as_str().unwrap().to_string();
+    // Found only once decoded.
+    for (q, want) in [
+        ("SUBJECT treasure", "OK 1"),
+        ("SUBJECT TREASURE MAP", "OK 1"),
+        ("SUBJECT GRÜ", "OK 1"),
+        ("FROM jörg", "OK 1"),
+        ("BODY PINEAPPLE", "OK 1"),
+        ("BODY strawberry", "OK 2"),
+        ("BODY Überraschung", "OK 2"),
+        ("TEXT treasure", "OK 1"),
+        ("TEXT pineapple", "OK 1"),
+        ("HEADER X-Note café", "OK 1"),
+        ("TO alice", "OK 1 2 3"),
+    ] {
+        assert_eq!(ours(q), want, "{q}: {v}");
+    }
+    // The encoded forms match nothing; BODY is not the header.
+    for q in [
+        "SUBJECT SGlkZGVu",
+        "BODY dGhlIHNl",
+        "BODY straw=",
+        "BODY treasure",
+    ] {
+        assert_eq!(ours(q), "OK ", "{q}: {v}");
+    }
+    for (q, both) in v.as_object().unwrap() {
+        assert_eq!(both[0], both[1], "{q}: mailvault, then Dovecot");
+    }
+}

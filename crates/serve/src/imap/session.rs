@@ -7,7 +7,7 @@ use super::login::{self, Login};
 use super::view::{Folder, View, ViewBox, DELIMITER};
 use crate::state::AppState;
 use imap_codec::imap_types::command::{Command, CommandBody};
-use imap_codec::imap_types::core::{IString, NString, QuotedChar, Tag, Vec1};
+use imap_codec::imap_types::core::{Charset, IString, NString, QuotedChar, Tag, Vec1};
 use imap_codec::imap_types::extensions::namespace::Namespace;
 use imap_codec::imap_types::fetch::{MacroOrMessageDataItemNames, MessageDataItemName};
 use imap_codec::imap_types::flag::{Flag, FlagNameAttribute, FlagPerm};
@@ -317,7 +317,14 @@ impl Session {
                 uid,
                 ..
             } => self.fetch(tag, &sequence_set, macro_or_item_names, uid),
-            CommandBody::Search { criteria, uid, .. } => self.search(tag, &criteria, uid),
+            CommandBody::Search {
+                charset,
+                criteria,
+                uid,
+            } => match charset_refused(&tag, charset.as_ref()) {
+                Some(no) => no,
+                None => self.search(tag, &criteria, uid),
+            },
             _ => answer(status(
                 Kind::Bad,
                 Some(tag),
@@ -620,9 +627,17 @@ impl Session {
     /// without its RETURN options `r` (see [`super::esearch::split`]).
     pub fn esearch(&mut self, cmd: Command<'static>, r: super::esearch::Return) -> Answer {
         let tag = cmd.tag;
-        let CommandBody::Search { criteria, uid, .. } = cmd.body else {
+        let CommandBody::Search {
+            charset,
+            criteria,
+            uid,
+        } = cmd.body
+        else {
             return self.bad(tag, "not a SEARCH");
         };
+        if let Some(no) = charset_refused(&tag, charset.as_ref()) {
+            return no;
+        }
         if !self.logged_in() {
             return self.bad(tag, "log in first (LOGIN or AUTHENTICATE PLAIN)");
         }
@@ -666,11 +681,12 @@ impl Session {
                 },
                 None => None,
             };
+            let text = raw.as_deref().map(super::search::Decoded::new);
             let at = super::search::At {
                 i,
                 n,
                 last_uid: f.last_uid(),
-                raw: raw.as_deref(),
+                text: text.as_ref(),
             };
             for k in criteria.as_ref() {
                 if !super::search::matches(m, at, k)? {
@@ -684,6 +700,28 @@ impl Session {
         }
         Ok(hits)
     }
+}
+
+/// `NO [BADCHARSET (UTF-8 US-ASCII)]` for a SEARCH whose charset is another: search
+/// strings are read as UTF-8 (US-ASCII is a part of it), the default when none is given.
+fn charset_refused(tag: &Tag<'static>, charset: Option<&Charset<'_>>) -> Option<Answer> {
+    let name = charset?.as_ref().to_ascii_uppercase();
+    if ["UTF-8", "US-ASCII", "UTF8"].contains(&name.as_str()) {
+        return None;
+    }
+    let allowed = ["UTF-8", "US-ASCII"]
+        .into_iter()
+        .filter_map(|c| Charset::try_from(c).ok());
+    let code = Code::BadCharset {
+        allowed: allowed.collect(),
+    };
+    let text = "search strings are taken in UTF-8 (or US-ASCII)".to_string();
+    Some(answer(status(
+        Kind::No,
+        Some(tag.clone()),
+        Some(code),
+        text,
+    )))
 }
 
 fn answer(done: Status<'static>) -> Answer {
@@ -789,6 +827,16 @@ mod tests {
         assert!(has(&local, "STARTTLS") && has(&local, "AUTH=PLAIN"));
         let plain = names(false, false, true);
         assert!(!has(&plain, "STARTTLS") && has(&plain, "AUTH=PLAIN"));
+    }
+
+    #[test]
+    fn search_strings_are_taken_in_utf8_or_us_ascii_only() {
+        let tag = Tag::try_from("t").unwrap();
+        let refused = |c: &str| charset_refused(&tag, Some(&Charset::try_from(c).unwrap()));
+        assert!(charset_refused(&tag, None).is_none());
+        assert!(refused("utf-8").is_none() && refused("US-ASCII").is_none());
+        let no = refused("ISO-8859-1").expect("refused");
+        assert!(matches!(no.done.code(), Some(Code::BadCharset { allowed }) if allowed.len() == 2));
     }
 
     #[test]
