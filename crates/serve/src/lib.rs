@@ -19,6 +19,9 @@ mod headers;
 mod home;
 mod html;
 mod imap;
+/// The IMAP view without sockets, for the fuzz target (feature `fuzzing`).
+#[cfg(feature = "fuzzing")]
+pub use imap::fuzzing;
 mod mail;
 mod pages;
 mod read;

@@ -12,12 +12,15 @@
 //! BODYSTRUCTURE), `search` SEARCH, `login` checks logins. The connection loop is here,
 //! with STARTTLS's upgrade; `wire` is what it sends besides imap-next's own (no second
 //! greeting after STARTTLS, lines imap-codec has no type for). `esearch`
-//! takes SEARCH's RETURN options (ESEARCH) imap-codec does not parse.
+//! takes SEARCH's RETURN options (ESEARCH) imap-codec does not parse; `fuzzing` (feature
+//! `fuzzing`) drives a session without sockets for the fuzz target.
 
 mod bodystructure;
 mod envelope;
 mod esearch;
 mod fetch;
+#[cfg(feature = "fuzzing")]
+pub mod fuzzing;
 mod login;
 mod mime;
 mod search;
