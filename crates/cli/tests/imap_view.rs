@@ -572,7 +572,14 @@ impl Line {
     /// Sends `tag command`; the lines answered, the tagged one last.
     fn cmd(&mut self, tag: &str, command: &str) -> Vec<String> {
         use std::io::Write;
-        write!(self.w, "{tag} {command}\r\n").unwrap();
+        write!(self.w, "{tag} ").unwrap();
+        self.cmd_rest(tag, command)
+    }
+    /// Sends the rest of the command tagged `tag` (its tag already sent); the lines
+    /// answered, the tagged one last.
+    fn cmd_rest(&mut self, tag: &str, rest: &str) -> Vec<String> {
+        use std::io::Write;
+        write!(self.w, "{rest}\r\n").unwrap();
         let mut lines = Vec::new();
         loop {
             let mut l = String::new();
@@ -691,4 +698,245 @@ fn the_deleted_mailbox_holds_what_the_latest_snapshot_lost() {
         moved[0].starts_with("* SEARCH ") && moved.len() == 2,
         "moved into INBOX: {moved:?}"
     );
+}
+
+/// Issue 29: STARTTLS on the plain listener. With a certificate, `--imap` may listen on
+/// an address that is not loopback; it then announces STARTTLS and LOGINDISABLED, refuses
+/// logins before TLS, and after Python's imaplib upgrades (trusting the test certificate
+/// alone) announces AUTH=PLAIN without either, and takes the login. Commands a client
+/// pipelines after STARTTLS in plain text are dropped, not run over TLS.
+#[test]
+fn starttls_upgrades_the_plain_listener_and_drops_what_was_pipelined() {
+    let e = repository();
+    let (cert, key) = common::serve::certificate(&e);
+    let (cert_s, key_s) = (cert.to_str().unwrap(), key.to_str().unwrap());
+    let s = common::serve::start(
+        &e,
+        &[
+            "--imap",
+            "0.0.0.0:0",
+            "--tls-cert",
+            cert_s,
+            "--tls-key",
+            key_s,
+        ],
+    );
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/imap_view/starttls.py");
+    let pass = password_file(&e);
+    let o = Command::new("python3")
+        .arg(script)
+        .arg(s.imap_port.to_string())
+        .arg(&cert)
+        .arg(&pass)
+        .arg(ACCOUNT)
+        .output()
+        .unwrap();
+    assert!(
+        o.status.success(),
+        "starttls.py failed:\n{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let v: Value = serde_json::from_slice(&o.stdout).unwrap();
+    let strs = |k: &str| -> Vec<String> {
+        (v[k].as_array().unwrap().iter())
+            .map(|c| c.as_str().unwrap().to_string())
+            .collect()
+    };
+    let greeting = v["greeting"].as_str().unwrap();
+    assert!(
+        greeting.contains("STARTTLS") && greeting.contains("LOGINDISABLED"),
+        "{greeting}"
+    );
+    assert!(!greeting.contains("AUTH=PLAIN"), "{greeting}");
+    for k in ["login_before_tls", "authenticate_before_tls"] {
+        let last = strs(k).pop().unwrap();
+        assert!(last.contains("NO [PRIVACYREQUIRED]"), "{k}: {last}");
+    }
+    let before = strs("before");
+    assert!(
+        before.contains(&"STARTTLS".into()) && before.contains(&"LOGINDISABLED".into()),
+        "{before:?}"
+    );
+    let after = strs("after");
+    assert!(after.contains(&"AUTH=PLAIN".into()), "{after:?}");
+    assert!(
+        !after.contains(&"STARTTLS".into()) && !after.contains(&"LOGINDISABLED".into()),
+        "{after:?}"
+    );
+    assert!(
+        v["starttls_again"]
+            .as_str()
+            .unwrap()
+            .contains("over TLS already"),
+        "{v}"
+    );
+    assert_eq!(v["login"], "OK");
+    assert!(
+        strs("list").iter().any(|l| l.ends_with("INBOX")),
+        "{}",
+        v["list"]
+    );
+    let starttls = strs("starttls");
+    assert!(
+        starttls.len() == 1 && starttls[0].starts_with("a OK"),
+        "{starttls:?}"
+    );
+    // Neither `b CAPABILITY` nor `c LOGOUT` ran: the first answer over TLS is NOOP's.
+    assert_eq!(
+        strs("after_injection").len(),
+        1,
+        "pipelined commands ran after TLS: {}",
+        v["after_injection"]
+    );
+    assert!(strs("after_injection")[0].starts_with("d OK"), "{v}");
+}
+
+/// Issue 29: ESEARCH (RFC 4731). `SEARCH RETURN (...)` and `UID SEARCH RETURN (...)` are
+/// answered with one `* ESEARCH` line carrying the command's tag; MIN, MAX and ALL are
+/// left out when nothing matched; `RETURN ()` is ALL; a literal in the criteria works;
+/// SAVE (SEARCHRES, not offered) is refused.
+#[test]
+fn search_return_is_answered_with_esearch() {
+    use std::io::Write;
+    let e = repository();
+    let s = start(&e);
+    let mut c = Line::open(s.imap_port);
+    let caps = c.cmd("a", "CAPABILITY");
+    assert!(caps[0].contains(" ESEARCH"), "{caps:?}");
+    let login = c.cmd("b", &format!("LOGIN \"{ACCOUNT}*admin\" \"{TOKEN}\""));
+    assert!(login.last().unwrap().starts_with("b OK"), "{login:?}");
+    c.cmd("c", "EXAMINE INBOX");
+    assert_eq!(
+        c.cmd("s1", "UID SEARCH RETURN (MIN MAX COUNT ALL) ALL"),
+        [
+            "* ESEARCH (TAG \"s1\") UID MIN 5 MAX 12 COUNT 4 ALL 5,7,9,12",
+            "s1 OK SEARCH done"
+        ]
+    );
+    assert_eq!(
+        c.cmd("s2", "search return () UNSEEN"),
+        ["* ESEARCH (TAG \"s2\") ALL 3", "s2 OK SEARCH done"]
+    );
+    assert_eq!(
+        c.cmd(
+            "s3",
+            "SEARCH RETURN (MIN MAX COUNT) SUBJECT nothing-has-this"
+        ),
+        ["* ESEARCH (TAG \"s3\") COUNT 0", "s3 OK SEARCH done"]
+    );
+    assert_eq!(
+        c.cmd("s4", "SEARCH RETURN (COUNT MAX) 1:3 SEEN"),
+        ["* ESEARCH (TAG \"s4\") MAX 2 COUNT 2", "s4 OK SEARCH done"]
+    );
+    // A literal in the criteria: the command is read whole, then split.
+    write!(c.w, "s5 UID SEARCH RETURN (ALL) SUBJECT {{9}}\r\n").unwrap();
+    let mut cont = String::new();
+    c.r.read_line(&mut cont).unwrap();
+    assert!(cont.starts_with('+'), "{cont}");
+    assert_eq!(
+        c.cmd_rest("s5", "first one"),
+        ["* ESEARCH (TAG \"s5\") UID ALL 5", "s5 OK SEARCH done"]
+    );
+    let save = c.cmd("s6", "SEARCH RETURN (SAVE) ALL");
+    assert!(save.len() == 1 && save[0].starts_with("s6 BAD"), "{save:?}");
+    // A plain SEARCH is answered as before.
+    assert_eq!(
+        c.cmd("s7", "SEARCH SEEN"),
+        ["* SEARCH 1 2 4", "s7 OK SEARCH done"]
+    );
+}
+
+/// Messages whose words show only once decoded (INBOX of the mail root `search-mail`, in
+/// this order): an encoded-word subject and From with a base64 body; a quoted-printable
+/// body in ISO-8859-1 with a soft line break; a plain one.
+const DECODED: [&[u8]; 3] = [
+    b"From: =?utf-8?q?J=C3=B6rg?= <joerg@example.org>\r\nTo: alice@example.org\r\n\
+Subject: =?utf-8?b?SGlkZGVuIHRyZWFzdXJlIG1hcA==?= =?utf-8?q?_Gr=C3=BC=C3=9Fe?=\r\n\
+X-Note: =?iso-8859-1?q?caf=E9?=\r\nDate: Mon, 01 Jan 2024 10:00:00 +0000\r\n\
+MIME-Version: 1.0\r\nContent-Type: text/plain; charset=utf-8\r\n\
+Content-Transfer-Encoding: base64\r\n\r\ndGhlIHNlY3JldCB3b3JkIGlzIHBpbmVhcHBsZQ==\r\n",
+    b"From: Bob <bob@example.org>\r\nTo: alice@example.org\r\nSubject: fruit\r\n\
+MIME-Version: 1.0\r\nContent-Type: text/plain; charset=iso-8859-1\r\n\
+Content-Transfer-Encoding: quoted-printable\r\n\r\nstraw=\r\nberry and =DCberraschung\r\n",
+    b"From: Carol <carol@example.org>\r\nTo: alice@example.org\r\nSubject: plain\r\n\r\n\
+nothing encoded here\r\n",
+];
+
+/// Issue 29: SEARCH matches decoded text. Subjects, From and other fields match with
+/// their encoded words decoded, BODY and TEXT the text once quoted-printable and base64
+/// are undone and the charset converted, in any case (Unicode), never the encoded form;
+/// Dovecot, given the same messages, answers every query the same (Python's imaplib asks
+/// both).
+#[test]
+fn search_matches_decoded_headers_and_bodies_as_dovecot_does() {
+    let Some(dovecot) = mailvault_imap::testing::DovecotServer::start_or_skip().unwrap() else {
+        return;
+    };
+    let e = Env::new();
+    let mail = e.path("search-mail");
+    let mut files = Vec::new();
+    for (i, m) in DECODED.iter().enumerate() {
+        let name = format!("{}.M{i}P1.host:2,S", 1_704_103_200 + i);
+        common::put_msg(
+            &mail.join("example.org/alice/Maildir"),
+            "",
+            "cur",
+            &name,
+            m,
+            1_704_103_200 + i as i64,
+        );
+        let f = e.path(&format!("msg{i}.eml"));
+        fs::write(&f, m).unwrap();
+        files.push(f);
+    }
+    e.ok(&["init"]);
+    e.ok(&["backup", &format!("maildir:{}", mail.display())]);
+    token_file(&e, 0o600);
+    let s = start(&e);
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/imap_view/search_decoded.py");
+    let o = Command::new("python3")
+        .arg(script)
+        .arg(s.imap_port.to_string())
+        .arg(password_file(&e))
+        .arg(ACCOUNT)
+        .arg(dovecot.port().to_string())
+        .arg(dovecot.password())
+        .args(&files)
+        .output()
+        .unwrap();
+    assert!(
+        o.status.success(),
+        "search_decoded.py failed:\n{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let v: Value = serde_json::from_slice(&o.stdout).unwrap();
+    let ours = |q: &str| v[q][0].as_str().unwrap().to_string();
+    // Found only once decoded.
+    for (q, want) in [
+        ("SUBJECT treasure", "OK 1"),
+        ("SUBJECT TREASURE MAP", "OK 1"),
+        ("SUBJECT GRÜ", "OK 1"),
+        ("FROM jörg", "OK 1"),
+        ("BODY PINEAPPLE", "OK 1"),
+        ("BODY strawberry", "OK 2"),
+        ("BODY Überraschung", "OK 2"),
+        ("TEXT treasure", "OK 1"),
+        ("TEXT pineapple", "OK 1"),
+        ("HEADER X-Note café", "OK 1"),
+        ("TO alice", "OK 1 2 3"),
+    ] {
+        assert_eq!(ours(q), want, "{q}: {v}");
+    }
+    // The encoded forms match nothing; BODY is not the header.
+    for q in [
+        "SUBJECT SGlkZGVu",
+        "BODY dGhlIHNl",
+        "BODY straw=",
+        "BODY treasure",
+    ] {
+        assert_eq!(ours(q), "OK ", "{q}: {v}");
+    }
+    for (q, both) in v.as_object().unwrap() {
+        assert_eq!(both[0], both[1], "{q}: mailvault, then Dovecot");
+    }
 }

@@ -21,6 +21,9 @@ mod headers;
 mod home;
 mod html;
 mod imap;
+/// The IMAP view without sockets, for the fuzz target (feature `fuzzing`).
+#[cfg(feature = "fuzzing")]
+pub use imap::fuzzing;
 mod jobs;
 mod mail;
 mod pages;
@@ -135,15 +138,19 @@ pub fn serve(
 ) -> Result<(), Error> {
     check_listen(opts.listen, opts.insecure_listen, opts.tls.is_some())?;
     if let Some(a) = opts.imap {
-        // Plain IMAP (no STARTTLS yet): only loopback, unless told otherwise.
-        check_listen(a, opts.insecure_listen, false)?;
+        // Plain IMAP: on any address with a certificate (STARTTLS, logins only after it
+        // there), else only loopback unless told otherwise.
+        check_listen(a, opts.insecure_listen, opts.tls.is_some())?;
     }
     let acceptor = opts.tls.as_ref().map(tls::acceptor).transpose()?;
-    let imaps_acceptor = match (opts.imaps, &opts.tls) {
-        (None, _) => None,
+    // The IMAP view's TLS, for `--imaps` and STARTTLS on `--imap` alike.
+    let imap_acceptor = match (opts.imap.or(opts.imaps), &opts.tls) {
         (Some(_), Some(files)) => Some(tls::acceptor_for(files, b"imap")?),
-        (Some(_), None) => return Err(Error::ImapsWithoutTls),
+        _ => None,
     };
+    if opts.imaps.is_some() && opts.tls.is_none() {
+        return Err(Error::ImapsWithoutTls);
+    }
     let live = state::Live::open(repo, &opts.search_cache)?;
     let fresh = state::Freshness {
         reopen,
@@ -182,11 +189,17 @@ pub fn serve(
             imap: addr(&imap).transpose()?,
             imaps: addr(&imaps).transpose()?,
         });
-        if let Some(l) = imap {
-            tokio::spawn(imap::run(l, state.clone(), None));
+        if let (Some(l), Some(a)) = (imap, opts.imap) {
+            let p = imap::Protection::Plain {
+                starttls: imap_acceptor.clone(),
+                // Without a certificate the address is loopback or --insecure-listen's;
+                // with one, logins wait for STARTTLS unless the address is loopback.
+                plain_login: a.ip().is_loopback() || imap_acceptor.is_none(),
+            };
+            tokio::spawn(imap::run(l, state.clone(), p));
         }
-        if let Some(l) = imaps {
-            tokio::spawn(imap::run(l, state.clone(), imaps_acceptor));
+        if let (Some(l), Some(a)) = (imaps, imap_acceptor) {
+            tokio::spawn(imap::run(l, state.clone(), imap::Protection::Tls(a)));
         }
         tokio::spawn(close_when_idle(state.clone()));
         tokio::spawn(audit::flush_every(state.clone(), opts.audit_flush));

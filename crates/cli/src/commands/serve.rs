@@ -20,8 +20,9 @@ pub struct Args {
     /// Also serve a read-only IMAP view of the backups on this address and port (port 0:
     /// any free port, printed as `listening on imap://ADDR`). Log in as `ACCOUNT*admin`
     /// with the admin token as the password, or (--user-auth) as a mail user with their
-    /// own password. Only loopback without --insecure-listen (plain IMAP: see --imaps).
-    /// See docs/imap-view.md.
+    /// own password. With --tls-cert and --tls-key it offers STARTTLS and may listen on
+    /// any address (logins then only after STARTTLS, unless on loopback); without, only
+    /// loopback unless --insecure-listen. See docs/imap-view.md.
     #[arg(long, value_name = "ADDR")]
     pub imap: Option<SocketAddr>,
     /// Also serve the IMAP view over TLS from the first byte (IMAPS, as port 993) on this
@@ -114,8 +115,8 @@ pub fn run(g: &GlobalOpts, a: Args) -> Result<Outcome> {
     }
     mailvault_serve::check_listen(a.listen, a.insecure_listen, tls.is_some())?;
     if let Some(imap) = a.imap {
-        // Plain IMAP (no STARTTLS): --imaps is the way across a network.
-        mailvault_serve::check_listen(imap, a.insecure_listen, false)?;
+        // Plain IMAP: across a network with STARTTLS (a certificate), or when told to.
+        mailvault_serve::check_listen(imap, a.insecure_listen, tls.is_some())?;
     }
     if a.insecure_listen && tls.is_none() && !a.listen.ip().is_loopback() {
         eprintln!(
@@ -125,7 +126,7 @@ pub fn run(g: &GlobalOpts, a: Args) -> Result<Outcome> {
     }
     if let Some(imap) = a
         .imap
-        .filter(|i| a.insecure_listen && !i.ip().is_loopback())
+        .filter(|i| a.insecure_listen && tls.is_none() && !i.ip().is_loopback())
     {
         eprintln!(
             "warning: IMAP on {imap} without TLS: the admin token and mail passwords cross the network in clear text"

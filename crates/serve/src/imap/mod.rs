@@ -9,37 +9,61 @@
 //! state and answers commands (blocking: it reads the repository), `view` lists an
 //! account's mailboxes and reads a folder with its UIDs, `fetch` answers FETCH
 //! (`envelope` its ENVELOPE, `mime` the parts of a message and `bodystructure` their
-//! BODYSTRUCTURE), `search` SEARCH, `login` checks logins. The connection loop is here.
+//! BODYSTRUCTURE), `search` SEARCH, `login` checks logins. The connection loop is here,
+//! with STARTTLS's upgrade; `wire` is what it sends besides imap-next's own (no second
+//! greeting after STARTTLS, lines imap-codec has no type for). `esearch`
+//! takes SEARCH's RETURN options (ESEARCH) imap-codec does not parse; `fuzzing` (feature
+//! `fuzzing`) drives a session without sockets for the fuzz target.
 
 mod bodystructure;
 mod envelope;
+mod esearch;
 mod fetch;
+#[cfg(feature = "fuzzing")]
+pub mod fuzzing;
 mod login;
 mod mime;
 mod search;
 mod session;
 mod view;
+mod wire;
 
 use crate::state::AppState;
 use imap_codec::imap_types::auth::{AuthMechanism, AuthenticateData};
+use imap_codec::imap_types::command::CommandBody;
 use imap_codec::imap_types::core::Tag;
 use imap_codec::imap_types::response::{CommandContinuationRequest, Greeting, Status};
 use imap_next::server::{Event, Options, Server};
 use imap_next::stream::{self, Stream};
-use session::{status, Answer, Kind, Out, Session};
+use session::{status, Answer, Kind, Out, Security, Session};
 use std::net::SocketAddr;
 use std::time::Duration;
 use tokio::net::TcpListener;
+use wire::Wire;
 
 /// A session that sends nothing for this long is logged out (RFC 3501: at least 30 min).
 const AUTOLOGOUT: Duration = Duration::from_secs(30 * 60);
 /// The longest command or literal taken: nothing the view answers needs more.
 const MAX_LITERAL: u32 = 64 * 1024;
 
-/// Accepts IMAP connections on `listener` until the runtime stops; with `tls`, each
-/// over TLS from its first byte (`--imaps`), the handshake on the connection's own task
-/// and within [`crate::tls::HANDSHAKE_TIME`].
-pub async fn run(listener: TcpListener, st: AppState, tls: Option<tokio_rustls::TlsAcceptor>) {
+/// How a listener's connections are protected.
+#[derive(Clone)]
+pub enum Protection {
+    /// Plain IMAP (`--imap`): STARTTLS offered with this acceptor when a certificate was
+    /// given; `plain_login`: logins taken before TLS (a loopback address, or
+    /// `--insecure-listen`), else only after STARTTLS.
+    Plain {
+        starttls: Option<tokio_rustls::TlsAcceptor>,
+        plain_login: bool,
+    },
+    /// TLS from the first byte (`--imaps`).
+    Tls(tokio_rustls::TlsAcceptor),
+}
+
+/// Accepts IMAP connections on `listener` until the runtime stops, protected as `p`
+/// says; each TLS handshake on the connection's own task and within
+/// [`crate::tls::HANDSHAKE_TIME`].
+pub async fn run(listener: TcpListener, st: AppState, p: Protection) {
     loop {
         let (tcp, peer) = match listener.accept().await {
             Ok(x) => x,
@@ -49,21 +73,54 @@ pub async fn run(listener: TcpListener, st: AppState, tls: Option<tokio_rustls::
                 continue;
             }
         };
-        let (st, tls) = (st.clone(), tls.clone());
+        let (st, p) = (st.clone(), p.clone());
         tokio::spawn(async move {
-            let stream = match tls {
-                None => Stream::insecure(tcp),
-                Some(acceptor) => {
-                    let shake = acceptor.accept(tcp);
-                    match tokio::time::timeout(crate::tls::HANDSHAKE_TIME, shake).await {
-                        Ok(Ok(s)) => Stream::tls(tokio_rustls::TlsStream::Server(s)),
-                        Ok(Err(e)) => return tracing::debug!("imaps: handshake with {peer}: {e}"),
-                        Err(_) => return tracing::debug!("imaps: handshake with {peer} timed out"),
-                    }
+            let (stream, security, starttls) = match p {
+                Protection::Plain {
+                    starttls,
+                    plain_login,
+                } => {
+                    let security = Security {
+                        tls: false,
+                        starttls: starttls.is_some(),
+                        plain_login,
+                    };
+                    (Stream::insecure(tcp), security, starttls)
+                }
+                Protection::Tls(acceptor) => {
+                    let Some(s) = handshake(&acceptor, tcp, peer).await else {
+                        return;
+                    };
+                    let security = Security {
+                        tls: true,
+                        starttls: false,
+                        plain_login: false,
+                    };
+                    (s, security, None)
                 }
             };
-            connection(stream, peer, st).await
+            let session = Session::new(st, peer.ip(), security);
+            connection(stream, peer, session, starttls).await
         });
+    }
+}
+
+/// The TLS handshake on `tcp` (`None`: it failed or took too long, logged).
+async fn handshake(
+    acceptor: &tokio_rustls::TlsAcceptor,
+    tcp: tokio::net::TcpStream,
+    peer: SocketAddr,
+) -> Option<Stream> {
+    match tokio::time::timeout(crate::tls::HANDSHAKE_TIME, acceptor.accept(tcp)).await {
+        Ok(Ok(s)) => Some(Stream::tls(tokio_rustls::TlsStream::Server(s))),
+        Ok(Err(e)) => {
+            tracing::debug!("imap: TLS handshake with {peer}: {e}");
+            None
+        }
+        Err(_) => {
+            tracing::debug!("imap: TLS handshake with {peer} timed out");
+            None
+        }
     }
 }
 
@@ -78,10 +135,10 @@ fn options() -> Options {
     o
 }
 
-fn greeting() -> Option<Greeting<'static>> {
+fn greeting(sec: Security) -> Option<Greeting<'static>> {
     use imap_codec::imap_types::response::Code;
     Greeting::ok(
-        Some(Code::Capability(session::capabilities())),
+        Some(Code::Capability(session::capabilities(sec))),
         "mailvault IMAP view of the backups (read-only) ready",
     )
     .ok()
@@ -92,55 +149,107 @@ enum Next {
     Go,
     /// Close once the response with this handle is sent.
     CloseAfter(imap_next::server::ResponseHandle),
+    /// Start TLS once the response with this handle (STARTTLS's OK) is sent.
+    StartTls(imap_next::server::ResponseHandle),
     Stop,
 }
 
 /// One connection: the greeting, then commands until LOGOUT, a closed socket or
-/// [`AUTOLOGOUT`].
-async fn connection(mut stream: Stream, peer: SocketAddr, st: AppState) {
-    let Some(greeting) = greeting() else { return };
-    let mut server = Server::new(options(), greeting);
+/// [`AUTOLOGOUT`]; STARTTLS upgrades it with `starttls` when given.
+async fn connection(
+    mut stream: Stream,
+    peer: SocketAddr,
+    session: Session,
+    starttls: Option<tokio_rustls::TlsAcceptor>,
+) {
+    let Some(greeting) = greeting(session.security) else {
+        return;
+    };
+    let mut wire = Wire::new(Server::new(options(), greeting), true);
     let mut conn = Conn {
-        session: Some(Session::new(st, peer.ip())),
+        session: Some(session),
         auth_tag: None,
         idle_tag: None,
         closing: None,
     };
     loop {
-        let ev = match tokio::time::timeout(AUTOLOGOUT, stream.next(&mut server)).await {
-            Err(_) => {
-                // Autologout: the BYE is sent if the client still reads.
-                let bye = server.enqueue_status(session::bye());
-                let flush = async {
-                    while let Ok(ev) = stream.next(&mut server).await {
-                        if matches!(ev, Event::ResponseSent { handle, .. } if handle == bye) {
-                            break;
-                        }
-                    }
-                };
-                let _ = tokio::time::timeout(Duration::from_secs(5), flush).await;
-                return;
-            }
+        let ev = match tokio::time::timeout(AUTOLOGOUT, stream.next(&mut wire)).await {
+            Err(_) => return autologout(&mut stream, &mut wire).await,
             Ok(Ok(ev)) => ev,
             Ok(Err(stream::Error::State(e))) => {
-                if let Some(tag) = conn.auth_tag.take() {
-                    // AUTHENTICATE's data did not parse (not base64): that ends it.
-                    let text = "not a base64 SASL PLAIN message".to_string();
-                    let _ = server.authenticate_finish(status(Kind::Bad, Some(tag), None, text));
-                } else if !matches!(e, imap_next::server::Error::LiteralTooLong { .. }) {
-                    // (imap-next has answered a literal it refused itself.)
-                    server.enqueue_status(malformed(&e));
+                if let Next::Stop = conn.refused(&mut wire, &e).await {
+                    return;
                 }
                 continue;
             }
             Ok(Err(_)) => return,
         };
-        match conn.event(&mut server, ev).await {
+        match conn.event(&mut wire, ev).await {
             Next::Go => {}
             Next::CloseAfter(h) => conn.closing = Some(h),
             Next::Stop => return,
+            Next::StartTls(h) => {
+                let Some(acceptor) = &starttls else { return };
+                let Some(s) = upgrade(stream, &mut wire, h, acceptor, peer).await else {
+                    return;
+                };
+                stream = s;
+                // A new server: whatever the client sent after STARTTLS in plain text
+                // (held in the old one's buffer) is dropped unread, and no greeting.
+                wire = Wire::new(Server::new(options(), greeting_placeholder()), false);
+                if let Some(s) = &mut conn.session {
+                    s.security.tls = true;
+                }
+            }
         }
     }
+}
+
+/// A greeting for a server that sends none (after STARTTLS; see [`Wire::new`]).
+fn greeting_placeholder() -> Greeting<'static> {
+    #[allow(clippy::unwrap_used)] // A fixed, valid text.
+    Greeting::ok(None, "TLS").unwrap()
+}
+
+/// Sends STARTTLS's OK (response `ok`) and starts TLS on the connection: every other
+/// command the client sent meanwhile, in plain text, is dropped unanswered (RFC 3501
+/// 6.2.1, CVE-2011-0411's command injection). `None`: the connection ends.
+async fn upgrade(
+    mut stream: Stream,
+    wire: &mut Wire,
+    ok: imap_next::server::ResponseHandle,
+    acceptor: &tokio_rustls::TlsAcceptor,
+    peer: SocketAddr,
+) -> Option<Stream> {
+    let sent = async {
+        loop {
+            match stream.next(&mut *wire).await {
+                Ok(Event::ResponseSent { handle, .. }) if handle == ok => return true,
+                Ok(_) | Err(stream::Error::State(_)) => {}
+                Err(_) => return false,
+            }
+        }
+    };
+    if !tokio::time::timeout(crate::tls::HANDSHAKE_TIME, sent)
+        .await
+        .unwrap_or(false)
+    {
+        return None;
+    }
+    handshake(acceptor, tokio::net::TcpStream::from(stream), peer).await
+}
+
+/// Sends `* BYE` if the client still reads (for 5 seconds at most).
+async fn autologout(stream: &mut Stream, wire: &mut Wire) {
+    let bye = wire.server.enqueue_status(session::bye());
+    let flush = async {
+        while let Ok(ev) = stream.next(&mut *wire).await {
+            if matches!(ev, Event::ResponseSent { handle, .. } if handle == bye) {
+                break;
+            }
+        }
+    };
+    let _ = tokio::time::timeout(Duration::from_secs(5), flush).await;
 }
 
 /// The `BAD` for a command that did not parse: tagged when its tag can be read.
@@ -152,7 +261,31 @@ fn malformed(e: &imap_next::server::Error) -> Status<'static> {
         E::LiteralTooLong { discarded_bytes } => (discarded_bytes, "literal too long"),
         E::CommandTooLong { discarded_bytes } => (discarded_bytes, "command too long"),
     };
-    let b = bytes.declassify();
+    bad_command(bytes.declassify(), text)
+}
+
+/// The plain SEARCH (parsed by imap-codec) and the RETURN options of a command
+/// [`esearch::split`] split; `Err`: the `BAD` it gets.
+fn esearch_command(
+    split: esearch::Split,
+) -> Result<
+    (
+        imap_codec::imap_types::command::Command<'static>,
+        esearch::Return,
+    ),
+    Status<'static>,
+> {
+    use imap_codec::decode::Decoder;
+    let (r, plain) = split
+        .map_err(|(tag, text)| status(Kind::Bad, Tag::try_from(tag).ok(), None, text.into()))?;
+    match imap_codec::CommandCodec::default().decode(&plain) {
+        Ok(([], cmd)) => Ok((bounded_static::IntoBoundedStatic::into_static(cmd), r)),
+        _ => Err(bad_command(&plain, "that command does not parse")),
+    }
+}
+
+/// A `BAD` of `text` for the command `b`, tagged when its tag can be read.
+fn bad_command(b: &[u8], text: &str) -> Status<'static> {
     let first = b.split(|&c| c == b' ').next().unwrap_or_default();
     let tag = std::str::from_utf8(first)
         .ok()
@@ -170,7 +303,8 @@ struct Conn {
 }
 
 impl Conn {
-    async fn event(&mut self, server: &mut Server, ev: Event) -> Next {
+    async fn event(&mut self, wire: &mut Wire, ev: Event) -> Next {
+        let server = &mut wire.server;
         match ev {
             Event::GreetingSent { .. } => Next::Go,
             Event::ResponseSent { handle, .. } => match self.closing == Some(handle) {
@@ -178,41 +312,19 @@ impl Conn {
                 false => Next::Go,
             },
             Event::CommandReceived { command } => {
+                if matches!(command.body, CommandBody::StartTLS) && self.starttls_now() {
+                    let text = "begin TLS negotiation now".to_string();
+                    let ok = status(Kind::Ok, Some(command.tag), None, text);
+                    return Next::StartTls(server.enqueue_status(ok));
+                }
                 let Some(a) = self.run(move |s| s.handle(command)).await else {
                     return Next::Stop;
                 };
-                send(server, a).await
+                send(wire, a).await
             }
             Event::CommandAuthenticateReceived {
                 command_authenticate: c,
-            } => {
-                let logged_in = self.session.as_ref().is_some_and(Session::logged_in);
-                if logged_in || c.mechanism != AuthMechanism::Plain {
-                    let text = match logged_in {
-                        true => "already logged in",
-                        false => "only AUTHENTICATE PLAIN is offered",
-                    };
-                    let _ = server.authenticate_finish(status(
-                        Kind::No,
-                        Some(c.tag),
-                        None,
-                        text.into(),
-                    ));
-                    return Next::Go;
-                }
-                match c.initial_response {
-                    Some(r) => {
-                        let msg = zeroize::Zeroizing::new(r.declassify().to_vec());
-                        self.authenticate(server, c.tag, &msg).await
-                    }
-                    None => {
-                        self.auth_tag = Some(c.tag);
-                        let _ = server
-                            .authenticate_continue(CommandContinuationRequest::base64(Vec::new()));
-                        Next::Go
-                    }
-                }
-            }
+            } => self.authenticate_start(server, c).await,
             Event::AuthenticateDataReceived { authenticate_data } => {
                 let Some(tag) = self.auth_tag.take() else {
                     return Next::Go;
@@ -252,6 +364,83 @@ impl Conn {
                 if let Some(tag) = self.idle_tag.take() {
                     server.enqueue_status(status(Kind::Ok, Some(tag), None, "IDLE done".into()));
                 }
+                Next::Go
+            }
+        }
+    }
+
+    /// Whether a STARTTLS now upgrades the connection (offered, not over TLS yet, not
+    /// logged in).
+    fn starttls_now(&self) -> bool {
+        (self.session.as_ref()).is_some_and(|s| s.security.starttls_now() && !s.logged_in())
+    }
+
+    /// Answers a command that did not parse: a SEARCH with RETURN options (ESEARCH,
+    /// which imap-codec does not parse) is answered; AUTHENTICATE's data that does not
+    /// parse (not base64) ends it; imap-next has answered a literal it refused itself.
+    async fn refused(&mut self, wire: &mut Wire, e: &imap_next::server::Error) -> Next {
+        if let Some(tag) = self.auth_tag.take() {
+            let text = "not a base64 SASL PLAIN message".to_string();
+            let _ = (wire.server).authenticate_finish(status(Kind::Bad, Some(tag), None, text));
+            return Next::Go;
+        }
+        if let imap_next::server::Error::MalformedMessage { discarded_bytes } = e {
+            if let Some(split) = esearch::split(discarded_bytes.declassify()) {
+                return self.esearch(wire, split).await;
+            }
+        }
+        if !matches!(e, imap_next::server::Error::LiteralTooLong { .. }) {
+            wire.server.enqueue_status(malformed(e));
+        }
+        Next::Go
+    }
+
+    /// Answers a SEARCH with RETURN options, [`esearch::split`].
+    async fn esearch(&mut self, wire: &mut Wire, split: esearch::Split) -> Next {
+        let (cmd, r) = match esearch_command(split) {
+            Ok(x) => x,
+            Err(bad) => {
+                wire.server.enqueue_status(bad);
+                return Next::Go;
+            }
+        };
+        let Some(a) = self.run(move |s| s.esearch(cmd, r)).await else {
+            return Next::Stop;
+        };
+        send(wire, a).await
+    }
+
+    /// The start of an AUTHENTICATE: refused, finished with its initial response, or
+    /// waiting for the client's data.
+    async fn authenticate_start(
+        &mut self,
+        server: &mut Server,
+        c: imap_next::types::CommandAuthenticate,
+    ) -> Next {
+        let (logged_in, allowed) = (self.session.as_ref()).map_or((false, false), |s| {
+            (s.logged_in(), s.security.login_allowed())
+        });
+        if !allowed {
+            let _ = server.authenticate_finish(session::login_needs_tls(c.tag));
+            return Next::Go;
+        }
+        if logged_in || c.mechanism != AuthMechanism::Plain {
+            let text = match logged_in {
+                true => "already logged in",
+                false => "only AUTHENTICATE PLAIN is offered",
+            };
+            let _ = server.authenticate_finish(status(Kind::No, Some(c.tag), None, text.into()));
+            return Next::Go;
+        }
+        match c.initial_response {
+            Some(r) => {
+                let msg = zeroize::Zeroizing::new(r.declassify().to_vec());
+                self.authenticate(server, c.tag, &msg).await
+            }
+            None => {
+                self.auth_tag = Some(c.tag);
+                let _ =
+                    server.authenticate_continue(CommandContinuationRequest::base64(Vec::new()));
                 Next::Go
             }
         }
@@ -303,17 +492,23 @@ impl Conn {
 }
 
 /// Sends an answer (a failed login's after [`login::FAIL_DELAY`]).
-async fn send(server: &mut Server, a: Answer) -> Next {
+async fn send(wire: &mut Wire, a: Answer) -> Next {
     if a.failed_login {
         tokio::time::sleep(login::FAIL_DELAY).await;
     }
+    enqueue(wire, a)
+}
+
+/// Queues an answer.
+fn enqueue(wire: &mut Wire, a: Answer) -> Next {
     for o in a.untagged {
         match o {
-            Out::Data(d) => server.enqueue_data(d),
-            Out::Status(s) => server.enqueue_status(s),
+            Out::Data(d) => drop(wire.server.enqueue_data(d)),
+            Out::Status(s) => drop(wire.server.enqueue_status(s)),
+            Out::Raw(line) => wire.enqueue_raw(line),
         };
     }
-    let h = server.enqueue_status(a.done);
+    let h = wire.server.enqueue_status(a.done);
     match a.logout {
         true => Next::CloseAfter(h),
         false => Next::Go,

@@ -1,22 +1,96 @@
 //! SEARCH over an opened folder. Flags, sizes, sets and internal dates come from the
 //! snapshot's entries; the sent dates from the Date header the entry keeps; header and
-//! text keys read the message and match its raw bytes, case-insensitively for ASCII
-//! (encoded words and transfer encodings are not decoded yet, and the search index is not
-//! used yet).
+//! text keys read the message and match what a reader sees ([`Decoded`]): header fields
+//! with their encoded words decoded (RFC 2047, by mail-parser), the body as the search
+//! index reads it (`mailvault_core::search::extract`: quoted-printable and base64
+//! undone, charsets converted, HTML reduced to its text), case-insensitively (Unicode
+//! lower case) as RFC 3501 asks. The search index itself is not used yet.
 
 use super::fetch::{header_end, in_set, Refusal};
 use super::view::Message;
 use imap_codec::imap_types::datetime::NaiveDate;
 use imap_codec::imap_types::search::SearchKey;
+use std::cell::OnceCell;
 
 /// Where a message is in its folder (its index, the messages in the folder, the folder's
-/// last UID) and its bytes when the keys need them ([`needs_bytes`]).
+/// last UID) and its text when the keys need it ([`needs_bytes`]).
 #[derive(Clone, Copy)]
 pub struct At<'r> {
     pub i: usize,
     pub n: u32,
     pub last_uid: u32,
-    pub raw: Option<&'r [u8]>,
+    pub text: Option<&'r Decoded<'r>>,
+}
+
+/// A message's text as SEARCH matches it, each side decoded the first time a key asks.
+pub struct Decoded<'r> {
+    raw: &'r [u8],
+    /// The header's fields: each name, and its value decoded, in lower case.
+    fields: OnceCell<Vec<(String, String)>>,
+    /// The body's text (the search index's), in lower case.
+    body: OnceCell<String>,
+}
+
+impl<'r> Decoded<'r> {
+    pub fn new(raw: &'r [u8]) -> Decoded<'r> {
+        Decoded {
+            raw,
+            fields: OnceCell::new(),
+            body: OnceCell::new(),
+        }
+    }
+
+    fn fields(&self) -> &[(String, String)] {
+        self.fields
+            .get_or_init(|| header_fields(&self.raw[..header_end(self.raw)]))
+    }
+
+    fn body(&self) -> &str {
+        self.body.get_or_init(|| {
+            let doc = mailvault_core::search::extract::extract(self.raw);
+            doc.body.to_lowercase()
+        })
+    }
+
+    /// Whether a field `name` holds `needle` (lower case; empty: the field is there).
+    fn field_has(&self, name: &str, needle: &str) -> bool {
+        (self.fields().iter()).any(|(n, v)| n.eq_ignore_ascii_case(name) && v.contains(needle))
+    }
+
+    /// Whether a field (`name: value`) or the body holds `needle` (lower case).
+    fn text_has(&self, needle: &str) -> bool {
+        let field =
+            |(n, v): &(String, String)| format!("{}: {v}", n.to_lowercase()).contains(needle);
+        self.fields().iter().any(field) || self.body().contains(needle)
+    }
+}
+
+/// Every field of `header`: its name, and its value unfolded with encoded words decoded
+/// (mail-parser's unstructured text, for every field), in lower case.
+fn header_fields(header: &[u8]) -> Vec<(String, String)> {
+    use mail_parser::{HeaderName, HeaderValue, MessageParser};
+    // A map that is not empty makes every other field go through the default parser.
+    let parser = MessageParser::new()
+        .header_text(HeaderName::Subject)
+        .default_header_text();
+    let Some(msg) = parser.parse_headers(header) else {
+        return Vec::new();
+    };
+    (msg.headers().iter())
+        .map(|h| {
+            let value = match &h.value {
+                HeaderValue::Text(t) => t.to_lowercase(),
+                HeaderValue::TextList(l) => l.join(" ").to_lowercase(),
+                _ => String::new(),
+            };
+            (h.name.as_str().to_string(), value)
+        })
+        .collect()
+}
+
+/// A search string as text, in lower case (bytes that are not UTF-8 replaced).
+fn needle(v: &[u8]) -> String {
+    String::from_utf8_lossy(v).to_lowercase()
 }
 
 /// Whether any of `keys` needs the messages' bytes.
@@ -52,8 +126,9 @@ pub fn matches(m: &Message, at: At<'_>, key: &SearchKey<'_>) -> Result<bool, Ref
     let has = |f: &str| m.flags.iter().any(|x| x.eq_ignore_ascii_case(f));
     let secs = m.entry.mtime.secs;
     let sent = m.entry.date;
-    let raw = at.raw.unwrap_or_default();
-    let field = |name: &[u8], value: &[u8]| header_has(&raw[..header_end(raw)], name, value);
+    let empty = Decoded::new(b"");
+    let text = at.text.unwrap_or(&empty);
+    let field = |name: &[u8], v: &[u8]| text.field_has(&String::from_utf8_lossy(name), &needle(v));
     Ok(match key {
         SearchKey::All => true,
         SearchKey::And(keys) => {
@@ -96,8 +171,8 @@ pub fn matches(m: &Message, at: At<'_>, key: &SearchKey<'_>) -> Result<bool, Ref
         SearchKey::Bcc(v) => field(b"Bcc", v.as_ref()),
         SearchKey::Subject(v) => field(b"Subject", v.as_ref()),
         SearchKey::Header(name, v) => field(name.as_ref(), v.as_ref()),
-        SearchKey::Body(v) => contains(&raw[header_end(raw)..], v.as_ref()),
-        SearchKey::Text(v) => contains(raw, v.as_ref()),
+        SearchKey::Body(v) => text.body().contains(&needle(v.as_ref())),
+        SearchKey::Text(v) => text.text_has(&needle(v.as_ref())),
         // Keys of extensions imap-codec parses only when built with them (WITHIN,
         // CONDSTORE): none is here now, but a build that enables them must still answer.
         #[allow(unreachable_patterns)]
@@ -111,61 +186,29 @@ pub fn matches(m: &Message, at: At<'_>, key: &SearchKey<'_>) -> Result<bool, Ref
     })
 }
 
-/// Whether `hay` holds `needle`, ASCII letters in any case (an empty needle: always).
-fn contains(hay: &[u8], needle: &[u8]) -> bool {
-    needle.is_empty()
-        || hay
-            .windows(needle.len())
-            .any(|w| w.eq_ignore_ascii_case(needle))
-}
-
-/// Whether a field `name` of `header` holds `value` (unfolded; an empty value: the field
-/// is there).
-fn header_has(header: &[u8], name: &[u8], value: &[u8]) -> bool {
-    let mut current: Option<Vec<u8>> = None;
-    let mut found = false;
-    let mut check = |v: &Option<Vec<u8>>| {
-        if let Some(v) = v {
-            found |= contains(v, value);
-        }
-    };
-    for line in header.split_inclusive(|&b| b == b'\n') {
-        let body: Vec<u8> = line
-            .iter()
-            .copied()
-            .filter(|&b| b != b'\r' && b != b'\n')
-            .collect();
-        if matches!(line.first(), Some(b' ' | b'\t')) {
-            if let Some(v) = &mut current {
-                v.extend_from_slice(&body);
-            }
-            continue;
-        }
-        check(&current);
-        current = None;
-        if let Some(colon) = body.iter().position(|&b| b == b':') {
-            if body[..colon].trim_ascii_end().eq_ignore_ascii_case(name) {
-                current = Some(body[colon + 1..].to_vec());
-            }
-        }
-    }
-    check(&current);
-    found
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
-    fn header_and_text_matching() {
-        let h = b"From: Bob <bob@example.org>\r\nSubject: Quarterly\r\n  Report\r\nX-A: 1\r\n\r\n";
-        assert!(header_has(h, b"from", b"BOB@"));
-        assert!(header_has(h, b"Subject", b"quarterly  report"));
-        assert!(header_has(h, b"X-A", b""));
-        assert!(!header_has(h, b"X-B", b""));
-        assert!(!header_has(h, b"Subject", b"bob"));
-        assert!(contains(b"Hello World", b"o w"));
-        assert!(!contains(b"Hello", b"hello!"));
+    fn header_and_text_keys_match_decoded_text_in_any_case() {
+        let m = b"From: =?utf-8?q?J=C3=B6rg?= <bob@example.org>\r\n\
+Subject: =?iso-8859-1?b?U2No9m5lcw==?= Quarterly\r\n  Report\r\nX-A: 1\r\n\
+Content-Type: text/plain; charset=utf-8\r\nContent-Transfer-Encoding: base64\r\n\r\n\
+w5xiZXJyYXNjaHVuZyBpbiBCYXNlNjQ=\r\n";
+        let d = Decoded::new(m);
+        assert!(d.field_has("from", &needle("JÖRG".as_bytes())));
+        assert!(d.field_has("FROM", "bob@"));
+        assert!(d.field_has("Subject", &needle("SCHÖNES".as_bytes())));
+        assert!(d.field_has("Subject", "quarterly"));
+        assert!(d.field_has("X-A", ""));
+        assert!(!d.field_has("X-B", ""));
+        assert!(!d.field_has("Subject", "bob"));
+        assert!(!d.field_has("Subject", "u2no"), "not the encoded form");
+        assert!(d.body().contains(&needle("ÜBERRASCHUNG".as_bytes())));
+        assert!(!d.body().contains("w5xi"), "not the base64");
+        assert!(d.text_has("überraschung") && d.text_has("schönes"));
+        assert!(d.text_has("x-a: 1"));
+        assert!(!d.text_has("nowhere"));
     }
 }

@@ -7,12 +7,13 @@ use super::login::{self, Login};
 use super::view::{Folder, View, ViewBox, DELIMITER};
 use crate::state::AppState;
 use imap_codec::imap_types::command::{Command, CommandBody};
-use imap_codec::imap_types::core::{IString, NString, QuotedChar, Tag, Vec1};
+use imap_codec::imap_types::core::{Charset, IString, NString, QuotedChar, Tag, Vec1};
 use imap_codec::imap_types::extensions::namespace::Namespace;
 use imap_codec::imap_types::fetch::{MacroOrMessageDataItemNames, MessageDataItemName};
 use imap_codec::imap_types::flag::{Flag, FlagNameAttribute, FlagPerm};
 use imap_codec::imap_types::mailbox::{ListMailbox, Mailbox};
 use imap_codec::imap_types::response::{Capability, Code, Data, Status};
+use imap_codec::imap_types::search::SearchKey;
 use imap_codec::imap_types::status::{StatusDataItem, StatusDataItemName};
 use mailvault_imap::proto::mutf7;
 use std::net::IpAddr;
@@ -22,6 +23,8 @@ use std::sync::Arc;
 pub enum Out {
     Data(Data<'static>),
     Status(Status<'static>),
+    /// A whole response line imap-codec has no type for (`* ESEARCH`).
+    Raw(Vec<u8>),
 }
 
 /// What a command got: untagged answers, then the tagged one.
@@ -68,13 +71,43 @@ pub enum Kind {
     Bad,
 }
 
-/// The capabilities announced.
-pub fn capabilities() -> Vec1<Capability<'static>> {
+/// How a connection is protected: what it announces and whether it takes logins.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Security {
+    /// The connection is over TLS (`--imaps`, or after STARTTLS).
+    pub tls: bool,
+    /// STARTTLS is offered (the plain listener, with a certificate).
+    pub starttls: bool,
+    /// Logins are taken in plain text (a loopback listener, or `--insecure-listen`).
+    pub plain_login: bool,
+}
+
+impl Security {
+    /// Whether LOGIN and AUTHENTICATE are taken now (else `LOGINDISABLED`).
+    pub fn login_allowed(self) -> bool {
+        self.tls || self.plain_login
+    }
+
+    /// Whether STARTTLS is taken now.
+    pub fn starttls_now(self) -> bool {
+        self.starttls && !self.tls
+    }
+}
+
+/// The capabilities announced on a connection protected as `sec` is: STARTTLS before
+/// TLS when offered, and LOGINDISABLED instead of AUTH=PLAIN while logins are not
+/// taken (RFC 3501 6.2.3, 7.2.1).
+pub fn capabilities(sec: Security) -> Vec1<Capability<'static>> {
     use imap_codec::imap_types::auth::AuthMechanism;
-    Vec1::unvalidated(vec![
-        Capability::Imap4Rev1,
-        Capability::Auth(AuthMechanism::Plain),
-        Capability::SaslIr,
+    let mut caps = vec![Capability::Imap4Rev1];
+    if sec.starttls_now() {
+        caps.push(Capability::StartTls);
+    }
+    match sec.login_allowed() {
+        true => caps.extend([Capability::Auth(AuthMechanism::Plain), Capability::SaslIr]),
+        false => caps.push(Capability::LoginDisabled),
+    }
+    caps.extend([
         Capability::Id,
         Capability::Namespace,
         Capability::Unselect,
@@ -83,7 +116,20 @@ pub fn capabilities() -> Vec1<Capability<'static>> {
         // RFC 6154 and RFC 3348: LIST gives special-use and \HasChildren attributes.
         other_capability("SPECIAL-USE"),
         other_capability("CHILDREN"),
-    ])
+        // RFC 4731: SEARCH RETURN (MIN MAX COUNT ALL), answered by `* ESEARCH`.
+        other_capability("ESEARCH"),
+    ]);
+    Vec1::unvalidated(caps)
+}
+
+/// The answer to a login tried before TLS where logins need it (RFC 5530's
+/// PRIVACYREQUIRED).
+pub fn login_needs_tls(tag: Tag<'static>) -> Status<'static> {
+    let code = Code::Other(imap_codec::imap_types::response::CodeOther::unvalidated(
+        &b"PRIVACYREQUIRED"[..],
+    ));
+    let text = "log in after STARTTLS: this connection is not encrypted";
+    status(Kind::No, Some(tag), Some(code), text.into())
 }
 
 fn other_capability(name: &'static str) -> Capability<'static> {
@@ -101,6 +147,8 @@ struct Selected {
 pub struct Session {
     st: AppState,
     ip: IpAddr,
+    /// How the connection is protected (changes once, at STARTTLS).
+    pub security: Security,
     view: Option<View>,
     /// The repository the view was built on: rebuilt when it is opened again.
     /// Weak: a session must not keep the repository open (and its read lock held) while
@@ -118,10 +166,11 @@ const READ_ONLY: &str = "the IMAP view of the backups is read-only: nothing can 
     appended, expunged, copied, moved, created, deleted, renamed or subscribed";
 
 impl Session {
-    pub fn new(st: AppState, ip: IpAddr) -> Session {
+    pub fn new(st: AppState, ip: IpAddr, security: Security) -> Session {
         Session {
             st,
             ip,
+            security,
             view: None,
             built_on: std::sync::Weak::new(),
             selected: None,
@@ -134,6 +183,9 @@ impl Session {
 
     /// Checks a login (LOGIN or AUTHENTICATE PLAIN); on success the account's view.
     pub fn login(&mut self, tag: Tag<'static>, user: &[u8], pass: &[u8]) -> Answer {
+        if !self.security.login_allowed() {
+            return answer(login_needs_tls(tag));
+        }
         match login::check(&self.st, self.ip, user, pass) {
             Login::Ok(view, live) => {
                 self.view = Some(view);
@@ -141,7 +193,7 @@ impl Session {
                 answer(status(
                     Kind::Ok,
                     Some(tag),
-                    Some(Code::Capability(capabilities())),
+                    Some(Code::Capability(capabilities(self.security))),
                     "logged in".into(),
                 ))
             }
@@ -162,7 +214,7 @@ impl Session {
         let ok = |t: &str| answer(status(Kind::Ok, Some(tag.clone()), None, t.into()));
         match cmd.body {
             CommandBody::Capability => with(
-                vec![Out::Data(Data::Capability(capabilities()))],
+                vec![Out::Data(Data::Capability(capabilities(self.security)))],
                 ok("CAPABILITY done"),
             ),
             CommandBody::Noop | CommandBody::Check => ok("done"),
@@ -181,6 +233,15 @@ impl Session {
                     vec![Out::Data(Data::Id { parameters: params })],
                     ok("ID done"),
                 )
+            }
+            // Taken by the connection when it is offered (see `mod.rs`); not here.
+            CommandBody::StartTLS => {
+                let text = match (self.security.starttls_now(), self.logged_in()) {
+                    (true, true) => "STARTTLS comes before logging in",
+                    (false, _) if self.security.tls => "this connection is over TLS already",
+                    _ => "STARTTLS is not offered here: give serve --tls-cert and --tls-key",
+                };
+                self.bad(tag, text)
             }
             CommandBody::Login { username, password } => {
                 if self.logged_in() {
@@ -256,7 +317,14 @@ impl Session {
                 uid,
                 ..
             } => self.fetch(tag, &sequence_set, macro_or_item_names, uid),
-            CommandBody::Search { criteria, uid, .. } => self.search(tag, &criteria, uid),
+            CommandBody::Search {
+                charset,
+                criteria,
+                uid,
+            } => match charset_refused(&tag, charset.as_ref()) {
+                Some(no) => no,
+                None => self.search(tag, &criteria, uid),
+            },
             _ => answer(status(
                 Kind::Bad,
                 Some(tag),
@@ -540,18 +608,67 @@ impl Session {
     fn search(
         &mut self,
         tag: Tag<'static>,
-        criteria: &Vec1<imap_codec::imap_types::search::SearchKey<'static>>,
+        criteria: &Vec1<SearchKey<'static>>,
         uid: bool,
     ) -> Answer {
-        let Some(sel) = &self.selected else {
+        if self.selected.is_none() {
             return self.bad(tag, "no mailbox selected");
+        }
+        match self.search_hits(criteria, uid) {
+            Ok(hits) => {
+                let d = Data::Search(hits.into_iter().map(fetch::nonzero).collect());
+                with(vec![Out::Data(d)], ok_text(tag, "SEARCH done"))
+            }
+            Err(e) => self.no(tag, e),
+        }
+    }
+
+    /// The answer to a `[UID] SEARCH RETURN (...)` (RFC 4731): `cmd` is the command
+    /// without its RETURN options `r` (see [`super::esearch::split`]).
+    pub fn esearch(&mut self, cmd: Command<'static>, r: super::esearch::Return) -> Answer {
+        let tag = cmd.tag;
+        let CommandBody::Search {
+            charset,
+            criteria,
+            uid,
+        } = cmd.body
+        else {
+            return self.bad(tag, "not a SEARCH");
+        };
+        if let Some(no) = charset_refused(&tag, charset.as_ref()) {
+            return no;
+        }
+        if !self.logged_in() {
+            return self.bad(tag, "log in first (LOGIN or AUTHENTICATE PLAIN)");
+        }
+        if self.selected.is_none() {
+            return self.bad(tag, "no mailbox selected");
+        }
+        match self.search_hits(&criteria, uid) {
+            Ok(hits) => {
+                let line = super::esearch::line(tag.inner(), uid, r, &hits);
+                with(vec![Out::Raw(line)], ok_text(tag, "SEARCH done"))
+            }
+            Err(e) => self.no(tag, e),
+        }
+    }
+
+    /// The sequence numbers (UIDs when `uid`) of the selected mailbox's messages that
+    /// match every key of `criteria`, in order; `Err`: the refusal's text.
+    fn search_hits(
+        &mut self,
+        criteria: &Vec1<SearchKey<'static>>,
+        uid: bool,
+    ) -> Result<Vec<u32>, String> {
+        let Some(sel) = &self.selected else {
+            return Err("no mailbox selected".into());
         };
         let f = sel.folder.clone();
         let n = f.messages.len() as u32;
         let live = match super::search::needs_bytes(criteria.as_ref()) {
             true => match self.st.live() {
                 Ok(l) => Some(l),
-                Err(e) => return self.no(tag, format!("cannot read the repository: {e}")),
+                Err(e) => return Err(format!("cannot read the repository: {e}")),
             },
             false => None,
         };
@@ -560,33 +677,51 @@ impl Session {
             let raw = match &live {
                 Some(l) => match crate::read::entry_bytes(l.repo(), &m.entry) {
                     Ok(r) => Some(r),
-                    Err(e) => return self.no(tag, format!("cannot read message {}: {e}", i + 1)),
+                    Err(e) => return Err(format!("cannot read message {}: {e}", i + 1)),
                 },
                 None => None,
             };
+            let text = raw.as_deref().map(super::search::Decoded::new);
             let at = super::search::At {
                 i,
                 n,
                 last_uid: f.last_uid(),
-                raw: raw.as_deref(),
+                text: text.as_ref(),
             };
             for k in criteria.as_ref() {
-                match super::search::matches(m, at, k) {
-                    Ok(true) => {}
-                    Ok(false) => continue 'msgs,
-                    Err(e) => return self.no(tag, e),
+                if !super::search::matches(m, at, k)? {
+                    continue 'msgs;
                 }
             }
             hits.push(match uid {
-                true => fetch::nonzero(m.uid),
-                false => fetch::seq_of(i),
+                true => m.uid,
+                false => i as u32 + 1,
             });
         }
-        with(
-            vec![Out::Data(Data::Search(hits))],
-            ok_text(tag, "SEARCH done"),
-        )
+        Ok(hits)
     }
+}
+
+/// `NO [BADCHARSET (UTF-8 US-ASCII)]` for a SEARCH whose charset is another: search
+/// strings are read as UTF-8 (US-ASCII is a part of it), the default when none is given.
+fn charset_refused(tag: &Tag<'static>, charset: Option<&Charset<'_>>) -> Option<Answer> {
+    let name = charset?.as_ref().to_ascii_uppercase();
+    if ["UTF-8", "US-ASCII", "UTF8"].contains(&name.as_str()) {
+        return None;
+    }
+    let allowed = ["UTF-8", "US-ASCII"]
+        .into_iter()
+        .filter_map(|c| Charset::try_from(c).ok());
+    let code = Code::BadCharset {
+        allowed: allowed.collect(),
+    };
+    let text = "search strings are taken in UTF-8 (or US-ASCII)".to_string();
+    Some(answer(status(
+        Kind::No,
+        Some(tag.clone()),
+        Some(code),
+        text,
+    )))
 }
 
 fn answer(done: Status<'static>) -> Answer {
@@ -664,6 +799,45 @@ fn wire_mailbox(name: &str) -> Mailbox<'static> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn starttls_and_logindisabled_are_announced_as_the_connection_is_protected() {
+        let names = |tls, starttls, plain_login| -> Vec<String> {
+            let sec = Security {
+                tls,
+                starttls,
+                plain_login,
+            };
+            (capabilities(sec).as_ref().iter())
+                .map(|c| c.to_string())
+                .collect()
+        };
+        let has = |v: &[String], c: &str| v.iter().any(|x| x == c);
+        // A public address with a certificate, before TLS: no login offered.
+        let before = names(false, true, false);
+        assert!(has(&before, "STARTTLS") && has(&before, "LOGINDISABLED"));
+        assert!(!has(&before, "AUTH=PLAIN"), "{before:?}");
+        // After STARTTLS, and on IMAPS.
+        let after = names(true, true, false);
+        assert!(has(&after, "AUTH=PLAIN") && has(&after, "ESEARCH"));
+        assert!(!has(&after, "STARTTLS") && !has(&after, "LOGINDISABLED"));
+        assert_eq!(names(true, false, false), after);
+        // Loopback with a certificate: both; without one: plain logins alone.
+        let local = names(false, true, true);
+        assert!(has(&local, "STARTTLS") && has(&local, "AUTH=PLAIN"));
+        let plain = names(false, false, true);
+        assert!(!has(&plain, "STARTTLS") && has(&plain, "AUTH=PLAIN"));
+    }
+
+    #[test]
+    fn search_strings_are_taken_in_utf8_or_us_ascii_only() {
+        let tag = Tag::try_from("t").unwrap();
+        let refused = |c: &str| charset_refused(&tag, Some(&Charset::try_from(c).unwrap()));
+        assert!(charset_refused(&tag, None).is_none());
+        assert!(refused("utf-8").is_none() && refused("US-ASCII").is_none());
+        let no = refused("ISO-8859-1").expect("refused");
+        assert!(matches!(no.done.code(), Some(Code::BadCharset { allowed }) if allowed.len() == 2));
+    }
 
     #[test]
     fn names_go_out_in_modified_utf7_without_control_characters() {
