@@ -41,9 +41,10 @@ impl Harness {
             recheck: Duration::from_secs(86_400),
             idle_close: Duration::from_secs(86_400),
         };
-        let token = (AdminToken::new(TOKEN), None);
+        let token = (AdminToken::new(TOKEN), None, Default::default());
         let (page, stale) = (50, Duration::from_secs(86_400));
-        let st = AppState::new(live, fresh, token, (page, stale), cache.into(), true);
+        let tls = (true, Vec::new());
+        let st = AppState::new(live, fresh, token, (page, stale), cache.into(), tls);
         let user = format!("{account}*admin").into_bytes();
         Ok(Harness { st, user })
     }
