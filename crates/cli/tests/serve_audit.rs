@@ -229,3 +229,56 @@ fn behind_a_trusted_proxy_the_forwarded_client_is_limited_and_recorded() {
     }
     assert_eq!(fail(&s, "203.0.113.99"), StatusCode::TOO_MANY_REQUESTS);
 }
+
+/// The IMAP view's logins and opened mailboxes are in the audit log too.
+#[test]
+fn the_imap_views_logins_and_opened_mailboxes_are_recorded() {
+    let e = Env::new();
+    let mail = e.path("mail");
+    plant(&mail);
+    e.ok(&["init"]);
+    e.ok(&["backup", &format!("maildir:{}", mail.display())]);
+    token_file(&e, 0o600);
+    let s = start(&e, &["--imap", "127.0.0.1:0", "--audit-flush", "200ms"]);
+    let script = "import imaplib, sys\n\
+        port, user, token = int(sys.argv[1]), sys.argv[2], sys.argv[3]\n\
+        m = imaplib.IMAP4('127.0.0.1', port)\n\
+        try:\n    m.login(user, 'wrong-token-xyz')\nexcept imaplib.IMAP4.error:\n    pass\n\
+        m = imaplib.IMAP4('127.0.0.1', port)\n\
+        m.login(user, token)\n\
+        assert m.select('INBOX', readonly=True)[0] == 'OK'\n\
+        assert m.select('Nope', readonly=True)[0] == 'NO'\n\
+        m.logout()\n";
+    let out = std::process::Command::new("python3")
+        .args(["-c", script, &s.imap_port.to_string()])
+        .arg(format!("\"{ACCOUNT}*admin\""))
+        .arg(common::serve::TOKEN)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let admin = s.session();
+    let log = written_log(&s, &admin);
+    assert!(has(&log, "admin", "imap login failed", ACCOUNT), "{log:#?}");
+    assert!(
+        has(&log, "admin", "imap login", &format!("IMAP view {ACCOUNT}")),
+        "{log:#?}"
+    );
+    let opened: Vec<(&str, u64)> = (log.iter())
+        .filter(|e| e["action"] == "imap open")
+        .map(|e| (e["detail"].as_str().unwrap(), e["status"].as_u64().unwrap()))
+        .collect();
+    let inbox = format!("{ACCOUNT}: INBOX");
+    let none = format!("{ACCOUNT}: (no such mailbox)");
+    assert_eq!(
+        opened,
+        [(none.as_str(), 404), (inbox.as_str(), 200)],
+        "{log:#?}"
+    );
+    assert!(!serde_json::to_string(&log)
+        .unwrap()
+        .contains("wrong-token-xyz"));
+}

@@ -36,8 +36,24 @@ pub fn admin_account(user: &[u8]) -> Option<&str> {
 }
 
 /// Checks a login from `ip` (blocking: a mail user's password may be checked on the
-/// IMAP server).
+/// IMAP server), recorded in the audit log: who (`admin`, or the mail user; a failed
+/// one's name only when it is an address) and which account.
 pub fn check(st: &AppState, ip: IpAddr, user: &[u8], pass: &[u8]) -> Login {
+    let login = try_login(st, ip, user, pass);
+    let name = std::str::from_utf8(user).ok();
+    let (who, action, detail, status) = match (&login, admin_account(user)) {
+        (Login::Ok(v, _), Some(_)) => ("admin".into(), "imap login", &v.account[..], 200),
+        (Login::Ok(v, _), None) => (v.account.clone(), "imap login", &v.account[..], 200),
+        (Login::Failed(_), Some(a)) => ("admin".into(), "imap login failed", a, 401),
+        (Login::Failed(_), None) => (crate::audit::given_name(name), "imap login failed", "", 401),
+    };
+    let detail = format!("IMAP view {detail}");
+    st.0.audit
+        .record(&who, &ip.to_string(), action, detail.trim_end(), status);
+    login
+}
+
+fn try_login(st: &AppState, ip: IpAddr, user: &[u8], pass: &[u8]) -> Login {
     let now = Instant::now();
     {
         // Counted before the check (which may take a round trip), taken back when the

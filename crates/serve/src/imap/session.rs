@@ -155,6 +155,9 @@ pub struct Session {
     /// it idles; the server closes it when no request comes (see `state`).
     built_on: std::sync::Weak<crate::state::Live>,
     selected: Option<Selected>,
+    /// Logged in as an admin (`ACCOUNT*admin`), not as the mail user: what the audit log
+    /// names.
+    user_is_admin: bool,
 }
 
 /// The message bytes one FETCH answers at most (its answers are held in memory until
@@ -174,6 +177,7 @@ impl Session {
             view: None,
             built_on: std::sync::Weak::new(),
             selected: None,
+            user_is_admin: false,
         }
     }
 
@@ -189,6 +193,7 @@ impl Session {
         match login::check(&self.st, self.ip, user, pass) {
             Login::Ok(view, live) => {
                 self.view = Some(view);
+                self.user_is_admin = login::admin_account(user).is_some();
                 self.built_on = Arc::downgrade(&live);
                 answer(status(
                     Kind::Ok,
@@ -455,9 +460,29 @@ impl Session {
         Ok(Arc::new(f))
     }
 
+    /// Records in the audit log that the session opened (or tried to open) `mailbox`.
+    fn audit_open(&mut self, mailbox: &Mailbox<'_>, ok: bool) {
+        let name = match self.find(mailbox) {
+            Ok(b) => b.name,
+            Err(_) => "(no such mailbox)".into(),
+        };
+        let Some(v) = &self.view else {
+            return;
+        };
+        let who = match self.user_is_admin {
+            true => "admin",
+            false => &v.account,
+        };
+        let detail = format!("{}: {name}", v.account);
+        let status = if ok { 200 } else { 404 };
+        (self.st.0.audit).record(who, &self.ip.to_string(), "imap open", &detail, status);
+    }
+
     fn select(&mut self, tag: Tag<'static>, mailbox: &Mailbox<'_>, what: &str) -> Answer {
         self.selected = None;
-        let f = match self.open(mailbox) {
+        let opened = self.open(mailbox);
+        self.audit_open(mailbox, opened.is_ok());
+        let f = match opened {
             Ok(f) => f,
             Err(e) => return self.no(tag, e),
         };
