@@ -14,10 +14,13 @@ use common::imap_backup;
 use common::{
     imap_backup_opts, imap_restore_opts, init_repo, maildir_backup, maildir_restore, put_msg,
 };
-use mailvault_core::imap::names::parse_subscriptions;
+use mailvault_core::imap::acl::dovecot_acl_file;
+use mailvault_core::imap::names::{self, parse_subscriptions};
 use mailvault_core::imap::{Login, Password};
 use mailvault_core::ops::restore::imap as imap_restore;
+use mailvault_core::repo::tree::{AccountTree, RootTree};
 use mailvault_core::report::NoProgress;
+use mailvault_core::Repository;
 use mailvault_imap::maildir_flags::{maildir_to_imap, KeywordTable};
 use mailvault_imap::testing::{DovecotOptions, DovecotServer};
 use mailvault_imap::{from_crlf, FetchQuery, SeqSet, StoreMode};
@@ -128,6 +131,14 @@ fn rawlogs(dir: &Path) -> BTreeSet<PathBuf> {
 /// `before`, once each has logged out (the rawlog is written as the server reads; each
 /// line starts with the time it was read).
 fn commands_since(dir: &Path, before: &BTreeSet<PathBuf>) -> Vec<String> {
+    let sessions = reads_since(dir, before);
+    (sessions.into_iter().flatten()).map(|(_, c)| c).collect()
+}
+
+/// Per session logged in `dir` but not in `before` (once each has logged out), its
+/// commands (without their tags) with the time the server read each: commands read in
+/// one read, written by the client at once, have the same time.
+fn reads_since(dir: &Path, before: &BTreeSet<PathBuf>) -> Vec<Vec<(String, String)>> {
     let start = Instant::now();
     loop {
         let logs: Vec<String> = (rawlogs(dir).difference(before))
@@ -136,12 +147,14 @@ fn commands_since(dir: &Path, before: &BTreeSet<PathBuf>) -> Vec<String> {
         let ended = |l: &String| l.lines().last().is_some_and(|c| c.contains(" LOGOUT"));
         if logs.iter().all(ended) || start.elapsed() > Duration::from_secs(10) {
             assert!(!logs.is_empty(), "no rawlog in {}", dir.display());
-            return (logs.iter().flat_map(|l| l.lines()))
-                .filter_map(|c| {
-                    let time = |t: &str| t.bytes().all(|b| b.is_ascii_digit() || b == b'.');
-                    let c = (c.split_once(' ').filter(|(t, _)| time(t))).map_or(c, |(_, c)| c);
-                    c.split_once(' ').map(|(_, c)| c.to_string())
-                })
+            let time = |t: &str| t.bytes().all(|b| b.is_ascii_digit() || b == b'.');
+            let read = |c: &str| {
+                let (t, c) = (c.split_once(' ').filter(|(t, _)| time(t))).unwrap_or(("", c));
+                c.split_once(' ')
+                    .map(|(_, c)| (t.to_string(), c.to_string()))
+            };
+            return (logs.iter())
+                .map(|l| l.lines().filter_map(read).collect())
                 .collect();
         }
         std::thread::sleep(Duration::from_millis(50));
@@ -409,4 +422,113 @@ fn refused_messages_are_reported_and_the_run_goes_on() {
         r.failures
     );
     assert!(r.failures[0].error.contains("refused"), "{:?}", r.failures);
+}
+
+/// A Dovecot with ACLs (vfile) and mailbox METADATA (a file dictionary), as
+/// bench/imap_incremental.py runs it.
+const ACL_METADATA: &str = "mail_plugins = $mail_plugins acl\n\
+    mail_attribute_dict = file:%h/dovecot-attributes\n\
+    protocol imap {\n  mail_plugins = $mail_plugins imap_acl\n  imap_metadata = yes\n}\n\
+    plugin {\n  acl = vfile\n  acl_user = %u\n}\n";
+
+/// Issue 26: an IMAP backup asks every folder's ACL and METADATA for the whole account at
+/// once, pipelined (GETACL and GETMETADATA written together, each read in one of the
+/// server's reads, as its rawlog shows), not one round trip per folder; and keeps the same
+/// `dovecot-acl` and `mailvault-metadata` files as asking each folder alone gives, for
+/// folders in modified UTF-7, with quotes, with a space, nested.
+#[test]
+fn acls_and_metadata_are_asked_pipelined_and_kept_as_before() {
+    let (_rawlog, rawlog, mut server_opts) = rawlog_dir();
+    server_opts.extra_config.push_str(ACL_METADATA);
+    let Some(server) = DovecotServer::start_or_skip_with(&server_opts).expect("dovecot") else {
+        return;
+    };
+    let acc = "alice@example.org";
+    let mut folders = vec!["INBOX", "Entw\u{fc}rfe", "Tom & \"Jerry\"", "Archive"];
+    folders.extend(["Archive/2024 Q1", "F1", "F2", "F3", "F4", "F5", "F6", "F7"]);
+    let mut s = server.client().login(&server.master(acc)).unwrap();
+    for f in &folders[1..] {
+        s.create(f, None).unwrap();
+    }
+    let meta = |k: &str, v: &[u8]| vec![(k.to_string(), v.to_vec())];
+    s.set_acl("Archive", "bob@example.org", "lr").unwrap();
+    s.set_acl(folders[1], "carol@example.org", "lrswi").unwrap();
+    s.set_acl(folders[2], "dave@example.org", "lr").unwrap();
+    s.set_metadata("INBOX", &meta("/private/comment", b"inbox note"))
+        .unwrap();
+    (s.set_metadata(folders[2], &meta("/shared/comment", b"two\r\nlines"))).unwrap();
+    (s.set_metadata(folders[4], &meta("/private/vendor/x/y", b"q1"))).unwrap();
+    // What asking each folder alone gives, in the files the backup keeps.
+    let mut alone = BTreeMap::new();
+    for f in &folders {
+        let dir = String::from_utf8(names::maildir_dir(f)).unwrap();
+        let acl = dovecot_acl_file(&s.get_acl(f).unwrap(), acc).0;
+        let metadata = names::metadata_file(&s.get_metadata(f).unwrap()).0;
+        for (name, data) in [("dovecot-acl", acl), ("mailvault-metadata", metadata)] {
+            if let Some(d) = data {
+                alone.insert(format!("{dir}/{name}"), String::from_utf8(d).unwrap());
+            }
+        }
+    }
+    s.logout().unwrap();
+    assert_eq!(alone.len(), 6, "{alone:#?}");
+    assert!(alone[".Archive/dovecot-acl"].contains("user=bob@example.org lr"));
+
+    let dir = tempfile::tempdir().unwrap();
+    let mut repo = init_repo(&dir.path().join("repo"));
+    let opts = imap_backup_opts(&server, vec![acc.to_string()]);
+    // The snapshot's folder files (a Maildir restore does not write `mailvault-metadata`).
+    let kept = |repo: &mut Repository| {
+        let b = imap_backup(repo, &opts, &NoProgress).unwrap();
+        assert!(b.failures.is_empty(), "{:?}", b.failures);
+        let snap = repo.find_snapshot(&b.snapshot).unwrap();
+        let root: RootTree = repo.read_tree(&snap.root).unwrap();
+        let mut got = BTreeMap::new();
+        for acc in &root.accounts {
+            let tree: AccountTree = repo.read_tree(&acc.tree).unwrap();
+            for f in &tree.folders {
+                for file in &f.files {
+                    let name = String::from_utf8_lossy(&file.name);
+                    if name == "dovecot-acl" || name == "mailvault-metadata" {
+                        let data: Vec<u8> = (repo.file_content(file).unwrap().iter())
+                            .flat_map(|id| repo.read_blob(id).unwrap())
+                            .collect();
+                        let dir = String::from_utf8_lossy(&f.dir);
+                        got.insert(format!("{dir}/{name}"), String::from_utf8(data).unwrap());
+                    }
+                }
+            }
+        }
+        got
+    };
+    assert_eq!(kept(&mut repo), alone);
+
+    // Nothing changed: the same files again; each session's GETACLs and GETMETADATAs came
+    // in a few reads of the server, not one per folder.
+    let logged = rawlogs(&rawlog);
+    assert_eq!(kept(&mut repo), alone);
+    let sessions = reads_since(&rawlog, &logged);
+    let mut asked = 0;
+    for commands in sessions {
+        let ours =
+            |c: &&(String, String)| c.1.starts_with("GETACL ") || c.1.starts_with("GETMETADATA ");
+        let times: BTreeSet<&str> = commands
+            .iter()
+            .filter(ours)
+            .map(|(t, _)| t.as_str())
+            .collect();
+        let n = commands.iter().filter(ours).count();
+        assert!(
+            commands.iter().all(|(t, _)| !t.is_empty()),
+            "no read times: {commands:#?}"
+        );
+        asked += n;
+        // Two pipelined calls (ACLs, then METADATA): each one read, maybe split in two.
+        assert!(
+            n == 0 || times.len() <= 4,
+            "{n} commands in {} reads: {commands:#?}",
+            times.len()
+        );
+    }
+    assert_eq!(asked, 2 * folders.len());
 }

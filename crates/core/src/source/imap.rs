@@ -24,6 +24,8 @@
 //! as [`names::METADATA_FILE`], its quotas as INBOX's [`names::QUOTA_FILE`], and the
 //! account's sieve scripts (ManageSieve) as a home
 //! ([`Home::Files`]: `sieve/<name>.sieve`, the `.dovecot.sieve` link to the active one).
+//! The ACLs and METADATA of all an account's folders are asked with its listing,
+//! pipelined ([`ask_beside_mail`]): a few round trips per account, not two per folder.
 
 use super::RunOptions;
 use super::{
@@ -37,8 +39,8 @@ use crate::mail::maildir::safe_component;
 use crate::repo::tree::MessageEntry;
 use crate::{Error, Result};
 use mailvault_imap::{
-    from_crlf, Client, FetchQuery, FetchedMessage, MailboxStatus, SearchKey, SeqSet, Session,
-    SieveSession,
+    from_crlf, AclEntry, Client, FetchQuery, FetchedMessage, MailboxStatus, SearchKey, SeqSet,
+    Session, SieveSession,
 };
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
@@ -94,9 +96,19 @@ pub fn account_rel_path(account: &str) -> Vec<u8> {
 pub struct ImapSource<'o> {
     opts: &'o ImapBackupOptions,
     client: Client,
-    /// Each folder's STATUS as its account's listing gave it (LIST-STATUS), by (account,
-    /// folder), until the folder's backup takes it ([`ImapSource::listed_status`]).
-    listed: Mutex<HashMap<(String, String), MailboxStatus>>,
+    /// What each folder's account's listing gave of it, by (account, folder), until the
+    /// folder's backup takes it ([`ImapSource::listed`]).
+    listed: Mutex<HashMap<(String, String), Listed>>,
+}
+
+/// What an account's listing ([`Source::folders`]) gave of one of its folders: its STATUS
+/// (LIST-STATUS), and its ACL and METADATA, asked for all the account's folders at once
+/// (pipelined: a few round trips, not one per folder). `None`: not asked.
+#[derive(Default)]
+struct Listed {
+    status: Option<MailboxStatus>,
+    acl: Asked<Vec<AclEntry>>,
+    metadata: Asked<Metadata>,
 }
 
 impl<'o> ImapSource<'o> {
@@ -108,11 +120,11 @@ impl<'o> ImapSource<'o> {
         })
     }
 
-    /// The STATUS of `folder` the account's listing gave, taken out (a folder is backed
-    /// up once a run).
-    fn listed_status(&self, account: &str, folder: &str) -> Option<MailboxStatus> {
+    /// What the account's listing gave of `folder`, taken out (a folder is backed up once
+    /// a run).
+    fn listed(&self, account: &str, folder: &str) -> Listed {
         let mut listed = self.listed.lock().unwrap_or_else(|p| p.into_inner());
-        listed.remove(&(account.to_string(), folder.to_string()))
+        (listed.remove(&(account.to_string(), folder.to_string()))).unwrap_or_default()
     }
 }
 
@@ -189,13 +201,19 @@ impl Source for ImapSource<'_> {
         let folders = (own.iter())
             .map(|f| super::Folder::named(&f.name, Default::default()))
             .collect();
-        // Kept for `unmoved` (there: why a status of this moment serves).
+        let names: Vec<&str> = own.iter().map(|f| f.name.as_str()).collect();
+        let mut beside = ask_beside_mail(s, &names)?.into_iter();
+        // Kept for `unmoved` (there: why a status of this moment serves) and `beside_mail`.
         {
             let mut listed = self.listed.lock().unwrap_or_else(|p| p.into_inner());
             for f in own {
-                if let Some(st) = f.status {
-                    listed.insert((account.name.clone(), f.name), st);
-                }
+                let (acl, metadata) = beside.next().unwrap_or_default();
+                let l = Listed {
+                    status: f.status,
+                    acl,
+                    metadata,
+                };
+                listed.insert((account.name.clone(), f.name), l);
             }
         }
         let mut subscribed: Vec<String> = s.lsub()?.into_iter().map(|f| f.name).collect();
@@ -251,11 +269,12 @@ impl Source for ImapSource<'_> {
         out: &mut FolderWriter<'_>,
     ) -> Result<()> {
         let folder = f.name.as_str();
-        let listed = self.listed_status(&account.name, folder);
-        beside_mail(s, &account.name, folder, out)?;
+        let listed = self.listed(&account.name, folder);
+        beside_mail(s, &account.name, folder, (listed.acl, listed.metadata), out)?;
         let parent_raw = out.parent_state();
         let parent_state: Option<FolderState> =
             (parent_raw.as_deref()).and_then(|d| serde_json::from_slice(d).ok());
+        let listed = listed.status;
         if kept_unmoved(s, folder, listed, (parent_state.as_ref(), parent_raw), out)? {
             return Ok(());
         }
@@ -407,17 +426,54 @@ fn kept_unmoved(
     Ok(true)
 }
 
+/// What was asked of the server (`None`: not asked).
+type Asked<T> = Option<mailvault_imap::Result<T>>;
+/// A folder's METADATA entries and their values.
+type Metadata = Vec<(String, Vec<u8>)>;
+/// A folder's ACL and METADATA, as asked.
+type AskedBeside = (Asked<Vec<AclEntry>>, Asked<Metadata>);
+
+/// Every folder's ACL and METADATA (in the order of `folders`), where the server offers
+/// them: GETACL and GETMETADATA pipelined, a round trip for 64 folders
+/// ([`Session::get_acl_many`]), where one per folder would wait for each answer in turn.
+/// Asked with the account's listing, as its statuses are: a moment of the run as any
+/// other, before any of its folders is backed up. A folder refused (no right to read its
+/// ACL) has its error, kept by [`beside_mail`]; the outer error is the connection's.
+fn ask_beside_mail(s: &mut Session, folders: &[&str]) -> Result<Vec<AskedBeside>> {
+    let acl: Vec<_> = match s.has_acl() {
+        true => s.get_acl_many(folders)?.into_iter().map(Some).collect(),
+        false => folders.iter().map(|_| None).collect(),
+    };
+    let metadata: Vec<_> = match s.has_metadata() {
+        true => s
+            .get_metadata_many(folders)?
+            .into_iter()
+            .map(Some)
+            .collect(),
+        false => folders.iter().map(|_| None).collect(),
+    };
+    Ok(acl.into_iter().zip(metadata).collect())
+}
+
 /// What the server holds beside a folder's mail, kept as its files: its ACL, its
-/// METADATA, and with INBOX the account's quotas, where the server offers them.
-fn beside_mail(s: &mut Session, account: &str, folder: &str, out: &mut FolderWriter) -> Result<()> {
+/// METADATA (as `asked` with the listing, [`ask_beside_mail`]; else asked now), and with
+/// INBOX the account's quotas, where the server offers them.
+fn beside_mail(
+    s: &mut Session,
+    account: &str,
+    folder: &str,
+    asked: AskedBeside,
+    out: &mut FolderWriter,
+) -> Result<()> {
     let item = format!("{account}: {folder}");
+    let (acl, metadata) = asked;
     if s.has_acl() {
-        let acl = s.get_acl(folder);
+        let acl = acl.unwrap_or_else(|| s.get_acl(folder));
         let file = |e: Vec<_>| dovecot_acl_file(&e, account);
         keep_beside(out, &item, ("its ACL", b"dovecot-acl"), acl, file)?;
     }
     if s.has_metadata() {
-        let metadata = s.get_metadata(folder);
+        let metadata = metadata.unwrap_or_else(|| s.get_metadata(folder));
         let file = |e: Vec<_>| names::metadata_file(&e);
         keep_beside(
             out,

@@ -3,7 +3,7 @@
 
 use super::session::Session;
 use crate::error::{Error, Result};
-use crate::proto::response::Untagged;
+use crate::proto::response::{Status, Untagged};
 
 /// One entry of a folder's access control list.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
@@ -35,22 +35,37 @@ impl Session {
     /// GETACL: the folder's access control list, in the server's order (the user
     /// needs the `a` right on it).
     pub fn get_acl(&mut self, folder: &str) -> Result<Vec<AclEntry>> {
+        let mut got = self.get_acl_many(&[folder])?;
+        got.pop().unwrap_or_else(|| Err(self.missing_answer()))
+    }
+
+    /// GETACL of every folder, pipelined ([`Session::per_folder`]): one round trip for up
+    /// to 64 folders. The outer error means the server has no ACL or the connection
+    /// failed; else one result per folder, in order, each as [`Session::get_acl`] gives
+    /// it (a folder the login may not read the list of is refused on its own).
+    pub fn get_acl_many(&mut self, folders: &[&str]) -> Result<Vec<Result<Vec<AclEntry>>>> {
         self.require_acl()?;
-        let name = self.server_name(folder)?;
-        let mut b = self.command("GETACL");
-        b.sp().mailbox(&name);
-        let cmd = b.finish();
-        let mut out = Vec::new();
-        self.run_ok(cmd, "GETACL", Some(folder), &mut |u| {
-            if let Untagged::Acl { entries, .. } = u {
-                out.extend(entries.into_iter().map(|(id, rights)| AclEntry {
-                    identifier: String::from_utf8_lossy(&id).into_owned(),
-                    rights: String::from_utf8_lossy(&rights).into_owned(),
-                }));
-            }
-            Ok(())
-        })?;
-        Ok(out)
+        self.per_folder(
+            folders,
+            &mut |s, name| {
+                let mut b = s.command("GETACL");
+                b.sp().mailbox(name);
+                b.finish()
+            },
+            &mut |u| match u {
+                Untagged::Acl { mailbox, entries } => Some((mailbox, entries)),
+                _ => None,
+            },
+            &mut |s, folder, status, got| match status.status {
+                Status::Ok => Ok((got.into_iter().flatten())
+                    .map(|(id, rights)| AclEntry {
+                        identifier: String::from_utf8_lossy(&id).into_owned(),
+                        rights: String::from_utf8_lossy(&rights).into_owned(),
+                    })
+                    .collect()),
+                _ => Err(s.command_error("GETACL", Some(folder), &status)),
+            },
+        )
     }
 
     /// SETACL: gives `identifier` exactly `rights` on the folder (replacing what it
