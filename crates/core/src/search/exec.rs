@@ -233,17 +233,22 @@ fn run(
     out.total = found.len();
     out.total_unsure = unsure;
     if opts.facets {
-        let attached = match content_query(&index.fields, &Term::HasAttachment) {
-            Some(q) => index.matches(q.as_ref())?,
-            None => IdMap::default(),
-        };
-        let records = found.iter().map(|f| f.record);
-        out.facets = Some(super::facets::count(places, records, &attached));
+        out.facets = Some(facets_of(places, index, &found)?);
     }
     out.hits = (found.iter().skip(opts.offset).take(opts.limit))
         .map(|f| eval.hit(f))
         .collect::<Result<_>>()?;
     Ok(out)
+}
+
+/// How `found` falls by account, folder, year and attachment.
+fn facets_of(places: &Places, index: &Splits, found: &[Found]) -> Result<super::facets::Facets> {
+    let attached = match content_query(&index.fields, &Term::HasAttachment) {
+        Some(q) => index.matches(q.as_ref())?,
+        None => IdMap::default(),
+    };
+    let records = found.iter().map(|f| f.record);
+    Ok(super::facets::count(places, records, &attached))
 }
 
 /// `found` ranked: by score, then newest first, then by place. With `top`, only the
