@@ -39,7 +39,7 @@ impl Session {
         got.pop().unwrap_or_else(|| Err(self.missing_answer()))
     }
 
-    /// GETACL of every folder, pipelined ([`Session::per_folder`]): one round trip for up
+    /// GETACL of every folder, pipelined (`Session::per_folder`): one round trip for up
     /// to 64 folders. The outer error means the server has no ACL or the connection
     /// failed; else one result per folder, in order, each as [`Session::get_acl`] gives
     /// it (a folder the login may not read the list of is refused on its own).

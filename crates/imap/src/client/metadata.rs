@@ -18,7 +18,7 @@ impl Session {
         got.pop().unwrap_or_else(|| Err(self.missing_answer()))
     }
 
-    /// [`Session::get_metadata`] of every folder, pipelined ([`Session::per_folder`]): one
+    /// [`Session::get_metadata`] of every folder, pipelined (`Session::per_folder`): one
     /// round trip for up to 64 folders. The outer error means the server has no METADATA
     /// or the connection failed; else one result per folder, in order.
     #[allow(clippy::type_complexity)]
