@@ -25,7 +25,7 @@
 //! account's sieve scripts (ManageSieve) as a home
 //! ([`Home::Files`]: `sieve/<name>.sieve`, the `.dovecot.sieve` link to the active one).
 //! The ACLs and METADATA of all an account's folders are asked with its listing,
-//! pipelined ([`ask_beside_mail`]): a few round trips per account, not two per folder.
+//! pipelined (`ask_beside_mail`): a few round trips per account, not two per folder.
 
 use super::RunOptions;
 use super::{
