@@ -129,7 +129,11 @@ pub async fn form(
                 "Restores from the web UI are not set up: start serve with --restore-imap (a live IMAP server) or --restore-dir (a directory for Maildir trees)."
             } @else { "Restores are not set up on this server: ask your mail administrator." } }
         }
-        @if let Some(imap) = imap {
+        @if let Some(imap) = imap.filter(|i| i.master.is_none() && account.is_none()) {
+            h2 { "Into the mail server" }
+            p.muted { "Every account at once goes into " (imap.url()) " only through a master user (start serve with --restore-master-user); restore one account from its page." }
+        }
+        @if let Some(imap) = imap.filter(|i| i.master.is_some() || account.is_some()) {
             h2 { "Into the mail server" }
             form method="post" action="/restore" {
                 input type="hidden" name="csrf" value=(ctx.session.csrf);

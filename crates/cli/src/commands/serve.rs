@@ -183,11 +183,18 @@ pub fn run(g: &GlobalOpts, a: Args) -> Result<Outcome> {
 /// Where the web UI's restores may go: `--restore-imap` (or --user-auth's server) with its
 /// login, and `--restore-dir`. Refused before the repository is opened, as the token.
 fn restore_to(a: &Args) -> Result<mailvault_serve::restore::RestoreTo> {
+    use mailvault_core::imap::client::ClientOptions;
     use mailvault_serve::restore::{ImapTo, RestoreTo};
     use mailvault_serve::users::UserAuth;
     let client = match (&a.restore_imap, &a.user_auth) {
         (Some(c), _) => Some(c.clone()),
-        (None, Some(UserAuth::Imap(c))) => Some(c.options().clone()),
+        (None, Some(UserAuth::Imap(c))) => {
+            // The login check's short I/O timeout is no restore's: a server busy with a
+            // large MULTIAPPEND answers within the client's default.
+            let mut o = c.options().clone();
+            o.io_timeout = ClientOptions::new(o.endpoint.clone()).io_timeout;
+            Some(o)
+        }
         _ => None,
     };
     let imap = match client {
