@@ -894,27 +894,7 @@ fn curl(args: &[&str]) -> (bool, String) {
 #[test]
 fn https_with_the_given_certificate_sends_secure_cookies_and_hsts() {
     let e = repository();
-    let (cert, key) = (e.path("cert.pem"), e.path("key.pem"));
-    let made = std::process::Command::new("openssl")
-        .args(["req", "-x509", "-newkey", "ec", "-pkeyopt"])
-        .args(["ec_paramgen_curve:prime256v1", "-nodes", "-days", "2"])
-        .args([
-            "-subj",
-            "/CN=127.0.0.1",
-            "-addext",
-            "subjectAltName=IP:127.0.0.1",
-        ])
-        .arg("-keyout")
-        .arg(&key)
-        .arg("-out")
-        .arg(&cert)
-        .output()
-        .unwrap();
-    assert!(
-        made.status.success(),
-        "{}",
-        String::from_utf8_lossy(&made.stderr)
-    );
+    let (cert, key) = common::serve::certificate(&e);
     let (cert_s, key_s) = (cert.to_str().unwrap(), key.to_str().unwrap());
     // A key others can read is refused, before anything listens.
     fs::set_permissions(&key, fs::Permissions::from_mode(0o644)).unwrap();

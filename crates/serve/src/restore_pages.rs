@@ -36,11 +36,9 @@ pub async fn start(
     peer: SocketAddr,
 ) -> Result<Arc<Job>, Failure> {
     let asked = format!(
-        "snapshot {}, account {}, folder {}, {} message(s), to {}",
+        "snapshot {}{}, to {}",
         r.snapshot,
-        r.account.as_deref().unwrap_or("(all)"),
-        r.folder.as_deref().unwrap_or("(all)"),
-        r.messages.len(),
+        selection(&r, r.account.as_deref()),
         r.to
     );
     let started = start_job(st, ctx, r).await;
@@ -64,20 +62,13 @@ async fn start_job(st: &AppState, ctx: &Ctx, r: Request) -> Result<Arc<Job>, Fai
     let snap = blocking(move || l.repo().find_snapshot(&id)).await?;
     let full = snap.id.to_hex();
     let (plan, target) = restore::plan(&st.0.restore, user.as_deref(), &r, &full)?;
-    let mut what = format!("snapshot {} of {}", short(&full), time(snap.time));
-    let account = user.clone().or_else(|| r.account.clone());
-    match &account {
-        Some(a) => what.push_str(&format!(", account {a}")),
-        None => what.push_str(", every account"),
-    }
-    if let Some(f) = &r.folder {
-        what.push_str(&format!(", folder {f}"));
-    }
-    match r.messages.len() {
-        0 => {}
-        1 => what.push_str(", 1 message"),
-        n => what.push_str(&format!(", {n} messages")),
-    }
+    let account = user.as_deref().or(r.account.as_deref());
+    let what = format!(
+        "snapshot {} of {}{}",
+        short(&full),
+        time(snap.time),
+        selection(&r, account)
+    );
     let job = (st.0.jobs.add(user, what, target)).map_err(|b| match b {
         Busy::Yours => Failure::new(
             StatusCode::CONFLICT,
@@ -92,6 +83,24 @@ async fn start_job(st: &AppState, ctx: &Ctx, r: Request) -> Result<Arc<Job>, Fai
     let running = job.clone();
     tokio::task::spawn_blocking(move || crate::jobs::run(&running, &live, plan));
     Ok(job)
+}
+
+/// What `r` takes of its snapshot, for `account` (`None`: every account), as the job
+/// list, the form and the audit log say it: `, account A, folder F, 2 messages`.
+fn selection(r: &Request, account: Option<&str>) -> String {
+    let mut s = match account {
+        Some(a) => format!(", account {a}"),
+        None => ", every account".into(),
+    };
+    if let Some(f) = &r.folder {
+        s.push_str(&format!(", folder {f}"));
+    }
+    match r.messages.len() {
+        0 => {}
+        1 => s.push_str(", 1 message"),
+        n => s.push_str(&format!(", {n} messages")),
+    }
+    s
 }
 
 /// `GET /restore?snapshot=&account=&folder=&key=`: where to restore that to.
@@ -110,17 +119,7 @@ pub async fn form(
     let imap = to.imap.as_ref();
     let dir = to.dir.as_ref().filter(|_| user.is_none());
     let account = user.or(r.account.as_deref());
-    let mut what = format!("Snapshot {}", short(&r.snapshot));
-    match account {
-        Some(a) => what.push_str(&format!(", account {a}")),
-        None => what.push_str(", every account"),
-    }
-    if let Some(f) = &r.folder {
-        what.push_str(&format!(", folder {f}"));
-    }
-    if !r.messages.is_empty() {
-        what.push_str(&format!(", {} message(s)", r.messages.len()));
-    }
+    let what = format!("Snapshot {}{}", short(&r.snapshot), selection(&r, account));
     let hidden = |name: &'static str, v: &str| html! { input type="hidden" name=(name) value=(v); };
     let body = html! {
         p { (what) }

@@ -443,8 +443,7 @@ impl Session {
     }
 
     /// Opens the mailbox a client names.
-    fn open(&mut self, mailbox: &Mailbox<'_>) -> Result<Arc<Folder>, String> {
-        let b = self.find(mailbox)?;
+    fn open(&mut self, b: ViewBox) -> Result<Arc<Folder>, String> {
         let Some(place) = b.place else {
             return Err("that mailbox only holds others (\\Noselect)".into());
         };
@@ -460,12 +459,10 @@ impl Session {
         Ok(Arc::new(f))
     }
 
-    /// Records in the audit log that the session opened (or tried to open) `mailbox`.
-    fn audit_open(&mut self, mailbox: &Mailbox<'_>, ok: bool) {
-        let name = match self.find(mailbox) {
-            Ok(b) => b.name,
-            Err(_) => "(no such mailbox)".into(),
-        };
+    /// Records in the audit log that the session opened (or tried to open) mailbox `name`
+    /// (`None`: none of that name).
+    fn audit_open(&self, name: Option<&str>, ok: bool) {
+        let name = name.unwrap_or("(no such mailbox)");
         let Some(v) = &self.view else {
             return;
         };
@@ -480,8 +477,10 @@ impl Session {
 
     fn select(&mut self, tag: Tag<'static>, mailbox: &Mailbox<'_>, what: &str) -> Answer {
         self.selected = None;
-        let opened = self.open(mailbox);
-        self.audit_open(mailbox, opened.is_ok());
+        let found = self.find(mailbox);
+        let name = found.as_ref().ok().map(|b| b.name.clone());
+        let opened = found.and_then(|b| self.open(b));
+        self.audit_open(name.as_deref(), opened.is_ok());
         let f = match opened {
             Ok(f) => f,
             Err(e) => return self.no(tag, e),
@@ -538,7 +537,7 @@ impl Session {
         mailbox: &Mailbox<'static>,
         names: &[StatusDataItemName],
     ) -> Answer {
-        let f = match self.open(mailbox) {
+        let f = match self.find(mailbox).and_then(|b| self.open(b)) {
             Ok(f) => f,
             Err(e) => return self.no(tag, e),
         };
