@@ -501,6 +501,22 @@ fn imaplib_sees_a_read_only_view_of_one_account_that_stays_the_same() {
     };
     assert_eq!(last("garbage"), "z1 OK done", "{}", v["garbage"]);
     assert!(
+        last("nonsync").starts_with("z5 OK") && v["nonsync"].as_array().unwrap().len() == 1,
+        "a LITERAL- literal is taken without a continuation: {}",
+        v["nonsync"]
+    );
+    assert!(
+        last("nonsync_long").starts_with("z6 BAD"),
+        "{}",
+        v["nonsync_long"]
+    );
+    assert_eq!(
+        last("nonsync_after"),
+        "z7 OK done",
+        "{}",
+        v["nonsync_after"]
+    );
+    assert!(
         last("long_literal").starts_with("z2 BAD literal too long"),
         "{}",
         v["long_literal"]
