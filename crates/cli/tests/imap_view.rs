@@ -5,10 +5,14 @@
 //! the latest view into a Maildir, which must hold every message and flag of the source;
 //! Python's imaplib (tests/imap_view/probe.py) checks the read-only refusals, sections and
 //! partial fetches, exact bytes, logins, hostile mailbox names, and that UIDs and
-//! UIDVALIDITY stay the same across sessions and a restart.
+//! UIDVALIDITY stay the same across sessions and a restart. Dovecot judges it too: it
+//! pulls the view (`doveadm backup -R` from `imapc:`) and the restore tests' Dovecot judge
+//! compares what it got with the backed-up store; its SEARCH answers for the same
+//! messages must be the view's.
 #![allow(clippy::unwrap_used)]
 
 mod common;
+mod judge;
 
 use common::serve::{token_file, Server, TOKEN};
 use common::Env;
@@ -40,7 +44,8 @@ const INBOX_UIDVALIDITY: u32 = 1_700_000_000;
 /// A version-3 `dovecot-uidlist` of `uids`.
 fn uidlist(uids: &[(u32, &str)]) -> String {
     let next = uids.last().map_or(1, |u| u.0 + 1);
-    let mut s = format!("3 V{INBOX_UIDVALIDITY} N{next} G0123456789abcdef\n");
+    // Dovecot refuses a mailbox GUID that is not 32 hex digits (and numbers anew).
+    let mut s = format!("3 V{INBOX_UIDVALIDITY} N{next} G0123456789abcdef0123456789abcdef\n");
     for (uid, name) in uids {
         s += &format!("{uid} :{name}\n");
     }
@@ -90,7 +95,8 @@ fn messages() -> Vec<(&'static str, &'static str, Vec<u8>, i64)> {
 }
 
 /// Writes the source store: alice's messages (the one without flags in `new/`), her
-/// `dovecot-keywords` (`a` = `Important`), and bob's account with a folder of his own.
+/// `dovecot-keywords` (`a` = `Important`) and `subscriptions` (INBOX and Archive/2023),
+/// and bob's account with a folder of his own.
 fn write_source(root: &Path) {
     let md = root.join("example.org/alice/Maildir");
     for (dir, name, data, mtime) in messages() {
@@ -98,6 +104,7 @@ fn write_source(root: &Path) {
         common::put_msg(&md, dir, sub, name, &data, mtime);
     }
     fs::write(md.join("dovecot-keywords"), "0 Important\n").unwrap();
+    fs::write(md.join("subscriptions"), "V\t2\n\nINBOX\nArchive\t2023\n").unwrap();
     fs::write(md.join("dovecot-uidlist"), uidlist(&INBOX_UIDS[..3])).unwrap();
     let bob = b"From: x@example.org\r\nSubject: bob's secret\r\n\r\nsecret\r\n";
     common::maildir_message(root, "bob@example.org", "", "1.M1.h:2,S", bob);
@@ -939,4 +946,96 @@ fn search_matches_decoded_headers_and_bodies_as_dovecot_does() {
     for (q, both) in v.as_object().unwrap() {
         assert_eq!(both[0], both[1], "{q}: mailvault, then Dovecot");
     }
+}
+
+/// Issue 29: Dovecot as a second judge of the view. A throw-away Dovecot pulls the latest
+/// view (`doveadm backup -R` from an `imapc:` location, its imapc settings in its
+/// configuration, the token too) with the account's own folders alone (`-x Snapshots*`,
+/// `-x Deleted`); the Dovecot judge (imap_judge.py, as the restore tests use it) then
+/// finds in it what a Dovecot serving the backed-up store finds there: the same folders,
+/// messages (bytes with Dovecot's CRLF line endings, sizes), flags, keywords and internal
+/// dates, INBOX with Dovecot's own UIDs and UIDVALIDITY. The pulled Maildir files hold
+/// the source's bytes (line endings aside: Dovecot stores LF).
+#[test]
+fn dovecot_pulls_the_latest_view_and_the_judge_sees_the_snapshot() {
+    let e = repository();
+    let s = start(&e);
+    // The store as the latest snapshot has it, served by a Dovecot of its own.
+    let store = e.path("mail-as-backed-up");
+    common::copy_tree(&e.path("mail"), &store);
+    judge::chown_tree(&store, judge::mail_owner());
+    let Some(source) = judge::dovecot(Some(store), String::new()) else {
+        return;
+    };
+    let imapc = format!(
+        "imapc_host = 127.0.0.1\nimapc_port = {}\nimapc_user = {ACCOUNT}*admin\n\
+         imapc_password = {TOKEN}\n",
+        s.imap_port
+    );
+    let pulled = judge::dovecot(None, imapc).unwrap();
+    let conf = pulled.root().join("dovecot.conf");
+    let o = Command::new("doveadm")
+        .arg("-c")
+        .arg(&conf)
+        .args(["backup", "-R", "-x", "Snapshots*", "-x", "Deleted"])
+        .args(["-u", ACCOUNT, "imapc:"])
+        .output()
+        .unwrap();
+    assert!(
+        o.status.success(),
+        "doveadm backup -R failed ({}):\n{}{}\nthe view's log:\n{}",
+        o.status,
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr),
+        fs::read_to_string(e.path("serve.err")).unwrap_or_default()
+    );
+    let login = |d: &mailvault_imap::testing::DovecotServer| judge::Login {
+        port: d.port(),
+        admin: d.master_user().into(),
+        password: d.master_password().into(),
+    };
+    let before = judge::record(&login(&source), ACCOUNT).unwrap();
+    let mut after = judge::record(&login(&pulled), ACCOUNT).unwrap();
+    eprintln!("source: {}\npulled: {}", before.summary(), after.summary());
+    assert_eq!(before.messages(), 7, "{before:?}");
+    assert_eq!(before.with_keyword("Important"), 1, "{before:?}");
+    assert_eq!(before.subscriptions.len(), 2, "{before:?}");
+    // The view subscribes every mailbox of the backups (so that clients showing
+    // subscribed folders show them), and dsync copies the subscriptions of the mailboxes
+    // it was told to leave out as well: those are not the account's.
+    after
+        .subscriptions
+        .retain(|n| n != "Deleted" && !n.starts_with("Snapshots/"));
+    judge::assert_none(
+        "the pulled view against the store",
+        &judge::compare(&before, &after, judge::Fidelity::SameOrder),
+    );
+    // INBOX has Dovecot's UIDs from the backed-up dovecot-uidlist: exactly the same.
+    let inbox = |st: &judge::State| judge::State {
+        folders: st
+            .folders
+            .iter()
+            .filter(|(n, _)| *n == "INBOX")
+            .map(|(n, f)| (n.clone(), f.clone()))
+            .collect(),
+        ..st.clone()
+    };
+    judge::assert_none(
+        "INBOX, UIDs included",
+        &judge::compare(&inbox(&before), &inbox(&after), judge::Fidelity::Exact),
+    );
+    // The files Dovecot wrote: the source's bytes, LF line endings on both sides.
+    let src = e.path("mail/example.org/alice/Maildir");
+    let dst = pulled.maildir(ACCOUNT);
+    let dirs = |root: &Path| {
+        [
+            ("INBOX", ""),
+            ("Archive", ".Archive"),
+            ("Archive/2023", ".Archive.2023"),
+        ]
+        .map(|(n, d)| (n.to_string(), root.join(d)))
+    };
+    let want = maildir_messages(&dirs(&src), lf);
+    assert_eq!(maildir_messages(&dirs(&dst), lf), want);
+    assert_eq!(want.values().map(Vec::len).sum::<usize>(), 7);
 }
