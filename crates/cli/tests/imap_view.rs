@@ -7,8 +7,8 @@
 //! partial fetches, exact bytes, logins, hostile mailbox names, and that UIDs and
 //! UIDVALIDITY stay the same across sessions and a restart. Dovecot judges it too: it
 //! pulls the view (`doveadm backup -R` from `imapc:`) and the restore tests' Dovecot judge
-//! compares what it got with the backed-up store; its SEARCH answers for the same
-//! messages must be the view's.
+//! compares what it got with the backed-up store; its SEARCH and BODYSTRUCTURE answers
+//! for the same messages must be the view's.
 #![allow(clippy::unwrap_used)]
 
 mod common;
@@ -364,9 +364,10 @@ fn imaplib_sees_a_read_only_view_of_one_account_that_stays_the_same() {
     assert_eq!(text("search_body_not"), "5 9 12");
     assert_eq!(text("search_sent"), "1", "the one Date header, 1 January");
     // The parts of a multipart message with an attached one, and their sections.
-    let inner = r#"(NIL "inner" ((NIL NIL "f" "example.org")) ((NIL NIL "f" "example.org")) ((NIL NIL "f" "example.org")) NIL NIL NIL NIL NIL) ("TEXT" "plain" ("charset" "us-ascii") NIL NIL "7bit" 10 1) 4"#;
+    // As Dovecot 2.3 answers, but for "TEXT" and "MESSAGE" "RFC822" in upper case.
+    let inner = r#"(NIL "inner" ((NIL NIL "f" "example.org")) ((NIL NIL "f" "example.org")) ((NIL NIL "f" "example.org")) NIL NIL NIL NIL NIL) ("TEXT" "plain" ("charset" "us-ascii") NIL NIL "7bit" 10 0 NIL NIL NIL NIL) 3"#;
     let want = format!(
-        r#"2 (BODYSTRUCTURE (("TEXT" "plain" ("charset" "utf-8") NIL NIL "7bit" 8 1)("application" "octet-stream" ("name" "b.bin") NIL NIL "base64" 4)("MESSAGE" "RFC822" NIL NIL NIL "7bit" 49 {inner}) "mixed"))"#
+        r#"2 (BODYSTRUCTURE (("TEXT" "plain" ("charset" "utf-8") NIL NIL "7bit" 8 0 NIL NIL NIL NIL)("application" "octet-stream" ("name" "b.bin") NIL NIL "base64" 4 NIL NIL NIL NIL)("MESSAGE" "RFC822" NIL NIL NIL "7bit" 49 {inner} NIL NIL NIL NIL) "mixed" ("boundary" "XX") NIL NIL NIL))"#
     );
     assert_eq!(text("bodystructure"), want);
     let part = |s: &str| v["parts"][s].as_str().unwrap().to_string();
@@ -1038,4 +1039,115 @@ fn dovecot_pulls_the_latest_view_and_the_judge_sees_the_snapshot() {
     let want = maildir_messages(&dirs(&src), lf);
     assert_eq!(maildir_messages(&dirs(&dst), lf), want);
     assert_eq!(want.values().map(Vec::len).sum::<usize>(), 7);
+}
+
+/// Messages with MIME structure for BODYSTRUCTURE (INBOX of the mail root `mime-mail`,
+/// in this order), all CRLF: Dovecot counts sizes with CRLF line endings, the view as
+/// stored.
+const STRUCTURED: [&[u8]; 6] = [
+    MULTIPART,
+    b"From: A <a@example.org>\r\nSubject: report\r\nMIME-Version: 1.0\r\n\
+Content-Type: Multipart/Mixed; boundary=\"=_outer\"; charset=UTF-8\r\n\
+Content-Language: en (English), de-AT\r\n\r\npreamble\r\n--=_outer\r\n\
+Content-Type: TEXT/Plain; charset=utf-8; format=flowed\r\nContent-Disposition: inline\r\n\
+Content-Language: en\r\nContent-ID:  <text@example.org> \r\n\
+Content-Description: the text\r\nContent-MD5: Q2hlY2sgSW50ZWdyaXR5IQ==\r\n\r\n\
+see the report\r\nattached\r\n--=_outer\r\n\
+Content-Type: application/pdf; name=\"report 2024.pdf\"\r\n\
+Content-Disposition: Attachment; filename=\"report 2024.pdf\"; size=4\r\n\
+Content-Location: http://example.org/reports/\r\n 2024.pdf\r\n\
+Content-Transfer-Encoding: BASE64\r\n\r\nAAEC\r\n--=_outer\r\nContent-Type: message/rfc822\r\n\
+Content-Disposition: attachment; filename=fwd.eml\r\n\r\n\
+From: B <b@example.org>\r\nTo: a@example.org\r\nSubject: forwarded\r\n\
+Content-Type: multipart/alternative; boundary=alt\r\n\r\n--alt\r\n\r\nplain text\r\n--alt\r\n\
+Content-Type: text/html\r\n\r\n<p>html</p>\r\n--alt--\r\n\r\n--=_outer--\r\nepilogue\r\n",
+    b"From: C <c@example.org>\r\nSubject: rfc 2231\r\nMIME-Version: 1.0\r\n\
+Content-Type: multipart/mixed; boundary=b\r\n\r\n--b\r\n\
+Content-Type: application/octet-stream; name*=utf-8''%C3%A4rger.bin\r\n\
+Content-Disposition: attachment; filename*0=\"a long \\\"quoted\\\" \"; filename*1=name.bin\r\n\
+\r\nx\r\n--b\r\nContent-Type: text/plain; Format=flowed; title*0*=us-ascii'en'a%20b;\r\n\
+\x20title*1=c; charset=\"iso-8859-1\"\r\nContent-Disposition: inline; x=\"\"\r\n\r\ny\r\n--b--\r\n",
+    b"From: D <d@example.org>\r\nSubject: digest\r\nMIME-Version: 1.0\r\n\
+Content-Type: multipart/digest; boundary=\"d\"\r\nContent-Disposition: inline\r\n\
+Content-Location: digest\r\n\r\n--d\r\n\r\nSubject: one\r\nFrom: e@example.org\r\n\r\nfirst\r\n\
+--d\r\nContent-Type: text/plain\r\n\r\nnot a message\r\n--d--\r\n",
+    b"From: E <e@example.org>\r\nSubject: related\r\nMIME-Version: 1.0\r\n\
+Content-Type: multipart/related; type=\"multipart/alternative\"; boundary=r\r\n\r\n--r\r\n\
+Content-Type: multipart/alternative; boundary=a2\r\n\r\n--a2\r\nContent-Type: text/plain;\r\n\
+\tcharset=us-ascii\r\nContent-Transfer-Encoding: quoted-printable\r\n\r\nsoft=\r\nbreak\r\n\
+--a2\r\nContent-Type: text/html; charset=utf-8\r\n\r\n<img src=\"cid:i@x\">\r\n--a2--\r\n\
+--r\r\nContent-Type: image/png\r\nContent-ID: <i@x>\r\nContent-Disposition: inline\r\n\
+Content-Transfer-Encoding: base64\r\n\r\niVBORw0K\r\n--r--\r\n",
+    b"From: F <f@example.org>\r\nSubject: no type\r\n\r\njust text\r\nin two lines\r\n",
+];
+
+/// Issue 29: BODYSTRUCTURE with its extension data (Content-MD5, disposition, language,
+/// location; a multipart's parameters) and BODY, as Dovecot answers for the same
+/// messages (Python's imaplib asks both): nested and attached messages, dispositions with
+/// file names, RFC 2231 parameters, a digest, types and names as written.
+#[test]
+fn bodystructure_is_dovecots() {
+    let Some(dovecot) = mailvault_imap::testing::DovecotServer::start_or_skip().unwrap() else {
+        return;
+    };
+    let e = Env::new();
+    let mail = e.path("mime-mail");
+    let mut files = Vec::new();
+    for (i, m) in STRUCTURED.iter().enumerate() {
+        let name = format!("{}.M{i}P1.host:2,S", 1_704_103_200 + i);
+        let md = mail.join("example.org/alice/Maildir");
+        common::put_msg(&md, "", "cur", &name, m, 1_704_103_200 + i as i64);
+        let f = e.path(&format!("msg{i}.eml"));
+        fs::write(&f, m).unwrap();
+        files.push(f);
+    }
+    e.ok(&["init"]);
+    e.ok(&["backup", &format!("maildir:{}", mail.display())]);
+    token_file(&e, 0o600);
+    let s = start(&e);
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/imap_view/bodystructure.py");
+    let o = Command::new("python3")
+        .arg(script)
+        .arg(s.imap_port.to_string())
+        .arg(password_file(&e))
+        .arg(ACCOUNT)
+        .arg(dovecot.port().to_string())
+        .arg(dovecot.password())
+        .args(&files)
+        .output()
+        .unwrap();
+    assert!(
+        o.status.success(),
+        "bodystructure.py failed:\n{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let v: Value = serde_json::from_slice(&o.stdout).unwrap();
+    let answers = v.as_array().unwrap();
+    assert_eq!(answers.len(), 2 * STRUCTURED.len());
+    let mut differ = Vec::new();
+    for a in answers {
+        if a[1] != a[2] {
+            differ.push(format!(
+                "{}:\n  mailvault {}\n  Dovecot   {}",
+                a[0], a[1], a[2]
+            ));
+        }
+    }
+    assert!(differ.is_empty(), "{}", differ.join("\n"));
+    // The answers carry what was asked about (not both empty, say).
+    let all = answers
+        .iter()
+        .map(|a| a[1].as_str().unwrap())
+        .collect::<String>();
+    for want in [
+        r#"("Attachment" ("filename" "report 2024.pdf" "size" "4"))"#,
+        r#""Q2hlY2sgSW50ZWdyaXR5IQ==" ("inline" NIL) ("en") NIL"#,
+        r#""Mixed" ("boundary" "=_outer" "charset" "UTF-8") NIL ("en" "de-AT") NIL"#,
+        r#""http://example.org/reports/ 2024.pdf""#,
+        r#"("filename" "a long \"quoted\" name.bin")"#,
+        r#""digest" ("boundary" "d") ("inline" NIL) NIL "digest""#,
+        r#"("Format" "flowed" "charset" "iso-8859-1" "title*" "us-ascii'en'a%20bc")"#,
+    ] {
+        assert!(all.contains(want), "{want} in {all}");
+    }
 }
