@@ -1050,7 +1050,7 @@ fn dovecot_pulls_the_latest_view_and_the_judge_sees_the_snapshot() {
 /// Messages with MIME structure for BODYSTRUCTURE (INBOX of the mail root `mime-mail`,
 /// in this order), all CRLF: Dovecot counts sizes with CRLF line endings, the view as
 /// stored.
-const STRUCTURED: [&[u8]; 6] = [
+const STRUCTURED: [&[u8]; 7] = [
     MULTIPART,
     b"From: A <a@example.org>\r\nSubject: report\r\nMIME-Version: 1.0\r\n\
 Content-Type: Multipart/Mixed; boundary=\"=_outer\"; charset=UTF-8\r\n\
@@ -1085,12 +1085,16 @@ Content-Type: multipart/alternative; boundary=a2\r\n\r\n--a2\r\nContent-Type: te
 --r\r\nContent-Type: image/png\r\nContent-ID: <i@x>\r\nContent-Disposition: inline\r\n\
 Content-Transfer-Encoding: base64\r\n\r\niVBORw0K\r\n--r--\r\n",
     b"From: F <f@example.org>\r\nSubject: no type\r\n\r\njust text\r\nin two lines\r\n",
+    b"From: G <g@example.org>\r\nTo: undisclosed-recipients:;\r\n\
+Cc: Team: a@example.org, \"B, C\" <b@example.org>;, c@example.org\r\n\
+Bcc: Empty:;, Other: d@example.org;\r\nDate: Mon, 01 Jan 2024 10:00:00 +0000\r\n\
+Message-ID: <g@example.org>\r\nIn-Reply-To: <f@example.org>\r\nSubject: groups\r\n\r\nx\r\n",
 ];
 
 /// Issue 29: BODYSTRUCTURE with its extension data (Content-MD5, disposition, language,
-/// location; a multipart's parameters) and BODY, as Dovecot answers for the same
-/// messages (Python's imaplib asks both): nested and attached messages, dispositions with
-/// file names, RFC 2231 parameters, a digest, types and names as written.
+/// location; a multipart's parameters), BODY and ENVELOPE, as Dovecot answers for the
+/// same messages (Python's imaplib asks both): nested and attached messages, dispositions
+/// with file names, RFC 2231 parameters, a digest, types and names as written, groups.
 #[test]
 fn bodystructure_is_dovecots() {
     let Some(dovecot) = mailvault_imap::testing::DovecotServer::start_or_skip().unwrap() else {
@@ -1129,7 +1133,7 @@ fn bodystructure_is_dovecots() {
     );
     let v: Value = serde_json::from_slice(&o.stdout).unwrap();
     let answers = v.as_array().unwrap();
-    assert_eq!(answers.len(), 2 * STRUCTURED.len());
+    assert_eq!(answers.len(), 3 * STRUCTURED.len());
     let mut differ = Vec::new();
     for a in answers {
         if a[1] != a[2] {
@@ -1153,6 +1157,8 @@ fn bodystructure_is_dovecots() {
         r#"("filename" "a long \"quoted\" name.bin")"#,
         r#""digest" ("boundary" "d") ("inline" NIL) NIL "digest""#,
         r#"("Format" "flowed" "charset" "iso-8859-1" "title*" "us-ascii'en'a%20bc")"#,
+        r#"((NIL NIL "undisclosed-recipients" NIL)(NIL NIL NIL NIL))"#,
+        r#"((NIL NIL "Team" NIL)(NIL NIL "a" "example.org")("B, C" NIL "b" "example.org")(NIL NIL NIL NIL)(NIL NIL "c" "example.org"))"#,
     ] {
         assert!(all.contains(want), "{want} in {all}");
     }

@@ -1,6 +1,6 @@
-"""BODYSTRUCTURE and BODY judged against Dovecot: the same messages APPENDed to a real
-Dovecot's INBOX (in the order mailvault's INBOX has them), then each message's
-BODYSTRUCTURE and BODY fetched from both servers with Python's imaplib. Prints
+"""BODYSTRUCTURE, BODY and ENVELOPE judged against Dovecot: the same messages APPENDed to
+a real Dovecot's INBOX (in the order mailvault's INBOX has them), then each message's
+BODYSTRUCTURE, BODY and ENVELOPE fetched from both servers with Python's imaplib. Prints
 [[item, mailvault's answer, Dovecot's], ...] as JSON for crates/cli/tests/imap_view.rs.
 
 The answers are compared as the strings the servers sent (literals inline), with one
@@ -44,7 +44,7 @@ def fetch(c, seq, item):
 
 out = []
 for i in range(1, len(files) + 1):
-    for item in ("BODYSTRUCTURE", "BODY"):
+    for item in ("BODYSTRUCTURE", "BODY", "ENVELOPE"):
         out.append([item, fetch(ours, i, item), fetch(dove, i, item)])
 ours.logout()
 dove.logout()
