@@ -251,9 +251,10 @@ pub fn items(
             MessageDataItemName::Body => MessageDataItem::Body(super::bodystructure::structure(
                 raw,
                 &super::mime::parse(raw),
+                false,
             )),
             MessageDataItemName::BodyStructure => MessageDataItem::BodyStructure(
-                super::bodystructure::structure(raw, &super::mime::parse(raw)),
+                super::bodystructure::structure(raw, &super::mime::parse(raw), true),
             ),
             MessageDataItemName::Envelope => {
                 MessageDataItem::Envelope(super::envelope::envelope(&raw[..header_end(raw)]))
