@@ -147,6 +147,9 @@ pub fn bytes(
 
 /// Answer bytes one part of a FETCH holds before it is sent.
 const PART_BYTES: usize = 2 << 20;
+/// Messages one part answers at most: each answer costs more in imap-next's queue than
+/// its bytes (a part of 32,000 `FETCH (UID)` answers took `serve` 50 MB higher).
+const PART_MESSAGES: usize = 1000;
 
 /// A FETCH answered in parts ([`Pending::part`]), each sent before the next is made, so
 /// that a client's `FETCH 1:*` of a folder of 100,000 messages holds one part of its
@@ -180,7 +183,8 @@ impl Pending {
         }
     }
 
-    /// The answers of the next part (about [`PART_BYTES`]), and whether messages are left
+    /// The answers of the next part (about [`PART_BYTES`], at most [`PART_MESSAGES`]), and
+    /// whether messages are left
     /// (`Ok(true)`); `Err`: a message could not be read (the answers before it are given).
     pub fn part(
         &mut self,
@@ -189,7 +193,7 @@ impl Pending {
     ) -> (Vec<Data<'static>>, Result<bool, Refusal>) {
         let mut out = Vec::new();
         let mut held = 0;
-        while held < PART_BYTES {
+        while held < PART_BYTES && out.len() < PART_MESSAGES {
             let Some(i) = self.todo.next() else {
                 return (out, Ok(false));
             };
@@ -198,7 +202,7 @@ impl Pending {
                 Ok(r) => r,
                 Err(e) => return (out, Err(format!("cannot read message {}: {e}", i + 1))),
             };
-            held += 64 + raw.as_ref().map_or(0, |r| r.len());
+            held += raw.as_ref().map_or(0, |r| r.len());
             if let Ok(items) = Vec1::try_from(items(m, &self.items, raw.as_deref())) {
                 out.push(Data::Fetch {
                     seq: seq_of(i),
