@@ -940,3 +940,98 @@ fn search_matches_decoded_headers_and_bodies_as_dovecot_does() {
         assert_eq!(both[0], both[1], "{q}: mailvault, then Dovecot");
     }
 }
+
+/// The UIDVALIDITY EXAMINE answers for `mailbox`, and the UID of the message of each
+/// subject of `subjects` (0: none).
+fn numbering(c: &mut Line, mailbox: &str, subjects: &[&str]) -> (String, Vec<u64>) {
+    let sel = c.cmd("n1", &format!("EXAMINE \"{mailbox}\""));
+    assert!(sel.last().unwrap().starts_with("n1 OK"), "{sel:?}");
+    let uidvalidity = (sel.iter())
+        .find_map(|l| l.strip_prefix("* OK [UIDVALIDITY "))
+        .and_then(|l| l.split(']').next())
+        .unwrap()
+        .to_string();
+    let uids = (subjects.iter())
+        .map(|s| {
+            let found = c.cmd("n2", &format!("UID SEARCH SUBJECT \"{s}\""));
+            let uids: Vec<u64> = (found[0].strip_prefix("* SEARCH").unwrap())
+                .split_whitespace()
+                .map(|u| u.parse().unwrap())
+                .collect();
+            assert!(uids.len() <= 1, "{s}: {found:?}");
+            uids.first().copied().unwrap_or(0)
+        })
+        .collect();
+    (uidvalidity, uids)
+}
+
+/// Issue 29: a folder without a `dovecot-uidlist` (Archive) keeps its UIDs and
+/// UIDVALIDITY after a later backup in which a message was deleted and two came (one
+/// with an older internal date than every other): those two get higher UIDs, in arrival
+/// order, and the older snapshot's view of the folder does not change.
+#[test]
+fn a_folder_without_a_uidlist_keeps_its_uids_when_messages_come_and_go() {
+    let e = repository();
+    let subjects = ["archived", "parts", "older one", "newer one"];
+    let s = start(&e);
+    let mut c = Line::open(s.imap_port);
+    let login = c.cmd("a", &format!("LOGIN \"{ACCOUNT}*admin\" \"{TOKEN}\""));
+    assert!(login.last().unwrap().starts_with("a OK"), "{login:?}");
+    let levels = c.cmd("b", "LIST \"\" \"Snapshots/%\"");
+    let second = levels[levels.len() - 2].rsplit_once("\"/\" ").unwrap().1;
+    let second = format!("{}/Archive", second.trim_matches('"'));
+    let before = numbering(&mut c, "Archive", &subjects);
+    assert_eq!(before.1, [1, 2, 0, 0]);
+    let snapshot_before = numbering(&mut c, &second, &subjects);
+    assert_eq!(snapshot_before, before, "the latest view is its snapshot's");
+    drop(c);
+    drop(s);
+
+    let md = e.path("mail").join("example.org/alice/Maildir");
+    fs::remove_file(md.join(".Archive/cur/1700000000.M4P1.host:2,ST")).unwrap();
+    common::put_msg(
+        &md,
+        ".Archive",
+        "cur",
+        "1710000000.M9P1.host:2,S",
+        b"Subject: newer one\r\n\r\nnew\r\n",
+        1_710_000_000,
+    );
+    common::put_msg(
+        &md,
+        ".Archive",
+        "cur",
+        "1600000000.M10P1.host:2,S",
+        b"Subject: older one\r\n\r\nold, moved in\r\n",
+        1_600_000_000,
+    );
+    common::at_rest();
+    e.ok(&["backup", &format!("maildir:{}", e.path("mail").display())]);
+
+    let s = start(&e);
+    let mut c = Line::open(s.imap_port);
+    let login = c.cmd("a", &format!("LOGIN \"{ACCOUNT}*admin\" \"{TOKEN}\""));
+    assert!(login.last().unwrap().starts_with("a OK"), "{login:?}");
+    let after = numbering(&mut c, "Archive", &subjects);
+    assert_eq!(after.0, before.0, "the same UIDVALIDITY");
+    assert_eq!(
+        after.1,
+        [0, 2, 3, 4],
+        "the kept one keeps its UID, new ones above"
+    );
+    assert_eq!(numbering(&mut c, &second, &subjects), before, "{second}");
+    let sel = c.cmd("e", "EXAMINE Archive");
+    assert!(
+        sel.iter().any(|l| l == "* OK [UIDNEXT 5] next UID"),
+        "{sel:?}"
+    );
+    let fetch = c.cmd("f", "FETCH 1:* (UID)");
+    assert_eq!(
+        fetch[..3],
+        [
+            "* 1 FETCH (UID 2)",
+            "* 2 FETCH (UID 3)",
+            "* 3 FETCH (UID 4)"
+        ]
+    );
+}

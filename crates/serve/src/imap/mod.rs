@@ -25,6 +25,7 @@ mod login;
 mod mime;
 mod search;
 mod session;
+mod uids;
 mod view;
 mod wire;
 

@@ -360,6 +360,7 @@ impl Session {
             self.view = Some(fresh.unwrap_or(View {
                 account,
                 boxes: Vec::new(),
+                history: Vec::new(),
             }));
             self.built_on = Arc::downgrade(&live);
         }
@@ -447,14 +448,12 @@ impl Session {
         let Some(place) = b.place else {
             return Err("that mailbox only holds others (\\Noselect)".into());
         };
-        let account = (self.view.as_ref())
-            .map(|v| v.account.clone())
-            .unwrap_or_default();
+        let view = self.view.as_ref().ok_or("log in first")?;
         let live = self
             .st
             .live()
             .map_err(|e| format!("cannot read the repository: {e}"))?;
-        let f = Folder::open(live.repo(), &account, &place)
+        let f = Folder::open(live.repo(), view, &place)
             .map_err(|e| format!("cannot read the folder: {e}"))?;
         Ok(Arc::new(f))
     }

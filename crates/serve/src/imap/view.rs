@@ -9,17 +9,22 @@
 //!
 //! UIDs (docs/imap-view.md): when the folder's backed-up `dovecot-uidlist` gives every
 //! message a UID, those UIDs and its UIDVALIDITY (so a later backup's new messages have
-//! higher UIDs under the same UIDVALIDITY, as Dovecot numbered them). Otherwise the
-//! messages are put in the order a restore writes them in
-//! ([`mailvault_core::restore::arrival_order`]: an IMAP backup's UIDs, else internal date
-//! and Maildir key), and numbered 1..N in that order; UIDVALIDITY is then the first four
-//! bytes (big-endian, never 0) of the BLAKE3 hash of the keys in that order. Either way it
-//! is the same in every session and after a restart, and a numbering never changes under
-//! one UIDVALIDITY.
+//! higher UIDs under the same UIDVALIDITY, as Dovecot numbered them); else, when every
+//! key is an IMAP backup's, the server's UIDs and UIDVALIDITY. Otherwise they are derived
+//! from the snapshots that hold the account, oldest first, up to the one viewed
+//! ([`super::uids`]): the first that holds the folder numbers its messages 1..N in the
+//! order a restore writes them in ([`mailvault_core::restore::arrival_order`]: an IMAP
+//! backup's UIDs, else internal date and Maildir key), under a UIDVALIDITY that is the
+//! first four bytes (big-endian, never 0) of the BLAKE3 hash of its keys in that order;
+//! each later one keeps the UIDs of the keys the one before it held and numbers the
+//! others after the highest so far. Either way it is the same in every session and after
+//! a restart, a snapshot's numbering never changes after later backups, and a later
+//! backup's new messages get higher UIDs under the same UIDVALIDITY.
 
+use super::uids::{uidvalidity_of, Held};
 use crate::read;
 use mailvault_core::model::folder_name;
-use mailvault_core::repo::tree::{FolderNode, MessageEntry};
+use mailvault_core::repo::tree::{AccountTree, FolderNode, MessageEntry, RootTree};
 use mailvault_core::{Repository, Result};
 use mailvault_imap::maildir_flags::{maildir_to_imap, KeywordTable};
 
@@ -62,6 +67,9 @@ pub enum Place {
 pub struct View {
     pub account: String,
     pub boxes: Vec<ViewBox>,
+    /// The snapshots that hold the account, oldest first: what a folder's derived UIDs
+    /// are worked out from ([`super::uids`]).
+    pub history: Vec<Held>,
 }
 
 /// The name of a snapshot's level below [`SNAPSHOTS`]: its time in UTC to the minute, and
@@ -80,12 +88,20 @@ impl View {
     /// The view of `account`; `None` when no snapshot holds it.
     pub fn build(repo: &Repository, account: &str) -> Result<Option<View>> {
         let mut snaps = repo.snapshots()?.list;
-        snaps.sort_by_key(|s| (s.time, s.time_nanos));
+        snaps.sort_by_key(|s| (s.time, s.time_nanos, s.id));
         let mut held = Vec::new();
+        let mut history = Vec::new();
         for s in &snaps {
-            if let Some(folders) = read::account_folders(repo, s, account)? {
-                held.push((s.id.to_hex(), s.time, folders));
-            }
+            let root: RootTree = repo.read_tree(&s.root)?;
+            let Some(a) = root.accounts.iter().find(|a| a.name == account) else {
+                continue;
+            };
+            let tree: AccountTree = repo.read_tree(&a.tree)?;
+            held.push((s.id.to_hex(), s.time, tree.folders));
+            history.push(Held {
+                snapshot: s.id.to_hex(),
+                tree: a.tree,
+            });
         }
         let Some((latest, _, latest_folders)) = held.last() else {
             return Ok(None);
@@ -130,6 +146,7 @@ impl View {
         Ok(Some(View {
             account: account.to_string(),
             boxes: with_parents(boxes),
+            history,
         }))
     }
 
@@ -222,7 +239,7 @@ pub struct Message {
     pub uid: u32,
 }
 
-/// An opened folder: its messages in UID order (UID = index + 1).
+/// An opened folder: its messages in UID order, each with a UID of its own.
 pub struct Folder {
     pub uidvalidity: u32,
     pub messages: Vec<Message>,
@@ -231,25 +248,18 @@ pub struct Folder {
 }
 
 impl Folder {
-    /// Reads the mailbox `place` of `account`.
-    pub fn open(repo: &Repository, account: &str, place: &Place) -> Result<Folder> {
+    /// Reads the mailbox `place` of `view`'s account.
+    pub fn open(repo: &Repository, view: &View, place: &Place) -> Result<Folder> {
         match place {
-            Place::Folder { snapshot, folder } => {
-                Folder::of_snapshot(repo, account, snapshot, folder)
-            }
-            Place::Deleted => Folder::deleted(repo, account),
+            Place::Folder { snapshot, folder } => Folder::of_snapshot(repo, view, snapshot, folder),
+            Place::Deleted => Folder::deleted(repo, &view.account),
         }
     }
 
-    /// Folder `folder` of `account` in snapshot `snapshot`.
-    fn of_snapshot(
-        repo: &Repository,
-        account: &str,
-        snapshot: &str,
-        folder: &str,
-    ) -> Result<Folder> {
+    /// Folder `folder` of `view`'s account in snapshot `snapshot`.
+    fn of_snapshot(repo: &Repository, view: &View, snapshot: &str, folder: &str) -> Result<Folder> {
         let snap = repo.find_snapshot(snapshot)?;
-        let folders = read::account_folders(repo, &snap, account)?.unwrap_or_default();
+        let folders = read::account_folders(repo, &snap, &view.account)?.unwrap_or_default();
         let Some(node) = folders.iter().find(|f| folder_name(f) == folder) else {
             return Err(mailvault_core::Error::NotFound(format!(
                 "no folder {folder:?} in snapshot {}",
@@ -269,8 +279,11 @@ impl Folder {
         entries.sort_by_cached_key(|e| mailvault_core::restore::arrival_order(map.as_ref(), e));
         let found =
             (uidlist.and_then(|d| dovecot_uids(&d, &entries))).or_else(|| server_uids(&entries));
-        let (uidvalidity, uids) = found.unwrap_or_else(|| derived_uids(&entries));
-        Ok(Folder::of(entries, (uidvalidity, uids), &table))
+        let (entries, numbered) = match found {
+            Some(n) => (entries, n),
+            None => history_uids(repo, &view.history, (snapshot, folder), entries)?,
+        };
+        Ok(Folder::of(entries, numbered, &table))
     }
 
     /// The messages older snapshots of `account` held that its latest no longer holds (as
@@ -333,18 +346,45 @@ impl Folder {
     }
 }
 
-/// UIDs 1..N for `entries` in their order, and the UIDVALIDITY of that numbering (see the
-/// module's doc).
-fn derived_uids(entries: &[MessageEntry]) -> (u32, Vec<u32>) {
-    let mut h = blake3::Hasher::new();
-    for e in entries {
-        h.update(&(e.key.len() as u64).to_be_bytes());
-        h.update(&e.key);
-    }
-    let hash = h.finalize();
-    let b = hash.as_bytes();
-    let uidvalidity = u32::from_be_bytes([b[0], b[1], b[2], b[3]]).max(1);
+/// A folder's UIDVALIDITY and the UIDs of its messages, in their order.
+type Uids = (u32, Vec<u32>);
+
+/// UIDs 1..N for `entries` in their order, and the UIDVALIDITY of that numbering
+/// ([`uidvalidity_of`]): the `Deleted` mailbox's numbering.
+fn derived_uids(entries: &[MessageEntry]) -> Uids {
+    let uidvalidity = uidvalidity_of(entries.iter().map(|e| e.key.as_slice()));
     (uidvalidity, (1..=entries.len() as u32).collect())
+}
+
+/// `entries`, the messages of folder `folder` in snapshot `snapshot`, in the order of the
+/// UIDs [`super::uids::numbering`] derives from `history`, with those UIDs and their
+/// UIDVALIDITY. Should that numbering miss a message or give two the same UID (a folder
+/// listing a key twice), the folder is numbered as [`derived_uids`] does instead.
+fn history_uids(
+    repo: &Repository,
+    history: &[Held],
+    (snapshot, folder): (&str, &str),
+    entries: Vec<MessageEntry>,
+) -> Result<(Vec<MessageEntry>, Uids)> {
+    let numbering = super::uids::numbering(repo, history, snapshot, folder)?;
+    let uids: Option<Vec<u32>> = (entries.iter())
+        .map(|e| numbering.uids.get(&e.key).copied())
+        .collect();
+    let mut uids = match uids {
+        Some(u) => u,
+        None => {
+            let derived = derived_uids(&entries);
+            return Ok((entries, derived));
+        }
+    };
+    let mut numbered: Vec<(u32, MessageEntry)> = uids.drain(..).zip(entries).collect();
+    numbered.sort_by_key(|(uid, _)| *uid);
+    let (uids, entries): (Vec<u32>, Vec<MessageEntry>) = numbered.into_iter().unzip();
+    if !uids.windows(2).all(|w| w[0] < w[1]) {
+        let derived = derived_uids(&entries);
+        return Ok((entries, derived));
+    }
+    Ok((entries, (numbering.uidvalidity, uids)))
 }
 
 /// Dovecot's UIDs and UIDVALIDITY from the folder's backed-up `dovecot-uidlist`, for
