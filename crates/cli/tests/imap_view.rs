@@ -1035,3 +1035,55 @@ fn a_folder_without_a_uidlist_keeps_its_uids_when_messages_come_and_go() {
         ]
     );
 }
+
+/// Issue 29: an account with a folder of its own named `Snapshots` (and one below it)
+/// keeps both as they are; the snapshots' levels go below `Snapshots (backups)`, where
+/// each snapshot has the account's `Snapshots` folders too.
+#[test]
+fn a_folder_named_snapshots_moves_the_snapshots_root_aside() {
+    let e = Env::new();
+    let mail = e.path("mail");
+    let msg = |dir: &str, name: &str, subject: &str| {
+        let data = format!("Subject: {subject}\r\n\r\nbody\r\n");
+        common::maildir_message(&mail, ACCOUNT, dir, name, data.as_bytes());
+    };
+    msg("", "1.M1P1.host:2,S", "in inbox");
+    msg(".Snapshots", "2.M2P1.host:2,S", "own snapshots folder");
+    msg(".Snapshots.Old", "3.M3P1.host:2,S", "own old one");
+    e.ok(&["init"]);
+    e.ok(&["backup", &format!("maildir:{}", mail.display())]);
+    token_file(&e, 0o600);
+    let s = start(&e);
+    let mut c = Line::open(s.imap_port);
+    let login = c.cmd("a", &format!("LOGIN \"{ACCOUNT}*admin\" \"{TOKEN}\""));
+    assert!(login.last().unwrap().starts_with("a OK"), "{login:?}");
+    let below = c.cmd("b", "LIST \"\" \"Snapshots/%\"");
+    assert_eq!(below.len(), 2, "the account's own alone: {below:?}");
+    assert!(below[0].ends_with("\"/\" Snapshots/Old"), "{below:?}");
+    let roots = c.cmd("c", "LIST \"\" \"%\"");
+    let root = |name: &str| roots.iter().find(|l| l.ends_with(&format!("\"/\" {name}")));
+    assert!(
+        !root("Snapshots").unwrap().contains("Noselect"),
+        "{roots:?}"
+    );
+    assert!(
+        root("\"Snapshots (backups)\"")
+            .unwrap()
+            .contains("Noselect"),
+        "{roots:?}"
+    );
+    for (mailbox, subject) in [
+        ("Snapshots", "own snapshots folder"),
+        ("Snapshots/Old", "own old one"),
+    ] {
+        let sel = c.cmd("d", &format!("EXAMINE \"{mailbox}\""));
+        assert!(sel.iter().any(|l| l == "* 1 EXISTS"), "{mailbox}: {sel:?}");
+        let found = c.cmd("e", &format!("SEARCH SUBJECT \"{subject}\""));
+        assert_eq!(found[0], "* SEARCH 1", "{mailbox}: {found:?}");
+    }
+    let levels = c.cmd("f", "LIST \"\" \"Snapshots (backups)/%/Snapshots/Old\"");
+    assert_eq!(levels.len(), 2, "{levels:?}");
+    let name = levels[0].rsplit_once("\"/\" ").unwrap().1.trim_matches('"');
+    let sel = c.cmd("g", &format!("EXAMINE \"{name}\""));
+    assert!(sel.iter().any(|l| l == "* 1 EXISTS"), "{name}: {sel:?}");
+}

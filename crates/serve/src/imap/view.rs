@@ -1,7 +1,8 @@
 //! What one logged-in account sees: its mailboxes (the folders of the latest snapshot that
 //! holds the account, `Deleted` (what older snapshots held that the latest no longer
 //! holds, in any folder), then `Snapshots/<YYYY-MM-DD HH:MM>/<folder>` for every snapshot
-//! that holds it) and, once one is opened, its messages with their UIDs.
+//! that holds it, below another root when the account has a folder named `Snapshots`
+//! ([`snapshots_root`])) and, once one is opened, its messages with their UIDs.
 //!
 //! A client's mailbox name is only ever looked up in this enumerated list, never turned
 //! into a path: a name that is not in it (`../bob/INBOX`, another account's folder) is
@@ -30,11 +31,41 @@ use mailvault_imap::maildir_flags::{maildir_to_imap, KeywordTable};
 
 /// The hierarchy delimiter of the view.
 pub const DELIMITER: char = '/';
-/// The root of the snapshots' tree.
+/// The root of the snapshots' tree, unless the account has a folder of that name
+/// ([`snapshots_root`]).
 pub const SNAPSHOTS: &str = "Snapshots";
-/// The mailbox of deleted messages; `Snapshots/Deleted` when the account has a folder of
-/// that name itself (never a snapshot's level, which is a date).
+/// The mailbox of deleted messages; `<root>/Deleted` below the snapshots' root when the
+/// account has a folder of that name itself (never a snapshot's level, which is a date).
 pub const DELETED: &str = "Deleted";
+
+/// The root of the snapshots' tree for an account whose latest folders are `names`:
+/// [`SNAPSHOTS`], or when a folder's first level is that name (in any case: the account's
+/// own `Snapshots`, or `Snapshots/x`), the first of `Snapshots (backups)`,
+/// `Snapshots (backups 2)`, `Snapshots (backups 3)` ... that none is; so the account's
+/// own folders and the snapshots' levels never mix.
+fn snapshots_root<'a>(names: impl Iterator<Item = &'a str> + Clone) -> String {
+    let taken = |root: &str| {
+        (names.clone()).any(|n| {
+            n.split(DELIMITER)
+                .next()
+                .is_some_and(|first| first.eq_ignore_ascii_case(root))
+        })
+    };
+    if !taken(SNAPSHOTS) {
+        return SNAPSHOTS.to_string();
+    }
+    let mut n = 1u32;
+    loop {
+        let root = match n {
+            1 => format!("{SNAPSHOTS} (backups)"),
+            n => format!("{SNAPSHOTS} (backups {n})"),
+        };
+        if !taken(&root) {
+            return root;
+        }
+        n += 1;
+    }
+}
 
 /// One mailbox of the view.
 #[derive(Clone, Debug)]
@@ -72,7 +103,7 @@ pub struct View {
     pub history: Vec<Held>,
 }
 
-/// The name of a snapshot's level below [`SNAPSHOTS`]: its time in UTC to the minute, and
+/// The name of a snapshot's level below the snapshots' root ([`snapshots_root`]): its time in UTC to the minute, and
 /// when another snapshot of the account falls in the same minute, the first 8 hex digits
 /// of its id after it.
 fn snapshot_level(time: i64, id: &str, shared_minute: bool) -> String {
@@ -118,10 +149,11 @@ impl View {
         }
         // The deleted messages, beside the folders (found when opened: listing costs
         // nothing).
+        let root = snapshots_root(boxes.iter().map(|b| b.name.as_str()));
         let own_deleted = boxes.iter().any(|b| b.name.eq_ignore_ascii_case(DELETED));
         boxes.push(ViewBox {
             name: match own_deleted {
-                true => format!("{SNAPSHOTS}{DELIMITER}{DELETED}"),
+                true => format!("{root}{DELIMITER}{DELETED}"),
                 false => DELETED.to_string(),
             },
             place: Some(Place::Deleted),
@@ -139,7 +171,7 @@ impl View {
             let level = snapshot_level(*time, id, shared);
             for f in folders {
                 let name = folder_name(f);
-                let full = format!("{SNAPSHOTS}{DELIMITER}{level}{DELIMITER}{name}");
+                let full = format!("{root}{DELIMITER}{level}{DELIMITER}{name}");
                 boxes.push(folder_box(full, id, f, None));
             }
         }
@@ -541,6 +573,25 @@ mod tests {
         assert!(server_uids(&[k(3, 77), k(4, 78)]).is_none());
         assert!(server_uids(&[k(3, 77), entry("1.M1P1.host", 1)]).is_none());
         assert_eq!(server_uids(&[]), None);
+    }
+
+    /// A folder of the account named `Snapshots` (in any case, or a level of one) moves
+    /// the snapshots' root aside, as far as it takes.
+    #[test]
+    fn the_snapshots_root_is_moved_aside_by_a_folder_of_its_name() {
+        let root = |names: &[&str]| snapshots_root(names.iter().copied());
+        assert_eq!(root(&["INBOX", "Archive"]), "Snapshots");
+        assert_eq!(root(&["INBOX", "Snapshots2"]), "Snapshots");
+        assert_eq!(root(&["INBOX", "snapshots"]), "Snapshots (backups)");
+        assert_eq!(root(&["Snapshots/x"]), "Snapshots (backups)");
+        assert_eq!(
+            root(&[
+                "Snapshots",
+                "SNAPSHOTS (Backups)/y",
+                "Snapshots (backups 2)"
+            ]),
+            "Snapshots (backups 3)"
+        );
     }
 
     #[test]
