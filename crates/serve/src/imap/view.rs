@@ -2,7 +2,7 @@
 //! holds the account, `Deleted` (what older snapshots held that the latest no longer
 //! holds, in any folder), then `Snapshots/<YYYY-MM-DD HH:MM>/<folder>` for every snapshot
 //! that holds it, below another root when the account has a folder named `Snapshots`
-//! ([`snapshots_root`])) and, once one is opened, its messages with their UIDs.
+//! (`snapshots_root`)) and, once one is opened, its messages with their UIDs.
 //!
 //! A client's mailbox name is only ever looked up in this enumerated list, never turned
 //! into a path: a name that is not in it (`../bob/INBOX`, another account's folder) is
@@ -13,7 +13,7 @@
 //! higher UIDs under the same UIDVALIDITY, as Dovecot numbered them); else, when every
 //! key is an IMAP backup's, the server's UIDs and UIDVALIDITY. Otherwise they are derived
 //! from the snapshots that hold the account, oldest first, up to the one viewed
-//! ([`super::uids`]): the first that holds the folder numbers its messages 1..N in the
+//! (`imap::uids`): the first that holds the folder numbers its messages 1..N in the
 //! order a restore writes them in ([`mailvault_core::restore::arrival_order`]: an IMAP
 //! backup's UIDs, else internal date and Maildir key), under a UIDVALIDITY that is the
 //! first four bytes (big-endian, never 0) of the BLAKE3 hash of its keys in that order;
@@ -32,7 +32,7 @@ use mailvault_imap::maildir_flags::{maildir_to_imap, KeywordTable};
 /// The hierarchy delimiter of the view.
 pub const DELIMITER: char = '/';
 /// The root of the snapshots' tree, unless the account has a folder of that name
-/// ([`snapshots_root`]).
+/// (`snapshots_root`).
 pub const SNAPSHOTS: &str = "Snapshots";
 /// The mailbox of deleted messages; `<root>/Deleted` below the snapshots' root when the
 /// account has a folder of that name itself (never a snapshot's level, which is a date).
@@ -99,7 +99,7 @@ pub struct View {
     pub account: String,
     pub boxes: Vec<ViewBox>,
     /// The snapshots that hold the account, oldest first: what a folder's derived UIDs
-    /// are worked out from ([`super::uids`]).
+    /// are worked out from (`imap::uids`).
     pub history: Vec<Held>,
 }
 
