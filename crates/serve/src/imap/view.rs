@@ -103,9 +103,9 @@ pub struct View {
     pub history: Vec<Held>,
 }
 
-/// The name of a snapshot's level below the snapshots' root ([`snapshots_root`]): its time in UTC to the minute, and
-/// when another snapshot of the account falls in the same minute, the first 8 hex digits
-/// of its id after it.
+/// The name of a snapshot's level below the snapshots' root ([`snapshots_root`]): its
+/// time in UTC to the minute, and when another snapshot of the account falls in the same
+/// minute, the first 8 hex digits of its id after it.
 fn snapshot_level(time: i64, id: &str, shared_minute: bool) -> String {
     let t = jiff::Timestamp::from_second(time).unwrap_or(jiff::Timestamp::UNIX_EPOCH);
     let minute = t.strftime("%Y-%m-%d %H:%M").to_string();
