@@ -1087,3 +1087,90 @@ fn a_folder_named_snapshots_moves_the_snapshots_root_aside() {
     let sel = c.cmd("g", &format!("EXAMINE \"{name}\""));
     assert!(sel.iter().any(|l| l == "* 1 EXISTS"), "{name}: {sel:?}");
 }
+
+/// Issue 29, CONDSTORE (RFC 7162) by Python's imaplib (tests/imap_view/condstore.py):
+/// announced and enabled; every message of a mailbox has the mod-sequence of its
+/// snapshot (its time in nanoseconds), so an older snapshot's INBOX has a lower one than
+/// the latest's; SELECT, STATUS, FETCH MODSEQ, CHANGEDSINCE and SEARCH MODSEQ agree.
+#[test]
+fn condstore_gives_each_snapshot_its_mod_sequence() {
+    let e = repository();
+    let s = start(&e);
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/imap_view/condstore.py");
+    let pass = password_file(&e);
+    let o = Command::new("python3")
+        .arg(script)
+        .arg(s.imap_port.to_string())
+        .arg(&pass)
+        .arg(ACCOUNT)
+        .output()
+        .unwrap();
+    assert!(
+        o.status.success(),
+        "condstore.py failed:\n{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let v: Value = serde_json::from_slice(&o.stdout).unwrap();
+    let s = |k: &str| v[k].as_str().unwrap().to_string();
+    assert!(
+        v["capability"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|c| c == "CONDSTORE"),
+        "{v}"
+    );
+    assert!(s("enable").starts_with("OK"), "{v}");
+    assert_eq!(s("enabled"), "CONDSTORE");
+    assert!(s("select_condstore").starts_with("OK"), "{v}");
+    assert!(
+        s("select_qresync").contains("BAD") || s("select_qresync").starts_with("error"),
+        "{v}"
+    );
+    let h: u64 = s("highestmodseq").parse().unwrap();
+    let old: u64 = s("old_highestmodseq").parse().unwrap();
+    assert!(old < h, "an older snapshot, a lower mod-sequence: {v}");
+    // The mod-sequence is the snapshot's time: the minute its level is named after.
+    let snaps = v["snapshots"].as_array().unwrap();
+    assert_eq!(snaps.len(), 2, "{v}");
+    for (snap, modseq) in snaps.iter().zip([old, h]) {
+        let (name, status) = (snap[0].as_str().unwrap(), snap[1].as_str().unwrap());
+        assert!(
+            status.contains(&format!("HIGHESTMODSEQ {modseq}")),
+            "{status}"
+        );
+        let t = jiff::Timestamp::from_second((modseq / 1_000_000_000) as i64).unwrap();
+        let minute = t.strftime("%Y-%m-%d %H:%M").to_string();
+        assert!(
+            name.starts_with(&format!("Snapshots/{minute}")),
+            "{name} {minute}"
+        );
+    }
+    assert!(
+        s("status_inbox").contains(&format!("HIGHESTMODSEQ {h}")),
+        "{v}"
+    );
+    let fetched = v["fetch_modseq"].as_array().unwrap();
+    assert_eq!(fetched.len(), 4, "{v}");
+    for f in fetched {
+        assert!(
+            f.as_str().unwrap().contains(&format!("MODSEQ ({h})")),
+            "{f}"
+        );
+    }
+    let below = v["changedsince_below"].as_array().unwrap();
+    assert_eq!(below.len(), 4, "{v}");
+    assert!(
+        below[0].as_str().unwrap().contains("MODSEQ"),
+        "implied: {v}"
+    );
+    assert_eq!(
+        v["changedsince_highest"].as_array().unwrap().len(),
+        0,
+        "{v}"
+    );
+    assert_eq!(s("search_highest"), format!("OK 1 2 3 4 (MODSEQ {h})"));
+    assert_eq!(s("search_above"), "OK ");
+    assert_eq!(s("search_not"), "OK ");
+    assert!(s("old_fetch").contains(&format!("MODSEQ ({old})")), "{v}");
+}

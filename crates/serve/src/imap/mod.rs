@@ -16,6 +16,7 @@
 //! `fuzzing`) drives a session without sockets for the fuzz target.
 
 mod bodystructure;
+mod condstore;
 mod envelope;
 mod esearch;
 mod fetch;

@@ -277,6 +277,9 @@ pub struct Folder {
     pub messages: Vec<Message>,
     /// The keywords its `dovecot-keywords` names.
     pub keywords: Vec<String>,
+    /// The mod-sequence of every message (CONDSTORE): the time of the snapshot it shows
+    /// (`condstore::modseq_of`), the latest snapshot's for `Deleted`.
+    pub modseq: std::num::NonZeroU64,
 }
 
 impl Folder {
@@ -284,7 +287,7 @@ impl Folder {
     pub fn open(repo: &Repository, view: &View, place: &Place) -> Result<Folder> {
         match place {
             Place::Folder { snapshot, folder } => Folder::of_snapshot(repo, view, snapshot, folder),
-            Place::Deleted => Folder::deleted(repo, &view.account),
+            Place::Deleted => Folder::deleted(repo, view),
         }
     }
 
@@ -315,18 +318,27 @@ impl Folder {
             Some(n) => (entries, n),
             None => history_uids(repo, &view.history, (snapshot, folder), entries)?,
         };
-        Ok(Folder::of(entries, numbered, &table))
+        let modseq = super::condstore::modseq_of(snap.time, snap.time_nanos);
+        Ok(Folder::of(entries, numbered, &table, modseq))
     }
 
     /// The messages older snapshots of `account` held that its latest no longer holds (as
     /// `undelete` finds them: by content, so a message moved to another folder is not
     /// deleted), each as the newest snapshot that held it has it, in the order a restore
     /// writes them, numbered as [`derived_uids`] does: a backup that changes the set
-    /// changes UIDVALIDITY. Keywords are left out (each folder names its own).
-    fn deleted(repo: &Repository, account: &str) -> Result<Folder> {
+    /// changes UIDVALIDITY. Keywords are left out (each folder names its own). Its
+    /// mod-sequence is the latest snapshot's.
+    fn deleted(repo: &Repository, view: &View) -> Result<Folder> {
         use mailvault_core::ops::undelete::{find_deleted, DeletedOptions};
+        let modseq = match view.history.last() {
+            Some(h) => {
+                let s = repo.find_snapshot(&h.snapshot)?;
+                super::condstore::modseq_of(s.time, s.time_nanos)
+            }
+            None => std::num::NonZeroU64::MIN,
+        };
         let opts = DeletedOptions {
-            account: account.to_string(),
+            account: view.account.clone(),
             folders: Vec::new(),
             since: None,
         };
@@ -335,14 +347,16 @@ impl Folder {
             found.messages.iter().map(|m| m.entry().clone()).collect();
         entries.sort_by_cached_key(|e| mailvault_core::restore::arrival_order(None, e));
         let uids = derived_uids(&entries);
-        Ok(Folder::of(entries, uids, &KeywordTable::new()))
+        Ok(Folder::of(entries, uids, &KeywordTable::new(), modseq))
     }
 
-    /// The folder of `entries` with their UIDs, flags and keywords (of `table`).
+    /// The folder of `entries` with their UIDs, flags and keywords (of `table`), and the
+    /// mod-sequence of them all.
     fn of(
         entries: Vec<MessageEntry>,
-        (uidvalidity, uids): (u32, Vec<u32>),
+        (uidvalidity, uids): Uids,
         table: &KeywordTable,
+        modseq: std::num::NonZeroU64,
     ) -> Folder {
         let keywords = (b'a'..=b'z')
             .filter_map(|c| table.name_of(c as char).map(str::to_string))
@@ -358,6 +372,7 @@ impl Folder {
             uidvalidity,
             messages,
             keywords,
+            modseq,
         }
     }
 
