@@ -19,7 +19,9 @@
 
 use mailvault_core::model::folder_name;
 use mailvault_core::repo::id::IdMap;
-use mailvault_core::repo::tree::{AccountTree, FolderNode, MessageChunk, MessageEntry, Timestamp};
+use mailvault_core::repo::tree::{
+    AccountTree, ChunkRef, FolderNode, MessageChunk, MessageEntry, Timestamp,
+};
 use mailvault_core::{Error, Id, Repository, Result};
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
@@ -88,11 +90,20 @@ struct Walk {
     /// The keys of each chunk of the folder in the last snapshot walked, by the id of
     /// the chunk's `entries` blob.
     chunks: IdMap<Arc<Vec<Arrival>>>,
+    /// The chunks and chunk tree of the folder's node in the last snapshot walked.
+    last_node: Option<(Vec<ChunkRef>, Option<Id>)>,
 }
 
 impl Walk {
     /// Takes the next snapshot, whose folder is `node` (`None`: it has no such folder).
     fn step(&mut self, repo: &Repository, node: Option<&FolderNode>) -> Result<()> {
+        // The same chunks as the previous snapshot's folder: the same keys (a large
+        // folder's chunk tree is not walked again).
+        let chunks = node.map(|n| (n.chunks.clone(), n.chunk_tree));
+        if self.uidvalidity.is_some() && chunks.is_some() && chunks == self.last_node {
+            return Ok(());
+        }
+        self.last_node = chunks;
         let refs = match node {
             Some(n) => repo.folder_chunks(n)?,
             None => Vec::new(),
