@@ -968,7 +968,8 @@ fn numbering(c: &mut Line, mailbox: &str, subjects: &[&str]) -> (String, Vec<u64
 /// Issue 29: a folder without a `dovecot-uidlist` (Archive) keeps its UIDs and
 /// UIDVALIDITY after a later backup in which a message was deleted and two came (one
 /// with an older internal date than every other): those two get higher UIDs, in arrival
-/// order, and the older snapshot's view of the folder does not change.
+/// order, and the older snapshot's view of the folder does not change. The deleted one,
+/// back in a third backup, is a new message with a new, higher UID.
 #[test]
 fn a_folder_without_a_uidlist_keeps_its_uids_when_messages_come_and_go() {
     let e = repository();
@@ -1034,6 +1035,27 @@ fn a_folder_without_a_uidlist_keeps_its_uids_when_messages_come_and_go() {
             "* 3 FETCH (UID 4)"
         ]
     );
+    drop(c);
+    drop(s);
+
+    // The deleted message comes back (its key again): a new message to IMAP, with a new,
+    // higher UID, not its old one.
+    common::put_msg(
+        &md,
+        ".Archive",
+        "cur",
+        "1700000000.M4P1.host:2,ST",
+        b"Subject: archived\r\n\r\nkept\r\n",
+        1_700_000_000,
+    );
+    common::at_rest();
+    e.ok(&["backup", &format!("maildir:{}", e.path("mail").display())]);
+    let s = start(&e);
+    let mut c = Line::open(s.imap_port);
+    let login = c.cmd("a", &format!("LOGIN \"{ACCOUNT}*admin\" \"{TOKEN}\""));
+    assert!(login.last().unwrap().starts_with("a OK"), "{login:?}");
+    let back = numbering(&mut c, "Archive", &subjects);
+    assert_eq!(back, (before.0.clone(), vec![5, 2, 3, 4]));
 }
 
 /// Issue 29: an account with a folder of its own named `Snapshots` (and one below it)
