@@ -15,7 +15,7 @@ use common::Env;
 use serde_json::Value;
 use std::collections::BTreeMap;
 use std::fs;
-use std::io::BufRead;
+use std::io::{BufRead, Write};
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -939,6 +939,107 @@ fn search_matches_decoded_headers_and_bodies_as_dovecot_does() {
     for (q, both) in v.as_object().unwrap() {
         assert_eq!(both[0], both[1], "{q}: mailvault, then Dovecot");
     }
+}
+
+/// Reads one IMAP response from `r`: its lines with every literal's bytes in place.
+fn response(r: &mut impl BufRead) -> Vec<u8> {
+    let mut out = Vec::new();
+    loop {
+        let mut line = Vec::new();
+        assert!(r.read_until(b'\n', &mut line).unwrap() > 0, "closed");
+        out.extend_from_slice(&line);
+        let literal = (line.ends_with(b"}\r\n"))
+            .then(|| line.iter().rposition(|&b| b == b'{'))
+            .flatten()
+            .and_then(|i| {
+                std::str::from_utf8(&line[i + 1..line.len() - 3])
+                    .ok()?
+                    .parse()
+                    .ok()
+            });
+        match literal {
+            Some(n) => {
+                let mut lit = vec![0u8; n];
+                r.read_exact(&mut lit).unwrap();
+                out.extend_from_slice(&lit);
+            }
+            None => return out,
+        }
+    }
+}
+
+/// A FETCH of more than one part's bytes (the view sends a large FETCH in parts of about
+/// 2 MiB, each made once the one before went out) answers every message whole and in
+/// order, and commands the client sent behind it meanwhile are answered after it.
+#[test]
+fn a_large_fetch_goes_out_in_parts_and_commands_behind_it_wait_their_turn() {
+    let e = Env::new();
+    let mail = e.path("mail");
+    let mut want = Vec::new();
+    for i in 0..60 {
+        let mut m = format!("Subject: big {i}\r\n\r\n").into_bytes();
+        while m.len() < 300_000 {
+            m.extend_from_slice(format!("line {} of message {i}\r\n", m.len()).as_bytes());
+        }
+        let name = format!("{}.M{i}P1.host:2,S", 1_700_000_000 + i);
+        common::maildir_message(&mail, ACCOUNT, "", &name, &m);
+        want.push(m);
+    }
+    e.ok(&["init"]);
+    e.ok(&["backup", &format!("maildir:{}", mail.display())]);
+    token_file(&e, 0o600);
+    let s = start(&e);
+    let mut l = Line::open(s.imap_port);
+    let login = l.cmd("a1", &format!("LOGIN \"{ACCOUNT}*admin\" \"{TOKEN}\""));
+    assert!(login.last().unwrap().starts_with("a1 OK"), "{login:?}");
+    assert!(l
+        .cmd("a2", "EXAMINE INBOX")
+        .last()
+        .unwrap()
+        .starts_with("a2 OK"));
+    // The second and third command arrive while the first's parts are going out (18 MB,
+    // more than the sockets' buffers hold).
+    l.w.write_all(b"a3 FETCH 1:* (UID BODY.PEEK[])\r\n")
+        .unwrap();
+    let mut got = Vec::new();
+    let mut seen = Vec::new();
+    loop {
+        let r = response(&mut l.r);
+        if seen.is_empty() {
+            l.w.write_all(b"a4 UID FETCH 1:* (UID)\r\na5 NOOP\r\n")
+                .unwrap();
+        }
+        let text = String::from_utf8_lossy(&r[..r.len().min(40)]).to_string();
+        if r.starts_with(b"* ") && r.windows(6).any(|w| w == b"BODY[]") {
+            let open = r.iter().position(|&b| b == b'}').unwrap() + 3;
+            got.push(r[open..r.len() - 3].to_vec());
+            seen.push("body".to_string());
+        } else {
+            seen.push(text.clone());
+        }
+        if text.starts_with("a5 ") {
+            break;
+        }
+    }
+    assert_eq!(got.len(), 60, "every message answered");
+    assert!(got == want, "every message whole, in order");
+    let at = |p: &str| seen.iter().position(|x| x.starts_with(p)).unwrap();
+    assert!(seen[..at("a3 OK")].iter().filter(|x| *x == "body").count() == 60);
+    let uids = seen
+        .iter()
+        .filter(|x| x.starts_with("* ") && x.contains("FETCH (UID"))
+        .count();
+    assert_eq!(uids, 60);
+    assert!(
+        at("a3 OK") < at("a4 OK") && at("a4 OK") < at("a5 OK"),
+        "{seen:?}"
+    );
+    assert!(
+        seen[..at("a3 OK")]
+            .iter()
+            .all(|x| x == "body" || x.starts_with("* ")),
+        "nothing of a4 or a5 before a3 is done: {seen:?}"
+    );
 }
 
 /// The UIDVALIDITY EXAMINE answers for `mailbox`, and the UID of the message of each

@@ -102,6 +102,8 @@ pub struct Inner {
     pub trusted_proxies: Vec<std::net::IpAddr>,
     /// The sorted messages of the folders paged through last.
     pub folders: Mutex<crate::read::FolderCache>,
+    /// What the IMAP view's sessions share (its header cache, the mailboxes opened last).
+    pub imap: crate::imap::Shared,
     /// Where restores may go (`--restore-imap`, `--restore-dir`).
     pub restore: crate::restore::RestoreTo,
     /// The restore jobs.
@@ -148,6 +150,7 @@ impl AppState {
             secure,
             trusted_proxies,
             folders: Mutex::new(Default::default()),
+            imap: Default::default(),
             restore,
             jobs: Default::default(),
             audit: Default::default(),
@@ -188,6 +191,7 @@ impl AppState {
         let repo = (self.0.fresh.reopen)().map_err(Error::Internal)?;
         let fresh = Arc::new(Live::open(repo, &self.0.cache)?);
         lock(&self.0.folders).clear();
+        self.0.imap.clear();
         let mut c = lock(&self.0.current);
         // The one replaced is dropped when its last request ends.
         c.live = Some(fresh.clone());

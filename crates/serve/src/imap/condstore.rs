@@ -28,37 +28,34 @@ pub fn modseq_of(time: i64, nanos: u32) -> NonZeroU64 {
 
 /// What a FETCH asks of CONDSTORE.
 pub struct FetchAsk {
-    /// The MODSEQ item is answered (asked for, or implied by CHANGEDSINCE).
-    pub modseq: bool,
     /// Only messages whose mod-sequence is above this are answered.
     pub changed_since: Option<u64>,
 }
 
-/// Takes the MODSEQ item out of `items` (the rest is answered as without CONDSTORE) and
-/// reads `modifiers`; VANISHED (QRESYNC, not offered) is refused.
+/// Reads a FETCH's `modifiers`: CHANGEDSINCE, which adds the MODSEQ item to `items` (each
+/// message answered carries it; [`super::fetch::Pending`] answers it). VANISHED
+/// (QRESYNC, not offered) is refused.
 pub fn fetch_ask(
     items: &mut Vec<MessageDataItemName<'static>>,
     modifiers: &[FetchModifier],
 ) -> Result<FetchAsk, Refusal> {
-    let before = items.len();
-    items.retain(|i| *i != MessageDataItemName::ModSeq);
     let mut ask = FetchAsk {
-        modseq: items.len() != before,
         changed_since: None,
     };
     for m in modifiers {
         match m {
-            FetchModifier::ChangedSince(n) => {
-                ask.changed_since = Some(n.get());
-                ask.modseq = true;
-            }
+            FetchModifier::ChangedSince(n) => ask.changed_since = Some(n.get()),
             FetchModifier::Vanished => {
                 return Err(
-                    "VANISHED needs QRESYNC, which the IMAP view of the backups does not offer"
+                    "VANISHED needs QRESYNC, which the IMAP view of the backups does \
+                    not offer"
                         .into(),
                 )
             }
         }
+    }
+    if ask.changed_since.is_some() && !items.contains(&MessageDataItemName::ModSeq) {
+        items.push(MessageDataItemName::ModSeq);
     }
     Ok(ask)
 }
@@ -68,13 +65,16 @@ impl FetchAsk {
     pub fn wants(&self, modseq: NonZeroU64) -> bool {
         self.changed_since.is_none_or(|n| modseq.get() > n)
     }
+}
 
-    /// Adds the MODSEQ item to a message's answer when asked.
-    pub fn add(&self, data: &mut Vec<MessageDataItem<'static>>, modseq: NonZeroU64) {
-        if self.modseq {
-            data.push(MessageDataItem::ModSeq(modseq));
-        }
-    }
+/// The MODSEQ item of a message of mod-sequence `modseq`, when `items` ask for it.
+pub fn modseq_item(
+    items: &[MessageDataItemName<'_>],
+    modseq: NonZeroU64,
+) -> Option<MessageDataItem<'static>> {
+    items
+        .contains(&MessageDataItemName::ModSeq)
+        .then_some(MessageDataItem::ModSeq(modseq))
 }
 
 /// Refuses SELECT's QRESYNC parameter (not offered); CONDSTORE is taken.
@@ -126,12 +126,18 @@ mod tests {
     fn changedsince_implies_the_modseq_item_and_filters() {
         let mut items = vec![MessageDataItemName::Flags, MessageDataItemName::ModSeq];
         let ask = fetch_ask(&mut items, &[]).unwrap();
-        assert_eq!(items, [MessageDataItemName::Flags]);
-        assert!(ask.modseq && ask.wants(NonZeroU64::MIN));
+        assert_eq!(items.len(), 2);
+        assert!(ask.wants(NonZeroU64::MIN));
+        let m = modseq_item(&items, NonZeroU64::MIN);
+        assert_eq!(m, Some(MessageDataItem::ModSeq(NonZeroU64::MIN)));
         let mut items = vec![MessageDataItemName::Flags];
+        assert_eq!(modseq_item(&items, NonZeroU64::MIN), None);
         let since = FetchModifier::ChangedSince(NonZeroU64::new(10).unwrap());
         let ask = fetch_ask(&mut items, &[since]).unwrap();
-        assert!(ask.modseq);
+        assert_eq!(
+            items,
+            [MessageDataItemName::Flags, MessageDataItemName::ModSeq]
+        );
         assert!(!ask.wants(NonZeroU64::new(10).unwrap()));
         assert!(ask.wants(NonZeroU64::new(11).unwrap()));
         assert!(fetch_ask(&mut items, &[FetchModifier::Vanished]).is_err());

@@ -1,6 +1,10 @@
 //! FETCH ENVELOPE: the Date, Subject, In-Reply-To and Message-ID fields as the message has
 //! them (unfolded, encoded words left as they are, as Dovecot sends them), and the address
-//! fields parsed by mail-parser from the header alone (the body is never parsed here).
+//! fields parsed by mail-parser, each field on its own (the first of its name; the body is
+//! never parsed here). On its own: what a field gives never depends on the fields around
+//! it (mail-parser reading a date that ends in `UT` takes the next line with it), so the
+//! header cache's compact header (`super::headers`) gives the ENVELOPE the whole header
+//! gives.
 //! Sender and Reply-To default to From (RFC 3501, 7.4.2). A group's addresses are listed
 //! without the group's markers.
 
@@ -10,12 +14,13 @@ use imap_codec::imap_types::envelope::{Address, Envelope};
 
 /// The ENVELOPE of a message whose header is `header`.
 pub fn envelope(header: &[u8]) -> Envelope<'static> {
-    let parsed = mail_parser::MessageParser::new().parse_headers(header);
     let addrs = |name: &str| -> Vec<Address<'static>> {
-        let Some(m) = &parsed else {
+        let Some(value) = raw_field(header, name.as_bytes()) else {
             return Vec::new();
         };
-        let Some(a) = m.header(name).and_then(|h| h.as_address()) else {
+        let field = [name.as_bytes(), b": ", &value, b"\r\n\r\n"].concat();
+        let parsed = mail_parser::MessageParser::new().parse_headers(&field);
+        let Some(a) = (parsed.as_ref()).and_then(|m| m.header(name)?.as_address()) else {
             return Vec::new();
         };
         a.iter().filter_map(address).collect()

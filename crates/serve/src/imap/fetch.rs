@@ -6,14 +6,18 @@
 //! except that a NUL byte, which an IMAP literal cannot carry (RFC 3501 `CHAR8`), is sent
 //! as 0x80, as Dovecot does.
 
+use super::headers::HeaderCache;
 use super::view::{Folder, Message};
 use chrono::{FixedOffset, Offset, TimeZone};
 use imap_codec::imap_types::core::{AString, IString, Literal, NString, Vec1};
 use imap_codec::imap_types::datetime::DateTime;
 use imap_codec::imap_types::fetch::{MessageDataItem, MessageDataItemName, Section};
 use imap_codec::imap_types::flag::{Flag, FlagFetch};
+use imap_codec::imap_types::response::Data;
 use imap_codec::imap_types::sequence::{SeqOrUid, Sequence, SequenceSet};
+use mailvault_core::Repository;
 use std::num::NonZeroU32;
+use std::sync::Arc;
 
 /// Why an item or key cannot be answered (the text of a `NO`).
 pub type Refusal = String;
@@ -57,20 +61,124 @@ pub fn check_items(items: &[MessageDataItemName<'_>]) -> Result<(), Refusal> {
     Ok(())
 }
 
-/// Whether any of `items` needs the message's bytes.
-pub fn needs_bytes(items: &[MessageDataItemName<'_>]) -> bool {
-    items.iter().any(|i| {
-        matches!(
-            i,
+/// What of a message's bytes the items of a FETCH need.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Needs {
+    /// None (UID, FLAGS, INTERNALDATE, RFC822.SIZE).
+    Nothing,
+    /// Only header fields the header cache keeps (ENVELOPE, `BODY[HEADER.FIELDS (...)]`
+    /// of those fields): answered from [`HeaderCache`].
+    Listed,
+    /// The whole message.
+    Whole,
+}
+
+/// What `items` need of each message's bytes.
+pub fn needs(items: &[MessageDataItemName<'_>]) -> Needs {
+    let mut n = Needs::Nothing;
+    for i in items {
+        match i {
+            MessageDataItemName::Envelope => n = Needs::Listed,
+            MessageDataItemName::BodyExt {
+                section: Some(Section::HeaderFields(None, names)),
+                ..
+            } if names
+                .as_ref()
+                .iter()
+                .all(|f| super::headers::kept(f.as_ref())) =>
+            {
+                n = Needs::Listed
+            }
             MessageDataItemName::BodyExt { .. }
-                | MessageDataItemName::Rfc822
-                | MessageDataItemName::Rfc822Header
-                | MessageDataItemName::Rfc822Text
-                | MessageDataItemName::Envelope
-                | MessageDataItemName::Body
-                | MessageDataItemName::BodyStructure
-        )
-    })
+            | MessageDataItemName::Rfc822
+            | MessageDataItemName::Rfc822Header
+            | MessageDataItemName::Rfc822Text
+            | MessageDataItemName::Body
+            | MessageDataItemName::BodyStructure => return Needs::Whole,
+            _ => {}
+        }
+    }
+    n
+}
+
+/// Answer bytes one part of a FETCH holds before it is sent.
+const PART_BYTES: usize = 2 << 20;
+
+/// A FETCH answered in parts ([`Pending::part`]), each sent before the next is made, so
+/// that a client's `FETCH 1:*` of a folder of 100,000 messages holds one part of its
+/// answers in memory, not all of them.
+pub struct Pending {
+    /// The FETCH command's tag.
+    pub tag: imap_codec::imap_types::core::Tag<'static>,
+    folder: Arc<Folder>,
+    /// The messages still to answer, as indices in the folder, in order.
+    todo: std::vec::IntoIter<usize>,
+    items: Vec<MessageDataItemName<'static>>,
+    needs: Needs,
+}
+
+impl Pending {
+    /// A FETCH of `items` of the messages of `folder` that `set` names (by UID when `uid`).
+    pub fn new(
+        tag: imap_codec::imap_types::core::Tag<'static>,
+        folder: Arc<Folder>,
+        set: &SequenceSet,
+        uid: bool,
+        items: Vec<MessageDataItemName<'static>>,
+    ) -> Pending {
+        let todo = selected(&folder, set, uid).into_iter();
+        Pending {
+            tag,
+            needs: needs(&items),
+            folder,
+            todo,
+            items,
+        }
+    }
+
+    /// The answers of the next part (about [`PART_BYTES`]), and whether messages are left
+    /// (`Ok(true)`); `Err`: a message could not be read (the answers before it are given).
+    pub fn part(
+        &mut self,
+        repo: &Repository,
+        headers: &HeaderCache,
+    ) -> (Vec<Data<'static>>, Result<bool, Refusal>) {
+        let mut out = Vec::new();
+        let mut held = 0;
+        while held < PART_BYTES {
+            let Some(i) = self.todo.next() else {
+                return (out, Ok(false));
+            };
+            let m = &self.folder.messages[i];
+            let raw: Option<Arc<[u8]>> = match self.needs {
+                Needs::Nothing => None,
+                Needs::Listed => match headers.get(&m.entry.hash) {
+                    Some(h) => Some(h),
+                    None => match crate::read::entry_bytes(repo, &m.entry) {
+                        Ok(r) => Some(headers.put(m.entry.hash, &r)),
+                        Err(e) => return (out, Err(format!("cannot read message {}: {e}", i + 1))),
+                    },
+                },
+                Needs::Whole => match crate::read::entry_bytes(repo, &m.entry) {
+                    Ok(r) => Some(r.into()),
+                    Err(e) => return (out, Err(format!("cannot read message {}: {e}", i + 1))),
+                },
+            };
+            held += 64 + raw.as_ref().map_or(0, |r| r.len());
+            let mut data = items(m, &self.items, raw.as_deref());
+            data.extend(super::condstore::modseq_item(
+                &self.items,
+                self.folder.modseq,
+            ));
+            if let Ok(items) = Vec1::try_from(data) {
+                out.push(Data::Fetch {
+                    seq: seq_of(i),
+                    items,
+                });
+            }
+        }
+        (out, Ok(self.todo.len() > 0))
+    }
 }
 
 /// The IMAP flag of a name as [`Message::flags`] holds it (`None`: not an atom).
@@ -88,7 +196,8 @@ pub fn internal_date(m: &Message) -> DateTime {
     t.unwrap_or_else(|| DateTime::unvalidated(chrono::DateTime::UNIX_EPOCH.with_timezone(&utc)))
 }
 
-/// The data items `items` of message `m`; `raw` its bytes when [`needs_bytes`].
+/// The data items `items` of message `m`; `raw` its bytes (its compact header for
+/// [`Needs::Listed`]) when [`needs`] says they are needed.
 pub fn items(
     m: &Message,
     items: &[MessageDataItemName<'static>],

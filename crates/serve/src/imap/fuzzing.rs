@@ -97,7 +97,8 @@ fn event(
                 let ok = status(Kind::Ok, Some(command.tag), None, "TLS".into());
                 return Next::StartTls(server.enqueue_status(ok));
             }
-            match enqueue(wire, session.handle(command)) {
+            let a = session.handle(command);
+            match enqueue(wire, session.whole(a)) {
                 Next::CloseAfter(_) => Next::Stop,
                 n => n,
             }

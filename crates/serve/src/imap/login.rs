@@ -54,42 +54,50 @@ pub fn check(st: &AppState, ip: IpAddr, user: &[u8], pass: &[u8]) -> Login {
 }
 
 fn try_login(st: &AppState, ip: IpAddr, user: &[u8], pass: &[u8]) -> Login {
+    const LIMITED: &str = "too many failed logins from this address: wait a minute";
     let now = Instant::now();
-    {
-        // Counted before the check (which may take a round trip), taken back when the
-        // login works: tries made meanwhile cannot slip past the limit.
-        let mut limiter = st.limiter();
-        if !limiter.allowed(ip, now) {
-            return Login::Failed("too many failed logins from this address: wait a minute".into());
-        }
-        limiter.failed(ip, now);
-    }
     let account = match admin_account(user) {
-        Some(a) => st.0.token.matches(pass).then_some(a.to_string()),
-        None => mail_user(st, user, pass),
+        // The token is compared at once: counted when wrong, the count cleared when right,
+        // as on the web side. Many sessions of one client may log in at the same moment.
+        Some(a) => {
+            let mut limiter = st.limiter();
+            if !limiter.allowed(ip, now) {
+                return Login::Failed(LIMITED.into());
+            }
+            if !st.0.token.matches(pass) {
+                limiter.failed(ip, now);
+                return Login::Failed(FAILED.into());
+            }
+            limiter.succeeded(ip);
+            a.to_string()
+        }
+        // A mail user's password is counted as a failure before it is checked (which may
+        // take a round trip: tries made meanwhile cannot slip past the limit), and the
+        // count taken back as soon as it proved right (`LoginLimiter::refund`), before
+        // the view is built.
+        None => {
+            {
+                let mut limiter = st.limiter();
+                if !limiter.allowed(ip, now) {
+                    return Login::Failed(LIMITED.into());
+                }
+                limiter.failed(ip, now);
+            }
+            let Some(account) = mail_user(st, user, pass) else {
+                return Login::Failed(FAILED.into());
+            };
+            st.limiter().refund(ip);
+            account
+        }
     };
-    let Some(account) = account else {
-        return Login::Failed(FAILED.into());
-    };
-    let found = match st.live() {
-        Ok(live) => match View::build(live.repo(), &account) {
-            Ok(Some(v)) => Some((v, live)),
-            Ok(None) => None,
-            Err(e) => return Login::Failed(format!("cannot read the repository: {e}")),
-        },
+    let live = match st.live() {
+        Ok(live) => live,
         Err(e) => return Login::Failed(format!("cannot read the repository: {e}")),
     };
-    match found {
-        Some((v, live)) => {
-            // The admin's success clears the count, as on the web side; a mail user's
-            // takes back only its own try (`LoginLimiter::refund`).
-            match admin_account(user) {
-                Some(_) => st.limiter().succeeded(ip),
-                None => st.limiter().refund(ip),
-            }
-            Login::Ok(v, live)
-        }
-        None => Login::Failed(FAILED.into()),
+    match View::build(live.repo(), &account) {
+        Ok(Some(v)) => Login::Ok(v, live),
+        Ok(None) => Login::Failed(FAILED.into()),
+        Err(e) => Login::Failed(format!("cannot read the repository: {e}")),
     }
 }
 

@@ -22,10 +22,12 @@ mod esearch;
 mod fetch;
 #[cfg(feature = "fuzzing")]
 pub mod fuzzing;
+mod headers;
 mod login;
 mod mime;
 mod search;
 mod session;
+mod shared;
 mod uids;
 mod view;
 mod wire;
@@ -38,6 +40,8 @@ use imap_codec::imap_types::response::{CommandContinuationRequest, Greeting, Sta
 use imap_next::server::{Event, Options, Server};
 use imap_next::stream::{self, Stream};
 use session::{status, Answer, Kind, Out, Security, Session};
+pub use shared::Shared;
+use std::collections::VecDeque;
 use std::net::SocketAddr;
 use std::time::Duration;
 use tokio::net::TcpListener;
@@ -173,9 +177,14 @@ async fn connection(
         auth_tag: None,
         idle_tag: None,
         closing: None,
+        held: VecDeque::new(),
     };
     loop {
-        let ev = match tokio::time::timeout(AUTOLOGOUT, stream.next(&mut wire)).await {
+        let next = match conn.held.pop_front() {
+            Some(ev) => Ok(ev),
+            None => tokio::time::timeout(AUTOLOGOUT, stream.next(&mut wire)).await,
+        };
+        let ev = match next {
             Err(_) => return autologout(&mut stream, &mut wire).await,
             Ok(Ok(ev)) => ev,
             Ok(Err(stream::Error::State(e))) => {
@@ -186,7 +195,7 @@ async fn connection(
             }
             Ok(Err(_)) => return,
         };
-        match conn.event(&mut wire, ev).await {
+        match conn.event(&mut stream, &mut wire, ev).await {
             Next::Go => {}
             Next::CloseAfter(h) => conn.closing = Some(h),
             Next::Stop => return,
@@ -302,10 +311,12 @@ struct Conn {
     auth_tag: Option<Tag<'static>>,
     idle_tag: Option<Tag<'static>>,
     closing: Option<imap_next::server::ResponseHandle>,
+    /// What the client sent while a FETCH's parts were going out, taken in order after it.
+    held: VecDeque<Result<Event, stream::Error<imap_next::server::Error>>>,
 }
 
 impl Conn {
-    async fn event(&mut self, wire: &mut Wire, ev: Event) -> Next {
+    async fn event(&mut self, stream: &mut Stream, wire: &mut Wire, ev: Event) -> Next {
         let server = &mut wire.server;
         match ev {
             Event::GreetingSent { .. } => Next::Go,
@@ -319,9 +330,21 @@ impl Conn {
                     let ok = status(Kind::Ok, Some(command.tag), None, text);
                     return Next::StartTls(server.enqueue_status(ok));
                 }
-                let Some(a) = self.run(move |s| s.handle(command)).await else {
+                let Some(mut a) = self.run(move |s| s.handle(command)).await else {
                     return Next::Stop;
                 };
+                while let Some(p) = a.more.take() {
+                    if !self
+                        .send_part(stream, wire, std::mem::take(&mut a.untagged))
+                        .await
+                    {
+                        return Next::Stop;
+                    }
+                    a = match self.run(move |s| s.fetch_part(p)).await {
+                        Some(a) => a,
+                        None => return Next::Stop,
+                    };
+                }
                 send(wire, a).await
             }
             Event::CommandAuthenticateReceived {
@@ -369,6 +392,30 @@ impl Conn {
                 Next::Go
             }
         }
+    }
+
+    /// Sends one part of a FETCH's answers ([`session::Answer::more`]) before the next is
+    /// made; what the client sends meanwhile is held for later. `false`: the connection
+    /// ended, or the client read nothing for [`AUTOLOGOUT`].
+    async fn send_part(&mut self, stream: &mut Stream, wire: &mut Wire, part: Vec<Out>) -> bool {
+        let Some(last) = part.into_iter().map(|o| enqueue_one(wire, o)).last() else {
+            return true;
+        };
+        let sent = async {
+            loop {
+                match stream.next(&mut *wire).await {
+                    Ok(Event::ResponseSent { handle, .. }) if handle == last => return true,
+                    Ok(ev) => self.held.push_back(Ok(ev)),
+                    Err(stream::Error::State(e)) => {
+                        self.held.push_back(Err(stream::Error::State(e)))
+                    }
+                    Err(_) => return false,
+                }
+            }
+        };
+        tokio::time::timeout(AUTOLOGOUT, sent)
+            .await
+            .unwrap_or(false)
     }
 
     /// Whether a STARTTLS now upgrades the connection (offered, not over TLS yet, not
@@ -501,14 +548,19 @@ async fn send(wire: &mut Wire, a: Answer) -> Next {
     enqueue(wire, a)
 }
 
+/// Queues one untagged answer.
+fn enqueue_one(wire: &mut Wire, o: Out) -> imap_next::server::ResponseHandle {
+    match o {
+        Out::Data(d) => wire.server.enqueue_data(d),
+        Out::Status(s) => wire.server.enqueue_status(s),
+        Out::Raw(line) => wire.enqueue_raw(line),
+    }
+}
+
 /// Queues an answer.
 fn enqueue(wire: &mut Wire, a: Answer) -> Next {
     for o in a.untagged {
-        match o {
-            Out::Data(d) => drop(wire.server.enqueue_data(d)),
-            Out::Status(s) => drop(wire.server.enqueue_status(s)),
-            Out::Raw(line) => wire.enqueue_raw(line),
-        };
+        enqueue_one(wire, o);
     }
     let h = wire.server.enqueue_status(a.done);
     match a.logout {

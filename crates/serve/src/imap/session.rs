@@ -37,6 +37,9 @@ pub struct Answer {
     pub logout: bool,
     /// A login failed: answered after a delay.
     pub failed_login: bool,
+    /// A FETCH answered in parts: the untagged answers go out, then
+    /// [`Session::fetch_part`] makes the next part; `done` is sent after the last.
+    pub more: Option<Box<fetch::Pending>>,
 }
 
 /// A status line; a text that is not valid IMAP text (it never is: all are ours) becomes
@@ -163,10 +166,6 @@ pub struct Session {
     /// names.
     user_is_admin: bool,
 }
-
-/// The message bytes one FETCH answers at most (its answers are held in memory until
-/// sent); past it the rest is refused with `NO [LIMIT]`.
-const MAX_FETCH_BYTES: u64 = 256 << 20;
 
 /// The text of every refused write.
 const READ_ONLY: &str = "the IMAP view of the backups is read-only: nothing can be stored, \
@@ -463,9 +462,11 @@ impl Session {
             .st
             .live()
             .map_err(|e| format!("cannot read the repository: {e}"))?;
-        let f = Folder::open(live.repo(), view, &place)
-            .map_err(|e| format!("cannot read the folder: {e}"))?;
-        Ok(Arc::new(f))
+        (self.st.0.imap)
+            .folder(&view.account, &place, || {
+                Folder::open(live.repo(), view, &place)
+            })
+            .map_err(|e| format!("cannot read the folder: {e}"))
     }
 
     /// Records in the audit log that the session opened (or tried to open) mailbox `name`
@@ -620,48 +621,43 @@ impl Session {
             Ok(a) => a,
             Err(e) => return self.bad(tag, &e),
         };
+        // One mod-sequence for every message: CHANGEDSINCE takes all of them or none.
+        if !ask.wants(folder.modseq) {
+            return ok_text(tag, "FETCH done: nothing changed since");
+        }
+        self.fetch_part(Box::new(fetch::Pending::new(tag, folder, set, uid, items)))
+    }
+
+    /// The next part of FETCH `tag` ([`fetch::Pending`]).
+    pub fn fetch_part(&mut self, mut p: Box<fetch::Pending>) -> Answer {
+        let tag = p.tag.clone();
         let live = match self.st.live() {
             Ok(l) => l,
             Err(e) => return self.no(tag, format!("cannot read the repository: {e}")),
         };
-        let mut out = Vec::new();
-        let mut held = 0u64;
-        let wanted =
-            (fetch::selected(&folder, set, uid).into_iter()).filter(|_| ask.wants(folder.modseq));
-        for i in wanted {
-            let m = &folder.messages[i];
-            if held > MAX_FETCH_BYTES {
-                // What was fetched is answered; the rest is refused (RFC 5530's LIMIT).
-                let limit = Code::Other(imap_codec::imap_types::response::CodeOther::unvalidated(
-                    &b"LIMIT"[..],
-                ));
-                let text = "that FETCH holds too many bytes at once: fetch fewer messages";
-                return with(out, status(Kind::No, Some(tag), Some(limit), text.into()));
+        let (data, left) = p.part(live.repo(), &self.st.0.imap.headers);
+        let out = data.into_iter().map(Out::Data).collect();
+        match left {
+            Ok(left) => {
+                let mut a = with(out, ok_text(tag, "FETCH done"));
+                a.more = left.then_some(p);
+                a
             }
-            let raw = match fetch::needs_bytes(&items) {
-                true => match crate::read::entry_bytes(live.repo(), &m.entry) {
-                    Ok(r) => Some(r),
-                    Err(e) => {
-                        return with(
-                            out,
-                            self.no(tag, format!("cannot read message {}: {e}", i + 1))
-                                .done,
-                        )
-                    }
-                },
-                false => None,
-            };
-            held += raw.as_ref().map_or(0, |r| r.len() as u64);
-            let mut data = fetch::items(m, &items, raw.as_deref());
-            ask.add(&mut data, folder.modseq);
-            if let Ok(items) = Vec1::try_from(data) {
-                out.push(Out::Data(Data::Fetch {
-                    seq: fetch::seq_of(i),
-                    items,
-                }));
-            }
+            Err(e) => with(out, self.no(tag, e)),
         }
-        with(out, ok_text(tag, "FETCH done"))
+    }
+
+    /// `a` with every part of a FETCH made at once (for the fuzz target, which has no
+    /// connection to send parts on).
+    #[cfg(feature = "fuzzing")]
+    pub fn whole(&mut self, mut a: Answer) -> Answer {
+        while let Some(p) = a.more.take() {
+            let mut next = self.fetch_part(p);
+            a.untagged.append(&mut next.untagged);
+            a.done = next.done;
+            a.more = next.more;
+        }
+        a
     }
 
     fn search(
@@ -771,6 +767,7 @@ fn answer(done: Status<'static>) -> Answer {
         done,
         logout: false,
         failed_login: false,
+        more: None,
     }
 }
 

@@ -36,7 +36,7 @@ impl Wire {
     /// Queues `line` (a whole response, CRLF included) after what is queued: a
     /// placeholder `* ID` response goes into imap-next's queue and `line` is sent
     /// instead of its bytes.
-    pub fn enqueue_raw(&mut self, line: Vec<u8>) {
+    pub fn enqueue_raw(&mut self, line: Vec<u8>) -> imap_next::server::ResponseHandle {
         self.made += 1;
         let value = IString::try_from(format!("x-mailvault-raw-{}", self.made)).ok();
         let d = Data::Id {
@@ -46,7 +46,7 @@ impl Wire {
             .encode(&Response::Data(d.clone()))
             .dump();
         self.raw.push_back((bytes, line));
-        self.server.enqueue_data(d);
+        self.server.enqueue_data(d)
     }
 
     /// What is put on the wire for `bytes` imap-next wants sent (`None`: nothing).
