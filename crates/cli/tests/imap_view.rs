@@ -5,10 +5,14 @@
 //! the latest view into a Maildir, which must hold every message and flag of the source;
 //! Python's imaplib (tests/imap_view/probe.py) checks the read-only refusals, sections and
 //! partial fetches, exact bytes, logins, hostile mailbox names, and that UIDs and
-//! UIDVALIDITY stay the same across sessions and a restart.
+//! UIDVALIDITY stay the same across sessions and a restart. Dovecot judges it too: it
+//! pulls the view (`doveadm backup -R` from `imapc:`) and the restore tests' Dovecot judge
+//! compares what it got with the backed-up store; its SEARCH and BODYSTRUCTURE answers
+//! for the same messages must be the view's.
 #![allow(clippy::unwrap_used)]
 
 mod common;
+mod judge;
 
 use common::serve::{token_file, Server, TOKEN};
 use common::Env;
@@ -40,7 +44,8 @@ const INBOX_UIDVALIDITY: u32 = 1_700_000_000;
 /// A version-3 `dovecot-uidlist` of `uids`.
 fn uidlist(uids: &[(u32, &str)]) -> String {
     let next = uids.last().map_or(1, |u| u.0 + 1);
-    let mut s = format!("3 V{INBOX_UIDVALIDITY} N{next} G0123456789abcdef\n");
+    // Dovecot refuses a mailbox GUID that is not 32 hex digits (and numbers anew).
+    let mut s = format!("3 V{INBOX_UIDVALIDITY} N{next} G0123456789abcdef0123456789abcdef\n");
     for (uid, name) in uids {
         s += &format!("{uid} :{name}\n");
     }
@@ -90,7 +95,8 @@ fn messages() -> Vec<(&'static str, &'static str, Vec<u8>, i64)> {
 }
 
 /// Writes the source store: alice's messages (the one without flags in `new/`), her
-/// `dovecot-keywords` (`a` = `Important`), and bob's account with a folder of his own.
+/// `dovecot-keywords` (`a` = `Important`) and `subscriptions` (INBOX and Archive/2023),
+/// and bob's account with a folder of his own.
 fn write_source(root: &Path) {
     let md = root.join("example.org/alice/Maildir");
     for (dir, name, data, mtime) in messages() {
@@ -98,6 +104,7 @@ fn write_source(root: &Path) {
         common::put_msg(&md, dir, sub, name, &data, mtime);
     }
     fs::write(md.join("dovecot-keywords"), "0 Important\n").unwrap();
+    fs::write(md.join("subscriptions"), "V\t2\n\nINBOX\nArchive\t2023\n").unwrap();
     fs::write(md.join("dovecot-uidlist"), uidlist(&INBOX_UIDS[..3])).unwrap();
     let bob = b"From: x@example.org\r\nSubject: bob's secret\r\n\r\nsecret\r\n";
     common::maildir_message(root, "bob@example.org", "", "1.M1.h:2,S", bob);
@@ -357,9 +364,10 @@ fn imaplib_sees_a_read_only_view_of_one_account_that_stays_the_same() {
     assert_eq!(text("search_body_not"), "5 9 12");
     assert_eq!(text("search_sent"), "1", "the one Date header, 1 January");
     // The parts of a multipart message with an attached one, and their sections.
-    let inner = r#"(NIL "inner" ((NIL NIL "f" "example.org")) ((NIL NIL "f" "example.org")) ((NIL NIL "f" "example.org")) NIL NIL NIL NIL NIL) ("TEXT" "plain" ("charset" "us-ascii") NIL NIL "7bit" 10 1) 4"#;
+    // As Dovecot 2.3 answers, but for "TEXT" and "MESSAGE" "RFC822" in upper case.
+    let inner = r#"(NIL "inner" ((NIL NIL "f" "example.org")) ((NIL NIL "f" "example.org")) ((NIL NIL "f" "example.org")) NIL NIL NIL NIL NIL) ("TEXT" "plain" ("charset" "us-ascii") NIL NIL "7bit" 10 0 NIL NIL NIL NIL) 3"#;
     let want = format!(
-        r#"2 (BODYSTRUCTURE (("TEXT" "plain" ("charset" "utf-8") NIL NIL "7bit" 8 1)("application" "octet-stream" ("name" "b.bin") NIL NIL "base64" 4)("MESSAGE" "RFC822" NIL NIL NIL "7bit" 49 {inner}) "mixed"))"#
+        r#"2 (BODYSTRUCTURE (("TEXT" "plain" ("charset" "utf-8") NIL NIL "7bit" 8 0 NIL NIL NIL NIL)("application" "octet-stream" ("name" "b.bin") NIL NIL "base64" 4 NIL NIL NIL NIL)("MESSAGE" "RFC822" NIL NIL NIL "7bit" 49 {inner} NIL NIL NIL NIL) "mixed" ("boundary" "XX") NIL NIL NIL))"#
     );
     assert_eq!(text("bodystructure"), want);
     let part = |s: &str| v["parts"][s].as_str().unwrap().to_string();
@@ -500,6 +508,22 @@ fn imaplib_sees_a_read_only_view_of_one_account_that_stays_the_same() {
         l[l.len() - 1].as_str().unwrap().to_string()
     };
     assert_eq!(last("garbage"), "z1 OK done", "{}", v["garbage"]);
+    assert!(
+        last("nonsync").starts_with("z5 OK") && v["nonsync"].as_array().unwrap().len() == 1,
+        "a LITERAL- literal is taken without a continuation: {}",
+        v["nonsync"]
+    );
+    assert!(
+        last("nonsync_long").starts_with("z6 BAD"),
+        "{}",
+        v["nonsync_long"]
+    );
+    assert_eq!(
+        last("nonsync_after"),
+        "z7 OK done",
+        "{}",
+        v["nonsync_after"]
+    );
     assert!(
         last("long_literal").starts_with("z2 BAD literal too long"),
         "{}",
@@ -938,6 +962,221 @@ fn search_matches_decoded_headers_and_bodies_as_dovecot_does() {
     }
     for (q, both) in v.as_object().unwrap() {
         assert_eq!(both[0], both[1], "{q}: mailvault, then Dovecot");
+    }
+}
+
+/// Issue 29: Dovecot as a second judge of the view. A throw-away Dovecot pulls the latest
+/// view (`doveadm backup -R` from an `imapc:` location, its imapc settings in its
+/// configuration, the token too) with the account's own folders alone (`-x Snapshots*`,
+/// `-x Deleted`), twice (the second pull adds nothing); the Dovecot judge (imap_judge.py,
+/// as the restore tests use it) then finds in it what a Dovecot serving the backed-up
+/// store finds there: the same folders, messages (bytes with Dovecot's CRLF line endings,
+/// sizes), flags, keywords, internal dates and subscriptions, INBOX with Dovecot's own
+/// UIDs and UIDVALIDITY. The pulled Maildir files hold the source's bytes (line endings
+/// aside: Dovecot stores LF).
+#[test]
+fn dovecot_pulls_the_latest_view_and_the_judge_sees_the_snapshot() {
+    let e = repository();
+    let s = start(&e);
+    // The store as the latest snapshot has it, served by a Dovecot of its own.
+    let store = e.path("mail-as-backed-up");
+    common::copy_tree(&e.path("mail"), &store);
+    judge::chown_tree(&store, judge::mail_owner());
+    let Some(source) = judge::dovecot(Some(store), String::new()) else {
+        return;
+    };
+    let imapc = format!(
+        "imapc_host = 127.0.0.1\nimapc_port = {}\nimapc_user = {ACCOUNT}*admin\n\
+         imapc_password = {TOKEN}\n",
+        s.imap_port
+    );
+    let pulled = judge::dovecot(None, imapc).unwrap();
+    let conf = pulled.root().join("dovecot.conf");
+    // Twice: the second pull finds every message there already (imapc has no GUIDs: by
+    // UID and a hash of the Date and Message-ID fields, which it fetches from the view)
+    // and adds nothing (the judge would see a message twice).
+    for _ in 0..2 {
+        let o = Command::new("doveadm")
+            .arg("-c")
+            .arg(&conf)
+            .args(["backup", "-R", "-x", "Snapshots*", "-x", "Deleted"])
+            .args(["-u", ACCOUNT, "imapc:"])
+            .output()
+            .unwrap();
+        assert!(
+            o.status.success(),
+            "doveadm backup -R failed ({}):\n{}{}\nthe view's log:\n{}",
+            o.status,
+            String::from_utf8_lossy(&o.stdout),
+            String::from_utf8_lossy(&o.stderr),
+            fs::read_to_string(e.path("serve.err")).unwrap_or_default()
+        );
+    }
+    let login = |d: &mailvault_imap::testing::DovecotServer| judge::Login {
+        port: d.port(),
+        admin: d.master_user().into(),
+        password: d.master_password().into(),
+    };
+    let before = judge::record(&login(&source), ACCOUNT).unwrap();
+    let mut after = judge::record(&login(&pulled), ACCOUNT).unwrap();
+    eprintln!("source: {}\npulled: {}", before.summary(), after.summary());
+    assert_eq!(before.messages(), 7, "{before:?}");
+    assert_eq!(before.with_keyword("Important"), 1, "{before:?}");
+    assert_eq!(before.subscriptions.len(), 2, "{before:?}");
+    // The view subscribes every mailbox of the backups (so that clients showing
+    // subscribed folders show them), and dsync copies the subscriptions of the mailboxes
+    // it was told to leave out as well: those are not the account's.
+    after
+        .subscriptions
+        .retain(|n| n != "Deleted" && !n.starts_with("Snapshots/"));
+    judge::assert_none(
+        "the pulled view against the store",
+        &judge::compare(&before, &after, judge::Fidelity::SameOrder),
+    );
+    // INBOX has Dovecot's UIDs from the backed-up dovecot-uidlist: exactly the same.
+    let inbox = |st: &judge::State| judge::State {
+        folders: st
+            .folders
+            .iter()
+            .filter(|(n, _)| *n == "INBOX")
+            .map(|(n, f)| (n.clone(), f.clone()))
+            .collect(),
+        ..st.clone()
+    };
+    judge::assert_none(
+        "INBOX, UIDs included",
+        &judge::compare(&inbox(&before), &inbox(&after), judge::Fidelity::Exact),
+    );
+    // The files Dovecot wrote: the source's bytes, LF line endings on both sides.
+    let src = e.path("mail/example.org/alice/Maildir");
+    let dst = pulled.maildir(ACCOUNT);
+    let dirs = |root: &Path| {
+        [
+            ("INBOX", ""),
+            ("Archive", ".Archive"),
+            ("Archive/2023", ".Archive.2023"),
+        ]
+        .map(|(n, d)| (n.to_string(), root.join(d)))
+    };
+    let want = maildir_messages(&dirs(&src), lf);
+    assert_eq!(maildir_messages(&dirs(&dst), lf), want);
+    assert_eq!(want.values().map(Vec::len).sum::<usize>(), 7);
+}
+
+/// Messages with MIME structure for BODYSTRUCTURE (INBOX of the mail root `mime-mail`,
+/// in this order), all CRLF: Dovecot counts sizes with CRLF line endings, the view as
+/// stored.
+const STRUCTURED: [&[u8]; 7] = [
+    MULTIPART,
+    b"From: A <a@example.org>\r\nSubject: report\r\nMIME-Version: 1.0\r\n\
+Content-Type: Multipart/Mixed; boundary=\"=_outer\"; charset=UTF-8\r\n\
+Content-Language: en (English), de-AT\r\n\r\npreamble\r\n--=_outer\r\n\
+Content-Type: TEXT/Plain; charset=utf-8; format=flowed\r\nContent-Disposition: inline\r\n\
+Content-Language: en\r\nContent-ID:  <text@example.org> \r\n\
+Content-Description: the text\r\nContent-MD5: Q2hlY2sgSW50ZWdyaXR5IQ==\r\n\r\n\
+see the report\r\nattached\r\n--=_outer\r\n\
+Content-Type: application/pdf; name=\"report 2024.pdf\"\r\n\
+Content-Disposition: Attachment; filename=\"report 2024.pdf\"; size=4\r\n\
+Content-Location: http://example.org/reports/\r\n 2024.pdf\r\n\
+Content-Transfer-Encoding: BASE64\r\n\r\nAAEC\r\n--=_outer\r\nContent-Type: message/rfc822\r\n\
+Content-Disposition: attachment; filename=fwd.eml\r\n\r\n\
+From: B <b@example.org>\r\nTo: a@example.org\r\nSubject: forwarded\r\n\
+Content-Type: multipart/alternative; boundary=alt\r\n\r\n--alt\r\n\r\nplain text\r\n--alt\r\n\
+Content-Type: text/html\r\n\r\n<p>html</p>\r\n--alt--\r\n\r\n--=_outer--\r\nepilogue\r\n",
+    b"From: C <c@example.org>\r\nSubject: rfc 2231\r\nMIME-Version: 1.0\r\n\
+Content-Type: multipart/mixed; boundary=b\r\n\r\n--b\r\n\
+Content-Type: application/octet-stream; name*=utf-8''%C3%A4rger.bin\r\n\
+Content-Disposition: attachment; filename*0=\"a long \\\"quoted\\\" \"; filename*1=name.bin\r\n\
+\r\nx\r\n--b\r\nContent-Type: text/plain; Format=flowed; title*0*=us-ascii'en'a%20b;\r\n\
+\x20title*1=c; charset=\"iso-8859-1\"\r\nContent-Disposition: inline; x=\"\"\r\n\r\ny\r\n--b--\r\n",
+    b"From: D <d@example.org>\r\nSubject: digest\r\nMIME-Version: 1.0\r\n\
+Content-Type: multipart/digest; boundary=\"d\"\r\nContent-Disposition: inline\r\n\
+Content-Location: digest\r\n\r\n--d\r\n\r\nSubject: one\r\nFrom: e@example.org\r\n\r\nfirst\r\n\
+--d\r\nContent-Type: text/plain\r\n\r\nnot a message\r\n--d--\r\n",
+    b"From: E <e@example.org>\r\nSubject: related\r\nMIME-Version: 1.0\r\n\
+Content-Type: multipart/related; type=\"multipart/alternative\"; boundary=r\r\n\r\n--r\r\n\
+Content-Type: multipart/alternative; boundary=a2\r\n\r\n--a2\r\nContent-Type: text/plain;\r\n\
+\tcharset=us-ascii\r\nContent-Transfer-Encoding: quoted-printable\r\n\r\nsoft=\r\nbreak\r\n\
+--a2\r\nContent-Type: text/html; charset=utf-8\r\n\r\n<img src=\"cid:i@x\">\r\n--a2--\r\n\
+--r\r\nContent-Type: image/png\r\nContent-ID: <i@x>\r\nContent-Disposition: inline\r\n\
+Content-Transfer-Encoding: base64\r\n\r\niVBORw0K\r\n--r--\r\n",
+    b"From: F <f@example.org>\r\nSubject: no type\r\n\r\njust text\r\nin two lines\r\n",
+    b"From: G <g@example.org>\r\nTo: undisclosed-recipients:;\r\n\
+Cc: Team: a@example.org, \"B, C\" <b@example.org>;, c@example.org\r\n\
+Bcc: Empty:;, Other: d@example.org;\r\nDate: Mon, 01 Jan 2024 10:00:00 +0000\r\n\
+Message-ID: <g@example.org>\r\nIn-Reply-To: <f@example.org>\r\nSubject: groups\r\n\r\nx\r\n",
+];
+
+/// Issue 29: BODYSTRUCTURE with its extension data (Content-MD5, disposition, language,
+/// location; a multipart's parameters), BODY and ENVELOPE, as Dovecot answers for the
+/// same messages (Python's imaplib asks both): nested and attached messages, dispositions
+/// with file names, RFC 2231 parameters, a digest, types and names as written, groups.
+#[test]
+fn bodystructure_is_dovecots() {
+    let Some(dovecot) = mailvault_imap::testing::DovecotServer::start_or_skip().unwrap() else {
+        return;
+    };
+    let e = Env::new();
+    let mail = e.path("mime-mail");
+    let mut files = Vec::new();
+    for (i, m) in STRUCTURED.iter().enumerate() {
+        let name = format!("{}.M{i}P1.host:2,S", 1_704_103_200 + i);
+        let md = mail.join("example.org/alice/Maildir");
+        common::put_msg(&md, "", "cur", &name, m, 1_704_103_200 + i as i64);
+        let f = e.path(&format!("msg{i}.eml"));
+        fs::write(&f, m).unwrap();
+        files.push(f);
+    }
+    e.ok(&["init"]);
+    e.ok(&["backup", &format!("maildir:{}", mail.display())]);
+    token_file(&e, 0o600);
+    let s = start(&e);
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/imap_view/bodystructure.py");
+    let o = Command::new("python3")
+        .arg(script)
+        .arg(s.imap_port.to_string())
+        .arg(password_file(&e))
+        .arg(ACCOUNT)
+        .arg(dovecot.port().to_string())
+        .arg(dovecot.password())
+        .args(&files)
+        .output()
+        .unwrap();
+    assert!(
+        o.status.success(),
+        "bodystructure.py failed:\n{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let v: Value = serde_json::from_slice(&o.stdout).unwrap();
+    let answers = v.as_array().unwrap();
+    assert_eq!(answers.len(), 3 * STRUCTURED.len());
+    let mut differ = Vec::new();
+    for a in answers {
+        if a[1] != a[2] {
+            differ.push(format!(
+                "{}:\n  mailvault {}\n  Dovecot   {}",
+                a[0], a[1], a[2]
+            ));
+        }
+    }
+    assert!(differ.is_empty(), "{}", differ.join("\n"));
+    // The answers carry what was asked about (not both empty, say).
+    let all = answers
+        .iter()
+        .map(|a| a[1].as_str().unwrap())
+        .collect::<String>();
+    for want in [
+        r#"("Attachment" ("filename" "report 2024.pdf" "size" "4"))"#,
+        r#""Q2hlY2sgSW50ZWdyaXR5IQ==" ("inline" NIL) ("en") NIL"#,
+        r#""Mixed" ("boundary" "=_outer" "charset" "UTF-8") NIL ("en" "de-AT") NIL"#,
+        r#""http://example.org/reports/ 2024.pdf""#,
+        r#"("filename" "a long \"quoted\" name.bin")"#,
+        r#""digest" ("boundary" "d") ("inline" NIL) NIL "digest""#,
+        r#"("Format" "flowed" "charset" "iso-8859-1" "title*" "us-ascii'en'a%20bc")"#,
+        r#"((NIL NIL "undisclosed-recipients" NIL)(NIL NIL NIL NIL))"#,
+        r#"((NIL NIL "Team" NIL)(NIL NIL "a" "example.org")("B, C" NIL "b" "example.org")(NIL NIL NIL NIL)(NIL NIL "c" "example.org"))"#,
+    ] {
+        assert!(all.contains(want), "{want} in {all}");
     }
 }
 

@@ -193,6 +193,12 @@ out["long_literal"] = answer(b"z2 SELECT {100000}\r\n", "z2")
 out["auth_bad_base64"] = answer(b"z3 AUTHENTICATE PLAIN\r\n", "z3")
 out["auth_bad_base64"] += answer(b"!!not base64!!\r\n", "z3")
 out["after"] = answer(b"z4 NOOP\r\n", "z4")
+# RFC 7888's LITERAL-: literals sent without waiting (`{n+}`), taken without a "+"; one
+# too long is read whole, dropped and answered BAD, and what follows it is a command again.
+u, t = f'"{account}*admin"'.encode(), token.encode()
+out["nonsync"] = answer(b"z5 LOGIN {%d+}\r\n%s {%d+}\r\n%s\r\n" % (len(u) - 2, u[1:-1], len(t), t), "z5")
+out["nonsync_long"] = answer(b"z6 EXAMINE {70000+}\r\n" + b"a" * 70000 + b"\r\n", "z6")
+out["nonsync_after"] = answer(b"z7 NOOP\r\n", "z7")
 s.close()
 
 print(json.dumps(out))

@@ -4,9 +4,8 @@
 //! never parsed here). On its own: what a field gives never depends on the fields around
 //! it (mail-parser reading a date that ends in `UT` takes the next line with it), so the
 //! header cache's compact header (`super::headers`) gives the ENVELOPE the whole header
-//! gives.
-//! Sender and Reply-To default to From (RFC 3501, 7.4.2). A group's addresses are listed
-//! without the group's markers.
+//! gives. Sender and Reply-To default to From (RFC 3501, 7.4.2). A group is listed as
+//! RFC 3501 has it: `(NIL NIL "name" NIL)`, its addresses, `(NIL NIL NIL NIL)`.
 
 use super::mime::raw_field;
 use imap_codec::imap_types::core::{IString, NString};
@@ -20,10 +19,11 @@ pub fn envelope(header: &[u8]) -> Envelope<'static> {
         };
         let field = [name.as_bytes(), b": ", &value, b"\r\n\r\n"].concat();
         let parsed = mail_parser::MessageParser::new().parse_headers(&field);
-        let Some(a) = (parsed.as_ref()).and_then(|m| m.header(name)?.as_address()) else {
-            return Vec::new();
-        };
-        a.iter().filter_map(address).collect()
+        match parsed.as_ref().and_then(|m| m.header(name)?.as_address()) {
+            Some(mail_parser::Address::Group(groups)) => groups.iter().flat_map(group).collect(),
+            Some(a) => a.iter().filter_map(address).collect(),
+            None => Vec::new(),
+        }
     };
     let from = addrs("From");
     let or_from = |v: Vec<Address<'static>>| if v.is_empty() { from.clone() } else { v };
@@ -38,6 +38,25 @@ pub fn envelope(header: &[u8]) -> Envelope<'static> {
         in_reply_to: nstring(raw_field(header, b"In-Reply-To")),
         message_id: nstring(raw_field(header, b"Message-ID")),
         from,
+    }
+}
+
+/// A group's addresses between its markers (a group without a name, as mail-parser
+/// gives the addresses around groups, without them).
+fn group(g: &mail_parser::Group<'_>) -> Vec<Address<'static>> {
+    let marker = |mailbox: Option<&str>| Address {
+        name: NString(None),
+        adl: NString(None),
+        mailbox: nstring(mailbox.map(|m| m.as_bytes().to_vec())),
+        host: NString(None),
+    };
+    let inner = g.addresses.iter().filter_map(address);
+    match g.name.as_deref() {
+        Some(name) => std::iter::once(marker(Some(name)))
+            .chain(inner)
+            .chain(std::iter::once(marker(None)))
+            .collect(),
+        None => inner.collect(),
     }
 }
 
@@ -93,6 +112,25 @@ mod tests {
         assert_eq!(e.to.len(), 2);
         assert_eq!(s(&e.to[1].name).as_deref(), Some("C, D"));
         assert!(e.cc.is_empty() && e.bcc.is_empty());
+        let g = envelope(b"To: undisclosed-recipients:;\r\nCc: Team: a@x, B <b@y>;, c@z\r\n\r\n");
+        let names = |v: &[Address<'_>]| -> Vec<(Option<String>, Option<String>)> {
+            v.iter().map(|a| (s(&a.mailbox), s(&a.host))).collect()
+        };
+        let some = |x: &str| Some(x.to_string());
+        assert_eq!(
+            names(&g.to),
+            [(some("undisclosed-recipients"), None), (None, None)]
+        );
+        assert_eq!(
+            names(&g.cc),
+            [
+                (some("Team"), None),
+                (some("a"), some("x")),
+                (some("b"), some("y")),
+                (None, None),
+                (some("c"), some("z")),
+            ]
+        );
         let empty = envelope(b"");
         assert!(empty.from.is_empty() && empty.subject.0.is_none());
     }

@@ -142,6 +142,33 @@ impl HeaderCache {
     }
 }
 
+/// The messages of testdata's corpus, and a few made to trip a parser.
+#[cfg(test)]
+pub fn corpus() -> Vec<Vec<u8>> {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../testdata/spamassassin");
+    let mut msgs: Vec<Vec<u8>> = Vec::new();
+    let mut dirs = vec![root.clone()];
+    while let Some(d) = dirs.pop() {
+        for e in std::fs::read_dir(&d).unwrap() {
+            let p = e.unwrap().path();
+            match p.is_dir() {
+                true => dirs.push(p),
+                false if d != root => msgs.push(std::fs::read(&p).unwrap()),
+                false => {}
+            }
+        }
+    }
+    assert!(msgs.len() > 100, "the corpus is there: {}", msgs.len());
+    msgs.push(b"From: a\n (comment)\n  <a@x>\nSubject:\tx\nsubject: second\nX: y\n\nb".to_vec());
+    msgs.push(
+        b" folded first\r\nTo: undisclosed-recipients:;\r\nCc: g: a@x, b@y;\r\n\r\n".to_vec(),
+    );
+    msgs.push(
+        b"Date: Mon, 1 Jan 2024 00:00:00 UT\r\nFrom: =?utf-8?q?J=C3=BCrgen?= <j@x>\r\n".to_vec(),
+    );
+    msgs
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -165,30 +192,7 @@ mod tests {
         use imap_codec::encode::Encoder;
         use imap_codec::imap_types::core::{AString, Vec1};
         use imap_codec::imap_types::fetch::{MessageDataItemName, Section};
-        let root =
-            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../testdata/spamassassin");
-        let mut msgs: Vec<Vec<u8>> = Vec::new();
-        let mut dirs = vec![root];
-        while let Some(d) = dirs.pop() {
-            for e in std::fs::read_dir(&d).unwrap() {
-                let p = e.unwrap().path();
-                match p.is_dir() {
-                    true => dirs.push(p),
-                    false if p.parent() != Some(d.as_path()) || !p.ends_with("LICENSE") => {
-                        msgs.push(std::fs::read(&p).unwrap())
-                    }
-                    false => {}
-                }
-            }
-        }
-        assert!(msgs.len() > 100, "the corpus is there: {}", msgs.len());
-        msgs.push(
-            b"From: a\n (comment)\n  <a@x>\nSubject:\tx\nsubject: second\nX: y\n\nb".to_vec(),
-        );
-        msgs.push(
-            b" folded first\r\nTo: undisclosed-recipients:;\r\nCc: g: a@x, b@y;\r\n\r\n".to_vec(),
-        );
-        msgs.push(b"Date: Mon, 1 Jan 2024 00:00:00 +0000\r\nMessage-ID: <1@x>\r\n".to_vec());
+        let msgs = corpus();
         let names: Vec<AString> = FIELDS
             .iter()
             .map(|f| AString::try_from(*f).unwrap())
@@ -204,26 +208,7 @@ mod tests {
             super::super::fetch::Needs::Listed
         );
         let encode = |raw: &[u8]| {
-            let entry = mailvault_core::repo::tree::MessageEntry {
-                key: b"k".to_vec(),
-                name: b"k".to_vec(),
-                new: false,
-                size: raw.len() as u64,
-                mtime: Default::default(),
-                mode: 0o600,
-                uid: 0,
-                gid: 0,
-                hash: Id::default(),
-                content: Vec::new(),
-                from: String::new(),
-                subject: String::new(),
-                date: None,
-            };
-            let m = super::super::view::Message {
-                entry,
-                flags: Vec::new(),
-                uid: 1,
-            };
+            let m = super::super::fetch::test_message(1, raw.len() as u64);
             let data = super::super::fetch::items(&m, &items, Some(raw));
             let d = imap_codec::imap_types::response::Data::Fetch {
                 seq: std::num::NonZeroU32::MIN,

@@ -20,6 +20,11 @@ pub struct Part {
     pub body: Range<usize>,
     /// Lower-case type and subtype (`text`, `plain`).
     pub kind: (String, String),
+    /// Type and subtype as the message writes them (`TEXT`, `Plain`), as BODYSTRUCTURE
+    /// gives them.
+    pub written: (String, String),
+    /// The Content-Type parameters in their order, names as written, RFC 2231
+    /// continuations joined ([`mime_params`]).
     pub params: Vec<(String, String)>,
     pub children: Vec<Part>,
     /// A `message/rfc822` body, parsed.
@@ -43,17 +48,19 @@ fn part(
     let h = header_end(bytes);
     let (header, body) = (r.start..r.start + h, r.start + h..r.end);
     let ct = field(&raw[header.clone()], b"Content-Type");
-    let (kind, params) = match ct.as_deref().and_then(content_type) {
+    let (written, params) = match ct.as_deref().and_then(content_type) {
         Some(x) => x,
-        None => (
-            (default.0.to_string(), default.1.to_string()),
-            charset_default(default),
-        ),
+        None => ((default.0.to_string(), default.1.to_string()), Vec::new()),
     };
+    let kind = (
+        written.0.to_ascii_lowercase(),
+        written.1.to_ascii_lowercase(),
+    );
     let mut p = Part {
         header,
         body: body.clone(),
         kind,
+        written,
         params,
         children: Vec::new(),
         message: None,
@@ -66,7 +73,7 @@ fn part(
         let boundary = p
             .params
             .iter()
-            .find(|(k, _)| k == "boundary")
+            .find(|(k, _)| k.eq_ignore_ascii_case("boundary"))
             .map(|(_, v)| v.clone());
         if let Some(b) = boundary.filter(|b| !b.is_empty()) {
             let child_default = match p.kind.1.as_str() {
@@ -91,13 +98,6 @@ fn part(
         )));
     }
     p
-}
-
-fn charset_default(default: (&str, &str)) -> Vec<(String, String)> {
-    match default {
-        ("text", "plain") => vec![("charset".into(), "us-ascii".into())],
-        _ => Vec::new(),
-    }
 }
 
 /// The ranges of the parts of a multipart body `r` with `boundary`: between a
@@ -150,9 +150,22 @@ pub fn field(header: &[u8], name: &[u8]) -> Option<String> {
     Some(String::from_utf8_lossy(&v).into_owned())
 }
 
+/// The value of the first field `name` of `header` as Dovecot keeps Content-ID,
+/// Content-Description, Content-MD5 and Content-Location: unfolded, the white space
+/// after the colon left out, the rest as written (trailing blanks too).
+pub fn field_as_written(header: &[u8], name: &[u8]) -> Option<String> {
+    let v = unfolded(header, name)?;
+    Some(String::from_utf8_lossy(v.trim_ascii_start()).into_owned())
+}
+
 /// The value of the first field `name` of `header`, unfolded (line breaks removed) and
 /// trimmed, as bytes.
 pub fn raw_field(header: &[u8], name: &[u8]) -> Option<Vec<u8>> {
+    Some(unfolded(header, name)?.trim_ascii().to_vec())
+}
+
+/// The value of the first field `name` of `header`, unfolded (line breaks removed).
+fn unfolded(header: &[u8], name: &[u8]) -> Option<Vec<u8>> {
     let mut value: Option<Vec<u8>> = None;
     for line in header.split_inclusive(|&b| b == b'\n') {
         let folded = matches!(line.first(), Some(b' ' | b'\t'));
@@ -169,14 +182,11 @@ pub fn raw_field(header: &[u8], name: &[u8]) -> Option<Vec<u8>> {
             (None, true) => {}
         }
     }
-    let v: Vec<u8> = value?
-        .into_iter()
-        .filter(|&b| b != b'\r' && b != b'\n')
-        .collect();
-    Some(v.trim_ascii().to_vec())
+    let v = value?.into_iter().filter(|&b| b != b'\r' && b != b'\n');
+    Some(v.collect())
 }
 
-/// A content type (lower-case type and subtype) and its parameters.
+/// A content type (type and subtype as written) and its parameters.
 type ContentType = ((String, String), Vec<(String, String)>);
 
 /// Type, subtype and parameters of a Content-Type value (`None`: no `type/subtype`).
@@ -184,29 +194,136 @@ fn content_type(v: &str) -> Option<ContentType> {
     let mut parts = split_params(v).into_iter();
     let t = parts.next()?;
     let (ty, sub) = t.split_once('/')?;
-    let (ty, sub) = (
-        ty.trim().to_ascii_lowercase(),
-        sub.trim().to_ascii_lowercase(),
-    );
+    let (ty, sub) = (ty.trim().to_string(), sub.trim().to_string());
     if ty.is_empty() || sub.is_empty() {
         return None;
     }
-    Some(((ty, sub), params_of(parts)))
+    Some(((ty, sub), mime_params(parts)))
 }
 
-/// `key=value` parameters (keys lower-case, quotes removed).
-pub fn params_of(parts: impl Iterator<Item = String>) -> Vec<(String, String)> {
-    parts
-        .filter_map(|p| {
-            let (k, v) = p.split_once('=')?;
-            let v = v.trim();
-            let v = v
-                .strip_prefix('"')
-                .and_then(|v| v.strip_suffix('"'))
-                .unwrap_or(v);
-            Some((k.trim().to_ascii_lowercase(), v.replace("\\\"", "\"")))
-        })
-        .collect()
+/// The disposition (as written: `Attachment`) and its parameters of a
+/// Content-Disposition value.
+pub fn disposition(v: &str) -> (String, Vec<(String, String)>) {
+    let mut parts = split_params(v).into_iter().peekable();
+    let kind = match parts.peek() {
+        Some(k) if !k.contains('=') => parts.next().unwrap_or_default(),
+        _ => String::new(),
+    };
+    (kind, mime_params(parts))
+}
+
+/// The language tags of a Content-Language value (`en, de-AT`), comments left out, up
+/// to the first that is not an atom.
+pub fn languages(v: &str) -> Vec<String> {
+    let (mut plain, mut depth) = (String::new(), 0usize);
+    for c in v.chars() {
+        match c {
+            '(' => depth += 1,
+            ')' => depth = depth.saturating_sub(1),
+            _ if depth == 0 => plain.push(c),
+            _ => {}
+        }
+    }
+    let special = |c: char| "()<>[]:;@\\,.\"".contains(c) || c.is_ascii_control() || c == ' ';
+    let mut out = Vec::new();
+    for tag in plain.split(',').map(str::trim) {
+        if tag.is_empty() || tag.chars().any(special) {
+            break;
+        }
+        out.push(tag.to_string());
+    }
+    out
+}
+
+/// An RFC 2231 piece of a parameter: name, index, whether encoded, value.
+type Piece = (String, u32, bool, String);
+
+/// `key=value` parameters as Dovecot reads them: names as written, quotes and their
+/// escapes removed; RFC 2231 parameters (`name*0`, `name*1*` ..., `name*`) come after
+/// the others, sorted by name, each joined into one (`name`, or `name*` when a piece is
+/// encoded, its value then starting with charset and language, `''` put first when the
+/// first piece has none); a set with a piece missing is kept as it came. (Dovecot 2.3
+/// gives a `name*` that follows a piece `other*1` the index 1, so keeps it as `name*1*`;
+/// not copied.)
+pub fn mime_params(parts: impl Iterator<Item = String>) -> Vec<(String, String)> {
+    let mut out = Vec::new();
+    let mut pieces: Vec<Piece> = Vec::new();
+    for p in parts {
+        let Some((k, v)) = p.split_once('=') else {
+            continue;
+        };
+        let (k, v) = (k.trim().to_string(), unquote(v.trim()));
+        match k
+            .split_once('*')
+            .and_then(|(n, rest)| Some((n, piece(rest)?)))
+        {
+            Some((name, (idx, enc))) => pieces.push((name.to_string(), idx, enc, v)),
+            None => out.push((k, v)),
+        }
+    }
+    pieces.sort_by(|a, b| (&a.0, a.1).cmp(&(&b.0, b.1)));
+    let mut rest = pieces.as_slice();
+    while let Some(first) = rest.first() {
+        let n = rest
+            .iter()
+            .take_while(|p| p.0.eq_ignore_ascii_case(&first.0))
+            .count();
+        let (group, tail) = rest.split_at(n);
+        rest = tail;
+        out.extend(joined(group));
+    }
+    out
+}
+
+/// One parameter of the RFC 2231 pieces of one name (sorted by index), or the pieces
+/// as they came when one is missing.
+fn joined(group: &[Piece]) -> Vec<(String, String)> {
+    let complete = group.iter().enumerate().all(|(j, p)| p.1 as usize == j);
+    if !complete {
+        let name = |p: &Piece| format!("{}*{}{}", p.0, p.1, if p.2 { "*" } else { "" });
+        return group.iter().map(|p| (name(p), p.3.clone())).collect();
+    }
+    let encoded = group.iter().any(|p| p.2);
+    let mut value = String::new();
+    if encoded && !group[0].2 {
+        value.push_str("''");
+    }
+    group.iter().for_each(|p| value.push_str(&p.3));
+    let star = if encoded { "*" } else { "" };
+    vec![(format!("{}{star}", group[0].0), value)]
+}
+
+/// The index and whether it is encoded, of what follows the first `*` of an RFC 2231
+/// name: `0*` is (0, true), `1` is (1, false), nothing (`name*`) is (0, true).
+fn piece(rest: &str) -> Option<(u32, bool)> {
+    let (digits, enc) = match rest.strip_suffix('*') {
+        Some(d) => (d, true),
+        None => (rest, rest.is_empty()),
+    };
+    if digits.is_empty() {
+        return enc.then_some((0, true));
+    }
+    if !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    Some((digits.parse().ok()?, enc))
+}
+
+/// A parameter value with its quotes and their backslash escapes removed.
+fn unquote(v: &str) -> String {
+    let Some(inner) = v.strip_prefix('"').and_then(|v| v.strip_suffix('"')) else {
+        return v.to_string();
+    };
+    let (mut out, mut esc) = (String::new(), false);
+    for c in inner.chars() {
+        if c == '\\' && !esc {
+            esc = true;
+        } else {
+            out.push(c);
+            esc = false;
+        }
+    }
+    out
 }
 
 /// `v` split at the `;` outside quotes.
@@ -284,6 +401,39 @@ Content-Type: text/html\r\n\r\n<p>x</p>\r\n--C--\r\n\r\n--B--\r\nepilogue\r\n";
         let single = parse(b"Subject: x\n\nbody\n");
         assert_eq!(find(&single, &[1]).unwrap().body, single.body);
         assert!(find(&single, &[2]).is_none());
+    }
+
+    /// As Dovecot 2.3 reads them: RFC 2231 pieces sorted by name (bytes), grouped by name
+    /// in any case, a group with a missing index kept piece by piece.
+    #[test]
+    fn parameters_as_dovecot_reads_them() {
+        let v = "application/x; b*0=a; b*2*=c; Name*0=x; name*1=y; t=\"q \\\"r\\\"\"; u*=q";
+        let ((ty, sub), params) = content_type(v).unwrap();
+        assert_eq!((ty.as_str(), sub.as_str()), ("application", "x"));
+        let got: Vec<(&str, &str)> = params
+            .iter()
+            .map(|(k, v)| (k.as_str(), v.as_str()))
+            .collect();
+        assert_eq!(
+            got,
+            [
+                ("t", "q \"r\""),
+                ("Name", "x"),
+                ("b*0", "a"),
+                ("b*2*", "c"),
+                ("name*1", "y"),
+                ("u*", "q"),
+            ]
+        );
+        assert_eq!(
+            disposition("Attachment; filename*0=\"a b\"; filename*1*=%41"),
+            (
+                "Attachment".to_string(),
+                vec![("filename*".to_string(), "''a b%41".to_string())]
+            )
+        );
+        assert_eq!(disposition("").0, "");
+        assert_eq!(languages("en (English), de-AT, x y, fr"), ["en", "de-AT"]);
     }
 
     #[test]

@@ -6,7 +6,7 @@
 //! undone, charsets converted, HTML reduced to its text), case-insensitively (Unicode
 //! lower case) as RFC 3501 asks. The search index itself is not used yet.
 
-use super::fetch::{header_end, in_set, Refusal};
+use super::fetch::{header_end, in_set, Needs, Refusal};
 use super::session::{status, Answer, Kind};
 use super::view::Message;
 use imap_codec::imap_types::core::{Charset, Tag};
@@ -16,7 +16,7 @@ use imap_codec::imap_types::search::SearchKey;
 use std::cell::OnceCell;
 
 /// Where a message is in its folder (its index, the messages in the folder, the folder's
-/// last UID) and its text when the keys need it ([`needs_bytes`]).
+/// last UID) and its text when the keys need it ([`needs`]).
 #[derive(Clone, Copy)]
 pub struct At<'r> {
     pub i: usize,
@@ -58,8 +58,17 @@ impl<'r> Decoded<'r> {
     }
 
     /// Whether a field `name` holds `needle` (lower case; empty: the field is there).
+    /// Only the fields of that name are decoded (each on its own), unless every field
+    /// was already: a SUBJECT search over a folder of 100,000 messages decodes 100,000
+    /// subjects, not every field of every header.
     fn field_has(&self, name: &str, needle: &str) -> bool {
-        (self.fields().iter()).any(|(n, v)| n.eq_ignore_ascii_case(name) && v.contains(needle))
+        match self.fields.get() {
+            Some(all) => {
+                (all.iter()).any(|(n, v)| n.eq_ignore_ascii_case(name) && v.contains(needle))
+            }
+            None => named_fields(&self.raw[..header_end(self.raw)], name)
+                .any(|f| header_fields(&f).iter().any(|(_, v)| v.contains(needle))),
+        }
     }
 
     /// Whether a field (`name: value`) or the body holds `needle` (lower case).
@@ -68,6 +77,28 @@ impl<'r> Decoded<'r> {
             |(n, v): &(String, String)| format!("{}: {v}", n.to_lowercase()).contains(needle);
         self.fields().iter().any(field) || self.body().contains(needle)
     }
+}
+
+/// The fields of `header` named `name` (in any case), each with its continuation lines and
+/// an empty line after it: a header of that field alone.
+fn named_fields<'h>(header: &'h [u8], name: &'h str) -> impl Iterator<Item = Vec<u8>> + 'h {
+    let mut lines = header.split_inclusive(|&b| b == b'\n').peekable();
+    std::iter::from_fn(move || loop {
+        let line = lines.next()?;
+        let n = line.split(|&b| b == b':').next().unwrap_or_default();
+        if matches!(line.first(), Some(b' ' | b'\t'))
+            || !line.contains(&b':')
+            || !n.trim_ascii_end().eq_ignore_ascii_case(name.as_bytes())
+        {
+            continue;
+        }
+        let mut f = line.to_vec();
+        while let Some(c) = lines.next_if(|l| matches!(l.first(), Some(b' ' | b'\t'))) {
+            f.extend_from_slice(c);
+        }
+        f.extend_from_slice(b"\r\n");
+        return Some(f);
+    })
 }
 
 /// Every field of `header`: its name, and its value unfolded with encoded words decoded
@@ -98,24 +129,27 @@ fn needle(v: &[u8]) -> String {
     String::from_utf8_lossy(v).to_lowercase()
 }
 
-/// Whether any of `keys` needs the messages' bytes.
-pub fn needs_bytes(keys: &[SearchKey<'_>]) -> bool {
-    keys.iter().any(|k| match k {
-        SearchKey::And(v) => needs_bytes(v.as_ref()),
-        SearchKey::Or(a, b) => {
-            needs_bytes(std::slice::from_ref(a)) || needs_bytes(std::slice::from_ref(b))
-        }
-        SearchKey::Not(a) => needs_bytes(std::slice::from_ref(a)),
+/// What `keys` need of the messages' bytes: nothing, the fields the header cache keeps
+/// (FROM, TO, CC, BCC, SUBJECT, and HEADER of one of [`super::headers::FIELDS`]: matched
+/// on the compact header, whose fields are the whole header's), or the whole message.
+pub fn needs(keys: &[SearchKey<'_>]) -> Needs {
+    keys.iter().map(need).max().unwrap_or(Needs::Nothing)
+}
+
+fn need(k: &SearchKey<'_>) -> Needs {
+    match k {
+        SearchKey::And(v) => needs(v.as_ref()),
+        SearchKey::Or(a, b) => need(a).max(need(b)),
+        SearchKey::Not(a) => need(a),
+        SearchKey::Header(name, _) if super::headers::kept(name.as_ref()) => Needs::Listed,
         SearchKey::Bcc(_)
-        | SearchKey::Body(_)
         | SearchKey::Cc(_)
         | SearchKey::From(_)
-        | SearchKey::Header(..)
         | SearchKey::Subject(_)
-        | SearchKey::Text(_)
-        | SearchKey::To(_) => true,
-        _ => false,
-    })
+        | SearchKey::To(_) => Needs::Listed,
+        SearchKey::Body(_) | SearchKey::Header(..) | SearchKey::Text(_) => Needs::Whole,
+        _ => Needs::Nothing,
+    }
 }
 
 /// Unix seconds at the start of day `d` (UTC).
@@ -213,6 +247,27 @@ pub fn charset_refused(tag: &Tag<'static>, charset: Option<&Charset<'_>>) -> Opt
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Header keys matched on the compact header, each field decoded on its own, see the
+    /// fields the whole header has, decoded with every other.
+    #[test]
+    fn the_compact_header_has_the_kept_fields_of_the_whole() {
+        for raw in super::super::headers::corpus() {
+            let start = String::from_utf8_lossy(&raw[..200.min(raw.len())]).into_owned();
+            let whole = header_fields(&raw[..header_end(&raw)]);
+            let compact = super::super::headers::compact(&raw);
+            for name in super::super::headers::FIELDS {
+                let want: Vec<_> = (whole.iter())
+                    .filter(|(n, _)| n.eq_ignore_ascii_case(name))
+                    .cloned()
+                    .collect();
+                let got: Vec<_> = named_fields(&compact, name)
+                    .flat_map(|f| header_fields(&f))
+                    .collect();
+                assert_eq!(got, want, "{name} of {start}");
+            }
+        }
+    }
 
     #[test]
     fn header_and_text_keys_match_decoded_text_in_any_case() {

@@ -104,7 +104,10 @@ impl Security {
 /// taken (RFC 3501 6.2.3, 7.2.1).
 pub fn capabilities(sec: Security) -> Vec1<Capability<'static>> {
     use imap_codec::imap_types::auth::AuthMechanism;
-    let mut caps = vec![Capability::Imap4Rev1];
+    // RFC 7888's LITERAL-: a client may send a literal of up to 4096 bytes without
+    // waiting for the server's go-ahead (`{12+}`); the view takes up to 64 KiB so, and a
+    // longer one is read, dropped and answered BAD.
+    let mut caps = vec![Capability::Imap4Rev1, Capability::LiteralMinus];
     if sec.starttls_now() {
         caps.push(Capability::StartTls);
     }
@@ -723,18 +726,19 @@ impl Session {
         };
         let f = sel.folder.clone();
         let n = f.messages.len() as u32;
-        let live = match super::search::needs_bytes(criteria.as_ref()) {
-            true => match self.st.live() {
+        let needs = super::search::needs(criteria.as_ref());
+        let live = match needs {
+            fetch::Needs::Nothing => None,
+            _ => match self.st.live() {
                 Ok(l) => Some(l),
                 Err(e) => return Err(format!("cannot read the repository: {e}")),
             },
-            false => None,
         };
         let mut hits = Vec::new();
         'msgs: for (i, m) in f.messages.iter().enumerate() {
             let raw = match &live {
-                Some(l) => match crate::read::entry_bytes(l.repo(), &m.entry) {
-                    Ok(r) => Some(r),
+                Some(l) => match fetch::bytes(l.repo(), &self.st.0.imap.headers, m, needs) {
+                    Ok(r) => r,
                     Err(e) => return Err(format!("cannot read message {}: {e}", i + 1)),
                 },
                 None => None,

@@ -5,7 +5,8 @@
 use super::headers::HeaderCache;
 use super::view::{Folder, Place};
 use mailvault_core::Result;
-use std::sync::{Arc, Mutex};
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, MutexGuard};
 
 /// Mailboxes kept at most.
 const FOLDERS: usize = 8;
@@ -20,11 +21,18 @@ pub struct Shared {
     /// list is emptied when it is opened again (a snapshot added or forgotten since, which
     /// `Deleted` and the UIDs of later snapshots may depend on).
     folders: Mutex<Vec<(String, Place, Arc<Folder>)>>,
+    /// A gate per mailbox being opened: sessions that want one another session is opening
+    /// wait for it rather than read it too (50 clients opening a folder of 100,000
+    /// messages at once held 50 copies of it, 2.8 GB).
+    opening: Mutex<Gates>,
 }
 
+/// A gate per mailbox (account, place) being opened.
+type Gates = HashMap<(String, Place), Arc<Mutex<()>>>;
+
 impl Shared {
-    fn folders(&self) -> std::sync::MutexGuard<'_, Vec<(String, Place, Arc<Folder>)>> {
-        self.folders.lock().unwrap_or_else(|e| e.into_inner())
+    fn folders(&self) -> MutexGuard<'_, Vec<(String, Place, Arc<Folder>)>> {
+        lock(&self.folders)
     }
 
     /// Mailbox `place` of `account`: kept, or opened by `open` (outside the lock: another
@@ -35,16 +43,19 @@ impl Shared {
         place: &Place,
         open: impl FnOnce() -> Result<Folder>,
     ) -> Result<Arc<Folder>> {
-        {
-            let mut v = self.folders();
-            if let Some(i) = v.iter().position(|(a, p, _)| a == account && p == place) {
-                let e = v.remove(i);
-                let f = e.2.clone();
-                v.push(e);
-                return Ok(f);
-            }
+        if let Some(f) = self.kept(account, place) {
+            return Ok(f);
         }
-        let f = Arc::new(open()?);
+        let key = (account.to_string(), place.clone());
+        let gate = lock(&self.opening).entry(key.clone()).or_default().clone();
+        let _one = lock(&gate);
+        // Opened meanwhile by the session that held the gate?
+        if let Some(f) = self.kept(account, place) {
+            return Ok(f);
+        }
+        let opened = open().map(Arc::new);
+        lock(&self.opening).remove(&key);
+        let f = opened?;
         let mut v = self.folders();
         v.retain(|(a, p, _)| !(a == account && p == place));
         v.push((account.to_string(), place.clone(), f.clone()));
@@ -57,8 +68,23 @@ impl Shared {
         Ok(f)
     }
 
+    /// Mailbox `place` of `account` if kept (then the most recently used).
+    fn kept(&self, account: &str, place: &Place) -> Option<Arc<Folder>> {
+        let mut v = self.folders();
+        let i = v.iter().position(|(a, p, _)| a == account && p == place)?;
+        let e = v.remove(i);
+        let f = e.2.clone();
+        v.push(e);
+        Some(f)
+    }
+
     /// Forgets the mailboxes kept (the repository was opened again).
     pub fn clear(&self) {
         self.folders().clear();
     }
+}
+
+/// A mutex's guard, poisoned or not (what each guards stays consistent at every step).
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
 }

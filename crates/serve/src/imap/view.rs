@@ -84,7 +84,7 @@ pub struct ViewBox {
 }
 
 /// Where a mailbox's messages are.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub enum Place {
     /// A folder of a snapshot: the snapshot's full id (hex), the folder's name in it
     /// ([`folder_name`]).
