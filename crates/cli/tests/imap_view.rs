@@ -1280,3 +1280,259 @@ fn a_large_fetch_goes_out_in_parts_and_commands_behind_it_wait_their_turn() {
         "nothing of a4 or a5 before a3 is done: {seen:?}"
     );
 }
+
+/// The UIDVALIDITY EXAMINE answers for `mailbox`, and the UID of the message of each
+/// subject of `subjects` (0: none).
+fn numbering(c: &mut Line, mailbox: &str, subjects: &[&str]) -> (String, Vec<u64>) {
+    let sel = c.cmd("n1", &format!("EXAMINE \"{mailbox}\""));
+    assert!(sel.last().unwrap().starts_with("n1 OK"), "{sel:?}");
+    let uidvalidity = (sel.iter())
+        .find_map(|l| l.strip_prefix("* OK [UIDVALIDITY "))
+        .and_then(|l| l.split(']').next())
+        .unwrap()
+        .to_string();
+    let uids = (subjects.iter())
+        .map(|s| {
+            let found = c.cmd("n2", &format!("UID SEARCH SUBJECT \"{s}\""));
+            let uids: Vec<u64> = (found[0].strip_prefix("* SEARCH").unwrap())
+                .split_whitespace()
+                .map(|u| u.parse().unwrap())
+                .collect();
+            assert!(uids.len() <= 1, "{s}: {found:?}");
+            uids.first().copied().unwrap_or(0)
+        })
+        .collect();
+    (uidvalidity, uids)
+}
+
+/// Issue 29: a folder without a `dovecot-uidlist` (Archive) keeps its UIDs and
+/// UIDVALIDITY after a later backup in which a message was deleted and two came (one
+/// with an older internal date than every other): those two get higher UIDs, in arrival
+/// order, and the older snapshot's view of the folder does not change. The deleted one,
+/// back in a third backup, is a new message with a new, higher UID.
+#[test]
+fn a_folder_without_a_uidlist_keeps_its_uids_when_messages_come_and_go() {
+    let e = repository();
+    let subjects = ["archived", "parts", "older one", "newer one"];
+    let s = start(&e);
+    let mut c = Line::open(s.imap_port);
+    let login = c.cmd("a", &format!("LOGIN \"{ACCOUNT}*admin\" \"{TOKEN}\""));
+    assert!(login.last().unwrap().starts_with("a OK"), "{login:?}");
+    let levels = c.cmd("b", "LIST \"\" \"Snapshots/%\"");
+    let second = levels[levels.len() - 2].rsplit_once("\"/\" ").unwrap().1;
+    let second = format!("{}/Archive", second.trim_matches('"'));
+    let before = numbering(&mut c, "Archive", &subjects);
+    assert_eq!(before.1, [1, 2, 0, 0]);
+    let snapshot_before = numbering(&mut c, &second, &subjects);
+    assert_eq!(snapshot_before, before, "the latest view is its snapshot's");
+    drop(c);
+    drop(s);
+
+    let md = e.path("mail").join("example.org/alice/Maildir");
+    fs::remove_file(md.join(".Archive/cur/1700000000.M4P1.host:2,ST")).unwrap();
+    common::put_msg(
+        &md,
+        ".Archive",
+        "cur",
+        "1710000000.M9P1.host:2,S",
+        b"Subject: newer one\r\n\r\nnew\r\n",
+        1_710_000_000,
+    );
+    common::put_msg(
+        &md,
+        ".Archive",
+        "cur",
+        "1600000000.M10P1.host:2,S",
+        b"Subject: older one\r\n\r\nold, moved in\r\n",
+        1_600_000_000,
+    );
+    common::at_rest();
+    e.ok(&["backup", &format!("maildir:{}", e.path("mail").display())]);
+
+    let s = start(&e);
+    let mut c = Line::open(s.imap_port);
+    let login = c.cmd("a", &format!("LOGIN \"{ACCOUNT}*admin\" \"{TOKEN}\""));
+    assert!(login.last().unwrap().starts_with("a OK"), "{login:?}");
+    let after = numbering(&mut c, "Archive", &subjects);
+    assert_eq!(after.0, before.0, "the same UIDVALIDITY");
+    assert_eq!(
+        after.1,
+        [0, 2, 3, 4],
+        "the kept one keeps its UID, new ones above"
+    );
+    assert_eq!(numbering(&mut c, &second, &subjects), before, "{second}");
+    let sel = c.cmd("e", "EXAMINE Archive");
+    assert!(
+        sel.iter().any(|l| l == "* OK [UIDNEXT 5] next UID"),
+        "{sel:?}"
+    );
+    let fetch = c.cmd("f", "FETCH 1:* (UID)");
+    assert_eq!(
+        fetch[..3],
+        [
+            "* 1 FETCH (UID 2)",
+            "* 2 FETCH (UID 3)",
+            "* 3 FETCH (UID 4)"
+        ]
+    );
+    drop(c);
+    drop(s);
+
+    // The deleted message comes back (its key again): a new message to IMAP, with a new,
+    // higher UID, not its old one.
+    common::put_msg(
+        &md,
+        ".Archive",
+        "cur",
+        "1700000000.M4P1.host:2,ST",
+        b"Subject: archived\r\n\r\nkept\r\n",
+        1_700_000_000,
+    );
+    common::at_rest();
+    e.ok(&["backup", &format!("maildir:{}", e.path("mail").display())]);
+    let s = start(&e);
+    let mut c = Line::open(s.imap_port);
+    let login = c.cmd("a", &format!("LOGIN \"{ACCOUNT}*admin\" \"{TOKEN}\""));
+    assert!(login.last().unwrap().starts_with("a OK"), "{login:?}");
+    let back = numbering(&mut c, "Archive", &subjects);
+    assert_eq!(back, (before.0.clone(), vec![5, 2, 3, 4]));
+}
+
+/// Issue 29: an account with a folder of its own named `Snapshots` (and one below it)
+/// keeps both as they are; the snapshots' levels go below `Snapshots (backups)`, where
+/// each snapshot has the account's `Snapshots` folders too.
+#[test]
+fn a_folder_named_snapshots_moves_the_snapshots_root_aside() {
+    let e = Env::new();
+    let mail = e.path("mail");
+    let msg = |dir: &str, name: &str, subject: &str| {
+        let data = format!("Subject: {subject}\r\n\r\nbody\r\n");
+        common::maildir_message(&mail, ACCOUNT, dir, name, data.as_bytes());
+    };
+    msg("", "1.M1P1.host:2,S", "in inbox");
+    msg(".Snapshots", "2.M2P1.host:2,S", "own snapshots folder");
+    msg(".Snapshots.Old", "3.M3P1.host:2,S", "own old one");
+    e.ok(&["init"]);
+    e.ok(&["backup", &format!("maildir:{}", mail.display())]);
+    token_file(&e, 0o600);
+    let s = start(&e);
+    let mut c = Line::open(s.imap_port);
+    let login = c.cmd("a", &format!("LOGIN \"{ACCOUNT}*admin\" \"{TOKEN}\""));
+    assert!(login.last().unwrap().starts_with("a OK"), "{login:?}");
+    let below = c.cmd("b", "LIST \"\" \"Snapshots/%\"");
+    assert_eq!(below.len(), 2, "the account's own alone: {below:?}");
+    assert!(below[0].ends_with("\"/\" Snapshots/Old"), "{below:?}");
+    let roots = c.cmd("c", "LIST \"\" \"%\"");
+    let root = |name: &str| roots.iter().find(|l| l.ends_with(&format!("\"/\" {name}")));
+    assert!(
+        !root("Snapshots").unwrap().contains("Noselect"),
+        "{roots:?}"
+    );
+    assert!(
+        root("\"Snapshots (backups)\"")
+            .unwrap()
+            .contains("Noselect"),
+        "{roots:?}"
+    );
+    for (mailbox, subject) in [
+        ("Snapshots", "own snapshots folder"),
+        ("Snapshots/Old", "own old one"),
+    ] {
+        let sel = c.cmd("d", &format!("EXAMINE \"{mailbox}\""));
+        assert!(sel.iter().any(|l| l == "* 1 EXISTS"), "{mailbox}: {sel:?}");
+        let found = c.cmd("e", &format!("SEARCH SUBJECT \"{subject}\""));
+        assert_eq!(found[0], "* SEARCH 1", "{mailbox}: {found:?}");
+    }
+    let levels = c.cmd("f", "LIST \"\" \"Snapshots (backups)/%/Snapshots/Old\"");
+    assert_eq!(levels.len(), 2, "{levels:?}");
+    let name = levels[0].rsplit_once("\"/\" ").unwrap().1.trim_matches('"');
+    let sel = c.cmd("g", &format!("EXAMINE \"{name}\""));
+    assert!(sel.iter().any(|l| l == "* 1 EXISTS"), "{name}: {sel:?}");
+}
+
+/// Issue 29, CONDSTORE (RFC 7162) by Python's imaplib (tests/imap_view/condstore.py):
+/// announced and enabled; every message of a mailbox has the mod-sequence of its
+/// snapshot (its time in nanoseconds), so an older snapshot's INBOX has a lower one than
+/// the latest's; SELECT, STATUS, FETCH MODSEQ, CHANGEDSINCE and SEARCH MODSEQ agree.
+#[test]
+fn condstore_gives_each_snapshot_its_mod_sequence() {
+    let e = repository();
+    let s = start(&e);
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/imap_view/condstore.py");
+    let pass = password_file(&e);
+    let o = Command::new("python3")
+        .arg(script)
+        .arg(s.imap_port.to_string())
+        .arg(&pass)
+        .arg(ACCOUNT)
+        .output()
+        .unwrap();
+    assert!(
+        o.status.success(),
+        "condstore.py failed:\n{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let v: Value = serde_json::from_slice(&o.stdout).unwrap();
+    let s = |k: &str| v[k].as_str().unwrap().to_string();
+    assert!(
+        v["capability"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|c| c == "CONDSTORE"),
+        "{v}"
+    );
+    assert!(s("enable").starts_with("OK"), "{v}");
+    assert_eq!(s("enabled"), "CONDSTORE");
+    assert!(s("select_condstore").starts_with("OK"), "{v}");
+    assert!(
+        s("select_qresync").contains("BAD") || s("select_qresync").starts_with("error"),
+        "{v}"
+    );
+    let h: u64 = s("highestmodseq").parse().unwrap();
+    let old: u64 = s("old_highestmodseq").parse().unwrap();
+    assert!(old < h, "an older snapshot, a lower mod-sequence: {v}");
+    // The mod-sequence is the snapshot's time: the minute its level is named after.
+    let snaps = v["snapshots"].as_array().unwrap();
+    assert_eq!(snaps.len(), 2, "{v}");
+    for (snap, modseq) in snaps.iter().zip([old, h]) {
+        let (name, status) = (snap[0].as_str().unwrap(), snap[1].as_str().unwrap());
+        assert!(
+            status.contains(&format!("HIGHESTMODSEQ {modseq}")),
+            "{status}"
+        );
+        let t = jiff::Timestamp::from_second((modseq / 1_000_000_000) as i64).unwrap();
+        let minute = t.strftime("%Y-%m-%d %H:%M").to_string();
+        assert!(
+            name.starts_with(&format!("Snapshots/{minute}")),
+            "{name} {minute}"
+        );
+    }
+    assert!(
+        s("status_inbox").contains(&format!("HIGHESTMODSEQ {h}")),
+        "{v}"
+    );
+    let fetched = v["fetch_modseq"].as_array().unwrap();
+    assert_eq!(fetched.len(), 4, "{v}");
+    for f in fetched {
+        assert!(
+            f.as_str().unwrap().contains(&format!("MODSEQ ({h})")),
+            "{f}"
+        );
+    }
+    let below = v["changedsince_below"].as_array().unwrap();
+    assert_eq!(below.len(), 4, "{v}");
+    assert!(
+        below[0].as_str().unwrap().contains("MODSEQ"),
+        "implied: {v}"
+    );
+    assert_eq!(
+        v["changedsince_highest"].as_array().unwrap().len(),
+        0,
+        "{v}"
+    );
+    assert_eq!(s("search_highest"), format!("OK 1 2 3 4 (MODSEQ {h})"));
+    assert_eq!(s("search_above"), "OK ");
+    assert_eq!(s("search_not"), "OK ");
+    assert!(s("old_fetch").contains(&format!("MODSEQ ({old})")), "{v}");
+}

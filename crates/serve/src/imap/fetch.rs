@@ -203,7 +203,12 @@ impl Pending {
                 Err(e) => return (out, Err(format!("cannot read message {}: {e}", i + 1))),
             };
             held += raw.as_ref().map_or(0, |r| r.len());
-            if let Ok(items) = Vec1::try_from(items(m, &self.items, raw.as_deref())) {
+            let mut data = items(m, &self.items, raw.as_deref());
+            data.extend(super::condstore::modseq_item(
+                &self.items,
+                self.folder.modseq,
+            ));
+            if let Ok(items) = Vec1::try_from(data) {
                 out.push(Data::Fetch {
                     seq: seq_of(i),
                     items,
@@ -453,6 +458,7 @@ mod tests {
             uidvalidity: 1,
             messages: [2, 3, 7, 9].map(|u| test_message(u, 1)).into(),
             keywords: Vec::new(),
+            modseq: std::num::NonZeroU64::MIN,
         };
         let s = |t: &str| SequenceSet::try_from(t).unwrap();
         assert_eq!(selected(&f, &s("1:*"), false), [0, 1, 2, 3]);

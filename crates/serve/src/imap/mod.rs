@@ -16,6 +16,7 @@
 //! `fuzzing`) drives a session without sockets for the fuzz target.
 
 mod bodystructure;
+mod condstore;
 mod envelope;
 mod esearch;
 mod fetch;
@@ -27,6 +28,7 @@ mod mime;
 mod search;
 mod session;
 mod shared;
+mod uids;
 mod view;
 mod wire;
 

@@ -7,8 +7,11 @@
 //! lower case) as RFC 3501 asks. The search index itself is not used yet.
 
 use super::fetch::{header_end, in_set, Needs, Refusal};
+use super::session::{status, Answer, Kind};
 use super::view::Message;
+use imap_codec::imap_types::core::{Charset, Tag};
 use imap_codec::imap_types::datetime::NaiveDate;
+use imap_codec::imap_types::response::Code;
 use imap_codec::imap_types::search::SearchKey;
 use std::cell::OnceCell;
 
@@ -20,6 +23,8 @@ pub struct At<'r> {
     pub n: u32,
     pub last_uid: u32,
     pub text: Option<&'r Decoded<'r>>,
+    /// The mod-sequence of the folder's messages (CONDSTORE).
+    pub modseq: u64,
 }
 
 /// A message's text as SEARCH matches it, each side decoded the first time a key asks.
@@ -207,17 +212,36 @@ pub fn matches(m: &Message, at: At<'_>, key: &SearchKey<'_>) -> Result<bool, Ref
         SearchKey::Header(name, v) => field(name.as_ref(), v.as_ref()),
         SearchKey::Body(v) => text.body().contains(&needle(v.as_ref())),
         SearchKey::Text(v) => text.text_has(&needle(v.as_ref())),
-        // Keys of extensions imap-codec parses only when built with them (WITHIN,
-        // CONDSTORE): none is here now, but a build that enables them must still answer.
+        // RFC 7162 3.1.5: a mod-sequence equal to or above; the entry (a flag's) is that
+        // of every message's one mod-sequence.
+        SearchKey::ModSequence { modseq, .. } => at.modseq >= *modseq,
+        // Keys of extensions imap-codec parses only when built with them (WITHIN): none
+        // is here now, but a build that enables them must still answer.
         #[allow(unreachable_patterns)]
         _ => {
             return Err(
-                "that SEARCH key (OLDER, YOUNGER, MODSEQ) is not in the IMAP view of \
-                        the backups yet"
+                "that SEARCH key (OLDER, YOUNGER) is not in the IMAP view of the backups yet"
                     .into(),
             )
         }
     })
+}
+
+/// `NO [BADCHARSET (UTF-8 US-ASCII)]` for a SEARCH whose charset is another: search
+/// strings are read as UTF-8 (US-ASCII is a part of it), the default when none is given.
+pub fn charset_refused(tag: &Tag<'static>, charset: Option<&Charset<'_>>) -> Option<Answer> {
+    let name = charset?.as_ref().to_ascii_uppercase();
+    if ["UTF-8", "US-ASCII", "UTF8"].contains(&name.as_str()) {
+        return None;
+    }
+    let allowed = ["UTF-8", "US-ASCII"]
+        .into_iter()
+        .filter_map(|c| Charset::try_from(c).ok());
+    let code = Code::BadCharset {
+        allowed: allowed.collect(),
+    };
+    let text = "search strings are taken in UTF-8 (or US-ASCII)".to_string();
+    Some(status(Kind::No, Some(tag.clone()), Some(code), text).into())
 }
 
 #[cfg(test)]
@@ -265,5 +289,15 @@ w5xiZXJyYXNjaHVuZyBpbiBCYXNlNjQ=\r\n";
         assert!(d.text_has("überraschung") && d.text_has("schönes"));
         assert!(d.text_has("x-a: 1"));
         assert!(!d.text_has("nowhere"));
+    }
+
+    #[test]
+    fn search_strings_are_taken_in_utf8_or_us_ascii_only() {
+        let tag = Tag::try_from("t").unwrap();
+        let refused = |c: &str| charset_refused(&tag, Some(&Charset::try_from(c).unwrap()));
+        assert!(charset_refused(&tag, None).is_none());
+        assert!(refused("utf-8").is_none() && refused("US-ASCII").is_none());
+        let no = refused("ISO-8859-1").expect("refused");
+        assert!(matches!(no.done.code(), Some(Code::BadCharset { allowed }) if allowed.len() == 2));
     }
 }

@@ -2,12 +2,14 @@
 //! it on tokio's blocking threads): not logged in, logged in to one account's
 //! [`View`], or with one of its mailboxes selected (always read-only).
 
+use super::condstore;
 use super::fetch;
 use super::login::{self, Login};
+use super::search;
 use super::view::{Folder, View, ViewBox, DELIMITER};
 use crate::state::AppState;
-use imap_codec::imap_types::command::{Command, CommandBody};
-use imap_codec::imap_types::core::{Charset, IString, NString, QuotedChar, Tag, Vec1};
+use imap_codec::imap_types::command::{Command, CommandBody, FetchModifier, SelectParameter};
+use imap_codec::imap_types::core::{IString, NString, QuotedChar, Tag, Vec1};
 use imap_codec::imap_types::extensions::namespace::Namespace;
 use imap_codec::imap_types::fetch::{MacroOrMessageDataItemNames, MessageDataItemName};
 use imap_codec::imap_types::flag::{Flag, FlagNameAttribute, FlagPerm};
@@ -124,6 +126,8 @@ pub fn capabilities(sec: Security) -> Vec1<Capability<'static>> {
         other_capability("CHILDREN"),
         // RFC 4731: SEARCH RETURN (MIN MAX COUNT ALL), answered by `* ESEARCH`.
         other_capability("ESEARCH"),
+        // RFC 7162, as `condstore.rs` says.
+        Capability::CondStore,
     ]);
     Vec1::unvalidated(caps)
 }
@@ -294,11 +298,11 @@ impl Session {
                 };
                 with(vec![Out::Data(d)], ok("NAMESPACE done"))
             }
-            CommandBody::Enable { .. } => with(
+            CommandBody::Enable { capabilities } => with(
                 vec![Out::Data(Data::Enabled {
-                    capabilities: Vec::new(),
+                    capabilities: condstore::enabled(capabilities.as_ref()),
                 })],
-                ok("ENABLE done: nothing to enable"),
+                ok("ENABLE done"),
             ),
             CommandBody::List {
                 reference,
@@ -312,8 +316,14 @@ impl Session {
                 mailbox,
                 item_names,
             } => self.status_cmd(tag, &mailbox, &item_names),
-            CommandBody::Select { mailbox, .. } => self.select(tag, &mailbox, "SELECT"),
-            CommandBody::Examine { mailbox, .. } => self.select(tag, &mailbox, "EXAMINE"),
+            CommandBody::Select {
+                mailbox,
+                parameters,
+            } => self.select(tag, &mailbox, &parameters, "SELECT"),
+            CommandBody::Examine {
+                mailbox,
+                parameters,
+            } => self.select(tag, &mailbox, &parameters, "EXAMINE"),
             CommandBody::Unselect | CommandBody::Close => match self.selected.take() {
                 Some(_) => ok("done"),
                 None => self.bad(tag, "no mailbox selected"),
@@ -322,13 +332,13 @@ impl Session {
                 sequence_set,
                 macro_or_item_names,
                 uid,
-                ..
-            } => self.fetch(tag, &sequence_set, macro_or_item_names, uid),
+                modifiers,
+            } => self.fetch(tag, &sequence_set, macro_or_item_names, (uid, &modifiers)),
             CommandBody::Search {
                 charset,
                 criteria,
                 uid,
-            } => match charset_refused(&tag, charset.as_ref()) {
+            } => match search::charset_refused(&tag, charset.as_ref()) {
                 Some(no) => no,
                 None => self.search(tag, &criteria, uid),
             },
@@ -362,6 +372,7 @@ impl Session {
             self.view = Some(fresh.unwrap_or(View {
                 account,
                 boxes: Vec::new(),
+                history: Vec::new(),
             }));
             self.built_on = Arc::downgrade(&live);
         }
@@ -449,16 +460,14 @@ impl Session {
         let Some(place) = b.place else {
             return Err("that mailbox only holds others (\\Noselect)".into());
         };
-        let account = (self.view.as_ref())
-            .map(|v| v.account.clone())
-            .unwrap_or_default();
+        let view = self.view.as_ref().ok_or("log in first")?;
         let live = self
             .st
             .live()
             .map_err(|e| format!("cannot read the repository: {e}"))?;
         (self.st.0.imap)
-            .folder(&account, &place, || {
-                Folder::open(live.repo(), &account, &place)
+            .folder(&view.account, &place, || {
+                Folder::open(live.repo(), view, &place)
             })
             .map_err(|e| format!("cannot read the folder: {e}"))
     }
@@ -479,8 +488,17 @@ impl Session {
         (self.st.0.audit).record(who, &self.ip.to_string(), "imap open", &detail, status);
     }
 
-    fn select(&mut self, tag: Tag<'static>, mailbox: &Mailbox<'_>, what: &str) -> Answer {
+    fn select(
+        &mut self,
+        tag: Tag<'static>,
+        mailbox: &Mailbox<'_>,
+        parameters: &[SelectParameter],
+        what: &str,
+    ) -> Answer {
         self.selected = None;
+        if let Err(e) = condstore::select_parameters(parameters) {
+            return self.bad(tag, &e);
+        }
         let found = self.find(mailbox);
         let name = found.as_ref().ok().map(|b| b.name.clone());
         let opened = found.and_then(|b| self.open(b));
@@ -522,6 +540,13 @@ impl Session {
                 "next UID".into(),
             )));
         }
+        let highest = Code::HighestModSeq(f.modseq);
+        out.push(Out::Status(status(
+            Kind::Ok,
+            None,
+            Some(highest),
+            "CONDSTORE".into(),
+        )));
         self.selected = Some(Selected { folder: f });
         with(
             out,
@@ -557,6 +582,9 @@ impl Session {
                     std::num::NonZeroU32::new(f.uidvalidity).map(StatusDataItem::UidValidity)
                 }
                 StatusDataItemName::Unseen => Some(StatusDataItem::Unseen(f.unseen() as u32)),
+                StatusDataItemName::HighestModSeq => {
+                    Some(StatusDataItem::HighestModSeq(f.modseq.get()))
+                }
                 _ => None,
             })
             .collect();
@@ -572,7 +600,7 @@ impl Session {
         tag: Tag<'static>,
         set: &imap_codec::imap_types::sequence::SequenceSet,
         names: MacroOrMessageDataItemNames<'static>,
-        uid: bool,
+        (uid, modifiers): (bool, &[FetchModifier]),
     ) -> Answer {
         let Some(sel) = &self.selected else {
             return self.bad(tag, "no mailbox selected");
@@ -591,6 +619,14 @@ impl Session {
         }
         if let Err(e) = fetch::check_items(&items) {
             return self.no(tag, e);
+        }
+        let ask = match condstore::fetch_ask(&mut items, modifiers) {
+            Ok(a) => a,
+            Err(e) => return self.bad(tag, &e),
+        };
+        // One mod-sequence for every message: CHANGEDSINCE takes all of them or none.
+        if !ask.wants(folder.modseq) {
+            return ok_text(tag, "FETCH done: nothing changed since");
         }
         self.fetch_part(Box::new(fetch::Pending::new(tag, folder, set, uid, items)))
     }
@@ -638,7 +674,10 @@ impl Session {
         }
         match self.search_hits(criteria, uid) {
             Ok(hits) => {
-                let d = Data::Search(hits.into_iter().map(fetch::nonzero).collect());
+                let modseq = (self.selected.as_ref())
+                    .filter(|_| !hits.is_empty() && condstore::searches_modseq(criteria.as_ref()))
+                    .map(|s| s.folder.modseq);
+                let d = Data::Search(hits.into_iter().map(fetch::nonzero).collect(), modseq);
                 with(vec![Out::Data(d)], ok_text(tag, "SEARCH done"))
             }
             Err(e) => self.no(tag, e),
@@ -657,7 +696,7 @@ impl Session {
         else {
             return self.bad(tag, "not a SEARCH");
         };
-        if let Some(no) = charset_refused(&tag, charset.as_ref()) {
+        if let Some(no) = search::charset_refused(&tag, charset.as_ref()) {
             return no;
         }
         if !self.logged_in() {
@@ -710,6 +749,7 @@ impl Session {
                 n,
                 last_uid: f.last_uid(),
                 text: text.as_ref(),
+                modseq: f.modseq.get(),
             };
             for k in criteria.as_ref() {
                 if !super::search::matches(m, at, k)? {
@@ -723,28 +763,6 @@ impl Session {
         }
         Ok(hits)
     }
-}
-
-/// `NO [BADCHARSET (UTF-8 US-ASCII)]` for a SEARCH whose charset is another: search
-/// strings are read as UTF-8 (US-ASCII is a part of it), the default when none is given.
-fn charset_refused(tag: &Tag<'static>, charset: Option<&Charset<'_>>) -> Option<Answer> {
-    let name = charset?.as_ref().to_ascii_uppercase();
-    if ["UTF-8", "US-ASCII", "UTF8"].contains(&name.as_str()) {
-        return None;
-    }
-    let allowed = ["UTF-8", "US-ASCII"]
-        .into_iter()
-        .filter_map(|c| Charset::try_from(c).ok());
-    let code = Code::BadCharset {
-        allowed: allowed.collect(),
-    };
-    let text = "search strings are taken in UTF-8 (or US-ASCII)".to_string();
-    Some(answer(status(
-        Kind::No,
-        Some(tag.clone()),
-        Some(code),
-        text,
-    )))
 }
 
 fn answer(done: Status<'static>) -> Answer {
@@ -851,16 +869,6 @@ mod tests {
         assert!(has(&local, "STARTTLS") && has(&local, "AUTH=PLAIN"));
         let plain = names(false, false, true);
         assert!(!has(&plain, "STARTTLS") && has(&plain, "AUTH=PLAIN"));
-    }
-
-    #[test]
-    fn search_strings_are_taken_in_utf8_or_us_ascii_only() {
-        let tag = Tag::try_from("t").unwrap();
-        let refused = |c: &str| charset_refused(&tag, Some(&Charset::try_from(c).unwrap()));
-        assert!(charset_refused(&tag, None).is_none());
-        assert!(refused("utf-8").is_none() && refused("US-ASCII").is_none());
-        let no = refused("ISO-8859-1").expect("refused");
-        assert!(matches!(no.done.code(), Some(Code::BadCharset { allowed }) if allowed.len() == 2));
     }
 
     #[test]

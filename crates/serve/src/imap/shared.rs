@@ -24,8 +24,11 @@ pub struct Shared {
     /// A gate per mailbox being opened: sessions that want one another session is opening
     /// wait for it rather than read it too (50 clients opening a folder of 100,000
     /// messages at once held 50 copies of it, 2.8 GB).
-    opening: Mutex<HashMap<(String, Place), Arc<Mutex<()>>>>,
+    opening: Mutex<Gates>,
 }
+
+/// A gate per mailbox (account, place) being opened.
+type Gates = HashMap<(String, Place), Arc<Mutex<()>>>;
 
 impl Shared {
     fn folders(&self) -> MutexGuard<'_, Vec<(String, Place, Arc<Folder>)>> {

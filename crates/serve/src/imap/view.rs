@@ -1,7 +1,8 @@
 //! What one logged-in account sees: its mailboxes (the folders of the latest snapshot that
 //! holds the account, `Deleted` (what older snapshots held that the latest no longer
 //! holds, in any folder), then `Snapshots/<YYYY-MM-DD HH:MM>/<folder>` for every snapshot
-//! that holds it) and, once one is opened, its messages with their UIDs.
+//! that holds it, below another root when the account has a folder named `Snapshots`
+//! (`snapshots_root`)) and, once one is opened, its messages with their UIDs.
 //!
 //! A client's mailbox name is only ever looked up in this enumerated list, never turned
 //! into a path: a name that is not in it (`../bob/INBOX`, another account's folder) is
@@ -9,27 +10,62 @@
 //!
 //! UIDs (docs/imap-view.md): when the folder's backed-up `dovecot-uidlist` gives every
 //! message a UID, those UIDs and its UIDVALIDITY (so a later backup's new messages have
-//! higher UIDs under the same UIDVALIDITY, as Dovecot numbered them). Otherwise the
-//! messages are put in the order a restore writes them in
-//! ([`mailvault_core::restore::arrival_order`]: an IMAP backup's UIDs, else internal date
-//! and Maildir key), and numbered 1..N in that order; UIDVALIDITY is then the first four
-//! bytes (big-endian, never 0) of the BLAKE3 hash of the keys in that order. Either way it
-//! is the same in every session and after a restart, and a numbering never changes under
-//! one UIDVALIDITY.
+//! higher UIDs under the same UIDVALIDITY, as Dovecot numbered them); else, when every
+//! key is an IMAP backup's, the server's UIDs and UIDVALIDITY. Otherwise they are derived
+//! from the snapshots that hold the account, oldest first, up to the one viewed
+//! (`imap::uids`): the first that holds the folder numbers its messages 1..N in the
+//! order a restore writes them in ([`mailvault_core::restore::arrival_order`]: an IMAP
+//! backup's UIDs, else internal date and Maildir key), under a UIDVALIDITY that is the
+//! first four bytes (big-endian, never 0) of the BLAKE3 hash of its keys in that order;
+//! each later one keeps the UIDs of the keys the one before it held and numbers the
+//! others after the highest so far. Either way it is the same in every session and after
+//! a restart, a snapshot's numbering never changes after later backups, and a later
+//! backup's new messages get higher UIDs under the same UIDVALIDITY.
 
+use super::uids::{uidvalidity_of, Held};
 use crate::read;
 use mailvault_core::model::folder_name;
-use mailvault_core::repo::tree::{FolderNode, MessageEntry};
+use mailvault_core::repo::tree::{AccountTree, FolderNode, MessageEntry, RootTree};
 use mailvault_core::{Repository, Result};
 use mailvault_imap::maildir_flags::{maildir_to_imap, KeywordTable};
 
 /// The hierarchy delimiter of the view.
 pub const DELIMITER: char = '/';
-/// The root of the snapshots' tree.
+/// The root of the snapshots' tree, unless the account has a folder of that name
+/// (`snapshots_root`).
 pub const SNAPSHOTS: &str = "Snapshots";
-/// The mailbox of deleted messages; `Snapshots/Deleted` when the account has a folder of
-/// that name itself (never a snapshot's level, which is a date).
+/// The mailbox of deleted messages; `<root>/Deleted` below the snapshots' root when the
+/// account has a folder of that name itself (never a snapshot's level, which is a date).
 pub const DELETED: &str = "Deleted";
+
+/// The root of the snapshots' tree for an account whose latest folders are `names`:
+/// [`SNAPSHOTS`], or when a folder's first level is that name (in any case: the account's
+/// own `Snapshots`, or `Snapshots/x`), the first of `Snapshots (backups)`,
+/// `Snapshots (backups 2)`, `Snapshots (backups 3)` ... that none is; so the account's
+/// own folders and the snapshots' levels never mix.
+fn snapshots_root<'a>(names: impl Iterator<Item = &'a str> + Clone) -> String {
+    let taken = |root: &str| {
+        (names.clone()).any(|n| {
+            n.split(DELIMITER)
+                .next()
+                .is_some_and(|first| first.eq_ignore_ascii_case(root))
+        })
+    };
+    if !taken(SNAPSHOTS) {
+        return SNAPSHOTS.to_string();
+    }
+    let mut n = 1u32;
+    loop {
+        let root = match n {
+            1 => format!("{SNAPSHOTS} (backups)"),
+            n => format!("{SNAPSHOTS} (backups {n})"),
+        };
+        if !taken(&root) {
+            return root;
+        }
+        n += 1;
+    }
+}
 
 /// One mailbox of the view.
 #[derive(Clone, Debug)]
@@ -62,11 +98,14 @@ pub enum Place {
 pub struct View {
     pub account: String,
     pub boxes: Vec<ViewBox>,
+    /// The snapshots that hold the account, oldest first: what a folder's derived UIDs
+    /// are worked out from (`imap::uids`).
+    pub history: Vec<Held>,
 }
 
-/// The name of a snapshot's level below [`SNAPSHOTS`]: its time in UTC to the minute, and
-/// when another snapshot of the account falls in the same minute, the first 8 hex digits
-/// of its id after it.
+/// The name of a snapshot's level below the snapshots' root ([`snapshots_root`]): its
+/// time in UTC to the minute, and when another snapshot of the account falls in the same
+/// minute, the first 8 hex digits of its id after it.
 fn snapshot_level(time: i64, id: &str, shared_minute: bool) -> String {
     let t = jiff::Timestamp::from_second(time).unwrap_or(jiff::Timestamp::UNIX_EPOCH);
     let minute = t.strftime("%Y-%m-%d %H:%M").to_string();
@@ -80,12 +119,20 @@ impl View {
     /// The view of `account`; `None` when no snapshot holds it.
     pub fn build(repo: &Repository, account: &str) -> Result<Option<View>> {
         let mut snaps = repo.snapshots()?.list;
-        snaps.sort_by_key(|s| (s.time, s.time_nanos));
+        snaps.sort_by_key(|s| (s.time, s.time_nanos, s.id));
         let mut held = Vec::new();
+        let mut history = Vec::new();
         for s in &snaps {
-            if let Some(folders) = read::account_folders(repo, s, account)? {
-                held.push((s.id.to_hex(), s.time, folders));
-            }
+            let root: RootTree = repo.read_tree(&s.root)?;
+            let Some(a) = root.accounts.iter().find(|a| a.name == account) else {
+                continue;
+            };
+            let tree: AccountTree = repo.read_tree(&a.tree)?;
+            held.push((s.id.to_hex(), s.time, tree.folders));
+            history.push(Held {
+                snapshot: s.id.to_hex(),
+                tree: a.tree,
+            });
         }
         let Some((latest, _, latest_folders)) = held.last() else {
             return Ok(None);
@@ -102,10 +149,11 @@ impl View {
         }
         // The deleted messages, beside the folders (found when opened: listing costs
         // nothing).
+        let root = snapshots_root(boxes.iter().map(|b| b.name.as_str()));
         let own_deleted = boxes.iter().any(|b| b.name.eq_ignore_ascii_case(DELETED));
         boxes.push(ViewBox {
             name: match own_deleted {
-                true => format!("{SNAPSHOTS}{DELIMITER}{DELETED}"),
+                true => format!("{root}{DELIMITER}{DELETED}"),
                 false => DELETED.to_string(),
             },
             place: Some(Place::Deleted),
@@ -123,13 +171,14 @@ impl View {
             let level = snapshot_level(*time, id, shared);
             for f in folders {
                 let name = folder_name(f);
-                let full = format!("{SNAPSHOTS}{DELIMITER}{level}{DELIMITER}{name}");
+                let full = format!("{root}{DELIMITER}{level}{DELIMITER}{name}");
                 boxes.push(folder_box(full, id, f, None));
             }
         }
         Ok(Some(View {
             account: account.to_string(),
             boxes: with_parents(boxes),
+            history,
         }))
     }
 
@@ -222,34 +271,30 @@ pub struct Message {
     pub uid: u32,
 }
 
-/// An opened folder: its messages in UID order (UID = index + 1).
+/// An opened folder: its messages in UID order, each with a UID of its own.
 pub struct Folder {
     pub uidvalidity: u32,
     pub messages: Vec<Message>,
     /// The keywords its `dovecot-keywords` names.
     pub keywords: Vec<String>,
+    /// The mod-sequence of every message (CONDSTORE): the time of the snapshot it shows
+    /// (`condstore::modseq_of`), the latest snapshot's for `Deleted`.
+    pub modseq: std::num::NonZeroU64,
 }
 
 impl Folder {
-    /// Reads the mailbox `place` of `account`.
-    pub fn open(repo: &Repository, account: &str, place: &Place) -> Result<Folder> {
+    /// Reads the mailbox `place` of `view`'s account.
+    pub fn open(repo: &Repository, view: &View, place: &Place) -> Result<Folder> {
         match place {
-            Place::Folder { snapshot, folder } => {
-                Folder::of_snapshot(repo, account, snapshot, folder)
-            }
-            Place::Deleted => Folder::deleted(repo, account),
+            Place::Folder { snapshot, folder } => Folder::of_snapshot(repo, view, snapshot, folder),
+            Place::Deleted => Folder::deleted(repo, view),
         }
     }
 
-    /// Folder `folder` of `account` in snapshot `snapshot`.
-    fn of_snapshot(
-        repo: &Repository,
-        account: &str,
-        snapshot: &str,
-        folder: &str,
-    ) -> Result<Folder> {
+    /// Folder `folder` of `view`'s account in snapshot `snapshot`.
+    fn of_snapshot(repo: &Repository, view: &View, snapshot: &str, folder: &str) -> Result<Folder> {
         let snap = repo.find_snapshot(snapshot)?;
-        let folders = read::account_folders(repo, &snap, account)?.unwrap_or_default();
+        let folders = read::account_folders(repo, &snap, &view.account)?.unwrap_or_default();
         let Some(node) = folders.iter().find(|f| folder_name(f) == folder) else {
             return Err(mailvault_core::Error::NotFound(format!(
                 "no folder {folder:?} in snapshot {}",
@@ -269,19 +314,31 @@ impl Folder {
         entries.sort_by_cached_key(|e| mailvault_core::restore::arrival_order(map.as_ref(), e));
         let found =
             (uidlist.and_then(|d| dovecot_uids(&d, &entries))).or_else(|| server_uids(&entries));
-        let (uidvalidity, uids) = found.unwrap_or_else(|| derived_uids(&entries));
-        Ok(Folder::of(entries, (uidvalidity, uids), &table))
+        let (entries, numbered) = match found {
+            Some(n) => (entries, n),
+            None => history_uids(repo, &view.history, (snapshot, folder), entries)?,
+        };
+        let modseq = super::condstore::modseq_of(snap.time, snap.time_nanos);
+        Ok(Folder::of(entries, numbered, &table, modseq))
     }
 
     /// The messages older snapshots of `account` held that its latest no longer holds (as
     /// `undelete` finds them: by content, so a message moved to another folder is not
     /// deleted), each as the newest snapshot that held it has it, in the order a restore
     /// writes them, numbered as [`derived_uids`] does: a backup that changes the set
-    /// changes UIDVALIDITY. Keywords are left out (each folder names its own).
-    fn deleted(repo: &Repository, account: &str) -> Result<Folder> {
+    /// changes UIDVALIDITY. Keywords are left out (each folder names its own). Its
+    /// mod-sequence is the latest snapshot's.
+    fn deleted(repo: &Repository, view: &View) -> Result<Folder> {
         use mailvault_core::ops::undelete::{find_deleted, DeletedOptions};
+        let modseq = match view.history.last() {
+            Some(h) => {
+                let s = repo.find_snapshot(&h.snapshot)?;
+                super::condstore::modseq_of(s.time, s.time_nanos)
+            }
+            None => std::num::NonZeroU64::MIN,
+        };
         let opts = DeletedOptions {
-            account: account.to_string(),
+            account: view.account.clone(),
             folders: Vec::new(),
             since: None,
         };
@@ -290,14 +347,16 @@ impl Folder {
             found.messages.iter().map(|m| m.entry().clone()).collect();
         entries.sort_by_cached_key(|e| mailvault_core::restore::arrival_order(None, e));
         let uids = derived_uids(&entries);
-        Ok(Folder::of(entries, uids, &KeywordTable::new()))
+        Ok(Folder::of(entries, uids, &KeywordTable::new(), modseq))
     }
 
-    /// The folder of `entries` with their UIDs, flags and keywords (of `table`).
+    /// The folder of `entries` with their UIDs, flags and keywords (of `table`), and the
+    /// mod-sequence of them all.
     fn of(
         entries: Vec<MessageEntry>,
-        (uidvalidity, uids): (u32, Vec<u32>),
+        (uidvalidity, uids): Uids,
         table: &KeywordTable,
+        modseq: std::num::NonZeroU64,
     ) -> Folder {
         let keywords = (b'a'..=b'z')
             .filter_map(|c| table.name_of(c as char).map(str::to_string))
@@ -313,6 +372,7 @@ impl Folder {
             uidvalidity,
             messages,
             keywords,
+            modseq,
         }
     }
 
@@ -333,18 +393,45 @@ impl Folder {
     }
 }
 
-/// UIDs 1..N for `entries` in their order, and the UIDVALIDITY of that numbering (see the
-/// module's doc).
-fn derived_uids(entries: &[MessageEntry]) -> (u32, Vec<u32>) {
-    let mut h = blake3::Hasher::new();
-    for e in entries {
-        h.update(&(e.key.len() as u64).to_be_bytes());
-        h.update(&e.key);
-    }
-    let hash = h.finalize();
-    let b = hash.as_bytes();
-    let uidvalidity = u32::from_be_bytes([b[0], b[1], b[2], b[3]]).max(1);
+/// A folder's UIDVALIDITY and the UIDs of its messages, in their order.
+type Uids = (u32, Vec<u32>);
+
+/// UIDs 1..N for `entries` in their order, and the UIDVALIDITY of that numbering
+/// ([`uidvalidity_of`]): the `Deleted` mailbox's numbering.
+fn derived_uids(entries: &[MessageEntry]) -> Uids {
+    let uidvalidity = uidvalidity_of(entries.iter().map(|e| e.key.as_slice()));
     (uidvalidity, (1..=entries.len() as u32).collect())
+}
+
+/// `entries`, the messages of folder `folder` in snapshot `snapshot`, in the order of the
+/// UIDs [`super::uids::numbering`] derives from `history`, with those UIDs and their
+/// UIDVALIDITY. Should that numbering miss a message or give two the same UID (a folder
+/// listing a key twice), the folder is numbered as [`derived_uids`] does instead.
+fn history_uids(
+    repo: &Repository,
+    history: &[Held],
+    (snapshot, folder): (&str, &str),
+    entries: Vec<MessageEntry>,
+) -> Result<(Vec<MessageEntry>, Uids)> {
+    let numbering = super::uids::numbering(repo, history, snapshot, folder)?;
+    let uids: Option<Vec<u32>> = (entries.iter())
+        .map(|e| numbering.uids.get(&e.key).copied())
+        .collect();
+    let mut uids = match uids {
+        Some(u) => u,
+        None => {
+            let derived = derived_uids(&entries);
+            return Ok((entries, derived));
+        }
+    };
+    let mut numbered: Vec<(u32, MessageEntry)> = uids.drain(..).zip(entries).collect();
+    numbered.sort_by_key(|(uid, _)| *uid);
+    let (uids, entries): (Vec<u32>, Vec<MessageEntry>) = numbered.into_iter().unzip();
+    if !uids.windows(2).all(|w| w[0] < w[1]) {
+        let derived = derived_uids(&entries);
+        return Ok((entries, derived));
+    }
+    Ok((entries, (numbering.uidvalidity, uids)))
 }
 
 /// Dovecot's UIDs and UIDVALIDITY from the folder's backed-up `dovecot-uidlist`, for
@@ -501,6 +588,25 @@ mod tests {
         assert!(server_uids(&[k(3, 77), k(4, 78)]).is_none());
         assert!(server_uids(&[k(3, 77), entry("1.M1P1.host", 1)]).is_none());
         assert_eq!(server_uids(&[]), None);
+    }
+
+    /// A folder of the account named `Snapshots` (in any case, or a level of one) moves
+    /// the snapshots' root aside, as far as it takes.
+    #[test]
+    fn the_snapshots_root_is_moved_aside_by_a_folder_of_its_name() {
+        let root = |names: &[&str]| snapshots_root(names.iter().copied());
+        assert_eq!(root(&["INBOX", "Archive"]), "Snapshots");
+        assert_eq!(root(&["INBOX", "Snapshots2"]), "Snapshots");
+        assert_eq!(root(&["INBOX", "snapshots"]), "Snapshots (backups)");
+        assert_eq!(root(&["Snapshots/x"]), "Snapshots (backups)");
+        assert_eq!(
+            root(&[
+                "Snapshots",
+                "SNAPSHOTS (Backups)/y",
+                "Snapshots (backups 2)"
+            ]),
+            "Snapshots (backups 3)"
+        );
     }
 
     #[test]
