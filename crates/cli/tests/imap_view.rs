@@ -1396,6 +1396,33 @@ fn a_folder_without_a_uidlist_keeps_its_uids_when_messages_come_and_go() {
     assert!(login.last().unwrap().starts_with("a OK"), "{login:?}");
     let back = numbering(&mut c, "Archive", &subjects);
     assert_eq!(back, (before.0.clone(), vec![5, 2, 3, 4]));
+    drop(c);
+    drop(s);
+
+    // The snapshot where the message was gone is forgotten: walked without it, the
+    // message never left and keeps UID 1. The numbering changed, so UIDVALIDITY must.
+    let snaps: Value = serde_json::from_str(&e.ok(&["snapshots", "--json"])).unwrap();
+    let mut snaps: Vec<(i64, String)> = (snaps.as_array().unwrap().iter())
+        .map(|s| {
+            (
+                s["time"].as_i64().unwrap(),
+                s["id"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect();
+    snaps.sort();
+    assert_eq!(snaps.len(), 4);
+    e.ok(&["forget", &snaps[2].1]);
+    let s = start(&e);
+    let mut c = Line::open(s.imap_port);
+    let login = c.cmd("a", &format!("LOGIN \"{ACCOUNT}*admin\" \"{TOKEN}\""));
+    assert!(login.last().unwrap().starts_with("a OK"), "{login:?}");
+    let after = numbering(&mut c, "Archive", &subjects);
+    assert_ne!(
+        after.0, before.0,
+        "a new numbering under a new UIDVALIDITY: {after:?}"
+    );
+    assert_eq!(after.1, [1, 2, 3, 4]);
 }
 
 /// Issue 29: an account with a folder of its own named `Snapshots` (and one below it)

@@ -50,6 +50,18 @@ pub fn forgotten(repo: &Repository) -> Result<(BTreeSet<Id>, Vec<String>)> {
     Ok((ids, warnings))
 }
 
+/// The snapshots removed on purpose by the forget records written at Unix second `since`
+/// or later (requests left out, records that cannot be read too: they are the warnings
+/// of [`forgotten`]). A record written before `since` lists only snapshots older than
+/// `since`.
+pub fn forgotten_since(repo: &Repository, since: i64) -> Result<BTreeSet<Id>> {
+    let (records, _) = records(repo)?;
+    Ok((records.iter())
+        .filter(|(_, r)| !r.requested && r.time >= since)
+        .flat_map(|(_, r)| r.snapshots.iter().filter_map(|h| Id::from_hex(h)))
+        .collect())
+}
+
 /// The forget requests of append-only hosts, each with its path, and a warning for each
 /// record that cannot be read.
 pub fn requests(repo: &Repository) -> Result<Records> {

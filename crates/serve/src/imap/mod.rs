@@ -79,6 +79,12 @@ pub async fn run(listener: TcpListener, st: AppState, p: Protection) {
                 continue;
             }
         };
+        // An answer goes out as several writes (untagged lines, then the tagged one):
+        // with Nagle's algorithm the last waited for the client's delayed ACK, 40 ms on
+        // every command that had an untagged answer.
+        if let Err(e) = tcp.set_nodelay(true) {
+            tracing::warn!("imap: cannot set TCP_NODELAY: {e}");
+        }
         let (st, p) = (st.clone(), p.clone());
         tokio::spawn(async move {
             let (stream, security, starttls) = match p {

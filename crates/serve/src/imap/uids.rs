@@ -18,6 +18,7 @@
 //! hash maps, so a walk costs the chunks read, not the folder's size times the snapshots.
 
 use mailvault_core::model::folder_name;
+use mailvault_core::repo::forgotten::forgotten_since;
 use mailvault_core::repo::id::IdMap;
 use mailvault_core::repo::tree::{
     AccountTree, ChunkRef, FolderNode, MessageChunk, MessageEntry, Timestamp,
@@ -26,10 +27,12 @@ use mailvault_core::{Error, Id, Repository, Result};
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
-/// A snapshot that holds the account: its full id (hex) and the account's tree in it.
+/// A snapshot that holds the account: its full id (hex), its time (Unix seconds) and the
+/// account's tree in it.
 #[derive(Clone, Debug)]
 pub struct Held {
     pub snapshot: String,
+    pub time: i64,
     pub tree: Id,
 }
 
@@ -62,6 +65,7 @@ pub fn numbering(
     };
     let mut walk = Walk::default();
     let mut last_tree = None;
+    let mut first = None;
     for h in &history[..=end] {
         // The same account tree: the same folders, the same keys.
         if last_tree == Some(h.tree) {
@@ -71,11 +75,44 @@ pub fn numbering(
         let tree: AccountTree = repo.read_tree(&h.tree)?;
         let node = tree.folders.iter().find(|f| folder_name(f) == folder);
         walk.step(repo, node)?;
+        if first.is_none() && walk.uidvalidity.is_some() {
+            first = Some(h.time);
+        }
+    }
+    let mut uidvalidity = walk.uidvalidity.unwrap_or(1);
+    if let Some(since) = first {
+        uidvalidity = with_forgotten(uidvalidity, &forgotten_since(repo, since)?);
     }
     Ok(Numbering {
-        uidvalidity: walk.uidvalidity.unwrap_or(1),
+        uidvalidity,
         uids: walk.uids,
     })
+}
+
+/// UIDVALIDITY `v` changed by the snapshots forgotten since the folder's first snapshot
+/// (`v` itself when there are none). The numbering of a later snapshot depends on every
+/// snapshot before it: one forgotten in between may have been where messages arrived,
+/// and the walk without it numbers them otherwise. Their ids are gone with them, so
+/// every snapshot forgotten since the folder first appeared counts (one forgotten before
+/// was older than the folder): a client then fetches the folder again, rather than see
+/// another message under a UID it knew.
+fn with_forgotten(v: u32, forgotten: &std::collections::BTreeSet<Id>) -> u32 {
+    if forgotten.is_empty() {
+        return v;
+    }
+    let mut h = blake3::Hasher::new();
+    h.update(&v.to_be_bytes());
+    for id in forgotten {
+        h.update(&id.0);
+    }
+    let b = h.finalize();
+    u32::from_be_bytes([
+        b.as_bytes()[0],
+        b.as_bytes()[1],
+        b.as_bytes()[2],
+        b.as_bytes()[3],
+    ])
+    .max(1)
 }
 
 /// The numbering as the snapshots walked so far left it.

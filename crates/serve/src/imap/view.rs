@@ -131,6 +131,7 @@ impl View {
             held.push((s.id.to_hex(), s.time, tree.folders));
             history.push(Held {
                 snapshot: s.id.to_hex(),
+                time: s.time,
                 tree: a.tree,
             });
         }
