@@ -1563,3 +1563,79 @@ fn condstore_gives_each_snapshot_its_mod_sequence() {
     assert_eq!(s("search_not"), "OK ");
     assert!(s("old_fetch").contains(&format!("MODSEQ ({old})")), "{v}");
 }
+
+/// SEARCH BODY and TEXT through the search index: in an indexed repository the index
+/// names the candidates (a phrase, its last word a prefix) and only they are read, so a
+/// string that starts inside a word is not found; without the index every message is
+/// read and it is.
+#[test]
+fn body_and_text_searches_go_through_the_search_index_when_it_holds_the_snapshot() {
+    let run = |index: bool| -> Vec<(String, Vec<String>)> {
+        let e = Env::new();
+        let mail = e.path("mail");
+        for (name, data) in [
+            (
+                "1.M1P1.host:2,S",
+                "Subject: one\r\n\r\nthe spamassassin quarterly report\r\n",
+            ),
+            ("2.M2P1.host:2,S", "Subject: two\r\n\r\nnothing here\r\n"),
+            (
+                "3.M3P1.host:2,S",
+                "Subject: quarterly\r\n\r\nother words\r\n",
+            ),
+        ] {
+            common::maildir_message(&mail, ACCOUNT, "", name, data.as_bytes());
+        }
+        e.ok(&["init"]);
+        let src = format!("maildir:{}", mail.display());
+        match index {
+            true => e.ok(&["backup", "--index", &src]),
+            false => e.ok(&["backup", &src]),
+        };
+        token_file(&e, 0o600);
+        let s = start(&e);
+        let mut c = Line::open(s.imap_port);
+        let login = c.cmd("a", &format!("LOGIN \"{ACCOUNT}*admin\" \"{TOKEN}\""));
+        assert!(login.last().unwrap().starts_with("a OK"), "{login:?}");
+        assert!(c
+            .cmd("b", "EXAMINE INBOX")
+            .last()
+            .unwrap()
+            .starts_with("b OK"));
+        let queries = [
+            "BODY \"quarterly rep\"",
+            "TEXT quarterly",
+            "BODY quarterly",
+            "BODY assassin",
+            "SEEN BODY \"THE SPAM\"",
+            "OR BODY nothing BODY other",
+            "BODY \"!!\"",
+        ];
+        (queries.iter().enumerate())
+            .map(|(i, q)| {
+                let out = c.cmd(&format!("s{i}"), &format!("SEARCH {q}"));
+                assert!(
+                    out.last().unwrap().starts_with(&format!("s{i} OK")),
+                    "{q}: {out:?}"
+                );
+                (q.to_string(), out[..out.len() - 1].to_vec())
+            })
+            .collect()
+    };
+    let want = |assassin: &str| -> Vec<(String, Vec<String>)> {
+        [
+            ("BODY \"quarterly rep\"", "* SEARCH 1"),
+            ("TEXT quarterly", "* SEARCH 1 3"),
+            ("BODY quarterly", "* SEARCH 1"),
+            ("BODY assassin", assassin),
+            ("SEEN BODY \"THE SPAM\"", "* SEARCH 1"),
+            ("OR BODY nothing BODY other", "* SEARCH 2 3"),
+            ("BODY \"!!\"", "* SEARCH"),
+        ]
+        .iter()
+        .map(|(q, a)| (q.to_string(), vec![a.to_string()]))
+        .collect()
+    };
+    assert_eq!(run(true), want("* SEARCH"), "through the index");
+    assert_eq!(run(false), want("* SEARCH 1"), "every message read");
+}

@@ -30,11 +30,15 @@ out["enabled"] = text(c.response("ENABLED")[1])
 
 # The snapshots' INBOXes, oldest first, with the HIGHESTMODSEQ STATUS gives.
 typ, data = c.list('""', '"Snapshots/*/INBOX"')
-snaps = sorted(re.search(r'"/" "?(.*?)"?$', d.decode()).group(1) for d in data)
+names = [re.search(r'"/" "?(.*?)"?$', d.decode()).group(1) for d in data]
 out["snapshots"] = []
-for name in snaps:
+for name in names:
     typ, data = c.status('"%s"' % name, "(HIGHESTMODSEQ MESSAGES)")
     out["snapshots"].append([name, answer(typ, data)])
+# Oldest first: the second backup added a message to INBOX (two snapshots in one minute
+# are named by their ids after the minute, which do not sort by time).
+out["snapshots"].sort(key=lambda s: int(re.search(r"MESSAGES (\d+)", s[1]).group(1)))
+snaps = [s[0] for s in out["snapshots"]]
 typ, data = c.status("INBOX", "(HIGHESTMODSEQ)")
 out["status_inbox"] = answer(typ, data)
 

@@ -23,6 +23,7 @@ mod fetch;
 #[cfg(feature = "fuzzing")]
 pub mod fuzzing;
 mod headers;
+mod indexed;
 mod login;
 mod mime;
 mod search;
@@ -411,6 +412,9 @@ impl Conn {
             loop {
                 match stream.next(&mut *wire).await {
                     Ok(Event::ResponseSent { handle, .. }) if handle == last => return true,
+                    // The part's own answers, sent (each event carries its answer: held,
+                    // a FETCH of 100,000 messages kept every one until its end).
+                    Ok(Event::ResponseSent { .. }) => {}
                     Ok(ev) => self.held.push_back(Ok(ev)),
                     Err(stream::Error::State(e)) => {
                         self.held.push_back(Err(stream::Error::State(e)))

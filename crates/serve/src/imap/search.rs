@@ -4,7 +4,8 @@
 //! with their encoded words decoded (RFC 2047, by mail-parser), the body as the search
 //! index reads it (`mailvault_core::search::extract`: quoted-printable and base64
 //! undone, charsets converted, HTML reduced to its text), case-insensitively (Unicode
-//! lower case) as RFC 3501 asks. The search index itself is not used yet.
+//! lower case) as RFC 3501 asks. BODY and TEXT keys are narrowed by the search index
+//! first where it can (`super::indexed`).
 
 use super::fetch::{header_end, in_set, Needs, Refusal};
 use super::session::{status, Answer, Kind};

@@ -152,6 +152,8 @@ fn other_capability(name: &'static str) -> Capability<'static> {
 /// A selected mailbox.
 struct Selected {
     folder: Arc<Folder>,
+    /// Where its messages are (`None`: never, a selected mailbox has a place).
+    place: Option<super::view::Place>,
 }
 
 pub struct Session {
@@ -501,6 +503,7 @@ impl Session {
         }
         let found = self.find(mailbox);
         let name = found.as_ref().ok().map(|b| b.name.clone());
+        let place = found.as_ref().ok().and_then(|b| b.place.clone());
         let opened = found.and_then(|b| self.open(b));
         self.audit_open(name.as_deref(), opened.is_ok());
         let f = match opened {
@@ -547,7 +550,7 @@ impl Session {
             Some(highest),
             "CONDSTORE".into(),
         )));
-        self.selected = Some(Selected { folder: f });
+        self.selected = Some(Selected { folder: f, place });
         with(
             out,
             answer(status(
@@ -724,44 +727,9 @@ impl Session {
         let Some(sel) = &self.selected else {
             return Err("no mailbox selected".into());
         };
-        let f = sel.folder.clone();
-        let n = f.messages.len() as u32;
-        let needs = super::search::needs(criteria.as_ref());
-        let live = match needs {
-            fetch::Needs::Nothing => None,
-            _ => match self.st.live() {
-                Ok(l) => Some(l),
-                Err(e) => return Err(format!("cannot read the repository: {e}")),
-            },
-        };
-        let mut hits = Vec::new();
-        'msgs: for (i, m) in f.messages.iter().enumerate() {
-            let raw = match &live {
-                Some(l) => match fetch::bytes(l.repo(), &self.st.0.imap.headers, m, needs) {
-                    Ok(r) => r,
-                    Err(e) => return Err(format!("cannot read message {}: {e}", i + 1)),
-                },
-                None => None,
-            };
-            let text = raw.as_deref().map(super::search::Decoded::new);
-            let at = super::search::At {
-                i,
-                n,
-                last_uid: f.last_uid(),
-                text: text.as_ref(),
-                modseq: f.modseq.get(),
-            };
-            for k in criteria.as_ref() {
-                if !super::search::matches(m, at, k)? {
-                    continue 'msgs;
-                }
-            }
-            hits.push(match uid {
-                true => m.uid,
-                false => i as u32 + 1,
-            });
-        }
-        Ok(hits)
+        let account = self.view.as_ref().map_or("", |v| v.account.as_str());
+        let at = (account, sel.place.as_ref());
+        super::indexed::hits(&self.st, at, &sel.folder, criteria.as_ref(), uid)
     }
 }
 
