@@ -886,29 +886,21 @@ Content-Transfer-Encoding: quoted-printable\r\n\r\nstraw=\r\nberry and =DCberras
 nothing encoded here\r\n",
 ];
 
-/// Issue 29: SEARCH matches decoded text. Subjects, From and other fields match with
-/// their encoded words decoded, BODY and TEXT the text once quoted-printable and base64
-/// are undone and the charset converted, in any case (Unicode), never the encoded form;
-/// Dovecot, given the same messages, answers every query the same (Python's imaplib asks
-/// both).
-#[test]
-fn search_matches_decoded_headers_and_bodies_as_dovecot_does() {
-    let Some(dovecot) = mailvault_imap::testing::DovecotServer::start_or_skip().unwrap() else {
-        return;
-    };
+/// Backs `messages` up (one INBOX), serves them, and runs `script` (in
+/// `tests/imap_view/`) with the view's port, the token file, the account, `dovecot`'s port
+/// and password and the messages as files (for it to give Dovecot too); its JSON.
+fn beside_dovecot(
+    dovecot: &mailvault_imap::testing::DovecotServer,
+    messages: &[&[u8]],
+    script: &str,
+) -> Value {
     let e = Env::new();
-    let mail = e.path("search-mail");
+    let mail = e.path("mail");
     let mut files = Vec::new();
-    for (i, m) in DECODED.iter().enumerate() {
+    for (i, m) in messages.iter().enumerate() {
         let name = format!("{}.M{i}P1.host:2,S", 1_704_103_200 + i);
-        common::put_msg(
-            &mail.join("example.org/alice/Maildir"),
-            "",
-            "cur",
-            &name,
-            m,
-            1_704_103_200 + i as i64,
-        );
+        let md = mail.join("example.org/alice/Maildir");
+        common::put_msg(&md, "", "cur", &name, m, 1_704_103_200 + i as i64);
         let f = e.path(&format!("msg{i}.eml"));
         fs::write(&f, m).unwrap();
         files.push(f);
@@ -917,9 +909,11 @@ fn search_matches_decoded_headers_and_bodies_as_dovecot_does() {
     e.ok(&["backup", &format!("maildir:{}", mail.display())]);
     token_file(&e, 0o600);
     let s = start(&e);
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/imap_view/search_decoded.py");
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/imap_view")
+        .join(script);
     let o = Command::new("python3")
-        .arg(script)
+        .arg(path)
         .arg(s.imap_port.to_string())
         .arg(password_file(&e))
         .arg(ACCOUNT)
@@ -930,10 +924,23 @@ fn search_matches_decoded_headers_and_bodies_as_dovecot_does() {
         .unwrap();
     assert!(
         o.status.success(),
-        "search_decoded.py failed:\n{}",
+        "{script} failed:\n{}",
         String::from_utf8_lossy(&o.stderr)
     );
-    let v: Value = serde_json::from_slice(&o.stdout).unwrap();
+    serde_json::from_slice(&o.stdout).unwrap()
+}
+
+/// Issue 29: SEARCH matches decoded text. Subjects, From and other fields match with
+/// their encoded words decoded, BODY and TEXT the text once quoted-printable and base64
+/// are undone and the charset converted, in any case (Unicode), never the encoded form;
+/// Dovecot, given the same messages, answers every query the same (Python's imaplib asks
+/// both).
+#[test]
+fn search_matches_decoded_headers_and_bodies_as_dovecot_does() {
+    let Some(dovecot) = mailvault_imap::testing::DovecotServer::start_or_skip().unwrap() else {
+        return;
+    };
+    let v = beside_dovecot(&dovecot, &DECODED, "search_decoded.py");
     let ours = |q: &str| v[q][0].as_str().unwrap().to_string();
     // Found only once decoded.
     for (q, want) in [
@@ -1116,38 +1123,7 @@ fn bodystructure_is_dovecots() {
     let Some(dovecot) = mailvault_imap::testing::DovecotServer::start_or_skip().unwrap() else {
         return;
     };
-    let e = Env::new();
-    let mail = e.path("mime-mail");
-    let mut files = Vec::new();
-    for (i, m) in STRUCTURED.iter().enumerate() {
-        let name = format!("{}.M{i}P1.host:2,S", 1_704_103_200 + i);
-        let md = mail.join("example.org/alice/Maildir");
-        common::put_msg(&md, "", "cur", &name, m, 1_704_103_200 + i as i64);
-        let f = e.path(&format!("msg{i}.eml"));
-        fs::write(&f, m).unwrap();
-        files.push(f);
-    }
-    e.ok(&["init"]);
-    e.ok(&["backup", &format!("maildir:{}", mail.display())]);
-    token_file(&e, 0o600);
-    let s = start(&e);
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/imap_view/bodystructure.py");
-    let o = Command::new("python3")
-        .arg(script)
-        .arg(s.imap_port.to_string())
-        .arg(password_file(&e))
-        .arg(ACCOUNT)
-        .arg(dovecot.port().to_string())
-        .arg(dovecot.password())
-        .args(&files)
-        .output()
-        .unwrap();
-    assert!(
-        o.status.success(),
-        "bodystructure.py failed:\n{}",
-        String::from_utf8_lossy(&o.stderr)
-    );
-    let v: Value = serde_json::from_slice(&o.stdout).unwrap();
+    let v = beside_dovecot(&dovecot, &STRUCTURED, "bodystructure.py");
     let answers = v.as_array().unwrap();
     assert_eq!(answers.len(), 3 * STRUCTURED.len());
     let mut differ = Vec::new();

@@ -382,24 +382,27 @@ fn section_bytes(raw: &[u8], section: Option<&Section<'_>>) -> Vec<u8> {
 /// The header fields of `header` whose names are (`keep`) or are not in `names`, each
 /// with its continuation lines, then an empty line.
 fn fields(header: &[u8], names: &Vec1<AString<'_>>, keep: bool) -> Vec<u8> {
-    let wanted = |line: &[u8]| {
-        let name = line.split(|&b| b == b':').next().unwrap_or_default();
-        let name = name.trim_ascii_end();
-        names
-            .as_ref()
-            .iter()
-            .any(|n| n.as_ref().eq_ignore_ascii_case(name))
-    };
+    fields_where(header, |name| {
+        let listed = (names.as_ref().iter()).any(|n| n.as_ref().eq_ignore_ascii_case(name));
+        listed == keep
+    })
+}
+
+/// The header fields of `header` whose names `take` takes, each with its continuation
+/// lines, in order, then an empty line (CRLF). A line without a colon is named by
+/// itself; a continuation line before any field is left out.
+pub fn fields_where(header: &[u8], take: impl Fn(&[u8]) -> bool) -> Vec<u8> {
     let mut out = Vec::new();
-    let mut take = false;
+    let mut taking = false;
     for line in header.split_inclusive(|&b| b == b'\n') {
         if line == b"\n" || line == b"\r\n" {
             break;
         }
         if !matches!(line.first(), Some(b' ' | b'\t')) {
-            take = wanted(line) == keep;
+            let name = line.split(|&b| b == b':').next().unwrap_or_default();
+            taking = take(name.trim_ascii_end());
         }
-        if take {
+        if taking {
             out.extend_from_slice(line);
         }
     }

@@ -61,23 +61,7 @@ pub fn kept(name: &[u8]) -> bool {
 /// continuation lines, in order, then an empty line (CRLF) — what
 /// [`super::fetch`]'s HEADER.FIELDS takes from a header.
 pub fn compact(raw: &[u8]) -> Vec<u8> {
-    let header = &raw[..super::fetch::header_end(raw)];
-    let mut out = Vec::new();
-    let mut take = false;
-    for line in header.split_inclusive(|&b| b == b'\n') {
-        if line == b"\n" || line == b"\r\n" {
-            break;
-        }
-        if !matches!(line.first(), Some(b' ' | b'\t')) {
-            let name = line.split(|&b| b == b':').next().unwrap_or_default();
-            take = kept(name.trim_ascii_end());
-        }
-        if take {
-            out.extend_from_slice(line);
-        }
-    }
-    out.extend_from_slice(b"\r\n");
-    out
+    super::fetch::fields_where(&raw[..super::fetch::header_end(raw)], kept)
 }
 
 /// Compact headers by message content, shared by every session of the server.
