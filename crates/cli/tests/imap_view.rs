@@ -279,21 +279,33 @@ fn mbsync_pulls_the_latest_view_with_every_message_and_flag() {
 
 /// Runs probe.py against the server; its JSON.
 fn probe(s: &Server, e: &Env) -> Value {
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/imap_view/probe.py");
     let pass = password_file(e);
+    script(
+        "probe.py",
+        &[&s.imap_port.to_string(), path_str(&pass), ACCOUNT],
+    )
+}
+
+/// Runs `name` (in `tests/imap_view/`) with `args`, which must succeed; its JSON.
+fn script(name: &str, args: &[&str]) -> Value {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/imap_view")
+        .join(name);
     let o = Command::new("python3")
-        .arg(script)
-        .arg(s.imap_port.to_string())
-        .arg(&pass)
-        .arg(ACCOUNT)
+        .arg(path)
+        .args(args)
         .output()
         .unwrap();
     assert!(
         o.status.success(),
-        "probe.py failed:\n{}",
+        "{name} failed:\n{}",
         String::from_utf8_lossy(&o.stderr)
     );
     serde_json::from_slice(&o.stdout).unwrap()
+}
+
+fn path_str(p: &Path) -> &str {
+    p.to_str().unwrap()
 }
 
 fn hexs(b: &[u8]) -> String {
@@ -593,6 +605,11 @@ impl Line {
         assert!(greeting.starts_with("* OK"), "{greeting}");
         Line { r, w }
     }
+    /// Logs in as the admin on `ACCOUNT`, which must work.
+    fn login(&mut self) {
+        let login = self.cmd("login", &format!("LOGIN \"{ACCOUNT}*admin\" \"{TOKEN}\""));
+        assert!(login.last().unwrap().starts_with("login OK"), "{login:?}");
+    }
     /// Sends `tag command`; the lines answered, the tagged one last.
     fn cmd(&mut self, tag: &str, command: &str) -> Vec<String> {
         use std::io::Write;
@@ -625,8 +642,7 @@ fn an_idle_session_lets_a_prune_run_and_sees_a_later_backup() {
     let e = repository();
     let s = start_with(&e, &["--idle-close", "2s", "--recheck", "0s"]);
     let mut c = Line::open(s.imap_port);
-    let login = c.cmd("a", &format!("LOGIN \"{ACCOUNT}*admin\" \"{TOKEN}\""));
-    assert!(login.last().unwrap().starts_with("a OK"), "{login:?}");
+    c.login();
     let snapshots = |c: &mut Line, tag: &str| {
         let l = c.cmd(tag, "LIST \"\" \"Snapshots/%\"");
         assert!(l.last().unwrap().starts_with(&format!("{tag} OK")), "{l:?}");
@@ -680,8 +696,7 @@ fn the_deleted_mailbox_holds_what_the_latest_snapshot_lost() {
     e.ok(&["backup", &format!("maildir:{}", e.path("mail").display())]);
     let s = start(&e);
     let mut c = Line::open(s.imap_port);
-    let login = c.cmd("a", &format!("LOGIN \"{ACCOUNT}*admin\" \"{TOKEN}\""));
-    assert!(login.last().unwrap().starts_with("a OK"), "{login:?}");
+    c.login();
     let lsub = c.cmd("l", "LSUB \"\" \"*\"");
     let listed = |name: &str| lsub.iter().any(|l| l.ends_with(&format!("\"/\" {name}")));
     for name in ["INBOX", "Archive", "Deleted", "Snapshots"] {
@@ -745,22 +760,12 @@ fn starttls_upgrades_the_plain_listener_and_drops_what_was_pipelined() {
             key_s,
         ],
     );
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/imap_view/starttls.py");
     let pass = password_file(&e);
-    let o = Command::new("python3")
-        .arg(script)
-        .arg(s.imap_port.to_string())
-        .arg(&cert)
-        .arg(&pass)
-        .arg(ACCOUNT)
-        .output()
-        .unwrap();
-    assert!(
-        o.status.success(),
-        "starttls.py failed:\n{}",
-        String::from_utf8_lossy(&o.stderr)
+    let port = s.imap_port.to_string();
+    let v = script(
+        "starttls.py",
+        &[&port, path_str(&cert), path_str(&pass), ACCOUNT],
     );
-    let v: Value = serde_json::from_slice(&o.stdout).unwrap();
     let strs = |k: &str| -> Vec<String> {
         (v[k].as_array().unwrap().iter())
             .map(|c| c.as_str().unwrap().to_string())
@@ -827,8 +832,7 @@ fn search_return_is_answered_with_esearch() {
     let mut c = Line::open(s.imap_port);
     let caps = c.cmd("a", "CAPABILITY");
     assert!(caps[0].contains(" ESEARCH"), "{caps:?}");
-    let login = c.cmd("b", &format!("LOGIN \"{ACCOUNT}*admin\" \"{TOKEN}\""));
-    assert!(login.last().unwrap().starts_with("b OK"), "{login:?}");
+    c.login();
     c.cmd("c", "EXAMINE INBOX");
     assert_eq!(
         c.cmd("s1", "UID SEARCH RETURN (MIN MAX COUNT ALL) ALL"),
@@ -886,13 +890,13 @@ Content-Transfer-Encoding: quoted-printable\r\n\r\nstraw=\r\nberry and =DCberras
 nothing encoded here\r\n",
 ];
 
-/// Backs `messages` up (one INBOX), serves them, and runs `script` (in
+/// Backs `messages` up (one INBOX), serves them, and runs script `name` (in
 /// `tests/imap_view/`) with the view's port, the token file, the account, `dovecot`'s port
 /// and password and the messages as files (for it to give Dovecot too); its JSON.
 fn beside_dovecot(
     dovecot: &mailvault_imap::testing::DovecotServer,
     messages: &[&[u8]],
-    script: &str,
+    name: &str,
 ) -> Value {
     let e = Env::new();
     let mail = e.path("mail");
@@ -909,25 +913,17 @@ fn beside_dovecot(
     e.ok(&["backup", &format!("maildir:{}", mail.display())]);
     token_file(&e, 0o600);
     let s = start(&e);
-    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/imap_view")
-        .join(script);
-    let o = Command::new("python3")
-        .arg(path)
-        .arg(s.imap_port.to_string())
-        .arg(password_file(&e))
-        .arg(ACCOUNT)
-        .arg(dovecot.port().to_string())
-        .arg(dovecot.password())
-        .args(&files)
-        .output()
-        .unwrap();
-    assert!(
-        o.status.success(),
-        "{script} failed:\n{}",
-        String::from_utf8_lossy(&o.stderr)
-    );
-    serde_json::from_slice(&o.stdout).unwrap()
+    let pass = password_file(&e);
+    let (port, dport) = (s.imap_port.to_string(), dovecot.port().to_string());
+    let mut args = vec![
+        port.as_str(),
+        path_str(&pass),
+        ACCOUNT,
+        &dport,
+        dovecot.password(),
+    ];
+    args.extend(files.iter().map(|f| path_str(f)));
+    script(name, &args)
 }
 
 /// Issue 29: SEARCH matches decoded text. Subjects, From and other fields match with
@@ -1205,8 +1201,7 @@ fn a_large_fetch_goes_out_in_parts_and_commands_behind_it_wait_their_turn() {
     token_file(&e, 0o600);
     let s = start(&e);
     let mut l = Line::open(s.imap_port);
-    let login = l.cmd("a1", &format!("LOGIN \"{ACCOUNT}*admin\" \"{TOKEN}\""));
-    assert!(login.last().unwrap().starts_with("a1 OK"), "{login:?}");
+    l.login();
     assert!(l
         .cmd("a2", "EXAMINE INBOX")
         .last()
@@ -1292,8 +1287,7 @@ fn a_folder_without_a_uidlist_keeps_its_uids_when_messages_come_and_go() {
     let subjects = ["archived", "parts", "older one", "newer one"];
     let s = start(&e);
     let mut c = Line::open(s.imap_port);
-    let login = c.cmd("a", &format!("LOGIN \"{ACCOUNT}*admin\" \"{TOKEN}\""));
-    assert!(login.last().unwrap().starts_with("a OK"), "{login:?}");
+    c.login();
     let levels = c.cmd("b", "LIST \"\" \"Snapshots/%\"");
     let second = levels[levels.len() - 2].rsplit_once("\"/\" ").unwrap().1;
     let second = format!("{}/Archive", second.trim_matches('"'));
@@ -1327,8 +1321,7 @@ fn a_folder_without_a_uidlist_keeps_its_uids_when_messages_come_and_go() {
 
     let s = start(&e);
     let mut c = Line::open(s.imap_port);
-    let login = c.cmd("a", &format!("LOGIN \"{ACCOUNT}*admin\" \"{TOKEN}\""));
-    assert!(login.last().unwrap().starts_with("a OK"), "{login:?}");
+    c.login();
     let after = numbering(&mut c, "Archive", &subjects);
     assert_eq!(after.0, before.0, "the same UIDVALIDITY");
     assert_eq!(
@@ -1368,8 +1361,7 @@ fn a_folder_without_a_uidlist_keeps_its_uids_when_messages_come_and_go() {
     e.ok(&["backup", &format!("maildir:{}", e.path("mail").display())]);
     let s = start(&e);
     let mut c = Line::open(s.imap_port);
-    let login = c.cmd("a", &format!("LOGIN \"{ACCOUNT}*admin\" \"{TOKEN}\""));
-    assert!(login.last().unwrap().starts_with("a OK"), "{login:?}");
+    c.login();
     let back = numbering(&mut c, "Archive", &subjects);
     assert_eq!(back, (before.0.clone(), vec![5, 2, 3, 4]));
     drop(c);
@@ -1391,8 +1383,7 @@ fn a_folder_without_a_uidlist_keeps_its_uids_when_messages_come_and_go() {
     e.ok(&["forget", &snaps[2].1]);
     let s = start(&e);
     let mut c = Line::open(s.imap_port);
-    let login = c.cmd("a", &format!("LOGIN \"{ACCOUNT}*admin\" \"{TOKEN}\""));
-    assert!(login.last().unwrap().starts_with("a OK"), "{login:?}");
+    c.login();
     let after = numbering(&mut c, "Archive", &subjects);
     assert_ne!(
         after.0, before.0,
@@ -1420,8 +1411,7 @@ fn a_folder_named_snapshots_moves_the_snapshots_root_aside() {
     token_file(&e, 0o600);
     let s = start(&e);
     let mut c = Line::open(s.imap_port);
-    let login = c.cmd("a", &format!("LOGIN \"{ACCOUNT}*admin\" \"{TOKEN}\""));
-    assert!(login.last().unwrap().starts_with("a OK"), "{login:?}");
+    c.login();
     let below = c.cmd("b", "LIST \"\" \"Snapshots/%\"");
     assert_eq!(below.len(), 2, "the account's own alone: {below:?}");
     assert!(below[0].ends_with("\"/\" Snapshots/Old"), "{below:?}");
@@ -1461,21 +1451,11 @@ fn a_folder_named_snapshots_moves_the_snapshots_root_aside() {
 fn condstore_gives_each_snapshot_its_mod_sequence() {
     let e = repository();
     let s = start(&e);
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/imap_view/condstore.py");
     let pass = password_file(&e);
-    let o = Command::new("python3")
-        .arg(script)
-        .arg(s.imap_port.to_string())
-        .arg(&pass)
-        .arg(ACCOUNT)
-        .output()
-        .unwrap();
-    assert!(
-        o.status.success(),
-        "condstore.py failed:\n{}",
-        String::from_utf8_lossy(&o.stderr)
+    let v = script(
+        "condstore.py",
+        &[&s.imap_port.to_string(), path_str(&pass), ACCOUNT],
     );
-    let v: Value = serde_json::from_slice(&o.stdout).unwrap();
     let s = |k: &str| v[k].as_str().unwrap().to_string();
     assert!(
         v["capability"]
@@ -1571,8 +1551,7 @@ fn body_and_text_searches_go_through_the_search_index_when_it_holds_the_snapshot
         token_file(&e, 0o600);
         let s = start(&e);
         let mut c = Line::open(s.imap_port);
-        let login = c.cmd("a", &format!("LOGIN \"{ACCOUNT}*admin\" \"{TOKEN}\""));
-        assert!(login.last().unwrap().starts_with("a OK"), "{login:?}");
+        c.login();
         assert!(c
             .cmd("b", "EXAMINE INBOX")
             .last()

@@ -15,6 +15,7 @@
 
 use crate::html::{layout, link, time};
 use crate::reply::{ApiError, Ctx, Failure, PageError};
+use crate::state::lock;
 use crate::state::AppState;
 use axum::extract::{ConnectInfo, Query, Request, State};
 use axum::http::StatusCode;
@@ -25,7 +26,7 @@ use mailvault_core::repo::audit::{AuditEvent, AuditRecord};
 use maud::{html, Markup};
 use std::collections::VecDeque;
 use std::net::SocketAddr;
-use std::sync::{Mutex, MutexGuard};
+use std::sync::Mutex;
 use std::time::Duration;
 
 /// Events held at most while the repository cannot be written.
@@ -296,10 +297,6 @@ pub async fn api(
     Query(q): Query<AuditQ>,
 ) -> Result<Json<LogPage>, ApiError> {
     Ok(Json(log_page(&st, &ctx, q.page.unwrap_or(1)).await?))
-}
-
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 #[cfg(test)]

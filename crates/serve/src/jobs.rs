@@ -10,11 +10,12 @@
 //! "already there" checks find what it did).
 
 use crate::restore::Planned;
+use crate::state::lock;
 use crate::state::Live;
 use mailvault_core::report::Progress;
 use serde::Serialize;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex};
 
 /// Restores running at once, at most.
 pub const MAX_RUNNING: usize = 2;
@@ -323,10 +324,6 @@ fn failures(f: &[mailvault_core::report::Failure]) -> Vec<String> {
     (f.iter().take(FAILURES_SHOWN))
         .map(|f| format!("{}: {}", f.item, f.error))
         .collect()
-}
-
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 #[cfg(test)]

@@ -4,6 +4,7 @@
 //! (snapshot, account, folder, key) with its bytes, and the snapshots that hold its
 //! content (the places map search keeps).
 
+use crate::state::lock;
 use mailvault_core::model::assemble::assemble;
 use mailvault_core::model::folder_name;
 use mailvault_core::ops::ls::{ls, AccountInfo, FolderInfo, Listing, MessageInfo};
@@ -12,7 +13,7 @@ use mailvault_core::repo::tree::{AccountTree, ChunkRef, FolderNode, MessageEntry
 use mailvault_core::search::places::{Places, Scope};
 use mailvault_core::{Error, Id, Repository, Result};
 use serde::Serialize;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex};
 
 /// A snapshot as the pages and the API show it.
 #[derive(Clone, Debug, Serialize)]
@@ -355,11 +356,6 @@ fn page_of<'a>(
         pages,
         page_size,
     }
-}
-
-/// A mutex's guard, poisoned or not (the cache is consistent at every step).
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 /// Where a message is: snapshot id (prefix), account, folder name, Maildir key.

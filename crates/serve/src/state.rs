@@ -216,7 +216,8 @@ impl AppState {
     }
 }
 
-/// A mutex's guard, poisoned or not: what it guards stays consistent at every step.
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+/// A mutex's guard, poisoned or not: what each of the server's mutexes guards stays
+/// consistent at every step (the one helper every module uses).
+pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }

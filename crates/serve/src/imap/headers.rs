@@ -93,7 +93,7 @@ impl HeaderCache {
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
-        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+        crate::state::lock(&self.inner)
     }
 
     /// The compact header of content `hash`, if kept.

@@ -4,6 +4,7 @@
 
 use super::headers::HeaderCache;
 use super::view::{Folder, Place};
+use crate::state::lock;
 use mailvault_core::Result;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -82,9 +83,4 @@ impl Shared {
     pub fn clear(&self) {
         self.folders().clear();
     }
-}
-
-/// A mutex's guard, poisoned or not (what each guards stays consistent at every step).
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
 }
