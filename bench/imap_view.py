@@ -42,8 +42,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from imap_restore import MASTER, MASTER_PW, Dovecot  # noqa: E402
-from s3 import binaries, fresh_work, repo_env, timed  # noqa: E402
-from web import make_folder, peak_rss_mb, pct  # noqa: E402
+from web import backed_up_folder, peak_rss_mb, pct, stop  # noqa: E402
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 TOKEN = "bench-admin-token-0123456789abcdef"
@@ -255,19 +254,7 @@ def main():
     if args.smoke:
         args.messages, args.sessions, args.seconds, args.rounds = 2000, 8, 5, 1
         args.corpus = args.corpus or str(REPO_ROOT / "testdata" / "spamassassin")
-    corpus = args.corpus or str(REPO_ROOT.parent / "shared" / "corpora" / "spamassassin")
-    mv, _ = binaries(args.bin_dir, args.smoke)
-    work, logs = fresh_work(args.work)
-    mail = work / "mail" / "bench.example" / "user" / "Maildir"
-    log(f"making a folder of {args.messages} messages from {corpus}")
-    size = make_folder(corpus, mail, args.messages)
-    repo = work / "repo"
-    env = repo_env(work, repo)
-    for name, cmd in [("init", ["init"]), ("backup", ["backup", "--index", f"maildir:{work / 'mail'}"])]:
-        rc, wall, _, _ = timed([mv, "--quiet", *cmd], env, logs / f"{name}.log")
-        if rc != 0:
-            raise SystemExit(f"imapviewbench: {name} failed, see {logs / (name + '.log')}")
-        log(f"{name}: {wall:.1f} s")
+    mv, work, logs, env, mail, size = backed_up_folder(args, log)
     dov = Dovecot(None)
     dest = dov.root / "mail" / "bench.example" / "user" / "Maildir"
     shutil.copytree(mail, dest)
@@ -309,11 +296,7 @@ def main():
         res["errors"] = len(errors)
         res["serve_peak_rss_mb"] = peak_rss_mb(serve.pid)
     finally:
-        serve.send_signal(signal.SIGTERM)
-        try:
-            serve.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            serve.kill()
+        stop(serve)
         dov.stop()
     report(res)
     if args.json:

@@ -119,6 +119,35 @@ def pct(xs, p):
     return xs[min(len(xs) - 1, int(round(p / 100 * (len(xs) - 1))))] if xs else float("nan")
 
 
+def backed_up_folder(args, say):
+    """A fresh work directory (`args.work`) with one account's INBOX of `args.messages`
+    messages made from `args.corpus` (default ../shared/corpora/spamassassin), `init` and
+    `backup --index` of it; (mailvault binary, work, logs, environment, the Maildir, its
+    bytes). `say` logs."""
+    corpus = args.corpus or str(REPO_ROOT.parent / "shared" / "corpora" / "spamassassin")
+    mv, _ = binaries(args.bin_dir, args.smoke)
+    work, logs = fresh_work(args.work)
+    mail = work / "mail" / "bench.example" / "user" / "Maildir"
+    say(f"making a folder of {args.messages} messages from {corpus}")
+    size = make_folder(corpus, mail, args.messages)
+    env = repo_env(work, work / "repo")
+    for name, cmd in [("init", ["init"]), ("backup", ["backup", "--index", f"maildir:{work / 'mail'}"])]:
+        rc, wall, _, _ = timed([mv, "--quiet", *cmd], env, logs / f"{name}.log")
+        if rc != 0:
+            raise SystemExit(f"{name} failed, see {logs / (name + '.log')}")
+        say(f"{name}: {wall:.1f} s")
+    return mv, work, logs, env, mail, size
+
+
+def stop(proc):
+    """Stops `serve` (SIGTERM, then SIGKILL after 30 s)."""
+    proc.send_signal(signal.SIGTERM)
+    try:
+        proc.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+
+
 def peak_rss_mb(pid):
     with open(f"/proc/{pid}/status") as f:
         for line in f:
@@ -182,19 +211,7 @@ def main():
     if args.smoke:
         args.messages, args.clients, args.seconds = 2000, 4, 5
         args.corpus = args.corpus or str(REPO_ROOT / "testdata" / "spamassassin")
-    corpus = args.corpus or str(REPO_ROOT.parent / "shared" / "corpora" / "spamassassin")
-    mv, _ = binaries(args.bin_dir, args.smoke)
-    work, logs = fresh_work(args.work)
-    mail = work / "mail" / "bench.example" / "user" / "Maildir"
-    log(f"making a folder of {args.messages} messages from {corpus}")
-    size = make_folder(corpus, mail, args.messages)
-    repo = work / "repo"
-    env = repo_env(work, repo)
-    for name, cmd in [("init", ["init"]), ("backup", ["backup", "--index", f"maildir:{work / 'mail'}"])]:
-        rc, wall, _, _ = timed([mv, "--quiet", *cmd], env, logs / f"{name}.log")
-        if rc != 0:
-            raise SystemExit(f"webbench: {name} failed, see {logs / (name + '.log')}")
-        log(f"{name}: {wall:.1f} s")
+    mv, work, logs, env, mail, size = backed_up_folder(args, log)
     token = work / "token"
     token.write_text(TOKEN)
     token.chmod(0o600)
@@ -229,11 +246,7 @@ def main():
         res["errors"] = len(errors)
         res["serve_peak_rss_mb"] = peak_rss_mb(serve.pid)
     finally:
-        serve.send_signal(signal.SIGTERM)
-        try:
-            serve.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            serve.kill()
+        stop(serve)
     report(res)
     if args.json:
         Path(args.json).write_text(json.dumps(res, indent=2))
