@@ -1594,3 +1594,72 @@ fn body_and_text_searches_go_through_the_search_index_when_it_holds_the_snapshot
     assert_eq!(run(true), want("* SEARCH"), "through the index");
     assert_eq!(run(false), want("* SEARCH 1"), "every message read");
 }
+
+/// A message list (a first sync's header fields) of a snapshot `backup --index` indexed
+/// comes from the splits' header files: no message is read, after any restart. Without
+/// the index the messages are read once, then answered from the in-memory cache.
+/// `/metrics` counts where each compact header came from.
+#[test]
+fn a_message_list_of_an_indexed_snapshot_reads_no_message() {
+    let run = |index: bool| -> Vec<String> {
+        let e = Env::new();
+        let mail = e.path("mail");
+        for i in 1..=3 {
+            let data = format!("Subject: number {i}\r\nX-Other: {i}\r\n\r\nbody {i}\r\n");
+            let name = format!("{i}.M{i}P1.host:2,S");
+            common::maildir_message(&mail, ACCOUNT, "", &name, data.as_bytes());
+        }
+        e.ok(&["init"]);
+        let src = format!("maildir:{}", mail.display());
+        match index {
+            true => e.ok(&["backup", "--index", &src]),
+            false => e.ok(&["backup", &src]),
+        };
+        token_file(&e, 0o600);
+        let s = start(&e);
+        let mut c = Line::open(s.imap_port);
+        c.login();
+        assert!(c
+            .cmd("b", "EXAMINE INBOX")
+            .last()
+            .unwrap()
+            .starts_with("b OK"));
+        for round in 0..2 {
+            let out = c.cmd(
+                "f",
+                "UID FETCH 1:* (BODY.PEEK[HEADER.FIELDS (SUBJECT)] ENVELOPE)",
+            );
+            assert!(out.last().unwrap().starts_with("f OK"), "{out:?}");
+            let text = out.join("\n");
+            for i in 1..=3 {
+                assert!(
+                    text.contains(&format!("Subject: number {i}")),
+                    "{round}: {text}"
+                );
+                assert!(text.contains(&format!("\"number {i}\"")), "{round}: {text}");
+            }
+        }
+        let scrape = (s.http.get(s.url("/metrics")))
+            .header("Authorization", format!("Bearer {TOKEN}"))
+            .send()
+            .unwrap()
+            .text()
+            .unwrap();
+        (scrape.lines())
+            .filter(|l| l.starts_with("mailvault_imap_compact_headers_total{"))
+            .map(str::to_string)
+            .collect()
+    };
+    let counts = |index: u32, cache: u32, read: u32| -> Vec<String> {
+        [("index", index), ("cache", cache), ("read", read)]
+            .iter()
+            .map(|(from, n)| format!("mailvault_imap_compact_headers_total{{from=\"{from}\"}} {n}"))
+            .collect()
+    };
+    assert_eq!(run(true), counts(6, 0, 0), "from the splits' header files");
+    assert_eq!(
+        run(false),
+        counts(0, 3, 3),
+        "read once, then from the cache"
+    );
+}

@@ -399,7 +399,7 @@ async fn metrics(
     match o {
         Ok(o) => (
             [(CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")],
-            crate::repository::metrics(&o, sessions, &jobs),
+            crate::repository::metrics(&o, sessions, &jobs) + &st.0.imap.headers.metrics(),
         )
             .into_response(),
         Err(f) => f.json(),

@@ -1,11 +1,13 @@
 //! Mail formats as pure codecs, bytes in and bytes out (no files, no sockets): the mbox
 //! reader and writer and the incremental rule for grown mboxes ([`mbox`]), the IMAP flags
-//! mbox headers carry ([`flags`]), EML export names and the flags sidecar ([`eml`]), and
+//! mbox headers carry ([`flags`]), EML export names and the flags sidecar ([`eml`]), a header's fields as IMAP reads them
+//! ([`header`]), and
 //! folder names as paths in mbox and EML trees ([`layout`]). The mbox and EML sources and
 //! targets drive these; docs/mail-formats.md describes the formats.
 
 pub mod eml;
 pub mod flags;
+pub mod header;
 pub mod layout;
 pub mod maildir;
 pub mod mbox;

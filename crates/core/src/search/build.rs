@@ -147,6 +147,8 @@ pub(super) struct SplitBuilder {
     docs: AtomicU64,
     bytes: AtomicU64,
     truncated: AtomicU64,
+    /// The compact header of each content added: the split's header file.
+    headers: Mutex<Vec<(Id, Vec<u8>)>>,
 }
 
 /// A split built and committed, to be stored ([`Built::store`]).
@@ -185,12 +187,15 @@ impl SplitBuilder {
             docs: AtomicU64::new(0),
             bytes: AtomicU64::new(0),
             truncated: AtomicU64::new(0),
+            headers: Mutex::new(Vec::new()),
         })
     }
 
     /// Parses message `data` (content `hash`) and gives it to the indexer's threads; the
     /// documents given so far. Called from several threads at once.
     pub(super) fn add(&self, hash: &Id, data: &[u8]) -> Result<u64> {
+        let compact = crate::mail::header::compact(data);
+        (self.headers.lock().unwrap_or_else(|p| p.into_inner())).push((*hash, compact));
         let x = super::extract::extract(data);
         let doc = schema::document(&self.fields, hash, data.len() as u64, &x);
         self.writer
@@ -216,6 +221,8 @@ impl SplitBuilder {
         let failed = |e| Error::search("committing a split", e);
         self.writer.commit().map_err(failed)?;
         self.writer.wait_merging_threads().map_err(failed)?;
+        let headers = self.headers.into_inner().unwrap_or_else(|p| p.into_inner());
+        super::split::write_header_file(self.dir.path(), headers)?;
         Ok(Built {
             dir: self.dir,
             index: self.index,

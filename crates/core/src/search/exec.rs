@@ -136,6 +136,12 @@ impl<'r> Searcher<'r> {
         &self.places
     }
 
+    /// The compact header ([`crate::mail::header::compact`]) of content `hash`, from the
+    /// header file of a split that indexes it; `None` when none has it.
+    pub fn compact_header(&self, hash: &Id) -> Option<&[u8]> {
+        self.index.headers.iter().find_map(|f| f.get(hash))
+    }
+
     /// Runs `query`.
     pub fn search(&self, query: &Query, opts: &SearchOptions) -> Result<SearchResult> {
         run(self.repo, &self.places, &self.index, query, opts)
@@ -336,13 +342,17 @@ fn mentions(q: &Query, f: &dyn Fn(&Term) -> bool) -> bool {
 struct Splits {
     fields: Fields,
     searchers: Vec<tantivy::Searcher>,
+    /// Their header files (those that have one).
+    headers: Vec<super::headers::HeaderFile>,
 }
 
 impl Splits {
     fn open(splits: &[LocalSplit]) -> Result<Splits> {
         let mut searchers = Vec::with_capacity(splits.len());
+        let mut headers = Vec::new();
         for s in splits {
             let index = open_split(s)?;
+            headers.extend(super::headers::HeaderFile::open(&s.dir)?);
             let reader = index
                 .reader_builder()
                 .reload_policy(tantivy::ReloadPolicy::Manual)
@@ -353,6 +363,7 @@ impl Splits {
         Ok(Splits {
             fields: schema::schema().1,
             searchers,
+            headers,
         })
     }
 

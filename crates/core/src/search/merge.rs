@@ -54,7 +54,7 @@ pub fn merge_splits(
             let to = dir.path().join(&name);
             let plain = name
                 .to_str()
-                .is_some_and(|n| n.contains('.') && n != "meta.json");
+                .is_some_and(|n| n.contains('.') && n != "meta.json" && n != super::headers::FILE);
             if plain && fs::hard_link(e.path(), &to).is_err() {
                 fs::copy(e.path(), &to).map_err(|err| Error::io(&to, err))?;
             }
@@ -77,7 +77,9 @@ pub fn merge_splits(
     // the background would take them from under that one.
     writer.set_merge_policy(Box::new(tantivy::indexer::NoMergePolicy));
     let mut docs = 0u64;
+    let mut headers = Vec::new();
     for s in splits {
+        headers.extend(super::headers::HeaderFile::open(&s.dir)?);
         for h in split_contents(s)? {
             match keep.contains(&h) {
                 true => docs += 1,
@@ -102,6 +104,8 @@ pub fn merge_splits(
     writer
         .wait_merging_threads()
         .map_err(|e| Error::search("merging splits", e))?;
+    // Splits written before header files had none: their contents get none here either.
+    super::split::write_header_file(dir.path(), super::headers::merged(&headers, keep))?;
     let header = SplitHeader {
         hostname: crate::hostname(),
         time: crate::now_unix(),

@@ -11,6 +11,7 @@ pub mod build;
 pub mod exec;
 pub mod extract;
 pub mod facets;
+pub mod headers;
 pub mod inline;
 pub mod merge;
 pub mod phrase;

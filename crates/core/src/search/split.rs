@@ -64,7 +64,8 @@ pub(crate) fn index_files(index: &tantivy::Index, dir: &Path) -> Result<Vec<(Str
     for e in fs::read_dir(dir).map_err(|e| Error::io(dir, e))? {
         let e = e.map_err(|e| Error::io(dir, e))?;
         let name = e.file_name().to_string_lossy().into_owned();
-        if live.iter().any(|p| name.starts_with(p)) && !name.ends_with(".temp") {
+        let ours = name == super::headers::FILE;
+        if ours || live.iter().any(|p| name.starts_with(p)) && !name.ends_with(".temp") {
             out.push((name, e.path()));
         }
     }
@@ -315,6 +316,15 @@ fn private_file(path: &Path, bytes: &[u8]) -> Result<()> {
         .open(path)
         .map_err(|e| Error::io(path, e))?;
     f.write_all(bytes).map_err(|e| Error::io(path, e))
+}
+
+/// Writes the header file of `entries` (content, compact header) into the split being
+/// built in `dir` ([`super::headers`]), readable by its owner alone.
+pub(crate) fn write_header_file(dir: &Path, entries: Vec<(Id, Vec<u8>)>) -> Result<()> {
+    private_file(
+        &dir.join(super::headers::FILE),
+        &super::headers::encode(entries),
+    )
 }
 
 /// The local copy of split `id` under `cache`: read from the repository and written out

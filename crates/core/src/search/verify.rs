@@ -73,6 +73,11 @@ fn verified(repo: &Repository, dir: &std::path::Path, id: &Id) -> Result<LocalSp
     // A fresh directory: the split is read, opened under its name and unpacked here.
     let s = local_split(repo, dir, id)?;
     let index = open_split(&s)?;
+    if let Some(h) = super::headers::HeaderFile::open(&s.dir)? {
+        let contents: HashSet<Id> = split_contents(&s)?.into_iter().collect();
+        h.verify(&contents)
+            .map_err(|why| Error::corrupt(split_path(id), why))?;
+    }
     let bad = index
         .validate_checksum()
         .map_err(|e| Error::search("verifying checksums", e))?;

@@ -8,6 +8,7 @@
 
 use super::headers::HeaderCache;
 use super::view::{Folder, Message};
+use crate::state::Live;
 use chrono::{FixedOffset, Offset, TimeZone};
 use imap_codec::imap_types::core::{AString, IString, Literal, NString, Vec1};
 use imap_codec::imap_types::datetime::DateTime;
@@ -15,7 +16,7 @@ use imap_codec::imap_types::fetch::{MessageDataItem, MessageDataItemName, Sectio
 use imap_codec::imap_types::flag::{Flag, FlagFetch};
 use imap_codec::imap_types::response::Data;
 use imap_codec::imap_types::sequence::{SeqOrUid, Sequence, SequenceSet};
-use mailvault_core::Repository;
+use mailvault_core::mail::header::{fields_where, header_end, listed};
 use std::num::NonZeroU32;
 use std::sync::Arc;
 
@@ -108,13 +109,7 @@ pub fn needs(items: &[MessageDataItemName<'_>]) -> Needs {
             MessageDataItemName::BodyExt {
                 section: Some(Section::HeaderFields(None, names)),
                 ..
-            } if names
-                .as_ref()
-                .iter()
-                .all(|f| super::headers::kept(f.as_ref())) =>
-            {
-                n = Needs::Listed
-            }
+            } if names.as_ref().iter().all(|f| listed(f.as_ref())) => n = Needs::Listed,
             MessageDataItemName::BodyExt { .. }
             | MessageDataItemName::Rfc822
             | MessageDataItemName::Rfc822Header
@@ -127,21 +122,32 @@ pub fn needs(items: &[MessageDataItemName<'_>]) -> Needs {
     n
 }
 
-/// What `needs` asks of message `m`: nothing, its compact header (from the header cache,
-/// or read and kept there), or its bytes.
+/// What `needs` asks of message `m`: nothing, its compact header, or its bytes. The
+/// compact header comes from the header file of the search index's split that holds the
+/// message (sealed in the repository, built when it was indexed); for a message no split
+/// holds, from the header cache, or read and kept there.
 pub fn bytes(
-    repo: &Repository,
+    live: &Live,
     headers: &HeaderCache,
     m: &Message,
     needs: Needs,
 ) -> mailvault_core::Result<Option<Arc<[u8]>>> {
+    use super::headers::Origin;
+    let read = || crate::read::entry_bytes(live.repo(), &m.entry);
+    let given = |from, h| {
+        headers.given(from);
+        Some(h)
+    };
     Ok(match needs {
         Needs::Nothing => None,
-        Needs::Listed => match headers.get(&m.entry.hash) {
-            Some(h) => Some(h),
-            None => Some(headers.put(m.entry.hash, &crate::read::entry_bytes(repo, &m.entry)?)),
+        Needs::Listed => match live.searcher().compact_header(&m.entry.hash) {
+            Some(h) => given(Origin::Index, h.into()),
+            None => match headers.get(&m.entry.hash) {
+                Some(h) => given(Origin::Cache, h),
+                None => given(Origin::Read, headers.put(m.entry.hash, &read()?)),
+            },
         },
-        Needs::Whole => Some(crate::read::entry_bytes(repo, &m.entry)?.into()),
+        Needs::Whole => Some(read()?.into()),
     })
 }
 
@@ -188,7 +194,7 @@ impl Pending {
     /// (`Ok(true)`); `Err`: a message could not be read (the answers before it are given).
     pub fn part(
         &mut self,
-        repo: &Repository,
+        live: &Live,
         headers: &HeaderCache,
     ) -> (Vec<Data<'static>>, Result<bool, Refusal>) {
         let mut out = Vec::new();
@@ -198,7 +204,7 @@ impl Pending {
                 return (out, Ok(false));
             };
             let m = &self.folder.messages[i];
-            let raw = match bytes(repo, headers, m, self.needs) {
+            let raw = match bytes(live, headers, m, self.needs) {
                 Ok(r) => r,
                 Err(e) => return (out, Err(format!("cannot read message {}: {e}", i + 1))),
             };
@@ -320,23 +326,6 @@ fn nstring(data: &[u8]) -> NString<'static> {
     NString(Some(IString::Literal(lit)))
 }
 
-/// Where the header ends: after the first empty line (CRLF or LF), else the whole.
-pub fn header_end(raw: &[u8]) -> usize {
-    let mut pos = 0;
-    while pos < raw.len() {
-        let end = raw[pos..]
-            .iter()
-            .position(|&b| b == b'\n')
-            .map_or(raw.len(), |e| pos + e + 1);
-        let line = &raw[pos..end];
-        if line == b"\n" || line == b"\r\n" {
-            return end;
-        }
-        pos = end;
-    }
-    raw.len()
-}
-
 /// The bytes of `section` (none: the whole message). A section of a part that is not
 /// there, or HEADER/TEXT of a part that is not a `message/rfc822`, is empty.
 fn section_bytes(raw: &[u8], section: Option<&Section<'_>>) -> Vec<u8> {
@@ -388,28 +377,6 @@ fn fields(header: &[u8], names: &Vec1<AString<'_>>, keep: bool) -> Vec<u8> {
     })
 }
 
-/// The header fields of `header` whose names `take` takes, each with its continuation
-/// lines, in order, then an empty line (CRLF). A line without a colon is named by
-/// itself; a continuation line before any field is left out.
-pub fn fields_where(header: &[u8], take: impl Fn(&[u8]) -> bool) -> Vec<u8> {
-    let mut out = Vec::new();
-    let mut taking = false;
-    for line in header.split_inclusive(|&b| b == b'\n') {
-        if line == b"\n" || line == b"\r\n" {
-            break;
-        }
-        if !matches!(line.first(), Some(b' ' | b'\t')) {
-            let name = line.split(|&b| b == b':').next().unwrap_or_default();
-            taking = take(name.trim_ascii_end());
-        }
-        if taking {
-            out.extend_from_slice(line);
-        }
-    }
-    out.extend_from_slice(b"\r\n");
-    out
-}
-
 /// A message of `size` bytes with UID `uid`, for tests.
 #[cfg(test)]
 pub fn test_message(uid: u32, size: u64) -> Message {
@@ -438,14 +405,6 @@ pub fn test_message(uid: u32, size: u64) -> Message {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn headers_end_at_the_first_empty_line() {
-        assert_eq!(header_end(b"A: 1\r\nB: 2\r\n\r\nbody\r\n\r\n"), 14);
-        assert_eq!(header_end(b"A: 1\nB: 2\n\nbody\n"), 11);
-        assert_eq!(header_end(b"A: 1\n"), 5);
-        assert_eq!(header_end(b"\nbody"), 1);
-    }
 
     #[test]
     fn header_fields_keep_their_continuations() {

@@ -4,7 +4,8 @@
 //! A client that opens a folder fetches a few header fields of every message (Thunderbird:
 //! `BODY.PEEK[HEADER.FIELDS (From To Cc Bcc Subject Date Message-ID Priority X-Priority
 //! References Newsgroups In-Reply-To Content-Type Reply-To)]`; others ENVELOPE). The first
-//! time a message's header is needed, its lines of the fields in [`FIELDS`] (each with its
+//! time a message's header is needed, its lines of the fields in
+//! [`LISTED`](mailvault_core::mail::header::LISTED) (each with its
 //! continuation lines, in the message's order, then an empty line: the *compact header*)
 //! are kept here, keyed by the message's content hash, shared by every session. A later
 //! FETCH of those fields or of ENVELOPE is answered from them without reading the message
@@ -16,57 +17,30 @@
 //! the opened repository does: it holds decrypted mail, and is never written anywhere.
 
 use lru::LruCache;
+use mailvault_core::mail::header::compact;
 use mailvault_core::repo::id::Id;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
-
-/// The header fields kept: every field of ENVELOPE (RFC 3501 7.4.2), and those mail clients
-/// ask for to list messages.
-pub const FIELDS: &[&str] = &[
-    "Date",
-    "Subject",
-    "From",
-    "Sender",
-    "Reply-To",
-    "To",
-    "Cc",
-    "Bcc",
-    "In-Reply-To",
-    "Message-ID",
-    "References",
-    "Content-Type",
-    "Priority",
-    "X-Priority",
-    "Importance",
-    "Newsgroups",
-    "List-Id",
-    "List-Post",
-    "MIME-Version",
-    "Disposition-Notification-To",
-    "Return-Receipt-To",
-    "X-Mailer",
-    "User-Agent",
-];
 
 /// Bytes of compact headers kept at most, for all sessions.
 pub const MAX_BYTES: usize = 96 << 20;
 
-/// Whether a field name is one of [`FIELDS`] (in any case).
-pub fn kept(name: &[u8]) -> bool {
-    FIELDS
-        .iter()
-        .any(|f| f.as_bytes().eq_ignore_ascii_case(name))
-}
-
-/// The compact header of message `raw`: its lines of the fields in [`FIELDS`], with their
-/// continuation lines, in order, then an empty line (CRLF) — what
-/// [`super::fetch`]'s HEADER.FIELDS takes from a header.
-pub fn compact(raw: &[u8]) -> Vec<u8> {
-    super::fetch::fields_where(&raw[..super::fetch::header_end(raw)], kept)
-}
-
 /// Compact headers by message content, shared by every session of the server.
 pub struct HeaderCache {
     inner: Mutex<Inner>,
+    /// Compact headers given, by where they came from ([`Origin`]): `/metrics` shows them.
+    given: [AtomicU64; 3],
+}
+
+/// Where a compact header came from.
+#[derive(Clone, Copy, Debug)]
+pub enum Origin {
+    /// The header file of a split of the search index.
+    Index,
+    /// This cache.
+    Cache,
+    /// The message, read from the repository (then kept here).
+    Read,
 }
 
 struct Inner {
@@ -89,7 +63,31 @@ impl HeaderCache {
                 bytes: 0,
                 limit,
             }),
+            given: Default::default(),
         }
+    }
+
+    /// Counts a compact header given from `from`.
+    pub fn given(&self, from: Origin) {
+        self.given[from as usize].fetch_add(1, Relaxed);
+    }
+
+    /// The counts of [`Self::given`] in Prometheus' text format.
+    pub fn metrics(&self) -> String {
+        let name = "mailvault_imap_compact_headers_total";
+        let mut out = format!(
+            "# HELP {name} Compact headers the IMAP view gave (message lists, ENVELOPE, header \
+             searches), by where they came from.\n# TYPE {name} counter\n"
+        );
+        for (from, label) in [
+            (Origin::Index, "index"),
+            (Origin::Cache, "cache"),
+            (Origin::Read, "read"),
+        ] {
+            let n = self.given[from as usize].load(Relaxed);
+            out.push_str(&format!("{name}{{from=\"{label}\"}} {n}\n"));
+        }
+        out
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
@@ -157,17 +155,6 @@ pub fn corpus() -> Vec<Vec<u8>> {
 mod tests {
     use super::*;
 
-    #[test]
-    fn the_compact_header_keeps_the_listed_fields_with_their_continuations() {
-        let raw = b"Received: from a\r\n\tby b\r\nSubject: one\r\n two\r\nX-Spam: y\r\n\
-                    from: Alice <a@x>\r\n\r\nSubject: in the body\r\n";
-        assert_eq!(
-            compact(raw),
-            b"Subject: one\r\n two\r\nfrom: Alice <a@x>\r\n\r\n".to_vec()
-        );
-        assert_eq!(compact(b"X: 1\n\nbody"), b"\r\n".to_vec(), "nothing kept");
-    }
-
     /// Every message of testdata's corpus, and a few made to trip a parser: ENVELOPE and
     /// the fields clients list, taken from the compact header, are what the whole message
     /// gives.
@@ -177,7 +164,7 @@ mod tests {
         use imap_codec::imap_types::core::{AString, Vec1};
         use imap_codec::imap_types::fetch::{MessageDataItemName, Section};
         let msgs = corpus();
-        let names: Vec<AString> = FIELDS
+        let names: Vec<AString> = mailvault_core::mail::header::LISTED
             .iter()
             .map(|f| AString::try_from(*f).unwrap())
             .collect();

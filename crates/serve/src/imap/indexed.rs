@@ -51,7 +51,7 @@ pub fn hits(
             continue;
         }
         let raw = match &live {
-            Some(l) => fetch::bytes(l.repo(), &st.0.imap.headers, m, needs)
+            Some(l) => fetch::bytes(l, &st.0.imap.headers, m, needs)
                 .map_err(|e| format!("cannot read message {}: {e}", i + 1))?,
             None => None,
         };

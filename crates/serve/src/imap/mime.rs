@@ -4,7 +4,7 @@
 //! `message/rfc822` bodies. Bounded on hostile structure: at most [`MAX_DEPTH`] levels
 //! and [`MAX_PARTS`] parts; deeper or further parts are left as plain bodies.
 
-use super::fetch::header_end;
+use mailvault_core::mail::header::header_end;
 use std::ops::Range;
 
 /// Levels of nesting followed at most.

@@ -7,13 +7,14 @@
 //! lower case) as RFC 3501 asks. BODY and TEXT keys are narrowed by the search index
 //! first where it can (`super::indexed`).
 
-use super::fetch::{header_end, in_set, Needs, Refusal};
+use super::fetch::{in_set, Needs, Refusal};
 use super::session::{status, Answer, Kind};
 use super::view::Message;
 use imap_codec::imap_types::core::{Charset, Tag};
 use imap_codec::imap_types::datetime::NaiveDate;
 use imap_codec::imap_types::response::Code;
 use imap_codec::imap_types::search::SearchKey;
+use mailvault_core::mail::header::header_end;
 use std::cell::OnceCell;
 
 /// Where a message is in its folder (its index, the messages in the folder, the folder's
@@ -131,7 +132,7 @@ fn needle(v: &[u8]) -> String {
 }
 
 /// What `keys` need of the messages' bytes: nothing, the fields the header cache keeps
-/// (FROM, TO, CC, BCC, SUBJECT, and HEADER of one of [`super::headers::FIELDS`]: matched
+/// (FROM, TO, CC, BCC, SUBJECT, and HEADER of one of [`LISTED`](mailvault_core::mail::header::LISTED): matched
 /// on the compact header, whose fields are the whole header's), or the whole message.
 pub fn needs(keys: &[SearchKey<'_>]) -> Needs {
     keys.iter().map(need).max().unwrap_or(Needs::Nothing)
@@ -142,7 +143,9 @@ fn need(k: &SearchKey<'_>) -> Needs {
         SearchKey::And(v) => needs(v.as_ref()),
         SearchKey::Or(a, b) => need(a).max(need(b)),
         SearchKey::Not(a) => need(a),
-        SearchKey::Header(name, _) if super::headers::kept(name.as_ref()) => Needs::Listed,
+        SearchKey::Header(name, _) if mailvault_core::mail::header::listed(name.as_ref()) => {
+            Needs::Listed
+        }
         SearchKey::Bcc(_)
         | SearchKey::Cc(_)
         | SearchKey::From(_)
@@ -256,8 +259,8 @@ mod tests {
         for raw in super::super::headers::corpus() {
             let start = String::from_utf8_lossy(&raw[..200.min(raw.len())]).into_owned();
             let whole = header_fields(&raw[..header_end(&raw)]);
-            let compact = super::super::headers::compact(&raw);
-            for name in super::super::headers::FIELDS {
+            let compact = mailvault_core::mail::header::compact(&raw);
+            for name in mailvault_core::mail::header::LISTED {
                 let want: Vec<_> = (whole.iter())
                     .filter(|(n, _)| n.eq_ignore_ascii_case(name))
                     .cloned()

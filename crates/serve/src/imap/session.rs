@@ -641,7 +641,7 @@ impl Session {
             Ok(l) => l,
             Err(e) => return self.no(tag, format!("cannot read the repository: {e}")),
         };
-        let (data, left) = p.part(live.repo(), &self.st.0.imap.headers);
+        let (data, left) = p.part(&live, &self.st.0.imap.headers);
         let out = data.into_iter().map(Out::Data).collect();
         match left {
             Ok(left) => {
