@@ -216,7 +216,8 @@ pub fn serve(
                     .await?
             }
             None => {
-                axum::serve(listener, app)
+                use axum::serve::ListenerExt;
+                axum::serve(listener.tap_io(|tcp| no_delay(tcp)), app)
                     .with_graceful_shutdown(shutdown())
                     .await?
             }
@@ -225,6 +226,15 @@ pub fn serve(
         let _ = tokio::task::spawn_blocking(move || audit::flush(&last)).await;
         Ok(())
     })
+}
+
+/// Sets TCP_NODELAY on an accepted connection (the web UI's and the IMAP view's): an
+/// answer written in pieces (IMAP's untagged lines then the tagged one; a streamed
+/// download's chunks) must not wait for the client's delayed ACK, 40 ms each time.
+pub(crate) fn no_delay(tcp: &tokio::net::TcpStream) {
+    if let Err(e) = tcp.set_nodelay(true) {
+        tracing::warn!("serve: cannot set TCP_NODELAY: {e}");
+    }
 }
 
 /// Closes the repository when no request came for a while (its read lock given back, so

@@ -89,6 +89,7 @@ impl TlsListener {
                 if tx.is_closed() {
                     return;
                 }
+                crate::no_delay(&stream);
                 let (acceptor, tx) = (acceptor.clone(), tx.clone());
                 tokio::spawn(async move {
                     match tokio::time::timeout(HANDSHAKE_TIME, acceptor.accept(stream)).await {

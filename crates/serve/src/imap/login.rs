@@ -19,7 +19,7 @@ pub const FAIL_DELAY: Duration = Duration::from_secs(1);
 const ADMIN: &[u8] = b"*admin";
 
 pub enum Login {
-    Ok(View, Arc<Live>),
+    Ok(Arc<View>, Arc<Live>),
     /// The text of the `NO`.
     Failed(String),
 }
@@ -94,7 +94,7 @@ fn try_login(st: &AppState, ip: IpAddr, user: &[u8], pass: &[u8]) -> Login {
         Ok(live) => live,
         Err(e) => return Login::Failed(format!("cannot read the repository: {e}")),
     };
-    match View::build(live.repo(), &account) {
+    match st.0.imap.view(&account, &live) {
         Ok(Some(v)) => Login::Ok(v, live),
         Ok(None) => Login::Failed(FAILED.into()),
         Err(e) => Login::Failed(format!("cannot read the repository: {e}")),

@@ -36,8 +36,9 @@ mod wire;
 use crate::state::AppState;
 use imap_codec::imap_types::auth::{AuthMechanism, AuthenticateData};
 use imap_codec::imap_types::command::CommandBody;
-use imap_codec::imap_types::core::Tag;
+use imap_codec::imap_types::core::{Tag, Vec1};
 use imap_codec::imap_types::response::{CommandContinuationRequest, Greeting, Status};
+use imap_codec::imap_types::search::SearchKey;
 use imap_next::server::{Event, Options, Server};
 use imap_next::stream::{self, Stream};
 use session::{status, Answer, Kind, Out, Security, Session};
@@ -83,9 +84,7 @@ pub async fn run(listener: TcpListener, st: AppState, p: Protection) {
         // An answer goes out as several writes (untagged lines, then the tagged one):
         // with Nagle's algorithm the last waited for the client's delayed ACK, 40 ms on
         // every command that had an untagged answer.
-        if let Err(e) = tcp.set_nodelay(true) {
-            tracing::warn!("imap: cannot set TCP_NODELAY: {e}");
-        }
+        crate::no_delay(&tcp);
         let (st, p) = (st.clone(), p.clone());
         tokio::spawn(async move {
             let (stream, security, starttls) = match p {
@@ -311,6 +310,24 @@ fn bad_command(b: &[u8], text: &str) -> Status<'static> {
     status(Kind::Bad, tag, None, text.into())
 }
 
+/// A turn for a SEARCH that reads messages (header fields, bodies): such searches run at
+/// most one per core at once, taking turns with the web UI's. 50 sessions searching a
+/// folder of 100,000 messages' subjects at once otherwise kept every core busy, and
+/// every other session's NOOP waited 40 ms for one.
+async fn search_turn<'s>(
+    st: &'s Option<AppState>,
+    criteria: &Vec1<SearchKey<'_>>,
+) -> Option<tokio::sync::SemaphorePermit<'s>> {
+    if search::needs(criteria.as_ref()) == fetch::Needs::Nothing {
+        return None;
+    }
+    st.as_ref()?.0.searches.acquire().await.ok()
+}
+
+/// Commands a client may send while a FETCH's part is going out, held to be answered
+/// after it ([`Conn::send_part`]).
+const MAX_HELD: usize = 10_000;
+
 struct Conn {
     /// Taken while a command runs on a blocking thread.
     session: Option<Session>,
@@ -337,6 +354,11 @@ impl Conn {
                     let ok = status(Kind::Ok, Some(command.tag), None, text);
                     return Next::StartTls(server.enqueue_status(ok));
                 }
+                let st = self.state();
+                let _turn = match &command.body {
+                    CommandBody::Search { criteria, .. } => search_turn(&st, criteria).await,
+                    _ => None,
+                };
                 let Some(mut a) = self.run(move |s| s.handle(command)).await else {
                     return Next::Stop;
                 };
@@ -427,6 +449,15 @@ impl Conn {
                     // The part's own answers, sent (each event carries its answer: held,
                     // a FETCH of 100,000 messages kept every one until its end).
                     Ok(Event::ResponseSent { .. }) => {}
+                    // Bounded: imap-next gives no command while an answer is pending (so
+                    // none is held in practice), but a client must not grow this queue
+                    // without end if that changes.
+                    _ if self.held.len() >= MAX_HELD => {
+                        tracing::warn!(
+                            "imap: a client sent {MAX_HELD} commands without reading; closed"
+                        );
+                        return false;
+                    }
                     Ok(ev) => self.held.push_back(Ok(ev)),
                     Err(stream::Error::State(e)) => {
                         self.held.push_back(Err(stream::Error::State(e)))
@@ -475,6 +506,11 @@ impl Conn {
                 return Next::Go;
             }
         };
+        let st = self.state();
+        let _turn = match &cmd.body {
+            CommandBody::Search { criteria, .. } => search_turn(&st, criteria).await,
+            _ => None,
+        };
         let Some(a) = self.run(move |s| s.esearch(cmd, r)).await else {
             return Next::Stop;
         };
@@ -515,6 +551,11 @@ impl Conn {
                 Next::Go
             }
         }
+    }
+
+    /// The server's state (`None` while a command runs).
+    fn state(&self) -> Option<AppState> {
+        self.session.as_ref().map(|s| s.state().clone())
     }
 
     /// Runs `f` on the session on a blocking thread; `None` when it panicked.

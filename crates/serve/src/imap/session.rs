@@ -161,7 +161,7 @@ pub struct Session {
     ip: IpAddr,
     /// How the connection is protected (changes once, at STARTTLS).
     pub security: Security,
-    view: Option<View>,
+    view: Option<Arc<View>>,
     /// The repository the view was built on: rebuilt when it is opened again.
     /// Weak: a session must not keep the repository open (and its read lock held) while
     /// it idles; the server closes it when no request comes (see `state`).
@@ -177,6 +177,10 @@ const READ_ONLY: &str = "the IMAP view of the backups is read-only: nothing can 
     appended, expunged, copied, moved, created, deleted, renamed or subscribed";
 
 impl Session {
+    pub fn state(&self) -> &AppState {
+        &self.st
+    }
+
     pub fn new(st: AppState, ip: IpAddr, security: Security) -> Session {
         Session {
             st,
@@ -369,17 +373,19 @@ impl Session {
             let account = (self.view.as_ref())
                 .map(|v| v.account.clone())
                 .unwrap_or_default();
-            let fresh = View::build(live.repo(), &account)?;
+            let fresh = self.st.0.imap.view(&account, &live)?;
             // An account no snapshot holds any more shows nothing.
-            self.view = Some(fresh.unwrap_or(View {
-                account,
-                boxes: Vec::new(),
-                history: Vec::new(),
+            self.view = Some(fresh.unwrap_or_else(|| {
+                Arc::new(View {
+                    account,
+                    boxes: Vec::new(),
+                    history: Vec::new(),
+                })
             }));
             self.built_on = Arc::downgrade(&live);
         }
         self.view
-            .as_ref()
+            .as_deref()
             .ok_or_else(|| mailvault_core::Error::Internal("no view".into()))
     }
 

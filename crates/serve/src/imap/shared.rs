@@ -1,18 +1,22 @@
-//! What every IMAP session of the server shares: the header cache, and the mailboxes
-//! opened last, so that a client's many connections (and many clients) opening one large
-//! folder read its trees and number its messages once.
+//! What every IMAP session of the server shares: the header cache, the accounts' views
+//! and the mailboxes opened last, so that a client's many connections (and many clients)
+//! logging in to one account read its snapshots' trees once, and opening one large folder
+//! read its trees and number its messages once.
 
 use super::headers::HeaderCache;
-use super::view::{Folder, Place};
+use super::view::{Folder, Place, View};
 use crate::state::lock;
+use crate::state::Live;
 use mailvault_core::Result;
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
 
 /// Mailboxes kept at most.
 const FOLDERS: usize = 8;
 /// Messages kept at most, over all of them (the last one opened is kept whatever its size).
 const MESSAGES: usize = 1_000_000;
+/// Accounts' views kept at most.
+const VIEWS: usize = 256;
 
 #[derive(Default)]
 pub struct Shared {
@@ -26,7 +30,15 @@ pub struct Shared {
     /// wait for it rather than read it too (50 clients opening a folder of 100,000
     /// messages at once held 50 copies of it, 2.8 GB).
     opening: Mutex<Gates>,
+    /// The views of the accounts logged in to last, each with the repository as opened
+    /// when it was built, most recently used last: a login reads every snapshot's root and
+    /// account trees otherwise.
+    views: Mutex<Vec<KeptView>>,
 }
+
+/// An account's view kept: the account, the repository as opened when it was built, the
+/// view.
+type KeptView = (String, Weak<Live>, Arc<View>);
 
 /// A gate per mailbox (account, place) being opened.
 type Gates = HashMap<(String, Place), Arc<Mutex<()>>>;
@@ -79,8 +91,36 @@ impl Shared {
         Some(f)
     }
 
-    /// Forgets the mailboxes kept (the repository was opened again).
+    /// The view of `account` in the repository as `live` opened it: kept, or built and
+    /// kept; `None` when no snapshot holds the account.
+    pub fn view(&self, account: &str, live: &Arc<Live>) -> Result<Option<Arc<View>>> {
+        let same = |(a, l, _): &KeptView| {
+            a == account && Weak::ptr_eq(l, &Arc::downgrade(live))
+        };
+        {
+            let mut v = lock(&self.views);
+            if let Some(i) = v.iter().position(same) {
+                let e = v.remove(i);
+                let view = e.2.clone();
+                v.push(e);
+                return Ok(Some(view));
+            }
+        }
+        let Some(view) = View::build(live.repo(), account)?.map(Arc::new) else {
+            return Ok(None);
+        };
+        let mut v = lock(&self.views);
+        v.retain(|(a, l, _)| a != account && l.strong_count() > 0);
+        v.push((account.to_string(), Arc::downgrade(live), view.clone()));
+        if v.len() > VIEWS {
+            v.remove(0);
+        }
+        Ok(Some(view))
+    }
+
+    /// Forgets the views and mailboxes kept (the repository was opened again).
     pub fn clear(&self) {
         self.folders().clear();
+        lock(&self.views).clear();
     }
 }
