@@ -1076,6 +1076,29 @@ fn list_extended_answers_as_dovecot_does() {
             "d OK LIST done"
         ]
     );
+    // mailvault's own IMAP client, as a backup of the view lists it: one LIST with
+    // RETURN (SUBSCRIBED SPECIAL-USE STATUS (...)), no LSUB.
+    let ep = mailvault_imap::Endpoint::parse(&format!("imap://127.0.0.1:{port}")).unwrap();
+    let client = mailvault_imap::Client::new(mailvault_imap::ClientOptions::new(ep)).unwrap();
+    let mut imap = client
+        .login(&mailvault_imap::Credentials::User {
+            user: format!("{ACCOUNT}*admin"),
+            password: TOKEN.into(),
+        })
+        .unwrap();
+    let folders = imap.list_with_status().unwrap();
+    let folder = |n: &str| folders.iter().find(|f| f.name == n).unwrap();
+    let (projects, work, snaps) = (folder("Work/Projects"), folder("Work"), folder("Snapshots"));
+    assert!(projects.subscribed && !work.subscribed && !snaps.selectable);
+    let st = projects.status.as_ref().unwrap();
+    assert_eq!((st.messages, st.unseen), (Some(3), None));
+    assert!(st.uidvalidity.is_some() && st.highestmodseq.is_some());
+    assert!(snaps.status.is_none() && work.status.is_some());
+    assert_eq!(
+        folder("Sent").special_use,
+        Some(mailvault_imap::SpecialUse::Sent)
+    );
+    let _ = imap.logout();
 }
 
 /// Issue 29: Dovecot as a second judge of the view. A throw-away Dovecot pulls the latest
