@@ -649,6 +649,24 @@ mod tests {
         }
         let deep = format!("t LIST \"\" * RETURN ({}\r\n", "(".repeat(100_000));
         assert_eq!(refused(deep.as_bytes()), RETURN_UNKNOWN);
+        // Every prefix of a command, and every byte of it replaced by one that means
+        // something to the split: refused or taken, never a panic.
+        let full = b"t LIST (SUBSCRIBED RECURSIVEMATCH) \"a\\\"b\" (\"x\" {2+}\r\nyz %) RETURN (STATUS (MESSAGES) CHILDREN)\r\n";
+        for n in 0..=full.len() {
+            if let Some(Ok(p)) = split(&full[..n]) {
+                let _ = command(Ok(p));
+            }
+            for b in *b"(){}\"\\ \r\n+0\xff" {
+                let mut c = full.to_vec();
+                if let Some(x) = c.get_mut(n) {
+                    *x = b;
+                }
+                if let Some(Ok(p)) = split(&c) {
+                    let _ = command(Ok(p));
+                }
+            }
+        }
+        assert!(split(full).unwrap().is_ok());
     }
 
     #[test]
