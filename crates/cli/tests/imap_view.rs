@@ -968,6 +968,139 @@ fn search_matches_decoded_headers_and_bodies_as_dovecot_does() {
     }
 }
 
+/// The folders of the LIST-EXTENDED test's account (Maildir++ directories, special-use
+/// names among them) and how many messages each holds, the first one `\Seen`.
+const LISTED: [(&str, usize); 8] = [
+    ("", 2),
+    (".Archive", 1),
+    (".Archive.2023", 2),
+    (".Sent", 1),
+    (".Drafts", 1),
+    (".Trash", 1),
+    (".Work", 1),
+    (".Work.Projects", 3),
+];
+
+/// Issue 29: LIST-EXTENDED (RFC 5258), LIST-STATUS (RFC 5819) and SPECIAL-USE's LIST
+/// options (RFC 6154). Dovecot serving the Maildir the view backed up (special-use
+/// folders by the harness's configuration, subscriptions in the Maildir: INBOX,
+/// Archive/2023, Sent, Drafts and Work/Projects, so Archive and Work are parents of
+/// subscribed folders without being subscribed) answers every command of
+/// `list_extended.py` as the view does: selection options SUBSCRIBED, REMOTE,
+/// RECURSIVEMATCH (CHILDINFO) and SPECIAL-USE, several patterns, RETURN (SUBSCRIBED
+/// CHILDREN SPECIAL-USE STATUS (...)), a literal pattern, and the `BAD`s (a lone
+/// RECURSIVEMATCH, unknown options); what the view adds is left out as the script says.
+/// Then on the view alone: a `\Noselect` level gets no STATUS, the CHILDINFO line as
+/// RFC 5258 writes it, and the plain LIST is answered as before.
+#[test]
+fn list_extended_answers_as_dovecot_does() {
+    let e = Env::new();
+    let mail = e.path("mail");
+    let md = mail.join("example.org/alice/Maildir");
+    let mut t = 1_704_103_200;
+    for (dir, n) in LISTED {
+        for i in 0..n {
+            t += 60;
+            let flags = if i == 0 { "S" } else { "" };
+            let body = format!("Subject: {dir} {i}\r\n\r\nbody\r\n");
+            let name = format!("{t}.M{i}P1.host:2,{flags}");
+            common::put_msg(&md, dir, "cur", &name, body.as_bytes(), t);
+        }
+    }
+    let subs = "V\t2\n\nINBOX\nArchive\t2023\nSent\nDrafts\nWork\tProjects\n";
+    fs::write(md.join("subscriptions"), subs).unwrap();
+    e.ok(&["init"]);
+    e.ok(&["backup", &format!("maildir:{}", mail.display())]);
+    token_file(&e, 0o600);
+    let s = start(&e);
+    let store = e.path("mail-as-backed-up");
+    common::copy_tree(&mail, &store);
+    judge::chown_tree(&store, judge::mail_owner());
+    let Some(dovecot) = judge::dovecot(Some(store), String::new()) else {
+        return;
+    };
+    let pass = password_file(&e);
+    let (port, dport) = (s.imap_port.to_string(), dovecot.port().to_string());
+    let args = [&port, path_str(&pass), ACCOUNT, &dport, dovecot.password()];
+    let v = script("list_extended.py", &args);
+    let answer = |c: &str, who: usize| -> Vec<String> {
+        (v[c][who].as_array().unwrap().iter())
+            .map(|x| x.as_str().unwrap().to_string())
+            .collect()
+    };
+    // Not a comparison of two empty answers.
+    let dove = answer("LIST (SUBSCRIBED RECURSIVEMATCH) \"\" \"%\"", 1);
+    assert_eq!(dove.len(), 6, "{dove:?}");
+    assert_eq!(dove[1], "Archive () (CHILDINFO (SUBSCRIBED))", "{dove:?}");
+    let status = answer("LIST \"\" \"*\" RETURN (STATUS (MESSAGES UNSEEN))", 1);
+    assert!(
+        status.contains(&"Work/Projects ()  STATUS (MESSAGES 3 UNSEEN 2)".to_string()),
+        "{status:?}"
+    );
+    assert_eq!(answer("LIST (FOO) \"\" \"*\"", 1), ["BAD"]);
+    for (c, both) in v.as_object().unwrap() {
+        assert_eq!(both[0], both[1], "{c}: mailvault, then Dovecot");
+    }
+    // The view alone: its own mailboxes.
+    let mut c = Line::open(s.imap_port);
+    let caps = c.cmd("a", "CAPABILITY");
+    for cap in [" LIST-EXTENDED", " LIST-STATUS", " SPECIAL-USE"] {
+        assert!(caps[0].contains(cap), "{cap}: {caps:?}");
+    }
+    c.login();
+    let snaps = c.cmd(
+        "b",
+        "LIST \"\" (Snapshots Nothing*) RETURN (STATUS (MESSAGES))",
+    );
+    assert_eq!(
+        snaps,
+        [
+            "* LIST (\\Noselect \\HasChildren) \"/\" Snapshots",
+            "b OK LIST done"
+        ]
+    );
+    let info = c.cmd("c", "LIST (SUBSCRIBED RECURSIVEMATCH) \"\" Work");
+    assert_eq!(
+        info,
+        [
+            "* LIST (\\HasChildren) \"/\" Work (\"CHILDINFO\" (\"SUBSCRIBED\"))",
+            "c OK LIST done"
+        ]
+    );
+    let plain = c.cmd("d", "LIST \"\" Work*");
+    assert_eq!(
+        plain,
+        [
+            "* LIST (\\HasChildren) \"/\" Work",
+            "* LIST (\\HasNoChildren) \"/\" Work/Projects",
+            "d OK LIST done"
+        ]
+    );
+    // mailvault's own IMAP client, as a backup of the view lists it: one LIST with
+    // RETURN (SUBSCRIBED SPECIAL-USE STATUS (...)), no LSUB.
+    let ep = mailvault_imap::Endpoint::parse(&format!("imap://127.0.0.1:{port}")).unwrap();
+    let client = mailvault_imap::Client::new(mailvault_imap::ClientOptions::new(ep)).unwrap();
+    let mut imap = client
+        .login(&mailvault_imap::Credentials::User {
+            user: format!("{ACCOUNT}*admin"),
+            password: TOKEN.into(),
+        })
+        .unwrap();
+    let folders = imap.list_with_status().unwrap();
+    let folder = |n: &str| folders.iter().find(|f| f.name == n).unwrap();
+    let (projects, work, snaps) = (folder("Work/Projects"), folder("Work"), folder("Snapshots"));
+    assert!(projects.subscribed && !work.subscribed && !snaps.selectable);
+    let st = projects.status.as_ref().unwrap();
+    assert_eq!((st.messages, st.unseen), (Some(3), None));
+    assert!(st.uidvalidity.is_some() && st.highestmodseq.is_some());
+    assert!(snaps.status.is_none() && work.status.is_some());
+    assert_eq!(
+        folder("Sent").special_use,
+        Some(mailvault_imap::SpecialUse::Sent)
+    );
+    let _ = imap.logout();
+}
+
 /// Issue 29: Dovecot as a second judge of the view. A throw-away Dovecot pulls the latest
 /// view (`doveadm backup -R` from an `imapc:` location, its imapc settings in its
 /// configuration, the token too) with the account's own folders alone (`-x Snapshots*`,

@@ -57,7 +57,7 @@ pub fn split(command: &[u8]) -> Option<Split> {
 }
 
 /// `bytes` after `word` (ASCII letters in any case), if it starts with it.
-fn strip_word<'b>(bytes: &'b [u8], word: &[u8]) -> Option<&'b [u8]> {
+pub fn strip_word<'b>(bytes: &'b [u8], word: &[u8]) -> Option<&'b [u8]> {
     let head = bytes.get(..word.len())?;
     head.eq_ignore_ascii_case(word)
         .then(|| &bytes[word.len()..])

@@ -1,14 +1,14 @@
 //! The IMAP view driven without sockets, for the fuzz target `imap_view`
 //! (`fuzz/fuzz_targets/imap_view.rs`; feature `fuzzing`): a client's bytes go through
 //! imap-next and imap-codec as on a connection, a session logged in to one account of a
-//! real repository answers them (every command, ESEARCH's split included), and the answers
-//! are encoded. What differs from `mod.rs`'s connection: no TLS handshake (STARTTLS is
-//! answered and the input ends there), no delays, AUTHENTICATE refused (the session is
-//! logged in already).
+//! real repository answers them (every command, ESEARCH's and LIST-EXTENDED's splits
+//! included), and the answers are encoded. What differs from `mod.rs`'s connection: no
+//! TLS handshake (STARTTLS is answered and the input ends there), no delays,
+//! AUTHENTICATE refused (the session is logged in already).
 
 use super::session::{status, Kind, Security, Session};
 use super::wire::Wire;
-use super::{enqueue, esearch, esearch_command, greeting, malformed, options, Next};
+use super::{enqueue, esearch, esearch_command, greeting, listext, malformed, options, Next};
 use crate::state::{AppState, Freshness, Live};
 use crate::token::AdminToken;
 use imap_codec::imap_types::command::CommandBody;
@@ -135,6 +135,15 @@ fn refused(session: &mut Session, wire: &mut Wire, e: &Error) -> Next {
         if let Some(split) = esearch::split(discarded_bytes.declassify()) {
             return match esearch_command(split) {
                 Ok((cmd, r)) => enqueue(wire, session.esearch(cmd, r)),
+                Err(bad) => {
+                    wire.server.enqueue_status(bad);
+                    Next::Go
+                }
+            };
+        }
+        if let Some(split) = listext::split(discarded_bytes.declassify()) {
+            return match listext::command(split) {
+                Ok(cmd) => enqueue(wire, session.list(cmd)),
                 Err(bad) => {
                     wire.server.enqueue_status(bad);
                     Next::Go

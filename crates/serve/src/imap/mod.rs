@@ -12,7 +12,8 @@
 //! BODYSTRUCTURE), `search` SEARCH, `login` checks logins. The connection loop is here,
 //! with STARTTLS's upgrade; `wire` is what it sends besides imap-next's own (no second
 //! greeting after STARTTLS, lines imap-codec has no type for). `esearch`
-//! takes SEARCH's RETURN options (ESEARCH) imap-codec does not parse; `fuzzing` (feature
+//! takes SEARCH's RETURN options (ESEARCH) imap-codec does not parse, `listext` LIST's
+//! (LIST-EXTENDED, LIST-STATUS) and answers every LIST and LSUB; `fuzzing` (feature
 //! `fuzzing`) drives a session without sockets for the fuzz target.
 
 mod bodystructure;
@@ -24,6 +25,7 @@ mod fetch;
 pub mod fuzzing;
 mod headers;
 mod indexed;
+mod listext;
 mod login;
 mod mime;
 mod search;
@@ -477,8 +479,9 @@ impl Conn {
         (self.session.as_ref()).is_some_and(|s| s.security.starttls_now() && !s.logged_in())
     }
 
-    /// Answers a command that did not parse: a SEARCH with RETURN options (ESEARCH,
-    /// which imap-codec does not parse) is answered; AUTHENTICATE's data that does not
+    /// Answers a command that did not parse: a SEARCH with RETURN options (ESEARCH) and a
+    /// LIST with LIST-EXTENDED's options or patterns, which imap-codec does not parse, are
+    /// answered; AUTHENTICATE's data that does not
     /// parse (not base64) ends it; imap-next has answered a literal it refused itself.
     async fn refused(&mut self, wire: &mut Wire, e: &imap_next::server::Error) -> Next {
         if let Some(tag) = self.auth_tag.take() {
@@ -489,6 +492,9 @@ impl Conn {
         if let imap_next::server::Error::MalformedMessage { discarded_bytes } = e {
             if let Some(split) = esearch::split(discarded_bytes.declassify()) {
                 return self.esearch(wire, split).await;
+            }
+            if let Some(split) = listext::split(discarded_bytes.declassify()) {
+                return self.listext(wire, split).await;
             }
         }
         if !matches!(e, imap_next::server::Error::LiteralTooLong { .. }) {
@@ -512,6 +518,21 @@ impl Conn {
             _ => None,
         };
         let Some(a) = self.run(move |s| s.esearch(cmd, r)).await else {
+            return Next::Stop;
+        };
+        send(wire, a).await
+    }
+
+    /// Answers a LIST with LIST-EXTENDED's options or patterns, [`listext::split`].
+    async fn listext(&mut self, wire: &mut Wire, split: listext::Split) -> Next {
+        let cmd = match listext::command(split) {
+            Ok(c) => c,
+            Err(bad) => {
+                wire.server.enqueue_status(bad);
+                return Next::Go;
+            }
+        };
+        let Some(a) = self.run(move |s| s.list(cmd)).await else {
             return Next::Stop;
         };
         send(wire, a).await

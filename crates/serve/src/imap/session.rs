@@ -4,6 +4,7 @@
 
 use super::condstore;
 use super::fetch;
+use super::listext::{self, ListCommand};
 use super::login::{self, Login};
 use super::search;
 use super::view::{Folder, View, ViewBox, DELIMITER};
@@ -12,8 +13,8 @@ use imap_codec::imap_types::command::{Command, CommandBody, FetchModifier, Selec
 use imap_codec::imap_types::core::{IString, NString, QuotedChar, Tag, Vec1};
 use imap_codec::imap_types::extensions::namespace::Namespace;
 use imap_codec::imap_types::fetch::{MacroOrMessageDataItemNames, MessageDataItemName};
-use imap_codec::imap_types::flag::{Flag, FlagNameAttribute, FlagPerm};
-use imap_codec::imap_types::mailbox::{ListMailbox, Mailbox};
+use imap_codec::imap_types::flag::{Flag, FlagPerm};
+use imap_codec::imap_types::mailbox::Mailbox;
 use imap_codec::imap_types::response::{Capability, Code, Data, Status};
 use imap_codec::imap_types::search::SearchKey;
 use imap_codec::imap_types::status::{StatusDataItem, StatusDataItemName};
@@ -121,9 +122,14 @@ pub fn capabilities(sec: Security) -> Vec1<Capability<'static>> {
         Capability::Unselect,
         Capability::Idle,
         Capability::Enable,
-        // RFC 6154 and RFC 3348: LIST gives special-use and \HasChildren attributes.
+        // RFC 6154 and RFC 3348: LIST gives special-use and \HasChildren attributes (always,
+        // as Dovecot's plain LIST does); LIST takes the SPECIAL-USE options.
         other_capability("SPECIAL-USE"),
         other_capability("CHILDREN"),
+        // RFC 5258 and RFC 5819: LIST's selection and RETURN options, STATUS included
+        // (`listext.rs`).
+        other_capability("LIST-EXTENDED"),
+        other_capability("LIST-STATUS"),
         // RFC 4731: SEARCH RETURN (MIN MAX COUNT ALL), answered by `* ESEARCH`.
         other_capability("ESEARCH"),
         // RFC 7162, as `condstore.rs` says.
@@ -313,11 +319,11 @@ impl Session {
             CommandBody::List {
                 reference,
                 mailbox_wildcard,
-            } => self.list(tag, &reference, &mailbox_wildcard, false),
+            } => self.list(ListCommand::plain(tag, reference, mailbox_wildcard, false)),
             CommandBody::Lsub {
                 reference,
                 mailbox_wildcard,
-            } => self.list(tag, &reference, &mailbox_wildcard, true),
+            } => self.list(ListCommand::plain(tag, reference, mailbox_wildcard, true)),
             CommandBody::Status {
                 mailbox,
                 item_names,
@@ -400,67 +406,34 @@ impl Session {
             .ok_or_else(|| "no such mailbox".to_string())
     }
 
-    fn list(
-        &mut self,
-        tag: Tag<'static>,
-        reference: &Mailbox<'_>,
-        pat: &ListMailbox<'_>,
-        lsub: bool,
-    ) -> Answer {
-        let (Some(r), Some(p)) = (mailbox_name(reference), list_pattern(pat)) else {
-            return self.no(tag, "not a valid mailbox name (modified UTF-7)".into());
-        };
-        let delimiter = QuotedChar::try_from(DELIMITER).ok();
-        if p.is_empty() && !lsub {
-            let d = Data::List {
-                items: vec![FlagNameAttribute::Noselect],
-                delimiter,
-                mailbox: wire_mailbox(""),
-            };
-            return with(vec![Out::Data(d)], ok_text(tag, "LIST done"));
+    /// A LIST or LSUB, plain or extended ([`listext`]): every one takes this path.
+    pub fn list(&mut self, c: ListCommand) -> Answer {
+        if !self.logged_in() {
+            return self.bad(c.tag, "log in first (LOGIN or AUTHENTICATE PLAIN)");
         }
-        let pattern = format!("{r}{p}");
-        let view = match self.view() {
-            Ok(v) => v,
-            Err(e) => {
-                return answer(status(
-                    Kind::No,
-                    Some(tag),
-                    None,
-                    format!("cannot read the repository: {e}"),
-                ))
-            }
+        let listed = match self.view() {
+            Ok(v) => listext::select(v, &c),
+            Err(e) => return self.no(c.tag, format!("cannot read the repository: {e}")),
+        };
+        let Some(listed) = listed else {
+            return self.no(c.tag, "not a valid mailbox name (modified UTF-7)".into());
         };
         let mut out = Vec::new();
-        for b in &view.boxes {
-            if lsub && !b.subscribed {
+        for l in listed {
+            let (b, wanted) = (l.b.clone(), l.status);
+            out.push(listext::line(l, c.ask.lsub));
+            // RFC 5819 (`Listed::status`); a folder that cannot be read gets none.
+            let Some(names) = c.status.as_deref().filter(|_| wanted) else {
                 continue;
+            };
+            if let Ok(f) = self.open(b.clone()) {
+                let items = status_items(&f, names).into();
+                let mailbox = wire_mailbox(&b.name);
+                out.push(Out::Data(Data::Status { mailbox, items }));
             }
-            let hit = super::view::matches(&pattern, &b.name)
-                || (b.name == "INBOX"
-                    && super::view::matches(&pattern.to_ascii_uppercase(), "INBOX"));
-            if !hit {
-                continue;
-            }
-            let items = attributes(b);
-            let mailbox = wire_mailbox(&b.name);
-            out.push(Out::Data(match lsub {
-                true => Data::Lsub {
-                    items,
-                    delimiter,
-                    mailbox,
-                },
-                false => Data::List {
-                    items,
-                    delimiter,
-                    mailbox,
-                },
-            }));
         }
-        with(
-            out,
-            ok_text(tag, if lsub { "LSUB done" } else { "LIST done" }),
-        )
+        let what = if c.ask.lsub { "LSUB done" } else { "LIST done" };
+        with(out, ok_text(c.tag, what))
     }
 
     /// Opens the mailbox a client names.
@@ -579,27 +552,9 @@ impl Session {
             Ok(f) => f,
             Err(e) => return self.no(tag, e),
         };
-        let n = f.messages.len() as u32;
-        let items: Vec<StatusDataItem> = (names.iter())
-            .filter_map(|i| match i {
-                StatusDataItemName::Messages => Some(StatusDataItem::Messages(n)),
-                StatusDataItemName::Recent => Some(StatusDataItem::Recent(0)),
-                StatusDataItemName::UidNext => {
-                    std::num::NonZeroU32::new(f.uidnext()).map(StatusDataItem::UidNext)
-                }
-                StatusDataItemName::UidValidity => {
-                    std::num::NonZeroU32::new(f.uidvalidity).map(StatusDataItem::UidValidity)
-                }
-                StatusDataItemName::Unseen => Some(StatusDataItem::Unseen(f.unseen() as u32)),
-                StatusDataItemName::HighestModSeq => {
-                    Some(StatusDataItem::HighestModSeq(f.modseq.get()))
-                }
-                _ => None,
-            })
-            .collect();
         let d = Data::Status {
             mailbox: mailbox.clone(),
-            items: items.into(),
+            items: status_items(&f, names).into(),
         };
         with(vec![Out::Data(d)], ok_text(tag, "STATUS done"))
     }
@@ -765,26 +720,26 @@ fn ok_text(tag: Tag<'static>, text: &str) -> Answer {
     answer(status(Kind::Ok, Some(tag), None, text.into()))
 }
 
-/// The LIST attributes of a mailbox.
-fn attributes(b: &ViewBox) -> Vec<FlagNameAttribute<'static>> {
-    let ext = |s: &str| {
-        imap_codec::imap_types::core::Atom::try_from(s.to_string())
-            .ok()
-            .map(FlagNameAttribute::from)
-    };
-    let mut items = Vec::new();
-    if b.place.is_none() {
-        items.push(FlagNameAttribute::Noselect);
-    }
-    items.extend(ext(if b.has_children {
-        "HasChildren"
-    } else {
-        "HasNoChildren"
-    }));
-    if let Some(s) = b.special {
-        items.extend(ext(s.trim_start_matches('\\')));
-    }
-    items
+/// The STATUS items `names` of folder `f` (those the view has).
+fn status_items(f: &Folder, names: &[StatusDataItemName]) -> Vec<StatusDataItem> {
+    let n = f.messages.len() as u32;
+    (names.iter())
+        .filter_map(|i| match i {
+            StatusDataItemName::Messages => Some(StatusDataItem::Messages(n)),
+            StatusDataItemName::Recent => Some(StatusDataItem::Recent(0)),
+            StatusDataItemName::UidNext => {
+                std::num::NonZeroU32::new(f.uidnext()).map(StatusDataItem::UidNext)
+            }
+            StatusDataItemName::UidValidity => {
+                std::num::NonZeroU32::new(f.uidvalidity).map(StatusDataItem::UidValidity)
+            }
+            StatusDataItemName::Unseen => Some(StatusDataItem::Unseen(f.unseen() as u32)),
+            StatusDataItemName::HighestModSeq => {
+                Some(StatusDataItem::HighestModSeq(f.modseq.get()))
+            }
+            _ => None,
+        })
+        .collect()
 }
 
 /// The name a client gives, decoded from modified UTF-7 (`None`: it is not).
@@ -795,17 +750,9 @@ pub fn mailbox_name(m: &Mailbox<'_>) -> Option<String> {
     }
 }
 
-fn list_pattern(p: &ListMailbox<'_>) -> Option<String> {
-    let bytes: &[u8] = match p {
-        ListMailbox::Token(t) => t.as_ref(),
-        ListMailbox::String(s) => s.as_ref(),
-    };
-    mutf7::decode(bytes).ok()
-}
-
 /// A name of the view as sent: modified UTF-7 (control characters included: they are
 /// encoded too), quoted or a literal as the codec chooses.
-fn wire_mailbox(name: &str) -> Mailbox<'static> {
+pub fn wire_mailbox(name: &str) -> Mailbox<'static> {
     if name == "INBOX" {
         return Mailbox::Inbox;
     }
@@ -836,6 +783,8 @@ mod tests {
         // After STARTTLS, and on IMAPS.
         let after = names(true, true, false);
         assert!(has(&after, "AUTH=PLAIN") && has(&after, "ESEARCH"));
+        assert!(has(&after, "LIST-EXTENDED") && has(&after, "LIST-STATUS"));
+        assert!(has(&after, "SPECIAL-USE"));
         assert!(!has(&after, "STARTTLS") && !has(&after, "LOGINDISABLED"));
         assert_eq!(names(true, false, false), after);
         // Loopback with a certificate: both; without one: plain logins alone.
