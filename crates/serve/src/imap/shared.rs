@@ -94,9 +94,7 @@ impl Shared {
     /// The view of `account` in the repository as `live` opened it: kept, or built and
     /// kept; `None` when no snapshot holds the account.
     pub fn view(&self, account: &str, live: &Arc<Live>) -> Result<Option<Arc<View>>> {
-        let same = |(a, l, _): &KeptView| {
-            a == account && Weak::ptr_eq(l, &Arc::downgrade(live))
-        };
+        let same = |(a, l, _): &KeptView| a == account && Weak::ptr_eq(l, &Arc::downgrade(live));
         {
             let mut v = lock(&self.views);
             if let Some(i) = v.iter().position(same) {
