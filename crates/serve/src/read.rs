@@ -189,7 +189,14 @@ pub struct FolderList {
     /// The folder's chunks (a cached folder's message is found without reading the
     /// snapshot's trees again).
     chunks: Vec<ChunkRef>,
-    chunk_of: std::collections::HashMap<String, u32>,
+    /// The chunk that holds each message of `sorted` (by position).
+    chunk: Vec<u32>,
+    /// The hash of each message's key and its position in `sorted`, ascending: a key is
+    /// found by a binary search (no copy of every key kept in a map). Made when a message
+    /// is first looked up, not for the first page.
+    by_key: std::sync::OnceLock<Vec<(u64, u32)>>,
+    /// What hashes keys for `by_key` (keyed at random: keys are the mail store's).
+    hasher: std::hash::RandomState,
     /// The other orders asked for, as positions in `sorted`, ascending by their key: each
     /// sorted once, then kept with the folder.
     orders: Mutex<std::collections::HashMap<SortBy, Arc<Vec<u32>>>>,
@@ -218,6 +225,53 @@ impl SortBy {
 }
 
 impl FolderList {
+    /// The list of messages `infos` (in the folder's order; `chunk_of`: the chunk of
+    /// `chunks` each is in), sorted newest first. Positions are sorted, not the messages
+    /// (a move of 100,000 messages' rows per pass of the sort was most of a cold first
+    /// page), then each message moved once to its place.
+    fn new(mut infos: Vec<MessageInfo>, chunk_of: &[u32], chunks: Vec<ChunkRef>) -> FolderList {
+        use rayon::slice::ParallelSliceMut;
+        let mut order: Vec<(i64, u32)> = (infos.iter().enumerate())
+            .map(|(i, m)| (sort_date(m), i as u32))
+            .collect();
+        order.par_sort_unstable_by(|(da, a), (db, b)| {
+            db.cmp(da)
+                .then_with(|| infos[*a as usize].key.cmp(&infos[*b as usize].key))
+        });
+        let chunk = order.iter().map(|&(_, i)| chunk_of[i as usize]).collect();
+        let sorted: Vec<MessageInfo> = (order.iter())
+            .map(|&(_, i)| std::mem::take(&mut infos[i as usize]))
+            .collect();
+        FolderList {
+            sorted,
+            chunks,
+            chunk,
+            by_key: Default::default(),
+            hasher: Default::default(),
+            orders: Mutex::default(),
+        }
+    }
+
+    /// The chunk that holds the message of `key`.
+    fn chunk_of(&self, key: &str) -> Option<&ChunkRef> {
+        use rayon::slice::ParallelSliceMut;
+        use std::hash::BuildHasher;
+        let by_key = self.by_key.get_or_init(|| {
+            let mut v: Vec<(u64, u32)> = (self.sorted.iter().enumerate())
+                .map(|(p, m)| (self.hasher.hash_one(&m.key), p as u32))
+                .collect();
+            v.par_sort_unstable();
+            v
+        });
+        let h = self.hasher.hash_one(key);
+        let from = by_key.partition_point(|&(x, _)| x < h);
+        let p = (by_key[from..].iter())
+            .take_while(|&&(x, _)| x == h)
+            .map(|&(_, p)| p as usize)
+            .find(|&p| self.sorted[p].key == key)?;
+        self.chunks.get(*self.chunk.get(p)? as usize)
+    }
+
     /// Positions in `sorted` ascending by `by` (ties newest first, as `sorted`).
     fn order(&self, by: SortBy) -> Arc<Vec<u32>> {
         if let Some(o) = lock(&self.orders).get(&by) {
@@ -271,38 +325,30 @@ fn folder_list(
         return Ok(v);
     }
     let node = folder_node(repo, snap, account, folder)?;
-    let (chunks, read) = read_chunks(repo, &node)?;
-    let mut sorted = Vec::with_capacity(node.messages as usize);
-    let mut chunk_of = std::collections::HashMap::with_capacity(node.messages as usize);
-    for (i, entries) in read.into_iter().enumerate() {
-        for m in entries {
-            let info = MessageInfo::of(account, folder, m);
-            chunk_of.insert(info.key.clone(), i as u32);
-            sorted.push(info);
-        }
+    // Account and folder are the list's, set on a page's rows alone ([`page_of`]).
+    let (chunks, read) = read_chunks(repo, &node, |m| MessageInfo::of("", "", m))?;
+    let mut infos = Vec::with_capacity(node.messages as usize);
+    let mut chunk_of = Vec::with_capacity(node.messages as usize);
+    for (i, rows) in read.into_iter().enumerate() {
+        chunk_of.extend(std::iter::repeat_n(i as u32, rows.len()));
+        infos.extend(rows);
     }
-    use rayon::slice::ParallelSliceMut;
-    sorted.par_sort_unstable_by(|a, b| sort_date(b).cmp(&sort_date(a)).then(a.key.cmp(&b.key)));
-    let list = Arc::new(FolderList {
-        sorted,
-        chunks,
-        chunk_of,
-        orders: Mutex::default(),
-    });
+    let list = Arc::new(FolderList::new(infos, &chunk_of, chunks));
     lock(cache).put(key, list.clone());
     Ok(list)
 }
 
-/// The chunks of folder `node` and their entries, in order; the chunks read on every core
-/// (each is decrypted and decompressed on its own).
-fn read_chunks(
+/// The chunks of folder `node` and their entries made rows by `row`, in order; the chunks
+/// read and made rows on every core (each is decrypted and decompressed on its own).
+fn read_chunks<T: Send>(
     repo: &Repository,
     node: &FolderNode,
-) -> Result<(Vec<ChunkRef>, Vec<Vec<MessageEntry>>)> {
+    row: impl Fn(MessageEntry) -> T + Sync,
+) -> Result<(Vec<ChunkRef>, Vec<Vec<T>>)> {
     use rayon::prelude::*;
     let chunks = repo.folder_chunks(node)?;
     let read = (chunks.par_iter())
-        .map(|c| repo.read_chunk(c))
+        .map(|c| Ok(repo.read_chunk(c)?.into_iter().map(&row).collect()))
         .collect::<Result<_>>()?;
     Ok((chunks, read))
 }
@@ -320,7 +366,7 @@ pub fn messages(
     let snap = repo.find_snapshot(&id.to_ascii_lowercase())?;
     let list = folder_list(repo, cache, &snap, (account, folder))?;
     let all = &list.sorted;
-    Ok(match (sort, descending) {
+    let mut p = match (sort, descending) {
         // The order the list is kept in.
         (SortBy::Date, true) => page_of(all.len(), all.iter(), page, page_size),
         (by, desc) => {
@@ -331,7 +377,11 @@ pub fn messages(
                 false => page_of(all.len(), order.iter().map(at), page, page_size),
             }
         }
-    })
+    };
+    for m in &mut p.items {
+        (m.account, m.folder) = (account.to_string(), folder.to_string());
+    }
+    Ok(p)
 }
 
 /// Page `page` (from 1, clamped) of `n` messages in the order `all` gives them.
@@ -382,8 +432,7 @@ pub fn message(repo: &Repository, cache: &Mutex<FolderCache>, p: &Place) -> Resu
     let snap = repo.find_snapshot(&p.snapshot.to_ascii_lowercase())?;
     let list = folder_list(repo, cache, &snap, (&p.account, &p.folder))?;
     let not_found = || Error::NotFound(format!("no message {:?} in that folder", p.key));
-    let i = *list.chunk_of.get(&p.key).ok_or_else(not_found)? as usize;
-    let chunk = list.chunks.get(i).ok_or_else(not_found)?;
+    let chunk = list.chunk_of(&p.key).ok_or_else(not_found)?;
     let entry = (repo.read_chunk(chunk)?.into_iter())
         .find(|m| m.key == p.key.as_bytes())
         .ok_or_else(not_found)?;
@@ -427,17 +476,14 @@ pub fn picked(
                 .ok_or_else(|| not_found(format!("no folder {folder:?}")))?
                 .clone();
             let list = folder_list(repo, cache, &snap, (account, folder))?;
-            let mut chunks: BTreeMap<u32, Vec<MessageEntry>> = BTreeMap::new();
+            let mut chunks: BTreeMap<Id, Vec<MessageEntry>> = BTreeMap::new();
             let mut entries = Vec::with_capacity(keys.len());
             for key in keys {
                 let missing = || not_found(format!("no message {key:?} in {folder:?}"));
-                let i = *list.chunk_of.get(key).ok_or_else(missing)?;
-                let chunk = match chunks.entry(i) {
+                let c = list.chunk_of(key).ok_or_else(missing)?;
+                let chunk = match chunks.entry(c.entries) {
                     std::collections::btree_map::Entry::Occupied(o) => o.into_mut(),
-                    std::collections::btree_map::Entry::Vacant(v) => {
-                        let c = list.chunks.get(i as usize).ok_or_else(missing)?;
-                        v.insert(repo.read_chunk(c)?)
-                    }
+                    std::collections::btree_map::Entry::Vacant(v) => v.insert(repo.read_chunk(c)?),
                 };
                 let e = (chunk.iter().find(|m| m.key == key.as_bytes())).ok_or_else(missing)?;
                 entries.push(e.clone());
@@ -484,7 +530,11 @@ pub fn account_tree(
 
 /// Every message entry of folder `f`, in the order stored.
 pub fn folder_entries(repo: &Repository, f: &FolderNode) -> Result<Vec<MessageEntry>> {
-    Ok(read_chunks(repo, f)?.1.into_iter().flatten().collect())
+    Ok(read_chunks(repo, f, |m| m)?
+        .1
+        .into_iter()
+        .flatten()
+        .collect())
 }
 
 /// The bytes of message `e` exactly as the backup stored them, checked against its hash.
@@ -605,12 +655,46 @@ mod tests {
     }
 
     fn list(sorted: Vec<MessageInfo>) -> Arc<FolderList> {
+        let n = sorted.len();
         Arc::new(FolderList {
             sorted,
             chunks: Vec::new(),
-            chunk_of: Default::default(),
+            chunk: vec![0; n],
+            by_key: Default::default(),
+            hasher: Default::default(),
             orders: Default::default(),
         })
+    }
+
+    /// The list is newest first (ties by key), and each message's chunk is found by its
+    /// key, whatever order the folder held them in.
+    #[test]
+    fn a_folder_list_sorts_newest_first_and_finds_each_messages_chunk() {
+        let chunk = |n: u8| ChunkRef {
+            entries: Id([n; 32]),
+            names: Id([n; 32]),
+        };
+        let mut infos = Vec::new();
+        let mut chunk_of = Vec::new();
+        for i in 0..1000u32 {
+            let mut m = info(&format!("k{i}"));
+            m.internal_date = i64::from(i % 7);
+            m.date = (i % 3 == 0).then_some(i64::from(i % 11));
+            infos.push(m);
+            chunk_of.push(i / 100);
+        }
+        let l = FolderList::new(infos, &chunk_of, (0..10).map(chunk).collect());
+        let keys: Vec<(i64, &str)> = (l.sorted.iter())
+            .map(|m| (sort_date(m), m.key.as_str()))
+            .collect();
+        let mut want = keys.clone();
+        want.sort_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(b.1)));
+        assert_eq!(keys, want);
+        for i in 0..1000u32 {
+            let c = l.chunk_of(&format!("k{i}")).expect("found");
+            assert_eq!(c.entries, Id([(i / 100) as u8; 32]), "k{i}");
+        }
+        assert!(l.chunk_of("k1000").is_none() && l.chunk_of("").is_none());
     }
 
     /// Each order ascending by its key, ties in the list's order (newest first); kept.
