@@ -326,6 +326,10 @@ async fn search_turn<'s>(
     st.as_ref()?.0.searches.acquire().await.ok()
 }
 
+/// How long an answer's bytes wait to go to the socket before the next command is taken
+/// anyway ([`Conn::send_part`]).
+const FLUSH_WAIT: Duration = Duration::from_secs(2);
+
 /// Commands a client may send while a FETCH's part is going out, held to be answered
 /// after it ([`Conn::send_part`]).
 const MAX_HELD: usize = 10_000;
@@ -447,7 +451,19 @@ impl Conn {
         let sent = async {
             loop {
                 match stream.next(&mut *wire).await {
-                    Ok(Event::ResponseSent { handle, .. }) if handle == last => return true,
+                    // imap-next says "sent" once an answer is in its write buffer, not on
+                    // the socket: a client that reads slower than it asks (mbsync writing
+                    // each message to disk while its FETCHes for the next ones wait) had
+                    // 189 MB of answers piled up there (heaptrack). So the buffer goes to
+                    // the socket before the next command is taken, waiting at most
+                    // FLUSH_WAIT: a client that sends without reading (its commands
+                    // filling the socket while this waits) is read from again after it.
+                    Ok(Event::ResponseSent { handle, .. }) if handle == last => {
+                        return match tokio::time::timeout(FLUSH_WAIT, stream.flush()).await {
+                            Ok(Err(_)) => false,
+                            Ok(Ok(())) | Err(_) => true,
+                        };
+                    }
                     // The part's own answers, sent (each event carries its answer: held,
                     // a FETCH of 100,000 messages kept every one until its end).
                     Ok(Event::ResponseSent { .. }) => {}
