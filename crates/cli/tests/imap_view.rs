@@ -1657,6 +1657,24 @@ fn condstore_gives_each_snapshot_its_mod_sequence() {
 /// names the candidates (a phrase, its last word a prefix) and only they are read, so a
 /// string that starts inside a word is not found; without the index every message is
 /// read and it is.
+/// `init`, one backup of `mail` (`--index` or not) and `serve --imap`; a session logged in
+/// as the admin with INBOX examined.
+fn inbox_of_one_backup(e: &Env, mail: &Path, index: bool) -> (Server, Line) {
+    e.ok(&["init"]);
+    let src = format!("maildir:{}", mail.display());
+    match index {
+        true => e.ok(&["backup", "--index", &src]),
+        false => e.ok(&["backup", &src]),
+    };
+    token_file(e, 0o600);
+    let s = start(e);
+    let mut c = Line::open(s.imap_port);
+    c.login();
+    let examined = c.cmd("b", "EXAMINE INBOX");
+    assert!(examined.last().unwrap().starts_with("b OK"), "{examined:?}");
+    (s, c)
+}
+
 #[test]
 fn body_and_text_searches_go_through_the_search_index_when_it_holds_the_snapshot() {
     let run = |index: bool| -> Vec<(String, Vec<String>)> {
@@ -1675,21 +1693,7 @@ fn body_and_text_searches_go_through_the_search_index_when_it_holds_the_snapshot
         ] {
             common::maildir_message(&mail, ACCOUNT, "", name, data.as_bytes());
         }
-        e.ok(&["init"]);
-        let src = format!("maildir:{}", mail.display());
-        match index {
-            true => e.ok(&["backup", "--index", &src]),
-            false => e.ok(&["backup", &src]),
-        };
-        token_file(&e, 0o600);
-        let s = start(&e);
-        let mut c = Line::open(s.imap_port);
-        c.login();
-        assert!(c
-            .cmd("b", "EXAMINE INBOX")
-            .last()
-            .unwrap()
-            .starts_with("b OK"));
+        let (_s, mut c) = inbox_of_one_backup(&e, &mail, index);
         let queries = [
             "BODY \"quarterly rep\"",
             "TEXT quarterly",
@@ -1742,21 +1746,7 @@ fn a_message_list_of_an_indexed_snapshot_reads_no_message() {
             let name = format!("{i}.M{i}P1.host:2,S");
             common::maildir_message(&mail, ACCOUNT, "", &name, data.as_bytes());
         }
-        e.ok(&["init"]);
-        let src = format!("maildir:{}", mail.display());
-        match index {
-            true => e.ok(&["backup", "--index", &src]),
-            false => e.ok(&["backup", &src]),
-        };
-        token_file(&e, 0o600);
-        let s = start(&e);
-        let mut c = Line::open(s.imap_port);
-        c.login();
-        assert!(c
-            .cmd("b", "EXAMINE INBOX")
-            .last()
-            .unwrap()
-            .starts_with("b OK"));
+        let (s, mut c) = inbox_of_one_backup(&e, &mail, index);
         for round in 0..2 {
             let out = c.cmd(
                 "f",
