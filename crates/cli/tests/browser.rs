@@ -459,6 +459,37 @@ Content-Type: multipart/mixed; boundary=B\r\n\r\n\
     )
 }
 
+/// Issue 28: a folder's page of an older snapshot marks the message deleted since with a
+/// text label that fits a phone, is quiet and keeps the page usable with the keyboard.
+#[test]
+fn a_folder_page_marks_a_deleted_message_and_fits_a_phone() {
+    let e = repository(None);
+    let mail = e.path("mail");
+    common::at_rest();
+    fs::remove_file(mail.join("example.org/alice/Maildir/cur/zebra:2,S")).unwrap();
+    e.ok(&["backup", &format!("maildir:{}", mail.display())]);
+    let s = start(&e, &[]);
+    let d = driver();
+    run(deleted_mark(&e, &s, &d));
+}
+
+async fn deleted_mark(e: &Env, s: &Server, d: &Driver) {
+    let downloads = e.path("downloads");
+    fs::create_dir_all(&downloads).unwrap();
+    let c = browser(d, &e.path("profile"), &downloads).await;
+    log_in(&c, s).await;
+    // The older snapshot: the second row, newest first.
+    follow(&c, "tbody tr:nth-child(2) a[href^=\"/snapshot?\"]").await;
+    follow(&c, "a[href^=\"/account?\"]").await;
+    follow(&c, "a[href^=\"/folder?\"][href$=\"folder=INBOX\"]").await;
+    let mark = c.find(Locator::Css("td.subject small.gone")).await.unwrap();
+    let t = mark.text().await.unwrap();
+    assert!(t.starts_with("deleted 20"), "{t}");
+    let url = c.current_url().await.unwrap();
+    check_pages(&c, &shots_dir(e), [("folder-deleted", &url)]).await;
+    c.close().await.unwrap();
+}
+
 #[test]
 fn hostile_mail_in_a_browser_runs_nothing_and_loads_nothing() {
     // The listener the message aims at: every request it receives is kept.

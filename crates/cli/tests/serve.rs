@@ -1405,6 +1405,88 @@ fn a_message_deleted_later_is_marked_deleted_since_the_first_snapshot_without_it
         .contains("still there"));
 }
 
+/// Issue 28: "deleted since" in a folder's list: on the folder's page of an older snapshot
+/// (HTML and API), the one message a later snapshot no longer holds there is marked with
+/// the first snapshot without it, whatever the sort; a message whose flags changed since
+/// is still there, and the newest snapshot's list has no marks. No search index: the
+/// places map alone answers.
+#[test]
+fn a_folders_list_marks_the_messages_deleted_since() {
+    let e = Env::new();
+    let mail = e.path("mail");
+    plant(&mail);
+    let src = format!("maildir:{}", mail.display());
+    e.ok(&["init"]);
+    e.ok(&["backup", &src]);
+    common::at_rest();
+    let cur = mail.join("example.org/alice/Maildir/cur");
+    fs::remove_file(cur.join("zebra:2,S")).unwrap();
+    fs::rename(cur.join("old:2,S"), cur.join("old:2,RS")).unwrap();
+    e.ok(&["backup", &src]);
+    token_file(&e, 0o600);
+    let s = start(&e, &[]);
+    let me = s.session();
+    let snaps = s.api("/api/v1/snapshots", &me);
+    let (newest, oldest) = (
+        snaps[0]["id"].as_str().unwrap(),
+        snaps[1]["id"].as_str().unwrap(),
+    );
+    let at = |path: &str, snapshot: &str, sort: &str| {
+        let place = [
+            ("snapshot", snapshot),
+            ("account", ACCOUNT),
+            ("folder", "INBOX"),
+            ("sort", sort),
+        ];
+        q(path, &place)
+    };
+    // Per key, its mark in the API: (gone_snapshot, gone_time), or nulls.
+    let marks = |snapshot: &str, sort: &str| -> Vec<(String, Value, Value)> {
+        let v = s.api(&at("/api/v1/messages", snapshot, sort), &me);
+        (v["items"].as_array().unwrap().iter())
+            .map(|m| {
+                let get = |k: &str| m.get(k).cloned().unwrap_or(Value::Null);
+                let key = m["key"].as_str().unwrap().to_string();
+                (key, get("gone_snapshot"), get("gone_time"))
+            })
+            .collect()
+    };
+    let gone = (Value::from(newest), snaps[0]["time"].clone());
+    let want = vec![
+        ("zebra".to_string(), gone.0.clone(), gone.1.clone()),
+        ("old".to_string(), Value::Null, Value::Null),
+    ];
+    assert_eq!(marks(oldest, "date"), want);
+    // By subject, A to Z: "oldest", then "planted".
+    let mut by_subject = want.clone();
+    by_subject.reverse();
+    assert_eq!(
+        marks(oldest, "subject"),
+        by_subject,
+        "the mark follows its row"
+    );
+    assert_eq!(
+        marks(newest, "date"),
+        [("old".to_string(), Value::Null, Value::Null)]
+    );
+    // The page: one label, text, in zebra's row, naming the day of the newest snapshot.
+    let page = s.page(&at("/folder", oldest, "date"), &me);
+    let day = jiff::Timestamp::from_second(gone.1.as_i64().unwrap())
+        .unwrap()
+        .strftime("%Y-%m-%d")
+        .to_string();
+    assert_eq!(page.matches("class=\"gone\"").count(), 1, "{page}");
+    let row = (page.split("<tr>"))
+        .find(|r| r.contains("key=zebra"))
+        .unwrap();
+    assert!(row.contains(&format!(">deleted {day}</small>")), "{row}");
+    let page = s.page(&at("/folder", newest, "date"), &me);
+    assert!(
+        page.contains("oldest") && !page.contains("class=\"gone\""),
+        "{page}"
+    );
+}
+
 /// Issue 28: a search's facets count every hit by account, folder, year and attachment
 /// (the API's `facets`, the page's links), and a facet's link narrows the search to it.
 #[test]

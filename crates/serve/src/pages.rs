@@ -327,11 +327,12 @@ pub async fn messages(
                 th { (header(SortBy::Subject, "Subject")) } th.num.wide { (header(SortBy::Size, "Size")) }
                 th.wide { "Flags" }
             } }
-            tbody { @for m in &p.items { tr {
+            tbody { @for r in &p.items { @let m = &r.info; tr {
                 td.date { (time(m.date.unwrap_or(m.internal_date))) }
                 td { (m.from) }
                 td.subject { a href=(link("/message", &[("snapshot", &q.snapshot[..]), ("account", &q.account), ("folder", &q.folder), ("key", &m.key)])) {
-                    @if m.subject.is_empty() { "(no subject)" } @else { (m.subject) } } }
+                    @if m.subject.is_empty() { "(no subject)" } @else { (m.subject) } }
+                    @if let (Some(g), Some(t)) = (&r.gone_snapshot, r.gone_time) { " " (gone_mark(g, t)) } }
                 td.num.wide { (bytes(m.size)) } td.wide { (m.flags) }
             } } }
         }
@@ -342,6 +343,18 @@ pub async fn messages(
         }
     };
     Ok(layout(&q.folder, Some(&ctx.session.csrf), body))
+}
+
+/// A row's "deleted <date>": the message was gone from its folder in snapshot `id` (the
+/// first later one of the same host and source without it), taken at `t`. Text, not a
+/// colour alone; the full time and the snapshot in its title.
+fn gone_mark(id: &str, t: i64) -> Markup {
+    let at = time(t);
+    let title = format!(
+        "Not in this folder since snapshot {} of {at} UTC",
+        short(id)
+    );
+    html! { small.gone title=(title) { "deleted " (at.get(..10).unwrap_or(&at)) } }
 }
 
 fn place_params(p: &Place) -> [(&'static str, &str); 4] {

@@ -122,13 +122,27 @@ pub fn folders(repo: &Repository, id: &str, account: &str) -> Result<Vec<FolderI
 /// A page of a folder's messages.
 #[derive(Clone, Debug, Serialize)]
 pub struct Page {
-    pub items: Vec<MessageInfo>,
+    pub items: Vec<Row>,
     /// Messages in the folder.
     pub total: u64,
     /// This page, from 1.
     pub page: usize,
     pub pages: usize,
     pub page_size: usize,
+}
+
+/// A message of a page: what `ls` shows of it, and where it was gone.
+#[derive(Clone, Debug, Serialize)]
+pub struct Row {
+    #[serde(flatten)]
+    pub info: MessageInfo,
+    /// The first later snapshot of the same host and source whose folder no longer held
+    /// it (deleted there, or moved), as [`Holder`] has it: its id and time; absent while
+    /// the newest holds it (or when the places map does not know the snapshot).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub gone_snapshot: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub gone_time: Option<i64>,
 }
 
 /// The date a message is sorted by: its Date header, else its internal date.
@@ -186,6 +200,9 @@ impl FolderCache {
 /// entry: a message page then reads that chunk alone, not the folder up to it.
 pub struct FolderList {
     pub sorted: Vec<MessageInfo>,
+    /// The content of each message of `sorted` (by position): where a page's rows are in
+    /// the places map, for their "deleted since".
+    content: Vec<Id>,
     /// The folder's chunks (a cached folder's message is found without reading the
     /// snapshot's trees again).
     chunks: Vec<ChunkRef>,
@@ -225,11 +242,16 @@ impl SortBy {
 }
 
 impl FolderList {
-    /// The list of messages `infos` (in the folder's order; `chunk_of`: the chunk of
-    /// `chunks` each is in), sorted newest first. Positions are sorted, not the messages
-    /// (a move of 100,000 messages' rows per pass of the sort was most of a cold first
-    /// page), then each message moved once to its place.
-    fn new(mut infos: Vec<MessageInfo>, chunk_of: &[u32], chunks: Vec<ChunkRef>) -> FolderList {
+    /// The list of messages `infos` with their contents (in the folder's order;
+    /// `chunk_of`: the chunk of `chunks` each is in), sorted newest first. Positions are
+    /// sorted, not the messages (a move of 100,000 messages' rows per pass of the sort was
+    /// most of a cold first page), then each message moved once to its place.
+    fn new(
+        mut infos: Vec<MessageInfo>,
+        content: &[Id],
+        chunk_of: &[u32],
+        chunks: Vec<ChunkRef>,
+    ) -> FolderList {
         use rayon::slice::ParallelSliceMut;
         let mut order: Vec<(i64, u32)> = (infos.iter().enumerate())
             .map(|(i, m)| (sort_date(m), i as u32))
@@ -239,11 +261,13 @@ impl FolderList {
                 .then_with(|| infos[*a as usize].key.cmp(&infos[*b as usize].key))
         });
         let chunk = order.iter().map(|&(_, i)| chunk_of[i as usize]).collect();
+        let content = order.iter().map(|&(_, i)| content[i as usize]).collect();
         let sorted: Vec<MessageInfo> = (order.iter())
             .map(|&(_, i)| std::mem::take(&mut infos[i as usize]))
             .collect();
         FolderList {
             sorted,
+            content,
             chunks,
             chunk,
             by_key: Default::default(),
@@ -326,14 +350,18 @@ fn folder_list(
     }
     let node = folder_node(repo, snap, account, folder)?;
     // Account and folder are the list's, set on a page's rows alone ([`page_of`]).
-    let (chunks, read) = read_chunks(repo, &node, |m| MessageInfo::of("", "", m))?;
+    let (chunks, read) = read_chunks(repo, &node, |m| (m.hash, MessageInfo::of("", "", m)))?;
     let mut infos = Vec::with_capacity(node.messages as usize);
+    let mut content = Vec::with_capacity(node.messages as usize);
     let mut chunk_of = Vec::with_capacity(node.messages as usize);
     for (i, rows) in read.into_iter().enumerate() {
         chunk_of.extend(std::iter::repeat_n(i as u32, rows.len()));
-        infos.extend(rows);
+        for (c, m) in rows {
+            content.push(c);
+            infos.push(m);
+        }
     }
-    let list = Arc::new(FolderList::new(infos, &chunk_of, chunks));
+    let list = Arc::new(FolderList::new(infos, &content, &chunk_of, chunks));
     lock(cache).put(key, list.clone());
     Ok(list)
 }
@@ -355,9 +383,12 @@ fn read_chunks<T: Send>(
 
 /// Page `page` (from 1) of `folder`'s messages in `account` of snapshot `id`, sorted by
 /// `sort` (descending or not); the folder read and sorted once, then kept in `cache`.
+/// Each row the places map `places` (when given) knows a later snapshot of the same host
+/// and source without is marked so ([`Row::gone_snapshot`]): the page's rows alone are
+/// looked up, never the folder.
 pub fn messages(
     repo: &Repository,
-    cache: &Mutex<FolderCache>,
+    (cache, places): (&Mutex<FolderCache>, Option<&Places>),
     (id, account, folder): (&str, &str, &str),
     (sort, descending): (SortBy, bool),
     (page, page_size): (usize, usize),
@@ -365,47 +396,61 @@ pub fn messages(
     check_snapshot_id(id)?;
     let snap = repo.find_snapshot(&id.to_ascii_lowercase())?;
     let list = folder_list(repo, cache, &snap, (account, folder))?;
-    let all = &list.sorted;
-    let mut p = match (sort, descending) {
+    let n = list.sorted.len();
+    let (at, mut p) = match (sort, descending) {
         // The order the list is kept in.
-        (SortBy::Date, true) => page_of(all.len(), all.iter(), page, page_size),
+        (SortBy::Date, true) => page_of(n, 0..n as u32, page, page_size),
         (by, desc) => {
             let order = list.order(by);
-            let at = |i: &u32| &all[*i as usize];
             match desc {
-                true => page_of(all.len(), order.iter().rev().map(at), page, page_size),
-                false => page_of(all.len(), order.iter().map(at), page, page_size),
+                true => page_of(n, order.iter().rev().copied(), page, page_size),
+                false => page_of(n, order.iter().copied(), page, page_size),
             }
         }
     };
-    for m in &mut p.items {
-        (m.account, m.folder) = (account.to_string(), folder.to_string());
-    }
+    // The folder's number in the map, and the snapshot's sequence and index there.
+    let whence = places.and_then(|m| {
+        Some((
+            m,
+            m.folder_number(account, folder)?,
+            m.snapshot_at(&snap.id)?,
+        ))
+    });
+    p.items = (at.into_iter())
+        .map(|i| {
+            let mut info = list.sorted[i as usize].clone();
+            (info.account, info.folder) = (account.to_string(), folder.to_string());
+            let gone = whence.and_then(|(m, f, s)| m.gone_after(&list.content[i as usize], f, s));
+            Row {
+                info,
+                gone_snapshot: gone.map(|g| g.id.to_hex()),
+                gone_time: gone.map(|g| g.time),
+            }
+        })
+        .collect();
     Ok(p)
 }
 
-/// Page `page` (from 1, clamped) of `n` messages in the order `all` gives them.
-fn page_of<'a>(
+/// Page `page` (from 1, clamped) of `n` messages in the order `all` gives their positions:
+/// the page's positions, and the page without its rows.
+fn page_of(
     n: usize,
-    all: impl Iterator<Item = &'a MessageInfo>,
+    all: impl Iterator<Item = u32>,
     page: usize,
     page_size: usize,
-) -> Page {
+) -> (Vec<u32>, Page) {
     let page_size = page_size.max(1);
     let pages = n.div_ceil(page_size).max(1);
     let page = page.clamp(1, pages);
-    let items = all
-        .skip((page - 1) * page_size)
-        .take(page_size)
-        .cloned()
-        .collect();
-    Page {
-        items,
+    let at = all.skip((page - 1) * page_size).take(page_size).collect();
+    let p = Page {
+        items: Vec::new(),
         total: n as u64,
         page,
         pages,
         page_size,
-    }
+    };
+    (at, p)
 }
 
 /// Where a message is: snapshot id (prefix), account, folder name, Maildir key.
@@ -658,6 +703,7 @@ mod tests {
         let n = sorted.len();
         Arc::new(FolderList {
             sorted,
+            content: vec![Id([0; 32]); n],
             chunks: Vec::new(),
             chunk: vec![0; n],
             by_key: Default::default(),
@@ -683,7 +729,8 @@ mod tests {
             infos.push(m);
             chunk_of.push(i / 100);
         }
-        let l = FolderList::new(infos, &chunk_of, (0..10).map(chunk).collect());
+        let content = vec![Id([0; 32]); infos.len()];
+        let l = FolderList::new(infos, &content, &chunk_of, (0..10).map(chunk).collect());
         let keys: Vec<(i64, &str)> = (l.sorted.iter())
             .map(|m| (sort_date(m), m.key.as_str()))
             .collect();
@@ -738,13 +785,13 @@ mod tests {
 
     #[test]
     fn pages_are_clamped() {
-        let all: Vec<MessageInfo> = (0..5).map(|i| info(&i.to_string())).collect();
-        let keys = |p: Page| p.items.into_iter().map(|m| m.key).collect::<Vec<_>>();
-        assert_eq!(keys(page_of(all.len(), all.iter(), 1, 2)), ["0", "1"]);
-        assert_eq!(keys(page_of(all.len(), all.iter(), 3, 2)), ["4"]);
-        assert_eq!(keys(page_of(all.len(), all.iter(), 9, 2)), ["4"]);
-        assert_eq!(keys(page_of(all.len(), all.iter(), 0, 2)), ["0", "1"]);
-        assert_eq!(page_of(0, [].iter(), 1, 2).pages, 1);
+        let at = |page: usize| page_of(5, 0..5, page, 2).0;
+        assert_eq!(at(1), [0, 1]);
+        assert_eq!(at(3), [4]);
+        assert_eq!(at(9), [4]);
+        assert_eq!(at(0), [0, 1]);
+        assert_eq!(page_of(9, 0..9, 9, 2).1.page, 5);
+        assert_eq!(page_of(0, 0..0, 1, 2).1.pages, 1);
     }
 
     #[test]

@@ -283,8 +283,8 @@ pub async fn found(
     blocking(move || crate::read::message(st.live()?.repo(), &st.0.folders, &place)).await
 }
 
-/// A page of a folder's messages (`read::messages`, with the server's folder cache), read
-/// on a blocking thread.
+/// A page of a folder's messages (`read::messages`, with the server's folder cache and the
+/// searcher's places map for the rows' "deleted since"), read on a blocking thread.
 pub async fn folder_page(
     st: &crate::state::AppState,
     q: &FolderQ,
@@ -296,7 +296,8 @@ pub async fn folder_page(
         let live = st.live()?;
         let place = (&id[..], &account[..], &folder[..]);
         let pages = (page, st.0.page_size);
-        crate::read::messages(live.repo(), &st.0.folders, place, sort, pages)
+        let with = (&st.0.folders, Some(live.searcher().places()));
+        crate::read::messages(live.repo(), with, place, sort, pages)
     })
     .await
 }
