@@ -572,10 +572,20 @@ impl<'a> Parser<'a> {
         Ok(s)
     }
 
+    /// Whether a literal starts here: `{`, or `~{` (RFC 3516's literal8). A `~` alone is
+    /// an atom's character (a mailbox named `~`).
+    fn at_literal(&self) -> bool {
+        match self.peek() {
+            Some(b'{') => true,
+            Some(b'~') => self.b.get(self.i + 1) == Some(&b'{'),
+            _ => false,
+        }
+    }
+
     fn string(&mut self) -> PResult<Cow<'a, [u8]>> {
         match self.peek() {
             Some(b'"') => self.quoted(),
-            Some(b'{') | Some(b'~') => Ok(Cow::Borrowed(self.literal()?)),
+            _ if self.at_literal() => Ok(Cow::Borrowed(self.literal()?)),
             _ => self.err("string"),
         }
     }
@@ -597,7 +607,8 @@ impl<'a> Parser<'a> {
 
     fn astring(&mut self) -> PResult<Cow<'a, [u8]>> {
         match self.peek() {
-            Some(b'"') | Some(b'{') | Some(b'~') => self.string(),
+            Some(b'"') => self.string(),
+            _ if self.at_literal() => self.string(),
             _ => Ok(Cow::Borrowed(
                 self.take_while("astring", |b| is_atom_char(b) || b == b']')?,
             )),
@@ -622,7 +633,7 @@ impl<'a> Parser<'a> {
                 }
             }
             Some(b'"') => self.quoted().map(drop),
-            Some(b'{') | Some(b'~') => self.literal().map(drop),
+            _ if self.at_literal() => self.literal().map(drop),
             Some(_) => {
                 // atom, possibly with [section]<partial> or \flag
                 self.take_while("value", |b| {
@@ -1566,6 +1577,22 @@ mod tests {
                 ..
             })
         ));
+    }
+
+    /// A `~` that does not open a literal8 (`~{n}`) is an atom's character: a mailbox
+    /// named `~` (found by the astring round trip).
+    #[test]
+    fn a_tilde_alone_is_an_atom() {
+        for (wire, name) in [
+            (&b"* LIST () \"/\" ~\r\n"[..], &b"~"[..]),
+            (b"* LIST () \"/\" ~x~\r\n", b"~x~"),
+            (b"* LIST () \"/\" ~{2}\r\nab\r\n", b"ab"),
+        ] {
+            match parse_response(wire) {
+                Ok(Response::Untagged(Untagged::List(l))) => assert_eq!(l.name, name),
+                other => panic!("{}: {other:?}", String::from_utf8_lossy(wire)),
+            }
+        }
     }
 
     #[test]

@@ -361,13 +361,15 @@ impl Conn {
                     return Next::StartTls(server.enqueue_status(ok));
                 }
                 let st = self.state();
-                let _turn = match &command.body {
+                let turn = match &command.body {
                     CommandBody::Search { criteria, .. } => search_turn(&st, criteria).await,
                     _ => None,
                 };
                 let Some(mut a) = self.run(move |s| s.handle(command)).await else {
                     return Next::Stop;
                 };
+                // Given back before the answer is sent: a slow reader holds no turn.
+                drop(turn);
                 while let Some(p) = a.more.take() {
                     if !self
                         .send_part(stream, wire, std::mem::take(&mut a.untagged))
@@ -529,13 +531,14 @@ impl Conn {
             }
         };
         let st = self.state();
-        let _turn = match &cmd.body {
+        let turn = match &cmd.body {
             CommandBody::Search { criteria, .. } => search_turn(&st, criteria).await,
             _ => None,
         };
         let Some(a) = self.run(move |s| s.esearch(cmd, r)).await else {
             return Next::Stop;
         };
+        drop(turn);
         send(wire, a).await
     }
 
