@@ -115,13 +115,12 @@ fn the_splits_hold_each_contents_compact_header_through_a_merge() {
         }
         assert_eq!(s.compact_header(&hash(b"Subject: other\r\n\r\n")), None);
     };
-    assert!(
-        live_splits(&repo, &search).unwrap().len() > 8,
-        "splits to merge"
-    );
+    // Cut every 2 documents, or later when workers added at once: 9 or 10 splits.
+    let before = live_splits(&repo, &search).unwrap().len();
+    assert!(before > 8, "splits to merge: {before}");
     expect(&repo);
     let rep = mailvault_core::search::build::index(&repo, &search, &opts, &NoProgress).unwrap();
-    assert_eq!(rep.merged as usize, raws.len() / 2, "{rep:?}");
+    assert_eq!(rep.merged as usize, before, "{rep:?}");
     assert_eq!(live_splits(&repo, &search).unwrap().len(), 1);
     expect(&repo);
     let checked = mailvault_core::search::verify::check_splits(&repo).unwrap();
