@@ -1360,11 +1360,9 @@ fn the_repository_page_and_metrics_show_each_sources_last_backup() {
     );
 }
 
-/// Issue 28: "deleted since": a message an older snapshot holds and a later one no longer
-/// holds in that folder shows, on its page and in the API, the first snapshot without it;
-/// one still there says so.
-#[test]
-fn a_message_deleted_later_is_marked_deleted_since_the_first_snapshot_without_it() {
+/// The planted store backed up, changed by `change` (given alice's INBOX `cur/`), and
+/// backed up again.
+fn two_backups(change: impl FnOnce(&std::path::Path)) -> Env {
     let e = Env::new();
     let mail = e.path("mail");
     plant(&mail);
@@ -1372,8 +1370,17 @@ fn a_message_deleted_later_is_marked_deleted_since_the_first_snapshot_without_it
     e.ok(&["init"]);
     e.ok(&["backup", &src]);
     common::at_rest();
-    fs::remove_file(mail.join("example.org/alice/Maildir/cur/zebra:2,S")).unwrap();
+    change(&mail.join("example.org/alice/Maildir/cur"));
     e.ok(&["backup", &src]);
+    e
+}
+
+/// Issue 28: "deleted since": a message an older snapshot holds and a later one no longer
+/// holds in that folder shows, on its page and in the API, the first snapshot without it;
+/// one still there says so.
+#[test]
+fn a_message_deleted_later_is_marked_deleted_since_the_first_snapshot_without_it() {
+    let e = two_backups(|cur| fs::remove_file(cur.join("zebra:2,S")).unwrap());
     e.ok(&["index"]);
     token_file(&e, 0o600);
     let s = start(&e, &[]);
@@ -1412,17 +1419,10 @@ fn a_message_deleted_later_is_marked_deleted_since_the_first_snapshot_without_it
 /// places map alone answers.
 #[test]
 fn a_folders_list_marks_the_messages_deleted_since() {
-    let e = Env::new();
-    let mail = e.path("mail");
-    plant(&mail);
-    let src = format!("maildir:{}", mail.display());
-    e.ok(&["init"]);
-    e.ok(&["backup", &src]);
-    common::at_rest();
-    let cur = mail.join("example.org/alice/Maildir/cur");
-    fs::remove_file(cur.join("zebra:2,S")).unwrap();
-    fs::rename(cur.join("old:2,S"), cur.join("old:2,RS")).unwrap();
-    e.ok(&["backup", &src]);
+    let e = two_backups(|cur| {
+        fs::remove_file(cur.join("zebra:2,S")).unwrap();
+        fs::rename(cur.join("old:2,S"), cur.join("old:2,RS")).unwrap();
+    });
     token_file(&e, 0o600);
     let s = start(&e, &[]);
     let me = s.session();
