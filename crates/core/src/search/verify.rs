@@ -45,7 +45,7 @@ pub fn check_splits(repo: &Repository) -> Result<SplitsChecked> {
         .prefix("mailvault-check-search-")
         .tempdir()
         .map_err(|e| Error::io(std::env::temp_dir(), e))?;
-    let mut good: Vec<LocalSplit> = Vec::new();
+    let mut good: Vec<(LocalSplit, HashSet<Id>)> = Vec::new();
     for id in &present {
         match verified(repo, tmp.path(), id) {
             Ok(s) => good.push(s),
@@ -53,28 +53,29 @@ pub fn check_splits(repo: &Repository) -> Result<SplitsChecked> {
         }
     }
     let superseded: BTreeSet<Id> = (good.iter())
-        .flat_map(|s| s.header.supersedes.iter().copied())
+        .flat_map(|(s, _)| s.header.supersedes.iter().copied())
         .collect();
-    good.retain(|s| !superseded.contains(&s.id));
+    good.retain(|(s, _)| !superseded.contains(&s.id));
     out.live = good.len() as u64;
-    let mut indexed = HashSet::new();
-    for s in &good {
-        indexed.extend(split_contents(s)?);
-    }
+    let indexed: HashSet<Id> = good.into_iter().flat_map(|(_, c)| c).collect();
     let held = snapshot_contents(repo)?;
     out.not_indexed = held.iter().filter(|h| !indexed.contains(*h)).count() as u64;
     out.dead = indexed.iter().filter(|h| !held.contains(*h)).count() as u64;
     Ok(out)
 }
 
-/// Split `id` copied out and verified: sealed under its name, well formed, and every
-/// file's checksum right.
-fn verified(repo: &Repository, dir: &std::path::Path, id: &Id) -> Result<LocalSplit> {
+/// Split `id` copied out and verified: sealed under its name, well formed, every file's
+/// checksum right, its header file (if any) of its contents; and the contents it holds.
+fn verified(
+    repo: &Repository,
+    dir: &std::path::Path,
+    id: &Id,
+) -> Result<(LocalSplit, HashSet<Id>)> {
     // A fresh directory: the split is read, opened under its name and unpacked here.
     let s = local_split(repo, dir, id)?;
     let index = open_split(&s)?;
+    let contents: HashSet<Id> = split_contents(&s)?.into_iter().collect();
     if let Some(h) = super::headers::HeaderFile::open(&s.dir)? {
-        let contents: HashSet<Id> = split_contents(&s)?.into_iter().collect();
         h.verify(&contents)
             .map_err(|why| Error::corrupt(split_path(id), why))?;
     }
@@ -89,7 +90,7 @@ fn verified(repo: &Repository, dir: &std::path::Path, id: &Id) -> Result<LocalSp
             format!("damaged files: {}", names.join(", ")),
         ));
     }
-    Ok(s)
+    Ok((s, contents))
 }
 
 /// The contents every snapshot holds (a chunk shared by snapshots read once).
