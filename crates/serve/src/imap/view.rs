@@ -103,16 +103,24 @@ pub struct View {
     pub history: Vec<Held>,
 }
 
-/// The name of a snapshot's level below the snapshots' root ([`snapshots_root`]): its
-/// time in UTC to the minute, and when another snapshot of the account falls in the same
-/// minute, the first 8 hex digits of its id after it.
-fn snapshot_level(time: i64, id: &str, shared_minute: bool) -> String {
-    let t = jiff::Timestamp::from_second(time).unwrap_or(jiff::Timestamp::UNIX_EPOCH);
-    let minute = t.strftime("%Y-%m-%d %H:%M").to_string();
-    match shared_minute {
-        true => format!("{minute} {}", &id[..8.min(id.len())]),
-        false => minute,
+/// The names of the snapshots' levels below the snapshots' root ([`snapshots_root`]), for
+/// `(time, id)` oldest first: each one's time in UTC to the minute, and when an earlier
+/// snapshot of the account falls in the same minute, the first 8 hex digits of its id
+/// after it. Only later snapshots of a minute take a suffix, so that a name once shown
+/// never changes when another backup lands in its minute.
+fn snapshot_levels<'a>(held: impl IntoIterator<Item = (i64, &'a str)>) -> Vec<String> {
+    let mut names = Vec::new();
+    let mut last_minute = None;
+    for (time, id) in held {
+        let t = jiff::Timestamp::from_second(time).unwrap_or(jiff::Timestamp::UNIX_EPOCH);
+        let minute = t.strftime("%Y-%m-%d %H:%M").to_string();
+        names.push(match last_minute.as_ref() == Some(&minute) {
+            true => format!("{minute} {}", &id[..8.min(id.len())]),
+            false => minute.clone(),
+        });
+        last_minute = Some(minute);
     }
+    names
 }
 
 impl View {
@@ -162,14 +170,8 @@ impl View {
             has_children: false,
             subscribed: true,
         });
-        let minute = |t: i64| t.div_euclid(60);
-        for (id, time, folders) in &held {
-            let shared = held
-                .iter()
-                .filter(|(_, t, _)| minute(*t) == minute(*time))
-                .count()
-                > 1;
-            let level = snapshot_level(*time, id, shared);
+        let levels = snapshot_levels(held.iter().map(|(id, time, _)| (*time, id.as_str())));
+        for ((id, _, folders), level) in held.iter().zip(levels) {
             for f in folders {
                 let name = folder_name(f);
                 let full = format!("{root}{DELIMITER}{level}{DELIMITER}{name}");
@@ -610,15 +612,23 @@ mod tests {
         );
     }
 
+    /// The first snapshot of a minute keeps the bare minute, later ones of that minute
+    /// take their ids' first digits, and a later backup does not rename an earlier one.
     #[test]
-    fn snapshot_levels() {
+    fn snapshot_levels_keep_their_names() {
+        let two = [(1704103200, "abcdef0123"), (1704103260, "1234567890")];
         assert_eq!(
-            snapshot_level(1704103200, "abcdef0123", false),
-            "2024-01-01 10:00"
+            snapshot_levels(two),
+            ["2024-01-01 10:00", "2024-01-01 10:01"]
         );
+        let three = [two[0], two[1], (1704103319, "fedcba9876")];
         assert_eq!(
-            snapshot_level(1704103259, "abcdef0123", true),
-            "2024-01-01 10:00 abcdef01"
+            snapshot_levels(three),
+            [
+                "2024-01-01 10:00",
+                "2024-01-01 10:01",
+                "2024-01-01 10:01 fedcba98"
+            ]
         );
     }
 
