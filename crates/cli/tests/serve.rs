@@ -1520,3 +1520,83 @@ fn a_search_counts_its_hits_by_account_folder_year_and_attachment() {
     );
     assert_eq!(r["total"], 2, "{r}");
 }
+
+/// Issue 28: the OpenAPI document the server gives (without a session) describes what it
+/// serves. Every operation it lists is routed (with a session, never the `404` of a path
+/// that does not exist, nor a `405`); every one it says needs the session answers `401`
+/// without one; every POST it says needs the CSRF token answers `403` without it.
+#[test]
+fn the_openapi_document_describes_the_routes_served() {
+    let (_e, s, me, _) = serving();
+    let r = s.get("/api/v1/openapi.json", None);
+    assert_eq!(r.status(), StatusCode::OK);
+    assert_eq!(r.headers()[CONTENT_TYPE], "application/json");
+    let doc = r.json_value();
+    assert_eq!(doc["openapi"], "3.1.0");
+    let mut ops = Vec::new();
+    for (path, item) in doc["paths"].as_object().unwrap() {
+        for (method, op) in item.as_object().unwrap() {
+            let open = op["security"] == serde_json::json!([{}]);
+            let csrf = op["security"].to_string().contains("csrf");
+            ops.push((path.replace("{format}", "mbox"), method.clone(), open, csrf));
+        }
+    }
+    // Logout last: it ends the session.
+    ops.sort_by_key(|(path, ..)| path.ends_with("/logout"));
+    assert!(ops.len() >= 23, "{ops:?}");
+    let send = |method: &str, path: &str, who: Option<&Session>, csrf: Option<&str>| {
+        let mut r = match method {
+            "get" => s.http.get(s.url(path)),
+            "post" => (s.http.post(s.url(path)))
+                .header(CONTENT_TYPE, "application/json")
+                .body("{}"),
+            m => panic!("{m} {path}: a method the server does not use"),
+        };
+        if let Some(who) = who {
+            r = r.header(COOKIE, &who.cookie);
+        }
+        if let Some(csrf) = csrf {
+            r = r.header("x-csrf-token", csrf);
+        }
+        let r = r.send().unwrap();
+        (r.status(), r.text().unwrap())
+    };
+    let status = |method: &str, path: &str, who, csrf| send(method, path, who, csrf).0;
+    for (path, method, open, csrf) in &ops {
+        let alone = send(method, path, None, None);
+        let asks_login = alone
+            == (
+                StatusCode::UNAUTHORIZED,
+                r#"{"error":"log in first"}"#.into(),
+            );
+        assert_eq!(asks_login, !open, "{method} {path}: {alone:?}");
+        if *csrf {
+            let r = status(method, path, Some(&me), None);
+            assert_eq!(
+                r,
+                StatusCode::FORBIDDEN,
+                "{method} {path} without the token"
+            );
+        } else {
+            // The API's login takes JSON alone, which no other site's form can send.
+            let open_post = *open && path == "/api/v1/login";
+            assert!(
+                method == "get" || open_post,
+                "{method} {path}: no CSRF token"
+            );
+        }
+        let r = status(method, path, Some(&me), Some(&me.csrf));
+        assert!(
+            ![StatusCode::NOT_FOUND, StatusCode::METHOD_NOT_ALLOWED].contains(&r)
+                || path == "/api/v1/message/attachment",
+            "{method} {path}: {r}"
+        );
+    }
+    // A path the document does not name is what those answers were not.
+    let r = status("get", "/api/v1/snapshots", Some(&me), None);
+    assert_eq!(
+        r,
+        StatusCode::UNAUTHORIZED,
+        "the session ended with the logout"
+    );
+}

@@ -180,6 +180,7 @@ impl From<mailvault_imap::Error> for Error {
 /// What the user can do about a failed item: the kind every error keeps from where it
 /// happened to the report.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum FailureKind {
     /// Something else is where the item goes (a file with other content): nothing was

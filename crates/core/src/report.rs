@@ -24,6 +24,7 @@ impl Progress for NoProgress {}
 
 /// An item that could not be processed, why, and what kind of failure it was.
 #[derive(Clone, Debug, Serialize, PartialEq, Eq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Failure {
     /// The file, message or object concerned.
     pub item: String,

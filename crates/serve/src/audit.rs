@@ -202,14 +202,15 @@ pub async fn requests(State(st): State<AppState>, req: Request, next: Next) -> R
 const PAGE: usize = 100;
 
 /// `?page=`
-#[derive(serde::Deserialize)]
+#[derive(serde::Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
 pub struct AuditQ {
     pub page: Option<usize>,
 }
 
 /// A page of the log, newest first: the events written to the repository and those not
 /// written yet (`written: false`), and a warning for each record that does not open.
-#[derive(serde::Serialize)]
+#[derive(serde::Serialize, utoipa::ToSchema)]
 pub struct LogPage {
     pub events: Vec<Shown>,
     pub total: usize,
@@ -218,7 +219,7 @@ pub struct LogPage {
     pub warnings: Vec<String>,
 }
 
-#[derive(serde::Serialize)]
+#[derive(serde::Serialize, utoipa::ToSchema)]
 pub struct Shown {
     #[serde(flatten)]
     pub event: AuditEvent,
@@ -290,7 +291,9 @@ pub async fn page(
     Ok(layout("Audit log", Some(&ctx.session.csrf), body))
 }
 
-/// `GET /api/v1/audit?page=N`
+/// A page of the audit log, newest first (the admin's alone).
+#[utoipa::path(get, path = "/api/v1/audit", tag = "admin", params(AuditQ),
+    responses((status = 200, body = LogPage), (status = 404, body = crate::reply::ErrorAnswer)))]
 pub async fn api(
     State(st): State<AppState>,
     Extension(ctx): Extension<Ctx>,

@@ -17,7 +17,7 @@ pub const ACTIVE_LINK: &str = ".dovecot.sieve";
 
 /// A file of an account's home: as `ls` lists it, with its path and whether it is the
 /// active script.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, utoipa::ToSchema)]
 pub struct HomeFile {
     #[serde(flatten)]
     pub info: FileInfo,

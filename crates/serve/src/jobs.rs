@@ -25,7 +25,7 @@ const KEEP: usize = 50;
 const FAILURES_SHOWN: usize = 50;
 
 /// Where a job is.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum JobState {
     Running,
@@ -65,7 +65,7 @@ impl Progress for Counts {
 }
 
 /// How a job ended, in the terms of either kind of restore.
-#[derive(Clone, Debug, Default, Serialize)]
+#[derive(Clone, Debug, Default, Serialize, utoipa::ToSchema)]
 pub struct Summary {
     pub items_total: u64,
     /// Written (Maildir) or appended (IMAP).
@@ -106,7 +106,7 @@ struct Ended {
 }
 
 /// A job as the API and the pages show it.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, utoipa::ToSchema)]
 pub struct JobView {
     pub id: String,
     pub owner: Option<String>,

@@ -26,6 +26,7 @@ mod imap;
 pub use imap::fuzzing;
 mod jobs;
 mod mail;
+mod openapi;
 mod pages;
 mod read;
 mod reply;

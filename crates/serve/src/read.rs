@@ -16,7 +16,7 @@ use serde::Serialize;
 use std::sync::{Arc, Mutex};
 
 /// A snapshot as the pages and the API show it.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, utoipa::ToSchema)]
 pub struct SnapRow {
     pub id: String,
     /// Unix seconds.
@@ -120,7 +120,7 @@ pub fn folders(repo: &Repository, id: &str, account: &str) -> Result<Vec<FolderI
 }
 
 /// A page of a folder's messages.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, utoipa::ToSchema)]
 pub struct Page {
     pub items: Vec<Row>,
     /// Messages in the folder.
@@ -132,7 +132,7 @@ pub struct Page {
 }
 
 /// A message of a page: what `ls` shows of it, and where it was gone.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, utoipa::ToSchema)]
 pub struct Row {
     #[serde(flatten)]
     pub info: MessageInfo,
@@ -220,7 +220,9 @@ pub struct FolderList {
 }
 
 /// What a folder's messages are sorted by (`?sort=`).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, serde::Deserialize)]
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, Hash, serde::Deserialize, utoipa::ToSchema,
+)]
 #[serde(rename_all = "lowercase")]
 pub enum SortBy {
     /// The Date header, else the internal date (newest first by default).
@@ -454,7 +456,8 @@ fn page_of(
 }
 
 /// Where a message is: snapshot id (prefix), account, folder name, Maildir key.
-#[derive(Clone, Debug, serde::Deserialize, Serialize)]
+#[derive(Clone, Debug, serde::Deserialize, Serialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
 pub struct Place {
     pub snapshot: String,
     pub account: String,
@@ -588,7 +591,7 @@ pub fn entry_bytes(repo: &Repository, e: &MessageEntry) -> Result<Vec<u8>> {
 }
 
 /// A run of snapshots that hold a content in one folder.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, utoipa::ToSchema)]
 pub struct Holder {
     pub account: String,
     pub folder: String,

@@ -15,6 +15,12 @@ pub struct Ctx {
 }
 
 /// A request that failed: its status and what to tell.
+/// What the API answers on a failure (every status but 2xx): `{"error": "..."}`.
+#[derive(serde::Serialize, utoipa::ToSchema)]
+pub struct ErrorAnswer {
+    pub error: String,
+}
+
 #[derive(Debug)]
 pub struct Failure {
     pub status: StatusCode,
@@ -29,7 +35,9 @@ impl Failure {
         }
     }
     pub fn json(self) -> Response {
-        let body = serde_json::json!({ "error": self.message });
+        let body = ErrorAnswer {
+            error: self.message,
+        };
         (self.status, axum::Json(body)).into_response()
     }
     pub fn page(self) -> Response {
@@ -113,13 +121,15 @@ impl IntoResponse for ApiError {
 }
 
 /// `?snapshot=`
-#[derive(serde::Deserialize)]
+#[derive(serde::Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
 pub struct SnapQ {
     pub snapshot: String,
 }
 
 /// `?snapshot=&account=`
-#[derive(serde::Deserialize)]
+#[derive(serde::Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
 pub struct AccountQ {
     pub snapshot: String,
     pub account: String,
@@ -128,7 +138,8 @@ pub struct AccountQ {
 /// `?snapshot=&account=&folder=&page=&sort=&order=` (`sort`: `date`, the default,
 /// `from`, `subject` or `size`; `order`: `asc` or `desc`, by default newest and largest
 /// first, names A to Z).
-#[derive(serde::Deserialize)]
+#[derive(serde::Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
 pub struct FolderQ {
     pub snapshot: String,
     pub account: String,
@@ -140,7 +151,7 @@ pub struct FolderQ {
 }
 
 /// `?order=`
-#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum Order {
     Asc,
@@ -159,7 +170,8 @@ impl FolderQ {
 
 /// `?snapshot=&account=&folder=&name=`: a file of an account's home (`folder`: `~`,
 /// `~/sieve`).
-#[derive(Clone, serde::Deserialize)]
+#[derive(Clone, serde::Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
 pub struct FileQ {
     pub snapshot: String,
     pub account: String,
@@ -168,7 +180,8 @@ pub struct FileQ {
 }
 
 /// `?q=&page=&scope=` (scope: `latest`, the default, or `all`).
-#[derive(Clone, Default, serde::Deserialize)]
+#[derive(Clone, Default, serde::Deserialize, utoipa::IntoParams, utoipa::ToSchema)]
+#[into_params(parameter_in = Query)]
 pub struct SearchQ {
     pub q: Option<String>,
     pub page: Option<usize>,
@@ -414,7 +427,8 @@ impl Scoped for FileQ {
 }
 /// `?snapshot=&account=&folder=&key=&n=`: attachment `n` (from 0, in the order the
 /// message's page lists them) of the message at that place.
-#[derive(Clone, serde::Deserialize)]
+#[derive(Clone, serde::Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
 pub struct AttachmentQ {
     pub snapshot: String,
     pub account: String,

@@ -12,7 +12,7 @@ use serde::Serialize;
 use std::collections::BTreeMap;
 
 /// The last backup of one source.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, utoipa::ToSchema)]
 pub struct SourceRow {
     pub hostname: String,
     pub source: String,
@@ -32,7 +32,7 @@ pub struct SourceRow {
 }
 
 /// What one backup recorded.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, utoipa::ToSchema)]
 pub struct Point {
     pub id: String,
     pub time: i64,
@@ -47,7 +47,7 @@ pub struct Point {
 }
 
 /// The repository's page.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, utoipa::ToSchema)]
 pub struct Overview {
     pub sources: Vec<SourceRow>,
     /// Every snapshot, oldest first.

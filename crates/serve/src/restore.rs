@@ -73,7 +73,7 @@ impl ImapTo {
 
 /// What a restore request asks (the form's fields, or the API's JSON object). No `Debug`:
 /// it may hold a password.
-#[derive(Clone, Default, serde::Deserialize)]
+#[derive(Clone, Default, serde::Deserialize, utoipa::ToSchema)]
 pub struct Request {
     /// The snapshot (id or prefix).
     pub snapshot: String,
@@ -93,6 +93,7 @@ pub struct Request {
     pub path: Option<String>,
     /// `imap` without a master user: the account's password on the server.
     #[serde(default)]
+    #[schema(value_type = Option<String>)]
     pub password: Option<Zeroizing<String>>,
 }
 

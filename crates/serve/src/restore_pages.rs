@@ -5,7 +5,7 @@
 
 use crate::html::{bytes, layout, layout_with, link, short, time};
 use crate::jobs::{Busy, Job, JobState, JobView};
-use crate::reply::{self, blocking, ApiError, Ctx, Failure, PageError};
+use crate::reply::{self, blocking, ApiError, Ctx, ErrorAnswer, Failure, PageError};
 use crate::restore::{self, Request};
 use crate::state::AppState;
 use axum::extract::{ConnectInfo, Query, State};
@@ -20,7 +20,8 @@ use std::sync::Arc;
 const REFRESH_SECS: u32 = 2;
 
 /// `?id=`
-#[derive(serde::Deserialize)]
+#[derive(serde::Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
 pub struct JobQ {
     pub id: String,
 }
@@ -180,7 +181,12 @@ pub async fn start_form(
     Ok(Redirect::to(&link("/job", &[("id", &job.id)])).into_response())
 }
 
-/// `POST /api/v1/restore` (JSON, [`Request`]): `202` and the job.
+/// Starts a restore job (JSON, [`Request`]): `202` and the job. A mail user restores
+/// their own account only, into their own mailbox.
+#[utoipa::path(post, path = "/api/v1/restore", tag = "restore", request_body = Request,
+    security(("session" = [], "csrf" = [])),
+    responses((status = 202, body = JobView), (status = 400, body = ErrorAnswer),
+        (status = 404, body = ErrorAnswer)))]
 pub async fn start_api(
     State(st): State<AppState>,
     Extension(ctx): Extension<Ctx>,
@@ -305,14 +311,28 @@ pub async fn cancel_form(
     Ok(Redirect::to(&link("/job", &[("id", &q.id)])).into_response())
 }
 
-/// `GET /api/v1/jobs`
-pub async fn jobs_api(State(st): State<AppState>, Extension(ctx): Extension<Ctx>) -> Response {
-    let list = st.0.jobs.visible(ctx.session.user.as_deref());
-    let views: Vec<JobView> = list.iter().map(|j| j.view(false)).collect();
-    Json(serde_json::json!({ "jobs": views })).into_response()
+/// The restore jobs the session may see, newest first.
+#[derive(serde::Serialize, utoipa::ToSchema)]
+pub struct JobsAnswer {
+    pub jobs: Vec<JobView>,
 }
 
-/// `GET /api/v1/job?id=`: the job, with the engine's report once it ended.
+/// The restore jobs the session may see (a mail user: their own).
+#[utoipa::path(get, path = "/api/v1/jobs", tag = "restore",
+    responses((status = 200, body = JobsAnswer), (status = 401, body = ErrorAnswer)))]
+pub async fn jobs_api(
+    State(st): State<AppState>,
+    Extension(ctx): Extension<Ctx>,
+) -> Json<JobsAnswer> {
+    let list = st.0.jobs.visible(ctx.session.user.as_deref());
+    Json(JobsAnswer {
+        jobs: list.iter().map(|j| j.view(false)).collect(),
+    })
+}
+
+/// A job, with the engine's report once it ended.
+#[utoipa::path(get, path = "/api/v1/job", tag = "restore", params(JobQ),
+    responses((status = 200, body = JobView), (status = 404, body = ErrorAnswer)))]
 pub async fn job_api(
     State(st): State<AppState>,
     Extension(ctx): Extension<Ctx>,
@@ -321,7 +341,10 @@ pub async fn job_api(
     Ok(Json(find(&st, &ctx, &q.id)?.view(true)))
 }
 
-/// `POST /api/v1/job/cancel?id=`: `202` and the job (stopping).
+/// Cancels a job: `202` and the job (stopping).
+#[utoipa::path(post, path = "/api/v1/job/cancel", tag = "restore", params(JobQ),
+    security(("session" = [], "csrf" = [])),
+    responses((status = 202, body = JobView), (status = 404, body = ErrorAnswer)))]
 pub async fn cancel_api(
     State(st): State<AppState>,
     Extension(ctx): Extension<Ctx>,

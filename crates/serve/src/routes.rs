@@ -3,9 +3,9 @@
 //! answer (an HTML page or a JSON object).
 
 use crate::auth;
-use crate::reply::{Ctx, Failure};
+use crate::reply::{Ctx, ErrorAnswer, Failure};
 use crate::state::AppState;
-use crate::{api, headers, html, pages, restore_pages};
+use crate::{headers, html, pages, restore_pages};
 use axum::body::Body;
 use axum::extract::{ConnectInfo, DefaultBodyLimit, Request, State};
 use axum::http::header::{CONTENT_TYPE, COOKIE, LOCATION, RETRY_AFTER, SET_COOKIE};
@@ -42,38 +42,16 @@ pub fn router(state: AppState) -> Router {
         )
         .route("/jobs", get(restore_pages::jobs))
         .route("/audit", get(crate::audit::page))
-        .route("/api/v1/audit", get(crate::audit::api))
         .route("/job", get(restore_pages::job))
         .route("/job/cancel", post(restore_pages::cancel_form))
         .route("/logout", post(logout))
-        .route("/api/v1/session", get(api::session))
-        .route("/api/v1/snapshots", get(api::snapshots))
-        .route("/api/v1/accounts", get(api::accounts))
-        .route("/api/v1/folders", get(api::folders))
-        .route("/api/v1/filters", get(api::filters))
-        .route("/api/v1/file/raw", get(api::file_raw))
-        .route("/api/v1/messages", get(api::messages))
-        .route("/api/v1/folder/{format}", get(api::folder_download))
-        .route("/api/v1/message", get(api::message))
-        .route("/api/v1/message/raw", get(api::message_raw))
-        .route("/api/v1/message/attachment", get(api::message_attachment))
-        .route(
-            "/api/v1/search",
-            get(api::search_get).post(api::search_post),
-        )
-        .route("/api/v1/repository", get(api::repository))
-        .route("/api/v1/search/{format}", get(api::search_download))
-        .route("/api/v1/restore", post(restore_pages::start_api))
-        .route("/api/v1/jobs", get(restore_pages::jobs_api))
-        .route("/api/v1/job", get(restore_pages::job_api))
-        .route("/api/v1/job/cancel", post(restore_pages::cancel_api))
-        .route("/api/v1/logout", post(logout))
+        .merge(crate::openapi::session_routes())
         .fallback(not_found)
         .layer(from_fn_with_state(state.clone(), crate::audit::requests))
         .layer(from_fn_with_state(state.clone(), require_session));
     Router::new()
         .route("/login", get(pages::login_form).post(login_form))
-        .route("/api/v1/login", post(login_api))
+        .merge(crate::openapi::open_routes())
         .route("/static/style.css", get(pages::style))
         .route("/static/icon.svg", get(pages::icon))
         .route("/metrics", get(metrics))
@@ -192,7 +170,7 @@ enum Login {
 
 /// A login: the admin's (its token, no user name, or the user name `admin` a password
 /// manager fills in), or a mail user's (`--user-auth`: their name and mail password).
-#[derive(serde::Deserialize)]
+#[derive(serde::Deserialize, utoipa::ToSchema)]
 pub struct LoginForm {
     #[serde(default)]
     user: Option<String>,
@@ -337,14 +315,29 @@ async fn login_form(
     }
 }
 
-async fn login_api(
+/// A session: its cookie (`Set-Cookie`), and its CSRF token.
+#[derive(serde::Serialize, utoipa::ToSchema)]
+pub struct LoginAnswer {
+    /// What POSTs give in `X-CSRF-Token`.
+    pub csrf_token: String,
+}
+
+/// Logs in: the admin with its token, a mail user with their mail password
+/// (`--user-auth`). Failures count against the client's address (`429` after 5 a minute).
+#[utoipa::path(post, path = "/api/v1/login", tag = "session", request_body = LoginForm,
+    security(()),
+    responses(
+        (status = 200, body = LoginAnswer,
+            headers(("set-cookie" = String, description = "The session cookie (HttpOnly, SameSite=Strict)"))),
+        (status = 401, body = ErrorAnswer), (status = 429, body = ErrorAnswer)))]
+pub async fn login_api(
     State(st): State<AppState>,
     ConnectInfo(peer): ConnectInfo<SocketAddr>,
     axum::Json(f): axum::Json<LoginForm>,
 ) -> Response {
     match try_login(&st, peer.ip(), f).await {
         Login::Ok(id, csrf) => {
-            let mut r = axum::Json(serde_json::json!({ "csrf_token": csrf })).into_response();
+            let mut r = axum::Json(LoginAnswer { csrf_token: csrf }).into_response();
             r.headers_mut().insert(SET_COOKIE, session_cookie(&st, &id));
             r
         }
@@ -406,7 +399,11 @@ async fn metrics(
     }
 }
 
-async fn logout(
+/// Ends the session (the page `/logout` too, which then goes to the login form).
+#[utoipa::path(post, path = "/api/v1/logout", tag = "session",
+    security(("session" = [], "csrf" = [])),
+    responses((status = 204, description = "Logged out"), (status = 401, body = ErrorAnswer)))]
+pub async fn logout(
     State(st): State<AppState>,
     axum::Extension(ctx): axum::Extension<Ctx>,
     req: Request,

@@ -10,6 +10,7 @@ pub const RIGHTS: &str = "lrwstipekxa";
 
 /// One entry of an access control list, in IMAP's terms.
 #[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct AclRule {
     /// `anyone`, `authenticated`, `owner`, a user, `$group`; `-` before it for negative
     /// rights.

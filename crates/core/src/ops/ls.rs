@@ -9,6 +9,7 @@ use crate::repo::Repository;
 use serde::Serialize;
 
 #[derive(Clone, Debug, Serialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct AccountInfo {
     pub name: String,
     pub path: String,
@@ -20,6 +21,7 @@ pub struct AccountInfo {
 }
 
 #[derive(Clone, Debug, Serialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct FolderInfo {
     pub account: String,
     /// The name people use (`Entwürfe`): what `--folder` takes.
@@ -43,6 +45,7 @@ pub struct FolderInfo {
 
 /// A file of a folder without messages (a directory of a `file:` backup).
 #[derive(Clone, Debug, Serialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct FileInfo {
     pub account: String,
     pub folder: String,
@@ -58,6 +61,7 @@ pub struct FileInfo {
 }
 
 #[derive(Clone, Debug, Default, Serialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct MessageInfo {
     pub account: String,
     /// The folder's name as people use it.

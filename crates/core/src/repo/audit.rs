@@ -19,6 +19,7 @@ pub const AUDIT_DIR: &str = "audit/";
 
 /// One thing a user did.
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct AuditEvent {
     /// Unix seconds.
     pub time: i64,

@@ -50,6 +50,7 @@ pub struct SearchOptions {
 
 /// One message found: where it is, as its newest matching version has it.
 #[derive(Clone, Debug, Serialize, PartialEq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Hit {
     /// The message's content id (its keyed hash, hex): what `show` and
     /// `restore --message` take.
@@ -77,6 +78,7 @@ pub struct Hit {
 
 /// The hits of a search, and what it could not see.
 #[derive(Clone, Debug, Default, Serialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct SearchResult {
     /// All hits, before the page was cut.
     pub total: usize,

@@ -13,6 +13,7 @@ const MAX_VALUES: usize = 20;
 
 /// How the hits fall.
 #[derive(Clone, Debug, Default, Serialize, PartialEq, Eq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Facets {
     /// (account, hits), most first.
     pub accounts: Vec<(String, usize)>,

@@ -27,6 +27,7 @@ pub struct Shown {
 /// What a reader sees of a message ([`decode`]): its main headers decoded, its text, its
 /// attachments. `show` prints it; the web UI shows it.
 #[derive(Clone, Debug, Default, Serialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Decoded {
     pub from: String,
     pub to: String,
@@ -44,6 +45,7 @@ pub struct Decoded {
 
 /// An attachment: its file name (if any), MIME type and decoded size.
 #[derive(Clone, Debug, Serialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Attachment {
     pub name: Option<String>,
     pub content_type: String,
