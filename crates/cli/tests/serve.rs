@@ -175,6 +175,33 @@ fn no_route_answers_without_a_session_and_failed_logins_are_limited() {
     let r = s.get("/login", None);
     assert_eq!(r.status(), StatusCode::OK);
     assert_headers(r.headers(), PAGES_CSP);
+    // The login form needs its own token in the form and its cookie, equal and signed by
+    // the server (login CSRF): the right admin token without them logs nobody in, and
+    // does not count as a failed login.
+    let (cookie, token) = s.login_token();
+    let (other_cookie, _) = s.login_token();
+    let forged = "ab".repeat(32);
+    for (cookie, field) in [
+        (None, token.as_str()),
+        (Some(other_cookie.as_str()), token.as_str()),
+        (Some(cookie.as_str()), ""),
+        (Some(&*format!("mailvault_login={forged}")), forged.as_str()),
+    ] {
+        let form = serde_urlencoded::to_string([("token", TOKEN), ("login_csrf", field)]);
+        let mut post = (s.http.post(s.url("/login")))
+            .header(CONTENT_TYPE, "application/x-www-form-urlencoded")
+            .body(form.unwrap());
+        if let Some(c) = cookie {
+            post = post.header(COOKIE, c);
+        }
+        let r = post.send().unwrap();
+        assert_eq!(r.status(), StatusCode::FORBIDDEN, "{cookie:?} {field}");
+        let set = r.headers()[SET_COOKIE].to_str().unwrap();
+        assert!(
+            set.starts_with("mailvault_login="),
+            "a new form, no session: {set}"
+        );
+    }
     assert_eq!(s.get("/static/style.css", None).status(), StatusCode::OK);
     assert_eq!(s.get("/static/icon.svg", None).status(), StatusCode::OK);
     // The API's login: a cookie and the CSRF token; its logout needs the token.
@@ -216,7 +243,11 @@ fn no_route_answers_without_a_session_and_failed_logins_are_limited() {
     for wrong in ["", "nope", &TOKEN[..TOKEN.len() - 1], &format!("{TOKEN}x")] {
         let r = s.login(wrong);
         assert_eq!(r.status(), StatusCode::UNAUTHORIZED, "{wrong:?}");
-        assert!(r.headers().get(SET_COOKIE).is_none());
+        let set = r.headers()[SET_COOKIE].to_str().unwrap();
+        assert!(
+            set.starts_with("mailvault_login="),
+            "a new form, no session: {set}"
+        );
     }
     let r = s.login(TOKEN);
     assert_eq!(r.status(), StatusCode::TOO_MANY_REQUESTS);
@@ -951,22 +982,34 @@ except Exception as e:
     );
     assert!(text.contains("plain: refused"), "{text}");
     assert!(s.base.starts_with("https://127.0.0.1:"), "{}", s.base);
-    // The login page, over TLS, with HSTS.
-    let (ok, page) = curl(&["--cacert", cert_s, &s.url("/login")]);
+    // The login page, over TLS, with HSTS, and its form's token in a Secure cookie.
+    let jar = e.path("jar");
+    let jar = jar.to_str().unwrap();
+    let (ok, page) = curl(&["--cacert", cert_s, "-c", jar, &s.url("/login")]);
     assert!(ok && page.starts_with("http/1.1 200"), "{page}");
     assert!(
         page.contains("strict-transport-security: max-age=31536000"),
         "{page}"
     );
     // Logging in sets a Secure cookie.
+    let login_cookie = page
+        .lines()
+        .find(|l| l.starts_with("set-cookie: mailvault_login="));
+    assert!(login_cookie.unwrap().contains("; secure"), "{page}");
+    let token = page.split("name=\"login_csrf\" value=\"").nth(1).unwrap();
+    let token = format!("login_csrf={}", token.split('"').next().unwrap());
     let form = e.path("form");
     fs::write(&form, TOKEN).unwrap();
     let data = format!("token@{}", form.display());
     let (ok, answer) = curl(&[
         "--cacert",
         cert_s,
+        "-b",
+        jar,
         "--data-urlencode",
         &data,
+        "--data",
+        &token,
         &s.url("/login"),
     ]);
     assert!(ok && answer.starts_with("http/1.1 303"), "{answer}");
@@ -1139,8 +1182,7 @@ fn a_mail_user_sees_their_own_account_and_nothing_of_anyone_elses() {
         (ACCOUNT, "bobs-password"),
         ("", "bobs-password"),
     ] {
-        let form = serde_urlencoded::to_string([("user", user), ("token", pw)]).unwrap();
-        let r = s.post_form("/login", None, &form);
+        let r = s.post_login(&[("user", user), ("token", pw)]);
         assert_eq!(r.status(), StatusCode::UNAUTHORIZED, "{user:?} {pw}");
     }
     let me = user_session(&s, BOB, "bobs-password");
@@ -1294,9 +1336,8 @@ fn a_mail_user_sees_their_own_account_and_nothing_of_anyone_elses() {
     let auth = format!("imap://127.0.0.1:{}", dovecot.port());
     let s = start(&e, &["--user-auth", &auth]);
     user_session(&s, BOB, mailvault_imap::testing::USER_PASSWORD);
-    let form = serde_urlencoded::to_string([("user", BOB), ("token", "not-it")]).unwrap();
     assert_eq!(
-        s.post_form("/login", None, &form).status(),
+        s.post_login(&[("user", BOB), ("token", "not-it")]).status(),
         StatusCode::UNAUTHORIZED
     );
 }

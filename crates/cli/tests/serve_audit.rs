@@ -54,9 +54,8 @@ fn what_admins_and_users_did_is_sealed_in_the_repository_and_shown_to_the_admin_
     let s = start(&e, &["--user-auth", &auth, "--audit-flush", "200ms"]);
 
     for (user, pw) in [("hunter2", "x"), (BOB, "wrong-secret")] {
-        let form = serde_urlencoded::to_string([("user", user), ("token", pw)]).unwrap();
         assert_eq!(
-            s.post_form("/login", None, &form).status(),
+            s.post_login(&[("user", user), ("token", pw)]).status(),
             StatusCode::UNAUTHORIZED
         );
     }
@@ -181,10 +180,12 @@ fn behind_a_trusted_proxy_the_forwarded_client_is_limited_and_recorded() {
     e.ok(&["init"]);
     token_file(&e, 0o600);
     let fail = |s: &Server, client: &str| {
+        let (cookie, token) = s.login_token();
         let r = (s.http.post(s.url("/login")))
             .header(CONTENT_TYPE, "application/x-www-form-urlencoded")
+            .header(COOKIE, cookie)
             .header("x-forwarded-for", format!("198.51.100.9, {client}"))
-            .body("token=wrong-token-0000")
+            .body(format!("token=wrong-token-0000&login_csrf={token}"))
             .send()
             .unwrap();
         r.status()

@@ -31,6 +31,74 @@ pub(crate) fn random_hex() -> String {
     hex::encode(b)
 }
 
+/// The login form's cookie: the form's token before there is a session.
+pub const LOGIN_COOKIE: &str = "mailvault_login";
+/// A login form's token is good this long.
+const LOGIN_FORM_AGE: Duration = Duration::from_secs(3600);
+
+/// The login form's CSRF tokens (login CSRF: another site posting its own credentials to
+/// our form so that the browser works, unaware, in the attacker's session). OWASP's
+/// signed double-submit cookie: a form's token is 16 random bytes and their keyed hash
+/// under this process's key; the same token goes in an `HttpOnly; SameSite=Strict`
+/// cookie and in the form, and a login through the form needs both, equal and signed.
+/// Another site can neither read the cookie nor make the browser send it on its POST,
+/// and a cookie planted from elsewhere (a sibling subdomain) lacks our signature. A
+/// restart makes a new key: a form left open then asks to be sent again.
+pub struct LoginKey([u8; 32]);
+
+impl Default for LoginKey {
+    fn default() -> LoginKey {
+        let mut key = [0u8; 32];
+        rand::rngs::OsRng.fill_bytes(&mut key);
+        LoginKey(key)
+    }
+}
+
+impl LoginKey {
+    /// A new token for a login form.
+    pub fn token(&self) -> String {
+        let mut nonce = [0u8; 16];
+        rand::rngs::OsRng.fill_bytes(&mut nonce);
+        let mac = blake3::keyed_hash(&self.0, &nonce);
+        format!(
+            "{}{}",
+            hex::encode(nonce),
+            hex::encode(&mac.as_bytes()[..16])
+        )
+    }
+
+    /// Whether a login form's `field` and the request's `cookie` hold one token of ours.
+    pub fn valid(&self, field: &str, cookie: Option<&str>) -> bool {
+        let Some(cookie) = cookie else {
+            return false;
+        };
+        let (Ok(given), true) = (hex::decode(field), field.len() == 64) else {
+            return false;
+        };
+        let mac = blake3::keyed_hash(&self.0, &given[..16]);
+        let same =
+            field.len() == cookie.len() && bool::from(field.as_bytes().ct_eq(cookie.as_bytes()));
+        same && bool::from(mac.as_bytes()[..16].ct_eq(&given[16..]))
+    }
+}
+
+/// The `Set-Cookie` value holding a login form's `token`, for the login form alone.
+pub fn login_cookie(token: &str, secure: bool) -> String {
+    let secure = if secure { "; Secure" } else { "" };
+    format!(
+        "{LOGIN_COOKIE}={token}; HttpOnly; SameSite=Strict; Path=/login; Max-Age={}{secure}",
+        LOGIN_FORM_AGE.as_secs()
+    )
+}
+
+/// A cookie's value in a `Cookie` header.
+pub fn cookie<'a>(cookie_header: &'a str, name: &str) -> Option<&'a str> {
+    (cookie_header.split(';'))
+        .filter_map(|c| c.trim().split_once('='))
+        .find(|(k, _)| *k == name)
+        .map(|(_, v)| v)
+}
+
 /// A logged-in session.
 #[derive(Clone, Debug)]
 pub struct Session {
@@ -166,10 +234,7 @@ impl LoginLimiter {
 
 /// The session id in a `Cookie` header's value, if it has one that looks like ours.
 pub fn session_id(cookie_header: &str) -> Option<&str> {
-    (cookie_header.split(';'))
-        .filter_map(|c| c.trim().split_once('='))
-        .find(|(k, _)| *k == COOKIE)
-        .map(|(_, v)| v)
+    cookie(cookie_header, COOKIE)
         .filter(|v| v.len() == 64 && v.bytes().all(|c| c.is_ascii_hexdigit()))
 }
 
@@ -190,6 +255,28 @@ pub fn clear_cookie() -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A login form's token is good in its form and its cookie together, signed by this
+    /// process's key: not alone, not changed, not another key's, not another form's.
+    #[test]
+    fn a_login_forms_token_needs_its_cookie_and_our_signature() {
+        let key = LoginKey::default();
+        let t = key.token();
+        assert_eq!(t.len(), 64);
+        assert!(key.valid(&t, Some(&t)));
+        assert!(!key.valid(&t, None));
+        assert!(!key.valid(&t, Some(&key.token())));
+        let other = LoginKey::default().token();
+        assert!(!key.valid(&other, Some(&other)));
+        let mut changed = t.clone().into_bytes();
+        changed[63] = if changed[63] == b'0' { b'1' } else { b'0' };
+        let changed = String::from_utf8(changed).unwrap();
+        assert!(!key.valid(&changed, Some(&changed)));
+        assert!(!key.valid("", Some("")));
+        assert!(!key.valid("zz", Some("zz")));
+        let header = format!("a=b; {LOGIN_COOKIE}={t}; {COOKIE}=x");
+        assert_eq!(cookie(&header, LOGIN_COOKIE), Some(t.as_str()));
+    }
 
     #[test]
     fn sessions_expire_when_idle_and_at_their_absolute_end() {

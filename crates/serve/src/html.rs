@@ -54,14 +54,16 @@ pub fn layout_with(title: &str, csrf: Option<&str>, head: Markup, body: Markup) 
     }
 }
 
-/// The login form, with what went wrong if anything.
-pub fn login_page(problem: Option<&str>, users: bool) -> Markup {
+/// The login form with its CSRF token (`auth::LoginKey`), and what went wrong if
+/// anything.
+pub fn login_page(problem: Option<&str>, users: bool, token: &str) -> Markup {
     layout(
         "Log in",
         None,
         html! {
             @if let Some(text) = problem { p.problem role="alert" { (text) } }
             form method="post" action="/login" {
+                input type="hidden" name="login_csrf" value=(token);
                 @if users {
                     // A mail user gives their address and mail password; the admin
                     // `admin` (or nothing) and the token.

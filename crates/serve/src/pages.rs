@@ -19,10 +19,6 @@ use maud::{html, Markup};
 
 type Page = Result<Markup, PageError>;
 
-pub async fn login_form(State(st): State<AppState>) -> Markup {
-    crate::html::login_page(None, st.0.users.is_some())
-}
-
 pub async fn style() -> Response {
     (
         [(CONTENT_TYPE, "text/css; charset=utf-8")],

@@ -50,7 +50,7 @@ pub fn router(state: AppState) -> Router {
         .layer(from_fn_with_state(state.clone(), crate::audit::requests))
         .layer(from_fn_with_state(state.clone(), require_session));
     Router::new()
-        .route("/login", get(pages::login_form).post(login_form))
+        .route("/login", get(login_page_get).post(login_form))
         .merge(crate::openapi::open_routes())
         .route("/static/style.css", get(pages::style))
         .route("/static/icon.svg", get(pages::icon))
@@ -293,23 +293,56 @@ fn session_cookie(st: &AppState, id: &str) -> HeaderValue {
         .unwrap_or_else(|_| HeaderValue::from_static(""))
 }
 
+/// The login form (`status`, with what went wrong if anything), with a new token in the
+/// form and in its cookie (`auth::LoginKey`).
+fn login_page(st: &AppState, status: StatusCode, problem: Option<&str>) -> Response {
+    let token = st.0.login_key.token();
+    let page = html::login_page(problem, st.0.users.is_some(), &token);
+    let mut r = (status, page).into_response();
+    if let Ok(v) = HeaderValue::from_str(&auth::login_cookie(&token, st.0.secure)) {
+        r.headers_mut().insert(SET_COOKIE, v);
+    }
+    r
+}
+
+async fn login_page_get(State(st): State<AppState>) -> Response {
+    login_page(&st, StatusCode::OK, None)
+}
+
+/// The login form's fields: the login, and the form's token.
+#[derive(serde::Deserialize)]
+struct LoginFields {
+    #[serde(flatten)]
+    login: LoginForm,
+    #[serde(default)]
+    login_csrf: String,
+}
+
 async fn login_form(
     State(st): State<AppState>,
     ConnectInfo(peer): ConnectInfo<SocketAddr>,
-    axum::Form(f): axum::Form<LoginForm>,
+    headers: axum::http::HeaderMap,
+    axum::Form(f): axum::Form<LoginFields>,
 ) -> Response {
-    let users = st.0.users.is_some();
-    match try_login(&st, peer.ip(), f).await {
+    let cookie = (headers.get_all(COOKIE).iter())
+        .filter_map(|v| v.to_str().ok())
+        .find_map(|h| auth::cookie(h, auth::LOGIN_COOKIE));
+    if !st.0.login_key.valid(&f.login_csrf, cookie) {
+        // Not counted as a failed login: no password was tried.
+        let problem = "the login form had expired or came from elsewhere: log in again";
+        return login_page(&st, StatusCode::FORBIDDEN, Some(problem));
+    }
+    match try_login(&st, peer.ip(), f.login).await {
         Login::Ok(id, _) => {
             let mut r = redirect(StatusCode::SEE_OTHER, "/");
             r.headers_mut().insert(SET_COOKIE, session_cookie(&st, &id));
             r
         }
-        Login::Wrong => (
+        Login::Wrong => login_page(
+            &st,
             StatusCode::UNAUTHORIZED,
-            html::login_page(Some("wrong user name, password or token"), users),
-        )
-            .into_response(),
+            Some("wrong user name, password or token"),
+        ),
         Login::Limited => with_retry_after(limited().page()),
         Login::Unchecked => unchecked().page(),
     }

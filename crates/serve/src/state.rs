@@ -91,6 +91,8 @@ pub struct Inner {
     pub users: Option<crate::users::UserAuth>,
     pub sessions: Mutex<Sessions>,
     pub limiter: Mutex<LoginLimiter>,
+    /// Signs the login form's tokens.
+    pub login_key: crate::auth::LoginKey,
     pub page_size: usize,
     /// A source whose last backup is older is stale (`--stale-after`).
     pub stale_after: Duration,
@@ -144,6 +146,7 @@ impl AppState {
             users,
             sessions: Mutex::new(Sessions::default()),
             limiter: Mutex::new(LoginLimiter::default()),
+            login_key: Default::default(),
             page_size: page_size.clamp(1, 1000),
             stale_after,
             cache,

@@ -179,9 +179,36 @@ impl Server {
         }
         r.send().unwrap()
     }
+    /// A login form's token and the `Cookie` header that goes with it (`GET /login`).
+    pub fn login_token(&self) -> (String, String) {
+        let r = self.get("/login", None);
+        assert_eq!(r.status(), StatusCode::OK);
+        let set = r.headers()[SET_COOKIE].to_str().unwrap().to_string();
+        for part in ["HttpOnly", "SameSite=Strict", "Path=/login"] {
+            assert!(set.contains(part), "{set}");
+        }
+        let cookie = set.split(';').next().unwrap().to_string();
+        let page = r.text().unwrap();
+        let field = page.split("name=\"login_csrf\" value=\"").nth(1).unwrap();
+        let token = field.split('"').next().unwrap().to_string();
+        assert_eq!(cookie, format!("mailvault_login={token}"));
+        (cookie, token)
+    }
+    /// Posts the login form with `fields`, as a browser does (with its token).
+    pub fn post_login(&self, fields: &[(&str, &str)]) -> Response {
+        let (cookie, token) = self.login_token();
+        let mut all = fields.to_vec();
+        all.push(("login_csrf", &token));
+        let form = serde_urlencoded::to_string(all).unwrap();
+        (self.http.post(self.url("/login")))
+            .header(CONTENT_TYPE, "application/x-www-form-urlencoded")
+            .header(COOKIE, cookie)
+            .body(form)
+            .send()
+            .unwrap()
+    }
     pub fn login(&self, token: &str) -> Response {
-        let form = serde_urlencoded::to_string([("token", token)]).unwrap();
-        self.post_form("/login", None, &form)
+        self.post_login(&[("token", token)])
     }
     pub fn session(&self) -> Session {
         let r = self.login(TOKEN);
@@ -303,8 +330,7 @@ pub fn home_file(path: &str, id: &str, account: &str, folder: &str, name: &str) 
 
 /// A mail user's session (`--user-auth`), logged in through the form with `password`.
 pub fn user_session(s: &Server, user: &str, password: &str) -> Session {
-    let form = serde_urlencoded::to_string([("user", user), ("token", password)]).unwrap();
-    let r = s.post_form("/login", None, &form);
+    let r = s.post_login(&[("user", user), ("token", password)]);
     assert_eq!(r.status(), StatusCode::SEE_OTHER, "{user}");
     let cookie = (r.headers()[SET_COOKIE].to_str().unwrap())
         .split(';')
