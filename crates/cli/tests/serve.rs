@@ -14,9 +14,9 @@ mod common;
 mod judge;
 
 use common::serve::{
-    assert_headers, home_file, home_repository, plain, plant, put, q, start, token_file,
-    user_session, JsonValue, Server, Session, ACCOUNT, BOB, DUPES, FRAME_CSP, PAGES_CSP, RULES,
-    TOKEN,
+    assert_headers, certificate, certificate_at, home_file, home_repository, plain, plant, put, q,
+    start, token_file, user_session, JsonValue, Server, Session, ACCOUNT, BOB, DUPES, FRAME_CSP,
+    PAGES_CSP, RULES, TOKEN,
 };
 use common::Env;
 use reqwest::header::{CONTENT_TYPE, COOKIE, LOCATION, SET_COOKIE};
@@ -925,7 +925,7 @@ fn curl(args: &[&str]) -> (bool, String) {
 #[test]
 fn https_with_the_given_certificate_sends_secure_cookies_and_hsts() {
     let e = repository();
-    let (cert, key) = common::serve::certificate(&e);
+    let (cert, key) = certificate(&e);
     let (cert_s, key_s) = (cert.to_str().unwrap(), key.to_str().unwrap());
     // A key others can read is refused, before anything listens.
     fs::set_permissions(&key, fs::Permissions::from_mode(0o644)).unwrap();
@@ -1640,4 +1640,72 @@ fn the_openapi_document_describes_the_routes_served() {
         StatusCode::UNAUTHORIZED,
         "the session ended with the logout"
     );
+}
+
+/// Issue 28: a renewed certificate is served without a restart, by the web UI and the
+/// IMAP view alike, once its files change; a new certificate whose key has not come yet
+/// (the files caught half-written) leaves the old pair in place.
+#[test]
+fn a_renewed_certificate_is_served_without_a_restart() {
+    let e = repository();
+    let (cert, key) = certificate(&e);
+    let (cert_s, key_s) = (cert.to_str().unwrap(), key.to_str().unwrap());
+    let s = start(
+        &e,
+        &[
+            "--tls-cert",
+            cert_s,
+            "--tls-key",
+            key_s,
+            "--imaps",
+            "127.0.0.1:0",
+        ],
+    );
+    let (old, renewed) = (e.path("old.pem"), e.path("new"));
+    fs::copy(&cert, &old).unwrap();
+    fs::create_dir(&renewed).unwrap();
+    let (new_cert, new_key) = (renewed.join("cert.pem"), renewed.join("key.pem"));
+    certificate_at(&new_cert, &new_key);
+    let web = |ca: &std::path::Path| curl(&["--cacert", ca.to_str().unwrap(), &s.url("/login")]).0;
+    let imaps = |ca: &std::path::Path| {
+        let script = "import imaplib, ssl, sys\n\
+            ctx = ssl.create_default_context(cafile=sys.argv[2])\n\
+            imaplib.IMAP4_SSL('127.0.0.1', int(sys.argv[1]), ssl_context=ctx).logout()\n";
+        let out = std::process::Command::new("python3")
+            .args([
+                "-c",
+                script,
+                &s.imaps_port.to_string(),
+                ca.to_str().unwrap(),
+            ])
+            .output()
+            .unwrap();
+        out.status.success()
+    };
+    assert!(web(&old) && imaps(&old));
+    assert!(!web(&new_cert) && !imaps(&new_cert));
+    // The new certificate first, alone: it does not go with the key, so the old pair
+    // stays.
+    let replace = |from: &std::path::Path, to: &std::path::Path| {
+        let tmp = to.with_extension("tmp");
+        fs::copy(from, &tmp).unwrap();
+        fs::set_permissions(&tmp, fs::Permissions::from_mode(0o600)).unwrap();
+        fs::rename(&tmp, to).unwrap();
+    };
+    replace(&new_cert, &cert);
+    std::thread::sleep(std::time::Duration::from_millis(2500));
+    assert!(web(&old), "the old pair kept while the key is missing");
+    assert!(!web(&new_cert));
+    replace(&new_key, &key);
+    std::thread::sleep(std::time::Duration::from_millis(2500));
+    // The handshake that notices the change may still present the old pair.
+    web(&new_cert);
+    assert!(
+        web(&new_cert) && imaps(&new_cert),
+        "the renewed pair served"
+    );
+    assert!(!web(&old) && !imaps(&old), "the old pair no longer");
+    let err = fs::read_to_string(e.path("serve.err")).unwrap();
+    assert!(err.contains("the changed certificate is not used"), "{err}");
+    assert!(err.contains("does not go with the certificate"), "{err}");
 }

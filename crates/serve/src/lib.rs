@@ -143,10 +143,13 @@ pub fn serve(
         // there), else only loopback unless told otherwise.
         check_listen(a, opts.insecure_listen, opts.tls.is_some())?;
     }
-    let acceptor = opts.tls.as_ref().map(tls::acceptor).transpose()?;
+    let certificates = opts.tls.as_ref().map(tls::Certificates::load).transpose()?;
+    let acceptor = (certificates.as_ref())
+        .map(|c| c.acceptor(b"http/1.1"))
+        .transpose()?;
     // The IMAP view's TLS, for `--imaps` and STARTTLS on `--imap` alike.
-    let imap_acceptor = match (opts.imap.or(opts.imaps), &opts.tls) {
-        (Some(_), Some(files)) => Some(tls::acceptor_for(files, b"imap")?),
+    let imap_acceptor = match (opts.imap.or(opts.imaps), &certificates) {
+        (Some(_), Some(c)) => Some(c.acceptor(b"imap")?),
         _ => None,
     };
     if opts.imaps.is_some() && opts.tls.is_none() {

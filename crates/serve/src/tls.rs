@@ -10,10 +10,13 @@
 use crate::Error;
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+use rustls::server::{ClientHello, ResolvesServerCert};
+use rustls::sign::CertifiedKey;
 use std::net::SocketAddr;
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
-use std::time::Duration;
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::{Duration, Instant};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::mpsc;
 use tokio_rustls::server::TlsStream;
@@ -31,15 +34,118 @@ pub struct TlsFiles {
     pub key: PathBuf,
 }
 
-/// Reads the files into an HTTPS server's acceptor (ALPN `http/1.1`): see [`acceptor_for`].
-pub fn acceptor(files: &TlsFiles) -> Result<TlsAcceptor, Error> {
-    acceptor_for(files, b"http/1.1")
+/// How often at most the files are looked at again (two `stat`s, on a handshake).
+const CHECK_EVERY: Duration = Duration::from_secs(2);
+
+/// The certificate and key the server presents, read again when their files change: a
+/// renewed certificate (certbot, acme.sh, a CA's tooling replacing the files or the
+/// symbolic links to them) is served from the next handshake after the change, by the
+/// web UI and the IMAP view alike, with no restart. A new pair that does not load (the
+/// files caught half-written, a key that is not the certificate's) leaves the old one in
+/// place, logged once, and is read again at the next change.
+#[derive(Debug)]
+pub struct Certificates {
+    files: TlsFiles,
+    provider: Arc<rustls::crypto::CryptoProvider>,
+    current: RwLock<Arc<CertifiedKey>>,
+    seen: Mutex<Seen>,
 }
 
-/// Reads the files into a server configuration whose ALPN protocol is `alpn` (`http/1.1`,
-/// or `imap` for the IMAP view's `--imaps`, RFC 7301's registry): the key's mode checked
-/// first, then both parsed; every failure names its file.
-pub fn acceptor_for(files: &TlsFiles, alpn: &[u8]) -> Result<TlsAcceptor, Error> {
+/// What the files looked like when last read, and when they were last looked at.
+#[derive(Debug)]
+struct Seen {
+    stamp: Stamp,
+    checked: Instant,
+}
+
+/// Both files' device, inode, size and modification time (through symbolic links).
+type Stamp = [(u64, u64, u64, i64, i64); 2];
+
+fn stamp(files: &TlsFiles) -> std::io::Result<Stamp> {
+    let one = |p: &Path| {
+        std::fs::metadata(p).map(|m| (m.dev(), m.ino(), m.size(), m.mtime(), m.mtime_nsec()))
+    };
+    Ok([one(&files.cert)?, one(&files.key)?])
+}
+
+impl Certificates {
+    /// Reads the files: the key's mode checked first, then both parsed and matched; every
+    /// failure names its file.
+    pub fn load(files: &TlsFiles) -> Result<Arc<Certificates>, Error> {
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let stamp = stamp(files).map_err(|e| Error::Tls {
+            path: files.cert.clone(),
+            why: e.to_string(),
+        })?;
+        let key = read(files, &provider)?;
+        Ok(Arc::new(Certificates {
+            files: files.clone(),
+            provider,
+            current: RwLock::new(Arc::new(key)),
+            seen: Mutex::new(Seen {
+                stamp,
+                checked: Instant::now(),
+            }),
+        }))
+    }
+
+    /// An acceptor presenting these certificates, whose ALPN protocol is `alpn`
+    /// (`http/1.1`, or `imap` for the IMAP view, RFC 7301's registry).
+    pub fn acceptor(self: &Arc<Self>, alpn: &[u8]) -> Result<TlsAcceptor, Error> {
+        let mut config = rustls::ServerConfig::builder_with_provider(self.provider.clone())
+            .with_safe_default_protocol_versions()
+            .map_err(|e| Error::Tls {
+                path: self.files.cert.clone(),
+                why: e.to_string(),
+            })?
+            .with_no_client_auth()
+            .with_cert_resolver(self.clone());
+        config.alpn_protocols = vec![alpn.to_vec()];
+        Ok(TlsAcceptor::from(Arc::new(config)))
+    }
+
+    /// Reads the files again if they changed since they were read (looked at once every
+    /// [`CHECK_EVERY`] at most).
+    fn refresh(&self) {
+        let mut seen = crate::state::lock(&self.seen);
+        if seen.checked.elapsed() < CHECK_EVERY {
+            return;
+        }
+        seen.checked = Instant::now();
+        let Ok(now) = stamp(&self.files) else {
+            return;
+        };
+        if now == seen.stamp {
+            return;
+        }
+        seen.stamp = now;
+        match read(&self.files, &self.provider) {
+            Ok(key) => {
+                *self.current.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(key);
+                tracing::info!("serve: {} read again", self.files.cert.display());
+            }
+            Err(e) => tracing::warn!("serve: the changed certificate is not used: {e}"),
+        }
+    }
+}
+
+impl ResolvesServerCert for Certificates {
+    fn resolve(&self, _hello: ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
+        self.refresh();
+        Some(
+            self.current
+                .read()
+                .unwrap_or_else(|p| p.into_inner())
+                .clone(),
+        )
+    }
+}
+
+/// The certificate chain and the key of `files`, which must go together.
+fn read(
+    files: &TlsFiles,
+    provider: &rustls::crypto::CryptoProvider,
+) -> Result<CertifiedKey, Error> {
     let bad = |path: &Path, why: String| Error::Tls {
         path: path.to_path_buf(),
         why,
@@ -53,15 +159,8 @@ pub fn acceptor_for(files: &TlsFiles, alpn: &[u8]) -> Result<TlsAcceptor, Error>
     }
     let key =
         PrivateKeyDer::from_pem_file(&files.key).map_err(|e| bad(&files.key, e.to_string()))?;
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let mut config = rustls::ServerConfig::builder_with_provider(provider)
-        .with_safe_default_protocol_versions()
-        .map_err(|e| bad(&files.cert, e.to_string()))?
-        .with_no_client_auth()
-        .with_single_cert(certs, key)
-        .map_err(|e| bad(&files.key, format!("does not go with the certificate: {e}")))?;
-    config.alpn_protocols = vec![alpn.to_vec()];
-    Ok(TlsAcceptor::from(Arc::new(config)))
+    CertifiedKey::from_der(certs, key, provider)
+        .map_err(|e| bad(&files.key, format!("does not go with the certificate: {e}")))
 }
 
 /// TLS connections on a TCP listener, handshaken.

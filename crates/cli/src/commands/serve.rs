@@ -111,7 +111,7 @@ pub fn run(g: &GlobalOpts, a: Args) -> Result<Outcome> {
     };
     if let Some(t) = &tls {
         // Refused before the repository is opened, as the token.
-        mailvault_serve::tls::acceptor(t)?;
+        mailvault_serve::tls::Certificates::load(t)?;
     }
     mailvault_serve::check_listen(a.listen, a.insecure_listen, tls.is_some())?;
     if let Some(imap) = a.imap {

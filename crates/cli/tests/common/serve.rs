@@ -353,15 +353,21 @@ pub fn user_session(s: &Server, user: &str, password: &str) -> Session {
 /// openssl: (cert.pem, key.pem). A client trusts it by trusting that file alone.
 pub fn certificate(e: &Env) -> (std::path::PathBuf, std::path::PathBuf) {
     let (cert, key) = (e.path("cert.pem"), e.path("key.pem"));
+    certificate_at(&cert, &key);
+    (cert, key)
+}
+
+/// A new self-signed certificate for 127.0.0.1 at `cert`, its key at `key` (0600).
+pub fn certificate_at(cert: &Path, key: &Path) {
     let made = std::process::Command::new("openssl")
         .args(["req", "-x509", "-newkey", "ec", "-pkeyopt"])
         .args(["ec_paramgen_curve:prime256v1", "-nodes", "-days", "2"])
         .args(["-subj", "/CN=127.0.0.1"])
         .args(["-addext", "subjectAltName=IP:127.0.0.1"])
         .arg("-keyout")
-        .arg(&key)
+        .arg(key)
         .arg("-out")
-        .arg(&cert)
+        .arg(cert)
         .output()
         .unwrap();
     assert!(
@@ -369,6 +375,5 @@ pub fn certificate(e: &Env) -> (std::path::PathBuf, std::path::PathBuf) {
         "{}",
         String::from_utf8_lossy(&made.stderr)
     );
-    fs::set_permissions(&key, fs::Permissions::from_mode(0o600)).unwrap();
-    (cert, key)
+    fs::set_permissions(key, fs::Permissions::from_mode(0o600)).unwrap();
 }
