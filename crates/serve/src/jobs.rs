@@ -9,10 +9,12 @@
 //! resumed by starting it again: an IMAP restore's journal and a Maildir restore's
 //! "already there" checks find what it did).
 
+use crate::read::{FolderCache, Place};
 use crate::restore::Planned;
 use crate::state::lock;
 use crate::state::Live;
 use mailvault_core::report::Progress;
+use mailvault_core::restore::{Picked, Request};
 use serde::Serialize;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
@@ -261,13 +263,35 @@ impl Jobs {
     }
 }
 
+/// What a job restores: its plan's selection of a snapshot, or the messages `picked` one
+/// by one (their folders listed through `folders`, the server's folder cache).
+fn request(
+    repo: &mailvault_core::Repository,
+    select: &mailvault_core::restore::Selection,
+    (picked, folders): (&[Place], &Mutex<FolderCache>),
+) -> mailvault_core::Result<Request> {
+    if picked.is_empty() {
+        return Ok(Request::Selection(select.clone()));
+    }
+    Ok(Request::Picked(Picked {
+        accounts: crate::read::picked(repo, folders, picked)?,
+        owners: Default::default(),
+        label: crate::restore::PICKED.into(),
+        reads: select.reads,
+        cache_bytes: select.cache_bytes,
+    }))
+}
+
 /// Runs `plan` for `job` on the repository `live` holds (blocking: the caller's thread
 /// is the job's), then records how it ended.
-pub fn run(job: &Job, live: &Live, plan: Planned) {
+pub fn run(job: &Job, live: &Live, plan: Planned, picked: (&[Place], &Mutex<FolderCache>)) {
+    use mailvault_core::ops::restore::{imap_server, maildir, run as restore};
     let repo = live.repo();
     let result = match plan {
-        Planned::Imap(opts) => {
-            (mailvault_core::ops::restore::imap(repo, &opts, &job.counts)).map(|r| {
+        Planned::Imap(opts) => (request(repo, &opts.select, picked))
+            .and_then(|req| restore(repo, req, &job.counts, imap_server(repo, &opts)))
+            .map(|(r, target)| target.report(r))
+            .map(|r| {
                 let summary = Summary {
                     items_total: r.items_total,
                     items_restored: r.items_appended,
@@ -279,9 +303,10 @@ pub fn run(job: &Job, live: &Live, plan: Planned) {
                     failures: failures(&r.failures),
                 };
                 (summary, r.cancelled, serde_json::to_value(&r))
-            })
-        }
-        Planned::Maildir(opts) => (mailvault_core::ops::restore::restore(repo, &opts, &job.counts))
+            }),
+        Planned::Maildir(opts) => (request(repo, &opts.select, picked))
+            .and_then(|req| restore(repo, req, &job.counts, maildir(&opts)))
+            .map(|(r, _)| r)
             .map(|r| {
                 let summary = Summary {
                     items_total: r.items_total,

@@ -509,9 +509,14 @@ pub async fn search(
                         " · " a href=(link("/search/zip", &[("q", &text[..]), ("scope", if all { "all" } else { "latest" })])) download { "as zip of EML" }
                     } }
                 @if let Some(f) = r.facets.as_ref().filter(|_| r.total > 0) { (facets(f, &text, all)) }
+                // A form of its own around the hits: the ones ticked go to the restore
+                // form (no script needed).
+                form method="get" action="/restore" {
                 table.list {
-                    thead { tr { th { "Date (UTC)" } th { "From" } th { "Subject" } th.wide { "Where" } } }
+                    thead { tr { th { "Pick" } th { "Date (UTC)" } th { "From" } th { "Subject" } th.wide { "Where" } } }
                     tbody { @for h in &r.hits { tr {
+                        td { input type="checkbox" name="pick" aria-label=(format!("Pick {}", h.subject))
+                            value=(crate::restore::pick_value(&crate::read::Place { snapshot: h.last_snapshot.clone(), account: h.account.clone(), folder: h.folder.clone(), key: h.key.clone() })); }
                         td.date { (time(h.date.unwrap_or(h.internal_date))) }
                         td { (h.from) }
                         td.subject { a href=(link("/message", &[("snapshot", &h.last_snapshot[..]), ("account", &h.account), ("folder", &h.folder), ("key", &h.key)])) {
@@ -519,6 +524,8 @@ pub async fn search(
                             @if h.deleted { " " span.muted { "[deleted]" } } }
                         td.wide { (h.account) " / " (h.folder) }
                     } } }
+                }
+                @if !r.hits.is_empty() { button type="submit" { "Restore the picked messages…" } }
                 }
                 nav.pager aria-label="pages" {
                     @if page > 1 { a href=(here(page - 1)) rel="prev" { "← Previous" } }

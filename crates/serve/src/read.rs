@@ -456,7 +456,9 @@ fn page_of(
 }
 
 /// Where a message is: snapshot id (prefix), account, folder name, Maildir key.
-#[derive(Clone, Debug, serde::Deserialize, Serialize, utoipa::IntoParams)]
+#[derive(
+    Clone, Debug, Default, serde::Deserialize, Serialize, utoipa::IntoParams, utoipa::ToSchema,
+)]
 #[into_params(parameter_in = Query)]
 pub struct Place {
     pub snapshot: String,

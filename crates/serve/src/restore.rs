@@ -8,6 +8,7 @@
 //! admin configured, named by safe components only (and for the admin alone: it writes
 //! on the server's disk).
 
+use crate::read::Place;
 use crate::reply::Failure;
 use axum::http::StatusCode;
 use mailvault_core::dest::imap::ImapRestoreOptions;
@@ -75,7 +76,8 @@ impl ImapTo {
 /// it may hold a password.
 #[derive(Clone, Default, serde::Deserialize, utoipa::ToSchema)]
 pub struct Request {
-    /// The snapshot (id or prefix).
+    /// The snapshot (id or prefix, or `latest`); none with `picked`.
+    #[serde(default)]
     pub snapshot: String,
     /// One account (none: the whole snapshot, the admin only).
     #[serde(default)]
@@ -95,6 +97,21 @@ pub struct Request {
     #[serde(default)]
     #[schema(value_type = Option<String>)]
     pub password: Option<Zeroizing<String>>,
+    /// Messages picked one by one, each at its place (a search's hits, across folders,
+    /// accounts and snapshots), restored as `restore --message` restores one: into the
+    /// folder it was in. With them, `snapshot`, `account`, `folder` and `messages` are
+    /// not given.
+    #[serde(default)]
+    pub picked: Vec<Place>,
+}
+
+/// The label a restore of picked messages goes by in its report and in an IMAP server's
+/// journal (re-runs into the same server share it: what is there is not sent again).
+pub const PICKED: &str = "picked";
+
+/// A picked message as a form field (`pick`) carries it: its place as a query string.
+pub fn pick_value(p: &Place) -> String {
+    serde_urlencoded::to_string(p).unwrap_or_default()
 }
 
 impl Request {
@@ -112,6 +129,11 @@ impl Request {
                 "to" => r.to = v,
                 "path" => r.path = some(v),
                 "password" if !v.is_empty() => r.password = Some(Zeroizing::new(v)),
+                // One that does not read as a place is kept empty: its snapshot is
+                // refused, never dropped in silence.
+                "pick" => r
+                    .picked
+                    .push(serde_urlencoded::from_str(&v).unwrap_or_default()),
                 _ => {}
             }
         }
@@ -143,11 +165,16 @@ pub fn plan(
     r: &Request,
     snapshot: &str,
 ) -> Result<(Planned, String), Failure> {
+    let picked_accounts = picked_accounts(r)?;
+    if user.is_some_and(|u| picked_accounts.iter().any(|a| a != u)) {
+        return Err(refuse(StatusCode::NOT_FOUND, "no such account"));
+    }
     let account = match (user, &r.account) {
         (Some(u), Some(a)) if a != u => {
             return Err(refuse(StatusCode::NOT_FOUND, "no such account"))
         }
         (Some(u), _) => Some(u.to_string()),
+        (None, None) if picked_accounts.len() == 1 => picked_accounts.first().cloned(),
         (None, a) => a.clone(),
     };
     if r.folder.is_some() && account.is_none() {
@@ -156,7 +183,7 @@ pub fn plan(
             "a folder needs its account",
         ));
     }
-    if r.messages.len() > MAX_MESSAGES {
+    if r.messages.len().max(r.picked.len()) > MAX_MESSAGES {
         let text = format!("at most {MAX_MESSAGES} messages in one restore");
         return Err(refuse(StatusCode::BAD_REQUEST, text));
     }
@@ -180,6 +207,23 @@ pub fn plan(
             "`to` is `imap` or `maildir`",
         )),
     }
+}
+
+/// The accounts of `r`'s picked messages, each once; a request that picks messages and
+/// also names a snapshot's part is refused.
+fn picked_accounts(r: &Request) -> Result<Vec<String>, Failure> {
+    if r.picked.is_empty() {
+        return Ok(Vec::new());
+    }
+    let named = !r.snapshot.is_empty() || r.account.is_some() || r.folder.is_some();
+    if named || !r.messages.is_empty() {
+        let text = "picked messages carry their own places: give no snapshot, account, folder or messages with them";
+        return Err(refuse(StatusCode::BAD_REQUEST, text));
+    }
+    let mut accounts: Vec<String> = r.picked.iter().map(|p| p.account.clone()).collect();
+    accounts.sort();
+    accounts.dedup();
+    Ok(accounts)
 }
 
 fn imap_plan(
@@ -307,6 +351,68 @@ mod tests {
             ..request("maildir")
         };
         assert_eq!(status(plan(&to, bob, &dir, "ff")), StatusCode::FORBIDDEN);
+    }
+
+    /// Picked messages carry their own places: a mail user picks from their own account
+    /// alone, a request that also names a snapshot's part is refused, one account's picks
+    /// go in as that account, several accounts' only through a master user.
+    #[test]
+    fn picked_messages_are_checked_as_their_accounts() {
+        let to = to();
+        let pick = |account: &str| Place {
+            snapshot: "abcdef12".into(),
+            account: account.into(),
+            folder: "INBOX".into(),
+            key: "k".into(),
+        };
+        let picked = |accounts: &[&str]| Request {
+            snapshot: String::new(),
+            account: None,
+            picked: accounts.iter().map(|a| pick(a)).collect(),
+            ..request("imap")
+        };
+        let bob = Some("bob@example.org");
+        let mine = picked(&["bob@example.org", "bob@example.org"]);
+        let Planned::Imap(o) = plan(&to, bob, &mine, PICKED).unwrap().0 else {
+            panic!()
+        };
+        assert_eq!(o.select.accounts, ["bob@example.org"]);
+        let theirs = picked(&["bob@example.org", "alice@example.org"]);
+        assert_eq!(
+            status(plan(&to, bob, &theirs, PICKED)),
+            StatusCode::NOT_FOUND
+        );
+        let (_, target) = plan(&to, None, &mine, PICKED).unwrap();
+        assert_eq!(target, "imap://127.0.0.1:143 as bob@example.org");
+        assert_eq!(
+            status(plan(&to, None, &theirs, PICKED)),
+            StatusCode::BAD_REQUEST
+        );
+        for named in [
+            Request {
+                snapshot: "abcdef12".into(),
+                ..mine.clone()
+            },
+            Request {
+                folder: Some("INBOX".into()),
+                ..mine.clone()
+            },
+            Request {
+                messages: vec!["k".into()],
+                ..mine.clone()
+            },
+        ] {
+            assert_eq!(
+                status(plan(&to, None, &named, PICKED)),
+                StatusCode::BAD_REQUEST
+            );
+        }
+        let form = Request::from_fields(vec![
+            ("pick".into(), pick_value(&pick("bob@example.org"))),
+            ("pick".into(), "not a place".into()),
+        ]);
+        assert_eq!(form.picked[0].account, "bob@example.org");
+        assert_eq!(form.picked[1].snapshot, "", "kept, to be refused");
     }
 
     #[test]

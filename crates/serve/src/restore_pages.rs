@@ -19,6 +19,9 @@ use std::sync::Arc;
 /// Seconds between two refreshes of a running job's page.
 const REFRESH_SECS: u32 = 2;
 
+/// Picked messages the restore form lists, at most.
+const PICKS_SHOWN: usize = 20;
+
 /// `?id=`
 #[derive(serde::Deserialize, utoipa::IntoParams)]
 #[into_params(parameter_in = Query)]
@@ -55,21 +58,38 @@ pub async fn start(
 
 async fn start_job(st: &AppState, ctx: &Ctx, r: Request) -> Result<Arc<Job>, Failure> {
     let user = ctx.session.user.clone();
-    if r.snapshot != "latest" {
-        crate::read::check_snapshot_id(&r.snapshot).map_err(Failure::from)?;
-    }
     let live = reply::live(st).await?;
-    let (l, id) = (live.clone(), r.snapshot.to_ascii_lowercase());
-    let snap = blocking(move || l.repo().find_snapshot(&id)).await?;
-    let full = snap.id.to_hex();
-    let (plan, target) = restore::plan(&st.0.restore, user.as_deref(), &r, &full)?;
-    let account = user.as_deref().or(r.account.as_deref());
-    let what = format!(
-        "snapshot {} of {}{}",
-        short(&full),
-        time(snap.time),
-        selection(&r, account)
-    );
+    let (plan, target, what) = match r.picked.is_empty() {
+        true => {
+            if r.snapshot != "latest" {
+                crate::read::check_snapshot_id(&r.snapshot).map_err(Failure::from)?;
+            }
+            let (l, id) = (live.clone(), r.snapshot.to_ascii_lowercase());
+            let snap = blocking(move || l.repo().find_snapshot(&id)).await?;
+            let full = snap.id.to_hex();
+            let (plan, target) = restore::plan(&st.0.restore, user.as_deref(), &r, &full)?;
+            let account = user.as_deref().or(r.account.as_deref());
+            let when = time(snap.time);
+            let what = format!(
+                "snapshot {} of {when}{}",
+                short(&full),
+                selection(&r, account)
+            );
+            (plan, target, what)
+        }
+        false => {
+            for p in &r.picked {
+                crate::read::check_snapshot_id(&p.snapshot).map_err(Failure::from)?;
+            }
+            let (plan, target) =
+                restore::plan(&st.0.restore, user.as_deref(), &r, restore::PICKED)?;
+            (
+                plan,
+                target,
+                selection(&r, None).trim_start_matches(", ").to_string(),
+            )
+        }
+    };
     let job = (st.0.jobs.add(user, what, target)).map_err(|b| match b {
         Busy::Yours => Failure::new(
             StatusCode::CONFLICT,
@@ -82,13 +102,38 @@ async fn start_job(st: &AppState, ctx: &Ctx, r: Request) -> Result<Arc<Job>, Fai
     })?;
     tracing::info!(job = %job.id, "restore job started");
     let running = job.clone();
-    tokio::task::spawn_blocking(move || crate::jobs::run(&running, &live, plan));
+    let (st, picked) = (st.clone(), r.picked);
+    tokio::task::spawn_blocking(move || {
+        crate::jobs::run(&running, &live, plan, (&picked, &st.0.folders))
+    });
     Ok(job)
 }
 
 /// What `r` takes of its snapshot, for `account` (`None`: every account), as the job
 /// list, the form and the audit log say it: `, account A, folder F, 2 messages`.
 fn selection(r: &Request, account: Option<&str>) -> String {
+    if !r.picked.is_empty() {
+        let mut folders: Vec<(&str, &str)> = (r.picked.iter())
+            .map(|p| (p.account.as_str(), p.folder.as_str()))
+            .collect();
+        folders.sort();
+        folders.dedup();
+        let mut accounts: Vec<&str> = folders.iter().map(|f| f.0).collect();
+        accounts.dedup();
+        return match accounts[..] {
+            [one] => format!(
+                ", {} picked message(s) of account {one}, in {} folder(s)",
+                r.picked.len(),
+                folders.len()
+            ),
+            _ => format!(
+                ", {} picked message(s) of {} accounts, in {} folder(s)",
+                r.picked.len(),
+                accounts.len(),
+                folders.len()
+            ),
+        };
+    }
     let mut s = match account {
         Some(a) => format!(", account {a}"),
         None => ", every account".into(),
@@ -112,18 +157,37 @@ pub async fn form(
 ) -> Result<Markup, PageError> {
     let r = Request::from_fields(fields);
     let user = ctx.session.user.as_deref();
-    if (user.zip(r.account.as_deref())).is_some_and(|(u, a)| u != a) {
-        return Err(Failure::new(StatusCode::NOT_FOUND, "no such account").into());
+    let accounts = (r.account.iter()).chain(r.picked.iter().map(|p| &p.account));
+    if let Some(u) = user {
+        if accounts.clone().any(|a| a != u) {
+            return Err(Failure::new(StatusCode::NOT_FOUND, "no such account").into());
+        }
     }
-    crate::read::check_snapshot_id(&r.snapshot).map_err(Failure::from)?;
+    let snapshots = std::iter::once(&r.snapshot).filter(|_| r.picked.is_empty());
+    for s in snapshots.chain(r.picked.iter().map(|p| &p.snapshot)) {
+        crate::read::check_snapshot_id(s).map_err(Failure::from)?;
+    }
     let to = &st.0.restore;
     let imap = to.imap.as_ref();
     let dir = to.dir.as_ref().filter(|_| user.is_none());
-    let account = user.or(r.account.as_deref());
-    let what = format!("Snapshot {}{}", short(&r.snapshot), selection(&r, account));
+    let mut named: Vec<&String> = accounts.collect();
+    named.sort();
+    named.dedup();
+    let account = user.or(r.account.as_deref()).or(match named[..] {
+        [one] => Some(one.as_str()),
+        _ => None,
+    });
+    let what = match r.picked.is_empty() {
+        true => format!("Snapshot {}{}", short(&r.snapshot), selection(&r, account)),
+        false => format!("Restore {}", selection(&r, None).trim_start_matches(", ")),
+    };
+    let picks: Vec<String> = r.picked.iter().map(restore::pick_value).collect();
     let hidden = |name: &'static str, v: &str| html! { input type="hidden" name=(name) value=(v); };
     let body = html! {
         p { (what) }
+        @if !r.picked.is_empty() { ul.picked { @for p in r.picked.iter().take(PICKS_SHOWN) {
+            li { (p.account) " / " (p.folder) " / " code { (p.key) } }
+        } @if r.picked.len() > PICKS_SHOWN { li.muted { "and " (r.picked.len() - PICKS_SHOWN) " more" } } } }
         @if imap.is_none() && dir.is_none() {
             p.problem { @if user.is_none() {
                 "Restores from the web UI are not set up: start serve with --restore-imap (a live IMAP server) or --restore-dir (a directory for Maildir trees)."
@@ -141,6 +205,7 @@ pub async fn form(
                 @if let Some(a) = &r.account { (hidden("account", a)) }
                 @if let Some(f) = &r.folder { (hidden("folder", f)) }
                 @for m in &r.messages { (hidden("message", m)) }
+                @for p in &picks { (hidden("pick", p)) }
                 p.muted { "Into " (imap.url()) ": the messages go back into the folders they were in; those already there are not sent again." }
                 @if imap.master.is_none() {
                     @if let Some(a) = account {
@@ -160,6 +225,7 @@ pub async fn form(
                 @if let Some(a) = &r.account { (hidden("account", a)) }
                 @if let Some(f) = &r.folder { (hidden("folder", f)) }
                 @for m in &r.messages { (hidden("message", m)) }
+                @for p in &picks { (hidden("pick", p)) }
                 label for="path" { "Directory below " code { (dir.display()) } " (accounts go to <domain>/<user>/Maildir in it)" }
                 input id="path" type="text" name="path" required placeholder="restore-2024-03";
                 button type="submit" { "Restore as Maildir" }
