@@ -1709,3 +1709,111 @@ fn a_renewed_certificate_is_served_without_a_restart() {
     assert!(err.contains("the changed certificate is not used"), "{err}");
     assert!(err.contains("does not go with the certificate"), "{err}");
 }
+
+/// Issue 28: a mail user sees the accounts `--user-accounts` gives them besides their own
+/// (an alias, a team mailbox): their snapshots, folders, messages, downloads and search
+/// hits, and no other account's; they restore their own mailbox alone. The file is read
+/// at each login, and a mistake in it refuses logins rather than give other accounts.
+#[test]
+fn a_mail_user_sees_the_accounts_given_them_and_restores_their_own_alone() {
+    let e = Env::new();
+    let mail = e.path("mail");
+    plant(&mail);
+    let maildir = |user: &str| mail.join("example.org").join(user).join("Maildir");
+    let own = plain("his own", "Thu, 04 Jan 2024 10:00:00 +0000", "bobword");
+    common::write_msg(&maildir("bob"), "cur", "own:2,", own.as_bytes());
+    let hers = plain("hers", "Thu, 04 Jan 2024 10:00:00 +0000", "carolword");
+    common::write_msg(&maildir("carol"), "cur", "c:2,", hers.as_bytes());
+    e.ok(&["init"]);
+    e.ok(&["backup", &format!("maildir:{}", mail.display())]);
+    e.ok(&["index"]);
+    token_file(&e, 0o600);
+    const CAROL: &str = "carol@example.org";
+    let users = e.path("users");
+    let passwords = format!("{BOB}:{{PLAIN}}bobs-password::::\n{CAROL}:{{PLAIN}}carols::::\n");
+    fs::write(&users, passwords).unwrap();
+    let given = e.path("user-accounts");
+    fs::write(&given, format!("# who else sees what\n{BOB}: {ACCOUNT}\n")).unwrap();
+    let auth = format!("passwd-file:{}", users.display());
+    let given_s = given.to_str().unwrap();
+    let s = start(&e, &["--user-auth", &auth, "--user-accounts", given_s]);
+
+    let bob = user_session(&s, BOB, "bobs-password");
+    let snaps = s.api("/api/v1/snapshots", &bob);
+    assert_eq!(snaps[0]["accounts"], 2, "{snaps}");
+    assert_eq!(
+        snaps[0]["messages"],
+        3 + 1,
+        "alice's three and his one: {snaps}"
+    );
+    let id = snaps[0]["id"].as_str().unwrap().to_string();
+    let accounts = s.api(&q("/api/v1/accounts", &[("snapshot", &id)]), &bob);
+    let names: Vec<&str> = (accounts["accounts"].as_array().unwrap().iter())
+        .map(|a| a["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, [ACCOUNT, BOB]);
+    let alice = [
+        ("snapshot", id.as_str()),
+        ("account", ACCOUNT),
+        ("folder", "INBOX"),
+        ("key", "zebra"),
+    ];
+    assert_eq!(s.api(&q("/api/v1/messages", &alice[..3]), &bob)["total"], 2);
+    let raw = s.get(&q("/api/v1/message/raw", &alice), Some(&bob));
+    assert_eq!(raw.status(), StatusCode::OK);
+    assert!(raw.text().unwrap().contains("zebraquartz"));
+    let found = s.api("/api/v1/search?q=zebraquartz", &bob);
+    assert_eq!(found["total"], 1, "{found}");
+    assert_eq!(found["hits"][0]["account"], ACCOUNT);
+    // Carol's account is not his to see.
+    let carol = [
+        ("snapshot", id.as_str()),
+        ("account", CAROL),
+        ("folder", "INBOX"),
+        ("key", "c"),
+    ];
+    for path in [
+        q("/api/v1/folders", &carol[..2]),
+        q("/api/v1/message/raw", &carol),
+    ] {
+        assert_eq!(
+            s.get(&path, Some(&bob)).status(),
+            StatusCode::NOT_FOUND,
+            "{path}"
+        );
+    }
+    assert_eq!(s.api("/api/v1/search?q=carolword", &bob)["total"], 0);
+    // He restores his own mailbox alone: alice's is refused, saying why.
+    let restore = |account: &str| {
+        let body = serde_json::json!({"snapshot": id, "account": account, "to": "imap"});
+        (s.http.post(s.url("/api/v1/restore")))
+            .header(COOKIE, &bob.cookie)
+            .header("x-csrf-token", &bob.csrf)
+            .header(CONTENT_TYPE, "application/json")
+            .body(body.to_string())
+            .send()
+            .unwrap()
+    };
+    let r = restore(ACCOUNT);
+    assert_eq!(r.status(), StatusCode::FORBIDDEN);
+    assert!(r.text().unwrap().contains("your own mailbox"));
+    assert_eq!(restore(CAROL).status(), StatusCode::NOT_FOUND);
+
+    // Carol, whom the file does not name, sees her own alone.
+    let her = user_session(&s, CAROL, "carols");
+    let accounts = s.api(&q("/api/v1/accounts", &[("snapshot", &id)]), &her);
+    assert_eq!(
+        accounts["accounts"].as_array().unwrap().len(),
+        1,
+        "{accounts}"
+    );
+    assert_eq!(
+        s.get(&q("/api/v1/folders", &alice[..2]), Some(&her))
+            .status(),
+        StatusCode::NOT_FOUND
+    );
+    // A line the server cannot read refuses logins (503), never guesses.
+    fs::write(&given, format!("{BOB} {ACCOUNT}\n")).unwrap();
+    let r = s.post_login(&[("user", BOB), ("token", "bobs-password")]);
+    assert_eq!(r.status(), StatusCode::SERVICE_UNAVAILABLE);
+}

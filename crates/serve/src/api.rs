@@ -90,9 +90,9 @@ pub async fn snapshots(
     Extension(ctx): Extension<Ctx>,
 ) -> Answer<Vec<SnapRow>> {
     let live = reply::live(&st).await?;
-    let user = ctx.session.user;
+    let sees = ctx.session.sees().map(<[String]>::to_vec);
     Ok(Json(
-        blocking(move || read::snapshots(live.repo(), user.as_deref())).await?,
+        blocking(move || read::snapshots(live.repo(), sees.as_deref())).await?,
     ))
 }
 
@@ -105,11 +105,11 @@ pub async fn accounts(
     Params(q): Params<SnapQ>,
 ) -> Answer<AccountsAnswer> {
     let live = reply::live(&st).await?;
-    let user = ctx.session.user;
+    let sees = ctx.session.sees().map(<[String]>::to_vec);
     let (snapshot, accounts) = blocking(move || {
         Ok((
-            read::snapshot(live.repo(), &q.snapshot, user.as_deref())?,
-            read::accounts(live.repo(), &q.snapshot, user.as_deref())?,
+            read::snapshot(live.repo(), &q.snapshot, sees.as_deref())?,
+            read::accounts(live.repo(), &q.snapshot, sees.as_deref())?,
         ))
     })
     .await?;

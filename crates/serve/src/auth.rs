@@ -103,9 +103,12 @@ pub fn cookie<'a>(cookie_header: &'a str, name: &str) -> Option<&'a str> {
 #[derive(Clone, Debug)]
 pub struct Session {
     pub csrf: String,
-    /// The mail user logged in (`--user-auth`), who sees their own account only; `None`:
-    /// the admin.
+    /// The mail user logged in (`--user-auth`), who sees their own account and those
+    /// `--user-accounts` gives them (`accounts`); `None`: the admin.
     pub user: Option<String>,
+    /// A mail user's accounts: their own first, then the others they may see. Empty for
+    /// the admin, who sees every account.
+    accounts: Vec<String>,
     created: Instant,
     used: Instant,
 }
@@ -113,7 +116,13 @@ pub struct Session {
 impl Session {
     /// Whether this session may see `account`: the admin any, a mail user their own.
     pub fn may_see(&self, account: &str) -> bool {
-        self.user.as_deref().is_none_or(|u| u == account)
+        self.user.is_none() || self.accounts.iter().any(|a| a == account)
+    }
+
+    /// The accounts this session sees: `None` for the admin (every one), else the mail
+    /// user's (their own first).
+    pub fn sees(&self) -> Option<&[String]> {
+        self.user.as_ref().map(|_| &self.accounts[..])
     }
 
     /// Whether `given` is this session's CSRF token.
@@ -131,7 +140,14 @@ pub struct Sessions {
 impl Sessions {
     /// A new session of `user` (`None`: the admin): its id (for the cookie) and its CSRF
     /// token.
-    pub fn create(&mut self, now: Instant, user: Option<String>) -> (String, Session) {
+    /// A new session: the admin's (`user` `None`), or mail user `user`'s, who may also see
+    /// the accounts `also` names.
+    pub fn create(
+        &mut self,
+        now: Instant,
+        user: Option<String>,
+        also: Vec<String>,
+    ) -> (String, Session) {
         self.expire(now);
         if self.map.len() >= MAX_SESSIONS {
             if let Some(oldest) = (self.map.iter())
@@ -141,9 +157,11 @@ impl Sessions {
                 self.map.remove(&oldest);
             }
         }
+        let accounts = (user.iter().cloned()).chain(also).collect();
         let s = Session {
             csrf: random_hex(),
             user,
+            accounts,
             created: now,
             used: now,
         };
@@ -282,13 +300,13 @@ mod tests {
     fn sessions_expire_when_idle_and_at_their_absolute_end() {
         let t0 = Instant::now();
         let mut s = Sessions::default();
-        let (id, sess) = s.create(t0, None);
+        let (id, sess) = s.create(t0, None, Vec::new());
         assert_eq!(id.len(), 64);
         assert_ne!(id, sess.csrf);
         assert!(s.touch(&id, t0 + IDLE / 2).is_some());
         assert!(s.touch(&id, t0 + IDLE / 2 + IDLE).is_none());
         assert_eq!(s.len(), 0);
-        let (id, _) = s.create(t0, None);
+        let (id, _) = s.create(t0, None, Vec::new());
         let mut t = t0;
         while t < t0 + ABSOLUTE - IDLE / 2 {
             t += IDLE / 2;
@@ -301,7 +319,7 @@ mod tests {
     #[test]
     fn csrf_tokens_are_compared_whole() {
         let mut s = Sessions::default();
-        let (_, sess) = s.create(Instant::now(), None);
+        let (_, sess) = s.create(Instant::now(), None, Vec::new());
         assert!(sess.csrf_ok(&sess.csrf.clone()));
         assert!(!sess.csrf_ok(&sess.csrf[..63]));
         assert!(!sess.csrf_ok(""));

@@ -61,6 +61,9 @@ pub struct ServeOptions {
     /// Where mail users' passwords are checked (`--user-auth`), each user then seeing
     /// their own account only; `None`: the admin alone logs in.
     pub user_auth: Option<users::UserAuth>,
+    /// The accounts each mail user may see besides their own (`--user-accounts`:
+    /// [`users::accounts_of`]).
+    pub user_accounts: Option<PathBuf>,
     /// The search cache directory (the splits' local copies, the places map).
     pub search_cache: PathBuf,
     /// Messages per page of a folder.
@@ -164,7 +167,11 @@ pub fn serve(
     let state = state::AppState::new(
         live,
         fresh,
-        (opts.admin_token, opts.user_auth, opts.restore),
+        (
+            opts.admin_token,
+            (opts.user_auth, opts.user_accounts),
+            opts.restore,
+        ),
         (opts.page_size, opts.stale_after),
         opts.search_cache,
         (acceptor.is_some(), opts.trusted_proxies),

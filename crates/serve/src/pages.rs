@@ -33,8 +33,8 @@ pub async fn icon() -> Response {
 
 pub async fn snapshots(State(st): State<AppState>, Extension(ctx): Extension<Ctx>) -> Page {
     let live = reply::live(&st).await?;
-    let user = ctx.session.user.clone();
-    let list = blocking(move || read::snapshots(live.repo(), user.as_deref())).await?;
+    let sees = ctx.session.sees().map(<[String]>::to_vec);
+    let list = blocking(move || read::snapshots(live.repo(), sees.as_deref())).await?;
     let admin = ctx.session.user.is_none();
     let body = html! {
         @if admin { p { a href="/repository" { "Repository: the last backup of each source, and charts" }
@@ -62,11 +62,14 @@ pub async fn accounts(
     Params(q): Params<SnapQ>,
 ) -> Page {
     let live = reply::live(&st).await?;
-    let (id, user) = (q.snapshot.clone(), ctx.session.user.clone());
+    let (id, sees) = (
+        q.snapshot.clone(),
+        ctx.session.sees().map(<[String]>::to_vec),
+    );
     let (snap, list) = blocking(move || {
         Ok((
-            read::snapshot(live.repo(), &id, user.as_deref())?,
-            read::accounts(live.repo(), &id, user.as_deref())?,
+            read::snapshot(live.repo(), &id, sees.as_deref())?,
+            read::accounts(live.repo(), &id, sees.as_deref())?,
         ))
     })
     .await?;
@@ -92,10 +95,10 @@ pub async fn folders(
 ) -> Page {
     let live = reply::live(&st).await?;
     let (id, account) = (q.snapshot.clone(), q.account.clone());
-    let user = ctx.session.user.clone();
+    let sees = ctx.session.sees().map(<[String]>::to_vec);
     let (snap, view) = blocking(move || {
         Ok((
-            read::snapshot(live.repo(), &id, user.as_deref())?,
+            read::snapshot(live.repo(), &id, sees.as_deref())?,
             crate::home::account(live.repo(), &id, &account)?,
         ))
     })

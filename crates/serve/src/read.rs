@@ -55,51 +55,56 @@ pub fn check_snapshot_id(id: &str) -> Result<()> {
     }
 }
 
-/// Every snapshot, newest first; for a mail user (`user`), only those that hold their
-/// account, counted as that account alone (its root tree read).
-pub fn snapshots(repo: &Repository, user: Option<&str>) -> Result<Vec<SnapRow>> {
+/// Every snapshot, newest first; for a mail user (`sees`: their accounts), only those that
+/// hold one of their accounts, counted as those accounts alone (its root tree read).
+pub fn snapshots(repo: &Repository, sees: Option<&[String]>) -> Result<Vec<SnapRow>> {
     let mut list = repo.snapshots()?.list;
     list.sort_by_key(|s| std::cmp::Reverse((s.time, s.time_nanos)));
-    let rows = list.iter().map(|s| row_for(repo, s, user));
+    let rows = list.iter().map(|s| row_for(repo, s, sees));
     rows.filter_map(Result::transpose).collect()
 }
 
-/// Snapshot `id` (a unique prefix), as [`snapshots`] shows it to `user`.
-pub fn snapshot(repo: &Repository, id: &str, user: Option<&str>) -> Result<SnapRow> {
+/// Snapshot `id` (a unique prefix), as [`snapshots`] shows it to `sees`.
+pub fn snapshot(repo: &Repository, id: &str, sees: Option<&[String]>) -> Result<SnapRow> {
     check_snapshot_id(id)?;
     let s = repo.find_snapshot(&id.to_ascii_lowercase())?;
-    row_for(repo, &s, user)?.ok_or_else(|| Error::NotFound(format!("no snapshot {id}")))
+    row_for(repo, &s, sees)?.ok_or_else(|| Error::NotFound(format!("no snapshot {id}")))
 }
 
-/// The row of snapshot `s` for `user` (`None`: the admin, who sees it whole); `None` when
-/// it does not hold the user's account.
+/// The row of snapshot `s` for the accounts `sees` (`None`: the admin, who sees it
+/// whole); `None` when it holds none of them.
 fn row_for(
     repo: &Repository,
     s: &mailvault_core::repo::snapshot::Snapshot,
-    user: Option<&str>,
+    sees: Option<&[String]>,
 ) -> Result<Option<SnapRow>> {
     let mut row = SnapRow::of(s);
-    let Some(user) = user else {
+    let Some(sees) = sees else {
         return Ok(Some(row));
     };
     let root: RootTree = repo.read_tree(&s.root)?;
-    let Some(a) = root.accounts.iter().find(|a| a.name == user) else {
-        return Ok(None);
-    };
-    (row.accounts, row.messages, row.bytes) = (1, a.messages, a.bytes);
-    Ok(Some(row))
+    let held = root.accounts.iter().filter(|a| sees.contains(&a.name));
+    (row.accounts, row.messages, row.bytes) = (0, 0, 0);
+    for a in held {
+        (row.accounts, row.messages, row.bytes) = (
+            row.accounts + 1,
+            row.messages + a.messages,
+            row.bytes + a.bytes,
+        );
+    }
+    Ok((row.accounts > 0).then_some(row))
 }
 
 fn no_messages(_: MessageInfo) -> Result<()> {
     Ok(())
 }
 
-/// The accounts of snapshot `id` that `user` may see (a mail user: their own).
-pub fn accounts(repo: &Repository, id: &str, user: Option<&str>) -> Result<Vec<AccountInfo>> {
+/// The accounts of snapshot `id` that `sees` names (`None`: every one).
+pub fn accounts(repo: &Repository, id: &str, sees: Option<&[String]>) -> Result<Vec<AccountInfo>> {
     check_snapshot_id(id)?;
     match ls(repo, id, None, None, &mut no_messages)? {
         Listing::Accounts(mut v) => {
-            v.retain(|a| user.is_none_or(|u| a.name == u));
+            v.retain(|a| sees.is_none_or(|s| s.contains(&a.name)));
             Ok(v)
         }
         _ => Err(Error::Internal("ls: no accounts listed".into())),
@@ -610,20 +615,20 @@ pub struct Holder {
 }
 
 /// The snapshots that hold content `hash`, as runs per folder (from the places map the
-/// server's searcher holds open); for a mail user (`user`), in their account only (the
-/// same message delivered to others is not told).
+/// server's searcher holds open); for a mail user (`sees`: their accounts), in those
+/// only (the same message delivered to others is not told).
 pub fn holders(
     repo: &Repository,
     places: &Places,
     hash: &Id,
-    user: Option<&str>,
+    sees: Option<&[String]>,
 ) -> Result<Vec<Holder>> {
     let view = places.view(repo, &Scope::All)?;
     let mut out: Vec<Holder> = (places.records_of(hash))
         .filter_map(|r| {
             let (a, b) = places.span(&view, r)?;
             let fk = &places.folders[places.folder(r) as usize];
-            if user.is_some_and(|u| u != fk.account) {
+            if sees.is_some_and(|s| !s.contains(&fk.account)) {
                 return None;
             }
             let (first, last) = (&view.snapshots[a as usize], &view.snapshots[b as usize]);

@@ -246,7 +246,12 @@ async fn run_search(
             Some("all") => Scope::All,
             _ => Scope::Latest,
         },
-        accounts: ctx.session.user.iter().cloned().collect(),
+        // A mail user's accounts (the admin: every one).
+        accounts: ctx
+            .session
+            .sees()
+            .map(<[String]>::to_vec)
+            .unwrap_or_default(),
         folders: Vec::new(),
         offset,
         limit,
@@ -279,10 +284,10 @@ pub async fn holders(
     hash: mailvault_core::Id,
     ctx: &Ctx,
 ) -> Result<Vec<crate::read::Holder>, Failure> {
-    let (live, user) = (live(st).await?, ctx.session.user.clone());
+    let (live, sees) = (live(st).await?, ctx.session.sees().map(<[String]>::to_vec));
     blocking(move || {
         let places = live.searcher().places();
-        crate::read::holders(live.repo(), places, &hash, user.as_deref())
+        crate::read::holders(live.repo(), places, &hash, sees.as_deref())
     })
     .await
 }

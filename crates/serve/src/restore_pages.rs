@@ -56,7 +56,30 @@ pub async fn start(
     started
 }
 
+/// A mail user restores into their own mailbox alone: another account they may see
+/// (`--user-accounts`) is refused, saying so (one they may not see is `404` in
+/// `restore::plan`, as on every route).
+fn own_mailbox_only(ctx: &Ctx, r: &Request) -> Result<(), Failure> {
+    let Some(user) = ctx.session.user.as_deref() else {
+        return Ok(());
+    };
+    let named = r.account.iter().chain(r.picked.iter().map(|p| &p.account));
+    match named
+        .filter(|a| *a != user)
+        .find(|a| ctx.session.may_see(a))
+    {
+        Some(a) => Err(Failure::new(
+            StatusCode::FORBIDDEN,
+            format!(
+                "you restore into your own mailbox alone: download the messages of {a} instead"
+            ),
+        )),
+        None => Ok(()),
+    }
+}
+
 async fn start_job(st: &AppState, ctx: &Ctx, r: Request) -> Result<Arc<Job>, Failure> {
+    own_mailbox_only(ctx, &r)?;
     let user = ctx.session.user.clone();
     let live = reply::live(st).await?;
     let (plan, target, what) = match r.picked.is_empty() {
@@ -156,6 +179,7 @@ pub async fn form(
     Query(fields): Query<Vec<(String, String)>>,
 ) -> Result<Markup, PageError> {
     let r = Request::from_fields(fields);
+    own_mailbox_only(&ctx, &r)?;
     let user = ctx.session.user.as_deref();
     let accounts = (r.account.iter()).chain(r.picked.iter().map(|p| &p.account));
     if let Some(u) = user {

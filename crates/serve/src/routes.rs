@@ -226,16 +226,23 @@ async fn login(st: &AppState, ip: IpAddr, f: LoginForm) -> Login {
         return Login::Wrong;
     };
     let password = zeroize::Zeroizing::new(f.token);
-    let name = user.clone();
-    let checked = tokio::task::spawn_blocking(move || auth.check(&name, password.as_bytes())).await;
+    let (name, also) = (user.clone(), st.0.user_accounts.clone());
+    let checked = tokio::task::spawn_blocking(move || {
+        let ok = auth.check(&name, password.as_bytes())?;
+        match (ok, also) {
+            (true, Some(path)) => crate::users::accounts_of(&path, &name).map(|a| (true, a)),
+            (ok, _) => Ok((ok, Vec::new())),
+        }
+    })
+    .await;
     match checked {
-        Ok(Ok(true)) => {
+        Ok(Ok((true, also))) => {
             st.limiter().refund(ip);
-            let (id, s) = st.sessions().create(Instant::now(), Some(user));
+            let (id, s) = st.sessions().create(Instant::now(), Some(user), also);
             tracing::info!("mail user login from {ip}");
             Login::Ok(id, s.csrf)
         }
-        Ok(Ok(false)) => {
+        Ok(Ok((false, _))) => {
             tracing::warn!("failed mail user login from {ip}");
             Login::Wrong
         }
@@ -263,7 +270,7 @@ fn admin_login(st: &AppState, ip: IpAddr, token: &str, now: Instant) -> Login {
     }
     limiter.succeeded(ip);
     drop(limiter);
-    let (id, s) = st.sessions().create(now, None);
+    let (id, s) = st.sessions().create(now, None, Vec::new());
     tracing::info!("admin login from {ip}");
     Login::Ok(id, s.csrf)
 }

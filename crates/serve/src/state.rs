@@ -89,6 +89,8 @@ pub struct Inner {
     /// Where mail users' passwords are checked (`--user-auth`); `None`: the admin alone
     /// logs in.
     pub users: Option<crate::users::UserAuth>,
+    /// The accounts each mail user may also see (`--user-accounts`, read at each login).
+    pub user_accounts: Option<PathBuf>,
     pub sessions: Mutex<Sessions>,
     pub limiter: Mutex<LoginLimiter>,
     /// Signs the login form's tokens.
@@ -118,6 +120,10 @@ pub struct Inner {
     pub searches: tokio::sync::Semaphore,
 }
 
+/// Where mail users' passwords are checked, and the file of the accounts each may also
+/// see.
+pub type Users = (Option<crate::users::UserAuth>, Option<PathBuf>);
+
 struct Current {
     live: Option<Arc<Live>>,
     checked: Instant,
@@ -128,7 +134,7 @@ impl AppState {
     pub fn new(
         live: Live,
         fresh: Freshness,
-        (token, users, restore): (AdminToken, Option<crate::users::UserAuth>, RestoreTo),
+        (token, (users, user_accounts), restore): (AdminToken, Users, RestoreTo),
         (page_size, stale_after): (usize, Duration),
         cache: PathBuf,
         (secure, trusted_proxies): (bool, Vec<std::net::IpAddr>),
@@ -144,6 +150,7 @@ impl AppState {
             fresh,
             token,
             users,
+            user_accounts,
             sessions: Mutex::new(Sessions::default()),
             limiter: Mutex::new(LoginLimiter::default()),
             login_key: Default::default(),

@@ -1,6 +1,7 @@
 //! Mail users' own logins (`--user-auth`), for the web UI and the IMAP view alike: a user
-//! logs in with their mail address and mail password and sees the one account of that
-//! name, nothing else. The password is checked where the mail server checks it:
+//! logs in with their mail address and mail password and sees the account of that name
+//! (and in the web UI those `--user-accounts` gives them: [`accounts_of`]), nothing else.
+//! The password is checked where the mail server checks it:
 //!
 //! - `imap://HOST[:PORT]` or `imaps://HOST[:PORT]`: a LOGIN on the live IMAP server, as
 //!   MailStore and piler do (the session is closed at once). `imap://` to a host other
@@ -95,6 +96,39 @@ impl UserAuth {
             }
         }
     }
+}
+
+/// The accounts `user` may see besides their own, from the file of `--user-accounts`:
+/// lines `LOGIN: ACCOUNT, ACCOUNT...` (commas or spaces between them; `#` comments; a
+/// login on several lines gets them all). Read at each login, so a change counts at the
+/// next one. A name that cannot be an account's ([`plain_user`]) is an error, never
+/// skipped: the file is the admin's, and a mistake there must show.
+pub fn accounts_of(path: &std::path::Path, user: &str) -> Result<Vec<String>, CheckError> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| CheckError(format!("{}: {e}", path.display())))?;
+    let mut out = Vec::new();
+    for (n, line) in text.lines().enumerate() {
+        let line = line.trim();
+        if line.is_empty() || line.starts_with('#') {
+            continue;
+        }
+        let bad = |why: &str| CheckError(format!("{} line {}: {why}", path.display(), n + 1));
+        let (login, accounts) = line
+            .split_once(':')
+            .ok_or_else(|| bad("no `:` after the login"))?;
+        if login.trim() != user {
+            continue;
+        }
+        for a in accounts.split([',', ' ', '\t']).filter(|a| !a.is_empty()) {
+            if !plain_user(a) {
+                return Err(bad("an account name with a control character, `*` or `:`"));
+            }
+            if a != user && !out.iter().any(|o| o == a) {
+                out.push(a.to_string());
+            }
+        }
+    }
+    Ok(out)
 }
 
 /// A user name that can be an account's: not empty, no control characters, no `*`

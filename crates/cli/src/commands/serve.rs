@@ -41,6 +41,12 @@ pub struct Args {
     /// ARGON2I/ARGON2ID, PLAIN). See docs/web.md.
     #[arg(long, value_name = "SPEC", value_parser = mailvault_serve::users::UserAuth::parse)]
     pub user_auth: Option<mailvault_serve::users::UserAuth>,
+    /// The accounts each mail user may see besides their own (aliases, team or shared
+    /// mailboxes), in the web UI: lines `LOGIN: ACCOUNT, ACCOUNT...` (`#` comments), read
+    /// at each login. They see, search and download those too, and restore their own
+    /// mailbox alone. See docs/web.md.
+    #[arg(long, value_name = "FILE", requires = "user_auth")]
+    pub user_accounts: Option<PathBuf>,
     /// Let restores from the web UI and the API go into this live IMAP server
     /// (`imap://HOST[:PORT]`, STARTTLS unless on loopback; `imaps://HOST[:PORT]`): the
     /// admin's into any account, a mail user's into their own mailbox alone. Default: the
@@ -142,6 +148,7 @@ pub fn run(g: &GlobalOpts, a: Args) -> Result<Outcome> {
         tls: tls.clone(),
         admin_token: token,
         user_auth: a.user_auth.clone(),
+        user_accounts: a.user_accounts.clone(),
         search_cache: cache.path().to_path_buf(),
         page_size: a.page_size,
         stale_after: a.stale_after,

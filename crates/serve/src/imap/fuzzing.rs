@@ -41,7 +41,7 @@ impl Harness {
             recheck: Duration::from_secs(86_400),
             idle_close: Duration::from_secs(86_400),
         };
-        let token = (AdminToken::new(TOKEN), None, Default::default());
+        let token = (AdminToken::new(TOKEN), (None, None), Default::default());
         let (page, stale) = (50, Duration::from_secs(86_400));
         let tls = (true, Vec::new());
         let st = AppState::new(live, fresh, token, (page, stale), cache.into(), tls);
