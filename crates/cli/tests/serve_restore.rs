@@ -678,6 +678,16 @@ fn picked_search_hits_across_folders_and_snapshots_restore_together() {
     want.sort();
     got.sort();
     assert_eq!(got, want);
+
+    // The jobs outlive a restart of serve, with their reports.
+    let before = s.api("/api/v1/jobs", &me);
+    drop(s);
+    let s = start(&e, &flags.iter().map(String::as_str).collect::<Vec<_>>());
+    let me = s.session();
+    let after = s.api("/api/v1/jobs", &me);
+    assert_eq!(after, before);
+    let v = s.api(&q("/api/v1/job", &[("id", &job)]), &me);
+    assert_eq!(v["report"]["items_appended"], 3, "{v}");
 }
 
 /// The files below `root`, as paths from it.

@@ -5,9 +5,12 @@
 //!
 //! Who sees what: a mail user their own jobs, the admin every job. At most
 //! [`MAX_RUNNING`] jobs run at once, one per mail user; the last [`KEEP`] finished ones
-//! are kept (in memory: a restart of `serve` forgets them, and a job cut off by it is
-//! resumed by starting it again: an IMAP restore's journal and a Maildir restore's
-//! "already there" checks find what it did).
+//! are kept, and outlive a restart of `serve`: the list is written to [`JOBS_FILE`] in
+//! the repository's cache directory (the owner's alone) when a job starts and when it
+//! ends. A job a restart cut off shows as [`JobState::Interrupted`]; starting it again
+//! resumes it (an IMAP restore's journal and a Maildir restore's "already there" checks
+//! find what it did). It is not started again by itself: a restore may have needed the
+//! account's password, which is kept nowhere.
 
 use crate::read::{FolderCache, Place};
 use crate::restore::Planned;
@@ -15,7 +18,8 @@ use crate::state::lock;
 use crate::state::Live;
 use mailvault_core::report::Progress;
 use mailvault_core::restore::{Picked, Request};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
 
@@ -27,7 +31,7 @@ const KEEP: usize = 50;
 const FAILURES_SHOWN: usize = 50;
 
 /// Where a job is.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, utoipa::ToSchema)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum JobState {
     Running,
@@ -40,6 +44,8 @@ pub enum JobState {
     Cancelled,
     /// Could not run (the snapshot, the server's login, the directory).
     Failed,
+    /// Cut off by a restart of `serve` (what it restored is kept).
+    Interrupted,
 }
 
 /// A job's counts as it runs ([`Progress`]), and its cancel flag.
@@ -67,7 +73,7 @@ impl Progress for Counts {
 }
 
 /// How a job ended, in the terms of either kind of restore.
-#[derive(Clone, Debug, Default, Serialize, utoipa::ToSchema)]
+#[derive(Clone, Debug, Default, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct Summary {
     pub items_total: u64,
     /// Written (Maildir) or appended (IMAP).
@@ -108,7 +114,7 @@ struct Ended {
 }
 
 /// A job as the API and the pages show it.
-#[derive(Debug, Serialize, utoipa::ToSchema)]
+#[derive(Debug, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct JobView {
     pub id: String,
     pub owner: Option<String>,
@@ -172,10 +178,18 @@ impl Job {
     }
 }
 
-/// Every job of this server, oldest first.
+/// The file of the jobs in the cache directory.
+pub const JOBS_FILE: &str = "serve-jobs.json";
+
+/// What a job a restart cut off says.
+const INTERRUPTED: &str = "serve stopped while this restore ran: what it restored is kept; \
+    start it again to finish it (what is there is not written or sent twice)";
+
+/// Every job of this server, oldest first, and the file they are kept in.
 #[derive(Default)]
 pub struct Jobs {
     list: Mutex<Vec<Arc<Job>>>,
+    file: Option<PathBuf>,
 }
 
 /// Why a job was not started.
@@ -187,7 +201,100 @@ pub enum Busy {
     Full,
 }
 
+impl Job {
+    /// A job as it was written to the file: ended as it ended, or interrupted.
+    fn from_view(v: JobView) -> Job {
+        let counts = Counts::default();
+        for (n, a) in [
+            (v.total_items, &counts.total_items),
+            (v.done_items, &counts.done_items),
+            (v.total_bytes, &counts.total_bytes),
+            (v.done_bytes, &counts.done_bytes),
+        ] {
+            a.store(n, Relaxed);
+        }
+        let cut_off = matches!(v.state, JobState::Running | JobState::Cancelling);
+        let at = |t: i64| jiff::Timestamp::from_second(t).unwrap_or(jiff::Timestamp::UNIX_EPOCH);
+        let started = at(v.started);
+        Job {
+            id: v.id,
+            owner: v.owner,
+            what: v.what,
+            target: v.target,
+            started,
+            counts,
+            end: Mutex::new(Some(Ended {
+                state: [v.state, JobState::Interrupted][usize::from(cut_off)],
+                summary: v.summary,
+                report: v.report,
+                error: (cut_off.then(|| INTERRUPTED.to_string())).or(v.error),
+                at: v.ended.map_or(started, at),
+            })),
+        }
+    }
+}
+
 impl Jobs {
+    /// The jobs kept in `file` (none when it is missing; one that does not read is set
+    /// aside as `.bad` and said in the log), to be written there again.
+    pub fn open(file: PathBuf) -> Jobs {
+        let list = match std::fs::read(&file) {
+            Ok(bytes) => match serde_json::from_slice::<Vec<JobView>>(&bytes) {
+                Ok(views) => views
+                    .into_iter()
+                    .map(|v| Arc::new(Job::from_view(v)))
+                    .collect(),
+                Err(e) => {
+                    let aside = file.with_extension("json.bad");
+                    tracing::warn!("{}: {e}: set aside as {}", file.display(), aside.display());
+                    let _ = std::fs::rename(&file, &aside);
+                    Vec::new()
+                }
+            },
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Vec::new(),
+            Err(e) => {
+                tracing::warn!(
+                    "{}: {e}: the jobs before this start are not shown",
+                    file.display()
+                );
+                Vec::new()
+            }
+        };
+        Jobs {
+            list: Mutex::new(list),
+            file: Some(file),
+        }
+    }
+
+    /// Writes every job to the file (atomically, readable by its owner alone); a failure
+    /// is logged: the jobs go on, only their history would not outlive a restart.
+    pub fn save(&self) {
+        let Some(file) = &self.file else {
+            return;
+        };
+        let views: Vec<JobView> = lock(&self.list).iter().map(|j| j.view(true)).collect();
+        let write = || -> std::io::Result<()> {
+            use std::io::Write;
+            use std::os::unix::fs::OpenOptionsExt;
+            let tmp = file.with_extension("json.tmp");
+            let mut f = (std::fs::OpenOptions::new())
+                .write(true)
+                .create(true)
+                .truncate(true)
+                .mode(0o600)
+                .open(&tmp)?;
+            f.write_all(&serde_json::to_vec(&views).map_err(std::io::Error::other)?)?;
+            f.sync_all()?;
+            std::fs::rename(&tmp, file)
+        };
+        if let Err(e) = write() {
+            tracing::warn!(
+                "{}: {e}: the jobs would not outlive a restart",
+                file.display()
+            );
+        }
+    }
+
     /// A new job of `owner`, unless it has one running or [`MAX_RUNNING`] run.
     pub fn add(
         &self,
@@ -252,6 +359,7 @@ impl Jobs {
             (S::Partial, "partial"),
             (S::Cancelled, "cancelled"),
             (S::Failed, "failed"),
+            (S::Interrupted, "interrupted"),
         ];
         let now: Vec<JobState> = lock(&self.list)
             .iter()
@@ -404,6 +512,57 @@ mod tests {
             "a running job was dropped"
         );
         assert!(all.len() <= KEEP + 2, "{}", all.len());
+    }
+
+    /// The jobs outlive a restart: a finished one as it ended, with its report; one that
+    /// ran shows as interrupted, saying what to do; the file is its owner's alone; one that
+    /// does not read is set aside, not lost.
+    #[test]
+    fn jobs_outlive_a_restart_and_a_cut_off_one_says_so() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join(JOBS_FILE);
+        let jobs = Jobs::open(file.clone());
+        let done = jobs.add(None, "snapshot a".into(), "dir".into()).unwrap();
+        *lock(&done.end) = Some(Ended {
+            state: JobState::Partial,
+            summary: Some(Summary {
+                items_total: 3,
+                ..Summary::default()
+            }),
+            report: Some(serde_json::json!({"items_total": 3})),
+            error: None,
+            at: jiff::Timestamp::now(),
+        });
+        let running = jobs
+            .add(Some("bob".into()), "snapshot b".into(), "imap".into())
+            .unwrap();
+        running.counts.add_total(5, 50);
+        jobs.save();
+        let mode = std::fs::metadata(&file).unwrap().permissions().mode();
+        assert_eq!(mode & 0o777, 0o600);
+
+        let again = Jobs::open(file.clone());
+        let v = again.get(&done.id, None).unwrap().view(true);
+        assert_eq!(
+            (v.state, v.what.as_str()),
+            (JobState::Partial, "snapshot a")
+        );
+        assert_eq!(v.report.unwrap()["items_total"], 3);
+        assert_eq!(v.summary.unwrap().items_total, 3);
+        let cut = again.get(&running.id, Some("bob")).unwrap().view(false);
+        assert_eq!(cut.state, JobState::Interrupted);
+        assert!(cut.error.unwrap().contains("start it again"));
+        assert_eq!((cut.total_items, cut.total_bytes), (5, 50));
+        assert!(again.get(&running.id, Some("carol")).is_none());
+        assert!(!again.visible(None).iter().any(|j| j.is_running()));
+
+        std::fs::write(&file, b"not json").unwrap();
+        assert!(Jobs::open(file.clone()).visible(None).is_empty());
+        assert_eq!(
+            std::fs::read(file.with_extension("json.bad")).unwrap(),
+            b"not json"
+        );
     }
 
     #[test]

@@ -126,8 +126,10 @@ async fn start_job(st: &AppState, ctx: &Ctx, r: Request) -> Result<Arc<Job>, Fai
     tracing::info!(job = %job.id, "restore job started");
     let running = job.clone();
     let (st, picked) = (st.clone(), r.picked);
+    st.0.jobs.save();
     tokio::task::spawn_blocking(move || {
-        crate::jobs::run(&running, &live, plan, (&picked, &st.0.folders))
+        crate::jobs::run(&running, &live, plan, (&picked, &st.0.folders));
+        st.0.jobs.save();
     });
     Ok(job)
 }
@@ -370,6 +372,7 @@ fn state_text(s: JobState) -> &'static str {
         JobState::Partial => "Done, with messages not restored",
         JobState::Cancelled => "Cancelled",
         JobState::Failed => "Failed",
+        JobState::Interrupted => "Interrupted by a restart",
     }
 }
 

@@ -140,6 +140,7 @@ impl AppState {
         (secure, trusted_proxies): (bool, Vec<std::net::IpAddr>),
     ) -> AppState {
         let now = Instant::now();
+        let jobs = crate::jobs::Jobs::open(cache.join(crate::jobs::JOBS_FILE));
         AppState(Arc::new(Inner {
             current: Mutex::new(Current {
                 live: Some(Arc::new(live)),
@@ -162,7 +163,7 @@ impl AppState {
             folders: Mutex::new(Default::default()),
             imap: Default::default(),
             restore,
-            jobs: Default::default(),
+            jobs,
             audit: Default::default(),
             searches: tokio::sync::Semaphore::new(
                 std::thread::available_parallelism().map_or(2, |n| n.get().clamp(1, 8)),
