@@ -224,7 +224,10 @@ impl Job {
             started,
             counts,
             end: Mutex::new(Some(Ended {
-                state: [v.state, JobState::Interrupted][usize::from(cut_off)],
+                state: match cut_off {
+                    true => JobState::Interrupted,
+                    false => v.state,
+                },
                 summary: v.summary,
                 report: v.report,
                 error: (cut_off.then(|| INTERRUPTED.to_string())).or(v.error),
