@@ -1358,8 +1358,18 @@ fn the_repository_page_and_metrics_show_each_sources_last_backup() {
     assert_eq!(sources[0]["stale"], true);
     assert_eq!(sources[0]["failed"], 0);
     assert_eq!(o["snapshots"].as_array().unwrap().len(), 2);
+    // Each backup's deduplication and compression, as its report gave them: the first
+    // stored every message new (compressed), the second read its one new message alone.
+    for p in o["snapshots"].as_array().unwrap() {
+        assert!(p["dedup_ratio"].as_f64().unwrap() >= 1.0, "{p}");
+        assert!(p["compression_ratio"].as_f64().unwrap() > 0.0, "{p}");
+    }
     let page = s.page("/repository", &me);
     assert!(page.contains("<svg") && page.contains("(stale)"), "{page}");
+    assert!(
+        page.contains("Deduplication") && page.contains("Compression"),
+        "{page}"
+    );
     assert!(!page.contains("<script"), "{page}");
     assert!(s.page("/", &me).contains("href=\"/repository\""));
 
@@ -1399,6 +1409,32 @@ fn the_repository_page_and_metrics_show_each_sources_last_backup() {
         text.contains("# TYPE mailvault_serve_sessions gauge\nmailvault_serve_sessions 1"),
         "{text}"
     );
+    // HTTP requests by method, route (the router's pattern) and status.
+    let name = "mailvault_serve_http_requests_total";
+    for line in [
+        format!("{name}{{method=\"GET\",route=\"/api/v1/repository\",status=\"200\"}} 1\n"),
+        format!("{name}{{method=\"GET\",route=\"/metrics\",status=\"401\"}} 2\n"),
+        format!("{name}{{method=\"POST\",route=\"/login\",status=\"303\"}} 1\n"),
+    ] {
+        assert!(text.contains(&line), "{line} in {text}");
+    }
+    s.get("/no/such/page?x=1", Some(&me));
+    s.get(
+        &q("/api/v1/folder/mbox", &[("snapshot", "00000000")]),
+        Some(&me),
+    );
+    let text = scrape(TOKEN).text().unwrap();
+    assert!(
+        text.contains(&format!(
+            "{name}{{method=\"GET\",route=\"unmatched\",status=\"404\"}} 1\n"
+        )),
+        "{text}"
+    );
+    assert!(
+        text.contains("route=\"/api/v1/folder/{format}\",status=\"400\"} 1\n"),
+        "{text}"
+    );
+    assert!(!text.contains("no/such"), "{text}");
 }
 
 /// The planted store backed up, changed by `change` (given alice's INBOX `cur/`), and

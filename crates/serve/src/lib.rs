@@ -31,6 +31,7 @@ mod pages;
 mod read;
 mod reply;
 mod repository;
+mod requests;
 pub mod restore;
 mod restore_pages;
 mod routes;

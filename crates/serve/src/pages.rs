@@ -550,7 +550,12 @@ pub async fn repository(State(st): State<AppState>, Extension(ctx): Extension<Ct
         (last.iter())
             .map(|p| {
                 let v = f(p);
-                (format!("{} {}: {v:.0} {unit}", time(p.time), p.source), v)
+                // Counts whole, ratios and durations to two places.
+                let shown = match v.fract() == 0.0 {
+                    true => format!("{v:.0}"),
+                    false => format!("{v:.2}"),
+                };
+                (format!("{} {}: {shown} {unit}", time(p.time), p.source), v)
             })
             .collect()
     };
@@ -574,6 +579,8 @@ pub async fn repository(State(st): State<AppState>, Extension(ctx): Extension<Ct
         (bar_chart("Messages in the snapshot", &series(|p| p.messages as f64, "messages")))
         (bar_chart("New messages", &series(|p| p.messages_new as f64, "new")))
         (bar_chart("Bytes added to the repository", &series(|p| p.bytes_added as f64, "bytes")))
+        (bar_chart("Deduplication: bytes read per new byte", &series(|p| p.dedup_ratio.unwrap_or(0.0), "×")))
+        (bar_chart("Compression: new bytes per byte stored", &series(|p| p.compression_ratio.unwrap_or(0.0), "×")))
         (bar_chart("Duration", &series(|p| p.elapsed_secs, "s")))
         (bar_chart("Failed items", &series(|p| p.failed as f64, "failed")))
     };

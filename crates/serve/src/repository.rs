@@ -44,6 +44,10 @@ pub struct Point {
     pub bytes_added: u64,
     pub elapsed_secs: f64,
     pub failed: u64,
+    /// Bytes read per new byte of content, and new content's bytes per byte stored
+    /// (null for a backup that stored nothing new, or made before they were kept).
+    pub dedup_ratio: Option<f64>,
+    pub compression_ratio: Option<f64>,
 }
 
 /// The repository's page.
@@ -72,6 +76,8 @@ pub fn overview(repo: &Repository, now: i64, stale_after: std::time::Duration) -
             bytes_added: s.summary.bytes_added,
             elapsed_secs: s.summary.elapsed_secs,
             failed: s.summary.failed,
+            dedup_ratio: s.summary.dedup_ratio,
+            compression_ratio: s.summary.compression_ratio,
         })
         .collect();
     let mut by_source: BTreeMap<(String, String), (usize, &Point)> = BTreeMap::new();

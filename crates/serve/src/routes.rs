@@ -56,6 +56,7 @@ pub fn router(state: AppState) -> Router {
         .route("/static/icon.svg", get(pages::icon))
         .route("/metrics", get(metrics))
         .merge(protected)
+        .layer(from_fn_with_state(state.clone(), crate::requests::count))
         .layer(from_fn_with_state(state.clone(), headers::security_headers))
         .layer(from_fn_with_state(state.clone(), forwarded))
         .layer(DefaultBodyLimit::max(BODY_LIMIT))
@@ -432,7 +433,9 @@ async fn metrics(
     match o {
         Ok(o) => (
             [(CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")],
-            crate::repository::metrics(&o, sessions, &jobs) + &st.0.imap.headers.metrics(),
+            crate::repository::metrics(&o, sessions, &jobs)
+                + &st.0.imap.headers.metrics()
+                + &st.0.requests.metrics(),
         )
             .into_response(),
         Err(f) => f.json(),

@@ -112,6 +112,8 @@ pub struct Inner {
     pub restore: crate::restore::RestoreTo,
     /// The restore jobs.
     pub jobs: crate::jobs::Jobs,
+    /// HTTP requests answered, by method, route and status (`/metrics`).
+    pub requests: crate::requests::Requests,
     /// The audit events not written to the repository yet.
     pub audit: crate::audit::AuditLog,
     /// Searches running at once, at most one per core: a search is CPU work of tens of
@@ -165,6 +167,7 @@ impl AppState {
             restore,
             jobs,
             audit: Default::default(),
+            requests: Default::default(),
             searches: tokio::sync::Semaphore::new(
                 std::thread::available_parallelism().map_or(2, |n| n.get().clamp(1, 8)),
             ),

@@ -139,6 +139,9 @@ pub(crate) fn finish_run(
     let st = &saver.stats;
     let messages: u64 = root.accounts.iter().map(|a| a.messages).sum();
     let elapsed = meta.started.elapsed().as_secs_f64();
+    // Read from the store: its mail and its homes (whose new bytes are in `new_raw`).
+    let bytes_read = n.bytes_read.load(Relaxed) + home.bytes_read.load(Relaxed);
+    let new_raw = st.data_raw.load(Relaxed);
     let mut snap = Snapshot {
         id: Id::default(),
         version: saver.repo().version().number(),
@@ -158,6 +161,8 @@ pub(crate) fn finish_run(
             bytes_added: st.bytes_written.load(Relaxed),
             failed: failures.len() as u64,
             elapsed_secs: elapsed,
+            dedup_ratio: ratio(bytes_read, new_raw),
+            compression_ratio: ratio(new_raw, st.data_stored.load(Relaxed)),
         },
         original: None,
         started: Some(meta.clock),
@@ -167,9 +172,6 @@ pub(crate) fn finish_run(
     meta.lock.verify()?;
     let id = repo.save_snapshot_counted(&mut snap)?;
     let summary = snap.summary;
-    // Read from the store: its mail and its homes (whose new bytes are in `new_raw`).
-    let bytes_read = n.bytes_read.load(Relaxed) + home.bytes_read.load(Relaxed);
-    let new_raw = st.data_raw.load(Relaxed);
     let items_total = messages + n.files.load(Relaxed) + failures.len() as u64;
     let report = BackupReport {
         index: None,
@@ -188,8 +190,8 @@ pub(crate) fn finish_run(
         bytes_total: summary.bytes,
         bytes_read,
         bytes_added: summary.bytes_added,
-        dedup_ratio: ratio(bytes_read, new_raw),
-        compression_ratio: ratio(new_raw, st.data_stored.load(Relaxed)),
+        dedup_ratio: summary.dedup_ratio,
+        compression_ratio: summary.compression_ratio,
         packs_written: st.packs_written.load(Relaxed),
         packs_resumed: meta.packs_resumed,
         elapsed_secs: elapsed,

@@ -51,6 +51,13 @@ pub struct SnapshotSummary {
     pub bytes_added: u64,
     pub failed: u64,
     pub elapsed_secs: f64,
+    /// Bytes read from the store per new byte of content (the backup report's
+    /// `dedup_ratio`); absent in older snapshots and when nothing new was stored.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dedup_ratio: Option<f64>,
+    /// New content's bytes per byte stored for them (the report's `compression_ratio`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub compression_ratio: Option<f64>,
 }
 
 impl Snapshot {
