@@ -20,8 +20,7 @@ use reqwest::header::{CONTENT_TYPE, COOKIE, LOCATION};
 use reqwest::StatusCode;
 use serde_json::{json, Value};
 use std::fs;
-use std::io::{Read, Write};
-use std::net::{TcpListener, TcpStream};
+use std::io::Write;
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -258,39 +257,6 @@ fn an_admins_job_restores_into_dovecot_as_the_command_line_does_and_to_a_directo
     );
 }
 
-/// A TCP relay that holds each piece the client sends for a while when `slow` is set: a
-/// restore through it takes long enough to be cancelled midway.
-fn slow_relay(upstream: u16, slow: Arc<AtomicBool>) -> u16 {
-    let l = TcpListener::bind("127.0.0.1:0").unwrap();
-    let port = l.local_addr().unwrap().port();
-    std::thread::spawn(move || {
-        for c in l.incoming() {
-            let Ok(c) = c else { return };
-            let Ok(u) = TcpStream::connect(("127.0.0.1", upstream)) else {
-                return;
-            };
-            let (c2, u2) = (c.try_clone().unwrap(), u.try_clone().unwrap());
-            let slow = slow.clone();
-            std::thread::spawn(move || pipe(c, u, Some(slow)));
-            std::thread::spawn(move || pipe(u2, c2, None));
-        }
-    });
-    port
-}
-
-fn pipe(mut from: TcpStream, mut to: TcpStream, slow: Option<Arc<AtomicBool>>) {
-    let mut buf = [0u8; 2048];
-    while let Ok(n) = from.read(&mut buf) {
-        if n == 0 || to.write_all(&buf[..n]).is_err() {
-            break;
-        }
-        if slow.as_ref().is_some_and(|s| s.load(Relaxed)) {
-            std::thread::sleep(Duration::from_millis(3));
-        }
-    }
-    let _ = to.shutdown(std::net::Shutdown::Both);
-}
-
 /// A job cancelled midway stops: what it appended is on the server, the rest counted as
 /// not tried, nothing listed as failed. Started again, it finishes, and the server has
 /// every message once.
@@ -314,7 +280,7 @@ fn a_cancelled_job_stops_midway_and_a_second_one_finishes_it() {
         return;
     };
     let slow = Arc::new(AtomicBool::new(true));
-    let port = slow_relay(dovecot.port(), slow.clone());
+    let port = common::relay::slow_relay(dovecot.port(), slow.clone(), Duration::from_millis(3));
     let mut flags = vec![
         "--restore-imap".to_string(),
         format!("imap://127.0.0.1:{port}"),

@@ -13,10 +13,12 @@ use axum::http::HeaderValue;
 use axum::middleware::Next;
 use axum::response::Response;
 
-/// The pages' policy: nothing but this origin's stylesheet and images, forms posting only
-/// here, frames only of this origin (the mail frame), never framed.
+/// The pages' policy: nothing but this origin's stylesheet, images and script (the one
+/// file, `app.js`: no inline script, no `eval`), requests of the API only here, forms
+/// posting only here, frames only of this origin (the mail frame), never framed.
 pub const CSP: &str = "default-src 'none'; style-src 'self'; img-src 'self'; \
-    form-action 'self'; frame-ancestors 'none'; base-uri 'none'; frame-src 'self'";
+    script-src 'self'; connect-src 'self'; form-action 'self'; frame-ancestors 'none'; \
+    base-uri 'none'; frame-src 'self'";
 
 /// The mail frame's policy: no script, no fetch, no form, only inline styles and `data:`
 /// images; framed only by this origin's pages; sandboxed even when opened on its own.

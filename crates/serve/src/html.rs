@@ -13,6 +13,10 @@ pub const STYLE: &str = include_str!("style.css");
 /// The pages' icon (an envelope), served beside the style sheet.
 pub const ICON: &str = include_str!("icon.svg");
 
+/// The pages' one script: progressive enhancement through the JSON API (a running job's
+/// progress), nothing a page needs.
+pub const SCRIPT: &str = include_str!("app.js");
+
 /// A page: its title, the session's CSRF token (none on the login page) for the logout
 /// form, and its content.
 pub fn layout(title: &str, csrf: Option<&str>, body: Markup) -> Markup {
@@ -30,6 +34,7 @@ pub fn layout_with(title: &str, csrf: Option<&str>, head: Markup, body: Markup) 
                 title { (title) " · mailvault" }
                 link rel="stylesheet" href="/static/style.css";
                 link rel="icon" type="image/svg+xml" href="/static/icon.svg";
+                script src="/static/app.js" defer {}
                 (head)
             }
             body {

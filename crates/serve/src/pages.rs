@@ -27,6 +27,14 @@ pub async fn style() -> Response {
         .into_response()
 }
 
+pub async fn script() -> Response {
+    (
+        [(CONTENT_TYPE, "text/javascript; charset=utf-8")],
+        crate::html::SCRIPT,
+    )
+        .into_response()
+}
+
 pub async fn icon() -> Response {
     ([(CONTENT_TYPE, "image/svg+xml")], crate::html::ICON).into_response()
 }

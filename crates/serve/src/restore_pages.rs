@@ -315,10 +315,13 @@ pub async fn job(
 ) -> Result<Markup, PageError> {
     let v = find(&st, &ctx, &q.id)?.view(false);
     let running = matches!(v.state, JobState::Running | JobState::Cancelling);
-    let head = html! { @if running { meta http-equiv="refresh" content=(REFRESH_SECS); } };
+    // Without scripts the page reloads itself; with them, app.js follows the job through
+    // the API.
+    let head =
+        html! { @if running { noscript { meta http-equiv="refresh" content=(REFRESH_SECS); } } };
     let body = html! {
         p.crumbs { a href="/jobs" { "Restores" } " / " (v.id) }
-        (job_body(&v))
+        @if running { div data-job=(v.id) { (job_body(&v)) } } @else { (job_body(&v)) }
         @if v.state == JobState::Running {
             form method="post" action="/job/cancel" {
                 input type="hidden" name="csrf" value=(ctx.session.csrf);

@@ -54,6 +54,7 @@ pub fn router(state: AppState) -> Router {
         .merge(crate::openapi::open_routes())
         .route("/static/style.css", get(pages::style))
         .route("/static/icon.svg", get(pages::icon))
+        .route("/static/app.js", get(pages::script))
         .route("/metrics", get(metrics))
         .merge(protected)
         .layer(from_fn_with_state(state.clone(), crate::requests::count))

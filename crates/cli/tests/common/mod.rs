@@ -3,6 +3,7 @@
 //! (`pass`), cache, state directory and working directory; and comparing restored trees.
 #![allow(dead_code, clippy::unwrap_used)]
 
+pub mod relay;
 pub mod serve;
 
 use mailvault_core::testing::minio::Minio;

@@ -16,7 +16,8 @@ use std::process::{Child, Stdio};
 pub const TOKEN: &str = "test-admin-token-0123456789abcdef";
 pub const ACCOUNT: &str = "alice@example.org";
 pub const PAGES_CSP: &str = "default-src 'none'; style-src 'self'; img-src 'self'; \
-    form-action 'self'; frame-ancestors 'none'; base-uri 'none'; frame-src 'self'";
+    script-src 'self'; connect-src 'self'; form-action 'self'; frame-ancestors 'none'; \
+    base-uri 'none'; frame-src 'self'";
 pub const FRAME_CSP: &str = "default-src 'none'; style-src 'unsafe-inline'; img-src data:; \
     frame-ancestors 'self'; base-uri 'none'; form-action 'none'; sandbox";
 
@@ -249,6 +250,13 @@ impl JsonValue for Response {
     fn json_value(self) -> Value {
         serde_json::from_slice(&self.bytes().unwrap()).unwrap()
     }
+}
+
+/// Whether the one script of `page` is the server's own (`/static/app.js`): none of a
+/// message, a file or a name got in as markup.
+pub fn only_our_script(page: &str) -> bool {
+    let ours = "<script src=\"/static/app.js\" defer></script>";
+    page.matches("<script").count() == 1 && page.contains(ours)
 }
 
 /// `path` with query `params`.
