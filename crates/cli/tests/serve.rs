@@ -904,6 +904,20 @@ fn a_folder_and_a_search_download_as_a_zip_of_eml_that_python_reads_back_exactly
     );
 }
 
+/// `serve` over HTTPS with the certificate and key at `cert` and `key`, and the IMAP view
+/// over TLS.
+fn start_tls(e: &Env, cert: &str, key: &str) -> Server {
+    let flags = [
+        "--tls-cert",
+        cert,
+        "--tls-key",
+        key,
+        "--imaps",
+        "127.0.0.1:0",
+    ];
+    start(e, &flags)
+}
+
 /// The `.eml` entries of an archive listing.
 fn got_len(entries: &serde_json::Map<String, Value>) -> usize {
     entries.keys().filter(|n| n.ends_with(".eml")).count()
@@ -942,17 +956,7 @@ fn https_with_the_given_certificate_sends_secure_cookies_and_hsts() {
         "{err}"
     );
     fs::set_permissions(&key, fs::Permissions::from_mode(0o600)).unwrap();
-    let s = start(
-        &e,
-        &[
-            "--tls-cert",
-            cert_s,
-            "--tls-key",
-            key_s,
-            "--imaps",
-            "127.0.0.1:0",
-        ],
-    );
+    let s = start_tls(&e, cert_s, key_s);
     // The IMAP view over TLS (IMAPS): Python's imaplib, trusting that certificate alone,
     // logs in and lists the account; a client speaking plain IMAP there gets no greeting.
     let script = r#"
@@ -1683,17 +1687,7 @@ fn a_renewed_certificate_is_served_without_a_restart() {
     let e = repository();
     let (cert, key) = certificate(&e);
     let (cert_s, key_s) = (cert.to_str().unwrap(), key.to_str().unwrap());
-    let s = start(
-        &e,
-        &[
-            "--tls-cert",
-            cert_s,
-            "--tls-key",
-            key_s,
-            "--imaps",
-            "127.0.0.1:0",
-        ],
-    );
+    let s = start_tls(&e, cert_s, key_s);
     let (old, renewed) = (e.path("old.pem"), e.path("new"));
     fs::copy(&cert, &old).unwrap();
     fs::create_dir(&renewed).unwrap();

@@ -87,6 +87,21 @@ fn master_flags(e: &Env, server: &mailvault_imap::testing::DovecotServer) -> Vec
     ]
 }
 
+/// A directory for restores, and the flags that let restores go there and into `server`
+/// as its master user.
+fn restores_to(
+    e: &Env,
+    server: &mailvault_imap::testing::DovecotServer,
+) -> (std::path::PathBuf, Vec<String>) {
+    let dir = e.path("restores");
+    fs::create_dir(&dir).unwrap();
+    let url = format!("imap://127.0.0.1:{}", server.port());
+    let mut flags = vec!["--restore-imap".to_string(), url];
+    flags.extend(master_flags(e, server));
+    flags.extend(["--restore-dir".to_string(), dir.display().to_string()]);
+    (dir, flags)
+}
+
 /// Issue 28: the admin restores alice's account into a live Dovecot from the API, and
 /// the judge sees it as it sees the command line's restore of the same snapshot (into
 /// another account); a second job sends nothing again. A form restores her Archive to a
@@ -108,12 +123,7 @@ fn an_admins_job_restores_into_dovecot_as_the_command_line_does_and_to_a_directo
     let Some(dovecot) = judge::dovecot(None, String::new()) else {
         return;
     };
-    let dir = e.path("restores");
-    fs::create_dir(&dir).unwrap();
-    let url = format!("imap://127.0.0.1:{}", dovecot.port());
-    let mut flags = vec!["--restore-imap".to_string(), url.clone()];
-    flags.extend(master_flags(&e, &dovecot));
-    flags.extend(["--restore-dir".to_string(), dir.display().to_string()]);
+    let (dir, flags) = restores_to(&e, &dovecot);
     let s = start(&e, &flags.iter().map(String::as_str).collect::<Vec<_>>());
     let me = s.session();
     let id = snapshot_id(&s, &me);
@@ -505,12 +515,7 @@ fn picked_search_hits_across_folders_and_snapshots_restore_together() {
     let Some(dovecot) = judge::dovecot(None, String::new()) else {
         return;
     };
-    let dir = e.path("restores");
-    fs::create_dir(&dir).unwrap();
-    let url = format!("imap://127.0.0.1:{}", dovecot.port());
-    let mut flags = vec!["--restore-imap".to_string(), url];
-    flags.extend(master_flags(&e, &dovecot));
-    flags.extend(["--restore-dir".to_string(), dir.display().to_string()]);
+    let (dir, flags) = restores_to(&e, &dovecot);
     let s = start(&e, &flags.iter().map(String::as_str).collect::<Vec<_>>());
     let me = s.session();
 
