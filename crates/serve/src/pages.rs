@@ -48,20 +48,40 @@ pub async fn snapshots(State(st): State<AppState>, Extension(ctx): Extension<Ctx
         @if admin { p { a href="/repository" { "Repository: the last backup of each source, and charts" }
             " · " a href="/audit" { "Audit log" } } }
         @if list.is_empty() { p { "No snapshots yet." } }
-        table {
-            thead { tr {
-                th { "Time (UTC)" } th { "Host" } th.wide { "Source" }
-                th.num { "Accounts" } th.num { "Messages" } th.num.wide { "Size" }
-            } }
-            tbody { @for s in &list { tr {
-                td { a href=(link("/snapshot", &[("snapshot", &s.id)])) { (time(s.time)) } }
-                td { (s.hostname) }
-                td.wide { (s.source) @for t in &s.tags { " " span.muted { "[" (t) "]" } } }
-                td.num { (s.accounts) } td.num { (s.messages) } td.num.wide { (bytes(s.bytes)) }
-            } } }
+        // A timeline: a month per fold, the newest open (no script: `details`).
+        @for (i, (month, group)) in by_month(&list).into_iter().enumerate() {
+            details.month open[i == 0] {
+                summary { strong { (month) } " · " (group.len()) " snapshot(s)" }
+                table {
+                    thead { tr {
+                        th { "Time (UTC)" } th { "Host" } th.wide { "Source" }
+                        th.num { "Accounts" } th.num { "Messages" } th.num.wide { "Size" }
+                    } }
+                    tbody { @for s in group { tr {
+                        td { a href=(link("/snapshot", &[("snapshot", &s.id)])) { (time(s.time)) } }
+                        td { (s.hostname) }
+                        td.wide { (s.source) @for t in &s.tags { " " span.muted { "[" (t) "]" } } }
+                        td.num { (s.accounts) } td.num { (s.messages) } td.num.wide { (bytes(s.bytes)) }
+                    } } }
+                }
+            }
         }
     };
     Ok(layout("Snapshots", Some(&ctx.session.csrf), body))
+}
+
+/// The snapshots (newest first) by the month of their time in UTC (`2024-03`), newest
+/// month first.
+fn by_month(list: &[read::SnapRow]) -> Vec<(String, Vec<&read::SnapRow>)> {
+    let mut out: Vec<(String, Vec<&read::SnapRow>)> = Vec::new();
+    for s in list {
+        let month: String = time(s.time).chars().take(7).collect();
+        match out.last_mut() {
+            Some((m, group)) if *m == month => group.push(s),
+            _ => out.push((month, vec![s])),
+        }
+    }
+    out
 }
 
 pub async fn accounts(
@@ -646,5 +666,35 @@ mod tests {
             .map(|(d, l, i)| (*d, l.to_string(), *i))
             .collect();
         assert_eq!(rows, want);
+    }
+
+    #[test]
+    fn snapshots_fall_into_their_months_newest_first() {
+        let row = |id: &str, time: i64| read::SnapRow {
+            id: id.into(),
+            time,
+            hostname: "h".into(),
+            source: "s".into(),
+            tags: Vec::new(),
+            accounts: 1,
+            messages: 1,
+            bytes: 1,
+        };
+        // 2024-03-02, 2024-03-01, 2024-02-29 23:59:59 UTC.
+        let list = [
+            row("c", 1709337600),
+            row("b", 1709251200),
+            row("a", 1709251199),
+        ];
+        let months: Vec<(String, Vec<&str>)> = (by_month(&list).into_iter())
+            .map(|(m, g)| (m, g.iter().map(|s| s.id.as_str()).collect()))
+            .collect();
+        assert_eq!(
+            months,
+            [
+                ("2024-03".to_string(), vec!["c", "b"]),
+                ("2024-02".to_string(), vec!["a"])
+            ]
+        );
     }
 }
