@@ -106,6 +106,7 @@ fn routes() -> Vec<String> {
         v.push(q(&format!("{base}/message"), &place));
         v.push(q(&format!("{base}/message/raw"), &place));
         v.push(q(&format!("{base}/folder/mbox"), &place[..3]));
+        v.push(q(&format!("{base}/account/zip"), &place[..2]));
     }
     let file = [
         ("snapshot", "00000000"),
@@ -923,6 +924,174 @@ fn got_len(entries: &serde_json::Map<String, Value>) -> usize {
     entries.keys().filter(|n| n.ends_with(".eml")).count()
 }
 
+/// The entries of zip `data` as Python's `zipfile` reads them (every CRC checked), written
+/// to `file` first: name to bytes.
+fn zip_entries(file: &std::path::Path, data: &[u8]) -> std::collections::BTreeMap<String, Vec<u8>> {
+    fs::write(file, data).unwrap();
+    let out = std::process::Command::new("python3")
+        .args([
+            "-c",
+            "import zipfile, json, sys\n\
+             z = zipfile.ZipFile(sys.argv[1])\n\
+             assert z.testzip() is None\n\
+             print(json.dumps({n: z.read(n).hex() for n in z.namelist()}))",
+        ])
+        .arg(file)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let entries: serde_json::Map<String, Value> = serde_json::from_slice(&out.stdout).unwrap();
+    (entries.into_iter())
+        .map(|(name, hex)| {
+            let hex = hex.as_str().unwrap();
+            let bytes = (0..hex.len())
+                .step_by(2)
+                .map(|i| u8::from_str_radix(&hex[i..i + 2], 16).unwrap())
+                .collect();
+            (name, bytes)
+        })
+        .collect()
+}
+
+/// Issue 28: a whole account downloads as one zip of `.eml` files that Python's `zipfile`
+/// reads back: every message of every folder byte for byte under its folder's path
+/// (`INBOX/`, `Archive/`, `Archive/2023/`, each folder's sidecar beside), and nothing
+/// else; folders whose names decode to `..`, `/` or a control character come out as safe
+/// paths below the account's directory. As a zip of an mbox per folder
+/// (`Archive/2023.mbox`), our reader reads each folder's messages back byte for byte. One
+/// mbox of the account is refused.
+#[test]
+fn a_whole_account_downloads_as_a_zip_of_its_folders_that_python_reads_back_exactly() {
+    let e = Env::new();
+    let mail = e.path("mail");
+    plant(&mail);
+    let older = plain("archived 2023", "Mon, 02 Jan 2023 10:00:00 +0000", "older");
+    put(&mail, ".Archive.2023", "arch23:2,F", &older);
+    // Maildir++ names in modified UTF-7: `..`, `../x`, `/etc`, an escape character.
+    let hostile = [".&AC4ALg-", ".&AC4ALgAv-x", ".&AC8-etc", ".a&ABs-b"];
+    for (i, dir) in hostile.iter().enumerate() {
+        let text = plain(
+            &format!("hostile {i}"),
+            "Fri, 05 Jan 2024 10:00:00 +0000",
+            "x",
+        );
+        put(&mail, dir, &format!("h{i}:2,"), &text);
+    }
+    e.ok(&["init"]);
+    e.ok(&["backup", &format!("maildir:{}", mail.display())]);
+    token_file(&e, 0o600);
+    let s = start(&e, &[]);
+    let me = s.session();
+    let id = s.api("/api/v1/snapshots", &me)[0]["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let account = [("snapshot", &id[..]), ("account", ACCOUNT)];
+    let r = s.get(&q("/api/v1/account/zip", &account), Some(&me));
+    assert_eq!(r.status(), StatusCode::OK);
+    assert_eq!(r.headers()[CONTENT_TYPE], "application/zip");
+    assert_eq!(
+        r.headers()["content-disposition"],
+        "attachment; filename=\"alice_example.org.zip\""
+    );
+    let entries = zip_entries(&e.path("account.zip"), &r.bytes().unwrap());
+    // Each entry's directory: the hashes of its `.eml` files, and its sidecar's lines.
+    let mut dirs: std::collections::BTreeMap<String, Vec<(usize, blake3::Hash)>> =
+        Default::default();
+    for (name, bytes) in &entries {
+        let (dir, file) = name.rsplit_once('/').unwrap();
+        let parts: Vec<&str> = name.split('/').collect();
+        assert!(
+            parts[0] == ACCOUNT
+                && !(parts.iter()).any(|c| ["", ".", ".."].contains(c))
+                && !name.chars().any(|c| c.is_control() || c == '\\'),
+            "{name:?}"
+        );
+        if file == ".mailvault-flags" {
+            let side = mailvault_core::mail::Sidecar::parse(bytes).unwrap();
+            let emls = (entries.keys())
+                .filter(|n| n.rsplit_once('/').unwrap().0 == dir && n.ends_with(".eml"));
+            assert_eq!(side.entries.len(), emls.count(), "{name}");
+            continue;
+        }
+        assert!(file.ends_with(".eml"), "{name}");
+        dirs.entry(dir.to_string())
+            .or_default()
+            .push((bytes.len(), blake3::hash(bytes)));
+    }
+    for v in dirs.values_mut() {
+        v.sort_by_key(|(n, h)| (*n, *h.as_bytes()));
+    }
+    let mut want: std::collections::BTreeMap<String, Vec<(usize, blake3::Hash)>> =
+        Default::default();
+    for (dir, path) in [
+        ("", "INBOX"),
+        (".Archive", "Archive"),
+        (".Archive.2023", "Archive/2023"),
+        (".&AC4ALg-", "%2E."),
+        (".&AC4ALgAv-x", "%2E./x"),
+        (".&AC8-etc", "%/etc"),
+        (".a&ABs-b", "a%1Bb"),
+    ] {
+        want.insert(format!("{ACCOUNT}/{path}"), folder_files(&e, dir));
+    }
+    assert_eq!(dirs, want);
+    // An mbox per folder, at the same place: each one's messages byte for byte.
+    let r = s.get(&q("/api/v1/account/mbox.zip", &account), Some(&me));
+    assert_eq!(r.status(), StatusCode::OK, "{:?}", r.text());
+    assert_eq!(
+        r.headers()["content-disposition"],
+        "attachment; filename=\"alice_example.org.mbox.zip\""
+    );
+    let mboxes = zip_entries(&e.path("account.mbox.zip"), &r.bytes().unwrap());
+    let mut got = std::collections::BTreeMap::new();
+    for (name, bytes) in &mboxes {
+        let mut msgs: Vec<_> = mailvault_core::mail::MboxReader::new(&bytes[..])
+            .map(|m| {
+                let m = m.unwrap();
+                (m.bytes.len(), blake3::hash(&m.bytes))
+            })
+            .collect();
+        msgs.sort_by_key(|(n, h)| (*n, *h.as_bytes()));
+        got.insert(name.strip_suffix(".mbox").unwrap().to_string(), msgs);
+    }
+    assert_eq!(got, want);
+    // The page route gives the same download, and the account page links to it.
+    let r = s.get(&q("/account/zip", &account), Some(&me));
+    assert_eq!(r.status(), StatusCode::OK);
+    assert_eq!(
+        zip_entries(&e.path("page.zip"), &r.bytes().unwrap()),
+        entries
+    );
+    let page = s.page(&q("/account", &account), &me);
+    assert!(
+        page.contains("/account/zip?") && page.contains("/account/mbox.zip?"),
+        "{page}"
+    );
+    // One mbox would lose the folders; an account the snapshot lacks is not found.
+    for (path, status) in [
+        (q("/api/v1/account/mbox", &account), StatusCode::NOT_FOUND),
+        (q("/api/v1/account/tar", &account), StatusCode::NOT_FOUND),
+        (
+            q(
+                "/api/v1/account/zip",
+                &[("snapshot", &id[..]), ("account", "nobody@example.org")],
+            ),
+            StatusCode::NOT_FOUND,
+        ),
+        (
+            q("/account/zip", &[("snapshot", "zz"), ("account", ACCOUNT)]),
+            StatusCode::NOT_FOUND,
+        ),
+    ] {
+        assert_eq!(s.get(&path, Some(&me)).status(), status, "{path}");
+    }
+}
+
 /// Runs curl with `args`; (exit status, standard output with the headers).
 fn curl(args: &[&str]) -> (bool, String) {
     let out = std::process::Command::new("curl")
@@ -1216,6 +1385,7 @@ fn a_mail_user_sees_their_own_account_and_nothing_of_anyone_elses() {
         paths.push(q(&format!("{base}/message"), &alice));
         paths.push(q(&format!("{base}/message/raw"), &alice));
         paths.push(q(&format!("{base}/folder/mbox"), &alice[..3]));
+        paths.push(q(&format!("{base}/account/zip"), &alice[..2]));
     }
     paths.extend([
         q("/account", &alice[..2]),
@@ -1252,6 +1422,12 @@ fn a_mail_user_sees_their_own_account_and_nothing_of_anyone_elses() {
     let raw = s.get(&q("/api/v1/message/raw", &bobs), Some(&me));
     assert_eq!(raw.status(), StatusCode::OK);
     assert_eq!(raw.bytes().unwrap().as_ref(), zebra.as_bytes());
+    let his = s.get(&q("/account/zip", &bobs[..2]), Some(&me));
+    assert_eq!(his.status(), StatusCode::OK);
+    let his = zip_entries(&e.path("bob.zip"), &his.bytes().unwrap());
+    let emls = his.keys().filter(|n| n.ends_with(".eml")).count();
+    assert_eq!(emls, 2, "{his:?}");
+    assert!(his.keys().all(|n| n.starts_with("bob@example.org/INBOX/")));
     let found = s.api("/api/v1/search?q=zebraquartz", &me);
     let hits = found["hits"].as_array().unwrap();
     assert!(

@@ -164,9 +164,10 @@ pub async fn messages(
     Ok(Json(reply::folder_page(&st, &q).await?))
 }
 
-/// The folder as one `.mbox` or `.zip` (of `.eml` files) download.
+/// The folder as one `.mbox`, `.zip` (of `.eml` files) or `.mbox.zip` (of its mbox)
+/// download.
 #[utoipa::path(get, path = "/api/v1/folder/{format}", tag = "downloads",
-    params(("format" = String, Path, description = "`mbox` or `zip`"), FolderQ),
+    params(("format" = String, Path, description = "`mbox`, `zip` or `mbox.zip`"), FolderQ),
     responses((status = 200, description = "The folder's messages: `application/mbox`, or `application/zip` (of `.eml` files)"),
         (status = 404, body = ErrorAnswer)))]
 pub async fn folder_download(
@@ -176,6 +177,24 @@ pub async fn folder_download(
 ) -> Response {
     match crate::download::Format::parse(&format) {
         Some(f) => crate::download::folder_download(st, (q, f), Failure::json).await,
+        None => Failure::new(StatusCode::NOT_FOUND, "no such download").json(),
+    }
+}
+
+/// Every folder of the account, its mail, as one `.zip` download: of `.eml` files, a
+/// directory per folder, or of an mbox per folder. Never one mbox, which would lose the
+/// folders.
+#[utoipa::path(get, path = "/api/v1/account/{format}", tag = "downloads",
+    params(("format" = String, Path, description = "`zip` (of `.eml` files) or `mbox.zip` (an mbox per folder)"), AccountQ),
+    responses((status = 200, description = "The account's messages: `application/zip`, of `.eml` files (`<account>/Archive/2023/…`) or of an mbox per folder (`<account>/Archive/2023.mbox`)"),
+        (status = 404, body = ErrorAnswer)))]
+pub async fn account_download(
+    State(st): State<AppState>,
+    Path(format): Path<String>,
+    Params(q): Params<AccountQ>,
+) -> Response {
+    match crate::download::Format::parse(&format) {
+        Some(f) => crate::download::account_download(st, (q, f), Failure::json).await,
         None => Failure::new(StatusCode::NOT_FOUND, "no such download").json(),
     }
 }
@@ -275,9 +294,10 @@ pub async fn message_attachment(
     Ok(reply::attachment_download(&st, &q).await?)
 }
 
-/// Every message a search finds, as one `.mbox` or `.zip` download.
+/// Every message a search finds, as one `.mbox`, `.zip` (of `.eml` files) or `.mbox.zip`
+/// (an mbox per folder) download.
 #[utoipa::path(get, path = "/api/v1/search/{format}", tag = "downloads",
-    params(("format" = String, Path, description = "`mbox` or `zip`"), SearchQ),
+    params(("format" = String, Path, description = "`mbox`, `zip` or `mbox.zip`"), SearchQ),
     responses((status = 200, description = "The messages found: `application/mbox`, or `application/zip` (of `.eml` files)"),
         (status = 400, body = ErrorAnswer)))]
 pub async fn search_download(

@@ -6,8 +6,8 @@
 //! What is recorded: logins (and failed ones: the name given when it is an address or
 //! `admin`, so a password typed into the name field is never kept), every page and API
 //! route that shows or downloads mail (message, folder, attachment, filter file, the
-//! mbox and search downloads), searches with their query, restore jobs started and
-//! cancelled, and the IMAP view's logins and opened folders. Passwords never.
+//! folder, account and search downloads), searches with their query, restore jobs started
+//! and cancelled, and the IMAP view's logins and opened folders. Passwords never.
 //!
 //! A batch that cannot be written (the repository is being pruned, the disk is full)
 //! stays in memory and goes with the next; past [`MAX_PENDING`] events the oldest are
@@ -155,15 +155,16 @@ fn action_of(path: &str) -> Option<&'static str> {
     let p = path.strip_prefix("/api/v1").unwrap_or(path);
     Some(match p {
         "/message" | "/folder" | "/messages" | "/account/file" | "/filters" => "view",
-        "/message/raw"
-        | "/message/attachment"
-        | "/folder/mbox"
-        | "/search/mbox"
-        | "/folder/zip"
-        | "/search/zip"
-        | "/account/file/raw"
-        | "/file/raw" => "download",
+        "/message/raw" | "/message/attachment" | "/account/file/raw" | "/file/raw" => "download",
         "/search" => "search",
+        // A folder, an account or a search result in any format (`/folder/mbox`,
+        // `/account/zip`, ...), one that does not exist too.
+        _ if ["/folder/", "/account/", "/search/"]
+            .iter()
+            .any(|d| p.starts_with(d)) =>
+        {
+            "download"
+        }
         _ => return None,
     })
 }
@@ -311,6 +312,12 @@ mod tests {
         assert_eq!(action_of("/message"), Some("view"));
         assert_eq!(action_of("/api/v1/message/raw"), Some("download"));
         assert_eq!(action_of("/search/mbox"), Some("download"));
+        assert_eq!(action_of("/folder/mbox.zip"), Some("download"));
+        assert_eq!(action_of("/account/zip"), Some("download"));
+        assert_eq!(action_of("/api/v1/account/mbox.zip"), Some("download"));
+        assert_eq!(action_of("/account/file"), Some("view"));
+        assert_eq!(action_of("/account"), None);
+        assert_eq!(action_of("/api/v1/accounts"), None);
         assert_eq!(action_of("/api/v1/search"), Some("search"));
         assert_eq!(action_of("/"), None);
         assert_eq!(action_of("/api/v1/snapshots"), None);

@@ -1,9 +1,9 @@
-//! A folder, or the messages a search found, downloaded as an mbox or as a zip of `.eml`
-//! files: core's restore pipeline into an mbox stream
-//! ([`mailvault_core::dest::mbox_stream`]) or a zip stream
+//! A folder, a whole account, or the messages a search found, downloaded as an mbox, as a
+//! zip of `.eml` files or as a zip of an mbox per folder: core's restore pipeline into an
+//! mbox stream ([`mailvault_core::dest::mbox_stream`]) or a zip stream
 //! ([`mailvault_core::dest::zip_stream`]) on a blocking thread, its bytes handed to the
-//! HTTP body through a bounded channel as they are written (a folder of any size in
-//! bounded memory).
+//! HTTP body through a bounded channel as they are written (a folder or an account of any
+//! size in bounded memory).
 //!
 //! What fails before the first bytes leave (no such snapshot or folder, every message of a
 //! small folder unreadable) is an ordinary error answer. What fails once the body has
@@ -69,14 +69,18 @@ pub enum Format {
     Mbox,
     /// A zip of `.eml` files, a directory per account and folder.
     Zip,
+    /// A zip of an mbox per folder (`<account>/Archive/2023.mbox`): an account's folder
+    /// tree for a mail client that imports mbox files.
+    MboxZip,
 }
 
 impl Format {
-    /// `mbox` or `zip`, as a route names it.
+    /// `mbox`, `zip` or `mbox.zip`, as a route names it.
     pub fn parse(s: &str) -> Option<Format> {
         match s {
             "mbox" => Some(Format::Mbox),
             "zip" => Some(Format::Zip),
+            "mbox.zip" => Some(Format::MboxZip),
             _ => None,
         }
     }
@@ -84,33 +88,15 @@ impl Format {
         match self {
             Format::Mbox => "mbox",
             Format::Zip => "zip",
+            Format::MboxZip => "mbox.zip",
         }
     }
     fn mime(self) -> &'static str {
         match self {
             Format::Mbox => "application/mbox",
-            Format::Zip => "application/zip",
+            Format::Zip | Format::MboxZip => "application/zip",
         }
     }
-}
-
-/// Restores folder `q` of the snapshot into the channel; a failure, the restore's own or
-/// a message that could not be written, goes into the channel last.
-fn stream(st: &AppState, q: &FolderQ, format: Format, tx: mpsc::Sender<Item>) {
-    let sel = Selection {
-        snapshot: q.snapshot.to_ascii_lowercase(),
-        accounts: vec![q.account.clone()],
-        folders: vec![q.folder.clone()],
-        exact_folders: true,
-        cache_bytes: Selection::CACHE_BYTES,
-        ..Selection::default()
-    };
-    run_into(
-        st,
-        |_| Ok(Request::Selection(sel)),
-        (&q.folder, format, false),
-        tx,
-    );
 }
 
 /// Restores what `request` gives (on the repository as open now) into the channel as an
@@ -151,8 +137,13 @@ fn run_into(
             };
             run(repo, request, nothing, open).map(|(r, _)| r)
         }
-        Format::Zip => {
-            let open = |_: mailvault_core::ops::restore::Opening<'_>| Ok(ZipStream::new(writer));
+        Format::Zip | Format::MboxZip => {
+            let open = |_: mailvault_core::ops::restore::Opening<'_>| {
+                Ok(match format {
+                    Format::MboxZip => ZipStream::mboxes(writer),
+                    _ => ZipStream::new(writer),
+                })
+            };
             // The archive's end is written only after the last message: a download
             // broken before it is no zip a reader takes as complete.
             (run(repo, request, nothing, open)).and_then(|(r, z)| z.finish().map(|()| r))
@@ -208,23 +199,20 @@ pub async fn search_download(
             key: h.key.clone(),
         })
         .collect();
-    let (tx, rx) = mpsc::channel::<Item>(QUEUE);
-    let st2 = st.clone();
-    tokio::task::spawn_blocking(move || {
-        let request = |repo: &mailvault_core::Repository| {
-            let accounts = crate::read::picked(repo, &st2.0.folders, &places)?;
-            Ok(Request::Picked(mailvault_core::restore::Picked {
-                accounts,
-                owners: Default::default(),
-                label: "search".into(),
-                reads: 0,
-                cache_bytes: Selection::CACHE_BYTES,
-            }))
-        };
-        run_into(&st2, request, ("a search result", format, true), tx)
-    });
+    let cache = st.clone();
+    let request = move |repo: &mailvault_core::Repository| {
+        let accounts = crate::read::picked(repo, &cache.0.folders, &places)?;
+        Ok(Request::Picked(mailvault_core::restore::Picked {
+            accounts,
+            owners: Default::default(),
+            label: "search".into(),
+            reads: 0,
+            cache_bytes: Selection::CACHE_BYTES,
+        }))
+    };
     let name = format!("search.{}", format.ext());
-    respond(rx, &name, format.mime(), err).await
+    let what = ("a search result".to_string(), format, true);
+    download(st, request, what, &name, err).await
 }
 
 /// `folder` as an `.mbox` or `.zip` download; a failure before it starts is answered by
@@ -237,10 +225,73 @@ pub async fn folder_download(
     if let Err(e) = crate::read::check_snapshot_id(&q.snapshot) {
         return err(e.into());
     }
-    let (tx, rx) = mpsc::channel::<Item>(QUEUE);
+    let sel = Selection {
+        snapshot: q.snapshot.to_ascii_lowercase(),
+        accounts: vec![q.account.clone()],
+        folders: vec![q.folder.clone()],
+        exact_folders: true,
+        cache_bytes: Selection::CACHE_BYTES,
+        ..Selection::default()
+    };
     let name = crate::read::download_name(&q.folder, format.ext());
-    tokio::task::spawn_blocking(move || stream(&st, &q, format, tx));
-    respond(rx, &name, format.mime(), err).await
+    let what = (q.folder, format, false);
+    download(st, move |_| Ok(Request::Selection(sel)), what, &name, err).await
+}
+
+/// Every folder of account `q` in the snapshot, its mail without its home, as one zip:
+/// of `.eml` files ([`Format::Zip`]), entries named as a folder's zip names them
+/// (`<account>/INBOX/…`, `<account>/Archive/2023/…`), or of an mbox per folder
+/// ([`Format::MboxZip`]: `<account>/Archive/2023.mbox`, for a mail client's import). Never
+/// one mbox ([`Format::Mbox`], answered `404`): it would lose which message was in which
+/// folder. A failure before it starts is answered by `err`.
+pub async fn account_download(
+    st: AppState,
+    (q, format): (crate::reply::AccountQ, Format),
+    err: fn(Failure) -> Response,
+) -> Response {
+    if format == Format::Mbox {
+        let text = "an account downloads as a zip of its folders (`zip` of .eml files, \
+                    `mbox.zip` of an mbox per folder), never as one mbox that would lose them";
+        return err(Failure::new(StatusCode::NOT_FOUND, text));
+    }
+    if let Err(e) = crate::read::check_snapshot_id(&q.snapshot) {
+        return err(e.into());
+    }
+    let name = crate::read::download_name(&q.account, format.ext());
+    let account = q.account.clone();
+    let request = move |repo: &mailvault_core::Repository| {
+        // Named alone, never with the snapshot's other accounts (which the restore's
+        // own failure lists).
+        let snap = repo.find_snapshot(&q.snapshot.to_ascii_lowercase())?;
+        if crate::read::account_tree(repo, &snap, &q.account)?.is_none() {
+            let text = format!("no account {:?}", q.account);
+            return Err(mailvault_core::Error::NotFound(text));
+        }
+        Ok(Request::Selection(Selection {
+            snapshot: snap.id.to_hex(),
+            accounts: vec![q.account],
+            part: mailvault_core::restore::Part::Mail,
+            cache_bytes: Selection::CACHE_BYTES,
+            ..Selection::default()
+        }))
+    };
+    download(st, request, (account, format, false), &name, err).await
+}
+
+/// Restores what `request` gives (see [`run_into`]) on a blocking thread, as download
+/// `name`; a failure before the first bytes is answered by `err`.
+async fn download(
+    st: AppState,
+    request: impl FnOnce(&mailvault_core::Repository) -> mailvault_core::Result<Request>
+        + Send
+        + 'static,
+    (what, format, many): (String, Format, bool),
+    name: &str,
+    err: fn(Failure) -> Response,
+) -> Response {
+    let (tx, rx) = mpsc::channel::<Item>(QUEUE);
+    tokio::task::spawn_blocking(move || run_into(&st, request, (&what, format, many), tx));
+    respond(rx, name, format.mime(), err).await
 }
 
 /// The download of what comes through `rx`, as file `name` of type `mime`: a failure

@@ -89,6 +89,7 @@ fn with_session() -> OpenApiRouter<AppState> {
         .routes(routes!(api::message_attachment))
         .routes(routes!(api::search_get, api::search_post))
         .routes(routes!(api::folder_download))
+        .routes(routes!(api::account_download))
         .routes(routes!(api::search_download))
         .routes(routes!(api::file_raw))
         .routes(routes!(restore_pages::start_api))
@@ -171,8 +172,9 @@ mod tests {
         assert!(ops.contains(&("GET".into(), "/api/v1/search".into())));
         assert!(ops.contains(&("POST".into(), "/api/v1/search".into())));
         assert!(ops.contains(&("POST".into(), "/api/v1/restore".into())));
-        assert_eq!(ops.len(), 23, "{ops:?}");
-        assert_eq!(paths.len(), 22);
+        assert!(ops.contains(&("GET".into(), "/api/v1/account/{format}".into())));
+        assert_eq!(ops.len(), 24, "{ops:?}");
+        assert_eq!(paths.len(), 23);
         for (path, method, op) in spec.operations() {
             assert!(path.starts_with("/api/v1/"), "{path}");
             let open = path == "/api/v1/login" || path == "/api/v1/openapi.json";

@@ -135,6 +135,9 @@ pub async fn folders(
         p.crumbs { a href="/" { "Snapshots" } " / "
             a href=(link("/snapshot", &[("snapshot", &snap.id)])) { (short(&snap.id)) } " / " (q.account)
             " · " (restore_link(&[("snapshot", &snap.id), ("account", &q.account)])) }
+        p { "Download the account: "
+            a href=(link("/account/zip", &[("snapshot", &snap.id), ("account", &q.account)])) download { "zip of EML" }
+            " · " a href=(link("/account/mbox.zip", &[("snapshot", &snap.id), ("account", &q.account)])) download { "zip of mbox" } }
         table {
             thead { tr { th { "Folder" } th.num { "Messages" } th.num { "Size" } th { "Shared with" } } }
             tbody { @for (depth, label, at) in tree(view.folders.iter().map(|f| f.name.as_str())) {
@@ -485,6 +488,19 @@ pub async fn folder_download(
 ) -> Response {
     match crate::download::Format::parse(&format) {
         Some(f) => crate::download::folder_download(st, (q, f), Failure::page).await,
+        None => Failure::new(StatusCode::NOT_FOUND, "no such page").page(),
+    }
+}
+
+/// Every folder of the account as a zip: `/account/zip` (of `.eml` files) or
+/// `/account/mbox.zip` (of an mbox per folder).
+pub async fn account_download(
+    State(st): State<AppState>,
+    axum::extract::Path(format): axum::extract::Path<String>,
+    Params(q): Params<AccountQ>,
+) -> Response {
+    match crate::download::Format::parse(&format) {
+        Some(f) => crate::download::account_download(st, (q, f), Failure::page).await,
         None => Failure::new(StatusCode::NOT_FOUND, "no such page").page(),
     }
 }

@@ -27,6 +27,7 @@ pub fn router(state: AppState) -> Router {
         .route("/account", get(pages::folders))
         .route("/account/file", get(pages::home_file))
         .route("/account/file/raw", get(pages::home_file_raw))
+        .route("/account/{format}", get(pages::account_download))
         .route("/folder", get(pages::messages))
         .route("/folder/{format}", get(pages::folder_download))
         .route("/message", get(pages::message))

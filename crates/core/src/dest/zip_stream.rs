@@ -1,48 +1,82 @@
-//! Folders as a zip of `.eml` files, streamed (the web UI's "download as zip"): the
-//! restore pipeline into any [`Write`], each message a file of its bytes untouched, named
-//! and laid out as the EML target lays out a tree ([`super::eml`]: `<account>/INBOX/`,
-//! `<account>/Archive/2023/`, names that sort by date and stay unique), with each
-//! folder's flags, keywords and dates in its sidecar ([`crate::mail::eml::SIDECAR`]), so
-//! that `restore --target eml:` and Python's `zipfile` read the same thing. Entries are
-//! deflated; their time is the message's internal date (UTC, to the two seconds zip
-//! keeps).
+//! Folders as a zip, streamed (the web UI's "download as zip"): the restore pipeline into
+//! any [`Write`]. [`ZipStream::new`] writes each message as a file of its bytes untouched,
+//! named and laid out as the EML target lays out a tree ([`super::eml`]:
+//! `<account>/INBOX/`, `<account>/Archive/2023/`, names that sort by date and stay
+//! unique), with each folder's flags, keywords and dates in its sidecar
+//! ([`crate::mail::eml::SIDECAR`]), so that `restore --target eml:` and Python's `zipfile`
+//! read the same thing. [`ZipStream::mboxes`] writes each folder as one mbox, with the
+//! mbox target's codec and metadata ([`super::mbox_stream`]), at the same place with
+//! `.mbox` added (`<account>/INBOX.mbox`, `<account>/Archive/2023.mbox`: the layout
+//! Thunderbird's ImportExportTools NG imports as a folder tree). Entries are deflated; a
+//! message file's time is the message's internal date (UTC, to the two seconds zip keeps).
 //!
 //! The `zip` crate writes the archive (its streaming writer, with data descriptors: no
 //! seeking back). Entry names are made of safe components only: an archive never holds
 //! `..`, an absolute path or a control character, whatever the folder names.
 
-use super::mbox::{folder_parts, mail_meta};
+use super::mbox::{folder_keywords, folder_parts, mail_meta};
 use super::{AccountInfo, Caps, FolderInfo, Item, Message, Outcome, Target};
 use crate::error::{Error, Result};
 use crate::mail::layout::Tree;
-use crate::mail::{EmlNames, Sidecar, SidecarEntry};
+use crate::mail::{EmlNames, MboxWriter, Sidecar, SidecarEntry};
 use std::io::Write;
 use std::sync::{Mutex, MutexGuard};
 use zip::write::{SimpleFileOptions, StreamWriter};
 use zip::ZipWriter;
 
-/// A zip of `.eml` files written to `W` as the restore gives it messages.
+type Zip<W> = ZipWriter<StreamWriter<W>>;
+
+/// A zip of `.eml` files, or of mboxes, written to `W` as the restore gives it messages.
 pub struct ZipStream<W: Write + Send> {
-    zip: Mutex<Option<ZipWriter<StreamWriter<W>>>>,
+    zip: Mutex<State<W>>,
+    /// An mbox per folder ([`ZipStream::mboxes`]), not a file per message.
+    mboxes: bool,
+    /// Folders opened so far.
+    folders: std::sync::atomic::AtomicUsize,
+}
+
+enum State<W: Write> {
+    /// Between entries: a message's file may start, or a folder's mbox.
+    Ready(Zip<W>),
+    /// The mbox of folder number `.1` being written into its entry.
+    Mbox(MboxWriter<Zip<W>>, usize),
+    /// Finished, or broken by a write that failed.
+    Done,
 }
 
 /// A folder being written: where its files go in the archive, their names, and what its
 /// sidecar will say.
 pub struct ZipFolder {
-    /// `<account>/<folder>/`, shown in failures.
+    /// `<account>/<folder>/` (its mbox: `<account>/<folder>.mbox`), shown in failures.
     dir: String,
     names: Mutex<EmlNames>,
     entries: Mutex<Vec<SidecarEntry>>,
+    /// The folder's number in the archive, and its keywords (an mbox's `X-IMAPbase:`).
+    number: usize,
+    keywords: Vec<String>,
+    /// Whether its mbox's entry was started.
+    started: std::sync::atomic::AtomicBool,
 }
 
 impl<W: Write + Send> ZipStream<W> {
+    /// A zip of `.eml` files into `out`.
     pub fn new(out: W) -> ZipStream<W> {
         ZipStream {
-            zip: Mutex::new(Some(ZipWriter::new_stream(out))),
+            zip: Mutex::new(State::Ready(ZipWriter::new_stream(out))),
+            mboxes: false,
+            folders: Default::default(),
         }
     }
 
-    fn zip(&self) -> MutexGuard<'_, Option<ZipWriter<StreamWriter<W>>>> {
+    /// A zip of one mbox per folder into `out`.
+    pub fn mboxes(out: W) -> ZipStream<W> {
+        ZipStream {
+            mboxes: true,
+            ..ZipStream::new(out)
+        }
+    }
+
+    fn zip(&self) -> MutexGuard<'_, State<W>> {
         self.zip
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
@@ -51,38 +85,108 @@ impl<W: Write + Send> ZipStream<W> {
     /// Writes the archive's central directory: the download is complete. A failure (the
     /// client went away) is the caller's to report.
     pub fn finish(&self) -> Result<()> {
-        match self.zip().take() {
-            Some(z) => z
+        let mut guard = self.zip();
+        Self::end_mbox(&mut guard).map_err(|e| Error::not_restored("the zip download", e))?;
+        match std::mem::replace(&mut *guard, State::Done) {
+            State::Ready(z) => z
                 .finish()
                 .map_err(std::io::Error::other)
                 .and_then(|mut w| w.flush())
                 .map_err(|e| Error::not_restored("the zip download", e.to_string())),
-            None => Err(Error::not_restored(
+            _ => Err(Error::not_restored(
                 "the zip download",
                 "broken before its end",
             )),
         }
     }
 
-    /// Adds file `name` of `bytes`, dated `secs`; a failure breaks the archive.
-    fn add(&self, name: &str, bytes: &[u8], secs: i64) -> std::io::Result<()> {
-        let mut guard = self.zip();
-        let Some(z) = guard.as_mut() else {
-            return Err(std::io::Error::other("the archive is broken"));
-        };
+    /// Starts entry `name`, dated `secs`, in `z`; `large`: it may pass 4 GiB (a folder's
+    /// mbox), which only a zip64 entry holds.
+    fn start(z: &mut Zip<W>, name: &str, secs: i64, large: bool) -> std::io::Result<()> {
         let opts = SimpleFileOptions::default()
             .compression_method(zip::CompressionMethod::Deflated)
             .compression_level(Some(1))
             .last_modified_time(zip_time(secs))
-            .unix_permissions(0o600);
-        let written = z
-            .start_file(name, opts)
-            .map_err(std::io::Error::other)
-            .and_then(|()| z.write_all(bytes));
+            .unix_permissions(0o600)
+            .large_file(large);
+        z.start_file(name, opts).map_err(std::io::Error::other)
+    }
+
+    /// Adds file `name` of `bytes`, dated `secs`; a failure breaks the archive.
+    fn add(&self, name: &str, bytes: &[u8], secs: i64) -> std::io::Result<()> {
+        let mut guard = self.zip();
+        let State::Ready(z) = &mut *guard else {
+            return Err(std::io::Error::other("the archive is broken"));
+        };
+        let written = Self::start(z, name, secs, false).and_then(|()| z.write_all(bytes));
         if written.is_err() {
-            *guard = None;
+            *guard = State::Done;
         }
         written
+    }
+
+    /// Ends the mbox being written, if any; a failure breaks the archive.
+    fn end_mbox(state: &mut State<W>) -> std::result::Result<(), String> {
+        match std::mem::replace(state, State::Done) {
+            State::Mbox(w, _) => *state = State::Ready(w.finish().map_err(|e| e.to_string())?),
+            other => *state = other,
+        }
+        Ok(())
+    }
+
+    /// The archive with `folder`'s mbox as its open entry: the one being written, or a new
+    /// one started after the mbox before it is ended (the restore writes a folder at a
+    /// time, after opening them all). A failure breaks the archive.
+    fn mbox_of<'g>(
+        &self,
+        guard: &'g mut MutexGuard<'_, State<W>>,
+        folder: &ZipFolder,
+    ) -> Result<&'g mut MboxWriter<Zip<W>>> {
+        let broken = |e: String| Error::not_restored(&folder.dir, e);
+        if !matches!(**guard, State::Mbox(_, n) if n == folder.number) {
+            Self::end_mbox(guard).map_err(broken)?;
+            let State::Ready(mut z) = std::mem::replace(&mut **guard, State::Done) else {
+                return Err(broken("the archive is broken".into()));
+            };
+            Self::start(&mut z, &folder.dir, crate::now_unix(), true)
+                .map_err(|e| broken(e.to_string()))?;
+            let w = (MboxWriter::new(z).declare_keywords(1, &folder.keywords))
+                .map_err(|e| broken(e.to_string()))?;
+            folder
+                .started
+                .store(true, std::sync::atomic::Ordering::Relaxed);
+            **guard = State::Mbox(w, folder.number);
+        }
+        match &mut **guard {
+            State::Mbox(w, _) => Ok(w),
+            _ => Err(broken("the archive is broken".into())),
+        }
+    }
+
+    /// Writes `msg` into the folder's mbox; a failed write breaks the archive.
+    fn write_mbox(&self, folder: &ZipFolder, msg: &Message) -> Result<Outcome> {
+        let mut guard = self.zip();
+        let w = self.mbox_of(&mut guard, folder)?;
+        let key = String::from_utf8_lossy(&msg.entry.key);
+        match w.write(msg.data, &mail_meta(msg.meta), None) {
+            Ok(written) => {
+                if written.lossy {
+                    tracing::warn!(
+                        "{}: message {key}: an mbox reader does not read it back exactly",
+                        folder.dir
+                    );
+                }
+                Ok(Outcome::Written { bytes: written.len })
+            }
+            Err(crate::mail::MailError::Io { source, .. }) => {
+                *guard = State::Done;
+                Err(Error::not_restored(folder.dir.clone(), source.to_string()))
+            }
+            Err(e) => Err(Error::not_restored(
+                format!("{}: message {key}", folder.dir),
+                e.to_string(),
+            )),
+        }
     }
 }
 
@@ -129,14 +233,27 @@ impl<W: Write + Send> Target for ZipStream<W> {
             dir.push_str(&component(&String::from_utf8_lossy(&p)));
             dir.push('/');
         }
+        let mut keywords = Vec::new();
+        if self.mboxes {
+            // `<account>/Archive/2023/` becomes the entry `<account>/Archive/2023.mbox`.
+            dir.pop();
+            dir.push_str(".mbox");
+            keywords = folder_keywords(info);
+        }
         Ok(ZipFolder {
             dir,
             names: Mutex::new(EmlNames::new()),
             entries: Mutex::new(Vec::new()),
+            number: (self.folders).fetch_add(1, std::sync::atomic::Ordering::Relaxed),
+            keywords,
+            started: Default::default(),
         })
     }
 
     fn write(&self, folder: &ZipFolder, msg: &Message) -> Result<Outcome> {
+        if self.mboxes {
+            return self.write_mbox(folder, msg);
+        }
         let name = crate::repo::lock(&folder.names).name(msg.meta.internal_date.secs, msg.data);
         let path = format!("{}{name}", folder.dir);
         self.add(&path, msg.data, msg.meta.internal_date.secs)
@@ -151,6 +268,15 @@ impl<W: Write + Send> Target for ZipStream<W> {
     }
 
     fn finish_folder(&self, folder: ZipFolder, failures: &super::RestoreFailures) {
+        if self.mboxes {
+            // A folder without messages is an empty mbox: the tree keeps it.
+            if !folder.started.load(std::sync::atomic::Ordering::Relaxed) {
+                if let Err(e) = self.mbox_of(&mut self.zip(), &folder) {
+                    failures.add(folder.dir, e.to_string());
+                }
+            }
+            return;
+        }
         let entries = (folder.entries.into_inner()).unwrap_or_else(|p| p.into_inner());
         if entries.is_empty() {
             return;
@@ -163,9 +289,10 @@ impl<W: Write + Send> Target for ZipStream<W> {
     }
 
     fn item(&self, folder: &ZipFolder, item: Item) -> String {
+        let sep = if self.mboxes { ": " } else { "" };
         match item {
-            Item::Message(e) => format!("{}{}", folder.dir, String::from_utf8_lossy(&e.key)),
-            Item::File(name) => format!("{}{}", folder.dir, String::from_utf8_lossy(name)),
+            Item::Message(e) => format!("{}{sep}{}", folder.dir, String::from_utf8_lossy(&e.key)),
+            Item::File(name) => format!("{}{sep}{}", folder.dir, String::from_utf8_lossy(name)),
         }
     }
 }
