@@ -265,6 +265,17 @@ fn dovecot_judge_imap_backup_restores_to_maildir() {
         e.path("accounts").display().to_string(),
     ]);
     e.ok(&args.iter().map(String::as_str).collect::<Vec<_>>());
+    // Issue 27: `keyword:` finds, in the IMAP backup, the messages Dovecot shows with that
+    // keyword (IMAP keywords become the Maildir letters the folder's dovecot-keywords
+    // names), as many as the judge counts.
+    e.ok(&["index"]);
+    for keyword in ["$Forwarded", "$Label1", "Project-X", "$MDNSent", "$NotJunk"] {
+        let q = format!("keyword:{keyword}");
+        let found = e.json(0, &["search", "--limit", "10000", &q]);
+        let want: usize = src.states.iter().map(|s| s.with_keyword(keyword)).sum();
+        assert!(want > 0, "{keyword}: the judge's plan has it");
+        assert_eq!(found["total"], want, "{q}: {found}");
+    }
     let target = empty_mail_root(&e, "restored");
     let mut diffs = Vec::new();
     let mut args = vec![
