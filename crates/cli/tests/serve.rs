@@ -1586,6 +1586,19 @@ fn the_repository_page_and_metrics_show_each_sources_last_backup() {
         text.contains("# TYPE mailvault_serve_sessions gauge\nmailvault_serve_sessions 1"),
         "{text}"
     );
+    // The repository's snapshots and stored bytes, and each source's last duration.
+    assert!(
+        text.contains("\nmailvault_repository_snapshots 2\n"),
+        "{text}"
+    );
+    let data = (text.lines())
+        .find_map(|l| l.strip_prefix("mailvault_repository_stored_bytes{kind=\"data\"} "))
+        .map(|v| v.parse::<u64>().unwrap());
+    assert!(data.is_some_and(|n| n > 0), "{text}");
+    assert!(
+        text.contains("mailvault_source_last_backup_duration_seconds{"),
+        "{text}"
+    );
     // HTTP requests by method, route (the router's pattern) and status.
     let name = "mailvault_serve_http_requests_total";
     for line in [

@@ -29,6 +29,8 @@ pub struct SourceRow {
     pub failed: u64,
     pub messages: u64,
     pub bytes: u64,
+    /// How long the last backup took, in seconds.
+    pub elapsed_secs: f64,
 }
 
 /// What one backup recorded.
@@ -100,6 +102,7 @@ pub fn overview(repo: &Repository, now: i64, stale_after: std::time::Duration) -
             failed: p.failed,
             messages: p.messages,
             bytes: p.bytes,
+            elapsed_secs: p.elapsed_secs,
         })
         .collect();
     Ok(Overview {
@@ -149,13 +152,45 @@ pub fn bar_chart(title: &str, values: &[(String, f64)]) -> Markup {
 /// A gauge per source: its name, help text and value.
 type Gauge = (&'static str, &'static str, fn(&SourceRow) -> f64);
 
-/// Prometheus' text format of the overview: per source, gauges labelled `hostname` and
-/// `source`.
+/// The bytes the repository's packs hold, by kind of blob (message contents, trees), as
+/// its index lists them: no object is listed or read.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Stored {
+    pub data: u64,
+    pub trees: u64,
+}
+
+/// What `repo`'s index says its packs hold.
+pub fn stored(repo: &Repository) -> Stored {
+    use mailvault_core::repo::format::BlobKind;
+    let mut s = Stored::default();
+    for (_, loc) in repo.index().iter() {
+        match loc.kind {
+            BlobKind::Data => s.data += u64::from(loc.stored_len),
+            BlobKind::Tree => s.trees += u64::from(loc.stored_len),
+        }
+    }
+    s
+}
+
+/// Prometheus' text format of the overview: the repository's snapshots and stored bytes,
+/// then per source, gauges labelled `hostname` and `source`.
 /// (`jobs`: the restore jobs kept, by state.)
-pub fn metrics(o: &Overview, sessions: usize, jobs: &[(&str, usize)]) -> String {
+pub fn metrics(o: &Overview, stored: Stored, sessions: usize, jobs: &[(&str, usize)]) -> String {
     use std::fmt::Write as _;
-    let mut out = String::new();
-    let gauges: [Gauge; 6] = [
+    let name = "mailvault_repository_snapshots";
+    let mut out = format!(
+        "# HELP {name} Snapshots in the repository.\n# TYPE {name} gauge\n{name} {}\n",
+        o.snapshots.len()
+    );
+    let name = "mailvault_repository_stored_bytes";
+    let _ = writeln!(
+        out,
+        "# HELP {name} Bytes the repository's packs hold, by kind of blob (its index's count).\n\
+         # TYPE {name} gauge\n{name}{{kind=\"data\"}} {}\n{name}{{kind=\"tree\"}} {}",
+        stored.data, stored.trees
+    );
+    let gauges: [Gauge; 7] = [
         (
             "mailvault_source_snapshots",
             "Snapshots of the source in the repository.",
@@ -180,6 +215,11 @@ pub fn metrics(o: &Overview, sessions: usize, jobs: &[(&str, usize)]) -> String 
             "mailvault_source_last_backup_bytes",
             "Bytes of the messages in the source's last snapshot.",
             |r| r.bytes as f64,
+        ),
+        (
+            "mailvault_source_last_backup_duration_seconds",
+            "How long the source's last backup took.",
+            |r| r.elapsed_secs,
         ),
         (
             "mailvault_source_stale",

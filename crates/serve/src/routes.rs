@@ -425,17 +425,16 @@ async fn metrics(
     let jobs = st.0.jobs.by_state();
     let st2 = st.clone();
     let o = crate::reply::blocking(move || {
-        crate::repository::overview(
-            st2.live()?.repo(),
-            jiff::Timestamp::now().as_second(),
-            st2.0.stale_after,
-        )
+        let live = st2.live()?;
+        let now = jiff::Timestamp::now().as_second();
+        let o = crate::repository::overview(live.repo(), now, st2.0.stale_after)?;
+        Ok((o, crate::repository::stored(live.repo())))
     })
     .await;
     match o {
-        Ok(o) => (
+        Ok((o, stored)) => (
             [(CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")],
-            crate::repository::metrics(&o, sessions, &jobs)
+            crate::repository::metrics(&o, stored, sessions, &jobs)
                 + &st.0.imap.headers.metrics()
                 + &st.0.requests.metrics(),
         )
