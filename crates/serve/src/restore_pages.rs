@@ -126,8 +126,9 @@ async fn start_job(st: &AppState, ctx: &Ctx, r: Request) -> Result<Arc<Job>, Fai
     tracing::info!(job = %job.id, "restore job started");
     let running = job.clone();
     let (st, picked) = (st.clone(), r.picked);
-    st.0.jobs.save();
     tokio::task::spawn_blocking(move || {
+        // Written (and synced) off the async threads, as it starts and as it ends.
+        st.0.jobs.save();
         crate::jobs::run(&running, &live, plan, (&picked, &st.0.folders));
         st.0.jobs.save();
     });
