@@ -201,14 +201,8 @@ pub async fn search_download(
         .collect();
     let cache = st.clone();
     let request = move |repo: &mailvault_core::Repository| {
-        let accounts = crate::read::picked(repo, &cache.0.folders, &places)?;
-        Ok(Request::Picked(mailvault_core::restore::Picked {
-            accounts,
-            owners: Default::default(),
-            label: "search".into(),
-            reads: 0,
-            cache_bytes: Selection::CACHE_BYTES,
-        }))
+        let how = ("search", 0, Selection::CACHE_BYTES);
+        crate::read::picked_request(repo, &cache.0.folders, &places, how)
     };
     let name = format!("search.{}", format.ext());
     let what = ("a search result".to_string(), format, true);

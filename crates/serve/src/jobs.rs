@@ -17,7 +17,7 @@ use crate::restore::Planned;
 use crate::state::lock;
 use crate::state::Live;
 use mailvault_core::report::Progress;
-use mailvault_core::restore::{Picked, Request};
+use mailvault_core::restore::Request;
 use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
@@ -384,13 +384,8 @@ fn request(
     if picked.is_empty() {
         return Ok(Request::Selection(select.clone()));
     }
-    Ok(Request::Picked(Picked {
-        accounts: crate::read::picked(repo, folders, picked)?,
-        owners: Default::default(),
-        label: crate::restore::PICKED.into(),
-        reads: select.reads,
-        cache_bytes: select.cache_bytes,
-    }))
+    let how = (crate::restore::PICKED, select.reads, select.cache_bytes);
+    crate::read::picked_request(repo, folders, picked, how)
 }
 
 /// Runs `plan` for `job` on the repository `live` holds (blocking: the caller's thread

@@ -499,10 +499,30 @@ pub fn message(repo: &Repository, cache: &Mutex<FolderCache>, p: &Place) -> Resu
     })
 }
 
+/// The restore of the messages at `places` (a search's hits, picked), one by one, named
+/// `label` in its report (and an IMAP target's journal), reading `reads` pack spans at
+/// once and keeping `cache_bytes` of shared blobs: see [`picked`].
+pub fn picked_request(
+    repo: &Repository,
+    cache: &Mutex<FolderCache>,
+    places: &[Place],
+    (label, reads, cache_bytes): (&str, usize, usize),
+) -> Result<mailvault_core::restore::Request> {
+    Ok(mailvault_core::restore::Request::Picked(
+        mailvault_core::restore::Picked {
+            accounts: picked(repo, cache, places)?,
+            owners: Default::default(),
+            label: label.to_string(),
+            reads,
+            cache_bytes,
+        },
+    ))
+}
+
 /// The messages at `places` (as a search found them), picked for a restore: per account,
 /// its folders as the snapshots hold them with those messages' entries (each folder listed
 /// once through `cache`, each chunk read once). A place that is gone is an error.
-pub fn picked(
+fn picked(
     repo: &Repository,
     cache: &Mutex<FolderCache>,
     places: &[Place],
