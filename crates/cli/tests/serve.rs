@@ -953,6 +953,11 @@ fn a_whole_account_downloads_as_a_zip_of_its_folders_that_python_reads_back_exac
         );
         put(&mail, dir, &format!("h{i}:2,"), &text);
     }
+    // Two folders whose names differ only in case: one directory on macOS or Windows.
+    for (dir, word) in [(".Work", "upper"), (".work", "lower")] {
+        let text = plain(word, "Fri, 05 Jan 2024 11:00:00 +0000", word);
+        put(&mail, dir, &format!("{word}:2,"), &text);
+    }
     e.ok(&["init"]);
     e.ok(&["backup", &format!("maildir:{}", mail.display())]);
     token_file(&e, 0o600);
@@ -1008,6 +1013,8 @@ fn a_whole_account_downloads_as_a_zip_of_its_folders_that_python_reads_back_exac
         (".&AC4ALgAv-x", "%2E./x"),
         (".&AC8-etc", "%/etc"),
         (".a&ABs-b", "a%1Bb"),
+        (".Work", "Work"),
+        (".work", "work (2)"),
     ] {
         want.insert(format!("{ACCOUNT}/{path}"), folder_files(&e, dir));
     }

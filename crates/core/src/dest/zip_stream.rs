@@ -12,7 +12,11 @@
 //!
 //! The `zip` crate writes the archive (its streaming writer, with data descriptors: no
 //! seeking back). Entry names are made of safe components only: an archive never holds
-//! `..`, an absolute path or a control character, whatever the folder names.
+//! `..`, an absolute path or a control character, whatever the folder names. Two accounts
+//! or folders whose places would be the same, also when only their case differs (`Work`
+//! and `work`: one directory once unpacked on macOS or Windows), never share one: the
+//! later gets ` (2)`, ` (3)`… after its last component ([`Places`]), so nothing is merged
+//! or overwritten when the archive is unpacked.
 
 use super::mbox::{folder_keywords, folder_parts, mail_meta};
 use super::{AccountInfo, Caps, FolderInfo, Item, Message, Outcome, Target};
@@ -33,6 +37,26 @@ pub struct ZipStream<W: Write + Send> {
     mboxes: bool,
     /// Folders opened so far.
     folders: std::sync::atomic::AtomicUsize,
+    places: Places,
+}
+
+/// The accounts' and folders' places in the archive so far, lowercased.
+#[derive(Default)]
+struct Places(Mutex<std::collections::HashSet<String>>);
+
+impl Places {
+    /// `base` followed by `end` (`/` for a directory, `.mbox` for a file) when no place
+    /// taken so far is it, whatever the case; else the first free `base (n)` + `end`.
+    fn claim(&self, base: &str, end: &str) -> String {
+        let mut taken = crate::repo::lock(&self.0);
+        (1..)
+            .map(|n| match n {
+                1 => format!("{base}{end}"),
+                n => format!("{base} ({n}){end}"),
+            })
+            .find(|place| taken.insert(place.to_lowercase()))
+            .expect("a free place")
+    }
 }
 
 enum State<W: Write> {
@@ -65,6 +89,7 @@ impl<W: Write + Send> ZipStream<W> {
             zip: Mutex::new(State::Ready(ZipWriter::new_stream(out))),
             mboxes: false,
             folders: Default::default(),
+            places: Places::default(),
         }
     }
 
@@ -224,22 +249,22 @@ impl<W: Write + Send> Target for ZipStream<W> {
     }
 
     fn open_account(&self, info: &AccountInfo) -> Result<String> {
-        Ok(component(&info.account.name))
+        let dir = self.places.claim(&component(&info.account.name), "/");
+        Ok(dir.trim_end_matches('/').to_string())
     }
 
     fn open_folder(&self, account: &String, info: &FolderInfo) -> Result<ZipFolder> {
-        let mut dir = format!("{account}/");
+        let mut base = account.clone();
         for p in folder_parts(info.name, Tree::Eml) {
-            dir.push_str(&component(&String::from_utf8_lossy(&p)));
-            dir.push('/');
+            base.push('/');
+            base.push_str(&component(&String::from_utf8_lossy(&p)));
         }
-        let mut keywords = Vec::new();
-        if self.mboxes {
-            // `<account>/Archive/2023/` becomes the entry `<account>/Archive/2023.mbox`.
-            dir.pop();
-            dir.push_str(".mbox");
-            keywords = folder_keywords(info);
-        }
+        // `<account>/Archive/2023/`, or as an mbox the entry `<account>/Archive/2023.mbox`.
+        let (end, keywords) = match self.mboxes {
+            true => (".mbox", folder_keywords(info)),
+            false => ("/", Vec::new()),
+        };
+        let dir = self.places.claim(&base, end);
         Ok(ZipFolder {
             dir,
             names: Mutex::new(EmlNames::new()),
@@ -308,6 +333,17 @@ mod tests {
         assert_eq!(component("a/../b"), "a_.._b");
         assert_eq!(component("x\u{1b}y"), "x_y");
         assert_eq!(component(""), "_");
+    }
+
+    #[test]
+    fn places_that_differ_only_in_case_are_told_apart() {
+        let p = Places::default();
+        assert_eq!(p.claim("a/Work", "/"), "a/Work/");
+        assert_eq!(p.claim("a/work", "/"), "a/work (2)/");
+        assert_eq!(p.claim("a/WORK", "/"), "a/WORK (3)/");
+        assert_eq!(p.claim("a/work", ".mbox"), "a/work.mbox");
+        assert_eq!(p.claim("a/Work", ".mbox"), "a/Work (2).mbox");
+        assert_eq!(p.claim("b/work", "/"), "b/work/");
     }
 
     #[test]
