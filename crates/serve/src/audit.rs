@@ -34,10 +34,11 @@ const MAX_PENDING: usize = 100_000;
 /// A route's detail is cut to this many characters.
 const MAX_DETAIL: usize = 1000;
 
-/// The events not written yet.
+/// The events not written yet, and what is known of those written.
 #[derive(Default)]
 pub struct AuditLog {
     pending: Mutex<Pending>,
+    written: Mutex<crate::audit_read::Written>,
 }
 
 #[derive(Default)]
@@ -125,6 +126,8 @@ pub fn given_name(name: Option<&str>) -> String {
 /// Writes what is pending to the repository (blocking); kept for the next try when it
 /// cannot be written.
 pub fn flush(st: &AppState) {
+    // Held from taking the events to knowing them written: a page shows each once.
+    let mut known = lock(&st.0.audit.written);
     let Some(record) = st.0.audit.take() else {
         return;
     };
@@ -132,7 +135,10 @@ pub fn flush(st: &AppState) {
         .live()
         .and_then(|live| mailvault_core::repo::audit::write(live.repo(), &record));
     match written {
-        Ok(path) => tracing::debug!("{} audit events written to {path}", record.events.len()),
+        Ok(path) => {
+            tracing::debug!("{} audit events written to {path}", record.events.len());
+            known.wrote(path, record);
+        }
         Err(e) => {
             tracing::error!("the audit log could not be written (kept for the next try): {e}");
             st.0.audit.put_back(record);
@@ -235,30 +241,20 @@ async fn log_page(st: &AppState, ctx: &Ctx, page: usize) -> Result<LogPage, Fail
     }
     let st = st.clone();
     crate::reply::blocking(move || {
-        let (records, warnings) = mailvault_core::repo::audit::records(st.live()?.repo())?;
-        let written = (records.into_iter()).flat_map(|(_, r)| r.events);
-        let mut all: Vec<Shown> = (written.map(|event| Shown {
-            event,
-            written: true,
-        }))
-        .chain((st.0.audit.pending().into_iter()).map(|event| Shown {
-            event,
-            written: false,
-        }))
-        .collect();
-        // Newest first; the order they happened in among equal times.
-        all.reverse();
-        all.sort_by_key(|s| std::cmp::Reverse(s.event.time));
-        let total = all.len();
-        let pages = total.div_ceil(PAGE).max(1);
-        let page = page.clamp(1, pages);
-        let events = all.into_iter().skip((page - 1) * PAGE).take(PAGE).collect();
+        let live = st.live()?;
+        // Under the lock a write holds from taking pending events to knowing them written.
+        let mut known = lock(&st.0.audit.written);
+        let pending = st.0.audit.pending();
+        let found = known.page(live.repo(), pending, page, PAGE, crate::audit_read::RELIST)?;
+        let events = (found.events.into_iter())
+            .map(|(event, written)| Shown { event, written })
+            .collect();
         Ok(LogPage {
             events,
-            total,
-            page,
-            pages,
-            warnings,
+            total: found.total,
+            page: found.page,
+            pages: found.pages,
+            warnings: found.warnings,
         })
     })
     .await

@@ -15,6 +15,7 @@
 
 mod api;
 mod audit;
+mod audit_read;
 mod auth;
 mod download;
 mod headers;

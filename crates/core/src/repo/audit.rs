@@ -78,23 +78,36 @@ pub fn records(repo: &Repository) -> Result<Records> {
     let mut out = Vec::new();
     let mut warnings = Vec::new();
     for f in repo.store().list(AUDIT_DIR)? {
-        let rec = file_id(&f.path)
-            .and_then(|_| repo.store().get(&f.path))
-            .and_then(|sealed| repo.open_named(Named::Audit, &f.path, sealed))
-            .and_then(|plain| {
-                serde_json::from_slice::<AuditRecord>(&plain)
-                    .map_err(|e| Error::corrupt(&f.path, format!("not an audit record: {e}")))
-            });
-        match rec {
+        match read(repo, &f.path) {
             Ok(r) => out.push((f.path, r)),
-            Err(e) => warnings.push(format!(
-                "{}: cannot be read ({e}): audit events may be missing",
-                f.path
-            )),
+            Err(e) => warnings.push(unreadable(&f.path, &e)),
         }
     }
     out.sort_by_key(|(path, r)| (r.written, path.clone()));
     Ok((out, warnings))
+}
+
+/// The paths of the audit records, in no order.
+pub fn paths(repo: &Repository) -> Result<Vec<String>> {
+    Ok((repo.store().list(AUDIT_DIR)?.into_iter())
+        .map(|f| f.path)
+        .collect())
+}
+
+/// The audit record at `path` (one of [`paths`]), opened and checked.
+pub fn read(repo: &Repository, path: &str) -> Result<AuditRecord> {
+    file_id(path)
+        .and_then(|_| repo.store().get(path))
+        .and_then(|sealed| repo.open_named(Named::Audit, path, sealed))
+        .and_then(|plain| {
+            serde_json::from_slice::<AuditRecord>(&plain)
+                .map_err(|e| Error::corrupt(path, format!("not an audit record: {e}")))
+        })
+}
+
+/// The warning for record `path` that did not open with `e`.
+pub fn unreadable(path: &str, e: &Error) -> String {
+    format!("{path}: cannot be read ({e}): audit events may be missing")
 }
 
 #[cfg(test)]
