@@ -92,7 +92,7 @@ pub async fn snapshots(
     let live = reply::live(&st).await?;
     let sees = ctx.session.sees().map(<[String]>::to_vec);
     Ok(Json(
-        blocking(move || read::snapshots(live.repo(), sees.as_deref())).await?,
+        blocking(move || read::snapshots(live.repo(), sees.as_deref(), &st.0.held)).await?,
     ))
 }
 
@@ -108,7 +108,7 @@ pub async fn accounts(
     let sees = ctx.session.sees().map(<[String]>::to_vec);
     let (snapshot, accounts) = blocking(move || {
         Ok((
-            read::snapshot(live.repo(), &q.snapshot, sees.as_deref())?,
+            read::snapshot(live.repo(), &q.snapshot, sees.as_deref(), &st.0.held)?,
             read::accounts(live.repo(), &q.snapshot, sees.as_deref())?,
         ))
     })

@@ -169,12 +169,13 @@ impl Written {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use mailvault_core::repo::crypto::KdfParams;
     use mailvault_core::repo::InitOptions;
 
-    fn repository(dir: &std::path::Path) -> Repository {
+    /// A new repository in `dir`, with the cheapest key derivation.
+    pub(crate) fn repository(dir: &std::path::Path) -> Repository {
         let opts = InitOptions {
             kdf: KdfParams {
                 m_cost: 64,

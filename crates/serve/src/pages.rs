@@ -42,7 +42,7 @@ pub async fn icon() -> Response {
 pub async fn snapshots(State(st): State<AppState>, Extension(ctx): Extension<Ctx>) -> Page {
     let live = reply::live(&st).await?;
     let sees = ctx.session.sees().map(<[String]>::to_vec);
-    let list = blocking(move || read::snapshots(live.repo(), sees.as_deref())).await?;
+    let list = blocking(move || read::snapshots(live.repo(), sees.as_deref(), &st.0.held)).await?;
     let admin = ctx.session.user.is_none();
     let body = html! {
         @if admin { p { a href="/repository" { "Repository: the last backup of each source, and charts" }
@@ -96,7 +96,7 @@ pub async fn accounts(
     );
     let (snap, list) = blocking(move || {
         Ok((
-            read::snapshot(live.repo(), &id, sees.as_deref())?,
+            read::snapshot(live.repo(), &id, sees.as_deref(), &st.0.held)?,
             read::accounts(live.repo(), &id, sees.as_deref())?,
         ))
     })
@@ -126,7 +126,7 @@ pub async fn folders(
     let sees = ctx.session.sees().map(<[String]>::to_vec);
     let (snap, view) = blocking(move || {
         Ok((
-            read::snapshot(live.repo(), &id, sees.as_deref())?,
+            read::snapshot(live.repo(), &id, sees.as_deref(), &st.0.held)?,
             crate::home::account(live.repo(), &id, &account)?,
         ))
     })

@@ -55,20 +55,40 @@ pub fn check_snapshot_id(id: &str) -> Result<()> {
     }
 }
 
+/// What each snapshot holds of the accounts mail users have looked for: (root tree,
+/// account) to its (messages, bytes), `None` where the snapshot does not hold it. Root
+/// trees never change, so a mail user's snapshot list reads each root tree once, not at
+/// every view (a thousand snapshots of a thousand accounts were a thousand root trees
+/// read per view). Cleared when it grows past [`HELD_MAX`] entries.
+#[derive(Default)]
+pub struct Held(Mutex<std::collections::HashMap<(Id, String), Counts>>);
+
+/// An account's (messages, bytes) in a snapshot, `None` where it is not in it.
+type Counts = Option<(u64, u64)>;
+
+/// Entries [`Held`] keeps at most (about 100 bytes each).
+const HELD_MAX: usize = 200_000;
+
 /// Every snapshot, newest first; for a mail user (`sees`: their accounts), only those that
-/// hold one of their accounts, counted as those accounts alone (its root tree read).
-pub fn snapshots(repo: &Repository, sees: Option<&[String]>) -> Result<Vec<SnapRow>> {
+/// hold one of their accounts, counted as those accounts alone (its root tree read, or
+/// known from `held`).
+pub fn snapshots(repo: &Repository, sees: Option<&[String]>, held: &Held) -> Result<Vec<SnapRow>> {
     let mut list = repo.snapshots()?.list;
     list.sort_by_key(|s| std::cmp::Reverse((s.time, s.time_nanos)));
-    let rows = list.iter().map(|s| row_for(repo, s, sees));
+    let rows = list.iter().map(|s| row_for(repo, s, sees, held));
     rows.filter_map(Result::transpose).collect()
 }
 
 /// Snapshot `id` (a unique prefix), as [`snapshots`] shows it to `sees`.
-pub fn snapshot(repo: &Repository, id: &str, sees: Option<&[String]>) -> Result<SnapRow> {
+pub fn snapshot(
+    repo: &Repository,
+    id: &str,
+    sees: Option<&[String]>,
+    held: &Held,
+) -> Result<SnapRow> {
     check_snapshot_id(id)?;
     let s = repo.find_snapshot(&id.to_ascii_lowercase())?;
-    row_for(repo, &s, sees)?.ok_or_else(|| Error::NotFound(format!("no snapshot {id}")))
+    row_for(repo, &s, sees, held)?.ok_or_else(|| Error::NotFound(format!("no snapshot {id}")))
 }
 
 /// The row of snapshot `s` for the accounts `sees` (`None`: the admin, who sees it
@@ -77,20 +97,43 @@ fn row_for(
     repo: &Repository,
     s: &mailvault_core::repo::snapshot::Snapshot,
     sees: Option<&[String]>,
+    held: &Held,
 ) -> Result<Option<SnapRow>> {
     let mut row = SnapRow::of(s);
     let Some(sees) = sees else {
         return Ok(Some(row));
     };
-    let root: RootTree = repo.read_tree(&s.root)?;
-    let held = root.accounts.iter().filter(|a| sees.contains(&a.name));
+    // A statement of its own: the lock is let go before the tree is read.
+    let known: Option<Vec<Counts>> = {
+        let h = lock(&held.0);
+        (sees.iter())
+            .map(|a| h.get(&(s.root, a.clone())).copied())
+            .collect()
+    };
+    let counts = match known {
+        Some(c) => c,
+        None => {
+            let root: RootTree = repo.read_tree(&s.root)?;
+            let counts: Vec<Counts> = (sees.iter())
+                .map(|name| {
+                    let a = root.accounts.iter().find(|a| a.name == *name);
+                    a.map(|a| (a.messages, a.bytes))
+                })
+                .collect();
+            let mut h = lock(&held.0);
+            if h.len() + sees.len() > HELD_MAX {
+                h.clear();
+            }
+            for (name, c) in sees.iter().zip(&counts) {
+                h.insert((s.root, name.clone()), *c);
+            }
+            counts
+        }
+    };
     (row.accounts, row.messages, row.bytes) = (0, 0, 0);
-    for a in held {
-        (row.accounts, row.messages, row.bytes) = (
-            row.accounts + 1,
-            row.messages + a.messages,
-            row.bytes + a.bytes,
-        );
+    for (messages, bytes) in counts.into_iter().flatten() {
+        (row.accounts, row.messages, row.bytes) =
+            (row.accounts + 1, row.messages + messages, row.bytes + bytes);
     }
     Ok((row.accounts > 0).then_some(row))
 }
@@ -822,6 +865,43 @@ mod tests {
         assert_eq!(at(0), [0, 1]);
         assert_eq!(page_of(9, 0..9, 9, 2).1.page, 5);
         assert_eq!(page_of(0, 0..0, 1, 2).1.pages, 1);
+    }
+
+    #[test]
+    fn a_mail_users_counts_come_from_what_is_held_once_known() {
+        let dir = tempfile::tempdir().unwrap();
+        let repo = crate::audit_read::tests::repository(dir.path());
+        // A snapshot whose root tree is not in the repository: reading it fails.
+        let root = Id([0xab; 32]);
+        let s = Snapshot {
+            id: Id([1; 32]),
+            version: 2,
+            time: 1_700_000_000,
+            time_nanos: 0,
+            hostname: "h".into(),
+            source: "maildir:/m".into(),
+            tags: Vec::new(),
+            parent: None,
+            root,
+            summary: Default::default(),
+            original: None,
+            started: None,
+        };
+        let held = Held::default();
+        let bob = ["bob@example.org".to_string()];
+        assert!(row_for(&repo, &s, Some(&bob), &held).is_err());
+        assert!(
+            row_for(&repo, &s, None, &held).unwrap().is_some(),
+            "the admin's"
+        );
+        lock(&held.0).insert((root, bob[0].clone()), Some((3, 300)));
+        let row = row_for(&repo, &s, Some(&bob), &held).unwrap().unwrap();
+        assert_eq!((row.accounts, row.messages, row.bytes), (1, 3, 300));
+        lock(&held.0).insert((root, bob[0].clone()), None);
+        assert!(row_for(&repo, &s, Some(&bob), &held).unwrap().is_none());
+        // Another account not known yet: the tree is read again.
+        let both = [bob[0].clone(), "carol@example.org".to_string()];
+        assert!(row_for(&repo, &s, Some(&both), &held).is_err());
     }
 
     #[test]

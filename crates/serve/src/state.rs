@@ -106,6 +106,8 @@ pub struct Inner {
     pub trusted_proxies: Vec<std::net::IpAddr>,
     /// The sorted messages of the folders paged through last.
     pub folders: Mutex<crate::read::FolderCache>,
+    /// What each snapshot holds of the accounts mail users see.
+    pub held: crate::read::Held,
     /// What the IMAP view's sessions share (its header cache, the mailboxes opened last).
     pub imap: crate::imap::Shared,
     /// Where restores may go (`--restore-imap`, `--restore-dir`).
@@ -163,6 +165,7 @@ impl AppState {
             secure,
             trusted_proxies,
             folders: Mutex::new(Default::default()),
+            held: Default::default(),
             imap: Default::default(),
             restore,
             jobs,
