@@ -291,17 +291,9 @@ fn script(name: &str, args: &[&str]) -> Value {
     let path = Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("tests/imap_view")
         .join(name);
-    let o = Command::new("python3")
-        .arg(path)
-        .args(args)
-        .output()
-        .unwrap();
-    assert!(
-        o.status.success(),
-        "{name} failed:\n{}",
-        String::from_utf8_lossy(&o.stderr)
-    );
-    serde_json::from_slice(&o.stdout).unwrap()
+    let mut all = vec![path_str(&path)];
+    all.extend(args);
+    serde_json::from_slice(&common::python(&all)).unwrap()
 }
 
 fn path_str(p: &Path) -> &str {

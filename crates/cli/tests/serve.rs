@@ -761,22 +761,14 @@ fn a_folder_downloads_as_an_mbox_that_python_and_our_reader_read_back_exactly() 
     // Python's mailbox reads the same messages and flags.
     let file = e.path("INBOX.mbox");
     fs::write(&file, &data).unwrap();
-    let out = std::process::Command::new("python3")
-        .args([
-            "-c",
-            "import mailbox, json, sys\n\
-             print(json.dumps(sorted([m['subject'], 'R' in m.get_flags()] \
-             for m in mailbox.mbox(sys.argv[1], create=False))))",
-        ])
-        .arg(&file)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let py: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let out = common::python(&[
+        "-c",
+        "import mailbox, json, sys\n\
+         print(json.dumps(sorted([m['subject'], 'R' in m.get_flags()] \
+         for m in mailbox.mbox(sys.argv[1], create=False))))",
+        file.to_str().unwrap(),
+    ]);
+    let py: Value = serde_json::from_slice(&out).unwrap();
     let mut want: Vec<Value> = (subject_seen.iter())
         .map(|(s, seen)| serde_json::json!([s, seen]))
         .collect();
@@ -818,20 +810,12 @@ fn a_folder_downloads_as_an_mbox_that_python_and_our_reader_read_back_exactly() 
 #[test]
 fn a_folder_and_a_search_download_as_a_zip_of_eml_that_python_reads_back_exactly() {
     let (e, s, me, id) = serving();
-    let r = s.get(
-        &q(
-            "/api/v1/folder/zip",
-            &[("snapshot", &id), ("account", ACCOUNT), ("folder", "INBOX")],
-        ),
-        Some(&me),
-    );
-    assert_eq!(r.status(), StatusCode::OK);
-    assert_eq!(r.headers()[CONTENT_TYPE], "application/zip");
-    assert_eq!(
-        r.headers()["content-disposition"],
-        "attachment; filename=\"INBOX.zip\""
-    );
-    let entries = zip_entries(&e.path("INBOX.zip"), &r.bytes().unwrap());
+    let folder = [
+        ("snapshot", &id[..]),
+        ("account", ACCOUNT),
+        ("folder", "INBOX"),
+    ];
+    let entries = zip_download(&e, &s, &me, &q("/api/v1/folder/zip", &folder), "INBOX.zip");
     let prefix = format!("{ACCOUNT}/INBOX/");
     let mut got = Vec::new();
     for (name, bytes) in &entries {
@@ -865,14 +849,7 @@ fn a_folder_and_a_search_download_as_a_zip_of_eml_that_python_reads_back_exactly
     assert_eq!(names.len(), 2, "{names:?}");
     assert!(names.iter().all(|n| n.starts_with(&prefix)), "{names:?}");
     assert_eq!(
-        s.get(
-            &q(
-                "/api/v1/folder/tar",
-                &[("snapshot", &id), ("account", ACCOUNT), ("folder", "INBOX")]
-            ),
-            Some(&me)
-        )
-        .status(),
+        s.get(&q("/api/v1/folder/tar", &folder), Some(&me)).status(),
         StatusCode::NOT_FOUND
     );
 }
@@ -891,6 +868,25 @@ fn start_tls(e: &Env, cert: &str, key: &str) -> Server {
     start(e, &flags)
 }
 
+/// The zip at `path` as `me` downloads it: answered `200 OK` as `application/zip` named
+/// `name`, read back by Python's `zipfile` (saved in `e` as `name`).
+fn zip_download(
+    e: &Env,
+    s: &Server,
+    me: &Session,
+    path: &str,
+    name: &str,
+) -> std::collections::BTreeMap<String, Vec<u8>> {
+    let r = s.get(path, Some(me));
+    assert_eq!(r.status(), StatusCode::OK, "{path}");
+    assert_eq!(r.headers()[CONTENT_TYPE], "application/zip");
+    assert_eq!(
+        r.headers()["content-disposition"],
+        format!("attachment; filename=\"{name}\"").as_str()
+    );
+    zip_entries(&e.path(name), &r.bytes().unwrap())
+}
+
 /// The `.eml` entries of an archive listing.
 fn got_len(entries: &std::collections::BTreeMap<String, Vec<u8>>) -> usize {
     entries.keys().filter(|n| n.ends_with(".eml")).count()
@@ -900,23 +896,15 @@ fn got_len(entries: &std::collections::BTreeMap<String, Vec<u8>>) -> usize {
 /// to `file` first: name to bytes.
 fn zip_entries(file: &std::path::Path, data: &[u8]) -> std::collections::BTreeMap<String, Vec<u8>> {
     fs::write(file, data).unwrap();
-    let out = std::process::Command::new("python3")
-        .args([
-            "-c",
-            "import zipfile, json, sys\n\
-             z = zipfile.ZipFile(sys.argv[1])\n\
-             assert z.testzip() is None\n\
-             print(json.dumps({n: z.read(n).hex() for n in z.namelist()}))",
-        ])
-        .arg(file)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let entries: serde_json::Map<String, Value> = serde_json::from_slice(&out.stdout).unwrap();
+    let out = common::python(&[
+        "-c",
+        "import zipfile, json, sys\n\
+         z = zipfile.ZipFile(sys.argv[1])\n\
+         assert z.testzip() is None\n\
+         print(json.dumps({n: z.read(n).hex() for n in z.namelist()}))",
+        file.to_str().unwrap(),
+    ]);
+    let entries: serde_json::Map<String, Value> = serde_json::from_slice(&out).unwrap();
     (entries.into_iter())
         .map(|(name, hex)| {
             let hex = hex.as_str().unwrap();
@@ -968,14 +956,8 @@ fn a_whole_account_downloads_as_a_zip_of_its_folders_that_python_reads_back_exac
         .unwrap()
         .to_string();
     let account = [("snapshot", &id[..]), ("account", ACCOUNT)];
-    let r = s.get(&q("/api/v1/account/zip", &account), Some(&me));
-    assert_eq!(r.status(), StatusCode::OK);
-    assert_eq!(r.headers()[CONTENT_TYPE], "application/zip");
-    assert_eq!(
-        r.headers()["content-disposition"],
-        "attachment; filename=\"alice_example.org.zip\""
-    );
-    let entries = zip_entries(&e.path("account.zip"), &r.bytes().unwrap());
+    let zip = |path: &str, name: &str| zip_download(&e, &s, &me, &q(path, &account), name);
+    let entries = zip("/api/v1/account/zip", "alice_example.org.zip");
     // Each entry's directory: the hashes of its `.eml` files, and its sidecar's lines.
     let mut dirs: std::collections::BTreeMap<String, Vec<(usize, blake3::Hash)>> =
         Default::default();
@@ -1020,13 +1002,7 @@ fn a_whole_account_downloads_as_a_zip_of_its_folders_that_python_reads_back_exac
     }
     assert_eq!(dirs, want);
     // An mbox per folder, at the same place: each one's messages byte for byte.
-    let r = s.get(&q("/api/v1/account/mbox.zip", &account), Some(&me));
-    assert_eq!(r.status(), StatusCode::OK, "{:?}", r.text());
-    assert_eq!(
-        r.headers()["content-disposition"],
-        "attachment; filename=\"alice_example.org.mbox.zip\""
-    );
-    let mboxes = zip_entries(&e.path("account.mbox.zip"), &r.bytes().unwrap());
+    let mboxes = zip("/api/v1/account/mbox.zip", "alice_example.org.mbox.zip");
     let mut got = std::collections::BTreeMap::new();
     for (name, bytes) in &mboxes {
         let mut msgs: Vec<_> = mailvault_core::mail::MboxReader::new(&bytes[..])
@@ -1040,12 +1016,7 @@ fn a_whole_account_downloads_as_a_zip_of_its_folders_that_python_reads_back_exac
     }
     assert_eq!(got, want);
     // The page route gives the same download, and the account page links to it.
-    let r = s.get(&q("/account/zip", &account), Some(&me));
-    assert_eq!(r.status(), StatusCode::OK);
-    assert_eq!(
-        zip_entries(&e.path("page.zip"), &r.bytes().unwrap()),
-        entries
-    );
+    assert_eq!(zip("/account/zip", "alice_example.org.zip"), entries);
     let page = s.page(&q("/account", &account), &me);
     assert!(
         page.contains("/account/zip?") && page.contains("/account/mbox.zip?"),

@@ -250,17 +250,13 @@ fn the_imap_views_logins_and_opened_mailboxes_are_recorded() {
         assert m.select('INBOX', readonly=True)[0] == 'OK'\n\
         assert m.select('Nope', readonly=True)[0] == 'NO'\n\
         m.logout()\n";
-    let out = std::process::Command::new("python3")
-        .args(["-c", script, &s.imap_port.to_string()])
-        .arg(format!("\"{ACCOUNT}*admin\""))
-        .arg(common::serve::TOKEN)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    common::python(&[
+        "-c",
+        script,
+        &s.imap_port.to_string(),
+        &format!("\"{ACCOUNT}*admin\""),
+        common::serve::TOKEN,
+    ]);
     let admin = s.session();
     let log = written_log(&s, &admin);
     assert!(has(&log, "admin", "imap login failed", ACCOUNT), "{log:#?}");

@@ -266,6 +266,21 @@ pub fn maildir_message(root: &Path, account: &str, dir: &str, name: &str, data: 
     write_msg(&maildir.join(dir), "cur", name, data);
 }
 
+/// Runs `python3` with `args` (an independent reader: `mailbox`, `zipfile`, `imaplib`),
+/// which must succeed (its standard error shown when it does not); its standard output.
+pub fn python<S: AsRef<std::ffi::OsStr>>(args: &[S]) -> Vec<u8> {
+    let out = std::process::Command::new("python3")
+        .args(args)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "python3 failed:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out.stdout
+}
+
 /// Writes message file `name` into `sub` (`cur`, `new`) of the Maildir folder directory
 /// `folder` (made with its `cur`, `new` and `tmp`); its path.
 pub fn write_msg(folder: &Path, sub: &str, name: &str, data: &[u8]) -> PathBuf {
