@@ -15,7 +15,7 @@
 //! `..`, an absolute path or a control character, whatever the folder names. Two accounts
 //! or folders whose places would be the same, also when only their case differs (`Work`
 //! and `work`: one directory once unpacked on macOS or Windows), never share one: the
-//! later gets ` (2)`, ` (3)`… after its last component ([`Places`]), so nothing is merged
+//! later gets ` (2)`, ` (3)`… after its last component, so nothing is merged
 //! or overwritten when the archive is unpacked.
 
 use super::mbox::{folder_keywords, folder_parts, mail_meta};
