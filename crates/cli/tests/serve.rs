@@ -1627,6 +1627,35 @@ fn a_message_deleted_later_is_marked_deleted_since_the_first_snapshot_without_it
     assert!(s
         .page(&q("/message", &at("old")), &me)
         .contains("still there"));
+    // Every snapshot's hits as a zip: the deleted message from the older snapshot, the
+    // rest from the newer, one directory for the account, INBOX twice told apart, each
+    // with its own sidecar (two in one place broke the archive).
+    let all = [("q", "from:bob"), ("scope", "all")];
+    let entries = zip_download(&e, &s, &me, &q("/api/v1/search/zip", &all), "search.zip");
+    let mut dirs: std::collections::BTreeMap<&str, (usize, usize)> = Default::default();
+    for (name, bytes) in &entries {
+        let (dir, file) = name.rsplit_once('/').unwrap();
+        let d = dirs.entry(dir).or_default();
+        match file.ends_with(".eml") {
+            true => d.0 += 1,
+            false => {
+                d.1 += mailvault_core::mail::Sidecar::parse(bytes)
+                    .unwrap()
+                    .entries
+                    .len()
+            }
+        }
+    }
+    let want = [("Archive", 1), ("INBOX", 1), ("INBOX (2)", 1)];
+    let want: std::collections::BTreeMap<String, (usize, usize)> = (want.iter())
+        .map(|(f, n)| (format!("{ACCOUNT}/{f}"), (*n, *n)))
+        .collect();
+    let got: std::collections::BTreeMap<String, (usize, usize)> = (dirs.into_iter())
+        .map(|(d, n)| (d.to_string(), n))
+        .collect();
+    assert_eq!(got, want);
+    let zebra = (entries.values()).filter(|b| b.windows(11).any(|w| w == b"zebraquartz"));
+    assert_eq!(zebra.count(), 1);
 }
 
 /// Issue 28: "deleted since" in a folder's list: on the folder's page of an older snapshot

@@ -16,7 +16,8 @@
 //! or folders whose places would be the same, also when only their case differs (`Work`
 //! and `work`: one directory once unpacked on macOS or Windows), never share one: the
 //! later gets ` (2)`, ` (3)`… after its last component, so nothing is merged
-//! or overwritten when the archive is unpacked.
+//! or overwritten when the archive is unpacked. So does a folder met twice (a search's
+//! hits in two snapshots of one account: two folders, each with its sidecar).
 
 use super::mbox::{folder_keywords, folder_parts, mail_meta};
 use super::{AccountInfo, Caps, FolderInfo, Item, Message, Outcome, Target};
