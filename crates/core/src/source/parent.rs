@@ -8,6 +8,12 @@
 //! its entries took some 400 bytes a message). An entry is read from its chunk when it
 //! is looked up, a few chunks of them kept at a time: the keys of a folder's listing are
 //! looked up in key order, the chunks' order, so each chunk is read about once.
+//!
+//! When the folder being backed up is the only one of the account's that is listed (the
+//! others kept unread: a message delivered to one folder, the common nightly change), a
+//! key not in it can be in no folder the lookup would search, and the keys are not read at
+//! all: the lookup walks the folder's own chunks alongside its listing ([`Walk`]), so each
+//! chunk is read once, not twice (once for its keys, once for its entries).
 
 use super::Failures;
 use crate::error::Result;
@@ -51,6 +57,13 @@ fn key_hash(key: &[u8]) -> u64 {
 }
 
 impl ParentAccount {
+    /// Whether folder `i` is the only one of the parent's whose messages are listed (all
+    /// the others are kept unread, [`Self::kept`]): a key not in it is in none of the
+    /// folders [`Self::load_keys`] would read.
+    pub(crate) fn only_listed(&self, i: usize) -> bool {
+        (0..self.folders.len()).all(|j| j == i || self.kept.get(j).copied().unwrap_or(false))
+    }
+
     /// The parent's `folders` (an account's, or its home's directories), indexed.
     pub(crate) fn of(folders: Vec<FolderNode>) -> ParentAccount {
         ParentAccount {
@@ -117,7 +130,49 @@ pub struct KeyLookup<'p> {
     first: Option<u32>,
     /// The chunks read last, the most recent at the end.
     recent: Vec<((u32, u32), Vec<MessageEntry>)>,
+    /// The folder's own chunks walked instead, when it is the only one listed.
+    walk: Option<Walk>,
 }
+
+/// A folder's chunks read one after the other as its listing's keys come, in the order
+/// both are sorted in (by key, as [`crate::repo::writer::content::save_entries`] sorts a
+/// folder's entries and a Maildir listing comes).
+pub(crate) struct Walk {
+    chunks: Vec<ChunkRef>,
+    /// The next chunk to read.
+    next: usize,
+    /// The entries of the chunk read last.
+    current: Vec<MessageEntry>,
+}
+
+impl Walk {
+    pub(crate) fn new(chunks: Vec<ChunkRef>) -> Walk {
+        Walk {
+            chunks,
+            next: 0,
+            current: Vec::new(),
+        }
+    }
+
+    /// The entry of `key`, if the folder has it. A key that comes before one looked up
+    /// already is not found (its chunk is passed), and a chunk that cannot be read finds
+    /// none of its keys: both only cost speed, the message is read again.
+    fn get(&mut self, repo: &Repository, key: &[u8]) -> Option<MessageEntry> {
+        while (self.current.last()).is_none_or(|e| e.key.as_slice() < key) {
+            let c = self.chunks.get(self.next)?;
+            self.next += 1;
+            self.current = repo.read_chunk(c).unwrap_or_default();
+        }
+        let i = self.current.partition_point(|e| e.key.as_slice() < key);
+        self.current.get(i).filter(|e| e.key == key).cloned()
+    }
+}
+
+/// The keys of no folder: those of a [`Walk`], which needs none.
+static NO_KEYS: ParentKeys = ParentKeys {
+    at: Vec::new(),
+    chunks: Vec::new(),
+};
 
 /// Chunks a [`KeyLookup`] keeps: a listing's keys come in key order, each folder's chunks
 /// too, so a folder's next key is in its chunk read last or the next; a few more for the
@@ -135,6 +190,15 @@ impl<'p> KeyLookup<'p> {
             keys,
             first: first.map(|i| i as u32),
             recent: Vec::with_capacity(RECENT_CHUNKS),
+            walk: None,
+        }
+    }
+
+    /// A lookup in one folder alone, whose chunks `walk` goes through.
+    pub(crate) fn walking(repo: &'p Repository, walk: Walk) -> KeyLookup<'p> {
+        KeyLookup {
+            walk: Some(walk),
+            ..KeyLookup::new(repo, &NO_KEYS, None)
         }
     }
 
@@ -143,6 +207,9 @@ impl<'p> KeyLookup<'p> {
     /// several. A chunk that cannot be read now (it could when the keys were loaded)
     /// only costs speed: the message is read again.
     pub fn get(&mut self, key: &[u8]) -> Option<MessageEntry> {
+        if let Some(w) = &mut self.walk {
+            return w.get(self.repo, key);
+        }
         let h = key_hash(key);
         let keys: &'p ParentKeys = self.keys;
         let from = keys.at.partition_point(|&(x, _, _)| x < h);
@@ -285,5 +352,31 @@ mod tests {
         colliding.at.sort_unstable();
         let mut lookup = KeyLookup::new(&repo, &colliding, Some(0));
         assert_eq!(lookup.get(&odd.key), Some(odd));
+
+        // INBOX the only folder listed: its chunks are walked, each read once, no key
+        // read beforehand.
+        assert!(!parent.only_listed(0), "Sent is listed too");
+        let alone = ParentAccount {
+            folders: parent.folders.clone(),
+            kept: vec![false, true, true],
+            ..ParentAccount::default()
+        };
+        assert!(alone.only_listed(0) && !alone.only_listed(1));
+        let chunks = repo.folder_chunks(&alone.folders[0]).unwrap();
+        let n = chunks.len();
+        assert!(n > 2, "{n}");
+        let mut walk = KeyLookup::walking(&repo, Walk::new(chunks));
+        for e in inbox.iter().skip(3).step_by(5) {
+            assert_eq!(walk.get(&e.key).as_ref(), Some(e));
+            // Between two of INBOX's keys: not there.
+            let mut between = e.key.clone();
+            between.push(b'x');
+            assert_eq!(walk.get(&between), None);
+        }
+        // A key passed already (its chunk is not read again: the message is read again).
+        assert_eq!(walk.get(&inbox[3].key), None);
+        assert_eq!(walk.get(b"9999999999.past.the.end"), None);
+        assert_eq!(walk.walk.as_ref().map(|w| w.next), Some(n), "each chunk once");
+        assert!(alone.by_key.get().is_none(), "no keys read");
     }
 }

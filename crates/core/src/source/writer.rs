@@ -212,8 +212,15 @@ impl<'a> FolderWriter<'a> {
     /// first. The account's keys are read on the first call.
     pub fn parent_keys(&self) -> KeyLookup<'a> {
         let pa = self.parent_account;
-        let keys = pa.load_keys(self.ctx.saver.repo(), &self.ctx.failures, self.account);
-        KeyLookup::new(self.ctx.saver.repo(), keys, self.parent_index)
+        let repo = self.ctx.saver.repo();
+        // The only folder of the account listed: its own chunks, walked (super::parent).
+        if let Some(i) = self.parent_index.filter(|&i| pa.only_listed(i)) {
+            if let Ok(chunks) = repo.folder_chunks(&pa.folders[i]) {
+                return KeyLookup::walking(repo, super::parent::Walk::new(chunks));
+            }
+        }
+        let keys = pa.load_keys(repo, &self.ctx.failures, self.account);
+        KeyLookup::new(repo, keys, self.parent_index)
     }
 
     /// From now on, this folder's messages come in key order (`(key, name)`, as
