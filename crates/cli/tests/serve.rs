@@ -941,8 +941,13 @@ fn a_whole_account_downloads_as_a_zip_of_its_folders_that_python_reads_back_exac
         );
         put(&mail, dir, &format!("h{i}:2,"), &text);
     }
-    // Two folders whose names differ only in case: one directory on macOS or Windows.
-    for (dir, word) in [(".Work", "upper"), (".work", "lower")] {
+    // Two folders whose names differ only in case (one directory on macOS or Windows),
+    // and a subfolder of the one told apart, which follows it.
+    for (dir, word) in [
+        (".Work", "upper"),
+        (".work", "lower"),
+        (".work.2023", "sub"),
+    ] {
         let text = plain(word, "Fri, 05 Jan 2024 11:00:00 +0000", word);
         put(&mail, dir, &format!("{word}:2,"), &text);
     }
@@ -997,6 +1002,7 @@ fn a_whole_account_downloads_as_a_zip_of_its_folders_that_python_reads_back_exac
         (".a&ABs-b", "a%1Bb"),
         (".Work", "Work"),
         (".work", "work (2)"),
+        (".work.2023", "work (2)/2023"),
     ] {
         want.insert(format!("{ACCOUNT}/{path}"), folder_files(&e, dir));
     }

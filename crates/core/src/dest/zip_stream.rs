@@ -24,6 +24,7 @@ use super::{AccountInfo, Caps, FolderInfo, Item, Message, Outcome, Target};
 use crate::error::{Error, Result};
 use crate::mail::layout::Tree;
 use crate::mail::{EmlNames, MboxWriter, Sidecar, SidecarEntry};
+use std::collections::HashMap;
 use std::io::Write;
 use std::sync::{Mutex, MutexGuard};
 use zip::write::{SimpleFileOptions, StreamWriter};
@@ -41,9 +42,13 @@ pub struct ZipStream<W: Write + Send> {
     places: Places,
 }
 
-/// The accounts' and folders' places in the archive so far, lowercased.
+/// The accounts' and folders' places in the archive so far, lowercased; and where each
+/// folder told apart went (`a/work` → `a/work (2)`), for its subfolders to follow it.
 #[derive(Default)]
-struct Places(Mutex<std::collections::HashSet<String>>);
+struct Places(
+    Mutex<std::collections::HashSet<String>>,
+    Mutex<HashMap<String, String>>,
+);
 
 impl Places {
     /// `base` followed by `end` (`/` for a directory, `.mbox` for a file) when no place
@@ -57,6 +62,26 @@ impl Places {
             })
             .find(|place| taken.insert(place.to_lowercase()))
             .expect("a free place")
+    }
+
+    /// The place of folder `parts` below `account`, with `end`: below its parent's place
+    /// (where the parent went when it was told apart), claimed.
+    fn folder(&self, account: &str, parts: &[String], end: &str) -> String {
+        let Some((last, parents)) = parts.split_last() else {
+            return self.claim(account, end);
+        };
+        let mut moved = crate::repo::lock(&self.1);
+        let mut base = account.to_string();
+        for p in parents {
+            base = format!("{base}/{p}");
+            if let Some(to) = moved.get(&base) {
+                base = to.clone();
+            }
+        }
+        let base = format!("{base}/{last}");
+        let place = self.claim(&base, end);
+        moved.insert(base, place[..place.len() - end.len()].to_string());
+        place
     }
 }
 
@@ -255,17 +280,15 @@ impl<W: Write + Send> Target for ZipStream<W> {
     }
 
     fn open_folder(&self, account: &String, info: &FolderInfo) -> Result<ZipFolder> {
-        let mut base = account.clone();
-        for p in folder_parts(info.name, Tree::Eml) {
-            base.push('/');
-            base.push_str(&component(&String::from_utf8_lossy(&p)));
-        }
+        let parts: Vec<String> = (folder_parts(info.name, Tree::Eml).iter())
+            .map(|p| component(&String::from_utf8_lossy(p)))
+            .collect();
         // `<account>/Archive/2023/`, or as an mbox the entry `<account>/Archive/2023.mbox`.
         let (end, keywords) = match self.mboxes {
             true => (".mbox", folder_keywords(info)),
             false => ("/", Vec::new()),
         };
-        let dir = self.places.claim(&base, end);
+        let dir = self.places.folder(account, &parts, end);
         Ok(ZipFolder {
             dir,
             names: Mutex::new(EmlNames::new()),
@@ -345,6 +368,23 @@ mod tests {
         assert_eq!(p.claim("a/work", ".mbox"), "a/work.mbox");
         assert_eq!(p.claim("a/Work", ".mbox"), "a/Work (2).mbox");
         assert_eq!(p.claim("b/work", "/"), "b/work/");
+    }
+
+    #[test]
+    fn a_subfolder_follows_its_folder_told_apart() {
+        let p = Places::default();
+        let f = |parts: &[&str], end| {
+            let parts: Vec<String> = parts.iter().map(|s| s.to_string()).collect();
+            p.folder("a", &parts, end)
+        };
+        assert_eq!(f(&["Work"], "/"), "a/Work/");
+        assert_eq!(f(&["work"], "/"), "a/work (2)/");
+        assert_eq!(f(&["work", "2023"], "/"), "a/work (2)/2023/");
+        assert_eq!(f(&["work", "2023", "Q1"], "/"), "a/work (2)/2023/Q1/");
+        assert_eq!(f(&["Work", "2023"], "/"), "a/Work/2023/");
+        // A level that is no folder itself, below one told apart, as an mbox.
+        assert_eq!(f(&["WORK"], ".mbox"), "a/WORK.mbox");
+        assert_eq!(f(&["work", "x", "y"], ".mbox"), "a/work (2)/x/y.mbox");
     }
 
     #[test]

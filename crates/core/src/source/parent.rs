@@ -376,7 +376,11 @@ mod tests {
         // A key passed already (its chunk is not read again: the message is read again).
         assert_eq!(walk.get(&inbox[3].key), None);
         assert_eq!(walk.get(b"9999999999.past.the.end"), None);
-        assert_eq!(walk.walk.as_ref().map(|w| w.next), Some(n), "each chunk once");
+        assert_eq!(
+            walk.walk.as_ref().map(|w| w.next),
+            Some(n),
+            "each chunk once"
+        );
         assert!(alone.by_key.get().is_none(), "no keys read");
     }
 }
