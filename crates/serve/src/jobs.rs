@@ -190,6 +190,8 @@ const INTERRUPTED: &str = "serve stopped while this restore ran: what it restore
 pub struct Jobs {
     list: Mutex<Vec<Arc<Job>>>,
     file: Option<PathBuf>,
+    /// Held by a [`Jobs::save`].
+    saving: Mutex<()>,
 }
 
 /// Why a job was not started.
@@ -266,6 +268,7 @@ impl Jobs {
         Jobs {
             list: Mutex::new(list),
             file: Some(file),
+            saving: Mutex::new(()),
         }
     }
 
@@ -275,6 +278,9 @@ impl Jobs {
         let Some(file) = &self.file else {
             return;
         };
+        // One save at a time, the list taken under the same lock: two jobs ending at once
+        // would write one temporary file together, or an older list over a newer one.
+        let _one = lock(&self.saving);
         let views: Vec<JobView> = lock(&self.list).iter().map(|j| j.view(true)).collect();
         let write = || -> std::io::Result<()> {
             use std::io::Write;
