@@ -629,6 +629,48 @@ impl Line {
     }
 }
 
+/// Issue 29: one `LIST "" "*" RETURN (STATUS ...)` opens at most 256 mailboxes (every
+/// folder of every snapshot would be read for one command): the latest view's folders
+/// and `Deleted` get their STATUS first, then the snapshots' in the listing's order; the
+/// others are listed and answer a STATUS of their own.
+#[test]
+fn a_list_status_opens_a_bounded_number_of_mailboxes() {
+    let e = Env::new();
+    let mail = e.path("mail");
+    let inbox = b"Subject: in\r\n\r\nx\r\n";
+    common::maildir_message(&mail, ACCOUNT, "", "1.M1P1.host:2,S", inbox);
+    for i in 0..140 {
+        let body = format!("Subject: {i}\r\n\r\nx\r\n");
+        let name = format!("{}.M1P1.host:2,", 2 + i);
+        common::maildir_message(&mail, ACCOUNT, &format!(".f{i:03}"), &name, body.as_bytes());
+    }
+    e.ok(&["init"]);
+    e.ok(&["backup", &format!("maildir:{}", mail.display())]);
+    token_file(&e, 0o600);
+    let s = start(&e);
+    let mut c = Line::open(s.imap_port);
+    c.login();
+    let all = c.cmd("a", "LIST \"\" \"*\" RETURN (STATUS (MESSAGES))");
+    assert!(all.last().unwrap().starts_with("a OK"), "{:?}", all.last());
+    let lists = all.iter().filter(|l| l.starts_with("* LIST ")).count();
+    let status: Vec<&String> = all.iter().filter(|l| l.starts_with("* STATUS ")).collect();
+    assert!(lists > 2 * 141, "{lists}");
+    assert_eq!(status.len(), 256);
+    // INBOX, the 140 folders and Deleted first, whatever the listing's order.
+    let latest = (status.iter())
+        .filter(|l| !l.contains("Snapshots/"))
+        .count();
+    assert_eq!(latest, 142, "{status:?}");
+    // The last listed folder answers a STATUS of its own.
+    let last = (all.iter().rev())
+        .find(|l| l.starts_with("* LIST ") && l.ends_with("f139\""))
+        .unwrap();
+    let name = &last[last.find("\"Snapshots/").unwrap()..];
+    let one = c.cmd("b", &format!("STATUS {name} (MESSAGES)"));
+    assert!(one[0].ends_with("(MESSAGES 1)"), "{one:?}");
+    assert!(!status.iter().any(|l| l.contains(name)), "{name}");
+}
+
 #[test]
 fn an_idle_session_lets_a_prune_run_and_sees_a_later_backup() {
     let e = repository();

@@ -22,6 +22,30 @@ use mailvault_imap::proto::mutf7;
 use std::net::IpAddr;
 use std::sync::Arc;
 
+/// The mailboxes one LIST-STATUS command opens at most (RFC 5819): each is opened as a
+/// STATUS command opens it, and `LIST "" "*"` lists every folder of every snapshot (a
+/// year of nightly snapshots of 30 folders: 11,000 folders read for one command). Those
+/// outside `Snapshots/` get their STATUS first (the latest view's folders, `Deleted`),
+/// then the snapshots' in the listing's order ([`status_given`]); a client asks STATUS
+/// for any other.
+pub const LIST_STATUS_MAX: usize = 256;
+
+/// Which of `listed` get the STATUS they ask for: at most [`LIST_STATUS_MAX`], those
+/// outside `Snapshots/` first.
+fn status_given(listed: &[listext::Listed]) -> Vec<bool> {
+    let snapshot = |l: &listext::Listed| {
+        (l.b.name.strip_prefix(super::view::SNAPSHOTS)).is_some_and(|r| r.starts_with('/'))
+    };
+    let mut given = vec![false; listed.len()];
+    let wanted = |later: bool| {
+        (listed.iter().enumerate()).filter(move |(_, l)| l.status && snapshot(l) == later)
+    };
+    for (i, _) in wanted(false).chain(wanted(true)).take(LIST_STATUS_MAX) {
+        given[i] = true;
+    }
+    given
+}
+
 /// An untagged answer.
 pub enum Out {
     Data(Data<'static>),
@@ -406,7 +430,8 @@ impl Session {
             .ok_or_else(|| "no such mailbox".to_string())
     }
 
-    /// A LIST or LSUB, plain or extended ([`listext`]): every one takes this path.
+    /// A LIST or LSUB, plain or extended ([`listext`]): every one takes this path. With
+    /// `RETURN (STATUS ...)`, at most [`LIST_STATUS_MAX`] mailboxes get their STATUS.
     pub fn list(&mut self, c: ListCommand) -> Answer {
         if !self.logged_in() {
             return self.bad(c.tag, "log in first (LOGIN or AUTHENTICATE PLAIN)");
@@ -418,12 +443,14 @@ impl Session {
         let Some(listed) = listed else {
             return self.no(c.tag, "not a valid mailbox name (modified UTF-7)".into());
         };
+        let given = status_given(&listed);
         let mut out = Vec::new();
-        for l in listed {
+        for (l, given) in listed.into_iter().zip(given) {
             let (b, wanted) = (l.b.clone(), l.status);
             out.push(listext::line(l, c.ask.lsub));
-            // RFC 5819 (`Listed::status`); a folder that cannot be read gets none.
-            let Some(names) = c.status.as_deref().filter(|_| wanted) else {
+            // RFC 5819 (`Listed::status`); a folder that cannot be read gets none, nor
+            // one past the LIST_STATUS_MAX given.
+            let Some(names) = c.status.as_deref().filter(|_| wanted && given) else {
                 continue;
             };
             if let Ok(f) = self.open(b.clone()) {
