@@ -34,12 +34,12 @@ pub struct TlsFiles {
     pub key: PathBuf,
 }
 
-/// How often at most the files are looked at again (two `stat`s, on a handshake).
+/// How often the files are looked at again (two `stat`s, on a thread of their own).
 const CHECK_EVERY: Duration = Duration::from_secs(2);
 
 /// The certificate and key the server presents, read again when their files change: a
 /// renewed certificate (certbot, acme.sh, a CA's tooling replacing the files or the
-/// symbolic links to them) is served from the next handshake after the change, by the
+/// symbolic links to them) is served within [`CHECK_EVERY`] of the change, by the
 /// web UI and the IMAP view alike, with no restart. A new pair that does not load (the
 /// files caught half-written, a key that is not the certificate's) leaves the old one in
 /// place, logged once, and is read again at the next change.
@@ -78,7 +78,7 @@ impl Certificates {
             why: e.to_string(),
         })?;
         let key = read(files, &provider)?;
-        Ok(Arc::new(Certificates {
+        let certs = Arc::new(Certificates {
             files: files.clone(),
             provider,
             current: RwLock::new(Arc::new(key)),
@@ -86,7 +86,25 @@ impl Certificates {
                 stamp,
                 checked: Instant::now(),
             }),
-        }))
+        });
+        // The files are looked at on a thread of their own, not in a handshake on the
+        // runtime's threads (a slow disk would hold every handshake); it ends with them.
+        let watched = Arc::downgrade(&certs);
+        let watch = move || {
+            while let Some(c) = watched.upgrade() {
+                c.refresh();
+                drop(c);
+                std::thread::sleep(CHECK_EVERY);
+            }
+        };
+        std::thread::Builder::new()
+            .name("tls-files".into())
+            .spawn(watch)
+            .map_err(|e| Error::Tls {
+                path: files.cert.clone(),
+                why: e.to_string(),
+            })?;
+        Ok(certs)
     }
 
     /// An acceptor presenting these certificates, whose ALPN protocol is `alpn`
@@ -105,7 +123,7 @@ impl Certificates {
     }
 
     /// Reads the files again if they changed since they were read (looked at once every
-    /// [`CHECK_EVERY`] at most).
+    /// [`CHECK_EVERY`] at most, by the thread [`Certificates::load`] starts).
     fn refresh(&self) {
         let mut seen = crate::state::lock(&self.seen);
         if seen.checked.elapsed() < CHECK_EVERY {
@@ -131,7 +149,6 @@ impl Certificates {
 
 impl ResolvesServerCert for Certificates {
     fn resolve(&self, _hello: ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
-        self.refresh();
         Some(
             self.current
                 .read()
