@@ -39,7 +39,7 @@ const CHECK_EVERY: Duration = Duration::from_secs(2);
 
 /// The certificate and key the server presents, read again when their files change: a
 /// renewed certificate (certbot, acme.sh, a CA's tooling replacing the files or the
-/// symbolic links to them) is served within [`CHECK_EVERY`] of the change, by the
+/// symbolic links to them) is served within two seconds of the change, by the
 /// web UI and the IMAP view alike, with no restart. A new pair that does not load (the
 /// files caught half-written, a key that is not the certificate's) leaves the old one in
 /// place, logged once, and is read again at the next change.
