@@ -580,6 +580,18 @@ fn imap_on_a_public_address_without_tls_is_refused() {
     assert!(out.contains("not a loopback address"), "{out}");
 }
 
+/// The store `mail` backed up into a new repository in `e`, served, and a connection
+/// logged in as the admin on `ACCOUNT`.
+fn backed_up_and_logged_in(e: &Env, mail: &Path) -> (Server, Line) {
+    e.ok(&["init"]);
+    e.ok(&["backup", &format!("maildir:{}", mail.display())]);
+    token_file(e, 0o600);
+    let s = start(e);
+    let mut c = Line::open(s.imap_port);
+    c.login();
+    (s, c)
+}
+
 /// A plain IMAP connection: commands as lines, answers up to the tagged one.
 struct Line {
     r: std::io::BufReader<std::net::TcpStream>,
@@ -644,12 +656,7 @@ fn a_list_status_opens_a_bounded_number_of_mailboxes() {
         let name = format!("{}.M1P1.host:2,", 2 + i);
         common::maildir_message(&mail, ACCOUNT, &format!(".f{i:03}"), &name, body.as_bytes());
     }
-    e.ok(&["init"]);
-    e.ok(&["backup", &format!("maildir:{}", mail.display())]);
-    token_file(&e, 0o600);
-    let s = start(&e);
-    let mut c = Line::open(s.imap_port);
-    c.login();
+    let (_s, mut c) = backed_up_and_logged_in(&e, &mail);
     let all = c.cmd("a", "LIST \"\" \"*\" RETURN (STATUS (MESSAGES))");
     assert!(all.last().unwrap().starts_with("a OK"), "{:?}", all.last());
     let lists = all.iter().filter(|l| l.starts_with("* LIST ")).count();
@@ -1573,12 +1580,7 @@ fn a_folder_named_snapshots_moves_the_snapshots_root_aside() {
     msg("", "1.M1P1.host:2,S", "in inbox");
     msg(".Snapshots", "2.M2P1.host:2,S", "own snapshots folder");
     msg(".Snapshots.Old", "3.M3P1.host:2,S", "own old one");
-    e.ok(&["init"]);
-    e.ok(&["backup", &format!("maildir:{}", mail.display())]);
-    token_file(&e, 0o600);
-    let s = start(&e);
-    let mut c = Line::open(s.imap_port);
-    c.login();
+    let (_s, mut c) = backed_up_and_logged_in(&e, &mail);
     let below = c.cmd("b", "LIST \"\" \"Snapshots/%\"");
     assert_eq!(below.len(), 2, "the account's own alone: {below:?}");
     assert!(below[0].ends_with("\"/\" Snapshots/Old"), "{below:?}");

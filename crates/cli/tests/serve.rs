@@ -1598,6 +1598,15 @@ fn two_backups(change: impl FnOnce(&std::path::Path)) -> Env {
     e
 }
 
+/// The repository of `e` served, the admin's session, and its snapshots (newest first).
+fn serving_two(e: &Env) -> (Server, Session, Value) {
+    token_file(e, 0o600);
+    let s = start(e, &[]);
+    let me = s.session();
+    let snaps = s.api("/api/v1/snapshots", &me);
+    (s, me, snaps)
+}
+
 /// Issue 28: "deleted since": a message an older snapshot holds and a later one no longer
 /// holds in that folder shows, on its page and in the API, the first snapshot without it;
 /// one still there says so.
@@ -1605,10 +1614,7 @@ fn two_backups(change: impl FnOnce(&std::path::Path)) -> Env {
 fn a_message_deleted_later_is_marked_deleted_since_the_first_snapshot_without_it() {
     let e = two_backups(|cur| fs::remove_file(cur.join("zebra:2,S")).unwrap());
     e.ok(&["index"]);
-    token_file(&e, 0o600);
-    let s = start(&e, &[]);
-    let me = s.session();
-    let snaps = s.api("/api/v1/snapshots", &me);
+    let (s, me, snaps) = serving_two(&e);
     let (newest, oldest) = (
         snaps[0]["id"].as_str().unwrap(),
         snaps[1]["id"].as_str().unwrap(),
@@ -1675,10 +1681,7 @@ fn a_folders_list_marks_the_messages_deleted_since() {
         fs::remove_file(cur.join("zebra:2,S")).unwrap();
         fs::rename(cur.join("old:2,S"), cur.join("old:2,RS")).unwrap();
     });
-    token_file(&e, 0o600);
-    let s = start(&e, &[]);
-    let me = s.session();
-    let snaps = s.api("/api/v1/snapshots", &me);
+    let (s, me, snaps) = serving_two(&e);
     let (newest, oldest) = (
         snaps[0]["id"].as_str().unwrap(),
         snaps[1]["id"].as_str().unwrap(),
