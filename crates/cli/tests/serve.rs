@@ -74,10 +74,7 @@ fn serving() -> (Env, Server, Session, String) {
     let e = repository();
     let s = start(&e, &[]);
     let me = s.session();
-    let id = s.api("/api/v1/snapshots", &me)[0]["id"]
-        .as_str()
-        .unwrap()
-        .to_string();
+    let id = s.newest_snapshot(&me);
     (e, s, me, id)
 }
 
@@ -956,10 +953,7 @@ fn a_whole_account_downloads_as_a_zip_of_its_folders_that_python_reads_back_exac
     token_file(&e, 0o600);
     let s = start(&e, &[]);
     let me = s.session();
-    let id = s.api("/api/v1/snapshots", &me)[0]["id"]
-        .as_str()
-        .unwrap()
-        .to_string();
+    let id = s.newest_snapshot(&me);
     let account = [("snapshot", &id[..]), ("account", ACCOUNT)];
     let zip = |path: &str, name: &str| zip_download(&e, &s, &me, &q(path, &account), name);
     let entries = zip("/api/v1/account/zip", "alice_example.org.zip");
@@ -1162,10 +1156,7 @@ fn the_account_page_shows_acls_and_filters_and_a_script_opens_as_text() {
     let e = home_repository();
     let s = start(&e, &[]);
     let me = s.session();
-    let id = s.api("/api/v1/snapshots", &me)[0]["id"]
-        .as_str()
-        .unwrap()
-        .to_string();
+    let id = s.newest_snapshot(&me);
     let acct = |a| q("/account", &[("snapshot", &id[..]), ("account", a)]);
     // The folder table: who else may read Team, as text; the home is not a folder.
     let page = s.page(&acct(ACCOUNT), &me);

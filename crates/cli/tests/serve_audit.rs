@@ -61,10 +61,7 @@ fn what_admins_and_users_did_is_sealed_in_the_repository_and_shown_to_the_admin_
     }
     let admin = s.session();
     let bob = user_session(&s, BOB, "bobs-password");
-    let id = s.api("/api/v1/snapshots", &admin)[0]["id"]
-        .as_str()
-        .unwrap()
-        .to_string();
+    let id = s.newest_snapshot(&admin);
     let place = [
         ("snapshot", id.as_str()),
         ("account", ACCOUNT),

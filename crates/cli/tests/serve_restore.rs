@@ -61,11 +61,6 @@ fn ended(s: &Server, me: &Session, id: &str) -> Value {
     }
 }
 
-fn snapshot_id(s: &Server, me: &Session) -> String {
-    let v = s.api("/api/v1/snapshots", me);
-    v[0]["id"].as_str().unwrap().to_string()
-}
-
 fn login(server: &mailvault_imap::testing::DovecotServer) -> judge::Login {
     judge::Login {
         port: server.port(),
@@ -126,7 +121,7 @@ fn an_admins_job_restores_into_dovecot_as_the_command_line_does_and_to_a_directo
     let (dir, flags) = restores_to(&e, &dovecot);
     let s = start(&e, &flags.iter().map(String::as_str).collect::<Vec<_>>());
     let me = s.session();
-    let id = snapshot_id(&s, &me);
+    let id = s.newest_snapshot(&me);
 
     let job = start_job(
         &s,
@@ -298,7 +293,7 @@ fn a_cancelled_job_stops_midway_and_a_second_one_finishes_it() {
     flags.extend(master_flags(&e, &dovecot));
     let s = start(&e, &flags.iter().map(String::as_str).collect::<Vec<_>>());
     let me = s.session();
-    let id = snapshot_id(&s, &me);
+    let id = s.newest_snapshot(&me);
     let body = json!({"snapshot": id, "account": ACCOUNT, "to": "imap"});
     let job = start_job(&s, &me, body.clone());
     let until = Instant::now() + Duration::from_secs(60);
@@ -377,7 +372,7 @@ fn a_mail_user_restores_their_own_account_alone_into_their_own_mailbox() {
     );
     let admin = s.session();
     let me = user_session(&s, BOB, mailvault_imap::testing::USER_PASSWORD);
-    let id = snapshot_id(&s, &me);
+    let id = s.newest_snapshot(&me);
 
     // The admin's job (alice's, to a directory): not bob's to see or cancel.
     let theirs = start_job(

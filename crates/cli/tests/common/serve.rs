@@ -234,6 +234,13 @@ impl Server {
         assert_eq!(r.status(), StatusCode::OK, "{path}");
         r.json_value()
     }
+    /// The id of the newest snapshot `s` sees.
+    pub fn newest_snapshot(&self, s: &Session) -> String {
+        self.api("/api/v1/snapshots", s)[0]["id"]
+            .as_str()
+            .unwrap()
+            .to_string()
+    }
     pub fn page(&self, path: &str, s: &Session) -> String {
         let r = self.get(path, Some(s));
         assert_eq!(r.status(), StatusCode::OK, "{path}");
