@@ -45,16 +45,46 @@ pub struct ZipStream<W: Write + Send> {
 /// The accounts' and folders' places in the archive so far, lowercased; and where each
 /// folder told apart went (`a/work` → `a/work (2)`), for its subfolders to follow it.
 #[derive(Default)]
-struct Places(
-    Mutex<std::collections::HashSet<String>>,
-    Mutex<HashMap<String, String>>,
-);
+struct Places(Mutex<Claimed>);
+
+#[derive(Default)]
+struct Claimed {
+    taken: std::collections::HashSet<String>,
+    moved: HashMap<String, String>,
+}
 
 impl Places {
     /// `base` followed by `end` (`/` for a directory, `.mbox` for a file) when no place
     /// taken so far is it, whatever the case; else the first free `base (n)` + `end`.
     fn claim(&self, base: &str, end: &str) -> String {
-        let mut taken = crate::repo::lock(&self.0);
+        crate::repo::lock(&self.0).claim(base, end)
+    }
+
+    /// The place of folder `parts` below `account`, with `end`: below its parent's place
+    /// (where the parent went when it was told apart), claimed.
+    fn folder(&self, account: &str, parts: &[String], end: &str) -> String {
+        let mut c = crate::repo::lock(&self.0);
+        let Some((last, parents)) = parts.split_last() else {
+            return c.claim(account, end);
+        };
+        let mut base = account.to_string();
+        for p in parents {
+            base = format!("{base}/{p}");
+            if let Some(to) = c.moved.get(&base) {
+                base = to.clone();
+            }
+        }
+        let base = format!("{base}/{last}");
+        let place = c.claim(&base, end);
+        c.moved
+            .insert(base, place[..place.len() - end.len()].to_string());
+        place
+    }
+}
+
+impl Claimed {
+    fn claim(&mut self, base: &str, end: &str) -> String {
+        let taken = &mut self.taken;
         (1..)
             .map(|n| match n {
                 1 => format!("{base}{end}"),
@@ -62,26 +92,6 @@ impl Places {
             })
             .find(|place| taken.insert(place.to_lowercase()))
             .expect("a free place")
-    }
-
-    /// The place of folder `parts` below `account`, with `end`: below its parent's place
-    /// (where the parent went when it was told apart), claimed.
-    fn folder(&self, account: &str, parts: &[String], end: &str) -> String {
-        let Some((last, parents)) = parts.split_last() else {
-            return self.claim(account, end);
-        };
-        let mut moved = crate::repo::lock(&self.1);
-        let mut base = account.to_string();
-        for p in parents {
-            base = format!("{base}/{p}");
-            if let Some(to) = moved.get(&base) {
-                base = to.clone();
-            }
-        }
-        let base = format!("{base}/{last}");
-        let place = self.claim(&base, end);
-        moved.insert(base, place[..place.len() - end.len()].to_string());
-        place
     }
 }
 
