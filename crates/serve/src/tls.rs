@@ -15,8 +15,8 @@ use rustls::sign::CertifiedKey;
 use std::net::SocketAddr;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex, RwLock};
-use std::time::{Duration, Instant};
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::mpsc;
 use tokio_rustls::server::TlsStream;
@@ -48,14 +48,6 @@ pub struct Certificates {
     files: TlsFiles,
     provider: Arc<rustls::crypto::CryptoProvider>,
     current: RwLock<Arc<CertifiedKey>>,
-    seen: Mutex<Seen>,
-}
-
-/// What the files looked like when last read, and when they were last looked at.
-#[derive(Debug)]
-struct Seen {
-    stamp: Stamp,
-    checked: Instant,
 }
 
 /// Both files' device, inode, size and modification time (through symbolic links).
@@ -82,17 +74,14 @@ impl Certificates {
             files: files.clone(),
             provider,
             current: RwLock::new(Arc::new(key)),
-            seen: Mutex::new(Seen {
-                stamp,
-                checked: Instant::now(),
-            }),
         });
         // The files are looked at on a thread of their own, not in a handshake on the
         // runtime's threads (a slow disk would hold every handshake); it ends with them.
         let watched = Arc::downgrade(&certs);
         let watch = move || {
+            let mut seen = stamp;
             while let Some(c) = watched.upgrade() {
-                c.refresh();
+                c.refresh(&mut seen);
                 drop(c);
                 std::thread::sleep(CHECK_EVERY);
             }
@@ -122,21 +111,16 @@ impl Certificates {
         Ok(TlsAcceptor::from(Arc::new(config)))
     }
 
-    /// Reads the files again if they changed since they were read (looked at once every
-    /// [`CHECK_EVERY`] at most, by the thread [`Certificates::load`] starts).
-    fn refresh(&self) {
-        let mut seen = crate::state::lock(&self.seen);
-        if seen.checked.elapsed() < CHECK_EVERY {
-            return;
-        }
-        seen.checked = Instant::now();
+    /// Reads the files again if they changed since they looked as `seen` (by the thread
+    /// [`Certificates::load`] starts, every [`CHECK_EVERY`]).
+    fn refresh(&self, seen: &mut Stamp) {
         let Ok(now) = stamp(&self.files) else {
             return;
         };
-        if now == seen.stamp {
+        if now == *seen {
             return;
         }
-        seen.stamp = now;
+        *seen = now;
         match read(&self.files, &self.provider) {
             Ok(key) => {
                 *self.current.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(key);
