@@ -120,9 +120,17 @@ impl ParentAccount {
     }
 }
 
-/// Looks up a parent's messages by key, reading their chunks as needed and keeping the
-/// last few read.
-pub struct KeyLookup<'p> {
+/// Looks up a parent's messages by key.
+pub enum KeyLookup<'p> {
+    /// In the account's keys ([`ParentAccount::load_keys`]).
+    Keys(Hashed<'p>),
+    /// In the folder's own chunks, walked: it is the only one of the account listed.
+    Walk(&'p Repository, Walk),
+}
+
+/// A lookup in the account's keys, reading their chunks as needed and keeping the last
+/// few read.
+pub struct Hashed<'p> {
     repo: &'p Repository,
     keys: &'p ParentKeys,
     /// The folder looked in first (the folder being backed up: a key in two folders is
@@ -130,14 +138,12 @@ pub struct KeyLookup<'p> {
     first: Option<u32>,
     /// The chunks read last, the most recent at the end.
     recent: Vec<((u32, u32), Vec<MessageEntry>)>,
-    /// The folder's own chunks walked instead, when it is the only one listed.
-    walk: Option<Walk>,
 }
 
 /// A folder's chunks read one after the other as its listing's keys come, in the order
 /// both are sorted in (by key, as [`crate::repo::writer::content::save_entries`] sorts a
 /// folder's entries and a Maildir listing comes).
-pub(crate) struct Walk {
+pub struct Walk {
     chunks: Vec<ChunkRef>,
     /// The next chunk to read.
     next: usize,
@@ -168,50 +174,44 @@ impl Walk {
     }
 }
 
-/// The keys of no folder: those of a [`Walk`], which needs none.
-static NO_KEYS: ParentKeys = ParentKeys {
-    at: Vec::new(),
-    chunks: Vec::new(),
-};
-
 /// Chunks a [`KeyLookup`] keeps: a listing's keys come in key order, each folder's chunks
 /// too, so a folder's next key is in its chunk read last or the next; a few more for the
 /// messages moved from other folders in between.
 const RECENT_CHUNKS: usize = 8;
 
 impl<'p> KeyLookup<'p> {
+    /// A lookup in `keys`, folder `first`'s places first.
     pub(crate) fn new(
         repo: &'p Repository,
         keys: &'p ParentKeys,
         first: Option<usize>,
     ) -> KeyLookup<'p> {
-        KeyLookup {
+        KeyLookup::Keys(Hashed {
             repo,
             keys,
             first: first.map(|i| i as u32),
             recent: Vec::with_capacity(RECENT_CHUNKS),
-            walk: None,
-        }
+        })
     }
 
-    /// A lookup in one folder alone, whose chunks `walk` goes through.
-    pub(crate) fn walking(repo: &'p Repository, walk: Walk) -> KeyLookup<'p> {
-        KeyLookup {
-            walk: Some(walk),
-            ..KeyLookup::new(repo, &NO_KEYS, None)
+    /// The parent's entry of the message with key `key` (see [`Hashed::get`] and
+    /// [`Walk::get`]).
+    pub fn get(&mut self, key: &[u8]) -> Option<MessageEntry> {
+        match self {
+            KeyLookup::Keys(h) => h.get(key),
+            KeyLookup::Walk(repo, w) => w.get(repo, key),
         }
     }
+}
 
+impl Hashed<'_> {
     /// The parent's entry of the message with key `key`, in any folder read (a Maildir
     /// message moved between folders keeps its key); the first folder's if it is in
     /// several. A chunk that cannot be read now (it could when the keys were loaded)
     /// only costs speed: the message is read again.
-    pub fn get(&mut self, key: &[u8]) -> Option<MessageEntry> {
-        if let Some(w) = &mut self.walk {
-            return w.get(self.repo, key);
-        }
+    fn get(&mut self, key: &[u8]) -> Option<MessageEntry> {
         let h = key_hash(key);
-        let keys: &'p ParentKeys = self.keys;
+        let keys = self.keys;
         let from = keys.at.partition_point(|&(x, _, _)| x < h);
         let to = from + keys.at[from..].partition_point(|&(x, _, _)| x == h);
         let places = &keys.at[from..to];
@@ -365,7 +365,7 @@ mod tests {
         let chunks = repo.folder_chunks(&alone.folders[0]).unwrap();
         let n = chunks.len();
         assert!(n > 2, "{n}");
-        let mut walk = KeyLookup::walking(&repo, Walk::new(chunks));
+        let mut walk = KeyLookup::Walk(&repo, Walk::new(chunks));
         for e in inbox.iter().skip(3).step_by(5) {
             assert_eq!(walk.get(&e.key).as_ref(), Some(e));
             // Between two of INBOX's keys: not there.
@@ -376,11 +376,10 @@ mod tests {
         // A key passed already (its chunk is not read again: the message is read again).
         assert_eq!(walk.get(&inbox[3].key), None);
         assert_eq!(walk.get(b"9999999999.past.the.end"), None);
-        assert_eq!(
-            walk.walk.as_ref().map(|w| w.next),
-            Some(n),
-            "each chunk once"
-        );
+        let KeyLookup::Walk(_, w) = &walk else {
+            panic!("not a walk")
+        };
+        assert_eq!(w.next, n, "each chunk once");
         assert!(alone.by_key.get().is_none(), "no keys read");
     }
 }

@@ -216,7 +216,7 @@ impl<'a> FolderWriter<'a> {
         // The only folder of the account listed: its own chunks, walked (super::parent).
         if let Some(i) = self.parent_index.filter(|&i| pa.only_listed(i)) {
             if let Ok(chunks) = repo.folder_chunks(&pa.folders[i]) {
-                return KeyLookup::walking(repo, super::parent::Walk::new(chunks));
+                return KeyLookup::Walk(repo, super::parent::Walk::new(chunks));
             }
         }
         let keys = pa.load_keys(repo, &self.ctx.failures, self.account);
