@@ -46,8 +46,12 @@ pub struct Written {
     /// Those that did not open at the last listing, with why (tried again at the next).
     unreadable: Vec<String>,
     listed: Option<Instant>,
-    recent: VecDeque<(String, Arc<AuditRecord>)>,
+    recent: Recent,
 }
+
+/// The records read last, decoded, the last used first.
+#[derive(Default)]
+struct Recent(VecDeque<(String, Arc<AuditRecord>)>);
 
 /// An event shown on a page, and whether it is written to the repository yet.
 pub type Event = (AuditEvent, bool);
@@ -63,31 +67,31 @@ pub struct Found {
 
 /// Where an event stands among all: its time, then the order it was written in (its
 /// record's time and path, its place in the record); events not written yet come last.
-type Key = (i64, i64, String, usize);
+type Key<'a> = (i64, i64, &'a str, usize);
+
+impl Recent {
+    fn remember(&mut self, path: String, r: Arc<AuditRecord>) {
+        self.0.retain(|(p, _)| *p != path);
+        self.0.push_front((path, r));
+        self.0.truncate(RECENT);
+    }
+
+    /// Record `path`, from those read last or from the repository.
+    fn get(&mut self, repo: &Repository, path: &str) -> Result<Arc<AuditRecord>> {
+        let r = match self.0.iter().find(|(p, _)| p == path) {
+            Some((_, r)) => r.clone(),
+            None => Arc::new(audit::read(repo, path)?),
+        };
+        self.remember(path.to_string(), r.clone());
+        Ok(r)
+    }
+}
 
 impl Written {
     /// Takes this server's record `r`, just written at `path`, as read.
     pub fn wrote(&mut self, path: String, r: AuditRecord) {
         self.known.insert(path.clone(), Summary::of(&r));
-        self.remember(path, Arc::new(r));
-    }
-
-    fn remember(&mut self, path: String, r: Arc<AuditRecord>) {
-        self.recent.retain(|(p, _)| *p != path);
-        self.recent.push_front((path, r));
-        self.recent.truncate(RECENT);
-    }
-
-    /// Record `path`, from those read last or from the repository.
-    fn get(&mut self, repo: &Repository, path: &str) -> Result<Arc<AuditRecord>> {
-        if let Some((_, r)) = self.recent.iter().find(|(p, _)| p == path) {
-            let r = r.clone();
-            self.remember(path.to_string(), r.clone());
-            return Ok(r);
-        }
-        let r = Arc::new(audit::read(repo, path)?);
-        self.remember(path.to_string(), r.clone());
-        Ok(r)
+        self.recent.remember(path, Arc::new(r));
     }
 
     /// Lists the repository's records when the last listing is older than `relist`, and
@@ -104,7 +108,7 @@ impl Written {
             if self.known.contains_key(path) {
                 continue;
             }
-            match self.get(repo, path) {
+            match self.recent.get(repo, path) {
                 Ok(r) => {
                     self.known.insert(path.clone(), Summary::of(&r));
                 }
@@ -132,28 +136,27 @@ impl Written {
         let page = page.clamp(1, pages);
         let want = page * per_page;
         let mut got: Vec<(Key, Event)> = (pending.into_iter().enumerate())
-            .map(|(i, e)| ((e.time, i64::MAX, String::new(), i), (e, false)))
+            .map(|(i, e)| ((e.time, i64::MAX, "", i), (e, false)))
             .collect();
         let newest_first = |got: &mut Vec<(Key, Event)>| {
             got.sort_by(|a, b| b.0.cmp(&a.0));
             got.truncate(want);
         };
         newest_first(&mut got);
-        let mut order: Vec<(String, Summary)> =
-            (self.known.iter()).map(|(p, s)| (p.clone(), *s)).collect();
-        order.sort_by(|a, b| (b.1.newest, b.1.written, &b.0).cmp(&(a.1.newest, a.1.written, &a.0)));
+        let mut order: Vec<(&String, &Summary)> = self.known.iter().collect();
+        order.sort_by(|a, b| (b.1.newest, b.1.written, b.0).cmp(&(a.1.newest, a.1.written, a.0)));
         let mut warnings = self.unreadable.clone();
         for (path, s) in order {
             // Every event of this record, and of those after it, is older than the page's.
             if got.len() >= want && s.newest < got[want - 1].0 .0 {
                 break;
             }
-            match self.get(repo, &path) {
+            match self.recent.get(repo, path) {
                 Ok(r) => got.extend(
                     (r.events.iter().enumerate())
-                        .map(|(i, e)| ((e.time, s.written, path.clone(), i), (e.clone(), true))),
+                        .map(|(i, e)| ((e.time, s.written, path.as_str(), i), (e.clone(), true))),
                 ),
-                Err(e) => warnings.push(audit::unreadable(&path, &e)),
+                Err(e) => warnings.push(audit::unreadable(path, &e)),
             }
             newest_first(&mut got);
         }
@@ -239,9 +242,9 @@ pub(crate) mod tests {
         assert_eq!(d[14], "1008-486");
         // Again, with no record in memory: the two newest are read, and nothing is listed.
         let listed = w.listed;
-        w.recent.clear();
+        w.recent.0.clear();
         w.page(&repo, Vec::new(), 1, 15, RELIST).unwrap();
-        let read: Vec<i64> = w.recent.iter().map(|(_, r)| r.written).collect();
+        let read: Vec<i64> = w.recent.0.iter().map(|(_, r)| r.written).collect();
         assert_eq!((read, w.listed), (vec![1008, 1009], listed));
         // The last page: the oldest events, where the late record's lie among the first's.
         let last = w.page(&repo, Vec::new(), 99, 15, RELIST).unwrap();
