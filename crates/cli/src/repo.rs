@@ -56,7 +56,7 @@ fn build_stack(g: &GlobalOpts, cache_root: Option<std::path::PathBuf>) -> Result
     };
     let s = match crate::commands::location(loc, "repository", Role::Repository)? {
         Location::Dir(p) => {
-            let store = LocalStore::new(p);
+            let store = LocalStore::new(p).with_cache_root(opts.cache_root.clone());
             // Leftovers of a killed writer are never part of the repository.
             let _ = store.clean_temporaries();
             Stack::local(Arc::new(store))

@@ -40,7 +40,7 @@ fn walk(dir: &Path, out: &mut Vec<PathBuf>) {
 fn flip_a_byte_of(e: &Env, repo: mailvault_core::Repository, id: &mailvault_core::Id) {
     use mailvault_core::repo::pack::pack_path;
     use std::os::unix::fs::FileExt;
-    let loc = *repo.index().get(id).unwrap();
+    let loc = repo.index().get(id).unwrap();
     let pack = e.repo().join(pack_path(&repo.index().pack_id(loc.pack)));
     drop(repo);
     let f = fs::OpenOptions::new()

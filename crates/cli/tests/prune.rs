@@ -171,6 +171,69 @@ fn s3_prune_deletes_unused_packs_and_repacks_partly_used_ones() {
     prune_deletes_and_repacks(&Env::s3("prune"), &["init"]);
 }
 
+/// The index kept in a local table (docs/format.md, *The index's table*; from one blob on
+/// here): backups, prune, check and restore answer as with the index in memory, the
+/// table is made again after the prune replaced the index files it held, and a table
+/// damaged behind an open's back is never believed: prune refuses before removing
+/// anything, check says so, and the next runs read the index files.
+#[test]
+fn with_the_index_in_a_local_table_prune_check_and_restore_answer_the_same() {
+    let mut e = Env::new();
+    e.vars.push(("MAILVAULT_INDEX_TABLE_AT", Some("1".into())));
+    let tables = |e: &Env| -> Vec<std::path::PathBuf> {
+        common::named(&e.path("cache/mailvault"), "")
+            .into_iter()
+            .filter(|p| p.extension().is_some_and(|x| x == "table"))
+            .collect()
+    };
+    prune_deletes_and_repacks(&e, &["init"]);
+    let table = match tables(&e).as_slice() {
+        [one] => one.clone(),
+        other => panic!("one table: {other:?}"),
+    };
+    // The prune replaced the index files: the table holds the new ones.
+    let made = fs::metadata(&table).unwrap().modified().unwrap();
+    intact(&e, "latest", &e.path("want"), "r2");
+    assert_eq!(
+        fs::metadata(&table).unwrap().modified().unwrap(),
+        made,
+        "a table that holds every index file is kept"
+    );
+
+    // Damage in its entries: the header and fingerprints open, the blocks do not check.
+    let mut bytes = fs::read(&table).unwrap();
+    let at = bytes.len() / 3;
+    for b in &mut bytes[at..at + 4096] {
+        *b ^= 0x5a;
+    }
+    // A new snapshot without a sixth of the messages: the last one's own blobs unused.
+    let src = e.path("vmail");
+    let churn = MutationSpec {
+        seed: 5,
+        flag_rename_ratio: 0.0,
+        new_ratio: 0.0,
+        delete_ratio: 0.15,
+    };
+    mutate(&churn, &src).unwrap();
+    e.json(0, &["backup", &maildir(&src)]);
+    copy_tree(&src, &e.path("want"));
+    e.ok(&["forget", "--keep-last", "1"]);
+    let dry = e.json(0, &["prune", "--dry-run"]);
+    assert!(dry["blobs_removed"].as_u64().unwrap() > 0, "{dry}");
+    let before = size(&e);
+    fs::write(&table, &bytes).unwrap();
+    let (code, out, err) = e.run_text(&["prune"]);
+    assert_ne!(code, Some(0), "{out}{err}");
+    assert!(err.contains("index's local table"), "{err}");
+    assert_eq!(size(&e), before, "a prune that refused removed something");
+    assert!(!table.exists(), "the damaged table is removed");
+    // The next runs read the index files, make the table again and find no damage.
+    let rep = e.json(0, &["prune"]);
+    assert_eq!(rep["blobs_removed"], dry["blobs_removed"], "{rep}");
+    intact(&e, "latest", &e.path("want"), "r3");
+    assert_eq!(tables(&e).len(), 1);
+}
+
 /// Format-1 packs are repacked into format-1 packs (their blobs copied sealed as they
 /// are): in a format-1 repository, and in one migrated from it (`format1_packs`).
 #[test]

@@ -57,6 +57,9 @@ impl Backend for Recorder {
     fn flush(&self) -> Result<()> {
         self.mem.flush()
     }
+    fn local_dir(&self) -> Option<std::path::PathBuf> {
+        self.mem.local_dir()
+    }
     fn hint(&self, hint: Hint<'_>) {
         self.mem.hint(hint)
     }

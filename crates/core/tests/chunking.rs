@@ -67,7 +67,7 @@ fn data_blobs(repo: &Repository) -> HashSet<Id> {
     repo.index()
         .iter()
         .filter(|(_, l)| l.kind == BlobKind::Data)
-        .map(|(id, _)| *id)
+        .map(|(id, _)| id)
         .collect()
 }
 

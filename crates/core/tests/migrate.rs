@@ -350,7 +350,7 @@ fn a_tree_blob_that_does_not_verify_undoes_the_migration() {
     copy_dir(&fixtures().join("repo-v1"), &dir);
     let repo = open_repo(&dir);
     let root = repo.find_snapshot("latest").unwrap().root;
-    let loc = *repo.index().get(&root).unwrap();
+    let loc = repo.index().get(&root).unwrap();
     let pack = dir.join(mailvault_core::repo::pack::pack_path(
         &repo.index().pack_id(loc.pack),
     ));
@@ -415,6 +415,9 @@ impl Backend for FailingStore {
     }
     fn flush(&self) -> mailvault_core::Result<()> {
         self.inner.flush()
+    }
+    fn local_dir(&self) -> Option<std::path::PathBuf> {
+        self.inner.local_dir()
     }
     fn hint(&self, hint: Hint<'_>) {
         self.inner.hint(hint)

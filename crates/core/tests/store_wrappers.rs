@@ -192,6 +192,9 @@ impl Backend for Hints {
         self.note("flush");
         Ok(())
     }
+    fn local_dir(&self) -> Option<std::path::PathBuf> {
+        self.mem.local_dir()
+    }
     fn hint(&self, hint: Hint<'_>) {
         self.note(match hint {
             Hint::Prefetch(..) => "prefetch",

@@ -213,7 +213,7 @@ fn same_size_pair(repo: &Repository) -> ((Id, Location), (Id, Location)) {
             by_size
                 .entry((loc.pack, loc.stored_len))
                 .or_default()
-                .push((*id, *loc));
+                .push((id, loc));
         }
     }
     let mut pairs: Vec<Vec<(Id, Location)>> =
@@ -229,7 +229,6 @@ fn two_data_blobs(repo: &Repository) -> ((Id, Location), (Id, Location)) {
         .index()
         .iter()
         .filter(|(_, l)| l.kind == BlobKind::Data)
-        .map(|(i, l)| (*i, *l))
         .collect();
     data.sort_by_key(|(i, l)| (l.pack, l.offset, *i));
     data.iter()
@@ -357,7 +356,7 @@ fn swapped_pack_headers_are_detected() {
         let repo = s.open();
         let pick = |kind| {
             let (_, loc) = repo.index().iter().find(|(_, l)| l.kind == kind).unwrap();
-            pack_file(&repo, loc)
+            pack_file(&repo, &loc)
         };
         let (p, q) = (pick(BlobKind::Data), pick(BlobKind::Tree));
         assert_ne!(p, q);
@@ -711,7 +710,7 @@ fn format_1_objects_in_a_format_2_repository_are_refused() {
             .iter()
             .find(|(_, l)| l.kind == BlobKind::Data)
             .unwrap();
-        let old_path = pack_file(&repo, loc);
+        let old_path = pack_file(&repo, &loc);
         let old = repo.index().pack_id(loc.pack);
         let bytes = fs::read(s.file(&old_path)).unwrap();
         let (_, entries) = pack::header_of(&bytes, repo.key(), &old_path, &[Version::V2]).unwrap();

@@ -162,15 +162,8 @@ pub struct Stored {
 
 /// What `repo`'s index says its packs hold.
 pub fn stored(repo: &Repository) -> Stored {
-    use mailvault_core::repo::format::BlobKind;
-    let mut s = Stored::default();
-    for (_, loc) in repo.index().iter() {
-        match loc.kind {
-            BlobKind::Data => s.data += u64::from(loc.stored_len),
-            BlobKind::Tree => s.trees += u64::from(loc.stored_len),
-        }
-    }
-    s
+    let (data, trees) = repo.index().stored();
+    Stored { data, trees }
 }
 
 /// Prometheus' text format of the overview: the repository's snapshots and stored bytes,

@@ -179,7 +179,7 @@ pub fn plan<J>(
             .iter()
             .filter(|id| wanted(id) && !kept.contains_key(id));
         for loc in blobs.filter_map(|id| index.get(id)) {
-            let (s, e) = (u64::from(loc.offset), end_of(loc));
+            let (s, e) = (u64::from(loc.offset), end_of(&loc));
             bytes += match ends.get(&{ loc.pack }) {
                 Some(&m) if s >= m && s - m <= opts.gap => e - m,
                 Some(&m) if s < m => e.saturating_sub(m).max(e - s),
@@ -243,7 +243,7 @@ fn spans_of<J>(
         for id in content(job).iter().filter(|id| wanted(id)) {
             if let Some(loc) = index.get(id) {
                 if seen.insert(*id, ()).is_none() {
-                    blobs.push((*id, *loc));
+                    blobs.push((*id, loc));
                 }
             }
         }
@@ -496,7 +496,7 @@ impl PackPlan {
             for id in content(job) {
                 if let Some(loc) = index.get(id) {
                     if seen.insert(*id) {
-                        blobs.push((*id, *loc));
+                        blobs.push((*id, loc));
                     }
                 }
             }

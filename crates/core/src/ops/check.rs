@@ -111,6 +111,13 @@ fn check_inner(repo: &Repository, opts: &CheckOptions, started: Instant) -> Resu
         walk.snapshot(s);
     }
     let (messages, affected) = walk.finish();
+    if let Some(why) = repo.index().damage() {
+        st.error(
+            DamageKind::Index,
+            None,
+            format!("the index's local table could not be read ({why}): its blobs looked absent to this check, so run it again (it reads the index files)"),
+        );
+    }
 
     let search = check_search(repo, &st, &mut warnings)?;
     let object_lock = check_object_lock(repo, &mut warnings);

@@ -126,6 +126,19 @@ fn prune_search(repo: &Repository, dry_run: bool) -> Result<SplitsPruned> {
 }
 
 /// An error for a prune that must not go on, naming what stops it.
+/// Refuses when the index's local table failed to be read since the repository was
+/// opened: what it holds looked absent, so a plan made meanwhile could remove what
+/// snapshots use. The table is removed by then; the next prune reads the index files.
+fn refuse_if_index_damaged(repo: &Repository) -> Result<()> {
+    match repo.index().damage() {
+        Some(why) => Err(refused(
+            "the index's local table",
+            format!("could not be read ({why}): run prune again, which reads the index files"),
+        )),
+        None => Ok(()),
+    }
+}
+
 fn refused(what: impl Into<String>, reason: impl Into<String>) -> Error {
     Error::PruneRefused {
         what: what.into(),
@@ -225,7 +238,11 @@ pub fn prune(
         lock_records_removed,
         ..Default::default()
     };
-    let used = used_blobs(repo, &snaps, progress)?;
+    let used = used_blobs(repo, &snaps, progress);
+    // A blob the index's table could not give fails the walk as a lost one would: said
+    // as what it is.
+    refuse_if_index_damaged(repo)?;
+    let used = used?;
     rep.blobs_used = used.len() as u64;
     // `data/` listed once for the size, the plan and the packs no index lists (on object
     // storage a listing is a request per 1,000 packs).
@@ -234,6 +251,8 @@ pub fn prune(
     rep.search = prune_search(repo, opts.dry_run)?;
 
     let plans = plan(repo, &packs, &used, opts.max_unused, &mut rep)?;
+    // Blobs the index's table could not give looked unused: nothing is removed.
+    refuse_if_index_damaged(repo)?;
     let unindexed = unindexed_packs(repo, packs);
     rep.packs_unindexed = unindexed.len() as u64;
     let nothing_to_do = unindexed.is_empty()
@@ -308,10 +327,11 @@ fn held_objects(repo: &Repository, snaps: &[Snapshot]) -> Result<HashSet<String>
     let used = used_blobs(repo, &held, &crate::report::NoProgress)?;
     let index = repo.index();
     for (id, loc) in index.iter() {
-        if used.contains(id) {
+        if used.contains(&id) {
             out.insert(pack::pack_path(&index.pack_id(loc.pack)));
         }
     }
+    refuse_if_index_damaged(repo)?;
     out.extend(held.iter().map(|s| Snapshot::path(&s.id)));
     out.extend(repo.store().list("keys/")?.into_iter().map(|o| o.path));
     out.insert("config".to_string());
@@ -1025,6 +1045,9 @@ mod tests {
         }
         fn flush(&self) -> Result<()> {
             self.inner.flush()
+        }
+        fn local_dir(&self) -> Option<std::path::PathBuf> {
+            self.inner.local_dir()
         }
         fn hint(&self, hint: Hint<'_>) {
             self.inner.hint(hint)

@@ -6,6 +6,12 @@
 //! array. A [`Loader`] decodes index files straight into the array, from each file's last
 //! pack to its first while the file's plaintext is cut behind it, and sorts it once.
 //!
+//! A large index (from [`table_at`] blobs, about a million) keeps its sorted array in a
+//! local file instead, a table ([`table`]) in the repository's cache directory: 4 bytes
+//! a blob in memory, and the index files it was made from are not read again at the
+//! next open. Only the blobs of index files written since stay in memory, until they
+//! are an eighth of the table and a new table is made with them.
+//!
 //! ```text
 //! format 1: index file = seal("MVIX" 0x01 pack_count:u32 pack*)
 //!           pack       = pack_id:[32] count:u32 entry*
@@ -23,45 +29,11 @@ use crate::repo::format::Version;
 use crate::repo::id::Id;
 use crate::repo::pack::{IndexedPack, PackEntry};
 use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
 
 const MAGIC: &[u8; 4] = b"MVIX";
 const ENTRY_LEN: usize = 46;
-
-/// Where a blob is: 18 bytes, packed without padding (the index holds one per blob).
-/// Its fields are read by value (`loc.offset`); a reference to one does not compile.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-#[repr(C, packed)]
-pub struct Location {
-    /// Position in [`Index::packs`].
-    pub pack: u32,
-    pub offset: u32,
-    pub stored_len: u32,
-    pub raw_len: u32,
-    pub kind: BlobKind,
-    pub codec: Codec,
-}
-
-impl Location {
-    fn of(pack: u32, e: &PackEntry) -> Location {
-        Location {
-            pack,
-            offset: e.offset,
-            stored_len: e.stored_len,
-            raw_len: e.raw_len,
-            kind: e.kind,
-            codec: e.codec,
-        }
-    }
-}
-
-/// One blob in the sorted array: 50 bytes, alignment 1.
-#[derive(Clone, Copy)]
-struct Entry {
-    id: Id,
-    loc: Location,
-}
-
-const _: () = assert!(std::mem::size_of::<Entry>() == 50);
 
 /// Blobs the overlay may hold before it is folded into the sorted array: at least this
 /// many, or a sixteenth of the array (each fold moves the array once, so a blob added is
@@ -78,6 +50,12 @@ const FOLD_AT: usize = 1 << 14;
 /// sixteenth of the array.
 #[derive(Default)]
 pub struct Index {
+    /// The blobs of the index files an earlier open read, in a local file: positions
+    /// `0..base.len()`, before `sorted`'s.
+    base: Option<table::Table>,
+    /// Why the base could not be read, the first time it could not: its blobs then look
+    /// absent, as a damaged index file's do (see [`Index::damage`]).
+    base_damage: OnceLock<String>,
     packs: Vec<Id>,
     /// The format each pack in `packs` was written in.
     versions: Vec<Version>,
@@ -93,14 +71,77 @@ pub struct Index {
 }
 
 impl Index {
-    pub fn get(&self, id: &Id) -> Option<&Location> {
-        match self.find(id) {
-            Some(i) => Some(&self.sorted[i].loc),
-            None => self.overlay.get(id),
+    pub fn get(&self, id: &Id) -> Option<Location> {
+        if let Some(i) = self.find_sorted(id) {
+            return Some(self.sorted[i].loc);
         }
+        if let Some(loc) = self.overlay.get(id) {
+            return Some(*loc);
+        }
+        self.find_base(id).map(|(_, loc)| loc)
     }
     pub fn contains(&self, id: &Id) -> bool {
-        self.find(id).is_some() || self.overlay.contains_key(id)
+        self.overlay.contains_key(id) || self.find(id).is_some()
+    }
+    /// Why the index's table could not be read, if it could not: its blobs looked absent
+    /// since (a backup stores them again, a restore says what it cannot find). The table
+    /// is removed, and the next open reads the index files again.
+    pub fn damage(&self) -> Option<&str> {
+        self.base_damage.get().map(String::as_str)
+    }
+    /// The bytes the blobs take in their packs: message contents, and trees (a table's
+    /// from its totals, not read).
+    pub fn stored(&self) -> (u64, u64) {
+        let t = self.totals();
+        (t.data, t.trees)
+    }
+    /// Per pack holding tree blobs (by position): from its first tree blob's offset to the
+    /// end of its last.
+    pub fn tree_spans(&self) -> HashMap<u32, (u64, u64)> {
+        self.totals()
+            .tree_spans
+            .into_iter()
+            .map(|(p, s, e)| (p, (s, e)))
+            .collect()
+    }
+    fn totals(&self) -> table::Totals {
+        let mut t = (self.base.as_ref()).map_or_else(Default::default, |b| b.totals().clone());
+        let mut spans: HashMap<u32, (u64, u64)> = (t.tree_spans.drain(..))
+            .map(|(p, s, e)| (p, (s, e)))
+            .collect();
+        let memory = (self.sorted.iter().map(|e| &e.loc)).chain(self.overlay.values());
+        for loc in memory {
+            t.add(loc, &mut spans);
+        }
+        t.tree_spans = spans.into_iter().map(|(p, (s, e))| (p, s, e)).collect();
+        t
+    }
+    /// Blobs held in a local table rather than in memory.
+    pub fn in_table(&self) -> usize {
+        self.base_len()
+    }
+    fn base_len(&self) -> usize {
+        self.base.as_ref().map_or(0, table::Table::len)
+    }
+    /// `id`'s position and location in the base.
+    fn find_base(&self, id: &Id) -> Option<(usize, Location)> {
+        let t = self.base.as_ref()?;
+        t.find(id).unwrap_or_else(|e| {
+            self.base_failed(t, e);
+            None
+        })
+    }
+    /// The base's entry at position `i`.
+    fn base_entry(&self, i: usize) -> Option<Entry> {
+        let t = self.base.as_ref()?;
+        t.entry(i).map_err(|e| self.base_failed(t, e)).ok()
+    }
+    /// Records the base's first failure, says it once and removes its file.
+    fn base_failed(&self, t: &table::Table, e: Error) {
+        if self.base_damage.set(e.to_string()).is_ok() {
+            tracing::warn!("{e}: its blobs look absent; it is removed, and the next run reads the index files again");
+            table::remove(t.path());
+        }
     }
     pub fn pack_id(&self, pos: u32) -> Id {
         self.packs[pos as usize]
@@ -120,14 +161,21 @@ impl Index {
         &self.packs
     }
     pub fn len(&self) -> usize {
-        self.sorted.len() + self.overlay.len()
+        self.base_len() + self.sorted.len() + self.overlay.len()
     }
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
-    /// Every blob once, in no particular order.
-    pub fn iter(&self) -> impl Iterator<Item = (&Id, &Location)> {
-        (self.sorted.iter().map(|e| (&e.id, &e.loc))).chain(self.overlay.iter())
+    /// Every blob once, in no particular order (a table's as far as it can be read:
+    /// see [`Index::damage`]).
+    pub fn iter(&self) -> impl Iterator<Item = (Id, Location)> + '_ {
+        let base = self.base.iter().flat_map(move |t| {
+            t.iter()
+                .map_while(move |r| r.map_err(|e| self.base_failed(t, e)).ok())
+                .map(|e| (e.id, e.loc))
+        });
+        (base.chain(self.sorted.iter().map(|e| (e.id, e.loc))))
+            .chain(self.overlay.iter().map(|(id, loc)| (*id, *loc)))
     }
 
     /// The blobs grouped by pack, 4 bytes a blob beside the index (a map from each pack to
@@ -135,25 +183,35 @@ impl Index {
     /// blobs).
     pub fn by_pack(&self) -> ByPack<'_> {
         let overlay: Vec<(&Id, &Location)> = self.overlay.iter().collect();
-        let loc = |i: usize| match i.checked_sub(self.sorted.len()) {
-            None => self.sorted[i].loc,
-            Some(k) => *overlay[k].1,
-        };
-        let n = self.sorted.len() + overlay.len();
+        // Each blob's pack, by blob number (the base's, then `sorted`'s, then the
+        // overlay's): the base read once, in order.
+        let packs: Vec<u32> = (self.base.iter())
+            .flat_map(|t| {
+                t.iter()
+                    .map_while(move |r| r.map_err(|e| self.base_failed(t, e)).ok())
+                    .map(|e| e.loc.pack)
+            })
+            .chain(self.sorted.iter().map(|e| e.loc.pack))
+            .chain(overlay.iter().map(|(_, l)| l.pack))
+            .collect();
+        // Blob `k` of `packs` is number `k` in the base's part, as far as the base
+        // could be read (what could not is left out), then `base_len + j`.
+        let read = packs.len() - self.sorted.len() - overlay.len();
+        let base = self.base_len();
+        let number = |k: usize| if k < read { k } else { k - read + base };
         // A counting sort by pack position.
         let mut starts = vec![0u32; self.packs.len() + 1];
-        for i in 0..n {
-            starts[loc(i).pack as usize + 1] += 1;
+        for &p in &packs {
+            starts[p as usize + 1] += 1;
         }
         for p in 1..starts.len() {
             starts[p] += starts[p - 1];
         }
         let mut next = starts.clone();
-        let mut order = vec![0u32; n];
-        for i in 0..n {
-            let p = loc(i).pack as usize;
-            order[next[p] as usize] = i as u32;
-            next[p] += 1;
+        let mut order = vec![0u32; packs.len()];
+        for (k, &p) in packs.iter().enumerate() {
+            order[next[p as usize] as usize] = number(k) as u32;
+            next[p as usize] += 1;
         }
         ByPack {
             index: self,
@@ -167,7 +225,7 @@ impl Index {
     pub fn add_pack(&mut self, pack: Id, version: Version, entries: &[PackEntry]) {
         let pos = self.pack_position(pack, version);
         for e in entries {
-            if self.find(&e.id).is_none() {
+            if !self.overlay.contains_key(&e.id) && self.find(&e.id).is_none() {
                 self.overlay.entry(e.id).or_insert(Location::of(pos, e));
             }
         }
@@ -185,8 +243,17 @@ impl Index {
         })
     }
 
-    /// The position of `id` in `sorted`.
+    /// The number of `id` (its position in the base, or the base's length and its
+    /// position in `sorted`), unless it is in the overlay or absent.
     fn find(&self, id: &Id) -> Option<usize> {
+        match self.find_sorted(id) {
+            Some(i) => Some(self.base_len() + i),
+            None => self.find_base(id).map(|(i, _)| i),
+        }
+    }
+
+    /// The position of `id` in `sorted`.
+    fn find_sorted(&self, id: &Id) -> Option<usize> {
         let p = prefix(id, self.bits);
         let (lo, hi) = match self.buckets.get(p..p + 2) {
             Some(&[lo, hi]) => (lo as usize, hi as usize),
@@ -240,7 +307,7 @@ impl<'a> BlobSet<'a> {
     pub fn new(index: &'a Index) -> Self {
         BlobSet {
             index,
-            bits: vec![0; index.sorted.len().div_ceil(64)],
+            bits: vec![0; (index.base_len() + index.sorted.len()).div_ceil(64)],
             others: Default::default(),
             len: 0,
         }
@@ -295,12 +362,16 @@ impl ByPack<'_> {
             Some(&[a, b]) => a as usize..b as usize,
             _ => 0..0,
         };
-        self.order[range].iter().map(|&i| {
+        let (base, sorted) = (self.index.base_len(), &self.index.sorted);
+        self.order[range].iter().filter_map(move |&i| {
             let i = i as usize;
-            match i.checked_sub(self.index.sorted.len()) {
-                None => (self.index.sorted[i].id, self.index.sorted[i].loc),
-                Some(k) => (*self.overlay[k].0, *self.overlay[k].1),
+            if i < base {
+                return (self.index.base_entry(i)).map(|e| (e.id, e.loc));
             }
+            Some(match (i - base).checked_sub(sorted.len()) {
+                None => (sorted[i - base].id, sorted[i - base].loc),
+                Some(k) => (*self.overlay[k].0, *self.overlay[k].1),
+            })
         })
     }
 }
@@ -349,6 +420,45 @@ pub struct Loader {
     index: Index,
     entries: Vec<Entry>,
     listings: Vec<u32>,
+    /// Loading into a table ([`Loader::with_table`]).
+    table: Option<TablePlan>,
+}
+
+/// Where a [`Loader`] makes a table.
+struct TablePlan {
+    /// The repository's cache directory (runs are spilled there) and the table's file.
+    dir: PathBuf,
+    target: PathBuf,
+    /// A table file was found that does not hold the index files there now.
+    stale: bool,
+    /// Blobs from which the index goes to a table ([`table_at`]).
+    at: usize,
+    /// Entries held before they are spilled ([`RUN`]).
+    run: usize,
+    /// Entries spilled in sorted runs, once `entries` reached [`RUN`].
+    builder: Option<table::Builder>,
+}
+
+/// Entries a loader making a table holds in memory before it sorts and spills them
+/// (50 MB).
+const RUN: usize = 1 << 20;
+
+/// The file name of the index's table in the repository's cache directory, for a
+/// repository of format `version` (a migrated repository's index is read anew).
+pub fn table_name(version: Version) -> String {
+    format!("index-v{}.table", version.number())
+}
+
+/// Blobs from which the index is kept in a table rather than in memory:
+/// `MAILVAULT_INDEX_TABLE_AT` (docs/format.md, *The index's table*), else 1,048,576 (an
+/// index of 50 MB in memory).
+pub fn table_at() -> usize {
+    static AT: OnceLock<usize> = OnceLock::new();
+    *AT.get_or_init(|| {
+        (std::env::var("MAILVAULT_INDEX_TABLE_AT").ok())
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(1 << 20)
+    })
 }
 
 impl Loader {
@@ -363,6 +473,64 @@ impl Loader {
             entries,
             ..Loader::default()
         }
+    }
+
+    /// A loader that keeps the index in a table at `target` in the cache directory `dir`
+    /// once it is [`table_at`] blobs or more: `base`, the table an earlier open made, is
+    /// kept (the caller loads only the index files it does not hold) and made again with
+    /// the new blobs once they are an eighth of it. `stale`: a table was at `target` that
+    /// does not hold the index files there now (it is replaced, or removed).
+    pub fn with_table(
+        base: Option<table::Table>,
+        dir: &Path,
+        target: &Path,
+        stale: bool,
+        bytes: u64,
+    ) -> Loader {
+        let mut index = Index::default();
+        if let Some(t) = &base {
+            for &(id, version) in &t.header().packs {
+                index.pack_position(id, version);
+            }
+        }
+        index.base = base;
+        let mut entries = Vec::new();
+        let most = usize::try_from(bytes / ENTRY_LEN as u64).unwrap_or(usize::MAX);
+        let _ = entries.try_reserve_exact(most.min(RUN));
+        Loader {
+            index,
+            entries,
+            table: Some(TablePlan {
+                dir: dir.to_path_buf(),
+                target: target.to_path_buf(),
+                stale,
+                at: table_at(),
+                run: RUN,
+                builder: None,
+            }),
+            ..Loader::default()
+        }
+    }
+
+    /// With a table: spills the entries gathered once they are a run's worth (1,048,576) or more (between
+    /// files: a file that fails to decode takes its entries back out of `entries`).
+    pub fn spill_if_full(&mut self) -> Result<()> {
+        let Some(plan) = &mut self.table else {
+            return Ok(());
+        };
+        if self.entries.len() < plan.run {
+            return Ok(());
+        }
+        let b = match &mut plan.builder {
+            Some(b) => b,
+            None => plan
+                .builder
+                .insert(table::Builder::new(&plan.dir, plan.run)?),
+        };
+        for e in self.entries.drain(..) {
+            b.push(e)?;
+        }
+        Ok(())
     }
 
     /// Adds the packs and entries of one index file's plaintext (as [`decode`] reads it);
@@ -451,22 +619,77 @@ impl Loader {
     pub fn finish(self) -> Index {
         let Loader {
             mut index,
-            mut entries,
+            entries,
             listings,
+            ..
         } = self;
-        entries.sort_unstable_by(|a, b| {
-            let key = |e: &Entry| (e.loc.pack, e.loc.offset);
-            a.id.0.cmp(&b.id.0).then_with(|| key(a).cmp(&key(b)))
-        });
-        entries.dedup_by(|later, first| later.id == first.id);
-        for e in &mut entries {
-            e.loc.pack = listings[e.loc.pack as usize];
-        }
-        entries.shrink_to_fit();
-        index.sorted = entries;
+        index.sorted = first_locations(entries, &listings);
         index.index_buckets();
         index
     }
+
+    /// [`Loader::finish`] of a loader [`Loader::with_table`]: the index, its blobs in a
+    /// table (holding index `files`, every file loaded) when they are [`table_at`] or
+    /// more.
+    pub fn finish_table(self, files: Vec<Id>) -> Result<Index> {
+        let Loader {
+            mut index,
+            mut entries,
+            listings,
+            table,
+        } = self;
+        let Some(plan) = table else {
+            return Err(Error::InvalidInput("no table to finish".into()));
+        };
+        let base = index.base_len();
+        let build =
+            plan.builder.is_some() || (base + entries.len() >= plan.at && entries.len() > base / 8);
+        if !build {
+            if base == 0 && plan.stale {
+                table::remove(&plan.target);
+            }
+            // The base's blobs keep the base's location: one blob, one number.
+            entries.retain(|e| index.find_base(&e.id).is_none());
+            index.sorted = first_locations(entries, &listings);
+            index.index_buckets();
+            return Ok(index);
+        }
+        let mut b = match plan.builder {
+            Some(b) => b,
+            None => table::Builder::new(&plan.dir, plan.run)?,
+        };
+        for e in entries.drain(..) {
+            b.push(e)?;
+        }
+        drop(entries);
+        let header = table::Header {
+            packs: (index.packs.iter().copied())
+                .zip(index.versions.iter().copied())
+                .collect(),
+            files,
+        };
+        let old = index.base.take();
+        let made = b.finish(header, old.as_ref(), |l| listings[l as usize], &plan.target)?;
+        index.base = Some(made);
+        index.sorted = Vec::new();
+        index.index_buckets();
+        Ok(index)
+    }
+}
+
+/// `entries` (their `pack` a listing number) sorted by id, each blob's first location
+/// kept, their `pack` made the listing's pack position.
+fn first_locations(mut entries: Vec<Entry>, listings: &[u32]) -> Vec<Entry> {
+    entries.sort_unstable_by(|a, b| {
+        let key = |e: &Entry| (e.loc.pack, e.loc.offset);
+        a.id.0.cmp(&b.id.0).then_with(|| key(a).cmp(&key(b)))
+    });
+    entries.dedup_by(|later, first| later.id == first.id);
+    for e in &mut entries {
+        e.loc.pack = listings[e.loc.pack as usize];
+    }
+    entries.shrink_to_fit();
+    entries
 }
 
 /// Index files hold at most this many blob entries (46 bytes each, about 4.6 MB): a
@@ -653,6 +876,12 @@ fn parse_entry(raw: &[u8], what: &str) -> Result<PackEntry> {
         raw_len: u32_at(10),
     })
 }
+
+mod entry;
+pub mod table;
+
+use entry::Entry;
+pub use entry::Location;
 
 #[cfg(test)]
 mod tests;

@@ -13,6 +13,7 @@ use crate::store::put_content_named;
 use crate::store::ObjectInfo;
 use crate::store::Store;
 use std::collections::HashSet;
+use std::path::Path;
 
 impl Repository {
     /// Loads `dicts/`; the dictionary in the first file by name is used for writing, so
@@ -62,10 +63,67 @@ impl Repository {
     /// time in parallel (a batch holds at most [`LOAD_BATCH`] bytes of files, or one
     /// larger file) and decoded straight into the index's array, so what loading holds at
     /// most is the array and one batch of opened files.
+    ///
+    /// With a local cache, a large index goes to a table there instead (`index::table`),
+    /// and the index files an earlier open put in it are not read again; the table
+    /// failing to be read or written only costs memory, as the cache's files cost
+    /// requests.
     pub(super) fn load_index(&mut self) -> Result<()> {
         let files = self.store.list("index/")?;
+        if let Some(dir) = self.store.local_dir() {
+            match self.load_index_with_table(&files, &dir) {
+                Ok(()) => return Ok(()),
+                Err(e) => {
+                    tracing::warn!("the index's local table: {e}; the index is held in memory");
+                    self.index = Index::default();
+                    self.index_files.clear();
+                    self.index_errors.clear();
+                    self.leftovers.clear();
+                }
+            }
+        }
         let mut loader = index::Loader::with_size_hint(files.iter().map(|f| f.size).sum());
-        for batch in batches(&files) {
+        self.read_index_files(&files, &mut loader)?;
+        self.index = loader.finish();
+        Ok(())
+    }
+
+    /// [`Self::load_index`] with the table in the cache directory `dir`.
+    fn load_index_with_table(&mut self, files: &[ObjectInfo], dir: &Path) -> Result<()> {
+        index::table::sweep(dir);
+        let target = dir.join(index::table_name(self.version));
+        let listed: HashSet<Id> = files.iter().filter_map(|f| file_id(&f.path).ok()).collect();
+        let (base, stale) = match target.exists() {
+            false => (None, false),
+            true => match index::table::Table::open(&target) {
+                Ok(t) if t.header().files.iter().all(|f| listed.contains(f)) => (Some(t), false),
+                Ok(_) => (None, true),
+                Err(e) => {
+                    tracing::debug!("{e}: made again");
+                    (None, true)
+                }
+            },
+        };
+        let held: HashSet<Id> = (base.iter())
+            .flat_map(|t| t.header().files.iter().copied())
+            .collect();
+        self.index_files.extend(held.iter().copied());
+        let rest: Vec<ObjectInfo> = (files.iter())
+            .filter(|f| file_id(&f.path).map_or(true, |id| !held.contains(&id)))
+            .cloned()
+            .collect();
+        let bytes = rest.iter().map(|f| f.size).sum();
+        let mut loader = index::Loader::with_table(base, dir, &target, stale, bytes);
+        self.read_index_files(&rest, &mut loader)?;
+        self.index = loader.finish_table(self.index_files.clone())?;
+        Ok(())
+    }
+
+    /// Reads `files` into `loader`, a batch at a time; a file that cannot be read or
+    /// decoded is recorded (`index_errors`, or a migration's leftover), never fatal. An
+    /// error is the loader's own (its table's).
+    fn read_index_files(&mut self, files: &[ObjectInfo], loader: &mut index::Loader) -> Result<()> {
+        for batch in batches(files) {
             // Each file's path with its id and plaintext.
             type Opened<'a> = (&'a str, Result<(Id, Vec<u8>)>);
             let opened: Vec<Opened> = {
@@ -91,9 +149,9 @@ impl Repository {
                         self.index_errors.push((path.into(), e));
                     }
                 }
+                loader.spill_if_full()?;
             }
         }
-        self.index = loader.finish();
         Ok(())
     }
 

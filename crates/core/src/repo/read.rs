@@ -12,7 +12,6 @@ use crate::repo::snapshot::Snapshot;
 use crate::repo::{file_id, format, pack, DamagedSnapshot};
 use crate::repo::{tree, Repository, Snapshots};
 use crate::store::Store;
-use std::collections::HashMap;
 
 /// How deep a chunk tree may be before it is taken for damaged.
 const CHUNK_TREE_DEPTH: u32 = 16;
@@ -40,16 +39,7 @@ impl Repository {
     /// background while it walks the directories: the parent's trees are then read from
     /// memory instead of by thousands of small random reads (BENCHMARKS.md).
     pub fn prefetch_trees(&self, budget: u64) {
-        let mut spans: HashMap<u32, (u64, u64)> = HashMap::new();
-        for (_, loc) in self.index.iter() {
-            if loc.kind == BlobKind::Tree {
-                let end = loc.offset as u64 + loc.stored_len as u64;
-                let s = spans.entry(loc.pack).or_insert((loc.offset as u64, end));
-                s.0 = s.0.min(loc.offset as u64);
-                s.1 = s.1.max(end);
-            }
-        }
-        let mut spans: Vec<(u32, (u64, u64))> = spans.into_iter().collect();
+        let mut spans: Vec<(u32, (u64, u64))> = self.index.tree_spans().into_iter().collect();
         spans.sort_unstable_by_key(|s| std::cmp::Reverse(s.0));
         let mut left = budget;
         for (pack, (start, end)) in spans {
@@ -91,7 +81,7 @@ impl Repository {
 
     /// A blob's place, its sealed bytes and the path of its pack.
     pub(in crate::repo) fn read_sealed(&self, id: &Id) -> Result<(Location, Vec<u8>, String)> {
-        let loc = *self
+        let loc = self
             .index
             .get(id)
             .ok_or_else(|| Error::BlobNotFound(id.to_hex()))?;
@@ -193,7 +183,7 @@ impl Repository {
     /// reads many blobs in one span): as [`Self::read_blob`] opens them (`verify`) or as
     /// [`Self::read_blob_unverified`] does.
     pub(crate) fn open_sealed(&self, id: &Id, sealed: Vec<u8>, verify: bool) -> Result<Vec<u8>> {
-        let loc = *self
+        let loc = self
             .index
             .get(id)
             .ok_or_else(|| Error::BlobNotFound(id.to_hex()))?;

@@ -858,7 +858,7 @@ mod spans {
         let snap = repo.find_snapshot("latest").unwrap();
         let root: RootTree = repo.read_tree(&snap.root).unwrap();
         assert_eq!(root.accounts[1].name, "bob@example.org");
-        let loc = *repo.index().get(&root.accounts[1].tree).unwrap();
+        let loc = repo.index().get(&root.accounts[1].tree).unwrap();
         let file = store_dir.join(crate::repo::pack::pack_path(
             &repo.index().pack_id(loc.pack),
         ));
@@ -960,7 +960,7 @@ mod spans {
         let sent = acc.folders.iter().find(|f| f.name == "Sent").unwrap();
         let entry = repo.read_chunk(&sent.chunks[0]).unwrap().remove(7);
         let id = entry.content[0];
-        let loc = *repo.index().get(&id).unwrap();
+        let loc = repo.index().get(&id).unwrap();
         let pack = crate::repo::pack::pack_path(&repo.index().pack_id(loc.pack));
         let file = store_dir.join(&pack);
         let mut bytes = fs::read(&file).unwrap();

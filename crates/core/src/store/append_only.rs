@@ -53,6 +53,9 @@ impl Backend for AppendOnly {
     fn flush(&self) -> Result<()> {
         self.inner.flush()
     }
+    fn local_dir(&self) -> Option<std::path::PathBuf> {
+        self.inner.local_dir()
+    }
     fn hint(&self, hint: Hint<'_>) {
         self.inner.hint(hint)
     }

@@ -441,16 +441,7 @@ impl Cached {
 
     /// Makes `root/<id>` the cache directory; false (and a warning) when it cannot be.
     fn open_dir(&self, id: &str) -> bool {
-        let dir = self.root.join(id);
-        let made = make_dir(&dir).and_then(|()| {
-            let tag = self.root.join("CACHEDIR.TAG");
-            match tag.exists() {
-                true => Ok(()),
-                false => write_atomic(&tag, &[CACHEDIR_TAG]),
-            }
-        });
-        if let Err(e) = made {
-            tracing::warn!("cache {}: {e}: running without a cache", dir.display());
+        if repository_dir(&self.root, id).is_none() {
             return false;
         }
         let pointer = self.pointer();
@@ -460,6 +451,31 @@ impl Cached {
             }
         }
         true
+    }
+}
+
+/// The directory of repository `id` under the cache root `root`, made (0700, the root
+/// tagged `CACHEDIR.TAG`) if it is not there; `None`, said in the log, when the id is not
+/// hex (never a path out of the root) or it cannot be made.
+pub(crate) fn repository_dir(root: &Path, id: &str) -> Option<PathBuf> {
+    if !valid_id(id) {
+        tracing::warn!("repository id {id:?} is not hex: running without a cache");
+        return None;
+    }
+    let dir = root.join(id);
+    let made = make_dir(&dir).and_then(|()| {
+        let tag = root.join("CACHEDIR.TAG");
+        match tag.exists() {
+            true => Ok(()),
+            false => write_atomic(&tag, &[CACHEDIR_TAG]),
+        }
+    });
+    match made {
+        Ok(()) => Some(dir),
+        Err(e) => {
+            tracing::warn!("cache {}: {e}: running without a cache", dir.display());
+            None
+        }
     }
 }
 
@@ -623,6 +639,9 @@ impl Backend for Cached {
     }
     fn flush(&self) -> Result<()> {
         self.inner.flush()
+    }
+    fn local_dir(&self) -> Option<std::path::PathBuf> {
+        self.bound()
     }
     fn hint(&self, hint: Hint<'_>) {
         match hint {

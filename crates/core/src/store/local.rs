@@ -25,6 +25,12 @@ pub struct LocalStore {
     handles: Mutex<HashMap<String, Arc<File>>>,
     /// Directories that got new names since the last [`Backend::flush`].
     unsynced: Mutex<std::collections::HashSet<PathBuf>>,
+    /// The local cache's root, where the repository's local state goes (the index's
+    /// table): a local repository's objects are not cached, but a large index is kept
+    /// there as for any other ([`LocalStore::with_cache_root`]).
+    cache_root: Option<PathBuf>,
+    /// `cache_root/<repository id>` once [`Hint::Bind`] named it.
+    bound: std::sync::RwLock<Option<PathBuf>>,
 }
 
 /// Where objects are written before they are linked into place.
@@ -73,7 +79,16 @@ impl LocalStore {
             sync: true,
             handles: Mutex::new(HashMap::new()),
             unsynced: Mutex::new(std::collections::HashSet::new()),
+            cache_root: None,
+            bound: std::sync::RwLock::new(None),
         }
+    }
+
+    /// The store with the local cache's root `root` (`None`: no cache), where the
+    /// repository's local state is kept ([`Backend::local_dir`]).
+    pub fn with_cache_root(mut self, root: Option<PathBuf>) -> Self {
+        self.cache_root = root;
+        self
     }
 
     pub fn root(&self) -> &Path {
@@ -326,10 +341,17 @@ impl Backend for LocalStore {
         Ok(())
     }
 
+    fn local_dir(&self) -> Option<std::path::PathBuf> {
+        self.bound.read().unwrap_or_else(|p| p.into_inner()).clone()
+    }
     /// `posix_fadvise(WILLNEED)`: the kernel starts reading the range into the page cache
     /// and returns. The file is opened apart from the handle cache, which a prefetch of
     /// many packs would only churn.
     fn hint(&self, hint: Hint<'_>) {
+        if let (Hint::Bind(id), Some(root)) = (hint, &self.cache_root) {
+            let dir = super::cache::repository_dir(root, id);
+            *self.bound.write().unwrap_or_else(|p| p.into_inner()) = dir;
+        }
         let Hint::Prefetch(h, ByteRange { offset, len }) = hint else {
             return;
         };

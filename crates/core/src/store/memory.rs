@@ -82,6 +82,9 @@ impl Backend for MemoryStore {
     fn flush(&self) -> Result<()> {
         Ok(())
     }
+    fn local_dir(&self) -> Option<std::path::PathBuf> {
+        None
+    }
     fn hint(&self, _hint: Hint<'_>) {}
 }
 

@@ -253,6 +253,10 @@ pub trait Backend: Send + Sync {
     fn flush(&self) -> Result<()>;
     /// Takes a [`Hint`]: errors are ignored and nothing is returned.
     fn hint(&self, hint: Hint<'_>);
+    /// The local directory a cache keeps this repository's files in, once [`Hint::Bind`]
+    /// named it (`<cache root>/<repository id>`): where the repository's other local
+    /// state lives too (the index's table, `repo::index`). `None` without a cache.
+    fn local_dir(&self) -> Option<std::path::PathBuf>;
 }
 
 /// The conveniences over [`Backend`] that callers use, by path. Every backend has them

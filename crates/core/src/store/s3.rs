@@ -610,6 +610,10 @@ impl Backend for S3Store {
         Ok(())
     }
 
+    fn local_dir(&self) -> Option<std::path::PathBuf> {
+        None
+    }
+
     fn hint(&self, _hint: Hint<'_>) {}
 }
 

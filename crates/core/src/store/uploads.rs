@@ -218,6 +218,9 @@ impl Backend for Uploads {
         drop(s);
         self.inner.flush()
     }
+    fn local_dir(&self) -> Option<std::path::PathBuf> {
+        self.inner.local_dir()
+    }
     fn hint(&self, hint: Hint<'_>) {
         match hint {
             // A queued pack is read from memory.

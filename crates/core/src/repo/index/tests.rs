@@ -1,6 +1,7 @@
 use super::*;
 use proptest::prelude::*;
 use std::collections::HashMap;
+use std::path::Path;
 
 fn entry(i: u8) -> PackEntry {
     PackEntry {
@@ -111,9 +112,37 @@ fn load(files: &[Vec<u8>]) -> Index {
     loader.finish()
 }
 
+/// An index loaded with a table in `dir`: `first` into a table of their own, then
+/// `rest` beside it, made a table with it from `at` blobs on (then in runs of 7).
+fn load_tabled(dir: &Path, first: &[Vec<u8>], rest: &[Vec<u8>], at: usize) -> Index {
+    let target = dir.join("t.table");
+    let load_into = |base: Option<table::Table>, files: &[Vec<u8>], at: usize| {
+        let mut loader = Loader::with_table(base, dir, &target, false, 0);
+        let plan = loader.table.as_mut().unwrap();
+        // Spilled entries always go to a table: runs only when one is made anyway.
+        (plan.at, plan.run) = (at, if at == usize::MAX { usize::MAX } else { 7 });
+        for f in files {
+            (loader.add_file(f.clone(), Version::V2, "t", &[Version::V2])).unwrap();
+            loader.spill_if_full().unwrap();
+        }
+        loader.finish_table(Vec::new()).unwrap()
+    };
+    let index = load_into(None, first, 0);
+    assert!(
+        index.in_table() == index.len(),
+        "the first files in a table"
+    );
+    drop(index);
+    match target.exists() {
+        true => load_into(Some(table::Table::open(&target).unwrap()), rest, at),
+        // No blob, no table: the next open reads every file again.
+        false => load_into(None, &[first, rest].concat(), at),
+    }
+}
+
 /// The pack id byte and offset `id` is found at.
 fn at(index: &Index, id: &Id) -> Option<(u8, u32)> {
-    let loc = *index.get(id)?;
+    let loc = index.get(id)?;
     Some((index.pack_id(loc.pack).0[0], loc.offset))
 }
 
@@ -157,7 +186,7 @@ fn lookup_finds_every_loaded_blob_and_nothing_else() {
     assert_eq!(index.len(), ids.len());
     for (n, id) in ids.iter().enumerate() {
         assert_eq!(at(&index, id), Some(((n / 1000) as u8, (n % 1000) as u32)));
-        let loc = *index.get(id).unwrap();
+        let loc = index.get(id).unwrap();
         assert_eq!(
             (loc.stored_len, loc.raw_len),
             (loc.offset + 1, loc.offset + 2)
@@ -247,7 +276,7 @@ fn iter_covers_the_array_and_the_overlay_once() {
     let added: Vec<PackEntry> = (40..80).map(|n| entry_at(random_id(n), n as u32)).collect();
     index.add_pack(Id([2; 32]), Version::V2, &added);
     assert_eq!(index.overlay.len(), 30);
-    let mut seen: Vec<(Id, u32)> = index.iter().map(|(id, l)| (*id, l.offset)).collect();
+    let mut seen: Vec<(Id, u32)> = index.iter().map(|(id, l)| (id, l.offset)).collect();
     seen.sort();
     let mut want: Vec<(Id, u32)> = (0..80).map(|n| (random_id(n), n as u32)).collect();
     want.sort();
@@ -362,20 +391,30 @@ proptest! {
             proptest::collection::vec((0u8..6, proptest::collection::vec((0u16..4, 0u64..30, 0u32..50), 0..30)), 0..4),
             0..4),
         added in proptest::collection::vec((0u8..8, proptest::collection::vec((0u16..4, 0u64..30, 0u32..50), 0..30)), 0..6),
+        how in 0u8..3,
+        split in 0usize..5,
     ) {
         let to_entries = |es: &Vec<(u16, u64, u32)>| -> Vec<PackEntry> {
             es.iter().map(|(p, n, o)| entry_at(id_of(p << 14, *n), *o)).collect()
         };
         let mut model = Model::default();
-        let mut loader = Loader::default();
+        let mut plain = Vec::new();
         for f in &files {
             let packs: Vec<(u8, Vec<PackEntry>)> = f.iter().map(|(p, es)| (*p, to_entries(es))).collect();
-            loader.add_file(file(&packs), Version::V2, "t", &[Version::V2]).unwrap();
+            plain.push(file(&packs));
             for (p, es) in &packs {
                 model.add(*p, es);
             }
         }
-        let mut index = loader.finish();
+        let dir = tempfile::tempdir().unwrap();
+        // In memory; the first files in a table and the rest in memory beside it; all
+        // in a table made again with the rest (spilled in runs of 7).
+        let split = split % (plain.len() + 1);
+        let mut index = match how {
+            0 => load(&plain),
+            1 => load_tabled(dir.path(), &plain[..split], &plain[split..], usize::MAX),
+            _ => load_tabled(dir.path(), &plain[..split], &plain[split..], 0),
+        };
         for (i, (p, es)) in added.iter().enumerate() {
             index.add_pack(Id([*p; 32]), Version::V2, &to_entries(es));
             model.add(*p, &to_entries(es));
@@ -392,7 +431,7 @@ proptest! {
         prop_assert_eq!(index.len(), model.blobs.len());
         let packs: Vec<u8> = index.packs().iter().map(|p| p.0[0]).collect();
         prop_assert_eq!(packs, model.packs);
-        let mut ids: Vec<Id> = index.iter().map(|(id, _)| *id).collect();
+        let mut ids: Vec<Id> = index.iter().map(|(id, _)| id).collect();
         ids.sort();
         ids.dedup();
         prop_assert_eq!(ids.len(), model.blobs.len());
@@ -413,7 +452,7 @@ fn by_pack_gives_each_pack_its_blobs_from_the_array_and_the_overlay() {
         let pos = index.pack_position_of(&Id([pack; 32])).unwrap();
         let mut offsets: Vec<u32> = (by_pack.blobs(pos))
             .map(|(id, loc)| {
-                assert_eq!(index.get(&id).copied(), Some(loc));
+                assert_eq!(index.get(&id), Some(loc));
                 loc.offset
             })
             .collect();
@@ -444,4 +483,79 @@ fn a_blob_set_holds_indexed_and_other_ids_once() {
     for n in [0, 2, 4, 63, 65, 98, 501] {
         assert!(!set.contains(&random_id(n)), "{n}");
     }
+}
+
+#[test]
+fn a_table_answers_as_the_array_does_by_pack_and_in_a_blob_set() {
+    let dir = tempfile::tempdir().unwrap();
+    let a: Vec<PackEntry> = (0..300).map(|n| entry_at(random_id(n), n as u32)).collect();
+    let b: Vec<PackEntry> = (300..320)
+        .map(|n| entry_at(random_id(n), n as u32))
+        .collect();
+    let c: Vec<PackEntry> = (310..340)
+        .map(|n| entry_at(random_id(n), n as u32))
+        .collect();
+    let mut index = load_tabled(
+        dir.path(),
+        &[file(&[(1, a)])],
+        &[file(&[(3, b)]), file(&[(4, c)])],
+        usize::MAX,
+    );
+    assert_eq!((index.in_table(), index.len()), (300, 340));
+    // Pack 2 repeats blobs of the table and of memory and adds its own, in the overlay.
+    let added: Vec<PackEntry> = (290..360)
+        .map(|n| entry_at(random_id(n), n as u32))
+        .collect();
+    index.add_pack(Id([2; 32]), Version::V2, &added);
+    assert_eq!(index.len(), 360);
+    assert_eq!(at(&index, &random_id(295)), Some((1, 295)));
+    assert_eq!(at(&index, &random_id(315)), Some((3, 315)));
+    assert_eq!(at(&index, &random_id(335)), Some((4, 335)));
+    assert_eq!(at(&index, &random_id(355)), Some((2, 355)));
+    let by_pack = index.by_pack();
+    let offsets = |pack: u8| -> Vec<u32> {
+        let pos = index.pack_position_of(&Id([pack; 32])).unwrap();
+        let mut v: Vec<u32> = by_pack.blobs(pos).map(|(_, loc)| loc.offset).collect();
+        v.sort();
+        v
+    };
+    assert_eq!(offsets(1), (0..300).collect::<Vec<_>>());
+    assert_eq!(offsets(3), (300..320).collect::<Vec<_>>());
+    assert_eq!(offsets(4), (320..340).collect::<Vec<_>>());
+    assert_eq!(offsets(2), (340..360).collect::<Vec<_>>());
+    let mut set = BlobSet::new(&index);
+    for n in [0, 299, 300, 339, 350, 1000] {
+        assert!(set.insert(random_id(n)), "{n}");
+        assert!(!set.insert(random_id(n)), "{n}");
+    }
+    assert_eq!(set.len(), 6);
+    assert!(!set.contains(&random_id(1)) && !set.contains(&random_id(301)));
+    assert!(index.damage().is_none());
+}
+
+#[test]
+fn a_damaged_table_makes_its_blobs_absent_says_so_and_is_removed() {
+    let dir = tempfile::tempdir().unwrap();
+    let a: Vec<PackEntry> = (0..300).map(|n| entry_at(random_id(n), n as u32)).collect();
+    let index = load_tabled(dir.path(), &[file(&[(1, a)])], &[], usize::MAX);
+    assert!(index.contains(&random_id(7)));
+    // Every block's bytes flipped behind the open table's back.
+    let target = dir.path().join("t.table");
+    let mut bytes = std::fs::read(&target).unwrap();
+    for b in &mut bytes[200..14_000] {
+        *b ^= 0x55;
+    }
+    std::fs::write(&target, &bytes).unwrap();
+    assert!(!index.contains(&random_id(8)));
+    assert!(index.get(&random_id(9)).is_none());
+    assert!(
+        index.damage().is_some_and(|d| d.contains("checksum")),
+        "{:?}",
+        index.damage()
+    );
+    assert!(
+        !target.exists(),
+        "removed, so the next open reads the index files"
+    );
+    assert!(index.iter().count() < 300);
 }

@@ -206,6 +206,9 @@ impl Backend for Slow {
     fn flush(&self) -> Result<()> {
         self.0.flush()
     }
+    fn local_dir(&self) -> Option<std::path::PathBuf> {
+        self.0.local_dir()
+    }
     fn hint(&self, hint: Hint<'_>) {
         self.0.hint(hint)
     }
