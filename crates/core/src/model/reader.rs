@@ -157,6 +157,8 @@ pub fn plan<J>(
     wanted: impl Fn(&Id) -> bool,
     opts: &SpanOptions,
 ) -> Vec<Group> {
+    // Every blob is looked up: a table's entries read ahead at once.
+    index.will_need();
     let mut groups: Vec<Group> = Vec::new();
     let mut start = 0;
     // The last job that needs each blob; the blobs kept (sealed length) and when they go.

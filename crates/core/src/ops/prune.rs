@@ -491,6 +491,7 @@ fn used_blobs<'r>(
             format!("its tree {} cannot be read ({e}): the blobs it uses cannot be known; run `mailvault check`", tree.short()),
         )
     };
+    repo.index().will_need();
     let used = Mutex::new(BlobSet::new(repo.index()));
     // The account trees not seen yet, with the snapshot that names them.
     let mut accounts: Vec<(Id, Id)> = Vec::new();

@@ -6,7 +6,7 @@
 //! array. A [`Loader`] decodes index files straight into the array, from each file's last
 //! pack to its first while the file's plaintext is cut behind it, and sorts it once.
 //!
-//! A large index (from [`table_at`] blobs, about a million) keeps its sorted array in a
+//! A large index (from [`table_at`] blobs, about two million) keeps its sorted array in a
 //! local file instead, a table ([`table`]) in the repository's cache directory: 4 bytes
 //! a blob in memory, and the index files it was made from are not read again at the
 //! next open. Only the blobs of index files written since stay in memory, until they
@@ -115,6 +115,13 @@ impl Index {
         }
         t.tree_spans = spans.into_iter().map(|(p, (s, e))| (p, s, e)).collect();
         t
+    }
+    /// Before many lookups: the table's entries read into the page cache in the
+    /// background (see [`table::Table`]).
+    pub fn will_need(&self) {
+        if let Some(t) = &self.base {
+            t.will_need();
+        }
     }
     /// Blobs held in a local table rather than in memory.
     pub fn in_table(&self) -> usize {
@@ -450,14 +457,16 @@ pub fn table_name(version: Version) -> String {
 }
 
 /// Blobs from which the index is kept in a table rather than in memory:
-/// `MAILVAULT_INDEX_TABLE_AT` (docs/format.md, *The index's table*), else 1,048,576 (an
-/// index of 50 MB in memory).
+/// `MAILVAULT_INDEX_TABLE_AT` (docs/format.md, *The index's table*), else 2,097,152 (an
+/// index of 100 MB in memory). Below it the array is faster: a restore of 1.5 million
+/// messages took 33-34 s with a table and 25-26 s without (BENCHMARKS.md), its lookups
+/// each reading a block.
 pub fn table_at() -> usize {
     static AT: OnceLock<usize> = OnceLock::new();
     *AT.get_or_init(|| {
         (std::env::var("MAILVAULT_INDEX_TABLE_AT").ok())
             .and_then(|v| v.parse().ok())
-            .unwrap_or(1 << 20)
+            .unwrap_or(1 << 21)
     })
 }
 

@@ -27,6 +27,7 @@ pub(crate) fn check_packs(
 ) -> Result<u64> {
     let store = repo.store();
     let index = repo.index();
+    index.will_need();
     let by_pack = index.by_pack();
     // A pack's blobs, as the index has them (one pack's at a time in memory).
     let blobs_of = |pack: &Id| -> Vec<(Id, Location)> {

@@ -10,16 +10,21 @@
 //!
 //! ```text
 //! table   = "MVIT" 0x01 header_len:u32 header blake3(all before it):[32]
-//!           block* fp:u32{count} totals count:u64 totals_len:u32 blake3(fp totals):[32]
+//!           block* fp:u32{count} tail count:u64 tail_len:u32 blake3(fp tail):[32]
 //! header  = packs:u32 (pack_id:[32] version:u8)* files:u32 file_id:[32]*
-//! totals  = data:u64 trees:u64 spans:u32 (pack:u32 start:u64 end:u64)*
 //! block   = entry{BLOCK; the last block fewer} blake3(its entries)[..8]
 //! entry   = id:[32] pack:u32 offset:u32 stored_len:u32 raw_len:u32 kind:u8 codec:u8
+//! tail    = totals trees:u32 (entry position:u32)*
+//! totals  = data:u64 trees:u64 spans:u32 (pack:u32 start:u64 end:u64)*
 //! ```
 //! Numbers are little-endian; `fp` is each entry's id's first four bytes read
 //! big-endian, so that it sorts as the ids do. `pack` is a position in the header's
 //! packs; `files` are the index files whose blobs the table holds. `totals` sum what
 //! is asked of the whole index often ([`Totals`]), so that it is not read for them.
+//! The tree blobs' entries are in the tail too, with their positions, and held in
+//! memory (about 1% of the blobs): a backup, `ls` and a restore look up trees first
+//! and often, and each such lookup would otherwise read a block, from disk when the
+//! cache is cold.
 //!
 //! A table is built by a `Builder`: entries in any order, sorted in runs of a bounded
 //! size spilled to temporary files and merged, so that building one never holds more
@@ -42,11 +47,13 @@ use std::path::{Path, PathBuf};
 
 const MAGIC: &[u8; 5] = b"MVIT\x01";
 const ENTRY: usize = 50;
-/// Entries a block holds: a lookup reads one block (3,208 bytes) and checks its sum.
-const BLOCK: usize = 64;
+/// Entries a block holds: a lookup reads one block (808 bytes) and checks its sum.
+const BLOCK: usize = 16;
 /// Bytes of a block's checksum.
 const SUM: usize = 8;
-/// The last bytes: the count, the totals' length and the hash of `fp` and the totals.
+/// Entries found last that a table keeps (3.4 MB).
+const RECENT: usize = 1 << 16;
+/// The last bytes: the count, the tail's length and the hash of `fp` and the tail.
 const TRAILER: u64 = 8 + 4 + 32;
 
 /// What is asked of the whole index often, summed as a table is written: the bytes its
@@ -92,6 +99,13 @@ pub struct Table {
     path: PathBuf,
     header: Header,
     totals: Totals,
+    /// The tree blobs' entries and positions, sorted by id (and so by position).
+    trees: Vec<(Entry, u32)>,
+    /// A bit per position: a tree blob's (found in `trees` by its position).
+    is_tree: Vec<u64>,
+    /// The entries found last, by their fingerprint's low bits: a restore looks each
+    /// blob up several times in a row (its window's order, its plan, its group's spans).
+    recent: std::sync::Mutex<Vec<Option<(u32, Entry)>>>,
     /// Where the first block starts.
     blocks_at: u64,
     /// The first four bytes of each entry's id, big-endian, in entry order.
@@ -143,20 +157,29 @@ impl Table {
         if blake3::hash(&raw).as_bytes()[..] != trailer[12..] {
             return Err(bad("its fingerprints do not match their checksum"));
         }
-        let totals = decode_totals(&raw[fp_len as usize..], header.packs.len())
-            .ok_or_else(|| bad("bad totals"))?;
+        let (totals, trees) = decode_tail(&raw[fp_len as usize..], header.packs.len(), count)
+            .ok_or_else(|| bad("a bad tail"))?;
         raw.truncate(fp_len as usize);
         let fp: Vec<u32> = (raw.chunks_exact(4))
             .map(|b| u32::from_le_bytes(b.try_into().expect("4 bytes")))
             .collect();
         drop(raw);
-        if fp.is_sorted() {
+        let trees_agree = trees.is_sorted_by(|a, b| a.0.id.0 < b.0.id.0)
+            && (trees.iter()).all(|(e, i)| fp.get(*i as usize) == Some(&fingerprint(&e.id)));
+        if fp.is_sorted() && trees_agree {
             let (buckets, bits) = fp_buckets(&fp);
+            let mut is_tree = vec![0u64; fp.len().div_ceil(64)];
+            for &(_, i) in &trees {
+                is_tree[i as usize / 64] |= 1 << (i % 64);
+            }
             Ok(Table {
                 file,
                 path: path.to_path_buf(),
                 header,
                 totals,
+                trees,
+                is_tree,
+                recent: std::sync::Mutex::new(vec![None; RECENT]),
                 blocks_at,
                 fp,
                 buckets,
@@ -190,6 +213,20 @@ impl Table {
     /// The position and location of `id`, if the table has it.
     pub(super) fn find(&self, id: &Id) -> Result<Option<(usize, Location)>> {
         let f = fingerprint(id);
+        let slot = f as usize % RECENT;
+        let recent = |r: &Vec<Option<(u32, Entry)>>| r[slot].filter(|(_, e)| e.id == *id);
+        if let Some((i, e)) = recent(&self.recent.lock().unwrap_or_else(|p| p.into_inner())) {
+            return Ok(Some((i as usize, e.loc)));
+        }
+        let found = self.find_uncached(id, f)?;
+        if let Some((i, loc)) = found {
+            let e = Entry { id: *id, loc };
+            self.recent.lock().unwrap_or_else(|p| p.into_inner())[slot] = Some((i as u32, e));
+        }
+        Ok(found)
+    }
+
+    fn find_uncached(&self, id: &Id, f: u32) -> Result<Option<(usize, Location)>> {
         let p = (u64::from(f) >> (32 - self.bits)) as usize;
         let (lo, hi) = match self.buckets.get(p..p + 2) {
             Some(&[lo, hi]) => (lo as usize, hi as usize),
@@ -198,13 +235,14 @@ impl Table {
         let run = &self.fp[lo..hi];
         let from = lo + run.partition_point(|&x| x < f);
         let to = lo + run.partition_point(|&x| x <= f);
-        let mut block: Option<(usize, Vec<Entry>)> = None;
         for i in from..to {
-            let b = i / BLOCK;
-            if block.as_ref().is_none_or(|(n, _)| *n != b) {
-                block = Some((b, self.read_block(b)?));
-            }
-            let e = &block.as_ref().expect("just read").1[i % BLOCK];
+            let e = match self.is_tree[i / 64] & (1 << (i % 64)) {
+                0 => self.entry(i)?,
+                _ => {
+                    let k = self.trees.partition_point(|&(_, at)| (at as usize) < i);
+                    self.trees[k].0
+                }
+            };
             if e.id == *id {
                 return Ok(Some((i, e.loc)));
             }
@@ -212,27 +250,49 @@ impl Table {
         Ok(None)
     }
 
-    /// The entry at position `i`.
+    /// The entry at position `i`: its block read (on the stack) and checked.
     pub(super) fn entry(&self, i: usize) -> Result<Entry> {
-        let entries = self.read_block(i / BLOCK)?;
-        entries
-            .get(i % BLOCK)
-            .copied()
-            .ok_or_else(|| self.damaged("a position past its end"))
-    }
-
-    /// Block `b`'s entries, checked.
-    fn read_block(&self, b: usize) -> Result<Vec<Entry>> {
+        let b = i / BLOCK;
         let n = BLOCK.min(self.len().saturating_sub(b * BLOCK));
         if n == 0 {
-            return Err(self.damaged("a block past its end"));
+            return Err(self.damaged("a position past its end"));
         }
-        let mut raw = vec![0u8; n * ENTRY + SUM];
+        let mut buf = [0u8; BLOCK * ENTRY + SUM];
+        let raw = &mut buf[..n * ENTRY + SUM];
         let at = self.blocks_at + (b * (BLOCK * ENTRY + SUM)) as u64;
         self.file
-            .read_exact_at(&mut raw, at)
+            .read_exact_at(raw, at)
             .map_err(|e| Error::io(&self.path, e))?;
-        self.decode_block(&raw, b * BLOCK)
+        let (body, sum) = raw.split_at(n * ENTRY);
+        if blake3::hash(body).as_bytes()[..SUM] != *sum {
+            return Err(self.damaged("a block that does not match its checksum"));
+        }
+        let k = i % BLOCK;
+        self.checked(&body[k * ENTRY..(k + 1) * ENTRY], i)
+    }
+
+    /// The entry at position `i` from its bytes, which must agree with `fp` (what a
+    /// lookup found it by) and name a pack of the header.
+    fn checked(&self, raw: &[u8], i: usize) -> Result<Entry> {
+        let e = decode_entry(raw).ok_or_else(|| self.damaged("a bad entry"))?;
+        if self.fp.get(i) != Some(&fingerprint(&e.id))
+            || e.loc.pack as usize >= self.header.packs.len()
+        {
+            return Err(self.damaged("an entry its fingerprints do not know"));
+        }
+        Ok(e)
+    }
+
+    /// Asks the kernel to read the entries into the page cache now, in the background:
+    /// before many lookups (a restore's plan, `check`, `prune`), each of which would
+    /// otherwise read its block from disk on a cold cache.
+    pub(super) fn will_need(&self) {
+        let _ = rustix::fs::fadvise(
+            &self.file,
+            self.blocks_at,
+            std::num::NonZeroU64::new(blocks_len(self.len() as u64).unwrap_or(0)),
+            rustix::fs::Advice::WillNeed,
+        );
     }
 
     /// A block's entries from its bytes (`first` is its first entry's position).
@@ -241,23 +301,14 @@ impl Table {
         if blake3::hash(body).as_bytes()[..SUM] != *sum {
             return Err(self.damaged("a block that does not match its checksum"));
         }
-        let mut out = Vec::with_capacity(body.len() / ENTRY);
-        for (k, raw) in body.chunks_exact(ENTRY).enumerate() {
-            let e = decode_entry(raw).ok_or_else(|| self.damaged("a bad entry"))?;
-            // The block must agree with the fingerprints: what a lookup found by them.
-            if self.fp.get(first + k) != Some(&fingerprint(&e.id))
-                || e.loc.pack as usize >= self.header.packs.len()
-            {
-                return Err(self.damaged("an entry its fingerprints do not know"));
-            }
-            out.push(e);
-        }
-        Ok(out)
+        (body.chunks_exact(ENTRY).enumerate())
+            .map(|(k, raw)| self.checked(raw, first + k))
+            .collect()
     }
 
     /// Every entry in id order, read a few hundred blocks at a time.
     pub(super) fn iter(&self) -> impl Iterator<Item = Result<Entry>> + '_ {
-        const READ: usize = 256;
+        const READ: usize = 1024;
         let blocks = self.len().div_ceil(BLOCK);
         let mut next = 0;
         let mut done = false;
@@ -376,6 +427,38 @@ fn encode_totals(t: &Totals) -> Vec<u8> {
         out.extend_from_slice(&end.to_le_bytes());
     }
     out
+}
+
+/// The tail after the totals: the tree blobs' entries with their positions.
+fn encode_trees(out: &mut Vec<u8>, trees: &[(Entry, u32)]) {
+    out.extend_from_slice(&(trees.len() as u32).to_le_bytes());
+    for (e, i) in trees {
+        encode_entry(out, e);
+        out.extend_from_slice(&i.to_le_bytes());
+    }
+}
+
+/// A table's tail: its totals and tree entries, of packs in the header's `packs` and
+/// positions below `count`.
+fn decode_tail(b: &[u8], packs: usize, count: u64) -> Option<(Totals, Vec<(Entry, u32)>)> {
+    let n = u32::from_le_bytes(b.get(16..20)?.try_into().ok()?) as usize;
+    let (totals, rest) = b.split_at_checked(20 + n.checked_mul(20)?)?;
+    let totals = decode_totals(totals, packs)?;
+    let trees = u32::from_le_bytes(rest.get(..4)?.try_into().ok()?) as usize;
+    let rest = &rest[4..];
+    if rest.len() != trees.checked_mul(ENTRY + 4)? {
+        return None;
+    }
+    let mut out = Vec::with_capacity(trees);
+    for raw in rest.chunks_exact(ENTRY + 4) {
+        let e = decode_entry(&raw[..ENTRY])?;
+        let i = u32::from_le_bytes(raw[ENTRY..].try_into().ok()?);
+        if u64::from(i) >= count || e.loc.pack as usize >= packs {
+            return None;
+        }
+        out.push((e, i));
+    }
+    Some((totals, out))
 }
 
 /// A table's totals, its spans in packs of the header's `packs`.
@@ -591,6 +674,7 @@ struct TableWriter {
     fp: Vec<u32>,
     totals: Totals,
     spans: std::collections::HashMap<u32, (u64, u64)>,
+    trees: Vec<(Entry, u32)>,
 }
 
 impl TableWriter {
@@ -617,6 +701,7 @@ impl TableWriter {
             fp: Vec::new(),
             totals: Totals::default(),
             spans: Default::default(),
+            trees: Vec::new(),
         })
     }
 
@@ -626,6 +711,9 @@ impl TableWriter {
                 self.file.path().display().to_string(),
                 "index table entries out of order",
             ));
+        }
+        if e.loc.kind == BlobKind::Tree {
+            self.trees.push((*e, self.fp.len() as u32));
         }
         self.fp.push(fingerprint(&e.id));
         self.totals.add(&e.loc, &mut self.spans);
@@ -657,7 +745,8 @@ impl TableWriter {
             .map(|(&p, &(start, end))| (p, start, end))
             .collect();
         self.totals.tree_spans.sort_unstable();
-        let totals = encode_totals(&self.totals);
+        let mut totals = encode_totals(&self.totals);
+        encode_trees(&mut totals, &self.trees);
         raw.extend_from_slice(&totals);
         self.w.write_all(&raw).map_err(io)?;
         self.w
@@ -830,7 +919,25 @@ mod tests {
             tree_spans: vec![(0, 600, 808), (1, 700, 909)],
         };
         assert_eq!(t.totals(), &want);
-        assert_eq!(Table::open(t.path()).unwrap().totals(), &want);
+        let t = Table::open(t.path()).unwrap();
+        assert_eq!(t.totals(), &want);
+        // Trees are answered from memory: found with every block unreadable, at the
+        // position the entries have.
+        let all: Vec<Entry> = t.iter().collect::<Result<_>>().unwrap();
+        let mut bytes = fs::read(t.path()).unwrap();
+        let blocks_at = t.blocks_at as usize;
+        for b in &mut bytes[blocks_at..blocks_at + 10 * ENTRY] {
+            *b ^= 0x33;
+        }
+        fs::write(t.path(), &bytes).unwrap();
+        for i in 6..10 {
+            let (pos, loc) = t.find(&id(i)).unwrap().expect("a tree");
+            assert!(all[pos].id == id(i) && all[pos].loc == loc);
+        }
+        assert!(
+            t.find(&id(0)).is_err(),
+            "a data blob's block is read, and checked"
+        );
     }
 
     #[test]
@@ -859,8 +966,12 @@ mod tests {
         let t_totals = &t.totals().clone();
         drop(t);
         let good = fs::read(&target).unwrap();
-        let totals = encode_totals(t_totals).len();
-        let blocks_at = good.len() - (300 * ENTRY + 5 * SUM) - 300 * 4 - totals - TRAILER as usize;
+        let totals = encode_totals(t_totals).len() + 4;
+        let blocks_at = good.len()
+            - (300 * ENTRY + 300usize.div_ceil(BLOCK) * SUM)
+            - 300 * 4
+            - totals
+            - TRAILER as usize;
         // A flipped byte in an entry's block: the lookup fails, it does not answer.
         let mut bad = good.clone();
         bad[blocks_at + (pos / BLOCK) * (BLOCK * ENTRY + SUM) + (pos % BLOCK) * ENTRY + 40] ^= 1;

@@ -85,7 +85,11 @@ fn random_id(n: u64) -> Id {
 fn entry_at(id: Id, offset: u32) -> PackEntry {
     PackEntry {
         id,
-        kind: BlobKind::Tree,
+        // Both kinds: a table holds its trees in memory, its data blobs in blocks.
+        kind: match id.0[31] % 2 {
+            0 => BlobKind::Data,
+            _ => BlobKind::Tree,
+        },
         codec: Codec::Raw,
         offset,
         stored_len: offset + 1,
@@ -191,7 +195,7 @@ fn lookup_finds_every_loaded_blob_and_nothing_else() {
             (loc.stored_len, loc.raw_len),
             (loc.offset + 1, loc.offset + 2)
         );
-        assert_eq!((loc.kind, loc.codec), (BlobKind::Tree, Codec::Raw));
+        assert_eq!((loc.kind, loc.codec), (entry_at(*id, 0).kind, Codec::Raw));
     }
     for n in 20_000..40_000 {
         assert!(!index.contains(&random_id(n)));
@@ -539,15 +543,20 @@ fn a_damaged_table_makes_its_blobs_absent_says_so_and_is_removed() {
     let a: Vec<PackEntry> = (0..300).map(|n| entry_at(random_id(n), n as u32)).collect();
     let index = load_tabled(dir.path(), &[file(&[(1, a)])], &[], usize::MAX);
     assert!(index.contains(&random_id(7)));
+    let data = |n: u64| entry_at(random_id(n), 0).kind == BlobKind::Data;
+    let (a, b) = (
+        (8..).find(|&n| data(n)).unwrap(),
+        (9..).find(|&n| data(n) && n > 9).unwrap(),
+    );
     // Every block's bytes flipped behind the open table's back.
     let target = dir.path().join("t.table");
     let mut bytes = std::fs::read(&target).unwrap();
-    for b in &mut bytes[200..14_000] {
+    for b in &mut bytes[200..15_000] {
         *b ^= 0x55;
     }
     std::fs::write(&target, &bytes).unwrap();
-    assert!(!index.contains(&random_id(8)));
-    assert!(index.get(&random_id(9)).is_none());
+    assert!(!index.contains(&random_id(a)));
+    assert!(index.get(&random_id(b)).is_none());
     assert!(
         index.damage().is_some_and(|d| d.contains("checksum")),
         "{:?}",
