@@ -97,23 +97,16 @@ impl Index {
     }
     /// Per pack holding tree blobs (by position): from its first tree blob's offset to the
     /// end of its last.
-    pub fn tree_spans(&self) -> HashMap<u32, (u64, u64)> {
-        self.totals()
-            .tree_spans
-            .into_iter()
-            .map(|(p, s, e)| (p, (s, e)))
+    pub fn tree_spans(&self) -> Vec<(u32, u64, u64)> {
+        (self.totals().tree_spans.into_iter())
+            .map(|(p, (start, end))| (p, start, end))
             .collect()
     }
     fn totals(&self) -> table::Totals {
         let mut t = (self.base.as_ref()).map_or_else(Default::default, |b| b.totals().clone());
-        let mut spans: HashMap<u32, (u64, u64)> = (t.tree_spans.drain(..))
-            .map(|(p, s, e)| (p, (s, e)))
-            .collect();
-        let memory = (self.sorted.iter().map(|e| &e.loc)).chain(self.overlay.values());
-        for loc in memory {
-            t.add(loc, &mut spans);
+        for loc in (self.sorted.iter().map(|e| &e.loc)).chain(self.overlay.values()) {
+            t.add(loc);
         }
-        t.tree_spans = spans.into_iter().map(|(p, (s, e))| (p, s, e)).collect();
         t
     }
     /// Before many lookups: the table's entries read into the page cache in the
@@ -176,13 +169,17 @@ impl Index {
     /// Every blob once, in no particular order (a table's as far as it can be read:
     /// see [`Index::damage`]).
     pub fn iter(&self) -> impl Iterator<Item = (Id, Location)> + '_ {
-        let base = self.base.iter().flat_map(move |t| {
+        (self.base_entries().chain(self.sorted.iter().copied()))
+            .map(|e| (e.id, e.loc))
+            .chain(self.overlay.iter().map(|(id, loc)| (*id, *loc)))
+    }
+
+    /// The base's entries in order, as far as it can be read (a failure is recorded).
+    fn base_entries(&self) -> impl Iterator<Item = Entry> + '_ {
+        self.base.iter().flat_map(move |t| {
             t.iter()
                 .map_while(move |r| r.map_err(|e| self.base_failed(t, e)).ok())
-                .map(|e| (e.id, e.loc))
-        });
-        (base.chain(self.sorted.iter().map(|e| (e.id, e.loc))))
-            .chain(self.overlay.iter().map(|(id, loc)| (*id, *loc)))
+        })
     }
 
     /// The blobs grouped by pack, 4 bytes a blob beside the index (a map from each pack to
@@ -192,13 +189,8 @@ impl Index {
         let overlay: Vec<(&Id, &Location)> = self.overlay.iter().collect();
         // Each blob's pack, by blob number (the base's, then `sorted`'s, then the
         // overlay's): the base read once, in order.
-        let packs: Vec<u32> = (self.base.iter())
-            .flat_map(|t| {
-                t.iter()
-                    .map_while(move |r| r.map_err(|e| self.base_failed(t, e)).ok())
-                    .map(|e| e.loc.pack)
-            })
-            .chain(self.sorted.iter().map(|e| e.loc.pack))
+        let packs: Vec<u32> = (self.base_entries().chain(self.sorted.iter().copied()))
+            .map(|e| e.loc.pack)
             .chain(overlay.iter().map(|(_, l)| l.pack))
             .collect();
         // Blob `k` of `packs` is number `k` in the base's part, as far as the base
@@ -496,19 +488,15 @@ impl Loader {
         stale: bool,
         bytes: u64,
     ) -> Loader {
-        let mut index = Index::default();
+        // Room for a run at most: more is spilled.
+        let mut loader = Loader::with_size_hint(bytes.min((RUN * ENTRY_LEN) as u64));
         if let Some(t) = &base {
             for &(id, version) in &t.header().packs {
-                index.pack_position(id, version);
+                loader.index.pack_position(id, version);
             }
         }
-        index.base = base;
-        let mut entries = Vec::new();
-        let most = usize::try_from(bytes / ENTRY_LEN as u64).unwrap_or(usize::MAX);
-        let _ = entries.try_reserve_exact(most.min(RUN));
+        loader.index.base = base;
         Loader {
-            index,
-            entries,
             table: Some(TablePlan {
                 dir: dir.to_path_buf(),
                 target: target.to_path_buf(),
@@ -517,7 +505,7 @@ impl Loader {
                 run: RUN,
                 builder: None,
             }),
-            ..Loader::default()
+            ..loader
         }
     }
 
@@ -532,14 +520,9 @@ impl Loader {
         }
         let b = match &mut plan.builder {
             Some(b) => b,
-            None => plan
-                .builder
-                .insert(table::Builder::new(&plan.dir, plan.run)?),
+            None => plan.builder.insert(table::Builder::new(&plan.dir)?),
         };
-        for e in self.entries.drain(..) {
-            b.push(e)?;
-        }
-        Ok(())
+        b.spill(&mut self.entries)
     }
 
     /// Adds the packs and entries of one index file's plaintext (as [`decode`] reads it);
@@ -663,14 +646,10 @@ impl Loader {
             index.index_buckets();
             return Ok(index);
         }
-        let mut b = match plan.builder {
+        let b = match plan.builder {
             Some(b) => b,
-            None => table::Builder::new(&plan.dir, plan.run)?,
+            None => table::Builder::new(&plan.dir)?,
         };
-        for e in entries.drain(..) {
-            b.push(e)?;
-        }
-        drop(entries);
         let header = table::Header {
             packs: (index.packs.iter().copied())
                 .zip(index.versions.iter().copied())
@@ -678,7 +657,13 @@ impl Loader {
             files,
         };
         let old = index.base.take();
-        let made = b.finish(header, old.as_ref(), |l| listings[l as usize], &plan.target)?;
+        let made = b.finish(
+            entries,
+            header,
+            old.as_ref(),
+            |l| listings[l as usize],
+            &plan.target,
+        )?;
         index.base = Some(made);
         index.sorted = Vec::new();
         index.index_buckets();

@@ -39,10 +39,10 @@ impl Repository {
     /// background while it walks the directories: the parent's trees are then read from
     /// memory instead of by thousands of small random reads (BENCHMARKS.md).
     pub fn prefetch_trees(&self, budget: u64) {
-        let mut spans: Vec<(u32, (u64, u64))> = self.index.tree_spans().into_iter().collect();
+        let mut spans = self.index.tree_spans();
         spans.sort_unstable_by_key(|s| std::cmp::Reverse(s.0));
         let mut left = budget;
-        for (pack, (start, end)) in spans {
+        for (pack, start, end) in spans {
             let len = end - start;
             if len > left {
                 break;

@@ -51,8 +51,6 @@ const ENTRY: usize = 50;
 const BLOCK: usize = 16;
 /// Bytes of a block's checksum.
 const SUM: usize = 8;
-/// Entries found last that a table keeps (3.4 MB).
-const RECENT: usize = 1 << 16;
 /// The last bytes: the count, the tail's length and the hash of `fp` and the tail.
 const TRAILER: u64 = 8 + 4 + 32;
 
@@ -65,18 +63,18 @@ pub struct Totals {
     pub trees: u64,
     /// Per pack holding tree blobs (by position): from its first tree blob's offset to
     /// the end of its last, in pack order.
-    pub tree_spans: Vec<(u32, u64, u64)>,
+    pub tree_spans: std::collections::BTreeMap<u32, (u64, u64)>,
 }
 
 impl Totals {
     /// Counts a blob at `loc` in.
-    pub fn add(&mut self, loc: &Location, spans: &mut std::collections::HashMap<u32, (u64, u64)>) {
+    pub fn add(&mut self, loc: &Location) {
         let (start, len) = (u64::from(loc.offset), u64::from(loc.stored_len));
         match loc.kind {
             BlobKind::Data => self.data += len,
             BlobKind::Tree => {
                 self.trees += len;
-                let s = spans.entry(loc.pack).or_insert((start, start + len));
+                let s = (self.tree_spans.entry(loc.pack)).or_insert((start, start + len));
                 s.0 = s.0.min(start);
                 s.1 = s.1.max(start + len);
             }
@@ -103,9 +101,6 @@ pub struct Table {
     trees: Vec<(Entry, u32)>,
     /// A bit per position: a tree blob's (found in `trees` by its position).
     is_tree: Vec<u64>,
-    /// The entries found last, by their fingerprint's low bits: a restore looks each
-    /// blob up several times in a row (its window's order, its plan, its group's spans).
-    recent: std::sync::Mutex<Vec<Option<(u32, Entry)>>>,
     /// Where the first block starts.
     blocks_at: u64,
     /// The first four bytes of each entry's id, big-endian, in entry order.
@@ -179,7 +174,6 @@ impl Table {
                 totals,
                 trees,
                 is_tree,
-                recent: std::sync::Mutex::new(vec![None; RECENT]),
                 blocks_at,
                 fp,
                 buckets,
@@ -212,42 +206,32 @@ impl Table {
 
     /// The position and location of `id`, if the table has it.
     pub(super) fn find(&self, id: &Id) -> Result<Option<(usize, Location)>> {
-        let f = fingerprint(id);
-        let slot = f as usize % RECENT;
-        let recent = |r: &Vec<Option<(u32, Entry)>>| r[slot].filter(|(_, e)| e.id == *id);
-        if let Some((i, e)) = recent(&self.recent.lock().unwrap_or_else(|p| p.into_inner())) {
-            return Ok(Some((i as usize, e.loc)));
-        }
-        let found = self.find_uncached(id, f)?;
-        if let Some((i, loc)) = found {
-            let e = Entry { id: *id, loc };
-            self.recent.lock().unwrap_or_else(|p| p.into_inner())[slot] = Some((i as u32, e));
-        }
-        Ok(found)
-    }
-
-    fn find_uncached(&self, id: &Id, f: u32) -> Result<Option<(usize, Location)>> {
-        let p = (u64::from(f) >> (32 - self.bits)) as usize;
-        let (lo, hi) = match self.buckets.get(p..p + 2) {
-            Some(&[lo, hi]) => (lo as usize, hi as usize),
-            _ => return Ok(None),
-        };
-        let run = &self.fp[lo..hi];
-        let from = lo + run.partition_point(|&x| x < f);
-        let to = lo + run.partition_point(|&x| x <= f);
-        for i in from..to {
-            let e = match self.is_tree[i / 64] & (1 << (i % 64)) {
-                0 => self.entry(i)?,
-                _ => {
-                    let k = self.trees.partition_point(|&(_, at)| (at as usize) < i);
-                    self.trees[k].0
-                }
-            };
+        for i in self.candidates(fingerprint(id)) {
+            let e = self.entry_held(i)?;
             if e.id == *id {
                 return Ok(Some((i, e.loc)));
             }
         }
         Ok(None)
+    }
+
+    /// The positions whose fingerprint is `f` (most often none: an absent id ends here).
+    fn candidates(&self, f: u32) -> std::ops::Range<usize> {
+        let p = (u64::from(f) >> (32 - self.bits)) as usize;
+        let (lo, hi) = match self.buckets.get(p..p + 2) {
+            Some(&[lo, hi]) => (lo as usize, hi as usize),
+            _ => return 0..0,
+        };
+        let run = &self.fp[lo..hi];
+        lo + run.partition_point(|&x| x < f)..lo + run.partition_point(|&x| x <= f)
+    }
+
+    /// The entry at position `i`: a tree's from memory, another's read.
+    fn entry_held(&self, i: usize) -> Result<Entry> {
+        match self.is_tree[i / 64] & (1 << (i % 64)) {
+            0 => self.entry(i),
+            _ => Ok(self.trees[self.trees.partition_point(|&(_, at)| (at as usize) < i)].0),
+        }
     }
 
     /// The entry at position `i`: its block read (on the stack) and checked.
@@ -421,7 +405,7 @@ fn encode_totals(t: &Totals) -> Vec<u8> {
     out.extend_from_slice(&t.data.to_le_bytes());
     out.extend_from_slice(&t.trees.to_le_bytes());
     out.extend_from_slice(&(t.tree_spans.len() as u32).to_le_bytes());
-    for &(pack, start, end) in &t.tree_spans {
+    for (&pack, &(start, end)) in &t.tree_spans {
         out.extend_from_slice(&pack.to_le_bytes());
         out.extend_from_slice(&start.to_le_bytes());
         out.extend_from_slice(&end.to_le_bytes());
@@ -471,7 +455,7 @@ fn decode_totals(b: &[u8], packs: usize) -> Option<Totals> {
     let mut t = Totals {
         data: u64_at(0)?,
         trees: u64_at(8)?,
-        tree_spans: Vec::with_capacity(n),
+        tree_spans: Default::default(),
     };
     for k in 0..n {
         let at = 20 + k * 20;
@@ -479,7 +463,8 @@ fn decode_totals(b: &[u8], packs: usize) -> Option<Totals> {
         if pack as usize >= packs {
             return None;
         }
-        t.tree_spans.push((pack, u64_at(at + 4)?, u64_at(at + 12)?));
+        t.tree_spans
+            .insert(pack, (u64_at(at + 4)?, u64_at(at + 12)?));
     }
     Some(t)
 }
@@ -526,14 +511,13 @@ pub(super) struct Builder {
     /// The runs spilled so far.
     dir: tempfile::TempDir,
     runs: Vec<PathBuf>,
-    run: Vec<Entry>,
-    max_run: usize,
 }
 
 impl Builder {
-    /// A builder whose runs go to a temporary directory in `dir`, at most `max_run`
-    /// entries each (the memory it holds, 50 bytes an entry).
-    pub(super) fn new(dir: &Path, max_run: usize) -> Result<Builder> {
+    /// A builder whose runs go to a temporary directory in `dir`. It holds no entries
+    /// itself: the caller's run is sorted and written where it is ([`Builder::spill`]),
+    /// so making a table holds one run, not two.
+    pub(super) fn new(dir: &Path) -> Result<Builder> {
         let tmp = tempfile::Builder::new()
             .prefix(".index-runs-")
             .tempdir_in(dir)
@@ -541,27 +525,18 @@ impl Builder {
         Ok(Builder {
             dir: tmp,
             runs: Vec::new(),
-            run: Vec::new(),
-            max_run: max_run.max(1),
         })
     }
 
-    pub(super) fn push(&mut self, e: Entry) -> Result<()> {
-        if self.run.len() >= self.max_run {
-            self.spill()?;
-        }
-        self.run.push(e);
-        Ok(())
-    }
-
-    /// Sorts the run and writes it to a file of its own.
-    fn spill(&mut self) -> Result<()> {
+    /// Sorts `run` and writes it to a file of its own; `run` is left empty (its room
+    /// kept for the next).
+    pub(super) fn spill(&mut self, run: &mut Vec<Entry>) -> Result<()> {
         let path = self.dir.path().join(format!("run-{}", self.runs.len()));
-        sort_run(&mut self.run);
+        sort_run(run);
         let io = |e| Error::io(&path, e);
         let mut w = BufWriter::with_capacity(1 << 20, File::create(&path).map_err(io)?);
         let mut buf = Vec::with_capacity(ENTRY);
-        for e in self.run.drain(..) {
+        for e in run.drain(..) {
             buf.clear();
             encode_entry(&mut buf, &e);
             w.write_all(&buf).map_err(io)?;
@@ -575,16 +550,17 @@ impl Builder {
     }
 
     /// Writes the table to `target` (atomically: a temporary file renamed): `base`'s
-    /// entries and those pushed, each pushed entry's `pack` made `pack(number)`, and
-    /// opens it.
+    /// entries, the runs spilled and `last`, each of the others' `pack` made
+    /// `pack(number)`, and opens it.
     pub(super) fn finish(
-        mut self,
+        self,
+        mut last: Vec<Entry>,
         header: Header,
         base: Option<&Table>,
         pack: impl Fn(u32) -> u32,
         target: &Path,
     ) -> Result<Table> {
-        sort_run(&mut self.run);
+        sort_run(&mut last);
         let mut sources: Vec<Box<dyn Iterator<Item = Result<Entry>> + '_>> = Vec::new();
         if let Some(base) = base {
             sources.push(Box::new(base.iter()));
@@ -594,7 +570,7 @@ impl Builder {
             let f = File::open(path).map_err(|e| Error::io(path, e))?;
             sources.push(Box::new(run_reader(f, path.clone())));
         }
-        sources.push(Box::new(std::mem::take(&mut self.run).into_iter().map(Ok)));
+        sources.push(Box::new(last.into_iter().map(Ok)));
         // The heap: (id, base first, pack, offset, source), least first.
         let mut heap = BinaryHeap::new();
         let key = |e: &Entry, s: usize| {
@@ -673,7 +649,6 @@ struct TableWriter {
     in_block: usize,
     fp: Vec<u32>,
     totals: Totals,
-    spans: std::collections::HashMap<u32, (u64, u64)>,
     trees: Vec<(Entry, u32)>,
 }
 
@@ -700,7 +675,6 @@ impl TableWriter {
             in_block: 0,
             fp: Vec::new(),
             totals: Totals::default(),
-            spans: Default::default(),
             trees: Vec::new(),
         })
     }
@@ -716,7 +690,7 @@ impl TableWriter {
             self.trees.push((*e, self.fp.len() as u32));
         }
         self.fp.push(fingerprint(&e.id));
-        self.totals.add(&e.loc, &mut self.spans);
+        self.totals.add(&e.loc);
         encode_entry(&mut self.block, e);
         self.in_block += 1;
         if self.in_block == BLOCK {
@@ -741,10 +715,6 @@ impl TableWriter {
         let path = self.file.path().to_path_buf();
         let io = |e| Error::io(&path, e);
         let mut raw: Vec<u8> = self.fp.iter().flat_map(|f| f.to_le_bytes()).collect();
-        self.totals.tree_spans = (self.spans.iter())
-            .map(|(&p, &(start, end))| (p, start, end))
-            .collect();
-        self.totals.tree_spans.sort_unstable();
         let mut totals = encode_totals(&self.totals);
         encode_trees(&mut totals, &self.trees);
         raw.extend_from_slice(&totals);
@@ -821,6 +791,39 @@ mod tests {
         }
     }
 
+    /// A builder fed one entry at a time, spilling every `max` (as the loader spills).
+    struct Fed {
+        b: Builder,
+        run: Vec<Entry>,
+        max: usize,
+    }
+
+    impl Fed {
+        fn new(dir: &Path, max: usize) -> Fed {
+            let b = Builder::new(dir).unwrap();
+            Fed {
+                b,
+                run: Vec::new(),
+                max,
+            }
+        }
+        fn push(&mut self, e: Entry) {
+            if self.run.len() == self.max {
+                self.b.spill(&mut self.run).unwrap();
+            }
+            self.run.push(e);
+        }
+        fn finish(
+            self,
+            header: Header,
+            base: Option<&Table>,
+            pack: impl Fn(u32) -> u32,
+            target: &Path,
+        ) -> Result<Table> {
+            self.b.finish(self.run, header, base, pack, target)
+        }
+    }
+
     fn same(a: &Entry, b: &Entry) -> bool {
         a.id == b.id && a.loc == b.loc
     }
@@ -830,10 +833,10 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let target = dir.path().join("t");
         // Small runs: the entries are spilled in many runs and merged.
-        let mut b = Builder::new(dir.path(), 97).unwrap();
+        let mut b = Fed::new(dir.path(), 97);
         let n = 5_000u64;
         for i in (0..n).rev() {
-            b.push(entry(i, (i % 3) as u32, i as u32)).unwrap();
+            b.push(entry(i, (i % 3) as u32, i as u32));
         }
         let t = b.finish(header(3), None, |p| p, &target).unwrap();
         assert_eq!(t.len(), n as usize);
@@ -867,25 +870,25 @@ mod tests {
     fn the_first_location_is_kept_and_a_base_comes_first() {
         let dir = tempfile::tempdir().unwrap();
         let (t1, t2) = (dir.path().join("t1"), dir.path().join("t2"));
-        let mut b = Builder::new(dir.path(), 4).unwrap();
+        let mut b = Fed::new(dir.path(), 4);
         // Blob 1 listed three times: the least (pack, offset) number wins, whichever run
         // it is in; pack numbers are mapped at the end.
-        b.push(entry(1, 5, 10)).unwrap();
-        b.push(entry(2, 1, 0)).unwrap();
-        b.push(entry(1, 2, 30)).unwrap();
+        b.push(entry(1, 5, 10));
+        b.push(entry(2, 1, 0));
+        b.push(entry(1, 2, 30));
         for i in 10..20 {
-            b.push(entry(i, 9, 0)).unwrap();
+            b.push(entry(i, 9, 0));
         }
-        b.push(entry(1, 2, 20)).unwrap();
+        b.push(entry(1, 2, 20));
         let map = |p: u32| p / 2;
         let base = b.finish(header(5), None, map, &t1).unwrap();
         assert_eq!(base.len(), 12);
         let (_, loc) = base.find(&id(1)).unwrap().unwrap();
         assert_eq!(({ loc.pack }, { loc.offset }), (1, 20));
         // A base's entry wins over a pushed one; new ones join it.
-        let mut b = Builder::new(dir.path(), 4).unwrap();
-        b.push(entry(1, 0, 99)).unwrap();
-        b.push(entry(100, 3, 5)).unwrap();
+        let mut b = Fed::new(dir.path(), 4);
+        b.push(entry(1, 0, 99));
+        b.push(entry(100, 3, 5));
         let t = b.finish(header(5), Some(&base), |p| p + 1, &t2).unwrap();
         assert_eq!(t.len(), 13);
         let (_, loc) = t.find(&id(1)).unwrap().unwrap();
@@ -901,13 +904,13 @@ mod tests {
     #[test]
     fn totals_sum_the_kinds_and_span_each_pack_s_trees() {
         let dir = tempfile::tempdir().unwrap();
-        let mut b = Builder::new(dir.path(), 3).unwrap();
+        let mut b = Fed::new(dir.path(), 3);
         for i in 0..10u64 {
             let mut e = entry(i, (i % 2) as u32, 100 * i as u32);
             if i >= 6 {
                 e.loc.kind = BlobKind::Tree;
             }
-            b.push(e).unwrap();
+            b.push(e);
         }
         let t = b
             .finish(header(2), None, |p| p, &dir.path().join("t"))
@@ -916,7 +919,7 @@ mod tests {
             data: (0..6).sum(),
             trees: (6..10).sum(),
             // Pack 0: blobs 6 and 8 (600..606, 800..808); pack 1: 7 and 9.
-            tree_spans: vec![(0, 600, 808), (1, 700, 909)],
+            tree_spans: [(0, (600, 808)), (1, (700, 909))].into(),
         };
         assert_eq!(t.totals(), &want);
         let t = Table::open(t.path()).unwrap();
@@ -944,8 +947,7 @@ mod tests {
     fn an_empty_table_opens_and_finds_nothing() {
         let dir = tempfile::tempdir().unwrap();
         let target = dir.path().join("t");
-        let t = Builder::new(dir.path(), 10)
-            .unwrap()
+        let t = Fed::new(dir.path(), 10)
             .finish(Header::default(), None, |p| p, &target)
             .unwrap();
         assert_eq!(t.len(), 0);
@@ -957,9 +959,9 @@ mod tests {
     fn damage_is_found_not_believed() {
         let dir = tempfile::tempdir().unwrap();
         let target = dir.path().join("t");
-        let mut b = Builder::new(dir.path(), 1000).unwrap();
+        let mut b = Fed::new(dir.path(), 1000);
         for i in 0..300 {
-            b.push(entry(i, 0, i as u32)).unwrap();
+            b.push(entry(i, 0, i as u32));
         }
         let t = b.finish(header(1), None, |p| p, &target).unwrap();
         let (pos, _) = t.find(&id(42)).unwrap().unwrap();
