@@ -13,20 +13,30 @@ every tool in turn, with the page cache dropped before each timed command:
   nothing    a backup with nothing changed
   one-new    a backup after one message was delivered (and what it added to the repository)
   flags      a backup after every message of one folder (of the largest account) got a flag
-  restore    a restore of the whole store into an empty directory (checked file by file
-             against the source for mailvault)
+  restore    a restore of the whole store into an empty filesystem of its own, made new for
+             each restore (checked file by file against the source for mailvault; see
+             --no-fresh-target)
   restore-iops  the same restore with the command's reads from the repository's disk held
              to --read-iops per second (default 200; 0 leaves the step out) by a cgroup
              block-I/O throttle (cgroup v2 `io.max` riops, or v1
              `blkio.throttle.read_iops_device`): a slow disk or a network volume's IOPS
              budget. The repositories then live on a disk of their own, an ext4 image in
              --work mounted through a loop device, which is the device throttled (the
-             restore's target stays on --work's disk: creating a million files reads inode
-             tables, which a throttle on one shared disk would count). Needs root, a loop
-             device and a cgroup block-I/O controller; without them the step is skipped
-             and said so. Writes are not held.
+             restore's target is another: creating a million files reads inode tables,
+             which a throttle on one shared disk would count). Needs root, a loop device
+             and a cgroup block-I/O controller; without them the step is skipped and said
+             so. Writes are not held.
   ls         the largest folder's messages listed (`mailvault ls --json` of INBOX, `restic
              ls` and `rustic ls` of its cur/), output to /dev/null
+
+Each round first times `tar cf - | cat` of the store (cold, like every step; --no-tar leaves
+it out): the issue's floor for a full backup, the same files read one after the other.
+
+Each restore goes to a new ext4 filesystem (an image in --work on a loop device with direct
+I/O, made just before; --no-fresh-target: a directory in --work). ext4 avoids reusing the
+inodes of files deleted moments before and reads their inode tables to find them: a restore
+right after the previous one was deleted (1.5 million files) took 60-188 s instead of 48 s,
+whichever tool it was, so a shared target made the order of the tools part of the result.
 
 Each row gives wall time and peak RSS (the command's own, from GNU time). Ratios are to restic
 and, for the restore, to the faster of restic and rustic. --repeat N runs the whole
@@ -39,7 +49,8 @@ generating one in --work, and leaves it in place.
 Disk: the store takes a block (4 KiB on ext4) and an inode per message (1.5 million
 messages: about 6 GB and 1.5 million inodes), each tool's repository about 230 bytes a
 message, and the restore as much as the store: give --work a filesystem with 13 GB and
-3.1 million inodes free for the default size. The run says what it needs and stops unless
+3.1 million inodes free for the default size (the restores' image takes as much as the
+store while it is mounted). The run says what it needs and stops unless
 it is there; a CI run (--smoke, --memory) short of disk runs in a tmpfs when it may mount
 one. The 10-million-message store (--messages 10000000 --accounts 1000) needs about
 85 GB and 20 million inodes (with --src, half).
@@ -56,6 +67,7 @@ account of 1.5 million; --rss-limit applies to any run), the full backup's over
 """
 
 import argparse
+import contextlib
 import hashlib
 import os
 import shutil
@@ -134,6 +146,7 @@ class Scale:
         self.src = Path(a.src).resolve() if a.src else self.work / "src"
         self.iops_procs = None  # the throttled cgroup's process list, once made
         self.no_loop = None  # why the repositories have no disk of their own
+        self.no_fresh = None  # why restores go to a directory, not a filesystem of their own
         self.bins = Path(a.bin_dir) if a.bin_dir else Path(os.environ.get("CARGO_TARGET_DIR", REPO_ROOT / "target")) / "release"
         self.results = {}  # (tool, step) -> [entry]
         self.skipped = {}
@@ -351,8 +364,57 @@ class Scale:
             res["rc"] = f"peak RSS {res['rss_kb'] / 1024:.0f} MB over {limit} MB"
         log(f"{tool:9} {step:8} rc {res['rc']} {res['wall']:8.2f} s {res['rss_kb'] / 1024:7.0f} MB{more}")
 
+    @contextlib.contextmanager
+    def restore_target(self, target, files):
+        """An empty directory for one restore: with --fresh-target (the default but for CI
+        runs), a new ext4 filesystem of its own, made just before (an image in --work on a
+        loop device with direct I/O, its inode tables written out by mkfs), so that no
+        restore pays for the deletion of the one before it. ext4 avoids reusing inodes
+        freed in the last moments, reading their inode tables to find out: restores of the
+        1.5 million-message account right after the previous one was deleted took 60-188 s
+        instead of 48 s, and so did whichever tool came next. Without a loop device it is a
+        directory in --work, and the report says so."""
+        shutil.rmtree(target, ignore_errors=True)
+        target.mkdir()
+        image, dev = self.work / "restore.img", None
+        if self.a.fresh_target and not self.no_fresh:
+            try:
+                with open(image, "wb") as f:
+                    f.truncate((1 << 30) + files * 4096 * 5 // 4)
+                subprocess.run(["mkfs.ext4", "-q", "-F", "-N", str(files + 100_000), "-E",
+                                "lazy_itable_init=0,lazy_journal_init=0", str(image)], check=True, capture_output=True)
+                dev = subprocess.run(["losetup", "-f", "--show", "--direct-io=on", str(image)], check=True,
+                                     capture_output=True, text=True).stdout.strip()
+                subprocess.run(["mount", dev, str(target)], check=True, capture_output=True)
+            except (OSError, subprocess.CalledProcessError) as e:
+                err = getattr(e, "stderr", b"") or b""
+                err = err.decode(errors="replace") if isinstance(err, bytes) else err
+                self.no_fresh = f"no filesystem of its own for the restores ({e} {err.strip()}): a directory in --work"
+                self.skipped.setdefault("fresh restore target", self.no_fresh)
+                log(self.no_fresh)
+                if dev:
+                    subprocess.run(["losetup", "-d", dev], check=False)
+                    dev = None
+                image.unlink(missing_ok=True)
+        try:
+            yield
+        finally:
+            if dev:
+                subprocess.run(["umount", str(target)], check=False)
+                subprocess.run(["losetup", "-d", dev], check=False)
+                image.unlink(missing_ok=True)
+            shutil.rmtree(target, ignore_errors=True)
+
+    def tar_reference(self):
+        """`tar cf - | cat` of the store, the issue's floor for a full backup's time: the
+        same files read one after the other, nothing kept."""
+        res = self.run(["sh", "-c", 'tar cf - -C "$0" . | cat > /dev/null', str(self.src)])
+        self.note("tar", "full", res)
+
     def one_round(self, order):
         """Every tool's whole sequence; the store is put back as generated after each."""
+        if self.a.tar and shutil.which("tar"):
+            self.tar_reference()
         for tool in order:
             shutil.rmtree(self.repo(tool), ignore_errors=True)
             shutil.rmtree(self.work / "cache", ignore_errors=True)
@@ -379,24 +441,21 @@ class Scale:
             self.note(tool, "flags", self.run(self.cmd(tool, "backup"), env), added=self.repo_bytes(tool) - before,
                       messages=len(renamed))
             target = self.work / "restored"
-            shutil.rmtree(target, ignore_errors=True)
-            target.mkdir()
-            res = self.run(self.cmd(tool, "restore", target), env)
-            if tool == "mailvault" and res["rc"] == 0 and manifest(self.restored_root(tool, target)) != self.want():
-                res["rc"] = "restore differs"
-            self.note(tool, "restore", res)
-            shutil.rmtree(target, ignore_errors=True)
+            with self.restore_target(target, len(self.want())):
+                res = self.run(self.cmd(tool, "restore", target), env)
+                if tool == "mailvault" and res["rc"] == 0 and manifest(self.restored_root(tool, target)) != self.want():
+                    res["rc"] = "restore differs"
+                self.note(tool, "restore", res)
             if self.a.read_iops:
                 procs, why = self.throttled_cgroup()
                 if procs:
-                    target.mkdir()
-                    # The command joins the cgroup, then becomes the tool (GNU time stays out).
-                    argv = ["sh", "-c", 'echo $$ > "$0" && exec "$@"', str(procs), *self.cmd(tool, "restore", target)]
-                    res = self.run(argv, env)
-                    if tool == "mailvault" and res["rc"] == 0 and manifest(self.restored_root(tool, target)) != self.want():
-                        res["rc"] = "restore differs"
-                    self.note(tool, "restore-iops", res)
-                    shutil.rmtree(target, ignore_errors=True)
+                    with self.restore_target(target, len(self.want())):
+                        # The command joins the cgroup, then becomes the tool (GNU time stays out).
+                        argv = ["sh", "-c", 'echo $$ > "$0" && exec "$@"', str(procs), *self.cmd(tool, "restore", target)]
+                        res = self.run(argv, env)
+                        if tool == "mailvault" and res["rc"] == 0 and manifest(self.restored_root(tool, target)) != self.want():
+                            res["rc"] = "restore differs"
+                        self.note(tool, "restore-iops", res)
                 else:
                     self.skipped.setdefault("restore-iops", why)
                     log(f"restore-iops skipped: {why}")
@@ -425,20 +484,20 @@ class Scale:
         for t, v in self.tools.items():
             L.append(f"- {t}: {v}")
         L += ["", "| tool | step | wall s | peak RSS MB | repository / added |", "|---|---|---:|---:|---:|"]
-        for tool in self.tools:
-            for step in STEPS:
-                w, r = self.median(tool, step, "wall"), self.median(tool, step, "rss_kb")
-                extra = self.median(tool, step, "repo") or self.median(tool, step, "added")
-                bad = [x["rc"] for x in self.results.get((tool, step), []) if x["rc"] != 0]
-                cell = lambda v, f: "–" if v is None else f(v)
-                L.append(f"| {tool} | {step} | {cell(w, lambda v: f'{v:.2f}')} | {cell(r, lambda v: f'{v / 1024:.0f}')} | "
-                         f"{cell(extra, lambda v: f'{v:,} B')}{' (failed: ' + ', '.join(map(str, bad)) + ')' if bad else ''} |")
+        rows = [(tool, step) for tool in self.tools for step in STEPS] + [k for k in [("tar", "full")] if k in self.results]
+        for tool, step in rows:
+            w, r = self.median(tool, step, "wall"), self.median(tool, step, "rss_kb")
+            extra = self.median(tool, step, "repo") or self.median(tool, step, "added")
+            bad = [x["rc"] for x in self.results.get((tool, step), []) if x["rc"] != 0]
+            cell = lambda v, f: "–" if v is None else f(v)
+            L.append(f"| {tool} | {step} | {cell(w, lambda v: f'{v:.2f}')} | {cell(r, lambda v: f'{v / 1024:.0f}')} | "
+                     f"{cell(extra, lambda v: f'{v:,} B')}{' (failed: ' + ', '.join(map(str, bad)) + ')' if bad else ''} |")
         if "mailvault" in self.tools:
             L += ["", "| ratio | value |", "|---|---:|"]
-            for peer in ("restic", "rustic"):
-                if peer not in self.tools:
+            for peer in ("restic", "rustic", "tar"):
+                if peer not in self.tools and (peer, "full") not in self.results:
                     continue
-                for step in STEPS:
+                for step in STEPS if peer != "tar" else ["full"]:
                     a, b = self.median("mailvault", step, "wall"), self.median(peer, step, "wall")
                     if a and b:
                         L.append(f"| mailvault ÷ {peer}, {step} | {a / b:.2f} |")
@@ -461,6 +520,9 @@ def main():
     ap.add_argument("--no-drop-caches", dest="drop_caches", action="store_false")
     ap.add_argument("--read-iops", type=int, default=200,
                     help="the restore-iops step's read limit on the repository's disk (0: no such step)")
+    ap.add_argument("--no-fresh-target", dest="fresh_target", action="store_false",
+                    help="restore into a directory in --work, not a new filesystem each time")
+    ap.add_argument("--no-tar", dest="tar", action="store_false", help="leave out the `tar cf - | cat` reference")
     ap.add_argument("--src", help="an existing store generated with the same sizes (kept)")
     ap.add_argument("--smoke", action="store_true", help="CI: 20,000 messages, mailvault only, once")
     ap.add_argument("--memory", action="store_true",
@@ -470,8 +532,10 @@ def main():
     a = ap.parse_args()
     if a.smoke:
         a.messages, a.tools, a.repeat, a.drop_caches, a.read_iops = 20_000, "mailvault", 1, False, 0
+        a.fresh_target = a.tar = False
     if a.memory:
         a.messages, a.accounts, a.tools, a.repeat, a.drop_caches, a.read_iops = 500_000, 1, "mailvault", 1, False, 0
+        a.fresh_target = a.tar = False
         a.rss_limit = a.rss_limit or 150
         # The full backup is held to the same bound: 112 MB at 500,000 messages in CI's debug
         # build once the run's saved ids went to a temporary file (it was allowed 200 MB

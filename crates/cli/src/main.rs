@@ -46,7 +46,8 @@ pub struct GlobalOpts {
     /// Print the result as one JSON object.
     #[arg(long, global = true)]
     pub json: bool,
-    /// Worker threads (default: two per core, at least 4).
+    /// Worker threads (default: two per core, at least 4; a backup of Maildir, EML or
+    /// `file:` sources: 16 per core, at least 32).
     #[arg(short = 'j', long, global = true, default_value_t = 0)]
     pub jobs: usize,
     /// No progress bar.

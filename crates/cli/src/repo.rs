@@ -220,6 +220,21 @@ pub fn warn_seen(missing: &[Id], warnings: &[String]) {
     }
 }
 
+/// Worker threads of a backup that reads many small files (Maildir, EML, `file:`): the
+/// flag, or 16 per core (32 to 256). On a cold cache a message is a wait for the disk, and
+/// the threads beyond the cores keep more reads in flight: a full backup of one account
+/// of 1.5 million messages on 2 cores took 54-58 s with 4 threads, 41-46 s with 16, 38-45 s
+/// with 32, 38-42 s with 64, and no longer with a warm cache (BENCHMARKS.md). Compressing
+/// and packing stay at one a core whatever the threads, and accounts and folders at once
+/// at two a core (at least 4): memory does not grow with them.
+pub fn readers(g: &GlobalOpts) -> usize {
+    if g.jobs > 0 {
+        g.jobs
+    } else {
+        (16 * cores()).clamp(32, 256)
+    }
+}
+
 /// Worker threads: the flag, or two per core (at least 4). Workers block on reads and
 /// writes of small files; with two per core one computes while the other waits for the
 /// disk. Measured on the `small` corpus, 2 cores, cold cache: backup 3.4 s with 2 workers,

@@ -23,17 +23,18 @@ pub(crate) fn map_parallel<R: Send>(
     mapped(n, f, |each| for_each_parallel(n, threads, name, each))
 }
 
-/// Runs `f(0..n)` on the current rayon pool as one task per thread, each taking the next
-/// index, and returns the results in index order: at most that many `f` run at once. (A
+/// Runs `f(0..n)` on the current rayon pool as one task per thread (at most `most`), each
+/// taking the next index, and returns the results in index order: at most that many `f`
+/// run at once. (A
 /// `par_iter` would let a thread that waits inside one `f`, for work of its own it handed
 /// to the pool, start another `f` on top of it: a backup's thread could then hold the
 /// listings of several folders at once.)
-pub(crate) fn map_in_pool<R: Send>(n: usize, f: impl Fn(usize) -> R + Sync) -> Vec<R> {
+pub(crate) fn map_in_pool<R: Send>(n: usize, most: usize, f: impl Fn(usize) -> R + Sync) -> Vec<R> {
     mapped(n, f, |each| {
         let next = AtomicUsize::new(0);
         let next = &next;
         rayon::scope(|s| {
-            for _ in 0..rayon::current_num_threads().clamp(1, n.max(1)) {
+            for _ in 0..rayon::current_num_threads().min(most).clamp(1, n.max(1)) {
                 s.spawn(move |_| take_each(next, n, each));
             }
         });

@@ -173,7 +173,7 @@ fn execute_source(g: &GlobalOpts, a: Args) -> Result<BackupReport> {
         run: run_options(g, &a)?,
         source,
         accounts: a.account,
-        jobs: repo::jobs(g),
+        jobs: repo::readers(g),
         stat_unchanged: a.stat_unchanged,
     };
     let rep = match snapshots.first().map(|s| s.read_from()) {
@@ -276,7 +276,7 @@ fn run_eml(g: &GlobalOpts, a: Args, path: std::path::PathBuf) -> Result<BackupRe
     let opts = EmlOptions {
         path,
         account: one_account(&a, &what)?,
-        jobs: repo::jobs(g),
+        jobs: repo::readers(g),
         run: run_options(g, &a)?,
     };
     run_backup(g, a.time, |r, time, bar| {
@@ -305,7 +305,7 @@ fn run_files(g: &GlobalOpts, a: Args, first: std::path::PathBuf) -> Result<Backu
         paths,
         include: a.include.clone(),
         exclude: a.exclude.clone(),
-        jobs: repo::jobs(g),
+        jobs: repo::readers(g),
         depth: None,
         read_from: snapshots.iter().map(|s| s.read_from()).collect(),
         run: run_options(g, &a)?,

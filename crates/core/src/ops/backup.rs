@@ -359,6 +359,16 @@ fn finish_indexing(
 /// At most this many bytes of tree packs are read ahead for an incremental backup.
 const TREE_PREFETCH_BUDGET: u64 = 256 << 20;
 
+/// Accounts, and folders of an account, backed up at once on a [`Parallelism::Pool`]: two
+/// a core, at least 4, whatever the pool's threads. Each holds its folder's listing (40 MB
+/// for 600,000 messages); the threads beyond them read the messages of their windows
+/// (`Source::backup_folder`), which mostly wait for the disk. On a cold cache a backup of
+/// one account of 1.5 million messages took 54-58 s with 4 threads, 38-46 s with 32; with
+/// every one of its 7 folders at once, 169 MB instead of 137 MB (BENCHMARKS.md).
+fn at_once() -> usize {
+    (2 * crate::repo::compress::cores()).clamp(4, 64)
+}
+
 /// Backs up every account, in parallel as the source allows; their refs in `accounts`
 /// order (failed ones left out and reported).
 fn backup_accounts<S: Source>(
@@ -393,7 +403,7 @@ fn backup_accounts<S: Source>(
                 .map_err(|e| {
                     Error::InvalidInput(format!("cannot start {jobs} worker threads: {e}"))
                 })?;
-            pool.install(|| crate::parallel::map_in_pool(order.len(), run))
+            pool.install(|| crate::parallel::map_in_pool(order.len(), at_once(), run))
         }
         Parallelism::Sessions { accounts: n, .. } => {
             crate::parallel::map_parallel(order.len(), n, "imap-account", run)
@@ -443,7 +453,7 @@ fn backup_account<S: Source>(
         Parallelism::Pool { .. } => {
             source.close(session);
             // A folder a thread at a time: each holds its folder's listing.
-            let nodes = crate::parallel::map_in_pool(listing.folders.len(), |i| {
+            let nodes = crate::parallel::map_in_pool(listing.folders.len(), at_once(), |i| {
                 let f = &listing.folders[i];
                 match source.open(acc) {
                     Ok(mut s) => {

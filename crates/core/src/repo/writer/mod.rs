@@ -33,9 +33,19 @@ pub struct SaveStats {
     pub packs_written: AtomicU64,
 }
 
-/// Data packers: one per worker thread (threads beyond this share), so the blobs of the
-/// account a worker is on sit together and restoring one account reads few ranges.
+/// Data packers at most: one per worker thread, up to one a core (at least 4; threads
+/// beyond share), so the blobs of the account a worker is on sit together and restoring
+/// one account reads few ranges ([`data_packers`]).
 const DATA_PACKERS: usize = 64;
+
+/// The data packers in use: one per worker thread of the current pool, at most one a core
+/// (at least 4). A packer holds up to 1 MiB of its pack and the pack's entries (48 bytes a
+/// blob, 3 MB for a 4 MiB pack of small messages): a backup reading with 32 threads to keep
+/// the disk busy held 218 MB with one a thread, 100 MB of it in packers, for no speed;
+/// sealing and packing are CPU work.
+fn data_packers() -> usize {
+    rayon::current_num_threads().clamp(1, crate::repo::compress::cores().clamp(4, DATA_PACKERS))
+}
 
 /// Saves blobs during a backup: dedup against the index and this run, compress, seal,
 /// pack, write packs as they fill. Shared by all worker threads.
@@ -247,7 +257,7 @@ impl<'r> BlobSaver<'r> {
             }
         }
         let slot = match kind {
-            BlobKind::Data => rayon::current_thread_index().unwrap_or(0) % DATA_PACKERS,
+            BlobKind::Data => rayon::current_thread_index().unwrap_or(0) % data_packers(),
             BlobKind::Tree => DATA_PACKERS,
         };
         let full = {
@@ -266,18 +276,15 @@ impl<'r> BlobSaver<'r> {
         Ok(true)
     }
 
-    /// Size at which a pack is written. Data packers are one per worker, so with many
-    /// workers each fills smaller packs (at least 4 MiB): memory for data packs being
-    /// filled stays near the configured pack size, whatever the number of workers (twice
-    /// it, as before, was 20 of a 500,000-message full backup's 175 MB peak, for no speed).
+    /// Size at which a pack is written. With many data packers ([`data_packers`]) each
+    /// fills smaller packs (at least 4 MiB): memory for data packs being filled stays near
+    /// the configured pack size, whatever the number of packers (twice it, as before, was
+    /// 20 of a 500,000-message full backup's 175 MB peak, for no speed).
     fn pack_target(&self, kind: BlobKind) -> usize {
         let size = self.repo.config.pack_size as usize;
         match kind {
             BlobKind::Tree => size,
-            BlobKind::Data => {
-                let workers = rayon::current_num_threads().clamp(1, DATA_PACKERS);
-                (size / workers).clamp((4 << 20).min(size), size)
-            }
+            BlobKind::Data => (size / data_packers()).clamp((4 << 20).min(size), size),
         }
     }
 
