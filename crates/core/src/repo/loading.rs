@@ -90,8 +90,9 @@ impl Repository {
 
     /// [`Self::load_index`] with the table in the cache directory `dir`.
     fn load_index_with_table(&mut self, files: &[ObjectInfo], dir: &Path) -> Result<()> {
-        index::table::sweep(dir);
-        let target = dir.join(index::table_name(self.version));
+        let name = index::table_name(self.version);
+        index::table::sweep(dir, &name);
+        let target = dir.join(&name);
         let listed: HashSet<Id> = files.iter().filter_map(|f| file_id(&f.path).ok()).collect();
         let (base, stale) = match target.exists() {
             false => (None, false),

@@ -743,13 +743,21 @@ pub fn remove(path: &Path) {
     let _ = fs::remove_file(path);
 }
 
-/// Removes what killed builders left in `dir` (temporary tables and runs) an hour old.
-pub fn sweep(dir: &Path) {
+/// Removes what killed builders left in `dir` (temporary tables and runs) an hour old,
+/// and tables of other repository formats than `current` (the table's name): a repository
+/// migrated to a newer format never reads its old table again.
+pub fn sweep(dir: &Path, current: &str) {
     let Ok(entries) = fs::read_dir(dir) else {
         return;
     };
     for e in entries.flatten() {
         let name = e.file_name();
+        let other_format = (name.to_str())
+            .is_some_and(|n| n.starts_with("index-v") && n.ends_with(".table") && n != current);
+        if other_format {
+            let _ = fs::remove_file(e.path());
+            continue;
+        }
         let ours = (name.to_str())
             .is_some_and(|n| n.starts_with(".index-table-") || n.starts_with(".index-runs-"));
         let old = (e.metadata().and_then(|m| m.modified()).ok())
@@ -993,5 +1001,35 @@ mod tests {
         assert!(Table::open(&target).is_err());
         fs::write(&target, &good[..3]).unwrap();
         assert!(Table::open(&target).is_err());
+    }
+
+    #[test]
+    fn sweep_takes_old_formats_and_leftovers_of_killed_builders_only() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = |n: &str| dir.path().join(n);
+        for n in [
+            "index-v1.table",
+            "index-v2.table",
+            "index-v3.table",
+            "other.table",
+        ] {
+            fs::write(p(n), b"x").unwrap();
+        }
+        fs::create_dir(p(".index-runs-fresh")).unwrap();
+        fs::create_dir(p(".index-runs-old")).unwrap();
+        fs::write(p(".index-table-old"), b"x").unwrap();
+        let hour_ago = std::time::SystemTime::now() - std::time::Duration::from_secs(7200);
+        for n in [".index-runs-old", ".index-table-old"] {
+            fs::File::open(p(n))
+                .unwrap()
+                .set_modified(hour_ago)
+                .unwrap();
+        }
+        sweep(dir.path(), "index-v2.table");
+        let mut left: Vec<String> = (fs::read_dir(dir.path()).unwrap())
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .collect();
+        left.sort();
+        assert_eq!(left, [".index-runs-fresh", "index-v2.table", "other.table"]);
     }
 }
