@@ -381,15 +381,14 @@ class Scale:
             try:
                 with open(image, "wb") as f:
                     f.truncate((1 << 30) + files * 4096 * 5 // 4)
-                subprocess.run(["mkfs.ext4", "-q", "-F", "-N", str(files + 100_000), "-E",
-                                "lazy_itable_init=0,lazy_journal_init=0", str(image)], check=True, capture_output=True)
-                dev = subprocess.run(["losetup", "-f", "--show", "--direct-io=on", str(image)], check=True,
-                                     capture_output=True, text=True).stdout.strip()
-                subprocess.run(["mount", dev, str(target)], check=True, capture_output=True)
+                run = lambda *argv: subprocess.run(argv, check=True, capture_output=True, text=True).stdout.strip()
+                run("mkfs.ext4", "-q", "-F", "-N", str(files + 100_000), "-E",
+                    "lazy_itable_init=0,lazy_journal_init=0", str(image))
+                dev = run("losetup", "-f", "--show", "--direct-io=on", str(image))
+                run("mount", dev, str(target))
             except (OSError, subprocess.CalledProcessError) as e:
-                err = getattr(e, "stderr", b"") or b""
-                err = err.decode(errors="replace") if isinstance(err, bytes) else err
-                self.no_fresh = f"no filesystem of its own for the restores ({e} {err.strip()}): a directory in --work"
+                err = (getattr(e, "stderr", "") or "").strip()
+                self.no_fresh = f"no filesystem of its own for the restores ({e} {err}): a directory in --work"
                 self.skipped.setdefault("fresh restore target", self.no_fresh)
                 log(self.no_fresh)
                 if dev:

@@ -224,9 +224,9 @@ pub fn warn_seen(missing: &[Id], warnings: &[String]) {
 /// flag, or 16 per core (32 to 256). On a cold cache a message is a wait for the disk, and
 /// the threads beyond the cores keep more reads in flight: a full backup of one account
 /// of 1.5 million messages on 2 cores took 54-58 s with 4 threads, 41-46 s with 16, 38-45 s
-/// with 32, 38-42 s with 64, and no longer with a warm cache (BENCHMARKS.md). Compressing
-/// and packing stay at one a core whatever the threads, and accounts and folders at once
-/// at two a core (at least 4): memory does not grow with them.
+/// with 32, 38-42 s with 64, and no longer with a warm cache (BENCHMARKS.md). Data packers
+/// stay at one a core whatever the threads, and accounts and folders at once at two a
+/// core (at least 4): memory does not grow with them.
 pub fn readers(g: &GlobalOpts) -> usize {
     if g.jobs > 0 {
         g.jobs

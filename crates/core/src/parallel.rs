@@ -25,10 +25,9 @@ pub(crate) fn map_parallel<R: Send>(
 
 /// Runs `f(0..n)` on the current rayon pool as one task per thread (at most `most`), each
 /// taking the next index, and returns the results in index order: at most that many `f`
-/// run at once. (A
-/// `par_iter` would let a thread that waits inside one `f`, for work of its own it handed
-/// to the pool, start another `f` on top of it: a backup's thread could then hold the
-/// listings of several folders at once.)
+/// run at once. (A `par_iter` would let a thread that waits inside one `f`, for work of its
+/// own it handed to the pool, start another `f` on top of it: a backup's thread could then
+/// hold the listings of several folders at once.)
 pub(crate) fn map_in_pool<R: Send>(n: usize, most: usize, f: impl Fn(usize) -> R + Sync) -> Vec<R> {
     mapped(n, f, |each| {
         let next = AtomicUsize::new(0);

@@ -109,15 +109,17 @@ pub(super) struct Attrs {
 /// journal, 6% of a restore of 1.5 million messages' CPU when made for nothing.
 pub(super) fn set_attributes(f: &File, attrs: Attrs) -> std::io::Result<()> {
     let Attrs { mode, mtime, owner } = attrs;
-    let st = rustix::fs::fstat(f)?;
-    let chown = owner.filter(|&(uid, gid)| (uid, gid) != (st.st_uid, st.st_gid));
-    if let Some((uid, gid)) = chown {
-        std::os::unix::fs::fchown(f, Some(uid), Some(gid))?;
-    }
-    // After the owner: chown clears set-id bits.
-    let set_id = chown.is_some() && mode & 0o6000 != 0;
-    if mode != 0 && (set_id || mode & 0o7777 != st.st_mode & 0o7777) {
-        rustix::fs::fchmod(f, Mode::from_raw_mode(mode))?;
+    if owner.is_some() || mode != 0 {
+        let st = rustix::fs::fstat(f)?;
+        let chown = owner.filter(|&(uid, gid)| (uid, gid) != (st.st_uid, st.st_gid));
+        if let Some((uid, gid)) = chown {
+            std::os::unix::fs::fchown(f, Some(uid), Some(gid))?;
+        }
+        // After the owner: chown clears set-id bits.
+        let set_id = chown.is_some() && mode & 0o6000 != 0;
+        if mode != 0 && (set_id || mode & 0o7777 != st.st_mode & 0o7777) {
+            rustix::fs::fchmod(f, Mode::from_raw_mode(mode))?;
+        }
     }
     let t = if mtime.secs < 0 {
         SystemTime::UNIX_EPOCH - Duration::new(mtime.secs.unsigned_abs(), 0)
@@ -147,11 +149,16 @@ pub(super) fn write_unnamed(
     f.write_all(data).map_err(Some)?;
     set_attributes(&f, attrs).map_err(Some)?;
     // The file itself (`AT_EMPTY_PATH`: Linux 6.10 allows it for a file the caller made,
-    // before that with CAP_DAC_READ_SEARCH), else its name in /proc (a path lookup more).
-    match linkat(&f, c"", dir, name, AtFlags::EMPTY_PATH) {
-        Ok(()) => return Ok(()),
-        Err(e) if e == Errno::EXIST => return Err(Some(e.into())),
-        Err(_) => {}
+    // before that with CAP_DAC_READ_SEARCH), else its name in /proc (a path lookup more);
+    // once refused, not asked again.
+    static NO_EMPTY_PATH: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+    use std::sync::atomic::Ordering::Relaxed;
+    if !NO_EMPTY_PATH.load(Relaxed) {
+        match linkat(&f, c"", dir, name, AtFlags::EMPTY_PATH) {
+            Ok(()) => return Ok(()),
+            Err(Errno::PERM | Errno::NOENT | Errno::INVAL) => NO_EMPTY_PATH.store(true, Relaxed),
+            Err(e) => return Err(Some(e.into())),
+        }
     }
     let proc_path = format!("/proc/self/fd/{}", std::os::fd::AsRawFd::as_raw_fd(&f));
     match linkat(CWD, proc_path.as_str(), dir, name, AtFlags::SYMLINK_FOLLOW) {

@@ -366,7 +366,7 @@ const TREE_PREFETCH_BUDGET: u64 = 256 << 20;
 /// one account of 1.5 million messages took 54-58 s with 4 threads, 38-46 s with 32; with
 /// every one of its 7 folders at once, 169 MB instead of 137 MB (BENCHMARKS.md).
 fn at_once() -> usize {
-    (2 * crate::repo::compress::cores()).clamp(4, 64)
+    (2 * crate::repo::cores()).clamp(4, 64)
 }
 
 /// Backs up every account, in parallel as the source allows; their refs in `accounts`

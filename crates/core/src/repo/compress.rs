@@ -154,97 +154,23 @@ const ZSTD_LEVEL: i32 = 3;
 /// times as fast as level 3 for 6% more. No dictionary: it is trained on mail.
 pub const FILE_ZSTD_LEVEL: i32 = -3;
 
-/// The cores this process may use (2 when unknown), asked once: the compression contexts
-/// and data packers there are at most.
-pub(crate) fn cores() -> usize {
-    static CORES: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
-    *CORES.get_or_init(|| std::thread::available_parallelism().map_or(2, |n| n.get()))
-}
-
-/// zstd compression contexts shared by all threads, at most one a core (a pool each
-/// for [`COMPRESSOR`], [`FILE_COMPRESSOR`] and [`CCTX`]). A context costs more to create
-/// than to compress a small message with, so they are reused; and once used it keeps
-/// tables sized for the largest input it saw, a few MB. One a thread, a backup that reads
-/// with many threads to keep the disk busy (`--jobs`) held 4.5 MB more for each thread;
-/// compressing is CPU work, so more at once than cores gains nothing. A thread that finds
-/// none free waits for one.
-struct Contexts<T> {
-    /// The free contexts, and how many there are in all.
-    state: std::sync::Mutex<(Vec<T>, usize)>,
-    freed: std::sync::Condvar,
-}
-
-impl<T> Contexts<T> {
-    const fn new() -> Contexts<T> {
-        Contexts {
-            state: std::sync::Mutex::new((Vec::new(), 0)),
-            freed: std::sync::Condvar::new(),
-        }
-    }
-
-    /// `f` with a context: a free one, a new one (`make`) while there are fewer than
-    /// cores, or the next one given back.
-    fn with<R>(
-        &self,
-        make: impl FnOnce() -> std::io::Result<T>,
-        f: impl FnOnce(&mut T) -> R,
-    ) -> std::io::Result<R> {
-        let most = cores();
-        let mut state = crate::repo::lock(&self.state);
-        let taken = loop {
-            if let Some(t) = state.0.pop() {
-                break Some(t);
-            }
-            if state.1 < most {
-                state.1 += 1;
-                break None;
-            }
-            state = self
-                .freed
-                .wait(state)
-                .unwrap_or_else(std::sync::PoisonError::into_inner);
-        };
-        drop(state);
-        // Given back however `f` ends; one that could not be made is not counted.
-        struct Back<'a, T>(&'a Contexts<T>, Option<T>);
-        impl<T> Drop for Back<'_, T> {
-            fn drop(&mut self) {
-                let mut state = crate::repo::lock(&self.0.state);
-                match self.1.take() {
-                    Some(t) => state.0.push(t),
-                    None => state.1 -= 1,
-                }
-                self.0.freed.notify_one();
-            }
-        }
-        let mut back = Back(self, taken);
-        if back.1.is_none() {
-            back.1 = Some(make()?);
-        }
-        match back.1.as_mut() {
-            Some(t) => Ok(f(t)),
-            None => Err(std::io::Error::other("no zstd context")),
-        }
-    }
-}
-
-static COMPRESSOR: Contexts<zstd::bulk::Compressor<'static>> = Contexts::new();
-static FILE_COMPRESSOR: Contexts<zstd::bulk::Compressor<'static>> = Contexts::new();
-static CCTX: Contexts<zstd::zstd_safe::CCtx<'static>> = Contexts::new();
-
 thread_local! {
-    // Decompression contexts are small (no tables): one a thread, reused.
+    // zstd contexts cost more to create than to compress a small message with: one per
+    // worker thread, reused. (Shared ones, one a core, made no difference to a backup's
+    // peak RSS with 32 threads: 218 MB either way; its packers were what grew.)
+    static COMPRESSOR: std::cell::RefCell<Option<zstd::bulk::Compressor<'static>>> = const { std::cell::RefCell::new(None) };
+    static FILE_COMPRESSOR: std::cell::RefCell<Option<zstd::bulk::Compressor<'static>>> = const { std::cell::RefCell::new(None) };
     static DECOMPRESSOR: std::cell::RefCell<Option<zstd::bulk::Decompressor<'static>>> = const { std::cell::RefCell::new(None) };
+    static CCTX: std::cell::RefCell<zstd::zstd_safe::CCtx<'static>> = std::cell::RefCell::new(zstd::zstd_safe::CCtx::create());
     static DCTX: std::cell::RefCell<zstd::zstd_safe::DCtx<'static>> = std::cell::RefCell::new(zstd::zstd_safe::DCtx::create());
 }
 
 fn compress_with_dict(data: &[u8], d: &Dictionary) -> Option<Vec<u8>> {
     let mut out = Vec::with_capacity(zstd::zstd_safe::compress_bound(data.len()));
-    CCTX.with(
-        || Ok(zstd::zstd_safe::CCtx::create()),
-        |c| c.compress_using_cdict(&mut out, data, d.cdict.as_cdict()),
-    )
-    .ok()?
+    CCTX.with(|c| {
+        c.borrow_mut()
+            .compress_using_cdict(&mut out, data, d.cdict.as_cdict())
+    })
     .ok()?;
     Some(out)
 }
@@ -284,12 +210,24 @@ fn with_compressor<T>(
     with_compressor_at(&COMPRESSOR, ZSTD_LEVEL, f)
 }
 
+type CompressorSlot =
+    std::thread::LocalKey<std::cell::RefCell<Option<zstd::bulk::Compressor<'static>>>>;
+
 fn with_compressor_at<T>(
-    pool: &'static Contexts<zstd::bulk::Compressor<'static>>,
+    slot: &'static CompressorSlot,
     level: i32,
     f: impl FnOnce(&mut zstd::bulk::Compressor<'static>) -> std::io::Result<T>,
 ) -> std::io::Result<T> {
-    pool.with(|| zstd::bulk::Compressor::new(level), f)?
+    slot.with(|c| {
+        let mut c = c.borrow_mut();
+        if c.is_none() {
+            *c = Some(zstd::bulk::Compressor::new(level)?);
+        }
+        match c.as_mut() {
+            Some(c) => f(c),
+            None => Err(std::io::Error::other("no zstd context")),
+        }
+    })
 }
 
 fn with_decompressor<T>(
@@ -395,56 +333,6 @@ pub fn decompress_owned(
 mod tests {
     use super::*;
     use proptest::prelude::*;
-
-    #[test]
-    fn many_threads_share_one_context_a_core() {
-        let made = std::sync::atomic::AtomicUsize::new(0);
-        let pool: Contexts<Vec<u8>> = Contexts::new();
-        let data = b"Subject: the same words again and again\n".repeat(64);
-        std::thread::scope(|s| {
-            for _ in 0..8 * cores() {
-                s.spawn(|| {
-                    for _ in 0..50 {
-                        let r = pool.with(
-                            || {
-                                made.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                                Ok(Vec::new())
-                            },
-                            |buf| {
-                                buf.clear();
-                                buf.extend_from_slice(&data);
-                                std::thread::yield_now();
-                                buf.len()
-                            },
-                        );
-                        assert_eq!(r.unwrap(), data.len());
-                    }
-                });
-                // The real pools too: compressed by many threads at once, read back.
-                s.spawn(|| {
-                    let (codec, packed) = compress(&data, Compression::Zstd, None).unwrap();
-                    let back =
-                        decompress(codec, &packed, data.len(), "t", &Dictionaries::default());
-                    assert_eq!(back.unwrap(), data);
-                });
-            }
-        });
-        let made = made.into_inner();
-        assert!((1..=cores()).contains(&made), "{made} contexts");
-        let (free, all) = &*crate::repo::lock(&pool.state);
-        assert_eq!((free.len(), *all), (made, made), "every context given back");
-    }
-
-    #[test]
-    fn a_context_that_cannot_be_made_is_not_counted() {
-        let pool: Contexts<u8> = Contexts::new();
-        for _ in 0..3 * cores() {
-            let r = pool.with(|| Err(std::io::Error::other("no memory")), |_| ());
-            assert!(r.is_err());
-        }
-        assert_eq!(pool.with(|| Ok(7), |t| *t).unwrap(), 7);
-        assert_eq!(crate::repo::lock(&pool.state).1, 1);
-    }
 
     proptest! {
         #[test]

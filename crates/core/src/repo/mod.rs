@@ -346,6 +346,12 @@ pub(crate) fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
+/// The cores this process may use (2 when unknown), asked once.
+pub(crate) fn cores() -> usize {
+    static CORES: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *CORES.get_or_init(|| std::thread::available_parallelism().map_or(2, |n| n.get()))
+}
+
 /// A new repository in memory with the cheapest key derivation, for unit tests.
 #[cfg(test)]
 pub(crate) fn memory_repository() -> Repository {

@@ -33,18 +33,17 @@ pub struct SaveStats {
     pub packs_written: AtomicU64,
 }
 
-/// Data packers at most: one per worker thread, up to one a core (at least 4; threads
-/// beyond share), so the blobs of the account a worker is on sit together and restoring
-/// one account reads few ranges ([`data_packers`]).
+/// Data packer slots; [`data_packers`] says how many are in use.
 const DATA_PACKERS: usize = 64;
 
-/// The data packers in use: one per worker thread of the current pool, at most one a core
-/// (at least 4). A packer holds up to 1 MiB of its pack and the pack's entries (48 bytes a
+/// The data packers in use: one per worker thread of the current pool (threads beyond
+/// share), so the blobs of the account a worker is on sit together and restoring one
+/// account reads few ranges; at most one a core (at least 4). A packer holds up to 1 MiB of its pack and the pack's entries (48 bytes a
 /// blob, 3 MB for a 4 MiB pack of small messages): a backup reading with 32 threads to keep
 /// the disk busy held 218 MB with one a thread, 100 MB of it in packers, for no speed;
 /// sealing and packing are CPU work.
 fn data_packers() -> usize {
-    rayon::current_num_threads().clamp(1, crate::repo::compress::cores().clamp(4, DATA_PACKERS))
+    rayon::current_num_threads().clamp(1, crate::repo::cores().clamp(4, DATA_PACKERS))
 }
 
 /// Saves blobs during a backup: dedup against the index and this run, compress, seal,
