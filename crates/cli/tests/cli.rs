@@ -260,6 +260,107 @@ fn a_dry_run_restore_prints_the_plan_and_writes_nothing() {
     assert!(!out.exists());
 }
 
+/// A folder new to the target is written in its `tmp/` and put in place whole
+/// (`dest/maildir.rs`, `STAGE`): nothing is left in `tmp/`. A run killed meanwhile leaves
+/// its messages there, where no mail server looks, one of them torn; the next run keeps
+/// the whole one, writes the torn one again and puts the folder in place.
+#[test]
+fn a_new_folder_appears_whole_and_a_killed_runs_staging_is_finished() {
+    use std::os::unix::fs::PermissionsExt;
+    let e = Env::new();
+    let src = e.path("vmail");
+    store(&src);
+    e.expect(0, &["init"]);
+    e.expect(0, &["backup", &format!("maildir:{}", src.display())]);
+    let carol = "example.org/carol/Maildir";
+    let restore = |to: &Path| {
+        let target = format!("maildir:{}", to.display());
+        let args = [
+            "restore",
+            "latest",
+            "--target",
+            &target,
+            "--account",
+            "carol@example.org",
+        ];
+        e.json(0, &args)
+    };
+    let tmp_entries = |root: &Path| -> Vec<String> {
+        let mut out = Vec::new();
+        for d in [
+            carol.to_string(),
+            format!("{carol}/.Sent"),
+            format!("{carol}/.Archive.2023"),
+        ] {
+            for e in fs::read_dir(root.join(d).join("tmp")).unwrap() {
+                out.push(e.unwrap().file_name().to_string_lossy().into_owned());
+            }
+        }
+        out
+    };
+
+    let fresh = e.path("fresh");
+    let r = restore(&fresh);
+    assert_eq!(r["items_restored"], 33, "{r}");
+    assert_same_files(
+        &fresh.join("example.org/carol"),
+        &src.join("example.org/carol"),
+    );
+    assert_eq!(tmp_entries(&fresh), Vec::<String>::new());
+
+    // What a run killed while writing INBOX leaves: its staging directories in tmp/, one
+    // message whole, one cut short; no cur/ or new/.
+    let killed = e.path("killed");
+    let stage = killed.join(carol).join("tmp/.mailvault-restore-cur");
+    fs::create_dir_all(&stage).unwrap();
+    fs::create_dir_all(killed.join(carol).join("tmp/.mailvault-restore-new")).unwrap();
+    let inbox = src.join(carol).join("cur");
+    let mut names: Vec<_> = fs::read_dir(&inbox)
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    names.sort();
+    let whole = fs::read(inbox.join(&names[0])).unwrap();
+    fs::write(stage.join(&names[0]), &whole).unwrap();
+    let torn = fs::read(inbox.join(&names[1])).unwrap();
+    fs::write(stage.join(&names[1]), &torn[..torn.len() / 2]).unwrap();
+    // Whole, but with a second name outside: written again, the other file untouched.
+    let elsewhere = e.path("elsewhere");
+    fs::write(&elsewhere, fs::read(inbox.join(&names[2])).unwrap()).unwrap();
+    fs::set_permissions(&elsewhere, fs::Permissions::from_mode(0o604)).unwrap();
+    fs::hard_link(&elsewhere, stage.join(&names[2])).unwrap();
+    let r = restore(&killed);
+    assert_eq!(r["items_unchanged"], 1, "{r}");
+    assert_eq!(r["items_restored"], 32, "{r}");
+    assert_eq!(r["items_failed"], 0, "{r}");
+    assert_same_files(
+        &killed.join("example.org/carol"),
+        &src.join("example.org/carol"),
+    );
+    assert_eq!(tmp_entries(&killed), Vec::<String>::new());
+    let m = fs::metadata(&elsewhere).unwrap();
+    assert_eq!((m.mode() & 0o777, m.nlink()), (0o604, 1));
+
+    // Killed between putting cur/ and new/ in place: new/ is put in place by the next run.
+    let half = e.path("half");
+    let inbox_half = half.join(carol);
+    fs::create_dir_all(inbox_half.join("tmp/.mailvault-restore-new")).unwrap();
+    copy_tree(&src.join(carol).join("cur"), &inbox_half.join("cur"));
+    let unseen = src.join(carol).join("new/1700100000.M9P9.mx");
+    fs::copy(
+        &unseen,
+        inbox_half.join("tmp/.mailvault-restore-new/1700100000.M9P9.mx"),
+    )
+    .unwrap();
+    let r = restore(&half);
+    assert_eq!(r["items_failed"], 0, "{r}");
+    assert_eq!(
+        fs::read(inbox_half.join("new/1700100000.M9P9.mx")).unwrap(),
+        fs::read(&unseen).unwrap()
+    );
+    assert_eq!(tmp_entries(&half), Vec::<String>::new());
+}
+
 #[test]
 fn partial_restores_and_conflicts() {
     let e = Env::new();

@@ -270,7 +270,7 @@ fn through_tmp(
         if replace {
             Ok(rustix::fs::renameat(dir, tmp.as_str(), dir, name)?)
         } else {
-            rename_noreplace(dir, &tmp, dir, name)
+            rename_noreplace(dir, tmp.as_bytes(), dir, name)
         }
     })();
     if result.is_err() {

@@ -169,6 +169,29 @@ pub(super) fn write_unnamed(
     }
 }
 
+/// A new file `name` in `dir` (a directory no reader looks into until it is complete:
+/// a folder's staging directory), never replacing one; on a failure it is removed, so
+/// what stays under a name was written whole (up to a kill, which the next run mends).
+pub(super) fn write_named(
+    dir: BorrowedFd,
+    name: &[u8],
+    data: &[u8],
+    attrs: Attrs,
+) -> std::io::Result<()> {
+    let fd = rustix::fs::openat(
+        dir,
+        name,
+        OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+        Mode::from_raw_mode(0o600),
+    )?;
+    let mut f = File::from(fd);
+    let written = f.write_all(data).and_then(|()| set_attributes(&f, attrs));
+    if written.is_err() {
+        let _ = rustix::fs::unlinkat(dir, name, rustix::fs::AtFlags::empty());
+    }
+    written
+}
+
 /// A temporary file in the folder's `tmp/` renamed to `name` in `dir` (renameat2
 /// NOREPLACE).
 pub(super) fn write_renamed(
@@ -184,7 +207,7 @@ pub(super) fn write_renamed(
         plain,
         data,
         |f| set_attributes(f, attrs),
-        |tmp_dir, tmp| rename_noreplace(tmp_dir, tmp, dir, name),
+        |tmp_dir, tmp| rename_noreplace(tmp_dir, tmp.as_bytes(), dir, name),
     )
 }
 
@@ -227,7 +250,7 @@ pub(super) fn through_tmp(
 /// operation where link + unlink are two; falls back to those on file systems without it.
 pub(super) fn rename_noreplace(
     from_dir: BorrowedFd,
-    from: &str,
+    from: &[u8],
     to_dir: BorrowedFd,
     to: &[u8],
 ) -> std::io::Result<()> {

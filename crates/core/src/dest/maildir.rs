@@ -18,8 +18,12 @@
 //! is in.
 
 use super::fs::{
-    open_dir_at, open_path, open_target, open_unnamed, read_at, rename_noreplace, set_attributes,
-    through_tmp, write_renamed, write_sparse, write_unnamed, Attrs,
+    open_path, open_target, open_unnamed, read_at, rename_noreplace, set_attributes, through_tmp,
+    write_sparse, Attrs,
+};
+use super::maildir_dirs::{
+    existing_keys, open_folder_dirs, staged_whole, unstage, write_error, write_new_file,
+    FolderDirs, Links,
 };
 use super::owners::{OwnerMap, RestoreOwners};
 use super::{AccountInfo, Caps, FolderInfo, HardLink, Item, Message, Order, RestoreFailures};
@@ -27,7 +31,7 @@ use super::{Linked, Outcome, Target};
 use crate::error::{Error, Result};
 use crate::mail::maildir;
 use crate::repo::lock;
-use crate::repo::tree::{DirEntry, FileEntry, OwnerNames, Timestamp, NO_OWNER};
+use crate::repo::tree::{DirEntry, FileEntry, MessageEntry, OwnerNames, Timestamp, NO_OWNER};
 use rustix::fs::{Mode, OFlags};
 use rustix::io::Errno;
 use std::collections::{BTreeMap, HashMap};
@@ -79,6 +83,10 @@ pub struct MaildirTarget {
     /// A plain directory tree (`dir:`): folders without messages get no `cur`, `new`
     /// and `tmp`, temporaries go next to their files.
     plain: bool,
+    /// Staged folders (see [`STAGE`]) by path, and how many of this run's open folders
+    /// write into each (an undelete may bring one folder's messages from several
+    /// snapshots): the last one finished puts it in place.
+    staged: Mutex<HashMap<PathBuf, usize>>,
 }
 
 impl MaildirTarget {
@@ -98,6 +106,7 @@ impl MaildirTarget {
             jobs,
             open_folders: folder_batch(),
             plain: false,
+            staged: Mutex::new(HashMap::new()),
         })
     }
 
@@ -114,6 +123,35 @@ impl MaildirTarget {
         let mut t = MaildirTarget::open(path, owners, names, jobs)?;
         t.plain = true;
         Ok(t)
+    }
+
+    /// Writes message `e` (`data`) as a new file of `folder`.
+    fn write_message(
+        &self,
+        folder: &MaildirFolder,
+        e: &MessageEntry,
+        data: &[u8],
+    ) -> Result<Outcome> {
+        let mapped = folder.letters.as_ref().and_then(|m| renamed(&e.name, m));
+        write_new_file(
+            &folder.dirs,
+            Some(e.new),
+            mapped.as_deref().unwrap_or(&e.name),
+            data,
+            self.attrs(e),
+        )?;
+        Ok(Outcome::Written {
+            bytes: data.len() as u64,
+        })
+    }
+
+    /// The mode, mtime and owner message `e` is given.
+    fn attrs(&self, e: &MessageEntry) -> Attrs {
+        Attrs {
+            mode: e.mode,
+            mtime: e.mtime,
+            owner: self.owners.get(e.uid, e.gid),
+        }
     }
 
     /// A path below the target, for messages.
@@ -275,6 +313,9 @@ impl Target for MaildirTarget {
             &dir_parts,
             (plain, links),
         )?;
+        if dirs.staged.is_some() {
+            *lock(&self.staged).entry(dirs.path.clone()).or_default() += 1;
+        }
         lock(&acc.attrs).append(&mut mine);
         if let Some(t) = node.mtime {
             lock(&acc.mtimes).insert(base.clone(), t);
@@ -315,7 +356,25 @@ impl Target for MaildirTarget {
         if let Some((new, name)) = folder.existing.get(&e.key) {
             let shown = dirs.shown(Some(*new), name);
             return match read_at(dirs.sub(*new).as_fd(), name) {
-                Ok(have) if have == data => Ok(Outcome::AlreadyThere),
+                // A killed run may have written it whole and died before its attributes.
+                // Given them unless it has other names (then written again: no owner or
+                // mode is ever given to a file that lives elsewhere too).
+                Ok(have)
+                    if have == data
+                        && dirs.staged.is_some()
+                        && staged_whole(dirs, *new, name, self.attrs(e)) =>
+                {
+                    Ok(Outcome::AlreadyThere)
+                }
+                Ok(have) if have == data && dirs.staged.is_none() => Ok(Outcome::AlreadyThere),
+                // In a staging directory (no mail server reads it), only a killed run of
+                // this restore wrote it, and not whole: written again.
+                Ok(_) if dirs.staged.is_some() => {
+                    let flags = rustix::fs::AtFlags::empty();
+                    rustix::fs::unlinkat(dirs.sub(*new), name.as_slice(), flags)
+                        .map_err(|err| Error::io(shown, err.into()))?;
+                    self.write_message(folder, e, data)
+                }
                 Ok(_) => Err(Error::conflict(
                     shown.display(),
                     "already exists with other content: not overwritten",
@@ -323,25 +382,31 @@ impl Target for MaildirTarget {
                 Err(err) => Err(Error::io(shown, err)),
             };
         }
-        let mapped = folder.letters.as_ref().and_then(|m| renamed(&e.name, m));
-        write_new_file(
-            dirs,
-            Some(e.new),
-            mapped.as_deref().unwrap_or(&e.name),
-            data,
-            Attrs {
-                mode: e.mode,
-                mtime: e.mtime,
-                owner: self.owners.get(e.uid, e.gid),
-            },
-        )?;
-        Ok(Outcome::Written {
-            bytes: data.len() as u64,
-        })
+        self.write_message(folder, e, data)
     }
 
     fn write_file(&self, folder: &MaildirFolder, file: &FileEntry, data: &[u8]) -> Result<Outcome> {
         write_folder_file(self, &folder.dirs, file, data)
+    }
+
+    fn finish_folder(&self, folder: MaildirFolder, failures: &RestoreFailures) {
+        let Some(tmp) = &folder.dirs.staged else {
+            return;
+        };
+        {
+            let mut staged = lock(&self.staged);
+            let Some(n) = staged.get_mut(&folder.dirs.path) else {
+                return;
+            };
+            *n -= 1;
+            if *n > 0 {
+                return;
+            }
+            staged.remove(&folder.dirs.path);
+        }
+        for new in [false, true] {
+            unstage(&folder.dirs, tmp.as_fd(), new, failures);
+        }
     }
 
     fn file_present(&self, folder: &MaildirFolder, file: &FileEntry) -> bool {
@@ -462,86 +527,6 @@ impl Target for MaildirTarget {
     }
 }
 
-/// A folder's directories in the target, open.
-struct FolderDirs {
-    /// Where it is, for messages.
-    path: PathBuf,
-    dir: OwnedFd,
-    cur: OwnedFd,
-    new: OwnedFd,
-    /// A plain directory (no `cur`, `new`, `tmp`: those two are `dir` again).
-    plain: bool,
-    /// Which symbolic links are made in it.
-    links: Links,
-}
-
-/// Which symbolic links of a snapshot a folder's restore makes.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Links {
-    /// None: in a mail store a link from a repository could lead the mail server out.
-    None,
-    /// Relative ones that stay below the directory (an account's home).
-    Inside,
-    /// Every one (a `dir:` target, a `file:` backup's tree).
-    Any,
-}
-
-impl FolderDirs {
-    fn sub(&self, new: bool) -> &OwnedFd {
-        if new {
-            &self.new
-        } else {
-            &self.cur
-        }
-    }
-    fn shown(&self, new: Option<bool>, name: &[u8]) -> PathBuf {
-        let p = match new {
-            Some(true) => self.path.join("new"),
-            Some(false) => self.path.join("cur"),
-            None => self.path.clone(),
-        };
-        p.join(OsStr::from_bytes(name))
-    }
-}
-
-/// Opens a folder's directory (`node_dir`: its components below the account's) and its
-/// `cur`, `new` and `tmp` (unless `plain`), creating them as needed; `links`: which
-/// symbolic links are made in it.
-fn open_folder_dirs(
-    shown: PathBuf,
-    acc_dir: BorrowedFd,
-    node_dir: &[&[u8]],
-    (plain, links): (bool, Links),
-) -> Result<FolderDirs> {
-    let dir = open_path(acc_dir, node_dir, true).map_err(|(_, e)| Error::io(&shown, e))?;
-    if plain {
-        let dup = || rustix::io::dup(&dir).map_err(|e| Error::io(&shown, e.into()));
-        return Ok(FolderDirs {
-            path: shown.clone(),
-            cur: dup()?,
-            new: dup()?,
-            dir,
-            plain,
-            links,
-        });
-    }
-    let sub = |name: &str| {
-        open_dir_at(dir.as_fd(), name.as_bytes(), Some(0o700))
-            .map_err(|e| Error::io(shown.join(name), e))
-    };
-    let cur = sub("cur")?;
-    let new = sub("new")?;
-    sub("tmp")?;
-    Ok(FolderDirs {
-        path: shown.clone(),
-        dir,
-        cur,
-        new,
-        plain,
-        links,
-    })
-}
-
 /// A directory the snapshot records nothing of, listed only so that `--chown` gives it
 /// its owner: no recorded owner, and its mode (0700 when the restore created it) is kept.
 fn unrecorded_dir(name: &[u8]) -> DirEntry {
@@ -608,83 +593,6 @@ fn set_dir_mtimes(
     }
 }
 
-/// Maildir keys already present in a target folder: where each is and its name.
-fn existing_keys(
-    folder: &FolderDirs,
-    failures: &RestoreFailures,
-) -> HashMap<Vec<u8>, (bool, Vec<u8>)> {
-    let mut out = HashMap::new();
-    for new in [false, true] {
-        let dir = match rustix::fs::Dir::read_from(folder.sub(new)) {
-            Ok(d) => d,
-            Err(e) => {
-                failures.add(
-                    folder.shown(Some(new), b"").display().to_string(),
-                    std::io::Error::from(e),
-                );
-                continue;
-            }
-        };
-        for ent in dir.flatten() {
-            let name = ent.file_name().to_bytes();
-            if name == b"." || name == b".." || ent.file_type() == rustix::fs::FileType::Directory {
-                continue;
-            }
-            let key = maildir::split_name(name).0.to_vec();
-            out.insert(key, (new, name.to_vec()));
-        }
-    }
-    out
-}
-
-/// Writes `data` as `name` in the folder's `new/` or `cur/` (`new`: `Some`) or in the
-/// folder directory itself (`None`), atomically and without replacing anything, with mode,
-/// owner and mtime set before the file appears.
-///
-/// Where the file system allows, the file is created unnamed (`O_TMPFILE`) in its
-/// directory and linked to its name once complete: one directory operation per message
-/// instead of the create in `tmp/` plus the rename, and a killed restore leaves nothing
-/// behind. Elsewhere (NFS, no `/proc`), a temporary file in `tmp/` renamed into place.
-fn write_new_file(
-    folder: &FolderDirs,
-    new: Option<bool>,
-    name: &[u8],
-    data: &[u8],
-    attrs: Attrs,
-) -> Result<()> {
-    use std::sync::atomic::AtomicBool;
-    static NO_TMPFILE: AtomicBool = AtomicBool::new(false);
-    let dir = match new {
-        Some(n) => folder.sub(n).as_fd(),
-        None => folder.dir.as_fd(),
-    };
-    let result = if NO_TMPFILE.load(Relaxed) {
-        Err(None)
-    } else {
-        write_unnamed(dir, name, data, attrs)
-    };
-    let result = match result {
-        Ok(()) => Ok(()),
-        Err(Some(e)) => Err(e),
-        Err(None) => {
-            NO_TMPFILE.store(true, Relaxed);
-            write_renamed(folder.dir.as_fd(), folder.plain, dir, name, data, attrs)
-        }
-    };
-    let shown = folder.shown(new, name);
-    result.map_err(|e| write_error(shown, e))
-}
-
-/// The error of a file write at `shown`: a name already taken (the target never
-/// overwrites) said as such, anything else as the I/O error it is.
-fn write_error(shown: PathBuf, e: std::io::Error) -> Error {
-    if e.kind() == ErrorKind::AlreadyExists {
-        Error::conflict(shown.display(), "already exists: not overwritten")
-    } else {
-        Error::io(shown, e)
-    }
-}
-
 /// Starts a large file in `folder`: unnamed (`O_TMPFILE`), or where that is not supported
 /// a new temporary name beside it; as long as the file will be (a sparse file until its
 /// pieces are in: pages of zeros are never written).
@@ -716,7 +624,7 @@ fn end_large(dir: BorrowedFd, p: &Partial, name: &[u8], attrs: Attrs) -> std::io
     use rustix::fs::{linkat, AtFlags, CWD};
     set_attributes(&p.file, attrs)?;
     match &p.tmp {
-        Some(tmp) => rename_noreplace(dir, tmp, dir, name),
+        Some(tmp) => rename_noreplace(dir, tmp.as_bytes(), dir, name),
         None => {
             let proc_path = format!("/proc/self/fd/{}", std::os::fd::AsRawFd::as_raw_fd(&p.file));
             Ok(linkat(
@@ -1069,84 +977,6 @@ fn replace_file(folder: &FolderDirs, name: &[u8], data: &[u8]) -> std::io::Resul
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::fs;
-    use std::os::unix::fs::MetadataExt;
-
-    fn check_written(path: &Path, data: &[u8]) {
-        assert_eq!(fs::read(path).unwrap(), data);
-        let m = fs::metadata(path).unwrap();
-        assert_eq!(m.mode() & 0o7777, 0o640);
-        assert_eq!((m.mtime(), m.mtime_nsec()), (1_000_000_000, 5));
-    }
-
-    fn open(p: &Path) -> OwnedFd {
-        rustix::fs::open(p, OFlags::RDONLY | OFlags::DIRECTORY, Mode::empty()).unwrap()
-    }
-
-    /// Both ways of writing a message: complete with mode and mtime, never replacing a
-    /// file, and nothing left in `tmp/`.
-    #[test]
-    fn writes_never_replace_and_leave_nothing() {
-        let dir = tempfile::tempdir().unwrap();
-        for sub in ["tmp", "cur", "new"] {
-            fs::create_dir(dir.path().join(sub)).unwrap();
-        }
-        let t = Timestamp {
-            secs: 1_000_000_000,
-            nanos: 5,
-        };
-        let t = Attrs {
-            mode: 0o640,
-            mtime: t,
-            owner: None,
-        };
-        let folder = FolderDirs {
-            path: dir.path().to_path_buf(),
-            dir: open(dir.path()),
-            cur: open(&dir.path().join("cur")),
-            new: open(&dir.path().join("new")),
-            plain: false,
-            links: Links::None,
-        };
-        let tmp = dir.path().join("tmp");
-        let a = dir.path().join("cur/a");
-        match write_unnamed(folder.cur.as_fd(), b"a", b"unnamed", t) {
-            Ok(()) => {
-                check_written(&a, b"unnamed");
-                let again = write_unnamed(folder.cur.as_fd(), b"a", b"other", t);
-                assert!(matches!(again, Err(Some(e)) if e.kind() == ErrorKind::AlreadyExists));
-                check_written(&a, b"unnamed");
-            }
-            Err(None) => eprintln!("O_TMPFILE not supported here; only the fallback is tested"),
-            Err(Some(e)) => panic!("{e}"),
-        }
-        let b = dir.path().join("cur/b");
-        write_renamed(
-            folder.dir.as_fd(),
-            false,
-            folder.cur.as_fd(),
-            b"b",
-            b"renamed",
-            t,
-        )
-        .unwrap();
-        check_written(&b, b"renamed");
-        let again = write_renamed(
-            folder.dir.as_fd(),
-            false,
-            folder.cur.as_fd(),
-            b"b",
-            b"other",
-            t,
-        )
-        .unwrap_err();
-        assert_eq!(again.kind(), ErrorKind::AlreadyExists);
-        check_written(&b, b"renamed");
-        assert_eq!(fs::read_dir(&tmp).unwrap().count(), 0);
-        // And through the caller, the error names the file.
-        let err = write_new_file(&folder, Some(false), b"b", b"x", t).unwrap_err();
-        assert!(err.to_string().contains("cur/b"), "{err}");
-    }
 
     /// Issue 10, item 1: owners map by recorded name (as tar does) unless numbers are
     /// asked for; only root sets owners at all.

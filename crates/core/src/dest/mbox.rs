@@ -417,7 +417,12 @@ impl Target for MboxTarget {
             writer.finish().map_err(std::io::Error::other)?;
             file.sync_all()?;
             if let Some(tmp) = &tmp {
-                rename_noreplace(folder.dir.as_fd(), tmp, folder.dir.as_fd(), &folder.name)?;
+                rename_noreplace(
+                    folder.dir.as_fd(),
+                    tmp.as_bytes(),
+                    folder.dir.as_fd(),
+                    &folder.name,
+                )?;
             }
             Ok(())
         })();

@@ -33,6 +33,7 @@ pub mod eml;
 mod fs;
 pub mod imap;
 pub mod maildir;
+mod maildir_dirs;
 pub mod mbox;
 pub mod mbox_stream;
 pub mod owners;

@@ -242,7 +242,7 @@ pub fn run<S: Source>(
         .collect();
     let prefetch = !parent_accounts.is_empty();
     let (inline, index_warning) = start_indexing(repo, opts);
-    let (mut report, written) = std::thread::scope(|s| {
+    let (run, sealed) = std::thread::scope(|s| {
         if prefetch {
             std::thread::Builder::new()
                 .name("prefetch".into())
@@ -268,6 +268,9 @@ pub fn run<S: Source>(
         ctx.saver.adopt(resumed);
         let accounts = backup_accounts(&ctx, source, &accounts, &parent_accounts)?;
         let store = backup_store(&ctx, source, parent_store.as_ref())?;
+        // Every new content is given: its index is committed and sealed while the trees
+        // and the snapshot are written, and stored once the snapshot is saved.
+        let sealing = (inline.as_ref()).map(|i| s.spawn(move || i.seal(repo)));
         let root = RootTree {
             accounts,
             owners: lock(&ctx.owners).names(),
@@ -285,16 +288,19 @@ pub fn run<S: Source>(
             lock: mark.watch(),
         };
         let (failures, warnings) = (ctx.failures.take(), ctx.failures.take_warnings());
-        finish_run(
+        let run = finish_run(
             &ctx.saver,
             (&ctx.n, &ctx.home),
             failures,
             warnings,
             root,
             meta,
-        )
+        )?;
+        let sealed = sealing.map(|h| h.join().unwrap_or_else(|p| std::panic::resume_unwind(p)));
+        Ok::<_, Error>((run, sealed))
     })?;
-    finish_indexing(repo, opts, inline, index_warning, &mut report);
+    let (mut report, written) = run;
+    finish_indexing(repo, opts, inline, sealed, index_warning, &mut report);
     end_run(repo, &written, mark);
     Ok(report)
 }
@@ -335,17 +341,18 @@ fn start_indexing(
 }
 
 /// Once the snapshot is saved (and while this run's record in `writers/` still stands):
-/// what `inline` gathered written as splits, and said in `report` (an index report
+/// the splits `inline` gathered and sealed stored, and said in `report` (an index report
 /// whenever `--index` was asked, for the rest to be indexed after the backup).
 fn finish_indexing(
     repo: &Repository,
     opts: &RunOptions,
     inline: Option<crate::search::inline::Inline>,
+    sealed: Option<Result<Vec<crate::search::build::Sealed>>>,
     mut warning: Option<String>,
     report: &mut BackupReport,
 ) {
-    if let Some(inline) = inline {
-        match inline.finish(repo) {
+    if let (Some(inline), Some(sealed)) = (inline, sealed) {
+        match sealed.and_then(|s| inline.store(repo, s)) {
             Ok(r) => report.index = Some(r),
             Err(e) => warning = Some(format!("saving what this backup indexed: {e}")),
         }

@@ -11,7 +11,7 @@
 use super::merge::{merge_splits, MERGE_AT};
 use super::places::{flag, Places};
 use super::schema;
-use super::split::{live_splits, private_dir, write_split, SplitHeader};
+use super::split::{live_splits, private_dir, seal_split, SealedSplit, SplitHeader};
 use crate::error::{Error, Result};
 use crate::model::assemble::assemble_by;
 use crate::model::reader::{read_by_packs, Blobs, SpanOptions};
@@ -234,15 +234,10 @@ impl SplitBuilder {
 }
 
 impl Built {
-    /// Stores the split (none when it is empty) and counts it in `report`.
-    pub(super) fn store(
-        self,
-        repo: &Repository,
-        cache: &Path,
-        report: &mut IndexReport,
-    ) -> Result<()> {
+    /// Seals the split (none when it is empty), to be stored.
+    pub(super) fn seal(self, repo: &Repository) -> Result<Option<Sealed>> {
         if self.docs == 0 {
-            return Ok(());
+            return Ok(None);
         }
         let header = SplitHeader {
             hostname: crate::hostname(),
@@ -250,7 +245,45 @@ impl Built {
             docs: self.docs,
             ..SplitHeader::default()
         };
-        let id = write_split(repo, cache, &self.index, self.dir, header)?;
+        Ok(Some(Sealed {
+            split: seal_split(repo, &self.index, self.dir, header)?,
+            docs: self.docs,
+            bytes: self.bytes,
+            truncated: self.truncated,
+        }))
+    }
+
+    /// Seals and stores the split (none when it is empty) and counts it in `report`.
+    pub(super) fn store(
+        self,
+        repo: &Repository,
+        cache: &Path,
+        report: &mut IndexReport,
+    ) -> Result<()> {
+        match self.seal(repo)? {
+            Some(sealed) => sealed.store(repo, cache, report),
+            None => Ok(()),
+        }
+    }
+}
+
+/// A split sealed, not yet stored.
+pub struct Sealed {
+    split: SealedSplit,
+    docs: u64,
+    bytes: u64,
+    truncated: u64,
+}
+
+impl Sealed {
+    /// Stores the split and counts it in `report`.
+    pub(super) fn store(
+        self,
+        repo: &Repository,
+        cache: &Path,
+        report: &mut IndexReport,
+    ) -> Result<()> {
+        let id = self.split.write(repo, cache)?;
         repo.store().flush()?;
         report.indexed += self.docs;
         report.bytes += self.bytes;

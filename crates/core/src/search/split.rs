@@ -80,11 +80,28 @@ pub fn write_split(
     cache: &Path,
     index: &tantivy::Index,
     dir: tempfile::TempDir,
-    mut header: SplitHeader,
+    header: SplitHeader,
 ) -> Result<Id> {
-    let id = seal_split(repo, index, dir.path(), &mut header)?;
-    keep_built(cache, &id, dir, &header)?;
-    Ok(id)
+    seal_split(repo, index, dir, header)?.write(repo, cache)
+}
+
+/// A split sealed and named, not yet in the repository ([`SealedSplit::write`]): what
+/// `backup --index` makes while the snapshot is written, and stores once it is saved.
+pub(crate) struct SealedSplit {
+    id: Id,
+    sealed: Vec<u8>,
+    dir: tempfile::TempDir,
+    header: SplitHeader,
+}
+
+impl SealedSplit {
+    /// Stores the split and makes its directory the local copy; its id.
+    pub(crate) fn write(self, repo: &Repository, cache: &Path) -> Result<Id> {
+        crate::store::put_content_named(repo.store(), &split_path(&self.id), &self.sealed)?;
+        drop(self.sealed);
+        keep_built(cache, &self.id, self.dir, &self.header)?;
+        Ok(self.id)
+    }
 }
 
 /// The index in `dir`, made the local copy of split `id` (`header`, its files listed),
@@ -120,15 +137,14 @@ fn keep_built(cache: &Path, id: &Id, dir: tempfile::TempDir, header: &SplitHeade
     Ok(())
 }
 
-/// Seals the index in `dir` as a split and stores it; returns its id, with the files of
-/// `header` listed.
-fn seal_split(
+/// Seals the index in `dir` as a split, with the files of `header` listed.
+pub(crate) fn seal_split(
     repo: &Repository,
     index: &tantivy::Index,
-    dir: &Path,
-    header: &mut SplitHeader,
-) -> Result<Id> {
-    let files = index_files(index, dir)?;
+    dir: tempfile::TempDir,
+    mut header: SplitHeader,
+) -> Result<SealedSplit> {
+    let files = index_files(index, dir.path())?;
     let mut bodies = Vec::with_capacity(files.len());
     header.files.clear();
     for (name, path) in files {
@@ -136,7 +152,7 @@ fn seal_split(
         header.files.push((name, bytes.len() as u64));
         bodies.push(bytes);
     }
-    let head = postcard::to_stdvec(&*header).map_err(|e| Error::corrupt("split", e.to_string()))?;
+    let head = postcard::to_stdvec(&header).map_err(|e| Error::corrupt("split", e.to_string()))?;
     let total = bodies.iter().map(Vec::len).sum::<usize>();
     let mut plain = Vec::with_capacity(MAGIC.len() + 4 + head.len() + total);
     plain.extend_from_slice(MAGIC);
@@ -151,9 +167,12 @@ fn seal_split(
         .map_err(|e| Error::corrupt("compressing a split", e.to_string()))?;
     drop(plain);
     let (id, sealed) = repo.seal_named(Named::Search, &packed);
-    drop(packed);
-    crate::store::put_content_named(repo.store(), &split_path(&id), &sealed)?;
-    Ok(id)
+    Ok(SealedSplit {
+        id,
+        sealed,
+        dir,
+        header,
+    })
 }
 
 /// A split's files: name and bytes.
