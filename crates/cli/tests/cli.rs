@@ -199,15 +199,21 @@ fn unchanged_messages_are_known_by_name_unless_asked_to_stat() {
     );
 }
 
-/// `restore --dry-run` prints the plan (accounts, folders, counts, the spans to read) and
-/// writes nothing, in text and in JSON.
-#[test]
-fn a_dry_run_restore_prints_the_plan_and_writes_nothing() {
+/// A repository holding one backup of [`store`], and where that store is.
+fn backed_up() -> (Env, PathBuf) {
     let e = Env::new();
     let src = e.path("vmail");
     store(&src);
     e.expect(0, &["init"]);
     e.expect(0, &["backup", &format!("maildir:{}", src.display())]);
+    (e, src)
+}
+
+/// `restore --dry-run` prints the plan (accounts, folders, counts, the spans to read) and
+/// writes nothing, in text and in JSON.
+#[test]
+fn a_dry_run_restore_prints_the_plan_and_writes_nothing() {
+    let (e, _) = backed_up();
     let out = e.path("out");
     let target = format!("maildir:{}", out.display());
     let args = [
@@ -261,17 +267,13 @@ fn a_dry_run_restore_prints_the_plan_and_writes_nothing() {
 }
 
 /// A folder new to the target is written in its `tmp/` and put in place whole
-/// (`dest/maildir.rs`, `STAGE`): nothing is left in `tmp/`. A run killed meanwhile leaves
+/// (`dest/maildir_dirs.rs`, `STAGE`): nothing is left in `tmp/`. A run killed meanwhile leaves
 /// its messages there, where no mail server looks, one of them torn; the next run keeps
 /// the whole one, writes the torn one again and puts the folder in place.
 #[test]
 fn a_new_folder_appears_whole_and_a_killed_runs_staging_is_finished() {
     use std::os::unix::fs::PermissionsExt;
-    let e = Env::new();
-    let src = e.path("vmail");
-    store(&src);
-    e.expect(0, &["init"]);
-    e.expect(0, &["backup", &format!("maildir:{}", src.display())]);
+    let (e, src) = backed_up();
     let carol = "example.org/carol/Maildir";
     let restore = |to: &Path| {
         let target = format!("maildir:{}", to.display());

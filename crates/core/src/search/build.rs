@@ -252,19 +252,6 @@ impl Built {
             truncated: self.truncated,
         }))
     }
-
-    /// Seals and stores the split (none when it is empty) and counts it in `report`.
-    pub(super) fn store(
-        self,
-        repo: &Repository,
-        cache: &Path,
-        report: &mut IndexReport,
-    ) -> Result<()> {
-        match self.seal(repo)? {
-            Some(sealed) => sealed.store(repo, cache, report),
-            None => Ok(()),
-        }
-    }
 }
 
 /// A split sealed, not yet stored.
@@ -333,7 +320,9 @@ fn index_batch(
     report
         .failures
         .extend(failures.into_inner().unwrap_or_default());
-    built.store(repo, cache, report)?;
+    if let Some(sealed) = built.seal(repo)? {
+        sealed.store(repo, cache, report)?;
+    }
     tracing::debug!("index: split written at {:?}", t.elapsed());
     Ok(())
 }
