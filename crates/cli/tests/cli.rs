@@ -267,11 +267,11 @@ fn a_dry_run_restore_prints_the_plan_and_writes_nothing() {
 }
 
 /// A folder new to the target is written in its `tmp/` and put in place whole
-/// (`dest/maildir_dirs.rs`, `STAGE`): nothing is left in `tmp/`. A run killed meanwhile leaves
-/// its messages there, where no mail server looks, one of them torn; the next run keeps
-/// the whole one, writes the torn one again and puts the folder in place.
+/// (`dest/maildir_dirs.rs`, `STAGE`): nothing is left in `tmp/`. What a killed run left
+/// there (a message in it may be torn) is never put in place nor taken up: the next run
+/// removes it and writes the folder itself; a running restore's (locked) is left alone.
 #[test]
-fn a_new_folder_appears_whole_and_a_killed_runs_staging_is_finished() {
+fn a_new_folder_appears_whole_and_a_killed_runs_staging_is_removed() {
     use std::os::unix::fs::PermissionsExt;
     let (e, src) = backed_up();
     let carol = "example.org/carol/Maildir";
@@ -310,30 +310,38 @@ fn a_new_folder_appears_whole_and_a_killed_runs_staging_is_finished() {
     );
     assert_eq!(tmp_entries(&fresh), Vec::<String>::new());
 
-    // What a run killed while writing INBOX leaves: its staging directories in tmp/, one
-    // message whole, one cut short; no cur/ or new/.
+    // What a run killed while writing INBOX left: its staging directories in tmp/, one
+    // message whole, one cut short, one a second name of a file elsewhere; no cur/ or new/.
     let killed = e.path("killed");
-    let stage = killed.join(carol).join("tmp/.mailvault-restore-cur");
+    let stage = killed
+        .join(carol)
+        .join("tmp/.mailvault-restore-0123456789abcdef-cur");
     fs::create_dir_all(&stage).unwrap();
-    fs::create_dir_all(killed.join(carol).join("tmp/.mailvault-restore-new")).unwrap();
+    fs::create_dir_all(
+        killed
+            .join(carol)
+            .join("tmp/.mailvault-restore-0123456789abcdef-new"),
+    )
+    .unwrap();
     let inbox = src.join(carol).join("cur");
     let mut names: Vec<_> = fs::read_dir(&inbox)
         .unwrap()
         .map(|e| e.unwrap().file_name())
         .collect();
     names.sort();
-    let whole = fs::read(inbox.join(&names[0])).unwrap();
-    fs::write(stage.join(&names[0]), &whole).unwrap();
+    fs::write(
+        stage.join(&names[0]),
+        fs::read(inbox.join(&names[0])).unwrap(),
+    )
+    .unwrap();
     let torn = fs::read(inbox.join(&names[1])).unwrap();
     fs::write(stage.join(&names[1]), &torn[..torn.len() / 2]).unwrap();
-    // Whole, but with a second name outside: written again, the other file untouched.
     let elsewhere = e.path("elsewhere");
     fs::write(&elsewhere, fs::read(inbox.join(&names[2])).unwrap()).unwrap();
     fs::set_permissions(&elsewhere, fs::Permissions::from_mode(0o604)).unwrap();
     fs::hard_link(&elsewhere, stage.join(&names[2])).unwrap();
     let r = restore(&killed);
-    assert_eq!(r["items_unchanged"], 1, "{r}");
-    assert_eq!(r["items_restored"], 32, "{r}");
+    assert_eq!(r["items_restored"], 33, "{r}");
     assert_eq!(r["items_failed"], 0, "{r}");
     assert_same_files(
         &killed.join("example.org/carol"),
@@ -343,17 +351,14 @@ fn a_new_folder_appears_whole_and_a_killed_runs_staging_is_finished() {
     let m = fs::metadata(&elsewhere).unwrap();
     assert_eq!((m.mode() & 0o777, m.nlink()), (0o604, 1));
 
-    // Killed between putting cur/ and new/ in place: new/ is put in place by the next run.
+    // Killed between putting cur/ and new/ in place: the next run writes new/ itself.
     let half = e.path("half");
     let inbox_half = half.join(carol);
-    fs::create_dir_all(inbox_half.join("tmp/.mailvault-restore-new")).unwrap();
+    let left = inbox_half.join("tmp/.mailvault-restore-dead-new");
+    fs::create_dir_all(&left).unwrap();
     copy_tree(&src.join(carol).join("cur"), &inbox_half.join("cur"));
     let unseen = src.join(carol).join("new/1700100000.M9P9.mx");
-    fs::copy(
-        &unseen,
-        inbox_half.join("tmp/.mailvault-restore-new/1700100000.M9P9.mx"),
-    )
-    .unwrap();
+    fs::write(left.join("1700100000.M9P9.mx"), b"torn").unwrap();
     let r = restore(&half);
     assert_eq!(r["items_failed"], 0, "{r}");
     assert_eq!(
@@ -361,6 +366,21 @@ fn a_new_folder_appears_whole_and_a_killed_runs_staging_is_finished() {
         fs::read(&unseen).unwrap()
     );
     assert_eq!(tmp_entries(&half), Vec::<String>::new());
+
+    // A restore still running holds a lock on its staging directory: left alone.
+    let busy = e.path("busy");
+    let live = busy.join(carol).join("tmp/.mailvault-restore-live-cur");
+    fs::create_dir_all(&live).unwrap();
+    fs::write(live.join("m"), b"being written").unwrap();
+    let held = fs::File::open(&live).unwrap();
+    held.lock_shared().unwrap();
+    let r = restore(&busy);
+    assert_eq!(r["items_restored"], 33, "{r}");
+    assert_eq!(
+        tmp_entries(&busy),
+        vec![".mailvault-restore-live-cur".to_string()]
+    );
+    assert_eq!(fs::read(live.join("m")).unwrap(), b"being written");
 }
 
 #[test]

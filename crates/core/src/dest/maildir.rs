@@ -22,8 +22,7 @@ use super::fs::{
     write_sparse, Attrs,
 };
 use super::maildir_dirs::{
-    existing_keys, open_folder_dirs, staged_whole, unstage, write_error, write_new_file,
-    FolderDirs, Links,
+    existing_keys, open_folder_dirs, unstage, write_error, write_new_file, FolderDirs, Links,
 };
 use super::owners::{OwnerMap, RestoreOwners};
 use super::{AccountInfo, Caps, FolderInfo, HardLink, Item, Message, Order, RestoreFailures};
@@ -44,9 +43,10 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Mutex;
 
-/// A restore holds three directories open per folder of a batch (the folder, `cur/`,
-/// `new/`): the soft limit on open files goes up to the hard one, as Go programs do, and
-/// a batch has as many folders as a third of it allows (less some for everything else),
+/// A restore holds up to four directories open per folder of a batch (the folder, `cur/`,
+/// `new/`, and `tmp/` while it is staged): the soft limit on open files goes up to the
+/// hard one, as Go programs do, and a batch has as many folders as a quarter of it allows
+/// (less some for everything else),
 /// from [`MIN_FOLDER_BATCH`] to [`MAX_FOLDER_BATCH`]. Every pack span is read once per
 /// batch, so the fewer batches, the fewer reads. If the limit is still too low, the
 /// folders past it are reported (too many open files), not lost silently.
@@ -59,11 +59,11 @@ fn folder_batch() -> usize {
             l = getrlimit(Resource::Nofile);
         }
     }
-    let open = l.current.unwrap_or(u64::MAX).saturating_sub(256) / 3;
+    let open = l.current.unwrap_or(u64::MAX).saturating_sub(256) / 4;
     (open as usize).clamp(MIN_FOLDER_BATCH, MAX_FOLDER_BATCH)
 }
 
-/// Folders whose directories are open at once (three descriptors each): see
+/// Folders whose directories are open at once (four descriptors each): see
 /// [`folder_batch`].
 const MIN_FOLDER_BATCH: usize = 100;
 const MAX_FOLDER_BATCH: usize = 20_000;
@@ -87,6 +87,9 @@ pub struct MaildirTarget {
     /// write into each (an undelete may bring one folder's messages from several
     /// snapshots): the last one finished puts it in place.
     staged: Mutex<HashMap<PathBuf, usize>>,
+    /// This run's name in its staging directories: random, so that a run never takes up
+    /// another's (a killed one's messages may be torn).
+    run: String,
 }
 
 impl MaildirTarget {
@@ -107,6 +110,7 @@ impl MaildirTarget {
             open_folders: folder_batch(),
             plain: false,
             staged: Mutex::new(HashMap::new()),
+            run: format!("{:016x}", rand::random::<u64>()),
         })
     }
 
@@ -312,6 +316,7 @@ impl Target for MaildirTarget {
             acc_dir.as_fd(),
             &dir_parts,
             (plain, links),
+            &self.run,
         )?;
         if dirs.staged.is_some() {
             *lock(&self.staged).entry(dirs.path.clone()).or_default() += 1;
@@ -356,25 +361,7 @@ impl Target for MaildirTarget {
         if let Some((new, name)) = folder.existing.get(&e.key) {
             let shown = dirs.shown(Some(*new), name);
             return match read_at(dirs.sub(*new).as_fd(), name) {
-                // A killed run may have written it whole and died before its attributes.
-                // Given them unless it has other names (then written again: no owner or
-                // mode is ever given to a file that lives elsewhere too).
-                Ok(have)
-                    if have == data
-                        && dirs.staged.is_some()
-                        && staged_whole(dirs, *new, name, self.attrs(e)) =>
-                {
-                    Ok(Outcome::AlreadyThere)
-                }
-                Ok(have) if have == data && dirs.staged.is_none() => Ok(Outcome::AlreadyThere),
-                // In a staging directory (no mail server reads it), only a killed run of
-                // this restore wrote it, and not whole: written again.
-                Ok(_) if dirs.staged.is_some() => {
-                    let flags = rustix::fs::AtFlags::empty();
-                    rustix::fs::unlinkat(dirs.sub(*new), name.as_slice(), flags)
-                        .map_err(|err| Error::io(shown, err.into()))?;
-                    self.write_message(folder, e, data)
-                }
+                Ok(have) if have == data => Ok(Outcome::AlreadyThere),
                 Ok(_) => Err(Error::conflict(
                     shown.display(),
                     "already exists with other content: not overwritten",
@@ -405,7 +392,7 @@ impl Target for MaildirTarget {
             staged.remove(&folder.dirs.path);
         }
         for new in [false, true] {
-            unstage(&folder.dirs, tmp.as_fd(), new, failures);
+            unstage(&folder.dirs, tmp.as_fd(), &self.run, new, failures);
         }
     }
 

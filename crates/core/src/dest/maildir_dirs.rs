@@ -3,17 +3,14 @@
 //! one message into them.
 
 use super::fs::{
-    open_dir_at, open_path, rename_noreplace, set_attributes, write_named, write_renamed,
-    write_unnamed, Attrs,
+    open_dir_at, open_path, rename_noreplace, write_named, write_renamed, write_unnamed, Attrs,
 };
 use super::RestoreFailures;
 use crate::error::{Error, Result};
 use crate::mail::maildir;
-use rustix::fs::{Mode, OFlags};
 use rustix::io::Errno;
 use std::collections::HashMap;
 use std::ffi::OsStr;
-use std::fs::File;
 use std::io::ErrorKind;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
@@ -67,12 +64,14 @@ impl FolderDirs {
 
 /// Opens a folder's directory (`node_dir`: its components below the account's) and its
 /// `cur`, `new` and `tmp` (unless `plain`), creating them as needed; `links`: which
-/// symbolic links are made in it.
+/// symbolic links are made in it. A folder new to the target is staged in `tmp/` under
+/// this run's name `run` ([`STAGE`]).
 pub(super) fn open_folder_dirs(
     shown: PathBuf,
     acc_dir: BorrowedFd,
     node_dir: &[&[u8]],
     (plain, links): (bool, Links),
+    run: &str,
 ) -> Result<FolderDirs> {
     let dir = open_path(acc_dir, node_dir, true).map_err(|(_, e)| Error::io(&shown, e))?;
     if plain {
@@ -96,20 +95,10 @@ pub(super) fn open_folder_dirs(
     };
     let fresh = absent("cur") && absent("new");
     let tmp = sub(dir.as_fd(), "tmp")?;
-    if !fresh {
-        // A run killed between putting `cur/` and `new/` in place left the other staged.
-        for (i, name) in ["cur", "new"].into_iter().enumerate() {
-            if absent(name) {
-                let flags = rustix::fs::RenameFlags::NOREPLACE;
-                let _ = rustix::fs::renameat_with(&tmp, STAGE[i], &dir, name, flags);
-            }
-        }
-    }
+    clear_leftovers(tmp.as_fd(), run, &shown);
     if fresh {
-        // A folder new to the target: written in `tmp/` and put in place whole.
-        let stage = |new| open_dir_at(tmp.as_fd(), STAGE[new as usize].as_bytes(), Some(0o700));
-        match (stage(false), stage(true)) {
-            (Ok(cur), Ok(new)) => {
+        match stage(tmp.as_fd(), run) {
+            Ok((cur, new)) => {
                 return Ok(FolderDirs {
                     path: shown.clone(),
                     dir,
@@ -120,9 +109,7 @@ pub(super) fn open_folder_dirs(
                     links,
                 })
             }
-            (Err(e), _) | (_, Err(e)) => {
-                tracing::debug!("{}: not staged in tmp/: {e}", shown.display());
-            }
+            Err(e) => tracing::debug!("{}: not staged in tmp/: {e}", shown.display()),
         }
     }
     let cur = sub(dir.as_fd(), "cur")?;
@@ -138,71 +125,152 @@ pub(super) fn open_folder_dirs(
     })
 }
 
-/// The staging directories of a folder new to the target, in its `tmp/`: `cur` and `new`
-/// until the folder's messages are all written, then renamed to `cur` and `new`
-/// ([`unstage`]). Each message is created there under its own name: no unnamed file and
-/// link per message (a restore of 1.5 million messages into a new ext4 file system took
-/// 45-48 s against 51-52 s, its system time 45-48 s against 53-55 s), and a mail server
-/// (which never reads `tmp/`) sees the folder appear whole. A message a killed run left
-/// torn there is never seen: the next run finds the staging directory, keeps what it
-/// holds whole ([`staged_whole`]) and writes the rest again (the Maildir target's
-/// `write`).
-pub(super) const STAGE: [&str; 2] = [".mailvault-restore-cur", ".mailvault-restore-new"];
+/// A folder new to the target (no `cur/`, no `new/`) is staged: its messages are created
+/// under their own names in `tmp/.mailvault-restore-<run>-cur` and `-new` (`<run>`: this
+/// restore's random name), and once they are all written the two are renamed to `cur` and
+/// `new` ([`unstage`]). A mail server, which never reads `tmp/`, sees the folder appear
+/// whole, and no message needs an unnamed file and a link of its own: a restore of 1.5
+/// million messages into a new ext4 took 45-48 s against 51-52 s (system time 45-48 s
+/// against 53-55 s). A staging directory is only ever this run's: a killed run's (a
+/// message in it may be torn) is never put in place nor taken up, but removed by the next
+/// run that opens the folder ([`clear_leftovers`]); each run holds a shared `flock` on its
+/// own, so that no other run removes it meanwhile.
+pub(super) const STAGE: &str = ".mailvault-restore-";
 
-/// Whether a message a killed run left in a staging directory is whole: its bytes (the
-/// caller compared them) and, once given here, its attributes (the kill may have come
-/// between them); not when it has other names.
-pub(super) fn staged_whole(dirs: &FolderDirs, new: bool, name: &[u8], attrs: Attrs) -> bool {
-    let flags = OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
-    let Ok(fd) = rustix::fs::openat(dirs.sub(new), name, flags, Mode::empty()) else {
-        return false;
-    };
-    let f = File::from(fd);
-    rustix::fs::fstat(&f).is_ok_and(|st| st.st_nlink == 1) && set_attributes(&f, attrs).is_ok()
+/// The names of `run`'s staging directories: `cur`'s, `new`'s.
+fn stage_names(run: &str) -> [String; 2] {
+    [format!("{STAGE}{run}-cur"), format!("{STAGE}{run}-new")]
 }
 
-/// Puts a staged folder's `cur/` or `new/` in place: the staging directory renamed,
-/// or where that name is taken meanwhile (a mail server made the folder's `cur/`), its
-/// messages moved into it one by one, none replacing a file (each one that cannot move is
-/// listed in `failures` and stays in `tmp/`).
-pub(super) fn unstage(dirs: &FolderDirs, tmp: BorrowedFd, new: bool, failures: &RestoreFailures) {
-    use rustix::fs::{renameat_with, unlinkat, AtFlags, RenameFlags};
-    let stage = STAGE[new as usize];
-    let sub: &[u8] = if new { b"new" } else { b"cur" };
-    let moved = match renameat_with(tmp, stage, &dirs.dir, sub, RenameFlags::NOREPLACE) {
-        Ok(()) => return,
-        // Its name taken meanwhile, or no rename that refuses to replace here.
-        Err(Errno::EXIST | Errno::NOTEMPTY | Errno::INVAL | Errno::NOSYS) => {
-            open_dir_at(dirs.dir.as_fd(), sub, Some(0o700)).and_then(|to| {
-                // Not a directory or a link: those are not this restore's, and stay.
-                use rustix::fs::FileType::{Directory, Symlink};
-                let names: Vec<Vec<u8>> = rustix::fs::Dir::read_from(dirs.sub(new))?
-                    .flatten()
-                    .filter(|e| !matches!(e.file_type(), Directory | Symlink))
-                    .map(|e| e.file_name().to_bytes().to_vec())
-                    .collect();
-                for name in names {
-                    if let Err(e) =
-                        rename_noreplace(dirs.sub(new).as_fd(), &name, to.as_fd(), &name)
-                    {
-                        let shown = dirs.shown(Some(new), &name);
-                        failures.add(shown.display().to_string(), write_error(shown, e));
-                    }
-                }
-                Ok(())
-            })
-        }
-        Err(e) => Err(e.into()),
+/// Makes and opens `run`'s staging directories in `tmp`, each locked (shared) for this
+/// run: `cur`'s, `new`'s.
+fn stage(tmp: BorrowedFd, run: &str) -> std::io::Result<(OwnedFd, OwnedFd)> {
+    use rustix::fs::{flock, FlockOperation};
+    let [cur, new] = stage_names(run);
+    let open = |name: &str| -> std::io::Result<OwnedFd> {
+        let fd = open_dir_at(tmp, name.as_bytes(), Some(0o700))?;
+        flock(&fd, FlockOperation::NonBlockingLockShared)?;
+        Ok(fd)
     };
-    match moved {
-        // Empty unless a message could not move (then listed, and kept).
-        Ok(()) => {
-            let _ = unlinkat(tmp, stage, AtFlags::REMOVEDIR);
+    let c = open(&cur)?;
+    match open(&new) {
+        Ok(n) => Ok((c, n)),
+        Err(e) => {
+            drop(c);
+            let _ = rustix::fs::unlinkat(tmp, cur.as_str(), rustix::fs::AtFlags::REMOVEDIR);
+            Err(e)
         }
-        Err(e) => failures.add(
-            dirs.shown(Some(new), b"").display().to_string(),
-            Error::io(dirs.shown(Some(new), b""), e),
-        ),
+    }
+}
+
+/// Removes the staging directories in `tmp` of restores that no longer run (killed: no
+/// lock on them), with what they hold: never put in place, a message in them may be
+/// torn. `shown`: the folder, for the log.
+fn clear_leftovers(tmp: BorrowedFd, run: &str, shown: &std::path::Path) {
+    use rustix::fs::{flock, unlinkat, AtFlags, FlockOperation};
+    let Ok(list) = rustix::fs::Dir::read_from(tmp) else {
+        return;
+    };
+    let mine = stage_names(run);
+    let names: Vec<Vec<u8>> = (list.flatten())
+        .map(|e| e.file_name().to_bytes().to_vec())
+        .filter(|n| n.starts_with(STAGE.as_bytes()) && !mine.iter().any(|m| m.as_bytes() == &n[..]))
+        .collect();
+    for name in names {
+        let cleared = (|| -> std::io::Result<()> {
+            let d = open_dir_at(tmp, &name, None)?;
+            // Held by a restore still running: its own.
+            flock(&d, FlockOperation::NonBlockingLockExclusive)?;
+            for e in rustix::fs::Dir::read_from(&d)? {
+                let e = e?;
+                let n = e.file_name().to_bytes();
+                if n != b"." && n != b".." {
+                    unlinkat(&d, n, AtFlags::empty())?;
+                }
+            }
+            Ok(unlinkat(tmp, &name[..], AtFlags::REMOVEDIR)?)
+        })();
+        if let Err(e) = cleared {
+            let n = String::from_utf8_lossy(&name);
+            tracing::debug!("{}: tmp/{n} left: {e}", shown.display());
+        }
+    }
+}
+
+/// Puts a staged folder's `cur/` or `new/` in place: the staging directory renamed, or
+/// where that name is taken meanwhile (a mail server made the folder's `cur/`) or the
+/// file system has no rename that refuses to replace, its messages moved into it one by
+/// one, none replacing a file. Every message that stays in `tmp/` is listed in
+/// `failures` with its path there, and so is a staging directory replaced meanwhile.
+pub(super) fn unstage(
+    dirs: &FolderDirs,
+    tmp: BorrowedFd,
+    run: &str,
+    new: bool,
+    failures: &RestoreFailures,
+) {
+    use rustix::fs::{fstat, renameat_with, statat, unlinkat, AtFlags, RenameFlags};
+    let stage = &stage_names(run)[new as usize];
+    let sub: &[u8] = if new { b"new" } else { b"cur" };
+    let staged_at = dirs.path.join("tmp").join(stage);
+    let fail = |what: PathBuf, e: std::io::Error| failures.add(what.display().to_string(), e);
+    // The name must still be the directory this run wrote into.
+    let same = |at: BorrowedFd, name: &[u8]| {
+        let here = statat(at, name, AtFlags::SYMLINK_NOFOLLOW);
+        let ours = fstat(dirs.sub(new));
+        matches!((here, ours), (Ok(a), Ok(b)) if (a.st_dev, a.st_ino) == (b.st_dev, b.st_ino))
+    };
+    if !same(tmp, stage.as_bytes()) {
+        let why = "the staging directory was replaced during the restore: its messages were not put in place";
+        return fail(staged_at, std::io::Error::other(why));
+    }
+    match renameat_with(tmp, stage.as_str(), &dirs.dir, sub, RenameFlags::NOREPLACE) {
+        Ok(()) if same(dirs.dir.as_fd(), sub) => return,
+        Ok(()) => {
+            let why = "the folder's directory was replaced during the restore";
+            return fail(dirs.shown(Some(new), b""), std::io::Error::other(why));
+        }
+        Err(Errno::EXIST | Errno::NOTEMPTY | Errno::INVAL | Errno::NOSYS) => {}
+        Err(e) => return fail(staged_at, e.into()),
+    }
+    let to = match open_dir_at(dirs.dir.as_fd(), sub, Some(0o700)) {
+        Ok(to) => to,
+        Err(e) => return fail(dirs.shown(Some(new), b""), e),
+    };
+    let list = match rustix::fs::Dir::read_from(dirs.sub(new)) {
+        Ok(list) => list,
+        Err(e) => return fail(staged_at, e.into()),
+    };
+    // Named first: the directory is not read while it changes.
+    let mut names = Vec::new();
+    let mut left = false;
+    for e in list {
+        match e {
+            Ok(e) if ![&b"."[..], b".."].contains(&e.file_name().to_bytes()) => {
+                names.push(e.file_name().to_bytes().to_vec())
+            }
+            Ok(_) => {}
+            Err(e) => {
+                left = true;
+                fail(staged_at.clone(), e.into());
+                break;
+            }
+        }
+    }
+    for name in names {
+        if let Err(e) = rename_noreplace(dirs.sub(new).as_fd(), &name, to.as_fd(), &name) {
+            left = true;
+            let at = staged_at.join(OsStr::from_bytes(&name));
+            failures.add(
+                at.display().to_string(),
+                write_error(dirs.shown(Some(new), &name), e),
+            );
+        }
+    }
+    if !left {
+        if let Err(e) = unlinkat(tmp, stage.as_str(), AtFlags::REMOVEDIR) {
+            fail(staged_at, e.into());
+        }
     }
 }
 
@@ -291,6 +359,7 @@ pub(super) fn write_error(shown: PathBuf, e: std::io::Error) -> Error {
 mod tests {
     use super::*;
     use crate::repo::tree::Timestamp;
+    use rustix::fs::{Mode, OFlags};
     use std::fs;
     use std::os::unix::fs::MetadataExt;
     use std::path::Path;
@@ -314,14 +383,10 @@ mod tests {
     fn a_staged_folder_moves_in_whole_or_message_by_message() {
         let dir = tempfile::tempdir().unwrap();
         let root = open(dir.path());
-        let dirs = open_folder_dirs(
-            dir.path().join("f"),
-            root.as_fd(),
-            &[b"f"],
-            (false, Links::None),
-        )
-        .unwrap();
         let f = dir.path().join("f");
+        let opened =
+            |run| open_folder_dirs(f.clone(), root.as_fd(), &[b"f"], (false, Links::None), run);
+        let dirs = opened("r1").unwrap();
         assert!(dirs.staged.is_some());
         assert!(!f.join("cur").exists() && !f.join("new").exists());
         let attrs = Attrs {
@@ -339,34 +404,78 @@ mod tests {
         ] {
             write_new_file(&dirs, Some(new), name.as_bytes(), body.as_bytes(), attrs).unwrap();
         }
-        assert!(f.join("tmp/.mailvault-restore-cur/y").exists());
+        let (cur1, new1) = (
+            f.join("tmp/.mailvault-restore-r1-cur"),
+            f.join("tmp/.mailvault-restore-r1-new"),
+        );
+        assert!(cur1.join("y").exists());
+        // Another run meanwhile neither takes nor removes this run's staging (locked).
+        let other = opened("r2").unwrap();
+        assert!(other.staged.is_some() && cur1.join("y").exists());
+        drop(other);
         // The mail server's own `cur/`, with a message of the same name.
         fs::create_dir(f.join("cur")).unwrap();
         fs::write(f.join("cur/x"), "the server's x").unwrap();
         let failures = RestoreFailures::default();
         let tmp = dirs.staged.as_ref().unwrap();
-        unstage(&dirs, tmp.as_fd(), false, &failures);
-        unstage(&dirs, tmp.as_fd(), true, &failures);
+        unstage(&dirs, tmp.as_fd(), "r1", false, &failures);
+        unstage(&dirs, tmp.as_fd(), "r1", true, &failures);
         let listed = failures.take();
         assert_eq!(listed.len(), 1, "{listed:?}");
-        assert!(listed[0].item.ends_with("cur/x"), "{listed:?}");
+        assert!(
+            listed[0].item.ends_with("tmp/.mailvault-restore-r1-cur/x"),
+            "{listed:?}"
+        );
+        assert!(
+            listed[0].error.contains("already exists: not overwritten"),
+            "{listed:?}"
+        );
         assert_eq!(
             fs::read_to_string(f.join("cur/x")).unwrap(),
             "the server's x"
         );
         check_written(&f.join("cur/y"), b"staged y");
         check_written(&f.join("new/n"), b"staged n");
-        assert_eq!(
-            fs::read_to_string(f.join("tmp/.mailvault-restore-cur/x")).unwrap(),
-            "staged x"
-        );
-        assert!(!f.join("tmp/.mailvault-restore-new").exists());
-        // Opened again, it has its `cur/`: written there, nothing staged.
-        let again =
-            open_folder_dirs(f.clone(), root.as_fd(), &[b"f"], (false, Links::None)).unwrap();
+        assert_eq!(fs::read_to_string(cur1.join("x")).unwrap(), "staged x");
+        assert!(!new1.exists());
+        // Opened again by a third run, it has its `cur/`: written there, nothing staged;
+        // what the first run left (it is not running any more: no lock) is removed, and
+        // so is what the second left.
+        drop(dirs);
+        let again = opened("r3").unwrap();
         assert!(again.staged.is_none());
         write_new_file(&again, Some(false), b"z", b"z", attrs).unwrap();
         check_written(&f.join("cur/z"), b"z");
+        assert_eq!(fs::read_dir(f.join("tmp")).unwrap().count(), 0);
+    }
+
+    /// A staging directory replaced during the restore is not put in place, and said.
+    #[test]
+    fn a_replaced_staging_directory_is_not_put_in_place() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = open(dir.path());
+        let f = dir.path().join("f");
+        let dirs =
+            open_folder_dirs(f.clone(), root.as_fd(), &[b"f"], (false, Links::None), "r1").unwrap();
+        let staged = f.join("tmp/.mailvault-restore-r1-cur");
+        fs::rename(&staged, f.join("tmp/away")).unwrap();
+        fs::create_dir(&staged).unwrap();
+        fs::write(staged.join("planted"), "x").unwrap();
+        let failures = RestoreFailures::default();
+        unstage(
+            &dirs,
+            dirs.staged.as_ref().unwrap().as_fd(),
+            "r1",
+            false,
+            &failures,
+        );
+        let listed = failures.take();
+        assert_eq!(listed.len(), 1, "{listed:?}");
+        assert!(
+            listed[0].error.contains("replaced during the restore"),
+            "{listed:?}"
+        );
+        assert!(!f.join("cur").exists());
     }
 
     /// Both ways of writing a message: complete with mode and mtime, never replacing a
