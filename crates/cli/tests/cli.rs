@@ -271,6 +271,7 @@ fn a_dry_run_restore_prints_the_plan_and_writes_nothing() {
 /// there (a message in it may be torn) is never put in place nor taken up: the next run
 /// removes it and writes the folder itself; a running restore's (locked) is left alone.
 #[test]
+#[allow(unsafe_code)] // flock(2), which std has only from Rust 1.89 (the MSRV is 1.87)
 fn a_new_folder_appears_whole_and_a_killed_runs_staging_is_removed() {
     use std::os::unix::fs::PermissionsExt;
     let (e, src) = backed_up();
@@ -373,7 +374,9 @@ fn a_new_folder_appears_whole_and_a_killed_runs_staging_is_removed() {
     fs::create_dir_all(&live).unwrap();
     fs::write(live.join("m"), b"being written").unwrap();
     let held = fs::File::open(&live).unwrap();
-    held.lock_shared().unwrap();
+    // SAFETY: flock on a descriptor this function owns and keeps open.
+    let locked = unsafe { libc::flock(std::os::fd::AsRawFd::as_raw_fd(&held), libc::LOCK_SH) };
+    assert_eq!(locked, 0);
     let r = restore(&busy);
     assert_eq!(r["items_restored"], 33, "{r}");
     assert_eq!(

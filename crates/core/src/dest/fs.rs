@@ -171,7 +171,8 @@ pub(super) fn write_unnamed(
 
 /// A new file `name` in `dir` (a directory no reader looks into until it is complete:
 /// a folder's staging directory), never replacing one; on a failure it is removed, so
-/// what stays under a name was written whole (up to a kill, which the next run mends).
+/// what stays under a name was written whole (up to a kill: a killed run's staging
+/// directory is never put in place).
 pub(super) fn write_named(
     dir: BorrowedFd,
     name: &[u8],

@@ -134,7 +134,9 @@ pub(super) fn open_folder_dirs(
 /// against 53-55 s). A staging directory is only ever this run's: a killed run's (a
 /// message in it may be torn) is never put in place nor taken up, but removed by the next
 /// run that opens the folder ([`clear_leftovers`]); each run holds a shared `flock` on its
-/// own, so that no other run removes it meanwhile.
+/// own, so that no other run removes it meanwhile (on NFS such a lock holds on one host
+/// only). A restore that stops early (a full disk) still puts in place what it wrote:
+/// every message whole, the folder not.
 pub(super) const STAGE: &str = ".mailvault-restore-";
 
 /// The names of `run`'s staging directories: `cur`'s, `new`'s.
@@ -150,6 +152,15 @@ fn stage(tmp: BorrowedFd, run: &str) -> std::io::Result<(OwnedFd, OwnedFd)> {
     let open = |name: &str| -> std::io::Result<OwnedFd> {
         let fd = open_dir_at(tmp, name.as_bytes(), Some(0o700))?;
         flock(&fd, FlockOperation::NonBlockingLockShared)?;
+        // Locked, it stays; but another run may have taken it for a killed run's and
+        // removed it between the open and the lock.
+        let here = rustix::fs::statat(tmp, name, rustix::fs::AtFlags::SYMLINK_NOFOLLOW)?;
+        let st = rustix::fs::fstat(&fd)?;
+        if (here.st_dev, here.st_ino) != (st.st_dev, st.st_ino) {
+            return Err(std::io::Error::other(
+                "removed by another restore meanwhile",
+            ));
+        }
         Ok(fd)
     };
     let c = open(&cur)?;
@@ -181,11 +192,20 @@ fn clear_leftovers(tmp: BorrowedFd, run: &str, shown: &std::path::Path) {
             let d = open_dir_at(tmp, &name, None)?;
             // Held by a restore still running: its own.
             flock(&d, FlockOperation::NonBlockingLockExclusive)?;
+            // Named first (the directory is not read while it changes); each removed that
+            // can be, then the directory if it is empty.
+            let mut inside = Vec::new();
             for e in rustix::fs::Dir::read_from(&d)? {
                 let e = e?;
                 let n = e.file_name().to_bytes();
                 if n != b"." && n != b".." {
-                    unlinkat(&d, n, AtFlags::empty())?;
+                    inside.push(n.to_vec());
+                }
+            }
+            for n in inside {
+                if let Err(e) = unlinkat(&d, &n[..], AtFlags::empty()) {
+                    let n = String::from_utf8_lossy(&n);
+                    tracing::debug!("{}: {n} in a staging directory left: {e}", shown.display());
                 }
             }
             Ok(unlinkat(tmp, &name[..], AtFlags::REMOVEDIR)?)
