@@ -30,7 +30,7 @@ use super::{Linked, Outcome, Target};
 use crate::error::{Error, Result};
 use crate::mail::maildir;
 use crate::repo::lock;
-use crate::repo::tree::{DirEntry, FileEntry, MessageEntry, OwnerNames, Timestamp, NO_OWNER};
+use crate::repo::tree::{DirEntry, FileEntry, OwnerNames, Timestamp, NO_OWNER};
 use rustix::fs::{Mode, OFlags};
 use rustix::io::Errno;
 use std::collections::{BTreeMap, HashMap};
@@ -127,35 +127,6 @@ impl MaildirTarget {
         let mut t = MaildirTarget::open(path, owners, names, jobs)?;
         t.plain = true;
         Ok(t)
-    }
-
-    /// Writes message `e` (`data`) as a new file of `folder`.
-    fn write_message(
-        &self,
-        folder: &MaildirFolder,
-        e: &MessageEntry,
-        data: &[u8],
-    ) -> Result<Outcome> {
-        let mapped = folder.letters.as_ref().and_then(|m| renamed(&e.name, m));
-        write_new_file(
-            &folder.dirs,
-            Some(e.new),
-            mapped.as_deref().unwrap_or(&e.name),
-            data,
-            self.attrs(e),
-        )?;
-        Ok(Outcome::Written {
-            bytes: data.len() as u64,
-        })
-    }
-
-    /// The mode, mtime and owner message `e` is given.
-    fn attrs(&self, e: &MessageEntry) -> Attrs {
-        Attrs {
-            mode: e.mode,
-            mtime: e.mtime,
-            owner: self.owners.get(e.uid, e.gid),
-        }
     }
 
     /// A path below the target, for messages.
@@ -369,7 +340,21 @@ impl Target for MaildirTarget {
                 Err(err) => Err(Error::io(shown, err)),
             };
         }
-        self.write_message(folder, e, data)
+        let mapped = folder.letters.as_ref().and_then(|m| renamed(&e.name, m));
+        write_new_file(
+            dirs,
+            Some(e.new),
+            mapped.as_deref().unwrap_or(&e.name),
+            data,
+            Attrs {
+                mode: e.mode,
+                mtime: e.mtime,
+                owner: self.owners.get(e.uid, e.gid),
+            },
+        )?;
+        Ok(Outcome::Written {
+            bytes: data.len() as u64,
+        })
     }
 
     fn write_file(&self, folder: &MaildirFolder, file: &FileEntry, data: &[u8]) -> Result<Outcome> {

@@ -300,7 +300,7 @@ pub fn run<S: Source>(
         Ok::<_, Error>((run, sealed))
     })?;
     let (mut report, written) = run;
-    finish_indexing(repo, opts, inline, sealed, index_warning, &mut report);
+    finish_indexing(repo, opts, inline.zip(sealed), index_warning, &mut report);
     end_run(repo, &written, mark);
     Ok(report)
 }
@@ -341,17 +341,20 @@ fn start_indexing(
 }
 
 /// Once the snapshot is saved (and while this run's record in `writers/` still stands):
-/// the splits `inline` gathered and sealed stored, and said in `report` (an index report
-/// whenever `--index` was asked, for the rest to be indexed after the backup).
+/// the splits in `sealed` (the run's indexer and what it sealed) stored, and said in
+/// `report` (an index report whenever `--index` was asked, for the rest to be indexed
+/// after the backup).
 fn finish_indexing(
     repo: &Repository,
     opts: &RunOptions,
-    inline: Option<crate::search::inline::Inline>,
-    sealed: Option<Result<Vec<crate::search::build::Sealed>>>,
+    sealed: Option<(
+        crate::search::inline::Inline,
+        Result<Vec<crate::search::build::Sealed>>,
+    )>,
     mut warning: Option<String>,
     report: &mut BackupReport,
 ) {
-    if let (Some(inline), Some(sealed)) = (inline, sealed) {
+    if let Some((inline, sealed)) = sealed {
         match sealed.and_then(|s| inline.store(repo, s)) {
             Ok(r) => report.index = Some(r),
             Err(e) => warning = Some(format!("saving what this backup indexed: {e}")),
